@@ -1,0 +1,101 @@
+//! The vocabulary shared by the pure core and the datapath: a [`Flow`] (the
+//! first packet of a connection, reduced to what policy can see) and the
+//! [`Verdict`] the classifier returns for it. Nothing here does I/O.
+
+use std::fmt;
+use std::net::IpAddr;
+
+use serde::Serialize;
+
+/// The transport of a flow, with the fields policy rules can match on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase", tag = "transport")]
+pub enum Transport {
+    Tcp {
+        src_port: u16,
+        dst_port: u16,
+    },
+    Udp {
+        src_port: u16,
+        dst_port: u16,
+    },
+    Sctp {
+        src_port: u16,
+        dst_port: u16,
+    },
+    /// ICMP (IPv4) or ICMPv6: policy `icmp` protocols match both.
+    Icmp {
+        icmp_type: u8,
+        icmp_code: u8,
+    },
+    /// IGMP message type and the group it names (0.0.0.0 for general queries).
+    Igmp {
+        igmp_type: u8,
+        group: std::net::Ipv4Addr,
+    },
+    /// Any other IP protocol, by number.
+    Other {
+        number: u8,
+    },
+}
+
+impl Transport {
+    /// Upper-case protocol name, as the audit log and `trace` print it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Transport::Tcp { .. } => "TCP",
+            Transport::Udp { .. } => "UDP",
+            Transport::Sctp { .. } => "SCTP",
+            Transport::Icmp { .. } => "ICMP",
+            Transport::Igmp { .. } => "IGMP",
+            Transport::Other { .. } => "IP",
+        }
+    }
+
+    /// Destination port for port-carrying transports.
+    pub fn dst_port(&self) -> Option<u16> {
+        match *self {
+            Transport::Tcp { dst_port, .. }
+            | Transport::Udp { dst_port, .. }
+            | Transport::Sctp { dst_port, .. } => Some(dst_port),
+            _ => None,
+        }
+    }
+
+    /// Source port for port-carrying transports.
+    pub fn src_port(&self) -> Option<u16> {
+        match *self {
+            Transport::Tcp { src_port, .. }
+            | Transport::Udp { src_port, .. }
+            | Transport::Sctp { src_port, .. } => Some(src_port),
+            _ => None,
+        }
+    }
+}
+
+/// The first packet of a connection as policy sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Flow {
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    #[serde(flatten)]
+    pub transport: Transport,
+}
+
+/// What happens to a flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum Verdict {
+    Allow,
+    Drop,
+    Reject,
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Verdict::Allow => "Allow",
+            Verdict::Drop => "Drop",
+            Verdict::Reject => "Reject",
+        })
+    }
+}

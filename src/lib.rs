@@ -1,0 +1,16 @@
+//! # tollgate
+//!
+//! A Linux node firewall that enforces Antrea-native network policies with
+//! netfilter. Data flows through the modules in this order:
+//!
+//! 1. [`source`] reads a snapshot of objects (YAML directory).
+//! 2. [`model`] holds the typed objects: Antrea CRDs, K8s NetworkPolicy, inventory.
+//! 3. [`validate`] applies the admission rules of the Antrea spec.
+//! 4. [`compile`] resolves selectors and groups and orders rules into an
+//!    immutable [`compile::Ruleset`].
+//! 5. [`classify`] decides a [`flow::Flow`] against a ruleset (pure; also
+//!    behind `tollgate trace`).
+//!
+//! Everything listed so far is pure and unit-tested without root.
+pub mod flow;
+pub mod model;

@@ -1,0 +1,156 @@
+//! Kubernetes object metadata and label selectors, shared by every kind.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// `metadata` of any object. Unknown keys are rejected so that a typo such as
+/// `label:` cannot silently drop the labels a selector relies on; the
+/// bookkeeping fields the API server adds are accepted and ignored.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ObjectMeta {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    #[serde(default, skip_serializing)]
+    pub uid: Option<String>,
+    #[serde(default, skip_serializing)]
+    pub resource_version: Option<String>,
+    #[serde(default, skip_serializing)]
+    pub generation: Option<i64>,
+    #[serde(default, skip_serializing)]
+    pub generate_name: Option<String>,
+    #[serde(default, skip_serializing)]
+    pub creation_timestamp: Option<serde_json::Value>,
+    #[serde(default, skip_serializing)]
+    pub deletion_timestamp: Option<serde_json::Value>,
+    #[serde(default, skip_serializing)]
+    pub deletion_grace_period_seconds: Option<i64>,
+    #[serde(default, skip_serializing)]
+    pub managed_fields: Option<serde_json::Value>,
+    #[serde(default, skip_serializing)]
+    pub owner_references: Option<serde_json::Value>,
+    #[serde(default, skip_serializing)]
+    pub finalizers: Option<serde_json::Value>,
+    #[serde(default, skip_serializing)]
+    pub self_link: Option<String>,
+}
+
+/// A Kubernetes label selector. An empty selector (`{}`) selects everything.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LabelSelector {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub match_expressions: Vec<LabelSelectorRequirement>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LabelSelectorRequirement {
+    pub key: String,
+    pub operator: SelectorOperator,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
+pub enum SelectorOperator {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+}
+
+impl LabelSelector {
+    /// Whether `labels` satisfy every `matchLabels` pair and every expression.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.match_labels
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
+            && self.match_expressions.iter().all(|e| e.matches(labels))
+    }
+}
+
+impl LabelSelectorRequirement {
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        let value = labels.get(&self.key);
+        match self.operator {
+            SelectorOperator::In => value.is_some_and(|v| self.values.contains(v)),
+            SelectorOperator::NotIn => !value.is_some_and(|v| self.values.contains(v)),
+            SelectorOperator::Exists => value.is_some(),
+            SelectorOperator::DoesNotExist => value.is_none(),
+        }
+    }
+}
+
+/// A `{name, namespace}` reference, as `serviceAccount`, `service` and
+/// `serviceReference` use.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NamespacedName {
+    pub name: String,
+    #[serde(default)]
+    pub namespace: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn expr(key: &str, operator: SelectorOperator, values: &[&str]) -> LabelSelector {
+        LabelSelector {
+            match_labels: BTreeMap::new(),
+            match_expressions: vec![LabelSelectorRequirement {
+                key: key.into(),
+                operator,
+                values: values.iter().map(|s| s.to_string()).collect(),
+            }],
+        }
+    }
+
+    #[test]
+    fn empty_selector_selects_everything() {
+        assert!(LabelSelector::default().matches(&labels(&[])));
+        assert!(LabelSelector::default().matches(&labels(&[("a", "b")])));
+    }
+
+    #[test]
+    fn match_labels_needs_every_pair() {
+        let sel = LabelSelector {
+            match_labels: labels(&[("app", "web"), ("tier", "fe")]),
+            ..Default::default()
+        };
+        assert!(sel.matches(&labels(&[("app", "web"), ("tier", "fe"), ("x", "y")])));
+        assert!(!sel.matches(&labels(&[("app", "web")])));
+    }
+
+    #[test]
+    fn expression_operators() {
+        let l = labels(&[("env", "prod")]);
+        assert!(expr("env", SelectorOperator::In, &["prod", "dev"]).matches(&l));
+        assert!(!expr("env", SelectorOperator::In, &["dev"]).matches(&l));
+        assert!(!expr("env", SelectorOperator::NotIn, &["prod"]).matches(&l));
+        assert!(expr("env", SelectorOperator::NotIn, &["dev"]).matches(&l));
+        // NotIn also matches objects without the key, as in Kubernetes.
+        assert!(expr("tier", SelectorOperator::NotIn, &["x"]).matches(&l));
+        assert!(expr("env", SelectorOperator::Exists, &[]).matches(&l));
+        assert!(!expr("tier", SelectorOperator::Exists, &[]).matches(&l));
+        assert!(expr("tier", SelectorOperator::DoesNotExist, &[]).matches(&l));
+        assert!(!expr("env", SelectorOperator::DoesNotExist, &[]).matches(&l));
+    }
+}

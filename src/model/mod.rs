@@ -1,0 +1,254 @@
+//! Typed objects tollgate reads — Antrea CRDs, Kubernetes NetworkPolicy and
+//! inventory — and the [`Snapshot`] a source produces. Pure data: parsing
+//! from an already-decoded document is here, reading files is in `source`.
+
+pub mod antrea;
+pub mod k8s;
+pub mod meta;
+
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::de::DeserializeOwned;
+
+pub use antrea::*;
+pub use k8s::*;
+pub use meta::*;
+
+/// The kinds tollgate understands, named as `kind:` spells them (the two
+/// `NetworkPolicy` kinds are told apart by API group).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Tier,
+    ClusterNetworkPolicy,
+    AntreaNetworkPolicy,
+    ClusterGroup,
+    Group,
+    K8sNetworkPolicy,
+    Node,
+    Namespace,
+    Pod,
+    Service,
+    ServiceAccount,
+}
+
+impl Kind {
+    /// The name used in messages: `kind` as written, with the API group where
+    /// it is needed to tell the two NetworkPolicies apart.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Tier => "Tier",
+            Kind::ClusterNetworkPolicy => "ClusterNetworkPolicy",
+            Kind::AntreaNetworkPolicy => "NetworkPolicy.crd.antrea.io",
+            Kind::ClusterGroup => "ClusterGroup",
+            Kind::Group => "Group",
+            Kind::K8sNetworkPolicy => "NetworkPolicy.networking.k8s.io",
+            Kind::Node => "Node",
+            Kind::Namespace => "Namespace",
+            Kind::Pod => "Pod",
+            Kind::Service => "Service",
+            Kind::ServiceAccount => "ServiceAccount",
+        }
+    }
+
+    /// Classifies an `apiVersion` / `kind` pair.
+    pub fn from_type(api_version: &str, kind: &str) -> Option<Kind> {
+        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        let version = api_version.rsplit('/').next().unwrap_or("");
+        match (group, version, kind) {
+            ("crd.antrea.io", "v1beta1" | "v1alpha1", "Tier") => Some(Kind::Tier),
+            ("crd.antrea.io", "v1beta1" | "v1alpha1", "ClusterNetworkPolicy") => {
+                Some(Kind::ClusterNetworkPolicy)
+            }
+            ("crd.antrea.io", "v1beta1" | "v1alpha1", "NetworkPolicy") => {
+                Some(Kind::AntreaNetworkPolicy)
+            }
+            ("crd.antrea.io", "v1beta1" | "v1alpha1" | "v1alpha3", "ClusterGroup") => {
+                Some(Kind::ClusterGroup)
+            }
+            ("crd.antrea.io", "v1beta1" | "v1alpha1" | "v1alpha3", "Group") => Some(Kind::Group),
+            ("networking.k8s.io", "v1", "NetworkPolicy") => Some(Kind::K8sNetworkPolicy),
+            ("", "v1", "Node") => Some(Kind::Node),
+            ("", "v1", "Namespace") => Some(Kind::Namespace),
+            ("", "v1", "Pod") => Some(Kind::Pod),
+            ("", "v1", "Service") => Some(Kind::Service),
+            ("", "v1", "ServiceAccount") => Some(Kind::ServiceAccount),
+            _ => None,
+        }
+    }
+
+    pub fn is_namespaced(self) -> bool {
+        !matches!(
+            self,
+            Kind::Tier
+                | Kind::ClusterNetworkPolicy
+                | Kind::ClusterGroup
+                | Kind::Node
+                | Kind::Namespace
+        )
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One decoded object.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Object {
+    Tier(Tier),
+    ClusterNetworkPolicy(AntreaPolicy),
+    AntreaNetworkPolicy(AntreaPolicy),
+    ClusterGroup(AntreaGroup),
+    Group(AntreaGroup),
+    K8sNetworkPolicy(K8sNetworkPolicy),
+    Node(Node),
+    Namespace(Namespace),
+    Pod(Pod),
+    Service(Service),
+    ServiceAccount(ServiceAccount),
+}
+
+impl Object {
+    pub fn kind(&self) -> Kind {
+        match self {
+            Object::Tier(_) => Kind::Tier,
+            Object::ClusterNetworkPolicy(_) => Kind::ClusterNetworkPolicy,
+            Object::AntreaNetworkPolicy(_) => Kind::AntreaNetworkPolicy,
+            Object::ClusterGroup(_) => Kind::ClusterGroup,
+            Object::Group(_) => Kind::Group,
+            Object::K8sNetworkPolicy(_) => Kind::K8sNetworkPolicy,
+            Object::Node(_) => Kind::Node,
+            Object::Namespace(_) => Kind::Namespace,
+            Object::Pod(_) => Kind::Pod,
+            Object::Service(_) => Kind::Service,
+            Object::ServiceAccount(_) => Kind::ServiceAccount,
+        }
+    }
+
+    pub fn metadata(&self) -> &ObjectMeta {
+        match self {
+            Object::Tier(o) => &o.metadata,
+            Object::ClusterNetworkPolicy(o) | Object::AntreaNetworkPolicy(o) => &o.metadata,
+            Object::ClusterGroup(o) | Object::Group(o) => &o.metadata,
+            Object::K8sNetworkPolicy(o) => &o.metadata,
+            Object::Node(o) => &o.metadata,
+            Object::Namespace(o) => &o.metadata,
+            Object::Pod(o) => &o.metadata,
+            Object::Service(o) => &o.metadata,
+            Object::ServiceAccount(o) => &o.metadata,
+        }
+    }
+
+    /// `Kind namespace/name` (or `Kind name` for cluster-scoped kinds).
+    pub fn object_ref(&self) -> ObjectRef {
+        let meta = self.metadata();
+        ObjectRef {
+            kind: Some(self.kind()),
+            namespace: if self.kind().is_namespaced() {
+                Some(meta.namespace.clone().unwrap_or_else(|| "default".into()))
+            } else {
+                None
+            },
+            name: meta.name.clone(),
+        }
+    }
+
+    /// Decodes one document. The error names the field path where decoding
+    /// stopped (`spec.ingress[0].action`).
+    pub fn from_value(value: serde_json::Value) -> Result<Object, DecodeError> {
+        let api_version = value
+            .get("apiVersion")
+            .and_then(|v| v.as_str())
+            .ok_or(DecodeError::MissingType("apiVersion"))?
+            .to_string();
+        let kind_str = value
+            .get("kind")
+            .and_then(|v| v.as_str())
+            .ok_or(DecodeError::MissingType("kind"))?
+            .to_string();
+        let kind =
+            Kind::from_type(&api_version, &kind_str).ok_or_else(|| DecodeError::UnknownKind {
+                api_version: api_version.clone(),
+                kind: kind_str.clone(),
+            })?;
+        Ok(match kind {
+            Kind::Tier => Object::Tier(decode(value)?),
+            Kind::ClusterNetworkPolicy => Object::ClusterNetworkPolicy(decode(value)?),
+            Kind::AntreaNetworkPolicy => Object::AntreaNetworkPolicy(decode(value)?),
+            Kind::ClusterGroup => Object::ClusterGroup(decode(value)?),
+            Kind::Group => Object::Group(decode(value)?),
+            Kind::K8sNetworkPolicy => Object::K8sNetworkPolicy(decode(value)?),
+            Kind::Node => Object::Node(decode(value)?),
+            Kind::Namespace => Object::Namespace(decode(value)?),
+            Kind::Pod => Object::Pod(decode(value)?),
+            Kind::Service => Object::Service(decode(value)?),
+            Kind::ServiceAccount => Object::ServiceAccount(decode(value)?),
+        })
+    }
+}
+
+fn decode<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, DecodeError> {
+    serde_path_to_error::deserialize(value).map_err(|e| DecodeError::Field {
+        path: e.path().to_string(),
+        reason: e.into_inner().to_string(),
+    })
+}
+
+/// Why a document could not be turned into an [`Object`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("{0}: missing or not a string")]
+    MissingType(&'static str),
+    #[error("kind: {api_version}/{kind} is not a kind tollgate reads")]
+    UnknownKind { api_version: String, kind: String },
+    #[error("{path}: {reason}")]
+    Field { path: String, reason: String },
+}
+
+/// Identifies an object in messages: `Kind namespace/name`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectRef {
+    pub kind: Option<Kind>,
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            Some(kind) => write!(f, "{kind} ")?,
+            None => f.write_str("document ")?,
+        }
+        match &self.namespace {
+            Some(ns) => write!(f, "{ns}/{}", self.name),
+            None => f.write_str(if self.name.is_empty() {
+                "-"
+            } else {
+                &self.name
+            }),
+        }
+    }
+}
+
+/// An object and where it came from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sourced {
+    pub origin: PathBuf,
+    pub object: Object,
+}
+
+/// Everything one source read, in the order it read it. Validation and
+/// compilation take a snapshot; hot reload replaces it whole.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Snapshot {
+    pub objects: Vec<Sourced>,
+}
+
+impl Snapshot {
+    pub fn iter(&self) -> impl Iterator<Item = &Object> {
+        self.objects.iter().map(|s| &s.object)
+    }
+}
