@@ -13,4 +13,5 @@
 //!
 //! Everything listed so far is pure and unit-tested without root.
 pub mod flow;
+pub mod fqdn;
 pub mod model;

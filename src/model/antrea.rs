@@ -300,3 +300,104 @@ pub struct GroupSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub child_groups: Vec<String>,
 }
+
+/// Rule direction within a policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum Direction {
+    Ingress,
+    Egress,
+}
+
+impl Direction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Ingress => "Ingress",
+            Direction::Egress => "Egress",
+        }
+    }
+}
+
+impl Rule {
+    /// The rule's name, or the spec's generated `[ingress|egress]-[action]-[hash]`
+    /// where the hash is the first 7 hex digits of the SHA-1 of the rule's
+    /// canonical JSON (without its name), so it is stable across reloads.
+    pub fn effective_name(&self, direction: Direction) -> String {
+        if let Some(name) = self.name.as_deref().filter(|n| !n.is_empty()) {
+            return name.to_string();
+        }
+        self.generated_name(direction)
+    }
+
+    /// The name the spec generates for this rule, ignoring any given name.
+    pub fn generated_name(&self, direction: Direction) -> String {
+        use sha1::{Digest, Sha1};
+        let mut unnamed = self.clone();
+        unnamed.name = None;
+        let canonical = serde_json::to_vec(&unnamed).unwrap_or_default();
+        let digest = Sha1::digest(&canonical);
+        let hex: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+        let dir = match direction {
+            Direction::Ingress => "ingress",
+            Direction::Egress => "egress",
+        };
+        format!("{dir}-{}-{}", self.action.lowercase(), &hex[..7])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(action: RuleAction) -> Rule {
+        Rule {
+            action,
+            name: None,
+            applied_to: vec![],
+            from: vec![],
+            to: vec![],
+            to_services: vec![],
+            ports: vec![],
+            protocols: vec![],
+            l7_protocols: vec![],
+            enable_logging: false,
+            log_label: None,
+        }
+    }
+
+    #[test]
+    fn generated_names_follow_the_spec_format() {
+        let name = rule(RuleAction::Allow).effective_name(Direction::Ingress);
+        assert!(name.starts_with("ingress-allow-"), "{name}");
+        assert_eq!(name.len(), "ingress-allow-".len() + 7);
+        assert!(name["ingress-allow-".len()..]
+            .chars()
+            .all(|c| c.is_ascii_hexdigit()));
+        let drop = rule(RuleAction::Drop).effective_name(Direction::Egress);
+        assert!(drop.starts_with("egress-drop-"), "{drop}");
+    }
+
+    #[test]
+    fn generated_names_are_stable_and_content_addressed() {
+        let a = rule(RuleAction::Drop);
+        let mut b = rule(RuleAction::Drop);
+        assert_eq!(
+            a.generated_name(Direction::Ingress),
+            b.generated_name(Direction::Ingress)
+        );
+        b.ports.push(PolicyPort {
+            port: Some(PortValue::Number(80)),
+            ..Default::default()
+        });
+        assert_ne!(
+            a.generated_name(Direction::Ingress),
+            b.generated_name(Direction::Ingress)
+        );
+    }
+
+    #[test]
+    fn given_names_win() {
+        let mut r = rule(RuleAction::Pass);
+        r.name = Some("PassFromSameNS".into());
+        assert_eq!(r.effective_name(Direction::Ingress), "PassFromSameNS");
+    }
+}
