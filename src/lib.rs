@@ -15,3 +15,5 @@
 pub mod flow;
 pub mod fqdn;
 pub mod model;
+pub mod source;
+pub mod validate;
