@@ -48,6 +48,8 @@ impl fmt::Display for Problem {
     }
 }
 
+impl std::error::Error for Problem {}
+
 /// The static Tiers Antrea creates, with their priorities.
 pub const STATIC_TIERS: [(&str, i32); 6] = [
     ("emergency", 50),
@@ -252,7 +254,7 @@ fn check_tier(report: &mut Report<'_>, index: &Index<'_>, tier: &Tier) {
         .unwrap_or(0);
     let earlier = STATIC_TIERS
         .iter()
-        .map(|&(n, p)| (n, p))
+        .copied()
         .chain(
             index.custom_tiers[..position]
                 .iter()
