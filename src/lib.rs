@@ -17,3 +17,5 @@ pub mod compile;
 pub mod flow;
 pub mod fqdn;
 pub mod model;
+pub mod source;
+pub mod validate;
