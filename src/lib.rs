@@ -12,6 +12,7 @@
 //!    behind `tollgate trace`).
 //!
 //! Everything listed so far is pure and unit-tested without root.
+pub mod dns;
 pub mod flow;
 pub mod fqdn;
 pub mod model;
