@@ -15,4 +15,5 @@
 pub mod dns;
 pub mod flow;
 pub mod fqdn;
+pub mod http;
 pub mod model;
