@@ -14,8 +14,10 @@
 //! Everything listed so far is pure and unit-tested without root.
 pub mod classify;
 pub mod compile;
+pub mod dns;
 pub mod flow;
 pub mod fqdn;
+pub mod http;
 pub mod model;
 pub mod source;
 pub mod validate;
