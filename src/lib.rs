@@ -13,6 +13,7 @@
 //!
 //! Everything listed so far is pure and unit-tested without root.
 pub mod classify;
+pub mod commands;
 pub mod compile;
 pub mod dns;
 pub mod flow;
