@@ -12,6 +12,7 @@
 //!    behind `tollgate trace`).
 //!
 //! Everything listed so far is pure and unit-tested without root.
+pub mod audit;
 pub mod classify;
 pub mod commands;
 pub mod compile;
