@@ -12,6 +12,8 @@
 //!    behind `tollgate trace`).
 //!
 //! Everything listed so far is pure and unit-tested without root.
+pub mod config;
+pub mod datapath;
 pub mod flow;
 pub mod fqdn;
 pub mod model;
