@@ -17,3 +17,4 @@ pub mod datapath;
 pub mod flow;
 pub mod fqdn;
 pub mod model;
+pub mod queue;
