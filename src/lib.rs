@@ -11,7 +11,14 @@
 //! 5. [`classify`] decides a [`flow::Flow`] against a ruleset (pure; also
 //!    behind `tollgate trace`).
 //!
-//! Everything listed so far is pure and unit-tested without root.
+//!
+//! Everything listed so far is pure and unit-tested without root. The
+//! agent ([`agent`], `tollgate run`, configured by [`config`]) puts them to
+//! work: [`datapath`] plans and installs the iptables chains and ipsets
+//! that send new connections of enforced endpoints to NFQUEUE, and
+//! [`queue`] workers decide them with the current ruleset.
+pub mod classify;
+pub mod compile;
 pub mod config;
 pub mod datapath;
 pub mod flow;

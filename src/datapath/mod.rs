@@ -78,7 +78,7 @@ pub mod state;
 
 pub use apply::{Backend, Kernel};
 pub use diff::Changes;
-pub use plan::{desired, Hook, Targets};
+pub use plan::{desired, Hook};
 pub use state::{Family, State};
 
 /// Why the kernel state could not be read or written.

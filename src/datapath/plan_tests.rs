@@ -12,8 +12,8 @@ fn config(flags: Settings) -> Config {
         .unwrap()
 }
 
-fn targets(node_ingress: bool, node_egress: bool, endpoints: &[&str]) -> Targets {
-    Targets {
+fn targets(node_ingress: bool, node_egress: bool, endpoints: &[&str]) -> Enforced {
+    Enforced {
         node_ingress,
         node_egress,
         endpoints: endpoints.iter().map(|e| e.parse().unwrap()).collect(),

@@ -1,6 +1,8 @@
 //! The worker's pure step: packet bytes and current mark in, the verdict to
 //! give the kernel out. No I/O, no clock, no locks.
 
+use crate::classify::NoFqdn;
+use crate::compile::Ruleset;
 use crate::config::{FailMode, MarkLayout};
 use crate::flow::{Flow, Verdict};
 
@@ -10,6 +12,13 @@ use super::packet::{parse_flow, PacketError};
 /// connection. Implemented by the compiled ruleset.
 pub trait Policy {
     fn verdict(&self, flow: &Flow) -> Verdict;
+}
+
+impl Policy for Ruleset {
+    /// FQDN peers match nothing until the DNS snooper feeds a lookup.
+    fn verdict(&self, flow: &Flow) -> Verdict {
+        self.classify(flow, &NoFqdn).verdict
+    }
 }
 
 /// The verdict handed to the kernel.
