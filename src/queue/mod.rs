@@ -10,4 +10,7 @@ pub mod worker;
 
 pub use packet::{parse_flow, PacketError};
 pub use step::{step, Action, Outcome, Policy, Step};
-pub use worker::{QueueError, QueueStats, Worker, WorkerConfig};
+pub use worker::{
+    parse_kernel_counters, KernelCounters, QueueError, QueueStats, Worker, WorkerConfig,
+    PROC_QUEUES,
+};

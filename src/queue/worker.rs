@@ -165,3 +165,62 @@ fn run<P: Policy>(
         }
     }
 }
+
+/// Path of the kernel's per-queue counters in the current namespace.
+pub const PROC_QUEUES: &str = "/proc/net/netfilter/nfnetlink_queue";
+
+/// The kernel's counters of one queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelCounters {
+    pub queue: u16,
+    /// Packets waiting for a verdict.
+    pub waiting: u64,
+    /// Packets dropped because the queue was full.
+    pub queue_dropped: u64,
+    /// Packets lost because the worker's socket buffer was full.
+    pub user_dropped: u64,
+}
+
+/// Parses [`PROC_QUEUES`]: `queue peer_portid waiting copy_mode copy_range
+/// queue_dropped user_dropped id_sequence 1` per bound queue.
+pub fn parse_kernel_counters(text: &str) -> Vec<KernelCounters> {
+    text.lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let num = |i: usize| fields.get(i)?.parse::<u64>().ok();
+            Some(KernelCounters {
+                queue: fields.first()?.parse().ok()?,
+                waiting: num(2)?,
+                queue_dropped: num(5)?,
+                user_dropped: num(6)?,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_counters_from_proc() {
+        let text = "  100  12345     0 2   128      3      7        42  1\n  101 0 1 2 128 0 0 9 1\nbogus\n";
+        assert_eq!(
+            parse_kernel_counters(text),
+            vec![
+                KernelCounters {
+                    queue: 100,
+                    waiting: 0,
+                    queue_dropped: 3,
+                    user_dropped: 7
+                },
+                KernelCounters {
+                    queue: 101,
+                    waiting: 1,
+                    queue_dropped: 0,
+                    user_dropped: 0
+                },
+            ]
+        );
+    }
+}
