@@ -25,3 +25,5 @@ pub mod flow;
 pub mod fqdn;
 pub mod model;
 pub mod queue;
+pub mod source;
+pub mod validate;
