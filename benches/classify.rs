@@ -42,7 +42,12 @@ unsafe impl GlobalAlloc for Counting {
 static ALLOCATOR: Counting = Counting;
 
 fn pod_ip(i: usize) -> Ipv4Addr {
-    Ipv4Addr::new(10, 1 + (i / 65536) as u8, ((i / 256) % 256) as u8, (i % 256) as u8)
+    Ipv4Addr::new(
+        10,
+        1 + (i / 65536) as u8,
+        ((i / 256) % 256) as u8,
+        (i % 256) as u8,
+    )
 }
 
 fn synthetic(pods: usize, policies: usize) -> Snapshot {

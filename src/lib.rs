@@ -17,6 +17,7 @@
 //! work: [`datapath`] plans and installs the iptables chains and ipsets
 //! that send new connections of enforced endpoints to NFQUEUE, and
 //! [`queue`] workers decide them with the current ruleset.
+pub mod agent;
 pub mod classify;
 pub mod compile;
 pub mod config;
