@@ -89,13 +89,13 @@ pub enum DatapathError {
         command: String,
         source: std::io::Error,
     },
-    #[error("{command}: exited with {status}: {stderr}")]
+    #[error("{command}: exited with {status}: {stderr}{}", .failing_input.as_ref().map(|l| format!(" (input: {l:?})")).unwrap_or_default())]
     Failed {
         command: String,
         status: String,
         stderr: String,
-        /// What was fed to the command, for the debug log.
-        input: Option<String>,
+        /// The input line the command complained about, when it named one.
+        failing_input: Option<String>,
     },
     #[error("cannot tell the iptables backend from `iptables -V`: {version:?}")]
     UnknownBackend { version: String },

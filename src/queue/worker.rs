@@ -6,7 +6,6 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use arc_swap::ArcSwap;
 
@@ -67,11 +66,11 @@ impl QueueStats {
     }
 }
 
-/// A running worker thread.
+/// A running worker thread (detached: it runs until the process exits,
+/// and the kernel drops what is still queued when the socket closes).
 pub struct Worker {
     pub queue: u16,
     pub stats: Arc<QueueStats>,
-    pub thread: JoinHandle<()>,
 }
 
 impl Worker {
@@ -105,15 +104,11 @@ impl Worker {
             .map_err(setup("overflow reporting"))?;
         let stats = Arc::new(QueueStats::default());
         let thread_stats = Arc::clone(&stats);
-        let thread = std::thread::Builder::new()
+        std::thread::Builder::new()
             .name(format!("nfqueue-{queue}"))
             .spawn(move || run(socket, config, &policy, &thread_stats))
             .map_err(setup("spawn"))?;
-        Ok(Worker {
-            queue,
-            stats,
-            thread,
-        })
+        Ok(Worker { queue, stats })
     }
 }
 
