@@ -103,13 +103,21 @@ pub fn load_and_validate(paths: &[PathBuf]) -> Result<Snapshot, Vec<Problem>> {
     }
 }
 
+/// Most documents one file may hold.
+pub const MAX_DOCUMENTS_PER_FILE: usize = 100_000;
+
 /// Decodes the documents of one file's text. Pure; `origin` only labels the
 /// results.
 pub fn parse_documents(origin: &Path, text: &str) -> (Vec<Sourced>, Vec<Problem>) {
     // YAML 1.2 booleans only: a Namespace called `no` or a label value `on`
     // stays a string. Duplicate keys are errors (the library default).
+    // The library's default budget stops at 1,024 documents per file; a
+    // generated policy file may hold more. Other hostile-input limits stay.
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_documents = MAX_DOCUMENTS_PER_FILE;
     let options = serde_saphyr::options! {
         strict_booleans: true,
+        budget: Some(budget),
     };
     let documents = match serde_saphyr::from_multiple_with_options::<Value>(text, options) {
         Ok(documents) => documents,

@@ -15,7 +15,7 @@ use ipnet::IpNet;
 use crate::model::{
     AntreaGroup, AntreaPolicy, AppliedTo, Direction, IpBlock, K8sNetworkPolicy, K8sPeer, K8sPort,
     NamespacedName, Object, ObjectRef, Peer, PolicyPort, PortValue, Rule, RuleAction, Snapshot,
-    Tier,
+    Tier, BASELINE_TIER, STATIC_TIERS,
 };
 
 #[cfg(test)]
@@ -49,16 +49,6 @@ impl fmt::Display for Problem {
 }
 
 impl std::error::Error for Problem {}
-
-/// The static Tiers Antrea creates, with their priorities.
-pub const STATIC_TIERS: [(&str, i32); 6] = [
-    ("emergency", 50),
-    ("securityops", 100),
-    ("networkops", 150),
-    ("platform", 200),
-    ("application", 250),
-    ("baseline", 253),
-];
 
 /// Custom Tiers must have a priority below this (250 and above are reserved
 /// for `application` and `baseline`).
@@ -342,7 +332,7 @@ fn check_policy(report: &mut Report<'_>, index: &Index<'_>, policy: &AntreaPolic
     check_applied_to_list(report, index, scope, "spec.appliedTo", &spec.applied_to);
     let policy_on_service = spec.applied_to.iter().any(|a| a.service.is_some());
 
-    let in_baseline = spec.tier.as_deref() == Some("baseline");
+    let in_baseline = spec.tier.as_deref() == Some(BASELINE_TIER);
     for (direction, path, rule) in &rules {
         check_rule(report, index, scope, *direction, path, rule, in_baseline);
         check_applied_to_list(
