@@ -6,28 +6,19 @@
 
 mod common;
 
-use common::{is_root, NetNs};
-
+use common::{is_root, within, NetNs};
 use tollgate::compile::Enforced;
 use tollgate::config::{FailMode, MachineDefaults, Settings};
 use tollgate::datapath::{desired, Changes, Kernel};
 
-/// A named network namespace, deleted on drop.
-
+/// Runs `test` on a thread inside a fresh namespace.
 fn in_namespace(tag: &str, test: impl FnOnce(&NetNs) + Send) {
     if !is_root() {
         eprintln!("skipped: needs root to create a network namespace");
         return;
     }
     let ns = NetNs::create(tag);
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            ns.enter();
-            test(&ns);
-        })
-        .join()
-        .unwrap();
-    });
+    within(&ns, || test(&ns));
 }
 
 fn enforced(node_ingress: bool, endpoints: &[&str]) -> Enforced {

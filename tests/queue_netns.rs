@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{is_root, wait_until, NetNs};
+use common::{is_root, wait_until, within, NetNs};
 use std::process::{Child, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -84,38 +84,33 @@ fn allow_reject_drop_through_the_queue() {
             .all(|p| listening.matches(p).count() == 2)
     });
 
-    let stats = std::thread::scope(|s| {
-        s.spawn(|| {
-            node.enter();
-            let config = Settings {
-                queues: Some(1),
-                ..Settings::default()
-            }
-            .resolve(&MachineDefaults {
-                node_name: "n".into(),
-                queues: 1,
-            })
-            .unwrap();
-            let worker = Worker::spawn(
-                WorkerConfig {
-                    queue: config.queues.first(),
-                    marks: config.marks,
-                    fail_mode: config.fail_mode,
-                },
-                Arc::new(ArcSwap::from_pointee(TestPolicy)),
-            )
-            .unwrap();
-            let kernel = Kernel::detect().unwrap();
-            let enforced = Enforced {
-                node_ingress: true,
-                node_egress: false,
-                endpoints: vec![],
-            };
-            kernel.reconcile(&desired(&config, &enforced)).unwrap();
-            worker.stats
+    let stats = within(&node, || {
+        let config = Settings {
+            queues: Some(1),
+            ..Settings::default()
+        }
+        .resolve(&MachineDefaults {
+            node_name: "n".into(),
+            queues: 1,
         })
-        .join()
-        .unwrap()
+        .unwrap();
+        let worker = Worker::spawn(
+            WorkerConfig {
+                queue: config.queues.first(),
+                marks: config.marks,
+                fail_mode: config.fail_mode,
+            },
+            Arc::new(ArcSwap::from_pointee(TestPolicy)),
+        )
+        .unwrap();
+        let kernel = Kernel::detect().unwrap();
+        let enforced = Enforced {
+            node_ingress: true,
+            node_egress: false,
+            endpoints: vec![],
+        };
+        kernel.reconcile(&desired(&config, &enforced)).unwrap();
+        worker.stats
     });
 
     // Allowed, with a bulk transfer: one packet queued per connection.
