@@ -269,7 +269,7 @@ fn invalid_config_exits_with_status_2() {
 }
 
 #[test]
-fn invalid_policies_at_start_exit_with_status_2() {
+fn invalid_policies_at_start_exit_with_status_1() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("policy.yaml"), node_policy("Maybe")).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
@@ -277,7 +277,7 @@ fn invalid_policies_at_start_exit_with_status_2() {
         .arg(dir.path())
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("policies are invalid") && stderr.contains("policy.yaml"),
