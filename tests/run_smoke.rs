@@ -130,7 +130,6 @@ fn owned_state(ns: &NetNs) -> String {
 #[test]
 fn run_enforces_reloads_and_cleans_up() {
     if !is_root() {
-        eprintln!("skipped: needs root to create network namespaces");
         return;
     }
     let node = NetNs::create("smoke-node");

@@ -59,9 +59,19 @@ impl Drop for NetNs {
     }
 }
 
+/// Whether the root-only tests can run. Not root: skipped, except under
+/// CI (`CI=true`), where skipping would hide a missing capability.
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+    let root = unsafe { libc::geteuid() == 0 };
+    if !root {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "network-namespace tests need root under CI"
+        );
+        eprintln!("skipped: needs root to create network namespaces");
+    }
+    root
 }
 
 /// Polls `check` every 20 ms until it holds; panics after `deadline`.
