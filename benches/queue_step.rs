@@ -8,6 +8,7 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use etherparse::{IpHeaders, PacketBuilder, PacketBuilderStep};
+use tollgate::classify::NoFqdn;
 use tollgate::compile::{LocalNode, Ruleset};
 use tollgate::config::{FailMode, MarkLayout};
 use tollgate::model::Snapshot;
@@ -37,7 +38,16 @@ fn bench(c: &mut Criterion) {
     let ruleset = Ruleset::compile(&Snapshot::default(), &LocalNode::default());
     let marks = MarkLayout::default();
     c.bench_function("step/tcp-syn-v4-empty-ruleset", |b| {
-        b.iter(|| step(black_box(&v4), 0, &ruleset, &marks, FailMode::Closed))
+        b.iter(|| {
+            step(
+                black_box(&v4),
+                0,
+                &ruleset,
+                &NoFqdn,
+                &marks,
+                FailMode::Closed,
+            )
+        })
     });
 }
 

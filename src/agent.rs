@@ -22,7 +22,11 @@ use crate::config::{
     parse_labels, Config, ConfigError, FailMode, MachineDefaults, MaskValue, Privileged, Settings,
 };
 use crate::datapath::{self, DatapathError, Kernel};
-use crate::queue::{parse_kernel_counters, Worker, WorkerConfig, PROC_QUEUES};
+use crate::fqdn::LearnerConfig;
+use crate::queue::{
+    parse_kernel_counters, DnsStats, DnsWorker, DnsWorkerConfig, FqdnMirror, Worker, WorkerConfig,
+    PROC_QUEUES,
+};
 use crate::validate::Problem;
 
 /// Quiet time after the last change in the policy directory before a
@@ -68,6 +72,15 @@ pub struct RunArgs {
     /// Always-allowed traffic, ahead of every policy.
     #[arg(long, value_name = "CIDR[,proto[/port]]", value_parser = parse_privileged)]
     pub privileged: Vec<Privileged>,
+    /// NFQUEUE number of the DNS reply queue (default: after the others).
+    #[arg(long, value_name = "N")]
+    pub dns_queue: Option<u16>,
+    /// Learn FQDN addresses only from replies of this DNS server.
+    #[arg(long = "dns-trusted-server", value_name = "IP")]
+    pub dns_trusted_servers: Vec<IpAddr>,
+    /// Floor on the TTL of learned FQDN addresses, seconds (default 5).
+    #[arg(long, value_name = "SECS")]
+    pub fqdn_min_ttl: Option<u32>,
 }
 
 /// A repeatable flag given at least once.
@@ -96,6 +109,9 @@ impl RunArgs {
             mark_mask: self.mark_mask.clone().map(MaskValue::Text),
             fail_mode: self.fail_mode,
             privileged: non_empty(&self.privileged),
+            dns_queue: self.dns_queue,
+            dns_trusted_servers: non_empty(&self.dns_trusted_servers),
+            fqdn_min_ttl: self.fqdn_min_ttl,
             ..Settings::default()
         }
     }
@@ -161,7 +177,34 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
     listen_for_signals(events.clone())?;
     let _watcher = watch(&args.policies, events)?;
 
+    // What the FQDN sets still hold from a previous run (their entries time
+    // out in the kernel meanwhile) seeds the mirror before any worker runs.
+    let learned: Vec<(String, Vec<(IpAddr, u32)>)> = kernel
+        .installed()?
+        .learned
+        .into_iter()
+        .map(|(name, set)| (name, set.entries))
+        .collect();
+    let (mirror, restored) = FqdnMirror::restore(
+        ruleset.fqdn_patterns().to_vec(),
+        learner_config(&config),
+        &learned,
+    );
+    let mirror = Arc::new(mirror);
+    tracing::info!(
+        selectors = ruleset.fqdn_patterns().len(),
+        restored,
+        "fqdn mirror restored"
+    );
+
     let policy = Arc::new(ArcSwap::from_pointee(ruleset));
+    let dns = DnsWorker::spawn(
+        DnsWorkerConfig {
+            queue: config.fqdn.dns_queue,
+            trusted_servers: config.fqdn.trusted_servers.clone(),
+        },
+        Arc::clone(&mirror),
+    )?;
     let workers = config
         .queues
         .iter()
@@ -173,6 +216,7 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
                     fail_mode: config.fail_mode,
                 },
                 Arc::clone(&policy),
+                Arc::clone(&mirror),
             )
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -182,6 +226,7 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
         policies: args.policies,
         kernel,
         policy,
+        mirror,
         generation: 0,
     };
     if let Err(error) = agent.install() {
@@ -194,8 +239,17 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
 
     agent.kernel.teardown()?;
     log_queue_stats(&workers);
+    log_dns_stats(dns.queue, &dns.stats, &agent.mirror);
     tracing::info!("shutdown complete");
     Ok(())
+}
+
+fn learner_config(config: &Config) -> LearnerConfig {
+    LearnerConfig {
+        min_ttl_secs: config.fqdn.min_ttl_secs,
+        max_addresses_per_name: config.fqdn.max_addresses_per_name,
+        max_addresses: config.fqdn.max_addresses,
+    }
 }
 
 fn load_config(args: &RunArgs) -> Result<Config, ConfigError> {
@@ -327,13 +381,15 @@ struct Agent {
     policies: PathBuf,
     kernel: Kernel,
     policy: Arc<ArcSwap<Ruleset>>,
+    mirror: Arc<FqdnMirror>,
     generation: u64,
 }
 
 impl Agent {
     /// Programs the datapath for the ruleset in force.
     fn install(&mut self) -> Result<(), DatapathError> {
-        let desired = datapath::desired(&self.config, self.policy.load().enforced());
+        let ruleset = self.policy.load();
+        let desired = datapath::desired(&self.config, ruleset.enforced(), ruleset.fqdn_patterns());
         let changed = self.kernel.reconcile(&desired)?;
         self.generation += 1;
         tracing::info!(generation = self.generation, changed, "ruleset applied");
@@ -353,6 +409,10 @@ impl Agent {
         };
         match load_ruleset(&self.policies, &node) {
             Ok(ruleset) => {
+                // Kept selectors keep what they learned; a new one starts
+                // empty. The mirror switches first so the new ruleset never
+                // asks about a selector it does not know.
+                self.mirror.reselect(ruleset.fqdn_patterns());
                 self.policy.store(Arc::new(ruleset));
                 if let Err(error) = self.install() {
                     tracing::error!(%error, "reload failed to program the datapath");
@@ -421,6 +481,28 @@ fn log_queue_stats(workers: &[Worker]) {
             "queue stats"
         );
     }
+}
+
+fn log_dns_stats(queue: u16, s: &DnsStats, mirror: &FqdnMirror) {
+    let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    tracing::info!(
+        queue,
+        packets = load(&s.packets),
+        parsed = load(&s.parsed),
+        failed = load(&s.failed),
+        untrusted = load(&s.untrusted),
+        tcp_untracked = load(&s.tcp_untracked),
+        tcp_gaps = load(&s.tcp_gaps),
+        oversized = load(&s.oversized),
+        learned = load(&s.learned),
+        refreshed = load(&s.refreshed),
+        evicted = load(&s.evicted),
+        expired = mirror.counters().expired,
+        ipset_errors = load(&s.ipset_errors),
+        overflows = load(&s.overflows),
+        verdict_errors = load(&s.verdict_errors),
+        "dns stats"
+    );
 }
 
 #[cfg(test)]

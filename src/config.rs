@@ -43,6 +43,14 @@ pub enum ConfigError {
     FailMode { value: String },
     #[error("nodeName: must not be empty")]
     NodeName,
+    #[error("dnsQueue {queue}: must differ from the connection queues {first}-{last}")]
+    DnsQueue { queue: u16, first: u16, last: u16 },
+    #[error("{key} {value}: {reason}")]
+    FqdnBound {
+        key: &'static str,
+        value: usize,
+        reason: &'static str,
+    },
 }
 
 /// What happens to new connections of enforced endpoints when the agent
@@ -305,6 +313,11 @@ pub struct Settings {
     pub privileged: Option<Vec<Privileged>>,
     pub audit_log: Option<PathBuf>,
     pub metrics_address: Option<SocketAddr>,
+    pub dns_queue: Option<u16>,
+    pub dns_trusted_servers: Option<Vec<IpAddr>>,
+    pub fqdn_min_ttl: Option<u32>,
+    pub fqdn_max_addresses_per_name: Option<usize>,
+    pub fqdn_max_addresses: Option<usize>,
 }
 
 impl Settings {
@@ -342,19 +355,30 @@ impl Settings {
             privileged: over.privileged.or(self.privileged),
             audit_log: over.audit_log.or(self.audit_log),
             metrics_address: over.metrics_address.or(self.metrics_address),
+            dns_queue: over.dns_queue.or(self.dns_queue),
+            dns_trusted_servers: over.dns_trusted_servers.or(self.dns_trusted_servers),
+            fqdn_min_ttl: over.fqdn_min_ttl.or(self.fqdn_min_ttl),
+            fqdn_max_addresses_per_name: over
+                .fqdn_max_addresses_per_name
+                .or(self.fqdn_max_addresses_per_name),
+            fqdn_max_addresses: over.fqdn_max_addresses.or(self.fqdn_max_addresses),
         }
     }
 
     /// Validates and fills defaults. `defaults` carries what depends on the
     /// machine.
     pub fn resolve(self, defaults: &MachineDefaults) -> Result<Config, ConfigError> {
-        let node_name = self.node_name.unwrap_or_else(|| defaults.node_name.clone());
+        let node_name = self
+            .node_name
+            .clone()
+            .unwrap_or_else(|| defaults.node_name.clone());
         if node_name.trim().is_empty() {
             return Err(ConfigError::NodeName);
         }
         let base = self.queue_base.unwrap_or(DEFAULT_QUEUE_BASE);
         let count = self.queues.unwrap_or(defaults.queues);
         let queues = QueueRange::new(base, count)?;
+        let fqdn = FqdnConfig::resolve(&self, &queues)?;
         let marks = match self.mark_mask {
             None => MarkLayout::default(),
             Some(MaskValue::Number(n)) => MarkLayout::new(n)?,
@@ -367,6 +391,7 @@ impl Settings {
             .map(|g| g.parse())
             .collect::<Result<Vec<Interface>, _>>()?;
         Ok(Config {
+            fqdn,
             node_name,
             node_labels: self.node_labels.unwrap_or_default(),
             node_addresses: self.node_addresses.unwrap_or_default(),
@@ -377,6 +402,77 @@ impl Settings {
             privileged: self.privileged.unwrap_or_default(),
             audit_log: self.audit_log,
             metrics_address: self.metrics_address,
+        })
+    }
+}
+
+/// Default floor on the TTL of learned addresses (seconds): covers the
+/// connect and its retries after a TTL-0 answer.
+pub const DEFAULT_FQDN_MIN_TTL: u32 = 5;
+/// Default bound on addresses remembered per name.
+pub const DEFAULT_FQDN_MAX_PER_NAME: usize = 128;
+/// Smallest per-name bound accepted (the upstream FQDN selector proposal
+/// requires at least 100).
+pub const MIN_FQDN_MAX_PER_NAME: usize = 100;
+/// Default bound on addresses remembered in total (the default `maxelem`
+/// of an ipset).
+pub const DEFAULT_FQDN_MAX_ADDRESSES: usize = 65_536;
+
+/// How DNS answers are learned for FQDN rules.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FqdnConfig {
+    /// NFQUEUE number of the DNS reply queue (default: after the
+    /// connection queues).
+    pub dns_queue: u16,
+    /// When not empty, only replies from these addresses are learned.
+    pub trusted_servers: Vec<IpAddr>,
+    pub min_ttl_secs: u32,
+    pub max_addresses_per_name: usize,
+    pub max_addresses: usize,
+}
+
+impl FqdnConfig {
+    fn resolve(settings: &Settings, queues: &QueueRange) -> Result<FqdnConfig, ConfigError> {
+        let dns_queue = match settings.dns_queue {
+            Some(q) => q,
+            None => queues.last().checked_add(1).ok_or(ConfigError::Queues {
+                base: queues.first(),
+                queues: u32::from(queues.last() - queues.first()) + 2,
+            })?,
+        };
+        if (queues.first()..=queues.last()).contains(&dns_queue) {
+            return Err(ConfigError::DnsQueue {
+                queue: dns_queue,
+                first: queues.first(),
+                last: queues.last(),
+            });
+        }
+        let per_name = settings
+            .fqdn_max_addresses_per_name
+            .unwrap_or(DEFAULT_FQDN_MAX_PER_NAME);
+        if per_name < MIN_FQDN_MAX_PER_NAME {
+            return Err(ConfigError::FqdnBound {
+                key: "fqdnMaxAddressesPerName",
+                value: per_name,
+                reason: "must be at least 100",
+            });
+        }
+        let total = settings
+            .fqdn_max_addresses
+            .unwrap_or(DEFAULT_FQDN_MAX_ADDRESSES);
+        if total < per_name {
+            return Err(ConfigError::FqdnBound {
+                key: "fqdnMaxAddresses",
+                value: total,
+                reason: "must be at least fqdnMaxAddressesPerName",
+            });
+        }
+        Ok(FqdnConfig {
+            dns_queue,
+            trusted_servers: settings.dns_trusted_servers.clone().unwrap_or_default(),
+            min_ttl_secs: settings.fqdn_min_ttl.unwrap_or(DEFAULT_FQDN_MIN_TTL),
+            max_addresses_per_name: per_name,
+            max_addresses: total,
         })
     }
 }
@@ -436,6 +532,7 @@ pub struct Config {
     pub privileged: Vec<Privileged>,
     pub audit_log: Option<PathBuf>,
     pub metrics_address: Option<SocketAddr>,
+    pub fqdn: FqdnConfig,
 }
 
 #[cfg(test)]
@@ -461,6 +558,47 @@ mod tests {
         assert_eq!(config.marks.reject, 0x20_0000);
         assert_eq!(config.fail_mode, FailMode::Closed);
         assert!(config.interfaces.is_empty());
+        assert_eq!(
+            config.fqdn,
+            FqdnConfig {
+                dns_queue: 102,
+                trusted_servers: vec![],
+                min_ttl_secs: 5,
+                max_addresses_per_name: 128,
+                max_addresses: 65_536,
+            }
+        );
+    }
+
+    #[test]
+    fn fqdn_keys_and_bounds() {
+        let yaml = "dnsQueue: 9\ndnsTrustedServers: [10.0.0.53]\nfqdnMinTtl: 1\n\
+                    fqdnMaxAddressesPerName: 100\nfqdnMaxAddresses: 1000\n";
+        let config = Settings::from_yaml(Path::new("c.yaml"), yaml)
+            .unwrap()
+            .resolve(&defaults())
+            .unwrap();
+        assert_eq!(config.fqdn.dns_queue, 9);
+        assert_eq!(config.fqdn.trusted_servers.len(), 1);
+        assert_eq!(config.fqdn.min_ttl_secs, 1);
+        let bad = |s: Settings| s.resolve(&defaults()).unwrap_err().to_string();
+        let clash = bad(Settings {
+            dns_queue: Some(101),
+            ..Settings::default()
+        });
+        assert!(clash.contains("dnsQueue 101"), "{clash}");
+        let small = bad(Settings {
+            fqdn_max_addresses_per_name: Some(99),
+            ..Settings::default()
+        });
+        assert!(small.contains("at least 100"), "{small}");
+        assert!(Settings {
+            queue_base: Some(65534),
+            queues: Some(2),
+            ..Settings::default()
+        }
+        .resolve(&defaults())
+        .is_err());
     }
 
     #[test]

@@ -14,11 +14,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
+use tollgate::classify::FqdnLookup;
 use tollgate::compile::Enforced;
 use tollgate::config::{MachineDefaults, Settings};
 use tollgate::datapath::{desired, Kernel};
 use tollgate::flow::{Flow, Transport, Verdict};
-use tollgate::queue::{Policy, Worker, WorkerConfig};
+use tollgate::queue::{FqdnMirror, Policy, Worker, WorkerConfig};
 
 /// A background process, killed on drop.
 struct Background(Child);
@@ -35,7 +36,7 @@ impl Drop for Background {
 struct TestPolicy;
 
 impl Policy for TestPolicy {
-    fn verdict(&self, flow: &Flow) -> Verdict {
+    fn verdict(&self, flow: &Flow, _: &dyn FqdnLookup) -> Verdict {
         match flow.transport {
             Transport::Tcp { dst_port: 80, .. } => Verdict::Allow,
             Transport::Tcp { dst_port: 81, .. } => Verdict::Reject,
@@ -100,6 +101,7 @@ fn allow_reject_drop_through_the_queue() {
                 fail_mode: config.fail_mode,
             },
             Arc::new(ArcSwap::from_pointee(TestPolicy)),
+            Arc::new(FqdnMirror::restore(vec![], Default::default(), &[]).0),
         )
         .unwrap();
         let kernel = Kernel::detect().unwrap();
@@ -108,7 +110,7 @@ fn allow_reject_drop_through_the_queue() {
             node_egress: false,
             endpoints: vec![],
         };
-        kernel.reconcile(&desired(&config, &enforced)).unwrap();
+        kernel.reconcile(&desired(&config, &enforced, &[])).unwrap();
         worker.stats
     });
 

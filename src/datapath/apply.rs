@@ -88,9 +88,22 @@ impl Kernel {
         Ok(true)
     }
 
-    /// Removes every chain, jump and set tollgate owns.
+    /// Removes every chain, jump and set tollgate owns, except the learned
+    /// (FQDN) sets: no rule refers to them once the chains are gone, their
+    /// entries time out by themselves, and they let a restarted agent keep
+    /// what it learned. The next start destroys those of selectors that no
+    /// longer exist.
     pub fn teardown(&self) -> Result<(), DatapathError> {
-        self.reconcile(&State::default()).map(|_| ())
+        let installed = self.installed()?;
+        let keep = State {
+            learned: installed.learned.clone(),
+            ..State::default()
+        };
+        let changes = Changes::between(&keep, &installed);
+        if !changes.is_empty() {
+            self.apply(&changes)?;
+        }
+        Ok(())
     }
 
     fn apply(&self, changes: &Changes) -> Result<(), DatapathError> {

@@ -73,6 +73,7 @@
 
 pub mod apply;
 pub mod diff;
+pub mod ipset_netlink;
 pub mod plan;
 pub mod state;
 

@@ -70,6 +70,7 @@ fn first_install_renders_the_whole_ruleset_in_one_batch() {
     let desired = desired(
         &config(Settings::default()),
         &targets(true, false, &["10.0.0.5"]),
+        &[],
     );
     let changes = Changes::between(&desired, &State::default());
     let expected_v4: String = DEFAULT_V4_SAVE
@@ -105,6 +106,7 @@ fn installed_state_parses_back_to_an_empty_diff() {
     let desired = desired(
         &config(Settings::default()),
         &targets(true, false, &["10.0.0.5"]),
+        &[],
     );
     let v6_save = render_save(&desired, Family::V6);
     let installed = State::parse(DEFAULT_V4_SAVE, &v6_save, DEFAULT_IPSET_SAVE);
@@ -137,6 +139,7 @@ fn ipv6_table_allows_neighbour_discovery_and_uses_icmp6_reject() {
     let desired = desired(
         &config(Settings::default()),
         &targets(false, true, &["fd00::5"]),
+        &[],
     );
     assert_eq!(
         desired.v6.chains["TOLLGATE-INPUT"],
@@ -186,7 +189,7 @@ fn open_mode_single_queue_interfaces_and_privileged_entries() {
         mark_mask: Some(crate::config::MaskValue::Text("0x30000".into())),
         ..Settings::default()
     };
-    let desired = desired(&config(flags), &targets(false, false, &[]));
+    let desired = desired(&config(flags), &targets(false, false, &[]), &[]);
     let forward = &desired.v4.chains["TOLLGATE-FORWARD"];
     assert_eq!(
         forward,
@@ -221,8 +224,12 @@ fn open_mode_single_queue_interfaces_and_privileged_entries() {
 #[test]
 fn membership_change_touches_only_the_set() {
     let config = config(Settings::default());
-    let before = desired(&config, &targets(false, false, &["10.0.0.5"]));
-    let after = desired(&config, &targets(false, false, &["10.0.0.5", "10.0.0.6"]));
+    let before = desired(&config, &targets(false, false, &["10.0.0.5"]), &[]);
+    let after = desired(
+        &config,
+        &targets(false, false, &["10.0.0.5", "10.0.0.6"]),
+        &[],
+    );
     let changes = Changes::between(&after, &before);
     assert!(changes.v4.is_empty() && changes.v6.is_empty());
     assert_eq!(changes.sets.len(), 1);
@@ -232,8 +239,8 @@ fn membership_change_touches_only_the_set() {
 #[test]
 fn node_rule_change_rewrites_only_the_affected_chain() {
     let config = config(Settings::default());
-    let before = desired(&config, &targets(false, false, &[]));
-    let after = desired(&config, &targets(true, false, &[]));
+    let before = desired(&config, &targets(false, false, &[]), &[]);
+    let after = desired(&config, &targets(true, false, &[]), &[]);
     let changes = Changes::between(&after, &before);
     assert_eq!(
         changes.v4.write.keys().collect::<Vec<_>>(),
@@ -251,6 +258,7 @@ fn teardown_removes_everything_owned_and_nothing_else() {
     let desired = desired(
         &config(Settings::default()),
         &targets(true, false, &["10.0.0.5"]),
+        &[],
     );
     let save = DEFAULT_V4_SAVE.replace(
         "-A INPUT -j TOLLGATE-INPUT\n",
@@ -273,4 +281,59 @@ fn teardown_removes_everything_owned_and_nothing_else() {
         "destroy tollgate-endpoints-v4\ndestroy tollgate-endpoints-v6\n"
     );
     assert!(changes.ipset_prepare_text().is_none());
+}
+
+#[test]
+fn fqdn_selectors_queue_dns_replies_before_the_shortcut_and_get_learned_sets() {
+    let patterns = [
+        crate::fqdn::FqdnPattern::new("*.example.test"),
+        crate::fqdn::FqdnPattern::new("www.other.test"),
+    ];
+    let desired = desired(
+        &config(Settings::default()),
+        &targets(false, true, &[]),
+        &patterns,
+    );
+    for family in Family::ALL {
+        for hook in Hook::ALL {
+            let rules = &desired.table(family).chains[hook.chain()];
+            let udp = rules
+                .iter()
+                .position(|r| {
+                    r == "-p udp -m udp --sport 53 -m conntrack --ctstate ESTABLISHED \
+                          --ctdir REPLY -j NFQUEUE --queue-num 102 --queue-bypass"
+                })
+                .expect("UDP DNS rule");
+            assert_eq!(
+                rules[udp + 1],
+                "-p tcp -m tcp --sport 53 -m conntrack --ctstate ESTABLISHED \
+                 --ctdir REPLY -j NFQUEUE --queue-num 102 --queue-bypass"
+            );
+            let shortcut = rules
+                .iter()
+                .position(|r| r.contains("RELATED,ESTABLISHED -m connmark"))
+                .unwrap();
+            assert_eq!(shortcut, udp + 2, "{rules:#?}");
+        }
+    }
+    let names: Vec<&String> = desired.learned.keys().collect();
+    assert_eq!(names.len(), 4);
+    let wildcard_v4 = fqdn_set(&patterns[0], Family::V4);
+    assert!(wildcard_v4.starts_with("tollgate-fqdn-") && wildcard_v4.ends_with("-v4"));
+    assert_eq!(wildcard_v4.len(), 27);
+    assert!(desired.learned[&wildcard_v4].entries.is_empty());
+    assert_eq!(
+        desired.learned[&fqdn_set(&patterns[1], Family::V6)].family,
+        Family::V6
+    );
+    // Without selectors: no DNS rule, no learned set.
+    let plain = super::desired(
+        &config(Settings::default()),
+        &targets(false, true, &[]),
+        &[],
+    );
+    assert!(plain.learned.is_empty());
+    assert!(!plain.v4.chains["TOLLGATE-INPUT"]
+        .iter()
+        .any(|r| r.contains("--sport 53")));
 }

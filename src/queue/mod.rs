@@ -2,12 +2,15 @@
 //! new connection, reduces it to a [`crate::flow::Flow`], asks the current
 //! policy, and answers with a verdict and mark. The per-packet decision is
 //! the pure [`step`]; [`worker`] is the thin socket loop around it. Workers
-//! never block on a lock and never log per packet: they count.
+//! never log per packet: they count. [`dns`] is the DNS reply queue that
+//! feeds the FQDN mirror connection workers consult.
 
+pub mod dns;
 pub mod packet;
 pub mod step;
 pub mod worker;
 
+pub use dns::{DnsStats, DnsWorker, DnsWorkerConfig, FqdnMirror};
 pub use packet::{parse_flow, PacketError};
 pub use step::{step, Action, Outcome, Policy, Step};
 pub use worker::{

@@ -1,7 +1,7 @@
 //! The worker's pure step: packet bytes and current mark in, the verdict to
 //! give the kernel out. No I/O, no clock, no locks.
 
-use crate::classify::NoFqdn;
+use crate::classify::FqdnLookup;
 use crate::compile::Ruleset;
 use crate::config::{FailMode, MarkLayout};
 use crate::flow::{Flow, Verdict};
@@ -9,18 +9,19 @@ use crate::flow::{Flow, Verdict};
 use super::packet::{parse_flow, PacketError};
 
 /// What a worker asks the policy: the verdict for the first packet of a
-/// connection. Implemented by the compiled ruleset.
+/// connection, given what the DNS snooper has learned. Implemented by the
+/// compiled ruleset.
 pub trait Policy {
-    fn verdict(&self, flow: &Flow) -> Verdict;
+    fn verdict(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> Verdict;
 }
 
 impl Policy for Ruleset {
-    /// FQDN peers match nothing until the DNS snooper feeds a lookup.
+    /// FQDN peers match the addresses the DNS snooper learned (`fqdn`).
     /// A connection that only an L7 rule allows is dropped: its requests
     /// cannot be inspected on the wire yet, and an L7 rule must never let
     /// a connection through uninspected (its implicit deny applies).
-    fn verdict(&self, flow: &Flow) -> Verdict {
-        let decision = self.classify(flow, &NoFqdn);
+    fn verdict(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> Verdict {
+        let decision = self.classify(flow, fqdn);
         if decision.verdict == Verdict::Allow && !decision.l7.is_empty() {
             return Verdict::Drop;
         }
@@ -59,12 +60,13 @@ pub fn step<P: Policy + ?Sized>(
     packet: &[u8],
     mark: u32,
     policy: &P,
+    fqdn: &dyn FqdnLookup,
     marks: &MarkLayout,
     fail_mode: FailMode,
 ) -> Step {
     match parse_flow(packet) {
         Ok(flow) => {
-            let verdict = policy.verdict(&flow);
+            let verdict = policy.verdict(&flow, fqdn);
             let action = match verdict {
                 Verdict::Allow => Action::Repeat {
                     mark: marks.apply(mark, marks.allow),
@@ -92,6 +94,7 @@ pub fn step<P: Policy + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::classify::NoFqdn;
     use crate::flow::Transport;
     use etherparse::PacketBuilder;
 
@@ -99,7 +102,7 @@ mod tests {
     struct PortPolicy;
 
     impl Policy for PortPolicy {
-        fn verdict(&self, flow: &Flow) -> Verdict {
+        fn verdict(&self, flow: &Flow, _: &dyn FqdnLookup) -> Verdict {
             match flow.transport {
                 Transport::Tcp { dst_port: 80, .. } => Verdict::Allow,
                 Transport::Tcp { dst_port: 81, .. } => Verdict::Reject,
@@ -122,7 +125,14 @@ mod tests {
     fn allow_and_reject_repeat_with_a_mark_that_keeps_foreign_bits() {
         let marks = MarkLayout::default();
         let foreign = 0x4000 | 0x0030_0000; // kube-proxy's bit, and stale bits of ours
-        let allowed = step(&syn(80), foreign, &PortPolicy, &marks, FailMode::Closed);
+        let allowed = step(
+            &syn(80),
+            foreign,
+            &PortPolicy,
+            &NoFqdn,
+            &marks,
+            FailMode::Closed,
+        );
         assert_eq!(
             allowed,
             Step {
@@ -132,9 +142,9 @@ mod tests {
                 outcome: Outcome::Decided(Verdict::Allow),
             }
         );
-        let rejected = step(&syn(81), 0, &PortPolicy, &marks, FailMode::Closed);
+        let rejected = step(&syn(81), 0, &PortPolicy, &NoFqdn, &marks, FailMode::Closed);
         assert_eq!(rejected.action, Action::Repeat { mark: 0x20_0000 });
-        let dropped = step(&syn(82), 0, &PortPolicy, &marks, FailMode::Open);
+        let dropped = step(&syn(82), 0, &PortPolicy, &NoFqdn, &marks, FailMode::Open);
         assert_eq!(dropped.action, Action::Drop);
         assert_eq!(dropped.outcome, Outcome::Decided(Verdict::Drop));
     }
@@ -164,7 +174,7 @@ spec:
         let ruleset = Ruleset::compile(&crate::model::Snapshot { objects }, &node);
         assert!(ruleset.enforced().node_ingress);
         let marks = MarkLayout::default();
-        let decide = |port| step(&syn(port), 0, &ruleset, &marks, FailMode::Closed).action;
+        let decide = |port| step(&syn(port), 0, &ruleset, &NoFqdn, &marks, FailMode::Closed).action;
         assert_eq!(decide(81), Action::Repeat { mark: marks.reject });
         assert_eq!(decide(80), Action::Repeat { mark: marks.allow });
     }
@@ -192,7 +202,7 @@ spec:
         };
         let ruleset = Ruleset::compile(&crate::model::Snapshot { objects }, &node);
         let marks = MarkLayout::default();
-        let decide = |port| step(&syn(port), 0, &ruleset, &marks, FailMode::Closed).action;
+        let decide = |port| step(&syn(port), 0, &ruleset, &NoFqdn, &marks, FailMode::Closed).action;
         assert_eq!(decide(80), Action::Drop);
         assert_eq!(decide(22), Action::Repeat { mark: marks.allow });
     }
@@ -201,10 +211,10 @@ spec:
     fn malformed_packets_follow_the_fail_mode() {
         let marks = MarkLayout::default();
         let truncated = &syn(80)[..21];
-        let closed = step(truncated, 0, &PortPolicy, &marks, FailMode::Closed);
+        let closed = step(truncated, 0, &PortPolicy, &NoFqdn, &marks, FailMode::Closed);
         assert_eq!(closed.action, Action::Drop);
         assert!(matches!(closed.outcome, Outcome::Malformed(_)));
-        let open = step(truncated, 0, &PortPolicy, &marks, FailMode::Open);
+        let open = step(truncated, 0, &PortPolicy, &NoFqdn, &marks, FailMode::Open);
         assert_eq!(open.action, Action::Accept);
     }
 }

@@ -1,8 +1,9 @@
 //! The socket loop of one NFQUEUE worker: an OS thread bound to one queue
 //! with the `nfq` crate (blocking; the crate exposes no file descriptor for
 //! an event loop). It reads the current policy lock-free from an
-//! [`ArcSwap`] for every packet and counts outcomes; it never logs per
-//! packet.
+//! [`ArcSwap`] for every packet, and the FQDN mirror (a read lock, only
+//! when a rule with an `fqdn` peer is evaluated); it counts outcomes and
+//! never logs per packet.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use arc_swap::ArcSwap;
 use crate::config::{FailMode, MarkLayout};
 use crate::flow::Verdict;
 
+use super::dns::FqdnMirror;
 use super::step::{step, Action, Outcome, Policy};
 
 /// Bytes of each packet copied to userspace: IPv4/IPv6 header with
@@ -76,7 +78,11 @@ pub struct Worker {
 impl Worker {
     /// Binds the queue (errors are returned here, before any thread runs)
     /// and starts the thread. The thread runs until the process exits.
-    pub fn spawn<P>(config: WorkerConfig, policy: Arc<ArcSwap<P>>) -> Result<Worker, QueueError>
+    pub fn spawn<P>(
+        config: WorkerConfig,
+        policy: Arc<ArcSwap<P>>,
+        fqdn: Arc<FqdnMirror>,
+    ) -> Result<Worker, QueueError>
     where
         P: Policy + Send + Sync + 'static,
     {
@@ -106,7 +112,7 @@ impl Worker {
         let thread_stats = Arc::clone(&stats);
         std::thread::Builder::new()
             .name(format!("nfqueue-{queue}"))
-            .spawn(move || run(socket, config, &policy, &thread_stats))
+            .spawn(move || run(socket, config, &policy, &fqdn, &thread_stats))
             .map_err(setup("spawn"))?;
         Ok(Worker { queue, stats })
     }
@@ -116,6 +122,7 @@ fn run<P: Policy>(
     mut socket: nfq::Queue,
     config: WorkerConfig,
     policy: &ArcSwap<P>,
+    fqdn: &FqdnMirror,
     stats: &QueueStats,
 ) {
     let mut consecutive_errors = 0;
@@ -143,6 +150,7 @@ fn run<P: Policy>(
             message.get_payload(),
             message.get_nfmark(),
             &**policy.load(),
+            &fqdn.lookup(),
             &config.marks,
             config.fail_mode,
         );
