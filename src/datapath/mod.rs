@@ -77,10 +77,10 @@ pub mod ipset_netlink;
 pub mod plan;
 pub mod state;
 
-pub use apply::{Backend, Kernel};
+pub use apply::{learned_sets, Backend, Kernel};
 pub use diff::Changes;
 pub use plan::{desired, Hook};
-pub use state::{Family, State};
+pub use state::{Family, LearnedSet, State};
 
 /// Why the kernel state could not be read or written.
 #[derive(Debug, thiserror::Error)]
