@@ -98,6 +98,8 @@ struct NameState {
     /// Indices of the selectors matching this name (never empty).
     selectors: Vec<usize>,
     records: HashMap<IpAddr, Record>,
+    /// This name's records by recency, oldest first: its eviction order.
+    recency: BTreeMap<u64, IpAddr>,
 }
 
 /// In-memory mirror of the FQDN ipsets for one list of selectors. Build a
@@ -304,6 +306,7 @@ impl FqdnLearner {
                     NameState {
                         selectors,
                         records: HashMap::new(),
+                        recency: BTreeMap::new(),
                     },
                 );
                 key
@@ -319,6 +322,7 @@ impl FqdnLearner {
         match previous {
             Some(old) => {
                 self.order.remove(&old.order);
+                state.recency.remove(&old.order);
                 if let Some(record) = state.records.get_mut(&address) {
                     record.expires_ms = record.expires_ms.max(old.expires_ms);
                 }
@@ -329,13 +333,10 @@ impl FqdnLearner {
                 .or_default()
                 .push(Arc::clone(&key)),
         }
+        state.recency.insert(order, address);
         self.order.insert(order, (Arc::clone(&key), address));
         if state.records.len() > self.config.max_addresses_per_name {
-            let oldest = state
-                .records
-                .iter()
-                .min_by_key(|(_, r)| r.order)
-                .map(|(a, r)| (*a, r.order));
+            let oldest = state.recency.first_key_value().map(|(o, a)| (*a, *o));
             if let Some((victim, victim_order)) = oldest {
                 self.order.remove(&victim_order);
                 if let Some((_, selectors)) = self.drop_record(&key, victim) {
@@ -351,6 +352,7 @@ impl FqdnLearner {
     fn drop_record(&mut self, name: &Arc<str>, address: IpAddr) -> Option<(u64, Vec<usize>)> {
         let state = self.names.get_mut(name)?;
         let record = state.records.remove(&address)?;
+        state.recency.remove(&record.order);
         let selectors = if state.records.is_empty() {
             self.names
                 .remove(name)
