@@ -17,3 +17,4 @@ pub mod flow;
 pub mod fqdn;
 pub mod http;
 pub mod model;
+pub mod tls;
