@@ -12,9 +12,14 @@
 //!    behind `tollgate trace`).
 //!
 //! Everything listed so far is pure and unit-tested without root.
+pub mod classify;
+pub mod commands;
+pub mod compile;
 pub mod dns;
 pub mod flow;
 pub mod fqdn;
 pub mod http;
 pub mod model;
+pub mod source;
 pub mod tls;
+pub mod validate;

@@ -18,6 +18,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::FqdnPattern;
+use crate::classify::FqdnLookup;
 use crate::dns::{self, DnsError, Resolution};
 
 /// Largest timeout the kernel's ipset accepts (seconds).
@@ -238,8 +239,7 @@ impl FqdnLearner {
             .is_some_and(|expires| *expires > now_ms)
     }
 
-    /// A view answering [`resolves_to`](FqdnLearner::resolves_to) at a fixed
-    /// instant, for a classifier that does not carry time.
+    /// The learner as the classifier's [`FqdnLookup`], frozen at `now_ms`.
     pub fn at(&self, now_ms: u64) -> LearnedAt<'_> {
         LearnedAt {
             learner: self,
@@ -442,8 +442,8 @@ pub struct LearnedAt<'a> {
     now_ms: u64,
 }
 
-impl LearnedAt<'_> {
-    pub fn resolves_to(&self, pattern: &FqdnPattern, address: IpAddr) -> bool {
+impl FqdnLookup for LearnedAt<'_> {
+    fn resolves_to(&self, pattern: &FqdnPattern, address: IpAddr) -> bool {
         self.learner.resolves_to(pattern, address, self.now_ms)
     }
 }
