@@ -2,7 +2,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::rdata::{A, AAAA, CNAME, MX, TXT};
-use hickory_proto::rr::{Name, RData, Record, RecordType};
+use hickory_proto::rr::{DNSClass, Name, RData, Record, RecordType};
 use proptest::prelude::*;
 
 use super::*;
@@ -139,6 +139,16 @@ fn cname_loops_and_long_chains_are_bounded() {
     assert_eq!(resolved.len(), 1, "only the address within the bound");
     assert_eq!(resolved[0].address, v4([192, 0, 2, 4]));
     assert_eq!(resolved[0].names.len(), MAX_CNAME_CHAIN + 1);
+}
+
+#[test]
+fn records_of_other_classes_are_ignored() {
+    let mut chaos = a("c.test.", 60, [192, 0, 2, 8]);
+    chaos.dns_class = DNSClass::CH;
+    let msg = response("c.test.", vec![chaos, a("c.test.", 60, [192, 0, 2, 9])]);
+    let resolved = parse_reply(&wire(&msg)).unwrap().resolved();
+    assert_eq!(resolved.len(), 1);
+    assert_eq!(resolved[0].address, v4([192, 0, 2, 9]));
 }
 
 #[test]

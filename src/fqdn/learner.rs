@@ -177,9 +177,10 @@ impl FqdnLearner {
         }
     }
 
-    /// Learns the addresses of one reply. Returns the writes that make the
-    /// kernel sets agree, which must be applied before the reply is
-    /// released to the client.
+    /// Learns the addresses of one reply; names must be normalized as
+    /// [`crate::dns::DnsReply::resolved`] gives them (lower-case, no
+    /// trailing dot). Returns the writes that make the kernel sets agree,
+    /// which must be applied before the reply is released to the client.
     pub fn learn(&mut self, resolutions: &[Resolution], now_ms: u64) -> Vec<IpsetChange> {
         // (selector, address) pairs whose set entry may have to change.
         let mut touched: Vec<(usize, IpAddr)> = Vec::new();
@@ -208,7 +209,9 @@ impl FqdnLearner {
     }
 
     /// Forgets records and set entries whose timeout has passed. The kernel
-    /// has already removed the entries, so nothing needs writing.
+    /// has already removed the entries, so nothing needs writing. Walks
+    /// every record: call it periodically (about once a second), not per
+    /// packet.
     pub fn expire(&mut self, now_ms: u64) {
         let stale: Vec<(Arc<str>, IpAddr)> = self
             .names
