@@ -11,15 +11,26 @@
 //! 5. [`classify`] decides a [`flow::Flow`] against a ruleset (pure; also
 //!    behind `tollgate trace`).
 //!
-//! Everything listed so far is pure and unit-tested without root.
+//! Everything listed so far is pure and unit-tested without root, as are
+//! [`dns`] and [`fqdn`] (learning addresses from DNS answers), [`http`]
+//! (L7 request matching) and [`audit`] (the `np.log` format). The agent
+//! ([`agent`], `tollgate run`, configured by [`config`]) puts them to work:
+//! [`datapath`] plans and installs the iptables chains and ipsets that send
+//! new connections of enforced endpoints to NFQUEUE, and [`queue`] workers
+//! decide them with the current ruleset.
+pub mod agent;
+pub mod audit;
 pub mod classify;
 pub mod commands;
 pub mod compile;
+pub mod config;
+pub mod datapath;
 pub mod dns;
 pub mod flow;
 pub mod fqdn;
 pub mod http;
 pub mod model;
+pub mod queue;
 pub mod source;
 pub mod tls;
 pub mod validate;

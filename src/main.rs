@@ -1,6 +1,7 @@
 //! The `tollgate` binary: parses the command line and maps results to exit
 //! codes — 0 success (a trace that ends in Drop included), 1 invalid
-//! policies, 2 usage or runtime errors. The work is done in the library.
+//! policies, 2 usage, configuration or runtime errors. The work is done in
+//! the library.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -8,6 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+use tollgate::agent::{AgentError, RunArgs};
 use tollgate::commands::{
     self, CommandError, NodeIdentity, OutputFormat, TraceProtocol, TraceRequest,
 };
@@ -25,6 +27,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Enforce the policies of a directory on this node until SIGTERM/SIGINT;
+    /// policy changes (inotify or SIGHUP) are applied without a restart.
+    Run(RunArgs),
     /// Check policy, group, tier and inventory files as Antrea's admission
     /// webhook would: exit 0 with a summary, or 1 with one line per problem.
     Validate {
@@ -62,7 +67,7 @@ struct NodeArgs {
     #[arg(long)]
     node_name: Option<String>,
     /// Labels of the local Node, `k=v,k2=v2` (added to the Node object's).
-    #[arg(long, value_parser = commands::parse_labels)]
+    #[arg(long, value_parser = tollgate::config::parse_labels)]
     node_labels: Option<BTreeMap<String, String>>,
     /// Addresses of the local Node (repeatable), added to the Node object's.
     #[arg(long = "node-address")]
@@ -133,8 +138,25 @@ fn main() -> ExitCode {
     }
 }
 
+/// `tollgate run`: runs until SIGTERM/SIGINT. Problems are printed by the
+/// agent's error message, one per line.
+fn run_agent(args: RunArgs) -> ExitCode {
+    match tollgate::agent::run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("tollgate: {error:#}");
+            let invalid_policies = matches!(
+                error.downcast_ref::<AgentError>(),
+                Some(AgentError::InvalidPolicies(_))
+            );
+            ExitCode::from(if invalid_policies { 1 } else { 2 })
+        }
+    }
+}
+
 fn run(command: Command) -> Result<ExitCode, CommandError> {
     match command {
+        Command::Run(args) => return Ok(run_agent(args)),
         Command::Validate { paths } => {
             let snapshot =
                 tollgate::source::load_and_validate(&paths).map_err(CommandError::Invalid)?;
