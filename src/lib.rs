@@ -32,4 +32,5 @@ pub mod http;
 pub mod model;
 pub mod queue;
 pub mod source;
+pub mod tls;
 pub mod validate;
