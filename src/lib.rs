@@ -13,7 +13,7 @@
 //!
 //! Everything listed so far is pure and unit-tested without root, as are
 //! [`dns`] and [`fqdn`] (learning addresses from DNS answers), [`http`]
-//! (L7 request matching) and [`audit`] (the `np.log` format). The agent
+//! and [`tls`] (L7 request and ClientHello matching) and [`audit`] (the `np.log` format). The agent
 //! ([`agent`], `tollgate run`, configured by [`config`]) puts them to work:
 //! [`datapath`] plans and installs the iptables chains and ipsets that send
 //! new connections of enforced endpoints to NFQUEUE, and [`queue`] workers
