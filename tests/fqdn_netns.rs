@@ -23,6 +23,9 @@ use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::rdata::A;
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 use tollgate::datapath::ipset_netlink::{EntryOp, IpsetSocket};
+use tollgate::datapath::plan::fqdn_set;
+use tollgate::datapath::Family;
+use tollgate::fqdn::FqdnPattern;
 
 const POLICY: &str = "apiVersion: crd.antrea.io/v1beta1
 kind: ClusterNetworkPolicy
@@ -584,6 +587,27 @@ fn forged_and_malformed_replies_are_not_learned_and_the_worker_keeps_running() {
 }
 
 #[test]
+fn only_trusted_servers_are_learned_from_when_configured() {
+    if !is_root() {
+        return;
+    }
+    let lab = Lab::start("u", 300);
+    serve_malformed(&lab.server);
+    let agent = lab.agent(&["--dns-trusted-server", "10.61.0.4"]);
+    // dnsmasq (10.61.0.2) answers, but is not trusted.
+    assert_eq!(lab.curl(&lab.node, "http://www.example.test/").1, 28);
+    assert_eq!(
+        lab.node
+            .ok("dig +short +tries=1 @10.61.0.4 good.example.test")
+            .trim(),
+        "10.61.1.80"
+    );
+    assert!(lab.reachable(&lab.node, "http://10.61.1.80/"));
+    let log = agent.stop();
+    assert!(log_value(&log, "dns stats", "untrusted") >= 1, "{log}");
+}
+
+#[test]
 fn restart_keeps_learned_addresses_working() {
     if !is_root() {
         return;
@@ -604,6 +628,34 @@ fn restart_keeps_learned_addresses_working() {
     assert!(lab.reachable(&lab.node, "http://10.61.1.10/"));
     assert_eq!(lab.curl(&lab.node, "http://10.61.1.20/").1, 28);
     drop(agent);
+}
+
+#[test]
+fn policy_change_starts_new_selectors_empty_and_destroys_removed_sets() {
+    if !is_root() {
+        return;
+    }
+    let lab = Lab::start("p", 300);
+    let agent = lab.agent(&[]);
+    assert!(lab.reachable(&lab.node, "http://www.example.test/"));
+    assert!(lab.reachable(&lab.node, "http://10.61.1.10/"));
+    let old = fqdn_set(&FqdnPattern::new("*.example.test"), Family::V4);
+    let kept = fqdn_set(&FqdnPattern::new("*.rejected.test"), Family::V4);
+    let new = fqdn_set(&FqdnPattern::new("www.example.test"), Family::V4);
+    assert!(lab.node.ok("ipset list -n").contains(&old));
+
+    let changed = POLICY.replace("fqdn: '*.example.test'", "fqdn: www.example.test");
+    std::fs::write(lab.policies().join("fqdn.yaml"), changed).unwrap();
+    agent.wait_log("ruleset applied generation=2");
+    let sets = lab.node.ok("ipset list -n");
+    assert!(!sets.contains(&old), "{sets}");
+    assert!(sets.contains(&kept) && sets.contains(&new), "{sets}");
+    // The new selector starts empty: the address learned for the old one
+    // does not carry over, until the next answer.
+    assert_eq!(lab.curl(&lab.node, "http://10.61.1.10/").1, 28);
+    assert!(lab.reachable(&lab.node, "http://www.example.test/"));
+    assert!(lab.reachable(&lab.node, "http://10.61.1.10/"));
+    assert_eq!(lab.curl(&lab.node, "http://alias.example.test/").1, 28);
 }
 
 #[test]

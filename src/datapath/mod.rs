@@ -1,7 +1,8 @@
 //! Kernel datapath: owns the `TOLLGATE-*` chains of the filter table (IPv4
 //! and IPv6), one jump into each from INPUT, FORWARD and OUTPUT, and the
 //! `tollgate-*` ipsets. It must never modify a rule, chain or set it does
-//! not own. The desired state is planned by pure functions ([`plan`]),
+//! not own, nor an entry of a learned (FQDN) set: those belong to the DNS
+//! worker. The desired state is planned by pure functions ([`plan`]),
 //! compared with what is installed ([`state`], [`diff`]), and only the
 //! difference is written, in one batch per table ([`apply`]).
 //!
@@ -63,7 +64,20 @@
 //! `tollgate-endpoints-v6` (`family inet6`). `ip6tables-save` is the same
 //! with `tollgate-endpoints-v6`, `icmp6-adm-prohibited`, and ICMPv6
 //! neighbour discovery (types 133–137) accepted on INPUT and OUTPUT after
-//! the connmark rule. Fail-open adds `--queue-bypass` to every NFQUEUE
+//! the connmark rule. With FQDN selectors in the ruleset, every owned chain
+//! of both families also gets, right before the connmark rule (queue 102 =
+//! the default DNS queue, after the connection queues):
+//!
+//! ```text
+//! -A TOLLGATE-INPUT -p udp -m udp --sport 53 -m conntrack --ctstate ESTABLISHED --ctdir REPLY -j NFQUEUE --queue-num 102 --queue-bypass
+//! -A TOLLGATE-INPUT -p tcp -m tcp --sport 53 -m conntrack --ctstate ESTABLISHED --ctdir REPLY -j NFQUEUE --queue-num 102 --queue-bypass
+//! ```
+//!
+//! and `ipset save` shows one timeout set per selector and family, whose
+//! entries only the DNS worker writes ([`ipset_netlink`]):
+//! `create tollgate-fqdn-<10 hex digits of SHA-1(selector)>-v4 hash:ip family
+//! inet hashsize 1024 maxelem 65536 timeout 300 …` and `add … 10.0.0.9
+//! timeout 287`. Fail-open adds `--queue-bypass` to every NFQUEUE
 //! rule; a single queue is `--queue-num N`; configured interfaces put
 //! `-i IF` (INPUT), `-o IF` (OUTPUT) or both (FORWARD) on the NFQUEUE
 //! rules; privileged entries become `-s CIDR [-p P [-m P --dport N]] -j
