@@ -60,7 +60,7 @@ spec:
     ports: [{protocol: TCP, port: 80}]
   - name: drop-all
     action: Drop
-    to: [{ipBlock: {cidr: 0.0.0.0/0}}]
+    to: [{ipBlock: {cidr: 0.0.0.0/0}}, {ipBlock: {cidr: '::/0'}}]
 ---
 apiVersion: v1
 kind: Namespace
@@ -89,7 +89,9 @@ fn zone() -> String {
          host-record=short.example.test,10.61.1.50\n\
          host-record=dropped.example.test,10.61.1.60\n\
          host-record=www.rejected.test,10.61.1.70\n\
-         host-record=later.example.test,10.61.1.90\n",
+         host-record=later.example.test,10.61.1.90\n\
+         host-record=six.example.test,fd61:1::10\n\
+         host-record=six.other.test,fd61:1::20\n",
     );
     for i in 1..=200 {
         conf.push_str(&format!(
@@ -121,7 +123,8 @@ impl Lab {
             "ip link set lo up && sysctl -qw net.ipv4.ip_forward=1 && \
              ip link add vs type veth peer name vn netns {s} && \
              ip link add vp type veth peer name vn netns {p} && \
-             ip addr add 10.61.0.1/24 dev vs && ip link set vs up && \
+             ip addr add 10.61.0.1/24 dev vs && ip addr add fd61::1/64 dev vs nodad && \
+             ip link set vs up && ip -6 route add fd61:1::/64 via fd61::2 && \
              ip addr add 10.61.5.1/24 dev vp && ip link set vp up && \
              for n in 1 2 3; do ip route add 10.61.$n.0/24 via 10.61.0.2; done",
             s = server.0,
@@ -130,6 +133,7 @@ impl Lab {
         server.ok("ip link set lo up && ip link set vn up && \
              for a in 2 4 5; do ip addr add 10.61.0.$a/24 dev vn; done && \
              for n in 1 2 3; do ip route add local 10.61.$n.0/24 dev lo; done && \
+             ip addr add fd61::2/64 dev vn nodad && ip -6 route add local fd61:1::/64 dev lo && \
              ip route add 10.61.5.0/24 via 10.61.0.1");
         pod.ok(
             "ip link set lo up && ip addr add 10.61.5.2/24 dev vn && ip link set vn up && \
@@ -234,8 +238,8 @@ impl Drop for Lab {
 fn serve_web(server: &NetNs) {
     let (web, echo) = within(server, || {
         (
-            TcpListener::bind("0.0.0.0:80").unwrap(),
-            TcpListener::bind("0.0.0.0:9000").unwrap(),
+            TcpListener::bind("[::]:80").unwrap(),
+            TcpListener::bind("[::]:9000").unwrap(),
         )
     });
     std::thread::spawn(move || {
@@ -383,6 +387,12 @@ fn allowed_names_reachable_others_denied_with_drop_reject_and_cname() {
     assert!(lab.learned().contains("10.61.1.10"));
     assert!(!lab.learned().contains("10.61.1.20"));
 
+    // IPv6: AAAA answers fill the v6 set; ip6tables decides.
+    assert_eq!(lab.curl(node, "-6 http://[fd61:1::10]/").1, 28);
+    assert!(lab.reachable(node, "-6 http://six.example.test/"));
+    assert!(lab.reachable(node, "-6 http://[fd61:1::10]/"));
+    assert_eq!(lab.curl(node, "-6 http://six.other.test/").1, 28);
+
     // CNAME chain: the selector matches the alias, the address belongs
     // to the target name.
     assert!(lab.reachable(node, "http://alias.example.test/"));
@@ -406,6 +416,7 @@ fn allowed_names_reachable_others_denied_with_drop_reject_and_cname() {
     let table = lab.learned();
     assert!(table.contains("*.example.test"), "{table}");
     assert!(table.contains("10.61.1.90"), "{table}");
+    assert!(table.contains("fd61:1::10"), "{table}");
     let log = agent.stop();
     assert!(log_value(&log, "dns stats", "parsed") >= 6, "{log}");
     assert_eq!(log_value(&log, "dns stats", "ipset_errors"), 0, "{log}");
