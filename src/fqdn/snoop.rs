@@ -13,6 +13,10 @@ use etherparse::{NetSlice, SlicedPacket, TransportSlice};
 
 use crate::dns::{Framed, TcpStreamReassembler};
 
+/// Consecutive out-of-order segments after which a connection is no longer
+/// followed (its missing bytes passed unseen, e.g. while the queue was
+/// full): it is then released unlearned instead of stalled.
+pub const MAX_CONSECUTIVE_GAPS: u8 = 3;
 /// Default number of DNS-over-TCP connections followed at once.
 pub const DEFAULT_MAX_TCP_FLOWS: usize = 1024;
 /// Largest DNS-over-TCP message buffered per connection. A UDP answer that
@@ -27,7 +31,8 @@ pub enum Release {
     Accept,
     /// Drop a TCP segment that starts after bytes never seen: the server
     /// retransmits, and the client can never assemble a message the
-    /// learner has not seen in full.
+    /// learner has not seen in full. After [`MAX_CONSECUTIVE_GAPS`] such
+    /// drops on one connection it is forgotten and released unlearned.
     Drop,
 }
 
@@ -78,8 +83,11 @@ impl Snooped {
 type FlowKey = (IpAddr, u16, IpAddr, u16);
 
 struct TcpFlow {
+    /// The server's initial sequence number (from its SYN-ACK).
+    isn: u32,
     stream: TcpStreamReassembler,
     last_used: u64,
+    gaps: u8,
 }
 
 /// Turns queued reply packets into DNS messages; keeps the per-connection
@@ -153,6 +161,11 @@ impl DnsSnooper {
     fn tcp(&mut self, key: FlowKey, segment: TcpSegment<'_>) -> Snooped {
         self.tick += 1;
         if segment.syn {
+            // A retransmitted SYN-ACK of a connection already followed
+            // changes nothing; a new ISN is a new connection.
+            if self.flows.get(&key).is_some_and(|f| f.isn == segment.seq) {
+                return Snooped::accept(Vec::new());
+            }
             // SYN-ACK: the stream starts at ISN + 1.
             self.make_room();
             let mut stream = TcpStreamReassembler::new(self.max_message);
@@ -161,8 +174,10 @@ impl DnsSnooper {
             self.flows.insert(
                 key,
                 TcpFlow {
+                    isn: segment.seq,
                     stream,
                     last_used: self.tick,
+                    gaps: 0,
                 },
             );
             return Snooped::accept(Vec::new());
@@ -178,6 +193,7 @@ impl DnsSnooper {
         let mut out = Snooped::accept(Vec::new());
         match flow.stream.push(segment.seq, segment.payload) {
             Ok(framed) => {
+                flow.gaps = 0;
                 for item in framed {
                     match item {
                         Framed::Message(message) => out.messages.push(message),
@@ -186,8 +202,13 @@ impl DnsSnooper {
                 }
             }
             Err(_) => {
-                out.release = Release::Drop;
                 out.events.push(SnoopEvent::TcpGap);
+                flow.gaps += 1;
+                if flow.gaps < MAX_CONSECUTIVE_GAPS {
+                    out.release = Release::Drop;
+                } else {
+                    self.flows.remove(&key);
+                }
             }
         }
         if segment.end && out.release == Release::Accept {

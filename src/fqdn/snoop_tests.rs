@@ -96,6 +96,41 @@ fn tcp_gap_is_dropped_and_retransmission_completes() {
 }
 
 #[test]
+fn a_gap_that_never_fills_stops_following_instead_of_stalling() {
+    let mut s = snooper();
+    s.snoop(&tcp_segment(0, true, false, &[]));
+    let late = tcp_segment(50, false, false, b"late");
+    for _ in 1..MAX_CONSECUTIVE_GAPS {
+        assert_eq!(s.snoop(&late).release, Release::Drop);
+    }
+    let out = s.snoop(&late);
+    assert_eq!(
+        (out.release, out.events),
+        (Release::Accept, vec![SnoopEvent::TcpGap])
+    );
+    assert_eq!(s.tcp_flows(), 0);
+    assert_eq!(s.snoop(&late).events, vec![SnoopEvent::TcpUntracked]);
+}
+
+#[test]
+fn a_retransmitted_syn_ack_keeps_the_stream() {
+    let mut s = snooper();
+    s.snoop(&tcp_segment(0, true, false, &[]));
+    let stream = framed(&[b"message"]);
+    assert!(s
+        .snoop(&tcp_segment(1, false, false, &stream[..4]))
+        .messages
+        .is_empty());
+    s.snoop(&tcp_segment(0, true, false, &[]));
+    let out = s.snoop(&tcp_segment(5, false, false, &stream[4..]));
+    assert_eq!(out.messages, vec![b"message".to_vec()]);
+    // A new ISN on the same ports is a new connection.
+    s.snoop(&tcp_segment(1000, true, false, &[]));
+    let out = s.snoop(&tcp_segment(1001, false, false, &framed(&[b"next"])));
+    assert_eq!(out.messages, vec![b"next".to_vec()]);
+}
+
+#[test]
 fn unseen_tcp_start_and_oversized_messages_are_counted() {
     let mut s = snooper();
     let out = s.snoop(&tcp_segment(1, false, false, &framed(&[b"x"])));
