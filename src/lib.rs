@@ -18,7 +18,10 @@
 //! [`config`]) puts them to work:
 //! [`datapath`] plans and installs the iptables chains and ipsets that send
 //! new connections of enforced endpoints to NFQUEUE, and [`queue`] workers
-//! decide them with the current ruleset.
+//! decide them with the current ruleset; while rules have `fqdn` peers, DNS
+//! replies go to a queue of their own, whose worker learns the answers into
+//! the FQDN ipsets and the mirror the classifier reads before releasing
+//! each reply.
 pub mod agent;
 pub mod audit;
 pub mod classify;

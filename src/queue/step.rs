@@ -208,6 +208,40 @@ spec:
     }
 
     #[test]
+    fn fqdn_peers_match_what_the_lookup_learned() {
+        let yaml = "apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: fqdn}
+spec:
+  priority: 5
+  appliedTo: [{nodeSelector: {}}]
+  egress:
+  - action: Allow
+    to: [{fqdn: '*.example.test'}]
+  - action: Drop
+    to: [{ipBlock: {cidr: 0.0.0.0/0}}]
+";
+        let (objects, problems) =
+            crate::source::parse_documents(std::path::Path::new("p.yaml"), yaml);
+        assert!(problems.is_empty(), "{problems:?}");
+        let node = crate::compile::LocalNode {
+            name: "n".into(),
+            labels: Default::default(),
+            addresses: vec!["10.0.0.1".parse().unwrap()],
+        };
+        let ruleset = Ruleset::compile(&crate::model::Snapshot { objects }, &node);
+        let marks = MarkLayout::default();
+        let learned = crate::classify::StaticFqdn(vec![(
+            "www.example.test".into(),
+            "10.0.0.2".parse().unwrap(),
+        )]);
+        let allowed = step(&syn(80), 0, &ruleset, &learned, &marks, FailMode::Closed);
+        assert_eq!(allowed.action, Action::Repeat { mark: marks.allow });
+        let unknown = step(&syn(80), 0, &ruleset, &NoFqdn, &marks, FailMode::Closed);
+        assert_eq!(unknown.action, Action::Drop);
+    }
+
+    #[test]
     fn malformed_packets_follow_the_fail_mode() {
         let marks = MarkLayout::default();
         let truncated = &syn(80)[..21];
