@@ -16,6 +16,7 @@ use crate::classify::FqdnLookup;
 use crate::datapath::ipset_netlink::{EntryOp, IpsetSocket};
 use crate::datapath::plan::fqdn_set;
 use crate::datapath::Family;
+use crate::dns;
 use crate::fqdn::{
     DnsSnooper, FqdnLearner, FqdnPattern, IpsetChange, LearnerConfig, LearnerCounters, Release,
     RestoredEntry, SnoopEvent, DEFAULT_MAX_TCP_FLOWS, DEFAULT_MAX_TCP_MESSAGE,
@@ -62,8 +63,9 @@ impl Learned {
 /// The in-memory mirror of the FQDN sets, shared by every worker: the DNS
 /// worker writes it, connection workers read it (through [`lookup`]) when
 /// a rule with an `fqdn` peer is evaluated. A `RwLock`: readers take it
-/// only for FQDN peers and hold it for one hash lookup; the writer holds it
-/// for the parse-free learning step of one reply (microseconds).
+/// only for FQDN peers and hold it for one hash lookup; the writer parses
+/// outside it and holds it only to learn the resolved addresses of one
+/// reply (about a microsecond).
 ///
 /// [`lookup`]: FqdnMirror::lookup
 pub struct FqdnMirror {
@@ -203,8 +205,6 @@ impl DnsStats {
         let add = |counter: &AtomicU64, b: u64, a: u64| {
             counter.fetch_add(a.saturating_sub(b), Ordering::Relaxed);
         };
-        add(&self.parsed, before.parsed, after.parsed);
-        add(&self.failed, before.failed, after.failed);
         add(&self.learned, before.learned, after.learned);
         add(&self.refreshed, before.refreshed, after.refreshed);
         add(&self.evicted, before.evicted, after.evicted);
@@ -338,6 +338,21 @@ impl DnsLoop {
         if snooped.messages.is_empty() {
             return snooped.release;
         }
+        let mut resolutions = Vec::new();
+        for message in &snooped.messages {
+            match dns::parse_reply(message) {
+                Ok(reply) => {
+                    self.stats.parsed.fetch_add(1, Ordering::Relaxed);
+                    resolutions.extend(reply.resolved());
+                }
+                Err(_) => {
+                    self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        if resolutions.is_empty() {
+            return snooped.release;
+        }
         let expire = self.last_expire.elapsed() >= EXPIRE_EVERY;
         if expire {
             self.last_expire = Instant::now();
@@ -352,22 +367,17 @@ impl DnsLoop {
                 learned.learner.expire(now);
             }
             let before = learned.learner.counters();
-            for message in &snooped.messages {
-                let Ok(changes) = learned.learner.learn_reply(message, now) else {
-                    continue;
+            for change in learned.learner.learn(&resolutions, now) {
+                let (selector, address, timeout) = match change {
+                    IpsetChange::Add {
+                        selector,
+                        address,
+                        timeout_secs,
+                    } => (selector, address, Some(timeout_secs)),
+                    IpsetChange::Remove { selector, address } => (selector, address, None),
                 };
-                for change in changes {
-                    let (selector, address, timeout) = match change {
-                        IpsetChange::Add {
-                            selector,
-                            address,
-                            timeout_secs,
-                        } => (selector, address, Some(timeout_secs)),
-                        IpsetChange::Remove { selector, address } => (selector, address, None),
-                    };
-                    if let Some(set) = learned.set(selector, &address) {
-                        writes.push((set.to_string(), address, timeout));
-                    }
+                if let Some(set) = learned.set(selector, &address) {
+                    writes.push((set.to_string(), address, timeout));
                 }
             }
             self.stats
