@@ -1,6 +1,7 @@
 //! `tollgate run`: the agent's run loop. It loads the configuration and the
-//! policy directory, starts one NFQUEUE worker per queue, installs the
-//! datapath, and then waits: a change in the policy directory (inotify,
+//! policy directory, restores the FQDN mirror from the kernel's FQDN sets,
+//! starts one NFQUEUE worker per queue and the DNS reply worker, installs
+//! the datapath, and then waits: a change in the policy directory (inotify,
 //! debounced) or SIGHUP reloads, SIGTERM/SIGINT tears everything down. A
 //! policy directory that fails validation never replaces the ruleset in
 //! force. This module wires the pieces; it decides nothing itself.
