@@ -414,8 +414,8 @@ pub const DEFAULT_FQDN_MAX_PER_NAME: usize = 128;
 /// Smallest per-name bound accepted (the upstream FQDN selector proposal
 /// requires at least 100).
 pub const MIN_FQDN_MAX_PER_NAME: usize = 100;
-/// Default bound on addresses remembered in total (the default `maxelem`
-/// of an ipset).
+/// Default and largest bound on addresses remembered in total (the default
+/// `maxelem` of an ipset, which the FQDN sets keep).
 pub const DEFAULT_FQDN_MAX_ADDRESSES: usize = 65_536;
 
 /// How DNS answers are learned for FQDN rules.
@@ -465,6 +465,13 @@ impl FqdnConfig {
                 key: "fqdnMaxAddresses",
                 value: total,
                 reason: "must be at least fqdnMaxAddressesPerName",
+            });
+        }
+        if total > DEFAULT_FQDN_MAX_ADDRESSES {
+            return Err(ConfigError::FqdnBound {
+                key: "fqdnMaxAddresses",
+                value: total,
+                reason: "must be at most 65536 (the FQDN sets' maxelem)",
             });
         }
         Ok(FqdnConfig {
@@ -592,6 +599,11 @@ mod tests {
             ..Settings::default()
         });
         assert!(small.contains("at least 100"), "{small}");
+        let large = bad(Settings {
+            fqdn_max_addresses: Some(65_537),
+            ..Settings::default()
+        });
+        assert!(large.contains("at most 65536"), "{large}");
         assert!(Settings {
             queue_base: Some(65534),
             queues: Some(2),
