@@ -102,6 +102,9 @@ fn zone() -> String {
     for i in 1..=40 {
         conf.push_str(&format!("host-record=big.example.test,10.61.3.{i}\n"));
     }
+    for i in 101..=180 {
+        conf.push_str(&format!("host-record=huge.example.test,10.61.3.{i}\n"));
+    }
     conf
 }
 
@@ -508,8 +511,72 @@ fn dns_over_tcp_and_the_tcp_retry_of_a_truncated_answer_are_learned() {
     assert!(lab.reachable(node, "http://10.61.3.33/"));
     // The system resolver does the same on its own.
     assert!(lab.reachable(node, "http://big.example.test/"));
+
+    // A message split across TCP segments (MTU 576: 80 records do not fit
+    // one segment; gso_max_segs 1: the server's stack sends real segments,
+    // not one GSO packet that only the queue would split) is reassembled
+    // before it is learned.
+    node.ok("ip link set dev vs mtu 576");
+    lab.server
+        .ok("ip link set dev vn mtu 576 && ip link set dev vn gso_max_segs 1");
+    let mut tcpdump = node
+        .command(&[
+            "tcpdump",
+            "-c",
+            "2",
+            "-l",
+            "-n",
+            "-i",
+            "vs",
+            "tcp src port 53 and greater 100",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = BufReader::new(tcpdump.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("listening on") {
+        line.clear();
+        assert!(
+            ready.read_line(&mut line).unwrap() > 0,
+            "tcpdump did not start"
+        );
+    }
+    let answer = node.ok("dig +tcp +short @10.61.0.2 huge.example.test");
+    assert_eq!(answer.lines().count(), 80, "{answer}");
+    // Two reply segments of more than 100 bytes end the capture.
+    let two_segments = wait_for_exit(&mut tcpdump, Duration::from_secs(5));
+    let _ = tcpdump.kill();
+    let mut text = String::new();
+    tcpdump
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut text)
+        .unwrap();
+    let _ = tcpdump.wait();
+    assert!(two_segments, "one segment only:\n{text}");
+    let table = lab.learned();
+    for i in 101..=180 {
+        assert!(table.contains(&format!("10.61.3.{i} ")), "{table}");
+    }
+    assert!(lab.reachable(node, "http://10.61.3.177/"));
     let log = agent.stop();
     assert_eq!(log_value(&log, "dns stats", "tcp_untracked"), 0, "{log}");
+    assert_eq!(log_value(&log, "dns stats", "oversized"), 0, "{log}");
+}
+
+/// Whether `child` exits within `deadline`.
+fn wait_for_exit(child: &mut Child, deadline: Duration) -> bool {
+    let end = Instant::now() + deadline;
+    while Instant::now() < end {
+        if child.try_wait().unwrap().is_some() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
 }
 
 /// A DNS response for `question` with one A record.
