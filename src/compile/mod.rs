@@ -82,68 +82,118 @@ struct RuleLists {
 }
 
 /// Rule positions of one list, indexed so that a flow meets only the rules
-/// that can match it: by (protocol, destination port) for rules pinned to a
-/// few ports, by peer network for port-less rules whose peers are only CIDR
-/// blocks (one hash table per prefix length, as in tuple-space search), and
-/// a short list of the rest, checked for every flow. Candidates are always
-/// re-checked in full, so the index only has to never miss a rule.
+/// that can match it: by peer network for rules whose peers are CIDR
+/// blocks and modest address sets (one hash table per prefix length, as in
+/// tuple-space search; a Pod address is a host prefix), else by (protocol,
+/// destination port) for rules pinned to a few ports, and a short list of
+/// the rest, checked for every flow. Candidates are always re-checked in
+/// full, so the index only has to never miss a rule.
 #[derive(Debug, Default)]
 pub(crate) struct RuleIndex {
     pub(crate) rules: Vec<u32>,
     by_port: HashMap<(PortProtocol, u16), Vec<u32>>,
-    by_block: Vec<BlockBucket>,
+    by_peer: Vec<PeerBucket>,
     /// Positions of rules that are not indexed.
     generic: Vec<u32>,
 }
 
-/// Port-less, block-only rules whose blocks have one prefix length.
+/// Rules indexed by peer networks of one prefix length and family.
 #[derive(Debug)]
-struct BlockBucket {
+struct PeerBucket {
     prefix_len: u8,
     v6: bool,
     networks: HashMap<IpAddr, Vec<u32>>,
 }
 
+/// The keys a rule could be indexed under, by peer and by port.
+struct IndexKeys {
+    networks: Option<Vec<IpNet>>,
+    ports: Option<Vec<(PortProtocol, u16)>>,
+}
+
+/// Rules whose peers hold more addresses than this are not indexed by peer
+/// (the index would cost more memory than the scan costs time).
+const MAX_INDEXED_PEER_ADDRESSES: usize = 256;
+
 /// Ports of a range up to this size are indexed one by one.
 const MAX_INDEXED_RANGE: u32 = 64;
 
 impl RuleIndex {
+    /// Each rule goes into the one index where it shares its keys with
+    /// the fewest other rules (both keys must match for the rule to, so
+    /// either index alone is enough): 1,000 rules on port 80 from
+    /// different hosts are indexed by host; 1,000 rules from the same
+    /// Namespace on different ports by port.
     fn build(rules: Vec<u32>, all: &[CompiledRule]) -> RuleIndex {
+        let keys: Vec<IndexKeys> = rules
+            .iter()
+            .map(|&id| {
+                let rule = &all[id as usize];
+                IndexKeys {
+                    networks: peer_networks(rule),
+                    ports: indexed_ports(rule),
+                }
+            })
+            .collect();
+        let mut peer_load: HashMap<IpNet, u32> = HashMap::new();
+        let mut port_load: HashMap<(PortProtocol, u16), u32> = HashMap::new();
+        for IndexKeys { networks, ports } in &keys {
+            for network in networks.iter().flatten() {
+                *peer_load.entry(*network).or_default() += 1;
+            }
+            for port in ports.iter().flatten() {
+                *port_load.entry(*port).or_default() += 1;
+            }
+        }
         let mut index = RuleIndex::default();
-        for (pos, &id) in rules.iter().enumerate() {
+        for (pos, IndexKeys { networks, ports }) in keys.into_iter().enumerate() {
             let pos = pos as u32;
-            let rule = &all[id as usize];
-            if let Some(ports) = indexed_ports(rule) {
-                for key in ports {
-                    push_once(index.by_port.entry(key).or_default(), pos);
+            let peer_cost = networks
+                .as_ref()
+                .map(|n| n.iter().map(|k| peer_load[k]).max().unwrap_or(0));
+            let port_cost = ports
+                .as_ref()
+                .map(|p| p.iter().map(|k| port_load[k]).max().unwrap_or(0));
+            match (networks, ports) {
+                (Some(networks), _) if port_cost.is_none_or(|c| peer_cost < Some(c)) => {
+                    for network in networks {
+                        index.add_peer(network, pos);
+                    }
                 }
-            } else if is_block_only(rule) {
-                for block in &rule.peers.blocks {
-                    let (prefix_len, v6) = (block.cidr.prefix_len(), block.cidr.addr().is_ipv6());
-                    let slot = index
-                        .by_block
-                        .iter()
-                        .position(|b| b.prefix_len == prefix_len && b.v6 == v6)
-                        .unwrap_or_else(|| {
-                            index.by_block.push(BlockBucket {
-                                prefix_len,
-                                v6,
-                                networks: HashMap::new(),
-                            });
-                            index.by_block.len() - 1
-                        });
-                    let list = index.by_block[slot]
-                        .networks
-                        .entry(block.cidr.network())
-                        .or_default();
-                    push_once(list, pos);
+                (_, Some(ports)) => {
+                    for key in ports {
+                        push_once(index.by_port.entry(key).or_default(), pos);
+                    }
                 }
-            } else {
-                index.generic.push(pos);
+                _ => index.generic.push(pos),
             }
         }
         index.rules = rules;
         index
+    }
+
+    fn add_peer(&mut self, network: IpNet, pos: u32) {
+        let (prefix_len, v6) = (network.prefix_len(), network.addr().is_ipv6());
+        let slot = match self
+            .by_peer
+            .iter()
+            .position(|b| b.prefix_len == prefix_len && b.v6 == v6)
+        {
+            Some(slot) => slot,
+            None => {
+                self.by_peer.push(PeerBucket {
+                    prefix_len,
+                    v6,
+                    networks: HashMap::new(),
+                });
+                self.by_peer.len() - 1
+            }
+        };
+        let list = self.by_peer[slot]
+            .networks
+            .entry(network.network())
+            .or_default();
+        push_once(list, pos);
     }
 
     /// Rule ids that may match a flow to `port` from/to `peer`, in
@@ -157,7 +207,7 @@ impl RuleIndex {
             .and_then(|key| self.by_port.get(&key))
             .map_or(&[][..], |v| v.as_slice());
         let mut by_peer: Vec<u32> = Vec::new();
-        for bucket in self.by_block.iter().filter(|b| b.v6 == peer.is_ipv6()) {
+        for bucket in self.by_peer.iter().filter(|b| b.v6 == peer.is_ipv6()) {
             let Ok(net) = IpNet::new(peer, bucket.prefix_len) else {
                 continue;
             };
@@ -183,16 +233,26 @@ fn push_once(list: &mut Vec<u32>, pos: u32) {
     }
 }
 
-/// A port-less rule whose only peers are CIDR blocks.
-fn is_block_only(rule: &CompiledRule) -> bool {
+/// The networks to index a rule under: its blocks and its peer addresses
+/// as host prefixes, when the peers are nothing else (no "any", FQDN or
+/// Service peers) and the address sets are small. A rule whose peers
+/// resolve to nothing gets no network: it can never match.
+fn peer_networks(rule: &CompiledRule) -> Option<Vec<IpNet>> {
     let peers = &rule.peers;
-    rule.services.is_empty()
-        && rule.node_ports.is_none()
-        && !peers.any
-        && peers.addresses.is_empty()
-        && peers.fqdns.is_empty()
-        && peers.services.is_empty()
-        && !peers.blocks.is_empty()
+    let addresses: usize = peers.addresses.iter().map(|set| set.len()).sum();
+    if peers.any
+        || !peers.fqdns.is_empty()
+        || !peers.services.is_empty()
+        || addresses > MAX_INDEXED_PEER_ADDRESSES
+    {
+        return None;
+    }
+    let hosts = peers
+        .addresses
+        .iter()
+        .flat_map(|set| set.iter())
+        .map(|&ip| IpNet::from(ip));
+    Some(peers.blocks.iter().map(|b| b.cidr).chain(hosts).collect())
 }
 
 /// `(protocol, port)` keys when every service of the rule is a small port
