@@ -1,0 +1,137 @@
+//! End-to-end harness: builds throw-away network-namespace labs, runs the
+//! `tollgate` binary inside them and probes the wire. It owns only the
+//! namespaces, processes and temporary files it creates, and must never touch
+//! the root namespace's firewall or addresses outside its labs.
+//!
+//! A test names itself in [`TEST_IDS`]; its index gives it a private address
+//! range (`10.<index>.<link>.0/24`, `fd00:<index>:<link>::/64`) and a
+//! namespace prefix `tg<index>-<pid>-` so tests run in parallel without
+//! sharing anything. Every namespace, spawned process, in-process server
+//! and temporary directory is removed when the [`Lab`] is dropped, also while
+//! a failing test unwinds. Namespaces left behind by a killed test process
+//! are reaped by the next harness run (their pid no longer exists).
+//!
+//! Skip policy: without root or a required tool the harness prints
+//! `SKIPPED: reason` and the test returns early — unless `CI=true`, where it
+//! panics, so CI can never pass with the end-to-end suite silently skipped.
+
+// Each `tests/e2e_*.rs` file is its own crate and uses a different subset of
+// this shared harness; without this every crate would warn about the rest.
+#![allow(dead_code, unused_imports)]
+
+pub mod agent;
+pub mod firewall;
+pub mod lab;
+pub mod netns;
+pub mod probe;
+pub mod server;
+
+pub use agent::{Agent, AgentOptions, FailMode};
+pub use firewall::FirewallState;
+pub use lab::{Lab, LabBuilder};
+pub use probe::{PingOutcome, QueueCounters, TcpOutcome, UdpOutcome};
+pub use server::Service;
+
+use std::time::Duration;
+
+/// Every end-to-end test, by function name. The position (1-based) is the
+/// test's index: its address range and namespace prefix. Append new tests at
+/// the end; never reuse an index. Index 99 is reserved for `scripts/lab.sh`.
+pub const TEST_IDS: &[&str] = &[
+    "node_ingress_drop_vs_reject",
+    "ipblock_allow_except_then_drop",
+    "icmp_echo_dropped_tcp_passes",
+    "node_egress_to_ipblock_dropped",
+    "pod_traffic_by_pod_and_namespace_selector",
+    "tier_priority_and_pass_order",
+    "k8s_default_deny_not_undone_by_baseline",
+    "established_connection_survives_policy_change",
+    "bulk_transfer_queues_only_first_packets",
+    "fail_closed_after_kill",
+    "fail_open_after_kill",
+    "clean_shutdown_restores_firewall",
+    "restart_after_kill_leaves_no_duplicates",
+    "reload_rejects_invalid_and_applies_valid",
+    "harness_probes_classify_outcomes",
+    "harness_cleans_up_on_panic",
+];
+
+/// How long a probe waits before it calls an expected denial "timed out".
+/// Short, because every denied probe pays it in full.
+pub const DENY_WAIT: Duration = Duration::from_secs(2);
+/// How long a probe waits for something expected to succeed: generous, it
+/// costs nothing when the answer comes, and the machine may be loaded.
+pub const ALLOW_WAIT: Duration = Duration::from_secs(6);
+/// Deadline for the agent to install a ruleset or finish shutting down.
+pub const AGENT_WAIT: Duration = Duration::from_secs(30);
+
+/// Reports a missing precondition. Returns normally (the caller then skips)
+/// outside CI; panics when `CI=true`.
+pub fn skip(reason: &str) {
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("end-to-end test cannot run in CI: {reason}");
+    }
+    eprintln!("SKIPPED: {reason}");
+}
+
+/// The tools every lab needs.
+pub const BASE_TOOLS: &[&str] = &[
+    "ip",
+    "iptables",
+    "ip6tables",
+    "iptables-save",
+    "ip6tables-save",
+    "ipset",
+    "ss",
+    "sysctl",
+];
+
+/// Returns the reason the environment cannot run a lab with `tools`, if any.
+pub fn missing_precondition(tools: &[&str]) -> Option<String> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("end-to-end tests need root (network namespaces, iptables)".into());
+    }
+    let missing: Vec<&str> = BASE_TOOLS
+        .iter()
+        .chain(tools)
+        .copied()
+        .filter(|t| find_in_path(t).is_none())
+        .collect();
+    if !missing.is_empty() {
+        return Some(format!(
+            "missing tools: {} (apt-get install iproute2 iptables ipset iputils-ping curl)",
+            missing.join(", ")
+        ));
+    }
+    None
+}
+
+/// The path of an executable named `tool` on `PATH` (plus the sbin
+/// directories, which a non-login root shell may lack).
+pub fn find_in_path(tool: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(Into::into))
+        .map(|dir| dir.join(tool))
+        .find(|candidate| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::metadata(candidate)
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
+/// Polls `check` until it returns `Some`, at most until `timeout` passes.
+/// The interval is short and fixed; the loop is bounded by the deadline.
+pub fn wait_until<T>(timeout: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = check() {
+            return Some(value);
+        }
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
