@@ -12,6 +12,8 @@
 //!    behind `tollgate trace`).
 //!
 //! Everything listed so far is pure and unit-tested without root.
+pub mod classify;
+pub mod compile;
 pub mod flow;
 pub mod fqdn;
 pub mod model;

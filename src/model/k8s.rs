@@ -200,7 +200,7 @@ pub struct ContainerPort {
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodStatus {
-    #[serde(default)]
+    #[serde(default, rename = "podIP")]
     pub pod_ip: Option<IpAddr>,
     #[serde(default, rename = "podIPs")]
     pub pod_ips: Vec<PodIp>,

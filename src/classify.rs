@@ -1,0 +1,274 @@
+//! The classifier: decides a [`Flow`] against a compiled [`Ruleset`].
+//! Egress rules applied to the source endpoint and ingress rules applied to
+//! the destination endpoint are evaluated in effective-priority order:
+//! non-baseline Antrea Tiers (a `Pass` skips the rest of them), then
+//! Kubernetes NetworkPolicies (an isolated endpoint with no allowing rule is
+//! dropped, and no baseline rule can undo that), then the baseline Tier;
+//! no match allows. Both directions must allow. Pure and lock-free: the
+//! datapath workers and `tollgate trace` call the same function.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::compile::rule::port_protocol;
+use crate::compile::{CompiledRule, DirectionTable, Endpoint, RuleRef, Ruleset};
+use crate::flow::{Flow, Verdict};
+use crate::fqdn::FqdnPattern;
+use crate::model::{Direction, L7Protocol, PortProtocol, RuleAction};
+
+/// What the classifier asks about FQDN peers: did `pattern` resolve to `ip`
+/// (in an answer still within its TTL)? Fed by the DNS snooper.
+pub trait FqdnLookup {
+    fn resolves_to(&self, pattern: &FqdnPattern, ip: IpAddr) -> bool;
+}
+
+/// No names learned: FQDN peers match nothing.
+pub struct NoFqdn;
+
+impl FqdnLookup for NoFqdn {
+    fn resolves_to(&self, _: &FqdnPattern, _: IpAddr) -> bool {
+        false
+    }
+}
+
+/// A fixed list of (name, address) pairs, as `tollgate trace --fqdn` uses.
+pub struct StaticFqdn(pub Vec<(String, IpAddr)>);
+
+impl FqdnLookup for StaticFqdn {
+    fn resolves_to(&self, pattern: &FqdnPattern, ip: IpAddr) -> bool {
+        self.0
+            .iter()
+            .any(|(name, addr)| *addr == ip && pattern.matches(name))
+    }
+}
+
+/// How one direction of a flow was decided.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "outcome")]
+pub enum Outcome {
+    /// This side is not an endpoint this node enforces for, or no rule
+    /// applies to it in this direction.
+    NotEnforced,
+    /// Rules apply, none matched: allowed (Antrea policies do not isolate).
+    NoRuleMatched,
+    /// A rule matched and its action decided.
+    Rule { rule: Arc<RuleRef> },
+    /// Isolated by a Kubernetes NetworkPolicy and no rule allowed the flow.
+    K8sDefaultDeny,
+    /// Traffic from the Node to a Pod on it is always allowed (probes).
+    NodeToLocalPod,
+}
+
+/// One direction's result.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DirectionDecision {
+    pub direction: Direction,
+    /// The endpoint the direction's rules apply to, if this node enforces it.
+    pub endpoint: Option<Endpoint>,
+    #[serde(flatten)]
+    pub outcome: Outcome,
+    /// The `Pass` rule that sent evaluation past the regular Tiers, if any.
+    pub passed_by: Option<Arc<RuleRef>>,
+}
+
+impl DirectionDecision {
+    pub fn verdict(&self) -> Verdict {
+        match &self.outcome {
+            Outcome::Rule { rule } => match rule.action {
+                RuleAction::Drop | RuleAction::Deny => Verdict::Drop,
+                RuleAction::Reject => Verdict::Reject,
+                RuleAction::Allow | RuleAction::Pass => Verdict::Allow,
+            },
+            Outcome::K8sDefaultDeny => Verdict::Drop,
+            Outcome::NotEnforced | Outcome::NoRuleMatched | Outcome::NodeToLocalPod => {
+                Verdict::Allow
+            }
+        }
+    }
+
+    /// The rule that decided, if one did.
+    pub fn rule(&self) -> Option<&Arc<RuleRef>> {
+        match &self.outcome {
+            Outcome::Rule { rule } => Some(rule),
+            _ => None,
+        }
+    }
+}
+
+/// The verdict on a flow, with the rules that made it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Decision {
+    pub verdict: Verdict,
+    pub egress: DirectionDecision,
+    pub ingress: DirectionDecision,
+    /// When the flow is allowed by L7 rules: the `l7Protocols` of each
+    /// deciding rule. Every request must satisfy every entry of this list
+    /// (an alternative within one rule's list suffices for that rule).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub l7: Vec<Arc<[L7Protocol]>>,
+}
+
+impl Decision {
+    /// The direction that settled the verdict: a denying one (egress
+    /// first), else the one whose rule allowed (ingress first).
+    pub fn deciding(&self) -> &DirectionDecision {
+        if self.egress.verdict() != Verdict::Allow {
+            &self.egress
+        } else if self.ingress.verdict() != Verdict::Allow || self.ingress.rule().is_some() {
+            &self.ingress
+        } else {
+            &self.egress
+        }
+    }
+}
+
+impl Ruleset {
+    /// Decides a flow. `fqdn` answers FQDN peer membership.
+    pub fn classify(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> Decision {
+        let src = self.endpoint_by_ip.get(&flow.src).copied();
+        let dst = self.endpoint_by_ip.get(&flow.dst).copied();
+        if src == Some(self.local_node_endpoint)
+            && dst.is_some_and(|d| d != self.local_node_endpoint)
+        {
+            let decided = |direction, endpoint: Option<u32>| DirectionDecision {
+                direction,
+                endpoint: endpoint.map(|e| self.endpoints[e as usize].clone()),
+                outcome: Outcome::NodeToLocalPod,
+                passed_by: None,
+            };
+            return Decision {
+                verdict: Verdict::Allow,
+                egress: decided(Direction::Egress, src),
+                ingress: decided(Direction::Ingress, dst),
+                l7: Vec::new(),
+            };
+        }
+        let egress = self.evaluate(src, Direction::Egress, flow, flow.dst, fqdn);
+        let ingress = self.evaluate(dst, Direction::Ingress, flow, flow.src, fqdn);
+        let verdict = match (egress.verdict(), ingress.verdict()) {
+            (Verdict::Allow, v) => v,
+            (v, _) => v,
+        };
+        let l7 = if verdict == Verdict::Allow {
+            [&egress, &ingress]
+                .iter()
+                .filter_map(|d| d.rule())
+                .filter(|r| !r.l7.is_empty())
+                .map(|r| r.l7.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Decision {
+            verdict,
+            egress,
+            ingress,
+            l7,
+        }
+    }
+
+    fn evaluate(
+        &self,
+        endpoint: Option<u32>,
+        direction: Direction,
+        flow: &Flow,
+        peer: IpAddr,
+        fqdn: &dyn FqdnLookup,
+    ) -> DirectionDecision {
+        let mut decision = DirectionDecision {
+            direction,
+            endpoint: endpoint.map(|e| self.endpoints[e as usize].clone()),
+            outcome: Outcome::NotEnforced,
+            passed_by: None,
+        };
+        let Some(endpoint) = endpoint else {
+            return decision;
+        };
+        let table = &self.tables[self.endpoint_tables[endpoint as usize] as usize];
+        let table: &DirectionTable = match direction {
+            Direction::Ingress => &table.ingress,
+            Direction::Egress => &table.egress,
+        };
+        if table.antrea.rules.is_empty() && table.k8s.is_none() && table.baseline.rules.is_empty() {
+            return decision;
+        }
+        let port = port_protocol(&flow.transport).zip(flow.transport.dst_port());
+        for id in table.antrea.candidates(port) {
+            let rule = &self.rules[id as usize];
+            if self.rule_matches(rule, flow, peer, fqdn) {
+                if rule.action() == RuleAction::Pass {
+                    decision.passed_by = Some(rule.reference.clone());
+                    break;
+                }
+                decision.outcome = Outcome::Rule {
+                    rule: rule.reference.clone(),
+                };
+                return decision;
+            }
+        }
+        if let Some(k8s) = &table.k8s {
+            decision.outcome = k8s
+                .candidates(port)
+                .map(|id| &self.rules[id as usize])
+                .find(|rule| self.rule_matches(rule, flow, peer, fqdn))
+                .map_or(Outcome::K8sDefaultDeny, |rule| Outcome::Rule {
+                    rule: rule.reference.clone(),
+                });
+            return decision;
+        }
+        decision.outcome = table
+            .baseline
+            .candidates(port)
+            .map(|id| &self.rules[id as usize])
+            .find(|rule| self.rule_matches(rule, flow, peer, fqdn))
+            .map_or(Outcome::NoRuleMatched, |rule| Outcome::Rule {
+                rule: rule.reference.clone(),
+            });
+        decision
+    }
+
+    fn rule_matches(
+        &self,
+        rule: &CompiledRule,
+        flow: &Flow,
+        peer: IpAddr,
+        fqdn: &dyn FqdnLookup,
+    ) -> bool {
+        let protocol = port_protocol(&flow.transport);
+        let dst_port = flow.transport.dst_port();
+        if let Some(node_ports) = &rule.node_ports {
+            let hit = protocol
+                .zip(dst_port)
+                .is_some_and(|key| node_ports.contains(&key));
+            if !hit {
+                return false;
+            }
+        }
+        if !rule.services.is_empty() {
+            let named = |name: &str, proto: PortProtocol| {
+                self.named_ports.get(&flow.dst).and_then(|ports| {
+                    ports
+                        .iter()
+                        .find(|(n, p, _)| n == name && *p == proto)
+                        .map(|(_, _, port)| *port)
+                })
+            };
+            if !rule.services.iter().any(|s| s.matches(flow, named)) {
+                return false;
+            }
+        }
+        let peers = &rule.peers;
+        peers.any
+            || peers.addresses.iter().any(|set| set.contains(&peer))
+            || peers.blocks.iter().any(|b| b.contains(peer))
+            || peers
+                .fqdns
+                .iter()
+                .any(|&i| fqdn.resolves_to(&self.fqdn_patterns[i as usize], peer))
+            || peers.services.iter().any(|&(ip, proto, port)| {
+                ip == flow.dst && protocol == Some(proto) && dst_port == Some(port)
+            })
+    }
+}

@@ -1,0 +1,280 @@
+//! The inventory as the compiler queries it: Pods, Namespaces, Nodes,
+//! Services and Groups from a snapshot, indexed so that label selectors
+//! resolve without scanning every Pod for every selector.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+
+use crate::model::{
+    AntreaGroup, LabelSelector, NamespacedName, Object, PortProtocol, Service, Snapshot,
+};
+
+use super::LocalNode;
+
+/// One Pod, reduced to what policy needs.
+#[derive(Clone, Debug)]
+pub struct PodEntry {
+    pub namespace: String,
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub ips: Vec<IpAddr>,
+    pub service_account: String,
+    pub node_name: Option<String>,
+    pub named_ports: Vec<(String, PortProtocol, u16)>,
+}
+
+/// One Node: its labels and addresses.
+#[derive(Clone, Debug)]
+pub struct NodeEntry {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub ips: Vec<IpAddr>,
+}
+
+pub type PodIdx = u32;
+
+/// Pods indexed by label and Namespace, Namespaces by name.
+pub struct Inventory<'a> {
+    pub pods: Vec<PodEntry>,
+    pub nodes: Vec<NodeEntry>,
+    /// The local Node's index in `nodes`.
+    pub local_node: usize,
+    namespaces: BTreeMap<String, BTreeMap<String, String>>,
+    /// label key → value → Pods carrying it.
+    pods_by_label: HashMap<String, HashMap<String, Vec<PodIdx>>>,
+    pods_by_namespace: HashMap<String, Vec<PodIdx>>,
+    pub services: HashMap<(String, String), &'a Service>,
+    pub cluster_groups: HashMap<&'a str, &'a AntreaGroup>,
+    pub groups: HashMap<(&'a str, &'a str), &'a AntreaGroup>,
+}
+
+impl<'a> Inventory<'a> {
+    pub fn build(snapshot: &'a Snapshot, local: &LocalNode) -> Inventory<'a> {
+        let mut pods = Vec::new();
+        let mut nodes = Vec::new();
+        let mut namespaces = BTreeMap::new();
+        let mut services = HashMap::new();
+        let mut cluster_groups = HashMap::new();
+        let mut groups = HashMap::new();
+        for object in snapshot.iter() {
+            match object {
+                Object::Pod(pod) => {
+                    let named_ports = pod
+                        .spec
+                        .containers
+                        .iter()
+                        .flat_map(|c| c.ports.iter())
+                        .filter_map(|p| {
+                            let name = p.name.clone()?;
+                            let port = u16::try_from(p.container_port).ok()?;
+                            Some((name, p.protocol, port))
+                        })
+                        .collect();
+                    pods.push(PodEntry {
+                        namespace: pod.namespace().to_string(),
+                        name: pod.metadata.name.clone(),
+                        labels: pod.metadata.labels.clone(),
+                        ips: pod.ips(),
+                        service_account: pod.service_account().to_string(),
+                        node_name: pod.spec.node_name.clone().filter(|n| !n.is_empty()),
+                        named_ports,
+                    });
+                }
+                Object::Node(node) => nodes.push(NodeEntry {
+                    name: node.metadata.name.clone(),
+                    labels: node.metadata.labels.clone(),
+                    ips: node.ips(),
+                }),
+                Object::Namespace(ns) => {
+                    namespaces.insert(ns.metadata.name.clone(), ns.effective_labels());
+                }
+                Object::Service(svc) => {
+                    services.insert(
+                        (svc.namespace().to_string(), svc.metadata.name.clone()),
+                        svc,
+                    );
+                }
+                Object::ClusterGroup(g) => {
+                    cluster_groups.insert(g.metadata.name.as_str(), g);
+                }
+                Object::Group(g) => {
+                    let ns = g.metadata.namespace.as_deref().unwrap_or("default");
+                    groups.insert((ns, g.metadata.name.as_str()), g);
+                }
+                _ => {}
+            }
+        }
+        // Namespaces a Pod lives in exist even when no Namespace object says so.
+        for pod in &pods {
+            namespaces
+                .entry(pod.namespace.clone())
+                .or_insert_with(|| name_label(&pod.namespace));
+        }
+        // The local Node: the inventory's object of that name, merged with the
+        // configured labels and the addresses found on the host.
+        let local_node = match nodes.iter().position(|n| n.name == local.name) {
+            Some(i) => i,
+            None => {
+                nodes.push(NodeEntry {
+                    name: local.name.clone(),
+                    labels: BTreeMap::new(),
+                    ips: Vec::new(),
+                });
+                nodes.len() - 1
+            }
+        };
+        let node = &mut nodes[local_node];
+        node.labels
+            .extend(local.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        for ip in &local.addresses {
+            if !node.ips.contains(ip) {
+                node.ips.push(*ip);
+            }
+        }
+
+        let mut pods_by_label: HashMap<String, HashMap<String, Vec<PodIdx>>> = HashMap::new();
+        for (idx, pod) in pods.iter().enumerate() {
+            for (k, v) in &pod.labels {
+                pods_by_label
+                    .entry(k.clone())
+                    .or_default()
+                    .entry(v.clone())
+                    .or_default()
+                    .push(idx as PodIdx);
+            }
+        }
+        let mut pods_by_namespace: HashMap<String, Vec<PodIdx>> = HashMap::new();
+        for (idx, pod) in pods.iter().enumerate() {
+            pods_by_namespace
+                .entry(pod.namespace.clone())
+                .or_default()
+                .push(idx as PodIdx);
+        }
+        Inventory {
+            pods,
+            nodes,
+            local_node,
+            namespaces,
+            pods_by_label,
+            pods_by_namespace,
+            services,
+            cluster_groups,
+            groups,
+        }
+    }
+
+    /// Labels of a Namespace (with `kubernetes.io/metadata.name`), if known.
+    pub fn namespace_labels(&self, namespace: &str) -> Option<&BTreeMap<String, String>> {
+        self.namespaces.get(namespace)
+    }
+
+    /// Names of the Namespaces a selector picks.
+    pub fn namespaces_matching(&self, selector: &LabelSelector) -> Vec<&str> {
+        self.namespaces
+            .iter()
+            .filter(|(_, labels)| selector.matches(labels))
+            .map(|(name, _)| name.as_str())
+            .collect()
+    }
+
+    /// Pods matching `pod_selector` (all Pods when `None`) within the given
+    /// Namespaces (all Namespaces when `None`), in index order.
+    pub fn pods_matching(
+        &self,
+        pod_selector: Option<&LabelSelector>,
+        namespaces: Option<&[&str]>,
+    ) -> Vec<PodIdx> {
+        let candidates: Vec<PodIdx> = match namespaces {
+            Some(names) => {
+                let mut all: Vec<PodIdx> = names
+                    .iter()
+                    .filter_map(|n| self.pods_by_namespace.get(*n))
+                    .flatten()
+                    .copied()
+                    .collect();
+                all.sort_unstable();
+                all
+            }
+            None => match pod_selector.and_then(|s| self.smallest_posting(s)) {
+                Some(posting) => posting.to_vec(),
+                None => (0..self.pods.len() as PodIdx).collect(),
+            },
+        };
+        match pod_selector {
+            None => candidates,
+            Some(selector) => candidates
+                .into_iter()
+                .filter(|&i| selector.matches(&self.pods[i as usize].labels))
+                .collect(),
+        }
+    }
+
+    /// The shortest list of Pods carrying one of the selector's `matchLabels`
+    /// pairs; every match is in it. Empty slice when a pair matches no Pod.
+    fn smallest_posting(&self, selector: &LabelSelector) -> Option<&[PodIdx]> {
+        let mut best: Option<&[PodIdx]> = None;
+        for (k, v) in &selector.match_labels {
+            let posting = self
+                .pods_by_label
+                .get(k)
+                .and_then(|values| values.get(v))
+                .map_or(&[][..], |p| p.as_slice());
+            if best.is_none_or(|b| posting.len() < b.len()) {
+                best = Some(posting);
+            }
+        }
+        best
+    }
+
+    /// Pods running the given ServiceAccount.
+    pub fn pods_with_service_account(&self, sa: &NamespacedName) -> Vec<PodIdx> {
+        self.pods_by_namespace
+            .get(&sa.namespace)
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(|&i| self.pods[i as usize].service_account == sa.name)
+            .collect()
+    }
+
+    /// Backend Pods of a Service (by its selector; none for selector-less Services).
+    pub fn service_backends(&self, reference: &NamespacedName) -> Vec<PodIdx> {
+        let Some(service) = self
+            .services
+            .get(&(reference.namespace.clone(), reference.name.clone()))
+        else {
+            return Vec::new();
+        };
+        let Some(selector) = service.spec.selector.as_ref().filter(|s| !s.is_empty()) else {
+            return Vec::new();
+        };
+        let selector = LabelSelector {
+            match_labels: selector.clone(),
+            match_expressions: Vec::new(),
+        };
+        self.pods_matching(Some(&selector), Some(&[reference.namespace.as_str()]))
+    }
+
+    /// Nodes (including the local one) whose labels match.
+    pub fn nodes_matching(&self, selector: &LabelSelector) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| selector.matches(&self.nodes[i].labels))
+            .collect()
+    }
+
+    /// Whether a Pod is enforced on this node: scheduled here, or unscheduled
+    /// (standalone inventories usually leave `nodeName` out).
+    pub fn pod_is_local(&self, idx: PodIdx) -> bool {
+        let pod = &self.pods[idx as usize];
+        pod.node_name
+            .as_deref()
+            .is_none_or(|n| n == self.nodes[self.local_node].name)
+    }
+}
+
+fn name_label(namespace: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([(
+        "kubernetes.io/metadata.name".to_string(),
+        namespace.to_string(),
+    )])
+}

@@ -1,0 +1,196 @@
+//! Compiled rules: what one Antrea or Kubernetes rule matches once its
+//! selectors are resolved to addresses, and the reference that names it in
+//! verdicts, `trace` output and audit lines.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+
+use ipnet::IpNet;
+use serde::Serialize;
+
+use crate::flow::{Flow, Transport};
+use crate::model::{Direction, L7Protocol, PortProtocol, RuleAction};
+
+/// The kind of policy a rule belongs to, spelled as the audit log spells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum PolicyKind {
+    AntreaClusterNetworkPolicy,
+    AntreaNetworkPolicy,
+    K8sNetworkPolicy,
+}
+
+impl PolicyKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicyKind::AntreaClusterNetworkPolicy => "AntreaClusterNetworkPolicy",
+            PolicyKind::AntreaNetworkPolicy => "AntreaNetworkPolicy",
+            PolicyKind::K8sNetworkPolicy => "K8sNetworkPolicy",
+        }
+    }
+}
+
+/// Names a policy: `AntreaClusterNetworkPolicy:name`, `AntreaNetworkPolicy:ns/name`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct PolicyRef {
+    pub kind: PolicyKind,
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl fmt::Display for PolicyRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{}:{}/{}", self.kind.as_str(), ns, self.name),
+            None => write!(f, "{}:{}", self.kind.as_str(), self.name),
+        }
+    }
+}
+
+/// Where a rule sits in the evaluation order and how it reports itself.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RuleRef {
+    pub policy: PolicyRef,
+    /// Tier name; `None` for Kubernetes NetworkPolicies.
+    pub tier: Option<String>,
+    pub tier_priority: Option<i32>,
+    pub policy_priority: Option<f64>,
+    /// The rule's name (generated when absent); `None` for Kubernetes rules,
+    /// which have no names (the audit log prints `<nil>`).
+    pub name: Option<String>,
+    /// Position of the rule within its policy's ingress or egress list.
+    pub index: usize,
+    pub direction: Direction,
+    /// `Deny` is already folded into `Drop`.
+    pub action: RuleAction,
+    pub enable_logging: bool,
+    pub log_label: Option<String>,
+    /// `l7Protocols` of the rule; empty for L3/L4 rules.
+    #[serde(skip)]
+    pub l7: Arc<[L7Protocol]>,
+}
+
+/// One entry of a rule's `ports`/`protocols`, resolved.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ServiceMatch {
+    /// A protocol with every port.
+    Protocol(PortProtocol),
+    /// A port range (inclusive) of a protocol.
+    Ports {
+        protocol: PortProtocol,
+        first: u16,
+        last: u16,
+    },
+    /// A named container port, resolved against the destination Pod.
+    Named {
+        protocol: PortProtocol,
+        name: String,
+    },
+    Icmp {
+        icmp_type: Option<u8>,
+        icmp_code: Option<u8>,
+    },
+    Igmp {
+        igmp_type: Option<u8>,
+        group: Option<Ipv4Addr>,
+    },
+}
+
+/// A CIDR minus its `except` holes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Block {
+    pub cidr: IpNet,
+    pub except: Vec<IpNet>,
+}
+
+impl Block {
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        self.cidr.contains(&ip) && !self.except.iter().any(|e| e.contains(&ip))
+    }
+}
+
+/// The other end of a rule: who may be the source (ingress) or destination
+/// (egress). Address sets are shared between rules with equal selectors.
+#[derive(Clone, Debug, Default)]
+pub struct PeerMatch {
+    /// True when the rule has no peers: it matches every address.
+    pub any: bool,
+    pub addresses: Vec<Arc<HashSet<IpAddr>>>,
+    pub blocks: Vec<Block>,
+    /// Indices into `Ruleset::fqdn_patterns`.
+    pub fqdns: Vec<u32>,
+    /// `toServices`: ClusterIP, protocol and port together.
+    pub services: Vec<(IpAddr, PortProtocol, u16)>,
+}
+
+/// A rule ready to be matched against flows.
+#[derive(Clone, Debug)]
+pub struct CompiledRule {
+    pub reference: Arc<RuleRef>,
+    pub peers: PeerMatch,
+    /// Empty: any protocol and port.
+    pub services: Vec<ServiceMatch>,
+    /// A NodePort `service` appliedTo: only traffic to these ports.
+    pub node_ports: Option<Vec<(PortProtocol, u16)>>,
+}
+
+impl CompiledRule {
+    /// The rule's action (`Pass` included).
+    pub fn action(&self) -> RuleAction {
+        self.reference.action
+    }
+}
+
+/// Protocol of a flow as `ports` spell it.
+pub fn port_protocol(transport: &Transport) -> Option<PortProtocol> {
+    match transport {
+        Transport::Tcp { .. } => Some(PortProtocol::Tcp),
+        Transport::Udp { .. } => Some(PortProtocol::Udp),
+        Transport::Sctp { .. } => Some(PortProtocol::Sctp),
+        _ => None,
+    }
+}
+
+impl ServiceMatch {
+    /// Whether the flow's transport matches; `named` resolves a named port on
+    /// the destination.
+    pub fn matches(&self, flow: &Flow, named: impl Fn(&str, PortProtocol) -> Option<u16>) -> bool {
+        match (self, &flow.transport) {
+            (ServiceMatch::Protocol(p), t) => port_protocol(t) == Some(*p),
+            (
+                ServiceMatch::Ports {
+                    protocol,
+                    first,
+                    last,
+                },
+                t,
+            ) => {
+                port_protocol(t) == Some(*protocol)
+                    && t.dst_port().is_some_and(|p| (*first..=*last).contains(&p))
+            }
+            (ServiceMatch::Named { protocol, name }, t) => {
+                port_protocol(t) == Some(*protocol)
+                    && named(name, *protocol).is_some_and(|p| t.dst_port() == Some(p))
+            }
+            (
+                ServiceMatch::Icmp {
+                    icmp_type,
+                    icmp_code,
+                },
+                Transport::Icmp {
+                    icmp_type: t,
+                    icmp_code: c,
+                },
+            ) => icmp_type.is_none_or(|x| x == *t) && icmp_code.is_none_or(|x| x == *c),
+            (
+                ServiceMatch::Igmp { igmp_type, group },
+                Transport::Igmp {
+                    igmp_type: t,
+                    group: g,
+                },
+            ) => igmp_type.is_none_or(|x| x == *t) && group.is_none_or(|x| x == *g),
+            _ => false,
+        }
+    }
+}

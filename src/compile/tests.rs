@@ -1,0 +1,840 @@
+//! Semantics of compile + classify, one test per rule of the spec, and a
+//! Kubernetes-e2e-style truth table over Namespaces x, y, z × Pods a, b, c.
+
+use std::net::IpAddr;
+
+use crate::classify::{NoFqdn, Outcome, StaticFqdn};
+use crate::flow::{Flow, Transport, Verdict};
+use crate::model::{Object, Snapshot, Sourced};
+
+use super::{LocalNode, Ruleset};
+
+const NAMESPACES: [&str; 3] = ["x", "y", "z"];
+const PODS: [&str; 3] = ["a", "b", "c"];
+const NODE_IP: &str = "10.255.0.1";
+
+/// Namespaces x, y, z (labels ns=<name>, org as given) with Pods a, b, c
+/// (label app=<name>) at 10.0.<ns>.<pod+1>, named port `http` = 80.
+fn inventory(orgs: [&str; 3]) -> String {
+    let mut out = String::new();
+    for (n, ns) in NAMESPACES.iter().enumerate() {
+        let org = if orgs[n].is_empty() {
+            String::new()
+        } else {
+            format!("\n    org: {}", orgs[n])
+        };
+        out.push_str(&format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n  labels:\n    ns: \"{ns}\"{org}\n---\n"
+        ));
+        for (p, pod) in PODS.iter().enumerate() {
+            out.push_str(&format!(
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {pod}\n  namespace: {ns}\n  labels:\n    app: {pod}\nspec:\n  serviceAccountName: sa-{pod}\n  containers:\n  - name: main\n    ports:\n    - name: http\n      containerPort: 80\nstatus:\n  podIP: 10.0.{n}.{}\n---\n",
+                p + 1
+            ));
+        }
+    }
+    out.push_str(&format!(
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: node1\n  labels:\n    kubernetes.io/os: linux\nstatus:\n  addresses:\n  - type: InternalIP\n    address: {NODE_IP}\n---\n"
+    ));
+    out
+}
+
+pub(crate) fn snapshot(yaml: &str) -> Snapshot {
+    let options = serde_saphyr::options! { strict_booleans: true };
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple_with_options(yaml, options).expect("yaml");
+    Snapshot {
+        objects: docs
+            .into_iter()
+            .filter(|d| !d.is_null())
+            .map(|d| Sourced {
+                origin: "test.yaml".into(),
+                object: Object::from_value(d).expect("decode"),
+            })
+            .collect(),
+    }
+}
+
+fn ruleset_with(orgs: [&str; 3], policies: &str) -> Ruleset {
+    let yaml = format!("{}{}", inventory(orgs), policies);
+    Ruleset::compile(
+        &snapshot(&yaml),
+        &LocalNode {
+            name: "node1".into(),
+            ..Default::default()
+        },
+    )
+}
+
+fn ruleset(policies: &str) -> Ruleset {
+    ruleset_with(["", "", ""], policies)
+}
+
+fn ip(ns: usize, pod: usize) -> IpAddr {
+    format!("10.0.{ns}.{}", pod + 1).parse().unwrap()
+}
+
+fn tcp(src: IpAddr, dst: IpAddr, port: u16) -> Flow {
+    Flow {
+        src,
+        dst,
+        transport: Transport::Tcp {
+            src_port: 40000,
+            dst_port: port,
+        },
+    }
+}
+
+fn verdict(rs: &Ruleset, src: IpAddr, dst: IpAddr, port: u16) -> Verdict {
+    rs.classify(&tcp(src, dst, port), &NoFqdn).verdict
+}
+
+/// Asserts the 9×9 allowed matrix on TCP 80 (the diagonal is skipped: a Pod's
+/// traffic to itself never leaves it).
+fn assert_matrix(rs: &Ruleset, expect: impl Fn((usize, usize), (usize, usize)) -> bool) {
+    let mut wrong = Vec::new();
+    let cells = (0..9).map(|i| (i / 3, i % 3));
+    for from in cells.clone() {
+        for to in cells.clone() {
+            if from == to {
+                continue;
+            }
+            let got = verdict(rs, ip(from.0, from.1), ip(to.0, to.1), 80) == Verdict::Allow;
+            let want = expect(from, to);
+            if got != want {
+                let show = |(n, p): (usize, usize)| format!("{}/{}", NAMESPACES[n], PODS[p]);
+                let word = |b: bool| if b { "allowed" } else { "denied" };
+                wrong.push(format!(
+                    "{} -> {}: got {}, want {}",
+                    show(from),
+                    show(to),
+                    word(got),
+                    word(want)
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "matrix mismatches:\n{}", wrong.join("\n"));
+}
+
+const X: usize = 0;
+const Y: usize = 1;
+const Z: usize = 2;
+const A: usize = 0;
+const B: usize = 1;
+const C: usize = 2;
+
+#[test]
+fn truth_no_policies_allows_everything() {
+    assert_matrix(&ruleset(""), |_, _| true);
+}
+
+#[test]
+fn truth_k8s_default_deny_ingress_in_namespace() {
+    let rs = ruleset(
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: deny, namespace: x}\nspec:\n  podSelector: {}\n",
+    );
+    assert_matrix(&rs, |_, to| to.0 != X);
+}
+
+#[test]
+fn truth_k8s_allow_same_namespace_to_one_pod() {
+    let rs = ruleset(
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p, namespace: x}\nspec:\n  podSelector: {matchLabels: {app: a}}\n  ingress:\n  - from:\n    - podSelector: {}\n",
+    );
+    assert_matrix(&rs, |from, to| to != (X, A) || from.0 == X);
+}
+
+#[test]
+fn truth_k8s_allow_from_other_namespace_by_selector() {
+    let rs = ruleset(
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p, namespace: x}\nspec:\n  podSelector: {matchLabels: {app: a}}\n  ingress:\n  - from:\n    - namespaceSelector: {matchLabels: {ns: \"y\"}}\n      podSelector: {matchLabels: {app: b}}\n",
+    );
+    assert_matrix(&rs, |from, to| to != (X, A) || from == (Y, B));
+}
+
+#[test]
+fn truth_k8s_egress_deny_all() {
+    let rs = ruleset(
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p, namespace: y}\nspec:\n  podSelector: {}\n  policyTypes: [Egress]\n",
+    );
+    assert_matrix(&rs, |from, _| from.0 != Y);
+}
+
+#[test]
+fn truth_acnp_drop_between_labels_cluster_wide() {
+    let rs = ruleset(
+        "apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {name: p}\nspec:\n  priority: 1\n  appliedTo: [{podSelector: {matchLabels: {app: a}}}]\n  ingress:\n  - action: Drop\n    from: [{podSelector: {matchLabels: {app: b}}}]\n",
+    );
+    assert_matrix(&rs, |from, to| !(to.1 == A && from.1 == B));
+}
+
+#[test]
+fn truth_strict_namespace_isolation_with_pass() {
+    let rs = ruleset(
+        r#"apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: strict-ns-isolation}
+spec:
+  priority: 5
+  tier: securityops
+  appliedTo:
+  - namespaceSelector:
+      matchExpressions:
+      - {key: kubernetes.io/metadata.name, operator: NotIn, values: [kube-system]}
+  ingress:
+  - action: Pass
+    from: [{namespaces: {match: Self}}]
+  - action: Drop
+    from: [{namespaceSelector: {}}]
+"#,
+    );
+    assert_matrix(&rs, |from, to| from.0 == to.0);
+}
+
+#[test]
+fn truth_allow_self_namespace_then_deny_with_deny_synonym() {
+    let rs = ruleset(
+        r#"apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: allow-self-ns}
+spec:
+  priority: 1
+  tier: platform
+  appliedTo: [{namespaceSelector: {}}]
+  ingress:
+  - action: Allow
+    from: [{namespaces: {match: Self}}]
+  - action: Deny
+"#,
+    );
+    assert_matrix(&rs, |from, to| from.0 == to.0);
+}
+
+#[test]
+fn truth_deny_a_to_b_in_own_namespace_over_allow_self() {
+    let rs = ruleset(
+        r#"apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: allow-self-ns}
+spec:
+  priority: 1
+  tier: platform
+  appliedTo: [{namespaceSelector: {}}]
+  ingress:
+  - action: Allow
+    from: [{namespaces: {match: Self}}]
+  - action: Drop
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: deny-self-ns-a-to-b}
+spec:
+  priority: 1
+  tier: securityops
+  appliedTo:
+  - namespaceSelector: {}
+    podSelector: {matchLabels: {app: b}}
+  ingress:
+  - action: Drop
+    from:
+    - namespaces: {match: Self}
+      podSelector: {matchLabels: {app: a}}
+"#,
+    );
+    assert_matrix(&rs, |from, to| {
+        from.0 == to.0 && !(from.1 == A && to.1 == B)
+    });
+}
+
+#[test]
+fn truth_baseline_deny_lifted_by_k8s_policy() {
+    let rs = ruleset(
+        r#"apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: baseline-deny-z}
+spec:
+  priority: 1
+  tier: baseline
+  appliedTo: [{namespaceSelector: {matchLabels: {ns: "z"}}}]
+  ingress:
+  - action: Drop
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: allow-from-x, namespace: z}
+spec:
+  podSelector: {matchLabels: {app: a}}
+  ingress:
+  - from: [{namespaceSelector: {matchLabels: {ns: "x"}}}]
+"#,
+    );
+    // z/a: isolated by the K8s policy, allowed from x only. z/b, z/c: the
+    // baseline drop applies (no K8s policy selects them).
+    assert_matrix(&rs, |from, to| to.0 != Z || (to.1 == A && from.0 == X));
+}
+
+#[test]
+fn truth_baseline_allow_cannot_undo_k8s_isolation() {
+    let rs = ruleset(
+        r#"apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: isolate, namespace: z}
+spec:
+  podSelector: {matchLabels: {app: a}}
+  policyTypes: [Ingress]
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: baseline-allow}
+spec:
+  priority: 1
+  tier: baseline
+  appliedTo: [{namespaceSelector: {}}]
+  ingress:
+  - action: Allow
+"#,
+    );
+    assert_matrix(&rs, |_, to| to != (Z, A));
+    let d = ruleset_k8s_isolation_decision(&rs);
+    assert_eq!(d, Outcome::K8sDefaultDeny);
+}
+
+fn ruleset_k8s_isolation_decision(rs: &Ruleset) -> Outcome {
+    rs.classify(&tcp(ip(X, A), ip(Z, A), 80), &NoFqdn)
+        .ingress
+        .outcome
+}
+
+#[test]
+fn truth_tier_order_emergency_allow_beats_securityops_drop() {
+    let rs = ruleset(
+        r#"apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: drop-to-z}
+spec:
+  priority: 1
+  tier: securityops
+  appliedTo: [{namespaceSelector: {matchLabels: {ns: "z"}}}]
+  ingress:
+  - action: Drop
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: allow-x-to-z}
+spec:
+  priority: 100
+  tier: emergency
+  appliedTo: [{namespaceSelector: {matchLabels: {ns: "z"}}}]
+  ingress:
+  - action: Allow
+    from: [{namespaceSelector: {matchLabels: {ns: "x"}}}]
+"#,
+    );
+    assert_matrix(&rs, |from, to| to.0 != Z || from.0 == X);
+}
+
+#[test]
+fn truth_policy_priority_and_acnp_annp_interleave() {
+    // ANNP priority 1 (Drop from y) beats ACNP priority 2 (Allow from y)
+    // inside the same Tier, whatever the kind.
+    let rs = ruleset(
+        r#"apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: allow-y}
+spec:
+  priority: 2
+  appliedTo: [{namespaceSelector: {matchLabels: {ns: "x"}}}]
+  ingress:
+  - action: Allow
+    from: [{namespaceSelector: {matchLabels: {ns: "y"}}}]
+  - action: Drop
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: NetworkPolicy
+metadata: {name: drop-y, namespace: x}
+spec:
+  priority: 1
+  appliedTo: [{podSelector: {matchLabels: {app: a}}}]
+  ingress:
+  - action: Drop
+    from: [{namespaceSelector: {matchLabels: {ns: "y"}}}]
+"#,
+    );
+    assert_matrix(&rs, |from, to| to.0 != X || (from.0 == Y && to.1 != A));
+}
+
+#[test]
+fn truth_pass_skips_to_k8s_then_baseline() {
+    let rs = ruleset(
+        r#"apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: pass-from-y}
+spec:
+  priority: 1
+  tier: securityops
+  appliedTo: [{namespaceSelector: {matchLabels: {ns: "x"}}}]
+  ingress:
+  - action: Pass
+    from: [{namespaceSelector: {matchLabels: {ns: "y"}}}]
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: app-drop-x}
+spec:
+  priority: 1
+  tier: application
+  appliedTo: [{namespaceSelector: {matchLabels: {ns: "x"}}}]
+  ingress:
+  - action: Drop
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: baseline-drop-yc}
+spec:
+  priority: 1
+  tier: baseline
+  appliedTo: [{namespaceSelector: {matchLabels: {ns: "x"}}}]
+  ingress:
+  - action: Drop
+    from: [{podSelector: {matchLabels: {app: c}}}]
+"#,
+    );
+    // y → x passes the application drop; y/c then meets the baseline drop.
+    assert_matrix(&rs, |from, to| to.0 != X || (from.0 == Y && from.1 != C));
+}
+
+#[test]
+fn truth_same_labels_isolates_tenants() {
+    let rs = ruleset_with(
+        ["acc", "acc", "sales"],
+        r#"apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: isolation-based-on-org}
+spec:
+  priority: 1
+  tier: securityops
+  appliedTo: [{namespaceSelector: {}}]
+  ingress:
+  - action: Allow
+    from: [{namespaces: {sameLabels: [org]}}]
+  - action: Drop
+"#,
+    );
+    assert_matrix(&rs, |from, to| (from.0 == Z) == (to.0 == Z));
+}
+
+#[test]
+fn truth_same_labels_is_a_no_op_without_the_keys() {
+    let rs = ruleset_with(
+        ["acc", "acc", ""],
+        r#"apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: isolation-based-on-org}
+spec:
+  priority: 1
+  appliedTo: [{namespaceSelector: {}}]
+  ingress:
+  - action: Allow
+    from: [{namespaces: {sameLabels: [org]}}]
+  - action: Drop
+"#,
+    );
+    // z has no org label: the policy does nothing for z's Pods.
+    assert_matrix(&rs, |from, to| to.0 == Z || from.0 != Z);
+}
+
+#[test]
+fn truth_annp_lone_pod_selector_stays_in_its_namespace() {
+    let rs = ruleset(
+        r#"apiVersion: crd.antrea.io/v1beta1
+kind: NetworkPolicy
+metadata: {name: p, namespace: y}
+spec:
+  priority: 1
+  appliedTo: [{podSelector: {}}]
+  ingress:
+  - action: Allow
+    from: [{podSelector: {matchLabels: {app: a}}}]
+  - action: Drop
+"#,
+    );
+    assert_matrix(&rs, |from, to| to.0 != Y || from == (Y, A));
+}
+
+#[test]
+fn truth_cluster_group_applied_to_and_peer() {
+    let rs = ruleset(
+        r#"apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: z-c}
+spec:
+  podSelector: {matchLabels: {app: c}}
+  namespaceSelector: {matchLabels: {ns: "z"}}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: x-all}
+spec:
+  namespaceSelector: {matchLabels: {ns: "x"}}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: parent}
+spec:
+  childGroups: [x-all]
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: p}
+spec:
+  priority: 1
+  appliedTo: [{group: z-c}]
+  ingress:
+  - action: Allow
+    from: [{group: parent}]
+  - action: Drop
+"#,
+    );
+    assert_matrix(&rs, |from, to| to != (Z, C) || from.0 == X);
+}
+
+#[test]
+fn truth_service_account_peer() {
+    let rs = ruleset(
+        r#"apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: p}
+spec:
+  priority: 1
+  appliedTo: [{serviceAccount: {name: sa-b, namespace: x}}]
+  egress:
+  - action: Drop
+    to: [{serviceAccount: {name: sa-c, namespace: y}}]
+"#,
+    );
+    assert_matrix(&rs, |from, to| !(from == (X, B) && to == (Y, C)));
+}
+
+#[test]
+fn truth_ip_block_except_falls_through() {
+    let rs = ruleset(
+        r#"apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: p}
+spec:
+  priority: 1
+  appliedTo: [{namespaceSelector: {matchLabels: {ns: "x"}}}]
+  ingress:
+  - action: Drop
+    from:
+    - ipBlock:
+        cidr: 10.0.1.0/24
+        except: [10.0.1.2/32]
+"#,
+    );
+    assert_matrix(&rs, |from, to| to.0 != X || from.0 != Y || from.1 == B);
+}
+
+#[test]
+fn truth_rule_level_applied_to() {
+    let rs = ruleset(
+        r#"apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: acnp-appliedto-per-rule}
+spec:
+  priority: 1
+  ingress:
+  - action: Drop
+    appliedTo: [{podSelector: {matchLabels: {app: a}}}]
+    from: [{podSelector: {matchLabels: {app: b}}}]
+  - action: Drop
+    appliedTo: [{podSelector: {matchLabels: {app: b}}}]
+    from: [{podSelector: {matchLabels: {app: c}}}]
+"#,
+    );
+    assert_matrix(&rs, |from, to| {
+        !((to.1 == A && from.1 == B) || (to.1 == B && from.1 == C))
+    });
+}
+
+// ---------------------------------------------------------------- details
+
+fn one_policy(spec_rules: &str) -> Ruleset {
+    ruleset(&format!(
+        "apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {{name: p}}\nspec:\n  priority: 1\n  appliedTo: [{{podSelector: {{matchLabels: {{app: a}}}}}}]\n{spec_rules}"
+    ))
+}
+
+#[test]
+fn ports_ranges_and_named_ports() {
+    let rs = one_policy(
+        "  ingress:\n  - action: Allow\n    ports:\n    - {protocol: TCP, port: 8080, endPort: 9000}\n    - {port: http}\n  - action: Drop\n",
+    );
+    let (src, dst) = (ip(Y, B), ip(X, A));
+    assert_eq!(
+        verdict(&rs, src, dst, 80),
+        Verdict::Allow,
+        "named port http=80"
+    );
+    assert_eq!(verdict(&rs, src, dst, 8080), Verdict::Allow);
+    assert_eq!(verdict(&rs, src, dst, 8500), Verdict::Allow);
+    assert_eq!(verdict(&rs, src, dst, 9000), Verdict::Allow);
+    assert_eq!(verdict(&rs, src, dst, 9001), Verdict::Drop);
+    assert_eq!(verdict(&rs, src, dst, 443), Verdict::Drop);
+    let udp = Flow {
+        src,
+        dst,
+        transport: Transport::Udp {
+            src_port: 1,
+            dst_port: 8080,
+        },
+    };
+    assert_eq!(rs.classify(&udp, &NoFqdn).verdict, Verdict::Drop);
+}
+
+#[test]
+fn protocol_without_port_matches_every_port_of_it() {
+    let rs = one_policy("  ingress:\n  - action: Reject\n    ports: [{protocol: UDP}]\n");
+    let (src, dst) = (ip(Y, B), ip(X, A));
+    let udp = |port| Flow {
+        src,
+        dst,
+        transport: Transport::Udp {
+            src_port: 1,
+            dst_port: port,
+        },
+    };
+    assert_eq!(rs.classify(&udp(53), &NoFqdn).verdict, Verdict::Reject);
+    assert_eq!(rs.classify(&udp(9999), &NoFqdn).verdict, Verdict::Reject);
+    assert_eq!(verdict(&rs, src, dst, 53), Verdict::Allow);
+}
+
+#[test]
+fn icmp_type_and_code() {
+    let rs = one_policy(
+        "  ingress:\n  - action: Drop\n    protocols:\n    - icmp: {icmpType: 8, icmpCode: 0}\n",
+    );
+    let icmp = |t, c| Flow {
+        src: ip(Y, B),
+        dst: ip(X, A),
+        transport: Transport::Icmp {
+            icmp_type: t,
+            icmp_code: c,
+        },
+    };
+    assert_eq!(rs.classify(&icmp(8, 0), &NoFqdn).verdict, Verdict::Drop);
+    assert_eq!(rs.classify(&icmp(8, 1), &NoFqdn).verdict, Verdict::Allow);
+    assert_eq!(rs.classify(&icmp(0, 0), &NoFqdn).verdict, Verdict::Allow);
+    assert_eq!(verdict(&rs, ip(Y, B), ip(X, A), 80), Verdict::Allow);
+}
+
+#[test]
+fn fqdn_peers_match_learned_addresses_only() {
+    let rs = one_policy(
+        "  egress:\n  - action: Allow\n    to: [{fqdn: \"*foobar.com\"}]\n    ports: [{protocol: TCP, port: 8080}]\n  - action: Drop\n",
+    );
+    assert_eq!(rs.fqdn_patterns().len(), 1);
+    let server: IpAddr = "203.0.113.7".parse().unwrap();
+    let learned = StaticFqdn(vec![("test.uswest.FOOBAR.com.".into(), server)]);
+    let flow = tcp(ip(X, A), server, 8080);
+    assert_eq!(rs.classify(&flow, &learned).verdict, Verdict::Allow);
+    assert_eq!(rs.classify(&flow, &NoFqdn).verdict, Verdict::Drop);
+    let other = StaticFqdn(vec![("foobar.org".into(), server)]);
+    assert_eq!(rs.classify(&flow, &other).verdict, Verdict::Drop);
+    let wrong_port = tcp(ip(X, A), server, 80);
+    assert_eq!(rs.classify(&wrong_port, &learned).verdict, Verdict::Drop);
+}
+
+#[test]
+fn node_policies_apply_to_the_local_node() {
+    let rs = ruleset(
+        r#"apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: node-policy}
+spec:
+  priority: 5
+  tier: securityops
+  appliedTo:
+  - nodeSelector:
+      matchExpressions: [{key: kubernetes.io/os, operator: Exists}]
+  ingress:
+  - action: Allow
+    ports: [{protocol: TCP, port: 6443}]
+    from:
+    - ipBlock: {cidr: 10.0.0.0/24}
+    - nodeSelector: {}
+  - action: Drop
+"#,
+    );
+    let node: IpAddr = NODE_IP.parse().unwrap();
+    assert!(rs.enforced().node_ingress);
+    assert!(!rs.enforced().node_egress);
+    assert!(rs.enforced().endpoints.is_empty());
+    assert_eq!(verdict(&rs, ip(X, B), node, 6443), Verdict::Allow);
+    assert_eq!(verdict(&rs, ip(Y, B), node, 6443), Verdict::Drop);
+    assert_eq!(verdict(&rs, ip(X, B), node, 22), Verdict::Drop);
+    // Node to its own Pods is always allowed.
+    assert_eq!(verdict(&rs, node, ip(Y, B), 80), Verdict::Allow);
+}
+
+#[test]
+fn to_services_match_cluster_ip_and_port() {
+    let rs = ruleset(
+        r#"apiVersion: v1
+kind: Service
+metadata: {name: svc, namespace: y}
+spec:
+  clusterIP: 10.96.0.10
+  ports: [{port: 53, protocol: UDP}]
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: p}
+spec:
+  priority: 1
+  appliedTo: [{podSelector: {matchLabels: {app: a}}}]
+  egress:
+  - action: Drop
+    toServices: [{name: svc, namespace: y}]
+"#,
+    );
+    let udp = |port| Flow {
+        src: ip(X, A),
+        dst: "10.96.0.10".parse().unwrap(),
+        transport: Transport::Udp {
+            src_port: 1,
+            dst_port: port,
+        },
+    };
+    assert_eq!(rs.classify(&udp(53), &NoFqdn).verdict, Verdict::Drop);
+    assert_eq!(rs.classify(&udp(54), &NoFqdn).verdict, Verdict::Allow);
+}
+
+#[test]
+fn node_port_service_applied_to() {
+    let rs = ruleset(
+        r#"apiVersion: v1
+kind: Service
+metadata: {name: svc-1, namespace: ns-1}
+spec:
+  type: NodePort
+  ports: [{port: 80, nodePort: 30080}]
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: p}
+spec:
+  priority: 5
+  appliedTo: [{service: {name: svc-1, namespace: ns-1}}]
+  ingress:
+  - action: Drop
+    from: [{ipBlock: {cidr: 1.1.1.0/24}}]
+"#,
+    );
+    let node: IpAddr = NODE_IP.parse().unwrap();
+    let outside: IpAddr = "1.1.1.9".parse().unwrap();
+    assert_eq!(verdict(&rs, outside, node, 30080), Verdict::Drop);
+    assert_eq!(verdict(&rs, outside, node, 22), Verdict::Allow);
+}
+
+#[test]
+fn decisions_name_the_rule_and_generated_names() {
+    let rs =
+        one_policy("  ingress:\n  - action: Reject\n    enableLogging: true\n    logLabel: lbl\n");
+    let d = rs.classify(&tcp(ip(Y, B), ip(X, A), 80), &NoFqdn);
+    assert_eq!(d.verdict, Verdict::Reject);
+    let rule = d.ingress.rule().expect("rule");
+    assert_eq!(rule.policy.to_string(), "AntreaClusterNetworkPolicy:p");
+    assert_eq!(rule.tier.as_deref(), Some("application"));
+    assert!(rule.name.as_deref().unwrap().starts_with("ingress-reject-"));
+    assert!(rule.enable_logging);
+    assert_eq!(rule.log_label.as_deref(), Some("lbl"));
+    assert_eq!(d.egress.outcome, Outcome::NotEnforced);
+    assert_eq!(d.deciding().direction, crate::model::Direction::Ingress);
+}
+
+#[test]
+fn l7_rules_report_their_requirements() {
+    let rs = one_policy(
+        "  ingress:\n  - action: Allow\n    l7Protocols:\n    - http: {path: \"/api/v2/*\", method: GET}\n",
+    );
+    let d = rs.classify(&tcp(ip(Y, B), ip(X, A), 80), &NoFqdn);
+    assert_eq!(d.verdict, Verdict::Allow);
+    assert_eq!(d.l7.len(), 1);
+    assert_eq!(
+        d.l7[0][0].http.as_ref().unwrap().path.as_deref(),
+        Some("/api/v2/*")
+    );
+}
+
+#[test]
+fn policies_are_listed_by_effective_priority() {
+    let rs = ruleset(
+        r#"apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: base}
+spec: {priority: 1, tier: baseline, appliedTo: [{podSelector: {}}], ingress: [{action: Drop}]}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: k, namespace: x}
+spec: {podSelector: {}}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: app2}
+spec: {priority: 2, appliedTo: [{podSelector: {}}], ingress: [{action: Drop}]}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: NetworkPolicy
+metadata: {name: annp1, namespace: y}
+spec: {priority: 1, appliedTo: [{podSelector: {}}], ingress: [{action: Drop}]}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: emerg}
+spec: {priority: 9, tier: emergency, appliedTo: [{podSelector: {}}], ingress: [{action: Drop}]}
+"#,
+    );
+    let order: Vec<String> = rs.policies().iter().map(|p| p.policy.to_string()).collect();
+    assert_eq!(
+        order,
+        [
+            "AntreaClusterNetworkPolicy:emerg",
+            "AntreaNetworkPolicy:y/annp1",
+            "AntreaClusterNetworkPolicy:app2",
+            "K8sNetworkPolicy:x/k",
+            "AntreaClusterNetworkPolicy:base",
+        ]
+    );
+}
+
+#[test]
+fn enforced_lists_only_pods_with_rules() {
+    let rs = one_policy("  ingress:\n  - action: Drop\n");
+    let mut want: Vec<IpAddr> = (0..3).map(|n| ip(n, A)).collect();
+    want.sort();
+    assert_eq!(rs.enforced().endpoints, want);
+    assert!(!rs.enforced().node_ingress);
+}
+
+#[test]
+fn pods_on_other_nodes_are_peers_not_endpoints() {
+    let yaml = format!(
+        "{}apiVersion: v1\nkind: Pod\nmetadata: {{name: remote, namespace: x, labels: {{app: a}}}}\nspec: {{nodeName: node2}}\nstatus: {{podIP: 10.1.0.1}}\n---\n{}",
+        inventory(["", "", ""]),
+        "apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {name: p}\nspec:\n  priority: 1\n  appliedTo: [{podSelector: {matchLabels: {app: a}}}]\n  egress:\n  - action: Drop\n"
+    );
+    let rs = Ruleset::compile(
+        &snapshot(&yaml),
+        &LocalNode {
+            name: "node1".into(),
+            ..Default::default()
+        },
+    );
+    let remote: IpAddr = "10.1.0.1".parse().unwrap();
+    assert!(!rs.enforced().endpoints.contains(&remote));
+    assert!(rs.endpoint_of(remote).is_none());
+    assert_eq!(verdict(&rs, remote, ip(Y, B), 80), Verdict::Allow);
+}
