@@ -14,6 +14,8 @@
 //! Everything listed so far is pure and unit-tested without root.
 pub mod classify;
 pub mod compile;
+pub mod config;
+pub mod datapath;
 pub mod flow;
 pub mod fqdn;
 pub mod model;

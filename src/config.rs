@@ -1,0 +1,558 @@
+//! Agent configuration: the YAML file of `tollgate run --config`, the flags
+//! that override it, and the validated [`Config`] the agent runs with. Pure:
+//! the caller reads the file and supplies the defaults that depend on the
+//! machine (core count, host name); nothing here touches the system.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use ipnet::IpNet;
+use serde::Deserialize;
+
+/// Default first NFQUEUE number.
+pub const DEFAULT_QUEUE_BASE: u16 = 100;
+
+/// Default packet-mark mask: bits 20–23, clear of kube-proxy's 0x4000
+/// (masquerade) and 0x8000 (drop) and of the low byte routing daemons use.
+pub const DEFAULT_MARK_MASK: u32 = 0x00f0_0000;
+
+/// Why a configuration cannot be used. The agent exits with status 2.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {reason}")]
+    Parse { path: PathBuf, reason: String },
+    #[error("markMask {value:?}: {reason}")]
+    MarkMask { value: String, reason: &'static str },
+    #[error("interfaces: {glob:?}: only a name or a name prefix ending in a single `*` (e.g. `veth*`) is supported, at most 15 characters")]
+    Interface { glob: String },
+    #[error("privileged {value:?}: {reason}")]
+    Privileged { value: String, reason: &'static str },
+    #[error("nodeLabels {value:?}: expected key=value")]
+    Label { value: String },
+    #[error("queues: {queues} queues from queueBase {base} must be between 1 and 65535 and end at or below queue 65535")]
+    Queues { base: u16, queues: u32 },
+    #[error("failMode {value:?}: expected open or closed")]
+    FailMode { value: String },
+    #[error("nodeName: must not be empty")]
+    NodeName,
+}
+
+/// What happens to new connections of enforced endpoints when the agent
+/// cannot decide them (queue full, agent dead, packet unparseable).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FailMode {
+    /// Undecidable new connections pass (`--queue-bypass`, queue fail-open).
+    Open,
+    /// Undecidable new connections are dropped; privileged rules and
+    /// connections already decided keep flowing.
+    #[default]
+    Closed,
+}
+
+impl FromStr for FailMode {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "open" => Ok(FailMode::Open),
+            "closed" => Ok(FailMode::Closed),
+            _ => Err(ConfigError::FailMode { value: s.into() }),
+        }
+    }
+}
+
+impl fmt::Display for FailMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FailMode::Open => "open",
+            FailMode::Closed => "closed",
+        })
+    }
+}
+
+/// The packet/connection mark bits tollgate owns and the values it writes
+/// into them. `allow` is the lowest set bit of the mask, `reject` the next
+/// one; the remaining bits of the mask are reserved and always cleared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MarkLayout {
+    pub mask: u32,
+    pub allow: u32,
+    pub reject: u32,
+}
+
+impl MarkLayout {
+    pub fn new(mask: u32) -> Result<MarkLayout, ConfigError> {
+        let allow = mask & mask.wrapping_neg();
+        let rest = mask & !allow;
+        let reject = rest & rest.wrapping_neg();
+        if allow == 0 || reject == 0 {
+            return Err(ConfigError::MarkMask {
+                value: format!("{mask:#x}"),
+                reason: "needs at least two bits",
+            });
+        }
+        Ok(MarkLayout {
+            mask,
+            allow,
+            reject,
+        })
+    }
+
+    /// `mark` with tollgate's bits replaced by `value`.
+    pub fn apply(&self, mark: u32, value: u32) -> u32 {
+        (mark & !self.mask) | value
+    }
+}
+
+impl Default for MarkLayout {
+    fn default() -> Self {
+        MarkLayout::new(DEFAULT_MARK_MASK).expect("default mask has two bits")
+    }
+}
+
+impl FromStr for MarkLayout {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let digits = s
+            .strip_prefix("0x")
+            .or_else(|| s.strip_prefix("0X"))
+            .unwrap_or(s);
+        let mask = u32::from_str_radix(digits, 16).map_err(|_| ConfigError::MarkMask {
+            value: s.into(),
+            reason: "expected a 32-bit hexadecimal number such as 0xf00000",
+        })?;
+        MarkLayout::new(mask)
+    }
+}
+
+/// An interface to enforce on, in iptables spelling (`veth+` for `veth*`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Interface(String);
+
+impl Interface {
+    pub fn as_iptables(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for Interface {
+    type Err = ConfigError;
+    fn from_str(glob: &str) -> Result<Self, Self::Err> {
+        let (stem, wildcard) = match glob.strip_suffix('*') {
+            Some(stem) => (stem, true),
+            None => (glob, false),
+        };
+        let valid_stem = !stem.is_empty()
+            && stem.len() <= 15
+            && stem
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'@'));
+        if !valid_stem {
+            return Err(ConfigError::Interface { glob: glob.into() });
+        }
+        Ok(Interface(if wildcard {
+            format!("{stem}+")
+        } else {
+            stem.to_string()
+        }))
+    }
+}
+
+/// Transport of a privileged (always-allowed) entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum PrivilegedProtocol {
+    #[serde(alias = "tcp")]
+    Tcp,
+    #[serde(alias = "udp")]
+    Udp,
+    #[serde(alias = "sctp")]
+    Sctp,
+    #[serde(alias = "icmp")]
+    Icmp,
+}
+
+impl PrivilegedProtocol {
+    fn parse(s: &str) -> Option<PrivilegedProtocol> {
+        match s.to_ascii_lowercase().as_str() {
+            "tcp" => Some(PrivilegedProtocol::Tcp),
+            "udp" => Some(PrivilegedProtocol::Udp),
+            "sctp" => Some(PrivilegedProtocol::Sctp),
+            "icmp" => Some(PrivilegedProtocol::Icmp),
+            _ => None,
+        }
+    }
+
+    pub fn carries_ports(self) -> bool {
+        !matches!(self, PrivilegedProtocol::Icmp)
+    }
+}
+
+/// Traffic that is always allowed, ahead of any policy, so that a deny-all
+/// cannot cut the operator off: to the node from `cidr` (INPUT), from the
+/// node to `cidr` (OUTPUT), and routed from or to `cidr` (FORWARD), on the
+/// given destination port when one is set.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Privileged {
+    pub cidr: IpNet,
+    #[serde(default)]
+    pub protocol: Option<PrivilegedProtocol>,
+    #[serde(default)]
+    pub port: Option<u16>,
+}
+
+impl Privileged {
+    /// What is wrong with an entry whose parts each parsed.
+    fn problem(&self) -> Option<&'static str> {
+        match (self.protocol, self.port) {
+            (None, Some(_)) => Some("a port needs a protocol"),
+            (Some(p), Some(_)) if !p.carries_ports() => Some("ICMP has no ports"),
+            (_, Some(0)) => Some("port 0 is not a port"),
+            _ => None,
+        }
+    }
+}
+
+impl FromStr for Privileged {
+    type Err = ConfigError;
+    /// `CIDR[,proto[/port]]`, e.g. `10.0.0.0/24,tcp/22`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = |reason| ConfigError::Privileged {
+            value: s.into(),
+            reason,
+        };
+        let (cidr, rest) = match s.split_once(',') {
+            Some((c, r)) => (c, Some(r)),
+            None => (s, None),
+        };
+        let cidr = parse_cidr(cidr).ok_or_else(|| err("expected CIDR[,proto[/port]]"))?;
+        let (protocol, port) = match rest {
+            None => (None, None),
+            Some(rest) => {
+                let (proto, port) = match rest.split_once('/') {
+                    Some((p, port)) => (p, Some(port)),
+                    None => (rest, None),
+                };
+                let proto = PrivilegedProtocol::parse(proto)
+                    .ok_or_else(|| err("protocol must be tcp, udp, sctp or icmp"))?;
+                let port = port
+                    .map(|p| p.parse::<u16>().map_err(|_| err("port must be 1-65535")))
+                    .transpose()?;
+                (Some(proto), port)
+            }
+        };
+        let entry = Privileged {
+            cidr,
+            protocol,
+            port,
+        };
+        match entry.problem() {
+            Some(reason) => Err(err(reason)),
+            None => Ok(entry),
+        }
+    }
+}
+
+/// A bare address is a host prefix.
+fn parse_cidr(s: &str) -> Option<IpNet> {
+    s.parse::<IpNet>()
+        .ok()
+        .or_else(|| s.parse::<IpAddr>().ok().map(IpNet::from))
+        .map(|net| net.trunc())
+}
+
+/// `k=v,k2=v2` as given to `--node-labels`.
+pub fn parse_labels(s: &str) -> Result<BTreeMap<String, String>, ConfigError> {
+    s.split(',')
+        .filter(|part| !part.is_empty())
+        .map(|part| match part.split_once('=') {
+            Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+            _ => Err(ConfigError::Label { value: part.into() }),
+        })
+        .collect()
+}
+
+/// A mask written in YAML as a hexadecimal string or as a number.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum MaskValue {
+    Number(u32),
+    Text(String),
+}
+
+/// The configuration file, and the flags, before validation: every key is
+/// optional, flags are laid over the file with [`Settings::overlay`].
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Settings {
+    pub node_name: Option<String>,
+    pub node_labels: Option<BTreeMap<String, String>>,
+    pub node_addresses: Option<Vec<IpAddr>>,
+    pub interfaces: Option<Vec<String>>,
+    pub queues: Option<u32>,
+    pub queue_base: Option<u16>,
+    pub mark_mask: Option<MaskValue>,
+    pub fail_mode: Option<FailMode>,
+    pub privileged: Option<Vec<Privileged>>,
+    pub audit_log: Option<PathBuf>,
+    pub metrics_address: Option<SocketAddr>,
+}
+
+impl Settings {
+    /// Parses the YAML text of a configuration file read from `path`.
+    pub fn from_yaml(path: &std::path::Path, text: &str) -> Result<Settings, ConfigError> {
+        if text.trim().is_empty() {
+            return Ok(Settings::default());
+        }
+        let settings: Settings =
+            serde_saphyr::from_str(text).map_err(|e| ConfigError::Parse {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            })?;
+        for entry in settings.privileged.iter().flatten() {
+            if let Some(reason) = entry.problem() {
+                return Err(ConfigError::Privileged {
+                    value: entry.cidr.to_string(),
+                    reason,
+                });
+            }
+        }
+        Ok(settings)
+    }
+
+    /// `self` with every key that `over` sets replaced by `over`'s value.
+    pub fn overlay(self, over: Settings) -> Settings {
+        Settings {
+            node_name: over.node_name.or(self.node_name),
+            node_labels: over.node_labels.or(self.node_labels),
+            node_addresses: over.node_addresses.or(self.node_addresses),
+            interfaces: over.interfaces.or(self.interfaces),
+            queues: over.queues.or(self.queues),
+            queue_base: over.queue_base.or(self.queue_base),
+            mark_mask: over.mark_mask.or(self.mark_mask),
+            fail_mode: over.fail_mode.or(self.fail_mode),
+            privileged: over.privileged.or(self.privileged),
+            audit_log: over.audit_log.or(self.audit_log),
+            metrics_address: over.metrics_address.or(self.metrics_address),
+        }
+    }
+
+    /// Validates and fills defaults. `defaults` carries what depends on the
+    /// machine.
+    pub fn resolve(self, defaults: &MachineDefaults) -> Result<Config, ConfigError> {
+        let node_name = self
+            .node_name
+            .unwrap_or_else(|| defaults.node_name.clone());
+        if node_name.trim().is_empty() {
+            return Err(ConfigError::NodeName);
+        }
+        let base = self.queue_base.unwrap_or(DEFAULT_QUEUE_BASE);
+        let count = self.queues.unwrap_or(defaults.queues);
+        let queues = QueueRange::new(base, count)?;
+        let marks = match self.mark_mask {
+            None => MarkLayout::default(),
+            Some(MaskValue::Number(n)) => MarkLayout::new(n)?,
+            Some(MaskValue::Text(t)) => t.parse()?,
+        };
+        let interfaces = self
+            .interfaces
+            .unwrap_or_default()
+            .iter()
+            .map(|g| g.parse())
+            .collect::<Result<Vec<Interface>, _>>()?;
+        Ok(Config {
+            node_name,
+            node_labels: self.node_labels.unwrap_or_default(),
+            node_addresses: self.node_addresses.unwrap_or_default(),
+            interfaces,
+            queues,
+            marks,
+            fail_mode: self.fail_mode.unwrap_or_default(),
+            privileged: self.privileged.unwrap_or_default(),
+            audit_log: self.audit_log,
+            metrics_address: self.metrics_address,
+        })
+    }
+}
+
+/// Defaults that depend on the machine the agent runs on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MachineDefaults {
+    pub node_name: String,
+    /// Number of NFQUEUE workers when `queues` is not set (core count).
+    pub queues: u32,
+}
+
+/// Consecutive NFQUEUE numbers, one worker each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueRange {
+    base: u16,
+    count: u16,
+}
+
+impl QueueRange {
+    pub fn new(base: u16, count: u32) -> Result<QueueRange, ConfigError> {
+        let last = u32::from(base) + count.saturating_sub(1);
+        match u16::try_from(count) {
+            Ok(c) if c >= 1 && last <= u32::from(u16::MAX) => Ok(QueueRange { base, count: c }),
+            _ => Err(ConfigError::Queues {
+                base,
+                queues: count,
+            }),
+        }
+    }
+
+    pub fn first(&self) -> u16 {
+        self.base
+    }
+
+    pub fn last(&self) -> u16 {
+        self.base + (self.count - 1)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = u16> {
+        self.first()..=self.last()
+    }
+}
+
+/// The validated configuration of `tollgate run`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    pub node_name: String,
+    pub node_labels: BTreeMap<String, String>,
+    /// Configured node addresses; the agent adds those found on interfaces.
+    pub node_addresses: Vec<IpAddr>,
+    /// Interfaces to enforce on; empty means all.
+    pub interfaces: Vec<Interface>,
+    pub queues: QueueRange,
+    pub marks: MarkLayout,
+    pub fail_mode: FailMode,
+    pub privileged: Vec<Privileged>,
+    pub audit_log: Option<PathBuf>,
+    pub metrics_address: Option<SocketAddr>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn defaults() -> MachineDefaults {
+        MachineDefaults {
+            node_name: "host".into(),
+            queues: 2,
+        }
+    }
+
+    #[test]
+    fn empty_settings_resolve_to_defaults() {
+        let config = Settings::default().resolve(&defaults()).unwrap();
+        assert_eq!(config.node_name, "host");
+        assert_eq!(config.queues.first(), 100);
+        assert_eq!(config.queues.last(), 101);
+        assert_eq!(config.marks.mask, 0xf0_0000);
+        assert_eq!(config.marks.allow, 0x10_0000);
+        assert_eq!(config.marks.reject, 0x20_0000);
+        assert_eq!(config.fail_mode, FailMode::Closed);
+        assert!(config.interfaces.is_empty());
+    }
+
+    #[test]
+    fn default_mask_avoids_kube_proxy_bits() {
+        assert_eq!(DEFAULT_MARK_MASK & 0xc000, 0);
+    }
+
+    #[test]
+    fn file_keys_are_camel_case_and_flags_override() {
+        let yaml = "nodeName: n1\nnodeLabels: {role: cp}\nnodeAddresses: [10.0.0.1, 'fd00::1']\n\
+                    interfaces: ['veth*', eth0]\nqueues: 3\nqueueBase: 7\nmarkMask: '0x30000'\n\
+                    failMode: open\nprivileged:\n- {cidr: 10.0.0.0/24, protocol: TCP, port: 22}\n\
+                    auditLog: /var/log/np.log\nmetricsAddress: 127.0.0.1:9100\n";
+        let file = Settings::from_yaml(Path::new("c.yaml"), yaml).unwrap();
+        let flags = Settings {
+            queues: Some(1),
+            fail_mode: Some(FailMode::Closed),
+            ..Settings::default()
+        };
+        let config = file.overlay(flags).resolve(&defaults()).unwrap();
+        assert_eq!(config.node_name, "n1");
+        assert_eq!(config.node_labels["role"], "cp");
+        assert_eq!(config.node_addresses.len(), 2);
+        assert_eq!(config.interfaces[0].as_iptables(), "veth+");
+        assert_eq!(config.interfaces[1].as_iptables(), "eth0");
+        assert_eq!((config.queues.first(), config.queues.last()), (7, 7));
+        assert_eq!(config.marks.allow, 0x10000);
+        assert_eq!(config.marks.reject, 0x20000);
+        assert_eq!(config.fail_mode, FailMode::Closed);
+        assert_eq!(
+            config.privileged,
+            vec![Privileged {
+                cidr: "10.0.0.0/24".parse().unwrap(),
+                protocol: Some(PrivilegedProtocol::Tcp),
+                port: Some(22)
+            }]
+        );
+        assert_eq!(config.audit_log, Some(PathBuf::from("/var/log/np.log")));
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_errors() {
+        let err = Settings::from_yaml(Path::new("c.yaml"), "nodename: x\n").unwrap_err();
+        assert!(err.to_string().starts_with("c.yaml: "), "{err}");
+        assert!(Settings::from_yaml(Path::new("c.yaml"), "failMode: maybe\n").is_err());
+        let port_without_proto = "privileged:\n- {cidr: 10.0.0.0/8, port: 22}\n";
+        assert!(Settings::from_yaml(Path::new("c.yaml"), port_without_proto).is_err());
+    }
+
+    #[test]
+    fn privileged_flag_syntax() {
+        let p: Privileged = "10.0.0.7,tcp/22".parse().unwrap();
+        assert_eq!(p.cidr.to_string(), "10.0.0.7/32");
+        assert_eq!(p.protocol, Some(PrivilegedProtocol::Tcp));
+        assert_eq!(p.port, Some(22));
+        let p: Privileged = "fd00::/64,icmp".parse().unwrap();
+        assert_eq!((p.protocol, p.port), (Some(PrivilegedProtocol::Icmp), None));
+        let p: Privileged = "192.168.1.9/24".parse().unwrap();
+        assert_eq!(p.cidr.to_string(), "192.168.1.0/24");
+        for bad in ["nope", "10.0.0.0/8,gre", "10.0.0.0/8,tcp/0", "10.0.0.0/8,icmp/3"] {
+            assert!(bad.parse::<Privileged>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn mark_masks() {
+        let m: MarkLayout = "0x0000C".parse().unwrap();
+        assert_eq!((m.allow, m.reject), (0x4, 0x8));
+        assert_eq!(m.apply(0xffff_ffff, m.allow), 0xffff_fff7);
+        let sparse = MarkLayout::new(0x8000_0001).unwrap();
+        assert_eq!((sparse.allow, sparse.reject), (0x1, 0x8000_0000));
+        assert!("0x100".parse::<MarkLayout>().is_err());
+        assert!("zz".parse::<MarkLayout>().is_err());
+        assert!(MarkLayout::new(0).is_err());
+    }
+
+    #[test]
+    fn interfaces_and_queues_and_labels() {
+        assert!("eth*0".parse::<Interface>().is_err());
+        assert!("*".parse::<Interface>().is_err());
+        assert!("averyveryverylongname".parse::<Interface>().is_err());
+        assert!(QueueRange::new(65535, 2).is_err());
+        assert!(QueueRange::new(1, 0).is_err());
+        assert_eq!(
+            QueueRange::new(65534, 2).unwrap().iter().collect::<Vec<_>>(),
+            vec![65534, 65535]
+        );
+        let labels = parse_labels("a=1,b=").unwrap();
+        assert_eq!(labels["b"], "");
+        assert!(parse_labels("a").is_err());
+    }
+}

@@ -1,0 +1,164 @@
+//! The thin edge of the datapath: the only code here that runs commands.
+//! It detects the iptables backend, reads the installed state with
+//! `*-save`, and writes [`Changes`] with `ipset restore -exist` and
+//! `iptables-restore --noflush -w` / `ip6tables-restore --noflush -w`.
+//! It decides nothing: what to write comes from [`super::diff`].
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use super::diff::Changes;
+use super::state::{Family, State};
+use super::DatapathError;
+
+/// The iptables flavour of this system; tollgate uses the matching
+/// `*-save` / `*-restore` binaries so its rules land where `iptables` looks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Nft,
+    Legacy,
+}
+
+impl Backend {
+    /// Reads `iptables -V` output (`iptables v1.8.9 (nf_tables)`).
+    pub fn from_version(output: &str) -> Option<Backend> {
+        if output.contains("(nf_tables)") {
+            Some(Backend::Nft)
+        } else if output.contains("(legacy)") {
+            Some(Backend::Legacy)
+        } else {
+            None
+        }
+    }
+
+    fn program(self, family: Family, action: &str) -> String {
+        let flavour = match self {
+            Backend::Nft => "nft",
+            Backend::Legacy => "legacy",
+        };
+        format!("{}-{flavour}-{action}", family.command())
+    }
+}
+
+/// Reads and writes the owned netfilter state of the current namespace.
+#[derive(Clone, Copy, Debug)]
+pub struct Kernel {
+    backend: Backend,
+}
+
+impl Kernel {
+    pub fn detect() -> Result<Kernel, DatapathError> {
+        let version = run("iptables", &["-V"], None)?;
+        let backend =
+            Backend::from_version(&version).ok_or_else(|| DatapathError::UnknownBackend {
+                version: version.trim().to_string(),
+            })?;
+        Ok(Kernel { backend })
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// What tollgate owns right now.
+    pub fn installed(&self) -> Result<State, DatapathError> {
+        let save = |family| run(&self.backend.program(family, "save"), &["-t", "filter"], None);
+        Ok(State::parse(
+            &save(Family::V4)?,
+            &save(Family::V6)?,
+            &run("ipset", &["save"], None)?,
+        ))
+    }
+
+    /// Brings the installed state to `desired`; returns whether anything
+    /// had to change. Running it twice in a row changes nothing the second
+    /// time.
+    pub fn reconcile(&self, desired: &State) -> Result<bool, DatapathError> {
+        let changes = Changes::between(desired, &self.installed()?);
+        if changes.is_empty() {
+            return Ok(false);
+        }
+        self.apply(&changes)?;
+        Ok(true)
+    }
+
+    /// Removes every chain, jump and set tollgate owns.
+    pub fn teardown(&self) -> Result<(), DatapathError> {
+        self.reconcile(&State::default()).map(|_| ())
+    }
+
+    fn apply(&self, changes: &Changes) -> Result<(), DatapathError> {
+        if let Some(text) = changes.ipset_prepare_text() {
+            run("ipset", &["restore", "-exist"], Some(&text))?;
+        }
+        for family in Family::ALL {
+            if let Some(text) = changes.table(family).restore_text() {
+                let program = self.backend.program(family, "restore");
+                run(&program, &["--noflush", "-w"], Some(&text))?;
+            }
+        }
+        if let Some(text) = changes.ipset_cleanup_text() {
+            run("ipset", &["restore", "-exist"], Some(&text))?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs a command to completion, feeding `stdin`; returns its stdout.
+fn run(program: &str, args: &[&str], stdin: Option<&str>) -> Result<String, DatapathError> {
+    let command = format!("{program} {}", args.join(" "));
+    let spawn_error = |source| DatapathError::Spawn {
+        command: command.clone(),
+        source,
+    };
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(spawn_error)?;
+    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(text.as_bytes()).map_err(spawn_error)?;
+    }
+    let output = child.wait_with_output().map_err(spawn_error)?;
+    if !output.status.success() {
+        return Err(DatapathError::Failed {
+            command,
+            status: output.status.to_string(),
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+            input: stdin.map(str::to_string),
+        });
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_from_version_output() {
+        assert_eq!(
+            Backend::from_version("iptables v1.8.9 (nf_tables)\n"),
+            Some(Backend::Nft)
+        );
+        assert_eq!(
+            Backend::from_version("iptables v1.8.7 (legacy)\n"),
+            Some(Backend::Legacy)
+        );
+        assert_eq!(Backend::from_version("iptables v1.4.21\n"), None);
+        assert_eq!(
+            Backend::Nft.program(Family::V6, "restore"),
+            "ip6tables-nft-restore"
+        );
+        assert_eq!(
+            Backend::Legacy.program(Family::V4, "save"),
+            "iptables-legacy-save"
+        );
+    }
+}

@@ -1,0 +1,277 @@
+//! What must change to turn the installed [`State`] into the desired one,
+//! rendered as input for `iptables-restore --noflush` and `ipset restore
+//! -exist`. Pure. Owned chains are rewritten whole (declaring `:CHAIN - [0:0]`
+//! flushes it inside the same atomic batch); set membership changes go
+//! through a temporary set and `swap`, so a set is never seen half-filled.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use super::state::{Family, IpSet, State, Table};
+
+/// Suffix of the temporary set a membership change is built in.
+const NEXT_SUFFIX: &str = "-next";
+
+/// Changes to one family's filter table.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TableChanges {
+    /// Owned chains to (re)write with these rules.
+    pub write: BTreeMap<String, Vec<String>>,
+    /// Owned chains to remove.
+    pub remove: Vec<String>,
+    /// Jump rules to delete, one entry per occurrence.
+    pub delete_jumps: Vec<(String, String)>,
+    /// Jump rules to insert at position 1.
+    pub insert_jumps: Vec<(String, String)>,
+}
+
+impl TableChanges {
+    pub fn is_empty(&self) -> bool {
+        self.write.is_empty()
+            && self.remove.is_empty()
+            && self.delete_jumps.is_empty()
+            && self.insert_jumps.is_empty()
+    }
+
+    fn between(desired: &Table, installed: &Table) -> TableChanges {
+        let write = desired
+            .chains
+            .iter()
+            .filter(|(name, rules)| installed.chains.get(*name) != Some(rules))
+            .map(|(name, rules)| (name.clone(), rules.clone()))
+            .collect();
+        let remove = installed
+            .chains
+            .keys()
+            .filter(|name| !desired.chains.contains_key(*name))
+            .cloned()
+            .collect();
+        let mut delete_jumps = Vec::new();
+        for (i, jump) in installed.jumps.iter().enumerate() {
+            if installed.jumps[..i].contains(jump) {
+                continue;
+            }
+            let keep = usize::from(desired.jumps.contains(jump));
+            let extra = installed.jumps.iter().filter(|j| *j == jump).count() - keep;
+            delete_jumps.extend(std::iter::repeat_n(jump.clone(), extra));
+        }
+        let mut insert_jumps = Vec::new();
+        for jump in &desired.jumps {
+            if !installed.jumps.contains(jump) && !insert_jumps.contains(jump) {
+                insert_jumps.push(jump.clone());
+            }
+        }
+        TableChanges {
+            write,
+            remove,
+            delete_jumps,
+            insert_jumps,
+        }
+    }
+
+    /// Input for `iptables-restore --noflush`, or `None` when nothing changes.
+    pub fn restore_text(&self) -> Option<String> {
+        if self.is_empty() {
+            return None;
+        }
+        let mut out = String::from("*filter\n");
+        for name in self.write.keys().chain(&self.remove) {
+            writeln!(out, ":{name} - [0:0]").expect("write to String");
+        }
+        for (name, rules) in &self.write {
+            for rule in rules {
+                writeln!(out, "-A {name} {rule}").expect("write to String");
+            }
+        }
+        for (chain, rule) in &self.delete_jumps {
+            writeln!(out, "-D {chain} {rule}").expect("write to String");
+        }
+        for name in &self.remove {
+            writeln!(out, "-X {name}").expect("write to String");
+        }
+        for (chain, rule) in &self.insert_jumps {
+            writeln!(out, "-I {chain} 1 {rule}").expect("write to String");
+        }
+        out.push_str("COMMIT\n");
+        Some(out)
+    }
+}
+
+/// The desired content of a set and whether it exists already (then it is
+/// refilled through a temporary set and `swap`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetWrite {
+    pub set: IpSet,
+    pub exists: bool,
+}
+
+/// Everything to change, in the order [`super::apply`] runs it: sets are
+/// created or refilled first (rules may refer to them), then the tables,
+/// then sets no longer referenced are destroyed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// Sets to create or refill, by name.
+    pub sets: BTreeMap<String, SetWrite>,
+    pub v4: TableChanges,
+    pub v6: TableChanges,
+    /// Owned sets to destroy.
+    pub destroy_sets: Vec<String>,
+}
+
+impl Changes {
+    pub fn between(desired: &State, installed: &State) -> Changes {
+        let sets = desired
+            .sets
+            .iter()
+            .filter_map(|(name, set)| match installed.sets.get(name) {
+                Some(current) if current.members == set.members => None,
+                current => Some((
+                    name.clone(),
+                    SetWrite {
+                        set: set.clone(),
+                        exists: current.is_some(),
+                    },
+                )),
+            })
+            .collect();
+        let destroy_sets = installed
+            .sets
+            .keys()
+            .filter(|name| !desired.sets.contains_key(*name))
+            .cloned()
+            .collect();
+        Changes {
+            sets,
+            v4: TableChanges::between(&desired.v4, &installed.v4),
+            v6: TableChanges::between(&desired.v6, &installed.v6),
+            destroy_sets,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sets.is_empty()
+            && self.v4.is_empty()
+            && self.v6.is_empty()
+            && self.destroy_sets.is_empty()
+    }
+
+    pub fn table(&self, family: Family) -> &TableChanges {
+        match family {
+            Family::V4 => &self.v4,
+            Family::V6 => &self.v6,
+        }
+    }
+
+    /// Input for `ipset restore -exist` that creates and refills sets.
+    pub fn ipset_prepare_text(&self) -> Option<String> {
+        if self.sets.is_empty() {
+            return None;
+        }
+        let mut out = String::new();
+        for (name, SetWrite { set, exists }) in &self.sets {
+            let family = set.family.ipset_family();
+            writeln!(out, "create {name} hash:ip family {family}").expect("write to String");
+            let fill = if *exists {
+                let next = format!("{name}{NEXT_SUFFIX}");
+                writeln!(out, "create {next} hash:ip family {family}").expect("write to String");
+                writeln!(out, "flush {next}").expect("write to String");
+                next
+            } else {
+                name.clone()
+            };
+            for member in &set.members {
+                writeln!(out, "add {fill} {member}").expect("write to String");
+            }
+            if *exists {
+                writeln!(out, "swap {fill} {name}").expect("write to String");
+                writeln!(out, "destroy {fill}").expect("write to String");
+            }
+        }
+        Some(out)
+    }
+
+    /// Input for `ipset restore -exist` that destroys stale sets.
+    pub fn ipset_cleanup_text(&self) -> Option<String> {
+        if self.destroy_sets.is_empty() {
+            return None;
+        }
+        Some(
+            self.destroy_sets
+                .iter()
+                .map(|name| format!("destroy {name}\n"))
+                .collect(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn jump(chain: &str) -> (String, String) {
+        ("INPUT".into(), format!("-j {chain}"))
+    }
+
+    #[test]
+    fn duplicate_and_foreign_jumps_are_reconciled() {
+        let desired = Table {
+            chains: [("TOLLGATE-INPUT".into(), vec!["-j RETURN".into()])].into(),
+            jumps: vec![jump("TOLLGATE-INPUT")],
+        };
+        let installed = Table {
+            chains: [
+                ("TOLLGATE-INPUT".into(), vec!["-j RETURN".into()]),
+                ("TOLLGATE-OLD".into(), vec![]),
+            ]
+            .into(),
+            jumps: vec![
+                jump("TOLLGATE-INPUT"),
+                jump("TOLLGATE-OLD"),
+                jump("TOLLGATE-INPUT"),
+            ],
+        };
+        let changes = TableChanges::between(&desired, &installed);
+        assert_eq!(
+            changes.restore_text().unwrap(),
+            "*filter\n:TOLLGATE-OLD - [0:0]\n-D INPUT -j TOLLGATE-INPUT\n-D INPUT -j TOLLGATE-OLD\n\
+             -X TOLLGATE-OLD\nCOMMIT\n"
+        );
+        let missing = Table {
+            jumps: vec![],
+            ..installed.clone()
+        };
+        let changes = TableChanges::between(&desired, &missing);
+        assert_eq!(changes.insert_jumps, vec![jump("TOLLGATE-INPUT")]);
+        assert_eq!(changes.remove, vec!["TOLLGATE-OLD".to_string()]);
+    }
+
+    #[test]
+    fn membership_change_swaps_and_stale_sets_are_destroyed() {
+        let set = |members: &[&str]| IpSet {
+            family: Family::V4,
+            members: members.iter().map(|m| m.parse().unwrap()).collect(),
+        };
+        let mut desired = State::default();
+        desired
+            .sets
+            .insert("tollgate-a".into(), set(&["10.0.0.1", "10.0.0.2"]));
+        desired.sets.insert("tollgate-b".into(), set(&["10.0.0.3"]));
+        let mut installed = State::default();
+        installed.sets.insert("tollgate-a".into(), set(&["10.0.0.1"]));
+        installed.sets.insert("tollgate-old".into(), set(&[]));
+        let changes = Changes::between(&desired, &installed);
+        assert_eq!(
+            changes.ipset_prepare_text().unwrap(),
+            "create tollgate-a hash:ip family inet\n\
+             create tollgate-a-next hash:ip family inet\nflush tollgate-a-next\n\
+             add tollgate-a-next 10.0.0.1\nadd tollgate-a-next 10.0.0.2\n\
+             swap tollgate-a-next tollgate-a\ndestroy tollgate-a-next\n\
+             create tollgate-b hash:ip family inet\nadd tollgate-b 10.0.0.3\n"
+        );
+        assert_eq!(
+            changes.ipset_cleanup_text().unwrap(),
+            "destroy tollgate-old\n"
+        );
+        assert!(changes.v4.restore_text().is_none());
+    }
+}

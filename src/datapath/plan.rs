@@ -1,0 +1,245 @@
+//! The desired netfilter state for a configuration and the endpoints the
+//! compiled ruleset enforces: rule text exactly as `iptables-save` prints it,
+//! so that the installed state parses back to an equal value. Pure.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use crate::config::{Config, FailMode, MarkLayout, Privileged, PrivilegedProtocol};
+
+use super::state::{Family, IpSet, State, Table};
+
+/// What the datapath must send to the queue, from the compiled ruleset.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Targets {
+    /// Some rule applies to the local Node's ingress: queue every new
+    /// connection arriving on INPUT.
+    pub node_ingress: bool,
+    /// Some rule applies to the local Node's egress: queue every new
+    /// connection leaving on OUTPUT.
+    pub node_egress: bool,
+    /// Addresses of endpoints some policy applies to: new connections from
+    /// or to them are queued on every hook.
+    pub endpoints: BTreeSet<IpAddr>,
+}
+
+/// A built-in hook of the filter table and the owned chain it jumps to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Hook {
+    Input,
+    Forward,
+    Output,
+}
+
+impl Hook {
+    pub const ALL: [Hook; 3] = [Hook::Input, Hook::Forward, Hook::Output];
+
+    pub fn builtin(self) -> &'static str {
+        match self {
+            Hook::Input => "INPUT",
+            Hook::Forward => "FORWARD",
+            Hook::Output => "OUTPUT",
+        }
+    }
+
+    pub fn chain(self) -> &'static str {
+        match self {
+            Hook::Input => "TOLLGATE-INPUT",
+            Hook::Forward => "TOLLGATE-FORWARD",
+            Hook::Output => "TOLLGATE-OUTPUT",
+        }
+    }
+}
+
+/// Name of the ipset of enforced endpoint addresses of a family.
+pub fn endpoints_set(family: Family) -> &'static str {
+    match family {
+        Family::V4 => "tollgate-endpoints-v4",
+        Family::V6 => "tollgate-endpoints-v6",
+    }
+}
+
+/// ICMPv6 neighbour discovery (router solicitation/advertisement, neighbour
+/// solicitation/advertisement, redirect): always allowed on the node.
+const NEIGHBOUR_DISCOVERY: [u8; 5] = [133, 134, 135, 136, 137];
+
+/// The full desired state.
+pub fn desired(config: &Config, targets: &Targets) -> State {
+    let mut state = State::default();
+    for family in Family::ALL {
+        let table = state.table_mut(family);
+        *table = family_table(config, targets, family);
+        let members = targets
+            .endpoints
+            .iter()
+            .filter(|a| Family::of(a) == family)
+            .copied()
+            .collect();
+        state
+            .sets
+            .insert(endpoints_set(family).into(), IpSet { family, members });
+    }
+    state
+}
+
+fn family_table(config: &Config, targets: &Targets, family: Family) -> Table {
+    let chains: BTreeMap<String, Vec<String>> = Hook::ALL
+        .iter()
+        .map(|&hook| {
+            (
+                hook.chain().to_string(),
+                chain_rules(config, targets, family, hook),
+            )
+        })
+        .collect();
+    let jumps = Hook::ALL
+        .iter()
+        .map(|hook| (hook.builtin().to_string(), format!("-j {}", hook.chain())))
+        .collect();
+    Table { chains, jumps }
+}
+
+/// The rules of one owned chain, top to bottom.
+fn chain_rules(config: &Config, targets: &Targets, family: Family, hook: Hook) -> Vec<String> {
+    let marks = &config.marks;
+    let allow = mark_match(marks, marks.allow);
+    let reject = mark_match(marks, marks.reject);
+    let mut rules = Vec::new();
+
+    // Privileged: loopback.
+    match hook {
+        Hook::Input => rules.push("-i lo -j ACCEPT".to_string()),
+        Hook::Output => rules.push("-o lo -j ACCEPT".to_string()),
+        Hook::Forward => {}
+    }
+    // Verdicts the queue handed back with a mark and NF_REPEAT.
+    rules.push(format!(
+        "-m mark --mark {allow} -j CONNMARK --save-mark --nfmask {mask:#x} --ctmask {mask:#x}",
+        mask = marks.mask
+    ));
+    rules.push(format!("-m mark --mark {allow} -j ACCEPT"));
+    rules.push(format!(
+        "-p tcp -m mark --mark {reject} -j REJECT --reject-with tcp-reset"
+    ));
+    rules.push(format!(
+        "-m mark --mark {reject} -j REJECT --reject-with {}",
+        match family {
+            Family::V4 => "icmp-admin-prohibited",
+            Family::V6 => "icmp6-adm-prohibited",
+        }
+    ));
+    // Connections already decided stay in the kernel.
+    rules.push(format!(
+        "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark {allow} -j ACCEPT"
+    ));
+    if family == Family::V6 && hook != Hook::Forward {
+        rules.extend(
+            NEIGHBOUR_DISCOVERY
+                .iter()
+                .map(|t| format!("-p ipv6-icmp -m icmp6 --icmpv6-type {t} -j ACCEPT")),
+        );
+    }
+    for entry in config
+        .privileged
+        .iter()
+        .filter(|p| Family::of(&p.cidr.addr()) == family)
+    {
+        let directions: &[&str] = match hook {
+            Hook::Input => &["-s"],
+            Hook::Output => &["-d"],
+            Hook::Forward => &["-s", "-d"],
+        };
+        for dir in directions {
+            rules.push(privileged_rule(entry, dir, family));
+        }
+    }
+    rules.extend(queue_rules(config, targets, family, hook));
+    rules
+}
+
+/// `--mark value/mask` as iptables-save prints it.
+fn mark_match(marks: &MarkLayout, value: u32) -> String {
+    format!("{value:#x}/{:#x}", marks.mask)
+}
+
+fn privileged_rule(entry: &Privileged, dir: &str, family: Family) -> String {
+    let mut rule = format!("{dir} {}", entry.cidr);
+    if let Some(protocol) = entry.protocol {
+        let name = match (protocol, family) {
+            (PrivilegedProtocol::Tcp, _) => "tcp",
+            (PrivilegedProtocol::Udp, _) => "udp",
+            (PrivilegedProtocol::Sctp, _) => "sctp",
+            (PrivilegedProtocol::Icmp, Family::V4) => "icmp",
+            (PrivilegedProtocol::Icmp, Family::V6) => "ipv6-icmp",
+        };
+        rule.push_str(&format!(" -p {name}"));
+        if let Some(port) = entry.port {
+            rule.push_str(&format!(" -m {name} --dport {port}"));
+        }
+    }
+    rule.push_str(" -j ACCEPT");
+    rule
+}
+
+/// New connections to hand to the workers.
+fn queue_rules(config: &Config, targets: &Targets, family: Family, hook: Hook) -> Vec<String> {
+    let queues = &config.queues;
+    let mut target = if queues.first() == queues.last() {
+        format!("NFQUEUE --queue-num {}", queues.first())
+    } else {
+        format!(
+            "NFQUEUE --queue-balance {}:{}",
+            queues.first(),
+            queues.last()
+        )
+    };
+    if config.fail_mode == FailMode::Open {
+        target.push_str(" --queue-bypass");
+    }
+
+    let whole_hook = match hook {
+        Hook::Input => targets.node_ingress,
+        Hook::Output => targets.node_egress,
+        Hook::Forward => false,
+    };
+    let set = endpoints_set(family);
+    let selections: Vec<String> = if whole_hook {
+        vec![String::new()]
+    } else {
+        ["src", "dst"]
+            .iter()
+            .map(|dir| format!("-m set --match-set {set} {dir} "))
+            .collect()
+    };
+    let interfaces: Vec<String> = if config.interfaces.is_empty() {
+        vec![String::new()]
+    } else {
+        let flags: &[&str] = match hook {
+            Hook::Input => &["-i"],
+            Hook::Output => &["-o"],
+            Hook::Forward => &["-i", "-o"],
+        };
+        flags
+            .iter()
+            .flat_map(|flag| {
+                config
+                    .interfaces
+                    .iter()
+                    .map(move |i| format!("{flag} {} ", i.as_iptables()))
+            })
+            .collect()
+    };
+    let mut rules = Vec::new();
+    for interface in &interfaces {
+        for selection in &selections {
+            rules.push(format!(
+                "{interface}{selection}-m conntrack --ctstate NEW -j {target}"
+            ));
+        }
+    }
+    rules
+}
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;

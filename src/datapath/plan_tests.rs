@@ -1,0 +1,246 @@
+use super::*;
+use crate::config::{MachineDefaults, Settings};
+use crate::datapath::diff::Changes;
+use crate::datapath::state::State;
+
+fn config(flags: Settings) -> Config {
+    flags
+        .resolve(&MachineDefaults {
+            node_name: "node-a".into(),
+            queues: 2,
+        })
+        .unwrap()
+}
+
+fn targets(node_ingress: bool, node_egress: bool, endpoints: &[&str]) -> Targets {
+    Targets {
+        node_ingress,
+        node_egress,
+        endpoints: endpoints.iter().map(|e| e.parse().unwrap()).collect(),
+    }
+}
+
+/// What `iptables-save -t filter` prints once the default configuration is
+/// installed with a node-ingress rule and one enforced endpoint (this text is
+/// also in the module documentation).
+const DEFAULT_V4_SAVE: &str = "\
+*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:TOLLGATE-FORWARD - [0:0]
+:TOLLGATE-INPUT - [0:0]
+:TOLLGATE-OUTPUT - [0:0]
+-A INPUT -j TOLLGATE-INPUT
+-A FORWARD -j TOLLGATE-FORWARD
+-A OUTPUT -j TOLLGATE-OUTPUT
+-A TOLLGATE-FORWARD -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
+-A TOLLGATE-FORWARD -m mark --mark 0x100000/0xf00000 -j ACCEPT
+-A TOLLGATE-FORWARD -p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset
+-A TOLLGATE-FORWARD -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp-admin-prohibited
+-A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
+-A TOLLGATE-FORWARD -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
+-A TOLLGATE-FORWARD -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
+-A TOLLGATE-INPUT -i lo -j ACCEPT
+-A TOLLGATE-INPUT -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
+-A TOLLGATE-INPUT -m mark --mark 0x100000/0xf00000 -j ACCEPT
+-A TOLLGATE-INPUT -p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset
+-A TOLLGATE-INPUT -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp-admin-prohibited
+-A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
+-A TOLLGATE-INPUT -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
+-A TOLLGATE-OUTPUT -o lo -j ACCEPT
+-A TOLLGATE-OUTPUT -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
+-A TOLLGATE-OUTPUT -m mark --mark 0x100000/0xf00000 -j ACCEPT
+-A TOLLGATE-OUTPUT -p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset
+-A TOLLGATE-OUTPUT -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp-admin-prohibited
+-A TOLLGATE-OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
+-A TOLLGATE-OUTPUT -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
+-A TOLLGATE-OUTPUT -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
+COMMIT
+";
+
+const DEFAULT_IPSET_SAVE: &str = "\
+create tollgate-endpoints-v4 hash:ip family inet hashsize 1024 maxelem 65536 bucketsize 12 initval 0x5e1f2b1a
+add tollgate-endpoints-v4 10.0.0.5
+create tollgate-endpoints-v6 hash:ip family inet6 hashsize 1024 maxelem 65536 bucketsize 12 initval 0x0c7c6dcd
+";
+
+#[test]
+fn first_install_renders_the_whole_ruleset_in_one_batch() {
+    let desired = desired(&config(Settings::default()), &targets(true, false, &["10.0.0.5"]));
+    let changes = Changes::between(&desired, &State::default());
+    let expected_v4: String = DEFAULT_V4_SAVE
+        .lines()
+        .filter(|l| !l.starts_with(":INPUT") && !l.starts_with(":FORWARD") && !l.starts_with(":OUTPUT"))
+        .filter(|l| !l.starts_with("-A INPUT") && !l.starts_with("-A FORWARD") && !l.starts_with("-A OUTPUT"))
+        .filter(|l| *l != "COMMIT")
+        .map(|l| format!("{l}\n"))
+        .chain([
+            "-I INPUT 1 -j TOLLGATE-INPUT\n".to_string(),
+            "-I FORWARD 1 -j TOLLGATE-FORWARD\n".to_string(),
+            "-I OUTPUT 1 -j TOLLGATE-OUTPUT\n".to_string(),
+            "COMMIT\n".to_string(),
+        ])
+        .collect();
+    assert_eq!(changes.v4.restore_text().unwrap(), expected_v4);
+    assert_eq!(
+        changes.ipset_prepare_text().unwrap(),
+        "create tollgate-endpoints-v4 hash:ip family inet\nadd tollgate-endpoints-v4 10.0.0.5\n\
+         create tollgate-endpoints-v6 hash:ip family inet6\n"
+    );
+    assert!(changes.ipset_cleanup_text().is_none());
+}
+
+#[test]
+fn installed_state_parses_back_to_an_empty_diff() {
+    let desired = desired(&config(Settings::default()), &targets(true, false, &["10.0.0.5"]));
+    let v6_save = render_save(&desired, Family::V6);
+    let installed = State::parse(DEFAULT_V4_SAVE, &v6_save, DEFAULT_IPSET_SAVE);
+    let changes = Changes::between(&desired, &installed);
+    assert!(changes.is_empty(), "{changes:#?}");
+}
+
+/// iptables-save text for a desired table, as the kernel would print it.
+fn render_save(state: &State, family: Family) -> String {
+    let table = state.table(family);
+    let mut out = String::from("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n");
+    for name in table.chains.keys() {
+        out.push_str(&format!(":{name} - [0:0]\n"));
+    }
+    for (chain, rule) in &table.jumps {
+        out.push_str(&format!("-A {chain} {rule}\n"));
+    }
+    for (name, rules) in &table.chains {
+        for rule in rules {
+            out.push_str(&format!("-A {name} {rule}\n"));
+        }
+    }
+    out.push_str("COMMIT\n");
+    out
+}
+
+#[test]
+fn ipv6_table_allows_neighbour_discovery_and_uses_icmp6_reject() {
+    let desired = desired(&config(Settings::default()), &targets(false, true, &["fd00::5"]));
+    assert_eq!(
+        desired.v6.chains["TOLLGATE-INPUT"],
+        [
+            "-i lo -j ACCEPT",
+            "-m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000",
+            "-m mark --mark 0x100000/0xf00000 -j ACCEPT",
+            "-p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset",
+            "-m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp6-adm-prohibited",
+            "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT",
+            "-p ipv6-icmp -m icmp6 --icmpv6-type 133 -j ACCEPT",
+            "-p ipv6-icmp -m icmp6 --icmpv6-type 134 -j ACCEPT",
+            "-p ipv6-icmp -m icmp6 --icmpv6-type 135 -j ACCEPT",
+            "-p ipv6-icmp -m icmp6 --icmpv6-type 136 -j ACCEPT",
+            "-p ipv6-icmp -m icmp6 --icmpv6-type 137 -j ACCEPT",
+            "-m set --match-set tollgate-endpoints-v6 src -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101",
+            "-m set --match-set tollgate-endpoints-v6 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101",
+        ]
+    );
+    assert_eq!(
+        desired.v6.chains["TOLLGATE-OUTPUT"].last().unwrap(),
+        "-m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101"
+    );
+    assert_eq!(
+        desired.sets["tollgate-endpoints-v6"].members.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+        ["fd00::5"]
+    );
+    assert!(desired.sets["tollgate-endpoints-v4"].members.is_empty());
+}
+
+#[test]
+fn open_mode_single_queue_interfaces_and_privileged_entries() {
+    let flags = Settings {
+        queues: Some(1),
+        queue_base: Some(7),
+        fail_mode: Some(FailMode::Open),
+        interfaces: Some(vec!["veth*".into(), "eth0".into()]),
+        privileged: Some(vec![
+            "10.0.0.0/24,tcp/22".parse().unwrap(),
+            "fd00::/64,icmp".parse().unwrap(),
+            "192.168.7.1".parse().unwrap(),
+        ]),
+        mark_mask: Some(crate::config::MaskValue::Text("0x30000".into())),
+        ..Settings::default()
+    };
+    let desired = desired(&config(flags), &targets(false, false, &[]));
+    let forward = &desired.v4.chains["TOLLGATE-FORWARD"];
+    assert_eq!(
+        forward,
+        &[
+            "-m mark --mark 0x10000/0x30000 -j CONNMARK --save-mark --nfmask 0x30000 --ctmask 0x30000",
+            "-m mark --mark 0x10000/0x30000 -j ACCEPT",
+            "-p tcp -m mark --mark 0x20000/0x30000 -j REJECT --reject-with tcp-reset",
+            "-m mark --mark 0x20000/0x30000 -j REJECT --reject-with icmp-admin-prohibited",
+            "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x10000/0x30000 -j ACCEPT",
+            "-s 10.0.0.0/24 -p tcp -m tcp --dport 22 -j ACCEPT",
+            "-d 10.0.0.0/24 -p tcp -m tcp --dport 22 -j ACCEPT",
+            "-s 192.168.7.1/32 -j ACCEPT",
+            "-d 192.168.7.1/32 -j ACCEPT",
+            "-i veth+ -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate NEW -j NFQUEUE --queue-num 7 --queue-bypass",
+            "-i veth+ -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-num 7 --queue-bypass",
+            "-i eth0 -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate NEW -j NFQUEUE --queue-num 7 --queue-bypass",
+            "-i eth0 -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-num 7 --queue-bypass",
+            "-o veth+ -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate NEW -j NFQUEUE --queue-num 7 --queue-bypass",
+            "-o veth+ -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-num 7 --queue-bypass",
+            "-o eth0 -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate NEW -j NFQUEUE --queue-num 7 --queue-bypass",
+            "-o eth0 -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-num 7 --queue-bypass",
+        ]
+    );
+    let input_v6 = &desired.v6.chains["TOLLGATE-INPUT"];
+    assert!(input_v6.contains(&"-s fd00::/64 -p ipv6-icmp -j ACCEPT".to_string()));
+    assert!(!input_v6.iter().any(|r| r.contains("10.0.0.0")));
+    let output_v4 = &desired.v4.chains["TOLLGATE-OUTPUT"];
+    assert!(output_v4.contains(&"-d 10.0.0.0/24 -p tcp -m tcp --dport 22 -j ACCEPT".to_string()));
+    assert!(!output_v4.iter().any(|r| r.starts_with("-s 10.0.0.0")));
+}
+
+#[test]
+fn membership_change_touches_only_the_set() {
+    let config = config(Settings::default());
+    let before = desired(&config, &targets(false, false, &["10.0.0.5"]));
+    let after = desired(&config, &targets(false, false, &["10.0.0.5", "10.0.0.6"]));
+    let changes = Changes::between(&after, &before);
+    assert!(changes.v4.is_empty() && changes.v6.is_empty());
+    assert_eq!(changes.sets.len(), 1);
+    assert!(changes.sets["tollgate-endpoints-v4"].exists);
+}
+
+#[test]
+fn node_rule_change_rewrites_only_the_affected_chain() {
+    let config = config(Settings::default());
+    let before = desired(&config, &targets(false, false, &[]));
+    let after = desired(&config, &targets(true, false, &[]));
+    let changes = Changes::between(&after, &before);
+    assert_eq!(changes.v4.write.keys().collect::<Vec<_>>(), ["TOLLGATE-INPUT"]);
+    assert_eq!(changes.v6.write.keys().collect::<Vec<_>>(), ["TOLLGATE-INPUT"]);
+    assert!(changes.sets.is_empty() && changes.v4.insert_jumps.is_empty());
+}
+
+#[test]
+fn teardown_removes_everything_owned_and_nothing_else() {
+    let desired = desired(&config(Settings::default()), &targets(true, false, &["10.0.0.5"]));
+    let save = format!(
+        "{}",
+        DEFAULT_V4_SAVE.replace(
+            "-A INPUT -j TOLLGATE-INPUT\n",
+            "-A INPUT -j TOLLGATE-INPUT\n-A INPUT -s 1.2.3.4/32 -j DROP\n"
+        )
+    );
+    let installed = State::parse(&save, &render_save(&desired, Family::V6), DEFAULT_IPSET_SAVE);
+    let changes = Changes::between(&State::default(), &installed);
+    assert_eq!(
+        changes.v4.restore_text().unwrap(),
+        "*filter\n:TOLLGATE-FORWARD - [0:0]\n:TOLLGATE-INPUT - [0:0]\n:TOLLGATE-OUTPUT - [0:0]\n\
+         -D INPUT -j TOLLGATE-INPUT\n-D FORWARD -j TOLLGATE-FORWARD\n-D OUTPUT -j TOLLGATE-OUTPUT\n\
+         -X TOLLGATE-FORWARD\n-X TOLLGATE-INPUT\n-X TOLLGATE-OUTPUT\nCOMMIT\n"
+    );
+    assert_eq!(
+        changes.ipset_cleanup_text().unwrap(),
+        "destroy tollgate-endpoints-v4\ndestroy tollgate-endpoints-v6\n"
+    );
+    assert!(changes.ipset_prepare_text().is_none());
+}

@@ -1,0 +1,247 @@
+//! The netfilter state tollgate owns, as one value: the `TOLLGATE-*` chains
+//! and the jumps into them per address family, and the `tollgate-*` ipsets.
+//! The desired state ([`super::plan`]) and the installed state (parsed here
+//! from `iptables-save` / `ipset save` text) have the same type, so
+//! reconciling is a diff of two values. Parsing only; never runs commands.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+/// Prefix of every chain tollgate owns.
+pub const CHAIN_PREFIX: &str = "TOLLGATE-";
+/// Prefix of every ipset tollgate owns.
+pub const SET_PREFIX: &str = "tollgate-";
+/// Built-in chains of the filter table that may jump into owned chains.
+pub const BUILTIN_CHAINS: [&str; 3] = ["INPUT", "FORWARD", "OUTPUT"];
+
+/// IP family: one iptables table per family, one ipset per family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    pub const ALL: [Family; 2] = [Family::V4, Family::V6];
+
+    pub fn of(addr: &IpAddr) -> Family {
+        match addr {
+            IpAddr::V4(_) => Family::V4,
+            IpAddr::V6(_) => Family::V6,
+        }
+    }
+
+    /// `family` argument of `ipset create`.
+    pub fn ipset_family(self) -> &'static str {
+        match self {
+            Family::V4 => "inet",
+            Family::V6 => "inet6",
+        }
+    }
+
+    /// `iptables` / `ip6tables`, for messages.
+    pub fn command(self) -> &'static str {
+        match self {
+            Family::V4 => "iptables",
+            Family::V6 => "ip6tables",
+        }
+    }
+}
+
+/// The owned part of one family's filter table.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Table {
+    /// Owned chain → its rules, each as `iptables-save` prints it after
+    /// `-A CHAIN ` (e.g. `-i lo -j ACCEPT`).
+    pub chains: BTreeMap<String, Vec<String>>,
+    /// Rules in built-in chains that jump to owned chains, as
+    /// `(built-in chain, rule)`, once per occurrence.
+    pub jumps: Vec<(String, String)>,
+}
+
+/// An owned `hash:ip` ipset.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IpSet {
+    pub family: Family,
+    pub members: BTreeSet<IpAddr>,
+}
+
+/// Everything tollgate owns in one network namespace.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct State {
+    pub v4: Table,
+    pub v6: Table,
+    pub sets: BTreeMap<String, IpSet>,
+}
+
+impl State {
+    pub fn table(&self, family: Family) -> &Table {
+        match family {
+            Family::V4 => &self.v4,
+            Family::V6 => &self.v6,
+        }
+    }
+
+    pub fn table_mut(&mut self, family: Family) -> &mut Table {
+        match family {
+            Family::V4 => &mut self.v4,
+            Family::V6 => &mut self.v6,
+        }
+    }
+
+    /// The installed state from `iptables-save -t filter`,
+    /// `ip6tables-save -t filter` and `ipset save` output.
+    pub fn parse(iptables_save: &str, ip6tables_save: &str, ipset_save: &str) -> State {
+        State {
+            v4: Table::parse(iptables_save),
+            v6: Table::parse(ip6tables_save),
+            sets: parse_ipset_save(ipset_save),
+        }
+    }
+}
+
+impl Table {
+    /// Parses the filter table of `iptables-save` output, keeping only what
+    /// tollgate owns. Lines of other tables are ignored.
+    pub fn parse(save: &str) -> Table {
+        let mut table = Table::default();
+        let mut in_filter = false;
+        for line in save.lines() {
+            if let Some(name) = line.strip_prefix('*') {
+                in_filter = name == "filter";
+                continue;
+            }
+            if !in_filter {
+                continue;
+            }
+            if let Some(decl) = line.strip_prefix(':') {
+                let name = decl.split(' ').next().unwrap_or("");
+                if name.starts_with(CHAIN_PREFIX) {
+                    table.chains.entry(name.to_string()).or_default();
+                }
+            } else if let Some(rule) = line.strip_prefix("-A ") {
+                let Some((chain, spec)) = rule.split_once(' ') else {
+                    continue;
+                };
+                if chain.starts_with(CHAIN_PREFIX) {
+                    table
+                        .chains
+                        .entry(chain.to_string())
+                        .or_default()
+                        .push(spec.to_string());
+                } else if BUILTIN_CHAINS.contains(&chain) && targets_owned_chain(spec) {
+                    table.jumps.push((chain.to_string(), spec.to_string()));
+                }
+            }
+        }
+        table
+    }
+}
+
+/// Whether a rule's target (`-j` or `-g`) is an owned chain.
+fn targets_owned_chain(spec: &str) -> bool {
+    let mut words = spec.split(' ');
+    while let Some(word) = words.next() {
+        if matches!(word, "-j" | "-g") {
+            return words.next().is_some_and(|t| t.starts_with(CHAIN_PREFIX));
+        }
+    }
+    false
+}
+
+/// Parses `ipset save` output, keeping the owned sets.
+fn parse_ipset_save(save: &str) -> BTreeMap<String, IpSet> {
+    let mut sets = BTreeMap::new();
+    for line in save.lines() {
+        let mut words = line.split_whitespace();
+        match (words.next(), words.next()) {
+            (Some("create"), Some(name)) if name.starts_with(SET_PREFIX) => {
+                let family = if line.contains(" family inet6") {
+                    Family::V6
+                } else {
+                    Family::V4
+                };
+                sets.insert(
+                    name.to_string(),
+                    IpSet {
+                        family,
+                        members: BTreeSet::new(),
+                    },
+                );
+            }
+            (Some("add"), Some(name)) => {
+                let member = words.next().and_then(|m| m.parse::<IpAddr>().ok());
+                if let (Some(set), Some(member)) = (sets.get_mut(name), member) {
+                    set.members.insert(member);
+                }
+            }
+            _ => {}
+        }
+    }
+    sets
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAVE: &str = "\
+# Generated by iptables-save v1.8.9 (nf_tables) on Sun Nov 22 00:01:15 2026
+*nat
+:PREROUTING ACCEPT [0:0]
+-A PREROUTING -j TOLLGATE-NOT-FILTER
+COMMIT
+*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:KUBE-FIREWALL - [0:0]
+:TOLLGATE-INPUT - [0:0]
+:TOLLGATE-STALE - [0:0]
+-A INPUT -j TOLLGATE-INPUT
+-A INPUT -j KUBE-FIREWALL
+-A INPUT -j TOLLGATE-INPUT
+-A KUBE-FIREWALL -j TOLLGATE-INPUT
+-A TOLLGATE-INPUT -i lo -j ACCEPT
+-A TOLLGATE-INPUT -m comment --comment \"-j KUBE\" -j RETURN
+COMMIT
+";
+
+    #[test]
+    fn parses_owned_chains_and_jumps_from_builtins_only() {
+        let table = Table::parse(SAVE);
+        assert_eq!(
+            table.chains.keys().collect::<Vec<_>>(),
+            ["TOLLGATE-INPUT", "TOLLGATE-STALE"]
+        );
+        assert_eq!(
+            table.chains["TOLLGATE-INPUT"],
+            ["-i lo -j ACCEPT", "-m comment --comment \"-j KUBE\" -j RETURN"]
+        );
+        assert!(table.chains["TOLLGATE-STALE"].is_empty());
+        let jump = ("INPUT".to_string(), "-j TOLLGATE-INPUT".to_string());
+        assert_eq!(table.jumps, vec![jump.clone(), jump]);
+    }
+
+    #[test]
+    fn parses_owned_ipsets() {
+        let save = "\
+create other hash:ip family inet hashsize 1024 maxelem 65536
+add other 10.9.9.9
+create tollgate-endpoints-v4 hash:ip family inet hashsize 1024 maxelem 65536 bucketsize 12 initval 0x1
+add tollgate-endpoints-v4 10.0.0.2
+add tollgate-endpoints-v4 10.0.0.1
+create tollgate-endpoints-v6 hash:ip family inet6 hashsize 1024 maxelem 65536
+add tollgate-endpoints-v6 fd00::1
+";
+        let sets = parse_ipset_save(save);
+        assert_eq!(sets.len(), 2);
+        let v4 = &sets["tollgate-endpoints-v4"];
+        assert_eq!(v4.family, Family::V4);
+        assert_eq!(
+            v4.members.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+            ["10.0.0.1", "10.0.0.2"]
+        );
+        assert_eq!(sets["tollgate-endpoints-v6"].family, Family::V6);
+    }
+}
