@@ -313,11 +313,10 @@ impl Settings {
         if text.trim().is_empty() {
             return Ok(Settings::default());
         }
-        let settings: Settings =
-            serde_saphyr::from_str(text).map_err(|e| ConfigError::Parse {
-                path: path.to_path_buf(),
-                reason: e.to_string(),
-            })?;
+        let settings: Settings = serde_saphyr::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
         for entry in settings.privileged.iter().flatten() {
             if let Some(reason) = entry.problem() {
                 return Err(ConfigError::Privileged {
@@ -349,9 +348,7 @@ impl Settings {
     /// Validates and fills defaults. `defaults` carries what depends on the
     /// machine.
     pub fn resolve(self, defaults: &MachineDefaults) -> Result<Config, ConfigError> {
-        let node_name = self
-            .node_name
-            .unwrap_or_else(|| defaults.node_name.clone());
+        let node_name = self.node_name.unwrap_or_else(|| defaults.node_name.clone());
         if node_name.trim().is_empty() {
             return Err(ConfigError::NodeName);
         }
@@ -523,7 +520,12 @@ mod tests {
         assert_eq!((p.protocol, p.port), (Some(PrivilegedProtocol::Icmp), None));
         let p: Privileged = "192.168.1.9/24".parse().unwrap();
         assert_eq!(p.cidr.to_string(), "192.168.1.0/24");
-        for bad in ["nope", "10.0.0.0/8,gre", "10.0.0.0/8,tcp/0", "10.0.0.0/8,icmp/3"] {
+        for bad in [
+            "nope",
+            "10.0.0.0/8,gre",
+            "10.0.0.0/8,tcp/0",
+            "10.0.0.0/8,icmp/3",
+        ] {
             assert!(bad.parse::<Privileged>().is_err(), "{bad}");
         }
     }
@@ -548,7 +550,10 @@ mod tests {
         assert!(QueueRange::new(65535, 2).is_err());
         assert!(QueueRange::new(1, 0).is_err());
         assert_eq!(
-            QueueRange::new(65534, 2).unwrap().iter().collect::<Vec<_>>(),
+            QueueRange::new(65534, 2)
+                .unwrap()
+                .iter()
+                .collect::<Vec<_>>(),
             vec![65534, 65535]
         );
         let labels = parse_labels("a=1,b=").unwrap();

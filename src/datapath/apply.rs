@@ -62,7 +62,13 @@ impl Kernel {
 
     /// What tollgate owns right now.
     pub fn installed(&self) -> Result<State, DatapathError> {
-        let save = |family| run(&self.backend.program(family, "save"), &["-t", "filter"], None);
+        let save = |family| {
+            run(
+                &self.backend.program(family, "save"),
+                &["-t", "filter"],
+                None,
+            )
+        };
         Ok(State::parse(
             &save(Family::V4)?,
             &save(Family::V6)?,

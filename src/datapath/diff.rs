@@ -257,7 +257,9 @@ mod tests {
             .insert("tollgate-a".into(), set(&["10.0.0.1", "10.0.0.2"]));
         desired.sets.insert("tollgate-b".into(), set(&["10.0.0.3"]));
         let mut installed = State::default();
-        installed.sets.insert("tollgate-a".into(), set(&["10.0.0.1"]));
+        installed
+            .sets
+            .insert("tollgate-a".into(), set(&["10.0.0.1"]));
         installed.sets.insert("tollgate-old".into(), set(&[]));
         let changes = Changes::between(&desired, &installed);
         assert_eq!(

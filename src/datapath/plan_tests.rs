@@ -67,12 +67,21 @@ create tollgate-endpoints-v6 hash:ip family inet6 hashsize 1024 maxelem 65536 bu
 
 #[test]
 fn first_install_renders_the_whole_ruleset_in_one_batch() {
-    let desired = desired(&config(Settings::default()), &targets(true, false, &["10.0.0.5"]));
+    let desired = desired(
+        &config(Settings::default()),
+        &targets(true, false, &["10.0.0.5"]),
+    );
     let changes = Changes::between(&desired, &State::default());
     let expected_v4: String = DEFAULT_V4_SAVE
         .lines()
-        .filter(|l| !l.starts_with(":INPUT") && !l.starts_with(":FORWARD") && !l.starts_with(":OUTPUT"))
-        .filter(|l| !l.starts_with("-A INPUT") && !l.starts_with("-A FORWARD") && !l.starts_with("-A OUTPUT"))
+        .filter(|l| {
+            !l.starts_with(":INPUT") && !l.starts_with(":FORWARD") && !l.starts_with(":OUTPUT")
+        })
+        .filter(|l| {
+            !l.starts_with("-A INPUT")
+                && !l.starts_with("-A FORWARD")
+                && !l.starts_with("-A OUTPUT")
+        })
         .filter(|l| *l != "COMMIT")
         .map(|l| format!("{l}\n"))
         .chain([
@@ -93,7 +102,10 @@ fn first_install_renders_the_whole_ruleset_in_one_batch() {
 
 #[test]
 fn installed_state_parses_back_to_an_empty_diff() {
-    let desired = desired(&config(Settings::default()), &targets(true, false, &["10.0.0.5"]));
+    let desired = desired(
+        &config(Settings::default()),
+        &targets(true, false, &["10.0.0.5"]),
+    );
     let v6_save = render_save(&desired, Family::V6);
     let installed = State::parse(DEFAULT_V4_SAVE, &v6_save, DEFAULT_IPSET_SAVE);
     let changes = Changes::between(&desired, &installed);
@@ -103,7 +115,8 @@ fn installed_state_parses_back_to_an_empty_diff() {
 /// iptables-save text for a desired table, as the kernel would print it.
 fn render_save(state: &State, family: Family) -> String {
     let table = state.table(family);
-    let mut out = String::from("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n");
+    let mut out =
+        String::from("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n");
     for name in table.chains.keys() {
         out.push_str(&format!(":{name} - [0:0]\n"));
     }
@@ -121,7 +134,10 @@ fn render_save(state: &State, family: Family) -> String {
 
 #[test]
 fn ipv6_table_allows_neighbour_discovery_and_uses_icmp6_reject() {
-    let desired = desired(&config(Settings::default()), &targets(false, true, &["fd00::5"]));
+    let desired = desired(
+        &config(Settings::default()),
+        &targets(false, true, &["fd00::5"]),
+    );
     assert_eq!(
         desired.v6.chains["TOLLGATE-INPUT"],
         [
@@ -145,7 +161,11 @@ fn ipv6_table_allows_neighbour_discovery_and_uses_icmp6_reject() {
         "-m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101"
     );
     assert_eq!(
-        desired.sets["tollgate-endpoints-v6"].members.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+        desired.sets["tollgate-endpoints-v6"]
+            .members
+            .iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>(),
         ["fd00::5"]
     );
     assert!(desired.sets["tollgate-endpoints-v4"].members.is_empty());
@@ -215,14 +235,23 @@ fn node_rule_change_rewrites_only_the_affected_chain() {
     let before = desired(&config, &targets(false, false, &[]));
     let after = desired(&config, &targets(true, false, &[]));
     let changes = Changes::between(&after, &before);
-    assert_eq!(changes.v4.write.keys().collect::<Vec<_>>(), ["TOLLGATE-INPUT"]);
-    assert_eq!(changes.v6.write.keys().collect::<Vec<_>>(), ["TOLLGATE-INPUT"]);
+    assert_eq!(
+        changes.v4.write.keys().collect::<Vec<_>>(),
+        ["TOLLGATE-INPUT"]
+    );
+    assert_eq!(
+        changes.v6.write.keys().collect::<Vec<_>>(),
+        ["TOLLGATE-INPUT"]
+    );
     assert!(changes.sets.is_empty() && changes.v4.insert_jumps.is_empty());
 }
 
 #[test]
 fn teardown_removes_everything_owned_and_nothing_else() {
-    let desired = desired(&config(Settings::default()), &targets(true, false, &["10.0.0.5"]));
+    let desired = desired(
+        &config(Settings::default()),
+        &targets(true, false, &["10.0.0.5"]),
+    );
     let save = format!(
         "{}",
         DEFAULT_V4_SAVE.replace(
@@ -230,7 +259,11 @@ fn teardown_removes_everything_owned_and_nothing_else() {
             "-A INPUT -j TOLLGATE-INPUT\n-A INPUT -s 1.2.3.4/32 -j DROP\n"
         )
     );
-    let installed = State::parse(&save, &render_save(&desired, Family::V6), DEFAULT_IPSET_SAVE);
+    let installed = State::parse(
+        &save,
+        &render_save(&desired, Family::V6),
+        DEFAULT_IPSET_SAVE,
+    );
     let changes = Changes::between(&State::default(), &installed);
     assert_eq!(
         changes.v4.restore_text().unwrap(),

@@ -216,7 +216,10 @@ COMMIT
         );
         assert_eq!(
             table.chains["TOLLGATE-INPUT"],
-            ["-i lo -j ACCEPT", "-m comment --comment \"-j KUBE\" -j RETURN"]
+            [
+                "-i lo -j ACCEPT",
+                "-m comment --comment \"-j KUBE\" -j RETURN"
+            ]
         );
         assert!(table.chains["TOLLGATE-STALE"].is_empty());
         let jump = ("INPUT".to_string(), "-j TOLLGATE-INPUT".to_string());

@@ -138,9 +138,11 @@ impl Agent {
         i32::try_from(self.child.id()).expect("pid fits i32")
     }
 
-    /// Everything the agent wrote so far.
+    /// Everything the agent wrote so far, without terminal colour codes.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        strip_ansi(&String::from_utf8_lossy(
+            &std::fs::read(&self.log).unwrap_or_default(),
+        ))
     }
 
     /// Whether the process has exited (and records its status).
@@ -261,4 +263,24 @@ impl Drop for Agent {
             );
         }
     }
+}
+
+/// Removes ANSI CSI sequences (`ESC [ ... letter`), which a logger may emit
+/// around field names even when writing to a file.
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' && chars.peek() == Some(&'[') {
+            chars.next();
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
