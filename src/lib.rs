@@ -11,7 +11,13 @@
 //! 5. [`classify`] decides a [`flow::Flow`] against a ruleset (pure; also
 //!    behind `tollgate trace`).
 //!
-//! Everything listed so far is pure and unit-tested without root.
+//!
+//! Everything listed so far is pure and unit-tested without root. The
+//! agent ([`agent`], `tollgate run`, configured by [`config`]) puts them to
+//! work: [`datapath`] plans and installs the iptables chains and ipsets
+//! that send new connections of enforced endpoints to NFQUEUE, and
+//! [`queue`] workers decide them with the current ruleset.
+pub mod agent;
 pub mod classify;
 pub mod compile;
 pub mod config;
@@ -19,3 +25,6 @@ pub mod datapath;
 pub mod flow;
 pub mod fqdn;
 pub mod model;
+pub mod queue;
+pub mod source;
+pub mod validate;

@@ -21,26 +21,11 @@ use crate::fqdn::FqdnPattern;
 use crate::model::{
     AntreaPolicy, AppliedTo, Direction, GroupSpec, K8sNetworkPolicy, K8sPeer, K8sPort,
     LabelSelector, Object, Peer, PolicyPort, PolicyProtocol, PolicyType, PortProtocol, PortValue,
-    RuleAction, Snapshot,
+    RuleAction, Snapshot, BASELINE_TIER, DEFAULT_TIER, STATIC_TIERS,
 };
 
 use inventory::{Inventory, PodIdx};
 pub use rule::{Block, CompiledRule, PeerMatch, PolicyKind, PolicyRef, RuleRef, ServiceMatch};
-
-/// The static Tiers and their priorities.
-pub const STATIC_TIERS: [(&str, i32); 6] = [
-    ("emergency", 50),
-    ("securityops", 100),
-    ("networkops", 150),
-    ("platform", 200),
-    ("application", 250),
-    ("baseline", 253),
-];
-
-/// The Tier a policy without `tier` belongs to.
-pub const DEFAULT_TIER: &str = "application";
-/// Policies in this Tier are evaluated after Kubernetes NetworkPolicies.
-pub const BASELINE_TIER: &str = "baseline";
 
 /// The Node tollgate runs on.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -752,10 +737,7 @@ impl<'a> Compiler<'a> {
             pods.extend(self.inv.service_backends(reference));
         }
         for block in spec.ip_block.iter().chain(&spec.ip_blocks) {
-            blocks.push(Block {
-                cidr: block.cidr,
-                except: block.except.clone(),
-            });
+            blocks.push(Block::new(block.cidr, &block.except));
         }
         if depth == 0 {
             for child in &spec.child_groups {
@@ -820,10 +802,7 @@ impl<'a> Compiler<'a> {
         }
         for peer in peers {
             if let Some(block) = &peer.ip_block {
-                result.blocks.push(Block {
-                    cidr: block.cidr,
-                    except: block.except.clone(),
-                });
+                result.blocks.push(Block::new(block.cidr, &block.except));
                 continue;
             }
             if let Some(fqdn) = &peer.fqdn {
@@ -1006,10 +985,7 @@ impl<'a> Compiler<'a> {
         };
         for peer in peers {
             if let Some(block) = &peer.ip_block {
-                result.blocks.push(Block {
-                    cidr: block.cidr,
-                    except: block.except.clone(),
-                });
+                result.blocks.push(Block::new(block.cidr, &block.except));
                 continue;
             }
             let key = format!(

@@ -105,6 +105,14 @@ pub struct Block {
 }
 
 impl Block {
+    /// Host bits are cleared, as Kubernetes does: `10.0.0.1/24` is `10.0.0.0/24`.
+    pub fn new(cidr: IpNet, except: &[IpNet]) -> Block {
+        Block {
+            cidr: cidr.trunc(),
+            except: except.iter().map(IpNet::trunc).collect(),
+        }
+    }
+
     pub fn contains(&self, ip: IpAddr) -> bool {
         self.cidr.contains(&ip) && !self.except.iter().any(|e| e.contains(&ip))
     }

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use crate::classify::{NoFqdn, Outcome, StaticFqdn};
 use crate::flow::{Flow, Transport, Verdict};
-use crate::model::{Object, Snapshot, Sourced};
+use crate::model::Snapshot;
 
 use super::{LocalNode, Ruleset};
 
@@ -39,20 +39,10 @@ fn inventory(orgs: [&str; 3]) -> String {
     out
 }
 
-pub(crate) fn snapshot(yaml: &str) -> Snapshot {
-    let options = serde_saphyr::options! { strict_booleans: true };
-    let docs: Vec<serde_json::Value> =
-        serde_saphyr::from_multiple_with_options(yaml, options).expect("yaml");
-    Snapshot {
-        objects: docs
-            .into_iter()
-            .filter(|d| !d.is_null())
-            .map(|d| Sourced {
-                origin: "test.yaml".into(),
-                object: Object::from_value(d).expect("decode"),
-            })
-            .collect(),
-    }
+fn snapshot(yaml: &str) -> Snapshot {
+    let (objects, problems) = crate::source::parse_documents("test.yaml".as_ref(), yaml);
+    assert!(problems.is_empty(), "{problems:?}");
+    Snapshot { objects }
 }
 
 fn ruleset_with(orgs: [&str; 3], policies: &str) -> Ruleset {

@@ -133,19 +133,55 @@ fn run(program: &str, args: &[&str], stdin: Option<&str>) -> Result<String, Data
     }
     let output = child.wait_with_output().map_err(spawn_error)?;
     if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();
         return Err(DatapathError::Failed {
             command,
             status: output.status.to_string(),
-            stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
-            input: stdin.map(str::to_string),
+            failing_input: stdin.and_then(|input| failing_line(&stderr, input)),
+            stderr,
         });
     }
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
+/// The input line a restore command's error names: `iptables-restore`
+/// says `Error occurred at line: 10`, `ipset` says `Error in line 3:`.
+fn failing_line(stderr: &str, input: &str) -> Option<String> {
+    let (_, after) = stderr.split_once("line")?;
+    let digits: String = after
+        .trim_start_matches([':', ' '])
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    let number: usize = digits.parse().ok()?;
+    input
+        .lines()
+        .nth(number.checked_sub(1)?)
+        .map(str::to_string)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failing_line_from_restore_errors() {
+        let input = "*filter\n:TOLLGATE-INPUT - [0:0]\n-A TOLLGATE-INPUT -j NOPE\nCOMMIT\n";
+        assert_eq!(
+            failing_line(
+                "iptables-restore v1.8.9 (nf_tables): Couldn't load target `NOPE'\n\nError occurred at line: 3",
+                input
+            ),
+            Some("-A TOLLGATE-INPUT -j NOPE".into())
+        );
+        assert_eq!(
+            failing_line("ipset v7.19: Error in line 1: Syntax error", "bogus\n"),
+            Some("bogus".into())
+        );
+        assert_eq!(failing_line("no such thing", input), None);
+        assert_eq!(failing_line("Error occurred at line: 0", input), None);
+        assert_eq!(failing_line("Error occurred at line: 99", input), None);
+    }
 
     #[test]
     fn backend_from_version_output() {

@@ -78,7 +78,7 @@ pub mod state;
 
 pub use apply::{Backend, Kernel};
 pub use diff::Changes;
-pub use plan::{desired, Hook, Targets};
+pub use plan::{desired, Hook};
 pub use state::{Family, State};
 
 /// Why the kernel state could not be read or written.
@@ -89,13 +89,13 @@ pub enum DatapathError {
         command: String,
         source: std::io::Error,
     },
-    #[error("{command}: exited with {status}: {stderr}")]
+    #[error("{command}: exited with {status}: {stderr}{}", .failing_input.as_ref().map(|l| format!(" (input: {l:?})")).unwrap_or_default())]
     Failed {
         command: String,
         status: String,
         stderr: String,
-        /// What was fed to the command, for the debug log.
-        input: Option<String>,
+        /// The input line the command complained about, when it named one.
+        failing_input: Option<String>,
     },
     #[error("cannot tell the iptables backend from `iptables -V`: {version:?}")]
     UnknownBackend { version: String },

@@ -2,26 +2,12 @@
 //! compiled ruleset enforces: rule text exactly as `iptables-save` prints it,
 //! so that the installed state parses back to an equal value. Pure.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
+use std::collections::BTreeMap;
 
+use crate::compile::Enforced;
 use crate::config::{Config, FailMode, MarkLayout, Privileged, PrivilegedProtocol};
 
 use super::state::{Family, IpSet, State, Table};
-
-/// What the datapath must send to the queue, from the compiled ruleset.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Targets {
-    /// Some rule applies to the local Node's ingress: queue every new
-    /// connection arriving on INPUT.
-    pub node_ingress: bool,
-    /// Some rule applies to the local Node's egress: queue every new
-    /// connection leaving on OUTPUT.
-    pub node_egress: bool,
-    /// Addresses of endpoints some policy applies to: new connections from
-    /// or to them are queued on every hook.
-    pub endpoints: BTreeSet<IpAddr>,
-}
 
 /// A built-in hook of the filter table and the owned chain it jumps to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -63,13 +49,14 @@ pub fn endpoints_set(family: Family) -> &'static str {
 /// solicitation/advertisement, redirect): always allowed on the node.
 const NEIGHBOUR_DISCOVERY: [u8; 5] = [133, 134, 135, 136, 137];
 
-/// The full desired state.
-pub fn desired(config: &Config, targets: &Targets) -> State {
+/// The full desired state: what `config` and the endpoints the compiled
+/// ruleset enforces require.
+pub fn desired(config: &Config, enforced: &Enforced) -> State {
     let mut state = State::default();
     for family in Family::ALL {
         let table = state.table_mut(family);
-        *table = family_table(config, targets, family);
-        let members = targets
+        *table = family_table(config, enforced, family);
+        let members = enforced
             .endpoints
             .iter()
             .filter(|a| Family::of(a) == family)
@@ -82,13 +69,13 @@ pub fn desired(config: &Config, targets: &Targets) -> State {
     state
 }
 
-fn family_table(config: &Config, targets: &Targets, family: Family) -> Table {
+fn family_table(config: &Config, enforced: &Enforced, family: Family) -> Table {
     let chains: BTreeMap<String, Vec<String>> = Hook::ALL
         .iter()
         .map(|&hook| {
             (
                 hook.chain().to_string(),
-                chain_rules(config, targets, family, hook),
+                chain_rules(config, enforced, family, hook),
             )
         })
         .collect();
@@ -100,7 +87,7 @@ fn family_table(config: &Config, targets: &Targets, family: Family) -> Table {
 }
 
 /// The rules of one owned chain, top to bottom.
-fn chain_rules(config: &Config, targets: &Targets, family: Family, hook: Hook) -> Vec<String> {
+fn chain_rules(config: &Config, enforced: &Enforced, family: Family, hook: Hook) -> Vec<String> {
     let marks = &config.marks;
     let allow = mark_match(marks, marks.allow);
     let reject = mark_match(marks, marks.reject);
@@ -153,7 +140,7 @@ fn chain_rules(config: &Config, targets: &Targets, family: Family, hook: Hook) -
             rules.push(privileged_rule(entry, dir, family));
         }
     }
-    rules.extend(queue_rules(config, targets, family, hook));
+    rules.extend(queue_rules(config, enforced, family, hook));
     rules
 }
 
@@ -182,7 +169,7 @@ fn privileged_rule(entry: &Privileged, dir: &str, family: Family) -> String {
 }
 
 /// New connections to hand to the workers.
-fn queue_rules(config: &Config, targets: &Targets, family: Family, hook: Hook) -> Vec<String> {
+fn queue_rules(config: &Config, enforced: &Enforced, family: Family, hook: Hook) -> Vec<String> {
     let queues = &config.queues;
     let mut target = if queues.first() == queues.last() {
         format!("NFQUEUE --queue-num {}", queues.first())
@@ -198,8 +185,8 @@ fn queue_rules(config: &Config, targets: &Targets, family: Family, hook: Hook) -
     }
 
     let whole_hook = match hook {
-        Hook::Input => targets.node_ingress,
-        Hook::Output => targets.node_egress,
+        Hook::Input => enforced.node_ingress,
+        Hook::Output => enforced.node_egress,
         Hook::Forward => false,
     };
     let set = endpoints_set(family);

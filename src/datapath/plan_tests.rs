@@ -12,8 +12,8 @@ fn config(flags: Settings) -> Config {
         .unwrap()
 }
 
-fn targets(node_ingress: bool, node_egress: bool, endpoints: &[&str]) -> Targets {
-    Targets {
+fn targets(node_ingress: bool, node_egress: bool, endpoints: &[&str]) -> Enforced {
+    Enforced {
         node_ingress,
         node_egress,
         endpoints: endpoints.iter().map(|e| e.parse().unwrap()).collect(),
@@ -252,12 +252,9 @@ fn teardown_removes_everything_owned_and_nothing_else() {
         &config(Settings::default()),
         &targets(true, false, &["10.0.0.5"]),
     );
-    let save = format!(
-        "{}",
-        DEFAULT_V4_SAVE.replace(
-            "-A INPUT -j TOLLGATE-INPUT\n",
-            "-A INPUT -j TOLLGATE-INPUT\n-A INPUT -s 1.2.3.4/32 -j DROP\n"
-        )
+    let save = DEFAULT_V4_SAVE.replace(
+        "-A INPUT -j TOLLGATE-INPUT\n",
+        "-A INPUT -j TOLLGATE-INPUT\n-A INPUT -s 1.2.3.4/32 -j DROP\n",
     );
     let installed = State::parse(
         &save,

@@ -10,6 +10,22 @@ use serde::{Deserialize, Serialize};
 
 use super::meta::{LabelSelector, NamespacedName, ObjectMeta};
 
+/// The static Tiers Antrea creates, with their priorities.
+pub const STATIC_TIERS: [(&str, i32); 6] = [
+    ("emergency", 50),
+    ("securityops", 100),
+    ("networkops", 150),
+    ("platform", 200),
+    ("application", 250),
+    ("baseline", 253),
+];
+
+/// The Tier of a policy without `tier`.
+pub const DEFAULT_TIER: &str = "application";
+
+/// Policies in this Tier are evaluated after Kubernetes NetworkPolicies.
+pub const BASELINE_TIER: &str = "baseline";
+
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Tier {
@@ -82,7 +98,7 @@ pub enum RuleAction {
     Pass,
     /// Not an Antrea action: two of the spec's examples write `Deny`. tollgate
     /// accepts it as a synonym of `Drop` (the safe reading) rather than
-    /// rejecting a documented example; `validate` warns about it.
+    /// rejecting a documented example.
     Deny,
 }
 

@@ -1,0 +1,179 @@
+//! Classification throughput and compile cost of the pure core.
+//!
+//! Synthetic cluster: 1,000 enforced Pods (10,000 for the compile bench) in
+//! 20 Namespaces, labelled `app=app-<i % 100>`; N policies spread over them:
+//! policy k applies to `app-<k % 100>`, allows TCP port `1000 + k % 500`
+//! from `app-<(k + 1) % 100>` and another Namespace, and drops one ipBlock.
+//! Flows are pseudo-random Pod-to-Pod TCP connections, half of them to a
+//! port some rule names.
+//!
+//! `cargo bench --bench classify` prints, per rule count, the time of one
+//! classification; the compile group prints compile time and the ruleset's
+//! live heap size.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::hint::black_box;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::Instant;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use tollgate::classify::NoFqdn;
+use tollgate::compile::{LocalNode, Ruleset};
+use tollgate::flow::{Flow, Transport};
+use tollgate::model::{Object, Snapshot, Sourced};
+
+/// Counts live heap bytes, to report the compiled ruleset's memory.
+struct Counting;
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+fn pod_ip(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(
+        10,
+        1 + (i / 65536) as u8,
+        ((i / 256) % 256) as u8,
+        (i % 256) as u8,
+    )
+}
+
+fn synthetic(pods: usize, policies: usize) -> Snapshot {
+    let mut docs: Vec<String> = Vec::new();
+    for ns in 0..20 {
+        docs.push(format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: ns-{ns}, labels: {{team: t{}}}}}\n",
+            ns % 5
+        ));
+    }
+    for i in 0..pods {
+        docs.push(format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: p{i}, namespace: ns-{}, labels: {{app: app-{}}}}}\nstatus: {{podIP: {}}}\n",
+            i % 20,
+            i % 100,
+            pod_ip(i)
+        ));
+    }
+    for k in 0..policies {
+        docs.push(format!(
+            "apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {{name: pol-{k}}}\nspec:\n  priority: {}\n  tier: {}\n  appliedTo: [{{podSelector: {{matchLabels: {{app: app-{}}}}}}}]\n  ingress:\n  - action: Allow\n    from:\n    - podSelector: {{matchLabels: {{app: app-{}}}}}\n    - namespaceSelector: {{matchLabels: {{team: t{}}}}}\n    ports: [{{protocol: TCP, port: {}}}]\n  - action: Drop\n    from: [{{ipBlock: {{cidr: 192.168.{}.0/24}}}}]\n",
+            1 + k % 1000,
+            ["securityops", "application", "platform"][k % 3],
+            k % 100,
+            (k + 1) % 100,
+            k % 5,
+            1000 + k % 500,
+            k % 256
+        ));
+    }
+    Snapshot {
+        objects: docs
+            .iter()
+            .map(|doc| Sourced {
+                origin: "bench.yaml".into(),
+                object: Object::from_value(serde_saphyr::from_str(doc).expect("yaml"))
+                    .expect("decode"),
+            })
+            .collect(),
+    }
+}
+
+fn local() -> LocalNode {
+    LocalNode {
+        name: "node".into(),
+        ..Default::default()
+    }
+}
+
+/// Deterministic pseudo-random flows between the first `pods` Pods.
+fn flows(pods: usize, count: usize) -> Vec<Flow> {
+    let mut state: u64 = 0x9e3779b97f4a7c15;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    (0..count)
+        .map(|_| {
+            let src = (next() % pods as u64) as usize;
+            let dst = (next() % pods as u64) as usize;
+            let r = next();
+            let dst_port = if r % 2 == 0 {
+                1000 + (r / 2 % 500) as u16
+            } else {
+                (r / 2 % 65535) as u16 + 1
+            };
+            Flow {
+                src: IpAddr::V4(pod_ip(src)),
+                dst: IpAddr::V4(pod_ip(dst)),
+                transport: Transport::Tcp {
+                    src_port: 40000,
+                    dst_port,
+                },
+            }
+        })
+        .collect()
+}
+
+fn classify(c: &mut Criterion) {
+    let mut group = c.benchmark_group("classify");
+    let flows = flows(1000, 4096);
+    for rules in [10usize, 100, 1000, 10_000] {
+        // Each policy has two rules.
+        let ruleset = Ruleset::compile(&synthetic(1000, rules / 2), &local());
+        group.throughput(Throughput::Elements(flows.len() as u64));
+        group.bench_with_input(BenchmarkId::from_parameter(rules), &ruleset, |b, rs| {
+            b.iter(|| {
+                let mut allowed = 0usize;
+                for flow in &flows {
+                    if rs.classify(black_box(flow), &NoFqdn).verdict
+                        == tollgate::flow::Verdict::Allow
+                    {
+                        allowed += 1;
+                    }
+                }
+                allowed
+            })
+        });
+    }
+    group.finish();
+}
+
+fn compile(c: &mut Criterion) {
+    let snapshot = synthetic(10_000, 5_000);
+    let before = LIVE.load(Ordering::Relaxed);
+    let started = Instant::now();
+    let ruleset = Ruleset::compile(&snapshot, &local());
+    let elapsed = started.elapsed();
+    let bytes = LIVE.load(Ordering::Relaxed) - before;
+    println!(
+        "compile: 10,000 rules x 10,000 Pods: {:?} once, ruleset live heap {:.1} MiB ({} rule instances, {} endpoints)",
+        elapsed,
+        bytes as f64 / (1024.0 * 1024.0),
+        ruleset.rule_count(),
+        ruleset.endpoints().len()
+    );
+    drop(ruleset);
+    let mut group = c.benchmark_group("compile");
+    group.sample_size(10);
+    group.bench_function("10000-rules-10000-pods", |b| {
+        b.iter(|| Ruleset::compile(black_box(&snapshot), &local()))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, classify, compile);
+criterion_main!(benches);

@@ -1,0 +1,55 @@
+//! Cost of the worker's pure step on the first packet of a connection:
+//! parsing a 128-byte queue copy to a `Flow` (IPv4 and IPv6 TCP SYN), and
+//! the whole step (parse, classify against an empty compiled ruleset, mark).
+//!
+//! `cargo bench --bench queue_step`
+
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use etherparse::PacketBuilder;
+use tollgate::compile::{LocalNode, Ruleset};
+use tollgate::config::{FailMode, MarkLayout};
+use tollgate::model::Snapshot;
+use tollgate::queue::{parse_flow, step};
+
+fn syn_v4() -> Vec<u8> {
+    let mut out = Vec::new();
+    PacketBuilder::ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+        .tcp(40000, 443, 1, 64240)
+        .syn()
+        .write(&mut out, &[0; 200])
+        .unwrap();
+    out.truncate(128);
+    out
+}
+
+fn syn_v6() -> Vec<u8> {
+    let mut out = Vec::new();
+    PacketBuilder::ipv6([0xfd; 16], [0xfe; 16], 64)
+        .tcp(40000, 443, 1, 64240)
+        .syn()
+        .write(&mut out, &[0; 200])
+        .unwrap();
+    out.truncate(128);
+    out
+}
+
+fn bench(c: &mut Criterion) {
+    let v4 = syn_v4();
+    let v6 = syn_v6();
+    c.bench_function("parse_flow/tcp-syn-v4", |b| {
+        b.iter(|| parse_flow(black_box(&v4)))
+    });
+    c.bench_function("parse_flow/tcp-syn-v6", |b| {
+        b.iter(|| parse_flow(black_box(&v6)))
+    });
+    let ruleset = Ruleset::compile(&Snapshot::default(), &LocalNode::default());
+    let marks = MarkLayout::default();
+    c.bench_function("step/tcp-syn-v4-empty-ruleset", |b| {
+        b.iter(|| step(black_box(&v4), 0, &ruleset, &marks, FailMode::Closed))
+    });
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

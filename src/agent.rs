@@ -1,0 +1,506 @@
+//! `tollgate run`: the agent's run loop. It loads the configuration and the
+//! policy directory, starts one NFQUEUE worker per queue, installs the
+//! datapath, and then waits: a change in the policy directory (inotify,
+//! debounced) or SIGHUP reloads, SIGTERM/SIGINT tears everything down. A
+//! policy directory that fails validation never replaces the ruleset in
+//! force. This module wires the pieces; it decides nothing itself.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use notify::{EventKind, RecursiveMode, Watcher};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+
+use crate::compile::{LocalNode, Ruleset};
+use crate::config::{
+    parse_labels, Config, ConfigError, FailMode, MachineDefaults, MaskValue, Privileged, Settings,
+};
+use crate::datapath::{self, DatapathError, Kernel};
+use crate::queue::{parse_kernel_counters, Worker, WorkerConfig, PROC_QUEUES};
+use crate::validate::Problem;
+
+/// Quiet time after the last change in the policy directory before a
+/// reload: editors and `kubectl cp` write in several steps.
+const DEBOUNCE: Duration = Duration::from_millis(300);
+/// Longest a stream of changes can postpone a reload.
+const DEBOUNCE_MAX: Duration = Duration::from_secs(3);
+
+/// Options of `tollgate run`. Every option overrides the key of the same
+/// name (camelCase) in the `--config` file.
+#[derive(Clone, Debug, clap::Args)]
+pub struct RunArgs {
+    /// Directory of policy YAML files, watched for changes.
+    #[arg(long, value_name = "DIR")]
+    pub policies: PathBuf,
+    /// YAML configuration file.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Name of the local Node (default: the host name).
+    #[arg(long, value_name = "NAME")]
+    pub node_name: Option<String>,
+    /// Labels of the local Node.
+    #[arg(long, value_name = "k=v,k2=v2", value_parser = parse_labels)]
+    pub node_labels: Option<BTreeMap<String, String>>,
+    /// Address of the local Node, in addition to those on its interfaces.
+    #[arg(long = "node-address", value_name = "IP")]
+    pub node_addresses: Vec<IpAddr>,
+    /// Interfaces to enforce on (`veth*` style prefixes); default all.
+    #[arg(long, value_name = "GLOB,...", value_delimiter = ',')]
+    pub interfaces: Vec<String>,
+    /// Number of NFQUEUE queues and workers (default: number of cores).
+    #[arg(long, value_name = "N")]
+    pub queues: Option<u32>,
+    /// First NFQUEUE number (default 100).
+    #[arg(long, value_name = "N")]
+    pub queue_base: Option<u16>,
+    /// Packet-mark bits tollgate owns (default 0xf00000).
+    #[arg(long, value_name = "HEX")]
+    pub mark_mask: Option<String>,
+    /// What happens to undecidable new connections: open or closed (default).
+    #[arg(long, value_name = "MODE", value_parser = parse_fail_mode)]
+    pub fail_mode: Option<FailMode>,
+    /// Always-allowed traffic, ahead of every policy.
+    #[arg(long, value_name = "CIDR[,proto[/port]]", value_parser = parse_privileged)]
+    pub privileged: Vec<Privileged>,
+}
+
+/// A repeatable flag given at least once.
+fn non_empty<T: Clone>(values: &[T]) -> Option<Vec<T>> {
+    (!values.is_empty()).then(|| values.to_vec())
+}
+
+fn parse_fail_mode(s: &str) -> Result<FailMode, ConfigError> {
+    s.parse()
+}
+
+fn parse_privileged(s: &str) -> Result<Privileged, ConfigError> {
+    s.parse()
+}
+
+impl RunArgs {
+    /// The flags as settings to lay over the configuration file.
+    fn settings(&self) -> Settings {
+        Settings {
+            node_name: self.node_name.clone(),
+            node_labels: self.node_labels.clone(),
+            node_addresses: non_empty(&self.node_addresses),
+            interfaces: non_empty(&self.interfaces),
+            queues: self.queues,
+            queue_base: self.queue_base,
+            mark_mask: self.mark_mask.clone().map(MaskValue::Text),
+            fail_mode: self.fail_mode,
+            privileged: non_empty(&self.privileged),
+            ..Settings::default()
+        }
+    }
+}
+
+/// Why the agent stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("policies are invalid:\n{}", list(.0))]
+    InvalidPolicies(Vec<Problem>),
+    #[error("datapath: {0}")]
+    Datapath(#[from] DatapathError),
+    #[error(transparent)]
+    Queue(#[from] crate::queue::QueueError),
+    #[error("reading interface addresses: {0}")]
+    Addresses(String),
+    #[error("watching {path}: {source}")]
+    Watch {
+        path: PathBuf,
+        source: notify::Error,
+    },
+    #[error("installing signal handlers: {0}")]
+    Signals(std::io::Error),
+}
+
+impl AgentError {
+    /// Invalid input (configuration or policies) rather than a failure of
+    /// the system: the process exits with status 2.
+    pub fn is_invalid_input(&self) -> bool {
+        matches!(self, AgentError::Config(_) | AgentError::InvalidPolicies(_))
+    }
+}
+
+fn list(problems: &[Problem]) -> String {
+    problems
+        .iter()
+        .map(|p| p.to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Runs the agent until SIGTERM or SIGINT.
+pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    // A subscriber installed by the caller takes precedence.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_target(false)
+        .try_init();
+    run_agent(args).map_err(anyhow::Error::from)
+}
+
+fn run_agent(args: RunArgs) -> Result<(), AgentError> {
+    let config = load_config(&args)?;
+    let node = local_node(&config)?;
+    let ruleset = load_ruleset(&args.policies, &node).map_err(AgentError::InvalidPolicies)?;
+    let kernel = Kernel::detect()?;
+    tracing::info!(
+        backend = ?kernel.backend(),
+        queues = %format!("{}-{}", config.queues.first(), config.queues.last()),
+        fail_mode = %config.fail_mode,
+        mark_mask = %format!("{:#x}", config.marks.mask),
+        "starting"
+    );
+
+    // Signals and directory changes are set up before anything is
+    // installed, so a SIGTERM at any point after install tears down.
+    let (events, inbox) = mpsc::channel();
+    listen_for_signals(events.clone())?;
+    let _watcher = watch(&args.policies, events)?;
+
+    let policy = Arc::new(ArcSwap::from_pointee(ruleset));
+    let workers = config
+        .queues
+        .iter()
+        .map(|queue| {
+            Worker::spawn(
+                WorkerConfig {
+                    queue,
+                    marks: config.marks,
+                    fail_mode: config.fail_mode,
+                },
+                Arc::clone(&policy),
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+
+    let mut agent = Agent {
+        config,
+        policies: args.policies,
+        kernel,
+        policy,
+        generation: 0,
+    };
+    if let Err(error) = agent.install() {
+        if let Err(teardown) = agent.kernel.teardown() {
+            tracing::error!(%teardown, "teardown after failed install");
+        }
+        return Err(error.into());
+    }
+    agent.serve(&inbox);
+
+    agent.kernel.teardown()?;
+    log_queue_stats(&workers);
+    tracing::info!("shutdown complete");
+    Ok(())
+}
+
+fn load_config(args: &RunArgs) -> Result<Config, ConfigError> {
+    let file = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            Settings::from_yaml(path, &text)?
+        }
+        None => Settings::default(),
+    };
+    let defaults = MachineDefaults {
+        node_name: std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_default(),
+        queues: std::thread::available_parallelism()
+            .map_or(1, |n| u32::try_from(n.get()).unwrap_or(1)),
+    };
+    file.overlay(args.settings()).resolve(&defaults)
+}
+
+/// The local Node: configured name, labels and addresses, plus every
+/// address on the namespace's interfaces.
+fn local_node(config: &Config) -> Result<LocalNode, AgentError> {
+    let output = std::process::Command::new("ip")
+        .args(["-j", "addr", "show"])
+        .output()
+        .map_err(|e| AgentError::Addresses(format!("ip -j addr show: {e}")))?;
+    if !output.status.success() {
+        return Err(AgentError::Addresses(format!(
+            "ip -j addr show: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        )));
+    }
+    let found = parse_ip_addr_json(&String::from_utf8_lossy(&output.stdout))
+        .map_err(AgentError::Addresses)?;
+    let mut addresses = config.node_addresses.clone();
+    for address in found {
+        if !addresses.contains(&address) {
+            addresses.push(address);
+        }
+    }
+    Ok(LocalNode {
+        name: config.node_name.clone(),
+        labels: config.node_labels.clone(),
+        addresses,
+    })
+}
+
+/// Addresses in `ip -j addr show` output.
+fn parse_ip_addr_json(text: &str) -> Result<Vec<IpAddr>, String> {
+    #[derive(serde::Deserialize)]
+    struct Link {
+        #[serde(default)]
+        addr_info: Vec<AddrInfo>,
+    }
+    #[derive(serde::Deserialize)]
+    struct AddrInfo {
+        local: Option<IpAddr>,
+    }
+    let links: Vec<Link> = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    Ok(links
+        .iter()
+        .flat_map(|l| &l.addr_info)
+        .filter_map(|a| a.local)
+        .collect())
+}
+
+fn load_ruleset(dir: &Path, node: &LocalNode) -> Result<Ruleset, Vec<Problem>> {
+    let snapshot = crate::source::load_and_validate(&[dir.to_path_buf()])?;
+    Ok(Ruleset::compile(&snapshot, node))
+}
+
+/// What wakes the run loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Event {
+    PolicyChanged,
+    Reload,
+    Shutdown,
+}
+
+fn listen_for_signals(events: Sender<Event>) -> Result<(), AgentError> {
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
+        .map_err(AgentError::Signals)?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for signal in signals.forever() {
+                let event = if signal == SIGHUP {
+                    Event::Reload
+                } else {
+                    Event::Shutdown
+                };
+                if events.send(event).is_err() {
+                    return;
+                }
+            }
+        })
+        .map_err(AgentError::Signals)?;
+    Ok(())
+}
+
+fn watch(dir: &Path, events: Sender<Event>) -> Result<notify::RecommendedWatcher, AgentError> {
+    let watch_error = |source| AgentError::Watch {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        // Reading the files ourselves produces access events: ignore them.
+        let changed = match event {
+            Ok(event) => !matches!(event.kind, EventKind::Access(_)),
+            Err(_) => true,
+        };
+        if changed {
+            let _ = events.send(Event::PolicyChanged);
+        }
+    })
+    .map_err(watch_error)?;
+    watcher
+        .watch(dir, RecursiveMode::Recursive)
+        .map_err(watch_error)?;
+    Ok(watcher)
+}
+
+struct Agent {
+    config: Config,
+    policies: PathBuf,
+    kernel: Kernel,
+    policy: Arc<ArcSwap<Ruleset>>,
+    generation: u64,
+}
+
+impl Agent {
+    /// Programs the datapath for the ruleset in force.
+    fn install(&mut self) -> Result<(), DatapathError> {
+        let desired = datapath::desired(&self.config, self.policy.load().enforced());
+        let changed = self.kernel.reconcile(&desired)?;
+        self.generation += 1;
+        tracing::info!(generation = self.generation, changed, "ruleset applied");
+        Ok(())
+    }
+
+    /// Validates and compiles the policy directory again; swaps the new
+    /// ruleset in (workers pick it up with their next packet) and updates
+    /// the datapath. An invalid directory leaves everything as it was.
+    fn reload(&mut self) {
+        let node = match local_node(&self.config) {
+            Ok(node) => node,
+            Err(error) => {
+                tracing::error!(%error, "reload failed");
+                return;
+            }
+        };
+        match load_ruleset(&self.policies, &node) {
+            Ok(ruleset) => {
+                self.policy.store(Arc::new(ruleset));
+                if let Err(error) = self.install() {
+                    tracing::error!(%error, "reload failed to program the datapath");
+                }
+            }
+            Err(problems) => {
+                let text = problems
+                    .iter()
+                    .map(|p| p.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                tracing::error!("reload rejected: {text}");
+            }
+        }
+    }
+
+    /// Handles events until a shutdown is asked for.
+    fn serve(&mut self, inbox: &Receiver<Event>) {
+        while let Ok(event) = inbox.recv() {
+            let event = match event {
+                Event::PolicyChanged => settle(inbox),
+                other => other,
+            };
+            match event {
+                Event::Shutdown => return,
+                Event::Reload | Event::PolicyChanged => self.reload(),
+            }
+        }
+    }
+}
+
+/// Waits until the policy directory has been quiet for [`DEBOUNCE`] (at
+/// most [`DEBOUNCE_MAX`]); a shutdown or SIGHUP meanwhile wins.
+fn settle(inbox: &Receiver<Event>) -> Event {
+    let deadline = Instant::now() + DEBOUNCE_MAX;
+    loop {
+        let wait = DEBOUNCE.min(deadline.saturating_duration_since(Instant::now()));
+        match inbox.recv_timeout(wait) {
+            Ok(Event::PolicyChanged) if Instant::now() < deadline => continue,
+            Ok(Event::PolicyChanged) | Err(RecvTimeoutError::Timeout) => {
+                return Event::PolicyChanged
+            }
+            Ok(other) => return other,
+            Err(RecvTimeoutError::Disconnected) => return Event::Shutdown,
+        }
+    }
+}
+
+fn log_queue_stats(workers: &[Worker]) {
+    let kernel = std::fs::read_to_string(PROC_QUEUES)
+        .map(|text| parse_kernel_counters(&text))
+        .unwrap_or_default();
+    for worker in workers {
+        let s = &worker.stats;
+        let k = kernel.iter().find(|k| k.queue == worker.queue);
+        tracing::info!(
+            queue = worker.queue,
+            allowed = s.allowed.load(Ordering::Relaxed),
+            dropped = s.dropped.load(Ordering::Relaxed),
+            rejected = s.rejected.load(Ordering::Relaxed),
+            malformed = s.malformed.load(Ordering::Relaxed),
+            overflows = s.overflows.load(Ordering::Relaxed),
+            verdict_errors = s.verdict_errors.load(Ordering::Relaxed),
+            kernel_queue_dropped = k.map_or(0, |k| k.queue_dropped),
+            kernel_user_dropped = k.map_or(0, |k| k.user_dropped),
+            "queue stats"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    #[test]
+    fn flags_parse_into_settings() {
+        let cli = Cli::try_parse_from([
+            "tollgate",
+            "--policies",
+            "/p",
+            "--node-labels",
+            "role=cp,zone=a",
+            "--node-address",
+            "10.0.0.1",
+            "--node-address",
+            "fd00::1",
+            "--interfaces",
+            "veth*,eth0",
+            "--queues",
+            "2",
+            "--mark-mask",
+            "0x30000",
+            "--fail-mode",
+            "open",
+            "--privileged",
+            "10.0.0.0/24,tcp/22",
+            "--privileged",
+            "fd00::/64",
+        ])
+        .unwrap();
+        let settings = cli.run.settings();
+        assert_eq!(settings.node_labels.unwrap()["zone"], "a");
+        assert_eq!(settings.node_addresses.unwrap().len(), 2);
+        assert_eq!(settings.interfaces.unwrap(), ["veth*", "eth0"]);
+        assert_eq!(settings.fail_mode, Some(FailMode::Open));
+        assert_eq!(settings.privileged.unwrap().len(), 2);
+        assert_eq!(settings.mark_mask, Some(MaskValue::Text("0x30000".into())));
+        assert!(settings.node_name.is_none() && settings.queue_base.is_none());
+        assert!(Cli::try_parse_from(["tollgate", "--policies", "/p", "--fail-mode", "x"]).is_err());
+    }
+
+    #[test]
+    fn interface_addresses_from_ip_json() {
+        let json = r#"[{"ifindex":1,"ifname":"lo","addr_info":[{"family":"inet","local":"127.0.0.1","prefixlen":8},{"family":"inet6","local":"::1","prefixlen":128}]},
+                      {"ifindex":2,"ifname":"veth0","addr_info":[]},{"ifindex":3,"ifname":"dummy0"}]"#;
+        assert_eq!(
+            parse_ip_addr_json(json).unwrap(),
+            vec![
+                "127.0.0.1".parse::<IpAddr>().unwrap(),
+                "::1".parse().unwrap()
+            ]
+        );
+        assert!(parse_ip_addr_json("not json").is_err());
+    }
+
+    #[test]
+    fn settle_waits_for_quiet_and_lets_shutdown_win() {
+        let (tx, rx) = mpsc::channel();
+        tx.send(Event::PolicyChanged).unwrap();
+        assert_eq!(settle(&rx), Event::PolicyChanged);
+        assert!(rx.try_recv().is_err(), "burst drained");
+        tx.send(Event::PolicyChanged).unwrap();
+        tx.send(Event::Shutdown).unwrap();
+        assert_eq!(settle(&rx), Event::Shutdown);
+    }
+}

@@ -1,0 +1,145 @@
+//! The worker's pure step: packet bytes and current mark in, the verdict to
+//! give the kernel out. No I/O, no clock, no locks.
+
+use crate::classify::NoFqdn;
+use crate::compile::Ruleset;
+use crate::config::{FailMode, MarkLayout};
+use crate::flow::{Flow, Verdict};
+
+use super::packet::{parse_flow, PacketError};
+
+/// What a worker asks the policy: the verdict for the first packet of a
+/// connection. Implemented by the compiled ruleset.
+pub trait Policy {
+    fn verdict(&self, flow: &Flow) -> Verdict;
+}
+
+impl Policy for Ruleset {
+    /// FQDN peers match nothing until the DNS snooper feeds a lookup.
+    fn verdict(&self, flow: &Flow) -> Verdict {
+        self.classify(flow, &NoFqdn).verdict
+    }
+}
+
+/// The verdict handed to the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// `NF_ACCEPT`: continue without a decision recorded in conntrack.
+    Accept,
+    /// `NF_DROP`.
+    Drop,
+    /// Set the packet mark and `NF_REPEAT`: the owned chain, re-entered from
+    /// the top, saves the mark to conntrack and accepts, or rejects.
+    Repeat { mark: u32 },
+}
+
+/// What happened, for the counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Decided(Verdict),
+    Malformed(PacketError),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Step {
+    pub action: Action,
+    pub outcome: Outcome,
+}
+
+/// Decides one queued packet. Unparseable packets follow the fail mode:
+/// accepted (without recording a decision) when open, dropped when closed.
+pub fn step<P: Policy + ?Sized>(
+    packet: &[u8],
+    mark: u32,
+    policy: &P,
+    marks: &MarkLayout,
+    fail_mode: FailMode,
+) -> Step {
+    match parse_flow(packet) {
+        Ok(flow) => {
+            let verdict = policy.verdict(&flow);
+            let action = match verdict {
+                Verdict::Allow => Action::Repeat {
+                    mark: marks.apply(mark, marks.allow),
+                },
+                Verdict::Reject => Action::Repeat {
+                    mark: marks.apply(mark, marks.reject),
+                },
+                Verdict::Drop => Action::Drop,
+            };
+            Step {
+                action,
+                outcome: Outcome::Decided(verdict),
+            }
+        }
+        Err(error) => Step {
+            action: match fail_mode {
+                FailMode::Open => Action::Accept,
+                FailMode::Closed => Action::Drop,
+            },
+            outcome: Outcome::Malformed(error),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flow::Transport;
+    use etherparse::PacketBuilder;
+
+    /// Allows TCP to port 80, rejects port 81, drops everything else.
+    struct PortPolicy;
+
+    impl Policy for PortPolicy {
+        fn verdict(&self, flow: &Flow) -> Verdict {
+            match flow.transport {
+                Transport::Tcp { dst_port: 80, .. } => Verdict::Allow,
+                Transport::Tcp { dst_port: 81, .. } => Verdict::Reject,
+                _ => Verdict::Drop,
+            }
+        }
+    }
+
+    fn syn(port: u16) -> Vec<u8> {
+        let mut out = Vec::new();
+        PacketBuilder::ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+            .tcp(40000, port, 1, 1024)
+            .syn()
+            .write(&mut out, &[])
+            .unwrap();
+        out
+    }
+
+    #[test]
+    fn allow_and_reject_repeat_with_a_mark_that_keeps_foreign_bits() {
+        let marks = MarkLayout::default();
+        let foreign = 0x4000 | 0x0030_0000; // kube-proxy's bit, and stale bits of ours
+        let allowed = step(&syn(80), foreign, &PortPolicy, &marks, FailMode::Closed);
+        assert_eq!(
+            allowed,
+            Step {
+                action: Action::Repeat {
+                    mark: 0x4000 | 0x10_0000
+                },
+                outcome: Outcome::Decided(Verdict::Allow),
+            }
+        );
+        let rejected = step(&syn(81), 0, &PortPolicy, &marks, FailMode::Closed);
+        assert_eq!(rejected.action, Action::Repeat { mark: 0x20_0000 });
+        let dropped = step(&syn(82), 0, &PortPolicy, &marks, FailMode::Open);
+        assert_eq!(dropped.action, Action::Drop);
+        assert_eq!(dropped.outcome, Outcome::Decided(Verdict::Drop));
+    }
+
+    #[test]
+    fn malformed_packets_follow_the_fail_mode() {
+        let marks = MarkLayout::default();
+        let truncated = &syn(80)[..21];
+        let closed = step(truncated, 0, &PortPolicy, &marks, FailMode::Closed);
+        assert_eq!(closed.action, Action::Drop);
+        assert!(matches!(closed.outcome, Outcome::Malformed(_)));
+        let open = step(truncated, 0, &PortPolicy, &marks, FailMode::Open);
+        assert_eq!(open.action, Action::Accept);
+    }
+}

@@ -1,0 +1,221 @@
+//! The socket loop of one NFQUEUE worker: an OS thread bound to one queue
+//! with the `nfq` crate (blocking; the crate exposes no file descriptor for
+//! an event loop). It reads the current policy lock-free from an
+//! [`ArcSwap`] for every packet and counts outcomes; it never logs per
+//! packet.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use crate::config::{FailMode, MarkLayout};
+use crate::flow::Verdict;
+
+use super::step::{step, Action, Outcome, Policy};
+
+/// Bytes of each packet copied to userspace: IPv4/IPv6 header with
+/// extension headers and the transport header.
+pub const COPY_RANGE: u16 = 128;
+/// Packets the kernel holds per queue before it drops (fail-closed) or
+/// accepts (fail-open) new ones.
+pub const QUEUE_MAX_LEN: u32 = 4096;
+/// Consecutive receive errors after which a worker gives up.
+const MAX_CONSECUTIVE_ERRORS: u32 = 1000;
+
+/// Why a queue could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    #[error("queue {queue}: {step}: {source}")]
+    Setup {
+        queue: u16,
+        step: &'static str,
+        source: std::io::Error,
+    },
+}
+
+/// How a worker handles its queue.
+#[derive(Clone, Copy, Debug)]
+pub struct WorkerConfig {
+    pub queue: u16,
+    pub marks: MarkLayout,
+    pub fail_mode: FailMode,
+}
+
+/// Counters of one queue, shared with the agent.
+#[derive(Debug, Default)]
+pub struct QueueStats {
+    pub allowed: AtomicU64,
+    pub dropped: AtomicU64,
+    pub rejected: AtomicU64,
+    pub malformed: AtomicU64,
+    /// Receive-buffer overflows (`ENOBUFS`): the kernel lost queued packets.
+    pub overflows: AtomicU64,
+    pub verdict_errors: AtomicU64,
+}
+
+impl QueueStats {
+    fn record(&self, outcome: Outcome) {
+        let counter = match outcome {
+            Outcome::Decided(Verdict::Allow) => &self.allowed,
+            Outcome::Decided(Verdict::Drop) => &self.dropped,
+            Outcome::Decided(Verdict::Reject) => &self.rejected,
+            Outcome::Malformed(_) => &self.malformed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A running worker thread (detached: it runs until the process exits,
+/// and the kernel drops what is still queued when the socket closes).
+pub struct Worker {
+    pub queue: u16,
+    pub stats: Arc<QueueStats>,
+}
+
+impl Worker {
+    /// Binds the queue (errors are returned here, before any thread runs)
+    /// and starts the thread. The thread runs until the process exits.
+    pub fn spawn<P>(config: WorkerConfig, policy: Arc<ArcSwap<P>>) -> Result<Worker, QueueError>
+    where
+        P: Policy + Send + Sync + 'static,
+    {
+        let queue = config.queue;
+        let setup = |step| {
+            move |source| QueueError::Setup {
+                queue,
+                step,
+                source,
+            }
+        };
+        let mut socket = nfq::Queue::open().map_err(setup("open"))?;
+        socket.bind(queue).map_err(setup("bind"))?;
+        socket
+            .set_copy_range(queue, COPY_RANGE)
+            .map_err(setup("copy range"))?;
+        socket
+            .set_queue_max_len(queue, QUEUE_MAX_LEN)
+            .map_err(setup("queue length"))?;
+        socket
+            .set_fail_open(queue, config.fail_mode == FailMode::Open)
+            .map_err(setup("fail-open flag"))?;
+        socket
+            .set_recv_enobufs(true)
+            .map_err(setup("overflow reporting"))?;
+        let stats = Arc::new(QueueStats::default());
+        let thread_stats = Arc::clone(&stats);
+        std::thread::Builder::new()
+            .name(format!("nfqueue-{queue}"))
+            .spawn(move || run(socket, config, &policy, &thread_stats))
+            .map_err(setup("spawn"))?;
+        Ok(Worker { queue, stats })
+    }
+}
+
+fn run<P: Policy>(
+    mut socket: nfq::Queue,
+    config: WorkerConfig,
+    policy: &ArcSwap<P>,
+    stats: &QueueStats,
+) {
+    let mut consecutive_errors = 0;
+    loop {
+        let mut message = match socket.recv() {
+            Ok(message) => message,
+            Err(error) if error.raw_os_error() == Some(libc::ENOBUFS) => {
+                let lost = stats.overflows.fetch_add(1, Ordering::Relaxed) + 1;
+                if lost.is_power_of_two() {
+                    tracing::warn!(queue = config.queue, overflows = lost, "queue overflow");
+                }
+                continue;
+            }
+            Err(error) => {
+                consecutive_errors += 1;
+                if consecutive_errors >= MAX_CONSECUTIVE_ERRORS {
+                    tracing::error!(queue = config.queue, %error, "queue worker stopped");
+                    return;
+                }
+                continue;
+            }
+        };
+        consecutive_errors = 0;
+        let outcome = step(
+            message.get_payload(),
+            message.get_nfmark(),
+            &**policy.load(),
+            &config.marks,
+            config.fail_mode,
+        );
+        match outcome.action {
+            Action::Accept => message.set_verdict(nfq::Verdict::Accept),
+            Action::Drop => message.set_verdict(nfq::Verdict::Drop),
+            Action::Repeat { mark } => {
+                message.set_nfmark(mark);
+                message.set_verdict(nfq::Verdict::Repeat);
+            }
+        }
+        stats.record(outcome.outcome);
+        if socket.verdict(message).is_err() {
+            stats.verdict_errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Path of the kernel's per-queue counters in the current namespace.
+pub const PROC_QUEUES: &str = "/proc/net/netfilter/nfnetlink_queue";
+
+/// The kernel's counters of one queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelCounters {
+    pub queue: u16,
+    /// Packets waiting for a verdict.
+    pub waiting: u64,
+    /// Packets dropped because the queue was full.
+    pub queue_dropped: u64,
+    /// Packets lost because the worker's socket buffer was full.
+    pub user_dropped: u64,
+}
+
+/// Parses [`PROC_QUEUES`]: `queue peer_portid waiting copy_mode copy_range
+/// queue_dropped user_dropped id_sequence 1` per bound queue.
+pub fn parse_kernel_counters(text: &str) -> Vec<KernelCounters> {
+    text.lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let num = |i: usize| fields.get(i)?.parse::<u64>().ok();
+            Some(KernelCounters {
+                queue: fields.first()?.parse().ok()?,
+                waiting: num(2)?,
+                queue_dropped: num(5)?,
+                user_dropped: num(6)?,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_counters_from_proc() {
+        let text = "  100  12345     0 2   128      3      7        42  1\n  101 0 1 2 128 0 0 9 1\nbogus\n";
+        assert_eq!(
+            parse_kernel_counters(text),
+            vec![
+                KernelCounters {
+                    queue: 100,
+                    waiting: 0,
+                    queue_dropped: 3,
+                    user_dropped: 7
+                },
+                KernelCounters {
+                    queue: 101,
+                    waiting: 1,
+                    queue_dropped: 0,
+                    user_dropped: 0
+                },
+            ]
+        );
+    }
+}

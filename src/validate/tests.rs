@@ -1,0 +1,1196 @@
+//! One test per admission rule, each with an accepted and a rejected case,
+//! built from YAML through the real decoder.
+
+use std::path::Path;
+
+use super::*;
+use crate::model::Kind;
+use crate::source::parse_documents;
+
+fn snapshot(yaml: &str) -> Snapshot {
+    let (objects, problems) = parse_documents(Path::new("t.yaml"), yaml);
+    assert!(problems.is_empty(), "decoding failed: {problems:#?}");
+    Snapshot { objects }
+}
+
+fn render(problems: &[Problem]) -> String {
+    problems
+        .iter()
+        .map(|p| format!("  {p}\n"))
+        .collect::<String>()
+}
+
+#[track_caller]
+fn assert_valid(yaml: &str) {
+    let problems = validate(&snapshot(yaml));
+    assert!(
+        problems.is_empty(),
+        "unexpected problems:\n{}",
+        render(&problems)
+    );
+}
+
+/// Exactly one problem, at `field`, whose reason contains `reason`.
+#[track_caller]
+fn assert_problem(yaml: &str, field: &str, reason: &str) {
+    let problems = validate(&snapshot(yaml));
+    assert!(
+        problems.len() == 1 && problems[0].field == field && problems[0].reason.contains(reason),
+        "expected exactly `{field}: …{reason}…`, got:\n{}",
+        render(&problems)
+    );
+}
+
+fn indent(text: &str) -> String {
+    text.trim_start_matches('\n')
+        .lines()
+        .map(|l| format!("  {l}\n"))
+        .collect()
+}
+
+fn acnp(spec: &str) -> String {
+    format!(
+        "apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata:\n  name: p\nspec:\n{}---\n",
+        indent(spec)
+    )
+}
+
+fn annp(spec: &str) -> String {
+    format!(
+        "apiVersion: crd.antrea.io/v1beta1\nkind: NetworkPolicy\nmetadata:\n  name: p\n  namespace: shop\nspec:\n{}---\n",
+        indent(spec)
+    )
+}
+
+fn cluster_group(name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: crd.antrea.io/v1beta1\nkind: ClusterGroup\nmetadata:\n  name: {name}\nspec:\n{}---\n",
+        indent(spec)
+    )
+}
+
+fn group(namespace: &str, name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: crd.antrea.io/v1beta1\nkind: Group\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n{}---\n",
+        indent(spec)
+    )
+}
+
+fn tier(name: &str, priority: i32) -> String {
+    format!(
+        "apiVersion: crd.antrea.io/v1beta1\nkind: Tier\nmetadata:\n  name: {name}\nspec:\n  priority: {priority}\n---\n"
+    )
+}
+
+fn k8s_np(spec: &str) -> String {
+    format!(
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: np\n  namespace: shop\nspec:\n{}---\n",
+        indent(spec)
+    )
+}
+
+/// An ACNP whose single ingress rule is `rule` (flow-style YAML mapping body).
+fn acnp_ingress(rule: &str) -> String {
+    acnp(&format!(
+        "priority: 5\nappliedTo: [{{podSelector: {{}}}}]\ningress:\n- {{{rule}}}\n"
+    ))
+}
+
+/// An ACNP whose single egress rule is `rule`.
+fn acnp_egress(rule: &str) -> String {
+    acnp(&format!(
+        "priority: 5\nappliedTo: [{{podSelector: {{}}}}]\negress:\n- {{{rule}}}\n"
+    ))
+}
+
+// ------------------------------------------------------------------ display
+
+#[test]
+fn problems_display_path_object_field_reason() {
+    let p = validate(&snapshot(&acnp(
+        "priority: 0\nappliedTo: [{podSelector: {}}]\n",
+    )));
+    assert_eq!(
+        p[0].to_string(),
+        "t.yaml: ClusterNetworkPolicy p: spec.priority: must be between 1.0 and 10000.0, got 0"
+    );
+    let p = validate(&snapshot(&annp(
+        "priority: 0\nappliedTo: [{podSelector: {}}]\n",
+    )));
+    assert_eq!(
+        p[0].to_string(),
+        "t.yaml: NetworkPolicy.crd.antrea.io shop/p: spec.priority: must be between 1.0 and 10000.0, got 0"
+    );
+    let syntax = Problem {
+        origin: "a.yaml".into(),
+        object: ObjectRef::default(),
+        field: "line 2, column 1".into(),
+        reason: "YAML syntax: x".into(),
+    };
+    assert_eq!(
+        syntax.to_string(),
+        "a.yaml: line 2, column 1: YAML syntax: x"
+    );
+}
+
+// ------------------------------------------------------------------- tiers
+
+#[test]
+fn policy_tier_must_exist() {
+    let spec = "tier: mytier\npriority: 5\nappliedTo: [{podSelector: {}}]\n";
+    assert_valid(&format!("{}{}", tier("mytier", 10), acnp(spec)));
+    assert_valid(&acnp(&spec.replace("mytier", "emergency")));
+    assert_problem(&acnp(spec), "spec.tier", "Tier `mytier` does not exist");
+    assert_problem(&annp(spec), "spec.tier", "Tier `mytier` does not exist");
+}
+
+#[test]
+fn custom_tier_priority_must_be_below_250() {
+    assert_valid(&tier("mytier", 249));
+    assert_valid(&tier("mytier", 0));
+    assert_problem(
+        &tier("mytier", 250),
+        "spec.priority",
+        "must be between 0 and 249",
+    );
+    assert_problem(&tier("mytier", 300), "spec.priority", "got 300");
+    assert_problem(&tier("mytier", -1), "spec.priority", "got -1");
+}
+
+#[test]
+fn tier_priorities_are_unique_including_static_tiers() {
+    assert_valid(&format!("{}{}", tier("a", 10), tier("b", 11)));
+    assert_problem(
+        &format!("{}{}", tier("a", 10), tier("b", 10)),
+        "spec.priority",
+        "priority 10 is already used by Tier a",
+    );
+    assert_problem(
+        &tier("mytier", 100),
+        "spec.priority",
+        "already used by Tier securityops",
+    );
+    let problems = validate(&snapshot(&format!("{}{}", tier("a", 10), tier("b", 10))));
+    assert_eq!(problems[0].object.name, "b", "the later Tier is reported");
+}
+
+#[test]
+fn custom_tiers_cannot_reuse_static_names() {
+    // Restating a static Tier exactly (a `kubectl get tiers` dump) is fine.
+    assert_valid(&format!(
+        "{}{}",
+        tier("application", 250),
+        tier("baseline", 253)
+    ));
+    assert_problem(
+        &tier("emergency", 10),
+        "metadata.name",
+        "`emergency` is a static Tier",
+    );
+}
+
+#[test]
+fn at_most_twenty_tiers() {
+    let fourteen: String = (0..14).map(|i| tier(&format!("t{i}"), i)).collect();
+    assert_valid(&fourteen);
+    let fifteen = format!("{fourteen}{}", tier("t14", 14));
+    assert_problem(&fifteen, "metadata.name", "at most 20 Tiers are supported");
+}
+
+// ------------------------------------------------------------ all objects
+
+#[test]
+fn duplicate_objects_are_rejected() {
+    let ns = |name: &str, ns: &str| {
+        format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {ns}}}\n---\n")
+    };
+    assert_valid(&format!("{}{}{}", ns("a", "x"), ns("a", "y"), ns("b", "x")));
+    // Different kinds with one name are different objects.
+    assert_valid(&format!(
+        "{}{}",
+        cluster_group("g", "podSelector: {}"),
+        tier("g", 10)
+    ));
+    assert_problem(
+        &format!("{}{}", ns("a", "x"), ns("a", "x")),
+        "metadata.name",
+        "duplicate object: already defined in t.yaml",
+    );
+    assert_problem(
+        &format!("{}{}", tier("t", 10), tier("t", 10)),
+        "metadata.name",
+        "duplicate object",
+    );
+}
+
+#[test]
+fn objects_need_a_name() {
+    assert_valid("apiVersion: v1\nkind: Pod\nmetadata: {name: web}\n");
+    assert_problem(
+        "apiVersion: v1\nkind: Pod\nmetadata: {}\n",
+        "metadata.name",
+        "must not be empty",
+    );
+    assert_problem(
+        &acnp("priority: 1\nappliedTo: [{podSelector: {}}]\n").replace("name: p", "name: ''"),
+        "metadata.name",
+        "must not be empty",
+    );
+}
+
+#[test]
+fn inventory_objects_need_nothing_else() {
+    assert_valid(
+        "apiVersion: v1
+kind: Node
+metadata: {name: n1, labels: {kubernetes.io/os: linux}}
+status: {addresses: [{type: InternalIP, address: 10.0.0.1}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: s, namespace: shop}
+spec: {type: NodePort, ports: [{port: 80, nodePort: 30080}]}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: sa, namespace: shop}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+",
+    );
+}
+
+// ---------------------------------------------------------------- policies
+
+#[test]
+fn policy_priority_range() {
+    for ok in ["1", "1.0", "5.5", "10000", "10000.0"] {
+        assert_valid(&acnp(&format!(
+            "priority: {ok}\nappliedTo: [{{podSelector: {{}}}}]\n"
+        )));
+    }
+    for bad in ["0", "0.5", "10000.5", "-3", "1e9"] {
+        assert_problem(
+            &acnp(&format!(
+                "priority: {bad}\nappliedTo: [{{podSelector: {{}}}}]\n"
+            )),
+            "spec.priority",
+            "must be between 1.0 and 10000.0",
+        );
+    }
+}
+
+#[test]
+fn pass_is_rejected_in_the_baseline_tier() {
+    let spec = "tier: securityops\npriority: 1\nappliedTo: [{namespaceSelector: {}}]\ningress:\n- {action: Pass}\n";
+    assert_valid(&acnp(spec));
+    assert_valid(&acnp(
+        &spec
+            .replace("securityops", "baseline")
+            .replace("Pass", "Drop"),
+    ));
+    assert_problem(
+        &acnp(&spec.replace("securityops", "baseline")),
+        "spec.ingress[0].action",
+        "Pass is not allowed in the baseline Tier",
+    );
+}
+
+#[test]
+fn deny_is_accepted_as_drop() {
+    assert_valid(&acnp_ingress("action: Deny"));
+    assert_valid(&acnp_egress("action: Deny, to: [{fqdn: example.com}]"));
+}
+
+#[test]
+fn applied_to_at_policy_level_xor_every_rule() {
+    let per_rule = "priority: 1
+ingress:
+- {action: Drop, appliedTo: [{podSelector: {}}]}
+egress:
+- {action: Drop, appliedTo: [{podSelector: {}}]}
+";
+    assert_valid(&acnp(per_rule));
+    assert_valid(&acnp(
+        "priority: 1\nappliedTo: [{podSelector: {}}]\ningress:\n- {action: Drop}\n",
+    ));
+    assert_problem(
+        &acnp(
+            &format!("appliedTo: [{{podSelector: {{}}}}]\n{per_rule}").replace(
+                "egress:\n- {action: Drop, appliedTo: [{podSelector: {}}]}\n",
+                "egress:\n- {action: Drop}\n",
+            ),
+        ),
+        "spec.ingress[0].appliedTo",
+        "cannot be set on a rule when spec.appliedTo is set",
+    );
+    assert_problem(
+        &acnp(&per_rule.replace(
+            "- {action: Drop, appliedTo: [{podSelector: {}}]}\negress",
+            "- {action: Drop}\negress",
+        )),
+        "spec.ingress[0].appliedTo",
+        "must be set on every rule when spec.appliedTo is not set",
+    );
+    assert_problem(
+        &acnp("priority: 1\ningress:\n- {action: Drop}\n"),
+        "spec.appliedTo",
+        "must be set, either here or on every rule",
+    );
+}
+
+#[test]
+fn empty_applied_to_entry() {
+    assert_valid(&acnp("priority: 1\nappliedTo: [{podSelector: {}}]\n"));
+    assert_problem(
+        &acnp("priority: 1\nappliedTo: [{podSelector: {}}, {}]\n"),
+        "spec.appliedTo[1]",
+        "empty entry",
+    );
+    assert_problem(
+        &acnp("priority: 1\ningress:\n- {action: Drop, appliedTo: [{}]}\n"),
+        "spec.ingress[0].appliedTo[0]",
+        "empty entry",
+    );
+}
+
+#[test]
+fn group_references_and_stand_alone_selectors_do_not_mix() {
+    let groups = format!(
+        "{}{}",
+        cluster_group("db", "podSelector: {matchLabels: {role: db}}"),
+        cluster_group("fe", "podSelector: {matchLabels: {role: fe}}")
+    );
+    let spec = "priority: 1
+appliedTo: [{group: db}]
+ingress:
+- {action: Allow, from: [{group: fe}, {ipBlock: {cidr: 10.0.0.0/8}}]}
+";
+    assert_valid(&format!("{groups}{}", acnp(spec)));
+    assert_problem(
+        &format!("{groups}{}", acnp(&spec.replace("{ipBlock: {cidr: 10.0.0.0/8}}", "{podSelector: {}}"))),
+        "spec.appliedTo[0].group",
+        "ClusterGroup references cannot be mixed with stand-alone selectors in one policy (spec.ingress[0].from[1].podSelector",
+    );
+    assert_problem(
+        &format!(
+            "{groups}{}",
+            acnp(&spec.replace("{group: db}", "{namespaceSelector: {}}"))
+        ),
+        "spec.ingress[0].from[0].group",
+        "(spec.appliedTo[0].namespaceSelector is a stand-alone selector)",
+    );
+    let ns_groups = group("shop", "db", "podSelector: {}");
+    assert_problem(
+        &format!("{ns_groups}{}", annp("priority: 1\nappliedTo: [{group: db}]\negress:\n- {action: Drop, to: [{podSelector: {}}]}\n")),
+        "spec.appliedTo[0].group",
+        "Group references cannot be mixed",
+    );
+}
+
+#[test]
+fn group_cannot_be_combined_with_other_fields() {
+    let groups = cluster_group("g", "podSelector: {}");
+    assert_valid(&format!(
+        "{groups}{}",
+        acnp("priority: 1\nappliedTo: [{group: g}]\n")
+    ));
+    assert_problem(
+        &format!("{groups}{}", acnp("priority: 1\nappliedTo: [{group: g}]\ningress:\n- {action: Drop, from: [{group: g, ipBlock: {cidr: 10.0.0.0/8}}]}\n")),
+        "spec.ingress[0].from[0].group",
+        "cannot be set with other fields in the same peer (also set: ipBlock)",
+    );
+    let problems = validate(&snapshot(&format!(
+        "{groups}{}",
+        acnp("priority: 1\nappliedTo: [{group: g, podSelector: {}}]\n")
+    )));
+    assert!(
+        problems.iter().any(|p| p.field == "spec.appliedTo[0].group"
+            && p.reason
+                .contains("cannot be set with other fields in the same appliedTo entry")),
+        "{}",
+        render(&problems)
+    );
+}
+
+#[test]
+fn except_must_be_strictly_inside_cidr() {
+    let rule = |except: &str| {
+        acnp_egress(&format!(
+            "action: Drop, to: [{{ipBlock: {{cidr: 10.168.0.0/16, except: [{except}]}}}}]"
+        ))
+    };
+    assert_valid(&rule("10.168.128.0/24, 10.168.0.1/32"));
+    let field = "spec.egress[0].to[0].ipBlock.except[0]";
+    assert_problem(
+        &rule("10.169.0.0/24"),
+        field,
+        "10.169.0.0/24 is not strictly inside cidr 10.168.0.0/16",
+    );
+    assert_problem(&rule("10.168.0.0/16"), field, "not strictly inside");
+    assert_problem(&rule("10.0.0.0/8"), field, "not strictly inside");
+    assert_problem(
+        &rule("fd00::/64"),
+        field,
+        "not in the address family of cidr 10.168.0.0/16",
+    );
+    assert_problem(
+        &acnp_ingress("action: Drop, from: [{ipBlock: {cidr: 'fd00::/48', except: ['fd00:0:0:1::/64', 'fd01::/64']}}]"),
+        "spec.ingress[0].from[0].ipBlock.except[1]",
+        "not strictly inside",
+    );
+}
+
+#[test]
+fn ports_and_end_ports() {
+    let rule = |ports: &str| acnp_ingress(&format!("action: Allow, ports: [{ports}]"));
+    assert_valid(&rule("{port: 8080, endPort: 9000}, {protocol: UDP, port: 53}, {port: http}, {protocol: SCTP}, {port: 1, endPort: 65535}, {port: 80, endPort: 80}"));
+    let f = "spec.ingress[0].ports[0]";
+    assert_problem(
+        &rule("{endPort: 9000}"),
+        &format!("{f}.endPort"),
+        "requires a numeric port",
+    );
+    assert_problem(
+        &rule("{port: 9000, endPort: 8080}"),
+        &format!("{f}.endPort"),
+        "must not be lower than port 9000",
+    );
+    assert_problem(
+        &rule("{port: 0}"),
+        &format!("{f}.port"),
+        "must be between 1 and 65535, got 0",
+    );
+    assert_problem(&rule("{port: 65536}"), &format!("{f}.port"), "got 65536");
+    assert_problem(
+        &rule("{port: 80, endPort: 70000}"),
+        &format!("{f}.endPort"),
+        "must be between 1 and 65535",
+    );
+    assert_problem(
+        &rule("{port: http, endPort: 90}"),
+        &format!("{f}.endPort"),
+        "cannot be used with a named port",
+    );
+    assert_problem(
+        &rule("{port: '8080'}"),
+        &format!("{f}.port"),
+        "neither a number nor a valid port name",
+    );
+    assert_problem(
+        &rule("{port: Web_Port}"),
+        &format!("{f}.port"),
+        "valid port name",
+    );
+}
+
+#[test]
+fn to_services_restrictions() {
+    assert_valid(&acnp_egress(
+        "action: Drop, toServices: [{name: svc, namespace: ns}]",
+    ));
+    assert_problem(
+        &acnp_egress(
+            "action: Drop, toServices: [{name: svc, namespace: ns}], to: [{podSelector: {}}]",
+        ),
+        "spec.egress[0].toServices",
+        "cannot be used with `to` or `ports`",
+    );
+    assert_problem(
+        &acnp_egress("action: Drop, toServices: [{name: svc, namespace: ns}], ports: [{port: 80}]"),
+        "spec.egress[0].toServices",
+        "cannot be used with `to` or `ports`",
+    );
+    assert_problem(
+        &acnp_ingress("action: Drop, toServices: [{name: svc, namespace: ns}]"),
+        "spec.ingress[0].toServices",
+        "only allowed in egress rules",
+    );
+    assert_problem(
+        &acnp_egress("action: Drop, toServices: [{name: '', namespace: ns}]"),
+        "spec.egress[0].toServices[0].name",
+        "must not be empty",
+    );
+}
+
+#[test]
+fn from_and_to_match_the_direction() {
+    assert_valid(&acnp_ingress("action: Drop, from: [{podSelector: {}}]"));
+    assert_valid(&acnp_egress("action: Drop, to: [{podSelector: {}}]"));
+    assert_problem(
+        &acnp_egress("action: Drop, from: [{podSelector: {}}]"),
+        "spec.egress[0].from",
+        "egress rules select peers with `to`",
+    );
+    assert_problem(
+        &acnp_ingress("action: Drop, to: [{podSelector: {}}]"),
+        "spec.ingress[0].to",
+        "ingress rules select peers with `from`",
+    );
+}
+
+#[test]
+fn fqdn_restrictions() {
+    assert_valid(&acnp_egress(
+        "action: Allow, to: [{fqdn: '*foobar.com'}], ports: [{port: 8080}]",
+    ));
+    assert_problem(
+        &acnp_ingress("action: Allow, from: [{fqdn: foobar.com}]"),
+        "spec.ingress[0].from[0].fqdn",
+        "only allowed in the `to` of egress rules",
+    );
+    assert_problem(
+        &acnp_egress("action: Allow, to: [{fqdn: foobar.com, ipBlock: {cidr: 1.2.3.0/24}}]"),
+        "spec.egress[0].to[0].ipBlock",
+        "cannot be set with other fields in the same peer (also set: fqdn)",
+    );
+    assert_problem(
+        &acnp_egress("action: Allow, to: [{fqdn: ''}]"),
+        "spec.egress[0].to[0].fqdn",
+        "must not be empty",
+    );
+    assert_problem(
+        &acnp_egress("action: Allow, to: [{fqdn: 'a b.com'}]"),
+        "spec.egress[0].to[0].fqdn",
+        "whitespace",
+    );
+}
+
+#[test]
+fn igmp_cannot_be_combined() {
+    let igmp = "protocols: [{igmp: {igmpType: 0x16}}]";
+    assert_valid(&acnp_egress(&format!("action: Drop, {igmp}")));
+    let field = "spec.egress[0].protocols";
+    assert_problem(
+        &acnp_egress("action: Drop, protocols: [{igmp: {igmpType: 0x16}}, {icmp: {}}]"),
+        field,
+        "IGMP cannot be used with icmp",
+    );
+    assert_problem(
+        &acnp_egress(&format!(
+            "action: Drop, {igmp}, to: [{{podSelector: {{}}}}]"
+        )),
+        field,
+        "IGMP cannot be used with to",
+    );
+    assert_problem(
+        &acnp_egress(&format!("action: Drop, {igmp}, ports: [{{port: 80}}]")),
+        field,
+        "IGMP cannot be used with ports",
+    );
+    assert_problem(
+        &acnp_egress(&format!(
+            "action: Drop, {igmp}, toServices: [{{name: s, namespace: n}}]"
+        )),
+        field,
+        "IGMP cannot be used with toServices",
+    );
+    assert_problem(
+        &acnp_ingress(
+            "action: Drop, protocols: [{igmp: {igmpType: 0x11}}], from: [{podSelector: {}}]",
+        ),
+        "spec.ingress[0].protocols",
+        "IGMP cannot be used with from",
+    );
+}
+
+#[test]
+fn igmp_types_and_group_addresses() {
+    assert_valid(&acnp_ingress(
+        "action: Drop, protocols: [{igmp: {igmpType: 0x11, groupAddress: 224.0.0.1}}]",
+    ));
+    assert_valid(&acnp_ingress("action: Allow, protocols: [{igmp: {}}]"));
+    for t in ["0x12", "0x16", "0x22", "18"] {
+        assert_valid(&acnp_egress(&format!(
+            "action: Drop, protocols: [{{igmp: {{igmpType: {t}, groupAddress: 225.1.2.3}}}}]"
+        )));
+    }
+    assert_problem(
+        &acnp_ingress("action: Drop, protocols: [{igmp: {igmpType: 0x16}}]"),
+        "spec.ingress[0].protocols[0].igmp.igmpType",
+        "ingress rules only support the IGMP membership query (0x11), got 0x16",
+    );
+    assert_problem(
+        &acnp_ingress(
+            "action: Drop, protocols: [{igmp: {igmpType: 0x11, groupAddress: 225.1.2.3}}]",
+        ),
+        "spec.ingress[0].protocols[0].igmp.groupAddress",
+        "can only use 224.0.0.1",
+    );
+    assert_problem(
+        &acnp_egress("action: Drop, protocols: [{igmp: {igmpType: 0x11}}]"),
+        "spec.egress[0].protocols[0].igmp.igmpType",
+        "egress rules only support IGMP membership reports (0x12, 0x16, 0x22), got 0x11",
+    );
+    assert_problem(
+        &acnp_egress("action: Drop, protocols: [{igmp: {groupAddress: 10.0.0.1}}]"),
+        "spec.egress[0].protocols[0].igmp.groupAddress",
+        "must be an IPv4 multicast address",
+    );
+}
+
+#[test]
+fn igmp_rules_cannot_pass_or_reject() {
+    assert_valid(&acnp_egress("action: Allow, protocols: [{igmp: {}}]"));
+    for action in ["Pass", "Reject"] {
+        assert_problem(
+            &acnp_egress(&format!("action: {action}, protocols: [{{igmp: {{}}}}]")),
+            "spec.egress[0].action",
+            &format!("{action} is not supported for IGMP rules"),
+        );
+    }
+}
+
+#[test]
+fn multicast_ip_blocks_cannot_pass_or_reject() {
+    assert_valid(&acnp_egress(
+        "action: Drop, to: [{ipBlock: {cidr: 225.1.2.3/32}}]",
+    ));
+    assert_valid(&acnp_egress(
+        "action: Reject, to: [{ipBlock: {cidr: 10.1.2.3/32}}]",
+    ));
+    assert_problem(
+        &acnp_egress("action: Reject, to: [{ipBlock: {cidr: 225.1.2.3/32}}]"),
+        "spec.egress[0].action",
+        "Reject is not supported for multicast traffic",
+    );
+}
+
+#[test]
+fn protocol_entries_set_exactly_one_protocol() {
+    assert_valid(&acnp_egress(
+        "action: Reject, protocols: [{icmp: {icmpType: 8, icmpCode: 0}}, {icmp: {}}]",
+    ));
+    assert_problem(
+        &acnp_egress("action: Reject, protocols: [{}]"),
+        "spec.egress[0].protocols[0]",
+        "set one of icmp or igmp",
+    );
+    assert_problem(
+        &acnp_egress("action: Drop, protocols: [{icmp: {}, igmp: {}}]"),
+        "spec.egress[0].protocols[0]",
+        "set only one of icmp or igmp",
+    );
+}
+
+#[test]
+fn icmp_type_and_code() {
+    assert_valid(&acnp_egress(
+        "action: Drop, protocols: [{icmp: {icmpType: 255, icmpCode: 255}}, {icmp: {icmpType: 0}}]",
+    ));
+    let f = "spec.egress[0].protocols[0].icmp";
+    assert_problem(
+        &acnp_egress("action: Drop, protocols: [{icmp: {icmpCode: 0}}]"),
+        &format!("{f}.icmpCode"),
+        "requires icmpType",
+    );
+    assert_problem(
+        &acnp_egress("action: Drop, protocols: [{icmp: {icmpType: 256}}]"),
+        &format!("{f}.icmpType"),
+        "must be between 0 and 255, got 256",
+    );
+    assert_problem(
+        &acnp_egress("action: Drop, protocols: [{icmp: {icmpType: 3, icmpCode: -1}}]"),
+        &format!("{f}.icmpCode"),
+        "got -1",
+    );
+}
+
+#[test]
+fn l7_rules_only_allow() {
+    let l7 = "l7Protocols: [{http: {path: '/api/v2/*', host: foo.bar.com, method: GET}}]";
+    assert_valid(&acnp_ingress(&format!("action: Allow, {l7}")));
+    for action in ["Drop", "Reject", "Pass", "Deny"] {
+        assert_problem(
+            &acnp_ingress(&format!("action: {action}, {l7}")),
+            "spec.ingress[0].l7Protocols",
+            &format!("can only be used with action Allow, not {action}"),
+        );
+    }
+}
+
+#[test]
+fn l7_entries_set_exactly_one_protocol() {
+    assert_valid(&acnp_egress(
+        "action: Allow, l7Protocols: [{http: {}}, {tls: {sni: '*.foo.com'}}]",
+    ));
+    assert_problem(
+        &acnp_egress("action: Allow, l7Protocols: [{}]"),
+        "spec.egress[0].l7Protocols[0]",
+        "set one of http or tls",
+    );
+    assert_problem(
+        &acnp_egress("action: Allow, l7Protocols: [{http: {}, tls: {}}]"),
+        "spec.egress[0].l7Protocols[0]",
+        "set only one of http or tls",
+    );
+}
+
+#[test]
+fn l7_http_needs_tcp_and_no_to_services() {
+    assert_valid(&acnp_egress(
+        "action: Allow, ports: [{protocol: TCP, port: 80}], l7Protocols: [{http: {}}]",
+    ));
+    assert_problem(
+        &acnp_egress(
+            "action: Allow, ports: [{protocol: UDP, port: 80}], l7Protocols: [{http: {}}]",
+        ),
+        "spec.egress[0].ports[0].protocol",
+        "HTTP rules can only use TCP ports",
+    );
+    assert_problem(
+        &acnp_egress(
+            "action: Allow, toServices: [{name: s, namespace: n}], l7Protocols: [{http: {}}]",
+        ),
+        "spec.egress[0].l7Protocols",
+        "cannot be used with toServices",
+    );
+}
+
+#[test]
+fn rule_names_are_unique_within_a_policy() {
+    let two = |a: &str, b: &str| {
+        acnp(&format!(
+            "priority: 1\nappliedTo: [{{podSelector: {{}}}}]\ningress:\n- {{{a}}}\negress:\n- {{{b}}}\n"
+        ))
+    };
+    assert_valid(&two("action: Drop, name: x", "action: Drop, name: y"));
+    // Identical unnamed rules in different directions get different names.
+    assert_valid(&two("action: Drop", "action: Drop"));
+    assert_problem(
+        &two("action: Drop, name: x", "action: Allow, name: x"),
+        "spec.egress[0].name",
+        "`x` is already the name of spec.ingress[0]",
+    );
+    let generated = crate::model::Rule {
+        action: RuleAction::Drop,
+        name: None,
+        applied_to: vec![],
+        from: vec![],
+        to: vec![],
+        to_services: vec![],
+        ports: vec![],
+        protocols: vec![],
+        l7_protocols: vec![],
+        enable_logging: false,
+        log_label: None,
+    }
+    .generated_name(Direction::Ingress);
+    let spec = format!(
+        "priority: 1\nappliedTo: [{{podSelector: {{}}}}]\ningress:\n- {{action: Drop}}\n- {{action: Allow, name: {generated}}}\n"
+    );
+    assert_problem(
+        &acnp(&spec),
+        "spec.ingress[1].name",
+        &format!("`{generated}` is the generated name of spec.ingress[0]"),
+    );
+    let reversed = format!(
+        "priority: 1\nappliedTo: [{{podSelector: {{}}}}]\ningress:\n- {{action: Allow, name: {generated}}}\n- {{action: Drop}}\n"
+    );
+    assert_problem(&acnp(&reversed), "spec.ingress[1]", "the generated name");
+    assert_problem(
+        &acnp("priority: 1\nappliedTo: [{podSelector: {}}]\ningress:\n- {action: Drop, from: [{podSelector: {}}]}\n- {action: Drop, from: [{podSelector: {}}]}\n"),
+        "spec.ingress[1]",
+        "duplicate rule: identical to spec.ingress[0]",
+    );
+}
+
+#[test]
+fn service_account_stands_alone() {
+    assert_valid(&acnp("priority: 1\nappliedTo: [{serviceAccount: {name: sa-1, namespace: ns-1}}]\negress:\n- {action: Drop, to: [{serviceAccount: {name: sa-2, namespace: ns-2}}]}\n"));
+    assert_problem(
+        &acnp("priority: 1\nappliedTo: [{serviceAccount: {name: sa-1, namespace: ns-1}, podSelector: {}}]\n"),
+        "spec.appliedTo[0].serviceAccount",
+        "cannot be set with other fields in the same appliedTo entry (also set: podSelector)",
+    );
+    assert_problem(
+        &acnp_egress("action: Drop, to: [{serviceAccount: {name: sa, namespace: ns}, ipBlock: {cidr: 10.0.0.0/8}}]"),
+        "spec.egress[0].to[0].serviceAccount",
+        "cannot be set with other fields in the same peer",
+    );
+    assert_problem(
+        &acnp_egress("action: Drop, to: [{serviceAccount: {name: sa}}]"),
+        "spec.egress[0].to[0].serviceAccount.namespace",
+        "must be set in a cluster-scoped object",
+    );
+}
+
+#[test]
+fn namespaces_and_namespace_selector_are_exclusive() {
+    assert_valid(&acnp_ingress(
+        "action: Pass, from: [{namespaces: {match: Self}, podSelector: {}}]",
+    ));
+    assert_problem(
+        &acnp_ingress("action: Pass, from: [{namespaces: {match: Self}, namespaceSelector: {}}]"),
+        "spec.ingress[0].from[0].namespaces",
+        "cannot be set with namespaceSelector",
+    );
+}
+
+#[test]
+fn namespaces_sets_exactly_one_criterion() {
+    assert_valid(&acnp_ingress(
+        "action: Allow, from: [{namespaces: {sameLabels: [org, env]}}]",
+    ));
+    assert_problem(
+        &acnp_ingress("action: Allow, from: [{namespaces: {match: Self, sameLabels: [org]}}]"),
+        "spec.ingress[0].from[0].namespaces",
+        "set only one of match or sameLabels",
+    );
+    assert_problem(
+        &acnp_ingress("action: Allow, from: [{namespaces: {}}]"),
+        "spec.ingress[0].from[0].namespaces",
+        "set one of match or sameLabels",
+    );
+}
+
+#[test]
+fn empty_peer_is_rejected() {
+    assert_valid(&acnp_ingress(
+        "action: Allow, from: [{namespaceSelector: {}}]",
+    ));
+    assert_problem(
+        &acnp_ingress("action: Allow, from: [{}]"),
+        "spec.ingress[0].from[0]",
+        "empty peer",
+    );
+}
+
+#[test]
+fn annp_applied_to_restrictions() {
+    assert_valid(&annp("priority: 1\nappliedTo: [{podSelector: {}}]\n"));
+    for (entry, field) in [
+        ("{namespaceSelector: {}}", "namespaceSelector"),
+        (
+            "{podSelector: {}, namespaceSelector: {}}",
+            "namespaceSelector",
+        ),
+        ("{nodeSelector: {}}", "nodeSelector"),
+        ("{service: {name: s, namespace: shop}}", "service"),
+    ] {
+        assert_problem(
+            &annp(&format!("priority: 1\nappliedTo: [{entry}]\n")),
+            &format!("spec.appliedTo[0].{field}"),
+            "not allowed in the appliedTo of an Antrea NetworkPolicy",
+        );
+    }
+}
+
+#[test]
+fn annp_peers_cannot_use_namespaces() {
+    assert_valid(&annp("priority: 1\nappliedTo: [{podSelector: {}}]\ningress:\n- {action: Allow, from: [{podSelector: {}, namespaceSelector: {}}]}\n"));
+    assert_problem(
+        &annp("priority: 1\nappliedTo: [{podSelector: {}}]\ningress:\n- {action: Allow, from: [{namespaces: {match: Self}}]}\n"),
+        "spec.ingress[0].from[0].namespaces",
+        "not supported in an Antrea NetworkPolicy",
+    );
+}
+
+#[test]
+fn annp_applied_to_group_cannot_select_namespaces() {
+    let g = group("shop", "g", "podSelector: {}");
+    let spec = "priority: 1\nappliedTo: [{group: g}]\n";
+    assert_valid(&format!("{g}{}", annp(spec)));
+    let g = group("shop", "g", "podSelector: {}\nnamespaceSelector: {}");
+    assert_problem(
+        &format!("{g}{}", annp(spec)),
+        "spec.appliedTo[0].group",
+        "selects by namespaceSelector",
+    );
+}
+
+#[test]
+fn node_selector_stands_alone_in_applied_to() {
+    assert_valid(&acnp(
+        "priority: 1\nappliedTo: [{nodeSelector: {matchLabels: {kubernetes.io/os: linux}}}]\n",
+    ));
+    assert_problem(
+        &acnp("priority: 1\nappliedTo: [{nodeSelector: {}, podSelector: {}}]\n"),
+        "spec.appliedTo[0].nodeSelector",
+        "cannot be set with other fields in the same appliedTo entry (also set: podSelector)",
+    );
+    assert_problem(
+        &acnp_ingress("action: Drop, from: [{nodeSelector: {}, podSelector: {}}]"),
+        "spec.ingress[0].from[0].nodeSelector",
+        "cannot be set with other fields in the same peer",
+    );
+}
+
+#[test]
+fn node_port_service_applied_to() {
+    let on_service = "priority: 5
+appliedTo: [{service: {name: svc-1, namespace: ns-1}}]
+ingress:
+- {action: Drop, from: [{ipBlock: {cidr: 1.1.1.0/24}}]}
+";
+    assert_valid(&acnp(on_service));
+    assert_problem(
+        &acnp(&format!("{on_service}egress:\n- {{action: Drop}}\n")),
+        "spec.egress[0]",
+        "can only have ingress rules",
+    );
+    assert_problem(
+        &acnp(&on_service.replace("{ipBlock: {cidr: 1.1.1.0/24}}", "{podSelector: {}}")),
+        "spec.ingress[0].from[0]",
+        "can only use ipBlock in from",
+    );
+    assert_problem(
+        &acnp(
+            &on_service
+                .replace("appliedTo: [", "appliedTo: [{ipBlockless: 1}, ")
+                .replace("{ipBlockless: 1}, ", "{nodeSelector: {}}, "),
+        ),
+        "spec.appliedTo",
+        "cannot apply to a NodePort Service and to other entities at the same time",
+    );
+    assert_problem(
+        &acnp("priority: 5\nappliedTo: [{service: {name: svc-1, namespace: ns-1}, podSelector: {}}]\n"),
+        "spec.appliedTo[0].service",
+        "cannot be set with other fields",
+    );
+    let per_rule = "priority: 5
+ingress:
+- {action: Drop, appliedTo: [{service: {name: s, namespace: n}}], from: [{ipBlock: {cidr: 1.1.1.0/24}}]}
+egress:
+- {action: Drop, appliedTo: [{podSelector: {}}]}
+";
+    assert_valid(&acnp(per_rule));
+    assert_problem(
+        &acnp(&per_rule.replace(
+            "- {action: Drop, appliedTo: [{podSelector: {}}]}",
+            "- {action: Drop, appliedTo: [{service: {name: s, namespace: n}}]}",
+        )),
+        "spec.egress[0].appliedTo",
+        "only ingress rules can be applied to a NodePort Service",
+    );
+}
+
+#[test]
+fn group_references_must_resolve() {
+    let spec = "priority: 1\nappliedTo: [{group: g}]\n";
+    assert_valid(&format!(
+        "{}{}",
+        cluster_group("g", "podSelector: {}"),
+        acnp(spec)
+    ));
+    assert_problem(
+        &acnp(spec),
+        "spec.appliedTo[0].group",
+        "ClusterGroup `g` does not exist",
+    );
+    // A namespaced Group does not satisfy an ACNP reference.
+    assert_problem(
+        &format!("{}{}", group("shop", "g", "podSelector: {}"), acnp(spec)),
+        "spec.appliedTo[0].group",
+        "ClusterGroup `g` does not exist",
+    );
+    assert_valid(&format!(
+        "{}{}",
+        group("shop", "g", "podSelector: {}"),
+        annp(spec)
+    ));
+    assert_problem(
+        &format!("{}{}", group("other", "g", "podSelector: {}"), annp(spec)),
+        "spec.appliedTo[0].group",
+        "Group `g` does not exist in Namespace shop",
+    );
+    assert_problem(
+        &format!("{}{}", cluster_group("g", "podSelector: {}"), annp(spec)),
+        "spec.appliedTo[0].group",
+        "Group `g` does not exist in Namespace shop",
+    );
+    assert_problem(
+        &format!(
+            "{}{}",
+            cluster_group("g", "podSelector: {}"),
+            acnp("priority: 1\nappliedTo: [{group: g}]\negress:\n- {action: Drop, to: [{group: missing}]}\n")
+        ),
+        "spec.egress[0].to[0].group",
+        "ClusterGroup `missing` does not exist",
+    );
+}
+
+// ------------------------------------------------------------------ groups
+
+#[test]
+fn group_sets_at_most_one_kind_of_member() {
+    assert_valid(&cluster_group(
+        "g",
+        "podSelector: {}\nnamespaceSelector: {}",
+    ));
+    assert_valid(&cluster_group(
+        "g",
+        "serviceReference: {name: s, namespace: n}",
+    ));
+    assert_valid(&cluster_group("g", "ipBlocks: [{cidr: 10.0.0.0/8}]"));
+    assert_valid(&cluster_group("g", "ipBlock: {cidr: 10.0.0.0/8}"));
+    assert_problem(
+        &cluster_group("g", "podSelector: {}\nipBlocks: [{cidr: 10.0.0.0/8}]"),
+        "spec",
+        "at most one of podSelector/namespaceSelector, serviceReference, ipBlock, ipBlocks or childGroups can be set, found podSelector/namespaceSelector and ipBlock(s)",
+    );
+    assert_problem(
+        &group(
+            "shop",
+            "g",
+            "serviceReference: {name: s}\nnamespaceSelector: {}",
+        ),
+        "spec",
+        "found podSelector/namespaceSelector and serviceReference",
+    );
+}
+
+#[test]
+fn group_ip_block_and_ip_blocks_are_exclusive() {
+    assert_problem(
+        &cluster_group(
+            "g",
+            "ipBlock: {cidr: 10.0.0.0/8}\nipBlocks: [{cidr: 11.0.0.0/8}]",
+        ),
+        "spec.ipBlock",
+        "cannot be set together with ipBlocks",
+    );
+}
+
+#[test]
+fn group_ip_blocks_check_except() {
+    assert_valid(&cluster_group(
+        "g",
+        "ipBlocks: [{cidr: 10.168.0.0/16, except: [10.168.128.0/24]}]",
+    ));
+    assert_problem(
+        &cluster_group(
+            "g",
+            "ipBlocks: [{cidr: 10.0.0.0/8}, {cidr: 10.168.0.0/16, except: [10.0.0.0/8]}]",
+        ),
+        "spec.ipBlocks[1].except[0]",
+        "not strictly inside",
+    );
+}
+
+#[test]
+fn child_groups_must_exist() {
+    let children = format!(
+        "{}{}",
+        cluster_group("a", "podSelector: {}"),
+        cluster_group("b", "ipBlocks: [{cidr: 10.0.0.0/8}]")
+    );
+    assert_valid(&format!(
+        "{children}{}",
+        cluster_group("parent", "childGroups: [a, b]")
+    ));
+    assert_problem(
+        &format!(
+            "{children}{}",
+            cluster_group("parent", "childGroups: [a, c]")
+        ),
+        "spec.childGroups[1]",
+        "ClusterGroup `c` does not exist",
+    );
+    assert_valid(&format!(
+        "{}{}",
+        group("shop", "a", "podSelector: {}"),
+        group("shop", "parent", "childGroups: [a]")
+    ));
+    assert_problem(
+        &format!(
+            "{}{}",
+            group("other", "a", "podSelector: {}"),
+            group("shop", "parent", "childGroups: [a]")
+        ),
+        "spec.childGroups[0]",
+        "Group `a` does not exist in Namespace shop",
+    );
+}
+
+#[test]
+fn child_groups_nest_one_level() {
+    let yaml = format!(
+        "{}{}{}",
+        cluster_group("leaf", "podSelector: {}"),
+        cluster_group("middle", "childGroups: [leaf]"),
+        cluster_group("top", "childGroups: [middle]")
+    );
+    assert_problem(
+        &yaml,
+        "spec.childGroups[0]",
+        "ClusterGroup `middle` has childGroups itself; only one level of nesting is supported",
+    );
+}
+
+#[test]
+fn group_cannot_list_itself() {
+    assert_problem(
+        &cluster_group("g", "childGroups: [g]"),
+        "spec.childGroups[0]",
+        "cannot list itself",
+    );
+    assert_problem(
+        &format!(
+            "{}{}",
+            cluster_group("a", "podSelector: {}"),
+            cluster_group("g", "childGroups: [a, a]")
+        ),
+        "spec.childGroups[1]",
+        "listed twice",
+    );
+}
+
+// ------------------------------------------------------ K8s NetworkPolicy
+
+#[test]
+fn k8s_ports() {
+    assert_valid(&k8s_np(
+        "podSelector: {}\ningress:\n- ports: [{port: 80, endPort: 90}, {port: http}]\n",
+    ));
+    assert_problem(
+        &k8s_np("podSelector: {}\ningress:\n- ports: [{endPort: 90}]\n"),
+        "spec.ingress[0].ports[0].endPort",
+        "requires a numeric port",
+    );
+    assert_problem(
+        &k8s_np("podSelector: {}\negress:\n- ports: [{port: 90, endPort: 80}]\n"),
+        "spec.egress[0].ports[0].endPort",
+        "must not be lower than port 90",
+    );
+    assert_problem(
+        &k8s_np("podSelector: {}\negress:\n- ports: [{port: 0}]\n"),
+        "spec.egress[0].ports[0].port",
+        "must be between 1 and 65535",
+    );
+}
+
+#[test]
+fn k8s_ip_block_stands_alone_and_excepts_fit() {
+    assert_valid(&k8s_np("podSelector: {}\ningress:\n- from: [{ipBlock: {cidr: 10.0.0.0/8, except: [10.1.0.0/16]}}, {podSelector: {}, namespaceSelector: {}}]\n"));
+    assert_problem(
+        &k8s_np(
+            "podSelector: {}\ningress:\n- from: [{ipBlock: {cidr: 10.0.0.0/8}, podSelector: {}}]\n",
+        ),
+        "spec.ingress[0].from[0].ipBlock",
+        "cannot be set with podSelector or namespaceSelector",
+    );
+    assert_problem(
+        &k8s_np("podSelector: {}\negress:\n- to: [{ipBlock: {cidr: 10.0.0.0/8, except: [11.0.0.0/16]}}]\n"),
+        "spec.egress[0].to[0].ipBlock.except[0]",
+        "not strictly inside",
+    );
+    assert_problem(
+        &k8s_np("podSelector: {}\negress:\n- to: [{}]\n"),
+        "spec.egress[0].to[0]",
+        "empty peer",
+    );
+}
+
+#[test]
+fn problems_carry_origin_and_object() {
+    let problems = validate(&snapshot(&acnp_egress(
+        "action: Drop, from: [{podSelector: {}}]",
+    )));
+    assert_eq!(problems.len(), 1);
+    assert_eq!(problems[0].origin, Path::new("t.yaml"));
+    assert_eq!(problems[0].object.kind, Some(Kind::ClusterNetworkPolicy));
+    assert_eq!(problems[0].object.name, "p");
+}

@@ -1,0 +1,298 @@
+//! `tollgate run` as a process, in network namespaces this test creates
+//! (root only; skipped otherwise): chains and sets appear on start, a node
+//! policy is enforced, an invalid change is rejected and the previous
+//! ruleset stays, a valid change is applied, SIGHUP reinstalls nothing,
+//! SIGTERM removes everything, and a start after `kill -9` reconciles.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+struct NetNs(String);
+
+impl NetNs {
+    fn create(tag: &str) -> NetNs {
+        let name = format!("tg-dp-smoke-{tag}-{}", std::process::id());
+        assert!(Command::new("ip")
+            .args(["netns", "add", &name])
+            .status()
+            .unwrap()
+            .success());
+        NetNs(name)
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", &self.0]).args(args);
+        command
+    }
+
+    fn sh(&self, script: &str) -> std::process::Output {
+        self.command(&["sh", "-c", script]).output().unwrap()
+    }
+
+    fn ok(&self, script: &str) -> String {
+        let out = self.sh(script);
+        assert!(
+            out.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for NetNs {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+/// A running agent whose stderr is collected; killed on drop.
+struct Agent {
+    child: Child,
+    log: Arc<Mutex<String>>,
+}
+
+impl Agent {
+    fn start(ns: &NetNs, policies: &Path) -> Agent {
+        let mut child = ns
+            .command(&[
+                env!("CARGO_BIN_EXE_tollgate"),
+                "run",
+                "--policies",
+                policies.to_str().unwrap(),
+                "--node-name",
+                "smoke",
+                "--node-labels",
+                "role=smoke",
+                "--queues",
+                "1",
+                "--privileged",
+                "10.78.0.9,tcp/22",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let sink = Arc::clone(&log);
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let mut log = sink.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        Agent { child, log }
+    }
+
+    fn wait_log(&self, needle: &str) {
+        wait_until(needle, Duration::from_secs(15), || {
+            self.log.lock().unwrap().contains(needle)
+        });
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.id().to_string();
+        assert!(Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .unwrap()
+            .success());
+    }
+
+    fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let end = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < end,
+                "agent did not exit:\n{}",
+                self.log.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_until(what: &str, deadline: Duration, mut check: impl FnMut() -> bool) {
+    let end = Instant::now() + deadline;
+    while !check() {
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn node_policy(action: &str) -> String {
+    format!(
+        "apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata:
+  name: protect-node
+spec:
+  priority: 5
+  tier: securityops
+  appliedTo:
+    - nodeSelector:
+        matchLabels:
+          role: smoke
+  ingress:
+    - action: {action}
+      from:
+        - ipBlock:
+            cidr: 10.78.0.0/24
+      ports:
+        - protocol: TCP
+          port: 81
+"
+    )
+}
+
+fn owned_state(ns: &NetNs) -> String {
+    ns.ok("iptables-save -t filter; ip6tables-save -t filter; ipset list -n")
+        .lines()
+        .filter(|l| l.contains("TOLLGATE") || l.starts_with("tollgate-"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn run_enforces_reloads_and_cleans_up() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to create network namespaces");
+        return;
+    }
+    let node = NetNs::create("node");
+    let client = NetNs::create("cli");
+    node.ok(&format!(
+        "ip link set lo up && ip link add va type veth peer name vb netns {} && \
+         ip addr add 10.78.0.1/24 dev va && ip link set va up",
+        client.0
+    ));
+    client.ok("ip link set lo up && ip addr add 10.78.0.2/24 dev vb && ip link set vb up");
+    let _servers: Vec<Agent> = ["80", "81"]
+        .iter()
+        .map(|port| Agent {
+            child: node
+                .command(&["nc", "-lk", port])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+            log: Arc::default(),
+        })
+        .collect();
+    wait_until("servers listening", Duration::from_secs(5), || {
+        let listening = node.ok("ss -Htln");
+        listening.contains(":80 ") && listening.contains(":81 ")
+    });
+
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, node_policy("Reject")).unwrap();
+
+    let mut agent = Agent::start(&node, dir.path());
+    agent.wait_log("ruleset applied generation=1");
+    let state = owned_state(&node);
+    for expected in [
+        ":TOLLGATE-INPUT - [0:0]",
+        ":TOLLGATE-FORWARD - [0:0]",
+        ":TOLLGATE-OUTPUT - [0:0]",
+        "-A INPUT -j TOLLGATE-INPUT",
+        "-A TOLLGATE-INPUT -s 10.78.0.9/32 -p tcp -m tcp --dport 22 -j ACCEPT",
+        "-A TOLLGATE-INPUT -m conntrack --ctstate NEW -j NFQUEUE --queue-num 100",
+        "tollgate-endpoints-v4",
+        "tollgate-endpoints-v6",
+    ] {
+        assert!(state.contains(expected), "missing {expected:?} in\n{state}");
+    }
+    let connect = |port: &str| {
+        client
+            .sh(&format!("nc -z -w 2 10.78.0.1 {port}"))
+            .status
+            .success()
+    };
+    assert!(connect("80"));
+    assert!(!connect("81"));
+
+    // An invalid change is rejected and the ruleset in force stays.
+    std::fs::write(&policy, node_policy("Maybe")).unwrap();
+    agent.wait_log("reload rejected:");
+    assert!(!connect("81"));
+
+    // A valid change is applied.
+    std::fs::write(&policy, node_policy("Allow")).unwrap();
+    agent.wait_log("ruleset applied generation=2");
+    assert!(connect("81"));
+
+    // SIGHUP reloads; the kernel already matches.
+    agent.signal("-HUP");
+    agent.wait_log("ruleset applied generation=3 changed=false");
+
+    agent.signal("-TERM");
+    assert!(agent.wait_exit().success(), "{}", agent.log.lock().unwrap());
+    agent.wait_log("shutdown complete");
+    assert_eq!(owned_state(&node), "");
+
+    // After kill -9 everything stays; the next start reconciles it.
+    let mut crashed = Agent::start(&node, dir.path());
+    crashed.wait_log("ruleset applied generation=1");
+    crashed.signal("-KILL");
+    crashed.wait_exit();
+    let left = owned_state(&node);
+    assert!(left.contains("-A INPUT -j TOLLGATE-INPUT"), "{left}");
+    let mut again = Agent::start(&node, dir.path());
+    again.wait_log("ruleset applied generation=1 changed=false");
+    assert_eq!(owned_state(&node), left);
+    again.signal("-INT");
+    assert!(again.wait_exit().success());
+    assert_eq!(owned_state(&node), "");
+}
+
+#[test]
+fn invalid_config_exits_with_status_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(&config, "failMode: sideways\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["run", "--policies"])
+        .arg(dir.path())
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("config.yaml"), "{stderr}");
+}
+
+#[test]
+fn invalid_policies_at_start_exit_with_status_2() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("policy.yaml"), node_policy("Maybe")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["run", "--policies"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("policies are invalid") && stderr.contains("policy.yaml"),
+        "{stderr}"
+    );
+}

@@ -1,0 +1,238 @@
+//! Every example of the Antrea spec that is meant to be valid
+//! (`tests/data/spec/*.yaml`, with the groups and Tiers they reference
+//! added) loads and validates without a single problem; deliberately broken
+//! variants of them are rejected with the expected message.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use tollgate::source::{load_and_validate, load_paths, parse_documents};
+use tollgate::validate::{validate, Problem};
+
+fn spec_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/spec")
+}
+
+fn spec_files() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = fs::read_dir(spec_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn read(name: &str) -> String {
+    fs::read_to_string(spec_dir().join(name)).unwrap()
+}
+
+/// The text of a spec file without what this suite added after the
+/// example itself.
+fn example_only(name: &str) -> String {
+    let text = read(name);
+    match text.find("# Added") {
+        Some(at) => text[..at].to_string(),
+        None => text,
+    }
+}
+
+fn problems_of(text: &str) -> Vec<Problem> {
+    let (objects, mut problems) = parse_documents(Path::new("variant.yaml"), text);
+    assert!(problems.is_empty(), "variant does not decode: {problems:?}");
+    problems.extend(validate(&tollgate::model::Snapshot { objects }));
+    problems
+}
+
+#[track_caller]
+fn assert_rejected(text: &str, field: &str, reason: &str) {
+    let problems = problems_of(text);
+    let shown: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.field == field && p.reason.contains(reason)),
+        "expected `{field}: …{reason}…` among {shown:#?}"
+    );
+}
+
+#[test]
+fn every_valid_spec_example_validates_cleanly() {
+    let files = spec_files();
+    assert!(files.len() >= 30, "spec examples missing: {files:?}");
+    let mut objects = 0;
+    for file in &files {
+        match load_and_validate(std::slice::from_ref(file)) {
+            Ok(snapshot) => {
+                assert!(!snapshot.objects.is_empty(), "{} is empty", file.display());
+                objects += snapshot.objects.len();
+            }
+            Err(problems) => {
+                let shown: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+                panic!("{} is rejected:\n{}", file.display(), shown.join("\n"));
+            }
+        }
+    }
+    assert!(objects >= 50, "only {objects} objects read");
+}
+
+#[test]
+fn the_examples_also_validate_together() {
+    // The two `test-annp-by-name` examples are one object in two versions;
+    // keep one of them.
+    let files: Vec<PathBuf> = spec_files()
+        .into_iter()
+        .filter(|f| !f.ends_with("test-annp-by-name-legacy-label.yaml"))
+        .collect();
+    let (snapshot, problems) = load_paths(&files);
+    assert!(problems.is_empty(), "{problems:?}");
+    let problems = validate(&snapshot);
+    let shown: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+    assert!(problems.is_empty(), "{shown:#?}");
+}
+
+#[test]
+fn the_directory_loads_as_one_source() {
+    let (snapshot, problems) = load_paths(&[spec_dir()]);
+    assert!(problems.is_empty(), "{problems:?}");
+    // Loading the whole directory sees the duplicate test-annp-by-name; the
+    // file read later (names sort `-` before `.`) is the one reported.
+    let problems = validate(&snapshot);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    let shown = problems[0].to_string();
+    assert!(
+        shown.contains("/test-annp-by-name.yaml: NetworkPolicy.crd.antrea.io default/test-annp-by-name: metadata.name: duplicate object: already defined in ")
+            && shown.ends_with("/test-annp-by-name-legacy-label.yaml"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn pass_in_the_baseline_tier_is_rejected() {
+    let text = read("default-cluster-deny.yaml").replace(
+        "  ingress:\n    - action: Drop",
+        "  ingress:\n    - action: Pass",
+    );
+    assert_rejected(
+        &text,
+        "spec.ingress[0].action",
+        "Pass is not allowed in the baseline Tier",
+    );
+}
+
+#[test]
+fn unresolved_cluster_groups_are_rejected() {
+    let text = example_only("acnp-with-cluster-groups.yaml");
+    assert_rejected(
+        &text,
+        "spec.appliedTo[0].group",
+        "ClusterGroup `test-cg-with-db-selector` does not exist",
+    );
+    assert_rejected(
+        &text,
+        "spec.egress[0].to[0].group",
+        "ClusterGroup `test-cg-with-ip-block` does not exist",
+    );
+    // The spec's nested ClusterGroup names a child it never defines.
+    assert_rejected(
+        &example_only("cluster-groups.yaml"),
+        "spec.childGroups[1]",
+        "ClusterGroup `test-cg-ip-blocks` does not exist",
+    );
+    assert_rejected(
+        &example_only("groups.yaml"),
+        "spec.childGroups[1]",
+        "Group `test-grp-ip-blocks` does not exist in Namespace default",
+    );
+}
+
+#[test]
+fn to_services_with_ports_is_rejected() {
+    let text = read("acnp-drop-to-services.yaml").replace(
+        "      name: DropToServices",
+        "      ports:\n        - port: 80\n      name: DropToServices",
+    );
+    assert_rejected(
+        &text,
+        "spec.egress[0].toServices",
+        "cannot be used with `to` or `ports`",
+    );
+}
+
+#[test]
+fn except_outside_cidr_is_rejected() {
+    let text = read("ip-block-except.yaml").replace("10.168.128.0/24", "10.169.128.0/24");
+    assert_rejected(
+        &text,
+        "spec.egress[0].to[0].ipBlock.except[0]",
+        "10.169.128.0/24 is not strictly inside cidr 10.168.0.0/16",
+    );
+    assert_rejected(&text, "spec.ipBlocks[0].except[0]", "not strictly inside");
+}
+
+#[test]
+fn l7_rule_with_drop_is_rejected() {
+    let text = read("ingress-allow-http-request-to-api-v2.yaml").replace(
+        "      action: Allow      # All other",
+        "      action: Drop       # All other",
+    );
+    assert_rejected(
+        &text,
+        "spec.ingress[0].l7Protocols",
+        "can only be used with action Allow, not Drop",
+    );
+}
+
+#[test]
+fn fqdn_in_ingress_is_rejected() {
+    let text = read("acnp-fqdn-all-foobar.yaml")
+        .replace("  egress:", "  ingress:")
+        .replace("    to:", "    from:");
+    assert_rejected(
+        &text,
+        "spec.ingress[0].from[0].fqdn",
+        "only allowed in the `to` of egress rules",
+    );
+}
+
+#[test]
+fn annp_applied_to_a_namespace_selecting_group_is_rejected() {
+    let text = read("annp-with-groups.yaml").replace(
+        "    - group: \"test-grp-with-db-selector\"",
+        "    - group: \"test-grp-nondb-in-db-namespaces\"",
+    );
+    assert_rejected(
+        &text,
+        "spec.appliedTo[0].group",
+        "selects by namespaceSelector",
+    );
+}
+
+#[test]
+fn igmp_report_in_ingress_is_rejected() {
+    let text = read("acnp-with-igmp-drop.yaml").replacen("igmpType: 0x11", "igmpType: 0x16", 1);
+    assert_rejected(
+        &text,
+        "spec.ingress[0].protocols[0].igmp.igmpType",
+        "only support the IGMP membership query (0x11), got 0x16",
+    );
+}
+
+#[test]
+fn reserved_tier_priority_is_rejected() {
+    let text = read("mytier.yaml").replace("priority: 10", "priority: 250");
+    assert_rejected(
+        &text,
+        "spec.priority",
+        "custom Tier priority must be between 0 and 249",
+    );
+}
+
+#[test]
+fn node_port_policy_with_egress_is_rejected() {
+    let text = format!(
+        "{}  egress:\n    - action: Drop\n",
+        read("acnp-deny-external-client-nodeport-svc-access.yaml")
+    );
+    assert_rejected(&text, "spec.egress[0]", "can only have ingress rules");
+}
