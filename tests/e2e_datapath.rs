@@ -376,6 +376,7 @@ fn tier_priority_and_pass_order() {
         return;
     };
     lab.serve_tcp("server", 8080, Service::Echo);
+    lab.serve_tcp("server", 8081, Service::Echo);
     let ports = tcp_ports(&[8080]);
     lab.write_policy(
         "inventory.yaml",
@@ -415,7 +416,8 @@ fn tier_priority_and_pass_order() {
             matchLabels:
               id: one
       ports:
-{ports}"
+{}",
+                    tcp_ports(&[8080, 8081])
                 ),
             ),
             // Within application, priority 1 beats priority 5: Reject, not Drop.
@@ -478,6 +480,13 @@ spec:
     let web = sock(lab.addr("server"), 8080);
     lab.assert_tcp("client1", web, TcpOutcome::Connected);
     lab.assert_tcp("client2", web, TcpOutcome::Refused);
+    // Pass is not Allow: on 8081 the K8s policy isolates web and allows
+    // nothing, so client "one" is denied although it was passed.
+    lab.assert_tcp(
+        "client1",
+        sock(lab.addr("server"), 8081),
+        TcpOutcome::TimedOut,
+    );
 }
 
 #[test]
@@ -661,6 +670,7 @@ fn bulk_transfer_queues_only_first_packets() {
     }
     let counters = lab.queue_counters();
     let queued = total_queued(&counters) - before;
+    eprintln!("50 MiB upload: {queued} packet(s) queued; counters {counters:?}");
     assert!(
         (1..=3).contains(&queued),
         "a 50 MiB upload queued {queued} packets (expected the first 1..3): {counters:?}"
