@@ -106,6 +106,7 @@ up() {
         die "lab already up (run '$0 down' first)"
     fi
     mkdir -p "$STATE"
+    echo "$RULES" >"$STATE/rules-dir"
 
     ip netns add "$NS_NODE"
     nsx "$NS_NODE" ip link set lo up
@@ -207,7 +208,7 @@ outcome() {
 
 demo() {
     ns_exists "$NS_NODE" || die "lab is not up (run '$0 up')"
-    echo "tollgate lab demo (rules from $RULES)"
+    echo "tollgate lab demo (rules from $(cat "$STATE/rules-dir" 2>/dev/null || echo "$RULES"))"
     echo "pods:"
     outcome "client1 -> web    HTTP GET http://10.99.3.2/" nsx tg-client1 curl -fsS --max-time 2 http://10.99.3.2/
     outcome "client2 -> web    HTTP GET http://10.99.3.2/" nsx tg-client2 curl -fsS --max-time 2 http://10.99.3.2/
