@@ -9,7 +9,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use common::probe::{echo_roundtrip, total_queued};
-use common::{FailMode, Lab, PingOutcome, Service, TcpOutcome, AGENT_WAIT, ALLOW_WAIT, DENY_WAIT};
+use common::{
+    FailMode, Lab, PingOutcome, Service, TcpOutcome, UdpOutcome, AGENT_WAIT, ALLOW_WAIT, DENY_WAIT,
+};
 
 fn sock(ip: impl Into<IpAddr>, port: u16) -> SocketAddr {
     SocketAddr::new(ip.into(), port)
@@ -110,6 +112,9 @@ fn node_ingress_drop_vs_reject() {
     for port in [8001, 8002, 8003] {
         lab.serve_tcp("node", port, Service::Echo);
     }
+    for port in [5301, 5302, 5303] {
+        lab.serve_udp_echo("node", port);
+    }
     let (v4, v6) = (lab.node_addr("client"), lab.node_addr6("client"));
     // The lab itself lets everything through.
     for port in [8001, 8002, 8003] {
@@ -129,7 +134,17 @@ fn node_ingress_drop_vs_reject() {
 {}    - name: reject-8002
       action: Reject
       ports:
-{}",
+{}    - name: drop-udp-5301
+      action: Drop
+      ports:
+        - protocol: UDP
+          port: 5301
+    - name: reject-udp-5302
+      action: Reject
+      ports:
+        - protocol: UDP
+          port: 5302
+",
                 tcp_ports(&[8001]),
                 tcp_ports(&[8002])
             ),
@@ -148,6 +163,19 @@ fn node_ingress_drop_vs_reject() {
             started.elapsed()
         );
         lab.assert_tcp("client", sock(ip, 8003), TcpOutcome::Connected);
+        // UDP: Drop is silence, Reject an ICMP administratively-prohibited.
+        assert_eq!(
+            lab.udp("client", sock(ip, 5301), DENY_WAIT),
+            UdpOutcome::TimedOut
+        );
+        assert_eq!(
+            lab.udp("client", sock(ip, 5302), ALLOW_WAIT),
+            UdpOutcome::Unreachable
+        );
+        assert_eq!(
+            lab.udp("client", sock(ip, 5303), ALLOW_WAIT),
+            UdpOutcome::Answered
+        );
     }
 }
 
@@ -991,4 +1019,60 @@ fn reload_rejects_invalid_and_applies_valid() {
     agent.wait_generation(2);
     lab.assert_tcp("client", sock(node, 8001), TcpOutcome::Connected);
     lab.assert_tcp("client", sock(node, 8002), TcpOutcome::TimedOut);
+}
+
+#[test]
+fn inventory_change_and_sighup_reload() {
+    let Some(lab) = Lab::builder("inventory_change_and_sighup_reload")
+        .peer("client")
+        .peer("server")
+        .build()
+    else {
+        return;
+    };
+    lab.serve_tcp("server", 8080, Service::Echo);
+    let inventory = |client_app: &str| {
+        docs(&[
+            namespace("prod", &[("env", "prod")]),
+            pod(
+                "client",
+                "prod",
+                &[("app", client_app)],
+                lab.addr("client").into(),
+            ),
+            pod("web", "prod", &[("app", "web")], lab.addr("server").into()),
+        ])
+    };
+    lab.write_policy("inventory.yaml", &inventory("client"));
+    lab.write_policy(
+        "web.yaml",
+        &pod_policy(
+            "web-no-clients",
+            "application",
+            5,
+            "web",
+            "  ingress:
+    - name: drop-clients
+      action: Drop
+      from:
+        - podSelector:
+            matchLabels:
+              app: client
+",
+        ),
+    );
+    let mut agent = lab.start_agent(lab.agent_options());
+    agent.wait_generation(1);
+    let web = sock(lab.addr("server"), 8080);
+    lab.assert_tcp("client", web, TcpOutcome::TimedOut);
+
+    // Relabelling the Pod is a change like any other: selectors re-resolve.
+    lab.write_policy("inventory.yaml", &inventory("batch"));
+    agent.wait_generation(2);
+    lab.assert_tcp("client", web, TcpOutcome::Connected);
+
+    // SIGHUP reloads the same directory: a new generation, same verdicts.
+    agent.reload();
+    agent.wait_generation(3);
+    lab.assert_tcp("client", web, TcpOutcome::Connected);
 }

@@ -54,6 +54,7 @@ pub const TEST_IDS: &[&str] = &[
     "reload_rejects_invalid_and_applies_valid",
     "harness_probes_classify_outcomes",
     "harness_cleans_up_on_panic",
+    "inventory_change_and_sighup_reload",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
