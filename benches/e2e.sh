@@ -171,7 +171,8 @@ EOF
 
 start_tollgate() {
     local dir=$1 log=$2 i
-    nsx $NODE "$BIN" run --policies "$dir" --node-name bench-node \
+    # `ip netns exec` directly (not the nsx function), so `$!` is tollgate
+    ip netns exec $NODE "$BIN" run --policies "$dir" --node-name bench-node \
         --node-labels kubernetes.io/os=linux --node-address 10.98.1.1 \
         --node-address 10.98.2.1 2>"$log" &
     AGENT_PID=$!

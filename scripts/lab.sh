@@ -82,7 +82,8 @@ ns_exists() { [[ -e /run/netns/$1 ]]; }
 spawn() {
     local ns=$1 name=$2; shift 2
     mkdir -p "$STATE"
-    nsx "$ns" "$@" >"$STATE/$name.log" 2>&1 &
+    # not the nsx function: `$!` must be the process itself, not a subshell
+    ip netns exec "$ns" "$@" >"$STATE/$name.log" 2>&1 &
     echo $! >"$STATE/$name.pid"
 }
 

@@ -11,6 +11,19 @@
 //! a failing test unwinds. Namespaces left behind by a killed test process
 //! are reaped by the next harness run (their pid no longer exists).
 //!
+//! A test reads like this:
+//!
+//! ```ignore
+//! let Some(lab) = Lab::builder("my_test").peer("client").ipv6().build() else {
+//!     return; // skipped (not root / tool missing), never under CI=true
+//! };
+//! lab.serve_tcp("node", 8080, Service::Echo);        // listening on return
+//! lab.write_policy("node.yaml", YAML);               // atomic write into policies/
+//! let mut agent = lab.start_agent(lab.agent_options());
+//! agent.wait_generation(1);                          // `ruleset applied generation=1`
+//! lab.assert_tcp("client", (lab.node_addr("client"), 8080), TcpOutcome::TimedOut);
+//! ```
+//!
 //! Skip policy: without root or a required tool the harness prints
 //! `SKIPPED: reason` and the test returns early — unless `CI=true`, where it
 //! panics, so CI can never pass with the end-to-end suite silently skipped.
