@@ -7,26 +7,16 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use etherparse::PacketBuilder;
+use etherparse::{IpHeaders, PacketBuilder, PacketBuilderStep};
 use tollgate::compile::{LocalNode, Ruleset};
 use tollgate::config::{FailMode, MarkLayout};
 use tollgate::model::Snapshot;
 use tollgate::queue::{parse_flow, step};
 
-fn syn_v4() -> Vec<u8> {
+/// A TCP SYN with 200 bytes of payload, cut to the 128-byte queue copy.
+fn syn(builder: PacketBuilderStep<IpHeaders>) -> Vec<u8> {
     let mut out = Vec::new();
-    PacketBuilder::ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
-        .tcp(40000, 443, 1, 64240)
-        .syn()
-        .write(&mut out, &[0; 200])
-        .unwrap();
-    out.truncate(128);
-    out
-}
-
-fn syn_v6() -> Vec<u8> {
-    let mut out = Vec::new();
-    PacketBuilder::ipv6([0xfd; 16], [0xfe; 16], 64)
+    builder
         .tcp(40000, 443, 1, 64240)
         .syn()
         .write(&mut out, &[0; 200])
@@ -36,8 +26,8 @@ fn syn_v6() -> Vec<u8> {
 }
 
 fn bench(c: &mut Criterion) {
-    let v4 = syn_v4();
-    let v6 = syn_v6();
+    let v4 = syn(PacketBuilder::ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64));
+    let v6 = syn(PacketBuilder::ipv6([0xfd; 16], [0xfe; 16], 64));
     c.bench_function("parse_flow/tcp-syn-v4", |b| {
         b.iter(|| parse_flow(black_box(&v4)))
     });

@@ -123,14 +123,6 @@ pub enum AgentError {
     Signals(std::io::Error),
 }
 
-impl AgentError {
-    /// Invalid input (configuration or policies) rather than a failure of
-    /// the system: the process exits with status 2.
-    pub fn is_invalid_input(&self) -> bool {
-        matches!(self, AgentError::Config(_) | AgentError::InvalidPolicies(_))
-    }
-}
-
 fn list(problems: &[Problem]) -> String {
     problems
         .iter()

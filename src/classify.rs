@@ -195,7 +195,7 @@ impl Ruleset {
             return decision;
         }
         let port = port_protocol(&flow.transport).zip(flow.transport.dst_port());
-        for id in table.antrea.candidates(port) {
+        for id in table.antrea.candidates(port, peer) {
             let rule = &self.rules[id as usize];
             if self.rule_matches(rule, flow, peer, fqdn) {
                 if rule.action() == RuleAction::Pass {
@@ -210,7 +210,7 @@ impl Ruleset {
         }
         if let Some(k8s) = &table.k8s {
             decision.outcome = k8s
-                .candidates(port)
+                .candidates(port, peer)
                 .map(|id| &self.rules[id as usize])
                 .find(|rule| self.rule_matches(rule, flow, peer, fqdn))
                 .map_or(Outcome::K8sDefaultDeny, |rule| Outcome::Rule {
@@ -220,7 +220,7 @@ impl Ruleset {
         }
         decision.outcome = table
             .baseline
-            .candidates(port)
+            .candidates(port, peer)
             .map(|id| &self.rules[id as usize])
             .find(|rule| self.rule_matches(rule, flow, peer, fqdn))
             .map_or(Outcome::NoRuleMatched, |rule| Outcome::Rule {

@@ -1,9 +1,18 @@
 //! FQDN selectors as the spec defines them: an exact name, or a pattern
 //! where `*` matches any run of characters, dots included (`*foobar.com`
 //! matches `foobar.com` and `a.b.foobar.com`). Matching is case-insensitive
-//! and ignores one trailing dot on either side. Pure: no DNS traffic here.
+//! and ignores one trailing dot on either side. [`FqdnLearner`] keeps the
+//! in-memory mirror of the addresses learned for each selector from DNS
+//! answers. Pure: no DNS traffic, no ipset writes, no clock reads here.
 
 use std::fmt;
+
+mod learner;
+
+pub use learner::{
+    FqdnLearner, IpsetChange, LearnedAt, LearnerConfig, LearnerCounters, RestoredEntry,
+    MAX_IPSET_TIMEOUT_SECS,
+};
 
 /// A parsed `fqdn:` peer value, stored lower-case without a trailing dot.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -29,7 +38,12 @@ impl FqdnPattern {
 
     /// Whether `name` (any case, optional trailing dot) is selected.
     pub fn matches(&self, name: &str) -> bool {
-        let name = normalize(name);
+        self.matches_normalized(&normalize(name))
+    }
+
+    /// [`FqdnPattern::matches`] for a name already lower-case without a
+    /// trailing dot (as DNS answers are after parsing): no allocation.
+    pub fn matches_normalized(&self, name: &str) -> bool {
         if !self.is_wildcard() {
             return self.pattern == name;
         }
@@ -49,7 +63,8 @@ fn normalize(raw: &str) -> String {
 
 /// `*`-only glob over bytes, iterative with single backtrack point (linear
 /// in practice, no recursion, so hostile names cannot blow the stack).
-fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
+/// Shared with the L7 HTTP matcher, whose patterns use the same `*`.
+pub(crate) fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
     let (mut p, mut t) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
     while t < text.len() {

@@ -11,7 +11,6 @@
 //! 5. [`classify`] decides a [`flow::Flow`] against a ruleset (pure; also
 //!    behind `tollgate trace`).
 //!
-//!
 //! Everything listed so far is pure and unit-tested without root. The
 //! agent ([`agent`], `tollgate run`, configured by [`config`]) puts them to
 //! work: [`datapath`] plans and installs the iptables chains and ipsets
@@ -19,11 +18,14 @@
 //! [`queue`] workers decide them with the current ruleset.
 pub mod agent;
 pub mod classify;
+pub mod commands;
 pub mod compile;
 pub mod config;
 pub mod datapath;
+pub mod dns;
 pub mod flow;
 pub mod fqdn;
+pub mod http;
 pub mod model;
 pub mod queue;
 pub mod source;

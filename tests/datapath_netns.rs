@@ -4,76 +4,20 @@
 //! nothing), a restart after a crash reconciles, and teardown removes what
 //! tollgate owns and nothing else.
 
-use std::fs::File;
-use std::os::fd::AsRawFd;
-use std::process::Command;
+mod common;
 
+use common::{is_root, within, NetNs};
 use tollgate::compile::Enforced;
 use tollgate::config::{FailMode, MachineDefaults, Settings};
 use tollgate::datapath::{desired, Changes, Kernel};
 
-/// A named network namespace, deleted on drop.
-struct NetNs(String);
-
-impl NetNs {
-    fn create(tag: &str) -> NetNs {
-        let name = format!("tg-dp-{tag}-{}", std::process::id());
-        let status = Command::new("ip")
-            .args(["netns", "add", &name])
-            .status()
-            .unwrap();
-        assert!(status.success(), "ip netns add {name}");
-        NetNs(name)
-    }
-
-    /// Moves the calling thread into the namespace; commands it spawns
-    /// inherit it.
-    fn enter(&self) {
-        let file = File::open(format!("/run/netns/{}", self.0)).unwrap();
-        // SAFETY: setns on a valid namespace fd affects only this thread.
-        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
-    }
-
-    fn sh(&self, script: &str) -> String {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &self.0, "sh", "-c", script])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{script}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
-
-impl Drop for NetNs {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
+/// Runs `test` on a thread inside a fresh namespace.
 fn in_namespace(tag: &str, test: impl FnOnce(&NetNs) + Send) {
     if !is_root() {
-        eprintln!("skipped: needs root to create a network namespace");
         return;
     }
     let ns = NetNs::create(tag);
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            ns.enter();
-            test(&ns);
-        })
-        .join()
-        .unwrap();
-    });
+    within(&ns, || test(&ns));
 }
 
 fn enforced(node_ingress: bool, endpoints: &[&str]) -> Enforced {
@@ -102,7 +46,7 @@ fn install_is_idempotent_and_teardown_leaves_foreign_rules() {
             ..Settings::default()
         };
         let config = settings.resolve(&defaults).unwrap();
-        ns.sh(
+        ns.ok(
             "iptables -A INPUT -s 192.0.2.1 -j DROP && ip6tables -A OUTPUT -d 2001:db8::1 -j DROP \
                && ipset create foreign hash:ip",
         );
@@ -119,7 +63,7 @@ fn install_is_idempotent_and_teardown_leaves_foreign_rules() {
             !kernel.reconcile(&plan).unwrap(),
             "second install is a no-op"
         );
-        let save = ns.sh("iptables-save -t filter");
+        let save = ns.ok("iptables-save -t filter");
         assert!(
             save.contains("-A INPUT -j TOLLGATE-INPUT\n-A INPUT -s 192.0.2.1/32 -j DROP"),
             "{save}"
@@ -132,31 +76,31 @@ fn install_is_idempotent_and_teardown_leaves_foreign_rules() {
         );
         assert!(kernel.reconcile(&grown).unwrap());
         assert!(ns
-            .sh("ipset list tollgate-endpoints-v4")
+            .ok("ipset list tollgate-endpoints-v4")
             .contains("10.0.0.6"));
         assert!(Changes::between(&grown, &kernel.installed().unwrap()).is_empty());
 
         // What a crashed agent of another configuration left behind.
-        ns.sh(
+        ns.ok(
             "iptables -N TOLLGATE-OLD && iptables -I INPUT 1 -j TOLLGATE-OLD \
                && iptables -I FORWARD 1 -j TOLLGATE-FORWARD && ipset create tollgate-stale hash:ip",
         );
         assert!(kernel.reconcile(&grown).unwrap());
         assert!(Changes::between(&grown, &kernel.installed().unwrap()).is_empty());
-        let save = ns.sh("iptables-save -t filter");
+        let save = ns.ok("iptables-save -t filter");
         assert_eq!(save.matches("-j TOLLGATE-FORWARD").count(), 1, "{save}");
         assert!(!save.contains("TOLLGATE-OLD"), "{save}");
-        assert!(!ns.sh("ipset list -n").contains("tollgate-stale"));
+        assert!(!ns.ok("ipset list -n").contains("tollgate-stale"));
 
         kernel.teardown().unwrap();
-        let v4 = ns.sh("iptables-save -t filter");
-        let v6 = ns.sh("ip6tables-save -t filter");
+        let v4 = ns.ok("iptables-save -t filter");
+        let v6 = ns.ok("ip6tables-save -t filter");
         assert!(
             !v4.contains("TOLLGATE") && !v6.contains("TOLLGATE"),
             "{v4}{v6}"
         );
         assert!(v4.contains("-A INPUT -s 192.0.2.1/32 -j DROP"), "{v4}");
         assert!(v6.contains("-A OUTPUT -d 2001:db8::1/128 -j DROP"), "{v6}");
-        assert_eq!(ns.sh("ipset list -n").trim(), "foreign");
+        assert_eq!(ns.ok("ipset list -n").trim(), "foreign");
     });
 }

@@ -5,9 +5,10 @@
 //! one queued packet per connection), reject (TCP RST, ICMP prohibited),
 //! drop, over IPv4 and IPv6.
 
-use std::fs::File;
-use std::os::fd::AsRawFd;
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use common::{is_root, wait_until, within, NetNs};
+use std::process::{Child, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,53 +19,6 @@ use tollgate::config::{MachineDefaults, Settings};
 use tollgate::datapath::{desired, Kernel};
 use tollgate::flow::{Flow, Transport, Verdict};
 use tollgate::queue::{Policy, Worker, WorkerConfig};
-
-struct NetNs(String);
-
-impl NetNs {
-    fn create(tag: &str) -> NetNs {
-        let name = format!("tg-dp-{tag}-{}", std::process::id());
-        assert!(Command::new("ip")
-            .args(["netns", "add", &name])
-            .status()
-            .unwrap()
-            .success());
-        NetNs(name)
-    }
-
-    fn enter(&self) {
-        let file = File::open(format!("/run/netns/{}", self.0)).unwrap();
-        // SAFETY: setns on a valid namespace fd affects only this thread.
-        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new("ip");
-        command.args(["netns", "exec", &self.0]).args(args);
-        command
-    }
-
-    fn sh(&self, script: &str) -> std::process::Output {
-        self.command(&["sh", "-c", script]).output().unwrap()
-    }
-
-    fn ok(&self, script: &str) -> String {
-        let out = self.sh(script);
-        assert!(
-            out.status.success(),
-            "{script}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
-
-impl Drop for NetNs {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
 
 /// A background process, killed on drop.
 struct Background(Child);
@@ -93,19 +47,9 @@ impl Policy for TestPolicy {
     }
 }
 
-fn wait_until(what: &str, deadline: Duration, mut check: impl FnMut() -> bool) {
-    let end = Instant::now() + deadline;
-    while !check() {
-        assert!(Instant::now() < end, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn allow_reject_drop_through_the_queue() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root to create network namespaces");
+    if !is_root() {
         return;
     }
     let node = NetNs::create("qnode");
@@ -139,38 +83,33 @@ fn allow_reject_drop_through_the_queue() {
             .all(|p| listening.matches(p).count() == 2)
     });
 
-    let stats = std::thread::scope(|s| {
-        s.spawn(|| {
-            node.enter();
-            let config = Settings {
-                queues: Some(1),
-                ..Settings::default()
-            }
-            .resolve(&MachineDefaults {
-                node_name: "n".into(),
-                queues: 1,
-            })
-            .unwrap();
-            let worker = Worker::spawn(
-                WorkerConfig {
-                    queue: config.queues.first(),
-                    marks: config.marks,
-                    fail_mode: config.fail_mode,
-                },
-                Arc::new(ArcSwap::from_pointee(TestPolicy)),
-            )
-            .unwrap();
-            let kernel = Kernel::detect().unwrap();
-            let enforced = Enforced {
-                node_ingress: true,
-                node_egress: false,
-                endpoints: vec![],
-            };
-            kernel.reconcile(&desired(&config, &enforced)).unwrap();
-            worker.stats
+    let stats = within(&node, || {
+        let config = Settings {
+            queues: Some(1),
+            ..Settings::default()
+        }
+        .resolve(&MachineDefaults {
+            node_name: "n".into(),
+            queues: 1,
         })
-        .join()
-        .unwrap()
+        .unwrap();
+        let worker = Worker::spawn(
+            WorkerConfig {
+                queue: config.queues.first(),
+                marks: config.marks,
+                fail_mode: config.fail_mode,
+            },
+            Arc::new(ArcSwap::from_pointee(TestPolicy)),
+        )
+        .unwrap();
+        let kernel = Kernel::detect().unwrap();
+        let enforced = Enforced {
+            node_ingress: true,
+            node_egress: false,
+            endpoints: vec![],
+        };
+        kernel.reconcile(&desired(&config, &enforced)).unwrap();
+        worker.stats
     });
 
     // Allowed, with a bulk transfer: one packet queued per connection.

@@ -1,54 +1,19 @@
 //! `tollgate run` as a process, in network namespaces this test creates
 //! (root only; skipped otherwise): chains and sets appear on start, a node
 //! policy is enforced, an invalid change is rejected and the previous
-//! ruleset stays, a valid change is applied, SIGHUP reinstalls nothing,
+//! ruleset stays, a valid change is applied, an established connection
+//! survives a change that denies new ones, SIGHUP reinstalls nothing,
 //! SIGTERM removes everything, and a start after `kill -9` reconciles.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
+use common::{is_root, wait_until, within, NetNs};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-struct NetNs(String);
-
-impl NetNs {
-    fn create(tag: &str) -> NetNs {
-        let name = format!("tg-dp-smoke-{tag}-{}", std::process::id());
-        assert!(Command::new("ip")
-            .args(["netns", "add", &name])
-            .status()
-            .unwrap()
-            .success());
-        NetNs(name)
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new("ip");
-        command.args(["netns", "exec", &self.0]).args(args);
-        command
-    }
-
-    fn sh(&self, script: &str) -> std::process::Output {
-        self.command(&["sh", "-c", script]).output().unwrap()
-    }
-
-    fn ok(&self, script: &str) -> String {
-        let out = self.sh(script);
-        assert!(
-            out.status.success(),
-            "{script}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
-
-impl Drop for NetNs {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
 
 /// A running agent whose stderr is collected; killed on drop.
 struct Agent {
@@ -128,14 +93,6 @@ impl Drop for Agent {
     }
 }
 
-fn wait_until(what: &str, deadline: Duration, mut check: impl FnMut() -> bool) {
-    let end = Instant::now() + deadline;
-    while !check() {
-        assert!(Instant::now() < end, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn node_policy(action: &str) -> String {
     format!(
         "apiVersion: crd.antrea.io/v1beta1
@@ -157,6 +114,7 @@ spec:
       ports:
         - protocol: TCP
           port: 81
+          endPort: 82
 "
     )
 }
@@ -171,13 +129,11 @@ fn owned_state(ns: &NetNs) -> String {
 
 #[test]
 fn run_enforces_reloads_and_cleans_up() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root to create network namespaces");
+    if !is_root() {
         return;
     }
-    let node = NetNs::create("node");
-    let client = NetNs::create("cli");
+    let node = NetNs::create("smoke-node");
+    let client = NetNs::create("smoke-cli");
     node.ok(&format!(
         "ip link set lo up && ip link add va type veth peer name vb netns {} && \
          ip addr add 10.78.0.1/24 dev va && ip link set va up",
@@ -199,6 +155,19 @@ fn run_enforces_reloads_and_cleans_up() {
     wait_until("servers listening", Duration::from_secs(5), || {
         let listening = node.ok("ss -Htln");
         listening.contains(":80 ") && listening.contains(":81 ")
+    });
+
+    // An echo server on port 82, for a connection that outlives a change.
+    let listener = within(&node, || TcpListener::bind("10.78.0.1:82").unwrap());
+    std::thread::spawn(move || {
+        if let Ok((mut conn, _)) = listener.accept() {
+            let mut buf = [0u8; 64];
+            while let Ok(n @ 1..) = conn.read(&mut buf) {
+                if conn.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+        }
     });
 
     let dir = tempfile::tempdir().unwrap();
@@ -239,9 +208,27 @@ fn run_enforces_reloads_and_cleans_up() {
     agent.wait_log("ruleset applied generation=2");
     assert!(connect("81"));
 
+    // A connection established while allowed survives a change that
+    // denies new ones.
+    let mut stream = within(&client, || TcpStream::connect("10.78.0.1:82").unwrap());
+    stream
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    let mut echo = |text: &[u8]| {
+        stream.write_all(text).unwrap();
+        let mut back = vec![0u8; text.len()];
+        stream.read_exact(&mut back).unwrap();
+        assert_eq!(back, text);
+    };
+    echo(b"before");
+    std::fs::write(&policy, node_policy("Reject")).unwrap();
+    agent.wait_log("ruleset applied generation=3");
+    assert!(!connect("82"));
+    echo(b"after");
+
     // SIGHUP reloads; the kernel already matches.
     agent.signal("-HUP");
-    agent.wait_log("ruleset applied generation=3 changed=false");
+    agent.wait_log("ruleset applied generation=4 changed=false");
 
     agent.signal("-TERM");
     assert!(agent.wait_exit().success(), "{}", agent.log.lock().unwrap());
@@ -281,7 +268,7 @@ fn invalid_config_exits_with_status_2() {
 }
 
 #[test]
-fn invalid_policies_at_start_exit_with_status_2() {
+fn invalid_policies_at_start_exit_with_status_1() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("policy.yaml"), node_policy("Maybe")).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
@@ -289,7 +276,7 @@ fn invalid_policies_at_start_exit_with_status_2() {
         .arg(dir.path())
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("policies are invalid") && stderr.contains("policy.yaml"),

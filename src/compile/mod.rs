@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use ipnet::IpNet;
 use serde::Serialize;
 
 use crate::fqdn::FqdnPattern;
@@ -80,13 +81,27 @@ struct RuleLists {
     baseline: Vec<u32>,
 }
 
-/// Rule positions of one list, indexed by (protocol, destination port).
+/// Rule positions of one list, indexed so that a flow meets only the rules
+/// that can match it: by (protocol, destination port) for rules pinned to a
+/// few ports, by peer network for port-less rules whose peers are only CIDR
+/// blocks (one hash table per prefix length, as in tuple-space search), and
+/// a short list of the rest, checked for every flow. Candidates are always
+/// re-checked in full, so the index only has to never miss a rule.
 #[derive(Debug, Default)]
 pub(crate) struct RuleIndex {
     pub(crate) rules: Vec<u32>,
     by_port: HashMap<(PortProtocol, u16), Vec<u32>>,
-    /// Positions of rules that are not pinned to a few ports.
+    by_block: Vec<BlockBucket>,
+    /// Positions of rules that are not indexed.
     generic: Vec<u32>,
+}
+
+/// Port-less, block-only rules whose blocks have one prefix length.
+#[derive(Debug)]
+struct BlockBucket {
+    prefix_len: u8,
+    v6: bool,
+    networks: HashMap<IpAddr, Vec<u32>>,
 }
 
 /// Ports of a range up to this size are indexed one by one.
@@ -94,43 +109,90 @@ const MAX_INDEXED_RANGE: u32 = 64;
 
 impl RuleIndex {
     fn build(rules: Vec<u32>, all: &[CompiledRule]) -> RuleIndex {
-        let mut by_port: HashMap<(PortProtocol, u16), Vec<u32>> = HashMap::new();
-        let mut generic = Vec::new();
+        let mut index = RuleIndex::default();
         for (pos, &id) in rules.iter().enumerate() {
+            let pos = pos as u32;
             let rule = &all[id as usize];
-            match indexed_ports(rule) {
-                Some(ports) => {
-                    for key in ports {
-                        let list = by_port.entry(key).or_default();
-                        if list.last() != Some(&(pos as u32)) {
-                            list.push(pos as u32);
-                        }
-                    }
+            if let Some(ports) = indexed_ports(rule) {
+                for key in ports {
+                    push_once(index.by_port.entry(key).or_default(), pos);
                 }
-                None => generic.push(pos as u32),
+            } else if is_block_only(rule) {
+                for block in &rule.peers.blocks {
+                    let (prefix_len, v6) = (block.cidr.prefix_len(), block.cidr.addr().is_ipv6());
+                    let slot = index
+                        .by_block
+                        .iter()
+                        .position(|b| b.prefix_len == prefix_len && b.v6 == v6)
+                        .unwrap_or_else(|| {
+                            index.by_block.push(BlockBucket {
+                                prefix_len,
+                                v6,
+                                networks: HashMap::new(),
+                            });
+                            index.by_block.len() - 1
+                        });
+                    let list = index.by_block[slot]
+                        .networks
+                        .entry(block.cidr.network())
+                        .or_default();
+                    push_once(list, pos);
+                }
+            } else {
+                index.generic.push(pos);
             }
         }
-        RuleIndex {
-            rules,
-            by_port,
-            generic,
-        }
+        index.rules = rules;
+        index
     }
 
-    /// Positions of the rules that may match a flow to `port`, in order.
+    /// Rule ids that may match a flow to `port` from/to `peer`, in
+    /// evaluation order.
     pub(crate) fn candidates(
         &self,
         port: Option<(PortProtocol, u16)>,
+        peer: IpAddr,
     ) -> impl Iterator<Item = u32> + '_ {
         let pinned = port
             .and_then(|key| self.by_port.get(&key))
             .map_or(&[][..], |v| v.as_slice());
+        let mut by_peer: Vec<u32> = Vec::new();
+        for bucket in self.by_block.iter().filter(|b| b.v6 == peer.is_ipv6()) {
+            let Ok(net) = IpNet::new(peer, bucket.prefix_len) else {
+                continue;
+            };
+            if let Some(list) = bucket.networks.get(&net.network()) {
+                by_peer.extend_from_slice(list);
+            }
+        }
+        by_peer.sort_unstable();
+        by_peer.dedup();
         MergeSorted {
-            a: pinned,
-            b: &self.generic,
+            pinned,
+            by_peer,
+            generic: &self.generic,
+            next: [0; 3],
         }
         .map(|pos| self.rules[pos as usize])
     }
+}
+
+fn push_once(list: &mut Vec<u32>, pos: u32) {
+    if list.last() != Some(&pos) {
+        list.push(pos);
+    }
+}
+
+/// A port-less rule whose only peers are CIDR blocks.
+fn is_block_only(rule: &CompiledRule) -> bool {
+    let peers = &rule.peers;
+    rule.services.is_empty()
+        && rule.node_ports.is_none()
+        && !peers.any
+        && peers.addresses.is_empty()
+        && peers.fqdns.is_empty()
+        && peers.services.is_empty()
+        && !peers.blocks.is_empty()
 }
 
 /// `(protocol, port)` keys when every service of the rule is a small port
@@ -155,30 +217,29 @@ fn indexed_ports(rule: &CompiledRule) -> Option<Vec<(PortProtocol, u16)>> {
     Some(keys)
 }
 
-/// Merges two ascending position lists.
+/// Merges the three ascending position lists of a lookup.
 struct MergeSorted<'a> {
-    a: &'a [u32],
-    b: &'a [u32],
+    pinned: &'a [u32],
+    by_peer: Vec<u32>,
+    generic: &'a [u32],
+    next: [usize; 3],
 }
 
 impl Iterator for MergeSorted<'_> {
     type Item = u32;
     fn next(&mut self) -> Option<u32> {
-        match (self.a.first(), self.b.first()) {
-            (Some(&x), Some(&y)) if x <= y => {
-                self.a = &self.a[1..];
-                Some(x)
-            }
-            (_, Some(&y)) => {
-                self.b = &self.b[1..];
-                Some(y)
-            }
-            (Some(&x), None) => {
-                self.a = &self.a[1..];
-                Some(x)
-            }
-            (None, None) => None,
-        }
+        let heads = [
+            self.pinned.get(self.next[0]).copied(),
+            self.by_peer.get(self.next[1]).copied(),
+            self.generic.get(self.next[2]).copied(),
+        ];
+        let (which, value) = heads
+            .iter()
+            .enumerate()
+            .filter_map(|(i, h)| h.map(|v| (i, v)))
+            .min_by_key(|&(_, v)| v)?;
+        self.next[which] += 1;
+        Some(value)
     }
 }
 

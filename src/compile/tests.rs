@@ -828,3 +828,30 @@ fn pods_on_other_nodes_are_peers_not_endpoints() {
     assert!(rs.endpoint_of(remote).is_none());
     assert_eq!(verdict(&rs, remote, ip(Y, B), 80), Verdict::Allow);
 }
+
+#[test]
+fn block_index_finds_rules_of_every_prefix_length_and_family() {
+    let rs = one_policy(
+        r#"  ingress:
+  - action: Allow
+    from: [{ipBlock: {cidr: 192.0.2.128/25}}]
+  - action: Reject
+    from: [{ipBlock: {cidr: 192.0.2.0/24, except: [192.0.2.0/26]}}]
+  - action: Drop
+    from: [{ipBlock: {cidr: 192.0.0.0/16}}, {ipBlock: {cidr: "2001:db8::/32"}}]
+"#,
+    );
+    let dst = ip(X, A);
+    let v = |src: &str| verdict(&rs, src.parse().unwrap(), dst, 80);
+    assert_eq!(v("192.0.2.200"), Verdict::Allow);
+    assert_eq!(v("192.0.2.100"), Verdict::Reject);
+    assert_eq!(
+        v("192.0.2.10"),
+        Verdict::Drop,
+        "except falls through to the /16"
+    );
+    assert_eq!(v("192.0.9.9"), Verdict::Drop);
+    assert_eq!(v("198.51.100.1"), Verdict::Allow);
+    assert_eq!(v("2001:db8::1"), Verdict::Drop);
+    assert_eq!(v("2001:db9::1"), Verdict::Allow);
+}

@@ -89,7 +89,7 @@ pub enum DatapathError {
         command: String,
         source: std::io::Error,
     },
-    #[error("{command}: exited with {status}: {stderr}{}", .failing_input.as_ref().map(|l| format!(" (input: {l:?})")).unwrap_or_default())]
+    #[error("{command}: exited with {status}: {stderr}{}", input_note(.failing_input))]
     Failed {
         command: String,
         status: String,
@@ -99,4 +99,10 @@ pub enum DatapathError {
     },
     #[error("cannot tell the iptables backend from `iptables -V`: {version:?}")]
     UnknownBackend { version: String },
+}
+
+fn input_note(line: &Option<String>) -> String {
+    line.as_ref()
+        .map(|l| format!(" (input: {l:?})"))
+        .unwrap_or_default()
 }

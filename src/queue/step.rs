@@ -133,6 +133,36 @@ mod tests {
     }
 
     #[test]
+    fn compiled_ruleset_decides_through_the_step() {
+        let yaml = "apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: protect-node}
+spec:
+  priority: 5
+  tier: securityops
+  appliedTo: [{nodeSelector: {matchLabels: {role: cp}}}]
+  ingress:
+  - action: Reject
+    from: [{ipBlock: {cidr: 10.0.0.0/24}}]
+    ports: [{protocol: TCP, port: 81}]
+";
+        let (objects, problems) =
+            crate::source::parse_documents(std::path::Path::new("p.yaml"), yaml);
+        assert!(problems.is_empty(), "{problems:?}");
+        let node = crate::compile::LocalNode {
+            name: "n".into(),
+            labels: [("role".to_string(), "cp".to_string())].into(),
+            addresses: vec!["10.0.0.2".parse().unwrap()],
+        };
+        let ruleset = Ruleset::compile(&crate::model::Snapshot { objects }, &node);
+        assert!(ruleset.enforced().node_ingress);
+        let marks = MarkLayout::default();
+        let decide = |port| step(&syn(port), 0, &ruleset, &marks, FailMode::Closed).action;
+        assert_eq!(decide(81), Action::Repeat { mark: marks.reject });
+        assert_eq!(decide(80), Action::Repeat { mark: marks.allow });
+    }
+
+    #[test]
     fn malformed_packets_follow_the_fail_mode() {
         let marks = MarkLayout::default();
         let truncated = &syn(80)[..21];

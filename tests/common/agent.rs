@@ -11,7 +11,7 @@ use std::process::{Child, ExitStatus, Stdio};
 use std::time::Duration;
 
 use super::lab::Lab;
-use super::{wait_until, AGENT_WAIT};
+use super::{poll_until, AGENT_WAIT};
 
 /// `--fail-mode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -185,7 +185,7 @@ impl Agent {
         what: &str,
         matches: impl Fn(&str) -> bool,
     ) -> String {
-        let found = wait_until(timeout, || {
+        let found = poll_until(timeout, || {
             let log = self.log();
             if let Some(line) = log.lines().find(|l| matches(l)) {
                 return Some(Ok(line.to_string()));
@@ -239,7 +239,7 @@ impl Agent {
 
     #[track_caller]
     pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
-        match wait_until(timeout, || self.exited()) {
+        match poll_until(timeout, || self.exited()) {
             Some(status) => status,
             None => panic!(
                 "agent still running after {timeout:?}; log:\n{}",

@@ -23,7 +23,7 @@ use super::firewall::FirewallState;
 use super::netns::{run_with_timeout, Netns};
 use super::probe::{self, PingOutcome, QueueCounters, TcpOutcome, UdpOutcome};
 use super::server::{self, Service};
-use super::{missing_precondition, skip, wait_until, TEST_IDS};
+use super::{missing_precondition, poll_until, skip, TEST_IDS};
 
 /// The role name of the node namespace.
 pub const NODE: &str = "node";
@@ -348,7 +348,7 @@ impl Lab {
     pub fn wait_listening(&self, role: &str, port: u16, timeout: Duration) -> bool {
         let ns = self.ns(role).clone();
         let filter = format!("sport = :{port}");
-        wait_until(timeout, || {
+        poll_until(timeout, || {
             let out = ns.exec(&["ss", "-Hltn", &filter], Duration::from_secs(5));
             (out.success() && !out.stdout.trim().is_empty()).then_some(())
         })

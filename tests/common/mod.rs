@@ -33,6 +33,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod agent;
+pub mod bare;
 pub mod firewall;
 pub mod lab;
 pub mod netns;
@@ -40,6 +41,7 @@ pub mod probe;
 pub mod server;
 
 pub use agent::{Agent, AgentOptions, FailMode};
+pub use bare::{is_root, wait_until, within, NetNs};
 pub use firewall::FirewallState;
 pub use lab::{Lab, LabBuilder};
 pub use probe::{PingOutcome, QueueCounters, TcpOutcome, UdpOutcome};
@@ -137,7 +139,7 @@ pub fn find_in_path(tool: &str) -> Option<std::path::PathBuf> {
 
 /// Polls `check` until it returns `Some`, at most until `timeout` passes.
 /// The interval is short and fixed; the loop is bounded by the deadline.
-pub fn wait_until<T>(timeout: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
+pub fn poll_until<T>(timeout: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = std::time::Instant::now() + timeout;
     loop {
         if let Some(value) = check() {

@@ -1,0 +1,413 @@
+//! The offline subcommands — `validate`, `trace`, `get policies` — as
+//! functions from a loaded snapshot to the text they print. File reading is
+//! delegated to `source`; printing and exit codes belong to `main.rs`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use serde_json::{json, Value};
+
+use crate::classify::{Decision, DirectionDecision, NoFqdn, Outcome, StaticFqdn};
+use crate::compile::{LocalNode, Ruleset};
+use crate::flow::{Flow, Transport, Verdict};
+use crate::http::{self, HttpEvent, RequestHead, RequestTracker, DEFAULT_MAX_HEAD};
+use crate::model::{Kind, Object, Snapshot};
+use crate::source;
+use crate::validate::Problem;
+
+/// Why an offline command could not produce its answer.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    /// The policies did not validate; one entry per problem.
+    #[error("{} problem(s) in the policies", .0.len())]
+    Invalid(Vec<Problem>),
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// The local Node's identity given on the command line; unset parts come
+/// from the single `v1 Node` of the snapshot, if there is one.
+#[derive(Clone, Debug, Default)]
+pub struct NodeIdentity {
+    pub name: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    pub addresses: Vec<IpAddr>,
+}
+
+impl NodeIdentity {
+    /// Resolves the identity against a snapshot's Node objects.
+    pub fn resolve(&self, snapshot: &Snapshot) -> Result<LocalNode, CommandError> {
+        let nodes: Vec<&str> = snapshot
+            .iter()
+            .filter_map(|o| match o {
+                Object::Node(n) => Some(n.metadata.name.as_str()),
+                _ => None,
+            })
+            .collect();
+        let name = match (&self.name, nodes.as_slice()) {
+            (Some(name), _) => name.clone(),
+            (None, [only]) => only.to_string(),
+            (None, []) => DEFAULT_NODE_NAME.to_string(),
+            (None, several) => {
+                return Err(CommandError::Usage(format!(
+                    "the policies hold several Nodes ({}); say which is local with --node-name",
+                    several.join(", ")
+                )))
+            }
+        };
+        Ok(LocalNode {
+            name,
+            labels: self.labels.clone(),
+            addresses: self.addresses.clone(),
+        })
+    }
+}
+
+/// The local Node's name when neither the command line nor the policies name it.
+pub const DEFAULT_NODE_NAME: &str = "local-node";
+
+/// Parses `k=v,k2=v2` into labels.
+pub fn parse_labels(text: &str) -> Result<BTreeMap<String, String>, String> {
+    text.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|pair| {
+            let (k, v) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("label `{pair}` is not key=value"))?;
+            if k.trim().is_empty() {
+                return Err(format!("label `{pair}` has an empty key"));
+            }
+            Ok((k.trim().to_string(), v.trim().to_string()))
+        })
+        .collect()
+}
+
+/// Loads, validates and compiles the policies at `paths`.
+pub fn load_ruleset(
+    paths: &[PathBuf],
+    node: &NodeIdentity,
+) -> Result<(Snapshot, Ruleset), CommandError> {
+    let snapshot = source::load_and_validate(paths).map_err(CommandError::Invalid)?;
+    let local = node.resolve(&snapshot)?;
+    let ruleset = Ruleset::compile(&snapshot, &local);
+    Ok((snapshot, ruleset))
+}
+
+/// `tollgate validate`: the one-line summary of a valid set of objects.
+pub fn validate_summary(snapshot: &Snapshot) -> String {
+    let mut counts: BTreeMap<Kind, usize> = BTreeMap::new();
+    for object in snapshot.iter() {
+        *counts.entry(object.kind()).or_default() += 1;
+    }
+    let files: std::collections::BTreeSet<_> = snapshot.objects.iter().map(|s| &s.origin).collect();
+    let parts: Vec<String> = counts
+        .iter()
+        .map(|(kind, n)| format!("{n} {kind}"))
+        .collect();
+    format!(
+        "valid: {} object(s) in {} file(s){}{}",
+        snapshot.objects.len(),
+        files.len(),
+        if parts.is_empty() { "" } else { ": " },
+        parts.join(", ")
+    )
+}
+
+/// Output format of `trace`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    Text,
+    Json,
+}
+
+/// Transport of a traced flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum TraceProtocol {
+    Tcp,
+    Udp,
+    Sctp,
+    Icmp,
+}
+
+/// What to trace.
+#[derive(Clone, Debug)]
+pub struct TraceRequest {
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    pub protocol: TraceProtocol,
+    pub src_port: u16,
+    pub dst_port: Option<u16>,
+    pub icmp_type: u8,
+    pub icmp_code: u8,
+    /// Treat `dst` as an address this name resolved to.
+    pub fqdn: Option<String>,
+    pub http_method: Option<String>,
+    pub http_host: Option<String>,
+    pub http_path: Option<String>,
+}
+
+impl TraceRequest {
+    fn flow(&self) -> Result<Flow, CommandError> {
+        let port = || {
+            self.dst_port.ok_or_else(|| {
+                CommandError::Usage("--dst-port is required for tcp, udp and sctp".into())
+            })
+        };
+        let transport = match self.protocol {
+            TraceProtocol::Tcp => Transport::Tcp {
+                src_port: self.src_port,
+                dst_port: port()?,
+            },
+            TraceProtocol::Udp => Transport::Udp {
+                src_port: self.src_port,
+                dst_port: port()?,
+            },
+            TraceProtocol::Sctp => Transport::Sctp {
+                src_port: self.src_port,
+                dst_port: port()?,
+            },
+            TraceProtocol::Icmp => Transport::Icmp {
+                icmp_type: self.icmp_type,
+                icmp_code: self.icmp_code,
+            },
+        };
+        if self.src.is_ipv4() != self.dst.is_ipv4() {
+            return Err(CommandError::Usage(
+                "--src and --dst must be of the same address family".into(),
+            ));
+        }
+        Ok(Flow {
+            src: self.src,
+            dst: self.dst,
+            transport,
+        })
+    }
+
+    /// The request the `--http-*` flags describe, parsed exactly as the
+    /// datapath parses live requests (same normalisation and checks).
+    fn http_request(&self) -> Result<Option<RequestHead>, CommandError> {
+        if self.http_method.is_none() && self.http_host.is_none() && self.http_path.is_none() {
+            return Ok(None);
+        }
+        let mut raw = format!(
+            "{} {} HTTP/1.1\r\n",
+            self.http_method.as_deref().unwrap_or("GET"),
+            self.http_path.as_deref().unwrap_or("/")
+        );
+        if let Some(host) = &self.http_host {
+            raw.push_str(&format!("Host: {host}\r\n"));
+        }
+        raw.push_str("\r\n");
+        let mut tracker = RequestTracker::new(DEFAULT_MAX_HEAD);
+        match tracker.feed(raw.as_bytes()).into_iter().next() {
+            Some(HttpEvent::Request(head)) => Ok(Some(head)),
+            Some(other) => Err(CommandError::Usage(format!(
+                "the --http-* flags do not form a valid request: {other:?}"
+            ))),
+            None => Err(CommandError::Usage(
+                "the --http-* flags do not form a complete request".into(),
+            )),
+        }
+    }
+}
+
+/// The result of a trace: the L3/L4 decision and, for L7 flows, whether the
+/// given HTTP request passes.
+#[derive(Clone, Debug)]
+pub struct Trace {
+    pub decision: Decision,
+    /// `Some` when the flow is allowed by L7 rules and an HTTP request was
+    /// given: whether every rule's `l7Protocols` admits it.
+    pub http_allowed: Option<bool>,
+}
+
+impl Trace {
+    /// The verdict after L7 evaluation: an L7 flow whose request no rule
+    /// admits is dropped, as the rule's implicit deny says.
+    pub fn verdict(&self) -> Verdict {
+        match self.http_allowed {
+            Some(false) => Verdict::Drop,
+            _ => self.decision.verdict,
+        }
+    }
+}
+
+/// `tollgate trace`: which rule decides a flow, and why.
+pub fn trace(ruleset: &Ruleset, request: &TraceRequest) -> Result<Trace, CommandError> {
+    let flow = request.flow()?;
+    let decision = match &request.fqdn {
+        Some(name) => ruleset.classify(&flow, &StaticFqdn(vec![(name.clone(), request.dst)])),
+        None => ruleset.classify(&flow, &NoFqdn),
+    };
+    let http_allowed = match (request.http_request()?, decision.l7.is_empty()) {
+        (Some(head), false) => Some(decision.l7.iter().all(|protocols| {
+            let alternatives: Vec<_> = protocols.iter().filter_map(|p| p.http.clone()).collect();
+            http::decide(&alternatives, &head)
+        })),
+        _ => None,
+    };
+    Ok(Trace {
+        decision,
+        http_allowed,
+    })
+}
+
+fn direction_json(d: &DirectionDecision) -> Value {
+    let mut out = json!({
+        "endpoint": d.endpoint.as_ref().map(|e| e.to_string()),
+        "outcome": outcome_name(&d.outcome),
+    });
+    if let Some(rule) = d.rule() {
+        out["policy"] = json!(rule.policy.to_string());
+        out["kind"] = json!(rule.policy.kind.as_str());
+        out["tier"] = json!(rule.tier);
+        out["rule"] = json!(rule.name);
+        out["action"] = json!(format!("{:?}", rule.action));
+    }
+    if let Some(pass) = &d.passed_by {
+        out["passedBy"] = json!(format!(
+            "{} {}",
+            pass.policy,
+            pass.name.as_deref().unwrap_or("<nil>")
+        ));
+    }
+    out
+}
+
+fn outcome_name(outcome: &Outcome) -> &'static str {
+    match outcome {
+        Outcome::NotEnforced => "NotEnforced",
+        Outcome::NoRuleMatched => "NoRuleMatched",
+        Outcome::Rule { .. } => "Rule",
+        Outcome::K8sDefaultDeny => "K8sDefaultDeny",
+        Outcome::NodeToLocalPod => "NodeToLocalPod",
+    }
+}
+
+fn direction_text(d: &DirectionDecision) -> String {
+    let who = d.endpoint.as_ref().map_or_else(
+        || "not an endpoint of this node".to_string(),
+        |e| e.to_string(),
+    );
+    let what = match &d.outcome {
+        Outcome::NotEnforced => "no policy applies".to_string(),
+        Outcome::NoRuleMatched => "no rule matched (allowed)".to_string(),
+        Outcome::Rule { rule } => format!(
+            "{:?} by {} rule {}{}",
+            rule.action,
+            rule.policy,
+            rule.name.as_deref().unwrap_or("<nil>"),
+            rule.tier
+                .as_deref()
+                .map(|t| format!(" (tier {t})"))
+                .unwrap_or_default()
+        ),
+        Outcome::K8sDefaultDeny => {
+            "Drop: isolated by a K8s NetworkPolicy and no rule allows it".to_string()
+        }
+        Outcome::NodeToLocalPod => {
+            "allowed: traffic from the Node to its own Pods is always allowed".to_string()
+        }
+    };
+    let pass = d
+        .passed_by
+        .as_ref()
+        .map(|p| {
+            format!(
+                "; passed by {} rule {}",
+                p.policy,
+                p.name.as_deref().unwrap_or("<nil>")
+            )
+        })
+        .unwrap_or_default();
+    format!("{} [{}]: {}{}", d.direction.as_str(), who, what, pass)
+}
+
+/// Renders a trace as text or JSON.
+pub fn render_trace(trace: &Trace, format: OutputFormat) -> String {
+    let d = &trace.decision;
+    match format {
+        OutputFormat::Json => {
+            let mut out = json!({
+                "verdict": trace.verdict().to_string(),
+                "egress": direction_json(&d.egress),
+                "ingress": direction_json(&d.ingress),
+            });
+            if let Some(allowed) = trace.http_allowed {
+                out["http"] = json!(if allowed { "Allow" } else { "Drop" });
+            } else if !d.l7.is_empty() {
+                out["l7"] = json!("the flow is allowed subject to L7 inspection; pass --http-* to evaluate a request");
+            }
+            serde_json::to_string_pretty(&out).expect("json values serialize") + "\n"
+        }
+        OutputFormat::Text => {
+            let mut out = String::new();
+            let _ = writeln!(out, "verdict: {}", trace.verdict());
+            let _ = writeln!(out, "  {}", direction_text(&d.egress));
+            let _ = writeln!(out, "  {}", direction_text(&d.ingress));
+            match trace.http_allowed {
+                Some(true) => {
+                    let _ = writeln!(out, "  L7: the HTTP request matches the rule's l7Protocols");
+                }
+                Some(false) => {
+                    let _ = writeln!(
+                        out,
+                        "  L7: the HTTP request matches no l7Protocols entry: denied"
+                    );
+                }
+                None if !d.l7.is_empty() => {
+                    let _ = writeln!(
+                        out,
+                        "  L7: allowed subject to HTTP inspection (give --http-method/--http-host/--http-path to evaluate a request)"
+                    );
+                }
+                None => {}
+            }
+            out
+        }
+    }
+}
+
+/// `tollgate get policies`: the table of `antctl get netpol
+/// --sort-by=effectivePriority`.
+pub fn render_policies(ruleset: &Ruleset) -> String {
+    let mut rows = vec![[
+        "SOURCE".to_string(),
+        "TIER".to_string(),
+        "TIER-PRIORITY".to_string(),
+        "PRIORITY".to_string(),
+        "RULES".to_string(),
+        "APPLIED-TO".to_string(),
+    ]];
+    for p in ruleset.policies() {
+        rows.push([
+            p.policy.to_string(),
+            p.tier.clone().unwrap_or_else(|| "<NONE>".into()),
+            p.tier_priority
+                .map_or_else(|| "<NONE>".into(), |t| t.to_string()),
+            p.priority
+                .map_or_else(|| "<NONE>".into(), |x| x.to_string()),
+            p.rules.to_string(),
+            if p.applied_to.is_empty() {
+                "<none on this node>".to_string()
+            } else {
+                p.applied_to.join(",")
+            },
+        ]);
+    }
+    let widths: Vec<usize> = (0..6)
+        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        let _ = writeln!(out, "{}", line.join(" ").trim_end());
+    }
+    out
+}

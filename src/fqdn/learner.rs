@@ -1,0 +1,455 @@
+//! The FQDN learner: which addresses each FQDN selector currently allows,
+//! learned from DNS answers, and the ipset writes that keep the kernel sets
+//! equal to it. Time is passed in as milliseconds on a monotonic clock the
+//! caller owns; this module never reads a clock and never touches ipsets.
+//!
+//! Two layers of state:
+//! - *records*: `(name, address) → expiry`, one per address a DNS answer
+//!   gave for a name that some selector matches. Bounded per name and in
+//!   total; the least recently learned record is evicted first.
+//! - *installed*: `(selector, address) → expiry`, the mirror of what has been
+//!   written to the kernel sets. An entry is written when a record makes it
+//!   live or extends it by at least a second, and removed when eviction
+//!   leaves no record behind it. Expiry needs no write: the kernel times
+//!   entries out itself, and [`FqdnLearner::expire`] forgets them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use super::FqdnPattern;
+use crate::dns::{self, DnsError, Resolution};
+
+/// Largest timeout the kernel's ipset accepts (seconds).
+pub const MAX_IPSET_TIMEOUT_SECS: u32 = 2_147_483;
+
+/// Bounds and the TTL floor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LearnerConfig {
+    /// Floor applied to answer TTLs. A TTL-0 answer is still used by the
+    /// client right away; the floor covers the connect and its retries.
+    pub min_ttl_secs: u32,
+    /// Addresses remembered per name (CDNs rotate through many).
+    pub max_addresses_per_name: usize,
+    /// Records remembered in total, across names.
+    pub max_addresses: usize,
+}
+
+impl Default for LearnerConfig {
+    fn default() -> Self {
+        LearnerConfig {
+            min_ttl_secs: 5,
+            max_addresses_per_name: 128,
+            // The default `maxelem` of an ipset hash:ip set.
+            max_addresses: 65_536,
+        }
+    }
+}
+
+/// One write to the FQDN ipsets. `selector` indexes the selector list the
+/// learner was built with (the datapath maps it, with the address family,
+/// to a set name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IpsetChange {
+    /// `ipset add -exist SET ADDRESS timeout SECS` (adds or refreshes).
+    Add {
+        selector: usize,
+        address: IpAddr,
+        timeout_secs: u32,
+    },
+    /// `ipset del -exist SET ADDRESS` (evicted to respect a bound).
+    Remove { selector: usize, address: IpAddr },
+}
+
+/// One entry of a kernel set listing, for [`FqdnLearner::restore`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RestoredEntry {
+    pub selector: usize,
+    pub address: IpAddr,
+    pub remaining_secs: u32,
+}
+
+/// Monotonic event counts, for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LearnerCounters {
+    /// Replies parsed by [`FqdnLearner::learn_reply`].
+    pub parsed: u64,
+    /// Replies [`FqdnLearner::learn_reply`] could not use.
+    pub failed: u64,
+    /// Set entries created.
+    pub learned: u64,
+    /// Set entries whose timeout was extended.
+    pub refreshed: u64,
+    /// Set entries removed to respect a bound.
+    pub evicted: u64,
+    /// Set entries forgotten because their timeout passed.
+    pub expired: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Record {
+    expires_ms: u64,
+    /// Position in [`FqdnLearner::order`]; larger is more recent.
+    order: u64,
+}
+
+#[derive(Clone, Debug)]
+struct NameState {
+    /// Indices of the selectors matching this name (never empty).
+    selectors: Vec<usize>,
+    records: HashMap<IpAddr, Record>,
+}
+
+/// In-memory mirror of the FQDN ipsets for one list of selectors. Build a
+/// new one (and [`restore`](FqdnLearner::restore) it from the kernel) when
+/// the selector list changes.
+#[derive(Clone, Debug)]
+pub struct FqdnLearner {
+    config: LearnerConfig,
+    selectors: Vec<FqdnPattern>,
+    selector_index: HashMap<FqdnPattern, usize>,
+    names: HashMap<Arc<str>, NameState>,
+    /// Every record by recency, oldest first: the global eviction order.
+    order: BTreeMap<u64, (Arc<str>, IpAddr)>,
+    next_order: u64,
+    /// Names holding a record for each address.
+    by_address: HashMap<IpAddr, Vec<Arc<str>>>,
+    installed: HashMap<(usize, IpAddr), u64>,
+    counters: LearnerCounters,
+}
+
+impl FqdnLearner {
+    /// A learner for `selectors` (duplicates keep their first index).
+    pub fn new(selectors: Vec<FqdnPattern>, config: LearnerConfig) -> FqdnLearner {
+        let mut selector_index = HashMap::new();
+        for (i, pattern) in selectors.iter().enumerate() {
+            selector_index.entry(pattern.clone()).or_insert(i);
+        }
+        FqdnLearner {
+            config,
+            selectors,
+            selector_index,
+            names: HashMap::new(),
+            order: BTreeMap::new(),
+            next_order: 0,
+            by_address: HashMap::new(),
+            installed: HashMap::new(),
+            counters: LearnerCounters::default(),
+        }
+    }
+
+    pub fn selectors(&self) -> &[FqdnPattern] {
+        &self.selectors
+    }
+
+    pub fn config(&self) -> &LearnerConfig {
+        &self.config
+    }
+
+    pub fn counters(&self) -> LearnerCounters {
+        self.counters
+    }
+
+    /// Number of `(name, address)` records held.
+    pub fn records(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Number of `(selector, address)` entries believed to be in the kernel.
+    pub fn installed(&self) -> usize {
+        self.installed.len()
+    }
+
+    /// Parses one DNS message and learns from it; counts the outcome.
+    pub fn learn_reply(&mut self, bytes: &[u8], now_ms: u64) -> Result<Vec<IpsetChange>, DnsError> {
+        match dns::parse_reply(bytes) {
+            Ok(reply) => {
+                self.counters.parsed += 1;
+                Ok(self.learn(&reply.resolved(), now_ms))
+            }
+            Err(err) => {
+                self.counters.failed += 1;
+                Err(err)
+            }
+        }
+    }
+
+    /// Learns the addresses of one reply. Returns the writes that make the
+    /// kernel sets agree, which must be applied before the reply is
+    /// released to the client.
+    pub fn learn(&mut self, resolutions: &[Resolution], now_ms: u64) -> Vec<IpsetChange> {
+        // (selector, address) pairs whose set entry may have to change.
+        let mut touched: Vec<(usize, IpAddr)> = Vec::new();
+        for resolution in resolutions {
+            let timeout = self.timeout_secs(resolution.ttl);
+            let expires_ms = now_ms.saturating_add(u64::from(timeout) * 1000);
+            for name in &resolution.names {
+                self.upsert(name, resolution.address, expires_ms, &mut touched);
+            }
+        }
+        while self.order.len() > self.config.max_addresses {
+            let Some((_, (name, address))) = self.order.pop_first() else {
+                break;
+            };
+            if let Some((_, selectors)) = self.drop_record(&name, address) {
+                touch(&mut touched, &selectors, address);
+            }
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        let mut changes = Vec::new();
+        for (selector, address) in touched {
+            self.reconcile(selector, address, now_ms, &mut changes);
+        }
+        changes
+    }
+
+    /// Forgets records and set entries whose timeout has passed. The kernel
+    /// has already removed the entries, so nothing needs writing.
+    pub fn expire(&mut self, now_ms: u64) {
+        let stale: Vec<(Arc<str>, IpAddr)> = self
+            .names
+            .iter()
+            .flat_map(|(name, state)| {
+                state
+                    .records
+                    .iter()
+                    .filter(|(_, r)| r.expires_ms <= now_ms)
+                    .map(|(a, _)| (Arc::clone(name), *a))
+            })
+            .collect();
+        for (name, address) in stale {
+            if let Some((order, _)) = self.drop_record(&name, address) {
+                self.order.remove(&order);
+            }
+        }
+        let before = self.installed.len();
+        self.installed.retain(|_, expires| *expires > now_ms);
+        self.counters.expired += (before - self.installed.len()) as u64;
+    }
+
+    /// Whether `address` is currently allowed for `pattern`.
+    pub fn resolves_to(&self, pattern: &FqdnPattern, address: IpAddr, now_ms: u64) -> bool {
+        self.selector_index
+            .get(pattern)
+            .and_then(|s| self.installed.get(&(*s, address)))
+            .is_some_and(|expires| *expires > now_ms)
+    }
+
+    /// A view answering [`resolves_to`](FqdnLearner::resolves_to) at a fixed
+    /// instant, for a classifier that does not carry time.
+    pub fn at(&self, now_ms: u64) -> LearnedAt<'_> {
+        LearnedAt {
+            learner: self,
+            now_ms,
+        }
+    }
+
+    /// Rebuilds the mirror from the kernel sets after a restart. Names are
+    /// not kept in the kernel, so restored entries have no records: they
+    /// stay until their timeout passes or a new answer refreshes them.
+    /// Entries for unknown selector indices are skipped. Returns how many
+    /// entries were restored.
+    pub fn restore(&mut self, entries: &[RestoredEntry], now_ms: u64) -> usize {
+        let mut restored = 0;
+        for entry in entries {
+            if entry.selector >= self.selectors.len() || entry.remaining_secs == 0 {
+                continue;
+            }
+            let expires = now_ms
+                .saturating_add(u64::from(entry.remaining_secs.min(MAX_IPSET_TIMEOUT_SECS)) * 1000);
+            let slot = self
+                .installed
+                .entry((entry.selector, entry.address))
+                .or_insert(expires);
+            *slot = (*slot).max(expires);
+            restored += 1;
+        }
+        restored
+    }
+
+    /// ipset timeout for an answer TTL: never 0 (which would make the
+    /// entry permanent), never above what ipset accepts.
+    fn timeout_secs(&self, ttl: u32) -> u32 {
+        ttl.max(self.config.min_ttl_secs)
+            .clamp(1, MAX_IPSET_TIMEOUT_SECS)
+    }
+
+    /// Inserts or refreshes the record `(name, address)` if some selector
+    /// matches `name`, enforcing the per-name bound; adds the pairs whose
+    /// set entry may change to `touched`.
+    fn upsert(
+        &mut self,
+        name: &str,
+        address: IpAddr,
+        expires_ms: u64,
+        touched: &mut Vec<(usize, IpAddr)>,
+    ) {
+        let key: Arc<str> = match self.names.get_key_value(name) {
+            Some((key, _)) => Arc::clone(key),
+            None => {
+                let selectors: Vec<usize> = self
+                    .selectors
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| p.matches_normalized(name))
+                    .map(|(i, _)| i)
+                    .collect();
+                if selectors.is_empty() {
+                    return;
+                }
+                let key: Arc<str> = Arc::from(name);
+                self.names.insert(
+                    Arc::clone(&key),
+                    NameState {
+                        selectors,
+                        records: HashMap::new(),
+                    },
+                );
+                key
+            }
+        };
+        let order = self.next_order;
+        self.next_order += 1;
+        let Some(state) = self.names.get_mut(&key) else {
+            return;
+        };
+        touch(touched, &state.selectors, address);
+        let previous = state.records.insert(address, Record { expires_ms, order });
+        match previous {
+            Some(old) => {
+                self.order.remove(&old.order);
+                if let Some(record) = state.records.get_mut(&address) {
+                    record.expires_ms = record.expires_ms.max(old.expires_ms);
+                }
+            }
+            None => self
+                .by_address
+                .entry(address)
+                .or_default()
+                .push(Arc::clone(&key)),
+        }
+        self.order.insert(order, (Arc::clone(&key), address));
+        if state.records.len() > self.config.max_addresses_per_name {
+            let oldest = state
+                .records
+                .iter()
+                .min_by_key(|(_, r)| r.order)
+                .map(|(a, r)| (*a, r.order));
+            if let Some((victim, victim_order)) = oldest {
+                self.order.remove(&victim_order);
+                if let Some((_, selectors)) = self.drop_record(&key, victim) {
+                    touch(touched, &selectors, victim);
+                }
+            }
+        }
+    }
+
+    /// Removes the record `(name, address)` from the name and address
+    /// indexes (not from `order`); returns its order key and the
+    /// selectors of its name.
+    fn drop_record(&mut self, name: &Arc<str>, address: IpAddr) -> Option<(u64, Vec<usize>)> {
+        let state = self.names.get_mut(name)?;
+        let record = state.records.remove(&address)?;
+        let selectors = if state.records.is_empty() {
+            self.names
+                .remove(name)
+                .map(|s| s.selectors)
+                .unwrap_or_default()
+        } else {
+            state.selectors.clone()
+        };
+        if let Some(holders) = self.by_address.get_mut(&address) {
+            holders.retain(|holder| holder != name);
+            if holders.is_empty() {
+                self.by_address.remove(&address);
+            }
+        }
+        Some((record.order, selectors))
+    }
+
+    /// Brings the installed entry `(selector, address)` in line with the
+    /// records behind it: written when new or extended by at least a
+    /// second, removed when no live record is left (only after an
+    /// eviction: learning always leaves a live record).
+    fn reconcile(
+        &mut self,
+        selector: usize,
+        address: IpAddr,
+        now_ms: u64,
+        changes: &mut Vec<IpsetChange>,
+    ) {
+        let want = self
+            .by_address
+            .get(&address)
+            .into_iter()
+            .flatten()
+            .filter_map(|name| self.names.get(name))
+            .filter(|state| state.selectors.contains(&selector))
+            .filter_map(|state| state.records.get(&address))
+            .map(|record| record.expires_ms)
+            .max()
+            .filter(|expires| *expires > now_ms);
+        let key = (selector, address);
+        let have = self.installed.get(&key).copied().filter(|e| *e > now_ms);
+        match (want, have) {
+            (Some(want), None) => {
+                self.counters.learned += 1;
+                changes.push(self.install(key, want, now_ms));
+            }
+            (Some(want), Some(have)) if want >= have.saturating_add(1000) => {
+                self.counters.refreshed += 1;
+                changes.push(self.install(key, want, now_ms));
+            }
+            (Some(_), Some(_)) => {}
+            (None, Some(_)) => {
+                self.installed.remove(&key);
+                self.counters.evicted += 1;
+                changes.push(IpsetChange::Remove { selector, address });
+            }
+            (None, None) => {
+                // Forget an entry the kernel has already timed out.
+                self.installed.remove(&key);
+            }
+        }
+    }
+}
+
+impl FqdnLearner {
+    /// Records that `(selector, address)` is written with a whole-second
+    /// timeout covering `expires_ms`, and returns that write.
+    fn install(&mut self, key: (usize, IpAddr), expires_ms: u64, now_ms: u64) -> IpsetChange {
+        let secs = expires_ms.saturating_sub(now_ms).div_ceil(1000);
+        let timeout_secs = u32::try_from(secs)
+            .unwrap_or(MAX_IPSET_TIMEOUT_SECS)
+            .clamp(1, MAX_IPSET_TIMEOUT_SECS);
+        self.installed
+            .insert(key, now_ms.saturating_add(u64::from(timeout_secs) * 1000));
+        IpsetChange::Add {
+            selector: key.0,
+            address: key.1,
+            timeout_secs,
+        }
+    }
+}
+
+/// [`FqdnLearner::resolves_to`] frozen at one instant.
+#[derive(Clone, Copy, Debug)]
+pub struct LearnedAt<'a> {
+    learner: &'a FqdnLearner,
+    now_ms: u64,
+}
+
+impl LearnedAt<'_> {
+    pub fn resolves_to(&self, pattern: &FqdnPattern, address: IpAddr) -> bool {
+        self.learner.resolves_to(pattern, address, self.now_ms)
+    }
+}
+
+fn touch(touched: &mut Vec<(usize, IpAddr)>, selectors: &[usize], address: IpAddr) {
+    touched.extend(selectors.iter().map(|&selector| (selector, address)));
+}
+
+#[cfg(test)]
+#[path = "learner_tests.rs"]
+mod tests;

@@ -1,0 +1,20 @@
+//! L7 HTTP/1.x request inspection for flows under an L7 rule:
+//! [`RequestTracker`] finds every request head in a client→server byte
+//! stream (reassembled within a bound, framing tracked through
+//! Content-Length and chunked bodies so pipelined and keep-alive requests are
+//! all seen), and [`matches`]/[`decide`] apply the Antrea `http` rule
+//! patterns. Pure: never touches sockets or packets, never buffers a body.
+//! Anything ambiguous between tollgate and the server is refused, not guessed.
+
+mod chunked;
+mod matcher;
+mod path;
+mod request;
+
+pub use matcher::{decide, matches, HttpRule};
+pub use request::{
+    HttpEvent, Malformed, RequestHead, RequestTracker, DEFAULT_MAX_HEAD, MAX_HEADERS,
+};
+
+#[cfg(test)]
+mod tests;

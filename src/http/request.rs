@@ -1,0 +1,460 @@
+//! Per-flow HTTP/1.x request tracking: reassembles each request head within
+//! a bound, parses it with httparse, checks it for framing ambiguities, and
+//! skips the body so the next head on the connection is found.
+
+use super::chunked::{ChunkedBody, Progress};
+use super::path::normalize_target;
+
+/// Default bound on one request head (request line and headers).
+pub const DEFAULT_MAX_HEAD: usize = 16 * 1024;
+
+/// Most header fields accepted in one head.
+pub const MAX_HEADERS: usize = 100;
+
+/// What a rule is matched against.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestHead {
+    /// As sent (methods are case-sensitive tokens).
+    pub method: String,
+    /// Lower-case host from the Host header or an absolute-form target,
+    /// without port or IPv6 brackets; `None` when the request names none.
+    pub host: Option<String>,
+    /// Port given with the host, if any.
+    pub port: Option<u16>,
+    /// Normalized path plus the query string as sent (see `path.rs`); `*`
+    /// for `OPTIONS *`, empty for a CONNECT target.
+    pub path: String,
+}
+
+/// What a stretch of client bytes turned out to be. After anything but
+/// `Request` the tracker ignores the rest of the flow: the connection
+/// must be closed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HttpEvent {
+    Request(RequestHead),
+    Malformed(Malformed),
+    /// The head did not end within the bound.
+    Oversized,
+    /// The request line is not HTTP/1.x.
+    NotHttp,
+}
+
+/// Why a request was refused as malformed or ambiguous.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Malformed {
+    #[error("line ending without CR")]
+    BareLineEnding,
+    #[error("invalid request line or header syntax (includes obsolete line folding)")]
+    HeaderSyntax,
+    #[error("more than {max} header fields")]
+    TooManyHeaders { max: usize },
+    #[error("both Content-Length and Transfer-Encoding")]
+    ContentLengthWithTransferEncoding,
+    #[error("Content-Length values differ")]
+    ConflictingContentLength,
+    #[error("Content-Length is not a decimal number")]
+    InvalidContentLength,
+    #[error("Transfer-Encoding does not end in chunked")]
+    UnsupportedTransferEncoding,
+    #[error("Transfer-Encoding in an HTTP/1.0 request")]
+    TransferEncodingInHttp10,
+    #[error("more than one Host header")]
+    DuplicateHost,
+    #[error("invalid host")]
+    InvalidHost,
+    #[error("absolute-form target names another host than the Host header")]
+    HostMismatch,
+    #[error("invalid request target")]
+    InvalidTarget,
+    #[error("invalid percent-encoding in the path")]
+    InvalidPercentEncoding,
+    #[error("path with an encoded separator, backslash, NUL or fragment")]
+    AmbiguousPath,
+    #[error("invalid chunk size")]
+    ChunkSize,
+    #[error("invalid chunked framing")]
+    ChunkSyntax,
+    #[error("chunked trailer section over the head bound")]
+    TrailerTooLarge,
+}
+
+#[derive(Clone, Debug)]
+enum State {
+    /// Looking for a request head; `buf` holds a partial one.
+    Head,
+    /// Skipping a Content-Length body.
+    Body {
+        remaining: u64,
+    },
+    Chunked(ChunkedBody),
+    /// An event other than `Request` was reported; input is ignored.
+    Failed,
+}
+
+/// Tracks one client→server HTTP/1.x stream. Feed payload bytes in
+/// stream order; the same events come out however the stream is split.
+#[derive(Clone, Debug)]
+pub struct RequestTracker {
+    max_head: usize,
+    buf: Vec<u8>,
+    state: State,
+}
+
+impl Default for RequestTracker {
+    fn default() -> Self {
+        RequestTracker::new(DEFAULT_MAX_HEAD)
+    }
+}
+
+/// How the body after a head is delimited.
+enum Framing {
+    None,
+    Length(u64),
+    Chunked,
+}
+
+enum HeadParse {
+    Partial,
+    Complete {
+        len: usize,
+        head: RequestHead,
+        framing: Framing,
+    },
+    Failed(HttpEvent),
+}
+
+impl RequestTracker {
+    pub fn new(max_head: usize) -> RequestTracker {
+        RequestTracker {
+            max_head,
+            buf: Vec::new(),
+            state: State::Head,
+        }
+    }
+
+    /// Bytes held for a partial head.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Whether an event other than `Request` has ended inspection.
+    pub fn has_failed(&self) -> bool {
+        matches!(self.state, State::Failed)
+    }
+
+    /// Consumes the next bytes of the stream.
+    pub fn feed(&mut self, mut bytes: &[u8]) -> Vec<HttpEvent> {
+        let mut events = Vec::new();
+        while !bytes.is_empty() {
+            match &mut self.state {
+                State::Failed => break,
+                State::Body { remaining } => {
+                    let take = (*remaining).min(bytes.len() as u64);
+                    *remaining -= take;
+                    // `take` ≤ the slice length, so it fits in usize.
+                    bytes = &bytes[take as usize..];
+                    if *remaining == 0 {
+                        self.state = State::Head;
+                    }
+                }
+                State::Chunked(body) => match body.feed(bytes, self.max_head) {
+                    Ok(Progress::NeedMore) => bytes = &[],
+                    Ok(Progress::Done(used)) => {
+                        bytes = &bytes[used..];
+                        self.state = State::Head;
+                    }
+                    Err(reason) => self.fail(&mut events, HttpEvent::Malformed(reason)),
+                },
+                State::Head => bytes = self.feed_head(bytes, &mut events),
+            }
+        }
+        events
+    }
+
+    /// Head state: returns the bytes left after this step.
+    fn feed_head<'a>(&mut self, bytes: &'a [u8], events: &mut Vec<HttpEvent>) -> &'a [u8] {
+        let held = self.buf.len();
+        let take = bytes.len().min(self.max_head - held);
+        let parsed = if held == 0 {
+            // Fast path: parse straight from the segment.
+            parse_head(&bytes[..take])
+        } else {
+            self.buf.extend_from_slice(&bytes[..take]);
+            parse_head(&self.buf)
+        };
+        match parsed {
+            HeadParse::Complete { len, head, framing } => {
+                // The held prefix was incomplete, so the head ends in `bytes`.
+                let used = len.saturating_sub(held);
+                self.buf.clear();
+                events.push(HttpEvent::Request(head));
+                self.state = match framing {
+                    Framing::None | Framing::Length(0) => State::Head,
+                    Framing::Length(n) => State::Body { remaining: n },
+                    Framing::Chunked => State::Chunked(ChunkedBody::new()),
+                };
+                bytes.get(used..).unwrap_or_default()
+            }
+            HeadParse::Partial if held + take >= self.max_head => {
+                self.fail(events, HttpEvent::Oversized);
+                &[]
+            }
+            HeadParse::Partial => {
+                if held == 0 {
+                    self.buf.extend_from_slice(&bytes[..take]);
+                }
+                &bytes[take..]
+            }
+            HeadParse::Failed(event) => {
+                self.fail(events, event);
+                &[]
+            }
+        }
+    }
+
+    fn fail(&mut self, events: &mut Vec<HttpEvent>, event: HttpEvent) {
+        events.push(event);
+        self.buf = Vec::new();
+        self.state = State::Failed;
+    }
+}
+
+fn parse_head(bytes: &[u8]) -> HeadParse {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut request = httparse::Request::new(&mut headers);
+    let len = match request.parse(bytes) {
+        Ok(httparse::Status::Partial) => return HeadParse::Partial,
+        Ok(httparse::Status::Complete(len)) => len,
+        Err(err) => return HeadParse::Failed(classify_error(err)),
+    };
+    if has_bare_lf(&bytes[..len]) {
+        return HeadParse::Failed(HttpEvent::Malformed(Malformed::BareLineEnding));
+    }
+    match check_head(&request) {
+        Ok((head, framing)) => HeadParse::Complete { len, head, framing },
+        Err(reason) => HeadParse::Failed(HttpEvent::Malformed(reason)),
+    }
+}
+
+/// Maps an httparse error to an event. Only the error kind is used (not
+/// the bytes after it), so the outcome does not depend on how much of the
+/// stream had arrived. Obsolete line folding surfaces here as a header
+/// name starting with whitespace.
+fn classify_error(err: httparse::Error) -> HttpEvent {
+    match err {
+        httparse::Error::Token | httparse::Error::Version => HttpEvent::NotHttp,
+        httparse::Error::TooManyHeaders => {
+            HttpEvent::Malformed(Malformed::TooManyHeaders { max: MAX_HEADERS })
+        }
+        httparse::Error::HeaderName
+        | httparse::Error::HeaderValue
+        | httparse::Error::NewLine
+        | httparse::Error::Status => HttpEvent::Malformed(Malformed::HeaderSyntax),
+    }
+}
+
+fn has_bare_lf(bytes: &[u8]) -> bool {
+    bytes
+        .iter()
+        .enumerate()
+        .any(|(i, b)| *b == b'\n' && (i == 0 || bytes[i - 1] != b'\r'))
+}
+
+fn check_head(request: &httparse::Request<'_, '_>) -> Result<(RequestHead, Framing), Malformed> {
+    let (Some(method), Some(target), Some(version)) =
+        (request.method, request.path, request.version)
+    else {
+        return Err(Malformed::HeaderSyntax);
+    };
+    let mut host_header: Option<&[u8]> = None;
+    let mut content_length: Option<u64> = None;
+    let mut transfer_encoding = false;
+    let mut transfer_codings: Vec<&[u8]> = Vec::new();
+    for header in request.headers.iter() {
+        let value = trim(header.value);
+        if header.name.eq_ignore_ascii_case("host") {
+            if host_header.replace(value).is_some() {
+                return Err(Malformed::DuplicateHost);
+            }
+        } else if header.name.eq_ignore_ascii_case("content-length") {
+            for item in value.split(|b| *b == b',') {
+                let n = parse_decimal(trim(item)).ok_or(Malformed::InvalidContentLength)?;
+                if content_length.replace(n).is_some_and(|old| old != n) {
+                    return Err(Malformed::ConflictingContentLength);
+                }
+            }
+        } else if header.name.eq_ignore_ascii_case("transfer-encoding") {
+            transfer_encoding = true;
+            transfer_codings.extend(
+                value
+                    .split(|b| *b == b',')
+                    .map(trim)
+                    .filter(|c| !c.is_empty()),
+            );
+        }
+    }
+    let framing = match (content_length, transfer_encoding) {
+        (Some(_), true) => return Err(Malformed::ContentLengthWithTransferEncoding),
+        (Some(n), false) => Framing::Length(n),
+        (None, false) => Framing::None,
+        (None, true) => {
+            if version == 0 {
+                return Err(Malformed::TransferEncodingInHttp10);
+            }
+            let chunked = |c: &[u8]| c.eq_ignore_ascii_case(b"chunked");
+            let last_is_chunked = transfer_codings.last().is_some_and(|c| chunked(c));
+            if !last_is_chunked || transfer_codings.iter().filter(|c| chunked(c)).count() != 1 {
+                return Err(Malformed::UnsupportedTransferEncoding);
+            }
+            Framing::Chunked
+        }
+    };
+    let header_authority = match host_header {
+        Some(value) if !value.is_empty() => Some(parse_authority(value)?),
+        _ => None,
+    };
+    let (authority, path) = parse_target(method, target)?;
+    let (host, port) = match (authority, header_authority) {
+        (Some(uri), Some(header)) => {
+            let ports_differ = matches!((uri.1, header.1), (Some(a), Some(b)) if a != b);
+            if uri.0 != header.0 || ports_differ {
+                return Err(Malformed::HostMismatch);
+            }
+            (Some(uri.0), uri.1)
+        }
+        (Some((host, port)), None) | (None, Some((host, port))) => (Some(host), port),
+        (None, None) => (None, None),
+    };
+    Ok((
+        RequestHead {
+            method: method.to_owned(),
+            host,
+            port,
+            path,
+        },
+        framing,
+    ))
+}
+
+type Authority = (String, Option<u16>);
+
+/// Splits a request target into the authority it names (absolute and
+/// authority forms) and the normalized path to match.
+fn parse_target(method: &str, target: &str) -> Result<(Option<Authority>, String), Malformed> {
+    if target.starts_with('/') {
+        return Ok((None, normalize_target(target)?));
+    }
+    if target == "*" {
+        return if method == "OPTIONS" {
+            Ok((None, "*".to_owned()))
+        } else {
+            Err(Malformed::InvalidTarget)
+        };
+    }
+    if method == "CONNECT" {
+        return Ok((Some(parse_authority(target.as_bytes())?), String::new()));
+    }
+    let Some((scheme, rest)) = target.split_once("://") else {
+        return Err(Malformed::InvalidTarget);
+    };
+    if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
+        return Err(Malformed::InvalidTarget);
+    }
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    let authority = parse_authority(authority.as_bytes())?;
+    let path = match path.strip_prefix('?') {
+        Some(_) => normalize_target(&format!("/{path}"))?,
+        None if path.is_empty() => "/".to_owned(),
+        None => normalize_target(path)?,
+    };
+    Ok((Some(authority), path))
+}
+
+/// Parses `host[:port]` or `[v6]:port` (RFC 3986 authority without
+/// userinfo) into a lower-case host and optional port.
+fn parse_authority(raw: &[u8]) -> Result<Authority, Malformed> {
+    let (host, port) = if let Some(rest) = raw.strip_prefix(b"[") {
+        let close = rest
+            .iter()
+            .position(|b| *b == b']')
+            .ok_or(Malformed::InvalidHost)?;
+        let (literal, after) = (&rest[..close], &rest[close + 1..]);
+        if literal.is_empty()
+            || !literal
+                .iter()
+                .all(|b| b.is_ascii_hexdigit() || *b == b':' || *b == b'.')
+        {
+            return Err(Malformed::InvalidHost);
+        }
+        let port = match after {
+            [] => None,
+            [b':', digits @ ..] => Some(digits),
+            _ => return Err(Malformed::InvalidHost),
+        };
+        (literal, port)
+    } else {
+        match raw.iter().rposition(|b| *b == b':') {
+            Some(i) => (&raw[..i], Some(&raw[i + 1..])),
+            None => (raw, None),
+        }
+    };
+    let reg_name_byte = |b: &u8| {
+        b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+            )
+    };
+    if host.is_empty() || !(raw.starts_with(b"[") || host.iter().all(reg_name_byte)) {
+        return Err(Malformed::InvalidHost);
+    }
+    let port = match port {
+        None | Some([]) => None,
+        Some(digits) => Some(
+            parse_decimal(digits)
+                .and_then(|n| u16::try_from(n).ok())
+                .ok_or(Malformed::InvalidHost)?,
+        ),
+    };
+    let mut host = String::from_utf8_lossy(host).into_owned();
+    host.make_ascii_lowercase();
+    if let Some(stripped) = host.strip_suffix('.') {
+        host = stripped.to_owned();
+    }
+    Ok((host, port))
+}
+
+fn parse_decimal(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, d| {
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })
+}
+
+fn trim(bytes: &[u8]) -> &[u8] {
+    let start = bytes
+        .iter()
+        .position(|b| !matches!(b, b' ' | b'\t'))
+        .unwrap_or(bytes.len());
+    let end = bytes
+        .iter()
+        .rposition(|b| !matches!(b, b' ' | b'\t'))
+        .map_or(start, |i| i + 1);
+    &bytes[start..end]
+}

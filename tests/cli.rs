@@ -1,0 +1,216 @@
+//! The offline subcommands through the real binary: `validate` on every
+//! example in `rules/` and on broken input, `trace` in text and JSON, and
+//! `get policies` ordering.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn tollgate(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run tollgate")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn every_rules_file_validates_alone_and_together() {
+    let out = tollgate(&["validate", "rules/"]);
+    assert!(out.status.success(), "{}", stdout(&out));
+    assert!(stdout(&out).starts_with("valid: "), "{}", stdout(&out));
+    for entry in std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("rules")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") && !path.ends_with("inventory.yaml") {
+            // Policies need the inventory only for compilation, not validation.
+            let out = tollgate(&["validate", path.to_str().unwrap(), "rules/inventory.yaml"]);
+            assert!(out.status.success(), "{}: {}", path.display(), stdout(&out));
+        }
+    }
+}
+
+#[test]
+fn invalid_policies_exit_1_with_one_line_per_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {name: bad}\nspec:\n  priority: 0\n  tier: nosuchtier\n  appliedTo: [{podSelector: {}}]\n  ingress:\n  - action: Allow\n    from: [{ipBlock: {cidr: 10.0.0.0/24, except: [10.1.0.0/24]}}]\n",
+    )
+    .unwrap();
+    let out = tollgate(&["validate", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    let prefix = format!("{}: ClusterNetworkPolicy bad: ", file.display());
+    assert!(lines.iter().all(|l| l.starts_with(&prefix)), "{text}");
+    assert!(text.contains("spec.tier:"), "{text}");
+    assert!(text.contains("spec.priority:"), "{text}");
+    assert!(
+        text.contains("spec.ingress[0].from[0].ipBlock.except[0]:"),
+        "{text}"
+    );
+}
+
+#[test]
+fn trace_names_the_deciding_rule_in_json() {
+    let out = tollgate(&[
+        "trace",
+        "--policies",
+        "rules/",
+        "--src",
+        "10.99.2.2",
+        "--dst",
+        "10.99.3.2",
+        "--protocol",
+        "tcp",
+        "--dst-port",
+        "80",
+        "--output",
+        "json",
+    ]);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["verdict"], "Reject");
+    assert_eq!(
+        v["ingress"]["policy"],
+        "AntreaClusterNetworkPolicy:tenant-isolation"
+    );
+    assert_eq!(v["ingress"]["kind"], "AntreaClusterNetworkPolicy");
+    assert_eq!(v["ingress"]["tier"], "securityops");
+    assert_eq!(v["ingress"]["rule"], "reject-from-dev");
+    assert_eq!(v["ingress"]["action"], "Reject");
+    assert_eq!(v["egress"]["outcome"], "NotEnforced");
+}
+
+#[test]
+fn trace_fqdn_and_pass_to_kubernetes_policy() {
+    let fqdn = |name: &str| {
+        let out = tollgate(&[
+            "trace",
+            "--policies",
+            "rules/",
+            "--src",
+            "10.99.1.2",
+            "--dst",
+            "203.0.113.9",
+            "--protocol",
+            "tcp",
+            "--dst-port",
+            "80",
+            "--fqdn",
+            name,
+            "--output",
+            "json",
+        ]);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    assert_eq!(fqdn("www.allowed.test")["verdict"], "Allow");
+    assert_eq!(
+        fqdn("www.allowed.test")["egress"]["rule"],
+        "allow-allowed-test"
+    );
+    assert_eq!(fqdn("www.blocked.test")["verdict"], "Drop");
+
+    let out = tollgate(&[
+        "trace",
+        "--policies",
+        "rules/",
+        "--src",
+        "10.99.1.2",
+        "--dst",
+        "10.99.3.2",
+        "--protocol",
+        "tcp",
+        "--dst-port",
+        "80",
+    ]);
+    let text = stdout(&out);
+    assert!(text.starts_with("verdict: Allow"), "{text}");
+    assert!(
+        text.contains("K8sNetworkPolicy:backend/web-from-prod-clients"),
+        "{text}"
+    );
+    assert!(
+        text.contains("passed by AntreaClusterNetworkPolicy:tenant-isolation rule pass-from-prod"),
+        "{text}"
+    );
+}
+
+#[test]
+fn trace_evaluates_http_requests_against_l7_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy("rules/l7-http.yaml", dir.path().join("l7.yaml")).unwrap();
+    std::fs::write(
+        dir.path().join("pods.yaml"),
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: backend, labels: {env: prod}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: api, namespace: backend, labels: {app: api}}\nstatus: {podIP: 10.0.0.2}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: c, namespace: backend, labels: {app: client}}\nstatus: {podIP: 10.0.0.3}\n",
+    )
+    .unwrap();
+    let run = |method: &str, path: &str| {
+        let out = tollgate(&[
+            "trace",
+            "--policies",
+            dir.path().to_str().unwrap(),
+            "--src",
+            "10.0.0.3",
+            "--dst",
+            "10.0.0.2",
+            "--protocol",
+            "tcp",
+            "--dst-port",
+            "80",
+            "--http-method",
+            method,
+            "--http-host",
+            "foo.bar.com",
+            "--http-path",
+            path,
+            "--output",
+            "json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["verdict"].clone()
+    };
+    assert_eq!(run("GET", "/api/v2/items"), "Allow");
+    assert_eq!(run("POST", "/api/v2/items"), "Drop");
+    assert_eq!(run("GET", "/admin"), "Drop");
+    assert_eq!(run("GET", "/api/v2/../admin"), "Drop");
+}
+
+#[test]
+fn get_policies_sorts_by_effective_priority() {
+    let out = tollgate(&[
+        "get",
+        "policies",
+        "--policies",
+        "rules/",
+        "--sort-by",
+        "effectivePriority",
+    ]);
+    assert!(out.status.success());
+    let text = stdout(&out);
+    let sources: Vec<&str> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(
+        sources,
+        [
+            "AntreaClusterNetworkPolicy:node-protection",
+            "AntreaClusterNetworkPolicy:tenant-isolation",
+            "AntreaNetworkPolicy:backend/ingress-allow-http-request-to-api-v2",
+            "AntreaClusterNetworkPolicy:client-egress",
+            "K8sNetworkPolicy:backend/web-from-prod-clients",
+            "AntreaClusterNetworkPolicy:prod-default-deny",
+        ]
+    );
+}
