@@ -68,22 +68,6 @@ impl NodeIdentity {
 /// The local Node's name when neither the command line nor the policies name it.
 pub const DEFAULT_NODE_NAME: &str = "local-node";
 
-/// Parses `k=v,k2=v2` into labels.
-pub fn parse_labels(text: &str) -> Result<BTreeMap<String, String>, String> {
-    text.split(',')
-        .filter(|p| !p.trim().is_empty())
-        .map(|pair| {
-            let (k, v) = pair
-                .split_once('=')
-                .ok_or_else(|| format!("label `{pair}` is not key=value"))?;
-            if k.trim().is_empty() {
-                return Err(format!("label `{pair}` has an empty key"));
-            }
-            Ok((k.trim().to_string(), v.trim().to_string()))
-        })
-        .collect()
-}
-
 /// Loads, validates and compiles the policies at `paths`.
 pub fn load_ruleset(
     paths: &[PathBuf],

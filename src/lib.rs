@@ -11,12 +11,16 @@
 //! 5. [`classify`] decides a [`flow::Flow`] against a ruleset (pure; also
 //!    behind `tollgate trace`).
 //!
-//! Everything listed so far is pure and unit-tested without root. The
-//! agent ([`agent`], `tollgate run`, configured by [`config`]) puts them to
-//! work: [`datapath`] plans and installs the iptables chains and ipsets
-//! that send new connections of enforced endpoints to NFQUEUE, and
-//! [`queue`] workers decide them with the current ruleset.
+//! Everything listed so far is pure and unit-tested without root, as are
+//! [`dns`] and [`fqdn`] (learning addresses from DNS answers), [`http`] and
+//! [`tls`] (L7 request and ClientHello matching) and [`audit`] (the
+//! `np.log` format). The agent ([`agent`], `tollgate run`, configured by
+//! [`config`]) puts them to work:
+//! [`datapath`] plans and installs the iptables chains and ipsets that send
+//! new connections of enforced endpoints to NFQUEUE, and [`queue`] workers
+//! decide them with the current ruleset.
 pub mod agent;
+pub mod audit;
 pub mod classify;
 pub mod commands;
 pub mod compile;
@@ -29,4 +33,5 @@ pub mod http;
 pub mod model;
 pub mod queue;
 pub mod source;
+pub mod tls;
 pub mod validate;

@@ -67,7 +67,7 @@ struct NodeArgs {
     #[arg(long)]
     node_name: Option<String>,
     /// Labels of the local Node, `k=v,k2=v2` (added to the Node object's).
-    #[arg(long, value_parser = commands::parse_labels)]
+    #[arg(long, value_parser = tollgate::config::parse_labels)]
     node_labels: Option<BTreeMap<String, String>>,
     /// Addresses of the local Node (repeatable), added to the Node object's.
     #[arg(long = "node-address")]

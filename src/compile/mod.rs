@@ -781,19 +781,17 @@ impl<'a> Compiler<'a> {
             return (Vec::new(), Vec::new());
         };
         let spec: &GroupSpec = &group.spec;
-        let mut pods = Vec::new();
         let mut blocks = Vec::new();
-        if spec.pod_selector.is_some() || spec.namespace_selector.is_some() {
-            let pod_selector = spec.pod_selector.as_ref();
-            pods = match (&spec.namespace_selector, policy_ns) {
-                (Some(ns_sel), _) => {
-                    let namespaces = self.inv.namespaces_matching(ns_sel);
-                    self.inv.pods_matching(pod_selector, Some(&namespaces))
-                }
-                (None, Some(ns)) => self.inv.pods_matching(pod_selector, Some(&[ns])),
-                (None, None) => self.inv.pods_matching(pod_selector, None),
-            };
-        }
+        let selects_pods = spec.pod_selector.is_some() || spec.namespace_selector.is_some();
+        let mut pods = if selects_pods {
+            self.select_pods(
+                spec.pod_selector.as_ref(),
+                spec.namespace_selector.as_ref(),
+                policy_ns,
+            )
+        } else {
+            Vec::new()
+        };
         if let Some(reference) = &spec.service_reference {
             pods.extend(self.inv.service_backends(reference));
         }

@@ -855,3 +855,30 @@ fn block_index_finds_rules_of_every_prefix_length_and_family() {
     assert_eq!(v("2001:db8::1"), Verdict::Drop);
     assert_eq!(v("2001:db9::1"), Verdict::Allow);
 }
+
+#[test]
+fn ip_block_groups_select_no_pods_in_a_namespaced_policy() {
+    let rs = ruleset(
+        r#"apiVersion: crd.antrea.io/v1beta1
+kind: Group
+metadata: {name: outside, namespace: x}
+spec:
+  ipBlocks: [{cidr: 192.0.2.0/24}]
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: NetworkPolicy
+metadata: {name: p, namespace: x}
+spec:
+  priority: 1
+  appliedTo: [{podSelector: {}}]
+  ingress:
+  - action: Drop
+    from: [{group: outside}]
+"#,
+    );
+    assert_eq!(
+        verdict(&rs, "192.0.2.9".parse().unwrap(), ip(X, A), 80),
+        Verdict::Drop
+    );
+    assert_matrix(&rs, |_, _| true);
+}

@@ -16,8 +16,15 @@ pub trait Policy {
 
 impl Policy for Ruleset {
     /// FQDN peers match nothing until the DNS snooper feeds a lookup.
+    /// A connection that only an L7 rule allows is dropped: its requests
+    /// cannot be inspected on the wire yet, and an L7 rule must never let
+    /// a connection through uninspected (its implicit deny applies).
     fn verdict(&self, flow: &Flow) -> Verdict {
-        self.classify(flow, &NoFqdn).verdict
+        let decision = self.classify(flow, &NoFqdn);
+        if decision.verdict == Verdict::Allow && !decision.l7.is_empty() {
+            return Verdict::Drop;
+        }
+        decision.verdict
     }
 }
 
@@ -160,6 +167,34 @@ spec:
         let decide = |port| step(&syn(port), 0, &ruleset, &marks, FailMode::Closed).action;
         assert_eq!(decide(81), Action::Repeat { mark: marks.reject });
         assert_eq!(decide(80), Action::Repeat { mark: marks.allow });
+    }
+
+    #[test]
+    fn l7_rules_never_let_a_connection_through_uninspected() {
+        let yaml = "apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: l7}
+spec:
+  priority: 5
+  appliedTo: [{nodeSelector: {}}]
+  ingress:
+  - action: Allow
+    ports: [{protocol: TCP, port: 80}]
+    l7Protocols: [{http: {method: GET}}]
+";
+        let (objects, problems) =
+            crate::source::parse_documents(std::path::Path::new("p.yaml"), yaml);
+        assert!(problems.is_empty(), "{problems:?}");
+        let node = crate::compile::LocalNode {
+            name: "n".into(),
+            labels: Default::default(),
+            addresses: vec!["10.0.0.2".parse().unwrap()],
+        };
+        let ruleset = Ruleset::compile(&crate::model::Snapshot { objects }, &node);
+        let marks = MarkLayout::default();
+        let decide = |port| step(&syn(port), 0, &ruleset, &marks, FailMode::Closed).action;
+        assert_eq!(decide(80), Action::Drop);
+        assert_eq!(decide(22), Action::Repeat { mark: marks.allow });
     }
 
     #[test]

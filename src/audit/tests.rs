@@ -1,0 +1,187 @@
+//! The line format pinned against the spec's example lines.
+
+use std::time::Duration;
+
+use super::*;
+use crate::flow::Transport;
+
+fn flow(src: &str, sport: Option<u16>, dst: &str, dport: Option<u16>, icmp: bool) -> Flow {
+    let transport = if icmp {
+        Transport::Icmp {
+            icmp_type: 8,
+            icmp_code: 0,
+        }
+    } else {
+        Transport::Tcp {
+            src_port: sport.unwrap(),
+            dst_port: dport.unwrap(),
+        }
+    };
+    Flow {
+        src: src.parse().unwrap(),
+        dst: dst.parse().unwrap(),
+        transport,
+    }
+}
+
+fn reject_icmp(micros: u64) -> AuditRecord {
+    AuditRecord {
+        time: Timestamp::from_unix_micros(micros),
+        decider: Decider::Antrea {
+            policy: "AntreaNetworkPolicy:default/reject-icmp-policy".into(),
+            rule: "RejectICMPRequest".into(),
+            baseline: false,
+        },
+        direction: Direction::Egress,
+        verdict: Verdict::Reject,
+        priority: Some(14500),
+        applied_to: "default/nettool".into(),
+        flow: flow("10.10.1.7", None, "10.10.2.3", None, true),
+        packet_length: 84,
+        log_label: Some("icmp-log-label".into()),
+    }
+}
+
+#[test]
+fn timestamps_are_utc_with_microseconds() {
+    assert_eq!(
+        Timestamp::from_unix_micros(1_688_474_721_804_416).format(),
+        "2023/07/04 12:45:21.804416"
+    );
+    assert_eq!(
+        Timestamp::from_unix_micros(0).format(),
+        "1970/01/01 00:00:00.000000"
+    );
+    assert_eq!(
+        Timestamp::from_unix_micros(951_782_400_000_001).format(),
+        "2000/02/29 00:00:00.000001"
+    );
+}
+
+#[test]
+fn reject_tcp_line_matches_the_spec() {
+    let record = AuditRecord {
+        time: Timestamp::from_unix_micros(1_688_474_721_804_416),
+        decider: Decider::Antrea {
+            policy: "AntreaNetworkPolicy:default/reject-tcp-policy".into(),
+            rule: "RejectTCPRequest".into(),
+            baseline: true,
+        },
+        direction: Direction::Ingress,
+        verdict: Verdict::Reject,
+        priority: Some(16),
+        applied_to: "default/nettoolv3".into(),
+        flow: flow("10.10.1.7", Some(53646), "10.10.1.14", Some(80), false),
+        packet_length: 60,
+        log_label: Some("tcp-log-label".into()),
+    };
+    assert_eq!(
+        record.line(),
+        "2023/07/04 12:45:21.804416 IngressDefaultRule AntreaNetworkPolicy:default/reject-tcp-policy RejectTCPRequest Ingress Reject 16 default/nettoolv3 10.10.1.7 53646 10.10.1.14 80 TCP 60 tcp-log-label"
+    );
+}
+
+#[test]
+fn icmp_lines_print_nil_ports_and_dedup_summarises() {
+    let mut dedup = Deduplicator::new(Duration::from_secs(1), 1000);
+    let first = dedup.offer(reject_icmp(1_688_426_676_422_233));
+    assert_eq!(
+        first,
+        ["2023/07/03 23:24:36.422233 AntreaPolicyEgressRule AntreaNetworkPolicy:default/reject-icmp-policy RejectICMPRequest Egress Reject 14500 default/nettool 10.10.1.7 <nil> 10.10.2.3 <nil> ICMP 84 icmp-log-label"]
+    );
+    // A repeat inside the window is only counted.
+    assert!(dedup.offer(reject_icmp(1_688_426_677_000_000)).is_empty());
+    // The window closes: one summary line, timed at the last packet.
+    let summary = dedup.flush(Timestamp::from_unix_micros(1_688_426_677_424_024));
+    assert_eq!(
+        summary,
+        ["2023/07/03 23:24:37.000000 AntreaPolicyEgressRule AntreaNetworkPolicy:default/reject-icmp-policy RejectICMPRequest Egress Reject 14500 default/nettool 10.10.1.7 <nil> 10.10.2.3 <nil> ICMP 84 icmp-log-label [2 packets in 577.767ms]"]
+    );
+    assert!(dedup
+        .flush(Timestamp::from_unix_micros(u64::MAX / 2))
+        .is_empty());
+}
+
+#[test]
+fn fifty_drops_in_a_second_give_one_line_and_one_summary() {
+    let mut dedup = Deduplicator::new(Duration::from_secs(1), 1000);
+    let mut lines = Vec::new();
+    for i in 0..50u64 {
+        lines.extend(dedup.offer(reject_icmp(10_000_000 + i * 10_000)));
+    }
+    lines.extend(dedup.flush(Timestamp::from_unix_micros(11_000_000)));
+    assert_eq!(lines.len(), 2, "{lines:#?}");
+    assert!(lines[1].ends_with("[50 packets in 490ms]"), "{}", lines[1]);
+}
+
+#[test]
+fn allow_lines_are_never_deduplicated() {
+    let mut dedup = Deduplicator::new(Duration::from_secs(1), 1000);
+    let mut record = reject_icmp(1);
+    record.verdict = Verdict::Allow;
+    assert_eq!(dedup.offer(record.clone()).len(), 1);
+    assert_eq!(dedup.offer(record).len(), 1);
+}
+
+#[test]
+fn k8s_lines_match_the_spec() {
+    let allow = AuditRecord {
+        time: Timestamp::from_unix_micros(1_688_473_862_801_442),
+        decider: Decider::K8s {
+            policy: "K8sNetworkPolicy:default/allow-tcp-80".into(),
+        },
+        direction: Direction::Ingress,
+        verdict: Verdict::Allow,
+        priority: Some(190),
+        applied_to: "default/nettool".into(),
+        flow: flow("10.10.1.13", Some(57050), "10.10.1.7", Some(80), false),
+        packet_length: 60,
+        log_label: None,
+    };
+    assert_eq!(
+        allow.line(),
+        "2023/07/04 12:31:02.801442 IngressRule K8sNetworkPolicy:default/allow-tcp-80 <nil> Ingress Allow 190 default/nettool 10.10.1.13 57050 10.10.1.7 80 TCP 60 <nil>"
+    );
+    let default_drop = AuditRecord {
+        time: Timestamp::from_unix_micros(1_688_474_006_221_413),
+        decider: Decider::K8sDefaultDrop,
+        direction: Direction::Ingress,
+        verdict: Verdict::Drop,
+        priority: None,
+        applied_to: "default/nettool".into(),
+        flow: flow("10.10.1.13", None, "10.10.1.7", None, true),
+        packet_length: 84,
+        log_label: None,
+    };
+    assert_eq!(
+        default_drop.line(),
+        "2023/07/04 12:33:26.221413 IngressDefaultRule K8sNetworkPolicy <nil> Ingress Drop <nil> default/nettool 10.10.1.13 <nil> 10.10.1.7 <nil> ICMP 84 <nil>"
+    );
+}
+
+#[test]
+fn go_durations() {
+    assert_eq!(
+        go_duration(Duration::from_nanos(1_000_855_539)),
+        "1.000855539s"
+    );
+    assert_eq!(go_duration(Duration::from_millis(250)), "250ms");
+    assert_eq!(go_duration(Duration::from_secs(2)), "2s");
+    assert_eq!(go_duration(Duration::from_micros(1500)), "1.5ms");
+}
+
+#[test]
+fn rate_limit_allows_the_burst_then_the_rate() {
+    let mut limiter = RateLimiter::new(500, 1000);
+    let t0 = 1_000_000u64;
+    let admitted = (0..1500)
+        .filter(|_| limiter.admit(Timestamp::from_unix_micros(t0)))
+        .count();
+    assert_eq!(admitted, 1000);
+    assert_eq!(limiter.skipped, 500);
+    // One second later, 500 more tokens.
+    let later = (0..600)
+        .filter(|_| limiter.admit(Timestamp::from_unix_micros(t0 + 1_000_000)))
+        .count();
+    assert_eq!(later, 500);
+}
