@@ -8,7 +8,9 @@ mod common;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 
-use common::{Lab, PingOutcome, Service, TcpOutcome, UdpOutcome, ALLOW_WAIT, DENY_WAIT};
+use common::{
+    DnsRecord, Lab, PingOutcome, Resolution, Service, TcpOutcome, UdpOutcome, ALLOW_WAIT, DENY_WAIT,
+};
 
 fn sock(ip: impl Into<IpAddr>, port: u16) -> SocketAddr {
     SocketAddr::new(ip.into(), port)
@@ -116,4 +118,58 @@ fn harness_cleans_up_on_panic() {
     // The directory is kept on panic for inspection; remove it here.
     assert!(dir.exists());
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn harness_dns_server_answers() {
+    use hickory_proto::rr::RecordType;
+    let Some(lab) = Lab::builder("harness_dns_server_answers")
+        .peer("client")
+        .peer("dns")
+        .build()
+    else {
+        return;
+    };
+    let v6: std::net::Ipv6Addr = "fd00::7".parse().unwrap();
+    lab.serve_dns(
+        "dns",
+        53,
+        vec![
+            DnsRecord::address("web.lab.test", [192, 0, 2, 10], 30),
+            DnsRecord::address("web.lab.test", v6, 30),
+            DnsRecord::cname("www.lab.test", "web.lab.test", 60),
+            DnsRecord::address("*.wild.test", [192, 0, 2, 20], 5),
+        ],
+    );
+    let server = sock(lab.addr("dns"), 53);
+    let ask = |name: &str, rtype| lab.resolve("client", server, name, rtype, ALLOW_WAIT);
+    let v4 = |a: [u8; 4]| IpAddr::from(a);
+    assert_eq!(
+        ask("Web.Lab.Test", RecordType::A),
+        Resolution::Addresses(vec![(v4([192, 0, 2, 10]), 30)])
+    );
+    assert_eq!(
+        ask("web.lab.test", RecordType::AAAA),
+        Resolution::Addresses(vec![(IpAddr::from(v6), 30)])
+    );
+    assert_eq!(
+        ask("www.lab.test", RecordType::A),
+        Resolution::Addresses(vec![(v4([192, 0, 2, 10]), 30)])
+    );
+    assert_eq!(
+        ask("a.b.wild.test", RecordType::A),
+        Resolution::Addresses(vec![(v4([192, 0, 2, 20]), 5)])
+    );
+    assert_eq!(ask("wild.test", RecordType::A), Resolution::NxDomain);
+    assert_eq!(ask("nope.test", RecordType::A), Resolution::NxDomain);
+    assert_eq!(
+        lab.resolve(
+            "client",
+            sock(lab.addr("dns"), 54),
+            "web.lab.test",
+            RecordType::A,
+            DENY_WAIT
+        ),
+        Resolution::NoAnswer
+    );
 }

@@ -18,7 +18,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
+use hickory_proto::rr::RecordType;
+
 use super::agent::{Agent, AgentOptions};
+use super::dns::{self, DnsRecord, Resolution};
 use super::firewall::FirewallState;
 use super::netns::{run_with_timeout, Netns};
 use super::probe::{self, PingOutcome, QueueCounters, TcpOutcome, UdpOutcome};
@@ -341,6 +344,25 @@ impl Lab {
     pub fn serve_udp_echo(&self, role: &str, port: u16) {
         let handle = server::serve_udp_echo(self.ns(role), port, self.stop.clone());
         self.servers.lock().expect("server list").push(handle);
+    }
+
+    /// Serves `zone` as an authoritative DNS server on UDP `port` in the
+    /// namespace of `role`.
+    pub fn serve_dns(&self, role: &str, port: u16, zone: Vec<DnsRecord>) {
+        let handle = dns::serve_dns(self.ns(role), port, zone, self.stop.clone());
+        self.servers.lock().expect("server list").push(handle);
+    }
+
+    /// Resolves `name` (A or AAAA) from `role` by asking `server`.
+    pub fn resolve(
+        &self,
+        role: &str,
+        server: impl Into<SocketAddr>,
+        name: &str,
+        record_type: RecordType,
+        timeout: Duration,
+    ) -> Resolution {
+        dns::resolve(self.ns(role), server.into(), name, record_type, timeout)
     }
 
     /// Waits until something listens on TCP `port` in `role`'s namespace

@@ -34,6 +34,7 @@
 
 pub mod agent;
 pub mod bare;
+pub mod dns;
 pub mod firewall;
 pub mod lab;
 pub mod netns;
@@ -42,6 +43,7 @@ pub mod server;
 
 pub use agent::{Agent, AgentOptions, FailMode};
 pub use bare::{is_root, wait_until, within, NetNs};
+pub use dns::{DnsRecord, Resolution};
 pub use firewall::FirewallState;
 pub use lab::{Lab, LabBuilder};
 pub use probe::{PingOutcome, QueueCounters, TcpOutcome, UdpOutcome};
@@ -70,6 +72,7 @@ pub const TEST_IDS: &[&str] = &[
     "harness_probes_classify_outcomes",
     "harness_cleans_up_on_panic",
     "inventory_change_and_sighup_reload",
+    "harness_dns_server_answers",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
