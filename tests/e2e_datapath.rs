@@ -62,11 +62,16 @@ fn namespace(name: &str, labels: &[(&str, &str)]) -> String {
     format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n  labels:\n{labels}")
 }
 
-/// A Pod on the lab's node with one container exposing `http` on 8080.
-fn pod(name: &str, ns: &str, labels: &[(&str, &str)], ip: IpAddr) -> String {
+/// A Pod on the lab's node with one container exposing `http` on 8080;
+/// `ips[0]` is `status.podIP`, all of them `status.podIPs`.
+fn pod(name: &str, ns: &str, labels: &[(&str, &str)], ips: &[IpAddr]) -> String {
     let labels: String = labels
         .iter()
         .map(|(k, v)| format!("    {k}: {v}\n"))
+        .collect();
+    let pod_ips: String = ips
+        .iter()
+        .map(|ip| format!("    - ip: \"{ip}\"\n"))
         .collect();
     format!(
         "apiVersion: v1
@@ -84,8 +89,10 @@ metadata:
           containerPort: 8080
           protocol: TCP
 status:
-  podIP: {ip}
-"
+  podIP: \"{}\"
+  podIPs:
+{pod_ips}",
+        ips[0]
     )
 }
 
@@ -325,6 +332,7 @@ fn pod_traffic_by_pod_and_namespace_selector() {
         .peer("client1")
         .peer("client2")
         .peer("server")
+        .ipv6()
         .build()
     else {
         return;
@@ -341,15 +349,20 @@ fn pod_traffic_by_pod_and_namespace_selector() {
                 "client1",
                 "dev",
                 &[("app", "client")],
-                lab.addr("client1").into(),
+                &[lab.addr("client1").into(), lab.addr6("client1").into()],
             ),
             pod(
                 "client2",
                 "prod",
                 &[("app", "client")],
-                lab.addr("client2").into(),
+                &[lab.addr("client2").into(), lab.addr6("client2").into()],
             ),
-            pod("web", "prod", &[("app", "web")], lab.addr("server").into()),
+            pod(
+                "web",
+                "prod",
+                &[("app", "web")],
+                &[lab.addr("server").into(), lab.addr6("server").into()],
+            ),
         ]),
     );
     lab.write_policy(
@@ -380,17 +393,21 @@ fn pod_traffic_by_pod_and_namespace_selector() {
     let mut agent = lab.start_agent(lab.agent_options());
     agent.wait_generation(1);
 
-    let web = lab.addr("server");
-    lab.assert_tcp("client2", sock(web, 8080), TcpOutcome::Connected);
-    lab.assert_tcp("client1", sock(web, 8080), TcpOutcome::TimedOut);
-    // The named port covers 8080 only: 9090 falls to drop-rest.
-    lab.assert_tcp("client2", sock(web, 9090), TcpOutcome::TimedOut);
-    // Only web's ingress is restricted.
-    lab.assert_tcp(
-        "server",
-        sock(lab.addr("client1"), 8080),
-        TcpOutcome::Connected,
-    );
+    // Dual-stack Pods: the same verdicts over IPv4 and IPv6.
+    for (web, client1) in [
+        (
+            IpAddr::from(lab.addr("server")),
+            IpAddr::from(lab.addr("client1")),
+        ),
+        (lab.addr6("server").into(), lab.addr6("client1").into()),
+    ] {
+        lab.assert_tcp("client2", sock(web, 8080), TcpOutcome::Connected);
+        lab.assert_tcp("client1", sock(web, 8080), TcpOutcome::TimedOut);
+        // The named port covers 8080 only: 9090 falls to drop-rest.
+        lab.assert_tcp("client2", sock(web, 9090), TcpOutcome::TimedOut);
+        // Only web's ingress is restricted.
+        lab.assert_tcp("server", sock(client1, 8080), TcpOutcome::Connected);
+    }
 }
 
 #[test]
@@ -414,15 +431,20 @@ fn tier_priority_and_pass_order() {
                 "one",
                 "prod",
                 &[("role", "client"), ("id", "one")],
-                lab.addr("client1").into(),
+                &[lab.addr("client1").into()],
             ),
             pod(
                 "two",
                 "prod",
                 &[("role", "client"), ("id", "two")],
-                lab.addr("client2").into(),
+                &[lab.addr("client2").into()],
             ),
-            pod("web", "prod", &[("app", "web")], lab.addr("server").into()),
+            pod(
+                "web",
+                "prod",
+                &[("app", "web")],
+                &[lab.addr("server").into()],
+            ),
         ]),
     );
     lab.write_policy(
@@ -536,9 +558,14 @@ fn k8s_default_deny_not_undone_by_baseline() {
                 "client",
                 "prod",
                 &[("app", "client")],
-                lab.addr("client").into(),
+                &[lab.addr("client").into()],
             ),
-            pod("web", "prod", &[("app", "web")], lab.addr("server").into()),
+            pod(
+                "web",
+                "prod",
+                &[("app", "web")],
+                &[lab.addr("server").into()],
+            ),
         ]),
     );
     lab.write_policy(
@@ -818,7 +845,12 @@ fn rich_policies(lab: &Lab) {
         "inventory.yaml",
         &docs(&[
             namespace("prod", &[("env", "prod")]),
-            pod("web", "prod", &[("app", "web")], lab.addr("server").into()),
+            pod(
+                "web",
+                "prod",
+                &[("app", "web")],
+                &[lab.addr("server").into()],
+            ),
         ]),
     );
     lab.write_policy(
@@ -1038,9 +1070,14 @@ fn inventory_change_and_sighup_reload() {
                 "client",
                 "prod",
                 &[("app", client_app)],
-                lab.addr("client").into(),
+                &[lab.addr("client").into()],
             ),
-            pod("web", "prod", &[("app", "web")], lab.addr("server").into()),
+            pod(
+                "web",
+                "prod",
+                &[("app", "web")],
+                &[lab.addr("server").into()],
+            ),
         ])
     };
     lab.write_policy("inventory.yaml", &inventory("client"));
@@ -1075,4 +1112,124 @@ fn inventory_change_and_sighup_reload() {
     agent.reload();
     agent.wait_generation(3);
     lab.assert_tcp("client", web, TcpOutcome::Connected);
+}
+
+#[test]
+fn pod_egress_to_node_selector_dropped() {
+    let Some(lab) = Lab::builder("pod_egress_to_node_selector_dropped")
+        .peer("client")
+        .peer("server")
+        .build()
+    else {
+        return;
+    };
+    lab.serve_tcp("node", 6443, Service::Echo);
+    lab.serve_tcp("server", 6443, Service::Echo);
+    lab.write_policy(
+        "inventory.yaml",
+        &docs(&[
+            namespace("prod", &[("env", "prod")]),
+            pod(
+                "app",
+                "prod",
+                &[("app", "client")],
+                &[lab.addr("client").into()],
+            ),
+        ]),
+    );
+    // The spec's "egress-control-plane" example: Pods may not reach the
+    // API port of Nodes, whichever Node address they use.
+    lab.write_policy(
+        "control-plane.yaml",
+        &pod_policy(
+            "egress-control-plane",
+            "securityops",
+            1,
+            "client",
+            &format!(
+                "  egress:
+    - name: no-api-server
+      action: Drop
+      to:
+        - nodeSelector:
+            matchLabels:
+              node-role.kubernetes.io/control-plane: \"\"
+      ports:
+{}",
+                tcp_ports(&[6443])
+            ),
+        ),
+    );
+    let options = lab
+        .agent_options()
+        .label("node-role.kubernetes.io/control-plane", "");
+    let mut agent = lab.start_agent(options);
+    agent.wait_generation(1);
+
+    lab.assert_tcp(
+        "client",
+        sock(lab.node_addr("client"), 6443),
+        TcpOutcome::TimedOut,
+    );
+    lab.assert_tcp(
+        "client",
+        sock(lab.node_addr("server"), 6443),
+        TcpOutcome::TimedOut,
+    );
+    // Not a Node address: allowed.
+    lab.assert_tcp(
+        "client",
+        sock(lab.addr("server"), 6443),
+        TcpOutcome::Connected,
+    );
+}
+
+#[test]
+fn interfaces_limit_enforcement() {
+    let Some(lab) = Lab::builder("interfaces_limit_enforcement")
+        .peer("client1")
+        .peer("client2")
+        .build()
+    else {
+        return;
+    };
+    lab.serve_tcp("node", 8080, Service::Echo);
+    lab.write_policy(
+        "node.yaml",
+        &node_policy(
+            "node-ingress",
+            "securityops",
+            5,
+            &format!(
+                "  ingress:
+    - name: drop-http
+      action: Drop
+      ports:
+{}",
+                tcp_ports(&[8080])
+            ),
+        ),
+    );
+    let mut options = lab.agent_options().queues(1);
+    options.extra_args = vec!["--interfaces".into(), "n-client1".into()];
+    let mut agent = lab.start_agent(options);
+    agent.wait_generation(1);
+
+    lab.assert_tcp(
+        "client1",
+        sock(lab.node_addr("client1"), 8080),
+        TcpOutcome::TimedOut,
+    );
+    // Traffic arriving on another interface is not tollgate's to decide.
+    lab.assert_tcp(
+        "client2",
+        sock(lab.node_addr("client2"), 8080),
+        TcpOutcome::Connected,
+    );
+    let counters = lab.queue_counters();
+    assert_eq!(
+        counters.iter().map(|c| c.queue).collect::<Vec<_>>(),
+        vec![100],
+        "--queues 1 binds queue 100 only"
+    );
 }

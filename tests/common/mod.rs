@@ -73,6 +73,8 @@ pub const TEST_IDS: &[&str] = &[
     "harness_cleans_up_on_panic",
     "inventory_change_and_sighup_reload",
     "harness_dns_server_answers",
+    "pod_egress_to_node_selector_dropped",
+    "interfaces_limit_enforcement",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
