@@ -1233,3 +1233,100 @@ fn interfaces_limit_enforcement() {
         "--queues 1 binds queue 100 only"
     );
 }
+
+#[test]
+fn node_protection_story() {
+    let Some(lab) = Lab::builder("node_protection_story")
+        .peer("admin")
+        .peer("worker")
+        .peer("outsider")
+        .build()
+    else {
+        return;
+    };
+    for port in [22, 6443, 8080] {
+        lab.serve_tcp("node", port, Service::Echo);
+    }
+    // Another cluster Node, known from the inventory, lives at "worker".
+    lab.write_policy(
+        "nodes.yaml",
+        &format!(
+            "apiVersion: v1
+kind: Node
+metadata:
+  name: worker-1
+  labels:
+    kubernetes.io/os: linux
+    node-role.kubernetes.io/worker: \"\"
+status:
+  addresses:
+    - type: InternalIP
+      address: {}
+",
+            lab.addr("worker")
+        ),
+    );
+    // User story 3: only the admin network and cluster Nodes reach 6443;
+    // everything else to the Node is dropped.
+    lab.write_policy(
+        "protect.yaml",
+        &node_policy(
+            "protect-control-plane",
+            "securityops",
+            1,
+            &format!(
+                "  ingress:
+    - name: admins-to-api
+      action: Allow
+      from:
+        - ipBlock:
+            cidr: {admin}
+      ports:
+{api}    - name: nodes-to-api
+      action: Allow
+      from:
+        - nodeSelector:
+            matchLabels:
+              kubernetes.io/os: linux
+      ports:
+{api}    - name: drop-the-rest
+      action: Drop
+",
+                admin = lab.subnet("admin"),
+                api = tcp_ports(&[6443])
+            ),
+        ),
+    );
+    // The operator's SSH from anywhere in the lab stays open whatever the
+    // policies say.
+    let mut options = lab.agent_options();
+    options.privileged.push("10.0.0.0/8,tcp/22".into());
+    let mut agent = lab.start_agent(options);
+    agent.wait_generation(1);
+
+    for (who, api, ssh, other) in [
+        (
+            "admin",
+            TcpOutcome::Connected,
+            TcpOutcome::Connected,
+            TcpOutcome::TimedOut,
+        ),
+        (
+            "worker",
+            TcpOutcome::Connected,
+            TcpOutcome::Connected,
+            TcpOutcome::TimedOut,
+        ),
+        (
+            "outsider",
+            TcpOutcome::TimedOut,
+            TcpOutcome::Connected,
+            TcpOutcome::TimedOut,
+        ),
+    ] {
+        let node = lab.node_addr(who);
+        lab.assert_tcp(who, sock(node, 6443), api);
+        lab.assert_tcp(who, sock(node, 22), ssh);
+        lab.assert_tcp(who, sock(node, 8080), other);
+    }
+}

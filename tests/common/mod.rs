@@ -76,6 +76,7 @@ pub const TEST_IDS: &[&str] = &[
     "harness_dns_server_answers",
     "pod_egress_to_node_selector_dropped",
     "interfaces_limit_enforcement",
+    "node_protection_story",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
