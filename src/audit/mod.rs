@@ -17,6 +17,12 @@ use std::time::Duration;
 use crate::flow::{Flow, Verdict};
 use crate::model::Direction;
 
+mod subject;
+pub mod writer;
+
+pub use subject::Subject;
+pub use writer::{AuditConfig, AuditError, AuditSink};
+
 /// A point in time as the audit log prints it: civil UTC date and time with
 /// microseconds. Built from a Unix timestamp so the format is pure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

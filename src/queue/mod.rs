@@ -9,8 +9,8 @@ pub mod step;
 pub mod worker;
 
 pub use packet::{parse_flow, PacketError};
-pub use step::{step, Action, Outcome, Policy, Step};
+pub use step::{step, Action, DecidedBy, Outcome, Policy, Ruling, Step};
 pub use worker::{
-    parse_kernel_counters, KernelCounters, QueueError, QueueStats, Worker, WorkerConfig,
+    parse_kernel_counters, KernelCounters, Observers, QueueError, QueueStats, Worker, WorkerConfig,
     PROC_QUEUES,
 };
