@@ -232,8 +232,7 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
             .map(|w| (w.queue, Arc::clone(&w.stats)))
             .collect(),
     ));
-    let _status_server = crate::status::serve(&config.status_socket, Arc::clone(&status))?;
-    tracing::info!(path = %config.status_socket.display(), "status socket");
+    let _status_server = serve_status(config.status_socket.as_deref(), Arc::clone(&status))?;
     if let Some(address) = config.metrics_address {
         let bound = crate::metrics::http::serve(address, Arc::clone(&metrics))?;
         tracing::info!(address = %bound, "metrics listening");
@@ -264,6 +263,27 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
     log_queue_stats(&workers);
     tracing::info!("shutdown complete");
     Ok(())
+}
+
+/// Starts the status API. A socket that was configured must work; the
+/// default one is best effort (another agent on the host, e.g. in another
+/// network namespace, may hold it): the agent then runs without it.
+fn serve_status(
+    configured: Option<&Path>,
+    status: Arc<AgentStatus>,
+) -> Result<Option<crate::status::StatusServer>, AgentError> {
+    let path = configured.unwrap_or(Path::new(crate::status::DEFAULT_SOCKET));
+    match crate::status::serve(path, status) {
+        Ok(server) => {
+            tracing::info!(path = %path.display(), "status socket");
+            Ok(Some(server))
+        }
+        Err(error) if configured.is_none() => {
+            tracing::warn!(%error, "status API off");
+            Ok(None)
+        }
+        Err(error) => Err(error.into()),
+    }
 }
 
 fn load_config(args: &RunArgs) -> Result<Config, ConfigError> {

@@ -423,9 +423,7 @@ impl Settings {
             audit_log_max_files: self
                 .audit_log_max_files
                 .unwrap_or(crate::audit::writer::DEFAULT_MAX_FILES),
-            status_socket: self
-                .status_socket
-                .unwrap_or_else(|| PathBuf::from(crate::status::DEFAULT_SOCKET)),
+            status_socket: self.status_socket,
         })
     }
 }
@@ -491,8 +489,9 @@ pub struct Config {
     /// Size at which the audit log is rotated, and old files kept.
     pub audit_log_max_bytes: u64,
     pub audit_log_max_files: u32,
-    /// The status API's Unix socket.
-    pub status_socket: PathBuf,
+    /// The status API's Unix socket, when configured; unset means
+    /// [`crate::status::DEFAULT_SOCKET`], best effort.
+    pub status_socket: Option<PathBuf>,
 }
 
 #[cfg(test)]
@@ -558,10 +557,7 @@ mod tests {
         assert_eq!(config.audit_log, Some(PathBuf::from("/var/log/np.log")));
         assert_eq!((config.audit_rate, config.audit_burst), (500, 1000));
         assert_eq!(config.audit_log_max_files, 3);
-        assert_eq!(
-            config.status_socket,
-            PathBuf::from("/run/tollgate/tollgate.sock")
-        );
+        assert_eq!(config.status_socket, None);
     }
 
     #[test]
@@ -575,7 +571,7 @@ mod tests {
         assert_eq!((config.audit_rate, config.audit_burst), (5000, 10000));
         assert_eq!(config.audit_log_max_bytes, 1 << 20);
         assert_eq!(config.audit_log_max_files, 0);
-        assert_eq!(config.status_socket, PathBuf::from("/tmp/t.sock"));
+        assert_eq!(config.status_socket, Some(PathBuf::from("/tmp/t.sock")));
         for bad in [
             "auditRate: 0\n",
             "auditBurst: 0\n",

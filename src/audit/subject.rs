@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use crate::classify::{Decision, DirectionDecision, Outcome};
-use crate::compile::{PolicyKind, RuleRef, Ruleset};
+use crate::compile::{Endpoint, PolicyKind, RuleRef, Ruleset};
 use crate::flow::{Flow, Verdict};
 use crate::model::Direction;
 
@@ -45,6 +45,20 @@ impl Subject {
         }
     }
 
+    /// The subject for a decision `rule` made about a flow of `endpoint`
+    /// outside the classifier (an L7 request verdict), if the rule is
+    /// audited.
+    pub fn of_rule(rule: &Arc<RuleRef>, endpoint: &Endpoint, verdict: Verdict) -> Option<Subject> {
+        rule.enable_logging.then(|| Subject {
+            decider: decider_of(rule),
+            direction: rule.direction,
+            verdict,
+            priority: Some(rule.rank),
+            applied_to: endpoint.to_string(),
+            log_label: rule.log_label.clone(),
+        })
+    }
+
     fn of_direction(
         decision: &DirectionDecision,
         verdict: Verdict,
@@ -52,14 +66,7 @@ impl Subject {
     ) -> Option<Subject> {
         let endpoint = decision.endpoint.as_ref()?;
         match &decision.outcome {
-            Outcome::Rule { rule } if rule.enable_logging => Some(Subject {
-                decider: decider_of(rule),
-                direction: decision.direction,
-                verdict,
-                priority: Some(rule.rank),
-                applied_to: endpoint.to_string(),
-                log_label: rule.log_label.clone(),
-            }),
+            Outcome::Rule { rule } => Subject::of_rule(rule, endpoint, verdict),
             Outcome::K8sDefaultDeny if ruleset.logs_k8s_default_drop(endpoint) => Some(Subject {
                 decider: Decider::K8sDefaultDrop,
                 direction: decision.direction,

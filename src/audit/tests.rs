@@ -185,3 +185,184 @@ fn rate_limit_allows_the_burst_then_the_rate() {
         .count();
     assert_eq!(later, 500);
 }
+
+/// Policies → compiled ruleset → worker step → audit lines, pinned exactly:
+/// what the agent writes for real packets.
+mod through_the_step {
+    use super::*;
+    use crate::compile::{LocalNode, Ruleset};
+    use crate::config::{FailMode, MarkLayout};
+    use crate::model::Snapshot;
+    use crate::queue::step;
+    use etherparse::PacketBuilder;
+
+    const POLICIES: &str = "apiVersion: v1
+kind: Namespace
+metadata:
+  name: default
+  annotations: {networkpolicy.antrea.io/enable-logging: \"true\"}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: quiet}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: nettool, namespace: default, labels: {app: nettool}}
+status: {podIP: 10.10.1.7}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: quiet, labels: {app: web}}
+status: {podIP: 10.10.1.8}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: NetworkPolicy
+metadata: {name: reject-icmp-policy, namespace: default}
+spec:
+  priority: 5
+  appliedTo: [{podSelector: {matchLabels: {app: nettool}}}]
+  egress:
+  - action: Reject
+    name: RejectICMPRequest
+    enableLogging: true
+    logLabel: icmp-log-label
+    to: [{ipBlock: {cidr: 10.10.2.0/24}}]
+    protocols: [{icmp: {icmpType: 8}}]
+  - action: Allow
+    name: AllowWeb
+    enableLogging: true
+    to: [{ipBlock: {cidr: 10.10.3.0/24}}]
+  - action: Allow
+    name: NotLogged
+    to: [{ipBlock: {cidr: 10.10.4.0/24}}]
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: allow-tcp-80, namespace: default}
+spec:
+  podSelector: {matchLabels: {app: nettool}}
+  policyTypes: [Ingress]
+  ingress:
+  - ports: [{protocol: TCP, port: 80}]
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: isolate, namespace: quiet}
+spec:
+  podSelector: {}
+  policyTypes: [Ingress]
+";
+
+    fn ruleset() -> Ruleset {
+        let (objects, problems) =
+            crate::source::parse_documents(std::path::Path::new("p.yaml"), POLICIES);
+        assert!(problems.is_empty(), "{problems:?}");
+        Ruleset::compile(
+            &Snapshot { objects },
+            &LocalNode {
+                name: "node1".into(),
+                ..Default::default()
+            },
+        )
+    }
+
+    fn tcp(src: [u8; 4], sport: u16, dst: [u8; 4], dport: u16) -> Vec<u8> {
+        let mut out = Vec::new();
+        PacketBuilder::ipv4(src, dst, 64)
+            .tcp(sport, dport, 1, 1024)
+            .syn()
+            .write(&mut out, &[])
+            .unwrap();
+        out
+    }
+
+    fn ping(src: [u8; 4], dst: [u8; 4]) -> Vec<u8> {
+        let mut out = Vec::new();
+        PacketBuilder::ipv4(src, dst, 64)
+            .icmpv4_echo_request(1, 1)
+            .write(&mut out, &[0u8; 56])
+            .unwrap();
+        out
+    }
+
+    fn lines(ruleset: &Ruleset, packet: &[u8], micros: u64) -> Vec<String> {
+        let s = step(
+            packet,
+            0,
+            ruleset,
+            &MarkLayout::default(),
+            FailMode::Closed,
+            Timestamp::from_unix_micros(micros),
+        );
+        s.audit.iter().map(AuditRecord::line).collect()
+    }
+
+    const T: u64 = 1_688_474_006_221_413; // 2023/07/04 12:33:26.221413
+
+    #[test]
+    fn k8s_allow_and_default_drop_in_an_annotated_namespace() {
+        let rs = ruleset();
+        let rank = |name: &str| {
+            rs.policies()
+                .iter()
+                .position(|p| p.policy.name == name)
+                .unwrap()
+        };
+        assert!(rank("reject-icmp-policy") < rank("allow-tcp-80"));
+        assert_eq!(
+            lines(&rs, &tcp([10, 10, 1, 13], 57050, [10, 10, 1, 7], 80), T),
+            ["2023/07/04 12:33:26.221413 IngressRule K8sNetworkPolicy:default/allow-tcp-80 <nil> Ingress Allow 4 default/nettool 10.10.1.13 57050 10.10.1.7 80 TCP 40 <nil>"]
+        );
+        assert_eq!(
+            lines(&rs, &ping([10, 10, 1, 13], [10, 10, 1, 7]), T),
+            ["2023/07/04 12:33:26.221413 IngressDefaultRule K8sNetworkPolicy <nil> Ingress Drop <nil> default/nettool 10.10.1.13 <nil> 10.10.1.7 <nil> ICMP 84 <nil>"]
+        );
+        // Namespace `quiet` is not annotated: its default drop is silent.
+        assert!(lines(&rs, &tcp([10, 10, 1, 13], 1, [10, 10, 1, 8], 80), T).is_empty());
+    }
+
+    #[test]
+    fn antrea_reject_icmp_with_nil_ports_and_allow_per_connection() {
+        let rs = ruleset();
+        assert_eq!(
+            lines(&rs, &ping([10, 10, 1, 7], [10, 10, 2, 3]), T),
+            ["2023/07/04 12:33:26.221413 AntreaPolicyEgressRule AntreaNetworkPolicy:default/reject-icmp-policy RejectICMPRequest Egress Reject 1 default/nettool 10.10.1.7 <nil> 10.10.2.3 <nil> ICMP 84 icmp-log-label"]
+        );
+        for port in [40000, 40001] {
+            assert_eq!(
+                lines(&rs, &tcp([10, 10, 1, 7], port, [10, 10, 3, 9], 443), T),
+                [format!("2023/07/04 12:33:26.221413 AntreaPolicyEgressRule AntreaNetworkPolicy:default/reject-icmp-policy AllowWeb Egress Allow 2 default/nettool 10.10.1.7 {port} 10.10.3.9 443 TCP 40 <nil>")]
+            );
+        }
+        assert!(lines(&rs, &tcp([10, 10, 1, 7], 1, [10, 10, 4, 9], 443), T).is_empty());
+    }
+
+    #[test]
+    fn repeated_drops_give_one_line_and_a_summary() {
+        let rs = ruleset();
+        let mut dedup = Deduplicator::new(Duration::from_secs(1), 100);
+        let mut out = Vec::new();
+        for i in 0..50u64 {
+            let s = step(
+                &ping([10, 10, 1, 7], [10, 10, 2, 3]),
+                0,
+                &rs,
+                &MarkLayout::default(),
+                FailMode::Closed,
+                Timestamp::from_unix_micros(T + i * 20_000),
+            );
+            for record in s.audit {
+                out.extend(dedup.offer(record));
+            }
+        }
+        out.extend(dedup.flush(Timestamp::from_unix_micros(T + 1_000_000)));
+        assert_eq!(
+            out,
+            [
+                "2023/07/04 12:33:26.221413 AntreaPolicyEgressRule AntreaNetworkPolicy:default/reject-icmp-policy RejectICMPRequest Egress Reject 1 default/nettool 10.10.1.7 <nil> 10.10.2.3 <nil> ICMP 84 icmp-log-label",
+                "2023/07/04 12:33:27.201413 AntreaPolicyEgressRule AntreaNetworkPolicy:default/reject-icmp-policy RejectICMPRequest Egress Reject 1 default/nettool 10.10.1.7 <nil> 10.10.2.3 <nil> ICMP 84 icmp-log-label [50 packets in 980ms]",
+            ]
+        );
+    }
+}
