@@ -275,7 +275,7 @@ fn audit_log_dedups_drops_and_logs_each_allowed_connection() {
     let started = Instant::now();
     let out = pair
         .client
-        .sh(&format!("timeout 5 ping -c 50 -i 0.01 -W 1 -q {ip}"));
+        .sh(&format!("timeout 5 ping -c 50 -i 0.005 -W 1 -q {ip}"));
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("50 packets transmitted"),
         "{}",
@@ -299,6 +299,7 @@ fn audit_log_dedups_drops_and_logs_each_allowed_connection() {
     // A second later, nothing more.
     std::thread::sleep(Duration::from_millis(1200));
     assert_eq!(lines_with(&read(&log), " drop-ping ").len(), 2);
+    eprintln!("np.log:\n{}", read(&log));
 }
 
 /// Counters of a metrics exposition: `name{labels}` → value.
@@ -390,6 +391,10 @@ fn rate_limit_skips_lines_without_losing_packets() {
         "{written} lines in {elapsed:?}"
     );
     let m = scrape(&pair.node, 9461);
+    eprintln!(
+        "{n} connections in {elapsed:?}, all delivered; {written} audit lines written, {} skipped",
+        n - written
+    );
     assert_eq!(
         value(
             &m,
