@@ -1,7 +1,8 @@
 //! Cost of the worker's pure step on the first packet of a connection:
 //! parsing a 128-byte queue copy to a `Flow` (IPv4 and IPv6 TCP SYN), and
 //! the whole step (parse, classify against an empty compiled ruleset, mark),
-//! and the step when a logged rule decides (the audit record is built).
+//! the step when a logged rule decides (the audit record is built), and
+//! the metrics a worker records per decided connection.
 //!
 //! `cargo bench --bench queue_step`
 
@@ -12,6 +13,7 @@ use etherparse::{IpHeaders, PacketBuilder, PacketBuilderStep};
 use tollgate::audit::Timestamp;
 use tollgate::compile::{LocalNode, Ruleset};
 use tollgate::config::{FailMode, MarkLayout};
+use tollgate::flow::Verdict;
 use tollgate::model::Snapshot;
 use tollgate::queue::{parse_flow, step};
 
@@ -47,6 +49,20 @@ fn bench(c: &mut Criterion) {
             let s = step(black_box(&v4), 0, &logged, &marks, FailMode::Closed, NOW);
             assert_eq!(s.audit.len(), 1);
             s
+        })
+    });
+    // What a worker adds per decided connection: the verdict and rule-hit
+    // counters, and the latency histogram.
+    let mut metrics =
+        tollgate::metrics::WorkerMetrics::new(std::sync::Arc::new(Default::default()), 100);
+    let decided = step(&v4, 0, &logged, &marks, FailMode::Closed, NOW);
+    let tollgate::queue::Outcome::Decided { by, .. } = decided.outcome else {
+        panic!("a rule decides");
+    };
+    c.bench_function("metrics/verdict-rule-hit-and-latency", |b| {
+        b.iter(|| {
+            metrics.decided(Verdict::Drop, black_box(&by));
+            metrics.latency(std::time::Duration::from_micros(20));
         })
     });
 }

@@ -139,8 +139,6 @@ pub enum AgentError {
     #[error("installing signal handlers: {0}")]
     Signals(std::io::Error),
     #[error(transparent)]
-    Log(#[from] crate::logging::LogError),
-    #[error(transparent)]
     Audit(#[from] crate::audit::AuditError),
     #[error(transparent)]
     Metrics(#[from] crate::metrics::http::ListenError),

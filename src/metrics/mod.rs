@@ -8,6 +8,7 @@
 
 pub mod http;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -22,7 +23,7 @@ use prometheus_client::registry::Registry;
 
 use crate::compile::RuleRef;
 use crate::flow::Verdict;
-use crate::queue::{parse_kernel_counters, QueueStats, PROC_QUEUES};
+use crate::queue::{parse_kernel_counters, DecidedBy, QueueStats, PROC_QUEUES};
 
 /// At most this many distinct (policy, rule) series; hits of further rules
 /// are counted under `policy="_other", rule="_other"`.
@@ -252,20 +253,33 @@ impl Metrics {
 
     /// One new connection decided: `rule` is the deciding rule, `None` for
     /// no rule; `k8s_default` marks the implicit Kubernetes default drop.
+    /// Workers go through [`WorkerMetrics`], which caches the series.
     pub fn verdict(&self, verdict: Verdict, rule: Option<&RuleRef>, k8s_default: bool) {
+        let (by_tier, by_rule) = self.verdict_series(verdict, rule, k8s_default);
+        by_tier.inc();
+        if let Some(by_rule) = by_rule {
+            by_rule.inc();
+        }
+    }
+
+    /// The verdict counter and the rule-hit counter a decision increments.
+    fn verdict_series(
+        &self,
+        verdict: Verdict,
+        rule: Option<&RuleRef>,
+        k8s_default: bool,
+    ) -> (Counter, Option<Counter>) {
         let tier = match rule {
             Some(rule) => rule.tier.as_deref().unwrap_or(TIER_K8S),
             None if k8s_default => TIER_K8S,
             None => TIER_NONE,
         };
         let action = verdict.to_string();
-        self.verdicts
-            .get_or_create(&VerdictLabels {
-                action: action.clone(),
-                tier: tier.to_string(),
-            })
-            .inc();
-        if let Some(rule) = rule {
+        let by_tier = self.verdicts.get_or_create_owned(&VerdictLabels {
+            action: action.clone(),
+            tier: tier.to_string(),
+        });
+        let by_rule = rule.map(|rule| {
             let labels = RuleLabels {
                 policy: rule.policy.to_string(),
                 rule: rule
@@ -275,8 +289,7 @@ impl Metrics {
                 action,
             };
             if let Some(counter) = self.rule_hits.get(&labels) {
-                counter.inc();
-                return;
+                return counter.clone();
             }
             let labels = if self.rule_series.fetch_add(1, Ordering::Relaxed) < MAX_RULE_SERIES {
                 labels
@@ -288,17 +301,21 @@ impl Metrics {
                     action: labels.action,
                 }
             };
-            self.rule_hits.get_or_create(&labels).inc();
-        }
+            self.rule_hits.get_or_create_owned(&labels)
+        });
+        (by_tier, by_rule)
+    }
+
+    /// The latency histogram of one queue.
+    fn latency_of(&self, queue: u16) -> Histogram {
+        self.latency.get_or_create_owned(&QueueLabels {
+            queue: queue.to_string(),
+        })
     }
 
     /// Time a queued packet waited in userspace for its verdict.
     pub fn verdict_latency(&self, queue: u16, took: Duration) {
-        self.latency
-            .get_or_create(&QueueLabels {
-                queue: queue.to_string(),
-            })
-            .observe(took.as_secs_f64());
+        self.latency_of(queue).observe(took.as_secs_f64());
     }
 
     // ------------------------------------------------------------ DNS / FQDN
@@ -384,6 +401,75 @@ impl Metrics {
                 reason: reason.label().into(),
             })
             .inc_by(n);
+    }
+}
+
+/// A cached rule (kept alive so its address stays unique), its verdict
+/// counter and its rule-hit counter.
+type CachedRule = (Arc<RuleRef>, Counter, Option<Counter>);
+
+/// One worker's view of the metrics: its queue's latency histogram and a
+/// cache of the counters each (rule, verdict) increments, so a decided
+/// connection costs two atomic increments and a small hash lookup instead
+/// of building label strings. The cache holds the rule (so its address is
+/// not reused while cached) and is emptied when it reaches
+/// [`WorkerMetrics::MAX_CACHED`] entries (old rulesets are let go).
+pub struct WorkerMetrics {
+    metrics: Arc<Metrics>,
+    latency: Histogram,
+    rules: HashMap<(usize, Verdict), CachedRule>,
+    unattributed: HashMap<(Verdict, bool), Counter>,
+}
+
+impl WorkerMetrics {
+    pub const MAX_CACHED: usize = 4096;
+
+    pub fn new(metrics: Arc<Metrics>, queue: u16) -> WorkerMetrics {
+        WorkerMetrics {
+            latency: metrics.latency_of(queue),
+            metrics,
+            rules: HashMap::new(),
+            unattributed: HashMap::new(),
+        }
+    }
+
+    /// The shared handle (DNS, L7 and audit counters).
+    pub fn shared(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// A connection decided by `by`.
+    pub fn decided(&mut self, verdict: Verdict, by: &DecidedBy) {
+        match by {
+            DecidedBy::Rule(rule) => {
+                let key = (Arc::as_ptr(rule) as usize, verdict);
+                if self.rules.len() >= Self::MAX_CACHED && !self.rules.contains_key(&key) {
+                    self.rules.clear();
+                }
+                let metrics = &self.metrics;
+                let (_, by_tier, by_rule) = self.rules.entry(key).or_insert_with(|| {
+                    let (by_tier, by_rule) = metrics.verdict_series(verdict, Some(rule), false);
+                    (Arc::clone(rule), by_tier, by_rule)
+                });
+                by_tier.inc();
+                if let Some(by_rule) = by_rule {
+                    by_rule.inc();
+                }
+            }
+            DecidedBy::K8sDefaultDrop | DecidedBy::NoRule => {
+                let k8s_default = *by == DecidedBy::K8sDefaultDrop;
+                let metrics = &self.metrics;
+                self.unattributed
+                    .entry((verdict, k8s_default))
+                    .or_insert_with(|| metrics.verdict_series(verdict, None, k8s_default).0)
+                    .inc();
+            }
+        }
+    }
+
+    /// Time from receiving a packet to handing its verdict to the kernel.
+    pub fn latency(&self, took: Duration) {
+        self.latency.observe(took.as_secs_f64());
     }
 }
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use super::*;
 use crate::compile::{PolicyKind, PolicyRef};
 use crate::model::{Direction, RuleAction};
+use crate::queue::DecidedBy;
 
 fn rule(name: &str, tier: Option<&str>) -> RuleRef {
     RuleRef {
@@ -119,4 +120,51 @@ fn the_other_families() {
     ] {
         assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
     }
+}
+
+#[test]
+fn worker_cache_counts_into_the_shared_series() {
+    let m = Arc::new(Metrics::new());
+    let mut w = WorkerMetrics::new(Arc::clone(&m), 101);
+    let r = Arc::new(rule("allow-web", Some("application")));
+    for _ in 0..3 {
+        w.decided(Verdict::Allow, &DecidedBy::Rule(Arc::clone(&r)));
+    }
+    w.decided(Verdict::Drop, &DecidedBy::Rule(Arc::clone(&r)));
+    w.decided(Verdict::Drop, &DecidedBy::K8sDefaultDrop);
+    w.decided(Verdict::Allow, &DecidedBy::NoRule);
+    w.latency(Duration::from_micros(10));
+    // The same series as the uncached path.
+    m.verdict(Verdict::Allow, Some(&r), false);
+    let text = m.render();
+    for line in [
+        "tollgate_verdicts_total{action=\"Allow\",tier=\"application\"} 4",
+        "tollgate_verdicts_total{action=\"Drop\",tier=\"application\"} 1",
+        "tollgate_verdicts_total{action=\"Drop\",tier=\"k8s-networkpolicy\"} 1",
+        "tollgate_verdicts_total{action=\"Allow\",tier=\"none\"} 1",
+        "tollgate_rule_hits_total{policy=\"AntreaClusterNetworkPolicy:p\",rule=\"allow-web\",action=\"Allow\"} 4",
+        "tollgate_verdict_latency_seconds_count{queue=\"101\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+    }
+}
+
+#[test]
+fn worker_cache_is_bounded() {
+    let m = Arc::new(Metrics::new());
+    let mut w = WorkerMetrics::new(Arc::clone(&m), 1);
+    let rules: Vec<Arc<RuleRef>> = (0..WorkerMetrics::MAX_CACHED + 5)
+        .map(|i| Arc::new(rule(&format!("r{}", i % 7), None)))
+        .collect();
+    for r in &rules {
+        w.decided(Verdict::Allow, &DecidedBy::Rule(Arc::clone(r)));
+    }
+    assert!(w.rules.len() <= WorkerMetrics::MAX_CACHED);
+    let total: f64 = m
+        .render()
+        .lines()
+        .filter(|l| l.starts_with("tollgate_rule_hits_total{"))
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap())
+        .sum();
+    assert_eq!(total, rules.len() as f64);
 }

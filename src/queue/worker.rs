@@ -13,9 +13,9 @@ use arc_swap::ArcSwap;
 use crate::audit::{AuditSink, Timestamp};
 use crate::config::{FailMode, MarkLayout};
 use crate::flow::Verdict;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, WorkerMetrics};
 
-use super::step::{step, Action, DecidedBy, Outcome, Policy};
+use super::step::{step, Action, Outcome, Policy};
 
 /// Bytes of each packet copied to userspace: IPv4/IPv6 header with
 /// extension headers and the transport header.
@@ -157,6 +157,7 @@ fn run<P: Policy>(
     observers: &Observers,
 ) {
     let mut consecutive_errors = 0;
+    let mut metrics = WorkerMetrics::new(Arc::clone(&observers.metrics), config.queue);
     loop {
         let mut message = match socket.recv() {
             Ok(message) => message,
@@ -197,17 +198,10 @@ fn run<P: Policy>(
         if socket.verdict(message).is_err() {
             stats.verdict_errors.fetch_add(1, Ordering::Relaxed);
         }
-        observers
-            .metrics
-            .verdict_latency(config.queue, received.elapsed());
+        metrics.latency(received.elapsed());
         stats.record(&outcome.outcome, outcome.action);
         if let Outcome::Decided { verdict, by } = &outcome.outcome {
-            let rule = match by {
-                DecidedBy::Rule(rule) => Some(&**rule),
-                _ => None,
-            };
-            let k8s_default = *by == DecidedBy::K8sDefaultDrop;
-            observers.metrics.verdict(*verdict, rule, k8s_default);
+            metrics.decided(*verdict, by);
         }
         if let Some(audit) = &observers.audit {
             for record in outcome.audit {
