@@ -220,7 +220,7 @@ fn audit_log_dedups_drops_and_logs_each_allowed_connection() {
     std::fs::write(policies.join("p.yaml"), policy(1)).unwrap();
     let log = dir.path().join("np.log");
     let socket = dir.path().join("s.sock");
-    let agent = Agent::start(
+    let mut agent = Agent::start(
         &pair.node,
         &[
             "--policies",
@@ -299,6 +299,19 @@ fn audit_log_dedups_drops_and_logs_each_allowed_connection() {
     // A second later, nothing more.
     std::thread::sleep(Duration::from_millis(1200));
     assert_eq!(lines_with(&read(&log), " drop-ping ").len(), 2);
+
+    // A window still open at SIGTERM is summarised before the agent exits.
+    let out = pair
+        .client
+        .sh(&format!("timeout 5 ping -c 5 -i 0.005 -W 1 -q {ip}"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("5 packets transmitted"));
+    wait_until("third drop line", Duration::from_secs(5), || {
+        lines_with(&read(&log), " drop-ping ").len() == 3
+    });
+    agent.stop();
+    let drops = lines_with(&read(&log), " drop-ping ");
+    assert_eq!(drops.len(), 4, "{drops:#?}");
+    assert!(drops[3].contains(" [5 packets in "), "{}", drops[3]);
     eprintln!("np.log:\n{}", read(&log));
 }
 
