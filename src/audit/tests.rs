@@ -82,7 +82,7 @@ fn reject_tcp_line_matches_the_spec() {
 }
 
 #[test]
-fn icmp_lines_print_nil_ports_and_dedup_summarises() {
+fn icmp_lines_print_nil_ports_and_dedup_summarises_as_the_spec_shows() {
     let mut dedup = Deduplicator::new(Duration::from_secs(1), 1000);
     let first = dedup.offer(reject_icmp(1_688_426_676_422_233));
     assert_eq!(
@@ -91,27 +91,47 @@ fn icmp_lines_print_nil_ports_and_dedup_summarises() {
     );
     // A repeat inside the window is only counted.
     assert!(dedup.offer(reject_icmp(1_688_426_677_000_000)).is_empty());
-    // The window closes: one summary line, timed at the last packet.
+    assert_eq!(
+        dedup.next_close(),
+        Some(Timestamp::from_unix_micros(1_688_426_677_422_233))
+    );
+    assert!(dedup
+        .flush(Timestamp::from_unix_micros(1_688_426_677_422_232))
+        .is_empty());
+    // The window closes: the spec's second line, stamped when written, with
+    // the time since the first packet.
     let summary = dedup.flush(Timestamp::from_unix_micros(1_688_426_677_424_024));
     assert_eq!(
         summary,
-        ["2023/07/03 23:24:37.000000 AntreaPolicyEgressRule AntreaNetworkPolicy:default/reject-icmp-policy RejectICMPRequest Egress Reject 14500 default/nettool 10.10.1.7 <nil> 10.10.2.3 <nil> ICMP 84 icmp-log-label [2 packets in 577.767ms]"]
+        ["2023/07/03 23:24:37.424024 AntreaPolicyEgressRule AntreaNetworkPolicy:default/reject-icmp-policy RejectICMPRequest Egress Reject 14500 default/nettool 10.10.1.7 <nil> 10.10.2.3 <nil> ICMP 84 icmp-log-label [2 packets in 1.001791s]"]
     );
+    assert_eq!(dedup.next_close(), None);
     assert!(dedup
         .flush(Timestamp::from_unix_micros(u64::MAX / 2))
         .is_empty());
 }
 
 #[test]
-fn fifty_drops_in_a_second_give_one_line_and_one_summary() {
+fn duplicates_are_equal_lines_and_a_lone_packet_has_no_summary() {
     let mut dedup = Deduplicator::new(Duration::from_secs(1), 1000);
-    let mut lines = Vec::new();
-    for i in 0..50u64 {
-        lines.extend(dedup.offer(reject_icmp(10_000_000 + i * 10_000)));
-    }
-    lines.extend(dedup.flush(Timestamp::from_unix_micros(11_000_000)));
-    assert_eq!(lines.len(), 2, "{lines:#?}");
-    assert!(lines[1].ends_with("[50 packets in 490ms]"), "{}", lines[1]);
+    let tcp = |sport| {
+        let mut r = reject_icmp(5_000_000);
+        r.flow = flow("10.10.1.7", Some(sport), "10.10.2.3", Some(80), false);
+        r
+    };
+    // Other source ports are other connections: their own lines.
+    assert_eq!(dedup.offer(tcp(1000)).len(), 1);
+    assert_eq!(dedup.offer(tcp(1001)).len(), 1);
+    // A retransmitted SYN of the first is a duplicate.
+    assert!(dedup.offer(tcp(1000)).is_empty());
+    let closed = dedup.close_all(Timestamp::from_unix_micros(5_250_000));
+    assert_eq!(closed.len(), 1, "{closed:?}");
+    assert!(
+        closed[0].contains(" 1000 10.10.2.3 80 TCP ")
+            && closed[0].ends_with("[2 packets in 250ms]"),
+        "{}",
+        closed[0]
+    );
 }
 
 #[test]
@@ -361,7 +381,7 @@ spec:
             out,
             [
                 "2023/07/04 12:33:26.221413 AntreaPolicyEgressRule AntreaNetworkPolicy:default/reject-icmp-policy RejectICMPRequest Egress Reject 1 default/nettool 10.10.1.7 <nil> 10.10.2.3 <nil> ICMP 84 icmp-log-label",
-                "2023/07/04 12:33:27.201413 AntreaPolicyEgressRule AntreaNetworkPolicy:default/reject-icmp-policy RejectICMPRequest Egress Reject 1 default/nettool 10.10.1.7 <nil> 10.10.2.3 <nil> ICMP 84 icmp-log-label [50 packets in 980ms]",
+                "2023/07/04 12:33:27.221413 AntreaPolicyEgressRule AntreaNetworkPolicy:default/reject-icmp-policy RejectICMPRequest Egress Reject 1 default/nettool 10.10.1.7 <nil> 10.10.2.3 <nil> ICMP 84 icmp-log-label [50 packets in 1s]",
             ]
         );
     }

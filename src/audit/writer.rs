@@ -30,7 +30,8 @@ pub const DEFAULT_MAX_FILES: u32 = 3;
 pub const CHANNEL_CAPACITY: usize = 4096;
 /// Open Drop/Reject windows; beyond it new keys are logged undeduplicated.
 const MAX_DEDUP_KEYS: usize = 10_000;
-/// How often closed dedup windows are looked for when no record arrives.
+/// Longest the writer sleeps without a record; it wakes earlier when a
+/// dedup window is due to close.
 const TICK: Duration = Duration::from_millis(100);
 
 /// Where and how much to log.
@@ -138,7 +139,10 @@ struct Writer {
 impl Writer {
     fn run(mut self, rx: &Receiver<Message>) {
         loop {
-            match rx.recv_timeout(TICK) {
+            let wait = self.dedup.next_close().map_or(TICK, |close| {
+                Duration::from_micros(close.unix_micros.saturating_sub(now().unix_micros)).min(TICK)
+            });
+            match rx.recv_timeout(wait) {
                 Ok(message) => {
                     self.handle(message);
                     while let Ok(message) = rx.try_recv() {
@@ -147,8 +151,9 @@ impl Writer {
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
-                    let lines = self.dedup.flush(Timestamp::from_unix_micros(u64::MAX));
-                    self.write(lines, now());
+                    let now = now();
+                    let lines = self.dedup.close_all(now);
+                    self.write(lines, now);
                     let _ = self.file.flush();
                     return;
                 }
@@ -169,8 +174,9 @@ impl Writer {
                 self.write(lines, now());
             }
             Message::Flush(ack) => {
-                let lines = self.dedup.flush(Timestamp::from_unix_micros(u64::MAX));
-                self.write(lines, now());
+                let now = now();
+                let lines = self.dedup.close_all(now);
+                self.write(lines, now);
                 let _ = self.file.flush();
                 let _ = ack.try_send(());
             }
@@ -319,7 +325,7 @@ mod tests {
         let sink = spawn(config, Arc::clone(&metrics)).unwrap();
         let t = now().unix_micros;
         for i in 0..10 {
-            sink.offer(record(Verdict::Drop, 1000 + i, t + u64::from(i)));
+            sink.offer(record(Verdict::Drop, 1000, t + i));
         }
         for i in 0..5 {
             sink.offer(record(Verdict::Allow, 2000 + i, t + 100));
@@ -327,8 +333,8 @@ mod tests {
         sink.flush(Duration::from_secs(5));
         let text = std::fs::read_to_string(&path).unwrap();
         let lines: Vec<&str> = text.lines().collect();
-        // Drop line, 3 Allow lines (burst 4), then the summary is skipped
-        // or written depending on refill: at most one more line.
+        // The Drop line and 3 Allow lines use the burst of 4; the last two
+        // Allow lines and the Drop summary are skipped (rate 1/s).
         assert!(
             lines[0].contains(" Drop ") && !lines[0].contains('['),
             "{text}"
