@@ -180,6 +180,26 @@ fn k8s_lines_match_the_spec() {
 }
 
 #[test]
+fn ipv6_addresses_print_compressed_as_go_does() {
+    let mut record = reject_icmp(0);
+    record.flow = Flow {
+        src: "fd00:0:0:1::7".parse().unwrap(),
+        dst: "fd00::1:0:0:3".parse().unwrap(),
+        transport: Transport::Udp {
+            src_port: 5353,
+            dst_port: 53,
+        },
+    };
+    assert!(
+        record
+            .line()
+            .contains(" default/nettool fd00:0:0:1::7 5353 fd00::1:0:0:3 53 UDP 84 "),
+        "{}",
+        record.line()
+    );
+}
+
+#[test]
 fn go_durations() {
     assert_eq!(
         go_duration(Duration::from_nanos(1_000_855_539)),

@@ -1,8 +1,10 @@
 //! The socket loop of one NFQUEUE worker: an OS thread bound to one queue
 //! with the `nfq` crate (blocking; the crate exposes no file descriptor for
 //! an event loop). It reads the current policy lock-free from an
-//! [`ArcSwap`] for every packet and counts outcomes; it never logs per
-//! packet.
+//! [`ArcSwap`] for every packet, counts outcomes in its [`QueueStats`] and
+//! [`WorkerMetrics`], and hands the step's audit records to the audit
+//! writer without waiting (a full channel skips the record). It never logs
+//! per packet.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
