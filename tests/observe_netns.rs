@@ -4,7 +4,9 @@
 //! line and a dedup summary; a logged Allow rule one line per connection;
 //! the rate limit skips lines, never packets), the metrics endpoint scraped
 //! with curl as traffic flows, and `tollgate status` / `get policies`
-//! against the running agent. Addresses: 10.61.N.0/24.
+//! against the running agent, and the Kubernetes NetworkPolicy lines of an
+//! annotated Namespace (allow and the implicit default drop). Addresses:
+//! 10.61.1-5.0/24 (10.61.9.0/24 is benches/audit_overload.sh).
 
 mod common;
 
@@ -554,4 +556,96 @@ fn metrics_move_with_traffic_and_status_answers() {
     let out = tollgate(&["status", "--socket", socket_arg]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("is `tollgate run` running?"));
+}
+
+/// The node routes between a client (10.61.4.2) and a Pod (10.61.5.2) in
+/// an annotated Namespace whose Kubernetes NetworkPolicy allows TCP 8080:
+/// the allowed connection and the implicit default drop are both audited
+/// in the spec's K8s format.
+#[test]
+fn kubernetes_policy_and_default_drop_are_audited_in_an_annotated_namespace() {
+    if !is_root() {
+        return;
+    }
+    let node = NetNs::create("obs-k8s-n");
+    let client = NetNs::create("obs-k8s-c");
+    let pod = NetNs::create("obs-k8s-p");
+    node.ok(&format!(
+        "ip link set lo up && sysctl -qw net.ipv4.ip_forward=1 && \
+         ip link add va type veth peer name vb netns {} && ip addr add 10.61.4.1/24 dev va && ip link set va up && \
+         ip link add vc type veth peer name vd netns {} && ip addr add 10.61.5.1/24 dev vc && ip link set vc up",
+        client.0, pod.0
+    ));
+    client.ok("ip link set lo up && ip addr add 10.61.4.2/24 dev vb && ip link set vb up && ip route add default via 10.61.4.1");
+    pod.ok("ip link set lo up && ip addr add 10.61.5.2/24 dev vd && ip link set vd up && ip route add default via 10.61.5.1");
+    let listener = within(&pod, || TcpListener::bind("10.61.5.2:8080").unwrap());
+    std::thread::spawn(move || for _ in listener.incoming() {});
+
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(
+        policies.join("k8s.yaml"),
+        "apiVersion: v1
+kind: Namespace
+metadata:
+  name: default
+  annotations:
+    networkpolicy.antrea.io/enable-logging: \"true\"
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: default, labels: {app: web}}
+status: {podIP: 10.61.5.2}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: allow-8080, namespace: default}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  policyTypes: [Ingress]
+  ingress:
+  - ports: [{protocol: TCP, port: 8080}]
+",
+    )
+    .unwrap();
+    let log = dir.path().join("np.log");
+    let socket = dir.path().join("s.sock");
+    let agent = Agent::start(
+        &node,
+        &[
+            "--policies",
+            policies.to_str().unwrap(),
+            "--audit-log",
+            log.to_str().unwrap(),
+            "--status-socket",
+            socket.to_str().unwrap(),
+        ],
+    );
+    agent.wait_log("ruleset applied generation=1");
+
+    let port = within(&client, || {
+        let s =
+            TcpStream::connect_timeout(&"10.61.5.2:8080".parse().unwrap(), Duration::from_secs(3))
+                .expect("allowed by the K8s policy");
+        s.local_addr().unwrap().port()
+    });
+    let out = client.sh("timeout 5 ping -c 3 -i 0.01 -W 0.05 -q 10.61.5.2");
+    assert!(!out.status.success(), "pings are dropped");
+    wait_until("K8s lines", Duration::from_secs(5), || {
+        read(&log).lines().count() >= 2
+    });
+    let text = read(&log);
+    let lines: Vec<&str> = text.lines().map(|l| l.split_once(' ').unwrap().1).collect();
+    let tail = |l: &str| l.split_once(' ').unwrap().1.to_string();
+    assert_eq!(
+        tail(lines[0]),
+        format!("IngressRule K8sNetworkPolicy:default/allow-8080 <nil> Ingress Allow 1 default/web 10.61.4.2 {port} 10.61.5.2 8080 TCP 60 <nil>"),
+        "{text}"
+    );
+    assert_eq!(
+        tail(lines[1]),
+        "IngressDefaultRule K8sNetworkPolicy <nil> Ingress Drop <nil> default/web 10.61.4.2 <nil> 10.61.5.2 <nil> ICMP 84 <nil>",
+        "{text}"
+    );
 }
