@@ -519,7 +519,14 @@ fn metrics_move_with_traffic_and_status_answers() {
     let allowed: u64 = queue_line.split(' ').nth(1).unwrap().parse().unwrap();
     assert!(allowed >= 3, "{queue_line}");
 
-    let out = tollgate(&["get", "policies", "--socket", socket_arg]);
+    let out = tollgate(&[
+        "get",
+        "policies",
+        "--sort-by",
+        "effectivePriority",
+        "--socket",
+        socket_arg,
+    ]);
     assert!(
         out.status.success(),
         "{}",
