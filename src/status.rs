@@ -13,7 +13,7 @@
 //! ← {"error":"unknown request"}
 //! ```
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -295,7 +295,7 @@ fn answer(stream: UnixStream, status: &AgentStatus) -> std::io::Result<()> {
     stream.set_read_timeout(Some(TIMEOUT))?;
     stream.set_write_timeout(Some(TIMEOUT))?;
     let mut line = String::new();
-    BufReader::new((&stream).take_bounded()).read_line(&mut line)?;
+    BufReader::new((&stream).take(MAX_REQUEST)).read_line(&mut line)?;
     let response = match serde_json::from_str::<Request>(line.trim()) {
         Ok(request) => status.answer(&request),
         Err(error) => Response::Error(format!("bad request: {error}")),
@@ -304,15 +304,6 @@ fn answer(stream: UnixStream, status: &AgentStatus) -> std::io::Result<()> {
     text.push('\n');
     (&stream).write_all(text.as_bytes())
 }
-
-/// A reader limited to [`MAX_REQUEST`] bytes.
-trait TakeBounded: std::io::Read + Sized {
-    fn take_bounded(self) -> std::io::Take<Self> {
-        self.take(MAX_REQUEST)
-    }
-}
-
-impl<R: std::io::Read> TakeBounded for R {}
 
 /// Sends one request to the agent listening on `path`.
 pub fn request(path: &Path, request: &Request) -> Result<Response, StatusError> {
