@@ -16,6 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::metrics::{AuditSkip, Metrics};
 
 use super::{AuditRecord, Deduplicator, RateLimiter, Timestamp};
+use crate::flow::Verdict;
 
 /// Lines per second (the spec's figure; Antrea's agent now defaults to
 /// 5000 — set `auditRate` to follow it).
@@ -169,6 +170,18 @@ impl Writer {
 
     fn handle(&mut self, message: Message) {
         match message {
+            Message::Record(record) if record.verdict == Verdict::Allow => {
+                // Allow lines are never deduplicated: ask the limiter
+                // before formatting, so a flood costs no formatting.
+                let now = now();
+                let closed = self.dedup.flush(record.time);
+                self.write(closed, now);
+                if self.limiter.admit(now) {
+                    self.append(&record.line());
+                } else {
+                    self.metrics.audit_skipped(AuditSkip::Rate, 1);
+                }
+            }
             Message::Record(record) => {
                 let lines = self.dedup.offer(*record);
                 self.write(lines, now());
@@ -185,16 +198,21 @@ impl Writer {
 
     fn write(&mut self, lines: Vec<String>, now: Timestamp) {
         for line in lines {
-            if !self.limiter.admit(now) {
+            if self.limiter.admit(now) {
+                self.append(&line);
+            } else {
                 self.metrics.audit_skipped(AuditSkip::Rate, 1);
-                continue;
             }
-            match self.file.write_line(&line) {
-                Ok(()) => self.metrics.audit_written(1),
-                Err(error) => {
-                    self.metrics.audit_skipped(AuditSkip::Io, 1);
-                    tracing::warn!(%error, "audit log write failed");
-                }
+        }
+    }
+
+    /// Appends an admitted line.
+    fn append(&mut self, line: &str) {
+        match self.file.write_line(line) {
+            Ok(()) => self.metrics.audit_written(1),
+            Err(error) => {
+                self.metrics.audit_skipped(AuditSkip::Io, 1);
+                tracing::warn!(%error, "audit log write failed");
             }
         }
     }
@@ -286,7 +304,7 @@ fn open_append(path: &Path) -> Result<File, AuditError> {
 mod tests {
     use super::*;
     use crate::audit::Decider;
-    use crate::flow::{Flow, Transport, Verdict};
+    use crate::flow::{Flow, Transport};
     use crate::model::Direction;
 
     fn record(verdict: Verdict, src_port: u16, micros: u64) -> AuditRecord {
