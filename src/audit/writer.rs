@@ -7,7 +7,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
@@ -230,7 +230,19 @@ pub struct RotatingFile {
 }
 
 impl RotatingFile {
+    /// Opens `path` for appending, creating it (0640) and its missing
+    /// parent directories (0750).
     pub fn open(path: &Path, max_bytes: u64, max_files: u32) -> Result<RotatingFile, AuditError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o750)
+                .create(dir)
+                .map_err(|source| AuditError::Open {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+        }
         let file = open_append(path)?;
         let size = file.metadata().map_or(0, |m| m.len());
         Ok(RotatingFile {
@@ -436,7 +448,7 @@ mod tests {
     }
 
     #[test]
-    fn appends_to_an_existing_file_and_rejects_an_unwritable_path() {
+    fn appends_creates_directories_and_rejects_an_unusable_path() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("np.log");
         std::fs::write(&path, "old\n").unwrap();
@@ -444,6 +456,16 @@ mod tests {
         file.write_line("new").unwrap();
         file.flush().unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "old\nnew\n");
-        assert!(RotatingFile::open(&dir.path().join("missing/np.log"), 10, 1).is_err());
+        let nested = dir.path().join("var/log/tollgate/np.log");
+        RotatingFile::open(&nested, 1 << 20, 1).unwrap();
+        let mode = std::fs::metadata(nested.parent().unwrap())
+            .unwrap()
+            .permissions();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+            0o750
+        );
+        // A regular file where a directory must be.
+        assert!(RotatingFile::open(&path.join("np.log"), 10, 1).is_err());
     }
 }
