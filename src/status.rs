@@ -38,10 +38,10 @@ const MAX_REQUEST: u64 = 4096;
 /// Why the status API failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StatusError {
-    #[error("status socket {path}: {source}")]
+    #[error("status socket {path}: {error}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("status socket {path} is in use by a running agent")]
     InUse { path: PathBuf },
@@ -239,9 +239,9 @@ impl Drop for StatusServer {
 /// stale socket left by a killed agent is replaced, a live one is an
 /// error) with mode 0600, and serves on a thread until the process exits.
 pub fn serve(path: &Path, status: Arc<AgentStatus>) -> Result<StatusServer, StatusError> {
-    let io = |source| StatusError::Io {
+    let io = |error| StatusError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     };
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         if !dir.exists() {
@@ -307,9 +307,9 @@ fn answer(stream: UnixStream, status: &AgentStatus) -> std::io::Result<()> {
 
 /// Sends one request to the agent listening on `path`.
 pub fn request(path: &Path, request: &Request) -> Result<Response, StatusError> {
-    let io = |source| StatusError::Io {
+    let io = |error| StatusError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     };
     let stream = UnixStream::connect(path).map_err(io)?;
     stream.set_read_timeout(Some(TIMEOUT)).map_err(io)?;
@@ -368,26 +368,48 @@ pub fn render_status(report: &StatusReport) -> String {
         "metrics:            {}",
         report.metrics_address.as_deref().unwrap_or("off")
     );
-    let _ = writeln!(
-        out,
-        "QUEUE ALLOWED DROPPED REJECTED MALFORMED BYPASSED OVERFLOWS VERDICT-ERRORS KERNEL-WAITING KERNEL-QUEUE-DROPPED KERNEL-USER-DROPPED"
-    );
+    let mut rows = vec![[
+        "QUEUE",
+        "ALLOWED",
+        "DROPPED",
+        "REJECTED",
+        "MALFORMED",
+        "BYPASSED",
+        "OVERFLOWS",
+        "VERDICT-ERRORS",
+        "KERNEL-WAITING",
+        "KERNEL-QUEUE-DROPPED",
+        "KERNEL-USER-DROPPED",
+    ]
+    .map(str::to_string)];
     for q in &report.queues {
-        let _ = writeln!(
-            out,
-            "{} {} {} {} {} {} {} {} {} {} {}",
-            q.queue,
-            q.allowed,
-            q.dropped,
-            q.rejected,
-            q.malformed,
-            q.bypassed,
-            q.overflows,
-            q.verdict_errors,
-            q.kernel_waiting,
-            q.kernel_queue_dropped,
-            q.kernel_user_dropped
+        rows.push(
+            [
+                u64::from(q.queue),
+                q.allowed,
+                q.dropped,
+                q.rejected,
+                q.malformed,
+                q.bypassed,
+                q.overflows,
+                q.verdict_errors,
+                q.kernel_waiting,
+                q.kernel_queue_dropped,
+                q.kernel_user_dropped,
+            ]
+            .map(|n| n.to_string()),
         );
+    }
+    let widths: Vec<usize> = (0..rows[0].len())
+        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
+        .collect();
+    for row in rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        let _ = writeln!(out, "{}", cells.join(" ").trim_end());
     }
     out
 }
@@ -436,6 +458,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("fail mode:          closed"));
+        assert!(text.contains("\n100   2       0       0 "), "{text}");
         let json = serde_json::to_string(&Response::Status(report.clone())).unwrap();
         assert!(json.starts_with(r#"{"status":{"version":"#), "{json}");
         assert_eq!(

@@ -516,7 +516,12 @@ fn metrics_move_with_traffic_and_status_answers() {
         assert!(text.contains(expected), "{expected:?} missing in\n{text}");
     }
     let queue_line = text.lines().find(|l| l.starts_with("100 ")).unwrap();
-    let allowed: u64 = queue_line.split(' ').nth(1).unwrap().parse().unwrap();
+    let allowed: u64 = queue_line
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(allowed >= 3, "{queue_line}");
 
     let out = tollgate(&[

@@ -61,10 +61,10 @@ impl AuditConfig {
 /// Why the audit log could not be opened or rotated.
 #[derive(Debug, thiserror::Error)]
 pub enum AuditError {
-    #[error("audit log {path}: {source}")]
+    #[error("audit log {path}: {error}")]
     Open {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("audit log writer thread: {0}")]
     Spawn(std::io::Error),
@@ -238,9 +238,9 @@ impl RotatingFile {
                 .recursive(true)
                 .mode(0o750)
                 .create(dir)
-                .map_err(|source| AuditError::Open {
+                .map_err(|error| AuditError::Open {
                     path: path.to_path_buf(),
-                    source,
+                    error,
                 })?;
         }
         let file = open_append(path)?;
@@ -291,8 +291,8 @@ impl RotatingFile {
             std::fs::rename(&self.path, numbered(1))?;
         }
         let file = open_append(&self.path).map_err(|e| match e {
-            AuditError::Open { source, .. } => source,
-            AuditError::Spawn(source) => source,
+            AuditError::Open { error, .. } => error,
+            AuditError::Spawn(error) => error,
         })?;
         self.file = BufWriter::new(file);
         self.size = 0;
@@ -306,9 +306,9 @@ fn open_append(path: &Path) -> Result<File, AuditError> {
         .append(true)
         .mode(0o640)
         .open(path)
-        .map_err(|source| AuditError::Open {
+        .map_err(|error| AuditError::Open {
             path: path.to_path_buf(),
-            source,
+            error,
         })
 }
 

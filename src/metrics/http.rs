@@ -18,16 +18,16 @@ const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Why the endpoint could not start.
 #[derive(Debug, thiserror::Error)]
-#[error("metrics listener on {address}: {source}")]
+#[error("metrics listener on {address}: {error}")]
 pub struct ListenError {
     pub address: SocketAddr,
-    pub source: std::io::Error,
+    pub error: std::io::Error,
 }
 
 /// Binds `address` (errors are returned before any thread runs) and serves
 /// until the process exits. Returns the bound address (port 0 picks one).
 pub fn serve(address: SocketAddr, metrics: Arc<Metrics>) -> Result<SocketAddr, ListenError> {
-    let error = |source| ListenError { address, source };
+    let error = |error| ListenError { address, error };
     let listener = TcpListener::bind(address).map_err(error)?;
     let bound = listener.local_addr().map_err(error)?;
     std::thread::Builder::new()
