@@ -17,12 +17,15 @@ use arc_swap::ArcSwap;
 use notify::{EventKind, RecursiveMode, Watcher};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
+use crate::audit::AuditConfig;
 use crate::compile::{LocalNode, Ruleset};
 use crate::config::{
     parse_labels, Config, ConfigError, FailMode, MachineDefaults, MaskValue, Privileged, Settings,
 };
 use crate::datapath::{self, DatapathError, Kernel};
-use crate::queue::{parse_kernel_counters, Worker, WorkerConfig, PROC_QUEUES};
+use crate::metrics::{Metrics, ReloadResult};
+use crate::queue::{parse_kernel_counters, Observers, Worker, WorkerConfig, PROC_QUEUES};
+use crate::status::{AgentFacts, AgentStatus};
 use crate::validate::Problem;
 
 /// Quiet time after the last change in the policy directory before a
@@ -68,6 +71,17 @@ pub struct RunArgs {
     /// Always-allowed traffic, ahead of every policy.
     #[arg(long, value_name = "CIDR[,proto[/port]]", value_parser = parse_privileged)]
     pub privileged: Vec<Privileged>,
+    /// Audit log file (the spec's np.log format); off when unset.
+    #[arg(long, value_name = "FILE")]
+    pub audit_log: Option<PathBuf>,
+    /// Prometheus metrics endpoint, `host:port`; off when unset.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_address: Option<std::net::SocketAddr>,
+    /// Unix socket of the status API (default /run/tollgate/tollgate.sock).
+    #[arg(long, value_name = "PATH")]
+    pub status_socket: Option<PathBuf>,
+    #[command(flatten)]
+    pub log: crate::logging::LogArgs,
 }
 
 /// A repeatable flag given at least once.
@@ -96,6 +110,9 @@ impl RunArgs {
             mark_mask: self.mark_mask.clone().map(MaskValue::Text),
             fail_mode: self.fail_mode,
             privileged: non_empty(&self.privileged),
+            audit_log: self.audit_log.clone(),
+            metrics_address: self.metrics_address,
+            status_socket: self.status_socket.clone(),
             ..Settings::default()
         }
     }
@@ -121,6 +138,12 @@ pub enum AgentError {
     },
     #[error("installing signal handlers: {0}")]
     Signals(std::io::Error),
+    #[error(transparent)]
+    Audit(#[from] crate::audit::AuditError),
+    #[error(transparent)]
+    Metrics(#[from] crate::metrics::http::ListenError),
+    #[error(transparent)]
+    Status(#[from] crate::status::StatusError),
 }
 
 fn list(problems: &[Problem]) -> String {
@@ -133,12 +156,7 @@ fn list(problems: &[Problem]) -> String {
 
 /// Runs the agent until SIGTERM or SIGINT.
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
-    // A subscriber installed by the caller takes precedence.
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .with_target(false)
-        .try_init();
+    args.log.install()?;
     run_agent(args).map_err(anyhow::Error::from)
 }
 
@@ -161,7 +179,29 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
     listen_for_signals(events.clone())?;
     let _watcher = watch(&args.policies, events)?;
 
+    let metrics = Arc::new(Metrics::new());
+    let audit = match &config.audit_log {
+        Some(path) => {
+            let sink = crate::audit::writer::spawn(
+                AuditConfig {
+                    path: path.clone(),
+                    rate: config.audit_rate,
+                    burst: config.audit_burst,
+                    max_bytes: config.audit_log_max_bytes,
+                    max_files: config.audit_log_max_files,
+                },
+                Arc::clone(&metrics),
+            )?;
+            tracing::info!(path = %path.display(), rate = config.audit_rate, burst = config.audit_burst, "audit log");
+            Some(sink)
+        }
+        None => None,
+    };
     let policy = Arc::new(ArcSwap::from_pointee(ruleset));
+    let observers = Observers {
+        metrics: Arc::clone(&metrics),
+        audit: audit.clone(),
+    };
     let workers = config
         .queues
         .iter()
@@ -173,9 +213,28 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
                     fail_mode: config.fail_mode,
                 },
                 Arc::clone(&policy),
+                observers.clone(),
             )
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let status = Arc::new(AgentStatus::new(
+        AgentFacts {
+            node_name: config.node_name.clone(),
+            fail_mode: config.fail_mode,
+            audit_log: config.audit_log.clone(),
+            metrics_address: config.metrics_address.map(|a| a.to_string()),
+        },
+        Arc::clone(&policy),
+        workers
+            .iter()
+            .map(|w| (w.queue, Arc::clone(&w.stats)))
+            .collect(),
+    ));
+    let _status_server = serve_status(config.status_socket.as_deref(), Arc::clone(&status))?;
+    if let Some(address) = config.metrics_address {
+        let bound = crate::metrics::http::serve(address, Arc::clone(&metrics))?;
+        tracing::info!(address = %bound, "metrics listening");
+    }
 
     let mut agent = Agent {
         config,
@@ -183,6 +242,8 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
         kernel,
         policy,
         generation: 0,
+        metrics,
+        status,
     };
     if let Err(error) = agent.install() {
         if let Err(teardown) = agent.kernel.teardown() {
@@ -190,12 +251,37 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
         }
         return Err(error.into());
     }
+    agent.metrics.started();
     agent.serve(&inbox);
 
     agent.kernel.teardown()?;
+    if let Some(audit) = &audit {
+        audit.flush(Duration::from_secs(2));
+    }
     log_queue_stats(&workers);
     tracing::info!("shutdown complete");
     Ok(())
+}
+
+/// Starts the status API. A socket that was configured must work; the
+/// default one is best effort (another agent on the host, e.g. in another
+/// network namespace, may hold it): the agent then runs without it.
+fn serve_status(
+    configured: Option<&Path>,
+    status: Arc<AgentStatus>,
+) -> Result<Option<crate::status::StatusServer>, AgentError> {
+    let path = configured.unwrap_or(Path::new(crate::status::DEFAULT_SOCKET));
+    match crate::status::serve(path, status) {
+        Ok(server) => {
+            tracing::info!(path = %path.display(), "status socket");
+            Ok(Some(server))
+        }
+        Err(error) if configured.is_none() => {
+            tracing::warn!(%error, "status API off");
+            Ok(None)
+        }
+        Err(error) => Err(error.into()),
+    }
 }
 
 fn load_config(args: &RunArgs) -> Result<Config, ConfigError> {
@@ -328,16 +414,31 @@ struct Agent {
     kernel: Kernel,
     policy: Arc<ArcSwap<Ruleset>>,
     generation: u64,
+    metrics: Arc<Metrics>,
+    status: Arc<AgentStatus>,
 }
 
 impl Agent {
     /// Programs the datapath for the ruleset in force.
     fn install(&mut self) -> Result<(), DatapathError> {
-        let desired = datapath::desired(&self.config, self.policy.load().enforced());
+        let ruleset = self.policy.load();
+        let desired = datapath::desired(&self.config, ruleset.enforced());
         let changed = self.kernel.reconcile(&desired)?;
         self.generation += 1;
+        self.metrics.ruleset_applied(
+            self.generation,
+            ruleset.policies().len(),
+            ruleset.rule_count(),
+        );
+        self.status.applied(self.generation);
         tracing::info!(generation = self.generation, changed, "ruleset applied");
         Ok(())
+    }
+
+    /// Records how a reload ended.
+    fn reloaded(&self, result: ReloadResult, error: Option<String>) {
+        self.metrics.reload(result);
+        self.status.reloaded(error);
     }
 
     /// Validates and compiles the policy directory again; swaps the new
@@ -348,14 +449,19 @@ impl Agent {
             Ok(node) => node,
             Err(error) => {
                 tracing::error!(%error, "reload failed");
+                self.reloaded(ReloadResult::Failed, Some(error.to_string()));
                 return;
             }
         };
         match load_ruleset(&self.policies, &node) {
             Ok(ruleset) => {
                 self.policy.store(Arc::new(ruleset));
-                if let Err(error) = self.install() {
-                    tracing::error!(%error, "reload failed to program the datapath");
+                match self.install() {
+                    Ok(()) => self.reloaded(ReloadResult::Applied, None),
+                    Err(error) => {
+                        tracing::error!(%error, "reload failed to program the datapath");
+                        self.reloaded(ReloadResult::Failed, Some(error.to_string()));
+                    }
                 }
             }
             Err(problems) => {
@@ -365,6 +471,7 @@ impl Agent {
                     .collect::<Vec<_>>()
                     .join("; ");
                 tracing::error!("reload rejected: {text}");
+                self.reloaded(ReloadResult::Rejected, Some(format!("rejected: {text}")));
             }
         }
     }

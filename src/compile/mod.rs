@@ -325,7 +325,7 @@ pub(crate) struct EndpointTable {
 }
 
 /// One line of `tollgate get policies`.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct PolicySummary {
     pub policy: PolicyRef,
     pub tier: Option<String>,
@@ -351,9 +351,21 @@ pub struct Ruleset {
     pub(crate) fqdn_patterns: Vec<FqdnPattern>,
     enforced: Enforced,
     policies: Vec<PolicySummary>,
+    /// Namespaces whose Kubernetes NetworkPolicies are audited.
+    logged_namespaces: BTreeSet<String>,
 }
 
 impl Ruleset {
+    /// Whether the implicit default drop of a Kubernetes NetworkPolicy for
+    /// `endpoint` is audited (its Namespace carries
+    /// [`K8S_LOGGING_ANNOTATION`]` = "true"`).
+    pub fn logs_k8s_default_drop(&self, endpoint: &Endpoint) -> bool {
+        match endpoint {
+            Endpoint::Pod { namespace, .. } => self.logged_namespaces.contains(namespace),
+            Endpoint::Node { .. } => false,
+        }
+    }
+
     /// Compiles a snapshot that passed validation. Objects that validation
     /// would reject are skipped rather than guessed at.
     pub fn compile(snapshot: &Snapshot, local: &LocalNode) -> Ruleset {
@@ -430,6 +442,33 @@ struct Compiler<'a> {
     address_sets: HashMap<String, Arc<HashSet<IpAddr>>>,
     fqdn_patterns: BTreeMap<FqdnPattern, u32>,
     policies: Vec<PolicySummary>,
+    /// Rules ranked so far (see [`RuleRef::rank`]).
+    ranked: u32,
+    /// Namespaces annotated [`K8S_LOGGING_ANNOTATION`]` = "true"`.
+    logged_namespaces: BTreeSet<String>,
+}
+
+/// The Namespace annotation that turns on audit logging for the
+/// Kubernetes NetworkPolicies of a Namespace and their default drop.
+pub const K8S_LOGGING_ANNOTATION: &str = "networkpolicy.antrea.io/enable-logging";
+
+/// Namespaces whose Kubernetes NetworkPolicies are audited.
+fn logged_namespaces(snapshot: &Snapshot) -> BTreeSet<String> {
+    snapshot
+        .iter()
+        .filter_map(|o| match o {
+            Object::Namespace(ns)
+                if ns
+                    .metadata
+                    .annotations
+                    .get(K8S_LOGGING_ANNOTATION)
+                    .is_some_and(|v| v == "true") =>
+            {
+                Some(ns.metadata.name.clone())
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// A rule instance is shared by endpoints with the same Namespace context
@@ -484,7 +523,16 @@ impl<'a> Compiler<'a> {
             address_sets: HashMap::new(),
             fqdn_patterns: BTreeMap::new(),
             policies: Vec::new(),
+            ranked: 0,
+            logged_namespaces: logged_namespaces(snapshot),
         }
+    }
+
+    /// The next rank in evaluation order: policies are compiled in that
+    /// order, rules in their order within the policy.
+    fn next_rank(&mut self) -> u32 {
+        self.ranked += 1;
+        self.ranked
     }
 
     fn run(mut self) -> Ruleset {
@@ -626,6 +674,7 @@ impl<'a> Compiler<'a> {
             fqdn_patterns: fqdn_patterns.into_iter().map(|(_, p)| p).collect(),
             enforced,
             policies: self.policies,
+            logged_namespaces: self.logged_namespaces,
         }
     }
 
@@ -658,6 +707,7 @@ impl<'a> Compiler<'a> {
                     action: rule.action.normalized(),
                     enable_logging: rule.enable_logging,
                     log_label: rule.log_label.clone().filter(|l| !l.is_empty()),
+                    rank: self.next_rank(),
                     l7: rule.l7_protocols.clone().into(),
                 });
                 let services = services_of(&rule.ports, &rule.protocols);
@@ -1024,6 +1074,7 @@ impl<'a> Compiler<'a> {
             .into_iter()
             .filter_map(|p| self.endpoint_of_target.get(&Target::Pod(p)).copied())
             .collect();
+        let logged = self.logged_namespaces.contains(&ns);
         let types = policy.spec.effective_policy_types();
         let mut rule_count = 0;
         for (direction, policy_type) in [
@@ -1059,6 +1110,7 @@ impl<'a> Compiler<'a> {
                         end_port: p.end_port,
                     })
                     .collect();
+                let rank = self.next_rank();
                 self.rules.push(CompiledRule {
                     reference: Arc::new(RuleRef {
                         policy: reference.clone(),
@@ -1069,8 +1121,9 @@ impl<'a> Compiler<'a> {
                         index,
                         direction,
                         action: RuleAction::Allow,
-                        enable_logging: false,
+                        enable_logging: logged,
                         log_label: None,
+                        rank,
                         l7: Arc::new([]),
                     }),
                     peers,
