@@ -549,8 +549,7 @@ impl<'a> Compiler<'a> {
                 .tier
                 .clone()
                 .filter(|t| !t.is_empty())
-                .unwrap_or_else(|| DEFAULT_TIER.to_string())
-                .to_ascii_lowercase();
+                .unwrap_or_else(|| DEFAULT_TIER.to_string());
             let Some(&tier_priority) = self.tiers.get(&tier) else {
                 continue; // unknown Tier: rejected by validation
             };
