@@ -18,16 +18,19 @@ use arc_swap::ArcSwap;
 use notify::{EventKind, RecursiveMode, Watcher};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
+use crate::audit::AuditConfig;
 use crate::compile::{LocalNode, Ruleset};
 use crate::config::{
     parse_labels, Config, ConfigError, FailMode, MachineDefaults, MaskValue, Privileged, Settings,
 };
 use crate::datapath::{self, DatapathError, Kernel};
 use crate::fqdn::LearnerConfig;
+use crate::metrics::{Metrics, ReloadResult};
 use crate::queue::{
-    parse_kernel_counters, DnsStats, DnsWorker, DnsWorkerConfig, FqdnMirror, Worker, WorkerConfig,
-    PROC_QUEUES,
+    parse_kernel_counters, DnsStats, DnsWorker, DnsWorkerConfig, FqdnMirror, Observers, Worker,
+    WorkerConfig, PROC_QUEUES,
 };
+use crate::status::{AgentFacts, AgentStatus};
 use crate::validate::Problem;
 
 /// Quiet time after the last change in the policy directory before a
@@ -82,6 +85,17 @@ pub struct RunArgs {
     /// Floor on the TTL of learned FQDN addresses, seconds (default 5).
     #[arg(long, value_name = "SECS")]
     pub fqdn_min_ttl: Option<u32>,
+    /// Audit log file (the spec's np.log format); off when unset.
+    #[arg(long, value_name = "FILE")]
+    pub audit_log: Option<PathBuf>,
+    /// Prometheus metrics endpoint, `host:port`; off when unset.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_address: Option<std::net::SocketAddr>,
+    /// Unix socket of the status API (default /run/tollgate/tollgate.sock).
+    #[arg(long, value_name = "PATH")]
+    pub status_socket: Option<PathBuf>,
+    #[command(flatten)]
+    pub log: crate::logging::LogArgs,
 }
 
 /// A repeatable flag given at least once.
@@ -113,6 +127,9 @@ impl RunArgs {
             dns_queue: self.dns_queue,
             dns_trusted_servers: non_empty(&self.dns_trusted_servers),
             fqdn_min_ttl: self.fqdn_min_ttl,
+            audit_log: self.audit_log.clone(),
+            metrics_address: self.metrics_address,
+            status_socket: self.status_socket.clone(),
             ..Settings::default()
         }
     }
@@ -138,6 +155,12 @@ pub enum AgentError {
     },
     #[error("installing signal handlers: {0}")]
     Signals(std::io::Error),
+    #[error(transparent)]
+    Audit(#[from] crate::audit::AuditError),
+    #[error(transparent)]
+    Metrics(#[from] crate::metrics::http::ListenError),
+    #[error(transparent)]
+    Status(#[from] crate::status::StatusError),
 }
 
 fn list(problems: &[Problem]) -> String {
@@ -150,12 +173,7 @@ fn list(problems: &[Problem]) -> String {
 
 /// Runs the agent until SIGTERM or SIGINT.
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
-    // A subscriber installed by the caller takes precedence.
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .with_target(false)
-        .try_init();
+    args.log.install()?;
     run_agent(args).map_err(anyhow::Error::from)
 }
 
@@ -178,6 +196,28 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
     listen_for_signals(events.clone())?;
     let _watcher = watch(&args.policies, events)?;
 
+    let metrics = Arc::new(Metrics::new());
+    let audit = match &config.audit_log {
+        Some(path) => {
+            let sink = crate::audit::writer::spawn(
+                AuditConfig {
+                    path: path.clone(),
+                    rate: config.audit_rate,
+                    burst: config.audit_burst,
+                    max_bytes: config.audit_log_max_bytes,
+                    max_files: config.audit_log_max_files,
+                },
+                Arc::clone(&metrics),
+            )?;
+            tracing::info!(path = %path.display(), rate = config.audit_rate, burst = config.audit_burst, "audit log");
+            Some(sink)
+        }
+        None => None,
+    };
+    let observers = Observers {
+        metrics: Arc::clone(&metrics),
+        audit: audit.clone(),
+    };
     // What the FQDN sets still hold from a previous run (their entries time
     // out in the kernel meanwhile) seeds the mirror before any worker runs.
     let learned: Vec<(String, Vec<(IpAddr, u32)>)> = kernel
@@ -199,13 +239,6 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
     );
 
     let policy = Arc::new(ArcSwap::from_pointee(ruleset));
-    let dns = DnsWorker::spawn(
-        DnsWorkerConfig {
-            queue: config.fqdn.dns_queue,
-            trusted_servers: config.fqdn.trusted_servers.clone(),
-        },
-        Arc::clone(&mirror),
-    )?;
     let workers = config
         .queues
         .iter()
@@ -218,9 +251,28 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
                 },
                 Arc::clone(&policy),
                 Arc::clone(&mirror),
+                observers.clone(),
             )
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let status = Arc::new(AgentStatus::new(
+        AgentFacts {
+            node_name: config.node_name.clone(),
+            fail_mode: config.fail_mode,
+            audit_log: config.audit_log.clone(),
+            metrics_address: config.metrics_address.map(|a| a.to_string()),
+        },
+        Arc::clone(&policy),
+        workers
+            .iter()
+            .map(|w| (w.queue, Arc::clone(&w.stats)))
+            .collect(),
+    ));
+    let _status_server = serve_status(config.status_socket.as_deref(), Arc::clone(&status))?;
+    if let Some(address) = config.metrics_address {
+        let bound = crate::metrics::http::serve(address, Arc::clone(&metrics))?;
+        tracing::info!(address = %bound, "metrics listening");
+    }
 
     let mut agent = Agent {
         config,
@@ -228,19 +280,29 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
         kernel,
         policy,
         mirror,
+        dns: None,
         generation: 0,
+        metrics,
+        status,
     };
+    agent.start_dns_worker()?;
     if let Err(error) = agent.install() {
         if let Err(teardown) = agent.kernel.teardown() {
             tracing::error!(%teardown, "teardown after failed install");
         }
         return Err(error.into());
     }
+    agent.metrics.started();
     agent.serve(&inbox);
 
     agent.kernel.teardown()?;
+    if let Some(audit) = &audit {
+        audit.flush(Duration::from_secs(2));
+    }
     log_queue_stats(&workers);
-    log_dns_stats(dns.queue, &dns.stats, &agent.mirror);
+    if let Some(dns) = &agent.dns {
+        log_dns_stats(dns.queue, &dns.stats, &agent.mirror);
+    }
     tracing::info!("shutdown complete");
     Ok(())
 }
@@ -250,6 +312,27 @@ fn learner_config(config: &Config) -> LearnerConfig {
         min_ttl_secs: config.fqdn.min_ttl_secs,
         max_addresses_per_name: config.fqdn.max_addresses_per_name,
         max_addresses: config.fqdn.max_addresses,
+    }
+}
+
+/// Starts the status API. A socket that was configured must work; the
+/// default one is best effort (another agent on the host, e.g. in another
+/// network namespace, may hold it): the agent then runs without it.
+fn serve_status(
+    configured: Option<&Path>,
+    status: Arc<AgentStatus>,
+) -> Result<Option<crate::status::StatusServer>, AgentError> {
+    let path = configured.unwrap_or(Path::new(crate::status::DEFAULT_SOCKET));
+    match crate::status::serve(path, status) {
+        Ok(server) => {
+            tracing::info!(path = %path.display(), "status socket");
+            Ok(Some(server))
+        }
+        Err(error) if configured.is_none() => {
+            tracing::warn!(%error, "status API off");
+            Ok(None)
+        }
+        Err(error) => Err(error.into()),
     }
 }
 
@@ -383,18 +466,55 @@ struct Agent {
     kernel: Kernel,
     policy: Arc<ArcSwap<Ruleset>>,
     mirror: Arc<FqdnMirror>,
+    /// The DNS reply worker, started with the first ruleset that has FQDN
+    /// selectors (its queue is not bound before).
+    dns: Option<DnsWorker>,
     generation: u64,
+    metrics: Arc<Metrics>,
+    status: Arc<AgentStatus>,
 }
 
 impl Agent {
+    /// Starts the DNS reply worker if the ruleset in force has FQDN
+    /// selectors and it is not running yet. Called before the rules that
+    /// queue DNS replies are installed.
+    fn start_dns_worker(&mut self) -> Result<(), crate::queue::QueueError> {
+        if self.dns.is_some() || self.policy.load().fqdn_patterns().is_empty() {
+            return Ok(());
+        }
+        let worker = DnsWorker::spawn(
+            DnsWorkerConfig {
+                queue: self.config.fqdn.dns_queue,
+                trusted_servers: self.config.fqdn.trusted_servers.clone(),
+            },
+            Arc::clone(&self.mirror),
+            Arc::clone(&self.metrics),
+        )?;
+        tracing::info!(queue = worker.queue, "dns worker started");
+        self.dns = Some(worker);
+        Ok(())
+    }
+
     /// Programs the datapath for the ruleset in force.
     fn install(&mut self) -> Result<(), DatapathError> {
         let ruleset = self.policy.load();
         let desired = datapath::desired(&self.config, ruleset.enforced(), ruleset.fqdn_patterns());
         let changed = self.kernel.reconcile(&desired)?;
         self.generation += 1;
+        self.metrics.ruleset_applied(
+            self.generation,
+            ruleset.policies().len(),
+            ruleset.rule_count(),
+        );
+        self.status.applied(self.generation);
         tracing::info!(generation = self.generation, changed, "ruleset applied");
         Ok(())
+    }
+
+    /// Records how a reload ended.
+    fn reloaded(&self, result: ReloadResult, error: Option<String>) {
+        self.metrics.reload(result);
+        self.status.reloaded(error);
     }
 
     /// Validates and compiles the policy directory again; swaps the new
@@ -405,6 +525,7 @@ impl Agent {
             Ok(node) => node,
             Err(error) => {
                 tracing::error!(%error, "reload failed");
+                self.reloaded(ReloadResult::Failed, Some(error.to_string()));
                 return;
             }
         };
@@ -415,8 +536,17 @@ impl Agent {
                 // asks about a selector it does not know.
                 self.mirror.reselect(ruleset.fqdn_patterns());
                 self.policy.store(Arc::new(ruleset));
-                if let Err(error) = self.install() {
-                    tracing::error!(%error, "reload failed to program the datapath");
+                if let Err(error) = self.start_dns_worker() {
+                    // The DNS rules bypass a queue nobody reads: replies
+                    // pass unlearned, FQDN rules match nothing new.
+                    tracing::error!(%error, "dns worker failed to start");
+                }
+                match self.install() {
+                    Ok(()) => self.reloaded(ReloadResult::Applied, None),
+                    Err(error) => {
+                        tracing::error!(%error, "reload failed to program the datapath");
+                        self.reloaded(ReloadResult::Failed, Some(error.to_string()));
+                    }
                 }
             }
             Err(problems) => {
@@ -426,6 +556,7 @@ impl Agent {
                     .collect::<Vec<_>>()
                     .join("; ");
                 tracing::error!("reload rejected: {text}");
+                self.reloaded(ReloadResult::Rejected, Some(format!("rejected: {text}")));
             }
         }
     }

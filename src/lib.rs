@@ -18,10 +18,12 @@
 //! [`config`]) puts them to work:
 //! [`datapath`] plans and installs the iptables chains and ipsets that send
 //! new connections of enforced endpoints to NFQUEUE, and [`queue`] workers
-//! decide them with the current ruleset; while rules have `fqdn` peers, DNS
-//! replies go to a queue of their own, whose worker learns the answers into
-//! the FQDN ipsets and the mirror the classifier reads before releasing
-//! each reply.
+//! decide them with the current ruleset, handing audit records to the
+//! [`audit`] writer and counts to [`metrics`]; while rules have `fqdn`
+//! peers, DNS replies go to a queue of their own, whose worker learns the
+//! answers into the FQDN ipsets and the mirror the classifier reads before
+//! releasing each reply. [`status`] answers the CLI about the running agent
+//! over a Unix socket; [`logging`] sets up the operational log.
 pub mod agent;
 pub mod audit;
 pub mod classify;
@@ -33,8 +35,11 @@ pub mod dns;
 pub mod flow;
 pub mod fqdn;
 pub mod http;
+pub mod logging;
+pub mod metrics;
 pub mod model;
 pub mod queue;
 pub mod source;
+pub mod status;
 pub mod tls;
 pub mod validate;

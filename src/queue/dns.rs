@@ -21,6 +21,7 @@ use crate::fqdn::{
     DnsSnooper, FqdnLearner, FqdnPattern, IpsetChange, LearnerConfig, LearnerCounters, Release,
     RestoredEntry, SnoopEvent, DEFAULT_MAX_TCP_FLOWS, DEFAULT_MAX_TCP_MESSAGE,
 };
+use crate::metrics::Metrics;
 
 use super::worker::QueueError;
 
@@ -227,10 +228,11 @@ pub struct DnsWorker {
 
 impl DnsWorker {
     /// Binds the queue and opens the ipset socket (errors are returned
-    /// here), then starts the thread.
+    /// here), then starts the thread, which counts into `metrics` too.
     pub fn spawn(
         config: DnsWorkerConfig,
         mirror: Arc<FqdnMirror>,
+        metrics: Arc<Metrics>,
     ) -> Result<DnsWorker, QueueError> {
         let queue = config.queue;
         let setup = |step| {
@@ -274,6 +276,7 @@ impl DnsWorker {
                     snooper,
                     ipset,
                     mirror,
+                    metrics,
                     stats: thread_stats,
                     last_expire: Instant::now(),
                 }
@@ -289,6 +292,7 @@ struct DnsLoop {
     snooper: DnsSnooper,
     ipset: IpsetSocket,
     mirror: Arc<FqdnMirror>,
+    metrics: Arc<Metrics>,
     stats: Arc<DnsStats>,
     last_expire: Instant,
 }
@@ -334,6 +338,9 @@ impl DnsLoop {
         let snooped = self.snooper.snoop(packet);
         for event in &snooped.events {
             self.stats.count(*event);
+            if *event == SnoopEvent::Malformed {
+                self.metrics.dns_reply(false);
+            }
         }
         if snooped.messages.is_empty() {
             return snooped.release;
@@ -343,10 +350,12 @@ impl DnsLoop {
             match dns::parse_reply(message) {
                 Ok(reply) => {
                     self.stats.parsed.fetch_add(1, Ordering::Relaxed);
+                    self.metrics.dns_reply(true);
                     resolutions.extend(reply.resolved());
                 }
                 Err(_) => {
                     self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                    self.metrics.dns_reply(false);
                 }
             }
         }
@@ -363,10 +372,10 @@ impl DnsLoop {
         {
             let now = self.mirror.now_ms();
             let mut learned = self.mirror.write();
+            let before = learned.learner.counters();
             if expire {
                 learned.learner.expire(now);
             }
-            let before = learned.learner.counters();
             for change in learned.learner.learn(&resolutions, now) {
                 let (selector, address, timeout) = match change {
                     IpsetChange::Add {
@@ -380,8 +389,14 @@ impl DnsLoop {
                     writes.push((set.to_string(), address, timeout));
                 }
             }
-            self.stats
-                .add_learner_delta(before, learned.learner.counters());
+            let after = learned.learner.counters();
+            self.stats.add_learner_delta(before, after);
+            self.metrics
+                .fqdn_learned(after.learned.saturating_sub(before.learned));
+            self.metrics
+                .fqdn_expired(after.expired.saturating_sub(before.expired));
+            self.metrics
+                .fqdn_current(learned.learner.installed() as u64);
         }
         let ops: Vec<EntryOp<'_>> = writes
             .iter()

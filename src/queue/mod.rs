@@ -1,9 +1,11 @@
 //! NFQUEUE workers: one OS thread per queue reads the first packet of each
 //! new connection, reduces it to a [`crate::flow::Flow`], asks the current
 //! policy, and answers with a verdict and mark. The per-packet decision is
-//! the pure [`step`]; [`worker`] is the thin socket loop around it. Workers
-//! never log per packet: they count. [`dns`] is the DNS reply queue that
-//! feeds the FQDN mirror connection workers consult.
+//! the pure [`step`], which also returns the decision's audit records;
+//! [`worker`] is the thin socket loop around it. Workers never block on
+//! I/O and never log per packet: they count, and hand audit records to a
+//! bounded channel. [`dns`] is the DNS reply queue that feeds the FQDN
+//! mirror connection workers consult.
 
 pub mod dns;
 pub mod packet;
@@ -12,8 +14,8 @@ pub mod worker;
 
 pub use dns::{DnsStats, DnsWorker, DnsWorkerConfig, FqdnMirror};
 pub use packet::{parse_flow, PacketError};
-pub use step::{step, Action, Outcome, Policy, Step};
+pub use step::{step, Action, DecidedBy, Outcome, Policy, Ruling, Step};
 pub use worker::{
-    parse_kernel_counters, KernelCounters, QueueError, QueueStats, Worker, WorkerConfig,
+    parse_kernel_counters, KernelCounters, Observers, QueueError, QueueStats, Worker, WorkerConfig,
     PROC_QUEUES,
 };

@@ -1,31 +1,77 @@
-//! The worker's pure step: packet bytes and current mark in, the verdict to
-//! give the kernel out. No I/O, no clock, no locks.
+//! The worker's pure step: packet bytes, current mark and the time in;
+//! the verdict to give the kernel, who decided, and the audit records to
+//! write out. No I/O, no clock, no locks.
 
-use crate::classify::FqdnLookup;
-use crate::compile::Ruleset;
+use std::sync::Arc;
+
+use crate::audit::{AuditRecord, Subject, Timestamp};
+use crate::classify::{FqdnLookup, Outcome as ClassifyOutcome};
+use crate::compile::{RuleRef, Ruleset};
 use crate::config::{FailMode, MarkLayout};
 use crate::flow::{Flow, Verdict};
 
-use super::packet::{parse_flow, PacketError};
+use super::packet::{packet_length, parse_flow, PacketError};
 
-/// What a worker asks the policy: the verdict for the first packet of a
-/// connection, given what the DNS snooper has learned. Implemented by the
-/// compiled ruleset.
+/// What a worker asks the policy: the ruling on the first packet of a
+/// connection, given what the DNS snooper has learned (`fqdn`).
+/// Implemented by the compiled ruleset.
 pub trait Policy {
-    fn verdict(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> Verdict;
+    fn decide(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> Ruling;
+}
+
+/// A policy's answer for one connection.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ruling {
+    pub verdict: Verdict,
+    pub decided_by: DecidedBy,
+    /// The directions the audit log records (empty unless a logged rule,
+    /// or a logged Kubernetes default drop, decided).
+    pub audit: Vec<Subject>,
+}
+
+impl Ruling {
+    /// A verdict no rule is named for and nothing is audited.
+    pub fn plain(verdict: Verdict) -> Ruling {
+        Ruling {
+            verdict,
+            decided_by: DecidedBy::NoRule,
+            audit: Vec::new(),
+        }
+    }
+}
+
+/// What settled the verdict, for the metrics.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DecidedBy {
+    Rule(Arc<RuleRef>),
+    K8sDefaultDrop,
+    /// No rule applies, or none matched (allowed).
+    NoRule,
 }
 
 impl Policy for Ruleset {
-    /// FQDN peers match the addresses the DNS snooper learned (`fqdn`).
+    /// FQDN peers match nothing until the DNS snooper feeds a lookup.
     /// A connection that only an L7 rule allows is dropped: its requests
     /// cannot be inspected on the wire yet, and an L7 rule must never let
     /// a connection through uninspected (its implicit deny applies).
-    fn verdict(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> Verdict {
+    fn decide(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> Ruling {
         let decision = self.classify(flow, fqdn);
-        if decision.verdict == Verdict::Allow && !decision.l7.is_empty() {
-            return Verdict::Drop;
+        let verdict = if decision.verdict == Verdict::Allow && !decision.l7.is_empty() {
+            Verdict::Drop
+        } else {
+            decision.verdict
+        };
+        let deciding = decision.deciding();
+        let decided_by = match &deciding.outcome {
+            ClassifyOutcome::Rule { rule } => DecidedBy::Rule(Arc::clone(rule)),
+            ClassifyOutcome::K8sDefaultDeny => DecidedBy::K8sDefaultDrop,
+            _ => DecidedBy::NoRule,
+        };
+        Ruling {
+            verdict,
+            decided_by,
+            audit: Subject::of(&decision, verdict, self),
         }
-        decision.verdict
     }
 }
 
@@ -42,20 +88,23 @@ pub enum Action {
 }
 
 /// What happened, for the counters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Outcome {
-    Decided(Verdict),
+    Decided { verdict: Verdict, by: DecidedBy },
     Malformed(PacketError),
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Step {
     pub action: Action,
     pub outcome: Outcome,
+    /// Lines for the audit log, stamped with `now` and the packet's length.
+    pub audit: Vec<AuditRecord>,
 }
 
-/// Decides one queued packet. Unparseable packets follow the fail mode:
-/// accepted (without recording a decision) when open, dropped when closed.
+/// Decides one queued packet seen at `now`. Unparseable packets follow the
+/// fail mode: accepted (without recording a decision) when open, dropped
+/// when closed.
 pub fn step<P: Policy + ?Sized>(
     packet: &[u8],
     mark: u32,
@@ -63,10 +112,15 @@ pub fn step<P: Policy + ?Sized>(
     fqdn: &dyn FqdnLookup,
     marks: &MarkLayout,
     fail_mode: FailMode,
+    now: Timestamp,
 ) -> Step {
     match parse_flow(packet) {
         Ok(flow) => {
-            let verdict = policy.verdict(&flow, fqdn);
+            let Ruling {
+                verdict,
+                decided_by,
+                audit,
+            } = policy.decide(&flow, fqdn);
             let action = match verdict {
                 Verdict::Allow => Action::Repeat {
                     mark: marks.apply(mark, marks.allow),
@@ -76,9 +130,22 @@ pub fn step<P: Policy + ?Sized>(
                 },
                 Verdict::Drop => Action::Drop,
             };
+            let audit = if audit.is_empty() {
+                Vec::new()
+            } else {
+                let length = packet_length(packet);
+                audit
+                    .into_iter()
+                    .map(|subject| subject.record(now, flow, length))
+                    .collect()
+            };
             Step {
                 action,
-                outcome: Outcome::Decided(verdict),
+                outcome: Outcome::Decided {
+                    verdict,
+                    by: decided_by,
+                },
+                audit,
             }
         }
         Err(error) => Step {
@@ -87,6 +154,7 @@ pub fn step<P: Policy + ?Sized>(
                 FailMode::Closed => Action::Drop,
             },
             outcome: Outcome::Malformed(error),
+            audit: Vec::new(),
         },
     }
 }
@@ -102,14 +170,16 @@ mod tests {
     struct PortPolicy;
 
     impl Policy for PortPolicy {
-        fn verdict(&self, flow: &Flow, _: &dyn FqdnLookup) -> Verdict {
-            match flow.transport {
+        fn decide(&self, flow: &Flow, _: &dyn FqdnLookup) -> Ruling {
+            Ruling::plain(match flow.transport {
                 Transport::Tcp { dst_port: 80, .. } => Verdict::Allow,
                 Transport::Tcp { dst_port: 81, .. } => Verdict::Reject,
                 _ => Verdict::Drop,
-            }
+            })
         }
     }
+
+    const NOW: Timestamp = Timestamp { unix_micros: 1 };
 
     fn syn(port: u16) -> Vec<u8> {
         let mut out = Vec::new();
@@ -132,6 +202,7 @@ mod tests {
             &NoFqdn,
             &marks,
             FailMode::Closed,
+            NOW,
         );
         assert_eq!(
             allowed,
@@ -139,14 +210,40 @@ mod tests {
                 action: Action::Repeat {
                     mark: 0x4000 | 0x10_0000
                 },
-                outcome: Outcome::Decided(Verdict::Allow),
+                outcome: Outcome::Decided {
+                    verdict: Verdict::Allow,
+                    by: DecidedBy::NoRule
+                },
+                audit: Vec::new(),
             }
         );
-        let rejected = step(&syn(81), 0, &PortPolicy, &NoFqdn, &marks, FailMode::Closed);
+        let rejected = step(
+            &syn(81),
+            0,
+            &PortPolicy,
+            &NoFqdn,
+            &marks,
+            FailMode::Closed,
+            NOW,
+        );
         assert_eq!(rejected.action, Action::Repeat { mark: 0x20_0000 });
-        let dropped = step(&syn(82), 0, &PortPolicy, &NoFqdn, &marks, FailMode::Open);
+        let dropped = step(
+            &syn(82),
+            0,
+            &PortPolicy,
+            &NoFqdn,
+            &marks,
+            FailMode::Open,
+            NOW,
+        );
         assert_eq!(dropped.action, Action::Drop);
-        assert_eq!(dropped.outcome, Outcome::Decided(Verdict::Drop));
+        assert_eq!(
+            dropped.outcome,
+            Outcome::Decided {
+                verdict: Verdict::Drop,
+                by: DecidedBy::NoRule
+            }
+        );
     }
 
     #[test]
@@ -174,7 +271,18 @@ spec:
         let ruleset = Ruleset::compile(&crate::model::Snapshot { objects }, &node);
         assert!(ruleset.enforced().node_ingress);
         let marks = MarkLayout::default();
-        let decide = |port| step(&syn(port), 0, &ruleset, &NoFqdn, &marks, FailMode::Closed).action;
+        let decide = |port| {
+            step(
+                &syn(port),
+                0,
+                &ruleset,
+                &NoFqdn,
+                &marks,
+                FailMode::Closed,
+                NOW,
+            )
+            .action
+        };
         assert_eq!(decide(81), Action::Repeat { mark: marks.reject });
         assert_eq!(decide(80), Action::Repeat { mark: marks.allow });
     }
@@ -202,7 +310,18 @@ spec:
         };
         let ruleset = Ruleset::compile(&crate::model::Snapshot { objects }, &node);
         let marks = MarkLayout::default();
-        let decide = |port| step(&syn(port), 0, &ruleset, &NoFqdn, &marks, FailMode::Closed).action;
+        let decide = |port| {
+            step(
+                &syn(port),
+                0,
+                &ruleset,
+                &NoFqdn,
+                &marks,
+                FailMode::Closed,
+                NOW,
+            )
+            .action
+        };
         assert_eq!(decide(80), Action::Drop);
         assert_eq!(decide(22), Action::Repeat { mark: marks.allow });
     }
@@ -235,9 +354,25 @@ spec:
             "www.example.test".into(),
             "10.0.0.2".parse().unwrap(),
         )]);
-        let allowed = step(&syn(80), 0, &ruleset, &learned, &marks, FailMode::Closed);
+        let allowed = step(
+            &syn(80),
+            0,
+            &ruleset,
+            &learned,
+            &marks,
+            FailMode::Closed,
+            NOW,
+        );
         assert_eq!(allowed.action, Action::Repeat { mark: marks.allow });
-        let unknown = step(&syn(80), 0, &ruleset, &NoFqdn, &marks, FailMode::Closed);
+        let unknown = step(
+            &syn(80),
+            0,
+            &ruleset,
+            &NoFqdn,
+            &marks,
+            FailMode::Closed,
+            NOW,
+        );
         assert_eq!(unknown.action, Action::Drop);
     }
 
@@ -245,10 +380,26 @@ spec:
     fn malformed_packets_follow_the_fail_mode() {
         let marks = MarkLayout::default();
         let truncated = &syn(80)[..21];
-        let closed = step(truncated, 0, &PortPolicy, &NoFqdn, &marks, FailMode::Closed);
+        let closed = step(
+            truncated,
+            0,
+            &PortPolicy,
+            &NoFqdn,
+            &marks,
+            FailMode::Closed,
+            NOW,
+        );
         assert_eq!(closed.action, Action::Drop);
         assert!(matches!(closed.outcome, Outcome::Malformed(_)));
-        let open = step(truncated, 0, &PortPolicy, &NoFqdn, &marks, FailMode::Open);
+        let open = step(
+            truncated,
+            0,
+            &PortPolicy,
+            &NoFqdn,
+            &marks,
+            FailMode::Open,
+            NOW,
+        );
         assert_eq!(open.action, Action::Accept);
     }
 }

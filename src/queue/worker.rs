@@ -2,16 +2,21 @@
 //! with the `nfq` crate (blocking; the crate exposes no file descriptor for
 //! an event loop). It reads the current policy lock-free from an
 //! [`ArcSwap`] for every packet, and the FQDN mirror (a read lock, only
-//! when a rule with an `fqdn` peer is evaluated); it counts outcomes and
-//! never logs per packet.
+//! when a rule with an `fqdn` peer is evaluated); it counts outcomes in its
+//! [`QueueStats`] and [`WorkerMetrics`], and hands the step's audit records
+//! to the audit writer without waiting (a full channel skips the record).
+//! It never logs per packet.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 
+use crate::audit::{AuditSink, Timestamp};
 use crate::config::{FailMode, MarkLayout};
 use crate::flow::Verdict;
+use crate::metrics::{Metrics, WorkerMetrics};
 
 use super::dns::FqdnMirror;
 use super::step::{step, Action, Outcome, Policy};
@@ -51,21 +56,43 @@ pub struct QueueStats {
     pub dropped: AtomicU64,
     pub rejected: AtomicU64,
     pub malformed: AtomicU64,
+    /// Packets accepted without a decision (malformed, fail-open).
+    pub bypassed: AtomicU64,
     /// Receive-buffer overflows (`ENOBUFS`): the kernel lost queued packets.
     pub overflows: AtomicU64,
     pub verdict_errors: AtomicU64,
 }
 
 impl QueueStats {
-    fn record(&self, outcome: Outcome) {
+    fn record(&self, outcome: &Outcome, action: Action) {
         let counter = match outcome {
-            Outcome::Decided(Verdict::Allow) => &self.allowed,
-            Outcome::Decided(Verdict::Drop) => &self.dropped,
-            Outcome::Decided(Verdict::Reject) => &self.rejected,
+            Outcome::Decided {
+                verdict: Verdict::Allow,
+                ..
+            } => &self.allowed,
+            Outcome::Decided {
+                verdict: Verdict::Drop,
+                ..
+            } => &self.dropped,
+            Outcome::Decided {
+                verdict: Verdict::Reject,
+                ..
+            } => &self.rejected,
             Outcome::Malformed(_) => &self.malformed,
         };
         counter.fetch_add(1, Ordering::Relaxed);
+        if action == Action::Accept {
+            self.bypassed.fetch_add(1, Ordering::Relaxed);
+        }
     }
+}
+
+/// Where a worker reports what it decided: the metrics, and the audit log
+/// when one is configured.
+#[derive(Clone)]
+pub struct Observers {
+    pub metrics: Arc<Metrics>,
+    pub audit: Option<AuditSink>,
 }
 
 /// A running worker thread (detached: it runs until the process exits,
@@ -82,6 +109,7 @@ impl Worker {
         config: WorkerConfig,
         policy: Arc<ArcSwap<P>>,
         fqdn: Arc<FqdnMirror>,
+        observers: Observers,
     ) -> Result<Worker, QueueError>
     where
         P: Policy + Send + Sync + 'static,
@@ -109,13 +137,21 @@ impl Worker {
             .set_recv_enobufs(true)
             .map_err(setup("overflow reporting"))?;
         let stats = Arc::new(QueueStats::default());
+        observers.metrics.add_queue(queue, Arc::clone(&stats));
         let thread_stats = Arc::clone(&stats);
         std::thread::Builder::new()
             .name(format!("nfqueue-{queue}"))
-            .spawn(move || run(socket, config, &policy, &fqdn, &thread_stats))
+            .spawn(move || run(socket, config, &policy, &fqdn, &thread_stats, &observers))
             .map_err(setup("spawn"))?;
         Ok(Worker { queue, stats })
     }
+}
+
+fn wall_clock() -> Timestamp {
+    let micros = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros());
+    Timestamp::from_unix_micros(u64::try_from(micros).unwrap_or(u64::MAX))
 }
 
 fn run<P: Policy>(
@@ -124,8 +160,10 @@ fn run<P: Policy>(
     policy: &ArcSwap<P>,
     fqdn: &FqdnMirror,
     stats: &QueueStats,
+    observers: &Observers,
 ) {
     let mut consecutive_errors = 0;
+    let mut metrics = WorkerMetrics::new(Arc::clone(&observers.metrics), config.queue);
     loop {
         let mut message = match socket.recv() {
             Ok(message) => message,
@@ -146,6 +184,7 @@ fn run<P: Policy>(
             }
         };
         consecutive_errors = 0;
+        let received = Instant::now();
         let outcome = step(
             message.get_payload(),
             message.get_nfmark(),
@@ -153,6 +192,7 @@ fn run<P: Policy>(
             &fqdn.lookup(),
             &config.marks,
             config.fail_mode,
+            wall_clock(),
         );
         match outcome.action {
             Action::Accept => message.set_verdict(nfq::Verdict::Accept),
@@ -162,9 +202,18 @@ fn run<P: Policy>(
                 message.set_verdict(nfq::Verdict::Repeat);
             }
         }
-        stats.record(outcome.outcome);
         if socket.verdict(message).is_err() {
             stats.verdict_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        metrics.latency(received.elapsed());
+        stats.record(&outcome.outcome, outcome.action);
+        if let Outcome::Decided { verdict, by } = &outcome.outcome {
+            metrics.decided(*verdict, by);
+        }
+        if let Some(audit) = &observers.audit {
+            for record in outcome.audit {
+                audit.offer(record);
+            }
         }
     }
 }
