@@ -737,6 +737,36 @@ fn policy_change_starts_new_selectors_empty_and_destroys_removed_sets() {
 }
 
 #[test]
+fn fqdn_rules_added_by_a_reload_start_the_dns_worker() {
+    if !is_root() {
+        return;
+    }
+    let lab = Lab::start("l", 300);
+    let without_fqdn: String = POLICY
+        .lines()
+        .filter(|l| !l.contains("fqdn:"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .replace(
+            "  - name: drop-dropped\n    action: Drop\n  - name: reject-rejected\n    action: Reject\n  - name: allow-example\n    action: Allow\n    ports: [{protocol: TCP, port: 80}, {protocol: TCP, port: 9000}]\n",
+            "",
+        );
+    assert!(!without_fqdn.contains("allow-example"), "{without_fqdn}");
+    std::fs::write(lab.policies().join("fqdn.yaml"), &without_fqdn).unwrap();
+    let agent = lab.agent(&[]);
+    assert!(!agent.log().contains("dns worker started"));
+    assert_eq!(lab.curl(&lab.node, "http://www.example.test/").1, 28);
+    std::fs::write(lab.policies().join("fqdn.yaml"), POLICY).unwrap();
+    agent.wait_log("ruleset applied generation=2");
+    assert!(
+        agent.log().contains("dns worker started"),
+        "{}",
+        agent.log()
+    );
+    assert!(lab.reachable(&lab.node, "http://www.example.test/"));
+}
+
+#[test]
 fn netlink_client_adds_refreshes_and_deletes_entries() {
     if !is_root() {
         return;
