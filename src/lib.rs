@@ -35,6 +35,7 @@ pub mod dns;
 pub mod flow;
 pub mod fqdn;
 pub mod http;
+pub mod kubernetes;
 pub mod logging;
 pub mod metrics;
 pub mod model;

@@ -1,0 +1,391 @@
+//! The Kubernetes source: watches the API server with kube-rs watchers and
+//! hands debounced, admitted [`Snapshot`](crate::model::Snapshot)s to the
+//! agent, the way the file source's directory watch does.
+//!
+//! It owns one OS thread running a single-threaded tokio runtime (the
+//! packet path never runs on it) with one watcher per kind: the Antrea
+//! kinds (`crd.antrea.io/v1beta1` Tier, ClusterNetworkPolicy,
+//! NetworkPolicy, ClusterGroup, Group), `networking.k8s.io/v1`
+//! NetworkPolicy and the inventory (Pods, Namespaces, Nodes, Services,
+//! ServiceAccounts). The watchers list, then watch; on a watch error or a
+//! `410 Gone` they relist (kube's watcher), retrying with backoff while the
+//! API server is unreachable. Objects are decoded and validated by the same
+//! code as the file source ([`store`]); invalid ones are logged and
+//! skipped. No snapshot is published before every kind has been listed
+//! once.
+//!
+//! It must never block the agent: it publishes the latest admitted
+//! snapshot in a slot and calls a notifier; the agent takes the snapshot
+//! when it reloads.
+
+pub mod store;
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::stream::{self, Stream, StreamExt};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::model::Kind;
+pub use store::{Admitted, Change, Store, ORIGIN};
+
+/// Quiet time after the last change before a snapshot is published.
+pub const DEBOUNCE: Duration = Duration::from_millis(300);
+/// Longest a stream of changes can postpone a snapshot.
+pub const DEBOUNCE_MAX: Duration = Duration::from_secs(3);
+
+/// Options of `tollgate run` for the Kubernetes source.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct KubeArgs {
+    /// Read policies and inventory from the Kubernetes API server instead
+    /// of a directory (in-cluster configuration unless --kubeconfig).
+    #[arg(long)]
+    pub kubernetes: bool,
+    /// kubeconfig file to reach the API server with (--kubernetes only).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// Why the Kubernetes source could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeError {
+    #[error("kubeconfig {path}: {source}")]
+    Kubeconfig {
+        path: PathBuf,
+        source: kube::config::KubeconfigError,
+    },
+    #[error("in-cluster configuration: {0}")]
+    InCluster(#[from] kube::config::InClusterError),
+    #[error("kubernetes client: {0}")]
+    Client(#[from] kube::Error),
+    #[error("starting the kubernetes thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// Where the API server is and how to authenticate.
+pub enum Connection {
+    InCluster,
+    Kubeconfig(PathBuf),
+    /// A ready configuration (tests point it at a fake server).
+    Config(Box<kube::Config>),
+}
+
+impl Connection {
+    pub fn from_args(args: &KubeArgs) -> Connection {
+        match &args.kubeconfig {
+            Some(path) => Connection::Kubeconfig(path.clone()),
+            None => Connection::InCluster,
+        }
+    }
+
+    async fn config(self) -> Result<kube::Config, KubeError> {
+        match self {
+            Connection::InCluster => Ok(kube::Config::incluster()?),
+            Connection::Kubeconfig(path) => {
+                let error = |source| KubeError::Kubeconfig {
+                    path: path.clone(),
+                    source,
+                };
+                let kubeconfig = kube::config::Kubeconfig::read_from(&path).map_err(error)?;
+                kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                    .await
+                    .map_err(error)
+            }
+            Connection::Config(config) => Ok(*config),
+        }
+    }
+}
+
+/// What a watched kind is called on the API server.
+#[derive(Clone, Copy, Debug)]
+pub struct Resource {
+    pub kind: Kind,
+    pub group: &'static str,
+    pub version: &'static str,
+    /// `kind:` as the API server spells it.
+    pub type_name: &'static str,
+    pub plural: &'static str,
+}
+
+impl Resource {
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    fn api_resource(&self) -> ApiResource {
+        ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(self.group, self.version, self.type_name),
+            self.plural,
+        )
+    }
+}
+
+/// Every kind tollgate watches.
+pub const RESOURCES: [Resource; 11] = [
+    Resource {
+        kind: Kind::Tier,
+        group: "crd.antrea.io",
+        version: "v1beta1",
+        type_name: "Tier",
+        plural: "tiers",
+    },
+    Resource {
+        kind: Kind::ClusterNetworkPolicy,
+        group: "crd.antrea.io",
+        version: "v1beta1",
+        type_name: "ClusterNetworkPolicy",
+        plural: "clusternetworkpolicies",
+    },
+    Resource {
+        kind: Kind::AntreaNetworkPolicy,
+        group: "crd.antrea.io",
+        version: "v1beta1",
+        type_name: "NetworkPolicy",
+        plural: "networkpolicies",
+    },
+    Resource {
+        kind: Kind::ClusterGroup,
+        group: "crd.antrea.io",
+        version: "v1beta1",
+        type_name: "ClusterGroup",
+        plural: "clustergroups",
+    },
+    Resource {
+        kind: Kind::Group,
+        group: "crd.antrea.io",
+        version: "v1beta1",
+        type_name: "Group",
+        plural: "groups",
+    },
+    Resource {
+        kind: Kind::K8sNetworkPolicy,
+        group: "networking.k8s.io",
+        version: "v1",
+        type_name: "NetworkPolicy",
+        plural: "networkpolicies",
+    },
+    Resource {
+        kind: Kind::Pod,
+        group: "",
+        version: "v1",
+        type_name: "Pod",
+        plural: "pods",
+    },
+    Resource {
+        kind: Kind::Namespace,
+        group: "",
+        version: "v1",
+        type_name: "Namespace",
+        plural: "namespaces",
+    },
+    Resource {
+        kind: Kind::Node,
+        group: "",
+        version: "v1",
+        type_name: "Node",
+        plural: "nodes",
+    },
+    Resource {
+        kind: Kind::Service,
+        group: "",
+        version: "v1",
+        type_name: "Service",
+        plural: "services",
+    },
+    Resource {
+        kind: Kind::ServiceAccount,
+        group: "",
+        version: "v1",
+        type_name: "ServiceAccount",
+        plural: "serviceaccounts",
+    },
+];
+
+/// The latest admitted snapshot, shared with the agent.
+#[derive(Clone, Default)]
+pub struct Latest(Arc<Mutex<Option<Arc<Admitted>>>>);
+
+impl Latest {
+    /// The newest snapshot published, if any was.
+    pub fn get(&self) -> Option<Arc<Admitted>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn set(&self, admitted: Admitted) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(admitted));
+    }
+}
+
+/// A running Kubernetes source. Dropping it stops the watchers and joins
+/// the thread.
+pub struct KubeSource {
+    latest: Latest,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl KubeSource {
+    /// Connects (without contacting the API server yet) and starts the
+    /// watchers. `notify` is called after each published snapshot; it must
+    /// not block.
+    pub fn spawn(
+        connection: Connection,
+        notify: impl Fn() + Send + 'static,
+    ) -> Result<KubeSource, KubeError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(KubeError::Thread)?;
+        let client = runtime.block_on(async {
+            let config = connection.config().await?;
+            Ok::<_, KubeError>(kube::Client::try_from(config)?)
+        })?;
+        let latest = Latest::default();
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let published = latest.clone();
+        let thread = std::thread::Builder::new()
+            .name("kube".into())
+            .spawn(move || {
+                runtime.block_on(watch_all(client, published, notify, stopped));
+            })
+            .map_err(KubeError::Thread)?;
+        Ok(KubeSource {
+            latest,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    pub fn latest(&self) -> Latest {
+        self.latest.clone()
+    }
+}
+
+impl Drop for KubeSource {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+type KindEvents = Pin<Box<dyn Stream<Item = (Resource, Result<Change, watcher::Error>)> + Send>>;
+
+fn kind_events(client: &kube::Client, resource: Resource) -> KindEvents {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource.api_resource());
+    let api_version = resource.api_version();
+    watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .map(move |event| {
+            let change = event.map(|event| {
+                let value = |object: DynamicObject| typed(object, &api_version, resource.type_name);
+                match event {
+                    Event::Apply(o) => Change::Apply(value(o)),
+                    Event::Delete(o) => Change::Delete(value(o)),
+                    Event::Init => Change::InitStart,
+                    Event::InitApply(o) => Change::InitApply(value(o)),
+                    Event::InitDone => Change::InitDone,
+                }
+            });
+            (resource, change)
+        })
+        .boxed()
+}
+
+/// The object as JSON with `apiVersion` and `kind` set: list items come
+/// without them.
+fn typed(object: DynamicObject, api_version: &str, kind: &str) -> Value {
+    let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
+    if let Value::Object(map) = &mut value {
+        map.insert("apiVersion".into(), Value::String(api_version.into()));
+        map.insert("kind".into(), Value::String(kind.into()));
+    }
+    value
+}
+
+async fn watch_all(
+    client: kube::Client,
+    latest: Latest,
+    notify: impl Fn(),
+    mut stopped: tokio::sync::oneshot::Receiver<()>,
+) {
+    let mut events = stream::select_all(RESOURCES.iter().map(|r| kind_events(&client, *r)));
+    let mut store = Store::new(RESOURCES.iter().map(|r| r.kind));
+    let mut reported: HashSet<String> = HashSet::new();
+    // When the pending changes are published: (quiet deadline, hard deadline).
+    let mut pending: Option<(Instant, Instant)> = None;
+    let mut failing: HashSet<&'static str> = HashSet::new();
+    tracing::info!(kinds = RESOURCES.len(), "kubernetes watch starting");
+    loop {
+        let publish_at = pending.map(|(quiet, hard)| quiet.min(hard));
+        tokio::select! {
+            _ = &mut stopped => return,
+            _ = async { tokio::time::sleep_until(publish_at.unwrap_or_else(Instant::now)).await },
+                if publish_at.is_some() => {
+                pending = None;
+                let admitted = store.admit();
+                report(&admitted, &mut reported);
+                tracing::info!(
+                    objects = admitted.snapshot.objects.len(),
+                    skipped = admitted.skipped.len(),
+                    "kubernetes snapshot"
+                );
+                latest.set(admitted);
+                notify();
+            }
+            event = events.next() => {
+                let Some((resource, change)) = event else { return };
+                let changed = match change {
+                    Ok(change) => {
+                        if failing.remove(resource.plural) {
+                            tracing::info!(kind = %resource.kind, "kubernetes watch recovered");
+                        }
+                        // The first snapshot goes out once every kind is
+                        // listed: the last InitDone counts as a change.
+                        store.apply(resource.kind, change)
+                    }
+                    Err(error) => {
+                        // kube's watcher relists after errors (410 Gone
+                        // included) and backs off while they repeat.
+                        if failing.insert(resource.plural) {
+                            tracing::warn!(kind = %resource.kind, %error, "kubernetes watch failed, retrying");
+                        } else {
+                            tracing::debug!(kind = %resource.kind, %error, "kubernetes watch failed again");
+                        }
+                        false
+                    }
+                };
+                if changed && store.synced() {
+                    let now = Instant::now();
+                    let hard = pending.map_or(now + DEBOUNCE_MAX, |(_, hard)| hard);
+                    pending = Some((now + DEBOUNCE, hard));
+                }
+            }
+        }
+    }
+}
+
+/// Logs each skipped object once per distinct problem.
+fn report(admitted: &Admitted, reported: &mut HashSet<String>) {
+    let now: HashSet<String> = admitted.skipped.iter().map(|p| p.to_string()).collect();
+    for problem in &now {
+        if !reported.contains(problem) {
+            tracing::error!("kubernetes object skipped: {problem}");
+        }
+    }
+    *reported = now;
+}

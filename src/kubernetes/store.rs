@@ -1,0 +1,349 @@
+//! What the watchers have seen, per kind, and how it becomes a [`Snapshot`].
+//! Pure: watch events in, snapshots and problems out; no I/O, no clock.
+//!
+//! Objects are decoded with [`Object::from_value`] as they arrive, so the
+//! store keeps only the fields tollgate's model has (a Pod keeps its name,
+//! namespace, labels, IPs, node, service account and container ports, not
+//! its whole spec and status). An object that does not decode is kept as a
+//! [`Problem`] under its key: a later valid version replaces it, a delete
+//! removes it.
+//!
+//! Unlike the file source, which rejects a whole invalid change, the API
+//! server is shared by many writers: [`Store::admit`] skips the invalid
+//! objects (and those that only fail because they refer to a skipped one)
+//! and admits the rest.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+use crate::model::{Kind, Object, ObjectRef, Snapshot, Sourced};
+use crate::validate::{validate, Problem};
+
+/// The `origin` of every object and problem from the API server.
+pub const ORIGIN: &str = "kubernetes";
+
+/// One event of a kind's watch, as the watcher reports it. `Value`s are
+/// whole objects with `apiVersion` and `kind` set.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Change {
+    /// Added or modified.
+    Apply(Value),
+    Delete(Value),
+    /// A (re)list starts: the objects that follow replace the kind's.
+    InitStart,
+    InitApply(Value),
+    /// The (re)list is complete.
+    InitDone,
+}
+
+/// `namespace` (empty for cluster-scoped kinds) and `name`.
+type Key = (String, String);
+
+#[derive(Debug, Default)]
+struct KindStore {
+    objects: BTreeMap<Key, Result<Object, Problem>>,
+    /// Objects of a list in progress.
+    listing: Option<BTreeMap<Key, Result<Object, Problem>>>,
+    /// A list has completed at least once.
+    synced: bool,
+}
+
+/// The objects of every watched kind.
+#[derive(Debug)]
+pub struct Store {
+    kinds: BTreeMap<Kind, KindStore>,
+}
+
+/// The result of [`Store::admit`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Admitted {
+    /// The objects that passed decoding and validation, in a stable order.
+    pub snapshot: Snapshot,
+    /// Why each skipped object was skipped.
+    pub skipped: Vec<Problem>,
+}
+
+impl Store {
+    /// A store for `kinds`; [`Store::synced`] waits for each of them.
+    pub fn new(kinds: impl IntoIterator<Item = Kind>) -> Store {
+        Store {
+            kinds: kinds
+                .into_iter()
+                .map(|k| (k, KindStore::default()))
+                .collect(),
+        }
+    }
+
+    /// Applies one event of `kind`'s watch. Returns whether the store
+    /// changed in a way a snapshot can see.
+    pub fn apply(&mut self, kind: Kind, change: Change) -> bool {
+        let Some(store) = self.kinds.get_mut(&kind) else {
+            return false;
+        };
+        match change {
+            Change::Apply(value) => {
+                let (key, object) = decode(kind, value);
+                store.objects.insert(key, object);
+                store.synced
+            }
+            Change::Delete(value) => {
+                let (key, _) = decode(kind, value);
+                store.objects.remove(&key).is_some() && store.synced
+            }
+            Change::InitStart => {
+                store.listing = Some(BTreeMap::new());
+                false
+            }
+            Change::InitApply(value) => {
+                let (key, object) = decode(kind, value);
+                store
+                    .listing
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(key, object);
+                false
+            }
+            Change::InitDone => {
+                store.objects = store.listing.take().unwrap_or_default();
+                store.synced = true;
+                true
+            }
+        }
+    }
+
+    /// Every kind has been listed once.
+    pub fn synced(&self) -> bool {
+        self.kinds.values().all(|k| k.synced)
+    }
+
+    /// Number of objects held (decoded or not), over all kinds.
+    pub fn len(&self) -> usize {
+        self.kinds.values().map(|k| k.objects.len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The valid objects as a snapshot, and why the others were skipped.
+    /// Validation runs over the whole set; an object with a problem is
+    /// removed and the rest validated again, so an object that only
+    /// referred to a skipped one (a policy in a skipped Tier) is skipped
+    /// too. Each round removes at least one object, so it ends.
+    pub fn admit(&self) -> Admitted {
+        let mut skipped = Vec::new();
+        let mut objects = Vec::new();
+        for store in self.kinds.values() {
+            for object in store.objects.values() {
+                match object {
+                    Ok(object) => objects.push(Sourced {
+                        origin: PathBuf::from(ORIGIN),
+                        object: object.clone(),
+                    }),
+                    Err(problem) => skipped.push(problem.clone()),
+                }
+            }
+        }
+        let mut snapshot = Snapshot { objects };
+        loop {
+            let problems = validate(&snapshot);
+            if problems.is_empty() {
+                break;
+            }
+            let bad: HashSet<&ObjectRef> = problems.iter().map(|p| &p.object).collect();
+            let before = snapshot.objects.len();
+            snapshot
+                .objects
+                .retain(|s| !bad.contains(&s.object.object_ref()));
+            if snapshot.objects.len() == before {
+                // A problem that names no object of the snapshot: nothing
+                // can be singled out, so no policy is admitted at all
+                // rather than an unvalidated one.
+                snapshot.objects.retain(|s| !is_policy(s.object.kind()));
+                skipped.extend(problems);
+                break;
+            }
+            skipped.extend(problems);
+        }
+        Admitted { snapshot, skipped }
+    }
+}
+
+fn is_policy(kind: Kind) -> bool {
+    !matches!(
+        kind,
+        Kind::Node | Kind::Namespace | Kind::Pod | Kind::Service | Kind::ServiceAccount
+    )
+}
+
+/// The key of a watched object and its decoded form (or why it is not one).
+fn decode(kind: Kind, value: Value) -> (Key, Result<Object, Problem>) {
+    let meta = value.get("metadata");
+    let field = |name: &str| {
+        meta.and_then(|m| m.get(name))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let namespace = if kind.is_namespaced() {
+        field("namespace")
+    } else {
+        String::new()
+    };
+    let name = field("name");
+    let object = Object::from_value(value).map_err(|error| Problem {
+        origin: PathBuf::from(ORIGIN),
+        object: ObjectRef {
+            kind: Some(kind),
+            namespace: kind.is_namespaced().then(|| namespace.clone()),
+            name: name.clone(),
+        },
+        field: String::new(),
+        reason: error.to_string(),
+    });
+    ((namespace, name), object)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const KINDS: [Kind; 3] = [Kind::Tier, Kind::ClusterNetworkPolicy, Kind::Pod];
+
+    fn tier(name: &str, priority: i64) -> Value {
+        json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "Tier",
+               "metadata": {"name": name}, "spec": {"priority": priority}})
+    }
+
+    fn acnp(name: &str, tier: &str) -> Value {
+        json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "ClusterNetworkPolicy",
+               "metadata": {"name": name},
+               "spec": {"priority": 5, "tier": tier,
+                        "appliedTo": [{"podSelector": {"matchLabels": {"app": "web"}}}],
+                        "ingress": [{"action": "Drop", "from": [{"ipBlock": {"cidr": "10.9.0.0/16"}}]}]}})
+    }
+
+    fn pod(name: &str, app: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": name, "namespace": "default", "labels": {"app": app}},
+               "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "x",
+                        "ports": [{"containerPort": 80}], "resources": {"limits": {"cpu": "1"}}}]},
+               "status": {"podIPs": [{"ip": "10.1.0.2"}], "phase": "Running"}})
+    }
+
+    fn names(admitted: &Admitted) -> Vec<String> {
+        admitted
+            .snapshot
+            .iter()
+            .map(|o| o.object_ref().to_string())
+            .collect()
+    }
+
+    fn synced_store() -> Store {
+        let mut store = Store::new(KINDS);
+        for kind in KINDS {
+            store.apply(kind, Change::InitStart);
+            assert!(store.apply(kind, Change::InitDone));
+        }
+        store
+    }
+
+    #[test]
+    fn synced_only_after_every_kind_listed() {
+        let mut store = Store::new(KINDS);
+        store.apply(Kind::Tier, Change::InitStart);
+        store.apply(Kind::Tier, Change::InitApply(tier("t", 10)));
+        assert!(!store.apply(Kind::Tier, Change::Apply(tier("u", 11))));
+        store.apply(Kind::Tier, Change::InitDone);
+        assert!(!store.synced());
+        for kind in [Kind::ClusterNetworkPolicy, Kind::Pod] {
+            store.apply(kind, Change::InitStart);
+            store.apply(kind, Change::InitDone);
+        }
+        assert!(store.synced());
+        // The list replaced what came before it.
+        assert_eq!(names(&store.admit()), ["Tier t"]);
+    }
+
+    #[test]
+    fn relist_replaces_the_kind() {
+        let mut store = synced_store();
+        store.apply(Kind::Pod, Change::Apply(pod("a", "web")));
+        store.apply(Kind::Pod, Change::Apply(pod("b", "web")));
+        store.apply(Kind::Pod, Change::InitStart);
+        store.apply(Kind::Pod, Change::InitApply(pod("b", "db")));
+        // Until the list is done the old objects stay.
+        assert_eq!(store.len(), 2);
+        assert!(store.apply(Kind::Pod, Change::InitDone));
+        assert_eq!(names(&store.admit()), ["Pod default/b"]);
+    }
+
+    #[test]
+    fn invalid_objects_are_skipped_and_dependents_too() {
+        let mut store = synced_store();
+        store.apply(Kind::Pod, Change::Apply(pod("a", "web")));
+        store.apply(Kind::Tier, Change::Apply(tier("ok", 10)));
+        // Priority out of the custom range: the Tier is invalid.
+        store.apply(Kind::Tier, Change::Apply(tier("bad", 300)));
+        store.apply(
+            Kind::ClusterNetworkPolicy,
+            Change::Apply(acnp("p-ok", "ok")),
+        );
+        store.apply(
+            Kind::ClusterNetworkPolicy,
+            Change::Apply(acnp("p-bad", "bad")),
+        );
+        // Does not decode.
+        let mut broken = acnp("p-broken", "ok");
+        broken["spec"]["ingress"][0]["action"] = json!("Explode");
+        store.apply(Kind::ClusterNetworkPolicy, Change::Apply(broken));
+        let admitted = store.admit();
+        assert_eq!(
+            names(&admitted),
+            ["Tier ok", "ClusterNetworkPolicy p-ok", "Pod default/a"]
+        );
+        let skipped: Vec<String> = admitted.skipped.iter().map(|p| p.to_string()).collect();
+        assert_eq!(skipped.len(), 3, "{skipped:#?}");
+        assert!(skipped[0].starts_with("kubernetes: ClusterNetworkPolicy p-broken: "));
+        assert!(skipped.iter().any(|s| s.contains("Tier bad")));
+        assert!(skipped
+            .iter()
+            .any(|s| s.contains("ClusterNetworkPolicy p-bad")));
+        assert!(validate(&admitted.snapshot).is_empty());
+
+        // Fixing the Tier brings its policy back; deleting the broken one
+        // forgets its problem.
+        store.apply(Kind::Tier, Change::Apply(tier("bad", 20)));
+        store.apply(
+            Kind::ClusterNetworkPolicy,
+            Change::Delete(acnp("p-broken", "ok")),
+        );
+        let admitted = store.admit();
+        assert!(admitted.skipped.is_empty(), "{:?}", admitted.skipped);
+        assert_eq!(admitted.snapshot.objects.len(), 5);
+    }
+
+    #[test]
+    fn pods_keep_only_modelled_fields() {
+        let mut store = synced_store();
+        store.apply(Kind::Pod, Change::Apply(pod("a", "web")));
+        let admitted = store.admit();
+        let Object::Pod(p) = &admitted.snapshot.objects[0].object else {
+            panic!("not a pod")
+        };
+        assert_eq!(p.metadata.labels["app"], "web");
+        assert_eq!(p.ips(), ["10.1.0.2".parse::<std::net::IpAddr>().unwrap()]);
+        // Unknown fields (resources, phase, image) are not kept anywhere.
+        let debug = format!("{p:?}");
+        assert!(!debug.contains("Running") && !debug.contains("limits"));
+    }
+
+    #[test]
+    fn unwatched_kind_is_ignored() {
+        let mut store = Store::new([Kind::Tier]);
+        assert!(!store.apply(Kind::Pod, Change::Apply(pod("a", "web"))));
+        assert!(store.is_empty());
+    }
+}

@@ -1,0 +1,365 @@
+//! An in-process fake Kubernetes API server speaking the real list and
+//! watch protocol over HTTP/1.1: collection GETs answer a JSON `List` with
+//! `metadata.resourceVersion`; `?watch=true` answers a chunked stream of
+//! `ADDED`/`MODIFIED`/`DELETED`/`BOOKMARK` events after the given
+//! resourceVersion, or a `410 Gone` `ERROR` event when that version has
+//! been compacted away. Plain threads and std sockets: nothing of the
+//! client side is mocked.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// Collection path of a kind, e.g. `/apis/crd.antrea.io/v1beta1/tiers`.
+pub fn collection(api_version: &str, kind: &str) -> String {
+    let plural = match kind {
+        "Tier" => "tiers",
+        "ClusterNetworkPolicy" => "clusternetworkpolicies",
+        "NetworkPolicy" => "networkpolicies",
+        "ClusterGroup" => "clustergroups",
+        "Group" => "groups",
+        "Pod" => "pods",
+        "Namespace" => "namespaces",
+        "Node" => "nodes",
+        "Service" => "services",
+        "ServiceAccount" => "serviceaccounts",
+        other => panic!("fake API server does not serve {other}"),
+    };
+    if api_version.contains('/') {
+        format!("/apis/{api_version}/{plural}")
+    } else {
+        format!("/api/{api_version}/{plural}")
+    }
+}
+
+struct WatchEvent {
+    rv: u64,
+    path: String,
+    kind: &'static str,
+    object: Value,
+}
+
+#[derive(Default)]
+struct State {
+    rv: u64,
+    /// (collection path, namespace, name) → object.
+    objects: BTreeMap<(String, String, String), Value>,
+    events: Vec<WatchEvent>,
+    /// Watches from a resourceVersion below this get 410 Gone.
+    oldest: u64,
+    /// Bumped to end every open watch stream.
+    epoch: u64,
+    /// Requests served, as `GET path?query`.
+    log: Vec<String>,
+    gone_sent: u64,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    changed: Condvar,
+    stop: AtomicBool,
+}
+
+pub struct FakeApi {
+    pub address: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+fn object_key(value: &Value) -> (String, String, String) {
+    let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    let path = collection(&s(&value["apiVersion"]), &s(&value["kind"]));
+    (
+        path,
+        s(&value["metadata"]["namespace"]),
+        s(&value["metadata"]["name"]),
+    )
+}
+
+impl FakeApi {
+    /// Serves on `address` (e.g. `127.0.0.1:0`) until dropped.
+    pub fn start(address: &str) -> FakeApi {
+        let listener = TcpListener::bind(address).expect("bind fake API server");
+        let address = listener.local_addr().unwrap();
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                rv: 100,
+                ..State::default()
+            }),
+            changed: Condvar::new(),
+            stop: AtomicBool::new(false),
+        });
+        let accept = Arc::clone(&shared);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                if accept.stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(stream) = stream else { continue };
+                let shared = Arc::clone(&accept);
+                std::thread::spawn(move || serve(stream, &shared));
+            }
+        });
+        FakeApi { address, shared }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    fn record(&self, kind: &'static str, path: String, object: Value) {
+        let mut state = self.shared.state.lock().unwrap();
+        let rv = state.rv;
+        state.events.push(WatchEvent {
+            rv,
+            path,
+            kind,
+            object,
+        });
+        drop(state);
+        self.shared.changed.notify_all();
+    }
+
+    /// Creates or replaces an object (ADDED or MODIFIED).
+    pub fn apply(&self, mut object: Value) {
+        let key = object_key(&object);
+        let mut state = self.shared.state.lock().unwrap();
+        state.rv += 1;
+        object["metadata"]["resourceVersion"] = json!(state.rv.to_string());
+        object["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .entry("uid")
+            .or_insert_with(|| json!(format!("uid-{}-{}", key.1, key.2)));
+        let kind = if state.objects.insert(key.clone(), object.clone()).is_some() {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        drop(state);
+        self.record(kind, key.0, object);
+    }
+
+    /// Deletes an object (DELETED); `object` needs only its type and metadata.
+    pub fn delete(&self, object: &Value) {
+        let key = object_key(object);
+        let mut state = self.shared.state.lock().unwrap();
+        let Some(mut old) = state.objects.remove(&key) else {
+            panic!("delete of unknown object {key:?}")
+        };
+        state.rv += 1;
+        old["metadata"]["resourceVersion"] = json!(state.rv.to_string());
+        drop(state);
+        self.record("DELETED", key.0, old);
+    }
+
+    /// A BOOKMARK on every collection at the current resourceVersion.
+    pub fn bookmark(&self, paths: &[String]) {
+        let rv = {
+            let mut state = self.shared.state.lock().unwrap();
+            state.rv += 1;
+            state.rv
+        };
+        for path in paths {
+            let object = json!({"metadata": {"resourceVersion": rv.to_string()}});
+            self.record("BOOKMARK", path.clone(), object);
+        }
+    }
+
+    /// Forgets the event history: every open watch ends and its client's
+    /// next watch gets 410 Gone, forcing a relist.
+    pub fn compact(&self) {
+        let mut state = self.shared.state.lock().unwrap();
+        state.rv += 1;
+        state.oldest = state.rv;
+        state.events.clear();
+        state.epoch += 1;
+        drop(state);
+        self.shared.changed.notify_all();
+    }
+
+    /// Number of 410 Gone answers sent.
+    pub fn gone_sent(&self) -> u64 {
+        self.shared.state.lock().unwrap().gone_sent
+    }
+
+    /// Requests served so far.
+    pub fn log(&self) -> Vec<String> {
+        self.shared.state.lock().unwrap().log.clone()
+    }
+
+    /// List requests (not watches) served for `path`.
+    pub fn lists(&self, path: &str) -> usize {
+        self.log()
+            .iter()
+            .filter(|r| {
+                let target = r.trim_start_matches("GET ");
+                let (p, q) = target.split_once('?').unwrap_or((target, ""));
+                p == path && !q.contains("watch=true")
+            })
+            .count()
+    }
+}
+
+impl Drop for FakeApi {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.changed.notify_all();
+        // Wake the accept loop.
+        let _ = TcpStream::connect(self.address);
+    }
+}
+
+fn query(target: &str) -> BTreeMap<String, String> {
+    target
+        .split_once('?')
+        .map(|(_, q)| q)
+        .unwrap_or_default()
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn serve(stream: TcpStream, shared: &Shared) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut request_line = String::new();
+    if reader.read_line(&mut request_line).is_err() {
+        return;
+    }
+    loop {
+        let mut line = String::new();
+        match reader.read_line(&mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) if line == "\r\n" => break,
+            Ok(_) => {}
+        }
+    }
+    let mut parts = request_line.split_whitespace();
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    shared
+        .state
+        .lock()
+        .unwrap()
+        .log
+        .push(format!("{method} {target}"));
+    let path = target.split('?').next().unwrap_or("");
+    let params = query(target);
+    let mut stream = stream;
+    if method != "GET" {
+        let _ = respond(&mut stream, 405, &json!({"kind": "Status", "code": 405}));
+        return;
+    }
+    if params.get("watch").map(String::as_str) == Some("true") {
+        watch(stream, shared, path, &params);
+    } else {
+        list(&mut stream, shared, path);
+    }
+}
+
+fn respond(stream: &mut TcpStream, code: u16, body: &Value) -> std::io::Result<()> {
+    let body = body.to_string();
+    write!(
+        stream,
+        "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    stream.flush()
+}
+
+fn list(stream: &mut TcpStream, shared: &Shared, path: &str) {
+    let state = shared.state.lock().unwrap();
+    // List items come without apiVersion and kind, as from a real server.
+    let items: Vec<Value> = state
+        .objects
+        .iter()
+        .filter(|((p, _, _), _)| p == path)
+        .map(|(_, object)| {
+            let mut item = object.clone();
+            let map = item.as_object_mut().unwrap();
+            map.remove("apiVersion");
+            map.remove("kind");
+            item
+        })
+        .collect();
+    let body = json!({
+        "kind": "List",
+        "apiVersion": "v1",
+        "metadata": {"resourceVersion": state.rv.to_string()},
+        "items": items,
+    });
+    drop(state);
+    let _ = respond(stream, 200, &body);
+}
+
+fn chunk(stream: &mut TcpStream, line: &str) -> std::io::Result<()> {
+    write!(stream, "{:x}\r\n{line}\r\n", line.len())?;
+    stream.flush()
+}
+
+fn watch(mut stream: TcpStream, shared: &Shared, path: &str, params: &BTreeMap<String, String>) {
+    let from: u64 = params
+        .get("resourceVersion")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let timeout = params
+        .get("timeoutSeconds")
+        .and_then(|v| v.parse().ok())
+        .map_or(Duration::from_secs(290), Duration::from_secs);
+    let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+    if stream.write_all(head.as_bytes()).is_err() {
+        return;
+    }
+    let deadline = Instant::now() + timeout;
+    let mut state = shared.state.lock().unwrap();
+    if from < state.oldest {
+        state.gone_sent += 1;
+        drop(state);
+        let gone = json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1",
+            "metadata": {}, "status": "Failure", "message": "too old resource version",
+            "reason": "Expired", "code": 410}});
+        let _ = chunk(&mut stream, &format!("{gone}\n"));
+        let _ = stream.write_all(b"0\r\n\r\n");
+        return;
+    }
+    let epoch = state.epoch;
+    let mut sent = from;
+    loop {
+        if shared.stop.load(Ordering::SeqCst) || state.epoch != epoch || Instant::now() >= deadline
+        {
+            break;
+        }
+        let lines: Vec<String> = state
+            .events
+            .iter()
+            .filter(|e| e.rv > sent && e.path == path)
+            .map(|e| format!("{}\n", json!({"type": e.kind, "object": e.object})))
+            .collect();
+        if let Some(last) = state.events.last() {
+            sent = sent.max(last.rv);
+        }
+        if !lines.is_empty() {
+            drop(state);
+            for line in &lines {
+                if chunk(&mut stream, line).is_err() {
+                    return;
+                }
+            }
+            state = shared.state.lock().unwrap();
+            continue;
+        }
+        state = shared
+            .changed
+            .wait_timeout(state, Duration::from_millis(200))
+            .unwrap()
+            .0;
+    }
+    drop(state);
+    let _ = stream.write_all(b"0\r\n\r\n");
+}

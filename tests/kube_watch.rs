@@ -1,0 +1,244 @@
+//! The Kubernetes source against an in-process fake API server speaking
+//! list and watch over HTTP: objects added, changed and deleted through
+//! the server reach the compiled ruleset; an invalid CRD is skipped while
+//! the rest applies; a 410 Gone makes the watcher relist.
+
+mod fake_api;
+
+use std::net::IpAddr;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tollgate::compile::{LocalNode, Ruleset};
+use tollgate::kubernetes::{Admitted, Connection, KubeSource, Latest};
+
+use fake_api::{collection, FakeApi};
+
+const NODE: &str = "node-a";
+
+fn pod(name: &str, app: &str, ip: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": "shop", "labels": {"app": app}},
+           "spec": {"nodeName": NODE, "serviceAccountName": "web",
+                    "containers": [{"name": "c", "image": "nginx", "ports": [{"containerPort": 80}]}]},
+           "status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}})
+}
+
+fn tier(name: &str, priority: i64) -> Value {
+    json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "Tier",
+           "metadata": {"name": name}, "spec": {"priority": priority}})
+}
+
+fn acnp(name: &str, tier: &str, app: &str) -> Value {
+    json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "ClusterNetworkPolicy",
+           "metadata": {"name": name},
+           "spec": {"priority": 5, "tier": tier,
+                    "appliedTo": [{"podSelector": {"matchLabels": {"app": app}}}],
+                    "ingress": [{"action": "Drop", "from": [{"ipBlock": {"cidr": "10.99.0.0/16"}}]}]}})
+}
+
+fn k8s_policy(name: &str, app: &str) -> Value {
+    json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+           "metadata": {"name": name, "namespace": "shop"},
+           "spec": {"podSelector": {"matchLabels": {"app": app}}, "policyTypes": ["Ingress"]}})
+}
+
+fn namespace(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+}
+
+fn local() -> LocalNode {
+    LocalNode {
+        name: NODE.into(),
+        labels: Default::default(),
+        addresses: vec![],
+    }
+}
+
+struct Harness {
+    api: FakeApi,
+    latest: Latest,
+    // Dropped before the server so the watchers stop first.
+    source: Option<KubeSource>,
+    notified: mpsc::Receiver<()>,
+}
+
+impl Harness {
+    fn start(api: FakeApi) -> Harness {
+        let config = kube::Config::new(api.url().parse().unwrap());
+        let (tx, notified) = mpsc::channel();
+        let source = KubeSource::spawn(Connection::Config(Box::new(config)), move || {
+            let _ = tx.send(());
+        })
+        .expect("kubernetes source starts");
+        Harness {
+            api,
+            latest: source.latest(),
+            source: Some(source),
+            notified,
+        }
+    }
+
+    /// Waits (at most 20 s) for a published snapshot that satisfies `ok`.
+    fn wait_for(&self, what: &str, ok: impl Fn(&Admitted, &Ruleset) -> bool) -> Ruleset {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(admitted) = self.latest.get() {
+                let ruleset = Ruleset::compile(&admitted.snapshot, &local());
+                if ok(&admitted, &ruleset) {
+                    return ruleset;
+                }
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(
+                !left.is_zero(),
+                "timed out waiting for {what}; requests: {:#?}",
+                self.api.log()
+            );
+            let _ = self
+                .notified
+                .recv_timeout(left.min(Duration::from_millis(500)));
+        }
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        self.source.take();
+    }
+}
+
+fn enforced(ruleset: &Ruleset) -> Vec<IpAddr> {
+    ruleset.enforced().endpoints.clone()
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+#[test]
+fn watched_objects_reach_the_ruleset_and_invalid_ones_are_skipped() {
+    let api = FakeApi::start("127.0.0.1:0");
+    // Present before the first list.
+    api.apply(namespace("shop"));
+    api.apply(pod("web-1", "web", "10.1.0.2"));
+    api.apply(pod("db-1", "db", "10.1.0.3"));
+    api.apply(tier("team", 10));
+    let h = Harness::start(api);
+
+    h.wait_for("initial snapshot", |a, r| {
+        a.snapshot.objects.len() == 4 && enforced(r).is_empty()
+    });
+
+    // A policy added through the watch selects web-1.
+    h.api.apply(acnp("deny-web", "team", "web"));
+    h.wait_for("policy applied", |_, r| enforced(r) == [ip("10.1.0.2")]);
+
+    // An invalid CRD (priority out of range for a custom Tier) is skipped,
+    // with an error naming it, while the rest keeps working.
+    h.api.apply(tier("bad", 400));
+    h.api.apply(acnp("in-bad-tier", "bad", "db"));
+    let ruleset = h.wait_for("invalid tier skipped", |a, _| a.skipped.len() == 2);
+    assert_eq!(enforced(&ruleset), [ip("10.1.0.2")]);
+    let admitted = h.latest.get().unwrap();
+    let problems: Vec<String> = admitted.skipped.iter().map(|p| p.to_string()).collect();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.starts_with("kubernetes: Tier bad: spec.priority")),
+        "{problems:#?}"
+    );
+    assert!(problems
+        .iter()
+        .any(|p| p.contains("ClusterNetworkPolicy in-bad-tier")));
+
+    // A label change moves a Pod into the rule, another out of it.
+    h.api.apply(pod("db-1", "web", "10.1.0.3"));
+    h.wait_for("db-1 relabelled in", |_, r| {
+        enforced(r) == [ip("10.1.0.2"), ip("10.1.0.3")]
+    });
+    h.api.apply(pod("web-1", "frontend", "10.1.0.2"));
+    h.wait_for("web-1 relabelled out", |_, r| {
+        enforced(r) == [ip("10.1.0.3")]
+    });
+
+    // A Kubernetes NetworkPolicy selects web-1 again.
+    h.api.apply(k8s_policy("isolate-frontend", "frontend"));
+    h.wait_for("k8s policy applied", |_, r| {
+        enforced(r) == [ip("10.1.0.2"), ip("10.1.0.3")]
+    });
+
+    // Fixing the Tier admits it and the policy in it.
+    h.api.apply(tier("bad", 20));
+    h.wait_for("tier fixed", |a, r| {
+        a.skipped.is_empty() && r.policies().len() == 3
+    });
+
+    // Deletes are seen too.
+    h.api.delete(&acnp("deny-web", "team", "web"));
+    h.api.delete(&acnp("in-bad-tier", "bad", "db"));
+    h.api.delete(&pod("db-1", "web", "10.1.0.3"));
+    h.wait_for("deletes applied", |_, r| {
+        enforced(r) == [ip("10.1.0.2")] && r.policies().len() == 1
+    });
+}
+
+#[test]
+fn gone_forces_a_relist_and_bookmarks_are_harmless() {
+    let api = FakeApi::start("127.0.0.1:0");
+    api.apply(namespace("shop"));
+    api.apply(pod("web-1", "web", "10.2.0.2"));
+    let h = Harness::start(api);
+    h.wait_for("initial snapshot", |a, _| a.snapshot.objects.len() == 2);
+    let pods = collection("v1", "Pod");
+    let tiers = collection("crd.antrea.io/v1beta1", "Tier");
+    assert_eq!(h.api.lists(&pods), 1);
+
+    h.api.bookmark(&[pods.clone(), tiers.clone()]);
+    h.api.apply(tier("team", 10));
+    h.wait_for("tier after bookmark", |a, _| a.snapshot.objects.len() == 3);
+
+    // History compacted: every open watch ends; the next watch from an old
+    // resourceVersion gets 410 Gone and the watcher lists again. A change
+    // made meanwhile is picked up by that list.
+    h.api.compact();
+    h.api.apply(acnp("deny-web", "team", "web"));
+    h.wait_for("policy after relist", |_, r| {
+        enforced(r) == [ip("10.2.0.2")]
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while h.api.lists(&pods) < 2 {
+        assert!(Instant::now() < deadline, "no relist: {:#?}", h.api.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(h.api.gone_sent() >= 1);
+
+    // Watching goes on after the relist.
+    h.api.apply(pod("web-1", "other", "10.2.0.2"));
+    h.wait_for("label change after relist", |_, r| enforced(r).is_empty());
+}
+
+#[test]
+fn unreachable_server_is_retried_until_it_answers() {
+    // Reserve a port, then free it: nothing listens there yet.
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = probe.local_addr().unwrap();
+    drop(probe);
+    let config = kube::Config::new(format!("http://{address}").parse().unwrap());
+    let (tx, notified) = mpsc::channel();
+    let source = KubeSource::spawn(Connection::Config(Box::new(config)), move || {
+        let _ = tx.send(());
+    })
+    .expect("starts without contacting the server");
+    assert!(notified.recv_timeout(Duration::from_secs(2)).is_err());
+    assert!(source.latest().get().is_none(), "nothing published yet");
+
+    let api = FakeApi::start(&address.to_string());
+    api.apply(namespace("shop"));
+    notified
+        .recv_timeout(Duration::from_secs(30))
+        .expect("snapshot after the server came up");
+    assert_eq!(source.latest().get().unwrap().snapshot.objects.len(), 1);
+    drop(source);
+}
