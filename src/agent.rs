@@ -44,13 +44,20 @@ const DEBOUNCE_MAX: Duration = Duration::from_secs(3);
 #[derive(Clone, Debug, clap::Args)]
 pub struct RunArgs {
     /// Directory of policy YAML files, watched for changes.
-    #[arg(long, value_name = "DIR")]
-    pub policies: PathBuf,
+    #[arg(
+        long,
+        value_name = "DIR",
+        required_unless_present = "kubernetes",
+        conflicts_with_all = ["kubernetes", "kubeconfig"]
+    )]
+    pub policies: Option<PathBuf>,
+    #[command(flatten)]
+    pub kube: crate::kubernetes::KubeArgs,
     /// YAML configuration file.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Name of the local Node (default: the host name).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", env = "NODE_NAME")]
     pub node_name: Option<String>,
     /// Labels of the local Node.
     #[arg(long, value_name = "k=v,k2=v2", value_parser = parse_labels)]
@@ -153,6 +160,8 @@ pub enum AgentError {
         path: PathBuf,
         source: notify::Error,
     },
+    #[error(transparent)]
+    Kubernetes(#[from] crate::kubernetes::KubeError),
     #[error("installing signal handlers: {0}")]
     Signals(std::io::Error),
     #[error(transparent)]
@@ -180,7 +189,6 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
 fn run_agent(args: RunArgs) -> Result<(), AgentError> {
     let config = load_config(&args)?;
     let node = local_node(&config)?;
-    let ruleset = load_ruleset(&args.policies, &node).map_err(AgentError::InvalidPolicies)?;
     let kernel = Kernel::detect()?;
     tracing::info!(
         backend = ?kernel.backend(),
@@ -194,7 +202,20 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
     // installed, so a SIGTERM at any point after install tears down.
     let (events, inbox) = mpsc::channel();
     listen_for_signals(events.clone())?;
-    let _watcher = watch(&args.policies, events)?;
+    let (policies, _watcher) = match &args.policies {
+        Some(dir) => (Policies::Directory(dir.clone()), Some(watch(dir, events)?)),
+        None => {
+            let connection = crate::kubernetes::Connection::from_args(&args.kube);
+            let source = crate::kubernetes::KubeSource::spawn(connection, move || {
+                let _ = events.send(Event::PolicyChanged);
+            })?;
+            tracing::info!(
+                "kubernetes source started; privileged rules only until the first snapshot"
+            );
+            (Policies::Kubernetes(source), None)
+        }
+    };
+    let ruleset = policies.load(&node).map_err(AgentError::InvalidPolicies)?;
 
     let metrics = Arc::new(Metrics::new());
     let audit = match &config.audit_log {
@@ -276,7 +297,7 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
 
     let mut agent = Agent {
         config,
-        policies: args.policies,
+        policies,
         kernel,
         policy,
         mirror,
@@ -404,9 +425,29 @@ fn parse_ip_addr_json(text: &str) -> Result<Vec<IpAddr>, String> {
         .collect())
 }
 
-fn load_ruleset(dir: &Path, node: &LocalNode) -> Result<Ruleset, Vec<Problem>> {
-    let snapshot = crate::source::load_and_validate(&[dir.to_path_buf()])?;
-    Ok(Ruleset::compile(&snapshot, node))
+/// Where policies and inventory come from.
+enum Policies {
+    /// A directory of YAML files: an invalid change is rejected whole.
+    Directory(PathBuf),
+    /// The API server: invalid objects are skipped by the source, which
+    /// publishes admitted snapshots; before the first one, the ruleset is
+    /// empty (only privileged rules and the node's own defaults apply).
+    Kubernetes(crate::kubernetes::KubeSource),
+}
+
+impl Policies {
+    fn load(&self, node: &LocalNode) -> Result<Ruleset, Vec<Problem>> {
+        Ok(match self {
+            Policies::Directory(dir) => Ruleset::compile(
+                &crate::source::load_and_validate(std::slice::from_ref(dir))?,
+                node,
+            ),
+            Policies::Kubernetes(source) => match source.latest().get() {
+                Some(admitted) => Ruleset::compile(&admitted.snapshot, node),
+                None => Ruleset::compile(&crate::model::Snapshot::default(), node),
+            },
+        })
+    }
 }
 
 /// What wakes the run loop.
@@ -462,7 +503,7 @@ fn watch(dir: &Path, events: Sender<Event>) -> Result<notify::RecommendedWatcher
 
 struct Agent {
     config: Config,
-    policies: PathBuf,
+    policies: Policies,
     kernel: Kernel,
     policy: Arc<ArcSwap<Ruleset>>,
     mirror: Arc<FqdnMirror>,
@@ -529,7 +570,7 @@ impl Agent {
                 return;
             }
         };
-        match load_ruleset(&self.policies, &node) {
+        match self.policies.load(&node) {
             Ok(ruleset) => {
                 // Kept selectors keep what they learned; a new one starts
                 // empty. The mirror switches first so the new ruleset never
@@ -683,6 +724,17 @@ mod tests {
         assert_eq!(settings.mark_mask, Some(MaskValue::Text("0x30000".into())));
         assert!(settings.node_name.is_none() && settings.queue_base.is_none());
         assert!(Cli::try_parse_from(["tollgate", "--policies", "/p", "--fail-mode", "x"]).is_err());
+    }
+
+    #[test]
+    fn kubernetes_mode_replaces_the_policy_directory() {
+        let cli = Cli::try_parse_from(["tollgate", "--kubernetes", "--kubeconfig", "/k"]).unwrap();
+        assert!(cli.run.kube.kubernetes && cli.run.policies.is_none());
+        assert!(Cli::try_parse_from(["tollgate"]).is_err());
+        assert!(Cli::try_parse_from(["tollgate", "--kubernetes", "--policies", "/p"]).is_err());
+        assert!(
+            Cli::try_parse_from(["tollgate", "--policies", "/p", "--kubeconfig", "/k"]).is_err()
+        );
     }
 
     #[test]
