@@ -1,0 +1,160 @@
+//! The Kubernetes manifests in `docker/` are valid objects: every document
+//! deserializes into its k8s-openapi type and serializes back to the same
+//! JSON (so no field is misspelt or misplaced: the types would drop it).
+
+use std::path::Path;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+fn documents(file: &str) -> Vec<Value> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("docker")
+        .join(file);
+    let text = std::fs::read_to_string(&path).unwrap();
+    serde_saphyr::from_multiple::<Value>(&text)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .collect()
+}
+
+/// Decodes `value` as `T` and checks nothing was lost on the way.
+fn roundtrip<T: DeserializeOwned + Serialize>(value: &Value) -> T {
+    let typed: T = serde_json::from_value(value.clone()).unwrap_or_else(|e| {
+        panic!("{e}: {value:#}");
+    });
+    let back = serde_json::to_value(&typed).unwrap();
+    assert_eq!(&back, value, "fields lost or changed in the typed form");
+    typed
+}
+
+#[test]
+fn crds_are_custom_resource_definitions_for_every_kind_tollgate_watches() {
+    let docs = documents("crds.yaml");
+    let mut served = Vec::new();
+    for doc in &docs {
+        let crd: CustomResourceDefinition = roundtrip(doc);
+        assert_eq!(crd.spec.group, "crd.antrea.io");
+        let version = &crd.spec.versions[0];
+        assert_eq!(version.name, "v1beta1");
+        assert!(version.served && version.storage);
+        assert_eq!(
+            crd.metadata.name.as_deref(),
+            Some(format!("{}.crd.antrea.io", crd.spec.names.plural).as_str())
+        );
+        served.push((
+            crd.spec.names.kind.clone(),
+            crd.spec.names.plural.clone(),
+            crd.spec.scope,
+        ));
+    }
+    for resource in tollgate::kubernetes::RESOURCES
+        .iter()
+        .filter(|r| r.group == "crd.antrea.io")
+    {
+        let found = served
+            .iter()
+            .find(|(kind, plural, _)| kind == resource.type_name && plural == resource.plural)
+            .unwrap_or_else(|| panic!("no CRD for {}", resource.plural));
+        let namespaced = found.2 == "Namespaced";
+        assert_eq!(
+            namespaced,
+            resource.kind.is_namespaced(),
+            "{}",
+            resource.plural
+        );
+    }
+    assert_eq!(docs.len(), 5);
+}
+
+#[test]
+fn rbac_grants_list_and_watch_of_every_watched_resource_only() {
+    let docs = documents("rbac.yaml");
+    assert_eq!(docs.len(), 3);
+    let account: ServiceAccount = roundtrip(&docs[0]);
+    let role: ClusterRole = roundtrip(&docs[1]);
+    let binding: ClusterRoleBinding = roundtrip(&docs[2]);
+    let rules = role.rules.unwrap();
+    for rule in &rules {
+        assert_eq!(rule.verbs, ["list", "watch"]);
+    }
+    for resource in &tollgate::kubernetes::RESOURCES {
+        assert!(
+            rules.iter().any(|r| {
+                r.api_groups.as_deref().unwrap_or_default() == [resource.group]
+                    && r.resources
+                        .as_deref()
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|p| p == resource.plural)
+            }),
+            "{} not granted",
+            resource.plural
+        );
+    }
+    assert_eq!(binding.role_ref.name, role.metadata.name.unwrap());
+    let subject = &binding.subjects.unwrap()[0];
+    assert_eq!(Some(&subject.name), account.metadata.name.as_ref());
+    assert_eq!(subject.namespace, account.metadata.namespace);
+}
+
+#[test]
+fn daemonset_runs_on_the_host_network_with_two_capabilities() {
+    let docs = documents("daemonset.yaml");
+    assert_eq!(docs.len(), 1);
+    let ds: DaemonSet = roundtrip(&docs[0]);
+    let pod = ds.spec.unwrap().template.spec.unwrap();
+    assert_eq!(pod.host_network, Some(true));
+    assert_eq!(pod.service_account_name.as_deref(), Some("tollgate"));
+    let container = &pod.containers[0];
+    let caps = container
+        .security_context
+        .as_ref()
+        .unwrap()
+        .capabilities
+        .as_ref()
+        .unwrap();
+    assert_eq!(caps.drop.as_deref(), Some(&["ALL".to_string()][..]));
+    assert_eq!(
+        caps.add.as_deref(),
+        Some(&["NET_ADMIN".to_string(), "NET_RAW".to_string()][..])
+    );
+    let env = container.env.as_ref().unwrap();
+    let node = env.iter().find(|e| e.name == "NODE_NAME").unwrap();
+    let field = node
+        .value_from
+        .as_ref()
+        .unwrap()
+        .field_ref
+        .as_ref()
+        .unwrap();
+    assert_eq!(field.field_path, "spec.nodeName");
+    for probe in [
+        &container.startup_probe,
+        &container.liveness_probe,
+        &container.readiness_probe,
+    ] {
+        let exec = probe.as_ref().unwrap().exec.as_ref().unwrap();
+        assert_eq!(
+            exec.command.as_deref().unwrap()[..2],
+            ["tollgate", "status"]
+        );
+    }
+    assert!(container.resources.as_ref().unwrap().requests.is_some());
+    let args = container.args.as_ref().unwrap();
+    assert_eq!(args[..2], ["run", "--kubernetes"]);
+    let mounts = container.volume_mounts.as_ref().unwrap();
+    let modules = mounts
+        .iter()
+        .find(|m| m.mount_path == "/lib/modules")
+        .unwrap();
+    assert_eq!(modules.read_only, Some(true));
+    assert!(mounts.iter().any(|m| m.mount_path == "/run/xtables.lock"));
+    assert!(mounts.iter().any(|m| m.mount_path == "/run/tollgate"));
+}
