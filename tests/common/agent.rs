@@ -31,6 +31,8 @@ pub struct AgentOptions {
     pub fail_mode: Option<FailMode>,
     pub privileged: Vec<String>,
     pub extra_args: Vec<String>,
+    /// Kubernetes mode with this kubeconfig instead of the policy directory.
+    pub kubeconfig: Option<PathBuf>,
 }
 
 impl AgentOptions {
@@ -46,6 +48,7 @@ impl AgentOptions {
             fail_mode: None,
             privileged: Vec::new(),
             extra_args: Vec::new(),
+            kubeconfig: None,
         }
     }
 
@@ -65,7 +68,15 @@ impl AgentOptions {
     }
 
     fn args(&self, policies: &str) -> Vec<String> {
-        let mut args: Vec<String> = vec!["run".into(), "--policies".into(), policies.into()];
+        let mut args: Vec<String> = match &self.kubeconfig {
+            Some(path) => vec![
+                "run".into(),
+                "--kubernetes".into(),
+                "--kubeconfig".into(),
+                path.display().to_string(),
+            ],
+            None => vec!["run".into(), "--policies".into(), policies.into()],
+        };
         args.extend(["--node-name".into(), self.node_name.clone()]);
         if !self.node_labels.is_empty() {
             let labels: Vec<String> = self

@@ -77,6 +77,7 @@ pub const TEST_IDS: &[&str] = &[
     "pod_egress_to_node_selector_dropped",
     "interfaces_limit_enforcement",
     "node_protection_story",
+    "kubernetes_policy_and_label_change_on_the_wire",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".

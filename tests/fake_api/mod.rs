@@ -85,7 +85,11 @@ fn object_key(value: &Value) -> (String, String, String) {
 impl FakeApi {
     /// Serves on `address` (e.g. `127.0.0.1:0`) until dropped.
     pub fn start(address: &str) -> FakeApi {
-        let listener = TcpListener::bind(address).expect("bind fake API server");
+        FakeApi::serve(TcpListener::bind(address).expect("bind fake API server"))
+    }
+
+    /// Serves on a listener bound elsewhere (e.g. inside a lab namespace).
+    pub fn serve(listener: TcpListener) -> FakeApi {
         let address = listener.local_addr().unwrap();
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
@@ -96,14 +100,19 @@ impl FakeApi {
             stop: AtomicBool::new(false),
         });
         let accept = Arc::clone(&shared);
+        // Polled, so that dropping the server ends the loop even when the
+        // listener lives in a namespace the test thread cannot connect into.
+        listener.set_nonblocking(true).unwrap();
         std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                if accept.stop.load(Ordering::SeqCst) {
-                    return;
+            while !accept.stop.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        stream.set_nonblocking(false).unwrap();
+                        let shared = Arc::clone(&accept);
+                        std::thread::spawn(move || serve(stream, &shared));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
                 }
-                let Ok(stream) = stream else { continue };
-                let shared = Arc::clone(&accept);
-                std::thread::spawn(move || serve(stream, &shared));
             }
         });
         FakeApi { address, shared }
@@ -111,6 +120,29 @@ impl FakeApi {
 
     pub fn url(&self) -> String {
         format!("http://{}", self.address)
+    }
+
+    /// A kubeconfig pointing at this server, without credentials.
+    pub fn kubeconfig(&self) -> String {
+        format!(
+            "apiVersion: v1
+kind: Config
+clusters:
+  - name: fake
+    cluster:
+      server: {}
+users:
+  - name: fake
+    user: {{}}
+contexts:
+  - name: fake
+    context:
+      cluster: fake
+      user: fake
+current-context: fake
+",
+            self.url()
+        )
     }
 
     fn record(&self, kind: &'static str, path: String, object: Value) {
@@ -211,8 +243,6 @@ impl Drop for FakeApi {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.changed.notify_all();
-        // Wake the accept loop.
-        let _ = TcpStream::connect(self.address);
     }
 }
 

@@ -1,0 +1,87 @@
+//! End-to-end test of Kubernetes mode: `tollgate run --kubernetes
+//! --kubeconfig` in a lab's node namespace, reading from the in-process fake
+//! API server (listening inside that namespace), enforces on the wire a
+//! policy added through the API server, and a Pod label change moves the
+//! Pod out of and back into the policy. Run as root; without root it prints
+//! `SKIPPED` (and fails under `CI=true`).
+
+mod common;
+mod fake_api;
+
+use std::net::{IpAddr, SocketAddr, TcpListener};
+
+use serde_json::{json, Value};
+
+use common::{Lab, TcpOutcome};
+use fake_api::FakeApi;
+
+fn pod(name: &str, app: &str, ip: IpAddr) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": "prod", "labels": {"app": app}},
+           "spec": {"nodeName": "node",
+                    "containers": [{"name": "main", "ports": [{"name": "http", "containerPort": 8080}]}]},
+           "status": {"podIP": ip.to_string(), "podIPs": [{"ip": ip.to_string()}]}})
+}
+
+fn drop_from(name: &str, app: &str, cidr: &str) -> Value {
+    json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "ClusterNetworkPolicy",
+           "metadata": {"name": name},
+           "spec": {"priority": 5, "tier": "application",
+                    "appliedTo": [{"podSelector": {"matchLabels": {"app": app}}}],
+                    "ingress": [{"name": "drop-clients", "action": "Drop",
+                                 "from": [{"ipBlock": {"cidr": cidr}}]}]}})
+}
+
+#[test]
+fn kubernetes_policy_and_label_change_on_the_wire() {
+    let Some(lab) = Lab::builder("kubernetes_policy_and_label_change_on_the_wire")
+        .peer("client")
+        .peer("server")
+        .build()
+    else {
+        return;
+    };
+    lab.serve_tcp("server", 8080, common::Service::Echo);
+    // The API server listens on the node namespace's loopback, where the
+    // agent runs.
+    let listener = lab
+        .node()
+        .enter(|| TcpListener::bind("127.0.0.1:0").expect("bind in node namespace"));
+    let api = FakeApi::serve(listener);
+    api.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod"}}));
+    api.apply(pod("web", "web", lab.addr("server").into()));
+    api.apply(pod("client", "client", lab.addr("client").into()));
+    let kubeconfig = lab.dir().join("kubeconfig");
+    std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
+
+    let mut options = lab.agent_options();
+    options.kubeconfig = Some(kubeconfig);
+    let mut agent = lab.start_agent(options);
+    // Generation 1: no snapshot yet (privileged rules only); 2: the first
+    // snapshot from the API server.
+    agent.wait_generation(1);
+    agent.wait_generation(2);
+    let web = SocketAddr::new(lab.addr("server").into(), 8080);
+    lab.assert_tcp("client", web, TcpOutcome::Connected);
+
+    api.apply(drop_from("drop-clients", "web", &lab.subnet("client")));
+    agent.wait_generation(3);
+    lab.assert_tcp("client", web, TcpOutcome::TimedOut);
+
+    // Relabelled, the Pod leaves the policy...
+    api.apply(pod("web", "other", lab.addr("server").into()));
+    agent.wait_generation(4);
+    lab.assert_tcp("client", web, TcpOutcome::Connected);
+
+    // ...and comes back under it.
+    api.apply(pod("web", "web", lab.addr("server").into()));
+    agent.wait_generation(5);
+    lab.assert_tcp("client", web, TcpOutcome::TimedOut);
+
+    // Deleting the policy through the API server lifts it.
+    api.delete(&drop_from("drop-clients", "web", &lab.subnet("client")));
+    agent.wait_generation(6);
+    lab.assert_tcp("client", web, TcpOutcome::Connected);
+    assert!(agent.log().contains("kubernetes snapshot"));
+    agent.terminate();
+}
