@@ -200,15 +200,20 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
 
     // Signals and directory changes are set up before anything is
     // installed, so a SIGTERM at any point after install tears down.
+    let metrics = Arc::new(Metrics::new());
     let (events, inbox) = mpsc::channel();
     listen_for_signals(events.clone())?;
     let (policies, _watcher) = match &args.policies {
         Some(dir) => (Policies::Directory(dir.clone()), Some(watch(dir, events)?)),
         None => {
             let connection = crate::kubernetes::Connection::from_args(&args.kube);
-            let source = crate::kubernetes::KubeSource::spawn(connection, move || {
-                let _ = events.send(Event::PolicyChanged);
-            })?;
+            let source = crate::kubernetes::KubeSource::spawn(
+                connection,
+                Arc::clone(&metrics),
+                move || {
+                    let _ = events.send(Event::PolicyChanged);
+                },
+            )?;
             tracing::info!(
                 "kubernetes source started; privileged rules only until the first snapshot"
             );
@@ -217,7 +222,6 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
     };
     let ruleset = policies.load(&node).map_err(AgentError::InvalidPolicies)?;
 
-    let metrics = Arc::new(Metrics::new());
     let audit = match &config.audit_log {
         Some(path) => {
             let sink = crate::audit::writer::spawn(

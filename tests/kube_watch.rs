@@ -6,12 +6,13 @@
 mod fake_api;
 
 use std::net::IpAddr;
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tollgate::compile::{LocalNode, Ruleset};
 use tollgate::kubernetes::{Admitted, Connection, KubeSource, Latest};
+use tollgate::metrics::Metrics;
 
 use fake_api::{collection, FakeApi};
 
@@ -58,6 +59,7 @@ fn local() -> LocalNode {
 
 struct Harness {
     api: FakeApi,
+    metrics: Arc<Metrics>,
     latest: Latest,
     // Dropped before the server so the watchers stop first.
     source: Option<KubeSource>,
@@ -68,11 +70,17 @@ impl Harness {
     fn start(api: FakeApi) -> Harness {
         let config = kube::Config::new(api.url().parse().unwrap());
         let (tx, notified) = mpsc::channel();
-        let source = KubeSource::spawn(Connection::Config(Box::new(config)), move || {
-            let _ = tx.send(());
-        })
+        let metrics = Arc::new(Metrics::new());
+        let source = KubeSource::spawn(
+            Connection::Config(Box::new(config)),
+            Arc::clone(&metrics),
+            move || {
+                let _ = tx.send(());
+            },
+        )
         .expect("kubernetes source starts");
         Harness {
+            metrics,
             api,
             latest: source.latest(),
             source: Some(source),
@@ -107,6 +115,14 @@ impl Drop for Harness {
     fn drop(&mut self) {
         self.source.take();
     }
+}
+
+/// The value of a metric without labels.
+fn metric(metrics: &Metrics, name: &str) -> u64 {
+    let text = metrics.render();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
 }
 
 fn enforced(ruleset: &Ruleset) -> Vec<IpAddr> {
@@ -152,6 +168,7 @@ fn watched_objects_reach_the_ruleset_and_invalid_ones_are_skipped() {
     assert!(problems
         .iter()
         .any(|p| p.contains("ClusterNetworkPolicy in-bad-tier")));
+    assert_eq!(metric(&h.metrics, "tollgate_kubernetes_objects_skipped"), 2);
 
     // A label change moves a Pod into the rule, another out of it.
     h.api.apply(pod("db-1", "web", "10.1.0.3"));
@@ -227,9 +244,14 @@ fn unreachable_server_is_retried_until_it_answers() {
     drop(probe);
     let config = kube::Config::new(format!("http://{address}").parse().unwrap());
     let (tx, notified) = mpsc::channel();
-    let source = KubeSource::spawn(Connection::Config(Box::new(config)), move || {
-        let _ = tx.send(());
-    })
+    let metrics = Arc::new(Metrics::new());
+    let source = KubeSource::spawn(
+        Connection::Config(Box::new(config)),
+        Arc::clone(&metrics),
+        move || {
+            let _ = tx.send(());
+        },
+    )
     .expect("starts without contacting the server");
     assert!(notified.recv_timeout(Duration::from_secs(2)).is_err());
     assert!(source.latest().get().is_none(), "nothing published yet");
@@ -240,5 +262,10 @@ fn unreachable_server_is_retried_until_it_answers() {
         .recv_timeout(Duration::from_secs(30))
         .expect("snapshot after the server came up");
     assert_eq!(source.latest().get().unwrap().snapshot.objects.len(), 1);
+    assert!(
+        metric(&metrics, "tollgate_kubernetes_watch_errors_total") >= 1,
+        "{}",
+        metrics.render()
+    );
     drop(source);
 }

@@ -12,7 +12,8 @@
 //! API server is unreachable. Objects are decoded and validated by the same
 //! code as the file source ([`store`]); invalid ones are logged and
 //! skipped. No snapshot is published before every kind has been listed
-//! once.
+//! once. Skipped objects and failed requests are counted in
+//! [`Metrics`]; no Kubernetes Events are written (the agent only reads).
 //!
 //! It must never block the agent: it publishes the latest admitted
 //! snapshot in a slot and calls a notifier; the agent takes the snapshot
@@ -33,6 +34,7 @@ use kube::runtime::WatchStreamExt;
 use serde_json::Value;
 use tokio::time::Instant;
 
+use crate::metrics::Metrics;
 use crate::model::Kind;
 pub use store::{Admitted, Change, Store, ORIGIN};
 
@@ -241,6 +243,7 @@ impl KubeSource {
     /// not block.
     pub fn spawn(
         connection: Connection,
+        metrics: Arc<Metrics>,
         notify: impl Fn() + Send + 'static,
     ) -> Result<KubeSource, KubeError> {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -257,7 +260,7 @@ impl KubeSource {
         let thread = std::thread::Builder::new()
             .name("kube".into())
             .spawn(move || {
-                runtime.block_on(watch_all(client, published, notify, stopped));
+                runtime.block_on(watch_all(client, published, &metrics, notify, stopped));
             })
             .map_err(KubeError::Thread)?;
         Ok(KubeSource {
@@ -320,6 +323,7 @@ fn typed(object: DynamicObject, api_version: &str, kind: &str) -> Value {
 async fn watch_all(
     client: kube::Client,
     latest: Latest,
+    metrics: &Metrics,
     notify: impl Fn(),
     mut stopped: tokio::sync::oneshot::Receiver<()>,
 ) {
@@ -339,6 +343,7 @@ async fn watch_all(
                 pending = None;
                 let admitted = store.admit();
                 report(&admitted, &mut reported);
+                metrics.kubernetes_snapshot(admitted.skipped.len());
                 tracing::info!(
                     objects = admitted.snapshot.objects.len(),
                     skipped = admitted.skipped.len(),
@@ -359,6 +364,7 @@ async fn watch_all(
                         store.apply(resource.kind, change)
                     }
                     Err(error) => {
+                        metrics.kubernetes_watch_error();
                         // kube's watcher relists after errors (410 Gone
                         // included) and backs off while they repeat.
                         if failing.insert(resource.plural) {

@@ -109,6 +109,8 @@ pub struct Metrics {
     last_reload_ok: Gauge,
     audit_written: Counter,
     audit_skipped: Family<ReasonLabels, Counter>,
+    kubernetes_skipped: Gauge,
+    kubernetes_watch_errors: Counter,
     queues: Arc<QueueCollector>,
 }
 
@@ -144,6 +146,8 @@ impl Metrics {
             last_reload_ok: Gauge::default(),
             audit_written: Counter::default(),
             audit_skipped: Family::default(),
+            kubernetes_skipped: Gauge::default(),
+            kubernetes_watch_errors: Counter::default(),
             queues: Arc::new(QueueCollector::default()),
         };
         let mut r = m.registry;
@@ -226,6 +230,16 @@ impl Metrics {
             "audit_lines_skipped",
             "Audit log lines not written, by reason",
             m.audit_skipped.clone(),
+        );
+        r.register(
+            "kubernetes_objects_skipped",
+            "Objects from the API server left out of the last snapshot because they are invalid",
+            m.kubernetes_skipped.clone(),
+        );
+        r.register(
+            "kubernetes_watch_errors",
+            "Failed list or watch requests to the API server (each is retried)",
+            m.kubernetes_watch_errors.clone(),
         );
         r.register_collector(Box::new(Arc::clone(&m.queues)));
         Metrics { registry: r, ..m }
@@ -387,6 +401,18 @@ impl Metrics {
     /// The start applied its ruleset.
     pub fn started(&self) {
         self.last_reload_ok.set(1);
+    }
+
+    // ------------------------------------------------------------ kubernetes
+
+    /// The Kubernetes source published a snapshot without `skipped` objects.
+    pub fn kubernetes_snapshot(&self, skipped: usize) {
+        self.kubernetes_skipped.set(saturating_i64(skipped as u64));
+    }
+
+    /// A list or watch request to the API server failed.
+    pub fn kubernetes_watch_error(&self) {
+        self.kubernetes_watch_errors.inc();
     }
 
     // ------------------------------------------------------------ audit
