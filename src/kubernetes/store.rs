@@ -177,8 +177,31 @@ fn is_policy(kind: Kind) -> bool {
     )
 }
 
+/// Metadata fields no part of tollgate reads; the model would keep them.
+const UNUSED_METADATA: [&str; 4] = ["managedFields", "ownerReferences", "finalizers", "selfLink"];
+
+/// Drops the metadata tollgate never reads before the object is stored:
+/// `managedFields` alone is often larger than everything else a Pod keeps.
+/// Annotations are only read on Namespaces (audit logging of Kubernetes
+/// NetworkPolicies) and policies, so inventory objects lose them too.
+fn slim(kind: Kind, value: &mut Value) {
+    let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for field in UNUSED_METADATA {
+        meta.remove(field);
+    }
+    if matches!(
+        kind,
+        Kind::Pod | Kind::Node | Kind::Service | Kind::ServiceAccount
+    ) {
+        meta.remove("annotations");
+    }
+}
+
 /// The key of a watched object and its decoded form (or why it is not one).
-fn decode(kind: Kind, value: Value) -> (Key, Result<Object, Problem>) {
+fn decode(kind: Kind, mut value: Value) -> (Key, Result<Object, Problem>) {
+    slim(kind, &mut value);
     let meta = value.get("metadata");
     let field = |name: &str| {
         meta.and_then(|m| m.get(name))
@@ -328,7 +351,12 @@ mod tests {
     #[test]
     fn pods_keep_only_modelled_fields() {
         let mut store = synced_store();
-        store.apply(Kind::Pod, Change::Apply(pod("a", "web")));
+        let mut big = pod("a", "web");
+        big["metadata"]["managedFields"] =
+            json!([{"manager": "kubelet", "fieldsV1": {"f:status": {}}}]);
+        big["metadata"]["annotations"] = json!({"note": "x".repeat(1000)});
+        big["metadata"]["ownerReferences"] = json!([{"kind": "ReplicaSet", "name": "rs"}]);
+        store.apply(Kind::Pod, Change::Apply(big));
         let admitted = store.admit();
         let Object::Pod(p) = &admitted.snapshot.objects[0].object else {
             panic!("not a pod")
@@ -338,6 +366,8 @@ mod tests {
         // Unknown fields (resources, phase, image) are not kept anywhere.
         let debug = format!("{p:?}");
         assert!(!debug.contains("Running") && !debug.contains("limits"));
+        assert!(p.metadata.managed_fields.is_none() && p.metadata.owner_references.is_none());
+        assert!(p.metadata.annotations.is_empty());
     }
 
     #[test]
