@@ -238,3 +238,22 @@ fn status_without_an_agent_and_bad_log_level_exit_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--log-level"));
 }
+
+#[test]
+fn run_needs_exactly_one_policy_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().to_str().unwrap();
+    for args in [
+        vec!["run"],
+        vec!["run", "--policies", policies, "--kubernetes"],
+        vec!["run", "--policies", policies, "--kubeconfig", "/k"],
+    ] {
+        let out = tollgate(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("--policies") || stderr.contains("--kube"),
+            "{stderr}"
+        );
+    }
+}

@@ -55,20 +55,21 @@ pub struct KubeArgs {
     pub kubeconfig: Option<PathBuf>,
 }
 
-/// Why the Kubernetes source could not start.
+/// Why the Kubernetes source could not start. The causes are kept as
+/// sources (not repeated in the message): `{:#}` prints the chain.
 #[derive(Debug, thiserror::Error)]
 pub enum KubeError {
-    #[error("kubeconfig {path}: {source}")]
+    #[error("kubeconfig {}", path.display())]
     Kubeconfig {
         path: PathBuf,
         source: kube::config::KubeconfigError,
     },
-    #[error("in-cluster configuration: {0}")]
+    #[error("in-cluster configuration (not in a Pod? use --kubeconfig)")]
     InCluster(#[from] kube::config::InClusterError),
-    #[error("kubernetes client: {0}")]
+    #[error("kubernetes client")]
     Client(#[from] kube::Error),
-    #[error("starting the kubernetes thread: {0}")]
-    Thread(std::io::Error),
+    #[error("starting the kubernetes thread")]
+    Thread(#[source] std::io::Error),
 }
 
 /// Where the API server is and how to authenticate.
