@@ -333,7 +333,7 @@ async fn watch_all(
     let mut reported: HashSet<String> = HashSet::new();
     // When the pending changes are published: (quiet deadline, hard deadline).
     let mut pending: Option<(Instant, Instant)> = None;
-    let mut failing: HashSet<&'static str> = HashSet::new();
+    let mut failing: HashSet<Kind> = HashSet::new();
     tracing::info!(kinds = RESOURCES.len(), "kubernetes watch starting");
     loop {
         let publish_at = pending.map(|(quiet, hard)| quiet.min(hard));
@@ -357,7 +357,7 @@ async fn watch_all(
                 let Some((resource, change)) = event else { return };
                 let changed = match change {
                     Ok(change) => {
-                        if failing.remove(resource.plural) {
+                        if failing.remove(&resource.kind) {
                             tracing::info!(kind = %resource.kind, "kubernetes watch recovered");
                         }
                         // The first snapshot goes out once every kind is
@@ -368,7 +368,7 @@ async fn watch_all(
                         metrics.kubernetes_watch_error();
                         // kube's watcher relists after errors (410 Gone
                         // included) and backs off while they repeat.
-                        if failing.insert(resource.plural) {
+                        if failing.insert(resource.kind) {
                             tracing::warn!(kind = %resource.kind, %error, "kubernetes watch failed, retrying");
                         } else {
                             tracing::debug!(kind = %resource.kind, %error, "kubernetes watch failed again");
