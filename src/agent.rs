@@ -19,9 +19,11 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 use crate::compile::{LocalNode, Ruleset};
 use crate::config::{
-    parse_labels, Config, ConfigError, FailMode, MachineDefaults, MaskValue, Privileged, Settings,
+    parse_labels, Config, ConfigError, FailMode, L7DenyResponse, MachineDefaults, MaskValue,
+    Privileged, Settings,
 };
 use crate::datapath::{self, DatapathError, Kernel};
+use crate::l7::{L7Stats, L7Worker, L7WorkerConfig};
 use crate::queue::{parse_kernel_counters, Worker, WorkerConfig, PROC_QUEUES};
 use crate::validate::Problem;
 
@@ -68,6 +70,13 @@ pub struct RunArgs {
     /// Always-allowed traffic, ahead of every policy.
     #[arg(long, value_name = "CIDR[,proto[/port]]", value_parser = parse_privileged)]
     pub privileged: Vec<Privileged>,
+    /// Answer to a denied HTTP request: 403 (default) or reset.
+    #[arg(long, value_name = "403|reset", value_parser = parse_l7_deny_response)]
+    pub l7_deny_response: Option<L7DenyResponse>,
+}
+
+fn parse_l7_deny_response(s: &str) -> Result<L7DenyResponse, ConfigError> {
+    s.parse()
 }
 
 /// A repeatable flag given at least once.
@@ -96,6 +105,7 @@ impl RunArgs {
             mark_mask: self.mark_mask.clone().map(MaskValue::Text),
             fail_mode: self.fail_mode,
             privileged: non_empty(&self.privileged),
+            l7_deny_response: self.l7_deny_response,
             ..Settings::default()
         }
     }
@@ -176,6 +186,14 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
             )
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let l7_worker = L7Worker::spawn(
+        L7WorkerConfig {
+            marks: config.marks,
+            fail_mode: config.fail_mode,
+            l7: config.l7,
+        },
+        Arc::clone(&policy),
+    )?;
 
     let mut agent = Agent {
         config,
@@ -194,6 +212,7 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
 
     agent.kernel.teardown()?;
     log_queue_stats(&workers);
+    log_l7_stats(l7_worker.queue, &l7_worker.stats);
     tracing::info!("shutdown complete");
     Ok(())
 }
@@ -411,6 +430,7 @@ fn log_queue_stats(workers: &[Worker]) {
         tracing::info!(
             queue = worker.queue,
             allowed = s.allowed.load(Ordering::Relaxed),
+            inspected = s.inspected.load(Ordering::Relaxed),
             dropped = s.dropped.load(Ordering::Relaxed),
             rejected = s.rejected.load(Ordering::Relaxed),
             malformed = s.malformed.load(Ordering::Relaxed),
@@ -421,6 +441,22 @@ fn log_queue_stats(workers: &[Worker]) {
             "queue stats"
         );
     }
+}
+
+fn log_l7_stats(queue: u16, s: &L7Stats) {
+    tracing::info!(
+        queue,
+        segments = s.segments.load(Ordering::Relaxed),
+        requests_allowed = s.requests_allowed.load(Ordering::Relaxed),
+        requests_denied = s.requests_denied.load(Ordering::Relaxed),
+        resets = s.resets.load(Ordering::Relaxed),
+        held = s.held.load(Ordering::Relaxed),
+        malformed = s.malformed.load(Ordering::Relaxed),
+        inject_errors = s.inject_errors.load(Ordering::Relaxed),
+        overflows = s.overflows.load(Ordering::Relaxed),
+        verdict_errors = s.verdict_errors.load(Ordering::Relaxed),
+        "L7 queue stats"
+    );
 }
 
 #[cfg(test)]
@@ -458,6 +494,8 @@ mod tests {
             "10.0.0.0/24,tcp/22",
             "--privileged",
             "fd00::/64",
+            "--l7-deny-response",
+            "reset",
         ])
         .unwrap();
         let settings = cli.run.settings();
@@ -466,6 +504,7 @@ mod tests {
         assert_eq!(settings.interfaces.unwrap(), ["veth*", "eth0"]);
         assert_eq!(settings.fail_mode, Some(FailMode::Open));
         assert_eq!(settings.privileged.unwrap().len(), 2);
+        assert_eq!(settings.l7_deny_response, Some(L7DenyResponse::Reset));
         assert_eq!(settings.mark_mask, Some(MaskValue::Text("0x30000".into())));
         assert!(settings.node_name.is_none() && settings.queue_base.is_none());
         assert!(Cli::try_parse_from(["tollgate", "--policies", "/p", "--fail-mode", "x"]).is_err());

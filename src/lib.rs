@@ -29,6 +29,7 @@ pub mod dns;
 pub mod flow;
 pub mod fqdn;
 pub mod http;
+pub mod l7;
 pub mod model;
 pub mod queue;
 pub mod source;

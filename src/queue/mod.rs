@@ -9,7 +9,7 @@ pub mod step;
 pub mod worker;
 
 pub use packet::{parse_flow, PacketError};
-pub use step::{step, Action, Outcome, Policy, Step};
+pub use step::{step, Action, Admit, Outcome, Policy, Step};
 pub use worker::{
     parse_kernel_counters, KernelCounters, QueueError, QueueStats, Worker, WorkerConfig,
     PROC_QUEUES,

@@ -12,19 +12,34 @@ use super::packet::{parse_flow, PacketError};
 /// connection. Implemented by the compiled ruleset.
 pub trait Policy {
     fn verdict(&self, flow: &Flow) -> Verdict;
+
+    /// The verdict, or that the connection is allowed subject to L7 rules.
+    fn admit(&self, flow: &Flow) -> Admit {
+        Admit::Verdict(self.verdict(flow))
+    }
+}
+
+/// How a new connection is let in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admit {
+    Verdict(Verdict),
+    /// Allowed subject to L7 rules: every request is inspected.
+    InspectL7,
 }
 
 impl Policy for Ruleset {
     /// FQDN peers match nothing until the DNS snooper feeds a lookup.
-    /// A connection that only an L7 rule allows is dropped: its requests
-    /// cannot be inspected on the wire yet, and an L7 rule must never let
-    /// a connection through uninspected (its implicit deny applies).
     fn verdict(&self, flow: &Flow) -> Verdict {
+        self.classify(flow, &NoFqdn).verdict
+    }
+
+    fn admit(&self, flow: &Flow) -> Admit {
         let decision = self.classify(flow, &NoFqdn);
         if decision.verdict == Verdict::Allow && !decision.l7.is_empty() {
-            return Verdict::Drop;
+            Admit::InspectL7
+        } else {
+            Admit::Verdict(decision.verdict)
         }
-        decision.verdict
     }
 }
 
@@ -44,6 +59,8 @@ pub enum Action {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
     Decided(Verdict),
+    /// Accepted and marked *L7 under inspection*.
+    Inspected,
     Malformed(PacketError),
 }
 
@@ -55,6 +72,10 @@ pub struct Step {
 
 /// Decides one queued packet. Unparseable packets follow the fail mode:
 /// accepted (without recording a decision) when open, dropped when closed.
+/// A connection under L7 rules is accepted with the L7 mark only when it is
+/// TCP and its SYN carries no data (TCP Fast Open data would reach the
+/// server uninspected; the client retries the SYN without it); otherwise
+/// the rule's implicit deny applies.
 pub fn step<P: Policy + ?Sized>(
     packet: &[u8],
     mark: u32,
@@ -64,7 +85,21 @@ pub fn step<P: Policy + ?Sized>(
 ) -> Step {
     match parse_flow(packet) {
         Ok(flow) => {
-            let verdict = policy.verdict(&flow);
+            let verdict = match policy.admit(&flow) {
+                Admit::Verdict(verdict) => verdict,
+                Admit::InspectL7 => {
+                    let tcp = matches!(flow.transport, crate::flow::Transport::Tcp { .. });
+                    if tcp && crate::l7::tcp_payload_len(packet) == Some(0) {
+                        return Step {
+                            action: Action::Repeat {
+                                mark: marks.apply(mark, marks.l7),
+                            },
+                            outcome: Outcome::Inspected,
+                        };
+                    }
+                    Verdict::Drop
+                }
+            };
             let action = match verdict {
                 Verdict::Allow => Action::Repeat {
                     mark: marks.apply(mark, marks.allow),
@@ -170,7 +205,7 @@ spec:
     }
 
     #[test]
-    fn l7_rules_never_let_a_connection_through_uninspected() {
+    fn l7_connections_are_marked_for_inspection_unless_the_syn_carries_data() {
         let yaml = "apiVersion: crd.antrea.io/v1beta1
 kind: ClusterNetworkPolicy
 metadata: {name: l7}
@@ -192,9 +227,23 @@ spec:
         };
         let ruleset = Ruleset::compile(&crate::model::Snapshot { objects }, &node);
         let marks = MarkLayout::default();
-        let decide = |port| step(&syn(port), 0, &ruleset, &marks, FailMode::Closed).action;
-        assert_eq!(decide(80), Action::Drop);
-        assert_eq!(decide(22), Action::Repeat { mark: marks.allow });
+        let decide = |port| step(&syn(port), 0, &ruleset, &marks, FailMode::Closed);
+        assert_eq!(
+            decide(80),
+            Step {
+                action: Action::Repeat { mark: marks.l7 },
+                outcome: Outcome::Inspected
+            }
+        );
+        assert_eq!(decide(22).action, Action::Repeat { mark: marks.allow });
+        let mut fast_open = Vec::new();
+        PacketBuilder::ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+            .tcp(40000, 80, 1, 1024)
+            .syn()
+            .write(&mut fast_open, b"GET /admin HTTP/1.1\r\n\r\n")
+            .unwrap();
+        let tfo = step(&fast_open, 0, &ruleset, &marks, FailMode::Closed);
+        assert_eq!(tfo.action, Action::Drop);
     }
 
     #[test]

@@ -46,6 +46,8 @@ pub struct WorkerConfig {
 #[derive(Debug, Default)]
 pub struct QueueStats {
     pub allowed: AtomicU64,
+    /// Accepted for L7 inspection.
+    pub inspected: AtomicU64,
     pub dropped: AtomicU64,
     pub rejected: AtomicU64,
     pub malformed: AtomicU64,
@@ -58,6 +60,7 @@ impl QueueStats {
     fn record(&self, outcome: Outcome) {
         let counter = match outcome {
             Outcome::Decided(Verdict::Allow) => &self.allowed,
+            Outcome::Inspected => &self.inspected,
             Outcome::Decided(Verdict::Drop) => &self.dropped,
             Outcome::Decided(Verdict::Reject) => &self.rejected,
             Outcome::Malformed(_) => &self.malformed,

@@ -1,0 +1,608 @@
+use std::net::SocketAddr;
+use std::num::NonZeroUsize;
+use std::time::{Duration, Instant};
+
+use etherparse::{PacketBuilder, SlicedPacket, TransportSlice};
+
+use super::*;
+use crate::compile::{LocalNode, Ruleset};
+use crate::config::L7DenyResponse;
+use crate::flow::Flow;
+
+const POLICY: &str = "apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: api-only}
+spec:
+  priority: 5
+  appliedTo: [{nodeSelector: {}}]
+  ingress:
+  - name: allow-api
+    action: Allow
+    ports: [{protocol: TCP, port: 80}]
+    l7Protocols:
+    - http: {method: GET, path: /api/v2/*}
+    - http: {host: '*.bar.com'}
+  - name: plain
+    action: Allow
+    ports: [{protocol: TCP, port: 81}]
+  - name: closed
+    action: Drop
+    ports: [{protocol: TCP, port: 82}]
+";
+
+fn ruleset() -> Ruleset {
+    let (objects, problems) =
+        crate::source::parse_documents(std::path::Path::new("p.yaml"), POLICY);
+    assert!(problems.is_empty(), "{problems:?}");
+    let node = LocalNode {
+        name: "n".into(),
+        labels: Default::default(),
+        addresses: vec!["10.0.0.2".parse().unwrap(), "fd00::2".parse().unwrap()],
+    };
+    Ruleset::compile(&crate::model::Snapshot { objects }, &node)
+}
+
+fn inspector(max_flows: usize, response: L7DenyResponse) -> Inspector {
+    Inspector::new(
+        NonZeroUsize::new(max_flows).unwrap(),
+        Duration::from_secs(60),
+        crate::http::DEFAULT_MAX_HEAD,
+        response,
+    )
+}
+
+fn key(client_port: u16, server_port: u16) -> FlowKey {
+    FlowKey {
+        client: SocketAddr::new("10.0.0.1".parse().unwrap(), client_port),
+        server: SocketAddr::new("10.0.0.2".parse().unwrap(), server_port),
+    }
+}
+
+fn segment(key: FlowKey, seq: u32, payload: &[u8]) -> Segment<'_> {
+    Segment {
+        key,
+        seq,
+        ack: 7000,
+        window: 500,
+        payload,
+    }
+}
+
+/// Feeds a stream in order from `seq`, in pieces of `piece` bytes; returns
+/// the actions and the sequence number after the last byte.
+fn feed(
+    inspector: &mut Inspector,
+    policy: &Ruleset,
+    (key, seq): (FlowKey, u32),
+    mark: StreamMark,
+    bytes: &[u8],
+    piece: usize,
+    now: Instant,
+) -> (Vec<L7Action>, u32) {
+    let mut seq = seq;
+    let mut mark = mark;
+    let mut actions = Vec::new();
+    for chunk in bytes.chunks(piece) {
+        let inspection = inspector.inspect(&segment(key, seq, chunk), mark, policy, now);
+        if inspection.action == L7Action::Start {
+            mark = StreamMark::Tracked;
+        }
+        actions.push(inspection.action);
+        seq = seq.wrapping_add(chunk.len() as u32);
+    }
+    (actions, seq)
+}
+
+fn denied_request(action: &L7Action) -> Option<(&str, &str, L7DenyResponse)> {
+    match action {
+        L7Action::Deny(Denial {
+            reason: DenyReason::Request { request, rule },
+            response,
+        }) => Some((request.method.as_str(), rule.name.as_deref()?, *response)),
+        _ => None,
+    }
+}
+
+#[test]
+fn keep_alive_allowed_then_denied_request() {
+    let policy = ruleset();
+    let mut inspector = inspector(16, L7DenyResponse::Forbidden);
+    let now = Instant::now();
+    let k = key(40000, 80);
+    let first = inspector.inspect(
+        &segment(k, 1, b"GET /api/v2/x HTTP/1.1\r\nHost: a\r\n\r\n"),
+        StreamMark::New,
+        &policy,
+        now,
+    );
+    assert_eq!(first.action, L7Action::Start);
+    assert_eq!(first.requests.len(), 1);
+    assert!(first.requests[0].allowed);
+    let second = b"POST /api/v2/x HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n";
+    let denied = inspector.inspect(&segment(k, 36, second), StreamMark::Tracked, &policy, now);
+    assert_eq!(
+        denied_request(&denied.action),
+        Some(("POST", "allow-api", L7DenyResponse::Forbidden))
+    );
+    assert!(!denied.requests[0].allowed);
+    assert!(
+        inspector.is_empty(),
+        "state of a denied connection is dropped"
+    );
+}
+
+#[test]
+fn host_glob_and_alternatives() {
+    let policy = ruleset();
+    let now = Instant::now();
+    let mut inspector = inspector(16, L7DenyResponse::Forbidden);
+    let start = |inspector: &mut Inspector, port, head: &str| {
+        inspector
+            .inspect(
+                &segment(key(port, 80), 1, head.as_bytes()),
+                StreamMark::New,
+                &policy,
+                now,
+            )
+            .action
+    };
+    assert_eq!(
+        start(
+            &mut inspector,
+            1,
+            "DELETE /x HTTP/1.1\r\nHost: Foo.Bar.com:8080\r\n\r\n"
+        ),
+        L7Action::Start
+    );
+    let other = start(
+        &mut inspector,
+        2,
+        "DELETE /x HTTP/1.1\r\nHost: foo.baz.com\r\n\r\n",
+    );
+    assert!(denied_request(&other).is_some(), "{other:?}");
+    let admin = start(&mut inspector, 3, "GET /admin HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(denied_request(&admin).is_some(), "{admin:?}");
+    // Normalisation: a dot segment cannot walk out of the allowed prefix.
+    let escape = start(
+        &mut inspector,
+        4,
+        "GET /api/v2/../../admin HTTP/1.1\r\n\r\n",
+    );
+    assert!(denied_request(&escape).is_some(), "{escape:?}");
+}
+
+#[test]
+fn head_split_across_segments_is_matched_once_complete() {
+    let policy = ruleset();
+    let now = Instant::now();
+    let mut inspector = inspector(16, L7DenyResponse::Forbidden);
+    let head = b"GET /admin HTTP/1.1\r\nHost: a\r\nUser-Agent: split\r\n\r\n";
+    let (actions, _) = feed(
+        &mut inspector,
+        &policy,
+        (key(5, 80), 100),
+        StreamMark::New,
+        head,
+        3,
+        now,
+    );
+    assert_eq!(actions[0], L7Action::Start);
+    assert!(actions[1..actions.len() - 1]
+        .iter()
+        .all(|a| *a == L7Action::Pass));
+    assert!(denied_request(actions.last().unwrap()).is_some());
+}
+
+#[test]
+fn large_bodies_pass_without_buffering_and_the_next_request_is_checked() {
+    let policy = ruleset();
+    let now = Instant::now();
+    let mut inspector = inspector(16, L7DenyResponse::Forbidden);
+    let mut stream =
+        b"GET /api/v2/upload HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\n".to_vec();
+    // Body bytes that look like a denied request head are body, not a request.
+    stream.extend(b"GET /admin HTTP/1.1\r\n\r\n".iter().cycle().take(100_000));
+    stream.extend(b"GET /api/v2/next HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n");
+    stream.extend(b"5\r\nhello\r\n0\r\n\r\n");
+    stream.extend(b"GET /nope HTTP/1.1\r\n\r\n");
+    let (actions, _) = feed(
+        &mut inspector,
+        &policy,
+        (key(6, 80), 9),
+        StreamMark::New,
+        &stream,
+        1400,
+        now,
+    );
+    let last = actions.len() - 1;
+    assert!(actions[1..last].iter().all(|a| *a == L7Action::Pass));
+    assert!(
+        denied_request(&actions[last]).is_some(),
+        "{:?}",
+        actions[last]
+    );
+}
+
+#[test]
+fn retransmissions_overlaps_and_gaps() {
+    let policy = ruleset();
+    let now = Instant::now();
+    let mut inspector = inspector(16, L7DenyResponse::Forbidden);
+    let k = key(7, 80);
+    let seq = u32::MAX - 10; // the stream wraps around the sequence space
+    let head = b"GET /api/v2/a HTTP/1.1\r\nHost: a\r\n\r\n";
+    let start = inspector.inspect(&segment(k, seq, &head[..20]), StreamMark::New, &policy, now);
+    assert_eq!(start.action, L7Action::Start);
+    // A retransmission of inspected bytes passes and is not fed again.
+    let again = inspector.inspect(
+        &segment(k, seq, &head[..20]),
+        StreamMark::Tracked,
+        &policy,
+        now,
+    );
+    assert_eq!(again.action, L7Action::Pass);
+    // Bytes after a gap are held; nothing is fed.
+    let gap = inspector.inspect(
+        &segment(k, seq.wrapping_add(25), &head[25..]),
+        StreamMark::Tracked,
+        &policy,
+        now,
+    );
+    assert_eq!(gap.action, L7Action::Hold);
+    // An overlapping segment feeds only its new bytes: the head completes once.
+    let overlap = inspector.inspect(
+        &segment(k, seq.wrapping_add(10), &head[10..]),
+        StreamMark::Tracked,
+        &policy,
+        now,
+    );
+    assert_eq!(overlap.action, L7Action::Pass);
+    assert_eq!(overlap.requests.len(), 1);
+    assert!(overlap.requests[0].allowed);
+    let next = seq.wrapping_add(head.len() as u32);
+    let denied = inspector.inspect(
+        &segment(k, next, b"GET /x HTTP/1.1\r\n\r\n"),
+        StreamMark::Tracked,
+        &policy,
+        now,
+    );
+    assert!(denied_request(&denied.action).is_some());
+}
+
+#[test]
+fn non_http_oversized_and_malformed_heads_are_reset() {
+    let policy = ruleset();
+    let now = Instant::now();
+    let mut inspector = inspector(16, L7DenyResponse::Forbidden);
+    let reason = |action: L7Action| match action {
+        L7Action::Deny(Denial {
+            reason,
+            response: L7DenyResponse::Reset,
+        }) => reason,
+        other => panic!("{other:?}"),
+    };
+    let ssh = inspector.inspect(
+        &segment(key(8, 80), 1, b"SSH-2.0-OpenSSH_9.6\r\n"),
+        StreamMark::New,
+        &policy,
+        now,
+    );
+    assert_eq!(reason(ssh.action), DenyReason::NotHttp);
+    let binary = inspector.inspect(
+        &segment(key(9, 80), 1, &[0x16, 3, 1, 0, 0xc8, 1]),
+        StreamMark::New,
+        &policy,
+        now,
+    );
+    assert_eq!(reason(binary.action), DenyReason::NotHttp);
+    let mut big = b"GET /api/v2/x HTTP/1.1\r\nX-Big: ".to_vec();
+    big.extend(std::iter::repeat_n(b'a', 20 * 1024));
+    big.extend(b"\r\n\r\n");
+    let (actions, _) = feed(
+        &mut inspector,
+        &policy,
+        (key(10, 80), 1),
+        StreamMark::New,
+        &big,
+        1400,
+        now,
+    );
+    let first_denial = actions.iter().find(|a| matches!(a, L7Action::Deny(_)));
+    assert_eq!(reason(first_denial.unwrap().clone()), DenyReason::Oversized);
+    let smuggle =
+        b"POST /api/v2/x HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let ambiguous = inspector.inspect(
+        &segment(key(11, 80), 1, smuggle),
+        StreamMark::New,
+        &policy,
+        now,
+    );
+    assert!(matches!(reason(ambiguous.action), DenyReason::Malformed(_)));
+}
+
+#[test]
+fn reset_response_is_configurable() {
+    let policy = ruleset();
+    let mut inspector = inspector(16, L7DenyResponse::Reset);
+    let denied = inspector.inspect(
+        &segment(key(12, 80), 1, b"GET /admin HTTP/1.1\r\n\r\n"),
+        StreamMark::New,
+        &policy,
+        Instant::now(),
+    );
+    assert_eq!(
+        denied_request(&denied.action),
+        Some(("GET", "allow-api", L7DenyResponse::Reset))
+    );
+}
+
+#[test]
+fn lost_state_idle_flows_and_eviction_reset_the_connection() {
+    let policy = ruleset();
+    let now = Instant::now();
+    let mut inspector = inspector(2, L7DenyResponse::Forbidden);
+    let get = b"GET /api/v2/x HTTP/1.1\r\n\r\n";
+    let lost = |action: L7Action| {
+        matches!(
+            action,
+            L7Action::Deny(Denial {
+                reason: DenyReason::StateLost,
+                response: L7DenyResponse::Reset
+            })
+        )
+    };
+    // Agent restart: a tracked connection the inspector never saw.
+    let unknown = inspector.inspect(
+        &segment(key(13, 80), 1, get),
+        StreamMark::Tracked,
+        &policy,
+        now,
+    );
+    assert!(lost(unknown.action));
+    // Idle past the timeout.
+    let k = key(14, 80);
+    let len = get.len() as u32;
+    assert_eq!(
+        inspector
+            .inspect(&segment(k, 1, get), StreamMark::New, &policy, now)
+            .action,
+        L7Action::Start
+    );
+    let later = now + Duration::from_secs(61);
+    assert!(lost(
+        inspector
+            .inspect(
+                &segment(k, 1 + len, get),
+                StreamMark::Tracked,
+                &policy,
+                later
+            )
+            .action
+    ));
+    // Capacity: the least recently used connection is forgotten.
+    for port in [15, 16, 17] {
+        let action = inspector
+            .inspect(
+                &segment(key(port, 80), 1, get),
+                StreamMark::New,
+                &policy,
+                now,
+            )
+            .action;
+        assert_eq!(action, L7Action::Start);
+    }
+    assert_eq!(inspector.len(), 2);
+    assert!(lost(
+        inspector
+            .inspect(
+                &segment(key(15, 80), 1 + len, get),
+                StreamMark::Tracked,
+                &policy,
+                now
+            )
+            .action
+    ));
+    let kept = inspector.inspect(
+        &segment(key(17, 80), 1 + len, get),
+        StreamMark::Tracked,
+        &policy,
+        now,
+    );
+    assert_eq!(kept.action, L7Action::Pass);
+    // A new connection reusing the addresses and ports starts afresh.
+    let reused = inspector.inspect(
+        &segment(key(17, 80), 5000, get),
+        StreamMark::New,
+        &policy,
+        now,
+    );
+    assert_eq!(reused.action, L7Action::Start);
+}
+
+#[test]
+fn policy_changes_since_the_syn() {
+    let policy = ruleset();
+    let now = Instant::now();
+    let mut inspector = inspector(16, L7DenyResponse::Forbidden);
+    // No L7 rule decides port 81 any more: everything passes, even non-HTTP.
+    let plain = inspector.inspect(
+        &segment(key(18, 81), 1, b"\x00\x01binary"),
+        StreamMark::New,
+        &policy,
+        now,
+    );
+    assert_eq!(plain.action, L7Action::Start);
+    let more = inspector.inspect(
+        &segment(key(18, 81), 9, b"GET /admin HTTP/1.1\r\n\r\n"),
+        StreamMark::Tracked,
+        &policy,
+        now,
+    );
+    assert_eq!(more.action, L7Action::Pass);
+    // Now dropped: reset.
+    let closed = inspector.inspect(
+        &segment(key(19, 82), 1, b"GET / HTTP/1.1\r\n\r\n"),
+        StreamMark::New,
+        &policy,
+        now,
+    );
+    assert!(matches!(
+        closed.action,
+        L7Action::Deny(Denial {
+            reason: DenyReason::Policy,
+            ..
+        })
+    ));
+    assert!(matches!(
+        policy.admission(&Flow { ..key(20, 80).flow() }),
+        Admission::Inspect(ref rules) if rules.len() == 1
+    ));
+}
+
+#[test]
+fn segments_without_payload_pass() {
+    let policy = ruleset();
+    let mut inspector = inspector(16, L7DenyResponse::Forbidden);
+    let ack = inspector.inspect(
+        &segment(key(21, 80), 1, b""),
+        StreamMark::Tracked,
+        &policy,
+        Instant::now(),
+    );
+    assert_eq!(ack.action, L7Action::Pass);
+}
+
+fn tcp_of(
+    packet: &[u8],
+) -> (
+    std::net::IpAddr,
+    std::net::IpAddr,
+    etherparse::TcpHeader,
+    Vec<u8>,
+) {
+    let sliced = SlicedPacket::from_ip(packet).unwrap();
+    let (src, dst) = match sliced.net.unwrap() {
+        etherparse::NetSlice::Ipv4(v4) => (
+            v4.header().source_addr().into(),
+            v4.header().destination_addr().into(),
+        ),
+        etherparse::NetSlice::Ipv6(v6) => (
+            v6.header().source_addr().into(),
+            v6.header().destination_addr().into(),
+        ),
+        etherparse::NetSlice::Arp(_) => panic!("arp"),
+    };
+    match sliced.transport.unwrap() {
+        TransportSlice::Tcp(tcp) => (src, dst, tcp.to_header(), tcp.payload().to_vec()),
+        _ => panic!("not tcp"),
+    }
+}
+
+#[test]
+fn forbidden_and_reset_packets_carry_the_right_numbers() {
+    let policy = ruleset();
+    let mut inspector = inspector(16, L7DenyResponse::Forbidden);
+    for (client, server) in [
+        ("10.0.0.1:40000", "10.0.0.2:80"),
+        ("[fd00::1]:40000", "[fd00::2]:80"),
+    ] {
+        let k = FlowKey {
+            client: client.parse().unwrap(),
+            server: server.parse().unwrap(),
+        };
+        let payload = b"GET /admin HTTP/1.1\r\nHost: a\r\n\r\n";
+        let seg = Segment {
+            key: k,
+            seq: 1000,
+            ack: 5000,
+            window: 100,
+            payload,
+        };
+        let L7Action::Deny(denial) = inspector
+            .inspect(&seg, StreamMark::New, &policy, Instant::now())
+            .action
+        else {
+            panic!("not denied");
+        };
+        let packets = deny_packets(&seg, &denial);
+        assert_eq!(packets.len(), 2);
+        let (src, dst, to_client, body) = tcp_of(&packets[0].packet);
+        assert_eq!(
+            (src, dst, packets[0].destination),
+            (k.server.ip(), k.client.ip(), k.client.ip())
+        );
+        assert_eq!(
+            (to_client.source_port, to_client.destination_port),
+            (80, 40000)
+        );
+        assert_eq!(
+            (to_client.sequence_number, to_client.acknowledgment_number),
+            (5000, 1000 + payload.len() as u32)
+        );
+        assert!(to_client.fin && to_client.psh && to_client.ack && !to_client.rst);
+        let text = String::from_utf8(body).unwrap();
+        assert!(text.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{text}");
+        assert!(text.contains("Connection: close\r\n"), "{text}");
+        assert!(
+            text.ends_with(
+                "Access denied: GET request not allowed by AntreaClusterNetworkPolicy:api-only rule allow-api\n"
+            ),
+            "{text}"
+        );
+        let (src, dst, to_server, body) = tcp_of(&packets[1].packet);
+        assert_eq!((src, dst), (k.client.ip(), k.server.ip()));
+        assert!(to_server.rst && body.is_empty());
+        assert_eq!(to_server.sequence_number, 1000);
+
+        let reset = Denial {
+            reason: DenyReason::NotHttp,
+            response: L7DenyResponse::Reset,
+        };
+        let packets = deny_packets(&seg, &reset);
+        let (_, _, to_client, body) = tcp_of(&packets[0].packet);
+        assert!(to_client.rst && body.is_empty());
+        assert_eq!(to_client.sequence_number, 5000);
+    }
+}
+
+#[test]
+fn segments_and_payload_lengths_from_packets() {
+    let mut packet = Vec::new();
+    PacketBuilder::ipv6(
+        [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+        [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],
+        64,
+    )
+    .tcp(40000, 80, 77, 1000)
+    .ack(9)
+    .write(&mut packet, b"GET / HTTP/1.1\r\n\r\n")
+    .unwrap();
+    let seg = parse_segment(&packet).unwrap();
+    assert_eq!((seg.seq, seg.ack, seg.payload.len()), (77, 9, 18));
+    assert_eq!(seg.key.server.port(), 80);
+    assert_eq!(tcp_payload_len(&packet), Some(18));
+    assert_eq!(tcp_payload_len(&packet[..60]), Some(18), "headers suffice");
+    assert!(parse_segment(&packet[..50]).is_err());
+    let mut udp = Vec::new();
+    PacketBuilder::ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+        .udp(1, 2)
+        .write(&mut udp, b"x")
+        .unwrap();
+    assert_eq!(parse_segment(&udp), Err(SegmentError::NotTcp));
+    assert_eq!(tcp_payload_len(&udp), None);
+}
+
+proptest::proptest! {
+    #[test]
+    fn arbitrary_packets_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
+        let _ = parse_segment(&bytes);
+        let _ = tcp_payload_len(&bytes);
+    }
+
+    #[test]
+    fn arbitrary_streams_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 1..600), piece in 1usize..64) {
+        let policy = ruleset();
+        let mut inspector = inspector(4, L7DenyResponse::Forbidden);
+        let _ = feed(&mut inspector, &policy, (key(30, 80), 3), StreamMark::New, &bytes, piece, Instant::now());
+    }
+}

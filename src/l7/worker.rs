@@ -1,0 +1,283 @@
+//! The L7 queue's socket loop: one OS thread bound to the dedicated L7
+//! NFQUEUE, holding the [`Inspector`] (so flow state needs no lock), and
+//! two raw sockets (IPv4, IPv6; `IPPROTO_RAW`, header included) that send
+//! the packets closing a denied connection. Injection happens before the
+//! verdict, while the connection's mark still lets them pass. Counts;
+//! never logs per packet.
+
+use std::net::IpAddr;
+use std::num::NonZeroUsize;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use arc_swap::ArcSwap;
+
+use crate::config::{FailMode, L7Config, MarkLayout};
+use crate::http::DEFAULT_MAX_HEAD;
+use crate::queue::QueueError;
+
+use super::inspect::{Inspector, L7Action, L7Policy, RequestRecord, StreamMark};
+use super::response::{deny_packets, Injection};
+use super::segment::{parse_segment, FlowKey};
+
+/// Whole packets: a request head must be read from the segment itself.
+const COPY_RANGE: u16 = 0xffff;
+/// Packets the kernel holds for the L7 queue.
+const QUEUE_MAX_LEN: u32 = 4096;
+/// Consecutive receive errors after which the worker gives up.
+const MAX_CONSECUTIVE_ERRORS: u32 = 1000;
+
+/// How the L7 worker runs.
+#[derive(Clone, Copy, Debug)]
+pub struct L7WorkerConfig {
+    pub marks: MarkLayout,
+    pub fail_mode: FailMode,
+    pub l7: L7Config,
+}
+
+/// Counters of the L7 queue, shared with the agent.
+#[derive(Debug, Default)]
+pub struct L7Stats {
+    pub segments: AtomicU64,
+    pub requests_allowed: AtomicU64,
+    pub requests_denied: AtomicU64,
+    /// Connections closed without a 403 (not HTTP, malformed, state lost).
+    pub resets: AtomicU64,
+    /// Segments held after a gap in the stream.
+    pub held: AtomicU64,
+    /// Packets that were not readable TCP segments (dropped).
+    pub malformed: AtomicU64,
+    pub inject_errors: AtomicU64,
+    pub overflows: AtomicU64,
+    pub verdict_errors: AtomicU64,
+    /// Connections tracked at the last segment.
+    pub flows: AtomicU64,
+}
+
+/// The running L7 worker (detached, like the other queue workers).
+pub struct L7Worker {
+    pub queue: u16,
+    pub stats: Arc<L7Stats>,
+}
+
+/// Raw sockets for injected packets.
+struct Injector {
+    v4: OwnedFd,
+    v6: OwnedFd,
+}
+
+impl Injector {
+    fn open() -> std::io::Result<Injector> {
+        let open = |family| {
+            // SAFETY: plain socket(2) call; the result is checked.
+            let fd = unsafe { libc::socket(family, libc::SOCK_RAW, libc::IPPROTO_RAW) };
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // SAFETY: `fd` is a fresh descriptor we own.
+            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        };
+        Ok(Injector {
+            v4: open(libc::AF_INET)?,
+            v6: open(libc::AF_INET6)?,
+        })
+    }
+
+    fn send(&self, injection: &Injection) -> std::io::Result<()> {
+        let packet = &injection.packet;
+        // SAFETY: the sockaddr structs are fully initialised (zeroed, then
+        // family and address set) and live across the call; the buffer is
+        // valid for its length.
+        let sent = unsafe {
+            match injection.destination {
+                IpAddr::V4(addr) => {
+                    let mut sa: libc::sockaddr_in = std::mem::zeroed();
+                    sa.sin_family = libc::AF_INET as libc::sa_family_t;
+                    sa.sin_addr.s_addr = u32::from_ne_bytes(addr.octets());
+                    libc::sendto(
+                        self.v4.as_raw_fd(),
+                        packet.as_ptr().cast(),
+                        packet.len(),
+                        0,
+                        std::ptr::addr_of!(sa).cast(),
+                        std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                    )
+                }
+                IpAddr::V6(addr) => {
+                    let mut sa: libc::sockaddr_in6 = std::mem::zeroed();
+                    sa.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+                    sa.sin6_addr.s6_addr = addr.octets();
+                    libc::sendto(
+                        self.v6.as_raw_fd(),
+                        packet.as_ptr().cast(),
+                        packet.len(),
+                        0,
+                        std::ptr::addr_of!(sa).cast(),
+                        std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
+                    )
+                }
+            }
+        };
+        if sent < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl L7Worker {
+    /// Binds the L7 queue and opens the raw sockets in the calling
+    /// thread's network namespace (errors are returned here), then starts
+    /// the thread.
+    pub fn spawn<P>(config: L7WorkerConfig, policy: Arc<ArcSwap<P>>) -> Result<L7Worker, QueueError>
+    where
+        P: L7Policy + Send + Sync + 'static,
+    {
+        let queue = config.l7.queue;
+        let setup = |step| {
+            move |source| QueueError::Setup {
+                queue,
+                step,
+                source,
+            }
+        };
+        let mut socket = nfq::Queue::open().map_err(setup("open"))?;
+        socket.bind(queue).map_err(setup("bind"))?;
+        socket
+            .set_copy_range(queue, COPY_RANGE)
+            .map_err(setup("copy range"))?;
+        socket
+            .set_queue_max_len(queue, QUEUE_MAX_LEN)
+            .map_err(setup("queue length"))?;
+        socket
+            .set_fail_open(queue, config.fail_mode == FailMode::Open)
+            .map_err(setup("fail-open flag"))?;
+        socket
+            .set_recv_enobufs(true)
+            .map_err(setup("overflow reporting"))?;
+        let injector = Injector::open().map_err(setup("raw sockets"))?;
+        let stats = Arc::new(L7Stats::default());
+        let thread_stats = Arc::clone(&stats);
+        std::thread::Builder::new()
+            .name(format!("nfqueue-l7-{queue}"))
+            .spawn(move || run(socket, injector, config, &policy, &thread_stats))
+            .map_err(setup("spawn"))?;
+        Ok(L7Worker { queue, stats })
+    }
+}
+
+fn run<P: L7Policy>(
+    mut socket: nfq::Queue,
+    injector: Injector,
+    config: L7WorkerConfig,
+    policy: &ArcSwap<P>,
+    stats: &L7Stats,
+) {
+    let marks = config.marks;
+    let max_flows = NonZeroUsize::new(config.l7.max_flows).unwrap_or(NonZeroUsize::MIN);
+    let mut inspector = Inspector::new(
+        max_flows,
+        config.l7.idle_timeout,
+        DEFAULT_MAX_HEAD,
+        config.l7.deny_response,
+    );
+    let mut consecutive_errors = 0;
+    loop {
+        let mut message = match socket.recv() {
+            Ok(message) => message,
+            Err(error) if error.raw_os_error() == Some(libc::ENOBUFS) => {
+                let lost = stats.overflows.fetch_add(1, Ordering::Relaxed) + 1;
+                if lost.is_power_of_two() {
+                    tracing::warn!(
+                        queue = config.l7.queue,
+                        overflows = lost,
+                        "L7 queue overflow"
+                    );
+                }
+                continue;
+            }
+            Err(error) => {
+                consecutive_errors += 1;
+                if consecutive_errors >= MAX_CONSECUTIVE_ERRORS {
+                    tracing::error!(queue = config.l7.queue, %error, "L7 queue worker stopped");
+                    return;
+                }
+                continue;
+            }
+        };
+        consecutive_errors = 0;
+        stats.segments.fetch_add(1, Ordering::Relaxed);
+        let mark = message.get_nfmark();
+        let stream = if mark & marks.mask == marks.l7 {
+            StreamMark::New
+        } else {
+            StreamMark::Tracked
+        };
+        let verdict = match parse_segment(message.get_payload()) {
+            Err(_) => {
+                stats.malformed.fetch_add(1, Ordering::Relaxed);
+                nfq::Verdict::Drop
+            }
+            Ok(segment) => {
+                let inspection =
+                    inspector.inspect(&segment, stream, &**policy.load(), Instant::now());
+                for record in &inspection.requests {
+                    record_request(stats, &segment.key, record);
+                }
+                match inspection.action {
+                    L7Action::Pass => nfq::Verdict::Accept,
+                    L7Action::Start => {
+                        message.set_nfmark(marks.apply(mark, marks.l7_active()));
+                        nfq::Verdict::Repeat
+                    }
+                    L7Action::Hold => {
+                        stats.held.fetch_add(1, Ordering::Relaxed);
+                        nfq::Verdict::Drop
+                    }
+                    L7Action::Deny(denial) => {
+                        if !matches!(denial.reason, super::DenyReason::Request { .. }) {
+                            stats.resets.fetch_add(1, Ordering::Relaxed);
+                        }
+                        for injection in deny_packets(&segment, &denial) {
+                            if injector.send(&injection).is_err() {
+                                stats.inject_errors.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        message.set_nfmark(marks.apply(mark, marks.l7_denied()));
+                        nfq::Verdict::Repeat
+                    }
+                }
+            }
+        };
+        stats.flows.store(inspector.len() as u64, Ordering::Relaxed);
+        message.set_verdict(verdict);
+        if socket.verdict(message).is_err() {
+            stats.verdict_errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Where every L7 request decision passes: counted here, and the call
+/// point for the audit log of rules with `enableLogging`.
+fn record_request(stats: &L7Stats, key: &FlowKey, record: &RequestRecord) {
+    let counter = if record.allowed {
+        &stats.requests_allowed
+    } else {
+        &stats.requests_denied
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
+    if let Some(rule) = record.rule.as_ref().filter(|r| r.enable_logging) {
+        tracing::debug!(
+            client = %key.client,
+            server = %key.server,
+            method = %record.request.method,
+            path = %record.request.path,
+            allowed = record.allowed,
+            policy = %rule.policy,
+            "L7 request"
+        );
+    }
+}
