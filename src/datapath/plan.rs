@@ -134,16 +134,19 @@ fn chain_rules(config: &Config, enforced: &Enforced, family: Family, hook: Hook)
             Family::V6 => "icmp6-adm-prohibited",
         }
     ));
-    // L7 connections: denied ones end here, client→server packets are
-    // inspected (those without payload return).
+    // L7 connections: denied ones end here; until the worker has seen the
+    // server's SYN-ACK every packet goes to it, then client→server packets
+    // are inspected (those without payload return).
     rules.push(format!("-m connmark --mark {l7_denied} -j DROP"));
-    for code in [&l7, &l7_active] {
-        rules.push(format!(
-            "-p tcp -m connmark --mark {code} -m conntrack --ctdir ORIGINAL -j {L7_CHAIN}"
-        ));
-    }
+    rules.push(format!(
+        "-p tcp -m connmark --mark {l7} -j {}",
+        l7_queue_target(config)
+    ));
+    rules.push(format!(
+        "-p tcp -m connmark --mark {l7_active} -m conntrack --ctdir ORIGINAL -j {L7_CHAIN}"
+    ));
     // Connections already decided stay in the kernel.
-    for code in [&allow, &l7, &l7_active] {
+    for code in [&allow, &l7_active] {
         rules.push(format!(
             "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark {code} -j ACCEPT"
         ));
@@ -177,11 +180,9 @@ fn chain_rules(config: &Config, enforced: &Enforced, family: Family, hook: Hook)
 /// recognised exactly by `u32` tests that the IP length equals the IP plus
 /// TCP header length, for every TCP data offset (5–15 words) of an IPv4
 /// header without options or an IPv6 header followed directly by TCP.
-/// Anything else, including every segment with payload, has the
-/// connection's mark restored onto the packet (so the worker sees whether
-/// the connection's stream is tracked) and goes to the L7 queue.
+/// Anything else, including every segment with payload, goes to the L7
+/// queue.
 fn l7_rules(config: &Config, family: Family) -> Vec<String> {
-    let marks = &config.marks;
     let mut rules: Vec<String> = (5u32..=15)
         .map(|words| {
             let tcp_header = words * 4;
@@ -199,16 +200,16 @@ fn l7_rules(config: &Config, family: Family) -> Vec<String> {
             format!("-m u32 --u32 \"{test}\" -j RETURN")
         })
         .collect();
-    rules.push(format!(
-        "-j CONNMARK --restore-mark --nfmask {mask:#x} --ctmask {mask:#x}",
-        mask = marks.mask
-    ));
-    let mut target = format!("-j NFQUEUE --queue-num {}", config.l7.queue);
+    rules.push(format!("-j {}", l7_queue_target(config)));
+    rules
+}
+
+fn l7_queue_target(config: &Config) -> String {
+    let mut target = format!("NFQUEUE --queue-num {}", config.l7.queue);
     if config.fail_mode == FailMode::Open {
         target.push_str(" --queue-bypass");
     }
-    rules.push(target);
-    rules
+    target
 }
 
 /// `--mark value/mask` as iptables-save prints it.

@@ -46,10 +46,9 @@ const DEFAULT_V4_SAVE: &str = "\
 -A TOLLGATE-FORWARD -p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset
 -A TOLLGATE-FORWARD -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp-admin-prohibited
 -A TOLLGATE-FORWARD -m connmark --mark 0x600000/0xf00000 -j DROP
--A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x400000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
+-A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 102
 -A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
--A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x400000/0xf00000 -j ACCEPT
 -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 -A TOLLGATE-FORWARD -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 -A TOLLGATE-FORWARD -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
@@ -65,10 +64,9 @@ const DEFAULT_V4_SAVE: &str = "\
 -A TOLLGATE-INPUT -p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset
 -A TOLLGATE-INPUT -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp-admin-prohibited
 -A TOLLGATE-INPUT -m connmark --mark 0x600000/0xf00000 -j DROP
--A TOLLGATE-INPUT -p tcp -m connmark --mark 0x400000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
+-A TOLLGATE-INPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 102
 -A TOLLGATE-INPUT -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
--A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x400000/0xf00000 -j ACCEPT
 -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 -A TOLLGATE-INPUT -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 -A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x28&&0x20>>0x1c=0x5\" -j RETURN
@@ -82,7 +80,6 @@ const DEFAULT_V4_SAVE: &str = "\
 -A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x48&&0x20>>0x1c=0xd\" -j RETURN
 -A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x4c&&0x20>>0x1c=0xe\" -j RETURN
 -A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x50&&0x20>>0x1c=0xf\" -j RETURN
--A TOLLGATE-L7 -j CONNMARK --restore-mark --nfmask 0xf00000 --ctmask 0xf00000
 -A TOLLGATE-L7 -j NFQUEUE --queue-num 102
 -A TOLLGATE-OUTPUT -o lo -j ACCEPT
 -A TOLLGATE-OUTPUT -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
@@ -96,10 +93,9 @@ const DEFAULT_V4_SAVE: &str = "\
 -A TOLLGATE-OUTPUT -p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset
 -A TOLLGATE-OUTPUT -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp-admin-prohibited
 -A TOLLGATE-OUTPUT -m connmark --mark 0x600000/0xf00000 -j DROP
--A TOLLGATE-OUTPUT -p tcp -m connmark --mark 0x400000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
+-A TOLLGATE-OUTPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 102
 -A TOLLGATE-OUTPUT -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 -A TOLLGATE-OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
--A TOLLGATE-OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x400000/0xf00000 -j ACCEPT
 -A TOLLGATE-OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 -A TOLLGATE-OUTPUT -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 -A TOLLGATE-OUTPUT -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
@@ -200,10 +196,9 @@ fn ipv6_table_allows_neighbour_discovery_and_uses_icmp6_reject() {
             "-p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset",
             "-m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp6-adm-prohibited",
             "-m connmark --mark 0x600000/0xf00000 -j DROP",
-            "-p tcp -m connmark --mark 0x400000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7",
+            "-p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 102",
             "-p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7",
             "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT",
-            "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x400000/0xf00000 -j ACCEPT",
             "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT",
             "-p ipv6-icmp -m icmp6 --icmpv6-type 133 -j ACCEPT",
             "-p ipv6-icmp -m icmp6 --icmpv6-type 134 -j ACCEPT",
@@ -228,12 +223,12 @@ fn ipv6_table_allows_neighbour_discovery_and_uses_icmp6_reject() {
     );
     assert!(desired.sets["tollgate-endpoints-v4"].members.is_empty());
     let l7 = &desired.v6.chains["TOLLGATE-L7"];
-    assert_eq!(l7.len(), 13);
+    assert_eq!(l7.len(), 12);
     assert_eq!(
         l7[3],
         "-m u32 --u32 \"0x4>>0x8&0xff=0x6&&0x4>>0x10=0x20&&0x34>>0x1c=0x8\" -j RETURN"
     );
-    assert_eq!(l7[12], "-j NFQUEUE --queue-num 102");
+    assert_eq!(l7[11], "-j NFQUEUE --queue-num 102");
 }
 
 #[test]
@@ -267,10 +262,9 @@ fn open_mode_single_queue_interfaces_and_privileged_entries() {
             "-p tcp -m mark --mark 0x20000/0x70000 -j REJECT --reject-with tcp-reset",
             "-m mark --mark 0x20000/0x70000 -j REJECT --reject-with icmp-admin-prohibited",
             "-m connmark --mark 0x60000/0x70000 -j DROP",
-            "-p tcp -m connmark --mark 0x40000/0x70000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7",
+            "-p tcp -m connmark --mark 0x40000/0x70000 -j NFQUEUE --queue-num 8 --queue-bypass",
             "-p tcp -m connmark --mark 0x50000/0x70000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7",
             "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x10000/0x70000 -j ACCEPT",
-            "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x40000/0x70000 -j ACCEPT",
             "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x50000/0x70000 -j ACCEPT",
             "-s 10.0.0.0/24 -p tcp -m tcp --dport 22 -j ACCEPT",
             "-d 10.0.0.0/24 -p tcp -m tcp --dport 22 -j ACCEPT",

@@ -5,15 +5,27 @@
 //! timeout. Pure: time is passed in, nothing here sends or logs.
 //!
 //! Segment handling (the stream is only ever advanced in order):
-//! - in order: fed to the tracker, and passed unless a request is denied;
-//! - entirely before the expected sequence number (a retransmission of
-//!   bytes already inspected and passed): passed without being fed again;
+//! - in order: fed to the tracker. A segment that leaves a request head
+//!   incomplete is *deferred* (its verdict withheld) until the head is
+//!   complete; then every deferred segment is released together, or
+//!   dropped with the rest if the request is denied. So no byte of a
+//!   denied request head ever reaches the server;
+//!   Deferral keeps denied heads out of the server entirely (not even a
+//!   partial head reaches it) as long as the client can send the whole
+//!   head without acknowledgments (its congestion window: 10 segments on
+//!   a new Linux connection);
+//! - entirely before the expected sequence number: a retransmission of
+//!   bytes already passed is passed without being fed again. One of bytes
+//!   still deferred means the client is stalled waiting for their
+//!   acknowledgment: the deferred segments are released (a partial head
+//!   holds no request; the rest is still decided before it passes);
 //! - overlapping the expected sequence number: only the new bytes are fed;
-//! - after a gap: held (dropped without closing), so the client
-//!   retransmits and the bytes arrive in order.
+//! - after a gap: dropped without closing, so the client retransmits and
+//!   the bytes arrive in order.
 //!
-//! A connection whose state is gone (evicted, idle too long, or the agent
-//! restarted) is reset on its next payload: tollgate never starts
+//! State is created from the server's SYN-ACK, never from payload: a
+//! connection whose state is gone (evicted, idle too long, the agent
+//! restarted) is reset on its next payload, so tollgate never starts
 //! inspecting in the middle of a stream.
 
 use std::num::NonZeroUsize;
@@ -90,15 +102,6 @@ impl L7Policy for Ruleset {
     }
 }
 
-/// Whether the connection's mark says its stream is tracked.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StreamMark {
-    /// Accepted at SYN; no payload passed yet.
-    New,
-    /// Payload has passed: tollgate must hold its state.
-    Tracked,
-}
-
 /// Why a connection is closed.
 #[derive(Clone, Debug, PartialEq)]
 pub enum DenyReason {
@@ -110,8 +113,11 @@ pub enum DenyReason {
     NotHttp,
     Oversized,
     Malformed(Malformed),
-    /// Tracked connection without state: evicted, idle, or agent restart.
+    /// Payload on a connection without state: evicted, idle, agent
+    /// restart, or data before the handshake completed.
     StateLost,
+    /// One request head sent in more than [`MAX_DEFERRED`] segments.
+    TooManySegments,
     /// The policy no longer allows the connection.
     Policy,
 }
@@ -122,6 +128,9 @@ pub struct Denial {
     pub reason: DenyReason,
     /// `Forbidden` only for a well-formed request that is not allowed.
     pub response: L7DenyResponse,
+    /// Sequence number of the first deferred byte, when segments were
+    /// deferred: the byte the server expects next.
+    pub unsent_from: Option<u32>,
 }
 
 /// What to do with the queued segment.
@@ -129,11 +138,15 @@ pub struct Denial {
 pub enum L7Action {
     /// Let it through.
     Pass,
-    /// Let it through and mark the connection's stream as tracked.
-    Start,
+    /// Keep its verdict back: it carries part of an incomplete head.
+    Defer,
+    /// Let every deferred segment of the connection through, in order,
+    /// then this one: the head they carried is complete and allowed.
+    Release,
     /// Drop it, leaving the connection open (bytes after a gap).
     Hold,
-    /// Drop it, answer as [`Denial::response`] says, and close.
+    /// Drop it and every deferred segment, answer as
+    /// [`Denial::response`] says, and close.
     Deny(Denial),
 }
 
@@ -153,13 +166,29 @@ pub struct Inspection {
     pub requests: Vec<RequestRecord>,
 }
 
+/// Most segments deferred for one connection; a head sent in more pieces
+/// is reset (bounds what one client can keep in the kernel's queue).
+pub const MAX_DEFERRED: usize = 32;
+
+/// What the policy said when the handshake was seen.
+#[derive(Debug)]
+enum Access {
+    /// Every request must satisfy these rules.
+    Rules(Arc<[Requirement]>),
+    /// No L7 rule decides the connection any more: everything passes.
+    Unrestricted,
+    /// The policy no longer allows the connection: reset on first payload.
+    Denied,
+}
+
 #[derive(Debug)]
 struct FlowState {
     tracker: RequestTracker,
-    /// `None`: no L7 rule decides the connection any more; all passes.
-    requirements: Option<Arc<[Requirement]>>,
+    access: Access,
     next_seq: u32,
     last_seen: Instant,
+    /// Sequence number of the first deferred byte, and segments deferred.
+    deferred: Option<(u32, usize)>,
 }
 
 /// The L7 inspection state of one worker.
@@ -194,57 +223,49 @@ impl Inspector {
         self.flows.is_empty()
     }
 
-    /// Decides one client→server segment.
-    pub fn inspect<P: L7Policy + ?Sized>(
+    /// The server's SYN-ACK of a connection under L7 rules: state is
+    /// created fresh (replacing any left by an earlier connection with the
+    /// same addresses and ports), expecting the client's first byte at
+    /// `client_next_seq` (the SYN-ACK's acknowledgment number). The
+    /// policy is asked here, once per connection. The client cannot send
+    /// an acceptable byte before this SYN-ACK reaches it, so no payload of
+    /// this connection can be seen before its state exists.
+    /// Returns the connection whose state was dropped to make room, or
+    /// replaced (its deferred segments must be dropped).
+    pub fn handshake<P: L7Policy + ?Sized>(
         &mut self,
-        segment: &Segment<'_>,
-        mark: StreamMark,
+        key: FlowKey,
+        client_next_seq: u32,
         policy: &P,
         now: Instant,
-    ) -> Inspection {
+    ) -> Option<FlowKey> {
+        let access = match policy.admission(&key.flow()) {
+            Admission::Deny => Access::Denied,
+            Admission::Allow => Access::Unrestricted,
+            Admission::Inspect(rules) => Access::Rules(Arc::from(rules)),
+        };
+        let state = FlowState {
+            tracker: RequestTracker::new(self.max_head),
+            access,
+            next_seq: client_next_seq,
+            last_seen: now,
+            deferred: None,
+        };
+        self.flows.push(key, state).map(|(old, _)| old)
+    }
+
+    /// Decides one client→server segment.
+    pub fn inspect(&mut self, segment: &Segment<'_>, now: Instant) -> Inspection {
         let mut requests = Vec::new();
         let action = if segment.payload.is_empty() {
             L7Action::Pass
         } else {
-            match mark {
-                StreamMark::New => self.start(segment, policy, now, &mut requests),
-                StreamMark::Tracked => self.follow(segment, now, &mut requests),
-            }
+            self.follow(segment, now, &mut requests)
         };
         if matches!(action, L7Action::Deny(_)) {
             self.flows.pop(&segment.key);
         }
         Inspection { action, requests }
-    }
-
-    /// First payload of a connection: state is created (replacing any left
-    /// by an earlier connection with the same addresses and ports).
-    fn start<P: L7Policy + ?Sized>(
-        &mut self,
-        segment: &Segment<'_>,
-        policy: &P,
-        now: Instant,
-        requests: &mut Vec<RequestRecord>,
-    ) -> L7Action {
-        let requirements = match policy.admission(&segment.key.flow()) {
-            Admission::Deny => return self.deny(DenyReason::Policy),
-            Admission::Allow => None,
-            Admission::Inspect(rules) => Some(Arc::from(rules)),
-        };
-        let mut state = FlowState {
-            tracker: RequestTracker::new(self.max_head),
-            requirements,
-            next_seq: segment.seq,
-            last_seen: now,
-        };
-        match self.advance(&mut state, segment.payload, requests) {
-            Some(denial) => L7Action::Deny(denial),
-            None => {
-                state.next_seq = segment.seq.wrapping_add(segment.payload.len() as u32);
-                self.flows.push(segment.key, state);
-                L7Action::Start
-            }
-        }
     }
 
     fn follow(
@@ -267,16 +288,42 @@ impl Inspector {
         let action = if start > 0 {
             L7Action::Hold
         } else if end <= 0 {
-            L7Action::Pass
+            let repeats_deferred = state.deferred.is_some_and(|(from, _)| {
+                segment.seq.wrapping_add(len).wrapping_sub(from) as i32 > 0
+            });
+            if repeats_deferred {
+                // The client retransmits bytes whose verdict is withheld: it
+                // waits for their acknowledgment (its window is full) and
+                // would never send the rest of the head. Release them: they
+                // hold no complete request, and the rest of the head is
+                // still decided before it passes.
+                state.deferred = None;
+                L7Action::Release
+            } else {
+                L7Action::Pass
+            }
         } else {
             // `end` > 0 new bytes at the tail of the payload.
             let fresh = &segment.payload[segment.payload.len() - end as usize..];
-            match self.advance(&mut state, fresh, requests) {
-                Some(denial) => return L7Action::Deny(denial),
-                None => {
-                    state.next_seq = state.next_seq.wrapping_add(end as u32);
-                    L7Action::Pass
+            if let Some(mut denial) = self.advance(&mut state, fresh, requests) {
+                denial.unsent_from = state.deferred.map(|(from, _)| from);
+                return L7Action::Deny(denial);
+            }
+            state.next_seq = state.next_seq.wrapping_add(end as u32);
+            if state.tracker.buffered() > 0 {
+                // Part of a head is still missing: keep this segment back.
+                let (from, count) = state.deferred.unwrap_or((segment.seq, 0));
+                if count + 1 > MAX_DEFERRED {
+                    let mut denial = self.reset(DenyReason::TooManySegments);
+                    denial.unsent_from = Some(from);
+                    return L7Action::Deny(denial);
                 }
+                state.deferred = Some((from, count + 1));
+                L7Action::Defer
+            } else if state.deferred.take().is_some() {
+                L7Action::Release
+            } else {
+                L7Action::Pass
             }
         };
         state.last_seen = now;
@@ -291,8 +338,10 @@ impl Inspector {
         bytes: &[u8],
         requests: &mut Vec<RequestRecord>,
     ) -> Option<Denial> {
-        let Some(requirements) = &state.requirements else {
-            return None;
+        let requirements = match &state.access {
+            Access::Rules(rules) => rules,
+            Access::Unrestricted => return None,
+            Access::Denied => return Some(self.reset(DenyReason::Policy)),
         };
         for event in state.tracker.feed(bytes) {
             let request = match event {
@@ -314,6 +363,7 @@ impl Inspector {
                             rule: Arc::clone(&failed.rule),
                         },
                         response: self.deny_response,
+                        unsent_from: None,
                     });
                 }
                 None => requests.push(RequestRecord {
@@ -330,6 +380,7 @@ impl Inspector {
         Denial {
             reason,
             response: L7DenyResponse::Reset,
+            unsent_from: None,
         }
     }
 

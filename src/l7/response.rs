@@ -2,9 +2,9 @@
 //! denied segment alone: toward the client, from the server's address, a
 //! `403 Forbidden` (with FIN) or a RST at the sequence number the client
 //! expects next (the segment's acknowledgment number); toward the server,
-//! from the client's address, a RST at the denied segment's own sequence
-//! number, which the server expects next because the segment never
-//! reaches it. Pure: returns IP packets for the worker's raw sockets.
+//! from the client's address, a RST at the first sequence number it never
+//! received (the first deferred segment's, or the denied segment's own),
+//! which is exactly the one it expects next. Pure: returns IP packets for the worker's raw sockets.
 
 use std::net::IpAddr;
 
@@ -74,7 +74,7 @@ pub fn deny_packets(segment: &Segment<'_>, denial: &Denial) -> Vec<Injection> {
         key.client.ip(),
         key.server.ip(),
         (key.client.port(), key.server.port()),
-        (segment.seq, segment.ack),
+        (denial.unsent_from.unwrap_or(segment.seq), segment.ack),
         Flags::Rst,
         &[],
     );

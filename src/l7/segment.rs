@@ -29,6 +29,14 @@ pub struct FlowKey {
 }
 
 impl FlowKey {
+    /// The same connection named from the other side.
+    pub fn reversed(&self) -> FlowKey {
+        FlowKey {
+            client: self.server,
+            server: self.client,
+        }
+    }
+
     /// The connection as the classifier sees its first packet.
     pub fn flow(&self) -> Flow {
         Flow {
@@ -42,7 +50,8 @@ impl FlowKey {
     }
 }
 
-/// A client→server segment.
+/// A TCP segment of an L7 connection: client→server payload, or the
+/// server's SYN-ACK.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Segment<'a> {
     pub key: FlowKey,
@@ -50,6 +59,9 @@ pub struct Segment<'a> {
     /// The client's acknowledgment: the next byte it expects from the server.
     pub ack: u32,
     pub window: u16,
+    /// SYN and ACK set: the server's answer to the client's SYN (the key
+    /// is then named from the sender's side: `client` is the server).
+    pub syn_ack: bool,
     pub payload: &'a [u8],
 }
 
@@ -72,6 +84,7 @@ pub fn parse_segment(packet: &[u8]) -> Result<Segment<'_>, SegmentError> {
         seq: tcp.sequence_number(),
         ack: tcp.acknowledgment_number(),
         window: tcp.window_size(),
+        syn_ack: tcp.syn() && tcp.ack(),
         payload: tcp.payload(),
     })
 }

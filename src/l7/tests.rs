@@ -7,7 +7,6 @@ use etherparse::{PacketBuilder, SlicedPacket, TransportSlice};
 use super::*;
 use crate::compile::{LocalNode, Ruleset};
 use crate::config::L7DenyResponse;
-use crate::flow::Flow;
 
 const POLICY: &str = "apiVersion: crd.antrea.io/v1beta1
 kind: ClusterNetworkPolicy
@@ -64,33 +63,42 @@ fn segment(key: FlowKey, seq: u32, payload: &[u8]) -> Segment<'_> {
         seq,
         ack: 7000,
         window: 500,
+        syn_ack: false,
         payload,
     }
 }
 
-/// Feeds a stream in order from `seq`, in pieces of `piece` bytes; returns
-/// the actions and the sequence number after the last byte.
+/// The server's SYN-ACK (the client's next byte at `seq`), then the
+/// first segment.
+fn start(
+    inspector: &mut Inspector,
+    policy: &Ruleset,
+    (key, seq): (FlowKey, u32),
+    payload: &[u8],
+    now: Instant,
+) -> Inspection {
+    inspector.handshake(key, seq, policy, now);
+    inspector.inspect(&segment(key, seq, payload), now)
+}
+
+/// A connection from its SYN-ACK, then a stream in `piece`-byte segments;
+/// returns the actions.
 fn feed(
     inspector: &mut Inspector,
     policy: &Ruleset,
     (key, seq): (FlowKey, u32),
-    mark: StreamMark,
     bytes: &[u8],
     piece: usize,
     now: Instant,
-) -> (Vec<L7Action>, u32) {
+) -> Vec<L7Action> {
+    inspector.handshake(key, seq, policy, now);
     let mut seq = seq;
-    let mut mark = mark;
     let mut actions = Vec::new();
     for chunk in bytes.chunks(piece) {
-        let inspection = inspector.inspect(&segment(key, seq, chunk), mark, policy, now);
-        if inspection.action == L7Action::Start {
-            mark = StreamMark::Tracked;
-        }
-        actions.push(inspection.action);
+        actions.push(inspector.inspect(&segment(key, seq, chunk), now).action);
         seq = seq.wrapping_add(chunk.len() as u32);
     }
-    (actions, seq)
+    actions
 }
 
 fn denied_request(action: &L7Action) -> Option<(&str, &str, L7DenyResponse)> {
@@ -98,6 +106,7 @@ fn denied_request(action: &L7Action) -> Option<(&str, &str, L7DenyResponse)> {
         L7Action::Deny(Denial {
             reason: DenyReason::Request { request, rule },
             response,
+            ..
         }) => Some((request.method.as_str(), rule.name.as_deref()?, *response)),
         _ => None,
     }
@@ -109,17 +118,13 @@ fn keep_alive_allowed_then_denied_request() {
     let mut inspector = inspector(16, L7DenyResponse::Forbidden);
     let now = Instant::now();
     let k = key(40000, 80);
-    let first = inspector.inspect(
-        &segment(k, 1, b"GET /api/v2/x HTTP/1.1\r\nHost: a\r\n\r\n"),
-        StreamMark::New,
-        &policy,
-        now,
-    );
-    assert_eq!(first.action, L7Action::Start);
+    let get = b"GET /api/v2/x HTTP/1.1\r\nHost: a\r\n\r\n";
+    let first = start(&mut inspector, &policy, (k, 1), get, now);
+    assert_eq!(first.action, L7Action::Pass);
     assert_eq!(first.requests.len(), 1);
     assert!(first.requests[0].allowed);
     let second = b"POST /api/v2/x HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n";
-    let denied = inspector.inspect(&segment(k, 36, second), StreamMark::Tracked, &policy, now);
+    let denied = inspector.inspect(&segment(k, 1 + get.len() as u32, second), now);
     assert_eq!(
         denied_request(&denied.action),
         Some(("POST", "allow-api", L7DenyResponse::Forbidden))
@@ -136,38 +141,26 @@ fn host_glob_and_alternatives() {
     let policy = ruleset();
     let now = Instant::now();
     let mut inspector = inspector(16, L7DenyResponse::Forbidden);
-    let start = |inspector: &mut Inspector, port, head: &str| {
-        inspector
-            .inspect(
-                &segment(key(port, 80), 1, head.as_bytes()),
-                StreamMark::New,
-                &policy,
-                now,
-            )
-            .action
-    };
-    assert_eq!(
+    let mut first = |port, head: &str| {
         start(
             &mut inspector,
-            1,
-            "DELETE /x HTTP/1.1\r\nHost: Foo.Bar.com:8080\r\n\r\n"
-        ),
-        L7Action::Start
+            &policy,
+            (key(port, 80), 1),
+            head.as_bytes(),
+            now,
+        )
+        .action
+    };
+    assert_eq!(
+        first(1, "DELETE /x HTTP/1.1\r\nHost: Foo.Bar.com:8080\r\n\r\n"),
+        L7Action::Pass
     );
-    let other = start(
-        &mut inspector,
-        2,
-        "DELETE /x HTTP/1.1\r\nHost: foo.baz.com\r\n\r\n",
-    );
+    let other = first(2, "DELETE /x HTTP/1.1\r\nHost: foo.baz.com\r\n\r\n");
     assert!(denied_request(&other).is_some(), "{other:?}");
-    let admin = start(&mut inspector, 3, "GET /admin HTTP/1.1\r\nHost: x\r\n\r\n");
+    let admin = first(3, "GET /admin HTTP/1.1\r\nHost: x\r\n\r\n");
     assert!(denied_request(&admin).is_some(), "{admin:?}");
     // Normalisation: a dot segment cannot walk out of the allowed prefix.
-    let escape = start(
-        &mut inspector,
-        4,
-        "GET /api/v2/../../admin HTTP/1.1\r\n\r\n",
-    );
+    let escape = first(4, "GET /api/v2/../../admin HTTP/1.1\r\n\r\n");
     assert!(denied_request(&escape).is_some(), "{escape:?}");
 }
 
@@ -177,20 +170,36 @@ fn head_split_across_segments_is_matched_once_complete() {
     let now = Instant::now();
     let mut inspector = inspector(16, L7DenyResponse::Forbidden);
     let head = b"GET /admin HTTP/1.1\r\nHost: a\r\nUser-Agent: split\r\n\r\n";
-    let (actions, _) = feed(
-        &mut inspector,
-        &policy,
-        (key(5, 80), 100),
-        StreamMark::New,
-        head,
-        3,
-        now,
+    let actions = feed(&mut inspector, &policy, (key(5, 80), 100), head, 3, now);
+    let last = actions.len() - 1;
+    assert!(actions[..last].iter().all(|a| *a == L7Action::Defer));
+    assert!(denied_request(&actions[last]).is_some());
+    match &actions[last] {
+        L7Action::Deny(denial) => assert_eq!(denial.unsent_from, Some(100)),
+        other => panic!("{other:?}"),
+    }
+    let allowed = b"GET /api/v2/ok HTTP/1.1\r\nHost: a\r\n\r\n";
+    let actions = feed(&mut inspector, &policy, (key(99, 80), 7), allowed, 10, now);
+    assert_eq!(
+        actions,
+        [
+            L7Action::Defer,
+            L7Action::Defer,
+            L7Action::Defer,
+            L7Action::Release
+        ]
     );
-    assert_eq!(actions[0], L7Action::Start);
-    assert!(actions[1..actions.len() - 1]
+    // One head in too many pieces is reset rather than held in the queue.
+    let actions = feed(&mut inspector, &policy, (key(6, 80), 1), head, 1, now);
+    let at = actions
         .iter()
-        .all(|a| *a == L7Action::Pass));
-    assert!(denied_request(actions.last().unwrap()).is_some());
+        .position(|a| matches!(a, L7Action::Deny(_)))
+        .unwrap();
+    assert_eq!(reset_reason(&actions[at]), DenyReason::TooManySegments);
+    assert_eq!(
+        at, MAX_DEFERRED,
+        "the first {MAX_DEFERRED} pieces were deferred"
+    );
 }
 
 #[test]
@@ -205,17 +214,12 @@ fn large_bodies_pass_without_buffering_and_the_next_request_is_checked() {
     stream.extend(b"GET /api/v2/next HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n");
     stream.extend(b"5\r\nhello\r\n0\r\n\r\n");
     stream.extend(b"GET /nope HTTP/1.1\r\n\r\n");
-    let (actions, _) = feed(
-        &mut inspector,
-        &policy,
-        (key(6, 80), 9),
-        StreamMark::New,
-        &stream,
-        1400,
-        now,
-    );
+    let actions = feed(&mut inspector, &policy, (key(6, 80), 9), &stream, 1400, now);
     let last = actions.len() - 1;
-    assert!(actions[1..last].iter().all(|a| *a == L7Action::Pass));
+    assert!(actions[..last]
+        .iter()
+        .all(|a| matches!(a, L7Action::Pass | L7Action::Defer | L7Action::Release)));
+    assert!(actions.iter().filter(|a| **a == L7Action::Defer).count() <= 1);
     assert!(
         denied_request(&actions[last]).is_some(),
         "{:?}",
@@ -231,42 +235,57 @@ fn retransmissions_overlaps_and_gaps() {
     let k = key(7, 80);
     let seq = u32::MAX - 10; // the stream wraps around the sequence space
     let head = b"GET /api/v2/a HTTP/1.1\r\nHost: a\r\n\r\n";
-    let start = inspector.inspect(&segment(k, seq, &head[..20]), StreamMark::New, &policy, now);
-    assert_eq!(start.action, L7Action::Start);
-    // A retransmission of inspected bytes passes and is not fed again.
-    let again = inspector.inspect(
-        &segment(k, seq, &head[..20]),
-        StreamMark::Tracked,
-        &policy,
-        now,
-    );
-    assert_eq!(again.action, L7Action::Pass);
-    // Bytes after a gap are held; nothing is fed.
-    let gap = inspector.inspect(
-        &segment(k, seq.wrapping_add(25), &head[25..]),
-        StreamMark::Tracked,
-        &policy,
-        now,
-    );
+    let first = start(&mut inspector, &policy, (k, seq), &head[..20], now);
+    assert_eq!(first.action, L7Action::Defer);
+    // Bytes after a gap are dropped; nothing is fed.
+    let gap = inspector.inspect(&segment(k, seq.wrapping_add(25), &head[25..]), now);
     assert_eq!(gap.action, L7Action::Hold);
-    // An overlapping segment feeds only its new bytes: the head completes once.
-    let overlap = inspector.inspect(
-        &segment(k, seq.wrapping_add(10), &head[10..]),
-        StreamMark::Tracked,
-        &policy,
-        now,
-    );
-    assert_eq!(overlap.action, L7Action::Pass);
+    // An overlapping segment feeds only its new bytes: the head completes
+    // once, and the deferred segment is released with it.
+    let overlap = inspector.inspect(&segment(k, seq.wrapping_add(10), &head[10..]), now);
+    assert_eq!(overlap.action, L7Action::Release);
     assert_eq!(overlap.requests.len(), 1);
     assert!(overlap.requests[0].allowed);
+    // Now a retransmission of the released bytes passes.
+    let again = inspector.inspect(&segment(k, seq, &head[..20]), now);
+    assert_eq!(again.action, L7Action::Pass);
+
     let next = seq.wrapping_add(head.len() as u32);
-    let denied = inspector.inspect(
-        &segment(k, next, b"GET /x HTTP/1.1\r\n\r\n"),
-        StreamMark::Tracked,
-        &policy,
-        now,
-    );
+    let denied = inspector.inspect(&segment(k, next, b"GET /x HTTP/1.1\r\n\r\n"), now);
     assert!(denied_request(&denied.action).is_some());
+    // A client stalled on deferred bytes retransmits them: they are released
+    // (no complete request among them) and the head is still decided.
+    let k = key(9, 80);
+    assert_eq!(
+        start(&mut inspector, &policy, (k, 1), b"GET /adm", now).action,
+        L7Action::Defer
+    );
+    assert_eq!(
+        inspector.inspect(&segment(k, 1, b"GET /adm"), now).action,
+        L7Action::Release
+    );
+    assert_eq!(
+        inspector.inspect(&segment(k, 9, b"in HTT"), now).action,
+        L7Action::Defer
+    );
+    let rest = inspector.inspect(&segment(k, 15, b"P/1.1\r\n\r\n"), now);
+    let denial = denied_request(&rest.action);
+    assert!(denial.is_some(), "{rest:?}");
+    match rest.action {
+        L7Action::Deny(denial) => assert_eq!(denial.unsent_from, Some(9)),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn reset_reason(action: &L7Action) -> DenyReason {
+    match action {
+        L7Action::Deny(Denial {
+            reason,
+            response: L7DenyResponse::Reset,
+            ..
+        }) => reason.clone(),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]
@@ -274,60 +293,42 @@ fn non_http_oversized_and_malformed_heads_are_reset() {
     let policy = ruleset();
     let now = Instant::now();
     let mut inspector = inspector(16, L7DenyResponse::Forbidden);
-    let reason = |action: L7Action| match action {
-        L7Action::Deny(Denial {
-            reason,
-            response: L7DenyResponse::Reset,
-        }) => reason,
-        other => panic!("{other:?}"),
-    };
-    let ssh = inspector.inspect(
-        &segment(key(8, 80), 1, b"SSH-2.0-OpenSSH_9.6\r\n"),
-        StreamMark::New,
+    let ssh = start(
+        &mut inspector,
         &policy,
+        (key(8, 80), 1),
+        b"SSH-2.0-OpenSSH_9.6\r\n",
         now,
     );
-    assert_eq!(reason(ssh.action), DenyReason::NotHttp);
-    let binary = inspector.inspect(
-        &segment(key(9, 80), 1, &[0x16, 3, 1, 0, 0xc8, 1]),
-        StreamMark::New,
-        &policy,
-        now,
-    );
-    assert_eq!(reason(binary.action), DenyReason::NotHttp);
+    assert_eq!(reset_reason(&ssh.action), DenyReason::NotHttp);
+    let tls = [0x16, 3, 1, 0, 0xc8, 1];
+    let binary = start(&mut inspector, &policy, (key(9, 80), 1), &tls, now);
+    assert_eq!(reset_reason(&binary.action), DenyReason::NotHttp);
     let mut big = b"GET /api/v2/x HTTP/1.1\r\nX-Big: ".to_vec();
     big.extend(std::iter::repeat_n(b'a', 20 * 1024));
     big.extend(b"\r\n\r\n");
-    let (actions, _) = feed(
-        &mut inspector,
-        &policy,
-        (key(10, 80), 1),
-        StreamMark::New,
-        &big,
-        1400,
-        now,
-    );
+    let actions = feed(&mut inspector, &policy, (key(10, 80), 1), &big, 1400, now);
     let first_denial = actions.iter().find(|a| matches!(a, L7Action::Deny(_)));
-    assert_eq!(reason(first_denial.unwrap().clone()), DenyReason::Oversized);
+    assert_eq!(reset_reason(first_denial.unwrap()), DenyReason::Oversized);
     let smuggle =
         b"POST /api/v2/x HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n";
-    let ambiguous = inspector.inspect(
-        &segment(key(11, 80), 1, smuggle),
-        StreamMark::New,
-        &policy,
-        now,
-    );
-    assert!(matches!(reason(ambiguous.action), DenyReason::Malformed(_)));
+    let ambiguous = start(&mut inspector, &policy, (key(11, 80), 1), smuggle, now);
+    assert!(matches!(
+        reset_reason(&ambiguous.action),
+        DenyReason::Malformed(_)
+    ));
 }
 
 #[test]
 fn reset_response_is_configurable() {
     let policy = ruleset();
     let mut inspector = inspector(16, L7DenyResponse::Reset);
-    let denied = inspector.inspect(
-        &segment(key(12, 80), 1, b"GET /admin HTTP/1.1\r\n\r\n"),
-        StreamMark::New,
+    let get = b"GET /admin HTTP/1.1\r\n\r\n";
+    let denied = start(
+        &mut inspector,
         &policy,
+        (key(12, 80), 1),
+        get,
         Instant::now(),
     );
     assert_eq!(
@@ -342,81 +343,45 @@ fn lost_state_idle_flows_and_eviction_reset_the_connection() {
     let now = Instant::now();
     let mut inspector = inspector(2, L7DenyResponse::Forbidden);
     let get = b"GET /api/v2/x HTTP/1.1\r\n\r\n";
-    let lost = |action: L7Action| {
-        matches!(
-            action,
-            L7Action::Deny(Denial {
-                reason: DenyReason::StateLost,
-                response: L7DenyResponse::Reset
-            })
-        )
-    };
-    // Agent restart: a tracked connection the inspector never saw.
-    let unknown = inspector.inspect(
-        &segment(key(13, 80), 1, get),
-        StreamMark::Tracked,
-        &policy,
-        now,
-    );
-    assert!(lost(unknown.action));
+    let len = get.len() as u32;
+    let lost = |inspection: Inspection| reset_reason(&inspection.action) == DenyReason::StateLost;
+    // Agent restart, or payload before the handshake: no state.
+    assert!(lost(inspector.inspect(&segment(key(13, 80), 1, get), now)));
     // Idle past the timeout.
     let k = key(14, 80);
-    let len = get.len() as u32;
     assert_eq!(
-        inspector
-            .inspect(&segment(k, 1, get), StreamMark::New, &policy, now)
-            .action,
-        L7Action::Start
+        start(&mut inspector, &policy, (k, 1), get, now).action,
+        L7Action::Pass
     );
     let later = now + Duration::from_secs(61);
-    assert!(lost(
-        inspector
-            .inspect(
-                &segment(k, 1 + len, get),
-                StreamMark::Tracked,
-                &policy,
-                later
-            )
-            .action
-    ));
+    assert!(lost(inspector.inspect(&segment(k, 1 + len, get), later)));
     // Capacity: the least recently used connection is forgotten.
     for port in [15, 16, 17] {
-        let action = inspector
-            .inspect(
-                &segment(key(port, 80), 1, get),
-                StreamMark::New,
-                &policy,
-                now,
-            )
-            .action;
-        assert_eq!(action, L7Action::Start);
+        let first = start(&mut inspector, &policy, (key(port, 80), 1), get, now);
+        assert_eq!(first.action, L7Action::Pass);
     }
     assert_eq!(inspector.len(), 2);
     assert!(lost(
-        inspector
-            .inspect(
-                &segment(key(15, 80), 1 + len, get),
-                StreamMark::Tracked,
-                &policy,
-                now
-            )
-            .action
+        inspector.inspect(&segment(key(15, 80), 1 + len, get), now)
     ));
-    let kept = inspector.inspect(
-        &segment(key(17, 80), 1 + len, get),
-        StreamMark::Tracked,
-        &policy,
-        now,
-    );
+    let kept = inspector.inspect(&segment(key(17, 80), 1 + len, get), now);
     assert_eq!(kept.action, L7Action::Pass);
-    // A new connection reusing the addresses and ports starts afresh.
-    let reused = inspector.inspect(
-        &segment(key(17, 80), 5000, get),
-        StreamMark::New,
+    // A new connection reusing the addresses and ports starts afresh from
+    // its SYN-ACK, whatever the old one's stream position.
+    let body = b"POST /api/v2/x HTTP/1.1\r\nHost: up.bar.com\r\nContent-Length: 1000\r\n\r\n";
+    let k = key(18, 80);
+    assert_eq!(
+        start(&mut inspector, &policy, (k, 1), body, now).action,
+        L7Action::Pass
+    );
+    let reused = start(
+        &mut inspector,
         &policy,
+        (k, 1 + body.len() as u32),
+        b"GET /admin HTTP/1.1\r\n\r\n",
         now,
     );
-    assert_eq!(reused.action, L7Action::Start);
+    assert!(denied_request(&reused.action).is_some());
 }
 
 #[test]
@@ -425,36 +390,22 @@ fn policy_changes_since_the_syn() {
     let now = Instant::now();
     let mut inspector = inspector(16, L7DenyResponse::Forbidden);
     // No L7 rule decides port 81 any more: everything passes, even non-HTTP.
-    let plain = inspector.inspect(
-        &segment(key(18, 81), 1, b"\x00\x01binary"),
-        StreamMark::New,
-        &policy,
-        now,
-    );
-    assert_eq!(plain.action, L7Action::Start);
-    let more = inspector.inspect(
-        &segment(key(18, 81), 9, b"GET /admin HTTP/1.1\r\n\r\n"),
-        StreamMark::Tracked,
-        &policy,
-        now,
-    );
+    let k = key(19, 81);
+    let plain = start(&mut inspector, &policy, (k, 1), b"\x00\x01binary", now);
+    assert_eq!(plain.action, L7Action::Pass);
+    let more = inspector.inspect(&segment(k, 9, b"GET /admin HTTP/1.1\r\n\r\n"), now);
     assert_eq!(more.action, L7Action::Pass);
     // Now dropped: reset.
-    let closed = inspector.inspect(
-        &segment(key(19, 82), 1, b"GET / HTTP/1.1\r\n\r\n"),
-        StreamMark::New,
+    let closed = start(
+        &mut inspector,
         &policy,
+        (key(20, 82), 1),
+        b"GET / HTTP/1.1\r\n\r\n",
         now,
     );
+    assert_eq!(reset_reason(&closed.action), DenyReason::Policy);
     assert!(matches!(
-        closed.action,
-        L7Action::Deny(Denial {
-            reason: DenyReason::Policy,
-            ..
-        })
-    ));
-    assert!(matches!(
-        policy.admission(&Flow { ..key(20, 80).flow() }),
+        policy.admission(&key(21, 80).flow()),
         Admission::Inspect(ref rules) if rules.len() == 1
     ));
 }
@@ -463,13 +414,16 @@ fn policy_changes_since_the_syn() {
 fn segments_without_payload_pass() {
     let policy = ruleset();
     let mut inspector = inspector(16, L7DenyResponse::Forbidden);
-    let ack = inspector.inspect(
-        &segment(key(21, 80), 1, b""),
-        StreamMark::Tracked,
-        &policy,
-        Instant::now(),
+    let now = Instant::now();
+    assert_eq!(
+        inspector.inspect(&segment(key(22, 80), 1, b""), now).action,
+        L7Action::Pass
     );
-    assert_eq!(ack.action, L7Action::Pass);
+    inspector.handshake(key(22, 80), 1, &policy, now);
+    assert_eq!(
+        inspector.inspect(&segment(key(22, 80), 1, b""), now).action,
+        L7Action::Pass
+    );
 }
 
 fn tcp_of(
@@ -516,12 +470,11 @@ fn forbidden_and_reset_packets_carry_the_right_numbers() {
             seq: 1000,
             ack: 5000,
             window: 100,
+            syn_ack: false,
             payload,
         };
-        let L7Action::Deny(denial) = inspector
-            .inspect(&seg, StreamMark::New, &policy, Instant::now())
-            .action
-        else {
+        inspector.handshake(k, 1000, &policy, Instant::now());
+        let L7Action::Deny(denial) = inspector.inspect(&seg, Instant::now()).action else {
             panic!("not denied");
         };
         let packets = deny_packets(&seg, &denial);
@@ -557,11 +510,17 @@ fn forbidden_and_reset_packets_carry_the_right_numbers() {
         let reset = Denial {
             reason: DenyReason::NotHttp,
             response: L7DenyResponse::Reset,
+            unsent_from: Some(900),
         };
         let packets = deny_packets(&seg, &reset);
         let (_, _, to_client, body) = tcp_of(&packets[0].packet);
         assert!(to_client.rst && body.is_empty());
         assert_eq!(to_client.sequence_number, 5000);
+        let (_, _, to_server, _) = tcp_of(&packets[1].packet);
+        assert_eq!(
+            to_server.sequence_number, 900,
+            "first byte the server lacks"
+        );
     }
 }
 
@@ -579,6 +538,17 @@ fn segments_and_payload_lengths_from_packets() {
     .unwrap();
     let seg = parse_segment(&packet).unwrap();
     assert_eq!((seg.seq, seg.ack, seg.payload.len()), (77, 9, 18));
+    assert!(!seg.syn_ack);
+    let mut syn_ack = Vec::new();
+    PacketBuilder::ipv4([10, 0, 0, 2], [10, 0, 0, 1], 64)
+        .tcp(80, 40000, 5, 1000)
+        .syn()
+        .ack(78)
+        .write(&mut syn_ack, &[])
+        .unwrap();
+    let answer = parse_segment(&syn_ack).unwrap();
+    assert!(answer.syn_ack);
+    assert_eq!(answer.key.reversed(), key(40000, 80));
     assert_eq!(seg.key.server.port(), 80);
     assert_eq!(tcp_payload_len(&packet), Some(18));
     assert_eq!(tcp_payload_len(&packet[..60]), Some(18), "headers suffice");
@@ -603,6 +573,6 @@ proptest::proptest! {
     fn arbitrary_streams_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 1..600), piece in 1usize..64) {
         let policy = ruleset();
         let mut inspector = inspector(4, L7DenyResponse::Forbidden);
-        let _ = feed(&mut inspector, &policy, (key(30, 80), 3), StreamMark::New, &bytes, piece, Instant::now());
+        let _ = feed(&mut inspector, &policy, (key(30, 80), 3), &bytes, piece, Instant::now());
     }
 }

@@ -5,6 +5,7 @@
 //! verdict, while the connection's mark still lets them pass. Counts;
 //! never logs per packet.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::num::NonZeroUsize;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -18,14 +19,14 @@ use crate::config::{FailMode, L7Config, MarkLayout};
 use crate::http::DEFAULT_MAX_HEAD;
 use crate::queue::QueueError;
 
-use super::inspect::{Inspector, L7Action, L7Policy, RequestRecord, StreamMark};
+use super::inspect::{Inspector, L7Action, L7Policy, RequestRecord};
 use super::response::{deny_packets, Injection};
 use super::segment::{parse_segment, FlowKey};
 
 /// Whole packets: a request head must be read from the segment itself.
 const COPY_RANGE: u16 = 0xffff;
-/// Packets the kernel holds for the L7 queue.
-const QUEUE_MAX_LEN: u32 = 4096;
+/// Packets the kernel holds for the L7 queue, including deferred ones.
+const QUEUE_MAX_LEN: u32 = 16_384;
 /// Consecutive receive errors after which the worker gives up.
 const MAX_CONSECUTIVE_ERRORS: u32 = 1000;
 
@@ -45,8 +46,10 @@ pub struct L7Stats {
     pub requests_denied: AtomicU64,
     /// Connections closed without a 403 (not HTTP, malformed, state lost).
     pub resets: AtomicU64,
-    /// Segments held after a gap in the stream.
+    /// Segments dropped after a gap in the stream or repeating deferred bytes.
     pub held: AtomicU64,
+    /// Segments whose verdict waited for the rest of a request head.
+    pub deferred: AtomicU64,
     /// Packets that were not readable TCP segments (dropped).
     pub malformed: AtomicU64,
     pub inject_errors: AtomicU64,
@@ -184,6 +187,8 @@ fn run<P: L7Policy>(
         DEFAULT_MAX_HEAD,
         config.l7.deny_response,
     );
+    // Segments of incomplete heads, per connection, in arrival order.
+    let mut deferred: HashMap<FlowKey, Vec<nfq::Message>> = HashMap::new();
     let mut consecutive_errors = 0;
     loop {
         let mut message = match socket.recv() {
@@ -211,53 +216,72 @@ fn run<P: L7Policy>(
         consecutive_errors = 0;
         stats.segments.fetch_add(1, Ordering::Relaxed);
         let mark = message.get_nfmark();
-        let stream = if mark & marks.mask == marks.l7 {
-            StreamMark::New
-        } else {
-            StreamMark::Tracked
-        };
-        let verdict = match parse_segment(message.get_payload()) {
+        // Verdicts to give, in order, beginning with released segments.
+        let mut verdicts: Vec<(nfq::Message, nfq::Verdict)> = Vec::new();
+        match parse_segment(message.get_payload()) {
             Err(_) => {
                 stats.malformed.fetch_add(1, Ordering::Relaxed);
-                nfq::Verdict::Drop
+                verdicts.push((message, nfq::Verdict::Drop));
+            }
+            Ok(segment) if segment.syn_ack => {
+                let key = segment.key.reversed();
+                let forgotten =
+                    inspector.handshake(key, segment.ack, &**policy.load(), Instant::now());
+                if let Some(old) = forgotten {
+                    drop_all(&mut verdicts, deferred.remove(&old));
+                }
+                message.set_nfmark(marks.apply(mark, marks.l7_active()));
+                verdicts.push((message, nfq::Verdict::Repeat));
             }
             Ok(segment) => {
-                let inspection =
-                    inspector.inspect(&segment, stream, &**policy.load(), Instant::now());
+                let key = segment.key;
+                let inspection = inspector.inspect(&segment, Instant::now());
                 for record in &inspection.requests {
-                    record_request(stats, &segment.key, record);
+                    record_request(stats, &key, record);
                 }
                 match inspection.action {
-                    L7Action::Pass => nfq::Verdict::Accept,
-                    L7Action::Start => {
-                        message.set_nfmark(marks.apply(mark, marks.l7_active()));
-                        nfq::Verdict::Repeat
+                    L7Action::Pass => verdicts.push((message, nfq::Verdict::Accept)),
+                    L7Action::Defer => {
+                        stats.deferred.fetch_add(1, Ordering::Relaxed);
+                        deferred.entry(key).or_default().push(message);
+                    }
+                    L7Action::Release => {
+                        let held = deferred.remove(&key).unwrap_or_default();
+                        verdicts.extend(held.into_iter().map(|m| (m, nfq::Verdict::Accept)));
+                        verdicts.push((message, nfq::Verdict::Accept));
                     }
                     L7Action::Hold => {
                         stats.held.fetch_add(1, Ordering::Relaxed);
-                        nfq::Verdict::Drop
+                        verdicts.push((message, nfq::Verdict::Drop));
                     }
                     L7Action::Deny(denial) => {
                         if !matches!(denial.reason, super::DenyReason::Request { .. }) {
                             stats.resets.fetch_add(1, Ordering::Relaxed);
                         }
+                        drop_all(&mut verdicts, deferred.remove(&key));
                         for injection in deny_packets(&segment, &denial) {
                             if injector.send(&injection).is_err() {
                                 stats.inject_errors.fetch_add(1, Ordering::Relaxed);
                             }
                         }
                         message.set_nfmark(marks.apply(mark, marks.l7_denied()));
-                        nfq::Verdict::Repeat
+                        verdicts.push((message, nfq::Verdict::Repeat));
                     }
                 }
             }
-        };
+        }
         stats.flows.store(inspector.len() as u64, Ordering::Relaxed);
-        message.set_verdict(verdict);
-        if socket.verdict(message).is_err() {
-            stats.verdict_errors.fetch_add(1, Ordering::Relaxed);
+        for (mut message, verdict) in verdicts {
+            message.set_verdict(verdict);
+            if socket.verdict(message).is_err() {
+                stats.verdict_errors.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
+}
+
+fn drop_all(verdicts: &mut Vec<(nfq::Message, nfq::Verdict)>, held: Option<Vec<nfq::Message>>) {
+    verdicts.extend(held.into_iter().flatten().map(|m| (m, nfq::Verdict::Drop)));
 }
 
 /// Where every L7 request decision passes: counted here, and the call
