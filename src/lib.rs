@@ -12,9 +12,10 @@
 //!    behind `tollgate trace`).
 //!
 //! Everything listed so far is pure and unit-tested without root, as are
-//! [`dns`] and [`fqdn`] (learning addresses from DNS answers), [`http`]
-//! (L7 request matching) and [`audit`] (the `np.log` format). The agent
-//! ([`agent`], `tollgate run`, configured by [`config`]) puts them to work:
+//! [`dns`] and [`fqdn`] (learning addresses from DNS answers), [`http`] and
+//! [`tls`] (L7 request and ClientHello matching) and [`audit`] (the
+//! `np.log` format). The agent ([`agent`], `tollgate run`, configured by
+//! [`config`]) puts them to work:
 //! [`datapath`] plans and installs the iptables chains and ipsets that send
 //! new connections of enforced endpoints to NFQUEUE, and [`queue`] workers
 //! decide them with the current ruleset.
@@ -33,4 +34,5 @@ pub mod l7;
 pub mod model;
 pub mod queue;
 pub mod source;
+pub mod tls;
 pub mod validate;

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 
 use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
-use hickory_proto::rr::{Name, RData};
+use hickory_proto::rr::{DNSClass, Name, RData};
 
 /// Longest CNAME chain followed from a question name (resolvers give up
 /// long before this; BIND stops at 16).
@@ -27,7 +27,8 @@ pub enum DnsError {
     NoQuestion,
 }
 
-/// A response reduced to its question names and answer-section records.
+/// A response reduced to its question names and answer-section records of
+/// class IN (authority and additional sections are never trusted).
 /// Names are lower-case ASCII (IDNs stay in punycode) without the trailing dot.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DnsReply {
@@ -75,7 +76,11 @@ pub fn parse_reply(bytes: &[u8]) -> Result<DnsReply, DnsError> {
     let questions = message.queries.iter().map(|q| name_text(&q.name)).collect();
     let mut addresses = Vec::new();
     let mut aliases = HashMap::new();
-    for record in &message.answers {
+    for record in message
+        .answers
+        .iter()
+        .filter(|r| r.dns_class == DNSClass::IN)
+    {
         match &record.data {
             RData::A(a) => addresses.push((
                 name_text(&record.name),

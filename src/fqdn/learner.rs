@@ -10,14 +10,17 @@
 //! - *installed*: `(selector, address) → expiry`, the mirror of what has been
 //!   written to the kernel sets. An entry is written when a record makes it
 //!   live or extends it by at least a second, and removed when eviction
-//!   leaves no record behind it. Expiry needs no write: the kernel times
-//!   entries out itself, and [`FqdnLearner::expire`] forgets them.
+//!   leaves no record behind it (a count of backing records per entry makes
+//!   that check independent of how many names share an address). Expiry
+//!   needs no write: the kernel times entries out itself, and
+//!   [`FqdnLearner::expire`] forgets them.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::FqdnPattern;
+use crate::classify::FqdnLookup;
 use crate::dns::{self, DnsError, Resolution};
 
 /// Largest timeout the kernel's ipset accepts (seconds).
@@ -98,6 +101,8 @@ struct NameState {
     /// Indices of the selectors matching this name (never empty).
     selectors: Vec<usize>,
     records: HashMap<IpAddr, Record>,
+    /// This name's records by recency, oldest first: its eviction order.
+    recency: BTreeMap<u64, IpAddr>,
 }
 
 /// In-memory mirror of the FQDN ipsets for one list of selectors. Build a
@@ -112,8 +117,8 @@ pub struct FqdnLearner {
     /// Every record by recency, oldest first: the global eviction order.
     order: BTreeMap<u64, (Arc<str>, IpAddr)>,
     next_order: u64,
-    /// Names holding a record for each address.
-    by_address: HashMap<IpAddr, Vec<Arc<str>>>,
+    /// Number of records whose name matches the selector, per entry.
+    backing: HashMap<(usize, IpAddr), u32>,
     installed: HashMap<(usize, IpAddr), u64>,
     counters: LearnerCounters,
 }
@@ -132,7 +137,7 @@ impl FqdnLearner {
             names: HashMap::new(),
             order: BTreeMap::new(),
             next_order: 0,
-            by_address: HashMap::new(),
+            backing: HashMap::new(),
             installed: HashMap::new(),
             counters: LearnerCounters::default(),
         }
@@ -174,12 +179,12 @@ impl FqdnLearner {
         }
     }
 
-    /// Learns the addresses of one reply. Returns the writes that make the
-    /// kernel sets agree, which must be applied before the reply is
-    /// released to the client.
+    /// Learns the addresses of one reply; names must be normalized as
+    /// [`crate::dns::DnsReply::resolved`] gives them (lower-case, no
+    /// trailing dot). Returns the writes that make the kernel sets agree,
+    /// which must be applied before the reply is released to the client.
     pub fn learn(&mut self, resolutions: &[Resolution], now_ms: u64) -> Vec<IpsetChange> {
-        // (selector, address) pairs whose set entry may have to change.
-        let mut touched: Vec<(usize, IpAddr)> = Vec::new();
+        let mut touched = Touched::default();
         for resolution in resolutions {
             let timeout = self.timeout_secs(resolution.ttl);
             let expires_ms = now_ms.saturating_add(u64::from(timeout) * 1000);
@@ -192,20 +197,25 @@ impl FqdnLearner {
                 break;
             };
             if let Some((_, selectors)) = self.drop_record(&name, address) {
-                touch(&mut touched, &selectors, address);
+                touched.evicted(&selectors, address);
             }
         }
-        touched.sort_unstable();
-        touched.dedup();
         let mut changes = Vec::new();
-        for (selector, address) in touched {
-            self.reconcile(selector, address, now_ms, &mut changes);
+        for key in touched.keys() {
+            self.reconcile(
+                key,
+                touched.learned.get(&key).copied(),
+                now_ms,
+                &mut changes,
+            );
         }
         changes
     }
 
     /// Forgets records and set entries whose timeout has passed. The kernel
-    /// has already removed the entries, so nothing needs writing.
+    /// has already removed the entries, so nothing needs writing. Walks
+    /// every record: call it periodically (about once a second), not per
+    /// packet.
     pub fn expire(&mut self, now_ms: u64) {
         let stale: Vec<(Arc<str>, IpAddr)> = self
             .names
@@ -236,8 +246,7 @@ impl FqdnLearner {
             .is_some_and(|expires| *expires > now_ms)
     }
 
-    /// A view answering [`resolves_to`](FqdnLearner::resolves_to) at a fixed
-    /// instant, for a classifier that does not carry time.
+    /// The learner as the classifier's [`FqdnLookup`], frozen at `now_ms`.
     pub fn at(&self, now_ms: u64) -> LearnedAt<'_> {
         LearnedAt {
             learner: self,
@@ -276,15 +285,9 @@ impl FqdnLearner {
     }
 
     /// Inserts or refreshes the record `(name, address)` if some selector
-    /// matches `name`, enforcing the per-name bound; adds the pairs whose
-    /// set entry may change to `touched`.
-    fn upsert(
-        &mut self,
-        name: &str,
-        address: IpAddr,
-        expires_ms: u64,
-        touched: &mut Vec<(usize, IpAddr)>,
-    ) {
+    /// matches `name`, enforcing the per-name bound; notes the entries
+    /// whose set entry may change in `touched`.
+    fn upsert(&mut self, name: &str, address: IpAddr, expires_ms: u64, touched: &mut Touched) {
         let key: Arc<str> = match self.names.get_key_value(name) {
             Some((key, _)) => Arc::clone(key),
             None => {
@@ -304,6 +307,7 @@ impl FqdnLearner {
                     NameState {
                         selectors,
                         records: HashMap::new(),
+                        recency: BTreeMap::new(),
                     },
                 );
                 key
@@ -314,43 +318,42 @@ impl FqdnLearner {
         let Some(state) = self.names.get_mut(&key) else {
             return;
         };
-        touch(touched, &state.selectors, address);
+        touched.learned(&state.selectors, address, expires_ms);
         let previous = state.records.insert(address, Record { expires_ms, order });
         match previous {
             Some(old) => {
                 self.order.remove(&old.order);
+                state.recency.remove(&old.order);
                 if let Some(record) = state.records.get_mut(&address) {
                     record.expires_ms = record.expires_ms.max(old.expires_ms);
                 }
             }
-            None => self
-                .by_address
-                .entry(address)
-                .or_default()
-                .push(Arc::clone(&key)),
+            None => {
+                for &selector in &state.selectors {
+                    *self.backing.entry((selector, address)).or_insert(0) += 1;
+                }
+            }
         }
+        state.recency.insert(order, address);
         self.order.insert(order, (Arc::clone(&key), address));
         if state.records.len() > self.config.max_addresses_per_name {
-            let oldest = state
-                .records
-                .iter()
-                .min_by_key(|(_, r)| r.order)
-                .map(|(a, r)| (*a, r.order));
+            let oldest = state.recency.first_key_value().map(|(o, a)| (*a, *o));
             if let Some((victim, victim_order)) = oldest {
                 self.order.remove(&victim_order);
                 if let Some((_, selectors)) = self.drop_record(&key, victim) {
-                    touch(touched, &selectors, victim);
+                    touched.evicted(&selectors, victim);
                 }
             }
         }
     }
 
-    /// Removes the record `(name, address)` from the name and address
-    /// indexes (not from `order`); returns its order key and the
+    /// Removes the record `(name, address)` from its name and from the
+    /// backing counts (not from `order`); returns its order key and the
     /// selectors of its name.
     fn drop_record(&mut self, name: &Arc<str>, address: IpAddr) -> Option<(u64, Vec<usize>)> {
         let state = self.names.get_mut(name)?;
         let record = state.records.remove(&address)?;
+        state.recency.remove(&record.order);
         let selectors = if state.records.is_empty() {
             self.names
                 .remove(name)
@@ -359,40 +362,40 @@ impl FqdnLearner {
         } else {
             state.selectors.clone()
         };
-        if let Some(holders) = self.by_address.get_mut(&address) {
-            holders.retain(|holder| holder != name);
-            if holders.is_empty() {
-                self.by_address.remove(&address);
+        for &selector in &selectors {
+            if let Some(count) = self.backing.get_mut(&(selector, address)) {
+                *count -= 1;
+                if *count == 0 {
+                    self.backing.remove(&(selector, address));
+                }
             }
         }
         Some((record.order, selectors))
     }
 
-    /// Brings the installed entry `(selector, address)` in line with the
-    /// records behind it: written when new or extended by at least a
-    /// second, removed when no live record is left (only after an
-    /// eviction: learning always leaves a live record).
+    /// Brings the installed entry `key` in line with its records: written
+    /// when a record learned now (expiring at `learned`) makes it live or
+    /// extends it by at least a second; removed when no record backs it any
+    /// more (after an eviction).
     fn reconcile(
         &mut self,
-        selector: usize,
-        address: IpAddr,
+        key: (usize, IpAddr),
+        learned: Option<u64>,
         now_ms: u64,
         changes: &mut Vec<IpsetChange>,
     ) {
-        let want = self
-            .by_address
-            .get(&address)
-            .into_iter()
-            .flatten()
-            .filter_map(|name| self.names.get(name))
-            .filter(|state| state.selectors.contains(&selector))
-            .filter_map(|state| state.records.get(&address))
-            .map(|record| record.expires_ms)
-            .max()
-            .filter(|expires| *expires > now_ms);
-        let key = (selector, address);
         let have = self.installed.get(&key).copied().filter(|e| *e > now_ms);
-        match (want, have) {
+        if !self.backing.contains_key(&key) {
+            if self.installed.remove(&key).is_some() && have.is_some() {
+                self.counters.evicted += 1;
+                changes.push(IpsetChange::Remove {
+                    selector: key.0,
+                    address: key.1,
+                });
+            }
+            return;
+        }
+        match (learned, have) {
             (Some(want), None) => {
                 self.counters.learned += 1;
                 changes.push(self.install(key, want, now_ms));
@@ -401,21 +404,10 @@ impl FqdnLearner {
                 self.counters.refreshed += 1;
                 changes.push(self.install(key, want, now_ms));
             }
-            (Some(_), Some(_)) => {}
-            (None, Some(_)) => {
-                self.installed.remove(&key);
-                self.counters.evicted += 1;
-                changes.push(IpsetChange::Remove { selector, address });
-            }
-            (None, None) => {
-                // Forget an entry the kernel has already timed out.
-                self.installed.remove(&key);
-            }
+            _ => {}
         }
     }
-}
 
-impl FqdnLearner {
     /// Records that `(selector, address)` is written with a whole-second
     /// timeout covering `expires_ms`, and returns that write.
     fn install(&mut self, key: (usize, IpAddr), expires_ms: u64, now_ms: u64) -> IpsetChange {
@@ -440,14 +432,40 @@ pub struct LearnedAt<'a> {
     now_ms: u64,
 }
 
-impl LearnedAt<'_> {
-    pub fn resolves_to(&self, pattern: &FqdnPattern, address: IpAddr) -> bool {
+impl FqdnLookup for LearnedAt<'_> {
+    fn resolves_to(&self, pattern: &FqdnPattern, address: IpAddr) -> bool {
         self.learner.resolves_to(pattern, address, self.now_ms)
     }
 }
 
-fn touch(touched: &mut Vec<(usize, IpAddr)>, selectors: &[usize], address: IpAddr) {
-    touched.extend(selectors.iter().map(|&selector| (selector, address)));
+/// The set entries one `learn` call may have to write, in a stable order.
+#[derive(Default)]
+struct Touched {
+    /// Latest expiry learned in this call, per entry.
+    learned: BTreeMap<(usize, IpAddr), u64>,
+    /// Entries that lost a record to eviction in this call.
+    evicted: BTreeSet<(usize, IpAddr)>,
+}
+
+impl Touched {
+    fn learned(&mut self, selectors: &[usize], address: IpAddr, expires_ms: u64) {
+        for &selector in selectors {
+            let slot = self
+                .learned
+                .entry((selector, address))
+                .or_insert(expires_ms);
+            *slot = (*slot).max(expires_ms);
+        }
+    }
+
+    fn evicted(&mut self, selectors: &[usize], address: IpAddr) {
+        self.evicted
+            .extend(selectors.iter().map(|&selector| (selector, address)));
+    }
+
+    fn keys(&self) -> BTreeSet<(usize, IpAddr)> {
+        self.learned.keys().chain(&self.evicted).copied().collect()
+    }
 }
 
 #[cfg(test)]

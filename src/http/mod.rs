@@ -5,6 +5,9 @@
 //! all seen), and [`matches`]/[`decide`] apply the Antrea `http` rule
 //! patterns. Pure: never touches sockets or packets, never buffers a body.
 //! Anything ambiguous between tollgate and the server is refused, not guessed.
+//! Only HTTP/1.x is understood: HTTP/2 (prior knowledge), and the bytes
+//! after a protocol upgrade (WebSocket, h2c) or a CONNECT request, are not
+//! HTTP/1.x requests and are reported as such, so those flows are denied.
 
 mod chunked;
 mod matcher;

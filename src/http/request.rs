@@ -8,6 +8,9 @@ use super::path::normalize_target;
 /// Default bound on one request head (request line and headers).
 pub const DEFAULT_MAX_HEAD: usize = 16 * 1024;
 
+/// Head buffers up to this capacity are kept for the next request.
+const SMALL_HEAD: usize = 2048;
+
 /// Most header fields accepted in one head.
 pub const MAX_HEADERS: usize = 100;
 
@@ -93,6 +96,7 @@ enum State {
 
 /// Tracks one client→server HTTP/1.x stream. Feed payload bytes in
 /// stream order; the same events come out however the stream is split.
+/// Per-flow memory is at most `max_head` bytes plus a few words.
 #[derive(Clone, Debug)]
 pub struct RequestTracker {
     max_head: usize,
@@ -160,7 +164,7 @@ impl RequestTracker {
                 State::Chunked(body) => match body.feed(bytes, self.max_head) {
                     Ok(Progress::NeedMore) => bytes = &[],
                     Ok(Progress::Done(used)) => {
-                        bytes = &bytes[used..];
+                        bytes = bytes.get(used..).unwrap_or_default();
                         self.state = State::Head;
                     }
                     Err(reason) => self.fail(&mut events, HttpEvent::Malformed(reason)),
@@ -186,7 +190,7 @@ impl RequestTracker {
             HeadParse::Complete { len, head, framing } => {
                 // The held prefix was incomplete, so the head ends in `bytes`.
                 let used = len.saturating_sub(held);
-                self.buf.clear();
+                self.release_buffer();
                 events.push(HttpEvent::Request(head));
                 self.state = match framing {
                     Framing::None | Framing::Length(0) => State::Head,
@@ -216,6 +220,16 @@ impl RequestTracker {
         events.push(event);
         self.buf = Vec::new();
         self.state = State::Failed;
+    }
+
+    /// Empties the head buffer; a large one is freed, so an idle
+    /// keep-alive flow does not pin up to `max_head` bytes.
+    fn release_buffer(&mut self) {
+        if self.buf.capacity() > SMALL_HEAD {
+            self.buf = Vec::new();
+        } else {
+            self.buf.clear();
+        }
     }
 }
 

@@ -57,6 +57,40 @@ fn simple_head_split_at_every_byte() {
 }
 
 #[test]
+fn curl_recordings_back_to_back_at_any_segmentation() {
+    let stream = [
+        sample("curl-get.http"),
+        sample("curl-post-chunked.http"),
+        sample("curl-post-form.http"),
+    ]
+    .concat();
+    let want = vec![
+        HttpEvent::Request(head(
+            "GET",
+            Some("foo.bar.com"),
+            Some(8099),
+            "/api/v2/users?id=7&x=%2F",
+        )),
+        HttpEvent::Request(head(
+            "POST",
+            Some("foo.bar.com"),
+            Some(8099),
+            "/api/v2/upload",
+        )),
+        HttpEvent::Request(head("POST", Some("foo.bar.com"), Some(8099), "/login")),
+    ];
+    assert_eq!(feed_whole(&stream), want);
+    for segment in [1, 7, 97, 1448] {
+        let mut tracker = RequestTracker::default();
+        let events: Vec<_> = stream
+            .chunks(segment)
+            .flat_map(|c| tracker.feed(c))
+            .collect();
+        assert_eq!(events, want, "segments of {segment}");
+    }
+}
+
+#[test]
 fn pipelined_requests_skip_bodies_that_look_like_requests() {
     assert_eq!(
         feed_whole(&sample("pipelined.http")),
