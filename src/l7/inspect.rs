@@ -39,30 +39,38 @@ use crate::compile::{RuleRef, Ruleset};
 use crate::config::L7DenyResponse;
 use crate::flow::{Flow, Verdict};
 use crate::http::{HttpEvent, HttpRule, Malformed, RequestHead, RequestTracker};
+use crate::model::TlsProtocol;
+use crate::tls::{client_hello_sni, TlsError, MAX_CLIENT_HELLO};
 
 use super::segment::{FlowKey, Segment};
 
-/// One L7 rule that decided the connection: every request must match one
-/// of its `http` alternatives.
+/// One L7 rule that decided the connection: every HTTP request must match
+/// one of its `http` alternatives, a TLS connection's ClientHello one of
+/// its `tls` alternatives.
 #[derive(Clone, Debug)]
 pub struct Requirement {
     pub rule: Arc<RuleRef>,
-    alternatives: Vec<HttpRule>,
+    http: Vec<HttpRule>,
+    tls: Vec<TlsProtocol>,
 }
 
 impl Requirement {
-    /// The rule's `http` entries; `tls` entries allow no HTTP request.
     pub fn new(rule: Arc<RuleRef>) -> Requirement {
-        let alternatives = rule
+        let http = rule
             .l7
             .iter()
             .filter_map(|p| p.http.as_ref().map(HttpRule::new))
             .collect();
-        Requirement { rule, alternatives }
+        let tls = rule.l7.iter().filter_map(|p| p.tls.clone()).collect();
+        Requirement { rule, http, tls }
     }
 
     fn allows(&self, request: &RequestHead) -> bool {
-        self.alternatives.iter().any(|rule| rule.matches(request))
+        self.http.iter().any(|rule| rule.matches(request))
+    }
+
+    fn allows_sni(&self, sni: Option<&str>) -> bool {
+        self.tls.iter().any(|rule| crate::tls::matches(rule, sni))
     }
 }
 
@@ -118,6 +126,14 @@ pub enum DenyReason {
     StateLost,
     /// One request head sent in more than [`MAX_DEFERRED`] segments.
     TooManySegments,
+    /// A ClientHello whose server name no `tls` alternative of this rule
+    /// allows.
+    ServerName {
+        sni: Option<String>,
+        rule: Arc<RuleRef>,
+    },
+    /// A TLS stream whose ClientHello cannot be read.
+    Tls(TlsError),
     /// The policy no longer allows the connection.
     Policy,
 }
@@ -181,9 +197,25 @@ enum Access {
     Denied,
 }
 
+/// What the client stream turned out to be.
+#[derive(Debug)]
+enum Stream {
+    /// No payload yet.
+    Unknown,
+    Http(RequestTracker),
+    /// A TLS handshake (first byte 22, and a `tls` rule applies): the
+    /// ClientHello collected so far.
+    Tls(Vec<u8>),
+    /// The ClientHello was allowed: the rest is encrypted and passes.
+    Allowed,
+}
+
+/// TLS record type of a handshake: how a TLS client stream starts.
+const TLS_HANDSHAKE: u8 = 22;
+
 #[derive(Debug)]
 struct FlowState {
-    tracker: RequestTracker,
+    stream: Stream,
     access: Access,
     next_seq: u32,
     last_seen: Instant,
@@ -245,7 +277,7 @@ impl Inspector {
             Admission::Inspect(rules) => Access::Rules(Arc::from(rules)),
         };
         let state = FlowState {
-            tracker: RequestTracker::new(self.max_head),
+            stream: Stream::Unknown,
             access,
             next_seq: client_next_seq,
             last_seen: now,
@@ -305,12 +337,15 @@ impl Inspector {
         } else {
             // `end` > 0 new bytes at the tail of the payload.
             let fresh = &segment.payload[segment.payload.len() - end as usize..];
-            if let Some(mut denial) = self.advance(&mut state, fresh, requests) {
-                denial.unsent_from = state.deferred.map(|(from, _)| from);
-                return L7Action::Deny(denial);
-            }
+            let incomplete = match self.advance(&mut state, fresh, requests) {
+                Ok(incomplete) => incomplete,
+                Err(mut denial) => {
+                    denial.unsent_from = state.deferred.map(|(from, _)| from);
+                    return L7Action::Deny(denial);
+                }
+            };
             state.next_seq = state.next_seq.wrapping_add(end as u32);
-            if state.tracker.buffered() > 0 {
+            if incomplete {
                 // Part of a head is still missing: keep this segment back.
                 let (from, count) = state.deferred.unwrap_or((segment.seq, 0));
                 if count + 1 > MAX_DEFERRED {
@@ -331,49 +366,88 @@ impl Inspector {
         action
     }
 
-    /// Feeds in-order bytes; returns the denial if one is due.
+    /// Feeds in-order bytes. Returns whether a head (or ClientHello) is
+    /// left incomplete, or the denial that is due.
     fn advance(
         &self,
         state: &mut FlowState,
         bytes: &[u8],
         requests: &mut Vec<RequestRecord>,
-    ) -> Option<Denial> {
-        let requirements = match &state.access {
+    ) -> Result<bool, Denial> {
+        let rules = match &state.access {
             Access::Rules(rules) => rules,
-            Access::Unrestricted => return None,
-            Access::Denied => return Some(self.reset(DenyReason::Policy)),
+            Access::Unrestricted => return Ok(false),
+            Access::Denied => return Err(self.reset(DenyReason::Policy)),
         };
-        for event in state.tracker.feed(bytes) {
-            let request = match event {
-                HttpEvent::Request(request) => request,
-                HttpEvent::NotHttp => return Some(self.reset(DenyReason::NotHttp)),
-                HttpEvent::Oversized => return Some(self.reset(DenyReason::Oversized)),
-                HttpEvent::Malformed(why) => return Some(self.reset(DenyReason::Malformed(why))),
+        if matches!(state.stream, Stream::Unknown) {
+            let tls_rule = rules.iter().any(|r| !r.tls.is_empty());
+            state.stream = if tls_rule && bytes.first() == Some(&TLS_HANDSHAKE) {
+                Stream::Tls(Vec::new())
+            } else {
+                Stream::Http(RequestTracker::new(self.max_head))
             };
-            match requirements.iter().find(|r| !r.allows(&request)) {
-                Some(failed) => {
-                    requests.push(RequestRecord {
-                        request: request.clone(),
-                        allowed: false,
-                        rule: Some(Arc::clone(&failed.rule)),
-                    });
-                    return Some(Denial {
-                        reason: DenyReason::Request {
-                            request,
-                            rule: Arc::clone(&failed.rule),
-                        },
-                        response: self.deny_response,
-                        unsent_from: None,
-                    });
+        }
+        match &mut state.stream {
+            Stream::Unknown | Stream::Allowed => Ok(false),
+            Stream::Tls(hello) => {
+                hello.extend_from_slice(bytes);
+                let sni = match client_hello_sni(hello) {
+                    Err(TlsError::Incomplete) if hello.len() <= MAX_CLIENT_HELLO + 64 => {
+                        return Ok(true)
+                    }
+                    Err(TlsError::Incomplete) => {
+                        let max = MAX_CLIENT_HELLO;
+                        let len = hello.len();
+                        return Err(self.reset(DenyReason::Tls(TlsError::TooLarge { len, max })));
+                    }
+                    Err(error) => return Err(self.reset(DenyReason::Tls(error))),
+                    Ok(sni) => sni,
+                };
+                if let Some(failed) = rules.iter().find(|r| !r.allows_sni(sni.as_deref())) {
+                    return Err(self.reset(DenyReason::ServerName {
+                        sni,
+                        rule: Arc::clone(&failed.rule),
+                    }));
                 }
-                None => requests.push(RequestRecord {
-                    request,
-                    allowed: true,
-                    rule: requirements.first().map(|r| Arc::clone(&r.rule)),
-                }),
+                state.stream = Stream::Allowed;
+                Ok(false)
+            }
+            Stream::Http(tracker) => {
+                for event in tracker.feed(bytes) {
+                    let request = match event {
+                        HttpEvent::Request(request) => request,
+                        HttpEvent::NotHttp => return Err(self.reset(DenyReason::NotHttp)),
+                        HttpEvent::Oversized => return Err(self.reset(DenyReason::Oversized)),
+                        HttpEvent::Malformed(why) => {
+                            return Err(self.reset(DenyReason::Malformed(why)))
+                        }
+                    };
+                    match rules.iter().find(|r| !r.allows(&request)) {
+                        Some(failed) => {
+                            requests.push(RequestRecord {
+                                request: request.clone(),
+                                allowed: false,
+                                rule: Some(Arc::clone(&failed.rule)),
+                            });
+                            return Err(Denial {
+                                reason: DenyReason::Request {
+                                    request,
+                                    rule: Arc::clone(&failed.rule),
+                                },
+                                response: self.deny_response,
+                                unsent_from: None,
+                            });
+                        }
+                        None => requests.push(RequestRecord {
+                            request,
+                            allowed: true,
+                            rule: rules.first().map(|r| Arc::clone(&r.rule)),
+                        }),
+                    }
+                }
+                Ok(tracker.buffered() > 0)
             }
         }
-        None
     }
 
     fn reset(&self, reason: DenyReason) -> Denial {

@@ -27,6 +27,11 @@ spec:
   - name: closed
     action: Drop
     ports: [{protocol: TCP, port: 82}]
+  - name: tls-bar
+    action: Allow
+    ports: [{protocol: TCP, port: 443}]
+    l7Protocols:
+    - tls: {sni: '*.bar.com'}
 ";
 
 fn ruleset() -> Ruleset {
@@ -424,6 +429,82 @@ fn segments_without_payload_pass() {
         inspector.inspect(&segment(key(22, 80), 1, b""), now).action,
         L7Action::Pass
     );
+}
+
+/// A TLS 1.3-style ClientHello record naming `name`.
+fn client_hello(name: &str) -> Vec<u8> {
+    let with_len16 = |body: &[u8]| {
+        let mut out = (body.len() as u16).to_be_bytes().to_vec();
+        out.extend_from_slice(body);
+        out
+    };
+    let mut server_name = vec![0u8];
+    server_name.extend(with_len16(name.as_bytes()));
+    let mut extension = 0u16.to_be_bytes().to_vec();
+    extension.extend(with_len16(&with_len16(&server_name)));
+    let mut hello = vec![3, 3];
+    hello.extend([7u8; 32]);
+    hello.push(0);
+    hello.extend(with_len16(&[0x13, 0x01]));
+    hello.extend([1, 0]);
+    hello.extend(with_len16(&extension));
+    let mut handshake = vec![1];
+    handshake.extend(&(hello.len() as u32).to_be_bytes()[1..]);
+    handshake.extend(hello);
+    let mut record = vec![22, 3, 1];
+    record.extend(with_len16(&handshake));
+    record
+}
+
+#[test]
+fn tls_server_names_under_a_tls_rule() {
+    let policy = ruleset();
+    let now = Instant::now();
+    let mut inspector = inspector(16, L7DenyResponse::Forbidden);
+    let hello = client_hello("api.bar.com");
+    let actions = feed(&mut inspector, &policy, (key(40, 443), 1), &hello, 30, now);
+    let last = actions.len() - 1;
+    assert!(
+        actions[..last].iter().all(|a| *a == L7Action::Defer),
+        "{actions:?}"
+    );
+    assert_eq!(actions[last], L7Action::Release);
+    // The rest of the stream is encrypted and passes.
+    let next = 1 + hello.len() as u32;
+    let data = inspector.inspect(&segment(key(40, 443), next, &[23, 3, 3, 0, 1, 9]), now);
+    assert_eq!(data.action, L7Action::Pass);
+
+    let other = start(
+        &mut inspector,
+        &policy,
+        (key(41, 443), 1),
+        &client_hello("foo.baz.com"),
+        now,
+    );
+    assert!(matches!(
+        reset_reason(&other.action),
+        DenyReason::ServerName { sni: Some(ref name), .. } if name == "foo.baz.com"
+    ));
+    let garbled = start(
+        &mut inspector,
+        &policy,
+        (key(42, 443), 1),
+        &[22, 3, 1, 0, 4, 2, 0, 0, 0],
+        now,
+    );
+    assert!(matches!(reset_reason(&garbled.action), DenyReason::Tls(_)));
+    // Plain HTTP under a tls-only rule: no http alternative allows it.
+    let http = start(
+        &mut inspector,
+        &policy,
+        (key(43, 443), 1),
+        b"GET / HTTP/1.1\r\n\r\n",
+        now,
+    );
+    assert!(denied_request(&http.action).is_some());
+    // A ClientHello under an http-only rule is not HTTP.
+    let tls_on_http = start(&mut inspector, &policy, (key(44, 80), 1), &hello, now);
+    assert_eq!(reset_reason(&tls_on_http.action), DenyReason::NotHttp);
 }
 
 fn tcp_of(
