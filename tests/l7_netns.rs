@@ -191,6 +191,25 @@ fn send_in_pieces(addr: SocketAddr, request: &[u8], piece: usize) -> std::io::Re
     Ok(String::from_utf8_lossy(&response).into_owned())
 }
 
+/// Accepts `n` connections one after the other and returns, for each,
+/// the first bytes read (empty when the connection was closed or reset
+/// before any arrived).
+fn first_bytes_server(listener: TcpListener, n: usize) -> std::thread::JoinHandle<Vec<Vec<u8>>> {
+    std::thread::spawn(move || {
+        (0..n)
+            .map(|_| {
+                let (mut stream, _) = listener.accept().unwrap();
+                stream
+                    .set_read_timeout(Some(Duration::from_secs(5)))
+                    .unwrap();
+                let mut buf = [0u8; 64];
+                let n = stream.read(&mut buf).unwrap_or(0);
+                buf[..n].to_vec()
+            })
+            .collect()
+    })
+}
+
 /// A one-connection upload server: reads a request with a Content-Length
 /// body and answers with the body's SHA-1.
 fn upload_server(listener: TcpListener) -> std::thread::JoinHandle<String> {
@@ -249,6 +268,12 @@ spec:
     l7Protocols:
     - http: {method: GET, path: /api/v2/*}
     - http: {host: '*.bar.com'}
+  - name: allow-tls
+    action: Allow
+    from: [{ipBlock: {cidr: 10.79.0.0/16}}]
+    ports: [{protocol: TCP, port: 8443}]
+    l7Protocols:
+    - tls: {sni: '*.bar.com'}
 ";
 
 fn write_policy(dir: &Path, yaml: &str) -> PathBuf {
@@ -267,6 +292,7 @@ fn ingress_requests_are_matched_one_by_one() {
     let dir = tempfile::tempdir().unwrap();
     let _nginx = nginx(&node, dir.path());
     let uploads = within(&node, || TcpListener::bind("10.79.0.1:8080").unwrap());
+    let tls = within(&node, || TcpListener::bind("10.79.0.1:8443").unwrap());
     let agent = Agent::start(
         &node,
         &write_policy(dir.path(), INGRESS_POLICY),
@@ -376,6 +402,31 @@ fn ingress_requests_are_matched_one_by_one() {
         &format!("-H 'X-Big: {big}' http://10.79.0.1/api/v2/big"),
     );
     assert_eq!(code, 56, "curl should see a reset");
+
+    // TLS: the ClientHello's server name decides (the test server speaks
+    // no TLS, so curl fails either way; what matters is what it received).
+    let hellos = first_bytes_server(tls, 2);
+    let (code, _) = curl(
+        &client,
+        "-k --resolve api.bar.com:8443:10.79.0.1 https://api.bar.com:8443/",
+    );
+    assert_ne!(code, 0);
+    let (code, _) = curl(
+        &client,
+        "-k --resolve api.baz.com:8443:10.79.0.1 https://api.baz.com:8443/",
+    );
+    assert_eq!(code, 35, "curl should see a reset during the handshake");
+    let hellos = hellos.join().unwrap();
+    assert_eq!(
+        hellos[0].first(),
+        Some(&22),
+        "allowed ClientHello reached the server"
+    );
+    assert!(
+        hellos[1].is_empty(),
+        "denied ClientHello reached the server: {:?}",
+        hellos[1]
+    );
 
     // The server saw exactly the allowed requests.
     wait_logged(log, "GET /api/v2/split HTTP/1.1 200");

@@ -1,8 +1,10 @@
 //! Per-connection stream following and request decisions. Each tracked
-//! connection keeps a [`RequestTracker`], the L7 requirements in force
-//! when its first request arrived, and the next client sequence number
-//! expected; state lives in an LRU map with a capacity and an idle
-//! timeout. Pure: time is passed in, nothing here sends or logs.
+//! connection keeps what its client stream is (HTTP, followed by a
+//! [`RequestTracker`]; or TLS, whose ClientHello server name is matched
+//! against `tls` rules), the L7 requirements in force at its handshake,
+//! and the next client sequence number expected; state lives in an LRU
+//! map with a capacity and an idle timeout. Pure: time is passed in,
+//! nothing here sends or logs.
 //!
 //! Segment handling (the stream is only ever advanced in order):
 //! - in order: fed to the tracker. A segment that leaves a request head
@@ -16,9 +18,10 @@
 //!   a new Linux connection);
 //! - entirely before the expected sequence number: a retransmission of
 //!   bytes already passed is passed without being fed again. One of bytes
-//!   still deferred means the client is stalled waiting for their
-//!   acknowledgment: the deferred segments are released (a partial head
-//!   holds no request; the rest is still decided before it passes);
+//!   still deferred is dropped when it comes soon (a tail loss probe); after
+//!   [`STALL`] it means the client is stalled waiting for their
+//!   acknowledgment, and the deferred segments are released (a partial
+//!   head holds no request; the rest is still decided before it passes);
 //! - overlapping the expected sequence number: only the new bytes are fed;
 //! - after a gap: dropped without closing, so the client retransmits and
 //!   the bytes arrive in order.
@@ -186,6 +189,11 @@ pub struct Inspection {
 /// is reset (bounds what one client can keep in the kernel's queue).
 pub const MAX_DEFERRED: usize = 32;
 
+/// How long deferred bytes must have waited before their retransmission
+/// is read as a stalled client (a retransmission timeout, at least 200 ms
+/// on Linux) rather than a tail loss probe (from 10 ms), which is dropped.
+pub const STALL: Duration = Duration::from_millis(150);
+
 /// What the policy said when the handshake was seen.
 #[derive(Debug)]
 enum Access {
@@ -219,8 +227,9 @@ struct FlowState {
     access: Access,
     next_seq: u32,
     last_seen: Instant,
-    /// Sequence number of the first deferred byte, and segments deferred.
-    deferred: Option<(u32, usize)>,
+    /// Sequence number of the first deferred byte, segments deferred, and
+    /// when the first was.
+    deferred: Option<(u32, usize, Instant)>,
 }
 
 /// The L7 inspection state of one worker.
@@ -320,19 +329,23 @@ impl Inspector {
         let action = if start > 0 {
             L7Action::Hold
         } else if end <= 0 {
-            let repeats_deferred = state.deferred.is_some_and(|(from, _)| {
-                segment.seq.wrapping_add(len).wrapping_sub(from) as i32 > 0
+            let repeats_deferred = state.deferred.and_then(|(from, _, since)| {
+                let overlaps = segment.seq.wrapping_add(len).wrapping_sub(from) as i32 > 0;
+                overlaps.then(|| now.saturating_duration_since(since))
             });
-            if repeats_deferred {
-                // The client retransmits bytes whose verdict is withheld: it
-                // waits for their acknowledgment (its window is full) and
-                // would never send the rest of the head. Release them: they
-                // hold no complete request, and the rest of the head is
-                // still decided before it passes.
-                state.deferred = None;
-                L7Action::Release
-            } else {
-                L7Action::Pass
+            match repeats_deferred {
+                None => L7Action::Pass,
+                // A tail loss probe: the original is still held.
+                Some(waited) if waited < STALL => L7Action::Hold,
+                // A retransmission timeout: the client waits for the
+                // deferred bytes' acknowledgment (its window is full) and
+                // would never send the rest of the head. Release them:
+                // they hold no complete request, and the rest of the head
+                // is still decided before it passes.
+                Some(_) => {
+                    state.deferred = None;
+                    L7Action::Release
+                }
             }
         } else {
             // `end` > 0 new bytes at the tail of the payload.
@@ -340,20 +353,20 @@ impl Inspector {
             let incomplete = match self.advance(&mut state, fresh, requests) {
                 Ok(incomplete) => incomplete,
                 Err(mut denial) => {
-                    denial.unsent_from = state.deferred.map(|(from, _)| from);
+                    denial.unsent_from = state.deferred.map(|(from, _, _)| from);
                     return L7Action::Deny(denial);
                 }
             };
             state.next_seq = state.next_seq.wrapping_add(end as u32);
             if incomplete {
                 // Part of a head is still missing: keep this segment back.
-                let (from, count) = state.deferred.unwrap_or((segment.seq, 0));
+                let (from, count, since) = state.deferred.unwrap_or((segment.seq, 0, now));
                 if count + 1 > MAX_DEFERRED {
                     let mut denial = self.reset(DenyReason::TooManySegments);
                     denial.unsent_from = Some(from);
                     return L7Action::Deny(denial);
                 }
-                state.deferred = Some((from, count + 1));
+                state.deferred = Some((from, count + 1, since));
                 L7Action::Defer
             } else if state.deferred.take().is_some() {
                 L7Action::Release

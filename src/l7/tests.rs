@@ -266,8 +266,18 @@ fn retransmissions_overlaps_and_gaps() {
         L7Action::Defer
     );
     assert_eq!(
-        inspector.inspect(&segment(k, 1, b"GET /adm"), now).action,
-        L7Action::Release
+        inspector
+            .inspect(&segment(k, 1, b"GET /adm"), now + STALL / 2)
+            .action,
+        L7Action::Hold,
+        "a tail loss probe is dropped"
+    );
+    assert_eq!(
+        inspector
+            .inspect(&segment(k, 1, b"GET /adm"), now + STALL)
+            .action,
+        L7Action::Release,
+        "a retransmission timeout releases"
     );
     assert_eq!(
         inspector.inspect(&segment(k, 9, b"in HTT"), now).action,
