@@ -451,6 +451,8 @@ fn log_l7_stats(queue: u16, s: &L7Stats) {
         requests_denied = s.requests_denied.load(Ordering::Relaxed),
         resets = s.resets.load(Ordering::Relaxed),
         held = s.held.load(Ordering::Relaxed),
+        deferred = s.deferred.load(Ordering::Relaxed),
+        deferred_evicted = s.deferred_evicted.load(Ordering::Relaxed),
         malformed = s.malformed.load(Ordering::Relaxed),
         inject_errors = s.inject_errors.load(Ordering::Relaxed),
         overflows = s.overflows.load(Ordering::Relaxed),

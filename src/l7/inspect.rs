@@ -255,6 +255,11 @@ impl Inspector {
         }
     }
 
+    /// Drops a connection's state: its next payload resets it.
+    pub fn forget(&mut self, key: &FlowKey) {
+        self.flows.pop(key);
+    }
+
     /// Connections tracked.
     pub fn len(&self) -> usize {
         self.flows.len()

@@ -27,6 +27,11 @@ use super::segment::{parse_segment, FlowKey};
 const COPY_RANGE: u16 = 0xffff;
 /// Packets the kernel holds for the L7 queue, including deferred ones.
 const QUEUE_MAX_LEN: u32 = 16_384;
+/// Most segments held back at once over all connections: well below
+/// [`QUEUE_MAX_LEN`], so clients that send part of a head and vanish
+/// cannot fill the queue. Past it, the connection deferring longest is
+/// forgotten (its held segments dropped; its next bytes reset it).
+const MAX_DEFERRED_TOTAL: usize = 4096;
 /// Consecutive receive errors after which the worker gives up.
 const MAX_CONSECUTIVE_ERRORS: u32 = 1000;
 
@@ -50,6 +55,8 @@ pub struct L7Stats {
     pub held: AtomicU64,
     /// Segments whose verdict waited for the rest of a request head.
     pub deferred: AtomicU64,
+    /// Connections forgotten because too many segments were held overall.
+    pub deferred_evicted: AtomicU64,
     /// Packets that were not readable TCP segments (dropped).
     pub malformed: AtomicU64,
     pub inject_errors: AtomicU64,
@@ -187,8 +194,10 @@ fn run<P: L7Policy>(
         DEFAULT_MAX_HEAD,
         config.l7.deny_response,
     );
-    // Segments of incomplete heads, per connection, in arrival order.
-    let mut deferred: HashMap<FlowKey, Vec<nfq::Message>> = HashMap::new();
+    // Segments of incomplete heads, per connection, in arrival order, with
+    // when the first arrived.
+    let mut deferred: HashMap<FlowKey, (Instant, Vec<nfq::Message>)> = HashMap::new();
+    let mut deferred_total = 0usize;
     let mut consecutive_errors = 0;
     loop {
         let mut message = match socket.recv() {
@@ -228,7 +237,7 @@ fn run<P: L7Policy>(
                 let forgotten =
                     inspector.handshake(key, segment.ack, &**policy.load(), Instant::now());
                 if let Some(old) = forgotten {
-                    drop_all(&mut verdicts, deferred.remove(&old));
+                    drop_all(&mut verdicts, &mut deferred_total, deferred.remove(&old));
                 }
                 message.set_nfmark(marks.apply(mark, marks.l7_active()));
                 verdicts.push((message, nfq::Verdict::Repeat));
@@ -243,10 +252,32 @@ fn run<P: L7Policy>(
                     L7Action::Pass => verdicts.push((message, nfq::Verdict::Accept)),
                     L7Action::Defer => {
                         stats.deferred.fetch_add(1, Ordering::Relaxed);
-                        deferred.entry(key).or_default().push(message);
+                        let now = Instant::now();
+                        deferred
+                            .entry(key)
+                            .or_insert_with(|| (now, Vec::new()))
+                            .1
+                            .push(message);
+                        deferred_total += 1;
+                        if deferred_total > MAX_DEFERRED_TOTAL {
+                            let oldest = deferred
+                                .iter()
+                                .min_by_key(|(_, (since, _))| *since)
+                                .map(|(k, _)| *k);
+                            if let Some(oldest) = oldest {
+                                stats.deferred_evicted.fetch_add(1, Ordering::Relaxed);
+                                inspector.forget(&oldest);
+                                let held = deferred.remove(&oldest);
+                                drop_all(&mut verdicts, &mut deferred_total, held);
+                            }
+                        }
                     }
                     L7Action::Release => {
-                        let held = deferred.remove(&key).unwrap_or_default();
+                        let held = deferred
+                            .remove(&key)
+                            .map(|(_, held)| held)
+                            .unwrap_or_default();
+                        deferred_total -= held.len();
                         verdicts.extend(held.into_iter().map(|m| (m, nfq::Verdict::Accept)));
                         verdicts.push((message, nfq::Verdict::Accept));
                     }
@@ -258,7 +289,7 @@ fn run<P: L7Policy>(
                         if !matches!(denial.reason, super::DenyReason::Request { .. }) {
                             stats.resets.fetch_add(1, Ordering::Relaxed);
                         }
-                        drop_all(&mut verdicts, deferred.remove(&key));
+                        drop_all(&mut verdicts, &mut deferred_total, deferred.remove(&key));
                         for injection in deny_packets(&segment, &denial) {
                             if injector.send(&injection).is_err() {
                                 stats.inject_errors.fetch_add(1, Ordering::Relaxed);
@@ -280,8 +311,16 @@ fn run<P: L7Policy>(
     }
 }
 
-fn drop_all(verdicts: &mut Vec<(nfq::Message, nfq::Verdict)>, held: Option<Vec<nfq::Message>>) {
-    verdicts.extend(held.into_iter().flatten().map(|m| (m, nfq::Verdict::Drop)));
+/// Drops a connection's held segments.
+fn drop_all(
+    verdicts: &mut Vec<(nfq::Message, nfq::Verdict)>,
+    total: &mut usize,
+    held: Option<(Instant, Vec<nfq::Message>)>,
+) {
+    if let Some((_, held)) = held {
+        *total -= held.len();
+        verdicts.extend(held.into_iter().map(|m| (m, nfq::Verdict::Drop)));
+    }
 }
 
 /// Where every L7 request decision passes: counted here, and the call
