@@ -447,6 +447,7 @@ fn log_l7_stats(queue: u16, s: &L7Stats) {
     tracing::info!(
         queue,
         segments = s.segments.load(Ordering::Relaxed),
+        flows = s.flows.load(Ordering::Relaxed),
         requests_allowed = s.requests_allowed.load(Ordering::Relaxed),
         requests_denied = s.requests_denied.load(Ordering::Relaxed),
         resets = s.resets.load(Ordering::Relaxed),

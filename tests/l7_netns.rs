@@ -4,8 +4,9 @@
 //! server's access log), host globs, IPv6, keep-alive with an allowed then
 //! a denied request, a head split over many segments, an upload larger
 //! than the head buffer, non-HTTP bytes and a 20 KiB header (reset); the
-//! `reset` response; and the spec's egress example (allow DNS, HTTP only
-//! to `*.bar.com`). Addresses: 10.79.0.0/16 and fd79::/16.
+//! `reset` response; a Pod routed through the Node (FORWARD); and the
+//! spec's egress example (allow DNS, HTTP only to `*.bar.com`).
+//! Addresses: 10.79.0.0/16 and fd79::/16.
 
 mod common;
 
@@ -570,4 +571,73 @@ fn spec_egress_example_allows_dns_and_http_to_bar_com_only() {
 
     wait_logged(dir.path(), "foo.bar.com GET /any/path HTTP/1.1 200");
     assert!(!access_log(dir.path()).contains("baz"));
+}
+
+/// A "Pod" behind the Node: the Node routes between a client namespace
+/// and the Pod's namespace, and the policy applies to the Pod.
+const POD_POLICY: &str = "apiVersion: v1
+kind: Namespace
+metadata: {name: shop, labels: {env: prod}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: shop, labels: {app: web}}
+spec: {nodeName: l7}
+status: {podIP: 10.79.4.2}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: NetworkPolicy
+metadata: {name: web-api, namespace: shop}
+spec:
+  priority: 5
+  appliedTo: [{podSelector: {matchLabels: {app: web}}}]
+  ingress:
+  - name: api-get
+    action: Allow
+    ports: [{protocol: TCP, port: 80}]
+    l7Protocols: [{http: {method: GET, path: /api/v2/*}}]
+";
+
+#[test]
+fn pod_behind_the_node_is_inspected_in_forward() {
+    if !is_root() {
+        return;
+    }
+    let (node, client) = pair("l7f", 3);
+    let pod = NetNs::create("l7fp");
+    node.ok(&format!(
+        "sysctl -qw net.ipv4.ip_forward=1 && ip link add l7p type veth peer name l7q netns {} && \
+         ip addr add 10.79.4.1/24 dev l7p && ip link set l7p up",
+        pod.0
+    ));
+    pod.ok(
+        "ip link set lo up && ip addr add 10.79.4.2/24 dev l7q && ip link set l7q up && \
+            ip route add default via 10.79.4.1",
+    );
+    client.ok("ip route add 10.79.4.0/24 via 10.79.3.1");
+    let dir = tempfile::tempdir().unwrap();
+    let _nginx = nginx(&pod, dir.path());
+    let _agent = Agent::start(
+        &node,
+        &write_policy(dir.path(), POD_POLICY),
+        "role=node",
+        &[],
+    );
+
+    let (code, body) = curl(&client, "-w ' %{http_code}' http://10.79.4.2/api/v2/pod");
+    assert_eq!((code, body.as_str()), (0, "ok /api/v2/pod\n 200"));
+    let (code, body) = curl(&client, "-i http://10.79.4.2/admin");
+    assert_eq!(code, 0);
+    assert!(body.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{body}");
+    assert!(body.ends_with("rule api-get\n"), "{body}");
+    let (code, body) = curl(
+        &client,
+        "-w '%{http_code} %{num_connects}\\n' -o /dev/null http://10.79.4.2/api/v2/a \
+         --next -w '%{http_code} %{num_connects}\\n' -o /dev/null -X POST \
+         http://10.79.4.2/api/v2/b",
+    );
+    assert_eq!((code, body.as_str()), (0, "200 1\n403 0\n"));
+    wait_logged(dir.path(), "GET /api/v2/a HTTP/1.1 200");
+    let seen = access_log(dir.path());
+    assert!(!seen.contains("admin") && !seen.contains("POST"), "{seen}");
 }
