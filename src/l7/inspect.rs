@@ -17,7 +17,12 @@
 //!   head without acknowledgments (its congestion window: 10 segments on
 //!   a new Linux connection);
 //! - entirely before the expected sequence number: a retransmission of
-//!   bytes already passed is passed without being fed again. One of bytes
+//!   bytes already passed is passed without being fed again, if it repeats
+//!   them: Content-Length body bytes may differ (their content changes
+//!   nothing), any other byte must come in a remembered segment repeated
+//!   whole and unchanged (keyed hash), or the connection is reset. (The
+//!   server may never have received the original, e.g. beyond its window:
+//!   an altered copy would be a request tollgate never saw.) One of bytes
 //!   still deferred is dropped when it comes soon (a tail loss probe); after
 //!   [`STALL`] it means the client is stalled waiting for their
 //!   acknowledgment, and the deferred segments are released (a partial
@@ -31,6 +36,8 @@
 //! restarted) is reset on its next payload, so tollgate never starts
 //! inspecting in the middle of a stream.
 
+use std::collections::VecDeque;
+use std::hash::{BuildHasher, RandomState};
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -137,6 +144,9 @@ pub enum DenyReason {
     },
     /// A TLS stream whose ClientHello cannot be read.
     Tls(TlsError),
+    /// A retransmission of passed bytes that are not Content-Length body
+    /// does not repeat them exactly (or cannot be checked).
+    Retransmission,
     /// The policy no longer allows the connection.
     Policy,
 }
@@ -221,8 +231,75 @@ enum Stream {
 /// TLS record type of a handshake: how a TLS client stream starts.
 const TLS_HANDSHAKE: u8 = 22;
 
+/// Passed segments a retransmission is checked against: hashes of the
+/// last [`SENSITIVE_KEPT`] segments that carried head (or ClientHello, or
+/// chunked framing) bytes, and the last [`BODY_RANGES_KEPT`] sequence
+/// ranges of Content-Length body, whose content does not matter.
+#[derive(Debug, Default)]
+struct Passed {
+    /// `(seq, len, hash)` of whole segments.
+    sensitive: VecDeque<(u32, u32, u64)>,
+    /// `(start, end)` sequence ranges.
+    body: VecDeque<(u32, u32)>,
+}
+
+/// Sensitive segments remembered per connection.
+pub const SENSITIVE_KEPT: usize = 32;
+/// Body ranges remembered per connection.
+pub const BODY_RANGES_KEPT: usize = 64;
+
+impl Passed {
+    fn record_sensitive(&mut self, seq: u32, bytes: &[u8], hasher: &RandomState) {
+        if self.sensitive.len() == SENSITIVE_KEPT {
+            self.sensitive.pop_front();
+        }
+        self.sensitive
+            .push_back((seq, bytes.len() as u32, hasher.hash_one(bytes)));
+    }
+
+    fn record_body(&mut self, start: u32, end: u32) {
+        if let Some(last) = self.body.back_mut() {
+            if last.1 == start {
+                last.1 = end;
+                return;
+            }
+        }
+        if self.body.len() == BODY_RANGES_KEPT {
+            self.body.pop_front();
+        }
+        self.body.push_back((start, end));
+    }
+
+    /// Whether `bytes` at `seq` repeat what passed: every byte lies in a
+    /// body range or in a remembered segment repeated whole and unchanged.
+    fn repeats(&self, mut seq: u32, mut bytes: &[u8], hasher: &RandomState) -> bool {
+        while !bytes.is_empty() {
+            let in_body = self.body.iter().find(|(start, end)| {
+                seq.wrapping_sub(*start) as i32 >= 0 && end.wrapping_sub(seq) as i32 > 0
+            });
+            if let Some((_, end)) = in_body {
+                let take = (end.wrapping_sub(seq) as usize).min(bytes.len());
+                seq = seq.wrapping_add(take as u32);
+                bytes = &bytes[take..];
+                continue;
+            }
+            let Some(&(_, len, hash)) = self.sensitive.iter().find(|(s, _, _)| *s == seq) else {
+                return false;
+            };
+            let len = len as usize;
+            if len > bytes.len() || hasher.hash_one(&bytes[..len]) != hash {
+                return false;
+            }
+            seq = seq.wrapping_add(len as u32);
+            bytes = &bytes[len..];
+        }
+        true
+    }
+}
+
 #[derive(Debug)]
 struct FlowState {
+    passed: Passed,
     stream: Stream,
     access: Access,
     next_seq: u32,
@@ -235,6 +312,8 @@ struct FlowState {
 /// The L7 inspection state of one worker.
 pub struct Inspector {
     flows: LruCache<FlowKey, FlowState>,
+    /// Keyed per process, so retransmission checks cannot be steered.
+    hasher: RandomState,
     idle_timeout: Duration,
     max_head: usize,
     deny_response: L7DenyResponse,
@@ -249,6 +328,7 @@ impl Inspector {
     ) -> Inspector {
         Inspector {
             flows: LruCache::new(max_flows),
+            hasher: RandomState::new(),
             idle_timeout,
             max_head,
             deny_response,
@@ -291,6 +371,7 @@ impl Inspector {
             Admission::Inspect(rules) => Access::Rules(Arc::from(rules)),
         };
         let state = FlowState {
+            passed: Passed::default(),
             stream: Stream::Unknown,
             access,
             next_seq: client_next_seq,
@@ -331,6 +412,15 @@ impl Inspector {
         // Signed distances in sequence space (RFC 1982 style).
         let start = segment.seq.wrapping_sub(state.next_seq) as i32;
         let end = segment.seq.wrapping_add(len).wrapping_sub(state.next_seq) as i32;
+        // Bytes before the deferred ones (or before the expected sequence
+        // number) have passed: a copy must repeat them. Deferred bytes need
+        // no check: their originals reach the server first, or nothing does.
+        let passed_end = state.deferred.map_or(state.next_seq, |(from, _, _)| from);
+        let passed_len = (passed_end.wrapping_sub(segment.seq) as i32).clamp(0, len as i32);
+        let old_passed = &segment.payload[..passed_len as usize];
+        if !old_passed.is_empty() && !state.passed.repeats(segment.seq, old_passed, &self.hasher) {
+            return self.deny(DenyReason::Retransmission);
+        }
         let action = if start > 0 {
             L7Action::Hold
         } else if end <= 0 {
@@ -355,6 +445,14 @@ impl Inspector {
         } else {
             // `end` > 0 new bytes at the tail of the payload.
             let fresh = &segment.payload[segment.payload.len() - end as usize..];
+            let fresh_seq = state.next_seq;
+            let sensitive = match (&state.access, &state.stream) {
+                (Access::Unrestricted, _) | (_, Stream::Allowed) => false,
+                (_, Stream::Http(tracker)) => tracker
+                    .body_remaining()
+                    .is_none_or(|left| left < fresh.len() as u64),
+                _ => true,
+            };
             let incomplete = match self.advance(&mut state, fresh, requests) {
                 Ok(incomplete) => incomplete,
                 Err(mut denial) => {
@@ -363,6 +461,13 @@ impl Inspector {
                 }
             };
             state.next_seq = state.next_seq.wrapping_add(end as u32);
+            if sensitive {
+                state
+                    .passed
+                    .record_sensitive(segment.seq, segment.payload, &self.hasher);
+            } else {
+                state.passed.record_body(fresh_seq, state.next_seq);
+            }
             if incomplete {
                 // Part of a head is still missing: keep this segment back.
                 let (from, count, since) = state.deferred.unwrap_or((segment.seq, 0, now));

@@ -292,6 +292,77 @@ fn retransmissions_overlaps_and_gaps() {
     }
 }
 
+#[test]
+fn retransmissions_must_repeat_what_passed() {
+    let policy = ruleset();
+    let now = Instant::now();
+    let mut inspector = inspector(16, L7DenyResponse::Forbidden);
+    let allowed = b"POST /up HTTP/1.1\r\nHost: a.bar.com\r\nContent-Length: 10\r\n\r\n";
+    let k = key(50, 80);
+    assert_eq!(
+        start(&mut inspector, &policy, (k, 1), allowed, now).action,
+        L7Action::Pass
+    );
+    let body_at = 1 + allowed.len() as u32;
+    let body = inspector.inspect(&segment(k, body_at, b"0123456789"), now);
+    assert_eq!(body.action, L7Action::Pass);
+    // The same bytes again pass; a body retransmitted with other bytes too
+    // (a body's content changes nothing).
+    assert_eq!(
+        inspector.inspect(&segment(k, 1, allowed), now).action,
+        L7Action::Pass
+    );
+    assert_eq!(
+        inspector
+            .inspect(&segment(k, body_at, b"abcdefghij"), now)
+            .action,
+        L7Action::Pass
+    );
+    // Head bytes that differ: the server may never have had the original.
+    let mut altered = allowed.to_vec();
+    altered[..4].copy_from_slice(b"GETX");
+    let tampered = inspector.inspect(&segment(k, 1, &altered), now);
+    assert_eq!(reset_reason(&tampered.action), DenyReason::Retransmission);
+
+    // Part of a remembered segment cannot be checked: reset.
+    let k = key(51, 80);
+    assert_eq!(
+        start(&mut inspector, &policy, (k, 1), allowed, now).action,
+        L7Action::Pass
+    );
+    let partial = inspector.inspect(&segment(k, 5, &allowed[4..]), now);
+    assert_eq!(reset_reason(&partial.action), DenyReason::Retransmission);
+
+    // Old bytes at the front of a segment with new ones are checked too.
+    let k = key(52, 80);
+    let get = b"GET /api/v2/a HTTP/1.1\r\n\r\n";
+    assert_eq!(
+        start(&mut inspector, &policy, (k, 1), get, now).action,
+        L7Action::Pass
+    );
+    let mut both = b"GET /admin/x HTTP/1.1\r\n\r\n".to_vec();
+    both.extend_from_slice(get);
+    let overlap = inspector.inspect(&segment(k, 1, &both), now);
+    assert_eq!(reset_reason(&overlap.action), DenyReason::Retransmission);
+
+    // Passed bytes in front of deferred ones are checked before a release.
+    let k = key(53, 80);
+    assert_eq!(
+        start(&mut inspector, &policy, (k, 1), get, now).action,
+        L7Action::Pass
+    );
+    let next = 1 + get.len() as u32;
+    let partial = inspector.inspect(&segment(k, next, b"GET /api"), now);
+    assert_eq!(partial.action, L7Action::Defer);
+    let mut stalled = b"GET /admin/x HTTP/1.1\r\n\r\n".to_vec();
+    stalled.extend_from_slice(b"GET /api");
+    let retransmitted = inspector.inspect(&segment(k, 1, &stalled), now + STALL);
+    assert_eq!(
+        reset_reason(&retransmitted.action),
+        DenyReason::Retransmission
+    );
+}
+
 fn reset_reason(action: &L7Action) -> DenyReason {
     match action {
         L7Action::Deny(Denial {
