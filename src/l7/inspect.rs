@@ -157,8 +157,9 @@ pub struct Denial {
     pub reason: DenyReason,
     /// `Forbidden` only for a well-formed request that is not allowed.
     pub response: L7DenyResponse,
-    /// Sequence number of the first deferred byte, when segments were
-    /// deferred: the byte the server expects next.
+    /// Sequence number of the first byte the server has not been given
+    /// (the first deferred byte, or the first new byte of the denied
+    /// segment): the one it expects next. `None`: the segment's own.
     pub unsent_from: Option<u32>,
 }
 
@@ -456,7 +457,8 @@ impl Inspector {
             let incomplete = match self.advance(&mut state, fresh, requests) {
                 Ok(incomplete) => incomplete,
                 Err(mut denial) => {
-                    denial.unsent_from = state.deferred.map(|(from, _, _)| from);
+                    let from = state.deferred.map_or(fresh_seq, |(from, _, _)| from);
+                    denial.unsent_from = Some(from);
                     return L7Action::Deny(denial);
                 }
             };
@@ -470,7 +472,7 @@ impl Inspector {
             }
             if incomplete {
                 // Part of a head is still missing: keep this segment back.
-                let (from, count, since) = state.deferred.unwrap_or((segment.seq, 0, now));
+                let (from, count, since) = state.deferred.unwrap_or((fresh_seq, 0, now));
                 if count + 1 > MAX_DEFERRED {
                     let mut denial = self.reset(DenyReason::TooManySegments);
                     denial.unsent_from = Some(from);

@@ -58,7 +58,6 @@ pub struct Segment<'a> {
     pub seq: u32,
     /// The client's acknowledgment: the next byte it expects from the server.
     pub ack: u32,
-    pub window: u16,
     /// SYN and ACK set: the server's answer to the client's SYN (the key
     /// is then named from the sender's side: `client` is the server).
     pub syn_ack: bool,
@@ -83,7 +82,6 @@ pub fn parse_segment(packet: &[u8]) -> Result<Segment<'_>, SegmentError> {
         },
         seq: tcp.sequence_number(),
         ack: tcp.acknowledgment_number(),
-        window: tcp.window_size(),
         syn_ack: tcp.syn() && tcp.ack(),
         payload: tcp.payload(),
     })

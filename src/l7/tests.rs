@@ -67,7 +67,6 @@ fn segment(key: FlowKey, seq: u32, payload: &[u8]) -> Segment<'_> {
         key,
         seq,
         ack: 7000,
-        window: 500,
         syn_ack: false,
         payload,
     }
@@ -631,7 +630,6 @@ fn forbidden_and_reset_packets_carry_the_right_numbers() {
             key: k,
             seq: 1000,
             ack: 5000,
-            window: 100,
             syn_ack: false,
             payload,
         };
