@@ -5,7 +5,8 @@
 //! policy k applies to `app-<k % 100>`, allows TCP port `1000 + k % 500`
 //! from `app-<(k + 1) % 100>` and another Namespace, and drops one ipBlock.
 //! Flows are pseudo-random Pod-to-Pod TCP connections, half of them to a
-//! port some rule names.
+//! port some rule names. `classify-same-port` is the end-to-end bench's
+//! shape instead: N rules on TCP 80 from N different /32s.
 //!
 //! `cargo bench --bench classify` prints, per rule count, the time of one
 //! classification; the compile group prints compile time and the ruleset's
@@ -152,6 +153,55 @@ fn classify(c: &mut Criterion) {
     group.finish();
 }
 
+/// One Pod, N rules on TCP 80 each dropping one /32 (the shape of the
+/// end-to-end benchmark): every rule shares the port, none the peer.
+fn same_port(rules: usize) -> Snapshot {
+    let mut docs = vec![
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: default, labels: {app: web}}\nstatus: {podIP: 10.0.0.1}\n".to_string(),
+    ];
+    let mut policy = String::from(
+        "apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {name: many}\nspec:\n  priority: 1\n  appliedTo: [{podSelector: {matchLabels: {app: web}}}]\n  ingress:\n",
+    );
+    for i in 0..rules {
+        policy.push_str(&format!(
+            "  - {{name: r{i}, action: Drop, from: [{{ipBlock: {{cidr: 172.16.{}.{}/32}}}}], ports: [{{protocol: TCP, port: 80}}]}}\n",
+            i / 250,
+            i % 250 + 1
+        ));
+    }
+    docs.push(policy);
+    Snapshot {
+        objects: docs
+            .iter()
+            .map(|doc| Sourced {
+                origin: "bench.yaml".into(),
+                object: Object::from_value(serde_saphyr::from_str(doc).expect("yaml"))
+                    .expect("decode"),
+            })
+            .collect(),
+    }
+}
+
+fn classify_same_port(c: &mut Criterion) {
+    let mut group = c.benchmark_group("classify-same-port");
+    let flow = Flow {
+        src: IpAddr::V4(Ipv4Addr::new(10, 9, 9, 9)),
+        dst: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+        transport: Transport::Tcp {
+            src_port: 40000,
+            dst_port: 80,
+        },
+    };
+    for rules in [10usize, 1000, 10_000] {
+        let ruleset = Ruleset::compile(&same_port(rules), &local());
+        group.throughput(Throughput::Elements(1));
+        group.bench_with_input(BenchmarkId::from_parameter(rules), &ruleset, |b, rs| {
+            b.iter(|| rs.classify(black_box(&flow), &NoFqdn).verdict)
+        });
+    }
+    group.finish();
+}
+
 fn compile(c: &mut Criterion) {
     let snapshot = synthetic(10_000, 5_000);
     let before = LIVE.load(Ordering::Relaxed);
@@ -175,5 +225,5 @@ fn compile(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, classify, compile);
+criterion_group!(benches, classify, classify_same_port, compile);
 criterion_main!(benches);

@@ -1,6 +1,8 @@
 //! Cost of the worker's pure step on the first packet of a connection:
 //! parsing a 128-byte queue copy to a `Flow` (IPv4 and IPv6 TCP SYN), and
-//! the whole step (parse, classify against an empty compiled ruleset, mark).
+//! the whole step (parse, classify against an empty compiled ruleset, mark),
+//! the step when a logged rule decides (the audit record is built), and
+//! the metrics a worker records per decided connection.
 //!
 //! `cargo bench --bench queue_step`
 
@@ -8,8 +10,10 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use etherparse::{IpHeaders, PacketBuilder, PacketBuilderStep};
+use tollgate::audit::Timestamp;
 use tollgate::compile::{LocalNode, Ruleset};
 use tollgate::config::{FailMode, MarkLayout};
+use tollgate::flow::Verdict;
 use tollgate::model::Snapshot;
 use tollgate::queue::{parse_flow, step};
 
@@ -37,8 +41,61 @@ fn bench(c: &mut Criterion) {
     let ruleset = Ruleset::compile(&Snapshot::default(), &LocalNode::default());
     let marks = MarkLayout::default();
     c.bench_function("step/tcp-syn-v4-empty-ruleset", |b| {
-        b.iter(|| step(black_box(&v4), 0, &ruleset, &marks, FailMode::Closed))
+        b.iter(|| step(black_box(&v4), 0, &ruleset, &marks, FailMode::Closed, NOW))
     });
+    let logged = logged_drop_ruleset();
+    c.bench_function("step/tcp-syn-v4-logged-drop", |b| {
+        b.iter(|| {
+            let s = step(black_box(&v4), 0, &logged, &marks, FailMode::Closed, NOW);
+            assert_eq!(s.audit.len(), 1);
+            s
+        })
+    });
+    // What a worker adds per decided connection: the verdict and rule-hit
+    // counters, and the latency histogram.
+    let mut metrics =
+        tollgate::metrics::WorkerMetrics::new(std::sync::Arc::new(Default::default()), 100);
+    let decided = step(&v4, 0, &logged, &marks, FailMode::Closed, NOW);
+    let tollgate::queue::Outcome::Decided { by, .. } = decided.outcome else {
+        panic!("a rule decides");
+    };
+    c.bench_function("metrics/verdict-rule-hit-and-latency", |b| {
+        b.iter(|| {
+            metrics.decided(Verdict::Drop, black_box(&by));
+            metrics.latency(std::time::Duration::from_micros(20));
+        })
+    });
+}
+
+const NOW: Timestamp = Timestamp {
+    unix_micros: 1_700_000_000_000_000,
+};
+
+/// The node (10.0.0.2) drops and logs TCP 443 from 10.0.0.0/24.
+fn logged_drop_ruleset() -> Ruleset {
+    let yaml = "apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: logged}
+spec:
+  priority: 1
+  appliedTo: [{nodeSelector: {}}]
+  ingress:
+  - action: Drop
+    name: drop-443
+    enableLogging: true
+    logLabel: bench
+    from: [{ipBlock: {cidr: 10.0.0.0/24}}]
+    ports: [{protocol: TCP, port: 443}]
+";
+    let (objects, problems) =
+        tollgate::source::parse_documents(std::path::Path::new("bench.yaml"), yaml);
+    assert!(problems.is_empty(), "{problems:?}");
+    let node = LocalNode {
+        name: "n".into(),
+        labels: Default::default(),
+        addresses: vec!["10.0.0.2".parse().unwrap()],
+    };
+    Ruleset::compile(&Snapshot { objects }, &node)
 }
 
 criterion_group!(benches, bench);

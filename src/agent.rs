@@ -17,6 +17,7 @@ use arc_swap::ArcSwap;
 use notify::{EventKind, RecursiveMode, Watcher};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
+use crate::audit::AuditConfig;
 use crate::compile::{LocalNode, Ruleset};
 use crate::config::{
     parse_labels, Config, ConfigError, FailMode, L7DenyResponse, MachineDefaults, MaskValue,
@@ -24,7 +25,9 @@ use crate::config::{
 };
 use crate::datapath::{self, DatapathError, Kernel};
 use crate::l7::{L7Stats, L7Worker, L7WorkerConfig};
-use crate::queue::{parse_kernel_counters, Worker, WorkerConfig, PROC_QUEUES};
+use crate::metrics::{Metrics, ReloadResult};
+use crate::queue::{parse_kernel_counters, Observers, Worker, WorkerConfig, PROC_QUEUES};
+use crate::status::{AgentFacts, AgentStatus};
 use crate::validate::Problem;
 
 /// Quiet time after the last change in the policy directory before a
@@ -70,6 +73,17 @@ pub struct RunArgs {
     /// Always-allowed traffic, ahead of every policy.
     #[arg(long, value_name = "CIDR[,proto[/port]]", value_parser = parse_privileged)]
     pub privileged: Vec<Privileged>,
+    /// Audit log file (the spec's np.log format); off when unset.
+    #[arg(long, value_name = "FILE")]
+    pub audit_log: Option<PathBuf>,
+    /// Prometheus metrics endpoint, `host:port`; off when unset.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_address: Option<std::net::SocketAddr>,
+    /// Unix socket of the status API (default /run/tollgate/tollgate.sock).
+    #[arg(long, value_name = "PATH")]
+    pub status_socket: Option<PathBuf>,
+    #[command(flatten)]
+    pub log: crate::logging::LogArgs,
     /// Answer to a denied HTTP request: 403 (default) or reset.
     #[arg(long, value_name = "403|reset", value_parser = parse_l7_deny_response)]
     pub l7_deny_response: Option<L7DenyResponse>,
@@ -106,6 +120,9 @@ impl RunArgs {
             fail_mode: self.fail_mode,
             privileged: non_empty(&self.privileged),
             l7_deny_response: self.l7_deny_response,
+            audit_log: self.audit_log.clone(),
+            metrics_address: self.metrics_address,
+            status_socket: self.status_socket.clone(),
             ..Settings::default()
         }
     }
@@ -131,6 +148,12 @@ pub enum AgentError {
     },
     #[error("installing signal handlers: {0}")]
     Signals(std::io::Error),
+    #[error(transparent)]
+    Audit(#[from] crate::audit::AuditError),
+    #[error(transparent)]
+    Metrics(#[from] crate::metrics::http::ListenError),
+    #[error(transparent)]
+    Status(#[from] crate::status::StatusError),
 }
 
 fn list(problems: &[Problem]) -> String {
@@ -143,12 +166,7 @@ fn list(problems: &[Problem]) -> String {
 
 /// Runs the agent until SIGTERM or SIGINT.
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
-    // A subscriber installed by the caller takes precedence.
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .with_target(false)
-        .try_init();
+    args.log.install()?;
     run_agent(args).map_err(anyhow::Error::from)
 }
 
@@ -171,7 +189,29 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
     listen_for_signals(events.clone())?;
     let _watcher = watch(&args.policies, events)?;
 
+    let metrics = Arc::new(Metrics::new());
+    let audit = match &config.audit_log {
+        Some(path) => {
+            let sink = crate::audit::writer::spawn(
+                AuditConfig {
+                    path: path.clone(),
+                    rate: config.audit_rate,
+                    burst: config.audit_burst,
+                    max_bytes: config.audit_log_max_bytes,
+                    max_files: config.audit_log_max_files,
+                },
+                Arc::clone(&metrics),
+            )?;
+            tracing::info!(path = %path.display(), rate = config.audit_rate, burst = config.audit_burst, "audit log");
+            Some(sink)
+        }
+        None => None,
+    };
     let policy = Arc::new(ArcSwap::from_pointee(ruleset));
+    let observers = Observers {
+        metrics: Arc::clone(&metrics),
+        audit: audit.clone(),
+    };
     let workers = config
         .queues
         .iter()
@@ -183,6 +223,7 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
                     fail_mode: config.fail_mode,
                 },
                 Arc::clone(&policy),
+                observers.clone(),
             )
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -193,7 +234,26 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
             l7: config.l7,
         },
         Arc::clone(&policy),
+        observers,
     )?;
+    let status = Arc::new(AgentStatus::new(
+        AgentFacts {
+            node_name: config.node_name.clone(),
+            fail_mode: config.fail_mode,
+            audit_log: config.audit_log.clone(),
+            metrics_address: config.metrics_address.map(|a| a.to_string()),
+        },
+        Arc::clone(&policy),
+        workers
+            .iter()
+            .map(|w| (w.queue, Arc::clone(&w.stats)))
+            .collect(),
+    ));
+    let _status_server = serve_status(config.status_socket.as_deref(), Arc::clone(&status))?;
+    if let Some(address) = config.metrics_address {
+        let bound = crate::metrics::http::serve(address, Arc::clone(&metrics))?;
+        tracing::info!(address = %bound, "metrics listening");
+    }
 
     let mut agent = Agent {
         config,
@@ -201,6 +261,8 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
         kernel,
         policy,
         generation: 0,
+        metrics,
+        status,
     };
     if let Err(error) = agent.install() {
         if let Err(teardown) = agent.kernel.teardown() {
@@ -208,13 +270,38 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
         }
         return Err(error.into());
     }
+    agent.metrics.started();
     agent.serve(&inbox);
 
     agent.kernel.teardown()?;
+    if let Some(audit) = &audit {
+        audit.flush(Duration::from_secs(2));
+    }
     log_queue_stats(&workers);
     log_l7_stats(l7_worker.queue, &l7_worker.stats);
     tracing::info!("shutdown complete");
     Ok(())
+}
+
+/// Starts the status API. A socket that was configured must work; the
+/// default one is best effort (another agent on the host, e.g. in another
+/// network namespace, may hold it): the agent then runs without it.
+fn serve_status(
+    configured: Option<&Path>,
+    status: Arc<AgentStatus>,
+) -> Result<Option<crate::status::StatusServer>, AgentError> {
+    let path = configured.unwrap_or(Path::new(crate::status::DEFAULT_SOCKET));
+    match crate::status::serve(path, status) {
+        Ok(server) => {
+            tracing::info!(path = %path.display(), "status socket");
+            Ok(Some(server))
+        }
+        Err(error) if configured.is_none() => {
+            tracing::warn!(%error, "status API off");
+            Ok(None)
+        }
+        Err(error) => Err(error.into()),
+    }
 }
 
 fn load_config(args: &RunArgs) -> Result<Config, ConfigError> {
@@ -347,16 +434,31 @@ struct Agent {
     kernel: Kernel,
     policy: Arc<ArcSwap<Ruleset>>,
     generation: u64,
+    metrics: Arc<Metrics>,
+    status: Arc<AgentStatus>,
 }
 
 impl Agent {
     /// Programs the datapath for the ruleset in force.
     fn install(&mut self) -> Result<(), DatapathError> {
-        let desired = datapath::desired(&self.config, self.policy.load().enforced());
+        let ruleset = self.policy.load();
+        let desired = datapath::desired(&self.config, ruleset.enforced());
         let changed = self.kernel.reconcile(&desired)?;
         self.generation += 1;
+        self.metrics.ruleset_applied(
+            self.generation,
+            ruleset.policies().len(),
+            ruleset.rule_count(),
+        );
+        self.status.applied(self.generation);
         tracing::info!(generation = self.generation, changed, "ruleset applied");
         Ok(())
+    }
+
+    /// Records how a reload ended.
+    fn reloaded(&self, result: ReloadResult, error: Option<String>) {
+        self.metrics.reload(result);
+        self.status.reloaded(error);
     }
 
     /// Validates and compiles the policy directory again; swaps the new
@@ -367,14 +469,19 @@ impl Agent {
             Ok(node) => node,
             Err(error) => {
                 tracing::error!(%error, "reload failed");
+                self.reloaded(ReloadResult::Failed, Some(error.to_string()));
                 return;
             }
         };
         match load_ruleset(&self.policies, &node) {
             Ok(ruleset) => {
                 self.policy.store(Arc::new(ruleset));
-                if let Err(error) = self.install() {
-                    tracing::error!(%error, "reload failed to program the datapath");
+                match self.install() {
+                    Ok(()) => self.reloaded(ReloadResult::Applied, None),
+                    Err(error) => {
+                        tracing::error!(%error, "reload failed to program the datapath");
+                        self.reloaded(ReloadResult::Failed, Some(error.to_string()));
+                    }
                 }
             }
             Err(problems) => {
@@ -384,6 +491,7 @@ impl Agent {
                     .collect::<Vec<_>>()
                     .join("; ");
                 tracing::error!("reload rejected: {text}");
+                self.reloaded(ReloadResult::Rejected, Some(format!("rejected: {text}")));
             }
         }
     }
@@ -430,7 +538,6 @@ fn log_queue_stats(workers: &[Worker]) {
         tracing::info!(
             queue = worker.queue,
             allowed = s.allowed.load(Ordering::Relaxed),
-            inspected = s.inspected.load(Ordering::Relaxed),
             dropped = s.dropped.load(Ordering::Relaxed),
             rejected = s.rejected.load(Ordering::Relaxed),
             malformed = s.malformed.load(Ordering::Relaxed),

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use serde_json::{json, Value};
 
 use crate::classify::{Decision, DirectionDecision, NoFqdn, Outcome, StaticFqdn};
-use crate::compile::{LocalNode, Ruleset};
+use crate::compile::{LocalNode, PolicySummary, Ruleset};
 use crate::flow::{Flow, Transport, Verdict};
 use crate::http::{self, HttpEvent, RequestHead, RequestTracker, DEFAULT_MAX_HEAD};
 use crate::model::{Kind, Object, Snapshot};
@@ -356,7 +356,7 @@ pub fn render_trace(trace: &Trace, format: OutputFormat) -> String {
 
 /// `tollgate get policies`: the table of `antctl get netpol
 /// --sort-by=effectivePriority`.
-pub fn render_policies(ruleset: &Ruleset) -> String {
+pub fn render_policies(policies: &[PolicySummary]) -> String {
     let mut rows = vec![[
         "SOURCE".to_string(),
         "TIER".to_string(),
@@ -365,7 +365,7 @@ pub fn render_policies(ruleset: &Ruleset) -> String {
         "RULES".to_string(),
         "APPLIED-TO".to_string(),
     ]];
-    for p in ruleset.policies() {
+    for p in policies {
         rows.push([
             p.policy.to_string(),
             p.tier.clone().unwrap_or_else(|| "<NONE>".into()),

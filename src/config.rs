@@ -49,6 +49,11 @@ pub enum ConfigError {
     L7DenyResponse { value: String },
     #[error("{key}: must be at least 1")]
     L7Bound { key: &'static str },
+    #[error("{key}: {reason}")]
+    Audit {
+        key: &'static str,
+        reason: &'static str,
+    },
 }
 
 /// What happens to new connections of enforced endpoints when the agent
@@ -332,7 +337,15 @@ pub struct Settings {
     pub l7_deny_response: Option<L7DenyResponse>,
     pub l7_max_flows: Option<usize>,
     pub l7_idle_timeout_seconds: Option<u64>,
+    pub audit_rate: Option<u32>,
+    pub audit_burst: Option<u32>,
+    pub audit_log_max_bytes: Option<u64>,
+    pub audit_log_max_files: Option<u32>,
+    pub status_socket: Option<PathBuf>,
 }
+
+/// Smallest `auditLogMaxBytes`: a rotation per line would lose the log.
+pub const MIN_AUDIT_LOG_BYTES: u64 = 4096;
 
 impl Settings {
     /// Parses the YAML text of a configuration file read from `path`.
@@ -375,6 +388,11 @@ impl Settings {
             l7_idle_timeout_seconds: over
                 .l7_idle_timeout_seconds
                 .or(self.l7_idle_timeout_seconds),
+            audit_rate: over.audit_rate.or(self.audit_rate),
+            audit_burst: over.audit_burst.or(self.audit_burst),
+            audit_log_max_bytes: over.audit_log_max_bytes.or(self.audit_log_max_bytes),
+            audit_log_max_files: over.audit_log_max_files.or(self.audit_log_max_files),
+            status_socket: over.status_socket.or(self.status_socket),
         }
     }
 
@@ -400,6 +418,28 @@ impl Settings {
             .iter()
             .map(|g| g.parse())
             .collect::<Result<Vec<Interface>, _>>()?;
+        let audit_error = |key, reason| ConfigError::Audit { key, reason };
+        let audit_rate = self
+            .audit_rate
+            .unwrap_or(crate::audit::writer::DEFAULT_RATE);
+        let audit_burst = self
+            .audit_burst
+            .unwrap_or(crate::audit::writer::DEFAULT_BURST);
+        if audit_rate == 0 {
+            return Err(audit_error(
+                "auditRate",
+                "must be at least 1 line per second",
+            ));
+        }
+        if audit_burst == 0 {
+            return Err(audit_error("auditBurst", "must be at least 1"));
+        }
+        let audit_log_max_bytes = self
+            .audit_log_max_bytes
+            .unwrap_or(crate::audit::writer::DEFAULT_MAX_BYTES);
+        if audit_log_max_bytes < MIN_AUDIT_LOG_BYTES {
+            return Err(audit_error("auditLogMaxBytes", "must be at least 4096"));
+        }
         Ok(Config {
             node_name,
             node_labels: self.node_labels.unwrap_or_default(),
@@ -411,6 +451,13 @@ impl Settings {
             privileged: self.privileged.unwrap_or_default(),
             audit_log: self.audit_log,
             metrics_address: self.metrics_address,
+            audit_rate,
+            audit_burst,
+            audit_log_max_bytes,
+            audit_log_max_files: self
+                .audit_log_max_files
+                .unwrap_or(crate::audit::writer::DEFAULT_MAX_FILES),
+            status_socket: self.status_socket,
             l7,
         })
     }
@@ -545,6 +592,15 @@ pub struct Config {
     pub audit_log: Option<PathBuf>,
     pub metrics_address: Option<SocketAddr>,
     pub l7: L7Config,
+    /// Audit lines per second and burst (token bucket).
+    pub audit_rate: u32,
+    pub audit_burst: u32,
+    /// Size at which the audit log is rotated, and old files kept.
+    pub audit_log_max_bytes: u64,
+    pub audit_log_max_files: u32,
+    /// The status API's Unix socket, when configured; unset means
+    /// [`crate::status::DEFAULT_SOCKET`], best effort.
+    pub status_socket: Option<PathBuf>,
 }
 
 #[cfg(test)]
@@ -643,6 +699,37 @@ mod tests {
             }]
         );
         assert_eq!(config.audit_log, Some(PathBuf::from("/var/log/np.log")));
+        assert_eq!((config.audit_rate, config.audit_burst), (500, 1000));
+        assert_eq!(config.audit_log_max_files, 3);
+        assert_eq!(config.status_socket, None);
+    }
+
+    #[test]
+    fn audit_and_status_keys() {
+        let yaml = "auditRate: 5000\nauditBurst: 10000\nauditLogMaxBytes: 1048576\n\
+                    auditLogMaxFiles: 0\nstatusSocket: /tmp/t.sock\n";
+        let config = Settings::from_yaml(Path::new("c.yaml"), yaml)
+            .unwrap()
+            .resolve(&defaults())
+            .unwrap();
+        assert_eq!((config.audit_rate, config.audit_burst), (5000, 10000));
+        assert_eq!(config.audit_log_max_bytes, 1 << 20);
+        assert_eq!(config.audit_log_max_files, 0);
+        assert_eq!(config.status_socket, Some(PathBuf::from("/tmp/t.sock")));
+        for bad in [
+            "auditRate: 0\n",
+            "auditBurst: 0\n",
+            "auditLogMaxBytes: 100\n",
+        ] {
+            let err = Settings::from_yaml(Path::new("c.yaml"), bad)
+                .unwrap()
+                .resolve(&defaults())
+                .unwrap_err();
+            assert!(
+                err.to_string().starts_with(bad.split(':').next().unwrap()),
+                "{err}"
+            );
+        }
     }
 
     #[test]

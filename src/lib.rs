@@ -18,7 +18,10 @@
 //! [`config`]) puts them to work:
 //! [`datapath`] plans and installs the iptables chains and ipsets that send
 //! new connections of enforced endpoints to NFQUEUE, and [`queue`] workers
-//! decide them with the current ruleset.
+//! decide them with the current ruleset, handing audit records to the
+//! [`audit`] writer and counts to [`metrics`]. [`status`] answers the CLI
+//! about the running agent over a Unix socket; [`logging`] sets up the
+//! operational log.
 pub mod agent;
 pub mod audit;
 pub mod classify;
@@ -31,8 +34,11 @@ pub mod flow;
 pub mod fqdn;
 pub mod http;
 pub mod l7;
+pub mod logging;
+pub mod metrics;
 pub mod model;
 pub mod queue;
 pub mod source;
+pub mod status;
 pub mod tls;
 pub mod validate;

@@ -13,6 +13,7 @@ use tollgate::agent::{AgentError, RunArgs};
 use tollgate::commands::{
     self, CommandError, NodeIdentity, OutputFormat, TraceProtocol, TraceRequest,
 };
+use tollgate::status::{self, Request, Response};
 
 #[derive(Parser)]
 #[command(
@@ -44,14 +45,41 @@ enum Command {
         #[command(subcommand)]
         what: GetCommand,
     },
+    /// Health of the running agent: uptime, ruleset generation, policies,
+    /// last reload, queues and their counters, fail mode.
+    Status {
+        #[command(flatten)]
+        socket: SocketArgs,
+        #[arg(long, value_enum, default_value = "text")]
+        output: OutputFormat,
+    },
+}
+
+/// Where the running agent's status API listens.
+#[derive(Args, Clone, Debug)]
+struct SocketArgs {
+    /// Unix socket of the running agent.
+    #[arg(long, value_name = "PATH", default_value = tollgate::status::DEFAULT_SOCKET)]
+    socket: PathBuf,
+}
+
+impl SocketArgs {
+    fn ask(&self, request: &Request) -> Result<Response, CommandError> {
+        status::request(&self.socket, request)
+            .map_err(|e| CommandError::Usage(format!("{e} (is `tollgate run` running?)")))
+    }
 }
 
 #[derive(Subcommand)]
 enum GetCommand {
-    /// Policies in evaluation order, like `antctl get netpol`.
+    /// Policies in evaluation order, like `antctl get netpol`: of the
+    /// running agent, or of the given files with `--policies`.
     Policies {
-        #[arg(long, required = true)]
+        /// Policy files or directories (offline); default: ask the agent.
+        #[arg(long)]
         policies: Vec<PathBuf>,
+        #[command(flatten)]
+        socket: SocketArgs,
         /// Only `effectivePriority` is supported (and is the default).
         #[arg(long, default_value = "effectivePriority", value_parser = ["effectivePriority"])]
         sort_by: String,
@@ -181,11 +209,38 @@ fn run(command: Command) -> Result<ExitCode, CommandError> {
             print!("{}", commands::render_trace(&trace, args.output));
         }
         Command::Get {
-            what: GetCommand::Policies { policies, node, .. },
+            what:
+                GetCommand::Policies {
+                    policies,
+                    node,
+                    socket,
+                    ..
+                },
         } => {
-            let (_, ruleset) = commands::load_ruleset(&policies, &node.identity())?;
-            print!("{}", commands::render_policies(&ruleset));
+            if policies.is_empty() {
+                match socket.ask(&Request::Policies)? {
+                    Response::Policies(list) => print!("{}", commands::render_policies(&list)),
+                    other => return Err(unexpected(&other)),
+                }
+            } else {
+                let (_, ruleset) = commands::load_ruleset(&policies, &node.identity())?;
+                print!("{}", commands::render_policies(ruleset.policies()));
+            }
         }
+        Command::Status { socket, output } => match socket.ask(&Request::Status)? {
+            Response::Status(report) => match output {
+                OutputFormat::Text => print!("{}", status::render_status(&report)),
+                OutputFormat::Json => println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report).unwrap_or_default()
+                ),
+            },
+            other => return Err(unexpected(&other)),
+        },
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn unexpected(response: &Response) -> CommandError {
+    CommandError::Usage(format!("the agent answered unexpectedly: {response:?}"))
 }

@@ -214,3 +214,27 @@ fn get_policies_sorts_by_effective_priority() {
         ]
     );
 }
+
+#[test]
+fn status_without_an_agent_and_bad_log_level_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("none.sock");
+    for args in [
+        vec!["status", "--socket", socket.to_str().unwrap()],
+        vec!["get", "policies", "--socket", socket.to_str().unwrap()],
+    ] {
+        let out = tollgate(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("is `tollgate run` running?"), "{stderr}");
+    }
+    let out = tollgate(&[
+        "run",
+        "--policies",
+        dir.path().to_str().unwrap(),
+        "--log-level",
+        "tollgate=loud",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--log-level"));
+}

@@ -18,7 +18,8 @@ use tollgate::compile::Enforced;
 use tollgate::config::{MachineDefaults, Settings};
 use tollgate::datapath::{desired, Kernel};
 use tollgate::flow::{Flow, Transport, Verdict};
-use tollgate::queue::{Policy, Worker, WorkerConfig};
+use tollgate::metrics::Metrics;
+use tollgate::queue::{Observers, Policy, Ruling, Worker, WorkerConfig};
 
 /// A background process, killed on drop.
 struct Background(Child);
@@ -35,15 +36,15 @@ impl Drop for Background {
 struct TestPolicy;
 
 impl Policy for TestPolicy {
-    fn verdict(&self, flow: &Flow) -> Verdict {
-        match flow.transport {
+    fn decide(&self, flow: &Flow) -> Ruling {
+        Ruling::plain(match flow.transport {
             Transport::Tcp { dst_port: 80, .. } => Verdict::Allow,
             Transport::Tcp { dst_port: 81, .. } => Verdict::Reject,
             Transport::Icmp {
                 icmp_type: 8 | 128, ..
             } => Verdict::Reject,
             _ => Verdict::Drop,
-        }
+        })
     }
 }
 
@@ -100,6 +101,10 @@ fn allow_reject_drop_through_the_queue() {
                 fail_mode: config.fail_mode,
             },
             Arc::new(ArcSwap::from_pointee(TestPolicy)),
+            Observers {
+                metrics: Arc::new(Metrics::new()),
+                audit: None,
+            },
         )
         .unwrap();
         let kernel = Kernel::detect().unwrap();

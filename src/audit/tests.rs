@@ -82,7 +82,7 @@ fn reject_tcp_line_matches_the_spec() {
 }
 
 #[test]
-fn icmp_lines_print_nil_ports_and_dedup_summarises() {
+fn icmp_lines_print_nil_ports_and_dedup_summarises_as_the_spec_shows() {
     let mut dedup = Deduplicator::new(Duration::from_secs(1), 1000);
     let first = dedup.offer(reject_icmp(1_688_426_676_422_233));
     assert_eq!(
@@ -91,27 +91,47 @@ fn icmp_lines_print_nil_ports_and_dedup_summarises() {
     );
     // A repeat inside the window is only counted.
     assert!(dedup.offer(reject_icmp(1_688_426_677_000_000)).is_empty());
-    // The window closes: one summary line, timed at the last packet.
+    assert_eq!(
+        dedup.next_close(),
+        Some(Timestamp::from_unix_micros(1_688_426_677_422_233))
+    );
+    assert!(dedup
+        .flush(Timestamp::from_unix_micros(1_688_426_677_422_232))
+        .is_empty());
+    // The window closes: the spec's second line, stamped when written, with
+    // the time since the first packet.
     let summary = dedup.flush(Timestamp::from_unix_micros(1_688_426_677_424_024));
     assert_eq!(
         summary,
-        ["2023/07/03 23:24:37.000000 AntreaPolicyEgressRule AntreaNetworkPolicy:default/reject-icmp-policy RejectICMPRequest Egress Reject 14500 default/nettool 10.10.1.7 <nil> 10.10.2.3 <nil> ICMP 84 icmp-log-label [2 packets in 577.767ms]"]
+        ["2023/07/03 23:24:37.424024 AntreaPolicyEgressRule AntreaNetworkPolicy:default/reject-icmp-policy RejectICMPRequest Egress Reject 14500 default/nettool 10.10.1.7 <nil> 10.10.2.3 <nil> ICMP 84 icmp-log-label [2 packets in 1.001791s]"]
     );
+    assert_eq!(dedup.next_close(), None);
     assert!(dedup
         .flush(Timestamp::from_unix_micros(u64::MAX / 2))
         .is_empty());
 }
 
 #[test]
-fn fifty_drops_in_a_second_give_one_line_and_one_summary() {
+fn duplicates_are_equal_lines_and_a_lone_packet_has_no_summary() {
     let mut dedup = Deduplicator::new(Duration::from_secs(1), 1000);
-    let mut lines = Vec::new();
-    for i in 0..50u64 {
-        lines.extend(dedup.offer(reject_icmp(10_000_000 + i * 10_000)));
-    }
-    lines.extend(dedup.flush(Timestamp::from_unix_micros(11_000_000)));
-    assert_eq!(lines.len(), 2, "{lines:#?}");
-    assert!(lines[1].ends_with("[50 packets in 490ms]"), "{}", lines[1]);
+    let tcp = |sport| {
+        let mut r = reject_icmp(5_000_000);
+        r.flow = flow("10.10.1.7", Some(sport), "10.10.2.3", Some(80), false);
+        r
+    };
+    // Other source ports are other connections: their own lines.
+    assert_eq!(dedup.offer(tcp(1000)).len(), 1);
+    assert_eq!(dedup.offer(tcp(1001)).len(), 1);
+    // A retransmitted SYN of the first is a duplicate.
+    assert!(dedup.offer(tcp(1000)).is_empty());
+    let closed = dedup.close_all(Timestamp::from_unix_micros(5_250_000));
+    assert_eq!(closed.len(), 1, "{closed:?}");
+    assert!(
+        closed[0].contains(" 1000 10.10.2.3 80 TCP ")
+            && closed[0].ends_with("[2 packets in 250ms]"),
+        "{}",
+        closed[0]
+    );
 }
 
 #[test]
@@ -160,6 +180,26 @@ fn k8s_lines_match_the_spec() {
 }
 
 #[test]
+fn ipv6_addresses_print_compressed_as_go_does() {
+    let mut record = reject_icmp(0);
+    record.flow = Flow {
+        src: "fd00:0:0:1::7".parse().unwrap(),
+        dst: "fd00::1:0:0:3".parse().unwrap(),
+        transport: Transport::Udp {
+            src_port: 5353,
+            dst_port: 53,
+        },
+    };
+    assert!(
+        record
+            .line()
+            .contains(" default/nettool fd00:0:0:1::7 5353 fd00::1:0:0:3 53 UDP 84 "),
+        "{}",
+        record.line()
+    );
+}
+
+#[test]
 fn go_durations() {
     assert_eq!(
         go_duration(Duration::from_nanos(1_000_855_539)),
@@ -184,4 +224,185 @@ fn rate_limit_allows_the_burst_then_the_rate() {
         .filter(|_| limiter.admit(Timestamp::from_unix_micros(t0 + 1_000_000)))
         .count();
     assert_eq!(later, 500);
+}
+
+/// Policies → compiled ruleset → worker step → audit lines, pinned exactly:
+/// what the agent writes for real packets.
+mod through_the_step {
+    use super::*;
+    use crate::compile::{LocalNode, Ruleset};
+    use crate::config::{FailMode, MarkLayout};
+    use crate::model::Snapshot;
+    use crate::queue::step;
+    use etherparse::PacketBuilder;
+
+    const POLICIES: &str = "apiVersion: v1
+kind: Namespace
+metadata:
+  name: default
+  annotations: {networkpolicy.antrea.io/enable-logging: \"true\"}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: quiet}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: nettool, namespace: default, labels: {app: nettool}}
+status: {podIP: 10.10.1.7}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: quiet, labels: {app: web}}
+status: {podIP: 10.10.1.8}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: NetworkPolicy
+metadata: {name: reject-icmp-policy, namespace: default}
+spec:
+  priority: 5
+  appliedTo: [{podSelector: {matchLabels: {app: nettool}}}]
+  egress:
+  - action: Reject
+    name: RejectICMPRequest
+    enableLogging: true
+    logLabel: icmp-log-label
+    to: [{ipBlock: {cidr: 10.10.2.0/24}}]
+    protocols: [{icmp: {icmpType: 8}}]
+  - action: Allow
+    name: AllowWeb
+    enableLogging: true
+    to: [{ipBlock: {cidr: 10.10.3.0/24}}]
+  - action: Allow
+    name: NotLogged
+    to: [{ipBlock: {cidr: 10.10.4.0/24}}]
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: allow-tcp-80, namespace: default}
+spec:
+  podSelector: {matchLabels: {app: nettool}}
+  policyTypes: [Ingress]
+  ingress:
+  - ports: [{protocol: TCP, port: 80}]
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: isolate, namespace: quiet}
+spec:
+  podSelector: {}
+  policyTypes: [Ingress]
+";
+
+    fn ruleset() -> Ruleset {
+        let (objects, problems) =
+            crate::source::parse_documents(std::path::Path::new("p.yaml"), POLICIES);
+        assert!(problems.is_empty(), "{problems:?}");
+        Ruleset::compile(
+            &Snapshot { objects },
+            &LocalNode {
+                name: "node1".into(),
+                ..Default::default()
+            },
+        )
+    }
+
+    fn tcp(src: [u8; 4], sport: u16, dst: [u8; 4], dport: u16) -> Vec<u8> {
+        let mut out = Vec::new();
+        PacketBuilder::ipv4(src, dst, 64)
+            .tcp(sport, dport, 1, 1024)
+            .syn()
+            .write(&mut out, &[])
+            .unwrap();
+        out
+    }
+
+    fn ping(src: [u8; 4], dst: [u8; 4]) -> Vec<u8> {
+        let mut out = Vec::new();
+        PacketBuilder::ipv4(src, dst, 64)
+            .icmpv4_echo_request(1, 1)
+            .write(&mut out, &[0u8; 56])
+            .unwrap();
+        out
+    }
+
+    fn lines(ruleset: &Ruleset, packet: &[u8], micros: u64) -> Vec<String> {
+        let s = step(
+            packet,
+            0,
+            ruleset,
+            &MarkLayout::default(),
+            FailMode::Closed,
+            Timestamp::from_unix_micros(micros),
+        );
+        s.audit.iter().map(AuditRecord::line).collect()
+    }
+
+    const T: u64 = 1_688_474_006_221_413; // 2023/07/04 12:33:26.221413
+
+    #[test]
+    fn k8s_allow_and_default_drop_in_an_annotated_namespace() {
+        let rs = ruleset();
+        let rank = |name: &str| {
+            rs.policies()
+                .iter()
+                .position(|p| p.policy.name == name)
+                .unwrap()
+        };
+        assert!(rank("reject-icmp-policy") < rank("allow-tcp-80"));
+        assert_eq!(
+            lines(&rs, &tcp([10, 10, 1, 13], 57050, [10, 10, 1, 7], 80), T),
+            ["2023/07/04 12:33:26.221413 IngressRule K8sNetworkPolicy:default/allow-tcp-80 <nil> Ingress Allow 4 default/nettool 10.10.1.13 57050 10.10.1.7 80 TCP 40 <nil>"]
+        );
+        assert_eq!(
+            lines(&rs, &ping([10, 10, 1, 13], [10, 10, 1, 7]), T),
+            ["2023/07/04 12:33:26.221413 IngressDefaultRule K8sNetworkPolicy <nil> Ingress Drop <nil> default/nettool 10.10.1.13 <nil> 10.10.1.7 <nil> ICMP 84 <nil>"]
+        );
+        // Namespace `quiet` is not annotated: its default drop is silent.
+        assert!(lines(&rs, &tcp([10, 10, 1, 13], 1, [10, 10, 1, 8], 80), T).is_empty());
+    }
+
+    #[test]
+    fn antrea_reject_icmp_with_nil_ports_and_allow_per_connection() {
+        let rs = ruleset();
+        assert_eq!(
+            lines(&rs, &ping([10, 10, 1, 7], [10, 10, 2, 3]), T),
+            ["2023/07/04 12:33:26.221413 AntreaPolicyEgressRule AntreaNetworkPolicy:default/reject-icmp-policy RejectICMPRequest Egress Reject 1 default/nettool 10.10.1.7 <nil> 10.10.2.3 <nil> ICMP 84 icmp-log-label"]
+        );
+        for port in [40000, 40001] {
+            assert_eq!(
+                lines(&rs, &tcp([10, 10, 1, 7], port, [10, 10, 3, 9], 443), T),
+                [format!("2023/07/04 12:33:26.221413 AntreaPolicyEgressRule AntreaNetworkPolicy:default/reject-icmp-policy AllowWeb Egress Allow 2 default/nettool 10.10.1.7 {port} 10.10.3.9 443 TCP 40 <nil>")]
+            );
+        }
+        assert!(lines(&rs, &tcp([10, 10, 1, 7], 1, [10, 10, 4, 9], 443), T).is_empty());
+    }
+
+    #[test]
+    fn repeated_drops_give_one_line_and_a_summary() {
+        let rs = ruleset();
+        let mut dedup = Deduplicator::new(Duration::from_secs(1), 100);
+        let mut out = Vec::new();
+        for i in 0..50u64 {
+            let s = step(
+                &ping([10, 10, 1, 7], [10, 10, 2, 3]),
+                0,
+                &rs,
+                &MarkLayout::default(),
+                FailMode::Closed,
+                Timestamp::from_unix_micros(T + i * 20_000),
+            );
+            for record in s.audit {
+                out.extend(dedup.offer(record));
+            }
+        }
+        out.extend(dedup.flush(Timestamp::from_unix_micros(T + 1_000_000)));
+        assert_eq!(
+            out,
+            [
+                "2023/07/04 12:33:26.221413 AntreaPolicyEgressRule AntreaNetworkPolicy:default/reject-icmp-policy RejectICMPRequest Egress Reject 1 default/nettool 10.10.1.7 <nil> 10.10.2.3 <nil> ICMP 84 icmp-log-label",
+                "2023/07/04 12:33:27.221413 AntreaPolicyEgressRule AntreaNetworkPolicy:default/reject-icmp-policy RejectICMPRequest Egress Reject 1 default/nettool 10.10.1.7 <nil> 10.10.2.3 <nil> ICMP 84 icmp-log-label [50 packets in 1s]",
+            ]
+        );
+    }
 }

@@ -82,68 +82,118 @@ struct RuleLists {
 }
 
 /// Rule positions of one list, indexed so that a flow meets only the rules
-/// that can match it: by (protocol, destination port) for rules pinned to a
-/// few ports, by peer network for port-less rules whose peers are only CIDR
-/// blocks (one hash table per prefix length, as in tuple-space search), and
-/// a short list of the rest, checked for every flow. Candidates are always
-/// re-checked in full, so the index only has to never miss a rule.
+/// that can match it: by peer network for rules whose peers are CIDR
+/// blocks and modest address sets (one hash table per prefix length, as in
+/// tuple-space search; a Pod address is a host prefix), else by (protocol,
+/// destination port) for rules pinned to a few ports, and a short list of
+/// the rest, checked for every flow. Candidates are always re-checked in
+/// full, so the index only has to never miss a rule.
 #[derive(Debug, Default)]
 pub(crate) struct RuleIndex {
     pub(crate) rules: Vec<u32>,
     by_port: HashMap<(PortProtocol, u16), Vec<u32>>,
-    by_block: Vec<BlockBucket>,
+    by_peer: Vec<PeerBucket>,
     /// Positions of rules that are not indexed.
     generic: Vec<u32>,
 }
 
-/// Port-less, block-only rules whose blocks have one prefix length.
+/// Rules indexed by peer networks of one prefix length and family.
 #[derive(Debug)]
-struct BlockBucket {
+struct PeerBucket {
     prefix_len: u8,
     v6: bool,
     networks: HashMap<IpAddr, Vec<u32>>,
 }
 
+/// The keys a rule could be indexed under, by peer and by port.
+struct IndexKeys {
+    networks: Option<Vec<IpNet>>,
+    ports: Option<Vec<(PortProtocol, u16)>>,
+}
+
+/// Rules whose peers hold more addresses than this are not indexed by peer
+/// (the index would cost more memory than the scan costs time).
+const MAX_INDEXED_PEER_ADDRESSES: usize = 256;
+
 /// Ports of a range up to this size are indexed one by one.
 const MAX_INDEXED_RANGE: u32 = 64;
 
 impl RuleIndex {
+    /// Each rule goes into the one index where it shares its keys with
+    /// the fewest other rules (both keys must match for the rule to, so
+    /// either index alone is enough): 1,000 rules on port 80 from
+    /// different hosts are indexed by host; 1,000 rules from the same
+    /// Namespace on different ports by port.
     fn build(rules: Vec<u32>, all: &[CompiledRule]) -> RuleIndex {
+        let keys: Vec<IndexKeys> = rules
+            .iter()
+            .map(|&id| {
+                let rule = &all[id as usize];
+                IndexKeys {
+                    networks: peer_networks(rule),
+                    ports: indexed_ports(rule),
+                }
+            })
+            .collect();
+        let mut peer_load: HashMap<IpNet, u32> = HashMap::new();
+        let mut port_load: HashMap<(PortProtocol, u16), u32> = HashMap::new();
+        for IndexKeys { networks, ports } in &keys {
+            for network in networks.iter().flatten() {
+                *peer_load.entry(*network).or_default() += 1;
+            }
+            for port in ports.iter().flatten() {
+                *port_load.entry(*port).or_default() += 1;
+            }
+        }
         let mut index = RuleIndex::default();
-        for (pos, &id) in rules.iter().enumerate() {
+        for (pos, IndexKeys { networks, ports }) in keys.into_iter().enumerate() {
             let pos = pos as u32;
-            let rule = &all[id as usize];
-            if let Some(ports) = indexed_ports(rule) {
-                for key in ports {
-                    push_once(index.by_port.entry(key).or_default(), pos);
+            let peer_cost = networks
+                .as_ref()
+                .map(|n| n.iter().map(|k| peer_load[k]).max().unwrap_or(0));
+            let port_cost = ports
+                .as_ref()
+                .map(|p| p.iter().map(|k| port_load[k]).max().unwrap_or(0));
+            match (networks, ports) {
+                (Some(networks), _) if port_cost.is_none_or(|c| peer_cost < Some(c)) => {
+                    for network in networks {
+                        index.add_peer(network, pos);
+                    }
                 }
-            } else if is_block_only(rule) {
-                for block in &rule.peers.blocks {
-                    let (prefix_len, v6) = (block.cidr.prefix_len(), block.cidr.addr().is_ipv6());
-                    let slot = index
-                        .by_block
-                        .iter()
-                        .position(|b| b.prefix_len == prefix_len && b.v6 == v6)
-                        .unwrap_or_else(|| {
-                            index.by_block.push(BlockBucket {
-                                prefix_len,
-                                v6,
-                                networks: HashMap::new(),
-                            });
-                            index.by_block.len() - 1
-                        });
-                    let list = index.by_block[slot]
-                        .networks
-                        .entry(block.cidr.network())
-                        .or_default();
-                    push_once(list, pos);
+                (_, Some(ports)) => {
+                    for key in ports {
+                        push_once(index.by_port.entry(key).or_default(), pos);
+                    }
                 }
-            } else {
-                index.generic.push(pos);
+                _ => index.generic.push(pos),
             }
         }
         index.rules = rules;
         index
+    }
+
+    fn add_peer(&mut self, network: IpNet, pos: u32) {
+        let (prefix_len, v6) = (network.prefix_len(), network.addr().is_ipv6());
+        let slot = match self
+            .by_peer
+            .iter()
+            .position(|b| b.prefix_len == prefix_len && b.v6 == v6)
+        {
+            Some(slot) => slot,
+            None => {
+                self.by_peer.push(PeerBucket {
+                    prefix_len,
+                    v6,
+                    networks: HashMap::new(),
+                });
+                self.by_peer.len() - 1
+            }
+        };
+        let list = self.by_peer[slot]
+            .networks
+            .entry(network.network())
+            .or_default();
+        push_once(list, pos);
     }
 
     /// Rule ids that may match a flow to `port` from/to `peer`, in
@@ -157,7 +207,7 @@ impl RuleIndex {
             .and_then(|key| self.by_port.get(&key))
             .map_or(&[][..], |v| v.as_slice());
         let mut by_peer: Vec<u32> = Vec::new();
-        for bucket in self.by_block.iter().filter(|b| b.v6 == peer.is_ipv6()) {
+        for bucket in self.by_peer.iter().filter(|b| b.v6 == peer.is_ipv6()) {
             let Ok(net) = IpNet::new(peer, bucket.prefix_len) else {
                 continue;
             };
@@ -183,16 +233,26 @@ fn push_once(list: &mut Vec<u32>, pos: u32) {
     }
 }
 
-/// A port-less rule whose only peers are CIDR blocks.
-fn is_block_only(rule: &CompiledRule) -> bool {
+/// The networks to index a rule under: its blocks and its peer addresses
+/// as host prefixes, when the peers are nothing else (no "any", FQDN or
+/// Service peers) and the address sets are small. A rule whose peers
+/// resolve to nothing gets no network: it can never match.
+fn peer_networks(rule: &CompiledRule) -> Option<Vec<IpNet>> {
     let peers = &rule.peers;
-    rule.services.is_empty()
-        && rule.node_ports.is_none()
-        && !peers.any
-        && peers.addresses.is_empty()
-        && peers.fqdns.is_empty()
-        && peers.services.is_empty()
-        && !peers.blocks.is_empty()
+    let addresses: usize = peers.addresses.iter().map(|set| set.len()).sum();
+    if peers.any
+        || !peers.fqdns.is_empty()
+        || !peers.services.is_empty()
+        || addresses > MAX_INDEXED_PEER_ADDRESSES
+    {
+        return None;
+    }
+    let hosts = peers
+        .addresses
+        .iter()
+        .flat_map(|set| set.iter())
+        .map(|&ip| IpNet::from(ip));
+    Some(peers.blocks.iter().map(|b| b.cidr).chain(hosts).collect())
 }
 
 /// `(protocol, port)` keys when every service of the rule is a small port
@@ -265,7 +325,7 @@ pub(crate) struct EndpointTable {
 }
 
 /// One line of `tollgate get policies`.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct PolicySummary {
     pub policy: PolicyRef,
     pub tier: Option<String>,
@@ -291,9 +351,21 @@ pub struct Ruleset {
     pub(crate) fqdn_patterns: Vec<FqdnPattern>,
     enforced: Enforced,
     policies: Vec<PolicySummary>,
+    /// Namespaces whose Kubernetes NetworkPolicies are audited.
+    logged_namespaces: BTreeSet<String>,
 }
 
 impl Ruleset {
+    /// Whether the implicit default drop of a Kubernetes NetworkPolicy for
+    /// `endpoint` is audited (its Namespace carries
+    /// [`K8S_LOGGING_ANNOTATION`]` = "true"`).
+    pub fn logs_k8s_default_drop(&self, endpoint: &Endpoint) -> bool {
+        match endpoint {
+            Endpoint::Pod { namespace, .. } => self.logged_namespaces.contains(namespace),
+            Endpoint::Node { .. } => false,
+        }
+    }
+
     /// Compiles a snapshot that passed validation. Objects that validation
     /// would reject are skipped rather than guessed at.
     pub fn compile(snapshot: &Snapshot, local: &LocalNode) -> Ruleset {
@@ -370,6 +442,33 @@ struct Compiler<'a> {
     address_sets: HashMap<String, Arc<HashSet<IpAddr>>>,
     fqdn_patterns: BTreeMap<FqdnPattern, u32>,
     policies: Vec<PolicySummary>,
+    /// Rules ranked so far (see [`RuleRef::rank`]).
+    ranked: u32,
+    /// Namespaces annotated [`K8S_LOGGING_ANNOTATION`]` = "true"`.
+    logged_namespaces: BTreeSet<String>,
+}
+
+/// The Namespace annotation that turns on audit logging for the
+/// Kubernetes NetworkPolicies of a Namespace and their default drop.
+pub const K8S_LOGGING_ANNOTATION: &str = "networkpolicy.antrea.io/enable-logging";
+
+/// Namespaces whose Kubernetes NetworkPolicies are audited.
+fn logged_namespaces(snapshot: &Snapshot) -> BTreeSet<String> {
+    snapshot
+        .iter()
+        .filter_map(|o| match o {
+            Object::Namespace(ns)
+                if ns
+                    .metadata
+                    .annotations
+                    .get(K8S_LOGGING_ANNOTATION)
+                    .is_some_and(|v| v == "true") =>
+            {
+                Some(ns.metadata.name.clone())
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// A rule instance is shared by endpoints with the same Namespace context
@@ -424,7 +523,16 @@ impl<'a> Compiler<'a> {
             address_sets: HashMap::new(),
             fqdn_patterns: BTreeMap::new(),
             policies: Vec::new(),
+            ranked: 0,
+            logged_namespaces: logged_namespaces(snapshot),
         }
+    }
+
+    /// The next rank in evaluation order: policies are compiled in that
+    /// order, rules in their order within the policy.
+    fn next_rank(&mut self) -> u32 {
+        self.ranked += 1;
+        self.ranked
     }
 
     fn run(mut self) -> Ruleset {
@@ -441,8 +549,7 @@ impl<'a> Compiler<'a> {
                 .tier
                 .clone()
                 .filter(|t| !t.is_empty())
-                .unwrap_or_else(|| DEFAULT_TIER.to_string())
-                .to_ascii_lowercase();
+                .unwrap_or_else(|| DEFAULT_TIER.to_string());
             let Some(&tier_priority) = self.tiers.get(&tier) else {
                 continue; // unknown Tier: rejected by validation
             };
@@ -566,6 +673,7 @@ impl<'a> Compiler<'a> {
             fqdn_patterns: fqdn_patterns.into_iter().map(|(_, p)| p).collect(),
             enforced,
             policies: self.policies,
+            logged_namespaces: self.logged_namespaces,
         }
     }
 
@@ -598,6 +706,7 @@ impl<'a> Compiler<'a> {
                     action: rule.action.normalized(),
                     enable_logging: rule.enable_logging,
                     log_label: rule.log_label.clone().filter(|l| !l.is_empty()),
+                    rank: self.next_rank(),
                     l7: rule.l7_protocols.clone().into(),
                 });
                 let services = services_of(&rule.ports, &rule.protocols);
@@ -964,6 +1073,7 @@ impl<'a> Compiler<'a> {
             .into_iter()
             .filter_map(|p| self.endpoint_of_target.get(&Target::Pod(p)).copied())
             .collect();
+        let logged = self.logged_namespaces.contains(&ns);
         let types = policy.spec.effective_policy_types();
         let mut rule_count = 0;
         for (direction, policy_type) in [
@@ -999,6 +1109,7 @@ impl<'a> Compiler<'a> {
                         end_port: p.end_port,
                     })
                     .collect();
+                let rank = self.next_rank();
                 self.rules.push(CompiledRule {
                     reference: Arc::new(RuleRef {
                         policy: reference.clone(),
@@ -1009,8 +1120,9 @@ impl<'a> Compiler<'a> {
                         index,
                         direction,
                         action: RuleAction::Allow,
-                        enable_logging: false,
+                        enable_logging: logged,
                         log_label: None,
+                        rank,
                         l7: Arc::new([]),
                     }),
                     peers,

@@ -8,13 +8,13 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use ipnet::IpNet;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::flow::{Flow, Transport};
 use crate::model::{Direction, L7Protocol, PortProtocol, RuleAction};
 
 /// The kind of policy a rule belongs to, spelled as the audit log spells it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum PolicyKind {
     AntreaClusterNetworkPolicy,
     AntreaNetworkPolicy,
@@ -32,7 +32,7 @@ impl PolicyKind {
 }
 
 /// Names a policy: `AntreaClusterNetworkPolicy:name`, `AntreaNetworkPolicy:ns/name`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct PolicyRef {
     pub kind: PolicyKind,
     pub namespace: Option<String>,
@@ -64,8 +64,15 @@ pub struct RuleRef {
     pub direction: Direction,
     /// `Deny` is already folded into `Drop`.
     pub action: RuleAction,
+    /// Whether decisions of this rule go to the audit log: `enableLogging`
+    /// of an Antrea rule, or the `networkpolicy.antrea.io/enable-logging`
+    /// annotation of a Kubernetes NetworkPolicy's Namespace.
     pub enable_logging: bool,
     pub log_label: Option<String>,
+    /// The rule's rank in the node's evaluation order (1 = evaluated
+    /// first): stable for a given set of policies. The audit log prints it
+    /// where Antrea prints the OpenFlow priority.
+    pub rank: u32,
     /// `l7Protocols` of the rule; empty for L3/L4 rules.
     #[serde(skip)]
     pub l7: Arc<[L7Protocol]>,

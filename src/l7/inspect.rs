@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 use lru::LruCache;
 
 use crate::classify::NoFqdn;
-use crate::compile::{RuleRef, Ruleset};
+use crate::compile::{Endpoint, RuleRef, Ruleset};
 use crate::config::L7DenyResponse;
 use crate::flow::{Flow, Verdict};
 use crate::http::{HttpEvent, HttpRule, Malformed, RequestHead, RequestTracker};
@@ -60,19 +60,26 @@ use super::segment::{FlowKey, Segment};
 #[derive(Clone, Debug)]
 pub struct Requirement {
     pub rule: Arc<RuleRef>,
+    /// The endpoint the rule applies to, for the audit log.
+    pub endpoint: Option<Endpoint>,
     http: Vec<HttpRule>,
     tls: Vec<TlsProtocol>,
 }
 
 impl Requirement {
-    pub fn new(rule: Arc<RuleRef>) -> Requirement {
+    pub fn new(rule: Arc<RuleRef>, endpoint: Option<Endpoint>) -> Requirement {
         let http = rule
             .l7
             .iter()
             .filter_map(|p| p.http.as_ref().map(HttpRule::new))
             .collect();
         let tls = rule.l7.iter().filter_map(|p| p.tls.clone()).collect();
-        Requirement { rule, http, tls }
+        Requirement {
+            rule,
+            endpoint,
+            http,
+            tls,
+        }
     }
 
     fn allows(&self, request: &RequestHead) -> bool {
@@ -106,11 +113,15 @@ impl L7Policy for Ruleset {
         if decision.verdict != Verdict::Allow {
             return Admission::Deny;
         }
-        let rules: Vec<Requirement> = [decision.egress.rule(), decision.ingress.rule()]
+        let rules: Vec<Requirement> = [&decision.egress, &decision.ingress]
             .into_iter()
-            .flatten()
-            .filter(|rule| !rule.l7.is_empty())
-            .map(|rule| Requirement::new(Arc::clone(rule)))
+            .filter_map(|direction| {
+                let rule = direction.rule().filter(|rule| !rule.l7.is_empty())?;
+                Some(Requirement::new(
+                    Arc::clone(rule),
+                    direction.endpoint.clone(),
+                ))
+            })
             .collect();
         if rules.is_empty() {
             Admission::Allow
@@ -180,13 +191,14 @@ pub enum L7Action {
     Deny(Denial),
 }
 
-/// One request decision, for the audit log.
+/// One request decision, for the metrics and the audit log.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RequestRecord {
     pub request: RequestHead,
     pub allowed: bool,
-    /// The rule that denied it, or the first L7 rule that allowed it.
-    pub rule: Option<Arc<RuleRef>>,
+    /// The rule that denied it, or the first L7 rule that allowed it, and
+    /// the endpoint that rule applies to.
+    pub rule: Option<(Arc<RuleRef>, Option<Endpoint>)>,
 }
 
 /// The result of one segment.
@@ -552,7 +564,7 @@ impl Inspector {
                             requests.push(RequestRecord {
                                 request: request.clone(),
                                 allowed: false,
-                                rule: Some(Arc::clone(&failed.rule)),
+                                rule: Some((Arc::clone(&failed.rule), failed.endpoint.clone())),
                             });
                             return Err(Denial {
                                 reason: DenyReason::Request {
@@ -566,7 +578,9 @@ impl Inspector {
                         None => requests.push(RequestRecord {
                             request,
                             allowed: true,
-                            rule: rules.first().map(|r| Arc::clone(&r.rule)),
+                            rule: rules
+                                .first()
+                                .map(|r| (Arc::clone(&r.rule), r.endpoint.clone())),
                         }),
                     }
                 }

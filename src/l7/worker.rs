@@ -2,8 +2,9 @@
 //! NFQUEUE, holding the [`Inspector`] (so flow state needs no lock), and
 //! two raw sockets (IPv4, IPv6; `IPPROTO_RAW`, header included) that send
 //! the packets closing a denied connection. Injection happens before the
-//! verdict, while the connection's mark still lets them pass. Counts;
-//! never logs per packet.
+//! verdict, while the connection's mark still lets them pass. Counts,
+//! reports to the metrics and hands audit records of logged rules to the
+//! audit writer; never logs per packet.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -15,9 +16,12 @@ use std::time::Instant;
 
 use arc_swap::ArcSwap;
 
+use crate::audit::Subject;
 use crate::config::{FailMode, L7Config, MarkLayout};
+use crate::flow::Verdict;
 use crate::http::DEFAULT_MAX_HEAD;
-use crate::queue::QueueError;
+use crate::queue::worker::wall_clock;
+use crate::queue::{Observers, QueueError};
 
 use super::inspect::{Inspector, L7Action, L7Policy, RequestRecord};
 use super::response::{deny_packets, Injection};
@@ -142,7 +146,11 @@ impl L7Worker {
     /// Binds the L7 queue and opens the raw sockets in the calling
     /// thread's network namespace (errors are returned here), then starts
     /// the thread.
-    pub fn spawn<P>(config: L7WorkerConfig, policy: Arc<ArcSwap<P>>) -> Result<L7Worker, QueueError>
+    pub fn spawn<P>(
+        config: L7WorkerConfig,
+        policy: Arc<ArcSwap<P>>,
+        observers: Observers,
+    ) -> Result<L7Worker, QueueError>
     where
         P: L7Policy + Send + Sync + 'static,
     {
@@ -173,7 +181,7 @@ impl L7Worker {
         let thread_stats = Arc::clone(&stats);
         std::thread::Builder::new()
             .name(format!("nfqueue-l7-{queue}"))
-            .spawn(move || run(socket, injector, config, &policy, &thread_stats))
+            .spawn(move || run(socket, injector, config, &policy, &thread_stats, &observers))
             .map_err(setup("spawn"))?;
         Ok(L7Worker { queue, stats })
     }
@@ -185,6 +193,7 @@ fn run<P: L7Policy>(
     config: L7WorkerConfig,
     policy: &ArcSwap<P>,
     stats: &L7Stats,
+    observers: &Observers,
 ) {
     let marks = config.marks;
     let max_flows = NonZeroUsize::new(config.l7.max_flows).unwrap_or(NonZeroUsize::MIN);
@@ -225,6 +234,7 @@ fn run<P: L7Policy>(
         consecutive_errors = 0;
         stats.segments.fetch_add(1, Ordering::Relaxed);
         let mark = message.get_nfmark();
+        let packet_length = u32::try_from(message.get_payload().len()).unwrap_or(u32::MAX);
         // Verdicts to give, in order, beginning with released segments.
         let mut verdicts: Vec<(nfq::Message, nfq::Verdict)> = Vec::new();
         match parse_segment(message.get_payload()) {
@@ -246,7 +256,7 @@ fn run<P: L7Policy>(
                 let key = segment.key;
                 let inspection = inspector.inspect(&segment, Instant::now());
                 for record in &inspection.requests {
-                    record_request(stats, &key, record);
+                    record_request(stats, observers, &key, record, packet_length);
                 }
                 match inspection.action {
                     L7Action::Pass => verdicts.push((message, nfq::Verdict::Accept)),
@@ -323,24 +333,32 @@ fn drop_all(
     }
 }
 
-/// Where every L7 request decision passes: counted here, and the call
-/// point for the audit log of rules with `enableLogging`.
-fn record_request(stats: &L7Stats, key: &FlowKey, record: &RequestRecord) {
+/// Where every L7 request decision passes: counted, reported to the
+/// metrics, and written to the audit log when the deciding rule has
+/// `enableLogging` (a denied request as `Reject`: the client is answered).
+fn record_request(
+    stats: &L7Stats,
+    observers: &Observers,
+    key: &FlowKey,
+    record: &RequestRecord,
+    packet_length: u32,
+) {
     let counter = if record.allowed {
         &stats.requests_allowed
     } else {
         &stats.requests_denied
     };
     counter.fetch_add(1, Ordering::Relaxed);
-    if let Some(rule) = record.rule.as_ref().filter(|r| r.enable_logging) {
-        tracing::debug!(
-            client = %key.client,
-            server = %key.server,
-            method = %record.request.method,
-            path = %record.request.path,
-            allowed = record.allowed,
-            policy = %rule.policy,
-            "L7 request"
-        );
+    observers.metrics.l7_request(record.allowed);
+    let (Some(audit), Some((rule, Some(endpoint)))) = (&observers.audit, &record.rule) else {
+        return;
+    };
+    let verdict = if record.allowed {
+        Verdict::Allow
+    } else {
+        Verdict::Reject
+    };
+    if let Some(subject) = Subject::of_rule(rule, endpoint, verdict) {
+        audit.offer(subject.record(wall_clock(), key.flow(), packet_length));
     }
 }

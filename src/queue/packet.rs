@@ -59,6 +59,24 @@ pub fn parse_flow(packet: &[u8]) -> Result<Flow, PacketError> {
     })
 }
 
+/// The length of the whole packet as its IP header states it (the queue
+/// copies only the first bytes): IPv4 total length, IPv6 payload length
+/// plus the fixed header. Falls back to the bytes at hand when the header
+/// cannot say (a jumbogram, or a truncated header).
+pub fn packet_length(packet: &[u8]) -> u32 {
+    let field = |at: usize| {
+        packet
+            .get(at..at + 2)
+            .map(|b| u32::from(u16::from_be_bytes([b[0], b[1]])))
+    };
+    let stated = match packet.first().map(|b| b >> 4) {
+        Some(4) => field(2),
+        Some(6) => field(4).filter(|&len| len > 0).map(|len| len + 40),
+        _ => None,
+    };
+    stated.unwrap_or(packet.len() as u32)
+}
+
 fn ports(
     bytes: &[u8],
     protocol: &'static str,

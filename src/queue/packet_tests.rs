@@ -202,3 +202,21 @@ fn every_prefix_and_arbitrary_bytes_never_panic() {
         let _ = parse_flow(&bytes[..len]);
     }
 }
+
+#[test]
+fn packet_length_comes_from_the_ip_header_not_the_copy() {
+    let mut v4 = Vec::new();
+    PacketBuilder::ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+        .tcp(1, 2, 1, 1)
+        .write(&mut v4, &[0u8; 300])
+        .unwrap();
+    assert_eq!(super::packet_length(&v4[..128]), 340);
+    let mut v6 = Vec::new();
+    PacketBuilder::ipv6([1; 16], [2; 16], 64)
+        .udp(1, 2)
+        .write(&mut v6, &[0u8; 100])
+        .unwrap();
+    assert_eq!(super::packet_length(&v6[..60]), 148);
+    assert_eq!(super::packet_length(&[0x45, 0]), 2);
+    assert_eq!(super::packet_length(&[]), 0);
+}

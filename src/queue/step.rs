@@ -1,44 +1,74 @@
-//! The worker's pure step: packet bytes and current mark in, the verdict to
-//! give the kernel out. No I/O, no clock, no locks.
+//! The worker's pure step: packet bytes, current mark and the time in;
+//! the verdict to give the kernel, who decided, and the audit records to
+//! write out. No I/O, no clock, no locks.
 
-use crate::classify::NoFqdn;
-use crate::compile::Ruleset;
+use std::sync::Arc;
+
+use crate::audit::{AuditRecord, Subject, Timestamp};
+use crate::classify::{NoFqdn, Outcome as ClassifyOutcome};
+use crate::compile::{RuleRef, Ruleset};
 use crate::config::{FailMode, MarkLayout};
-use crate::flow::{Flow, Verdict};
+use crate::flow::{Flow, Transport, Verdict};
 
-use super::packet::{parse_flow, PacketError};
+use super::packet::{packet_length, parse_flow, PacketError};
 
-/// What a worker asks the policy: the verdict for the first packet of a
+/// What a worker asks the policy: the ruling on the first packet of a
 /// connection. Implemented by the compiled ruleset.
 pub trait Policy {
-    fn verdict(&self, flow: &Flow) -> Verdict;
+    fn decide(&self, flow: &Flow) -> Ruling;
+}
 
-    /// The verdict, or that the connection is allowed subject to L7 rules.
-    fn admit(&self, flow: &Flow) -> Admit {
-        Admit::Verdict(self.verdict(flow))
+/// A policy's answer for one connection.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ruling {
+    pub verdict: Verdict,
+    /// Allowed subject to L7 rules: every request is inspected.
+    pub inspect_l7: bool,
+    pub decided_by: DecidedBy,
+    /// The directions the audit log records (empty unless a logged rule,
+    /// or a logged Kubernetes default drop, decided).
+    pub audit: Vec<Subject>,
+}
+
+impl Ruling {
+    /// A verdict no rule is named for and nothing is audited.
+    pub fn plain(verdict: Verdict) -> Ruling {
+        Ruling {
+            verdict,
+            inspect_l7: false,
+            decided_by: DecidedBy::NoRule,
+            audit: Vec::new(),
+        }
     }
 }
 
-/// How a new connection is let in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Admit {
-    Verdict(Verdict),
-    /// Allowed subject to L7 rules: every request is inspected.
-    InspectL7,
+/// What settled the verdict, for the metrics.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DecidedBy {
+    Rule(Arc<RuleRef>),
+    K8sDefaultDrop,
+    /// No rule applies, or none matched (allowed).
+    NoRule,
 }
 
 impl Policy for Ruleset {
     /// FQDN peers match nothing until the DNS snooper feeds a lookup.
-    fn verdict(&self, flow: &Flow) -> Verdict {
-        self.classify(flow, &NoFqdn).verdict
-    }
-
-    fn admit(&self, flow: &Flow) -> Admit {
+    /// A connection allowed by L7 rules is marked for inspection.
+    fn decide(&self, flow: &Flow) -> Ruling {
         let decision = self.classify(flow, &NoFqdn);
-        if decision.verdict == Verdict::Allow && !decision.l7.is_empty() {
-            Admit::InspectL7
-        } else {
-            Admit::Verdict(decision.verdict)
+        let verdict = decision.verdict;
+        let inspect_l7 = verdict == Verdict::Allow && !decision.l7.is_empty();
+        let deciding = decision.deciding();
+        let decided_by = match &deciding.outcome {
+            ClassifyOutcome::Rule { rule } => DecidedBy::Rule(Arc::clone(rule)),
+            ClassifyOutcome::K8sDefaultDeny => DecidedBy::K8sDefaultDrop,
+            _ => DecidedBy::NoRule,
+        };
+        Ruling {
+            verdict,
+            inspect_l7,
+            decided_by,
+            audit: Subject::of(&decision, verdict, self),
         }
     }
 }
@@ -56,51 +86,51 @@ pub enum Action {
 }
 
 /// What happened, for the counters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Outcome {
-    Decided(Verdict),
-    /// Accepted and marked *L7 under inspection*.
-    Inspected,
+    Decided { verdict: Verdict, by: DecidedBy },
     Malformed(PacketError),
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Step {
     pub action: Action,
     pub outcome: Outcome,
+    /// Lines for the audit log, stamped with `now` and the packet's length.
+    pub audit: Vec<AuditRecord>,
 }
 
-/// Decides one queued packet. Unparseable packets follow the fail mode:
-/// accepted (without recording a decision) when open, dropped when closed.
-/// A connection under L7 rules is accepted with the L7 mark only when it is
-/// TCP and its SYN carries no data (TCP Fast Open data would reach the
-/// server uninspected; the client retries the SYN without it); otherwise
-/// the rule's implicit deny applies.
+/// Decides one queued packet seen at `now`. Unparseable packets follow the
+/// fail mode: accepted (without recording a decision) when open, dropped
+/// when closed. A connection under L7 rules is accepted with the L7 mark
+/// only when it is TCP and its SYN carries no data (TCP Fast Open data
+/// would reach the server uninspected; the client retries the SYN without
+/// it); otherwise the rule's implicit deny applies.
 pub fn step<P: Policy + ?Sized>(
     packet: &[u8],
     mark: u32,
     policy: &P,
     marks: &MarkLayout,
     fail_mode: FailMode,
+    now: Timestamp,
 ) -> Step {
     match parse_flow(packet) {
         Ok(flow) => {
-            let verdict = match policy.admit(&flow) {
-                Admit::Verdict(verdict) => verdict,
-                Admit::InspectL7 => {
-                    let tcp = matches!(flow.transport, crate::flow::Transport::Tcp { .. });
-                    if tcp && crate::l7::tcp_payload_len(packet) == Some(0) {
-                        return Step {
-                            action: Action::Repeat {
-                                mark: marks.apply(mark, marks.l7),
-                            },
-                            outcome: Outcome::Inspected,
-                        };
-                    }
-                    Verdict::Drop
-                }
-            };
+            let Ruling {
+                mut verdict,
+                inspect_l7,
+                decided_by,
+                audit,
+            } = policy.decide(&flow);
+            let tcp = matches!(flow.transport, Transport::Tcp { .. });
+            let inspectable = tcp && crate::l7::tcp_payload_len(packet) == Some(0);
+            if inspect_l7 && !inspectable {
+                verdict = Verdict::Drop;
+            }
             let action = match verdict {
+                Verdict::Allow if inspect_l7 => Action::Repeat {
+                    mark: marks.apply(mark, marks.l7),
+                },
                 Verdict::Allow => Action::Repeat {
                     mark: marks.apply(mark, marks.allow),
                 },
@@ -109,9 +139,22 @@ pub fn step<P: Policy + ?Sized>(
                 },
                 Verdict::Drop => Action::Drop,
             };
+            let audit = if audit.is_empty() {
+                Vec::new()
+            } else {
+                let length = packet_length(packet);
+                audit
+                    .into_iter()
+                    .map(|subject| subject.record(now, flow, length))
+                    .collect()
+            };
             Step {
                 action,
-                outcome: Outcome::Decided(verdict),
+                outcome: Outcome::Decided {
+                    verdict,
+                    by: decided_by,
+                },
+                audit,
             }
         }
         Err(error) => Step {
@@ -120,6 +163,7 @@ pub fn step<P: Policy + ?Sized>(
                 FailMode::Closed => Action::Drop,
             },
             outcome: Outcome::Malformed(error),
+            audit: Vec::new(),
         },
     }
 }
@@ -127,21 +171,22 @@ pub fn step<P: Policy + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flow::Transport;
     use etherparse::PacketBuilder;
 
     /// Allows TCP to port 80, rejects port 81, drops everything else.
     struct PortPolicy;
 
     impl Policy for PortPolicy {
-        fn verdict(&self, flow: &Flow) -> Verdict {
-            match flow.transport {
+        fn decide(&self, flow: &Flow) -> Ruling {
+            Ruling::plain(match flow.transport {
                 Transport::Tcp { dst_port: 80, .. } => Verdict::Allow,
                 Transport::Tcp { dst_port: 81, .. } => Verdict::Reject,
                 _ => Verdict::Drop,
-            }
+            })
         }
     }
+
+    const NOW: Timestamp = Timestamp { unix_micros: 1 };
 
     fn syn(port: u16) -> Vec<u8> {
         let mut out = Vec::new();
@@ -157,21 +202,38 @@ mod tests {
     fn allow_and_reject_repeat_with_a_mark_that_keeps_foreign_bits() {
         let marks = MarkLayout::default();
         let foreign = 0x4000 | 0x0030_0000; // kube-proxy's bit, and stale bits of ours
-        let allowed = step(&syn(80), foreign, &PortPolicy, &marks, FailMode::Closed);
+        let allowed = step(
+            &syn(80),
+            foreign,
+            &PortPolicy,
+            &marks,
+            FailMode::Closed,
+            NOW,
+        );
         assert_eq!(
             allowed,
             Step {
                 action: Action::Repeat {
                     mark: 0x4000 | 0x10_0000
                 },
-                outcome: Outcome::Decided(Verdict::Allow),
+                outcome: Outcome::Decided {
+                    verdict: Verdict::Allow,
+                    by: DecidedBy::NoRule
+                },
+                audit: Vec::new(),
             }
         );
-        let rejected = step(&syn(81), 0, &PortPolicy, &marks, FailMode::Closed);
+        let rejected = step(&syn(81), 0, &PortPolicy, &marks, FailMode::Closed, NOW);
         assert_eq!(rejected.action, Action::Repeat { mark: 0x20_0000 });
-        let dropped = step(&syn(82), 0, &PortPolicy, &marks, FailMode::Open);
+        let dropped = step(&syn(82), 0, &PortPolicy, &marks, FailMode::Open, NOW);
         assert_eq!(dropped.action, Action::Drop);
-        assert_eq!(dropped.outcome, Outcome::Decided(Verdict::Drop));
+        assert_eq!(
+            dropped.outcome,
+            Outcome::Decided {
+                verdict: Verdict::Drop,
+                by: DecidedBy::NoRule
+            }
+        );
     }
 
     #[test]
@@ -199,7 +261,7 @@ spec:
         let ruleset = Ruleset::compile(&crate::model::Snapshot { objects }, &node);
         assert!(ruleset.enforced().node_ingress);
         let marks = MarkLayout::default();
-        let decide = |port| step(&syn(port), 0, &ruleset, &marks, FailMode::Closed).action;
+        let decide = |port| step(&syn(port), 0, &ruleset, &marks, FailMode::Closed, NOW).action;
         assert_eq!(decide(81), Action::Repeat { mark: marks.reject });
         assert_eq!(decide(80), Action::Repeat { mark: marks.allow });
     }
@@ -216,6 +278,9 @@ spec:
   - action: Allow
     ports: [{protocol: TCP, port: 80}]
     l7Protocols: [{http: {method: GET}}]
+  - action: Allow
+    ports: [{protocol: UDP, port: 53}]
+    l7Protocols: [{http: {}}]
 ";
         let (objects, problems) =
             crate::source::parse_documents(std::path::Path::new("p.yaml"), yaml);
@@ -227,33 +292,51 @@ spec:
         };
         let ruleset = Ruleset::compile(&crate::model::Snapshot { objects }, &node);
         let marks = MarkLayout::default();
-        let decide = |port| step(&syn(port), 0, &ruleset, &marks, FailMode::Closed);
-        assert_eq!(
-            decide(80),
-            Step {
-                action: Action::Repeat { mark: marks.l7 },
-                outcome: Outcome::Inspected
+        let decide = |packet: &[u8]| step(packet, 0, &ruleset, &marks, FailMode::Closed, NOW);
+        let inspected = decide(&syn(80));
+        assert_eq!(inspected.action, Action::Repeat { mark: marks.l7 });
+        assert!(matches!(
+            inspected.outcome,
+            Outcome::Decided {
+                verdict: Verdict::Allow,
+                by: DecidedBy::Rule(_)
             }
+        ));
+        assert_eq!(
+            decide(&syn(22)).action,
+            Action::Repeat { mark: marks.allow }
         );
-        assert_eq!(decide(22).action, Action::Repeat { mark: marks.allow });
         let mut fast_open = Vec::new();
         PacketBuilder::ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
             .tcp(40000, 80, 1, 1024)
             .syn()
             .write(&mut fast_open, b"GET /admin HTTP/1.1\r\n\r\n")
             .unwrap();
-        let tfo = step(&fast_open, 0, &ruleset, &marks, FailMode::Closed);
-        assert_eq!(tfo.action, Action::Drop);
+        assert_eq!(decide(&fast_open).action, Action::Drop);
+        let mut udp = Vec::new();
+        PacketBuilder::ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+            .udp(40000, 53)
+            .write(&mut udp, b"query")
+            .unwrap();
+        let dropped = decide(&udp);
+        assert_eq!(dropped.action, Action::Drop);
+        assert!(matches!(
+            dropped.outcome,
+            Outcome::Decided {
+                verdict: Verdict::Drop,
+                ..
+            }
+        ));
     }
 
     #[test]
     fn malformed_packets_follow_the_fail_mode() {
         let marks = MarkLayout::default();
         let truncated = &syn(80)[..21];
-        let closed = step(truncated, 0, &PortPolicy, &marks, FailMode::Closed);
+        let closed = step(truncated, 0, &PortPolicy, &marks, FailMode::Closed, NOW);
         assert_eq!(closed.action, Action::Drop);
         assert!(matches!(closed.outcome, Outcome::Malformed(_)));
-        let open = step(truncated, 0, &PortPolicy, &marks, FailMode::Open);
+        let open = step(truncated, 0, &PortPolicy, &marks, FailMode::Open, NOW);
         assert_eq!(open.action, Action::Accept);
     }
 }

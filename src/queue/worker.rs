@@ -1,16 +1,21 @@
 //! The socket loop of one NFQUEUE worker: an OS thread bound to one queue
 //! with the `nfq` crate (blocking; the crate exposes no file descriptor for
 //! an event loop). It reads the current policy lock-free from an
-//! [`ArcSwap`] for every packet and counts outcomes; it never logs per
-//! packet.
+//! [`ArcSwap`] for every packet, counts outcomes in its [`QueueStats`] and
+//! [`WorkerMetrics`], and hands the step's audit records to the audit
+//! writer without waiting (a full channel skips the record). It never logs
+//! per packet.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 
+use crate::audit::{AuditSink, Timestamp};
 use crate::config::{FailMode, MarkLayout};
 use crate::flow::Verdict;
+use crate::metrics::{Metrics, WorkerMetrics};
 
 use super::step::{step, Action, Outcome, Policy};
 
@@ -46,27 +51,46 @@ pub struct WorkerConfig {
 #[derive(Debug, Default)]
 pub struct QueueStats {
     pub allowed: AtomicU64,
-    /// Accepted for L7 inspection.
-    pub inspected: AtomicU64,
     pub dropped: AtomicU64,
     pub rejected: AtomicU64,
     pub malformed: AtomicU64,
+    /// Packets accepted without a decision (malformed, fail-open).
+    pub bypassed: AtomicU64,
     /// Receive-buffer overflows (`ENOBUFS`): the kernel lost queued packets.
     pub overflows: AtomicU64,
     pub verdict_errors: AtomicU64,
 }
 
 impl QueueStats {
-    fn record(&self, outcome: Outcome) {
+    fn record(&self, outcome: &Outcome, action: Action) {
         let counter = match outcome {
-            Outcome::Decided(Verdict::Allow) => &self.allowed,
-            Outcome::Inspected => &self.inspected,
-            Outcome::Decided(Verdict::Drop) => &self.dropped,
-            Outcome::Decided(Verdict::Reject) => &self.rejected,
+            Outcome::Decided {
+                verdict: Verdict::Allow,
+                ..
+            } => &self.allowed,
+            Outcome::Decided {
+                verdict: Verdict::Drop,
+                ..
+            } => &self.dropped,
+            Outcome::Decided {
+                verdict: Verdict::Reject,
+                ..
+            } => &self.rejected,
             Outcome::Malformed(_) => &self.malformed,
         };
         counter.fetch_add(1, Ordering::Relaxed);
+        if action == Action::Accept {
+            self.bypassed.fetch_add(1, Ordering::Relaxed);
+        }
     }
+}
+
+/// Where a worker reports what it decided: the metrics, and the audit log
+/// when one is configured.
+#[derive(Clone)]
+pub struct Observers {
+    pub metrics: Arc<Metrics>,
+    pub audit: Option<AuditSink>,
 }
 
 /// A running worker thread (detached: it runs until the process exits,
@@ -79,7 +103,11 @@ pub struct Worker {
 impl Worker {
     /// Binds the queue (errors are returned here, before any thread runs)
     /// and starts the thread. The thread runs until the process exits.
-    pub fn spawn<P>(config: WorkerConfig, policy: Arc<ArcSwap<P>>) -> Result<Worker, QueueError>
+    pub fn spawn<P>(
+        config: WorkerConfig,
+        policy: Arc<ArcSwap<P>>,
+        observers: Observers,
+    ) -> Result<Worker, QueueError>
     where
         P: Policy + Send + Sync + 'static,
     {
@@ -106,13 +134,22 @@ impl Worker {
             .set_recv_enobufs(true)
             .map_err(setup("overflow reporting"))?;
         let stats = Arc::new(QueueStats::default());
+        observers.metrics.add_queue(queue, Arc::clone(&stats));
         let thread_stats = Arc::clone(&stats);
         std::thread::Builder::new()
             .name(format!("nfqueue-{queue}"))
-            .spawn(move || run(socket, config, &policy, &thread_stats))
+            .spawn(move || run(socket, config, &policy, &thread_stats, &observers))
             .map_err(setup("spawn"))?;
         Ok(Worker { queue, stats })
     }
+}
+
+/// The wall-clock time audit records are stamped with.
+pub(crate) fn wall_clock() -> Timestamp {
+    let micros = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros());
+    Timestamp::from_unix_micros(u64::try_from(micros).unwrap_or(u64::MAX))
 }
 
 fn run<P: Policy>(
@@ -120,8 +157,10 @@ fn run<P: Policy>(
     config: WorkerConfig,
     policy: &ArcSwap<P>,
     stats: &QueueStats,
+    observers: &Observers,
 ) {
     let mut consecutive_errors = 0;
+    let mut metrics = WorkerMetrics::new(Arc::clone(&observers.metrics), config.queue);
     loop {
         let mut message = match socket.recv() {
             Ok(message) => message,
@@ -142,12 +181,14 @@ fn run<P: Policy>(
             }
         };
         consecutive_errors = 0;
+        let received = Instant::now();
         let outcome = step(
             message.get_payload(),
             message.get_nfmark(),
             &**policy.load(),
             &config.marks,
             config.fail_mode,
+            wall_clock(),
         );
         match outcome.action {
             Action::Accept => message.set_verdict(nfq::Verdict::Accept),
@@ -157,9 +198,18 @@ fn run<P: Policy>(
                 message.set_verdict(nfq::Verdict::Repeat);
             }
         }
-        stats.record(outcome.outcome);
         if socket.verdict(message).is_err() {
             stats.verdict_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        metrics.latency(received.elapsed());
+        stats.record(&outcome.outcome, outcome.action);
+        if let Outcome::Decided { verdict, by } = &outcome.outcome {
+            metrics.decided(*verdict, by);
+        }
+        if let Some(audit) = &observers.audit {
+            for record in outcome.audit {
+                audit.offer(record);
+            }
         }
     }
 }

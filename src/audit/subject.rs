@@ -1,0 +1,110 @@
+//! Which directions of a classifier [`Decision`] the audit log records, and
+//! what it prints about them: the deciding rule when it has
+//! `enableLogging` (or its Kubernetes NetworkPolicy's Namespace is
+//! annotated), and the implicit Kubernetes default drop of an annotated
+//! Namespace. Pure: the packet, its length and the time are added by
+//! [`Subject::record`].
+
+use std::sync::Arc;
+
+use crate::classify::{Decision, DirectionDecision, Outcome};
+use crate::compile::{Endpoint, PolicyKind, RuleRef, Ruleset};
+use crate::flow::{Flow, Verdict};
+use crate::model::Direction;
+
+use super::{AuditRecord, Decider, Timestamp};
+
+/// What the audit log says about one direction of a decision, apart from
+/// the packet and the time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Subject {
+    pub decider: Decider,
+    pub direction: Direction,
+    pub verdict: Verdict,
+    pub priority: Option<u32>,
+    pub applied_to: String,
+    pub log_label: Option<String>,
+}
+
+impl Subject {
+    /// The audited directions of `decision`, whose final verdict (after the
+    /// worker's own overrides) is `verdict`. An allowed flow logs each
+    /// direction whose allowing rule is audited (Antrea logs the egress and
+    /// the ingress rule separately); a denied flow logs the direction that
+    /// denied it.
+    pub fn of(decision: &Decision, verdict: Verdict, ruleset: &Ruleset) -> Vec<Subject> {
+        if verdict == Verdict::Allow {
+            [&decision.egress, &decision.ingress]
+                .into_iter()
+                .filter_map(|d| Subject::of_direction(d, verdict, ruleset))
+                .collect()
+        } else {
+            Subject::of_direction(decision.deciding(), verdict, ruleset)
+                .into_iter()
+                .collect()
+        }
+    }
+
+    /// The subject for a decision `rule` made about a flow of `endpoint`
+    /// outside the classifier (an L7 request verdict), if the rule is
+    /// audited.
+    pub fn of_rule(rule: &Arc<RuleRef>, endpoint: &Endpoint, verdict: Verdict) -> Option<Subject> {
+        rule.enable_logging.then(|| Subject {
+            decider: decider_of(rule),
+            direction: rule.direction,
+            verdict,
+            priority: Some(rule.rank),
+            applied_to: endpoint.to_string(),
+            log_label: rule.log_label.clone(),
+        })
+    }
+
+    fn of_direction(
+        decision: &DirectionDecision,
+        verdict: Verdict,
+        ruleset: &Ruleset,
+    ) -> Option<Subject> {
+        let endpoint = decision.endpoint.as_ref()?;
+        match &decision.outcome {
+            Outcome::Rule { rule } => Subject::of_rule(rule, endpoint, verdict),
+            Outcome::K8sDefaultDeny if ruleset.logs_k8s_default_drop(endpoint) => Some(Subject {
+                decider: Decider::K8sDefaultDrop,
+                direction: decision.direction,
+                verdict,
+                priority: None,
+                applied_to: endpoint.to_string(),
+                log_label: None,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The audit record of this subject for a packet seen at `time`.
+    pub fn record(self, time: Timestamp, flow: Flow, packet_length: u32) -> AuditRecord {
+        AuditRecord {
+            time,
+            decider: self.decider,
+            direction: self.direction,
+            verdict: self.verdict,
+            priority: self.priority,
+            applied_to: self.applied_to,
+            flow,
+            packet_length,
+            log_label: self.log_label,
+        }
+    }
+}
+
+fn decider_of(rule: &Arc<RuleRef>) -> Decider {
+    let policy = rule.policy.to_string();
+    match rule.policy.kind {
+        PolicyKind::K8sNetworkPolicy => Decider::K8s { policy },
+        PolicyKind::AntreaClusterNetworkPolicy | PolicyKind::AntreaNetworkPolicy => {
+            Decider::Antrea {
+                policy,
+                rule: rule.name.clone().unwrap_or_default(),
+                baseline: rule.tier.as_deref() == Some(crate::model::BASELINE_TIER),
+            }
+        }
+    }
+}

@@ -1,0 +1,604 @@
+//! The agent's Prometheus metrics: one [`Metrics`] handle, shared by the
+//! workers, the audit writer, the reload loop and (through its methods)
+//! the DNS and L7 paths, rendered in the Prometheus/OpenMetrics text format
+//! by [`Metrics::render`]. Recording is lock-free or per-series locked and
+//! never blocks a packet on I/O; label values come from bounded sets (rule
+//! series are capped, see [`MAX_RULE_SERIES`]). Serving the text over HTTP
+//! is [`http`]'s job.
+
+pub mod http;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::compile::RuleRef;
+use crate::flow::Verdict;
+use crate::queue::{parse_kernel_counters, DecidedBy, QueueStats, PROC_QUEUES};
+
+/// At most this many distinct (policy, rule) series; hits of further rules
+/// are counted under `policy="_other", rule="_other"`.
+pub const MAX_RULE_SERIES: usize = 500;
+
+/// The `tier` label of decisions no rule made (no policy applies, or the
+/// applied policies did not match: Antrea policies do not isolate).
+pub const TIER_NONE: &str = "none";
+/// The `tier` label of Kubernetes NetworkPolicy decisions, their implicit
+/// default drop included.
+pub const TIER_K8S: &str = "k8s-networkpolicy";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VerdictLabels {
+    action: String,
+    tier: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RuleLabels {
+    policy: String,
+    rule: String,
+    action: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QueueLabels {
+    queue: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: String,
+}
+
+/// Why an audit line was not written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuditSkip {
+    /// The channel to the writer was full (workers never wait for it).
+    Queue,
+    /// The rate limit was exhausted.
+    Rate,
+    /// Writing the file failed.
+    Io,
+}
+
+impl AuditSkip {
+    fn label(self) -> &'static str {
+        match self {
+            AuditSkip::Queue => "queue_full",
+            AuditSkip::Rate => "rate_limit",
+            AuditSkip::Io => "io_error",
+        }
+    }
+}
+
+/// The latency histogram of one queue.
+type LatencyFamily = Family<QueueLabels, Histogram, fn() -> Histogram>;
+
+/// The metrics of one agent. Cheap to share (`Arc<Metrics>`).
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    verdicts: Family<VerdictLabels, Counter>,
+    rule_hits: Family<RuleLabels, Counter>,
+    rule_series: AtomicUsize,
+    latency: LatencyFamily,
+    dns_replies: Family<ResultLabels, Counter>,
+    fqdn_learned: Counter,
+    fqdn_expired: Counter,
+    fqdn_current: Gauge,
+    l7_requests: Family<ResultLabels, Counter>,
+    l7_flows: Gauge,
+    generation: Gauge,
+    policies: Gauge,
+    rules: Gauge,
+    reloads: Family<ResultLabels, Counter>,
+    last_reload_ok: Gauge,
+    audit_written: Counter,
+    audit_skipped: Family<ReasonLabels, Counter>,
+    queues: Arc<QueueCollector>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+fn latency_histogram() -> Histogram {
+    // 2 µs … ~8 s in factors of 2.
+    Histogram::new(exponential_buckets(2e-6, 2.0, 22))
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let m = Metrics {
+            registry: Registry::with_prefix("tollgate"),
+            verdicts: Family::default(),
+            rule_hits: Family::default(),
+            rule_series: AtomicUsize::new(0),
+            latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
+            dns_replies: Family::default(),
+            fqdn_learned: Counter::default(),
+            fqdn_expired: Counter::default(),
+            fqdn_current: Gauge::default(),
+            l7_requests: Family::default(),
+            l7_flows: Gauge::default(),
+            generation: Gauge::default(),
+            policies: Gauge::default(),
+            rules: Gauge::default(),
+            reloads: Family::default(),
+            last_reload_ok: Gauge::default(),
+            audit_written: Counter::default(),
+            audit_skipped: Family::default(),
+            queues: Arc::new(QueueCollector::default()),
+        };
+        let mut r = m.registry;
+        r.register(
+            "verdicts",
+            "New connections decided, by action and by the Tier of the deciding rule",
+            m.verdicts.clone(),
+        );
+        r.register(
+            "rule_hits",
+            "New connections decided by each rule (at most 500 series, the rest under _other)",
+            m.rule_hits.clone(),
+        );
+        r.register(
+            "verdict_latency_seconds",
+            "Time from receiving a queued packet to handing its verdict to the kernel",
+            m.latency.clone(),
+        );
+        r.register(
+            "dns_replies",
+            "DNS replies inspected, by result (parsed or failed)",
+            m.dns_replies.clone(),
+        );
+        r.register(
+            "fqdn_addresses_learned",
+            "Addresses added to FQDN sets from DNS answers",
+            m.fqdn_learned.clone(),
+        );
+        r.register(
+            "fqdn_addresses_expired",
+            "FQDN set addresses whose TTL passed",
+            m.fqdn_expired.clone(),
+        );
+        r.register(
+            "fqdn_addresses",
+            "Addresses currently in FQDN sets",
+            m.fqdn_current.clone(),
+        );
+        r.register(
+            "l7_requests",
+            "HTTP requests decided by L7 rules, by result (allowed or denied)",
+            m.l7_requests.clone(),
+        );
+        r.register(
+            "l7_flows_active",
+            "Connections under L7 inspection",
+            m.l7_flows.clone(),
+        );
+        r.register(
+            "ruleset_generation",
+            "Generation of the ruleset in force (1 at start, +1 per applied reload)",
+            m.generation.clone(),
+        );
+        r.register(
+            "policies",
+            "Policies in the ruleset in force",
+            m.policies.clone(),
+        );
+        r.register(
+            "rules",
+            "Compiled rule instances in the ruleset in force",
+            m.rules.clone(),
+        );
+        r.register(
+            "reloads",
+            "Reloads of the policy directory, by result (applied, rejected, failed)",
+            m.reloads.clone(),
+        );
+        r.register(
+            "last_reload_success",
+            "1 when the last reload (or the start) applied, 0 when it was rejected or failed",
+            m.last_reload_ok.clone(),
+        );
+        r.register(
+            "audit_lines_written",
+            "Audit log lines written",
+            m.audit_written.clone(),
+        );
+        r.register(
+            "audit_lines_skipped",
+            "Audit log lines not written, by reason",
+            m.audit_skipped.clone(),
+        );
+        r.register_collector(Box::new(Arc::clone(&m.queues)));
+        Metrics { registry: r, ..m }
+    }
+
+    /// The exposition text (OpenMetrics, which Prometheus scrapes natively).
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    // ------------------------------------------------------------ workers
+
+    /// Registers a queue's counters (read at every scrape).
+    pub fn add_queue(&self, queue: u16, stats: Arc<QueueStats>) {
+        let mut queues = self
+            .queues
+            .queues
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        queues.push((queue, stats));
+    }
+
+    /// One new connection decided: `rule` is the deciding rule, `None` for
+    /// no rule; `k8s_default` marks the implicit Kubernetes default drop.
+    /// Workers go through [`WorkerMetrics`], which caches the series.
+    pub fn verdict(&self, verdict: Verdict, rule: Option<&RuleRef>, k8s_default: bool) {
+        let (by_tier, by_rule) = self.verdict_series(verdict, rule, k8s_default);
+        by_tier.inc();
+        if let Some(by_rule) = by_rule {
+            by_rule.inc();
+        }
+    }
+
+    /// The verdict counter and the rule-hit counter a decision increments.
+    fn verdict_series(
+        &self,
+        verdict: Verdict,
+        rule: Option<&RuleRef>,
+        k8s_default: bool,
+    ) -> (Counter, Option<Counter>) {
+        let tier = match rule {
+            Some(rule) => rule.tier.as_deref().unwrap_or(TIER_K8S),
+            None if k8s_default => TIER_K8S,
+            None => TIER_NONE,
+        };
+        let action = verdict.to_string();
+        let by_tier = self.verdicts.get_or_create_owned(&VerdictLabels {
+            action: action.clone(),
+            tier: tier.to_string(),
+        });
+        let by_rule = rule.map(|rule| {
+            let labels = RuleLabels {
+                policy: rule.policy.to_string(),
+                rule: rule
+                    .name
+                    .clone()
+                    .unwrap_or_else(|| format!("{}[{}]", rule.direction.as_str(), rule.index)),
+                action,
+            };
+            if let Some(counter) = self.rule_hits.get(&labels) {
+                return counter.clone();
+            }
+            let labels = if self.rule_series.fetch_add(1, Ordering::Relaxed) < MAX_RULE_SERIES {
+                labels
+            } else {
+                self.rule_series.fetch_sub(1, Ordering::Relaxed);
+                RuleLabels {
+                    policy: "_other".into(),
+                    rule: "_other".into(),
+                    action: labels.action,
+                }
+            };
+            self.rule_hits.get_or_create_owned(&labels)
+        });
+        (by_tier, by_rule)
+    }
+
+    /// The latency histogram of one queue.
+    fn latency_of(&self, queue: u16) -> Histogram {
+        self.latency.get_or_create_owned(&QueueLabels {
+            queue: queue.to_string(),
+        })
+    }
+
+    /// Time a queued packet waited in userspace for its verdict.
+    pub fn verdict_latency(&self, queue: u16, took: Duration) {
+        self.latency_of(queue).observe(took.as_secs_f64());
+    }
+
+    // ------------------------------------------------------------ DNS / FQDN
+
+    /// A DNS reply was inspected: `parsed` false when it could not be read
+    /// (it is released unchanged).
+    pub fn dns_reply(&self, parsed: bool) {
+        let result = if parsed { "parsed" } else { "failed" };
+        self.dns_replies
+            .get_or_create(&ResultLabels {
+                result: result.into(),
+            })
+            .inc();
+    }
+
+    /// `n` addresses were added to FQDN sets.
+    pub fn fqdn_learned(&self, n: u64) {
+        self.fqdn_learned.inc_by(n);
+    }
+
+    /// `n` addresses left FQDN sets when their TTL passed.
+    pub fn fqdn_expired(&self, n: u64) {
+        self.fqdn_expired.inc_by(n);
+    }
+
+    /// Addresses currently in FQDN sets.
+    pub fn fqdn_current(&self, n: u64) {
+        self.fqdn_current.set(saturating_i64(n));
+    }
+
+    // ------------------------------------------------------------ L7
+
+    /// An HTTP request on an inspected connection was allowed or denied.
+    pub fn l7_request(&self, allowed: bool) {
+        let result = if allowed { "allowed" } else { "denied" };
+        self.l7_requests
+            .get_or_create(&ResultLabels {
+                result: result.into(),
+            })
+            .inc();
+    }
+
+    /// Connections currently under L7 inspection.
+    pub fn l7_flows_active(&self, n: u64) {
+        self.l7_flows.set(saturating_i64(n));
+    }
+
+    // ------------------------------------------------------------ agent
+
+    /// A ruleset was put in force.
+    pub fn ruleset_applied(&self, generation: u64, policies: usize, rules: usize) {
+        self.generation.set(saturating_i64(generation));
+        self.policies.set(saturating_i64(policies as u64));
+        self.rules.set(saturating_i64(rules as u64));
+    }
+
+    /// A reload (not the start) ended: `applied`, `rejected` (invalid
+    /// policies) or `failed` (datapath or node lookup).
+    pub fn reload(&self, result: ReloadResult) {
+        self.reloads
+            .get_or_create(&ResultLabels {
+                result: result.label().into(),
+            })
+            .inc();
+        self.last_reload_ok
+            .set(i64::from(result == ReloadResult::Applied));
+    }
+
+    /// The start applied its ruleset.
+    pub fn started(&self) {
+        self.last_reload_ok.set(1);
+    }
+
+    // ------------------------------------------------------------ audit
+
+    pub fn audit_written(&self, n: u64) {
+        self.audit_written.inc_by(n);
+    }
+
+    pub fn audit_skipped(&self, reason: AuditSkip, n: u64) {
+        self.audit_skipped
+            .get_or_create(&ReasonLabels {
+                reason: reason.label().into(),
+            })
+            .inc_by(n);
+    }
+}
+
+/// A cached rule (kept alive so its address stays unique), its verdict
+/// counter and its rule-hit counter.
+type CachedRule = (Arc<RuleRef>, Counter, Option<Counter>);
+
+/// One worker's view of the metrics: its queue's latency histogram and a
+/// cache of the counters each (rule, verdict) increments, so a decided
+/// connection costs two atomic increments and a small hash lookup instead
+/// of building label strings. The cache holds the rule (so its address is
+/// not reused while cached) and is emptied when it reaches
+/// [`WorkerMetrics::MAX_CACHED`] entries (old rulesets are let go).
+pub struct WorkerMetrics {
+    metrics: Arc<Metrics>,
+    latency: Histogram,
+    rules: HashMap<(usize, Verdict), CachedRule>,
+    unattributed: HashMap<(Verdict, bool), Counter>,
+}
+
+impl WorkerMetrics {
+    pub const MAX_CACHED: usize = 4096;
+
+    pub fn new(metrics: Arc<Metrics>, queue: u16) -> WorkerMetrics {
+        WorkerMetrics {
+            latency: metrics.latency_of(queue),
+            metrics,
+            rules: HashMap::new(),
+            unattributed: HashMap::new(),
+        }
+    }
+
+    /// The shared handle (DNS, L7 and audit counters).
+    pub fn shared(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// A connection decided by `by`.
+    pub fn decided(&mut self, verdict: Verdict, by: &DecidedBy) {
+        match by {
+            DecidedBy::Rule(rule) => {
+                let key = (Arc::as_ptr(rule) as usize, verdict);
+                if self.rules.len() >= Self::MAX_CACHED && !self.rules.contains_key(&key) {
+                    self.rules.clear();
+                }
+                let metrics = &self.metrics;
+                let (_, by_tier, by_rule) = self.rules.entry(key).or_insert_with(|| {
+                    let (by_tier, by_rule) = metrics.verdict_series(verdict, Some(rule), false);
+                    (Arc::clone(rule), by_tier, by_rule)
+                });
+                by_tier.inc();
+                if let Some(by_rule) = by_rule {
+                    by_rule.inc();
+                }
+            }
+            DecidedBy::K8sDefaultDrop | DecidedBy::NoRule => {
+                let k8s_default = *by == DecidedBy::K8sDefaultDrop;
+                let metrics = &self.metrics;
+                self.unattributed
+                    .entry((verdict, k8s_default))
+                    .or_insert_with(|| metrics.verdict_series(verdict, None, k8s_default).0)
+                    .inc();
+            }
+        }
+    }
+
+    /// Time from receiving a packet to handing its verdict to the kernel.
+    pub fn latency(&self, took: Duration) {
+        self.latency.observe(took.as_secs_f64());
+    }
+}
+
+fn saturating_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// How a reload ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReloadResult {
+    Applied,
+    Rejected,
+    Failed,
+}
+
+impl ReloadResult {
+    fn label(self) -> &'static str {
+        match self {
+            ReloadResult::Applied => "applied",
+            ReloadResult::Rejected => "rejected",
+            ReloadResult::Failed => "failed",
+        }
+    }
+}
+
+/// The workers' own counters and the kernel's per-queue counters, read at
+/// scrape time (no second copy to keep in sync).
+#[derive(Debug, Default)]
+struct QueueCollector {
+    queues: RwLock<Vec<(u16, Arc<QueueStats>)>>,
+}
+
+impl Collector for QueueCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let queues = self.queues.read().unwrap_or_else(|e| e.into_inner());
+        let kernel = std::fs::read_to_string(PROC_QUEUES)
+            .map(|text| parse_kernel_counters(&text))
+            .unwrap_or_default();
+        type Read = fn(&QueueStats) -> u64;
+        let worker: [(&str, &str, Read); 5] = [
+            (
+                "queue_packets",
+                "Packets received from the queue by its worker",
+                |s| {
+                    s.allowed.load(Ordering::Relaxed)
+                        + s.dropped.load(Ordering::Relaxed)
+                        + s.rejected.load(Ordering::Relaxed)
+                        + s.malformed.load(Ordering::Relaxed)
+                },
+            ),
+            (
+                "queue_malformed",
+                "Queued packets that could not be parsed (fail mode applied)",
+                |s| s.malformed.load(Ordering::Relaxed),
+            ),
+            (
+                "queue_bypassed",
+                "Queued packets accepted without a decision (malformed, fail-open)",
+                |s| s.bypassed.load(Ordering::Relaxed),
+            ),
+            (
+                "queue_overflows",
+                "Receive-buffer overflows of the worker socket (ENOBUFS)",
+                |s| s.overflows.load(Ordering::Relaxed),
+            ),
+            (
+                "queue_verdict_errors",
+                "Verdicts the kernel did not accept",
+                |s| s.verdict_errors.load(Ordering::Relaxed),
+            ),
+        ];
+        for (name, help, read) in worker {
+            let counter = ConstCounter::new(0u64);
+            let mut family = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
+            for (queue, stats) in queues.iter() {
+                let labels = QueueLabels {
+                    queue: queue.to_string(),
+                };
+                ConstCounter::new(read(stats)).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        type Kernel = fn(&crate::queue::KernelCounters) -> u64;
+        let kernel_counters: [(&str, &str, Kernel); 2] = [
+            (
+                "queue_kernel_dropped",
+                "Packets the kernel dropped because the queue was full",
+                |k| k.queue_dropped,
+            ),
+            (
+                "queue_kernel_user_dropped",
+                "Packets the kernel could not deliver to the worker socket",
+                |k| k.user_dropped,
+            ),
+        ];
+        for (name, help, read) in kernel_counters {
+            let mut family = encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                ConstCounter::new(0u64).metric_type(),
+            )?;
+            for k in kernel
+                .iter()
+                .filter(|k| queues.iter().any(|(q, _)| *q == k.queue))
+            {
+                let labels = QueueLabels {
+                    queue: k.queue.to_string(),
+                };
+                ConstCounter::new(read(k)).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        let mut family = encoder.encode_descriptor(
+            "queue_waiting",
+            "Packets waiting in the kernel queue for a verdict",
+            None,
+            ConstGauge::new(0i64).metric_type(),
+        )?;
+        for k in kernel
+            .iter()
+            .filter(|k| queues.iter().any(|(q, _)| *q == k.queue))
+        {
+            let labels = QueueLabels {
+                queue: k.queue.to_string(),
+            };
+            ConstGauge::new(saturating_i64(k.waiting)).encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

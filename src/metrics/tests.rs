@@ -1,0 +1,170 @@
+//! The exposition text of each family.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::compile::{PolicyKind, PolicyRef};
+use crate::model::{Direction, RuleAction};
+use crate::queue::DecidedBy;
+
+fn rule(name: &str, tier: Option<&str>) -> RuleRef {
+    RuleRef {
+        policy: PolicyRef {
+            kind: PolicyKind::AntreaClusterNetworkPolicy,
+            namespace: None,
+            name: "p".into(),
+        },
+        tier: tier.map(str::to_string),
+        tier_priority: None,
+        policy_priority: None,
+        name: Some(name.into()),
+        index: 0,
+        direction: Direction::Ingress,
+        action: RuleAction::Drop,
+        enable_logging: false,
+        log_label: None,
+        rank: 1,
+        l7: Arc::new([]),
+    }
+}
+
+#[test]
+fn verdicts_by_action_and_tier_and_rule_hits() {
+    let m = Metrics::new();
+    let r = rule("deny-ssh", Some("securityops"));
+    m.verdict(Verdict::Drop, Some(&r), false);
+    m.verdict(Verdict::Drop, Some(&r), false);
+    m.verdict(Verdict::Allow, None, false);
+    m.verdict(Verdict::Drop, None, true);
+    let text = m.render();
+    for line in [
+        "tollgate_verdicts_total{action=\"Drop\",tier=\"securityops\"} 2",
+        "tollgate_verdicts_total{action=\"Allow\",tier=\"none\"} 1",
+        "tollgate_verdicts_total{action=\"Drop\",tier=\"k8s-networkpolicy\"} 1",
+        "tollgate_rule_hits_total{policy=\"AntreaClusterNetworkPolicy:p\",rule=\"deny-ssh\",action=\"Drop\"} 2",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+    }
+    assert!(text.ends_with("# EOF\n"));
+}
+
+#[test]
+fn rule_series_are_capped() {
+    let m = Metrics::new();
+    for i in 0..MAX_RULE_SERIES + 10 {
+        m.verdict(Verdict::Allow, Some(&rule(&format!("r{i}"), None)), false);
+    }
+    let text = m.render();
+    let series = text
+        .lines()
+        .filter(|l| l.starts_with("tollgate_rule_hits_total{"))
+        .count();
+    assert_eq!(series, MAX_RULE_SERIES + 1);
+    assert!(
+        text.contains("rule=\"_other\",action=\"Allow\"} 10"),
+        "{text}"
+    );
+}
+
+#[test]
+fn queue_counters_are_read_at_scrape_time() {
+    let m = Metrics::new();
+    let stats = Arc::new(QueueStats::default());
+    m.add_queue(7, Arc::clone(&stats));
+    stats.allowed.fetch_add(3, Ordering::Relaxed);
+    stats.malformed.fetch_add(1, Ordering::Relaxed);
+    stats.bypassed.fetch_add(1, Ordering::Relaxed);
+    let text = m.render();
+    assert!(
+        text.contains("tollgate_queue_packets_total{queue=\"7\"} 4"),
+        "{text}"
+    );
+    assert!(text.contains("tollgate_queue_bypassed_total{queue=\"7\"} 1"));
+    stats.dropped.fetch_add(1, Ordering::Relaxed);
+    assert!(m
+        .render()
+        .contains("tollgate_queue_packets_total{queue=\"7\"} 5"));
+}
+
+#[test]
+fn the_other_families() {
+    let m = Metrics::new();
+    m.verdict_latency(100, Duration::from_micros(30));
+    m.dns_reply(true);
+    m.dns_reply(false);
+    m.fqdn_learned(4);
+    m.fqdn_expired(1);
+    m.fqdn_current(3);
+    m.l7_request(false);
+    m.l7_flows_active(2);
+    m.ruleset_applied(2, 3, 9);
+    m.reload(ReloadResult::Rejected);
+    m.audit_written(5);
+    m.audit_skipped(AuditSkip::Rate, 2);
+    let text = m.render();
+    for line in [
+        "tollgate_verdict_latency_seconds_count{queue=\"100\"} 1",
+        "tollgate_dns_replies_total{result=\"failed\"} 1",
+        "tollgate_fqdn_addresses_learned_total 4",
+        "tollgate_fqdn_addresses_expired_total 1",
+        "tollgate_fqdn_addresses 3",
+        "tollgate_l7_requests_total{result=\"denied\"} 1",
+        "tollgate_l7_flows_active 2",
+        "tollgate_ruleset_generation 2",
+        "tollgate_policies 3",
+        "tollgate_rules 9",
+        "tollgate_reloads_total{result=\"rejected\"} 1",
+        "tollgate_last_reload_success 0",
+        "tollgate_audit_lines_written_total 5",
+        "tollgate_audit_lines_skipped_total{reason=\"rate_limit\"} 2",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+    }
+}
+
+#[test]
+fn worker_cache_counts_into_the_shared_series() {
+    let m = Arc::new(Metrics::new());
+    let mut w = WorkerMetrics::new(Arc::clone(&m), 101);
+    let r = Arc::new(rule("allow-web", Some("application")));
+    for _ in 0..3 {
+        w.decided(Verdict::Allow, &DecidedBy::Rule(Arc::clone(&r)));
+    }
+    w.decided(Verdict::Drop, &DecidedBy::Rule(Arc::clone(&r)));
+    w.decided(Verdict::Drop, &DecidedBy::K8sDefaultDrop);
+    w.decided(Verdict::Allow, &DecidedBy::NoRule);
+    w.latency(Duration::from_micros(10));
+    // The same series as the uncached path.
+    m.verdict(Verdict::Allow, Some(&r), false);
+    let text = m.render();
+    for line in [
+        "tollgate_verdicts_total{action=\"Allow\",tier=\"application\"} 4",
+        "tollgate_verdicts_total{action=\"Drop\",tier=\"application\"} 1",
+        "tollgate_verdicts_total{action=\"Drop\",tier=\"k8s-networkpolicy\"} 1",
+        "tollgate_verdicts_total{action=\"Allow\",tier=\"none\"} 1",
+        "tollgate_rule_hits_total{policy=\"AntreaClusterNetworkPolicy:p\",rule=\"allow-web\",action=\"Allow\"} 4",
+        "tollgate_verdict_latency_seconds_count{queue=\"101\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+    }
+}
+
+#[test]
+fn worker_cache_is_bounded() {
+    let m = Arc::new(Metrics::new());
+    let mut w = WorkerMetrics::new(Arc::clone(&m), 1);
+    let rules: Vec<Arc<RuleRef>> = (0..WorkerMetrics::MAX_CACHED + 5)
+        .map(|i| Arc::new(rule(&format!("r{}", i % 7), None)))
+        .collect();
+    for r in &rules {
+        w.decided(Verdict::Allow, &DecidedBy::Rule(Arc::clone(r)));
+    }
+    assert!(w.rules.len() <= WorkerMetrics::MAX_CACHED);
+    let total: f64 = m
+        .render()
+        .lines()
+        .filter(|l| l.starts_with("tollgate_rule_hits_total{"))
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap())
+        .sum();
+    assert_eq!(total, rules.len() as f64);
+}

@@ -1,0 +1,211 @@
+//! A tiny authoritative DNS server (UDP) for FQDN scenarios, bound inside a
+//! lab namespace, and a stub resolver probe. In-process for the same reasons
+//! as [`super::server`]: listening before the call returns, exact answers
+//! (TTLs, CNAME chains) chosen by the test, and no dnsmasq dependency.
+//!
+//! Names are matched case-insensitively without the trailing dot; an entry
+//! `*.example.test` answers every name under `example.test`. Unknown names
+//! get NXDOMAIN; a known name without a record of the asked type gets an
+//! empty NOERROR answer.
+
+use std::net::{IpAddr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
+use hickory_proto::rr::rdata::{A, AAAA, CNAME};
+use hickory_proto::rr::{Name, RData, Record, RecordType};
+
+use super::netns::Netns;
+
+/// One record the server knows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DnsRecord {
+    /// An A or AAAA record (by the address family).
+    Address { name: String, ip: IpAddr, ttl: u32 },
+    /// `name` is an alias of `target`.
+    Cname {
+        name: String,
+        target: String,
+        ttl: u32,
+    },
+}
+
+impl DnsRecord {
+    pub fn address(name: &str, ip: impl Into<IpAddr>, ttl: u32) -> Self {
+        DnsRecord::Address {
+            name: normalize(name),
+            ip: ip.into(),
+            ttl,
+        }
+    }
+
+    pub fn cname(name: &str, target: &str, ttl: u32) -> Self {
+        DnsRecord::Cname {
+            name: normalize(name),
+            target: normalize(target),
+            ttl,
+        }
+    }
+
+    fn owner(&self) -> &str {
+        match self {
+            DnsRecord::Address { name, .. } | DnsRecord::Cname { name, .. } => name,
+        }
+    }
+}
+
+fn normalize(name: &str) -> String {
+    name.trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// Whether zone entry `owner` (possibly `*.suffix`) covers `name`.
+fn covers(owner: &str, name: &str) -> bool {
+    match owner.strip_prefix("*.") {
+        Some(suffix) => name
+            .strip_suffix(suffix)
+            .is_some_and(|head| head.ends_with('.') && head.len() > 1),
+        None => owner == name,
+    }
+}
+
+/// Serves `zone` on UDP `port` (all addresses) in `ns` until `stop`.
+pub fn serve_dns(
+    ns: &Netns,
+    port: u16,
+    zone: Vec<DnsRecord>,
+    stop: Arc<AtomicBool>,
+) -> JoinHandle<()> {
+    let socket = ns
+        .enter(move || UdpSocket::bind(SocketAddr::from((Ipv6Addr::UNSPECIFIED, port))))
+        .unwrap_or_else(|e| panic!("bind DNS [::]:{port} in {}: {e}", ns.name()));
+    socket
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .expect("read timeout");
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 1500];
+        while !stop.load(Ordering::SeqCst) {
+            let Ok((n, from)) = socket.recv_from(&mut buf) else {
+                continue;
+            };
+            if let Some(reply) = answer(&zone, &buf[..n]) {
+                let _ = socket.send_to(&reply, from);
+            }
+        }
+    })
+}
+
+/// The wire reply to query `bytes`, or `None` for something unparseable.
+fn answer(zone: &[DnsRecord], bytes: &[u8]) -> Option<Vec<u8>> {
+    let query = Message::from_vec(bytes).ok()?;
+    let question = query.queries.first()?.clone();
+    let mut reply = Message::new(query.metadata.id, MessageType::Response, OpCode::Query);
+    reply.metadata.authoritative = true;
+    reply.metadata.recursion_desired = query.metadata.recursion_desired;
+    reply.metadata.recursion_available = true;
+    reply.add_query(question.clone());
+
+    let mut name = normalize(&question.name.to_ascii());
+    let mut known = false;
+    // Follow CNAMEs within the zone; bounded against loops.
+    for _ in 0..8 {
+        let entries: Vec<&DnsRecord> = zone.iter().filter(|r| covers(r.owner(), &name)).collect();
+        if entries.is_empty() {
+            break;
+        }
+        known = true;
+        let owner = Name::from_ascii(format!("{name}.")).ok()?;
+        if let Some(DnsRecord::Cname { target, ttl, .. }) = entries
+            .iter()
+            .find(|r| matches!(r, DnsRecord::Cname { .. }))
+            .copied()
+        {
+            let target_name = Name::from_ascii(format!("{target}.")).ok()?;
+            reply.add_answer(Record::from_rdata(
+                owner,
+                *ttl,
+                RData::CNAME(CNAME(target_name)),
+            ));
+            name = target.clone();
+            continue;
+        }
+        for entry in entries {
+            if let DnsRecord::Address { ip, ttl, .. } = entry {
+                let rdata = match (ip, question.query_type) {
+                    (IpAddr::V4(v4), RecordType::A) => RData::A(A(*v4)),
+                    (IpAddr::V6(v6), RecordType::AAAA) => RData::AAAA(AAAA(*v6)),
+                    _ => continue,
+                };
+                reply.add_answer(Record::from_rdata(owner.clone(), *ttl, rdata));
+            }
+        }
+        break;
+    }
+    if !known {
+        reply.metadata.response_code = ResponseCode::NXDomain;
+    }
+    reply.to_vec().ok()
+}
+
+/// What a stub resolution returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Resolution {
+    /// The addresses of the answer (CNAMEs followed by the server), with
+    /// their TTLs.
+    Addresses(Vec<(IpAddr, u32)>),
+    NxDomain,
+    /// No answer before the timeout (or an ICMP error).
+    NoAnswer,
+}
+
+/// Asks `server` (UDP) from `ns` for `name`'s records of `record_type`.
+pub fn resolve(
+    ns: &Netns,
+    server: SocketAddr,
+    name: &str,
+    record_type: RecordType,
+    timeout: Duration,
+) -> Resolution {
+    let qname = Name::from_ascii(format!("{}.", normalize(name))).expect("valid name");
+    let mut query = Message::new(0x7a11, MessageType::Query, OpCode::Query);
+    query.metadata.recursion_desired = true;
+    query.add_query(Query::query(qname, record_type));
+    let wire = query.to_vec().expect("encode query");
+    let bytes = ns.enter(move || -> std::io::Result<Vec<u8>> {
+        let local: SocketAddr = if server.is_ipv4() {
+            "0.0.0.0:0".parse().expect("literal")
+        } else {
+            "[::]:0".parse().expect("literal")
+        };
+        let socket = UdpSocket::bind(local)?;
+        socket.connect(server)?;
+        socket.set_read_timeout(Some(timeout))?;
+        socket.send(&wire)?;
+        let mut buf = vec![0u8; 1500];
+        let n = socket.recv(&mut buf)?;
+        buf.truncate(n);
+        Ok(buf)
+    });
+    let Ok(bytes) = bytes else {
+        return Resolution::NoAnswer;
+    };
+    let Ok(reply) = Message::from_vec(&bytes) else {
+        return Resolution::NoAnswer;
+    };
+    if reply.metadata.response_code == ResponseCode::NXDomain {
+        return Resolution::NxDomain;
+    }
+    Resolution::Addresses(
+        reply
+            .answers
+            .iter()
+            .filter_map(|r| match &r.data {
+                RData::A(a) => Some((IpAddr::V4(a.0), r.ttl)),
+                RData::AAAA(a) => Some((IpAddr::V6(a.0), r.ttl)),
+                _ => None,
+            })
+            .collect(),
+    )
+}

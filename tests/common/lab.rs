@@ -1,0 +1,512 @@
+//! The lab topology: one "node" namespace that is both a host and a router,
+//! and one peer namespace per role ("client1", "server", ...) attached to it
+//! by its own veth pair and subnet.
+//!
+//! ```text
+//!   [peer 1] eth0 10.I.1.2/24 ── n-<role1> 10.I.1.1/24 ┐
+//!                                                      ├─ [node] (ip_forward=1)
+//!   [peer k] eth0 10.I.k.2/24 ── n-<rolek> 10.I.k.1/24 ┘
+//! ```
+//!
+//! With IPv6 each link also gets `fd00:I:k::1/64` (node) and `fd00:I:k::2/64`
+//! (peer), without duplicate-address detection. Peers route everything via
+//! the node. `I` is the test's index in [`super::TEST_IDS`].
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Once};
+use std::time::Duration;
+
+use hickory_proto::rr::RecordType;
+
+use super::agent::{Agent, AgentOptions};
+use super::dns::{self, DnsRecord, Resolution};
+use super::firewall::FirewallState;
+use super::netns::{run_with_timeout, Netns};
+use super::probe::{self, PingOutcome, QueueCounters, TcpOutcome, UdpOutcome};
+use super::server::{self, Service};
+use super::{missing_precondition, poll_until, skip, TEST_IDS};
+
+/// The role name of the node namespace.
+pub const NODE: &str = "node";
+
+/// Describes a lab before it is built.
+pub struct LabBuilder {
+    test: &'static str,
+    index: u8,
+    peers: Vec<String>,
+    ipv6: bool,
+    tools: Vec<&'static str>,
+}
+
+/// A built lab. Dropping it stops servers, kills every process in its
+/// namespaces, deletes the namespaces and removes its temporary directory.
+pub struct Lab {
+    test: &'static str,
+    index: u8,
+    prefix: String,
+    node: Netns,
+    peers: Vec<(String, Netns)>,
+    ipv6: bool,
+    dir: PathBuf,
+    stop: Arc<AtomicBool>,
+    servers: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+impl Lab {
+    /// Starts describing the lab of test `test`, which must be listed in
+    /// [`TEST_IDS`].
+    pub fn builder(test: &'static str) -> LabBuilder {
+        let position = TEST_IDS
+            .iter()
+            .position(|t| *t == test)
+            .unwrap_or_else(|| panic!("test {test:?} is not listed in common::TEST_IDS"));
+        LabBuilder {
+            test,
+            index: u8::try_from(position + 1)
+                .ok()
+                .filter(|i| *i < 98)
+                .expect("at most 97 end-to-end tests: 98 and 99 are the bench and demo labs"),
+            peers: Vec::new(),
+            ipv6: false,
+            tools: Vec::new(),
+        }
+    }
+}
+
+impl LabBuilder {
+    /// Adds a peer namespace attached to the node by its own link.
+    pub fn peer(mut self, role: &str) -> Self {
+        assert!(role != NODE && role.len() <= 13, "bad peer role {role:?}");
+        assert!(
+            !self.peers.iter().any(|p| p == role),
+            "duplicate role {role}"
+        );
+        self.peers.push(role.to_string());
+        self
+    }
+
+    /// Also gives every link IPv6 ULA addresses.
+    pub fn ipv6(mut self) -> Self {
+        self.ipv6 = true;
+        self
+    }
+
+    /// Requires extra tools (besides [`super::BASE_TOOLS`]).
+    pub fn require(mut self, tools: &[&'static str]) -> Self {
+        self.tools.extend_from_slice(tools);
+        self
+    }
+
+    /// Builds the lab, or returns `None` after reporting a skip (see
+    /// [`super::skip`]). Panics when building fails.
+    pub fn build(self) -> Option<Lab> {
+        if let Some(reason) = missing_precondition(&self.tools) {
+            skip(&reason);
+            return None;
+        }
+        reap_stale_labs();
+        let prefix = format!("tg{}-{}-", self.index, std::process::id());
+        let dir = std::env::temp_dir().join(format!("tollgate-e2e-{}{}", prefix, self.test));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("policies")).expect("create lab directory");
+        let mut lab = Lab {
+            test: self.test,
+            index: self.index,
+            node: Netns::new(format!("{prefix}{NODE}")),
+            peers: Vec::new(),
+            ipv6: self.ipv6,
+            prefix,
+            dir,
+            stop: Arc::new(AtomicBool::new(false)),
+            servers: Mutex::new(Vec::new()),
+        };
+        // From here on, Drop cleans up whatever was created.
+        lab.create_ns(&lab.node.clone());
+        lab.node.run(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+        if lab.ipv6 {
+            lab.node
+                .run(&["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"]);
+        }
+        for (i, role) in self.peers.iter().enumerate() {
+            let link = u8::try_from(i + 1).expect("fewer than 255 peers");
+            let ns = Netns::new(format!("{}{role}", lab.prefix));
+            lab.peers.push((role.clone(), ns.clone()));
+            lab.create_ns(&ns);
+            lab.connect_peer(&ns, role, link);
+        }
+        Some(lab)
+    }
+}
+
+impl Lab {
+    fn create_ns(&self, ns: &Netns) {
+        let out = run_with_timeout(
+            {
+                let mut c = std::process::Command::new("ip");
+                c.args(["netns", "add", ns.name()]);
+                c
+            },
+            Duration::from_secs(10),
+        );
+        out.expect_success(&format!("ip netns add {}", ns.name()));
+        ns.run(&["ip", "link", "set", "lo", "up"]);
+    }
+
+    fn connect_peer(&self, ns: &Netns, role: &str, link: u8) {
+        let node_if = node_ifname(role);
+        // Create the pair directly inside the two namespaces: nothing ever
+        // appears in the root namespace.
+        self.node.run(&[
+            "ip",
+            "link",
+            "add",
+            &node_if,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            ns.name(),
+        ]);
+        let (node4, peer4) = (self.v4(link, 1), self.v4(link, 2));
+        self.node
+            .run(&["ip", "addr", "add", &format!("{node4}/24"), "dev", &node_if]);
+        ns.run(&["ip", "addr", "add", &format!("{peer4}/24"), "dev", "eth0"]);
+        if self.ipv6 {
+            let (node6, peer6) = (self.v6(link, 1), self.v6(link, 2));
+            self.node.run(&[
+                "ip",
+                "addr",
+                "add",
+                &format!("{node6}/64"),
+                "dev",
+                &node_if,
+                "nodad",
+            ]);
+            ns.run(&[
+                "ip",
+                "addr",
+                "add",
+                &format!("{peer6}/64"),
+                "dev",
+                "eth0",
+                "nodad",
+            ]);
+        }
+        self.node.run(&["ip", "link", "set", &node_if, "up"]);
+        ns.run(&["ip", "link", "set", "eth0", "up"]);
+        ns.run(&["ip", "route", "add", "default", "via", &node4.to_string()]);
+        if self.ipv6 {
+            ns.run(&[
+                "ip",
+                "-6",
+                "route",
+                "add",
+                "default",
+                "via",
+                &self.v6(link, 1).to_string(),
+            ]);
+        }
+    }
+
+    fn v4(&self, link: u8, host: u8) -> Ipv4Addr {
+        Ipv4Addr::new(10, self.index, link, host)
+    }
+
+    fn v6(&self, link: u8, host: u16) -> Ipv6Addr {
+        Ipv6Addr::new(
+            0xfd00,
+            u16::from(self.index),
+            u16::from(link),
+            0,
+            0,
+            0,
+            0,
+            host,
+        )
+    }
+
+    fn link_of(&self, role: &str) -> u8 {
+        let i = self
+            .peers
+            .iter()
+            .position(|(r, _)| r == role)
+            .unwrap_or_else(|| panic!("no peer {role:?} in this lab"));
+        u8::try_from(i + 1).expect("few peers")
+    }
+
+    fn require_v6(&self) {
+        assert!(self.ipv6, "this lab was built without .ipv6()");
+    }
+
+    /// The test's index (its address range is `10.<index>.0.0/16`).
+    pub fn index(&self) -> u8 {
+        self.index
+    }
+
+    /// The node namespace.
+    pub fn node(&self) -> &Netns {
+        &self.node
+    }
+
+    /// The namespace of `role` (`"node"` or a peer role).
+    pub fn ns(&self, role: &str) -> &Netns {
+        if role == NODE {
+            return &self.node;
+        }
+        self.peers
+            .iter()
+            .find(|(r, _)| r == role)
+            .map(|(_, ns)| ns)
+            .unwrap_or_else(|| panic!("no namespace {role:?} in this lab"))
+    }
+
+    /// The IPv4 address of peer `role` (`10.I.k.2`).
+    pub fn addr(&self, role: &str) -> Ipv4Addr {
+        self.v4(self.link_of(role), 2)
+    }
+
+    /// The IPv6 address of peer `role` (`fd00:I:k::2`).
+    pub fn addr6(&self, role: &str) -> Ipv6Addr {
+        self.require_v6();
+        self.v6(self.link_of(role), 2)
+    }
+
+    /// The node's IPv4 address on the link to `role` (`10.I.k.1`).
+    pub fn node_addr(&self, role: &str) -> Ipv4Addr {
+        self.v4(self.link_of(role), 1)
+    }
+
+    /// The node's IPv6 address on the link to `role` (`fd00:I:k::1`).
+    pub fn node_addr6(&self, role: &str) -> Ipv6Addr {
+        self.require_v6();
+        self.v6(self.link_of(role), 1)
+    }
+
+    /// The subnet of the link to `role`, e.g. `10.I.k.0/24`.
+    pub fn subnet(&self, role: &str) -> String {
+        format!("{}/24", self.v4(self.link_of(role), 0))
+    }
+
+    /// Every address the node owns on its links (IPv4, then IPv6).
+    pub fn node_addresses(&self) -> Vec<IpAddr> {
+        let links = 1..=u8::try_from(self.peers.len()).expect("few peers");
+        let mut out: Vec<IpAddr> = links.clone().map(|l| self.v4(l, 1).into()).collect();
+        if self.ipv6 {
+            out.extend(links.map(|l| IpAddr::from(self.v6(l, 1))));
+        }
+        out
+    }
+
+    /// The lab's private scratch directory (removed on drop).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The policy directory handed to the agent.
+    pub fn policy_dir(&self) -> PathBuf {
+        self.dir.join("policies")
+    }
+
+    /// Writes `yaml` as `policies/<file>`, atomically (written beside the
+    /// directory, then renamed in), so a watching agent never reads half a
+    /// file.
+    pub fn write_policy(&self, file: &str, yaml: &str) {
+        let tmp = self.dir.join(format!(".{file}.tmp"));
+        std::fs::write(&tmp, yaml).expect("write policy");
+        std::fs::rename(&tmp, self.policy_dir().join(file)).expect("rename policy");
+    }
+
+    /// Removes `policies/<file>`.
+    pub fn remove_policy(&self, file: &str) {
+        std::fs::remove_file(self.policy_dir().join(file)).expect("remove policy");
+    }
+
+    /// Starts `tollgate run` in the node namespace.
+    pub fn start_agent(&self, options: AgentOptions) -> Agent {
+        Agent::start(self, options)
+    }
+
+    /// Default agent options for this lab: node name `node`, label
+    /// `kubernetes.io/os=linux`, every node address.
+    pub fn agent_options(&self) -> AgentOptions {
+        AgentOptions::new(self)
+    }
+
+    /// Serves `service` on TCP `port` (all addresses, both families) in the
+    /// namespace of `role`. Listening before this returns; stops on drop.
+    pub fn serve_tcp(&self, role: &str, port: u16, service: Service) {
+        let handle = server::serve_tcp(self.ns(role), port, service, self.stop.clone());
+        self.servers.lock().expect("server list").push(handle);
+    }
+
+    /// Serves UDP echo on `port` in the namespace of `role`.
+    pub fn serve_udp_echo(&self, role: &str, port: u16) {
+        let handle = server::serve_udp_echo(self.ns(role), port, self.stop.clone());
+        self.servers.lock().expect("server list").push(handle);
+    }
+
+    /// Serves `zone` as an authoritative DNS server on UDP `port` in the
+    /// namespace of `role`.
+    pub fn serve_dns(&self, role: &str, port: u16, zone: Vec<DnsRecord>) {
+        let handle = dns::serve_dns(self.ns(role), port, zone, self.stop.clone());
+        self.servers.lock().expect("server list").push(handle);
+    }
+
+    /// Resolves `name` (A or AAAA) from `role` by asking `server`.
+    pub fn resolve(
+        &self,
+        role: &str,
+        server: impl Into<SocketAddr>,
+        name: &str,
+        record_type: RecordType,
+        timeout: Duration,
+    ) -> Resolution {
+        dns::resolve(self.ns(role), server.into(), name, record_type, timeout)
+    }
+
+    /// Waits until something listens on TCP `port` in `role`'s namespace
+    /// (for servers started as external processes).
+    pub fn wait_listening(&self, role: &str, port: u16, timeout: Duration) -> bool {
+        let ns = self.ns(role).clone();
+        let filter = format!("sport = :{port}");
+        poll_until(timeout, || {
+            let out = ns.exec(&["ss", "-Hltn", &filter], Duration::from_secs(5));
+            (out.success() && !out.stdout.trim().is_empty()).then_some(())
+        })
+        .is_some()
+    }
+
+    /// Opens a TCP connection from `role` to `to` and classifies the result.
+    pub fn tcp(&self, role: &str, to: impl Into<SocketAddr>, timeout: Duration) -> TcpOutcome {
+        probe::tcp_connect(self.ns(role), to.into(), timeout)
+    }
+
+    /// Asserts that a new TCP connection from `role` to `to` ends as
+    /// `expected`, waiting [`super::DENY_WAIT`] when a timeout is expected
+    /// and [`super::ALLOW_WAIT`] otherwise.
+    #[track_caller]
+    pub fn assert_tcp(&self, role: &str, to: impl Into<SocketAddr>, expected: TcpOutcome) {
+        let to = to.into();
+        let wait = if expected == TcpOutcome::TimedOut {
+            super::DENY_WAIT
+        } else {
+            super::ALLOW_WAIT
+        };
+        let got = self.tcp(role, to, wait);
+        assert_eq!(got, expected, "TCP {role} -> {to}");
+    }
+
+    /// Connects from `role` to `to` and returns the open stream (which keeps
+    /// living in `role`'s namespace).
+    pub fn tcp_stream(&self, role: &str, to: impl Into<SocketAddr>) -> std::net::TcpStream {
+        probe::tcp_stream(self.ns(role), to.into(), super::ALLOW_WAIT)
+            .unwrap_or_else(|e| panic!("TCP {role} -> connect failed: {e}"))
+    }
+
+    /// Sends one datagram from `role` to `to` and classifies the answer.
+    pub fn udp(&self, role: &str, to: impl Into<SocketAddr>, timeout: Duration) -> UdpOutcome {
+        probe::udp_exchange(self.ns(role), to.into(), timeout)
+    }
+
+    /// One ICMP echo from `role` to `to`.
+    pub fn ping(&self, role: &str, to: impl Into<IpAddr>, timeout: Duration) -> PingOutcome {
+        probe::ping(self.ns(role), to.into(), timeout)
+    }
+
+    /// `curl` from `role`: the HTTP status, or curl's exit code.
+    pub fn curl(&self, role: &str, url: &str, timeout: Duration) -> Result<u16, i32> {
+        probe::curl(self.ns(role), url, timeout)
+    }
+
+    /// NFQUEUE counters of the node namespace, one entry per bound queue.
+    pub fn queue_counters(&self) -> Vec<QueueCounters> {
+        probe::queue_counters(&self.node)
+    }
+
+    /// The firewall state of `role`'s namespace (counters stripped).
+    pub fn firewall_state(&self, role: &str) -> FirewallState {
+        FirewallState::capture(self.ns(role))
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let namespaces: Vec<Netns> = std::iter::once(self.node.clone())
+            .chain(self.peers.iter().map(|(_, ns)| ns.clone()))
+            .collect();
+        for ns in &namespaces {
+            destroy_ns(ns);
+        }
+        if let Ok(mut servers) = self.servers.lock() {
+            for handle in servers.drain(..) {
+                let _ = handle.join();
+            }
+        }
+        if std::thread::panicking() {
+            eprintln!(
+                "lab {} kept for inspection: {}",
+                self.test,
+                self.dir.display()
+            );
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Kills the processes inside `ns` (all started by this harness) and
+/// deletes it.
+fn destroy_ns(ns: &Netns) {
+    if !Path::new("/run/netns").join(ns.name()).exists() {
+        return;
+    }
+    for pid in ns.pids() {
+        // SAFETY: plain kill(2) of a process living in our own namespace.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let mut cmd = std::process::Command::new("ip");
+    cmd.args(["netns", "delete", ns.name()]);
+    let _ = run_with_timeout(cmd, Duration::from_secs(10));
+}
+
+/// The interface name on the node for the link to `role` (at most 15 bytes).
+fn node_ifname(role: &str) -> String {
+    let mut name = format!("n-{role}");
+    name.truncate(15);
+    name
+}
+
+/// Deletes lab namespaces (`tg<index>-<pid>-<role>`) whose creating test
+/// process no longer exists: leftovers of a test binary killed mid-run.
+fn reap_stale_labs() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let Ok(entries) = std::fs::read_dir("/run/netns") else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(pid) = stale_lab_pid(&name) else {
+                continue;
+            };
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                destroy_ns(&Netns::new(name));
+            }
+        }
+    });
+}
+
+/// The creator pid encoded in a lab namespace name, if `name` is one.
+fn stale_lab_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix("tg")?;
+    let mut parts = rest.splitn(3, '-');
+    let index: u8 = parts.next()?.parse().ok()?;
+    let pid: u32 = parts.next()?.parse().ok()?;
+    let role = parts.next()?;
+    (index > 0 && !role.is_empty()).then_some(pid)
+}

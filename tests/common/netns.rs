@@ -1,0 +1,144 @@
+//! Named network namespaces (`ip netns`): running a closure inside one on a
+//! short-lived thread, and running commands inside one with a timeout.
+//! Sockets created inside [`Netns::enter`] keep their namespace after the
+//! thread ends, so no harness thread ever stays in a lab namespace.
+
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// A network namespace known to `ip netns` by name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Netns {
+    name: String,
+}
+
+/// What a command run with [`Netns::exec`] produced.
+#[derive(Debug)]
+pub struct CmdOutput {
+    /// `None` when the command was killed at its timeout.
+    pub status: Option<ExitStatus>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl CmdOutput {
+    pub fn success(&self) -> bool {
+        self.status.is_some_and(|s| s.success())
+    }
+
+    /// Panics with the command's output unless it exited 0.
+    pub fn expect_success(self, what: &str) -> Self {
+        assert!(
+            self.success(),
+            "{what} failed ({:?})\nstdout: {}\nstderr: {}",
+            self.status,
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+}
+
+impl Netns {
+    pub fn new(name: impl Into<String>) -> Self {
+        Netns { name: name.into() }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Runs `f` on a new thread that has joined this namespace and returns
+    /// its result. Panics if the namespace cannot be entered.
+    pub fn enter<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let path = format!("/run/netns/{}", self.name);
+        let handle = std::thread::spawn(move || {
+            let file = File::open(&path).unwrap_or_else(|e| panic!("open {path}: {e}"));
+            // SAFETY: setns on a valid namespace fd affects only this thread,
+            // which exists for this closure alone.
+            let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+            f()
+        });
+        match handle.join() {
+            Ok(value) => value,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+
+    /// A command that runs `argv` inside this namespace.
+    pub fn command(&self, argv: &[&str]) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.name]).args(argv);
+        cmd
+    }
+
+    /// Runs `argv` inside this namespace, killing it after `timeout`.
+    pub fn exec(&self, argv: &[&str], timeout: Duration) -> CmdOutput {
+        run_with_timeout(self.command(argv), timeout)
+    }
+
+    /// Runs `argv` and panics unless it succeeds within 10 s.
+    pub fn run(&self, argv: &[&str]) -> CmdOutput {
+        self.exec(argv, Duration::from_secs(10))
+            .expect_success(&format!("[{}] {}", self.name, argv.join(" ")))
+    }
+
+    /// Pids of the processes living in this namespace.
+    pub fn pids(&self) -> Vec<i32> {
+        let out = run_with_timeout(
+            {
+                let mut c = Command::new("ip");
+                c.args(["netns", "pids", &self.name]);
+                c
+            },
+            Duration::from_secs(5),
+        );
+        out.stdout
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect()
+    }
+}
+
+/// Runs `cmd` with piped output; kills it when `timeout` passes.
+pub fn run_with_timeout(mut cmd: Command, timeout: Duration) -> CmdOutput {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let out_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Ok(None) | Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+        }
+    };
+    CmdOutput {
+        status,
+        stdout: out_reader.join().unwrap_or_default(),
+        stderr: err_reader.join().unwrap_or_default(),
+    }
+}

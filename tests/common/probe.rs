@@ -1,0 +1,193 @@
+//! Probes that observe the firewall on the wire: TCP connects classified by
+//! how they end, UDP exchanges, ICMP echo, curl, and the kernel's NFQUEUE
+//! counters. TCP and UDP probes run in-process (a thread entered into the
+//! namespace), so the classification comes from the exact errno.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::time::Duration;
+
+use super::netns::Netns;
+
+/// How a new TCP connection attempt ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TcpOutcome {
+    /// The three-way handshake completed.
+    Connected,
+    /// A TCP RST answered the SYN (ECONNREFUSED).
+    Refused,
+    /// An ICMP error answered (host/net unreachable, administratively
+    /// prohibited).
+    Unreachable,
+    /// Nothing answered before the timeout.
+    TimedOut,
+}
+
+/// How a UDP request/answer exchange ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UdpOutcome {
+    Answered,
+    /// ICMP port unreachable came back.
+    Refused,
+    /// Another ICMP error came back (e.g. administratively prohibited).
+    Unreachable,
+    TimedOut,
+}
+
+/// The result of one ICMP echo request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PingOutcome {
+    Reply,
+    NoReply,
+}
+
+/// One line of `/proc/net/netfilter/nfnetlink_queue`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueCounters {
+    pub queue: u32,
+    pub portid: u32,
+    pub queue_total: u64,
+    pub copy_mode: u32,
+    pub copy_range: u32,
+    pub queue_dropped: u64,
+    pub user_dropped: u64,
+    /// The id of the last packet queued: grows by one per queued packet.
+    pub id_sequence: u64,
+}
+
+fn classify_connect_error(e: &std::io::Error) -> TcpOutcome {
+    match e.raw_os_error() {
+        Some(libc::ECONNREFUSED) => TcpOutcome::Refused,
+        Some(libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EACCES | libc::EPERM) => {
+            TcpOutcome::Unreachable
+        }
+        _ => TcpOutcome::TimedOut,
+    }
+}
+
+/// Connects from `ns` to `to` within `timeout`.
+pub fn tcp_connect(ns: &Netns, to: SocketAddr, timeout: Duration) -> TcpOutcome {
+    match tcp_stream(ns, to, timeout) {
+        Ok(_) => TcpOutcome::Connected,
+        Err(e) => classify_connect_error(&e),
+    }
+}
+
+/// Connects from `ns` to `to` and returns the stream (it stays in `ns`).
+pub fn tcp_stream(ns: &Netns, to: SocketAddr, timeout: Duration) -> std::io::Result<TcpStream> {
+    ns.enter(move || TcpStream::connect_timeout(&to, timeout))
+}
+
+/// Sends `payload` on `stream`, reads the same number of bytes back, and
+/// says whether they matched (for [`super::Service::Echo`]).
+pub fn echo_roundtrip(
+    stream: &mut TcpStream,
+    payload: &[u8],
+    timeout: Duration,
+) -> std::io::Result<bool> {
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    stream.write_all(payload)?;
+    let mut back = vec![0u8; payload.len()];
+    stream.read_exact(&mut back)?;
+    Ok(back == payload)
+}
+
+/// Sends one datagram from `ns` to `to` and waits for any answer.
+pub fn udp_exchange(ns: &Netns, to: SocketAddr, timeout: Duration) -> UdpOutcome {
+    ns.enter(move || {
+        let local: SocketAddr = if to.is_ipv4() {
+            "0.0.0.0:0".parse().expect("literal")
+        } else {
+            "[::]:0".parse().expect("literal")
+        };
+        let socket = UdpSocket::bind(local).expect("bind UDP probe");
+        socket.connect(to).expect("connect UDP probe");
+        socket.set_read_timeout(Some(timeout)).expect("timeout");
+        if let Err(e) = socket.send(b"tollgate-probe") {
+            return udp_error(&e);
+        }
+        let mut buf = [0u8; 64];
+        match socket.recv(&mut buf) {
+            Ok(_) => UdpOutcome::Answered,
+            Err(e) => udp_error(&e),
+        }
+    })
+}
+
+fn udp_error(e: &std::io::Error) -> UdpOutcome {
+    match e.raw_os_error() {
+        Some(libc::ECONNREFUSED) => UdpOutcome::Refused,
+        Some(libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EACCES | libc::EPERM) => {
+            UdpOutcome::Unreachable
+        }
+        _ => UdpOutcome::TimedOut,
+    }
+}
+
+/// One `ping` from `ns` to `to`, waiting at most `timeout` for the reply.
+pub fn ping(ns: &Netns, to: IpAddr, timeout: Duration) -> PingOutcome {
+    let wait = timeout.as_secs().max(1).to_string();
+    let to = to.to_string();
+    let out = ns.exec(
+        &["ping", "-n", "-c", "1", "-W", &wait, &to],
+        timeout + Duration::from_secs(3),
+    );
+    if out.success() {
+        PingOutcome::Reply
+    } else {
+        PingOutcome::NoReply
+    }
+}
+
+/// `curl` from `ns`: the HTTP status code, or curl's exit code on failure.
+pub fn curl(ns: &Netns, url: &str, timeout: Duration) -> Result<u16, i32> {
+    let max = format!("{:.1}", timeout.as_secs_f64());
+    let out = ns.exec(
+        &[
+            "curl",
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            &max,
+            url,
+        ],
+        timeout + Duration::from_secs(3),
+    );
+    match out.status.and_then(|s| s.code()) {
+        Some(0) => out.stdout.trim().parse().map_err(|_| -1),
+        Some(code) => Err(code),
+        None => Err(-1),
+    }
+}
+
+/// The NFQUEUE counters of `ns` (the proc file is per network namespace).
+pub fn queue_counters(ns: &Netns) -> Vec<QueueCounters> {
+    let out = ns.run(&["cat", "/proc/net/netfilter/nfnetlink_queue"]);
+    out.stdout.lines().filter_map(parse_queue_line).collect()
+}
+
+fn parse_queue_line(line: &str) -> Option<QueueCounters> {
+    let f: Vec<&str> = line.split_whitespace().collect();
+    if f.len() < 8 {
+        return None;
+    }
+    Some(QueueCounters {
+        queue: f[0].parse().ok()?,
+        portid: f[1].parse().ok()?,
+        queue_total: f[2].parse().ok()?,
+        copy_mode: f[3].parse().ok()?,
+        copy_range: f[4].parse().ok()?,
+        queue_dropped: f[5].parse().ok()?,
+        user_dropped: f[6].parse().ok()?,
+        id_sequence: f[7].parse().ok()?,
+    })
+}
+
+/// Sum of `id_sequence` over all queues: packets ever queued in `ns`.
+pub fn total_queued(counters: &[QueueCounters]) -> u64 {
+    counters.iter().map(|c| c.id_sequence).sum()
+}

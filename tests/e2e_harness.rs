@@ -1,0 +1,175 @@
+//! Tests of the end-to-end harness itself, without the agent: the lab routes,
+//! probes tell a timeout from a reset from an ICMP error, and a lab leaves
+//! nothing behind even when its test panics. If these fail, the datapath
+//! tests' verdicts mean nothing.
+
+mod common;
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+
+use common::{
+    DnsRecord, Lab, PingOutcome, Resolution, Service, TcpOutcome, UdpOutcome, ALLOW_WAIT, DENY_WAIT,
+};
+
+fn sock(ip: impl Into<IpAddr>, port: u16) -> SocketAddr {
+    SocketAddr::new(ip.into(), port)
+}
+
+#[test]
+fn harness_probes_classify_outcomes() {
+    let Some(lab) = Lab::builder("harness_probes_classify_outcomes")
+        .peer("client")
+        .peer("server")
+        .ipv6()
+        .require(&["ping"])
+        .build()
+    else {
+        return;
+    };
+    lab.serve_tcp("server", 8080, Service::Echo);
+    lab.serve_tcp("server", 8081, Service::Echo);
+    lab.serve_tcp("server", 8082, Service::Echo);
+    lab.serve_udp_echo("server", 5353);
+    let (srv4, srv6) = (lab.addr("server"), lab.addr6("server"));
+
+    // Routed through the node, both families.
+    for ip in [IpAddr::from(srv4), IpAddr::from(srv6)] {
+        lab.assert_tcp("client", sock(ip, 8080), TcpOutcome::Connected);
+        lab.assert_tcp("client", sock(ip, 9999), TcpOutcome::Refused);
+        assert_eq!(lab.ping("client", ip, ALLOW_WAIT), PingOutcome::Reply);
+        assert_eq!(
+            lab.udp("client", sock(ip, 5353), ALLOW_WAIT),
+            UdpOutcome::Answered
+        );
+        assert_eq!(
+            lab.udp("client", sock(ip, 5354), ALLOW_WAIT),
+            UdpOutcome::Refused
+        );
+    }
+    let mut stream = lab.tcp_stream("client", sock(srv4, 8080));
+    assert!(common::probe::echo_roundtrip(&mut stream, b"hello", ALLOW_WAIT).unwrap());
+
+    // The node's own firewall shapes what the probes see.
+    let node = lab.node();
+    node.run(&[
+        "iptables", "-w", "-A", "FORWARD", "-p", "tcp", "--dport", "8081", "-j", "DROP",
+    ]);
+    node.run(&[
+        "iptables",
+        "-w",
+        "-A",
+        "FORWARD",
+        "-p",
+        "tcp",
+        "--dport",
+        "8082",
+        "-j",
+        "REJECT",
+        "--reject-with",
+        "icmp-admin-prohibited",
+    ]);
+    node.run(&[
+        "iptables", "-w", "-A", "FORWARD", "-p", "icmp", "-j", "DROP",
+    ]);
+    lab.assert_tcp("client", sock(srv4, 8081), TcpOutcome::TimedOut);
+    lab.assert_tcp("client", sock(srv4, 8082), TcpOutcome::Unreachable);
+    assert_eq!(lab.ping("client", srv4, DENY_WAIT), PingOutcome::NoReply);
+
+    let state = lab.firewall_state("node");
+    assert_eq!(state.jumps("FORWARD", "DROP"), 2, "{state}");
+    assert!(state.duplicate_rules().is_empty());
+    assert!(
+        !state.iptables.contains('['),
+        "counters not stripped:\n{state}"
+    );
+    assert!(lab.queue_counters().is_empty());
+    assert!(lab.wait_listening("server", 8080, ALLOW_WAIT));
+}
+
+#[test]
+fn harness_cleans_up_on_panic() {
+    let built = std::panic::catch_unwind(|| -> Option<()> {
+        let lab = Lab::builder("harness_cleans_up_on_panic")
+            .peer("client")
+            .build()?;
+        lab.serve_tcp("client", 8080, Service::Echo);
+        let names: Vec<String> = [lab.node().name(), lab.ns("client").name()]
+            .map(String::from)
+            .to_vec();
+        let dir = lab.dir().to_path_buf();
+        std::panic::panic_any((names, dir));
+    });
+    let payload = match built {
+        Ok(None) => return, // skipped
+        Ok(Some(())) => unreachable!(),
+        Err(payload) => payload,
+    };
+    let (names, dir) = payload
+        .downcast::<(Vec<String>, std::path::PathBuf)>()
+        .map(|b| *b)
+        .expect("the test's own panic");
+    for name in names {
+        assert!(
+            !Path::new("/run/netns").join(&name).exists(),
+            "namespace {name} survived the panic"
+        );
+    }
+    // The directory is kept on panic for inspection; remove it here.
+    assert!(dir.exists());
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn harness_dns_server_answers() {
+    use hickory_proto::rr::RecordType;
+    let Some(lab) = Lab::builder("harness_dns_server_answers")
+        .peer("client")
+        .peer("dns")
+        .build()
+    else {
+        return;
+    };
+    let v6: std::net::Ipv6Addr = "fd00::7".parse().unwrap();
+    lab.serve_dns(
+        "dns",
+        53,
+        vec![
+            DnsRecord::address("web.lab.test", [192, 0, 2, 10], 30),
+            DnsRecord::address("web.lab.test", v6, 30),
+            DnsRecord::cname("www.lab.test", "web.lab.test", 60),
+            DnsRecord::address("*.wild.test", [192, 0, 2, 20], 5),
+        ],
+    );
+    let server = sock(lab.addr("dns"), 53);
+    let ask = |name: &str, rtype| lab.resolve("client", server, name, rtype, ALLOW_WAIT);
+    let v4 = |a: [u8; 4]| IpAddr::from(a);
+    assert_eq!(
+        ask("Web.Lab.Test", RecordType::A),
+        Resolution::Addresses(vec![(v4([192, 0, 2, 10]), 30)])
+    );
+    assert_eq!(
+        ask("web.lab.test", RecordType::AAAA),
+        Resolution::Addresses(vec![(IpAddr::from(v6), 30)])
+    );
+    assert_eq!(
+        ask("www.lab.test", RecordType::A),
+        Resolution::Addresses(vec![(v4([192, 0, 2, 10]), 30)])
+    );
+    assert_eq!(
+        ask("a.b.wild.test", RecordType::A),
+        Resolution::Addresses(vec![(v4([192, 0, 2, 20]), 5)])
+    );
+    assert_eq!(ask("wild.test", RecordType::A), Resolution::NxDomain);
+    assert_eq!(ask("nope.test", RecordType::A), Resolution::NxDomain);
+    assert_eq!(
+        lab.resolve(
+            "client",
+            sock(lab.addr("dns"), 54),
+            "web.lab.test",
+            RecordType::A,
+            DENY_WAIT
+        ),
+        Resolution::NoAnswer
+    );
+}

@@ -1,0 +1,663 @@
+//! Observability of `tollgate run`, end to end in network namespaces this
+//! test creates (root only; skipped otherwise, failing under CI=true): the
+//! audit log (a logged Drop rule hit 50 times in under a second gives one
+//! line and a dedup summary; a logged Allow rule one line per connection;
+//! the rate limit skips lines, never packets), the metrics endpoint scraped
+//! with curl as traffic flows, and `tollgate status` / `get policies`
+//! against the running agent, and the Kubernetes NetworkPolicy lines of an
+//! annotated Namespace (allow and the implicit default drop). Addresses:
+//! 10.61.1-5.0/24 (10.61.9.0/24 is benches/audit_overload.sh).
+
+mod common;
+
+use common::{is_root, wait_until, within, NetNs};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A running agent whose stderr is collected; killed on drop.
+struct Agent {
+    child: Child,
+    log: Arc<Mutex<String>>,
+}
+
+impl Agent {
+    fn start(ns: &NetNs, extra: &[&str]) -> Agent {
+        let mut child = ns
+            .command(&[env!("CARGO_BIN_EXE_tollgate"), "run"])
+            .args(extra)
+            .args([
+                "--node-name",
+                "obs",
+                "--node-labels",
+                "role=obs",
+                "--queues",
+                "1",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let sink = Arc::clone(&log);
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let mut log = sink.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        Agent { child, log }
+    }
+
+    fn wait_log(&self, needle: &str) {
+        wait_until(needle, Duration::from_secs(15), || {
+            self.log.lock().unwrap().contains(needle)
+        });
+    }
+
+    fn stop(&mut self) {
+        let pid = self.child.id().to_string();
+        assert!(Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success());
+        let end = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "{}", self.log.lock().unwrap());
+                return;
+            }
+            assert!(Instant::now() < end, "agent did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A node namespace (10.61.N.1) and a client namespace (10.61.N.2).
+struct Pair {
+    node: NetNs,
+    client: NetNs,
+    subnet: u8,
+}
+
+impl Pair {
+    fn new(tag: &str, subnet: u8) -> Pair {
+        let node = NetNs::create(&format!("obs-{tag}-n"));
+        let client = NetNs::create(&format!("obs-{tag}-c"));
+        node.ok(&format!(
+            "ip link set lo up && ip link add va type veth peer name vb netns {} && \
+             ip addr add 10.61.{subnet}.1/24 dev va && ip link set va up",
+            client.0
+        ));
+        client.ok(&format!(
+            "ip link set lo up && ip addr add 10.61.{subnet}.2/24 dev vb && ip link set vb up"
+        ));
+        Pair {
+            node,
+            client,
+            subnet,
+        }
+    }
+
+    fn node_ip(&self) -> String {
+        format!("10.61.{}.1", self.subnet)
+    }
+}
+
+/// The node allows and logs TCP 8080 from the client, and drops and logs
+/// ICMP from it; everything else from the client falls through (allowed).
+fn policy(subnet: u8) -> String {
+    format!(
+        "apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata:
+  name: observe
+spec:
+  priority: 5
+  tier: securityops
+  appliedTo:
+    - nodeSelector:
+        matchLabels:
+          role: obs
+  ingress:
+    - action: Allow
+      name: allow-web
+      enableLogging: true
+      logLabel: web
+      from:
+        - ipBlock:
+            cidr: 10.61.{subnet}.0/24
+      ports:
+        - protocol: TCP
+          port: 8080
+    - action: Drop
+      name: drop-ping
+      enableLogging: true
+      from:
+        - ipBlock:
+            cidr: 10.61.{subnet}.0/24
+      protocols:
+        - icmp:
+            icmpType: 8
+"
+    )
+}
+
+/// A TCP server on the node counting connections and bytes received.
+struct Counting {
+    connections: Arc<AtomicU64>,
+    bytes: Arc<AtomicU64>,
+}
+
+fn serve(pair: &Pair, port: u16) -> Counting {
+    let address = format!("{}:{port}", pair.node_ip());
+    let listener = within(&pair.node, || TcpListener::bind(&address).unwrap());
+    let connections = Arc::new(AtomicU64::new(0));
+    let bytes = Arc::new(AtomicU64::new(0));
+    let (c, b) = (Arc::clone(&connections), Arc::clone(&bytes));
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().map_while(Result::ok) {
+            c.fetch_add(1, Ordering::Relaxed);
+            let b = Arc::clone(&b);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 256];
+                while let Ok(n @ 1..) = stream.read(&mut buf) {
+                    b.fetch_add(n as u64, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    Counting { connections, bytes }
+}
+
+/// Opens `n` connections from the client, each sending `hello` (5 bytes).
+fn connect_n(pair: &Pair, port: u16, n: usize) {
+    let address = format!("{}:{port}", pair.node_ip());
+    within(&pair.client, || {
+        for _ in 0..n {
+            let mut s =
+                TcpStream::connect_timeout(&address.parse().unwrap(), Duration::from_secs(3))
+                    .expect("allowed connection");
+            s.write_all(b"hello").unwrap();
+        }
+    });
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+fn lines_with(text: &str, needle: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| l.contains(needle))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn audit_log_dedups_drops_and_logs_each_allowed_connection() {
+    if !is_root() {
+        return;
+    }
+    let pair = Pair::new("audit", 1);
+    let server = serve(&pair, 8080);
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(policies.join("p.yaml"), policy(1)).unwrap();
+    let log = dir.path().join("np.log");
+    let socket = dir.path().join("s.sock");
+    let mut agent = Agent::start(
+        &pair.node,
+        &[
+            "--policies",
+            policies.to_str().unwrap(),
+            "--audit-log",
+            log.to_str().unwrap(),
+            "--status-socket",
+            socket.to_str().unwrap(),
+        ],
+    );
+    agent.wait_log("ruleset applied generation=1");
+
+    // Allow: one line per new connection.
+    connect_n(&pair, 8080, 5);
+    wait_until("5 allow lines", Duration::from_secs(5), || {
+        lines_with(&read(&log), " allow-web ").len() == 5
+    });
+    let allow = lines_with(&read(&log), " allow-web ");
+    let ip = pair.node_ip();
+    for line in &allow {
+        let f: Vec<&str> = line.split(' ').collect();
+        assert_eq!(f.len(), 16, "{line}");
+        assert_eq!(
+            &f[2..8],
+            [
+                "AntreaPolicyIngressRule",
+                "AntreaClusterNetworkPolicy:observe",
+                "allow-web",
+                "Ingress",
+                "Allow",
+                "1"
+            ],
+            "{line}"
+        );
+        assert_eq!(f[8], "obs");
+        assert_eq!(f[9], "10.61.1.2");
+        assert!(f[10].parse::<u16>().is_ok(), "{line}");
+        assert_eq!(
+            &f[11..],
+            [ip.as_str(), "8080", "TCP", "60", "web"],
+            "{line}"
+        );
+    }
+    let ports: std::collections::BTreeSet<&str> = allow
+        .iter()
+        .map(|l| l.split(' ').nth(10).unwrap())
+        .collect();
+    assert_eq!(ports.len(), 5, "one line per connection: {allow:#?}");
+    assert_eq!(server.connections.load(Ordering::Relaxed), 5);
+
+    // Drop: 50 pings in half a second give one line and one summary.
+    let started = Instant::now();
+    let out = pair
+        .client
+        .sh(&format!("timeout 5 ping -c 50 -i 0.005 -W 1 -q {ip}"));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("50 packets transmitted"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    wait_until("drop summary", Duration::from_secs(5), || {
+        lines_with(&read(&log), " drop-ping ").len() == 2
+    });
+    let drops = lines_with(&read(&log), " drop-ping ");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let expected = format!(
+        "AntreaPolicyIngressRule AntreaClusterNetworkPolicy:observe drop-ping Ingress Drop 2 obs 10.61.1.2 <nil> {ip} <nil> ICMP 84 <nil>"
+    );
+    assert!(drops[0].ends_with(&expected), "{}", drops[0]);
+    let (line, summary) = drops[1].split_once(" [").unwrap();
+    assert!(line.ends_with(&expected), "{line}");
+    assert!(
+        summary.starts_with("50 packets in 1.") && summary.ends_with("s]"),
+        "{summary}"
+    );
+    // A second later, nothing more.
+    std::thread::sleep(Duration::from_millis(1200));
+    assert_eq!(lines_with(&read(&log), " drop-ping ").len(), 2);
+
+    // A window still open at SIGTERM is summarised before the agent exits.
+    let out = pair
+        .client
+        .sh(&format!("timeout 5 ping -c 5 -i 0.005 -W 0.05 -q {ip}"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("5 packets transmitted"));
+    let end = Instant::now() + Duration::from_secs(5);
+    while lines_with(&read(&log), " drop-ping ").len() != 3 {
+        assert!(Instant::now() < end, "no third drop line:\n{}", read(&log));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    agent.stop();
+    let drops = lines_with(&read(&log), " drop-ping ");
+    assert_eq!(drops.len(), 4, "{drops:#?}");
+    assert!(drops[3].contains(" [5 packets in "), "{}", drops[3]);
+    eprintln!("np.log:\n{}", read(&log));
+}
+
+/// Counters of a metrics exposition: `name{labels}` → value.
+fn parse_metrics(text: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| {
+            let (key, value) = l.rsplit_once(' ')?;
+            Some((key.to_string(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+fn scrape(ns: &NetNs, port: u16) -> BTreeMap<String, f64> {
+    let text = ns.ok(&format!(
+        "curl -sf --max-time 5 http://127.0.0.1:{port}/metrics"
+    ));
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    parse_metrics(&text)
+}
+
+fn value(m: &BTreeMap<String, f64>, key: &str) -> f64 {
+    m.get(key).copied().unwrap_or(0.0)
+}
+
+#[test]
+fn rate_limit_skips_lines_without_losing_packets() {
+    if !is_root() {
+        return;
+    }
+    let pair = Pair::new("rate", 2);
+    let server = serve(&pair, 8080);
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(policies.join("p.yaml"), policy(2)).unwrap();
+    let log = dir.path().join("np.log");
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "auditRate: 1\nauditBurst: 5\nmetricsAddress: 127.0.0.1:9461\n",
+    )
+    .unwrap();
+    let socket = dir.path().join("s.sock");
+    let agent = Agent::start(
+        &pair.node,
+        &[
+            "--policies",
+            policies.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--audit-log",
+            log.to_str().unwrap(),
+            "--status-socket",
+            socket.to_str().unwrap(),
+        ],
+    );
+    agent.wait_log("ruleset applied generation=1");
+
+    let n = 60;
+    let started = Instant::now();
+    connect_n(&pair, 8080, n);
+    let elapsed = started.elapsed();
+    wait_until("every byte delivered", Duration::from_secs(5), || {
+        server.bytes.load(Ordering::Relaxed) == 5 * n as u64
+    });
+    assert_eq!(server.connections.load(Ordering::Relaxed), n as u64);
+    // Every connection decided; written + skipped lines account for all.
+    let accounted = |m: &BTreeMap<String, f64>| {
+        value(m, "tollgate_audit_lines_written_total")
+            + value(
+                m,
+                "tollgate_audit_lines_skipped_total{reason=\"rate_limit\"}",
+            )
+    };
+    let end = Instant::now() + Duration::from_secs(5);
+    while accounted(&scrape(&pair.node, 9461)) != n as f64 {
+        assert!(
+            Instant::now() < end,
+            "lines not accounted for: {:#?}",
+            scrape(&pair.node, 9461)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let written = lines_with(&read(&log), " allow-web ").len();
+    let allowed_by_rate = 5 + elapsed.as_secs() as usize + 1;
+    assert!(
+        (5..=allowed_by_rate).contains(&written),
+        "{written} lines in {elapsed:?}"
+    );
+    let m = scrape(&pair.node, 9461);
+    eprintln!(
+        "{n} connections in {elapsed:?}, all delivered; {written} audit lines written, {} skipped",
+        n - written
+    );
+    assert_eq!(
+        value(
+            &m,
+            "tollgate_audit_lines_skipped_total{reason=\"rate_limit\"}"
+        ),
+        (n - written) as f64
+    );
+    assert_eq!(
+        value(
+            &m,
+            "tollgate_verdicts_total{action=\"Allow\",tier=\"securityops\"}"
+        ),
+        n as f64
+    );
+}
+
+fn tollgate(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn metrics_move_with_traffic_and_status_answers() {
+    if !is_root() {
+        return;
+    }
+    let pair = Pair::new("metrics", 3);
+    let _server = serve(&pair, 8080);
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(policies.join("p.yaml"), policy(3)).unwrap();
+    let socket: PathBuf = dir.path().join("run/tollgate.sock");
+    let mut agent = Agent::start(
+        &pair.node,
+        &[
+            "--policies",
+            policies.to_str().unwrap(),
+            "--metrics-address",
+            "127.0.0.1:9463",
+            "--status-socket",
+            socket.to_str().unwrap(),
+            "--log-format",
+            "json",
+        ],
+    );
+    agent.wait_log(r#""message":"ruleset applied","generation":1"#);
+
+    let before = scrape(&pair.node, 9463);
+    assert_eq!(value(&before, "tollgate_ruleset_generation"), 1.0);
+    assert_eq!(value(&before, "tollgate_policies"), 1.0);
+    assert_eq!(value(&before, "tollgate_last_reload_success"), 1.0);
+    connect_n(&pair, 8080, 3);
+    let out = pair
+        .client
+        .sh(&format!("ping -c 2 -i 0.2 -W 1 -q {}", pair.node_ip()));
+    assert!(!out.status.success(), "pings are dropped");
+    let after = scrape(&pair.node, 9463);
+    let delta = |key: &str| value(&after, key) - value(&before, key);
+    assert_eq!(
+        delta("tollgate_verdicts_total{action=\"Allow\",tier=\"securityops\"}"),
+        3.0
+    );
+    assert_eq!(
+        delta("tollgate_verdicts_total{action=\"Drop\",tier=\"securityops\"}"),
+        2.0
+    );
+    assert_eq!(
+        delta("tollgate_rule_hits_total{policy=\"AntreaClusterNetworkPolicy:observe\",rule=\"allow-web\",action=\"Allow\"}"),
+        3.0
+    );
+    assert!(delta("tollgate_queue_packets_total{queue=\"100\"}") >= 5.0);
+    assert!(delta("tollgate_verdict_latency_seconds_count{queue=\"100\"}") >= 5.0);
+    assert_eq!(
+        value(&after, "tollgate_queue_overflows_total{queue=\"100\"}"),
+        0.0
+    );
+    assert!(after.contains_key("tollgate_queue_kernel_dropped_total{queue=\"100\"}"));
+
+    // tollgate status against the running agent.
+    let socket_arg = socket.to_str().unwrap();
+    let meta = std::fs::metadata(&socket).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    let out = tollgate(&["status", "--socket", socket_arg]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    for expected in [
+        "node:               obs",
+        "ruleset generation: 1",
+        "policies loaded:    1 (2 rules)",
+        "last reload:        none since start",
+        "fail mode:          closed",
+        "metrics:            127.0.0.1:9463",
+    ] {
+        assert!(text.contains(expected), "{expected:?} missing in\n{text}");
+    }
+    let queue_line = text.lines().find(|l| l.starts_with("100 ")).unwrap();
+    let allowed: u64 = queue_line
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(allowed >= 3, "{queue_line}");
+
+    let out = tollgate(&[
+        "get",
+        "policies",
+        "--sort-by",
+        "effectivePriority",
+        "--socket",
+        socket_arg,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.starts_with("SOURCE"), "{table}");
+    assert!(
+        table.contains("AntreaClusterNetworkPolicy:observe securityops 100"),
+        "{table}"
+    );
+
+    // An invalid change: the status and the metrics say so.
+    std::fs::write(policies.join("p.yaml"), policy(3).replace("Drop", "Maybe")).unwrap();
+    agent.wait_log("reload rejected:");
+    let out = tollgate(&["status", "--socket", socket_arg, "--output", "json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["rulesetGeneration"], 1);
+    let error = json["lastReload"]["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("rejected: ") && error.contains("p.yaml"),
+        "{error}"
+    );
+    let m = scrape(&pair.node, 9463);
+    assert_eq!(value(&m, "tollgate_last_reload_success"), 0.0);
+    assert_eq!(
+        value(&m, "tollgate_reloads_total{result=\"rejected\"}"),
+        1.0
+    );
+
+    // After a clean stop the socket is gone and the CLI says so.
+    agent.stop();
+    assert!(!socket.exists());
+    let out = tollgate(&["status", "--socket", socket_arg]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is `tollgate run` running?"));
+}
+
+/// The node routes between a client (10.61.4.2) and a Pod (10.61.5.2) in
+/// an annotated Namespace whose Kubernetes NetworkPolicy allows TCP 8080:
+/// the allowed connection and the implicit default drop are both audited
+/// in the spec's K8s format.
+#[test]
+fn kubernetes_policy_and_default_drop_are_audited_in_an_annotated_namespace() {
+    if !is_root() {
+        return;
+    }
+    let node = NetNs::create("obs-k8s-n");
+    let client = NetNs::create("obs-k8s-c");
+    let pod = NetNs::create("obs-k8s-p");
+    node.ok(&format!(
+        "ip link set lo up && sysctl -qw net.ipv4.ip_forward=1 && \
+         ip link add va type veth peer name vb netns {} && ip addr add 10.61.4.1/24 dev va && ip link set va up && \
+         ip link add vc type veth peer name vd netns {} && ip addr add 10.61.5.1/24 dev vc && ip link set vc up",
+        client.0, pod.0
+    ));
+    client.ok("ip link set lo up && ip addr add 10.61.4.2/24 dev vb && ip link set vb up && ip route add default via 10.61.4.1");
+    pod.ok("ip link set lo up && ip addr add 10.61.5.2/24 dev vd && ip link set vd up && ip route add default via 10.61.5.1");
+    let listener = within(&pod, || TcpListener::bind("10.61.5.2:8080").unwrap());
+    std::thread::spawn(move || for _ in listener.incoming() {});
+
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(
+        policies.join("k8s.yaml"),
+        "apiVersion: v1
+kind: Namespace
+metadata:
+  name: default
+  annotations:
+    networkpolicy.antrea.io/enable-logging: \"true\"
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: default, labels: {app: web}}
+status: {podIP: 10.61.5.2}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: allow-8080, namespace: default}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  policyTypes: [Ingress]
+  ingress:
+  - ports: [{protocol: TCP, port: 8080}]
+",
+    )
+    .unwrap();
+    let log = dir.path().join("np.log");
+    let socket = dir.path().join("s.sock");
+    let agent = Agent::start(
+        &node,
+        &[
+            "--policies",
+            policies.to_str().unwrap(),
+            "--audit-log",
+            log.to_str().unwrap(),
+            "--status-socket",
+            socket.to_str().unwrap(),
+        ],
+    );
+    agent.wait_log("ruleset applied generation=1");
+
+    let port = within(&client, || {
+        let s =
+            TcpStream::connect_timeout(&"10.61.5.2:8080".parse().unwrap(), Duration::from_secs(3))
+                .expect("allowed by the K8s policy");
+        s.local_addr().unwrap().port()
+    });
+    let out = client.sh("timeout 5 ping -c 3 -i 0.01 -W 0.05 -q 10.61.5.2");
+    assert!(!out.status.success(), "pings are dropped");
+    wait_until("K8s lines", Duration::from_secs(5), || {
+        read(&log).lines().count() >= 2
+    });
+    let text = read(&log);
+    let lines: Vec<&str> = text.lines().map(|l| l.split_once(' ').unwrap().1).collect();
+    let tail = |l: &str| l.split_once(' ').unwrap().1.to_string();
+    assert_eq!(
+        tail(lines[0]),
+        format!("IngressRule K8sNetworkPolicy:default/allow-8080 <nil> Ingress Allow 1 default/web 10.61.4.2 {port} 10.61.5.2 8080 TCP 60 <nil>"),
+        "{text}"
+    );
+    assert_eq!(
+        tail(lines[1]),
+        "IngressDefaultRule K8sNetworkPolicy <nil> Ingress Drop <nil> default/web 10.61.4.2 <nil> 10.61.5.2 <nil> ICMP 84 <nil>",
+        "{text}"
+    );
+}
