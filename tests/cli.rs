@@ -179,10 +179,10 @@ fn trace_evaluates_http_requests_against_l7_rules() {
         );
         serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["verdict"].clone()
     };
-    assert_eq!(run("GET", "/api/v2/items"), "Allow");
-    assert_eq!(run("POST", "/api/v2/items"), "Drop");
-    assert_eq!(run("GET", "/admin"), "Drop");
-    assert_eq!(run("GET", "/api/v2/../admin"), "Drop");
+    assert_eq!(run("GET", "/admin"), "Allow");
+    assert_eq!(run("POST", "/api/v2/items"), "Allow");
+    assert_eq!(run("POST", "/admin"), "Drop");
+    assert_eq!(run("DELETE", "/api/v2/../admin"), "Drop");
 }
 
 #[test]
@@ -206,7 +206,7 @@ fn get_policies_sorts_by_effective_priority() {
         sources,
         [
             "AntreaClusterNetworkPolicy:node-protection",
-            "AntreaNetworkPolicy:backend/ingress-allow-http-request-to-api-v2",
+            "AntreaNetworkPolicy:backend/web-read-only-and-api",
             "AntreaClusterNetworkPolicy:tenant-isolation",
             "AntreaClusterNetworkPolicy:client-egress",
             "K8sNetworkPolicy:backend/web-from-prod-clients",
