@@ -4,7 +4,7 @@
 //! server's access log), host globs, IPv6, keep-alive with an allowed then
 //! a denied request, a head split over many segments, an upload larger
 //! than the head buffer, non-HTTP bytes and a 20 KiB header (reset); the
-//! `reset` response; a Pod routed through the Node (FORWARD); and the
+//! `reset` response and the audit lines of a logged L7 rule; a Pod routed through the Node (FORWARD); and the
 //! spec's egress example (allow DNS, HTTP only to `*.bar.com`).
 //! Addresses: 10.79.0.0/16 and fd79::/16.
 
@@ -463,12 +463,22 @@ fn reset_response_fails_fast() {
     let (node, client) = pair("l7r", 2);
     let dir = tempfile::tempdir().unwrap();
     let _nginx = nginx(&node, dir.path());
-    let policy = INGRESS_POLICY;
+    // With enableLogging, every request decision is an audit line.
+    let policy = INGRESS_POLICY.replace(
+        "  - name: allow-api\n    action: Allow\n",
+        "  - name: allow-api\n    action: Allow\n    enableLogging: true\n",
+    );
+    let audit = dir.path().join("np.log");
     let _agent = Agent::start(
         &node,
-        &write_policy(dir.path(), policy),
+        &write_policy(dir.path(), &policy),
         "role=web",
-        &["--l7-deny-response", "reset"],
+        &[
+            "--l7-deny-response",
+            "reset",
+            "--audit-log",
+            audit.to_str().unwrap(),
+        ],
     );
     let (code, body) = curl(&client, "http://10.79.2.1/api/v2/r");
     assert_eq!((code, body.as_str()), (0, "ok /api/v2/r\n"));
@@ -482,6 +492,17 @@ fn reset_response_fails_fast() {
     );
     wait_logged(dir.path(), "GET /api/v2/r HTTP/1.1 200");
     assert!(!access_log(dir.path()).contains("admin"));
+    let line_with = |verdict: &str| {
+        std::fs::read_to_string(&audit)
+            .unwrap_or_default()
+            .lines()
+            .any(|l| {
+                l.contains("AntreaClusterNetworkPolicy:web-l7 allow-api") && l.contains(verdict)
+            })
+    };
+    wait_until("audit lines", Duration::from_secs(5), || {
+        line_with(" Allow ") && line_with(" Reject ")
+    });
 }
 
 /// The spec's egress example, applied to the node.
