@@ -90,11 +90,16 @@ AGENT=$!
 for _ in $(seq 200); do grep -q 'ruleset applied' "$DIR/agent.log" 2>/dev/null && break; sleep 0.05; done
 grep -q 'ruleset applied' "$DIR/agent.log" || { cat "$DIR/agent.log"; exit 1; }
 # Sanity: the rule is enforced.
-code=$(ip netns exec "$CLI" curl -s -o /dev/null -w '%{http_code}' http://10.79.9.1/admin)
-[[ $code == 403 ]] || { echo "expected 403 for /admin, got $code" >&2; exit 1; }
+code=$(ip netns exec "$CLI" curl -sS --max-time 5 -o /dev/null -w '%{http_code}' http://10.79.9.1/admin || true)
+[[ $code == 403 ]] || { echo "expected 403 for /admin, got $code" >&2; cat "$DIR/agent.log" >&2; exit 1; }
 
-l7_tid() { for t in /proc/"$AGENT"/task/*; do [[ $(cat "$t/comm") == nfqueue-l7-* ]] && basename "$t"; done; }
+l7_tid() {
+    for t in /proc/"$AGENT"/task/*; do
+        if [[ $(cat "$t/comm") == nfqueue-l7-* ]]; then basename "$t"; fi
+    done
+}
 TID=$(l7_tid)
+[[ -n $TID ]] || { echo "no L7 worker thread in $AGENT" >&2; exit 1; }
 ticks() { awk '{print $14 + $15}' "/proc/$AGENT/task/$TID/stat"; }
 HZ=$(getconf CLK_TCK)
 
