@@ -19,7 +19,9 @@
 //! [`datapath`] plans and installs the iptables chains and ipsets that send
 //! new connections of enforced endpoints to NFQUEUE, and [`queue`] workers
 //! decide them with the current ruleset, handing audit records to the
-//! [`audit`] writer and counts to [`metrics`]. [`status`] answers the CLI
+//! [`audit`] writer and counts to [`metrics`]; connections allowed by L7
+//! rules are followed request by request on a dedicated queue by [`l7`]
+//! (stream following and deny packets pure, the worker thin). [`status`] answers the CLI
 //! about the running agent over a Unix socket; [`logging`] sets up the
 //! operational log.
 pub mod agent;
