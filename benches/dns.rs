@@ -8,8 +8,10 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::rdata::{A, CNAME};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
+use tollgate::classify::FqdnLookup;
 use tollgate::dns::parse_reply;
-use tollgate::fqdn::{FqdnLearner, FqdnPattern, LearnerConfig};
+use tollgate::fqdn::{DnsSnooper, FqdnLearner, FqdnPattern, LearnerConfig};
+use tollgate::queue::FqdnMirror;
 
 fn name(text: &str) -> Name {
     Name::from_ascii(text).expect("bench names are valid")
@@ -83,7 +85,42 @@ fn bench(c: &mut Criterion) {
             learner.learn_reply(black_box(&rotating[i]), now)
         })
     });
+    // The DNS worker's pure part for one queued UDP packet: IP/UDP slicing,
+    // parse, learn.
+    let packet = {
+        let mut out = Vec::new();
+        etherparse::PacketBuilder::ipv4([10, 0, 0, 53], [10, 0, 0, 7], 64)
+            .udp(53, 40000)
+            .write(&mut out, &bytes)
+            .expect("bench packet encodes");
+        out
+    };
+    group.bench_function("snoop+parse+learn (UDP packet, refresh path)", |b| {
+        let mut snooper = DnsSnooper::new(Vec::new(), 1024, 16 * 1024);
+        let mut learner = FqdnLearner::new(selectors(), LearnerConfig::default());
+        let mut now = 0u64;
+        b.iter(|| {
+            now += 1_500;
+            let snooped = snooper.snoop(black_box(&packet));
+            for message in &snooped.messages {
+                let _ = learner.learn_reply(message, now);
+            }
+        })
+    });
     group.finish();
+
+    // What a connection worker pays per FQDN peer: the mirror's read lock
+    // and one lookup (uncontended).
+    let (mirror, _) = FqdnMirror::restore(selectors(), LearnerConfig::default(), &[]);
+    let pattern = FqdnPattern::new("*github.com");
+    let address = "140.82.121.3".parse().expect("address");
+    c.bench_function("mirror lookup (read lock)", |b| {
+        b.iter(|| {
+            mirror
+                .lookup()
+                .resolves_to(black_box(&pattern), black_box(address))
+        })
+    });
 }
 
 criterion_group!(benches, bench);

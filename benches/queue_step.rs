@@ -11,6 +11,7 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, Criterion};
 use etherparse::{IpHeaders, PacketBuilder, PacketBuilderStep};
 use tollgate::audit::Timestamp;
+use tollgate::classify::NoFqdn;
 use tollgate::compile::{LocalNode, Ruleset};
 use tollgate::config::{FailMode, MarkLayout};
 use tollgate::flow::Verdict;
@@ -41,12 +42,30 @@ fn bench(c: &mut Criterion) {
     let ruleset = Ruleset::compile(&Snapshot::default(), &LocalNode::default());
     let marks = MarkLayout::default();
     c.bench_function("step/tcp-syn-v4-empty-ruleset", |b| {
-        b.iter(|| step(black_box(&v4), 0, &ruleset, &marks, FailMode::Closed, NOW))
+        b.iter(|| {
+            step(
+                black_box(&v4),
+                0,
+                &ruleset,
+                &NoFqdn,
+                &marks,
+                FailMode::Closed,
+                NOW,
+            )
+        })
     });
     let logged = logged_drop_ruleset();
     c.bench_function("step/tcp-syn-v4-logged-drop", |b| {
         b.iter(|| {
-            let s = step(black_box(&v4), 0, &logged, &marks, FailMode::Closed, NOW);
+            let s = step(
+                black_box(&v4),
+                0,
+                &logged,
+                &NoFqdn,
+                &marks,
+                FailMode::Closed,
+                NOW,
+            );
             assert_eq!(s.audit.len(), 1);
             s
         })
@@ -55,7 +74,7 @@ fn bench(c: &mut Criterion) {
     // counters, and the latency histogram.
     let mut metrics =
         tollgate::metrics::WorkerMetrics::new(std::sync::Arc::new(Default::default()), 100);
-    let decided = step(&v4, 0, &logged, &marks, FailMode::Closed, NOW);
+    let decided = step(&v4, 0, &logged, &NoFqdn, &marks, FailMode::Closed, NOW);
     let tollgate::queue::Outcome::Decided { by, .. } = decided.outcome else {
         panic!("a rule decides");
     };

@@ -28,7 +28,9 @@
 # Services: tg-server runs an HTTP server on 80 and a TCP echo-ish server
 # (nc) on 8080; tg-node runs an HTTP server on 8080 (a "host service") and
 # accepts TCP 22 (nc) to play the SSH port; tg-dns runs dnsmasq answering
-# web.lab.test -> 10.99.3.2 and *.allowed.test -> 10.99.3.2 when dnsmasq is
+# web.lab.test -> 10.99.3.2, www.allowed.test -> 10.99.3.10 and
+# www.blocked.test -> 10.99.3.20 (two extra addresses on tg-server that are
+# not Pods: "sites outside the cluster"), TTL 60 s, when dnsmasq is
 # installed. Clients resolve through tg-dns (/etc/netns/<ns>/resolv.conf).
 #
 # The script installs nothing: it checks for the tools and says what to
@@ -131,6 +133,10 @@ up() {
         mkdir -p "/etc/netns/$ns"
         echo "nameserver 10.99.4.2" >"/etc/netns/$ns/resolv.conf"
     done
+    # Two "external" sites on the server namespace, outside the inventory:
+    # FQDN rules can only tell names apart when their addresses differ.
+    nsx tg-server ip addr add 10.99.3.10/24 dev eth0
+    nsx tg-server ip addr add 10.99.3.20/24 dev eth0
     mkdir -p "/etc/netns/$NS_NODE"
     echo "nameserver 10.99.4.2" >"/etc/netns/$NS_NODE/resolv.conf"
 
@@ -144,8 +150,9 @@ up() {
     if command -v dnsmasq >/dev/null 2>&1; then
         spawn tg-dns dns dnsmasq --keep-in-foreground --no-resolv --no-hosts \
             --listen-address=10.99.4.2 --bind-interfaces --log-queries \
-            --address=/web.lab.test/10.99.3.2 --address=/allowed.test/10.99.3.2 \
-            --address=/blocked.test/10.99.3.2 --pid-file="$STATE/dnsmasq.pidfile"
+            --local-ttl=60 --address=/web.lab.test/10.99.3.2 \
+            --host-record=www.allowed.test,10.99.3.10 \
+            --host-record=www.blocked.test,10.99.3.20 --pid-file="$STATE/dnsmasq.pidfile"
         wait_listening tg-dns u 53
     else
         echo "lab.sh: dnsmasq not installed: tg-dns has no DNS server (FQDN demos disabled)" >&2
@@ -228,6 +235,9 @@ demo() {
         outcome "client1 -> web.lab.test HTTP" nsx tg-client1 curl -fsS --max-time 2 http://web.lab.test/
         outcome "client1 -> www.allowed.test HTTP" nsx tg-client1 curl -fsS --max-time 2 http://www.allowed.test/
         outcome "client1 -> www.blocked.test HTTP" nsx tg-client1 curl -fsS --max-time 2 http://www.blocked.test/
+        outcome "client1 -> 10.99.3.20 HTTP (no lookup)" nsx tg-client1 curl -fsS --max-time 2 http://10.99.3.20/
+        echo "learned from DNS answers (tollgate get fqdn):"
+        nsx "$NS_NODE" "$(tollgate_bin)" get fqdn --policies "$(cat "$STATE/rules-dir" 2>/dev/null || echo "$RULES")" 2>&1 | sed 's/^/  /' || true
     fi
     echo "queues (node namespace):"
     nsx "$NS_NODE" cat /proc/net/netfilter/nfnetlink_queue 2>/dev/null | sed 's/^/  /' || true

@@ -1,6 +1,7 @@
 //! `tollgate run`: the agent's run loop. It loads the configuration and the
-//! policy directory, starts one NFQUEUE worker per queue, installs the
-//! datapath, and then waits: a change in the policy directory (inotify,
+//! policy directory, restores the FQDN mirror from the kernel's FQDN sets,
+//! starts one NFQUEUE worker per queue and the DNS reply worker, installs
+//! the datapath, and then waits: a change in the policy directory (inotify,
 //! debounced) or SIGHUP reloads, SIGTERM/SIGINT tears everything down. A
 //! policy directory that fails validation never replaces the ruleset in
 //! force. This module wires the pieces; it decides nothing itself.
@@ -24,9 +25,13 @@ use crate::config::{
     Privileged, Settings,
 };
 use crate::datapath::{self, DatapathError, Kernel};
+use crate::fqdn::LearnerConfig;
 use crate::l7::{L7Stats, L7Worker, L7WorkerConfig};
 use crate::metrics::{Metrics, ReloadResult};
-use crate::queue::{parse_kernel_counters, Observers, Worker, WorkerConfig, PROC_QUEUES};
+use crate::queue::{
+    parse_kernel_counters, DnsStats, DnsWorker, DnsWorkerConfig, FqdnMirror, Observers, Worker,
+    WorkerConfig, PROC_QUEUES,
+};
 use crate::status::{AgentFacts, AgentStatus};
 use crate::validate::Problem;
 
@@ -73,6 +78,15 @@ pub struct RunArgs {
     /// Always-allowed traffic, ahead of every policy.
     #[arg(long, value_name = "CIDR[,proto[/port]]", value_parser = parse_privileged)]
     pub privileged: Vec<Privileged>,
+    /// NFQUEUE number of the DNS reply queue (default: after the others).
+    #[arg(long, value_name = "N")]
+    pub dns_queue: Option<u16>,
+    /// Learn FQDN addresses only from replies of this DNS server.
+    #[arg(long = "dns-trusted-server", value_name = "IP")]
+    pub dns_trusted_servers: Vec<IpAddr>,
+    /// Floor on the TTL of learned FQDN addresses, seconds (default 5).
+    #[arg(long, value_name = "SECS")]
+    pub fqdn_min_ttl: Option<u32>,
     /// Audit log file (the spec's np.log format); off when unset.
     #[arg(long, value_name = "FILE")]
     pub audit_log: Option<PathBuf>,
@@ -120,6 +134,9 @@ impl RunArgs {
             fail_mode: self.fail_mode,
             privileged: non_empty(&self.privileged),
             l7_deny_response: self.l7_deny_response,
+            dns_queue: self.dns_queue,
+            dns_trusted_servers: non_empty(&self.dns_trusted_servers),
+            fqdn_min_ttl: self.fqdn_min_ttl,
             audit_log: self.audit_log.clone(),
             metrics_address: self.metrics_address,
             status_socket: self.status_socket.clone(),
@@ -207,11 +224,31 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
         }
         None => None,
     };
-    let policy = Arc::new(ArcSwap::from_pointee(ruleset));
     let observers = Observers {
         metrics: Arc::clone(&metrics),
         audit: audit.clone(),
     };
+    // What the FQDN sets still hold from a previous run (their entries time
+    // out in the kernel meanwhile) seeds the mirror before any worker runs.
+    let learned: Vec<(String, Vec<(IpAddr, u32)>)> = kernel
+        .installed()?
+        .learned
+        .into_iter()
+        .map(|(name, set)| (name, set.entries))
+        .collect();
+    let (mirror, restored) = FqdnMirror::restore(
+        ruleset.fqdn_patterns().to_vec(),
+        learner_config(&config),
+        &learned,
+    );
+    let mirror = Arc::new(mirror);
+    tracing::info!(
+        selectors = ruleset.fqdn_patterns().len(),
+        restored,
+        "fqdn mirror restored"
+    );
+
+    let policy = Arc::new(ArcSwap::from_pointee(ruleset));
     let workers = config
         .queues
         .iter()
@@ -223,6 +260,7 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
                     fail_mode: config.fail_mode,
                 },
                 Arc::clone(&policy),
+                Arc::clone(&mirror),
                 observers.clone(),
             )
         })
@@ -234,6 +272,7 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
             l7: config.l7,
         },
         Arc::clone(&policy),
+        Arc::clone(&mirror),
         observers,
     )?;
     let status = Arc::new(AgentStatus::new(
@@ -260,10 +299,13 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
         policies: args.policies,
         kernel,
         policy,
+        mirror,
+        dns: None,
         generation: 0,
         metrics,
         status,
     };
+    agent.start_dns_worker()?;
     if let Err(error) = agent.install() {
         if let Err(teardown) = agent.kernel.teardown() {
             tracing::error!(%teardown, "teardown after failed install");
@@ -279,8 +321,19 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
     }
     log_queue_stats(&workers);
     log_l7_stats(l7_worker.queue, &l7_worker.stats);
+    if let Some(dns) = &agent.dns {
+        log_dns_stats(dns.queue, &dns.stats, &agent.mirror);
+    }
     tracing::info!("shutdown complete");
     Ok(())
+}
+
+fn learner_config(config: &Config) -> LearnerConfig {
+    LearnerConfig {
+        min_ttl_secs: config.fqdn.min_ttl_secs,
+        max_addresses_per_name: config.fqdn.max_addresses_per_name,
+        max_addresses: config.fqdn.max_addresses,
+    }
 }
 
 /// Starts the status API. A socket that was configured must work; the
@@ -433,16 +486,40 @@ struct Agent {
     policies: PathBuf,
     kernel: Kernel,
     policy: Arc<ArcSwap<Ruleset>>,
+    mirror: Arc<FqdnMirror>,
+    /// The DNS reply worker, started with the first ruleset that has FQDN
+    /// selectors (its queue is not bound before).
+    dns: Option<DnsWorker>,
     generation: u64,
     metrics: Arc<Metrics>,
     status: Arc<AgentStatus>,
 }
 
 impl Agent {
+    /// Starts the DNS reply worker if the ruleset in force has FQDN
+    /// selectors and it is not running yet. Called before the rules that
+    /// queue DNS replies are installed.
+    fn start_dns_worker(&mut self) -> Result<(), crate::queue::QueueError> {
+        if self.dns.is_some() || self.policy.load().fqdn_patterns().is_empty() {
+            return Ok(());
+        }
+        let worker = DnsWorker::spawn(
+            DnsWorkerConfig {
+                queue: self.config.fqdn.dns_queue,
+                trusted_servers: self.config.fqdn.trusted_servers.clone(),
+            },
+            Arc::clone(&self.mirror),
+            Arc::clone(&self.metrics),
+        )?;
+        tracing::info!(queue = worker.queue, "dns worker started");
+        self.dns = Some(worker);
+        Ok(())
+    }
+
     /// Programs the datapath for the ruleset in force.
     fn install(&mut self) -> Result<(), DatapathError> {
         let ruleset = self.policy.load();
-        let desired = datapath::desired(&self.config, ruleset.enforced());
+        let desired = datapath::desired(&self.config, ruleset.enforced(), ruleset.fqdn_patterns());
         let changed = self.kernel.reconcile(&desired)?;
         self.generation += 1;
         self.metrics.ruleset_applied(
@@ -475,7 +552,16 @@ impl Agent {
         };
         match load_ruleset(&self.policies, &node) {
             Ok(ruleset) => {
+                // Kept selectors keep what they learned; a new one starts
+                // empty. The mirror switches first so the new ruleset never
+                // asks about a selector it does not know.
+                self.mirror.reselect(ruleset.fqdn_patterns());
                 self.policy.store(Arc::new(ruleset));
+                if let Err(error) = self.start_dns_worker() {
+                    // The DNS rules bypass a queue nobody reads: replies
+                    // pass unlearned, FQDN rules match nothing new.
+                    tracing::error!(%error, "dns worker failed to start");
+                }
                 match self.install() {
                     Ok(()) => self.reloaded(ReloadResult::Applied, None),
                     Err(error) => {
@@ -566,6 +652,28 @@ fn log_l7_stats(queue: u16, s: &L7Stats) {
         overflows = s.overflows.load(Ordering::Relaxed),
         verdict_errors = s.verdict_errors.load(Ordering::Relaxed),
         "L7 queue stats"
+    );
+}
+
+fn log_dns_stats(queue: u16, s: &DnsStats, mirror: &FqdnMirror) {
+    let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    tracing::info!(
+        queue,
+        packets = load(&s.packets),
+        parsed = load(&s.parsed),
+        failed = load(&s.failed),
+        untrusted = load(&s.untrusted),
+        tcp_untracked = load(&s.tcp_untracked),
+        tcp_gaps = load(&s.tcp_gaps),
+        oversized = load(&s.oversized),
+        learned = load(&s.learned),
+        refreshed = load(&s.refreshed),
+        evicted = load(&s.evicted),
+        expired = mirror.counters().expired,
+        ipset_errors = load(&s.ipset_errors),
+        overflows = load(&s.overflows),
+        verdict_errors = load(&s.verdict_errors),
+        "dns stats"
     );
 }
 

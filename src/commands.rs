@@ -354,6 +354,79 @@ pub fn render_trace(trace: &Trace, format: OutputFormat) -> String {
     }
 }
 
+/// `tollgate get fqdn`: what a running agent has learned, from the kernel's
+/// FQDN sets — one row per selector, set and address with the remaining
+/// TTL in seconds. Selectors of `patterns` name their sets; a set no
+/// selector maps to shows `-`; a selector with nothing learned shows one
+/// row without address.
+pub fn render_fqdn(
+    sets: &BTreeMap<String, crate::datapath::LearnedSet>,
+    patterns: &[crate::fqdn::FqdnPattern],
+) -> String {
+    use crate::datapath::{plan::fqdn_set, Family};
+    let mut rows = vec![[
+        "SELECTOR".to_string(),
+        "SET".to_string(),
+        "ADDRESS".to_string(),
+        "TTL".to_string(),
+    ]];
+    let mut named = std::collections::BTreeSet::new();
+    for pattern in patterns {
+        let mut any = false;
+        for family in Family::ALL {
+            let name = fqdn_set(pattern, family);
+            if let Some(set) = sets.get(&name) {
+                for (address, ttl) in sorted(&set.entries) {
+                    rows.push([
+                        pattern.to_string(),
+                        name.clone(),
+                        address.to_string(),
+                        ttl.to_string(),
+                    ]);
+                    any = true;
+                }
+            }
+            named.insert(name);
+        }
+        if !any {
+            rows.push([pattern.to_string(), "-".into(), "-".into(), "-".into()]);
+        }
+    }
+    for (name, set) in sets.iter().filter(|(n, _)| !named.contains(*n)) {
+        for (address, ttl) in sorted(&set.entries) {
+            rows.push([
+                "-".into(),
+                name.clone(),
+                address.to_string(),
+                ttl.to_string(),
+            ]);
+        }
+    }
+    table(&rows)
+}
+
+fn sorted(entries: &[(IpAddr, u32)]) -> Vec<(IpAddr, u32)> {
+    let mut entries = entries.to_vec();
+    entries.sort();
+    entries
+}
+
+fn table<const N: usize>(rows: &[[String; N]]) -> String {
+    let widths: Vec<usize> = (0..N)
+        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        let _ = writeln!(out, "{}", line.join(" ").trim_end());
+    }
+    out
+}
+
 /// `tollgate get policies`: the table of `antctl get netpol
 /// --sort-by=effectivePriority`.
 pub fn render_policies(policies: &[PolicySummary]) -> String {
@@ -381,17 +454,54 @@ pub fn render_policies(policies: &[PolicySummary]) -> String {
             },
         ]);
     }
-    let widths: Vec<usize> = (0..6)
-        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for row in rows {
-        let line: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
+    table(&rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::datapath::{plan::fqdn_set, Family, LearnedSet};
+    use crate::fqdn::FqdnPattern;
+
+    #[test]
+    fn fqdn_table_names_sets_by_selector() {
+        let allowed = FqdnPattern::new("*.allowed.test");
+        let empty = FqdnPattern::new("quiet.test");
+        let sets: BTreeMap<String, LearnedSet> = [
+            (
+                fqdn_set(&allowed, Family::V4),
+                LearnedSet {
+                    family: Family::V4,
+                    entries: vec![
+                        ("10.0.0.9".parse().unwrap(), 20),
+                        ("10.0.0.1".parse().unwrap(), 7),
+                    ],
+                },
+            ),
+            (
+                "tollgate-fqdn-stale-v4".to_string(),
+                LearnedSet {
+                    family: Family::V4,
+                    entries: vec![("10.0.0.2".parse().unwrap(), 3)],
+                },
+            ),
+        ]
+        .into();
+        let text = render_fqdn(&sets, &[allowed.clone(), empty]);
+        let set = fqdn_set(&allowed, Family::V4);
+        let lines: Vec<Vec<&str>> = text
+            .lines()
+            .map(|l| l.split_whitespace().collect())
             .collect();
-        let _ = writeln!(out, "{}", line.join(" ").trim_end());
+        assert_eq!(
+            lines,
+            vec![
+                vec!["SELECTOR", "SET", "ADDRESS", "TTL"],
+                vec!["*.allowed.test", &set, "10.0.0.1", "7"],
+                vec!["*.allowed.test", &set, "10.0.0.9", "20"],
+                vec!["quiet.test", "-", "-", "-"],
+                vec!["-", "tollgate-fqdn-stale-v4", "10.0.0.2", "3"],
+            ]
+        );
     }
-    out
 }

@@ -43,12 +43,25 @@ pub enum ConfigError {
     FailMode { value: String },
     #[error("nodeName: must not be empty")]
     NodeName,
-    #[error("l7Queue {queue}: must lie outside the balanced queues {first}-{last}")]
-    L7Queue { queue: u16, first: u16, last: u16 },
+    #[error("l7Queue {queue}: must differ from the connection queues {first}-{last} and the DNS queue {dns_queue}")]
+    L7Queue {
+        queue: u16,
+        first: u16,
+        last: u16,
+        dns_queue: u16,
+    },
     #[error("l7DenyResponse {value:?}: expected 403 or reset")]
     L7DenyResponse { value: String },
     #[error("{key}: must be at least 1")]
     L7Bound { key: &'static str },
+    #[error("dnsQueue {queue}: must differ from the connection queues {first}-{last}")]
+    DnsQueue { queue: u16, first: u16, last: u16 },
+    #[error("{key} {value}: {reason}")]
+    FqdnBound {
+        key: &'static str,
+        value: usize,
+        reason: &'static str,
+    },
     #[error("{key}: {reason}")]
     Audit {
         key: &'static str,
@@ -337,6 +350,11 @@ pub struct Settings {
     pub l7_deny_response: Option<L7DenyResponse>,
     pub l7_max_flows: Option<usize>,
     pub l7_idle_timeout_seconds: Option<u64>,
+    pub dns_queue: Option<u16>,
+    pub dns_trusted_servers: Option<Vec<IpAddr>>,
+    pub fqdn_min_ttl: Option<u32>,
+    pub fqdn_max_addresses_per_name: Option<usize>,
+    pub fqdn_max_addresses: Option<usize>,
     pub audit_rate: Option<u32>,
     pub audit_burst: Option<u32>,
     pub audit_log_max_bytes: Option<u64>,
@@ -388,6 +406,13 @@ impl Settings {
             l7_idle_timeout_seconds: over
                 .l7_idle_timeout_seconds
                 .or(self.l7_idle_timeout_seconds),
+            dns_queue: over.dns_queue.or(self.dns_queue),
+            dns_trusted_servers: over.dns_trusted_servers.or(self.dns_trusted_servers),
+            fqdn_min_ttl: over.fqdn_min_ttl.or(self.fqdn_min_ttl),
+            fqdn_max_addresses_per_name: over
+                .fqdn_max_addresses_per_name
+                .or(self.fqdn_max_addresses_per_name),
+            fqdn_max_addresses: over.fqdn_max_addresses.or(self.fqdn_max_addresses),
             audit_rate: over.audit_rate.or(self.audit_rate),
             audit_burst: over.audit_burst.or(self.audit_burst),
             audit_log_max_bytes: over.audit_log_max_bytes.or(self.audit_log_max_bytes),
@@ -399,14 +424,18 @@ impl Settings {
     /// Validates and fills defaults. `defaults` carries what depends on the
     /// machine.
     pub fn resolve(self, defaults: &MachineDefaults) -> Result<Config, ConfigError> {
-        let base = self.queue_base.unwrap_or(DEFAULT_QUEUE_BASE);
-        let count = self.queues.unwrap_or(defaults.queues);
-        let queues = QueueRange::new(base, count)?;
-        let l7 = L7Config::resolve(&self, &queues)?;
-        let node_name = self.node_name.unwrap_or_else(|| defaults.node_name.clone());
+        let node_name = self
+            .node_name
+            .clone()
+            .unwrap_or_else(|| defaults.node_name.clone());
         if node_name.trim().is_empty() {
             return Err(ConfigError::NodeName);
         }
+        let base = self.queue_base.unwrap_or(DEFAULT_QUEUE_BASE);
+        let count = self.queues.unwrap_or(defaults.queues);
+        let queues = QueueRange::new(base, count)?;
+        let fqdn = FqdnConfig::resolve(&self, &queues)?;
+        let l7 = L7Config::resolve(&self, &queues, fqdn.dns_queue)?;
         let marks = match self.mark_mask {
             None => MarkLayout::default(),
             Some(MaskValue::Number(n)) => MarkLayout::new(n)?,
@@ -441,6 +470,7 @@ impl Settings {
             return Err(audit_error("auditLogMaxBytes", "must be at least 4096"));
         }
         Ok(Config {
+            fqdn,
             node_name,
             node_labels: self.node_labels.unwrap_or_default(),
             node_addresses: self.node_addresses.unwrap_or_default(),
@@ -496,7 +526,8 @@ pub const DEFAULT_L7_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::fr
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct L7Config {
     /// The NFQUEUE of client→server payload of L7 connections; default the
-    /// queue after the balanced range.
+    /// first queue after the connection queues that the DNS queue does not
+    /// take (103 with the defaults and two connection queues).
     pub queue: u16,
     pub deny_response: L7DenyResponse,
     /// Flows tracked at once; the least recently used is forgotten first.
@@ -505,14 +536,33 @@ pub struct L7Config {
 }
 
 impl L7Config {
-    fn resolve(settings: &Settings, queues: &QueueRange) -> Result<L7Config, ConfigError> {
+    fn resolve(
+        settings: &Settings,
+        queues: &QueueRange,
+        dns_queue: u16,
+    ) -> Result<L7Config, ConfigError> {
         let (first, last) = (queues.first(), queues.last());
-        let queue = match settings.l7_queue {
-            Some(q) => q,
-            None => last.checked_add(1).unwrap_or(first.wrapping_sub(1)),
-        };
-        if (first..=last).contains(&queue) {
-            return Err(ConfigError::L7Queue { queue, first, last });
+        let queue =
+            match settings.l7_queue {
+                Some(q) => q,
+                // The first queue after the connection queues the DNS queue
+                // does not take.
+                None => (last..=u16::MAX).skip(1).find(|q| *q != dns_queue).ok_or(
+                    ConfigError::L7Queue {
+                        queue: last,
+                        first,
+                        last,
+                        dns_queue,
+                    },
+                )?,
+            };
+        if (first..=last).contains(&queue) || queue == dns_queue {
+            return Err(ConfigError::L7Queue {
+                queue,
+                first,
+                last,
+                dns_queue,
+            });
         }
         let max_flows = settings.l7_max_flows.unwrap_or(DEFAULT_L7_MAX_FLOWS);
         if max_flows == 0 {
@@ -532,6 +582,84 @@ impl L7Config {
             deny_response: settings.l7_deny_response.unwrap_or_default(),
             max_flows,
             idle_timeout,
+        })
+    }
+}
+
+/// Default floor on the TTL of learned addresses (seconds): covers the
+/// connect and its retries after a TTL-0 answer.
+pub const DEFAULT_FQDN_MIN_TTL: u32 = 5;
+/// Default bound on addresses remembered per name.
+pub const DEFAULT_FQDN_MAX_PER_NAME: usize = 128;
+/// Smallest per-name bound accepted (the upstream FQDN selector proposal
+/// requires at least 100).
+pub const MIN_FQDN_MAX_PER_NAME: usize = 100;
+/// Default and largest bound on addresses remembered in total (the default
+/// `maxelem` of an ipset, which the FQDN sets keep).
+pub const DEFAULT_FQDN_MAX_ADDRESSES: usize = 65_536;
+
+/// How DNS answers are learned for FQDN rules.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FqdnConfig {
+    /// NFQUEUE number of the DNS reply queue (default: after the
+    /// connection queues).
+    pub dns_queue: u16,
+    /// When not empty, only replies from these addresses are learned.
+    pub trusted_servers: Vec<IpAddr>,
+    pub min_ttl_secs: u32,
+    pub max_addresses_per_name: usize,
+    pub max_addresses: usize,
+}
+
+impl FqdnConfig {
+    fn resolve(settings: &Settings, queues: &QueueRange) -> Result<FqdnConfig, ConfigError> {
+        let dns_queue = match settings.dns_queue {
+            Some(q) => q,
+            None => queues.last().checked_add(1).ok_or(ConfigError::Queues {
+                base: queues.first(),
+                queues: u32::from(queues.last() - queues.first()) + 2,
+            })?,
+        };
+        if (queues.first()..=queues.last()).contains(&dns_queue) {
+            return Err(ConfigError::DnsQueue {
+                queue: dns_queue,
+                first: queues.first(),
+                last: queues.last(),
+            });
+        }
+        let per_name = settings
+            .fqdn_max_addresses_per_name
+            .unwrap_or(DEFAULT_FQDN_MAX_PER_NAME);
+        if per_name < MIN_FQDN_MAX_PER_NAME {
+            return Err(ConfigError::FqdnBound {
+                key: "fqdnMaxAddressesPerName",
+                value: per_name,
+                reason: "must be at least 100",
+            });
+        }
+        let total = settings
+            .fqdn_max_addresses
+            .unwrap_or(DEFAULT_FQDN_MAX_ADDRESSES);
+        if total < per_name {
+            return Err(ConfigError::FqdnBound {
+                key: "fqdnMaxAddresses",
+                value: total,
+                reason: "must be at least fqdnMaxAddressesPerName",
+            });
+        }
+        if total > DEFAULT_FQDN_MAX_ADDRESSES {
+            return Err(ConfigError::FqdnBound {
+                key: "fqdnMaxAddresses",
+                value: total,
+                reason: "must be at most 65536 (the FQDN sets' maxelem)",
+            });
+        }
+        Ok(FqdnConfig {
+            dns_queue,
+            trusted_servers: settings.dns_trusted_servers.clone().unwrap_or_default(),
+            min_ttl_secs: settings.fqdn_min_ttl.unwrap_or(DEFAULT_FQDN_MIN_TTL),
+            max_addresses_per_name: per_name,
+            max_addresses: total,
         })
     }
 }
@@ -592,6 +720,7 @@ pub struct Config {
     pub audit_log: Option<PathBuf>,
     pub metrics_address: Option<SocketAddr>,
     pub l7: L7Config,
+    pub fqdn: FqdnConfig,
     /// Audit lines per second and burst (token bucket).
     pub audit_rate: u32,
     pub audit_burst: u32,
@@ -626,8 +755,18 @@ mod tests {
         assert_eq!(config.marks.reject, 0x20_0000);
         assert_eq!(config.fail_mode, FailMode::Closed);
         assert!(config.interfaces.is_empty());
+        assert_eq!(
+            config.fqdn,
+            FqdnConfig {
+                dns_queue: 102,
+                trusted_servers: vec![],
+                min_ttl_secs: 5,
+                max_addresses_per_name: 128,
+                max_addresses: 65_536,
+            }
+        );
         assert_eq!(config.marks.l7, 0x40_0000);
-        assert_eq!(config.l7.queue, 102);
+        assert_eq!(config.l7.queue, 103);
         assert_eq!(config.l7.deny_response, L7DenyResponse::Forbidden);
         assert_eq!(config.l7.max_flows, DEFAULT_L7_MAX_FLOWS);
     }
@@ -648,6 +787,7 @@ mod tests {
         assert_eq!(settings.l7_deny_response, Some(L7DenyResponse::Forbidden));
         for bad in [
             "l7Queue: 101\n",
+            "l7Queue: 102\n",
             "l7MaxFlows: 0\n",
             "l7IdleTimeoutSeconds: 0\n",
         ] {
@@ -655,12 +795,48 @@ mod tests {
             assert!(settings.resolve(&defaults()).is_err(), "{bad}");
         }
         assert!("teapot".parse::<L7DenyResponse>().is_err());
-        let top = Settings {
+        // A DNS queue moved elsewhere leaves the L7 queue right after.
+        let moved = Settings {
+            dns_queue: Some(50),
+            ..Settings::default()
+        };
+        assert_eq!(moved.resolve(&defaults()).unwrap().l7.queue, 102);
+    }
+
+    #[test]
+    fn fqdn_keys_and_bounds() {
+        let yaml = "dnsQueue: 9\ndnsTrustedServers: [10.0.0.53]\nfqdnMinTtl: 1\n\
+                    fqdnMaxAddressesPerName: 100\nfqdnMaxAddresses: 1000\n";
+        let config = Settings::from_yaml(Path::new("c.yaml"), yaml)
+            .unwrap()
+            .resolve(&defaults())
+            .unwrap();
+        assert_eq!(config.fqdn.dns_queue, 9);
+        assert_eq!(config.fqdn.trusted_servers.len(), 1);
+        assert_eq!(config.fqdn.min_ttl_secs, 1);
+        let bad = |s: Settings| s.resolve(&defaults()).unwrap_err().to_string();
+        let clash = bad(Settings {
+            dns_queue: Some(101),
+            ..Settings::default()
+        });
+        assert!(clash.contains("dnsQueue 101"), "{clash}");
+        let small = bad(Settings {
+            fqdn_max_addresses_per_name: Some(99),
+            ..Settings::default()
+        });
+        assert!(small.contains("at least 100"), "{small}");
+        let large = bad(Settings {
+            fqdn_max_addresses: Some(65_537),
+            ..Settings::default()
+        });
+        assert!(large.contains("at most 65536"), "{large}");
+        assert!(Settings {
             queue_base: Some(65534),
             queues: Some(2),
             ..Settings::default()
-        };
-        assert_eq!(top.resolve(&defaults()).unwrap().l7.queue, 65533);
+        }
+        .resolve(&defaults())
+        .is_err());
     }
 
     #[test]

@@ -3,11 +3,17 @@
 //! matches `foobar.com` and `a.b.foobar.com`). Matching is case-insensitive
 //! and ignores one trailing dot on either side. [`FqdnLearner`] keeps the
 //! in-memory mirror of the addresses learned for each selector from DNS
-//! answers. Pure: no DNS traffic, no ipset writes, no clock reads here.
+//! answers; [`DnsSnooper`] turns queued reply packets into the DNS messages
+//! it learns from. Pure: no DNS traffic, no ipset writes, no clock reads.
 
 use std::fmt;
 
 mod learner;
+mod snoop;
+
+pub use snoop::{
+    DnsSnooper, Release, SnoopEvent, Snooped, DEFAULT_MAX_TCP_FLOWS, DEFAULT_MAX_TCP_MESSAGE,
+};
 
 pub use learner::{
     FqdnLearner, IpsetChange, LearnedAt, LearnerConfig, LearnerCounters, RestoredEntry,

@@ -19,10 +19,12 @@
 //! [`datapath`] plans and installs the iptables chains and ipsets that send
 //! new connections of enforced endpoints to NFQUEUE, and [`queue`] workers
 //! decide them with the current ruleset, handing audit records to the
-//! [`audit`] writer and counts to [`metrics`]; connections allowed by L7
-//! rules are followed request by request on a dedicated queue by [`l7`]
-//! (stream following and deny packets pure, the worker thin). [`status`] answers the CLI
-//! about the running agent over a Unix socket; [`logging`] sets up the
+//! [`audit`] writer and counts to [`metrics`]; while rules have `fqdn`
+//! peers, DNS replies go to a queue of their own, whose worker learns the
+//! answers into the FQDN ipsets and the mirror the classifier reads before
+//! releasing each reply; connections allowed by L7 rules are followed
+//! request by request on another queue by [`l7`]. [`status`] answers the
+//! CLI about the running agent over a Unix socket; [`logging`] sets up the
 //! operational log.
 pub mod agent;
 pub mod audit;

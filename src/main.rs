@@ -86,6 +86,15 @@ enum GetCommand {
         #[command(flatten)]
         node: NodeArgs,
     },
+    /// Addresses a running agent has learned for FQDN selectors, with their
+    /// remaining TTL, read from the kernel sets of this network namespace.
+    Fqdn {
+        /// The agent's policies, to name each set by its selector.
+        #[arg(long)]
+        policies: Vec<PathBuf>,
+        #[command(flatten)]
+        node: NodeArgs,
+    },
 }
 
 /// Who the local Node is (policies with `nodeSelector` apply to it).
@@ -226,6 +235,19 @@ fn run(command: Command) -> Result<ExitCode, CommandError> {
                 let (_, ruleset) = commands::load_ruleset(&policies, &node.identity())?;
                 print!("{}", commands::render_policies(ruleset.policies()));
             }
+        }
+        Command::Get {
+            what: GetCommand::Fqdn { policies, node },
+        } => {
+            let patterns = if policies.is_empty() {
+                Vec::new()
+            } else {
+                let (_, ruleset) = commands::load_ruleset(&policies, &node.identity())?;
+                ruleset.fqdn_patterns().to_vec()
+            };
+            let sets = tollgate::datapath::learned_sets()
+                .map_err(|e| CommandError::Usage(format!("reading the FQDN sets: {e}")))?;
+            print!("{}", commands::render_fqdn(&sets, &patterns));
         }
         Command::Status { socket, output } => match socket.ask(&Request::Status)? {
             Response::Status(report) => match output {

@@ -51,7 +51,7 @@ fn install_is_idempotent_and_teardown_leaves_foreign_rules() {
                && ipset create foreign hash:ip",
         );
         let kernel = Kernel::detect().unwrap();
-        let plan = desired(&config, &enforced(true, &["10.0.0.5", "fd00::5"]));
+        let plan = desired(&config, &enforced(true, &["10.0.0.5", "fd00::5"]), &[]);
         assert!(kernel.reconcile(&plan).unwrap(), "first install changes");
         let after = kernel.installed().unwrap();
         let diff = Changes::between(&plan, &after);
@@ -73,6 +73,7 @@ fn install_is_idempotent_and_teardown_leaves_foreign_rules() {
         let grown = desired(
             &config,
             &enforced(true, &["10.0.0.5", "10.0.0.6", "fd00::5"]),
+            &[],
         );
         assert!(kernel.reconcile(&grown).unwrap());
         assert!(ns

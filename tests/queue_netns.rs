@@ -14,12 +14,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
+use tollgate::classify::FqdnLookup;
 use tollgate::compile::Enforced;
 use tollgate::config::{MachineDefaults, Settings};
 use tollgate::datapath::{desired, Kernel};
 use tollgate::flow::{Flow, Transport, Verdict};
 use tollgate::metrics::Metrics;
-use tollgate::queue::{Observers, Policy, Ruling, Worker, WorkerConfig};
+use tollgate::queue::{FqdnMirror, Observers, Policy, Ruling, Worker, WorkerConfig};
 
 /// A background process, killed on drop.
 struct Background(Child);
@@ -36,7 +37,7 @@ impl Drop for Background {
 struct TestPolicy;
 
 impl Policy for TestPolicy {
-    fn decide(&self, flow: &Flow) -> Ruling {
+    fn decide(&self, flow: &Flow, _: &dyn FqdnLookup) -> Ruling {
         Ruling::plain(match flow.transport {
             Transport::Tcp { dst_port: 80, .. } => Verdict::Allow,
             Transport::Tcp { dst_port: 81, .. } => Verdict::Reject,
@@ -101,6 +102,7 @@ fn allow_reject_drop_through_the_queue() {
                 fail_mode: config.fail_mode,
             },
             Arc::new(ArcSwap::from_pointee(TestPolicy)),
+            Arc::new(FqdnMirror::restore(vec![], Default::default(), &[]).0),
             Observers {
                 metrics: Arc::new(Metrics::new()),
                 audit: None,
@@ -113,7 +115,7 @@ fn allow_reject_drop_through_the_queue() {
             node_egress: false,
             endpoints: vec![],
         };
-        kernel.reconcile(&desired(&config, &enforced)).unwrap();
+        kernel.reconcile(&desired(&config, &enforced, &[])).unwrap();
         worker.stats
     });
 

@@ -4,11 +4,12 @@
 //! `iptables-restore --noflush -w` / `ip6tables-restore --noflush -w`.
 //! It decides nothing: what to write comes from [`super::diff`].
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
 use super::diff::Changes;
-use super::state::{Family, State};
+use super::state::{parse_ipset_save, Family, LearnedSet, State};
 use super::DatapathError;
 
 /// The iptables flavour of this system; tollgate uses the matching
@@ -88,9 +89,22 @@ impl Kernel {
         Ok(true)
     }
 
-    /// Removes every chain, jump and set tollgate owns.
+    /// Removes every chain, jump and set tollgate owns, except the learned
+    /// (FQDN) sets: no rule refers to them once the chains are gone, their
+    /// entries time out by themselves, and they let a restarted agent keep
+    /// what it learned. The next start destroys those of selectors that no
+    /// longer exist.
     pub fn teardown(&self) -> Result<(), DatapathError> {
-        self.reconcile(&State::default()).map(|_| ())
+        let installed = self.installed()?;
+        let keep = State {
+            learned: installed.learned.clone(),
+            ..State::default()
+        };
+        let changes = Changes::between(&keep, &installed);
+        if !changes.is_empty() {
+            self.apply(&changes)?;
+        }
+        Ok(())
     }
 
     fn apply(&self, changes: &Changes) -> Result<(), DatapathError> {
@@ -108,6 +122,12 @@ impl Kernel {
         }
         Ok(())
     }
+}
+
+/// The learned (FQDN) sets of the current namespace with their entries and
+/// remaining timeouts, from `ipset save` (no iptables needed).
+pub fn learned_sets() -> Result<BTreeMap<String, LearnedSet>, DatapathError> {
+    Ok(parse_ipset_save(&run("ipset", &["save"], None)?).1)
 }
 
 /// Runs a command to completion, feeding `stdin`; returns its stdout.

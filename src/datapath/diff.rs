@@ -7,10 +7,14 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
+#[cfg(test)]
+use super::state::LearnedSet;
 use super::state::{Family, IpSet, State, Table};
 
 /// Suffix of the temporary set a membership change is built in.
 const NEXT_SUFFIX: &str = "-next";
+/// Default timeout of a learned set; every entry is written with its own.
+const LEARNED_DEFAULT_TIMEOUT: u32 = 300;
 
 /// Changes to one family's filter table.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -112,6 +116,9 @@ pub struct SetWrite {
 pub struct Changes {
     /// Sets to create or refill, by name.
     pub sets: BTreeMap<String, SetWrite>,
+    /// Timeout sets to create (empty), by name. Existing ones are kept
+    /// with their entries.
+    pub create_learned: BTreeMap<String, Family>,
     pub v4: TableChanges,
     pub v6: TableChanges,
     /// Owned sets to destroy.
@@ -134,14 +141,27 @@ impl Changes {
                 )),
             })
             .collect();
+        let create_learned = desired
+            .learned
+            .iter()
+            .filter(|(name, _)| !installed.learned.contains_key(*name))
+            .map(|(name, set)| (name.clone(), set.family))
+            .collect();
         let destroy_sets = installed
             .sets
             .keys()
             .filter(|name| !desired.sets.contains_key(*name))
+            .chain(
+                installed
+                    .learned
+                    .keys()
+                    .filter(|name| !desired.learned.contains_key(*name)),
+            )
             .cloned()
             .collect();
         Changes {
             sets,
+            create_learned,
             v4: TableChanges::between(&desired.v4, &installed.v4),
             v6: TableChanges::between(&desired.v6, &installed.v6),
             destroy_sets,
@@ -150,6 +170,7 @@ impl Changes {
 
     pub fn is_empty(&self) -> bool {
         self.sets.is_empty()
+            && self.create_learned.is_empty()
             && self.v4.is_empty()
             && self.v6.is_empty()
             && self.destroy_sets.is_empty()
@@ -164,10 +185,18 @@ impl Changes {
 
     /// Input for `ipset restore -exist` that creates and refills sets.
     pub fn ipset_prepare_text(&self) -> Option<String> {
-        if self.sets.is_empty() {
+        if self.sets.is_empty() && self.create_learned.is_empty() {
             return None;
         }
         let mut out = String::new();
+        for (name, family) in &self.create_learned {
+            let family = family.ipset_family();
+            writeln!(
+                out,
+                "create {name} hash:ip family {family} timeout {LEARNED_DEFAULT_TIMEOUT}"
+            )
+            .expect("write to String");
+        }
         for (name, SetWrite { set, exists }) in &self.sets {
             let family = set.family.ipset_family();
             writeln!(out, "create {name} hash:ip family {family}").expect("write to String");
@@ -275,5 +304,42 @@ mod tests {
             "destroy tollgate-old\n"
         );
         assert!(changes.v4.restore_text().is_none());
+    }
+
+    #[test]
+    fn learned_sets_are_created_empty_kept_with_entries_and_destroyed() {
+        let learned = |entries: Vec<(std::net::IpAddr, u32)>| LearnedSet {
+            family: Family::V4,
+            entries,
+        };
+        let mut desired = State::default();
+        desired
+            .learned
+            .insert("tollgate-fqdn-a-v4".into(), learned(vec![]));
+        desired
+            .learned
+            .insert("tollgate-fqdn-b-v4".into(), learned(vec![]));
+        let mut installed = State::default();
+        installed.learned.insert(
+            "tollgate-fqdn-a-v4".into(),
+            learned(vec![("10.0.0.1".parse().unwrap(), 30)]),
+        );
+        installed
+            .learned
+            .insert("tollgate-fqdn-old-v4".into(), learned(vec![]));
+        let changes = Changes::between(&desired, &installed);
+        assert_eq!(
+            changes.ipset_prepare_text().unwrap(),
+            "create tollgate-fqdn-b-v4 hash:ip family inet timeout 300\n"
+        );
+        assert_eq!(
+            changes.ipset_cleanup_text().unwrap(),
+            "destroy tollgate-fqdn-old-v4\n"
+        );
+        installed
+            .learned
+            .insert("tollgate-fqdn-b-v4".into(), learned(vec![]));
+        installed.learned.remove("tollgate-fqdn-old-v4");
+        assert!(Changes::between(&desired, &installed).is_empty());
     }
 }

@@ -1,7 +1,8 @@
 //! Kernel datapath: owns the `TOLLGATE-*` chains of the filter table (IPv4
 //! and IPv6), one jump into each from INPUT, FORWARD and OUTPUT, and the
 //! `tollgate-*` ipsets. It must never modify a rule, chain or set it does
-//! not own. The desired state is planned by pure functions ([`plan`]),
+//! not own, nor an entry of a learned (FQDN) set: those belong to the DNS
+//! worker. The desired state is planned by pure functions ([`plan`]),
 //! compared with what is installed ([`state`], [`diff`]), and only the
 //! difference is written, in one batch per table ([`apply`]).
 //!
@@ -27,7 +28,8 @@
 //! nfmask and ctmask = the mask) and acts on it. Later packets of the
 //! connection are handled by connmark matches before any NFQUEUE rule.
 //!
-//! The L7 queue (default: the queue after the balanced range) receives
+//! The L7 queue (default: the first queue after the connection queues that
+//! the DNS queue does not take, 103 here) receives
 //! only segments that may carry payload: the owned chain `TOLLGATE-L7`
 //! returns segments whose IP length equals the IP plus TCP header length
 //! (`u32` tests for every TCP data offset, IPv4 without options and IPv6
@@ -64,7 +66,7 @@
 //! -A TOLLGATE-FORWARD -p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset
 //! -A TOLLGATE-FORWARD -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp-admin-prohibited
 //! -A TOLLGATE-FORWARD -m connmark --mark 0x600000/0xf00000 -j DROP
-//! -A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 102
+//! -A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 103
 //! -A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 //! -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
@@ -82,7 +84,7 @@
 //! -A TOLLGATE-INPUT -p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset
 //! -A TOLLGATE-INPUT -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp-admin-prohibited
 //! -A TOLLGATE-INPUT -m connmark --mark 0x600000/0xf00000 -j DROP
-//! -A TOLLGATE-INPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 102
+//! -A TOLLGATE-INPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 103
 //! -A TOLLGATE-INPUT -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 //! -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
@@ -98,7 +100,7 @@
 //! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x48&&0x20>>0x1c=0xd" -j RETURN
 //! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x4c&&0x20>>0x1c=0xe" -j RETURN
 //! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x50&&0x20>>0x1c=0xf" -j RETURN
-//! -A TOLLGATE-L7 -j NFQUEUE --queue-num 102
+//! -A TOLLGATE-L7 -j NFQUEUE --queue-num 103
 //! -A TOLLGATE-OUTPUT -o lo -j ACCEPT
 //! -A TOLLGATE-OUTPUT -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
 //! -A TOLLGATE-OUTPUT -m mark --mark 0x100000/0xf00000 -j ACCEPT
@@ -111,7 +113,7 @@
 //! -A TOLLGATE-OUTPUT -p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset
 //! -A TOLLGATE-OUTPUT -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp-admin-prohibited
 //! -A TOLLGATE-OUTPUT -m connmark --mark 0x600000/0xf00000 -j DROP
-//! -A TOLLGATE-OUTPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 102
+//! -A TOLLGATE-OUTPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 103
 //! -A TOLLGATE-OUTPUT -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 //! -A TOLLGATE-OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
@@ -127,7 +129,22 @@
 //! neighbour discovery (types 133–137) accepted on INPUT and OUTPUT after
 //! the connmark rule, and IPv6 `TOLLGATE-L7` tests
 //! `0x4>>0x8&0xff=0x6&&0x4>>0x10=<TCP header length>&&0x34>>0x1c=<data
-//! offset>`. Fail-open adds `--queue-bypass` to every NFQUEUE rule; a single queue is `--queue-num N`; configured interfaces put
+//! offset>`. With FQDN selectors in the ruleset, every owned chain of both
+//! families also gets, right after the L7 rules and before the connmark
+//! shortcut (queue 102 = the default DNS queue, after the connection
+//! queues; the L7 queue is then 103):
+//!
+//! ```text
+//! -A TOLLGATE-INPUT -p udp -m udp --sport 53 -m conntrack --ctstate ESTABLISHED --ctdir REPLY -j NFQUEUE --queue-num 102 --queue-bypass
+//! -A TOLLGATE-INPUT -p tcp -m tcp --sport 53 -m conntrack --ctstate ESTABLISHED --ctdir REPLY -j NFQUEUE --queue-num 102 --queue-bypass
+//! ```
+//!
+//! and `ipset save` shows one timeout set per selector and family, whose
+//! entries only the DNS worker writes ([`ipset_netlink`]):
+//! `create tollgate-fqdn-<10 hex digits of SHA-1(selector)>-v4 hash:ip family
+//! inet hashsize 1024 maxelem 65536 timeout 300 …` and `add … 10.0.0.9
+//! timeout 287`. Fail-open adds `--queue-bypass` to every NFQUEUE
+//! rule; a single queue is `--queue-num N`; configured interfaces put
 //! `-i IF` (INPUT), `-o IF` (OUTPUT) or both (FORWARD) on the NFQUEUE
 //! rules; privileged entries become `-s CIDR [-p P [-m P --dport N]] -j
 //! ACCEPT` on INPUT, `-d …` on OUTPUT and both on FORWARD, before the
@@ -136,13 +153,14 @@
 
 pub mod apply;
 pub mod diff;
+pub mod ipset_netlink;
 pub mod plan;
 pub mod state;
 
-pub use apply::{Backend, Kernel};
+pub use apply::{learned_sets, Backend, Kernel};
 pub use diff::Changes;
 pub use plan::{desired, Hook};
-pub use state::{Family, State};
+pub use state::{Family, LearnedSet, State};
 
 /// Why the kernel state could not be read or written.
 #[derive(Debug, thiserror::Error)]

@@ -1,13 +1,17 @@
-//! The desired netfilter state for a configuration and the endpoints the
-//! compiled ruleset enforces: rule text exactly as `iptables-save` prints it,
-//! so that the installed state parses back to an equal value. Pure.
+//! The desired netfilter state for a configuration, the endpoints the
+//! compiled ruleset enforces and its FQDN selectors: rule text exactly as
+//! `iptables-save` prints it, so that the installed state parses back to an
+//! equal value. Pure.
 
 use std::collections::BTreeMap;
 
+use sha1::{Digest, Sha1};
+
 use crate::compile::Enforced;
 use crate::config::{Config, FailMode, MarkLayout, Privileged, PrivilegedProtocol};
+use crate::fqdn::FqdnPattern;
 
-use super::state::{Family, IpSet, State, Table};
+use super::state::{Family, IpSet, LearnedSet, State, Table};
 
 /// A built-in hook of the filter table and the owned chain it jumps to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -48,18 +52,45 @@ pub fn endpoints_set(family: Family) -> &'static str {
 /// The owned chain that sends client→server payload of L7 connections to
 /// the L7 queue; packets without payload return from it.
 pub const L7_CHAIN: &str = "TOLLGATE-L7";
+/// Prefix of the FQDN sets' names.
+pub const FQDN_SET_PREFIX: &str = "tollgate-fqdn-";
+
+/// Name of the ipset of addresses learned for an FQDN selector:
+/// `tollgate-fqdn-<first 10 hex digits of SHA-1(pattern)>-v4` (27 bytes;
+/// the kernel allows 31). Deterministic, so a restarted agent finds the
+/// sets of the selectors it still has.
+pub fn fqdn_set(pattern: &FqdnPattern, family: Family) -> String {
+    let digest = Sha1::digest(pattern.as_str().as_bytes());
+    let hex: String = digest[..5].iter().map(|b| format!("{b:02x}")).collect();
+    let suffix = match family {
+        Family::V4 => "v4",
+        Family::V6 => "v6",
+    };
+    format!("{FQDN_SET_PREFIX}{hex}-{suffix}")
+}
 
 /// ICMPv6 neighbour discovery (router solicitation/advertisement, neighbour
 /// solicitation/advertisement, redirect): always allowed on the node.
 const NEIGHBOUR_DISCOVERY: [u8; 5] = [133, 134, 135, 136, 137];
 
-/// The full desired state: what `config` and the endpoints the compiled
-/// ruleset enforces require.
-pub fn desired(config: &Config, enforced: &Enforced) -> State {
+/// The full desired state: what `config`, the endpoints the compiled
+/// ruleset enforces and its FQDN selectors require. With any selector, DNS
+/// replies are queued to the DNS queue and each selector has one empty
+/// learned set per family (reconcile never touches their entries).
+pub fn desired(config: &Config, enforced: &Enforced, fqdn: &[FqdnPattern]) -> State {
     let mut state = State::default();
     for family in Family::ALL {
         let table = state.table_mut(family);
-        *table = family_table(config, enforced, family);
+        *table = family_table(config, enforced, !fqdn.is_empty(), family);
+        for pattern in fqdn {
+            state.learned.insert(
+                fqdn_set(pattern, family),
+                LearnedSet {
+                    family,
+                    entries: Vec::new(),
+                },
+            );
+        }
         let members = enforced
             .endpoints
             .iter()
@@ -73,13 +104,13 @@ pub fn desired(config: &Config, enforced: &Enforced) -> State {
     state
 }
 
-fn family_table(config: &Config, enforced: &Enforced, family: Family) -> Table {
+fn family_table(config: &Config, enforced: &Enforced, snoop_dns: bool, family: Family) -> Table {
     let mut chains: BTreeMap<String, Vec<String>> = Hook::ALL
         .iter()
         .map(|&hook| {
             (
                 hook.chain().to_string(),
-                chain_rules(config, enforced, family, hook),
+                chain_rules(config, enforced, snoop_dns, family, hook),
             )
         })
         .collect();
@@ -92,7 +123,13 @@ fn family_table(config: &Config, enforced: &Enforced, family: Family) -> Table {
 }
 
 /// The rules of one owned chain, top to bottom.
-fn chain_rules(config: &Config, enforced: &Enforced, family: Family, hook: Hook) -> Vec<String> {
+fn chain_rules(
+    config: &Config,
+    enforced: &Enforced,
+    snoop_dns: bool,
+    family: Family,
+    hook: Hook,
+) -> Vec<String> {
     let marks = &config.marks;
     let allow = mark_match(marks, marks.allow);
     let reject = mark_match(marks, marks.reject);
@@ -145,6 +182,20 @@ fn chain_rules(config: &Config, enforced: &Enforced, family: Family, hook: Hook)
     rules.push(format!(
         "-p tcp -m connmark --mark {l7_active} -m conntrack --ctdir ORIGINAL -j {L7_CHAIN}"
     ));
+    // DNS replies to learn from, ahead of the decided-connection shortcut
+    // (the query's connection is usually decided already). Only the reply
+    // direction of a tracked connection: a reply nobody asked for is NEW
+    // and never reaches the learner. Always `--queue-bypass`: skipping
+    // learning can only deny more, never allow.
+    if snoop_dns {
+        for protocol in ["udp", "tcp"] {
+            rules.push(format!(
+                "-p {protocol} -m {protocol} --sport 53 -m conntrack --ctstate ESTABLISHED \
+                 --ctdir REPLY -j NFQUEUE --queue-num {} --queue-bypass",
+                config.fqdn.dns_queue
+            ));
+        }
+    }
     // Connections already decided stay in the kernel.
     for code in [&allow, &l7_active] {
         rules.push(format!(

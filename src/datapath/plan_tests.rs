@@ -46,7 +46,7 @@ const DEFAULT_V4_SAVE: &str = "\
 -A TOLLGATE-FORWARD -p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset
 -A TOLLGATE-FORWARD -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp-admin-prohibited
 -A TOLLGATE-FORWARD -m connmark --mark 0x600000/0xf00000 -j DROP
--A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 102
+-A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 103
 -A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
@@ -64,7 +64,7 @@ const DEFAULT_V4_SAVE: &str = "\
 -A TOLLGATE-INPUT -p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset
 -A TOLLGATE-INPUT -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp-admin-prohibited
 -A TOLLGATE-INPUT -m connmark --mark 0x600000/0xf00000 -j DROP
--A TOLLGATE-INPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 102
+-A TOLLGATE-INPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 103
 -A TOLLGATE-INPUT -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
@@ -80,7 +80,7 @@ const DEFAULT_V4_SAVE: &str = "\
 -A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x48&&0x20>>0x1c=0xd\" -j RETURN
 -A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x4c&&0x20>>0x1c=0xe\" -j RETURN
 -A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x50&&0x20>>0x1c=0xf\" -j RETURN
--A TOLLGATE-L7 -j NFQUEUE --queue-num 102
+-A TOLLGATE-L7 -j NFQUEUE --queue-num 103
 -A TOLLGATE-OUTPUT -o lo -j ACCEPT
 -A TOLLGATE-OUTPUT -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
 -A TOLLGATE-OUTPUT -m mark --mark 0x100000/0xf00000 -j ACCEPT
@@ -93,7 +93,7 @@ const DEFAULT_V4_SAVE: &str = "\
 -A TOLLGATE-OUTPUT -p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset
 -A TOLLGATE-OUTPUT -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp-admin-prohibited
 -A TOLLGATE-OUTPUT -m connmark --mark 0x600000/0xf00000 -j DROP
--A TOLLGATE-OUTPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 102
+-A TOLLGATE-OUTPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 103
 -A TOLLGATE-OUTPUT -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 -A TOLLGATE-OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 -A TOLLGATE-OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
@@ -113,6 +113,7 @@ fn first_install_renders_the_whole_ruleset_in_one_batch() {
     let desired = desired(
         &config(Settings::default()),
         &targets(true, false, &["10.0.0.5"]),
+        &[],
     );
     let changes = Changes::between(&desired, &State::default());
     let expected_v4: String = DEFAULT_V4_SAVE
@@ -148,6 +149,7 @@ fn installed_state_parses_back_to_an_empty_diff() {
     let desired = desired(
         &config(Settings::default()),
         &targets(true, false, &["10.0.0.5"]),
+        &[],
     );
     let v6_save = render_save(&desired, Family::V6);
     let installed = State::parse(DEFAULT_V4_SAVE, &v6_save, DEFAULT_IPSET_SAVE);
@@ -180,6 +182,7 @@ fn ipv6_table_allows_neighbour_discovery_and_uses_icmp6_reject() {
     let desired = desired(
         &config(Settings::default()),
         &targets(false, true, &["fd00::5"]),
+        &[],
     );
     assert_eq!(
         desired.v6.chains["TOLLGATE-INPUT"],
@@ -196,7 +199,7 @@ fn ipv6_table_allows_neighbour_discovery_and_uses_icmp6_reject() {
             "-p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset",
             "-m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp6-adm-prohibited",
             "-m connmark --mark 0x600000/0xf00000 -j DROP",
-            "-p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 102",
+            "-p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 103",
             "-p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7",
             "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT",
             "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT",
@@ -228,7 +231,7 @@ fn ipv6_table_allows_neighbour_discovery_and_uses_icmp6_reject() {
         l7[3],
         "-m u32 --u32 \"0x4>>0x8&0xff=0x6&&0x4>>0x10=0x20&&0x34>>0x1c=0x8\" -j RETURN"
     );
-    assert_eq!(l7[11], "-j NFQUEUE --queue-num 102");
+    assert_eq!(l7[11], "-j NFQUEUE --queue-num 103");
 }
 
 #[test]
@@ -246,7 +249,7 @@ fn open_mode_single_queue_interfaces_and_privileged_entries() {
         mark_mask: Some(crate::config::MaskValue::Text("0x70000".into())),
         ..Settings::default()
     };
-    let desired = desired(&config(flags), &targets(false, false, &[]));
+    let desired = desired(&config(flags), &targets(false, false, &[]), &[]);
     let forward = &desired.v4.chains["TOLLGATE-FORWARD"];
     assert_eq!(
         forward,
@@ -262,7 +265,7 @@ fn open_mode_single_queue_interfaces_and_privileged_entries() {
             "-p tcp -m mark --mark 0x20000/0x70000 -j REJECT --reject-with tcp-reset",
             "-m mark --mark 0x20000/0x70000 -j REJECT --reject-with icmp-admin-prohibited",
             "-m connmark --mark 0x60000/0x70000 -j DROP",
-            "-p tcp -m connmark --mark 0x40000/0x70000 -j NFQUEUE --queue-num 8 --queue-bypass",
+            "-p tcp -m connmark --mark 0x40000/0x70000 -j NFQUEUE --queue-num 9 --queue-bypass",
             "-p tcp -m connmark --mark 0x50000/0x70000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7",
             "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x10000/0x70000 -j ACCEPT",
             "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x50000/0x70000 -j ACCEPT",
@@ -288,15 +291,19 @@ fn open_mode_single_queue_interfaces_and_privileged_entries() {
     assert!(!output_v4.iter().any(|r| r.starts_with("-s 10.0.0.0")));
     assert_eq!(
         desired.v4.chains["TOLLGATE-L7"].last().unwrap(),
-        "-j NFQUEUE --queue-num 8 --queue-bypass"
+        "-j NFQUEUE --queue-num 9 --queue-bypass"
     );
 }
 
 #[test]
 fn membership_change_touches_only_the_set() {
     let config = config(Settings::default());
-    let before = desired(&config, &targets(false, false, &["10.0.0.5"]));
-    let after = desired(&config, &targets(false, false, &["10.0.0.5", "10.0.0.6"]));
+    let before = desired(&config, &targets(false, false, &["10.0.0.5"]), &[]);
+    let after = desired(
+        &config,
+        &targets(false, false, &["10.0.0.5", "10.0.0.6"]),
+        &[],
+    );
     let changes = Changes::between(&after, &before);
     assert!(changes.v4.is_empty() && changes.v6.is_empty());
     assert_eq!(changes.sets.len(), 1);
@@ -306,8 +313,8 @@ fn membership_change_touches_only_the_set() {
 #[test]
 fn node_rule_change_rewrites_only_the_affected_chain() {
     let config = config(Settings::default());
-    let before = desired(&config, &targets(false, false, &[]));
-    let after = desired(&config, &targets(true, false, &[]));
+    let before = desired(&config, &targets(false, false, &[]), &[]);
+    let after = desired(&config, &targets(true, false, &[]), &[]);
     let changes = Changes::between(&after, &before);
     assert_eq!(
         changes.v4.write.keys().collect::<Vec<_>>(),
@@ -325,6 +332,7 @@ fn teardown_removes_everything_owned_and_nothing_else() {
     let desired = desired(
         &config(Settings::default()),
         &targets(true, false, &["10.0.0.5"]),
+        &[],
     );
     let save = DEFAULT_V4_SAVE.replace(
         "-A INPUT -j TOLLGATE-INPUT\n",
@@ -348,4 +356,59 @@ fn teardown_removes_everything_owned_and_nothing_else() {
         "destroy tollgate-endpoints-v4\ndestroy tollgate-endpoints-v6\n"
     );
     assert!(changes.ipset_prepare_text().is_none());
+}
+
+#[test]
+fn fqdn_selectors_queue_dns_replies_before_the_shortcut_and_get_learned_sets() {
+    let patterns = [
+        crate::fqdn::FqdnPattern::new("*.example.test"),
+        crate::fqdn::FqdnPattern::new("www.other.test"),
+    ];
+    let desired = desired(
+        &config(Settings::default()),
+        &targets(false, true, &[]),
+        &patterns,
+    );
+    for family in Family::ALL {
+        for hook in Hook::ALL {
+            let rules = &desired.table(family).chains[hook.chain()];
+            let udp = rules
+                .iter()
+                .position(|r| {
+                    r == "-p udp -m udp --sport 53 -m conntrack --ctstate ESTABLISHED \
+                          --ctdir REPLY -j NFQUEUE --queue-num 102 --queue-bypass"
+                })
+                .expect("UDP DNS rule");
+            assert_eq!(
+                rules[udp + 1],
+                "-p tcp -m tcp --sport 53 -m conntrack --ctstate ESTABLISHED \
+                 --ctdir REPLY -j NFQUEUE --queue-num 102 --queue-bypass"
+            );
+            let shortcut = rules
+                .iter()
+                .position(|r| r.contains("RELATED,ESTABLISHED -m connmark"))
+                .unwrap();
+            assert_eq!(shortcut, udp + 2, "{rules:#?}");
+        }
+    }
+    let names: Vec<&String> = desired.learned.keys().collect();
+    assert_eq!(names.len(), 4);
+    let wildcard_v4 = fqdn_set(&patterns[0], Family::V4);
+    assert!(wildcard_v4.starts_with("tollgate-fqdn-") && wildcard_v4.ends_with("-v4"));
+    assert_eq!(wildcard_v4.len(), 27);
+    assert!(desired.learned[&wildcard_v4].entries.is_empty());
+    assert_eq!(
+        desired.learned[&fqdn_set(&patterns[1], Family::V6)].family,
+        Family::V6
+    );
+    // Without selectors: no DNS rule, no learned set.
+    let plain = super::desired(
+        &config(Settings::default()),
+        &targets(false, true, &[]),
+        &[],
+    );
+    assert!(plain.learned.is_empty());
+    assert!(!plain.v4.chains["TOLLGATE-INPUT"]
+        .iter()
+        .any(|r| r.contains("--sport 53")));
 }

@@ -66,12 +66,25 @@ pub struct IpSet {
     pub members: BTreeSet<IpAddr>,
 }
 
+/// An owned `hash:ip` ipset with per-entry timeouts whose members the DNS
+/// worker writes (FQDN sets). Reconcile creates and destroys such sets but
+/// never touches their members.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LearnedSet {
+    pub family: Family,
+    /// Installed entries with their remaining timeout in seconds, as
+    /// `ipset save` lists them (always empty in a desired state).
+    pub entries: Vec<(IpAddr, u32)>,
+}
+
 /// Everything tollgate owns in one network namespace.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct State {
     pub v4: Table,
     pub v6: Table,
     pub sets: BTreeMap<String, IpSet>,
+    /// Sets with timeouts (`create … timeout N`), by name.
+    pub learned: BTreeMap<String, LearnedSet>,
 }
 
 impl State {
@@ -92,10 +105,12 @@ impl State {
     /// The installed state from `iptables-save -t filter`,
     /// `ip6tables-save -t filter` and `ipset save` output.
     pub fn parse(iptables_save: &str, ip6tables_save: &str, ipset_save: &str) -> State {
+        let (sets, learned) = parse_ipset_save(ipset_save);
         State {
             v4: Table::parse(iptables_save),
             v6: Table::parse(ip6tables_save),
-            sets: parse_ipset_save(ipset_save),
+            sets,
+            learned,
         }
     }
 }
@@ -149,9 +164,11 @@ fn targets_owned_chain(spec: &str) -> bool {
     false
 }
 
-/// Parses `ipset save` output, keeping the owned sets.
-fn parse_ipset_save(save: &str) -> BTreeMap<String, IpSet> {
+/// Parses `ipset save` output, keeping the owned sets: plain sets, and
+/// sets created with a default `timeout` (whose entries carry theirs).
+pub fn parse_ipset_save(save: &str) -> (BTreeMap<String, IpSet>, BTreeMap<String, LearnedSet>) {
     let mut sets = BTreeMap::new();
+    let mut learned = BTreeMap::new();
     for line in save.lines() {
         let mut words = line.split_whitespace();
         match (words.next(), words.next()) {
@@ -161,24 +178,46 @@ fn parse_ipset_save(save: &str) -> BTreeMap<String, IpSet> {
                 } else {
                     Family::V4
                 };
-                sets.insert(
-                    name.to_string(),
-                    IpSet {
-                        family,
-                        members: BTreeSet::new(),
-                    },
-                );
+                if line.contains(" timeout ") {
+                    learned.insert(
+                        name.to_string(),
+                        LearnedSet {
+                            family,
+                            entries: Vec::new(),
+                        },
+                    );
+                } else {
+                    sets.insert(
+                        name.to_string(),
+                        IpSet {
+                            family,
+                            members: BTreeSet::new(),
+                        },
+                    );
+                }
             }
             (Some("add"), Some(name)) => {
-                let member = words.next().and_then(|m| m.parse::<IpAddr>().ok());
-                if let (Some(set), Some(member)) = (sets.get_mut(name), member) {
+                let Some(member) = words.next().and_then(|m| m.parse::<IpAddr>().ok()) else {
+                    continue;
+                };
+                if let Some(set) = sets.get_mut(name) {
                     set.members.insert(member);
+                } else if let Some(set) = learned.get_mut(name) {
+                    let timeout = match (words.next(), words.next()) {
+                        (Some("timeout"), Some(secs)) => secs.parse().ok(),
+                        _ => None,
+                    };
+                    // An entry without a timeout would be permanent; tollgate
+                    // never writes one, so it is not trusted as learned.
+                    if let Some(timeout) = timeout.filter(|t| *t > 0) {
+                        set.entries.push((member, timeout));
+                    }
                 }
             }
             _ => {}
         }
     }
-    sets
+    (sets, learned)
 }
 
 #[cfg(test)]
@@ -236,9 +275,18 @@ add tollgate-endpoints-v4 10.0.0.2
 add tollgate-endpoints-v4 10.0.0.1
 create tollgate-endpoints-v6 hash:ip family inet6 hashsize 1024 maxelem 65536
 add tollgate-endpoints-v6 fd00::1
+create tollgate-fqdn-0123456789-v4 hash:ip family inet hashsize 1024 maxelem 65536 timeout 300 bucketsize 12 initval 0x9
+add tollgate-fqdn-0123456789-v4 10.0.0.9 timeout 287
+add tollgate-fqdn-0123456789-v4 10.0.0.8
+create tollgate-fqdn-0123456789-v6 hash:ip family inet6 hashsize 1024 maxelem 65536 timeout 300
 ";
-        let sets = parse_ipset_save(save);
+        let (sets, learned) = parse_ipset_save(save);
         assert_eq!(sets.len(), 2);
+        assert_eq!(
+            learned["tollgate-fqdn-0123456789-v4"].entries,
+            vec![("10.0.0.9".parse().unwrap(), 287)]
+        );
+        assert_eq!(learned["tollgate-fqdn-0123456789-v6"].family, Family::V6);
         let v4 = &sets["tollgate-endpoints-v4"];
         assert_eq!(v4.family, Family::V4);
         assert_eq!(

@@ -277,6 +277,46 @@ impl FqdnLearner {
         restored
     }
 
+    /// The installed entries still live at `now_ms`, with their remaining
+    /// timeout rounded up to whole seconds.
+    pub fn entries(&self, now_ms: u64) -> Vec<RestoredEntry> {
+        let mut entries: Vec<RestoredEntry> = self
+            .installed
+            .iter()
+            .filter(|(_, expires)| **expires > now_ms)
+            .map(|(&(selector, address), expires)| RestoredEntry {
+                selector,
+                address,
+                remaining_secs: u32::try_from((expires - now_ms).div_ceil(1000))
+                    .unwrap_or(MAX_IPSET_TIMEOUT_SECS),
+            })
+            .collect();
+        entries.sort_by_key(|e| (e.selector, e.address));
+        entries
+    }
+
+    /// A learner for a new selector list that keeps, for every selector
+    /// both lists hold, the entries installed now (like [`restore`]: the
+    /// kernel sets of kept selectors are kept too). Names are not carried
+    /// over. Counters continue.
+    ///
+    /// [`restore`]: FqdnLearner::restore
+    pub fn reselect(&self, selectors: Vec<FqdnPattern>, now_ms: u64) -> FqdnLearner {
+        let mut next = FqdnLearner::new(selectors, self.config);
+        let kept: Vec<RestoredEntry> = self
+            .entries(now_ms)
+            .into_iter()
+            .filter_map(|entry| {
+                let pattern = self.selectors.get(entry.selector)?;
+                let selector = *next.selector_index.get(pattern)?;
+                Some(RestoredEntry { selector, ..entry })
+            })
+            .collect();
+        next.restore(&kept, now_ms);
+        next.counters = self.counters;
+        next
+    }
+
     /// ipset timeout for an answer TTL: never 0 (which would make the
     /// entry permanent), never above what ipset accepts.
     fn timeout_secs(&self, ttl: u32) -> u32 {

@@ -253,3 +253,33 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn reselect_keeps_entries_of_kept_selectors_only() {
+    let mut l = learner(&["a.test", "b.test"], LearnerConfig::default());
+    l.learn(&[res(&["a.test"], 1, 60), res(&["b.test"], 2, 60)], 0);
+    assert_eq!(
+        l.entries(10_500),
+        vec![
+            RestoredEntry {
+                selector: 0,
+                address: ip(1),
+                remaining_secs: 50
+            },
+            RestoredEntry {
+                selector: 1,
+                address: ip(2),
+                remaining_secs: 50
+            },
+        ]
+    );
+    let next = l.reselect(
+        vec![FqdnPattern::new("c.test"), FqdnPattern::new("b.test")],
+        10_000,
+    );
+    assert!(next.resolves_to(&FqdnPattern::new("b.test"), ip(2), 59_000));
+    assert!(!next.resolves_to(&FqdnPattern::new("b.test"), ip(2), 60_000));
+    assert!(!next.resolves_to(&FqdnPattern::new("a.test"), ip(1), 10_000));
+    assert!(!next.resolves_to(&FqdnPattern::new("c.test"), ip(1), 10_000));
+    assert_eq!(next.counters(), l.counters());
+}

@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 
 use lru::LruCache;
 
-use crate::classify::NoFqdn;
+use crate::classify::FqdnLookup;
 use crate::compile::{Endpoint, RuleRef, Ruleset};
 use crate::config::L7DenyResponse;
 use crate::flow::{Flow, Verdict};
@@ -104,12 +104,12 @@ pub enum Admission {
 
 /// The policy as the L7 worker asks it. Implemented by the ruleset.
 pub trait L7Policy {
-    fn admission(&self, flow: &Flow) -> Admission;
+    fn admission(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> Admission;
 }
 
 impl L7Policy for Ruleset {
-    fn admission(&self, flow: &Flow) -> Admission {
-        let decision = self.classify(flow, &NoFqdn);
+    fn admission(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> Admission {
+        let decision = self.classify(flow, fqdn);
         if decision.verdict != Verdict::Allow {
             return Admission::Deny;
         }
@@ -366,7 +366,8 @@ impl Inspector {
     /// created fresh (replacing any left by an earlier connection with the
     /// same addresses and ports), expecting the client's first byte at
     /// `client_next_seq` (the SYN-ACK's acknowledgment number). The
-    /// policy is asked here, once per connection. The client cannot send
+    /// policy (with the FQDN names learned so far) is asked here, once per
+    /// connection. The client cannot send
     /// an acceptable byte before this SYN-ACK reaches it, so no payload of
     /// this connection can be seen before its state exists.
     /// Returns the connection whose state was dropped to make room, or
@@ -375,10 +376,10 @@ impl Inspector {
         &mut self,
         key: FlowKey,
         client_next_seq: u32,
-        policy: &P,
+        (policy, fqdn): (&P, &dyn FqdnLookup),
         now: Instant,
     ) -> Option<FlowKey> {
-        let access = match policy.admission(&key.flow()) {
+        let access = match policy.admission(&key.flow(), fqdn) {
             Admission::Deny => Access::Denied,
             Admission::Allow => Access::Unrestricted,
             Admission::Inspect(rules) => Access::Rules(Arc::from(rules)),

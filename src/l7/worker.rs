@@ -20,6 +20,7 @@ use crate::audit::Subject;
 use crate::config::{FailMode, L7Config, MarkLayout};
 use crate::flow::Verdict;
 use crate::http::DEFAULT_MAX_HEAD;
+use crate::queue::dns::FqdnMirror;
 use crate::queue::worker::wall_clock;
 use crate::queue::{Observers, QueueError};
 
@@ -149,6 +150,7 @@ impl L7Worker {
     pub fn spawn<P>(
         config: L7WorkerConfig,
         policy: Arc<ArcSwap<P>>,
+        fqdn: Arc<FqdnMirror>,
         observers: Observers,
     ) -> Result<L7Worker, QueueError>
     where
@@ -181,20 +183,40 @@ impl L7Worker {
         let thread_stats = Arc::clone(&stats);
         std::thread::Builder::new()
             .name(format!("nfqueue-l7-{queue}"))
-            .spawn(move || run(socket, injector, config, &policy, &thread_stats, &observers))
+            .spawn(move || {
+                let shared = Shared {
+                    policy: &policy,
+                    fqdn: &fqdn,
+                    stats: &thread_stats,
+                    observers: &observers,
+                };
+                run(socket, injector, config, shared)
+            })
             .map_err(setup("spawn"))?;
         Ok(L7Worker { queue, stats })
     }
+}
+
+/// What the worker thread reads and reports to.
+struct Shared<'a, P> {
+    policy: &'a ArcSwap<P>,
+    fqdn: &'a FqdnMirror,
+    stats: &'a L7Stats,
+    observers: &'a Observers,
 }
 
 fn run<P: L7Policy>(
     mut socket: nfq::Queue,
     injector: Injector,
     config: L7WorkerConfig,
-    policy: &ArcSwap<P>,
-    stats: &L7Stats,
-    observers: &Observers,
+    shared: Shared<'_, P>,
 ) {
+    let Shared {
+        policy,
+        fqdn,
+        stats,
+        observers,
+    } = shared;
     let marks = config.marks;
     let max_flows = NonZeroUsize::new(config.l7.max_flows).unwrap_or(NonZeroUsize::MIN);
     let mut inspector = Inspector::new(
@@ -244,8 +266,13 @@ fn run<P: L7Policy>(
             }
             Ok(segment) if segment.syn_ack => {
                 let key = segment.key.reversed();
-                let forgotten =
-                    inspector.handshake(key, segment.ack, &**policy.load(), Instant::now());
+                let policy = policy.load();
+                let forgotten = inspector.handshake(
+                    key,
+                    segment.ack,
+                    (&**policy, &fqdn.lookup()),
+                    Instant::now(),
+                );
                 if let Some(old) = forgotten {
                     drop_all(&mut verdicts, &mut deferred_total, deferred.remove(&old));
                 }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::audit::{AuditRecord, Subject, Timestamp};
-use crate::classify::{NoFqdn, Outcome as ClassifyOutcome};
+use crate::classify::{FqdnLookup, Outcome as ClassifyOutcome};
 use crate::compile::{RuleRef, Ruleset};
 use crate::config::{FailMode, MarkLayout};
 use crate::flow::{Flow, Transport, Verdict};
@@ -13,9 +13,10 @@ use crate::flow::{Flow, Transport, Verdict};
 use super::packet::{packet_length, parse_flow, PacketError};
 
 /// What a worker asks the policy: the ruling on the first packet of a
-/// connection. Implemented by the compiled ruleset.
+/// connection, given what the DNS snooper has learned (`fqdn`).
+/// Implemented by the compiled ruleset.
 pub trait Policy {
-    fn decide(&self, flow: &Flow) -> Ruling;
+    fn decide(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> Ruling;
 }
 
 /// A policy's answer for one connection.
@@ -52,10 +53,9 @@ pub enum DecidedBy {
 }
 
 impl Policy for Ruleset {
-    /// FQDN peers match nothing until the DNS snooper feeds a lookup.
     /// A connection allowed by L7 rules is marked for inspection.
-    fn decide(&self, flow: &Flow) -> Ruling {
-        let decision = self.classify(flow, &NoFqdn);
+    fn decide(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> Ruling {
+        let decision = self.classify(flow, fqdn);
         let verdict = decision.verdict;
         let inspect_l7 = verdict == Verdict::Allow && !decision.l7.is_empty();
         let deciding = decision.deciding();
@@ -110,6 +110,7 @@ pub fn step<P: Policy + ?Sized>(
     packet: &[u8],
     mark: u32,
     policy: &P,
+    fqdn: &dyn FqdnLookup,
     marks: &MarkLayout,
     fail_mode: FailMode,
     now: Timestamp,
@@ -121,7 +122,7 @@ pub fn step<P: Policy + ?Sized>(
                 inspect_l7,
                 decided_by,
                 audit,
-            } = policy.decide(&flow);
+            } = policy.decide(&flow, fqdn);
             let tcp = matches!(flow.transport, Transport::Tcp { .. });
             let inspectable = tcp && crate::l7::tcp_payload_len(packet) == Some(0);
             if inspect_l7 && !inspectable {
@@ -171,13 +172,14 @@ pub fn step<P: Policy + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::classify::NoFqdn;
     use etherparse::PacketBuilder;
 
     /// Allows TCP to port 80, rejects port 81, drops everything else.
     struct PortPolicy;
 
     impl Policy for PortPolicy {
-        fn decide(&self, flow: &Flow) -> Ruling {
+        fn decide(&self, flow: &Flow, _: &dyn FqdnLookup) -> Ruling {
             Ruling::plain(match flow.transport {
                 Transport::Tcp { dst_port: 80, .. } => Verdict::Allow,
                 Transport::Tcp { dst_port: 81, .. } => Verdict::Reject,
@@ -206,6 +208,7 @@ mod tests {
             &syn(80),
             foreign,
             &PortPolicy,
+            &NoFqdn,
             &marks,
             FailMode::Closed,
             NOW,
@@ -223,9 +226,25 @@ mod tests {
                 audit: Vec::new(),
             }
         );
-        let rejected = step(&syn(81), 0, &PortPolicy, &marks, FailMode::Closed, NOW);
+        let rejected = step(
+            &syn(81),
+            0,
+            &PortPolicy,
+            &NoFqdn,
+            &marks,
+            FailMode::Closed,
+            NOW,
+        );
         assert_eq!(rejected.action, Action::Repeat { mark: 0x20_0000 });
-        let dropped = step(&syn(82), 0, &PortPolicy, &marks, FailMode::Open, NOW);
+        let dropped = step(
+            &syn(82),
+            0,
+            &PortPolicy,
+            &NoFqdn,
+            &marks,
+            FailMode::Open,
+            NOW,
+        );
         assert_eq!(dropped.action, Action::Drop);
         assert_eq!(
             dropped.outcome,
@@ -261,7 +280,18 @@ spec:
         let ruleset = Ruleset::compile(&crate::model::Snapshot { objects }, &node);
         assert!(ruleset.enforced().node_ingress);
         let marks = MarkLayout::default();
-        let decide = |port| step(&syn(port), 0, &ruleset, &marks, FailMode::Closed, NOW).action;
+        let decide = |port| {
+            step(
+                &syn(port),
+                0,
+                &ruleset,
+                &NoFqdn,
+                &marks,
+                FailMode::Closed,
+                NOW,
+            )
+            .action
+        };
         assert_eq!(decide(81), Action::Repeat { mark: marks.reject });
         assert_eq!(decide(80), Action::Repeat { mark: marks.allow });
     }
@@ -292,7 +322,8 @@ spec:
         };
         let ruleset = Ruleset::compile(&crate::model::Snapshot { objects }, &node);
         let marks = MarkLayout::default();
-        let decide = |packet: &[u8]| step(packet, 0, &ruleset, &marks, FailMode::Closed, NOW);
+        let decide =
+            |packet: &[u8]| step(packet, 0, &ruleset, &NoFqdn, &marks, FailMode::Closed, NOW);
         let inspected = decide(&syn(80));
         assert_eq!(inspected.action, Action::Repeat { mark: marks.l7 });
         assert!(matches!(
@@ -330,13 +361,79 @@ spec:
     }
 
     #[test]
+    fn fqdn_peers_match_what_the_lookup_learned() {
+        let yaml = "apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: fqdn}
+spec:
+  priority: 5
+  appliedTo: [{nodeSelector: {}}]
+  egress:
+  - action: Allow
+    to: [{fqdn: '*.example.test'}]
+  - action: Drop
+    to: [{ipBlock: {cidr: 0.0.0.0/0}}]
+";
+        let (objects, problems) =
+            crate::source::parse_documents(std::path::Path::new("p.yaml"), yaml);
+        assert!(problems.is_empty(), "{problems:?}");
+        let node = crate::compile::LocalNode {
+            name: "n".into(),
+            labels: Default::default(),
+            addresses: vec!["10.0.0.1".parse().unwrap()],
+        };
+        let ruleset = Ruleset::compile(&crate::model::Snapshot { objects }, &node);
+        let marks = MarkLayout::default();
+        let learned = crate::classify::StaticFqdn(vec![(
+            "www.example.test".into(),
+            "10.0.0.2".parse().unwrap(),
+        )]);
+        let allowed = step(
+            &syn(80),
+            0,
+            &ruleset,
+            &learned,
+            &marks,
+            FailMode::Closed,
+            NOW,
+        );
+        assert_eq!(allowed.action, Action::Repeat { mark: marks.allow });
+        let unknown = step(
+            &syn(80),
+            0,
+            &ruleset,
+            &NoFqdn,
+            &marks,
+            FailMode::Closed,
+            NOW,
+        );
+        assert_eq!(unknown.action, Action::Drop);
+    }
+
+    #[test]
     fn malformed_packets_follow_the_fail_mode() {
         let marks = MarkLayout::default();
         let truncated = &syn(80)[..21];
-        let closed = step(truncated, 0, &PortPolicy, &marks, FailMode::Closed, NOW);
+        let closed = step(
+            truncated,
+            0,
+            &PortPolicy,
+            &NoFqdn,
+            &marks,
+            FailMode::Closed,
+            NOW,
+        );
         assert_eq!(closed.action, Action::Drop);
         assert!(matches!(closed.outcome, Outcome::Malformed(_)));
-        let open = step(truncated, 0, &PortPolicy, &marks, FailMode::Open, NOW);
+        let open = step(
+            truncated,
+            0,
+            &PortPolicy,
+            &NoFqdn,
+            &marks,
+            FailMode::Open,
+            NOW,
+        );
         assert_eq!(open.action, Action::Accept);
     }
 }

@@ -1,10 +1,11 @@
 //! The socket loop of one NFQUEUE worker: an OS thread bound to one queue
 //! with the `nfq` crate (blocking; the crate exposes no file descriptor for
 //! an event loop). It reads the current policy lock-free from an
-//! [`ArcSwap`] for every packet, counts outcomes in its [`QueueStats`] and
-//! [`WorkerMetrics`], and hands the step's audit records to the audit
-//! writer without waiting (a full channel skips the record). It never logs
-//! per packet.
+//! [`ArcSwap`] for every packet, and the FQDN mirror (a read lock, only
+//! when a rule with an `fqdn` peer is evaluated); it counts outcomes in its
+//! [`QueueStats`] and [`WorkerMetrics`], and hands the step's audit records
+//! to the audit writer without waiting (a full channel skips the record).
+//! It never logs per packet.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use crate::config::{FailMode, MarkLayout};
 use crate::flow::Verdict;
 use crate::metrics::{Metrics, WorkerMetrics};
 
+use super::dns::FqdnMirror;
 use super::step::{step, Action, Outcome, Policy};
 
 /// Bytes of each packet copied to userspace: IPv4/IPv6 header with
@@ -106,6 +108,7 @@ impl Worker {
     pub fn spawn<P>(
         config: WorkerConfig,
         policy: Arc<ArcSwap<P>>,
+        fqdn: Arc<FqdnMirror>,
         observers: Observers,
     ) -> Result<Worker, QueueError>
     where
@@ -138,7 +141,7 @@ impl Worker {
         let thread_stats = Arc::clone(&stats);
         std::thread::Builder::new()
             .name(format!("nfqueue-{queue}"))
-            .spawn(move || run(socket, config, &policy, &thread_stats, &observers))
+            .spawn(move || run(socket, config, &policy, &fqdn, &thread_stats, &observers))
             .map_err(setup("spawn"))?;
         Ok(Worker { queue, stats })
     }
@@ -156,6 +159,7 @@ fn run<P: Policy>(
     mut socket: nfq::Queue,
     config: WorkerConfig,
     policy: &ArcSwap<P>,
+    fqdn: &FqdnMirror,
     stats: &QueueStats,
     observers: &Observers,
 ) {
@@ -186,6 +190,7 @@ fn run<P: Policy>(
             message.get_payload(),
             message.get_nfmark(),
             &**policy.load(),
+            &fqdn.lookup(),
             &config.marks,
             config.fail_mode,
             wall_clock(),

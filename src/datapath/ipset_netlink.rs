@@ -1,0 +1,433 @@
+//! A minimal ipset client over netfilter netlink, for the DNS path: it adds
+//! addresses to (and removes them from) existing `hash:ip` sets with a
+//! per-entry timeout, several entries in one `sendmsg`, and waits for the
+//! kernel's acknowledgement of each. Spawning `ipset add` costs ~3 ms per
+//! call; one batch here costs tens of microseconds. It never creates or
+//! destroys sets (that is [`super::apply`]'s `ipset restore`), and it is
+//! the only code in tollgate that speaks the ipset netlink protocol.
+//!
+//! Wire format of one request (all integers host order unless flagged):
+//!
+//! ```text
+//! nlmsghdr { len, type = NFNL_SUBSYS_IPSET << 8 | IPSET_CMD_ADD (9) / DEL (10),
+//!            flags = NLM_F_REQUEST | NLM_F_ACK, seq, pid = 0 }
+//! nfgenmsg { family = NFPROTO_IPV4 (2) / NFPROTO_IPV6 (10), version 0, res_id 0 }
+//! IPSET_ATTR_PROTOCOL (1)  u8 = 6
+//! IPSET_ATTR_SETNAME  (2)  "tollgate-fqdn-…\0"
+//! IPSET_ATTR_DATA     (7 | NLA_F_NESTED)
+//!   IPSET_ATTR_IP      (1 | NLA_F_NESTED)
+//!     IPSET_ATTR_IPADDR_IPV4 (1 | NLA_F_NET_BYTEORDER) 4 bytes
+//!       or IPSET_ATTR_IPADDR_IPV6 (2 | NLA_F_NET_BYTEORDER) 16 bytes
+//!   IPSET_ATTR_TIMEOUT (6 | NLA_F_NET_BYTEORDER) u32 big-endian   (add only)
+//! ```
+//!
+//! Without `NLM_F_EXCL` the kernel treats an add of a present entry as
+//! `-exist`: the timeout is refreshed. A delete of an absent entry is
+//! answered `IPSET_ERR_EXIST`, which [`IpsetSocket::apply`] accepts.
+
+use std::net::IpAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// `NETLINK_NETFILTER` protocol of `AF_NETLINK` sockets.
+const NETLINK_NETFILTER: libc::c_int = 12;
+const NFNL_SUBSYS_IPSET: u16 = 6;
+const IPSET_CMD_ADD: u16 = 9;
+const IPSET_CMD_DEL: u16 = 10;
+/// Lowest protocol version every ipset-capable kernel accepts for add/del.
+const IPSET_PROTOCOL: u8 = 6;
+const IPSET_ATTR_PROTOCOL: u16 = 1;
+const IPSET_ATTR_SETNAME: u16 = 2;
+const IPSET_ATTR_DATA: u16 = 7;
+const IPSET_ATTR_IP: u16 = 1;
+const IPSET_ATTR_TIMEOUT: u16 = 6;
+const IPSET_ATTR_IPADDR_IPV4: u16 = 1;
+const IPSET_ATTR_IPADDR_IPV6: u16 = 2;
+const NLA_F_NESTED: u16 = 0x8000;
+const NLA_F_NET_BYTEORDER: u16 = 0x4000;
+const NFPROTO_IPV4: u8 = 2;
+const NFPROTO_IPV6: u8 = 10;
+/// Longest set name the kernel accepts, without the NUL.
+pub const MAX_SET_NAME: usize = 31;
+/// `IPSET_ERR_EXIST`: deleting an entry that is not there.
+const IPSET_ERR_EXIST: i32 = 4103;
+const NLMSG_ERROR: u16 = 2;
+const NLMSG_HDRLEN: usize = 16;
+
+/// One entry write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryOp<'a> {
+    /// Add, or refresh the timeout of, `address` in `set`.
+    Add {
+        set: &'a str,
+        address: IpAddr,
+        timeout_secs: u32,
+    },
+    /// Remove `address` from `set` (absent is fine).
+    Del { set: &'a str, address: IpAddr },
+}
+
+/// Why a batch failed. `Kernel` carries the first error the kernel
+/// returned (an errno, or an ipset code above 4096, e.g. 4097 for a
+/// missing set); the other entries of the batch were still processed.
+#[derive(Debug, thiserror::Error)]
+pub enum NetlinkError {
+    #[error("netlink socket: {0}")]
+    Socket(std::io::Error),
+    #[error("set name {name:?} is longer than {MAX_SET_NAME} bytes")]
+    SetName { name: String },
+    #[error("ipset {op} {set} {address}: kernel error {code}")]
+    Kernel {
+        op: &'static str,
+        set: String,
+        address: IpAddr,
+        code: i32,
+    },
+    #[error("netlink reply truncated or out of sequence")]
+    BadReply,
+}
+
+/// Appends one request for `op` with sequence number `seq` to `out`.
+pub fn encode(op: &EntryOp<'_>, seq: u32, out: &mut Vec<u8>) -> Result<(), NetlinkError> {
+    let (cmd, set, address, timeout) = match *op {
+        EntryOp::Add {
+            set,
+            address,
+            timeout_secs,
+        } => (IPSET_CMD_ADD, set, address, Some(timeout_secs)),
+        EntryOp::Del { set, address } => (IPSET_CMD_DEL, set, address, None),
+    };
+    if set.len() > MAX_SET_NAME || set.as_bytes().contains(&0) {
+        return Err(NetlinkError::SetName { name: set.into() });
+    }
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]); // length, patched below
+    out.extend_from_slice(&((NFNL_SUBSYS_IPSET << 8) | cmd).to_ne_bytes());
+    let flags = (libc::NLM_F_REQUEST | libc::NLM_F_ACK) as u16;
+    out.extend_from_slice(&flags.to_ne_bytes());
+    out.extend_from_slice(&seq.to_ne_bytes());
+    out.extend_from_slice(&0u32.to_ne_bytes());
+    let family = match address {
+        IpAddr::V4(_) => NFPROTO_IPV4,
+        IpAddr::V6(_) => NFPROTO_IPV6,
+    };
+    out.extend_from_slice(&[family, 0, 0, 0]);
+    attr(out, IPSET_ATTR_PROTOCOL, &[IPSET_PROTOCOL]);
+    let mut name = set.as_bytes().to_vec();
+    name.push(0);
+    attr(out, IPSET_ATTR_SETNAME, &name);
+    let data = nest_start(out, IPSET_ATTR_DATA);
+    let ip = nest_start(out, IPSET_ATTR_IP);
+    match address {
+        IpAddr::V4(v4) => attr(
+            out,
+            IPSET_ATTR_IPADDR_IPV4 | NLA_F_NET_BYTEORDER,
+            &v4.octets(),
+        ),
+        IpAddr::V6(v6) => attr(
+            out,
+            IPSET_ATTR_IPADDR_IPV6 | NLA_F_NET_BYTEORDER,
+            &v6.octets(),
+        ),
+    }
+    nest_end(out, ip);
+    if let Some(timeout) = timeout {
+        attr(
+            out,
+            IPSET_ATTR_TIMEOUT | NLA_F_NET_BYTEORDER,
+            &timeout.to_be_bytes(),
+        );
+    }
+    nest_end(out, data);
+    let len = u32::try_from(out.len() - start).map_err(|_| NetlinkError::BadReply)?;
+    out[start..start + 4].copy_from_slice(&len.to_ne_bytes());
+    Ok(())
+}
+
+/// One attribute, padded to 4 bytes.
+fn attr(out: &mut Vec<u8>, kind: u16, payload: &[u8]) {
+    let len = 4 + payload.len();
+    out.extend_from_slice(&(len as u16).to_ne_bytes());
+    out.extend_from_slice(&kind.to_ne_bytes());
+    out.extend_from_slice(payload);
+    out.resize(out.len() + (len.next_multiple_of(4) - len), 0);
+}
+
+fn nest_start(out: &mut Vec<u8>, kind: u16) -> usize {
+    let at = out.len();
+    out.extend_from_slice(&[0, 0]);
+    out.extend_from_slice(&(kind | NLA_F_NESTED).to_ne_bytes());
+    at
+}
+
+fn nest_end(out: &mut [u8], at: usize) {
+    let len = (out.len() - at) as u16;
+    out[at..at + 2].copy_from_slice(&len.to_ne_bytes());
+}
+
+/// The acknowledgements in one datagram from the kernel: `(seq, error)`
+/// per `NLMSG_ERROR` message (error 0 is success, otherwise a negated
+/// code).
+pub fn parse_acks(mut bytes: &[u8]) -> Result<Vec<(u32, i32)>, NetlinkError> {
+    let mut acks = Vec::new();
+    while bytes.len() >= NLMSG_HDRLEN {
+        let u32_at = |b: &[u8], i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let len = u32_at(bytes, 0) as usize;
+        if len < NLMSG_HDRLEN || len > bytes.len() {
+            return Err(NetlinkError::BadReply);
+        }
+        let kind = u16::from_ne_bytes([bytes[4], bytes[5]]);
+        if kind == NLMSG_ERROR {
+            if len < NLMSG_HDRLEN + 4 + NLMSG_HDRLEN {
+                return Err(NetlinkError::BadReply);
+            }
+            let error = u32_at(bytes, NLMSG_HDRLEN) as i32;
+            // The original request header follows; its seq is ours.
+            let seq = u32_at(bytes, NLMSG_HDRLEN + 4 + 8);
+            acks.push((seq, error));
+        }
+        bytes = &bytes[len.next_multiple_of(4).min(bytes.len())..];
+    }
+    Ok(acks)
+}
+
+/// A netfilter netlink socket for ipset entry writes. Not shared between
+/// threads: the DNS worker owns one.
+pub struct IpsetSocket {
+    fd: OwnedFd,
+    seq: u32,
+    buf: Vec<u8>,
+}
+
+impl IpsetSocket {
+    /// Opens the socket in the caller's network namespace.
+    pub fn open() -> Result<IpsetSocket, NetlinkError> {
+        // SAFETY: plain socket(2) call; the result is checked before use.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                NETLINK_NETFILTER,
+            )
+        };
+        if fd < 0 {
+            return Err(NetlinkError::Socket(std::io::Error::last_os_error()));
+        }
+        // SAFETY: fd is a freshly opened descriptor nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // A lost acknowledgement must not hold a DNS reply forever.
+        let timeout = libc::timeval {
+            tv_sec: 1,
+            tv_usec: 0,
+        };
+        // SAFETY: setsockopt reads a timeval of the given size.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&timeout as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        };
+        if rc < 0 {
+            return Err(NetlinkError::Socket(std::io::Error::last_os_error()));
+        }
+        Ok(IpsetSocket {
+            fd,
+            seq: 0,
+            buf: Vec::with_capacity(4096),
+        })
+    }
+
+    /// Sends every op in one datagram and waits for all acknowledgements.
+    /// Every op is attempted; the first kernel error is returned.
+    pub fn apply(&mut self, ops: &[EntryOp<'_>]) -> Result<(), NetlinkError> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        self.buf.clear();
+        let first = self.seq.wrapping_add(1);
+        for op in ops {
+            self.seq = self.seq.wrapping_add(1);
+            encode(op, self.seq, &mut self.buf)?;
+        }
+        // SAFETY: sockaddr_nl is plain data; zeroed is a valid value.
+        let mut kernel: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+        kernel.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+        // SAFETY: buf and kernel outlive the call; lengths are theirs.
+        let sent = unsafe {
+            libc::sendto(
+                self.fd.as_raw_fd(),
+                self.buf.as_ptr().cast(),
+                self.buf.len(),
+                0,
+                (&kernel as *const libc::sockaddr_nl).cast(),
+                std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+            )
+        };
+        if sent < 0 {
+            return Err(NetlinkError::Socket(std::io::Error::last_os_error()));
+        }
+        let mut pending = ops.len();
+        let mut first_error = None;
+        let mut reply = [0u8; 8192];
+        while pending > 0 {
+            // SAFETY: reply is a valid writable buffer of its length.
+            let n = unsafe {
+                libc::recv(
+                    self.fd.as_raw_fd(),
+                    reply.as_mut_ptr().cast(),
+                    reply.len(),
+                    0,
+                )
+            };
+            if n < 0 {
+                let error = std::io::Error::last_os_error();
+                if error.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(NetlinkError::Socket(error));
+            }
+            for (seq, code) in parse_acks(&reply[..n as usize])? {
+                let index = seq.wrapping_sub(first) as usize;
+                let Some(op) = ops.get(index) else {
+                    continue; // a stale ack of an earlier, failed batch
+                };
+                pending -= 1;
+                let code = -code;
+                let tolerated = matches!(op, EntryOp::Del { .. }) && code == IPSET_ERR_EXIST;
+                if code != 0 && !tolerated && first_error.is_none() {
+                    first_error = Some(kernel_error(op, code));
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+fn kernel_error(op: &EntryOp<'_>, code: i32) -> NetlinkError {
+    let (name, set, address) = match *op {
+        EntryOp::Add { set, address, .. } => ("add", set, address),
+        EntryOp::Del { set, address } => ("del", set, address),
+    };
+    NetlinkError::Kernel {
+        op: name,
+        set: set.into(),
+        address,
+        code,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn add_v4_with_timeout_encodes_like_libipset() {
+        let mut out = Vec::new();
+        let op = EntryOp::Add {
+            set: "tollgate-fqdn-x-v4",
+            address: "10.1.2.3".parse().unwrap(),
+            timeout_secs: 300,
+        };
+        encode(&op, 7, &mut out).unwrap();
+        let mut want: Vec<u8> = Vec::new();
+        let total: u32 = 16 + 4 + 8 + 24 + (4 + 4 + 8 + 8);
+        want.extend(total.to_ne_bytes());
+        want.extend(((6u16 << 8) | 9).to_ne_bytes());
+        want.extend(5u16.to_ne_bytes()); // REQUEST | ACK
+        want.extend(7u32.to_ne_bytes());
+        want.extend(0u32.to_ne_bytes());
+        want.extend([2, 0, 0, 0]);
+        want.extend(5u16.to_ne_bytes());
+        want.extend(1u16.to_ne_bytes());
+        want.extend([6, 0, 0, 0]);
+        want.extend(23u16.to_ne_bytes()); // 4 + 18 + NUL
+        want.extend(2u16.to_ne_bytes());
+        want.extend(b"tollgate-fqdn-x-v4\0");
+        want.push(0); // pad to 24
+        want.extend(24u16.to_ne_bytes());
+        want.extend((7u16 | 0x8000).to_ne_bytes());
+        want.extend(12u16.to_ne_bytes());
+        want.extend((1u16 | 0x8000).to_ne_bytes());
+        want.extend(8u16.to_ne_bytes());
+        want.extend((1u16 | 0x4000).to_ne_bytes());
+        want.extend([10, 1, 2, 3]);
+        want.extend(8u16.to_ne_bytes());
+        want.extend((6u16 | 0x4000).to_ne_bytes());
+        want.extend(300u32.to_be_bytes());
+        assert_eq!(out, want);
+    }
+
+    #[test]
+    fn del_v6_has_no_timeout_and_requests_are_concatenated() {
+        let mut out = Vec::new();
+        let v6 = "fd00::1".parse().unwrap();
+        encode(
+            &EntryOp::Del {
+                set: "s",
+                address: v6,
+            },
+            1,
+            &mut out,
+        )
+        .unwrap();
+        let first_len = out.len();
+        assert_eq!(first_len, 16 + 4 + 8 + 8 + (4 + 4 + 20));
+        assert_eq!(&out[4..6], &((6u16 << 8) | 10).to_ne_bytes());
+        assert_eq!(out[16], 10, "NFPROTO_IPV6");
+        assert_eq!(&out[first_len - 16..], &v6_octets(v6));
+        encode(
+            &EntryOp::Del {
+                set: "s",
+                address: v6,
+            },
+            2,
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(out.len(), 2 * first_len);
+        assert_eq!(&out[first_len + 8..first_len + 12], &2u32.to_ne_bytes());
+    }
+
+    fn v6_octets(address: IpAddr) -> [u8; 16] {
+        match address {
+            IpAddr::V6(v6) => v6.octets(),
+            IpAddr::V4(_) => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn long_set_names_are_refused() {
+        let op = EntryOp::Del {
+            set: &"x".repeat(32),
+            address: "10.0.0.1".parse().unwrap(),
+        };
+        assert!(matches!(
+            encode(&op, 1, &mut Vec::new()),
+            Err(NetlinkError::SetName { .. })
+        ));
+    }
+
+    #[test]
+    fn acks_carry_the_request_sequence() {
+        let mut reply = Vec::new();
+        for (seq, error) in [(41u32, 0i32), (42, -4097)] {
+            reply.extend(36u32.to_ne_bytes());
+            reply.extend(NLMSG_ERROR.to_ne_bytes());
+            reply.extend(0u16.to_ne_bytes());
+            reply.extend(seq.to_ne_bytes());
+            reply.extend(0u32.to_ne_bytes());
+            reply.extend(error.to_ne_bytes());
+            reply.extend(36u32.to_ne_bytes()); // echoed request header
+            reply.extend(0u32.to_ne_bytes());
+            reply.extend(seq.to_ne_bytes());
+            reply.extend(0u32.to_ne_bytes());
+        }
+        assert_eq!(parse_acks(&reply).unwrap(), vec![(41, 0), (42, -4097)]);
+        assert!(parse_acks(&reply[..20]).is_err());
+        let mut bad = reply.clone();
+        bad[0] = 200;
+        assert!(parse_acks(&bad).is_err());
+    }
+}

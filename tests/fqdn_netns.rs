@@ -1,0 +1,848 @@
+//! FQDN egress end to end (root only; skipped otherwise): `tollgate run` in
+//! a node namespace, dnsmasq serving a test zone in a server namespace
+//! (which also answers HTTP on port 80 and echoes on port 9000 for every
+//! address of 10.61.1-3.0/24), and curl, dig and nc as clients — on the
+//! node itself (INPUT) and in a Pod namespace routed through it (FORWARD).
+//!
+//! Addresses: node–server link 10.61.0.0/24 (node .1, dnsmasq .2, malformed
+//! responder .4, forger .5), node–pod link 10.61.5.0/24 (pod .2), web
+//! addresses 10.61.1.0/24, 10.61.2.0/24 (one per race-test name) and
+//! 10.61.3.0/24 (one large answer).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{is_root, wait_until, within, NetNs};
+use hickory_proto::op::{Message, MessageType, OpCode, Query};
+use hickory_proto::rr::rdata::A;
+use hickory_proto::rr::{Name, RData, Record, RecordType};
+use tollgate::datapath::ipset_netlink::{EntryOp, IpsetSocket};
+use tollgate::datapath::plan::fqdn_set;
+use tollgate::datapath::Family;
+use tollgate::fqdn::FqdnPattern;
+
+const POLICY: &str = "apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata:
+  name: fqdn-egress
+spec:
+  priority: 5
+  tier: securityops
+  appliedTo:
+  - nodeSelector:
+      matchLabels: {role: fqdn}
+  - podSelector:
+      matchLabels: {app: client}
+  egress:
+  - name: dns
+    action: Allow
+    to: [{ipBlock: {cidr: 10.61.0.0/24}}]
+    ports: [{protocol: UDP, port: 53}, {protocol: TCP, port: 53}]
+  - name: drop-dropped
+    action: Drop
+    to: [{fqdn: dropped.example.test}]
+  - name: reject-rejected
+    action: Reject
+    to: [{fqdn: '*.rejected.test'}]
+  - name: allow-example
+    action: Allow
+    to: [{fqdn: '*.example.test'}]
+    ports: [{protocol: TCP, port: 80}, {protocol: TCP, port: 9000}]
+  - name: allow-dropped-by-address
+    action: Allow
+    to: [{ipBlock: {cidr: 10.61.1.60/32}}]
+    ports: [{protocol: TCP, port: 80}]
+  - name: drop-all
+    action: Drop
+    to: [{ipBlock: {cidr: 0.0.0.0/0}}, {ipBlock: {cidr: '::/0'}}]
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: apps}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: client
+  namespace: apps
+  labels: {app: client}
+spec: {nodeName: fq}
+status:
+  podIP: 10.61.5.2
+  podIPs: [{ip: 10.61.5.2}]
+";
+
+/// The test zone dnsmasq serves.
+fn zone() -> String {
+    let mut conf = String::from(
+        "host-record=www.example.test,10.61.1.10\n\
+         host-record=other.test,10.61.1.20\n\
+         cname=alias.example.test,real.other.test\n\
+         host-record=real.other.test,10.61.1.30\n\
+         host-record=tcp.example.test,10.61.1.40\n\
+         host-record=short.example.test,10.61.1.50\n\
+         host-record=dropped.example.test,10.61.1.60\n\
+         host-record=www.rejected.test,10.61.1.70\n\
+         host-record=later.example.test,10.61.1.90\n\
+         host-record=six.example.test,fd61:1::10\n\
+         host-record=six.other.test,fd61:1::20\n",
+    );
+    for i in 1..=200 {
+        conf.push_str(&format!(
+            "host-record=r{i}.example.test,10.61.2.{}\n",
+            i % 250 + 1
+        ));
+    }
+    for i in 1..=40 {
+        conf.push_str(&format!("host-record=big.example.test,10.61.3.{i}\n"));
+    }
+    for i in 101..=180 {
+        conf.push_str(&format!("host-record=huge.example.test,10.61.3.{i}\n"));
+    }
+    conf
+}
+
+/// Namespaces, servers and the files they use; removed on drop.
+struct Lab {
+    node: NetNs,
+    server: NetNs,
+    pod: NetNs,
+    dir: tempfile::TempDir,
+    dnsmasq: Child,
+}
+
+impl Lab {
+    fn start(tag: &str, local_ttl: u32) -> Lab {
+        let node = NetNs::create(&format!("fq{tag}-n"));
+        let server = NetNs::create(&format!("fq{tag}-s"));
+        let pod = NetNs::create(&format!("fq{tag}-p"));
+        node.ok(&format!(
+            "ip link set lo up && sysctl -qw net.ipv4.ip_forward=1 && \
+             ip link add vs type veth peer name vn netns {s} && \
+             ip link add vp type veth peer name vn netns {p} && \
+             ip addr add 10.61.0.1/24 dev vs && ip addr add fd61::1/64 dev vs nodad && \
+             ip link set vs up && ip -6 route add fd61:1::/64 via fd61::2 && \
+             ip addr add 10.61.5.1/24 dev vp && ip link set vp up && \
+             for n in 1 2 3; do ip route add 10.61.$n.0/24 via 10.61.0.2; done",
+            s = server.0,
+            p = pod.0
+        ));
+        server.ok("ip link set lo up && ip link set vn up && \
+             for a in 2 4 5; do ip addr add 10.61.0.$a/24 dev vn; done && \
+             for n in 1 2 3; do ip route add local 10.61.$n.0/24 dev lo; done && \
+             ip addr add fd61::2/64 dev vn nodad && ip -6 route add local fd61:1::/64 dev lo && \
+             ip route add 10.61.5.0/24 via 10.61.0.1");
+        pod.ok(
+            "ip link set lo up && ip addr add 10.61.5.2/24 dev vn && ip link set vn up && \
+             ip route add default via 10.61.5.1",
+        );
+        for ns in [&node, &pod] {
+            let dir = PathBuf::from(format!("/etc/netns/{}", ns.0));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(
+                dir.join("resolv.conf"),
+                "nameserver 10.61.0.2\noptions timeout:1 attempts:3\n",
+            )
+            .unwrap();
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("policies")).unwrap();
+        std::fs::write(dir.path().join("policies/fqdn.yaml"), POLICY).unwrap();
+        let conf = dir.path().join("zone.conf");
+        std::fs::write(&conf, zone()).unwrap();
+        serve_web(&server);
+        let dnsmasq = server
+            .command(&[
+                "dnsmasq",
+                "--no-daemon",
+                "--no-resolv",
+                "--no-hosts",
+                "--bind-interfaces",
+                "--listen-address=10.61.0.2",
+                "--user=root",
+                &format!("--local-ttl={local_ttl}"),
+                &format!("--conf-file={}", conf.display()),
+                &format!("--pid-file={}", dir.path().join("dnsmasq.pid").display()),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let lab = Lab {
+            node,
+            server,
+            pod,
+            dir,
+            dnsmasq,
+        };
+        wait_until("dnsmasq answers", Duration::from_secs(10), || {
+            lab.node
+                .sh("dig +short +time=1 +tries=1 @10.61.0.2 www.example.test")
+                .stdout
+                .starts_with(b"10.61.1.10")
+        });
+        lab
+    }
+
+    fn policies(&self) -> PathBuf {
+        self.dir.path().join("policies")
+    }
+
+    fn agent(&self, extra: &[&str]) -> Agent {
+        let agent = Agent::start(&self.node, &self.policies(), extra);
+        agent.wait_log("ruleset applied generation=1");
+        agent
+    }
+
+    /// HTTP status code curl got from `url` in `ns`, `000` when it failed,
+    /// and curl's exit code.
+    fn curl(&self, ns: &NetNs, url: &str) -> (String, i32) {
+        let out = ns.sh(&format!(
+            "curl -s -o /dev/null -w '%{{http_code}}' --connect-timeout 1 --max-time 3 {url}"
+        ));
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            out.status.code().unwrap_or(-1),
+        )
+    }
+
+    fn reachable(&self, ns: &NetNs, url: &str) -> bool {
+        self.curl(ns, url).0 == "200"
+    }
+
+    /// `tollgate get fqdn` in the node namespace.
+    fn learned(&self) -> String {
+        self.node.ok(&format!(
+            "{} get fqdn --policies {} --node-name fq --node-labels role=fqdn",
+            env!("CARGO_BIN_EXE_tollgate"),
+            self.policies().display()
+        ))
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let _ = self.dnsmasq.kill();
+        let _ = self.dnsmasq.wait();
+        for ns in [&self.node, &self.pod] {
+            let _ = std::fs::remove_dir_all(format!("/etc/netns/{}", ns.0));
+        }
+    }
+}
+
+/// HTTP 200 on port 80 and a line echo on port 9000, for every address of
+/// the server namespace.
+fn serve_web(server: &NetNs) {
+    let (web, echo) = within(server, || {
+        (
+            TcpListener::bind("[::]:80").unwrap(),
+            TcpListener::bind("[::]:9000").unwrap(),
+        )
+    });
+    std::thread::spawn(move || {
+        for stream in web.incoming().map_while(Result::ok) {
+            std::thread::spawn(move || {
+                let mut stream = stream;
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = stream.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                );
+            });
+        }
+    });
+    std::thread::spawn(move || {
+        for stream in echo.incoming().map_while(Result::ok) {
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut writer = stream;
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+                    if writer.write_all(line.as_bytes()).is_err() {
+                        return;
+                    }
+                    line.clear();
+                }
+            });
+        }
+    });
+}
+
+/// A running agent whose stderr is collected; killed on drop.
+struct Agent {
+    child: Child,
+    log: Arc<Mutex<String>>,
+}
+
+impl Agent {
+    fn start(ns: &NetNs, policies: &Path, extra: &[&str]) -> Agent {
+        let mut args = vec![
+            env!("CARGO_BIN_EXE_tollgate"),
+            "run",
+            "--policies",
+            policies.to_str().unwrap(),
+            "--node-name",
+            "fq",
+            "--node-labels",
+            "role=fqdn",
+            "--queues",
+            "1",
+        ];
+        args.extend_from_slice(extra);
+        let mut child = ns
+            .command(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let sink = Arc::clone(&log);
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let mut log = sink.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        Agent { child, log }
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    fn wait_log(&self, needle: &str) {
+        wait_until(needle, Duration::from_secs(20), || {
+            self.log.lock().unwrap().contains(needle)
+        });
+    }
+
+    /// SIGTERM, then the exit; returns the log.
+    fn stop(mut self) -> String {
+        let pid = self.child.id().to_string();
+        assert!(Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success());
+        let end = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "agent exit {status}:\n{}", self.log());
+                break;
+            }
+            assert!(Instant::now() < end, "agent did not exit:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.wait_log("shutdown complete");
+        self.log()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The value of `key=` in the log line containing `line`.
+fn log_value(log: &str, line: &str, key: &str) -> u64 {
+    let text = log
+        .lines()
+        .find(|l| l.contains(line))
+        .unwrap_or_else(|| panic!("no {line:?} in\n{log}"));
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {text}"))
+}
+
+#[test]
+fn allowed_names_reachable_others_denied_with_drop_reject_and_cname() {
+    if !is_root() {
+        return;
+    }
+    let lab = Lab::start("a", 300);
+    let agent = lab.agent(&[]);
+    let node = &lab.node;
+
+    // Direct access to an address never learned: dropped by drop-all.
+    assert_ne!(lab.curl(node, "http://10.61.1.10/").0, "200");
+    // The allowed name resolves and is reachable; then also by address.
+    assert_eq!(lab.curl(node, "http://www.example.test/").0, "200");
+    assert!(lab.reachable(node, "http://10.61.1.10/"));
+    // A name no rule allows is not, though it resolved fine.
+    assert_eq!(lab.curl(node, "http://other.test/").1, 28, "timeout");
+    assert!(lab.learned().contains("10.61.1.10"));
+    assert!(!lab.learned().contains("10.61.1.20"));
+
+    // IPv6: AAAA answers fill the v6 set; ip6tables decides.
+    assert_eq!(lab.curl(node, "-6 http://[fd61:1::10]/").1, 28);
+    assert!(lab.reachable(node, "-6 http://six.example.test/"));
+    assert!(lab.reachable(node, "-6 http://[fd61:1::10]/"));
+    assert_eq!(lab.curl(node, "-6 http://six.other.test/").1, 28);
+
+    // CNAME chain: the selector matches the alias, the address belongs
+    // to the target name.
+    assert!(lab.reachable(node, "http://alias.example.test/"));
+
+    // Reject with fqdn: before the lookup the address falls to drop-all
+    // (timeout), after it the Reject rule answers with a reset.
+    assert_eq!(lab.curl(node, "http://10.61.1.70/").1, 28);
+    assert_eq!(lab.curl(node, "http://www.rejected.test/").1, 7, "refused");
+    assert_eq!(lab.curl(node, "http://10.61.1.70/").1, 7);
+
+    // Drop with fqdn, ahead of an ipBlock allow of the same address.
+    assert!(lab.reachable(node, "http://10.61.1.60/"));
+    assert_eq!(lab.curl(node, "http://dropped.example.test/").1, 28);
+    assert_eq!(lab.curl(node, "http://10.61.1.60/").1, 28);
+
+    // A Pod routed through the node: its lookups are learned on FORWARD.
+    assert_eq!(lab.curl(&lab.pod, "http://10.61.1.90/").1, 28);
+    assert!(lab.reachable(&lab.pod, "http://later.example.test/"));
+    assert_eq!(lab.curl(&lab.pod, "http://other.test/").1, 28);
+
+    let table = lab.learned();
+    assert!(table.contains("*.example.test"), "{table}");
+    assert!(table.contains("10.61.1.90"), "{table}");
+    assert!(table.contains("fd61:1::10"), "{table}");
+    let log = agent.stop();
+    assert!(log_value(&log, "dns stats", "parsed") >= 6, "{log}");
+    assert_eq!(log_value(&log, "dns stats", "ipset_errors"), 0, "{log}");
+}
+
+#[test]
+fn first_connection_right_after_the_answer_never_loses_the_race() {
+    if !is_root() {
+        return;
+    }
+    let lab = Lab::start("r", 300);
+    let agent = lab.agent(&[]);
+    // 200 names, each with its own address never seen before: every
+    // connection is the first one after its answer.
+    let out = lab.node.ok("for i in $(seq 1 200); do \
+           curl -4 -s -o /dev/null -w '%{http_code}\\n' --connect-timeout 2 --max-time 4 \
+             http://r$i.example.test/; \
+         done");
+    let codes: Vec<&str> = out.lines().collect();
+    assert_eq!(codes.len(), 200);
+    let failures = codes.iter().filter(|c| **c != "200").count();
+    assert_eq!(failures, 0, "{out}");
+    let log = agent.stop();
+    assert!(log_value(&log, "queue stats", "dropped") == 0, "{log}");
+    assert!(log_value(&log, "dns stats", "learned") >= 200, "{log}");
+}
+
+#[test]
+fn ttl_expiry_denies_new_connections_and_keeps_established_ones() {
+    if !is_root() {
+        return;
+    }
+    let lab = Lab::start("t", 2);
+    let _agent = lab.agent(&["--fqdn-min-ttl", "1"]);
+    lab.node
+        .ok("dig +short @10.61.0.2 short.example.test | grep -q 10.61.1.50");
+    let mut established = within(&lab.node, || {
+        TcpStream::connect_timeout(&"10.61.1.50:9000".parse().unwrap(), Duration::from_secs(2))
+            .unwrap()
+    });
+    established
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    let mut reader = BufReader::new(established.try_clone().unwrap());
+    let mut echo = |text: &str| {
+        established.write_all(text.as_bytes()).unwrap();
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        assert_eq!(line, text);
+    };
+    echo("before expiry\n");
+    wait_until(
+        "the kernel expires the entry",
+        Duration::from_secs(10),
+        || !lab.node.ok("ipset list").contains("10.61.1.50"),
+    );
+    assert_eq!(lab.curl(&lab.node, "http://10.61.1.50/").1, 28);
+    echo("after expiry\n");
+    // A new lookup allows again.
+    assert!(lab.reachable(&lab.node, "http://short.example.test/"));
+}
+
+#[test]
+fn dns_over_tcp_and_the_tcp_retry_of_a_truncated_answer_are_learned() {
+    if !is_root() {
+        return;
+    }
+    let lab = Lab::start("c", 300);
+    let agent = lab.agent(&[]);
+    let node = &lab.node;
+    assert_eq!(lab.curl(node, "http://10.61.1.40/").1, 28);
+    assert_eq!(
+        node.ok("dig +tcp +short @10.61.0.2 tcp.example.test")
+            .trim(),
+        "10.61.1.40"
+    );
+    assert!(lab.reachable(node, "http://10.61.1.40/"));
+
+    // 40 addresses do not fit 512 bytes: without EDNS the UDP answer is
+    // truncated (TC) and dig retries over TCP.
+    let udp = node.ok("dig +noedns +ignore @10.61.0.2 big.example.test");
+    assert!(udp.contains(" tc"), "{udp}");
+    let answer = node.ok("dig +noedns +short @10.61.0.2 big.example.test");
+    assert_eq!(answer.lines().count(), 40, "{answer}");
+    let table = lab.learned();
+    for i in 1..=40 {
+        assert!(table.contains(&format!("10.61.3.{i} ")), "{table}");
+    }
+    assert!(lab.reachable(node, "http://10.61.3.33/"));
+    // The system resolver does the same on its own.
+    assert!(lab.reachable(node, "http://big.example.test/"));
+
+    // A message split across TCP segments (MTU 576: 80 records do not fit
+    // one segment; gso_max_segs 1: the server's stack sends real segments,
+    // not one GSO packet that only the queue would split) is reassembled
+    // before it is learned.
+    node.ok("ip link set dev vs mtu 576");
+    lab.server
+        .ok("ip link set dev vn mtu 576 && ip link set dev vn gso_max_segs 1");
+    let mut tcpdump = node
+        .command(&[
+            "tcpdump",
+            "-c",
+            "2",
+            "-l",
+            "-n",
+            "-i",
+            "vs",
+            "tcp src port 53 and greater 100",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = BufReader::new(tcpdump.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("listening on") {
+        line.clear();
+        assert!(
+            ready.read_line(&mut line).unwrap() > 0,
+            "tcpdump did not start"
+        );
+    }
+    let answer = node.ok("dig +tcp +short @10.61.0.2 huge.example.test");
+    assert_eq!(answer.lines().count(), 80, "{answer}");
+    // Two reply segments of more than 100 bytes end the capture.
+    let two_segments = wait_for_exit(&mut tcpdump, Duration::from_secs(5));
+    let _ = tcpdump.kill();
+    let mut text = String::new();
+    tcpdump
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut text)
+        .unwrap();
+    let _ = tcpdump.wait();
+    assert!(two_segments, "one segment only:\n{text}");
+    let table = lab.learned();
+    for i in 101..=180 {
+        assert!(table.contains(&format!("10.61.3.{i} ")), "{table}");
+    }
+    assert!(lab.reachable(node, "http://10.61.3.177/"));
+    let log = agent.stop();
+    assert_eq!(log_value(&log, "dns stats", "tcp_untracked"), 0, "{log}");
+    assert_eq!(log_value(&log, "dns stats", "oversized"), 0, "{log}");
+}
+
+/// Whether `child` exits within `deadline`.
+fn wait_for_exit(child: &mut Child, deadline: Duration) -> bool {
+    let end = Instant::now() + deadline;
+    while Instant::now() < end {
+        if child.try_wait().unwrap().is_some() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// A DNS response for `question` with one A record.
+fn answer(id: u16, question: &str, address: Ipv4Addr) -> Vec<u8> {
+    let name = Name::from_ascii(question).unwrap();
+    let mut message = Message::new(id, MessageType::Response, OpCode::Query);
+    message.add_query(Query::query(name.clone(), RecordType::A));
+    message.add_answer(Record::from_rdata(name, 300, RData::A(A(address))));
+    message.to_vec().unwrap()
+}
+
+/// Answers queries on 10.61.0.4:53 with broken messages chosen by the
+/// first label, and a valid answer for `good.example.test`.
+fn serve_malformed(server: &NetNs) {
+    let socket = within(server, || UdpSocket::bind("10.61.0.4:53").unwrap());
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 1500];
+        while let Ok((n, peer)) = socket.recv_from(&mut buf) {
+            let Ok(query) = Message::from_vec(&buf[..n]) else {
+                continue;
+            };
+            let id = query.metadata.id;
+            let Some(name) = query.queries.first().map(|q| q.name.to_ascii()) else {
+                continue;
+            };
+            let good = answer(id, &name, Ipv4Addr::new(10, 61, 1, 80));
+            let reply: Vec<u8> = if name.starts_with("trunc.") {
+                good[..good.len() - 6].to_vec()
+            } else if name.starts_with("garbage.") {
+                let mut bytes = id.to_be_bytes().to_vec();
+                bytes.extend([0x81, 0x80]);
+                bytes.extend((0..60u8).map(|i| i.wrapping_mul(37) ^ 0xa5));
+                bytes
+            } else if name.starts_with("loop.") {
+                // One question whose name is a pointer to itself.
+                let mut bytes = id.to_be_bytes().to_vec();
+                bytes.extend([0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0]);
+                bytes.extend([0xc0, 12, 0, 1, 0, 1]);
+                bytes.extend([0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 10, 61, 1, 80]);
+                bytes
+            } else {
+                good
+            };
+            let _ = socket.send_to(&reply, peer);
+        }
+    });
+}
+
+#[test]
+fn forged_and_malformed_replies_are_not_learned_and_the_worker_keeps_running() {
+    if !is_root() {
+        return;
+    }
+    let lab = Lab::start("m", 300);
+    serve_malformed(&lab.server);
+    let agent = lab.agent(&[]);
+    let node = &lab.node;
+
+    // A reply from a host the node never asked: no tracked connection.
+    let forger = within(&lab.server, || UdpSocket::bind("10.61.0.5:53").unwrap());
+    let forged = answer(7, "forged.example.test.", Ipv4Addr::new(10, 61, 1, 66));
+    for port in [40000u16, 53, 33333] {
+        forger
+            .send_to(&forged, (IpAddr::from([10, 61, 0, 1]), port))
+            .unwrap();
+    }
+
+    for name in ["trunc", "garbage", "loop"] {
+        // dig reports the broken reply; only the agent's counters matter.
+        node.sh(&format!(
+            "dig +tries=1 +time=1 @10.61.0.4 {name}.example.test"
+        ));
+    }
+    assert_eq!(lab.curl(node, "http://10.61.1.80/").1, 28);
+    assert_eq!(
+        node.ok("dig +short +tries=1 @10.61.0.4 good.example.test")
+            .trim(),
+        "10.61.1.80"
+    );
+    assert!(lab.reachable(node, "http://10.61.1.80/"));
+    assert_eq!(lab.curl(node, "http://10.61.1.66/").1, 28);
+    assert!(!lab.learned().contains("10.61.1.66"));
+    let log = agent.stop();
+    assert!(log_value(&log, "dns stats", "failed") >= 3, "{log}");
+    assert_eq!(log_value(&log, "dns stats", "parsed"), 1, "{log}");
+}
+
+#[test]
+fn only_trusted_servers_are_learned_from_when_configured() {
+    if !is_root() {
+        return;
+    }
+    let lab = Lab::start("u", 300);
+    serve_malformed(&lab.server);
+    let agent = lab.agent(&["--dns-trusted-server", "10.61.0.4"]);
+    // dnsmasq (10.61.0.2) answers, but is not trusted.
+    assert_eq!(lab.curl(&lab.node, "http://www.example.test/").1, 28);
+    assert_eq!(
+        lab.node
+            .ok("dig +short +tries=1 @10.61.0.4 good.example.test")
+            .trim(),
+        "10.61.1.80"
+    );
+    assert!(lab.reachable(&lab.node, "http://10.61.1.80/"));
+    let log = agent.stop();
+    assert!(log_value(&log, "dns stats", "untrusted") >= 1, "{log}");
+}
+
+#[test]
+fn restart_keeps_learned_addresses_working() {
+    if !is_root() {
+        return;
+    }
+    let lab = Lab::start("x", 300);
+    let agent = lab.agent(&[]);
+    assert!(lab.reachable(&lab.node, "http://www.example.test/"));
+    agent.stop();
+    // The learned sets outlive a clean shutdown; nothing else does.
+    let kept = lab.node.ok("ipset list -n; iptables-save");
+    assert!(!kept.contains("TOLLGATE"), "{kept}");
+    assert!(lab.node.ok("ipset save").contains("10.61.1.10 timeout"));
+
+    let agent = lab.agent(&[]);
+    agent.wait_log("fqdn mirror restored");
+    assert!(log_value(&agent.log(), "fqdn mirror restored", "restored") >= 1);
+    // No new lookup: the restored mirror decides.
+    assert!(lab.reachable(&lab.node, "http://10.61.1.10/"));
+    assert_eq!(lab.curl(&lab.node, "http://10.61.1.20/").1, 28);
+    drop(agent);
+}
+
+#[test]
+fn policy_change_starts_new_selectors_empty_and_destroys_removed_sets() {
+    if !is_root() {
+        return;
+    }
+    let lab = Lab::start("p", 300);
+    let agent = lab.agent(&[]);
+    assert!(lab.reachable(&lab.node, "http://www.example.test/"));
+    assert!(lab.reachable(&lab.node, "http://10.61.1.10/"));
+    let old = fqdn_set(&FqdnPattern::new("*.example.test"), Family::V4);
+    let kept = fqdn_set(&FqdnPattern::new("*.rejected.test"), Family::V4);
+    let new = fqdn_set(&FqdnPattern::new("www.example.test"), Family::V4);
+    assert!(lab.node.ok("ipset list -n").contains(&old));
+
+    let changed = POLICY.replace("fqdn: '*.example.test'", "fqdn: www.example.test");
+    std::fs::write(lab.policies().join("fqdn.yaml"), changed).unwrap();
+    agent.wait_log("ruleset applied generation=2");
+    let sets = lab.node.ok("ipset list -n");
+    assert!(!sets.contains(&old), "{sets}");
+    assert!(sets.contains(&kept) && sets.contains(&new), "{sets}");
+    // The new selector starts empty: the address learned for the old one
+    // does not carry over, until the next answer.
+    assert_eq!(lab.curl(&lab.node, "http://10.61.1.10/").1, 28);
+    assert!(lab.reachable(&lab.node, "http://www.example.test/"));
+    assert!(lab.reachable(&lab.node, "http://10.61.1.10/"));
+    assert_eq!(lab.curl(&lab.node, "http://alias.example.test/").1, 28);
+}
+
+#[test]
+fn fqdn_rules_added_by_a_reload_start_the_dns_worker() {
+    if !is_root() {
+        return;
+    }
+    let lab = Lab::start("l", 300);
+    let without_fqdn: String = POLICY
+        .lines()
+        .filter(|l| !l.contains("fqdn:"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .replace(
+            "  - name: drop-dropped\n    action: Drop\n  - name: reject-rejected\n    action: Reject\n  - name: allow-example\n    action: Allow\n    ports: [{protocol: TCP, port: 80}, {protocol: TCP, port: 9000}]\n",
+            "",
+        );
+    assert!(!without_fqdn.contains("allow-example"), "{without_fqdn}");
+    std::fs::write(lab.policies().join("fqdn.yaml"), &without_fqdn).unwrap();
+    let agent = lab.agent(&[]);
+    assert!(!agent.log().contains("dns worker started"));
+    assert_eq!(lab.curl(&lab.node, "http://www.example.test/").1, 28);
+    std::fs::write(lab.policies().join("fqdn.yaml"), POLICY).unwrap();
+    agent.wait_log("ruleset applied generation=2");
+    assert!(
+        agent.log().contains("dns worker started"),
+        "{}",
+        agent.log()
+    );
+    assert!(lab.reachable(&lab.node, "http://www.example.test/"));
+}
+
+#[test]
+fn netlink_client_adds_refreshes_and_deletes_entries() {
+    if !is_root() {
+        return;
+    }
+    let ns = NetNs::create("fq-nl");
+    ns.ok(
+        "ipset create tollgate-fqdn-t-v4 hash:ip family inet timeout 300 && \
+         ipset create tollgate-fqdn-t-v6 hash:ip family inet6 timeout 300",
+    );
+    let v4 = |last: u8| IpAddr::from([10, 61, 9, last]);
+    within(&ns, || {
+        let mut socket = IpsetSocket::open().unwrap();
+        socket
+            .apply(&[
+                EntryOp::Add {
+                    set: "tollgate-fqdn-t-v4",
+                    address: v4(1),
+                    timeout_secs: 100,
+                },
+                EntryOp::Add {
+                    set: "tollgate-fqdn-t-v6",
+                    address: "fd61::1".parse().unwrap(),
+                    timeout_secs: 50,
+                },
+                EntryOp::Add {
+                    set: "tollgate-fqdn-t-v4",
+                    address: v4(2),
+                    timeout_secs: 9,
+                },
+            ])
+            .unwrap();
+        socket
+            .apply(&[
+                EntryOp::Add {
+                    set: "tollgate-fqdn-t-v4",
+                    address: v4(1),
+                    timeout_secs: 1000,
+                },
+                EntryOp::Del {
+                    set: "tollgate-fqdn-t-v4",
+                    address: v4(2),
+                },
+                EntryOp::Del {
+                    set: "tollgate-fqdn-t-v4",
+                    address: v4(3),
+                },
+            ])
+            .unwrap();
+        let missing = socket.apply(&[EntryOp::Add {
+            set: "tollgate-nope",
+            address: v4(1),
+            timeout_secs: 1,
+        }]);
+        assert!(missing.is_err(), "{missing:?}");
+        // The socket stays usable after an error.
+        socket
+            .apply(&[EntryOp::Del {
+                set: "tollgate-fqdn-t-v4",
+                address: v4(1),
+            }])
+            .unwrap();
+        socket
+            .apply(&[EntryOp::Add {
+                set: "tollgate-fqdn-t-v4",
+                address: v4(1),
+                timeout_secs: 1000,
+            }])
+            .unwrap();
+    });
+    let save = ns.ok("ipset save");
+    let entries: Vec<&str> = save.lines().filter(|l| l.starts_with("add ")).collect();
+    assert_eq!(entries.len(), 2, "{save}");
+    assert!(entries
+        .iter()
+        .any(|l| l.starts_with("add tollgate-fqdn-t-v4 10.61.9.1 timeout 99")));
+    assert!(entries
+        .iter()
+        .any(|l| l.starts_with("add tollgate-fqdn-t-v6 fd61::1 timeout 4")));
+}
