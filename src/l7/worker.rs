@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
+use prometheus_client::metrics::counter::Counter;
 
 use crate::audit::Subject;
 use crate::config::{FailMode, L7Config, MarkLayout};
@@ -217,6 +218,10 @@ fn run<P: L7Policy>(
         stats,
         observers,
     } = shared;
+    let request_counters = [
+        observers.metrics.l7_request_counter(false),
+        observers.metrics.l7_request_counter(true),
+    ];
     let marks = config.marks;
     let max_flows = NonZeroUsize::new(config.l7.max_flows).unwrap_or(NonZeroUsize::MIN);
     let mut inspector = Inspector::new(
@@ -283,7 +288,8 @@ fn run<P: L7Policy>(
                 let key = segment.key;
                 let inspection = inspector.inspect(&segment, Instant::now());
                 for record in &inspection.requests {
-                    record_request(stats, observers, &key, record, packet_length);
+                    let counter = &request_counters[usize::from(record.allowed)];
+                    record_request(stats, (counter, observers), &key, record, packet_length);
                 }
                 match inspection.action {
                     L7Action::Pass => verdicts.push((message, nfq::Verdict::Accept)),
@@ -361,11 +367,11 @@ fn drop_all(
 }
 
 /// Where every L7 request decision passes: counted, reported to the
-/// metrics, and written to the audit log when the deciding rule has
+/// metrics (`series`: the request counter of its result), and written to the audit log when the deciding rule has
 /// `enableLogging` (a denied request as `Reject`: the client is answered).
 fn record_request(
     stats: &L7Stats,
-    observers: &Observers,
+    (series, observers): (&Counter, &Observers),
     key: &FlowKey,
     record: &RequestRecord,
     packet_length: u32,
@@ -376,7 +382,7 @@ fn record_request(
         &stats.requests_denied
     };
     counter.fetch_add(1, Ordering::Relaxed);
-    observers.metrics.l7_request(record.allowed);
+    series.inc();
     let (Some(audit), Some((rule, Some(endpoint)))) = (&observers.audit, &record.rule) else {
         return;
     };
