@@ -22,7 +22,7 @@ use crate::config::{FailMode, L7Config, MarkLayout};
 use crate::flow::Verdict;
 use crate::http::DEFAULT_MAX_HEAD;
 use crate::queue::dns::FqdnMirror;
-use crate::queue::worker::wall_clock;
+use crate::queue::worker::{open_queue, wall_clock};
 use crate::queue::{Observers, QueueError};
 
 use super::inspect::{Inspector, L7Action, L7Policy, RequestRecord};
@@ -158,27 +158,13 @@ impl L7Worker {
         P: L7Policy + Send + Sync + 'static,
     {
         let queue = config.l7.queue;
-        let setup = |step| {
-            move |source| QueueError::Setup {
-                queue,
-                step,
-                source,
-            }
-        };
-        let mut socket = nfq::Queue::open().map_err(setup("open"))?;
-        socket.bind(queue).map_err(setup("bind"))?;
-        socket
-            .set_copy_range(queue, COPY_RANGE)
-            .map_err(setup("copy range"))?;
-        socket
-            .set_queue_max_len(queue, QUEUE_MAX_LEN)
-            .map_err(setup("queue length"))?;
-        socket
-            .set_fail_open(queue, config.fail_mode == FailMode::Open)
-            .map_err(setup("fail-open flag"))?;
-        socket
-            .set_recv_enobufs(true)
-            .map_err(setup("overflow reporting"))?;
+        let setup = |step| QueueError::setup(queue, step);
+        let socket = open_queue(
+            queue,
+            COPY_RANGE,
+            QUEUE_MAX_LEN,
+            config.fail_mode == FailMode::Open,
+        )?;
         let injector = Injector::open().map_err(setup("raw sockets"))?;
         let stats = Arc::new(L7Stats::default());
         let thread_stats = Arc::clone(&stats);
