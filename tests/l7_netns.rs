@@ -10,8 +10,8 @@
 
 mod common;
 
-use common::{is_root, wait_until, within, NetNs};
-use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use common::{capture_stderr, is_root, wait_until, within, NetNs};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -57,16 +57,7 @@ impl Agent {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let sink = Arc::clone(&log);
-        let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let mut log = sink.lock().unwrap();
-                log.push_str(&line);
-                log.push('\n');
-            }
-        });
+        let log = capture_stderr(&mut child);
         let agent = Agent {
             _process: Background(child),
             log,

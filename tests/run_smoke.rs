@@ -7,8 +7,8 @@
 
 mod common;
 
-use common::{is_root, wait_until, within, NetNs};
-use std::io::{BufRead, BufReader, Read, Write};
+use common::{capture_stderr, is_root, wait_until, within, NetNs};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -42,16 +42,7 @@ impl Agent {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let sink = Arc::clone(&log);
-        let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let mut log = sink.lock().unwrap();
-                log.push_str(&line);
-                log.push('\n');
-            }
-        });
+        let log = capture_stderr(&mut child);
         Agent { child, log }
     }
 

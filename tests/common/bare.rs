@@ -96,3 +96,21 @@ pub fn within<T: Send>(ns: &NetNs, f: impl FnOnce() -> T + Send) -> T {
         .unwrap()
     })
 }
+
+/// Collects a spawned child's stderr (spawned with `Stdio::piped()`) line
+/// by line into a shared string, on a thread of its own, so tests can poll
+/// the agent's log while it runs.
+pub fn capture_stderr(child: &mut std::process::Child) -> std::sync::Arc<std::sync::Mutex<String>> {
+    use std::io::{BufRead, BufReader};
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let sink = std::sync::Arc::clone(&log);
+    let stderr = child.stderr.take().expect("stderr is piped");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let mut log = sink.lock().unwrap();
+            log.push_str(&line);
+            log.push('\n');
+        }
+    });
+    log
+}
