@@ -239,7 +239,7 @@ fn segments(len: usize, rng: &mut Rng) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
     let mut at = 0;
     while at < len {
-        let size = if rng.next() % 2 == 0 {
+        let size = if rng.one_in(2) {
             1 + rng.next() % 8
         } else {
             1 + rng.next() % 600
@@ -261,7 +261,7 @@ fn reassembler(stream: &[u8], max_message: usize, rng: &mut Rng) {
     for (i, &(start, end)) in segs.iter().enumerate() {
         let seq = |at: usize| isn.wrapping_add(at as u32);
         if let Some(&(next_start, next_end)) = segs.get(i + 1) {
-            if rng.next() % 5 == 0 {
+            if rng.one_in(5) {
                 // Reordered: the later segment leaves a gap and is refused.
                 assert!(split
                     .push(seq(next_start), &stream[next_start..next_end])
@@ -273,7 +273,7 @@ fn reassembler(stream: &[u8], max_message: usize, rng: &mut Rng) {
                 .push(seq(start), &stream[start..end])
                 .expect("in-order segment"),
         );
-        if rng.next() % 5 == 0 {
+        if rng.one_in(5) {
             // Retransmission overlapping what was already taken.
             let back = start - (rng.next() as usize % (start + 1));
             assert!(split
@@ -347,7 +347,7 @@ fn snooper(message: &[u8], stream: &[u8], max_message: usize, v6: bool, rng: &mu
     for (i, &(start, end)) in segs.iter().enumerate() {
         let seq = |at: usize| isn.wrapping_add(1).wrapping_add(at as u32);
         if let Some(&(next_start, next_end)) = segs.get(i + 1) {
-            if rng.next() % 7 == 0 {
+            if rng.one_in(7) {
                 let early = snoop.snoop(&tcp(
                     seq(next_start),
                     &stream[next_start..next_end],
@@ -412,5 +412,9 @@ impl Rng {
         self.0 ^= self.0 >> 17;
         self.0 ^= self.0 << 5;
         self.0
+    }
+
+    fn one_in(&mut self, n: u32) -> bool {
+        self.next().is_multiple_of(n)
     }
 }
