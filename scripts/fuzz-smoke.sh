@@ -38,6 +38,6 @@ for target in $(cargo fuzz list); do
         echo "fuzz-smoke: $target failed; input and full log in fuzz/artifacts/$target/" >&2
         exit 1
     fi
-    grep -E '^#[0-9]+ +DONE|^stat::(number_of_executed_units|average_exec_per_sec)' "$log" >&2
+    grep -E '^#[0-9]+\s+DONE|^stat::(number_of_executed_units|average_exec_per_sec)' "$log" >&2
 done
 echo "fuzz-smoke: all targets ran ${FUZZ_SECONDS}s without a crash" >&2
