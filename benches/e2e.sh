@@ -19,7 +19,7 @@
 #                  match, so each new connection is classified past all N)
 #   iptables-N     the same N rules as plain iptables rules in FORWARD,
 #                  after an ESTABLISHED,RELATED accept (the usual shape)
-# N in 10, 100, 1000.
+# N in 10, 100, 1000, 10000.
 #
 # Tools: wrk, iperf3, nginx (nginx-light), iptables; installed with apt-get
 # when missing. tollgate: $TOLLGATE, else target/release/tollgate (built
@@ -30,7 +30,7 @@ DURATION=${1:-10}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 NODE=tgb-node CLIENT=tgb-client SERVER=tgb-server
 SERVER_IP=10.98.2.2
-RULE_COUNTS=(10 100 1000)
+RULE_COUNTS=(10 100 1000 10000)
 
 die() { echo "e2e.sh: $*" >&2; exit 1; }
 nsx() { local ns=$1; shift; ip netns exec "$ns" "$@"; }

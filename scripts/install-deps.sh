@@ -9,7 +9,7 @@ PACKAGES=(
     curl netcat-openbsd iputils-ping     # probes
     dnsmasq-base dnsutils                # DNS server and dig for FQDN tests
     nginx-light python3 procps psmisc    # servers and process tools
-    tcpdump
+    tcpdump wrk                          # packet captures, HTTP benchmark
 )
 
 missing=()

@@ -224,6 +224,12 @@ demo() {
     outcome "client2 -> web    TCP 8080" nsx tg-client2 nc -z -w 2 10.99.3.2 8080
     outcome "client1 -> web    ping" nsx tg-client1 ping -c 1 -W 2 10.99.3.2
     outcome "client1 -> web    HTTP over IPv6" nsx tg-client1 curl -fsS --max-time 2 "http://[fd00:99:3::2]/"
+    echo "L7 (rules/l7-http.yaml: GET/HEAD anywhere, any method to foo.bar.com/api/v2/*):"
+    outcome "client1 -> web    HTTP POST / (403 Forbidden)" nsx tg-client1 curl -fsS --max-time 2 -X POST http://10.99.3.2/
+    printf '    %s\n' "$(nsx tg-client1 curl -sS --max-time 2 -X POST http://10.99.3.2/ 2>&1 | head -n 1)"
+    # python's http.server answers 501 to a POST that reaches it.
+    outcome "client1 -> web    HTTP POST foo.bar.com/api/v2/items" nsx tg-client1 \
+        sh -c "curl -sS --max-time 2 -o /dev/null -w '%{http_code}' -X POST -H 'Host: foo.bar.com' http://10.99.3.2/api/v2/items | grep -qx 501"
     echo "node:"
     outcome "client1 -> node   TCP 22 (privileged)" nsx tg-client1 nc -z -w 2 10.99.1.1 22
     outcome "client2 -> node   TCP 22" nsx tg-client2 nc -z -w 2 10.99.2.1 22

@@ -21,10 +21,12 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use crate::audit::AuditConfig;
 use crate::compile::{LocalNode, Ruleset};
 use crate::config::{
-    parse_labels, Config, ConfigError, FailMode, MachineDefaults, MaskValue, Privileged, Settings,
+    parse_labels, Config, ConfigError, FailMode, L7DenyResponse, MachineDefaults, MaskValue,
+    Privileged, Settings,
 };
 use crate::datapath::{self, DatapathError, Kernel};
 use crate::fqdn::LearnerConfig;
+use crate::l7::{L7Stats, L7Worker, L7WorkerConfig};
 use crate::metrics::{Metrics, ReloadResult};
 use crate::queue::{
     parse_kernel_counters, DnsStats, DnsWorker, DnsWorkerConfig, FqdnMirror, Observers, Worker,
@@ -96,6 +98,13 @@ pub struct RunArgs {
     pub status_socket: Option<PathBuf>,
     #[command(flatten)]
     pub log: crate::logging::LogArgs,
+    /// Answer to a denied HTTP request: 403 (default) or reset.
+    #[arg(long, value_name = "403|reset", value_parser = parse_l7_deny_response)]
+    pub l7_deny_response: Option<L7DenyResponse>,
+}
+
+fn parse_l7_deny_response(s: &str) -> Result<L7DenyResponse, ConfigError> {
+    s.parse()
 }
 
 /// A repeatable flag given at least once.
@@ -124,6 +133,7 @@ impl RunArgs {
             mark_mask: self.mark_mask.clone().map(MaskValue::Text),
             fail_mode: self.fail_mode,
             privileged: non_empty(&self.privileged),
+            l7_deny_response: self.l7_deny_response,
             dns_queue: self.dns_queue,
             dns_trusted_servers: non_empty(&self.dns_trusted_servers),
             fqdn_min_ttl: self.fqdn_min_ttl,
@@ -255,6 +265,16 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
             )
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let l7_worker = L7Worker::spawn(
+        L7WorkerConfig {
+            marks: config.marks,
+            fail_mode: config.fail_mode,
+            l7: config.l7,
+        },
+        Arc::clone(&policy),
+        Arc::clone(&mirror),
+        observers,
+    )?;
     let status = Arc::new(AgentStatus::new(
         AgentFacts {
             node_name: config.node_name.clone(),
@@ -300,6 +320,7 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
         audit.flush(Duration::from_secs(2));
     }
     log_queue_stats(&workers);
+    log_l7_stats(l7_worker.queue, &l7_worker.stats);
     if let Some(dns) = &agent.dns {
         log_dns_stats(dns.queue, &dns.stats, &agent.mirror);
     }
@@ -615,6 +636,25 @@ fn log_queue_stats(workers: &[Worker]) {
     }
 }
 
+fn log_l7_stats(queue: u16, s: &L7Stats) {
+    tracing::info!(
+        queue,
+        segments = s.segments.load(Ordering::Relaxed),
+        flows = s.flows.load(Ordering::Relaxed),
+        requests_allowed = s.requests_allowed.load(Ordering::Relaxed),
+        requests_denied = s.requests_denied.load(Ordering::Relaxed),
+        resets = s.resets.load(Ordering::Relaxed),
+        held = s.held.load(Ordering::Relaxed),
+        deferred = s.deferred.load(Ordering::Relaxed),
+        deferred_evicted = s.deferred_evicted.load(Ordering::Relaxed),
+        malformed = s.malformed.load(Ordering::Relaxed),
+        inject_errors = s.inject_errors.load(Ordering::Relaxed),
+        overflows = s.overflows.load(Ordering::Relaxed),
+        verdict_errors = s.verdict_errors.load(Ordering::Relaxed),
+        "L7 queue stats"
+    );
+}
+
 fn log_dns_stats(queue: u16, s: &DnsStats, mirror: &FqdnMirror) {
     let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
     tracing::info!(
@@ -672,6 +712,8 @@ mod tests {
             "10.0.0.0/24,tcp/22",
             "--privileged",
             "fd00::/64",
+            "--l7-deny-response",
+            "reset",
         ])
         .unwrap();
         let settings = cli.run.settings();
@@ -680,6 +722,7 @@ mod tests {
         assert_eq!(settings.interfaces.unwrap(), ["veth*", "eth0"]);
         assert_eq!(settings.fail_mode, Some(FailMode::Open));
         assert_eq!(settings.privileged.unwrap().len(), 2);
+        assert_eq!(settings.l7_deny_response, Some(L7DenyResponse::Reset));
         assert_eq!(settings.mark_mask, Some(MaskValue::Text("0x30000".into())));
         assert!(settings.node_name.is_none() && settings.queue_base.is_none());
         assert!(Cli::try_parse_from(["tollgate", "--policies", "/p", "--fail-mode", "x"]).is_err());

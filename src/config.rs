@@ -43,6 +43,17 @@ pub enum ConfigError {
     FailMode { value: String },
     #[error("nodeName: must not be empty")]
     NodeName,
+    #[error("l7Queue {queue}: must differ from the connection queues {first}-{last} and the DNS queue {dns_queue}")]
+    L7Queue {
+        queue: u16,
+        first: u16,
+        last: u16,
+        dns_queue: u16,
+    },
+    #[error("l7DenyResponse {value:?}: expected 403 or reset")]
+    L7DenyResponse { value: String },
+    #[error("{key}: must be at least 1")]
+    L7Bound { key: &'static str },
     #[error("dnsQueue {queue}: must differ from the connection queues {first}-{last}")]
     DnsQueue { queue: u16, first: u16, last: u16 },
     #[error("{key} {value}: {reason}")]
@@ -93,30 +104,47 @@ impl fmt::Display for FailMode {
 
 /// The packet/connection mark bits tollgate owns and the values it writes
 /// into them. `allow` is the lowest set bit of the mask, `reject` the next
-/// one; the remaining bits of the mask are reserved and always cleared.
+/// one, `l7` the third; the values are codes under the mask (see
+/// [`crate::datapath`] for the layout), and the remaining bits of the mask
+/// are reserved and always cleared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MarkLayout {
     pub mask: u32,
     pub allow: u32,
     pub reject: u32,
+    /// An L7 connection whose first request has not been seen yet.
+    pub l7: u32,
 }
 
 impl MarkLayout {
     pub fn new(mask: u32) -> Result<MarkLayout, ConfigError> {
-        let allow = mask & mask.wrapping_neg();
-        let rest = mask & !allow;
-        let reject = rest & rest.wrapping_neg();
-        if allow == 0 || reject == 0 {
+        let lowest = |bits: u32| bits & bits.wrapping_neg();
+        let allow = lowest(mask);
+        let reject = lowest(mask & !allow);
+        let l7 = lowest(mask & !allow & !reject);
+        if allow == 0 || reject == 0 || l7 == 0 {
             return Err(ConfigError::MarkMask {
                 value: format!("{mask:#x}"),
-                reason: "needs at least two bits",
+                reason: "needs at least three bits",
             });
         }
         Ok(MarkLayout {
             mask,
             allow,
             reject,
+            l7,
         })
+    }
+
+    /// An L7 connection under inspection whose stream tollgate tracks.
+    pub fn l7_active(&self) -> u32 {
+        self.l7 | self.allow
+    }
+
+    /// An L7 connection closed after a denied request: later packets are
+    /// dropped in the kernel.
+    pub fn l7_denied(&self) -> u32 {
+        self.l7 | self.reject
     }
 
     /// `mark` with tollgate's bits replaced by `value`.
@@ -318,6 +346,10 @@ pub struct Settings {
     pub privileged: Option<Vec<Privileged>>,
     pub audit_log: Option<PathBuf>,
     pub metrics_address: Option<SocketAddr>,
+    pub l7_queue: Option<u16>,
+    pub l7_deny_response: Option<L7DenyResponse>,
+    pub l7_max_flows: Option<usize>,
+    pub l7_idle_timeout_seconds: Option<u64>,
     pub dns_queue: Option<u16>,
     pub dns_trusted_servers: Option<Vec<IpAddr>>,
     pub fqdn_min_ttl: Option<u32>,
@@ -368,6 +400,12 @@ impl Settings {
             privileged: over.privileged.or(self.privileged),
             audit_log: over.audit_log.or(self.audit_log),
             metrics_address: over.metrics_address.or(self.metrics_address),
+            l7_queue: over.l7_queue.or(self.l7_queue),
+            l7_deny_response: over.l7_deny_response.or(self.l7_deny_response),
+            l7_max_flows: over.l7_max_flows.or(self.l7_max_flows),
+            l7_idle_timeout_seconds: over
+                .l7_idle_timeout_seconds
+                .or(self.l7_idle_timeout_seconds),
             dns_queue: over.dns_queue.or(self.dns_queue),
             dns_trusted_servers: over.dns_trusted_servers.or(self.dns_trusted_servers),
             fqdn_min_ttl: over.fqdn_min_ttl.or(self.fqdn_min_ttl),
@@ -397,6 +435,7 @@ impl Settings {
         let count = self.queues.unwrap_or(defaults.queues);
         let queues = QueueRange::new(base, count)?;
         let fqdn = FqdnConfig::resolve(&self, &queues)?;
+        let l7 = L7Config::resolve(&self, &queues, fqdn.dns_queue)?;
         let marks = match self.mark_mask {
             None => MarkLayout::default(),
             Some(MaskValue::Number(n)) => MarkLayout::new(n)?,
@@ -449,6 +488,100 @@ impl Settings {
                 .audit_log_max_files
                 .unwrap_or(crate::audit::writer::DEFAULT_MAX_FILES),
             status_socket: self.status_socket,
+            l7,
+        })
+    }
+}
+
+/// What a denied HTTP request gets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+pub enum L7DenyResponse {
+    /// `HTTP/1.1 403 Forbidden` on the connection, then it is closed.
+    #[default]
+    #[serde(rename = "403")]
+    Forbidden,
+    /// TCP resets to both ends.
+    #[serde(rename = "reset")]
+    Reset,
+}
+
+impl FromStr for L7DenyResponse {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "403" => Ok(L7DenyResponse::Forbidden),
+            "reset" => Ok(L7DenyResponse::Reset),
+            _ => Err(ConfigError::L7DenyResponse { value: s.into() }),
+        }
+    }
+}
+
+/// Default bound on flows under L7 inspection at once.
+pub const DEFAULT_L7_MAX_FLOWS: usize = 65_536;
+/// Default idle time after which an L7 flow's state is forgotten (its
+/// connection is then reset on its next request bytes).
+pub const DEFAULT_L7_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// How connections under L7 rules are inspected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct L7Config {
+    /// The NFQUEUE of client→server payload of L7 connections; default the
+    /// first queue after the connection queues that the DNS queue does not
+    /// take (103 with the defaults and two connection queues).
+    pub queue: u16,
+    pub deny_response: L7DenyResponse,
+    /// Flows tracked at once; the least recently used is forgotten first.
+    pub max_flows: usize,
+    pub idle_timeout: std::time::Duration,
+}
+
+impl L7Config {
+    fn resolve(
+        settings: &Settings,
+        queues: &QueueRange,
+        dns_queue: u16,
+    ) -> Result<L7Config, ConfigError> {
+        let (first, last) = (queues.first(), queues.last());
+        let queue =
+            match settings.l7_queue {
+                Some(q) => q,
+                // The first queue after the connection queues the DNS queue
+                // does not take.
+                None => (last..=u16::MAX).skip(1).find(|q| *q != dns_queue).ok_or(
+                    ConfigError::L7Queue {
+                        queue: last,
+                        first,
+                        last,
+                        dns_queue,
+                    },
+                )?,
+            };
+        if (first..=last).contains(&queue) || queue == dns_queue {
+            return Err(ConfigError::L7Queue {
+                queue,
+                first,
+                last,
+                dns_queue,
+            });
+        }
+        let max_flows = settings.l7_max_flows.unwrap_or(DEFAULT_L7_MAX_FLOWS);
+        if max_flows == 0 {
+            return Err(ConfigError::L7Bound { key: "l7MaxFlows" });
+        }
+        let idle_timeout = match settings.l7_idle_timeout_seconds {
+            Some(0) => {
+                return Err(ConfigError::L7Bound {
+                    key: "l7IdleTimeoutSeconds",
+                })
+            }
+            Some(s) => std::time::Duration::from_secs(s),
+            None => DEFAULT_L7_IDLE_TIMEOUT,
+        };
+        Ok(L7Config {
+            queue,
+            deny_response: settings.l7_deny_response.unwrap_or_default(),
+            max_flows,
+            idle_timeout,
         })
     }
 }
@@ -586,6 +719,7 @@ pub struct Config {
     pub privileged: Vec<Privileged>,
     pub audit_log: Option<PathBuf>,
     pub metrics_address: Option<SocketAddr>,
+    pub l7: L7Config,
     pub fqdn: FqdnConfig,
     /// Audit lines per second and burst (token bucket).
     pub audit_rate: u32,
@@ -631,6 +765,42 @@ mod tests {
                 max_addresses: 65_536,
             }
         );
+        assert_eq!(config.marks.l7, 0x40_0000);
+        assert_eq!(config.l7.queue, 103);
+        assert_eq!(config.l7.deny_response, L7DenyResponse::Forbidden);
+        assert_eq!(config.l7.max_flows, DEFAULT_L7_MAX_FLOWS);
+    }
+
+    #[test]
+    fn l7_keys() {
+        let yaml = "l7Queue: 9\nl7DenyResponse: reset\nl7MaxFlows: 10\nl7IdleTimeoutSeconds: 30\n";
+        let config = Settings::from_yaml(Path::new("c.yaml"), yaml)
+            .unwrap()
+            .resolve(&defaults())
+            .unwrap();
+        assert_eq!(config.l7.queue, 9);
+        assert_eq!(config.l7.deny_response, L7DenyResponse::Reset);
+        assert_eq!(config.l7.max_flows, 10);
+        assert_eq!(config.l7.idle_timeout, std::time::Duration::from_secs(30));
+        let yaml = "l7DenyResponse: '403'\n";
+        let settings = Settings::from_yaml(Path::new("c.yaml"), yaml).unwrap();
+        assert_eq!(settings.l7_deny_response, Some(L7DenyResponse::Forbidden));
+        for bad in [
+            "l7Queue: 101\n",
+            "l7Queue: 102\n",
+            "l7MaxFlows: 0\n",
+            "l7IdleTimeoutSeconds: 0\n",
+        ] {
+            let settings = Settings::from_yaml(Path::new("c.yaml"), bad).unwrap();
+            assert!(settings.resolve(&defaults()).is_err(), "{bad}");
+        }
+        assert!("teapot".parse::<L7DenyResponse>().is_err());
+        // A DNS queue moved elsewhere leaves the L7 queue right after.
+        let moved = Settings {
+            dns_queue: Some(50),
+            ..Settings::default()
+        };
+        assert_eq!(moved.resolve(&defaults()).unwrap().l7.queue, 102);
     }
 
     #[test]
@@ -677,7 +847,7 @@ mod tests {
     #[test]
     fn file_keys_are_camel_case_and_flags_override() {
         let yaml = "nodeName: n1\nnodeLabels: {role: cp}\nnodeAddresses: [10.0.0.1, 'fd00::1']\n\
-                    interfaces: ['veth*', eth0]\nqueues: 3\nqueueBase: 7\nmarkMask: '0x30000'\n\
+                    interfaces: ['veth*', eth0]\nqueues: 3\nqueueBase: 7\nmarkMask: '0x70000'\n\
                     failMode: open\nprivileged:\n- {cidr: 10.0.0.0/24, protocol: TCP, port: 22}\n\
                     auditLog: /var/log/np.log\nmetricsAddress: 127.0.0.1:9100\n";
         let file = Settings::from_yaml(Path::new("c.yaml"), yaml).unwrap();
@@ -769,12 +939,17 @@ mod tests {
 
     #[test]
     fn mark_masks() {
-        let m: MarkLayout = "0x0000C".parse().unwrap();
-        assert_eq!((m.allow, m.reject), (0x4, 0x8));
-        assert_eq!(m.apply(0xffff_ffff, m.allow), 0xffff_fff7);
-        let sparse = MarkLayout::new(0x8000_0001).unwrap();
-        assert_eq!((sparse.allow, sparse.reject), (0x1, 0x8000_0000));
+        let m: MarkLayout = "0x0001C".parse().unwrap();
+        assert_eq!((m.allow, m.reject, m.l7), (0x4, 0x8, 0x10));
+        assert_eq!((m.l7_active(), m.l7_denied()), (0x14, 0x18));
+        assert_eq!(m.apply(0xffff_ffff, m.allow), 0xffff_ffe7);
+        let sparse = MarkLayout::new(0x8000_0101).unwrap();
+        assert_eq!(
+            (sparse.allow, sparse.reject, sparse.l7),
+            (0x1, 0x100, 0x8000_0000)
+        );
         assert!("0x100".parse::<MarkLayout>().is_err());
+        assert!("0x300".parse::<MarkLayout>().is_err());
         assert!("zz".parse::<MarkLayout>().is_err());
         assert!(MarkLayout::new(0).is_err());
     }

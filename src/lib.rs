@@ -22,8 +22,10 @@
 //! [`audit`] writer and counts to [`metrics`]; while rules have `fqdn`
 //! peers, DNS replies go to a queue of their own, whose worker learns the
 //! answers into the FQDN ipsets and the mirror the classifier reads before
-//! releasing each reply. [`status`] answers the CLI about the running agent
-//! over a Unix socket; [`logging`] sets up the operational log.
+//! releasing each reply; connections allowed by L7 rules are followed
+//! request by request on another queue by [`l7`]. [`status`] answers the
+//! CLI about the running agent over a Unix socket; [`logging`] sets up the
+//! operational log.
 pub mod agent;
 pub mod audit;
 pub mod classify;
@@ -35,6 +37,7 @@ pub mod dns;
 pub mod flow;
 pub mod fqdn;
 pub mod http;
+pub mod l7;
 pub mod logging;
 pub mod metrics;
 pub mod model;

@@ -127,7 +127,7 @@ fn trace_fqdn_and_pass_to_kubernetes_policy() {
         "--protocol",
         "tcp",
         "--dst-port",
-        "80",
+        "8080",
     ]);
     let text = stdout(&out);
     assert!(text.starts_with("verdict: Allow"), "{text}");
@@ -147,7 +147,7 @@ fn trace_evaluates_http_requests_against_l7_rules() {
     std::fs::copy("rules/l7-http.yaml", dir.path().join("l7.yaml")).unwrap();
     std::fs::write(
         dir.path().join("pods.yaml"),
-        "apiVersion: v1\nkind: Namespace\nmetadata: {name: backend, labels: {env: prod}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: api, namespace: backend, labels: {app: api}}\nstatus: {podIP: 10.0.0.2}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: c, namespace: backend, labels: {app: client}}\nstatus: {podIP: 10.0.0.3}\n",
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: backend, labels: {env: prod}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: backend, labels: {app: web}}\nstatus: {podIP: 10.0.0.2}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: c, namespace: backend, labels: {app: client}}\nstatus: {podIP: 10.0.0.3}\n",
     )
     .unwrap();
     let run = |method: &str, path: &str| {
@@ -179,10 +179,10 @@ fn trace_evaluates_http_requests_against_l7_rules() {
         );
         serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["verdict"].clone()
     };
-    assert_eq!(run("GET", "/api/v2/items"), "Allow");
-    assert_eq!(run("POST", "/api/v2/items"), "Drop");
-    assert_eq!(run("GET", "/admin"), "Drop");
-    assert_eq!(run("GET", "/api/v2/../admin"), "Drop");
+    assert_eq!(run("GET", "/admin"), "Allow");
+    assert_eq!(run("POST", "/api/v2/items"), "Allow");
+    assert_eq!(run("POST", "/admin"), "Drop");
+    assert_eq!(run("DELETE", "/api/v2/../admin"), "Drop");
 }
 
 #[test]
@@ -206,8 +206,8 @@ fn get_policies_sorts_by_effective_priority() {
         sources,
         [
             "AntreaClusterNetworkPolicy:node-protection",
+            "AntreaNetworkPolicy:backend/web-read-only-and-api",
             "AntreaClusterNetworkPolicy:tenant-isolation",
-            "AntreaNetworkPolicy:backend/ingress-allow-http-request-to-api-v2",
             "AntreaClusterNetworkPolicy:client-egress",
             "K8sNetworkPolicy:backend/web-from-prod-clients",
             "AntreaClusterNetworkPolicy:prod-default-deny",

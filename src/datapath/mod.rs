@@ -9,13 +9,33 @@
 //! # Marks
 //!
 //! tollgate owns the packet/connection mark bits under the mask (default
-//! `0xf00000`, bits 20–23; kube-proxy uses 0x4000 and 0x8000). Within it the
-//! lowest set bit means *allow* (`0x100000`) and the next one *reject*
-//! (`0x200000`); the other bits are reserved and cleared on every verdict.
-//! A worker answers a queued first packet with that mark and `NF_REPEAT`;
-//! the chain, re-entered from the top, acts on it. The connmark carries
-//! only *allow* (saved with `CONNMARK --save-mark`), which is what lets
-//! later packets of the connection bypass the queue.
+//! `0xf00000`, bits 20–23; kube-proxy uses 0x4000 and 0x8000). The values
+//! are codes under the mask, built from its three lowest bits (b0 =
+//! `0x100000`, b1 = `0x200000`, b2 = `0x400000` by default; a mask needs
+//! at least three bits; the others are reserved and cleared on every
+//! verdict):
+//!
+//! | code     | default    | packet mark (from a worker, `NF_REPEAT`) | connmark |
+//! |----------|------------|-------------------------------------------|----------|
+//! | b0       | `0x100000` | *allow*: saved, accepted                  | decided allowed: accepted in the kernel |
+//! | b1       | `0x200000` | *reject*: REJECT                          | never saved |
+//! | b2       | `0x400000` | *L7*: SYN of a connection under L7 rules: saved, accepted | every TCP packet goes to the L7 queue until the worker has seen the server's SYN-ACK |
+//! | b2 \| b0 | `0x500000` | *L7 active*: the worker took the SYN-ACK: saved, accepted | client→server packets with payload go to the L7 queue; the rest is accepted in the kernel |
+//! | b2 \| b1 | `0x600000` | *L7 denied*: saved, dropped               | every later packet is dropped in the kernel |
+//!
+//! A worker answers a queued packet with such a mark and `NF_REPEAT`; the
+//! chain, re-entered from the top, saves it (`CONNMARK --save-mark` with
+//! nfmask and ctmask = the mask) and acts on it. Later packets of the
+//! connection are handled by connmark matches before any NFQUEUE rule.
+//!
+//! The L7 queue (default: the first queue after the connection queues that
+//! the DNS queue does not take, 103 here) receives
+//! only segments that may carry payload: the owned chain `TOLLGATE-L7`
+//! returns segments whose IP length equals the IP plus TCP header length
+//! (`u32` tests for every TCP data offset, IPv4 without options and IPv6
+//! without extension headers; anything else is queued, so no payload ever
+//! bypasses it), and server→client packets of *L7 active* connections are
+//! never queued.
 //!
 //! # Kernel state
 //!
@@ -30,30 +50,73 @@
 //! :OUTPUT ACCEPT [0:0]
 //! :TOLLGATE-FORWARD - [0:0]
 //! :TOLLGATE-INPUT - [0:0]
+//! :TOLLGATE-L7 - [0:0]
 //! :TOLLGATE-OUTPUT - [0:0]
 //! -A INPUT -j TOLLGATE-INPUT
 //! -A FORWARD -j TOLLGATE-FORWARD
 //! -A OUTPUT -j TOLLGATE-OUTPUT
 //! -A TOLLGATE-FORWARD -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
 //! -A TOLLGATE-FORWARD -m mark --mark 0x100000/0xf00000 -j ACCEPT
+//! -A TOLLGATE-FORWARD -m mark --mark 0x400000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
+//! -A TOLLGATE-FORWARD -m mark --mark 0x400000/0xf00000 -j ACCEPT
+//! -A TOLLGATE-FORWARD -m mark --mark 0x500000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
+//! -A TOLLGATE-FORWARD -m mark --mark 0x500000/0xf00000 -j ACCEPT
+//! -A TOLLGATE-FORWARD -m mark --mark 0x600000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
+//! -A TOLLGATE-FORWARD -m mark --mark 0x600000/0xf00000 -j DROP
 //! -A TOLLGATE-FORWARD -p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset
 //! -A TOLLGATE-FORWARD -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp-admin-prohibited
+//! -A TOLLGATE-FORWARD -m connmark --mark 0x600000/0xf00000 -j DROP
+//! -A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 103
+//! -A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 //! -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
+//! -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-FORWARD -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 //! -A TOLLGATE-FORWARD -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 //! -A TOLLGATE-INPUT -i lo -j ACCEPT
 //! -A TOLLGATE-INPUT -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
 //! -A TOLLGATE-INPUT -m mark --mark 0x100000/0xf00000 -j ACCEPT
+//! -A TOLLGATE-INPUT -m mark --mark 0x400000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
+//! -A TOLLGATE-INPUT -m mark --mark 0x400000/0xf00000 -j ACCEPT
+//! -A TOLLGATE-INPUT -m mark --mark 0x500000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
+//! -A TOLLGATE-INPUT -m mark --mark 0x500000/0xf00000 -j ACCEPT
+//! -A TOLLGATE-INPUT -m mark --mark 0x600000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
+//! -A TOLLGATE-INPUT -m mark --mark 0x600000/0xf00000 -j DROP
 //! -A TOLLGATE-INPUT -p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset
 //! -A TOLLGATE-INPUT -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp-admin-prohibited
+//! -A TOLLGATE-INPUT -m connmark --mark 0x600000/0xf00000 -j DROP
+//! -A TOLLGATE-INPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 103
+//! -A TOLLGATE-INPUT -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 //! -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
+//! -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-INPUT -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
+//! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x28&&0x20>>0x1c=0x5" -j RETURN
+//! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x2c&&0x20>>0x1c=0x6" -j RETURN
+//! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x30&&0x20>>0x1c=0x7" -j RETURN
+//! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x34&&0x20>>0x1c=0x8" -j RETURN
+//! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x38&&0x20>>0x1c=0x9" -j RETURN
+//! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x3c&&0x20>>0x1c=0xa" -j RETURN
+//! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x40&&0x20>>0x1c=0xb" -j RETURN
+//! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x44&&0x20>>0x1c=0xc" -j RETURN
+//! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x48&&0x20>>0x1c=0xd" -j RETURN
+//! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x4c&&0x20>>0x1c=0xe" -j RETURN
+//! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x50&&0x20>>0x1c=0xf" -j RETURN
+//! -A TOLLGATE-L7 -j NFQUEUE --queue-num 103
 //! -A TOLLGATE-OUTPUT -o lo -j ACCEPT
 //! -A TOLLGATE-OUTPUT -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
 //! -A TOLLGATE-OUTPUT -m mark --mark 0x100000/0xf00000 -j ACCEPT
+//! -A TOLLGATE-OUTPUT -m mark --mark 0x400000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
+//! -A TOLLGATE-OUTPUT -m mark --mark 0x400000/0xf00000 -j ACCEPT
+//! -A TOLLGATE-OUTPUT -m mark --mark 0x500000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
+//! -A TOLLGATE-OUTPUT -m mark --mark 0x500000/0xf00000 -j ACCEPT
+//! -A TOLLGATE-OUTPUT -m mark --mark 0x600000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
+//! -A TOLLGATE-OUTPUT -m mark --mark 0x600000/0xf00000 -j DROP
 //! -A TOLLGATE-OUTPUT -p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset
 //! -A TOLLGATE-OUTPUT -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp-admin-prohibited
+//! -A TOLLGATE-OUTPUT -m connmark --mark 0x600000/0xf00000 -j DROP
+//! -A TOLLGATE-OUTPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 103
+//! -A TOLLGATE-OUTPUT -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 //! -A TOLLGATE-OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
+//! -A TOLLGATE-OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-OUTPUT -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 //! -A TOLLGATE-OUTPUT -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 //! COMMIT
@@ -64,9 +127,12 @@
 //! `tollgate-endpoints-v6` (`family inet6`). `ip6tables-save` is the same
 //! with `tollgate-endpoints-v6`, `icmp6-adm-prohibited`, and ICMPv6
 //! neighbour discovery (types 133–137) accepted on INPUT and OUTPUT after
-//! the connmark rule. With FQDN selectors in the ruleset, every owned chain
-//! of both families also gets, right before the connmark rule (queue 102 =
-//! the default DNS queue, after the connection queues):
+//! the connmark rule, and IPv6 `TOLLGATE-L7` tests
+//! `0x4>>0x8&0xff=0x6&&0x4>>0x10=<TCP header length>&&0x34>>0x1c=<data
+//! offset>`. With FQDN selectors in the ruleset, every owned chain of both
+//! families also gets, right after the L7 rules and before the connmark
+//! shortcut (queue 102 = the default DNS queue, after the connection
+//! queues; the L7 queue is then 103):
 //!
 //! ```text
 //! -A TOLLGATE-INPUT -p udp -m udp --sport 53 -m conntrack --ctstate ESTABLISHED --ctdir REPLY -j NFQUEUE --queue-num 102 --queue-bypass

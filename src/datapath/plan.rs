@@ -49,6 +49,9 @@ pub fn endpoints_set(family: Family) -> &'static str {
     }
 }
 
+/// The owned chain that sends client→server payload of L7 connections to
+/// the L7 queue; packets without payload return from it.
+pub const L7_CHAIN: &str = "TOLLGATE-L7";
 /// Prefix of the FQDN sets' names.
 pub const FQDN_SET_PREFIX: &str = "tollgate-fqdn-";
 
@@ -102,7 +105,7 @@ pub fn desired(config: &Config, enforced: &Enforced, fqdn: &[FqdnPattern]) -> St
 }
 
 fn family_table(config: &Config, enforced: &Enforced, snoop_dns: bool, family: Family) -> Table {
-    let chains: BTreeMap<String, Vec<String>> = Hook::ALL
+    let mut chains: BTreeMap<String, Vec<String>> = Hook::ALL
         .iter()
         .map(|&hook| {
             (
@@ -111,6 +114,7 @@ fn family_table(config: &Config, enforced: &Enforced, snoop_dns: bool, family: F
             )
         })
         .collect();
+    chains.insert(L7_CHAIN.to_string(), l7_rules(config, family));
     let jumps = Hook::ALL
         .iter()
         .map(|hook| (hook.builtin().to_string(), format!("-j {}", hook.chain())))
@@ -129,6 +133,9 @@ fn chain_rules(
     let marks = &config.marks;
     let allow = mark_match(marks, marks.allow);
     let reject = mark_match(marks, marks.reject);
+    let l7 = mark_match(marks, marks.l7);
+    let l7_active = mark_match(marks, marks.l7_active());
+    let l7_denied = mark_match(marks, marks.l7_denied());
     let mut rules = Vec::new();
 
     // Privileged: loopback.
@@ -143,6 +150,17 @@ fn chain_rules(
         mask = marks.mask
     ));
     rules.push(format!("-m mark --mark {allow} -j ACCEPT"));
+    for (code, last) in [
+        (&l7, "ACCEPT"),
+        (&l7_active, "ACCEPT"),
+        (&l7_denied, "DROP"),
+    ] {
+        rules.push(format!(
+            "-m mark --mark {code} -j CONNMARK --save-mark --nfmask {mask:#x} --ctmask {mask:#x}",
+            mask = marks.mask
+        ));
+        rules.push(format!("-m mark --mark {code} -j {last}"));
+    }
     rules.push(format!(
         "-p tcp -m mark --mark {reject} -j REJECT --reject-with tcp-reset"
     ));
@@ -152,6 +170,17 @@ fn chain_rules(
             Family::V4 => "icmp-admin-prohibited",
             Family::V6 => "icmp6-adm-prohibited",
         }
+    ));
+    // L7 connections: denied ones end here; until the worker has seen the
+    // server's SYN-ACK every packet goes to it, then client→server packets
+    // are inspected (those without payload return).
+    rules.push(format!("-m connmark --mark {l7_denied} -j DROP"));
+    rules.push(format!(
+        "-p tcp -m connmark --mark {l7} -j {}",
+        l7_queue_target(config)
+    ));
+    rules.push(format!(
+        "-p tcp -m connmark --mark {l7_active} -m conntrack --ctdir ORIGINAL -j {L7_CHAIN}"
     ));
     // DNS replies to learn from, ahead of the decided-connection shortcut
     // (the query's connection is usually decided already). Only the reply
@@ -168,9 +197,11 @@ fn chain_rules(
         }
     }
     // Connections already decided stay in the kernel.
-    rules.push(format!(
-        "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark {allow} -j ACCEPT"
-    ));
+    for code in [&allow, &l7_active] {
+        rules.push(format!(
+            "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark {code} -j ACCEPT"
+        ));
+    }
     if family == Family::V6 && hook != Hook::Forward {
         rules.extend(
             NEIGHBOUR_DISCOVERY
@@ -194,6 +225,42 @@ fn chain_rules(
     }
     rules.extend(queue_rules(config, enforced, family, hook));
     rules
+}
+
+/// The L7 chain: TCP segments without payload (pure ACK, FIN, RST) return,
+/// recognised exactly by `u32` tests that the IP length equals the IP plus
+/// TCP header length, for every TCP data offset (5–15 words) of an IPv4
+/// header without options or an IPv6 header followed directly by TCP.
+/// Anything else, including every segment with payload, goes to the L7
+/// queue.
+fn l7_rules(config: &Config, family: Family) -> Vec<String> {
+    let mut rules: Vec<String> = (5u32..=15)
+        .map(|words| {
+            let tcp_header = words * 4;
+            let test = match family {
+                // Version 4 and IHL 5; total length; data offset at 20+12.
+                Family::V4 => format!(
+                    "0x0>>0x18=0x45&&0x0&0xffff={:#x}&&0x20>>0x1c={words:#x}",
+                    20 + tcp_header
+                ),
+                // Next header TCP; payload length; data offset at 40+12.
+                Family::V6 => {
+                    format!("0x4>>0x8&0xff=0x6&&0x4>>0x10={tcp_header:#x}&&0x34>>0x1c={words:#x}")
+                }
+            };
+            format!("-m u32 --u32 \"{test}\" -j RETURN")
+        })
+        .collect();
+    rules.push(format!("-j {}", l7_queue_target(config)));
+    rules
+}
+
+fn l7_queue_target(config: &Config) -> String {
+    let mut target = format!("NFQUEUE --queue-num {}", config.l7.queue);
+    if config.fail_mode == FailMode::Open {
+        target.push_str(" --queue-bypass");
+    }
+    target
 }
 
 /// `--mark value/mask` as iptables-save prints it.

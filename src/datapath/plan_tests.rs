@@ -30,30 +30,73 @@ const DEFAULT_V4_SAVE: &str = "\
 :OUTPUT ACCEPT [0:0]
 :TOLLGATE-FORWARD - [0:0]
 :TOLLGATE-INPUT - [0:0]
+:TOLLGATE-L7 - [0:0]
 :TOLLGATE-OUTPUT - [0:0]
 -A INPUT -j TOLLGATE-INPUT
 -A FORWARD -j TOLLGATE-FORWARD
 -A OUTPUT -j TOLLGATE-OUTPUT
 -A TOLLGATE-FORWARD -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
 -A TOLLGATE-FORWARD -m mark --mark 0x100000/0xf00000 -j ACCEPT
+-A TOLLGATE-FORWARD -m mark --mark 0x400000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
+-A TOLLGATE-FORWARD -m mark --mark 0x400000/0xf00000 -j ACCEPT
+-A TOLLGATE-FORWARD -m mark --mark 0x500000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
+-A TOLLGATE-FORWARD -m mark --mark 0x500000/0xf00000 -j ACCEPT
+-A TOLLGATE-FORWARD -m mark --mark 0x600000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
+-A TOLLGATE-FORWARD -m mark --mark 0x600000/0xf00000 -j DROP
 -A TOLLGATE-FORWARD -p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset
 -A TOLLGATE-FORWARD -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp-admin-prohibited
+-A TOLLGATE-FORWARD -m connmark --mark 0x600000/0xf00000 -j DROP
+-A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 103
+-A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
+-A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 -A TOLLGATE-FORWARD -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 -A TOLLGATE-FORWARD -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 -A TOLLGATE-INPUT -i lo -j ACCEPT
 -A TOLLGATE-INPUT -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
 -A TOLLGATE-INPUT -m mark --mark 0x100000/0xf00000 -j ACCEPT
+-A TOLLGATE-INPUT -m mark --mark 0x400000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
+-A TOLLGATE-INPUT -m mark --mark 0x400000/0xf00000 -j ACCEPT
+-A TOLLGATE-INPUT -m mark --mark 0x500000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
+-A TOLLGATE-INPUT -m mark --mark 0x500000/0xf00000 -j ACCEPT
+-A TOLLGATE-INPUT -m mark --mark 0x600000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
+-A TOLLGATE-INPUT -m mark --mark 0x600000/0xf00000 -j DROP
 -A TOLLGATE-INPUT -p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset
 -A TOLLGATE-INPUT -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp-admin-prohibited
+-A TOLLGATE-INPUT -m connmark --mark 0x600000/0xf00000 -j DROP
+-A TOLLGATE-INPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 103
+-A TOLLGATE-INPUT -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
+-A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 -A TOLLGATE-INPUT -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
+-A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x28&&0x20>>0x1c=0x5\" -j RETURN
+-A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x2c&&0x20>>0x1c=0x6\" -j RETURN
+-A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x30&&0x20>>0x1c=0x7\" -j RETURN
+-A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x34&&0x20>>0x1c=0x8\" -j RETURN
+-A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x38&&0x20>>0x1c=0x9\" -j RETURN
+-A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x3c&&0x20>>0x1c=0xa\" -j RETURN
+-A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x40&&0x20>>0x1c=0xb\" -j RETURN
+-A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x44&&0x20>>0x1c=0xc\" -j RETURN
+-A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x48&&0x20>>0x1c=0xd\" -j RETURN
+-A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x4c&&0x20>>0x1c=0xe\" -j RETURN
+-A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x50&&0x20>>0x1c=0xf\" -j RETURN
+-A TOLLGATE-L7 -j NFQUEUE --queue-num 103
 -A TOLLGATE-OUTPUT -o lo -j ACCEPT
 -A TOLLGATE-OUTPUT -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
 -A TOLLGATE-OUTPUT -m mark --mark 0x100000/0xf00000 -j ACCEPT
+-A TOLLGATE-OUTPUT -m mark --mark 0x400000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
+-A TOLLGATE-OUTPUT -m mark --mark 0x400000/0xf00000 -j ACCEPT
+-A TOLLGATE-OUTPUT -m mark --mark 0x500000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
+-A TOLLGATE-OUTPUT -m mark --mark 0x500000/0xf00000 -j ACCEPT
+-A TOLLGATE-OUTPUT -m mark --mark 0x600000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
+-A TOLLGATE-OUTPUT -m mark --mark 0x600000/0xf00000 -j DROP
 -A TOLLGATE-OUTPUT -p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset
 -A TOLLGATE-OUTPUT -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp-admin-prohibited
+-A TOLLGATE-OUTPUT -m connmark --mark 0x600000/0xf00000 -j DROP
+-A TOLLGATE-OUTPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 103
+-A TOLLGATE-OUTPUT -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 -A TOLLGATE-OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
+-A TOLLGATE-OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 -A TOLLGATE-OUTPUT -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 -A TOLLGATE-OUTPUT -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 COMMIT
@@ -147,9 +190,19 @@ fn ipv6_table_allows_neighbour_discovery_and_uses_icmp6_reject() {
             "-i lo -j ACCEPT",
             "-m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000",
             "-m mark --mark 0x100000/0xf00000 -j ACCEPT",
+            "-m mark --mark 0x400000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000",
+            "-m mark --mark 0x400000/0xf00000 -j ACCEPT",
+            "-m mark --mark 0x500000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000",
+            "-m mark --mark 0x500000/0xf00000 -j ACCEPT",
+            "-m mark --mark 0x600000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000",
+            "-m mark --mark 0x600000/0xf00000 -j DROP",
             "-p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset",
             "-m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp6-adm-prohibited",
+            "-m connmark --mark 0x600000/0xf00000 -j DROP",
+            "-p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 103",
+            "-p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7",
             "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT",
+            "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT",
             "-p ipv6-icmp -m icmp6 --icmpv6-type 133 -j ACCEPT",
             "-p ipv6-icmp -m icmp6 --icmpv6-type 134 -j ACCEPT",
             "-p ipv6-icmp -m icmp6 --icmpv6-type 135 -j ACCEPT",
@@ -172,6 +225,13 @@ fn ipv6_table_allows_neighbour_discovery_and_uses_icmp6_reject() {
         ["fd00::5"]
     );
     assert!(desired.sets["tollgate-endpoints-v4"].members.is_empty());
+    let l7 = &desired.v6.chains["TOLLGATE-L7"];
+    assert_eq!(l7.len(), 12);
+    assert_eq!(
+        l7[3],
+        "-m u32 --u32 \"0x4>>0x8&0xff=0x6&&0x4>>0x10=0x20&&0x34>>0x1c=0x8\" -j RETURN"
+    );
+    assert_eq!(l7[11], "-j NFQUEUE --queue-num 103");
 }
 
 #[test]
@@ -186,7 +246,7 @@ fn open_mode_single_queue_interfaces_and_privileged_entries() {
             "fd00::/64,icmp".parse().unwrap(),
             "192.168.7.1".parse().unwrap(),
         ]),
-        mark_mask: Some(crate::config::MaskValue::Text("0x30000".into())),
+        mark_mask: Some(crate::config::MaskValue::Text("0x70000".into())),
         ..Settings::default()
     };
     let desired = desired(&config(flags), &targets(false, false, &[]), &[]);
@@ -194,11 +254,21 @@ fn open_mode_single_queue_interfaces_and_privileged_entries() {
     assert_eq!(
         forward,
         &[
-            "-m mark --mark 0x10000/0x30000 -j CONNMARK --save-mark --nfmask 0x30000 --ctmask 0x30000",
-            "-m mark --mark 0x10000/0x30000 -j ACCEPT",
-            "-p tcp -m mark --mark 0x20000/0x30000 -j REJECT --reject-with tcp-reset",
-            "-m mark --mark 0x20000/0x30000 -j REJECT --reject-with icmp-admin-prohibited",
-            "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x10000/0x30000 -j ACCEPT",
+            "-m mark --mark 0x10000/0x70000 -j CONNMARK --save-mark --nfmask 0x70000 --ctmask 0x70000",
+            "-m mark --mark 0x10000/0x70000 -j ACCEPT",
+            "-m mark --mark 0x40000/0x70000 -j CONNMARK --save-mark --nfmask 0x70000 --ctmask 0x70000",
+            "-m mark --mark 0x40000/0x70000 -j ACCEPT",
+            "-m mark --mark 0x50000/0x70000 -j CONNMARK --save-mark --nfmask 0x70000 --ctmask 0x70000",
+            "-m mark --mark 0x50000/0x70000 -j ACCEPT",
+            "-m mark --mark 0x60000/0x70000 -j CONNMARK --save-mark --nfmask 0x70000 --ctmask 0x70000",
+            "-m mark --mark 0x60000/0x70000 -j DROP",
+            "-p tcp -m mark --mark 0x20000/0x70000 -j REJECT --reject-with tcp-reset",
+            "-m mark --mark 0x20000/0x70000 -j REJECT --reject-with icmp-admin-prohibited",
+            "-m connmark --mark 0x60000/0x70000 -j DROP",
+            "-p tcp -m connmark --mark 0x40000/0x70000 -j NFQUEUE --queue-num 9 --queue-bypass",
+            "-p tcp -m connmark --mark 0x50000/0x70000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7",
+            "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x10000/0x70000 -j ACCEPT",
+            "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x50000/0x70000 -j ACCEPT",
             "-s 10.0.0.0/24 -p tcp -m tcp --dport 22 -j ACCEPT",
             "-d 10.0.0.0/24 -p tcp -m tcp --dport 22 -j ACCEPT",
             "-s 192.168.7.1/32 -j ACCEPT",
@@ -219,6 +289,10 @@ fn open_mode_single_queue_interfaces_and_privileged_entries() {
     let output_v4 = &desired.v4.chains["TOLLGATE-OUTPUT"];
     assert!(output_v4.contains(&"-d 10.0.0.0/24 -p tcp -m tcp --dport 22 -j ACCEPT".to_string()));
     assert!(!output_v4.iter().any(|r| r.starts_with("-s 10.0.0.0")));
+    assert_eq!(
+        desired.v4.chains["TOLLGATE-L7"].last().unwrap(),
+        "-j NFQUEUE --queue-num 9 --queue-bypass"
+    );
 }
 
 #[test]
@@ -272,9 +346,10 @@ fn teardown_removes_everything_owned_and_nothing_else() {
     let changes = Changes::between(&State::default(), &installed);
     assert_eq!(
         changes.v4.restore_text().unwrap(),
-        "*filter\n:TOLLGATE-FORWARD - [0:0]\n:TOLLGATE-INPUT - [0:0]\n:TOLLGATE-OUTPUT - [0:0]\n\
+        "*filter\n:TOLLGATE-FORWARD - [0:0]\n:TOLLGATE-INPUT - [0:0]\n:TOLLGATE-L7 - [0:0]\n\
+         :TOLLGATE-OUTPUT - [0:0]\n\
          -D INPUT -j TOLLGATE-INPUT\n-D FORWARD -j TOLLGATE-FORWARD\n-D OUTPUT -j TOLLGATE-OUTPUT\n\
-         -X TOLLGATE-FORWARD\n-X TOLLGATE-INPUT\n-X TOLLGATE-OUTPUT\nCOMMIT\n"
+         -X TOLLGATE-FORWARD\n-X TOLLGATE-INPUT\n-X TOLLGATE-L7\n-X TOLLGATE-OUTPUT\nCOMMIT\n"
     );
     assert_eq!(
         changes.ipset_cleanup_text().unwrap(),

@@ -141,6 +141,15 @@ impl RequestTracker {
         self.buf.len()
     }
 
+    /// Bytes of a Content-Length body still to come, when the stream is in
+    /// one: bytes whose content cannot change how the stream is framed.
+    pub fn body_remaining(&self) -> Option<u64> {
+        match self.state {
+            State::Body { remaining } => Some(remaining),
+            _ => None,
+        }
+    }
+
     /// Whether an event other than `Request` has ended inspection.
     pub fn has_failed(&self) -> bool {
         matches!(self.state, State::Failed)

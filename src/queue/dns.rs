@@ -23,7 +23,7 @@ use crate::fqdn::{
 };
 use crate::metrics::Metrics;
 
-use super::worker::QueueError;
+use super::worker::{open_queue, QueueError};
 
 /// Bytes copied per queued reply: a whole packet (the kernel segments
 /// GSO packets for a queue without the GSO flag).
@@ -235,27 +235,8 @@ impl DnsWorker {
         metrics: Arc<Metrics>,
     ) -> Result<DnsWorker, QueueError> {
         let queue = config.queue;
-        let setup = |step| {
-            move |source| QueueError::Setup {
-                queue,
-                step,
-                source,
-            }
-        };
-        let mut socket = nfq::Queue::open().map_err(setup("open"))?;
-        socket.bind(queue).map_err(setup("bind"))?;
-        socket
-            .set_copy_range(queue, DNS_COPY_RANGE)
-            .map_err(setup("copy range"))?;
-        socket
-            .set_queue_max_len(queue, DNS_QUEUE_MAX_LEN)
-            .map_err(setup("queue length"))?;
-        socket
-            .set_fail_open(queue, true)
-            .map_err(setup("fail-open flag"))?;
-        socket
-            .set_recv_enobufs(true)
-            .map_err(setup("overflow reporting"))?;
+        let setup = |step| QueueError::setup(queue, step);
+        let socket = open_queue(queue, DNS_COPY_RANGE, DNS_QUEUE_MAX_LEN, true)?;
         let ipset = IpsetSocket::open().map_err(|e| QueueError::Setup {
             queue,
             step: "ipset netlink socket",

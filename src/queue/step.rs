@@ -8,7 +8,7 @@ use crate::audit::{AuditRecord, Subject, Timestamp};
 use crate::classify::{FqdnLookup, Outcome as ClassifyOutcome};
 use crate::compile::{RuleRef, Ruleset};
 use crate::config::{FailMode, MarkLayout};
-use crate::flow::{Flow, Verdict};
+use crate::flow::{Flow, Transport, Verdict};
 
 use super::packet::{packet_length, parse_flow, PacketError};
 
@@ -23,6 +23,8 @@ pub trait Policy {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Ruling {
     pub verdict: Verdict,
+    /// Allowed subject to L7 rules: every request is inspected.
+    pub inspect_l7: bool,
     pub decided_by: DecidedBy,
     /// The directions the audit log records (empty unless a logged rule,
     /// or a logged Kubernetes default drop, decided).
@@ -34,6 +36,7 @@ impl Ruling {
     pub fn plain(verdict: Verdict) -> Ruling {
         Ruling {
             verdict,
+            inspect_l7: false,
             decided_by: DecidedBy::NoRule,
             audit: Vec::new(),
         }
@@ -50,17 +53,11 @@ pub enum DecidedBy {
 }
 
 impl Policy for Ruleset {
-    /// FQDN peers match nothing until the DNS snooper feeds a lookup.
-    /// A connection that only an L7 rule allows is dropped: its requests
-    /// cannot be inspected on the wire yet, and an L7 rule must never let
-    /// a connection through uninspected (its implicit deny applies).
+    /// A connection allowed by L7 rules is marked for inspection.
     fn decide(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> Ruling {
         let decision = self.classify(flow, fqdn);
-        let verdict = if decision.verdict == Verdict::Allow && !decision.l7.is_empty() {
-            Verdict::Drop
-        } else {
-            decision.verdict
-        };
+        let verdict = decision.verdict;
+        let inspect_l7 = verdict == Verdict::Allow && !decision.l7.is_empty();
         let deciding = decision.deciding();
         let decided_by = match &deciding.outcome {
             ClassifyOutcome::Rule { rule } => DecidedBy::Rule(Arc::clone(rule)),
@@ -69,6 +66,7 @@ impl Policy for Ruleset {
         };
         Ruling {
             verdict,
+            inspect_l7,
             decided_by,
             audit: Subject::of(&decision, verdict, self),
         }
@@ -104,7 +102,10 @@ pub struct Step {
 
 /// Decides one queued packet seen at `now`. Unparseable packets follow the
 /// fail mode: accepted (without recording a decision) when open, dropped
-/// when closed.
+/// when closed. A connection under L7 rules is accepted with the L7 mark
+/// only when it is TCP and its SYN carries no data (TCP Fast Open data
+/// would reach the server uninspected; the client retries the SYN without
+/// it); otherwise the rule's implicit deny applies.
 pub fn step<P: Policy + ?Sized>(
     packet: &[u8],
     mark: u32,
@@ -117,11 +118,20 @@ pub fn step<P: Policy + ?Sized>(
     match parse_flow(packet) {
         Ok(flow) => {
             let Ruling {
-                verdict,
+                mut verdict,
+                inspect_l7,
                 decided_by,
                 audit,
             } = policy.decide(&flow, fqdn);
+            let tcp = matches!(flow.transport, Transport::Tcp { .. });
+            let inspectable = tcp && crate::l7::tcp_payload_len(packet) == Some(0);
+            if inspect_l7 && !inspectable {
+                verdict = Verdict::Drop;
+            }
             let action = match verdict {
+                Verdict::Allow if inspect_l7 => Action::Repeat {
+                    mark: marks.apply(mark, marks.l7),
+                },
                 Verdict::Allow => Action::Repeat {
                     mark: marks.apply(mark, marks.allow),
                 },
@@ -163,7 +173,6 @@ pub fn step<P: Policy + ?Sized>(
 mod tests {
     use super::*;
     use crate::classify::NoFqdn;
-    use crate::flow::Transport;
     use etherparse::PacketBuilder;
 
     /// Allows TCP to port 80, rejects port 81, drops everything else.
@@ -288,7 +297,7 @@ spec:
     }
 
     #[test]
-    fn l7_rules_never_let_a_connection_through_uninspected() {
+    fn l7_connections_are_marked_for_inspection_unless_the_syn_carries_data() {
         let yaml = "apiVersion: crd.antrea.io/v1beta1
 kind: ClusterNetworkPolicy
 metadata: {name: l7}
@@ -299,6 +308,9 @@ spec:
   - action: Allow
     ports: [{protocol: TCP, port: 80}]
     l7Protocols: [{http: {method: GET}}]
+  - action: Allow
+    ports: [{protocol: UDP, port: 53}]
+    l7Protocols: [{http: {}}]
 ";
         let (objects, problems) =
             crate::source::parse_documents(std::path::Path::new("p.yaml"), yaml);
@@ -310,20 +322,42 @@ spec:
         };
         let ruleset = Ruleset::compile(&crate::model::Snapshot { objects }, &node);
         let marks = MarkLayout::default();
-        let decide = |port| {
-            step(
-                &syn(port),
-                0,
-                &ruleset,
-                &NoFqdn,
-                &marks,
-                FailMode::Closed,
-                NOW,
-            )
-            .action
-        };
-        assert_eq!(decide(80), Action::Drop);
-        assert_eq!(decide(22), Action::Repeat { mark: marks.allow });
+        let decide =
+            |packet: &[u8]| step(packet, 0, &ruleset, &NoFqdn, &marks, FailMode::Closed, NOW);
+        let inspected = decide(&syn(80));
+        assert_eq!(inspected.action, Action::Repeat { mark: marks.l7 });
+        assert!(matches!(
+            inspected.outcome,
+            Outcome::Decided {
+                verdict: Verdict::Allow,
+                by: DecidedBy::Rule(_)
+            }
+        ));
+        assert_eq!(
+            decide(&syn(22)).action,
+            Action::Repeat { mark: marks.allow }
+        );
+        let mut fast_open = Vec::new();
+        PacketBuilder::ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+            .tcp(40000, 80, 1, 1024)
+            .syn()
+            .write(&mut fast_open, b"GET /admin HTTP/1.1\r\n\r\n")
+            .unwrap();
+        assert_eq!(decide(&fast_open).action, Action::Drop);
+        let mut udp = Vec::new();
+        PacketBuilder::ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+            .udp(40000, 53)
+            .write(&mut udp, b"query")
+            .unwrap();
+        let dropped = decide(&udp);
+        assert_eq!(dropped.action, Action::Drop);
+        assert!(matches!(
+            dropped.outcome,
+            Outcome::Decided {
+                verdict: Verdict::Drop,
+                ..
+            }
+        ));
     }
 
     #[test]

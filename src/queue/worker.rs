@@ -41,6 +41,45 @@ pub enum QueueError {
     },
 }
 
+impl QueueError {
+    /// Maps an I/O error of one setup step of `queue`.
+    pub fn setup(queue: u16, step: &'static str) -> impl Fn(std::io::Error) -> QueueError {
+        move |source| QueueError::Setup {
+            queue,
+            step,
+            source,
+        }
+    }
+}
+
+/// Binds NFQUEUE `queue` on a new netlink socket: copies up to `copy_range`
+/// bytes of each packet, lets up to `max_len` packets wait, lets the kernel
+/// accept packets itself when the queue is full or unbound if `fail_open`,
+/// and reports socket overflows (ENOBUFS) instead of hiding them.
+pub fn open_queue(
+    queue: u16,
+    copy_range: u16,
+    max_len: u32,
+    fail_open: bool,
+) -> Result<nfq::Queue, QueueError> {
+    let setup = |step| QueueError::setup(queue, step);
+    let mut socket = nfq::Queue::open().map_err(setup("open"))?;
+    socket.bind(queue).map_err(setup("bind"))?;
+    socket
+        .set_copy_range(queue, copy_range)
+        .map_err(setup("copy range"))?;
+    socket
+        .set_queue_max_len(queue, max_len)
+        .map_err(setup("queue length"))?;
+    socket
+        .set_fail_open(queue, fail_open)
+        .map_err(setup("fail-open flag"))?;
+    socket
+        .set_recv_enobufs(true)
+        .map_err(setup("overflow reporting"))?;
+    Ok(socket)
+}
+
 /// How a worker handles its queue.
 #[derive(Clone, Copy, Debug)]
 pub struct WorkerConfig {
@@ -115,27 +154,13 @@ impl Worker {
         P: Policy + Send + Sync + 'static,
     {
         let queue = config.queue;
-        let setup = |step| {
-            move |source| QueueError::Setup {
-                queue,
-                step,
-                source,
-            }
-        };
-        let mut socket = nfq::Queue::open().map_err(setup("open"))?;
-        socket.bind(queue).map_err(setup("bind"))?;
-        socket
-            .set_copy_range(queue, COPY_RANGE)
-            .map_err(setup("copy range"))?;
-        socket
-            .set_queue_max_len(queue, QUEUE_MAX_LEN)
-            .map_err(setup("queue length"))?;
-        socket
-            .set_fail_open(queue, config.fail_mode == FailMode::Open)
-            .map_err(setup("fail-open flag"))?;
-        socket
-            .set_recv_enobufs(true)
-            .map_err(setup("overflow reporting"))?;
+        let setup = |step| QueueError::setup(queue, step);
+        let socket = open_queue(
+            queue,
+            COPY_RANGE,
+            QUEUE_MAX_LEN,
+            config.fail_mode == FailMode::Open,
+        )?;
         let stats = Arc::new(QueueStats::default());
         observers.metrics.add_queue(queue, Arc::clone(&stats));
         let thread_stats = Arc::clone(&stats);
@@ -147,7 +172,8 @@ impl Worker {
     }
 }
 
-fn wall_clock() -> Timestamp {
+/// The wall-clock time audit records are stamped with.
+pub(crate) fn wall_clock() -> Timestamp {
     let micros = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_micros());

@@ -1,0 +1,604 @@
+//! Per-connection stream following and request decisions. Each tracked
+//! connection keeps what its client stream is (HTTP, followed by a
+//! [`RequestTracker`]; or TLS, whose ClientHello server name is matched
+//! against `tls` rules), the L7 requirements in force at its handshake,
+//! and the next client sequence number expected; state lives in an LRU
+//! map with a capacity and an idle timeout. Pure: time is passed in,
+//! nothing here sends or logs.
+//!
+//! Segment handling (the stream is only ever advanced in order):
+//! - in order: fed to the tracker. A segment that leaves a request head
+//!   incomplete is *deferred* (its verdict withheld) until the head is
+//!   complete; then every deferred segment is released together, or
+//!   dropped with the rest if the request is denied. So no byte of a
+//!   denied request head ever reaches the server;
+//!   Deferral keeps denied heads out of the server entirely (not even a
+//!   partial head reaches it) as long as the client can send the whole
+//!   head without acknowledgments (its congestion window: 10 segments on
+//!   a new Linux connection);
+//! - entirely before the expected sequence number: a retransmission of
+//!   bytes already passed is passed without being fed again, if it repeats
+//!   them: Content-Length body bytes may differ (their content changes
+//!   nothing), any other byte must come in a remembered segment repeated
+//!   whole and unchanged (keyed hash), or the connection is reset. (The
+//!   server may never have received the original, e.g. beyond its window:
+//!   an altered copy would be a request tollgate never saw.) One of bytes
+//!   still deferred is dropped when it comes soon (a tail loss probe); after
+//!   [`STALL`] it means the client is stalled waiting for their
+//!   acknowledgment, and the deferred segments are released (a partial
+//!   head holds no request; the rest is still decided before it passes);
+//! - overlapping the expected sequence number: only the new bytes are fed;
+//! - after a gap: dropped without closing, so the client retransmits and
+//!   the bytes arrive in order.
+//!
+//! State is created from the server's SYN-ACK, never from payload: a
+//! connection whose state is gone (evicted, idle too long, the agent
+//! restarted) is reset on its next payload, so tollgate never starts
+//! inspecting in the middle of a stream.
+
+use std::collections::VecDeque;
+use std::hash::{BuildHasher, RandomState};
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lru::LruCache;
+
+use crate::classify::FqdnLookup;
+use crate::compile::{Endpoint, RuleRef, Ruleset};
+use crate::config::L7DenyResponse;
+use crate::flow::{Flow, Verdict};
+use crate::http::{HttpEvent, HttpRule, Malformed, RequestHead, RequestTracker};
+use crate::model::TlsProtocol;
+use crate::tls::{client_hello_sni, TlsError, MAX_CLIENT_HELLO};
+
+use super::segment::{FlowKey, Segment};
+
+/// One L7 rule that decided the connection: every HTTP request must match
+/// one of its `http` alternatives, a TLS connection's ClientHello one of
+/// its `tls` alternatives.
+#[derive(Clone, Debug)]
+pub struct Requirement {
+    pub rule: Arc<RuleRef>,
+    /// The endpoint the rule applies to, for the audit log.
+    pub endpoint: Option<Endpoint>,
+    http: Vec<HttpRule>,
+    tls: Vec<TlsProtocol>,
+}
+
+impl Requirement {
+    pub fn new(rule: Arc<RuleRef>, endpoint: Option<Endpoint>) -> Requirement {
+        let http = rule
+            .l7
+            .iter()
+            .filter_map(|p| p.http.as_ref().map(HttpRule::new))
+            .collect();
+        let tls = rule.l7.iter().filter_map(|p| p.tls.clone()).collect();
+        Requirement {
+            rule,
+            endpoint,
+            http,
+            tls,
+        }
+    }
+
+    fn allows(&self, request: &RequestHead) -> bool {
+        self.http.iter().any(|rule| rule.matches(request))
+    }
+
+    fn allows_sni(&self, sni: Option<&str>) -> bool {
+        self.tls.iter().any(|rule| crate::tls::matches(rule, sni))
+    }
+}
+
+/// What the policy says about a connection when its first request arrives.
+#[derive(Clone, Debug)]
+pub enum Admission {
+    /// Allowed subject to these L7 rules (at least one).
+    Inspect(Vec<Requirement>),
+    /// Allowed with no L7 rule deciding (the policy changed since the SYN).
+    Allow,
+    /// Not allowed any more.
+    Deny,
+}
+
+/// The policy as the L7 worker asks it. Implemented by the ruleset.
+pub trait L7Policy {
+    fn admission(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> Admission;
+}
+
+impl L7Policy for Ruleset {
+    fn admission(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> Admission {
+        let decision = self.classify(flow, fqdn);
+        if decision.verdict != Verdict::Allow {
+            return Admission::Deny;
+        }
+        let rules: Vec<Requirement> = [&decision.egress, &decision.ingress]
+            .into_iter()
+            .filter_map(|direction| {
+                let rule = direction.rule().filter(|rule| !rule.l7.is_empty())?;
+                Some(Requirement::new(
+                    Arc::clone(rule),
+                    direction.endpoint.clone(),
+                ))
+            })
+            .collect();
+        if rules.is_empty() {
+            Admission::Allow
+        } else {
+            Admission::Inspect(rules)
+        }
+    }
+}
+
+/// Why a connection is closed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DenyReason {
+    /// A request no alternative of this rule allows.
+    Request {
+        request: RequestHead,
+        rule: Arc<RuleRef>,
+    },
+    NotHttp,
+    Oversized,
+    Malformed(Malformed),
+    /// Payload on a connection without state: evicted, idle, agent
+    /// restart, or data before the handshake completed.
+    StateLost,
+    /// One request head sent in more than [`MAX_DEFERRED`] segments.
+    TooManySegments,
+    /// A ClientHello whose server name no `tls` alternative of this rule
+    /// allows.
+    ServerName {
+        sni: Option<String>,
+        rule: Arc<RuleRef>,
+    },
+    /// A TLS stream whose ClientHello cannot be read.
+    Tls(TlsError),
+    /// A retransmission of passed bytes that are not Content-Length body
+    /// does not repeat them exactly (or cannot be checked).
+    Retransmission,
+    /// The policy no longer allows the connection.
+    Policy,
+}
+
+/// A connection to close, and how.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Denial {
+    pub reason: DenyReason,
+    /// `Forbidden` only for a well-formed request that is not allowed.
+    pub response: L7DenyResponse,
+    /// Sequence number of the first byte the server has not been given
+    /// (the first deferred byte, or the first new byte of the denied
+    /// segment): the one it expects next. `None`: the segment's own.
+    pub unsent_from: Option<u32>,
+}
+
+/// What to do with the queued segment.
+#[derive(Clone, Debug, PartialEq)]
+pub enum L7Action {
+    /// Let it through.
+    Pass,
+    /// Keep its verdict back: it carries part of an incomplete head.
+    Defer,
+    /// Let every deferred segment of the connection through, in order,
+    /// then this one: the head they carried is complete and allowed.
+    Release,
+    /// Drop it, leaving the connection open (bytes after a gap).
+    Hold,
+    /// Drop it and every deferred segment, answer as
+    /// [`Denial::response`] says, and close.
+    Deny(Denial),
+}
+
+/// One request decision, for the metrics and the audit log.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestRecord {
+    pub request: RequestHead,
+    pub allowed: bool,
+    /// The rule that denied it, or the first L7 rule that allowed it, and
+    /// the endpoint that rule applies to.
+    pub rule: Option<(Arc<RuleRef>, Option<Endpoint>)>,
+}
+
+/// The result of one segment.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Inspection {
+    pub action: L7Action,
+    pub requests: Vec<RequestRecord>,
+}
+
+/// Most segments deferred for one connection; a head sent in more pieces
+/// is reset (bounds what one client can keep in the kernel's queue).
+pub const MAX_DEFERRED: usize = 32;
+
+/// How long deferred bytes must have waited before their retransmission
+/// is read as a stalled client (a retransmission timeout, at least 200 ms
+/// on Linux) rather than a tail loss probe (from 10 ms), which is dropped.
+pub const STALL: Duration = Duration::from_millis(150);
+
+/// What the policy said when the handshake was seen.
+#[derive(Debug)]
+enum Access {
+    /// Every request must satisfy these rules.
+    Rules(Arc<[Requirement]>),
+    /// No L7 rule decides the connection any more: everything passes.
+    Unrestricted,
+    /// The policy no longer allows the connection: reset on first payload.
+    Denied,
+}
+
+/// What the client stream turned out to be.
+#[derive(Debug)]
+enum Stream {
+    /// No payload yet.
+    Unknown,
+    Http(RequestTracker),
+    /// A TLS handshake (first byte 22, and a `tls` rule applies): the
+    /// ClientHello collected so far.
+    Tls(Vec<u8>),
+    /// The ClientHello was allowed: the rest is encrypted and passes.
+    Allowed,
+}
+
+/// TLS record type of a handshake: how a TLS client stream starts.
+const TLS_HANDSHAKE: u8 = 22;
+
+/// Passed segments a retransmission is checked against: hashes of the
+/// last [`SENSITIVE_KEPT`] segments that carried head (or ClientHello, or
+/// chunked framing) bytes, and the last [`BODY_RANGES_KEPT`] sequence
+/// ranges of Content-Length body, whose content does not matter.
+#[derive(Debug, Default)]
+struct Passed {
+    /// `(seq, len, hash)` of whole segments.
+    sensitive: VecDeque<(u32, u32, u64)>,
+    /// `(start, end)` sequence ranges.
+    body: VecDeque<(u32, u32)>,
+}
+
+/// Sensitive segments remembered per connection.
+pub const SENSITIVE_KEPT: usize = 32;
+/// Body ranges remembered per connection.
+pub const BODY_RANGES_KEPT: usize = 64;
+
+impl Passed {
+    fn record_sensitive(&mut self, seq: u32, bytes: &[u8], hasher: &RandomState) {
+        if self.sensitive.len() == SENSITIVE_KEPT {
+            self.sensitive.pop_front();
+        }
+        self.sensitive
+            .push_back((seq, bytes.len() as u32, hasher.hash_one(bytes)));
+    }
+
+    fn record_body(&mut self, start: u32, end: u32) {
+        if let Some(last) = self.body.back_mut() {
+            if last.1 == start {
+                last.1 = end;
+                return;
+            }
+        }
+        if self.body.len() == BODY_RANGES_KEPT {
+            self.body.pop_front();
+        }
+        self.body.push_back((start, end));
+    }
+
+    /// Whether `bytes` at `seq` repeat what passed: every byte lies in a
+    /// body range or in a remembered segment repeated whole and unchanged.
+    fn repeats(&self, mut seq: u32, mut bytes: &[u8], hasher: &RandomState) -> bool {
+        while !bytes.is_empty() {
+            let in_body = self.body.iter().find(|(start, end)| {
+                seq.wrapping_sub(*start) as i32 >= 0 && end.wrapping_sub(seq) as i32 > 0
+            });
+            if let Some((_, end)) = in_body {
+                let take = (end.wrapping_sub(seq) as usize).min(bytes.len());
+                seq = seq.wrapping_add(take as u32);
+                bytes = &bytes[take..];
+                continue;
+            }
+            let Some(&(_, len, hash)) = self.sensitive.iter().find(|(s, _, _)| *s == seq) else {
+                return false;
+            };
+            let len = len as usize;
+            if len > bytes.len() || hasher.hash_one(&bytes[..len]) != hash {
+                return false;
+            }
+            seq = seq.wrapping_add(len as u32);
+            bytes = &bytes[len..];
+        }
+        true
+    }
+}
+
+#[derive(Debug)]
+struct FlowState {
+    passed: Passed,
+    stream: Stream,
+    access: Access,
+    next_seq: u32,
+    last_seen: Instant,
+    /// Sequence number of the first deferred byte, segments deferred, and
+    /// when the first was.
+    deferred: Option<(u32, usize, Instant)>,
+}
+
+/// The L7 inspection state of one worker.
+pub struct Inspector {
+    flows: LruCache<FlowKey, FlowState>,
+    /// Keyed per process, so retransmission checks cannot be steered.
+    hasher: RandomState,
+    idle_timeout: Duration,
+    max_head: usize,
+    deny_response: L7DenyResponse,
+}
+
+impl Inspector {
+    pub fn new(
+        max_flows: NonZeroUsize,
+        idle_timeout: Duration,
+        max_head: usize,
+        deny_response: L7DenyResponse,
+    ) -> Inspector {
+        Inspector {
+            flows: LruCache::new(max_flows),
+            hasher: RandomState::new(),
+            idle_timeout,
+            max_head,
+            deny_response,
+        }
+    }
+
+    /// Drops a connection's state: its next payload resets it.
+    pub fn forget(&mut self, key: &FlowKey) {
+        self.flows.pop(key);
+    }
+
+    /// Connections tracked.
+    pub fn len(&self) -> usize {
+        self.flows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.flows.is_empty()
+    }
+
+    /// The server's SYN-ACK of a connection under L7 rules: state is
+    /// created fresh (replacing any left by an earlier connection with the
+    /// same addresses and ports), expecting the client's first byte at
+    /// `client_next_seq` (the SYN-ACK's acknowledgment number). The
+    /// policy (with the FQDN names learned so far) is asked here, once per
+    /// connection. The client cannot send
+    /// an acceptable byte before this SYN-ACK reaches it, so no payload of
+    /// this connection can be seen before its state exists.
+    /// Returns the connection whose state was dropped to make room, or
+    /// replaced (its deferred segments must be dropped).
+    pub fn handshake<P: L7Policy + ?Sized>(
+        &mut self,
+        key: FlowKey,
+        client_next_seq: u32,
+        (policy, fqdn): (&P, &dyn FqdnLookup),
+        now: Instant,
+    ) -> Option<FlowKey> {
+        let access = match policy.admission(&key.flow(), fqdn) {
+            Admission::Deny => Access::Denied,
+            Admission::Allow => Access::Unrestricted,
+            Admission::Inspect(rules) => Access::Rules(Arc::from(rules)),
+        };
+        let state = FlowState {
+            passed: Passed::default(),
+            stream: Stream::Unknown,
+            access,
+            next_seq: client_next_seq,
+            last_seen: now,
+            deferred: None,
+        };
+        self.flows.push(key, state).map(|(old, _)| old)
+    }
+
+    /// Decides one client→server segment.
+    pub fn inspect(&mut self, segment: &Segment<'_>, now: Instant) -> Inspection {
+        let mut requests = Vec::new();
+        let action = if segment.payload.is_empty() {
+            L7Action::Pass
+        } else {
+            self.follow(segment, now, &mut requests)
+        };
+        if matches!(action, L7Action::Deny(_)) {
+            self.flows.pop(&segment.key);
+        }
+        Inspection { action, requests }
+    }
+
+    fn follow(
+        &mut self,
+        segment: &Segment<'_>,
+        now: Instant,
+        requests: &mut Vec<RequestRecord>,
+    ) -> L7Action {
+        let idle_timeout = self.idle_timeout;
+        let Some(mut state) = self.flows.pop(&segment.key) else {
+            return self.deny(DenyReason::StateLost);
+        };
+        if now.saturating_duration_since(state.last_seen) > idle_timeout {
+            return self.deny(DenyReason::StateLost);
+        }
+        let len = segment.payload.len() as u32;
+        // Signed distances in sequence space (RFC 1982 style).
+        let start = segment.seq.wrapping_sub(state.next_seq) as i32;
+        let end = segment.seq.wrapping_add(len).wrapping_sub(state.next_seq) as i32;
+        // Bytes before the deferred ones (or before the expected sequence
+        // number) have passed: a copy must repeat them. Deferred bytes need
+        // no check: their originals reach the server first, or nothing does.
+        let passed_end = state.deferred.map_or(state.next_seq, |(from, _, _)| from);
+        let passed_len = (passed_end.wrapping_sub(segment.seq) as i32).clamp(0, len as i32);
+        let old_passed = &segment.payload[..passed_len as usize];
+        if !old_passed.is_empty() && !state.passed.repeats(segment.seq, old_passed, &self.hasher) {
+            return self.deny(DenyReason::Retransmission);
+        }
+        let action = if start > 0 {
+            L7Action::Hold
+        } else if end <= 0 {
+            let repeats_deferred = state.deferred.and_then(|(from, _, since)| {
+                let overlaps = segment.seq.wrapping_add(len).wrapping_sub(from) as i32 > 0;
+                overlaps.then(|| now.saturating_duration_since(since))
+            });
+            match repeats_deferred {
+                None => L7Action::Pass,
+                // A tail loss probe: the original is still held.
+                Some(waited) if waited < STALL => L7Action::Hold,
+                // A retransmission timeout: the client waits for the
+                // deferred bytes' acknowledgment (its window is full) and
+                // would never send the rest of the head. Release them:
+                // they hold no complete request, and the rest of the head
+                // is still decided before it passes.
+                Some(_) => {
+                    state.deferred = None;
+                    L7Action::Release
+                }
+            }
+        } else {
+            // `end` > 0 new bytes at the tail of the payload.
+            let fresh = &segment.payload[segment.payload.len() - end as usize..];
+            let fresh_seq = state.next_seq;
+            let sensitive = match (&state.access, &state.stream) {
+                (Access::Unrestricted, _) | (_, Stream::Allowed) => false,
+                (_, Stream::Http(tracker)) => tracker
+                    .body_remaining()
+                    .is_none_or(|left| left < fresh.len() as u64),
+                _ => true,
+            };
+            let incomplete = match self.advance(&mut state, fresh, requests) {
+                Ok(incomplete) => incomplete,
+                Err(mut denial) => {
+                    let from = state.deferred.map_or(fresh_seq, |(from, _, _)| from);
+                    denial.unsent_from = Some(from);
+                    return L7Action::Deny(denial);
+                }
+            };
+            state.next_seq = state.next_seq.wrapping_add(end as u32);
+            if sensitive {
+                state
+                    .passed
+                    .record_sensitive(segment.seq, segment.payload, &self.hasher);
+            } else {
+                state.passed.record_body(fresh_seq, state.next_seq);
+            }
+            if incomplete {
+                // Part of a head is still missing: keep this segment back.
+                let (from, count, since) = state.deferred.unwrap_or((fresh_seq, 0, now));
+                if count + 1 > MAX_DEFERRED {
+                    let mut denial = self.reset(DenyReason::TooManySegments);
+                    denial.unsent_from = Some(from);
+                    return L7Action::Deny(denial);
+                }
+                state.deferred = Some((from, count + 1, since));
+                L7Action::Defer
+            } else if state.deferred.take().is_some() {
+                L7Action::Release
+            } else {
+                L7Action::Pass
+            }
+        };
+        state.last_seen = now;
+        self.flows.push(segment.key, state);
+        action
+    }
+
+    /// Feeds in-order bytes. Returns whether a head (or ClientHello) is
+    /// left incomplete, or the denial that is due.
+    fn advance(
+        &self,
+        state: &mut FlowState,
+        bytes: &[u8],
+        requests: &mut Vec<RequestRecord>,
+    ) -> Result<bool, Denial> {
+        let rules = match &state.access {
+            Access::Rules(rules) => rules,
+            Access::Unrestricted => return Ok(false),
+            Access::Denied => return Err(self.reset(DenyReason::Policy)),
+        };
+        if matches!(state.stream, Stream::Unknown) {
+            let tls_rule = rules.iter().any(|r| !r.tls.is_empty());
+            state.stream = if tls_rule && bytes.first() == Some(&TLS_HANDSHAKE) {
+                Stream::Tls(Vec::new())
+            } else {
+                Stream::Http(RequestTracker::new(self.max_head))
+            };
+        }
+        match &mut state.stream {
+            Stream::Unknown | Stream::Allowed => Ok(false),
+            Stream::Tls(hello) => {
+                hello.extend_from_slice(bytes);
+                let sni = match client_hello_sni(hello) {
+                    Err(TlsError::Incomplete) if hello.len() <= MAX_CLIENT_HELLO + 64 => {
+                        return Ok(true)
+                    }
+                    Err(TlsError::Incomplete) => {
+                        let max = MAX_CLIENT_HELLO;
+                        let len = hello.len();
+                        return Err(self.reset(DenyReason::Tls(TlsError::TooLarge { len, max })));
+                    }
+                    Err(error) => return Err(self.reset(DenyReason::Tls(error))),
+                    Ok(sni) => sni,
+                };
+                if let Some(failed) = rules.iter().find(|r| !r.allows_sni(sni.as_deref())) {
+                    return Err(self.reset(DenyReason::ServerName {
+                        sni,
+                        rule: Arc::clone(&failed.rule),
+                    }));
+                }
+                state.stream = Stream::Allowed;
+                Ok(false)
+            }
+            Stream::Http(tracker) => {
+                for event in tracker.feed(bytes) {
+                    let request = match event {
+                        HttpEvent::Request(request) => request,
+                        HttpEvent::NotHttp => return Err(self.reset(DenyReason::NotHttp)),
+                        HttpEvent::Oversized => return Err(self.reset(DenyReason::Oversized)),
+                        HttpEvent::Malformed(why) => {
+                            return Err(self.reset(DenyReason::Malformed(why)))
+                        }
+                    };
+                    match rules.iter().find(|r| !r.allows(&request)) {
+                        Some(failed) => {
+                            requests.push(RequestRecord {
+                                request: request.clone(),
+                                allowed: false,
+                                rule: Some((Arc::clone(&failed.rule), failed.endpoint.clone())),
+                            });
+                            return Err(Denial {
+                                reason: DenyReason::Request {
+                                    request,
+                                    rule: Arc::clone(&failed.rule),
+                                },
+                                response: self.deny_response,
+                                unsent_from: None,
+                            });
+                        }
+                        None => requests.push(RequestRecord {
+                            request,
+                            allowed: true,
+                            rule: rules
+                                .first()
+                                .map(|r| (Arc::clone(&r.rule), r.endpoint.clone())),
+                        }),
+                    }
+                }
+                Ok(tracker.buffered() > 0)
+            }
+        }
+    }
+
+    fn reset(&self, reason: DenyReason) -> Denial {
+        Denial {
+            reason,
+            response: L7DenyResponse::Reset,
+            unsent_from: None,
+        }
+    }
+
+    fn deny(&self, reason: DenyReason) -> L7Action {
+        L7Action::Deny(self.reset(reason))
+    }
+}
