@@ -15,3 +15,9 @@ fi
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 cargo test --locked
+
+# Fuzz smoke (about 15 minutes on a fresh 2-core machine, most of it the
+# cold build): in CI, or on request.
+if [[ ${CI:-} == true || ${FUZZ_SMOKE:-} == 1 ]]; then
+    scripts/fuzz-smoke.sh
+fi

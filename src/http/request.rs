@@ -458,6 +458,12 @@ fn parse_authority(raw: &[u8]) -> Result<Authority, Malformed> {
     if let Some(stripped) = host.strip_suffix('.') {
         host = stripped.to_owned();
     }
+    // An empty label (`a..b`, `.a`, `a..`, `.`) has no one reading: one
+    // trailing dot is the root, a second would be matched as part of the
+    // name while servers refuse or trim it. Refused, not guessed.
+    if host.is_empty() || host.starts_with('.') || host.ends_with('.') || host.contains("..") {
+        return Err(Malformed::InvalidHost);
+    }
     Ok((host, port))
 }
 

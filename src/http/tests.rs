@@ -242,6 +242,18 @@ fn head_checks() {
         "GET / HTTP/1.1\r\nHost: user@a\r\n\r\n",
         Malformed::InvalidHost,
     );
+    // Found by fuzz/http_stream: `foo..` kept a dot after the trailing
+    // one was trimmed, so no host pattern could match it.
+    for host in ["foo..", "a..b", ".a", ".", ".."] {
+        malformed(
+            &format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n"),
+            Malformed::InvalidHost,
+        );
+        malformed(
+            &format!("GET http://{host}/ HTTP/1.1\r\n\r\n"),
+            Malformed::InvalidHost,
+        );
+    }
     malformed("GET ftp://a/ HTTP/1.1\r\n\r\n", Malformed::InvalidTarget);
     malformed("GET * HTTP/1.1\r\n\r\n", Malformed::InvalidTarget);
     malformed(

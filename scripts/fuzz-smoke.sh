@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Fuzz smoke, as CI runs it (scripts/test.sh calls it when CI=true or
+# FUZZ_SMOKE=1): installs cargo-fuzz if missing, builds every target under
+# fuzz/ and runs each for FUZZ_SECONDS (default 30) from the committed
+# seeds. Fails on any crash, assertion or leak; the input that failed is
+# left in fuzz/artifacts/<target>/.
+#
+# Stable Rust only: cargo-fuzz passes -Zsanitizer=address, which stable
+# rustc accepts with RUSTC_BOOTSTRAP=1 (the toolchain's own switch for
+# unstable flags; nothing is downloaded). Targets are built optimized with
+# debug assertions and overflow checks, as the long runs were
+# (docs/notes-fuzz.md).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+FUZZ_SECONDS=${FUZZ_SECONDS:-30}
+CARGO_FUZZ_VERSION=0.13.2
+export RUSTC_BOOTSTRAP=1
+
+if [[ $(cargo fuzz --version 2>/dev/null) != "cargo-fuzz $CARGO_FUZZ_VERSION" ]]; then
+    cargo install cargo-fuzz --version "$CARGO_FUZZ_VERSION" --locked
+fi
+
+# Longest input per target: a truncated packet copy, one DNS message, a
+# few pipelined requests, one policy file.
+declare -A MAX_LEN=([packet_flow]=512 [dns_learn]=2048 [http_stream]=4096 [policy_compile]=8192)
+
+cargo fuzz build -O --debug-assertions
+for target in $(cargo fuzz list); do
+    max_len=${MAX_LEN[$target]:?"fuzz-smoke.sh: no max_len for target $target"}
+    mkdir -p "fuzz/corpus/$target" "fuzz/artifacts/$target"
+    echo "fuzz-smoke: $target for ${FUZZ_SECONDS}s" >&2
+    log="fuzz/artifacts/$target/smoke.log"
+    if ! cargo fuzz run -O --debug-assertions "$target" "fuzz/corpus/$target" "fuzz/seeds/$target" -- \
+        -max_total_time="$FUZZ_SECONDS" -max_len="$max_len" -print_final_stats=1 \
+        -artifact_prefix="fuzz/artifacts/$target/" >"$log" 2>&1; then
+        tail -n 80 "$log" >&2
+        echo "fuzz-smoke: $target failed; input and full log in fuzz/artifacts/$target/" >&2
+        exit 1
+    fi
+    grep -E '^#[0-9]+\s+DONE|^stat::(number_of_executed_units|average_exec_per_sec)' "$log" >&2
+done
+echo "fuzz-smoke: all targets ran ${FUZZ_SECONDS}s without a crash" >&2
