@@ -14,10 +14,17 @@ fi
 
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
-cargo test --locked
+results=$(mktemp)
+trap 'rm -f "$results"' EXIT
+cargo test --locked 2>&1 | tee "$results"
 
 # Fuzz smoke (about 15 minutes on a fresh 2-core machine, most of it the
 # cold build): in CI, or on request.
 if [[ ${CI:-} == true || ${FUZZ_SMOKE:-} == 1 ]]; then
     scripts/fuzz-smoke.sh
 fi
+
+# One closing line for the whole suite (cargo prints one per test binary,
+# the last being the doc tests').
+count() { grep -E '^test result:' "$results" | grep -Eo "[0-9]+ $1" | awk '{s += $1} END {print s + 0}'; }
+echo "tests: $(count passed) passed, $(count failed) failed"
