@@ -18,7 +18,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{capture_stderr, is_root, wait_until, within, NetNs};
+use common::{capture_stderr, is_root, wait_exit, wait_until, within, NetNs};
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::rdata::A;
 use hickory_proto::rr::{Name, RData, Record, RecordType};
@@ -329,14 +329,9 @@ impl Agent {
             .status()
             .unwrap()
             .success());
-        let end = Instant::now() + Duration::from_secs(15);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                assert!(status.success(), "agent exit {status}:\n{}", self.log());
-                break;
-            }
-            assert!(Instant::now() < end, "agent did not exit:\n{}", self.log());
-            std::thread::sleep(Duration::from_millis(20));
+        match wait_exit(&mut self.child, Duration::from_secs(15)) {
+            Some(status) => assert!(status.success(), "agent exit {status}:\n{}", self.log()),
+            None => panic!("agent did not exit:\n{}", self.log()),
         }
         self.wait_log("shutdown complete");
         self.log()

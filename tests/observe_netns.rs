@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{capture_stderr, is_root, wait_until, within, NetNs};
+use common::{capture_stderr, is_root, wait_exit, wait_until, within, NetNs};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -60,14 +60,9 @@ impl Agent {
             .status()
             .unwrap()
             .success());
-        let end = Instant::now() + Duration::from_secs(15);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                assert!(status.success(), "{}", self.log.lock().unwrap());
-                return;
-            }
-            assert!(Instant::now() < end, "agent did not exit");
-            std::thread::sleep(Duration::from_millis(20));
+        match wait_exit(&mut self.child, Duration::from_secs(15)) {
+            Some(status) => assert!(status.success(), "{}", self.log.lock().unwrap()),
+            None => panic!("agent did not exit"),
         }
     }
 }

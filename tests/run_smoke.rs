@@ -7,13 +7,13 @@
 
 mod common;
 
-use common::{capture_stderr, is_root, wait_until, within, NetNs};
+use common::{capture_stderr, is_root, wait_exit, wait_until, within, NetNs};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A running agent whose stderr is collected; killed on drop.
 struct Agent {
@@ -62,17 +62,9 @@ impl Agent {
     }
 
     fn wait_exit(&mut self) -> std::process::ExitStatus {
-        let end = Instant::now() + Duration::from_secs(15);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                Instant::now() < end,
-                "agent did not exit:\n{}",
-                self.log.lock().unwrap()
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        match wait_exit(&mut self.child, Duration::from_secs(15)) {
+            Some(status) => status,
+            None => panic!("agent did not exit:\n{}", self.log.lock().unwrap()),
         }
     }
 }

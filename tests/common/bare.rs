@@ -114,3 +114,21 @@ pub fn capture_stderr(child: &mut std::process::Child) -> std::sync::Arc<std::sy
     });
     log
 }
+
+/// Waits up to `deadline` for a child to exit; `None` if it is still
+/// running then (the caller decides how to fail).
+pub fn wait_exit(
+    child: &mut std::process::Child,
+    deadline: Duration,
+) -> Option<std::process::ExitStatus> {
+    let end = std::time::Instant::now() + deadline;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return Some(status);
+        }
+        if std::time::Instant::now() >= end {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

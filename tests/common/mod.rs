@@ -42,7 +42,7 @@ pub mod probe;
 pub mod server;
 
 pub use agent::{Agent, AgentOptions, FailMode};
-pub use bare::{capture_stderr, is_root, wait_until, within, NetNs};
+pub use bare::{capture_stderr, is_root, wait_exit, wait_until, within, NetNs};
 pub use dns::{DnsRecord, Resolution};
 pub use firewall::FirewallState;
 pub use lab::{Lab, LabBuilder};
