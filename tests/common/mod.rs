@@ -78,6 +78,8 @@ pub const TEST_IDS: &[&str] = &[
     "interfaces_limit_enforcement",
     "node_protection_story",
     "kubernetes_policy_and_label_change_on_the_wire",
+    "syn_flood_fail_closed_lets_no_denied_connection_through",
+    "syn_flood_fail_open_bypasses_only_while_overrun",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
