@@ -10,6 +10,7 @@ PACKAGES=(
     dnsmasq-base dnsutils                # DNS server and dig for FQDN tests
     nginx-light python3 procps psmisc    # servers and process tools
     tcpdump wrk                          # packet captures, HTTP benchmark
+    hping3                               # SYN floods (benches/overload.sh)
 )
 
 missing=()
