@@ -85,6 +85,7 @@ print('$label: %d connections in %.2f s = %.0f/s' % ($N, dt, $N / dt))
     sleep 1.2 # let the last dedup/rate windows settle before scraping
     ip netns exec "$NODE" curl -sf http://127.0.0.1:9469/metrics |
         grep -E '^tollgate_(audit_lines|verdicts_total|verdict_latency_seconds_(sum|count))' | sed "s/^/  /"
+    echo "  agent peak RSS: $(awk '$1 == "VmHWM:" {print $2, $3}' "/proc/$AGENT/status")"
     kill "$AGENT"; wait "$AGENT" || true; AGENT=
 }
 

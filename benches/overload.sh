@@ -21,9 +21,9 @@
 #   closed-stall  the same with the agent stopped (SIGSTOP) for 3 s mid-flood
 #   open-flood    --fail-mode open, the same flood
 #   open-stall    --fail-mode open, agent stopped for 3 s mid-flood
-#   dns-flood     DNS_NAMES lookups of distinct names through the DNS queue
 #   l7-hold       L7_HELD idle keep-alive connections under an L7 rule with
 #                 l7MaxFlows L7_MAX_FLOWS, then a second request on each
+#   dns-flood     DNS_NAMES lookups of distinct names through the DNS queue
 #   audit         benches/audit_overload.sh with this binary
 # Denied connections that got through are counted three ways: accepted by
 # the listener, SYN-ACKs the node sent from port 9090 (mangle OUTPUT
@@ -52,7 +52,7 @@ AGENT=
 die() { echo "overload.sh: $*" >&2; exit 1; }
 nsx() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
 [[ $(id -u) -eq 0 ]] || die "must run as root"
-for tool in hping3 dnsmasq python3 curl iptables ipset; do
+for tool in hping3 dnsmasq python3 curl iptables ipset conntrack; do
     command -v "$tool" >/dev/null || die "missing $tool (scripts/install-deps.sh)"
 done
 
@@ -254,7 +254,7 @@ flood_phase() { # name, stall (0|1)
     echo "--- $name: hping3 $(grep -h 'packets transmitted' "$DIR/hping.log" || true)" >&2
     echo "    probe during: $p" >&2
     echo "    probe after:  $after  recovery: $rec" >&2
-    echo "    kernel queue_dropped +$((m_qdrop - b_qdrop)) user_dropped +$((m_udrop - b_udrop)); agent bypassed +$((m_bypassed - b_bypassed))" >&2
+    echo "    kernel queue_dropped +$((m_qdrop - b_qdrop)) user_dropped +$((m_udrop - b_udrop)); agent bypassed +$((m_bypassed - b_bypassed)); conntrack entries now $(nsx "$NODE" conntrack -C 2>/dev/null)" >&2
     row "%-12s %7.0f %8d %8d %8d %8d %7d | %4s/%-4s %6s %7s | %4s %4s %7s %7s %4s | %6s %4s %-7s | %3d %4d %3d" \
         "$name" "$(awk -v h="$hit" -v s="$seconds" 'BEGIN {print h / s}')" "$hit" "$received" \
         "$qfull" "$socklost" "$((m_overflows - b_overflows))" \
@@ -278,21 +278,6 @@ flood_phase open-flood 0
 flood_phase open-stall 1
 stop_agent
 
-# --- DNS flood ---------------------------------------------------------------
-start_agent closed
-rss_before=$(rss_kb VmRSS); reset_peak
-dns=$(nsx "$NODE" python3 "$TOOLS" dns --server $DNS_IP --names "$DNS_NAMES" --net 10.66 --domain flood.test)
-sleep 1
-learned=$(metric tollgate_fqdn_addresses_learned_total)
-current=$(metric 'tollgate_fqdn_addresses ')
-setsize=$(nsx "$NODE" ipset list -t | awk '/^Name: tollgate-fqdn/ {n = 1} n && /^Number of entries/ {s += $NF; n = 0} END {print s + 0}')
-echo "--- dns-flood: $dns; learned=$learned mirror=$current ipset entries=$setsize" >&2
-DNS_ROW=$(printf "%-13s queries/s %s  answered %s/%s  learned %s  mirror %s (bound 65536)  ipset %s | RSS MiB %d/%d/%d" \
-    dns-flood "$(json "$dns" per_s)" "$(json "$dns" answered)" "$(json "$dns" queries)" \
-    "$learned" "$current" "$setsize" \
-    "$((rss_before / 1024))" "$(($(rss_kb VmHWM) / 1024))" "$(($(rss_kb VmRSS) / 1024))")
-stop_agent
-
 # --- L7 flow table -----------------------------------------------------------
 printf 'l7MaxFlows: %d\n' "$L7_MAX_FLOWS" >"$DIR/l7.yaml"
 start_agent closed --config "$DIR/l7.yaml"
@@ -311,6 +296,26 @@ L7_ROW=$(printf "%-13s held %s (failed %s), l7 flows active %s (bound %d), 2nd r
     "$active" "$L7_MAX_FLOWS" "$(json "$(tail -1 "$DIR/hold.json")" answered)" \
     "$(json "$(tail -1 "$DIR/hold.json")" reset)" "$(json "$(tail -1 "$DIR/hold.json")" no_answer)" \
     "$((rss_before / 1024))" "$(($(rss_kb VmHWM) / 1024))" "$(($(rss_kb VmRSS) / 1024))" "$((rss_held / 1024))")
+stop_agent
+
+# --- DNS flood ---------------------------------------------------------------
+start_agent closed
+rss_before=$(rss_kb VmRSS); reset_peak
+dns=$(nsx "$NODE" python3 "$TOOLS" dns --server $DNS_IP --names "$DNS_NAMES" --net 10.66 --domain flood.test)
+sleep 1
+learned=$(metric tollgate_fqdn_addresses_learned_total)
+current=$(metric 'tollgate_fqdn_addresses ')
+setsize=$(nsx "$NODE" ipset list -t | awk '/^Name: tollgate-fqdn/ {n = 1} n && /^Number of entries/ {s += $NF; n = 0} END {print s + 0}')
+echo "--- dns-flood: $dns; learned=$learned mirror=$current ipset entries=$setsize" >&2
+DNS_ROW=$(printf "%-13s queries/s %s  answered %s/%s  learned %s  mirror %s (bound 65536)  ipset %s | RSS MiB %d/%d/%d" \
+    dns-flood "$(json "$dns" per_s)" "$(json "$dns" answered)" "$(json "$dns" queries)" \
+    "$learned" "$current" "$setsize" \
+    "$((rss_before / 1024))" "$(($(rss_kb VmHWM) / 1024))" "$(($(rss_kb VmRSS) / 1024))")
+stop_agent
+# A restart restores the mirror from the sets: what that costs in memory.
+start_agent closed
+DNS_ROW="$DNS_ROW
+dns-restart   $(grep -o 'fqdn mirror restored.*' "$DIR/agent.log" | head -1) | RSS MiB $(($(rss_kb VmRSS) / 1024))"
 stop_agent
 
 # --- audit queue ---------------------------------------------------------------

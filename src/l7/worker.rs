@@ -331,6 +331,7 @@ fn run<P: L7Policy>(
             }
         }
         stats.flows.store(inspector.len() as u64, Ordering::Relaxed);
+        observers.metrics.l7_flows_active(inspector.len() as u64);
         for (mut message, verdict) in verdicts {
             message.set_verdict(verdict);
             if socket.verdict(message).is_err() {

@@ -584,7 +584,12 @@ impl Collector for QueueCollector {
             }
         }
         type Kernel = fn(&crate::queue::KernelCounters) -> u64;
-        let kernel_counters: [(&str, &str, Kernel); 2] = [
+        let kernel_counters: [(&str, &str, Kernel); 3] = [
+            (
+                "queue_kernel_queued",
+                "Packets the kernel handed to the worker socket (id sequence)",
+                |k| k.queued,
+            ),
             (
                 "queue_kernel_dropped",
                 "Packets the kernel dropped because the queue was full",

@@ -257,6 +257,11 @@ pub struct KernelCounters {
     pub queue_dropped: u64,
     /// Packets lost because the worker's socket buffer was full.
     pub user_dropped: u64,
+    /// Packets the kernel handed to the worker's socket (its id sequence,
+    /// 32 bits): minus what the worker received and what is waiting, the
+    /// packets lost in the socket buffer — dropped (`user_dropped`) when
+    /// fail-closed, accepted without a verdict when fail-open.
+    pub queued: u64,
 }
 
 /// Parses [`PROC_QUEUES`]: `queue peer_portid waiting copy_mode copy_range
@@ -271,6 +276,7 @@ pub fn parse_kernel_counters(text: &str) -> Vec<KernelCounters> {
                 waiting: num(2)?,
                 queue_dropped: num(5)?,
                 user_dropped: num(6)?,
+                queued: num(7)?,
             })
         })
         .collect()
@@ -290,13 +296,15 @@ mod tests {
                     queue: 100,
                     waiting: 0,
                     queue_dropped: 3,
-                    user_dropped: 7
+                    user_dropped: 7,
+                    queued: 42
                 },
                 KernelCounters {
                     queue: 101,
                     waiting: 1,
                     queue_dropped: 0,
-                    user_dropped: 0
+                    user_dropped: 0,
+                    queued: 9
                 },
             ]
         );
