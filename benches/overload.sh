@@ -21,6 +21,8 @@
 #   closed-stall  the same with the agent stopped (SIGSTOP) for 3 s mid-flood
 #   open-flood    --fail-mode open, the same flood
 #   open-stall    --fail-mode open, agent stopped for 3 s mid-flood
+#   l7-*-stall    HTTP requests under the L7 rule, 1 in 10 denied, agent
+#                 stopped for 3 s: denied requests the server saw
 #   l7-hold       L7_HELD idle keep-alive connections under an L7 rule with
 #                 l7MaxFlows L7_MAX_FLOWS, then a second request on each
 #   dns-flood     DNS_NAMES lookups of distinct names through the DNS queue
@@ -266,16 +268,62 @@ flood_phase() { # name, stall (0|1)
         "$((rss_before / 1024))" "$((rss_peak / 1024))" "$((rss_after / 1024))"
 }
 
+L7_ROWS=()
+# HTTP under the L7 rule with the agent stopped for 3 s: closed-loop
+# traffic on 16 keep-alive connections for 12 s (GET /ok, every 10th a
+# denied GET /admin), and 400 more established connections that all send
+# a denied GET /admin at once while the agent is stopped (open loop: more
+# segments than the L7 worker's socket holds, so it is overrun for sure).
+l7_stall_phase() { # name
+    local name=$1
+    local l7q=103
+    local q0 u0 r0
+    q0=$(nsx "$NODE" awk -v q=$l7q '$1 == q {print $8}' /proc/net/netfilter/nfnetlink_queue)
+    u0=$(nsx "$NODE" awk -v q=$l7q '$1 == q {print $7}' /proc/net/netfilter/nfnetlink_queue)
+    r0=$(cat "$DIR/denied-accepts.requests")
+    rm -f "$DIR/go"
+    nsx "$CLIENT" python3 "$TOOLS" hold --target $NODE_IP --port $L7PORT --count 400 \
+        --seconds 30 --path /admin --go "$DIR/go" >"$DIR/burst.json" &
+    local burst=$!
+    local i=0
+    until grep -q '"phase": "open"' "$DIR/burst.json" || ((++i > 600)); do sleep 0.05; done
+    nsx "$CLIENT" python3 "$TOOLS" l7load --target $NODE_IP --port $L7PORT --seconds 12 \
+        >"$DIR/l7load.json" &
+    local load=$!
+    sleep 4
+    kill -STOP "$AGENT"
+    touch "$DIR/go"
+    sleep 3
+    kill -CONT "$AGENT"
+    wait "$load" || true
+    wait "$burst" || true
+    local rec; rec=$(nsx "$CLIENT" python3 "$TOOLS" recover --target $NODE_IP --port $L7PORT --timeout 30 || true)
+    local q1 u1 r1
+    q1=$(nsx "$NODE" awk -v q=$l7q '$1 == q {print $8}' /proc/net/netfilter/nfnetlink_queue)
+    u1=$(nsx "$NODE" awk -v q=$l7q '$1 == q {print $7}' /proc/net/netfilter/nfnetlink_queue)
+    r1=$(cat "$DIR/denied-accepts.requests")
+    local l b; l=$(cat "$DIR/l7load.json"); b=$(tail -1 "$DIR/burst.json")
+    echo "--- $name: $l; burst $(tr '\n' ' ' <"$DIR/burst.json"); L7 queue $l7q queued +$((q1 - q0)) user_dropped +$((u1 - u0)); recovery $rec" >&2
+    L7_ROWS+=("$(printf "%-14s %7s %5s | %5s %5s %5s %5s | %5s %5s %5s %5s | %6s | %7s %6s | %6s" "$name" \
+        "$(json "$l" allowed_ok)" "$(json "$l" allowed_failed)" \
+        "$(json "$l" denied_403)" "$(json "$l" denied_reset)" "$(json "$l" denied_timeout)" \
+        "$(json "$l" denied_passed)" \
+        "$(json "$b" forbidden)" "$(json "$b" reset)" "$(json "$b" no_answer)" "$(json "$b" ok)" \
+        "$((r1 - r0))" "$((q1 - q0))" "$((u1 - u0))" "$(json "$rec" recovery_s)")")
+}
+
 echo "load before: $(uptime)" >&2
 
 # --- connection floods ------------------------------------------------------
 start_agent closed
 flood_phase closed-flood 0
 flood_phase closed-stall 1
+l7_stall_phase l7-closed-stall
 stop_agent
 start_agent open
 flood_phase open-flood 0
 flood_phase open-stall 1
+l7_stall_phase l7-open-stall
 stop_agent
 
 # --- L7 flow table -----------------------------------------------------------
@@ -336,6 +384,15 @@ printf "%-12s %7s %8s %8s %8s %8s %7s | %9s %6s %7s | %4s %4s %7s %7s %4s | %6s 
     phase SYN/s hits taken q-full sock-lost enobufs "allowed" p50 p99 \
     den conn past synack acc rec-s ok% stuck rss0 peak rss1
 printf '%s\n' "${ROWS[@]}"
+echo
+echo "L7 rule, agent stopped 3 s: 16 keep-alive connections for 12 s (GET /ok served/failed;"
+echo "  every 10th a denied GET /admin: answered 403 / reset / no answer / served), 400 established"
+echo "  connections sending GET /admin at once during the stop (403 / reset / no answer / served);"
+echo "  server: denied requests the server saw; L7 queue 103: queued, user_dropped; rec-s"
+printf "%-14s %7s %5s | %5s %5s %5s %5s | %5s %5s %5s %5s | %6s | %7s %6s | %6s\n" phase served fail \
+    403 reset none pass 403 reset none pass server queued udrop rec-s
+printf '%s\n' "${L7_ROWS[@]}"
+echo
 echo "$DNS_ROW"
 echo "$L7_ROW"
 echo "audit:"

@@ -3,8 +3,9 @@
 
   serve   --allowed P[,P...] --denied P --count-file F
           HTTP/1.1 keep-alive server on the allowed ports (answers every
-          request head with 200 "ok"); on the denied port it accepts,
-          counts into F (rewritten on every accept) and closes.
+          request head with 200 "ok", counts requests for paths other than
+          /ok* into F.requests); on the denied port it accepts, counts into
+          F (rewritten on every accept) and closes.
   probe   --target IP --allowed P --denied P --seconds S [--rate R]
           New connections during S seconds: R/s to the allowed port (one
           GET each, latency measured connect -> response), and as many to
@@ -16,10 +17,16 @@
           N queries for distinct names A-B-x-y.D (answered by dnsmasq
           --synth-domain with address A.B.x.y, A.B+1.x.y past 65,024
           names), W outstanding; prints JSON.
-  hold    --target IP --port P --count N --seconds S
-          Opens N keep-alive connections, one GET each, holds them S
-          seconds, then sends a second GET on each and counts the answers
-          (a reset means the firewall forgot the connection). Prints JSON.
+  l7load  --target IP --port P --seconds S [--connections C] [--every K]
+          C keep-alive connections sending GET /ok, every K-th request a
+          GET /admin (denied by the L7 rule: 403 or reset expected; a 200
+          is a bypass); reconnects after a denial or a failure. JSON.
+  hold    --target IP --port P --count N --seconds S [--path P] [--go F]
+          Opens N keep-alive connections, one GET /ok each, holds them S
+          seconds (or until file F exists, at most S), then sends a second
+          GET P on every one before reading any answer, and counts the
+          answers: ok (200), forbidden (403), reset, no answer. A reset of
+          a GET /ok means the firewall forgot the connection. JSON lines.
 
 Standard library only; every loop is bounded by a count or a deadline.
 """
@@ -39,6 +46,13 @@ REQUEST = b"GET /ok HTTP/1.1\r\nHost: bench\r\n\r\n"
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n"
 
 
+def write_count(path, n):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write("%d\n" % n)
+    os.replace(tmp, path)
+
+
 def serve(args):
     sel = selectors.DefaultSelector()
     allowed = [int(p) for p in args.allowed.split(",")]
@@ -51,9 +65,9 @@ def serve(args):
         s.setblocking(False)
         listeners[s] = port
         sel.register(s, selectors.EVENT_READ, ("listen", port))
-    denied_accepts = 0
-    with open(args.count_file, "w") as f:
-        f.write("0\n")
+    denied_accepts = denied_requests = 0
+    write_count(args.count_file + ".requests", 0)
+    write_count(args.count_file, 0)
     while True:
         for key, _ in sel.select(timeout=1.0):
             kind, data = key.data
@@ -69,10 +83,7 @@ def serve(args):
                         raise
                     if data == args.denied:
                         denied_accepts += 1
-                        tmp = args.count_file + ".tmp"
-                        with open(tmp, "w") as f:
-                            f.write("%d\n" % denied_accepts)
-                        os.replace(tmp, args.count_file)
+                        write_count(args.count_file, denied_accepts)
                         conn.close()
                         continue
                     conn.setblocking(False)
@@ -91,7 +102,11 @@ def serve(args):
                     continue
                 data += chunk
                 while b"\r\n\r\n" in data:
+                    head = bytes(data[: data.index(b"\r\n\r\n")])
                     del data[: data.index(b"\r\n\r\n") + 4]
+                    if not head.split(b" ")[1:2] or not head.split(b" ")[1].startswith(b"/ok"):
+                        denied_requests += 1
+                        write_count(args.count_file + ".requests", denied_requests)
                     try:
                         conn.sendall(RESPONSE)
                     except OSError:
@@ -211,6 +226,63 @@ def recover(args):
     sys.exit(1)
 
 
+DENIED_REQUEST = b"GET /admin HTTP/1.1\r\nHost: bench\r\n\r\n"
+
+
+def l7load(args):
+    deadline = time.monotonic() + args.seconds
+    lock = threading.Lock()
+    totals = {"allowed_ok": 0, "allowed_failed": 0, "denied_403": 0, "denied_reset": 0,
+              "denied_timeout": 0, "denied_passed": 0, "connects_failed": 0}
+
+    def count(key):
+        with lock:
+            totals[key] += 1
+
+    def answer(c):
+        got = b""
+        while not (got.endswith(b"ok\n") or b"\r\n\r\n" in got and b" 403 " in got):
+            chunk = c.recv(4096)
+            if not chunk:
+                raise ConnectionResetError("closed")
+            got += chunk
+        return got
+
+    def worker():
+        while time.monotonic() < deadline:
+            try:
+                c = socket.create_connection((args.target, args.port), timeout=2.0)
+            except OSError:
+                count("connects_failed")
+                continue
+            with c:
+                i = 0
+                while time.monotonic() < deadline:
+                    i += 1
+                    denied = i % args.every == 0
+                    try:
+                        c.sendall(DENIED_REQUEST if denied else REQUEST)
+                        got = answer(c)
+                    except socket.timeout:
+                        count("denied_timeout" if denied else "allowed_failed")
+                        break
+                    except OSError:
+                        count("denied_reset" if denied else "allowed_failed")
+                        break
+                    if not denied:
+                        count("allowed_ok")
+                        continue
+                    count("denied_passed" if got.endswith(b"ok\n") else "denied_403")
+                    break  # a denial ends the connection
+
+    threads = [threading.Thread(target=worker) for _ in range(args.connections)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print(json.dumps(totals))
+
+
 def dns_query(qid, name):
     header = struct.pack("!HHHHHH", qid, 0x0100, 1, 0, 0, 0)
     labels = b"".join(bytes([len(p)]) + p.encode() for p in name.split("."))
@@ -272,25 +344,36 @@ def hold(args):
         except OSError:
             failed_open += 1
     print(json.dumps({"phase": "open", "held": len(conns), "failed": failed_open}), flush=True)
-    time.sleep(args.seconds)
-    answered = reset = silent = 0
-    for c in conns:
+    deadline = time.monotonic() + args.seconds
+    while args.go and not os.path.exists(args.go) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if not args.go:
+        time.sleep(args.seconds)
+    second = ("GET %s HTTP/1.1\r\nHost: bench\r\n\r\n" % args.path).encode()
+    for c in conns:  # all requests first, then the answers: open loop
         try:
-            c.settimeout(2.0)
-            c.sendall(REQUEST)
-            got = c.recv(4096)
-            if got.endswith(b"ok\n"):
-                answered += 1
-            else:
-                reset += 1
-        except (ConnectionResetError, BrokenPipeError):
-            reset += 1
+            c.sendall(second)
         except OSError:
-            silent += 1
+            pass
+    answers = {"ok": 0, "forbidden": 0, "reset": 0, "no_answer": 0}
+    answer_deadline = time.monotonic() + args.answer_timeout
+    for c in conns:
+        got = b""
+        try:
+            while not (got.endswith(b"ok\n") or b" 403 " in got):
+                c.settimeout(max(0.01, answer_deadline - time.monotonic()))
+                chunk = c.recv(4096)
+                if not chunk:
+                    raise ConnectionResetError("closed")
+                got += chunk
+            answers["ok" if got.endswith(b"ok\n") else "forbidden"] += 1
+        except socket.timeout:
+            answers["no_answer"] += 1
+        except OSError:
+            answers["reset"] += 1
         finally:
             c.close()
-    print(json.dumps({"phase": "second_request", "answered": answered, "reset": reset,
-                      "no_answer": silent}))
+    print(json.dumps(dict(phase="second_request", path=args.path, **answers)))
 
 
 def main():
@@ -318,13 +401,23 @@ def main():
     p.add_argument("--domain", required=True)
     p.add_argument("--window", type=int, default=32)
     p.add_argument("--timeout", type=float, default=120.0)
+    p = sub.add_parser("l7load")
+    p.add_argument("--target", required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--seconds", type=float, required=True)
+    p.add_argument("--connections", type=int, default=16)
+    p.add_argument("--every", type=int, default=10)
     p = sub.add_parser("hold")
     p.add_argument("--target", required=True)
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--count", type=int, required=True)
     p.add_argument("--seconds", type=float, required=True)
+    p.add_argument("--path", default="/ok")
+    p.add_argument("--go")
+    p.add_argument("--answer-timeout", type=float, default=10.0)
     args = parser.parse_args()
-    {"serve": serve, "probe": probe, "recover": recover, "dns": dns, "hold": hold}[args.role](args)
+    {"serve": serve, "probe": probe, "recover": recover, "dns": dns, "l7load": l7load,
+     "hold": hold}[args.role](args)
 
 
 if __name__ == "__main__":

@@ -9,13 +9,16 @@
 //! Fail-open: while the worker is overrun the kernel accepts new
 //! connections without a verdict, denied ones included — the documented
 //! price of fail-open, shown here so it cannot change silently.
-//! Bounded: a few seconds of flood at ~10,000 SYN/s, no timed assertions
-//! on speed (`benches/overload.sh` measures).
+//! L7, fail-closed: denied HTTP requests sent all at once on hundreds of
+//! established connections while the L7 worker is stopped never reach the
+//! server. Bounded: a few seconds of flood at ~10,000 SYN/s, no timed
+//! assertions on speed (`benches/overload.sh` measures).
 
 mod common;
 
 use std::collections::BTreeMap;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -34,7 +37,9 @@ const FLOOD_MAX: Duration = Duration::from_secs(20);
 /// Packets the kernel holds per queue (`queue::worker::QUEUE_MAX_LEN`).
 const QUEUE_MAX_LEN: u64 = 4096;
 
-fn policy(client_subnet: &str) -> String {
+/// The node policy; `l7` is appended to the allow rule (an `l7Protocols`
+/// key, or nothing).
+fn l7_policy(client_subnet: &str, l7: &str) -> String {
     format!(
         "apiVersion: crd.antrea.io/v1beta1
 kind: ClusterNetworkPolicy
@@ -56,7 +61,7 @@ spec:
       ports:
         - protocol: TCP
           port: {ALLOWED}
-    - name: drop-rest
+{l7}    - name: drop-rest
       action: Drop
 "
     )
@@ -249,14 +254,24 @@ struct Setup {
 }
 
 fn setup(test: &'static str, mode: FailMode, queues: Option<u16>) -> Option<Setup> {
+    setup_with(test, mode, queues, Service::Echo, "")
+}
+
+fn setup_with(
+    test: &'static str,
+    mode: FailMode,
+    queues: Option<u16>,
+    service: Service,
+    l7: &str,
+) -> Option<Setup> {
     let lab = Lab::builder(test)
         .peer("client")
         .require(&["curl"])
         .build()?;
-    lab.serve_tcp("node", ALLOWED, Service::Echo);
+    lab.serve_tcp("node", ALLOWED, service);
     let listener = CountingListener::start(&lab, DENIED);
     count_past_filter(&lab, DENIED);
-    lab.write_policy("overload.yaml", &policy(&lab.subnet("client")));
+    lab.write_policy("overload.yaml", &l7_policy(&lab.subnet("client"), l7));
     let mut options = lab.agent_options().fail_mode(mode);
     if let Some(n) = queues {
         options = options.queues(n);
@@ -439,5 +454,115 @@ fn syn_flood_fail_open_bypasses_only_while_overrun() {
     eprintln!(
         "fail-open: {sent} SYNs sent, {passed} passed the filter table while overrun, \
          {unverdicted} queued packets accepted without a verdict"
+    );
+}
+
+/// Connections the L7 test holds open: more denied requests at once than
+/// the L7 worker's socket buffer holds.
+const L7_CONNECTIONS: usize = 300;
+/// The L7 queue with the default configuration (two connection queues, the
+/// DNS queue 102 reserved).
+const L7_QUEUE: u32 = 103;
+
+/// Reads from `stream` until `done` says the answer is complete, the
+/// connection ends (EOF or reset: `true`) or `deadline` passes.
+fn read_answer(
+    stream: &mut TcpStream,
+    deadline: Instant,
+    done: impl Fn(&str) -> bool,
+) -> (String, bool) {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let mut ended = false;
+    while !done(&String::from_utf8_lossy(&got)) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            break;
+        }
+        match stream.read(&mut buf) {
+            Ok(0) => {
+                ended = true;
+                break;
+            }
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => break,
+            Err(_) => {
+                ended = true;
+                break;
+            }
+        }
+    }
+    (String::from_utf8_lossy(&got).into_owned(), ended)
+}
+
+#[test]
+fn l7_denied_requests_stay_denied_when_the_worker_is_overrun() {
+    let Some(s) = setup_with(
+        "l7_denied_requests_stay_denied_when_the_worker_is_overrun",
+        FailMode::Closed,
+        None,
+        Service::Http,
+        "      l7Protocols:\n        - http:\n            method: GET\n            path: /ok*\n",
+    ) else {
+        return;
+    };
+    let to = SocketAddr::from((s.node, ALLOWED));
+    // Established keep-alive connections, each served one allowed request.
+    let mut streams: Vec<TcpStream> = (0..L7_CONNECTIONS)
+        .map(|_| {
+            let mut stream = s.lab.tcp_stream("client", to);
+            stream
+                .write_all(b"GET /ok HTTP/1.1\r\nHost: bench\r\n\r\n")
+                .expect("send");
+            let (answer, _) = read_answer(&mut stream, Instant::now() + ALLOW_WAIT, |a| {
+                a.contains("ok GET /ok\n")
+            });
+            assert!(
+                answer.contains("ok GET /ok\n"),
+                "allowed request: {answer:?}"
+            );
+            stream
+        })
+        .collect();
+
+    // The L7 worker stops; every connection sends a denied request at once.
+    let l7_lost = || {
+        s.lab
+            .queue_counters()
+            .iter()
+            .filter(|c| c.queue == L7_QUEUE)
+            .map(|c| c.user_dropped)
+            .sum::<u64>()
+    };
+    s.agent.signal(libc::SIGSTOP);
+    for stream in &mut streams {
+        let _ = stream.write_all(b"GET /admin HTTP/1.1\r\nHost: bench\r\n\r\n");
+    }
+    let overrun = poll_until(Duration::from_secs(20), || (l7_lost() > 0).then_some(()));
+    s.agent.signal(libc::SIGCONT);
+    assert!(overrun.is_some(), "the L7 worker's socket never overflowed");
+
+    // Lost segments are retransmitted and decided once the worker runs:
+    // every denied request is answered 403 or reset, none reaches the server.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (mut denied, mut passed, mut silent) = (0, 0, 0);
+    for stream in &mut streams {
+        let (answer, ended) = read_answer(stream, deadline, |a| {
+            a.contains(" 403 ") || a.contains("ok GET /admin")
+        });
+        if answer.contains("ok GET /admin") {
+            passed += 1;
+        } else if answer.contains(" 403 ") || (ended && answer.is_empty()) {
+            denied += 1;
+        } else {
+            silent += 1;
+        }
+    }
+    assert_eq!(passed, 0, "denied requests reached the server");
+    assert_eq!(silent, 0, "unexpected answers");
+    assert_eq!(denied, L7_CONNECTIONS);
+    eprintln!(
+        "L7 overrun: {L7_CONNECTIONS} denied requests, all denied; L7 segments lost and retransmitted: {}",
+        l7_lost()
     );
 }

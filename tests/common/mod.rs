@@ -80,6 +80,7 @@ pub const TEST_IDS: &[&str] = &[
     "kubernetes_policy_and_label_change_on_the_wire",
     "syn_flood_fail_closed_lets_no_denied_connection_through",
     "syn_flood_fail_open_bypasses_only_while_overrun",
+    "l7_denied_requests_stay_denied_when_the_worker_is_overrun",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
