@@ -341,7 +341,7 @@ wait "$hold" || true
 echo "--- l7-hold: $(tr '\n' ' ' <"$DIR/hold.json") active while held: $active" >&2
 L7_ROW=$(printf "%-13s held %s (failed %s), l7 flows active %s (bound %d), 2nd request answered %s reset %s silent %s | RSS MiB %d/%d/%d (held %d)" \
     l7-hold "$(json "$(head -1 "$DIR/hold.json")" held)" "$(json "$(head -1 "$DIR/hold.json")" failed)" \
-    "$active" "$L7_MAX_FLOWS" "$(json "$(tail -1 "$DIR/hold.json")" answered)" \
+    "$active" "$L7_MAX_FLOWS" "$(json "$(tail -1 "$DIR/hold.json")" ok)" \
     "$(json "$(tail -1 "$DIR/hold.json")" reset)" "$(json "$(tail -1 "$DIR/hold.json")" no_answer)" \
     "$((rss_before / 1024))" "$(($(rss_kb VmHWM) / 1024))" "$(($(rss_kb VmRSS) / 1024))" "$((rss_held / 1024))")
 stop_agent
