@@ -78,6 +78,10 @@ pub const TEST_IDS: &[&str] = &[
     "interfaces_limit_enforcement",
     "node_protection_story",
     "kubernetes_policy_and_label_change_on_the_wire",
+    "ipv6_outcomes_equal_ipv4",
+    "neighbour_discovery_survives_drop_all",
+    "extension_headers_cannot_hide_the_transport",
+    "fragmented_first_packet_cannot_bypass",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
