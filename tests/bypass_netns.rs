@@ -7,8 +7,8 @@
 //! Namespace selectors, Node egress; after each, the IPv6 owned chains and
 //! sets mirror the IPv4 ones. Neighbour discovery and ARP keep working
 //! under a drop-everything-but-one-port policy with flushed neighbour
-//! caches; IPv6 extension headers (Destination Options, Hop-by-Hop) on
-//! a real TCP connection cannot hide the transport; a fragmented first
+//! caches; IPv6 extension headers (Destination Options, Hop-by-Hop) and
+//! IPv4 header options on a real TCP connection cannot hide the transport; a fragmented first
 //! packet (3000-byte UDP datagram over a 1500-byte MTU) to a denied port
 //! never arrives, over either family.
 
@@ -508,29 +508,37 @@ fn neighbour_discovery_survives_drop_all() {
 
 /// The `IPV6_HOPOPTS` / `IPV6_DSTOPTS` option values: an 8-byte header
 /// holding one PadN option (the kernel fills in the next-header byte).
-const PADN_OPTIONS: [u8; 8] = [0, 0, 1, 4, 0, 0, 0, 0];
+const PADN_OPTIONS: &[u8] = &[0, 0, 1, 4, 0, 0, 0, 0];
+/// `IP_OPTIONS`: three No-Operation options and End of Options (IHL 6).
+const IPV4_NOP_OPTIONS: &[u8] = &[1, 1, 1, 0];
 
-/// Connects over IPv6 from inside `lab`'s `role` namespace with the given
-/// sticky extension headers on every segment.
+/// A socket option: level, name, value.
+type SockOpt = (libc::c_int, libc::c_int, &'static [u8]);
+
+/// Connects from inside `lab`'s `role` namespace with the given sticky
+/// options (extension headers, IPv4 options) on every segment.
 fn connect_with_options(
     lab: &Lab,
     role: &str,
     to: SocketAddr,
-    options: &'static [libc::c_int],
+    options: &'static [SockOpt],
     timeout: Duration,
 ) -> Result<TcpStream, std::io::Error> {
     lab.ns(role).enter(move || {
-        let socket = socket2::Socket::new(socket2::Domain::IPV6, socket2::Type::STREAM, None)?;
-        for option in options {
-            // SAFETY: a valid socket and an 8-byte buffer that outlives the
-            // call.
+        let socket = socket2::Socket::new(
+            socket2::Domain::for_address(to),
+            socket2::Type::STREAM,
+            None,
+        )?;
+        for (level, name, value) in options {
+            // SAFETY: a valid socket and a buffer that outlives the call.
             let rc = unsafe {
                 libc::setsockopt(
                     socket.as_raw_fd(),
-                    libc::IPPROTO_IPV6,
-                    *option,
-                    PADN_OPTIONS.as_ptr().cast(),
-                    PADN_OPTIONS.len() as libc::socklen_t,
+                    *level,
+                    *name,
+                    value.as_ptr().cast(),
+                    value.len() as libc::socklen_t,
                 )
             };
             if rc != 0 {
@@ -550,18 +558,35 @@ fn classify(result: &Result<TcpStream, std::io::Error>) -> TcpOutcome {
     }
 }
 
-/// Packets the client sent with `header` (`ipv6-opts`, `hop-by-hop`), counted by
-/// an accounting rule in the client's own namespace.
-fn sent_with_header(lab: &Lab, header: &str) -> u64 {
-    let out = lab
-        .ns("client")
-        .run(&["ip6tables", "-w", "-S", "OUTPUT", "-v"]);
-    out.stdout
-        .lines()
-        .find(|l| l.contains(&format!("--header {header}")))
-        .and_then(|l| l.split_once(" -c "))
-        .and_then(|(_, counters)| counters.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no accounting rule for {header}: {}", out.stdout))
+/// Accounting rules in the client's own namespace (no target: they only
+/// count) proving the segments really left with the headers: IPv6
+/// Destination Options, IPv6 Hop-by-Hop, IPv4 header with options. Tool,
+/// match, and how `-S` prints the match.
+const ACCOUNTING: [(&str, &str, &str); 3] = [
+    (
+        "ip6tables",
+        "-m ipv6header --soft --header ipv6-opts",
+        "--header ipv6-opts",
+    ),
+    (
+        "ip6tables",
+        "-m ipv6header --soft --header hop-by-hop",
+        "--header hop-by-hop",
+    ),
+    ("iptables", "-m u32 --u32 0>>24&0xf=6", "0x0>>0x18&0xf=0x6"),
+];
+
+/// Packets counted by each [`ACCOUNTING`] rule so far.
+fn sent_with_options(lab: &Lab) -> [u64; 3] {
+    ACCOUNTING.map(|(tool, _, shown)| {
+        let out = lab.ns("client").run(&[tool, "-w", "-S", "OUTPUT", "-v"]);
+        out.stdout
+            .lines()
+            .find(|l| l.contains(shown))
+            .and_then(|l| l.split_once(" -c "))
+            .and_then(|(_, counters)| counters.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no accounting rule {shown}: {}", out.stdout))
+    })
 }
 
 #[test]
@@ -576,22 +601,10 @@ fn extension_headers_cannot_hide_the_transport() {
     for port in [8080, 8081, 8082] {
         lab.serve_tcp("node", port, Service::Echo);
     }
-    // Accounting only, in the client's namespace: proves the segments
-    // really left with the headers.
-    for header in ["ipv6-opts", "hop-by-hop"] {
-        lab.ns("client").run(&[
-            "ip6tables",
-            "-w",
-            "-A",
-            "OUTPUT",
-            "-p",
-            "tcp",
-            "-m",
-            "ipv6header",
-            "--soft",
-            "--header",
-            header,
-        ]);
+    for (tool, matcher, _) in ACCOUNTING {
+        let mut argv = vec![tool, "-w", "-A", "OUTPUT", "-p", "tcp"];
+        argv.extend(matcher.split_whitespace());
+        lab.ns("client").run(&argv);
     }
     lab.write_policy(
         "node.yaml",
@@ -606,20 +619,27 @@ fn extension_headers_cannot_hide_the_transport() {
     );
     let mut agent = lab.start_agent(lab.agent_options());
     agent.wait_generation(1);
-    let node = lab.node_addr6("client");
-    let chains: [(&str, &'static [libc::c_int]); 3] = [
-        ("Destination Options", &[libc::IPV6_DSTOPTS]),
-        ("Hop-by-Hop Options", &[libc::IPV6_HOPOPTS]),
+    let (v4, v6) = (
+        IpAddr::from(lab.node_addr("client")),
+        IpAddr::from(lab.node_addr6("client")),
+    );
+    const DST: SockOpt = (libc::IPPROTO_IPV6, libc::IPV6_DSTOPTS, PADN_OPTIONS);
+    const HOP: SockOpt = (libc::IPPROTO_IPV6, libc::IPV6_HOPOPTS, PADN_OPTIONS);
+    const IPV4: SockOpt = (libc::IPPROTO_IP, libc::IP_OPTIONS, IPV4_NOP_OPTIONS);
+    // Name, destination, options, which accounting rules must count.
+    let chains: [(&str, IpAddr, &'static [SockOpt], [bool; 3]); 4] = [
+        ("Destination Options", v6, &[DST], [true, false, false]),
+        ("Hop-by-Hop Options", v6, &[HOP], [false, true, false]),
         (
             "Hop-by-Hop + Destination Options",
-            &[libc::IPV6_HOPOPTS, libc::IPV6_DSTOPTS],
+            v6,
+            &[HOP, DST],
+            [true, true, false],
         ),
+        ("IPv4 header options", v4, &[IPV4], [false, false, true]),
     ];
-    for (name, options) in chains {
-        let before = (
-            sent_with_header(&lab, "ipv6-opts"),
-            sent_with_header(&lab, "hop-by-hop"),
-        );
+    for (name, node, options, counted) in chains {
+        let before = sent_with_options(&lab);
         let mut allowed =
             connect_with_options(&lab, "client", sock(node, 8080), options, ALLOW_WAIT);
         assert_eq!(classify(&allowed), TcpOutcome::Connected, "{name} to 8080");
@@ -632,15 +652,10 @@ fn extension_headers_cannot_hide_the_transport() {
         assert_eq!(classify(&denied), TcpOutcome::TimedOut, "{name} to 8081");
         let rejected = connect_with_options(&lab, "client", sock(node, 8082), options, ALLOW_WAIT);
         assert_eq!(classify(&rejected), TcpOutcome::Refused, "{name} to 8082");
-        let after = (
-            sent_with_header(&lab, "ipv6-opts"),
-            sent_with_header(&lab, "hop-by-hop"),
-        );
-        let dst = options.contains(&libc::IPV6_DSTOPTS);
-        let hop = options.contains(&libc::IPV6_HOPOPTS);
+        let after = sent_with_options(&lab);
+        let grew = [0, 1, 2].map(|i| after[i] > before[i]);
         assert_eq!(
-            (after.0 > before.0, after.1 > before.1),
-            (dst, hop),
+            grew, counted,
             "{name}: segments did not carry the headers ({before:?} -> {after:?})"
         );
     }
