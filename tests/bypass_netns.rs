@@ -757,3 +757,45 @@ fn fragmented_first_packet_cannot_bypass() {
         }
     }
 }
+
+#[test]
+fn address_added_after_start_is_enforced() {
+    let Some(lab) = Lab::builder("address_added_after_start_is_enforced")
+        .peer("client")
+        .ipv6()
+        .build()
+    else {
+        return;
+    };
+    lab.serve_tcp("node", 8081, Service::Echo);
+    lab.write_policy(
+        "node.yaml",
+        &node_policy(
+            "drop-8081",
+            "  ingress:\n  - {name: drop-8081, action: Drop, ports: [{protocol: TCP, port: 8081}]}\n",
+        ),
+    );
+    let mut agent = lab.start_agent(lab.agent_options());
+    agent.wait_generation(1);
+    // Addresses the Node gains while the agent runs (a SLAAC or privacy
+    // address, a secondary address): policy applied to the Node covers
+    // them at once, without a reload.
+    let i = lab.index();
+    let v4 = format!("10.{i}.1.99");
+    let v6 = Ipv6Addr::from(u128::from(lab.node_addr6("client")) | 0x99);
+    lab.node()
+        .run(&["ip", "addr", "add", &format!("{v4}/24"), "dev", "n-client"]);
+    lab.node().run(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{v6}/64"),
+        "dev",
+        "n-client",
+        "nodad",
+    ]);
+    let v4: IpAddr = v4.parse().expect("address");
+    for ip in [v4, IpAddr::from(v6)] {
+        lab.assert_tcp("client", sock(ip, 8081), TcpOutcome::TimedOut);
+    }
+}

@@ -82,6 +82,7 @@ pub const TEST_IDS: &[&str] = &[
     "neighbour_discovery_survives_drop_all",
     "extension_headers_cannot_hide_the_transport",
     "fragmented_first_packet_cannot_bypass",
+    "address_added_after_start_is_enforced",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
