@@ -7,8 +7,8 @@
 //! `reset` response and the audit lines of a logged L7 rule; a Pod routed through the Node (FORWARD); and the
 //! spec's egress example (allow DNS, HTTP only to `*.bar.com`); no L7
 //! bypass: raw byte streams with path tricks, ambiguous heads, a missing
-//! Host header, smuggled and pipelined requests, and IPv6 extension
-//! headers, checked against nginx's access log.
+//! Host header, smuggled and pipelined requests, IPv6 extension headers
+//! and addresses the Node gains later, checked against nginx's access log.
 //! Addresses: 10.79.0.0/16 and fd79::/16.
 
 mod common;
@@ -944,11 +944,25 @@ fn raw_requests_cannot_bypass_l7_rules() {
     let seen = raw_exchange(&mut stream, get("/api/v2/..;/admin-d50").as_bytes(), 1);
     assert!(seen.denied(), "ambiguous path with IPv6 options: {seen:?}");
 
+    // Addresses the Node gains after the agent started are the Node's:
+    // its L7 rule applies to them at once.
+    node.ok("ip addr add 10.79.5.99/24 dev l7a && ip addr add fd79:5::99/64 dev l7a nodad");
+    for (address, allowed, denied) in [
+        ("10.79.5.99:80", "/api/v2/p08", "/admin-d51"),
+        ("[fd79:5::99]:80", "/api/v2/p09", "/admin-d52"),
+    ] {
+        let address: SocketAddr = address.parse().unwrap();
+        let seen = raw_request(&client, address, &get(allowed), 1);
+        assert_eq!(seen.statuses, [200], "{allowed} via {address}");
+        let seen = raw_request(&client, address, &get(denied), 1);
+        assert_eq!(seen.statuses, [403], "{denied} via {address}");
+    }
+
     // nginx saw exactly the allowed requests, as sent.
     wait_logged(dir.path(), "POST /submit/p47 HTTP/1.1 200");
     let seen = access_log(dir.path());
     eprintln!("access log:\n{seen}");
-    for n in 1..=7 {
+    for n in 1..=9 {
         let marker = format!("p{n:02}");
         let line = seen
             .lines()
@@ -966,7 +980,7 @@ fn raw_requests_cannot_bypass_l7_rules() {
     for marker in ["p41", "p43", "p44", "p47"] {
         assert!(seen.contains(marker), "{marker} missing from:\n{seen}");
     }
-    for n in 1..=50 {
+    for n in 1..=52 {
         let marker = format!("d{n:02}");
         assert!(
             !seen.contains(&marker),
