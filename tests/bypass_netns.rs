@@ -504,7 +504,53 @@ fn neighbour_discovery_survives_drop_all() {
             "{client}: {learned}"
         );
     }
+    // Multicast Listener Discovery keeps the Node's solicited-node groups
+    // (where neighbour solicitations are sent) known to snooping switches:
+    // a general query from the link is answered with reports.
+    for t in MLD_REPORTS {
+        lab.ns("client").run(&[
+            "ip6tables",
+            "-w",
+            "-A",
+            "INPUT",
+            "-p",
+            "ipv6-icmp",
+            "-m",
+            "icmp6",
+            "--icmpv6-type",
+            t,
+        ]);
+    }
+    let reports = |lab: &Lab| -> u64 {
+        let out = lab
+            .ns("client")
+            .run(&["ip6tables", "-w", "-S", "INPUT", "-v"]);
+        out.stdout
+            .lines()
+            .filter(|l| l.contains("--icmpv6-type"))
+            .filter_map(|l| l.split_once(" -c "))
+            .filter_map(|(_, c)| c.split_whitespace().next()?.parse::<u64>().ok())
+            .sum()
+    };
+    let before = reports(&lab);
+    lab.ns("client").run(&["python3", "-c", MLD_QUERY]);
+    let answered = common::poll_until(ALLOW_WAIT, || (reports(&lab) > before).then_some(()));
+    assert!(answered.is_some(), "the Node did not answer an MLD query");
 }
+
+/// ICMPv6 MLDv1 and MLDv2 listener reports.
+const MLD_REPORTS: [&str; 2] = ["131", "143"];
+
+/// Sends one MLDv1 general query (maximum response delay 500 ms) to
+/// ff02::1 on eth0, hop limit 1, with a Router Alert option.
+const MLD_QUERY: &str = "
+import socket
+s = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)
+s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS, 1)
+s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_HOPOPTS, bytes([0, 0, 5, 2, 0, 0, 1, 0]))
+query = bytes([130, 0, 0, 0, 0x01, 0xf4, 0, 0]) + bytes(16)
+s.sendto(query, ('ff02::1', 0, 0, socket.if_nametoindex('eth0')))
+";
 
 /// The `IPV6_HOPOPTS` / `IPV6_DSTOPTS` option values: an 8-byte header
 /// holding one PadN option (the kernel fills in the next-header byte).
