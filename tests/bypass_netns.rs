@@ -333,6 +333,7 @@ fn assert_families_mirror(state: &FirewallState, case: &str) {
             .map(|l| {
                 l.replace("tollgate-endpoints-v6", "tollgate-endpoints-v4")
                     .replace("icmp6-adm-prohibited", "icmp-admin-prohibited")
+                    .replace("! -p ipv6-icmp ", "! -p icmp ")
             })
             .collect()
     };
@@ -843,5 +844,103 @@ fn address_added_after_start_is_enforced() {
     let v4: IpAddr = v4.parse().expect("address");
     for ip in [v4, IpAddr::from(v6)] {
         lab.assert_tcp("client", sock(ip, 8081), TcpOutcome::TimedOut);
+    }
+}
+
+/// Sends one TCP segment with `flags` (no connection) from a raw socket and
+/// prints `reset` if the destination port answers with a RST within 2 s,
+/// else `silent`. Arguments: family (4|6), address, port, flags.
+const STRAY_SEGMENT: &str = r#"import socket, struct, sys, time, select
+family, dst, port, flags = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4], 0)
+v6 = family == "6"
+af = socket.AF_INET6 if v6 else socket.AF_INET
+s = socket.socket(af, socket.SOCK_RAW, socket.IPPROTO_TCP)
+if v6:
+    s.setsockopt(socket.IPPROTO_IPV6, 7, 16)  # IPV6_CHECKSUM: kernel fills the TCP checksum
+s.connect((dst, 0))
+src = s.getsockname()[0]
+sport = 40000 + int(time.time() * 1000) % 20000
+hdr = struct.pack("!HHIIBBHHH", sport, port, 12345, 0, 5 << 4, flags, 1024, 0, 0)
+if not v6:
+    pseudo = socket.inet_aton(src) + socket.inet_aton(dst) + struct.pack("!BBH", 0, 6, len(hdr))
+    data = pseudo + hdr
+    total = sum(struct.unpack("!%dH" % (len(data) // 2), data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    hdr = hdr[:16] + struct.pack("!H", ~total & 0xFFFF) + hdr[18:]
+s.send(hdr)
+deadline = time.time() + 2
+while time.time() < deadline:
+    r, _, _ = select.select([s], [], [], deadline - time.time())
+    if not r:
+        break
+    pkt = s.recv(2048)
+    tcp = pkt if v6 else pkt[(pkt[0] & 15) * 4:]
+    sp, dp = struct.unpack("!HH", tcp[:4])
+    if sp == port and dp == sport and tcp[13] & 4:
+        print("reset"); sys.exit(0)
+print("silent")
+"#;
+
+/// A stray TCP segment (FIN, NULL, XMAS: no connection, so conntrack calls
+/// it INVALID) to a closed port; what came back.
+fn stray_segment(lab: &Lab, to: IpAddr, port: u16, flags: u8) -> String {
+    let family = if to.is_ipv4() { "4" } else { "6" };
+    let out = lab.ns("client").run(&[
+        "python3",
+        "-c",
+        STRAY_SEGMENT,
+        family,
+        &to.to_string(),
+        &port.to_string(),
+        &format!("{flags:#x}"),
+    ]);
+    out.stdout.trim().to_string()
+}
+
+#[test]
+fn stray_segments_cannot_probe_a_closed_node() {
+    let Some(lab) = Lab::builder("stray_segments_cannot_probe_a_closed_node")
+        .peer("client")
+        .ipv6()
+        .require(&["python3"])
+        .build()
+    else {
+        return;
+    };
+    let targets = [
+        IpAddr::from(lab.node_addr("client")),
+        IpAddr::from(lab.node_addr6("client")),
+    ];
+    // FIN, NULL, FIN+PSH+URG (XMAS).
+    let probes: [u8; 3] = [0x01, 0x00, 0x29];
+    // Without tollgate a closed port answers each with a reset: the probe
+    // tells open from closed ports.
+    for to in targets {
+        for flags in probes {
+            assert_eq!(
+                stray_segment(&lab, to, 9999, flags),
+                "reset",
+                "{to} {flags:#x}"
+            );
+        }
+    }
+    lab.write_policy(
+        "node.yaml",
+        &node_policy(
+            "drop-all",
+            "  ingress:\n  - {name: drop-everything, action: Drop}\n",
+        ),
+    );
+    let mut agent = lab.start_agent(lab.agent_options());
+    agent.wait_generation(1);
+    for to in targets {
+        for flags in probes {
+            assert_eq!(
+                stray_segment(&lab, to, 9999, flags),
+                "silent",
+                "{to} {flags:#x}"
+            );
+        }
     }
 }

@@ -83,6 +83,7 @@ pub const TEST_IDS: &[&str] = &[
     "extension_headers_cannot_hide_the_transport",
     "fragmented_first_packet_cannot_bypass",
     "address_added_after_start_is_enforced",
+    "stray_segments_cannot_probe_a_closed_node",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
