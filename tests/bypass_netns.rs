@@ -51,6 +51,8 @@ enum Check {
     Tcp(u16, TcpOutcome),
     Udp(u16, UdpOutcome),
     Ping(PingOutcome),
+    /// `curl http://<to>:<port><path>`: the status, or curl's exit code.
+    Http(u16, &'static str, Result<u16, i32>),
 }
 
 /// One line of a case's table: from `from` to `to`, over both families.
@@ -106,6 +108,10 @@ fn run(lab: &Lab, probe: &Probe, family: Family) -> Check {
         Check::Ping(want) => {
             Check::Ping(lab.ping(probe.from, to, wait(want == PingOutcome::NoReply)))
         }
+        Check::Http(port, path, _) => {
+            let url = format!("http://{}{path}", sock(to, port));
+            Check::Http(port, path, lab.curl(probe.from, &url, ALLOW_WAIT))
+        }
     }
 }
 
@@ -151,7 +157,7 @@ fn dual(lab: &Lab, role: &str) -> [IpAddr; 2] {
 /// The policy shapes and their expected outcomes, identical for both
 /// families. Peers: client1..client4 on links 1..4, server on link 5.
 fn cases(lab: &Lab) -> Vec<Case> {
-    use Check::{Ping, Tcp, Udp};
+    use Check::{Http, Ping, Tcp, Udp};
     use Host::{NodeVia, Peer};
     let i = lab.index();
     let v6_base = lab.addr6("client1");
@@ -301,6 +307,27 @@ spec:
                 probe("node", Peer("client1"), Tcp(9090, TcpOutcome::Connected)),
             ],
         },
+        Case {
+            // An L7 rule and an FQDN selector: the L7 chain, the DNS reply
+            // rules and the learned sets must exist for IPv6 as for IPv4.
+            name: "L7 HTTP rule on the Node, FQDN egress selector",
+            yaml: node_policy(
+                "l7-fqdn",
+                "  ingress:
+  - name: api-only
+    action: Allow
+    ports: [{protocol: TCP, port: 8083}]
+    l7Protocols: [{http: {method: GET, path: /api/*}}]
+  egress:
+  - {name: no-example, action: Drop, to: [{fqdn: '*.example.test'}]}
+",
+            ),
+            probes: vec![
+                probe("client1", node, Http(8083, "/api/x", Ok(200))),
+                probe("client1", node, Http(8083, "/admin", Ok(403))),
+                probe("client1", node, Tcp(8080, TcpOutcome::Connected)),
+            ],
+        },
     ]
 }
 
@@ -383,7 +410,7 @@ fn ipv6_outcomes_equal_ipv4() {
         .peer("client4")
         .peer("server")
         .ipv6()
-        .require(&["ping"])
+        .require(&["ping", "curl"])
         .build()
     else {
         return;
@@ -391,6 +418,7 @@ fn ipv6_outcomes_equal_ipv4() {
     for port in [8080, 8081, 8082] {
         lab.serve_tcp("node", port, Service::Echo);
     }
+    lab.serve_tcp("node", 8083, Service::Http);
     for port in [5301, 5302, 5303] {
         lab.serve_udp_echo("node", port);
     }
