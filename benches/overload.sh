@@ -179,10 +179,25 @@ kernel_col() {
         /proc/net/netfilter/nfnetlink_queue
 }
 
-# Packets that hit the new-connection NFQUEUE rules of TOLLGATE-INPUT.
+# Packets that hit the new-connection NFQUEUE rules (all owned chains: the
+# node's egress is under policy too, so TOLLGATE-OUTPUT queues as well).
 nfqueue_rule_packets() {
-    nsx "$NODE" iptables -w -t filter -L TOLLGATE-INPUT -v -x -n |
-        awk '/NFQUEUE/ && /balance 100:101/ {s += $1} END {print s + 0}'
+    local chain sum=0 n
+    for chain in TOLLGATE-INPUT TOLLGATE-OUTPUT TOLLGATE-FORWARD; do
+        n=$(nsx "$NODE" iptables -w -t filter -L "$chain" -v -x -n |
+            awk '/NFQUEUE/ && /balance 100:101/ {s += $1} END {print s + 0}')
+        sum=$((sum + n))
+    done
+    echo "$sum"
+}
+
+# The same per chain, for the log.
+nfqueue_rule_packets_by_chain() {
+    local chain
+    for chain in TOLLGATE-INPUT TOLLGATE-OUTPUT TOLLGATE-FORWARD; do
+        printf '%s=%s ' "$chain" "$(nsx "$NODE" iptables -w -t filter -L "$chain" -v -x -n |
+            awk '/NFQUEUE/ && /balance 100:101/ {s += $1} END {print s + 0}')"
+    done
 }
 
 rule_packets() { # table chain comment
@@ -256,6 +271,7 @@ flood_phase() { # name, stall (0|1)
     echo "--- $name: hping3 $(grep -h 'packets transmitted' "$DIR/hping.log" || true)" >&2
     echo "    probe during: $p" >&2
     echo "    probe after:  $after  recovery: $rec" >&2
+    echo "    NFQUEUE rule hits since start: $(nfqueue_rule_packets_by_chain)" >&2
     echo "    kernel queue_dropped +$((m_qdrop - b_qdrop)) user_dropped +$((m_udrop - b_udrop)); agent bypassed +$((m_bypassed - b_bypassed)); conntrack entries now $(nsx "$NODE" conntrack -C 2>/dev/null)" >&2
     row "%-12s %7.0f %8d %8d %8d %8d %7d | %4s/%-4s %6s %7s | %4s %4s %7s %7s %4s | %6s %4s %-7s | %3d %4d %3d" \
         "$name" "$(awk -v h="$hit" -v s="$seconds" 'BEGIN {print h / s}')" "$hit" "$received" \
