@@ -30,11 +30,14 @@
 # Denied connections that got through are counted three ways: accepted by
 # the listener, SYN-ACKs the node sent from port 9090 (mangle OUTPUT
 # counter), SYNs to 9090 past the filter table (nat INPUT counter: the nat
-# hook runs after filter and sees every new connection once). Fail-open
-# bypasses the kernel does not count are derived: packets that hit the
-# NFQUEUE rules minus packets the kernel queued (id_sequence) minus packets
-# it dropped. Recovery: time from the end of the flood to the first served
-# new allowed connection, then every worker must take new packets.
+# hook runs after filter and sees every new connection once). Packets the
+# kernel could not hand to a worker are derived: NFQUEUE rule hits minus
+# the kernel's id sequence (not queued: queue full), and the id sequence
+# minus what the workers received (lost in the socket buffer) — dropped
+# when fail-closed, accepted without a verdict (and uncounted by the
+# kernel) when fail-open. Recovery: time from the end of the flood to the
+# first served new allowed connection, then the workers must take new
+# packets and the queues drain.
 set -euo pipefail
 
 FLOOD_SECONDS=${FLOOD_SECONDS:-15}
