@@ -42,6 +42,7 @@ pub mod l7;
 pub mod logging;
 pub mod metrics;
 pub mod model;
+pub mod policy_watch;
 pub mod queue;
 pub mod source;
 pub mod status;

@@ -10,7 +10,8 @@ use std::process::{Command, Stdio};
 
 use super::diff::Changes;
 use super::state::{parse_ipset_save, Family, LearnedSet, State};
-use super::DatapathError;
+use super::transition::{steps, Step};
+use super::{ApplyError, DatapathError};
 
 /// The iptables flavour of this system; tollgate uses the matching
 /// `*-save` / `*-restore` binaries so its rules land where `iptables` looks.
@@ -79,9 +80,14 @@ impl Kernel {
 
     /// Brings the installed state to `desired`; returns whether anything
     /// had to change. Running it twice in a row changes nothing the second
-    /// time.
-    pub fn reconcile(&self, desired: &State) -> Result<bool, DatapathError> {
-        let changes = Changes::between(desired, &self.installed()?);
+    /// time. It always starts from what is installed now, so after a
+    /// failure it is simply called again.
+    pub fn reconcile(&self, desired: &State) -> Result<bool, ApplyError> {
+        let installed = self.installed().map_err(|source| ApplyError {
+            step: Step::Read,
+            source,
+        })?;
+        let changes = Changes::between(desired, &installed);
         if changes.is_empty() {
             return Ok(false);
         }
@@ -101,24 +107,25 @@ impl Kernel {
             ..State::default()
         };
         let changes = Changes::between(&keep, &installed);
-        if !changes.is_empty() {
-            self.apply(&changes)?;
-        }
-        Ok(())
+        self.apply(&changes).map_err(|e| e.source)
     }
 
-    fn apply(&self, changes: &Changes) -> Result<(), DatapathError> {
-        if let Some(text) = changes.ipset_prepare_text() {
-            run("ipset", &["restore", "-exist"], Some(&text))?;
-        }
-        for family in Family::ALL {
-            if let Some(text) = changes.table(family).restore_text() {
-                let program = self.backend.program(family, "restore");
-                run(&program, &["--noflush", "-w"], Some(&text))?;
-            }
-        }
-        if let Some(text) = changes.ipset_cleanup_text() {
-            run("ipset", &["restore", "-exist"], Some(&text))?;
+    /// Runs the writes of `changes` in [`steps`] order, stopping at the
+    /// first that fails.
+    fn apply(&self, changes: &Changes) -> Result<(), ApplyError> {
+        for (step, input) in steps(changes) {
+            let result = match step {
+                Step::PrepareSets | Step::DestroySets => {
+                    run("ipset", &["restore", "-exist"], Some(&input))
+                }
+                Step::Table(family) => run(
+                    &self.backend.program(family, "restore"),
+                    &["--noflush", "-w"],
+                    Some(&input),
+                ),
+                Step::Read => unreachable!("steps() yields writes only"),
+            };
+            result.map_err(|source| ApplyError { step, source })?;
         }
         Ok(())
     }

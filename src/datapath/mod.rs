@@ -4,7 +4,9 @@
 //! not own, nor an entry of a learned (FQDN) set: those belong to the DNS
 //! worker. The desired state is planned by pure functions ([`plan`]),
 //! compared with what is installed ([`state`], [`diff`]), and only the
-//! difference is written, in one batch per table ([`apply`]).
+//! difference is written, in one batch per table ([`apply`]), in the
+//! order [`transition`] explains: a failing write leaves the previous or
+//! the next ruleset enforced, and is retried with backoff ([`retry`]).
 //!
 //! # Marks
 //!
@@ -155,12 +157,16 @@ pub mod apply;
 pub mod diff;
 pub mod ipset_netlink;
 pub mod plan;
+pub mod retry;
 pub mod state;
+pub mod transition;
 
 pub use apply::{learned_sets, Backend, Kernel};
 pub use diff::Changes;
 pub use plan::{desired, Hook};
+pub use retry::{Backoff, Recovered, Retry};
 pub use state::{Family, LearnedSet, State};
+pub use transition::Step;
 
 /// Why the kernel state could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -180,6 +186,15 @@ pub enum DatapathError {
     },
     #[error("cannot tell the iptables backend from `iptables -V`: {version:?}")]
     UnknownBackend { version: String },
+}
+
+/// A reconcile that did not complete: the step that failed and why. What
+/// earlier steps wrote stays (see [`transition`] for why that is safe).
+#[derive(Debug, thiserror::Error)]
+#[error("{step}: {source}")]
+pub struct ApplyError {
+    pub step: Step,
+    pub source: DatapathError,
 }
 
 fn input_note(line: &Option<String>) -> String {
