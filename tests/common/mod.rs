@@ -78,6 +78,11 @@ pub const TEST_IDS: &[&str] = &[
     "interfaces_limit_enforcement",
     "node_protection_story",
     "kubernetes_policy_and_label_change_on_the_wire",
+    "failing_iptables_restore_keeps_previous_policy",
+    "failing_ipset_keeps_previous_membership",
+    "kill_during_reload_fails_closed_and_restart_converges",
+    "restart_with_dns_down_keeps_learned_names",
+    "vanishing_policy_directory_keeps_last_good_ruleset",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
