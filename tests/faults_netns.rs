@@ -21,6 +21,9 @@ use common::probe::echo_roundtrip;
 use common::{poll_until, Agent, AgentOptions, DnsRecord, Lab, Resolution, Service, TcpOutcome};
 use common::{AGENT_WAIT, ALLOW_WAIT};
 use hickory_proto::rr::RecordType;
+use tollgate::datapath::plan::fqdn_set;
+use tollgate::datapath::Family;
+use tollgate::fqdn::FqdnPattern;
 use tollgate::status::{Request, Response, StatusReport};
 
 const METRICS: &str = "127.0.0.1:9464";
@@ -522,8 +525,23 @@ fn kill_during_reload_fails_closed_and_restart_converges() {
         lab.assert_tcp("client", sock(node, port), TcpOutcome::TimedOut);
     }
 
-    // A new agent converges to what the directory says now (B).
+    // A new agent whose kernel writes fail at start neither exits nor
+    // tears down what it found: its workers bind the same queues and
+    // decide by the directory's ruleset (B), nothing else is let through.
+    faults.fail(Tool::Iptables);
+    faults.fail(Tool::Ip6tables);
     let mut second = lab.start_agent(faults.options(&lab));
+    second.wait_for_log("datapath apply failed: ", AGENT_WAIT);
+    wait_count(&second, "datapath apply failed: ", 2);
+    assert!(second.exited().is_none(), "{}", second.log());
+    assert_eq!(generation(&second), 0);
+    lab.assert_tcp("client", sock(node, 8002), TcpOutcome::Connected);
+    lab.assert_tcp("client", sock(node, 8003), TcpOutcome::TimedOut);
+
+    // Once the writes work it converges to B.
+    faults.heal(Tool::Iptables);
+    faults.heal(Tool::Ip6tables);
+    second.wait_for_log("datapath apply recovered after ", AGENT_WAIT);
     second.wait_generation(1);
     lab.assert_tcp("client", sock(node, 8001), TcpOutcome::Connected);
     lab.assert_tcp("client", sock(node, 8002), TcpOutcome::Connected);
@@ -549,17 +567,16 @@ fn restart_with_dns_down_keeps_learned_names() {
     else {
         return;
     };
+    let faults = Faults::install(&lab);
     let web = lab.addr("web");
-    // A second address on the web peer, for the name not learned yet.
+    // More addresses on the web peer: for the name not learned yet, and
+    // for a name of a selector added later.
     let web_later = Ipv4Addr::new(10, lab.index(), 2, 3);
-    lab.ns("web").run(&[
-        "ip",
-        "addr",
-        "add",
-        &format!("{web_later}/24"),
-        "dev",
-        "eth0",
-    ]);
+    let web_api = Ipv4Addr::new(10, lab.index(), 2, 4);
+    for address in [web_later, web_api] {
+        lab.ns("web")
+            .run(&["ip", "addr", "add", &format!("{address}/24"), "dev", "eth0"]);
+    }
     lab.serve_tcp("web", 8080, Service::Echo);
     lab.serve_dns(
         "dns",
@@ -567,12 +584,21 @@ fn restart_with_dns_down_keeps_learned_names() {
         vec![
             DnsRecord::address("learned.example.test", web, 300),
             DnsRecord::address("later.example.test", web_later, 300),
+            DnsRecord::address("api.other.test", web_api, 300),
         ],
     );
     let dns = sock(lab.addr("dns"), 53);
-    lab.write_policy(
-        "egress.yaml",
-        &format!(
+    let policy = |other: bool| {
+        let other = if other {
+            "    - name: api-by-name
+      action: Allow
+      to: [{fqdn: '*.other.test'}]
+      ports: [{protocol: TCP, port: 8080}]
+"
+        } else {
+            ""
+        };
+        format!(
             "apiVersion: crd.antrea.io/v1beta1
 kind: ClusterNetworkPolicy
 metadata:
@@ -593,14 +619,15 @@ spec:
       action: Allow
       to: [{{fqdn: '*.example.test'}}]
       ports: [{{protocol: TCP, port: 8080}}]
-    - name: drop-web
+{other}    - name: drop-web
       action: Drop
       to: [{{ipBlock: {{cidr: {}}}}}]
 ",
             lab.addr("dns"),
             lab.subnet("web")
-        ),
-    );
+        )
+    };
+    lab.write_policy("egress.yaml", &policy(false));
     let resolve = |name: &str| lab.resolve("node", dns, name, RecordType::A, ALLOW_WAIT);
 
     let mut agent = lab.start_agent(lab.agent_options());
@@ -617,7 +644,7 @@ spec:
 
     // The DNS server goes away; the agent starts without it.
     lab.ns("dns").run(&["ip", "link", "set", "eth0", "down"]);
-    let mut agent = lab.start_agent(lab.agent_options());
+    let mut agent = lab.start_agent(faults.options(&lab));
     agent.wait_generation(1);
     let restored = agent.wait_for_log("fqdn mirror restored", AGENT_WAIT);
     assert!(!restored.contains("restored=0"), "{restored}");
@@ -632,6 +659,33 @@ spec:
     });
     assert!(answered.is_some(), "DNS server back");
     lab.assert_tcp("node", sock(web_later, 8080), TcpOutcome::Connected);
+
+    // A new FQDN selector while `ipset restore` fails: its sets cannot be
+    // created, so the change waits and the ruleset in force stays.
+    faults.fail(Tool::Ipset);
+    lab.write_policy("egress.yaml", &policy(true));
+    agent.wait_for_log(
+        "datapath apply failed: ipset restore (create and refill sets): ",
+        AGENT_WAIT,
+    );
+    assert!(matches!(
+        resolve("api.other.test"),
+        Resolution::Addresses(_)
+    ));
+    lab.assert_tcp("node", sock(web_api, 8080), TcpOutcome::TimedOut);
+    lab.assert_tcp("node", sock(web, 8080), TcpOutcome::Connected);
+    assert_eq!(generation(&agent), 1);
+    faults.heal(Tool::Ipset);
+    agent.wait_for_log("datapath apply recovered after ", AGENT_WAIT);
+    agent.wait_generation(2);
+    let set = fqdn_set(&FqdnPattern::new("*.other.test"), Family::V4);
+    let state = lab.firewall_state("node");
+    assert!(state.set_names().contains(&set.as_str()), "{state}");
+    assert!(matches!(
+        resolve("api.other.test"),
+        Resolution::Addresses(_)
+    ));
+    lab.assert_tcp("node", sock(web_api, 8080), TcpOutcome::Connected);
     assert!(agent.terminate().success());
 }
 
