@@ -396,18 +396,21 @@ fn failing_ipset_keeps_previous_membership() {
         .peer("client")
         .peer("web1")
         .peer("web2")
+        .require(&["curl"])
         .build()
     else {
         return;
     };
     let faults = Faults::install(&lab);
     for role in ["web1", "web2"] {
-        lab.serve_tcp(role, 8080, Service::Echo);
-        lab.serve_tcp(role, 9090, Service::Echo);
+        for port in [7070, 8080, 9090] {
+            lab.serve_tcp(role, port, Service::Echo);
+        }
     }
-    // Pods labelled app=web: 8080 allowed, everything else dropped. web2
-    // joins the selection in B: only the endpoint set changes.
-    let inventory = |web2_app: &str| {
+    // Pods labelled app=web: the `allowed` ports, everything else dropped.
+    // A: web1 only, 8080. B: web2 joins (the endpoint set must change) and
+    // 9090 opens. One file, so no reload sees half of a change.
+    let policies = |web2_app: &str, allowed: &str| {
         let pod = |name: &str, app: &str, ip: Ipv4Addr| {
             format!(
                 "apiVersion: v1
@@ -427,13 +430,8 @@ status:
             "apiVersion: v1\nkind: Namespace\nmetadata: {name: apps}\n".to_string(),
             pod("web1", "web", lab.addr("web1")),
             pod("web2", web2_app, lab.addr("web2")),
-        ]
-        .join("---\n")
-    };
-    lab.write_policy("inventory.yaml", &inventory("other"));
-    lab.write_policy(
-        "web.yaml",
-        "apiVersion: crd.antrea.io/v1beta1
+            format!(
+                "apiVersion: crd.antrea.io/v1beta1
 kind: ClusterNetworkPolicy
 metadata:
   name: web
@@ -442,32 +440,44 @@ spec:
   tier: application
   appliedTo:
     - podSelector:
-        matchLabels: {app: web}
+        matchLabels: {{app: web}}
   ingress:
-    - name: allow-http
+    - name: allow
       action: Allow
-      ports: [{protocol: TCP, port: 8080}]
+      ports: [{allowed}]
     - name: drop-rest
       action: Drop
-",
+"
+            ),
+        ]
+        .join("---\n")
+    };
+    let a = policies("other", "{protocol: TCP, port: 8080}");
+    let b = policies(
+        "web",
+        "{protocol: TCP, port: 8080}, {protocol: TCP, port: 9090}",
     );
+    let (web1, web2) = (lab.addr("web1"), lab.addr("web2"));
+    let member = format!("add tollgate-endpoints-v4 {web2}");
+    lab.write_policy("web.yaml", &a);
     let mut agent = lab.start_agent(faults.options(&lab));
     agent.wait_generation(1);
-    let (web1, web2) = (lab.addr("web1"), lab.addr("web2"));
     lab.assert_tcp("client", sock(web1, 9090), TcpOutcome::TimedOut);
-    lab.assert_tcp("client", sock(web2, 9090), TcpOutcome::Connected);
+    lab.assert_tcp("client", sock(web2, 7070), TcpOutcome::Connected);
 
+    // A → B while `ipset restore` fails: B cannot be enforced without
+    // web2 in the set, so A stays whole (9090 on web1 stays closed, web2
+    // stays unisolated).
     faults.fail(Tool::Ipset);
-    lab.write_policy("inventory.yaml", &inventory("web"));
+    lab.write_policy("web.yaml", &b);
     agent.wait_for_log(
         "datapath apply failed: ipset restore (create and refill sets): ",
         AGENT_WAIT,
     );
     wait_count(&agent, "datapath apply failed: ipset restore", 2);
-    // A's membership is still what the kernel and the workers use.
     lab.assert_tcp("client", sock(web1, 8080), TcpOutcome::Connected);
     lab.assert_tcp("client", sock(web1, 9090), TcpOutcome::TimedOut);
-    lab.assert_tcp("client", sock(web2, 9090), TcpOutcome::Connected);
+    lab.assert_tcp("client", sock(web2, 7070), TcpOutcome::Connected);
     let text = metrics(&lab);
     assert!(
         metric_value(
@@ -477,19 +487,34 @@ spec:
         "{text}"
     );
     assert_eq!(generation(&agent), 1);
-
     faults.heal(Tool::Ipset);
     agent.wait_for_log("datapath apply recovered after ", AGENT_WAIT);
     agent.wait_generation(2);
-    lab.assert_tcp("client", sock(web2, 9090), TcpOutcome::TimedOut);
-    lab.assert_tcp("client", sock(web2, 8080), TcpOutcome::Connected);
-    let state = lab.firewall_state("node");
-    assert!(
-        state
-            .ipsets
-            .contains(&format!("add tollgate-endpoints-v4 {web2}")),
-        "{state}"
-    );
+    lab.assert_tcp("client", sock(web1, 9090), TcpOutcome::Connected);
+    lab.assert_tcp("client", sock(web2, 9090), TcpOutcome::Connected);
+    lab.assert_tcp("client", sock(web2, 7070), TcpOutcome::TimedOut);
+    assert!(lab.firewall_state("node").ipsets.contains(&member));
+
+    // B → A while `ipset restore` fails: A needs nothing the kernel lacks
+    // (web2 still queued is harmless), so A is in force at once; only the
+    // narrowing of the set waits for the retry.
+    faults.fail(Tool::Ipset);
+    lab.write_policy("web.yaml", &a);
+    wait_count(&agent, "datapath apply failed: ipset restore", 3);
+    let in_force = poll_until(AGENT_WAIT, || {
+        (status(&lab).ruleset_generation == 3).then_some(())
+    });
+    assert!(in_force.is_some(), "A in force as generation 3");
+    assert_eq!(generation(&agent), 2, "logged once the kernel matches");
+    lab.assert_tcp("client", sock(web1, 9090), TcpOutcome::TimedOut);
+    lab.assert_tcp("client", sock(web2, 7070), TcpOutcome::Connected);
+    assert!(lab.firewall_state("node").ipsets.contains(&member));
+    assert!(status(&lab).datapath_behind.is_some());
+    faults.heal(Tool::Ipset);
+    wait_count(&agent, "datapath apply recovered after ", 2);
+    agent.wait_generation(3);
+    assert!(!lab.firewall_state("node").ipsets.contains(&member));
+    assert_eq!(status(&lab).datapath_behind, None);
     assert_clean(&lab);
     assert!(agent.terminate().success());
 }
