@@ -164,6 +164,8 @@ pub enum AgentError {
     InvalidPolicies(Vec<Problem>),
     #[error("datapath: {0}")]
     Datapath(#[from] DatapathError),
+    #[error("datapath: {0}")]
+    Apply(#[from] ApplyError),
     #[error(transparent)]
     Queue(#[from] crate::queue::QueueError),
     #[error("reading interface addresses: {0}")]
@@ -646,7 +648,7 @@ impl Agent {
             Err(error) => {
                 let delay = self.retry.failed(Instant::now());
                 tracing::error!("datapath apply failed: {error}; retrying in {delay:?}");
-                self.metrics.datapath_apply_failed(error.step);
+                self.metrics.datapath_apply_failed(&error);
                 self.metrics.datapath_behind(true);
                 self.status.datapath(Some(error.to_string()));
                 Some(error)

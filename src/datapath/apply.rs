@@ -83,10 +83,7 @@ impl Kernel {
     /// time. It always starts from what is installed now, so after a
     /// failure it is simply called again.
     pub fn reconcile(&self, desired: &State) -> Result<bool, ApplyError> {
-        let installed = self.installed().map_err(|source| ApplyError {
-            step: Step::Read,
-            source,
-        })?;
+        let installed = self.installed().map_err(ApplyError::Read)?;
         let changes = Changes::between(desired, &installed);
         if changes.is_empty() {
             return Ok(false);
@@ -100,14 +97,13 @@ impl Kernel {
     /// entries time out by themselves, and they let a restarted agent keep
     /// what it learned. The next start destroys those of selectors that no
     /// longer exist.
-    pub fn teardown(&self) -> Result<(), DatapathError> {
-        let installed = self.installed()?;
+    pub fn teardown(&self) -> Result<(), ApplyError> {
+        let installed = self.installed().map_err(ApplyError::Read)?;
         let keep = State {
             learned: installed.learned.clone(),
             ..State::default()
         };
-        let changes = Changes::between(&keep, &installed);
-        self.apply(&changes).map_err(|e| e.source)
+        self.apply(&Changes::between(&keep, &installed))
     }
 
     /// Runs the writes of `changes` in [`steps`] order, stopping at the
@@ -123,9 +119,8 @@ impl Kernel {
                     &["--noflush", "-w"],
                     Some(&input),
                 ),
-                Step::Read => unreachable!("steps() yields writes only"),
             };
-            result.map_err(|source| ApplyError { step, source })?;
+            result.map_err(|source| ApplyError::Write { step, source })?;
         }
         Ok(())
     }

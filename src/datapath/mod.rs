@@ -188,13 +188,26 @@ pub enum DatapathError {
     UnknownBackend { version: String },
 }
 
-/// A reconcile that did not complete: the step that failed and why. What
-/// earlier steps wrote stays (see [`transition`] for why that is safe).
+/// A reconcile that did not complete. What earlier steps wrote stays (see
+/// [`transition`] for why that is safe).
 #[derive(Debug, thiserror::Error)]
-#[error("{step}: {source}")]
-pub struct ApplyError {
-    pub step: Step,
-    pub source: DatapathError,
+pub enum ApplyError {
+    /// Reading the installed state (`*-save`, `ipset save`) failed.
+    #[error("reading the installed state: {0}")]
+    Read(DatapathError),
+    /// A write failed.
+    #[error("{step}: {source}")]
+    Write { step: Step, source: DatapathError },
+}
+
+impl ApplyError {
+    /// A short name of the failing step, for metric labels.
+    pub fn label(&self) -> &'static str {
+        match self {
+            ApplyError::Read(_) => "read",
+            ApplyError::Write { step, .. } => step.label(),
+        }
+    }
 }
 
 fn input_note(line: &Option<String>) -> String {

@@ -61,8 +61,6 @@ use super::state::{Family, State};
 /// One write of an apply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
-    /// Reading the installed state (`*-save`, `ipset save`).
-    Read,
     /// `ipset restore`: create sets and refill changed ones.
     PrepareSets,
     /// `iptables-restore` or `ip6tables-restore`.
@@ -74,10 +72,21 @@ pub enum Step {
 impl fmt::Display for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Step::Read => f.write_str("reading the installed state"),
             Step::PrepareSets => f.write_str("ipset restore (create and refill sets)"),
             Step::Table(family) => write!(f, "{}-restore", family.command()),
             Step::DestroySets => f.write_str("ipset restore (destroy stale sets)"),
+        }
+    }
+}
+
+impl Step {
+    /// A short name for metric labels.
+    pub fn label(self) -> &'static str {
+        match self {
+            Step::PrepareSets => "ipset_prepare",
+            Step::Table(Family::V4) => "iptables",
+            Step::Table(Family::V6) => "ip6tables",
+            Step::DestroySets => "ipset_cleanup",
         }
     }
 }

@@ -110,7 +110,6 @@ fn partial_states(installed: &State, target: &State) -> Vec<State> {
                     state.learned.remove(name);
                 }
             }
-            Step::Read => unreachable!("not a write"),
         }
         out.push(state.clone());
     }

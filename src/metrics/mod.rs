@@ -428,17 +428,12 @@ impl Metrics {
         self.last_reload_ok.set(1);
     }
 
-    /// A reconcile failed at `step`.
-    pub fn datapath_apply_failed(&self, step: crate::datapath::Step) {
-        let step = match step {
-            crate::datapath::Step::Read => "read",
-            crate::datapath::Step::PrepareSets => "ipset_prepare",
-            crate::datapath::Step::Table(crate::datapath::Family::V4) => "iptables",
-            crate::datapath::Step::Table(crate::datapath::Family::V6) => "ip6tables",
-            crate::datapath::Step::DestroySets => "ipset_cleanup",
-        };
+    /// A reconcile failed.
+    pub fn datapath_apply_failed(&self, error: &crate::datapath::ApplyError) {
         self.datapath_apply_failures
-            .get_or_create(&StepLabels { step: step.into() })
+            .get_or_create(&StepLabels {
+                step: error.label().into(),
+            })
             .inc();
     }
 

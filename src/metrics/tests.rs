@@ -99,7 +99,12 @@ fn the_other_families() {
     m.l7_flows_active(2);
     m.ruleset_applied(2, 3, 9);
     m.reload(ReloadResult::Rejected);
-    m.datapath_apply_failed(crate::datapath::Step::Table(crate::datapath::Family::V6));
+    m.datapath_apply_failed(&crate::datapath::ApplyError::Write {
+        step: crate::datapath::Step::Table(crate::datapath::Family::V6),
+        source: crate::datapath::DatapathError::UnknownBackend {
+            version: String::new(),
+        },
+    });
     m.datapath_behind(true);
     m.audit_written(5);
     m.audit_skipped(AuditSkip::Rate, 2);
