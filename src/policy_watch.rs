@@ -177,13 +177,14 @@ mod tests {
         })
         .unwrap();
 
-        std::fs::write(dir.join("a.yaml"), "x").unwrap();
-        assert!(woke(&rx), "change inside");
+        // First, while no other event can be in flight.
         std::fs::write(root.join("sibling.log"), "x").unwrap();
         assert!(
             rx.recv_timeout(Duration::from_millis(300)).is_err(),
             "siblings in the parent are ignored"
         );
+        std::fs::write(dir.join("a.yaml"), "x").unwrap();
+        assert!(woke(&rx), "change inside");
 
         std::fs::remove_dir_all(&dir).unwrap();
         assert!(woke(&rx), "removal");
