@@ -355,7 +355,6 @@ fn failing_iptables_restore_keeps_previous_policy() {
     // A is still enforced, B is not.
     lab.assert_tcp("client", sock(node, 8001), TcpOutcome::Connected);
     lab.assert_tcp("client", sock(node, 8002), TcpOutcome::TimedOut);
-    lab.assert_tcp("client", sock(node, 8003), TcpOutcome::TimedOut);
     let text = metrics(&lab);
     assert!(
         metric_value(
@@ -377,12 +376,20 @@ fn failing_iptables_restore_keeps_previous_policy() {
     );
     assert_eq!(generation(&agent), 1);
 
-    // The fault clears: the retry re-diffs and B takes over.
+    // A newer policy C (8003 instead of 8002) supersedes the pending B: it
+    // is tried at once (and fails too).
+    let failed = agent.count_log("datapath apply failed: ");
+    lab.write_policy("node.yaml", &node_policy(&[8003], true));
+    wait_count(&agent, "datapath apply failed: ", failed + 1);
+    lab.assert_tcp("client", sock(node, 8003), TcpOutcome::TimedOut);
+
+    // The fault clears: the retry re-diffs and C, not B, takes over.
     faults.heal(Tool::Iptables);
     agent.wait_for_log("datapath apply recovered after ", AGENT_WAIT);
     agent.wait_generation(2);
-    lab.assert_tcp("client", sock(node, 8002), TcpOutcome::Connected);
-    lab.assert_tcp("client", sock(node, 8003), TcpOutcome::TimedOut);
+    lab.assert_tcp("client", sock(node, 8003), TcpOutcome::Connected);
+    lab.assert_tcp("client", sock(node, 8002), TcpOutcome::TimedOut);
+    assert_eq!(generation(&agent), 2, "B was never put in force");
     let text = metrics(&lab);
     assert_eq!(metric_value(&text, "tollgate_datapath_behind"), 0.0);
     assert_eq!(status(&lab).datapath_behind, None);
