@@ -5,7 +5,10 @@
 //! a denied request, a head split over many segments, an upload larger
 //! than the head buffer, non-HTTP bytes and a 20 KiB header (reset); the
 //! `reset` response and the audit lines of a logged L7 rule; a Pod routed through the Node (FORWARD); and the
-//! spec's egress example (allow DNS, HTTP only to `*.bar.com`).
+//! spec's egress example (allow DNS, HTTP only to `*.bar.com`); no L7
+//! bypass: raw byte streams with path tricks, ambiguous heads, a missing
+//! Host header, smuggled and pipelined requests, IPv6 extension headers
+//! and addresses the Node gains later, checked against nginx's access log.
 //! Addresses: 10.79.0.0/16 and fd79::/16.
 
 mod common;
@@ -652,4 +655,363 @@ fn pod_behind_the_node_is_inspected_in_forward() {
     wait_logged(dir.path(), "GET /api/v2/a HTTP/1.1 200");
     let seen = access_log(dir.path());
     assert!(!seen.contains("admin") && !seen.contains("POST"), "{seen}");
+}
+
+/// What a client saw after writing raw request bytes: the status of each
+/// complete response, in order, and whether the connection was reset.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Seen {
+    statuses: Vec<u16>,
+    reset: bool,
+}
+
+impl Seen {
+    /// Denied: answered 403 (and nothing else) or reset without an answer.
+    fn denied(&self) -> bool {
+        self.statuses == [403] || (self.statuses.is_empty() && self.reset)
+    }
+}
+
+/// Writes `request` on `stream` exactly as given (one write, TCP_NODELAY)
+/// and reads until `want` complete responses arrived, the connection
+/// ended, or 5 s passed.
+fn raw_exchange(stream: &mut TcpStream, request: &[u8], want: usize) -> Seen {
+    stream.set_nodelay(true).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut seen = Seen::default();
+    if let Err(e) = stream.write_all(request) {
+        seen.reset = e.kind() == ErrorKind::ConnectionReset;
+        return seen;
+    }
+    let mut data = Vec::new();
+    let mut buf = [0u8; 4096];
+    while seen.statuses.len() < want {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => data.extend_from_slice(&buf[..n]),
+            Err(e) => {
+                seen.reset = e.kind() == ErrorKind::ConnectionReset;
+                break;
+            }
+        }
+        // Take every complete response off the front.
+        while let Some(end) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&data[..end]).to_ascii_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map_or(0, |v| v.trim().parse().unwrap());
+            if data.len() < end + 4 + length {
+                break;
+            }
+            let status = head
+                .split_whitespace()
+                .nth(1)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+            seen.statuses.push(status);
+            data.drain(..end + 4 + length);
+        }
+    }
+    seen
+}
+
+/// Opens a connection from `client` to `addr`, sends `request` on it and
+/// returns what came back (see [`raw_exchange`]).
+fn raw_request(client: &NetNs, addr: SocketAddr, request: &str, want: usize) -> Seen {
+    let mut stream = within(client, || {
+        TcpStream::connect_timeout(&addr, Duration::from_secs(3)).unwrap()
+    });
+    raw_exchange(&mut stream, request.as_bytes(), want)
+}
+
+const BYPASS_POLICY: &str = "apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: web-l7}
+spec:
+  priority: 5
+  tier: securityops
+  appliedTo: [{nodeSelector: {matchLabels: {role: web}}}]
+  ingress:
+  - name: allow-api
+    action: Allow
+    from: [{ipBlock: {cidr: 10.79.0.0/16}}, {ipBlock: {cidr: 'fd79::/16'}}]
+    ports: [{protocol: TCP, port: 80}]
+    l7Protocols:
+    - http: {method: GET, path: /api/v2/*}
+    - http: {method: POST, path: /submit/*}
+    - http: {path: /nohost/*}
+    - http: {host: h.bar.com, path: /hosted/*}
+";
+
+/// Path tricks under a `GET /api/v2/*` rule, ambiguous heads, a missing
+/// Host header and request smuggling, each as raw bytes against nginx.
+/// Every path carries a marker so the access-log assertions are exact:
+/// `dNN` must never reach nginx, `pNN` must be served and logged.
+#[test]
+fn raw_requests_cannot_bypass_l7_rules() {
+    if !is_root() {
+        return;
+    }
+    let (node, client) = pair("l7b", 5);
+    let dir = tempfile::tempdir().unwrap();
+    let _nginx = nginx(&node, dir.path());
+    let _agent = Agent::start(
+        &node,
+        &write_policy(dir.path(), BYPASS_POLICY),
+        "role=web",
+        &[],
+    );
+    let server: SocketAddr = "10.79.5.1:80".parse().unwrap();
+    let get = |target: &str| format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n");
+
+    // Paths a server resolves outside /api/v2/: denied.
+    let mut denied: Vec<(&str, String)> = [
+        "/api/v2/../admin-d01",
+        "/api/v2/%2e%2e/admin-d02",
+        "/api/v2/%2E%2e/admin-d03",
+        "//admin-d04",
+        "/api/v2/..%2fadmin-d05",
+        "/api/v2/x/../../admin-d06",
+        "/./admin-d07",
+        "/api/v2/..%2Fadmin-d08",
+        "/api/v2/..%5cadmin-d09",
+        "/api/v2/..\\admin-d10",
+        "/api%2fv2/admin-d11",
+        "/api/v2/%2e%2e%2fadmin-d12",
+        "/api/v2/%u002e%u002e/admin-d13",
+        "/api/v2/x/..;/../../admin-d14",
+        "/api/v2/.%2e/admin-d15",
+        // `..;` is a name to nginx but `..` to servlet containers: refused.
+        "/api/v2/..;/admin-d16",
+    ]
+    .into_iter()
+    .map(|target| (target, get(target)))
+    .collect();
+    // Ambiguous heads naming an allowed path: denied for the ambiguity.
+    denied.extend([
+        (
+            "CL and TE",
+            "GET /api/v2/d20 HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\
+             Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+                .to_string(),
+        ),
+        (
+            "two Content-Lengths",
+            "GET /api/v2/d21 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\
+             Content-Length: 5\r\n\r\n"
+                .to_string(),
+        ),
+        (
+            "obs-fold (space)",
+            "GET /api/v2/d22 HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n".to_string(),
+        ),
+        (
+            "obs-fold (tab)",
+            "GET /api/v2/d23 HTTP/1.1\r\nHost: x\r\nX-A: a\r\n\tb\r\n\r\n".to_string(),
+        ),
+        (
+            "bare LF",
+            "GET /api/v2/d24 HTTP/1.1\nHost: x\n\n".to_string(),
+        ),
+        (
+            "bare LF at the end only",
+            "GET /api/v2/d25 HTTP/1.1\r\nHost: x\r\n\n".to_string(),
+        ),
+        (
+            "absolute-form host differs from Host",
+            "GET http://other.example/api/v2/d26 HTTP/1.1\r\nHost: x\r\n\r\n".to_string(),
+        ),
+        (
+            "two Host headers",
+            "GET /api/v2/d27 HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n".to_string(),
+        ),
+        (
+            "Transfer-Encoding in HTTP/1.0",
+            "GET /api/v2/d28 HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n".to_string(),
+        ),
+        (
+            "space before the colon",
+            "GET /api/v2/d29 HTTP/1.1\r\nHost: x\r\nContent-Length : 5\r\n\r\n".to_string(),
+        ),
+        ("HTTP/0.9 simple request", "GET /admin-d30\r\n".to_string()),
+        // Missing Host: only rules without a host pattern can match.
+        (
+            "no Host, rule with a host pattern",
+            "GET /hosted/d31 HTTP/1.0\r\n\r\n".to_string(),
+        ),
+        (
+            "empty Host, rule with a host pattern",
+            "GET /hosted/d32 HTTP/1.1\r\nHost: \r\n\r\n".to_string(),
+        ),
+    ]);
+    let allowed: Vec<(&str, String)> = vec![
+        ("/api/v2/./x-p01", get("/api/v2/./x-p01")),
+        ("/api/v2//x-p02", get("/api/v2//x-p02")),
+        ("/api/v2/%78-p03", get("/api/v2/%78-p03")),
+        (
+            "no Host, rule without a host pattern",
+            "GET /nohost/p04 HTTP/1.0\r\n\r\n".to_string(),
+        ),
+        (
+            "Host matching the rule's host pattern",
+            "GET /hosted/p05 HTTP/1.0\r\nHost: h.bar.com\r\n\r\n".to_string(),
+        ),
+        (
+            "absolute-form agreeing with Host",
+            "GET http://x/api/v2/p06 HTTP/1.1\r\nHost: x\r\n\r\n".to_string(),
+        ),
+    ];
+    let mut report = String::new();
+    let mut wrong = Vec::new();
+    for (name, request) in &denied {
+        let seen = raw_request(&client, server, request, 1);
+        report.push_str(&format!("denied?  {name:<40} {seen:?}\n"));
+        if !seen.denied() {
+            wrong.push(*name);
+        }
+    }
+    for (name, request) in &allowed {
+        let seen = raw_request(&client, server, request, 1);
+        report.push_str(&format!("allowed? {name:<40} {seen:?}\n"));
+        if seen.statuses != [200] {
+            wrong.push(*name);
+        }
+    }
+    eprintln!("{report}");
+    assert!(wrong.is_empty(), "wrong outcomes for {wrong:?}:\n{report}");
+
+    // Smuggling. One keep-alive connection: an allowed POST whose body is
+    // a request, answered; then a real request on the same connection,
+    // judged on its own.
+    let smuggled = "GET /admin-d40 HTTP/1.1\r\nHost: x\r\n\r\n";
+    let post = |marker: &str| {
+        format!(
+            "POST /submit/{marker} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{smuggled}",
+            smuggled.len()
+        )
+    };
+    let mut stream = within(&client, || {
+        TcpStream::connect_timeout(&server, Duration::from_secs(3)).unwrap()
+    });
+    let first = raw_exchange(&mut stream, post("p41").as_bytes(), 1);
+    assert_eq!(first.statuses, [200], "POST with a request as body");
+    let second = raw_exchange(&mut stream, get("/admin-d42").as_bytes(), 1);
+    assert!(second.denied(), "pipelined GET /admin: {second:?}");
+    // Pipelined in one write: the body is skipped, the request after it
+    // decided on its own (allowed here).
+    let both = format!("{}{}", post("p43"), get("/api/v2/p44"));
+    let seen = raw_request(&client, server, &both, 2);
+    assert_eq!(seen.statuses, [200, 200], "POST + pipelined allowed GET");
+    // Pipelined in one write with a denied request after the body.
+    let both = format!("{}{}", post("s45"), get("/admin-d46"));
+    let seen = raw_request(&client, server, &both, 2);
+    assert!(
+        !seen.statuses.contains(&200) || seen.statuses == [200, 403],
+        "POST + pipelined denied GET: {seen:?}"
+    );
+    // Chunked body holding a request, then a denied request.
+    let chunked = format!(
+        "POST /submit/p47 HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n\
+         {:x}\r\n{smuggled}\r\n0\r\n\r\n",
+        smuggled.len()
+    );
+    let mut stream = within(&client, || {
+        TcpStream::connect_timeout(&server, Duration::from_secs(3)).unwrap()
+    });
+    let first = raw_exchange(&mut stream, chunked.as_bytes(), 1);
+    assert_eq!(first.statuses, [200], "chunked POST with a request as body");
+    let second = raw_exchange(&mut stream, get("/admin-d48").as_bytes(), 1);
+    assert!(
+        second.denied(),
+        "GET /admin after a chunked body: {second:?}"
+    );
+
+    // IPv6 segments carrying a Destination Options header: the request
+    // behind the header chain is still read and judged.
+    let server6: SocketAddr = "[fd79:5::1]:80".parse().unwrap();
+    let mut stream = connect_with_dstopts(&client, server6);
+    let first = raw_exchange(&mut stream, get("/api/v2/p07").as_bytes(), 1);
+    assert_eq!(first.statuses, [200], "allowed request with IPv6 options");
+    let second = raw_exchange(&mut stream, get("/admin-d49").as_bytes(), 1);
+    assert!(
+        second.denied(),
+        "denied request with IPv6 options: {second:?}"
+    );
+    let mut stream = connect_with_dstopts(&client, server6);
+    let seen = raw_exchange(&mut stream, get("/api/v2/..;/admin-d50").as_bytes(), 1);
+    assert!(seen.denied(), "ambiguous path with IPv6 options: {seen:?}");
+
+    // Addresses the Node gains after the agent started are the Node's:
+    // its L7 rule applies to them at once.
+    node.ok("ip addr add 10.79.5.99/24 dev l7a && ip addr add fd79:5::99/64 dev l7a nodad");
+    for (address, allowed, denied) in [
+        ("10.79.5.99:80", "/api/v2/p08", "/admin-d51"),
+        ("[fd79:5::99]:80", "/api/v2/p09", "/admin-d52"),
+    ] {
+        let address: SocketAddr = address.parse().unwrap();
+        let seen = raw_request(&client, address, &get(allowed), 1);
+        assert_eq!(seen.statuses, [200], "{allowed} via {address}");
+        let seen = raw_request(&client, address, &get(denied), 1);
+        assert_eq!(seen.statuses, [403], "{denied} via {address}");
+    }
+
+    // nginx saw exactly the allowed requests, as sent.
+    wait_logged(dir.path(), "POST /submit/p47 HTTP/1.1 200");
+    let seen = access_log(dir.path());
+    eprintln!("access log:\n{seen}");
+    for n in 1..=9 {
+        let marker = format!("p{n:02}");
+        let line = seen
+            .lines()
+            .find(|l| l.contains(&marker))
+            .unwrap_or_else(|| panic!("{marker} missing from:\n{seen}"));
+        assert!(line.ends_with(" 200"), "{line}");
+    }
+    for line in [
+        "GET /api/v2/./x-p01 ",
+        "GET /api/v2//x-p02 ",
+        "GET /api/v2/%78-p03 ",
+    ] {
+        assert!(seen.contains(line), "{line} missing from:\n{seen}");
+    }
+    for marker in ["p41", "p43", "p44", "p47"] {
+        assert!(seen.contains(marker), "{marker} missing from:\n{seen}");
+    }
+    for n in 1..=52 {
+        let marker = format!("d{n:02}");
+        assert!(
+            !seen.contains(&marker),
+            "{marker} reached the server:\n{seen}"
+        );
+    }
+    assert!(!seen.contains("admin"), "admin reached the server:\n{seen}");
+}
+
+/// Connects from `client` to `addr` (IPv6) with a Destination Options
+/// header (one PadN option) on every segment.
+fn connect_with_dstopts(client: &NetNs, addr: SocketAddr) -> TcpStream {
+    use std::os::fd::AsRawFd;
+    const PADN: [u8; 8] = [0, 0, 1, 4, 0, 0, 0, 0];
+    within(client, || {
+        let socket =
+            socket2::Socket::new(socket2::Domain::IPV6, socket2::Type::STREAM, None).unwrap();
+        // SAFETY: a valid socket and an 8-byte buffer that outlives the call.
+        let rc = unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::IPPROTO_IPV6,
+                libc::IPV6_DSTOPTS,
+                PADN.as_ptr().cast(),
+                PADN.len() as libc::socklen_t,
+            )
+        };
+        assert_eq!(rc, 0, "IPV6_DSTOPTS: {}", std::io::Error::last_os_error());
+        socket
+            .connect_timeout(&addr.into(), Duration::from_secs(3))
+            .unwrap();
+        socket.into()
+    })
 }

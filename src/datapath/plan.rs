@@ -287,7 +287,14 @@ fn privileged_rule(entry: &Privileged, dir: &str, family: Family) -> String {
     rule
 }
 
-/// New connections to hand to the workers.
+/// New connections to hand to the workers, and packets conntrack could not
+/// place (`INVALID`: a TCP FIN, NULL or XMAS probe without a connection,
+/// an out-of-window segment), which would otherwise fall through the owned
+/// chain unjudged: a closed port answering them with a reset would show
+/// through a policy that drops everything. The workers decide them like a
+/// first packet. ICMP is left out: unrelated ICMP errors, the errors the
+/// kernel itself sends for REJECT, and neighbour discovery are `INVALID`
+/// too, and are the kernel's business.
 fn queue_rules(config: &Config, enforced: &Enforced, family: Family, hook: Hook) -> Vec<String> {
     let queues = &config.queues;
     let mut target = if queues.first() == queues.last() {
@@ -335,11 +342,18 @@ fn queue_rules(config: &Config, enforced: &Enforced, family: Family, hook: Hook)
             })
             .collect()
     };
+    let icmp = match family {
+        Family::V4 => "icmp",
+        Family::V6 => "ipv6-icmp",
+    };
     let mut rules = Vec::new();
     for interface in &interfaces {
         for selection in &selections {
             rules.push(format!(
                 "{interface}{selection}-m conntrack --ctstate NEW -j {target}"
+            ));
+            rules.push(format!(
+                "{interface}! -p {icmp} {selection}-m conntrack --ctstate INVALID -j {target}"
             ));
         }
     }

@@ -51,7 +51,9 @@ const DEFAULT_V4_SAVE: &str = "\
 -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 -A TOLLGATE-FORWARD -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
+-A TOLLGATE-FORWARD ! -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
 -A TOLLGATE-FORWARD -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
+-A TOLLGATE-FORWARD ! -p icmp -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
 -A TOLLGATE-INPUT -i lo -j ACCEPT
 -A TOLLGATE-INPUT -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
 -A TOLLGATE-INPUT -m mark --mark 0x100000/0xf00000 -j ACCEPT
@@ -69,6 +71,7 @@ const DEFAULT_V4_SAVE: &str = "\
 -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 -A TOLLGATE-INPUT -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
+-A TOLLGATE-INPUT ! -p icmp -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
 -A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x28&&0x20>>0x1c=0x5\" -j RETURN
 -A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x2c&&0x20>>0x1c=0x6\" -j RETURN
 -A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x30&&0x20>>0x1c=0x7\" -j RETURN
@@ -98,7 +101,9 @@ const DEFAULT_V4_SAVE: &str = "\
 -A TOLLGATE-OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 -A TOLLGATE-OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 -A TOLLGATE-OUTPUT -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
+-A TOLLGATE-OUTPUT ! -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
 -A TOLLGATE-OUTPUT -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
+-A TOLLGATE-OUTPUT ! -p icmp -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
 COMMIT
 ";
 
@@ -209,12 +214,17 @@ fn ipv6_table_allows_neighbour_discovery_and_uses_icmp6_reject() {
             "-p ipv6-icmp -m icmp6 --icmpv6-type 136 -j ACCEPT",
             "-p ipv6-icmp -m icmp6 --icmpv6-type 137 -j ACCEPT",
             "-m set --match-set tollgate-endpoints-v6 src -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101",
+            "! -p ipv6-icmp -m set --match-set tollgate-endpoints-v6 src -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101",
             "-m set --match-set tollgate-endpoints-v6 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101",
+            "! -p ipv6-icmp -m set --match-set tollgate-endpoints-v6 dst -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101",
         ]
     );
     assert_eq!(
-        desired.v6.chains["TOLLGATE-OUTPUT"].last().unwrap(),
-        "-m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101"
+        &desired.v6.chains["TOLLGATE-OUTPUT"][desired.v6.chains["TOLLGATE-OUTPUT"].len() - 2..],
+        [
+            "-m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101",
+            "! -p ipv6-icmp -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101"
+        ]
     );
     assert_eq!(
         desired.sets["tollgate-endpoints-v6"]
@@ -274,13 +284,21 @@ fn open_mode_single_queue_interfaces_and_privileged_entries() {
             "-s 192.168.7.1/32 -j ACCEPT",
             "-d 192.168.7.1/32 -j ACCEPT",
             "-i veth+ -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate NEW -j NFQUEUE --queue-num 7 --queue-bypass",
+            "-i veth+ ! -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID -j NFQUEUE --queue-num 7 --queue-bypass",
             "-i veth+ -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-num 7 --queue-bypass",
+            "-i veth+ ! -p icmp -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate INVALID -j NFQUEUE --queue-num 7 --queue-bypass",
             "-i eth0 -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate NEW -j NFQUEUE --queue-num 7 --queue-bypass",
+            "-i eth0 ! -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID -j NFQUEUE --queue-num 7 --queue-bypass",
             "-i eth0 -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-num 7 --queue-bypass",
+            "-i eth0 ! -p icmp -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate INVALID -j NFQUEUE --queue-num 7 --queue-bypass",
             "-o veth+ -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate NEW -j NFQUEUE --queue-num 7 --queue-bypass",
+            "-o veth+ ! -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID -j NFQUEUE --queue-num 7 --queue-bypass",
             "-o veth+ -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-num 7 --queue-bypass",
+            "-o veth+ ! -p icmp -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate INVALID -j NFQUEUE --queue-num 7 --queue-bypass",
             "-o eth0 -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate NEW -j NFQUEUE --queue-num 7 --queue-bypass",
+            "-o eth0 ! -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID -j NFQUEUE --queue-num 7 --queue-bypass",
             "-o eth0 -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-num 7 --queue-bypass",
+            "-o eth0 ! -p icmp -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate INVALID -j NFQUEUE --queue-num 7 --queue-bypass",
         ]
     );
     let input_v6 = &desired.v6.chains["TOLLGATE-INPUT"];

@@ -2,8 +2,9 @@
 //! matched against, chosen so a server cannot read a request as a different
 //! path than tollgate did. Unreserved characters are percent-decoded, other
 //! escapes get upper-case hex, `.`/`..` segments are resolved (RFC 3986
-//! §5.2.4), runs of `/` collapse. Encoded `/` or `\`, a literal `\`, NUL
-//! and fragments are refused: servers disagree on them.
+//! §5.2.4), runs of `/` collapse. Encoded `/` or `\`, a literal `\`, NUL,
+//! fragments and dot segments with path parameters (`..;x`, `.;`) are
+//! refused: servers disagree on them.
 
 use super::request::Malformed;
 
@@ -18,6 +19,9 @@ pub(super) fn normalize_target(target: &str) -> Result<String, Malformed> {
         None => (target, ""),
     };
     let decoded = decode_unreserved(path)?;
+    if decoded.split('/').any(is_dot_segment_with_parameters) {
+        return Err(Malformed::AmbiguousPath);
+    }
     let mut out = remove_dot_segments(&decoded);
     out.push_str(query);
     Ok(out)
@@ -62,6 +66,17 @@ fn decode_unreserved(path: &str) -> Result<String, Malformed> {
         }
     }
     Ok(out)
+}
+
+/// A segment that is `.` or `..` once its path parameters are cut off
+/// (`..;jsessionid=1`, `.;`). Servlet containers (Tomcat, Jetty) strip the
+/// parameters and then resolve the dot segment; nginx and most others keep
+/// `..;` as a name. Either reading would let a rule be matched against a
+/// path the server does not serve, e.g. `/api/v2/..;/admin`.
+fn is_dot_segment_with_parameters(segment: &str) -> bool {
+    segment
+        .split_once(';')
+        .is_some_and(|(name, _)| matches!(name, "." | ".."))
 }
 
 const HEX_UPPER: &[u8; 16] = b"0123456789ABCDEF";
@@ -119,6 +134,12 @@ mod tests {
             ("/a%2ab%c3%a9", "/a%2Ab%C3%A9"),
             ("/search?q=a/../b&x=%2F", "/search?q=a/../b&x=%2F"),
             ("/caf\u{e9}/men\u{fc}", "/caf\u{e9}/men\u{fc}"),
+            // Parameters on other segments, and `;` after the query, are
+            // data to every server.
+            ("/a;v=1/b;w/../c", "/a;v=1/c"),
+            ("/a/...;x", "/a/...;x"),
+            ("/a/..%3B/b", "/a/..%3B/b"),
+            ("/a?x=/..;/", "/a?x=/..;/"),
         ] {
             assert_eq!(normalize_target(raw).as_deref(), Ok(want), "{raw}");
         }
@@ -126,7 +147,20 @@ mod tests {
 
     #[test]
     fn refuses_ambiguous_targets() {
-        for raw in ["/a%2F..%2Fadmin", "/a%5c", "/a\\b", "/a%00", "/a#frag"] {
+        for raw in [
+            "/a%2F..%2Fadmin",
+            "/a%5c",
+            "/a\\b",
+            "/a%00",
+            "/a#frag",
+            // Dot segments with path parameters: `..` to a servlet
+            // container, a name to nginx.
+            "/api/v2/..;/admin",
+            "/api/v2/x/..;/../../admin",
+            "/api/v2/%2e%2e;x=1/admin",
+            "/api/v2/.;/x",
+            "/..;",
+        ] {
             assert_eq!(
                 normalize_target(raw),
                 Err(Malformed::AmbiguousPath),

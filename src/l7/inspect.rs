@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 
 use lru::LruCache;
 
-use crate::classify::FqdnLookup;
+use crate::classify::{FqdnLookup, LocalSide};
 use crate::compile::{Endpoint, RuleRef, Ruleset};
 use crate::config::L7DenyResponse;
 use crate::flow::{Flow, Verdict};
@@ -104,12 +104,13 @@ pub enum Admission {
 
 /// The policy as the L7 worker asks it. Implemented by the ruleset.
 pub trait L7Policy {
-    fn admission(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> Admission;
+    /// `local`: the side of `flow` the kernel says is the Node itself.
+    fn admission(&self, flow: &Flow, local: Option<LocalSide>, fqdn: &dyn FqdnLookup) -> Admission;
 }
 
 impl L7Policy for Ruleset {
-    fn admission(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> Admission {
-        let decision = self.classify(flow, fqdn);
+    fn admission(&self, flow: &Flow, local: Option<LocalSide>, fqdn: &dyn FqdnLookup) -> Admission {
+        let decision = self.classify_at(flow, local, fqdn);
         if decision.verdict != Verdict::Allow {
             return Admission::Deny;
         }
@@ -362,7 +363,8 @@ impl Inspector {
         self.flows.is_empty()
     }
 
-    /// The server's SYN-ACK of a connection under L7 rules: state is
+    /// The server's SYN-ACK of a connection under L7 rules (`local`: the
+    /// side of the client→server flow that is the Node itself): state is
     /// created fresh (replacing any left by an earlier connection with the
     /// same addresses and ports), expecting the client's first byte at
     /// `client_next_seq` (the SYN-ACK's acknowledgment number). The
@@ -376,10 +378,11 @@ impl Inspector {
         &mut self,
         key: FlowKey,
         client_next_seq: u32,
+        local: Option<LocalSide>,
         (policy, fqdn): (&P, &dyn FqdnLookup),
         now: Instant,
     ) -> Option<FlowKey> {
-        let access = match policy.admission(&key.flow(), fqdn) {
+        let access = match policy.admission(&key.flow(), local, fqdn) {
             Admission::Deny => Access::Denied,
             Admission::Allow => Access::Unrestricted,
             Admission::Inspect(rules) => Access::Rules(Arc::from(rules)),

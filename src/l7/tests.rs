@@ -82,7 +82,7 @@ fn start(
     payload: &[u8],
     now: Instant,
 ) -> Inspection {
-    inspector.handshake(key, seq, (policy, &NoFqdn), now);
+    inspector.handshake(key, seq, None, (policy, &NoFqdn), now);
     inspector.inspect(&segment(key, seq, payload), now)
 }
 
@@ -96,7 +96,7 @@ fn feed(
     piece: usize,
     now: Instant,
 ) -> Vec<L7Action> {
-    inspector.handshake(key, seq, (policy, &NoFqdn), now);
+    inspector.handshake(key, seq, None, (policy, &NoFqdn), now);
     let mut seq = seq;
     let mut actions = Vec::new();
     for chunk in bytes.chunks(piece) {
@@ -491,7 +491,7 @@ fn policy_changes_since_the_syn() {
     );
     assert_eq!(reset_reason(&closed.action), DenyReason::Policy);
     assert!(matches!(
-        policy.admission(&key(21, 80).flow(), &NoFqdn),
+        policy.admission(&key(21, 80).flow(), None, &NoFqdn),
         Admission::Inspect(ref rules) if rules.len() == 1
     ));
 }
@@ -505,7 +505,7 @@ fn segments_without_payload_pass() {
         inspector.inspect(&segment(key(22, 80), 1, b""), now).action,
         L7Action::Pass
     );
-    inspector.handshake(key(22, 80), 1, (&policy, &NoFqdn), now);
+    inspector.handshake(key(22, 80), 1, None, (&policy, &NoFqdn), now);
     assert_eq!(
         inspector.inspect(&segment(key(22, 80), 1, b""), now).action,
         L7Action::Pass
@@ -634,7 +634,7 @@ fn forbidden_and_reset_packets_carry_the_right_numbers() {
             syn_ack: false,
             payload,
         };
-        inspector.handshake(k, 1000, (&policy, &NoFqdn), Instant::now());
+        inspector.handshake(k, 1000, None, (&policy, &NoFqdn), Instant::now());
         let L7Action::Deny(denial) = inspector.inspect(&seg, Instant::now()).action else {
             panic!("not denied");
         };

@@ -18,6 +18,7 @@ use arc_swap::ArcSwap;
 use prometheus_client::metrics::counter::Counter;
 
 use crate::audit::Subject;
+use crate::classify::LocalSide;
 use crate::config::{FailMode, L7Config, MarkLayout};
 use crate::flow::Verdict;
 use crate::http::DEFAULT_MAX_HEAD;
@@ -258,9 +259,13 @@ fn run<P: L7Policy>(
             Ok(segment) if segment.syn_ack => {
                 let key = segment.key.reversed();
                 let policy = policy.load();
+                // The SYN-ACK runs server→client: the Node's side of it is
+                // the opposite side of the client→server flow.
+                let local = crate::queue::local_side(message.get_hook());
                 let forgotten = inspector.handshake(
                     key,
                     segment.ack,
+                    local.map(LocalSide::opposite),
                     (&**policy, &fqdn.lookup()),
                     Instant::now(),
                 );

@@ -14,7 +14,7 @@ pub mod worker;
 
 pub use dns::{DnsStats, DnsWorker, DnsWorkerConfig, FqdnMirror};
 pub use packet::{parse_flow, PacketError};
-pub use step::{step, Action, DecidedBy, Outcome, Policy, Ruling, Step};
+pub use step::{local_side, step, Action, DecidedBy, Outcome, Policy, Ruling, Step};
 pub use worker::{
     parse_kernel_counters, KernelCounters, Observers, QueueError, QueueStats, Worker, WorkerConfig,
     PROC_QUEUES,

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::audit::{AuditRecord, Subject, Timestamp};
-use crate::classify::{FqdnLookup, Outcome as ClassifyOutcome};
+use crate::classify::{FqdnLookup, LocalSide, Outcome as ClassifyOutcome};
 use crate::compile::{RuleRef, Ruleset};
 use crate::config::{FailMode, MarkLayout};
 use crate::flow::{Flow, Transport, Verdict};
@@ -17,6 +17,13 @@ use super::packet::{packet_length, parse_flow, PacketError};
 /// Implemented by the compiled ruleset.
 pub trait Policy {
     fn decide(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> Ruling;
+
+    /// As [`Policy::decide`], with the side of the flow the kernel says is
+    /// the Node itself (see [`Ruleset::classify_at`]).
+    fn decide_at(&self, flow: &Flow, local: Option<LocalSide>, fqdn: &dyn FqdnLookup) -> Ruling {
+        let _ = local;
+        self.decide(flow, fqdn)
+    }
 }
 
 /// A policy's answer for one connection.
@@ -55,7 +62,11 @@ pub enum DecidedBy {
 impl Policy for Ruleset {
     /// A connection allowed by L7 rules is marked for inspection.
     fn decide(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> Ruling {
-        let decision = self.classify(flow, fqdn);
+        self.decide_at(flow, None, fqdn)
+    }
+
+    fn decide_at(&self, flow: &Flow, local: Option<LocalSide>, fqdn: &dyn FqdnLookup) -> Ruling {
+        let decision = self.classify_at(flow, local, fqdn);
         let verdict = decision.verdict;
         let inspect_l7 = verdict == Verdict::Allow && !decision.l7.is_empty();
         let deciding = decision.deciding();
@@ -115,6 +126,32 @@ pub fn step<P: Policy + ?Sized>(
     fail_mode: FailMode,
     now: Timestamp,
 ) -> Step {
+    step_at(packet, mark, None, policy, fqdn, marks, fail_mode, now)
+}
+
+/// The Node's side of a packet queued from netfilter hook `hook`: the
+/// destination in INPUT, the source in OUTPUT, neither in FORWARD.
+pub fn local_side(hook: u8) -> Option<LocalSide> {
+    match i32::from(hook) {
+        libc::NF_INET_LOCAL_IN => Some(LocalSide::Destination),
+        libc::NF_INET_LOCAL_OUT => Some(LocalSide::Source),
+        _ => None,
+    }
+}
+
+/// As [`step`], for a packet queued from a hook that names the Node's side
+/// of the flow (`local`: INPUT → destination, OUTPUT → source).
+#[allow(clippy::too_many_arguments)]
+pub fn step_at<P: Policy + ?Sized>(
+    packet: &[u8],
+    mark: u32,
+    local: Option<LocalSide>,
+    policy: &P,
+    fqdn: &dyn FqdnLookup,
+    marks: &MarkLayout,
+    fail_mode: FailMode,
+    now: Timestamp,
+) -> Step {
     match parse_flow(packet) {
         Ok(flow) => {
             let Ruling {
@@ -122,7 +159,7 @@ pub fn step<P: Policy + ?Sized>(
                 inspect_l7,
                 decided_by,
                 audit,
-            } = policy.decide(&flow, fqdn);
+            } = policy.decide_at(&flow, local, fqdn);
             let tcp = matches!(flow.transport, Transport::Tcp { .. });
             let inspectable = tcp && crate::l7::tcp_payload_len(packet) == Some(0);
             if inspect_l7 && !inspectable {
@@ -294,6 +331,79 @@ spec:
         };
         assert_eq!(decide(81), Action::Repeat { mark: marks.reject });
         assert_eq!(decide(80), Action::Repeat { mark: marks.allow });
+
+        // An address the Node gained after compiling (a secondary, an IPv6
+        // link-local or privacy address): the INPUT hook says the
+        // destination is the Node, so the Node's policy applies to it.
+        let to_new_address = |dst: [u8; 4], local| {
+            let mut packet = Vec::new();
+            PacketBuilder::ipv4([10, 0, 0, 1], dst, 64)
+                .tcp(40000, 81, 1, 1024)
+                .syn()
+                .write(&mut packet, &[])
+                .unwrap();
+            step_at(
+                &packet,
+                0,
+                local,
+                &ruleset,
+                &NoFqdn,
+                &marks,
+                FailMode::Closed,
+                NOW,
+            )
+            .action
+        };
+        let v4 = [10, 0, 0, 99];
+        assert_eq!(
+            to_new_address(v4, Some(LocalSide::Destination)),
+            Action::Repeat { mark: marks.reject }
+        );
+        // Without the hook's word it is nobody's address: not enforced.
+        assert_eq!(
+            to_new_address(v4, None),
+            Action::Repeat { mark: marks.allow }
+        );
+        // The source side is the peer: its address stays a peer address.
+        assert_eq!(
+            to_new_address(v4, Some(LocalSide::Source)),
+            Action::Repeat { mark: marks.allow }
+        );
+        // An IPv6 link-local destination is the Node's too: its rules are
+        // evaluated (none matches this peer) instead of "not enforced".
+        let decided = |local| {
+            let mut packet = Vec::new();
+            PacketBuilder::ipv6(
+                "fe80::2".parse::<std::net::Ipv6Addr>().unwrap().octets(),
+                "fe80::1".parse::<std::net::Ipv6Addr>().unwrap().octets(),
+                64,
+            )
+            .tcp(40000, 81, 1, 1024)
+            .syn()
+            .write(&mut packet, &[])
+            .unwrap();
+            let decision = ruleset.classify_at(&parse_flow(&packet).unwrap(), local, &NoFqdn);
+            decision.ingress.outcome
+        };
+        assert_eq!(decided(None), ClassifyOutcome::NotEnforced);
+        assert_eq!(
+            decided(Some(LocalSide::Destination)),
+            ClassifyOutcome::NoRuleMatched
+        );
+    }
+
+    #[test]
+    fn hooks_name_the_local_side() {
+        assert_eq!(
+            local_side(libc::NF_INET_LOCAL_IN as u8),
+            Some(LocalSide::Destination)
+        );
+        assert_eq!(
+            local_side(libc::NF_INET_LOCAL_OUT as u8),
+            Some(LocalSide::Source)
+        );
+        assert_eq!(local_side(libc::NF_INET_FORWARD as u8), None);
+        assert_eq!(LocalSide::Source.opposite(), LocalSide::Destination);
     }
 
     #[test]

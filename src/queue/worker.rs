@@ -19,7 +19,7 @@ use crate::flow::Verdict;
 use crate::metrics::{Metrics, WorkerMetrics};
 
 use super::dns::FqdnMirror;
-use super::step::{step, Action, Outcome, Policy};
+use super::step::{local_side, step_at, Action, Outcome, Policy};
 
 /// Bytes of each packet copied to userspace: IPv4/IPv6 header with
 /// extension headers and the transport header.
@@ -211,9 +211,10 @@ fn run<P: Policy>(
         };
         consecutive_errors = 0;
         let received = Instant::now();
-        let outcome = step(
+        let outcome = step_at(
             message.get_payload(),
             message.get_nfmark(),
+            local_side(message.get_hook()),
             &**policy.load(),
             &fqdn.lookup(),
             &config.marks,
