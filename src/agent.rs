@@ -3,8 +3,11 @@
 //! starts one NFQUEUE worker per queue and the DNS reply worker, installs
 //! the datapath, and then waits: a change in the policy directory (inotify,
 //! debounced) or SIGHUP reloads, SIGTERM/SIGINT tears everything down. A
-//! policy directory that fails validation never replaces the ruleset in
-//! force. This module wires the pieces; it decides nothing itself.
+//! policy directory that fails validation (or has disappeared) never
+//! replaces the ruleset in force, and a new ruleset is put in force only
+//! once the kernel queues what it needs ([`datapath::transition`]); a
+//! failed kernel write is retried with backoff ([`datapath::retry`]). This
+//! module wires the pieces; it decides nothing itself.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -15,7 +18,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use notify::{EventKind, RecursiveMode, Watcher};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 use crate::audit::AuditConfig;
@@ -24,10 +26,11 @@ use crate::config::{
     parse_labels, Config, ConfigError, FailMode, L7DenyResponse, MachineDefaults, MaskValue,
     Privileged, Settings,
 };
-use crate::datapath::{self, DatapathError, Kernel};
-use crate::fqdn::LearnerConfig;
+use crate::datapath::{self, transition, ApplyError, Backoff, DatapathError, Kernel, Retry};
+use crate::fqdn::{FqdnPattern, LearnerConfig};
 use crate::l7::{L7Stats, L7Worker, L7WorkerConfig};
 use crate::metrics::{Metrics, ReloadResult};
+use crate::policy_watch::{PolicyWatch, Refresh, WatchError};
 use crate::queue::{
     parse_kernel_counters, DnsStats, DnsWorker, DnsWorkerConfig, FqdnMirror, Observers, Worker,
     WorkerConfig, PROC_QUEUES,
@@ -161,15 +164,14 @@ pub enum AgentError {
     InvalidPolicies(Vec<Problem>),
     #[error("datapath: {0}")]
     Datapath(#[from] DatapathError),
+    #[error("datapath: {0}")]
+    Apply(#[from] ApplyError),
     #[error(transparent)]
     Queue(#[from] crate::queue::QueueError),
     #[error("reading interface addresses: {0}")]
     Addresses(String),
-    #[error("watching {path}: {source}")]
-    Watch {
-        path: PathBuf,
-        source: notify::Error,
-    },
+    #[error(transparent)]
+    Watch(#[from] WatchError),
     #[error(transparent)]
     Kubernetes(#[from] crate::kubernetes::KubeError),
     #[error("installing signal handlers: {0}")]
@@ -226,8 +228,13 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
     let metrics = Arc::new(Metrics::new());
     let (events, inbox) = mpsc::channel();
     listen_for_signals(events.clone())?;
-    let (policies, _watcher) = match &args.policies {
-        Some(dir) => (Policies::Directory(dir.clone()), Some(watch(dir, events)?)),
+    let (policies, watch) = match &args.policies {
+        Some(dir) => {
+            let watch = PolicyWatch::start(dir, move || {
+                let _ = events.send(Event::PolicyChanged);
+            })?;
+            (Policies::Directory(dir.clone()), Some(watch))
+        }
         None => {
             let connection = crate::kubernetes::Connection::from_args(&args.kube);
             let source = crate::kubernetes::KubeSource::spawn(
@@ -286,6 +293,7 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
         "fqdn mirror restored"
     );
 
+    let patterns = ruleset.fqdn_patterns().to_vec();
     let policy = Arc::new(ArcSwap::from_pointee(ruleset));
     let workers = config
         .queues
@@ -335,22 +343,23 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
     let mut agent = Agent {
         config,
         policies,
+        watch,
         kernel,
         policy,
+        pending: None,
         mirror,
         dns: None,
-        generation: 0,
+        generation: 1,
+        announced: 0,
+        retry: Retry::new(Backoff::DEFAULT),
         metrics,
         status,
     };
-    agent.start_dns_worker()?;
-    if let Err(error) = agent.install() {
-        if let Err(teardown) = agent.kernel.teardown() {
-            tracing::error!(%teardown, "teardown after failed install");
-        }
-        return Err(error.into());
-    }
-    agent.metrics.started();
+    agent.start_dns_worker(&patterns)?;
+    agent.put_in_force();
+    // A failed install is retried from the run loop: tearing down here
+    // would remove what an earlier agent left enforcing.
+    agent.sync();
     agent.serve(&inbox);
 
     agent.kernel.teardown()?;
@@ -517,48 +526,39 @@ fn listen_for_signals(events: Sender<Event>) -> Result<(), AgentError> {
     Ok(())
 }
 
-fn watch(dir: &Path, events: Sender<Event>) -> Result<notify::RecommendedWatcher, AgentError> {
-    let watch_error = |source| AgentError::Watch {
-        path: dir.to_path_buf(),
-        source,
-    };
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        // Reading the files ourselves produces access events: ignore them.
-        let changed = match event {
-            Ok(event) => !matches!(event.kind, EventKind::Access(_)),
-            Err(_) => true,
-        };
-        if changed {
-            let _ = events.send(Event::PolicyChanged);
-        }
-    })
-    .map_err(watch_error)?;
-    watcher
-        .watch(dir, RecursiveMode::Recursive)
-        .map_err(watch_error)?;
-    Ok(watcher)
-}
-
 struct Agent {
     config: Config,
     policies: Policies,
+    /// The policy directory's watch (standalone mode).
+    watch: Option<PolicyWatch>,
     kernel: Kernel,
+    /// The ruleset in force: what the workers decide by.
     policy: Arc<ArcSwap<Ruleset>>,
+    /// A valid ruleset waiting for the kernel to queue what it needs; a
+    /// newer one replaces it.
+    pending: Option<Arc<Ruleset>>,
     mirror: Arc<FqdnMirror>,
     /// The DNS reply worker, started with the first ruleset that has FQDN
     /// selectors (its queue is not bound before).
     dns: Option<DnsWorker>,
+    /// Generation of the ruleset in force.
     generation: u64,
+    /// Last generation logged as `ruleset applied` (kernel fully matching).
+    announced: u64,
+    retry: Retry,
     metrics: Arc<Metrics>,
     status: Arc<AgentStatus>,
 }
 
 impl Agent {
-    /// Starts the DNS reply worker if the ruleset in force has FQDN
-    /// selectors and it is not running yet. Called before the rules that
-    /// queue DNS replies are installed.
-    fn start_dns_worker(&mut self) -> Result<(), crate::queue::QueueError> {
-        if self.dns.is_some() || self.policy.load().fqdn_patterns().is_empty() {
+    /// Starts the DNS reply worker if `selectors` (those the kernel is
+    /// about to snoop DNS for) is not empty and it is not running yet.
+    /// Called before the rules that queue DNS replies are installed.
+    fn start_dns_worker(
+        &mut self,
+        selectors: &[FqdnPattern],
+    ) -> Result<(), crate::queue::QueueError> {
+        if self.dns.is_some() || selectors.is_empty() {
             return Ok(());
         }
         let worker = DnsWorker::spawn(
@@ -574,20 +574,86 @@ impl Agent {
         Ok(())
     }
 
-    /// Programs the datapath for the ruleset in force.
-    fn install(&mut self) -> Result<(), DatapathError> {
+    /// Publishes the ruleset in force as the current generation.
+    fn put_in_force(&self) {
         let ruleset = self.policy.load();
-        let desired = datapath::desired(&self.config, ruleset.enforced(), ruleset.fqdn_patterns());
-        let changed = self.kernel.reconcile(&desired)?;
-        self.generation += 1;
         self.metrics.ruleset_applied(
             self.generation,
             ruleset.policies().len(),
             ruleset.rule_count(),
         );
         self.status.applied(self.generation);
-        tracing::info!(generation = self.generation, changed, "ruleset applied");
-        Ok(())
+    }
+
+    /// Brings the kernel and the ruleset in force to the desired state: a
+    /// pending ruleset is put in force once the bridge to it is installed,
+    /// then the kernel is narrowed to the ruleset in force. Every call
+    /// starts from the installed state, so it is also the retry. Returns
+    /// whether anything was written.
+    fn converge(&mut self) -> Result<bool, ApplyError> {
+        let mut changed = false;
+        if let Some(next) = self.pending.clone() {
+            let current = self.policy.load_full();
+            // The mirror learns for both rulesets' selectors while the
+            // bridge is in place; lookups are by selector, so the ruleset
+            // in force keeps finding its own.
+            let selectors = transition::union(current.fqdn_patterns(), next.fqdn_patterns());
+            self.mirror.reselect(&selectors);
+            if let Err(error) = self.start_dns_worker(&selectors) {
+                // The DNS rules bypass a queue nobody reads: replies
+                // pass unlearned, FQDN rules match nothing new.
+                tracing::error!(%error, "dns worker failed to start");
+            }
+            let bridge = transition::bridge(
+                |enforced, fqdn| datapath::desired(&self.config, enforced, fqdn),
+                (current.enforced(), current.fqdn_patterns()),
+                (next.enforced(), next.fqdn_patterns()),
+            );
+            changed |= self.kernel.reconcile(&bridge)?;
+            self.policy.store(Arc::clone(&next));
+            self.pending = None;
+            self.mirror.reselect(next.fqdn_patterns());
+            self.generation += 1;
+            self.put_in_force();
+            self.reloaded(ReloadResult::Applied, None);
+        }
+        let ruleset = self.policy.load();
+        let desired = datapath::desired(&self.config, ruleset.enforced(), ruleset.fqdn_patterns());
+        changed |= self.kernel.reconcile(&desired)?;
+        Ok(changed)
+    }
+
+    /// One attempt to converge, with its logging and bookkeeping; a
+    /// failure schedules the retry. Returns the error, if any.
+    fn sync(&mut self) -> Option<ApplyError> {
+        match self.converge() {
+            Ok(changed) => {
+                if let Some(recovered) = self.retry.succeeded() {
+                    tracing::info!(
+                        "datapath apply recovered after {} attempts",
+                        recovered.attempts
+                    );
+                }
+                self.metrics.datapath_behind(false);
+                self.status.datapath(None);
+                if self.announced != self.generation {
+                    if self.generation == 1 {
+                        self.metrics.started();
+                    }
+                    self.announced = self.generation;
+                    tracing::info!(generation = self.generation, changed, "ruleset applied");
+                }
+                None
+            }
+            Err(error) => {
+                let delay = self.retry.failed(Instant::now());
+                tracing::error!("datapath apply failed: {error}; retrying in {delay:?}");
+                self.metrics.datapath_apply_failed(&error);
+                self.metrics.datapath_behind(true);
+                self.status.datapath(Some(error.to_string()));
+                Some(error)
+            }
+        }
     }
 
     /// Records how a reload ended.
@@ -596,10 +662,22 @@ impl Agent {
         self.status.reloaded(error);
     }
 
-    /// Validates and compiles the policy directory again; swaps the new
-    /// ruleset in (workers pick it up with their next packet) and updates
-    /// the datapath. An invalid directory leaves everything as it was.
+    /// Validates and compiles the policy directory again and converges to
+    /// it: the new ruleset replaces any pending one and is tried at once
+    /// (workers pick it up with their next packet once the kernel is
+    /// ready for it). An invalid or missing directory leaves everything as
+    /// it was.
     fn reload(&mut self) {
+        if let Some(watch) = &mut self.watch {
+            match watch.refresh() {
+                Ok(Refresh::Unchanged) => {}
+                Ok(Refresh::Rewatched) => tracing::info!("policy directory watch re-established"),
+                Ok(Refresh::Missing) => {
+                    tracing::warn!("policy directory missing; keeping the ruleset in force")
+                }
+                Err(error) => tracing::error!(%error, "policy directory not watched"),
+            }
+        }
         let node = match local_node(&self.config) {
             Ok(node) => node,
             Err(error) => {
@@ -610,20 +688,9 @@ impl Agent {
         };
         match self.policies.load(&node) {
             Ok(ruleset) => {
-                // Kept selectors keep what they learned; a new one starts
-                // empty. The mirror switches first so the new ruleset never
-                // asks about a selector it does not know.
-                self.mirror.reselect(ruleset.fqdn_patterns());
-                self.policy.store(Arc::new(ruleset));
-                if let Err(error) = self.start_dns_worker() {
-                    // The DNS rules bypass a queue nobody reads: replies
-                    // pass unlearned, FQDN rules match nothing new.
-                    tracing::error!(%error, "dns worker failed to start");
-                }
-                match self.install() {
-                    Ok(()) => self.reloaded(ReloadResult::Applied, None),
-                    Err(error) => {
-                        tracing::error!(%error, "reload failed to program the datapath");
+                self.pending = Some(Arc::new(ruleset));
+                if let Some(error) = self.sync() {
+                    if self.pending.is_some() {
                         self.reloaded(ReloadResult::Failed, Some(error.to_string()));
                     }
                 }
@@ -640,9 +707,22 @@ impl Agent {
         }
     }
 
-    /// Handles events until a shutdown is asked for.
+    /// Handles events until a shutdown is asked for; retries a failed
+    /// apply when it is due.
     fn serve(&mut self, inbox: &Receiver<Event>) {
-        while let Ok(event) = inbox.recv() {
+        loop {
+            let received = match self.retry.wait(Instant::now()) {
+                None => inbox.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                Some(wait) => inbox.recv_timeout(wait),
+            };
+            let event = match received {
+                Ok(event) => event,
+                Err(RecvTimeoutError::Timeout) => {
+                    self.sync();
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
+            };
             let event = match event {
                 Event::PolicyChanged => settle(inbox),
                 other => other,

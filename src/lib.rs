@@ -43,6 +43,7 @@ pub mod l7;
 pub mod logging;
 pub mod metrics;
 pub mod model;
+pub mod policy_watch;
 pub mod privilege;
 pub mod queue;
 pub mod source;

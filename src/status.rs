@@ -63,7 +63,7 @@ pub enum Request {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Response {
-    Status(StatusReport),
+    Status(Box<StatusReport>),
     Policies(Vec<PolicySummary>),
     Error(String),
 }
@@ -81,6 +81,10 @@ pub struct StatusReport {
     pub fail_mode: String,
     /// The last reload (`None` until one happened).
     pub last_reload: Option<ReloadReport>,
+    /// Why the kernel does not match the desired state (the last apply
+    /// failed; a retry is scheduled), or `None` when it does.
+    #[serde(default)]
+    pub datapath_behind: Option<String>,
     pub queues: Vec<QueueReport>,
     pub audit_log: Option<PathBuf>,
     pub metrics_address: Option<String>,
@@ -128,6 +132,7 @@ pub struct AgentStatus {
 struct State {
     generation: u64,
     last_reload: Option<(Instant, Option<String>)>,
+    datapath_behind: Option<String>,
 }
 
 /// The fixed facts of an agent, for [`AgentStatus::new`].
@@ -163,6 +168,11 @@ impl AgentStatus {
     /// A ruleset was put in force as `generation`.
     pub fn applied(&self, generation: u64) {
         self.state().generation = generation;
+    }
+
+    /// The last kernel write failed (`Some(why)`), or the kernel matches.
+    pub fn datapath(&self, behind: Option<String>) {
+        self.state().datapath_behind = behind;
     }
 
     /// A reload ended; `error` says why it did not apply.
@@ -209,6 +219,7 @@ impl AgentStatus {
                 seconds_ago: at.elapsed().as_secs(),
                 error: error.clone(),
             }),
+            datapath_behind: state.datapath_behind.clone(),
             queues,
             audit_log: self.audit_log.clone(),
             metrics_address: self.metrics_address.clone(),
@@ -218,7 +229,7 @@ impl AgentStatus {
     /// The answer to one request.
     pub fn answer(&self, request: &Request) -> Response {
         match request {
-            Request::Status => Response::Status(self.report()),
+            Request::Status => Response::Status(Box::new(self.report())),
             Request::Policies => Response::Policies(self.ruleset.load().policies().to_vec()),
         }
     }
@@ -354,6 +365,11 @@ pub fn render_status(report: &StatusReport) -> String {
         }) => format!("FAILED {seconds_ago}s ago: {error}"),
     };
     let _ = writeln!(out, "last reload:        {reload}");
+    let datapath = match &report.datapath_behind {
+        None => "in sync".to_string(),
+        Some(error) => format!("BEHIND, retrying: {error}"),
+    };
+    let _ = writeln!(out, "datapath:           {datapath}");
     let _ = writeln!(out, "fail mode:          {}", report.fail_mode);
     let _ = writeln!(
         out,
@@ -458,6 +474,14 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("fail mode:          closed"));
+        assert!(text.contains("datapath:           in sync"), "{text}");
+        s.datapath(Some("iptables-restore: exited with 1".into()));
+        let Response::Status(behind) = s.answer(&Request::Status) else {
+            panic!()
+        };
+        assert!(render_status(&behind)
+            .contains("datapath:           BEHIND, retrying: iptables-restore: exited with 1"));
+        s.datapath(None);
         assert!(text.contains("\n100   2       0       0 "), "{text}");
         let json = serde_json::to_string(&Response::Status(report.clone())).unwrap();
         assert!(json.starts_with(r#"{"status":{"version":"#), "{json}");

@@ -10,7 +10,8 @@ use std::process::{Command, Stdio};
 
 use super::diff::Changes;
 use super::state::{parse_ipset_save, Family, LearnedSet, State};
-use super::DatapathError;
+use super::transition::{steps, Step};
+use super::{ApplyError, DatapathError};
 
 /// The iptables flavour of this system; tollgate uses the matching
 /// `*-save` / `*-restore` binaries so its rules land where `iptables` looks.
@@ -79,9 +80,11 @@ impl Kernel {
 
     /// Brings the installed state to `desired`; returns whether anything
     /// had to change. Running it twice in a row changes nothing the second
-    /// time.
-    pub fn reconcile(&self, desired: &State) -> Result<bool, DatapathError> {
-        let changes = Changes::between(desired, &self.installed()?);
+    /// time. It always starts from what is installed now, so after a
+    /// failure it is simply called again.
+    pub fn reconcile(&self, desired: &State) -> Result<bool, ApplyError> {
+        let installed = self.installed().map_err(ApplyError::Read)?;
+        let changes = Changes::between(desired, &installed);
         if changes.is_empty() {
             return Ok(false);
         }
@@ -94,31 +97,30 @@ impl Kernel {
     /// entries time out by themselves, and they let a restarted agent keep
     /// what it learned. The next start destroys those of selectors that no
     /// longer exist.
-    pub fn teardown(&self) -> Result<(), DatapathError> {
-        let installed = self.installed()?;
+    pub fn teardown(&self) -> Result<(), ApplyError> {
+        let installed = self.installed().map_err(ApplyError::Read)?;
         let keep = State {
             learned: installed.learned.clone(),
             ..State::default()
         };
-        let changes = Changes::between(&keep, &installed);
-        if !changes.is_empty() {
-            self.apply(&changes)?;
-        }
-        Ok(())
+        self.apply(&Changes::between(&keep, &installed))
     }
 
-    fn apply(&self, changes: &Changes) -> Result<(), DatapathError> {
-        if let Some(text) = changes.ipset_prepare_text() {
-            run("ipset", &["restore", "-exist"], Some(&text))?;
-        }
-        for family in Family::ALL {
-            if let Some(text) = changes.table(family).restore_text() {
-                let program = self.backend.program(family, "restore");
-                run(&program, &["--noflush", "-w"], Some(&text))?;
-            }
-        }
-        if let Some(text) = changes.ipset_cleanup_text() {
-            run("ipset", &["restore", "-exist"], Some(&text))?;
+    /// Runs the writes of `changes` in [`steps`] order, stopping at the
+    /// first that fails.
+    fn apply(&self, changes: &Changes) -> Result<(), ApplyError> {
+        for (step, input) in steps(changes) {
+            let result = match step {
+                Step::PrepareSets | Step::DestroySets => {
+                    run("ipset", &["restore", "-exist"], Some(&input))
+                }
+                Step::Table(family) => run(
+                    &self.backend.program(family, "restore"),
+                    &["--noflush", "-w"],
+                    Some(&input),
+                ),
+            };
+            result.map_err(|source| ApplyError::Write { step, source })?;
         }
         Ok(())
     }

@@ -4,7 +4,9 @@
 //! not own, nor an entry of a learned (FQDN) set: those belong to the DNS
 //! worker. The desired state is planned by pure functions ([`plan`]),
 //! compared with what is installed ([`state`], [`diff`]), and only the
-//! difference is written, in one batch per table ([`apply`]).
+//! difference is written, in one batch per table ([`apply`]), in the
+//! order [`transition`] explains: a failing write leaves the previous or
+//! the next ruleset enforced, and is retried with backoff ([`retry`]).
 //!
 //! # Marks
 //!
@@ -160,12 +162,16 @@ pub mod apply;
 pub mod diff;
 pub mod ipset_netlink;
 pub mod plan;
+pub mod retry;
 pub mod state;
+pub mod transition;
 
 pub use apply::{learned_sets, Backend, Kernel};
 pub use diff::Changes;
 pub use plan::{desired, Hook};
+pub use retry::{Backoff, Recovered, Retry};
 pub use state::{Family, LearnedSet, State};
+pub use transition::Step;
 
 /// Why the kernel state could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -185,6 +191,28 @@ pub enum DatapathError {
     },
     #[error("cannot tell the iptables backend from `iptables -V`: {version:?}")]
     UnknownBackend { version: String },
+}
+
+/// A reconcile that did not complete. What earlier steps wrote stays (see
+/// [`transition`] for why that is safe).
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// Reading the installed state (`*-save`, `ipset save`) failed.
+    #[error("reading the installed state: {0}")]
+    Read(DatapathError),
+    /// A write failed.
+    #[error("{step}: {source}")]
+    Write { step: Step, source: DatapathError },
+}
+
+impl ApplyError {
+    /// A short name of the failing step, for metric labels.
+    pub fn label(&self) -> &'static str {
+        match self {
+            ApplyError::Read(_) => "read",
+            ApplyError::Write { step, .. } => step.label(),
+        }
+    }
 }
 
 fn input_note(line: &Option<String>) -> String {

@@ -60,6 +60,11 @@ struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StepLabels {
+    step: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     reason: String,
 }
@@ -107,6 +112,8 @@ pub struct Metrics {
     rules: Gauge,
     reloads: Family<ResultLabels, Counter>,
     last_reload_ok: Gauge,
+    datapath_apply_failures: Family<StepLabels, Counter>,
+    datapath_behind: Gauge,
     audit_written: Counter,
     audit_skipped: Family<ReasonLabels, Counter>,
     kubernetes_skipped: Gauge,
@@ -144,6 +151,8 @@ impl Metrics {
             rules: Gauge::default(),
             reloads: Family::default(),
             last_reload_ok: Gauge::default(),
+            datapath_apply_failures: Family::default(),
+            datapath_behind: Gauge::default(),
             audit_written: Counter::default(),
             audit_skipped: Family::default(),
             kubernetes_skipped: Gauge::default(),
@@ -220,6 +229,16 @@ impl Metrics {
             "last_reload_success",
             "1 when the last reload (or the start) applied, 0 when it was rejected or failed",
             m.last_reload_ok.clone(),
+        );
+        r.register(
+            "datapath_apply_failures",
+            "Kernel writes (reconciles) that failed, by the step that failed; each is retried with backoff",
+            m.datapath_apply_failures.clone(),
+        );
+        r.register(
+            "datapath_behind",
+            "1 while the kernel does not match the desired state (the last apply failed and a retry is scheduled)",
+            m.datapath_behind.clone(),
         );
         r.register(
             "audit_lines_written",
@@ -407,6 +426,20 @@ impl Metrics {
     /// The start applied its ruleset.
     pub fn started(&self) {
         self.last_reload_ok.set(1);
+    }
+
+    /// A reconcile failed.
+    pub fn datapath_apply_failed(&self, error: &crate::datapath::ApplyError) {
+        self.datapath_apply_failures
+            .get_or_create(&StepLabels {
+                step: error.label().into(),
+            })
+            .inc();
+    }
+
+    /// Whether the kernel is behind the desired state.
+    pub fn datapath_behind(&self, behind: bool) {
+        self.datapath_behind.set(i64::from(behind));
     }
 
     // ------------------------------------------------------------ kubernetes

@@ -99,6 +99,13 @@ fn the_other_families() {
     m.l7_flows_active(2);
     m.ruleset_applied(2, 3, 9);
     m.reload(ReloadResult::Rejected);
+    m.datapath_apply_failed(&crate::datapath::ApplyError::Write {
+        step: crate::datapath::Step::Table(crate::datapath::Family::V6),
+        source: crate::datapath::DatapathError::UnknownBackend {
+            version: String::new(),
+        },
+    });
+    m.datapath_behind(true);
     m.audit_written(5);
     m.audit_skipped(AuditSkip::Rate, 2);
     let text = m.render();
@@ -115,6 +122,8 @@ fn the_other_families() {
         "tollgate_rules 9",
         "tollgate_reloads_total{result=\"rejected\"} 1",
         "tollgate_last_reload_success 0",
+        "tollgate_datapath_apply_failures_total{step=\"ip6tables\"} 1",
+        "tollgate_datapath_behind 1",
         "tollgate_audit_lines_written_total 5",
         "tollgate_audit_lines_skipped_total{reason=\"rate_limit\"} 2",
     ] {

@@ -33,6 +33,9 @@ pub struct AgentOptions {
     pub extra_args: Vec<String>,
     /// Kubernetes mode with this kubeconfig instead of the policy directory.
     pub kubeconfig: Option<PathBuf>,
+    /// Extra environment of the agent process (e.g. a `PATH` that puts
+    /// fault-injecting wrappers of `iptables-restore` first).
+    pub env: Vec<(String, String)>,
 }
 
 impl AgentOptions {
@@ -49,6 +52,7 @@ impl AgentOptions {
             privileged: Vec::new(),
             extra_args: Vec::new(),
             kubeconfig: None,
+            env: Vec::new(),
         }
     }
 
@@ -137,6 +141,7 @@ impl Agent {
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
         }
+        cmd.envs(options.env.iter().map(|(k, v)| (k, v)));
         let child = cmd.spawn().expect("spawn tollgate");
         Agent {
             child,

@@ -1,0 +1,148 @@
+//! How the datapath moves from one ruleset to the next so that a write
+//! failing at any point leaves traffic under the previous ruleset or the
+//! next one, never under a mix that neither would allow. Pure: it plans
+//! states and orders writes; [`super::apply`] runs them.
+//!
+//! # What enforces what
+//!
+//! The kernel decides *which* new connections a worker sees (the
+//! `tollgate-endpoints-*` sets, the whole-hook NFQUEUE rules of node
+//! ingress/egress, the DNS rules of FQDN selectors); the ruleset in the
+//! workers decides *what happens* to them. A connection the kernel does not
+//! queue falls off the owned chains and is accepted, so the danger is a
+//! kernel that queues less than the ruleset in force needs. Queuing more
+//! is harmless: a worker decides the extra connections by the ruleset in
+//! force (those no policy applies to are allowed, as unqueued ones would
+//! be).
+//!
+//! # The order of a change from ruleset A to ruleset B
+//!
+//! 1. **Widen**: reconcile the kernel to the [`bridge`] of A and B, which
+//!    queues everything either ruleset needs (endpoint sets = A ∪ B,
+//!    whole-hook queuing and DNS snooping if A or B has them, the FQDN
+//!    sets of both). The ruleset in force is still A.
+//! 2. **Switch**: only when the bridge is fully installed, B becomes the
+//!    ruleset in force (the workers see it on their next packet).
+//! 3. **Narrow**: reconcile the kernel to B's own state (drops what only A
+//!    needed, destroys A's stale FQDN sets).
+//!
+//! Each reconcile runs its writes in the order of [`steps`]: (1) one
+//! `ipset restore` that creates sets and refills changed ones (a refill is
+//! built in `<set>-next` and `swap`ped in, which is atomic per set),
+//! (2) `iptables-restore`, (3) `ip6tables-restore` (each one atomic
+//! transaction for its table), (4) one `ipset restore` that destroys sets
+//! no rule refers to any more (the tables stopped referring to them in
+//! steps 2–3; destroying a set a rule uses would fail anyway).
+//!
+//! Why any single failure is safe: while widening, every state the kernel
+//! can be in after a prefix of the steps (sets swapped or not, either
+//! table old or bridge) queues at least what A needs, and A is in force;
+//! while narrowing, every such state queues at least what B needs, and B is
+//! in force. `ipset restore` stops at its first failing line, so step 1
+//! leaves some sets refilled (each whole) and others not; steps 2–3 are
+//! all-or-nothing per table; step 4 only removes unreferenced sets. The
+//! failed reconcile is then retried from scratch ([`super::retry`]): it
+//! reads the kernel again and diffs, so whatever part did land is not
+//! written twice.
+//!
+//! At start there is no previous ruleset in the agent: the ruleset loaded
+//! is in force from the first packet and the kernel is reconciled to it
+//! directly. Whatever an earlier agent left (e.g. after `kill -9`) keeps
+//! queuing to the same queue numbers until then.
+
+use std::fmt;
+
+use crate::compile::Enforced;
+use crate::fqdn::FqdnPattern;
+
+use super::diff::Changes;
+use super::state::{Family, State};
+
+/// One write of an apply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// `ipset restore`: create sets and refill changed ones.
+    PrepareSets,
+    /// `iptables-restore` or `ip6tables-restore`.
+    Table(Family),
+    /// `ipset restore`: destroy sets nothing refers to any more.
+    DestroySets,
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Step::PrepareSets => f.write_str("ipset restore (create and refill sets)"),
+            Step::Table(family) => write!(f, "{}-restore", family.command()),
+            Step::DestroySets => f.write_str("ipset restore (destroy stale sets)"),
+        }
+    }
+}
+
+impl Step {
+    /// A short name for metric labels.
+    pub fn label(self) -> &'static str {
+        match self {
+            Step::PrepareSets => "ipset_prepare",
+            Step::Table(Family::V4) => "iptables",
+            Step::Table(Family::V6) => "ip6tables",
+            Step::DestroySets => "ipset_cleanup",
+        }
+    }
+}
+
+/// The writes of `changes`, in the order they must run, each with its
+/// input; steps with nothing to write are left out.
+pub fn steps(changes: &Changes) -> Vec<(Step, String)> {
+    let mut out = Vec::new();
+    if let Some(text) = changes.ipset_prepare_text() {
+        out.push((Step::PrepareSets, text));
+    }
+    for family in Family::ALL {
+        if let Some(text) = changes.table(family).restore_text() {
+            out.push((Step::Table(family), text));
+        }
+    }
+    if let Some(text) = changes.ipset_cleanup_text() {
+        out.push((Step::DestroySets, text));
+    }
+    out
+}
+
+/// The state that queues everything `from` and `to` need: the planned
+/// state of a ruleset whose enforced endpoints, node hooks and FQDN
+/// selectors are the union of both. `plan` is [`super::plan::desired`]
+/// with the configuration bound.
+pub fn bridge(
+    plan: impl Fn(&Enforced, &[FqdnPattern]) -> State,
+    from: (&Enforced, &[FqdnPattern]),
+    to: (&Enforced, &[FqdnPattern]),
+) -> State {
+    let mut endpoints = from.0.endpoints.clone();
+    for address in &to.0.endpoints {
+        if !endpoints.contains(address) {
+            endpoints.push(*address);
+        }
+    }
+    let enforced = Enforced {
+        node_ingress: from.0.node_ingress || to.0.node_ingress,
+        node_egress: from.0.node_egress || to.0.node_egress,
+        endpoints,
+    };
+    plan(&enforced, &union(from.1, to.1))
+}
+
+/// `a` then the patterns of `b` that `a` lacks.
+pub fn union(a: &[FqdnPattern], b: &[FqdnPattern]) -> Vec<FqdnPattern> {
+    let mut out = a.to_vec();
+    for pattern in b {
+        if !out.contains(pattern) {
+            out.push(pattern.clone());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+#[path = "transition_tests.rs"]
+mod tests;

@@ -1,0 +1,241 @@
+use super::*;
+use crate::compile::Enforced;
+use crate::config::{Config, MachineDefaults, Settings};
+use crate::datapath::plan::{desired, endpoints_set, fqdn_set, Hook};
+use crate::fqdn::FqdnPattern;
+
+fn config() -> Config {
+    Settings::default()
+        .resolve(&MachineDefaults {
+            node_name: "node-a".into(),
+            queues: 2,
+        })
+        .unwrap()
+}
+
+fn enforced(node_ingress: bool, endpoints: &[&str]) -> Enforced {
+    Enforced {
+        node_ingress,
+        node_egress: false,
+        endpoints: endpoints.iter().map(|e| e.parse().unwrap()).collect(),
+    }
+}
+
+/// A ruleset's kernel-facing part.
+struct Needs {
+    enforced: Enforced,
+    fqdn: Vec<FqdnPattern>,
+}
+
+impl Needs {
+    fn plan(&self, config: &Config) -> State {
+        desired(config, &self.enforced, &self.fqdn)
+    }
+}
+
+/// Whether the kernel in `state` queues every new connection `needs`
+/// requires, for both families: the endpoints are in the sets, the node
+/// hook queues everything when the ruleset isolates the node, DNS replies
+/// are queued and the FQDN sets exist when it has selectors.
+fn covers(state: &State, needs: &Needs) -> bool {
+    Family::ALL.iter().all(|&family| {
+        let table = state.table(family);
+        let set = state.sets.get(endpoints_set(family));
+        let endpoints_queued = needs
+            .enforced
+            .endpoints
+            .iter()
+            .filter(|a| Family::of(a) == family)
+            .all(|a| set.is_some_and(|s| s.members.contains(a)));
+        let input = table
+            .chains
+            .get(Hook::Input.chain())
+            .cloned()
+            .unwrap_or_default();
+        let whole_input = input
+            .iter()
+            .any(|r| r.starts_with("-m conntrack --ctstate NEW -j NFQUEUE"));
+        let dns = input.iter().any(|r| r.contains("--sport 53"));
+        let fqdn_sets = needs
+            .fqdn
+            .iter()
+            .all(|p| state.learned.contains_key(&fqdn_set(p, family)));
+        let jumps = table.jumps.len() == 3;
+        jumps
+            && endpoints_queued
+            && (!needs.enforced.node_ingress || whole_input)
+            && (needs.fqdn.is_empty() || (dns && fqdn_sets))
+    })
+}
+
+/// Every state the kernel can be left in when a reconcile from `installed`
+/// to `target` stops after some of its steps (the failing step itself
+/// leaving nothing, or for `ipset restore` any subset of its set refills,
+/// each whole).
+fn partial_states(installed: &State, target: &State) -> Vec<State> {
+    let changes = Changes::between(target, installed);
+    let steps = steps(&changes);
+    let mut out = vec![installed.clone()];
+    let mut state = installed.clone();
+    for (step, _) in &steps {
+        match step {
+            Step::PrepareSets => {
+                let refills: Vec<&String> = changes.sets.keys().collect();
+                for mask in 0..(1u32 << refills.len()) {
+                    let mut partial = state.clone();
+                    for (i, name) in refills.iter().enumerate() {
+                        if mask & (1 << i) != 0 {
+                            partial
+                                .sets
+                                .insert((*name).clone(), changes.sets[*name].set.clone());
+                        }
+                    }
+                    out.push(partial);
+                }
+                for (name, write) in &changes.sets {
+                    state.sets.insert(name.clone(), write.set.clone());
+                }
+                for name in changes.create_learned.keys() {
+                    state
+                        .learned
+                        .insert(name.clone(), target.learned[name].clone());
+                }
+            }
+            Step::Table(family) => {
+                *state.table_mut(*family) = target.table(*family).clone();
+            }
+            Step::DestroySets => {
+                for name in &changes.destroy_sets {
+                    state.sets.remove(name);
+                    state.learned.remove(name);
+                }
+            }
+        }
+        out.push(state.clone());
+    }
+    assert_eq!(&state, target, "all steps reach the target");
+    out
+}
+
+#[test]
+fn steps_create_before_tables_and_destroy_after() {
+    let config = config();
+    let a = Needs {
+        enforced: enforced(true, &["10.0.0.5", "fd00::5"]),
+        fqdn: vec![FqdnPattern::new("old.example")],
+    };
+    let b = Needs {
+        enforced: enforced(false, &["10.0.0.6"]),
+        fqdn: vec![FqdnPattern::new("new.example")],
+    };
+    let changes = Changes::between(&b.plan(&config), &a.plan(&config));
+    let order: Vec<Step> = steps(&changes).into_iter().map(|(s, _)| s).collect();
+    assert_eq!(
+        order,
+        [
+            Step::PrepareSets,
+            Step::Table(Family::V4),
+            Step::Table(Family::V6),
+            Step::DestroySets
+        ]
+    );
+    assert!(steps(&Changes::between(&a.plan(&config), &a.plan(&config))).is_empty());
+    assert_eq!(Step::Table(Family::V6).to_string(), "ip6tables-restore");
+}
+
+#[test]
+fn bridge_queues_the_union_and_creates_only() {
+    let config = config();
+    let a = Needs {
+        enforced: enforced(true, &["10.0.0.5", "fd00::5"]),
+        fqdn: vec![FqdnPattern::new("old.example")],
+    };
+    let b = Needs {
+        enforced: enforced(false, &["10.0.0.6", "10.0.0.5"]),
+        fqdn: vec![FqdnPattern::new("new.example")],
+    };
+    let bridge = bridge(
+        |e, f| desired(&config, e, f),
+        (&a.enforced, &a.fqdn),
+        (&b.enforced, &b.fqdn),
+    );
+    assert!(covers(&bridge, &a) && covers(&bridge, &b));
+    assert_eq!(bridge.sets[endpoints_set(Family::V4)].members.len(), 2);
+    let widen = Changes::between(&bridge, &a.plan(&config));
+    assert!(widen.destroy_sets.is_empty(), "widening destroys nothing");
+    assert_eq!(widen.create_learned.len(), 2, "new selector, both families");
+    // A bridge between equal rulesets is the ruleset itself.
+    let same = super::bridge(
+        |e, f| desired(&config, e, f),
+        (&a.enforced, &a.fqdn),
+        (&a.enforced, &a.fqdn),
+    );
+    assert_eq!(same, a.plan(&config));
+}
+
+/// The argument of the module documentation, checked exhaustively for a
+/// change that moves every kind of kernel-facing need: every state a
+/// failure can leave while widening covers A (in force), and every state a
+/// failure can leave while narrowing covers B (in force by then).
+#[test]
+fn any_failing_step_leaves_the_ruleset_in_force_covered() {
+    let config = config();
+    let cases = [
+        (
+            Needs {
+                enforced: enforced(true, &["10.0.0.5", "fd00::5"]),
+                fqdn: vec![FqdnPattern::new("old.example")],
+            },
+            Needs {
+                enforced: enforced(false, &["10.0.0.6", "fd00::6"]),
+                fqdn: vec![],
+            },
+        ),
+        (
+            Needs {
+                enforced: enforced(false, &[]),
+                fqdn: vec![],
+            },
+            Needs {
+                enforced: enforced(true, &["10.0.0.7"]),
+                fqdn: vec![FqdnPattern::new("*.new.example")],
+            },
+        ),
+    ];
+    for (a, b) in cases.iter().flat_map(|(x, y)| [(x, y), (y, x)]) {
+        let from = a.plan(&config);
+        let bridge = bridge(
+            |e, f| desired(&config, e, f),
+            (&a.enforced, &a.fqdn),
+            (&b.enforced, &b.fqdn),
+        );
+        for state in partial_states(&from, &bridge) {
+            assert!(covers(&state, a), "widening uncovered A: {state:?}");
+        }
+        for state in partial_states(&bridge, &b.plan(&config)) {
+            assert!(covers(&state, b), "narrowing uncovered B: {state:?}");
+        }
+    }
+}
+
+/// The hazard the order removes: reconciling straight from A to B passes
+/// through states that cover neither ruleset (B's sets with A's tables no
+/// longer queue A's endpoint, and do not yet snoop the DNS replies B's
+/// FQDN selector needs).
+#[test]
+fn a_direct_change_would_pass_through_uncovered_states() {
+    let config = config();
+    let a = Needs {
+        enforced: enforced(true, &["10.0.0.5"]),
+        fqdn: vec![],
+    };
+    let b = Needs {
+        enforced: enforced(false, &["10.0.0.6"]),
+        fqdn: vec![FqdnPattern::new("new.example")],
+    };
+    let uncovered = partial_states(&a.plan(&config), &b.plan(&config))
+        .iter()
+        .filter(|s| !covers(s, &a) && !covers(s, &b))
+        .count();
+    assert!(uncovered > 0);
+}
