@@ -180,6 +180,8 @@ pub enum AgentError {
     Metrics(#[from] crate::metrics::http::ListenError),
     #[error(transparent)]
     Status(#[from] crate::status::StatusError),
+    #[error(transparent)]
+    Privilege(#[from] crate::privilege::PrivilegeError),
 }
 
 fn list(problems: &[Problem]) -> String {
@@ -197,6 +199,17 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
 }
 
 fn run_agent(args: RunArgs) -> Result<(), AgentError> {
+    // Before any thread exists: capabilities are per thread, and threads
+    // inherit them from their creator.
+    let kept = crate::privilege::drop_to_network_capabilities()?;
+    tracing::info!(
+        kept = ?kept.effective,
+        bounding_reduced = kept.bounding_reduced,
+        "capabilities reduced"
+    );
+    if !kept.effective.contains(&caps::Capability::CAP_NET_ADMIN) {
+        tracing::warn!("running without CAP_NET_ADMIN: installing rules will fail (run as root, or grant CAP_NET_ADMIN and CAP_NET_RAW)");
+    }
     let config = load_config(&args)?;
     let node = local_node(&config)?;
     let kernel = Kernel::detect()?;

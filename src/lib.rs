@@ -25,7 +25,8 @@
 //! releasing each reply; connections allowed by L7 rules are followed
 //! request by request on another queue by [`l7`]. [`status`] answers the
 //! CLI about the running agent over a Unix socket; [`logging`] sets up the
-//! operational log.
+//! operational log; [`privilege`] reduces the agent to `CAP_NET_ADMIN` and
+//! `CAP_NET_RAW` before it starts any of this.
 pub mod agent;
 pub mod audit;
 pub mod classify;
@@ -42,6 +43,7 @@ pub mod l7;
 pub mod logging;
 pub mod metrics;
 pub mod model;
+pub mod privilege;
 pub mod queue;
 pub mod source;
 pub mod status;

@@ -23,6 +23,10 @@ struct Agent {
 
 impl Agent {
     fn start(ns: &NetNs, policies: &Path) -> Agent {
+        Agent::start_with(ns, policies, &[])
+    }
+
+    fn start_with(ns: &NetNs, policies: &Path, extra: &[&str]) -> Agent {
         let mut child = ns
             .command(&[
                 env!("CARGO_BIN_EXE_tollgate"),
@@ -38,6 +42,7 @@ impl Agent {
                 "--privileged",
                 "10.78.0.9,tcp/22",
             ])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -231,6 +236,94 @@ fn run_enforces_reloads_and_cleans_up() {
     again.signal("-INT");
     assert!(again.wait_exit().success());
     assert_eq!(owned_state(&node), "");
+}
+
+/// The capability sets of process `pid`, as /proc prints them.
+fn capability_sets(pid: u32) -> Vec<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("Cap") || l.starts_with("NoNewPrivs"))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn agent_keeps_only_network_capabilities() {
+    if !is_root() {
+        return;
+    }
+    let node = NetNs::create("smoke-caps");
+    node.ok("ip link set lo up");
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(policies.join("policy.yaml"), node_policy("Drop")).unwrap();
+    // A directory anyone may enter, so only the socket's own mode can keep
+    // an unprivileged user out.
+    let run_dir = dir.path().join("run");
+    std::fs::create_dir(&run_dir).unwrap();
+    for path in [dir.path(), &run_dir] {
+        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+    }
+    let socket = run_dir.join("status.sock");
+    let agent = Agent::start_with(
+        &node,
+        &policies,
+        &["--status-socket", socket.to_str().unwrap()],
+    );
+    agent.wait_log("ruleset applied generation=1");
+
+    // CAP_NET_ADMIN (bit 12) and CAP_NET_RAW (bit 13), nothing else, in
+    // every set of every thread; no exec can gain more.
+    let expected = [
+        "CapInh:\t0000000000003000",
+        "CapPrm:\t0000000000003000",
+        "CapEff:\t0000000000003000",
+        "CapBnd:\t0000000000003000",
+        "CapAmb:\t0000000000003000",
+        "NoNewPrivs:\t1",
+    ];
+    let pid = agent.child.id();
+    let tasks: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .map(|t| t.unwrap().file_name().to_str().unwrap().parse().unwrap())
+        .collect();
+    assert!(tasks.len() > 1, "worker threads expected: {tasks:?}");
+    for task in tasks {
+        assert_eq!(capability_sets(task), expected, "thread {task}");
+    }
+    agent.wait_log("capabilities reduced");
+
+    // The status socket answers root and refuses everyone else.
+    let status = |user: Option<&str>| {
+        let mut command = match user {
+            Some(uid) => {
+                let mut c = Command::new("setpriv");
+                c.args([
+                    &format!("--reuid={uid}"),
+                    &format!("--regid={uid}"),
+                    "--clear-groups",
+                    env!("CARGO_BIN_EXE_tollgate"),
+                ]);
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_tollgate")),
+        };
+        command
+            .args(["status", "--socket", socket.to_str().unwrap()])
+            .output()
+            .unwrap()
+    };
+    let root = status(None);
+    assert!(root.status.success(), "{root:?}");
+    let nobody = status(Some("65534"));
+    assert!(!nobody.status.success(), "{nobody:?}");
+    assert!(
+        String::from_utf8_lossy(&nobody.stderr).contains("Permission denied"),
+        "{nobody:?}"
+    );
 }
 
 #[test]
