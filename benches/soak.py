@@ -33,13 +33,13 @@ import argparse
 import asyncio
 import csv
 import ctypes
-import errno
 import http.client
 import json
 import os
 import random
 import socket
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -63,7 +63,6 @@ MIN_TTL = 2  # the agent's --fqdn-min-ttl
 # reset, or the L7 403); timed out; anything else that is a denial
 # (unreachable); "broken": connected, but the exchange failed.
 ALLOW, REJECT, DROP, UNREACHABLE, BROKEN = "allow", "reject", "drop", "unreachable", "broken"
-DENIALS = (REJECT, DROP, UNREACHABLE)
 
 # How long an allowed step may take before it counts as a stall, and how
 # long a probe waits for a connection it expects to be dropped.
@@ -925,8 +924,6 @@ def audit_files_kb(path):
 
 def fqdn_kernel_entries():
     """Entries in the FQDN ipsets of the calling thread's namespace."""
-    import subprocess
-
     text = subprocess.run(["ipset", "list", "-t"], capture_output=True, text=True, check=True).stdout
     total, name = 0, ""
     for line in text.splitlines():
