@@ -1008,3 +1008,87 @@ fn connect_with_dstopts(client: &NetNs, addr: SocketAddr) -> TcpStream {
         socket.into()
     })
 }
+
+/// Connections that end leave the L7 flow table: the client's FIN and RST
+/// reach the L7 queue; a RST forgets the connection at once (a FIN after a
+/// grace period, unit-tested in `l7::tests`), and the gauge says so.
+#[test]
+fn closed_connections_leave_the_flow_table() {
+    if !is_root() {
+        return;
+    }
+    let (node, client) = pair("l7c", 6);
+    let dir = tempfile::tempdir().unwrap();
+    let _nginx = nginx(&node, dir.path());
+    let _agent = Agent::start(
+        &node,
+        &write_policy(dir.path(), INGRESS_POLICY),
+        "role=web",
+        &["--metrics-address", "127.0.0.1:9481"],
+    );
+    let flows = || -> u64 {
+        node.ok("curl -sS --max-time 5 http://127.0.0.1:9481/metrics")
+            .lines()
+            .find_map(|l| l.strip_prefix("tollgate_l7_flows_active "))
+            .expect("gauge exported")
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    // Closed with FIN (curl): tracked until the grace period ends.
+    for i in 0..5 {
+        let (code, body) = curl(&client, &format!("http://10.79.6.1/api/v2/fin{i}"));
+        assert_eq!((code, body), (0, format!("ok /api/v2/fin{i}\n")));
+    }
+    wait_until("five connections tracked", Duration::from_secs(5), || {
+        flows() == 5
+    });
+    // Closed with RST (SO_LINGER 0) after a keep-alive request: forgotten.
+    for i in 0..5 {
+        within(&client, || {
+            let mut stream = TcpStream::connect_timeout(
+                &"10.79.6.1:80".parse().unwrap(),
+                Duration::from_secs(3),
+            )
+            .unwrap();
+            stream
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            write!(stream, "GET /api/v2/rst{i} HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+            let mut answer = [0u8; 512];
+            let n = stream.read(&mut answer).unwrap();
+            assert!(answer[..n].starts_with(b"HTTP/1.1 200"));
+            let linger = libc::linger {
+                l_onoff: 1,
+                l_linger: 0,
+            };
+            // SAFETY: setsockopt on an open socket with a valid, sized option.
+            let rc = unsafe {
+                libc::setsockopt(
+                    std::os::fd::AsRawFd::as_raw_fd(&stream),
+                    libc::SOL_SOCKET,
+                    libc::SO_LINGER,
+                    std::ptr::addr_of!(linger).cast(),
+                    std::mem::size_of::<libc::linger>() as libc::socklen_t,
+                )
+            };
+            assert_eq!(rc, 0);
+        });
+    }
+    // One more segment after the last RST updates the gauge; the RSTs'
+    // connections are gone, the FINs' are still in their grace period.
+    assert_eq!(curl(&client, "http://10.79.6.1/api/v2/last").0, 0);
+    wait_until("RST connections forgotten", Duration::from_secs(5), || {
+        flows() == 6
+    });
+    let counters = node.ok("iptables -w -L TOLLGATE-L7 -v -n -x");
+    let matched = |flag: &str| {
+        counters
+            .lines()
+            .find(|l| l.contains(&format!("flags:0x{flag}")))
+            .and_then(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    assert!(matched("01/0x01") >= 5, "FIN rule:\n{counters}");
+    assert!(matched("04/0x04") >= 5, "RST rule:\n{counters}");
+}

@@ -32,8 +32,9 @@
 //!
 //! The L7 queue (default: the first queue after the connection queues that
 //! the DNS queue does not take, 103 here) receives
-//! only segments that may carry payload: the owned chain `TOLLGATE-L7`
-//! returns segments whose IP length equals the IP plus TCP header length
+//! only the client's FIN and RST (so the worker forgets closed connections)
+//! and segments that may carry payload: the owned chain `TOLLGATE-L7`
+//! returns other segments whose IP length equals the IP plus TCP header length
 //! (`u32` tests for every TCP data offset, IPv4 without options and IPv6
 //! without extension headers; anything else is queued, so no payload ever
 //! bypasses it), and server→client packets of *L7 active* connections are
@@ -94,6 +95,8 @@
 //! -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-INPUT -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 //! -A TOLLGATE-INPUT ! -p icmp -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
+//! -A TOLLGATE-L7 -p tcp -m tcp --tcp-flags FIN FIN -j NFQUEUE --queue-num 103
+//! -A TOLLGATE-L7 -p tcp -m tcp --tcp-flags RST RST -j NFQUEUE --queue-num 103
 //! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x28&&0x20>>0x1c=0x5" -j RETURN
 //! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x2c&&0x20>>0x1c=0x6" -j RETURN
 //! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x30&&0x20>>0x1c=0x7" -j RETURN

@@ -227,30 +227,38 @@ fn chain_rules(
     rules
 }
 
-/// The L7 chain: TCP segments without payload (pure ACK, FIN, RST) return,
-/// recognised exactly by `u32` tests that the IP length equals the IP plus
-/// TCP header length, for every TCP data offset (5–15 words) of an IPv4
-/// header without options or an IPv6 header followed directly by TCP.
-/// Anything else, including every segment with payload, goes to the L7
-/// queue.
+/// The L7 chain: the client's FIN and RST go to the L7 queue (the worker
+/// forgets closed connections); other TCP segments without payload (pure
+/// ACKs) return, recognised exactly by `u32` tests that the IP length
+/// equals the IP plus TCP header length, for every TCP data offset (5–15
+/// words) of an IPv4 header without options or an IPv6 header followed
+/// directly by TCP. Anything else, including every segment with payload,
+/// goes to the L7 queue.
 fn l7_rules(config: &Config, family: Family) -> Vec<String> {
-    let mut rules: Vec<String> = (5u32..=15)
-        .map(|words| {
-            let tcp_header = words * 4;
-            let test = match family {
-                // Version 4 and IHL 5; total length; data offset at 20+12.
-                Family::V4 => format!(
-                    "0x0>>0x18=0x45&&0x0&0xffff={:#x}&&0x20>>0x1c={words:#x}",
-                    20 + tcp_header
-                ),
-                // Next header TCP; payload length; data offset at 40+12.
-                Family::V6 => {
-                    format!("0x4>>0x8&0xff=0x6&&0x4>>0x10={tcp_header:#x}&&0x34>>0x1c={words:#x}")
-                }
-            };
-            format!("-m u32 --u32 \"{test}\" -j RETURN")
+    let mut rules: Vec<String> = ["FIN", "RST"]
+        .iter()
+        .map(|flag| {
+            format!(
+                "-p tcp -m tcp --tcp-flags {flag} {flag} -j {}",
+                l7_queue_target(config)
+            )
         })
         .collect();
+    rules.extend((5u32..=15).map(|words| {
+        let tcp_header = words * 4;
+        let test = match family {
+            // Version 4 and IHL 5; total length; data offset at 20+12.
+            Family::V4 => format!(
+                "0x0>>0x18=0x45&&0x0&0xffff={:#x}&&0x20>>0x1c={words:#x}",
+                20 + tcp_header
+            ),
+            // Next header TCP; payload length; data offset at 40+12.
+            Family::V6 => {
+                format!("0x4>>0x8&0xff=0x6&&0x4>>0x10={tcp_header:#x}&&0x34>>0x1c={words:#x}")
+            }
+        };
+        format!("-m u32 --u32 \"{test}\" -j RETURN")
+    }));
     rules.push(format!("-j {}", l7_queue_target(config)));
     rules
 }

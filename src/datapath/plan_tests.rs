@@ -72,6 +72,8 @@ const DEFAULT_V4_SAVE: &str = "\
 -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 -A TOLLGATE-INPUT -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 -A TOLLGATE-INPUT ! -p icmp -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
+-A TOLLGATE-L7 -p tcp -m tcp --tcp-flags FIN FIN -j NFQUEUE --queue-num 103
+-A TOLLGATE-L7 -p tcp -m tcp --tcp-flags RST RST -j NFQUEUE --queue-num 103
 -A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x28&&0x20>>0x1c=0x5\" -j RETURN
 -A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x2c&&0x20>>0x1c=0x6\" -j RETURN
 -A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x30&&0x20>>0x1c=0x7\" -j RETURN
@@ -236,12 +238,19 @@ fn ipv6_table_allows_neighbour_discovery_and_uses_icmp6_reject() {
     );
     assert!(desired.sets["tollgate-endpoints-v4"].members.is_empty());
     let l7 = &desired.v6.chains["TOLLGATE-L7"];
-    assert_eq!(l7.len(), 12);
+    assert_eq!(l7.len(), 14);
     assert_eq!(
-        l7[3],
+        l7[..2],
+        [
+            "-p tcp -m tcp --tcp-flags FIN FIN -j NFQUEUE --queue-num 103",
+            "-p tcp -m tcp --tcp-flags RST RST -j NFQUEUE --queue-num 103"
+        ]
+    );
+    assert_eq!(
+        l7[5],
         "-m u32 --u32 \"0x4>>0x8&0xff=0x6&&0x4>>0x10=0x20&&0x34>>0x1c=0x8\" -j RETURN"
     );
-    assert_eq!(l7[11], "-j NFQUEUE --queue-num 103");
+    assert_eq!(l7[13], "-j NFQUEUE --queue-num 103");
 }
 
 #[test]
@@ -307,8 +316,13 @@ fn open_mode_single_queue_interfaces_and_privileged_entries() {
     let output_v4 = &desired.v4.chains["TOLLGATE-OUTPUT"];
     assert!(output_v4.contains(&"-d 10.0.0.0/24 -p tcp -m tcp --dport 22 -j ACCEPT".to_string()));
     assert!(!output_v4.iter().any(|r| r.starts_with("-s 10.0.0.0")));
+    let l7_v4 = &desired.v4.chains["TOLLGATE-L7"];
     assert_eq!(
-        desired.v4.chains["TOLLGATE-L7"].last().unwrap(),
+        l7_v4[0],
+        "-p tcp -m tcp --tcp-flags FIN FIN -j NFQUEUE --queue-num 9 --queue-bypass"
+    );
+    assert_eq!(
+        l7_v4.last().unwrap(),
         "-j NFQUEUE --queue-num 9 --queue-bypass"
     );
 }

@@ -35,6 +35,13 @@
 //! connection whose state is gone (evicted, idle too long, the agent
 //! restarted) is reset on its next payload, so tollgate never starts
 //! inspecting in the middle of a stream.
+//!
+//! State ends with the connection: the client's RST forgets it at once; its
+//! FIN after [`CLOSE_GRACE`] (a retransmission of the FIN's payload still
+//! finds it; a bare FIN passes without state); a connection that falls
+//! silent after [`Inspector::sweep`] finds it idle past the idle timeout.
+//! So the table holds the connections that are open, not every connection
+//! ever inspected.
 
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, RandomState};
@@ -218,6 +225,11 @@ pub const MAX_DEFERRED: usize = 32;
 /// on Linux) rather than a tail loss probe (from 10 ms), which is dropped.
 pub const STALL: Duration = Duration::from_millis(150);
 
+/// How long the state of a connection whose client sent FIN is kept for
+/// retransmissions of its last segments. The client sends no new bytes
+/// after FIN; a copy of its last payload retransmitted after this is reset.
+pub const CLOSE_GRACE: Duration = Duration::from_secs(30);
+
 /// What the policy said when the handshake was seen.
 #[derive(Debug)]
 enum Access {
@@ -318,6 +330,8 @@ struct FlowState {
     access: Access,
     next_seq: u32,
     last_seen: Instant,
+    /// When the client's FIN was seen.
+    closed_at: Option<Instant>,
     /// Sequence number of the first deferred byte, segments deferred, and
     /// when the first was.
     deferred: Option<(u32, usize, Instant)>,
@@ -325,7 +339,11 @@ struct FlowState {
 
 /// The L7 inspection state of one worker.
 pub struct Inspector {
+    /// Least recently seen first: the order [`Inspector::sweep`] expires in.
     flows: LruCache<FlowKey, FlowState>,
+    /// Connections whose client sent FIN, in the order of their FIN (at
+    /// most one entry per tracked connection).
+    closing: VecDeque<(Instant, FlowKey)>,
     /// Keyed per process, so retransmission checks cannot be steered.
     hasher: RandomState,
     idle_timeout: Duration,
@@ -342,6 +360,7 @@ impl Inspector {
     ) -> Inspector {
         Inspector {
             flows: LruCache::new(max_flows),
+            closing: VecDeque::new(),
             hasher: RandomState::new(),
             idle_timeout,
             max_head,
@@ -393,6 +412,7 @@ impl Inspector {
             access,
             next_seq: client_next_seq,
             last_seen: now,
+            closed_at: None,
             deferred: None,
         };
         self.flows.push(key, state).map(|(old, _)| old)
@@ -406,10 +426,42 @@ impl Inspector {
         } else {
             self.follow(segment, now, &mut requests)
         };
-        if matches!(action, L7Action::Deny(_)) {
+        if matches!(action, L7Action::Deny(_)) || segment.rst {
             self.flows.pop(&segment.key);
+        } else if segment.fin {
+            if let Some(state) = self.flows.peek_mut(&segment.key) {
+                if state.closed_at.is_none() {
+                    state.closed_at = Some(now);
+                    self.closing.push_back((now, segment.key));
+                }
+            }
         }
         Inspection { action, requests }
+    }
+
+    /// Forgets connections closed by their client more than
+    /// [`CLOSE_GRACE`] ago and connections idle past the idle timeout,
+    /// calling `forgotten` for each (their deferred segments must be
+    /// dropped). Cheap when nothing is due: call it after every segment.
+    pub fn sweep(&mut self, now: Instant, mut forgotten: impl FnMut(FlowKey)) {
+        while let Some(&(closed_at, key)) = self.closing.front() {
+            if now.saturating_duration_since(closed_at) < CLOSE_GRACE {
+                break;
+            }
+            self.closing.pop_front();
+            // Unless a new connection with the same addresses took its place.
+            if self.flows.peek(&key).and_then(|s| s.closed_at) == Some(closed_at) {
+                self.flows.pop(&key);
+                forgotten(key);
+            }
+        }
+        while let Some((&key, state)) = self.flows.peek_lru() {
+            if now.saturating_duration_since(state.last_seen) <= self.idle_timeout {
+                break;
+            }
+            self.flows.pop_lru();
+            forgotten(key);
+        }
     }
 
     fn follow(

@@ -15,7 +15,7 @@ pub mod worker;
 
 pub use inspect::{
     Admission, Denial, DenyReason, Inspection, Inspector, L7Action, L7Policy, RequestRecord,
-    Requirement, MAX_DEFERRED, STALL,
+    Requirement, CLOSE_GRACE, MAX_DEFERRED, STALL,
 };
 pub use response::{deny_packets, Injection};
 pub use segment::{parse_segment, tcp_payload_len, FlowKey, Segment, SegmentError};

@@ -61,6 +61,10 @@ pub struct Segment<'a> {
     /// SYN and ACK set: the server's answer to the client's SYN (the key
     /// is then named from the sender's side: `client` is the server).
     pub syn_ack: bool,
+    /// FIN set: the client has sent everything.
+    pub fin: bool,
+    /// RST set: the client abandons the connection.
+    pub rst: bool,
     pub payload: &'a [u8],
 }
 
@@ -83,6 +87,8 @@ pub fn parse_segment(packet: &[u8]) -> Result<Segment<'_>, SegmentError> {
         seq: tcp.sequence_number(),
         ack: tcp.acknowledgment_number(),
         syn_ack: tcp.syn() && tcp.ack(),
+        fin: tcp.fin(),
+        rst: tcp.rst(),
         payload: tcp.payload(),
     })
 }

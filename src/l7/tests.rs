@@ -69,7 +69,17 @@ fn segment(key: FlowKey, seq: u32, payload: &[u8]) -> Segment<'_> {
         seq,
         ack: 7000,
         syn_ack: false,
+        fin: false,
+        rst: false,
         payload,
+    }
+}
+
+/// The client's FIN (with `payload`, possibly empty).
+fn fin(key: FlowKey, seq: u32, payload: &[u8]) -> Segment<'_> {
+    Segment {
+        fin: true,
+        ..segment(key, seq, payload)
     }
 }
 
@@ -632,6 +642,8 @@ fn forbidden_and_reset_packets_carry_the_right_numbers() {
             seq: 1000,
             ack: 5000,
             syn_ack: false,
+            fin: false,
+            rst: false,
             payload,
         };
         inspector.handshake(k, 1000, None, (&policy, &NoFqdn), Instant::now());
@@ -736,4 +748,73 @@ proptest::proptest! {
         let mut inspector = inspector(4, L7DenyResponse::Forbidden);
         let _ = feed(&mut inspector, &policy, (key(30, 80), 3), &bytes, piece, Instant::now());
     }
+}
+
+#[test]
+fn closed_connections_are_forgotten() {
+    let policy = ruleset();
+    let now = Instant::now();
+    let mut inspector = inspector(16, L7DenyResponse::Forbidden);
+    let get = b"GET /api/v2/x HTTP/1.1\r\n\r\n";
+    let len = get.len() as u32;
+    let mut forgotten = Vec::new();
+    let mut sweep = |inspector: &mut Inspector, at| {
+        let mut keys = Vec::new();
+        inspector.sweep(at, |k| keys.push(k));
+        forgotten.extend(keys.iter().copied());
+        keys
+    };
+
+    // The client's RST: forgotten at once.
+    let reset = key(20, 80);
+    start(&mut inspector, &policy, (reset, 1), get, now);
+    let rst = Segment {
+        rst: true,
+        ..segment(reset, 1 + len, b"")
+    };
+    assert_eq!(inspector.inspect(&rst, now).action, L7Action::Pass);
+    assert_eq!(inspector.len(), 0);
+
+    // A FIN carrying the last request: decided like any segment, the state
+    // kept for CLOSE_GRACE so a retransmission of it still passes.
+    let closed = key(21, 80);
+    start(&mut inspector, &policy, (closed, 1), get, now);
+    let last = inspector.inspect(&fin(closed, 1 + len, get), now);
+    assert_eq!(last.action, L7Action::Pass);
+    assert!(last.requests[0].allowed);
+    let soon = now + CLOSE_GRACE / 2;
+    assert!(sweep(&mut inspector, soon).is_empty());
+    let again = inspector.inspect(&fin(closed, 1 + len, get), soon);
+    assert_eq!(again.action, L7Action::Pass);
+    // A bare FIN repeated: no second closing entry.
+    inspector.inspect(&fin(closed, 1 + 2 * len, b""), soon);
+    assert_eq!(sweep(&mut inspector, now + CLOSE_GRACE), [closed]);
+    assert_eq!(inspector.len(), 0);
+    // A bare FIN without state (after the grace) passes: it carries nothing.
+    let late = inspector.inspect(&fin(closed, 1 + 2 * len, b""), now + CLOSE_GRACE);
+    assert_eq!(late.action, L7Action::Pass);
+
+    // A connection reusing the addresses of one that closed keeps its state
+    // when the old one's grace ends.
+    let reused = key(22, 80);
+    start(&mut inspector, &policy, (reused, 1), get, now);
+    inspector.inspect(&fin(reused, 1 + len, b""), now);
+    let t = now + Duration::from_secs(1);
+    start(&mut inspector, &policy, (reused, 5000), get, t);
+    assert!(sweep(&mut inspector, now + CLOSE_GRACE).is_empty());
+    let next = inspector.inspect(&segment(reused, 5000 + len, get), t);
+    assert_eq!(next.action, L7Action::Pass);
+
+    // Silent connections go when idle past the timeout (60 s here), least
+    // recently seen first; a connection seen since stays.
+    let quiet = key(23, 80);
+    let busy = key(24, 80);
+    let t2 = t + Duration::from_secs(1);
+    start(&mut inspector, &policy, (quiet, 1), get, t2);
+    start(&mut inspector, &policy, (busy, 1), get, t2);
+    inspector.inspect(&segment(busy, 1 + len, get), t2 + Duration::from_secs(40));
+    let swept = sweep(&mut inspector, t2 + Duration::from_secs(61));
+    assert_eq!(swept, [reused, quiet]);
+    assert_eq!(inspector.len(), 1, "only the busy connection is left");
+    assert!(forgotten.contains(&closed));
 }

@@ -277,6 +277,7 @@ fn run<P: L7Policy>(
             }
             Ok(segment) => {
                 let key = segment.key;
+                let reset = segment.rst;
                 let inspection = inspector.inspect(&segment, Instant::now());
                 for record in &inspection.requests {
                     let counter = &request_counters[usize::from(record.allowed)];
@@ -333,10 +334,19 @@ fn run<P: L7Policy>(
                         verdicts.push((message, nfq::Verdict::Repeat));
                     }
                 }
+                if reset {
+                    // The inspector forgot the connection: nothing held
+                    // for it will ever be released.
+                    drop_all(&mut verdicts, &mut deferred_total, deferred.remove(&key));
+                }
             }
         }
-        stats.flows.store(inspector.len() as u64, Ordering::Relaxed);
-        observers.metrics.l7_flows_active(inspector.len() as u64);
+        inspector.sweep(Instant::now(), |key| {
+            drop_all(&mut verdicts, &mut deferred_total, deferred.remove(&key));
+        });
+        let flows = inspector.len() as u64;
+        stats.flows.store(flows, Ordering::Relaxed);
+        observers.metrics.l7_flows_active(flows);
         for (mut message, verdict) in verdicts {
             message.set_verdict(verdict);
             if socket.verdict(message).is_err() {

@@ -477,8 +477,11 @@ type CachedRule = (Arc<RuleRef>, Counter, Option<Counter>);
 /// cache of the counters each (rule, verdict) increments, so a decided
 /// connection costs two atomic increments and a small hash lookup instead
 /// of building label strings. The cache holds the rule (so its address is
-/// not reused while cached) and is emptied when it reaches
-/// [`WorkerMetrics::MAX_CACHED`] entries (old rulesets are let go).
+/// not reused while cached). A rule only the cache still holds belongs to a
+/// ruleset no longer in force: such entries are dropped whenever a new rule
+/// is cached, so policy reloads do not pile up old rulesets' rules; and
+/// the cache is emptied if it reaches [`WorkerMetrics::MAX_CACHED`]
+/// entries all the same.
 pub struct WorkerMetrics {
     metrics: Arc<Metrics>,
     latency: Histogram,
@@ -508,8 +511,12 @@ impl WorkerMetrics {
         match by {
             DecidedBy::Rule(rule) => {
                 let key = (Arc::as_ptr(rule) as usize, verdict);
-                if self.rules.len() >= Self::MAX_CACHED && !self.rules.contains_key(&key) {
-                    self.rules.clear();
+                if !self.rules.contains_key(&key) {
+                    self.rules
+                        .retain(|_, (cached, _, _)| Arc::strong_count(cached) > 1);
+                    if self.rules.len() >= Self::MAX_CACHED {
+                        self.rules.clear();
+                    }
                 }
                 let metrics = &self.metrics;
                 let (_, by_tier, by_rule) = self.rules.entry(key).or_insert_with(|| {

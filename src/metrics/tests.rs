@@ -159,6 +159,34 @@ fn worker_cache_counts_into_the_shared_series() {
 }
 
 #[test]
+fn worker_cache_lets_go_of_rules_no_ruleset_holds() {
+    let m = Arc::new(Metrics::new());
+    let mut w = WorkerMetrics::new(Arc::clone(&m), 1);
+    // Rulesets after one another (a reload each): the previous one's rules
+    // are dropped by the agent, the cache keeps only the ruleset in force.
+    let mut previous: Vec<Arc<RuleRef>> = Vec::new();
+    for generation in 0..50 {
+        let current: Vec<Arc<RuleRef>> = (0..6)
+            .map(|i| Arc::new(rule(&format!("r{i}"), None)))
+            .collect();
+        drop(previous);
+        for r in &current {
+            w.decided(Verdict::Allow, &DecidedBy::Rule(Arc::clone(r)));
+            w.decided(Verdict::Allow, &DecidedBy::Rule(Arc::clone(r)));
+        }
+        assert_eq!(w.rules.len(), 6, "generation {generation}");
+        previous = current;
+    }
+    let hits: f64 = m
+        .render()
+        .lines()
+        .filter(|l| l.starts_with("tollgate_rule_hits_total{"))
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap())
+        .sum();
+    assert_eq!(hits, 50.0 * 6.0 * 2.0);
+}
+
+#[test]
 fn worker_cache_is_bounded() {
     let m = Arc::new(Metrics::new());
     let mut w = WorkerMetrics::new(Arc::clone(&m), 1);
