@@ -10,7 +10,7 @@ pub mod http;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
@@ -471,15 +471,16 @@ impl Metrics {
 
 /// A cached rule (kept alive so its address stays unique), its verdict
 /// counter and its rule-hit counter.
-type CachedRule = (Arc<RuleRef>, Counter, Option<Counter>);
+type CachedRule = (Weak<RuleRef>, Counter, Option<Counter>);
 
 /// One worker's view of the metrics: its queue's latency histogram and a
 /// cache of the counters each (rule, verdict) increments, so a decided
 /// connection costs two atomic increments and a small hash lookup instead
-/// of building label strings. The cache holds the rule (so its address is
-/// not reused while cached). A rule only the cache still holds belongs to a
-/// ruleset no longer in force: such entries are dropped whenever a new rule
-/// is cached, so policy reloads do not pile up old rulesets' rules; and
+/// of building label strings. The cache holds a weak reference to the rule
+/// (its allocation, so its address is not reused while cached, but not the
+/// rule). A rule no ruleset holds any more is gone: such entries are
+/// dropped whenever a new rule is cached, so policy reloads do not pile up
+/// entries; and
 /// the cache is emptied if it reaches [`WorkerMetrics::MAX_CACHED`]
 /// entries all the same.
 pub struct WorkerMetrics {
@@ -513,7 +514,7 @@ impl WorkerMetrics {
                 let key = (Arc::as_ptr(rule) as usize, verdict);
                 if !self.rules.contains_key(&key) {
                     self.rules
-                        .retain(|_, (cached, _, _)| Arc::strong_count(cached) > 1);
+                        .retain(|_, (cached, _, _)| cached.strong_count() > 0);
                     if self.rules.len() >= Self::MAX_CACHED {
                         self.rules.clear();
                     }
@@ -521,7 +522,7 @@ impl WorkerMetrics {
                 let metrics = &self.metrics;
                 let (_, by_tier, by_rule) = self.rules.entry(key).or_insert_with(|| {
                     let (by_tier, by_rule) = metrics.verdict_series(verdict, Some(rule), false);
-                    (Arc::clone(rule), by_tier, by_rule)
+                    (Arc::downgrade(rule), by_tier, by_rule)
                 });
                 by_tier.inc();
                 if let Some(by_rule) = by_rule {

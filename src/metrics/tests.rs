@@ -162,6 +162,8 @@ fn worker_cache_counts_into_the_shared_series() {
 fn worker_cache_lets_go_of_rules_no_ruleset_holds() {
     let m = Arc::new(Metrics::new());
     let mut w = WorkerMetrics::new(Arc::clone(&m), 1);
+    // A second worker caches the same rules: it must not keep them alive.
+    let mut other = WorkerMetrics::new(Arc::clone(&m), 2);
     // Rulesets after one another (a reload each): the previous one's rules
     // are dropped by the agent, the cache keeps only the ruleset in force.
     let mut previous: Vec<Arc<RuleRef>> = Vec::new();
@@ -173,8 +175,10 @@ fn worker_cache_lets_go_of_rules_no_ruleset_holds() {
         for r in &current {
             w.decided(Verdict::Allow, &DecidedBy::Rule(Arc::clone(r)));
             w.decided(Verdict::Allow, &DecidedBy::Rule(Arc::clone(r)));
+            other.decided(Verdict::Drop, &DecidedBy::Rule(Arc::clone(r)));
         }
         assert_eq!(w.rules.len(), 6, "generation {generation}");
+        assert_eq!(other.rules.len(), 6, "generation {generation}");
         previous = current;
     }
     let hits: f64 = m
@@ -183,7 +187,7 @@ fn worker_cache_lets_go_of_rules_no_ruleset_holds() {
         .filter(|l| l.starts_with("tollgate_rule_hits_total{"))
         .map(|l| l.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap())
         .sum();
-    assert_eq!(hits, 50.0 * 6.0 * 2.0);
+    assert_eq!(hits, 50.0 * 6.0 * 3.0);
 }
 
 #[test]
