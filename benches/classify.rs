@@ -21,7 +21,7 @@ use std::time::Instant;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use tollgate::classify::NoFqdn;
 use tollgate::compile::{LocalNode, Ruleset};
-use tollgate::flow::{Flow, Transport};
+use tollgate::packet::flow::{Flow, Transport};
 use tollgate::model::{Object, Snapshot, Sourced};
 
 /// Counts live heap bytes, to report the compiled ruleset's memory.
@@ -141,7 +141,7 @@ fn classify(c: &mut Criterion) {
                 let mut allowed = 0usize;
                 for flow in &flows {
                     if rs.classify(black_box(flow), &NoFqdn).verdict
-                        == tollgate::flow::Verdict::Allow
+                        == tollgate::packet::flow::Verdict::Allow
                     {
                         allowed += 1;
                     }

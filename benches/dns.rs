@@ -11,7 +11,7 @@ use hickory_proto::rr::{Name, RData, Record, RecordType};
 use tollgate::classify::FqdnLookup;
 use tollgate::dns::parse_reply;
 use tollgate::fqdn::{DnsSnooper, FqdnLearner, FqdnPattern, LearnerConfig};
-use tollgate::queue::FqdnMirror;
+use tollgate::workers::FqdnMirror;
 
 fn name(text: &str) -> Name {
     Name::from_ascii(text).expect("bench names are valid")

@@ -14,9 +14,10 @@ use tollgate::audit::Timestamp;
 use tollgate::classify::NoFqdn;
 use tollgate::compile::{LocalNode, Ruleset};
 use tollgate::config::{FailMode, MarkLayout};
-use tollgate::flow::Verdict;
+use tollgate::packet::flow::Verdict;
 use tollgate::model::Snapshot;
-use tollgate::queue::{parse_flow, step};
+use tollgate::decide::step;
+use tollgate::packet::parse_flow;
 
 /// A TCP SYN with 200 bytes of payload, cut to the 128-byte queue copy.
 fn syn(builder: PacketBuilderStep<IpHeaders>) -> Vec<u8> {
@@ -73,9 +74,9 @@ fn bench(c: &mut Criterion) {
     // What a worker adds per decided connection: the verdict and rule-hit
     // counters, and the latency histogram.
     let mut metrics =
-        tollgate::metrics::WorkerMetrics::new(std::sync::Arc::new(Default::default()), 100);
+        tollgate::telemetry::WorkerMetrics::new(std::sync::Arc::new(Default::default()), 100);
     let decided = step(&v4, 0, &logged, &NoFqdn, &marks, FailMode::Closed, NOW);
-    let tollgate::queue::Outcome::Decided { by, .. } = decided.outcome else {
+    let tollgate::decide::Outcome::Decided { by, .. } = decided.outcome else {
         panic!("a rule decides");
     };
     c.bench_function("metrics/verdict-rule-hit-and-latency", |b| {

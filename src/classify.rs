@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::compile::rule::port_protocol;
 use crate::compile::{CompiledRule, DirectionTable, Endpoint, RuleRef, Ruleset};
-use crate::flow::{Flow, Verdict};
+use crate::packet::flow::{Flow, Verdict};
 use crate::fqdn::FqdnPattern;
 use crate::model::{Direction, L7Protocol, PortProtocol, RuleAction};
 

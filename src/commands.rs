@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use crate::classify::{Decision, DirectionDecision, NoFqdn, Outcome, StaticFqdn};
 use crate::compile::{LocalNode, PolicySummary, Ruleset};
-use crate::flow::{Flow, Transport, Verdict};
+use crate::packet::flow::{Flow, Transport, Verdict};
 use crate::http::{self, HttpEvent, RequestHead, RequestTracker, DEFAULT_MAX_HEAD};
 use crate::model::{Kind, Object, Snapshot};
 use crate::source;

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::compile::{PolicySummary, Ruleset};
 use crate::config::FailMode;
-use crate::queue::{parse_kernel_counters, QueueStats, PROC_QUEUES};
+use crate::workers::{parse_kernel_counters, QueueStats, PROC_QUEUES};
 
 /// Where `tollgate run` listens and the CLI connects unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/tollgate/tollgate.sock";

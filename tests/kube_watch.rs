@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tollgate::compile::{LocalNode, Ruleset};
-use tollgate::kubernetes::{Admitted, Connection, KubeSource, Latest};
-use tollgate::metrics::Metrics;
+use tollgate::source::kube::{Admitted, Connection, KubeSource, Latest};
+use tollgate::telemetry::Metrics;
 
 use fake_api::{collection, FakeApi};
 

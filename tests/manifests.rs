@@ -54,7 +54,7 @@ fn crds_are_custom_resource_definitions_for_every_kind_tollgate_watches() {
             crd.spec.scope,
         ));
     }
-    for resource in tollgate::kubernetes::RESOURCES
+    for resource in tollgate::source::kube::RESOURCES
         .iter()
         .filter(|r| r.group == "crd.antrea.io")
     {
@@ -84,7 +84,7 @@ fn rbac_grants_list_and_watch_of_every_watched_resource_only() {
     for rule in &rules {
         assert_eq!(rule.verbs, ["list", "watch"]);
     }
-    for resource in &tollgate::kubernetes::RESOURCES {
+    for resource in &tollgate::source::kube::RESOURCES {
         assert!(
             rules.iter().any(|r| {
                 r.api_groups.as_deref().unwrap_or_default() == [resource.group]

@@ -18,9 +18,10 @@ use tollgate::classify::FqdnLookup;
 use tollgate::compile::Enforced;
 use tollgate::config::{MachineDefaults, Settings};
 use tollgate::datapath::{desired, Kernel};
-use tollgate::flow::{Flow, Transport, Verdict};
-use tollgate::metrics::Metrics;
-use tollgate::queue::{FqdnMirror, Observers, Policy, Ruling, Worker, WorkerConfig};
+use tollgate::packet::flow::{Flow, Transport, Verdict};
+use tollgate::telemetry::Metrics;
+use tollgate::decide::{Policy, Ruling};
+use tollgate::workers::{FqdnMirror, Observers, Worker, WorkerConfig};
 
 /// A background process, killed on drop.
 struct Background(Child);

@@ -23,7 +23,7 @@ use std::path::Path;
 use libfuzzer_sys::fuzz_target;
 use tollgate::classify::{NoFqdn, StaticFqdn};
 use tollgate::compile::{LocalNode, Ruleset};
-use tollgate::flow::{Flow, Transport, Verdict};
+use tollgate::packet::flow::{Flow, Transport, Verdict};
 use tollgate::model::Snapshot;
 use tollgate::source::parse_documents;
 use tollgate::validate::validate;

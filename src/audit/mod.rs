@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use crate::flow::{Flow, Verdict};
+use crate::packet::flow::{Flow, Verdict};
 use crate::model::Direction;
 
 mod subject;

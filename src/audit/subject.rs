@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::classify::{Decision, DirectionDecision, Outcome};
 use crate::compile::{Endpoint, PolicyKind, RuleRef, Ruleset};
-use crate::flow::{Flow, Verdict};
+use crate::packet::flow::{Flow, Verdict};
 use crate::model::Direction;
 
 use super::{AuditRecord, Decider, Timestamp};

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::flow::Transport;
+use crate::packet::flow::Transport;
 
 fn flow(src: &str, sport: Option<u16>, dst: &str, dport: Option<u16>, icmp: bool) -> Flow {
     let transport = if icmp {
@@ -233,7 +233,7 @@ mod through_the_step {
     use crate::compile::{LocalNode, Ruleset};
     use crate::config::{FailMode, MarkLayout};
     use crate::model::Snapshot;
-    use crate::queue::step;
+    use crate::decide::step;
     use etherparse::PacketBuilder;
 
     const POLICIES: &str = "apiVersion: v1

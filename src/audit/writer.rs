@@ -13,10 +13,10 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::metrics::{AuditSkip, Metrics};
+use crate::telemetry::{AuditSkip, Metrics};
 
 use super::{AuditRecord, Deduplicator, RateLimiter, Timestamp};
-use crate::flow::Verdict;
+use crate::packet::flow::Verdict;
 
 /// Lines per second (the spec's figure; Antrea's agent now defaults to
 /// 5000 — set `auditRate` to follow it).
@@ -316,7 +316,7 @@ fn open_append(path: &Path) -> Result<File, AuditError> {
 mod tests {
     use super::*;
     use crate::audit::Decider;
-    use crate::flow::{Flow, Transport};
+    use crate::packet::flow::{Flow, Transport};
     use crate::model::Direction;
 
     fn record(verdict: Verdict, src_port: u16, micros: u64) -> AuditRecord {

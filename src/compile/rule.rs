@@ -10,7 +10,7 @@ use std::sync::Arc;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
-use crate::flow::{Flow, Transport};
+use crate::packet::flow::{Flow, Transport};
 use crate::model::{Direction, L7Protocol, PortProtocol, RuleAction};
 
 /// The kind of policy a rule belongs to, spelled as the audit log spells it.

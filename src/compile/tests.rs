@@ -4,7 +4,7 @@
 use std::net::IpAddr;
 
 use crate::classify::{NoFqdn, Outcome, StaticFqdn};
-use crate::flow::{Flow, Transport, Verdict};
+use crate::packet::flow::{Flow, Transport, Verdict};
 use crate::model::Snapshot;
 
 use super::{LocalNode, Ruleset};

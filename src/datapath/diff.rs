@@ -109,7 +109,7 @@ pub struct SetWrite {
     pub exists: bool,
 }
 
-/// Everything to change, in the order [`super::apply`] runs it: sets are
+/// Everything to change, in the order [`super::kernel`] runs it: sets are
 /// created or refilled first (rules may refer to them), then the tables,
 /// then sets no longer referenced are destroyed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

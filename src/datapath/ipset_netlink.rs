@@ -3,7 +3,7 @@
 //! per-entry timeout, several entries in one `sendmsg`, and waits for the
 //! kernel's acknowledgement of each. Spawning `ipset add` costs ~3 ms per
 //! call; one batch here costs tens of microseconds. It never creates or
-//! destroys sets (that is [`super::apply`]'s `ipset restore`), and it is
+//! destroys sets (that is [`super::kernel`]'s `ipset restore`), and it is
 //! the only code in tollgate that speaks the ipset netlink protocol.
 //!
 //! Wire format of one request (all integers host order unless flagged):

@@ -4,7 +4,7 @@
 //! not own, nor an entry of a learned (FQDN) set: those belong to the DNS
 //! worker. The desired state is planned by pure functions ([`plan`]),
 //! compared with what is installed ([`state`], [`diff`]), and only the
-//! difference is written, in one batch per table ([`apply`]), in the
+//! difference is written, in one batch per table ([`kernel`]), in the
 //! order [`transition`] explains: a failing write leaves the previous or
 //! the next ruleset enforced, and is retried with backoff ([`retry`]).
 //!
@@ -161,7 +161,7 @@
 //! NFQUEUE rules. Everything not matched falls off the end of the owned
 //! chain and continues in the built-in chain untouched.
 
-pub mod apply;
+pub mod kernel;
 pub mod diff;
 pub mod ipset_netlink;
 pub mod plan;
@@ -169,7 +169,7 @@ pub mod retry;
 pub mod state;
 pub mod transition;
 
-pub use apply::{learned_sets, Backend, Kernel};
+pub use kernel::{learned_sets, Backend, Kernel};
 pub use diff::Changes;
 pub use plan::{desired, Hook};
 pub use retry::{Backoff, Recovered, Retry};

@@ -369,5 +369,4 @@ fn queue_rules(config: &Config, enforced: &Enforced, family: Family, hook: Hook)
 }
 
 #[cfg(test)]
-#[path = "plan_tests.rs"]
 mod tests;

@@ -1,7 +1,7 @@
 //! How the datapath moves from one ruleset to the next so that a write
 //! failing at any point leaves traffic under the previous ruleset or the
 //! next one, never under a mix that neither would allow. Pure: it plans
-//! states and orders writes; [`super::apply`] runs them.
+//! states and orders writes; [`super::kernel`] runs them.
 //!
 //! # What enforces what
 //!
@@ -144,5 +144,4 @@ pub fn union(a: &[FqdnPattern], b: &[FqdnPattern]) -> Vec<FqdnPattern> {
 }
 
 #[cfg(test)]
-#[path = "transition_tests.rs"]
 mod tests;

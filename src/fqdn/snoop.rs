@@ -241,5 +241,4 @@ struct TcpSegment<'a> {
 }
 
 #[cfg(test)]
-#[path = "snoop_tests.rs"]
 mod tests;

@@ -54,12 +54,12 @@ use lru::LruCache;
 use crate::classify::{FqdnLookup, LocalSide};
 use crate::compile::{Endpoint, RuleRef, Ruleset};
 use crate::config::L7DenyResponse;
-use crate::flow::{Flow, Verdict};
+use crate::packet::flow::{Flow, Verdict};
 use crate::http::{HttpEvent, HttpRule, Malformed, RequestHead, RequestTracker};
 use crate::model::TlsProtocol;
 use crate::tls::{client_hello_sni, TlsError, MAX_CLIENT_HELLO};
 
-use super::segment::{FlowKey, Segment};
+use crate::packet::segment::{FlowKey, Segment};
 
 /// One L7 rule that decided the connection: every HTTP request must match
 /// one of its `http` alternatives, a TLS connection's ClientHello one of

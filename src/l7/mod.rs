@@ -10,16 +10,12 @@
 
 pub mod inspect;
 pub mod response;
-pub mod segment;
-pub mod worker;
 
 pub use inspect::{
     Admission, Denial, DenyReason, Inspection, Inspector, L7Action, L7Policy, RequestRecord,
     Requirement, CLOSE_GRACE, MAX_DEFERRED, STALL,
 };
 pub use response::{deny_packets, Injection};
-pub use segment::{parse_segment, tcp_payload_len, FlowKey, Segment, SegmentError};
-pub use worker::{L7Stats, L7Worker, L7WorkerConfig};
 
 #[cfg(test)]
 mod tests;

@@ -13,7 +13,7 @@ use etherparse::PacketBuilder;
 use crate::config::L7DenyResponse;
 
 use super::inspect::{Denial, DenyReason};
-use super::segment::Segment;
+use crate::packet::segment::Segment;
 
 const TTL: u8 = 64;
 

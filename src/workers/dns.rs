@@ -21,9 +21,9 @@ use crate::fqdn::{
     DnsSnooper, FqdnLearner, FqdnPattern, IpsetChange, LearnerConfig, LearnerCounters, Release,
     RestoredEntry, SnoopEvent, DEFAULT_MAX_TCP_FLOWS, DEFAULT_MAX_TCP_MESSAGE,
 };
-use crate::metrics::Metrics;
+use crate::telemetry::Metrics;
 
-use super::worker::{open_queue, QueueError};
+use super::connection::{open_queue, QueueError};
 
 /// Bytes copied per queued reply: a whole packet (the kernel segments
 /// GSO packets for a queue without the GSO flag).

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use etherparse::{IpNumber, IpSlice, LaxIpSlice, TcpSlice};
 
-use crate::flow::{Flow, Transport};
+use crate::packet::flow::{Flow, Transport};
 
 /// Why a queued packet is not a readable TCP segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]

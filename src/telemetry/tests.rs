@@ -5,7 +5,7 @@ use std::sync::Arc;
 use super::*;
 use crate::compile::{PolicyKind, PolicyRef};
 use crate::model::{Direction, RuleAction};
-use crate::queue::DecidedBy;
+use crate::decide::DecidedBy;
 
 fn rule(name: &str, tier: Option<&str>) -> RuleRef {
     RuleRef {

@@ -28,10 +28,10 @@ use crate::config::{
 };
 use crate::datapath::{self, transition, ApplyError, Backoff, DatapathError, Kernel, Retry};
 use crate::fqdn::{FqdnPattern, LearnerConfig};
-use crate::l7::{L7Stats, L7Worker, L7WorkerConfig};
-use crate::metrics::{Metrics, ReloadResult};
-use crate::policy_watch::{PolicyWatch, Refresh, WatchError};
-use crate::queue::{
+use crate::workers::{L7Stats, L7Worker, L7WorkerConfig};
+use crate::telemetry::{Metrics, ReloadResult};
+use crate::source::watch::{PolicyWatch, Refresh, WatchError};
+use crate::workers::{
     parse_kernel_counters, DnsStats, DnsWorker, DnsWorkerConfig, FqdnMirror, Observers, Worker,
     WorkerConfig, PROC_QUEUES,
 };
@@ -57,7 +57,7 @@ pub struct RunArgs {
     )]
     pub policies: Option<PathBuf>,
     #[command(flatten)]
-    pub kube: crate::kubernetes::KubeArgs,
+    pub kube: crate::source::kube::KubeArgs,
     /// YAML configuration file.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -167,19 +167,19 @@ pub enum AgentError {
     #[error("datapath: {0}")]
     Apply(#[from] ApplyError),
     #[error(transparent)]
-    Queue(#[from] crate::queue::QueueError),
+    Queue(#[from] crate::workers::QueueError),
     #[error("reading interface addresses: {0}")]
     Addresses(String),
     #[error(transparent)]
     Watch(#[from] WatchError),
     #[error(transparent)]
-    Kubernetes(#[from] crate::kubernetes::KubeError),
+    Kubernetes(#[from] crate::source::kube::KubeError),
     #[error("installing signal handlers: {0}")]
     Signals(std::io::Error),
     #[error(transparent)]
     Audit(#[from] crate::audit::AuditError),
     #[error(transparent)]
-    Metrics(#[from] crate::metrics::http::ListenError),
+    Metrics(#[from] crate::telemetry::http::ListenError),
     #[error(transparent)]
     Status(#[from] crate::status::StatusError),
     #[error(transparent)]
@@ -236,8 +236,8 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
             (Policies::Directory(dir.clone()), Some(watch))
         }
         None => {
-            let connection = crate::kubernetes::Connection::from_args(&args.kube);
-            let source = crate::kubernetes::KubeSource::spawn(
+            let connection = crate::source::kube::Connection::from_args(&args.kube);
+            let source = crate::source::kube::KubeSource::spawn(
                 connection,
                 Arc::clone(&metrics),
                 move || {
@@ -336,7 +336,7 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
     ));
     let _status_server = serve_status(config.status_socket.as_deref(), Arc::clone(&status))?;
     if let Some(address) = config.metrics_address {
-        let bound = crate::metrics::http::serve(address, Arc::clone(&metrics))?;
+        let bound = crate::telemetry::http::serve(address, Arc::clone(&metrics))?;
         tracing::info!(address = %bound, "metrics listening");
     }
 
@@ -479,7 +479,7 @@ enum Policies {
     /// The API server: invalid objects are skipped by the source, which
     /// publishes admitted snapshots; before the first one, the ruleset is
     /// empty (only privileged rules and the node's own defaults apply).
-    Kubernetes(crate::kubernetes::KubeSource),
+    Kubernetes(crate::source::kube::KubeSource),
 }
 
 impl Policies {
@@ -557,7 +557,7 @@ impl Agent {
     fn start_dns_worker(
         &mut self,
         selectors: &[FqdnPattern],
-    ) -> Result<(), crate::queue::QueueError> {
+    ) -> Result<(), crate::workers::QueueError> {
         if self.dns.is_some() || selectors.is_empty() {
             return Ok(());
         }

@@ -220,5 +220,4 @@ fn validate_host_name(raw: &[u8]) -> Result<String, TlsError> {
 }
 
 #[cfg(test)]
-#[path = "tls_tests.rs"]
 mod tests;

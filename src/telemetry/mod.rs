@@ -22,8 +22,9 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use crate::compile::RuleRef;
-use crate::flow::Verdict;
-use crate::queue::{parse_kernel_counters, DecidedBy, QueueStats, PROC_QUEUES};
+use crate::packet::flow::Verdict;
+use crate::decide::DecidedBy;
+use crate::workers::{parse_kernel_counters, QueueStats, PROC_QUEUES};
 
 /// At most this many distinct (policy, rule) series; hits of further rules
 /// are counted under `policy="_other", rule="_other"`.
@@ -624,7 +625,7 @@ impl Collector for QueueCollector {
                 ConstCounter::new(read(stats)).encode(family.encode_family(&labels)?)?;
             }
         }
-        type Kernel = fn(&crate::queue::KernelCounters) -> u64;
+        type Kernel = fn(&crate::workers::KernelCounters) -> u64;
         let kernel_counters: [(&str, &str, Kernel); 3] = [
             (
                 "queue_kernel_queued",

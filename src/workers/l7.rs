@@ -20,15 +20,15 @@ use prometheus_client::metrics::counter::Counter;
 use crate::audit::Subject;
 use crate::classify::LocalSide;
 use crate::config::{FailMode, L7Config, MarkLayout};
-use crate::flow::Verdict;
+use crate::packet::flow::Verdict;
 use crate::http::DEFAULT_MAX_HEAD;
-use crate::queue::dns::FqdnMirror;
-use crate::queue::worker::{open_queue, wall_clock};
-use crate::queue::{Observers, QueueError};
+use crate::workers::dns::FqdnMirror;
+use crate::workers::connection::{open_queue, wall_clock};
+use crate::workers::{Observers, QueueError};
 
-use super::inspect::{Inspector, L7Action, L7Policy, RequestRecord};
-use super::response::{deny_packets, Injection};
-use super::segment::{parse_segment, FlowKey};
+use crate::l7::inspect::{Inspector, L7Action, L7Policy, RequestRecord};
+use crate::l7::response::{deny_packets, Injection};
+use crate::packet::segment::{parse_segment, FlowKey};
 
 /// Whole packets: a request head must be read from the segment itself.
 const COPY_RANGE: u16 = 0xffff;
@@ -261,7 +261,7 @@ fn run<P: L7Policy>(
                 let policy = policy.load();
                 // The SYN-ACK runs server→client: the Node's side of it is
                 // the opposite side of the client→server flow.
-                let local = crate::queue::local_side(message.get_hook());
+                let local = crate::decide::local_side(message.get_hook());
                 let forgotten = inspector.handshake(
                     key,
                     segment.ack,
@@ -321,7 +321,7 @@ fn run<P: L7Policy>(
                         verdicts.push((message, nfq::Verdict::Drop));
                     }
                     L7Action::Deny(denial) => {
-                        if !matches!(denial.reason, super::DenyReason::Request { .. }) {
+                        if !matches!(denial.reason, crate::l7::DenyReason::Request { .. }) {
                             stats.resets.fetch_add(1, Ordering::Relaxed);
                         }
                         drop_all(&mut verdicts, &mut deferred_total, deferred.remove(&key));

@@ -7,7 +7,7 @@ use std::net::Ipv4Addr;
 
 use etherparse::{IpNumber, LaxIpSlice};
 
-use crate::flow::{Flow, Transport};
+use crate::packet::flow::{Flow, Transport};
 
 /// Why a queued packet could not be reduced to a flow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -131,5 +131,4 @@ fn igmp(bytes: &[u8]) -> Result<Transport, PacketError> {
 }
 
 #[cfg(test)]
-#[path = "packet_tests.rs"]
 mod tests;

@@ -8,7 +8,7 @@ use crate::audit::{AuditRecord, Subject, Timestamp};
 use crate::classify::{FqdnLookup, LocalSide, Outcome as ClassifyOutcome};
 use crate::compile::{RuleRef, Ruleset};
 use crate::config::{FailMode, MarkLayout};
-use crate::flow::{Flow, Transport, Verdict};
+use crate::packet::flow::{Flow, Transport, Verdict};
 
 use super::packet::{packet_length, parse_flow, PacketError};
 
@@ -161,7 +161,7 @@ pub fn step_at<P: Policy + ?Sized>(
                 audit,
             } = policy.decide_at(&flow, local, fqdn);
             let tcp = matches!(flow.transport, Transport::Tcp { .. });
-            let inspectable = tcp && crate::l7::tcp_payload_len(packet) == Some(0);
+            let inspectable = tcp && crate::packet::tcp_payload_len(packet) == Some(0);
             if inspect_l7 && !inspectable {
                 verdict = Verdict::Drop;
             }

@@ -15,11 +15,11 @@ use arc_swap::ArcSwap;
 
 use crate::audit::{AuditSink, Timestamp};
 use crate::config::{FailMode, MarkLayout};
-use crate::flow::Verdict;
-use crate::metrics::{Metrics, WorkerMetrics};
+use crate::packet::flow::Verdict;
+use crate::telemetry::{Metrics, WorkerMetrics};
 
 use super::dns::FqdnMirror;
-use super::step::{local_side, step_at, Action, Outcome, Policy};
+use crate::decide::{local_side, step_at, Action, Outcome, Policy};
 
 /// Bytes of each packet copied to userspace: IPv4/IPv6 header with
 /// extension headers and the transport header.

@@ -34,7 +34,7 @@ use kube::runtime::WatchStreamExt;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::metrics::Metrics;
+use crate::telemetry::Metrics;
 use crate::model::Kind;
 pub use store::{Admitted, Change, Store, ORIGIN};
 
