@@ -3,8 +3,8 @@
 //! CRLF only, no whitespace except before a `;` extension, bounded
 //! extension and trailer lengths, sizes that fit in 64 bits.
 
+use super::error::Malformed;
 use super::path::hex;
-use super::request::Malformed;
 
 /// Longest chunk extension accepted (bytes after the size, per chunk).
 const MAX_EXTENSION: usize = 4096;

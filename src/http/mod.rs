@@ -10,14 +10,14 @@
 //! HTTP/1.x requests and are reported as such, so those flows are denied.
 
 mod chunked;
+mod error;
 mod matcher;
 mod path;
 mod request;
 
+pub use error::Malformed;
 pub use matcher::{decide, matches, HttpRule};
-pub use request::{
-    HttpEvent, Malformed, RequestHead, RequestTracker, DEFAULT_MAX_HEAD, MAX_HEADERS,
-};
+pub use request::{HttpEvent, RequestHead, RequestTracker, DEFAULT_MAX_HEAD, MAX_HEADERS};
 
 #[cfg(test)]
 mod tests;

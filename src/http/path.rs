@@ -6,7 +6,7 @@
 //! fragments and dot segments with path parameters (`..;x`, `.;`) are
 //! refused: servers disagree on them.
 
-use super::request::Malformed;
+use super::error::Malformed;
 
 /// Normalizes an origin-form target (`/path?query`); the query is kept
 /// verbatim after the normalized path.

@@ -3,6 +3,7 @@
 //! skips the body so the next head on the connection is found.
 
 use super::chunked::{ChunkedBody, Progress};
+use super::error::Malformed;
 use super::path::normalize_target;
 
 /// Default bound on one request head (request line and headers).
@@ -40,45 +41,6 @@ pub enum HttpEvent {
     Oversized,
     /// The request line is not HTTP/1.x.
     NotHttp,
-}
-
-/// Why a request was refused as malformed or ambiguous.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum Malformed {
-    #[error("line ending without CR")]
-    BareLineEnding,
-    #[error("invalid request line or header syntax (includes obsolete line folding)")]
-    HeaderSyntax,
-    #[error("more than {max} header fields")]
-    TooManyHeaders { max: usize },
-    #[error("both Content-Length and Transfer-Encoding")]
-    ContentLengthWithTransferEncoding,
-    #[error("Content-Length values differ")]
-    ConflictingContentLength,
-    #[error("Content-Length is not a decimal number")]
-    InvalidContentLength,
-    #[error("Transfer-Encoding does not end in chunked")]
-    UnsupportedTransferEncoding,
-    #[error("Transfer-Encoding in an HTTP/1.0 request")]
-    TransferEncodingInHttp10,
-    #[error("more than one Host header")]
-    DuplicateHost,
-    #[error("invalid host")]
-    InvalidHost,
-    #[error("absolute-form target names another host than the Host header")]
-    HostMismatch,
-    #[error("invalid request target")]
-    InvalidTarget,
-    #[error("invalid percent-encoding in the path")]
-    InvalidPercentEncoding,
-    #[error("path with an encoded separator, backslash, NUL or fragment")]
-    AmbiguousPath,
-    #[error("invalid chunk size")]
-    ChunkSize,
-    #[error("invalid chunked framing")]
-    ChunkSyntax,
-    #[error("chunked trailer section over the head bound")]
-    TrailerTooLarge,
 }
 
 #[derive(Clone, Debug)]
