@@ -45,6 +45,7 @@ pub mod packet;
 pub mod privilege;
 pub mod source;
 pub mod status;
+mod sys;
 pub mod telemetry;
 pub mod tls;
 pub mod validate;

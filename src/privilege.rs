@@ -85,10 +85,7 @@ pub fn drop_to_network_capabilities() -> Result<Kept, PrivilegeError> {
     for cap in &keep {
         caps::raise(None, CapSet::Ambient, *cap).map_err(caps_err("raise ambient capabilities"))?;
     }
-    // SAFETY: prctl with PR_SET_NO_NEW_PRIVS takes no pointers.
-    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-        return Err(PrivilegeError::NoNewPrivs(std::io::Error::last_os_error()));
-    }
+    crate::sys::set_no_new_privs().map_err(PrivilegeError::NoNewPrivs)?;
     let mut effective: Vec<Capability> = keep.into_iter().collect();
     effective.sort_by_key(|cap| cap.index());
     Ok(Kept {

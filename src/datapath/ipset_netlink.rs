@@ -25,8 +25,11 @@
 //! `-exist`: the timeout is refreshed. A delete of an absent entry is
 //! answered `IPSET_ERR_EXIST`, which [`IpsetSocket::apply`] accepts.
 
+use std::io::Read;
 use std::net::IpAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::Duration;
+
+use socket2::{Domain, Protocol, Socket, Type};
 
 /// `NETLINK_NETFILTER` protocol of `AF_NETLINK` sockets.
 const NETLINK_NETFILTER: libc::c_int = 12;
@@ -193,7 +196,7 @@ pub fn parse_acks(mut bytes: &[u8]) -> Result<Vec<(u32, i32)>, NetlinkError> {
 /// A netfilter netlink socket for ipset entry writes. Not shared between
 /// threads: the DNS worker owns one.
 pub struct IpsetSocket {
-    fd: OwnedFd,
+    socket: Socket,
     seq: u32,
     buf: Vec<u8>,
 }
@@ -201,39 +204,18 @@ pub struct IpsetSocket {
 impl IpsetSocket {
     /// Opens the socket in the caller's network namespace.
     pub fn open() -> Result<IpsetSocket, NetlinkError> {
-        // SAFETY: plain socket(2) call; the result is checked before use.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                NETLINK_NETFILTER,
-            )
-        };
-        if fd < 0 {
-            return Err(NetlinkError::Socket(std::io::Error::last_os_error()));
-        }
-        // SAFETY: fd is a freshly opened descriptor nobody else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let socket = Socket::new(
+            Domain::from(libc::AF_NETLINK),
+            Type::RAW,
+            Some(Protocol::from(NETLINK_NETFILTER)),
+        )
+        .map_err(NetlinkError::Socket)?;
         // A lost acknowledgement must not hold a DNS reply forever.
-        let timeout = libc::timeval {
-            tv_sec: 1,
-            tv_usec: 0,
-        };
-        // SAFETY: setsockopt reads a timeval of the given size.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                (&timeout as *const libc::timeval).cast(),
-                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-            )
-        };
-        if rc < 0 {
-            return Err(NetlinkError::Socket(std::io::Error::last_os_error()));
-        }
+        socket
+            .set_read_timeout(Some(Duration::from_secs(1)))
+            .map_err(NetlinkError::Socket)?;
         Ok(IpsetSocket {
-            fd,
+            socket,
             seq: 0,
             buf: Vec::with_capacity(4096),
         })
@@ -251,44 +233,18 @@ impl IpsetSocket {
             self.seq = self.seq.wrapping_add(1);
             encode(op, self.seq, &mut self.buf)?;
         }
-        // SAFETY: sockaddr_nl is plain data; zeroed is a valid value.
-        let mut kernel: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-        kernel.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-        // SAFETY: buf and kernel outlive the call; lengths are theirs.
-        let sent = unsafe {
-            libc::sendto(
-                self.fd.as_raw_fd(),
-                self.buf.as_ptr().cast(),
-                self.buf.len(),
-                0,
-                (&kernel as *const libc::sockaddr_nl).cast(),
-                std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
-            )
-        };
-        if sent < 0 {
-            return Err(NetlinkError::Socket(std::io::Error::last_os_error()));
-        }
+        // An unconnected netlink socket sends to the kernel (port id 0).
+        self.socket.send(&self.buf).map_err(NetlinkError::Socket)?;
         let mut pending = ops.len();
         let mut first_error = None;
         let mut reply = [0u8; 8192];
         while pending > 0 {
-            // SAFETY: reply is a valid writable buffer of its length.
-            let n = unsafe {
-                libc::recv(
-                    self.fd.as_raw_fd(),
-                    reply.as_mut_ptr().cast(),
-                    reply.len(),
-                    0,
-                )
+            let n = match (&self.socket).read(&mut reply) {
+                Ok(n) => n,
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(error) => return Err(NetlinkError::Socket(error)),
             };
-            if n < 0 {
-                let error = std::io::Error::last_os_error();
-                if error.kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(NetlinkError::Socket(error));
-            }
-            for (seq, code) in parse_acks(&reply[..n as usize])? {
+            for (seq, code) in parse_acks(&reply[..n])? {
                 let index = seq.wrapping_sub(first) as usize;
                 let Some(op) = ops.get(index) else {
                     continue; // a stale ack of an earlier, failed batch
