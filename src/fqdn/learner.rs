@@ -509,5 +509,4 @@ impl Touched {
 }
 
 #[cfg(test)]
-#[path = "learner_tests.rs"]
 mod tests;

@@ -1,24 +1,9 @@
 //! FQDN selectors as the spec defines them: an exact name, or a pattern
 //! where `*` matches any run of characters, dots included (`*foobar.com`
 //! matches `foobar.com` and `a.b.foobar.com`). Matching is case-insensitive
-//! and ignores one trailing dot on either side. [`FqdnLearner`] keeps the
-//! in-memory mirror of the addresses learned for each selector from DNS
-//! answers; [`DnsSnooper`] turns queued reply packets into the DNS messages
-//! it learns from. Pure: no DNS traffic, no ipset writes, no clock reads.
+//! and ignores one trailing dot on either side. Pure: no DNS, no clock.
 
 use std::fmt;
-
-mod learner;
-mod snoop;
-
-pub use snoop::{
-    DnsSnooper, Release, SnoopEvent, Snooped, DEFAULT_MAX_TCP_FLOWS, DEFAULT_MAX_TCP_MESSAGE,
-};
-
-pub use learner::{
-    FqdnLearner, IpsetChange, LearnedAt, LearnerConfig, LearnerCounters, RestoredEntry,
-    MAX_IPSET_TIMEOUT_SECS,
-};
 
 /// A parsed `fqdn:` peer value, stored lower-case without a trailing dot.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
