@@ -19,9 +19,9 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use tollgate::classify::NoFqdn;
 use tollgate::compile::{LocalNode, Ruleset};
 use tollgate::flow::{Flow, Transport};
+use tollgate::fqdn::NoFqdn;
 use tollgate::model::{Object, Snapshot, Sourced};
 
 /// Counts live heap bytes, to report the compiled ruleset's memory.

@@ -11,10 +11,10 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, Criterion};
 use etherparse::{IpHeaders, PacketBuilder, PacketBuilderStep};
 use tollgate::audit::Timestamp;
-use tollgate::classify::NoFqdn;
 use tollgate::compile::{LocalNode, Ruleset};
 use tollgate::config::{FailMode, MarkLayout};
 use tollgate::flow::Verdict;
+use tollgate::fqdn::NoFqdn;
 use tollgate::model::Snapshot;
 use tollgate::queue::{parse_flow, step};
 

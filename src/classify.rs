@@ -15,34 +15,8 @@ use serde::Serialize;
 use crate::compile::rule::port_protocol;
 use crate::compile::{CompiledRule, DirectionTable, Endpoint, RuleRef, Ruleset};
 use crate::flow::{Flow, Verdict};
-use crate::fqdn::FqdnPattern;
+use crate::fqdn::FqdnLookup;
 use crate::model::{Direction, L7Protocol, PortProtocol, RuleAction};
-
-/// What the classifier asks about FQDN peers: did `pattern` resolve to `ip`
-/// (in an answer still within its TTL)? Fed by the DNS snooper.
-pub trait FqdnLookup {
-    fn resolves_to(&self, pattern: &FqdnPattern, ip: IpAddr) -> bool;
-}
-
-/// No names learned: FQDN peers match nothing.
-pub struct NoFqdn;
-
-impl FqdnLookup for NoFqdn {
-    fn resolves_to(&self, _: &FqdnPattern, _: IpAddr) -> bool {
-        false
-    }
-}
-
-/// A fixed list of (name, address) pairs, as `tollgate trace --fqdn` uses.
-pub struct StaticFqdn(pub Vec<(String, IpAddr)>);
-
-impl FqdnLookup for StaticFqdn {
-    fn resolves_to(&self, pattern: &FqdnPattern, ip: IpAddr) -> bool {
-        self.0
-            .iter()
-            .any(|(name, addr)| *addr == ip && pattern.matches(name))
-    }
-}
 
 /// How one direction of a flow was decided.
 #[derive(Clone, Debug, PartialEq, Serialize)]

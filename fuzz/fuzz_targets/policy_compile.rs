@@ -21,7 +21,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use tollgate::classify::{NoFqdn, StaticFqdn};
+use tollgate::fqdn::{FqdnLookup, NoFqdn, StaticFqdn};
 use tollgate::compile::{LocalNode, Ruleset};
 use tollgate::flow::{Flow, Transport, Verdict};
 use tollgate::model::Snapshot;
@@ -71,7 +71,7 @@ fuzz_target!(|data: &[u8]| {
                     dst,
                     transport,
                 };
-                for fqdn in [&NoFqdn as &dyn tollgate::classify::FqdnLookup, &learned] {
+                for fqdn in [&NoFqdn as &dyn FqdnLookup, &learned] {
                     let decision = ruleset.classify(&flow, fqdn);
                     assert_eq!(decision, ruleset.classify(&flow, fqdn), "not deterministic");
                     let expected = match decision.egress.verdict() {

@@ -3,8 +3,9 @@
 
 use std::net::IpAddr;
 
-use crate::classify::{NoFqdn, Outcome, StaticFqdn};
+use crate::classify::Outcome;
 use crate::flow::{Flow, Transport, Verdict};
+use crate::fqdn::{NoFqdn, StaticFqdn};
 use crate::model::Snapshot;
 
 use super::{LocalNode, Ruleset};

@@ -18,4 +18,4 @@ pub use learner::{
 };
 
 pub(crate) use pattern::glob_match;
-pub use pattern::FqdnPattern;
+pub use pattern::{FqdnLookup, FqdnPattern, NoFqdn, StaticFqdn};

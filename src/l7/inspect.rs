@@ -51,10 +51,11 @@ use std::time::{Duration, Instant};
 
 use lru::LruCache;
 
-use crate::classify::{FqdnLookup, LocalSide};
+use crate::classify::LocalSide;
 use crate::compile::{Endpoint, RuleRef, Ruleset};
 use crate::config::L7DenyResponse;
 use crate::flow::{Flow, Verdict};
+use crate::fqdn::FqdnLookup;
 use crate::http::{HttpEvent, HttpRule, Malformed, RequestHead, RequestTracker};
 use crate::model::TlsProtocol;
 use crate::tls::{client_hello_sni, TlsError, MAX_CLIENT_HELLO};

@@ -5,9 +5,9 @@ use std::time::{Duration, Instant};
 use etherparse::{PacketBuilder, SlicedPacket, TransportSlice};
 
 use super::*;
-use crate::classify::NoFqdn;
 use crate::compile::{LocalNode, Ruleset};
 use crate::config::L7DenyResponse;
+use crate::fqdn::NoFqdn;
 
 const POLICY: &str = "apiVersion: crd.antrea.io/v1beta1
 kind: ClusterNetworkPolicy

@@ -5,10 +5,11 @@
 use std::sync::Arc;
 
 use crate::audit::{AuditRecord, Subject, Timestamp};
-use crate::classify::{FqdnLookup, LocalSide, Outcome as ClassifyOutcome};
+use crate::classify::{LocalSide, Outcome as ClassifyOutcome};
 use crate::compile::{RuleRef, Ruleset};
 use crate::config::{FailMode, MarkLayout};
 use crate::flow::{Flow, Transport, Verdict};
+use crate::fqdn::FqdnLookup;
 
 use super::packet::{packet_length, parse_flow, PacketError};
 
@@ -209,7 +210,7 @@ pub fn step_at<P: Policy + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::classify::NoFqdn;
+    use crate::fqdn::NoFqdn;
     use etherparse::PacketBuilder;
 
     /// Allows TCP to port 80, rejects port 81, drops everything else.
@@ -494,7 +495,7 @@ spec:
         };
         let ruleset = Ruleset::compile(&crate::model::Snapshot { objects }, &node);
         let marks = MarkLayout::default();
-        let learned = crate::classify::StaticFqdn(vec![(
+        let learned = crate::fqdn::StaticFqdn(vec![(
             "www.example.test".into(),
             "10.0.0.2".parse().unwrap(),
         )]);
