@@ -9,12 +9,12 @@ use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
-use crate::classify::{Decision, DirectionDecision, Outcome};
 use crate::compile::{LocalNode, PolicySummary, Ruleset};
 use crate::flow::{Flow, Transport, Verdict};
 use crate::fqdn::{NoFqdn, StaticFqdn};
 use crate::http::{self, HttpEvent, RequestHead, RequestTracker, DEFAULT_MAX_HEAD};
 use crate::model::{Kind, Object, Snapshot};
+use crate::ruleset::{Decision, DirectionDecision, Outcome};
 use crate::source;
 use crate::validate::Problem;
 

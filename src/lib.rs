@@ -8,7 +8,7 @@
 //! 3. [`validate`] applies the admission rules of the Antrea spec.
 //! 4. [`compile`] resolves selectors and groups and orders rules into an
 //!    immutable [`compile::Ruleset`].
-//! 5. [`classify`] decides a [`flow::Flow`] against a ruleset (pure; also
+//! 5. [`ruleset`] decides a [`flow::Flow`] against a ruleset (pure; also
 //!    behind `tollgate trace`).
 //!
 //! Everything listed so far is pure and unit-tested without root, as are
@@ -29,7 +29,6 @@
 //! `CAP_NET_RAW` before it starts any of this.
 pub mod agent;
 pub mod audit;
-pub mod classify;
 pub mod commands;
 pub mod compile;
 pub mod config;
@@ -46,6 +45,7 @@ pub mod model;
 pub mod policy_watch;
 pub mod privilege;
 pub mod queue;
+pub mod ruleset;
 pub mod source;
 pub mod status;
 pub mod tls;

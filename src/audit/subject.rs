@@ -7,10 +7,10 @@
 
 use std::sync::Arc;
 
-use crate::classify::{Decision, DirectionDecision, Outcome};
-use crate::compile::{Endpoint, PolicyKind, RuleRef, Ruleset};
+use crate::compile::{Endpoint, Ruleset};
 use crate::flow::{Flow, Verdict};
 use crate::model::Direction;
+use crate::ruleset::{Decision, DirectionDecision, Outcome, PolicyKind, RuleRef};
 
 use super::{AuditRecord, Decider, Timestamp};
 

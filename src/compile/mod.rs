@@ -9,7 +9,6 @@
 //! Pure: no I/O, no clock.
 
 mod inventory;
-pub mod rule;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
@@ -24,9 +23,11 @@ use crate::model::{
     LabelSelector, Object, Peer, PolicyPort, PolicyProtocol, PolicyType, PortProtocol, PortValue,
     RuleAction, Snapshot, BASELINE_TIER, DEFAULT_TIER, STATIC_TIERS,
 };
+use crate::ruleset::{
+    Block, CompiledRule, PeerMatch, PolicyKind, PolicyRef, RuleRef, ServiceMatch,
+};
 
 use inventory::{Inventory, PodIdx};
-pub use rule::{Block, CompiledRule, PeerMatch, PolicyKind, PolicyRef, RuleRef, ServiceMatch};
 
 /// The Node tollgate runs on.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -3,10 +3,10 @@
 
 use std::net::IpAddr;
 
-use crate::classify::Outcome;
 use crate::flow::{Flow, Transport, Verdict};
 use crate::fqdn::{NoFqdn, StaticFqdn};
 use crate::model::Snapshot;
+use crate::ruleset::Outcome;
 
 use super::{LocalNode, Ruleset};
 

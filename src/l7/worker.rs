@@ -18,13 +18,13 @@ use arc_swap::ArcSwap;
 use prometheus_client::metrics::counter::Counter;
 
 use crate::audit::Subject;
-use crate::classify::LocalSide;
 use crate::config::{FailMode, L7Config, MarkLayout};
 use crate::flow::Verdict;
 use crate::http::DEFAULT_MAX_HEAD;
 use crate::queue::dns::FqdnMirror;
 use crate::queue::worker::{open_queue, wall_clock};
 use crate::queue::{Observers, QueueError};
+use crate::ruleset::LocalSide;
 
 use super::inspect::{Inspector, L7Action, L7Policy, RequestRecord};
 use super::response::{deny_packets, Injection};

@@ -21,9 +21,9 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::compile::RuleRef;
 use crate::flow::Verdict;
 use crate::queue::{parse_kernel_counters, DecidedBy, QueueStats, PROC_QUEUES};
+use crate::ruleset::RuleRef;
 
 /// At most this many distinct (policy, rule) series; hits of further rules
 /// are counted under `policy="_other", rule="_other"`.

@@ -5,11 +5,11 @@
 use std::sync::Arc;
 
 use crate::audit::{AuditRecord, Subject, Timestamp};
-use crate::classify::{LocalSide, Outcome as ClassifyOutcome};
-use crate::compile::{RuleRef, Ruleset};
+use crate::compile::Ruleset;
 use crate::config::{FailMode, MarkLayout};
 use crate::flow::{Flow, Transport, Verdict};
 use crate::fqdn::FqdnLookup;
+use crate::ruleset::{LocalSide, Outcome as ClassifyOutcome, RuleRef};
 
 use super::packet::{packet_length, parse_flow, PacketError};
 

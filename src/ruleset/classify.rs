@@ -12,8 +12,9 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::compile::rule::port_protocol;
-use crate::compile::{CompiledRule, DirectionTable, Endpoint, RuleRef, Ruleset};
+use super::rule::port_protocol;
+use super::{CompiledRule, RuleRef};
+use crate::compile::{DirectionTable, Endpoint, Ruleset};
 use crate::flow::{Flow, Verdict};
 use crate::fqdn::FqdnLookup;
 use crate::model::{Direction, L7Protocol, PortProtocol, RuleAction};
