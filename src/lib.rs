@@ -7,9 +7,9 @@
 //! 2. [`model`] holds the typed objects: Antrea CRDs, K8s NetworkPolicy, inventory.
 //! 3. [`validate`] applies the admission rules of the Antrea spec.
 //! 4. [`compile`] resolves selectors and groups and orders rules into an
-//!    immutable [`compile::Ruleset`].
-//! 5. [`ruleset`] decides a [`flow::Flow`] against a ruleset (pure; also
-//!    behind `tollgate trace`).
+//!    immutable [`ruleset::Ruleset`].
+//! 5. [`ruleset`] decides a [`flow::Flow`] against it (pure; also behind
+//!    `tollgate trace`).
 //!
 //! Everything listed so far is pure and unit-tested without root, as are
 //! [`dns`] and [`fqdn`] (learning addresses from DNS answers), [`http`] and

@@ -24,9 +24,9 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
-use crate::compile::{PolicySummary, Ruleset};
 use crate::config::FailMode;
 use crate::queue::{parse_kernel_counters, QueueStats, PROC_QUEUES};
+use crate::ruleset::{PolicySummary, Ruleset};
 
 /// Where `tollgate run` listens and the CLI connects unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/tollgate/tollgate.sock";

@@ -14,13 +14,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use tollgate::compile::Enforced;
 use tollgate::config::{MachineDefaults, Settings};
 use tollgate::datapath::{desired, Kernel};
 use tollgate::flow::{Flow, Transport, Verdict};
 use tollgate::fqdn::FqdnLookup;
 use tollgate::metrics::Metrics;
 use tollgate::queue::{FqdnMirror, Observers, Policy, Ruling, Worker, WorkerConfig};
+use tollgate::ruleset::Enforced;
 
 /// A background process, killed on drop.
 struct Background(Child);

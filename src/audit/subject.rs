@@ -7,10 +7,11 @@
 
 use std::sync::Arc;
 
-use crate::compile::{Endpoint, Ruleset};
 use crate::flow::{Flow, Verdict};
 use crate::model::Direction;
-use crate::ruleset::{Decision, DirectionDecision, Outcome, PolicyKind, RuleRef};
+use crate::ruleset::{
+    Decision, DirectionDecision, Endpoint, Outcome, PolicyKind, RuleRef, Ruleset,
+};
 
 use super::{AuditRecord, Decider, Timestamp};
 

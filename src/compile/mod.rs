@@ -1,21 +1,17 @@
-//! The compiler: turns a validated [`Snapshot`] into an immutable
-//! [`Ruleset`]. It resolves selectors, groups, ServiceAccounts, `namespaces`
-//! (`Self`, `sameLabels`), nodeSelectors and named ports against the
-//! inventory; orders every rule by effective priority (Tier priority, policy
-//! priority, rule order; ACNP and ANNP interleaved; Kubernetes
-//! NetworkPolicies after every non-baseline Tier; baseline last); and builds,
-//! per enforced endpoint, a table indexed by destination port so that a flow
-//! is checked against the few rules that can match it, not all of them.
-//! Pure: no I/O, no clock.
+//! The compiler: [`compile`] turns a validated [`Snapshot`] into an
+//! immutable [`Ruleset`]. It resolves selectors, groups, ServiceAccounts,
+//! `namespaces` (`Self`, `sameLabels`), nodeSelectors and named ports against
+//! the inventory, and orders every rule by effective priority (Tier priority,
+//! policy priority, rule order; ACNP and ANNP interleaved; Kubernetes
+//! NetworkPolicies after every non-baseline Tier; baseline last) into the
+//! per-endpoint lists the ruleset indexes. Pure: no I/O, no clock; it never
+//! decides a flow.
 
 mod inventory;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
-
-use ipnet::IpNet;
-use serde::Serialize;
 
 use crate::fqdn::FqdnPattern;
 use crate::model::{
@@ -24,7 +20,8 @@ use crate::model::{
     RuleAction, Snapshot, BASELINE_TIER, DEFAULT_TIER, STATIC_TIERS,
 };
 use crate::ruleset::{
-    Block, CompiledRule, PeerMatch, PolicyKind, PolicyRef, RuleRef, ServiceMatch,
+    Block, CompiledRule, Endpoint, Parts, PeerMatch, PolicyKind, PolicyRef, PolicySummary,
+    RuleLists, RuleRef, Ruleset, ServiceMatch,
 };
 
 use inventory::{Inventory, PodIdx};
@@ -38,374 +35,10 @@ pub struct LocalNode {
     pub addresses: Vec<IpAddr>,
 }
 
-/// What the datapath must send to userspace: new connections from or to
-/// these addresses.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct Enforced {
-    /// Some rule applies to the local Node's inbound traffic.
-    pub node_ingress: bool,
-    /// Some rule applies to the local Node's outbound traffic.
-    pub node_egress: bool,
-    /// Addresses of local Pods that some rule applies to (either direction).
-    pub endpoints: Vec<IpAddr>,
-}
-
-/// An endpoint this node enforces policy for.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub enum Endpoint {
-    /// The local Node.
-    Node {
-        name: String,
-    },
-    Pod {
-        namespace: String,
-        name: String,
-    },
-}
-
-impl std::fmt::Display for Endpoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Endpoint::Node { name } => write!(f, "{name}"),
-            Endpoint::Pod { namespace, name } => write!(f, "{namespace}/{name}"),
-        }
-    }
-}
-
-/// Rules of one direction of one endpoint, in evaluation order.
-#[derive(Debug, Default, PartialEq, Eq, Hash, Clone)]
-struct RuleLists {
-    /// Antrea rules of every Tier but baseline.
-    antrea: Vec<u32>,
-    /// Kubernetes NetworkPolicy rules; `Some` when the endpoint is isolated.
-    k8s: Option<Vec<u32>>,
-    baseline: Vec<u32>,
-}
-
-/// Rule positions of one list, indexed so that a flow meets only the rules
-/// that can match it: by peer network for rules whose peers are CIDR
-/// blocks and modest address sets (one hash table per prefix length, as in
-/// tuple-space search; a Pod address is a host prefix), else by (protocol,
-/// destination port) for rules pinned to a few ports, and a short list of
-/// the rest, checked for every flow. Candidates are always re-checked in
-/// full, so the index only has to never miss a rule.
-#[derive(Debug, Default)]
-pub(crate) struct RuleIndex {
-    pub(crate) rules: Vec<u32>,
-    by_port: HashMap<(PortProtocol, u16), Vec<u32>>,
-    by_peer: Vec<PeerBucket>,
-    /// Positions of rules that are not indexed.
-    generic: Vec<u32>,
-}
-
-/// Rules indexed by peer networks of one prefix length and family.
-#[derive(Debug)]
-struct PeerBucket {
-    prefix_len: u8,
-    v6: bool,
-    networks: HashMap<IpAddr, Vec<u32>>,
-}
-
-/// The keys a rule could be indexed under, by peer and by port.
-struct IndexKeys {
-    networks: Option<Vec<IpNet>>,
-    ports: Option<Vec<(PortProtocol, u16)>>,
-}
-
-/// Rules whose peers hold more addresses than this are not indexed by peer
-/// (the index would cost more memory than the scan costs time).
-const MAX_INDEXED_PEER_ADDRESSES: usize = 256;
-
-/// Ports of a range up to this size are indexed one by one.
-const MAX_INDEXED_RANGE: u32 = 64;
-
-impl RuleIndex {
-    /// Each rule goes into the one index where it shares its keys with
-    /// the fewest other rules (both keys must match for the rule to, so
-    /// either index alone is enough): 1,000 rules on port 80 from
-    /// different hosts are indexed by host; 1,000 rules from the same
-    /// Namespace on different ports by port.
-    fn build(rules: Vec<u32>, all: &[CompiledRule]) -> RuleIndex {
-        let keys: Vec<IndexKeys> = rules
-            .iter()
-            .map(|&id| {
-                let rule = &all[id as usize];
-                IndexKeys {
-                    networks: peer_networks(rule),
-                    ports: indexed_ports(rule),
-                }
-            })
-            .collect();
-        let mut peer_load: HashMap<IpNet, u32> = HashMap::new();
-        let mut port_load: HashMap<(PortProtocol, u16), u32> = HashMap::new();
-        for IndexKeys { networks, ports } in &keys {
-            for network in networks.iter().flatten() {
-                *peer_load.entry(*network).or_default() += 1;
-            }
-            for port in ports.iter().flatten() {
-                *port_load.entry(*port).or_default() += 1;
-            }
-        }
-        let mut index = RuleIndex::default();
-        for (pos, IndexKeys { networks, ports }) in keys.into_iter().enumerate() {
-            let pos = pos as u32;
-            let peer_cost = networks
-                .as_ref()
-                .map(|n| n.iter().map(|k| peer_load[k]).max().unwrap_or(0));
-            let port_cost = ports
-                .as_ref()
-                .map(|p| p.iter().map(|k| port_load[k]).max().unwrap_or(0));
-            match (networks, ports) {
-                (Some(networks), _) if port_cost.is_none_or(|c| peer_cost < Some(c)) => {
-                    for network in networks {
-                        index.add_peer(network, pos);
-                    }
-                }
-                (_, Some(ports)) => {
-                    for key in ports {
-                        push_once(index.by_port.entry(key).or_default(), pos);
-                    }
-                }
-                _ => index.generic.push(pos),
-            }
-        }
-        index.rules = rules;
-        index
-    }
-
-    fn add_peer(&mut self, network: IpNet, pos: u32) {
-        let (prefix_len, v6) = (network.prefix_len(), network.addr().is_ipv6());
-        let slot = match self
-            .by_peer
-            .iter()
-            .position(|b| b.prefix_len == prefix_len && b.v6 == v6)
-        {
-            Some(slot) => slot,
-            None => {
-                self.by_peer.push(PeerBucket {
-                    prefix_len,
-                    v6,
-                    networks: HashMap::new(),
-                });
-                self.by_peer.len() - 1
-            }
-        };
-        let list = self.by_peer[slot]
-            .networks
-            .entry(network.network())
-            .or_default();
-        push_once(list, pos);
-    }
-
-    /// Rule ids that may match a flow to `port` from/to `peer`, in
-    /// evaluation order.
-    pub(crate) fn candidates(
-        &self,
-        port: Option<(PortProtocol, u16)>,
-        peer: IpAddr,
-    ) -> impl Iterator<Item = u32> + '_ {
-        let pinned = port
-            .and_then(|key| self.by_port.get(&key))
-            .map_or(&[][..], |v| v.as_slice());
-        let mut by_peer: Vec<u32> = Vec::new();
-        for bucket in self.by_peer.iter().filter(|b| b.v6 == peer.is_ipv6()) {
-            let Ok(net) = IpNet::new(peer, bucket.prefix_len) else {
-                continue;
-            };
-            if let Some(list) = bucket.networks.get(&net.network()) {
-                by_peer.extend_from_slice(list);
-            }
-        }
-        by_peer.sort_unstable();
-        by_peer.dedup();
-        MergeSorted {
-            pinned,
-            by_peer,
-            generic: &self.generic,
-            next: [0; 3],
-        }
-        .map(|pos| self.rules[pos as usize])
-    }
-}
-
-fn push_once(list: &mut Vec<u32>, pos: u32) {
-    if list.last() != Some(&pos) {
-        list.push(pos);
-    }
-}
-
-/// The networks to index a rule under: its blocks and its peer addresses
-/// as host prefixes, when the peers are nothing else (no "any", FQDN or
-/// Service peers) and the address sets are small. A rule whose peers
-/// resolve to nothing gets no network: it can never match.
-fn peer_networks(rule: &CompiledRule) -> Option<Vec<IpNet>> {
-    let peers = &rule.peers;
-    let addresses: usize = peers.addresses.iter().map(|set| set.len()).sum();
-    if peers.any
-        || !peers.fqdns.is_empty()
-        || !peers.services.is_empty()
-        || addresses > MAX_INDEXED_PEER_ADDRESSES
-    {
-        return None;
-    }
-    let hosts = peers
-        .addresses
-        .iter()
-        .flat_map(|set| set.iter())
-        .map(|&ip| IpNet::from(ip));
-    Some(peers.blocks.iter().map(|b| b.cidr).chain(hosts).collect())
-}
-
-/// `(protocol, port)` keys when every service of the rule is a small port
-/// range, else `None` (the rule must be checked for every flow).
-fn indexed_ports(rule: &CompiledRule) -> Option<Vec<(PortProtocol, u16)>> {
-    if rule.services.is_empty() {
-        return None;
-    }
-    let mut keys = Vec::new();
-    for service in &rule.services {
-        match service {
-            ServiceMatch::Ports {
-                protocol,
-                first,
-                last,
-            } if u32::from(*last) - u32::from(*first) < MAX_INDEXED_RANGE => {
-                keys.extend((*first..=*last).map(|p| (*protocol, p)));
-            }
-            _ => return None,
-        }
-    }
-    Some(keys)
-}
-
-/// Merges the three ascending position lists of a lookup.
-struct MergeSorted<'a> {
-    pinned: &'a [u32],
-    by_peer: Vec<u32>,
-    generic: &'a [u32],
-    next: [usize; 3],
-}
-
-impl Iterator for MergeSorted<'_> {
-    type Item = u32;
-    fn next(&mut self) -> Option<u32> {
-        let heads = [
-            self.pinned.get(self.next[0]).copied(),
-            self.by_peer.get(self.next[1]).copied(),
-            self.generic.get(self.next[2]).copied(),
-        ];
-        let (which, value) = heads
-            .iter()
-            .enumerate()
-            .filter_map(|(i, h)| h.map(|v| (i, v)))
-            .min_by_key(|&(_, v)| v)?;
-        self.next[which] += 1;
-        Some(value)
-    }
-}
-
-/// Compiled rule lists of one direction of one endpoint.
-#[derive(Debug, Default)]
-pub(crate) struct DirectionTable {
-    pub(crate) antrea: RuleIndex,
-    pub(crate) k8s: Option<RuleIndex>,
-    pub(crate) baseline: RuleIndex,
-}
-
-impl DirectionTable {
-    fn is_empty(&self) -> bool {
-        self.antrea.rules.is_empty() && self.k8s.is_none() && self.baseline.rules.is_empty()
-    }
-}
-
-/// Both directions of an endpoint; shared by endpoints with equal lists.
-#[derive(Debug, Default)]
-pub(crate) struct EndpointTable {
-    pub(crate) ingress: DirectionTable,
-    pub(crate) egress: DirectionTable,
-}
-
-/// One line of `tollgate get policies`.
-#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
-pub struct PolicySummary {
-    pub policy: PolicyRef,
-    pub tier: Option<String>,
-    pub tier_priority: Option<i32>,
-    pub priority: Option<f64>,
-    pub rules: usize,
-    /// Endpoints on this node the policy applies to.
-    pub applied_to: Vec<String>,
-}
-
-/// The compiled, immutable policy of a node. Cheap to share (`Arc`) and
-/// swap; classification never blocks.
-#[derive(Debug, Default)]
-pub struct Ruleset {
-    pub(crate) rules: Vec<CompiledRule>,
-    pub(crate) endpoints: Vec<Endpoint>,
-    pub(crate) endpoint_by_ip: HashMap<IpAddr, u32>,
-    pub(crate) endpoint_tables: Vec<u32>,
-    pub(crate) tables: Vec<EndpointTable>,
-    pub(crate) local_node_endpoint: u32,
-    /// Named container ports of every Pod in the inventory, by address.
-    pub(crate) named_ports: HashMap<IpAddr, Vec<(String, PortProtocol, u16)>>,
-    pub(crate) fqdn_patterns: Vec<FqdnPattern>,
-    enforced: Enforced,
-    policies: Vec<PolicySummary>,
-    /// Namespaces whose Kubernetes NetworkPolicies are audited.
-    logged_namespaces: BTreeSet<String>,
-}
-
-impl Ruleset {
-    /// Whether the implicit default drop of a Kubernetes NetworkPolicy for
-    /// `endpoint` is audited (its Namespace carries
-    /// [`K8S_LOGGING_ANNOTATION`]` = "true"`).
-    pub fn logs_k8s_default_drop(&self, endpoint: &Endpoint) -> bool {
-        match endpoint {
-            Endpoint::Pod { namespace, .. } => self.logged_namespaces.contains(namespace),
-            Endpoint::Node { .. } => false,
-        }
-    }
-
-    /// Compiles a snapshot that passed validation. Objects that validation
-    /// would reject are skipped rather than guessed at.
-    pub fn compile(snapshot: &Snapshot, local: &LocalNode) -> Ruleset {
-        Compiler::new(snapshot, local).run()
-    }
-
-    pub fn enforced(&self) -> &Enforced {
-        &self.enforced
-    }
-
-    /// Every distinct FQDN selector of every rule, in a stable order.
-    pub fn fqdn_patterns(&self) -> &[FqdnPattern] {
-        &self.fqdn_patterns
-    }
-
-    /// Policies sorted by effective priority (as `antctl get netpol
-    /// --sort-by=effectivePriority`): Tier priority, policy priority, then
-    /// Kubernetes NetworkPolicies before the baseline Tier.
-    pub fn policies(&self) -> &[PolicySummary] {
-        &self.policies
-    }
-
-    /// Number of compiled rule instances (a rule applied to Namespaces with
-    /// different `Self` contexts counts once per context).
-    pub fn rule_count(&self) -> usize {
-        self.rules.len()
-    }
-
-    /// Endpoints this node enforces for.
-    pub fn endpoints(&self) -> &[Endpoint] {
-        &self.endpoints
-    }
-
-    /// The endpoint an address belongs to, if this node enforces for it.
-    pub fn endpoint_of(&self, ip: IpAddr) -> Option<&Endpoint> {
-        self.endpoint_by_ip
-            .get(&ip)
-            .map(|&e| &self.endpoints[e as usize])
-    }
+/// Compiles a snapshot that passed validation. Objects that validation
+/// would reject are skipped rather than guessed at.
+pub fn compile(snapshot: &Snapshot, local: &LocalNode) -> Ruleset {
+    Compiler::new(snapshot, local).run()
 }
 
 /// Tier priority of a static or custom Tier.
@@ -604,50 +237,17 @@ impl<'a> Compiler<'a> {
     }
 
     fn finish(self) -> Ruleset {
-        let mut tables: Vec<EndpointTable> = Vec::new();
-        let mut table_of: HashMap<[RuleLists; 2], u32> = HashMap::new();
-        let mut endpoint_tables = Vec::with_capacity(self.lists.len());
-        for lists in &self.lists {
-            let id = *table_of.entry(lists.clone()).or_insert_with(|| {
-                let build = |l: &RuleLists| DirectionTable {
-                    antrea: RuleIndex::build(l.antrea.clone(), &self.rules),
-                    k8s: l.k8s.clone().map(|k| RuleIndex::build(k, &self.rules)),
-                    baseline: RuleIndex::build(l.baseline.clone(), &self.rules),
+        let addresses = self
+            .endpoint_of_target
+            .iter()
+            .map(|(target, &endpoint)| {
+                let ips = match target {
+                    Target::LocalNode => &self.inv.nodes[self.inv.local_node].ips,
+                    Target::Pod(idx) => &self.inv.pods[*idx as usize].ips,
                 };
-                tables.push(EndpointTable {
-                    ingress: build(&lists[0]),
-                    egress: build(&lists[1]),
-                });
-                (tables.len() - 1) as u32
-            });
-            endpoint_tables.push(id);
-        }
-
-        let mut endpoint_by_ip = HashMap::new();
-        let mut enforced = Enforced::default();
-        let mut pod_addresses = BTreeSet::new();
-        for (target, &endpoint) in &self.endpoint_of_target {
-            let table = &tables[endpoint_tables[endpoint as usize] as usize];
-            let ips = match target {
-                Target::LocalNode => {
-                    enforced.node_ingress = !table.ingress.is_empty();
-                    enforced.node_egress = !table.egress.is_empty();
-                    &self.inv.nodes[self.inv.local_node].ips
-                }
-                Target::Pod(idx) => {
-                    let ips = &self.inv.pods[*idx as usize].ips;
-                    if !table.ingress.is_empty() || !table.egress.is_empty() {
-                        pod_addresses.extend(ips.iter().copied());
-                    }
-                    ips
-                }
-            };
-            for ip in ips {
-                endpoint_by_ip.insert(*ip, endpoint);
-            }
-        }
-        enforced.endpoints = pod_addresses.into_iter().collect();
-
+                (endpoint, ips.as_slice())
+            })
+            .collect();
         let mut named_ports: HashMap<IpAddr, Vec<(String, PortProtocol, u16)>> = HashMap::new();
         for pod in &self.inv.pods {
             if !pod.named_ports.is_empty() {
@@ -663,19 +263,16 @@ impl<'a> Compiler<'a> {
             .collect();
         fqdn_patterns.sort_by_key(|(i, _)| *i);
 
-        Ruleset {
+        Ruleset::new(Parts {
             rules: self.rules,
             endpoints: self.endpoints,
-            endpoint_by_ip,
-            endpoint_tables,
-            tables,
-            local_node_endpoint: 0,
+            lists: self.lists,
+            addresses,
             named_ports,
             fqdn_patterns: fqdn_patterns.into_iter().map(|(_, p)| p).collect(),
-            enforced,
             policies: self.policies,
             logged_namespaces: self.logged_namespaces,
-        }
+        })
     }
 
     // ------------------------------------------------------------ Antrea

@@ -51,13 +51,12 @@ use std::time::{Duration, Instant};
 
 use lru::LruCache;
 
-use crate::compile::{Endpoint, Ruleset};
 use crate::config::L7DenyResponse;
 use crate::flow::{Flow, Verdict};
 use crate::fqdn::FqdnLookup;
 use crate::http::{HttpEvent, HttpRule, Malformed, RequestHead, RequestTracker};
 use crate::model::TlsProtocol;
-use crate::ruleset::{LocalSide, RuleRef};
+use crate::ruleset::{Endpoint, LocalSide, RuleRef, Ruleset};
 use crate::tls::{client_hello_sni, TlsError, MAX_CLIENT_HELLO};
 
 use super::segment::{FlowKey, Segment};

@@ -5,9 +5,10 @@ use std::time::{Duration, Instant};
 use etherparse::{PacketBuilder, SlicedPacket, TransportSlice};
 
 use super::*;
-use crate::compile::{LocalNode, Ruleset};
+use crate::compile::{compile, LocalNode};
 use crate::config::L7DenyResponse;
 use crate::fqdn::NoFqdn;
+use crate::ruleset::Ruleset;
 
 const POLICY: &str = "apiVersion: crd.antrea.io/v1beta1
 kind: ClusterNetworkPolicy
@@ -44,7 +45,7 @@ fn ruleset() -> Ruleset {
         labels: Default::default(),
         addresses: vec!["10.0.0.2".parse().unwrap(), "fd00::2".parse().unwrap()],
     };
-    Ruleset::compile(&crate::model::Snapshot { objects }, &node)
+    compile(&crate::model::Snapshot { objects }, &node)
 }
 
 fn inspector(max_flows: usize, response: L7DenyResponse) -> Inspector {

@@ -5,11 +5,10 @@
 use std::sync::Arc;
 
 use crate::audit::{AuditRecord, Subject, Timestamp};
-use crate::compile::Ruleset;
 use crate::config::{FailMode, MarkLayout};
 use crate::flow::{Flow, Transport, Verdict};
 use crate::fqdn::FqdnLookup;
-use crate::ruleset::{LocalSide, Outcome as ClassifyOutcome, RuleRef};
+use crate::ruleset::{LocalSide, Outcome as ClassifyOutcome, RuleRef, Ruleset};
 
 use super::packet::{packet_length, parse_flow, PacketError};
 
@@ -315,7 +314,7 @@ spec:
             labels: [("role".to_string(), "cp".to_string())].into(),
             addresses: vec!["10.0.0.2".parse().unwrap()],
         };
-        let ruleset = Ruleset::compile(&crate::model::Snapshot { objects }, &node);
+        let ruleset = crate::compile::compile(&crate::model::Snapshot { objects }, &node);
         assert!(ruleset.enforced().node_ingress);
         let marks = MarkLayout::default();
         let decide = |port| {
@@ -431,7 +430,7 @@ spec:
             labels: Default::default(),
             addresses: vec!["10.0.0.2".parse().unwrap()],
         };
-        let ruleset = Ruleset::compile(&crate::model::Snapshot { objects }, &node);
+        let ruleset = crate::compile::compile(&crate::model::Snapshot { objects }, &node);
         let marks = MarkLayout::default();
         let decide =
             |packet: &[u8]| step(packet, 0, &ruleset, &NoFqdn, &marks, FailMode::Closed, NOW);
@@ -493,7 +492,7 @@ spec:
             labels: Default::default(),
             addresses: vec!["10.0.0.1".parse().unwrap()],
         };
-        let ruleset = Ruleset::compile(&crate::model::Snapshot { objects }, &node);
+        let ruleset = crate::compile::compile(&crate::model::Snapshot { objects }, &node);
         let marks = MarkLayout::default();
         let learned = crate::fqdn::StaticFqdn(vec![(
             "www.example.test".into(),

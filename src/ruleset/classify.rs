@@ -12,9 +12,9 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::rule::port_protocol;
-use super::{CompiledRule, RuleRef};
-use crate::compile::{DirectionTable, Endpoint, Ruleset};
+use super::index::DirectionTable;
+use super::rule::{port_protocol, CompiledRule, RuleRef};
+use super::{Endpoint, Ruleset};
 use crate::flow::{Flow, Verdict};
 use crate::fqdn::FqdnLookup;
 use crate::model::{Direction, L7Protocol, PortProtocol, RuleAction};
@@ -204,7 +204,7 @@ impl Ruleset {
             Direction::Ingress => &table.ingress,
             Direction::Egress => &table.egress,
         };
-        if table.antrea.rules.is_empty() && table.k8s.is_none() && table.baseline.rules.is_empty() {
+        if table.is_empty() {
             return decision;
         }
         let port = port_protocol(&flow.transport).zip(flow.transport.dst_port());
