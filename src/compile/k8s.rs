@@ -19,7 +19,7 @@ use super::{dir_index, services_of, Compiler, Target};
 
 /// The Namespace annotation that turns on audit logging for the
 /// Kubernetes NetworkPolicies of a Namespace and their default drop.
-pub const K8S_LOGGING_ANNOTATION: &str = "networkpolicy.antrea.io/enable-logging";
+pub(super) const K8S_LOGGING_ANNOTATION: &str = "networkpolicy.antrea.io/enable-logging";
 
 /// Namespaces whose Kubernetes NetworkPolicies are audited.
 pub(super) fn logged_namespaces(snapshot: &Snapshot) -> BTreeSet<String> {

@@ -25,7 +25,6 @@ use crate::ruleset::{
 
 use inventory::{Inventory, PodIdx};
 use k8s::logged_namespaces;
-pub use k8s::K8S_LOGGING_ANNOTATION;
 use priority::tier_priorities;
 
 /// The Node tollgate runs on.
@@ -64,7 +63,7 @@ struct Compiler<'a> {
     policies: Vec<PolicySummary>,
     /// Rules ranked so far (see [`crate::ruleset::RuleRef::rank`]).
     ranked: u32,
-    /// Namespaces annotated [`K8S_LOGGING_ANNOTATION`]` = "true"`.
+    /// Namespaces annotated [`k8s::K8S_LOGGING_ANNOTATION`]` = "true"`.
     logged_namespaces: BTreeSet<String>,
 }
 
