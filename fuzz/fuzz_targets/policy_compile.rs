@@ -21,9 +21,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use tollgate::fqdn::{FqdnLookup, NoFqdn, StaticFqdn};
 use tollgate::compile::{compile, LocalNode};
 use tollgate::flow::{Flow, Transport, Verdict};
+use tollgate::fqdn::{FqdnLookup, NoFqdn, StaticFqdn};
 use tollgate::model::Snapshot;
 use tollgate::source::parse_documents;
 use tollgate::validate::validate;
