@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use tollgate::classify::NoFqdn;
-use tollgate::compile::{LocalNode, Ruleset};
+use tollgate::compile::LocalNode;
+use tollgate::fqdn::NoFqdn;
 use tollgate::model::{Object, Snapshot, Sourced};
 use tollgate::packet::flow::{Flow, Transport};
 
@@ -134,7 +134,7 @@ fn classify(c: &mut Criterion) {
     let flows = flows(1000, 4096);
     for rules in [10usize, 100, 1000, 10_000] {
         // Each policy has two rules.
-        let ruleset = Ruleset::compile(&synthetic(1000, rules / 2), &local());
+        let ruleset = tollgate::compile::compile(&synthetic(1000, rules / 2), &local());
         group.throughput(Throughput::Elements(flows.len() as u64));
         group.bench_with_input(BenchmarkId::from_parameter(rules), &ruleset, |b, rs| {
             b.iter(|| {
@@ -193,7 +193,7 @@ fn classify_same_port(c: &mut Criterion) {
         },
     };
     for rules in [10usize, 1000, 10_000] {
-        let ruleset = Ruleset::compile(&same_port(rules), &local());
+        let ruleset = tollgate::compile::compile(&same_port(rules), &local());
         group.throughput(Throughput::Elements(1));
         group.bench_with_input(BenchmarkId::from_parameter(rules), &ruleset, |b, rs| {
             b.iter(|| rs.classify(black_box(&flow), &NoFqdn).verdict)
@@ -206,7 +206,7 @@ fn compile(c: &mut Criterion) {
     let snapshot = synthetic(10_000, 5_000);
     let before = LIVE.load(Ordering::Relaxed);
     let started = Instant::now();
-    let ruleset = Ruleset::compile(&snapshot, &local());
+    let ruleset = tollgate::compile::compile(&snapshot, &local());
     let elapsed = started.elapsed();
     let bytes = LIVE.load(Ordering::Relaxed) - before;
     println!(
@@ -220,7 +220,7 @@ fn compile(c: &mut Criterion) {
     let mut group = c.benchmark_group("compile");
     group.sample_size(10);
     group.bench_function("10000-rules-10000-pods", |b| {
-        b.iter(|| Ruleset::compile(black_box(&snapshot), &local()))
+        b.iter(|| tollgate::compile::compile(black_box(&snapshot), &local()))
     });
     group.finish();
 }

@@ -8,9 +8,8 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::rdata::{A, CNAME};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
-use tollgate::classify::FqdnLookup;
 use tollgate::dns::parse_reply;
-use tollgate::fqdn::{DnsSnooper, FqdnLearner, FqdnPattern, LearnerConfig};
+use tollgate::fqdn::{DnsSnooper, FqdnLearner, FqdnLookup, FqdnPattern, LearnerConfig};
 use tollgate::workers::FqdnMirror;
 
 fn name(text: &str) -> Name {

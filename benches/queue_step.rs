@@ -11,13 +11,14 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, Criterion};
 use etherparse::{IpHeaders, PacketBuilder, PacketBuilderStep};
 use tollgate::audit::Timestamp;
-use tollgate::classify::NoFqdn;
-use tollgate::compile::{LocalNode, Ruleset};
+use tollgate::compile::{compile, LocalNode};
 use tollgate::config::{FailMode, MarkLayout};
 use tollgate::decide::step;
+use tollgate::fqdn::NoFqdn;
 use tollgate::model::Snapshot;
 use tollgate::packet::flow::Verdict;
 use tollgate::packet::parse_flow;
+use tollgate::ruleset::Ruleset;
 
 /// A TCP SYN with 200 bytes of payload, cut to the 128-byte queue copy.
 fn syn(builder: PacketBuilderStep<IpHeaders>) -> Vec<u8> {
@@ -40,7 +41,7 @@ fn bench(c: &mut Criterion) {
     c.bench_function("parse_flow/tcp-syn-v6", |b| {
         b.iter(|| parse_flow(black_box(&v6)))
     });
-    let ruleset = Ruleset::compile(&Snapshot::default(), &LocalNode::default());
+    let ruleset = compile(&Snapshot::default(), &LocalNode::default());
     let marks = MarkLayout::default();
     c.bench_function("step/tcp-syn-v4-empty-ruleset", |b| {
         b.iter(|| {
@@ -115,7 +116,7 @@ spec:
         labels: Default::default(),
         addresses: vec!["10.0.0.2".parse().unwrap()],
     };
-    Ruleset::compile(&Snapshot { objects }, &node)
+    compile(&Snapshot { objects }, &node)
 }
 
 criterion_group!(benches, bench);

@@ -9,11 +9,12 @@ use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
-use crate::classify::{Decision, DirectionDecision, NoFqdn, Outcome, StaticFqdn};
-use crate::compile::{LocalNode, PolicySummary, Ruleset};
+use crate::compile::{compile, LocalNode};
+use crate::fqdn::{NoFqdn, StaticFqdn};
 use crate::http::{self, HttpEvent, RequestHead, RequestTracker, DEFAULT_MAX_HEAD};
 use crate::model::{Kind, Object, Snapshot};
 use crate::packet::flow::{Flow, Transport, Verdict};
+use crate::ruleset::{Decision, DirectionDecision, Outcome, PolicySummary, Ruleset};
 use crate::source;
 use crate::validate::Problem;
 
@@ -75,7 +76,7 @@ pub fn load_ruleset(
 ) -> Result<(Snapshot, Ruleset), CommandError> {
     let snapshot = source::load_and_validate(paths).map_err(CommandError::Invalid)?;
     let local = node.resolve(&snapshot)?;
-    let ruleset = Ruleset::compile(&snapshot, &local);
+    let ruleset = compile(&snapshot, &local);
     Ok((snapshot, ruleset))
 }
 

@@ -5,10 +5,10 @@
 use std::sync::Arc;
 
 use crate::audit::{AuditRecord, Subject, Timestamp};
-use crate::classify::{FqdnLookup, LocalSide, Outcome as ClassifyOutcome};
-use crate::compile::{RuleRef, Ruleset};
 use crate::config::{FailMode, MarkLayout};
+use crate::fqdn::FqdnLookup;
 use crate::packet::flow::{Flow, Transport, Verdict};
+use crate::ruleset::{LocalSide, Outcome as ClassifyOutcome, RuleRef, Ruleset};
 
 use super::packet::{packet_length, parse_flow, PacketError};
 
@@ -209,7 +209,7 @@ pub fn step_at<P: Policy + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::classify::NoFqdn;
+    use crate::fqdn::NoFqdn;
     use etherparse::PacketBuilder;
 
     /// Allows TCP to port 80, rejects port 81, drops everything else.
@@ -314,7 +314,7 @@ spec:
             labels: [("role".to_string(), "cp".to_string())].into(),
             addresses: vec!["10.0.0.2".parse().unwrap()],
         };
-        let ruleset = Ruleset::compile(&crate::model::Snapshot { objects }, &node);
+        let ruleset = crate::compile::compile(&crate::model::Snapshot { objects }, &node);
         assert!(ruleset.enforced().node_ingress);
         let marks = MarkLayout::default();
         let decide = |port| {
@@ -430,7 +430,7 @@ spec:
             labels: Default::default(),
             addresses: vec!["10.0.0.2".parse().unwrap()],
         };
-        let ruleset = Ruleset::compile(&crate::model::Snapshot { objects }, &node);
+        let ruleset = crate::compile::compile(&crate::model::Snapshot { objects }, &node);
         let marks = MarkLayout::default();
         let decide =
             |packet: &[u8]| step(packet, 0, &ruleset, &NoFqdn, &marks, FailMode::Closed, NOW);
@@ -492,9 +492,9 @@ spec:
             labels: Default::default(),
             addresses: vec!["10.0.0.1".parse().unwrap()],
         };
-        let ruleset = Ruleset::compile(&crate::model::Snapshot { objects }, &node);
+        let ruleset = crate::compile::compile(&crate::model::Snapshot { objects }, &node);
         let marks = MarkLayout::default();
-        let learned = crate::classify::StaticFqdn(vec![(
+        let learned = crate::fqdn::StaticFqdn(vec![(
             "www.example.test".into(),
             "10.0.0.2".parse().unwrap(),
         )]);

@@ -7,9 +7,9 @@
 //! 2. [`model`] holds the typed objects: Antrea CRDs, K8s NetworkPolicy, inventory.
 //! 3. [`validate`] applies the admission rules of the Antrea spec.
 //! 4. [`compile`] resolves selectors and groups and orders rules into an
-//!    immutable [`compile::Ruleset`].
-//! 5. [`classify`] decides a [`flow::Flow`] against a ruleset (pure; also
-//!    behind `tollgate trace`).
+//!    immutable [`ruleset::Ruleset`].
+//! 5. [`ruleset`] decides a [`flow::Flow`] against it (pure; also behind
+//!    `tollgate trace`).
 //!
 //! Everything listed so far is pure and unit-tested without root, as are
 //! [`dns`] and [`fqdn`] (learning addresses from DNS answers), [`http`] and
@@ -29,7 +29,6 @@
 //! `CAP_NET_RAW` before it starts any of this.
 pub mod agent;
 pub mod audit;
-pub mod classify;
 pub mod commands;
 pub mod compile;
 pub mod config;
@@ -43,6 +42,7 @@ pub mod logging;
 pub mod model;
 pub mod packet;
 pub mod privilege;
+pub mod ruleset;
 pub mod source;
 pub mod status;
 mod sys;

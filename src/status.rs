@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
-use crate::compile::{PolicySummary, Ruleset};
 use crate::config::FailMode;
+use crate::ruleset::{PolicySummary, Ruleset};
 use crate::workers::{parse_kernel_counters, QueueStats, PROC_QUEUES};
 
 /// Where `tollgate run` listens and the CLI connects unless told otherwise.

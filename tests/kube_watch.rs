@@ -10,7 +10,8 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tollgate::compile::{LocalNode, Ruleset};
+use tollgate::compile::{compile, LocalNode};
+use tollgate::ruleset::Ruleset;
 use tollgate::source::kube::{Admitted, Connection, KubeSource, Latest};
 use tollgate::telemetry::Metrics;
 
@@ -93,7 +94,7 @@ impl Harness {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(admitted) = self.latest.get() {
-                let ruleset = Ruleset::compile(&admitted.snapshot, &local());
+                let ruleset = compile(&admitted.snapshot, &local());
                 if ok(&admitted, &ruleset) {
                     return ruleset;
                 }

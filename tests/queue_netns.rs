@@ -14,12 +14,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use tollgate::classify::FqdnLookup;
-use tollgate::compile::Enforced;
 use tollgate::config::{MachineDefaults, Settings};
 use tollgate::datapath::{desired, Kernel};
 use tollgate::decide::{Policy, Ruling};
+use tollgate::fqdn::FqdnLookup;
 use tollgate::packet::flow::{Flow, Transport, Verdict};
+use tollgate::ruleset::Enforced;
 use tollgate::telemetry::Metrics;
 use tollgate::workers::{FqdnMirror, Observers, Worker, WorkerConfig};
 

@@ -1,4 +1,4 @@
-//! Policy YAML → `source::parse_documents` → `validate` → `Ruleset::compile`
+//! Policy YAML → `source::parse_documents` → `validate` → `compile::compile`
 //! → `classify`, the path every policy file takes in `tollgate run`.
 //!
 //! Input: the text of one policy file (the seed corpus holds the lab's
@@ -21,9 +21,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use tollgate::classify::{NoFqdn, StaticFqdn};
-use tollgate::compile::{LocalNode, Ruleset};
+use tollgate::compile::{compile, LocalNode};
 use tollgate::packet::flow::{Flow, Transport, Verdict};
+use tollgate::fqdn::{FqdnLookup, NoFqdn, StaticFqdn};
 use tollgate::model::Snapshot;
 use tollgate::source::parse_documents;
 use tollgate::validate::validate;
@@ -45,7 +45,7 @@ fuzz_target!(|data: &[u8]| {
         labels: Default::default(),
         addresses: vec![IpAddr::from([10, 99, 0, 1])],
     };
-    let ruleset = Ruleset::compile(&snapshot, &local);
+    let ruleset = compile(&snapshot, &local);
     for ip in &ruleset.enforced().endpoints {
         assert!(
             ruleset.endpoint_of(*ip).is_some(),
@@ -71,7 +71,7 @@ fuzz_target!(|data: &[u8]| {
                     dst,
                     transport,
                 };
-                for fqdn in [&NoFqdn as &dyn tollgate::classify::FqdnLookup, &learned] {
+                for fqdn in [&NoFqdn as &dyn FqdnLookup, &learned] {
                     let decision = ruleset.classify(&flow, fqdn);
                     assert_eq!(decision, ruleset.classify(&flow, fqdn), "not deterministic");
                     let expected = match decision.egress.verdict() {

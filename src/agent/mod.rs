@@ -21,13 +21,14 @@ use arc_swap::ArcSwap;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 use crate::audit::AuditConfig;
-use crate::compile::{LocalNode, Ruleset};
+use crate::compile::{compile, LocalNode};
 use crate::config::{
     parse_labels, Config, ConfigError, FailMode, L7DenyResponse, MachineDefaults, MaskValue,
     Privileged, Settings,
 };
 use crate::datapath::{self, transition, ApplyError, Backoff, DatapathError, Kernel, Retry};
 use crate::fqdn::{FqdnPattern, LearnerConfig};
+use crate::ruleset::Ruleset;
 use crate::source::watch::{PolicyWatch, Refresh, WatchError};
 use crate::status::{AgentFacts, AgentStatus};
 use crate::telemetry::{Metrics, ReloadResult};
@@ -485,13 +486,13 @@ enum Policies {
 impl Policies {
     fn load(&self, node: &LocalNode) -> Result<Ruleset, Vec<Problem>> {
         Ok(match self {
-            Policies::Directory(dir) => Ruleset::compile(
+            Policies::Directory(dir) => compile(
                 &crate::source::load_and_validate(std::slice::from_ref(dir))?,
                 node,
             ),
             Policies::Kubernetes(source) => match source.latest().get() {
-                Some(admitted) => Ruleset::compile(&admitted.snapshot, node),
-                None => Ruleset::compile(&crate::model::Snapshot::default(), node),
+                Some(admitted) => compile(&admitted.snapshot, node),
+                None => compile(&crate::model::Snapshot::default(), node),
             },
         })
     }

@@ -7,10 +7,11 @@
 
 use std::sync::Arc;
 
-use crate::classify::{Decision, DirectionDecision, Outcome};
-use crate::compile::{Endpoint, PolicyKind, RuleRef, Ruleset};
 use crate::model::Direction;
 use crate::packet::flow::{Flow, Verdict};
+use crate::ruleset::{
+    Decision, DirectionDecision, Endpoint, Outcome, PolicyKind, RuleRef, Ruleset,
+};
 
 use super::{AuditRecord, Decider, Timestamp};
 

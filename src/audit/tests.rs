@@ -230,10 +230,11 @@ fn rate_limit_allows_the_burst_then_the_rate() {
 /// what the agent writes for real packets.
 mod through_the_step {
     use super::*;
-    use crate::compile::{LocalNode, Ruleset};
+    use crate::compile::{compile, LocalNode};
     use crate::config::{FailMode, MarkLayout};
     use crate::decide::step;
     use crate::model::Snapshot;
+    use crate::ruleset::Ruleset;
     use etherparse::PacketBuilder;
 
     const POLICIES: &str = "apiVersion: v1
@@ -298,7 +299,7 @@ spec:
         let (objects, problems) =
             crate::source::parse_documents(std::path::Path::new("p.yaml"), POLICIES);
         assert!(problems.is_empty(), "{problems:?}");
-        Ruleset::compile(
+        compile(
             &Snapshot { objects },
             &LocalNode {
                 name: "node1".into(),
@@ -331,7 +332,7 @@ spec:
             packet,
             0,
             ruleset,
-            &crate::classify::NoFqdn,
+            &crate::fqdn::NoFqdn,
             &MarkLayout::default(),
             FailMode::Closed,
             Timestamp::from_unix_micros(micros),
@@ -389,7 +390,7 @@ spec:
                 &ping([10, 10, 1, 7], [10, 10, 2, 3]),
                 0,
                 &rs,
-                &crate::classify::NoFqdn,
+                &crate::fqdn::NoFqdn,
                 &MarkLayout::default(),
                 FailMode::Closed,
                 Timestamp::from_unix_micros(T + i * 20_000),

@@ -3,11 +3,12 @@
 
 use std::net::IpAddr;
 
-use crate::classify::{NoFqdn, Outcome, StaticFqdn};
+use crate::fqdn::{NoFqdn, StaticFqdn};
 use crate::model::Snapshot;
 use crate::packet::flow::{Flow, Transport, Verdict};
+use crate::ruleset::{Outcome, Ruleset};
 
-use super::{LocalNode, Ruleset};
+use super::{compile, LocalNode};
 
 const NAMESPACES: [&str; 3] = ["x", "y", "z"];
 const PODS: [&str; 3] = ["a", "b", "c"];
@@ -47,7 +48,7 @@ fn snapshot(yaml: &str) -> Snapshot {
 
 fn ruleset_with(orgs: [&str; 3], policies: &str) -> Ruleset {
     let yaml = format!("{}{}", inventory(orgs), policies);
-    Ruleset::compile(
+    compile(
         &snapshot(&yaml),
         &LocalNode {
             name: "node1".into(),
@@ -816,7 +817,7 @@ fn pods_on_other_nodes_are_peers_not_endpoints() {
         inventory(["", "", ""]),
         "apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {name: p}\nspec:\n  priority: 1\n  appliedTo: [{podSelector: {matchLabels: {app: a}}}]\n  egress:\n  - action: Drop\n"
     );
-    let rs = Ruleset::compile(
+    let rs = compile(
         &snapshot(&yaml),
         &LocalNode {
             name: "node1".into(),

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 
 use sha1::{Digest, Sha1};
 
-use crate::compile::Enforced;
 use crate::config::{Config, FailMode, MarkLayout, Privileged, PrivilegedProtocol};
 use crate::fqdn::FqdnPattern;
+use crate::ruleset::Enforced;
 
 use super::state::{Family, IpSet, LearnedSet, State, Table};
 

@@ -52,8 +52,8 @@
 
 use std::fmt;
 
-use crate::compile::Enforced;
 use crate::fqdn::FqdnPattern;
+use crate::ruleset::Enforced;
 
 use super::diff::Changes;
 use super::state::{Family, State};

@@ -19,8 +19,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use super::FqdnPattern;
-use crate::classify::FqdnLookup;
+use super::pattern::{FqdnLookup, FqdnPattern};
 use crate::dns::{self, DnsError, Resolution};
 
 /// Largest timeout the kernel's ipset accepts (seconds).
@@ -509,5 +508,4 @@ impl Touched {
 }
 
 #[cfg(test)]
-#[path = "learner_tests.rs"]
 mod tests;

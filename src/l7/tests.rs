@@ -5,10 +5,11 @@ use std::time::{Duration, Instant};
 use etherparse::{PacketBuilder, SlicedPacket, TransportSlice};
 
 use super::*;
-use crate::classify::NoFqdn;
-use crate::compile::{LocalNode, Ruleset};
+use crate::compile::{compile, LocalNode};
 use crate::config::L7DenyResponse;
+use crate::fqdn::NoFqdn;
 use crate::packet::segment::{parse_segment, tcp_payload_len, FlowKey, Segment, SegmentError};
+use crate::ruleset::Ruleset;
 
 const POLICY: &str = "apiVersion: crd.antrea.io/v1beta1
 kind: ClusterNetworkPolicy
@@ -45,7 +46,7 @@ fn ruleset() -> Ruleset {
         labels: Default::default(),
         addresses: vec!["10.0.0.2".parse().unwrap(), "fd00::2".parse().unwrap()],
     };
-    Ruleset::compile(&crate::model::Snapshot { objects }, &node)
+    compile(&crate::model::Snapshot { objects }, &node)
 }
 
 fn inspector(max_flows: usize, response: L7DenyResponse) -> Inspector {

@@ -21,9 +21,9 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::compile::RuleRef;
 use crate::decide::DecidedBy;
 use crate::packet::flow::Verdict;
+use crate::ruleset::RuleRef;
 use crate::workers::{parse_kernel_counters, QueueStats, PROC_QUEUES};
 
 /// At most this many distinct (policy, rule) series; hits of further rules

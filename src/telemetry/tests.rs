@@ -3,9 +3,9 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::compile::{PolicyKind, PolicyRef};
 use crate::decide::DecidedBy;
 use crate::model::{Direction, RuleAction};
+use crate::ruleset::{PolicyKind, PolicyRef};
 
 fn rule(name: &str, tier: Option<&str>) -> RuleRef {
     RuleRef {

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::*;
-use crate::model::Kind;
+use crate::model::{Direction, Kind, RuleAction};
 use crate::source::parse_documents;
 
 fn snapshot(yaml: &str) -> Snapshot {

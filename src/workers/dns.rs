@@ -12,14 +12,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
-use crate::classify::FqdnLookup;
 use crate::datapath::ipset_netlink::{EntryOp, IpsetSocket};
 use crate::datapath::plan::fqdn_set;
 use crate::datapath::Family;
 use crate::dns;
 use crate::fqdn::{
-    DnsSnooper, FqdnLearner, FqdnPattern, IpsetChange, LearnerConfig, LearnerCounters, Release,
-    RestoredEntry, SnoopEvent, DEFAULT_MAX_TCP_FLOWS, DEFAULT_MAX_TCP_MESSAGE,
+    DnsSnooper, FqdnLearner, FqdnLookup, FqdnPattern, IpsetChange, LearnerConfig, LearnerCounters,
+    Release, RestoredEntry, SnoopEvent, DEFAULT_MAX_TCP_FLOWS, DEFAULT_MAX_TCP_MESSAGE,
 };
 use crate::telemetry::Metrics;
 

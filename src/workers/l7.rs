@@ -18,10 +18,10 @@ use arc_swap::ArcSwap;
 use prometheus_client::metrics::counter::Counter;
 
 use crate::audit::Subject;
-use crate::classify::LocalSide;
 use crate::config::{FailMode, L7Config, MarkLayout};
 use crate::http::DEFAULT_MAX_HEAD;
 use crate::packet::flow::Verdict;
+use crate::ruleset::LocalSide;
 use crate::workers::connection::{open_queue, wall_clock};
 use crate::workers::dns::FqdnMirror;
 use crate::workers::{Observers, QueueError};

@@ -1,8 +1,8 @@
 use super::*;
-use crate::compile::Enforced;
 use crate::config::{Config, MachineDefaults, Settings};
 use crate::datapath::plan::{desired, endpoints_set, fqdn_set, Hook};
 use crate::fqdn::FqdnPattern;
+use crate::ruleset::Enforced;
 
 fn config() -> Config {
     Settings::default()

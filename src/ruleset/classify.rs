@@ -12,37 +12,12 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::compile::rule::port_protocol;
-use crate::compile::{CompiledRule, DirectionTable, Endpoint, RuleRef, Ruleset};
-use crate::fqdn::FqdnPattern;
+use super::index::DirectionTable;
+use super::rule::{port_protocol, CompiledRule, RuleRef};
+use super::{Endpoint, Ruleset};
+use crate::fqdn::FqdnLookup;
 use crate::model::{Direction, L7Protocol, PortProtocol, RuleAction};
 use crate::packet::flow::{Flow, Verdict};
-
-/// What the classifier asks about FQDN peers: did `pattern` resolve to `ip`
-/// (in an answer still within its TTL)? Fed by the DNS snooper.
-pub trait FqdnLookup {
-    fn resolves_to(&self, pattern: &FqdnPattern, ip: IpAddr) -> bool;
-}
-
-/// No names learned: FQDN peers match nothing.
-pub struct NoFqdn;
-
-impl FqdnLookup for NoFqdn {
-    fn resolves_to(&self, _: &FqdnPattern, _: IpAddr) -> bool {
-        false
-    }
-}
-
-/// A fixed list of (name, address) pairs, as `tollgate trace --fqdn` uses.
-pub struct StaticFqdn(pub Vec<(String, IpAddr)>);
-
-impl FqdnLookup for StaticFqdn {
-    fn resolves_to(&self, pattern: &FqdnPattern, ip: IpAddr) -> bool {
-        self.0
-            .iter()
-            .any(|(name, addr)| *addr == ip && pattern.matches(name))
-    }
-}
 
 /// How one direction of a flow was decided.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -229,7 +204,7 @@ impl Ruleset {
             Direction::Ingress => &table.ingress,
             Direction::Egress => &table.egress,
         };
-        if table.antrea.rules.is_empty() && table.k8s.is_none() && table.baseline.rules.is_empty() {
+        if table.is_empty() {
             return decision;
         }
         let port = port_protocol(&flow.transport).zip(flow.transport.dst_port());

@@ -3,7 +3,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use proptest::prelude::*;
 
 use super::*;
-use crate::classify::FqdnLookup;
+use crate::fqdn::FqdnLookup;
 
 fn ip(last: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(192, 0, 2, last))

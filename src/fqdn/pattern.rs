@@ -1,24 +1,12 @@
 //! FQDN selectors as the spec defines them: an exact name, or a pattern
 //! where `*` matches any run of characters, dots included (`*foobar.com`
 //! matches `foobar.com` and `a.b.foobar.com`). Matching is case-insensitive
-//! and ignores one trailing dot on either side. [`FqdnLearner`] keeps the
-//! in-memory mirror of the addresses learned for each selector from DNS
-//! answers; [`DnsSnooper`] turns queued reply packets into the DNS messages
-//! it learns from. Pure: no DNS traffic, no ipset writes, no clock reads.
+//! and ignores one trailing dot on either side. [`FqdnLookup`] is what the
+//! classifier asks of whoever learned addresses for them. Pure: no DNS, no
+//! clock.
 
 use std::fmt;
-
-mod learner;
-mod snoop;
-
-pub use snoop::{
-    DnsSnooper, Release, SnoopEvent, Snooped, DEFAULT_MAX_TCP_FLOWS, DEFAULT_MAX_TCP_MESSAGE,
-};
-
-pub use learner::{
-    FqdnLearner, IpsetChange, LearnedAt, LearnerConfig, LearnerCounters, RestoredEntry,
-    MAX_IPSET_TIMEOUT_SECS,
-};
+use std::net::IpAddr;
 
 /// A parsed `fqdn:` peer value, stored lower-case without a trailing dot.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -60,6 +48,32 @@ impl FqdnPattern {
 impl fmt::Display for FqdnPattern {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.pattern)
+    }
+}
+
+/// What the classifier asks about FQDN peers: did `pattern` resolve to `ip`
+/// (in an answer still within its TTL)? Fed by the DNS snooper.
+pub trait FqdnLookup {
+    fn resolves_to(&self, pattern: &FqdnPattern, ip: IpAddr) -> bool;
+}
+
+/// No names learned: FQDN peers match nothing.
+pub struct NoFqdn;
+
+impl FqdnLookup for NoFqdn {
+    fn resolves_to(&self, _: &FqdnPattern, _: IpAddr) -> bool {
+        false
+    }
+}
+
+/// A fixed list of (name, address) pairs, as `tollgate trace --fqdn` uses.
+pub struct StaticFqdn(pub Vec<(String, IpAddr)>);
+
+impl FqdnLookup for StaticFqdn {
+    fn resolves_to(&self, pattern: &FqdnPattern, ip: IpAddr) -> bool {
+        self.0
+            .iter()
+            .any(|(name, addr)| *addr == ip && pattern.matches(name))
     }
 }
 

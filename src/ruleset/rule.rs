@@ -80,7 +80,7 @@ pub struct RuleRef {
 
 /// One entry of a rule's `ports`/`protocols`, resolved.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum ServiceMatch {
+pub(crate) enum ServiceMatch {
     /// A protocol with every port.
     Protocol(PortProtocol),
     /// A port range (inclusive) of a protocol.
@@ -106,7 +106,7 @@ pub enum ServiceMatch {
 
 /// A CIDR minus its `except` holes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Block {
+pub(crate) struct Block {
     pub cidr: IpNet,
     pub except: Vec<IpNet>,
 }
@@ -128,7 +128,7 @@ impl Block {
 /// The other end of a rule: who may be the source (ingress) or destination
 /// (egress). Address sets are shared between rules with equal selectors.
 #[derive(Clone, Debug, Default)]
-pub struct PeerMatch {
+pub(crate) struct PeerMatch {
     /// True when the rule has no peers: it matches every address.
     pub any: bool,
     pub addresses: Vec<Arc<HashSet<IpAddr>>>,
@@ -141,7 +141,7 @@ pub struct PeerMatch {
 
 /// A rule ready to be matched against flows.
 #[derive(Clone, Debug)]
-pub struct CompiledRule {
+pub(crate) struct CompiledRule {
     pub reference: Arc<RuleRef>,
     pub peers: PeerMatch,
     /// Empty: any protocol and port.
@@ -158,7 +158,7 @@ impl CompiledRule {
 }
 
 /// Protocol of a flow as `ports` spell it.
-pub fn port_protocol(transport: &Transport) -> Option<PortProtocol> {
+pub(super) fn port_protocol(transport: &Transport) -> Option<PortProtocol> {
     match transport {
         Transport::Tcp { .. } => Some(PortProtocol::Tcp),
         Transport::Udp { .. } => Some(PortProtocol::Udp),

@@ -1,0 +1,211 @@
+//! Antrea-native policies (ACNP and ANNP): appliedTo resolved to local
+//! endpoints (NodePort Services to the local Node and their node ports),
+//! one rule instance per Namespace context where peers depend on it, and
+//! each instance appended to the lists of the endpoints it applies to.
+//! Never orders policies itself: it is handed them in priority order.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use crate::model::{AntreaPolicy, AppliedTo, Direction, PortProtocol};
+use crate::ruleset::{CompiledRule, PolicySummary, RuleRef};
+
+use super::priority::OrderedPolicy;
+use super::{dir_index, services_of, Compiler, Target};
+
+/// A rule instance is shared by endpoints with the same Namespace context
+/// (only for `namespaces` peers) and the same NodePort restriction.
+type ContextKey = (Option<String>, Option<NodePorts>);
+
+/// The node ports a NodePort-Service appliedTo restricts a rule to.
+type NodePorts = Vec<(PortProtocol, u16)>;
+
+impl Compiler<'_> {
+    pub(super) fn add_antrea_policy(&mut self, ordered: &OrderedPolicy, baseline: bool) {
+        let policy = ordered.policy;
+        let policy_ns = ordered.reference.namespace.as_deref();
+        let policy_targets = self.resolve_applied_to(&policy.spec.applied_to, policy_ns);
+        let same_label_keys = same_label_keys(policy);
+        let mut applied: BTreeSet<u32> = BTreeSet::new();
+        for (direction, rules) in [
+            (Direction::Ingress, &policy.spec.ingress),
+            (Direction::Egress, &policy.spec.egress),
+        ] {
+            for (index, rule) in rules.iter().enumerate() {
+                let targets = if rule.applied_to.is_empty() {
+                    policy_targets.clone()
+                } else {
+                    self.resolve_applied_to(&rule.applied_to, policy_ns)
+                };
+                let reference = Arc::new(RuleRef {
+                    policy: ordered.reference.clone(),
+                    tier: Some(ordered.tier.clone()),
+                    tier_priority: Some(ordered.tier_priority),
+                    policy_priority: Some(policy.spec.priority),
+                    name: Some(rule.effective_name(direction)),
+                    index,
+                    direction,
+                    action: rule.action.normalized(),
+                    enable_logging: rule.enable_logging,
+                    log_label: rule.log_label.clone().filter(|l| !l.is_empty()),
+                    rank: self.next_rank(),
+                    l7: rule.l7_protocols.clone().into(),
+                });
+                let services = services_of(&rule.ports, &rule.protocols);
+                let peers_list = match direction {
+                    Direction::Ingress => &rule.from,
+                    Direction::Egress => &rule.to,
+                };
+                // One instance per Namespace context when peers depend on it.
+                let context_dependent = peers_list.iter().any(|p| p.namespaces.is_some());
+                let mut instance_by_context: HashMap<ContextKey, u32> = HashMap::new();
+                for (target, node_ports) in &targets {
+                    let Some(&endpoint) = self.endpoint_of_target.get(target) else {
+                        continue;
+                    };
+                    let endpoint_ns = match target {
+                        Target::Pod(idx) => Some(self.inv.pods[*idx as usize].namespace.clone()),
+                        Target::LocalNode => None,
+                    };
+                    if !same_label_keys.is_empty()
+                        && !endpoint_ns
+                            .as_deref()
+                            .and_then(|ns| self.inv.namespace_labels(ns))
+                            .is_some_and(|l| same_label_keys.iter().all(|k| l.contains_key(k)))
+                    {
+                        // The spec: a policy with sameLabels is a no-op on
+                        // Namespaces lacking any of those label keys.
+                        continue;
+                    }
+                    let context = if context_dependent {
+                        endpoint_ns.clone()
+                    } else {
+                        None
+                    };
+                    let key = (context, node_ports.clone());
+                    let instance = match instance_by_context.get(&key) {
+                        Some(&id) => id,
+                        None => {
+                            let peers = self.resolve_peers(
+                                peers_list,
+                                &rule.to_services,
+                                policy_ns,
+                                key.0.as_deref(),
+                            );
+                            self.rules.push(CompiledRule {
+                                reference: reference.clone(),
+                                peers,
+                                services: services.clone(),
+                                node_ports: node_ports.clone(),
+                            });
+                            let id = (self.rules.len() - 1) as u32;
+                            instance_by_context.insert(key, id);
+                            id
+                        }
+                    };
+                    let lists = &mut self.lists[endpoint as usize][dir_index(direction)];
+                    let list = if baseline {
+                        &mut lists.baseline
+                    } else {
+                        &mut lists.antrea
+                    };
+                    if list.last() != Some(&instance) {
+                        list.push(instance);
+                    }
+                    applied.insert(endpoint);
+                }
+            }
+        }
+        self.policies.push(PolicySummary {
+            policy: ordered.reference.clone(),
+            tier: Some(ordered.tier.clone()),
+            tier_priority: Some(ordered.tier_priority),
+            priority: Some(policy.spec.priority),
+            rules: policy.spec.ingress.len() + policy.spec.egress.len(),
+            applied_to: applied
+                .into_iter()
+                .map(|e| self.endpoints[e as usize].to_string())
+                .collect(),
+        });
+    }
+
+    /// Resolves appliedTo entries to local endpoints; NodePort Services
+    /// become the local Node restricted to their node ports.
+    fn resolve_applied_to(
+        &self,
+        entries: &[AppliedTo],
+        policy_ns: Option<&str>,
+    ) -> Vec<(Target, Option<NodePorts>)> {
+        let mut targets: BTreeSet<Target> = BTreeSet::new();
+        let mut node_port_targets = Vec::new();
+        for entry in entries {
+            if let Some(service) = &entry.service {
+                let ports: Vec<(PortProtocol, u16)> = self
+                    .inv
+                    .services
+                    .get(&(service.namespace.clone(), service.name.clone()))
+                    .map(|svc| {
+                        svc.spec
+                            .ports
+                            .iter()
+                            .filter_map(|p| Some((p.protocol, u16::try_from(p.node_port?).ok()?)))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                if !ports.is_empty() {
+                    node_port_targets.push((Target::LocalNode, Some(ports)));
+                }
+                continue;
+            }
+            if let Some(selector) = &entry.node_selector {
+                if self
+                    .inv
+                    .nodes_matching(selector)
+                    .contains(&self.inv.local_node)
+                {
+                    targets.insert(Target::LocalNode);
+                }
+                continue;
+            }
+            if let Some(group) = &entry.group {
+                // ipBlocks of a group in appliedTo are ignored, as the spec says.
+                let (pods, _) = self.group_members(group, policy_ns, 0);
+                targets.extend(pods.into_iter().map(Target::Pod));
+                continue;
+            }
+            if let Some(sa) = &entry.service_account {
+                targets.extend(
+                    self.inv
+                        .pods_with_service_account(sa)
+                        .into_iter()
+                        .map(Target::Pod),
+                );
+                continue;
+            }
+            let pods = self.select_pods(
+                entry.pod_selector.as_ref(),
+                entry.namespace_selector.as_ref(),
+                policy_ns,
+            );
+            targets.extend(pods.into_iter().map(Target::Pod));
+        }
+        targets
+            .into_iter()
+            .map(|t| (t, None))
+            .chain(node_port_targets)
+            .collect()
+    }
+}
+
+/// Keys of every `sameLabels` in a policy.
+fn same_label_keys(policy: &AntreaPolicy) -> BTreeSet<String> {
+    policy
+        .spec
+        .ingress
+        .iter()
+        .flat_map(|r| r.from.iter())
+        .chain(policy.spec.egress.iter().flat_map(|r| r.to.iter()))
+        .filter_map(|p| p.namespaces.as_ref())
+        .flat_map(|n| n.same_labels.iter().cloned())
+        .collect()
+}

@@ -1,0 +1,170 @@
+//! Kubernetes NetworkPolicies: a policy isolates the endpoints it selects
+//! in the directions of its policyTypes, and its rules only allow. Their
+//! decisions, the default drop included, are audited where the Namespace
+//! carries [`K8S_LOGGING_ANNOTATION`]. Where they sit in the evaluation
+//! order is `priority.rs`'s business, not this file's.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use crate::model::{
+    Direction, K8sNetworkPolicy, K8sPeer, K8sPort, Object, PolicyPort, PolicyType, RuleAction,
+    Snapshot,
+};
+use crate::ruleset::{
+    Block, CompiledRule, PeerMatch, PolicyKind, PolicyRef, PolicySummary, RuleRef,
+};
+
+use super::{dir_index, services_of, Compiler, Target};
+
+/// The Namespace annotation that turns on audit logging for the
+/// Kubernetes NetworkPolicies of a Namespace and their default drop.
+pub(super) const K8S_LOGGING_ANNOTATION: &str = "networkpolicy.antrea.io/enable-logging";
+
+/// Namespaces whose Kubernetes NetworkPolicies are audited.
+pub(super) fn logged_namespaces(snapshot: &Snapshot) -> BTreeSet<String> {
+    snapshot
+        .iter()
+        .filter_map(|o| match o {
+            Object::Namespace(ns)
+                if ns
+                    .metadata
+                    .annotations
+                    .get(K8S_LOGGING_ANNOTATION)
+                    .is_some_and(|v| v == "true") =>
+            {
+                Some(ns.metadata.name.clone())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+impl Compiler<'_> {
+    pub(super) fn add_k8s_policy(&mut self, policy: &K8sNetworkPolicy) {
+        let ns = policy
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        let reference = PolicyRef {
+            kind: PolicyKind::K8sNetworkPolicy,
+            namespace: Some(ns.clone()),
+            name: policy.metadata.name.clone(),
+        };
+        let selected: Vec<u32> = self
+            .inv
+            .pods_matching(Some(&policy.spec.pod_selector), Some(&[ns.as_str()]))
+            .into_iter()
+            .filter_map(|p| self.endpoint_of_target.get(&Target::Pod(p)).copied())
+            .collect();
+        let logged = self.logged_namespaces.contains(&ns);
+        let types = policy.spec.effective_policy_types();
+        let mut rule_count = 0;
+        for (direction, policy_type) in [
+            (Direction::Ingress, PolicyType::Ingress),
+            (Direction::Egress, PolicyType::Egress),
+        ] {
+            if !types.contains(&policy_type) {
+                continue;
+            }
+            let rules: Vec<(&[K8sPeer], &[K8sPort])> = match direction {
+                Direction::Ingress => policy
+                    .spec
+                    .ingress
+                    .iter()
+                    .map(|r| (r.from.as_slice(), r.ports.as_slice()))
+                    .collect(),
+                Direction::Egress => policy
+                    .spec
+                    .egress
+                    .iter()
+                    .map(|r| (r.to.as_slice(), r.ports.as_slice()))
+                    .collect(),
+            };
+            rule_count += rules.len();
+            let mut ids = Vec::new();
+            for (index, (peers, ports)) in rules.into_iter().enumerate() {
+                let peers = self.resolve_k8s_peers(peers, &ns);
+                let ports: Vec<PolicyPort> = ports
+                    .iter()
+                    .map(|p| PolicyPort {
+                        protocol: p.protocol,
+                        port: p.port.clone(),
+                        end_port: p.end_port,
+                    })
+                    .collect();
+                let rank = self.next_rank();
+                self.rules.push(CompiledRule {
+                    reference: Arc::new(RuleRef {
+                        policy: reference.clone(),
+                        tier: None,
+                        tier_priority: None,
+                        policy_priority: None,
+                        name: None,
+                        index,
+                        direction,
+                        action: RuleAction::Allow,
+                        enable_logging: logged,
+                        log_label: None,
+                        rank,
+                        l7: Arc::new([]),
+                    }),
+                    peers,
+                    services: services_of(&ports, &[]),
+                    node_ports: None,
+                });
+                ids.push((self.rules.len() - 1) as u32);
+            }
+            for &endpoint in &selected {
+                let lists = &mut self.lists[endpoint as usize][dir_index(direction)];
+                lists.k8s.get_or_insert_with(Vec::new).extend(&ids);
+            }
+        }
+        self.policies.push(PolicySummary {
+            policy: reference,
+            tier: None,
+            tier_priority: None,
+            priority: None,
+            rules: rule_count,
+            applied_to: selected
+                .into_iter()
+                .map(|e| self.endpoints[e as usize].to_string())
+                .collect(),
+        });
+    }
+
+    fn resolve_k8s_peers(&mut self, peers: &[K8sPeer], ns: &str) -> PeerMatch {
+        let mut result = PeerMatch {
+            any: peers.is_empty(),
+            ..Default::default()
+        };
+        for peer in peers {
+            if let Some(block) = &peer.ip_block {
+                result.blocks.push(Block::new(block.cidr, &block.except));
+                continue;
+            }
+            let key = format!(
+                "k8s|{}|{}|{}",
+                serde_json::to_string(&peer.pod_selector).unwrap_or_default(),
+                serde_json::to_string(&peer.namespace_selector).unwrap_or_default(),
+                ns
+            );
+            let pod_selector = peer.pod_selector.clone();
+            let namespace_selector = peer.namespace_selector.clone();
+            let set = self.address_set(key, |c| {
+                let pods = match &namespace_selector {
+                    Some(sel) => {
+                        let namespaces = c.inv.namespaces_matching(sel);
+                        c.inv
+                            .pods_matching(pod_selector.as_ref(), Some(&namespaces))
+                    }
+                    None => c.inv.pods_matching(pod_selector.as_ref(), Some(&[ns])),
+                };
+                c.pod_ips(&pods)
+            });
+            result.addresses.push(set);
+        }
+        result
+    }
+}

@@ -1,0 +1,218 @@
+//! Peer resolution: selectors, groups (with one level of child groups),
+//! ServiceAccounts, `namespaces` (`Self`, `sameLabels`), nodeSelectors,
+//! `toServices` and FQDN selectors turned into the addresses, blocks and
+//! selector ids a rule matches. Address sets are computed once per distinct
+//! peer and shared between rules. Reads the inventory only.
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use crate::fqdn::FqdnPattern;
+use crate::model::{GroupSpec, LabelSelector, Peer};
+use crate::ruleset::{Block, PeerMatch};
+
+use super::inventory::PodIdx;
+use super::Compiler;
+
+impl Compiler<'_> {
+    /// Pods selected by a podSelector / namespaceSelector pair. In a
+    /// namespaced policy a lone podSelector selects in the policy's Namespace.
+    pub(super) fn select_pods(
+        &self,
+        pod_selector: Option<&LabelSelector>,
+        namespace_selector: Option<&LabelSelector>,
+        policy_ns: Option<&str>,
+    ) -> Vec<PodIdx> {
+        match (namespace_selector, policy_ns) {
+            (Some(ns_sel), _) => {
+                let namespaces = self.inv.namespaces_matching(ns_sel);
+                self.inv.pods_matching(pod_selector, Some(&namespaces))
+            }
+            (None, Some(ns)) => self.inv.pods_matching(pod_selector, Some(&[ns])),
+            (None, None) if pod_selector.is_some() => self.inv.pods_matching(pod_selector, None),
+            (None, None) => Vec::new(),
+        }
+    }
+
+    /// Members of a ClusterGroup (cluster-scoped policy) or Group (in
+    /// `policy_ns`): Pods and IP blocks. Child groups are followed one level
+    /// deep, as the spec allows.
+    pub(super) fn group_members(
+        &self,
+        name: &str,
+        policy_ns: Option<&str>,
+        depth: u8,
+    ) -> (Vec<PodIdx>, Vec<Block>) {
+        let group = match policy_ns {
+            None => self.inv.cluster_groups.get(name).copied(),
+            Some(ns) => self.inv.groups.get(&(ns, name)).copied(),
+        };
+        let Some(group) = group else {
+            return (Vec::new(), Vec::new());
+        };
+        let spec: &GroupSpec = &group.spec;
+        let mut blocks = Vec::new();
+        let selects_pods = spec.pod_selector.is_some() || spec.namespace_selector.is_some();
+        let mut pods = if selects_pods {
+            self.select_pods(
+                spec.pod_selector.as_ref(),
+                spec.namespace_selector.as_ref(),
+                policy_ns,
+            )
+        } else {
+            Vec::new()
+        };
+        if let Some(reference) = &spec.service_reference {
+            pods.extend(self.inv.service_backends(reference));
+        }
+        for block in spec.ip_block.iter().chain(&spec.ip_blocks) {
+            blocks.push(Block::new(block.cidr, &block.except));
+        }
+        if depth == 0 {
+            for child in &spec.child_groups {
+                let (p, b) = self.group_members(child, policy_ns, 1);
+                pods.extend(p);
+                blocks.extend(b);
+            }
+        }
+        pods.sort_unstable();
+        pods.dedup();
+        (pods, blocks)
+    }
+
+    /// A shared address set for a cache key, computed once.
+    pub(super) fn address_set(
+        &mut self,
+        key: String,
+        make: impl FnOnce(&Self) -> Vec<IpAddr>,
+    ) -> Arc<HashSet<IpAddr>> {
+        if let Some(set) = self.address_sets.get(&key) {
+            return set.clone();
+        }
+        let set = Arc::new(make(self).into_iter().collect::<HashSet<IpAddr>>());
+        self.address_sets.insert(key, set.clone());
+        set
+    }
+
+    pub(super) fn pod_ips(&self, pods: &[PodIdx]) -> Vec<IpAddr> {
+        pods.iter()
+            .flat_map(|&i| self.inv.pods[i as usize].ips.iter().copied())
+            .collect()
+    }
+
+    /// Resolves `from`/`to` peers (and `toServices`) to a [`PeerMatch`].
+    /// `context_ns` is the applied-to endpoint's Namespace, for
+    /// `namespaces: {match: Self}` and `sameLabels`.
+    pub(super) fn resolve_peers(
+        &mut self,
+        peers: &[Peer],
+        to_services: &[crate::model::NamespacedName],
+        policy_ns: Option<&str>,
+        context_ns: Option<&str>,
+    ) -> PeerMatch {
+        let mut result = PeerMatch {
+            any: peers.is_empty() && to_services.is_empty(),
+            ..Default::default()
+        };
+        for service in to_services {
+            if let Some(svc) = self
+                .inv
+                .services
+                .get(&(service.namespace.clone(), service.name.clone()))
+            {
+                for ip in svc.cluster_ips() {
+                    for port in &svc.spec.ports {
+                        if let Ok(p) = u16::try_from(port.port) {
+                            result.services.push((ip, port.protocol, p));
+                        }
+                    }
+                }
+            }
+        }
+        for peer in peers {
+            if let Some(block) = &peer.ip_block {
+                result.blocks.push(Block::new(block.cidr, &block.except));
+                continue;
+            }
+            if let Some(fqdn) = &peer.fqdn {
+                let pattern = FqdnPattern::new(fqdn);
+                let next = self.fqdn_patterns.len() as u32;
+                let id = *self.fqdn_patterns.entry(pattern).or_insert(next);
+                result.fqdns.push(id);
+                continue;
+            }
+            let key = format!(
+                "{}|{}|{}",
+                serde_json::to_string(peer).unwrap_or_default(),
+                policy_ns.unwrap_or(""),
+                if peer.namespaces.is_some() {
+                    context_ns.unwrap_or("")
+                } else {
+                    ""
+                }
+            );
+            if let Some(group) = &peer.group {
+                let (pods, blocks) = self.group_members(group, policy_ns, 0);
+                result.blocks.extend(blocks);
+                let set = self.address_set(key, |c| c.pod_ips(&pods));
+                result.addresses.push(set);
+                continue;
+            }
+            let set = self.address_set(key, |c| c.peer_addresses(peer, policy_ns, context_ns));
+            result.addresses.push(set);
+        }
+        result
+    }
+
+    /// Addresses of the Pods or Nodes a selector peer picks.
+    fn peer_addresses(
+        &self,
+        peer: &Peer,
+        policy_ns: Option<&str>,
+        context_ns: Option<&str>,
+    ) -> Vec<IpAddr> {
+        if let Some(selector) = &peer.node_selector {
+            return self
+                .inv
+                .nodes_matching(selector)
+                .into_iter()
+                .flat_map(|n| self.inv.nodes[n].ips.iter().copied())
+                .collect();
+        }
+        if let Some(sa) = &peer.service_account {
+            return self.pod_ips(&self.inv.pods_with_service_account(sa));
+        }
+        if let Some(namespaces) = &peer.namespaces {
+            let Some(context) = context_ns else {
+                return Vec::new(); // Self/sameLabels for a Node: nothing
+            };
+            let selected: Vec<&str> = if namespaces.match_.is_some() {
+                vec![context]
+            } else {
+                let Some(own) = self.inv.namespace_labels(context) else {
+                    return Vec::new();
+                };
+                let keys = &namespaces.same_labels;
+                if !keys.iter().all(|k| own.contains_key(k)) {
+                    return Vec::new();
+                }
+                let wanted = LabelSelector {
+                    match_labels: keys.iter().map(|k| (k.clone(), own[k].clone())).collect(),
+                    match_expressions: Vec::new(),
+                };
+                self.inv.namespaces_matching(&wanted)
+            };
+            let pods = self
+                .inv
+                .pods_matching(peer.pod_selector.as_ref(), Some(&selected));
+            return self.pod_ips(&pods);
+        }
+        let pods = self.select_pods(
+            peer.pod_selector.as_ref(),
+            peer.namespace_selector.as_ref(),
+            policy_ns,
+        );
+        self.pod_ips(&pods)
+    }
+}

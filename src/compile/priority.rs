@@ -1,0 +1,113 @@
+//! Effective priority: the order in which the compiler adds policies, which
+//! is the order the classifier evaluates their rules in. Non-baseline Antrea
+//! policies by Tier priority, then policy priority (ACNP and ANNP
+//! interleaved); then Kubernetes NetworkPolicies; then the baseline Tier.
+//! Each rule gets its rank here. Decides order only, never what matches.
+
+use std::collections::HashMap;
+
+use crate::model::{
+    AntreaPolicy, K8sNetworkPolicy, Object, Snapshot, BASELINE_TIER, DEFAULT_TIER, STATIC_TIERS,
+};
+use crate::ruleset::{PolicyKind, PolicyRef};
+
+use super::Compiler;
+
+/// Tier priority of a static or custom Tier.
+pub(super) fn tier_priorities(snapshot: &Snapshot) -> HashMap<String, i32> {
+    let mut tiers: HashMap<String, i32> = STATIC_TIERS
+        .iter()
+        .map(|(n, p)| (n.to_string(), *p))
+        .collect();
+    for object in snapshot.iter() {
+        if let Object::Tier(tier) = object {
+            tiers
+                .entry(tier.metadata.name.clone())
+                .or_insert(tier.spec.priority);
+        }
+    }
+    tiers
+}
+
+/// Orders policies: Tier priority, then policy priority, then kind and name
+/// so that equal priorities still compile deterministically.
+pub(super) struct OrderedPolicy<'a> {
+    pub(super) tier: String,
+    pub(super) tier_priority: i32,
+    pub(super) policy: &'a AntreaPolicy,
+    pub(super) reference: PolicyRef,
+}
+
+/// Antrea policies of known Tiers in effective-priority order, split into
+/// those of the regular Tiers and those of the baseline Tier.
+pub(super) fn antrea_policies<'a>(
+    snapshot: &'a Snapshot,
+    tiers: &HashMap<String, i32>,
+) -> (Vec<OrderedPolicy<'a>>, Vec<OrderedPolicy<'a>>) {
+    let mut antrea: Vec<OrderedPolicy> = Vec::new();
+    for object in snapshot.iter() {
+        let (policy, kind) = match object {
+            Object::ClusterNetworkPolicy(p) => (p, PolicyKind::AntreaClusterNetworkPolicy),
+            Object::AntreaNetworkPolicy(p) => (p, PolicyKind::AntreaNetworkPolicy),
+            _ => continue,
+        };
+        let tier = policy
+            .spec
+            .tier
+            .clone()
+            .filter(|t| !t.is_empty())
+            .unwrap_or_else(|| DEFAULT_TIER.to_string());
+        let Some(&tier_priority) = tiers.get(&tier) else {
+            continue; // unknown Tier: rejected by validation
+        };
+        let namespace = (kind == PolicyKind::AntreaNetworkPolicy).then(|| {
+            policy
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into())
+        });
+        antrea.push(OrderedPolicy {
+            tier,
+            tier_priority,
+            policy,
+            reference: PolicyRef {
+                kind,
+                namespace,
+                name: policy.metadata.name.clone(),
+            },
+        });
+    }
+    antrea.sort_by(|a, b| {
+        a.tier_priority
+            .cmp(&b.tier_priority)
+            .then(a.policy.spec.priority.total_cmp(&b.policy.spec.priority))
+            .then_with(|| a.reference.cmp(&b.reference))
+    });
+    antrea.into_iter().partition(|p| p.tier != BASELINE_TIER)
+}
+
+/// Kubernetes NetworkPolicies by Namespace and name. They only allow, so
+/// their order decides only which allowing rule a decision names.
+pub(super) fn k8s_policies(snapshot: &Snapshot) -> Vec<&K8sNetworkPolicy> {
+    let mut k8s: Vec<&K8sNetworkPolicy> = snapshot
+        .iter()
+        .filter_map(|o| match o {
+            Object::K8sNetworkPolicy(p) => Some(p),
+            _ => None,
+        })
+        .collect();
+    k8s.sort_by(|a, b| {
+        (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
+    });
+    k8s
+}
+
+impl Compiler<'_> {
+    /// The next rank in evaluation order: policies are compiled in that
+    /// order, rules in their order within the policy.
+    pub(super) fn next_rank(&mut self) -> u32 {
+        self.ranked += 1;
+        self.ranked
+    }
+}

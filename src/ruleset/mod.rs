@@ -1,0 +1,194 @@
+//! The compiled, immutable policy of a node ([`Ruleset`]) and the questions
+//! asked of it: which endpoints and addresses it enforces, which FQDN
+//! selectors it needs, and how a flow is decided ([`Ruleset::classify`]).
+//! The compiler hands it resolved rules and lists; this module never
+//! resolves a selector, and it does no I/O and reads no clock.
+
+mod classify;
+mod index;
+mod rule;
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::IpAddr;
+
+use serde::Serialize;
+
+use crate::fqdn::FqdnPattern;
+use crate::model::PortProtocol;
+
+pub use classify::{Decision, DirectionDecision, LocalSide, Outcome};
+pub(crate) use index::RuleLists;
+use index::{build_tables, EndpointTable};
+pub(crate) use rule::{Block, CompiledRule, PeerMatch, ServiceMatch};
+pub use rule::{PolicyKind, PolicyRef, RuleRef};
+
+/// What the datapath must send to userspace: new connections from or to
+/// these addresses.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Enforced {
+    /// Some rule applies to the local Node's inbound traffic.
+    pub node_ingress: bool,
+    /// Some rule applies to the local Node's outbound traffic.
+    pub node_egress: bool,
+    /// Addresses of local Pods that some rule applies to (either direction).
+    pub endpoints: Vec<IpAddr>,
+}
+
+/// An endpoint this node enforces policy for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum Endpoint {
+    /// The local Node.
+    Node {
+        name: String,
+    },
+    Pod {
+        namespace: String,
+        name: String,
+    },
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::Node { name } => write!(f, "{name}"),
+            Endpoint::Pod { namespace, name } => write!(f, "{namespace}/{name}"),
+        }
+    }
+}
+
+/// One line of `tollgate get policies`.
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
+pub struct PolicySummary {
+    pub policy: PolicyRef,
+    pub tier: Option<String>,
+    pub tier_priority: Option<i32>,
+    pub priority: Option<f64>,
+    pub rules: usize,
+    /// Endpoints on this node the policy applies to.
+    pub applied_to: Vec<String>,
+}
+
+/// What the compiler resolved, for [`Ruleset::new`] to index. Rule ids
+/// are positions in `rules`, endpoint ids positions in `endpoints`.
+pub(crate) struct Parts<'a> {
+    pub(crate) rules: Vec<CompiledRule>,
+    /// Endpoints this node enforces for; the first is the local Node.
+    pub(crate) endpoints: Vec<Endpoint>,
+    /// Per endpoint, its ingress and egress rule lists.
+    pub(crate) lists: Vec<[RuleLists; 2]>,
+    /// Endpoint ids with their addresses. An address listed for two
+    /// endpoints belongs to the later one.
+    pub(crate) addresses: Vec<(u32, &'a [IpAddr])>,
+    /// Named container ports of every Pod in the inventory, by address.
+    pub(crate) named_ports: HashMap<IpAddr, Vec<(String, PortProtocol, u16)>>,
+    /// Every distinct FQDN selector, indexed by [`PeerMatch::fqdns`].
+    pub(crate) fqdn_patterns: Vec<FqdnPattern>,
+    /// In effective-priority order.
+    pub(crate) policies: Vec<PolicySummary>,
+    /// Namespaces whose Kubernetes NetworkPolicies are audited.
+    pub(crate) logged_namespaces: BTreeSet<String>,
+}
+
+/// The endpoint id of the local Node (see [`Parts::endpoints`]).
+const LOCAL_NODE: u32 = 0;
+
+/// The compiled, immutable policy of a node. Cheap to share (`Arc`) and
+/// swap; classification never blocks.
+#[derive(Debug, Default)]
+pub struct Ruleset {
+    rules: Vec<CompiledRule>,
+    endpoints: Vec<Endpoint>,
+    endpoint_by_ip: HashMap<IpAddr, u32>,
+    endpoint_tables: Vec<u32>,
+    tables: Vec<EndpointTable>,
+    local_node_endpoint: u32,
+    /// Named container ports of every Pod in the inventory, by address.
+    named_ports: HashMap<IpAddr, Vec<(String, PortProtocol, u16)>>,
+    fqdn_patterns: Vec<FqdnPattern>,
+    enforced: Enforced,
+    policies: Vec<PolicySummary>,
+    /// Namespaces whose Kubernetes NetworkPolicies are audited.
+    logged_namespaces: BTreeSet<String>,
+}
+
+impl Ruleset {
+    /// Indexes what the compiler resolved and works out what the datapath
+    /// must enforce: the local Node's directions that have rules, and the
+    /// addresses of the Pods that have any.
+    pub(crate) fn new(parts: Parts<'_>) -> Ruleset {
+        let (tables, endpoint_tables) = build_tables(&parts.lists, &parts.rules);
+        let mut endpoint_by_ip = HashMap::new();
+        let mut enforced = Enforced::default();
+        let mut pod_addresses = BTreeSet::new();
+        for &(endpoint, ips) in &parts.addresses {
+            let table = &tables[endpoint_tables[endpoint as usize] as usize];
+            if endpoint == LOCAL_NODE {
+                enforced.node_ingress = !table.ingress.is_empty();
+                enforced.node_egress = !table.egress.is_empty();
+            } else if !table.ingress.is_empty() || !table.egress.is_empty() {
+                pod_addresses.extend(ips.iter().copied());
+            }
+            for ip in ips {
+                endpoint_by_ip.insert(*ip, endpoint);
+            }
+        }
+        enforced.endpoints = pod_addresses.into_iter().collect();
+        Ruleset {
+            rules: parts.rules,
+            endpoints: parts.endpoints,
+            endpoint_by_ip,
+            endpoint_tables,
+            tables,
+            local_node_endpoint: LOCAL_NODE,
+            named_ports: parts.named_ports,
+            fqdn_patterns: parts.fqdn_patterns,
+            enforced,
+            policies: parts.policies,
+            logged_namespaces: parts.logged_namespaces,
+        }
+    }
+
+    /// Whether the implicit default drop of a Kubernetes NetworkPolicy for
+    /// `endpoint` is audited (its Namespace carries the annotation
+    /// `networkpolicy.antrea.io/enable-logging: "true"`).
+    pub fn logs_k8s_default_drop(&self, endpoint: &Endpoint) -> bool {
+        match endpoint {
+            Endpoint::Pod { namespace, .. } => self.logged_namespaces.contains(namespace),
+            Endpoint::Node { .. } => false,
+        }
+    }
+
+    pub fn enforced(&self) -> &Enforced {
+        &self.enforced
+    }
+
+    /// Every distinct FQDN selector of every rule, in a stable order.
+    pub fn fqdn_patterns(&self) -> &[FqdnPattern] {
+        &self.fqdn_patterns
+    }
+
+    /// Policies sorted by effective priority (as `antctl get netpol
+    /// --sort-by=effectivePriority`): Tier priority, policy priority, then
+    /// Kubernetes NetworkPolicies before the baseline Tier.
+    pub fn policies(&self) -> &[PolicySummary] {
+        &self.policies
+    }
+
+    /// Number of compiled rule instances (a rule applied to Namespaces with
+    /// different `Self` contexts counts once per context).
+    pub fn rule_count(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// Endpoints this node enforces for.
+    pub fn endpoints(&self) -> &[Endpoint] {
+        &self.endpoints
+    }
+
+    /// The endpoint an address belongs to, if this node enforces for it.
+    pub fn endpoint_of(&self, ip: IpAddr) -> Option<&Endpoint> {
+        self.endpoint_by_ip
+            .get(&ip)
+            .map(|&e| &self.endpoints[e as usize])
+    }
+}
