@@ -14,9 +14,9 @@ use tollgate::audit::Timestamp;
 use tollgate::classify::NoFqdn;
 use tollgate::compile::{LocalNode, Ruleset};
 use tollgate::config::{FailMode, MarkLayout};
-use tollgate::packet::flow::Verdict;
-use tollgate::model::Snapshot;
 use tollgate::decide::step;
+use tollgate::model::Snapshot;
+use tollgate::packet::flow::Verdict;
 use tollgate::packet::parse_flow;
 
 /// A TCP SYN with 200 bytes of payload, cut to the 128-byte queue copy.

@@ -18,9 +18,9 @@ use tollgate::classify::FqdnLookup;
 use tollgate::compile::Enforced;
 use tollgate::config::{MachineDefaults, Settings};
 use tollgate::datapath::{desired, Kernel};
+use tollgate::decide::{Policy, Ruling};
 use tollgate::packet::flow::{Flow, Transport, Verdict};
 use tollgate::telemetry::Metrics;
-use tollgate::decide::{Policy, Ruling};
 use tollgate::workers::{FqdnMirror, Observers, Worker, WorkerConfig};
 
 /// A background process, killed on drop.

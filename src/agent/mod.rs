@@ -28,15 +28,15 @@ use crate::config::{
 };
 use crate::datapath::{self, transition, ApplyError, Backoff, DatapathError, Kernel, Retry};
 use crate::fqdn::{FqdnPattern, LearnerConfig};
-use crate::workers::{L7Stats, L7Worker, L7WorkerConfig};
-use crate::telemetry::{Metrics, ReloadResult};
 use crate::source::watch::{PolicyWatch, Refresh, WatchError};
+use crate::status::{AgentFacts, AgentStatus};
+use crate::telemetry::{Metrics, ReloadResult};
+use crate::validate::Problem;
 use crate::workers::{
     parse_kernel_counters, DnsStats, DnsWorker, DnsWorkerConfig, FqdnMirror, Observers, Worker,
     WorkerConfig, PROC_QUEUES,
 };
-use crate::status::{AgentFacts, AgentStatus};
-use crate::validate::Problem;
+use crate::workers::{L7Stats, L7Worker, L7WorkerConfig};
 
 /// Quiet time after the last change in the policy directory before a
 /// reload: editors and `kubectl cp` write in several steps.

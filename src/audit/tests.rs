@@ -232,8 +232,8 @@ mod through_the_step {
     use super::*;
     use crate::compile::{LocalNode, Ruleset};
     use crate::config::{FailMode, MarkLayout};
-    use crate::model::Snapshot;
     use crate::decide::step;
+    use crate::model::Snapshot;
     use etherparse::PacketBuilder;
 
     const POLICIES: &str = "apiVersion: v1

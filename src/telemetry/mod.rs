@@ -22,8 +22,8 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use crate::compile::RuleRef;
-use crate::packet::flow::Verdict;
 use crate::decide::DecidedBy;
+use crate::packet::flow::Verdict;
 use crate::workers::{parse_kernel_counters, QueueStats, PROC_QUEUES};
 
 /// At most this many distinct (policy, rule) series; hits of further rules

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use super::*;
 use crate::compile::{PolicyKind, PolicyRef};
-use crate::model::{Direction, RuleAction};
 use crate::decide::DecidedBy;
+use crate::model::{Direction, RuleAction};
 
 fn rule(name: &str, tier: Option<&str>) -> RuleRef {
     RuleRef {

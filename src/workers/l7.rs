@@ -20,10 +20,10 @@ use prometheus_client::metrics::counter::Counter;
 use crate::audit::Subject;
 use crate::classify::LocalSide;
 use crate::config::{FailMode, L7Config, MarkLayout};
-use crate::packet::flow::Verdict;
 use crate::http::DEFAULT_MAX_HEAD;
-use crate::workers::dns::FqdnMirror;
+use crate::packet::flow::Verdict;
 use crate::workers::connection::{open_queue, wall_clock};
+use crate::workers::dns::FqdnMirror;
 use crate::workers::{Observers, QueueError};
 
 use crate::l7::inspect::{Inspector, L7Action, L7Policy, RequestRecord};
