@@ -4,7 +4,6 @@
 //! machine (core count, host name); nothing here touches the system.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -12,12 +11,11 @@ use std::str::FromStr;
 use ipnet::IpNet;
 use serde::Deserialize;
 
+use crate::l7::DenyResponse as L7DenyResponse;
+use crate::marks::{FailMode, MarkLayout, MarksError};
+
 /// Default first NFQUEUE number.
 pub const DEFAULT_QUEUE_BASE: u16 = 100;
-
-/// Default packet-mark mask: bits 20–23, clear of kube-proxy's 0x4000
-/// (masquerade) and 0x8000 (drop) and of the low byte routing daemons use.
-pub const DEFAULT_MARK_MASK: u32 = 0x00f0_0000;
 
 /// Why a configuration cannot be used. The agent exits with status 2.
 #[derive(Debug, thiserror::Error)]
@@ -29,8 +27,8 @@ pub enum ConfigError {
     },
     #[error("{path}: {reason}")]
     Parse { path: PathBuf, reason: String },
-    #[error("markMask {value:?}: {reason}")]
-    MarkMask { value: String, reason: &'static str },
+    #[error(transparent)]
+    Marks(#[from] MarksError),
     #[error("interfaces: {glob:?}: only a name or a name prefix ending in a single `*` (e.g. `veth*`) is supported, at most 15 characters")]
     Interface { glob: String },
     #[error("privileged {value:?}: {reason}")]
@@ -39,8 +37,6 @@ pub enum ConfigError {
     Label { value: String },
     #[error("queues: {queues} queues from queueBase {base} must be between 1 and 65535 and end at or below queue 65535")]
     Queues { base: u16, queues: u32 },
-    #[error("failMode {value:?}: expected open or closed")]
-    FailMode { value: String },
     #[error("nodeName: must not be empty")]
     NodeName,
     #[error("l7Queue {queue}: must differ from the connection queues {first}-{last} and the DNS queue {dns_queue}")]
@@ -50,8 +46,6 @@ pub enum ConfigError {
         last: u16,
         dns_queue: u16,
     },
-    #[error("l7DenyResponse {value:?}: expected 403 or reset")]
-    L7DenyResponse { value: String },
     #[error("{key}: must be at least 1")]
     L7Bound { key: &'static str },
     #[error("dnsQueue {queue}: must differ from the connection queues {first}-{last}")]
@@ -67,111 +61,6 @@ pub enum ConfigError {
         key: &'static str,
         reason: &'static str,
     },
-}
-
-/// What happens to new connections of enforced endpoints when the agent
-/// cannot decide them (queue full, agent dead, packet unparseable).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum FailMode {
-    /// Undecidable new connections pass (`--queue-bypass`, queue fail-open).
-    Open,
-    /// Undecidable new connections are dropped; privileged rules and
-    /// connections already decided keep flowing.
-    #[default]
-    Closed,
-}
-
-impl FromStr for FailMode {
-    type Err = ConfigError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "open" => Ok(FailMode::Open),
-            "closed" => Ok(FailMode::Closed),
-            _ => Err(ConfigError::FailMode { value: s.into() }),
-        }
-    }
-}
-
-impl fmt::Display for FailMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            FailMode::Open => "open",
-            FailMode::Closed => "closed",
-        })
-    }
-}
-
-/// The packet/connection mark bits tollgate owns and the values it writes
-/// into them. `allow` is the lowest set bit of the mask, `reject` the next
-/// one, `l7` the third; the values are codes under the mask (see
-/// [`crate::datapath`] for the layout), and the remaining bits of the mask
-/// are reserved and always cleared.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MarkLayout {
-    pub mask: u32,
-    pub allow: u32,
-    pub reject: u32,
-    /// An L7 connection whose first request has not been seen yet.
-    pub l7: u32,
-}
-
-impl MarkLayout {
-    pub fn new(mask: u32) -> Result<MarkLayout, ConfigError> {
-        let lowest = |bits: u32| bits & bits.wrapping_neg();
-        let allow = lowest(mask);
-        let reject = lowest(mask & !allow);
-        let l7 = lowest(mask & !allow & !reject);
-        if allow == 0 || reject == 0 || l7 == 0 {
-            return Err(ConfigError::MarkMask {
-                value: format!("{mask:#x}"),
-                reason: "needs at least three bits",
-            });
-        }
-        Ok(MarkLayout {
-            mask,
-            allow,
-            reject,
-            l7,
-        })
-    }
-
-    /// An L7 connection under inspection whose stream tollgate tracks.
-    pub fn l7_active(&self) -> u32 {
-        self.l7 | self.allow
-    }
-
-    /// An L7 connection closed after a denied request: later packets are
-    /// dropped in the kernel.
-    pub fn l7_denied(&self) -> u32 {
-        self.l7 | self.reject
-    }
-
-    /// `mark` with tollgate's bits replaced by `value`.
-    pub fn apply(&self, mark: u32, value: u32) -> u32 {
-        (mark & !self.mask) | value
-    }
-}
-
-impl Default for MarkLayout {
-    fn default() -> Self {
-        MarkLayout::new(DEFAULT_MARK_MASK).expect("default mask has two bits")
-    }
-}
-
-impl FromStr for MarkLayout {
-    type Err = ConfigError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let digits = s
-            .strip_prefix("0x")
-            .or_else(|| s.strip_prefix("0X"))
-            .unwrap_or(s);
-        let mask = u32::from_str_radix(digits, 16).map_err(|_| ConfigError::MarkMask {
-            value: s.into(),
-            reason: "expected a 32-bit hexadecimal number such as 0xf00000",
-        })?;
-        MarkLayout::new(mask)
-    }
 }
 
 /// An interface to enforce on, in iptables spelling (`veth+` for `veth*`).
@@ -490,29 +379,6 @@ impl Settings {
             status_socket: self.status_socket,
             l7,
         })
-    }
-}
-
-/// What a denied HTTP request gets.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-pub enum L7DenyResponse {
-    /// `HTTP/1.1 403 Forbidden` on the connection, then it is closed.
-    #[default]
-    #[serde(rename = "403")]
-    Forbidden,
-    /// TCP resets to both ends.
-    #[serde(rename = "reset")]
-    Reset,
-}
-
-impl FromStr for L7DenyResponse {
-    type Err = ConfigError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "403" => Ok(L7DenyResponse::Forbidden),
-            "reset" => Ok(L7DenyResponse::Reset),
-            _ => Err(ConfigError::L7DenyResponse { value: s.into() }),
-        }
     }
 }
 
@@ -840,11 +706,6 @@ mod tests {
     }
 
     #[test]
-    fn default_mask_avoids_kube_proxy_bits() {
-        assert_eq!(DEFAULT_MARK_MASK & 0xc000, 0);
-    }
-
-    #[test]
     fn file_keys_are_camel_case_and_flags_override() {
         let yaml = "nodeName: n1\nnodeLabels: {role: cp}\nnodeAddresses: [10.0.0.1, 'fd00::1']\n\
                     interfaces: ['veth*', eth0]\nqueues: 3\nqueueBase: 7\nmarkMask: '0x70000'\n\
@@ -935,23 +796,6 @@ mod tests {
         ] {
             assert!(bad.parse::<Privileged>().is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn mark_masks() {
-        let m: MarkLayout = "0x0001C".parse().unwrap();
-        assert_eq!((m.allow, m.reject, m.l7), (0x4, 0x8, 0x10));
-        assert_eq!((m.l7_active(), m.l7_denied()), (0x14, 0x18));
-        assert_eq!(m.apply(0xffff_ffff, m.allow), 0xffff_ffe7);
-        let sparse = MarkLayout::new(0x8000_0101).unwrap();
-        assert_eq!(
-            (sparse.allow, sparse.reject, sparse.l7),
-            (0x1, 0x100, 0x8000_0000)
-        );
-        assert!("0x100".parse::<MarkLayout>().is_err());
-        assert!("0x300".parse::<MarkLayout>().is_err());
-        assert!("zz".parse::<MarkLayout>().is_err());
-        assert!(MarkLayout::new(0).is_err());
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::audit::{AuditRecord, Subject, Timestamp};
 use crate::classify::{FqdnLookup, LocalSide, Outcome as ClassifyOutcome};
 use crate::compile::{RuleRef, Ruleset};
-use crate::config::{FailMode, MarkLayout};
+use crate::marks::{FailMode, MarkLayout};
 use crate::packet::flow::{Flow, Transport, Verdict};
 
 use super::packet::{packet_length, parse_flow, PacketError};

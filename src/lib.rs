@@ -40,6 +40,7 @@ pub mod fqdn;
 pub mod http;
 pub mod l7;
 pub mod logging;
+pub mod marks;
 pub mod model;
 pub mod packet;
 pub mod privilege;

@@ -25,7 +25,7 @@ use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
 use crate::compile::{PolicySummary, Ruleset};
-use crate::config::FailMode;
+use crate::marks::FailMode;
 use crate::workers::{parse_kernel_counters, QueueStats, PROC_QUEUES};
 
 /// Where `tollgate run` listens and the CLI connects unless told otherwise.

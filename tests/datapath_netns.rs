@@ -8,8 +8,9 @@ mod common;
 
 use common::{is_root, within, NetNs};
 use tollgate::compile::Enforced;
-use tollgate::config::{FailMode, MachineDefaults, Settings};
+use tollgate::config::{MachineDefaults, Settings};
 use tollgate::datapath::{desired, Changes, Kernel};
+use tollgate::marks::FailMode;
 
 /// Runs `test` on a thread inside a fresh namespace.
 fn in_namespace(tag: &str, test: impl FnOnce(&NetNs) + Send) {

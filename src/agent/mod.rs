@@ -23,11 +23,12 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use crate::audit::AuditConfig;
 use crate::compile::{LocalNode, Ruleset};
 use crate::config::{
-    parse_labels, Config, ConfigError, FailMode, L7DenyResponse, MachineDefaults, MaskValue,
-    Privileged, Settings,
+    parse_labels, Config, ConfigError, MachineDefaults, MaskValue, Privileged, Settings,
 };
 use crate::datapath::{self, transition, ApplyError, Backoff, DatapathError, Kernel, Retry};
 use crate::fqdn::{FqdnPattern, LearnerConfig};
+use crate::l7::{DenyResponse as L7DenyResponse, UnknownDenyResponse};
+use crate::marks::{FailMode, MarksError};
 use crate::source::watch::{PolicyWatch, Refresh, WatchError};
 use crate::status::{AgentFacts, AgentStatus};
 use crate::telemetry::{Metrics, ReloadResult};
@@ -113,7 +114,7 @@ pub struct RunArgs {
     pub l7_deny_response: Option<L7DenyResponse>,
 }
 
-fn parse_l7_deny_response(s: &str) -> Result<L7DenyResponse, ConfigError> {
+fn parse_l7_deny_response(s: &str) -> Result<L7DenyResponse, UnknownDenyResponse> {
     s.parse()
 }
 
@@ -122,7 +123,7 @@ fn non_empty<T: Clone>(values: &[T]) -> Option<Vec<T>> {
     (!values.is_empty()).then(|| values.to_vec())
 }
 
-fn parse_fail_mode(s: &str) -> Result<FailMode, ConfigError> {
+fn parse_fail_mode(s: &str) -> Result<FailMode, MarksError> {
     s.parse()
 }
 

@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 use sha1::{Digest, Sha1};
 
 use crate::compile::Enforced;
-use crate::config::{Config, FailMode, MarkLayout, Privileged, PrivilegedProtocol};
+use crate::config::{Config, Privileged, PrivilegedProtocol};
 use crate::fqdn::FqdnPattern;
+use crate::marks::{FailMode, MarkLayout};
 
 use super::state::{Family, IpSet, LearnedSet, State, Table};
 

@@ -53,8 +53,8 @@ use lru::LruCache;
 
 use crate::classify::{FqdnLookup, LocalSide};
 use crate::compile::{Endpoint, RuleRef, Ruleset};
-use crate::config::L7DenyResponse;
 use crate::http::{HttpEvent, HttpRule, Malformed, RequestHead, RequestTracker};
+use crate::l7::DenyResponse as L7DenyResponse;
 use crate::model::TlsProtocol;
 use crate::packet::flow::{Flow, Verdict};
 use crate::tls::{client_hello_sni, TlsError, MAX_CLIENT_HELLO};

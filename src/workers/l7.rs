@@ -19,8 +19,9 @@ use prometheus_client::metrics::counter::Counter;
 
 use crate::audit::Subject;
 use crate::classify::LocalSide;
-use crate::config::{FailMode, L7Config, MarkLayout};
+use crate::config::L7Config;
 use crate::http::DEFAULT_MAX_HEAD;
+use crate::marks::{FailMode, MarkLayout};
 use crate::packet::flow::Verdict;
 use crate::workers::connection::{open_queue, wall_clock};
 use crate::workers::dns::FqdnMirror;
