@@ -9,7 +9,7 @@ mod common;
 use common::{is_root, within, NetNs};
 use tollgate::compile::Enforced;
 use tollgate::config::{MachineDefaults, Settings};
-use tollgate::datapath::{desired, Changes, Kernel};
+use tollgate::datapath::{desired, reconcile, teardown, Changes, Iptables, Kernel};
 use tollgate::marks::FailMode;
 
 /// Runs `test` on a thread inside a fresh namespace.
@@ -51,9 +51,12 @@ fn install_is_idempotent_and_teardown_leaves_foreign_rules() {
             "iptables -A INPUT -s 192.0.2.1 -j DROP && ip6tables -A OUTPUT -d 2001:db8::1 -j DROP \
                && ipset create foreign hash:ip",
         );
-        let kernel = Kernel::detect().unwrap();
+        let mut kernel = Iptables::detect().unwrap();
         let plan = desired(&config, &enforced(true, &["10.0.0.5", "fd00::5"]), &[]);
-        assert!(kernel.reconcile(&plan).unwrap(), "first install changes");
+        assert!(
+            reconcile(&mut kernel, &plan).unwrap(),
+            "first install changes"
+        );
         let after = kernel.installed().unwrap();
         let diff = Changes::between(&plan, &after);
         assert!(
@@ -61,7 +64,7 @@ fn install_is_idempotent_and_teardown_leaves_foreign_rules() {
             "iptables-save differs from the plan: {diff:#?}"
         );
         assert!(
-            !kernel.reconcile(&plan).unwrap(),
+            !reconcile(&mut kernel, &plan).unwrap(),
             "second install is a no-op"
         );
         let save = ns.ok("iptables-save -t filter");
@@ -76,7 +79,7 @@ fn install_is_idempotent_and_teardown_leaves_foreign_rules() {
             &enforced(true, &["10.0.0.5", "10.0.0.6", "fd00::5"]),
             &[],
         );
-        assert!(kernel.reconcile(&grown).unwrap());
+        assert!(reconcile(&mut kernel, &grown).unwrap());
         assert!(ns
             .ok("ipset list tollgate-endpoints-v4")
             .contains("10.0.0.6"));
@@ -87,14 +90,14 @@ fn install_is_idempotent_and_teardown_leaves_foreign_rules() {
             "iptables -N TOLLGATE-OLD && iptables -I INPUT 1 -j TOLLGATE-OLD \
                && iptables -I FORWARD 1 -j TOLLGATE-FORWARD && ipset create tollgate-stale hash:ip",
         );
-        assert!(kernel.reconcile(&grown).unwrap());
+        assert!(reconcile(&mut kernel, &grown).unwrap());
         assert!(Changes::between(&grown, &kernel.installed().unwrap()).is_empty());
         let save = ns.ok("iptables-save -t filter");
         assert_eq!(save.matches("-j TOLLGATE-FORWARD").count(), 1, "{save}");
         assert!(!save.contains("TOLLGATE-OLD"), "{save}");
         assert!(!ns.ok("ipset list -n").contains("tollgate-stale"));
 
-        kernel.teardown().unwrap();
+        teardown(&mut kernel).unwrap();
         let v4 = ns.ok("iptables-save -t filter");
         let v6 = ns.ok("ip6tables-save -t filter");
         assert!(

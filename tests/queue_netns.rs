@@ -17,7 +17,7 @@ use arc_swap::ArcSwap;
 use tollgate::classify::FqdnLookup;
 use tollgate::compile::Enforced;
 use tollgate::config::{MachineDefaults, Settings};
-use tollgate::datapath::{desired, Kernel};
+use tollgate::datapath::{desired, reconcile, Iptables};
 use tollgate::decide::{Policy, Ruling};
 use tollgate::packet::flow::{Flow, Transport, Verdict};
 use tollgate::telemetry::Metrics;
@@ -110,13 +110,13 @@ fn allow_reject_drop_through_the_queue() {
             },
         )
         .unwrap();
-        let kernel = Kernel::detect().unwrap();
+        let mut kernel = Iptables::detect().unwrap();
         let enforced = Enforced {
             node_ingress: true,
             node_egress: false,
             endpoints: vec![],
         };
-        kernel.reconcile(&desired(&config, &enforced, &[])).unwrap();
+        reconcile(&mut kernel, &desired(&config, &enforced, &[])).unwrap();
         worker.stats
     });
 

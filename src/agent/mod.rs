@@ -25,7 +25,10 @@ use crate::compile::{LocalNode, Ruleset};
 use crate::config::{
     parse_labels, Config, ConfigError, MachineDefaults, MaskValue, Privileged, Settings,
 };
-use crate::datapath::{self, transition, ApplyError, Backoff, DatapathError, Kernel, Retry};
+use crate::datapath::{
+    self, reconcile, teardown, transition, ApplyError, Backoff, DatapathError, Iptables, Kernel,
+    Retry,
+};
 use crate::fqdn::{FqdnPattern, LearnerConfig};
 use crate::l7::{DenyResponse as L7DenyResponse, UnknownDenyResponse};
 use crate::marks::{FailMode, MarksError};
@@ -215,7 +218,7 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
     }
     let config = load_config(&args)?;
     let node = local_node(&config)?;
-    let kernel = Kernel::detect()?;
+    let kernel = Iptables::detect()?;
     tracing::info!(
         backend = ?kernel.backend(),
         queues = %format!("{}-{}", config.queues.first(), config.queues.last()),
@@ -363,7 +366,7 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
     agent.sync();
     agent.serve(&inbox);
 
-    agent.kernel.teardown()?;
+    teardown(&mut agent.kernel)?;
     if let Some(audit) = &audit {
         audit.flush(Duration::from_secs(2));
     }
@@ -532,7 +535,7 @@ struct Agent {
     policies: Policies,
     /// The policy directory's watch (standalone mode).
     watch: Option<PolicyWatch>,
-    kernel: Kernel,
+    kernel: Iptables,
     /// The ruleset in force: what the workers decide by.
     policy: Arc<ArcSwap<Ruleset>>,
     /// A valid ruleset waiting for the kernel to queue what it needs; a
@@ -610,7 +613,7 @@ impl Agent {
                 (current.enforced(), current.fqdn_patterns()),
                 (next.enforced(), next.fqdn_patterns()),
             );
-            changed |= self.kernel.reconcile(&bridge)?;
+            changed |= reconcile(&mut self.kernel, &bridge)?;
             self.policy.store(Arc::clone(&next));
             self.pending = None;
             self.mirror.reselect(next.fqdn_patterns());
@@ -620,7 +623,7 @@ impl Agent {
         }
         let ruleset = self.policy.load();
         let desired = datapath::desired(&self.config, ruleset.enforced(), ruleset.fqdn_patterns());
-        changed |= self.kernel.reconcile(&desired)?;
+        changed |= reconcile(&mut self.kernel, &desired)?;
         Ok(changed)
     }
 

@@ -146,6 +146,8 @@
 //! chain and continues in the built-in chain untouched.
 
 pub mod diff;
+#[cfg(any(test, feature = "test-util"))]
+pub mod fake;
 pub mod ipset_netlink;
 pub mod kernel;
 pub mod plan;
@@ -154,7 +156,7 @@ pub mod state;
 pub mod transition;
 
 pub use diff::Changes;
-pub use kernel::{learned_sets, Backend, Kernel};
+pub use kernel::{learned_sets, reconcile, teardown, Backend, Iptables, Kernel};
 pub use plan::{desired, Hook};
 pub use retry::{Backoff, Recovered, Retry};
 pub use state::{Family, LearnedSet, State};
