@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use serde_json::{json, Value};
 
 use crate::classify::{Decision, DirectionDecision, NoFqdn, Outcome, StaticFqdn};
+use crate::cli::{OutputFormat, TraceProtocol};
 use crate::compile::{LocalNode, PolicySummary, Ruleset};
 use crate::http::{self, HttpEvent, RequestHead, RequestTracker, DEFAULT_MAX_HEAD};
 use crate::model::{Kind, Object, Snapshot};
@@ -97,22 +98,6 @@ pub fn validate_summary(snapshot: &Snapshot) -> String {
         if parts.is_empty() { "" } else { ": " },
         parts.join(", ")
     )
-}
-
-/// Output format of `trace`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum OutputFormat {
-    Text,
-    Json,
-}
-
-/// Transport of a traced flow.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum TraceProtocol {
-    Tcp,
-    Udp,
-    Sctp,
-    Icmp,
 }
 
 /// What to trace.

@@ -30,6 +30,7 @@
 pub mod agent;
 pub mod audit;
 pub mod classify;
+pub mod cli;
 pub mod commands;
 pub mod compile;
 pub mod config;

@@ -8,9 +8,8 @@ mod common;
 
 use common::{is_root, within, NetNs};
 use tollgate::compile::Enforced;
-use tollgate::config::{MachineDefaults, Settings};
+use tollgate::config::{AgentConfig, MachineDefaults, Setting};
 use tollgate::datapath::{desired, reconcile, teardown, Changes, Iptables, Kernel};
-use tollgate::marks::FailMode;
 
 /// Runs `test` on a thread inside a fresh namespace.
 fn in_namespace(tag: &str, test: impl FnOnce(&NetNs) + Send) {
@@ -36,23 +35,27 @@ fn install_is_idempotent_and_teardown_leaves_foreign_rules() {
             node_name: "n".into(),
             queues: 2,
         };
-        let settings = Settings {
-            interfaces: Some(vec!["veth*".into()]),
-            privileged: Some(vec![
-                "10.9.0.0/16,tcp/22".parse().unwrap(),
-                "fd00:9::/64,icmp".parse().unwrap(),
-                "10.8.0.1,udp".parse().unwrap(),
-            ]),
-            fail_mode: Some(FailMode::Open),
-            ..Settings::default()
-        };
-        let config = settings.resolve(&defaults).unwrap();
+        let settings = [
+            "datapath.interfaces=['veth*']",
+            "datapath.privileged=['10.9.0.0/16,tcp/22', 'fd00:9::/64,icmp', '10.8.0.1,udp']",
+            "datapath.failMode=open",
+        ]
+        .map(|s| s.parse::<Setting>().unwrap());
+        let config = AgentConfig::load(&defaults, None, &settings)
+            .unwrap()
+            .config;
+        let queues = config.queue_numbers();
         ns.ok(
             "iptables -A INPUT -s 192.0.2.1 -j DROP && ip6tables -A OUTPUT -d 2001:db8::1 -j DROP \
                && ipset create foreign hash:ip",
         );
         let mut kernel = Iptables::detect().unwrap();
-        let plan = desired(&config, &enforced(true, &["10.0.0.5", "fd00::5"]), &[]);
+        let plan = desired(
+            &config.datapath,
+            &queues,
+            &enforced(true, &["10.0.0.5", "fd00::5"]),
+            &[],
+        );
         assert!(
             reconcile(&mut kernel, &plan).unwrap(),
             "first install changes"
@@ -75,7 +78,8 @@ fn install_is_idempotent_and_teardown_leaves_foreign_rules() {
 
         // Membership change: the set is swapped, the rules stay.
         let grown = desired(
-            &config,
+            &config.datapath,
+            &queues,
             &enforced(true, &["10.0.0.5", "10.0.0.6", "fd00::5"]),
             &[],
         );

@@ -9,7 +9,6 @@
 //! failed kernel write is retried with backoff ([`datapath::retry`]). This
 //! module wires the pieces; it decides nothing itself.
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -20,18 +19,14 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
-use crate::audit::AuditConfig;
+use crate::cli::RunArgs;
 use crate::compile::{LocalNode, Ruleset};
-use crate::config::{
-    parse_labels, Config, ConfigError, MachineDefaults, MaskValue, Privileged, Settings,
-};
+use crate::config::{AgentConfig, ConfigError, MachineDefaults};
 use crate::datapath::{
     self, reconcile, teardown, transition, ApplyError, Backoff, DatapathError, Iptables, Kernel,
     Retry,
 };
-use crate::fqdn::{FqdnPattern, LearnerConfig};
-use crate::l7::{DenyResponse as L7DenyResponse, UnknownDenyResponse};
-use crate::marks::{FailMode, MarksError};
+use crate::fqdn::FqdnPattern;
 use crate::source::watch::{PolicyWatch, Refresh, WatchError};
 use crate::status::{AgentFacts, AgentStatus};
 use crate::telemetry::{Metrics, ReloadResult};
@@ -47,117 +42,6 @@ use crate::workers::{L7Stats, L7Worker, L7WorkerConfig};
 const DEBOUNCE: Duration = Duration::from_millis(300);
 /// Longest a stream of changes can postpone a reload.
 const DEBOUNCE_MAX: Duration = Duration::from_secs(3);
-
-/// Options of `tollgate run`. Every option overrides the key of the same
-/// name (camelCase) in the `--config` file.
-#[derive(Clone, Debug, clap::Args)]
-pub struct RunArgs {
-    /// Directory of policy YAML files, watched for changes.
-    #[arg(
-        long,
-        value_name = "DIR",
-        required_unless_present = "kubernetes",
-        conflicts_with_all = ["kubernetes", "kubeconfig"]
-    )]
-    pub policies: Option<PathBuf>,
-    #[command(flatten)]
-    pub kube: crate::source::kube::KubeArgs,
-    /// YAML configuration file.
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Name of the local Node (default: the host name).
-    #[arg(long, value_name = "NAME", env = "NODE_NAME")]
-    pub node_name: Option<String>,
-    /// Labels of the local Node.
-    #[arg(long, value_name = "k=v,k2=v2", value_parser = parse_labels)]
-    pub node_labels: Option<BTreeMap<String, String>>,
-    /// Address of the local Node, in addition to those on its interfaces.
-    #[arg(long = "node-address", value_name = "IP")]
-    pub node_addresses: Vec<IpAddr>,
-    /// Interfaces to enforce on (`veth*` style prefixes); default all.
-    #[arg(long, value_name = "GLOB,...", value_delimiter = ',')]
-    pub interfaces: Vec<String>,
-    /// Number of NFQUEUE queues and workers (default: number of cores).
-    #[arg(long, value_name = "N")]
-    pub queues: Option<u32>,
-    /// First NFQUEUE number (default 100).
-    #[arg(long, value_name = "N")]
-    pub queue_base: Option<u16>,
-    /// Packet-mark bits tollgate owns (default 0xf00000).
-    #[arg(long, value_name = "HEX")]
-    pub mark_mask: Option<String>,
-    /// What happens to undecidable new connections: open or closed (default).
-    #[arg(long, value_name = "MODE", value_parser = parse_fail_mode)]
-    pub fail_mode: Option<FailMode>,
-    /// Always-allowed traffic, ahead of every policy.
-    #[arg(long, value_name = "CIDR[,proto[/port]]", value_parser = parse_privileged)]
-    pub privileged: Vec<Privileged>,
-    /// NFQUEUE number of the DNS reply queue (default: after the others).
-    #[arg(long, value_name = "N")]
-    pub dns_queue: Option<u16>,
-    /// Learn FQDN addresses only from replies of this DNS server.
-    #[arg(long = "dns-trusted-server", value_name = "IP")]
-    pub dns_trusted_servers: Vec<IpAddr>,
-    /// Floor on the TTL of learned FQDN addresses, seconds (default 5).
-    #[arg(long, value_name = "SECS")]
-    pub fqdn_min_ttl: Option<u32>,
-    /// Audit log file (the spec's np.log format); off when unset.
-    #[arg(long, value_name = "FILE")]
-    pub audit_log: Option<PathBuf>,
-    /// Prometheus metrics endpoint, `host:port`; off when unset.
-    #[arg(long, value_name = "ADDR")]
-    pub metrics_address: Option<std::net::SocketAddr>,
-    /// Unix socket of the status API (default /run/tollgate/tollgate.sock).
-    #[arg(long, value_name = "PATH")]
-    pub status_socket: Option<PathBuf>,
-    #[command(flatten)]
-    pub log: crate::logging::LogArgs,
-    /// Answer to a denied HTTP request: 403 (default) or reset.
-    #[arg(long, value_name = "403|reset", value_parser = parse_l7_deny_response)]
-    pub l7_deny_response: Option<L7DenyResponse>,
-}
-
-fn parse_l7_deny_response(s: &str) -> Result<L7DenyResponse, UnknownDenyResponse> {
-    s.parse()
-}
-
-/// A repeatable flag given at least once.
-fn non_empty<T: Clone>(values: &[T]) -> Option<Vec<T>> {
-    (!values.is_empty()).then(|| values.to_vec())
-}
-
-fn parse_fail_mode(s: &str) -> Result<FailMode, MarksError> {
-    s.parse()
-}
-
-fn parse_privileged(s: &str) -> Result<Privileged, ConfigError> {
-    s.parse()
-}
-
-impl RunArgs {
-    /// The flags as settings to lay over the configuration file.
-    fn settings(&self) -> Settings {
-        Settings {
-            node_name: self.node_name.clone(),
-            node_labels: self.node_labels.clone(),
-            node_addresses: non_empty(&self.node_addresses),
-            interfaces: non_empty(&self.interfaces),
-            queues: self.queues,
-            queue_base: self.queue_base,
-            mark_mask: self.mark_mask.clone().map(MaskValue::Text),
-            fail_mode: self.fail_mode,
-            privileged: non_empty(&self.privileged),
-            l7_deny_response: self.l7_deny_response,
-            dns_queue: self.dns_queue,
-            dns_trusted_servers: non_empty(&self.dns_trusted_servers),
-            fqdn_min_ttl: self.fqdn_min_ttl,
-            audit_log: self.audit_log.clone(),
-            metrics_address: self.metrics_address,
-            status_socket: self.status_socket.clone(),
-            ..Settings::default()
-        }
-    }
-}
 
 /// Why the agent stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -217,13 +101,17 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
         tracing::warn!("running without CAP_NET_ADMIN: installing rules will fail (run as root, or grant CAP_NET_ADMIN and CAP_NET_RAW)");
     }
     let config = load_config(&args)?;
+    for (flat, nested) in &config.deprecated {
+        tracing::warn!("configuration key {flat} is deprecated: write {nested}");
+    }
+    let config = config.config;
     let node = local_node(&config)?;
     let kernel = Iptables::detect()?;
     tracing::info!(
         backend = ?kernel.backend(),
-        queues = %format!("{}-{}", config.queues.first(), config.queues.last()),
-        fail_mode = %config.fail_mode,
-        mark_mask = %format!("{:#x}", config.marks.mask),
+        queues = %format!("{}-{}", config.queues.range().first(), config.queues.range().last()),
+        fail_mode = %config.datapath.fail_mode,
+        mark_mask = %format!("{:#x}", config.datapath.mark_mask.mask),
         "starting"
     );
 
@@ -240,7 +128,7 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
             (Policies::Directory(dir.clone()), Some(watch))
         }
         None => {
-            let connection = crate::source::kube::Connection::from_args(&args.kube);
+            let connection = args.kube.connection();
             let source = crate::source::kube::KubeSource::spawn(
                 connection,
                 Arc::clone(&metrics),
@@ -256,19 +144,10 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
     };
     let ruleset = policies.load(&node).map_err(AgentError::InvalidPolicies)?;
 
-    let audit = match &config.audit_log {
+    let audit = match &config.audit.file {
         Some(path) => {
-            let sink = crate::audit::writer::spawn(
-                AuditConfig {
-                    path: path.clone(),
-                    rate: config.audit_rate,
-                    burst: config.audit_burst,
-                    max_bytes: config.audit_log_max_bytes,
-                    max_files: config.audit_log_max_files,
-                },
-                Arc::clone(&metrics),
-            )?;
-            tracing::info!(path = %path.display(), rate = config.audit_rate, burst = config.audit_burst, "audit log");
+            let sink = crate::audit::writer::spawn(path, &config.audit, Arc::clone(&metrics))?;
+            tracing::info!(path = %path.display(), rate = config.audit.rate, burst = config.audit.burst, "audit log");
             Some(sink)
         }
         None => None,
@@ -287,7 +166,7 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
         .collect();
     let (mirror, restored) = FqdnMirror::restore(
         ruleset.fqdn_patterns().to_vec(),
-        learner_config(&config),
+        config.fqdn.learner(),
         &learned,
     );
     let mirror = Arc::new(mirror);
@@ -301,13 +180,14 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
     let policy = Arc::new(ArcSwap::from_pointee(ruleset));
     let workers = config
         .queues
+        .range()
         .iter()
         .map(|queue| {
             Worker::spawn(
                 WorkerConfig {
                     queue,
-                    marks: config.marks,
-                    fail_mode: config.fail_mode,
+                    marks: config.datapath.mark_mask,
+                    fail_mode: config.datapath.fail_mode,
                 },
                 Arc::clone(&policy),
                 Arc::clone(&mirror),
@@ -317,8 +197,8 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
         .collect::<Result<Vec<_>, _>>()?;
     let l7_worker = L7Worker::spawn(
         L7WorkerConfig {
-            marks: config.marks,
-            fail_mode: config.fail_mode,
+            marks: config.datapath.mark_mask,
+            fail_mode: config.datapath.fail_mode,
             l7: config.l7,
         },
         Arc::clone(&policy),
@@ -327,10 +207,10 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
     )?;
     let status = Arc::new(AgentStatus::new(
         AgentFacts {
-            node_name: config.node_name.clone(),
-            fail_mode: config.fail_mode,
-            audit_log: config.audit_log.clone(),
-            metrics_address: config.metrics_address.map(|a| a.to_string()),
+            node_name: config.node.name.clone(),
+            fail_mode: config.datapath.fail_mode,
+            audit_log: config.audit.file.clone(),
+            metrics_address: config.metrics.address.map(|a| a.to_string()),
         },
         Arc::clone(&policy),
         workers
@@ -338,8 +218,8 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
             .map(|w| (w.queue, Arc::clone(&w.stats)))
             .collect(),
     ));
-    let _status_server = serve_status(config.status_socket.as_deref(), Arc::clone(&status))?;
-    if let Some(address) = config.metrics_address {
+    let _status_server = serve_status(config.status.socket.as_deref(), Arc::clone(&status))?;
+    if let Some(address) = config.metrics.address {
         let bound = crate::telemetry::http::serve(address, Arc::clone(&metrics))?;
         tracing::info!(address = %bound, "metrics listening");
     }
@@ -379,14 +259,6 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
     Ok(())
 }
 
-fn learner_config(config: &Config) -> LearnerConfig {
-    LearnerConfig {
-        min_ttl_secs: config.fqdn.min_ttl_secs,
-        max_addresses_per_name: config.fqdn.max_addresses_per_name,
-        max_addresses: config.fqdn.max_addresses,
-    }
-}
-
 /// Starts the status API. A socket that was configured must work; the
 /// default one is best effort (another agent on the host, e.g. in another
 /// network namespace, may hold it): the agent then runs without it.
@@ -408,30 +280,33 @@ fn serve_status(
     }
 }
 
-fn load_config(args: &RunArgs) -> Result<Config, ConfigError> {
+fn load_config(args: &RunArgs) -> Result<crate::config::Loaded, ConfigError> {
     let file = match &args.config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        Some(path) => Some((
+            path,
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
                 path: path.clone(),
                 source,
-            })?;
-            Settings::from_yaml(path, &text)?
-        }
-        None => Settings::default(),
+            })?,
+        )),
+        None => None,
     };
-    let defaults = MachineDefaults {
+    let machine = MachineDefaults {
         node_name: std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_string())
             .unwrap_or_default(),
         queues: std::thread::available_parallelism()
             .map_or(1, |n| u32::try_from(n.get()).unwrap_or(1)),
     };
-    file.overlay(args.settings()).resolve(&defaults)
+    let file = file
+        .as_ref()
+        .map(|(path, text)| (path.as_path(), text.as_str()));
+    AgentConfig::load(&machine, file, &args.settings())
 }
 
 /// The local Node: configured name, labels and addresses, plus every
 /// address on the namespace's interfaces.
-fn local_node(config: &Config) -> Result<LocalNode, AgentError> {
+fn local_node(config: &AgentConfig) -> Result<LocalNode, AgentError> {
     let output = std::process::Command::new("ip")
         .args(["-j", "addr", "show"])
         .output()
@@ -444,15 +319,15 @@ fn local_node(config: &Config) -> Result<LocalNode, AgentError> {
     }
     let found = parse_ip_addr_json(&String::from_utf8_lossy(&output.stdout))
         .map_err(AgentError::Addresses)?;
-    let mut addresses = config.node_addresses.clone();
+    let mut addresses = config.node.addresses.clone();
     for address in found {
         if !addresses.contains(&address) {
             addresses.push(address);
         }
     }
     Ok(LocalNode {
-        name: config.node_name.clone(),
-        labels: config.node_labels.clone(),
+        name: config.node.name.clone(),
+        labels: config.node.labels.clone(),
         addresses,
     })
 }
@@ -531,7 +406,7 @@ fn listen_for_signals(events: Sender<Event>) -> Result<(), AgentError> {
 }
 
 struct Agent {
-    config: Config,
+    config: AgentConfig,
     policies: Policies,
     /// The policy directory's watch (standalone mode).
     watch: Option<PolicyWatch>,
@@ -602,6 +477,7 @@ impl Agent {
             // bridge is in place; lookups are by selector, so the ruleset
             // in force keeps finding its own.
             let selectors = transition::union(current.fqdn_patterns(), next.fqdn_patterns());
+            let queues = self.config.queue_numbers();
             self.mirror.reselect(&selectors);
             if let Err(error) = self.start_dns_worker(&selectors) {
                 // The DNS rules bypass a queue nobody reads: replies
@@ -609,7 +485,7 @@ impl Agent {
                 tracing::error!(%error, "dns worker failed to start");
             }
             let bridge = transition::bridge(
-                |enforced, fqdn| datapath::desired(&self.config, enforced, fqdn),
+                |enforced, fqdn| datapath::desired(&self.config.datapath, &queues, enforced, fqdn),
                 (current.enforced(), current.fqdn_patterns()),
                 (next.enforced(), next.fqdn_patterns()),
             );
@@ -622,7 +498,12 @@ impl Agent {
             self.reloaded(ReloadResult::Applied, None);
         }
         let ruleset = self.policy.load();
-        let desired = datapath::desired(&self.config, ruleset.enforced(), ruleset.fqdn_patterns());
+        let desired = datapath::desired(
+            &self.config.datapath,
+            &self.config.queue_numbers(),
+            ruleset.enforced(),
+            ruleset.fqdn_patterns(),
+        );
         changed |= reconcile(&mut self.kernel, &desired)?;
         Ok(changed)
     }
@@ -822,64 +703,6 @@ fn log_dns_stats(queue: u16, s: &DnsStats, mirror: &FqdnMirror) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        run: RunArgs,
-    }
-
-    #[test]
-    fn flags_parse_into_settings() {
-        let cli = Cli::try_parse_from([
-            "tollgate",
-            "--policies",
-            "/p",
-            "--node-labels",
-            "role=cp,zone=a",
-            "--node-address",
-            "10.0.0.1",
-            "--node-address",
-            "fd00::1",
-            "--interfaces",
-            "veth*,eth0",
-            "--queues",
-            "2",
-            "--mark-mask",
-            "0x30000",
-            "--fail-mode",
-            "open",
-            "--privileged",
-            "10.0.0.0/24,tcp/22",
-            "--privileged",
-            "fd00::/64",
-            "--l7-deny-response",
-            "reset",
-        ])
-        .unwrap();
-        let settings = cli.run.settings();
-        assert_eq!(settings.node_labels.unwrap()["zone"], "a");
-        assert_eq!(settings.node_addresses.unwrap().len(), 2);
-        assert_eq!(settings.interfaces.unwrap(), ["veth*", "eth0"]);
-        assert_eq!(settings.fail_mode, Some(FailMode::Open));
-        assert_eq!(settings.privileged.unwrap().len(), 2);
-        assert_eq!(settings.l7_deny_response, Some(L7DenyResponse::Reset));
-        assert_eq!(settings.mark_mask, Some(MaskValue::Text("0x30000".into())));
-        assert!(settings.node_name.is_none() && settings.queue_base.is_none());
-        assert!(Cli::try_parse_from(["tollgate", "--policies", "/p", "--fail-mode", "x"]).is_err());
-    }
-
-    #[test]
-    fn kubernetes_mode_replaces_the_policy_directory() {
-        let cli = Cli::try_parse_from(["tollgate", "--kubernetes", "--kubeconfig", "/k"]).unwrap();
-        assert!(cli.run.kube.kubernetes && cli.run.policies.is_none());
-        assert!(Cli::try_parse_from(["tollgate"]).is_err());
-        assert!(Cli::try_parse_from(["tollgate", "--kubernetes", "--policies", "/p"]).is_err());
-        assert!(
-            Cli::try_parse_from(["tollgate", "--policies", "/p", "--kubeconfig", "/k"]).is_err()
-        );
-    }
 
     #[test]
     fn interface_addresses_from_ip_json() {

@@ -1,16 +1,20 @@
 use super::*;
 use crate::compile::Enforced;
-use crate::config::{Config, MachineDefaults, Settings};
-use crate::datapath::plan::{desired, endpoints_set};
+use crate::config::{AgentConfig, MachineDefaults};
+use crate::datapath::plan::endpoints_set;
 use crate::fqdn::FqdnPattern;
 
-fn config() -> Config {
-    Settings::default()
-        .resolve(&MachineDefaults {
-            node_name: "node-a".into(),
-            queues: 2,
-        })
-        .unwrap()
+fn config() -> AgentConfig {
+    let machine = MachineDefaults {
+        node_name: "node-a".into(),
+        queues: 2,
+    };
+    AgentConfig::load(&machine, None, &[]).unwrap().config
+}
+
+/// The plan for a whole configuration.
+fn desired(config: &AgentConfig, enforced: &Enforced, fqdn: &[FqdnPattern]) -> State {
+    crate::datapath::plan::desired(&config.datapath, &config.queue_numbers(), enforced, fqdn)
 }
 
 fn enforced(node_ingress: bool, endpoints: &[&str]) -> Enforced {
@@ -28,7 +32,7 @@ struct Needs {
 }
 
 impl Needs {
-    fn plan(&self, config: &Config) -> State {
+    fn plan(&self, config: &AgentConfig) -> State {
         desired(config, &self.enforced, &self.fqdn)
     }
 }

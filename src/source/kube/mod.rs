@@ -43,18 +43,6 @@ pub const DEBOUNCE: Duration = Duration::from_millis(300);
 /// Longest a stream of changes can postpone a snapshot.
 pub const DEBOUNCE_MAX: Duration = Duration::from_secs(3);
 
-/// Options of `tollgate run` for the Kubernetes source.
-#[derive(Clone, Debug, Default, clap::Args)]
-pub struct KubeArgs {
-    /// Read policies and inventory from the Kubernetes API server instead
-    /// of a directory (in-cluster configuration unless --kubeconfig).
-    #[arg(long)]
-    pub kubernetes: bool,
-    /// kubeconfig file to reach the API server with (--kubernetes only).
-    #[arg(long, value_name = "FILE")]
-    pub kubeconfig: Option<PathBuf>,
-}
-
 /// Why the Kubernetes source could not start. The causes are kept as
 /// sources (not repeated in the message): `{:#}` prints the chain.
 #[derive(Debug, thiserror::Error)]
@@ -81,13 +69,6 @@ pub enum Connection {
 }
 
 impl Connection {
-    pub fn from_args(args: &KubeArgs) -> Connection {
-        match &args.kubeconfig {
-            Some(path) => Connection::Kubeconfig(path.clone()),
-            None => Connection::InCluster,
-        }
-    }
-
     async fn config(self) -> Result<kube::Config, KubeError> {
         match self {
             Connection::InCluster => Ok(kube::Config::incluster()?),
