@@ -10,7 +10,7 @@
 //! module wires the pieces; it decides nothing itself.
 
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
@@ -27,7 +27,8 @@ use crate::datapath::{
     Retry,
 };
 use crate::fqdn::FqdnPattern;
-use crate::source::watch::{PolicyWatch, Refresh, WatchError};
+use crate::source::watch::{Directory, WatchError};
+use crate::source::{Debounce, Source};
 use crate::status::{AgentFacts, AgentStatus};
 use crate::telemetry::{Metrics, ReloadResult};
 use crate::validate::Problem;
@@ -36,12 +37,6 @@ use crate::workers::{
     WorkerConfig, PROC_QUEUES,
 };
 use crate::workers::{L7Stats, L7Worker, L7WorkerConfig};
-
-/// Quiet time after the last change in the policy directory before a
-/// reload: editors and `kubectl cp` write in several steps.
-const DEBOUNCE: Duration = Duration::from_millis(300);
-/// Longest a stream of changes can postpone a reload.
-const DEBOUNCE_MAX: Duration = Duration::from_secs(3);
 
 /// Why the agent stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -120,13 +115,10 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
     let metrics = Arc::new(Metrics::new());
     let (events, inbox) = mpsc::channel();
     listen_for_signals(events.clone())?;
-    let (policies, watch) = match &args.policies {
-        Some(dir) => {
-            let watch = PolicyWatch::start(dir, move || {
-                let _ = events.send(Event::PolicyChanged);
-            })?;
-            (Policies::Directory(dir.clone()), Some(watch))
-        }
+    let mut source: Box<dyn Source> = match &args.policies {
+        Some(dir) => Box::new(Directory::start(dir, move || {
+            let _ = events.send(Event::PolicyChanged);
+        })?),
         None => {
             let connection = args.kube.connection();
             let source = crate::source::kube::KubeSource::spawn(
@@ -139,10 +131,10 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
             tracing::info!(
                 "kubernetes source started; privileged rules only until the first snapshot"
             );
-            (Policies::Kubernetes(source), None)
+            Box::new(source)
         }
     };
-    let ruleset = policies.load(&node).map_err(AgentError::InvalidPolicies)?;
+    let ruleset = load(source.as_mut(), &node).map_err(AgentError::InvalidPolicies)?;
 
     let audit = match &config.audit.file {
         Some(path) => {
@@ -226,8 +218,7 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
 
     let mut agent = Agent {
         config,
-        policies,
-        watch,
+        source,
         kernel,
         policy,
         pending: None,
@@ -351,29 +342,11 @@ fn parse_ip_addr_json(text: &str) -> Result<Vec<IpAddr>, String> {
         .collect())
 }
 
-/// Where policies and inventory come from.
-enum Policies {
-    /// A directory of YAML files: an invalid change is rejected whole.
-    Directory(PathBuf),
-    /// The API server: invalid objects are skipped by the source, which
-    /// publishes admitted snapshots; before the first one, the ruleset is
-    /// empty (only privileged rules and the node's own defaults apply).
-    Kubernetes(crate::source::kube::KubeSource),
-}
-
-impl Policies {
-    fn load(&self, node: &LocalNode) -> Result<Ruleset, Vec<Problem>> {
-        Ok(match self {
-            Policies::Directory(dir) => Ruleset::compile(
-                &crate::source::load_and_validate(std::slice::from_ref(dir))?,
-                node,
-            ),
-            Policies::Kubernetes(source) => match source.latest().get() {
-                Some(admitted) => Ruleset::compile(&admitted.snapshot, node),
-                None => Ruleset::compile(&crate::model::Snapshot::default(), node),
-            },
-        })
-    }
+/// The ruleset of the source's latest snapshot.
+fn load(source: &mut dyn Source, node: &LocalNode) -> Result<Ruleset, Vec<Problem>> {
+    source
+        .latest()
+        .map(|snapshot| Ruleset::compile(&snapshot, node))
 }
 
 /// What wakes the run loop.
@@ -407,9 +380,7 @@ fn listen_for_signals(events: Sender<Event>) -> Result<(), AgentError> {
 
 struct Agent {
     config: AgentConfig,
-    policies: Policies,
-    /// The policy directory's watch (standalone mode).
-    watch: Option<PolicyWatch>,
+    source: Box<dyn Source>,
     kernel: Iptables,
     /// The ruleset in force: what the workers decide by.
     policy: Arc<ArcSwap<Ruleset>>,
@@ -553,16 +524,6 @@ impl Agent {
     /// ready for it). An invalid or missing directory leaves everything as
     /// it was.
     fn reload(&mut self) {
-        if let Some(watch) = &mut self.watch {
-            match watch.refresh() {
-                Ok(Refresh::Unchanged) => {}
-                Ok(Refresh::Rewatched) => tracing::info!("policy directory watch re-established"),
-                Ok(Refresh::Missing) => {
-                    tracing::warn!("policy directory missing; keeping the ruleset in force")
-                }
-                Err(error) => tracing::error!(%error, "policy directory not watched"),
-            }
-        }
         let node = match local_node(&self.config) {
             Ok(node) => node,
             Err(error) => {
@@ -571,7 +532,7 @@ impl Agent {
                 return;
             }
         };
-        match self.policies.load(&node) {
+        match load(self.source.as_mut(), &node) {
             Ok(ruleset) => {
                 self.pending = Some(Arc::new(ruleset));
                 if let Some(error) = self.sync() {
@@ -620,17 +581,20 @@ impl Agent {
     }
 }
 
-/// Waits until the policy directory has been quiet for [`DEBOUNCE`] (at
-/// most [`DEBOUNCE_MAX`]); a shutdown or SIGHUP meanwhile wins.
+/// Waits until the sources have been quiet for a while (a
+/// [`Debounce`]); a shutdown or SIGHUP meanwhile wins.
 fn settle(inbox: &Receiver<Event>) -> Event {
-    let deadline = Instant::now() + DEBOUNCE_MAX;
+    let mut debounce = Debounce::default();
+    debounce.changed(Instant::now());
     loop {
-        let wait = DEBOUNCE.min(deadline.saturating_duration_since(Instant::now()));
+        let now = Instant::now();
+        if debounce.take(now) {
+            return Event::PolicyChanged;
+        }
+        let wait = debounce.due().map_or(Duration::ZERO, |due| due - now);
         match inbox.recv_timeout(wait) {
-            Ok(Event::PolicyChanged) if Instant::now() < deadline => continue,
-            Ok(Event::PolicyChanged) | Err(RecvTimeoutError::Timeout) => {
-                return Event::PolicyChanged
-            }
+            Ok(Event::PolicyChanged) => debounce.changed(Instant::now()),
+            Err(RecvTimeoutError::Timeout) => return Event::PolicyChanged,
             Ok(other) => return other,
             Err(RecvTimeoutError::Disconnected) => return Event::Shutdown,
         }
