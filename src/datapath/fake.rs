@@ -133,3 +133,41 @@ pub fn covers(state: &State, enforced: &Enforced, fqdn: &[FqdnPattern]) -> bool 
             && (fqdn.is_empty() || (dns && fqdn_sets))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{AgentConfig, MachineDefaults};
+    use crate::datapath::kernel::{reconcile, teardown};
+    use crate::datapath::plan::desired;
+
+    #[test]
+    fn the_fake_reaches_the_plan_once_and_fails_whole() {
+        let machine = MachineDefaults {
+            node_name: "n".into(),
+            queues: 2,
+        };
+        let config = AgentConfig::load(&machine, None, &[]).unwrap().config;
+        let enforced = Enforced {
+            node_ingress: true,
+            node_egress: false,
+            endpoints: vec!["10.0.0.5".parse().unwrap()],
+        };
+        let fqdn = [FqdnPattern::new("a.example")];
+        let plan = desired(&config.datapath, &config.queue_numbers(), &enforced, &fqdn);
+        let mut kernel = FakeKernel::failing_after(State::default(), 1);
+        let error = reconcile(&mut kernel, &plan).unwrap_err();
+        assert_eq!(error.label(), "iptables", "the second write fails");
+        assert!(
+            kernel.state.table(Family::V4).chains.is_empty(),
+            "nothing of it"
+        );
+        assert!(reconcile(&mut kernel, &plan).unwrap());
+        assert!(Changes::between(&plan, &kernel.state).is_empty());
+        assert!(covers(&kernel.state, &enforced, &fqdn));
+        assert!(!reconcile(&mut kernel, &plan).unwrap(), "idempotent");
+        teardown(&mut kernel).unwrap();
+        assert_eq!(kernel.state.learned.len(), 2, "learned sets stay");
+        assert!(kernel.state.sets.is_empty() && kernel.state.v4.chains.is_empty());
+    }
+}
