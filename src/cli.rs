@@ -1,8 +1,7 @@
 //! The command line: every clap type of the `tollgate` binary. It turns
-//! words into values (options, [`Setting`]s, a [`Connection`]) and does
-//! nothing with them; the flags that set configuration keys are not
-//! written here but generated from the configuration sections
-//! ([`config::flags`]).
+//! words into values and never acts on them; the flags that set
+//! configuration keys are generated from the sections ([`config::flags`]),
+//! never written here.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;

@@ -1,9 +1,7 @@
-//! Convergence: which ruleset is in force, which one waits for the kernel,
-//! and how the kernel gets from one to the other. A [`Reconciler`] over
-//! any [`Kernel`] widens the kernel to the bridge of both rulesets,
-//! switches, then narrows ([`crate::datapath::transition`]), and retries a
-//! failed write with backoff ([`crate::datapath::retry`]). It never logs,
-//! meters or reads the clock: the time comes in, a [`Converged`] goes out.
+//! Which ruleset is in force, which one waits, and how the kernel gets
+//! from one to the other: a [`Reconciler`] over any [`Kernel`] widens,
+//! switches, narrows and retries with backoff. It never logs, meters or
+//! reads the clock: the time comes in, a [`Converged`] goes out.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

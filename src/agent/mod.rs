@@ -1,10 +1,7 @@
-//! `tollgate run`: the wiring of the agent. [`run`] starts everything —
-//! capabilities, configuration, the policy source, the audit writer, the
-//! FQDN mirror restored from the kernel, the workers, the status and
-//! metrics servers, the first install — then serves events until SIGTERM
-//! or SIGINT, and stops: teardown, flush, counters. It decides nothing:
-//! which ruleset is in force and what the kernel gets is [`converge`]'s,
-//! host facts are [`host`]'s, events [`signals`]'.
+//! `tollgate run`, wired: [`run`] starts the sources, workers, servers and
+//! the first install, serves events until SIGTERM/SIGINT, and stops. It
+//! decides nothing: what is in force and what the kernel gets is
+//! [`converge`]'s, host facts [`host`]'s, events [`signals`]'.
 
 mod converge;
 mod error;

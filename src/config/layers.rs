@@ -1,8 +1,7 @@
-//! Reading a configuration from its layers: the machine's defaults, the
-//! file (in sections, or in the old flat layout, read with a warning),
-//! the flags the sections declare and `--set`, each a value tree laid over
-//! the one before; then one read into [`AgentConfig`] and its checks. It
-//! never reads the file or the machine itself.
+//! Reading a configuration from its layers — the machine's defaults, the
+//! file (sectioned, or the old flat layout with a warning), the section
+//! flags, `--set` — each a value tree laid over the one before, then read
+//! once. It never reads the file or the machine itself.
 
 use std::any::TypeId;
 use std::path::{Path, PathBuf};

@@ -1,10 +1,7 @@
-//! Agent configuration, in Antrea's shape: [`AgentConfig`] is a set of
-//! sections (`node`, `queues`, `datapath`, `fqdn`, `l7`, `audit`,
-//! `status`, `metrics`), each a struct here with its keys, defaults and
-//! checks, taken whole by the subsystem it configures; the checks that
-//! span sections are [`AgentConfig::validate`]. `layers.rs` reads a
-//! configuration from the file and the command line, `values.rs` the keys
-//! that are more than a number. Pure: nothing here touches the system.
+//! Agent configuration in Antrea's shape: [`AgentConfig`] is a set of
+//! sections, each a struct with its keys, defaults and checks, taken whole
+//! by the subsystem it configures; [`AgentConfig::validate`] holds the
+//! checks that span sections. Pure: it never reads a file or the machine.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};

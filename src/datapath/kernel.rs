@@ -1,11 +1,8 @@
 //! The kernel as the datapath sees it: a [`Kernel`] reads the owned state
-//! and runs one write of a [`Changes`] at a time; [`reconcile`] and
-//! [`teardown`] are the only sequences of writes, over any kernel.
-//! [`Iptables`] is the real one and the only code here that runs
-//! commands: it detects the iptables backend, reads with `*-save`, and
-//! writes with `ipset restore -exist` and `iptables-restore --noflush -w` /
-//! `ip6tables-restore --noflush -w`. It decides nothing: what to write
-//! comes from [`super::diff`], in the order of [`super::transition`].
+//! and runs one write of a [`Changes`]; [`reconcile`] and [`teardown`] are
+//! the only write sequences. [`Iptables`] and [`learned_sets`] are the only
+//! code that runs commands (`*-save`, `*-restore`, `ipset`); they never
+//! decide what to write.
 
 use std::collections::BTreeMap;
 use std::io::Write;

@@ -1,10 +1,7 @@
-//! Where policies and inventory come from: a [`Source`] hands the agent
-//! the snapshot to enforce. [`watch::Directory`] reads a directory of
-//! YAML/JSON documents ([`files`]) and watches it; [`kube`] lists and
-//! watches the Kubernetes API. Both wake the agent through a notifier and
+//! Where policies and inventory come from: a [`Source`] ([`watch::Directory`],
+//! [`kube::KubeSource`]) hands the agent the snapshot to enforce, and
 //! bursts of changes are settled by one [`Debounce`]. Sources decode
-//! objects into a [`Snapshot`]; they never judge them (that is
-//! [`crate::validate`]'s job) and never touch the kernel.
+//! objects; they never judge them ([`crate::validate`]) nor touch the kernel.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,11 +1,7 @@
 //! The standalone source: [`Directory`] reads a policy directory whole on
-//! every reload, and [`PolicyWatch`] watches it for changes (inotify,
-//! through `notify`), also across the directory being removed or renamed
-//! away and brought back: the parent is watched for entries of the
-//! directory's name, and [`PolicyWatch::refresh`] re-establishes the watch
-//! on the directory when a different one appears under that name. The
-//! watch only wakes the run loop; an event for anything outside the
-//! directory (a sibling in the parent) is ignored.
+//! every reload, and [`PolicyWatch`] watches it (inotify, across the
+//! directory being removed or replaced: the parent is watched too). The
+//! watch only wakes the run loop; it never reads policies itself.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
