@@ -10,11 +10,10 @@ use std::path::PathBuf;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, Command as ClapCommand, FromArgMatches, Parser, Subcommand};
 
-use crate::commands::{CommandError, NodeIdentity};
 use crate::config::{self, Setting};
 use crate::logging::LogError;
 use crate::source::kube::Connection;
-use crate::status::{self, Request, Response};
+use crate::status;
 
 #[derive(Parser)]
 #[command(
@@ -196,13 +195,6 @@ pub struct SocketArgs {
     pub socket: PathBuf,
 }
 
-impl SocketArgs {
-    pub fn ask(&self, request: &Request) -> Result<Response, CommandError> {
-        status::request(&self.socket, request)
-            .map_err(|e| CommandError::Usage(format!("{e} (is `tollgate run` running?)")))
-    }
-}
-
 #[derive(Subcommand)]
 pub enum GetCommand {
     /// Policies in evaluation order, like `antctl get netpol`: of the
@@ -242,16 +234,6 @@ pub struct NodeArgs {
     /// Addresses of the local Node (repeatable), added to the Node object's.
     #[arg(long = "node-address")]
     pub node_addresses: Vec<IpAddr>,
-}
-
-impl NodeArgs {
-    pub fn identity(&self) -> NodeIdentity {
-        NodeIdentity {
-            name: self.node_name.clone(),
-            labels: self.node_labels.clone().unwrap_or_default(),
-            addresses: self.node_addresses.clone(),
-        }
-    }
 }
 
 #[derive(Args)]

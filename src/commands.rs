@@ -5,17 +5,18 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
 use crate::classify::{Decision, DirectionDecision, NoFqdn, Outcome, StaticFqdn};
-use crate::cli::{OutputFormat, TraceProtocol};
+use crate::cli::{NodeArgs, OutputFormat, TraceProtocol};
 use crate::compile::{LocalNode, PolicySummary, Ruleset};
 use crate::http::{self, HttpEvent, RequestHead, RequestTracker, DEFAULT_MAX_HEAD};
 use crate::model::{Kind, Object, Snapshot};
 use crate::packet::flow::{Flow, Transport, Verdict};
 use crate::source;
+use crate::status::{self, Request, Response};
 use crate::validate::Problem;
 
 /// Why an offline command could not produce its answer.
@@ -64,6 +65,22 @@ impl NodeIdentity {
             addresses: self.addresses.clone(),
         })
     }
+}
+
+impl From<&NodeArgs> for NodeIdentity {
+    fn from(args: &NodeArgs) -> NodeIdentity {
+        NodeIdentity {
+            name: args.node_name.clone(),
+            labels: args.node_labels.clone().unwrap_or_default(),
+            addresses: args.node_addresses.clone(),
+        }
+    }
+}
+
+/// Asks the running agent listening on `socket`.
+pub fn ask(socket: &Path, request: &Request) -> Result<Response, CommandError> {
+    status::request(socket, request)
+        .map_err(|e| CommandError::Usage(format!("{e} (is `tollgate run` running?)")))
 }
 
 /// The local Node's name when neither the command line nor the policies name it.

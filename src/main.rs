@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use tollgate::agent::AgentError;
 use tollgate::cli::{Cli, Command, GetCommand, OutputFormat, RunArgs};
-use tollgate::commands::{self, CommandError, TraceRequest};
+use tollgate::commands::{self, CommandError, NodeIdentity, TraceRequest};
 use tollgate::status::{self, Request, Response};
 
 fn main() -> ExitCode {
@@ -54,7 +54,8 @@ fn run(command: Command) -> Result<ExitCode, CommandError> {
             println!("{}", commands::validate_summary(&snapshot));
         }
         Command::Trace(args) => {
-            let (_, ruleset) = commands::load_ruleset(&args.policies, &args.node.identity())?;
+            let (_, ruleset) =
+                commands::load_ruleset(&args.policies, &NodeIdentity::from(&args.node))?;
             let request = TraceRequest {
                 src: args.src,
                 dst: args.dst,
@@ -81,12 +82,12 @@ fn run(command: Command) -> Result<ExitCode, CommandError> {
                 },
         } => {
             if policies.is_empty() {
-                match socket.ask(&Request::Policies)? {
+                match commands::ask(&socket.socket, &Request::Policies)? {
                     Response::Policies(list) => print!("{}", commands::render_policies(&list)),
                     other => return Err(unexpected(&other)),
                 }
             } else {
-                let (_, ruleset) = commands::load_ruleset(&policies, &node.identity())?;
+                let (_, ruleset) = commands::load_ruleset(&policies, &NodeIdentity::from(&node))?;
                 print!("{}", commands::render_policies(ruleset.policies()));
             }
         }
@@ -96,23 +97,25 @@ fn run(command: Command) -> Result<ExitCode, CommandError> {
             let patterns = if policies.is_empty() {
                 Vec::new()
             } else {
-                let (_, ruleset) = commands::load_ruleset(&policies, &node.identity())?;
+                let (_, ruleset) = commands::load_ruleset(&policies, &NodeIdentity::from(&node))?;
                 ruleset.fqdn_patterns().to_vec()
             };
             let sets = tollgate::datapath::learned_sets()
                 .map_err(|e| CommandError::Usage(format!("reading the FQDN sets: {e}")))?;
             print!("{}", commands::render_fqdn(&sets, &patterns));
         }
-        Command::Status { socket, output } => match socket.ask(&Request::Status)? {
-            Response::Status(report) => match output {
-                OutputFormat::Text => print!("{}", status::render_status(&report)),
-                OutputFormat::Json => println!(
-                    "{}",
-                    serde_json::to_string_pretty(&report).unwrap_or_default()
-                ),
-            },
-            other => return Err(unexpected(&other)),
-        },
+        Command::Status { socket, output } => {
+            match commands::ask(&socket.socket, &Request::Status)? {
+                Response::Status(report) => match output {
+                    OutputFormat::Text => print!("{}", status::render_status(&report)),
+                    OutputFormat::Json => println!(
+                        "{}",
+                        serde_json::to_string_pretty(&report).unwrap_or_default()
+                    ),
+                },
+                other => return Err(unexpected(&other)),
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

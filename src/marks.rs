@@ -24,7 +24,7 @@
 //! chain, re-entered from the top, saves it (`CONNMARK --save-mark` with
 //! nfmask and ctmask = the mask) and acts on it. Later packets of the
 //! connection are handled by connmark matches before any NFQUEUE rule
-//! (see [`crate::datapath`] for the rules).
+//! (the rules are in `src/datapath/mod.rs`).
 
 use std::fmt;
 use std::str::FromStr;
