@@ -5,10 +5,11 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
+use crate::cli::{NodeArgs, OutputFormat, TraceProtocol};
 use crate::compile::{compile, LocalNode};
 use crate::fqdn::{NoFqdn, StaticFqdn};
 use crate::http::{self, HttpEvent, RequestHead, RequestTracker, DEFAULT_MAX_HEAD};
@@ -16,6 +17,7 @@ use crate::model::{Kind, Object, Snapshot};
 use crate::packet::flow::{Flow, Transport, Verdict};
 use crate::ruleset::{Decision, DirectionDecision, Outcome, PolicySummary, Ruleset};
 use crate::source;
+use crate::status::{self, Request, Response};
 use crate::validate::Problem;
 
 /// Why an offline command could not produce its answer.
@@ -66,6 +68,22 @@ impl NodeIdentity {
     }
 }
 
+impl From<&NodeArgs> for NodeIdentity {
+    fn from(args: &NodeArgs) -> NodeIdentity {
+        NodeIdentity {
+            name: args.node_name.clone(),
+            labels: args.node_labels.clone().unwrap_or_default(),
+            addresses: args.node_addresses.clone(),
+        }
+    }
+}
+
+/// Asks the running agent listening on `socket`.
+pub fn ask(socket: &Path, request: &Request) -> Result<Response, CommandError> {
+    status::request(socket, request)
+        .map_err(|e| CommandError::Usage(format!("{e} (is `tollgate run` running?)")))
+}
+
 /// The local Node's name when neither the command line nor the policies name it.
 pub const DEFAULT_NODE_NAME: &str = "local-node";
 
@@ -98,22 +116,6 @@ pub fn validate_summary(snapshot: &Snapshot) -> String {
         if parts.is_empty() { "" } else { ": " },
         parts.join(", ")
     )
-}
-
-/// Output format of `trace`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum OutputFormat {
-    Text,
-    Json,
-}
-
-/// Transport of a traced flow.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum TraceProtocol {
-    Tcp,
-    Udp,
-    Sctp,
-    Icmp,
 }
 
 /// What to trace.

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use crate::audit::{AuditRecord, Subject, Timestamp};
-use crate::config::{FailMode, MarkLayout};
 use crate::fqdn::FqdnLookup;
+use crate::marks::{FailMode, MarkLayout};
 use crate::packet::flow::{Flow, Transport, Verdict};
 use crate::ruleset::{LocalSide, Outcome as ClassifyOutcome, RuleRef, Ruleset};
 

@@ -29,6 +29,7 @@
 //! `CAP_NET_RAW` before it starts any of this.
 pub mod agent;
 pub mod audit;
+pub mod cli;
 pub mod commands;
 pub mod compile;
 pub mod config;
@@ -39,6 +40,7 @@ pub mod fqdn;
 pub mod http;
 pub mod l7;
 pub mod logging;
+pub mod marks;
 pub mod model;
 pub mod packet;
 pub mod privilege;

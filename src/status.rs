@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
-use crate::config::FailMode;
+use crate::marks::FailMode;
 use crate::ruleset::{PolicySummary, Ruleset};
 use crate::workers::{parse_kernel_counters, QueueStats, PROC_QUEUES};
 

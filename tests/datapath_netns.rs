@@ -7,8 +7,8 @@
 mod common;
 
 use common::{is_root, within, NetNs};
-use tollgate::config::{FailMode, MachineDefaults, Settings};
-use tollgate::datapath::{desired, Changes, Kernel};
+use tollgate::config::{AgentConfig, MachineDefaults, Setting};
+use tollgate::datapath::{desired, reconcile, teardown, Changes, Iptables, Kernel};
 use tollgate::ruleset::Enforced;
 
 /// Runs `test` on a thread inside a fresh namespace.
@@ -35,24 +35,31 @@ fn install_is_idempotent_and_teardown_leaves_foreign_rules() {
             node_name: "n".into(),
             queues: 2,
         };
-        let settings = Settings {
-            interfaces: Some(vec!["veth*".into()]),
-            privileged: Some(vec![
-                "10.9.0.0/16,tcp/22".parse().unwrap(),
-                "fd00:9::/64,icmp".parse().unwrap(),
-                "10.8.0.1,udp".parse().unwrap(),
-            ]),
-            fail_mode: Some(FailMode::Open),
-            ..Settings::default()
-        };
-        let config = settings.resolve(&defaults).unwrap();
+        let settings = [
+            "datapath.interfaces=['veth*']",
+            "datapath.privileged=['10.9.0.0/16,tcp/22', 'fd00:9::/64,icmp', '10.8.0.1,udp']",
+            "datapath.failMode=open",
+        ]
+        .map(|s| s.parse::<Setting>().unwrap());
+        let config = AgentConfig::load(&defaults, None, &settings)
+            .unwrap()
+            .config;
+        let queues = config.queue_numbers();
         ns.ok(
             "iptables -A INPUT -s 192.0.2.1 -j DROP && ip6tables -A OUTPUT -d 2001:db8::1 -j DROP \
                && ipset create foreign hash:ip",
         );
-        let kernel = Kernel::detect().unwrap();
-        let plan = desired(&config, &enforced(true, &["10.0.0.5", "fd00::5"]), &[]);
-        assert!(kernel.reconcile(&plan).unwrap(), "first install changes");
+        let mut kernel = Iptables::detect().unwrap();
+        let plan = desired(
+            &config.datapath,
+            &queues,
+            &enforced(true, &["10.0.0.5", "fd00::5"]),
+            &[],
+        );
+        assert!(
+            reconcile(&mut kernel, &plan).unwrap(),
+            "first install changes"
+        );
         let after = kernel.installed().unwrap();
         let diff = Changes::between(&plan, &after);
         assert!(
@@ -60,7 +67,7 @@ fn install_is_idempotent_and_teardown_leaves_foreign_rules() {
             "iptables-save differs from the plan: {diff:#?}"
         );
         assert!(
-            !kernel.reconcile(&plan).unwrap(),
+            !reconcile(&mut kernel, &plan).unwrap(),
             "second install is a no-op"
         );
         let save = ns.ok("iptables-save -t filter");
@@ -71,11 +78,12 @@ fn install_is_idempotent_and_teardown_leaves_foreign_rules() {
 
         // Membership change: the set is swapped, the rules stay.
         let grown = desired(
-            &config,
+            &config.datapath,
+            &queues,
             &enforced(true, &["10.0.0.5", "10.0.0.6", "fd00::5"]),
             &[],
         );
-        assert!(kernel.reconcile(&grown).unwrap());
+        assert!(reconcile(&mut kernel, &grown).unwrap());
         assert!(ns
             .ok("ipset list tollgate-endpoints-v4")
             .contains("10.0.0.6"));
@@ -86,14 +94,14 @@ fn install_is_idempotent_and_teardown_leaves_foreign_rules() {
             "iptables -N TOLLGATE-OLD && iptables -I INPUT 1 -j TOLLGATE-OLD \
                && iptables -I FORWARD 1 -j TOLLGATE-FORWARD && ipset create tollgate-stale hash:ip",
         );
-        assert!(kernel.reconcile(&grown).unwrap());
+        assert!(reconcile(&mut kernel, &grown).unwrap());
         assert!(Changes::between(&grown, &kernel.installed().unwrap()).is_empty());
         let save = ns.ok("iptables-save -t filter");
         assert_eq!(save.matches("-j TOLLGATE-FORWARD").count(), 1, "{save}");
         assert!(!save.contains("TOLLGATE-OLD"), "{save}");
         assert!(!ns.ok("ipset list -n").contains("tollgate-stale"));
 
-        kernel.teardown().unwrap();
+        teardown(&mut kernel).unwrap();
         let v4 = ns.ok("iptables-save -t filter");
         let v6 = ns.ok("ip6tables-save -t filter");
         assert!(

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use tollgate::config::{MachineDefaults, Settings};
-use tollgate::datapath::{desired, Kernel};
+use tollgate::config::{AgentConfig, MachineDefaults};
+use tollgate::datapath::{desired, reconcile, Iptables};
 use tollgate::decide::{Policy, Ruling};
 use tollgate::fqdn::FqdnLookup;
 use tollgate::packet::flow::{Flow, Transport, Verdict};
@@ -87,20 +87,16 @@ fn allow_reject_drop_through_the_queue() {
     });
 
     let stats = within(&node, || {
-        let config = Settings {
-            queues: Some(1),
-            ..Settings::default()
-        }
-        .resolve(&MachineDefaults {
+        let machine = MachineDefaults {
             node_name: "n".into(),
             queues: 1,
-        })
-        .unwrap();
+        };
+        let config = AgentConfig::load(&machine, None, &[]).unwrap().config;
         let worker = Worker::spawn(
             WorkerConfig {
-                queue: config.queues.first(),
-                marks: config.marks,
-                fail_mode: config.fail_mode,
+                queue: config.queues.range().first(),
+                marks: config.datapath.mark_mask,
+                fail_mode: config.datapath.fail_mode,
             },
             Arc::new(ArcSwap::from_pointee(TestPolicy)),
             Arc::new(FqdnMirror::restore(vec![], Default::default(), &[]).0),
@@ -110,13 +106,18 @@ fn allow_reject_drop_through_the_queue() {
             },
         )
         .unwrap();
-        let kernel = Kernel::detect().unwrap();
+        let mut kernel = Iptables::detect().unwrap();
         let enforced = Enforced {
             node_ingress: true,
             node_egress: false,
             endpoints: vec![],
         };
-        kernel.reconcile(&desired(&config, &enforced, &[])).unwrap();
+        let queues = config.queue_numbers();
+        reconcile(
+            &mut kernel,
+            &desired(&config.datapath, &queues, &enforced, &[]),
+        )
+        .unwrap();
         worker.stats
     });
 

@@ -20,7 +20,7 @@ mod subject;
 pub mod writer;
 
 pub use subject::Subject;
-pub use writer::{AuditConfig, AuditError, AuditSink};
+pub use writer::{AuditError, AuditSink};
 
 /// A point in time as the audit log prints it: civil UTC date and time with
 /// microseconds. Built from a Unix timestamp so the format is pure.

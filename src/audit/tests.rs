@@ -231,8 +231,8 @@ fn rate_limit_allows_the_burst_then_the_rate() {
 mod through_the_step {
     use super::*;
     use crate::compile::{compile, LocalNode};
-    use crate::config::{FailMode, MarkLayout};
     use crate::decide::step;
+    use crate::marks::{FailMode, MarkLayout};
     use crate::model::Snapshot;
     use crate::ruleset::Ruleset;
     use etherparse::PacketBuilder;

@@ -13,20 +13,12 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::config::AuditConfig;
 use crate::telemetry::{AuditSkip, Metrics};
 
 use super::{AuditRecord, Deduplicator, RateLimiter, Timestamp};
 use crate::packet::flow::Verdict;
 
-/// Lines per second (the spec's figure; Antrea's agent now defaults to
-/// 5000 — set `auditRate` to follow it).
-pub const DEFAULT_RATE: u32 = 500;
-/// Burst of lines above the rate.
-pub const DEFAULT_BURST: u32 = 1000;
-/// Size at which the file is rotated.
-pub const DEFAULT_MAX_BYTES: u64 = 100 * 1024 * 1024;
-/// Rotated files kept.
-pub const DEFAULT_MAX_FILES: u32 = 3;
 /// Records in flight between the workers and the writer.
 pub const CHANNEL_CAPACITY: usize = 4096;
 /// Open Drop/Reject windows; beyond it new keys are logged undeduplicated.
@@ -34,29 +26,6 @@ const MAX_DEDUP_KEYS: usize = 10_000;
 /// Longest the writer sleeps without a record; it wakes earlier when a
 /// dedup window is due to close.
 const TICK: Duration = Duration::from_millis(100);
-
-/// Where and how much to log.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AuditConfig {
-    pub path: PathBuf,
-    pub rate: u32,
-    pub burst: u32,
-    pub max_bytes: u64,
-    pub max_files: u32,
-}
-
-impl AuditConfig {
-    /// The defaults for a file.
-    pub fn new(path: PathBuf) -> AuditConfig {
-        AuditConfig {
-            path,
-            rate: DEFAULT_RATE,
-            burst: DEFAULT_BURST,
-            max_bytes: DEFAULT_MAX_BYTES,
-            max_files: DEFAULT_MAX_FILES,
-        }
-    }
-}
 
 /// Why the audit log could not be opened or rotated.
 #[derive(Debug, thiserror::Error)]
@@ -105,10 +74,14 @@ impl AuditSink {
     }
 }
 
-/// Opens the file (errors are returned before any thread runs) and starts
-/// the writer thread.
-pub fn spawn(config: AuditConfig, metrics: Arc<Metrics>) -> Result<AuditSink, AuditError> {
-    let file = RotatingFile::open(&config.path, config.max_bytes, config.max_files)?;
+/// Opens the file at `path` (errors are returned before any thread runs)
+/// and starts the writer thread, with the rate and rotation of `config`.
+pub fn spawn(
+    path: &Path,
+    config: &AuditConfig,
+    metrics: Arc<Metrics>,
+) -> Result<AuditSink, AuditError> {
+    let file = RotatingFile::open(path, config.max_bytes, config.max_files)?;
     let (tx, rx) = mpsc::sync_channel(CHANNEL_CAPACITY);
     let writer = Writer {
         file,
@@ -349,10 +322,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("np.log");
         let metrics = Arc::new(Metrics::new());
-        let mut config = AuditConfig::new(path.clone());
-        config.burst = 4;
-        config.rate = 1;
-        let sink = spawn(config, Arc::clone(&metrics)).unwrap();
+        let config = AuditConfig {
+            burst: 4,
+            rate: 1,
+            ..AuditConfig::default()
+        };
+        let sink = spawn(&path, &config, Arc::clone(&metrics)).unwrap();
         let t = now().unix_micros;
         for i in 0..10 {
             sink.offer(record(Verdict::Drop, 1000, t + i));

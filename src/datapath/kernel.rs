@@ -1,8 +1,8 @@
-//! The thin edge of the datapath: the only code here that runs commands.
-//! It detects the iptables backend, reads the installed state with
-//! `*-save`, and writes [`Changes`] with `ipset restore -exist` and
-//! `iptables-restore --noflush -w` / `ip6tables-restore --noflush -w`.
-//! It decides nothing: what to write comes from [`super::diff`].
+//! The kernel as the datapath sees it: a [`Kernel`] reads the owned state
+//! and runs one write of a [`Changes`]; [`reconcile`] and [`teardown`] are
+//! the only write sequences. [`Iptables`] and [`learned_sets`] are the only
+//! code that runs commands (`*-save`, `*-restore`, `ipset`); they never
+//! decide what to write.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -10,8 +10,57 @@ use std::process::{Command, Stdio};
 
 use super::diff::Changes;
 use super::state::{parse_ipset_save, Family, LearnedSet, State};
-use super::transition::{steps, Step};
+use super::transition::{input, steps, Step};
 use super::{ApplyError, DatapathError};
+
+/// Reads and writes tollgate's part of the netfilter state of one network
+/// namespace.
+pub trait Kernel {
+    /// What tollgate owns right now.
+    fn installed(&self) -> Result<State, DatapathError>;
+    /// Runs the `step` part of `changes` as one write; a failed write is
+    /// as atomic as the kernel makes it (see [`super::transition`]).
+    fn write(&mut self, step: Step, changes: &Changes) -> Result<(), DatapathError>;
+}
+
+/// Brings the installed state to `desired`; returns whether anything had
+/// to change. Running it twice in a row changes nothing the second time.
+/// It always starts from what is installed now, so after a failure it is
+/// simply called again.
+pub fn reconcile(kernel: &mut impl Kernel, desired: &State) -> Result<bool, ApplyError> {
+    let installed = kernel.installed().map_err(ApplyError::Read)?;
+    let changes = Changes::between(desired, &installed);
+    if changes.is_empty() {
+        return Ok(false);
+    }
+    write_all(kernel, &changes)?;
+    Ok(true)
+}
+
+/// Removes every chain, jump and set tollgate owns, except the learned
+/// (FQDN) sets: no rule refers to them once the chains are gone, their
+/// entries time out by themselves, and they let a restarted agent keep
+/// what it learned. The next start destroys those of selectors that no
+/// longer exist.
+pub fn teardown(kernel: &mut impl Kernel) -> Result<(), ApplyError> {
+    let installed = kernel.installed().map_err(ApplyError::Read)?;
+    let keep = State {
+        learned: installed.learned.clone(),
+        ..State::default()
+    };
+    write_all(kernel, &Changes::between(&keep, &installed))
+}
+
+/// Runs the writes of `changes` in [`steps`] order, stopping at the first
+/// that fails.
+fn write_all(kernel: &mut impl Kernel, changes: &Changes) -> Result<(), ApplyError> {
+    for step in steps(changes) {
+        kernel
+            .write(step, changes)
+            .map_err(|source| ApplyError::Write { step, source })?;
+    }
+    Ok(())
+}
 
 /// The iptables flavour of this system; tollgate uses the matching
 /// `*-save` / `*-restore` binaries so its rules land where `iptables` looks.
@@ -42,28 +91,30 @@ impl Backend {
     }
 }
 
-/// Reads and writes the owned netfilter state of the current namespace.
+/// The netfilter state of the current namespace, through the iptables
+/// and ipset commands.
 #[derive(Clone, Copy, Debug)]
-pub struct Kernel {
+pub struct Iptables {
     backend: Backend,
 }
 
-impl Kernel {
-    pub fn detect() -> Result<Kernel, DatapathError> {
+impl Iptables {
+    pub fn detect() -> Result<Iptables, DatapathError> {
         let version = run("iptables", &["-V"], None)?;
         let backend =
             Backend::from_version(&version).ok_or_else(|| DatapathError::UnknownBackend {
                 version: version.trim().to_string(),
             })?;
-        Ok(Kernel { backend })
+        Ok(Iptables { backend })
     }
 
     pub fn backend(&self) -> Backend {
         self.backend
     }
+}
 
-    /// What tollgate owns right now.
-    pub fn installed(&self) -> Result<State, DatapathError> {
+impl Kernel for Iptables {
+    fn installed(&self) -> Result<State, DatapathError> {
         let save = |family| {
             run(
                 &self.backend.program(family, "save"),
@@ -78,51 +129,19 @@ impl Kernel {
         ))
     }
 
-    /// Brings the installed state to `desired`; returns whether anything
-    /// had to change. Running it twice in a row changes nothing the second
-    /// time. It always starts from what is installed now, so after a
-    /// failure it is simply called again.
-    pub fn reconcile(&self, desired: &State) -> Result<bool, ApplyError> {
-        let installed = self.installed().map_err(ApplyError::Read)?;
-        let changes = Changes::between(desired, &installed);
-        if changes.is_empty() {
-            return Ok(false);
+    fn write(&mut self, step: Step, changes: &Changes) -> Result<(), DatapathError> {
+        let input = input(changes, step).unwrap_or_default();
+        match step {
+            Step::PrepareSets | Step::DestroySets => {
+                run("ipset", &["restore", "-exist"], Some(&input))
+            }
+            Step::Table(family) => run(
+                &self.backend.program(family, "restore"),
+                &["--noflush", "-w"],
+                Some(&input),
+            ),
         }
-        self.apply(&changes)?;
-        Ok(true)
-    }
-
-    /// Removes every chain, jump and set tollgate owns, except the learned
-    /// (FQDN) sets: no rule refers to them once the chains are gone, their
-    /// entries time out by themselves, and they let a restarted agent keep
-    /// what it learned. The next start destroys those of selectors that no
-    /// longer exist.
-    pub fn teardown(&self) -> Result<(), ApplyError> {
-        let installed = self.installed().map_err(ApplyError::Read)?;
-        let keep = State {
-            learned: installed.learned.clone(),
-            ..State::default()
-        };
-        self.apply(&Changes::between(&keep, &installed))
-    }
-
-    /// Runs the writes of `changes` in [`steps`] order, stopping at the
-    /// first that fails.
-    fn apply(&self, changes: &Changes) -> Result<(), ApplyError> {
-        for (step, input) in steps(changes) {
-            let result = match step {
-                Step::PrepareSets | Step::DestroySets => {
-                    run("ipset", &["restore", "-exist"], Some(&input))
-                }
-                Step::Table(family) => run(
-                    &self.backend.program(family, "restore"),
-                    &["--noflush", "-w"],
-                    Some(&input),
-                ),
-            };
-            result.map_err(|source| ApplyError::Write { step, source })?;
-        }
-        Ok(())
+        .map(drop)
     }
 }
 

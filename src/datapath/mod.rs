@@ -10,25 +10,9 @@
 //!
 //! # Marks
 //!
-//! tollgate owns the packet/connection mark bits under the mask (default
-//! `0xf00000`, bits 20–23; kube-proxy uses 0x4000 and 0x8000). The values
-//! are codes under the mask, built from its three lowest bits (b0 =
-//! `0x100000`, b1 = `0x200000`, b2 = `0x400000` by default; a mask needs
-//! at least three bits; the others are reserved and cleared on every
-//! verdict):
-//!
-//! | code     | default    | packet mark (from a worker, `NF_REPEAT`) | connmark |
-//! |----------|------------|-------------------------------------------|----------|
-//! | b0       | `0x100000` | *allow*: saved, accepted                  | decided allowed: accepted in the kernel |
-//! | b1       | `0x200000` | *reject*: REJECT                          | never saved |
-//! | b2       | `0x400000` | *L7*: SYN of a connection under L7 rules: saved, accepted | every TCP packet goes to the L7 queue until the worker has seen the server's SYN-ACK |
-//! | b2 \| b0 | `0x500000` | *L7 active*: the worker took the SYN-ACK: saved, accepted | client→server packets with payload go to the L7 queue; the rest is accepted in the kernel |
-//! | b2 \| b1 | `0x600000` | *L7 denied*: saved, dropped               | every later packet is dropped in the kernel |
-//!
-//! A worker answers a queued packet with such a mark and `NF_REPEAT`; the
-//! chain, re-entered from the top, saves it (`CONNMARK --save-mark` with
-//! nfmask and ctmask = the mask) and acts on it. Later packets of the
-//! connection are handled by connmark matches before any NFQUEUE rule.
+//! The mark and connmark codes are those of [`crate::marks`]: a worker
+//! answers a queued packet with a mark and `NF_REPEAT`, and the rules
+//! below save it into the connmark and act on it.
 //!
 //! The L7 queue (default: the first queue after the connection queues that
 //! the DNS queue does not take, 103 here) receives
@@ -162,6 +146,8 @@
 //! chain and continues in the built-in chain untouched.
 
 pub mod diff;
+#[cfg(any(test, feature = "test-util"))]
+pub mod fake;
 pub mod ipset_netlink;
 pub mod kernel;
 pub mod plan;
@@ -170,7 +156,7 @@ pub mod state;
 pub mod transition;
 
 pub use diff::Changes;
-pub use kernel::{learned_sets, Backend, Kernel};
+pub use kernel::{learned_sets, reconcile, teardown, Backend, Iptables, Kernel};
 pub use plan::{desired, Hook};
 pub use retry::{Backoff, Recovered, Retry};
 pub use state::{Family, LearnedSet, State};

@@ -1,5 +1,6 @@
-//! The desired netfilter state for a configuration, the endpoints the
-//! compiled ruleset enforces and its FQDN selectors: rule text exactly as
+//! The desired netfilter state for the datapath configuration, the queue
+//! numbers, the endpoints the compiled ruleset enforces and its FQDN
+//! selectors: rule text exactly as
 //! `iptables-save` prints it, so that the installed state parses back to an
 //! equal value. Pure.
 
@@ -7,8 +8,9 @@ use std::collections::BTreeMap;
 
 use sha1::{Digest, Sha1};
 
-use crate::config::{Config, FailMode, MarkLayout, Privileged, PrivilegedProtocol};
+use crate::config::{DatapathConfig, Privileged, PrivilegedProtocol, QueueNumbers, QueueRange};
 use crate::fqdn::FqdnPattern;
+use crate::marks::{FailMode, MarkLayout};
 use crate::ruleset::Enforced;
 
 use super::state::{Family, IpSet, LearnedSet, State, Table};
@@ -73,15 +75,20 @@ pub fn fqdn_set(pattern: &FqdnPattern, family: Family) -> String {
 /// solicitation/advertisement, redirect): always allowed on the node.
 const NEIGHBOUR_DISCOVERY: [u8; 5] = [133, 134, 135, 136, 137];
 
-/// The full desired state: what `config`, the endpoints the compiled
-/// ruleset enforces and its FQDN selectors require. With any selector, DNS
+/// The full desired state: what `config`, the `queues`, the endpoints the
+/// compiled ruleset enforces and its FQDN selectors require. With any selector, DNS
 /// replies are queued to the DNS queue and each selector has one empty
 /// learned set per family (reconcile never touches their entries).
-pub fn desired(config: &Config, enforced: &Enforced, fqdn: &[FqdnPattern]) -> State {
+pub fn desired(
+    config: &DatapathConfig,
+    queues: &QueueNumbers,
+    enforced: &Enforced,
+    fqdn: &[FqdnPattern],
+) -> State {
     let mut state = State::default();
     for family in Family::ALL {
         let table = state.table_mut(family);
-        *table = family_table(config, enforced, !fqdn.is_empty(), family);
+        *table = family_table(config, queues, enforced, !fqdn.is_empty(), family);
         for pattern in fqdn {
             state.learned.insert(
                 fqdn_set(pattern, family),
@@ -104,17 +111,23 @@ pub fn desired(config: &Config, enforced: &Enforced, fqdn: &[FqdnPattern]) -> St
     state
 }
 
-fn family_table(config: &Config, enforced: &Enforced, snoop_dns: bool, family: Family) -> Table {
+fn family_table(
+    config: &DatapathConfig,
+    queues: &QueueNumbers,
+    enforced: &Enforced,
+    snoop_dns: bool,
+    family: Family,
+) -> Table {
     let mut chains: BTreeMap<String, Vec<String>> = Hook::ALL
         .iter()
         .map(|&hook| {
             (
                 hook.chain().to_string(),
-                chain_rules(config, enforced, snoop_dns, family, hook),
+                chain_rules(config, queues, enforced, snoop_dns, family, hook),
             )
         })
         .collect();
-    chains.insert(L7_CHAIN.to_string(), l7_rules(config, family));
+    chains.insert(L7_CHAIN.to_string(), l7_rules(config, queues, family));
     let jumps = Hook::ALL
         .iter()
         .map(|hook| (hook.builtin().to_string(), format!("-j {}", hook.chain())))
@@ -124,13 +137,14 @@ fn family_table(config: &Config, enforced: &Enforced, snoop_dns: bool, family: F
 
 /// The rules of one owned chain, top to bottom.
 fn chain_rules(
-    config: &Config,
+    config: &DatapathConfig,
+    queues: &QueueNumbers,
     enforced: &Enforced,
     snoop_dns: bool,
     family: Family,
     hook: Hook,
 ) -> Vec<String> {
-    let marks = &config.marks;
+    let marks = &config.mark_mask;
     let allow = mark_match(marks, marks.allow);
     let reject = mark_match(marks, marks.reject);
     let l7 = mark_match(marks, marks.l7);
@@ -177,7 +191,7 @@ fn chain_rules(
     rules.push(format!("-m connmark --mark {l7_denied} -j DROP"));
     rules.push(format!(
         "-p tcp -m connmark --mark {l7} -j {}",
-        l7_queue_target(config)
+        l7_queue_target(config, queues)
     ));
     rules.push(format!(
         "-p tcp -m connmark --mark {l7_active} -m conntrack --ctdir ORIGINAL -j {L7_CHAIN}"
@@ -192,7 +206,7 @@ fn chain_rules(
             rules.push(format!(
                 "-p {protocol} -m {protocol} --sport 53 -m conntrack --ctstate ESTABLISHED \
                  --ctdir REPLY -j NFQUEUE --queue-num {} --queue-bypass",
-                config.fqdn.dns_queue
+                queues.dns
             ));
         }
     }
@@ -223,7 +237,13 @@ fn chain_rules(
             rules.push(privileged_rule(entry, dir, family));
         }
     }
-    rules.extend(queue_rules(config, enforced, family, hook));
+    rules.extend(queue_rules(
+        config,
+        queues.connection,
+        enforced,
+        family,
+        hook,
+    ));
     rules
 }
 
@@ -234,13 +254,13 @@ fn chain_rules(
 /// words) of an IPv4 header without options or an IPv6 header followed
 /// directly by TCP. Anything else, including every segment with payload,
 /// goes to the L7 queue.
-fn l7_rules(config: &Config, family: Family) -> Vec<String> {
+fn l7_rules(config: &DatapathConfig, queues: &QueueNumbers, family: Family) -> Vec<String> {
     let mut rules: Vec<String> = ["FIN", "RST"]
         .iter()
         .map(|flag| {
             format!(
                 "-p tcp -m tcp --tcp-flags {flag} {flag} -j {}",
-                l7_queue_target(config)
+                l7_queue_target(config, queues)
             )
         })
         .collect();
@@ -259,12 +279,12 @@ fn l7_rules(config: &Config, family: Family) -> Vec<String> {
         };
         format!("-m u32 --u32 \"{test}\" -j RETURN")
     }));
-    rules.push(format!("-j {}", l7_queue_target(config)));
+    rules.push(format!("-j {}", l7_queue_target(config, queues)));
     rules
 }
 
-fn l7_queue_target(config: &Config) -> String {
-    let mut target = format!("NFQUEUE --queue-num {}", config.l7.queue);
+fn l7_queue_target(config: &DatapathConfig, queues: &QueueNumbers) -> String {
+    let mut target = format!("NFQUEUE --queue-num {}", queues.l7);
     if config.fail_mode == FailMode::Open {
         target.push_str(" --queue-bypass");
     }
@@ -303,8 +323,13 @@ fn privileged_rule(entry: &Privileged, dir: &str, family: Family) -> String {
 /// first packet. ICMP is left out: unrelated ICMP errors, the errors the
 /// kernel itself sends for REJECT, and neighbour discovery are `INVALID`
 /// too, and are the kernel's business.
-fn queue_rules(config: &Config, enforced: &Enforced, family: Family, hook: Hook) -> Vec<String> {
-    let queues = &config.queues;
+fn queue_rules(
+    config: &DatapathConfig,
+    queues: QueueRange,
+    enforced: &Enforced,
+    family: Family,
+    hook: Hook,
+) -> Vec<String> {
     let mut target = if queues.first() == queues.last() {
         format!("NFQUEUE --queue-num {}", queues.first())
     } else {

@@ -91,22 +91,32 @@ impl Step {
     }
 }
 
-/// The writes of `changes`, in the order they must run, each with its
-/// input; steps with nothing to write are left out.
-pub fn steps(changes: &Changes) -> Vec<(Step, String)> {
+/// The writes of `changes`, in the order they must run; steps with
+/// nothing to write are left out.
+pub fn steps(changes: &Changes) -> Vec<Step> {
     let mut out = Vec::new();
-    if let Some(text) = changes.ipset_prepare_text() {
-        out.push((Step::PrepareSets, text));
+    if !changes.sets.is_empty() || !changes.create_learned.is_empty() {
+        out.push(Step::PrepareSets);
     }
     for family in Family::ALL {
-        if let Some(text) = changes.table(family).restore_text() {
-            out.push((Step::Table(family), text));
+        if !changes.table(family).is_empty() {
+            out.push(Step::Table(family));
         }
     }
-    if let Some(text) = changes.ipset_cleanup_text() {
-        out.push((Step::DestroySets, text));
+    if !changes.destroy_sets.is_empty() {
+        out.push(Step::DestroySets);
     }
     out
+}
+
+/// The input of one write of `changes` (`ipset restore` or
+/// `ip6?tables-restore` text), or `None` when the step has nothing to do.
+pub fn input(changes: &Changes, step: Step) -> Option<String> {
+    match step {
+        Step::PrepareSets => changes.ipset_prepare_text(),
+        Step::Table(family) => changes.table(family).restore_text(),
+        Step::DestroySets => changes.ipset_cleanup_text(),
+    }
 }
 
 /// The state that queues everything `from` and `to` need: the planned

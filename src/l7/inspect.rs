@@ -51,9 +51,9 @@ use std::time::{Duration, Instant};
 
 use lru::LruCache;
 
-use crate::config::L7DenyResponse;
 use crate::fqdn::FqdnLookup;
 use crate::http::{HttpEvent, HttpRule, Malformed, RequestHead, RequestTracker};
+use crate::l7::DenyResponse as L7DenyResponse;
 use crate::model::TlsProtocol;
 use crate::packet::flow::{Flow, Verdict};
 use crate::ruleset::{Endpoint, LocalSide, RuleRef, Ruleset};

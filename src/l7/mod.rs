@@ -8,9 +8,11 @@
 //! and the thin queue loop that sends them ([`worker`]). It never lets a
 //! byte it has not inspected reach the server, and never buffers a body.
 
+mod deny;
 pub mod inspect;
 pub mod response;
 
+pub use deny::{DenyResponse, UnknownDenyResponse};
 pub use inspect::{
     Admission, Denial, DenyReason, Inspection, Inspector, L7Action, L7Policy, RequestRecord,
     Requirement, CLOSE_GRACE, MAX_DEFERRED, STALL,

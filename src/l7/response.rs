@@ -10,7 +10,7 @@ use std::net::IpAddr;
 
 use etherparse::PacketBuilder;
 
-use crate::config::L7DenyResponse;
+use super::DenyResponse;
 
 use super::inspect::{Denial, DenyReason};
 use crate::packet::segment::Segment;
@@ -53,7 +53,7 @@ pub fn deny_packets(segment: &Segment<'_>, denial: &Denial) -> Vec<Injection> {
     let key = segment.key;
     let after_segment = segment.seq.wrapping_add(segment.payload.len() as u32);
     let to_client = match (&denial.response, &denial.reason) {
-        (L7DenyResponse::Forbidden, reason @ DenyReason::Request { .. }) => tcp(
+        (DenyResponse::Forbidden, reason @ DenyReason::Request { .. }) => tcp(
             key.server.ip(),
             key.client.ip(),
             (key.server.port(), key.client.port()),

@@ -6,8 +6,8 @@ use etherparse::{PacketBuilder, SlicedPacket, TransportSlice};
 
 use super::*;
 use crate::compile::{compile, LocalNode};
-use crate::config::L7DenyResponse;
 use crate::fqdn::NoFqdn;
+use crate::l7::DenyResponse as L7DenyResponse;
 use crate::packet::segment::{parse_segment, tcp_payload_len, FlowKey, Segment, SegmentError};
 use crate::ruleset::Ruleset;
 

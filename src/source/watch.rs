@@ -1,15 +1,18 @@
-//! Watches the policy directory for changes (inotify, through `notify`),
-//! also across the directory being removed or renamed away and brought
-//! back: the parent is watched for entries of the directory's name, and
-//! [`PolicyWatch::refresh`] re-establishes the watch on the directory when
-//! a different one appears under that name. It only wakes the run loop; it
-//! never reads policies, and an event for anything outside the directory
-//! (a sibling in the parent) is ignored.
+//! The standalone source: [`Directory`] reads a policy directory whole on
+//! every reload, and [`PolicyWatch`] watches it (inotify, across the
+//! directory being removed or replaced: the parent is watched too). The
+//! watch only wakes the run loop; it never reads policies itself.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use std::sync::Arc;
+
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
+
+use super::{load_and_validate, Source};
+use crate::model::Snapshot;
+use crate::validate::Problem;
 
 /// Why the policy directory cannot be watched.
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +40,40 @@ pub enum Refresh {
     Rewatched,
     /// Nothing (or not a directory) is there.
     Missing,
+}
+
+/// A policy directory: an invalid or missing one is refused whole.
+pub struct Directory {
+    /// As given (problems name files under it).
+    dir: PathBuf,
+    watch: PolicyWatch,
+}
+
+impl Directory {
+    /// Starts watching `dir`, which must exist; `changed` is called (on the
+    /// watcher's thread) for every change in or of it.
+    pub fn start(dir: &Path, changed: impl Fn() + Send + 'static) -> Result<Directory, WatchError> {
+        Ok(Directory {
+            dir: dir.to_path_buf(),
+            watch: PolicyWatch::start(dir, changed)?,
+        })
+    }
+}
+
+impl Source for Directory {
+    /// Re-establishes the watch if the directory was replaced, then reads
+    /// and validates it.
+    fn latest(&mut self) -> Result<Arc<Snapshot>, Vec<Problem>> {
+        match self.watch.refresh() {
+            Ok(Refresh::Unchanged) => {}
+            Ok(Refresh::Rewatched) => tracing::info!("policy directory watch re-established"),
+            Ok(Refresh::Missing) => {
+                tracing::warn!("policy directory missing; keeping the ruleset in force")
+            }
+            Err(error) => tracing::error!(%error, "policy directory not watched"),
+        }
+        load_and_validate(std::slice::from_ref(&self.dir)).map(Arc::new)
+    }
 }
 
 /// The watch of one policy directory.

@@ -14,7 +14,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use arc_swap::ArcSwap;
 
 use crate::audit::{AuditSink, Timestamp};
-use crate::config::{FailMode, MarkLayout};
+use crate::marks::{FailMode, MarkLayout};
 use crate::packet::flow::Verdict;
 use crate::telemetry::{Metrics, WorkerMetrics};
 

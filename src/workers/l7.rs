@@ -18,8 +18,9 @@ use arc_swap::ArcSwap;
 use prometheus_client::metrics::counter::Counter;
 
 use crate::audit::Subject;
-use crate::config::{FailMode, L7Config, MarkLayout};
+use crate::config::L7Config;
 use crate::http::DEFAULT_MAX_HEAD;
+use crate::marks::{FailMode, MarkLayout};
 use crate::packet::flow::Verdict;
 use crate::ruleset::LocalSide;
 use crate::workers::connection::{open_queue, wall_clock};

@@ -1,15 +1,22 @@
 use super::*;
-use crate::config::{MachineDefaults, Settings};
+use crate::config::{AgentConfig, MachineDefaults};
 use crate::datapath::diff::Changes;
 use crate::datapath::state::State;
 
-fn config(flags: Settings) -> Config {
-    flags
-        .resolve(&MachineDefaults {
-            node_name: "node-a".into(),
-            queues: 2,
-        })
+/// The configuration `yaml` gives on a machine with two cores.
+fn config(yaml: &str) -> AgentConfig {
+    let machine = MachineDefaults {
+        node_name: "node-a".into(),
+        queues: 2,
+    };
+    AgentConfig::load(&machine, Some((std::path::Path::new("t.yaml"), yaml)), &[])
         .unwrap()
+        .config
+}
+
+/// The plan for a whole configuration.
+fn desired(config: &AgentConfig, enforced: &Enforced, fqdn: &[FqdnPattern]) -> State {
+    super::desired(&config.datapath, &config.queue_numbers(), enforced, fqdn)
 }
 
 fn targets(node_ingress: bool, node_egress: bool, endpoints: &[&str]) -> Enforced {
@@ -117,11 +124,7 @@ create tollgate-endpoints-v6 hash:ip family inet6 hashsize 1024 maxelem 65536 bu
 
 #[test]
 fn first_install_renders_the_whole_ruleset_in_one_batch() {
-    let desired = desired(
-        &config(Settings::default()),
-        &targets(true, false, &["10.0.0.5"]),
-        &[],
-    );
+    let desired = desired(&config(""), &targets(true, false, &["10.0.0.5"]), &[]);
     let changes = Changes::between(&desired, &State::default());
     let expected_v4: String = DEFAULT_V4_SAVE
         .lines()
@@ -153,11 +156,7 @@ fn first_install_renders_the_whole_ruleset_in_one_batch() {
 
 #[test]
 fn installed_state_parses_back_to_an_empty_diff() {
-    let desired = desired(
-        &config(Settings::default()),
-        &targets(true, false, &["10.0.0.5"]),
-        &[],
-    );
+    let desired = desired(&config(""), &targets(true, false, &["10.0.0.5"]), &[]);
     let v6_save = render_save(&desired, Family::V6);
     let installed = State::parse(DEFAULT_V4_SAVE, &v6_save, DEFAULT_IPSET_SAVE);
     let changes = Changes::between(&desired, &installed);
@@ -186,11 +185,7 @@ fn render_save(state: &State, family: Family) -> String {
 
 #[test]
 fn ipv6_table_allows_neighbour_discovery_and_uses_icmp6_reject() {
-    let desired = desired(
-        &config(Settings::default()),
-        &targets(false, true, &["fd00::5"]),
-        &[],
-    );
+    let desired = desired(&config(""), &targets(false, true, &["fd00::5"]), &[]);
     assert_eq!(
         desired.v6.chains["TOLLGATE-INPUT"],
         [
@@ -255,20 +250,11 @@ fn ipv6_table_allows_neighbour_discovery_and_uses_icmp6_reject() {
 
 #[test]
 fn open_mode_single_queue_interfaces_and_privileged_entries() {
-    let flags = Settings {
-        queues: Some(1),
-        queue_base: Some(7),
-        fail_mode: Some(FailMode::Open),
-        interfaces: Some(vec!["veth*".into(), "eth0".into()]),
-        privileged: Some(vec![
-            "10.0.0.0/24,tcp/22".parse().unwrap(),
-            "fd00::/64,icmp".parse().unwrap(),
-            "192.168.7.1".parse().unwrap(),
-        ]),
-        mark_mask: Some(crate::config::MaskValue::Text("0x70000".into())),
-        ..Settings::default()
-    };
-    let desired = desired(&config(flags), &targets(false, false, &[]), &[]);
+    let yaml = "queues: {count: 1, base: 7}\n\
+                datapath:\n  failMode: open\n  interfaces: ['veth*', eth0]\n\
+                \x20 privileged: ['10.0.0.0/24,tcp/22', 'fd00::/64,icmp', 192.168.7.1]\n\
+                \x20 markMask: '0x70000'\n";
+    let desired = desired(&config(yaml), &targets(false, false, &[]), &[]);
     let forward = &desired.v4.chains["TOLLGATE-FORWARD"];
     assert_eq!(
         forward,
@@ -329,7 +315,7 @@ fn open_mode_single_queue_interfaces_and_privileged_entries() {
 
 #[test]
 fn membership_change_touches_only_the_set() {
-    let config = config(Settings::default());
+    let config = config("");
     let before = desired(&config, &targets(false, false, &["10.0.0.5"]), &[]);
     let after = desired(
         &config,
@@ -344,7 +330,7 @@ fn membership_change_touches_only_the_set() {
 
 #[test]
 fn node_rule_change_rewrites_only_the_affected_chain() {
-    let config = config(Settings::default());
+    let config = config("");
     let before = desired(&config, &targets(false, false, &[]), &[]);
     let after = desired(&config, &targets(true, false, &[]), &[]);
     let changes = Changes::between(&after, &before);
@@ -361,11 +347,7 @@ fn node_rule_change_rewrites_only_the_affected_chain() {
 
 #[test]
 fn teardown_removes_everything_owned_and_nothing_else() {
-    let desired = desired(
-        &config(Settings::default()),
-        &targets(true, false, &["10.0.0.5"]),
-        &[],
-    );
+    let desired = desired(&config(""), &targets(true, false, &["10.0.0.5"]), &[]);
     let save = DEFAULT_V4_SAVE.replace(
         "-A INPUT -j TOLLGATE-INPUT\n",
         "-A INPUT -j TOLLGATE-INPUT\n-A INPUT -s 1.2.3.4/32 -j DROP\n",
@@ -396,11 +378,7 @@ fn fqdn_selectors_queue_dns_replies_before_the_shortcut_and_get_learned_sets() {
         crate::fqdn::FqdnPattern::new("*.example.test"),
         crate::fqdn::FqdnPattern::new("www.other.test"),
     ];
-    let desired = desired(
-        &config(Settings::default()),
-        &targets(false, true, &[]),
-        &patterns,
-    );
+    let desired = desired(&config(""), &targets(false, true, &[]), &patterns);
     for family in Family::ALL {
         for hook in Hook::ALL {
             let rules = &desired.table(family).chains[hook.chain()];
@@ -434,11 +412,7 @@ fn fqdn_selectors_queue_dns_replies_before_the_shortcut_and_get_learned_sets() {
         Family::V6
     );
     // Without selectors: no DNS rule, no learned set.
-    let plain = super::desired(
-        &config(Settings::default()),
-        &targets(false, true, &[]),
-        &[],
-    );
+    let plain = self::desired(&config(""), &targets(false, true, &[]), &[]);
     assert!(plain.learned.is_empty());
     assert!(!plain.v4.chains["TOLLGATE-INPUT"]
         .iter()

@@ -1,16 +1,20 @@
 use super::*;
-use crate::config::{Config, MachineDefaults, Settings};
-use crate::datapath::plan::{desired, endpoints_set, fqdn_set, Hook};
+use crate::config::{AgentConfig, MachineDefaults};
+use crate::datapath::plan::endpoints_set;
 use crate::fqdn::FqdnPattern;
 use crate::ruleset::Enforced;
 
-fn config() -> Config {
-    Settings::default()
-        .resolve(&MachineDefaults {
-            node_name: "node-a".into(),
-            queues: 2,
-        })
-        .unwrap()
+fn config() -> AgentConfig {
+    let machine = MachineDefaults {
+        node_name: "node-a".into(),
+        queues: 2,
+    };
+    AgentConfig::load(&machine, None, &[]).unwrap().config
+}
+
+/// The plan for a whole configuration.
+fn desired(config: &AgentConfig, enforced: &Enforced, fqdn: &[FqdnPattern]) -> State {
+    crate::datapath::plan::desired(&config.datapath, &config.queue_numbers(), enforced, fqdn)
 }
 
 fn enforced(node_ingress: bool, endpoints: &[&str]) -> Enforced {
@@ -28,44 +32,15 @@ struct Needs {
 }
 
 impl Needs {
-    fn plan(&self, config: &Config) -> State {
+    fn plan(&self, config: &AgentConfig) -> State {
         desired(config, &self.enforced, &self.fqdn)
     }
 }
 
 /// Whether the kernel in `state` queues every new connection `needs`
-/// requires, for both families: the endpoints are in the sets, the node
-/// hook queues everything when the ruleset isolates the node, DNS replies
-/// are queued and the FQDN sets exist when it has selectors.
+/// requires ([`crate::datapath::fake::covers`]).
 fn covers(state: &State, needs: &Needs) -> bool {
-    Family::ALL.iter().all(|&family| {
-        let table = state.table(family);
-        let set = state.sets.get(endpoints_set(family));
-        let endpoints_queued = needs
-            .enforced
-            .endpoints
-            .iter()
-            .filter(|a| Family::of(a) == family)
-            .all(|a| set.is_some_and(|s| s.members.contains(a)));
-        let input = table
-            .chains
-            .get(Hook::Input.chain())
-            .cloned()
-            .unwrap_or_default();
-        let whole_input = input
-            .iter()
-            .any(|r| r.starts_with("-m conntrack --ctstate NEW -j NFQUEUE"));
-        let dns = input.iter().any(|r| r.contains("--sport 53"));
-        let fqdn_sets = needs
-            .fqdn
-            .iter()
-            .all(|p| state.learned.contains_key(&fqdn_set(p, family)));
-        let jumps = table.jumps.len() == 3;
-        jumps
-            && endpoints_queued
-            && (!needs.enforced.node_ingress || whole_input)
-            && (needs.fqdn.is_empty() || (dns && fqdn_sets))
-    })
+    crate::datapath::fake::covers(state, &needs.enforced, &needs.fqdn)
 }
 
 /// Every state the kernel can be left in when a reconcile from `installed`
@@ -77,7 +52,7 @@ fn partial_states(installed: &State, target: &State) -> Vec<State> {
     let steps = steps(&changes);
     let mut out = vec![installed.clone()];
     let mut state = installed.clone();
-    for (step, _) in &steps {
+    for step in &steps {
         match step {
             Step::PrepareSets => {
                 let refills: Vec<&String> = changes.sets.keys().collect();
@@ -129,7 +104,7 @@ fn steps_create_before_tables_and_destroy_after() {
         fqdn: vec![FqdnPattern::new("new.example")],
     };
     let changes = Changes::between(&b.plan(&config), &a.plan(&config));
-    let order: Vec<Step> = steps(&changes).into_iter().map(|(s, _)| s).collect();
+    let order: Vec<Step> = steps(&changes);
     assert_eq!(
         order,
         [

@@ -25,35 +25,19 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use futures::stream::{self, Stream, StreamExt};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use serde_json::Value;
-use tokio::time::Instant;
+use std::time::Instant;
 
-use crate::model::Kind;
+use crate::model::{Kind, Snapshot};
+use crate::source::{Debounce, Source};
 use crate::telemetry::Metrics;
+use crate::validate::Problem;
 pub use store::{Admitted, Change, Store, ORIGIN};
-
-/// Quiet time after the last change before a snapshot is published.
-pub const DEBOUNCE: Duration = Duration::from_millis(300);
-/// Longest a stream of changes can postpone a snapshot.
-pub const DEBOUNCE_MAX: Duration = Duration::from_secs(3);
-
-/// Options of `tollgate run` for the Kubernetes source.
-#[derive(Clone, Debug, Default, clap::Args)]
-pub struct KubeArgs {
-    /// Read policies and inventory from the Kubernetes API server instead
-    /// of a directory (in-cluster configuration unless --kubeconfig).
-    #[arg(long)]
-    pub kubernetes: bool,
-    /// kubeconfig file to reach the API server with (--kubernetes only).
-    #[arg(long, value_name = "FILE")]
-    pub kubeconfig: Option<PathBuf>,
-}
 
 /// Why the Kubernetes source could not start. The causes are kept as
 /// sources (not repeated in the message): `{:#}` prints the chain.
@@ -81,13 +65,6 @@ pub enum Connection {
 }
 
 impl Connection {
-    pub fn from_args(args: &KubeArgs) -> Connection {
-        match &args.kubeconfig {
-            Some(path) => Connection::Kubeconfig(path.clone()),
-            None => Connection::InCluster,
-        }
-    }
-
     async fn config(self) -> Result<kube::Config, KubeError> {
         match self {
             Connection::InCluster => Ok(kube::Config::incluster()?),
@@ -276,6 +253,17 @@ impl KubeSource {
     }
 }
 
+/// Before the first snapshot, an empty one: only the privileged rules and
+/// the node's own defaults apply.
+impl Source for KubeSource {
+    fn latest(&mut self) -> Result<Arc<Snapshot>, Vec<Problem>> {
+        Ok(self
+            .latest
+            .get()
+            .map_or_else(Default::default, |admitted| Arc::clone(&admitted.snapshot)))
+    }
+}
+
 impl Drop for KubeSource {
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
@@ -331,17 +319,17 @@ async fn watch_all(
     let mut events = stream::select_all(RESOURCES.iter().map(|r| kind_events(&client, *r)));
     let mut store = Store::new(RESOURCES.iter().map(|r| r.kind));
     let mut reported: HashSet<String> = HashSet::new();
-    // When the pending changes are published: (quiet deadline, hard deadline).
-    let mut pending: Option<(Instant, Instant)> = None;
+    // When the pending changes are published.
+    let mut debounce = Debounce::default();
     let mut failing: HashSet<Kind> = HashSet::new();
     tracing::info!(kinds = RESOURCES.len(), "kubernetes watch starting");
     loop {
-        let publish_at = pending.map(|(quiet, hard)| quiet.min(hard));
+        let publish_at = debounce.due().map(tokio::time::Instant::from_std);
         tokio::select! {
             _ = &mut stopped => return,
-            _ = async { tokio::time::sleep_until(publish_at.unwrap_or_else(Instant::now)).await },
+            _ = async { tokio::time::sleep_until(publish_at.unwrap_or_else(tokio::time::Instant::now)).await },
                 if publish_at.is_some() => {
-                pending = None;
+                debounce = Debounce::default();
                 let admitted = store.admit();
                 report(&admitted, &mut reported);
                 metrics.kubernetes_snapshot(admitted.skipped.len());
@@ -377,9 +365,7 @@ async fn watch_all(
                     }
                 };
                 if changed && store.synced() {
-                    let now = Instant::now();
-                    let hard = pending.map_or(now + DEBOUNCE_MAX, |(_, hard)| hard);
-                    pending = Some((now + DEBOUNCE, hard));
+                    debounce.changed(Instant::now());
                 }
             }
         }

@@ -15,6 +15,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -60,7 +61,7 @@ pub struct Store {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Admitted {
     /// The objects that passed decoding and validation, in a stable order.
-    pub snapshot: Snapshot,
+    pub snapshot: Arc<Snapshot>,
     /// Why each skipped object was skipped.
     pub skipped: Vec<Problem>,
 }
@@ -166,7 +167,10 @@ impl Store {
             }
             skipped.extend(problems);
         }
-        Admitted { snapshot, skipped }
+        Admitted {
+            snapshot: Arc::new(snapshot),
+            skipped,
+        }
     }
 }
 

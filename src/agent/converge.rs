@@ -1,0 +1,164 @@
+//! Which ruleset is in force, which one waits, and how the kernel gets
+//! from one to the other: a [`Reconciler`] over any [`Kernel`] widens,
+//! switches, narrows and retries with backoff. It never logs, meters or
+//! reads the clock: the time comes in, a [`Converged`] goes out.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+
+use crate::datapath::{
+    reconcile, transition, ApplyError, Backoff, Kernel, Recovered, Retry, State,
+};
+use crate::fqdn::FqdnPattern;
+use crate::ruleset::{Enforced, Ruleset};
+
+/// What the rest of the agent does at the two points of a switch where
+/// the order matters.
+pub trait Handover {
+    /// The kernel is about to queue DNS replies for `selectors` (those of
+    /// both rulesets): whoever learns from them must be ready.
+    fn widening(&mut self, selectors: &[FqdnPattern]);
+    /// `ruleset` is in force now.
+    fn switched(&mut self, ruleset: &Ruleset);
+}
+
+/// The ruleset in force, the one waiting to be, and the kernel's progress.
+pub struct Reconciler {
+    /// What the workers decide by.
+    in_force: Arc<ArcSwap<Ruleset>>,
+    /// A valid ruleset waiting for the kernel to queue what it needs; a
+    /// newer one replaces it.
+    pending: Option<Arc<Ruleset>>,
+    /// Generation of the ruleset in force (the first is 1).
+    generation: u64,
+    /// Last generation the kernel was seen to match in full.
+    realized: u64,
+    retry: Retry,
+}
+
+/// What one attempt did, for the run loop to log and meter.
+#[derive(Debug)]
+pub struct Converged {
+    /// Whether anything was written to the kernel.
+    pub changed: bool,
+    /// The generation in force after the attempt.
+    pub generation: u64,
+    /// Whether this attempt put a pending ruleset in force.
+    pub switched: bool,
+    /// Whether the kernel now matches `generation` for the first time.
+    pub realized: bool,
+    /// Set when this attempt ended a run of failures.
+    pub recovered: Option<Recovered>,
+    /// Why the attempt stopped, and when the next one is due.
+    pub failed: Option<(ApplyError, Duration)>,
+    /// Whether a ruleset still waits to be put in force.
+    pub pending: bool,
+}
+
+impl Reconciler {
+    /// `initial` is in force from the first packet (generation 1); the
+    /// kernel is reconciled to it directly.
+    pub fn new(initial: Ruleset, backoff: Backoff) -> Reconciler {
+        Reconciler {
+            in_force: Arc::new(ArcSwap::from_pointee(initial)),
+            pending: None,
+            generation: 1,
+            realized: 0,
+            retry: Retry::new(backoff),
+        }
+    }
+
+    /// The ruleset in force, shared with whoever decides by it.
+    pub fn in_force(&self) -> &Arc<ArcSwap<Ruleset>> {
+        &self.in_force
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// A newer ruleset: it replaces any pending one and is tried on the
+    /// next [`Reconciler::converge`].
+    pub fn offer(&mut self, next: Ruleset) {
+        self.pending = Some(Arc::new(next));
+    }
+
+    /// How long until a failed attempt is due again; `None` while the
+    /// kernel matches.
+    pub fn retry_in(&self, now: Instant) -> Option<Duration> {
+        self.retry.wait(now)
+    }
+
+    /// Brings the kernel and the ruleset in force to the desired state: a
+    /// pending ruleset is put in force once the bridge to it is installed,
+    /// then the kernel is narrowed to the ruleset in force. Every attempt
+    /// starts from the installed state, so it is also the retry. `plan` is
+    /// the desired kernel state of a ruleset's needs.
+    pub fn converge(
+        &mut self,
+        kernel: &mut impl Kernel,
+        plan: impl Fn(&Enforced, &[FqdnPattern]) -> State,
+        handover: &mut impl Handover,
+        now: Instant,
+    ) -> Converged {
+        let mut changed = false;
+        let mut switched = false;
+        let result = self.attempt(kernel, &plan, handover, &mut changed, &mut switched);
+        let (mut realized, mut recovered, mut failed) = (false, None, None);
+        match result {
+            Ok(()) => {
+                recovered = self.retry.succeeded();
+                realized = self.realized != self.generation;
+                self.realized = self.generation;
+            }
+            Err(error) => failed = Some((error, self.retry.failed(now))),
+        }
+        Converged {
+            changed,
+            generation: self.generation,
+            switched,
+            realized,
+            recovered,
+            failed,
+            pending: self.pending.is_some(),
+        }
+    }
+
+    fn attempt(
+        &mut self,
+        kernel: &mut impl Kernel,
+        plan: &impl Fn(&Enforced, &[FqdnPattern]) -> State,
+        handover: &mut impl Handover,
+        changed: &mut bool,
+        switched: &mut bool,
+    ) -> Result<(), ApplyError> {
+        if let Some(next) = self.pending.clone() {
+            let current = self.in_force.load_full();
+            // Lookups are by selector, so the ruleset in force keeps
+            // finding its own while both are learned for.
+            handover.widening(&transition::union(
+                current.fqdn_patterns(),
+                next.fqdn_patterns(),
+            ));
+            let bridge = transition::bridge(
+                plan,
+                (current.enforced(), current.fqdn_patterns()),
+                (next.enforced(), next.fqdn_patterns()),
+            );
+            *changed |= reconcile(kernel, &bridge)?;
+            self.in_force.store(Arc::clone(&next));
+            self.pending = None;
+            self.generation += 1;
+            *switched = true;
+            handover.switched(&next);
+        }
+        let ruleset = self.in_force.load();
+        *changed |= reconcile(kernel, &plan(ruleset.enforced(), ruleset.fqdn_patterns()))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,301 @@
+//! The reconciler against a kernel in memory: a failed write at any step
+//! leaves ruleset A or B in force with a kernel that queues what it needs,
+//! never a mix; failures are retried with backoff; a newer ruleset
+//! supersedes a pending one.
+
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::compile::LocalNode;
+use crate::config::{AgentConfig, MachineDefaults};
+use crate::datapath::fake::{covers, FakeKernel};
+use crate::datapath::{desired, Changes, Step};
+use crate::model::Snapshot;
+
+/// Pods `web` (10.0.0.2) and `db` (10.0.0.3) on node1, and `policies`.
+fn ruleset(policies: &str) -> Ruleset {
+    let inventory = "\
+apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: shop, labels: {app: web}}
+spec: {nodeName: node1, containers: [{name: c}]}
+status: {podIP: 10.0.0.2}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: db, namespace: shop, labels: {app: db}}
+spec: {nodeName: node1, containers: [{name: c}]}
+status: {podIP: 10.0.0.3}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: node1, labels: {role: cp}}
+---
+";
+    let yaml = format!("{inventory}{policies}");
+    let (objects, problems) = crate::source::parse_documents("t.yaml".as_ref(), &yaml);
+    assert!(problems.is_empty(), "{problems:?}");
+    let node = LocalNode {
+        name: "node1".into(),
+        ..LocalNode::default()
+    };
+    crate::compile::compile(&Snapshot { objects }, &node)
+}
+
+/// Egress of the Pods labelled `app` allowed to `fqdn` only, and, with
+/// `node`, the Node's ingress from 10.9.0.0/16 dropped.
+fn policy(app: &str, fqdn: &str, node: bool) -> String {
+    let mut yaml = format!(
+        "apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {{name: egress-{app}}}
+spec:
+  priority: 1
+  appliedTo: [{{podSelector: {{matchLabels: {{app: {app}}}}}}}]
+  egress:
+  - {{action: Allow, to: [{{fqdn: {fqdn}}}]}}
+---
+"
+    );
+    if node {
+        yaml.push_str(
+            "apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: node}
+spec:
+  priority: 2
+  appliedTo: [{nodeSelector: {matchLabels: {role: cp}}}]
+  ingress:
+  - {action: Drop, from: [{ipBlock: {cidr: 10.9.0.0/16}}]}
+---
+",
+        );
+    }
+    yaml
+}
+
+/// Ruleset A: web, `old.example`, the Node isolated. B: db,
+/// `new.example`, the Node not. C: web again, `other.example`.
+fn a() -> Ruleset {
+    ruleset(&policy("web", "old.example", true))
+}
+
+fn b() -> Ruleset {
+    ruleset(&policy("db", "new.example", false))
+}
+
+fn c() -> Ruleset {
+    ruleset(&policy("web", "other.example", false))
+}
+
+fn plan(config: &AgentConfig) -> impl Fn(&Enforced, &[FqdnPattern]) -> State + '_ {
+    let queues = config.queue_numbers();
+    move |enforced, fqdn| desired(&config.datapath, &queues, enforced, fqdn)
+}
+
+fn config() -> AgentConfig {
+    let machine = MachineDefaults {
+        node_name: "node1".into(),
+        queues: 2,
+    };
+    AgentConfig::load(&machine, None, &[]).unwrap().config
+}
+
+/// Records the handover calls.
+#[derive(Default)]
+struct Recorder {
+    calls: Vec<String>,
+}
+
+impl Handover for Recorder {
+    fn widening(&mut self, selectors: &[FqdnPattern]) {
+        let names: Vec<&str> = selectors.iter().map(|p| p.as_str()).collect();
+        self.calls.push(format!("widening {}", names.join(",")));
+    }
+
+    fn switched(&mut self, ruleset: &Ruleset) {
+        let names: Vec<&str> = ruleset.fqdn_patterns().iter().map(|p| p.as_str()).collect();
+        self.calls.push(format!("switched {}", names.join(",")));
+    }
+}
+
+/// Whether the kernel queues what the ruleset in force needs.
+fn kernel_covers_in_force(kernel: &FakeKernel, reconciler: &Reconciler) -> bool {
+    let ruleset = reconciler.in_force().load();
+    covers(&kernel.state, ruleset.enforced(), ruleset.fqdn_patterns())
+}
+
+/// Which of the given rulesets is in force, by its selectors.
+fn in_force(reconciler: &Reconciler) -> String {
+    let ruleset = reconciler.in_force().load();
+    ruleset.fqdn_patterns()[0].as_str().to_string()
+}
+
+/// A reconciler with A in force and installed, B offered, and the kernel
+/// the writes of the change from A to B will go to.
+fn a_installed_b_offered(config: &AgentConfig) -> (Reconciler, FakeKernel) {
+    let mut reconciler = Reconciler::new(a(), Backoff::DEFAULT);
+    let mut kernel = FakeKernel::default();
+    let first = reconciler.converge(
+        &mut kernel,
+        plan(config),
+        &mut Recorder::default(),
+        Instant::now(),
+    );
+    assert!(first.changed && first.realized && first.failed.is_none());
+    reconciler.offer(b());
+    (reconciler, kernel)
+}
+
+#[test]
+fn the_rulesets_differ_in_every_kernel_need() {
+    let (a, b) = (a(), b());
+    assert!(a.enforced().node_ingress && !b.enforced().node_ingress);
+    assert_ne!(a.enforced().endpoints, b.enforced().endpoints);
+    assert!(!a.enforced().endpoints.is_empty() && !b.enforced().endpoints.is_empty());
+    assert_ne!(a.fqdn_patterns(), b.fqdn_patterns());
+}
+
+#[test]
+fn a_change_widens_switches_then_narrows() {
+    let config = config();
+    let (mut reconciler, mut kernel) = a_installed_b_offered(&config);
+    let mut handover = Recorder::default();
+    let done = reconciler.converge(&mut kernel, plan(&config), &mut handover, Instant::now());
+    assert!(done.changed && done.switched && done.realized && !done.pending);
+    assert!(done.failed.is_none());
+    assert_eq!((done.generation, reconciler.generation()), (2, 2));
+    assert_eq!(
+        handover.calls,
+        ["widening old.example,new.example", "switched new.example"]
+    );
+    assert_eq!(in_force(&reconciler), "new.example");
+    let b = b();
+    let target = plan(&config)(b.enforced(), b.fqdn_patterns());
+    assert!(Changes::between(&target, &kernel.state).is_empty());
+    // Idempotent: nothing more to write, nothing new to announce.
+    let again = reconciler.converge(&mut kernel, plan(&config), &mut handover, Instant::now());
+    assert!(!again.changed && !again.switched && !again.realized);
+}
+
+/// The agent-level form of the transition proof: whichever write of a
+/// change fails, the ruleset in force is A or B, the kernel queues what
+/// it needs, and the retry completes the change.
+#[test]
+fn a_failure_at_any_write_leaves_a_or_b_in_force_never_a_mix() {
+    let config = config();
+    let (_, probe) = {
+        let (mut reconciler, mut kernel) = a_installed_b_offered(&config);
+        let before = kernel.writes.len();
+        reconciler.converge(
+            &mut kernel,
+            plan(&config),
+            &mut Recorder::default(),
+            Instant::now(),
+        );
+        (before, kernel.writes.len() - before)
+    };
+    assert!(probe >= 5, "widen and narrow write several steps: {probe}");
+    for step in 0..probe {
+        let (mut reconciler, mut kernel) = a_installed_b_offered(&config);
+        kernel.fail_at = Some(kernel.writes.len() + step);
+        let now = Instant::now();
+        let failed = reconciler.converge(&mut kernel, plan(&config), &mut Recorder::default(), now);
+        let (error, delay) = failed.failed.as_ref().expect("the write failed");
+        assert!(matches!(error, ApplyError::Write { .. }), "{error}");
+        assert_eq!(*delay, Backoff::DEFAULT.initial);
+        let force = in_force(&reconciler);
+        assert!(force == "old.example" || force == "new.example");
+        assert_eq!(failed.pending, force == "old.example", "step {step}");
+        assert!(
+            kernel_covers_in_force(&kernel, &reconciler),
+            "step {step}: {force} in force, kernel {:?}",
+            kernel.state
+        );
+        let retried = reconciler.converge(
+            &mut kernel,
+            plan(&config),
+            &mut Recorder::default(),
+            now + *delay,
+        );
+        assert!(retried.failed.is_none() && retried.realized, "step {step}");
+        assert_eq!(retried.recovered.map(|r| r.attempts), Some(2));
+        assert_eq!(in_force(&reconciler), "new.example");
+        assert_eq!(reconciler.generation(), 2);
+        assert!(kernel_covers_in_force(&kernel, &reconciler));
+    }
+}
+
+#[test]
+fn a_failing_kernel_is_retried_with_growing_backoff() {
+    let config = config();
+    let mut reconciler = Reconciler::new(a(), Backoff::DEFAULT);
+    let mut kernel = FakeKernel::failing_after(State::default(), 0);
+    let t0 = Instant::now();
+    let first = reconciler.converge(&mut kernel, plan(&config), &mut Recorder::default(), t0);
+    assert_eq!(kernel.writes, [Step::PrepareSets]);
+    let (_, delay) = first.failed.expect("failed");
+    assert_eq!(delay, Duration::from_millis(200));
+    assert!(!first.realized);
+    assert_eq!(reconciler.retry_in(t0), Some(delay));
+    assert_eq!(reconciler.retry_in(t0 + delay), Some(Duration::ZERO));
+    // It fails again: the wait doubles.
+    kernel.fail_at = Some(kernel.writes.len());
+    let second = reconciler.converge(
+        &mut kernel,
+        plan(&config),
+        &mut Recorder::default(),
+        t0 + delay,
+    );
+    assert_eq!(second.failed.expect("failed").1, Duration::from_millis(400));
+    // Then it works: recovered after three attempts, in sync, announced.
+    let third = reconciler.converge(
+        &mut kernel,
+        plan(&config),
+        &mut Recorder::default(),
+        t0 + Duration::from_millis(600),
+    );
+    assert!(third.failed.is_none() && third.changed && third.realized);
+    assert_eq!(third.recovered.map(|r| r.attempts), Some(3));
+    assert_eq!(reconciler.retry_in(t0), None);
+    assert!(kernel_covers_in_force(&kernel, &reconciler));
+}
+
+#[test]
+fn a_newer_ruleset_supersedes_a_pending_one() {
+    let config = config();
+    let (mut reconciler, mut kernel) = a_installed_b_offered(&config);
+    // The bridge to B fails: B stays pending, A in force.
+    kernel.fail_at = Some(kernel.writes.len());
+    let now = Instant::now();
+    let failed = reconciler.converge(&mut kernel, plan(&config), &mut Recorder::default(), now);
+    assert!(failed.failed.is_some() && failed.pending && !failed.switched);
+    assert_eq!(in_force(&reconciler), "old.example");
+    // C arrives before the retry: it replaces B, which never comes in force.
+    reconciler.offer(c());
+    let mut handover = Recorder::default();
+    let done = reconciler.converge(&mut kernel, plan(&config), &mut handover, now);
+    assert!(done.switched && done.failed.is_none() && !done.pending);
+    assert_eq!(in_force(&reconciler), "other.example");
+    assert_eq!(done.generation, 2, "one switch, from A to C");
+    assert_eq!(
+        handover.calls,
+        [
+            "widening old.example,other.example",
+            "switched other.example"
+        ]
+    );
+    let c = c();
+    let target = plan(&config)(c.enforced(), c.fqdn_patterns());
+    assert!(Changes::between(&target, &kernel.state).is_empty());
+    assert!(!kernel.state.learned.keys().any(|name| {
+        name == &crate::datapath::plan::fqdn_set(
+            &FqdnPattern::new("new.example"),
+            crate::datapath::Family::V4,
+        )
+    }));
+}

@@ -1,0 +1,77 @@
+//! What wakes the run loop ([`Event`]): SIGHUP asks for a reload,
+//! SIGTERM and SIGINT for a shutdown, a source's notifier for a policy
+//! change, settled by the sources' [`Debounce`]. It only turns signals
+//! into events; it never acts on them.
+
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
+
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+
+use crate::source::Debounce;
+
+/// What wakes the run loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    PolicyChanged,
+    Reload,
+    Shutdown,
+}
+
+/// Sends an event for every SIGHUP, SIGTERM and SIGINT, from a thread of
+/// its own, until `events` is closed.
+pub fn listen(events: Sender<Event>) -> Result<(), std::io::Error> {
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for signal in signals.forever() {
+                let event = if signal == SIGHUP {
+                    Event::Reload
+                } else {
+                    Event::Shutdown
+                };
+                if events.send(event).is_err() {
+                    return;
+                }
+            }
+        })?;
+    Ok(())
+}
+
+/// After a policy change, waits until the sources have been quiet for a
+/// while ([`Debounce`]); a shutdown or SIGHUP meanwhile wins.
+pub fn settle(inbox: &Receiver<Event>) -> Event {
+    let mut debounce = Debounce::default();
+    debounce.changed(Instant::now());
+    loop {
+        let now = Instant::now();
+        if debounce.take(now) {
+            return Event::PolicyChanged;
+        }
+        let wait = debounce.due().map_or(Duration::ZERO, |due| due - now);
+        match inbox.recv_timeout(wait) {
+            Ok(Event::PolicyChanged) => debounce.changed(Instant::now()),
+            Err(RecvTimeoutError::Timeout) => return Event::PolicyChanged,
+            Ok(other) => return other,
+            Err(RecvTimeoutError::Disconnected) => return Event::Shutdown,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    #[test]
+    fn settle_waits_for_quiet_and_lets_shutdown_win() {
+        let (tx, rx) = mpsc::channel();
+        tx.send(Event::PolicyChanged).unwrap();
+        assert_eq!(settle(&rx), Event::PolicyChanged);
+        assert!(rx.try_recv().is_err(), "burst drained");
+        tx.send(Event::PolicyChanged).unwrap();
+        tx.send(Event::Shutdown).unwrap();
+        assert_eq!(settle(&rx), Event::Shutdown);
+    }
+}

@@ -1,0 +1,399 @@
+//! The command line: every clap type of the `tollgate` binary. It turns
+//! words into values and never acts on them; the flags that set
+//! configuration keys are generated from the sections ([`config::flags`]),
+//! never written here.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, Command as ClapCommand, FromArgMatches, Parser, Subcommand};
+
+use crate::config::{self, Setting};
+use crate::logging::LogError;
+use crate::source::kube::Connection;
+use crate::status;
+
+#[derive(Parser)]
+#[command(
+    name = "tollgate",
+    version,
+    about = "Antrea-native network policies on a Linux node, enforced with netfilter"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Enforce the policies of a directory on this node until SIGTERM/SIGINT;
+    /// policy changes (inotify or SIGHUP) are applied without a restart.
+    Run(RunArgs),
+    /// Check policy, group, tier and inventory files as Antrea's admission
+    /// webhook would: exit 0 with a summary, or 1 with one line per problem.
+    Validate {
+        /// Files or directories (their *.yaml, *.yml, *.json).
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
+    /// Show which rule decides a flow, and why.
+    Trace(TraceArgs),
+    /// List objects.
+    Get {
+        #[command(subcommand)]
+        what: GetCommand,
+    },
+    /// Health of the running agent: uptime, ruleset generation, policies,
+    /// last reload, queues and their counters, fail mode.
+    Status {
+        #[command(flatten)]
+        socket: SocketArgs,
+        #[arg(long, value_enum, default_value = "text")]
+        output: OutputFormat,
+    },
+}
+
+/// Options of `tollgate run`. Configuration keys are set, from lowest to
+/// highest precedence, by the `--config` file, by the flags the sections
+/// declare (`--fail-mode`, `--queues`, …) and by `--set`.
+#[derive(Clone, Debug, Args)]
+pub struct RunArgs {
+    /// Directory of policy YAML files, watched for changes.
+    #[arg(
+        long,
+        value_name = "DIR",
+        required_unless_present = "kubernetes",
+        conflicts_with_all = ["kubernetes", "kubeconfig"]
+    )]
+    pub policies: Option<PathBuf>,
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    /// YAML configuration file, in sections (node, queues, datapath, fqdn,
+    /// l7, audit, status, metrics).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Sets one configuration key: `section.key=value`, the value in YAML
+    /// (`--set fqdn.minTtl=10`, `--set node.labels.zone=a`); repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<Setting>,
+    #[command(flatten)]
+    pub settings: SettingFlags,
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+impl RunArgs {
+    /// The keys the command line sets, in the order they apply.
+    pub fn settings(&self) -> Vec<Setting> {
+        self.settings.0.iter().chain(&self.set).cloned().collect()
+    }
+}
+
+/// The flags of the configuration sections that were given, as settings.
+#[derive(Clone, Debug, Default)]
+pub struct SettingFlags(Vec<Setting>);
+
+impl FromArgMatches for SettingFlags {
+    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
+        let given = config::flags().into_iter().filter_map(|flag| {
+            let id = flag.key.as_str();
+            match matches.value_source(id) {
+                Some(ValueSource::CommandLine | ValueSource::EnvVariable) => {
+                    let values = matches.get_raw(id)?;
+                    let values = values.map(|v| v.to_string_lossy().into_owned());
+                    Some(flag.setting(values.collect()))
+                }
+                _ => None,
+            }
+        });
+        Ok(SettingFlags(given.collect()))
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
+        *self = SettingFlags::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+impl Args for SettingFlags {
+    fn augment_args(command: ClapCommand) -> ClapCommand {
+        let flags = config::flags().into_iter().enumerate();
+        flags.fold(command, |command, (order, flag)| {
+            let help = flag.arg.get_help().map(ToString::to_string);
+            let help = format!("{} [key: {}]", help.unwrap_or_default(), flag.key);
+            command.arg(
+                flag.arg
+                    .help(help)
+                    .help_heading("Configuration keys (also in --config, or --set)")
+                    .display_order(order),
+            )
+        })
+    }
+
+    fn augment_args_for_update(command: ClapCommand) -> ClapCommand {
+        SettingFlags::augment_args(command)
+    }
+}
+
+/// Options of `tollgate run` for the Kubernetes source.
+#[derive(Clone, Debug, Default, Args)]
+pub struct KubeArgs {
+    /// Read policies and inventory from the Kubernetes API server instead
+    /// of a directory (in-cluster configuration unless --kubeconfig).
+    #[arg(long)]
+    pub kubernetes: bool,
+    /// kubeconfig file to reach the API server with (--kubernetes only).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+impl KubeArgs {
+    pub fn connection(&self) -> Connection {
+        match &self.kubeconfig {
+            Some(path) => Connection::Kubeconfig(path.clone()),
+            None => Connection::InCluster,
+        }
+    }
+}
+
+/// Format of the operational log.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Log flags of `tollgate run`.
+#[derive(Clone, Debug, Default, Args)]
+pub struct LogArgs {
+    /// Level or filter directives (`debug`, `info,tollgate=debug`);
+    /// overrides RUST_LOG. Default: RUST_LOG, else `info`.
+    #[arg(long, value_name = "FILTER")]
+    pub log_level: Option<String>,
+    /// `text` (default) or `json` (one object per line).
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+impl LogArgs {
+    pub fn install(&self) -> Result<(), LogError> {
+        crate::logging::install(
+            self.log_level.as_deref(),
+            self.log_format == LogFormat::Json,
+        )
+    }
+}
+
+/// Where the running agent's status API listens.
+#[derive(Args, Clone, Debug)]
+pub struct SocketArgs {
+    /// Unix socket of the running agent.
+    #[arg(long, value_name = "PATH", default_value = status::DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+}
+
+#[derive(Subcommand)]
+pub enum GetCommand {
+    /// Policies in evaluation order, like `antctl get netpol`: of the
+    /// running agent, or of the given files with `--policies`.
+    Policies {
+        /// Policy files or directories (offline); default: ask the agent.
+        #[arg(long)]
+        policies: Vec<PathBuf>,
+        #[command(flatten)]
+        socket: SocketArgs,
+        /// Only `effectivePriority` is supported (and is the default).
+        #[arg(long, default_value = "effectivePriority", value_parser = ["effectivePriority"])]
+        sort_by: String,
+        #[command(flatten)]
+        node: NodeArgs,
+    },
+    /// Addresses a running agent has learned for FQDN selectors, with their
+    /// remaining TTL, read from the kernel sets of this network namespace.
+    Fqdn {
+        /// The agent's policies, to name each set by its selector.
+        #[arg(long)]
+        policies: Vec<PathBuf>,
+        #[command(flatten)]
+        node: NodeArgs,
+    },
+}
+
+/// Who the local Node is (policies with `nodeSelector` apply to it).
+#[derive(Args, Clone, Debug, Default)]
+pub struct NodeArgs {
+    /// Name of the local Node; default: the only `v1 Node` in the policies.
+    #[arg(long)]
+    pub node_name: Option<String>,
+    /// Labels of the local Node, `k=v,k2=v2` (added to the Node object's).
+    #[arg(long, value_parser = config::parse_labels)]
+    pub node_labels: Option<BTreeMap<String, String>>,
+    /// Addresses of the local Node (repeatable), added to the Node object's.
+    #[arg(long = "node-address")]
+    pub node_addresses: Vec<IpAddr>,
+}
+
+#[derive(Args)]
+pub struct TraceArgs {
+    /// Policy files or directories.
+    #[arg(long, required = true)]
+    pub policies: Vec<PathBuf>,
+    #[arg(long)]
+    pub src: IpAddr,
+    #[arg(long)]
+    pub dst: IpAddr,
+    #[arg(long, value_enum)]
+    pub protocol: TraceProtocol,
+    #[arg(long, default_value_t = 40000)]
+    pub src_port: u16,
+    #[arg(long)]
+    pub dst_port: Option<u16>,
+    #[arg(long, default_value_t = 8)]
+    pub icmp_type: u8,
+    #[arg(long, default_value_t = 0)]
+    pub icmp_code: u8,
+    /// Take the destination as an address this name resolved to.
+    #[arg(long)]
+    pub fqdn: Option<String>,
+    /// Evaluate L7 rules for an HTTP request with this method.
+    #[arg(long)]
+    pub http_method: Option<String>,
+    #[arg(long)]
+    pub http_host: Option<String>,
+    /// Path and query, e.g. `/api/v2/items?x=1`.
+    #[arg(long)]
+    pub http_path: Option<String>,
+    #[arg(long, value_enum, default_value = "text")]
+    pub output: OutputFormat,
+    #[command(flatten)]
+    pub node: NodeArgs,
+}
+
+/// Output format of `trace` and `status`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    Text,
+    Json,
+}
+
+/// Transport of a traced flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum TraceProtocol {
+    Tcp,
+    Udp,
+    Sctp,
+    Icmp,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{AgentConfig, MachineDefaults};
+    use crate::l7::DenyResponse;
+    use crate::marks::FailMode;
+
+    #[derive(Parser)]
+    struct Run {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn load(args: &RunArgs) -> AgentConfig {
+        let machine = MachineDefaults {
+            node_name: "host".into(),
+            queues: 2,
+        };
+        AgentConfig::load(&machine, None, &args.settings())
+            .unwrap()
+            .config
+    }
+
+    #[test]
+    fn flags_parse_into_settings() {
+        let cli = Run::try_parse_from([
+            "tollgate",
+            "--policies",
+            "/p",
+            "--node-labels",
+            "role=cp,zone=a",
+            "--node-address",
+            "10.0.0.1",
+            "--node-address",
+            "fd00::1",
+            "--interfaces",
+            "veth*,eth0",
+            "--queues",
+            "2",
+            "--mark-mask",
+            "0x70000",
+            "--fail-mode",
+            "open",
+            "--privileged",
+            "10.0.0.0/24,tcp/22",
+            "--privileged",
+            "fd00::/64",
+            "--l7-deny-response",
+            "reset",
+        ])
+        .unwrap();
+        let config = load(&cli.run);
+        assert_eq!(config.node.labels["zone"], "a");
+        assert_eq!(config.node.addresses.len(), 2);
+        let interfaces: Vec<&str> = config
+            .datapath
+            .interfaces
+            .iter()
+            .map(|i| i.as_iptables())
+            .collect();
+        assert_eq!(interfaces, ["veth+", "eth0"]);
+        assert_eq!(config.datapath.fail_mode, FailMode::Open);
+        assert_eq!(config.datapath.privileged.len(), 2);
+        assert_eq!(config.l7.deny_response, DenyResponse::Reset);
+        assert_eq!(config.datapath.mark_mask.mask, 0x70000);
+        assert_eq!(config.node.name, "host");
+        assert_eq!(config.queues.base, 100);
+        for bad in [["--fail-mode", "x"], ["--mark-mask", "0x30000"]] {
+            let args = ["tollgate", "--policies", "/p"].into_iter().chain(bad);
+            assert!(Run::try_parse_from(args).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn set_wins_over_the_flags() {
+        let cli = Run::try_parse_from([
+            "tollgate",
+            "--policies",
+            "/p",
+            "--set",
+            "fqdn.minTtl=1",
+            "--fqdn-min-ttl",
+            "7",
+            "--set",
+            "l7.maxFlows=9",
+        ])
+        .unwrap();
+        let config = load(&cli.run);
+        assert_eq!((config.fqdn.min_ttl, config.l7.max_flows), (1, 9));
+        assert!(Run::try_parse_from(["tollgate", "--policies", "/p", "--set", "x"]).is_err());
+    }
+
+    #[test]
+    fn kubernetes_mode_replaces_the_policy_directory() {
+        let cli = Run::try_parse_from(["tollgate", "--kubernetes", "--kubeconfig", "/k"]).unwrap();
+        assert!(cli.run.kube.kubernetes && cli.run.policies.is_none());
+        assert!(Run::try_parse_from(["tollgate"]).is_err());
+        assert!(Run::try_parse_from(["tollgate", "--kubernetes", "--policies", "/p"]).is_err());
+        assert!(
+            Run::try_parse_from(["tollgate", "--policies", "/p", "--kubeconfig", "/k"]).is_err()
+        );
+    }
+
+    #[test]
+    fn the_binary_s_command_line_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,491 @@
+//! Agent configuration in Antrea's shape: [`AgentConfig`] is a set of
+//! sections, each a struct with its keys, defaults and checks, taken whole
+//! by the subsystem it configures; [`AgentConfig::validate`] holds the
+//! checks that span sections. Pure: it never reads a file or the machine.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::fqdn::LearnerConfig;
+use crate::l7::DenyResponse;
+use crate::marks::{FailMode, MarkLayout};
+
+mod layers;
+mod values;
+
+pub use layers::{flags, Flag, Loaded, MachineDefaults, Setting};
+use values::{labels, privileged, seconds};
+pub use values::{parse_labels, Interface, Privileged, PrivilegedProtocol};
+
+/// Why a configuration cannot be used. The agent exits with status 2.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A layer (the file, or the command line) that does not read as
+    /// configuration; `reason` names the key.
+    #[error("{origin}: {reason}")]
+    Parse { origin: String, reason: String },
+    #[error("--set {setting:?}: expected section.key=value with a YAML value")]
+    Setting { setting: String },
+    #[error("{flat} is the key of the old flat layout, {nested} its new place: set only {nested}")]
+    Twice {
+        flat: &'static str,
+        nested: &'static str,
+    },
+    #[error("interfaces: {glob:?}: only a name or a name prefix ending in a single `*` (e.g. `veth*`) is supported, at most 15 characters")]
+    Interface { glob: String },
+    #[error("privileged {value:?}: {reason}")]
+    Privileged { value: String, reason: &'static str },
+    #[error("labels {value:?}: expected key=value")]
+    Label { value: String },
+    #[error("node.name: must not be empty")]
+    NodeName,
+    #[error("queues: {count} queues from queue {base} must be between 1 and 65535 and end at or below queue 65535")]
+    Queues { base: u16, count: u32 },
+    #[error("fqdn.dnsQueue {queue}: must differ from the connection queues {first}-{last}")]
+    DnsQueue { queue: u16, first: u16, last: u16 },
+    #[error("l7.queue {queue}: must differ from the connection queues {first}-{last} and the DNS queue {dns_queue}")]
+    L7Queue {
+        queue: u16,
+        first: u16,
+        last: u16,
+        dns_queue: u16,
+    },
+    #[error("{key} {value}: {reason}")]
+    Bound {
+        key: &'static str,
+        value: u64,
+        reason: &'static str,
+    },
+}
+
+/// The configuration of `tollgate run`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct AgentConfig {
+    pub node: NodeConfig,
+    pub queues: QueuesConfig,
+    pub datapath: DatapathConfig,
+    pub fqdn: FqdnConfig,
+    pub l7: L7Config,
+    pub audit: AuditConfig,
+    pub status: StatusConfig,
+    pub metrics: MetricsConfig,
+}
+
+impl AgentConfig {
+    /// The DNS and L7 queues default to the first numbers after the
+    /// connection queues (`given` tells which keys were set).
+    fn derive_queues(&mut self, given: impl Fn(&str, &str) -> bool) -> Result<(), ConfigError> {
+        self.queues.validate()?;
+        let range = self.queues.range();
+        if !given("fqdn", "dnsQueue") {
+            self.fqdn.dns_queue = range.last().checked_add(1).ok_or(ConfigError::Queues {
+                base: range.first(),
+                count: self.queues.count + 1,
+            })?;
+        }
+        if !given("l7", "queue") {
+            let dns_queue = self.fqdn.dns_queue;
+            self.l7.queue = (range.last()..=u16::MAX)
+                .skip(1)
+                .find(|q| *q != dns_queue)
+                .ok_or(ConfigError::L7Queue {
+                    queue: range.last(),
+                    first: range.first(),
+                    last: range.last(),
+                    dns_queue,
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Checks every section, then that the queues do not overlap.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.node.validate()?;
+        self.queues.validate()?;
+        self.fqdn.validate()?;
+        self.l7.validate()?;
+        self.audit.validate()?;
+        let QueueNumbers {
+            connection,
+            dns,
+            l7,
+        } = self.queue_numbers();
+        let (first, last) = (connection.first(), connection.last());
+        if (first..=last).contains(&dns) {
+            return Err(ConfigError::DnsQueue {
+                queue: dns,
+                first,
+                last,
+            });
+        }
+        if (first..=last).contains(&l7) || l7 == dns {
+            return Err(ConfigError::L7Queue {
+                queue: l7,
+                first,
+                last,
+                dns_queue: dns,
+            });
+        }
+        Ok(())
+    }
+
+    pub fn queue_numbers(&self) -> QueueNumbers {
+        QueueNumbers {
+            connection: self.queues.range(),
+            dns: self.fqdn.dns_queue,
+            l7: self.l7.queue,
+        }
+    }
+}
+
+// Each section below is read from YAML (serde) and declares the flags
+// that set its keys (clap: `#[arg(long)]` on a field; `#[arg(skip)]` for a
+// key without a flag). The doc comment of a field is both its
+// documentation and its `--help` text.
+
+/// The local Node, which policies with `nodeSelector` may apply to.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, clap::Args)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct NodeConfig {
+    /// Name of the local Node (default: the host name).
+    #[arg(long = "node-name", value_name = "NAME", env = "NODE_NAME")]
+    pub name: String,
+    /// Labels of the local Node: a map, or `k=v,k2=v2`.
+    #[arg(long = "node-labels", value_name = "k=v,k2=v2", value_parser = parse_labels)]
+    #[serde(deserialize_with = "labels")]
+    pub labels: BTreeMap<String, String>,
+    /// Addresses of the local Node, in addition to those on its interfaces.
+    #[arg(long = "node-address", value_name = "IP")]
+    pub addresses: Vec<IpAddr>,
+}
+
+impl NodeConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.name.trim().is_empty() {
+            return Err(ConfigError::NodeName);
+        }
+        Ok(())
+    }
+}
+
+/// The connection queues: new connections of enforced endpoints are
+/// balanced over them, one worker thread each.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, clap::Args)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct QueuesConfig {
+    /// Number of connection queues (default: the number of cores).
+    #[arg(long = "queues", value_name = "N")]
+    pub count: u32,
+    /// First connection queue number.
+    #[arg(long = "queue-base", value_name = "N")]
+    pub base: u16,
+}
+
+impl Default for QueuesConfig {
+    fn default() -> Self {
+        QueuesConfig {
+            count: 1,
+            base: 100,
+        }
+    }
+}
+
+impl QueuesConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let last = u32::from(self.base) + self.count.saturating_sub(1);
+        if self.count == 0 || self.count > u32::from(u16::MAX) || last > u32::from(u16::MAX) {
+            return Err(ConfigError::Queues {
+                base: self.base,
+                count: self.count,
+            });
+        }
+        Ok(())
+    }
+
+    /// The queue numbers (as checked by [`QueuesConfig::validate`]).
+    pub fn range(&self) -> QueueRange {
+        let count = u16::try_from(self.count.max(1)).unwrap_or(u16::MAX);
+        QueueRange {
+            base: self.base,
+            count: count.min(u16::MAX - self.base + 1),
+        }
+    }
+}
+
+/// Consecutive NFQUEUE numbers, one worker each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueRange {
+    base: u16,
+    count: u16,
+}
+
+impl QueueRange {
+    pub fn first(&self) -> u16 {
+        self.base
+    }
+
+    pub fn last(&self) -> u16 {
+        self.base + (self.count - 1)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = u16> {
+        self.first()..=self.last()
+    }
+}
+
+/// Every NFQUEUE number the agent binds, from the three sections that
+/// own one: what the datapath queues to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueNumbers {
+    pub connection: QueueRange,
+    pub dns: u16,
+    pub l7: u16,
+}
+
+/// The kernel rules: which packets go to the queues and what is always
+/// allowed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, clap::Args)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct DatapathConfig {
+    /// Interfaces to enforce on, names or `veth*` prefixes; empty: all.
+    #[arg(long = "interfaces", value_name = "GLOB,...", value_delimiter = ',')]
+    pub interfaces: Vec<Interface>,
+    /// Packet-mark bits tollgate owns (at least three; default 0xf00000).
+    #[arg(long = "mark-mask", value_name = "HEX")]
+    pub mark_mask: MarkLayout,
+    /// What happens to new connections nobody can decide: open or closed
+    /// (default).
+    #[arg(long = "fail-mode", value_name = "MODE")]
+    pub fail_mode: FailMode,
+    /// Traffic always allowed, ahead of every policy: `{cidr, protocol,
+    /// port}` or `CIDR[,proto[/port]]`.
+    #[arg(long = "privileged", value_name = "CIDR[,proto[/port]]")]
+    #[serde(deserialize_with = "privileged")]
+    pub privileged: Vec<Privileged>,
+}
+
+/// Default floor on the TTL of learned addresses (seconds): covers the
+/// connect and its retries after a TTL-0 answer.
+pub const DEFAULT_FQDN_MIN_TTL: u32 = 5;
+/// Smallest per-name bound accepted (the upstream FQDN selector proposal
+/// requires at least 100).
+pub const MIN_FQDN_MAX_PER_NAME: usize = 100;
+/// Default and largest bound on addresses remembered in total (the default
+/// `maxelem` of an ipset, which the FQDN sets keep).
+pub const MAX_FQDN_ADDRESSES: usize = 65_536;
+
+/// How DNS answers are learned for FQDN rules.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, clap::Args)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct FqdnConfig {
+    /// NFQUEUE of DNS replies (default: the first after the connection
+    /// queues).
+    #[arg(long = "dns-queue", value_name = "N")]
+    pub dns_queue: u16,
+    /// Learn only from replies of these DNS servers; empty: from any.
+    #[arg(long = "dns-trusted-server", value_name = "IP")]
+    pub trusted_servers: Vec<IpAddr>,
+    /// Floor on the TTL of learned addresses, seconds (default 5).
+    #[arg(long = "fqdn-min-ttl", value_name = "SECS")]
+    pub min_ttl: u32,
+    /// Addresses remembered per name (default 128, at least 100).
+    #[arg(skip)]
+    pub max_addresses_per_name: usize,
+    /// Addresses remembered in all (default and at most 65536).
+    #[arg(skip)]
+    pub max_addresses: usize,
+}
+
+impl Default for FqdnConfig {
+    fn default() -> Self {
+        FqdnConfig {
+            dns_queue: 101,
+            trusted_servers: Vec::new(),
+            min_ttl: DEFAULT_FQDN_MIN_TTL,
+            max_addresses_per_name: 128,
+            max_addresses: MAX_FQDN_ADDRESSES,
+        }
+    }
+}
+
+impl FqdnConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bound = |key, value: usize, reason| ConfigError::Bound {
+            key,
+            value: value as u64,
+            reason,
+        };
+        let (per_name, total) = (self.max_addresses_per_name, self.max_addresses);
+        if per_name < MIN_FQDN_MAX_PER_NAME {
+            return Err(bound(
+                "fqdn.maxAddressesPerName",
+                per_name,
+                "must be at least 100",
+            ));
+        }
+        if total < per_name {
+            return Err(bound(
+                "fqdn.maxAddresses",
+                total,
+                "must be at least fqdn.maxAddressesPerName",
+            ));
+        }
+        if total > MAX_FQDN_ADDRESSES {
+            return Err(bound(
+                "fqdn.maxAddresses",
+                total,
+                "must be at most 65536 (the FQDN sets' maxelem)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The learner's bounds.
+    pub fn learner(&self) -> LearnerConfig {
+        LearnerConfig {
+            min_ttl_secs: self.min_ttl,
+            max_addresses_per_name: self.max_addresses_per_name,
+            max_addresses: self.max_addresses,
+        }
+    }
+}
+
+/// How connections under L7 rules are inspected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, clap::Args)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct L7Config {
+    /// NFQUEUE of client→server payload of L7 connections (default: the
+    /// first queue after the connection queues that the DNS queue does not
+    /// take).
+    #[arg(skip)]
+    pub queue: u16,
+    /// Answer to a denied HTTP request: 403 (default) or reset.
+    #[arg(long = "l7-deny-response", value_name = "403|reset")]
+    pub deny_response: DenyResponse,
+    /// Flows tracked at once (default 65536); the least recently used is
+    /// forgotten first.
+    #[arg(skip)]
+    pub max_flows: usize,
+    /// Idle time after which a flow's state is forgotten, seconds (default
+    /// 600); its connection is then reset on its next request bytes.
+    #[arg(skip)]
+    #[serde(rename = "idleTimeoutSeconds", deserialize_with = "seconds")]
+    pub idle_timeout: Duration,
+}
+
+impl Default for L7Config {
+    fn default() -> Self {
+        L7Config {
+            queue: 102,
+            deny_response: DenyResponse::default(),
+            max_flows: 65_536,
+            idle_timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+impl L7Config {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let at_least_one = |key, value| ConfigError::Bound {
+            key,
+            value,
+            reason: "must be at least 1",
+        };
+        if self.max_flows == 0 {
+            return Err(at_least_one("l7.maxFlows", 0));
+        }
+        if self.idle_timeout.is_zero() {
+            return Err(at_least_one("l7.idleTimeoutSeconds", 0));
+        }
+        Ok(())
+    }
+}
+
+/// Smallest `audit.maxBytes`: a rotation per line would lose the log.
+pub const MIN_AUDIT_LOG_BYTES: u64 = 4096;
+
+/// The audit log of rules with `enableLogging` (the spec's np.log format).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, clap::Args)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct AuditConfig {
+    /// Audit log file; off when unset.
+    #[arg(long = "audit-log", value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// Lines per second (default 500, the spec's figure; Antrea's agent
+    /// now defaults to 5000).
+    #[arg(skip)]
+    pub rate: u32,
+    /// Lines above the rate in a burst (default 1000).
+    #[arg(skip)]
+    pub burst: u32,
+    /// Size at which the file is rotated (default 100 MiB, at least 4096).
+    #[arg(skip)]
+    pub max_bytes: u64,
+    /// Rotated files kept (default 3; 0 keeps none).
+    #[arg(skip)]
+    pub max_files: u32,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        AuditConfig {
+            file: None,
+            rate: 500,
+            burst: 1000,
+            max_bytes: 100 * 1024 * 1024,
+            max_files: 3,
+        }
+    }
+}
+
+impl AuditConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bound = |key, value, reason| ConfigError::Bound { key, value, reason };
+        if self.rate == 0 {
+            return Err(bound("audit.rate", 0, "must be at least 1 line per second"));
+        }
+        if self.burst == 0 {
+            return Err(bound("audit.burst", 0, "must be at least 1"));
+        }
+        if self.max_bytes < MIN_AUDIT_LOG_BYTES {
+            return Err(bound(
+                "audit.maxBytes",
+                self.max_bytes,
+                "must be at least 4096",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The status API that `tollgate status` and `get policies` ask.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, clap::Args)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct StatusConfig {
+    /// Unix socket of the status API; when unset,
+    /// /run/tollgate/tollgate.sock, best effort.
+    #[arg(long = "status-socket", value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+}
+
+/// The Prometheus endpoint.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, clap::Args)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct MetricsConfig {
+    /// `host:port` to serve metrics on; off when unset.
+    #[arg(long = "metrics-address", value_name = "HOST:PORT")]
+    pub address: Option<SocketAddr>,
+}
+
+#[cfg(test)]
+mod tests;

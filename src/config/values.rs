@@ -1,0 +1,218 @@
+//! The values of configuration keys that are more than a number or a
+//! name: interfaces, privileged entries, labels, durations. Each reads
+//! from the file's spelling and from the command line's; nothing here
+//! knows which section holds it.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::str::FromStr;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+
+use super::ConfigError;
+
+/// An interface to enforce on, in iptables spelling (`veth+` for `veth*`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Interface(String);
+
+impl Interface {
+    pub fn as_iptables(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for Interface {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+impl FromStr for Interface {
+    type Err = ConfigError;
+    fn from_str(glob: &str) -> Result<Self, Self::Err> {
+        let (stem, wildcard) = match glob.strip_suffix('*') {
+            Some(stem) => (stem, true),
+            None => (glob, false),
+        };
+        let valid_stem = !stem.is_empty()
+            && stem.len() <= 15
+            && stem
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'@'));
+        if !valid_stem {
+            return Err(ConfigError::Interface { glob: glob.into() });
+        }
+        Ok(Interface(if wildcard {
+            format!("{stem}+")
+        } else {
+            stem.to_string()
+        }))
+    }
+}
+
+/// Transport of a privileged (always-allowed) entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum PrivilegedProtocol {
+    #[serde(alias = "tcp")]
+    Tcp,
+    #[serde(alias = "udp")]
+    Udp,
+    #[serde(alias = "sctp")]
+    Sctp,
+    #[serde(alias = "icmp")]
+    Icmp,
+}
+
+impl PrivilegedProtocol {
+    fn parse(s: &str) -> Option<PrivilegedProtocol> {
+        match s.to_ascii_lowercase().as_str() {
+            "tcp" => Some(PrivilegedProtocol::Tcp),
+            "udp" => Some(PrivilegedProtocol::Udp),
+            "sctp" => Some(PrivilegedProtocol::Sctp),
+            "icmp" => Some(PrivilegedProtocol::Icmp),
+            _ => None,
+        }
+    }
+
+    pub fn carries_ports(self) -> bool {
+        !matches!(self, PrivilegedProtocol::Icmp)
+    }
+}
+
+/// Traffic that is always allowed, ahead of any policy, so that a deny-all
+/// cannot cut the operator off: to the node from `cidr` (INPUT), from the
+/// node to `cidr` (OUTPUT), and routed from or to `cidr` (FORWARD), on the
+/// given destination port when one is set.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Privileged {
+    pub cidr: IpNet,
+    #[serde(default)]
+    pub protocol: Option<PrivilegedProtocol>,
+    #[serde(default)]
+    pub port: Option<u16>,
+}
+
+/// An entry written as a map (`{cidr, protocol, port}`) or as text
+/// (`CIDR[,proto[/port]]`, as `--privileged` takes it).
+pub(super) fn privileged<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<Privileged>, D::Error> {
+    use serde::de::Error;
+    Vec::<Value>::deserialize(deserializer)?
+        .into_iter()
+        .map(|entry| match entry {
+            Value::String(text) => text.parse().map_err(D::Error::custom),
+            entry => {
+                let entry: Privileged = serde_json::from_value(entry).map_err(D::Error::custom)?;
+                match entry.problem() {
+                    Some(reason) => Err(D::Error::custom(ConfigError::Privileged {
+                        value: entry.cidr.to_string(),
+                        reason,
+                    })),
+                    None => Ok(entry),
+                }
+            }
+        })
+        .collect()
+}
+
+impl Privileged {
+    /// What is wrong with an entry whose parts each parsed.
+    pub(super) fn problem(&self) -> Option<&'static str> {
+        match (self.protocol, self.port) {
+            (None, Some(_)) => Some("a port needs a protocol"),
+            (Some(p), Some(_)) if !p.carries_ports() => Some("ICMP has no ports"),
+            (_, Some(0)) => Some("port 0 is not a port"),
+            _ => None,
+        }
+    }
+}
+
+impl FromStr for Privileged {
+    type Err = ConfigError;
+    /// `CIDR[,proto[/port]]`, e.g. `10.0.0.0/24,tcp/22`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = |reason| ConfigError::Privileged {
+            value: s.into(),
+            reason,
+        };
+        let (cidr, rest) = match s.split_once(',') {
+            Some((c, r)) => (c, Some(r)),
+            None => (s, None),
+        };
+        let cidr = parse_cidr(cidr).ok_or_else(|| err("expected CIDR[,proto[/port]]"))?;
+        let (protocol, port) = match rest {
+            None => (None, None),
+            Some(rest) => {
+                let (proto, port) = match rest.split_once('/') {
+                    Some((p, port)) => (p, Some(port)),
+                    None => (rest, None),
+                };
+                let proto = PrivilegedProtocol::parse(proto)
+                    .ok_or_else(|| err("protocol must be tcp, udp, sctp or icmp"))?;
+                let port = port
+                    .map(|p| p.parse::<u16>().map_err(|_| err("port must be 1-65535")))
+                    .transpose()?;
+                (Some(proto), port)
+            }
+        };
+        let entry = Privileged {
+            cidr,
+            protocol,
+            port,
+        };
+        match entry.problem() {
+            Some(reason) => Err(err(reason)),
+            None => Ok(entry),
+        }
+    }
+}
+
+/// A bare address is a host prefix.
+fn parse_cidr(s: &str) -> Option<IpNet> {
+    s.parse::<IpNet>()
+        .ok()
+        .or_else(|| s.parse::<IpAddr>().ok().map(IpNet::from))
+        .map(|net| net.trunc())
+}
+
+/// Labels written as a map or as `k=v,k2=v2`.
+pub(super) fn labels<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<BTreeMap<String, String>, D::Error> {
+    use serde::de::Error;
+    match Value::deserialize(deserializer)? {
+        Value::String(text) => parse_labels(&text).map_err(D::Error::custom),
+        Value::Object(map) => map
+            .into_iter()
+            .map(|(key, value)| match value {
+                Value::String(text) => Ok((key, text)),
+                Value::Number(_) | Value::Bool(_) => Ok((key, value.to_string())),
+                _ => Err(D::Error::custom(ConfigError::Label { value: key })),
+            })
+            .collect(),
+        _ => Err(D::Error::custom("expected a map of labels or k=v,k2=v2")),
+    }
+}
+
+pub(super) fn seconds<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    u64::deserialize(deserializer).map(Duration::from_secs)
+}
+
+/// `k=v,k2=v2` as given to `--node-labels`.
+pub fn parse_labels(s: &str) -> Result<BTreeMap<String, String>, ConfigError> {
+    s.split(',')
+        .filter(|part| !part.is_empty())
+        .map(|part| match part.split_once('=') {
+            Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+            _ => Err(ConfigError::Label { value: part.into() }),
+        })
+        .collect()
+}
