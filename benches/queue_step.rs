@@ -14,10 +14,10 @@ use tollgate::audit::Timestamp;
 use tollgate::classify::NoFqdn;
 use tollgate::compile::{LocalNode, Ruleset};
 use tollgate::config::{FailMode, MarkLayout};
-use tollgate::packet::flow::Verdict;
+use tollgate::decide::{step, StepConfig};
 use tollgate::model::Snapshot;
-use tollgate::decide::step;
-use tollgate::packet::parse_flow;
+use tollgate::packet::flow::Verdict;
+use tollgate::packet::{parse_flow, Queued};
 
 /// A TCP SYN with 200 bytes of payload, cut to the 128-byte queue copy.
 fn syn(builder: PacketBuilderStep<IpHeaders>) -> Vec<u8> {
@@ -41,32 +41,17 @@ fn bench(c: &mut Criterion) {
         b.iter(|| parse_flow(black_box(&v6)))
     });
     let ruleset = Ruleset::compile(&Snapshot::default(), &LocalNode::default());
-    let marks = MarkLayout::default();
+    let config = StepConfig {
+        marks: MarkLayout::default(),
+        fail_mode: FailMode::Closed,
+    };
     c.bench_function("step/tcp-syn-v4-empty-ruleset", |b| {
-        b.iter(|| {
-            step(
-                black_box(&v4),
-                0,
-                &ruleset,
-                &NoFqdn,
-                &marks,
-                FailMode::Closed,
-                NOW,
-            )
-        })
+        b.iter(|| step(&queued(black_box(&v4)), &ruleset, &NoFqdn, &config, NOW))
     });
     let logged = logged_drop_ruleset();
     c.bench_function("step/tcp-syn-v4-logged-drop", |b| {
         b.iter(|| {
-            let s = step(
-                black_box(&v4),
-                0,
-                &logged,
-                &NoFqdn,
-                &marks,
-                FailMode::Closed,
-                NOW,
-            );
+            let s = step(&queued(black_box(&v4)), &logged, &NoFqdn, &config, NOW);
             assert_eq!(s.audit.len(), 1);
             s
         })
@@ -75,7 +60,7 @@ fn bench(c: &mut Criterion) {
     // counters, and the latency histogram.
     let mut metrics =
         tollgate::telemetry::WorkerMetrics::new(std::sync::Arc::new(Default::default()), 100);
-    let decided = step(&v4, 0, &logged, &NoFqdn, &marks, FailMode::Closed, NOW);
+    let decided = step(&queued(&v4), &logged, &NoFqdn, &config, NOW);
     let tollgate::decide::Outcome::Decided { by, .. } = decided.outcome else {
         panic!("a rule decides");
     };
@@ -85,6 +70,16 @@ fn bench(c: &mut Criterion) {
             metrics.latency(std::time::Duration::from_micros(20));
         })
     });
+}
+
+/// A packet queued from FORWARD with no mark.
+fn queued(payload: &[u8]) -> Queued<'_> {
+    Queued {
+        id: 1,
+        payload,
+        mark: 0,
+        local: None,
+    }
 }
 
 const NOW: Timestamp = Timestamp {

@@ -166,6 +166,7 @@ impl TraceRequest {
             src: self.src,
             dst: self.dst,
             transport,
+            local: None,
         })
     }
 

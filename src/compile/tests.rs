@@ -72,6 +72,7 @@ fn tcp(src: IpAddr, dst: IpAddr, port: u16) -> Flow {
             src_port: 40000,
             dst_port: port,
         },
+        local: None,
     }
 }
 
@@ -579,6 +580,7 @@ fn ports_ranges_and_named_ports() {
             src_port: 1,
             dst_port: 8080,
         },
+        local: None,
     };
     assert_eq!(rs.classify(&udp, &NoFqdn).verdict, Verdict::Drop);
 }
@@ -594,6 +596,7 @@ fn protocol_without_port_matches_every_port_of_it() {
             src_port: 1,
             dst_port: port,
         },
+        local: None,
     };
     assert_eq!(rs.classify(&udp(53), &NoFqdn).verdict, Verdict::Reject);
     assert_eq!(rs.classify(&udp(9999), &NoFqdn).verdict, Verdict::Reject);
@@ -612,6 +615,7 @@ fn icmp_type_and_code() {
             icmp_type: t,
             icmp_code: c,
         },
+        local: None,
     };
     assert_eq!(rs.classify(&icmp(8, 0), &NoFqdn).verdict, Verdict::Drop);
     assert_eq!(rs.classify(&icmp(8, 1), &NoFqdn).verdict, Verdict::Allow);
@@ -696,6 +700,7 @@ spec:
             src_port: 1,
             dst_port: port,
         },
+        local: None,
     };
     assert_eq!(rs.classify(&udp(53), &NoFqdn).verdict, Verdict::Drop);
     assert_eq!(rs.classify(&udp(54), &NoFqdn).verdict, Verdict::Allow);

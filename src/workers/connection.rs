@@ -19,7 +19,8 @@ use crate::packet::flow::Verdict;
 use crate::telemetry::{Metrics, WorkerMetrics};
 
 use super::dns::FqdnMirror;
-use crate::decide::{local_side, step_at, Action, Outcome, Policy};
+use crate::decide::{step, Outcome, Policy, StepConfig};
+use crate::packet::{Action, LocalSide, Queued};
 
 /// Bytes of each packet copied to userspace: IPv4/IPv6 header with
 /// extension headers and the transport header.
@@ -211,14 +212,19 @@ fn run<P: Policy>(
         };
         consecutive_errors = 0;
         let received = Instant::now();
-        let outcome = step_at(
-            message.get_payload(),
-            message.get_nfmark(),
-            local_side(message.get_hook()),
+        let outcome = step(
+            &Queued {
+                id: message.get_packet_id(),
+                payload: message.get_payload(),
+                mark: message.get_nfmark(),
+                local: LocalSide::of_hook(message.get_hook()),
+            },
             &**policy.load(),
             &fqdn.lookup(),
-            &config.marks,
-            config.fail_mode,
+            &StepConfig {
+                marks: config.marks,
+                fail_mode: config.fail_mode,
+            },
             wall_clock(),
         );
         match outcome.action {

@@ -18,9 +18,8 @@ use arc_swap::ArcSwap;
 use prometheus_client::metrics::counter::Counter;
 
 use crate::audit::Subject;
-use crate::classify::LocalSide;
 use crate::config::{FailMode, L7Config, MarkLayout};
-use crate::packet::flow::Verdict;
+use crate::packet::flow::{LocalSide, Verdict};
 use crate::http::DEFAULT_MAX_HEAD;
 use crate::workers::dns::FqdnMirror;
 use crate::workers::connection::{open_queue, wall_clock};
@@ -261,7 +260,7 @@ fn run<P: L7Policy>(
                 let policy = policy.load();
                 // The SYN-ACK runs server→client: the Node's side of it is
                 // the opposite side of the client→server flow.
-                let local = crate::decide::local_side(message.get_hook());
+                let local = LocalSide::of_hook(message.get_hook());
                 let forgotten = inspector.handshake(
                     key,
                     segment.ack,
