@@ -12,7 +12,6 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,12 +27,11 @@ use crate::config::{
 };
 use crate::datapath::{self, transition, ApplyError, Backoff, DatapathError, Kernel, Retry};
 use crate::fqdn::{FqdnPattern, LearnerConfig};
-use crate::workers::{L7Stats, L7Worker, L7WorkerConfig};
+use crate::workers::{L7Worker, L7WorkerConfig};
 use crate::telemetry::{Metrics, ReloadResult};
 use crate::source::watch::{PolicyWatch, Refresh, WatchError};
 use crate::workers::{
-    parse_kernel_counters, DnsStats, DnsWorker, DnsWorkerConfig, FqdnMirror, Observers, Worker,
-    WorkerConfig, PROC_QUEUES,
+    DnsWorker, DnsWorkerConfig, FqdnMirror, Observers, Worker, WorkerConfig,
 };
 use crate::status::{AgentFacts, AgentStatus};
 use crate::validate::Problem;
@@ -295,23 +293,19 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
 
     let patterns = ruleset.fqdn_patterns().to_vec();
     let policy = Arc::new(ArcSwap::from_pointee(ruleset));
-    let workers = config
-        .queues
-        .iter()
-        .map(|queue| {
-            Worker::spawn(
-                WorkerConfig {
-                    queue,
-                    marks: config.marks,
-                    fail_mode: config.fail_mode,
-                },
-                Arc::clone(&policy),
-                Arc::clone(&mirror),
-                observers.clone(),
-            )
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let l7_worker = L7Worker::spawn(
+    for queue in config.queues.iter() {
+        Worker::spawn(
+            WorkerConfig {
+                queue,
+                marks: config.marks,
+                fail_mode: config.fail_mode,
+            },
+            Arc::clone(&policy),
+            Arc::clone(&mirror),
+            observers.clone(),
+        )?;
+    }
+    L7Worker::spawn(
         L7WorkerConfig {
             marks: config.marks,
             fail_mode: config.fail_mode,
@@ -329,10 +323,7 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
             metrics_address: config.metrics_address.map(|a| a.to_string()),
         },
         Arc::clone(&policy),
-        workers
-            .iter()
-            .map(|w| (w.queue, Arc::clone(&w.stats)))
-            .collect(),
+        Arc::clone(metrics.counters()),
     ));
     let _status_server = serve_status(config.status_socket.as_deref(), Arc::clone(&status))?;
     if let Some(address) = config.metrics_address {
@@ -366,10 +357,8 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
     if let Some(audit) = &audit {
         audit.flush(Duration::from_secs(2));
     }
-    log_queue_stats(&workers);
-    log_l7_stats(l7_worker.queue, &l7_worker.stats);
-    if let Some(dns) = &agent.dns {
-        log_dns_stats(dns.queue, &dns.stats, &agent.mirror);
+    for queue in agent.metrics.counters().snapshot() {
+        tracing::info!("{}", queue.line());
     }
     tracing::info!("shutdown complete");
     Ok(())
@@ -750,69 +739,6 @@ fn settle(inbox: &Receiver<Event>) -> Event {
             Err(RecvTimeoutError::Disconnected) => return Event::Shutdown,
         }
     }
-}
-
-fn log_queue_stats(workers: &[Worker]) {
-    let kernel = std::fs::read_to_string(PROC_QUEUES)
-        .map(|text| parse_kernel_counters(&text))
-        .unwrap_or_default();
-    for worker in workers {
-        let s = &worker.stats;
-        let k = kernel.iter().find(|k| k.queue == worker.queue);
-        tracing::info!(
-            queue = worker.queue,
-            allowed = s.allowed.load(Ordering::Relaxed),
-            dropped = s.dropped.load(Ordering::Relaxed),
-            rejected = s.rejected.load(Ordering::Relaxed),
-            malformed = s.malformed.load(Ordering::Relaxed),
-            overflows = s.overflows.load(Ordering::Relaxed),
-            verdict_errors = s.verdict_errors.load(Ordering::Relaxed),
-            kernel_queue_dropped = k.map_or(0, |k| k.queue_dropped),
-            kernel_user_dropped = k.map_or(0, |k| k.user_dropped),
-            "queue stats"
-        );
-    }
-}
-
-fn log_l7_stats(queue: u16, s: &L7Stats) {
-    tracing::info!(
-        queue,
-        segments = s.segments.load(Ordering::Relaxed),
-        flows = s.flows.load(Ordering::Relaxed),
-        requests_allowed = s.requests_allowed.load(Ordering::Relaxed),
-        requests_denied = s.requests_denied.load(Ordering::Relaxed),
-        resets = s.resets.load(Ordering::Relaxed),
-        held = s.held.load(Ordering::Relaxed),
-        deferred = s.deferred.load(Ordering::Relaxed),
-        deferred_evicted = s.deferred_evicted.load(Ordering::Relaxed),
-        malformed = s.malformed.load(Ordering::Relaxed),
-        inject_errors = s.inject_errors.load(Ordering::Relaxed),
-        overflows = s.overflows.load(Ordering::Relaxed),
-        verdict_errors = s.verdict_errors.load(Ordering::Relaxed),
-        "L7 queue stats"
-    );
-}
-
-fn log_dns_stats(queue: u16, s: &DnsStats, mirror: &FqdnMirror) {
-    let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-    tracing::info!(
-        queue,
-        packets = load(&s.packets),
-        parsed = load(&s.parsed),
-        failed = load(&s.failed),
-        untrusted = load(&s.untrusted),
-        tcp_untracked = load(&s.tcp_untracked),
-        tcp_gaps = load(&s.tcp_gaps),
-        oversized = load(&s.oversized),
-        learned = load(&s.learned),
-        refreshed = load(&s.refreshed),
-        evicted = load(&s.evicted),
-        expired = mirror.counters().expired,
-        ipset_errors = load(&s.ipset_errors),
-        overflows = load(&s.overflows),
-        verdict_errors = load(&s.verdict_errors),
-        "dns stats"
-    );
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 //! to the audit writer without waiting (a full channel skips the record).
 //! It never logs per packet.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -16,6 +16,7 @@ use arc_swap::ArcSwap;
 use crate::audit::{AuditSink, Timestamp};
 use crate::config::{FailMode, MarkLayout};
 use crate::packet::flow::Verdict;
+use crate::telemetry::counters::counters;
 use crate::telemetry::{Metrics, WorkerMetrics};
 
 use super::dns::FqdnMirror;
@@ -89,18 +90,18 @@ pub struct WorkerConfig {
     pub fail_mode: FailMode,
 }
 
-/// Counters of one queue, shared with the agent.
-#[derive(Debug, Default)]
-pub struct QueueStats {
-    pub allowed: AtomicU64,
-    pub dropped: AtomicU64,
-    pub rejected: AtomicU64,
-    pub malformed: AtomicU64,
-    /// Packets accepted without a decision (malformed, fail-open).
-    pub bypassed: AtomicU64,
-    /// Receive-buffer overflows (`ENOBUFS`): the kernel lost queued packets.
-    pub overflows: AtomicU64,
-    pub verdict_errors: AtomicU64,
+counters! {
+    /// What one connection queue's worker did.
+    pub struct QueueStats: one per queue {
+        allowed: Counter "queue_allowed" = "New connections allowed",
+        dropped: Counter "queue_dropped" = "New connections dropped",
+        rejected: Counter "queue_rejected" = "New connections rejected",
+        malformed: Counter "queue_malformed" = "Queued packets that could not be parsed (fail mode applied)",
+        bypassed: Counter "queue_bypassed" = "Queued packets accepted without a decision (malformed, fail-open)",
+        packets: Counter "queue_packets" = "Packets received from the queue by its worker",
+        overflows: Counter "queue_overflows" = "Receive-buffer overflows of the worker socket (ENOBUFS): the kernel lost queued packets",
+        verdict_errors: Counter "queue_verdict_errors" = "Verdicts the kernel did not accept",
+    }
 }
 
 impl QueueStats {
@@ -163,7 +164,10 @@ impl Worker {
             config.fail_mode == FailMode::Open,
         )?;
         let stats = Arc::new(QueueStats::default());
-        observers.metrics.add_queue(queue, Arc::clone(&stats));
+        observers
+            .metrics
+            .counters()
+            .register(queue, "queue", vec![Arc::clone(&stats) as _]);
         let thread_stats = Arc::clone(&stats);
         std::thread::Builder::new()
             .name(format!("nfqueue-{queue}"))
@@ -211,6 +215,7 @@ fn run<P: Policy>(
             }
         };
         consecutive_errors = 0;
+        stats.packets.fetch_add(1, Ordering::Relaxed);
         let received = Instant::now();
         let outcome = step(
             &Queued {
@@ -248,72 +253,5 @@ fn run<P: Policy>(
                 audit.offer(record);
             }
         }
-    }
-}
-
-/// Path of the kernel's per-queue counters in the current namespace.
-pub const PROC_QUEUES: &str = "/proc/net/netfilter/nfnetlink_queue";
-
-/// The kernel's counters of one queue.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct KernelCounters {
-    pub queue: u16,
-    /// Packets waiting for a verdict.
-    pub waiting: u64,
-    /// Packets dropped because the queue was full.
-    pub queue_dropped: u64,
-    /// Packets lost because the worker's socket buffer was full.
-    pub user_dropped: u64,
-    /// Packets the kernel handed to the worker's socket (its id sequence,
-    /// 32 bits): minus what the worker received and what is waiting, the
-    /// packets lost in the socket buffer — dropped (`user_dropped`) when
-    /// fail-closed, accepted without a verdict when fail-open.
-    pub queued: u64,
-}
-
-/// Parses [`PROC_QUEUES`]: `queue peer_portid waiting copy_mode copy_range
-/// queue_dropped user_dropped id_sequence 1` per bound queue.
-pub fn parse_kernel_counters(text: &str) -> Vec<KernelCounters> {
-    text.lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let num = |i: usize| fields.get(i)?.parse::<u64>().ok();
-            Some(KernelCounters {
-                queue: fields.first()?.parse().ok()?,
-                waiting: num(2)?,
-                queue_dropped: num(5)?,
-                user_dropped: num(6)?,
-                queued: num(7)?,
-            })
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kernel_counters_from_proc() {
-        let text = "  100  12345     0 2   128      3      7        42  1\n  101 0 1 2 128 0 0 9 1\nbogus\n";
-        assert_eq!(
-            parse_kernel_counters(text),
-            vec![
-                KernelCounters {
-                    queue: 100,
-                    waiting: 0,
-                    queue_dropped: 3,
-                    user_dropped: 7,
-                    queued: 42
-                },
-                KernelCounters {
-                    queue: 101,
-                    waiting: 1,
-                    queue_dropped: 0,
-                    user_dropped: 0,
-                    queued: 9
-                },
-            ]
-        );
     }
 }

@@ -21,6 +21,7 @@ use crate::fqdn::{
     DnsSnooper, FqdnLearner, FqdnPattern, IpsetChange, LearnerConfig, LearnerCounters, Release,
     RestoredEntry, SnoopEvent, DEFAULT_MAX_TCP_FLOWS, DEFAULT_MAX_TCP_MESSAGE,
 };
+use crate::telemetry::counters::counters;
 use crate::telemetry::Metrics;
 
 use super::connection::{open_queue, QueueError};
@@ -161,33 +162,25 @@ impl FqdnLookup for MirrorLookup<'_> {
     }
 }
 
-/// Counters of the DNS worker, shared with the agent.
-#[derive(Debug, Default)]
-pub struct DnsStats {
-    /// Packets read from the queue.
-    pub packets: AtomicU64,
-    /// DNS messages parsed and learned from.
-    pub parsed: AtomicU64,
-    /// Messages or packets that could not be read (malformed, truncated,
-    /// not a usable response).
-    pub failed: AtomicU64,
-    /// Replies from servers outside `dnsTrustedServers`.
-    pub untrusted: AtomicU64,
-    /// TCP data on connections whose start was not seen, released unlearned.
-    pub tcp_untracked: AtomicU64,
-    /// TCP segments after a gap, dropped for retransmission.
-    pub tcp_gaps: AtomicU64,
-    /// DNS-over-TCP messages above the buffer bound, released unlearned.
-    pub oversized: AtomicU64,
-    /// Set entries created, refreshed, evicted.
-    pub learned: AtomicU64,
-    pub refreshed: AtomicU64,
-    pub evicted: AtomicU64,
-    /// Batches of kernel set writes that failed (the mirror still learned).
-    pub ipset_errors: AtomicU64,
-    pub verdict_errors: AtomicU64,
-    /// Receive-buffer overflows: replies the kernel let through unlearned.
-    pub overflows: AtomicU64,
+counters! {
+    /// What the DNS reply worker saw and did.
+    pub struct DnsStats: one per agent {
+        packets: Counter "dns_packets" = "Packets read from the DNS reply queue",
+        parsed: Counter "dns_replies" { result = "parsed" } = "DNS replies inspected, by result (parsed or failed)",
+        failed: Counter "dns_replies" { result = "failed" } = "DNS replies inspected, by result (parsed or failed)",
+        untrusted: Counter "dns_untrusted" = "Replies from servers outside dnsTrustedServers (released unlearned)",
+        tcp_untracked: Counter "dns_tcp_untracked" = "DNS-over-TCP data on connections whose start was not seen (released unlearned)",
+        tcp_gaps: Counter "dns_tcp_gaps" = "DNS-over-TCP segments after a gap (dropped for retransmission)",
+        oversized: Counter "dns_oversized" = "DNS-over-TCP messages above the buffer bound (released unlearned)",
+        learned: Counter "fqdn_addresses_learned" = "Addresses added to FQDN sets from DNS answers",
+        refreshed: Counter "fqdn_addresses_refreshed" = "FQDN set entries whose timeout a DNS answer extended",
+        evicted: Counter "fqdn_addresses_evicted" = "FQDN set entries removed to stay within the address bounds",
+        expired: Counter "fqdn_addresses_expired" = "FQDN set addresses whose TTL passed",
+        addresses: Gauge "fqdn_addresses" = "Addresses currently in FQDN sets",
+        ipset_errors: Counter "dns_ipset_errors" = "Batches of FQDN set writes the kernel refused (the mirror still learned)",
+        overflows: Counter "dns_overflows" = "Receive-buffer overflows: replies the kernel let through unlearned",
+        verdict_errors: Counter "dns_verdict_errors" = "Verdicts the kernel did not accept",
+    }
 }
 
 impl DnsStats {
@@ -209,6 +202,7 @@ impl DnsStats {
         add(&self.learned, before.learned, after.learned);
         add(&self.refreshed, before.refreshed, after.refreshed);
         add(&self.evicted, before.evicted, after.evicted);
+        add(&self.expired, before.expired, after.expired);
     }
 }
 
@@ -243,6 +237,9 @@ impl DnsWorker {
             source: std::io::Error::other(e.to_string()),
         })?;
         let stats = Arc::new(DnsStats::default());
+        metrics
+            .counters()
+            .register(queue, "dns", vec![Arc::clone(&stats) as _]);
         let thread_stats = Arc::clone(&stats);
         let snooper = DnsSnooper::new(
             config.trusted_servers,
@@ -257,7 +254,6 @@ impl DnsWorker {
                     snooper,
                     ipset,
                     mirror,
-                    metrics,
                     stats: thread_stats,
                     last_expire: Instant::now(),
                 }
@@ -273,7 +269,6 @@ struct DnsLoop {
     snooper: DnsSnooper,
     ipset: IpsetSocket,
     mirror: Arc<FqdnMirror>,
-    metrics: Arc<Metrics>,
     stats: Arc<DnsStats>,
     last_expire: Instant,
 }
@@ -319,9 +314,6 @@ impl DnsLoop {
         let snooped = self.snooper.snoop(packet);
         for event in &snooped.events {
             self.stats.count(*event);
-            if *event == SnoopEvent::Malformed {
-                self.metrics.dns_reply(false);
-            }
         }
         if snooped.messages.is_empty() {
             return snooped.release;
@@ -331,12 +323,10 @@ impl DnsLoop {
             match dns::parse_reply(message) {
                 Ok(reply) => {
                     self.stats.parsed.fetch_add(1, Ordering::Relaxed);
-                    self.metrics.dns_reply(true);
                     resolutions.extend(reply.resolved());
                 }
                 Err(_) => {
                     self.stats.failed.fetch_add(1, Ordering::Relaxed);
-                    self.metrics.dns_reply(false);
                 }
             }
         }
@@ -372,12 +362,9 @@ impl DnsLoop {
             }
             let after = learned.learner.counters();
             self.stats.add_learner_delta(before, after);
-            self.metrics
-                .fqdn_learned(after.learned.saturating_sub(before.learned));
-            self.metrics
-                .fqdn_expired(after.expired.saturating_sub(before.expired));
-            self.metrics
-                .fqdn_current(learned.learner.installed() as u64);
+            self.stats
+                .addresses
+                .store(learned.learner.installed() as u64, Ordering::Relaxed);
         }
         let ops: Vec<EntryOp<'_>> = writes
             .iter()

@@ -10,19 +10,19 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::num::NonZeroUsize;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
-use prometheus_client::metrics::counter::Counter;
 
 use crate::audit::Subject;
 use crate::config::{FailMode, L7Config, MarkLayout};
-use crate::packet::flow::{LocalSide, Verdict};
 use crate::http::DEFAULT_MAX_HEAD;
-use crate::workers::dns::FqdnMirror;
+use crate::packet::flow::{LocalSide, Verdict};
+use crate::telemetry::counters::counters;
 use crate::workers::connection::{open_queue, wall_clock};
+use crate::workers::dns::FqdnMirror;
 use crate::workers::{Observers, QueueError};
 
 use crate::l7::inspect::{Inspector, L7Action, L7Policy, RequestRecord};
@@ -49,27 +49,22 @@ pub struct L7WorkerConfig {
     pub l7: L7Config,
 }
 
-/// Counters of the L7 queue, shared with the agent.
-#[derive(Debug, Default)]
-pub struct L7Stats {
-    pub segments: AtomicU64,
-    pub requests_allowed: AtomicU64,
-    pub requests_denied: AtomicU64,
-    /// Connections closed without a 403 (not HTTP, malformed, state lost).
-    pub resets: AtomicU64,
-    /// Segments dropped after a gap in the stream or repeating deferred bytes.
-    pub held: AtomicU64,
-    /// Segments whose verdict waited for the rest of a request head.
-    pub deferred: AtomicU64,
-    /// Connections forgotten because too many segments were held overall.
-    pub deferred_evicted: AtomicU64,
-    /// Packets that were not readable TCP segments (dropped).
-    pub malformed: AtomicU64,
-    pub inject_errors: AtomicU64,
-    pub overflows: AtomicU64,
-    pub verdict_errors: AtomicU64,
-    /// Connections tracked at the last segment.
-    pub flows: AtomicU64,
+counters! {
+    /// What the L7 queue's worker saw and did.
+    pub struct L7Stats: one per agent {
+        segments: Counter "l7_segments" = "Segments read from the L7 queue",
+        requests_allowed: Counter "l7_requests" { result = "allowed" } = "HTTP requests decided by L7 rules, by result (allowed or denied)",
+        requests_denied: Counter "l7_requests" { result = "denied" } = "HTTP requests decided by L7 rules, by result (allowed or denied)",
+        resets: Counter "l7_resets" = "Connections closed without a 403 (not HTTP, malformed, state lost)",
+        held: Counter "l7_held" = "Segments dropped after a gap in the stream or repeating deferred bytes",
+        deferred: Counter "l7_deferred" = "Segments whose verdict waited for the rest of a request head",
+        deferred_evicted: Counter "l7_deferred_evicted" = "Connections forgotten because too many segments were held overall",
+        malformed: Counter "l7_malformed" = "Packets on the L7 queue that were not readable TCP segments (dropped)",
+        inject_errors: Counter "l7_inject_errors" = "Packets closing a denied connection that could not be sent",
+        overflows: Counter "l7_overflows" = "Receive-buffer overflows of the L7 queue socket",
+        verdict_errors: Counter "l7_verdict_errors" = "Verdicts the kernel did not accept",
+        flows: Gauge "l7_flows_active" = "Connections under L7 inspection",
+    }
 }
 
 /// The running L7 worker (detached, like the other queue workers).
@@ -167,6 +162,10 @@ impl L7Worker {
         )?;
         let injector = Injector::open().map_err(setup("raw sockets"))?;
         let stats = Arc::new(L7Stats::default());
+        observers
+            .metrics
+            .counters()
+            .register(queue, "L7 queue", vec![Arc::clone(&stats) as _]);
         let thread_stats = Arc::clone(&stats);
         std::thread::Builder::new()
             .name(format!("nfqueue-l7-{queue}"))
@@ -204,10 +203,6 @@ fn run<P: L7Policy>(
         stats,
         observers,
     } = shared;
-    let request_counters = [
-        observers.metrics.l7_request_counter(false),
-        observers.metrics.l7_request_counter(true),
-    ];
     let marks = config.marks;
     let max_flows = NonZeroUsize::new(config.l7.max_flows).unwrap_or(NonZeroUsize::MIN);
     let mut inspector = Inspector::new(
@@ -279,8 +274,7 @@ fn run<P: L7Policy>(
                 let reset = segment.rst;
                 let inspection = inspector.inspect(&segment, Instant::now());
                 for record in &inspection.requests {
-                    let counter = &request_counters[usize::from(record.allowed)];
-                    record_request(stats, (counter, observers), &key, record, packet_length);
+                    record_request(stats, observers, &key, record, packet_length);
                 }
                 match inspection.action {
                     L7Action::Pass => verdicts.push((message, nfq::Verdict::Accept)),
@@ -345,7 +339,6 @@ fn run<P: L7Policy>(
         });
         let flows = inspector.len() as u64;
         stats.flows.store(flows, Ordering::Relaxed);
-        observers.metrics.l7_flows_active(flows);
         for (mut message, verdict) in verdicts {
             message.set_verdict(verdict);
             if socket.verdict(message).is_err() {
@@ -367,12 +360,12 @@ fn drop_all(
     }
 }
 
-/// Where every L7 request decision passes: counted, reported to the
-/// metrics (`series`: the request counter of its result), and written to the audit log when the deciding rule has
-/// `enableLogging` (a denied request as `Reject`: the client is answered).
+/// Where every L7 request decision passes: counted, and written to the
+/// audit log when the deciding rule has `enableLogging` (a denied request
+/// as `Reject`: the client is answered).
 fn record_request(
     stats: &L7Stats,
-    (series, observers): (&Counter, &Observers),
+    observers: &Observers,
     key: &FlowKey,
     record: &RequestRecord,
     packet_length: u32,
@@ -383,7 +376,6 @@ fn record_request(
         &stats.requests_denied
     };
     counter.fetch_add(1, Ordering::Relaxed);
-    series.inc();
     let (Some(audit), Some((rule, Some(endpoint)))) = (&observers.audit, &record.rule) else {
         return;
     };

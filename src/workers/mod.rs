@@ -9,9 +9,6 @@ pub mod connection;
 pub mod dns;
 pub mod l7;
 
-pub use connection::{
-    parse_kernel_counters, KernelCounters, Observers, QueueError, QueueStats, Worker, WorkerConfig,
-    PROC_QUEUES,
-};
+pub use connection::{Observers, QueueError, QueueStats, Worker, WorkerConfig};
 pub use dns::{DnsStats, DnsWorker, DnsWorkerConfig, FqdnMirror};
 pub use l7::{L7Stats, L7Worker, L7WorkerConfig};

@@ -2,10 +2,34 @@
 
 use std::sync::Arc;
 
+use std::sync::atomic::Ordering;
+
 use super::*;
 use crate::compile::{PolicyKind, PolicyRef};
-use crate::model::{Direction, RuleAction};
+use crate::telemetry::counters::counters;
+
+counters! {
+    /// Series shaped like a connection queue's.
+    struct QueueSet: one per queue {
+        packets: Counter "queue_packets" = "Packets received from the queue by its worker",
+        bypassed: Counter "queue_bypassed" = "Queued packets accepted without a decision",
+    }
+}
+
+counters! {
+    /// Series shaped like the DNS and L7 workers'.
+    struct AgentSet: one per agent {
+        parsed: Counter "dns_replies" { result = "parsed" } = "DNS replies inspected, by result",
+        failed: Counter "dns_replies" { result = "failed" } = "DNS replies inspected, by result",
+        learned: Counter "fqdn_addresses_learned" = "Addresses added to FQDN sets",
+        expired: Counter "fqdn_addresses_expired" = "FQDN set addresses whose TTL passed",
+        addresses: Gauge "fqdn_addresses" = "Addresses currently in FQDN sets",
+        denied: Counter "l7_requests" { result = "denied" } = "HTTP requests decided by L7 rules",
+        flows: Gauge "l7_flows_active" = "Connections under L7 inspection",
+    }
+}
 use crate::decide::DecidedBy;
+use crate::model::{Direction, RuleAction};
 
 fn rule(name: &str, tier: Option<&str>) -> RuleRef {
     RuleRef {
@@ -69,10 +93,10 @@ fn rule_series_are_capped() {
 #[test]
 fn queue_counters_are_read_at_scrape_time() {
     let m = Metrics::new();
-    let stats = Arc::new(QueueStats::default());
-    m.add_queue(7, Arc::clone(&stats));
-    stats.allowed.fetch_add(3, Ordering::Relaxed);
-    stats.malformed.fetch_add(1, Ordering::Relaxed);
+    let stats = Arc::new(QueueSet::default());
+    m.counters()
+        .register(7, "queue", vec![Arc::clone(&stats) as _]);
+    stats.packets.fetch_add(4, Ordering::Relaxed);
     stats.bypassed.fetch_add(1, Ordering::Relaxed);
     let text = m.render();
     assert!(
@@ -80,7 +104,7 @@ fn queue_counters_are_read_at_scrape_time() {
         "{text}"
     );
     assert!(text.contains("tollgate_queue_bypassed_total{queue=\"7\"} 1"));
-    stats.dropped.fetch_add(1, Ordering::Relaxed);
+    stats.packets.fetch_add(1, Ordering::Relaxed);
     assert!(m
         .render()
         .contains("tollgate_queue_packets_total{queue=\"7\"} 5"));
@@ -89,14 +113,21 @@ fn queue_counters_are_read_at_scrape_time() {
 #[test]
 fn the_other_families() {
     let m = Metrics::new();
-    m.verdict_latency(100, Duration::from_micros(30));
-    m.dns_reply(true);
-    m.dns_reply(false);
-    m.fqdn_learned(4);
-    m.fqdn_expired(1);
-    m.fqdn_current(3);
-    m.l7_request(false);
-    m.l7_flows_active(2);
+    m.queue_latency(100).observe(30e-6);
+    let set = Arc::new(AgentSet::default());
+    m.counters()
+        .register(53, "dns", vec![Arc::clone(&set) as _]);
+    for (counter, n) in [
+        (&set.parsed, 1),
+        (&set.failed, 1),
+        (&set.learned, 4),
+        (&set.expired, 1),
+        (&set.addresses, 3),
+        (&set.denied, 1),
+        (&set.flows, 2),
+    ] {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
     m.ruleset_applied(2, 3, 9);
     m.reload(ReloadResult::Rejected);
     m.datapath_apply_failed(&crate::datapath::ApplyError::Write {
