@@ -58,8 +58,9 @@ fn bench(c: &mut Criterion) {
     });
     // What a worker adds per decided connection: the verdict and rule-hit
     // counters, and the latency histogram.
-    let mut metrics =
-        tollgate::telemetry::WorkerMetrics::new(std::sync::Arc::new(Default::default()), 100);
+    let shared = std::sync::Arc::new(tollgate::telemetry::Metrics::new());
+    let latency = shared.queue_latency(100);
+    let mut metrics = tollgate::telemetry::WorkerMetrics::new(shared);
     let decided = step(&queued(&v4), &logged, &NoFqdn, &config, NOW);
     let tollgate::decide::Outcome::Decided { by, .. } = decided.outcome else {
         panic!("a rule decides");
@@ -67,7 +68,7 @@ fn bench(c: &mut Criterion) {
     c.bench_function("metrics/verdict-rule-hit-and-latency", |b| {
         b.iter(|| {
             metrics.decided(Verdict::Drop, black_box(&by));
-            metrics.latency(std::time::Duration::from_micros(20));
+            latency.observe(20e-6);
         })
     });
 }

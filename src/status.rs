@@ -456,11 +456,11 @@ mod tests {
     use std::sync::atomic::Ordering;
 
     use super::*;
-    use crate::workers::QueueStats;
+    use crate::workers::ConnectionCounters;
 
     fn status() -> Arc<AgentStatus> {
         let ruleset = Arc::new(ArcSwap::from_pointee(Ruleset::default()));
-        let stats = Arc::new(QueueStats::default());
+        let stats = Arc::new(ConnectionCounters::default());
         stats.allowed.fetch_add(2, Ordering::Relaxed);
         let counters = Arc::new(Registry::default());
         counters.register(100, "queue", vec![stats]);

@@ -11,7 +11,6 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric, MetricEncoder};
@@ -373,19 +372,17 @@ impl Metrics {
 /// counter and its rule-hit counter.
 type CachedRule = (Weak<RuleRef>, Counter, Option<Counter>);
 
-/// One worker's view of the metrics: its queue's latency histogram and a
-/// cache of the counters each (rule, verdict) increments, so a decided
-/// connection costs two atomic increments and a small hash lookup instead
-/// of building label strings. The cache holds a weak reference to the rule
-/// (its allocation, so its address is not reused while cached, but not the
-/// rule). A rule no ruleset holds any more is gone: such entries are
-/// dropped whenever a new rule is cached, so policy reloads do not pile up
-/// entries; and
-/// the cache is emptied if it reaches [`WorkerMetrics::MAX_CACHED`]
-/// entries all the same.
+/// One connection worker's view of the verdict metrics: a cache of the
+/// counters each (rule, verdict) increments, so a decided connection costs
+/// two atomic increments and a small hash lookup instead of building label
+/// strings. The cache holds a weak reference to the rule (its allocation,
+/// so its address is not reused while cached, but not the rule). A rule no
+/// ruleset holds any more is gone: such entries are dropped whenever a new
+/// rule is cached, so policy reloads do not pile up entries; and the cache
+/// is emptied if it reaches [`WorkerMetrics::MAX_CACHED`] entries all the
+/// same.
 pub struct WorkerMetrics {
     metrics: Arc<Metrics>,
-    latency: Histogram,
     rules: HashMap<(usize, Verdict), CachedRule>,
     unattributed: HashMap<(Verdict, bool), Counter>,
 }
@@ -393,9 +390,8 @@ pub struct WorkerMetrics {
 impl WorkerMetrics {
     pub const MAX_CACHED: usize = 4096;
 
-    pub fn new(metrics: Arc<Metrics>, queue: u16) -> WorkerMetrics {
+    pub fn new(metrics: Arc<Metrics>) -> WorkerMetrics {
         WorkerMetrics {
-            latency: metrics.queue_latency(queue),
             metrics,
             rules: HashMap::new(),
             unattributed: HashMap::new(),
@@ -433,11 +429,6 @@ impl WorkerMetrics {
                     .inc();
             }
         }
-    }
-
-    /// Time from receiving a packet to handing its verdict to the kernel.
-    pub fn latency(&self, took: Duration) {
-        self.latency.observe(took.as_secs_f64());
     }
 }
 

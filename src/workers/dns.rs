@@ -24,7 +24,8 @@ use crate::fqdn::{
 use crate::telemetry::counters::counters;
 use crate::telemetry::Metrics;
 
-use super::connection::{open_queue, QueueError};
+use super::runtime::{self, Handler, Queue, QueueError, QueueSpec, Verdicts};
+use crate::packet::{Action, Queued};
 
 /// Bytes copied per queued reply: a whole packet (the kernel segments
 /// GSO packets for a queue without the GSO flag).
@@ -34,7 +35,6 @@ pub const DNS_COPY_RANGE: u16 = u16::MAX;
 pub const DNS_QUEUE_MAX_LEN: u32 = 4096;
 /// How often the mirror forgets timed-out entries.
 const EXPIRE_EVERY: Duration = Duration::from_secs(1);
-const MAX_CONSECUTIVE_ERRORS: u32 = 1000;
 
 /// The learner and the kernel set names of its selectors.
 struct Learned {
@@ -165,7 +165,6 @@ impl FqdnLookup for MirrorLookup<'_> {
 counters! {
     /// What the DNS reply worker saw and did.
     pub struct DnsStats: one per agent {
-        packets: Counter "dns_packets" = "Packets read from the DNS reply queue",
         parsed: Counter "dns_replies" { result = "parsed" } = "DNS replies inspected, by result (parsed or failed)",
         failed: Counter "dns_replies" { result = "failed" } = "DNS replies inspected, by result (parsed or failed)",
         untrusted: Counter "dns_untrusted" = "Replies from servers outside dnsTrustedServers (released unlearned)",
@@ -178,8 +177,6 @@ counters! {
         expired: Counter "fqdn_addresses_expired" = "FQDN set addresses whose TTL passed",
         addresses: Gauge "fqdn_addresses" = "Addresses currently in FQDN sets",
         ipset_errors: Counter "dns_ipset_errors" = "Batches of FQDN set writes the kernel refused (the mirror still learned)",
-        overflows: Counter "dns_overflows" = "Receive-buffer overflows: replies the kernel let through unlearned",
-        verdict_errors: Counter "dns_verdict_errors" = "Verdicts the kernel did not accept",
     }
 }
 
@@ -222,50 +219,44 @@ pub struct DnsWorker {
 
 impl DnsWorker {
     /// Binds the queue and opens the ipset socket (errors are returned
-    /// here), then starts the thread, which counts into `metrics` too.
+    /// here), then starts the thread.
     pub fn spawn(
         config: DnsWorkerConfig,
         mirror: Arc<FqdnMirror>,
         metrics: Arc<Metrics>,
     ) -> Result<DnsWorker, QueueError> {
         let queue = config.queue;
-        let setup = |step| QueueError::setup(queue, step);
-        let socket = open_queue(queue, DNS_COPY_RANGE, DNS_QUEUE_MAX_LEN, true)?;
+        let socket = Queue::open(QueueSpec {
+            queue,
+            name: "dns",
+            copy_range: DNS_COPY_RANGE,
+            max_len: DNS_QUEUE_MAX_LEN,
+            fail_open: true,
+        })?;
         let ipset = IpsetSocket::open().map_err(|e| QueueError::Setup {
             queue,
             step: "ipset netlink socket",
             source: std::io::Error::other(e.to_string()),
         })?;
         let stats = Arc::new(DnsStats::default());
-        metrics
-            .counters()
-            .register(queue, "dns", vec![Arc::clone(&stats) as _]);
-        let thread_stats = Arc::clone(&stats);
         let snooper = DnsSnooper::new(
             config.trusted_servers,
             DEFAULT_MAX_TCP_FLOWS,
             DEFAULT_MAX_TCP_MESSAGE,
         );
-        std::thread::Builder::new()
-            .name(format!("nfqueue-dns-{queue}"))
-            .spawn(move || {
-                DnsLoop {
-                    queue,
-                    snooper,
-                    ipset,
-                    mirror,
-                    stats: thread_stats,
-                    last_expire: Instant::now(),
-                }
-                .run(socket)
-            })
-            .map_err(setup("spawn"))?;
+        let handler = DnsLoop {
+            snooper,
+            ipset,
+            mirror,
+            stats: Arc::clone(&stats),
+            last_expire: Instant::now(),
+        };
+        runtime::spawn(socket, handler, Arc::clone(&stats) as _, &metrics)?;
         Ok(DnsWorker { queue, stats })
     }
 }
 
 struct DnsLoop {
-    queue: u16,
     snooper: DnsSnooper,
     ipset: IpsetSocket,
     mirror: Arc<FqdnMirror>,
@@ -273,44 +264,23 @@ struct DnsLoop {
     last_expire: Instant,
 }
 
-impl DnsLoop {
-    fn run(mut self, mut socket: nfq::Queue) {
-        let mut consecutive_errors = 0;
-        loop {
-            let mut message = match socket.recv() {
-                Ok(message) => message,
-                Err(error) if error.raw_os_error() == Some(libc::ENOBUFS) => {
-                    let lost = self.stats.overflows.fetch_add(1, Ordering::Relaxed) + 1;
-                    if lost.is_power_of_two() {
-                        tracing::warn!(queue = self.queue, overflows = lost, "queue overflow");
-                    }
-                    continue;
-                }
-                Err(error) => {
-                    consecutive_errors += 1;
-                    if consecutive_errors >= MAX_CONSECUTIVE_ERRORS {
-                        tracing::error!(queue = self.queue, %error, "DNS worker stopped");
-                        return;
-                    }
-                    continue;
-                }
-            };
-            consecutive_errors = 0;
-            let release = self.handle(message.get_payload());
-            message.set_verdict(match release {
-                Release::Accept => nfq::Verdict::Accept,
-                Release::Drop => nfq::Verdict::Drop,
-            });
-            if socket.verdict(message).is_err() {
-                self.stats.verdict_errors.fetch_add(1, Ordering::Relaxed);
-            }
-        }
+impl Handler for DnsLoop {
+    fn packet(&mut self, packet: Queued<'_>, _now: Instant, out: &mut Verdicts) {
+        let release = self.handle(packet.payload);
+        out.give(
+            packet.id,
+            match release {
+                Release::Accept => Action::Accept,
+                Release::Drop => Action::Drop,
+            },
+        );
     }
+}
 
+impl DnsLoop {
     /// Learns from one packet and writes the kernel sets; returns what to
     /// do with the packet.
     fn handle(&mut self, packet: &[u8]) -> Release {
-        self.stats.packets.fetch_add(1, Ordering::Relaxed);
         let snooped = self.snooper.snoop(packet);
         for event in &snooped.events {
             self.stats.count(*event);

@@ -16,14 +16,15 @@ use std::time::Instant;
 
 use arc_swap::ArcSwap;
 
-use crate::audit::Subject;
+use crate::audit::{AuditSink, Subject};
 use crate::config::{FailMode, L7Config, MarkLayout};
 use crate::http::DEFAULT_MAX_HEAD;
 use crate::packet::flow::{LocalSide, Verdict};
+use crate::packet::{Action, PacketId, Queued};
 use crate::telemetry::counters::counters;
-use crate::workers::connection::{open_queue, wall_clock};
 use crate::workers::dns::FqdnMirror;
-use crate::workers::{Observers, QueueError};
+use crate::workers::runtime::{self, wall_clock, Handler, Queue, QueueError, QueueSpec, Verdicts};
+use crate::workers::Observers;
 
 use crate::l7::inspect::{Inspector, L7Action, L7Policy, RequestRecord};
 use crate::l7::response::{deny_packets, Injection};
@@ -38,8 +39,6 @@ const QUEUE_MAX_LEN: u32 = 16_384;
 /// cannot fill the queue. Past it, the connection deferring longest is
 /// forgotten (its held segments dropped; its next bytes reset it).
 const MAX_DEFERRED_TOTAL: usize = 4096;
-/// Consecutive receive errors after which the worker gives up.
-const MAX_CONSECUTIVE_ERRORS: u32 = 1000;
 
 /// How the L7 worker runs.
 #[derive(Clone, Copy, Debug)]
@@ -52,7 +51,6 @@ pub struct L7WorkerConfig {
 counters! {
     /// What the L7 queue's worker saw and did.
     pub struct L7Stats: one per agent {
-        segments: Counter "l7_segments" = "Segments read from the L7 queue",
         requests_allowed: Counter "l7_requests" { result = "allowed" } = "HTTP requests decided by L7 rules, by result (allowed or denied)",
         requests_denied: Counter "l7_requests" { result = "denied" } = "HTTP requests decided by L7 rules, by result (allowed or denied)",
         resets: Counter "l7_resets" = "Connections closed without a 403 (not HTTP, malformed, state lost)",
@@ -61,8 +59,6 @@ counters! {
         deferred_evicted: Counter "l7_deferred_evicted" = "Connections forgotten because too many segments were held overall",
         malformed: Counter "l7_malformed" = "Packets on the L7 queue that were not readable TCP segments (dropped)",
         inject_errors: Counter "l7_inject_errors" = "Packets closing a denied connection that could not be sent",
-        overflows: Counter "l7_overflows" = "Receive-buffer overflows of the L7 queue socket",
-        verdict_errors: Counter "l7_verdict_errors" = "Verdicts the kernel did not accept",
         flows: Gauge "l7_flows_active" = "Connections under L7 inspection",
     }
 }
@@ -153,210 +149,176 @@ impl L7Worker {
         P: L7Policy + Send + Sync + 'static,
     {
         let queue = config.l7.queue;
-        let setup = |step| QueueError::setup(queue, step);
-        let socket = open_queue(
+        let socket = Queue::open(QueueSpec {
             queue,
-            COPY_RANGE,
-            QUEUE_MAX_LEN,
-            config.fail_mode == FailMode::Open,
-        )?;
-        let injector = Injector::open().map_err(setup("raw sockets"))?;
+            name: "L7 queue",
+            copy_range: COPY_RANGE,
+            max_len: QUEUE_MAX_LEN,
+            fail_open: config.fail_mode == FailMode::Open,
+        })?;
+        let injector = Injector::open().map_err(QueueError::setup(queue, "raw sockets"))?;
         let stats = Arc::new(L7Stats::default());
-        observers
-            .metrics
-            .counters()
-            .register(queue, "L7 queue", vec![Arc::clone(&stats) as _]);
-        let thread_stats = Arc::clone(&stats);
-        std::thread::Builder::new()
-            .name(format!("nfqueue-l7-{queue}"))
-            .spawn(move || {
-                let shared = Shared {
-                    policy: &policy,
-                    fqdn: &fqdn,
-                    stats: &thread_stats,
-                    observers: &observers,
-                };
-                run(socket, injector, config, shared)
-            })
-            .map_err(setup("spawn"))?;
+        let max_flows = NonZeroUsize::new(config.l7.max_flows).unwrap_or(NonZeroUsize::MIN);
+        let handler = L7Handler {
+            inspector: Inspector::new(
+                max_flows,
+                config.l7.idle_timeout,
+                DEFAULT_MAX_HEAD,
+                config.l7.deny_response,
+            ),
+            deferred: HashMap::new(),
+            deferred_total: 0,
+            injector,
+            marks: config.marks,
+            policy,
+            fqdn,
+            stats: Arc::clone(&stats),
+            audit: observers.audit,
+        };
+        runtime::spawn(socket, handler, Arc::clone(&stats) as _, &observers.metrics)?;
         Ok(L7Worker { queue, stats })
     }
 }
 
-/// What the worker thread reads and reports to.
-struct Shared<'a, P> {
-    policy: &'a ArcSwap<P>,
-    fqdn: &'a FqdnMirror,
-    stats: &'a L7Stats,
-    observers: &'a Observers,
+/// The handler of the L7 queue.
+struct L7Handler<P> {
+    inspector: Inspector,
+    /// Ids of the segments of incomplete heads, per connection, in arrival
+    /// order, with when the first arrived.
+    deferred: HashMap<FlowKey, (Instant, Vec<PacketId>)>,
+    deferred_total: usize,
+    injector: Injector,
+    marks: MarkLayout,
+    policy: Arc<ArcSwap<P>>,
+    fqdn: Arc<FqdnMirror>,
+    stats: Arc<L7Stats>,
+    audit: Option<AuditSink>,
 }
 
-fn run<P: L7Policy>(
-    mut socket: nfq::Queue,
-    injector: Injector,
-    config: L7WorkerConfig,
-    shared: Shared<'_, P>,
-) {
-    let Shared {
-        policy,
-        fqdn,
-        stats,
-        observers,
-    } = shared;
-    let marks = config.marks;
-    let max_flows = NonZeroUsize::new(config.l7.max_flows).unwrap_or(NonZeroUsize::MIN);
-    let mut inspector = Inspector::new(
-        max_flows,
-        config.l7.idle_timeout,
-        DEFAULT_MAX_HEAD,
-        config.l7.deny_response,
-    );
-    // Segments of incomplete heads, per connection, in arrival order, with
-    // when the first arrived.
-    let mut deferred: HashMap<FlowKey, (Instant, Vec<nfq::Message>)> = HashMap::new();
-    let mut deferred_total = 0usize;
-    let mut consecutive_errors = 0;
-    loop {
-        let mut message = match socket.recv() {
-            Ok(message) => message,
-            Err(error) if error.raw_os_error() == Some(libc::ENOBUFS) => {
-                let lost = stats.overflows.fetch_add(1, Ordering::Relaxed) + 1;
-                if lost.is_power_of_two() {
-                    tracing::warn!(
-                        queue = config.l7.queue,
-                        overflows = lost,
-                        "L7 queue overflow"
-                    );
-                }
-                continue;
-            }
-            Err(error) => {
-                consecutive_errors += 1;
-                if consecutive_errors >= MAX_CONSECUTIVE_ERRORS {
-                    tracing::error!(queue = config.l7.queue, %error, "L7 queue worker stopped");
-                    return;
-                }
-                continue;
-            }
-        };
-        consecutive_errors = 0;
-        stats.segments.fetch_add(1, Ordering::Relaxed);
-        let mark = message.get_nfmark();
-        let packet_length = u32::try_from(message.get_payload().len()).unwrap_or(u32::MAX);
-        // Verdicts to give, in order, beginning with released segments.
-        let mut verdicts: Vec<(nfq::Message, nfq::Verdict)> = Vec::new();
-        match parse_segment(message.get_payload()) {
+impl<P: L7Policy> Handler for L7Handler<P> {
+    fn packet(&mut self, packet: Queued<'_>, now: Instant, out: &mut Verdicts) {
+        let (id, mark, marks) = (packet.id, packet.mark, self.marks);
+        let packet_length = u32::try_from(packet.payload.len()).unwrap_or(u32::MAX);
+        match parse_segment(packet.payload) {
             Err(_) => {
-                stats.malformed.fetch_add(1, Ordering::Relaxed);
-                verdicts.push((message, nfq::Verdict::Drop));
+                self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                out.give(id, Action::Drop);
             }
             Ok(segment) if segment.syn_ack => {
                 let key = segment.key.reversed();
-                let policy = policy.load();
+                let policy = self.policy.load();
                 // The SYN-ACK runs server→client: the Node's side of it is
                 // the opposite side of the client→server flow.
-                let local = LocalSide::of_hook(message.get_hook());
-                let forgotten = inspector.handshake(
+                let forgotten = self.inspector.handshake(
                     key,
                     segment.ack,
-                    local.map(LocalSide::opposite),
-                    (&**policy, &fqdn.lookup()),
-                    Instant::now(),
+                    packet.local.map(LocalSide::opposite),
+                    (&**policy, &self.fqdn.lookup()),
+                    now,
                 );
                 if let Some(old) = forgotten {
-                    drop_all(&mut verdicts, &mut deferred_total, deferred.remove(&old));
+                    self.drop_held(old, out);
                 }
-                message.set_nfmark(marks.apply(mark, marks.l7_active()));
-                verdicts.push((message, nfq::Verdict::Repeat));
+                out.give(
+                    id,
+                    Action::Repeat {
+                        mark: marks.apply(mark, marks.l7_active()),
+                    },
+                );
             }
             Ok(segment) => {
                 let key = segment.key;
-                let reset = segment.rst;
-                let inspection = inspector.inspect(&segment, Instant::now());
+                let inspection = self.inspector.inspect(&segment, now);
                 for record in &inspection.requests {
-                    record_request(stats, observers, &key, record, packet_length);
+                    record_request(&self.stats, &self.audit, &key, record, packet_length);
                 }
                 match inspection.action {
-                    L7Action::Pass => verdicts.push((message, nfq::Verdict::Accept)),
+                    L7Action::Pass => out.give(id, Action::Accept),
                     L7Action::Defer => {
-                        stats.deferred.fetch_add(1, Ordering::Relaxed);
-                        let now = Instant::now();
-                        deferred
+                        self.stats.deferred.fetch_add(1, Ordering::Relaxed);
+                        self.deferred
                             .entry(key)
                             .or_insert_with(|| (now, Vec::new()))
                             .1
-                            .push(message);
-                        deferred_total += 1;
-                        if deferred_total > MAX_DEFERRED_TOTAL {
-                            let oldest = deferred
+                            .push(id);
+                        self.deferred_total += 1;
+                        if self.deferred_total > MAX_DEFERRED_TOTAL {
+                            let oldest = self
+                                .deferred
                                 .iter()
                                 .min_by_key(|(_, (since, _))| *since)
                                 .map(|(k, _)| *k);
                             if let Some(oldest) = oldest {
-                                stats.deferred_evicted.fetch_add(1, Ordering::Relaxed);
-                                inspector.forget(&oldest);
-                                let held = deferred.remove(&oldest);
-                                drop_all(&mut verdicts, &mut deferred_total, held);
+                                self.stats.deferred_evicted.fetch_add(1, Ordering::Relaxed);
+                                self.inspector.forget(&oldest);
+                                self.drop_held(oldest, out);
                             }
                         }
                     }
                     L7Action::Release => {
-                        let held = deferred
+                        let held = self
+                            .deferred
                             .remove(&key)
                             .map(|(_, held)| held)
                             .unwrap_or_default();
-                        deferred_total -= held.len();
-                        verdicts.extend(held.into_iter().map(|m| (m, nfq::Verdict::Accept)));
-                        verdicts.push((message, nfq::Verdict::Accept));
+                        self.deferred_total -= held.len();
+                        for held in held {
+                            out.give(held, Action::Accept);
+                        }
+                        out.give(id, Action::Accept);
                     }
                     L7Action::Hold => {
-                        stats.held.fetch_add(1, Ordering::Relaxed);
-                        verdicts.push((message, nfq::Verdict::Drop));
+                        self.stats.held.fetch_add(1, Ordering::Relaxed);
+                        out.give(id, Action::Drop);
                     }
                     L7Action::Deny(denial) => {
                         if !matches!(denial.reason, crate::l7::DenyReason::Request { .. }) {
-                            stats.resets.fetch_add(1, Ordering::Relaxed);
+                            self.stats.resets.fetch_add(1, Ordering::Relaxed);
                         }
-                        drop_all(&mut verdicts, &mut deferred_total, deferred.remove(&key));
+                        self.drop_held(key, out);
                         for injection in deny_packets(&segment, &denial) {
-                            if injector.send(&injection).is_err() {
-                                stats.inject_errors.fetch_add(1, Ordering::Relaxed);
+                            if self.injector.send(&injection).is_err() {
+                                self.stats.inject_errors.fetch_add(1, Ordering::Relaxed);
                             }
                         }
-                        message.set_nfmark(marks.apply(mark, marks.l7_denied()));
-                        verdicts.push((message, nfq::Verdict::Repeat));
+                        out.give(
+                            id,
+                            Action::Repeat {
+                                mark: marks.apply(mark, marks.l7_denied()),
+                            },
+                        );
                     }
                 }
-                if reset {
+                if segment.rst {
                     // The inspector forgot the connection: nothing held
                     // for it will ever be released.
-                    drop_all(&mut verdicts, &mut deferred_total, deferred.remove(&key));
+                    self.drop_held(key, out);
                 }
-            }
-        }
-        inspector.sweep(Instant::now(), |key| {
-            drop_all(&mut verdicts, &mut deferred_total, deferred.remove(&key));
-        });
-        let flows = inspector.len() as u64;
-        stats.flows.store(flows, Ordering::Relaxed);
-        for (mut message, verdict) in verdicts {
-            message.set_verdict(verdict);
-            if socket.verdict(message).is_err() {
-                stats.verdict_errors.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
+
+    fn tick(&mut self, now: Instant, out: &mut Verdicts) {
+        let mut forgotten = Vec::new();
+        self.inspector.sweep(now, |key| forgotten.push(key));
+        for key in forgotten {
+            self.drop_held(key, out);
+        }
+        self.stats
+            .flows
+            .store(self.inspector.len() as u64, Ordering::Relaxed);
+    }
 }
 
-/// Drops a connection's held segments.
-fn drop_all(
-    verdicts: &mut Vec<(nfq::Message, nfq::Verdict)>,
-    total: &mut usize,
-    held: Option<(Instant, Vec<nfq::Message>)>,
-) {
-    if let Some((_, held)) = held {
-        *total -= held.len();
-        verdicts.extend(held.into_iter().map(|m| (m, nfq::Verdict::Drop)));
+impl<P> L7Handler<P> {
+    /// Drops a connection's held segments.
+    fn drop_held(&mut self, key: FlowKey, out: &mut Verdicts) {
+        if let Some((_, held)) = self.deferred.remove(&key) {
+            self.deferred_total -= held.len();
+            for id in held {
+                out.give(id, Action::Drop);
+            }
+        }
     }
 }
 
@@ -365,7 +327,7 @@ fn drop_all(
 /// as `Reject`: the client is answered).
 fn record_request(
     stats: &L7Stats,
-    observers: &Observers,
+    audit: &Option<AuditSink>,
     key: &FlowKey,
     record: &RequestRecord,
     packet_length: u32,
@@ -376,7 +338,7 @@ fn record_request(
         &stats.requests_denied
     };
     counter.fetch_add(1, Ordering::Relaxed);
-    let (Some(audit), Some((rule, Some(endpoint)))) = (&observers.audit, &record.rule) else {
+    let (Some(audit), Some((rule, Some(endpoint)))) = (audit, &record.rule) else {
         return;
     };
     let verdict = if record.allowed {

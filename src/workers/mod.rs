@@ -8,7 +8,9 @@
 pub mod connection;
 pub mod dns;
 pub mod l7;
+pub mod runtime;
 
-pub use connection::{Observers, QueueError, QueueStats, Worker, WorkerConfig};
+pub use connection::{ConnectionCounters, Observers, Worker, WorkerConfig};
 pub use dns::{DnsStats, DnsWorker, DnsWorkerConfig, FqdnMirror};
 pub use l7::{L7Stats, L7Worker, L7WorkerConfig};
+pub use runtime::{Handler, Queue, QueueCounters, QueueError, QueueSpec, Verdicts};

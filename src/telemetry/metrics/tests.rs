@@ -165,7 +165,7 @@ fn the_other_families() {
 #[test]
 fn worker_cache_counts_into_the_shared_series() {
     let m = Arc::new(Metrics::new());
-    let mut w = WorkerMetrics::new(Arc::clone(&m), 101);
+    let mut w = WorkerMetrics::new(Arc::clone(&m));
     let r = Arc::new(rule("allow-web", Some("application")));
     for _ in 0..3 {
         w.decided(Verdict::Allow, &DecidedBy::Rule(Arc::clone(&r)));
@@ -173,7 +173,7 @@ fn worker_cache_counts_into_the_shared_series() {
     w.decided(Verdict::Drop, &DecidedBy::Rule(Arc::clone(&r)));
     w.decided(Verdict::Drop, &DecidedBy::K8sDefaultDrop);
     w.decided(Verdict::Allow, &DecidedBy::NoRule);
-    w.latency(Duration::from_micros(10));
+    m.queue_latency(101).observe(10e-6);
     // The same series as the uncached path.
     m.verdict(Verdict::Allow, Some(&r), false);
     let text = m.render();
@@ -192,9 +192,9 @@ fn worker_cache_counts_into_the_shared_series() {
 #[test]
 fn worker_cache_lets_go_of_rules_no_ruleset_holds() {
     let m = Arc::new(Metrics::new());
-    let mut w = WorkerMetrics::new(Arc::clone(&m), 1);
+    let mut w = WorkerMetrics::new(Arc::clone(&m));
     // A second worker caches the same rules: it must not keep them alive.
-    let mut other = WorkerMetrics::new(Arc::clone(&m), 2);
+    let mut other = WorkerMetrics::new(Arc::clone(&m));
     // Rulesets after one another (a reload each): the previous one's rules
     // are dropped by the agent, the cache keeps only the ruleset in force.
     let mut previous: Vec<Arc<RuleRef>> = Vec::new();
@@ -224,7 +224,7 @@ fn worker_cache_lets_go_of_rules_no_ruleset_holds() {
 #[test]
 fn worker_cache_is_bounded() {
     let m = Arc::new(Metrics::new());
-    let mut w = WorkerMetrics::new(Arc::clone(&m), 1);
+    let mut w = WorkerMetrics::new(Arc::clone(&m));
     let rules: Vec<Arc<RuleRef>> = (0..WorkerMetrics::MAX_CACHED + 5)
         .map(|i| Arc::new(rule(&format!("r{}", i % 7), None)))
         .collect();
