@@ -10,6 +10,8 @@ use std::fmt;
 
 mod learner;
 mod snoop;
+mod step;
+mod table;
 
 pub use snoop::{
     DnsSnooper, Release, SnoopEvent, Snooped, DEFAULT_MAX_TCP_FLOWS, DEFAULT_MAX_TCP_MESSAGE,
@@ -19,6 +21,8 @@ pub use learner::{
     FqdnLearner, IpsetChange, LearnedAt, LearnerConfig, LearnerCounters, RestoredEntry,
     MAX_IPSET_TIMEOUT_SECS,
 };
+pub use step::{DnsStep, SetWrite};
+pub use table::{Expired, FqdnTable, TableLookup};
 
 /// A parsed `fqdn:` peer value, stored lower-case without a trailing dot.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -21,7 +21,8 @@ use tollgate::datapath::{desired, Kernel};
 use tollgate::packet::flow::{Flow, Transport, Verdict};
 use tollgate::telemetry::Metrics;
 use tollgate::decide::{Policy, Ruling};
-use tollgate::workers::{FqdnMirror, Observers, Worker, WorkerConfig};
+use tollgate::fqdn::FqdnTable as FqdnMirror;
+use tollgate::workers::{Observers, Worker, WorkerConfig};
 
 /// A background process, killed on drop.
 struct Background(Child);

@@ -30,9 +30,9 @@ use crate::fqdn::{FqdnPattern, LearnerConfig};
 use crate::workers::{L7Worker, L7WorkerConfig};
 use crate::telemetry::{Metrics, ReloadResult};
 use crate::source::watch::{PolicyWatch, Refresh, WatchError};
-use crate::workers::{
-    DnsWorker, DnsWorkerConfig, FqdnMirror, Observers, Worker, WorkerConfig,
-};
+use crate::fqdn::FqdnTable;
+use crate::workers::dns::restored_entries;
+use crate::workers::{DnsWorker, DnsWorkerConfig, Observers, Worker, WorkerConfig};
 use crate::status::{AgentFacts, AgentStatus};
 use crate::validate::Problem;
 
@@ -279,10 +279,10 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
         .into_iter()
         .map(|(name, set)| (name, set.entries))
         .collect();
-    let (mirror, restored) = FqdnMirror::restore(
+    let (mirror, restored) = FqdnTable::restore(
         ruleset.fqdn_patterns().to_vec(),
         learner_config(&config),
-        &learned,
+        &restored_entries(ruleset.fqdn_patterns(), &learned),
     );
     let mirror = Arc::new(mirror);
     tracing::info!(
@@ -526,7 +526,7 @@ struct Agent {
     /// A valid ruleset waiting for the kernel to queue what it needs; a
     /// newer one replaces it.
     pending: Option<Arc<Ruleset>>,
-    mirror: Arc<FqdnMirror>,
+    mirror: Arc<FqdnTable>,
     /// The DNS reply worker, started with the first ruleset that has FQDN
     /// selectors (its queue is not bound before).
     dns: Option<DnsWorker>,

@@ -11,11 +11,11 @@ use std::time::Instant;
 
 use arc_swap::ArcSwap;
 
-use super::dns::FqdnMirror;
 use super::runtime::{self, wall_clock, Handler, Queue, QueueError, QueueSpec, Verdicts};
 use crate::audit::AuditSink;
 use crate::config::{FailMode, MarkLayout};
 use crate::decide::{step, Outcome, Policy, StepConfig};
+use crate::fqdn::FqdnTable;
 use crate::packet::flow::Verdict;
 use crate::packet::{Action, Queued};
 use crate::telemetry::counters::counters;
@@ -91,7 +91,7 @@ impl Worker {
     pub fn spawn<P>(
         config: WorkerConfig,
         policy: Arc<ArcSwap<P>>,
-        fqdn: Arc<FqdnMirror>,
+        fqdn: Arc<FqdnTable>,
         observers: Observers,
     ) -> Result<Worker, QueueError>
     where
@@ -127,7 +127,7 @@ impl Worker {
 /// The handler of one connection queue.
 struct Connections<P> {
     policy: Arc<ArcSwap<P>>,
-    fqdn: Arc<FqdnMirror>,
+    fqdn: Arc<FqdnTable>,
     config: StepConfig,
     stats: Arc<ConnectionCounters>,
     metrics: WorkerMetrics,

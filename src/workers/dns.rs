@@ -1,31 +1,28 @@
-//! The DNS reply queue: one OS thread reads every queued DNS reply, learns
-//! the addresses its answers give for FQDN selectors into the shared
-//! [`FqdnMirror`], writes them to the kernel's FQDN ipsets over netlink,
-//! and only then releases the reply. Malformed, untrusted or unlearnable
-//! replies are released unchanged and counted; the worker never drops a
-//! reply except a TCP segment after a gap (the server retransmits it). It
-//! never logs per packet, and the mirror's lock is never held across a
-//! system call.
+//! The DNS reply queue's handler: every queued reply is snooped, learned
+//! from by the pure [`FqdnTable::on_reply`] step, the set writes it returns
+//! are applied over netlink, and only then is the reply released. The
+//! table forgets timed-out entries on [`Handler::tick`]. Malformed,
+//! untrusted or unlearnable replies are released unchanged and counted; a
+//! reply is never dropped except a TCP segment after a gap (the server
+//! retransmits it). It never logs per packet.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::classify::FqdnLookup;
+use super::runtime::{self, Handler, Queue, QueueError, QueueSpec, Verdicts};
 use crate::datapath::ipset_netlink::{EntryOp, IpsetSocket};
 use crate::datapath::plan::fqdn_set;
 use crate::datapath::Family;
-use crate::dns;
 use crate::fqdn::{
-    DnsSnooper, FqdnLearner, FqdnPattern, IpsetChange, LearnerConfig, LearnerCounters, Release,
-    RestoredEntry, SnoopEvent, DEFAULT_MAX_TCP_FLOWS, DEFAULT_MAX_TCP_MESSAGE,
+    DnsSnooper, DnsStep, FqdnPattern, FqdnTable, Release, RestoredEntry, SetWrite, SnoopEvent,
+    DEFAULT_MAX_TCP_FLOWS, DEFAULT_MAX_TCP_MESSAGE,
 };
+use crate::packet::{Action, Queued};
 use crate::telemetry::counters::counters;
 use crate::telemetry::Metrics;
-
-use super::runtime::{self, Handler, Queue, QueueError, QueueSpec, Verdicts};
-use crate::packet::{Action, Queued};
 
 /// Bytes copied per queued reply: a whole packet (the kernel segments
 /// GSO packets for a queue without the GSO flag).
@@ -33,138 +30,15 @@ pub const DNS_COPY_RANGE: u16 = u16::MAX;
 /// Replies the kernel holds before it lets new ones through unlearned
 /// (the DNS queue is always fail-open: skipping learning only denies).
 pub const DNS_QUEUE_MAX_LEN: u32 = 4096;
-/// How often the mirror forgets timed-out entries.
+/// How often the table forgets timed-out entries.
 const EXPIRE_EVERY: Duration = Duration::from_secs(1);
-
-/// The learner and the kernel set names of its selectors.
-struct Learned {
-    learner: FqdnLearner,
-    /// `[v4, v6]` set names, by selector index.
-    sets: Vec<[String; 2]>,
-}
-
-impl Learned {
-    fn new(learner: FqdnLearner) -> Learned {
-        let sets = learner
-            .selectors()
-            .iter()
-            .map(|p| [fqdn_set(p, Family::V4), fqdn_set(p, Family::V6)])
-            .collect();
-        Learned { learner, sets }
-    }
-
-    fn set(&self, selector: usize, address: &IpAddr) -> Option<&str> {
-        let names = self.sets.get(selector)?;
-        Some(match address {
-            IpAddr::V4(_) => &names[0],
-            IpAddr::V6(_) => &names[1],
-        })
-    }
-}
-
-/// The in-memory mirror of the FQDN sets, shared by every worker: the DNS
-/// worker writes it, connection workers read it (through [`lookup`]) when
-/// a rule with an `fqdn` peer is evaluated. A `RwLock`: readers take it
-/// only for FQDN peers and hold it for one hash lookup; the writer parses
-/// outside it and holds it only to learn the resolved addresses of one
-/// reply (about a microsecond).
-///
-/// [`lookup`]: FqdnMirror::lookup
-pub struct FqdnMirror {
-    learned: RwLock<Learned>,
-    /// Origin of the monotonic milliseconds the learner works in.
-    origin: Instant,
-}
-
-impl FqdnMirror {
-    /// A mirror for `selectors`, restored from what the kernel sets hold
-    /// (entries of unknown sets are ignored). Returns it and how many
-    /// entries were restored.
-    pub fn restore(
-        selectors: Vec<FqdnPattern>,
-        config: LearnerConfig,
-        kernel_sets: &[(String, Vec<(IpAddr, u32)>)],
-    ) -> (FqdnMirror, usize) {
-        let mut learned = Learned::new(FqdnLearner::new(selectors, config));
-        let entries: Vec<RestoredEntry> = learned
-            .sets
-            .iter()
-            .enumerate()
-            .flat_map(|(selector, names)| {
-                kernel_sets
-                    .iter()
-                    .filter(move |(name, _)| names.contains(name))
-                    .flat_map(move |(_, entries)| {
-                        entries
-                            .iter()
-                            .map(move |&(address, remaining_secs)| RestoredEntry {
-                                selector,
-                                address,
-                                remaining_secs,
-                            })
-                    })
-            })
-            .collect();
-        // The mirror's clock starts now, at 0 ms.
-        let restored = learned.learner.restore(&entries, 0);
-        let mirror = FqdnMirror {
-            learned: RwLock::new(learned),
-            origin: Instant::now(),
-        };
-        (mirror, restored)
-    }
-
-    /// Milliseconds since the mirror was made, on the monotonic clock.
-    pub fn now_ms(&self) -> u64 {
-        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
-    }
-
-    /// Switches to a new selector list, keeping what kept selectors have
-    /// learned. Nothing changes when the list is the same.
-    pub fn reselect(&self, selectors: &[FqdnPattern]) {
-        let now = self.now_ms();
-        let mut learned = self.write();
-        if learned.learner.selectors() == selectors {
-            return;
-        }
-        let next = learned.learner.reselect(selectors.to_vec(), now);
-        *learned = Learned::new(next);
-    }
-
-    /// The learner's counters.
-    pub fn counters(&self) -> LearnerCounters {
-        self.read().learner.counters()
-    }
-
-    /// A lookup for the classifier, reading the mirror at call time.
-    pub fn lookup(&self) -> MirrorLookup<'_> {
-        MirrorLookup(self)
-    }
-
-    fn read(&self) -> RwLockReadGuard<'_, Learned> {
-        // A worker that panicked while writing leaves consistent data
-        // behind (each learning step completes or is not visible).
-        self.learned.read().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Learned> {
-        self.learned.write().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// [`FqdnLookup`] over the shared mirror at the current time.
-pub struct MirrorLookup<'a>(&'a FqdnMirror);
-
-impl FqdnLookup for MirrorLookup<'_> {
-    fn resolves_to(&self, pattern: &FqdnPattern, ip: IpAddr) -> bool {
-        let now = self.0.now_ms();
-        self.0.read().learner.resolves_to(pattern, ip, now)
-    }
-}
+/// Selectors whose set names are kept at most (the names are a SHA-1 of
+/// the pattern): reselections seldom change more than a few.
+const MAX_CACHED_NAMES: usize = 4096;
 
 counters! {
     /// What the DNS reply worker saw and did.
-    pub struct DnsStats: one per agent {
+    pub struct DnsCounters: one per agent {
         parsed: Counter "dns_replies" { result = "parsed" } = "DNS replies inspected, by result (parsed or failed)",
         failed: Counter "dns_replies" { result = "failed" } = "DNS replies inspected, by result (parsed or failed)",
         untrusted: Counter "dns_untrusted" = "Replies from servers outside dnsTrustedServers (released unlearned)",
@@ -176,12 +50,12 @@ counters! {
         evicted: Counter "fqdn_addresses_evicted" = "FQDN set entries removed to stay within the address bounds",
         expired: Counter "fqdn_addresses_expired" = "FQDN set addresses whose TTL passed",
         addresses: Gauge "fqdn_addresses" = "Addresses currently in FQDN sets",
-        ipset_errors: Counter "dns_ipset_errors" = "Batches of FQDN set writes the kernel refused (the mirror still learned)",
+        ipset_errors: Counter "dns_ipset_errors" = "Batches of FQDN set writes the kernel refused (the table still learned)",
     }
 }
 
-impl DnsStats {
-    fn count(&self, event: SnoopEvent) {
+impl DnsCounters {
+    fn snooped(&self, event: SnoopEvent) {
         let counter = match event {
             SnoopEvent::Malformed => &self.failed,
             SnoopEvent::Untrusted => &self.untrusted,
@@ -192,14 +66,18 @@ impl DnsStats {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn add_learner_delta(&self, before: LearnerCounters, after: LearnerCounters) {
-        let add = |counter: &AtomicU64, b: u64, a: u64| {
-            counter.fetch_add(a.saturating_sub(b), Ordering::Relaxed);
+    fn stepped(&self, step: &DnsStep) {
+        let add = |counter: &std::sync::atomic::AtomicU64, n| {
+            counter.fetch_add(n, Ordering::Relaxed);
         };
-        add(&self.learned, before.learned, after.learned);
-        add(&self.refreshed, before.refreshed, after.refreshed);
-        add(&self.evicted, before.evicted, after.evicted);
-        add(&self.expired, before.expired, after.expired);
+        add(&self.parsed, step.parsed);
+        add(&self.failed, step.failed);
+        add(&self.learned, step.learned);
+        add(&self.refreshed, step.refreshed);
+        add(&self.evicted, step.evicted);
+        if let Some(addresses) = step.addresses {
+            self.addresses.store(addresses, Ordering::Relaxed);
+        }
     }
 }
 
@@ -214,7 +92,7 @@ pub struct DnsWorkerConfig {
 /// The running DNS worker thread (detached, like the connection workers).
 pub struct DnsWorker {
     pub queue: u16,
-    pub stats: Arc<DnsStats>,
+    pub stats: Arc<DnsCounters>,
 }
 
 impl DnsWorker {
@@ -222,7 +100,7 @@ impl DnsWorker {
     /// here), then starts the thread.
     pub fn spawn(
         config: DnsWorkerConfig,
-        mirror: Arc<FqdnMirror>,
+        table: Arc<FqdnTable>,
         metrics: Arc<Metrics>,
     ) -> Result<DnsWorker, QueueError> {
         let queue = config.queue;
@@ -238,16 +116,16 @@ impl DnsWorker {
             step: "ipset netlink socket",
             source: std::io::Error::other(e.to_string()),
         })?;
-        let stats = Arc::new(DnsStats::default());
-        let snooper = DnsSnooper::new(
-            config.trusted_servers,
-            DEFAULT_MAX_TCP_FLOWS,
-            DEFAULT_MAX_TCP_MESSAGE,
-        );
-        let handler = DnsLoop {
-            snooper,
+        let stats = Arc::new(DnsCounters::default());
+        let handler = Replies {
+            snooper: DnsSnooper::new(
+                config.trusted_servers,
+                DEFAULT_MAX_TCP_FLOWS,
+                DEFAULT_MAX_TCP_MESSAGE,
+            ),
+            table,
             ipset,
-            mirror,
+            names: HashMap::new(),
             stats: Arc::clone(&stats),
             last_expire: Instant::now(),
         };
@@ -256,103 +134,139 @@ impl DnsWorker {
     }
 }
 
-struct DnsLoop {
+/// The entries of the kernel's FQDN sets (by set name, as the datapath
+/// reads them) that belong to `selectors`, by selector index: what
+/// [`FqdnTable::restore`] takes. Entries of unknown sets are left out.
+pub fn restored_entries(
+    selectors: &[FqdnPattern],
+    kernel_sets: &[(String, Vec<(IpAddr, u32)>)],
+) -> Vec<RestoredEntry> {
+    let mut entries = Vec::new();
+    for (selector, pattern) in selectors.iter().enumerate() {
+        let names = [fqdn_set(pattern, Family::V4), fqdn_set(pattern, Family::V6)];
+        for (_, set) in kernel_sets.iter().filter(|(name, _)| names.contains(name)) {
+            entries.extend(set.iter().map(|&(address, remaining_secs)| RestoredEntry {
+                selector,
+                address,
+                remaining_secs,
+            }));
+        }
+    }
+    entries
+}
+
+/// The handler of the DNS reply queue.
+struct Replies {
     snooper: DnsSnooper,
+    table: Arc<FqdnTable>,
     ipset: IpsetSocket,
-    mirror: Arc<FqdnMirror>,
-    stats: Arc<DnsStats>,
+    /// `[v4, v6]` set names of the patterns seen.
+    names: HashMap<FqdnPattern, [String; 2]>,
+    stats: Arc<DnsCounters>,
     last_expire: Instant,
 }
 
-impl Handler for DnsLoop {
-    fn packet(&mut self, packet: Queued<'_>, _now: Instant, out: &mut Verdicts) {
-        let release = self.handle(packet.payload);
-        out.give(
-            packet.id,
-            match release {
-                Release::Accept => Action::Accept,
-                Release::Drop => Action::Drop,
-            },
-        );
+impl Handler for Replies {
+    fn packet(&mut self, packet: Queued<'_>, now: Instant, out: &mut Verdicts) {
+        let snooped = self.snooper.snoop(packet.payload);
+        for event in &snooped.events {
+            self.stats.snooped(*event);
+        }
+        let step = self.table.on_reply(&snooped, self.table.millis(now));
+        self.stats.stepped(&step);
+        if !step.writes.is_empty() && self.write(&step.writes).is_err() {
+            self.stats.ipset_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        let action = match step.release {
+            Release::Accept => Action::Accept,
+            Release::Drop => Action::Drop,
+        };
+        out.give(packet.id, action);
+    }
+
+    fn tick(&mut self, now: Instant, _out: &mut Verdicts) {
+        if now.saturating_duration_since(self.last_expire) < EXPIRE_EVERY {
+            return;
+        }
+        self.last_expire = now;
+        let expired = self.table.expire(self.table.millis(now));
+        self.stats
+            .expired
+            .fetch_add(expired.expired, Ordering::Relaxed);
+        self.stats
+            .addresses
+            .store(expired.addresses, Ordering::Relaxed);
     }
 }
 
-impl DnsLoop {
-    /// Learns from one packet and writes the kernel sets; returns what to
-    /// do with the packet.
-    fn handle(&mut self, packet: &[u8]) -> Release {
-        let snooped = self.snooper.snoop(packet);
-        for event in &snooped.events {
-            self.stats.count(*event);
+impl Replies {
+    /// Applies `writes` to the kernel sets in one netlink batch.
+    fn write(
+        &mut self,
+        writes: &[SetWrite],
+    ) -> Result<(), crate::datapath::ipset_netlink::NetlinkError> {
+        if self.names.len() > MAX_CACHED_NAMES {
+            self.names.clear();
         }
-        if snooped.messages.is_empty() {
-            return snooped.release;
-        }
-        let mut resolutions = Vec::new();
-        for message in &snooped.messages {
-            match dns::parse_reply(message) {
-                Ok(reply) => {
-                    self.stats.parsed.fetch_add(1, Ordering::Relaxed);
-                    resolutions.extend(reply.resolved());
-                }
-                Err(_) => {
-                    self.stats.failed.fetch_add(1, Ordering::Relaxed);
-                }
+        for write in writes {
+            let (SetWrite::Add { pattern, .. } | SetWrite::Remove { pattern, .. }) = write;
+            if !self.names.contains_key(pattern) {
+                let names = [fqdn_set(pattern, Family::V4), fqdn_set(pattern, Family::V6)];
+                self.names.insert(pattern.clone(), names);
             }
         }
-        if resolutions.is_empty() {
-            return snooped.release;
-        }
-        let expire = self.last_expire.elapsed() >= EXPIRE_EVERY;
-        if expire {
-            self.last_expire = Instant::now();
-        }
-        // (set, address, timeout or None for a removal), owned so the lock
-        // is released before the system call.
-        let mut writes: Vec<(String, IpAddr, Option<u32>)> = Vec::new();
-        {
-            let now = self.mirror.now_ms();
-            let mut learned = self.mirror.write();
-            let before = learned.learner.counters();
-            if expire {
-                learned.learner.expire(now);
+        let set = |pattern: &FqdnPattern, address: &IpAddr| {
+            let names = &self.names[pattern];
+            match address {
+                IpAddr::V4(_) => names[0].as_str(),
+                IpAddr::V6(_) => names[1].as_str(),
             }
-            for change in learned.learner.learn(&resolutions, now) {
-                let (selector, address, timeout) = match change {
-                    IpsetChange::Add {
-                        selector,
-                        address,
-                        timeout_secs,
-                    } => (selector, address, Some(timeout_secs)),
-                    IpsetChange::Remove { selector, address } => (selector, address, None),
-                };
-                if let Some(set) = learned.set(selector, &address) {
-                    writes.push((set.to_string(), address, timeout));
-                }
-            }
-            let after = learned.learner.counters();
-            self.stats.add_learner_delta(before, after);
-            self.stats
-                .addresses
-                .store(learned.learner.installed() as u64, Ordering::Relaxed);
-        }
+        };
         let ops: Vec<EntryOp<'_>> = writes
             .iter()
-            .map(|(set, address, timeout)| match timeout {
-                Some(timeout_secs) => EntryOp::Add {
-                    set,
+            .map(|write| match write {
+                SetWrite::Add {
+                    pattern,
+                    address,
+                    timeout_secs,
+                } => EntryOp::Add {
+                    set: set(pattern, address),
                     address: *address,
                     timeout_secs: *timeout_secs,
                 },
-                None => EntryOp::Del {
-                    set,
+                SetWrite::Remove { pattern, address } => EntryOp::Del {
+                    set: set(pattern, address),
                     address: *address,
                 },
             })
             .collect();
-        if self.ipset.apply(&ops).is_err() {
-            self.stats.ipset_errors.fetch_add(1, Ordering::Relaxed);
-        }
-        snooped.release
+        self.ipset.apply(&ops)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restored_entries_take_the_kernel_sets_of_known_selectors() {
+        let kept = FqdnPattern::new("*.kept.test");
+        let quiet = FqdnPattern::new("quiet.test");
+        let v4: IpAddr = "10.0.0.2".parse().unwrap();
+        let v6: IpAddr = "fd00::2".parse().unwrap();
+        let sets = [
+            (fqdn_set(&kept, Family::V6), vec![(v6, 30)]),
+            ("tollgate-fqdn-stale-v4".to_string(), vec![(v4, 9)]),
+            (fqdn_set(&kept, Family::V4), vec![(v4, 5)]),
+        ];
+        let entry = |address, remaining_secs| RestoredEntry {
+            selector: 1,
+            address,
+            remaining_secs,
+        };
+        assert_eq!(
+            restored_entries(&[quiet, kept], &sets),
+            [entry(v6, 30), entry(v4, 5)]
+        );
     }
 }

@@ -18,11 +18,11 @@ use arc_swap::ArcSwap;
 
 use crate::audit::{AuditSink, Subject};
 use crate::config::{FailMode, L7Config, MarkLayout};
+use crate::fqdn::FqdnTable;
 use crate::http::DEFAULT_MAX_HEAD;
 use crate::packet::flow::{LocalSide, Verdict};
 use crate::packet::{Action, PacketId, Queued};
 use crate::telemetry::counters::counters;
-use crate::workers::dns::FqdnMirror;
 use crate::workers::runtime::{self, wall_clock, Handler, Queue, QueueError, QueueSpec, Verdicts};
 use crate::workers::Observers;
 
@@ -142,7 +142,7 @@ impl L7Worker {
     pub fn spawn<P>(
         config: L7WorkerConfig,
         policy: Arc<ArcSwap<P>>,
-        fqdn: Arc<FqdnMirror>,
+        fqdn: Arc<FqdnTable>,
         observers: Observers,
     ) -> Result<L7Worker, QueueError>
     where
@@ -190,7 +190,7 @@ struct L7Handler<P> {
     injector: Injector,
     marks: MarkLayout,
     policy: Arc<ArcSwap<P>>,
-    fqdn: Arc<FqdnMirror>,
+    fqdn: Arc<FqdnTable>,
     stats: Arc<L7Stats>,
     audit: Option<AuditSink>,
 }

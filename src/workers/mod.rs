@@ -11,6 +11,6 @@ pub mod l7;
 pub mod runtime;
 
 pub use connection::{ConnectionCounters, Observers, Worker, WorkerConfig};
-pub use dns::{DnsStats, DnsWorker, DnsWorkerConfig, FqdnMirror};
+pub use dns::{DnsCounters, DnsWorker, DnsWorkerConfig};
 pub use l7::{L7Stats, L7Worker, L7WorkerConfig};
 pub use runtime::{Handler, Queue, QueueCounters, QueueError, QueueSpec, Verdicts};
