@@ -54,9 +54,9 @@ use lru::LruCache;
 use crate::classify::FqdnLookup;
 use crate::compile::{Endpoint, RuleRef, Ruleset};
 use crate::config::L7DenyResponse;
-use crate::packet::flow::{Flow, LocalSide, Verdict};
 use crate::http::{HttpEvent, HttpRule, Malformed, RequestHead, RequestTracker};
 use crate::model::TlsProtocol;
+use crate::packet::flow::{Flow, LocalSide, Verdict};
 use crate::tls::{client_hello_sni, TlsError, MAX_CLIENT_HELLO};
 
 use crate::packet::segment::{FlowKey, Segment};

@@ -5,10 +5,10 @@ use std::time::{Duration, Instant};
 use etherparse::{PacketBuilder, SlicedPacket, TransportSlice};
 
 use super::*;
-use crate::packet::segment::{parse_segment, tcp_payload_len, FlowKey, Segment, SegmentError};
 use crate::classify::NoFqdn;
 use crate::compile::{LocalNode, Ruleset};
 use crate::config::L7DenyResponse;
+use crate::packet::segment::{parse_segment, tcp_payload_len, FlowKey, Segment, SegmentError};
 
 const POLICY: &str = "apiVersion: crd.antrea.io/v1beta1
 kind: ClusterNetworkPolicy

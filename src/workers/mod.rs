@@ -12,5 +12,5 @@ pub mod runtime;
 
 pub use connection::{ConnectionCounters, Observers, Worker, WorkerConfig};
 pub use dns::{DnsCounters, DnsWorker, DnsWorkerConfig};
-pub use l7::{L7Stats, L7Worker, L7WorkerConfig};
+pub use l7::{L7Counters, L7Worker, L7WorkerConfig};
 pub use runtime::{Handler, Queue, QueueCounters, QueueError, QueueSpec, Verdicts};
