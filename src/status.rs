@@ -307,15 +307,7 @@ pub fn serve(path: &Path, status: Arc<AgentStatus>) -> Result<StatusServer, Stat
         }
         std::fs::remove_file(path).map_err(io)?;
     }
-    // Created 0600 from the start: no window in which others could connect.
-    // SAFETY: umask only changes this process's file-creation mask; it is
-    // restored right after bind.
-    let old = unsafe { libc::umask(0o177) };
-    let bound = UnixListener::bind(path);
-    // SAFETY: as above.
-    unsafe { libc::umask(old) };
-    let listener = bound.map_err(io)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
+    let listener = bind_private(path).map_err(io)?;
     let server = StatusServer {
         path: path.to_path_buf(),
     };
@@ -330,6 +322,45 @@ pub fn serve(path: &Path, status: Arc<AgentStatus>) -> Result<StatusServer, Stat
         })
         .map_err(io)?;
     Ok(server)
+}
+
+/// Binds `path` with mode 0600 from the first moment anyone else could
+/// reach it, without touching the process-wide umask: the socket is bound
+/// in a fresh 0700 directory beside `path`, given mode 0600 there, then
+/// renamed into place.
+fn bind_private(path: &Path) -> std::io::Result<UnixListener> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"))?;
+    let staging = dir.join(format!(
+        ".{}.{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let staged = staging.join("s");
+    let create = || std::fs::DirBuilder::new().mode(0o700).create(&staging);
+    if let Err(error) = create() {
+        if error.kind() != std::io::ErrorKind::AlreadyExists {
+            return Err(error);
+        }
+        // Left by an agent with our process id that died while binding
+        // (in a container, every agent is process 1).
+        let _ = std::fs::remove_file(&staged);
+        std::fs::remove_dir(&staging)?;
+        create()?;
+    }
+    let bound = UnixListener::bind(&staged).and_then(|listener| {
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o600))?;
+        std::fs::rename(&staged, path)?;
+        Ok(listener)
+    });
+    let _ = std::fs::remove_file(&staged);
+    let _ = std::fs::remove_dir(&staging);
+    bound
 }
 
 fn answer(stream: UnixStream, status: &AgentStatus) -> std::io::Result<()> {
@@ -550,6 +581,22 @@ mod tests {
         let stale = UnixListener::bind(&path).unwrap();
         drop(stale);
         let _server = serve(&path, status()).unwrap();
+        assert!(request(&path, &Request::Status).is_ok());
+    }
+
+    #[test]
+    fn binding_leaves_nothing_behind_even_after_a_crashed_bind() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.sock");
+        let leftover = dir.path().join(format!(".t.sock.{}", std::process::id()));
+        std::fs::create_dir(&leftover).unwrap();
+        std::fs::write(leftover.join("s"), b"").unwrap();
+        let _server = serve(&path, status()).unwrap();
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["t.sock"]);
         assert!(request(&path, &Request::Status).is_ok());
     }
 }
