@@ -27,11 +27,11 @@ use crate::config::{
 };
 use crate::datapath::{self, transition, ApplyError, Backoff, DatapathError, Kernel, Retry};
 use crate::fqdn::{FqdnPattern, LearnerConfig};
-use crate::workers::{L7Worker, L7WorkerConfig};
+use crate::workers::L7WorkerConfig;
 use crate::telemetry::{Metrics, ReloadResult};
 use crate::source::watch::{PolicyWatch, Refresh, WatchError};
 use crate::fqdn::FqdnTable;
-use crate::workers::dns::restored_entries;
+use crate::workers::fqdn_sets::restored_entries;
 use crate::workers::{DnsWorker, DnsWorkerConfig, Observers, Worker, WorkerConfig};
 use crate::status::{AgentFacts, AgentStatus};
 use crate::validate::Problem;
@@ -305,7 +305,7 @@ fn run_agent(args: RunArgs) -> Result<(), AgentError> {
             observers.clone(),
         )?;
     }
-    L7Worker::spawn(
+    crate::workers::l7::spawn(
         L7WorkerConfig {
             marks: config.marks,
             fail_mode: config.fail_mode,

@@ -6,7 +6,7 @@
 
 use std::net::IpAddr;
 
-use super::{FqdnPattern, FqdnTable, IpsetChange, LearnerCounters, Release, Snooped};
+use super::{FqdnPattern, FqdnTable, IpsetChange, LearnerCounters, Release, SnoopEvent, Snooped};
 use crate::dns;
 
 /// One write to the kernel set of `pattern` for the address family of
@@ -34,8 +34,14 @@ pub struct DnsStep {
     pub release: Release,
     /// DNS messages parsed and learned from.
     pub parsed: u64,
-    /// DNS messages that could not be read (released unchanged).
+    /// Packets or DNS messages that could not be read (released unchanged).
     pub failed: u64,
+    /// Why the packet was not learned from, when it was not (see
+    /// [`SnoopEvent`]).
+    pub untrusted: u64,
+    pub tcp_untracked: u64,
+    pub tcp_gaps: u64,
+    pub oversized: u64,
     /// Set entries created, refreshed and evicted by this reply.
     pub learned: u64,
     pub refreshed: u64,
@@ -45,7 +51,8 @@ pub struct DnsStep {
 }
 
 impl FqdnTable {
-    /// Learns the answers of the messages a snooped packet completed, at
+    /// Counts what the snooper saw in a packet and learns the answers of
+    /// the messages it completed, at
     /// `now_ms` on the table's clock. The messages are parsed before the
     /// lock is taken; the writes name their selectors' patterns, so a
     /// reselect meanwhile cannot misdirect them.
@@ -55,11 +62,24 @@ impl FqdnTable {
             release: snooped.release,
             parsed: 0,
             failed: 0,
+            untrusted: 0,
+            tcp_untracked: 0,
+            tcp_gaps: 0,
+            oversized: 0,
             learned: 0,
             refreshed: 0,
             evicted: 0,
             addresses: None,
         };
+        for event in &snooped.events {
+            *match event {
+                SnoopEvent::Malformed => &mut step.failed,
+                SnoopEvent::Untrusted => &mut step.untrusted,
+                SnoopEvent::TcpUntracked => &mut step.tcp_untracked,
+                SnoopEvent::TcpGap => &mut step.tcp_gaps,
+                SnoopEvent::Oversized => &mut step.oversized,
+            } += 1;
+        }
         let mut resolutions = Vec::new();
         for message in &snooped.messages {
             match dns::parse_reply(message) {

@@ -34,7 +34,7 @@ pub struct Expired {
 impl FqdnTable {
     /// A table for `selectors`, restored from what the kernel sets hold
     /// (`entries` by selector index; see
-    /// [`crate::workers::dns::restored_entries`]). Returns it and how many
+    /// [`crate::workers::fqdn_sets::restored_entries`]). Returns it and how many
     /// entries were restored. Its clock starts now, at 0 ms.
     pub fn restore(
         selectors: Vec<FqdnPattern>,

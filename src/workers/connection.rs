@@ -23,10 +23,10 @@ use crate::telemetry::{Metrics, WorkerMetrics};
 
 /// Bytes of each packet copied to userspace: IPv4/IPv6 header with
 /// extension headers and the transport header.
-pub const COPY_RANGE: u16 = 128;
+const COPY_RANGE: u16 = 128;
 /// Packets the kernel holds per queue before it drops (fail-closed) or
 /// accepts (fail-open) new ones.
-pub const QUEUE_MAX_LEN: u32 = 4096;
+const QUEUE_MAX_LEN: u32 = 4096;
 
 /// How a worker handles its queue.
 #[derive(Clone, Copy, Debug)]

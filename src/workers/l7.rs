@@ -5,22 +5,21 @@
 //! mark still lets them pass. It counts, and hands audit records of logged
 //! rules to the audit writer; it never logs per packet.
 
-use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroUsize;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
-use socket2::{Domain, Protocol, Socket, Type};
 
+use super::inject::Injector;
 use super::runtime::{self, wall_clock, Handler, Queue, QueueError, QueueSpec, Verdicts};
 use super::Observers;
 use crate::audit::{AuditSink, Subject};
 use crate::config::{FailMode, L7Config, MarkLayout};
 use crate::fqdn::FqdnTable;
 use crate::http::DEFAULT_MAX_HEAD;
-use crate::l7::{Gate, Injection, Inspector, L7Policy, RequestRecord, Tally, MAX_DEFERRED_TOTAL};
+use crate::l7::{Gate, Inspector, L7Policy, RequestRecord, Tally, MAX_DEFERRED_TOTAL};
 use crate::packet::flow::Verdict;
 use crate::packet::{FlowKey, Queued};
 use crate::telemetry::counters::counters;
@@ -69,78 +68,44 @@ impl L7Counters {
     }
 }
 
-/// The running L7 worker (detached, like the other queue workers).
-pub struct L7Worker {
-    pub queue: u16,
-    pub stats: Arc<L7Counters>,
-}
-
-impl L7Worker {
-    /// Binds the L7 queue and opens the raw sockets in the calling
-    /// thread's network namespace (errors are returned here), then starts
-    /// the thread.
-    pub fn spawn<P>(
-        config: L7WorkerConfig,
-        policy: Arc<ArcSwap<P>>,
-        fqdn: Arc<FqdnTable>,
-        observers: Observers,
-    ) -> Result<L7Worker, QueueError>
-    where
-        P: L7Policy + Send + Sync + 'static,
-    {
-        let queue = config.l7.queue;
-        let socket = Queue::open(QueueSpec {
-            queue,
-            name: "L7 queue",
-            copy_range: COPY_RANGE,
-            max_len: QUEUE_MAX_LEN,
-            fail_open: config.fail_mode == FailMode::Open,
-        })?;
-        let injector = Injector::open().map_err(QueueError::setup(queue, "raw sockets"))?;
-        let max_flows = NonZeroUsize::new(config.l7.max_flows).unwrap_or(NonZeroUsize::MIN);
-        let inspector = Inspector::new(
-            max_flows,
-            config.l7.idle_timeout,
-            DEFAULT_MAX_HEAD,
-            config.l7.deny_response,
-        );
-        let stats = Arc::new(L7Counters::default());
-        let handler = Segments {
-            gate: Gate::new(inspector, MAX_DEFERRED_TOTAL, config.marks),
-            injector,
-            policy,
-            fqdn,
-            stats: Arc::clone(&stats),
-            audit: observers.audit,
-        };
-        runtime::spawn(socket, handler, Arc::clone(&stats) as _, &observers.metrics)?;
-        Ok(L7Worker { queue, stats })
-    }
-}
-
-/// Raw sockets for injected packets.
-struct Injector {
-    v4: Socket,
-    v6: Socket,
-}
-
-impl Injector {
-    fn open() -> std::io::Result<Injector> {
-        let raw = |domain| Socket::new(domain, Type::RAW, Some(Protocol::from(libc::IPPROTO_RAW)));
-        Ok(Injector {
-            v4: raw(Domain::IPV4)?,
-            v6: raw(Domain::IPV6)?,
-        })
-    }
-
-    fn send(&self, injection: &Injection) -> std::io::Result<()> {
-        let socket = match injection.destination {
-            IpAddr::V4(_) => &self.v4,
-            IpAddr::V6(_) => &self.v6,
-        };
-        let to = SocketAddr::new(injection.destination, 0);
-        socket.send_to(&injection.packet, &to.into()).map(drop)
-    }
+/// Binds the L7 queue and opens the raw sockets in the calling thread's
+/// network namespace (errors are returned here), then starts the worker
+/// thread, which runs until the process exits.
+pub fn spawn<P>(
+    config: L7WorkerConfig,
+    policy: Arc<ArcSwap<P>>,
+    fqdn: Arc<FqdnTable>,
+    observers: Observers,
+) -> Result<(), QueueError>
+where
+    P: L7Policy + Send + Sync + 'static,
+{
+    let queue = config.l7.queue;
+    let socket = Queue::open(QueueSpec {
+        queue,
+        name: "L7 queue",
+        copy_range: COPY_RANGE,
+        max_len: QUEUE_MAX_LEN,
+        fail_open: config.fail_mode == FailMode::Open,
+    })?;
+    let injector = Injector::open().map_err(QueueError::setup(queue, "raw sockets"))?;
+    let max_flows = NonZeroUsize::new(config.l7.max_flows).unwrap_or(NonZeroUsize::MIN);
+    let inspector = Inspector::new(
+        max_flows,
+        config.l7.idle_timeout,
+        DEFAULT_MAX_HEAD,
+        config.l7.deny_response,
+    );
+    let stats = Arc::new(L7Counters::default());
+    let handler = Segments {
+        gate: Gate::new(inspector, MAX_DEFERRED_TOTAL, config.marks),
+        injector,
+        policy,
+        fqdn,
+        stats: Arc::clone(&stats),
+        audit: observers.audit,
+    };
+    runtime::spawn(socket, handler, stats, &observers.metrics)
 }
 
 /// The handler of the L7 queue.

@@ -71,6 +71,10 @@ fn a_recorded_answer_becomes_the_writes_of_the_selectors_it_matches() {
             release: Release::Accept,
             parsed: 1,
             failed: 0,
+            untrusted: 0,
+            tcp_untracked: 0,
+            tcp_gaps: 0,
+            oversized: 0,
             learned: 1,
             refreshed: 0,
             evicted: 0,
@@ -120,6 +124,23 @@ fn answers_no_selector_wants_and_nxdomain_write_nothing() {
         (nx.writes.len(), nx.parsed, nx.addresses, nx.release),
         (0, 1, None, Release::Accept)
     );
+}
+
+#[test]
+fn replies_the_snooper_cannot_learn_from_are_counted() {
+    let t = table(&["*github.com"], LearnerConfig::default());
+    let mut untrusted = DnsSnooper::new(vec![ip("10.0.0.1")], 4, 4096);
+    let mut packet = Vec::new();
+    PacketBuilder::ipv4(SERVER, CLIENT, 64)
+        .udp(53, 40000)
+        .write(&mut packet, &recorded("dnsmasq-www-github-a.bin"))
+        .unwrap();
+    let step = t.on_reply(&untrusted.snoop(&packet), 0);
+    assert_eq!((step.untrusted, step.parsed, step.writes.len()), (1, 0, 0));
+    let garbage = t.on_reply(&snooper().snoop(&[0x45, 0, 0]), 0);
+    assert_eq!((garbage.failed, garbage.release), (1, Release::Accept));
+    let untracked = t.on_reply(&snooper().snoop(&tcp(5, false, b"data")), 0);
+    assert_eq!(untracked.tcp_untracked, 1);
 }
 
 #[test]
