@@ -1,8 +1,7 @@
 //! The DNS worker's pure step: a snooped reply and the time in; the FQDN
-//! set writes it requires, what to do with the reply and what to count out
-//! ([`DnsStep`]). The worker applies the writes before it releases the
-//! reply: that order is the no-race guarantee. Nothing here writes a set,
-//! reads the clock, or holds the table's lock while parsing.
+//! set writes it requires, the reply's release and its counts out
+//! ([`DnsStep`]). The writes are applied before the release (no race).
+//! Never writes a set, reads the clock or parses under the table's lock.
 
 use std::net::IpAddr;
 

@@ -1,10 +1,7 @@
-//! The FQDN table every worker shares: the learner of the current selector
-//! list behind a `RwLock`. The DNS worker writes it ([`FqdnTable::on_reply`],
-//! [`FqdnTable::expire`]), the connection and L7 workers read it when a
-//! rule with an `fqdn` peer is evaluated ([`FqdnTable::lookup`]), the agent
-//! restores and reselects it. Its clock is monotonic milliseconds since it
-//! was made. It never writes a kernel set and never holds its lock across
-//! anything but learning or one lookup.
+//! The FQDN table every worker shares: the learner behind a `RwLock`, on a
+//! monotonic millisecond clock that starts when the table is made. The DNS
+//! worker writes it, the classifier reads it through [`FqdnTable::lookup`].
+//! It never writes a kernel set; its lock is held for one step or lookup.
 
 use std::net::IpAddr;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};

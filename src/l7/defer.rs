@@ -1,7 +1,6 @@
-//! The segments whose verdict the L7 queue withholds while a request head
-//! is incomplete, by packet id and connection, under one global cap: past
-//! it, the connection deferring longest is given up, found through an
-//! index ordered by when each connection started deferring. Pure: the
+//! The segments the L7 queue withholds while a request head is incomplete,
+//! by packet id per connection, under one global cap whose eviction takes
+//! the connection deferring longest through an ordered index. Pure: the
 //! caller owns the packets, the clock and the verdicts.
 
 use std::collections::{BTreeMap, HashMap};

@@ -1,8 +1,7 @@
-//! The L7 queue's decisions by packet id: each queued segment goes to the
-//! [`Inspector`], and what it says becomes verdicts for this segment and
-//! for the segments [`Deferred`] withholds, plus the packets that close a
-//! denied connection. Pure: time is passed in; the worker sends the
-//! injections, then gives the verdicts, in the order returned.
+//! The L7 queue's decisions by packet id: the [`Inspector`]'s action on a
+//! segment becomes verdicts for it and for what [`Deferred`] withholds,
+//! plus the packets closing a denied connection. Pure: time is passed in;
+//! the worker sends the injections, then gives the verdicts in order.
 
 use std::time::Instant;
 

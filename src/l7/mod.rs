@@ -1,14 +1,8 @@
-//! L7 enforcement of `l7Protocols` rules on the wire. A connection allowed
-//! subject to L7 rules is accepted at SYN and marked *L7 under
-//! inspection*; its client→server segments with payload come to a
-//! dedicated queue. This module decides what happens there, purely:
-//! following each connection's byte stream and deciding every request on
-//! it ([`inspect`], time passed in), withholding the segments of an
-//! incomplete request head under a global cap ([`defer`]), turning both
-//! into verdicts by packet id ([`gate`]), and building the packets that
-//! answer a denied request ([`response`]). It never lets a byte it has not
-//! inspected reach the server, never buffers a body, and never touches a
-//! socket (the worker in [`crate::workers::l7`] does).
+//! L7 enforcement of `l7Protocols` rules, purely: following each stream and
+//! deciding its requests ([`inspect`]), withholding the segments of an
+//! incomplete head ([`defer`]), verdicts by packet id ([`gate`]), the packets
+//! answering a denial ([`response`]). It never lets an uninspected byte
+//! reach the server, never buffers a body and never touches a socket.
 
 pub mod defer;
 pub mod gate;

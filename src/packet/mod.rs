@@ -1,10 +1,7 @@
-//! What a queued packet is, as the rest of tollgate sees it: [`flow`]
-//! holds the connection tuple ([`Flow`], [`Transport`], [`LocalSide`]) and
-//! the [`Verdict`] vocabulary, [`queued`] the packet as the kernel queued
-//! it and the [`Action`] it can be given, [`parse`] reduces the first
-//! packet of a connection to a flow, and [`segment`] reads a TCP segment's
-//! payload for the L7 and DNS paths. Pure and panic-free on any bytes;
-//! never touches a socket.
+//! A queued packet as the rest of tollgate sees it: its flow ([`flow`]),
+//! the packet and the [`Action`] the kernel can be given ([`queued`]), the
+//! first packet reduced to a flow ([`parse`]) and a TCP segment's payload
+//! ([`segment`]). Pure and panic-free on any bytes; never touches a socket.
 
 pub mod flow;
 pub mod parse;

@@ -1,9 +1,7 @@
-//! Counters declared once. [`counters!`] turns one declaration per counter
-//! (field, metric name, help) into a struct of atomics and its visitor;
-//! the [`Registry`] holds the sets of every queue. The metrics, `tollgate
-//! status` and the shutdown log read them all through that visitor, so no
-//! counter is named anywhere else. Counting is one relaxed atomic add: it
-//! never blocks a packet.
+//! Counters declared once: `counters!` makes a struct of atomics and its
+//! visitor, and the [`Registry`] holds every queue's sets, which metrics,
+//! `tollgate status` and the shutdown log all read through that visitor.
+//! Nothing here names a counter; counting never blocks a packet.
 
 use std::sync::{Arc, RwLock};
 
@@ -40,7 +38,7 @@ pub struct Series {
     pub kind: Kind,
 }
 
-/// A set of counters declared with [`counters!`].
+/// A set of counters declared with `counters!`.
 pub trait CounterSet: Send + Sync {
     fn scope(&self) -> Scope;
 

@@ -1,7 +1,6 @@
-//! The kernel's own counters of every bound NFQUEUE queue, read from
-//! [`PROC_QUEUES`] of the current network namespace. This is the one place
-//! that reads them; [`super::Registry::snapshot`] adds them to each queue's
-//! counters. Reading never fails: a missing file means no queue is bound.
+//! The kernel's counters of every bound NFQUEUE queue, from [`PROC_QUEUES`]
+//! of the current network namespace: the one place that reads them, for
+//! [`super::Registry::snapshot`]. A missing file means no queue is bound.
 
 use std::sync::atomic::AtomicU64;
 

@@ -1,12 +1,7 @@
-//! The agent's Prometheus metrics: one [`Metrics`] handle for what is
-//! genuinely Prometheus-shaped (verdicts by Tier, rule hits with a series
-//! cap, the verdict latency histogram) and for agent-level events (reloads,
-//! datapath writes, audit lines, the Kubernetes source), plus one
-//! collector that exports every counter set in the [`Registry`] at scrape
-//! time. Rendered in the Prometheus/OpenMetrics text format by
-//! [`Metrics::render`]. Recording is lock-free or per-series locked and
-//! never blocks a packet on I/O; label values come from bounded sets (rule
-//! series are capped, see [`MAX_RULE_SERIES`]).
+//! The Prometheus metrics: verdicts by Tier, rule hits (capped, see
+//! [`MAX_RULE_SERIES`]), the verdict latency histogram, agent-level events,
+//! and one collector over every registered counter set, read at scrape
+//! time. Never blocks a packet on I/O; label values come from bounded sets.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,8 +1,7 @@
-//! What the agent tells operators about itself while it runs: counter sets
-//! declared once ([`counters`]) and registered per queue, the kernel's
-//! queue counters ([`kernel`]), the Prometheus metrics ([`metrics`]) and
-//! their HTTP endpoint ([`http`]). Nothing here decides anything, and
-//! nothing here imports a worker: workers hand their counters in.
+//! What the running agent tells operators: counter sets declared once
+//! ([`counters`]), the kernel's queue counters ([`kernel`]), Prometheus
+//! metrics ([`metrics`]) and their endpoint ([`http`]). It decides nothing
+//! and imports no worker: workers hand their counters in.
 
 pub mod counters;
 pub mod http;

@@ -1,9 +1,7 @@
-//! The connection queues' handler: the first packet of each new connection
-//! goes through the pure [`crate::decide::step`] with the current policy
-//! (read lock-free from an [`ArcSwap`]) and the FQDN mirror (a read lock,
-//! only when a rule with an `fqdn` peer is evaluated); its action is the
-//! verdict. It counts outcomes, records verdict metrics and hands audit
-//! records to the writer without waiting. It never logs per packet.
+//! The connection queues' handler: the first packet of a connection goes
+//! through the pure [`crate::decide::step`] with the policy in force and the
+//! FQDN table; it counts, records verdict metrics and hands audit records
+//! on without waiting. It never blocks on I/O or logs per packet.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -1,10 +1,7 @@
-//! The DNS reply queue's handler: every queued reply is snooped, learned
-//! from by the pure [`FqdnTable::on_reply`] step, the set writes it returns
-//! are applied over netlink, and only then is the reply released. The
-//! table forgets timed-out entries on [`Handler::tick`]. Malformed,
-//! untrusted or unlearnable replies are released unchanged and counted; a
-//! reply is never dropped except a TCP segment after a gap (the server
-//! retransmits it). It never logs per packet.
+//! The DNS reply queue's handler: snoop → the pure [`FqdnTable::on_reply`]
+//! step → its set writes over netlink → only then the reply's release;
+//! expiry runs on [`Handler::tick`]. It never drops a reply except a TCP
+//! segment after a gap, and never logs per packet.
 
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;

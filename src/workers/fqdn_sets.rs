@@ -1,8 +1,6 @@
-//! The kernel side of the FQDN table: the ipsets that hold each selector's
-//! addresses (one per family, named by [`fqdn_set`]), read back into
-//! [`RestoredEntry`]s at start and written from a DNS step's [`SetWrite`]s
-//! over one netlink socket. Decides nothing: the writes come from
-//! [`crate::fqdn::FqdnTable::on_reply`].
+//! The kernel side of the FQDN table: each selector's ipsets (named by
+//! [`fqdn_set`]), read back into [`RestoredEntry`]s at start and written
+//! from a DNS step's [`SetWrite`]s over one netlink socket. Decides nothing.
 
 use std::net::IpAddr;
 
@@ -13,7 +11,7 @@ use crate::fqdn::{FqdnPattern, RestoredEntry, SetWrite};
 
 /// The entries of the kernel's FQDN sets (by set name, as the datapath
 /// reads them) that belong to `selectors`, by selector index: what
-/// [`FqdnTable::restore`] takes. Entries of unknown sets are left out.
+/// [`crate::fqdn::FqdnTable::restore`] takes. Entries of unknown sets are left out.
 pub fn restored_entries(
     selectors: &[FqdnPattern],
     kernel_sets: &[(String, Vec<(IpAddr, u32)>)],

@@ -1,7 +1,6 @@
-//! The raw sockets (IPv4, IPv6; `IPPROTO_RAW`, so the packets carry their
-//! own IP header) that send the packets closing a denied L7 connection.
-//! Opened in the agent's network namespace before the L7 worker starts;
-//! they send what [`crate::l7::deny_packets`] built and decide nothing.
+//! The raw sockets (`IPPROTO_RAW`: the packets carry their own IP header)
+//! that send the packets closing a denied L7 connection. They send what
+//! [`crate::l7::deny_packets`] built and decide nothing.
 
 use std::net::{IpAddr, SocketAddr};
 

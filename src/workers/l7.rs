@@ -1,9 +1,7 @@
-//! The L7 queue's handler: each queued segment goes through the pure
-//! [`Gate`] (connection state and withheld segments, so no lock), whose
-//! injections leave through two raw sockets (IPv4, IPv6; `IPPROTO_RAW`,
-//! header included) before its verdicts are given, while the connection's
-//! mark still lets them pass. It counts, and hands audit records of logged
-//! rules to the audit writer; it never logs per packet.
+//! The L7 queue's handler: each segment goes through the pure [`Gate`];
+//! its injections are sent before its verdicts are given, while the
+//! connection's mark still lets them pass. It counts and hands audit
+//! records on; it never decides anything itself or logs per packet.
 
 use std::num::NonZeroUsize;
 use std::sync::atomic::Ordering;

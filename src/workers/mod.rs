@@ -1,11 +1,7 @@
-//! NFQUEUE workers: one OS thread per queue, each running the one loop of
-//! [`runtime`] with a handler. [`connection`] answers the first packet of
-//! each new connection with the verdict of the pure [`crate::decide`]
-//! step; [`dns`] learns the answers of DNS replies into the FQDN sets
-//! ([`fqdn_sets`]) before it releases them; [`l7`] follows connections
-//! under L7 rules request by request, closing denied ones through
-//! [`inject`]. Workers never block on I/O and never log per packet: they
-//! count, and hand audit records to a bounded channel.
+//! NFQUEUE workers: one OS thread per queue, each the [`runtime`] loop with
+//! a handler: [`connection`] (new connections), [`dns`] (learn FQDN answers
+//! before the release) and [`l7`] (request by request). Workers never block
+//! on I/O and never log per packet: they count and hand audit records on.
 
 pub mod connection;
 pub mod dns;

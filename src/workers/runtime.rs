@@ -1,10 +1,7 @@
-//! The one NFQUEUE loop every worker runs. It binds a queue
-//! ([`Queue::open`]), owns each received message until its verdict, and
-//! asks a [`Handler`] about each packet, which answers by packet id; it
-//! counts packets, socket overflows (ENOBUFS), verdict errors and withheld
-//! packets, measures the time to each verdict, gives up after
-//! [`MAX_CONSECUTIVE_ERRORS`] failed receives in a row, and runs on its own
-//! OS thread. No handler sees an `nfq` type; nothing here logs per packet.
+//! The one NFQUEUE loop: binds a queue, owns each message until its verdict,
+//! asks a [`Handler`] by packet id, and counts packets, overflows, verdict
+//! errors and withheld packets once for every worker. No handler sees an
+//! `nfq` type; nothing here decides a verdict or logs per packet.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
