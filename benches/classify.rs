@@ -21,8 +21,8 @@ use std::time::Instant;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use tollgate::classify::NoFqdn;
 use tollgate::compile::{LocalNode, Ruleset};
-use tollgate::packet::flow::{Flow, Transport};
 use tollgate::model::{Object, Snapshot, Sourced};
+use tollgate::packet::flow::{Flow, Transport};
 
 /// Counts live heap bytes, to report the compiled ruleset's memory.
 struct Counting;

@@ -14,9 +14,9 @@ use serde::Serialize;
 
 use crate::compile::rule::port_protocol;
 use crate::compile::{CompiledRule, DirectionTable, Endpoint, RuleRef, Ruleset};
-use crate::packet::flow::{Flow, LocalSide, Verdict};
 use crate::fqdn::FqdnPattern;
 use crate::model::{Direction, L7Protocol, PortProtocol, RuleAction};
+use crate::packet::flow::{Flow, LocalSide, Verdict};
 
 /// What the classifier asks about FQDN peers: did `pattern` resolve to `ip`
 /// (in an answer still within its TTL)? Fed by the DNS snooper.

@@ -11,9 +11,9 @@ use serde_json::{json, Value};
 
 use crate::classify::{Decision, DirectionDecision, NoFqdn, Outcome, StaticFqdn};
 use crate::compile::{LocalNode, PolicySummary, Ruleset};
-use crate::packet::flow::{Flow, Transport, Verdict};
 use crate::http::{self, HttpEvent, RequestHead, RequestTracker, DEFAULT_MAX_HEAD};
 use crate::model::{Kind, Object, Snapshot};
+use crate::packet::flow::{Flow, Transport, Verdict};
 use crate::source;
 use crate::validate::Problem;
 

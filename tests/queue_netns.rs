@@ -18,10 +18,10 @@ use tollgate::classify::FqdnLookup;
 use tollgate::compile::Enforced;
 use tollgate::config::{MachineDefaults, Settings};
 use tollgate::datapath::{desired, Kernel};
-use tollgate::packet::flow::{Flow, Transport, Verdict};
-use tollgate::telemetry::Metrics;
 use tollgate::decide::{Policy, Ruling};
 use tollgate::fqdn::FqdnTable as FqdnMirror;
+use tollgate::packet::flow::{Flow, Transport, Verdict};
+use tollgate::telemetry::Metrics;
 use tollgate::workers::{Observers, Worker, WorkerConfig};
 
 /// A background process, killed on drop.

@@ -26,15 +26,15 @@ use crate::config::{
     Privileged, Settings,
 };
 use crate::datapath::{self, transition, ApplyError, Backoff, DatapathError, Kernel, Retry};
-use crate::fqdn::{FqdnPattern, LearnerConfig};
-use crate::workers::L7WorkerConfig;
-use crate::telemetry::{Metrics, ReloadResult};
-use crate::source::watch::{PolicyWatch, Refresh, WatchError};
 use crate::fqdn::FqdnTable;
-use crate::workers::fqdn_sets::restored_entries;
-use crate::workers::{DnsWorker, DnsWorkerConfig, Observers, Worker, WorkerConfig};
+use crate::fqdn::{FqdnPattern, LearnerConfig};
+use crate::source::watch::{PolicyWatch, Refresh, WatchError};
 use crate::status::{AgentFacts, AgentStatus};
+use crate::telemetry::{Metrics, ReloadResult};
 use crate::validate::Problem;
+use crate::workers::fqdn_sets::restored_entries;
+use crate::workers::L7WorkerConfig;
+use crate::workers::{DnsWorker, DnsWorkerConfig, Observers, Worker, WorkerConfig};
 
 /// Quiet time after the last change in the policy directory before a
 /// reload: editors and `kubectl cp` write in several steps.

@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use crate::packet::flow::{Flow, Verdict};
 use crate::model::Direction;
+use crate::packet::flow::{Flow, Verdict};
 
 mod subject;
 pub mod writer;

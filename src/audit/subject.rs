@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use crate::classify::{Decision, DirectionDecision, Outcome};
 use crate::compile::{Endpoint, PolicyKind, RuleRef, Ruleset};
-use crate::packet::flow::{Flow, Verdict};
 use crate::model::Direction;
+use crate::packet::flow::{Flow, Verdict};
 
 use super::{AuditRecord, Decider, Timestamp};
 

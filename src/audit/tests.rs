@@ -234,8 +234,8 @@ mod through_the_step {
     use super::*;
     use crate::compile::{LocalNode, Ruleset};
     use crate::config::{FailMode, MarkLayout};
-    use crate::model::Snapshot;
     use crate::decide::{step, StepConfig};
+    use crate::model::Snapshot;
     use crate::packet::Queued;
     use etherparse::PacketBuilder;
 

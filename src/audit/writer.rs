@@ -316,8 +316,8 @@ fn open_append(path: &Path) -> Result<File, AuditError> {
 mod tests {
     use super::*;
     use crate::audit::Decider;
-    use crate::packet::flow::{Flow, Transport};
     use crate::model::Direction;
+    use crate::packet::flow::{Flow, Transport};
 
     fn record(verdict: Verdict, src_port: u16, micros: u64) -> AuditRecord {
         AuditRecord {

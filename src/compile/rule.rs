@@ -10,8 +10,8 @@ use std::sync::Arc;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
-use crate::packet::flow::{Flow, Transport};
 use crate::model::{Direction, L7Protocol, PortProtocol, RuleAction};
+use crate::packet::flow::{Flow, Transport};
 
 /// The kind of policy a rule belongs to, spelled as the audit log spells it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

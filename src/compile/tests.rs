@@ -4,8 +4,8 @@
 use std::net::IpAddr;
 
 use crate::classify::{NoFqdn, Outcome, StaticFqdn};
-use crate::packet::flow::{Flow, Transport, Verdict};
 use crate::model::Snapshot;
+use crate::packet::flow::{Flow, Transport, Verdict};
 
 use super::{LocalNode, Ruleset};
 

@@ -161,16 +161,16 @@
 //! NFQUEUE rules. Everything not matched falls off the end of the owned
 //! chain and continues in the built-in chain untouched.
 
-pub mod kernel;
 pub mod diff;
 pub mod ipset_netlink;
+pub mod kernel;
 pub mod plan;
 pub mod retry;
 pub mod state;
 pub mod transition;
 
-pub use kernel::{learned_sets, Backend, Kernel};
 pub use diff::Changes;
+pub use kernel::{learned_sets, Backend, Kernel};
 pub use plan::{desired, Hook};
 pub use retry::{Backoff, Recovered, Retry};
 pub use state::{Family, LearnedSet, State};

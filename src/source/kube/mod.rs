@@ -34,8 +34,8 @@ use kube::runtime::WatchStreamExt;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::telemetry::Metrics;
 use crate::model::Kind;
+use crate::telemetry::Metrics;
 pub use store::{Admitted, Change, Store, ORIGIN};
 
 /// Quiet time after the last change before a snapshot is published.
