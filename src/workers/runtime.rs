@@ -66,9 +66,11 @@ counters! {
     }
 }
 
-/// The kernel side of a queue, as the loop needs it: [`Queue`], or a fake.
+/// A bound queue, as the loop needs it: [`Queue`] over the `nfq` crate
+/// today, a netlink queue of tollgate's own or a fake tomorrow.
 pub trait Socket {
     type Message;
+    fn spec(&self) -> &QueueSpec;
     fn recv(&mut self) -> std::io::Result<Self::Message>;
     /// The packet a message carries.
     fn packet(message: &Self::Message) -> Queued<'_>;
@@ -110,6 +112,10 @@ impl Queue {
 
 impl Socket for Queue {
     type Message = nfq::Message;
+
+    fn spec(&self) -> &QueueSpec {
+        &self.spec
+    }
 
     fn recv(&mut self) -> std::io::Result<nfq::Message> {
         self.socket.recv()
@@ -163,13 +169,17 @@ pub trait Handler {
 /// (the kernel drops what is still queued when the socket closes). The
 /// handler's counter set and the loop's own are registered for the queue,
 /// in that order.
-pub fn spawn<H: Handler + Send + 'static>(
-    mut queue: Queue,
+pub fn spawn<S, H>(
+    mut queue: S,
     mut handler: H,
     handler_counters: Arc<dyn CounterSet>,
     metrics: &Metrics,
-) -> Result<(), QueueError> {
-    let spec = queue.spec;
+) -> Result<(), QueueError>
+where
+    S: Socket + Send + 'static,
+    H: Handler + Send + 'static,
+{
+    let spec = *queue.spec();
     let counters = Arc::new(QueueCounters::default());
     metrics.counters().register(
         spec.queue,
@@ -180,7 +190,7 @@ pub fn spawn<H: Handler + Send + 'static>(
     std::thread::Builder::new()
         .name(format!("nfqueue-{}", spec.queue))
         .spawn(move || {
-            let error = run(&mut queue, &mut handler, &spec, &counters, &latency);
+            let error = run(&mut queue, &mut handler, &counters, &latency);
             tracing::error!(queue = spec.queue, %error, "{} worker stopped", spec.name);
         })
         .map_err(QueueError::setup(spec.queue, "spawn"))?;
@@ -203,7 +213,6 @@ type Held<M> = HashMap<PacketId, (M, Instant)>;
 fn run<S: Socket, H: Handler>(
     socket: &mut S,
     handler: &mut H,
-    spec: &QueueSpec,
     counters: &QueueCounters,
     latency: &Histogram,
 ) -> std::io::Error {
@@ -216,12 +225,8 @@ fn run<S: Socket, H: Handler>(
             Err(error) if error.raw_os_error() == Some(libc::ENOBUFS) => {
                 let lost = counters.overflows.fetch_add(1, Ordering::Relaxed) + 1;
                 if lost.is_power_of_two() {
-                    tracing::warn!(
-                        queue = spec.queue,
-                        overflows = lost,
-                        "{} overflow",
-                        spec.name
-                    );
+                    let QueueSpec { queue, name, .. } = *socket.spec();
+                    tracing::warn!(queue, overflows = lost, "{name} overflow");
                 }
                 continue;
             }

@@ -33,6 +33,10 @@ impl FakeSocket {
 impl Socket for FakeSocket {
     type Message = (PacketId, Vec<u8>);
 
+    fn spec(&self) -> &QueueSpec {
+        &SPEC
+    }
+
     fn recv(&mut self) -> io::Result<Self::Message> {
         self.incoming
             .pop_front()
@@ -102,7 +106,7 @@ fn latency() -> Histogram {
 /// Runs `script` over `socket` until the loop gives up.
 fn run_script(socket: &mut FakeSocket, script: &mut Script) -> (QueueCounters, io::Error) {
     let counters = QueueCounters::default();
-    let error = run(socket, script, &SPEC, &counters, &latency());
+    let error = run(socket, script, &counters, &latency());
     (counters, error)
 }
 
