@@ -124,6 +124,7 @@ fn flows(pods: usize, count: usize) -> Vec<Flow> {
                     src_port: 40000,
                     dst_port,
                 },
+                local: None,
             }
         })
         .collect()
@@ -191,6 +192,7 @@ fn classify_same_port(c: &mut Criterion) {
             src_port: 40000,
             dst_port: 80,
         },
+        local: None,
     };
     for rules in [10usize, 1000, 10_000] {
         let ruleset = tollgate::compile::compile(&same_port(rules), &local());

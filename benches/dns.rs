@@ -9,8 +9,8 @@ use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::rdata::{A, CNAME};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 use tollgate::dns::parse_reply;
-use tollgate::fqdn::{DnsSnooper, FqdnLearner, FqdnLookup, FqdnPattern, LearnerConfig};
-use tollgate::workers::FqdnMirror;
+use tollgate::fqdn::{DnsSnooper, FqdnLearner, FqdnPattern, LearnerConfig};
+use tollgate::fqdn::{FqdnLookup, FqdnTable};
 
 fn name(text: &str) -> Name {
     Name::from_ascii(text).expect("bench names are valid")
@@ -110,7 +110,7 @@ fn bench(c: &mut Criterion) {
 
     // What a connection worker pays per FQDN peer: the mirror's read lock
     // and one lookup (uncontended).
-    let (mirror, _) = FqdnMirror::restore(selectors(), LearnerConfig::default(), &[]);
+    let (mirror, _) = FqdnTable::restore(selectors(), LearnerConfig::default(), &[]);
     let pattern = FqdnPattern::new("*github.com");
     let address = "140.82.121.3".parse().expect("address");
     c.bench_function("mirror lookup (read lock)", |b| {

@@ -12,12 +12,12 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use etherparse::{IpHeaders, PacketBuilder, PacketBuilderStep};
 use tollgate::audit::Timestamp;
 use tollgate::compile::{compile, LocalNode};
-use tollgate::decide::step;
+use tollgate::decide::{step, StepConfig};
 use tollgate::fqdn::NoFqdn;
 use tollgate::marks::{FailMode, MarkLayout};
 use tollgate::model::Snapshot;
 use tollgate::packet::flow::Verdict;
-use tollgate::packet::parse_flow;
+use tollgate::packet::{parse_flow, Queued};
 use tollgate::ruleset::Ruleset;
 
 /// A TCP SYN with 200 bytes of payload, cut to the 128-byte queue copy.
@@ -42,50 +42,46 @@ fn bench(c: &mut Criterion) {
         b.iter(|| parse_flow(black_box(&v6)))
     });
     let ruleset = compile(&Snapshot::default(), &LocalNode::default());
-    let marks = MarkLayout::default();
+    let config = StepConfig {
+        marks: MarkLayout::default(),
+        fail_mode: FailMode::Closed,
+    };
     c.bench_function("step/tcp-syn-v4-empty-ruleset", |b| {
-        b.iter(|| {
-            step(
-                black_box(&v4),
-                0,
-                &ruleset,
-                &NoFqdn,
-                &marks,
-                FailMode::Closed,
-                NOW,
-            )
-        })
+        b.iter(|| step(&queued(black_box(&v4)), &ruleset, &NoFqdn, &config, NOW))
     });
     let logged = logged_drop_ruleset();
     c.bench_function("step/tcp-syn-v4-logged-drop", |b| {
         b.iter(|| {
-            let s = step(
-                black_box(&v4),
-                0,
-                &logged,
-                &NoFqdn,
-                &marks,
-                FailMode::Closed,
-                NOW,
-            );
+            let s = step(&queued(black_box(&v4)), &logged, &NoFqdn, &config, NOW);
             assert_eq!(s.audit.len(), 1);
             s
         })
     });
     // What a worker adds per decided connection: the verdict and rule-hit
     // counters, and the latency histogram.
-    let mut metrics =
-        tollgate::telemetry::WorkerMetrics::new(std::sync::Arc::new(Default::default()), 100);
-    let decided = step(&v4, 0, &logged, &NoFqdn, &marks, FailMode::Closed, NOW);
+    let shared = std::sync::Arc::new(tollgate::telemetry::Metrics::new());
+    let latency = shared.queue_latency(100);
+    let mut metrics = tollgate::telemetry::WorkerMetrics::new(shared);
+    let decided = step(&queued(&v4), &logged, &NoFqdn, &config, NOW);
     let tollgate::decide::Outcome::Decided { by, .. } = decided.outcome else {
         panic!("a rule decides");
     };
     c.bench_function("metrics/verdict-rule-hit-and-latency", |b| {
         b.iter(|| {
             metrics.decided(Verdict::Drop, black_box(&by));
-            metrics.latency(std::time::Duration::from_micros(20));
+            latency.observe(20e-6);
         })
     });
+}
+
+/// A packet queued from FORWARD with no mark.
+fn queued(payload: &[u8]) -> Queued<'_> {
+    Queued {
+        id: 1,
+        payload,
+        mark: 0,
+        local: None,
+    }
 }
 
 const NOW: Timestamp = Timestamp {

@@ -169,6 +169,7 @@ impl TraceRequest {
             src: self.src,
             dst: self.dst,
             transport,
+            local: None,
         })
     }
 

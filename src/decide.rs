@@ -1,4 +1,5 @@
-//! The worker's pure step: packet bytes, current mark and the time in;
+//! The connection worker's pure step: the first packet of a connection as
+//! the kernel queued it (bytes, mark, the Node's side) and the time in;
 //! the verdict to give the kernel, who decided, and the audit records to
 //! write out. No I/O, no clock, no locks.
 
@@ -8,22 +9,15 @@ use crate::audit::{AuditRecord, Subject, Timestamp};
 use crate::fqdn::FqdnLookup;
 use crate::marks::{FailMode, MarkLayout};
 use crate::packet::flow::{Flow, Transport, Verdict};
-use crate::ruleset::{LocalSide, Outcome as ClassifyOutcome, RuleRef, Ruleset};
-
-use super::packet::{packet_length, parse_flow, PacketError};
+use crate::packet::{packet_length, parse_flow, Action, PacketError, Queued};
+use crate::ruleset::{Outcome as ClassifyOutcome, RuleRef, Ruleset};
 
 /// What a worker asks the policy: the ruling on the first packet of a
-/// connection, given what the DNS snooper has learned (`fqdn`).
-/// Implemented by the compiled ruleset.
+/// connection (whose [`Flow::local`] names the Node's side when the kernel
+/// did), given what the DNS snooper has learned (`fqdn`). Implemented by
+/// the compiled ruleset.
 pub trait Policy {
     fn decide(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> Ruling;
-
-    /// As [`Policy::decide`], with the side of the flow the kernel says is
-    /// the Node itself (see [`Ruleset::classify_at`]).
-    fn decide_at(&self, flow: &Flow, local: Option<LocalSide>, fqdn: &dyn FqdnLookup) -> Ruling {
-        let _ = local;
-        self.decide(flow, fqdn)
-    }
 }
 
 /// A policy's answer for one connection.
@@ -62,11 +56,7 @@ pub enum DecidedBy {
 impl Policy for Ruleset {
     /// A connection allowed by L7 rules is marked for inspection.
     fn decide(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> Ruling {
-        self.decide_at(flow, None, fqdn)
-    }
-
-    fn decide_at(&self, flow: &Flow, local: Option<LocalSide>, fqdn: &dyn FqdnLookup) -> Ruling {
-        let decision = self.classify_at(flow, local, fqdn);
+        let decision = self.classify(flow, fqdn);
         let verdict = decision.verdict;
         let inspect_l7 = verdict == Verdict::Allow && !decision.l7.is_empty();
         let deciding = decision.deciding();
@@ -84,18 +74,6 @@ impl Policy for Ruleset {
     }
 }
 
-/// The verdict handed to the kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Action {
-    /// `NF_ACCEPT`: continue without a decision recorded in conntrack.
-    Accept,
-    /// `NF_DROP`.
-    Drop,
-    /// Set the packet mark and `NF_REPEAT`: the owned chain, re-entered from
-    /// the top, saves the mark to conntrack and accepts, or rejects.
-    Repeat { mark: u32 },
-}
-
 /// What happened, for the counters.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Outcome {
@@ -111,6 +89,13 @@ pub struct Step {
     pub audit: Vec<AuditRecord>,
 }
 
+/// How the step turns verdicts into kernel actions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepConfig {
+    pub marks: MarkLayout,
+    pub fail_mode: FailMode,
+}
+
 /// Decides one queued packet seen at `now`. Unparseable packets follow the
 /// fail mode: accepted (without recording a decision) when open, dropped
 /// when closed. A connection under L7 rules is accepted with the L7 mark
@@ -118,50 +103,27 @@ pub struct Step {
 /// would reach the server uninspected; the client retries the SYN without
 /// it); otherwise the rule's implicit deny applies.
 pub fn step<P: Policy + ?Sized>(
-    packet: &[u8],
-    mark: u32,
+    packet: &Queued<'_>,
     policy: &P,
     fqdn: &dyn FqdnLookup,
-    marks: &MarkLayout,
-    fail_mode: FailMode,
+    config: &StepConfig,
     now: Timestamp,
 ) -> Step {
-    step_at(packet, mark, None, policy, fqdn, marks, fail_mode, now)
-}
-
-/// The Node's side of a packet queued from netfilter hook `hook`: the
-/// destination in INPUT, the source in OUTPUT, neither in FORWARD.
-pub fn local_side(hook: u8) -> Option<LocalSide> {
-    match i32::from(hook) {
-        libc::NF_INET_LOCAL_IN => Some(LocalSide::Destination),
-        libc::NF_INET_LOCAL_OUT => Some(LocalSide::Source),
-        _ => None,
-    }
-}
-
-/// As [`step`], for a packet queued from a hook that names the Node's side
-/// of the flow (`local`: INPUT → destination, OUTPUT → source).
-#[allow(clippy::too_many_arguments)]
-pub fn step_at<P: Policy + ?Sized>(
-    packet: &[u8],
-    mark: u32,
-    local: Option<LocalSide>,
-    policy: &P,
-    fqdn: &dyn FqdnLookup,
-    marks: &MarkLayout,
-    fail_mode: FailMode,
-    now: Timestamp,
-) -> Step {
-    match parse_flow(packet) {
+    let (bytes, mark, marks) = (packet.payload, packet.mark, &config.marks);
+    match parse_flow(bytes) {
         Ok(flow) => {
+            let flow = Flow {
+                local: packet.local,
+                ..flow
+            };
             let Ruling {
                 mut verdict,
                 inspect_l7,
                 decided_by,
                 audit,
-            } = policy.decide_at(&flow, local, fqdn);
+            } = policy.decide(&flow, fqdn);
             let tcp = matches!(flow.transport, Transport::Tcp { .. });
-            let inspectable = tcp && crate::packet::tcp_payload_len(packet) == Some(0);
+            let inspectable = tcp && crate::packet::tcp_payload_len(bytes) == Some(0);
             if inspect_l7 && !inspectable {
                 verdict = Verdict::Drop;
             }
@@ -180,7 +142,7 @@ pub fn step_at<P: Policy + ?Sized>(
             let audit = if audit.is_empty() {
                 Vec::new()
             } else {
-                let length = packet_length(packet);
+                let length = packet_length(bytes);
                 audit
                     .into_iter()
                     .map(|subject| subject.record(now, flow, length))
@@ -196,7 +158,7 @@ pub fn step_at<P: Policy + ?Sized>(
             }
         }
         Err(error) => Step {
-            action: match fail_mode {
+            action: match config.fail_mode {
                 FailMode::Open => Action::Accept,
                 FailMode::Closed => Action::Drop,
             },
@@ -210,6 +172,7 @@ pub fn step_at<P: Policy + ?Sized>(
 mod tests {
     use super::*;
     use crate::fqdn::NoFqdn;
+    use crate::packet::LocalSide;
     use etherparse::PacketBuilder;
 
     /// Allows TCP to port 80, rejects port 81, drops everything else.
@@ -227,6 +190,22 @@ mod tests {
 
     const NOW: Timestamp = Timestamp { unix_micros: 1 };
 
+    fn queued(payload: &[u8], mark: u32, local: Option<LocalSide>) -> Queued<'_> {
+        Queued {
+            id: 1,
+            payload,
+            mark,
+            local,
+        }
+    }
+
+    fn config(fail_mode: FailMode) -> StepConfig {
+        StepConfig {
+            marks: MarkLayout::default(),
+            fail_mode,
+        }
+    }
+
     fn syn(port: u16) -> Vec<u8> {
         let mut out = Vec::new();
         PacketBuilder::ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
@@ -239,15 +218,12 @@ mod tests {
 
     #[test]
     fn allow_and_reject_repeat_with_a_mark_that_keeps_foreign_bits() {
-        let marks = MarkLayout::default();
         let foreign = 0x4000 | 0x0030_0000; // kube-proxy's bit, and stale bits of ours
         let allowed = step(
-            &syn(80),
-            foreign,
+            &queued(&syn(80), foreign, None),
             &PortPolicy,
             &NoFqdn,
-            &marks,
-            FailMode::Closed,
+            &config(FailMode::Closed),
             NOW,
         );
         assert_eq!(
@@ -264,22 +240,18 @@ mod tests {
             }
         );
         let rejected = step(
-            &syn(81),
-            0,
+            &queued(&syn(81), 0, None),
             &PortPolicy,
             &NoFqdn,
-            &marks,
-            FailMode::Closed,
+            &config(FailMode::Closed),
             NOW,
         );
         assert_eq!(rejected.action, Action::Repeat { mark: 0x20_0000 });
         let dropped = step(
-            &syn(82),
-            0,
+            &queued(&syn(82), 0, None),
             &PortPolicy,
             &NoFqdn,
-            &marks,
-            FailMode::Open,
+            &config(FailMode::Open),
             NOW,
         );
         assert_eq!(dropped.action, Action::Drop);
@@ -319,12 +291,10 @@ spec:
         let marks = MarkLayout::default();
         let decide = |port| {
             step(
-                &syn(port),
-                0,
+                &queued(&syn(port), 0, None),
                 &ruleset,
                 &NoFqdn,
-                &marks,
-                FailMode::Closed,
+                &config(FailMode::Closed),
                 NOW,
             )
             .action
@@ -342,14 +312,11 @@ spec:
                 .syn()
                 .write(&mut packet, &[])
                 .unwrap();
-            step_at(
-                &packet,
-                0,
-                local,
+            step(
+                &queued(&packet, 0, local),
                 &ruleset,
                 &NoFqdn,
-                &marks,
-                FailMode::Closed,
+                &config(FailMode::Closed),
                 NOW,
             )
             .action
@@ -382,7 +349,11 @@ spec:
             .syn()
             .write(&mut packet, &[])
             .unwrap();
-            let decision = ruleset.classify_at(&parse_flow(&packet).unwrap(), local, &NoFqdn);
+            let flow = Flow {
+                local,
+                ..parse_flow(&packet).unwrap()
+            };
+            let decision = ruleset.classify(&flow, &NoFqdn);
             decision.ingress.outcome
         };
         assert_eq!(decided(None), ClassifyOutcome::NotEnforced);
@@ -390,20 +361,6 @@ spec:
             decided(Some(LocalSide::Destination)),
             ClassifyOutcome::NoRuleMatched
         );
-    }
-
-    #[test]
-    fn hooks_name_the_local_side() {
-        assert_eq!(
-            local_side(libc::NF_INET_LOCAL_IN as u8),
-            Some(LocalSide::Destination)
-        );
-        assert_eq!(
-            local_side(libc::NF_INET_LOCAL_OUT as u8),
-            Some(LocalSide::Source)
-        );
-        assert_eq!(local_side(libc::NF_INET_FORWARD as u8), None);
-        assert_eq!(LocalSide::Source.opposite(), LocalSide::Destination);
     }
 
     #[test]
@@ -432,8 +389,15 @@ spec:
         };
         let ruleset = crate::compile::compile(&crate::model::Snapshot { objects }, &node);
         let marks = MarkLayout::default();
-        let decide =
-            |packet: &[u8]| step(packet, 0, &ruleset, &NoFqdn, &marks, FailMode::Closed, NOW);
+        let decide = |packet: &[u8]| {
+            step(
+                &queued(packet, 0, None),
+                &ruleset,
+                &NoFqdn,
+                &config(FailMode::Closed),
+                NOW,
+            )
+        };
         let inspected = decide(&syn(80));
         assert_eq!(inspected.action, Action::Repeat { mark: marks.l7 });
         assert!(matches!(
@@ -499,22 +463,18 @@ spec:
             "10.0.0.2".parse().unwrap(),
         )]);
         let allowed = step(
-            &syn(80),
-            0,
+            &queued(&syn(80), 0, None),
             &ruleset,
             &learned,
-            &marks,
-            FailMode::Closed,
+            &config(FailMode::Closed),
             NOW,
         );
         assert_eq!(allowed.action, Action::Repeat { mark: marks.allow });
         let unknown = step(
-            &syn(80),
-            0,
+            &queued(&syn(80), 0, None),
             &ruleset,
             &NoFqdn,
-            &marks,
-            FailMode::Closed,
+            &config(FailMode::Closed),
             NOW,
         );
         assert_eq!(unknown.action, Action::Drop);
@@ -522,26 +482,21 @@ spec:
 
     #[test]
     fn malformed_packets_follow_the_fail_mode() {
-        let marks = MarkLayout::default();
         let truncated = &syn(80)[..21];
         let closed = step(
-            truncated,
-            0,
+            &queued(truncated, 0, None),
             &PortPolicy,
             &NoFqdn,
-            &marks,
-            FailMode::Closed,
+            &config(FailMode::Closed),
             NOW,
         );
         assert_eq!(closed.action, Action::Drop);
         assert!(matches!(closed.outcome, Outcome::Malformed(_)));
         let open = step(
-            truncated,
-            0,
+            &queued(truncated, 0, None),
             &PortPolicy,
             &NoFqdn,
-            &marks,
-            FailMode::Open,
+            &config(FailMode::Open),
             NOW,
         );
         assert_eq!(open.action, Action::Accept);

@@ -17,7 +17,6 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -26,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::marks::FailMode;
 use crate::ruleset::{PolicySummary, Ruleset};
-use crate::workers::{parse_kernel_counters, QueueStats, PROC_QUEUES};
+use crate::telemetry::Registry;
 
 /// Where `tollgate run` listens and the CLI connects unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/tollgate/tollgate.sock";
@@ -99,21 +98,60 @@ pub struct ReloadReport {
     pub error: Option<String>,
 }
 
-/// One queue's counters: the worker's and the kernel's.
+/// One queue's counters: its worker's, then the kernel's.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct QueueReport {
     pub queue: u16,
-    pub allowed: u64,
-    pub dropped: u64,
-    pub rejected: u64,
-    pub malformed: u64,
-    pub bypassed: u64,
-    pub overflows: u64,
-    pub verdict_errors: u64,
-    pub kernel_waiting: u64,
-    pub kernel_queue_dropped: u64,
-    pub kernel_user_dropped: u64,
+    /// The worker reading the queue: `queue` (new connections), `dns`,
+    /// `L7 queue`.
+    pub worker: String,
+    pub counters: Counts,
+}
+
+/// Counter values by key, in the order they are declared; a JSON object.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counts(pub Vec<(String, u64)>);
+
+impl Counts {
+    /// The value of counter `key`.
+    pub fn get(&self, key: &str) -> Option<u64> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+    }
+}
+
+impl Serialize for Counts {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (key, value) in &self.0 {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Counts {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct InOrder;
+        impl<'de> serde::de::Visitor<'de> for InOrder {
+            type Value = Counts;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a map of counter values")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Counts, A::Error> {
+                let mut counts = Vec::new();
+                while let Some(entry) = map.next_entry()? {
+                    counts.push(entry);
+                }
+                Ok(Counts(counts))
+            }
+        }
+        deserializer.deserialize_map(InOrder)
+    }
 }
 
 /// What the agent knows about itself, shared with the status server.
@@ -124,7 +162,7 @@ pub struct AgentStatus {
     audit_log: Option<PathBuf>,
     metrics_address: Option<String>,
     ruleset: Arc<ArcSwap<Ruleset>>,
-    queues: Vec<(u16, Arc<QueueStats>)>,
+    counters: Arc<Registry>,
     state: Mutex<State>,
 }
 
@@ -147,7 +185,7 @@ impl AgentStatus {
     pub fn new(
         facts: AgentFacts,
         ruleset: Arc<ArcSwap<Ruleset>>,
-        queues: Vec<(u16, Arc<QueueStats>)>,
+        counters: Arc<Registry>,
     ) -> AgentStatus {
         AgentStatus {
             started: Instant::now(),
@@ -156,7 +194,7 @@ impl AgentStatus {
             audit_log: facts.audit_log,
             metrics_address: facts.metrics_address,
             ruleset,
-            queues,
+            counters,
             state: Mutex::new(State::default()),
         }
     }
@@ -183,28 +221,20 @@ impl AgentStatus {
     pub fn report(&self) -> StatusReport {
         let ruleset = self.ruleset.load();
         let state = self.state();
-        let kernel = std::fs::read_to_string(PROC_QUEUES)
-            .map(|text| parse_kernel_counters(&text))
-            .unwrap_or_default();
         let queues = self
-            .queues
-            .iter()
-            .map(|(queue, s)| {
-                let k = kernel.iter().find(|k| k.queue == *queue);
-                let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-                QueueReport {
-                    queue: *queue,
-                    allowed: load(&s.allowed),
-                    dropped: load(&s.dropped),
-                    rejected: load(&s.rejected),
-                    malformed: load(&s.malformed),
-                    bypassed: load(&s.bypassed),
-                    overflows: load(&s.overflows),
-                    verdict_errors: load(&s.verdict_errors),
-                    kernel_waiting: k.map_or(0, |k| k.waiting),
-                    kernel_queue_dropped: k.map_or(0, |k| k.queue_dropped),
-                    kernel_user_dropped: k.map_or(0, |k| k.user_dropped),
-                }
+            .counters
+            .snapshot()
+            .into_iter()
+            .map(|queue| QueueReport {
+                queue: queue.queue,
+                worker: queue.name.to_string(),
+                counters: Counts(
+                    queue
+                        .samples
+                        .iter()
+                        .map(|s| (s.series.key.to_string(), s.value))
+                        .collect(),
+                ),
             })
             .collect();
         StatusReport {
@@ -277,15 +307,7 @@ pub fn serve(path: &Path, status: Arc<AgentStatus>) -> Result<StatusServer, Stat
         }
         std::fs::remove_file(path).map_err(io)?;
     }
-    // Created 0600 from the start: no window in which others could connect.
-    // SAFETY: umask only changes this process's file-creation mask; it is
-    // restored right after bind.
-    let old = unsafe { libc::umask(0o177) };
-    let bound = UnixListener::bind(path);
-    // SAFETY: as above.
-    unsafe { libc::umask(old) };
-    let listener = bound.map_err(io)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
+    let listener = bind_private(path).map_err(io)?;
     let server = StatusServer {
         path: path.to_path_buf(),
     };
@@ -300,6 +322,45 @@ pub fn serve(path: &Path, status: Arc<AgentStatus>) -> Result<StatusServer, Stat
         })
         .map_err(io)?;
     Ok(server)
+}
+
+/// Binds `path` with mode 0600 from the first moment anyone else could
+/// reach it, without touching the process-wide umask: the socket is bound
+/// in a fresh 0700 directory beside `path`, given mode 0600 there, then
+/// renamed into place.
+fn bind_private(path: &Path) -> std::io::Result<UnixListener> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"))?;
+    let staging = dir.join(format!(
+        ".{}.{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let staged = staging.join("s");
+    let create = || std::fs::DirBuilder::new().mode(0o700).create(&staging);
+    if let Err(error) = create() {
+        if error.kind() != std::io::ErrorKind::AlreadyExists {
+            return Err(error);
+        }
+        // Left by an agent with our process id that died while binding
+        // (in a container, every agent is process 1).
+        let _ = std::fs::remove_file(&staged);
+        std::fs::remove_dir(&staging)?;
+        create()?;
+    }
+    let bound = UnixListener::bind(&staged).and_then(|listener| {
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o600))?;
+        std::fs::rename(&staged, path)?;
+        Ok(listener)
+    });
+    let _ = std::fs::remove_file(&staged);
+    let _ = std::fs::remove_dir(&staging);
+    bound
 }
 
 fn answer(stream: UnixStream, status: &AgentStatus) -> std::io::Result<()> {
@@ -384,60 +445,56 @@ pub fn render_status(report: &StatusReport) -> String {
         "metrics:            {}",
         report.metrics_address.as_deref().unwrap_or("off")
     );
-    let mut rows = vec![[
-        "QUEUE",
-        "ALLOWED",
-        "DROPPED",
-        "REJECTED",
-        "MALFORMED",
-        "BYPASSED",
-        "OVERFLOWS",
-        "VERDICT-ERRORS",
-        "KERNEL-WAITING",
-        "KERNEL-QUEUE-DROPPED",
-        "KERNEL-USER-DROPPED",
-    ]
-    .map(str::to_string)];
-    for q in &report.queues {
-        rows.push(
-            [
-                u64::from(q.queue),
-                q.allowed,
-                q.dropped,
-                q.rejected,
-                q.malformed,
-                q.bypassed,
-                q.overflows,
-                q.verdict_errors,
-                q.kernel_waiting,
-                q.kernel_queue_dropped,
-                q.kernel_user_dropped,
-            ]
-            .map(|n| n.to_string()),
-        );
-    }
-    let widths: Vec<usize> = (0..rows[0].len())
-        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
-        .collect();
-    for row in rows {
-        let cells: Vec<String> = row
+    // One table per kind of worker, its counters as columns.
+    for group in report.queues.chunk_by(|a, b| a.worker == b.worker) {
+        let keys: Vec<&str> = group[0]
+            .counters
+            .0
             .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
+            .map(|(k, _)| k.as_str())
             .collect();
-        let _ = writeln!(out, "{}", cells.join(" ").trim_end());
+        let header = std::iter::once(group[0].worker.to_uppercase())
+            .chain(keys.iter().map(|k| k.to_uppercase().replace('_', "-")))
+            .collect();
+        let rows: Vec<Vec<String>> = std::iter::once(header)
+            .chain(group.iter().map(|q| {
+                std::iter::once(q.queue.to_string())
+                    .chain(
+                        keys.iter()
+                            .map(|k| q.counters.get(k).unwrap_or(0).to_string()),
+                    )
+                    .collect()
+            }))
+            .collect();
+        let widths: Vec<usize> = (0..rows[0].len())
+            .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
+            .collect();
+        let _ = writeln!(out);
+        for row in rows {
+            let cells: Vec<String> = row
+                .iter()
+                .zip(&widths)
+                .map(|(cell, w)| format!("{cell:<w$}"))
+                .collect();
+            let _ = writeln!(out, "{}", cells.join(" ").trim_end());
+        }
     }
     out
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::Ordering;
+
     use super::*;
+    use crate::workers::ConnectionCounters;
 
     fn status() -> Arc<AgentStatus> {
         let ruleset = Arc::new(ArcSwap::from_pointee(Ruleset::default()));
-        let stats = Arc::new(QueueStats::default());
+        let stats = Arc::new(ConnectionCounters::default());
         stats.allowed.fetch_add(2, Ordering::Relaxed);
+        let counters = Arc::new(Registry::default());
+        counters.register(100, "queue", vec![stats]);
         Arc::new(AgentStatus::new(
             AgentFacts {
                 node_name: "n1".into(),
@@ -446,7 +503,7 @@ mod tests {
                 metrics_address: Some("127.0.0.1:9100".into()),
             },
             ruleset,
-            vec![(100, stats)],
+            counters,
         ))
     }
 
@@ -467,7 +524,7 @@ mod tests {
             panic!()
         };
         assert_eq!(report.ruleset_generation, 1);
-        assert_eq!(report.queues[0].allowed, 2);
+        assert_eq!(report.queues[0].counters.get("allowed"), Some(2));
         let text = render_status(&report);
         assert!(
             text.contains("last reload:        FAILED 0s ago: bad.yaml: nope"),
@@ -524,6 +581,22 @@ mod tests {
         let stale = UnixListener::bind(&path).unwrap();
         drop(stale);
         let _server = serve(&path, status()).unwrap();
+        assert!(request(&path, &Request::Status).is_ok());
+    }
+
+    #[test]
+    fn binding_leaves_nothing_behind_even_after_a_crashed_bind() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.sock");
+        let leftover = dir.path().join(format!(".t.sock.{}", std::process::id()));
+        std::fs::create_dir(&leftover).unwrap();
+        std::fs::write(leftover.join("s"), b"").unwrap();
+        let _server = serve(&path, status()).unwrap();
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["t.sock"]);
         assert!(request(&path, &Request::Status).is_ok());
     }
 }

@@ -17,11 +17,11 @@ use arc_swap::ArcSwap;
 use tollgate::config::{AgentConfig, MachineDefaults};
 use tollgate::datapath::{desired, reconcile, Iptables};
 use tollgate::decide::{Policy, Ruling};
-use tollgate::fqdn::FqdnLookup;
+use tollgate::fqdn::{FqdnLookup, FqdnTable};
 use tollgate::packet::flow::{Flow, Transport, Verdict};
 use tollgate::ruleset::Enforced;
 use tollgate::telemetry::Metrics;
-use tollgate::workers::{FqdnMirror, Observers, Worker, WorkerConfig};
+use tollgate::workers::{Observers, Worker, WorkerConfig};
 
 /// A background process, killed on drop.
 struct Background(Child);
@@ -99,7 +99,7 @@ fn allow_reject_drop_through_the_queue() {
                 fail_mode: config.datapath.fail_mode,
             },
             Arc::new(ArcSwap::from_pointee(TestPolicy)),
-            Arc::new(FqdnMirror::restore(vec![], Default::default(), &[]).0),
+            Arc::new(FqdnTable::restore(vec![], Default::default(), &[]).0),
             Observers {
                 metrics: Arc::new(Metrics::new()),
                 audit: None,

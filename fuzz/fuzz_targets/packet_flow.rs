@@ -152,7 +152,8 @@ fn built_packet(built: &Built) {
             Ok(Flow {
                 src,
                 dst,
-                transport
+                transport,
+                local: None,
             }),
             "built {built:?}"
         ),

@@ -70,6 +70,7 @@ fuzz_target!(|data: &[u8]| {
                     src,
                     dst,
                     transport,
+                    local: None,
                 };
                 for fqdn in [&NoFqdn as &dyn FqdnLookup, &learned] {
                     let decision = ruleset.classify(&flow, fqdn);

@@ -11,7 +11,6 @@ mod signals;
 
 use std::net::IpAddr;
 use std::path::Path;
-use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +20,7 @@ use crate::cli::RunArgs;
 use crate::compile::{compile, LocalNode};
 use crate::config::{AgentConfig, ConfigError, Loaded};
 use crate::datapath::{teardown, Backoff, Iptables, Kernel};
-use crate::fqdn::FqdnPattern;
+use crate::fqdn::{FqdnPattern, FqdnTable};
 use crate::ruleset::Ruleset;
 use crate::source::kube::KubeSource;
 use crate::source::watch::Directory;
@@ -29,11 +28,8 @@ use crate::source::Source;
 use crate::status::{AgentFacts, AgentStatus, StatusServer};
 use crate::telemetry::Metrics;
 use crate::validate::Problem;
-use crate::workers::{
-    parse_kernel_counters, DnsStats, DnsWorker, DnsWorkerConfig, FqdnMirror, Observers, Worker,
-    WorkerConfig, PROC_QUEUES,
-};
-use crate::workers::{L7Stats, L7Worker, L7WorkerConfig};
+use crate::workers::fqdn_sets::restored_entries;
+use crate::workers::{DnsWorker, DnsWorkerConfig, L7WorkerConfig, Observers, Worker, WorkerConfig};
 
 pub use error::AgentError;
 
@@ -58,8 +54,6 @@ struct Running {
     metrics: Arc<Metrics>,
     status: Arc<AgentStatus>,
     audit: Option<AuditSink>,
-    workers: Vec<Worker>,
-    l7_worker: L7Worker,
     /// Removes the socket when the agent stops.
     _status_server: Option<StatusServer>,
 }
@@ -68,7 +62,7 @@ struct Running {
 /// replies: the mirror learning for its selectors and the DNS worker.
 struct Fqdn {
     config: Arc<AgentConfig>,
-    mirror: Arc<FqdnMirror>,
+    mirror: Arc<FqdnTable>,
     /// The DNS reply worker, started with the first ruleset that has FQDN
     /// selectors (its queue is not bound before).
     dns: Option<DnsWorker>,
@@ -131,10 +125,10 @@ fn start(args: &RunArgs) -> Result<(Running, Receiver<Event>), AgentError> {
         .into_iter()
         .map(|(name, set)| (name, set.entries))
         .collect();
-    let (mirror, restored) = FqdnMirror::restore(
+    let (mirror, restored) = FqdnTable::restore(
         ruleset.fqdn_patterns().to_vec(),
         config.fqdn.learner(),
-        &learned,
+        &restored_entries(ruleset.fqdn_patterns(), &learned),
     );
     let mirror = Arc::new(mirror);
     tracing::info!(
@@ -146,24 +140,19 @@ fn start(args: &RunArgs) -> Result<(Running, Receiver<Event>), AgentError> {
     let patterns = ruleset.fqdn_patterns().to_vec();
     let reconciler = Reconciler::new(ruleset, Backoff::DEFAULT);
     let policy = Arc::clone(reconciler.in_force());
-    let workers = config
-        .queues
-        .range()
-        .iter()
-        .map(|queue| {
-            Worker::spawn(
-                WorkerConfig {
-                    queue,
-                    marks: config.datapath.mark_mask,
-                    fail_mode: config.datapath.fail_mode,
-                },
-                Arc::clone(&policy),
-                Arc::clone(&mirror),
-                observers.clone(),
-            )
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let l7_worker = L7Worker::spawn(
+    for queue in config.queues.range().iter() {
+        Worker::spawn(
+            WorkerConfig {
+                queue,
+                marks: config.datapath.mark_mask,
+                fail_mode: config.datapath.fail_mode,
+            },
+            Arc::clone(&policy),
+            Arc::clone(&mirror),
+            observers.clone(),
+        )?;
+    }
+    crate::workers::l7::spawn(
         L7WorkerConfig {
             marks: config.datapath.mark_mask,
             fail_mode: config.datapath.fail_mode,
@@ -181,10 +170,7 @@ fn start(args: &RunArgs) -> Result<(Running, Receiver<Event>), AgentError> {
             metrics_address: config.metrics.address.map(|a| a.to_string()),
         },
         Arc::clone(&policy),
-        workers
-            .iter()
-            .map(|w| (w.queue, Arc::clone(&w.stats)))
-            .collect(),
+        Arc::clone(metrics.counters()),
     ));
     let status_server = serve_status(config.status.socket.as_deref(), Arc::clone(&status))?;
     if let Some(address) = config.metrics.address {
@@ -208,8 +194,6 @@ fn start(args: &RunArgs) -> Result<(Running, Receiver<Event>), AgentError> {
         metrics,
         status,
         audit,
-        workers,
-        l7_worker,
         _status_server: status_server,
     };
     running.put_in_force();
@@ -289,10 +273,8 @@ impl Running {
         if let Some(audit) = &self.audit {
             audit.flush(Duration::from_secs(2));
         }
-        log_queue_stats(&self.workers);
-        log_l7_stats(self.l7_worker.queue, &self.l7_worker.stats);
-        if let Some(dns) = &self.fqdn.dns {
-            log_dns_stats(dns.queue, &dns.stats, &self.fqdn.mirror);
+        for queue in self.metrics.counters().snapshot() {
+            tracing::info!("{}", queue.line());
         }
         tracing::info!("shutdown complete");
         Ok(())
@@ -339,67 +321,4 @@ impl Handover for Fqdn {
     fn switched(&mut self, ruleset: &Ruleset) {
         self.mirror.reselect(ruleset.fqdn_patterns());
     }
-}
-
-fn log_queue_stats(workers: &[Worker]) {
-    let kernel = std::fs::read_to_string(PROC_QUEUES)
-        .map(|text| parse_kernel_counters(&text))
-        .unwrap_or_default();
-    for worker in workers {
-        let s = &worker.stats;
-        let k = kernel.iter().find(|k| k.queue == worker.queue);
-        tracing::info!(
-            queue = worker.queue,
-            allowed = s.allowed.load(Ordering::Relaxed),
-            dropped = s.dropped.load(Ordering::Relaxed),
-            rejected = s.rejected.load(Ordering::Relaxed),
-            malformed = s.malformed.load(Ordering::Relaxed),
-            overflows = s.overflows.load(Ordering::Relaxed),
-            verdict_errors = s.verdict_errors.load(Ordering::Relaxed),
-            kernel_queue_dropped = k.map_or(0, |k| k.queue_dropped),
-            kernel_user_dropped = k.map_or(0, |k| k.user_dropped),
-            "queue stats"
-        );
-    }
-}
-
-fn log_l7_stats(queue: u16, s: &L7Stats) {
-    tracing::info!(
-        queue,
-        segments = s.segments.load(Ordering::Relaxed),
-        flows = s.flows.load(Ordering::Relaxed),
-        requests_allowed = s.requests_allowed.load(Ordering::Relaxed),
-        requests_denied = s.requests_denied.load(Ordering::Relaxed),
-        resets = s.resets.load(Ordering::Relaxed),
-        held = s.held.load(Ordering::Relaxed),
-        deferred = s.deferred.load(Ordering::Relaxed),
-        deferred_evicted = s.deferred_evicted.load(Ordering::Relaxed),
-        malformed = s.malformed.load(Ordering::Relaxed),
-        inject_errors = s.inject_errors.load(Ordering::Relaxed),
-        overflows = s.overflows.load(Ordering::Relaxed),
-        verdict_errors = s.verdict_errors.load(Ordering::Relaxed),
-        "L7 queue stats"
-    );
-}
-
-fn log_dns_stats(queue: u16, s: &DnsStats, mirror: &FqdnMirror) {
-    let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-    tracing::info!(
-        queue,
-        packets = load(&s.packets),
-        parsed = load(&s.parsed),
-        failed = load(&s.failed),
-        untrusted = load(&s.untrusted),
-        tcp_untracked = load(&s.tcp_untracked),
-        tcp_gaps = load(&s.tcp_gaps),
-        oversized = load(&s.oversized),
-        learned = load(&s.learned),
-        refreshed = load(&s.refreshed),
-        evicted = load(&s.evicted),
-        expired = mirror.counters().expired,
-        ipset_errors = load(&s.ipset_errors),
-        overflows = load(&s.overflows),
-        verdict_errors = load(&s.verdict_errors),
-        "dns stats"
-    );
 }

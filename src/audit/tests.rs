@@ -21,6 +21,7 @@ fn flow(src: &str, sport: Option<u16>, dst: &str, dport: Option<u16>, icmp: bool
         src: src.parse().unwrap(),
         dst: dst.parse().unwrap(),
         transport,
+        local: None,
     }
 }
 
@@ -189,6 +190,7 @@ fn ipv6_addresses_print_compressed_as_go_does() {
             src_port: 5353,
             dst_port: 53,
         },
+        local: None,
     };
     assert!(
         record
@@ -231,11 +233,29 @@ fn rate_limit_allows_the_burst_then_the_rate() {
 mod through_the_step {
     use super::*;
     use crate::compile::{compile, LocalNode};
-    use crate::decide::step;
+    use crate::decide::{step, StepConfig};
     use crate::marks::{FailMode, MarkLayout};
     use crate::model::Snapshot;
+    use crate::packet::Queued;
     use crate::ruleset::Ruleset;
     use etherparse::PacketBuilder;
+
+    fn config() -> StepConfig {
+        StepConfig {
+            marks: MarkLayout::default(),
+            fail_mode: FailMode::Closed,
+        }
+    }
+
+    /// A packet queued from FORWARD with no mark.
+    fn queued(payload: &[u8]) -> Queued<'_> {
+        Queued {
+            id: 1,
+            payload,
+            mark: 0,
+            local: None,
+        }
+    }
 
     const POLICIES: &str = "apiVersion: v1
 kind: Namespace
@@ -329,12 +349,10 @@ spec:
 
     fn lines(ruleset: &Ruleset, packet: &[u8], micros: u64) -> Vec<String> {
         let s = step(
-            packet,
-            0,
+            &queued(packet),
             ruleset,
             &crate::fqdn::NoFqdn,
-            &MarkLayout::default(),
-            FailMode::Closed,
+            &config(),
             Timestamp::from_unix_micros(micros),
         );
         s.audit.iter().map(AuditRecord::line).collect()
@@ -387,12 +405,10 @@ spec:
         let mut out = Vec::new();
         for i in 0..50u64 {
             let s = step(
-                &ping([10, 10, 1, 7], [10, 10, 2, 3]),
-                0,
+                &queued(&ping([10, 10, 1, 7], [10, 10, 2, 3])),
                 &rs,
                 &crate::fqdn::NoFqdn,
-                &MarkLayout::default(),
-                FailMode::Closed,
+                &config(),
                 Timestamp::from_unix_micros(T + i * 20_000),
             );
             for record in s.audit {

@@ -311,6 +311,7 @@ mod tests {
                     src_port,
                     dst_port: 80,
                 },
+                local: None,
             },
             packet_length: 60,
             log_label: None,

@@ -73,6 +73,7 @@ fn tcp(src: IpAddr, dst: IpAddr, port: u16) -> Flow {
             src_port: 40000,
             dst_port: port,
         },
+        local: None,
     }
 }
 
@@ -580,6 +581,7 @@ fn ports_ranges_and_named_ports() {
             src_port: 1,
             dst_port: 8080,
         },
+        local: None,
     };
     assert_eq!(rs.classify(&udp, &NoFqdn).verdict, Verdict::Drop);
 }
@@ -595,6 +597,7 @@ fn protocol_without_port_matches_every_port_of_it() {
             src_port: 1,
             dst_port: port,
         },
+        local: None,
     };
     assert_eq!(rs.classify(&udp(53), &NoFqdn).verdict, Verdict::Reject);
     assert_eq!(rs.classify(&udp(9999), &NoFqdn).verdict, Verdict::Reject);
@@ -613,6 +616,7 @@ fn icmp_type_and_code() {
             icmp_type: t,
             icmp_code: c,
         },
+        local: None,
     };
     assert_eq!(rs.classify(&icmp(8, 0), &NoFqdn).verdict, Verdict::Drop);
     assert_eq!(rs.classify(&icmp(8, 1), &NoFqdn).verdict, Verdict::Allow);
@@ -697,6 +701,7 @@ spec:
             src_port: 1,
             dst_port: port,
         },
+        local: None,
     };
     assert_eq!(rs.classify(&udp(53), &NoFqdn).verdict, Verdict::Drop);
     assert_eq!(rs.classify(&udp(54), &NoFqdn).verdict, Verdict::Allow);

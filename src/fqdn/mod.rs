@@ -7,6 +7,8 @@
 mod learner;
 mod pattern;
 mod snoop;
+mod step;
+mod table;
 
 pub use snoop::{
     DnsSnooper, Release, SnoopEvent, Snooped, DEFAULT_MAX_TCP_FLOWS, DEFAULT_MAX_TCP_MESSAGE,
@@ -16,6 +18,9 @@ pub use learner::{
     FqdnLearner, IpsetChange, LearnedAt, LearnerConfig, LearnerCounters, RestoredEntry,
     MAX_IPSET_TIMEOUT_SECS,
 };
+
+pub use step::{DnsStep, SetWrite};
+pub use table::{Expired, FqdnTable, TableLookup};
 
 pub(crate) use pattern::glob_match;
 pub use pattern::{FqdnLookup, FqdnPattern, NoFqdn, StaticFqdn};

@@ -31,7 +31,7 @@ pub enum Release {
     Accept,
     /// Drop a TCP segment that starts after bytes never seen: the server
     /// retransmits, and the client can never assemble a message the
-    /// learner has not seen in full. After [`MAX_CONSECUTIVE_GAPS`] such
+    /// learner has not seen in full. After `MAX_CONSECUTIVE_GAPS` (3) such
     /// drops on one connection it is forgotten and released unlearned.
     Drop,
 }

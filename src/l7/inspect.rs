@@ -55,8 +55,8 @@ use crate::fqdn::FqdnLookup;
 use crate::http::{HttpEvent, HttpRule, Malformed, RequestHead, RequestTracker};
 use crate::l7::DenyResponse as L7DenyResponse;
 use crate::model::TlsProtocol;
-use crate::packet::flow::{Flow, Verdict};
-use crate::ruleset::{Endpoint, LocalSide, RuleRef, Ruleset};
+use crate::packet::flow::{Flow, LocalSide, Verdict};
+use crate::ruleset::{Endpoint, RuleRef, Ruleset};
 use crate::tls::{client_hello_sni, TlsError, MAX_CLIENT_HELLO};
 
 use crate::packet::segment::{FlowKey, Segment};
@@ -111,13 +111,12 @@ pub enum Admission {
 
 /// The policy as the L7 worker asks it. Implemented by the ruleset.
 pub trait L7Policy {
-    /// `local`: the side of `flow` the kernel says is the Node itself.
-    fn admission(&self, flow: &Flow, local: Option<LocalSide>, fqdn: &dyn FqdnLookup) -> Admission;
+    fn admission(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> Admission;
 }
 
 impl L7Policy for Ruleset {
-    fn admission(&self, flow: &Flow, local: Option<LocalSide>, fqdn: &dyn FqdnLookup) -> Admission {
-        let decision = self.classify_at(flow, local, fqdn);
+    fn admission(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> Admission {
+        let decision = self.classify(flow, fqdn);
         if decision.verdict != Verdict::Allow {
             return Admission::Deny;
         }
@@ -401,7 +400,11 @@ impl Inspector {
         (policy, fqdn): (&P, &dyn FqdnLookup),
         now: Instant,
     ) -> Option<FlowKey> {
-        let access = match policy.admission(&key.flow(), local, fqdn) {
+        let flow = Flow {
+            local,
+            ..key.flow()
+        };
+        let access = match policy.admission(&flow, fqdn) {
             Admission::Deny => Access::Denied,
             Admission::Allow => Access::Unrestricted,
             Admission::Inspect(rules) => Access::Rules(Arc::from(rules)),

@@ -503,7 +503,7 @@ fn policy_changes_since_the_syn() {
     );
     assert_eq!(reset_reason(&closed.action), DenyReason::Policy);
     assert!(matches!(
-        policy.admission(&key(21, 80).flow(), None, &NoFqdn),
+        policy.admission(&key(21, 80).flow(), &NoFqdn),
         Admission::Inspect(ref rules) if rules.len() == 1
     ));
 }

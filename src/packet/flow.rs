@@ -1,6 +1,7 @@
 //! The vocabulary shared by the pure core and the datapath: a [`Flow`] (the
-//! first packet of a connection, reduced to what policy can see) and the
-//! [`Verdict`] the classifier returns for it. Nothing here does I/O.
+//! first packet of a connection, reduced to what policy can see, including
+//! the [`LocalSide`] the kernel names) and the [`Verdict`] the classifier
+//! returns for it. Nothing here does I/O.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -80,6 +81,38 @@ pub struct Flow {
     pub dst: IpAddr,
     #[serde(flatten)]
     pub transport: Transport,
+    /// The side the kernel says is the Node itself, from the hook that
+    /// queued the packet; `None` when it does not say (FORWARD, `trace`).
+    #[serde(skip)]
+    pub local: Option<LocalSide>,
+}
+
+/// Which side of a flow the kernel says is the Node itself: the
+/// destination of a packet in the INPUT hook, the source of one in OUTPUT.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LocalSide {
+    Source,
+    Destination,
+}
+
+impl LocalSide {
+    /// The same side, for the flow named the other way round.
+    pub fn opposite(self) -> LocalSide {
+        match self {
+            LocalSide::Source => LocalSide::Destination,
+            LocalSide::Destination => LocalSide::Source,
+        }
+    }
+
+    /// The Node's side of a packet queued from netfilter hook `hook`: the
+    /// destination in INPUT, the source in OUTPUT, neither in FORWARD.
+    pub fn of_hook(hook: u8) -> Option<LocalSide> {
+        match i32::from(hook) {
+            libc::NF_INET_LOCAL_IN => Some(LocalSide::Destination),
+            libc::NF_INET_LOCAL_OUT => Some(LocalSide::Source),
+            _ => None,
+        }
+    }
 }
 
 /// What happens to a flow.
@@ -97,5 +130,24 @@ impl fmt::Display for Verdict {
             Verdict::Drop => "Drop",
             Verdict::Reject => "Reject",
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hooks_name_the_local_side() {
+        assert_eq!(
+            LocalSide::of_hook(libc::NF_INET_LOCAL_IN as u8),
+            Some(LocalSide::Destination)
+        );
+        assert_eq!(
+            LocalSide::of_hook(libc::NF_INET_LOCAL_OUT as u8),
+            Some(LocalSide::Source)
+        );
+        assert_eq!(LocalSide::of_hook(libc::NF_INET_FORWARD as u8), None);
+        assert_eq!(LocalSide::Source.opposite(), LocalSide::Destination);
     }
 }

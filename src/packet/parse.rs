@@ -56,6 +56,7 @@ pub fn parse_flow(packet: &[u8]) -> Result<Flow, PacketError> {
         src: ip.source_addr(),
         dst: ip.destination_addr(),
         transport,
+        local: None,
     })
 }
 

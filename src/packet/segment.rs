@@ -46,6 +46,7 @@ impl FlowKey {
                 src_port: self.client.port(),
                 dst_port: self.server.port(),
             },
+            local: None,
         }
     }
 }

@@ -18,6 +18,7 @@ use super::{Endpoint, Ruleset};
 use crate::fqdn::FqdnLookup;
 use crate::model::{Direction, L7Protocol, PortProtocol, RuleAction};
 use crate::packet::flow::{Flow, Verdict};
+use crate::packet::LocalSide;
 
 /// How one direction of a flow was decided.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -99,41 +100,15 @@ impl Decision {
     }
 }
 
-/// Which side of a flow the kernel says is the Node itself: the
-/// destination of a packet in the INPUT hook, the source of one in OUTPUT.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LocalSide {
-    Source,
-    Destination,
-}
-
-impl LocalSide {
-    /// The same side, for the flow named the other way round.
-    pub fn opposite(self) -> LocalSide {
-        match self {
-            LocalSide::Source => LocalSide::Destination,
-            LocalSide::Destination => LocalSide::Source,
-        }
-    }
-}
-
 impl Ruleset {
-    /// Decides a flow. `fqdn` answers FQDN peer membership.
+    /// Decides a flow. `fqdn` answers FQDN peer membership. When the
+    /// kernel named the flow's `local` side, an address of that side that
+    /// no endpoint owns is the local Node's (an address the Node gained
+    /// after the ruleset was compiled, an IPv6 link-local or privacy
+    /// address), so policy applied to the Node covers every address it
+    /// has, not only the ones known at compile time.
     pub fn classify(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> Decision {
-        self.classify_at(flow, None, fqdn)
-    }
-
-    /// Decides a flow whose `local` side the kernel has named: an address
-    /// of that side that no endpoint owns is the local Node's (an address
-    /// the Node gained after the ruleset was compiled, an IPv6 link-local
-    /// or privacy address), so policy applied to the Node covers every
-    /// address it has, not only the ones known at compile time.
-    pub fn classify_at(
-        &self,
-        flow: &Flow,
-        local: Option<LocalSide>,
-        fqdn: &dyn FqdnLookup,
-    ) -> Decision {
+        let local = flow.local;
         let lookup = |ip: &IpAddr, side: LocalSide| {
             self.endpoint_by_ip
                 .get(ip)

@@ -1,84 +1,30 @@
-//! The socket loop of one NFQUEUE worker: an OS thread bound to one queue
-//! with the `nfq` crate (blocking; the crate exposes no file descriptor for
-//! an event loop). It reads the current policy lock-free from an
-//! [`ArcSwap`] for every packet, and the FQDN mirror (a read lock, only
-//! when a rule with an `fqdn` peer is evaluated); it counts outcomes in its
-//! [`QueueStats`] and [`WorkerMetrics`], and hands the step's audit records
-//! to the audit writer without waiting (a full channel skips the record).
-//! It never logs per packet.
+//! The connection queues' handler: the first packet of a connection goes
+//! through the pure [`crate::decide::step`] with the policy in force and the
+//! FQDN table; it counts, records verdict metrics and hands audit records
+//! on without waiting. It never blocks on I/O or logs per packet.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 
-use crate::audit::{AuditSink, Timestamp};
+use super::runtime::{self, wall_clock, Handler, Queue, QueueError, QueueSpec, Verdicts};
+use crate::audit::AuditSink;
+use crate::decide::{step, Outcome, Policy, StepConfig};
+use crate::fqdn::FqdnTable;
 use crate::marks::{FailMode, MarkLayout};
 use crate::packet::flow::Verdict;
+use crate::packet::{Action, Queued};
+use crate::telemetry::counters::counters;
 use crate::telemetry::{Metrics, WorkerMetrics};
-
-use super::dns::FqdnMirror;
-use crate::decide::{local_side, step_at, Action, Outcome, Policy};
 
 /// Bytes of each packet copied to userspace: IPv4/IPv6 header with
 /// extension headers and the transport header.
-pub const COPY_RANGE: u16 = 128;
+const COPY_RANGE: u16 = 128;
 /// Packets the kernel holds per queue before it drops (fail-closed) or
 /// accepts (fail-open) new ones.
-pub const QUEUE_MAX_LEN: u32 = 4096;
-/// Consecutive receive errors after which a worker gives up.
-const MAX_CONSECUTIVE_ERRORS: u32 = 1000;
-
-/// Why a queue could not be set up.
-#[derive(Debug, thiserror::Error)]
-pub enum QueueError {
-    #[error("queue {queue}: {step}: {source}")]
-    Setup {
-        queue: u16,
-        step: &'static str,
-        source: std::io::Error,
-    },
-}
-
-impl QueueError {
-    /// Maps an I/O error of one setup step of `queue`.
-    pub fn setup(queue: u16, step: &'static str) -> impl Fn(std::io::Error) -> QueueError {
-        move |source| QueueError::Setup {
-            queue,
-            step,
-            source,
-        }
-    }
-}
-
-/// Binds NFQUEUE `queue` on a new netlink socket: copies up to `copy_range`
-/// bytes of each packet, lets up to `max_len` packets wait, lets the kernel
-/// accept packets itself when the queue is full or unbound if `fail_open`,
-/// and reports socket overflows (ENOBUFS) instead of hiding them.
-pub fn open_queue(
-    queue: u16,
-    copy_range: u16,
-    max_len: u32,
-    fail_open: bool,
-) -> Result<nfq::Queue, QueueError> {
-    let setup = |step| QueueError::setup(queue, step);
-    let mut socket = nfq::Queue::open().map_err(setup("open"))?;
-    socket.bind(queue).map_err(setup("bind"))?;
-    socket
-        .set_copy_range(queue, copy_range)
-        .map_err(setup("copy range"))?;
-    socket
-        .set_queue_max_len(queue, max_len)
-        .map_err(setup("queue length"))?;
-    socket
-        .set_fail_open(queue, fail_open)
-        .map_err(setup("fail-open flag"))?;
-    socket
-        .set_recv_enobufs(true)
-        .map_err(setup("overflow reporting"))?;
-    Ok(socket)
-}
+const QUEUE_MAX_LEN: u32 = 4096;
 
 /// How a worker handles its queue.
 #[derive(Clone, Copy, Debug)]
@@ -88,21 +34,18 @@ pub struct WorkerConfig {
     pub fail_mode: FailMode,
 }
 
-/// Counters of one queue, shared with the agent.
-#[derive(Debug, Default)]
-pub struct QueueStats {
-    pub allowed: AtomicU64,
-    pub dropped: AtomicU64,
-    pub rejected: AtomicU64,
-    pub malformed: AtomicU64,
-    /// Packets accepted without a decision (malformed, fail-open).
-    pub bypassed: AtomicU64,
-    /// Receive-buffer overflows (`ENOBUFS`): the kernel lost queued packets.
-    pub overflows: AtomicU64,
-    pub verdict_errors: AtomicU64,
+counters! {
+    /// What one connection queue's worker decided.
+    pub struct ConnectionCounters: one per queue {
+        allowed: Counter "queue_allowed" = "New connections allowed",
+        dropped: Counter "queue_dropped" = "New connections dropped",
+        rejected: Counter "queue_rejected" = "New connections rejected",
+        malformed: Counter "queue_malformed" = "Queued packets that could not be parsed (fail mode applied)",
+        bypassed: Counter "queue_bypassed" = "Queued packets accepted without a decision (malformed, fail-open)",
+    }
 }
 
-impl QueueStats {
+impl ConnectionCounters {
     fn record(&self, outcome: &Outcome, action: Action) {
         let counter = match outcome {
             Outcome::Decided {
@@ -126,19 +69,18 @@ impl QueueStats {
     }
 }
 
-/// Where a worker reports what it decided: the metrics, and the audit log
-/// when one is configured.
+/// Where a worker reports what it decided: the metrics (and the counter
+/// registry in them), and the audit log when one is configured.
 #[derive(Clone)]
 pub struct Observers {
     pub metrics: Arc<Metrics>,
     pub audit: Option<AuditSink>,
 }
 
-/// A running worker thread (detached: it runs until the process exits,
-/// and the kernel drops what is still queued when the socket closes).
+/// A running connection worker.
 pub struct Worker {
     pub queue: u16,
-    pub stats: Arc<QueueStats>,
+    pub stats: Arc<ConnectionCounters>,
 }
 
 impl Worker {
@@ -147,167 +89,67 @@ impl Worker {
     pub fn spawn<P>(
         config: WorkerConfig,
         policy: Arc<ArcSwap<P>>,
-        fqdn: Arc<FqdnMirror>,
+        fqdn: Arc<FqdnTable>,
         observers: Observers,
     ) -> Result<Worker, QueueError>
     where
         P: Policy + Send + Sync + 'static,
     {
-        let queue = config.queue;
-        let setup = |step| QueueError::setup(queue, step);
-        let socket = open_queue(
-            queue,
-            COPY_RANGE,
-            QUEUE_MAX_LEN,
-            config.fail_mode == FailMode::Open,
-        )?;
-        let stats = Arc::new(QueueStats::default());
-        observers.metrics.add_queue(queue, Arc::clone(&stats));
-        let thread_stats = Arc::clone(&stats);
-        std::thread::Builder::new()
-            .name(format!("nfqueue-{queue}"))
-            .spawn(move || run(socket, config, &policy, &fqdn, &thread_stats, &observers))
-            .map_err(setup("spawn"))?;
-        Ok(Worker { queue, stats })
+        let queue = Queue::open(QueueSpec {
+            queue: config.queue,
+            name: "queue",
+            copy_range: COPY_RANGE,
+            max_len: QUEUE_MAX_LEN,
+            fail_open: config.fail_mode == FailMode::Open,
+        })?;
+        let stats = Arc::new(ConnectionCounters::default());
+        let handler = Connections {
+            policy,
+            fqdn,
+            config: StepConfig {
+                marks: config.marks,
+                fail_mode: config.fail_mode,
+            },
+            stats: Arc::clone(&stats),
+            metrics: WorkerMetrics::new(Arc::clone(&observers.metrics)),
+            audit: observers.audit,
+        };
+        runtime::spawn(queue, handler, Arc::clone(&stats) as _, &observers.metrics)?;
+        Ok(Worker {
+            queue: config.queue,
+            stats,
+        })
     }
 }
 
-/// The wall-clock time audit records are stamped with.
-pub(crate) fn wall_clock() -> Timestamp {
-    let micros = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros());
-    Timestamp::from_unix_micros(u64::try_from(micros).unwrap_or(u64::MAX))
+/// The handler of one connection queue.
+struct Connections<P> {
+    policy: Arc<ArcSwap<P>>,
+    fqdn: Arc<FqdnTable>,
+    config: StepConfig,
+    stats: Arc<ConnectionCounters>,
+    metrics: WorkerMetrics,
+    audit: Option<AuditSink>,
 }
 
-fn run<P: Policy>(
-    mut socket: nfq::Queue,
-    config: WorkerConfig,
-    policy: &ArcSwap<P>,
-    fqdn: &FqdnMirror,
-    stats: &QueueStats,
-    observers: &Observers,
-) {
-    let mut consecutive_errors = 0;
-    let mut metrics = WorkerMetrics::new(Arc::clone(&observers.metrics), config.queue);
-    loop {
-        let mut message = match socket.recv() {
-            Ok(message) => message,
-            Err(error) if error.raw_os_error() == Some(libc::ENOBUFS) => {
-                let lost = stats.overflows.fetch_add(1, Ordering::Relaxed) + 1;
-                if lost.is_power_of_two() {
-                    tracing::warn!(queue = config.queue, overflows = lost, "queue overflow");
-                }
-                continue;
-            }
-            Err(error) => {
-                consecutive_errors += 1;
-                if consecutive_errors >= MAX_CONSECUTIVE_ERRORS {
-                    tracing::error!(queue = config.queue, %error, "queue worker stopped");
-                    return;
-                }
-                continue;
-            }
-        };
-        consecutive_errors = 0;
-        let received = Instant::now();
-        let outcome = step_at(
-            message.get_payload(),
-            message.get_nfmark(),
-            local_side(message.get_hook()),
-            &**policy.load(),
-            &fqdn.lookup(),
-            &config.marks,
-            config.fail_mode,
+impl<P: Policy> Handler for Connections<P> {
+    fn packet(&mut self, packet: Queued<'_>, _now: Instant, out: &mut Verdicts) {
+        let step = step(
+            &packet,
+            &**self.policy.load(),
+            &self.fqdn.lookup(),
+            &self.config,
             wall_clock(),
         );
-        match outcome.action {
-            Action::Accept => message.set_verdict(nfq::Verdict::Accept),
-            Action::Drop => message.set_verdict(nfq::Verdict::Drop),
-            Action::Repeat { mark } => {
-                message.set_nfmark(mark);
-                message.set_verdict(nfq::Verdict::Repeat);
-            }
+        out.give(packet.id, step.action);
+        self.stats.record(&step.outcome, step.action);
+        if let Outcome::Decided { verdict, by } = &step.outcome {
+            self.metrics.decided(*verdict, by);
         }
-        if socket.verdict(message).is_err() {
-            stats.verdict_errors.fetch_add(1, Ordering::Relaxed);
-        }
-        metrics.latency(received.elapsed());
-        stats.record(&outcome.outcome, outcome.action);
-        if let Outcome::Decided { verdict, by } = &outcome.outcome {
-            metrics.decided(*verdict, by);
-        }
-        if let Some(audit) = &observers.audit {
-            for record in outcome.audit {
+        if let Some(audit) = &self.audit {
+            for record in step.audit {
                 audit.offer(record);
             }
         }
-    }
-}
-
-/// Path of the kernel's per-queue counters in the current namespace.
-pub const PROC_QUEUES: &str = "/proc/net/netfilter/nfnetlink_queue";
-
-/// The kernel's counters of one queue.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct KernelCounters {
-    pub queue: u16,
-    /// Packets waiting for a verdict.
-    pub waiting: u64,
-    /// Packets dropped because the queue was full.
-    pub queue_dropped: u64,
-    /// Packets lost because the worker's socket buffer was full.
-    pub user_dropped: u64,
-    /// Packets the kernel handed to the worker's socket (its id sequence,
-    /// 32 bits): minus what the worker received and what is waiting, the
-    /// packets lost in the socket buffer — dropped (`user_dropped`) when
-    /// fail-closed, accepted without a verdict when fail-open.
-    pub queued: u64,
-}
-
-/// Parses [`PROC_QUEUES`]: `queue peer_portid waiting copy_mode copy_range
-/// queue_dropped user_dropped id_sequence 1` per bound queue.
-pub fn parse_kernel_counters(text: &str) -> Vec<KernelCounters> {
-    text.lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let num = |i: usize| fields.get(i)?.parse::<u64>().ok();
-            Some(KernelCounters {
-                queue: fields.first()?.parse().ok()?,
-                waiting: num(2)?,
-                queue_dropped: num(5)?,
-                user_dropped: num(6)?,
-                queued: num(7)?,
-            })
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kernel_counters_from_proc() {
-        let text = "  100  12345     0 2   128      3      7        42  1\n  101 0 1 2 128 0 0 9 1\nbogus\n";
-        assert_eq!(
-            parse_kernel_counters(text),
-            vec![
-                KernelCounters {
-                    queue: 100,
-                    waiting: 0,
-                    queue_dropped: 3,
-                    user_dropped: 7,
-                    queued: 42
-                },
-                KernelCounters {
-                    queue: 101,
-                    waiting: 1,
-                    queue_dropped: 0,
-                    user_dropped: 0,
-                    queued: 9
-                },
-            ]
-        );
     }
 }

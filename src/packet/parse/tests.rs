@@ -61,6 +61,7 @@ fn tcp_udp_over_ipv4_and_ipv6() {
                 src_port: 40000,
                 dst_port: 443
             },
+            local: None,
         })
     );
     let src6: [u8; 16] = "fd00::1".parse::<Ipv6Addr>().unwrap().octets();

@@ -2,10 +2,34 @@
 
 use std::sync::Arc;
 
+use std::sync::atomic::Ordering;
+
 use super::*;
+use crate::ruleset::{PolicyKind, PolicyRef};
+use crate::telemetry::counters::counters;
+
+counters! {
+    /// Series shaped like a connection queue's.
+    struct QueueSet: one per queue {
+        packets: Counter "queue_packets" = "Packets received from the queue by its worker",
+        bypassed: Counter "queue_bypassed" = "Queued packets accepted without a decision",
+    }
+}
+
+counters! {
+    /// Series shaped like the DNS and L7 workers'.
+    struct AgentSet: one per agent {
+        parsed: Counter "dns_replies" { result = "parsed" } = "DNS replies inspected, by result",
+        failed: Counter "dns_replies" { result = "failed" } = "DNS replies inspected, by result",
+        learned: Counter "fqdn_addresses_learned" = "Addresses added to FQDN sets",
+        expired: Counter "fqdn_addresses_expired" = "FQDN set addresses whose TTL passed",
+        addresses: Gauge "fqdn_addresses" = "Addresses currently in FQDN sets",
+        denied: Counter "l7_requests" { result = "denied" } = "HTTP requests decided by L7 rules",
+        flows: Gauge "l7_flows_active" = "Connections under L7 inspection",
+    }
+}
 use crate::decide::DecidedBy;
 use crate::model::{Direction, RuleAction};
-use crate::ruleset::{PolicyKind, PolicyRef};
 
 fn rule(name: &str, tier: Option<&str>) -> RuleRef {
     RuleRef {
@@ -69,10 +93,10 @@ fn rule_series_are_capped() {
 #[test]
 fn queue_counters_are_read_at_scrape_time() {
     let m = Metrics::new();
-    let stats = Arc::new(QueueStats::default());
-    m.add_queue(7, Arc::clone(&stats));
-    stats.allowed.fetch_add(3, Ordering::Relaxed);
-    stats.malformed.fetch_add(1, Ordering::Relaxed);
+    let stats = Arc::new(QueueSet::default());
+    m.counters()
+        .register(7, "queue", vec![Arc::clone(&stats) as _]);
+    stats.packets.fetch_add(4, Ordering::Relaxed);
     stats.bypassed.fetch_add(1, Ordering::Relaxed);
     let text = m.render();
     assert!(
@@ -80,7 +104,7 @@ fn queue_counters_are_read_at_scrape_time() {
         "{text}"
     );
     assert!(text.contains("tollgate_queue_bypassed_total{queue=\"7\"} 1"));
-    stats.dropped.fetch_add(1, Ordering::Relaxed);
+    stats.packets.fetch_add(1, Ordering::Relaxed);
     assert!(m
         .render()
         .contains("tollgate_queue_packets_total{queue=\"7\"} 5"));
@@ -89,14 +113,21 @@ fn queue_counters_are_read_at_scrape_time() {
 #[test]
 fn the_other_families() {
     let m = Metrics::new();
-    m.verdict_latency(100, Duration::from_micros(30));
-    m.dns_reply(true);
-    m.dns_reply(false);
-    m.fqdn_learned(4);
-    m.fqdn_expired(1);
-    m.fqdn_current(3);
-    m.l7_request(false);
-    m.l7_flows_active(2);
+    m.queue_latency(100).observe(30e-6);
+    let set = Arc::new(AgentSet::default());
+    m.counters()
+        .register(53, "dns", vec![Arc::clone(&set) as _]);
+    for (counter, n) in [
+        (&set.parsed, 1),
+        (&set.failed, 1),
+        (&set.learned, 4),
+        (&set.expired, 1),
+        (&set.addresses, 3),
+        (&set.denied, 1),
+        (&set.flows, 2),
+    ] {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
     m.ruleset_applied(2, 3, 9);
     m.reload(ReloadResult::Rejected);
     m.datapath_apply_failed(&crate::datapath::ApplyError::Write {
@@ -134,7 +165,7 @@ fn the_other_families() {
 #[test]
 fn worker_cache_counts_into_the_shared_series() {
     let m = Arc::new(Metrics::new());
-    let mut w = WorkerMetrics::new(Arc::clone(&m), 101);
+    let mut w = WorkerMetrics::new(Arc::clone(&m));
     let r = Arc::new(rule("allow-web", Some("application")));
     for _ in 0..3 {
         w.decided(Verdict::Allow, &DecidedBy::Rule(Arc::clone(&r)));
@@ -142,7 +173,7 @@ fn worker_cache_counts_into_the_shared_series() {
     w.decided(Verdict::Drop, &DecidedBy::Rule(Arc::clone(&r)));
     w.decided(Verdict::Drop, &DecidedBy::K8sDefaultDrop);
     w.decided(Verdict::Allow, &DecidedBy::NoRule);
-    w.latency(Duration::from_micros(10));
+    m.queue_latency(101).observe(10e-6);
     // The same series as the uncached path.
     m.verdict(Verdict::Allow, Some(&r), false);
     let text = m.render();
@@ -161,9 +192,9 @@ fn worker_cache_counts_into_the_shared_series() {
 #[test]
 fn worker_cache_lets_go_of_rules_no_ruleset_holds() {
     let m = Arc::new(Metrics::new());
-    let mut w = WorkerMetrics::new(Arc::clone(&m), 1);
+    let mut w = WorkerMetrics::new(Arc::clone(&m));
     // A second worker caches the same rules: it must not keep them alive.
-    let mut other = WorkerMetrics::new(Arc::clone(&m), 2);
+    let mut other = WorkerMetrics::new(Arc::clone(&m));
     // Rulesets after one another (a reload each): the previous one's rules
     // are dropped by the agent, the cache keeps only the ruleset in force.
     let mut previous: Vec<Arc<RuleRef>> = Vec::new();
@@ -193,7 +224,7 @@ fn worker_cache_lets_go_of_rules_no_ruleset_holds() {
 #[test]
 fn worker_cache_is_bounded() {
     let m = Arc::new(Metrics::new());
-    let mut w = WorkerMetrics::new(Arc::clone(&m), 1);
+    let mut w = WorkerMetrics::new(Arc::clone(&m));
     let rules: Vec<Arc<RuleRef>> = (0..WorkerMetrics::MAX_CACHED + 5)
         .map(|i| Arc::new(rule(&format!("r{}", i % 7), None)))
         .collect();

@@ -1,0 +1,129 @@
+//! The DNS worker's pure step: a snooped reply and the time in; the FQDN
+//! set writes it requires, the reply's release and its counts out
+//! ([`DnsStep`]). The writes are applied before the release (no race).
+//! Never writes a set, reads the clock or parses under the table's lock.
+
+use std::net::IpAddr;
+
+use super::{FqdnPattern, FqdnTable, IpsetChange, LearnerCounters, Release, SnoopEvent, Snooped};
+use crate::dns;
+
+/// One write to the kernel set of `pattern` for the address family of
+/// `address`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SetWrite {
+    /// Add the address, or refresh its timeout.
+    Add {
+        pattern: FqdnPattern,
+        address: IpAddr,
+        timeout_secs: u32,
+    },
+    /// Remove the address (evicted to stay within the bounds).
+    Remove {
+        pattern: FqdnPattern,
+        address: IpAddr,
+    },
+}
+
+/// What one reply requires.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DnsStep {
+    /// To apply, in order, before the reply is released.
+    pub writes: Vec<SetWrite>,
+    pub release: Release,
+    /// DNS messages parsed and learned from.
+    pub parsed: u64,
+    /// Packets or DNS messages that could not be read (released unchanged).
+    pub failed: u64,
+    /// Why the packet was not learned from, when it was not (see
+    /// [`SnoopEvent`]).
+    pub untrusted: u64,
+    pub tcp_untracked: u64,
+    pub tcp_gaps: u64,
+    pub oversized: u64,
+    /// Set entries created, refreshed and evicted by this reply.
+    pub learned: u64,
+    pub refreshed: u64,
+    pub evicted: u64,
+    /// Entries in the table after the reply, if it learned anything.
+    pub addresses: Option<u64>,
+}
+
+impl FqdnTable {
+    /// Counts what the snooper saw in a packet and learns the answers of
+    /// the messages it completed, at
+    /// `now_ms` on the table's clock. The messages are parsed before the
+    /// lock is taken; the writes name their selectors' patterns, so a
+    /// reselect meanwhile cannot misdirect them.
+    pub fn on_reply(&self, snooped: &Snooped, now_ms: u64) -> DnsStep {
+        let mut step = DnsStep {
+            writes: Vec::new(),
+            release: snooped.release,
+            parsed: 0,
+            failed: 0,
+            untrusted: 0,
+            tcp_untracked: 0,
+            tcp_gaps: 0,
+            oversized: 0,
+            learned: 0,
+            refreshed: 0,
+            evicted: 0,
+            addresses: None,
+        };
+        for event in &snooped.events {
+            *match event {
+                SnoopEvent::Malformed => &mut step.failed,
+                SnoopEvent::Untrusted => &mut step.untrusted,
+                SnoopEvent::TcpUntracked => &mut step.tcp_untracked,
+                SnoopEvent::TcpGap => &mut step.tcp_gaps,
+                SnoopEvent::Oversized => &mut step.oversized,
+            } += 1;
+        }
+        let mut resolutions = Vec::new();
+        for message in &snooped.messages {
+            match dns::parse_reply(message) {
+                Ok(reply) => {
+                    step.parsed += 1;
+                    resolutions.extend(reply.resolved());
+                }
+                Err(_) => step.failed += 1,
+            }
+        }
+        if resolutions.is_empty() {
+            return step;
+        }
+        let mut learner = self.write();
+        let before = learner.counters();
+        let changes = learner.learn(&resolutions, now_ms);
+        let selectors = learner.selectors();
+        step.writes = changes
+            .into_iter()
+            .filter_map(|change| {
+                Some(match change {
+                    IpsetChange::Add {
+                        selector,
+                        address,
+                        timeout_secs,
+                    } => SetWrite::Add {
+                        pattern: selectors.get(selector)?.clone(),
+                        address,
+                        timeout_secs,
+                    },
+                    IpsetChange::Remove { selector, address } => SetWrite::Remove {
+                        pattern: selectors.get(selector)?.clone(),
+                        address,
+                    },
+                })
+            })
+            .collect();
+        let after: LearnerCounters = learner.counters();
+        step.learned = after.learned.saturating_sub(before.learned);
+        step.refreshed = after.refreshed.saturating_sub(before.refreshed);
+        step.evicted = after.evicted.saturating_sub(before.evicted);
+        step.addresses = Some(learner.installed() as u64);
+        step
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,240 @@
+//! The DNS step driven by the replies recorded from dnsmasq in
+//! `tests/data/dns/` (see its README), snooped from UDP and TCP packets.
+
+use std::net::IpAddr;
+
+use etherparse::PacketBuilder;
+
+use super::*;
+use crate::fqdn::{DnsSnooper, Expired, LearnerConfig};
+
+const SERVER: [u8; 4] = [10, 0, 0, 53];
+const CLIENT: [u8; 4] = [10, 0, 0, 7];
+
+fn recorded(file: &str) -> Vec<u8> {
+    let path = format!("{}/tests/data/dns/{file}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn table(patterns: &[&str], config: LearnerConfig) -> FqdnTable {
+    let selectors = patterns.iter().map(|p| FqdnPattern::new(p)).collect();
+    FqdnTable::restore(selectors, config, &[]).0
+}
+
+fn snooper() -> DnsSnooper {
+    DnsSnooper::new(Vec::new(), 4, 4096)
+}
+
+/// The recorded reply `file` in a UDP packet from the server, snooped.
+fn udp(file: &str) -> Snooped {
+    let mut packet = Vec::new();
+    PacketBuilder::ipv4(SERVER, CLIENT, 64)
+        .udp(53, 40000)
+        .write(&mut packet, &recorded(file))
+        .unwrap();
+    snooper().snoop(&packet)
+}
+
+fn tcp(seq: u32, syn: bool, payload: &[u8]) -> Vec<u8> {
+    let mut builder = PacketBuilder::ipv4(SERVER, CLIENT, 64).tcp(53, 40000, seq, 64000);
+    if syn {
+        builder = builder.syn();
+    }
+    let mut out = Vec::new();
+    builder.ack(1).write(&mut out, payload).unwrap();
+    out
+}
+
+fn add(pattern: &str, address: &str, timeout_secs: u32) -> SetWrite {
+    SetWrite::Add {
+        pattern: FqdnPattern::new(pattern),
+        address: address.parse().unwrap(),
+        timeout_secs,
+    }
+}
+
+fn ip(address: &str) -> IpAddr {
+    address.parse().unwrap()
+}
+
+#[test]
+fn a_recorded_answer_becomes_the_writes_of_the_selectors_it_matches() {
+    let t = table(
+        &["*github.com", "api.example.test"],
+        LearnerConfig::default(),
+    );
+    let step = t.on_reply(&udp("dnsmasq-www-github-a.bin"), 1_000);
+    assert_eq!(
+        step,
+        DnsStep {
+            writes: vec![add("*github.com", "192.0.2.44", 60)],
+            release: Release::Accept,
+            parsed: 1,
+            failed: 0,
+            untrusted: 0,
+            tcp_untracked: 0,
+            tcp_gaps: 0,
+            oversized: 0,
+            learned: 1,
+            refreshed: 0,
+            evicted: 0,
+            addresses: Some(1),
+        }
+    );
+    let github = FqdnPattern::new("*github.com");
+    assert!(t.read().resolves_to(&github, ip("192.0.2.44"), 60_999));
+    let six = t.on_reply(&udp("dnsmasq-www-github-aaaa.bin"), 1_000);
+    assert_eq!(six.writes, [add("*github.com", "2001:db8::44", 60)]);
+}
+
+#[test]
+fn a_cname_chain_from_the_question_name_learns_every_address() {
+    let t = table(&["api.example.test"], LearnerConfig::default());
+    let step = t.on_reply(&udp("dnsmasq-cdn-cname-two-a.bin"), 0);
+    assert_eq!(
+        step.writes,
+        [
+            add("api.example.test", "198.51.100.7", 60),
+            add("api.example.test", "198.51.100.8", 60),
+        ]
+    );
+}
+
+#[test]
+fn a_repeated_answer_refreshes_only_after_a_second() {
+    let t = table(&["*github.com"], LearnerConfig::default());
+    t.on_reply(&udp("dnsmasq-www-github-a.bin"), 1_000);
+    let soon = t.on_reply(&udp("dnsmasq-www-github-a.bin"), 1_500);
+    assert!(soon.writes.is_empty(), "{soon:?}");
+    let later = t.on_reply(&udp("dnsmasq-www-github-a.bin"), 3_000);
+    assert_eq!(later.writes, [add("*github.com", "192.0.2.44", 60)]);
+    assert_eq!((later.learned, later.refreshed), (0, 1));
+}
+
+#[test]
+fn answers_no_selector_wants_and_nxdomain_write_nothing() {
+    let t = table(&["*github.com"], LearnerConfig::default());
+    let cdn = t.on_reply(&udp("dnsmasq-cdn-cname-two-a.bin"), 0);
+    assert_eq!(
+        (cdn.writes.len(), cdn.parsed, cdn.addresses),
+        (0, 1, Some(0))
+    );
+    let nx = t.on_reply(&udp("dnsmasq-nxdomain.bin"), 0);
+    assert_eq!(
+        (nx.writes.len(), nx.parsed, nx.addresses, nx.release),
+        (0, 1, None, Release::Accept)
+    );
+}
+
+#[test]
+fn replies_the_snooper_cannot_learn_from_are_counted() {
+    let t = table(&["*github.com"], LearnerConfig::default());
+    let mut untrusted = DnsSnooper::new(vec![ip("10.0.0.1")], 4, 4096);
+    let mut packet = Vec::new();
+    PacketBuilder::ipv4(SERVER, CLIENT, 64)
+        .udp(53, 40000)
+        .write(&mut packet, &recorded("dnsmasq-www-github-a.bin"))
+        .unwrap();
+    let step = t.on_reply(&untrusted.snoop(&packet), 0);
+    assert_eq!((step.untrusted, step.parsed, step.writes.len()), (1, 0, 0));
+    let garbage = t.on_reply(&snooper().snoop(&[0x45, 0, 0]), 0);
+    assert_eq!((garbage.failed, garbage.release), (1, Release::Accept));
+    let untracked = t.on_reply(&snooper().snoop(&tcp(5, false, b"data")), 0);
+    assert_eq!(untracked.tcp_untracked, 1);
+}
+
+#[test]
+fn malformed_replies_are_released_unchanged_and_counted() {
+    let t = table(&["*github.com"], LearnerConfig::default());
+    for file in [
+        "compression-loop.bin",
+        "pointer-forward.bin",
+        "truncated-answer.bin",
+        "huge-counts.bin",
+    ] {
+        let step = t.on_reply(&udp(file), 0);
+        assert_eq!(
+            (step.writes.len(), step.release, step.parsed, step.failed),
+            (0, Release::Accept, 0, 1),
+            "{file}"
+        );
+    }
+}
+
+#[test]
+fn eviction_removes_what_the_kernel_holds() {
+    let config = LearnerConfig {
+        max_addresses: 1,
+        ..LearnerConfig::default()
+    };
+    let t = table(&["*github.com", "api.example.test"], config);
+    t.on_reply(&udp("dnsmasq-www-github-a.bin"), 0);
+    let step = t.on_reply(&udp("dnsmasq-cdn-cname-two-a.bin"), 10);
+    assert_eq!(
+        step.writes,
+        [
+            SetWrite::Remove {
+                pattern: FqdnPattern::new("*github.com"),
+                address: ip("192.0.2.44"),
+            },
+            add("api.example.test", "198.51.100.8", 60),
+        ]
+    );
+    assert_eq!(
+        (step.learned, step.evicted, step.addresses),
+        (1, 1, Some(1))
+    );
+}
+
+#[test]
+fn two_replies_on_one_tcp_connection_and_a_gap() {
+    let t = table(
+        &["*github.com", "api.example.test"],
+        LearnerConfig::default(),
+    );
+    let mut s = snooper();
+    let handshake = t.on_reply(&s.snoop(&tcp(1000, true, &[])), 0);
+    assert_eq!(
+        (handshake.writes.len(), handshake.release),
+        (0, Release::Accept)
+    );
+    let stream = recorded("dnsmasq-tcp-two-replies.bin");
+    let step = t.on_reply(&s.snoop(&tcp(1001, false, &stream)), 0);
+    assert_eq!(step.parsed, 2);
+    assert_eq!(
+        step.writes,
+        [
+            add("*github.com", "192.0.2.44", 60),
+            add("api.example.test", "198.51.100.7", 60),
+            add("api.example.test", "198.51.100.8", 60),
+        ]
+    );
+    // Bytes after a gap: dropped for retransmission, nothing learned.
+    let after_gap = t.on_reply(&s.snoop(&tcp(9000, false, &stream)), 0);
+    assert_eq!(
+        (after_gap.writes.len(), after_gap.release),
+        (0, Release::Drop)
+    );
+}
+
+#[test]
+fn expiry_forgets_entries_when_their_ttl_passes() {
+    let t = table(&["*github.com"], LearnerConfig::default());
+    t.on_reply(&udp("dnsmasq-www-github-a.bin"), 1_000);
+    assert_eq!(
+        t.expire(60_999),
+        Expired {
+            expired: 0,
+            addresses: 1
+        }
+    );
+    assert_eq!(
+        t.expire(61_000),
+        Expired {
+            expired: 1,
+            addresses: 0
+        }
+    );
+    let github = FqdnPattern::new("*github.com");
+    assert!(!t.read().resolves_to(&github, ip("192.0.2.44"), 61_000));
+}

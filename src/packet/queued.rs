@@ -1,0 +1,32 @@
+//! A packet as NFQUEUE hands it to a worker ([`Queued`]: its id, bytes,
+//! mark and the Node's side of it) and what the kernel can be told about
+//! it ([`Action`]). Plain values: no socket, no `nfq` type.
+
+use super::flow::LocalSide;
+
+/// The kernel's id of a queued packet, unique within its queue while the
+/// packet waits for a verdict.
+pub type PacketId = u32;
+
+/// One queued packet, borrowed from the message that carries it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Queued<'a> {
+    pub id: PacketId,
+    /// The packet from its IP header (possibly cut to the copy range).
+    pub payload: &'a [u8],
+    pub mark: u32,
+    /// The Node's side of the packet, from the hook that queued it.
+    pub local: Option<LocalSide>,
+}
+
+/// The verdict handed to the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// `NF_ACCEPT`: continue without a decision recorded in conntrack.
+    Accept,
+    /// `NF_DROP`.
+    Drop,
+    /// Set the packet mark and `NF_REPEAT`: the owned chain, re-entered from
+    /// the top, saves the mark to conntrack and accepts, or rejects.
+    Repeat { mark: u32 },
+}

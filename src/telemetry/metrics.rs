@@ -1,0 +1,515 @@
+//! The Prometheus metrics: verdicts by Tier, rule hits (capped, see
+//! [`MAX_RULE_SERIES`]), the verdict latency histogram, agent-level events,
+//! and one collector over every registered counter set, read at scrape
+//! time. Never blocks a packet on I/O; label values come from bounded sets.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::MetricType;
+
+use super::counters::{Kind, Registry, Scope, Series};
+use crate::decide::DecidedBy;
+use crate::packet::flow::Verdict;
+use crate::ruleset::RuleRef;
+
+/// At most this many distinct (policy, rule) series; hits of further rules
+/// are counted under `policy="_other", rule="_other"`.
+pub const MAX_RULE_SERIES: usize = 500;
+
+/// The `tier` label of decisions no rule made (no policy applies, or the
+/// applied policies did not match: Antrea policies do not isolate).
+pub const TIER_NONE: &str = "none";
+/// The `tier` label of Kubernetes NetworkPolicy decisions, their implicit
+/// default drop included.
+pub const TIER_K8S: &str = "k8s-networkpolicy";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VerdictLabels {
+    action: String,
+    tier: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RuleLabels {
+    policy: String,
+    rule: String,
+    action: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QueueLabels {
+    queue: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StepLabels {
+    step: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: String,
+}
+
+/// Why an audit line was not written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuditSkip {
+    /// The channel to the writer was full (workers never wait for it).
+    Queue,
+    /// The rate limit was exhausted.
+    Rate,
+    /// Writing the file failed.
+    Io,
+}
+
+impl AuditSkip {
+    fn label(self) -> &'static str {
+        match self {
+            AuditSkip::Queue => "queue_full",
+            AuditSkip::Rate => "rate_limit",
+            AuditSkip::Io => "io_error",
+        }
+    }
+}
+
+/// The latency histogram of one queue.
+type LatencyFamily = Family<QueueLabels, Histogram, fn() -> Histogram>;
+
+/// The metrics of one agent. Cheap to share (`Arc<Metrics>`).
+#[derive(Debug)]
+pub struct Metrics {
+    registry: prometheus_client::registry::Registry,
+    verdicts: Family<VerdictLabels, Counter>,
+    rule_hits: Family<RuleLabels, Counter>,
+    rule_series: AtomicUsize,
+    latency: LatencyFamily,
+    generation: Gauge,
+    policies: Gauge,
+    rules: Gauge,
+    reloads: Family<ResultLabels, Counter>,
+    last_reload_ok: Gauge,
+    datapath_apply_failures: Family<StepLabels, Counter>,
+    datapath_behind: Gauge,
+    audit_written: Counter,
+    audit_skipped: Family<ReasonLabels, Counter>,
+    kubernetes_skipped: Gauge,
+    kubernetes_watch_errors: Counter,
+    counters: Arc<Registry>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+fn latency_histogram() -> Histogram {
+    // 2 µs … ~8 s in factors of 2.
+    Histogram::new(exponential_buckets(2e-6, 2.0, 22))
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let m = Metrics {
+            registry: prometheus_client::registry::Registry::with_prefix("tollgate"),
+            verdicts: Family::default(),
+            rule_hits: Family::default(),
+            rule_series: AtomicUsize::new(0),
+            latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
+            generation: Gauge::default(),
+            policies: Gauge::default(),
+            rules: Gauge::default(),
+            reloads: Family::default(),
+            last_reload_ok: Gauge::default(),
+            datapath_apply_failures: Family::default(),
+            datapath_behind: Gauge::default(),
+            audit_written: Counter::default(),
+            audit_skipped: Family::default(),
+            kubernetes_skipped: Gauge::default(),
+            kubernetes_watch_errors: Counter::default(),
+            counters: Arc::new(Registry::default()),
+        };
+        let mut r = m.registry;
+        r.register(
+            "verdicts",
+            "New connections decided, by action and by the Tier of the deciding rule",
+            m.verdicts.clone(),
+        );
+        r.register(
+            "rule_hits",
+            "New connections decided by each rule (at most 500 series, the rest under _other)",
+            m.rule_hits.clone(),
+        );
+        r.register(
+            "verdict_latency_seconds",
+            "Time from receiving a queued packet to handing its verdict to the kernel",
+            m.latency.clone(),
+        );
+        r.register(
+            "ruleset_generation",
+            "Generation of the ruleset in force (1 at start, +1 per applied reload)",
+            m.generation.clone(),
+        );
+        r.register(
+            "policies",
+            "Policies in the ruleset in force",
+            m.policies.clone(),
+        );
+        r.register(
+            "rules",
+            "Compiled rule instances in the ruleset in force",
+            m.rules.clone(),
+        );
+        r.register(
+            "reloads",
+            "Reloads of the policy directory, by result (applied, rejected, failed)",
+            m.reloads.clone(),
+        );
+        r.register(
+            "last_reload_success",
+            "1 when the last reload (or the start) applied, 0 when it was rejected or failed",
+            m.last_reload_ok.clone(),
+        );
+        r.register(
+            "datapath_apply_failures",
+            "Kernel writes (reconciles) that failed, by the step that failed; each is retried with backoff",
+            m.datapath_apply_failures.clone(),
+        );
+        r.register(
+            "datapath_behind",
+            "1 while the kernel does not match the desired state (the last apply failed and a retry is scheduled)",
+            m.datapath_behind.clone(),
+        );
+        r.register(
+            "audit_lines_written",
+            "Audit log lines written",
+            m.audit_written.clone(),
+        );
+        r.register(
+            "audit_lines_skipped",
+            "Audit log lines not written, by reason",
+            m.audit_skipped.clone(),
+        );
+        r.register(
+            "kubernetes_objects_skipped",
+            "Objects from the API server left out of the last snapshot because they are invalid",
+            m.kubernetes_skipped.clone(),
+        );
+        r.register(
+            "kubernetes_watch_errors",
+            "Failed list or watch requests to the API server (each is retried)",
+            m.kubernetes_watch_errors.clone(),
+        );
+        r.register_collector(Box::new(CounterCollector(Arc::clone(&m.counters))));
+        Metrics { registry: r, ..m }
+    }
+
+    /// The exposition text (OpenMetrics, which Prometheus scrapes natively).
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    // ------------------------------------------------------------ workers
+
+    /// The counter sets of every queue, exported at every scrape (and read
+    /// by `tollgate status` and the shutdown log).
+    pub fn counters(&self) -> &Arc<Registry> {
+        &self.counters
+    }
+
+    /// One new connection decided: `rule` is the deciding rule, `None` for
+    /// no rule; `k8s_default` marks the implicit Kubernetes default drop.
+    /// Workers go through [`WorkerMetrics`], which caches the series.
+    pub fn verdict(&self, verdict: Verdict, rule: Option<&RuleRef>, k8s_default: bool) {
+        let (by_tier, by_rule) = self.verdict_series(verdict, rule, k8s_default);
+        by_tier.inc();
+        if let Some(by_rule) = by_rule {
+            by_rule.inc();
+        }
+    }
+
+    /// The verdict counter and the rule-hit counter a decision increments.
+    fn verdict_series(
+        &self,
+        verdict: Verdict,
+        rule: Option<&RuleRef>,
+        k8s_default: bool,
+    ) -> (Counter, Option<Counter>) {
+        let tier = match rule {
+            Some(rule) => rule.tier.as_deref().unwrap_or(TIER_K8S),
+            None if k8s_default => TIER_K8S,
+            None => TIER_NONE,
+        };
+        let action = verdict.to_string();
+        let by_tier = self.verdicts.get_or_create_owned(&VerdictLabels {
+            action: action.clone(),
+            tier: tier.to_string(),
+        });
+        let by_rule = rule.map(|rule| {
+            let labels = RuleLabels {
+                policy: rule.policy.to_string(),
+                rule: rule
+                    .name
+                    .clone()
+                    .unwrap_or_else(|| format!("{}[{}]", rule.direction.as_str(), rule.index)),
+                action,
+            };
+            if let Some(counter) = self.rule_hits.get(&labels) {
+                return counter.clone();
+            }
+            let labels = if self.rule_series.fetch_add(1, Ordering::Relaxed) < MAX_RULE_SERIES {
+                labels
+            } else {
+                self.rule_series.fetch_sub(1, Ordering::Relaxed);
+                RuleLabels {
+                    policy: "_other".into(),
+                    rule: "_other".into(),
+                    action: labels.action,
+                }
+            };
+            self.rule_hits.get_or_create_owned(&labels)
+        });
+        (by_tier, by_rule)
+    }
+
+    /// The histogram of the time a queued packet of `queue` waits in
+    /// userspace for its verdict.
+    pub fn queue_latency(&self, queue: u16) -> Histogram {
+        self.latency.get_or_create_owned(&QueueLabels {
+            queue: queue.to_string(),
+        })
+    }
+
+    // ------------------------------------------------------------ agent
+
+    /// A ruleset was put in force.
+    pub fn ruleset_applied(&self, generation: u64, policies: usize, rules: usize) {
+        self.generation.set(saturating_i64(generation));
+        self.policies.set(saturating_i64(policies as u64));
+        self.rules.set(saturating_i64(rules as u64));
+    }
+
+    /// A reload (not the start) ended: `applied`, `rejected` (invalid
+    /// policies) or `failed` (datapath or node lookup).
+    pub fn reload(&self, result: ReloadResult) {
+        self.reloads
+            .get_or_create(&ResultLabels {
+                result: result.label().into(),
+            })
+            .inc();
+        self.last_reload_ok
+            .set(i64::from(result == ReloadResult::Applied));
+    }
+
+    /// The start applied its ruleset.
+    pub fn started(&self) {
+        self.last_reload_ok.set(1);
+    }
+
+    /// A reconcile failed.
+    pub fn datapath_apply_failed(&self, error: &crate::datapath::ApplyError) {
+        self.datapath_apply_failures
+            .get_or_create(&StepLabels {
+                step: error.label().into(),
+            })
+            .inc();
+    }
+
+    /// Whether the kernel is behind the desired state.
+    pub fn datapath_behind(&self, behind: bool) {
+        self.datapath_behind.set(i64::from(behind));
+    }
+
+    // ------------------------------------------------------------ kubernetes
+
+    /// The Kubernetes source published a snapshot without `skipped` objects.
+    pub fn kubernetes_snapshot(&self, skipped: usize) {
+        self.kubernetes_skipped.set(saturating_i64(skipped as u64));
+    }
+
+    /// A list or watch request to the API server failed.
+    pub fn kubernetes_watch_error(&self) {
+        self.kubernetes_watch_errors.inc();
+    }
+
+    // ------------------------------------------------------------ audit
+
+    pub fn audit_written(&self, n: u64) {
+        self.audit_written.inc_by(n);
+    }
+
+    pub fn audit_skipped(&self, reason: AuditSkip, n: u64) {
+        self.audit_skipped
+            .get_or_create(&ReasonLabels {
+                reason: reason.label().into(),
+            })
+            .inc_by(n);
+    }
+}
+
+/// A cached rule (kept alive so its address stays unique), its verdict
+/// counter and its rule-hit counter.
+type CachedRule = (Weak<RuleRef>, Counter, Option<Counter>);
+
+/// One connection worker's view of the verdict metrics: a cache of the
+/// counters each (rule, verdict) increments, so a decided connection costs
+/// two atomic increments and a small hash lookup instead of building label
+/// strings. The cache holds a weak reference to the rule (its allocation,
+/// so its address is not reused while cached, but not the rule). A rule no
+/// ruleset holds any more is gone: such entries are dropped whenever a new
+/// rule is cached, so policy reloads do not pile up entries; and the cache
+/// is emptied if it reaches [`WorkerMetrics::MAX_CACHED`] entries all the
+/// same.
+pub struct WorkerMetrics {
+    metrics: Arc<Metrics>,
+    rules: HashMap<(usize, Verdict), CachedRule>,
+    unattributed: HashMap<(Verdict, bool), Counter>,
+}
+
+impl WorkerMetrics {
+    pub const MAX_CACHED: usize = 4096;
+
+    pub fn new(metrics: Arc<Metrics>) -> WorkerMetrics {
+        WorkerMetrics {
+            metrics,
+            rules: HashMap::new(),
+            unattributed: HashMap::new(),
+        }
+    }
+
+    /// A connection decided by `by`.
+    pub fn decided(&mut self, verdict: Verdict, by: &DecidedBy) {
+        match by {
+            DecidedBy::Rule(rule) => {
+                let key = (Arc::as_ptr(rule) as usize, verdict);
+                if !self.rules.contains_key(&key) {
+                    self.rules
+                        .retain(|_, (cached, _, _)| cached.strong_count() > 0);
+                    if self.rules.len() >= Self::MAX_CACHED {
+                        self.rules.clear();
+                    }
+                }
+                let metrics = &self.metrics;
+                let (_, by_tier, by_rule) = self.rules.entry(key).or_insert_with(|| {
+                    let (by_tier, by_rule) = metrics.verdict_series(verdict, Some(rule), false);
+                    (Arc::downgrade(rule), by_tier, by_rule)
+                });
+                by_tier.inc();
+                if let Some(by_rule) = by_rule {
+                    by_rule.inc();
+                }
+            }
+            DecidedBy::K8sDefaultDrop | DecidedBy::NoRule => {
+                let k8s_default = *by == DecidedBy::K8sDefaultDrop;
+                let metrics = &self.metrics;
+                self.unattributed
+                    .entry((verdict, k8s_default))
+                    .or_insert_with(|| metrics.verdict_series(verdict, None, k8s_default).0)
+                    .inc();
+            }
+        }
+    }
+}
+
+fn saturating_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// How a reload ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReloadResult {
+    Applied,
+    Rejected,
+    Failed,
+}
+
+impl ReloadResult {
+    fn label(self) -> &'static str {
+        match self {
+            ReloadResult::Applied => "applied",
+            ReloadResult::Rejected => "rejected",
+            ReloadResult::Failed => "failed",
+        }
+    }
+}
+
+/// Every registered counter set, read at scrape time (no second copy to
+/// keep in sync): one family per metric name, a `queue` label on the series
+/// of per-queue sets.
+struct CounterCollector(Arc<Registry>);
+
+impl std::fmt::Debug for CounterCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CounterCollector")
+    }
+}
+
+/// The rows of one family: labels and value.
+type Rows = Vec<(Vec<(&'static str, String)>, u64)>;
+
+impl Collector for CounterCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut families: Vec<(&'static Series, Rows)> = Vec::new();
+        for queue in self.0.snapshot() {
+            for sample in queue.samples {
+                let mut labels = Vec::new();
+                if sample.scope == Scope::Queue {
+                    labels.push(("queue", queue.queue.to_string()));
+                }
+                if let Some((key, value)) = sample.series.label {
+                    labels.push((key, value.to_string()));
+                }
+                let metric = sample.series.metric;
+                match families.iter_mut().find(|(s, _)| s.metric == metric) {
+                    Some((_, rows)) => rows.push((labels, sample.value)),
+                    None => families.push((sample.series, vec![(labels, sample.value)])),
+                }
+            }
+        }
+        for (series, rows) in families {
+            let kind = match series.kind {
+                Kind::Counter => MetricType::Counter,
+                Kind::Gauge => MetricType::Gauge,
+            };
+            let mut family = encoder.encode_descriptor(series.metric, series.help, None, kind)?;
+            match rows.as_slice() {
+                // A set with at most one instance and no label of its own.
+                [(labels, value)] if labels.is_empty() => {
+                    encode_value(series.kind, *value, family)?
+                }
+                _ => {
+                    for (labels, value) in rows {
+                        encode_value(series.kind, value, family.encode_family(&labels)?)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn encode_value(kind: Kind, value: u64, encoder: MetricEncoder<'_>) -> Result<(), std::fmt::Error> {
+    match kind {
+        Kind::Counter => ConstCounter::new(value).encode(encoder),
+        Kind::Gauge => ConstGauge::new(saturating_i64(value)).encode(encoder),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,173 @@
+//! The loop's bookkeeping against a fake socket: verdicts by id, withheld
+//! packets, overflows, verdict errors and the error budget.
+
+use std::collections::VecDeque;
+use std::io;
+
+use prometheus_client::metrics::histogram::exponential_buckets;
+
+use super::*;
+
+/// A queue fed from a script; it records the verdicts it is given and
+/// fails the receive once the script is done.
+#[derive(Default)]
+struct FakeSocket {
+    incoming: VecDeque<io::Result<(PacketId, Vec<u8>)>>,
+    given: Vec<(PacketId, Action)>,
+    /// Ids whose verdict the kernel refuses.
+    refused: Vec<PacketId>,
+}
+
+impl FakeSocket {
+    fn packets(payloads: &[(PacketId, &[u8])]) -> FakeSocket {
+        FakeSocket {
+            incoming: payloads
+                .iter()
+                .map(|(id, payload)| Ok((*id, payload.to_vec())))
+                .collect(),
+            ..FakeSocket::default()
+        }
+    }
+}
+
+impl Socket for FakeSocket {
+    type Message = (PacketId, Vec<u8>);
+
+    fn spec(&self) -> &QueueSpec {
+        &SPEC
+    }
+
+    fn recv(&mut self) -> io::Result<Self::Message> {
+        self.incoming
+            .pop_front()
+            .unwrap_or_else(|| Err(io::Error::other("script done")))
+    }
+
+    fn packet(message: &Self::Message) -> Queued<'_> {
+        Queued {
+            id: message.0,
+            payload: &message.1,
+            mark: 0,
+            local: None,
+        }
+    }
+
+    fn verdict(&mut self, message: Self::Message, action: Action) -> io::Result<()> {
+        if self.refused.contains(&message.0) {
+            return Err(io::Error::other("refused"));
+        }
+        self.given.push((message.0, action));
+        Ok(())
+    }
+}
+
+/// `a`: accept; `h`: hold; `r`: release every held packet, then drop this
+/// one; `t`: hold, and drop it at the next tick.
+#[derive(Default)]
+struct Script {
+    held: Vec<PacketId>,
+    at_tick: Vec<PacketId>,
+}
+
+impl Handler for Script {
+    fn packet(&mut self, packet: Queued<'_>, _now: Instant, out: &mut Verdicts) {
+        match packet.payload {
+            b"a" => out.give(packet.id, Action::Accept),
+            b"h" => self.held.push(packet.id),
+            b"r" => {
+                for id in self.held.drain(..) {
+                    out.give(id, Action::Repeat { mark: 7 });
+                }
+                out.give(packet.id, Action::Drop);
+            }
+            _ => self.at_tick.push(packet.id),
+        }
+    }
+
+    fn tick(&mut self, _now: Instant, out: &mut Verdicts) {
+        for id in self.at_tick.drain(..) {
+            out.give(id, Action::Drop);
+        }
+    }
+}
+
+const SPEC: QueueSpec = QueueSpec {
+    queue: 7,
+    name: "test",
+    copy_range: 128,
+    max_len: 16,
+    fail_open: false,
+};
+
+fn latency() -> Histogram {
+    Histogram::new(exponential_buckets(1e-6, 2.0, 4))
+}
+
+/// Runs `script` over `socket` until the loop gives up.
+fn run_script(socket: &mut FakeSocket, script: &mut Script) -> (QueueCounters, io::Error) {
+    let counters = QueueCounters::default();
+    let error = run(socket, script, &counters, &latency());
+    (counters, error)
+}
+
+fn load(counter: &std::sync::atomic::AtomicU64) -> u64 {
+    counter.load(Ordering::Relaxed)
+}
+
+#[test]
+fn verdicts_go_by_id_and_withheld_packets_wait_for_theirs() {
+    let mut socket = FakeSocket::packets(&[(1, b"a"), (2, b"h"), (3, b"h"), (4, b"r"), (5, b"h")]);
+    let mut script = Script::default();
+    let (counters, error) = run_script(&mut socket, &mut script);
+    assert_eq!(error.to_string(), "script done");
+    assert_eq!(
+        socket.given,
+        [
+            (1, Action::Accept),
+            (2, Action::Repeat { mark: 7 }),
+            (3, Action::Repeat { mark: 7 }),
+            (4, Action::Drop),
+        ]
+    );
+    assert_eq!(load(&counters.packets), 5);
+    assert_eq!(load(&counters.withheld), 1, "packet 5 still waits");
+}
+
+#[test]
+fn tick_verdicts_follow_the_packets() {
+    let mut socket = FakeSocket::packets(&[(1, b"t"), (2, b"a")]);
+    let (counters, _) = run_script(&mut socket, &mut Script::default());
+    assert_eq!(socket.given, [(1, Action::Drop), (2, Action::Accept)]);
+    assert_eq!(load(&counters.withheld), 0);
+}
+
+#[test]
+fn overflows_and_refused_verdicts_are_counted_not_fatal() {
+    let mut socket = FakeSocket::packets(&[(1, b"a"), (2, b"a")]);
+    socket
+        .incoming
+        .insert(1, Err(io::Error::from_raw_os_error(libc::ENOBUFS)));
+    socket.refused = vec![1];
+    let (counters, _) = run_script(&mut socket, &mut Script::default());
+    assert_eq!(socket.given, [(2, Action::Accept)]);
+    assert_eq!(load(&counters.overflows), 1);
+    assert_eq!(load(&counters.verdict_errors), 1);
+    assert_eq!(load(&counters.packets), 2);
+}
+
+#[test]
+fn the_error_budget_counts_consecutive_errors_only() {
+    let mut socket = FakeSocket::default();
+    let failures = |n| (0..n).map(|_| Err(io::Error::other("transient")));
+    socket.incoming.extend(failures(MAX_CONSECUTIVE_ERRORS - 1));
+    socket.incoming.push_back(Ok((1, b"a".to_vec())));
+    socket.incoming.extend(failures(MAX_CONSECUTIVE_ERRORS - 1));
+    socket.incoming.push_back(Ok((2, b"a".to_vec())));
+    socket.incoming.extend(failures(MAX_CONSECUTIVE_ERRORS));
+    socket.incoming.push_back(Ok((3, b"a".to_vec())));
+    let (counters, error) = run_script(&mut socket, &mut Script::default());
+    assert_eq!(error.to_string(), "transient");
+    assert_eq!(socket.given, [(1, Action::Accept), (2, Action::Accept)]);
+    assert_eq!(socket.incoming.len(), 1, "stopped before packet 3");
+    assert_eq!(load(&counters.packets), 2);
+}
