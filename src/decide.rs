@@ -10,7 +10,7 @@ use crate::fqdn::FqdnLookup;
 use crate::marks::{FailMode, MarkLayout};
 use crate::packet::flow::{Flow, Transport, Verdict};
 use crate::packet::{packet_length, parse_flow, Action, PacketError, Queued};
-use crate::ruleset::{Outcome as ClassifyOutcome, RuleRef, Ruleset};
+use crate::ruleset::{DecidedBy, Outcome as ClassifyOutcome, Ruleset};
 
 /// What a worker asks the policy: the ruling on the first packet of a
 /// connection (whose [`Flow::local`] names the Node's side when the kernel
@@ -42,15 +42,6 @@ impl Ruling {
             audit: Vec::new(),
         }
     }
-}
-
-/// What settled the verdict, for the metrics.
-#[derive(Clone, Debug, PartialEq)]
-pub enum DecidedBy {
-    Rule(Arc<RuleRef>),
-    K8sDefaultDrop,
-    /// No rule applies, or none matched (allowed).
-    NoRule,
 }
 
 impl Policy for Ruleset {

@@ -20,6 +20,15 @@ use crate::model::{Direction, L7Protocol, PortProtocol, RuleAction};
 use crate::packet::flow::{Flow, Verdict};
 use crate::packet::LocalSide;
 
+/// What settled the verdict, for the metrics.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DecidedBy {
+    Rule(Arc<RuleRef>),
+    K8sDefaultDrop,
+    /// No rule applies, or none matched (allowed).
+    NoRule,
+}
+
 /// How one direction of a flow was decided.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "outcome")]

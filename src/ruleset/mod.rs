@@ -16,7 +16,7 @@ use serde::Serialize;
 use crate::fqdn::FqdnPattern;
 use crate::model::PortProtocol;
 
-pub use classify::{Decision, DirectionDecision, Outcome};
+pub use classify::{DecidedBy, Decision, DirectionDecision, Outcome};
 pub(crate) use index::RuleLists;
 use index::{build_tables, EndpointTable};
 pub(crate) use rule::{Block, CompiledRule, PeerMatch, ServiceMatch};

@@ -15,9 +15,10 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::MetricType;
 
-use super::counters::{Kind, Registry, Scope, Series};
-use crate::decide::DecidedBy;
+use super::counters::{Kind, Scope, Series};
+use super::registry::Registry;
 use crate::packet::flow::Verdict;
+use crate::ruleset::DecidedBy;
 use crate::ruleset::RuleRef;
 
 /// At most this many distinct (policy, rule) series; hits of further rules

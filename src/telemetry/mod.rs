@@ -1,5 +1,6 @@
 //! What the running agent tells operators: counter sets declared once
-//! ([`counters`]), the kernel's queue counters ([`kernel`]), Prometheus
+//! ([`counters`]) and registered per queue ([`registry`]), the kernel's
+//! queue counters ([`kernel`]), Prometheus
 //! metrics ([`metrics`]) and their endpoint ([`http`]). It decides nothing
 //! and imports no worker: workers hand their counters in.
 
@@ -7,8 +8,10 @@ pub mod counters;
 pub mod http;
 pub mod kernel;
 pub mod metrics;
+pub mod registry;
 
-pub use counters::{CounterSet, QueueSnapshot, Registry};
+pub use counters::CounterSet;
 pub use metrics::{
     AuditSkip, Metrics, ReloadResult, WorkerMetrics, MAX_RULE_SERIES, TIER_K8S, TIER_NONE,
 };
+pub use registry::{QueueSnapshot, Registry};

@@ -28,8 +28,8 @@ counters! {
         flows: Gauge "l7_flows_active" = "Connections under L7 inspection",
     }
 }
-use crate::decide::DecidedBy;
 use crate::model::{Direction, RuleAction};
+use crate::ruleset::DecidedBy;
 
 fn rule(name: &str, tier: Option<&str>) -> RuleRef {
     RuleRef {

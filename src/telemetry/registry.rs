@@ -1,0 +1,141 @@
+//! Every queue's counter sets, registered once by their workers, read as
+//! one [`QueueSnapshot`] per queue (the worker's sets, then the kernel's
+//! counters of that queue) by metrics, `tollgate status` and the shutdown
+//! log. It counts nothing itself.
+
+use std::sync::{Arc, RwLock};
+
+use super::counters::{CounterSet, Scope, Series};
+use super::kernel;
+
+/// One value read from a set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sample {
+    pub series: &'static Series,
+    pub scope: Scope,
+    pub value: u64,
+}
+
+/// Everything counted for one queue: its worker's sets, then the kernel's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueSnapshot {
+    pub queue: u16,
+    /// The worker's name (`queue`, `dns`, `L7 queue`): the title of its
+    /// shutdown log line.
+    pub name: &'static str,
+    pub samples: Vec<Sample>,
+}
+
+impl QueueSnapshot {
+    /// `NAME stats queue=N key=value …`, the shutdown log line.
+    pub fn line(&self) -> String {
+        use std::fmt::Write as _;
+        let mut line = format!("{} stats queue={}", self.name, self.queue);
+        for sample in &self.samples {
+            let _ = write!(line, " {}={}", sample.series.key, sample.value);
+        }
+        line
+    }
+}
+
+/// The counter sets of one queue.
+struct Entry {
+    queue: u16,
+    name: &'static str,
+    sets: Vec<Arc<dyn CounterSet>>,
+}
+
+/// Every queue's counter sets, in the order they were registered.
+#[derive(Default)]
+pub struct Registry {
+    entries: RwLock<Vec<Entry>>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry").finish_non_exhaustive()
+    }
+}
+
+impl Registry {
+    /// Registers the counter sets of `queue`, whose worker is called `name`.
+    pub fn register(&self, queue: u16, name: &'static str, sets: Vec<Arc<dyn CounterSet>>) {
+        let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
+        entries.push(Entry { queue, name, sets });
+    }
+
+    /// The current values of every registered queue, each followed by the
+    /// kernel's counters of that queue (read once, for all queues).
+    pub fn snapshot(&self) -> Vec<QueueSnapshot> {
+        self.snapshot_with(&kernel::read())
+    }
+
+    fn snapshot_with(&self, kernel: &[(u16, kernel::KernelCounters)]) -> Vec<QueueSnapshot> {
+        let entries = self.entries.read().unwrap_or_else(|e| e.into_inner());
+        entries
+            .iter()
+            .map(|entry| {
+                let mut samples = Vec::new();
+                let kernel = kernel
+                    .iter()
+                    .filter(|(queue, _)| *queue == entry.queue)
+                    .map(|(_, counters)| counters as &dyn CounterSet);
+                for set in entry.sets.iter().map(|s| &**s).chain(kernel) {
+                    let scope = set.scope();
+                    set.visit(&mut |series, value| {
+                        samples.push(Sample {
+                            series,
+                            scope,
+                            value,
+                        })
+                    });
+                }
+                QueueSnapshot {
+                    queue: entry.queue,
+                    name: entry.name,
+                    samples,
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use super::*;
+    use crate::telemetry::counters::counters;
+
+    counters! {
+        /// A set for the tests.
+        pub struct TestCounters: one per agent {
+            parsed: Counter "test_replies" { result = "parsed" } = "Replies, by result",
+            failed: Counter "test_replies" { result = "failed" } = "Replies, by result",
+            current: Gauge "test_current" = "Something current",
+        }
+    }
+
+    #[test]
+    fn snapshots_list_queues_in_order_with_their_kernel_counters() {
+        let registry = Registry::default();
+        let first = Arc::new(TestCounters::default());
+        first.failed.fetch_add(2, Ordering::Relaxed);
+        registry.register(100, "queue", vec![first, Arc::new(TestCounters::default())]);
+        registry.register(53, "dns", vec![Arc::new(TestCounters::default())]);
+        let kernel = kernel::parse("   53  1 4 2 65535 0 1 9 1\n  999 0 0 2 128 0 0 1 1\n");
+        let snapshot = registry.snapshot_with(&kernel);
+        assert_eq!(snapshot.len(), 2);
+        assert_eq!(snapshot[0].samples.len(), 6, "two sets, no kernel line");
+        assert_eq!(
+            snapshot[0].line(),
+            "queue stats queue=100 parsed=0 failed=2 current=0 parsed=0 failed=0 current=0"
+        );
+        assert_eq!(
+            snapshot[1].line(),
+            "dns stats queue=53 parsed=0 failed=0 current=0 kernel_waiting=4 \
+             kernel_queue_dropped=0 kernel_user_dropped=1 kernel_queued=9"
+        );
+        assert_eq!(snapshot[1].samples[3].scope, Scope::Queue);
+    }
+}
