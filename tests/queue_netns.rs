@@ -21,7 +21,7 @@ use tollgate::fqdn::{FqdnLookup, FqdnTable};
 use tollgate::packet::flow::{Flow, Transport, Verdict};
 use tollgate::ruleset::Enforced;
 use tollgate::telemetry::Metrics;
-use tollgate::workers::{Observers, Worker, WorkerConfig};
+use tollgate::workers::{Observers, Worker};
 
 /// A background process, killed on drop.
 struct Background(Child);
@@ -93,11 +93,8 @@ fn allow_reject_drop_through_the_queue() {
         };
         let config = AgentConfig::load(&machine, None, &[]).unwrap().config;
         let worker = Worker::spawn(
-            WorkerConfig {
-                queue: config.queues.range().first(),
-                marks: config.datapath.mark_mask,
-                fail_mode: config.datapath.fail_mode,
-            },
+            config.queues.range().first(),
+            &config.datapath,
             Arc::new(ArcSwap::from_pointee(TestPolicy)),
             Arc::new(FqdnTable::restore(vec![], Default::default(), &[]).0),
             Observers {

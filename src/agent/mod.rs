@@ -29,7 +29,7 @@ use crate::status::{AgentFacts, AgentStatus, StatusServer};
 use crate::telemetry::Metrics;
 use crate::validate::Problem;
 use crate::workers::fqdn_sets::restored_entries;
-use crate::workers::{DnsWorker, DnsWorkerConfig, L7WorkerConfig, Observers, Worker, WorkerConfig};
+use crate::workers::{DnsWorker, Observers, Worker};
 
 pub use error::AgentError;
 
@@ -142,22 +142,16 @@ fn start(args: &RunArgs) -> Result<(Running, Receiver<Event>), AgentError> {
     let policy = Arc::clone(reconciler.in_force());
     for queue in config.queues.range().iter() {
         Worker::spawn(
-            WorkerConfig {
-                queue,
-                marks: config.datapath.mark_mask,
-                fail_mode: config.datapath.fail_mode,
-            },
+            queue,
+            &config.datapath,
             Arc::clone(&policy),
             Arc::clone(&mirror),
             observers.clone(),
         )?;
     }
     crate::workers::l7::spawn(
-        L7WorkerConfig {
-            marks: config.datapath.mark_mask,
-            fail_mode: config.datapath.fail_mode,
-            l7: config.l7,
-        },
+        &config.datapath,
+        &config.l7,
         Arc::clone(&policy),
         Arc::clone(&mirror),
         observers,
@@ -293,10 +287,7 @@ impl Fqdn {
             return Ok(());
         }
         let worker = DnsWorker::spawn(
-            DnsWorkerConfig {
-                queue: self.config.fqdn.dns_queue,
-                trusted_servers: self.config.fqdn.trusted_servers.clone(),
-            },
+            &self.config.fqdn,
             Arc::clone(&self.mirror),
             Arc::clone(&self.metrics),
         )?;

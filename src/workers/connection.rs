@@ -11,9 +11,10 @@ use arc_swap::ArcSwap;
 
 use super::runtime::{self, wall_clock, Handler, Queue, QueueError, QueueSpec, Verdicts};
 use crate::audit::AuditSink;
+use crate::config::DatapathConfig;
 use crate::decide::{step, Outcome, Policy, StepConfig};
 use crate::fqdn::FqdnTable;
-use crate::marks::{FailMode, MarkLayout};
+use crate::marks::FailMode;
 use crate::packet::flow::Verdict;
 use crate::packet::{Action, Queued};
 use crate::telemetry::counters::counters;
@@ -25,14 +26,6 @@ const COPY_RANGE: u16 = 128;
 /// Packets the kernel holds per queue before it drops (fail-closed) or
 /// accepts (fail-open) new ones.
 const QUEUE_MAX_LEN: u32 = 4096;
-
-/// How a worker handles its queue.
-#[derive(Clone, Copy, Debug)]
-pub struct WorkerConfig {
-    pub queue: u16,
-    pub marks: MarkLayout,
-    pub fail_mode: FailMode,
-}
 
 counters! {
     /// What one connection queue's worker decided.
@@ -84,10 +77,11 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// Binds the queue (errors are returned here, before any thread runs)
+    /// Binds `queue` (errors are returned here, before any thread runs)
     /// and starts the thread. The thread runs until the process exits.
     pub fn spawn<P>(
-        config: WorkerConfig,
+        queue_number: u16,
+        datapath: &DatapathConfig,
         policy: Arc<ArcSwap<P>>,
         fqdn: Arc<FqdnTable>,
         observers: Observers,
@@ -96,19 +90,19 @@ impl Worker {
         P: Policy + Send + Sync + 'static,
     {
         let queue = Queue::open(QueueSpec {
-            queue: config.queue,
+            queue: queue_number,
             name: "queue",
             copy_range: COPY_RANGE,
             max_len: QUEUE_MAX_LEN,
-            fail_open: config.fail_mode == FailMode::Open,
+            fail_open: datapath.fail_mode == FailMode::Open,
         })?;
         let stats = Arc::new(ConnectionCounters::default());
         let handler = Connections {
             policy,
             fqdn,
             config: StepConfig {
-                marks: config.marks,
-                fail_mode: config.fail_mode,
+                marks: datapath.mark_mask,
+                fail_mode: datapath.fail_mode,
             },
             stats: Arc::clone(&stats),
             metrics: WorkerMetrics::new(Arc::clone(&observers.metrics)),
@@ -116,7 +110,7 @@ impl Worker {
         };
         runtime::spawn(queue, handler, Arc::clone(&stats) as _, &observers.metrics)?;
         Ok(Worker {
-            queue: config.queue,
+            queue: queue_number,
             stats,
         })
     }

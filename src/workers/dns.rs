@@ -3,13 +3,13 @@
 //! expiry runs on [`Handler::tick`]. It never drops a reply except a TCP
 //! segment after a gap, and never logs per packet.
 
-use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::fqdn_sets::FqdnSets;
 use super::runtime::{self, Handler, Queue, QueueError, QueueSpec, Verdicts};
+use crate::config::FqdnConfig;
 use crate::fqdn::{
     DnsSnooper, DnsStep, FqdnTable, Release, DEFAULT_MAX_TCP_FLOWS, DEFAULT_MAX_TCP_MESSAGE,
 };
@@ -65,14 +65,6 @@ impl DnsCounters {
     }
 }
 
-/// How the DNS worker runs.
-#[derive(Clone, Debug)]
-pub struct DnsWorkerConfig {
-    pub queue: u16,
-    /// Only replies from these servers are learned (empty: all).
-    pub trusted_servers: Vec<IpAddr>,
-}
-
 /// The running DNS worker thread (detached, like the connection workers).
 pub struct DnsWorker {
     pub queue: u16,
@@ -82,11 +74,11 @@ impl DnsWorker {
     /// Binds the queue and opens the ipset socket (errors are returned
     /// here), then starts the thread.
     pub fn spawn(
-        config: DnsWorkerConfig,
+        config: &FqdnConfig,
         table: Arc<FqdnTable>,
         metrics: Arc<Metrics>,
     ) -> Result<DnsWorker, QueueError> {
-        let queue = config.queue;
+        let queue = config.dns_queue;
         let socket = Queue::open(QueueSpec {
             queue,
             name: "dns",
@@ -102,7 +94,7 @@ impl DnsWorker {
         let stats = Arc::new(DnsCounters::default());
         let handler = Replies {
             snooper: DnsSnooper::new(
-                config.trusted_servers,
+                config.trusted_servers.clone(),
                 DEFAULT_MAX_TCP_FLOWS,
                 DEFAULT_MAX_TCP_MESSAGE,
             ),

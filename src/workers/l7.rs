@@ -14,11 +14,11 @@ use super::inject::Injector;
 use super::runtime::{self, wall_clock, Handler, Queue, QueueError, QueueSpec, Verdicts};
 use super::Observers;
 use crate::audit::{AuditSink, Subject};
-use crate::config::L7Config;
+use crate::config::{DatapathConfig, L7Config};
 use crate::fqdn::FqdnTable;
 use crate::http::DEFAULT_MAX_HEAD;
 use crate::l7::{Gate, Inspector, L7Policy, RequestRecord, Tally, MAX_DEFERRED_TOTAL};
-use crate::marks::{FailMode, MarkLayout};
+use crate::marks::FailMode;
 use crate::packet::flow::Verdict;
 use crate::packet::{FlowKey, Queued};
 use crate::telemetry::counters::counters;
@@ -27,14 +27,6 @@ use crate::telemetry::counters::counters;
 const COPY_RANGE: u16 = 0xffff;
 /// Packets the kernel holds for the L7 queue, including withheld ones.
 const QUEUE_MAX_LEN: u32 = 16_384;
-
-/// How the L7 worker runs.
-#[derive(Clone, Copy, Debug)]
-pub struct L7WorkerConfig {
-    pub marks: MarkLayout,
-    pub fail_mode: FailMode,
-    pub l7: L7Config,
-}
 
 counters! {
     /// What the L7 queue's worker saw and did.
@@ -71,7 +63,8 @@ impl L7Counters {
 /// network namespace (errors are returned here), then starts the worker
 /// thread, which runs until the process exits.
 pub fn spawn<P>(
-    config: L7WorkerConfig,
+    datapath: &DatapathConfig,
+    config: &L7Config,
     policy: Arc<ArcSwap<P>>,
     fqdn: Arc<FqdnTable>,
     observers: Observers,
@@ -79,25 +72,25 @@ pub fn spawn<P>(
 where
     P: L7Policy + Send + Sync + 'static,
 {
-    let queue = config.l7.queue;
+    let queue = config.queue;
     let socket = Queue::open(QueueSpec {
         queue,
         name: "L7 queue",
         copy_range: COPY_RANGE,
         max_len: QUEUE_MAX_LEN,
-        fail_open: config.fail_mode == FailMode::Open,
+        fail_open: datapath.fail_mode == FailMode::Open,
     })?;
     let injector = Injector::open().map_err(QueueError::setup(queue, "raw sockets"))?;
-    let max_flows = NonZeroUsize::new(config.l7.max_flows).unwrap_or(NonZeroUsize::MIN);
+    let max_flows = NonZeroUsize::new(config.max_flows).unwrap_or(NonZeroUsize::MIN);
     let inspector = Inspector::new(
         max_flows,
-        config.l7.idle_timeout,
+        config.idle_timeout,
         DEFAULT_MAX_HEAD,
-        config.l7.deny_response,
+        config.deny_response,
     );
     let stats = Arc::new(L7Counters::default());
     let handler = Segments {
-        gate: Gate::new(inspector, MAX_DEFERRED_TOTAL, config.marks),
+        gate: Gate::new(inspector, MAX_DEFERRED_TOTAL, datapath.mark_mask),
         injector,
         policy,
         fqdn,

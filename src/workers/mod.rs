@@ -10,7 +10,7 @@ pub mod inject;
 pub mod l7;
 pub mod runtime;
 
-pub use connection::{ConnectionCounters, Observers, Worker, WorkerConfig};
-pub use dns::{DnsCounters, DnsWorker, DnsWorkerConfig};
-pub use l7::{L7Counters, L7WorkerConfig};
+pub use connection::{ConnectionCounters, Observers, Worker};
+pub use dns::{DnsCounters, DnsWorker};
+pub use l7::L7Counters;
 pub use runtime::{Handler, Queue, QueueCounters, QueueError, QueueSpec, Verdicts};
