@@ -3,6 +3,7 @@
 
 use std::hint::black_box;
 use std::net::Ipv4Addr;
+use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
@@ -110,13 +111,14 @@ fn bench(c: &mut Criterion) {
 
     // What a connection worker pays per FQDN peer: the mirror's read lock
     // and one lookup (uncontended).
-    let (mirror, _) = FqdnTable::restore(selectors(), LearnerConfig::default(), &[]);
+    let (mirror, _) =
+        FqdnTable::restore(selectors(), LearnerConfig::default(), &[], Instant::now());
     let pattern = FqdnPattern::new("*github.com");
     let address = "140.82.121.3".parse().expect("address");
     c.bench_function("mirror lookup (read lock)", |b| {
         b.iter(|| {
             mirror
-                .lookup()
+                .lookup(Instant::now())
                 .resolves_to(black_box(&pattern), black_box(address))
         })
     });

@@ -11,7 +11,7 @@ use common::{is_root, wait_until, within, NetNs};
 use std::process::{Child, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use tollgate::config::{AgentConfig, MachineDefaults};
@@ -96,7 +96,7 @@ fn allow_reject_drop_through_the_queue() {
             config.queues.range().first(),
             &config.datapath,
             Arc::new(ArcSwap::from_pointee(TestPolicy)),
-            Arc::new(FqdnTable::restore(vec![], Default::default(), &[]).0),
+            Arc::new(FqdnTable::restore(vec![], Default::default(), &[], Instant::now()).0),
             Observers {
                 metrics: Arc::new(Metrics::new()),
                 audit: None,

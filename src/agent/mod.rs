@@ -13,7 +13,7 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::audit::AuditSink;
 use crate::cli::RunArgs;
@@ -129,6 +129,7 @@ fn start(args: &RunArgs) -> Result<(Running, Receiver<Event>), AgentError> {
         ruleset.fqdn_patterns().to_vec(),
         config.fqdn.learner(),
         &restored_entries(ruleset.fqdn_patterns(), &learned),
+        Instant::now(),
     );
     let mirror = Arc::new(mirror);
     tracing::info!(
@@ -301,7 +302,7 @@ impl Handover for Fqdn {
     /// The mirror learns for both rulesets' selectors while the bridge is
     /// in place, and the DNS worker runs before DNS replies are queued.
     fn widening(&mut self, selectors: &[FqdnPattern]) {
-        self.mirror.reselect(selectors);
+        self.mirror.reselect(selectors, Instant::now());
         if let Err(error) = self.start_dns_worker(selectors) {
             // The DNS rules bypass a queue nobody reads: replies pass
             // unlearned, FQDN rules match nothing new.
@@ -310,6 +311,7 @@ impl Handover for Fqdn {
     }
 
     fn switched(&mut self, ruleset: &Ruleset) {
-        self.mirror.reselect(ruleset.fqdn_patterns());
+        self.mirror
+            .reselect(ruleset.fqdn_patterns(), Instant::now());
     }
 }

@@ -1,7 +1,8 @@
 //! The FQDN table every worker shares: the learner behind a `RwLock`, on a
 //! monotonic millisecond clock that starts when the table is made. The DNS
 //! worker writes it, the classifier reads it through [`FqdnTable::lookup`].
-//! It never writes a kernel set; its lock is held for one step or lookup.
+//! It never writes a kernel set and never reads the clock (callers pass
+//! `now`); its lock is held for one step or lookup.
 
 use std::net::IpAddr;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -32,17 +33,18 @@ impl FqdnTable {
     /// A table for `selectors`, restored from what the kernel sets hold
     /// (`entries` by selector index; see
     /// [`crate::workers::fqdn_sets::restored_entries`]). Returns it and how many
-    /// entries were restored. Its clock starts now, at 0 ms.
+    /// entries were restored. Its clock starts at `now`, at 0 ms.
     pub fn restore(
         selectors: Vec<FqdnPattern>,
         config: LearnerConfig,
         entries: &[RestoredEntry],
+        now: Instant,
     ) -> (FqdnTable, usize) {
         let mut learner = FqdnLearner::new(selectors, config);
         let restored = learner.restore(entries, 0);
         let table = FqdnTable {
             learner: RwLock::new(learner),
-            origin: Instant::now(),
+            origin: now,
         };
         (table, restored)
     }
@@ -54,8 +56,8 @@ impl FqdnTable {
 
     /// Switches to a new selector list, keeping what kept selectors have
     /// learned. Nothing changes when the list is the same.
-    pub fn reselect(&self, selectors: &[FqdnPattern]) {
-        let now = self.millis(Instant::now());
+    pub fn reselect(&self, selectors: &[FqdnPattern], now: Instant) {
+        let now = self.millis(now);
         let mut learner = self.write();
         if learner.selectors() == selectors {
             return;
@@ -75,9 +77,12 @@ impl FqdnTable {
         }
     }
 
-    /// A lookup for the classifier, reading the table at call time.
-    pub fn lookup(&self) -> TableLookup<'_> {
-        TableLookup(self)
+    /// A lookup for the classifier: what the table holds at `now`.
+    pub fn lookup(&self, now: Instant) -> TableLookup<'_> {
+        TableLookup {
+            table: self,
+            now: self.millis(now),
+        }
     }
 
     pub(super) fn read(&self) -> RwLockReadGuard<'_, FqdnLearner> {
@@ -91,12 +96,14 @@ impl FqdnTable {
     }
 }
 
-/// [`FqdnLookup`] over the shared table at the current time.
-pub struct TableLookup<'a>(&'a FqdnTable);
+/// [`FqdnLookup`] over the shared table at one time (table milliseconds).
+pub struct TableLookup<'a> {
+    table: &'a FqdnTable,
+    now: u64,
+}
 
 impl FqdnLookup for TableLookup<'_> {
     fn resolves_to(&self, pattern: &FqdnPattern, ip: IpAddr) -> bool {
-        let now = self.0.millis(Instant::now());
-        self.0.read().resolves_to(pattern, ip, now)
+        self.table.read().resolves_to(pattern, ip, self.now)
     }
 }

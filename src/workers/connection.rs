@@ -127,11 +127,11 @@ struct Connections<P> {
 }
 
 impl<P: Policy> Handler for Connections<P> {
-    fn packet(&mut self, packet: Queued<'_>, _now: Instant, out: &mut Verdicts) {
+    fn packet(&mut self, packet: Queued<'_>, now: Instant, out: &mut Verdicts) {
         let step = step(
             &packet,
             &**self.policy.load(),
-            &self.fqdn.lookup(),
+            &self.fqdn.lookup(now),
             &self.config,
             wall_clock(),
         );

@@ -115,7 +115,7 @@ impl<P: L7Policy> Handler for Segments<P> {
         let policy = self.policy.load();
         let step = self
             .gate
-            .segment(&packet, (&**policy, &self.fqdn.lookup()), now);
+            .segment(&packet, (&**policy, &self.fqdn.lookup(now)), now);
         self.stats.tally(step.tally);
         if let Some(flow) = &step.flow {
             let length = u32::try_from(packet.payload.len()).unwrap_or(u32::MAX);

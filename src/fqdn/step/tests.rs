@@ -2,6 +2,7 @@
 //! `tests/data/dns/` (see its README), snooped from UDP and TCP packets.
 
 use std::net::IpAddr;
+use std::time::Instant;
 
 use etherparse::PacketBuilder;
 
@@ -18,7 +19,7 @@ fn recorded(file: &str) -> Vec<u8> {
 
 fn table(patterns: &[&str], config: LearnerConfig) -> FqdnTable {
     let selectors = patterns.iter().map(|p| FqdnPattern::new(p)).collect();
-    FqdnTable::restore(selectors, config, &[]).0
+    FqdnTable::restore(selectors, config, &[], Instant::now()).0
 }
 
 fn snooper() -> DnsSnooper {
