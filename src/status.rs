@@ -12,6 +12,7 @@
 //! ← {"policies":[{"policy":{"kind":"AntreaClusterNetworkPolicy",…},…}]}
 //! ← {"error":"unknown request"}
 //! ```
+#![allow(clippy::disallowed_methods)] // the status server reports uptime.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};

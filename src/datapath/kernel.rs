@@ -3,6 +3,7 @@
 //! the only write sequences. [`Iptables`] and [`learned_sets`] are the only
 //! code that runs commands (`*-save`, `*-restore`, `ipset`); they never
 //! decide what to write.
+#![allow(clippy::disallowed_methods)] // the one place that runs iptables-restore and ipset.
 
 use std::collections::BTreeMap;
 use std::io::Write;
