@@ -1,27 +1,27 @@
 //! `tollgate run`, wired: [`run`] starts the sources, workers, servers and
 //! the first install, serves events until SIGTERM/SIGINT, and stops. It
 //! decides nothing: what is in force and what the kernel gets is
-//! [`converge`]'s, host facts [`host`]'s, events [`signals`]'.
+//! [`converge`]'s, host facts [`host`]'s, events [`signals`]', the FQDN
+//! table and DNS worker [`fqdn`]'s.
 #![allow(clippy::disallowed_methods)] // the agent wires the edge: it reads the clock and starts threads.
 
 mod converge;
 mod error;
+mod fqdn;
 mod host;
 mod serve;
 mod signals;
 
-use std::net::IpAddr;
 use std::path::Path;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::audit::AuditSink;
 use crate::cli::RunArgs;
 use crate::compile::{compile, LocalNode};
 use crate::config::{AgentConfig, ConfigError, Loaded};
-use crate::datapath::{teardown, Backoff, Iptables, Kernel};
-use crate::fqdn::{FqdnPattern, FqdnTable};
+use crate::datapath::{teardown, Backoff, Iptables};
 use crate::ruleset::Ruleset;
 use crate::source::kube::KubeSource;
 use crate::source::watch::Directory;
@@ -29,12 +29,12 @@ use crate::source::Source;
 use crate::status::{AgentFacts, AgentStatus, StatusServer};
 use crate::telemetry::Metrics;
 use crate::validate::Problem;
-use crate::workers::fqdn_sets::restored_entries;
-use crate::workers::{DnsWorker, Observers, Worker};
+use crate::workers::{Observers, Worker};
 
 pub use error::AgentError;
 
-use converge::{Handover, Reconciler};
+use converge::Reconciler;
+use fqdn::Fqdn;
 use signals::Event;
 
 /// Runs the agent until SIGTERM or SIGINT.
@@ -57,17 +57,6 @@ struct Running {
     audit: Option<AuditSink>,
     /// Removes the socket when the agent stops.
     _status_server: Option<StatusServer>,
-}
-
-/// What a ruleset with FQDN selectors needs before the kernel queues DNS
-/// replies: the mirror learning for its selectors and the DNS worker.
-struct Fqdn {
-    config: Arc<AgentConfig>,
-    mirror: Arc<FqdnTable>,
-    /// The DNS reply worker, started with the first ruleset that has FQDN
-    /// selectors (its queue is not bound before).
-    dns: Option<DnsWorker>,
-    metrics: Arc<Metrics>,
 }
 
 fn start(args: &RunArgs) -> Result<(Running, Receiver<Event>), AgentError> {
@@ -118,27 +107,8 @@ fn start(args: &RunArgs) -> Result<(Running, Receiver<Event>), AgentError> {
         metrics: Arc::clone(&metrics),
         audit: audit.clone(),
     };
-    // What the FQDN sets still hold from a previous run (their entries time
-    // out in the kernel meanwhile) seeds the mirror before any worker runs.
-    let learned: Vec<(String, Vec<(IpAddr, u32)>)> = kernel
-        .installed()?
-        .learned
-        .into_iter()
-        .map(|(name, set)| (name, set.entries))
-        .collect();
-    let (mirror, restored) = FqdnTable::restore(
-        ruleset.fqdn_patterns().to_vec(),
-        config.fqdn.learner(),
-        &restored_entries(ruleset.fqdn_patterns(), &learned),
-        Instant::now(),
-    );
-    let mirror = Arc::new(mirror);
-    tracing::info!(
-        selectors = ruleset.fqdn_patterns().len(),
-        restored,
-        "fqdn mirror restored"
-    );
-
+    let mut fqdn = Fqdn::restore(&kernel, &ruleset, &config, &metrics)?;
+    let mirror = Arc::clone(&fqdn.mirror);
     let patterns = ruleset.fqdn_patterns().to_vec();
     let reconciler = Reconciler::new(ruleset, Backoff::DEFAULT);
     let policy = Arc::clone(reconciler.in_force());
@@ -174,12 +144,6 @@ fn start(args: &RunArgs) -> Result<(Running, Receiver<Event>), AgentError> {
         tracing::info!(address = %bound, "metrics listening");
     }
 
-    let mut fqdn = Fqdn {
-        config: Arc::clone(&config),
-        mirror,
-        dns: None,
-        metrics: Arc::clone(&metrics),
-    };
     fqdn.start_dns_worker(&patterns)?;
     let mut running = Running {
         config,
@@ -274,45 +238,5 @@ impl Running {
         }
         tracing::info!("shutdown complete");
         Ok(())
-    }
-}
-
-impl Fqdn {
-    /// Starts the DNS reply worker if `selectors` (those the kernel is
-    /// about to snoop DNS for) is not empty and it is not running yet.
-    /// Called before the rules that queue DNS replies are installed.
-    fn start_dns_worker(
-        &mut self,
-        selectors: &[FqdnPattern],
-    ) -> Result<(), crate::workers::QueueError> {
-        if self.dns.is_some() || selectors.is_empty() {
-            return Ok(());
-        }
-        let worker = DnsWorker::spawn(
-            &self.config.fqdn,
-            Arc::clone(&self.mirror),
-            Arc::clone(&self.metrics),
-        )?;
-        tracing::info!(queue = worker.queue, "dns worker started");
-        self.dns = Some(worker);
-        Ok(())
-    }
-}
-
-impl Handover for Fqdn {
-    /// The mirror learns for both rulesets' selectors while the bridge is
-    /// in place, and the DNS worker runs before DNS replies are queued.
-    fn widening(&mut self, selectors: &[FqdnPattern]) {
-        self.mirror.reselect(selectors, Instant::now());
-        if let Err(error) = self.start_dns_worker(selectors) {
-            // The DNS rules bypass a queue nobody reads: replies pass
-            // unlearned, FQDN rules match nothing new.
-            tracing::error!(%error, "dns worker failed to start");
-        }
-    }
-
-    fn switched(&mut self, ruleset: &Ruleset) {
-        self.mirror
-            .reselect(ruleset.fqdn_patterns(), Instant::now());
     }
 }
