@@ -1,8 +1,8 @@
 //! `tollgate run`, wired: [`run`] starts the sources, workers, servers and
 //! the first install, serves events until SIGTERM/SIGINT, and stops. It
 //! decides nothing: what is in force and what the kernel gets is
-//! [`converge`]'s, host facts [`host`]'s, events [`signals`]', the FQDN
-//! table and DNS worker [`fqdn`]'s.
+//! `converge`'s, host facts `host`'s, events `signals`', the FQDN
+//! table and DNS worker `fqdn`'s.
 #![allow(clippy::disallowed_methods)] // the agent wires the edge: it reads the clock and starts threads.
 
 mod converge;

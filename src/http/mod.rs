@@ -2,7 +2,7 @@
 //! [`RequestTracker`] finds every request head in a client→server byte
 //! stream (reassembled within a bound, framing tracked through
 //! Content-Length and chunked bodies so pipelined and keep-alive requests are
-//! all seen), and [`matches`]/[`decide`] apply the Antrea `http` rule
+//! all seen), and [`matches()`]/[`decide`] apply the Antrea `http` rule
 //! patterns. Pure: never touches sockets or packets, never buffers a body.
 //! Anything ambiguous between tollgate and the server is refused, not guessed.
 //! Only HTTP/1.x is understood: HTTP/2 (prior knowledge), and the bytes

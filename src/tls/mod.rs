@@ -1,6 +1,6 @@
 //! TLS ClientHello server name (SNI) for Antrea `tls` rules:
 //! [`client_hello_sni`] reads the first bytes a client sends (one or more
-//! handshake records, RFC 8446 §4.1.2 and RFC 6066 §3) and [`matches`]
+//! handshake records, RFC 8446 §4.1.2 and RFC 6066 §3) and [`matches()`]
 //! applies an `sni` pattern. Pure, bounded and panic-free on any input:
 //! no sockets, no decryption, nothing beyond the ClientHello is read.
 

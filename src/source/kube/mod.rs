@@ -1,5 +1,5 @@
 //! The Kubernetes source: watches the API server with kube-rs watchers and
-//! hands debounced, admitted [`Snapshot`](crate::model::Snapshot)s to the
+//! hands debounced, admitted [`crate::model::Snapshot`]s to the
 //! agent, the way the file source's directory watch does.
 //!
 //! It owns one OS thread running a single-threaded tokio runtime (the
