@@ -3,8 +3,6 @@
 //! the server reach the compiled ruleset; an invalid CRD is skipped while
 //! the rest applies; a 410 Gone makes the watcher relist.
 
-mod fake_api;
-
 use std::net::IpAddr;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -14,7 +12,7 @@ use tollgate::compile::{LocalNode, Ruleset};
 use tollgate::kubernetes::{Admitted, Connection, KubeSource, Latest};
 use tollgate::metrics::Metrics;
 
-use fake_api::{collection, FakeApi};
+use tollgate_fake_api::{collection, FakeApi};
 
 const NODE: &str = "node-a";
 

@@ -12,14 +12,12 @@
 //! packet (3000-byte UDP datagram over a 1500-byte MTU) to a denied port
 //! never arrives, over either family.
 
-mod common;
-
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use common::probe::echo_roundtrip;
-use common::{
+use crate::harness::probe::echo_roundtrip;
+use crate::harness::{
     FirewallState, Lab, PingOutcome, Service, TcpOutcome, UdpOutcome, ALLOW_WAIT, DENY_WAIT,
 };
 
@@ -563,7 +561,8 @@ fn neighbour_discovery_survives_drop_all() {
     };
     let before = reports(&lab);
     lab.ns("client").run(&["python3", "-c", MLD_QUERY]);
-    let answered = common::poll_until(ALLOW_WAIT, || (reports(&lab) > before).then_some(()));
+    let answered =
+        crate::harness::poll_until(ALLOW_WAIT, || (reports(&lab) > before).then_some(()));
     assert!(answered.is_some(), "the Node did not answer an MLD query");
 }
 

@@ -3,13 +3,11 @@
 //! the lab's node namespace and observes verdicts on the wire. Run as root;
 //! without root they print `SKIPPED` (and fail under `CI=true`).
 
-mod common;
-
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use common::probe::{echo_roundtrip, total_queued};
-use common::{
+use crate::harness::probe::{echo_roundtrip, total_queued};
+use crate::harness::{
     FailMode, Lab, PingOutcome, Service, TcpOutcome, UdpOutcome, AGENT_WAIT, ALLOW_WAIT, DENY_WAIT,
 };
 

@@ -11,15 +11,15 @@
 //! only faulted for `ipset restore`; `*-save` and `ipset save` always work.
 //! Needs root; see tests/common for the lab.
 
-mod common;
-
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::probe::echo_roundtrip;
-use common::{poll_until, Agent, AgentOptions, DnsRecord, Lab, Resolution, Service, TcpOutcome};
-use common::{AGENT_WAIT, ALLOW_WAIT};
+use crate::harness::probe::echo_roundtrip;
+use crate::harness::{
+    poll_until, Agent, AgentOptions, DnsRecord, Lab, Resolution, Service, TcpOutcome,
+};
+use crate::harness::{AGENT_WAIT, ALLOW_WAIT};
 use hickory_proto::rr::RecordType;
 use tollgate::datapath::plan::fqdn_set;
 use tollgate::datapath::Family;
@@ -73,7 +73,7 @@ impl Faults {
             ("ipset", Tool::Ipset),
         ];
         for (name, tool) in wrapped {
-            let Some(real) = common::find_in_path(name) else {
+            let Some(real) = crate::harness::find_in_path(name) else {
                 continue;
             };
             // `ipset` is faulted only for `restore`; the restore tools always.

@@ -9,8 +9,6 @@
 //! addresses 10.61.1.0/24, 10.61.2.0/24 (one per race-test name) and
 //! 10.61.3.0/24 (one large answer).
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -18,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{capture_stderr, is_root, wait_exit, wait_until, within, NetNs};
+use crate::harness::{capture_stderr, is_root, wait_exit, wait_until, within, NetNs};
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::rdata::A;
 use hickory_proto::rr::{Name, RData, Record, RecordType};

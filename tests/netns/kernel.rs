@@ -4,9 +4,7 @@
 //! nothing), a restart after a crash reconciles, and teardown removes what
 //! tollgate owns and nothing else.
 
-mod common;
-
-use common::{is_root, within, NetNs};
+use crate::harness::{is_root, within, NetNs};
 use tollgate::compile::Enforced;
 use tollgate::config::{FailMode, MachineDefaults, Settings};
 use tollgate::datapath::{desired, Changes, Kernel};

@@ -5,15 +5,12 @@
 //! Pod out of and back into the policy. Run as root; without root it prints
 //! `SKIPPED` (and fails under `CI=true`).
 
-mod common;
-mod fake_api;
-
 use std::net::{IpAddr, SocketAddr, TcpListener};
 
 use serde_json::{json, Value};
 
-use common::{Lab, TcpOutcome};
-use fake_api::FakeApi;
+use crate::harness::{Lab, TcpOutcome};
+use tollgate_fake_api::FakeApi;
 
 fn pod(name: &str, app: &str, ip: IpAddr) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod",
@@ -41,7 +38,7 @@ fn kubernetes_policy_and_label_change_on_the_wire() {
     else {
         return;
     };
-    lab.serve_tcp("server", 8080, common::Service::Echo);
+    lab.serve_tcp("server", 8080, crate::harness::Service::Echo);
     // The API server listens on the node namespace's loopback, where the
     // agent runs.
     let listener = lab

@@ -11,9 +11,7 @@
 //! and addresses the Node gains later, checked against nginx's access log.
 //! Addresses: 10.79.0.0/16 and fd79::/16.
 
-mod common;
-
-use common::{capture_stderr, is_root, wait_until, within, NetNs};
+use crate::harness::{capture_stderr, is_root, wait_until, within, NetNs};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

@@ -8,9 +8,7 @@
 //! annotated Namespace (allow and the implicit default drop). Addresses:
 //! 10.61.1-5.0/24 (10.61.9.0/24 is benches/audit_overload.sh).
 
-mod common;
-
-use common::{capture_stderr, is_root, wait_exit, wait_until, within, NetNs};
+use crate::harness::{capture_stderr, is_root, wait_exit, wait_until, within, NetNs};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

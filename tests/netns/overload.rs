@@ -14,8 +14,6 @@
 //! server. Bounded: a few seconds of flood at ~10,000 SYN/s, no timed
 //! assertions on speed (`benches/overload.sh` measures).
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
@@ -25,7 +23,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::{poll_until, Agent, FailMode, Lab, Service, TcpOutcome, ALLOW_WAIT, DENY_WAIT};
+use crate::harness::{
+    poll_until, Agent, FailMode, Lab, Service, TcpOutcome, ALLOW_WAIT, DENY_WAIT,
+};
 
 const ALLOWED: u16 = 8080;
 const DENIED: u16 = 9090;

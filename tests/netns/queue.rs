@@ -5,9 +5,7 @@
 //! one queued packet per connection), reject (TCP RST, ICMP prohibited),
 //! drop, over IPv4 and IPv6.
 
-mod common;
-
-use common::{is_root, wait_until, within, NetNs};
+use crate::harness::{is_root, wait_until, within, NetNs};
 use std::process::{Child, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

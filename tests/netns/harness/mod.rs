@@ -28,10 +28,6 @@
 //! `SKIPPED: reason` and the test returns early — unless `CI=true`, where it
 //! panics, so CI can never pass with the end-to-end suite silently skipped.
 
-// Each `tests/e2e_*.rs` file is its own crate and uses a different subset of
-// this shared harness; without this every crate would warn about the rest.
-#![allow(dead_code, unused_imports)]
-
 pub mod agent;
 pub mod bare;
 pub mod dns;
@@ -40,13 +36,15 @@ pub mod lab;
 pub mod netns;
 pub mod probe;
 pub mod server;
+#[cfg(test)]
+mod tests;
 
 pub use agent::{Agent, AgentOptions, FailMode};
 pub use bare::{capture_stderr, is_root, wait_exit, wait_until, within, NetNs};
 pub use dns::{DnsRecord, Resolution};
 pub use firewall::FirewallState;
-pub use lab::{Lab, LabBuilder};
-pub use probe::{PingOutcome, QueueCounters, TcpOutcome, UdpOutcome};
+pub use lab::Lab;
+pub use probe::{PingOutcome, TcpOutcome, UdpOutcome};
 pub use server::Service;
 
 use std::time::Duration;

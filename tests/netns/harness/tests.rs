@@ -3,12 +3,10 @@
 //! nothing behind even when its test panics. If these fail, the datapath
 //! tests' verdicts mean nothing.
 
-mod common;
-
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 
-use common::{
+use super::{
     DnsRecord, Lab, PingOutcome, Resolution, Service, TcpOutcome, UdpOutcome, ALLOW_WAIT, DENY_WAIT,
 };
 
@@ -48,7 +46,7 @@ fn harness_probes_classify_outcomes() {
         );
     }
     let mut stream = lab.tcp_stream("client", sock(srv4, 8080));
-    assert!(common::probe::echo_roundtrip(&mut stream, b"hello", ALLOW_WAIT).unwrap());
+    assert!(super::probe::echo_roundtrip(&mut stream, b"hello", ALLOW_WAIT).unwrap());
 
     // The node's own firewall shapes what the probes see.
     let node = lab.node();
