@@ -127,12 +127,10 @@ exec '{real}' "$@"
                 self.bin.display()
             ),
         ));
-        options.extra_args.extend([
-            "--metrics-address".into(),
-            METRICS.into(),
-            "--status-socket".into(),
-            status_socket(lab).display().to_string(),
-        ]);
+        options
+            .extra_args
+            .extend(["--metrics-address".into(), METRICS.into()]);
+        options.status_socket = status_socket(lab);
         options
     }
 

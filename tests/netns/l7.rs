@@ -1,5 +1,5 @@
-//! L7 HTTP rules on the wire (root only; skipped otherwise): `tollgate run`
-//! in one namespace, real nginx and curl on either side of a veth pair.
+//! L7 HTTP rules on the wire: `tollgate run` in the node namespace, real
+//! nginx and curl on either side of a veth pair.
 //! Ingress: allowed and denied requests (403 with the reason, never in the
 //! server's access log), host globs, IPv6, keep-alive with an allowed then
 //! a denied request, a head split over many segments, an upload larger
@@ -11,87 +11,61 @@
 //! and addresses the Node gains later, checked against nginx's access log.
 //! Addresses: 10.79.0.0/16 and fd79::/16.
 
-use crate::harness::{capture_stderr, is_root, wait_until, within, NetNs};
+use crate::harness::{wait_until, Agent, Lab, Netns};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
-use std::sync::{Arc, Mutex};
+use std::path::Path;
 use std::time::Duration;
 
 use sha1::{Digest, Sha1};
 
-/// A background process, killed on drop.
-struct Background(Child);
-
-impl Drop for Background {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+/// Builds `test`'s lab: the node and `peer` (plus the `more` namespaces),
+/// all unlinked, with nginx, curl and `tools` required.
+fn l7_lab(test: &'static str, peer: &str, more: &[&str], tools: &[&'static str]) -> Option<Lab> {
+    let mut builder = Lab::builder(test)
+        .unlinked(peer)
+        .require(&["nginx", "curl"])
+        .require(tools);
+    for role in more {
+        builder = builder.unlinked(role);
     }
+    builder.build()
 }
 
-/// `tollgate run` with its stderr collected.
-struct Agent {
-    _process: Background,
-    log: Arc<Mutex<String>>,
-}
-
-impl Agent {
-    fn start(ns: &NetNs, policies: &Path, labels: &str, extra: &[&str]) -> Agent {
-        let mut args = vec![
-            env!("CARGO_BIN_EXE_tollgate"),
-            "run",
-            "--policies",
-            policies.to_str().unwrap(),
-            "--node-name",
-            "l7",
-            "--node-labels",
-            labels,
-            "--queues",
-            "1",
-        ];
-        args.extend_from_slice(extra);
-        let mut child = ns
-            .command(&args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let log = capture_stderr(&mut child);
-        let agent = Agent {
-            _process: Background(child),
-            log,
-        };
-        wait_until("ruleset applied", Duration::from_secs(20), || {
-            agent.log.lock().unwrap().contains("ruleset applied")
-        });
-        agent
-    }
-}
-
-/// Two namespaces joined by a veth pair: `a` holds `<net>.1` and
-/// `fd79:<n>::1`, `b` holds `.2`.
-fn pair(tag: &str, n: u8) -> (NetNs, NetNs) {
-    let a = NetNs::create(&format!("{tag}a"));
-    let b = NetNs::create(&format!("{tag}b"));
+/// Joins namespaces `a` and `b` by a veth pair: `a` holds `10.79.<n>.1`
+/// and `fd79:<n>::1` on `l7a`, `b` holds `.2` on `l7b`.
+fn link(a: &Netns, b: &Netns, n: u8) {
     a.ok(&format!(
-        "ip link set lo up && ip link add l7a type veth peer name l7b netns {} && \
+        "ip link add l7a type veth peer name l7b netns {} && \
          ip addr add 10.79.{n}.1/24 dev l7a && ip addr add fd79:{n}::1/64 dev l7a nodad && \
          ip link set l7a up",
-        b.0
+        b.name()
     ));
     b.ok(&format!(
-        "ip link set lo up && ip addr add 10.79.{n}.2/24 dev l7b && \
+        "ip addr add 10.79.{n}.2/24 dev l7b && \
          ip addr add fd79:{n}::2/64 dev l7b nodad && ip link set l7b up"
     ));
-    (a, b)
 }
 
-/// nginx answering `ok <uri>` to everything on port 80 (IPv4 and IPv6),
-/// logging `$host $request $status` to `access.log` in `dir`.
-fn nginx(ns: &NetNs, dir: &Path) -> Background {
-    let d = dir.display();
+/// Starts the agent (node `l7` with `labels`, one queue, `extra`
+/// arguments) on the lab's policy and waits for its first ruleset.
+fn start_agent(lab: &Lab, labels: &[(&str, &str)], extra: &[&str]) -> Agent {
+    let options = lab
+        .agent_options()
+        .node_name("l7")
+        .labels(labels)
+        .queues(1)
+        .args(extra);
+    let mut agent = lab.start_agent(options);
+    agent.wait_generation(1);
+    agent
+}
+
+/// nginx in `role`'s namespace answering `ok <uri>` to everything on port
+/// 80 (IPv4 and IPv6), logging `$host $request $status` to `access.log` in
+/// the lab directory.
+fn nginx(lab: &Lab, role: &str) {
+    let d = lab.dir().display();
     let config = format!(
         "daemon off; master_process off; worker_processes 1;
 pid {d}/nginx.pid; error_log {d}/error.log;
@@ -109,26 +83,23 @@ http {{
 }}
 "
     );
-    let path = dir.join("nginx.conf");
+    let path = lab.dir().join("nginx.conf");
     std::fs::write(&path, config).unwrap();
-    let child = ns
-        .command(&[
+    lab.spawn(
+        role,
+        &[
             "nginx",
             "-c",
             path.to_str().unwrap(),
             "-p",
-            dir.to_str().unwrap(),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let process = Background(child);
+            lab.dir().to_str().unwrap(),
+        ],
+    );
+    let ns = lab.ns(role);
     wait_until("nginx listening", Duration::from_secs(10), || {
         let listening = ns.ok("ss -Htln");
         listening.contains("0.0.0.0:80 ") && listening.contains("[::]:80 ")
     });
-    process
 }
 
 fn access_log(dir: &Path) -> String {
@@ -143,12 +114,9 @@ fn wait_logged(dir: &Path, line: &str) {
 }
 
 /// Runs curl; returns (exit status, stdout).
-fn curl(ns: &NetNs, args: &str) -> (i32, String) {
+fn curl(ns: &Netns, args: &str) -> (i32, String) {
     let out = ns.sh(&format!("curl -sS -g --max-time 5 {args}"));
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
+    (out.code().unwrap_or(-1), out.stdout)
 }
 
 /// Sends `request` in `piece`-byte writes (TCP_NODELAY, paced so each
@@ -269,30 +237,24 @@ spec:
     - tls: {sni: '*.bar.com'}
 ";
 
-fn write_policy(dir: &Path, yaml: &str) -> PathBuf {
-    let policies = dir.join("policies");
-    std::fs::create_dir_all(&policies).unwrap();
-    std::fs::write(policies.join("policy.yaml"), yaml).unwrap();
-    policies
-}
-
 #[test]
 fn ingress_requests_are_matched_one_by_one() {
-    if !is_root() {
-        return;
-    }
-    let (node, client) = pair("l7i", 0);
-    let dir = tempfile::tempdir().unwrap();
-    let _nginx = nginx(&node, dir.path());
-    let uploads = within(&node, || TcpListener::bind("10.79.0.1:8080").unwrap());
-    let tls = within(&node, || TcpListener::bind("10.79.0.1:8443").unwrap());
-    let agent = Agent::start(
-        &node,
-        &write_policy(dir.path(), INGRESS_POLICY),
-        "role=web",
+    let Some(lab) = l7_lab(
+        "ingress_requests_are_matched_one_by_one",
+        "client",
         &[],
-    );
-    let log = dir.path();
+        &[],
+    ) else {
+        return;
+    };
+    let (node, client) = (lab.node(), lab.ns("client"));
+    link(node, client, 0);
+    nginx(&lab, "node");
+    let uploads = node.enter(|| TcpListener::bind("10.79.0.1:8080").unwrap());
+    let tls = node.enter(|| TcpListener::bind("10.79.0.1:8443").unwrap());
+    lab.write_policy("policy.yaml", INGRESS_POLICY);
+    let agent = start_agent(&lab, &[("role", "web")], &[]);
+    let log = lab.dir();
 
     // Allowed, and denied with a 403 naming the rule.
     let (code, body) = curl(&client, "-w ' %{http_code}' http://10.79.0.1/api/v2/x");
@@ -340,28 +302,30 @@ fn ingress_requests_are_matched_one_by_one() {
 
     // A head split over many segments is matched once complete.
     let server: SocketAddr = "10.79.0.1:80".parse().unwrap();
-    let allowed = within(&client, || {
-        send_in_pieces(
-            server,
-            b"GET /api/v2/split HTTP/1.1\r\nHost: x\r\nX-Pad: 1234567890\r\n\r\n",
-            10,
-        )
-    })
-    .unwrap();
+    let allowed = client
+        .enter(|| {
+            send_in_pieces(
+                server,
+                b"GET /api/v2/split HTTP/1.1\r\nHost: x\r\nX-Pad: 1234567890\r\n\r\n",
+                10,
+            )
+        })
+        .unwrap();
     assert!(allowed.starts_with("HTTP/1.1 200"), "{allowed}");
-    let denied = within(&client, || {
-        send_in_pieces(
-            server,
-            b"GET /admin/split HTTP/1.1\r\nHost: x\r\nX-Pad: 1234567890\r\n\r\n",
-            10,
-        )
-    })
-    .unwrap();
+    let denied = client
+        .enter(|| {
+            send_in_pieces(
+                server,
+                b"GET /admin/split HTTP/1.1\r\nHost: x\r\nX-Pad: 1234567890\r\n\r\n",
+                10,
+            )
+        })
+        .unwrap();
     assert!(denied.starts_with("HTTP/1.1 403 Forbidden"), "{denied}");
 
     // An upload larger than the head buffer passes intact.
     let upload = upload_server(uploads);
-    let file = dir.path().join("upload.bin");
+    let file = lab.dir().join("upload.bin");
     let data: Vec<u8> = (0..300_000u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();
@@ -378,9 +342,7 @@ fn ingress_requests_are_matched_one_by_one() {
     assert_eq!(upload.join().unwrap(), expected);
 
     // Non-HTTP bytes: reset, no answer.
-    let garbage = within(&client, || {
-        send_in_pieces(server, b"SSH-2.0-OpenSSH_9.6\r\n", 100)
-    });
+    let garbage = client.enter(|| send_in_pieces(server, b"SSH-2.0-OpenSSH_9.6\r\n", 100));
     let error = garbage.expect_err("non-HTTP bytes were answered");
     assert_eq!(error.kind(), ErrorKind::ConnectionReset, "{error}");
     // A 20 KiB header: reset. (The head outgrows the client's initial
@@ -447,22 +409,22 @@ fn ingress_requests_are_matched_one_by_one() {
 
 #[test]
 fn reset_response_fails_fast() {
-    if !is_root() {
+    let Some(lab) = l7_lab("reset_response_fails_fast", "client", &[], &[]) else {
         return;
-    }
-    let (node, client) = pair("l7r", 2);
-    let dir = tempfile::tempdir().unwrap();
-    let _nginx = nginx(&node, dir.path());
+    };
+    let (node, client) = (lab.node(), lab.ns("client"));
+    link(node, client, 2);
+    nginx(&lab, "node");
     // With enableLogging, every request decision is an audit line.
     let policy = INGRESS_POLICY.replace(
         "  - name: allow-api\n    action: Allow\n",
         "  - name: allow-api\n    action: Allow\n    enableLogging: true\n",
     );
-    let audit = dir.path().join("np.log");
-    let _agent = Agent::start(
-        &node,
-        &write_policy(dir.path(), &policy),
-        "role=web",
+    let audit = lab.dir().join("np.log");
+    lab.write_policy("policy.yaml", &policy);
+    let _agent = start_agent(
+        &lab,
+        &[("role", "web")],
         &[
             "--l7-deny-response",
             "reset",
@@ -475,8 +437,8 @@ fn reset_response_fails_fast() {
     let (code, _) = curl(&client, "http://10.79.2.1/admin/r");
     // 56: "failure in receiving network data" (the reset), not 28 (timeout).
     assert_eq!(code, 56, "curl should see a reset");
-    wait_logged(dir.path(), "GET /api/v2/r HTTP/1.1 200");
-    assert!(!access_log(dir.path()).contains("admin"));
+    wait_logged(lab.dir(), "GET /api/v2/r HTTP/1.1 200");
+    assert!(!access_log(lab.dir()).contains("admin"));
     let line_with = |verdict: &str| {
         std::fs::read_to_string(&audit)
             .unwrap_or_default()
@@ -519,40 +481,37 @@ spec:
 
 #[test]
 fn spec_egress_example_allows_dns_and_http_to_bar_com_only() {
-    if !is_root() {
+    let Some(lab) = l7_lab(
+        "spec_egress_example_allows_dns_and_http_to_bar_com_only",
+        "server",
+        &[],
+        &["dnsmasq", "dig", "ping"],
+    ) else {
         return;
-    }
-    let (server, node) = pair("l7e", 1);
-    let dir = tempfile::tempdir().unwrap();
-    let _nginx = nginx(&server, dir.path());
-    let _dns = Background(
-        server
-            .command(&[
-                "dnsmasq",
-                "--no-daemon",
-                "--conf-file=/dev/null",
-                "--no-resolv",
-                "--no-hosts",
-                "--bind-interfaces",
-                "--listen-address=10.79.1.1",
-                "--address=/bar.com/10.79.1.1",
-                "--address=/baz.com/10.79.1.1",
-                &format!("--pid-file={}/dnsmasq.pid", dir.path().display()),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+    };
+    let (server, node) = (lab.ns("server"), lab.node());
+    link(server, node, 1);
+    nginx(&lab, "server");
+    lab.spawn(
+        "server",
+        &[
+            "dnsmasq",
+            "--no-daemon",
+            "--conf-file=/dev/null",
+            "--no-resolv",
+            "--no-hosts",
+            "--bind-interfaces",
+            "--listen-address=10.79.1.1",
+            "--address=/bar.com/10.79.1.1",
+            "--address=/baz.com/10.79.1.1",
+            &format!("--pid-file={}/dnsmasq.pid", lab.dir().display()),
+        ],
     );
     wait_until("dnsmasq listening", Duration::from_secs(10), || {
         server.ok("ss -Hluan").contains("10.79.1.1:53 ")
     });
-    let _agent = Agent::start(
-        &node,
-        &write_policy(dir.path(), EGRESS_POLICY),
-        "egress-restriction=internal-domain-only",
-        &[],
-    );
+    lab.write_policy("policy.yaml", EGRESS_POLICY);
+    let _agent = start_agent(&lab, &[("egress-restriction", "internal-domain-only")], &[]);
     // DNS is allowed.
     let answer = node.ok("dig +short +time=2 +tries=1 @10.79.1.1 foo.bar.com");
     assert_eq!(answer.trim(), "10.79.1.1");
@@ -569,14 +528,12 @@ fn spec_egress_example_allows_dns_and_http_to_bar_com_only() {
     assert_eq!(body, " 403");
     // Non-HTTP traffic under the L7 rule: TCP is reset, ICMP dropped.
     let server_addr: SocketAddr = "10.79.1.1:80".parse().unwrap();
-    let garbage = within(&node, || {
-        send_in_pieces(server_addr, b"\x16\x03\x01\x00\x05hello", 100)
-    });
+    let garbage = node.enter(|| send_in_pieces(server_addr, b"\x16\x03\x01\x00\x05hello", 100));
     assert_eq!(garbage.unwrap_err().kind(), ErrorKind::ConnectionReset);
-    assert!(!node.sh("ping -n -c 1 -W 1 10.79.1.1").status.success());
+    assert!(!node.sh("ping -n -c 1 -W 1 10.79.1.1").success());
 
-    wait_logged(dir.path(), "foo.bar.com GET /any/path HTTP/1.1 200");
-    assert!(!access_log(dir.path()).contains("baz"));
+    wait_logged(lab.dir(), "foo.bar.com GET /any/path HTTP/1.1 200");
+    assert!(!access_log(lab.dir()).contains("baz"));
 }
 
 /// A "Pod" behind the Node: the Node routes between a client namespace
@@ -606,29 +563,27 @@ spec:
 
 #[test]
 fn pod_behind_the_node_is_inspected_in_forward() {
-    if !is_root() {
+    let Some(lab) = l7_lab(
+        "pod_behind_the_node_is_inspected_in_forward",
+        "client",
+        &["pod"],
+        &[],
+    ) else {
         return;
-    }
-    let (node, client) = pair("l7f", 3);
-    let pod = NetNs::create("l7fp");
+    };
+    let (node, client, pod) = (lab.node(), lab.ns("client"), lab.ns("pod"));
+    link(node, client, 3);
     node.ok(&format!(
         "sysctl -qw net.ipv4.ip_forward=1 && ip link add l7p type veth peer name l7q netns {} && \
          ip addr add 10.79.4.1/24 dev l7p && ip link set l7p up",
-        pod.0
+        pod.name()
     ));
-    pod.ok(
-        "ip link set lo up && ip addr add 10.79.4.2/24 dev l7q && ip link set l7q up && \
-            ip route add default via 10.79.4.1",
-    );
+    pod.ok("ip addr add 10.79.4.2/24 dev l7q && ip link set l7q up && \
+            ip route add default via 10.79.4.1");
     client.ok("ip route add 10.79.4.0/24 via 10.79.3.1");
-    let dir = tempfile::tempdir().unwrap();
-    let _nginx = nginx(&pod, dir.path());
-    let _agent = Agent::start(
-        &node,
-        &write_policy(dir.path(), POD_POLICY),
-        "role=node",
-        &[],
-    );
+    nginx(&lab, "pod");
+    lab.write_policy("policy.yaml", POD_POLICY);
+    let _agent = start_agent(&lab, &[("role", "node")], &[]);
 
     let (code, body) = curl(&client, "-w ' %{http_code}' http://10.79.4.2/api/v2/pod");
     assert_eq!((code, body.as_str()), (0, "ok /api/v2/pod\n 200"));
@@ -643,8 +598,8 @@ fn pod_behind_the_node_is_inspected_in_forward() {
          http://10.79.4.2/api/v2/b",
     );
     assert_eq!((code, body.as_str()), (0, "200 1\n403 0\n"));
-    wait_logged(dir.path(), "GET /api/v2/a HTTP/1.1 200");
-    let seen = access_log(dir.path());
+    wait_logged(lab.dir(), "GET /api/v2/a HTTP/1.1 200");
+    let seen = access_log(lab.dir());
     assert!(!seen.contains("admin") && !seen.contains("POST"), "{seen}");
 }
 
@@ -711,10 +666,9 @@ fn raw_exchange(stream: &mut TcpStream, request: &[u8], want: usize) -> Seen {
 
 /// Opens a connection from `client` to `addr`, sends `request` on it and
 /// returns what came back (see [`raw_exchange`]).
-fn raw_request(client: &NetNs, addr: SocketAddr, request: &str, want: usize) -> Seen {
-    let mut stream = within(client, || {
-        TcpStream::connect_timeout(&addr, Duration::from_secs(3)).unwrap()
-    });
+fn raw_request(client: &Netns, addr: SocketAddr, request: &str, want: usize) -> Seen {
+    let mut stream =
+        client.enter(|| TcpStream::connect_timeout(&addr, Duration::from_secs(3)).unwrap());
     raw_exchange(&mut stream, request.as_bytes(), want)
 }
 
@@ -743,18 +697,14 @@ spec:
 /// `dNN` must never reach nginx, `pNN` must be served and logged.
 #[test]
 fn raw_requests_cannot_bypass_l7_rules() {
-    if !is_root() {
+    let Some(lab) = l7_lab("raw_requests_cannot_bypass_l7_rules", "client", &[], &[]) else {
         return;
-    }
-    let (node, client) = pair("l7b", 5);
-    let dir = tempfile::tempdir().unwrap();
-    let _nginx = nginx(&node, dir.path());
-    let _agent = Agent::start(
-        &node,
-        &write_policy(dir.path(), BYPASS_POLICY),
-        "role=web",
-        &[],
-    );
+    };
+    let (node, client) = (lab.node(), lab.ns("client"));
+    link(node, client, 5);
+    nginx(&lab, "node");
+    lab.write_policy("policy.yaml", BYPASS_POLICY);
+    let _agent = start_agent(&lab, &[("role", "web")], &[]);
     let server: SocketAddr = "10.79.5.1:80".parse().unwrap();
     let get = |target: &str| format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n");
 
@@ -884,9 +834,8 @@ fn raw_requests_cannot_bypass_l7_rules() {
             smuggled.len()
         )
     };
-    let mut stream = within(&client, || {
-        TcpStream::connect_timeout(&server, Duration::from_secs(3)).unwrap()
-    });
+    let mut stream =
+        client.enter(|| TcpStream::connect_timeout(&server, Duration::from_secs(3)).unwrap());
     let first = raw_exchange(&mut stream, post("p41").as_bytes(), 1);
     assert_eq!(first.statuses, [200], "POST with a request as body");
     let second = raw_exchange(&mut stream, get("/admin-d42").as_bytes(), 1);
@@ -909,9 +858,8 @@ fn raw_requests_cannot_bypass_l7_rules() {
          {:x}\r\n{smuggled}\r\n0\r\n\r\n",
         smuggled.len()
     );
-    let mut stream = within(&client, || {
-        TcpStream::connect_timeout(&server, Duration::from_secs(3)).unwrap()
-    });
+    let mut stream =
+        client.enter(|| TcpStream::connect_timeout(&server, Duration::from_secs(3)).unwrap());
     let first = raw_exchange(&mut stream, chunked.as_bytes(), 1);
     assert_eq!(first.statuses, [200], "chunked POST with a request as body");
     let second = raw_exchange(&mut stream, get("/admin-d48").as_bytes(), 1);
@@ -950,8 +898,8 @@ fn raw_requests_cannot_bypass_l7_rules() {
     }
 
     // nginx saw exactly the allowed requests, as sent.
-    wait_logged(dir.path(), "POST /submit/p47 HTTP/1.1 200");
-    let seen = access_log(dir.path());
+    wait_logged(lab.dir(), "POST /submit/p47 HTTP/1.1 200");
+    let seen = access_log(lab.dir());
     eprintln!("access log:\n{seen}");
     for n in 1..=9 {
         let marker = format!("p{n:02}");
@@ -983,10 +931,10 @@ fn raw_requests_cannot_bypass_l7_rules() {
 
 /// Connects from `client` to `addr` (IPv6) with a Destination Options
 /// header (one PadN option) on every segment.
-fn connect_with_dstopts(client: &NetNs, addr: SocketAddr) -> TcpStream {
+fn connect_with_dstopts(client: &Netns, addr: SocketAddr) -> TcpStream {
     use std::os::fd::AsRawFd;
     const PADN: [u8; 8] = [0, 0, 1, 4, 0, 0, 0, 0];
-    within(client, || {
+    client.enter(|| {
         let socket =
             socket2::Socket::new(socket2::Domain::IPV6, socket2::Type::STREAM, None).unwrap();
         // SAFETY: a valid socket and an 8-byte buffer that outlives the call.
@@ -1012,16 +960,21 @@ fn connect_with_dstopts(client: &NetNs, addr: SocketAddr) -> TcpStream {
 /// grace period, unit-tested in `l7::tests`), and the gauge says so.
 #[test]
 fn closed_connections_leave_the_flow_table() {
-    if !is_root() {
+    let Some(lab) = l7_lab(
+        "closed_connections_leave_the_flow_table",
+        "client",
+        &[],
+        &[],
+    ) else {
         return;
-    }
-    let (node, client) = pair("l7c", 6);
-    let dir = tempfile::tempdir().unwrap();
-    let _nginx = nginx(&node, dir.path());
-    let _agent = Agent::start(
-        &node,
-        &write_policy(dir.path(), INGRESS_POLICY),
-        "role=web",
+    };
+    let (node, client) = (lab.node(), lab.ns("client"));
+    link(node, client, 6);
+    nginx(&lab, "node");
+    lab.write_policy("policy.yaml", INGRESS_POLICY);
+    let _agent = start_agent(
+        &lab,
+        &[("role", "web")],
         &["--metrics-address", "127.0.0.1:9481"],
     );
     let flows = || -> u64 {
@@ -1043,7 +996,7 @@ fn closed_connections_leave_the_flow_table() {
     });
     // Closed with RST (SO_LINGER 0) after a keep-alive request: forgotten.
     for i in 0..5 {
-        within(&client, || {
+        client.enter(|| {
             let mut stream = TcpStream::connect_timeout(
                 &"10.79.6.1:80".parse().unwrap(),
                 Duration::from_secs(3),

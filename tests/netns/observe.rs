@@ -1,5 +1,4 @@
-//! Observability of `tollgate run`, end to end in network namespaces this
-//! test creates (root only; skipped otherwise, failing under CI=true): the
+//! Observability of `tollgate run`, end to end in network namespaces: the
 //! audit log (a logged Drop rule hit 50 times in under a second gives one
 //! line and a dedup summary; a logged Allow rule one line per connection;
 //! the rate limit skips lines, never packets), the metrics endpoint scraped
@@ -8,94 +7,57 @@
 //! annotated Namespace (allow and the implicit default drop). Addresses:
 //! 10.61.1-5.0/24 (10.61.9.0/24 is benches/audit_overload.sh).
 
-use crate::harness::{capture_stderr, is_root, wait_exit, wait_until, within, NetNs};
+use crate::harness::{wait_until, AgentOptions, Lab, Netns, AGENT_WAIT};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A running agent whose stderr is collected; killed on drop.
-struct Agent {
-    child: Child,
-    log: Arc<Mutex<String>>,
+/// Agent options: node `obs` labelled `role=obs`, one queue, `extra`
+/// arguments.
+fn options(lab: &Lab, extra: &[&str]) -> AgentOptions {
+    lab.agent_options()
+        .node_name("obs")
+        .labels(&[("role", "obs")])
+        .queues(1)
+        .args(extra)
 }
 
-impl Agent {
-    fn start(ns: &NetNs, extra: &[&str]) -> Agent {
-        let mut child = ns
-            .command(&[env!("CARGO_BIN_EXE_tollgate"), "run"])
-            .args(extra)
-            .args([
-                "--node-name",
-                "obs",
-                "--node-labels",
-                "role=obs",
-                "--queues",
-                "1",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let log = capture_stderr(&mut child);
-        Agent { child, log }
-    }
-
-    fn wait_log(&self, needle: &str) {
-        wait_until(needle, Duration::from_secs(15), || {
-            self.log.lock().unwrap().contains(needle)
-        });
-    }
-
-    fn stop(&mut self) {
-        let pid = self.child.id().to_string();
-        assert!(Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success());
-        match wait_exit(&mut self.child, Duration::from_secs(15)) {
-            Some(status) => assert!(status.success(), "{}", self.log.lock().unwrap()),
-            None => panic!("agent did not exit"),
-        }
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A node namespace (10.61.N.1) and a client namespace (10.61.N.2).
+/// A node namespace (10.61.N.1) and a client namespace (10.61.N.2), with
+/// the lab's policy file `p.yaml` holding [`policy`]`(N)`.
 struct Pair {
-    node: NetNs,
-    client: NetNs,
+    lab: Lab,
+    node: Netns,
+    client: Netns,
     subnet: u8,
 }
 
 impl Pair {
-    fn new(tag: &str, subnet: u8) -> Pair {
-        let node = NetNs::create(&format!("obs-{tag}-n"));
-        let client = NetNs::create(&format!("obs-{tag}-c"));
+    fn new(test: &'static str, subnet: u8) -> Option<Pair> {
+        let lab = Lab::builder(test)
+            .unlinked("client")
+            .require(&["curl", "ping", "timeout"])
+            .build()?;
+        let (node, client) = (lab.node().clone(), lab.ns("client").clone());
         node.ok(&format!(
-            "ip link set lo up && ip link add va type veth peer name vb netns {} && \
+            "ip link add va type veth peer name vb netns {} && \
              ip addr add 10.61.{subnet}.1/24 dev va && ip link set va up",
-            client.0
+            client.name()
         ));
         client.ok(&format!(
-            "ip link set lo up && ip addr add 10.61.{subnet}.2/24 dev vb && ip link set vb up"
+            "ip addr add 10.61.{subnet}.2/24 dev vb && ip link set vb up"
         ));
-        Pair {
+        lab.write_policy("p.yaml", &policy(subnet));
+        Some(Pair {
+            lab,
             node,
             client,
             subnet,
-        }
+        })
     }
 
     fn node_ip(&self) -> String {
@@ -150,7 +112,7 @@ struct Counting {
 
 fn serve(pair: &Pair, port: u16) -> Counting {
     let address = format!("{}:{port}", pair.node_ip());
-    let listener = within(&pair.node, || TcpListener::bind(&address).unwrap());
+    let listener = pair.node.enter(|| TcpListener::bind(&address).unwrap());
     let connections = Arc::new(AtomicU64::new(0));
     let bytes = Arc::new(AtomicU64::new(0));
     let (c, b) = (Arc::clone(&connections), Arc::clone(&bytes));
@@ -172,7 +134,7 @@ fn serve(pair: &Pair, port: u16) -> Counting {
 /// Opens `n` connections from the client, each sending `hello` (5 bytes).
 fn connect_n(pair: &Pair, port: u16, n: usize) {
     let address = format!("{}:{port}", pair.node_ip());
-    within(&pair.client, || {
+    pair.client.enter(|| {
         for _ in 0..n {
             let mut s =
                 TcpStream::connect_timeout(&address.parse().unwrap(), Duration::from_secs(3))
@@ -195,29 +157,15 @@ fn lines_with(text: &str, needle: &str) -> Vec<String> {
 
 #[test]
 fn audit_log_dedups_drops_and_logs_each_allowed_connection() {
-    if !is_root() {
+    let Some(pair) = Pair::new("audit_log_dedups_drops_and_logs_each_allowed_connection", 1) else {
         return;
-    }
-    let pair = Pair::new("audit", 1);
+    };
     let server = serve(&pair, 8080);
-    let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
-    std::fs::write(policies.join("p.yaml"), policy(1)).unwrap();
-    let log = dir.path().join("np.log");
-    let socket = dir.path().join("s.sock");
-    let mut agent = Agent::start(
-        &pair.node,
-        &[
-            "--policies",
-            policies.to_str().unwrap(),
-            "--audit-log",
-            log.to_str().unwrap(),
-            "--status-socket",
-            socket.to_str().unwrap(),
-        ],
-    );
-    agent.wait_log("ruleset applied generation=1");
+    let log = pair.lab.dir().join("np.log");
+    let mut agent = pair
+        .lab
+        .start_agent(options(&pair.lab, &["--audit-log", log.to_str().unwrap()]));
+    agent.wait_generation(1);
 
     // Allow: one line per new connection.
     connect_n(&pair, 8080, 5);
@@ -267,9 +215,9 @@ fn audit_log_dedups_drops_and_logs_each_allowed_connection() {
         .client
         .sh(&format!("timeout 5 ping -c 50 -i 0.005 -W 1 -q {ip}"));
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("50 packets transmitted"),
+        out.stdout.contains("50 packets transmitted"),
         "{}",
-        String::from_utf8_lossy(&out.stdout)
+        out.stdout
     );
     wait_until("drop summary", Duration::from_secs(5), || {
         lines_with(&read(&log), " drop-ping ").len() == 2
@@ -301,7 +249,7 @@ fn audit_log_dedups_drops_and_logs_each_allowed_connection() {
     let out = pair
         .client
         .sh(&format!("timeout 5 ping -c 5 -i 0.005 -W 0.05 -q {ip}"));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("5 packets transmitted"));
+    assert!(out.stdout.contains("5 packets transmitted"));
     let end = Instant::now() + Duration::from_secs(5);
     while lines_with(&read(&log), " drop-ping ").len() != 3 {
         assert!(Instant::now() < end, "no third drop line:\n{}", read(&log));
@@ -325,7 +273,7 @@ fn parse_metrics(text: &str) -> BTreeMap<String, f64> {
         .collect()
 }
 
-fn scrape(ns: &NetNs, port: u16) -> BTreeMap<String, f64> {
+fn scrape(ns: &Netns, port: u16) -> BTreeMap<String, f64> {
     let text = ns.ok(&format!(
         "curl -sf --max-time 5 http://127.0.0.1:{port}/metrics"
     ));
@@ -339,37 +287,27 @@ fn value(m: &BTreeMap<String, f64>, key: &str) -> f64 {
 
 #[test]
 fn rate_limit_skips_lines_without_losing_packets() {
-    if !is_root() {
+    let Some(pair) = Pair::new("rate_limit_skips_lines_without_losing_packets", 2) else {
         return;
-    }
-    let pair = Pair::new("rate", 2);
+    };
     let server = serve(&pair, 8080);
-    let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
-    std::fs::write(policies.join("p.yaml"), policy(2)).unwrap();
-    let log = dir.path().join("np.log");
-    let config = dir.path().join("config.yaml");
+    let log = pair.lab.dir().join("np.log");
+    let config = pair.lab.dir().join("config.yaml");
     std::fs::write(
         &config,
         "auditRate: 1\nauditBurst: 5\nmetricsAddress: 127.0.0.1:9461\n",
     )
     .unwrap();
-    let socket = dir.path().join("s.sock");
-    let agent = Agent::start(
-        &pair.node,
+    let mut agent = pair.lab.start_agent(options(
+        &pair.lab,
         &[
-            "--policies",
-            policies.to_str().unwrap(),
             "--config",
             config.to_str().unwrap(),
             "--audit-log",
             log.to_str().unwrap(),
-            "--status-socket",
-            socket.to_str().unwrap(),
         ],
-    );
-    agent.wait_log("ruleset applied generation=1");
+    ));
+    agent.wait_generation(1);
 
     let n = 60;
     let started = Instant::now();
@@ -432,30 +370,23 @@ fn tollgate(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn metrics_move_with_traffic_and_status_answers() {
-    if !is_root() {
+    let Some(pair) = Pair::new("metrics_move_with_traffic_and_status_answers", 3) else {
         return;
-    }
-    let pair = Pair::new("metrics", 3);
+    };
     let _server = serve(&pair, 8080);
-    let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
-    std::fs::write(policies.join("p.yaml"), policy(3)).unwrap();
-    let socket: PathBuf = dir.path().join("run/tollgate.sock");
-    let mut agent = Agent::start(
-        &pair.node,
+    let socket: PathBuf = pair.lab.dir().join("run/tollgate.sock");
+    let mut options = options(
+        &pair.lab,
         &[
-            "--policies",
-            policies.to_str().unwrap(),
             "--metrics-address",
             "127.0.0.1:9463",
-            "--status-socket",
-            socket.to_str().unwrap(),
             "--log-format",
             "json",
         ],
     );
-    agent.wait_log(r#""message":"ruleset applied","generation":1"#);
+    options.status_socket = socket.clone();
+    let mut agent = pair.lab.start_agent(options);
+    agent.wait_for_log(r#""message":"ruleset applied","generation":1"#, AGENT_WAIT);
 
     let before = scrape(&pair.node, 9463);
     assert_eq!(value(&before, "tollgate_ruleset_generation"), 1.0);
@@ -465,7 +396,7 @@ fn metrics_move_with_traffic_and_status_answers() {
     let out = pair
         .client
         .sh(&format!("ping -c 2 -i 0.2 -W 1 -q {}", pair.node_ip()));
-    assert!(!out.status.success(), "pings are dropped");
+    assert!(!out.success(), "pings are dropped");
     let after = scrape(&pair.node, 9463);
     let delta = |key: &str| value(&after, key) - value(&before, key);
     assert_eq!(
@@ -540,8 +471,9 @@ fn metrics_move_with_traffic_and_status_answers() {
     );
 
     // An invalid change: the status and the metrics say so.
-    std::fs::write(policies.join("p.yaml"), policy(3).replace("Drop", "Maybe")).unwrap();
-    agent.wait_log("reload rejected:");
+    pair.lab
+        .write_policy("p.yaml", &policy(3).replace("Drop", "Maybe"));
+    agent.wait_for_log("reload rejected:", AGENT_WAIT);
     let out = tollgate(&["status", "--socket", socket_arg, "--output", "json"]);
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["rulesetGeneration"], 1);
@@ -571,28 +503,29 @@ fn metrics_move_with_traffic_and_status_answers() {
 /// in the spec's K8s format.
 #[test]
 fn kubernetes_policy_and_default_drop_are_audited_in_an_annotated_namespace() {
-    if !is_root() {
+    let Some(lab) =
+        Lab::builder("kubernetes_policy_and_default_drop_are_audited_in_an_annotated_namespace")
+            .unlinked("client")
+            .unlinked("pod")
+            .require(&["ping", "timeout"])
+            .build()
+    else {
         return;
-    }
-    let node = NetNs::create("obs-k8s-n");
-    let client = NetNs::create("obs-k8s-c");
-    let pod = NetNs::create("obs-k8s-p");
+    };
+    let (node, client, pod) = (lab.node(), lab.ns("client"), lab.ns("pod"));
     node.ok(&format!(
-        "ip link set lo up && sysctl -qw net.ipv4.ip_forward=1 && \
+        "sysctl -qw net.ipv4.ip_forward=1 && \
          ip link add va type veth peer name vb netns {} && ip addr add 10.61.4.1/24 dev va && ip link set va up && \
          ip link add vc type veth peer name vd netns {} && ip addr add 10.61.5.1/24 dev vc && ip link set vc up",
-        client.0, pod.0
+        client.name(), pod.name()
     ));
-    client.ok("ip link set lo up && ip addr add 10.61.4.2/24 dev vb && ip link set vb up && ip route add default via 10.61.4.1");
-    pod.ok("ip link set lo up && ip addr add 10.61.5.2/24 dev vd && ip link set vd up && ip route add default via 10.61.5.1");
-    let listener = within(&pod, || TcpListener::bind("10.61.5.2:8080").unwrap());
+    client.ok("ip addr add 10.61.4.2/24 dev vb && ip link set vb up && ip route add default via 10.61.4.1");
+    pod.ok("ip addr add 10.61.5.2/24 dev vd && ip link set vd up && ip route add default via 10.61.5.1");
+    let listener = pod.enter(|| TcpListener::bind("10.61.5.2:8080").unwrap());
     std::thread::spawn(move || for _ in listener.incoming() {});
 
-    let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
-    std::fs::write(
-        policies.join("k8s.yaml"),
+    lab.write_policy(
+        "k8s.yaml",
         "apiVersion: v1
 kind: Namespace
 metadata:
@@ -614,31 +547,19 @@ spec:
   ingress:
   - ports: [{protocol: TCP, port: 8080}]
 ",
-    )
-    .unwrap();
-    let log = dir.path().join("np.log");
-    let socket = dir.path().join("s.sock");
-    let agent = Agent::start(
-        &node,
-        &[
-            "--policies",
-            policies.to_str().unwrap(),
-            "--audit-log",
-            log.to_str().unwrap(),
-            "--status-socket",
-            socket.to_str().unwrap(),
-        ],
     );
-    agent.wait_log("ruleset applied generation=1");
+    let log = lab.dir().join("np.log");
+    let mut agent = lab.start_agent(options(&lab, &["--audit-log", log.to_str().unwrap()]));
+    agent.wait_generation(1);
 
-    let port = within(&client, || {
+    let port = client.enter(|| {
         let s =
             TcpStream::connect_timeout(&"10.61.5.2:8080".parse().unwrap(), Duration::from_secs(3))
                 .expect("allowed by the K8s policy");
         s.local_addr().unwrap().port()
     });
     let out = client.sh("timeout 5 ping -c 3 -i 0.01 -W 0.05 -q 10.61.5.2");
-    assert!(!out.status.success(), "pings are dropped");
+    assert!(!out.success(), "pings are dropped");
     wait_until("K8s lines", Duration::from_secs(5), || {
         read(&log).lines().count() >= 2
     });

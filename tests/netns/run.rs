@@ -1,83 +1,16 @@
-//! `tollgate run` as a process, in network namespaces this test creates
-//! (root only; skipped otherwise): chains and sets appear on start, a node
-//! policy is enforced, an invalid change is rejected and the previous
-//! ruleset stays, a valid change is applied, an established connection
-//! survives a change that denies new ones, SIGHUP reinstalls nothing,
-//! SIGTERM removes everything, and a start after `kill -9` reconciles.
+//! `tollgate run` as a process, in a node and a client namespace joined by a
+//! veth pair (10.78.0.0/24): chains and sets appear on start, a node policy
+//! is enforced, an invalid change is rejected and the previous ruleset
+//! stays, a valid change is applied, an established connection survives a
+//! change that denies new ones, SIGHUP reinstalls nothing, SIGTERM removes
+//! everything, and a start after `kill -9` reconciles. The agent keeps only
+//! its two network capabilities, and its status socket refuses other users.
 
-use crate::harness::{capture_stderr, is_root, wait_exit, wait_until, within, NetNs};
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::net::SocketAddr;
+use std::process::Command;
 
-/// A running agent whose stderr is collected; killed on drop.
-struct Agent {
-    child: Child,
-    log: Arc<Mutex<String>>,
-}
-
-impl Agent {
-    fn start(ns: &NetNs, policies: &Path) -> Agent {
-        Agent::start_with(ns, policies, &[])
-    }
-
-    fn start_with(ns: &NetNs, policies: &Path, extra: &[&str]) -> Agent {
-        let mut child = ns
-            .command(&[
-                env!("CARGO_BIN_EXE_tollgate"),
-                "run",
-                "--policies",
-                policies.to_str().unwrap(),
-                "--node-name",
-                "smoke",
-                "--node-labels",
-                "role=smoke",
-                "--queues",
-                "1",
-                "--privileged",
-                "10.78.0.9,tcp/22",
-            ])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let log = capture_stderr(&mut child);
-        Agent { child, log }
-    }
-
-    fn wait_log(&self, needle: &str) {
-        wait_until(needle, Duration::from_secs(15), || {
-            self.log.lock().unwrap().contains(needle)
-        });
-    }
-
-    fn signal(&self, signal: &str) {
-        let pid = self.child.id().to_string();
-        assert!(Command::new("kill")
-            .args([signal, &pid])
-            .status()
-            .unwrap()
-            .success());
-    }
-
-    fn wait_exit(&mut self) -> std::process::ExitStatus {
-        match wait_exit(&mut self.child, Duration::from_secs(15)) {
-            Some(status) => status,
-            None => panic!("agent did not exit:\n{}", self.log.lock().unwrap()),
-        }
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use crate::harness::probe::echo_roundtrip;
+use crate::harness::{AgentOptions, Lab, Netns, Service, TcpOutcome, AGENT_WAIT, ALLOW_WAIT};
 
 fn node_policy(action: &str) -> String {
     format!(
@@ -105,7 +38,7 @@ spec:
     )
 }
 
-fn owned_state(ns: &NetNs) -> String {
+fn owned_state(ns: &Netns) -> String {
     ns.ok("iptables-save -t filter; ip6tables-save -t filter; ipset list -n")
         .lines()
         .filter(|l| l.contains("TOLLGATE") || l.starts_with("tollgate-"))
@@ -113,56 +46,46 @@ fn owned_state(ns: &NetNs) -> String {
         .join("\n")
 }
 
+/// Node `smoke` labelled `role=smoke`, one queue, SSH from 10.78.0.9
+/// privileged.
+fn options(lab: &Lab) -> AgentOptions {
+    let mut options = lab
+        .agent_options()
+        .node_name("smoke")
+        .labels(&[("role", "smoke")])
+        .queues(1);
+    options.privileged.push("10.78.0.9,tcp/22".into());
+    options
+}
+
+/// The node (10.78.0.1) and client (10.78.0.2) of `test`'s lab.
+fn smoke_lab(test: &'static str) -> Option<Lab> {
+    let lab = Lab::builder(test).unlinked("client").build()?;
+    lab.node().ok(&format!(
+        "ip link add va type veth peer name vb netns {} && \
+         ip addr add 10.78.0.1/24 dev va && ip link set va up",
+        lab.ns("client").name()
+    ));
+    lab.ns("client")
+        .ok("ip addr add 10.78.0.2/24 dev vb && ip link set vb up");
+    Some(lab)
+}
+
 #[test]
 fn run_enforces_reloads_and_cleans_up() {
-    if !is_root() {
+    let Some(lab) = smoke_lab("run_enforces_reloads_and_cleans_up") else {
         return;
+    };
+    let node = lab.node();
+    for port in [80, 81, 82] {
+        lab.serve_tcp("node", port, Service::Echo);
     }
-    let node = NetNs::create("smoke-node");
-    let client = NetNs::create("smoke-cli");
-    node.ok(&format!(
-        "ip link set lo up && ip link add va type veth peer name vb netns {} && \
-         ip addr add 10.78.0.1/24 dev va && ip link set va up",
-        client.0
-    ));
-    client.ok("ip link set lo up && ip addr add 10.78.0.2/24 dev vb && ip link set vb up");
-    let _servers: Vec<Agent> = ["80", "81"]
-        .iter()
-        .map(|port| Agent {
-            child: node
-                .command(&["nc", "-lk", port])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
-            log: Arc::default(),
-        })
-        .collect();
-    wait_until("servers listening", Duration::from_secs(5), || {
-        let listening = node.ok("ss -Htln");
-        listening.contains(":80 ") && listening.contains(":81 ")
-    });
+    let to = |port: u16| SocketAddr::from(([10, 78, 0, 1], port));
+    lab.write_policy("policy.yaml", &node_policy("Reject"));
 
-    // An echo server on port 82, for a connection that outlives a change.
-    let listener = within(&node, || TcpListener::bind("10.78.0.1:82").unwrap());
-    std::thread::spawn(move || {
-        if let Ok((mut conn, _)) = listener.accept() {
-            let mut buf = [0u8; 64];
-            while let Ok(n @ 1..) = conn.read(&mut buf) {
-                if conn.write_all(&buf[..n]).is_err() {
-                    break;
-                }
-            }
-        }
-    });
-
-    let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("policy.yaml");
-    std::fs::write(&policy, node_policy("Reject")).unwrap();
-
-    let mut agent = Agent::start(&node, dir.path());
-    agent.wait_log("ruleset applied generation=1");
-    let state = owned_state(&node);
+    let mut agent = lab.start_agent(options(&lab));
+    agent.wait_generation(1);
+    let state = owned_state(node);
     for expected in [
         ":TOLLGATE-INPUT - [0:0]",
         ":TOLLGATE-FORWARD - [0:0]",
@@ -175,65 +98,50 @@ fn run_enforces_reloads_and_cleans_up() {
     ] {
         assert!(state.contains(expected), "missing {expected:?} in\n{state}");
     }
-    let connect = |port: &str| {
-        client
-            .sh(&format!("nc -z -w 2 10.78.0.1 {port}"))
-            .status
-            .success()
-    };
-    assert!(connect("80"));
-    assert!(!connect("81"));
+    lab.assert_tcp("client", to(80), TcpOutcome::Connected);
+    // The rule is Reject: a reset, not a timeout.
+    lab.assert_tcp("client", to(81), TcpOutcome::Refused);
 
     // An invalid change is rejected and the ruleset in force stays.
-    std::fs::write(&policy, node_policy("Maybe")).unwrap();
-    agent.wait_log("reload rejected:");
-    assert!(!connect("81"));
+    lab.write_policy("policy.yaml", &node_policy("Maybe"));
+    agent.wait_for_log("reload rejected:", AGENT_WAIT);
+    lab.assert_tcp("client", to(81), TcpOutcome::Refused);
+    lab.assert_tcp("client", to(80), TcpOutcome::Connected);
 
     // A valid change is applied.
-    std::fs::write(&policy, node_policy("Allow")).unwrap();
-    agent.wait_log("ruleset applied generation=2");
-    assert!(connect("81"));
+    lab.write_policy("policy.yaml", &node_policy("Allow"));
+    agent.wait_generation(2);
+    lab.assert_tcp("client", to(81), TcpOutcome::Connected);
 
     // A connection established while allowed survives a change that
     // denies new ones.
-    let mut stream = within(&client, || TcpStream::connect("10.78.0.1:82").unwrap());
-    stream
-        .set_read_timeout(Some(Duration::from_secs(3)))
-        .unwrap();
-    let mut echo = |text: &[u8]| {
-        stream.write_all(text).unwrap();
-        let mut back = vec![0u8; text.len()];
-        stream.read_exact(&mut back).unwrap();
-        assert_eq!(back, text);
-    };
-    echo(b"before");
-    std::fs::write(&policy, node_policy("Reject")).unwrap();
-    agent.wait_log("ruleset applied generation=3");
-    assert!(!connect("82"));
-    echo(b"after");
+    let mut stream = lab.tcp_stream("client", to(82));
+    assert!(echo_roundtrip(&mut stream, b"before", ALLOW_WAIT).expect("echo before"));
+    lab.write_policy("policy.yaml", &node_policy("Reject"));
+    agent.wait_generation(3);
+    lab.assert_tcp("client", to(82), TcpOutcome::Refused);
+    assert!(echo_roundtrip(&mut stream, b"after", ALLOW_WAIT).expect("echo after"));
 
     // SIGHUP reloads; the kernel already matches.
-    agent.signal("-HUP");
-    agent.wait_log("ruleset applied generation=4 changed=false");
+    agent.reload();
+    agent.wait_for_log("ruleset applied generation=4 changed=false", AGENT_WAIT);
 
-    agent.signal("-TERM");
-    assert!(agent.wait_exit().success(), "{}", agent.log.lock().unwrap());
-    agent.wait_log("shutdown complete");
-    assert_eq!(owned_state(&node), "");
+    agent.stop();
+    assert_eq!(owned_state(node), "");
 
     // After kill -9 everything stays; the next start reconciles it.
-    let mut crashed = Agent::start(&node, dir.path());
-    crashed.wait_log("ruleset applied generation=1");
-    crashed.signal("-KILL");
-    crashed.wait_exit();
-    let left = owned_state(&node);
+    let mut crashed = lab.start_agent(options(&lab));
+    crashed.wait_generation(1);
+    crashed.kill9();
+    let left = owned_state(node);
     assert!(left.contains("-A INPUT -j TOLLGATE-INPUT"), "{left}");
-    let mut again = Agent::start(&node, dir.path());
-    again.wait_log("ruleset applied generation=1 changed=false");
-    assert_eq!(owned_state(&node), left);
-    again.signal("-INT");
-    assert!(again.wait_exit().success());
-    assert_eq!(owned_state(&node), "");
+    let mut again = lab.start_agent(options(&lab));
+    again.wait_for_log("ruleset applied generation=1 changed=false", AGENT_WAIT);
+    assert_eq!(owned_state(node), left);
+    again.signal(libc::SIGINT);
+    let status = again.wait_exit(AGENT_WAIT);
+    assert!(status.success(), "{status}\n{}", again.log());
+    assert_eq!(owned_state(node), "");
 }
 
 /// The capability sets of process `pid`, as /proc prints them.
@@ -248,30 +156,26 @@ fn capability_sets(pid: u32) -> Vec<String> {
 
 #[test]
 fn agent_keeps_only_network_capabilities() {
-    if !is_root() {
+    let Some(lab) = Lab::builder("agent_keeps_only_network_capabilities")
+        .require(&["setpriv"])
+        .build()
+    else {
         return;
-    }
-    let node = NetNs::create("smoke-caps");
-    node.ok("ip link set lo up");
-    let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
-    std::fs::write(policies.join("policy.yaml"), node_policy("Drop")).unwrap();
+    };
+    lab.write_policy("policy.yaml", &node_policy("Drop"));
     // A directory anyone may enter, so only the socket's own mode can keep
     // an unprivileged user out.
-    let run_dir = dir.path().join("run");
+    let run_dir = lab.dir().join("run");
     std::fs::create_dir(&run_dir).unwrap();
-    for path in [dir.path(), &run_dir] {
+    for path in [lab.dir(), &run_dir] {
         std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .unwrap();
     }
     let socket = run_dir.join("status.sock");
-    let agent = Agent::start_with(
-        &node,
-        &policies,
-        &["--status-socket", socket.to_str().unwrap()],
-    );
-    agent.wait_log("ruleset applied generation=1");
+    let mut options = options(&lab);
+    options.status_socket = socket.clone();
+    let mut agent = lab.start_agent(options);
+    agent.wait_generation(1);
 
     // CAP_NET_ADMIN (bit 12) and CAP_NET_RAW (bit 13), nothing else, in
     // every set of every thread; no exec can gain more.
@@ -283,7 +187,7 @@ fn agent_keeps_only_network_capabilities() {
         "CapAmb:\t0000000000003000",
         "NoNewPrivs:\t1",
     ];
-    let pid = agent.child.id();
+    let pid = agent.pid();
     let tasks: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
         .unwrap()
         .map(|t| t.unwrap().file_name().to_str().unwrap().parse().unwrap())
@@ -292,7 +196,7 @@ fn agent_keeps_only_network_capabilities() {
     for task in tasks {
         assert_eq!(capability_sets(task), expected, "thread {task}");
     }
-    agent.wait_log("capabilities reduced");
+    agent.wait_for_log("capabilities reduced", AGENT_WAIT);
 
     // The status socket answers root and refuses everyone else.
     let status = |user: Option<&str>| {

@@ -10,10 +10,14 @@
 //!
 //! With IPv6 each link also gets `fd00:I:k::1/64` (node) and `fd00:I:k::2/64`
 //! (peer), without duplicate-address detection. Peers route everything via
-//! the node. `I` is the test's index in [`super::TEST_IDS`].
+//! the node. `I` is the test's index in [`super::TEST_IDS`]. A lab may also
+//! hold unlinked namespaces (loopback up, nothing else), which the test
+//! wires with addresses of its own.
 
+use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
@@ -36,22 +40,26 @@ pub struct LabBuilder {
     test: &'static str,
     index: u8,
     peers: Vec<String>,
+    unlinked: Vec<String>,
     ipv6: bool,
     tools: Vec<&'static str>,
 }
 
-/// A built lab. Dropping it stops servers, kills every process in its
-/// namespaces, deletes the namespaces and removes its temporary directory.
+/// A built lab. Dropping it stops servers and background processes, kills
+/// every process in its namespaces, deletes the namespaces and removes its
+/// temporary directory.
 pub struct Lab {
     test: &'static str,
     index: u8,
     prefix: String,
     node: Netns,
     peers: Vec<(String, Netns)>,
+    unlinked: Vec<(String, Netns)>,
     ipv6: bool,
     dir: PathBuf,
     stop: Arc<AtomicBool>,
     servers: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    background: Mutex<Vec<Child>>,
 }
 
 impl Lab {
@@ -69,6 +77,7 @@ impl Lab {
                 .filter(|i| *i < 98)
                 .expect("at most 97 end-to-end tests: 98 and 99 are the bench and demo labs"),
             peers: Vec::new(),
+            unlinked: Vec::new(),
             ipv6: false,
             tools: Vec::new(),
         }
@@ -78,13 +87,27 @@ impl Lab {
 impl LabBuilder {
     /// Adds a peer namespace attached to the node by its own link.
     pub fn peer(mut self, role: &str) -> Self {
-        assert!(role != NODE && role.len() <= 13, "bad peer role {role:?}");
-        assert!(
-            !self.peers.iter().any(|p| p == role),
-            "duplicate role {role}"
-        );
+        self.check_role(role);
         self.peers.push(role.to_string());
         self
+    }
+
+    /// Adds a namespace with only its loopback up, for a test that wires
+    /// its own topology (links, addresses, routes) with
+    /// [`Netns::run`]/[`Netns::ok`].
+    pub fn unlinked(mut self, role: &str) -> Self {
+        self.check_role(role);
+        self.unlinked.push(role.to_string());
+        self
+    }
+
+    fn check_role(&self, role: &str) {
+        // The node's interface to a peer is `n-<role>`: at most 15 bytes.
+        assert!(role != NODE && role.len() <= 13, "bad role {role:?}");
+        assert!(
+            !self.peers.iter().chain(&self.unlinked).any(|p| p == role),
+            "duplicate role {role}"
+        );
     }
 
     /// Also gives every link IPv6 ULA addresses.
@@ -103,12 +126,13 @@ impl LabBuilder {
     /// [`super::skip`]). Panics when building fails.
     pub fn build(self) -> Option<Lab> {
         if let Some(reason) = missing_precondition(&self.tools) {
-            skip(&reason);
+            skip(self.test, &reason);
             return None;
         }
         reap_stale_labs();
         let prefix = format!("tg{}-{}-", self.index, std::process::id());
-        let dir = std::env::temp_dir().join(format!("tollgate-e2e-{}{}", prefix, self.test));
+        // Short: Unix socket paths inside it must stay under 108 bytes.
+        let dir = std::env::temp_dir().join(format!("tollgate-{prefix}lab"));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("policies")).expect("create lab directory");
         let mut lab = Lab {
@@ -116,11 +140,13 @@ impl LabBuilder {
             index: self.index,
             node: Netns::new(format!("{prefix}{NODE}")),
             peers: Vec::new(),
+            unlinked: Vec::new(),
             ipv6: self.ipv6,
             prefix,
             dir,
             stop: Arc::new(AtomicBool::new(false)),
             servers: Mutex::new(Vec::new()),
+            background: Mutex::new(Vec::new()),
         };
         // From here on, Drop cleans up whatever was created.
         lab.create_ns(&lab.node.clone());
@@ -135,6 +161,11 @@ impl LabBuilder {
             lab.peers.push((role.clone(), ns.clone()));
             lab.create_ns(&ns);
             lab.connect_peer(&ns, role, link);
+        }
+        for role in &self.unlinked {
+            let ns = Netns::new(format!("{}{role}", lab.prefix));
+            lab.unlinked.push((role.clone(), ns.clone()));
+            lab.create_ns(&ns);
         }
         Some(lab)
     }
@@ -252,13 +283,14 @@ impl Lab {
         &self.node
     }
 
-    /// The namespace of `role` (`"node"` or a peer role).
+    /// The namespace of `role` (`"node"`, a peer or an unlinked role).
     pub fn ns(&self, role: &str) -> &Netns {
         if role == NODE {
             return &self.node;
         }
         self.peers
             .iter()
+            .chain(&self.unlinked)
             .find(|(r, _)| r == role)
             .map(|(_, ns)| ns)
             .unwrap_or_else(|| panic!("no namespace {role:?} in this lab"))
@@ -323,6 +355,38 @@ impl Lab {
     /// Removes `policies/<file>`.
     pub fn remove_policy(&self, file: &str) {
         std::fs::remove_file(self.policy_dir().join(file)).expect("remove policy");
+    }
+
+    /// Starts `argv` in the namespace of `role` as a background process
+    /// (a server such as nginx or dnsmasq); its stdout and stderr go to
+    /// `<program>-<n>.log` in the lab directory. Killed and reaped when the
+    /// lab is dropped.
+    pub fn spawn(&self, role: &str, argv: &[&str]) {
+        let mut background = self.background.lock().expect("background list");
+        let program = Path::new(argv[0])
+            .file_name()
+            .map_or_else(|| argv[0].into(), |n| n.to_string_lossy());
+        let log = self.dir.join(format!("{program}-{}.log", background.len()));
+        let out = File::create(&log).expect("create background log");
+        let err = out.try_clone().expect("clone log handle");
+        let child = self
+            .ns(role)
+            .command(argv)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {argv:?} in {role}: {e}"));
+        background.push(child);
+    }
+
+    /// Sets the `resolv.conf` that commands run in `role`'s namespace see
+    /// (`ip netns exec` mounts `/etc/netns/<name>/resolv.conf`); removed
+    /// with the namespace.
+    pub fn resolv_conf(&self, role: &str, text: &str) {
+        let dir = Path::new("/etc/netns").join(self.ns(role).name());
+        std::fs::create_dir_all(&dir).expect("create /etc/netns/<name>");
+        std::fs::write(dir.join("resolv.conf"), text).expect("write resolv.conf");
     }
 
     /// Starts `tollgate run` in the node namespace.
@@ -436,8 +500,15 @@ impl Lab {
 impl Drop for Lab {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
+        if let Ok(mut background) = self.background.lock() {
+            for child in background.iter_mut() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
         let namespaces: Vec<Netns> = std::iter::once(self.node.clone())
             .chain(self.peers.iter().map(|(_, ns)| ns.clone()))
+            .chain(self.unlinked.iter().map(|(_, ns)| ns.clone()))
             .collect();
         for ns in &namespaces {
             destroy_ns(ns);
@@ -459,9 +530,10 @@ impl Drop for Lab {
     }
 }
 
-/// Kills the processes inside `ns` (all started by this harness) and
-/// deletes it.
+/// Kills the processes inside `ns` (all started by this harness), deletes
+/// it and its `/etc/netns/<name>` files.
 fn destroy_ns(ns: &Netns) {
+    let _ = std::fs::remove_dir_all(Path::new("/etc/netns").join(ns.name()));
     if !Path::new("/run/netns").join(ns.name()).exists() {
         return;
     }
