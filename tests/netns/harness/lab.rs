@@ -13,13 +13,20 @@
 //! the node. `I` is the test's index in [`super::TEST_IDS`]. A lab may also
 //! hold unlinked namespaces (loopback up, nothing else), which the test
 //! wires with addresses of its own.
+//!
+//! Names: `tg<I>-<tag>-<role>`, where `<tag>` is the test process's own
+//! five-character random tag. The process holds an exclusive lock on
+//! `/run/tollgate-tests/<tag>.lock` while it lives; a later harness run that
+//! can take that lock knows the owner is gone and deletes its namespaces.
+//! Liveness by lock, not by pid, so runs in different pid namespaces that
+//! share `/run` cannot take each other's labs for stale.
 
 use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use hickory_proto::rr::RecordType;
@@ -34,6 +41,9 @@ use super::{missing_precondition, poll_until, skip, TEST_IDS};
 
 /// The role name of the node namespace.
 pub const NODE: &str = "node";
+
+/// Where test processes keep their liveness locks.
+const LOCK_DIR: &str = "/run/tollgate-tests";
 
 /// Describes a lab before it is built.
 pub struct LabBuilder {
@@ -129,8 +139,7 @@ impl LabBuilder {
             skip(self.test, &reason);
             return None;
         }
-        reap_stale_labs();
-        let prefix = format!("tg{}-{}-", self.index, std::process::id());
+        let prefix = format!("tg{}-{}-", self.index, process_tag());
         // Short: Unix socket paths inside it must stay under 108 bytes.
         let dir = std::env::temp_dir().join(format!("tollgate-{prefix}lab"));
         let _ = std::fs::remove_dir_all(&dir);
@@ -553,32 +562,100 @@ fn node_ifname(role: &str) -> String {
     name
 }
 
-/// Deletes lab namespaces (`tg<index>-<pid>-<role>`) whose creating test
-/// process no longer exists: leftovers of a test binary killed mid-run.
-fn reap_stale_labs() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let Ok(entries) = std::fs::read_dir("/run/netns") else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let Some(pid) = stale_lab_pid(&name) else {
-                continue;
-            };
-            if !Path::new(&format!("/proc/{pid}")).exists() {
-                destroy_ns(&Netns::new(name));
-            }
-        }
-    });
+/// This test process's tag: five random lowercase letters and digits,
+/// claimed once per process (see the module doc), after namespaces of test
+/// processes that are gone have been reaped.
+fn process_tag() -> &'static str {
+    static TAG: OnceLock<(String, File)> = OnceLock::new();
+    &TAG.get_or_init(|| {
+        std::fs::create_dir_all(LOCK_DIR).expect("create the lock directory");
+        reap_stale_labs();
+        claim_tag()
+    })
+    .0
 }
 
-/// The creator pid encoded in a lab namespace name, if `name` is one.
-fn stale_lab_pid(name: &str) -> Option<u32> {
+/// Creates and locks `<tag>.lock` for a fresh random tag. The lock is taken
+/// on a staging name first and the file linked into place only then, so no
+/// other process ever sees the lock file of a live tag unlocked.
+fn claim_tag() -> (String, File) {
+    use std::hash::{BuildHasher, Hasher};
+    let dir = Path::new(LOCK_DIR);
+    for attempt in 0u32..100 {
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u32(std::process::id());
+        hasher.write_u32(attempt);
+        let mut n = hasher.finish();
+        let tag: String = (0..5)
+            .map(|_| {
+                let digit = char::from_digit((n % 36) as u32, 36).expect("base 36");
+                n /= 36;
+                digit
+            })
+            .collect();
+        let staged = dir.join(format!(".{tag}.{}", std::process::id()));
+        let file = File::create(&staged).expect("create lock file");
+        file.try_lock().expect("lock a file nobody else knows");
+        let linked = std::fs::hard_link(&staged, dir.join(format!("{tag}.lock")));
+        let _ = std::fs::remove_file(&staged);
+        match linked {
+            Ok(()) => return (tag, file),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => panic!("link lock file for tag {tag}: {e}"),
+        }
+    }
+    panic!("no free test process tag in {LOCK_DIR}");
+}
+
+/// Deletes lab namespaces (`tg<index>-<tag>-<role>`) whose test process is
+/// gone (its lock can be taken): leftovers of a test binary killed mid-run;
+/// and the lock files of gone processes. Namespaces whose tag has no lock
+/// file are left alone.
+fn reap_stale_labs() {
+    let mut by_tag: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for entry in std::fs::read_dir("/run/netns")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some(tag) = lab_tag(&name) {
+            by_tag.entry(tag.to_string()).or_default().push(name);
+        }
+    }
+    for entry in std::fs::read_dir(LOCK_DIR).into_iter().flatten().flatten() {
+        let lock = entry.path();
+        let Some(tag) = lock
+            .file_name()
+            .and_then(|n| n.to_str()?.strip_suffix(".lock"))
+        else {
+            continue;
+        };
+        let Ok(file) = File::open(&lock) else {
+            continue;
+        };
+        if file.try_lock().is_ok() {
+            for name in by_tag.remove(tag).unwrap_or_default() {
+                destroy_ns(&Netns::new(name));
+            }
+            // Still holding the lock: nobody can be relying on this file.
+            let _ = std::fs::remove_file(&lock);
+        }
+    }
+}
+
+/// The process tag in a lab namespace name, if `name` is one.
+fn lab_tag(name: &str) -> Option<&str> {
     let rest = name.strip_prefix("tg")?;
     let mut parts = rest.splitn(3, '-');
     let index: u8 = parts.next()?.parse().ok()?;
-    let pid: u32 = parts.next()?.parse().ok()?;
+    let tag = parts.next()?;
     let role = parts.next()?;
-    (index > 0 && !role.is_empty()).then_some(pid)
+    (index > 0
+        && tag.len() == 5
+        && tag
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase())
+        && !role.is_empty())
+    .then_some(tag)
 }

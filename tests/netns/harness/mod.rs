@@ -6,14 +6,15 @@
 //! Every root test starts the same way, with [`Lab::builder`]: the builder
 //! checks root and the tools the test needs (or skips, see below), and
 //! creates the namespaces. A test names itself in [`TEST_IDS`]; its index
-//! gives it a namespace prefix `tg<index>-<pid>-` and a private address
-//! range for the links the lab wires itself (`10.<index>.<link>.0/24`,
-//! `fd00:<index>:<link>::/64`).
+//! gives it a namespace prefix `tg<index>-<tag>-` (`<tag>`: five random
+//! characters per test process, so two checkouts running the suite at once
+//! never share a name) and a private address range for the links the lab
+//! wires itself (`10.<index>.<link>.0/24`, `fd00:<index>:<link>::/64`).
 //! Tests that wire their own topology ask for unlinked namespaces and keep
 //! their own addresses. Every namespace, spawned process, in-process server
 //! and temporary directory is removed when the [`Lab`] is dropped, also
 //! while a failing test unwinds. Namespaces left behind by a killed test
-//! process are reaped by the next harness run (their pid no longer exists).
+//! process are reaped by the next harness run (see [`lab`]).
 //!
 //! A test reads like this:
 //!
