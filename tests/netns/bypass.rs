@@ -16,7 +16,7 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use crate::harness::probe::echo_roundtrip;
+use crate::harness::probe::{classify_connect, echo_roundtrip};
 use crate::harness::{
     FirewallState, Lab, PingOutcome, Service, TcpOutcome, UdpOutcome, ALLOW_WAIT, DENY_WAIT,
 };
@@ -627,8 +627,7 @@ fn connect_with_options(
 fn classify(result: &Result<TcpStream, std::io::Error>) -> TcpOutcome {
     match result {
         Ok(_) => TcpOutcome::Connected,
-        Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => TcpOutcome::Refused,
-        Err(_) => TcpOutcome::TimedOut,
+        Err(e) => classify_connect(e),
     }
 }
 

@@ -1,7 +1,8 @@
 //! Tests of the end-to-end harness itself, without the agent: the lab routes,
-//! probes tell a timeout from a reset from an ICMP error, and a lab leaves
-//! nothing behind even when its test panics. If these fail, the datapath
-//! tests' verdicts mean nothing.
+//! probes tell a timeout from a reset from an ICMP error and fail on a
+//! local error instead of calling it a timeout, and a lab leaves nothing
+//! behind even when its test panics. If these fail, the datapath tests'
+//! verdicts mean nothing.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
@@ -73,6 +74,24 @@ fn harness_probes_classify_outcomes() {
     lab.assert_tcp("client", sock(srv4, 8081), TcpOutcome::TimedOut);
     lab.assert_tcp("client", sock(srv4, 8082), TcpOutcome::Unreachable);
     assert_eq!(lab.ping("client", srv4, DENY_WAIT), PingOutcome::NoReply);
+
+    // A local error is not an outcome: the probe fails the test. EINVAL (a
+    // link-local destination without a scope) for TCP; ping's exit 2 (no
+    // route: the client's link is down) for ICMP.
+    let local_error =
+        |probe: &dyn Fn()| std::panic::catch_unwind(std::panic::AssertUnwindSafe(probe)).is_err();
+    let link_local: SocketAddr = "[fe80::1]:8080".parse().unwrap();
+    assert!(local_error(&|| {
+        lab.tcp("client", link_local, DENY_WAIT);
+    }));
+    assert!(local_error(&|| {
+        lab.udp("client", link_local, DENY_WAIT);
+    }));
+    lab.ns("client").run(&["ip", "link", "set", "eth0", "down"]);
+    assert!(local_error(&|| {
+        lab.ping("client", srv4, DENY_WAIT);
+    }));
+    lab.ns("client").run(&["ip", "link", "set", "eth0", "up"]);
 
     let state = lab.firewall_state("node");
     assert_eq!(state.jumps("FORWARD", "DROP"), 2, "{state}");
@@ -160,14 +179,20 @@ fn harness_dns_server_answers() {
     );
     assert_eq!(ask("wild.test", RecordType::A), Resolution::NxDomain);
     assert_eq!(ask("nope.test", RecordType::A), Resolution::NxDomain);
-    assert_eq!(
+    // Nothing listens on 54: ICMP port unreachable. UDP 55 is dropped by
+    // the server's namespace: no answer at all.
+    let elsewhere = |port: u16| {
         lab.resolve(
             "client",
-            sock(lab.addr("dns"), 54),
+            sock(lab.addr("dns"), port),
             "web.lab.test",
             RecordType::A,
-            DENY_WAIT
-        ),
-        Resolution::NoAnswer
-    );
+            DENY_WAIT,
+        )
+    };
+    assert_eq!(elsewhere(54), Resolution::Refused);
+    lab.ns("dns").run(&[
+        "iptables", "-w", "-A", "INPUT", "-p", "udp", "--dport", "55", "-j", "DROP",
+    ]);
+    assert_eq!(elsewhere(55), Resolution::NoAnswer);
 }
