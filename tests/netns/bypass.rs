@@ -207,6 +207,9 @@ fn cases(lab: &Lab) -> Vec<Case> {
                 probe("client2", NodeVia("client2"), Tcp(8080, TcpOutcome::TimedOut)),
                 probe("client3", NodeVia("client3"), Tcp(8080, TcpOutcome::Connected)),
                 probe("client4", NodeVia("client4"), Tcp(8080, TcpOutcome::TimedOut)),
+                // Links 2 and 4 work: a port under no rule answers.
+                probe("client2", NodeVia("client2"), Tcp(8081, TcpOutcome::Connected)),
+                probe("client4", NodeVia("client4"), Tcp(8081, TcpOutcome::Connected)),
             ],
         },
         Case {
@@ -840,6 +843,7 @@ fn address_added_after_start_is_enforced() {
     else {
         return;
     };
+    lab.serve_tcp("node", 8080, Service::Echo);
     lab.serve_tcp("node", 8081, Service::Echo);
     lab.write_policy(
         "node.yaml",
@@ -869,6 +873,9 @@ fn address_added_after_start_is_enforced() {
     ]);
     let v4: IpAddr = v4.parse().expect("address");
     for ip in [v4, IpAddr::from(v6)] {
+        // The new address is reachable (8080 is under no rule)...
+        lab.assert_tcp("client", sock(ip, 8080), TcpOutcome::Connected);
+        // ...and the Node's policy applies to it.
         lab.assert_tcp("client", sock(ip, 8081), TcpOutcome::TimedOut);
     }
 }

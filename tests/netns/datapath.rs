@@ -191,6 +191,7 @@ fn ipblock_allow_except_then_drop() {
         return;
     };
     lab.serve_tcp("node", 8080, Service::Echo);
+    lab.serve_tcp("node", 8081, Service::Echo);
     let i = lab.index();
     // 10.I.0.0/22 holds client1..client3; client2's link is carved out;
     // client4 (10.I.4.2) lies outside.
@@ -228,6 +229,12 @@ fn ipblock_allow_except_then_drop() {
         ("client4", TcpOutcome::TimedOut),
     ] {
         lab.assert_tcp(client, sock(lab.node_addr(client), 8080), expected);
+        // Every link works: 8081 is under no rule.
+        lab.assert_tcp(
+            client,
+            sock(lab.node_addr(client), 8081),
+            TcpOutcome::Connected,
+        );
     }
 }
 
@@ -727,7 +734,9 @@ fn bulk_transfer_queues_only_first_packets() {
 
 /// Starts an agent with `mode`, opens a decided connection, kills the agent
 /// with SIGKILL and returns what a new connection does afterwards. A
-/// privileged port stays reachable in every case.
+/// privileged port stays reachable in every case, and the owned chains
+/// stay installed with their queue rules: with `--queue-bypass` on every
+/// rule queueing new connections in fail-open, on none in fail-closed.
 fn outcome_after_kill(test: &'static str, mode: FailMode) -> Option<TcpOutcome> {
     let lab = Lab::builder(test).peer("client").build()?;
     lab.serve_tcp("node", 8080, Service::Echo);
@@ -766,6 +775,26 @@ fn outcome_after_kill(test: &'static str, mode: FailMode) -> Option<TcpOutcome> 
     assert!(echo_roundtrip(&mut established, b"alive", ALLOW_WAIT).expect("echo"));
 
     agent.kill9();
+
+    // What the kernel keeps: the chains, the jumps into them, and the
+    // queue rules with the fail mode's bypass flag.
+    let state = lab.firewall_state("node");
+    for chain in ["INPUT", "OUTPUT", "FORWARD"] {
+        let owned = format!("TOLLGATE-{chain}");
+        assert_eq!(state.jumps(chain, &owned), [1, 1], "{chain}:\n{state}");
+    }
+    let queue_new: Vec<&str> = state
+        .rules()
+        .filter(|r| r.contains("--ctstate NEW -j NFQUEUE"))
+        .collect();
+    assert!(!queue_new.is_empty(), "no queue rules left:\n{state}");
+    let bypass = mode == FailMode::Open;
+    assert!(
+        queue_new
+            .iter()
+            .all(|r| r.ends_with("--queue-bypass") == bypass),
+        "{mode:?}: queue rules after kill -9:\n{state}"
+    );
 
     // Decided connections are accepted in the kernel, with or without us.
     assert!(echo_roundtrip(&mut established, b"still", ALLOW_WAIT).expect("established after kill"));
@@ -907,7 +936,11 @@ fn clean_shutdown_restores_firewall() {
     agent.wait_generation(1);
 
     let running = lab.firewall_state("node");
-    assert_eq!(running.jumps("INPUT", "TOLLGATE-INPUT"), 1, "{running}");
+    assert_eq!(
+        running.jumps("INPUT", "TOLLGATE-INPUT"),
+        [1, 1],
+        "{running}"
+    );
     for line in before.rules() {
         assert!(
             running.rules().any(|l| l == line),
@@ -956,7 +989,7 @@ fn restart_after_kill_leaves_no_duplicates() {
     for chain in ["INPUT", "OUTPUT", "FORWARD"] {
         let target = format!("TOLLGATE-{chain}");
         assert!(
-            reinstalled.jumps(chain, &target) <= 1,
+            reinstalled.jumps(chain, &target).iter().all(|n| *n <= 1),
             "duplicate jumps to {target}:\n{reinstalled}"
         );
         assert_eq!(
@@ -1051,11 +1084,13 @@ fn inventory_change_and_sighup_reload() {
     let Some(lab) = Lab::builder("inventory_change_and_sighup_reload")
         .peer("client")
         .peer("server")
+        .peer("client2")
         .build()
     else {
         return;
     };
     lab.serve_tcp("server", 8080, Service::Echo);
+    // client2 stays an app=client Pod throughout: the denied probe.
     let inventory = |client_app: &str| {
         docs(&[
             namespace("prod", &[("env", "prod")]),
@@ -1064,6 +1099,12 @@ fn inventory_change_and_sighup_reload() {
                 "prod",
                 &[("app", client_app)],
                 &[lab.addr("client").into()],
+            ),
+            pod(
+                "client2",
+                "prod",
+                &[("app", "client")],
+                &[lab.addr("client2").into()],
             ),
             pod(
                 "web",
@@ -1091,20 +1132,29 @@ fn inventory_change_and_sighup_reload() {
 ",
         ),
     );
+    let web = sock(lab.addr("server"), 8080);
+    // Before the agent: both clients reach web.
+    for client in ["client", "client2"] {
+        lab.assert_tcp(client, web, TcpOutcome::Connected);
+    }
     let mut agent = lab.start_agent(lab.agent_options());
     agent.wait_generation(1);
-    let web = sock(lab.addr("server"), 8080);
     lab.assert_tcp("client", web, TcpOutcome::TimedOut);
+    lab.assert_tcp("client2", web, TcpOutcome::TimedOut);
 
     // Relabelling the Pod is a change like any other: selectors re-resolve.
     lab.write_policy("inventory.yaml", &inventory("batch"));
     agent.wait_generation(2);
     lab.assert_tcp("client", web, TcpOutcome::Connected);
+    lab.assert_tcp("client2", web, TcpOutcome::TimedOut);
 
-    // SIGHUP reloads the same directory: a new generation, same verdicts.
+    // SIGHUP reloads the same directory: a new generation, nothing to
+    // change in the kernel, same verdicts (the denial included).
     agent.reload();
-    agent.wait_generation(3);
+    let line = agent.wait_generation(3);
+    assert!(line.contains("changed=false"), "{line}");
     lab.assert_tcp("client", web, TcpOutcome::Connected);
+    lab.assert_tcp("client2", web, TcpOutcome::TimedOut);
 }
 
 #[test]

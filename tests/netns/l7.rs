@@ -11,9 +11,9 @@
 //! and addresses the Node gains later, checked against nginx's access log.
 //! Addresses: 10.79.0.0/16 and fd79::/16.
 
-use crate::harness::{wait_until, Agent, Lab, Netns};
+use crate::harness::{wait_until, Agent, Lab, Netns, PingOutcome, ALLOW_WAIT, DENY_WAIT};
 use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::time::Duration;
 
@@ -510,6 +510,9 @@ fn spec_egress_example_allows_dns_and_http_to_bar_com_only() {
     wait_until("dnsmasq listening", Duration::from_secs(10), || {
         server.ok("ss -Hluan").contains("10.79.1.1:53 ")
     });
+    // Before the agent, the server answers pings.
+    let server_ip: IpAddr = "10.79.1.1".parse().unwrap();
+    assert_eq!(lab.ping("node", server_ip, ALLOW_WAIT), PingOutcome::Reply);
     lab.write_policy("policy.yaml", EGRESS_POLICY);
     let _agent = start_agent(&lab, &[("egress-restriction", "internal-domain-only")], &[]);
     // DNS is allowed.
@@ -530,7 +533,7 @@ fn spec_egress_example_allows_dns_and_http_to_bar_com_only() {
     let server_addr: SocketAddr = "10.79.1.1:80".parse().unwrap();
     let garbage = node.enter(|| send_in_pieces(server_addr, b"\x16\x03\x01\x00\x05hello", 100));
     assert_eq!(garbage.unwrap_err().kind(), ErrorKind::ConnectionReset);
-    assert!(!node.sh("ping -n -c 1 -W 1 10.79.1.1").success());
+    assert_eq!(lab.ping("node", server_ip, DENY_WAIT), PingOutcome::NoReply);
 
     wait_logged(lab.dir(), "foo.bar.com GET /any/path HTTP/1.1 200");
     assert!(!access_log(lab.dir()).contains("baz"));

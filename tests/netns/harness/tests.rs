@@ -94,7 +94,7 @@ fn harness_probes_classify_outcomes() {
     lab.ns("client").run(&["ip", "link", "set", "eth0", "up"]);
 
     let state = lab.firewall_state("node");
-    assert_eq!(state.jumps("FORWARD", "DROP"), 2, "{state}");
+    assert_eq!(state.jumps("FORWARD", "DROP"), [2, 0], "{state}");
     assert!(state.duplicate_rules().is_empty());
     assert!(
         !state.iptables.contains('['),
