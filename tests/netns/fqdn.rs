@@ -7,8 +7,9 @@
 //!
 //! Addresses: node–server link 10.61.0.0/24 (node .1, dnsmasq .2, malformed
 //! responder .4, forger .5), node–pod link 10.61.5.0/24 (pod .2), web
-//! addresses 10.61.1.0/24, 10.61.2.0/24 (one per race-test name) and
-//! 10.61.3.0/24 (one large answer).
+//! addresses 10.61.1.0/24, 10.61.2.0/24 (one per race-test name),
+//! 10.61.3.0/24 (large answers) and 10.61.4.0/24 (a large answer for the
+//! system resolver).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, TcpStream, UdpSocket};
@@ -102,6 +103,9 @@ fn zone() -> String {
     for i in 101..=180 {
         conf.push_str(&format!("host-record=huge.example.test,10.61.3.{i}\n"));
     }
+    for i in 1..=40 {
+        conf.push_str(&format!("host-record=sys.example.test,10.61.4.{i}\n"));
+    }
     conf
 }
 
@@ -134,13 +138,13 @@ impl FqdnLab {
              ip addr add 10.61.0.1/24 dev vs && ip addr add fd61::1/64 dev vs nodad && \
              ip link set vs up && ip -6 route add fd61:1::/64 via fd61::2 && \
              ip addr add 10.61.5.1/24 dev vp && ip link set vp up && \
-             for n in 1 2 3; do ip route add 10.61.$n.0/24 via 10.61.0.2; done",
+             for n in 1 2 3 4; do ip route add 10.61.$n.0/24 via 10.61.0.2; done",
             s = server.name(),
             p = pod.name()
         ));
         server.ok("ip link set vn up && \
              for a in 2 4 5; do ip addr add 10.61.0.$a/24 dev vn; done && \
-             for n in 1 2 3; do ip route add local 10.61.$n.0/24 dev lo; done && \
+             for n in 1 2 3 4; do ip route add local 10.61.$n.0/24 dev lo; done && \
              ip addr add fd61::2/64 dev vn nodad && ip -6 route add local fd61:1::/64 dev lo && \
              ip route add 10.61.5.0/24 via 10.61.0.1");
         pod.ok("ip addr add 10.61.5.2/24 dev vn && ip link set vn up && \
@@ -382,8 +386,15 @@ fn dns_over_tcp_and_the_tcp_retry_of_a_truncated_answer_are_learned() {
         assert!(table.contains(&format!("10.61.3.{i} ")), "{table}");
     }
     assert!(lab.reachable(node, "http://10.61.3.33/"));
-    // The system resolver does the same on its own.
-    assert!(lab.reachable(node, "http://big.example.test/"));
+    // The system resolver (glibc, through curl) does the same on its own:
+    // a name nobody asked for yet, with 40 addresses of its own.
+    assert_eq!(lab.curl(node, "http://10.61.4.1/").1, 28);
+    assert!(!lab.learned().contains("10.61.4."));
+    assert!(lab.reachable(node, "http://sys.example.test/"));
+    let table = lab.learned();
+    for i in 1..=40 {
+        assert!(table.contains(&format!("10.61.4.{i} ")), "{table}");
+    }
 
     // A message split across TCP segments (MTU 576: 80 records do not fit
     // one segment; gso_max_segs 1: the server's stack sends real segments,
@@ -676,6 +687,17 @@ fn netlink_client_adds_refreshes_and_deletes_entries() {
                 },
             ])
             .unwrap();
+        let added = ns.ok("ipset save");
+        let v4_timeout = |save: &str| timeout_of(save, "tollgate-fqdn-t-v4", "10.61.9.1");
+        assert!(
+            v4_timeout(&added).is_some_and(|t| (90..=100).contains(&t)),
+            "{added}"
+        );
+        assert!(
+            timeout_of(&added, "tollgate-fqdn-t-v4", "10.61.9.2").is_some(),
+            "{added}"
+        );
+        // The refresh: an add of an existing entry with a longer timeout.
         socket
             .apply(&[
                 EntryOp::Add {
@@ -693,6 +715,16 @@ fn netlink_client_adds_refreshes_and_deletes_entries() {
                 },
             ])
             .unwrap();
+        let refreshed = ns.ok("ipset save");
+        assert!(
+            v4_timeout(&refreshed).is_some_and(|t| (990..=1000).contains(&t)),
+            "the timeout was not refreshed:\n{refreshed}"
+        );
+        assert_eq!(
+            timeout_of(&refreshed, "tollgate-fqdn-t-v4", "10.61.9.2"),
+            None,
+            "{refreshed}"
+        );
         let missing = socket.apply(&[EntryOp::Add {
             set: "tollgate-nope",
             address: v4(1),
@@ -717,10 +749,20 @@ fn netlink_client_adds_refreshes_and_deletes_entries() {
     let save = ns.ok("ipset save");
     let entries: Vec<&str> = save.lines().filter(|l| l.starts_with("add ")).collect();
     assert_eq!(entries.len(), 2, "{save}");
-    assert!(entries
-        .iter()
-        .any(|l| l.starts_with("add tollgate-fqdn-t-v4 10.61.9.1 timeout 99")));
-    assert!(entries
-        .iter()
-        .any(|l| l.starts_with("add tollgate-fqdn-t-v6 fd61::1 timeout 4")));
+    let v4 = timeout_of(&save, "tollgate-fqdn-t-v4", "10.61.9.1");
+    assert!(v4.is_some_and(|t| (990..=1000).contains(&t)), "{save}");
+    let v6 = timeout_of(&save, "tollgate-fqdn-t-v6", "fd61::1");
+    assert!(v6.is_some_and(|t| (40..=50).contains(&t)), "{save}");
+}
+
+/// The timeout left on `address` in `set`, from an `ipset save` dump
+/// (`add <set> <address> timeout <seconds>`), compared as a number.
+fn timeout_of(save: &str, set: &str, address: &str) -> Option<u32> {
+    save.lines().find_map(|line| {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words[..] {
+            ["add", s, a, "timeout", t, ..] if s == set && a == address => t.parse().ok(),
+            _ => None,
+        }
+    })
 }
