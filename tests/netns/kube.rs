@@ -1,9 +1,8 @@
-//! End-to-end test of Kubernetes mode: `tollgate run --kubernetes
-//! --kubeconfig` in a lab's node namespace, reading from the in-process fake
-//! API server (listening inside that namespace), enforces on the wire a
-//! policy added through the API server, and a Pod label change moves the
-//! Pod out of and back into the policy. Run as root; without root it prints
-//! `SKIPPED` (and fails under `CI=true`).
+//! Kubernetes mode end to end: `tollgate run --kubernetes --kubeconfig` in
+//! a lab's node namespace, reading from the in-process fake API server
+//! (`tests/fake_api`, listening inside that namespace; no real apiserver,
+//! TLS, token or RBAC), enforces on the wire a policy added through the API
+//! server, and a Pod label change moves the Pod out of and back into it.
 
 use std::net::{IpAddr, SocketAddr, TcpListener};
 
@@ -30,8 +29,8 @@ fn drop_from(name: &str, app: &str, cidr: &str) -> Value {
 }
 
 #[test]
-fn kubernetes_policy_and_label_change_on_the_wire() {
-    let Some(lab) = Lab::builder("kubernetes_policy_and_label_change_on_the_wire")
+fn kubernetes_policy_and_label_change_via_fake_api_server() {
+    let Some(lab) = Lab::builder("kubernetes_policy_and_label_change_via_fake_api_server")
         .peer("client")
         .peer("server")
         .build()
@@ -80,5 +79,5 @@ fn kubernetes_policy_and_label_change_on_the_wire() {
     agent.wait_generation(6);
     lab.assert_tcp("client", web, TcpOutcome::Connected);
     assert!(agent.log().contains("kubernetes snapshot"));
-    agent.terminate();
+    agent.stop();
 }

@@ -281,7 +281,17 @@ fn scrape(ns: &Netns, port: u16) -> BTreeMap<String, f64> {
     parse_metrics(&text)
 }
 
+/// The value of series `key`; panics when the series is not exported (a
+/// renamed or lost series must not read as 0).
+#[track_caller]
 fn value(m: &BTreeMap<String, f64>, key: &str) -> f64 {
+    *m.get(key)
+        .unwrap_or_else(|| panic!("series {key} not exported: {:#?}", m.keys()))
+}
+
+/// A counter series that the agent creates on its first increment: 0
+/// until then.
+fn count(m: &BTreeMap<String, f64>, key: &str) -> f64 {
     m.get(key).copied().unwrap_or(0.0)
 }
 
@@ -320,7 +330,7 @@ fn rate_limit_skips_lines_without_losing_packets() {
     // Every connection decided; written + skipped lines account for all.
     let accounted = |m: &BTreeMap<String, f64>| {
         value(m, "tollgate_audit_lines_written_total")
-            + value(
+            + count(
                 m,
                 "tollgate_audit_lines_skipped_total{reason=\"rate_limit\"}",
             )
@@ -399,7 +409,7 @@ fn metrics_move_with_traffic_and_status_answers() {
     // Exit 1: no reply (not 2, an error, nor 124, the timeout).
     assert_eq!(out.code(), Some(1), "pings are dropped: {out:?}");
     let after = scrape(&pair.node, 9463);
-    let delta = |key: &str| value(&after, key) - value(&before, key);
+    let delta = |key: &str| value(&after, key) - count(&before, key);
     assert_eq!(
         delta("tollgate_verdicts_total{action=\"Allow\",tier=\"securityops\"}"),
         3.0

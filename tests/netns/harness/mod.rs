@@ -80,7 +80,7 @@ pub const TEST_IDS: &[&str] = &[
     "pod_egress_to_node_selector_dropped",
     "interfaces_limit_enforcement",
     "node_protection_story",
-    "kubernetes_policy_and_label_change_on_the_wire",
+    "kubernetes_policy_and_label_change_via_fake_api_server",
     "ipv6_outcomes_equal_ipv4",
     "neighbour_discovery_survives_drop_all",
     "extension_headers_cannot_hide_the_transport",
