@@ -264,13 +264,13 @@ fn ingress_requests_are_matched_one_by_one() {
     let log = lab.dir();
 
     // Allowed, and denied with a 403 naming the rule.
-    let (code, body) = curl(&client, "-w ' %{http_code}' http://10.79.0.1/api/v2/x");
+    let (code, body) = curl(client, "-w ' %{http_code}' http://10.79.0.1/api/v2/x");
     assert_eq!((code, body.as_str()), (0, "ok /api/v2/x\n 200"));
     for args in [
         "-X POST http://10.79.0.1/api/v2/x",
         "http://10.79.0.1/admin",
     ] {
-        let (code, body) = curl(&client, &format!("-i {args}"));
+        let (code, body) = curl(client, &format!("-i {args}"));
         assert_eq!(code, 0, "{args}: {body}");
         assert!(body.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{body}");
         let reason = " request not allowed by \
@@ -281,27 +281,27 @@ fn ingress_requests_are_matched_one_by_one() {
     }
     // Host glob: any method for *.bar.com, not for foo.baz.com.
     let (_, body) = curl(
-        &client,
+        client,
         "-X DELETE -H 'Host: foo.bar.com' -w ' %{http_code}' http://10.79.0.1/anything",
     );
     assert_eq!(body, "ok /anything\n 200");
     let (_, body) = curl(
-        &client,
+        client,
         "-X DELETE -H 'Host: foo.baz.com' -w ' %{http_code}' -o /dev/null http://10.79.0.1/anything",
     );
     assert_eq!(body, " 403");
     // IPv6.
-    let (_, body) = curl(&client, "-w ' %{http_code}' http://[fd79:0::1]/api/v2/six");
+    let (_, body) = curl(client, "-w ' %{http_code}' http://[fd79:0::1]/api/v2/six");
     assert_eq!(body, "ok /api/v2/six\n 200");
     let (_, body) = curl(
-        &client,
+        client,
         "-w ' %{http_code}' -o /dev/null http://[fd79:0::1]/admin6",
     );
     assert_eq!(body, " 403");
 
     // Keep-alive: one connection, an allowed then a denied request.
     let (code, body) = curl(
-        &client,
+        client,
         "-w '%{http_code} %{num_connects}\\n' -o /dev/null http://10.79.0.1/api/v2/ka \
          -o /dev/null http://10.79.0.1/admin/ka",
     );
@@ -347,7 +347,7 @@ fn ingress_requests_are_matched_one_by_one() {
         .collect();
     std::fs::write(&file, &data).unwrap();
     let (code, body) = curl(
-        &client,
+        client,
         &format!(
             "-H 'Host: up.bar.com' -H 'Expect:' --data-binary @{} http://10.79.0.1:8080/upload",
             file.display()
@@ -367,7 +367,7 @@ fn ingress_requests_are_matched_one_by_one() {
     // processes it.)
     let big = "a".repeat(20 * 1024);
     let (code, _) = curl(
-        &client,
+        client,
         &format!("-H 'X-Big: {big}' http://10.79.0.1/api/v2/big"),
     );
     assert_eq!(code, 56, "curl should see a reset");
@@ -376,12 +376,12 @@ fn ingress_requests_are_matched_one_by_one() {
     // no TLS, so curl fails either way; what matters is what it received).
     let hellos = first_bytes_server(tls, 2);
     let (code, _) = curl(
-        &client,
+        client,
         "-k --resolve api.bar.com:8443:10.79.0.1 https://api.bar.com:8443/",
     );
     assert_ne!(code, 0);
     let (code, _) = curl(
-        &client,
+        client,
         "-k --resolve api.baz.com:8443:10.79.0.1 https://api.baz.com:8443/",
     );
     assert_eq!(code, 35, "curl should see a reset during the handshake");
@@ -448,10 +448,10 @@ fn reset_response_fails_fast() {
             audit.to_str().unwrap(),
         ],
     );
-    let (code, body) = curl(&client, "http://10.79.2.1/api/v2/r");
+    let (code, body) = curl(client, "http://10.79.2.1/api/v2/r");
     assert_eq!((code, body.as_str()), (0, "ok /api/v2/r\n"));
     let started = Instant::now();
-    let (code, _) = curl(&client, "http://10.79.2.1/admin/r");
+    let (code, _) = curl(client, "http://10.79.2.1/admin/r");
     let took = started.elapsed();
     // 56: "failure in receiving network data" (the reset), not 28 (timeout).
     assert_eq!(code, 56, "curl should see a reset");
@@ -543,12 +543,12 @@ fn spec_egress_example_allows_dns_and_http_to_bar_com_only() {
     assert_eq!(answer.trim(), "10.79.1.1");
     // HTTP to *.bar.com passes, to foo.baz.com gets the 403.
     let (_, body) = curl(
-        &node,
+        node,
         "--resolve foo.bar.com:80:10.79.1.1 -w ' %{http_code}' http://foo.bar.com/any/path",
     );
     assert_eq!(body, "ok /any/path\n 200");
     let (_, body) = curl(
-        &node,
+        node,
         "--resolve foo.baz.com:80:10.79.1.1 -w ' %{http_code}' -o /dev/null http://foo.baz.com/x",
     );
     assert_eq!(body, " 403");
@@ -611,14 +611,14 @@ fn pod_behind_the_node_is_inspected_in_forward() {
     lab.write_policy("policy.yaml", POD_POLICY);
     let _agent = start_agent(&lab, &[("role", "node")], &[]);
 
-    let (code, body) = curl(&client, "-w ' %{http_code}' http://10.79.4.2/api/v2/pod");
+    let (code, body) = curl(client, "-w ' %{http_code}' http://10.79.4.2/api/v2/pod");
     assert_eq!((code, body.as_str()), (0, "ok /api/v2/pod\n 200"));
-    let (code, body) = curl(&client, "-i http://10.79.4.2/admin");
+    let (code, body) = curl(client, "-i http://10.79.4.2/admin");
     assert_eq!(code, 0);
     assert!(body.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{body}");
     assert!(body.ends_with("rule api-get\n"), "{body}");
     let (code, body) = curl(
-        &client,
+        client,
         "-w '%{http_code} %{num_connects}\\n' -o /dev/null http://10.79.4.2/api/v2/a \
          --next -w '%{http_code} %{num_connects}\\n' -o /dev/null -X POST \
          http://10.79.4.2/api/v2/b",
@@ -834,14 +834,14 @@ fn raw_requests_cannot_bypass_l7_rules() {
     let mut report = String::new();
     let mut wrong = Vec::new();
     for (name, request) in &denied {
-        let seen = raw_request(&client, server, request, 1);
+        let seen = raw_request(client, server, request, 1);
         report.push_str(&format!("denied?  {name:<40} {seen:?}\n"));
         if !seen.denied() {
             wrong.push(*name);
         }
     }
     for (name, request) in &allowed {
-        let seen = raw_request(&client, server, request, 1);
+        let seen = raw_request(client, server, request, 1);
         report.push_str(&format!("allowed? {name:<40} {seen:?}\n"));
         if seen.statuses != [200] {
             wrong.push(*name);
@@ -869,7 +869,7 @@ fn raw_requests_cannot_bypass_l7_rules() {
     // Pipelined in one write: the body is skipped, the request after it
     // decided on its own (allowed here).
     let both = format!("{}{}", post("p43"), get("/api/v2/p44"));
-    let seen = raw_request(&client, server, &both, 2);
+    let seen = raw_request(client, server, &both, 2);
     assert_eq!(seen.statuses, [200, 200], "POST + pipelined allowed GET");
     // Pipelined in one write with a denied request after the body.
     let both = format!("{}{}", post("s45"), get("/admin-d46"));
@@ -900,7 +900,7 @@ fn raw_requests_cannot_bypass_l7_rules() {
     // IPv6 segments carrying a Destination Options header: the request
     // behind the header chain is still read and judged.
     let server6: SocketAddr = "[fd79:5::1]:80".parse().unwrap();
-    let mut stream = connect_with_dstopts(&client, server6);
+    let mut stream = connect_with_dstopts(client, server6);
     let first = raw_exchange(&mut stream, get("/api/v2/p07").as_bytes(), 1);
     assert_eq!(first.statuses, [200], "allowed request with IPv6 options");
     let second = raw_exchange(&mut stream, get("/admin-d49").as_bytes(), 1);
@@ -908,7 +908,7 @@ fn raw_requests_cannot_bypass_l7_rules() {
         second.denied(),
         "denied request with IPv6 options: {second:?}"
     );
-    let mut stream = connect_with_dstopts(&client, server6);
+    let mut stream = connect_with_dstopts(client, server6);
     let seen = raw_exchange(&mut stream, get("/api/v2/..;/admin-d50").as_bytes(), 1);
     assert!(seen.denied(), "ambiguous path with IPv6 options: {seen:?}");
 
@@ -920,9 +920,9 @@ fn raw_requests_cannot_bypass_l7_rules() {
         ("[fd79:5::99]:80", "/api/v2/p09", "/admin-d52"),
     ] {
         let address: SocketAddr = address.parse().unwrap();
-        let seen = raw_request(&client, address, &get(allowed), 1);
+        let seen = raw_request(client, address, &get(allowed), 1);
         assert_eq!(seen.statuses, [200], "{allowed} via {address}");
-        let seen = raw_request(&client, address, &get(denied), 1);
+        let seen = raw_request(client, address, &get(denied), 1);
         assert_eq!(seen.statuses, [403], "{denied} via {address}");
     }
 
@@ -1024,7 +1024,7 @@ fn closed_connections_leave_the_flow_table() {
     // starts at the FIN: at the earliest here.
     let fins_started = Instant::now();
     for i in 0..5 {
-        let (code, body) = curl(&client, &format!("http://10.79.6.1/api/v2/fin{i}"));
+        let (code, body) = curl(client, &format!("http://10.79.6.1/api/v2/fin{i}"));
         assert_eq!((code, body), (0, format!("ok /api/v2/fin{i}\n")));
     }
     wait_until("five connections tracked", Duration::from_secs(5), || {
@@ -1071,7 +1071,7 @@ fn closed_connections_leave_the_flow_table() {
     // are left (11 with the RST flows). While the FINs' grace period
     // lasts, exactly those six; after it, fewer (a bound from the events,
     // not from the clock of a loaded machine).
-    assert_eq!(curl(&client, "http://10.79.6.1/api/v2/last").0, 0);
+    assert_eq!(curl(client, "http://10.79.6.1/api/v2/last").0, 0);
     wait_until("RST connections forgotten", Duration::from_secs(5), || {
         flows() <= 6
     });
