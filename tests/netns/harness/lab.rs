@@ -43,7 +43,7 @@ use super::{missing_precondition, poll_until, skip, TEST_IDS};
 pub const NODE: &str = "node";
 
 /// Where test processes keep their liveness locks.
-const LOCK_DIR: &str = "/run/tollgate-tests";
+pub(super) const LOCK_DIR: &str = "/run/tollgate-tests";
 
 /// Describes a lab before it is built.
 pub struct LabBuilder {
@@ -541,7 +541,7 @@ impl Drop for Lab {
 
 /// Kills the processes inside `ns` (all started by this harness), deletes
 /// it and its `/etc/netns/<name>` files.
-fn destroy_ns(ns: &Netns) {
+pub(super) fn destroy_ns(ns: &Netns) {
     let _ = std::fs::remove_dir_all(Path::new("/etc/netns").join(ns.name()));
     if !Path::new("/run/netns").join(ns.name()).exists() {
         return;
@@ -611,7 +611,7 @@ fn claim_tag() -> (String, File) {
 /// gone (its lock can be taken): leftovers of a test binary killed mid-run;
 /// and the lock files of gone processes. Namespaces whose tag has no lock
 /// file are left alone.
-fn reap_stale_labs() {
+pub(super) fn reap_stale_labs() {
     let mut by_tag: std::collections::BTreeMap<String, Vec<String>> = Default::default();
     for entry in std::fs::read_dir("/run/netns")
         .into_iter()

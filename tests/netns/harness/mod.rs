@@ -121,6 +121,7 @@ pub const TEST_IDS: &[&str] = &[
     "rate_limit_skips_lines_without_losing_packets",
     "metrics_move_with_traffic_and_status_answers",
     "kubernetes_policy_and_default_drop_are_audited_in_an_annotated_namespace",
+    "harness_reaps_only_labs_of_gone_processes",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".

@@ -1,8 +1,9 @@
 //! Tests of the end-to-end harness itself, without the agent: the lab routes,
 //! probes tell a timeout from a reset from an ICMP error and fail on a
-//! local error instead of calling it a timeout, and a lab leaves nothing
-//! behind even when its test panics. If these fail, the datapath tests'
-//! verdicts mean nothing.
+//! local error instead of calling it a timeout, a lab leaves nothing
+//! behind even when its test panics, and only the labs of test processes
+//! that are gone are reaped. If these fail, the datapath tests' verdicts
+//! mean nothing.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
@@ -195,4 +196,33 @@ fn harness_dns_server_answers() {
         "iptables", "-w", "-A", "INPUT", "-p", "udp", "--dport", "55", "-j", "DROP",
     ]);
     assert_eq!(elsewhere(55), Resolution::NoAnswer);
+}
+
+#[test]
+fn harness_reaps_only_labs_of_gone_processes() {
+    let Some(lab) = Lab::builder("harness_reaps_only_labs_of_gone_processes").build() else {
+        return;
+    };
+    let netns = Path::new("/run/netns");
+    let add = |name: &str| {
+        let status = std::process::Command::new("ip")
+            .args(["netns", "add", name])
+            .status()
+            .unwrap();
+        assert!(status.success(), "ip netns add {name}");
+    };
+    // A lab of a process that is gone: its lock file exists, unlocked.
+    let lock = Path::new(super::lab::LOCK_DIR).join("gone0.lock");
+    std::fs::write(&lock, "").unwrap();
+    add("tg1-gone0-node");
+    // A lab without a lock file (another scheme, another tool): left alone.
+    add("tg1-nolck-node");
+    super::lab::reap_stale_labs();
+    assert!(!netns.join("tg1-gone0-node").exists(), "stale lab kept");
+    assert!(!lock.exists(), "stale lock file kept");
+    let kept = netns.join("tg1-nolck-node").exists();
+    super::lab::destroy_ns(&super::Netns::new("tg1-nolck-node"));
+    assert!(kept, "a lab without a lock file was reaped");
+    // This process holds its own lock: its lab is not stale.
+    assert!(netns.join(lab.node().name()).exists(), "live lab reaped");
 }
