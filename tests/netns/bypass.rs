@@ -1,16 +1,18 @@
-//! No IPv6 bypass, on the wire (root only; `SKIPPED` otherwise, a failure
-//! under `CI=true`). Every policy shape that applies to IPv4 is shown to
-//! give the same outcome over IPv6 in a dual-stack lab: Node ingress
-//! Drop/Reject by TCP and UDP port, ipBlock allow with `except` (IPv4 and
-//! IPv6 CIDRs in one policy), ICMP/ICMPv6 by type and code, a rule with no
-//! peers and no ports, Pod-to-Pod through the Node (FORWARD) by Pod and
-//! Namespace selectors, Node egress; after each, the IPv6 owned chains and
-//! sets mirror the IPv4 ones. Neighbour discovery and ARP keep working
-//! under a drop-everything-but-one-port policy with flushed neighbour
-//! caches; IPv6 extension headers (Destination Options, Hop-by-Hop) and
-//! IPv4 header options on a real TCP connection cannot hide the transport; a fragmented first
-//! packet (3000-byte UDP datagram over a 1500-byte MTU) to a denied port
-//! never arrives, over either family.
+//! No IPv6 bypass, on the wire: every policy shape that applies to IPv4
+//! gives the same outcome over IPv6 in a dual-stack lab, neighbour discovery
+//! survives a drop-everything policy, and extension headers, IPv4 options or
+//! a fragmented first packet cannot hide the transport from the rules.
+//!
+//! The shapes: Node ingress Drop/Reject by TCP and UDP port, ipBlock allow
+//! with `except` (IPv4 and IPv6 CIDRs in one policy), ICMP/ICMPv6 by type
+//! and code, a rule with no peers and no ports, Pod-to-Pod through the Node
+//! (FORWARD) by Pod and Namespace selectors, Node egress, an L7 rule and an
+//! FQDN selector; after each, the IPv6 owned chains and sets mirror the IPv4
+//! ones. Also: ARP/ND with flushed neighbour caches and MLD under a
+//! drop-everything-but-one-port policy; Destination Options, Hop-by-Hop and
+//! IPv4 header options on a real TCP connection; a 3000-byte UDP datagram
+//! over a 1500-byte MTU to a denied port; addresses the Node gains later;
+//! stray FIN/NULL/XMAS segments to a closed port.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;

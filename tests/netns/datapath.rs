@@ -1,7 +1,7 @@
-//! End-to-end tests of `tollgate run`: real namespaces, real netfilter, real
-//! packets. Each test builds its own lab (see `common`), starts the agent in
-//! the lab's node namespace and observes verdicts on the wire. Run as root;
-//! without root they print `SKIPPED` (and fail under `CI=true`).
+//! `tollgate run` enforcing policies on the wire: Node and Pod traffic by
+//! ports, ipBlocks, selectors, tiers and priorities; established connections
+//! across changes; fail-open and fail-closed after `kill -9`; clean
+//! shutdown, restarts and reloads.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;

@@ -9,7 +9,6 @@
 //! `<tool>.fail` exists, hang while `<tool>.block` exists (writing their pid
 //! to `<tool>.blocked`), and otherwise exec the real binary. `ipset` is
 //! only faulted for `ipset restore`; `*-save` and `ipset save` always work.
-//! Needs root; see tests/common for the lab.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;

@@ -1,10 +1,10 @@
-//! FQDN egress end to end: `tollgate run` in a node namespace, dnsmasq
-//! serving a test zone in a server namespace (which also answers HTTP on
-//! port 80 and echoes on port 9000 for every address of 10.61.1-3.0/24),
-//! and curl and dig as clients — on the node itself (INPUT) and in a Pod
-//! namespace routed through it (FORWARD). Also the netlink ipset client
-//! the DNS worker writes with, against the kernel.
+//! FQDN egress end to end: `tollgate run` learns the answers of a real DNS
+//! server (dnsmasq) into its sets before releasing them, for the node
+//! itself (INPUT) and a Pod routed through it (FORWARD); and the netlink
+//! ipset client the DNS worker writes with, against the kernel.
 //!
+//! The server namespace also answers HTTP on port 80 and echoes on port
+//! 9000 for every address of 10.61.1-4.0/24; curl and dig are the clients.
 //! Addresses: node–server link 10.61.0.0/24 (node .1, dnsmasq .2, malformed
 //! responder .4, forger .5), node–pod link 10.61.5.0/24 (pod .2), web
 //! addresses 10.61.1.0/24, 10.61.2.0/24 (one per race-test name),

@@ -1,8 +1,7 @@
-//! The datapath library (`tollgate::datapath::Kernel`) against the real
-//! kernel, in a lab's node namespace, without the agent: the rendered rules
-//! are in the exact form `iptables-save` prints (installing twice changes
-//! nothing), a restart after a crash reconciles, and teardown removes what
-//! tollgate owns and nothing else.
+//! The datapath library (`tollgate::datapath::Kernel`) against the kernel,
+//! without the agent: rules exactly as `iptables-save` prints them,
+//! idempotent installs, reconciling what a crash left, and a teardown that
+//! removes what tollgate owns and nothing else.
 
 use crate::harness::Lab;
 use tollgate::compile::Enforced;

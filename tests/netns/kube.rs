@@ -1,8 +1,7 @@
-//! Kubernetes mode end to end: `tollgate run --kubernetes --kubeconfig` in
-//! a lab's node namespace, reading from the in-process fake API server
-//! (`tests/fake_api`, listening inside that namespace; no real apiserver,
-//! TLS, token or RBAC), enforces on the wire a policy added through the API
-//! server, and a Pod label change moves the Pod out of and back into it.
+//! Kubernetes mode end to end: `tollgate run --kubernetes` reads from the
+//! fake API server (`tests/fake_api`, in the node namespace; no real
+//! apiserver, TLS, token or RBAC) and enforces on the wire a policy added
+//! through it, following a Pod's label changes out of and back into it.
 
 use std::net::{IpAddr, SocketAddr, TcpListener};
 

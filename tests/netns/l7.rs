@@ -1,15 +1,18 @@
-//! L7 HTTP rules on the wire: `tollgate run` in the node namespace, real
-//! nginx and curl on either side of a veth pair.
-//! Ingress: allowed and denied requests (403 with the reason, never in the
-//! server's access log), host globs, IPv6, keep-alive with an allowed then
-//! a denied request, a head split over many segments, an upload larger
-//! than the head buffer, non-HTTP bytes and a 20 KiB header (reset); the
-//! `reset` response and the audit lines of a logged L7 rule; a Pod routed through the Node (FORWARD); and the
-//! spec's egress example (allow DNS, HTTP only to `*.bar.com`); no L7
-//! bypass: raw byte streams with path tricks, ambiguous heads, a missing
-//! Host header, smuggled and pipelined requests, IPv6 extension headers
-//! and addresses the Node gains later, checked against nginx's access log.
-//! Addresses: 10.79.0.0/16 and fd79::/16.
+//! L7 HTTP and TLS rules on the wire: `tollgate run` in the node
+//! namespace, real nginx and curl across a veth pair; every request on
+//! every connection is judged, denied ones never reach nginx (checked in its
+//! access log), and raw byte streams cannot bypass the rules.
+//!
+//! Ingress: allowed and denied requests (403 with the reason), host globs,
+//! IPv6, keep-alive with an allowed then a denied request, a head split over
+//! many segments, an upload larger than the head buffer, non-HTTP bytes and
+//! a 20 KiB header (reset); the `reset` response and the audit lines of a
+//! logged L7 rule; a Pod routed through the Node (FORWARD); the spec's
+//! egress example (allow DNS, HTTP only to `*.bar.com`); bypass attempts:
+//! path tricks, ambiguous heads, a missing Host header, smuggled and
+//! pipelined requests, IPv6 extension headers and addresses the Node gains
+//! later; connections leaving the flow table. Addresses: 10.79.0.0/16 and
+//! fd79::/16.
 
 use crate::harness::probe::queue_counters;
 use crate::harness::{wait_until, Agent, Lab, Netns, PingOutcome, ALLOW_WAIT, DENY_WAIT};

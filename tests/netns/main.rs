@@ -1,8 +1,7 @@
-//! The root network-namespace suite, one test binary (`cargo test --test
-//! netns`, as root): every test builds its own throw-away namespaces with
-//! [`harness::Lab`], runs `tollgate` or its datapath inside them and
-//! observes verdicts on the wire. Not root: every test reports `SKIPPED:`
-//! and returns, except under `CI=true`, where it fails.
+//! The root network-namespace suite in one test binary (`cargo test --test
+//! netns`, as root): each test builds throw-away namespaces with
+//! [`harness::Lab`] and observes tollgate's verdicts on the wire. Not root:
+//! each prints `SKIPPED:` and returns, except under `CI=true`, where it fails.
 
 mod harness;
 

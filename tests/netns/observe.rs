@@ -1,11 +1,9 @@
-//! Observability of `tollgate run`, end to end in network namespaces: the
-//! audit log (a logged Drop rule hit 50 times in under a second gives one
-//! line and a dedup summary; a logged Allow rule one line per connection;
-//! the rate limit skips lines, never packets), the metrics endpoint scraped
-//! with curl as traffic flows, and `tollgate status` / `get policies`
-//! against the running agent, and the Kubernetes NetworkPolicy lines of an
-//! annotated Namespace (allow and the implicit default drop). Addresses:
-//! 10.61.1-5.0/24 (10.61.9.0/24 is benches/audit_overload.sh).
+//! Observability of `tollgate run` end to end: the audit log (dedup of
+//! Drop lines, one line per allowed connection, a rate limit that skips
+//! lines but never packets, Kubernetes NetworkPolicy lines), the metrics
+//! endpoint as traffic flows, and `tollgate status` / `get policies`.
+//!
+//! Addresses: 10.61.1-5.0/24 (10.61.9.0/24 is benches/audit_overload.sh).
 
 use crate::harness::{wait_until, AgentOptions, Lab, Netns, AGENT_WAIT};
 use std::collections::BTreeMap;

@@ -1,9 +1,7 @@
-//! NFQUEUE workers (`tollgate::queue::Worker`) against the real kernel,
-//! without the agent. Two namespaces joined by a veth pair (10.77.0.0/24,
-//! fd77::/64): the node runs the datapath and a worker with a fixed test
-//! policy, the client connects to it. Checks the verdict mechanism end to
-//! end: allow (mark + NF_REPEAT, connmark saved, one queued packet per
-//! connection), reject (TCP RST, ICMP prohibited), drop, over IPv4 and IPv6.
+//! An NFQUEUE worker (`tollgate::queue::Worker`) against the kernel, without
+//! the agent and with a fixed test policy: allow (mark + NF_REPEAT, connmark
+//! saved, one queued packet per connection), reject (TCP RST, ICMP
+//! prohibited) and drop, over IPv4 and IPv6 (10.77.0.0/24, fd77::/64).
 
 use crate::harness::{Lab, Service, TcpOutcome};
 use std::net::SocketAddr;

@@ -1,10 +1,7 @@
-//! `tollgate run` as a process, in a node and a client namespace joined by a
-//! veth pair (10.78.0.0/24): chains and sets appear on start, a node policy
-//! is enforced, an invalid change is rejected and the previous ruleset
-//! stays, a valid change is applied, an established connection survives a
-//! change that denies new ones, SIGHUP reinstalls nothing, SIGTERM removes
-//! everything, and a start after `kill -9` reconciles. The agent keeps only
-//! its two network capabilities, and its status socket refuses other users.
+//! `tollgate run` as a process, node and client joined by a veth pair
+//! (10.78.0.0/24): start, enforcement, rejected and applied changes, an
+//! established connection across a change, SIGHUP, SIGTERM and a restart
+//! after `kill -9`; the agent keeps only its two network capabilities.
 
 use std::net::SocketAddr;
 use std::process::Command;

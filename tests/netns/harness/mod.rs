@@ -174,7 +174,7 @@ pub fn missing_precondition(tools: &[&str]) -> Option<String> {
         .collect();
     if !missing.is_empty() {
         return Some(format!(
-            "missing tools: {} (apt-get install iproute2 iptables ipset iputils-ping curl)",
+            "missing tools: {} (scripts/install-deps.sh installs them)",
             missing.join(", ")
         ));
     }

@@ -1,9 +1,7 @@
-//! Tests of the end-to-end harness itself, without the agent: the lab routes,
-//! probes tell a timeout from a reset from an ICMP error and fail on a
-//! local error instead of calling it a timeout, a lab leaves nothing
-//! behind even when its test panics, and only the labs of test processes
-//! that are gone are reaped. If these fail, the datapath tests' verdicts
-//! mean nothing.
+//! The harness's own tests, without the agent: probes tell a timeout from a
+//! reset from an ICMP error and fail on a local error; labs route, clean up
+//! even when their test panics, and only gone processes' labs are reaped.
+//! If these fail, the other tests' verdicts mean nothing.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
