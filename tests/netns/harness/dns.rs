@@ -19,7 +19,7 @@ use hickory_proto::rr::rdata::{A, AAAA, CNAME};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 
 use super::netns::Netns;
-use super::probe::is_timeout;
+use super::probe::{wire_error, WireError};
 
 /// One record the server knows.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -195,17 +195,13 @@ pub fn resolve(
     });
     let bytes = match bytes {
         Ok(bytes) => bytes,
-        Err(e) if is_timeout(&e) => return Resolution::NoAnswer,
-        Err(e) => match e.raw_os_error() {
-            Some(libc::ECONNREFUSED) => return Resolution::Refused,
-            Some(libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EACCES | libc::EPERM) => {
-                return Resolution::Unreachable
+        Err(e) => {
+            return match wire_error(&e, "DNS") {
+                WireError::Refused => Resolution::Refused,
+                WireError::Unreachable => Resolution::Unreachable,
+                WireError::TimedOut => Resolution::NoAnswer,
             }
-            _ => panic!(
-                "DNS probe failed locally, not on the wire: {e} ({:?})",
-                e.kind()
-            ),
-        },
+        }
     };
     let reply = Message::from_vec(&bytes)
         .unwrap_or_else(|e| panic!("unparseable DNS reply from {server}: {e}"));

@@ -61,26 +61,43 @@ pub struct QueueCounters {
     pub id_sequence: u64,
 }
 
-/// Whether `e` is a timeout: the deadline of a connect, or of a read on a
-/// socket with a read timeout (EAGAIN), or the kernel's ETIMEDOUT.
-pub fn is_timeout(e: &std::io::Error) -> bool {
-    matches!(e.kind(), ErrorKind::TimedOut | ErrorKind::WouldBlock)
-        || e.raw_os_error() == Some(libc::ETIMEDOUT)
+/// What a probe's socket error says happened on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WireError {
+    /// A TCP RST or an ICMP port unreachable (ECONNREFUSED).
+    Refused,
+    /// Another ICMP error: host or network unreachable, administratively
+    /// prohibited (EHOSTUNREACH, ENETUNREACH, EACCES, EPERM).
+    Unreachable,
+    /// Nothing came back before the deadline: a connect's own timeout, a
+    /// read timeout (EAGAIN) or the kernel's ETIMEDOUT.
+    TimedOut,
+}
+
+/// Classifies the socket error of a `probe` (named in the panic); panics on
+/// an error that is not an outcome on the wire.
+pub fn wire_error(e: &std::io::Error, probe: &str) -> WireError {
+    match e.raw_os_error() {
+        Some(libc::ECONNREFUSED) => WireError::Refused,
+        Some(libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EACCES | libc::EPERM) => {
+            WireError::Unreachable
+        }
+        Some(libc::ETIMEDOUT) => WireError::TimedOut,
+        _ if matches!(e.kind(), ErrorKind::TimedOut | ErrorKind::WouldBlock) => WireError::TimedOut,
+        _ => panic!(
+            "{probe} probe failed locally, not on the wire: {e} ({:?})",
+            e.kind()
+        ),
+    }
 }
 
 /// How a failed connect ended; panics on an error that is not an outcome
 /// on the wire.
 pub fn classify_connect(e: &std::io::Error) -> TcpOutcome {
-    match e.raw_os_error() {
-        Some(libc::ECONNREFUSED) => TcpOutcome::Refused,
-        Some(libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EACCES | libc::EPERM) => {
-            TcpOutcome::Unreachable
-        }
-        _ if is_timeout(e) => TcpOutcome::TimedOut,
-        _ => panic!(
-            "TCP probe failed locally, not on the wire: {e} ({:?})",
-            e.kind()
-        ),
+    match wire_error(e, "TCP") {
+        WireError::Refused => TcpOutcome::Refused,
+        WireError::Unreachable => TcpOutcome::Unreachable,
+        WireError::TimedOut => TcpOutcome::TimedOut,
     }
 }
 
@@ -135,16 +152,10 @@ pub fn udp_exchange(ns: &Netns, to: SocketAddr, timeout: Duration) -> UdpOutcome
 }
 
 fn udp_error(e: &std::io::Error) -> UdpOutcome {
-    match e.raw_os_error() {
-        Some(libc::ECONNREFUSED) => UdpOutcome::Refused,
-        Some(libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EACCES | libc::EPERM) => {
-            UdpOutcome::Unreachable
-        }
-        _ if is_timeout(e) => UdpOutcome::TimedOut,
-        _ => panic!(
-            "UDP probe failed locally, not on the wire: {e} ({:?})",
-            e.kind()
-        ),
+    match wire_error(e, "UDP") {
+        WireError::Refused => UdpOutcome::Refused,
+        WireError::Unreachable => UdpOutcome::Unreachable,
+        WireError::TimedOut => UdpOutcome::TimedOut,
     }
 }
 
