@@ -221,17 +221,17 @@ build_lab
 
 declare -A CONNS GBITS
 ORDER=(none)
-read -r CONNS[none] GBITS[none] < <(measure)
+read -r "CONNS[none]" "GBITS[none]" < <(measure)
 for n in "${RULE_COUNTS[@]}"; do
     write_policies "$n" "$WORK/policies-$n"
     start_tollgate "$WORK/policies-$n" "$WORK/tollgate-$n.log"
-    read -r CONNS[tollgate-$n] GBITS[tollgate-$n] < <(measure)
+    read -r "CONNS[tollgate-$n]" "GBITS[tollgate-$n]" < <(measure)
     stop_tollgate
     ORDER+=("tollgate-$n")
 done
 for n in "${RULE_COUNTS[@]}"; do
     load_iptables "$n"
-    read -r CONNS[iptables-$n] GBITS[iptables-$n] < <(measure)
+    read -r "CONNS[iptables-$n]" "GBITS[iptables-$n]" < <(measure)
     flush_iptables
     ORDER+=("iptables-$n")
 done

@@ -24,8 +24,13 @@ DIR=$(mktemp -d)
 AGENT=
 NGINX=
 cleanup() {
-    [[ -n $AGENT ]] && kill "$AGENT" 2>/dev/null && wait "$AGENT" 2>/dev/null || true
-    [[ -n $NGINX ]] && kill "$NGINX" 2>/dev/null || true
+    if [[ -n $AGENT ]]; then
+        kill "$AGENT" 2>/dev/null || true
+        wait "$AGENT" 2>/dev/null || true
+    fi
+    if [[ -n $NGINX ]]; then
+        kill "$NGINX" 2>/dev/null || true
+    fi
     ip netns del "$SRV" 2>/dev/null || true
     ip netns del "$CLI" 2>/dev/null || true
     rm -rf "$DIR"

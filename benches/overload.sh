@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2016 # the awk programs' $1, $c are single-quoted on purpose
 # Overload bench of tollgate on a namespace lab (root; not run in CI).
 #
 #   sudo benches/overload.sh            (env: FLOOD_SECONDS=15, DNS_NAMES=80000,
@@ -90,10 +91,10 @@ ip -n "$NODE" addr add 10.64.2.1/24 dev vd
 ip -n "$NODE" link set vc up
 ip -n "$NODE" link set vd up
 for pair in "$CLIENT $CLIENT_IP 10.64.1.1" "$DNSNS $DNS_IP 10.64.2.1"; do
-    set -- $pair
-    ip -n "$1" addr add "$2/24" dev eth0
-    ip -n "$1" link set eth0 up
-    ip -n "$1" route add default via "$3"
+    read -r ns ip gw <<<"$pair"
+    ip -n "$ns" addr add "$ip/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    ip -n "$ns" route add default via "$gw"
 done
 nsx "$CLIENT" sysctl -qw net.ipv4.ip_local_port_range="1024 65000"
 
@@ -231,8 +232,10 @@ wait_queues_empty() {
 }
 
 ROWS=()
+# shellcheck disable=SC2059 # the caller passes the format
 row() { ROWS+=("$(printf "$@")"); }
 
+# shellcheck disable=SC2154 # b_*, m_*, a_* are set by snapshot() with printf -v
 flood_phase() { # name, stall (0|1)
     local name=$1 stall=$2
     local rss_before; rss_before=$(rss_kb VmRSS)
@@ -415,4 +418,4 @@ echo
 echo "$DNS_ROW"
 echo "$L7_ROW"
 echo "audit:"
-echo "$AUDIT_OUT" | sed 's/^/  /'
+while IFS= read -r line; do echo "  $line"; done <<<"$AUDIT_OUT"

@@ -78,6 +78,7 @@ DIR=$(mktemp -d /tmp/tollgate-soak.XXXXXX)
 AGENT=
 PIDS=()
 
+# shellcheck disable=SC2317 # invoked by the EXIT trap
 cleanup() {
     trap - EXIT INT TERM
     if [[ -n $AGENT ]] && kill -0 "$AGENT" 2>/dev/null; then

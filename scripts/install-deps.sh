@@ -11,6 +11,7 @@ PACKAGES=(
     nginx-light python3 procps psmisc    # servers and process tools
     tcpdump wrk                          # packet captures, HTTP benchmark
     hping3                               # SYN floods (benches/overload.sh)
+    shellcheck                           # lints the shell scripts (scripts/test.sh)
 )
 
 missing=()

@@ -49,7 +49,7 @@ nsx() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
 
 need_tools() {
     local missing=()
-    for t in ip iptables ip6tables ipset ss curl nc ping python3 "$@"; do
+    for t in ip iptables ip6tables ipset ss curl nc ping python3; do
         command -v "$t" >/dev/null 2>&1 || missing+=("$t")
     done
     if ((${#missing[@]})); then

@@ -1,30 +1,78 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it: system packages, formatting, lints,
-# unit tests, CLI tests and the network-namespace end-to-end tests.
-# Run as root for the end-to-end tests; with CI=true they must run (the
-# harness fails instead of skipping).
+# The whole test suite, as CI runs it: system packages, formatting, lints
+# (Rust; shell scripts with shellcheck; the Dockerfile with hadolint where
+# installed), unit tests, CLI tests and the network-namespace end-to-end
+# tests (tests/netns). Run as root for the end-to-end tests: not root,
+# they are skipped, and the closing line says how many. With CI=true a
+# skip is a failure (the harness panics instead of skipping, and this
+# script refuses any skip it counts).
+#
+# The closing line, parsed by CI, is exactly
+#   tests: N passed, N failed, N skipped
+# where skips are the harness's `SKIPPED: <test> <reason>` lines (its one
+# skip marker) and are not counted as passed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+ci=${CI:-}
 if [[ $(id -u) -eq 0 ]]; then
     scripts/install-deps.sh
 else
-    echo "test.sh: not root: end-to-end tests will be skipped" >&2
+    echo "test.sh: not root: the end-to-end tests will be SKIPPED" >&2
 fi
 
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
+
+# Shell scripts and the Dockerfile: shellcheck is a Debian package
+# (install-deps.sh); hadolint is not, so it runs only where installed.
+if command -v shellcheck >/dev/null; then
+    shellcheck .ci/run scripts/*.sh benches/*.sh docker/*.sh fuzz/*.sh
+elif [[ $ci == true ]]; then
+    echo "test.sh: shellcheck is missing (scripts/install-deps.sh installs it)" >&2
+    exit 1
+else
+    echo "test.sh: shellcheck not installed: shell scripts not checked" >&2
+fi
+if command -v hadolint >/dev/null; then
+    hadolint docker/Dockerfile
+else
+    echo "test.sh: hadolint not installed (not packaged in Debian): docker/Dockerfile not checked" >&2
+fi
+
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT
-cargo test --locked 2>&1 | tee "$results"
+status=0
+cargo test --locked --no-fail-fast 2>&1 | tee "$results" || status=$?
 
 # Fuzz smoke (about 15 minutes on a fresh 2-core machine, most of it the
 # cold build): in CI, or on request.
-if [[ ${CI:-} == true || ${FUZZ_SMOKE:-} == 1 ]]; then
-    scripts/fuzz-smoke.sh
+if [[ $ci == true || ${FUZZ_SMOKE:-} == 1 ]]; then
+    scripts/fuzz-smoke.sh || status=1
 fi
 
 # One closing line for the whole suite (cargo prints one per test binary,
-# the last being the doc tests').
-count() { grep -E '^test result:' "$results" | grep -Eo "[0-9]+ $1" | awk '{s += $1} END {print s + 0}'; }
-echo "tests: $(count passed) passed, $(count failed) failed"
+# the last being the doc tests'). A skipped test returns normally, so
+# cargo counts it as passed: it is taken out of the passed count here.
+# (awk alone: a grep that matches nothing would end the script under
+# set -e and pipefail before the closing line.)
+count() {
+    awk -v what="$1;" '/^test result:/ { for (i = 1; i < NF; i++) if ($(i + 1) == what) s += $i }
+        END { print s + 0 }' "$results"
+}
+skipped=$(awk '{ n += gsub(/SKIPPED: [A-Za-z0-9_]+/, "") } END { print n + 0 }' "$results")
+passed=$(($(count passed) - skipped))
+failed=$(count failed)
+if ((skipped > 0)); then
+    {
+        echo
+        echo "!!! $skipped tests SKIPPED: they did not run (see the SKIPPED: lines above) !!!"
+        echo
+    } >&2
+    if [[ $ci == true ]]; then
+        echo "test.sh: skipped tests are failures under CI=true" >&2
+        status=1
+    fi
+fi
+echo "tests: $passed passed, $failed failed, $skipped skipped"
+exit "$status"

@@ -1,6 +1,7 @@
 //! The offline subcommands through the real binary: `validate` on every
 //! example in `rules/` and on broken input, `trace` in text and JSON, and
-//! `get policies` ordering.
+//! `get policies` ordering, and the exit codes of `tollgate run` on bad
+//! arguments, configuration and policies (no root needed).
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -256,4 +257,58 @@ fn run_needs_exactly_one_policy_source() {
             "{stderr}"
         );
     }
+}
+
+#[test]
+fn invalid_config_exits_with_status_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(&config, "failMode: sideways\n").unwrap();
+    let out = tollgate(&[
+        "run",
+        "--policies",
+        dir.path().to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("config.yaml"), "{stderr}");
+}
+
+#[test]
+fn invalid_policies_at_start_exit_with_status_1() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("policy.yaml"),
+        "apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata:
+  name: protect-node
+spec:
+  priority: 5
+  tier: securityops
+  appliedTo:
+    - nodeSelector:
+        matchLabels:
+          role: smoke
+  ingress:
+    - action: Maybe
+      from:
+        - ipBlock:
+            cidr: 10.78.0.0/24
+      ports:
+        - protocol: TCP
+          port: 81
+          endPort: 82
+",
+    )
+    .unwrap();
+    let out = tollgate(&["run", "--policies", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("policies are invalid") && stderr.contains("policy.yaml"),
+        "{stderr}"
+    );
 }

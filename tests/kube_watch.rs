@@ -3,19 +3,18 @@
 //! the server reach the compiled ruleset; an invalid CRD is skipped while
 //! the rest applies; a 410 Gone makes the watcher relist.
 
-mod fake_api;
-
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use socket2::{Domain, Socket, Type};
 use tollgate::compile::{compile, LocalNode};
 use tollgate::ruleset::Ruleset;
 use tollgate::source::kube::{Admitted, Connection, KubeSource, Latest};
 use tollgate::telemetry::Metrics;
 
-use fake_api::{collection, FakeApi};
+use tollgate_fake_api::{collection, FakeApi};
 
 const NODE: &str = "node-a";
 
@@ -239,10 +238,14 @@ fn gone_forces_a_relist_and_bookmarks_are_harmless() {
 
 #[test]
 fn unreachable_server_is_retried_until_it_answers() {
-    // Reserve a port, then free it: nothing listens there yet.
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let address = probe.local_addr().unwrap();
-    drop(probe);
+    // A socket bound to a port but not listening: connections to it are
+    // refused, and no other process can take the port before the server
+    // starts listening on this very socket.
+    let reserved = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    reserved
+        .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .unwrap();
+    let address = reserved.local_addr().unwrap().as_socket().unwrap();
     let config = kube::Config::new(format!("http://{address}").parse().unwrap());
     let (tx, notified) = mpsc::channel();
     let metrics = Arc::new(Metrics::new());
@@ -257,7 +260,8 @@ fn unreachable_server_is_retried_until_it_answers() {
     assert!(notified.recv_timeout(Duration::from_secs(2)).is_err());
     assert!(source.latest().get().is_none(), "nothing published yet");
 
-    let api = FakeApi::start(&address.to_string());
+    reserved.listen(128).unwrap();
+    let api = FakeApi::serve(reserved.into());
     api.apply(namespace("shop"));
     notified
         .recv_timeout(Duration::from_secs(30))

@@ -82,6 +82,17 @@ pub fn spawn(
     config: &AuditConfig,
     metrics: Arc<Metrics>,
 ) -> Result<AuditSink, AuditError> {
+    spawn_with_clock(path, config, metrics, now)
+}
+
+/// [`spawn`] with the clock the writer reads for its dedup windows and its
+/// rate limit: the wall clock in the agent, a fixed one in tests.
+fn spawn_with_clock(
+    path: &Path,
+    config: &AuditConfig,
+    metrics: Arc<Metrics>,
+    clock: fn() -> Timestamp,
+) -> Result<AuditSink, AuditError> {
     let file = RotatingFile::open(path, config.max_bytes, config.max_files)?;
     let (tx, rx) = mpsc::sync_channel(CHANNEL_CAPACITY);
     let writer = Writer {
@@ -89,6 +100,7 @@ pub fn spawn(
         dedup: Deduplicator::new(Duration::from_secs(1), MAX_DEDUP_KEYS),
         limiter: RateLimiter::new(config.rate, config.burst),
         metrics: Arc::clone(&metrics),
+        clock,
     };
     std::thread::Builder::new()
         .name("audit".into())
@@ -109,13 +121,15 @@ struct Writer {
     dedup: Deduplicator,
     limiter: RateLimiter,
     metrics: Arc<Metrics>,
+    clock: fn() -> Timestamp,
 }
 
 impl Writer {
     fn run(mut self, rx: &Receiver<Message>) {
         loop {
             let wait = self.dedup.next_close().map_or(TICK, |close| {
-                Duration::from_micros(close.unix_micros.saturating_sub(now().unix_micros)).min(TICK)
+                Duration::from_micros(close.unix_micros.saturating_sub((self.clock)().unix_micros))
+                    .min(TICK)
             });
             match rx.recv_timeout(wait) {
                 Ok(message) => {
@@ -126,14 +140,14 @@ impl Writer {
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
-                    let now = now();
+                    let now = (self.clock)();
                     let lines = self.dedup.close_all(now);
                     self.write(lines, now);
                     let _ = self.file.flush();
                     return;
                 }
             }
-            let now = now();
+            let now = (self.clock)();
             let lines = self.dedup.flush(now);
             self.write(lines, now);
             if let Err(error) = self.file.flush() {
@@ -147,7 +161,7 @@ impl Writer {
             Message::Record(record) if record.verdict == Verdict::Allow => {
                 // Allow lines are never deduplicated: ask the limiter
                 // before formatting, so a flood costs no formatting.
-                let now = now();
+                let now = (self.clock)();
                 let closed = self.dedup.flush(record.time);
                 self.write(closed, now);
                 if self.limiter.admit(now) {
@@ -158,10 +172,10 @@ impl Writer {
             }
             Message::Record(record) => {
                 let lines = self.dedup.offer(*record);
-                self.write(lines, now());
+                self.write(lines, (self.clock)());
             }
             Message::Flush(ack) => {
-                let now = now();
+                let now = (self.clock)();
                 let lines = self.dedup.close_all(now);
                 self.write(lines, now);
                 let _ = self.file.flush();
@@ -329,8 +343,13 @@ mod tests {
             rate: 1,
             ..AuditConfig::default()
         };
-        let sink = spawn(&path, &config, Arc::clone(&metrics)).unwrap();
-        let t = now().unix_micros;
+        // A clock that stands still: the limiter never refills, however
+        // long the writer thread is kept waiting.
+        fn frozen() -> Timestamp {
+            Timestamp::from_unix_micros(1_700_000_000_000_000)
+        }
+        let sink = spawn_with_clock(&path, &config, Arc::clone(&metrics), frozen).unwrap();
+        let t = frozen().unix_micros;
         for i in 0..10 {
             sink.offer(record(Verdict::Drop, 1000, t + i));
         }
@@ -353,6 +372,7 @@ mod tests {
         );
         let rendered = metrics.render();
         let written = lines.len();
+        assert_eq!(written, 4, "{text}");
         assert!(
             rendered.contains(&format!("tollgate_audit_lines_written_total {written}\n")),
             "{rendered}"

@@ -1,19 +1,14 @@
-//! End-to-end test of Kubernetes mode: `tollgate run --kubernetes
-//! --kubeconfig` in a lab's node namespace, reading from the in-process fake
-//! API server (listening inside that namespace), enforces on the wire a
-//! policy added through the API server, and a Pod label change moves the
-//! Pod out of and back into the policy. Run as root; without root it prints
-//! `SKIPPED` (and fails under `CI=true`).
-
-mod common;
-mod fake_api;
+//! Kubernetes mode end to end: `tollgate run --kubernetes` reads from the
+//! fake API server (`tests/fake_api`, in the node namespace; no real
+//! apiserver, TLS, token or RBAC) and enforces on the wire a policy added
+//! through it, following a Pod's label changes out of and back into it.
 
 use std::net::{IpAddr, SocketAddr, TcpListener};
 
 use serde_json::{json, Value};
 
-use common::{Lab, TcpOutcome};
-use fake_api::FakeApi;
+use crate::harness::{Lab, TcpOutcome};
+use tollgate_fake_api::FakeApi;
 
 fn pod(name: &str, app: &str, ip: IpAddr) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod",
@@ -33,15 +28,15 @@ fn drop_from(name: &str, app: &str, cidr: &str) -> Value {
 }
 
 #[test]
-fn kubernetes_policy_and_label_change_on_the_wire() {
-    let Some(lab) = Lab::builder("kubernetes_policy_and_label_change_on_the_wire")
+fn kubernetes_policy_and_label_change_via_fake_api_server() {
+    let Some(lab) = Lab::builder("kubernetes_policy_and_label_change_via_fake_api_server")
         .peer("client")
         .peer("server")
         .build()
     else {
         return;
     };
-    lab.serve_tcp("server", 8080, common::Service::Echo);
+    lab.serve_tcp("server", 8080, crate::harness::Service::Echo);
     // The API server listens on the node namespace's loopback, where the
     // agent runs.
     let listener = lab
@@ -83,5 +78,5 @@ fn kubernetes_policy_and_label_change_on_the_wire() {
     agent.wait_generation(6);
     lab.assert_tcp("client", web, TcpOutcome::Connected);
     assert!(agent.log().contains("kubernetes snapshot"));
-    agent.terminate();
+    agent.stop();
 }

@@ -19,6 +19,7 @@ use hickory_proto::rr::rdata::{A, AAAA, CNAME};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 
 use super::netns::Netns;
+use super::probe::{wire_error, WireError};
 
 /// One record the server knows.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -156,8 +157,12 @@ pub enum Resolution {
     /// their TTLs.
     Addresses(Vec<(IpAddr, u32)>),
     NxDomain,
-    /// No answer before the timeout (or an ICMP error).
+    /// No answer before the timeout.
     NoAnswer,
+    /// ICMP port unreachable: nothing listens there.
+    Refused,
+    /// Another ICMP error (host or network unreachable, prohibited).
+    Unreachable,
 }
 
 /// Asks `server` (UDP) from `ns` for `name`'s records of `record_type`.
@@ -188,12 +193,18 @@ pub fn resolve(
         buf.truncate(n);
         Ok(buf)
     });
-    let Ok(bytes) = bytes else {
-        return Resolution::NoAnswer;
+    let bytes = match bytes {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            return match wire_error(&e, "DNS") {
+                WireError::Refused => Resolution::Refused,
+                WireError::Unreachable => Resolution::Unreachable,
+                WireError::TimedOut => Resolution::NoAnswer,
+            }
+        }
     };
-    let Ok(reply) = Message::from_vec(&bytes) else {
-        return Resolution::NoAnswer;
-    };
+    let reply = Message::from_vec(&bytes)
+        .unwrap_or_else(|e| panic!("unparseable DNS reply from {server}: {e}"));
     if reply.metadata.response_code == ResponseCode::NXDomain {
         return Resolution::NxDomain;
     }

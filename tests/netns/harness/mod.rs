@@ -3,13 +3,18 @@
 //! namespaces, processes and temporary files it creates, and must never touch
 //! the root namespace's firewall or addresses outside its labs.
 //!
-//! A test names itself in [`TEST_IDS`]; its index gives it a private address
-//! range (`10.<index>.<link>.0/24`, `fd00:<index>:<link>::/64`) and a
-//! namespace prefix `tg<index>-<pid>-` so tests run in parallel without
-//! sharing anything. Every namespace, spawned process, in-process server
-//! and temporary directory is removed when the [`Lab`] is dropped, also while
-//! a failing test unwinds. Namespaces left behind by a killed test process
-//! are reaped by the next harness run (their pid no longer exists).
+//! Every root test starts the same way, with [`Lab::builder`]: the builder
+//! checks root and the tools the test needs (or skips, see below), and
+//! creates the namespaces. A test names itself in [`TEST_IDS`]; its index
+//! gives it a namespace prefix `tg<index>-<tag>-` (`<tag>`: five random
+//! characters per test process, so two checkouts running the suite at once
+//! never share a name) and a private address range for the links the lab
+//! wires itself (`10.<index>.<link>.0/24`, `fd00:<index>:<link>::/64`).
+//! Tests that wire their own topology ask for unlinked namespaces and keep
+//! their own addresses. Every namespace, spawned process, in-process server
+//! and temporary directory is removed when the [`Lab`] is dropped, also
+//! while a failing test unwinds. Namespaces left behind by a killed test
+//! process are reaped by the next harness run (see [`lab`]).
 //!
 //! A test reads like this:
 //!
@@ -24,29 +29,27 @@
 //! lab.assert_tcp("client", (lab.node_addr("client"), 8080), TcpOutcome::TimedOut);
 //! ```
 //!
-//! Skip policy: without root or a required tool the harness prints
-//! `SKIPPED: reason` and the test returns early — unless `CI=true`, where it
+//! Skip policy: without root or a required tool, [`skip`] prints one line
+//! `SKIPPED: <test> <reason>` (the only skip marker; `scripts/test.sh`
+//! counts it) and the test returns early — unless `CI=true`, where it
 //! panics, so CI can never pass with the end-to-end suite silently skipped.
 
-// Each `tests/e2e_*.rs` file is its own crate and uses a different subset of
-// this shared harness; without this every crate would warn about the rest.
-#![allow(dead_code, unused_imports)]
-
 pub mod agent;
-pub mod bare;
 pub mod dns;
 pub mod firewall;
 pub mod lab;
 pub mod netns;
 pub mod probe;
 pub mod server;
+#[cfg(test)]
+mod tests;
 
 pub use agent::{Agent, AgentOptions, FailMode};
-pub use bare::{capture_stderr, is_root, wait_exit, wait_until, within, NetNs};
 pub use dns::{DnsRecord, Resolution};
 pub use firewall::FirewallState;
-pub use lab::{Lab, LabBuilder};
-pub use probe::{PingOutcome, QueueCounters, TcpOutcome, UdpOutcome};
+pub use lab::Lab;
+pub use netns::Netns;
+pub use probe::{PingOutcome, TcpOutcome, UdpOutcome};
 pub use server::Service;
 
 use std::time::Duration;
@@ -77,7 +80,7 @@ pub const TEST_IDS: &[&str] = &[
     "pod_egress_to_node_selector_dropped",
     "interfaces_limit_enforcement",
     "node_protection_story",
-    "kubernetes_policy_and_label_change_on_the_wire",
+    "kubernetes_policy_and_label_change_via_fake_api_server",
     "ipv6_outcomes_equal_ipv4",
     "neighbour_discovery_survives_drop_all",
     "extension_headers_cannot_hide_the_transport",
@@ -92,6 +95,33 @@ pub const TEST_IDS: &[&str] = &[
     "syn_flood_fail_closed_lets_no_denied_connection_through",
     "syn_flood_fail_open_bypasses_only_while_overrun",
     "l7_denied_requests_stay_denied_when_the_worker_is_overrun",
+    // Tests that wire their own topology in unlinked namespaces, with
+    // their own addresses (see each module's doc).
+    "install_is_idempotent_and_teardown_leaves_foreign_rules",
+    "allow_reject_drop_through_the_queue",
+    "run_enforces_reloads_and_cleans_up",
+    "agent_keeps_only_network_capabilities",
+    "allowed_names_reachable_others_denied_with_drop_reject_and_cname",
+    "first_connection_right_after_the_answer_never_loses_the_race",
+    "ttl_expiry_denies_new_connections_and_keeps_established_ones",
+    "dns_over_tcp_and_the_tcp_retry_of_a_truncated_answer_are_learned",
+    "forged_and_malformed_replies_are_not_learned_and_the_worker_keeps_running",
+    "only_trusted_servers_are_learned_from_when_configured",
+    "restart_keeps_learned_addresses_working",
+    "policy_change_starts_new_selectors_empty_and_destroys_removed_sets",
+    "fqdn_rules_added_by_a_reload_start_the_dns_worker",
+    "netlink_client_adds_refreshes_and_deletes_entries",
+    "ingress_requests_are_matched_one_by_one",
+    "reset_response_fails_fast",
+    "spec_egress_example_allows_dns_and_http_to_bar_com_only",
+    "pod_behind_the_node_is_inspected_in_forward",
+    "raw_requests_cannot_bypass_l7_rules",
+    "closed_connections_leave_the_flow_table",
+    "audit_log_dedups_drops_and_logs_each_allowed_connection",
+    "rate_limit_skips_lines_without_losing_packets",
+    "metrics_move_with_traffic_and_status_answers",
+    "kubernetes_policy_and_default_drop_are_audited_in_an_annotated_namespace",
+    "harness_reaps_only_labs_of_gone_processes",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
@@ -103,13 +133,19 @@ pub const ALLOW_WAIT: Duration = Duration::from_secs(6);
 /// Deadline for the agent to install a ruleset or finish shutting down.
 pub const AGENT_WAIT: Duration = Duration::from_secs(30);
 
-/// Reports a missing precondition. Returns normally (the caller then skips)
-/// outside CI; panics when `CI=true`.
-pub fn skip(reason: &str) {
+/// Reports that `test` cannot run for `reason`. Outside CI it prints the
+/// skip marker `SKIPPED: <test> <reason>` and returns (the caller then
+/// returns too); under `CI=true` it panics instead.
+///
+/// The marker is written to the process's stderr directly, not with
+/// `eprintln!`, which the test runner captures: it shows in every run, and
+/// `scripts/test.sh` counts the lines.
+pub fn skip(test: &str, reason: &str) {
+    use std::io::Write;
     if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("end-to-end test cannot run in CI: {reason}");
+        panic!("end-to-end test {test} cannot run under CI=true: {reason}");
     }
-    eprintln!("SKIPPED: {reason}");
+    let _ = writeln!(std::io::stderr().lock(), "SKIPPED: {test} {reason}");
 }
 
 /// The tools every lab needs.
@@ -138,7 +174,7 @@ pub fn missing_precondition(tools: &[&str]) -> Option<String> {
         .collect();
     if !missing.is_empty() {
         return Some(format!(
-            "missing tools: {} (apt-get install iproute2 iptables ipset iputils-ping curl)",
+            "missing tools: {} (scripts/install-deps.sh installs them)",
             missing.join(", ")
         ));
     }
@@ -157,6 +193,14 @@ pub fn find_in_path(tool: &str) -> Option<std::path::PathBuf> {
             std::fs::metadata(candidate)
                 .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         })
+}
+
+/// Polls `check` until it holds; panics naming `what` after `timeout`.
+#[track_caller]
+pub fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
+    if poll_until(timeout, || check().then_some(())).is_none() {
+        panic!("timed out after {timeout:?} waiting for {what}");
+    }
 }
 
 /// Polls `check` until it returns `Some`, at most until `timeout` passes.

@@ -1,20 +1,17 @@
-//! Overload on the wire (root; lab harness): a SYN flood of raw packets at
-//! a policy-denied port that has a real listener, with the agent's worker
-//! stopped (SIGSTOP) for a while mid-flood so it is overrun for certain
-//! (the worker's netlink socket buffer fills first, then the kernel queue).
-//! Fail-closed: not one denied SYN gets past the filter table (a counter in
-//! the nat INPUT hook, which runs after filter, stays at 0 and the listener
-//! accepts nothing), allowed connections are served during and after the
+//! Overload on the wire: a SYN flood at a policy-denied port with a real
+//! listener while the agent's worker is stopped, in fail-closed (not one
+//! denied SYN passes the filter table) and fail-open (the documented bypass
+//! while overrun); and denied L7 requests while the L7 worker is overrun.
+//!
+//! The worker is stopped (SIGSTOP) mid-flood so it is overrun for certain
+//! (its netlink socket buffer fills first, then the kernel queue). A
+//! counter in the nat INPUT hook, which runs after filter, counts what got
+//! past the firewall; allowed connections are served during and after the
 //! flood, and the overflow shows in the kernel's and the agent's counters.
-//! Fail-open: while the worker is overrun the kernel accepts new
-//! connections without a verdict, denied ones included — the documented
-//! price of fail-open, shown here so it cannot change silently.
-//! L7, fail-closed: denied HTTP requests sent all at once on hundreds of
-//! established connections while the L7 worker is stopped never reach the
-//! server. Bounded: a few seconds of flood at ~10,000 SYN/s, no timed
-//! assertions on speed (`benches/overload.sh` measures).
-
-mod common;
+//! L7: denied HTTP requests sent all at once on hundreds of established
+//! connections never reach the server. Bounded: a few seconds of flood at
+//! ~10,000 SYN/s, no timed assertions on speed (`benches/overload.sh`
+//! measures).
 
 use std::collections::BTreeMap;
 use std::io::{ErrorKind, Read, Write};
@@ -25,7 +22,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::{poll_until, Agent, FailMode, Lab, Service, TcpOutcome, ALLOW_WAIT, DENY_WAIT};
+use crate::harness::{
+    poll_until, Agent, FailMode, Lab, Service, TcpOutcome, ALLOW_WAIT, DENY_WAIT,
+};
 
 const ALLOWED: u16 = 8080;
 const DENIED: u16 = 9090;

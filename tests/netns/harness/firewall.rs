@@ -31,14 +31,15 @@ impl FirewallState {
             .filter(|l| l.starts_with("-A "))
     }
 
-    /// Rules in built-in chain `chain` (either family) that jump to `target`.
-    pub fn jumps(&self, chain: &str, target: &str) -> usize {
+    /// Rules in built-in chain `chain` that jump to `target`: `[IPv4, IPv6]`.
+    pub fn jumps(&self, chain: &str, target: &str) -> [usize; 2] {
         let prefix = format!("-A {chain} ");
         let suffix = format!("-j {target}");
-        self.iptables
-            .lines()
-            .filter(|l| l.starts_with(&prefix) && l.ends_with(&suffix))
-            .count()
+        [&self.iptables, &self.ip6tables].map(|dump| {
+            dump.lines()
+                .filter(|l| l.starts_with(&prefix) && l.ends_with(&suffix))
+                .count()
+        })
     }
 
     /// Names of the ipsets that exist.

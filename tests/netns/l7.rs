@@ -1,99 +1,77 @@
-//! L7 HTTP rules on the wire (root only; skipped otherwise): `tollgate run`
-//! in one namespace, real nginx and curl on either side of a veth pair.
-//! Ingress: allowed and denied requests (403 with the reason, never in the
-//! server's access log), host globs, IPv6, keep-alive with an allowed then
-//! a denied request, a head split over many segments, an upload larger
-//! than the head buffer, non-HTTP bytes and a 20 KiB header (reset); the
-//! `reset` response and the audit lines of a logged L7 rule; a Pod routed through the Node (FORWARD); and the
-//! spec's egress example (allow DNS, HTTP only to `*.bar.com`); no L7
-//! bypass: raw byte streams with path tricks, ambiguous heads, a missing
-//! Host header, smuggled and pipelined requests, IPv6 extension headers
-//! and addresses the Node gains later, checked against nginx's access log.
-//! Addresses: 10.79.0.0/16 and fd79::/16.
+//! L7 HTTP and TLS rules on the wire: `tollgate run` in the node
+//! namespace, real nginx and curl across a veth pair; every request on
+//! every connection is judged, denied ones never reach nginx (checked in its
+//! access log), and raw byte streams cannot bypass the rules.
+//!
+//! Ingress: allowed and denied requests (403 with the reason), host globs,
+//! IPv6, keep-alive with an allowed then a denied request, a head split over
+//! many segments, an upload larger than the head buffer, non-HTTP bytes and
+//! a 20 KiB header (reset); the `reset` response and the audit lines of a
+//! logged L7 rule; a Pod routed through the Node (FORWARD); the spec's
+//! egress example (allow DNS, HTTP only to `*.bar.com`); bypass attempts:
+//! path tricks, ambiguous heads, a missing Host header, smuggled and
+//! pipelined requests, IPv6 extension headers and addresses the Node gains
+//! later; connections leaving the flow table. Addresses: 10.79.0.0/16 and
+//! fd79::/16.
 
-mod common;
-
-use common::{capture_stderr, is_root, wait_until, within, NetNs};
+use crate::harness::probe::queue_counters;
+use crate::harness::{wait_until, Agent, Lab, Netns, PingOutcome, ALLOW_WAIT, DENY_WAIT};
 use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use tollgate::l7::CLOSE_GRACE;
 
 use sha1::{Digest, Sha1};
 
-/// A background process, killed on drop.
-struct Background(Child);
-
-impl Drop for Background {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+/// Builds `test`'s lab: the node and `peer` (plus the `more` namespaces),
+/// all unlinked, with nginx, curl and `tools` required.
+fn l7_lab(test: &'static str, peer: &str, more: &[&str], tools: &[&'static str]) -> Option<Lab> {
+    let mut builder = Lab::builder(test)
+        .unlinked(peer)
+        .require(&["nginx", "curl"])
+        .require(tools);
+    for role in more {
+        builder = builder.unlinked(role);
     }
+    builder.build()
 }
 
-/// `tollgate run` with its stderr collected.
-struct Agent {
-    _process: Background,
-    log: Arc<Mutex<String>>,
-}
-
-impl Agent {
-    fn start(ns: &NetNs, policies: &Path, labels: &str, extra: &[&str]) -> Agent {
-        let mut args = vec![
-            env!("CARGO_BIN_EXE_tollgate"),
-            "run",
-            "--policies",
-            policies.to_str().unwrap(),
-            "--node-name",
-            "l7",
-            "--node-labels",
-            labels,
-            "--queues",
-            "1",
-        ];
-        args.extend_from_slice(extra);
-        let mut child = ns
-            .command(&args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let log = capture_stderr(&mut child);
-        let agent = Agent {
-            _process: Background(child),
-            log,
-        };
-        wait_until("ruleset applied", Duration::from_secs(20), || {
-            agent.log.lock().unwrap().contains("ruleset applied")
-        });
-        agent
-    }
-}
-
-/// Two namespaces joined by a veth pair: `a` holds `<net>.1` and
-/// `fd79:<n>::1`, `b` holds `.2`.
-fn pair(tag: &str, n: u8) -> (NetNs, NetNs) {
-    let a = NetNs::create(&format!("{tag}a"));
-    let b = NetNs::create(&format!("{tag}b"));
+/// Joins namespaces `a` and `b` by a veth pair: `a` holds `10.79.<n>.1`
+/// and `fd79:<n>::1` on `l7a`, `b` holds `.2` on `l7b`.
+fn link(a: &Netns, b: &Netns, n: u8) {
     a.ok(&format!(
-        "ip link set lo up && ip link add l7a type veth peer name l7b netns {} && \
+        "ip link add l7a type veth peer name l7b netns {} && \
          ip addr add 10.79.{n}.1/24 dev l7a && ip addr add fd79:{n}::1/64 dev l7a nodad && \
          ip link set l7a up",
-        b.0
+        b.name()
     ));
     b.ok(&format!(
-        "ip link set lo up && ip addr add 10.79.{n}.2/24 dev l7b && \
+        "ip addr add 10.79.{n}.2/24 dev l7b && \
          ip addr add fd79:{n}::2/64 dev l7b nodad && ip link set l7b up"
     ));
-    (a, b)
 }
 
-/// nginx answering `ok <uri>` to everything on port 80 (IPv4 and IPv6),
-/// logging `$host $request $status` to `access.log` in `dir`.
-fn nginx(ns: &NetNs, dir: &Path) -> Background {
-    let d = dir.display();
+/// Starts the agent (node `l7` with `labels`, one queue, `extra`
+/// arguments) on the lab's policy and waits for its first ruleset.
+fn start_agent(lab: &Lab, labels: &[(&str, &str)], extra: &[&str]) -> Agent {
+    let options = lab
+        .agent_options()
+        .node_name("l7")
+        .labels(labels)
+        .queues(1)
+        .args(extra);
+    let mut agent = lab.start_agent(options);
+    agent.wait_generation(1);
+    agent
+}
+
+/// nginx in `role`'s namespace answering `ok <uri>` to everything on port
+/// 80 (IPv4 and IPv6), logging `$host $request $status` to `access.log` in
+/// the lab directory.
+fn nginx(lab: &Lab, role: &str) {
+    let d = lab.dir().display();
     let config = format!(
         "daemon off; master_process off; worker_processes 1;
 pid {d}/nginx.pid; error_log {d}/error.log;
@@ -111,27 +89,28 @@ http {{
 }}
 "
     );
-    let path = dir.join("nginx.conf");
+    let path = lab.dir().join("nginx.conf");
     std::fs::write(&path, config).unwrap();
-    let child = ns
-        .command(&[
+    lab.spawn(
+        role,
+        &[
             "nginx",
             "-c",
             path.to_str().unwrap(),
             "-p",
-            dir.to_str().unwrap(),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let process = Background(child);
+            lab.dir().to_str().unwrap(),
+        ],
+    );
+    let ns = lab.ns(role);
     wait_until("nginx listening", Duration::from_secs(10), || {
         let listening = ns.ok("ss -Htln");
         listening.contains("0.0.0.0:80 ") && listening.contains("[::]:80 ")
     });
-    process
 }
+
+/// The L7 queue of an agent run with `--queues 1`: after the connection
+/// queue 100 and the DNS queue 101.
+const L7_QUEUE: u32 = 102;
 
 fn access_log(dir: &Path) -> String {
     std::fs::read_to_string(dir.join("access.log")).unwrap_or_default()
@@ -145,12 +124,9 @@ fn wait_logged(dir: &Path, line: &str) {
 }
 
 /// Runs curl; returns (exit status, stdout).
-fn curl(ns: &NetNs, args: &str) -> (i32, String) {
+fn curl(ns: &Netns, args: &str) -> (i32, String) {
     let out = ns.sh(&format!("curl -sS -g --max-time 5 {args}"));
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
+    (out.code().unwrap_or(-1), out.stdout)
 }
 
 /// Sends `request` in `piece`-byte writes (TCP_NODELAY, paced so each
@@ -271,39 +247,33 @@ spec:
     - tls: {sni: '*.bar.com'}
 ";
 
-fn write_policy(dir: &Path, yaml: &str) -> PathBuf {
-    let policies = dir.join("policies");
-    std::fs::create_dir_all(&policies).unwrap();
-    std::fs::write(policies.join("policy.yaml"), yaml).unwrap();
-    policies
-}
-
 #[test]
 fn ingress_requests_are_matched_one_by_one() {
-    if !is_root() {
-        return;
-    }
-    let (node, client) = pair("l7i", 0);
-    let dir = tempfile::tempdir().unwrap();
-    let _nginx = nginx(&node, dir.path());
-    let uploads = within(&node, || TcpListener::bind("10.79.0.1:8080").unwrap());
-    let tls = within(&node, || TcpListener::bind("10.79.0.1:8443").unwrap());
-    let agent = Agent::start(
-        &node,
-        &write_policy(dir.path(), INGRESS_POLICY),
-        "role=web",
+    let Some(lab) = l7_lab(
+        "ingress_requests_are_matched_one_by_one",
+        "client",
         &[],
-    );
-    let log = dir.path();
+        &[],
+    ) else {
+        return;
+    };
+    let (node, client) = (lab.node(), lab.ns("client"));
+    link(node, client, 0);
+    nginx(&lab, "node");
+    let uploads = node.enter(|| TcpListener::bind("10.79.0.1:8080").unwrap());
+    let tls = node.enter(|| TcpListener::bind("10.79.0.1:8443").unwrap());
+    lab.write_policy("policy.yaml", INGRESS_POLICY);
+    let agent = start_agent(&lab, &[("role", "web")], &[]);
+    let log = lab.dir();
 
     // Allowed, and denied with a 403 naming the rule.
-    let (code, body) = curl(&client, "-w ' %{http_code}' http://10.79.0.1/api/v2/x");
+    let (code, body) = curl(client, "-w ' %{http_code}' http://10.79.0.1/api/v2/x");
     assert_eq!((code, body.as_str()), (0, "ok /api/v2/x\n 200"));
     for args in [
         "-X POST http://10.79.0.1/api/v2/x",
         "http://10.79.0.1/admin",
     ] {
-        let (code, body) = curl(&client, &format!("-i {args}"));
+        let (code, body) = curl(client, &format!("-i {args}"));
         assert_eq!(code, 0, "{args}: {body}");
         assert!(body.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{body}");
         let reason = " request not allowed by \
@@ -314,62 +284,73 @@ fn ingress_requests_are_matched_one_by_one() {
     }
     // Host glob: any method for *.bar.com, not for foo.baz.com.
     let (_, body) = curl(
-        &client,
+        client,
         "-X DELETE -H 'Host: foo.bar.com' -w ' %{http_code}' http://10.79.0.1/anything",
     );
     assert_eq!(body, "ok /anything\n 200");
     let (_, body) = curl(
-        &client,
+        client,
         "-X DELETE -H 'Host: foo.baz.com' -w ' %{http_code}' -o /dev/null http://10.79.0.1/anything",
     );
     assert_eq!(body, " 403");
     // IPv6.
-    let (_, body) = curl(&client, "-w ' %{http_code}' http://[fd79:0::1]/api/v2/six");
+    let (_, body) = curl(client, "-w ' %{http_code}' http://[fd79:0::1]/api/v2/six");
     assert_eq!(body, "ok /api/v2/six\n 200");
     let (_, body) = curl(
-        &client,
+        client,
         "-w ' %{http_code}' -o /dev/null http://[fd79:0::1]/admin6",
     );
     assert_eq!(body, " 403");
 
     // Keep-alive: one connection, an allowed then a denied request.
     let (code, body) = curl(
-        &client,
+        client,
         "-w '%{http_code} %{num_connects}\\n' -o /dev/null http://10.79.0.1/api/v2/ka \
          -o /dev/null http://10.79.0.1/admin/ka",
     );
     assert_eq!((code, body.as_str()), (0, "200 1\n403 0\n"));
 
-    // A head split over many segments is matched once complete.
+    // A head split over many segments is matched once complete. The L7
+    // queue's packet counter shows the head really left as one segment per
+    // piece (6 pieces of 10 bytes or less).
     let server: SocketAddr = "10.79.0.1:80".parse().unwrap();
-    let allowed = within(&client, || {
-        send_in_pieces(
-            server,
-            b"GET /api/v2/split HTTP/1.1\r\nHost: x\r\nX-Pad: 1234567890\r\n\r\n",
-            10,
-        )
-    })
-    .unwrap();
-    assert!(allowed.starts_with("HTTP/1.1 200"), "{allowed}");
-    let denied = within(&client, || {
-        send_in_pieces(
-            server,
-            b"GET /admin/split HTTP/1.1\r\nHost: x\r\nX-Pad: 1234567890\r\n\r\n",
-            10,
-        )
-    })
-    .unwrap();
-    assert!(denied.starts_with("HTTP/1.1 403 Forbidden"), "{denied}");
+    let l7_queued = || {
+        queue_counters(node)
+            .iter()
+            .filter(|c| c.queue == L7_QUEUE)
+            .map(|c| c.id_sequence)
+            .sum::<u64>()
+    };
+    for (head, status) in [
+        (
+            &b"GET /api/v2/split HTTP/1.1\r\nHost: x\r\nX-Pad: 1234567890\r\n\r\n"[..],
+            "HTTP/1.1 200",
+        ),
+        (
+            &b"GET /admin/split HTTP/1.1\r\nHost: x\r\nX-Pad: 1234567890\r\n\r\n"[..],
+            "HTTP/1.1 403 Forbidden",
+        ),
+    ] {
+        let before = l7_queued();
+        let answer = client.enter(|| send_in_pieces(server, head, 10)).unwrap();
+        assert!(answer.starts_with(status), "{answer}");
+        let queued = l7_queued() - before;
+        let pieces = head.len().div_ceil(10) as u64;
+        assert!(
+            queued >= pieces,
+            "{queued} segments queued for {pieces} pieces"
+        );
+    }
 
     // An upload larger than the head buffer passes intact.
     let upload = upload_server(uploads);
-    let file = dir.path().join("upload.bin");
+    let file = lab.dir().join("upload.bin");
     let data: Vec<u8> = (0..300_000u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();
     std::fs::write(&file, &data).unwrap();
     let (code, body) = curl(
-        &client,
+        client,
         &format!(
             "-H 'Host: up.bar.com' -H 'Expect:' --data-binary @{} http://10.79.0.1:8080/upload",
             file.display()
@@ -380,9 +361,7 @@ fn ingress_requests_are_matched_one_by_one() {
     assert_eq!(upload.join().unwrap(), expected);
 
     // Non-HTTP bytes: reset, no answer.
-    let garbage = within(&client, || {
-        send_in_pieces(server, b"SSH-2.0-OpenSSH_9.6\r\n", 100)
-    });
+    let garbage = client.enter(|| send_in_pieces(server, b"SSH-2.0-OpenSSH_9.6\r\n", 100));
     let error = garbage.expect_err("non-HTTP bytes were answered");
     assert_eq!(error.kind(), ErrorKind::ConnectionReset, "{error}");
     // A 20 KiB header: reset. (The head outgrows the client's initial
@@ -391,7 +370,7 @@ fn ingress_requests_are_matched_one_by_one() {
     // processes it.)
     let big = "a".repeat(20 * 1024);
     let (code, _) = curl(
-        &client,
+        client,
         &format!("-H 'X-Big: {big}' http://10.79.0.1/api/v2/big"),
     );
     assert_eq!(code, 56, "curl should see a reset");
@@ -400,12 +379,12 @@ fn ingress_requests_are_matched_one_by_one() {
     // no TLS, so curl fails either way; what matters is what it received).
     let hellos = first_bytes_server(tls, 2);
     let (code, _) = curl(
-        &client,
+        client,
         "-k --resolve api.bar.com:8443:10.79.0.1 https://api.bar.com:8443/",
     );
     assert_ne!(code, 0);
     let (code, _) = curl(
-        &client,
+        client,
         "-k --resolve api.baz.com:8443:10.79.0.1 https://api.baz.com:8443/",
     );
     assert_eq!(code, 35, "curl should see a reset during the handshake");
@@ -449,22 +428,22 @@ fn ingress_requests_are_matched_one_by_one() {
 
 #[test]
 fn reset_response_fails_fast() {
-    if !is_root() {
+    let Some(lab) = l7_lab("reset_response_fails_fast", "client", &[], &[]) else {
         return;
-    }
-    let (node, client) = pair("l7r", 2);
-    let dir = tempfile::tempdir().unwrap();
-    let _nginx = nginx(&node, dir.path());
+    };
+    let (node, client) = (lab.node(), lab.ns("client"));
+    link(node, client, 2);
+    nginx(&lab, "node");
     // With enableLogging, every request decision is an audit line.
     let policy = INGRESS_POLICY.replace(
         "  - name: allow-api\n    action: Allow\n",
         "  - name: allow-api\n    action: Allow\n    enableLogging: true\n",
     );
-    let audit = dir.path().join("np.log");
-    let _agent = Agent::start(
-        &node,
-        &write_policy(dir.path(), &policy),
-        "role=web",
+    let audit = lab.dir().join("np.log");
+    lab.write_policy("policy.yaml", &policy);
+    let _agent = start_agent(
+        &lab,
+        &[("role", "web")],
         &[
             "--l7-deny-response",
             "reset",
@@ -472,13 +451,20 @@ fn reset_response_fails_fast() {
             audit.to_str().unwrap(),
         ],
     );
-    let (code, body) = curl(&client, "http://10.79.2.1/api/v2/r");
+    let (code, body) = curl(client, "http://10.79.2.1/api/v2/r");
     assert_eq!((code, body.as_str()), (0, "ok /api/v2/r\n"));
-    let (code, _) = curl(&client, "http://10.79.2.1/admin/r");
+    let started = Instant::now();
+    let (code, _) = curl(client, "http://10.79.2.1/admin/r");
+    let took = started.elapsed();
     // 56: "failure in receiving network data" (the reset), not 28 (timeout).
     assert_eq!(code, 56, "curl should see a reset");
-    wait_logged(dir.path(), "GET /api/v2/r HTTP/1.1 200");
-    assert!(!access_log(dir.path()).contains("admin"));
+    // Fast: the reset comes with the verdict, far inside curl's 5 s limit.
+    assert!(
+        took < Duration::from_secs(2),
+        "denied request took {took:?}"
+    );
+    wait_logged(lab.dir(), "GET /api/v2/r HTTP/1.1 200");
+    assert!(!access_log(lab.dir()).contains("admin"));
     let line_with = |verdict: &str| {
         std::fs::read_to_string(&audit)
             .unwrap_or_default()
@@ -521,64 +507,62 @@ spec:
 
 #[test]
 fn spec_egress_example_allows_dns_and_http_to_bar_com_only() {
-    if !is_root() {
+    let Some(lab) = l7_lab(
+        "spec_egress_example_allows_dns_and_http_to_bar_com_only",
+        "server",
+        &[],
+        &["dnsmasq", "dig", "ping"],
+    ) else {
         return;
-    }
-    let (server, node) = pair("l7e", 1);
-    let dir = tempfile::tempdir().unwrap();
-    let _nginx = nginx(&server, dir.path());
-    let _dns = Background(
-        server
-            .command(&[
-                "dnsmasq",
-                "--no-daemon",
-                "--conf-file=/dev/null",
-                "--no-resolv",
-                "--no-hosts",
-                "--bind-interfaces",
-                "--listen-address=10.79.1.1",
-                "--address=/bar.com/10.79.1.1",
-                "--address=/baz.com/10.79.1.1",
-                &format!("--pid-file={}/dnsmasq.pid", dir.path().display()),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+    };
+    let (server, node) = (lab.ns("server"), lab.node());
+    link(server, node, 1);
+    nginx(&lab, "server");
+    lab.spawn(
+        "server",
+        &[
+            "dnsmasq",
+            "--no-daemon",
+            "--conf-file=/dev/null",
+            "--no-resolv",
+            "--no-hosts",
+            "--bind-interfaces",
+            "--listen-address=10.79.1.1",
+            "--address=/bar.com/10.79.1.1",
+            "--address=/baz.com/10.79.1.1",
+            &format!("--pid-file={}/dnsmasq.pid", lab.dir().display()),
+        ],
     );
     wait_until("dnsmasq listening", Duration::from_secs(10), || {
         server.ok("ss -Hluan").contains("10.79.1.1:53 ")
     });
-    let _agent = Agent::start(
-        &node,
-        &write_policy(dir.path(), EGRESS_POLICY),
-        "egress-restriction=internal-domain-only",
-        &[],
-    );
+    // Before the agent, the server answers pings.
+    let server_ip: IpAddr = "10.79.1.1".parse().unwrap();
+    assert_eq!(lab.ping("node", server_ip, ALLOW_WAIT), PingOutcome::Reply);
+    lab.write_policy("policy.yaml", EGRESS_POLICY);
+    let _agent = start_agent(&lab, &[("egress-restriction", "internal-domain-only")], &[]);
     // DNS is allowed.
     let answer = node.ok("dig +short +time=2 +tries=1 @10.79.1.1 foo.bar.com");
     assert_eq!(answer.trim(), "10.79.1.1");
     // HTTP to *.bar.com passes, to foo.baz.com gets the 403.
     let (_, body) = curl(
-        &node,
+        node,
         "--resolve foo.bar.com:80:10.79.1.1 -w ' %{http_code}' http://foo.bar.com/any/path",
     );
     assert_eq!(body, "ok /any/path\n 200");
     let (_, body) = curl(
-        &node,
+        node,
         "--resolve foo.baz.com:80:10.79.1.1 -w ' %{http_code}' -o /dev/null http://foo.baz.com/x",
     );
     assert_eq!(body, " 403");
     // Non-HTTP traffic under the L7 rule: TCP is reset, ICMP dropped.
     let server_addr: SocketAddr = "10.79.1.1:80".parse().unwrap();
-    let garbage = within(&node, || {
-        send_in_pieces(server_addr, b"\x16\x03\x01\x00\x05hello", 100)
-    });
+    let garbage = node.enter(|| send_in_pieces(server_addr, b"\x16\x03\x01\x00\x05hello", 100));
     assert_eq!(garbage.unwrap_err().kind(), ErrorKind::ConnectionReset);
-    assert!(!node.sh("ping -n -c 1 -W 1 10.79.1.1").status.success());
+    assert_eq!(lab.ping("node", server_ip, DENY_WAIT), PingOutcome::NoReply);
 
-    wait_logged(dir.path(), "foo.bar.com GET /any/path HTTP/1.1 200");
-    assert!(!access_log(dir.path()).contains("baz"));
+    wait_logged(lab.dir(), "foo.bar.com GET /any/path HTTP/1.1 200");
+    assert!(!access_log(lab.dir()).contains("baz"));
 }
 
 /// A "Pod" behind the Node: the Node routes between a client namespace
@@ -608,45 +592,43 @@ spec:
 
 #[test]
 fn pod_behind_the_node_is_inspected_in_forward() {
-    if !is_root() {
+    let Some(lab) = l7_lab(
+        "pod_behind_the_node_is_inspected_in_forward",
+        "client",
+        &["pod"],
+        &[],
+    ) else {
         return;
-    }
-    let (node, client) = pair("l7f", 3);
-    let pod = NetNs::create("l7fp");
+    };
+    let (node, client, pod) = (lab.node(), lab.ns("client"), lab.ns("pod"));
+    link(node, client, 3);
     node.ok(&format!(
         "sysctl -qw net.ipv4.ip_forward=1 && ip link add l7p type veth peer name l7q netns {} && \
          ip addr add 10.79.4.1/24 dev l7p && ip link set l7p up",
-        pod.0
+        pod.name()
     ));
-    pod.ok(
-        "ip link set lo up && ip addr add 10.79.4.2/24 dev l7q && ip link set l7q up && \
-            ip route add default via 10.79.4.1",
-    );
+    pod.ok("ip addr add 10.79.4.2/24 dev l7q && ip link set l7q up && \
+            ip route add default via 10.79.4.1");
     client.ok("ip route add 10.79.4.0/24 via 10.79.3.1");
-    let dir = tempfile::tempdir().unwrap();
-    let _nginx = nginx(&pod, dir.path());
-    let _agent = Agent::start(
-        &node,
-        &write_policy(dir.path(), POD_POLICY),
-        "role=node",
-        &[],
-    );
+    nginx(&lab, "pod");
+    lab.write_policy("policy.yaml", POD_POLICY);
+    let _agent = start_agent(&lab, &[("role", "node")], &[]);
 
-    let (code, body) = curl(&client, "-w ' %{http_code}' http://10.79.4.2/api/v2/pod");
+    let (code, body) = curl(client, "-w ' %{http_code}' http://10.79.4.2/api/v2/pod");
     assert_eq!((code, body.as_str()), (0, "ok /api/v2/pod\n 200"));
-    let (code, body) = curl(&client, "-i http://10.79.4.2/admin");
+    let (code, body) = curl(client, "-i http://10.79.4.2/admin");
     assert_eq!(code, 0);
     assert!(body.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{body}");
     assert!(body.ends_with("rule api-get\n"), "{body}");
     let (code, body) = curl(
-        &client,
+        client,
         "-w '%{http_code} %{num_connects}\\n' -o /dev/null http://10.79.4.2/api/v2/a \
          --next -w '%{http_code} %{num_connects}\\n' -o /dev/null -X POST \
          http://10.79.4.2/api/v2/b",
     );
     assert_eq!((code, body.as_str()), (0, "200 1\n403 0\n"));
-    wait_logged(dir.path(), "GET /api/v2/a HTTP/1.1 200");
-    let seen = access_log(dir.path());
+    wait_logged(lab.dir(), "GET /api/v2/a HTTP/1.1 200");
+    let seen = access_log(lab.dir());
     assert!(!seen.contains("admin") && !seen.contains("POST"), "{seen}");
 }
 
@@ -713,10 +695,9 @@ fn raw_exchange(stream: &mut TcpStream, request: &[u8], want: usize) -> Seen {
 
 /// Opens a connection from `client` to `addr`, sends `request` on it and
 /// returns what came back (see [`raw_exchange`]).
-fn raw_request(client: &NetNs, addr: SocketAddr, request: &str, want: usize) -> Seen {
-    let mut stream = within(client, || {
-        TcpStream::connect_timeout(&addr, Duration::from_secs(3)).unwrap()
-    });
+fn raw_request(client: &Netns, addr: SocketAddr, request: &str, want: usize) -> Seen {
+    let mut stream =
+        client.enter(|| TcpStream::connect_timeout(&addr, Duration::from_secs(3)).unwrap());
     raw_exchange(&mut stream, request.as_bytes(), want)
 }
 
@@ -745,18 +726,14 @@ spec:
 /// `dNN` must never reach nginx, `pNN` must be served and logged.
 #[test]
 fn raw_requests_cannot_bypass_l7_rules() {
-    if !is_root() {
+    let Some(lab) = l7_lab("raw_requests_cannot_bypass_l7_rules", "client", &[], &[]) else {
         return;
-    }
-    let (node, client) = pair("l7b", 5);
-    let dir = tempfile::tempdir().unwrap();
-    let _nginx = nginx(&node, dir.path());
-    let _agent = Agent::start(
-        &node,
-        &write_policy(dir.path(), BYPASS_POLICY),
-        "role=web",
-        &[],
-    );
+    };
+    let (node, client) = (lab.node(), lab.ns("client"));
+    link(node, client, 5);
+    nginx(&lab, "node");
+    lab.write_policy("policy.yaml", BYPASS_POLICY);
+    let _agent = start_agent(&lab, &[("role", "web")], &[]);
     let server: SocketAddr = "10.79.5.1:80".parse().unwrap();
     let get = |target: &str| format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n");
 
@@ -860,14 +837,14 @@ fn raw_requests_cannot_bypass_l7_rules() {
     let mut report = String::new();
     let mut wrong = Vec::new();
     for (name, request) in &denied {
-        let seen = raw_request(&client, server, request, 1);
+        let seen = raw_request(client, server, request, 1);
         report.push_str(&format!("denied?  {name:<40} {seen:?}\n"));
         if !seen.denied() {
             wrong.push(*name);
         }
     }
     for (name, request) in &allowed {
-        let seen = raw_request(&client, server, request, 1);
+        let seen = raw_request(client, server, request, 1);
         report.push_str(&format!("allowed? {name:<40} {seen:?}\n"));
         if seen.statuses != [200] {
             wrong.push(*name);
@@ -886,9 +863,8 @@ fn raw_requests_cannot_bypass_l7_rules() {
             smuggled.len()
         )
     };
-    let mut stream = within(&client, || {
-        TcpStream::connect_timeout(&server, Duration::from_secs(3)).unwrap()
-    });
+    let mut stream =
+        client.enter(|| TcpStream::connect_timeout(&server, Duration::from_secs(3)).unwrap());
     let first = raw_exchange(&mut stream, post("p41").as_bytes(), 1);
     assert_eq!(first.statuses, [200], "POST with a request as body");
     let second = raw_exchange(&mut stream, get("/admin-d42").as_bytes(), 1);
@@ -896,13 +872,16 @@ fn raw_requests_cannot_bypass_l7_rules() {
     // Pipelined in one write: the body is skipped, the request after it
     // decided on its own (allowed here).
     let both = format!("{}{}", post("p43"), get("/api/v2/p44"));
-    let seen = raw_request(&client, server, &both, 2);
+    let seen = raw_request(client, server, &both, 2);
     assert_eq!(seen.statuses, [200, 200], "POST + pipelined allowed GET");
     // Pipelined in one write with a denied request after the body.
     let both = format!("{}{}", post("s45"), get("/admin-d46"));
-    let seen = raw_request(&client, server, &both, 2);
+    // Either the segment holding both is denied as a whole (the POST
+    // never reaches nginx), or the POST is served and the GET denied.
+    let seen = raw_request(client, server, &both, 2);
+    let s45_served = seen.statuses == [200, 403];
     assert!(
-        !seen.statuses.contains(&200) || seen.statuses == [200, 403],
+        seen.denied() || s45_served,
         "POST + pipelined denied GET: {seen:?}"
     );
     // Chunked body holding a request, then a denied request.
@@ -911,9 +890,8 @@ fn raw_requests_cannot_bypass_l7_rules() {
          {:x}\r\n{smuggled}\r\n0\r\n\r\n",
         smuggled.len()
     );
-    let mut stream = within(&client, || {
-        TcpStream::connect_timeout(&server, Duration::from_secs(3)).unwrap()
-    });
+    let mut stream =
+        client.enter(|| TcpStream::connect_timeout(&server, Duration::from_secs(3)).unwrap());
     let first = raw_exchange(&mut stream, chunked.as_bytes(), 1);
     assert_eq!(first.statuses, [200], "chunked POST with a request as body");
     let second = raw_exchange(&mut stream, get("/admin-d48").as_bytes(), 1);
@@ -925,7 +903,7 @@ fn raw_requests_cannot_bypass_l7_rules() {
     // IPv6 segments carrying a Destination Options header: the request
     // behind the header chain is still read and judged.
     let server6: SocketAddr = "[fd79:5::1]:80".parse().unwrap();
-    let mut stream = connect_with_dstopts(&client, server6);
+    let mut stream = connect_with_dstopts(client, server6);
     let first = raw_exchange(&mut stream, get("/api/v2/p07").as_bytes(), 1);
     assert_eq!(first.statuses, [200], "allowed request with IPv6 options");
     let second = raw_exchange(&mut stream, get("/admin-d49").as_bytes(), 1);
@@ -933,7 +911,7 @@ fn raw_requests_cannot_bypass_l7_rules() {
         second.denied(),
         "denied request with IPv6 options: {second:?}"
     );
-    let mut stream = connect_with_dstopts(&client, server6);
+    let mut stream = connect_with_dstopts(client, server6);
     let seen = raw_exchange(&mut stream, get("/api/v2/..;/admin-d50").as_bytes(), 1);
     assert!(seen.denied(), "ambiguous path with IPv6 options: {seen:?}");
 
@@ -945,15 +923,15 @@ fn raw_requests_cannot_bypass_l7_rules() {
         ("[fd79:5::99]:80", "/api/v2/p09", "/admin-d52"),
     ] {
         let address: SocketAddr = address.parse().unwrap();
-        let seen = raw_request(&client, address, &get(allowed), 1);
+        let seen = raw_request(client, address, &get(allowed), 1);
         assert_eq!(seen.statuses, [200], "{allowed} via {address}");
-        let seen = raw_request(&client, address, &get(denied), 1);
+        let seen = raw_request(client, address, &get(denied), 1);
         assert_eq!(seen.statuses, [403], "{denied} via {address}");
     }
 
     // nginx saw exactly the allowed requests, as sent.
-    wait_logged(dir.path(), "POST /submit/p47 HTTP/1.1 200");
-    let seen = access_log(dir.path());
+    wait_logged(lab.dir(), "POST /submit/p47 HTTP/1.1 200");
+    let seen = access_log(lab.dir());
     eprintln!("access log:\n{seen}");
     for n in 1..=9 {
         let marker = format!("p{n:02}");
@@ -973,6 +951,11 @@ fn raw_requests_cannot_bypass_l7_rules() {
     for marker in ["p41", "p43", "p44", "p47"] {
         assert!(seen.contains(marker), "{marker} missing from:\n{seen}");
     }
+    assert_eq!(
+        seen.contains("POST /submit/s45 HTTP/1.1 200"),
+        s45_served,
+        "s45 served {s45_served} by the client's account:\n{seen}"
+    );
     for n in 1..=52 {
         let marker = format!("d{n:02}");
         assert!(
@@ -985,10 +968,10 @@ fn raw_requests_cannot_bypass_l7_rules() {
 
 /// Connects from `client` to `addr` (IPv6) with a Destination Options
 /// header (one PadN option) on every segment.
-fn connect_with_dstopts(client: &NetNs, addr: SocketAddr) -> TcpStream {
+fn connect_with_dstopts(client: &Netns, addr: SocketAddr) -> TcpStream {
     use std::os::fd::AsRawFd;
     const PADN: [u8; 8] = [0, 0, 1, 4, 0, 0, 0, 0];
-    within(client, || {
+    client.enter(|| {
         let socket =
             socket2::Socket::new(socket2::Domain::IPV6, socket2::Type::STREAM, None).unwrap();
         // SAFETY: a valid socket and an 8-byte buffer that outlives the call.
@@ -1014,16 +997,21 @@ fn connect_with_dstopts(client: &NetNs, addr: SocketAddr) -> TcpStream {
 /// grace period, unit-tested in `l7::tests`), and the gauge says so.
 #[test]
 fn closed_connections_leave_the_flow_table() {
-    if !is_root() {
+    let Some(lab) = l7_lab(
+        "closed_connections_leave_the_flow_table",
+        "client",
+        &[],
+        &[],
+    ) else {
         return;
-    }
-    let (node, client) = pair("l7c", 6);
-    let dir = tempfile::tempdir().unwrap();
-    let _nginx = nginx(&node, dir.path());
-    let _agent = Agent::start(
-        &node,
-        &write_policy(dir.path(), INGRESS_POLICY),
-        "role=web",
+    };
+    let (node, client) = (lab.node(), lab.ns("client"));
+    link(node, client, 6);
+    nginx(&lab, "node");
+    lab.write_policy("policy.yaml", INGRESS_POLICY);
+    let _agent = start_agent(
+        &lab,
+        &[("role", "web")],
         &["--metrics-address", "127.0.0.1:9481"],
     );
     let flows = || -> u64 {
@@ -1035,17 +1023,23 @@ fn closed_connections_leave_the_flow_table() {
             .parse()
             .unwrap()
     };
-    // Closed with FIN (curl): tracked until the grace period ends.
+    // Closed with FIN (curl): tracked until the grace period ends, which
+    // starts at the FIN: at the earliest here.
+    let fins_started = Instant::now();
     for i in 0..5 {
-        let (code, body) = curl(&client, &format!("http://10.79.6.1/api/v2/fin{i}"));
+        let (code, body) = curl(client, &format!("http://10.79.6.1/api/v2/fin{i}"));
         assert_eq!((code, body), (0, format!("ok /api/v2/fin{i}\n")));
     }
     wait_until("five connections tracked", Duration::from_secs(5), || {
         flows() == 5
     });
+    assert!(
+        fins_started.elapsed() < CLOSE_GRACE,
+        "too slow to see the FIN flows in their grace period"
+    );
     // Closed with RST (SO_LINGER 0) after a keep-alive request: forgotten.
     for i in 0..5 {
-        within(&client, || {
+        client.enter(|| {
             let mut stream = TcpStream::connect_timeout(
                 &"10.79.6.1:80".parse().unwrap(),
                 Duration::from_secs(3),
@@ -1075,12 +1069,19 @@ fn closed_connections_leave_the_flow_table() {
             assert_eq!(rc, 0);
         });
     }
-    // One more segment after the last RST updates the gauge; the RSTs'
-    // connections are gone, the FINs' are still in their grace period.
-    assert_eq!(curl(&client, "http://10.79.6.1/api/v2/last").0, 0);
+    // One more segment after the last RST updates the gauge. The RSTs'
+    // connections are gone: at most the five FIN flows and the last one
+    // are left (11 with the RST flows). While the FINs' grace period
+    // lasts, exactly those six; after it, fewer (a bound from the events,
+    // not from the clock of a loaded machine).
+    assert_eq!(curl(client, "http://10.79.6.1/api/v2/last").0, 0);
     wait_until("RST connections forgotten", Duration::from_secs(5), || {
-        flows() == 6
+        flows() <= 6
     });
+    let left = flows();
+    if fins_started.elapsed() < CLOSE_GRACE {
+        assert_eq!(left, 6, "FIN flows in their grace period and the last one");
+    }
     let counters = node.ok("iptables -w -L TOLLGATE-L7 -v -n -x");
     let matched = |flag: &str| {
         counters

@@ -1,25 +1,25 @@
-//! No IPv6 bypass, on the wire (root only; `SKIPPED` otherwise, a failure
-//! under `CI=true`). Every policy shape that applies to IPv4 is shown to
-//! give the same outcome over IPv6 in a dual-stack lab: Node ingress
-//! Drop/Reject by TCP and UDP port, ipBlock allow with `except` (IPv4 and
-//! IPv6 CIDRs in one policy), ICMP/ICMPv6 by type and code, a rule with no
-//! peers and no ports, Pod-to-Pod through the Node (FORWARD) by Pod and
-//! Namespace selectors, Node egress; after each, the IPv6 owned chains and
-//! sets mirror the IPv4 ones. Neighbour discovery and ARP keep working
-//! under a drop-everything-but-one-port policy with flushed neighbour
-//! caches; IPv6 extension headers (Destination Options, Hop-by-Hop) and
-//! IPv4 header options on a real TCP connection cannot hide the transport; a fragmented first
-//! packet (3000-byte UDP datagram over a 1500-byte MTU) to a denied port
-//! never arrives, over either family.
-
-mod common;
+//! No IPv6 bypass, on the wire: every policy shape that applies to IPv4
+//! gives the same outcome over IPv6 in a dual-stack lab, neighbour discovery
+//! survives a drop-everything policy, and extension headers, IPv4 options or
+//! a fragmented first packet cannot hide the transport from the rules.
+//!
+//! The shapes: Node ingress Drop/Reject by TCP and UDP port, ipBlock allow
+//! with `except` (IPv4 and IPv6 CIDRs in one policy), ICMP/ICMPv6 by type
+//! and code, a rule with no peers and no ports, Pod-to-Pod through the Node
+//! (FORWARD) by Pod and Namespace selectors, Node egress, an L7 rule and an
+//! FQDN selector; after each, the IPv6 owned chains and sets mirror the IPv4
+//! ones. Also: ARP/ND with flushed neighbour caches and MLD under a
+//! drop-everything-but-one-port policy; Destination Options, Hop-by-Hop and
+//! IPv4 header options on a real TCP connection; a 3000-byte UDP datagram
+//! over a 1500-byte MTU to a denied port; addresses the Node gains later;
+//! stray FIN/NULL/XMAS segments to a closed port.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use common::probe::echo_roundtrip;
-use common::{
+use crate::harness::probe::{classify_connect, echo_roundtrip};
+use crate::harness::{
     FirewallState, Lab, PingOutcome, Service, TcpOutcome, UdpOutcome, ALLOW_WAIT, DENY_WAIT,
 };
 
@@ -209,6 +209,9 @@ fn cases(lab: &Lab) -> Vec<Case> {
                 probe("client2", NodeVia("client2"), Tcp(8080, TcpOutcome::TimedOut)),
                 probe("client3", NodeVia("client3"), Tcp(8080, TcpOutcome::Connected)),
                 probe("client4", NodeVia("client4"), Tcp(8080, TcpOutcome::TimedOut)),
+                // Links 2 and 4 work: a port under no rule answers.
+                probe("client2", NodeVia("client2"), Tcp(8081, TcpOutcome::Connected)),
+                probe("client4", NodeVia("client4"), Tcp(8081, TcpOutcome::Connected)),
             ],
         },
         Case {
@@ -563,7 +566,8 @@ fn neighbour_discovery_survives_drop_all() {
     };
     let before = reports(&lab);
     lab.ns("client").run(&["python3", "-c", MLD_QUERY]);
-    let answered = common::poll_until(ALLOW_WAIT, || (reports(&lab) > before).then_some(()));
+    let answered =
+        crate::harness::poll_until(ALLOW_WAIT, || (reports(&lab) > before).then_some(()));
     assert!(answered.is_some(), "the Node did not answer an MLD query");
 }
 
@@ -628,8 +632,7 @@ fn connect_with_options(
 fn classify(result: &Result<TcpStream, std::io::Error>) -> TcpOutcome {
     match result {
         Ok(_) => TcpOutcome::Connected,
-        Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => TcpOutcome::Refused,
-        Err(_) => TcpOutcome::TimedOut,
+        Err(e) => classify_connect(e),
     }
 }
 
@@ -842,6 +845,7 @@ fn address_added_after_start_is_enforced() {
     else {
         return;
     };
+    lab.serve_tcp("node", 8080, Service::Echo);
     lab.serve_tcp("node", 8081, Service::Echo);
     lab.write_policy(
         "node.yaml",
@@ -871,6 +875,9 @@ fn address_added_after_start_is_enforced() {
     ]);
     let v4: IpAddr = v4.parse().expect("address");
     for ip in [v4, IpAddr::from(v6)] {
+        // The new address is reachable (8080 is under no rule)...
+        lab.assert_tcp("client", sock(ip, 8080), TcpOutcome::Connected);
+        // ...and the Node's policy applies to it.
         lab.assert_tcp("client", sock(ip, 8081), TcpOutcome::TimedOut);
     }
 }

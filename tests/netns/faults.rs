@@ -9,17 +9,16 @@
 //! `<tool>.fail` exists, hang while `<tool>.block` exists (writing their pid
 //! to `<tool>.blocked`), and otherwise exec the real binary. `ipset` is
 //! only faulted for `ipset restore`; `*-save` and `ipset save` always work.
-//! Needs root; see tests/common for the lab.
-
-mod common;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::probe::echo_roundtrip;
-use common::{poll_until, Agent, AgentOptions, DnsRecord, Lab, Resolution, Service, TcpOutcome};
-use common::{AGENT_WAIT, ALLOW_WAIT};
+use crate::harness::probe::echo_roundtrip;
+use crate::harness::{
+    poll_until, Agent, AgentOptions, DnsRecord, Lab, Resolution, Service, TcpOutcome,
+};
+use crate::harness::{AGENT_WAIT, ALLOW_WAIT};
 use hickory_proto::rr::RecordType;
 use tollgate::datapath::plan::fqdn_set;
 use tollgate::datapath::Family;
@@ -73,7 +72,7 @@ impl Faults {
             ("ipset", Tool::Ipset),
         ];
         for (name, tool) in wrapped {
-            let Some(real) = common::find_in_path(name) else {
+            let Some(real) = crate::harness::find_in_path(name) else {
                 continue;
             };
             // `ipset` is faulted only for `restore`; the restore tools always.
@@ -127,12 +126,10 @@ exec '{real}' "$@"
                 self.bin.display()
             ),
         ));
-        options.extra_args.extend([
-            "--metrics-address".into(),
-            METRICS.into(),
-            "--status-socket".into(),
-            status_socket(lab).display().to_string(),
-        ]);
+        options
+            .extra_args
+            .extend(["--metrics-address".into(), METRICS.into()]);
+        options.status_socket = status_socket(lab);
         options
     }
 
@@ -248,15 +245,9 @@ fn assert_clean(lab: &Lab) {
         state.duplicate_rules()
     );
     for chain in ["INPUT", "OUTPUT", "FORWARD"] {
-        let jump = format!("-A {chain} -j TOLLGATE-{chain}");
         assert_eq!(
             state.jumps(chain, &format!("TOLLGATE-{chain}")),
-            1,
-            "{state}"
-        );
-        assert_eq!(
-            state.ip6tables.lines().filter(|l| *l == jump).count(),
-            1,
+            [1, 1],
             "{state}"
         );
     }
@@ -394,6 +385,13 @@ fn failing_iptables_restore_keeps_previous_policy() {
     assert_eq!(metric_value(&text, "tollgate_datapath_behind"), 0.0);
     assert_eq!(status(&lab).datapath_behind, None);
     assert_clean(&lab);
+    // The retry schedule, shown with `-- --nocapture` (the figure in
+    // docs/notes-faults.md comes from this).
+    for line in agent.log().lines().filter(|l| {
+        l.contains("retrying in") || l.contains("recovered after") || l.contains("generation=2")
+    }) {
+        eprintln!("{line}");
+    }
     assert!(agent.terminate().success());
 }
 
@@ -785,6 +783,8 @@ fn vanishing_policy_directory_keeps_last_good_ruleset() {
     agent.reload();
     wait_newer_generation(&agent, g);
     lab.assert_tcp("client", sock(node, 8001), TcpOutcome::Connected);
+    lab.assert_tcp("client", sock(node, 8002), TcpOutcome::TimedOut);
+    lab.assert_tcp("client", sock(node, 8003), TcpOutcome::TimedOut);
     assert!(agent.terminate().success());
 
     // An agent started without its policy directory refuses to run.

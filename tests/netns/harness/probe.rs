@@ -2,8 +2,14 @@
 //! how they end, UDP exchanges, ICMP echo, curl, and the kernel's NFQUEUE
 //! counters. TCP and UDP probes run in-process (a thread entered into the
 //! namespace), so the classification comes from the exact errno.
+//!
+//! A probe says exactly what happened or fails the test: only a real
+//! timeout is `TimedOut` (`NoReply` for ping: its exit code 1), and any
+//! other error — a local failure unrelated to the firewall, such as
+//! ENETDOWN or EADDRNOTAVAIL — panics with the error, so a deny assertion
+//! can never pass because the network under it is broken.
 
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::time::Duration;
 
@@ -55,13 +61,43 @@ pub struct QueueCounters {
     pub id_sequence: u64,
 }
 
-fn classify_connect_error(e: &std::io::Error) -> TcpOutcome {
+/// What a probe's socket error says happened on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WireError {
+    /// A TCP RST or an ICMP port unreachable (ECONNREFUSED).
+    Refused,
+    /// Another ICMP error: host or network unreachable, administratively
+    /// prohibited (EHOSTUNREACH, ENETUNREACH, EACCES, EPERM).
+    Unreachable,
+    /// Nothing came back before the deadline: a connect's own timeout, a
+    /// read timeout (EAGAIN) or the kernel's ETIMEDOUT.
+    TimedOut,
+}
+
+/// Classifies the socket error of a `probe` (named in the panic); panics on
+/// an error that is not an outcome on the wire.
+pub fn wire_error(e: &std::io::Error, probe: &str) -> WireError {
     match e.raw_os_error() {
-        Some(libc::ECONNREFUSED) => TcpOutcome::Refused,
+        Some(libc::ECONNREFUSED) => WireError::Refused,
         Some(libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EACCES | libc::EPERM) => {
-            TcpOutcome::Unreachable
+            WireError::Unreachable
         }
-        _ => TcpOutcome::TimedOut,
+        Some(libc::ETIMEDOUT) => WireError::TimedOut,
+        _ if matches!(e.kind(), ErrorKind::TimedOut | ErrorKind::WouldBlock) => WireError::TimedOut,
+        _ => panic!(
+            "{probe} probe failed locally, not on the wire: {e} ({:?})",
+            e.kind()
+        ),
+    }
+}
+
+/// How a failed connect ended; panics on an error that is not an outcome
+/// on the wire.
+pub fn classify_connect(e: &std::io::Error) -> TcpOutcome {
+    match wire_error(e, "TCP") {
+        WireError::Refused => TcpOutcome::Refused,
+        WireError::Unreachable => TcpOutcome::Unreachable,
+        WireError::TimedOut => TcpOutcome::TimedOut,
     }
 }
 
@@ -69,7 +105,7 @@ fn classify_connect_error(e: &std::io::Error) -> TcpOutcome {
 pub fn tcp_connect(ns: &Netns, to: SocketAddr, timeout: Duration) -> TcpOutcome {
     match tcp_stream(ns, to, timeout) {
         Ok(_) => TcpOutcome::Connected,
-        Err(e) => classify_connect_error(&e),
+        Err(e) => classify_connect(&e),
     }
 }
 
@@ -116,16 +152,16 @@ pub fn udp_exchange(ns: &Netns, to: SocketAddr, timeout: Duration) -> UdpOutcome
 }
 
 fn udp_error(e: &std::io::Error) -> UdpOutcome {
-    match e.raw_os_error() {
-        Some(libc::ECONNREFUSED) => UdpOutcome::Refused,
-        Some(libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EACCES | libc::EPERM) => {
-            UdpOutcome::Unreachable
-        }
-        _ => UdpOutcome::TimedOut,
+    match wire_error(e, "UDP") {
+        WireError::Refused => UdpOutcome::Refused,
+        WireError::Unreachable => UdpOutcome::Unreachable,
+        WireError::TimedOut => UdpOutcome::TimedOut,
     }
 }
 
 /// One `ping` from `ns` to `to`, waiting at most `timeout` for the reply.
+/// Exit 0 is a reply, exit 1 no reply (ping's own meaning); anything else
+/// (2: an error such as an unreachable network, 127: no ping) panics.
 pub fn ping(ns: &Netns, to: IpAddr, timeout: Duration) -> PingOutcome {
     let wait = timeout.as_secs().max(1).to_string();
     let to = to.to_string();
@@ -133,10 +169,13 @@ pub fn ping(ns: &Netns, to: IpAddr, timeout: Duration) -> PingOutcome {
         &["ping", "-n", "-c", "1", "-W", &wait, &to],
         timeout + Duration::from_secs(3),
     );
-    if out.success() {
-        PingOutcome::Reply
-    } else {
-        PingOutcome::NoReply
+    match out.code() {
+        Some(0) => PingOutcome::Reply,
+        Some(1) => PingOutcome::NoReply,
+        _ => panic!(
+            "ping {to} failed locally ({:?}):\n{}{}",
+            out.status, out.stdout, out.stderr
+        ),
     }
 }
 

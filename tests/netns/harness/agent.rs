@@ -1,8 +1,9 @@
 //! The `tollgate run` process under test, started in a lab's node namespace
-//! with the lab's policy directory. Its stderr goes to a file that tests
-//! wait on (`ruleset applied generation=N`, `reload rejected:`, `shutdown
-//! complete`). Dropping an [`Agent`] kills the process if it still runs and,
-//! when the test is failing, prints the log.
+//! with the lab's policy directory and a status socket of its own in the lab
+//! directory (never the shared default under `/run/tollgate`). Its stderr
+//! goes to a file that tests wait on (`ruleset applied generation=N`,
+//! `reload rejected:`, `shutdown complete`). Dropping an [`Agent`] kills the
+//! process if it still runs and, when the test is failing, prints the log.
 
 use std::fs::File;
 use std::net::IpAddr;
@@ -33,6 +34,8 @@ pub struct AgentOptions {
     pub extra_args: Vec<String>,
     /// Kubernetes mode with this kubeconfig instead of the policy directory.
     pub kubeconfig: Option<PathBuf>,
+    /// `--status-socket`; by default `tollgate.sock` in the lab directory.
+    pub status_socket: PathBuf,
     /// Extra environment of the agent process (e.g. a `PATH` that puts
     /// fault-injecting wrappers of `iptables-restore` first).
     pub env: Vec<(String, String)>,
@@ -52,8 +55,29 @@ impl AgentOptions {
             privileged: Vec::new(),
             extra_args: Vec::new(),
             kubeconfig: None,
+            status_socket: lab.dir().join("tollgate.sock"),
             env: Vec::new(),
         }
+    }
+
+    pub fn node_name(mut self, name: &str) -> Self {
+        self.node_name = name.into();
+        self
+    }
+
+    /// Replaces the node's labels.
+    pub fn labels(mut self, labels: &[(&str, &str)]) -> Self {
+        self.node_labels = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        self
+    }
+
+    /// Appends extra command-line arguments.
+    pub fn args(mut self, args: &[&str]) -> Self {
+        self.extra_args.extend(args.iter().map(|a| a.to_string()));
+        self
     }
 
     pub fn fail_mode(mut self, mode: FailMode) -> Self {
@@ -71,7 +95,7 @@ impl AgentOptions {
         self
     }
 
-    fn args(&self, policies: &str) -> Vec<String> {
+    fn command_line(&self, policies: &str) -> Vec<String> {
         let mut args: Vec<String> = match &self.kubeconfig {
             Some(path) => vec![
                 "run".into(),
@@ -109,6 +133,10 @@ impl AgentOptions {
         for p in &self.privileged {
             args.extend(["--privileged".into(), p.clone()]);
         }
+        args.extend([
+            "--status-socket".into(),
+            self.status_socket.display().to_string(),
+        ]);
         args.extend(self.extra_args.iter().cloned());
         args
     }
@@ -131,7 +159,7 @@ impl Agent {
         let stderr = File::create(&log).expect("create agent log");
         let stdout = stderr.try_clone().expect("clone log handle");
         let policies = lab.policy_dir();
-        let args = options.args(policies.to_str().expect("utf-8 temp path"));
+        let args = options.command_line(policies.to_str().expect("utf-8 temp path"));
         let argv: Vec<&str> = std::iter::once(env!("CARGO_BIN_EXE_tollgate"))
             .chain(args.iter().map(String::as_str))
             .collect();
@@ -245,6 +273,17 @@ impl Agent {
     pub fn terminate(&mut self) -> ExitStatus {
         self.signal(libc::SIGTERM);
         self.wait_exit(AGENT_WAIT)
+    }
+
+    /// SIGTERM; asserts a clean exit (status 0, `shutdown complete`
+    /// logged) and returns the whole log.
+    #[track_caller]
+    pub fn stop(&mut self) -> String {
+        let status = self.terminate();
+        let log = self.log();
+        assert!(status.success(), "agent exit {status}; log:\n{log}");
+        assert!(log.contains("shutdown complete"), "log:\n{log}");
+        log
     }
 
     /// SIGKILL (no cleanup by the agent), then reaps it.

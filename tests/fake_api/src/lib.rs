@@ -5,8 +5,9 @@
 //! resourceVersion, or a `410 Gone` `ERROR` event when that version has
 //! been compacted away. Plain threads and std sockets: nothing of the
 //! client side is mocked.
-
-#![allow(dead_code)]
+//!
+//! Used by the no-root watcher tests (`tests/kube_watch.rs`) and by the
+//! Kubernetes-mode test of the netns suite (`tests/netns/kube.rs`).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};

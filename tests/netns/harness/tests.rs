@@ -1,14 +1,12 @@
-//! Tests of the end-to-end harness itself, without the agent: the lab routes,
-//! probes tell a timeout from a reset from an ICMP error, and a lab leaves
-//! nothing behind even when its test panics. If these fail, the datapath
-//! tests' verdicts mean nothing.
-
-mod common;
+//! The harness's own tests, without the agent: probes tell a timeout from a
+//! reset from an ICMP error and fail on a local error; labs route, clean up
+//! even when their test panics, and only gone processes' labs are reaped.
+//! If these fail, the other tests' verdicts mean nothing.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 
-use common::{
+use super::{
     DnsRecord, Lab, PingOutcome, Resolution, Service, TcpOutcome, UdpOutcome, ALLOW_WAIT, DENY_WAIT,
 };
 
@@ -48,7 +46,7 @@ fn harness_probes_classify_outcomes() {
         );
     }
     let mut stream = lab.tcp_stream("client", sock(srv4, 8080));
-    assert!(common::probe::echo_roundtrip(&mut stream, b"hello", ALLOW_WAIT).unwrap());
+    assert!(super::probe::echo_roundtrip(&mut stream, b"hello", ALLOW_WAIT).unwrap());
 
     // The node's own firewall shapes what the probes see.
     let node = lab.node();
@@ -76,8 +74,26 @@ fn harness_probes_classify_outcomes() {
     lab.assert_tcp("client", sock(srv4, 8082), TcpOutcome::Unreachable);
     assert_eq!(lab.ping("client", srv4, DENY_WAIT), PingOutcome::NoReply);
 
+    // A local error is not an outcome: the probe fails the test. EINVAL (a
+    // link-local destination without a scope) for TCP; ping's exit 2 (no
+    // route: the client's link is down) for ICMP.
+    let local_error =
+        |probe: &dyn Fn()| std::panic::catch_unwind(std::panic::AssertUnwindSafe(probe)).is_err();
+    let link_local: SocketAddr = "[fe80::1]:8080".parse().unwrap();
+    assert!(local_error(&|| {
+        lab.tcp("client", link_local, DENY_WAIT);
+    }));
+    assert!(local_error(&|| {
+        lab.udp("client", link_local, DENY_WAIT);
+    }));
+    lab.ns("client").run(&["ip", "link", "set", "eth0", "down"]);
+    assert!(local_error(&|| {
+        lab.ping("client", srv4, DENY_WAIT);
+    }));
+    lab.ns("client").run(&["ip", "link", "set", "eth0", "up"]);
+
     let state = lab.firewall_state("node");
-    assert_eq!(state.jumps("FORWARD", "DROP"), 2, "{state}");
+    assert_eq!(state.jumps("FORWARD", "DROP"), [2, 0], "{state}");
     assert!(state.duplicate_rules().is_empty());
     assert!(
         !state.iptables.contains('['),
@@ -162,14 +178,49 @@ fn harness_dns_server_answers() {
     );
     assert_eq!(ask("wild.test", RecordType::A), Resolution::NxDomain);
     assert_eq!(ask("nope.test", RecordType::A), Resolution::NxDomain);
-    assert_eq!(
+    // Nothing listens on 54: ICMP port unreachable. UDP 55 is dropped by
+    // the server's namespace: no answer at all.
+    let elsewhere = |port: u16| {
         lab.resolve(
             "client",
-            sock(lab.addr("dns"), 54),
+            sock(lab.addr("dns"), port),
             "web.lab.test",
             RecordType::A,
-            DENY_WAIT
-        ),
-        Resolution::NoAnswer
-    );
+            DENY_WAIT,
+        )
+    };
+    assert_eq!(elsewhere(54), Resolution::Refused);
+    lab.ns("dns").run(&[
+        "iptables", "-w", "-A", "INPUT", "-p", "udp", "--dport", "55", "-j", "DROP",
+    ]);
+    assert_eq!(elsewhere(55), Resolution::NoAnswer);
+}
+
+#[test]
+fn harness_reaps_only_labs_of_gone_processes() {
+    let Some(lab) = Lab::builder("harness_reaps_only_labs_of_gone_processes").build() else {
+        return;
+    };
+    let netns = Path::new("/run/netns");
+    let add = |name: &str| {
+        let status = std::process::Command::new("ip")
+            .args(["netns", "add", name])
+            .status()
+            .unwrap();
+        assert!(status.success(), "ip netns add {name}");
+    };
+    // A lab of a process that is gone: its lock file exists, unlocked.
+    let lock = Path::new(super::lab::LOCK_DIR).join("gone0.lock");
+    std::fs::write(&lock, "").unwrap();
+    add("tg1-gone0-node");
+    // A lab without a lock file (another scheme, another tool): left alone.
+    add("tg1-nolck-node");
+    super::lab::reap_stale_labs();
+    assert!(!netns.join("tg1-gone0-node").exists(), "stale lab kept");
+    assert!(!lock.exists(), "stale lock file kept");
+    let kept = netns.join("tg1-nolck-node").exists();
+    super::lab::destroy_ns(&super::Netns::new("tg1-nolck-node"));
+    assert!(kept, "a lab without a lock file was reaped");
+    // This process holds its own lock: its lab is not stale.
+    assert!(netns.join(lab.node().name()).exists(), "live lab reaped");
 }

@@ -1,24 +1,22 @@
-//! FQDN egress end to end (root only; skipped otherwise): `tollgate run` in
-//! a node namespace, dnsmasq serving a test zone in a server namespace
-//! (which also answers HTTP on port 80 and echoes on port 9000 for every
-//! address of 10.61.1-3.0/24), and curl, dig and nc as clients — on the
-//! node itself (INPUT) and in a Pod namespace routed through it (FORWARD).
+//! FQDN egress end to end: `tollgate run` learns the answers of a real DNS
+//! server (dnsmasq) into its sets before releasing them, for the node
+//! itself (INPUT) and a Pod routed through it (FORWARD); and the netlink
+//! ipset client the DNS worker writes with, against the kernel.
 //!
+//! The server namespace also answers HTTP on port 80 and echoes on port
+//! 9000 for every address of 10.61.1-4.0/24; curl and dig are the clients.
 //! Addresses: node–server link 10.61.0.0/24 (node .1, dnsmasq .2, malformed
 //! responder .4, forger .5), node–pod link 10.61.5.0/24 (pod .2), web
-//! addresses 10.61.1.0/24, 10.61.2.0/24 (one per race-test name) and
-//! 10.61.3.0/24 (one large answer).
-
-mod common;
+//! addresses 10.61.1.0/24, 10.61.2.0/24 (one per race-test name),
+//! 10.61.3.0/24 (large answers) and 10.61.4.0/24 (a large answer for the
+//! system resolver).
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream, UdpSocket};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::net::{IpAddr, Ipv4Addr, TcpStream, UdpSocket};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{capture_stderr, is_root, wait_exit, wait_until, within, NetNs};
+use crate::harness::{wait_until, Agent, Lab, Netns, Service, AGENT_WAIT};
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::rdata::A;
 use hickory_proto::rr::{Name, RData, Record, RecordType};
@@ -105,60 +103,63 @@ fn zone() -> String {
     for i in 101..=180 {
         conf.push_str(&format!("host-record=huge.example.test,10.61.3.{i}\n"));
     }
+    for i in 1..=40 {
+        conf.push_str(&format!("host-record=sys.example.test,10.61.4.{i}\n"));
+    }
     conf
 }
 
-/// Namespaces, servers and the files they use; removed on drop.
-struct Lab {
-    node: NetNs,
-    server: NetNs,
-    pod: NetNs,
-    dir: tempfile::TempDir,
-    dnsmasq: Child,
+/// The FQDN lab: node, server and Pod namespaces wired as the module doc
+/// says, dnsmasq serving [`zone`], and the web servers. The namespaces are
+/// the harness lab's, kept here by name for the tests' convenience.
+struct FqdnLab {
+    lab: Lab,
+    node: Netns,
+    server: Netns,
+    pod: Netns,
 }
 
-impl Lab {
-    fn start(tag: &str, local_ttl: u32) -> Lab {
-        let node = NetNs::create(&format!("fq{tag}-n"));
-        let server = NetNs::create(&format!("fq{tag}-s"));
-        let pod = NetNs::create(&format!("fq{tag}-p"));
+impl FqdnLab {
+    fn start(test: &'static str, local_ttl: u32) -> Option<FqdnLab> {
+        let lab = Lab::builder(test)
+            .unlinked("server")
+            .unlinked("pod")
+            .require(&["dnsmasq", "dig", "curl"])
+            .build()?;
+        let (node, server, pod) = (
+            lab.node().clone(),
+            lab.ns("server").clone(),
+            lab.ns("pod").clone(),
+        );
         node.ok(&format!(
-            "ip link set lo up && sysctl -qw net.ipv4.ip_forward=1 && \
+            "sysctl -qw net.ipv4.ip_forward=1 && \
              ip link add vs type veth peer name vn netns {s} && \
              ip link add vp type veth peer name vn netns {p} && \
              ip addr add 10.61.0.1/24 dev vs && ip addr add fd61::1/64 dev vs nodad && \
              ip link set vs up && ip -6 route add fd61:1::/64 via fd61::2 && \
              ip addr add 10.61.5.1/24 dev vp && ip link set vp up && \
-             for n in 1 2 3; do ip route add 10.61.$n.0/24 via 10.61.0.2; done",
-            s = server.0,
-            p = pod.0
+             for n in 1 2 3 4; do ip route add 10.61.$n.0/24 via 10.61.0.2; done",
+            s = server.name(),
+            p = pod.name()
         ));
-        server.ok("ip link set lo up && ip link set vn up && \
+        server.ok("ip link set vn up && \
              for a in 2 4 5; do ip addr add 10.61.0.$a/24 dev vn; done && \
-             for n in 1 2 3; do ip route add local 10.61.$n.0/24 dev lo; done && \
+             for n in 1 2 3 4; do ip route add local 10.61.$n.0/24 dev lo; done && \
              ip addr add fd61::2/64 dev vn nodad && ip -6 route add local fd61:1::/64 dev lo && \
              ip route add 10.61.5.0/24 via 10.61.0.1");
-        pod.ok(
-            "ip link set lo up && ip addr add 10.61.5.2/24 dev vn && ip link set vn up && \
-             ip route add default via 10.61.5.1",
-        );
-        for ns in [&node, &pod] {
-            let dir = PathBuf::from(format!("/etc/netns/{}", ns.0));
-            std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(
-                dir.join("resolv.conf"),
-                "nameserver 10.61.0.2\noptions timeout:1 attempts:3\n",
-            )
-            .unwrap();
+        pod.ok("ip addr add 10.61.5.2/24 dev vn && ip link set vn up && \
+             ip route add default via 10.61.5.1");
+        for role in ["node", "pod"] {
+            lab.resolv_conf(role, "nameserver 10.61.0.2\noptions timeout:1 attempts:3\n");
         }
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("policies")).unwrap();
-        std::fs::write(dir.path().join("policies/fqdn.yaml"), POLICY).unwrap();
-        let conf = dir.path().join("zone.conf");
+        lab.write_policy("fqdn.yaml", POLICY);
+        let conf = lab.dir().join("zone.conf");
         std::fs::write(&conf, zone()).unwrap();
-        serve_web(&server);
-        let dnsmasq = server
-            .command(&[
+        lab.serve_tcp("server", 80, Service::Http);
+        lab.serve_tcp("server", 9000, Service::Echo);
+        lab.spawn(
+            "server",
+            &[
                 "dnsmasq",
                 "--no-daemon",
                 "--no-resolv",
@@ -168,51 +169,52 @@ impl Lab {
                 "--user=root",
                 &format!("--local-ttl={local_ttl}"),
                 &format!("--conf-file={}", conf.display()),
-                &format!("--pid-file={}", dir.path().join("dnsmasq.pid").display()),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let lab = Lab {
+                &format!("--pid-file={}", lab.dir().join("dnsmasq.pid").display()),
+            ],
+        );
+        wait_until("dnsmasq answers", Duration::from_secs(10), || {
+            node.sh("dig +short +time=1 +tries=1 @10.61.0.2 www.example.test")
+                .stdout
+                .starts_with("10.61.1.10")
+        });
+        Some(FqdnLab {
+            lab,
             node,
             server,
             pod,
-            dir,
-            dnsmasq,
-        };
-        wait_until("dnsmasq answers", Duration::from_secs(10), || {
-            lab.node
-                .sh("dig +short +time=1 +tries=1 @10.61.0.2 www.example.test")
-                .stdout
-                .starts_with(b"10.61.1.10")
-        });
-        lab
+        })
     }
 
-    fn policies(&self) -> PathBuf {
-        self.dir.path().join("policies")
+    /// Replaces the policy file.
+    fn write_policy(&self, yaml: &str) {
+        self.lab.write_policy("fqdn.yaml", yaml);
     }
 
+    /// Starts the agent (node `fq`, `role=fqdn`, one queue, `extra`
+    /// arguments) and waits for its first ruleset.
     fn agent(&self, extra: &[&str]) -> Agent {
-        let agent = Agent::start(&self.node, &self.policies(), extra);
-        agent.wait_log("ruleset applied generation=1");
+        let options = self
+            .lab
+            .agent_options()
+            .node_name("fq")
+            .labels(&[("role", "fqdn")])
+            .queues(1)
+            .args(extra);
+        let mut agent = self.lab.start_agent(options);
+        agent.wait_generation(1);
         agent
     }
 
     /// HTTP status code curl got from `url` in `ns`, `000` when it failed,
     /// and curl's exit code.
-    fn curl(&self, ns: &NetNs, url: &str) -> (String, i32) {
+    fn curl(&self, ns: &Netns, url: &str) -> (String, i32) {
         let out = ns.sh(&format!(
             "curl -s -o /dev/null -w '%{{http_code}}' --connect-timeout 1 --max-time 3 {url}"
         ));
-        (
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            out.status.code().unwrap_or(-1),
-        )
+        (out.stdout.clone(), out.code().unwrap_or(-1))
     }
 
-    fn reachable(&self, ns: &NetNs, url: &str) -> bool {
+    fn reachable(&self, ns: &Netns, url: &str) -> bool {
         self.curl(ns, url).0 == "200"
     }
 
@@ -221,127 +223,8 @@ impl Lab {
         self.node.ok(&format!(
             "{} get fqdn --policies {} --node-name fq --node-labels role=fqdn",
             env!("CARGO_BIN_EXE_tollgate"),
-            self.policies().display()
+            self.lab.policy_dir().display()
         ))
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        let _ = self.dnsmasq.kill();
-        let _ = self.dnsmasq.wait();
-        for ns in [&self.node, &self.pod] {
-            let _ = std::fs::remove_dir_all(format!("/etc/netns/{}", ns.0));
-        }
-    }
-}
-
-/// HTTP 200 on port 80 and a line echo on port 9000, for every address of
-/// the server namespace.
-fn serve_web(server: &NetNs) {
-    let (web, echo) = within(server, || {
-        (
-            TcpListener::bind("[::]:80").unwrap(),
-            TcpListener::bind("[::]:9000").unwrap(),
-        )
-    });
-    std::thread::spawn(move || {
-        for stream in web.incoming().map_while(Result::ok) {
-            std::thread::spawn(move || {
-                let mut stream = stream;
-                let mut head = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match stream.read(&mut buf) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let _ = stream.write_all(
-                    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
-                );
-            });
-        }
-    });
-    std::thread::spawn(move || {
-        for stream in echo.incoming().map_while(Result::ok) {
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut writer = stream;
-                let mut line = String::new();
-                while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
-                    if writer.write_all(line.as_bytes()).is_err() {
-                        return;
-                    }
-                    line.clear();
-                }
-            });
-        }
-    });
-}
-
-/// A running agent whose stderr is collected; killed on drop.
-struct Agent {
-    child: Child,
-    log: Arc<Mutex<String>>,
-}
-
-impl Agent {
-    fn start(ns: &NetNs, policies: &Path, extra: &[&str]) -> Agent {
-        let mut args = vec![
-            env!("CARGO_BIN_EXE_tollgate"),
-            "run",
-            "--policies",
-            policies.to_str().unwrap(),
-            "--node-name",
-            "fq",
-            "--node-labels",
-            "role=fqdn",
-            "--queues",
-            "1",
-        ];
-        args.extend_from_slice(extra);
-        let mut child = ns
-            .command(&args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let log = capture_stderr(&mut child);
-        Agent { child, log }
-    }
-
-    fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
-    }
-
-    fn wait_log(&self, needle: &str) {
-        wait_until(needle, Duration::from_secs(20), || {
-            self.log.lock().unwrap().contains(needle)
-        });
-    }
-
-    /// SIGTERM, then the exit; returns the log.
-    fn stop(mut self) -> String {
-        let pid = self.child.id().to_string();
-        assert!(Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success());
-        match wait_exit(&mut self.child, Duration::from_secs(15)) {
-            Some(status) => assert!(status.success(), "agent exit {status}:\n{}", self.log()),
-            None => panic!("agent did not exit:\n{}", self.log()),
-        }
-        self.wait_log("shutdown complete");
-        self.log()
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -359,11 +242,13 @@ fn log_value(log: &str, line: &str, key: &str) -> u64 {
 
 #[test]
 fn allowed_names_reachable_others_denied_with_drop_reject_and_cname() {
-    if !is_root() {
+    let Some(lab) = FqdnLab::start(
+        "allowed_names_reachable_others_denied_with_drop_reject_and_cname",
+        300,
+    ) else {
         return;
-    }
-    let lab = Lab::start("a", 300);
-    let agent = lab.agent(&[]);
+    };
+    let mut agent = lab.agent(&[]);
     let node = &lab.node;
 
     // Direct access to an address never learned: dropped by drop-all.
@@ -413,11 +298,13 @@ fn allowed_names_reachable_others_denied_with_drop_reject_and_cname() {
 
 #[test]
 fn first_connection_right_after_the_answer_never_loses_the_race() {
-    if !is_root() {
+    let Some(lab) = FqdnLab::start(
+        "first_connection_right_after_the_answer_never_loses_the_race",
+        300,
+    ) else {
         return;
-    }
-    let lab = Lab::start("r", 300);
-    let agent = lab.agent(&[]);
+    };
+    let mut agent = lab.agent(&[]);
     // 200 names, each with its own address never seen before: every
     // connection is the first one after its answer.
     let out = lab.node.ok("for i in $(seq 1 200); do \
@@ -435,14 +322,16 @@ fn first_connection_right_after_the_answer_never_loses_the_race() {
 
 #[test]
 fn ttl_expiry_denies_new_connections_and_keeps_established_ones() {
-    if !is_root() {
+    let Some(lab) = FqdnLab::start(
+        "ttl_expiry_denies_new_connections_and_keeps_established_ones",
+        2,
+    ) else {
         return;
-    }
-    let lab = Lab::start("t", 2);
+    };
     let _agent = lab.agent(&["--fqdn-min-ttl", "1"]);
     lab.node
         .ok("dig +short @10.61.0.2 short.example.test | grep -q 10.61.1.50");
-    let mut established = within(&lab.node, || {
+    let mut established = lab.node.enter(|| {
         TcpStream::connect_timeout(&"10.61.1.50:9000".parse().unwrap(), Duration::from_secs(2))
             .unwrap()
     });
@@ -470,11 +359,13 @@ fn ttl_expiry_denies_new_connections_and_keeps_established_ones() {
 
 #[test]
 fn dns_over_tcp_and_the_tcp_retry_of_a_truncated_answer_are_learned() {
-    if !is_root() {
+    let Some(lab) = FqdnLab::start(
+        "dns_over_tcp_and_the_tcp_retry_of_a_truncated_answer_are_learned",
+        300,
+    ) else {
         return;
-    }
-    let lab = Lab::start("c", 300);
-    let agent = lab.agent(&[]);
+    };
+    let mut agent = lab.agent(&[]);
     let node = &lab.node;
     assert_eq!(lab.curl(node, "http://10.61.1.40/").1, 28);
     assert_eq!(
@@ -495,8 +386,15 @@ fn dns_over_tcp_and_the_tcp_retry_of_a_truncated_answer_are_learned() {
         assert!(table.contains(&format!("10.61.3.{i} ")), "{table}");
     }
     assert!(lab.reachable(node, "http://10.61.3.33/"));
-    // The system resolver does the same on its own.
-    assert!(lab.reachable(node, "http://big.example.test/"));
+    // The system resolver (glibc, through curl) does the same on its own:
+    // a name nobody asked for yet, with 40 addresses of its own.
+    assert_eq!(lab.curl(node, "http://10.61.4.1/").1, 28);
+    assert!(!lab.learned().contains("10.61.4."));
+    assert!(lab.reachable(node, "http://sys.example.test/"));
+    let table = lab.learned();
+    for i in 1..=40 {
+        assert!(table.contains(&format!("10.61.4.{i} ")), "{table}");
+    }
 
     // A message split across TCP segments (MTU 576: 80 records do not fit
     // one segment; gso_max_segs 1: the server's stack sends real segments,
@@ -576,8 +474,8 @@ fn answer(id: u16, question: &str, address: Ipv4Addr) -> Vec<u8> {
 
 /// Answers queries on 10.61.0.4:53 with broken messages chosen by the
 /// first label, and a valid answer for `good.example.test`.
-fn serve_malformed(server: &NetNs) {
-    let socket = within(server, || UdpSocket::bind("10.61.0.4:53").unwrap());
+fn serve_malformed(server: &Netns) {
+    let socket = server.enter(|| UdpSocket::bind("10.61.0.4:53").unwrap());
     std::thread::spawn(move || {
         let mut buf = [0u8; 1500];
         while let Ok((n, peer)) = socket.recv_from(&mut buf) {
@@ -613,16 +511,20 @@ fn serve_malformed(server: &NetNs) {
 
 #[test]
 fn forged_and_malformed_replies_are_not_learned_and_the_worker_keeps_running() {
-    if !is_root() {
+    let Some(lab) = FqdnLab::start(
+        "forged_and_malformed_replies_are_not_learned_and_the_worker_keeps_running",
+        300,
+    ) else {
         return;
-    }
-    let lab = Lab::start("m", 300);
+    };
     serve_malformed(&lab.server);
-    let agent = lab.agent(&[]);
+    let mut agent = lab.agent(&[]);
     let node = &lab.node;
 
     // A reply from a host the node never asked: no tracked connection.
-    let forger = within(&lab.server, || UdpSocket::bind("10.61.0.5:53").unwrap());
+    let forger = lab
+        .server
+        .enter(|| UdpSocket::bind("10.61.0.5:53").unwrap());
     let forged = answer(7, "forged.example.test.", Ipv4Addr::new(10, 61, 1, 66));
     for port in [40000u16, 53, 33333] {
         forger
@@ -652,12 +554,12 @@ fn forged_and_malformed_replies_are_not_learned_and_the_worker_keeps_running() {
 
 #[test]
 fn only_trusted_servers_are_learned_from_when_configured() {
-    if !is_root() {
+    let Some(lab) = FqdnLab::start("only_trusted_servers_are_learned_from_when_configured", 300)
+    else {
         return;
-    }
-    let lab = Lab::start("u", 300);
+    };
     serve_malformed(&lab.server);
-    let agent = lab.agent(&["--dns-trusted-server", "10.61.0.4"]);
+    let mut agent = lab.agent(&["--dns-trusted-server", "10.61.0.4"]);
     // dnsmasq (10.61.0.2) answers, but is not trusted.
     assert_eq!(lab.curl(&lab.node, "http://www.example.test/").1, 28);
     assert_eq!(
@@ -673,11 +575,10 @@ fn only_trusted_servers_are_learned_from_when_configured() {
 
 #[test]
 fn restart_keeps_learned_addresses_working() {
-    if !is_root() {
+    let Some(lab) = FqdnLab::start("restart_keeps_learned_addresses_working", 300) else {
         return;
-    }
-    let lab = Lab::start("x", 300);
-    let agent = lab.agent(&[]);
+    };
+    let mut agent = lab.agent(&[]);
     assert!(lab.reachable(&lab.node, "http://www.example.test/"));
     agent.stop();
     // The learned sets outlive a clean shutdown; nothing else does.
@@ -685,8 +586,8 @@ fn restart_keeps_learned_addresses_working() {
     assert!(!kept.contains("TOLLGATE"), "{kept}");
     assert!(lab.node.ok("ipset save").contains("10.61.1.10 timeout"));
 
-    let agent = lab.agent(&[]);
-    agent.wait_log("fqdn mirror restored");
+    let mut agent = lab.agent(&[]);
+    agent.wait_for_log("fqdn mirror restored", AGENT_WAIT);
     assert!(log_value(&agent.log(), "fqdn mirror restored", "restored") >= 1);
     // No new lookup: the restored mirror decides.
     assert!(lab.reachable(&lab.node, "http://10.61.1.10/"));
@@ -696,11 +597,13 @@ fn restart_keeps_learned_addresses_working() {
 
 #[test]
 fn policy_change_starts_new_selectors_empty_and_destroys_removed_sets() {
-    if !is_root() {
+    let Some(lab) = FqdnLab::start(
+        "policy_change_starts_new_selectors_empty_and_destroys_removed_sets",
+        300,
+    ) else {
         return;
-    }
-    let lab = Lab::start("p", 300);
-    let agent = lab.agent(&[]);
+    };
+    let mut agent = lab.agent(&[]);
     assert!(lab.reachable(&lab.node, "http://www.example.test/"));
     assert!(lab.reachable(&lab.node, "http://10.61.1.10/"));
     let old = fqdn_set(&FqdnPattern::new("*.example.test"), Family::V4);
@@ -709,8 +612,8 @@ fn policy_change_starts_new_selectors_empty_and_destroys_removed_sets() {
     assert!(lab.node.ok("ipset list -n").contains(&old));
 
     let changed = POLICY.replace("fqdn: '*.example.test'", "fqdn: www.example.test");
-    std::fs::write(lab.policies().join("fqdn.yaml"), changed).unwrap();
-    agent.wait_log("ruleset applied generation=2");
+    lab.write_policy(&changed);
+    agent.wait_generation(2);
     let sets = lab.node.ok("ipset list -n");
     assert!(!sets.contains(&old), "{sets}");
     assert!(sets.contains(&kept) && sets.contains(&new), "{sets}");
@@ -724,10 +627,9 @@ fn policy_change_starts_new_selectors_empty_and_destroys_removed_sets() {
 
 #[test]
 fn fqdn_rules_added_by_a_reload_start_the_dns_worker() {
-    if !is_root() {
+    let Some(lab) = FqdnLab::start("fqdn_rules_added_by_a_reload_start_the_dns_worker", 300) else {
         return;
-    }
-    let lab = Lab::start("l", 300);
+    };
     let without_fqdn: String = POLICY
         .lines()
         .filter(|l| !l.contains("fqdn:"))
@@ -738,12 +640,12 @@ fn fqdn_rules_added_by_a_reload_start_the_dns_worker() {
             "",
         );
     assert!(!without_fqdn.contains("allow-example"), "{without_fqdn}");
-    std::fs::write(lab.policies().join("fqdn.yaml"), &without_fqdn).unwrap();
-    let agent = lab.agent(&[]);
+    lab.write_policy(&without_fqdn);
+    let mut agent = lab.agent(&[]);
     assert!(!agent.log().contains("dns worker started"));
     assert_eq!(lab.curl(&lab.node, "http://www.example.test/").1, 28);
-    std::fs::write(lab.policies().join("fqdn.yaml"), POLICY).unwrap();
-    agent.wait_log("ruleset applied generation=2");
+    lab.write_policy(POLICY);
+    agent.wait_generation(2);
     assert!(
         agent.log().contains("dns worker started"),
         "{}",
@@ -754,16 +656,17 @@ fn fqdn_rules_added_by_a_reload_start_the_dns_worker() {
 
 #[test]
 fn netlink_client_adds_refreshes_and_deletes_entries() {
-    if !is_root() {
+    let Some(lab) = Lab::builder("netlink_client_adds_refreshes_and_deletes_entries").build()
+    else {
         return;
-    }
-    let ns = NetNs::create("fq-nl");
+    };
+    let ns = lab.node();
     ns.ok(
         "ipset create tollgate-fqdn-t-v4 hash:ip family inet timeout 300 && \
          ipset create tollgate-fqdn-t-v6 hash:ip family inet6 timeout 300",
     );
     let v4 = |last: u8| IpAddr::from([10, 61, 9, last]);
-    within(&ns, || {
+    ns.enter(|| {
         let mut socket = IpsetSocket::open().unwrap();
         socket
             .apply(&[
@@ -784,6 +687,17 @@ fn netlink_client_adds_refreshes_and_deletes_entries() {
                 },
             ])
             .unwrap();
+        let added = ns.ok("ipset save");
+        let v4_timeout = |save: &str| timeout_of(save, "tollgate-fqdn-t-v4", "10.61.9.1");
+        assert!(
+            v4_timeout(&added).is_some_and(|t| (90..=100).contains(&t)),
+            "{added}"
+        );
+        assert!(
+            timeout_of(&added, "tollgate-fqdn-t-v4", "10.61.9.2").is_some(),
+            "{added}"
+        );
+        // The refresh: an add of an existing entry with a longer timeout.
         socket
             .apply(&[
                 EntryOp::Add {
@@ -801,6 +715,16 @@ fn netlink_client_adds_refreshes_and_deletes_entries() {
                 },
             ])
             .unwrap();
+        let refreshed = ns.ok("ipset save");
+        assert!(
+            v4_timeout(&refreshed).is_some_and(|t| (990..=1000).contains(&t)),
+            "the timeout was not refreshed:\n{refreshed}"
+        );
+        assert_eq!(
+            timeout_of(&refreshed, "tollgate-fqdn-t-v4", "10.61.9.2"),
+            None,
+            "{refreshed}"
+        );
         let missing = socket.apply(&[EntryOp::Add {
             set: "tollgate-nope",
             address: v4(1),
@@ -825,10 +749,20 @@ fn netlink_client_adds_refreshes_and_deletes_entries() {
     let save = ns.ok("ipset save");
     let entries: Vec<&str> = save.lines().filter(|l| l.starts_with("add ")).collect();
     assert_eq!(entries.len(), 2, "{save}");
-    assert!(entries
-        .iter()
-        .any(|l| l.starts_with("add tollgate-fqdn-t-v4 10.61.9.1 timeout 99")));
-    assert!(entries
-        .iter()
-        .any(|l| l.starts_with("add tollgate-fqdn-t-v6 fd61::1 timeout 4")));
+    let v4 = timeout_of(&save, "tollgate-fqdn-t-v4", "10.61.9.1");
+    assert!(v4.is_some_and(|t| (990..=1000).contains(&t)), "{save}");
+    let v6 = timeout_of(&save, "tollgate-fqdn-t-v6", "fd61::1");
+    assert!(v6.is_some_and(|t| (40..=50).contains(&t)), "{save}");
+}
+
+/// The timeout left on `address` in `set`, from an `ipset save` dump
+/// (`add <set> <address> timeout <seconds>`), compared as a number.
+fn timeout_of(save: &str, set: &str, address: &str) -> Option<u32> {
+    save.lines().find_map(|line| {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words[..] {
+            ["add", s, a, "timeout", t, ..] if s == set && a == address => t.parse().ok(),
+            _ => None,
+        }
+    })
 }

@@ -10,12 +10,23 @@
 //!
 //! With IPv6 each link also gets `fd00:I:k::1/64` (node) and `fd00:I:k::2/64`
 //! (peer), without duplicate-address detection. Peers route everything via
-//! the node. `I` is the test's index in [`super::TEST_IDS`].
+//! the node. `I` is the test's index in [`super::TEST_IDS`]. A lab may also
+//! hold unlinked namespaces (loopback up, nothing else), which the test
+//! wires with addresses of its own.
+//!
+//! Names: `tg<I>-<tag>-<role>`, where `<tag>` is the test process's own
+//! five-character random tag. The process holds an exclusive lock on
+//! `/run/tollgate-tests/<tag>.lock` while it lives; a later harness run that
+//! can take that lock knows the owner is gone and deletes its namespaces.
+//! Liveness by lock, not by pid, so runs in different pid namespaces that
+//! share `/run` cannot take each other's labs for stale.
 
+use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use hickory_proto::rr::RecordType;
@@ -31,27 +42,34 @@ use super::{missing_precondition, poll_until, skip, TEST_IDS};
 /// The role name of the node namespace.
 pub const NODE: &str = "node";
 
+/// Where test processes keep their liveness locks.
+pub(super) const LOCK_DIR: &str = "/run/tollgate-tests";
+
 /// Describes a lab before it is built.
 pub struct LabBuilder {
     test: &'static str,
     index: u8,
     peers: Vec<String>,
+    unlinked: Vec<String>,
     ipv6: bool,
     tools: Vec<&'static str>,
 }
 
-/// A built lab. Dropping it stops servers, kills every process in its
-/// namespaces, deletes the namespaces and removes its temporary directory.
+/// A built lab. Dropping it stops servers and background processes, kills
+/// every process in its namespaces, deletes the namespaces and removes its
+/// temporary directory.
 pub struct Lab {
     test: &'static str,
     index: u8,
     prefix: String,
     node: Netns,
     peers: Vec<(String, Netns)>,
+    unlinked: Vec<(String, Netns)>,
     ipv6: bool,
     dir: PathBuf,
     stop: Arc<AtomicBool>,
     servers: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    background: Mutex<Vec<Child>>,
 }
 
 impl Lab {
@@ -69,6 +87,7 @@ impl Lab {
                 .filter(|i| *i < 98)
                 .expect("at most 97 end-to-end tests: 98 and 99 are the bench and demo labs"),
             peers: Vec::new(),
+            unlinked: Vec::new(),
             ipv6: false,
             tools: Vec::new(),
         }
@@ -78,13 +97,27 @@ impl Lab {
 impl LabBuilder {
     /// Adds a peer namespace attached to the node by its own link.
     pub fn peer(mut self, role: &str) -> Self {
-        assert!(role != NODE && role.len() <= 13, "bad peer role {role:?}");
-        assert!(
-            !self.peers.iter().any(|p| p == role),
-            "duplicate role {role}"
-        );
+        self.check_role(role);
         self.peers.push(role.to_string());
         self
+    }
+
+    /// Adds a namespace with only its loopback up, for a test that wires
+    /// its own topology (links, addresses, routes) with
+    /// [`Netns::run`]/[`Netns::ok`].
+    pub fn unlinked(mut self, role: &str) -> Self {
+        self.check_role(role);
+        self.unlinked.push(role.to_string());
+        self
+    }
+
+    fn check_role(&self, role: &str) {
+        // The node's interface to a peer is `n-<role>`: at most 15 bytes.
+        assert!(role != NODE && role.len() <= 13, "bad role {role:?}");
+        assert!(
+            !self.peers.iter().chain(&self.unlinked).any(|p| p == role),
+            "duplicate role {role}"
+        );
     }
 
     /// Also gives every link IPv6 ULA addresses.
@@ -103,12 +136,12 @@ impl LabBuilder {
     /// [`super::skip`]). Panics when building fails.
     pub fn build(self) -> Option<Lab> {
         if let Some(reason) = missing_precondition(&self.tools) {
-            skip(&reason);
+            skip(self.test, &reason);
             return None;
         }
-        reap_stale_labs();
-        let prefix = format!("tg{}-{}-", self.index, std::process::id());
-        let dir = std::env::temp_dir().join(format!("tollgate-e2e-{}{}", prefix, self.test));
+        let prefix = format!("tg{}-{}-", self.index, process_tag());
+        // Short: Unix socket paths inside it must stay under 108 bytes.
+        let dir = std::env::temp_dir().join(format!("tollgate-{prefix}lab"));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("policies")).expect("create lab directory");
         let mut lab = Lab {
@@ -116,11 +149,13 @@ impl LabBuilder {
             index: self.index,
             node: Netns::new(format!("{prefix}{NODE}")),
             peers: Vec::new(),
+            unlinked: Vec::new(),
             ipv6: self.ipv6,
             prefix,
             dir,
             stop: Arc::new(AtomicBool::new(false)),
             servers: Mutex::new(Vec::new()),
+            background: Mutex::new(Vec::new()),
         };
         // From here on, Drop cleans up whatever was created.
         lab.create_ns(&lab.node.clone());
@@ -135,6 +170,11 @@ impl LabBuilder {
             lab.peers.push((role.clone(), ns.clone()));
             lab.create_ns(&ns);
             lab.connect_peer(&ns, role, link);
+        }
+        for role in &self.unlinked {
+            let ns = Netns::new(format!("{}{role}", lab.prefix));
+            lab.unlinked.push((role.clone(), ns.clone()));
+            lab.create_ns(&ns);
         }
         Some(lab)
     }
@@ -252,13 +292,14 @@ impl Lab {
         &self.node
     }
 
-    /// The namespace of `role` (`"node"` or a peer role).
+    /// The namespace of `role` (`"node"`, a peer or an unlinked role).
     pub fn ns(&self, role: &str) -> &Netns {
         if role == NODE {
             return &self.node;
         }
         self.peers
             .iter()
+            .chain(&self.unlinked)
             .find(|(r, _)| r == role)
             .map(|(_, ns)| ns)
             .unwrap_or_else(|| panic!("no namespace {role:?} in this lab"))
@@ -323,6 +364,38 @@ impl Lab {
     /// Removes `policies/<file>`.
     pub fn remove_policy(&self, file: &str) {
         std::fs::remove_file(self.policy_dir().join(file)).expect("remove policy");
+    }
+
+    /// Starts `argv` in the namespace of `role` as a background process
+    /// (a server such as nginx or dnsmasq); its stdout and stderr go to
+    /// `<program>-<n>.log` in the lab directory. Killed and reaped when the
+    /// lab is dropped.
+    pub fn spawn(&self, role: &str, argv: &[&str]) {
+        let mut background = self.background.lock().expect("background list");
+        let program = Path::new(argv[0])
+            .file_name()
+            .map_or_else(|| argv[0].into(), |n| n.to_string_lossy());
+        let log = self.dir.join(format!("{program}-{}.log", background.len()));
+        let out = File::create(&log).expect("create background log");
+        let err = out.try_clone().expect("clone log handle");
+        let child = self
+            .ns(role)
+            .command(argv)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {argv:?} in {role}: {e}"));
+        background.push(child);
+    }
+
+    /// Sets the `resolv.conf` that commands run in `role`'s namespace see
+    /// (`ip netns exec` mounts `/etc/netns/<name>/resolv.conf`); removed
+    /// with the namespace.
+    pub fn resolv_conf(&self, role: &str, text: &str) {
+        let dir = Path::new("/etc/netns").join(self.ns(role).name());
+        std::fs::create_dir_all(&dir).expect("create /etc/netns/<name>");
+        std::fs::write(dir.join("resolv.conf"), text).expect("write resolv.conf");
     }
 
     /// Starts `tollgate run` in the node namespace.
@@ -436,8 +509,15 @@ impl Lab {
 impl Drop for Lab {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
+        if let Ok(mut background) = self.background.lock() {
+            for child in background.iter_mut() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
         let namespaces: Vec<Netns> = std::iter::once(self.node.clone())
             .chain(self.peers.iter().map(|(_, ns)| ns.clone()))
+            .chain(self.unlinked.iter().map(|(_, ns)| ns.clone()))
             .collect();
         for ns in &namespaces {
             destroy_ns(ns);
@@ -459,9 +539,10 @@ impl Drop for Lab {
     }
 }
 
-/// Kills the processes inside `ns` (all started by this harness) and
-/// deletes it.
-fn destroy_ns(ns: &Netns) {
+/// Kills the processes inside `ns` (all started by this harness), deletes
+/// it and its `/etc/netns/<name>` files.
+pub(super) fn destroy_ns(ns: &Netns) {
+    let _ = std::fs::remove_dir_all(Path::new("/etc/netns").join(ns.name()));
     if !Path::new("/run/netns").join(ns.name()).exists() {
         return;
     }
@@ -481,32 +562,100 @@ fn node_ifname(role: &str) -> String {
     name
 }
 
-/// Deletes lab namespaces (`tg<index>-<pid>-<role>`) whose creating test
-/// process no longer exists: leftovers of a test binary killed mid-run.
-fn reap_stale_labs() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let Ok(entries) = std::fs::read_dir("/run/netns") else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let Some(pid) = stale_lab_pid(&name) else {
-                continue;
-            };
-            if !Path::new(&format!("/proc/{pid}")).exists() {
-                destroy_ns(&Netns::new(name));
-            }
-        }
-    });
+/// This test process's tag: five random lowercase letters and digits,
+/// claimed once per process (see the module doc), after namespaces of test
+/// processes that are gone have been reaped.
+fn process_tag() -> &'static str {
+    static TAG: OnceLock<(String, File)> = OnceLock::new();
+    &TAG.get_or_init(|| {
+        std::fs::create_dir_all(LOCK_DIR).expect("create the lock directory");
+        reap_stale_labs();
+        claim_tag()
+    })
+    .0
 }
 
-/// The creator pid encoded in a lab namespace name, if `name` is one.
-fn stale_lab_pid(name: &str) -> Option<u32> {
+/// Creates and locks `<tag>.lock` for a fresh random tag. The lock is taken
+/// on a staging name first and the file linked into place only then, so no
+/// other process ever sees the lock file of a live tag unlocked.
+fn claim_tag() -> (String, File) {
+    use std::hash::{BuildHasher, Hasher};
+    let dir = Path::new(LOCK_DIR);
+    for attempt in 0u32..100 {
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u32(std::process::id());
+        hasher.write_u32(attempt);
+        let mut n = hasher.finish();
+        let tag: String = (0..5)
+            .map(|_| {
+                let digit = char::from_digit((n % 36) as u32, 36).expect("base 36");
+                n /= 36;
+                digit
+            })
+            .collect();
+        let staged = dir.join(format!(".{tag}.{}", std::process::id()));
+        let file = File::create(&staged).expect("create lock file");
+        file.try_lock().expect("lock a file nobody else knows");
+        let linked = std::fs::hard_link(&staged, dir.join(format!("{tag}.lock")));
+        let _ = std::fs::remove_file(&staged);
+        match linked {
+            Ok(()) => return (tag, file),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => panic!("link lock file for tag {tag}: {e}"),
+        }
+    }
+    panic!("no free test process tag in {LOCK_DIR}");
+}
+
+/// Deletes lab namespaces (`tg<index>-<tag>-<role>`) whose test process is
+/// gone (its lock can be taken): leftovers of a test binary killed mid-run;
+/// and the lock files of gone processes. Namespaces whose tag has no lock
+/// file are left alone.
+pub(super) fn reap_stale_labs() {
+    let mut by_tag: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for entry in std::fs::read_dir("/run/netns")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some(tag) = lab_tag(&name) {
+            by_tag.entry(tag.to_string()).or_default().push(name);
+        }
+    }
+    for entry in std::fs::read_dir(LOCK_DIR).into_iter().flatten().flatten() {
+        let lock = entry.path();
+        let Some(tag) = lock
+            .file_name()
+            .and_then(|n| n.to_str()?.strip_suffix(".lock"))
+        else {
+            continue;
+        };
+        let Ok(file) = File::open(&lock) else {
+            continue;
+        };
+        if file.try_lock().is_ok() {
+            for name in by_tag.remove(tag).unwrap_or_default() {
+                destroy_ns(&Netns::new(name));
+            }
+            // Still holding the lock: nobody can be relying on this file.
+            let _ = std::fs::remove_file(&lock);
+        }
+    }
+}
+
+/// The process tag in a lab namespace name, if `name` is one.
+fn lab_tag(name: &str) -> Option<&str> {
     let rest = name.strip_prefix("tg")?;
     let mut parts = rest.splitn(3, '-');
     let index: u8 = parts.next()?.parse().ok()?;
-    let pid: u32 = parts.next()?.parse().ok()?;
+    let tag = parts.next()?;
     let role = parts.next()?;
-    (index > 0 && !role.is_empty()).then_some(pid)
+    (index > 0
+        && tag.len() == 5
+        && tag
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase())
+        && !role.is_empty())
+    .then_some(tag)
 }

@@ -1,19 +1,15 @@
-//! NFQUEUE workers against the real kernel (root only; skipped otherwise).
-//! Two namespaces joined by a veth pair: the "node" runs the datapath and a
-//! worker with a fixed test policy, the "client" connects to it. Checks the
-//! verdict mechanism end to end: allow (mark + NF_REPEAT, connmark saved,
-//! one queued packet per connection), reject (TCP RST, ICMP prohibited),
-//! drop, over IPv4 and IPv6.
+//! An NFQUEUE worker (`tollgate::queue::Worker`) against the kernel, without
+//! the agent and with a fixed test policy: allow (mark + NF_REPEAT, connmark
+//! saved, one queued packet per connection), reject (TCP RST, ICMP
+//! prohibited) and drop, over IPv4 and IPv6 (10.77.0.0/24, fd77::/64).
 
-mod common;
-
-use common::{is_root, wait_until, within, NetNs};
-use std::process::{Child, Stdio};
+use crate::harness::{Lab, Service, TcpOutcome};
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
+use std::time::Instant;
 use tollgate::config::{AgentConfig, MachineDefaults};
 use tollgate::datapath::{desired, reconcile, Iptables};
 use tollgate::decide::{Policy, Ruling};
@@ -22,16 +18,6 @@ use tollgate::packet::flow::{Flow, Transport, Verdict};
 use tollgate::ruleset::Enforced;
 use tollgate::telemetry::Metrics;
 use tollgate::workers::{Observers, Worker};
-
-/// A background process, killed on drop.
-struct Background(Child);
-
-impl Drop for Background {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Allows TCP 80 and ICMP echo replies' peers, rejects TCP 81 and ICMP
 /// echo, drops the rest.
@@ -52,41 +38,29 @@ impl Policy for TestPolicy {
 
 #[test]
 fn allow_reject_drop_through_the_queue() {
-    if !is_root() {
+    let Some(lab) = Lab::builder("allow_reject_drop_through_the_queue")
+        .unlinked("client")
+        .require(&["nc", "conntrack", "ping"])
+        .build()
+    else {
         return;
-    }
-    let node = NetNs::create("qnode");
-    let client = NetNs::create("qcli");
+    };
+    let (node, client) = (lab.node(), lab.ns("client"));
     node.ok(&format!(
-        "ip link set lo up && ip link add va type veth peer name vb netns {} && \
+        "ip link add va type veth peer name vb netns {} && \
          ip addr add 10.77.0.1/24 dev va && ip addr add fd77::1/64 dev va nodad && ip link set va up",
-        client.0
+        client.name()
     ));
     client.ok(
-        "ip link set lo up && ip addr add 10.77.0.2/24 dev vb && ip addr add fd77::2/64 dev vb nodad \
-         && ip link set vb up",
+        "ip addr add 10.77.0.2/24 dev vb && ip addr add fd77::2/64 dev vb nodad && ip link set vb up",
     );
-    let servers: Vec<Background> = ["80", "81", "82"]
-        .iter()
-        .flat_map(|port| [("-4", port), ("-6", port)])
-        .map(|(family, port)| {
-            Background(
-                node.command(&["nc", family, "-lk", port])
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .unwrap(),
-            )
-        })
-        .collect();
-    wait_until("servers listening", Duration::from_secs(5), || {
-        let listening = node.ok("ss -Htln");
-        [":80 ", ":81 ", ":82 "]
-            .iter()
-            .all(|p| listening.matches(p).count() == 2)
-    });
+    // Port 80 takes the uploads (and answers their byte count); 81 and 82
+    // listen, so a reset or a timeout there can only be the verdict's.
+    lab.serve_tcp("node", 80, Service::Sink);
+    lab.serve_tcp("node", 81, Service::Echo);
+    lab.serve_tcp("node", 82, Service::Echo);
 
-    let stats = within(&node, || {
+    let stats = node.enter(|| {
         let machine = MachineDefaults {
             node_name: "n".into(),
             queues: 1,
@@ -127,38 +101,30 @@ fn allow_reject_drop_through_the_queue() {
     assert!(conntrack.contains("mark=1048576"), "{conntrack}");
 
     // Rejected: a reset, not a timeout.
-    let out = client.sh("nc -zv -w 3 10.77.0.1 81 2>&1");
-    assert!(!out.status.success());
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("refused"),
-        "{out:?}"
-    );
-    let out = client.sh("nc -zv -w 3 fd77::1 81 2>&1");
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("refused"),
-        "{out:?}"
-    );
+    for addr in ["10.77.0.1:81", "[fd77::1]:81"] {
+        let addr: SocketAddr = addr.parse().unwrap();
+        lab.assert_tcp("client", addr, TcpOutcome::Refused);
+    }
 
     // ICMP echo rejected with administratively prohibited.
     let ping = client.sh("ping -n -c 1 -W 2 10.77.0.1 2>&1");
-    let text = String::from_utf8_lossy(&ping.stdout);
+    let text = ping.stdout;
     assert!(
         text.contains("Packet filtered") || text.contains("Prohibited"),
         "{text}"
     );
     let ping6 = client.sh("ping -n -6 -c 1 -W 2 fd77::1 2>&1");
-    let text6 = String::from_utf8_lossy(&ping6.stdout);
+    let text6 = ping6.stdout;
     assert!(
         text6.contains("Administratively prohibited") || text6.contains("prohibited"),
         "{text6}"
     );
 
     // Dropped: the client times out.
-    let out = client.sh("nc -zv -w 1 10.77.0.1 82 2>&1");
-    assert!(!out.status.success());
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("timed out"),
-        "{out:?}"
+    lab.assert_tcp(
+        "client",
+        "10.77.0.1:82".parse::<SocketAddr>().unwrap(),
+        TcpOutcome::TimedOut,
     );
     assert!(stats.dropped.load(Ordering::Relaxed) >= 1);
     assert!(stats.rejected.load(Ordering::Relaxed) >= 4);
@@ -166,5 +132,4 @@ fn allow_reject_drop_through_the_queue() {
 
     let counters = node.ok("cat /proc/net/netfilter/nfnetlink_queue");
     assert!(counters.trim_start().starts_with("100 "), "{counters}");
-    drop(servers);
 }

@@ -1,24 +1,12 @@
-//! The datapath against the real kernel, inside a network namespace this
-//! test creates (root only; skipped otherwise): the rendered rules are in
-//! the exact form `iptables-save` prints (installing twice changes
-//! nothing), a restart after a crash reconciles, and teardown removes what
-//! tollgate owns and nothing else.
+//! The datapath library (`tollgate::datapath::Kernel`) against the kernel,
+//! without the agent: rules exactly as `iptables-save` prints them,
+//! idempotent installs, reconciling what a crash left, and a teardown that
+//! removes what tollgate owns and nothing else.
 
-mod common;
-
-use common::{is_root, within, NetNs};
+use crate::harness::Lab;
 use tollgate::config::{AgentConfig, MachineDefaults, Setting};
 use tollgate::datapath::{desired, reconcile, teardown, Changes, Iptables, Kernel};
 use tollgate::ruleset::Enforced;
-
-/// Runs `test` on a thread inside a fresh namespace.
-fn in_namespace(tag: &str, test: impl FnOnce(&NetNs) + Send) {
-    if !is_root() {
-        return;
-    }
-    let ns = NetNs::create(tag);
-    within(&ns, || test(&ns));
-}
 
 fn enforced(node_ingress: bool, endpoints: &[&str]) -> Enforced {
     Enforced {
@@ -30,7 +18,13 @@ fn enforced(node_ingress: bool, endpoints: &[&str]) -> Enforced {
 
 #[test]
 fn install_is_idempotent_and_teardown_leaves_foreign_rules() {
-    in_namespace("idem", |ns| {
+    let Some(lab) = Lab::builder("install_is_idempotent_and_teardown_leaves_foreign_rules").build()
+    else {
+        return;
+    };
+    let ns = lab.node();
+    // The kernel calls below run on a thread inside the namespace.
+    ns.enter(|| {
         let defaults = MachineDefaults {
             node_name: "n".into(),
             queues: 2,

@@ -1,13 +1,18 @@
 //! Named network namespaces (`ip netns`): running a closure inside one on a
-//! short-lived thread, and running commands inside one with a timeout.
-//! Sockets created inside [`Netns::enter`] keep their namespace after the
-//! thread ends, so no harness thread ever stays in a lab namespace.
+//! short-lived thread, and running commands or shell scripts inside one
+//! with a timeout. Sockets created inside [`Netns::enter`] keep their
+//! namespace after the thread ends, so no harness thread ever stays in a
+//! lab namespace.
 
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+
+/// How long a shell script run with [`Netns::sh`] may take: bounded, and
+/// generous (the longest, 200 sequential curls, takes a few seconds).
+pub const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A network namespace known to `ip netns` by name.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,7 +34,13 @@ impl CmdOutput {
         self.status.is_some_and(|s| s.success())
     }
 
+    /// The exit code; `None` when killed (by a signal or at the timeout).
+    pub fn code(&self) -> Option<i32> {
+        self.status.and_then(|s| s.code())
+    }
+
     /// Panics with the command's output unless it exited 0.
+    #[track_caller]
     pub fn expect_success(self, what: &str) -> Self {
         assert!(
             self.success(),
@@ -52,21 +63,24 @@ impl Netns {
     }
 
     /// Runs `f` on a new thread that has joined this namespace and returns
-    /// its result. Panics if the namespace cannot be entered.
-    pub fn enter<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+    /// its result (`f` may borrow from the caller). Panics if the namespace
+    /// cannot be entered; a panic in `f` is passed on.
+    pub fn enter<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
         let path = format!("/run/netns/{}", self.name);
-        let handle = std::thread::spawn(move || {
-            let file = File::open(&path).unwrap_or_else(|e| panic!("open {path}: {e}"));
-            // SAFETY: setns on a valid namespace fd affects only this thread,
-            // which exists for this closure alone.
-            let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-            assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
-            f()
-        });
-        match handle.join() {
-            Ok(value) => value,
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
+        std::thread::scope(|scope| {
+            let handle = scope.spawn(|| {
+                let file = File::open(&path).unwrap_or_else(|e| panic!("open {path}: {e}"));
+                // SAFETY: setns on a valid namespace fd affects only this
+                // thread, which exists for this closure alone.
+                let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+                assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+                f()
+            });
+            match handle.join() {
+                Ok(value) => value,
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        })
     }
 
     /// A command that runs `argv` inside this namespace.
@@ -82,9 +96,24 @@ impl Netns {
     }
 
     /// Runs `argv` and panics unless it succeeds within 10 s.
+    #[track_caller]
     pub fn run(&self, argv: &[&str]) -> CmdOutput {
         self.exec(argv, Duration::from_secs(10))
             .expect_success(&format!("[{}] {}", self.name, argv.join(" ")))
+    }
+
+    /// Runs a `sh -c` script inside this namespace, killing it after
+    /// [`SCRIPT_TIMEOUT`]; the caller judges the outcome.
+    pub fn sh(&self, script: &str) -> CmdOutput {
+        self.exec(&["sh", "-c", script], SCRIPT_TIMEOUT)
+    }
+
+    /// Runs a `sh -c` script that must succeed; returns its stdout.
+    #[track_caller]
+    pub fn ok(&self, script: &str) -> String {
+        self.sh(script)
+            .expect_success(&format!("[{}] {script}", self.name))
+            .stdout
     }
 
     /// Pids of the processes living in this namespace.
