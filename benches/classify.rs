@@ -11,6 +11,8 @@
 //! `cargo bench --bench classify` prints, per rule count, the time of one
 //! classification; the compile group prints compile time and the ruleset's
 //! live heap size.
+#![allow(unsafe_code)] // a counting global allocator measures the ruleset's memory.
+#![allow(clippy::disallowed_methods)] // benches read the clock.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;

@@ -9,6 +9,8 @@
 //!
 //! `cargo bench --bench fqdn_latency` (prints p50/p90/p99 and the added
 //! latency; `FQDN_BENCH_QUERIES` sets the count, default 20000).
+#![allow(unsafe_code)] // the bench enters a namespace (setns) and checks its uid.
+#![allow(clippy::disallowed_methods)] // benches run programs and read the clock.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};

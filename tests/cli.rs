@@ -2,6 +2,7 @@
 //! example in `rules/` and on broken input, `trace` in text and JSON, and
 //! `get policies` ordering, and the exit codes of `tollgate run` on bad
 //! arguments, configuration and policies (no root needed).
+#![allow(clippy::disallowed_methods)] // the tests run the tollgate binary.
 
 use std::path::Path;
 use std::process::{Command, Output};

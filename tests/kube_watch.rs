@@ -2,6 +2,7 @@
 //! list and watch over HTTP: objects added, changed and deleted through
 //! the server reach the compiled ruleset; an invalid CRD is skipped while
 //! the rest applies; a 410 Gone makes the watcher relist.
+#![allow(clippy::disallowed_methods)] // the test waits on the clock for the watcher.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{mpsc, Arc};

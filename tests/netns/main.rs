@@ -2,6 +2,8 @@
 //! netns`, as root): each test builds throw-away namespaces with
 //! [`harness::Lab`] and observes tollgate's verdicts on the wire. Not root:
 //! each prints `SKIPPED:` and returns, except under `CI=true`, where it fails.
+#![allow(unsafe_code)] // the harness enters namespaces (setns) and signals processes.
+#![allow(clippy::disallowed_methods)] // tests drive processes and wait on the clock.
 
 mod harness;
 
