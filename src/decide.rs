@@ -269,15 +269,12 @@ spec:
     from: [{ipBlock: {cidr: 10.0.0.0/24}}]
     ports: [{protocol: TCP, port: 81}]
 ";
-        let (objects, problems) =
-            crate::source::parse_documents(std::path::Path::new("p.yaml"), yaml);
-        assert!(problems.is_empty(), "{problems:?}");
         let node = crate::compile::LocalNode {
             name: "n".into(),
             labels: [("role".to_string(), "cp".to_string())].into(),
             addresses: vec!["10.0.0.2".parse().unwrap()],
         };
-        let ruleset = crate::compile::compile(&crate::model::Snapshot { objects }, &node);
+        let ruleset = crate::compile::compile_yaml(yaml, &node);
         assert!(ruleset.enforced().node_ingress);
         let marks = MarkLayout::default();
         let decide = |port| {
@@ -370,15 +367,12 @@ spec:
     ports: [{protocol: UDP, port: 53}]
     l7Protocols: [{http: {}}]
 ";
-        let (objects, problems) =
-            crate::source::parse_documents(std::path::Path::new("p.yaml"), yaml);
-        assert!(problems.is_empty(), "{problems:?}");
         let node = crate::compile::LocalNode {
             name: "n".into(),
             labels: Default::default(),
             addresses: vec!["10.0.0.2".parse().unwrap()],
         };
-        let ruleset = crate::compile::compile(&crate::model::Snapshot { objects }, &node);
+        let ruleset = crate::compile::compile_yaml(yaml, &node);
         let marks = MarkLayout::default();
         let decide = |packet: &[u8]| {
             step(
@@ -439,15 +433,12 @@ spec:
   - action: Drop
     to: [{ipBlock: {cidr: 0.0.0.0/0}}]
 ";
-        let (objects, problems) =
-            crate::source::parse_documents(std::path::Path::new("p.yaml"), yaml);
-        assert!(problems.is_empty(), "{problems:?}");
         let node = crate::compile::LocalNode {
             name: "n".into(),
             labels: Default::default(),
             addresses: vec!["10.0.0.1".parse().unwrap()],
         };
-        let ruleset = crate::compile::compile(&crate::model::Snapshot { objects }, &node);
+        let ruleset = crate::compile::compile_yaml(yaml, &node);
         let marks = MarkLayout::default();
         let learned = crate::fqdn::StaticFqdn(vec![(
             "www.example.test".into(),

@@ -232,10 +232,9 @@ fn rate_limit_allows_the_burst_then_the_rate() {
 /// what the agent writes for real packets.
 mod through_the_step {
     use super::*;
-    use crate::compile::{compile, LocalNode};
+    use crate::compile::{compile_yaml, LocalNode};
     use crate::decide::{step, StepConfig};
     use crate::marks::{FailMode, MarkLayout};
-    use crate::model::Snapshot;
     use crate::packet::Queued;
     use crate::ruleset::Ruleset;
     use etherparse::PacketBuilder;
@@ -316,11 +315,8 @@ spec:
 ";
 
     fn ruleset() -> Ruleset {
-        let (objects, problems) =
-            crate::source::parse_documents(std::path::Path::new("p.yaml"), POLICIES);
-        assert!(problems.is_empty(), "{problems:?}");
-        compile(
-            &Snapshot { objects },
+        compile_yaml(
+            POLICIES,
             &LocalNode {
                 name: "node1".into(),
                 ..Default::default()

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use etherparse::{PacketBuilder, SlicedPacket, TransportSlice};
 
 use super::*;
-use crate::compile::{compile, LocalNode};
+use crate::compile::{compile_yaml, LocalNode};
 use crate::fqdn::NoFqdn;
 use crate::l7::DenyResponse as L7DenyResponse;
 use crate::packet::segment::{parse_segment, tcp_payload_len, FlowKey, Segment, SegmentError};
@@ -38,15 +38,12 @@ spec:
 ";
 
 fn ruleset() -> Ruleset {
-    let (objects, problems) =
-        crate::source::parse_documents(std::path::Path::new("p.yaml"), POLICY);
-    assert!(problems.is_empty(), "{problems:?}");
     let node = LocalNode {
         name: "n".into(),
         labels: Default::default(),
         addresses: vec!["10.0.0.2".parse().unwrap(), "fd00::2".parse().unwrap()],
     };
-    compile(&crate::model::Snapshot { objects }, &node)
+    compile_yaml(POLICY, &node)
 }
 
 fn inspector(max_flows: usize, response: L7DenyResponse) -> Inspector {

@@ -117,7 +117,7 @@ macro_rules! counters {
 pub(crate) use counters;
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::atomic::Ordering;
 
     use super::*;

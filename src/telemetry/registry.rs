@@ -105,16 +105,7 @@ mod tests {
     use std::sync::atomic::Ordering;
 
     use super::*;
-    use crate::telemetry::counters::counters;
-
-    counters! {
-        /// A set for the tests.
-        pub struct TestCounters: one per agent {
-            parsed: Counter "test_replies" { result = "parsed" } = "Replies, by result",
-            failed: Counter "test_replies" { result = "failed" } = "Replies, by result",
-            current: Gauge "test_current" = "Something current",
-        }
-    }
+    use crate::telemetry::counters::tests::TestCounters;
 
     #[test]
     fn snapshots_list_queues_in_order_with_their_kernel_counters() {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use etherparse::PacketBuilder;
 
 use super::*;
-use crate::compile::LocalNode;
+use crate::compile::{compile_yaml, LocalNode};
 use crate::fqdn::NoFqdn;
 use crate::l7::DenyResponse as L7DenyResponse;
 use crate::ruleset::Ruleset;
@@ -32,15 +32,12 @@ const SERVER: [u8; 4] = [10, 0, 0, 2];
 const ISN: u32 = 1000;
 
 fn ruleset() -> Ruleset {
-    let (objects, problems) =
-        crate::source::parse_documents(std::path::Path::new("p.yaml"), POLICY);
-    assert!(problems.is_empty(), "{problems:?}");
     let node = LocalNode {
         name: "n".into(),
         labels: Default::default(),
         addresses: vec![SERVER.into()],
     };
-    crate::compile::compile(&crate::model::Snapshot { objects }, &node)
+    compile_yaml(POLICY, &node)
 }
 
 fn gate(max_deferred: usize) -> Gate {
