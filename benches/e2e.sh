@@ -24,6 +24,13 @@
 # Tools: wrk, iperf3, nginx (nginx-light), iptables; installed with apt-get
 # when missing. tollgate: $TOLLGATE, else target/release/tollgate (built
 # with 'cargo build --release' if absent).
+#
+# A/B mode, to compare two builds of tollgate in one run:
+#   TOLLGATE_BASE=/path/to/old/tollgate [ROUNDS=5] [RULES=1000] benches/e2e.sh [seconds]
+# measures conn/s of none, base and new (this tree's or $TOLLGATE) in
+# ROUNDS interleaved rounds (none, base, new, none, base, new, ...) with
+# RULES rules, and prints every round and the medians, each as a ratio to
+# the median of none.
 set -euo pipefail
 
 DURATION=${1:-10}
@@ -208,16 +215,57 @@ flush_iptables() { nsx $NODE iptables -w -F FORWARD; }
 
 measure() {
     local conns gbits
-    conns=$(nsx $CLIENT wrk -t1 -c16 -d"${DURATION}s" -H 'Connection: close' "http://$SERVER_IP/" |
-        awk '/^Requests\/sec:/ {print $2}')
+    conns=$(measure_conns)
     gbits=$(nsx $CLIENT iperf3 -c $SERVER_IP -t "$DURATION" -J |
         python3 -c 'import json,sys; print("%.2f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e9))')
     echo "$conns $gbits"
 }
 
+# Interleaved rounds of none / base / new at one rule count (A/B mode).
+compare_builds() {
+    local rounds=${ROUNDS:-5} n=${RULES:-1000} r c
+    local -a none base new
+    write_policies "$n" "$WORK/policies-ab"
+    measure_with() {
+        BIN=$1
+        start_tollgate "$WORK/policies-ab" "$WORK/tollgate-ab.log"
+        measure_conns
+        stop_tollgate
+    }
+    for ((r = 1; r <= rounds; r++)); do
+        none+=("$(measure_conns)")
+        base+=("$(measure_with "$TOLLGATE_BASE")")
+        new+=("$(measure_with "$NEW_BIN")")
+        echo "round $r: none ${none[-1]} base ${base[-1]} new ${new[-1]} conn/s" >&2
+    done
+    python3 - "$n" "$DURATION" "${none[*]}" "${base[*]}" "${new[*]}" <<'PY'
+import statistics, sys
+n, duration = sys.argv[1], sys.argv[2]
+rows = {k: [float(x) for x in v.split()] for k, v in zip(("none", "base", "new"), sys.argv[3:])}
+ref = statistics.median(rows["none"])
+print(f"\n{n} rules, {len(rows['none'])} interleaved rounds of {duration}s, conn/s (ratio to the median of none)")
+for k, v in rows.items():
+    m = statistics.median(v)
+    print(f"{k:5} median {m:9.0f} ({m / ref:.3f})   rounds: " + " ".join(f"{x:.0f}" for x in v))
+print(f"new/base, median of the per-round ratios: {statistics.median(b / a for a, b in zip(rows['base'], rows['new'])):.3f}")
+PY
+}
+
+measure_conns() {
+    nsx $CLIENT wrk -t1 -c16 -d"${DURATION}s" -H 'Connection: close' "http://$SERVER_IP/" |
+        awk '/^Requests\/sec:/ {print $2}'
+}
+
 ensure_tools
 BIN=$(tollgate_bin)
 build_lab
+
+if [[ -n ${TOLLGATE_BASE:-} ]]; then
+    [[ -x $TOLLGATE_BASE ]] || die "TOLLGATE_BASE=$TOLLGATE_BASE is not an executable"
+    NEW_BIN=$BIN
+    compare_builds
+    exit 0
+fi
 
 declare -A CONNS GBITS
 ORDER=(none)
