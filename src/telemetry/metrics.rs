@@ -236,8 +236,10 @@ impl Metrics {
 
     /// One new connection decided: `rule` is the deciding rule, `None` for
     /// no rule; `k8s_default` marks the implicit Kubernetes default drop.
-    /// Workers go through [`WorkerMetrics`], which caches the series.
-    pub fn verdict(&self, verdict: Verdict, rule: Option<&RuleRef>, k8s_default: bool) {
+    /// For the tests: workers go through [`WorkerMetrics`], which caches
+    /// the series.
+    #[cfg(test)]
+    pub(crate) fn verdict(&self, verdict: Verdict, rule: Option<&RuleRef>, k8s_default: bool) {
         let (by_tier, by_rule) = self.verdict_series(verdict, rule, k8s_default);
         by_tier.inc();
         if let Some(by_rule) = by_rule {
