@@ -12,6 +12,7 @@ PACKAGES=(
     tcpdump wrk                          # packet captures, HTTP benchmark
     hping3                               # SYN floods (benches/overload.sh)
     shellcheck                           # lints the shell scripts (scripts/test.sh)
+    podman buildah mmdebstrap runc uidmap # the node image (scripts/image.sh, tests/netns/image.rs)
 )
 
 missing=()

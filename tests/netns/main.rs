@@ -11,6 +11,7 @@ mod bypass;
 mod datapath;
 mod faults;
 mod fqdn;
+mod image;
 mod kernel;
 mod kube;
 mod l7;

@@ -122,6 +122,9 @@ pub const TEST_IDS: &[&str] = &[
     "metrics_move_with_traffic_and_status_answers",
     "kubernetes_policy_and_default_drop_are_audited_in_an_annotated_namespace",
     "harness_reaps_only_labs_of_gone_processes",
+    "image_enforces_with_the_hosts_iptables_backend",
+    "image_follows_a_legacy_iptables_host",
+    "image_restart_never_opens_the_node",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
