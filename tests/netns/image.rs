@@ -408,7 +408,8 @@ fn longest_refusal(probes: &[Probe]) -> (Duration, usize) {
 
 /// The rolling update of a DaemonSet: the old container is stopped
 /// (SIGTERM) and removed, then a new one starts. Throughout, a client
-/// retries a rejected and an allowed connection every ~20 ms: no rejected
+/// retries a rejected connection over IPv4 and over IPv6 and an allowed
+/// one over IPv4, each every ~20 ms: no rejected
 /// attempt may connect (the kernel state outlives the agent, fail-closed
 /// drops what nobody decides, the new agent adopts it), the established
 /// connection keeps working, and the longest window in which allowed
@@ -420,6 +421,7 @@ fn image_restart_never_opens_the_node() {
     };
     let client = lab.ns("client").clone();
     let to = |port| SocketAddr::new(IpAddr::from(lab.node_addr("client")), port);
+    let to6 = |port| SocketAddr::new(IpAddr::from(lab.node_addr6("client")), port);
     let old = NodeContainer::start(&lab, "old");
     old.wait_for_log("ruleset applied generation=1");
     lab.assert_tcp("client", to(ALLOWED), TcpOutcome::Connected);
@@ -432,6 +434,7 @@ fn image_restart_never_opens_the_node() {
     let allowed = Mutex::new(Vec::new());
     let restart = std::thread::scope(|scope| {
         scope.spawn(|| probe_loop(&client, to(REJECTED), &stop, &denied));
+        scope.spawn(|| probe_loop(&client, to6(REJECTED), &stop, &denied));
         scope.spawn(|| probe_loop(&client, to(ALLOWED), &stop, &allowed));
         let probed = |list: &Mutex<Vec<Probe>>, since: Instant, want: TcpOutcome| {
             list.lock()
