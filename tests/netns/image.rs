@@ -145,10 +145,14 @@ fn image_lab(test: &'static str) -> Option<Lab> {
     Some(lab)
 }
 
-/// A container of the node image in the lab's node namespace; removed
-/// (with `podman rm -f`) on drop, its log printed when the test fails.
+/// A container of the node image in the lab's node namespace, started
+/// with `--rm` (so one whose processes the lab kills, as when a test
+/// process dies, goes away too) and removed with `podman rm -f` on drop.
+/// Its output goes to `container-<suffix>.log` in the lab directory (kept
+/// when a test fails) and is printed when the test fails.
 struct NodeContainer {
     name: String,
+    log: std::path::PathBuf,
 }
 
 impl NodeContainer {
@@ -156,7 +160,8 @@ impl NodeContainer {
     /// on the lab's policy directory.
     fn start(lab: &Lab, suffix: &str) -> NodeContainer {
         let name = format!("{}-{suffix}", lab.node().name());
-        let container = NodeContainer { name };
+        let log = lab.dir().join(format!("container-{suffix}.log"));
+        let container = NodeContainer { name, log };
         // The DaemonSet's hostPath is FileOrCreate.
         let lock = Path::new("/run/xtables.lock");
         if !lock.exists() {
@@ -175,6 +180,9 @@ impl NodeContainer {
         let mut args: Vec<String> = [
             "run",
             "--detach",
+            "--rm",
+            "--log-driver",
+            "k8s-file",
             "--name",
             &container.name,
             "--network",
@@ -192,6 +200,10 @@ impl NodeContainer {
         .chain(ULIMITS)
         .map(|s| s.to_string())
         .collect();
+        args.extend([
+            "--log-opt".into(),
+            format!("path={}", container.log.display()),
+        ]);
         for mount in mounts {
             args.extend(["--volume".into(), mount]);
         }
@@ -222,8 +234,7 @@ impl NodeContainer {
 
     /// The container's output so far (the entrypoint's and tollgate's).
     fn logs(&self) -> String {
-        let out = podman(&["logs", &self.name], Duration::from_secs(20));
-        format!("{}{}", out.stdout, out.stderr)
+        String::from_utf8_lossy(&std::fs::read(&self.log).unwrap_or_default()).into_owned()
     }
 
     /// Waits until the log holds `pattern`; returns that line.
@@ -245,14 +256,13 @@ impl NodeContainer {
     }
 
     /// `podman stop` (SIGTERM, as the kubelet sends it, with the
-    /// DaemonSet's grace period), then removes the container.
+    /// DaemonSet's grace period); `--rm` removes the container.
     fn stop(&self) {
         podman(
             &["stop", "--time", "30", &self.name],
             Duration::from_secs(60),
         )
         .expect_success("podman stop");
-        podman(&["rm", &self.name], Duration::from_secs(20)).expect_success("podman rm");
     }
 }
 
