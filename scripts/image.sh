@@ -82,7 +82,13 @@ base_opts=(
     --dpkgopt='path-exclude=/usr/share/info/*'
     --aptopt='APT::Install-Recommends "false"'
 )
-base_key=$(printf '%s\n' "$suite" "${base_opts[@]}" | sha256sum | cut -c1-16)
+# As the official slim image's docker-clean: later installs (the
+# Dockerfile's) keep no .debs or package caches. Added to the tarball after
+# mmdebstrap, which needs its downloads while it works.
+docker_clean='APT::Keep-Downloaded-Packages "false";
+Dir::Cache::pkgcache "";
+Dir::Cache::srcpkgcache "";'
+base_key=$(printf '%s\n' "$suite" "${base_opts[@]}" "$docker_clean" | sha256sum | cut -c1-16)
 base_tar="$cache/base-$base_key.tar"
 if [[ ! -s $base_tar ]]; then
     log "building the $suite base with mmdebstrap (once per machine)"
@@ -90,6 +96,11 @@ if [[ ! -s $base_tar ]]; then
         tail -n 30 "$cache/mmdebstrap.log" >&2
         exit 1
     fi
+    extra=$(mktemp -d)
+    mkdir -p "$extra/etc/apt/apt.conf.d"
+    echo "$docker_clean" >"$extra/etc/apt/apt.conf.d/docker-clean"
+    tar --append --file "$base_tar.part" --owner=0 --group=0 -C "$extra" ./etc/apt/apt.conf.d/docker-clean
+    rm -rf "$extra"
     mv "$base_tar.part" "$base_tar"
 fi
 if [[ $("${PODMAN[@]}" image inspect --format '{{index .Labels "tollgate.base"}}' "$base_image" 2>/dev/null) != "$base_key" ]]; then
