@@ -255,14 +255,16 @@ impl NodeContainer {
         })
     }
 
-    /// `podman stop` (SIGTERM, as the kubelet sends it, with the
-    /// DaemonSet's grace period); `--rm` removes the container.
-    fn stop(&self) {
-        podman(
-            &["stop", "--time", "30", &self.name],
-            Duration::from_secs(60),
-        )
-        .expect_success("podman stop");
+    /// Ends the container as `how` says; `--rm` removes it.
+    fn end(&self, how: Ending) {
+        let args: &[&str] = match how {
+            // SIGTERM, as the kubelet sends it, with the DaemonSet's
+            // grace period.
+            Ending::Stop => &["stop", "--time", "30"],
+            Ending::Kill => &["kill", "--signal", "KILL"],
+        };
+        let argv: Vec<&str> = args.iter().copied().chain([self.name.as_str()]).collect();
+        podman(&argv, Duration::from_secs(60)).expect_success("podman stop/kill");
     }
 }
 
@@ -416,17 +418,37 @@ fn longest_refusal(probes: &[Probe]) -> (Duration, usize) {
     (longest, failed)
 }
 
+/// How the old container ends.
+#[derive(Clone, Copy, Debug)]
+enum Ending {
+    /// `podman stop`: a DaemonSet rolling update or a node drain.
+    Stop,
+    /// SIGKILL: a crash, an OOM kill.
+    Kill,
+}
+
 /// The rolling update of a DaemonSet: the old container is stopped
-/// (SIGTERM) and removed, then a new one starts. Throughout, a client
-/// retries a rejected connection over IPv4 and over IPv6 and an allowed
-/// one over IPv4, each every ~20 ms: no rejected
+/// (SIGTERM) and removed, then a new one starts. See [`restart`].
+#[test]
+fn image_restart_never_opens_the_node() {
+    restart("image_restart_never_opens_the_node", Ending::Stop);
+}
+
+/// The same when the old container is killed (SIGKILL) instead.
+#[test]
+fn image_crash_never_opens_the_node() {
+    restart("image_crash_never_opens_the_node", Ending::Kill);
+}
+
+/// The old container ends as `how` says, then a new one starts.
+/// Throughout, a client retries a rejected connection over IPv4 and over
+/// IPv6 and an allowed one over IPv4, each every ~20 ms: no rejected
 /// attempt may connect (the kernel state outlives the agent, fail-closed
 /// drops what nobody decides, the new agent adopts it), the established
 /// connection keeps working, and the longest window in which allowed
 /// connections failed is printed.
-#[test]
-fn image_restart_never_opens_the_node() {
-    let Some(lab) = image_lab("image_restart_never_opens_the_node") else {
+fn restart(test: &'static str, how: Ending) {
+    let Some(lab) = image_lab(test) else {
         return;
     };
     let client = lab.ns("client").clone();
@@ -461,7 +483,7 @@ fn image_restart_never_opens_the_node() {
         });
         let restart = running.map(|()| {
             let stopping = Instant::now();
-            old.stop();
+            old.end(how);
             let new = NodeContainer::start(&lab, "new");
             let started = Instant::now();
             // The new agent decides again: a rejection needs its verdict.
@@ -501,7 +523,7 @@ fn image_restart_never_opens_the_node() {
     );
     let (window, failed) = longest_refusal(&allowed);
     report(&format!(
-        "restart: stop, removal and start took {} ms, {} rejected and {} allowed attempts, \
+        "{how:?} and restart: ending the old container and starting the new took {} ms, {} rejected and {} allowed attempts, \
          longest window without allowed connections {} ms ({failed} attempts failed)",
         started.duration_since(stopping).as_millis(),
         denied.len(),

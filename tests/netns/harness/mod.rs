@@ -125,6 +125,7 @@ pub const TEST_IDS: &[&str] = &[
     "image_enforces_with_the_hosts_iptables_backend",
     "image_follows_a_legacy_iptables_host",
     "image_restart_never_opens_the_node",
+    "image_crash_never_opens_the_node",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
