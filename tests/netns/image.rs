@@ -7,8 +7,12 @@
 //! lab directory) plus the lab's policy directory for standalone mode.
 //! Checked on the wire: enforcement over IPv4 and IPv6, the entrypoint's
 //! choice of the host's iptables backend (nft and legacy), and a rolling
-//! restart (stop, then a new container) that never lets a denied
-//! connection through.
+//! restart (stop, then a new container) or a crash (SIGKILL, then a new
+//! container) that never lets a denied connection through.
+//!
+//! It owns only the containers it names after its lab's node namespace and
+//! its own image tag; it must never stop, remove or rebuild anything else
+//! in the machine's podman storage.
 //!
 //! podman runs from the test process's namespace and joins the lab's with
 //! `--network ns:/run/netns/<name>`: started under `nsenter --net`, runc
