@@ -122,6 +122,9 @@ pub const TEST_IDS: &[&str] = &[
     "metrics_move_with_traffic_and_status_answers",
     "kubernetes_policy_and_default_drop_are_audited_in_an_annotated_namespace",
     "harness_reaps_only_labs_of_gone_processes",
+    "vanishing_and_unreadable_policy_files_keep_the_last_good_ruleset",
+    "a_truncated_file_paused_mid_write_never_lifts_its_policy",
+    "a_huge_sparse_policy_file_is_refused_unread",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
