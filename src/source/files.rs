@@ -253,9 +253,12 @@ pub fn parse_documents_within(
     (objects, problems)
 }
 
-/// The policy files of `dir`, sorted, each with its metadata (symlinks
-/// followed) or why it cannot be read.
-fn list_dir(dir: &Path) -> Result<Vec<(PathBuf, Result<Metadata, SourceError>)>, SourceError> {
+/// A policy file of a directory with its metadata (symlinks followed), or
+/// why it cannot be read.
+type Listed = (PathBuf, Result<Metadata, SourceError>);
+
+/// The policy files of `dir`, sorted.
+fn list_dir(dir: &Path) -> Result<Vec<Listed>, SourceError> {
     let mut files = Vec::new();
     let entries = fs::read_dir(dir).map_err(|source| SourceError::ListDir { source })?;
     for entry in entries {

@@ -79,7 +79,7 @@ impl Directory {
 
     /// Reads the directory once its files have settled and did not change
     /// while being read: the snapshot, its problems and the files' stamps.
-    fn read_settled(&self) -> Result<(Snapshot, Vec<Problem>, Stamps), Problem> {
+    fn read_settled(&self) -> Result<(Snapshot, Vec<Problem>, Stamps), Vec<Problem>> {
         let mut settling = Settling::new(Instant::now());
         loop {
             let stamps = files::stamps(&self.dir);
@@ -97,7 +97,7 @@ impl Directory {
                         quiet_ms: super::DEBOUNCE.as_millis(),
                         waited_ms: waited.as_millis(),
                     };
-                    return Err(e.into_problem(&self.dir));
+                    return Err(vec![e.into_problem(&self.dir)]);
                 }
             }
             let (snapshot, problems) =
@@ -129,7 +129,7 @@ impl Source for Directory {
             }
             Err(error) => tracing::error!(%error, "policy directory not watched"),
         }
-        let (snapshot, mut problems, stamps) = self.read_settled().map_err(|p| vec![p])?;
+        let (snapshot, mut problems, stamps) = self.read_settled()?;
         let objects = stamps.objects(&snapshot);
         problems.extend(files::emptied(&self.accepted, &objects));
         problems.extend(validate(&snapshot));
