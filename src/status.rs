@@ -9,7 +9,7 @@
 //! [`MAX_CLIENTS`] at once: one more is answered `busy` at once and
 //! closed, so idle or slow clients can hold neither the socket nor a
 //! probe. A client has [`REQUEST_TIMEOUT`] to send its request line (at
-//! most 4096 bytes) and the server [`TIMEOUT`] per write.
+//! most 4096 bytes) and [`TIMEOUT`] to take the whole answer.
 //!
 //! ```text
 //! → {"request":"status"}
@@ -37,7 +37,8 @@ use crate::telemetry::Registry;
 
 /// Where `tollgate run` listens and the CLI connects unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/tollgate/tollgate.sock";
-/// How long the client waits for the agent, and the agent for one write.
+/// How long the client waits for the agent, and the agent for a client
+/// to take its answer.
 pub const TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a client has to send its whole request line.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
@@ -446,7 +447,6 @@ fn bind_private(path: &Path) -> std::io::Result<UnixListener> {
 }
 
 fn answer(stream: UnixStream, status: &AgentStatus) -> std::io::Result<()> {
-    stream.set_write_timeout(Some(TIMEOUT))?;
     let line = read_request(&stream, Instant::now() + REQUEST_TIMEOUT)?;
     let response = match serde_json::from_slice::<Request>(line.trim_ascii()) {
         Ok(request) => status.answer(&request),
@@ -454,7 +454,25 @@ fn answer(stream: UnixStream, status: &AgentStatus) -> std::io::Result<()> {
     };
     let mut text = serde_json::to_string(&response).map_err(std::io::Error::other)?;
     text.push('\n');
-    (&stream).write_all(text.as_bytes())
+    write_answer(&stream, text.as_bytes(), Instant::now() + TIMEOUT)
+}
+
+/// Writes the whole answer by `deadline`, however slowly the client reads.
+fn write_answer(stream: &UnixStream, mut bytes: &[u8], deadline: Instant) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(ErrorKind::TimedOut.into());
+        }
+        stream.set_write_timeout(Some(left))?;
+        match (&*stream).write(bytes) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// The request line, read by `deadline`: at most [`MAX_REQUEST`] bytes up
