@@ -172,8 +172,8 @@ pub fn load_paths_within(paths: &[PathBuf], limits: &Limits) -> (Snapshot, Vec<P
         problems.push(e.into_problem(origin));
         return (snapshot, problems);
     }
-    for (file, meta) in files {
-        match read_text(&file, &meta, limits.file_bytes) {
+    for (file, _) in files {
+        match read_text(&file, limits.file_bytes) {
             Ok(text) => {
                 let (objects, file_problems) = parse_documents_within(&file, &text, limits);
                 snapshot.objects.extend(objects);
@@ -396,17 +396,11 @@ fn is_policy_file_name(name: &str) -> bool {
         .any(|ext| lower.len() > ext.len() && lower.ends_with(ext))
 }
 
-/// Reads a file that [`regular`] accepted with `meta`, refusing it from
-/// the metadata when it is over `max` bytes (a sparse file is never read)
-/// and stopping once more than `max` bytes came (it may grow meanwhile).
-fn read_text(file: &Path, meta: &Metadata, max: u64) -> Result<String, SourceError> {
+/// Reads a file whose metadata showed it at most `max` bytes: the opened
+/// file is checked again, and the read stops once more than `max` bytes
+/// came (it may grow meanwhile).
+fn read_text(file: &Path, max: u64) -> Result<String, SourceError> {
     let read = |source| SourceError::Read { source };
-    if meta.len() > max {
-        return Err(SourceError::TooLarge {
-            size: meta.len(),
-            max,
-        });
-    }
     // Non-blocking, so a FIFO swapped in after the check cannot hang the
     // open; the opened file is checked again.
     let opened = File::options()
@@ -623,6 +617,16 @@ status:
             ),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn a_file_that_grew_after_it_was_listed_is_checked_again_when_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.yaml");
+        fs::write(&file, "0123456789").unwrap();
+        let shown = read_text(&file, 5).unwrap_err().to_string();
+        assert_eq!(shown, "10 bytes, more than the limit of 5 bytes per file");
+        assert_eq!(read_text(&file, 10).unwrap(), "0123456789");
     }
 
     #[test]
