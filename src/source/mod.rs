@@ -1,6 +1,7 @@
 //! Where policies and inventory come from: a [`Source`] ([`watch::Directory`],
 //! [`kube::KubeSource`]) hands the agent the snapshot to enforce, and
-//! bursts of changes are settled by one [`Debounce`]. Sources decode
+//! bursts of changes are settled by one [`Debounce`]; a directory's files
+//! are read only once [`Settling`] finds them still. Sources decode
 //! objects; they never judge them ([`crate::validate`]) nor touch the kernel.
 #![allow(clippy::disallowed_methods)] // sources watch files and the API server over time.
 
