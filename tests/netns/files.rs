@@ -149,9 +149,11 @@ fn vanishing_and_unreadable_policy_files_keep_the_last_good_ruleset() {
     // no CAP_DAC_OVERRIDE), then a directory named like a policy file.
     lab.write_policy("a.yaml", REJECT_8002);
     agent.wait_generation(2);
+    let staged = lab.dir().join("b.yaml");
+    std::fs::write(&staged, REJECT_8002.replace("reject-8002", "b")).unwrap();
+    std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o000)).unwrap();
     let locked = lab.policy_dir().join("b.yaml");
-    std::fs::write(&locked, REJECT_8002.replace("reject-8002", "b")).unwrap();
-    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
+    std::fs::rename(&staged, &locked).unwrap();
     wait_rejected(&agent, &locked, "Permission denied", 1);
     std::fs::remove_file(&locked).unwrap();
     agent.wait_generation(3);
