@@ -5,6 +5,12 @@
 //! [`AgentStatus`] that it updates on every (re)load; the server only
 //! reads it. Nothing here touches the packet path.
 //!
+//! Clients are served concurrently, a thread each, at most
+//! [`MAX_CLIENTS`] at once: one more is answered `busy` at once and
+//! closed, so idle or slow clients can hold neither the socket nor a
+//! probe. A client has [`REQUEST_TIMEOUT`] to send its request line (at
+//! most 4096 bytes) and [`TIMEOUT`] to take the whole answer.
+//!
 //! ```text
 //! → {"request":"status"}
 //! ← {"status":{"uptimeSeconds":12,"rulesetGeneration":2,…}}
@@ -14,10 +20,11 @@
 //! ```
 #![allow(clippy::disallowed_methods)] // the status server reports uptime.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,10 +37,15 @@ use crate::telemetry::Registry;
 
 /// Where `tollgate run` listens and the CLI connects unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/tollgate/tollgate.sock";
-/// How long either side waits for the other.
-const TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the client waits for the agent, and the agent for a client
+/// to take its answer.
+pub const TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a client has to send its whole request line.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// Clients served at once; one more is refused at once.
+pub const MAX_CLIENTS: usize = 16;
 /// Longest request line read.
-const MAX_REQUEST: u64 = 4096;
+const MAX_REQUEST: usize = 4096;
 
 /// Why the status API failed.
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +59,10 @@ pub enum StatusError {
     InUse { path: PathBuf },
     #[error("status socket {path}: the agent answered {answer:?}")]
     Protocol { path: PathBuf, answer: String },
+    #[error("status socket {path}: no answer within {}s (the agent is stuck or overloaded)", after.as_secs_f32())]
+    Timeout { path: PathBuf, after: Duration },
+    #[error("status socket {path}: the agent closed the connection without answering")]
+    Closed { path: PathBuf },
     #[error("the agent: {0}")]
     Agent(String),
 }
@@ -314,15 +330,81 @@ pub fn serve(path: &Path, status: Arc<AgentStatus>) -> Result<StatusServer, Stat
     };
     std::thread::Builder::new()
         .name("status".into())
-        .spawn(move || {
-            for stream in listener.incoming().flatten() {
+        .spawn(move || accept(&listener, &status))
+        .map_err(io)?;
+    Ok(server)
+}
+
+/// Hands each client to a thread of its own while fewer than
+/// [`MAX_CLIENTS`] are served; refuses the others at once.
+fn accept(listener: &UnixListener, status: &Arc<AgentStatus>) {
+    let serving = Arc::new(AtomicUsize::new(0));
+    for stream in listener.incoming() {
+        let stream = match stream {
+            Ok(stream) => stream,
+            Err(error) => {
+                // Out of descriptors, most likely: let some clients end.
+                tracing::warn!(%error, "status socket: accept failed");
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        };
+        let Some(slot) = Slot::take(&serving) else {
+            refuse(stream);
+            continue;
+        };
+        let status = Arc::clone(status);
+        let spawned = std::thread::Builder::new()
+            .name("status-client".into())
+            .spawn(move || {
+                let _slot = slot;
                 if let Err(error) = answer(stream, &status) {
                     tracing::debug!(%error, "status client");
                 }
-            }
-        })
-        .map_err(io)?;
-    Ok(server)
+            });
+        if let Err(error) = spawned {
+            // The closure, its slot and its stream are dropped.
+            tracing::warn!(%error, "status socket: cannot start a client thread");
+        }
+    }
+}
+
+/// One of the [`MAX_CLIENTS`] places; given back when dropped.
+struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    fn take(serving: &Arc<AtomicUsize>) -> Option<Slot> {
+        serving
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < MAX_CLIENTS).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Slot(Arc::clone(serving)))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Answers a client over [`MAX_CLIENTS`] `busy` without waiting for it.
+fn refuse(stream: UnixStream) {
+    let busy = Response::Error(format!(
+        "busy: {MAX_CLIENTS} status clients are being served; try again"
+    ));
+    let Ok(mut text) = serde_json::to_string(&busy) else {
+        return;
+    };
+    text.push('\n');
+    // Whatever request already came is read first, so that closing does
+    // not turn the answer into a reset.
+    if stream.set_nonblocking(true).is_ok() {
+        let mut request = [0; MAX_REQUEST];
+        let _ = (&stream).read(&mut request);
+    }
+    let _ = (&stream).write_all(text.as_bytes());
 }
 
 /// Binds `path` with mode 0600 from the first moment anyone else could
@@ -365,33 +447,100 @@ fn bind_private(path: &Path) -> std::io::Result<UnixListener> {
 }
 
 fn answer(stream: UnixStream, status: &AgentStatus) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(TIMEOUT))?;
-    stream.set_write_timeout(Some(TIMEOUT))?;
-    let mut line = String::new();
-    BufReader::new((&stream).take(MAX_REQUEST)).read_line(&mut line)?;
-    let response = match serde_json::from_str::<Request>(line.trim()) {
+    let line = read_request(&stream, Instant::now() + REQUEST_TIMEOUT)?;
+    let response = match serde_json::from_slice::<Request>(line.trim_ascii()) {
         Ok(request) => status.answer(&request),
         Err(error) => Response::Error(format!("bad request: {error}")),
     };
     let mut text = serde_json::to_string(&response).map_err(std::io::Error::other)?;
     text.push('\n');
-    (&stream).write_all(text.as_bytes())
+    write_answer(&stream, text.as_bytes(), Instant::now() + TIMEOUT)
 }
 
-/// Sends one request to the agent listening on `path`.
+/// Writes the whole answer by `deadline`, however slowly the client reads.
+fn write_answer(stream: &UnixStream, mut bytes: &[u8], deadline: Instant) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(ErrorKind::TimedOut.into());
+        }
+        stream.set_write_timeout(Some(left))?;
+        match (&*stream).write(bytes) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// The request line, read by `deadline`: at most [`MAX_REQUEST`] bytes up
+/// to a newline or the end of the stream.
+fn read_request(stream: &UnixStream, deadline: Instant) -> std::io::Result<Vec<u8>> {
+    let mut line = Vec::new();
+    let mut chunk = [0; 512];
+    while !line.contains(&b'\n') && line.len() < MAX_REQUEST {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(ErrorKind::TimedOut.into());
+        }
+        stream.set_read_timeout(Some(left))?;
+        let want = chunk.len().min(MAX_REQUEST - line.len());
+        match (&*stream).read(&mut chunk[..want]) {
+            Ok(0) => break,
+            Ok(n) => line.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if let Some(end) = line.iter().position(|b| *b == b'\n') {
+        line.truncate(end);
+    }
+    Ok(line)
+}
+
+/// Sends one request to the agent listening on `path`, waiting at most
+/// [`TIMEOUT`] for each step.
 pub fn request(path: &Path, request: &Request) -> Result<Response, StatusError> {
-    let io = |error| StatusError::Io {
-        path: path.to_path_buf(),
-        error,
+    request_within(path, request, TIMEOUT)
+}
+
+fn request_within(
+    path: &Path,
+    request: &Request,
+    timeout: Duration,
+) -> Result<Response, StatusError> {
+    let failed = |error: std::io::Error| match error.kind() {
+        ErrorKind::WouldBlock | ErrorKind::TimedOut => StatusError::Timeout {
+            path: path.to_path_buf(),
+            after: timeout,
+        },
+        _ => StatusError::Io {
+            path: path.to_path_buf(),
+            error,
+        },
     };
-    let stream = UnixStream::connect(path).map_err(io)?;
-    stream.set_read_timeout(Some(TIMEOUT)).map_err(io)?;
-    stream.set_write_timeout(Some(TIMEOUT)).map_err(io)?;
-    let mut text = serde_json::to_string(request).map_err(|e| io(std::io::Error::other(e)))?;
+    let stream = connect(path, Instant::now() + timeout).map_err(failed)?;
+    stream.set_read_timeout(Some(timeout)).map_err(failed)?;
+    stream.set_write_timeout(Some(timeout)).map_err(failed)?;
+    let mut text = serde_json::to_string(request).map_err(|e| failed(std::io::Error::other(e)))?;
     text.push('\n');
-    (&stream).write_all(text.as_bytes()).map_err(io)?;
+    // A busy agent may answer and close before the request is written:
+    // its answer is still read.
+    let written = (&stream).write_all(text.as_bytes());
     let mut answer = String::new();
-    BufReader::new(&stream).read_line(&mut answer).map_err(io)?;
+    let read = BufReader::new(&stream).read_line(&mut answer);
+    if answer.is_empty() {
+        return Err(match read.err().or(written.err()) {
+            Some(e) if !matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset) => {
+                failed(e)
+            }
+            _ => StatusError::Closed {
+                path: path.to_path_buf(),
+            },
+        });
+    }
     match serde_json::from_str::<Response>(answer.trim()) {
         Ok(Response::Error(message)) => Err(StatusError::Agent(message)),
         Ok(response) => Ok(response),
@@ -400,6 +549,27 @@ pub fn request(path: &Path, request: &Request) -> Result<Response, StatusError> 
             answer,
         }),
     }
+}
+
+/// Connects by `deadline`: a listener whose queue is full (an agent that
+/// stopped accepting) is a timeout, not a hang.
+fn connect(path: &Path, deadline: Instant) -> std::io::Result<UnixStream> {
+    use socket2::{Domain, SockAddr, Socket, Type};
+    let address = SockAddr::unix(path)?;
+    let socket = Socket::new(Domain::UNIX, Type::STREAM, None)?;
+    socket.set_nonblocking(true)?;
+    loop {
+        match socket.connect(&address) {
+            Ok(()) => break,
+            Err(e) if e.kind() == ErrorKind::WouldBlock && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    socket.set_nonblocking(false)?;
+    Ok(UnixStream::from(socket))
 }
 
 /// `tollgate status` as text.
@@ -583,6 +753,113 @@ mod tests {
         drop(stale);
         let _server = serve(&path, status()).unwrap();
         assert!(request(&path, &Request::Status).is_ok());
+    }
+
+    /// `n` connections that never send a request.
+    fn idle_clients(path: &Path, n: usize) -> Vec<UnixStream> {
+        (0..n).map(|_| UnixStream::connect(path).unwrap()).collect()
+    }
+
+    #[test]
+    fn idle_clients_do_not_keep_others_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.sock");
+        let _server = serve(&path, status()).unwrap();
+        let _idle = idle_clients(&path, 3);
+        let started = Instant::now();
+        assert!(matches!(
+            request(&path, &Request::Status),
+            Ok(Response::Status(_))
+        ));
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn clients_over_the_cap_are_refused_at_once_and_served_once_others_leave() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.sock");
+        let _server = serve(&path, status()).unwrap();
+        let idle = idle_clients(&path, MAX_CLIENTS);
+        let started = Instant::now();
+        let refused = request(&path, &Request::Status).unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(
+            refused.to_string(),
+            "the agent: busy: 16 status clients are being served; try again"
+        );
+        drop(idle);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while request(&path, &Request::Status).is_err() {
+            assert!(Instant::now() < deadline, "places given back");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    #[test]
+    fn slow_and_oversized_requests_are_cut_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.sock");
+        let _server = serve(&path, status()).unwrap();
+        // Half a request, then nothing: closed after REQUEST_TIMEOUT.
+        let slow = UnixStream::connect(&path).unwrap();
+        (&slow).write_all(b"{\"request\":").unwrap();
+        slow.set_read_timeout(Some(REQUEST_TIMEOUT * 3)).unwrap();
+        let started = Instant::now();
+        let mut answer = Vec::new();
+        let _ = (&slow).read_to_end(&mut answer);
+        assert!(answer.is_empty(), "{answer:?}");
+        assert!(
+            started.elapsed() < REQUEST_TIMEOUT * 2,
+            "{:?}",
+            started.elapsed()
+        );
+        // An endless request: answered as a bad one after 4096 bytes.
+        let long = UnixStream::connect(&path).unwrap();
+        let _ = (&long).write_all(&[b'x'; 3 * MAX_REQUEST]);
+        let mut answer = String::new();
+        BufReader::new(&long).read_line(&mut answer).unwrap();
+        assert!(answer.starts_with(r#"{"error":"bad request"#), "{answer}");
+    }
+
+    #[test]
+    fn a_silent_or_stopped_agent_is_a_timeout_and_an_empty_answer_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.sock");
+        // Bound, never accepting: the connection waits in the queue.
+        let _listener = UnixListener::bind(&path).unwrap();
+        let short = Duration::from_millis(300);
+        let error = request_within(&path, &Request::Status, short).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "status socket {}: no answer within 0.3s (the agent is stuck or overloaded)",
+                path.display()
+            )
+        );
+        // Accepting and closing without a word.
+        let closing = dir.path().join("c.sock");
+        let listener = UnixListener::bind(&closing).unwrap();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                drop(stream);
+            }
+        });
+        let error = request_within(&closing, &Request::Status, short).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "status socket {}: the agent closed the connection without answering",
+                closing.display()
+            )
+        );
     }
 
     #[test]

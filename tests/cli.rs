@@ -1,7 +1,8 @@
 //! The offline subcommands through the real binary: `validate` on every
 //! example in `rules/` and on broken input, `trace` in text and JSON, and
-//! `get policies` ordering, and the exit codes of `tollgate run` on bad
-//! arguments, configuration and policies (no root needed).
+//! `get policies` ordering, the exit codes of `tollgate run` on bad
+//! arguments, configuration and policies, and `tollgate status` against an
+//! agent that does not answer (no root needed).
 #![allow(clippy::disallowed_methods)] // the tests run the tollgate binary.
 
 use std::path::Path;
@@ -239,6 +240,24 @@ fn status_without_an_agent_and_bad_log_level_exit_2() {
     ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--log-level"));
+}
+
+#[test]
+fn status_of_an_agent_that_never_answers_says_so_in_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("stuck.sock");
+    // Bound but never accepting, as a stuck agent's socket is.
+    let _stuck = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let started = std::time::Instant::now();
+    let out = tollgate(&["status", "--socket", socket.to_str().unwrap()]);
+    assert!(started.elapsed() < std::time::Duration::from_secs(8));
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let expected = format!(
+        "status socket {}: no answer within 5s (the agent is stuck or overloaded)",
+        socket.display()
+    );
+    assert!(stderr.contains(&expected), "{stderr}");
 }
 
 #[test]

@@ -92,7 +92,7 @@ fn start(args: &RunArgs) -> Result<(Running, Receiver<Event>), AgentError> {
     let metrics = Arc::new(Metrics::new());
     let (events, inbox) = mpsc::channel();
     signals::listen(events.clone()).map_err(AgentError::Signals)?;
-    let mut source = open_source(args, events, &metrics)?;
+    let mut source = open_source(args, &config, events, &metrics)?;
     let ruleset = load(source.as_mut(), &node).map_err(AgentError::InvalidPolicies)?;
 
     let audit = match &config.audit.file {
@@ -181,6 +181,7 @@ fn read_config(args: &RunArgs) -> Result<Loaded, ConfigError> {
 /// through `events` when something changed.
 fn open_source(
     args: &RunArgs,
+    config: &AgentConfig,
     events: Sender<Event>,
     metrics: &Arc<Metrics>,
 ) -> Result<Box<dyn Source>, AgentError> {
@@ -188,7 +189,11 @@ fn open_source(
         let _ = events.send(Event::PolicyChanged);
     };
     Ok(match &args.policies {
-        Some(dir) => Box::new(Directory::start(dir, changed)?),
+        Some(dir) => Box::new(Directory::start(
+            dir,
+            config.policy_files.limits(),
+            changed,
+        )?),
         None => {
             let source = KubeSource::spawn(args.kube.connection(), Arc::clone(metrics), changed)?;
             tracing::info!(

@@ -13,6 +13,9 @@ use serde::Deserialize;
 use crate::fqdn::LearnerConfig;
 use crate::l7::DenyResponse;
 use crate::marks::{FailMode, MarkLayout};
+use crate::source::files::{
+    Limits, DEFAULT_FILE_BYTES, DEFAULT_OBJECTS_PER_FILE, DEFAULT_TOTAL_BYTES,
+};
 
 mod layers;
 mod values;
@@ -79,6 +82,7 @@ pub struct AgentConfig {
     pub audit: AuditConfig,
     pub status: StatusConfig,
     pub metrics: MetricsConfig,
+    pub policy_files: PolicyFilesConfig,
 }
 
 impl AgentConfig {
@@ -115,6 +119,7 @@ impl AgentConfig {
         self.fqdn.validate()?;
         self.l7.validate()?;
         self.audit.validate()?;
+        self.policy_files.validate()?;
         let QueueNumbers {
             connection,
             dns,
@@ -485,6 +490,65 @@ pub struct MetricsConfig {
     /// `host:port` to serve metrics on; off when unset.
     #[arg(long = "metrics-address", value_name = "HOST:PORT")]
     pub address: Option<SocketAddr>,
+}
+
+/// Bounds on the files of the policy directory (`--policies`): a file or
+/// directory over them is a reload error, refused before it is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, clap::Args)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct PolicyFilesConfig {
+    /// Largest policy file read, bytes (default 4 MiB).
+    #[arg(skip)]
+    pub max_file_bytes: u64,
+    /// Largest size of all policy files together, bytes (default 16 MiB).
+    #[arg(skip)]
+    pub max_total_bytes: u64,
+    /// Most objects in one policy file (default 10000).
+    #[arg(skip)]
+    pub max_objects_per_file: usize,
+}
+
+impl Default for PolicyFilesConfig {
+    fn default() -> Self {
+        PolicyFilesConfig {
+            max_file_bytes: DEFAULT_FILE_BYTES,
+            max_total_bytes: DEFAULT_TOTAL_BYTES,
+            max_objects_per_file: DEFAULT_OBJECTS_PER_FILE,
+        }
+    }
+}
+
+impl PolicyFilesConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let at_least_one = |key, value| ConfigError::Bound {
+            key,
+            value,
+            reason: "must be at least 1",
+        };
+        if self.max_file_bytes == 0 {
+            return Err(at_least_one("policyFiles.maxFileBytes", 0));
+        }
+        if self.max_objects_per_file == 0 {
+            return Err(at_least_one("policyFiles.maxObjectsPerFile", 0));
+        }
+        if self.max_total_bytes < self.max_file_bytes {
+            return Err(ConfigError::Bound {
+                key: "policyFiles.maxTotalBytes",
+                value: self.max_total_bytes,
+                reason: "must be at least policyFiles.maxFileBytes",
+            });
+        }
+        Ok(())
+    }
+
+    /// The bounds the policy directory is read within.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            file_bytes: self.max_file_bytes,
+            total_bytes: self.max_total_bytes,
+            objects_per_file: self.max_objects_per_file,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -356,6 +356,7 @@ fn every_flag_sets_a_key_of_its_section() {
         metrics: MetricsConfig {
             address: Some("127.0.0.1:9100".parse().unwrap()),
         },
+        policy_files: defaults.policy_files,
     };
     assert_eq!(config, expected);
     // Text keys stay text.

@@ -7,9 +7,17 @@
 //! by name, not recursing; hidden files and editor leftovers (`foo~`,
 //! `#foo#`) are skipped. A file may hold several `---`-separated documents;
 //! empty documents are skipped and a `v1` `List` contributes its `items`.
+//!
+//! Every policy-named entry counts: one that cannot be read (a dangling or
+//! looping symlink, no permission, a directory or FIFO called `x.yaml`, an
+//! I/O error) is a problem naming it, never skipped. Sizes are bounded
+//! ([`Limits`]) from the metadata before anything is read, and again while
+//! reading, so a huge or sparse file is refused without being read.
 
-use std::fs;
-use std::io;
+use std::collections::BTreeMap;
+use std::fs::{self, File, Metadata};
+use std::io::{self, Read};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -26,16 +34,33 @@ pub enum SourceError {
     ListDir { source: io::Error },
     #[error("not UTF-8 text")]
     NotUtf8,
+    #[error("symlink to {target}: {source}")]
+    Symlink { target: PathBuf, source: io::Error },
+    #[error("not a regular file but a {kind}")]
+    NotAFile { kind: &'static str },
+    #[error("{size} bytes, more than the limit of {max} bytes per file")]
+    TooLarge { size: u64, max: u64 },
+    #[error("grew past the limit of {max} bytes per file while being read")]
+    Grew { max: u64 },
+    #[error("the policy files hold {total} bytes, more than the limit of {max} bytes in all")]
+    TotalTooLarge { total: u64, max: u64 },
+    #[error("more than {max} objects in one file")]
+    TooManyObjects { max: usize },
     #[error("YAML syntax: {message}")]
     Syntax {
         message: String,
         line: Option<u64>,
         column: Option<u64>,
     },
+    #[error("held {objects} object(s) and now holds none, as a half-written file would; refused (delete the file to remove its policies)")]
+    Emptied { objects: usize },
+    #[error("still being written: a policy file changed within the last {quiet_ms} ms for {waited_ms} ms")]
+    StillChanging { quiet_ms: u128, waited_ms: u128 },
 }
 
 impl SourceError {
-    fn into_problem(self, origin: &Path) -> Problem {
+    /// The problem of `origin` (a file or the directory) this error is.
+    pub fn into_problem(self, origin: &Path) -> Problem {
         let field = match &self {
             SourceError::Syntax {
                 line: Some(line),
@@ -56,36 +81,105 @@ impl SourceError {
     }
 }
 
+/// Bounds on what policy files may hold, checked before a file is parsed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest file read, in bytes.
+    pub file_bytes: u64,
+    /// Largest sum of the sizes of the files of one load, in bytes.
+    pub total_bytes: u64,
+    /// Most objects one file may hold (documents, and items of a `List`).
+    pub objects_per_file: usize,
+}
+
+/// Default [`Limits::file_bytes`]: 4 MiB. The API server refuses objects
+/// above ~1.5 MiB (etcd's request limit), so this holds the largest single
+/// object with room, or thousands of ordinary policies.
+pub const DEFAULT_FILE_BYTES: u64 = 4 * 1024 * 1024;
+/// Default [`Limits::total_bytes`]: 16 MiB, four full files, some 40,000
+/// ordinary policies (each file is also held to the parser's budget of
+/// 250,000 YAML nodes, some 6,000 ordinary policies).
+pub const DEFAULT_TOTAL_BYTES: u64 = 16 * 1024 * 1024;
+/// Default [`Limits::objects_per_file`].
+pub const DEFAULT_OBJECTS_PER_FILE: usize = 10_000;
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            file_bytes: DEFAULT_FILE_BYTES,
+            total_bytes: DEFAULT_TOTAL_BYTES,
+            objects_per_file: DEFAULT_OBJECTS_PER_FILE,
+        }
+    }
+}
+
+/// [`load_paths_within`] at the default [`Limits`].
+pub fn load_paths(paths: &[PathBuf]) -> (Snapshot, Vec<Problem>) {
+    load_paths_within(paths, &Limits::default())
+}
+
 /// Reads every path (a file, or a directory of files) into one snapshot, in
 /// path order then file order then document order. Problems are collected,
-/// not fatal: every readable object is still returned.
-pub fn load_paths(paths: &[PathBuf]) -> (Snapshot, Vec<Problem>) {
+/// not fatal: every readable object is still returned. Files over the
+/// limits are not read; when all files together are over
+/// [`Limits::total_bytes`], none is.
+pub fn load_paths_within(paths: &[PathBuf], limits: &Limits) -> (Snapshot, Vec<Problem>) {
     let mut snapshot = Snapshot::default();
     let mut problems = Vec::new();
+    let mut files = Vec::new();
     for path in paths {
-        let files = match fs::metadata(path) {
+        match fs::metadata(path) {
             Ok(meta) if meta.is_dir() => match list_dir(path) {
-                Ok(files) => files,
-                Err(e) => {
-                    problems.push(e.into_problem(path));
-                    continue;
+                Ok(listed) => {
+                    for (file, found) in listed {
+                        match found {
+                            Ok(meta) => files.push((file, meta)),
+                            Err(e) => problems.push(e.into_problem(&file)),
+                        }
+                    }
                 }
+                Err(e) => problems.push(e.into_problem(path)),
             },
-            Ok(_) => vec![path.clone()],
-            Err(source) => {
-                problems.push(SourceError::Read { source }.into_problem(path));
-                continue;
-            }
+            Ok(meta) => match regular(meta) {
+                Ok(meta) => files.push((path.clone(), meta)),
+                Err(e) => problems.push(e.into_problem(path)),
+            },
+            Err(source) => problems.push(SourceError::Read { source }.into_problem(path)),
+        }
+    }
+    // A file over the limit is refused alone; the others count in all.
+    files.retain(|(file, meta)| {
+        let fits = meta.len() <= limits.file_bytes;
+        if !fits {
+            let e = SourceError::TooLarge {
+                size: meta.len(),
+                max: limits.file_bytes,
+            };
+            problems.push(e.into_problem(file));
+        }
+        fits
+    });
+    let total: u64 = files.iter().map(|(_, meta)| meta.len()).sum();
+    if total > limits.total_bytes {
+        let origin = match paths {
+            [one] => one.as_path(),
+            _ => Path::new("policy files"),
         };
-        for file in files {
-            match read_text(&file) {
-                Ok(text) => {
-                    let (objects, file_problems) = parse_documents(&file, &text);
-                    snapshot.objects.extend(objects);
-                    problems.extend(file_problems);
-                }
-                Err(e) => problems.push(e.into_problem(&file)),
+        let e = SourceError::TotalTooLarge {
+            total,
+            max: limits.total_bytes,
+        };
+        problems.push(e.into_problem(origin));
+        return (snapshot, problems);
+    }
+    for (file, _) in files {
+        match read_text(&file, limits.file_bytes) {
+            Ok(text) => {
+                let (objects, file_problems) = parse_documents_within(&file, &text, limits);
+                snapshot.objects.extend(objects);
+                problems.extend(file_problems);
             }
+            Err(e) => problems.push(e.into_problem(&file)),
         }
     }
     (snapshot, problems)
@@ -103,18 +197,26 @@ pub fn load_and_validate(paths: &[PathBuf]) -> Result<Snapshot, Vec<Problem>> {
     }
 }
 
-/// Most documents one file may hold.
-pub const MAX_DOCUMENTS_PER_FILE: usize = 100_000;
-
-/// Decodes the documents of one file's text. Pure; `origin` only labels the
-/// results.
+/// [`parse_documents_within`] at the default [`Limits`].
 pub fn parse_documents(origin: &Path, text: &str) -> (Vec<Sourced>, Vec<Problem>) {
+    parse_documents_within(origin, text, &Limits::default())
+}
+
+/// Decodes the documents of one file's text, at most
+/// [`Limits::objects_per_file`] objects. Pure; `origin` only labels the
+/// results.
+pub fn parse_documents_within(
+    origin: &Path,
+    text: &str,
+    limits: &Limits,
+) -> (Vec<Sourced>, Vec<Problem>) {
     // YAML 1.2 booleans only: a Namespace called `no` or a label value `on`
     // stays a string. Duplicate keys are errors (the library default).
-    // The library's default budget stops at 1,024 documents per file; a
-    // generated policy file may hold more. Other hostile-input limits stay.
+    // The library's hostile-input budget (depth 64, 250,000 nodes, 1M
+    // events counting replayed aliases, alias/anchor ratio) stays; its
+    // 1,024 documents per file becomes the object limit.
     let mut budget = serde_saphyr::Budget::default();
-    budget.max_documents = MAX_DOCUMENTS_PER_FILE;
+    budget.max_documents = limits.objects_per_file;
     let options = serde_saphyr::options! {
         strict_booleans: true,
         budget: Some(budget),
@@ -132,6 +234,12 @@ pub fn parse_documents(origin: &Path, text: &str) -> (Vec<Sourced>, Vec<Problem>
         }
         for value in expand_list(document) {
             index += 1;
+            if index > limits.objects_per_file {
+                let e = SourceError::TooManyObjects {
+                    max: limits.objects_per_file,
+                };
+                return (Vec::new(), vec![e.into_problem(origin)]);
+            }
             let object_ref = readable_ref(&value, index);
             match Object::from_value(value) {
                 Ok(object) => objects.push(Sourced {
@@ -145,7 +253,12 @@ pub fn parse_documents(origin: &Path, text: &str) -> (Vec<Sourced>, Vec<Problem>
     (objects, problems)
 }
 
-fn list_dir(dir: &Path) -> Result<Vec<PathBuf>, SourceError> {
+/// A policy file of a directory with its metadata (symlinks followed), or
+/// why it cannot be read.
+type Listed = (PathBuf, Result<Metadata, SourceError>);
+
+/// The policy files of `dir`, sorted.
+fn list_dir(dir: &Path) -> Result<Vec<Listed>, SourceError> {
     let mut files = Vec::new();
     let entries = fs::read_dir(dir).map_err(|source| SourceError::ListDir { source })?;
     for entry in entries {
@@ -158,12 +271,118 @@ fn list_dir(dir: &Path) -> Result<Vec<PathBuf>, SourceError> {
             continue;
         }
         // Follows symlinks, so a ConfigMap mount's `..data` links work.
-        if fs::metadata(&path).map(|m| m.is_file()).unwrap_or(false) {
-            files.push(path);
+        let found = match fs::metadata(&path) {
+            Ok(meta) => regular(meta),
+            Err(source) => Err(match fs::read_link(&path) {
+                Ok(target) => SourceError::Symlink { target, source },
+                Err(_) => SourceError::Read { source },
+            }),
+        };
+        files.push((path, found));
+    }
+    files.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(files)
+}
+
+/// The metadata of a regular file; anything else cannot hold policies.
+fn regular(meta: Metadata) -> Result<Metadata, SourceError> {
+    let file_type = meta.file_type();
+    let kind = if file_type.is_file() {
+        return Ok(meta);
+    } else if file_type.is_dir() {
+        "directory"
+    } else if file_type.is_fifo() {
+        "FIFO"
+    } else if file_type.is_socket() {
+        "socket"
+    } else if file_type.is_char_device() || file_type.is_block_device() {
+        "device"
+    } else {
+        "special file"
+    };
+    Err(SourceError::NotAFile { kind })
+}
+
+/// What identifies one state of a policy file: a file replaced, rewritten,
+/// truncated or touched gets another stamp.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    pub device: u64,
+    pub inode: u64,
+    pub size: u64,
+    /// Modification and status-change times, nanoseconds since the epoch.
+    pub modified: i128,
+    pub changed: i128,
+}
+
+impl Stamp {
+    fn of(meta: &Metadata) -> Stamp {
+        let nanos = |secs: i64, nsec: i64| i128::from(secs) * 1_000_000_000 + i128::from(nsec);
+        Stamp {
+            device: meta.dev(),
+            inode: meta.ino(),
+            size: meta.len(),
+            modified: nanos(meta.mtime(), meta.mtime_nsec()),
+            changed: nanos(meta.ctime(), meta.ctime_nsec()),
         }
     }
-    files.sort();
-    Ok(files)
+}
+
+/// The state of a policy directory: its own stamp (entries added, removed
+/// or renamed change it) and every policy-named entry's, `None` for one
+/// that cannot be read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stamps {
+    pub dir: Option<Stamp>,
+    pub files: BTreeMap<PathBuf, Option<Stamp>>,
+}
+
+impl Stamps {
+    /// The latest status change (nanoseconds since the epoch): the kernel
+    /// sets it on every write, truncation, rename and chmod, and no one
+    /// can set it back.
+    pub fn last_change(&self) -> Option<i128> {
+        let files = self.files.values().flatten();
+        self.dir.iter().chain(files).map(|s| s.changed).max()
+    }
+
+    /// Objects per file of `snapshot`, for every file listed here.
+    pub fn objects(&self, snapshot: &Snapshot) -> BTreeMap<PathBuf, usize> {
+        let mut counts: BTreeMap<PathBuf, usize> =
+            self.files.keys().map(|f| (f.clone(), 0)).collect();
+        for sourced in &snapshot.objects {
+            if let Some(n) = counts.get_mut(&sourced.origin) {
+                *n += 1;
+            }
+        }
+        counts
+    }
+}
+
+/// The stamps of `dir` and of its policy files, as [`load_paths`] reads them.
+pub fn stamps(dir: &Path) -> Stamps {
+    let files = match list_dir(dir) {
+        Ok(files) => files
+            .into_iter()
+            .map(|(file, meta)| (file, meta.ok().as_ref().map(Stamp::of)))
+            .collect(),
+        Err(_) => BTreeMap::new(),
+    };
+    Stamps {
+        dir: fs::metadata(dir).ok().as_ref().map(Stamp::of),
+        files,
+    }
+}
+
+/// The files that held objects at the last load (`before`) and hold none
+/// now (`now`, as [`Stamps::objects`] counts them): one problem each.
+/// A file removed is not in `now`; that is how policies are removed. Pure.
+pub fn emptied(before: &BTreeMap<PathBuf, usize>, now: &BTreeMap<PathBuf, usize>) -> Vec<Problem> {
+    before
+        .iter()
+        .filter(|(file, held)| **held > 0 && now.get(*file) == Some(&0))
+        .map(|(file, held)| SourceError::Emptied { objects: *held }.into_problem(file))
+        .collect()
 }
 
 /// `*.yaml`, `*.yml` or `*.json`, not hidden, not an editor backup or lock.
@@ -177,8 +396,30 @@ fn is_policy_file_name(name: &str) -> bool {
         .any(|ext| lower.len() > ext.len() && lower.ends_with(ext))
 }
 
-fn read_text(file: &Path) -> Result<String, SourceError> {
-    let bytes = fs::read(file).map_err(|source| SourceError::Read { source })?;
+/// Reads a file whose metadata showed it at most `max` bytes: the opened
+/// file is checked again, and the read stops once more than `max` bytes
+/// came (it may grow meanwhile).
+fn read_text(file: &Path, max: u64) -> Result<String, SourceError> {
+    let read = |source| SourceError::Read { source };
+    // Non-blocking, so a FIFO swapped in after the check cannot hang the
+    // open; the opened file is checked again.
+    let opened = File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(file)
+        .map_err(read)?;
+    let meta = regular(opened.metadata().map_err(read)?)?;
+    if meta.len() > max {
+        return Err(SourceError::TooLarge {
+            size: meta.len(),
+            max,
+        });
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    opened.take(max + 1).read_to_end(&mut bytes).map_err(read)?;
+    if bytes.len() as u64 > max {
+        return Err(SourceError::Grew { max });
+    }
     String::from_utf8(bytes).map_err(|_| SourceError::NotUtf8)
 }
 
@@ -312,16 +553,186 @@ status:
         write(d, "d.yaml~", &TIER.replace("mytier", "backup"));
         write(d, "#e.yaml#", &TIER.replace("mytier", "autosave"));
         write(d, "notes.txt", "not yaml: [");
-        fs::create_dir(d.join("sub.yaml")).unwrap();
-        write(
-            &d.join("sub.yaml"),
-            "x.yaml",
-            &TIER.replace("mytier", "nested"),
-        );
+        fs::create_dir(d.join("sub")).unwrap();
+        write(&d.join("sub"), "x.yaml", &TIER.replace("mytier", "nested"));
         let (snapshot, problems) = load_paths(&[d.to_path_buf()]);
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(names(&snapshot), ["a", "b", "c"]);
         assert_eq!(snapshot.objects[0].origin, d.join("a.yml"));
+    }
+
+    /// The one problem of loading `dir`, shown.
+    fn only_problem(dir: &Path, limits: &Limits) -> String {
+        let (_, problems) = load_paths_within(&[dir.to_path_buf()], limits);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        problems[0].to_string()
+    }
+
+    #[test]
+    fn unreadable_policy_entries_are_problems_naming_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        write(d, "good.yaml", TIER);
+        std::os::unix::fs::symlink("gone.yaml", d.join("dangling.yaml")).unwrap();
+        std::os::unix::fs::symlink("loop.yaml", d.join("loop.yaml")).unwrap();
+        fs::create_dir(d.join("dir.yaml")).unwrap();
+        // std cannot make a FIFO; mkfifo(1) can.
+        let made = std::process::Command::new("mkfifo")
+            .arg(d.join("fifo.yaml"))
+            .status()
+            .unwrap();
+        assert!(made.success());
+        std::os::unix::fs::symlink("/dev/zero", d.join("zero.yaml")).unwrap();
+        let (snapshot, problems) = load_paths(&[d.to_path_buf()]);
+        assert_eq!(names(&snapshot), ["mytier"], "readable files still load");
+        let shown: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        let at = |name: &str| d.join(name).display().to_string();
+        assert_eq!(
+            shown,
+            [
+                format!(
+                    "{}: symlink to gone.yaml: No such file or directory (os error 2)",
+                    at("dangling.yaml")
+                ),
+                format!("{}: not a regular file but a directory", at("dir.yaml")),
+                format!("{}: not a regular file but a FIFO", at("fifo.yaml")),
+                format!(
+                    "{}: symlink to loop.yaml: Too many levels of symbolic links (os error 40)",
+                    at("loop.yaml")
+                ),
+                format!("{}: not a regular file but a device", at("zero.yaml")),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_huge_sparse_file_is_refused_without_being_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let huge = fs::File::create(dir.path().join("huge.yaml")).unwrap();
+        huge.set_len(2 << 30).unwrap();
+        let shown = only_problem(dir.path(), &Limits::default());
+        assert!(
+            shown.ends_with(
+                "huge.yaml: 2147483648 bytes, more than the limit of 4194304 bytes per file"
+            ),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn a_file_that_grew_after_it_was_listed_is_checked_again_when_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.yaml");
+        fs::write(&file, "0123456789").unwrap();
+        let shown = read_text(&file, 5).unwrap_err().to_string();
+        assert_eq!(shown, "10 bytes, more than the limit of 5 bytes per file");
+        assert_eq!(read_text(&file, 10).unwrap(), "0123456789");
+    }
+
+    #[test]
+    fn the_total_size_is_bounded_before_any_file_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "a.yaml", TIER);
+        write(dir.path(), "b.yaml", TIER);
+        let limits = Limits {
+            total_bytes: TIER.len() as u64 * 2 - 1,
+            ..Limits::default()
+        };
+        let (snapshot, problems) = load_paths_within(&[dir.path().to_path_buf()], &limits);
+        assert!(snapshot.objects.is_empty(), "nothing read");
+        assert_eq!(
+            problems[0].to_string(),
+            format!(
+                "{}: the policy files hold {} bytes, more than the limit of {} bytes in all",
+                dir.path().display(),
+                TIER.len() * 2,
+                TIER.len() * 2 - 1
+            )
+        );
+    }
+
+    #[test]
+    fn objects_per_file_are_bounded_lists_included() {
+        let limits = Limits {
+            objects_per_file: 2,
+            ..Limits::default()
+        };
+        let two = format!("{TIER}---\n{POD}");
+        let (objects, problems) = parse_documents_within(Path::new("two.yaml"), &two, &limits);
+        assert_eq!((objects.len(), problems.len()), (2, 0));
+        let three = format!("{two}---\n{TIER}");
+        let (objects, problems) = parse_documents_within(Path::new("t.yaml"), &three, &limits);
+        assert!(objects.is_empty());
+        assert!(problems[0].reason.contains("documents"), "{}", problems[0]);
+        let list = "apiVersion: v1\nkind: List\nitems:\n".to_string()
+            + &"- {apiVersion: v1, kind: Namespace, metadata: {name: n}}\n".repeat(3);
+        let (objects, problems) = parse_documents_within(Path::new("l.yaml"), &list, &limits);
+        assert!(objects.is_empty());
+        assert_eq!(
+            problems[0].to_string(),
+            "l.yaml: more than 2 objects in one file"
+        );
+    }
+
+    #[test]
+    fn alias_bombs_and_deep_nesting_stop_at_the_budget() {
+        // Nine levels of ten aliases: a billion leaves if expanded.
+        let mut bomb = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for level in 1..10 {
+            let refs = vec![format!("*a{}", level - 1); 10].join(", ");
+            bomb += &format!("a{level}: &a{level} [{refs}]\n");
+        }
+        let started = std::time::Instant::now();
+        let (objects, problems) = parse_documents(Path::new("bomb.yaml"), &bomb);
+        assert!(objects.is_empty());
+        assert!(
+            problems[0].reason.starts_with("YAML syntax: "),
+            "{}",
+            problems[0]
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        let deep = "[".repeat(10_000) + &"]".repeat(10_000);
+        let (_, problems) = parse_documents(Path::new("deep.yaml"), &deep);
+        assert!(
+            problems[0].reason.starts_with("YAML syntax: "),
+            "{}",
+            problems[0]
+        );
+    }
+
+    #[test]
+    fn stamps_change_with_every_rewrite_and_emptied_files_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "a.yaml", TIER);
+        write(dir.path(), "b.yaml", TIER.replace("mytier", "b").as_str());
+        let first = stamps(dir.path());
+        assert_eq!(first.files.len(), 2);
+        assert_eq!(stamps(dir.path()), first, "reading changes nothing");
+        let (snapshot, _) = load_paths(&[dir.path().to_path_buf()]);
+        let before = first.objects(&snapshot);
+        assert_eq!(before.values().collect::<Vec<_>>(), [&1, &1]);
+
+        fs::File::create(dir.path().join("a.yaml")).unwrap(); // truncates
+        let truncated = stamps(dir.path());
+        assert_ne!(truncated, first);
+        assert!(truncated.last_change() >= first.last_change());
+        fs::remove_file(dir.path().join("b.yaml")).unwrap();
+        let now = stamps(dir.path());
+        let (snapshot, problems) = load_paths(&[dir.path().to_path_buf()]);
+        assert!(problems.is_empty(), "an empty file alone is no problem");
+        let problems = emptied(&before, &now.objects(&snapshot));
+        assert_eq!(
+            problems.len(),
+            1,
+            "a removed file is no problem: {problems:?}"
+        );
+        assert_eq!(
+            problems[0].to_string(),
+            format!(
+                "{}: held 1 object(s) and now holds none, as a half-written file would; refused (delete the file to remove its policies)",
+                dir.path().join("a.yaml").display()
+            )
+        );
     }
 
     #[test]

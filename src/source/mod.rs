@@ -1,6 +1,7 @@
 //! Where policies and inventory come from: a [`Source`] ([`watch::Directory`],
 //! [`kube::KubeSource`]) hands the agent the snapshot to enforce, and
-//! bursts of changes are settled by one [`Debounce`]. Sources decode
+//! bursts of changes are settled by one [`Debounce`]; a directory's files
+//! are read only once [`Settling`] finds them still. Sources decode
 //! objects; they never judge them ([`crate::validate`]) nor touch the kernel.
 #![allow(clippy::disallowed_methods)] // sources watch files and the API server over time.
 
@@ -14,7 +15,9 @@ pub mod files;
 pub mod kube;
 pub mod watch;
 
-pub use files::{load_and_validate, load_paths, parse_documents, SourceError};
+pub use files::{
+    load_and_validate, load_paths, load_paths_within, parse_documents, Limits, SourceError,
+};
 
 /// Quiet time after the last change before it is acted on: editors,
 /// `kubectl cp` and the API server change things in several steps.
@@ -61,6 +64,59 @@ impl Debounce {
     }
 }
 
+/// When the files of a directory count as settled enough to be read: the
+/// newest status change is [`DEBOUNCE`] old by the files' own clock, or
+/// their stamps stayed the same across [`DEBOUNCE`] of waiting (so a clock
+/// step cannot stall it). Files that still change once [`DEBOUNCE_MAX`]
+/// has passed are not read at all. Pure: the times are passed in.
+#[derive(Clone, Debug)]
+pub struct Settling<S> {
+    started: Instant,
+    /// The stamps last seen, and since when they are unchanged.
+    seen: Option<(S, Instant)>,
+}
+
+/// What [`Settling::observe`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Settled {
+    /// Read now.
+    Yes,
+    /// Look again at this time.
+    WaitUntil(Instant),
+    /// Still changing after [`DEBOUNCE_MAX`]; the time waited.
+    StillChanging(Duration),
+}
+
+impl<S: PartialEq> Settling<S> {
+    pub fn new(now: Instant) -> Settling<S> {
+        Settling {
+            started: now,
+            seen: None,
+        }
+    }
+
+    /// The files' `stamps` at `now`; `age` is how long ago the newest of
+    /// them changed by the file system's clock (`None`: in the future).
+    pub fn observe(&mut self, stamps: S, age: Option<Duration>, now: Instant) -> Settled {
+        let deadline = self.started + DEBOUNCE_MAX;
+        let since = match self.seen.take() {
+            Some((seen, since)) if seen == stamps => since,
+            Some(_) if now >= deadline => return Settled::StillChanging(now - self.started),
+            _ => now,
+        };
+        self.seen = Some((stamps, since));
+        if age.is_some_and(|age| age >= DEBOUNCE) || now >= since + DEBOUNCE {
+            return Settled::Yes;
+        }
+        if now >= deadline {
+            return Settled::StillChanging(now - self.started);
+        }
+        let changed_at = age.and_then(|age| now.checked_sub(age)).unwrap_or(since);
+        let quiet = changed_at + DEBOUNCE;
+        Settled::WaitUntil(quiet.min(since + DEBOUNCE).min(deadline))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,5 +140,70 @@ mod tests {
         assert_eq!(debounce.due(), Some(t0 + DEBOUNCE_MAX));
         assert!(debounce.take(t0 + DEBOUNCE_MAX));
         assert_eq!(debounce.due(), None, "taken");
+    }
+
+    #[test]
+    fn settling_reads_files_quiet_by_their_clock_at_once() {
+        let t0 = Instant::now();
+        let mut settling = Settling::new(t0);
+        assert_eq!(settling.observe(1, Some(DEBOUNCE), t0), Settled::Yes);
+    }
+
+    #[test]
+    fn settling_waits_for_a_recent_change_to_age() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut settling = Settling::new(t0);
+        // Changed 100 ms ago: look again when it is DEBOUNCE old.
+        assert_eq!(
+            settling.observe(1, Some(ms(100)), t0),
+            Settled::WaitUntil(t0 + DEBOUNCE - ms(100))
+        );
+        let t1 = t0 + DEBOUNCE - ms(100);
+        assert_eq!(settling.observe(1, Some(DEBOUNCE), t1), Settled::Yes);
+    }
+
+    #[test]
+    fn settling_without_a_usable_clock_compares_stamps_across_the_interval() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut settling = Settling::new(t0);
+        assert_eq!(
+            settling.observe(1, None, t0),
+            Settled::WaitUntil(t0 + DEBOUNCE)
+        );
+        // Changed meanwhile: the interval starts again.
+        assert_eq!(
+            settling.observe(2, None, t0 + DEBOUNCE),
+            Settled::WaitUntil(t0 + DEBOUNCE * 2)
+        );
+        assert_eq!(
+            settling.observe(2, None, t0 + ms(500)),
+            Settled::WaitUntil(t0 + DEBOUNCE * 2)
+        );
+        assert_eq!(settling.observe(2, None, t0 + DEBOUNCE * 2), Settled::Yes);
+    }
+
+    #[test]
+    fn settling_gives_up_on_files_that_keep_changing() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut settling = Settling::new(t0);
+        let mut now = t0;
+        let mut stamp = 0;
+        while now < t0 + DEBOUNCE_MAX {
+            let seen = settling.observe(stamp, Some(ms(10)), now);
+            assert!(
+                matches!(seen, Settled::WaitUntil(at) if at <= t0 + DEBOUNCE_MAX),
+                "{seen:?}"
+            );
+            stamp += 1;
+            now += ms(100);
+        }
+        assert_eq!(
+            settling.observe(stamp, Some(DEBOUNCE), now),
+            Settled::StillChanging(now - t0),
+            "changed again past the deadline, however old it looks"
+        );
     }
 }

@@ -1,18 +1,27 @@
 //! The standalone source: [`Directory`] reads a policy directory whole on
-//! every reload, and [`PolicyWatch`] watches it (inotify, across the
-//! directory being removed or replaced: the parent is watched too). The
-//! watch only wakes the run loop; it never reads policies itself.
+//! every reload, once its files have settled, and [`PolicyWatch`] watches
+//! it (inotify, across the directory being removed or replaced: the parent
+//! is watched too). The watch only wakes the run loop; it never reads
+//! policies itself.
+//!
+//! A reload is refused (the ruleset in force stays) when a file cannot be
+//! read, is over the [`Limits`], is still being written after
+//! [`super::DEBOUNCE_MAX`], or held objects at the last accepted load and
+//! holds none now: a writer that truncates a file and then pauses must not
+//! remove its policies. Deleting the file removes them.
 
+use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-
 use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 
-use super::{load_and_validate, Source};
+use super::files::{self, Stamps};
+use super::{load_paths_within, Limits, Settled, Settling, Source, SourceError};
 use crate::model::Snapshot;
-use crate::validate::Problem;
+use crate::validate::{validate, Problem};
 
 /// Why the policy directory cannot be watched.
 #[derive(Debug, thiserror::Error)]
@@ -46,23 +55,71 @@ pub enum Refresh {
 pub struct Directory {
     /// As given (problems name files under it).
     dir: PathBuf,
+    limits: Limits,
     watch: PolicyWatch,
+    /// Objects per file at the last load handed out.
+    accepted: BTreeMap<PathBuf, usize>,
 }
 
 impl Directory {
     /// Starts watching `dir`, which must exist; `changed` is called (on the
     /// watcher's thread) for every change in or of it.
-    pub fn start(dir: &Path, changed: impl Fn() + Send + 'static) -> Result<Directory, WatchError> {
+    pub fn start(
+        dir: &Path,
+        limits: Limits,
+        changed: impl Fn() + Send + 'static,
+    ) -> Result<Directory, WatchError> {
         Ok(Directory {
             dir: dir.to_path_buf(),
+            limits,
             watch: PolicyWatch::start(dir, changed)?,
+            accepted: BTreeMap::new(),
         })
     }
+
+    /// Reads the directory once its files have settled and did not change
+    /// while being read: the snapshot, its problems and the files' stamps.
+    fn read_settled(&self) -> Result<(Snapshot, Vec<Problem>, Stamps), Vec<Problem>> {
+        let mut settling = Settling::new(Instant::now());
+        loop {
+            let stamps = files::stamps(&self.dir);
+            let age = stamps
+                .last_change()
+                .and_then(|changed| age(changed, SystemTime::now()));
+            match settling.observe(stamps.clone(), age, Instant::now()) {
+                Settled::Yes => {}
+                Settled::WaitUntil(at) => {
+                    std::thread::sleep(at.saturating_duration_since(Instant::now()));
+                    continue;
+                }
+                Settled::StillChanging(waited) => {
+                    let e = SourceError::StillChanging {
+                        quiet_ms: super::DEBOUNCE.as_millis(),
+                        waited_ms: waited.as_millis(),
+                    };
+                    return Err(vec![e.into_problem(&self.dir)]);
+                }
+            }
+            let (snapshot, problems) =
+                load_paths_within(std::slice::from_ref(&self.dir), &self.limits);
+            if files::stamps(&self.dir) == stamps {
+                return Ok((snapshot, problems, stamps));
+            }
+        }
+    }
+}
+
+/// How long before `now` the time `changed` (nanoseconds since the epoch)
+/// was; `None` when it is in the future.
+fn age(changed: i128, now: SystemTime) -> Option<Duration> {
+    let now = now.duration_since(UNIX_EPOCH).ok()?.as_nanos();
+    let ago = i128::try_from(now).ok()?.checked_sub(changed)?;
+    u64::try_from(ago).ok().map(Duration::from_nanos)
 }
 
 impl Source for Directory {
     /// Re-establishes the watch if the directory was replaced, then reads
-    /// and validates it.
+    /// it once settled and validates it; refuses files that were emptied.
     fn latest(&mut self) -> Result<Arc<Snapshot>, Vec<Problem>> {
         match self.watch.refresh() {
             Ok(Refresh::Unchanged) => {}
@@ -72,7 +129,15 @@ impl Source for Directory {
             }
             Err(error) => tracing::error!(%error, "policy directory not watched"),
         }
-        load_and_validate(std::slice::from_ref(&self.dir)).map(Arc::new)
+        let (snapshot, mut problems, stamps) = self.read_settled()?;
+        let objects = stamps.objects(&snapshot);
+        problems.extend(files::emptied(&self.accepted, &objects));
+        problems.extend(validate(&snapshot));
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        self.accepted = objects;
+        Ok(Arc::new(snapshot))
     }
 }
 
@@ -191,6 +256,60 @@ mod tests {
         let got = rx.recv_timeout(Duration::from_secs(5)).is_ok();
         while rx.recv_timeout(Duration::from_millis(100)).is_ok() {}
         got
+    }
+
+    const TIER: &str =
+        "apiVersion: crd.antrea.io/v1beta1\nkind: Tier\nmetadata: {name: t}\nspec: {priority: 10}\n";
+
+    fn shown(problems: Vec<Problem>) -> Vec<String> {
+        problems.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn emptied_and_unreadable_files_are_refused_until_fixed_or_removed() {
+        let root = temp("emptied");
+        let dir = root.join("policies");
+        let file = dir.join("a.yaml");
+        std::fs::write(&file, TIER).unwrap();
+        let mut source = Directory::start(&dir, Limits::default(), || {}).unwrap();
+        assert_eq!(source.latest().unwrap().objects.len(), 1);
+
+        // Truncated (a writer that then pauses): refused, however long.
+        std::fs::File::create(&file).unwrap();
+        let refused = shown(source.latest().unwrap_err());
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert!(
+            refused[0].starts_with(&format!(
+                "{}: held 1 object(s) and now holds none",
+                file.display()
+            )),
+            "{refused:?}"
+        );
+        assert!(source.latest().is_err(), "still refused");
+        // Written back: accepted.
+        std::fs::write(&file, TIER).unwrap();
+        assert_eq!(source.latest().unwrap().objects.len(), 1);
+
+        // A dangling symlink: refused, naming it.
+        let link = dir.join("b.yaml");
+        std::os::unix::fs::symlink("nowhere.yaml", &link).unwrap();
+        let refused = shown(source.latest().unwrap_err());
+        assert_eq!(
+            refused,
+            [format!(
+                "{}: symlink to nowhere.yaml: No such file or directory (os error 2)",
+                link.display()
+            )]
+        );
+        std::fs::remove_file(&link).unwrap();
+
+        // Removing the file is how its policies go.
+        std::fs::remove_file(&file).unwrap();
+        assert!(source.latest().unwrap().objects.is_empty());
+        // A file created empty was never anything else: no problem.
+        std::fs::File::create(&file).unwrap();
+        assert!(source.latest().unwrap().objects.is_empty());
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

@@ -10,6 +10,7 @@ mod harness;
 mod bypass;
 mod datapath;
 mod faults;
+mod files;
 mod fqdn;
 mod image;
 mod kernel;

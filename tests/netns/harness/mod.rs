@@ -126,6 +126,9 @@ pub const TEST_IDS: &[&str] = &[
     "image_follows_a_legacy_iptables_host",
     "image_restart_never_opens_the_node",
     "image_crash_never_opens_the_node",
+    "vanishing_and_unreadable_policy_files_keep_the_last_good_ruleset",
+    "a_truncated_file_paused_mid_write_never_lifts_its_policy",
+    "a_huge_sparse_policy_file_is_refused_unread",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
