@@ -79,6 +79,7 @@ pub struct AgentConfig {
     pub audit: AuditConfig,
     pub status: StatusConfig,
     pub metrics: MetricsConfig,
+    pub health: HealthConfig,
 }
 
 impl AgentConfig {
@@ -115,6 +116,7 @@ impl AgentConfig {
         self.fqdn.validate()?;
         self.l7.validate()?;
         self.audit.validate()?;
+        self.health.validate()?;
         let QueueNumbers {
             connection,
             dns,
@@ -485,6 +487,43 @@ pub struct MetricsConfig {
     /// `host:port` to serve metrics on; off when unset.
     #[arg(long = "metrics-address", value_name = "HOST:PORT")]
     pub address: Option<SocketAddr>,
+}
+
+/// How the workers are watched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, clap::Args)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct HealthConfig {
+    /// Seconds a queue may have packets waiting while its worker takes
+    /// none before the agent counts it stalled, fails `/livez` and exits
+    /// with code 3 to be restarted (default 10).
+    #[arg(long = "stall-timeout", value_name = "SECS")]
+    pub stall_timeout_seconds: u64,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            stall_timeout_seconds: 10,
+        }
+    }
+}
+
+impl HealthConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.stall_timeout_seconds == 0 {
+            return Err(ConfigError::Bound {
+                key: "health.stallTimeoutSeconds",
+                value: 0,
+                reason: "must be at least 1",
+            });
+        }
+        Ok(())
+    }
+
+    /// [`HealthConfig::stall_timeout_seconds`] as a duration.
+    pub fn stall_timeout(&self) -> Duration {
+        Duration::from_secs(self.stall_timeout_seconds)
+    }
 }
 
 #[cfg(test)]
