@@ -93,6 +93,7 @@ fn start(args: &RunArgs) -> Result<(Running, Receiver<Event>), AgentError> {
     let (events, inbox) = mpsc::channel();
     signals::listen(events.clone()).map_err(AgentError::Signals)?;
     let mut source = open_source(args, events, &metrics)?;
+    let complete = source.complete();
     let ruleset = load(source.as_mut(), &node).map_err(AgentError::InvalidPolicies)?;
 
     let audit = match &config.audit.file {
@@ -163,9 +164,7 @@ fn start(args: &RunArgs) -> Result<(Running, Receiver<Event>), AgentError> {
     // A failed install is retried from the run loop: tearing down here
     // would remove what an earlier agent left enforcing.
     running.sync();
-    running
-        .status
-        .set_snapshot_complete(args.policies.is_some());
+    running.status.set_snapshot_complete(complete);
     Ok((running, inbox))
 }
 

@@ -11,6 +11,7 @@ mod bypass;
 mod datapath;
 mod faults;
 mod fqdn;
+mod health;
 mod kernel;
 mod kube;
 mod l7;

@@ -122,6 +122,11 @@ pub const TEST_IDS: &[&str] = &[
     "metrics_move_with_traffic_and_status_answers",
     "kubernetes_policy_and_default_drop_are_audited_in_an_annotated_namespace",
     "harness_reaps_only_labs_of_gone_processes",
+    "a_panicking_worker_is_restarted_and_livez_is_red_meanwhile",
+    "a_stalled_worker_makes_the_agent_exit_with_code_3",
+    "readyz_is_red_until_the_first_kubernetes_snapshot_is_applied",
+    "idle_metrics_clients_do_not_fail_the_probes",
+    "a_queue_held_by_another_process_is_named_in_the_error",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
