@@ -259,6 +259,7 @@ fn supervise<S: Socket, H: Handler>(
     let mut next = Some(first);
     let mut in_a_row = 0u32;
     loop {
+        let restart = next.is_none();
         let worker = match next.take().map_or_else(&mut open, Ok) {
             Ok(worker) => worker,
             Err(error) => {
@@ -273,6 +274,9 @@ fn supervise<S: Socket, H: Handler>(
             }
         };
         reports.heartbeat.up();
+        if restart {
+            tracing::info!(queue, "{name} worker restarted");
+        }
         let started = Instant::now();
         let why = incarnation(worker, reports);
         if started.elapsed() >= HEALTHY_RUN {

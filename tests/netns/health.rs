@@ -53,7 +53,7 @@ spec:
 /// A node serving TCP 8001 and 8002 and a client routed to it, with
 /// [`NODE_POLICY`].
 fn node_lab(test: &'static str) -> Option<Lab> {
-    let lab = Lab::builder(test).peer("client").build()?;
+    let lab = Lab::builder(test).peer("client").ipv6().build()?;
     for port in [8001, 8002] {
         lab.serve_tcp("node", port, Service::Echo);
     }
@@ -200,6 +200,14 @@ fn a_panicking_worker_is_restarted_and_livez_is_red_meanwhile() {
     );
     assert!(agent.exited().is_none(), "the agent kept running");
     let log = agent.stop();
+    // The restart window, shown with `-- --nocapture` (the figure in the
+    // report comes from this).
+    for line in log
+        .lines()
+        .filter(|l| l.contains("worker panicked") || l.contains("worker restarted"))
+    {
+        eprintln!("{line}");
+    }
     assert_eq!(
         log.matches("queue worker panicked: TOLLGATE_FAULT_PANIC: queue 100, packet 3; the packets it held were dropped; restarting in 1s")
             .count(),
@@ -337,6 +345,7 @@ fn idle_metrics_clients_do_not_fail_the_probes() {
         "{metrics}"
     );
     let took = started.elapsed();
+    eprintln!("/livez, /readyz and /metrics behind 3 idle clients: {took:?}");
     assert!(
         took < Duration::from_secs(2),
         "the probes waited {took:?} behind idle clients"
