@@ -103,7 +103,8 @@ fn check(lab: &Lab, probe: &str) -> (Option<i32>, String, String) {
     )
 }
 
-/// Opens a connection from the client to `to` every 100 ms until dropped.
+/// Opens a connection from the client to `to` every 100 ms, sending an
+/// HTTP request on it, until dropped.
 struct Knocking {
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -117,7 +118,9 @@ impl Knocking {
         let thread = std::thread::spawn(move || {
             client.enter(|| {
                 while !halt.load(Ordering::SeqCst) {
-                    let _ = TcpStream::connect_timeout(&to, Duration::from_millis(100));
+                    if let Ok(mut s) = TcpStream::connect_timeout(&to, Duration::from_millis(100)) {
+                        let _ = s.write_all(b"GET /api/knock HTTP/1.1\r\nHost: x\r\n\r\n");
+                    }
                     std::thread::sleep(Duration::from_millis(100));
                 }
             })
@@ -214,6 +217,75 @@ fn a_panicking_worker_is_restarted_and_livez_is_red_meanwhile() {
         1,
         "{log}"
     );
+}
+
+/// Node ingress on TCP 8080: HTTP `GET /api/*` allowed, any other
+/// request denied (403).
+const L7_POLICY: &str = "apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: node-l7}
+spec:
+  priority: 5
+  tier: securityops
+  appliedTo: [{nodeSelector: {matchLabels: {kubernetes.io/os: linux}}}]
+  ingress:
+  - name: allow-api
+    action: Allow
+    ports: [{protocol: TCP, port: 8080}]
+    l7Protocols:
+    - http: {method: GET, path: /api/*}
+";
+
+#[test]
+fn a_panicking_l7_worker_is_restarted_too() {
+    let Some(lab) = Lab::builder("a_panicking_l7_worker_is_restarted_too")
+        .peer("client")
+        .require(&["curl"])
+        .build()
+    else {
+        return;
+    };
+    lab.serve_tcp("node", 8080, Service::Http);
+    lab.write_policy("node.yaml", L7_POLICY);
+    let node = lab.node_addr("client");
+    let url = |path: &str| format!("http://{node}:8080{path}");
+    // One connection queue (100): the DNS queue is 101, the L7 queue 102.
+    let mut options = options(&lab, 9476);
+    options
+        .env
+        .push(("TOLLGATE_FAULT_PANIC".into(), "102:5".into()));
+    let mut agent = lab.start_agent(options);
+    agent.wait_generation(1);
+    assert_eq!(lab.curl("client", &url("/api/a"), AGENT_WAIT), Ok(200));
+
+    let knocking = Knocking::start(&lab, sock(node, 8080));
+    let red = poll_until(AGENT_WAIT, || {
+        let (code, body) = get(&lab, 9476, "/livez");
+        (code == 503).then_some(body)
+    })
+    .unwrap_or_else(|| panic!("/livez never went red; log:\n{}", agent.log()));
+    drop(knocking);
+    assert!(
+        red.starts_with("L7 queue 102: panicked: TOLLGATE_FAULT_PANIC: queue 102, packet 5;"),
+        "{red}"
+    );
+    agent.wait_for_log("L7 queue worker restarted", AGENT_WAIT);
+    assert_eq!(get(&lab, 9476, "/livez").0, 200);
+    // Requests are matched again, one by one.
+    assert_eq!(lab.curl("client", &url("/api/b"), AGENT_WAIT), Ok(200));
+    assert_eq!(lab.curl("client", &url("/admin"), AGENT_WAIT), Ok(403));
+    let (_, metrics) = get(&lab, 9476, "/metrics");
+    assert_eq!(
+        metric(&metrics, "tollgate_worker_restarts_total{queue=\"102\"}"),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        metric(&metrics, "tollgate_worker_restarts_total{queue=\"100\"}"),
+        Some(0.0),
+        "{metrics}"
+    );
+    agent.stop();
 }
 
 #[test]

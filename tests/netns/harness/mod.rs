@@ -127,6 +127,7 @@ pub const TEST_IDS: &[&str] = &[
     "readyz_is_red_until_the_first_kubernetes_snapshot_is_applied",
     "idle_metrics_clients_do_not_fail_the_probes",
     "a_queue_held_by_another_process_is_named_in_the_error",
+    "a_panicking_l7_worker_is_restarted_too",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
