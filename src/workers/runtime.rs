@@ -17,7 +17,11 @@
 //! CrashLoopBackOff (10 s, 20 s, … up to 5 min) and stops every other
 //! queue too. A worker that is stuck (alive but not draining) cannot be
 //! replaced in-process, since its socket keeps the queue bound: the
-//! [`super::watchdog`] makes the process exit instead.
+//! [`super::watchdog`] makes the process exit instead. (Restarting needs
+//! unwinding, Rust's default: a build with `panic = "abort"` would end the
+//! process at a worker's panic, leaving the restart to the service
+//! manager.)
+
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
