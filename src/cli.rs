@@ -14,6 +14,7 @@ use crate::config::{self, Setting};
 use crate::logging::LogError;
 use crate::source::kube::Connection;
 use crate::status;
+use crate::telemetry::Check;
 
 #[derive(Parser)]
 #[command(
@@ -52,6 +53,12 @@ pub enum Command {
         socket: SocketArgs,
         #[arg(long, value_enum, default_value = "text")]
         output: OutputFormat,
+        /// Probe instead: exit 0 when the agent is live (every worker
+        /// running and draining) or ready (a complete policy snapshot
+        /// applied and the kernel matching it), 1 when not (the reason on
+        /// stderr), 2 when the agent cannot be reached.
+        #[arg(long, value_enum, value_name = "live|ready", conflicts_with = "output")]
+        check: Option<Check>,
     },
 }
 

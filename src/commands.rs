@@ -18,6 +18,7 @@ use crate::packet::flow::{Flow, Transport, Verdict};
 use crate::ruleset::{Decision, DirectionDecision, Outcome, PolicySummary, Ruleset};
 use crate::source;
 use crate::status::{self, Request, Response};
+use crate::telemetry::Check;
 use crate::validate::Problem;
 
 /// Why an offline command could not produce its answer.
@@ -82,6 +83,14 @@ impl From<&NodeArgs> for NodeIdentity {
 pub fn ask(socket: &Path, request: &Request) -> Result<Response, CommandError> {
     status::request(socket, request)
         .map_err(|e| CommandError::Usage(format!("{e} (is `tollgate run` running?)")))
+}
+
+/// A probe's name as the command line spells it.
+pub fn check_name(check: Check) -> &'static str {
+    match check {
+        Check::Live => "live",
+        Check::Ready => "ready",
+    }
 }
 
 /// The local Node's name when neither the command line nor the policies name it.

@@ -1,7 +1,9 @@
 //! The `tollgate` binary: parses the command line and maps results to exit
 //! codes — 0 success (a trace that ends in Drop included), 1 invalid
-//! policies, 2 usage, configuration or runtime errors. The work is done in
-//! the library.
+//! policies (or, for `status --check`, not live / not ready), 2 usage,
+//! configuration or runtime errors (for `status --check`: the agent cannot
+//! be reached), 3 for `run` when a worker stalled (the process exits to be
+//! restarted). The work is done in the library.
 
 use std::process::ExitCode;
 
@@ -104,18 +106,36 @@ fn run(command: Command) -> Result<ExitCode, CommandError> {
                 .map_err(|e| CommandError::Usage(format!("reading the FQDN sets: {e}")))?;
             print!("{}", commands::render_fqdn(&sets, &patterns));
         }
-        Command::Status { socket, output } => {
-            match commands::ask(&socket.socket, &Request::Status)? {
-                Response::Status(report) => match output {
-                    OutputFormat::Text => print!("{}", status::render_status(&report)),
-                    OutputFormat::Json => println!(
-                        "{}",
-                        serde_json::to_string_pretty(&report).unwrap_or_default()
-                    ),
-                },
-                other => return Err(unexpected(&other)),
+        Command::Status {
+            socket,
+            check: Some(check),
+            ..
+        } => match commands::ask(&socket.socket, &Request::Check { probe: check })? {
+            Response::Check(report) if report.ok => println!("{}", commands::check_name(check)),
+            Response::Check(report) => {
+                eprintln!(
+                    "not {}: {}",
+                    commands::check_name(check),
+                    report.reason.as_deref().unwrap_or("no reason given")
+                );
+                return Ok(ExitCode::from(1));
             }
-        }
+            other => return Err(unexpected(&other)),
+        },
+        Command::Status {
+            socket,
+            output,
+            check: None,
+        } => match commands::ask(&socket.socket, &Request::Status)? {
+            Response::Status(report) => match output {
+                OutputFormat::Text => print!("{}", status::render_status(&report)),
+                OutputFormat::Json => println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report).unwrap_or_default()
+                ),
+            },
+            other => return Err(unexpected(&other)),
+        },
     }
     Ok(ExitCode::SUCCESS)
 }

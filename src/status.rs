@@ -16,6 +16,8 @@
 //! ← {"status":{"uptimeSeconds":12,"rulesetGeneration":2,…}}
 //! → {"request":"policies"}
 //! ← {"policies":[{"policy":{"kind":"AntreaClusterNetworkPolicy",…},…}]}
+//! → {"request":"check","probe":"ready"}
+//! ← {"check":{"ok":false,"reason":"no complete policy snapshot yet"}}
 //! ← {"error":"unknown request"}
 //! ```
 #![allow(clippy::disallowed_methods)] // the status server reports uptime.
@@ -24,7 +26,7 @@ use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -33,7 +35,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::marks::FailMode;
 use crate::ruleset::{PolicySummary, Ruleset};
-use crate::telemetry::Registry;
+use crate::telemetry::{Check, Health, Probes, Registry};
 
 /// Where `tollgate run` listens and the CLI connects unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/tollgate/tollgate.sock";
@@ -73,6 +75,10 @@ pub enum StatusError {
 pub enum Request {
     Status,
     Policies,
+    /// `tollgate status --check live|ready`.
+    Check {
+        probe: Check,
+    },
 }
 
 /// What the agent answers.
@@ -81,7 +87,27 @@ pub enum Request {
 pub enum Response {
     Status(Box<StatusReport>),
     Policies(Vec<PolicySummary>),
+    Check(CheckReport),
     Error(String),
+}
+
+/// The answer to a probe.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckReport {
+    pub ok: bool,
+    /// Why not, when not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl From<Result<(), String>> for CheckReport {
+    fn from(result: Result<(), String>) -> CheckReport {
+        CheckReport {
+            ok: result.is_ok(),
+            reason: result.err(),
+        }
+    }
 }
 
 /// `tollgate status`.
@@ -180,6 +206,10 @@ pub struct AgentStatus {
     metrics_address: Option<String>,
     ruleset: Arc<ArcSwap<Ruleset>>,
     counters: Arc<Registry>,
+    health: Arc<Health>,
+    /// The source's snapshot in force is complete (files loaded, or every
+    /// Kubernetes kind listed once); false at start.
+    snapshot_complete: AtomicBool,
     state: Mutex<State>,
 }
 
@@ -188,6 +218,9 @@ struct State {
     generation: u64,
     last_reload: Option<(Instant, Option<String>)>,
     datapath_behind: Option<String>,
+    /// The kernel was written to match the ruleset in force and the last
+    /// attempt did not fail; false until the first install succeeds.
+    datapath_synced: bool,
 }
 
 /// The fixed facts of an agent, for [`AgentStatus::new`].
@@ -203,6 +236,7 @@ impl AgentStatus {
         facts: AgentFacts,
         ruleset: Arc<ArcSwap<Ruleset>>,
         counters: Arc<Registry>,
+        health: Arc<Health>,
     ) -> AgentStatus {
         AgentStatus {
             started: Instant::now(),
@@ -212,6 +246,8 @@ impl AgentStatus {
             metrics_address: facts.metrics_address,
             ruleset,
             counters,
+            health,
+            snapshot_complete: AtomicBool::new(false),
             state: Mutex::new(State::default()),
         }
     }
@@ -227,7 +263,34 @@ impl AgentStatus {
 
     /// The last kernel write failed (`Some(why)`), or the kernel matches.
     pub fn datapath(&self, behind: Option<String>) {
-        self.state().datapath_behind = behind;
+        let mut state = self.state();
+        state.datapath_synced = behind.is_none();
+        state.datapath_behind = behind;
+    }
+
+    /// Whether the snapshot the agent has applied is complete: files
+    /// loaded, or every Kubernetes kind listed once. Call it after the
+    /// snapshot was offered and synced, so that readiness never runs ahead
+    /// of the kernel.
+    pub fn set_snapshot_complete(&self, complete: bool) {
+        self.snapshot_complete.store(complete, Ordering::SeqCst);
+    }
+
+    /// Ready: a complete snapshot is applied and the kernel matches it.
+    pub fn ready(&self) -> Result<(), String> {
+        if !self.snapshot_complete.load(Ordering::SeqCst) {
+            return Err("no complete policy snapshot applied yet".into());
+        }
+        let state = self.state();
+        match &state.datapath_behind {
+            Some(why) => Err(format!(
+                "the kernel does not match the ruleset in force: {why}"
+            )),
+            None if !state.datapath_synced => {
+                Err("the ruleset in force is not installed in the kernel yet".into())
+            }
+            None => Ok(()),
+        }
     }
 
     /// A reload ended; `error` says why it did not apply.
@@ -278,6 +341,18 @@ impl AgentStatus {
         match request {
             Request::Status => Response::Status(Box::new(self.report())),
             Request::Policies => Response::Policies(self.ruleset.load().policies().to_vec()),
+            Request::Check { probe } => Response::Check(self.check(*probe).into()),
+        }
+    }
+}
+
+impl Probes for AgentStatus {
+    /// Live: every worker runs and drains its queue; ready: see
+    /// [`AgentStatus::ready`].
+    fn check(&self, check: Check) -> Result<(), String> {
+        match check {
+            Check::Live => self.health.live(),
+            Check::Ready => self.ready(),
         }
     }
 }
@@ -661,6 +736,10 @@ mod tests {
     use crate::workers::ConnectionCounters;
 
     fn status() -> Arc<AgentStatus> {
+        status_with(Arc::new(Health::default()))
+    }
+
+    fn status_with(health: Arc<Health>) -> Arc<AgentStatus> {
         let ruleset = Arc::new(ArcSwap::from_pointee(Ruleset::default()));
         let stats = Arc::new(ConnectionCounters::default());
         stats.allowed.fetch_add(2, Ordering::Relaxed);
@@ -675,7 +754,69 @@ mod tests {
             },
             ruleset,
             counters,
+            health,
         ))
+    }
+
+    fn check(s: &AgentStatus, probe: Check) -> CheckReport {
+        match s.answer(&Request::Check { probe }) {
+            Response::Check(report) => report,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn ready_once_a_complete_snapshot_is_in_the_kernel_live_while_workers_run() {
+        let health = Arc::new(Health::default());
+        let s = status_with(Arc::clone(&health));
+        let not = |why: &str| CheckReport {
+            ok: false,
+            reason: Some(why.into()),
+        };
+        let ok = CheckReport {
+            ok: true,
+            reason: None,
+        };
+        assert_eq!(
+            check(&s, Check::Ready),
+            not("no complete policy snapshot applied yet")
+        );
+        // Generation 1 installed (privileged rules only): still not ready.
+        s.applied(1);
+        s.datapath(None);
+        assert!(!check(&s, Check::Ready).ok);
+        s.set_snapshot_complete(true);
+        assert_eq!(check(&s, Check::Ready), ok);
+        s.datapath(Some("iptables-restore: exited with 1".into()));
+        assert_eq!(
+            check(&s, Check::Ready),
+            not("the kernel does not match the ruleset in force: iptables-restore: exited with 1")
+        );
+        s.datapath(None);
+        assert_eq!(check(&s, Check::Ready), ok);
+        // Liveness follows the heartbeats.
+        assert_eq!(check(&s, Check::Live), ok);
+        let beat = health.register(100, "queue");
+        beat.down("panicked: boom; restarting in 1s".into());
+        assert_eq!(
+            check(&s, Check::Live),
+            not("queue 100: panicked: boom; restarting in 1s")
+        );
+        beat.up();
+        assert_eq!(check(&s, Check::Live), ok);
+        // On the wire.
+        assert_eq!(
+            serde_json::to_string(&Request::Check { probe: Check::Live }).unwrap(),
+            r#"{"request":"check","probe":"live"}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&Response::Check(not("x"))).unwrap(),
+            r#"{"check":{"ok":false,"reason":"x"}}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&Response::Check(ok)).unwrap(),
+            r#"{"check":{"ok":true}}"#
+        );
     }
 
     #[test]

@@ -93,6 +93,7 @@ fn start(args: &RunArgs) -> Result<(Running, Receiver<Event>), AgentError> {
     let (events, inbox) = mpsc::channel();
     signals::listen(events.clone()).map_err(AgentError::Signals)?;
     let mut source = open_source(args, &config, events, &metrics)?;
+    let complete = source.complete();
     let ruleset = load(source.as_mut(), &node).map_err(AgentError::InvalidPolicies)?;
 
     let audit = match &config.audit.file {
@@ -137,14 +138,17 @@ fn start(args: &RunArgs) -> Result<(Running, Receiver<Event>), AgentError> {
         },
         Arc::clone(&policy),
         Arc::clone(metrics.counters()),
+        Arc::clone(metrics.health()),
     ));
     let status_server = serve_status(config.status.socket.as_deref(), Arc::clone(&status))?;
     if let Some(address) = config.metrics.address {
-        let bound = crate::telemetry::http::serve(address, Arc::clone(&metrics))?;
+        let bound =
+            crate::telemetry::http::serve(address, Arc::clone(&metrics), Arc::clone(&status) as _)?;
         tracing::info!(address = %bound, "metrics listening");
     }
 
     fqdn.start_dns_worker(&patterns)?;
+    crate::workers::watchdog::spawn(Arc::clone(&metrics), config.health.stall_timeout())?;
     let mut running = Running {
         config,
         source,
@@ -160,6 +164,7 @@ fn start(args: &RunArgs) -> Result<(Running, Receiver<Event>), AgentError> {
     // A failed install is retried from the run loop: tearing down here
     // would remove what an earlier agent left enforcing.
     running.sync();
+    running.status.set_snapshot_complete(complete);
     Ok((running, inbox))
 }
 

@@ -46,6 +46,7 @@ impl Running {
     /// with their next packet once the kernel is ready for it). An invalid
     /// or missing policy directory leaves everything as it was.
     fn reload(&mut self) {
+        let complete = self.source.complete();
         let snapshot = self.source.latest();
         let node = match host::local_node(&self.config.node) {
             Ok(node) => node,
@@ -58,8 +59,10 @@ impl Running {
         match snapshot {
             Ok(snapshot) => {
                 self.reconciler.offer(compile(&snapshot, &node));
-                if let Some(error) = self.sync() {
-                    self.reloaded(ReloadResult::Failed, Some(error));
+                match self.sync() {
+                    Some(error) => self.reloaded(ReloadResult::Failed, Some(error)),
+                    None if complete => self.status.set_snapshot_complete(true),
+                    None => {}
                 }
             }
             Err(problems) => {

@@ -83,6 +83,7 @@ pub struct AgentConfig {
     pub status: StatusConfig,
     pub metrics: MetricsConfig,
     pub policy_files: PolicyFilesConfig,
+    pub health: HealthConfig,
 }
 
 impl AgentConfig {
@@ -120,6 +121,7 @@ impl AgentConfig {
         self.l7.validate()?;
         self.audit.validate()?;
         self.policy_files.validate()?;
+        self.health.validate()?;
         let QueueNumbers {
             connection,
             dns,
@@ -548,6 +550,43 @@ impl PolicyFilesConfig {
             total_bytes: self.max_total_bytes,
             objects_per_file: self.max_objects_per_file,
         }
+    }
+}
+
+/// How the workers are watched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, clap::Args)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct HealthConfig {
+    /// Seconds a queue may have packets waiting while its worker takes
+    /// none before the agent counts it stalled, fails `/livez` and exits
+    /// with code 3 to be restarted (default 10).
+    #[arg(long = "stall-timeout", value_name = "SECS")]
+    pub stall_timeout_seconds: u64,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            stall_timeout_seconds: 10,
+        }
+    }
+}
+
+impl HealthConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.stall_timeout_seconds == 0 {
+            return Err(ConfigError::Bound {
+                key: "health.stallTimeoutSeconds",
+                value: 0,
+                reason: "must be at least 1",
+            });
+        }
+        Ok(())
+    }
+
+    /// [`HealthConfig::stall_timeout_seconds`] as a duration.
+    pub fn stall_timeout(&self) -> Duration {
+        Duration::from_secs(self.stall_timeout_seconds)
     }
 }
 

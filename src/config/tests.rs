@@ -297,6 +297,7 @@ fn every_flag_sets_a_key_of_its_section() {
             "audit-log",
             "status-socket",
             "metrics-address",
+            "stall-timeout",
         ]
     );
     let value = |name: &str| match name {
@@ -312,6 +313,7 @@ fn every_flag_sets_a_key_of_its_section() {
         "privileged" => "10.0.0.0/24,tcp/22",
         "l7-deny-response" => "403",
         "audit-log" | "status-socket" => "/tmp/x",
+        "stall-timeout" => "3",
         _ => "127.0.0.1:9100",
     };
     let settings: Vec<Setting> = flags
@@ -357,6 +359,9 @@ fn every_flag_sets_a_key_of_its_section() {
             address: Some("127.0.0.1:9100".parse().unwrap()),
         },
         policy_files: defaults.policy_files,
+        health: HealthConfig {
+            stall_timeout_seconds: 3,
+        },
     };
     assert_eq!(config, expected);
     // Text keys stay text.
@@ -408,4 +413,17 @@ fn interfaces_and_queues_and_labels() {
 fn camel_case_matches_serde() {
     assert_eq!(camel_case("max_addresses_per_name"), "maxAddressesPerName");
     assert_eq!(camel_case("name"), "name");
+}
+
+#[test]
+fn the_stall_timeout_defaults_to_ten_seconds_and_zero_is_refused() {
+    let config = load("", &[]).unwrap().config;
+    assert_eq!(config.health.stall_timeout(), Duration::from_secs(10));
+    let error = load("health:\n  stallTimeoutSeconds: 0\n", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("health.stallTimeoutSeconds 0: must be at least 1"),
+        "{error}"
+    );
 }

@@ -30,6 +30,12 @@ pub trait Source {
     /// The objects to enforce now, admitted. Problems mean the source has
     /// nothing it can vouch for: the ruleset in force then stays.
     fn latest(&mut self) -> Result<Arc<Snapshot>, Vec<Problem>>;
+
+    /// Whether [`Source::latest`] returns a complete snapshot from now on
+    /// (a directory: always; the API server: once every kind is listed).
+    fn complete(&self) -> bool {
+        true
+    }
 }
 
 /// When a burst of changes is acted on: [`DEBOUNCE`] after the last

@@ -16,6 +16,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::MetricType;
 
 use super::counters::{Kind, Scope, Series};
+use super::health::Health;
 use super::registry::Registry;
 use crate::packet::flow::Verdict;
 use crate::ruleset::DecidedBy;
@@ -109,6 +110,7 @@ pub struct Metrics {
     kubernetes_skipped: Gauge,
     kubernetes_watch_errors: Counter,
     counters: Arc<Registry>,
+    health: Arc<Health>,
 }
 
 impl Default for Metrics {
@@ -142,6 +144,7 @@ impl Metrics {
             kubernetes_skipped: Gauge::default(),
             kubernetes_watch_errors: Counter::default(),
             counters: Arc::new(Registry::default()),
+            health: Arc::new(Health::default()),
         };
         let mut r = m.registry;
         r.register(
@@ -232,6 +235,11 @@ impl Metrics {
     /// by `tollgate status` and the shutdown log).
     pub fn counters(&self) -> &Arc<Registry> {
         &self.counters
+    }
+
+    /// Every worker's heartbeat, read by `/livez` and `status --check live`.
+    pub fn health(&self) -> &Arc<Health> {
+        &self.health
     }
 
     /// One new connection decided: `rule` is the deciding rule, `None` for

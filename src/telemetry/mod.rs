@@ -1,16 +1,19 @@
 //! What the running agent tells operators: counter sets declared once
 //! ([`counters`]) and registered per queue ([`registry`]), the kernel's
-//! queue counters ([`kernel`]), Prometheus
-//! metrics ([`metrics`]) and their endpoint ([`http`]). It decides nothing
+//! queue counters ([`kernel`]), the workers' heartbeats and the probes
+//! ([`health`]), Prometheus metrics ([`metrics`]) and their endpoint with
+//! `/livez` and `/readyz` ([`http`]). It decides nothing
 //! and imports no worker: workers hand their counters in.
 
 pub mod counters;
+pub mod health;
 pub mod http;
 pub mod kernel;
 pub mod metrics;
 pub mod registry;
 
 pub use counters::CounterSet;
+pub use health::{Check, Health, Heartbeat, Probes};
 pub use metrics::{
     AuditSkip, Metrics, ReloadResult, WorkerMetrics, MAX_RULE_SERIES, TIER_K8S, TIER_NONE,
 };

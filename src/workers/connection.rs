@@ -78,7 +78,8 @@ pub struct Worker {
 
 impl Worker {
     /// Binds `queue` (errors are returned here, before any thread runs)
-    /// and starts the thread. The thread runs until the process exits.
+    /// and starts the thread. The thread runs until the process exits;
+    /// the runtime binds the queue again if the worker panics.
     pub fn spawn<P>(
         queue_number: u16,
         datapath: &DatapathConfig,
@@ -89,26 +90,32 @@ impl Worker {
     where
         P: Policy + Send + Sync + 'static,
     {
-        let queue = Queue::open(QueueSpec {
+        let spec = QueueSpec {
             queue: queue_number,
             name: "queue",
             copy_range: COPY_RANGE,
             max_len: QUEUE_MAX_LEN,
             fail_open: datapath.fail_mode == FailMode::Open,
-        })?;
-        let stats = Arc::new(ConnectionCounters::default());
-        let handler = Connections {
-            policy,
-            fqdn,
-            config: StepConfig {
-                marks: datapath.mark_mask,
-                fail_mode: datapath.fail_mode,
-            },
-            stats: Arc::clone(&stats),
-            metrics: WorkerMetrics::new(Arc::clone(&observers.metrics)),
-            audit: observers.audit,
         };
-        runtime::spawn(queue, handler, Arc::clone(&stats) as _, &observers.metrics)?;
+        let config = StepConfig {
+            marks: datapath.mark_mask,
+            fail_mode: datapath.fail_mode,
+        };
+        let stats = Arc::new(ConnectionCounters::default());
+        let metrics = Arc::clone(&observers.metrics);
+        let handler_stats = Arc::clone(&stats);
+        let open = move || {
+            let handler = Connections {
+                policy: Arc::clone(&policy),
+                fqdn: Arc::clone(&fqdn),
+                config,
+                stats: Arc::clone(&handler_stats),
+                metrics: WorkerMetrics::new(Arc::clone(&observers.metrics)),
+                audit: observers.audit.clone(),
+            };
+            Ok((Queue::open(spec)?, handler))
+        };
+        runtime::spawn(open, Arc::clone(&stats) as _, &metrics)?;
         Ok(Worker {
             queue: queue_number,
             stats,

@@ -79,31 +79,37 @@ impl DnsWorker {
         metrics: Arc<Metrics>,
     ) -> Result<DnsWorker, QueueError> {
         let queue = config.dns_queue;
-        let socket = Queue::open(QueueSpec {
+        let spec = QueueSpec {
             queue,
             name: "dns",
             copy_range: DNS_COPY_RANGE,
             max_len: DNS_QUEUE_MAX_LEN,
             fail_open: true,
-        })?;
-        let sets = FqdnSets::open().map_err(|e| QueueError::Setup {
-            queue,
-            step: "ipset netlink socket",
-            source: std::io::Error::other(e.to_string()),
-        })?;
-        let stats = Arc::new(DnsCounters::default());
-        let handler = Replies {
-            snooper: DnsSnooper::new(
-                config.trusted_servers.clone(),
-                DEFAULT_MAX_TCP_FLOWS,
-                DEFAULT_MAX_TCP_MESSAGE,
-            ),
-            table,
-            sets,
-            stats: Arc::clone(&stats),
-            last_expire: Instant::now(),
         };
-        runtime::spawn(socket, handler, Arc::clone(&stats) as _, &metrics)?;
+        let trusted = config.trusted_servers.clone();
+        let stats = Arc::new(DnsCounters::default());
+        let handler_stats = Arc::clone(&stats);
+        let open = move || {
+            let socket = Queue::open(spec)?;
+            let sets = FqdnSets::open().map_err(|e| QueueError::Setup {
+                queue,
+                step: "ipset netlink socket",
+                source: std::io::Error::other(e.to_string()),
+            })?;
+            let handler = Replies {
+                snooper: DnsSnooper::new(
+                    trusted.clone(),
+                    DEFAULT_MAX_TCP_FLOWS,
+                    DEFAULT_MAX_TCP_MESSAGE,
+                ),
+                table: Arc::clone(&table),
+                sets,
+                stats: Arc::clone(&handler_stats),
+                last_expire: Instant::now(),
+            };
+            Ok((socket, handler))
+        };
+        runtime::spawn(open, Arc::clone(&stats) as _, &metrics)?;
         Ok(DnsWorker { queue })
     }
 }

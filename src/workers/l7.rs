@@ -73,31 +73,38 @@ where
     P: L7Policy + Send + Sync + 'static,
 {
     let queue = config.queue;
-    let socket = Queue::open(QueueSpec {
+    let spec = QueueSpec {
         queue,
         name: "L7 queue",
         copy_range: COPY_RANGE,
         max_len: QUEUE_MAX_LEN,
         fail_open: datapath.fail_mode == FailMode::Open,
-    })?;
-    let injector = Injector::open().map_err(QueueError::setup(queue, "raw sockets"))?;
-    let max_flows = NonZeroUsize::new(config.max_flows).unwrap_or(NonZeroUsize::MIN);
-    let inspector = Inspector::new(
-        max_flows,
-        config.idle_timeout,
-        DEFAULT_MAX_HEAD,
-        config.deny_response,
-    );
-    let stats = Arc::new(L7Counters::default());
-    let handler = Segments {
-        gate: Gate::new(inspector, MAX_DEFERRED_TOTAL, datapath.mark_mask),
-        injector,
-        policy,
-        fqdn,
-        stats: Arc::clone(&stats),
-        audit: observers.audit,
     };
-    runtime::spawn(socket, handler, stats, &observers.metrics)
+    let max_flows = NonZeroUsize::new(config.max_flows).unwrap_or(NonZeroUsize::MIN);
+    let (config, marks) = (*config, datapath.mark_mask);
+    let stats = Arc::new(L7Counters::default());
+    let handler_stats = Arc::clone(&stats);
+    let metrics = Arc::clone(&observers.metrics);
+    let open = move || {
+        let socket = Queue::open(spec)?;
+        let injector = Injector::open().map_err(QueueError::setup(queue, "raw sockets"))?;
+        let inspector = Inspector::new(
+            max_flows,
+            config.idle_timeout,
+            DEFAULT_MAX_HEAD,
+            config.deny_response,
+        );
+        let handler = Segments {
+            gate: Gate::new(inspector, MAX_DEFERRED_TOTAL, marks),
+            injector,
+            policy: Arc::clone(&policy),
+            fqdn: Arc::clone(&fqdn),
+            stats: Arc::clone(&handler_stats),
+            audit: observers.audit.clone(),
+        };
+        Ok((socket, handler))
+    };
+    runtime::spawn(open, stats, &metrics)
 }
 
 /// The handler of the L7 queue.

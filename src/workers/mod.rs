@@ -1,15 +1,20 @@
 //! NFQUEUE workers: one OS thread per queue, each the [`runtime`] loop with
 //! a handler: [`connection`] (new connections), [`dns`] (learn FQDN answers
-//! before the release) and [`l7`] (request by request). Workers never block
-//! on I/O and never log per packet: they count and hand audit records on.
+//! before the release) and [`l7`] (request by request). The runtime
+//! restarts a worker that panics; the [`watchdog`] ends the process when
+//! one stops draining. Workers never block on I/O and never log per
+//! packet: they count and hand audit records on.
 #![allow(clippy::disallowed_methods)] // workers are the packet edge: they stamp each packet with the clock.
 
 pub mod connection;
 pub mod dns;
+#[cfg(debug_assertions)]
+mod fault;
 pub mod fqdn_sets;
 pub mod inject;
 pub mod l7;
 pub mod runtime;
+pub mod watchdog;
 
 pub use connection::{ConnectionCounters, Observers, Worker};
 pub use dns::{DnsCounters, DnsWorker};

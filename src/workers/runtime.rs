@@ -1,22 +1,49 @@
 //! The one NFQUEUE loop: binds a queue, owns each message until its verdict,
 //! asks a [`Handler`] by packet id, and counts packets, overflows, verdict
-//! errors and withheld packets once for every worker. No handler sees an
-//! `nfq` type; nothing here decides a verdict or logs per packet.
+//! errors and withheld packets once for every worker. It also supervises
+//! its worker: the loop beats the queue's [`Heartbeat`] with every packet,
+//! and a worker that panics (or whose receives keep failing) is restarted
+//! in-process after a back-off, on a new socket with a new handler, while
+//! `/livez` says why it is down. No handler sees an `nfq` type; nothing
+//! here decides a verdict or logs per packet.
+//!
+//! Why restart in-process rather than exit: a panic is a bug met on one
+//! packet; unwinding closes the worker's socket, so the kernel drops what
+//! the worker held (and what waited in its queue: an instance that goes
+//! away drops its packets even when fail-open), and until the new socket
+//! is bound the queue has no reader (fail-closed drops new connections,
+//! fail-open lets them pass). Re-binding takes [`restart_delay`] (1 s the
+//! first time), where a process restart goes through the kubelet's
+//! CrashLoopBackOff (10 s, 20 s, … up to 5 min) and stops every other
+//! queue too. A worker that is stuck (alive but not draining) cannot be
+//! replaced in-process, since its socket keeps the queue bound: the
+//! [`super::watchdog`] makes the process exit instead. (Restarting needs
+//! unwinding, Rust's default: a build with `panic = "abort"` would end the
+//! process at a worker's panic, leaving the restart to the service
+//! manager.)
 
 use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use prometheus_client::metrics::histogram::Histogram;
 
 use crate::audit::Timestamp;
 use crate::packet::{Action, LocalSide, PacketId, Queued};
 use crate::telemetry::counters::{counters, CounterSet};
-use crate::telemetry::Metrics;
+use crate::telemetry::{kernel, Heartbeat, Metrics};
 
-/// Consecutive receive errors after which a worker gives up.
+/// Consecutive receive errors after which a worker is restarted.
 pub const MAX_CONSECUTIVE_ERRORS: u32 = 1000;
+/// First wait before a worker that stopped is restarted; it doubles with
+/// every restart in a row, up to [`MAX_RESTART_DELAY`].
+pub const RESTART_DELAY: Duration = Duration::from_secs(1);
+pub const MAX_RESTART_DELAY: Duration = Duration::from_secs(30);
+/// A worker that ran this long before it stopped starts over at
+/// [`RESTART_DELAY`].
+pub const HEALTHY_RUN: Duration = Duration::from_secs(60);
 
 /// Why a queue could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +54,10 @@ pub enum QueueError {
         step: &'static str,
         source: std::io::Error,
     },
+    #[error("queue {queue} is already in use by another process (another tollgate agent?)")]
+    InUse { queue: u16 },
+    #[error("starting the queue watchdog: {0}")]
+    Watchdog(std::io::Error),
 }
 
 impl QueueError {
@@ -63,6 +94,7 @@ counters! {
         overflows: Counter "queue_overflows" = "Receive-buffer overflows of the worker socket (ENOBUFS): the kernel lost queued packets",
         verdict_errors: Counter "queue_verdict_errors" = "Verdicts the kernel did not accept",
         withheld: Gauge "queue_withheld" = "Packets whose verdict the worker holds back",
+        restarts: Counter "worker_restarts" = "Times the queue's worker was restarted after a panic or failing receives (the packets it held were dropped)",
     }
 }
 
@@ -93,7 +125,17 @@ impl Queue {
         let queue = spec.queue;
         let setup = |step| QueueError::setup(queue, step);
         let mut socket = nfq::Queue::open().map_err(setup("open"))?;
-        socket.bind(queue).map_err(setup("bind"))?;
+        socket.bind(queue).map_err(|error| {
+            // The kernel answers EPERM both without CAP_NET_ADMIN and when
+            // another socket holds the queue; only the latter lists it.
+            let held = error.raw_os_error() == Some(libc::EPERM)
+                && kernel::read().iter().any(|(bound, _)| *bound == queue);
+            if held {
+                QueueError::InUse { queue }
+            } else {
+                setup("bind")(error)
+            }
+        })?;
         socket
             .set_copy_range(queue, spec.copy_range)
             .map_err(setup("copy range"))?;
@@ -165,13 +207,24 @@ pub trait Handler {
     fn tick(&mut self, _now: Instant, _out: &mut Verdicts) {}
 }
 
-/// Starts a thread running `handler` over `queue` until the process exits
-/// (the kernel drops what is still queued when the socket closes). The
-/// handler's counter set and the loop's own are registered for the queue,
-/// in that order.
+/// Opens a worker: binds its queue and builds its handler.
+pub trait Open<S, H>: FnMut() -> Result<(S, H), QueueError> + Send + 'static {}
+impl<S, H, F: FnMut() -> Result<(S, H), QueueError> + Send + 'static> Open<S, H> for F {}
+
+/// What the loop of one queue reports into.
+struct Reports {
+    counters: Arc<QueueCounters>,
+    latency: Histogram,
+    heartbeat: Arc<Heartbeat>,
+}
+
+/// Opens the worker once (errors are returned here, before any thread
+/// runs) and starts a thread that runs it until the process exits,
+/// opening it again with `open` after a panic or failing receives. The
+/// handler's counter set (shared by every incarnation) and the loop's own
+/// are registered for the queue, in that order, and so is its heartbeat.
 pub fn spawn<S, H>(
-    mut queue: S,
-    mut handler: H,
+    mut open: impl Open<S, H>,
     handler_counters: Arc<dyn CounterSet>,
     metrics: &Metrics,
 ) -> Result<(), QueueError>
@@ -179,22 +232,101 @@ where
     S: Socket + Send + 'static,
     H: Handler + Send + 'static,
 {
-    let spec = *queue.spec();
+    let first = open()?;
+    let spec = *first.0.spec();
     let counters = Arc::new(QueueCounters::default());
     metrics.counters().register(
         spec.queue,
         spec.name,
         vec![handler_counters, Arc::clone(&counters) as _],
     );
-    let latency = metrics.queue_latency(spec.queue);
+    let reports = Reports {
+        counters,
+        latency: metrics.queue_latency(spec.queue),
+        heartbeat: metrics.health().register(spec.queue, spec.name),
+    };
     std::thread::Builder::new()
         .name(format!("nfqueue-{}", spec.queue))
-        .spawn(move || {
-            let error = run(&mut queue, &mut handler, &counters, &latency);
-            tracing::error!(queue = spec.queue, %error, "{} worker stopped", spec.name);
-        })
+        .spawn(move || supervise(spec, first, open, &reports))
         .map_err(QueueError::setup(spec.queue, "spawn"))?;
     Ok(())
+}
+
+/// Runs the worker, and again after each stop, for ever.
+fn supervise<S: Socket, H: Handler>(
+    spec: QueueSpec,
+    first: (S, H),
+    mut open: impl Open<S, H>,
+    reports: &Reports,
+) {
+    let QueueSpec { queue, name, .. } = spec;
+    let mut next = Some(first);
+    let mut in_a_row = 0u32;
+    loop {
+        let restart = next.is_none();
+        let worker = match next.take().map_or_else(&mut open, Ok) {
+            Ok(worker) => worker,
+            Err(error) => {
+                in_a_row = in_a_row.saturating_add(1);
+                let delay = restart_delay(in_a_row);
+                reports
+                    .heartbeat
+                    .down(format!("{error}; retrying in {}s", delay.as_secs()));
+                tracing::error!(queue, %error, "{name} worker could not be restarted; retrying in {delay:?}");
+                std::thread::sleep(delay);
+                continue;
+            }
+        };
+        reports.heartbeat.up();
+        if restart {
+            tracing::info!(queue, "{name} worker restarted");
+        }
+        let started = Instant::now();
+        let why = incarnation(worker, reports);
+        if started.elapsed() >= HEALTHY_RUN {
+            in_a_row = 0;
+        }
+        in_a_row = in_a_row.saturating_add(1);
+        let delay = restart_delay(in_a_row);
+        let restarts = reports.counters.restarts.fetch_add(1, Ordering::Relaxed) + 1;
+        reports
+            .heartbeat
+            .down(format!("{why}; restarting in {}s", delay.as_secs()));
+        tracing::error!(
+            queue,
+            restarts,
+            "{name} worker {why}; the packets it held were dropped; restarting in {delay:?}"
+        );
+        std::thread::sleep(delay);
+    }
+}
+
+/// Runs one incarnation of a worker until it stops; says why. Its socket
+/// is closed when this returns, so the kernel drops the packets it held.
+fn incarnation<S: Socket, H: Handler>(
+    (mut socket, mut handler): (S, H),
+    reports: &Reports,
+) -> String {
+    let ended = catch_unwind(AssertUnwindSafe(|| run(&mut socket, &mut handler, reports)));
+    match ended {
+        Ok(error) => format!("stopped after {MAX_CONSECUTIVE_ERRORS} failed receives: {error}"),
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "(no message)".into());
+            format!("panicked: {message}")
+        }
+    }
+}
+
+/// The wait before the `n`-th restart in a row (the first is 1).
+pub fn restart_delay(n: u32) -> Duration {
+    let doublings = n.saturating_sub(1).min(16);
+    RESTART_DELAY
+        .saturating_mul(1 << doublings)
+        .min(MAX_RESTART_DELAY)
 }
 
 /// The wall-clock time audit records are stamped with.
@@ -213,9 +345,13 @@ type Held<M> = HashMap<PacketId, (M, Instant)>;
 fn run<S: Socket, H: Handler>(
     socket: &mut S,
     handler: &mut H,
-    counters: &QueueCounters,
-    latency: &Histogram,
+    reports: &Reports,
 ) -> std::io::Error {
+    let Reports {
+        counters,
+        latency,
+        heartbeat,
+    } = reports;
     let mut held: Held<S::Message> = HashMap::new();
     let mut out = Verdicts::default();
     let mut consecutive_errors = 0;
@@ -239,7 +375,9 @@ fn run<S: Socket, H: Handler>(
             }
         };
         consecutive_errors = 0;
-        counters.packets.fetch_add(1, Ordering::Relaxed);
+        let _nth = counters.packets.fetch_add(1, Ordering::Relaxed) + 1;
+        #[cfg(debug_assertions)]
+        super::fault::at_packet(socket.spec().queue, _nth);
         let received = Instant::now();
         let id = S::packet(&message).id;
         handler.packet(S::packet(&message), received, &mut out);
@@ -250,9 +388,9 @@ fn run<S: Socket, H: Handler>(
         }
         handler.tick(received, &mut out);
         give(socket, &mut out, &mut None, &mut held, counters, latency);
-        counters
-            .withheld
-            .store(held.len() as u64, Ordering::Relaxed);
+        let withheld = held.len() as u64;
+        counters.withheld.store(withheld, Ordering::Relaxed);
+        heartbeat.beat(withheld);
     }
 }
 

@@ -13,6 +13,7 @@ mod faults;
 mod files;
 mod fqdn;
 mod image;
+mod health;
 mod kernel;
 mod kube;
 mod l7;

@@ -262,6 +262,10 @@ impl Source for KubeSource {
             .get()
             .map_or_else(Default::default, |admitted| Arc::clone(&admitted.snapshot)))
     }
+
+    fn complete(&self) -> bool {
+        self.latest.get().is_some()
+    }
 }
 
 impl Drop for KubeSource {

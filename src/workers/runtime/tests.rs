@@ -73,6 +73,7 @@ impl Handler for Script {
     fn packet(&mut self, packet: Queued<'_>, _now: Instant, out: &mut Verdicts) {
         match packet.payload {
             b"a" => out.give(packet.id, Action::Accept),
+            b"p" => panic!("bad packet {}", packet.id),
             b"h" => self.held.push(packet.id),
             b"r" => {
                 for id in self.held.drain(..) {
@@ -103,11 +104,19 @@ fn latency() -> Histogram {
     Histogram::new(exponential_buckets(1e-6, 2.0, 4))
 }
 
+fn reports() -> Reports {
+    Reports {
+        counters: Arc::new(QueueCounters::default()),
+        latency: latency(),
+        heartbeat: crate::telemetry::Health::default().register(SPEC.queue, SPEC.name),
+    }
+}
+
 /// Runs `script` over `socket` until the loop gives up.
-fn run_script(socket: &mut FakeSocket, script: &mut Script) -> (QueueCounters, io::Error) {
-    let counters = QueueCounters::default();
-    let error = run(socket, script, &counters, &latency());
-    (counters, error)
+fn run_script(socket: &mut FakeSocket, script: &mut Script) -> (Arc<QueueCounters>, io::Error) {
+    let reports = reports();
+    let error = run(socket, script, &reports);
+    (reports.counters, error)
 }
 
 fn load(counter: &std::sync::atomic::AtomicU64) -> u64 {
@@ -170,4 +179,26 @@ fn the_error_budget_counts_consecutive_errors_only() {
     assert_eq!(socket.given, [(1, Action::Accept), (2, Action::Accept)]);
     assert_eq!(socket.incoming.len(), 1, "stopped before packet 3");
     assert_eq!(load(&counters.packets), 2);
+}
+
+#[test]
+fn a_panicking_worker_ends_its_incarnation_with_the_reason() {
+    let socket = FakeSocket::packets(&[(1, b"a"), (2, b"p"), (3, b"a")]);
+    let reports = reports();
+    let why = incarnation((socket, Script::default()), &reports);
+    assert_eq!(why, "panicked: bad packet 2");
+    assert_eq!(load(&reports.counters.packets), 2);
+    let socket = FakeSocket::packets(&[(1, b"a")]);
+    let why = incarnation((socket, Script::default()), &reports);
+    assert_eq!(
+        why,
+        format!("stopped after {MAX_CONSECUTIVE_ERRORS} failed receives: script done")
+    );
+}
+
+#[test]
+fn restarts_back_off_from_one_second_to_thirty() {
+    let delays: Vec<u64> = (1..=7).map(|n| restart_delay(n).as_secs()).collect();
+    assert_eq!(delays, [1, 2, 4, 8, 16, 30, 30]);
+    assert_eq!(restart_delay(u32::MAX), MAX_RESTART_DELAY);
 }

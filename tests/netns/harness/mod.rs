@@ -129,6 +129,12 @@ pub const TEST_IDS: &[&str] = &[
     "vanishing_and_unreadable_policy_files_keep_the_last_good_ruleset",
     "a_truncated_file_paused_mid_write_never_lifts_its_policy",
     "a_huge_sparse_policy_file_is_refused_unread",
+    "a_panicking_worker_is_restarted_and_livez_is_red_meanwhile",
+    "a_stalled_worker_makes_the_agent_exit_with_code_3",
+    "readyz_is_red_until_the_first_kubernetes_snapshot_is_applied",
+    "idle_metrics_clients_do_not_fail_the_probes",
+    "a_queue_held_by_another_process_is_named_in_the_error",
+    "a_panicking_l7_worker_is_restarted_too",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
