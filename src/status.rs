@@ -18,6 +18,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -165,6 +166,8 @@ pub struct AgentStatus {
     ruleset: Arc<ArcSwap<Ruleset>>,
     counters: Arc<Registry>,
     state: Mutex<State>,
+    /// Whether the first complete snapshot is in force (readiness input).
+    snapshot_complete: AtomicBool,
 }
 
 #[derive(Default)]
@@ -197,6 +200,7 @@ impl AgentStatus {
             ruleset,
             counters,
             state: Mutex::new(State::default()),
+            snapshot_complete: AtomicBool::new(false),
         }
     }
 
@@ -207,6 +211,17 @@ impl AgentStatus {
     /// A ruleset was put in force as `generation`.
     pub fn applied(&self, generation: u64) {
         self.state().generation = generation;
+    }
+
+    /// The first complete snapshot of the source is in force (`true`);
+    /// until then the agent decides nothing.
+    pub fn set_snapshot_complete(&self, complete: bool) {
+        self.snapshot_complete.store(complete, Ordering::SeqCst);
+    }
+
+    /// Whether the first complete snapshot is in force.
+    pub fn snapshot_complete(&self) -> bool {
+        self.snapshot_complete.load(Ordering::SeqCst)
     }
 
     /// The last kernel write failed (`Some(why)`), or the kernel matches.

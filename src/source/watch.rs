@@ -62,8 +62,8 @@ impl Directory {
 
 impl Source for Directory {
     /// Re-establishes the watch if the directory was replaced, then reads
-    /// and validates it.
-    fn latest(&mut self) -> Result<Arc<Snapshot>, Vec<Problem>> {
+    /// and validates it. A directory read whole is always complete.
+    fn latest(&mut self) -> Result<Option<Arc<Snapshot>>, Vec<Problem>> {
         match self.watch.refresh() {
             Ok(Refresh::Unchanged) => {}
             Ok(Refresh::Rewatched) => tracing::info!("policy directory watch re-established"),
@@ -72,7 +72,7 @@ impl Source for Directory {
             }
             Err(error) => tracing::error!(%error, "policy directory not watched"),
         }
-        load_and_validate(std::slice::from_ref(&self.dir)).map(Arc::new)
+        load_and_validate(std::slice::from_ref(&self.dir)).map(|s| Some(Arc::new(s)))
     }
 }
 
