@@ -14,6 +14,7 @@ mod fqdn;
 mod kernel;
 mod kube;
 mod l7;
+mod lifecycle;
 mod observe;
 mod overload;
 mod queue;

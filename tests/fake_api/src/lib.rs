@@ -60,6 +60,8 @@ struct State {
     /// Requests served, as `GET path?query`.
     log: Vec<String>,
     gone_sent: u64,
+    /// While set, list requests wait (a slow API server).
+    lists_held: bool,
 }
 
 struct Shared {
@@ -227,6 +229,18 @@ current-context: fake
         self.shared.state.lock().unwrap().log.clone()
     }
 
+    /// Makes list requests wait until [`FakeApi::release_lists`]: an API
+    /// server slow to answer the first list.
+    pub fn hold_lists(&self) {
+        self.shared.state.lock().unwrap().lists_held = true;
+    }
+
+    /// Answers the held list requests and every later one at once.
+    pub fn release_lists(&self) {
+        self.shared.state.lock().unwrap().lists_held = false;
+        self.shared.changed.notify_all();
+    }
+
     /// List requests (not watches) served for `path`.
     pub fn lists(&self, path: &str) -> usize {
         self.log()
@@ -305,7 +319,10 @@ fn respond(stream: &mut TcpStream, code: u16, body: &Value) -> std::io::Result<(
 }
 
 fn list(stream: &mut TcpStream, shared: &Shared, path: &str) {
-    let state = shared.state.lock().unwrap();
+    let mut state = shared.state.lock().unwrap();
+    while state.lists_held && !shared.stop.load(Ordering::SeqCst) {
+        state = shared.changed.wait(state).unwrap();
+    }
     // List items come without apiVersion and kind, as from a real server.
     let items: Vec<Value> = state
         .objects

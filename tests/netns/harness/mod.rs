@@ -122,6 +122,12 @@ pub const TEST_IDS: &[&str] = &[
     "metrics_move_with_traffic_and_status_answers",
     "kubernetes_policy_and_default_drop_are_audited_in_an_annotated_namespace",
     "harness_reaps_only_labs_of_gone_processes",
+    "sigterm_restart_under_probing_never_opens",
+    "kill9_restart_under_probing_never_opens",
+    "kubernetes_restart_with_a_slow_first_list_never_opens",
+    "policy_changed_while_down_applies_at_start_without_an_open_window",
+    "kubernetes_startup_policy_holds_until_the_first_list",
+    "second_agent_is_refused_and_drift_is_repaired",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
