@@ -167,8 +167,15 @@ fn cleanup_daemonset_runs_tollgate_cleanup_where_the_agent_ran() {
     let agent: DaemonSet = roundtrip(&documents("daemonset.yaml")[0]);
     let pod = ds.spec.unwrap().template.spec.unwrap();
     let agent_pod = agent.spec.unwrap().template.spec.unwrap();
-    assert_eq!(pod.host_network, Some(true), "the agent's network namespace");
-    assert_eq!(pod.tolerations, agent_pod.tolerations, "every node the agent ran on");
+    assert_eq!(
+        pod.host_network,
+        Some(true),
+        "the agent's network namespace"
+    );
+    assert_eq!(
+        pod.tolerations, agent_pod.tolerations,
+        "every node the agent ran on"
+    );
     let init = &pod.init_containers.as_ref().unwrap()[0];
     let agent_container = &agent_pod.containers[0];
     assert_eq!(init.args.as_deref().unwrap(), ["cleanup"]);
