@@ -545,6 +545,7 @@ fn second_agent_is_refused_and_drift_is_repaired() {
     .enumerate()
     {
         lab.node().ok(change);
+        let changed = std::time::Instant::now();
         assert_ne!(firewall(&lab), owned, "{change}");
         let restored = poll_until(AGENT_WAIT, || (firewall(&lab) == owned).then_some(()));
         assert!(
@@ -552,6 +553,10 @@ fn second_agent_is_refused_and_drift_is_repaired() {
             "{change} not repaired:\n{}\nlog:\n{}",
             firewall(&lab),
             agent.log()
+        );
+        println!(
+            "LIFECYCLE-DRIFT {change}: restored {} ms after the change (check every 1 s)",
+            changed.elapsed().as_millis()
         );
         let counted = poll_until(AGENT_WAIT, || {
             (drift_repairs(&lab) >= (n + 1) as f64).then_some(())
@@ -561,4 +566,26 @@ fn second_agent_is_refused_and_drift_is_repaired() {
     assert_eq!(agent.count_log("datapath drift:"), 3, "{}", agent.log());
     lab.assert_tcp("client", at(&lab, DENIED)[1], TcpOutcome::Refused);
     agent.stop();
+}
+
+#[test]
+fn cleanup_on_exit_removes_everything_at_the_stop() {
+    let Some(lab) = node_lab("cleanup_on_exit_removes_everything_at_the_stop") else {
+        return;
+    };
+    lab.node().ok(
+        "iptables -A INPUT -s 192.0.2.1/32 -j DROP && ip6tables -A INPUT -s 2001:db8::1/128 -j DROP",
+    );
+    let before = lab.firewall_state("node");
+    lab.write_policy("node.yaml", &node_policy(&[DENIED]));
+    let mut agent = lab.start_agent(lab.agent_options().args(&["--cleanup-on-exit"]));
+    agent.wait_generation(1);
+    lab.assert_tcp("client", at(&lab, DENIED)[1], TcpOutcome::Refused);
+    let log = agent.stop();
+    assert!(
+        log.contains("kernel state removed (datapath.cleanupOnExit)"),
+        "{log}"
+    );
+    assert_eq!(lab.firewall_state("node"), before);
+    lab.assert_tcp("client", at(&lab, DENIED)[0], TcpOutcome::Connected);
 }

@@ -128,6 +128,7 @@ pub const TEST_IDS: &[&str] = &[
     "policy_changed_while_down_applies_at_start_without_an_open_window",
     "kubernetes_startup_policy_holds_until_the_first_list",
     "second_agent_is_refused_and_drift_is_repaired",
+    "cleanup_on_exit_removes_everything_at_the_stop",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
