@@ -242,10 +242,12 @@ pub struct Attempt {
     pub outcome: TcpOutcome,
 }
 
-/// Continuous probing: one thread per target in a namespace opens a new
-/// TCP connection every `every` (each bounded by `timeout`, closed at once
-/// when it connects) until [`Prober::finish`] or the `limit` passes, and
-/// records every attempt. For watching what new connections meet while
+/// Continuous probing: for each target, a thread in a namespace starts a
+/// new TCP connection attempt every `every` — each on its own thread, so
+/// an attempt waiting for its `timeout` does not delay the next one, and
+/// a change on the wire is seen within `every` — until [`Prober::finish`]
+/// or the `limit` passes, and records every attempt (a connection is
+/// closed at once). For watching what new connections meet while
 /// something (an agent restart) happens.
 pub struct Prober {
     started: Instant,
@@ -271,21 +273,30 @@ impl Prober {
             let record = Arc::new(Mutex::new(Vec::new()));
             attempts.push(Arc::clone(&record));
             let stop = Arc::clone(&stop);
+            // Threads started from a thread inside the namespace are in it.
             threads.push(ns.spawn(move || {
+                let mut attempts = Vec::new();
                 while !stop.load(Ordering::SeqCst) && started.elapsed() < limit {
                     let begun = Instant::now();
-                    let outcome = match TcpStream::connect_timeout(&target, timeout) {
-                        Ok(_) => TcpOutcome::Connected,
-                        Err(e) => classify_connect(&e),
-                    };
-                    record.lock().unwrap().push(Attempt {
-                        at: begun - started,
-                        outcome,
-                    });
+                    let record = Arc::clone(&record);
+                    attempts.push(std::thread::spawn(move || {
+                        let outcome = match TcpStream::connect_timeout(&target, timeout) {
+                            Ok(_) => TcpOutcome::Connected,
+                            Err(e) => classify_connect(&e),
+                        };
+                        record.lock().unwrap().push(Attempt {
+                            at: begun - started,
+                            outcome,
+                        });
+                    }));
+                    attempts.retain(|a: &JoinHandle<()>| !a.is_finished());
                     // Pacing, not waiting for a condition.
                     if let Some(rest) = every.checked_sub(begun.elapsed()) {
                         std::thread::sleep(rest);
                     }
+                }
+                for attempt in attempts {
+                    attempt.join().expect("probe attempt");
                 }
             }));
         }
@@ -303,14 +314,14 @@ impl Prober {
         self.started.elapsed()
     }
 
-    /// Attempts to `target` so far.
+    /// Attempts to `target` that ended so far, by start time.
     pub fn attempts(&self, target: SocketAddr) -> Vec<Attempt> {
         let i = self
             .targets
             .iter()
             .position(|t| *t == target)
             .expect("a probed target");
-        self.attempts[i].lock().unwrap().clone()
+        sorted(&self.attempts[i])
     }
 
     /// Connections to `target` that succeeded after `since`.
@@ -321,7 +332,8 @@ impl Prober {
             .count()
     }
 
-    /// Stops probing; returns every target's attempts, in target order.
+    /// Stops probing, waits for the attempts under way; returns every
+    /// target's attempts by start time, in target order.
     pub fn finish(mut self) -> Vec<(SocketAddr, Vec<Attempt>)> {
         self.stop.store(true, Ordering::SeqCst);
         for thread in self.threads.drain(..) {
@@ -330,9 +342,15 @@ impl Prober {
         self.targets
             .iter()
             .zip(&self.attempts)
-            .map(|(t, a)| (*t, a.lock().unwrap().clone()))
+            .map(|(t, a)| (*t, sorted(a)))
             .collect()
     }
+}
+
+fn sorted(attempts: &Mutex<Vec<Attempt>>) -> Vec<Attempt> {
+    let mut attempts = attempts.lock().unwrap().clone();
+    attempts.sort_by_key(|a| a.at);
+    attempts
 }
 
 impl Drop for Prober {
