@@ -293,6 +293,62 @@ fn pod_lists(api: &FakeApi) -> usize {
     api.lists(&tollgate_fake_api::collection("v1", "Pod"))
 }
 
+/// Ends `agent` (`how`) and starts the next one against an API server
+/// that holds its lists, under probing; returns the new agent once in
+/// force and checked.
+fn kube_restart(
+    lab: &Lab,
+    api: &FakeApi,
+    options: &AgentOptions,
+    agent: &mut crate::harness::Agent,
+    how: End,
+    label: &str,
+) -> crate::harness::Agent {
+    let mut established = lab.tcp_stream("client", at(lab, ESTABLISHED)[1]);
+    assert!(echo_roundtrip(&mut established, b"before", ALLOW_WAIT).unwrap());
+    let prober = start_prober(lab);
+    wait_allowed(lab, &prober, Duration::ZERO, 3);
+    let listed = pod_lists(api);
+    api.hold_lists();
+    let down = prober.now();
+    end(agent, how);
+    let restarted = prober.now();
+    let mut again = lab.start_agent(options.clone());
+    // The new agent asks, the API server does not answer yet: the kernel
+    // keeps the old state and nobody reads the queues.
+    assert!(
+        poll_until(AGENT_WAIT, || (pod_lists(api) > listed).then_some(())).is_some(),
+        "the new agent never listed"
+    );
+    again.wait_for_log("adopting the kernel state", AGENT_WAIT);
+    wait_denied_attempts(lab, &prober, prober.now(), 10);
+    assert_eq!(again.count_log("ruleset applied"), 0, "{}", again.log());
+    let released = prober.now();
+    api.release_lists();
+    again.wait_generation(1);
+    let ready = prober.now();
+    wait_allowed(lab, &prober, ready, 5);
+    wait_denied_attempts(lab, &prober, ready, 5);
+    let results = prober.finish();
+    judge(
+        lab,
+        &results,
+        down,
+        (restarted, ready),
+        &format!("{label}-slow-list"),
+    );
+    // From the list's answer on, the new agent is as quick as in file mode.
+    judge(
+        lab,
+        &results,
+        down,
+        (released, ready),
+        &format!("{label}-after-list"),
+    );
+    assert!(echo_roundtrip(&mut established, b"after", ALLOW_WAIT).expect("established"));
+    again
+}
+
 #[test]
 fn kubernetes_restart_with_a_slow_first_list_never_opens() {
     let Some(lab) = node_lab("kubernetes_restart_with_a_slow_first_list_never_opens") else {
@@ -302,50 +358,23 @@ fn kubernetes_restart_with_a_slow_first_list_never_opens() {
     let mut agent = lab.start_agent(options.clone());
     agent.wait_generation(1);
     lab.assert_tcp("client", at(&lab, DENIED)[0], TcpOutcome::Refused);
-    let mut established = lab.tcp_stream("client", at(&lab, ESTABLISHED)[1]);
-    assert!(echo_roundtrip(&mut established, b"before", ALLOW_WAIT).unwrap());
-
-    let prober = start_prober(&lab);
-    wait_allowed(&lab, &prober, Duration::ZERO, 3);
-    let listed = pod_lists(&api);
-    api.hold_lists();
-    let down = prober.now();
-    agent.stop();
-    let restarted = prober.now();
-    let mut again = lab.start_agent(options);
-    // The new agent asks, the API server does not answer yet: the kernel
-    // keeps the old state and nobody reads the queues.
-    assert!(
-        poll_until(AGENT_WAIT, || (pod_lists(&api) > listed).then_some(())).is_some(),
-        "the new agent never listed"
-    );
-    again.wait_for_log("adopting the kernel state", AGENT_WAIT);
-    wait_denied_attempts(&lab, &prober, prober.now(), 10);
-    assert_eq!(again.count_log("ruleset applied"), 0, "{}", again.log());
-    let released = prober.now();
-    api.release_lists();
-    again.wait_generation(1);
-    let ready = prober.now();
-    wait_allowed(&lab, &prober, ready, 5);
-    wait_denied_attempts(&lab, &prober, ready, 5);
-    let results = prober.finish();
-    judge(
+    let mut second = kube_restart(
         &lab,
-        &results,
-        down,
-        (restarted, ready),
-        "kubernetes-slow-list",
+        &api,
+        &options,
+        &mut agent,
+        End::Term,
+        "kubernetes-sigterm",
     );
-    // From the list's answer on, the new agent is as quick as in file mode.
-    judge(
+    let mut third = kube_restart(
         &lab,
-        &results,
-        down,
-        (released, ready),
-        "kubernetes-after-list",
+        &api,
+        &options,
+        &mut second,
+        End::Kill,
+        "kubernetes-kill-9",
     );
-    assert!(echo_roundtrip(&mut established, b"after", ALLOW_WAIT).expect("established"));
-    again.stop();
+    third.stop();
 }
 
 #[test]
