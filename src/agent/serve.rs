@@ -20,9 +20,13 @@ impl Running {
     pub(super) fn serve(&mut self, inbox: &Receiver<Event>) {
         loop {
             let now = Instant::now();
-            let retry = self.reconciler.retry_in(now);
-            let drift = self.drift_due.map(|due| due.saturating_duration_since(now));
-            let received = match retry.into_iter().chain(drift).min() {
+            // A pending retry rewrites the kernel anyway: the drift check
+            // waits for it.
+            let wait = self
+                .reconciler
+                .retry_in(now)
+                .or_else(|| self.drift_due.map(|due| due.saturating_duration_since(now)));
+            let received = match wait {
                 None => inbox.recv().map_err(|_| RecvTimeoutError::Disconnected),
                 Some(wait) => inbox.recv_timeout(wait),
             };
