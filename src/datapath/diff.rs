@@ -194,7 +194,7 @@ impl Changes {
                 parts.push(format!("{command}: jump `-A {chain} {rule}` restored"));
             }
             for (chain, rule) in &table.delete_jumps {
-                parts.push(format!("{command}: extra jump `-A {chain} {rule}` deleted"));
+                parts.push(format!("{command}: jump `-A {chain} {rule}` deleted"));
             }
         }
         for (name, write) in &self.sets {
