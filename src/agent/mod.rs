@@ -86,8 +86,14 @@ struct Base {
     _status_server: Option<StatusServer>,
 }
 
-/// The agent before its source's first complete snapshot: no worker reads
-/// a queue, so whatever the kernel queues meets the fail mode.
+/// The agent before its source's first complete snapshot. No queue is
+/// bound yet: an incomplete snapshot must decide nothing, and a queue
+/// without a reader is what the kernel state already means while no agent
+/// runs — fail-closed drops new connections (the client's SYN retransmit
+/// connects once the agent is ready), fail-open passes them, as the
+/// operator chose. Workers bound early and answering "drop" would need a
+/// ruleset of their own and override a fail-open choice; binding late
+/// needs neither.
 struct Starting {
     base: Base,
     /// What the shared ruleset slot holds until then (an empty ruleset,
