@@ -87,6 +87,9 @@ print('$label: %d connections in %.2f s = %.0f/s' % ($N, dt, $N / dt))
         grep -E '^tollgate_(audit_lines|verdicts_total|verdict_latency_seconds_(sum|count))' | sed "s/^/  /"
     echo "  agent peak RSS: $(awk '$1 == "VmHWM:" {print $2, $3}' "/proc/$AGENT/status")"
     kill "$AGENT"; wait "$AGENT" || true; AGENT=
+    # The rules outlive the agent (new connections would meet a queue
+    # nobody reads); remove them for the next round.
+    ip netns exec "$NODE" "$BIN" cleanup >/dev/null
 }
 
 round "audit off"

@@ -197,6 +197,9 @@ stop_tollgate() {
     for i in $(seq 1 300); do kill -0 "$AGENT_PID" 2>/dev/null || break; sleep 0.1; done
     wait "$AGENT_PID" 2>/dev/null || true
     AGENT_PID=
+    # The rules outlive the agent; an older base binary without `cleanup`
+    # removed them itself.
+    ip netns exec $NODE "$BIN" cleanup >/dev/null 2>&1 || true
 }
 
 load_iptables() {

@@ -46,6 +46,11 @@ pub enum Command {
         #[command(subcommand)]
         what: GetCommand,
     },
+    /// Remove everything tollgate owns in this network namespace (its
+    /// chains, the jumps into them, the endpoint and learned ipsets) and
+    /// nothing else. An agent that stops leaves its rules enforcing; this
+    /// is the uninstall step. Refused while an agent runs here.
+    Cleanup,
     /// Health of the running agent: uptime, ruleset generation, policies,
     /// last reload, queues and their counters, fail mode.
     Status {

@@ -106,6 +106,15 @@ fn run(command: Command) -> Result<ExitCode, CommandError> {
                 .map_err(|e| CommandError::Usage(format!("reading the FQDN sets: {e}")))?;
             print!("{}", commands::render_fqdn(&sets, &patterns));
         }
+        Command::Cleanup => {
+            let removed = tollgate::agent::cleanup()
+                .map_err(|e| CommandError::Usage(format!("cleanup: {e}")))?;
+            if removed.is_empty() {
+                println!("nothing of tollgate's is installed in this network namespace");
+            } else {
+                println!("removed: {}", removed.summary());
+            }
+        }
         Command::Status {
             socket,
             check: Some(check),

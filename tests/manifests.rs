@@ -135,15 +135,15 @@ fn daemonset_runs_on_the_host_network_with_two_capabilities() {
         .as_ref()
         .unwrap();
     assert_eq!(field.field_path, "spec.nodeName");
-    for probe in [
-        &container.startup_probe,
-        &container.liveness_probe,
-        &container.readiness_probe,
+    for (probe, check) in [
+        (&container.startup_probe, "ready"),
+        (&container.liveness_probe, "live"),
+        (&container.readiness_probe, "ready"),
     ] {
         let exec = probe.as_ref().unwrap().exec.as_ref().unwrap();
         assert_eq!(
-            exec.command.as_deref().unwrap()[..2],
-            ["tollgate", "status"]
+            exec.command.as_deref().unwrap(),
+            ["tollgate", "status", "--check", check]
         );
     }
     assert!(container.resources.as_ref().unwrap().requests.is_some());
@@ -157,4 +157,40 @@ fn daemonset_runs_on_the_host_network_with_two_capabilities() {
     assert_eq!(modules.read_only, Some(true));
     assert!(mounts.iter().any(|m| m.mount_path == "/run/xtables.lock"));
     assert!(mounts.iter().any(|m| m.mount_path == "/run/tollgate"));
+}
+
+#[test]
+fn cleanup_daemonset_runs_tollgate_cleanup_where_the_agent_ran() {
+    let docs = documents("cleanup.yaml");
+    assert_eq!(docs.len(), 1);
+    let ds: DaemonSet = roundtrip(&docs[0]);
+    let agent: DaemonSet = roundtrip(&documents("daemonset.yaml")[0]);
+    let pod = ds.spec.unwrap().template.spec.unwrap();
+    let agent_pod = agent.spec.unwrap().template.spec.unwrap();
+    assert_eq!(
+        pod.host_network,
+        Some(true),
+        "the agent's network namespace"
+    );
+    assert_eq!(
+        pod.tolerations, agent_pod.tolerations,
+        "every node the agent ran on"
+    );
+    let init = &pod.init_containers.as_ref().unwrap()[0];
+    let agent_container = &agent_pod.containers[0];
+    assert_eq!(init.args.as_deref().unwrap(), ["cleanup"]);
+    assert_eq!(init.image, agent_container.image);
+    assert_eq!(init.security_context, agent_container.security_context);
+    for mount in ["/run/xtables.lock", "/lib/modules"] {
+        let find = |c: &k8s_openapi::api::core::v1::Container| {
+            c.volume_mounts
+                .as_ref()
+                .unwrap()
+                .iter()
+                .find(|m| m.mount_path == mount)
+                .cloned()
+        };
+        assert_eq!(find(init), find(agent_container), "{mount}");
+        assert!(find(init).is_some(), "{mount}");
+    }
 }

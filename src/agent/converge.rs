@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 
 use crate::datapath::{
-    reconcile, transition, ApplyError, Backoff, Kernel, Recovered, Retry, State,
+    reconcile, transition, ApplyError, Backoff, Changes, Kernel, Recovered, Retry, State,
 };
 use crate::fqdn::FqdnPattern;
 use crate::ruleset::{Enforced, Ruleset};
@@ -31,6 +31,9 @@ pub struct Reconciler {
     /// A valid ruleset waiting for the kernel to queue what it needs; a
     /// newer one replaces it.
     pending: Option<Arc<Ruleset>>,
+    /// What the kernel enforced when the agent started, until the first
+    /// attempt has bridged from it ([`transition::adopted`]).
+    adopting: Option<Enforced>,
     /// Generation of the ruleset in force (the first is 1).
     generation: u64,
     /// Last generation the kernel was seen to match in full.
@@ -59,11 +62,34 @@ pub struct Converged {
 
 impl Reconciler {
     /// `initial` is in force from the first packet (generation 1); the
-    /// kernel is reconciled to it directly.
+    /// kernel is reconciled to it directly (tests; the agent adopts).
+    #[cfg(test)]
     pub fn new(initial: Ruleset, backoff: Backoff) -> Reconciler {
         Reconciler {
             in_force: Arc::new(ArcSwap::from_pointee(initial)),
             pending: None,
+            adopting: None,
+            generation: 1,
+            realized: 0,
+            retry: Retry::new(backoff),
+        }
+    }
+
+    /// `initial` is put in force in `in_force` (generation 1) over a kernel
+    /// that enforces `installed` (what an earlier agent left): the first
+    /// attempt widens to the bridge of both before it narrows to
+    /// `initial`, so no connection both deny passes meanwhile.
+    pub fn adopting(
+        in_force: Arc<ArcSwap<Ruleset>>,
+        initial: Ruleset,
+        installed: Enforced,
+        backoff: Backoff,
+    ) -> Reconciler {
+        in_force.store(Arc::new(initial));
+        Reconciler {
+            in_force,
+            pending: None,
+            adopting: Some(installed),
             generation: 1,
             realized: 0,
             retry: Retry::new(backoff),
@@ -83,6 +109,26 @@ impl Reconciler {
     /// next [`Reconciler::converge`].
     pub fn offer(&mut self, next: Ruleset) {
         self.pending = Some(Arc::new(next));
+    }
+
+    /// What the kernel lacks or holds beyond the state of the ruleset in
+    /// force, once that state was realized and nothing waits (otherwise
+    /// the next attempt writes anyway): empty when it matches. The
+    /// attempt that repairs it is [`Reconciler::converge`].
+    pub fn drift(
+        &self,
+        kernel: &impl Kernel,
+        plan: impl Fn(&Enforced, &[FqdnPattern]) -> State,
+    ) -> Result<Changes, ApplyError> {
+        if self.pending.is_some() || self.adopting.is_some() || self.realized != self.generation {
+            return Ok(Changes::default());
+        }
+        let installed = kernel.installed().map_err(ApplyError::Read)?;
+        let ruleset = self.in_force.load();
+        Ok(Changes::between(
+            &plan(ruleset.enforced(), ruleset.fqdn_patterns()),
+            &installed,
+        ))
     }
 
     /// How long until a failed attempt is due again; `None` while the
@@ -134,6 +180,16 @@ impl Reconciler {
         changed: &mut bool,
         switched: &mut bool,
     ) -> Result<(), ApplyError> {
+        if let Some(installed) = &self.adopting {
+            let current = self.in_force.load_full();
+            let bridge = transition::bridge(
+                plan,
+                (installed, &[]),
+                (current.enforced(), current.fqdn_patterns()),
+            );
+            *changed |= reconcile(kernel, &bridge)?;
+            self.adopting = None;
+        }
         if let Some(next) = self.pending.clone() {
             let current = self.in_force.load_full();
             // Lookups are by selector, so the ruleset in force keeps

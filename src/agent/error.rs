@@ -38,6 +38,8 @@ pub enum AgentError {
     Status(#[from] crate::status::StatusError),
     #[error(transparent)]
     Privilege(#[from] crate::privilege::PrivilegeError),
+    #[error(transparent)]
+    Locked(#[from] super::lock::LockError),
 }
 
 fn list(problems: &[Problem]) -> String {

@@ -1,5 +1,10 @@
-//! `tollgate run`, wired: [`run`] starts the sources, workers, servers and
-//! the first install, serves events until SIGTERM/SIGINT, and stops. It
+//! `tollgate run`, wired: [`run`] takes the namespace's agent lock
+//! ([`lock`]), starts the sources and servers, waits for the source's
+//! first complete snapshot while the kernel keeps what it holds (an
+//! earlier agent's state, the `startupPolicy` state, or nothing), then
+//! starts the workers and reconciles by diff, serves events until
+//! SIGTERM/SIGINT, and stops leaving the kernel state in force (unless
+//! `datapath.cleanupOnExit`). [`cleanup`] is `tollgate cleanup`. It
 //! decides nothing: what is in force and what the kernel gets is
 //! `converge`'s, host facts `host`'s, events `signals`', the FQDN
 //! table and DNS worker `fqdn`'s.
@@ -9,29 +14,35 @@ mod converge;
 mod error;
 mod fqdn;
 mod host;
+mod lock;
 mod serve;
 mod signals;
 
 use std::path::Path;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
 
 use crate::audit::AuditSink;
 use crate::cli::RunArgs;
-use crate::compile::{compile, LocalNode};
-use crate::config::{AgentConfig, ConfigError, Loaded};
-use crate::datapath::{teardown, Backoff, Iptables};
+use crate::compile::compile;
+use crate::config::{AgentConfig, ConfigError, Loaded, StartupPolicy};
+use crate::datapath::{
+    self, adopted, owns_anything, reconcile, teardown, Backoff, Changes, Iptables, Kernel,
+};
+use crate::model::Snapshot;
 use crate::ruleset::Ruleset;
 use crate::source::kube::KubeSource;
 use crate::source::watch::Directory;
 use crate::source::Source;
 use crate::status::{AgentFacts, AgentStatus, StatusServer};
 use crate::telemetry::Metrics;
-use crate::validate::Problem;
 use crate::workers::{Observers, Worker};
 
 pub use error::AgentError;
+pub use lock::{LockError, NamespaceLock};
 
 use converge::Reconciler;
 use fqdn::Fqdn;
@@ -40,18 +51,34 @@ use signals::Event;
 /// Runs the agent until SIGTERM or SIGINT.
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     args.log.install()?;
-    let (mut running, inbox) = start(&args)?;
-    running.serve(&inbox);
-    Ok(running.stop()?)
+    let (starting, inbox) = start(&args)?;
+    match starting.wait_for_snapshot(&inbox)? {
+        Waited::Ready(mut running) => {
+            running.serve(&inbox);
+            Ok(running.stop()?)
+        }
+        Waited::Stopped(starting) => Ok(starting.stop()?),
+    }
 }
 
-/// The running agent.
-struct Running {
+/// `tollgate cleanup`: removes every chain, jump and set tollgate owns in
+/// the current network namespace, learned sets included, and nothing
+/// else; refused while an agent holds the namespace's lock. Returns what
+/// was removed.
+pub fn cleanup() -> Result<Changes, AgentError> {
+    let _lock = NamespaceLock::acquire()?;
+    let mut kernel = Iptables::detect()?;
+    Ok(teardown(&mut kernel)?)
+}
+
+/// What every phase of the agent holds: the lock, the configuration, the
+/// source, the kernel and the reporting side.
+struct Base {
+    /// Held until the process ends.
+    _lock: NamespaceLock,
     config: Arc<AgentConfig>,
     source: Box<dyn Source>,
     kernel: Iptables,
-    reconciler: Reconciler,
-    fqdn: Fqdn,
     metrics: Arc<Metrics>,
     status: Arc<AgentStatus>,
     audit: Option<AuditSink>,
@@ -59,7 +86,39 @@ struct Running {
     _status_server: Option<StatusServer>,
 }
 
-fn start(args: &RunArgs) -> Result<(Running, Receiver<Event>), AgentError> {
+/// The agent before its source's first complete snapshot. No queue is
+/// bound yet: an incomplete snapshot must decide nothing, and a queue
+/// without a reader is what the kernel state already means while no agent
+/// runs — fail-closed drops new connections (the client's SYN retransmit
+/// connects once the agent is ready), fail-open passes them, as the
+/// operator chose. Workers bound early and answering "drop" would need a
+/// ruleset of their own and override a fail-open choice; binding late
+/// needs neither.
+struct Starting {
+    base: Base,
+    /// What the shared ruleset slot holds until then (an empty ruleset,
+    /// for the status API); the workers get it with the first snapshot.
+    policy: Arc<ArcSwap<Ruleset>>,
+    /// Whether the `startupPolicy` state was installed (or found).
+    startup_done: bool,
+}
+
+/// How waiting for the first snapshot ended.
+enum Waited {
+    Ready(Running),
+    Stopped(Starting),
+}
+
+/// The running agent.
+struct Running {
+    base: Base,
+    reconciler: Reconciler,
+    fqdn: Fqdn,
+    /// When the kernel state is next compared with the desired one.
+    drift_due: Option<Instant>,
+}
+
+fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
     // Before any thread exists: capabilities are per thread, and threads
     // inherit them from their creator.
     let kept = crate::privilege::drop_to_network_capabilities()?;
@@ -71,6 +130,8 @@ fn start(args: &RunArgs) -> Result<(Running, Receiver<Event>), AgentError> {
     if !kept.effective.contains(&caps::Capability::CAP_NET_ADMIN) {
         tracing::warn!("running without CAP_NET_ADMIN: installing rules will fail (run as root, or grant CAP_NET_ADMIN and CAP_NET_RAW)");
     }
+    // Before the kernel is read or written: one agent per namespace.
+    let lock = NamespaceLock::acquire()?;
     let Loaded { config, deprecated } = read_config(args)?;
     for (flat, nested) in deprecated {
         tracing::warn!("configuration key {flat} is deprecated: write {nested}");
@@ -83,18 +144,15 @@ fn start(args: &RunArgs) -> Result<(Running, Receiver<Event>), AgentError> {
         backend = ?kernel.backend(),
         queues = %format!("{}-{}", queues.first(), queues.last()),
         fail_mode = %config.datapath.fail_mode,
+        startup_policy = %config.datapath.startup_policy,
         mark_mask = %format!("{:#x}", config.datapath.mark_mask.mask),
         "starting"
     );
 
-    // Signals and directory changes are set up before anything is
-    // installed, so a SIGTERM at any point after install tears down.
     let metrics = Arc::new(Metrics::new());
     let (events, inbox) = mpsc::channel();
     signals::listen(events.clone()).map_err(AgentError::Signals)?;
-    let mut source = open_source(args, &config, events, &metrics)?;
-    let complete = source.complete();
-    let ruleset = load(source.as_mut(), &node).map_err(AgentError::InvalidPolicies)?;
+    let source = open_source(args, &config, events, &metrics)?;
 
     let audit = match &config.audit.file {
         Some(path) => {
@@ -104,31 +162,7 @@ fn start(args: &RunArgs) -> Result<(Running, Receiver<Event>), AgentError> {
         }
         None => None,
     };
-    let observers = Observers {
-        metrics: Arc::clone(&metrics),
-        audit: audit.clone(),
-    };
-    let mut fqdn = Fqdn::restore(&kernel, &ruleset, &config, &metrics)?;
-    let mirror = Arc::clone(&fqdn.mirror);
-    let patterns = ruleset.fqdn_patterns().to_vec();
-    let reconciler = Reconciler::new(ruleset, Backoff::DEFAULT);
-    let policy = Arc::clone(reconciler.in_force());
-    for queue in config.queues.range().iter() {
-        Worker::spawn(
-            queue,
-            &config.datapath,
-            Arc::clone(&policy),
-            Arc::clone(&mirror),
-            observers.clone(),
-        )?;
-    }
-    crate::workers::l7::spawn(
-        &config.datapath,
-        &config.l7,
-        Arc::clone(&policy),
-        Arc::clone(&mirror),
-        observers,
-    )?;
+    let policy = Arc::new(ArcSwap::from_pointee(compile(&Snapshot::default(), &node)));
     let status = Arc::new(AgentStatus::new(
         AgentFacts {
             node_name: config.node.name.clone(),
@@ -146,26 +180,131 @@ fn start(args: &RunArgs) -> Result<(Running, Receiver<Event>), AgentError> {
             crate::telemetry::http::serve(address, Arc::clone(&metrics), Arc::clone(&status) as _)?;
         tracing::info!(address = %bound, "metrics listening");
     }
-
-    fqdn.start_dns_worker(&patterns)?;
-    crate::workers::watchdog::spawn(Arc::clone(&metrics), config.health.stall_timeout())?;
-    let mut running = Running {
-        config,
-        source,
-        kernel,
-        reconciler,
-        fqdn,
-        metrics,
-        status,
-        audit,
-        _status_server: status_server,
+    let installed = kernel.installed()?;
+    let found = owns_anything(&installed);
+    if found {
+        tracing::info!(
+            "adopting the kernel state an earlier agent left: it stays as it is until the first complete snapshot"
+        );
+    }
+    let starting = Starting {
+        base: Base {
+            _lock: lock,
+            config,
+            source,
+            kernel,
+            metrics,
+            status,
+            audit,
+            _status_server: status_server,
+        },
+        policy,
+        startup_done: found,
     };
-    running.put_in_force();
-    // A failed install is retried from the run loop: tearing down here
-    // would remove what an earlier agent left enforcing.
-    running.sync();
-    running.status.set_snapshot_complete(complete);
-    Ok((running, inbox))
+    Ok((starting, inbox))
+}
+
+impl Starting {
+    /// Waits for the source's first complete snapshot, then enforces it.
+    /// Without earlier kernel state a closed `startupPolicy` installs its
+    /// state first. A shutdown meanwhile stops the agent.
+    fn wait_for_snapshot(mut self, inbox: &Receiver<Event>) -> Result<Waited, AgentError> {
+        loop {
+            if let Some(snapshot) = self
+                .base
+                .source
+                .latest()
+                .map_err(AgentError::InvalidPolicies)?
+            {
+                return self.enforce(&snapshot).map(Waited::Ready);
+            }
+            if !self.startup_done {
+                self.startup_done = true;
+                self.install_startup_state();
+            }
+            match inbox.recv() {
+                Ok(Event::Shutdown) | Err(_) => return Ok(Waited::Stopped(self)),
+                Ok(Event::PolicyChanged | Event::Reload) => {}
+            }
+        }
+    }
+
+    /// The `startupPolicy` state, when the kernel holds nothing of
+    /// tollgate's and the policy is closed.
+    fn install_startup_state(&mut self) {
+        let config = &self.base.config;
+        if config.datapath.startup_policy == StartupPolicy::Open {
+            tracing::warn!(
+                "startup policy open: everything passes until the first complete snapshot"
+            );
+            return;
+        }
+        let state = datapath::startup(&config.datapath, &config.queue_numbers());
+        match reconcile(&mut self.base.kernel, &state) {
+            Ok(_) => tracing::info!(
+                "startup policy closed: new connections through INPUT and FORWARD are dropped until the first complete snapshot (privileged rules, loopback and the node's own egress pass)"
+            ),
+            Err(error) => tracing::error!("installing the startup policy failed: {error}"),
+        }
+    }
+
+    /// Puts the first complete snapshot in force: the workers start
+    /// deciding by it, and the kernel moves to it from what it holds by
+    /// the bridge of both.
+    fn enforce(self, snapshot: &Snapshot) -> Result<Running, AgentError> {
+        let Starting { base, policy, .. } = self;
+        let config = &base.config;
+        let node = host::local_node(&config.node)?;
+        let ruleset = compile(snapshot, &node);
+        let installed = adopted(&base.kernel.installed()?);
+        let mut fqdn = Fqdn::restore(&base.kernel, &ruleset, config, &base.metrics)?;
+        let mirror = Arc::clone(&fqdn.mirror);
+        let patterns = ruleset.fqdn_patterns().to_vec();
+        let reconciler = Reconciler::adopting(policy, ruleset, installed, Backoff::DEFAULT);
+        let policy = Arc::clone(reconciler.in_force());
+        let observers = Observers {
+            metrics: Arc::clone(&base.metrics),
+            audit: base.audit.clone(),
+        };
+        for queue in config.queues.range().iter() {
+            Worker::spawn(
+                queue,
+                &config.datapath,
+                Arc::clone(&policy),
+                Arc::clone(&mirror),
+                observers.clone(),
+            )?;
+        }
+        crate::workers::l7::spawn(
+            &config.datapath,
+            &config.l7,
+            Arc::clone(&policy),
+            Arc::clone(&mirror),
+            observers,
+        )?;
+        fqdn.start_dns_worker(&patterns)?;
+        crate::workers::watchdog::spawn(Arc::clone(&base.metrics), config.health.stall_timeout())?;
+        let drift_due = config
+            .datapath
+            .drift_check()
+            .map(|every| Instant::now() + every);
+        let mut running = Running {
+            base,
+            reconciler,
+            fqdn,
+            drift_due,
+        };
+        running.put_in_force();
+        running.base.status.set_snapshot_complete(true);
+        // A failed install is retried from the run loop: tearing down here
+        // would remove what an earlier agent left enforcing.
+        running.sync();
+        Ok(running)
+    }
+
+    fn stop(self) -> Result<(), AgentError> {
+        self.base.stop()
+    }
 }
 
 fn read_config(args: &RunArgs) -> Result<Loaded, ConfigError> {
@@ -202,16 +341,11 @@ fn open_source(
         None => {
             let source = KubeSource::spawn(args.kube.connection(), Arc::clone(metrics), changed)?;
             tracing::info!(
-                "kubernetes source started; privileged rules only until the first snapshot"
+                "kubernetes source started; no decision before its first complete snapshot"
             );
             Box::new(source)
         }
     })
-}
-
-/// The ruleset of the source's latest snapshot.
-fn load(source: &mut dyn Source, node: &LocalNode) -> Result<Ruleset, Vec<Problem>> {
-    source.latest().map(|snapshot| compile(&snapshot, node))
 }
 
 /// Starts the status API. A socket that was configured must work; the
@@ -236,10 +370,22 @@ fn serve_status(
 }
 
 impl Running {
-    /// Removes what the agent installed, writes what the audit log holds,
-    /// and logs the counters.
+    fn stop(self) -> Result<(), AgentError> {
+        self.base.stop()
+    }
+}
+
+impl Base {
+    /// Leaves the kernel state in force (or, with
+    /// `datapath.cleanupOnExit`, removes it), writes what the audit log
+    /// holds, and logs the counters.
     fn stop(mut self) -> Result<(), AgentError> {
-        teardown(&mut self.kernel)?;
+        if self.config.datapath.cleanup_on_exit {
+            let removed = teardown(&mut self.kernel)?;
+            tracing::info!(removed = %removed.summary(), "kernel state removed (datapath.cleanupOnExit)");
+        } else {
+            tracing::info!("kernel state left in force; `tollgate cleanup` removes it");
+        }
         if let Some(audit) = &self.audit {
             audit.flush(Duration::from_secs(2));
         }

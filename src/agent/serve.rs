@@ -1,10 +1,11 @@
 //! The run loop of the agent: events in (policy changes, SIGHUP,
-//! shutdown, a retry falling due), reloads and convergence attempts out.
-//! It logs and meters what the [`Reconciler`](super::converge::Reconciler)
-//! reports and decides nothing itself.
+//! shutdown, a retry or a drift check falling due), reloads and
+//! convergence attempts out. It logs and meters what the
+//! [`Reconciler`](super::converge::Reconciler) reports and decides nothing
+//! itself.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::compile::compile;
 use crate::datapath;
@@ -15,17 +16,31 @@ use super::{host, Running};
 
 impl Running {
     /// Handles events until a shutdown is asked for; retries a failed
-    /// apply when it is due.
+    /// apply and checks for drift when due.
     pub(super) fn serve(&mut self, inbox: &Receiver<Event>) {
         loop {
-            let received = match self.reconciler.retry_in(Instant::now()) {
+            let now = Instant::now();
+            // A pending retry rewrites the kernel anyway: the drift check
+            // waits for it.
+            let wait = self
+                .reconciler
+                .retry_in(now)
+                .or_else(|| self.drift_due.map(|due| due.saturating_duration_since(now)));
+            let received = match wait {
                 None => inbox.recv().map_err(|_| RecvTimeoutError::Disconnected),
                 Some(wait) => inbox.recv_timeout(wait),
             };
             let event = match received {
                 Ok(event) => event,
                 Err(RecvTimeoutError::Timeout) => {
-                    self.sync();
+                    let now = Instant::now();
+                    match self.reconciler.retry_in(now) {
+                        Some(wait) if wait.is_zero() => {
+                            self.sync();
+                        }
+                        Some(_) => {}
+                        None => self.check_drift(now),
+                    }
                     continue;
                 }
                 Err(RecvTimeoutError::Disconnected) => return,
@@ -41,14 +56,47 @@ impl Running {
         }
     }
 
+    /// When due, compares the kernel with the state of the ruleset in
+    /// force and restores what differs (logged and counted); then
+    /// schedules the next check.
+    fn check_drift(&mut self, now: Instant) {
+        let Some(due) = self.drift_due else { return };
+        if due > now {
+            return;
+        }
+        let every = self
+            .base
+            .config
+            .datapath
+            .drift_check()
+            .unwrap_or(Duration::MAX);
+        self.drift_due = now.checked_add(every);
+        let config = &self.base.config;
+        let queues = config.queue_numbers();
+        let found = self.reconciler.drift(&self.base.kernel, |enforced, fqdn| {
+            datapath::desired(&config.datapath, &queues, enforced, fqdn)
+        });
+        match found {
+            Ok(changes) if changes.is_empty() => {}
+            Ok(changes) => {
+                tracing::warn!(
+                    "datapath drift: the kernel state changed behind the agent ({}); restoring it",
+                    changes.summary()
+                );
+                self.base.metrics.datapath_drift_repaired();
+                self.sync();
+            }
+            Err(error) => tracing::warn!("datapath drift check failed: {error}"),
+        }
+    }
+
     /// Reads the source again and converges to it: the new ruleset
     /// replaces any pending one and is tried at once (workers pick it up
     /// with their next packet once the kernel is ready for it). An invalid
     /// or missing policy directory leaves everything as it was.
     fn reload(&mut self) {
-        let complete = self.source.complete();
-        let snapshot = self.source.latest();
-        let node = match host::local_node(&self.config.node) {
+        let snapshot = self.base.source.latest();
+        let node = match host::local_node(&self.base.config.node) {
             Ok(node) => node,
             Err(error) => {
                 tracing::error!(%error, "reload failed");
@@ -57,12 +105,12 @@ impl Running {
             }
         };
         match snapshot {
-            Ok(snapshot) => {
+            // Once complete, a source stays complete.
+            Ok(None) => {}
+            Ok(Some(snapshot)) => {
                 self.reconciler.offer(compile(&snapshot, &node));
-                match self.sync() {
-                    Some(error) => self.reloaded(ReloadResult::Failed, Some(error)),
-                    None if complete => self.status.set_snapshot_complete(true),
-                    None => {}
+                if let Some(error) = self.sync() {
+                    self.reloaded(ReloadResult::Failed, Some(error));
                 }
             }
             Err(problems) => {
@@ -80,10 +128,10 @@ impl Running {
     /// One attempt to converge, logged and metered; a failure schedules
     /// the retry. Returns why a pending ruleset is still not in force.
     pub(super) fn sync(&mut self) -> Option<String> {
-        let config = &self.config;
+        let config = &self.base.config;
         let queues = config.queue_numbers();
         let done = self.reconciler.converge(
-            &mut self.kernel,
+            &mut self.base.kernel,
             |enforced, fqdn| datapath::desired(&config.datapath, &queues, enforced, fqdn),
             &mut self.fqdn,
             Instant::now(),
@@ -99,11 +147,11 @@ impl Running {
                     recovered.attempts
                 );
             }
-            self.metrics.datapath_behind(false);
-            self.status.datapath(None);
+            self.base.metrics.datapath_behind(false);
+            self.base.status.datapath(None);
             if done.realized {
                 if done.generation == 1 {
-                    self.metrics.started();
+                    self.base.metrics.started();
                 }
                 let (generation, changed) = (done.generation, done.changed);
                 tracing::info!(generation, changed, "ruleset applied");
@@ -111,9 +159,9 @@ impl Running {
             return None;
         };
         tracing::error!("datapath apply failed: {error}; retrying in {delay:?}");
-        self.metrics.datapath_apply_failed(&error);
-        self.metrics.datapath_behind(true);
-        self.status.datapath(Some(error.to_string()));
+        self.base.metrics.datapath_apply_failed(&error);
+        self.base.metrics.datapath_behind(true);
+        self.base.status.datapath(Some(error.to_string()));
         done.pending.then(|| error.to_string())
     }
 
@@ -121,14 +169,17 @@ impl Running {
     pub(super) fn put_in_force(&self) {
         let ruleset = self.reconciler.in_force().load();
         let generation = self.reconciler.generation();
-        self.metrics
-            .ruleset_applied(generation, ruleset.policies().len(), ruleset.rule_count());
-        self.status.applied(generation);
+        self.base.metrics.ruleset_applied(
+            generation,
+            ruleset.policies().len(),
+            ruleset.rule_count(),
+        );
+        self.base.status.applied(generation);
     }
 
     /// Records how a reload ended.
     fn reloaded(&self, result: ReloadResult, error: Option<String>) {
-        self.metrics.reload(result);
-        self.status.reloaded(error);
+        self.base.metrics.reload(result);
+        self.base.status.reloaded(error);
     }
 }

@@ -260,8 +260,8 @@ pub struct QueueNumbers {
 }
 
 /// The kernel rules: which packets go to the queues and what is always
-/// allowed.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, clap::Args)]
+/// allowed, and what happens to them at the agent's start and stop.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, clap::Args)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct DatapathConfig {
     /// Interfaces to enforce on, names or `veth*` prefixes; empty: all.
@@ -279,6 +279,82 @@ pub struct DatapathConfig {
     #[arg(long = "privileged", value_name = "CIDR[,proto[/port]]")]
     #[serde(deserialize_with = "privileged")]
     pub privileged: Vec<Privileged>,
+    /// Without earlier kernel state, what new connections meet before the
+    /// first complete snapshot: closed (default; node ingress and
+    /// forwarded traffic wait, privileged rules and the node's own egress
+    /// pass) or open (everything passes; unsafe).
+    #[arg(long = "startup-policy", value_name = "closed|open")]
+    pub startup_policy: StartupPolicy,
+    /// Seconds between checks that the kernel still holds the state of the
+    /// ruleset in force (repaired when not); 0 turns the check off
+    /// (default 10).
+    #[arg(long = "drift-check-seconds", value_name = "SECS")]
+    pub drift_check_seconds: u64,
+    /// Remove everything tollgate owns in the kernel when the agent stops
+    /// (default: the rules stay and keep enforcing).
+    #[arg(long = "cleanup-on-exit")]
+    pub cleanup_on_exit: bool,
+}
+
+/// Default `datapath.driftCheckSeconds`.
+pub const DEFAULT_DRIFT_CHECK: Duration = Duration::from_secs(10);
+
+impl Default for DatapathConfig {
+    fn default() -> Self {
+        DatapathConfig {
+            interfaces: Vec::new(),
+            mark_mask: MarkLayout::default(),
+            fail_mode: FailMode::default(),
+            privileged: Vec::new(),
+            startup_policy: StartupPolicy::default(),
+            drift_check_seconds: DEFAULT_DRIFT_CHECK.as_secs(),
+            cleanup_on_exit: false,
+        }
+    }
+}
+
+impl DatapathConfig {
+    /// How often the kernel state is checked for drift; `None`: never.
+    pub fn drift_check(&self) -> Option<Duration> {
+        (self.drift_check_seconds > 0).then(|| Duration::from_secs(self.drift_check_seconds))
+    }
+}
+
+/// What a starting agent that finds no earlier kernel state does before
+/// its source has a complete snapshot (Kubernetes mode: every kind listed
+/// once).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StartupPolicy {
+    /// New connections through the node's FORWARD and INPUT hooks (on the
+    /// configured interfaces) are queued to queues nobody reads yet, so
+    /// they are dropped; loopback, privileged entries, the node's own
+    /// outgoing connections (the agent's to the API server) and
+    /// established connections pass.
+    #[default]
+    Closed,
+    /// Nothing is installed before the first snapshot: everything passes.
+    Open,
+}
+
+impl std::str::FromStr for StartupPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "closed" => Ok(StartupPolicy::Closed),
+            "open" => Ok(StartupPolicy::Open),
+            _ => Err(format!("startup policy {s:?}: expected closed or open")),
+        }
+    }
+}
+
+impl std::fmt::Display for StartupPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StartupPolicy::Closed => "closed",
+            StartupPolicy::Open => "open",
+        })
+    }
 }
 
 /// Default floor on the TTL of learned addresses (seconds): covers the

@@ -176,6 +176,40 @@ impl Changes {
             && self.destroy_sets.is_empty()
     }
 
+    /// What the changes repair, in a few words per part, for a log line
+    /// (`iptables: chain TOLLGATE-INPUT rewritten; ipset: tollgate-endpoints-v4
+    /// refilled`).
+    pub fn summary(&self) -> String {
+        let mut parts = Vec::new();
+        for family in Family::ALL {
+            let table = self.table(family);
+            let command = family.command();
+            for name in table.write.keys() {
+                parts.push(format!("{command}: chain {name} rewritten"));
+            }
+            for name in &table.remove {
+                parts.push(format!("{command}: chain {name} removed"));
+            }
+            for (chain, rule) in &table.insert_jumps {
+                parts.push(format!("{command}: jump `-A {chain} {rule}` restored"));
+            }
+            for (chain, rule) in &table.delete_jumps {
+                parts.push(format!("{command}: jump `-A {chain} {rule}` deleted"));
+            }
+        }
+        for (name, write) in &self.sets {
+            let verb = if write.exists { "refilled" } else { "created" };
+            parts.push(format!("ipset: {name} {verb}"));
+        }
+        for name in self.create_learned.keys() {
+            parts.push(format!("ipset: {name} created"));
+        }
+        for name in &self.destroy_sets {
+            parts.push(format!("ipset: {name} destroyed"));
+        }
+        parts.join("; ")
+    }
+
     pub fn table(&self, family: Family) -> &TableChanges {
         match family {
             Family::V4 => &self.v4,
@@ -239,6 +273,42 @@ mod tests {
 
     fn jump(chain: &str) -> (String, String) {
         ("INPUT".into(), format!("-j {chain}"))
+    }
+
+    #[test]
+    fn summary_names_every_repair() {
+        let mut desired = State::default();
+        desired
+            .v4
+            .chains
+            .insert("TOLLGATE-INPUT".into(), vec!["-j ACCEPT".into()]);
+        desired.v4.jumps.push(jump("TOLLGATE-INPUT"));
+        desired.sets.insert(
+            "tollgate-endpoints-v4".into(),
+            IpSet {
+                family: Family::V4,
+                members: ["10.0.0.1".parse().unwrap()].into(),
+            },
+        );
+        let mut installed = desired.clone();
+        installed
+            .v4
+            .chains
+            .insert("TOLLGATE-INPUT".into(), Vec::new());
+        installed.v4.jumps.clear();
+        installed
+            .sets
+            .get_mut("tollgate-endpoints-v4")
+            .unwrap()
+            .members
+            .clear();
+        assert_eq!(
+            Changes::between(&desired, &installed).summary(),
+            "iptables: chain TOLLGATE-INPUT rewritten; \
+             iptables: jump `-A INPUT -j TOLLGATE-INPUT` restored; \
+             ipset: tollgate-endpoints-v4 refilled"
+        );
+        assert_eq!(Changes::between(&desired, &desired).summary(), "");
     }
 
     #[test]

@@ -166,8 +166,9 @@ mod tests {
         assert!(Changes::between(&plan, &kernel.state).is_empty());
         assert!(covers(&kernel.state, &enforced, &fqdn));
         assert!(!reconcile(&mut kernel, &plan).unwrap(), "idempotent");
-        teardown(&mut kernel).unwrap();
-        assert_eq!(kernel.state.learned.len(), 2, "learned sets stay");
-        assert!(kernel.state.sets.is_empty() && kernel.state.v4.chains.is_empty());
+        let removed = teardown(&mut kernel).unwrap();
+        assert_eq!(removed.destroy_sets.len(), 4, "endpoint and learned sets");
+        assert_eq!(kernel.state, State::default(), "nothing owned is left");
+        assert!(teardown(&mut kernel).unwrap().is_empty(), "idempotent");
     }
 }

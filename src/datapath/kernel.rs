@@ -1,6 +1,7 @@
 //! The kernel as the datapath sees it: a [`Kernel`] reads the owned state
 //! and runs one write of a [`Changes`]; [`reconcile`] and [`teardown`] are
-//! the only write sequences. [`Iptables`] and [`learned_sets`] are the only
+//! the only write sequences (an agent that stops leaves its state in force;
+//! only `tollgate cleanup` and `run --cleanup-on-exit` tear down). [`Iptables`] and [`learned_sets`] are the only
 //! code that runs commands (`*-save`, `*-restore`, `ipset`); they never
 //! decide what to write.
 #![allow(clippy::disallowed_methods)] // the one place that runs iptables-restore and ipset.
@@ -38,18 +39,15 @@ pub fn reconcile(kernel: &mut impl Kernel, desired: &State) -> Result<bool, Appl
     Ok(true)
 }
 
-/// Removes every chain, jump and set tollgate owns, except the learned
-/// (FQDN) sets: no rule refers to them once the chains are gone, their
-/// entries time out by themselves, and they let a restarted agent keep
-/// what it learned. The next start destroys those of selectors that no
-/// longer exist.
-pub fn teardown(kernel: &mut impl Kernel) -> Result<(), ApplyError> {
+/// Removes every chain, jump and set tollgate owns, the learned (FQDN)
+/// sets included, and nothing else (`tollgate cleanup`, `run
+/// --cleanup-on-exit`). Returns what it removed (empty: nothing was
+/// installed).
+pub fn teardown(kernel: &mut impl Kernel) -> Result<Changes, ApplyError> {
     let installed = kernel.installed().map_err(ApplyError::Read)?;
-    let keep = State {
-        learned: installed.learned.clone(),
-        ..State::default()
-    };
-    write_all(kernel, &Changes::between(&keep, &installed))
+    let changes = Changes::between(&State::default(), &installed);
+    write_all(kernel, &changes)?;
+    Ok(changes)
 }
 
 /// Runs the writes of `changes` in [`steps`] order, stopping at the first

@@ -157,10 +157,10 @@ pub mod transition;
 
 pub use diff::Changes;
 pub use kernel::{learned_sets, reconcile, teardown, Backend, Iptables, Kernel};
-pub use plan::{desired, Hook};
+pub use plan::{desired, startup, Hook};
 pub use retry::{Backoff, Recovered, Retry};
 pub use state::{Family, LearnedSet, State};
-pub use transition::Step;
+pub use transition::{adopted, owns_anything, Step};
 
 /// Why the kernel state could not be read or written.
 #[derive(Debug, thiserror::Error)]

@@ -86,9 +86,10 @@ pub fn desired(
     fqdn: &[FqdnPattern],
 ) -> State {
     let mut state = State::default();
+    let selection = Selection::Enforced(enforced);
     for family in Family::ALL {
         let table = state.table_mut(family);
-        *table = family_table(config, queues, enforced, !fqdn.is_empty(), family);
+        *table = family_table(config, queues, selection, !fqdn.is_empty(), family);
         for pattern in fqdn {
             state.learned.insert(
                 fqdn_set(pattern, family),
@@ -111,10 +112,36 @@ pub fn desired(
     state
 }
 
+/// The state a starting agent installs when it finds none and its
+/// `startupPolicy` is closed, until its first complete snapshot: that of
+/// an empty ruleset, except that the queue rules select every new
+/// connection through INPUT and FORWARD (on the configured interfaces)
+/// and never carry `--queue-bypass`. No worker reads the queues yet, so
+/// those connections are dropped whatever the fail mode; loopback,
+/// privileged entries, OUTPUT (the agent must reach its API server) and
+/// established connections pass.
+pub fn startup(config: &DatapathConfig, queues: &QueueNumbers) -> State {
+    let mut state = desired(config, queues, &Enforced::default(), &[]);
+    for family in Family::ALL {
+        *state.table_mut(family) = family_table(config, queues, Selection::Startup, false, family);
+    }
+    state
+}
+
+/// What the connection queue rules select.
+#[derive(Clone, Copy)]
+enum Selection<'a> {
+    /// What a ruleset enforces, with the configured fail mode.
+    Enforced(&'a Enforced),
+    /// Every new connection through INPUT and FORWARD, never bypassed
+    /// ([`startup`]).
+    Startup,
+}
+
 fn family_table(
     config: &DatapathConfig,
     queues: &QueueNumbers,
-    enforced: &Enforced,
+    selection: Selection,
     snoop_dns: bool,
     family: Family,
 ) -> Table {
@@ -123,7 +150,7 @@ fn family_table(
         .map(|&hook| {
             (
                 hook.chain().to_string(),
-                chain_rules(config, queues, enforced, snoop_dns, family, hook),
+                chain_rules(config, queues, selection, snoop_dns, family, hook),
             )
         })
         .collect();
@@ -139,7 +166,7 @@ fn family_table(
 fn chain_rules(
     config: &DatapathConfig,
     queues: &QueueNumbers,
-    enforced: &Enforced,
+    selection: Selection,
     snoop_dns: bool,
     family: Family,
     hook: Hook,
@@ -240,7 +267,7 @@ fn chain_rules(
     rules.extend(queue_rules(
         config,
         queues.connection,
-        enforced,
+        selection,
         family,
         hook,
     ));
@@ -326,10 +353,22 @@ fn privileged_rule(entry: &Privileged, dir: &str, family: Family) -> String {
 fn queue_rules(
     config: &DatapathConfig,
     queues: QueueRange,
-    enforced: &Enforced,
+    selection: Selection,
     family: Family,
     hook: Hook,
 ) -> Vec<String> {
+    let (whole_hook, bypass) = match selection {
+        Selection::Enforced(enforced) => (
+            match hook {
+                Hook::Input => enforced.node_ingress,
+                Hook::Output => enforced.node_egress,
+                Hook::Forward => false,
+            },
+            config.fail_mode == FailMode::Open,
+        ),
+        Selection::Startup if hook == Hook::Output => return Vec::new(),
+        Selection::Startup => (true, false),
+    };
     let mut target = if queues.first() == queues.last() {
         format!("NFQUEUE --queue-num {}", queues.first())
     } else {
@@ -339,15 +378,9 @@ fn queue_rules(
             queues.last()
         )
     };
-    if config.fail_mode == FailMode::Open {
+    if bypass {
         target.push_str(" --queue-bypass");
     }
-
-    let whole_hook = match hook {
-        Hook::Input => enforced.node_ingress,
-        Hook::Output => enforced.node_egress,
-        Hook::Forward => false,
-    };
     let set = endpoints_set(family);
     let selections: Vec<String> = if whole_hook {
         vec![String::new()]

@@ -45,10 +45,17 @@
 //! reads the kernel again and diffs, so whatever part did land is not
 //! written twice.
 //!
-//! At start there is no previous ruleset in the agent: the ruleset loaded
-//! is in force from the first packet and the kernel is reconciled to it
-//! directly. Whatever an earlier agent left (e.g. after `kill -9`) keeps
-//! queuing to the same queue numbers until then.
+//! # Adopting what an earlier agent left
+//!
+//! A stopped or killed agent leaves its state in the kernel. A starting
+//! agent keeps it untouched (its queues have no reader, so the fail mode
+//! decides what it queues) until the source has a complete snapshot B;
+//! then the workers decide by B and the kernel moves from what it holds
+//! to B exactly as from a ruleset A to B, where A is what the installed
+//! state enforces ([`adopted`]: the members of the endpoint sets and the
+//! whole-hook node rules). The bridge queues A ∪ B, so a connection
+//! both the earlier agent's ruleset and B deny is queued in every
+//! intermediate state and denied by B.
 
 use std::fmt;
 
@@ -56,6 +63,7 @@ use crate::fqdn::FqdnPattern;
 use crate::ruleset::Enforced;
 
 use super::diff::Changes;
+use super::plan::{endpoints_set, Hook};
 use super::state::{Family, State};
 
 /// One write of an apply.
@@ -140,6 +148,43 @@ pub fn bridge(
         endpoints,
     };
     plan(&enforced, &union(from.1, to.1))
+}
+
+/// What an installed state enforces, as far as the kernel says: the
+/// members of the endpoint sets, and node ingress (egress) when an owned
+/// INPUT (OUTPUT) chain of either family queues every new connection.
+/// The state a starting agent adopts ([`bridge`] from it).
+pub fn adopted(installed: &State) -> Enforced {
+    let whole_hook = |hook: Hook| {
+        Family::ALL.iter().any(|family| {
+            installed
+                .table(*family)
+                .chains
+                .get(hook.chain())
+                .is_some_and(|rules| {
+                    rules.iter().any(|rule| {
+                        rule.contains("--ctstate NEW")
+                            && rule.contains("-j NFQUEUE")
+                            && !rule.contains("--match-set")
+                    })
+                })
+        })
+    };
+    let endpoints = Family::ALL
+        .iter()
+        .filter_map(|family| installed.sets.get(endpoints_set(*family)))
+        .flat_map(|set| set.members.iter().copied())
+        .collect();
+    Enforced {
+        node_ingress: whole_hook(Hook::Input),
+        node_egress: whole_hook(Hook::Output),
+        endpoints,
+    }
+}
+
+/// Whether `installed` holds anything tollgate owns.
+pub fn owns_anything(installed: &State) -> bool {
+    *installed != State::default()
 }
 
 /// `a` then the patterns of `b` that `a` lacks.

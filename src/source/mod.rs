@@ -27,15 +27,11 @@ pub const DEBOUNCE_MAX: Duration = Duration::from_secs(3);
 
 /// Where the objects to enforce come from.
 pub trait Source {
-    /// The objects to enforce now, admitted. Problems mean the source has
+    /// The objects to enforce now, admitted; `None` while the source has
+    /// no complete snapshot yet (Kubernetes: some kind not listed once),
+    /// which nothing may be decided by. Problems mean the source has
     /// nothing it can vouch for: the ruleset in force then stays.
-    fn latest(&mut self) -> Result<Arc<Snapshot>, Vec<Problem>>;
-
-    /// Whether [`Source::latest`] returns a complete snapshot from now on
-    /// (a directory: always; the API server: once every kind is listed).
-    fn complete(&self) -> bool {
-        true
-    }
+    fn latest(&mut self) -> Result<Option<Arc<Snapshot>>, Vec<Problem>>;
 }
 
 /// When a burst of changes is acted on: [`DEBOUNCE`] after the last

@@ -119,8 +119,9 @@ fn age(changed: i128, now: SystemTime) -> Option<Duration> {
 
 impl Source for Directory {
     /// Re-establishes the watch if the directory was replaced, then reads
-    /// it once settled and validates it; refuses files that were emptied.
-    fn latest(&mut self) -> Result<Arc<Snapshot>, Vec<Problem>> {
+    /// it once settled and validates it; refuses files that were emptied. A
+    /// directory read whole is always complete.
+    fn latest(&mut self) -> Result<Option<Arc<Snapshot>>, Vec<Problem>> {
         match self.watch.refresh() {
             Ok(Refresh::Unchanged) => {}
             Ok(Refresh::Rewatched) => tracing::info!("policy directory watch re-established"),
@@ -137,7 +138,7 @@ impl Source for Directory {
             return Err(problems);
         }
         self.accepted = objects;
-        Ok(Arc::new(snapshot))
+        Ok(Some(Arc::new(snapshot)))
     }
 }
 
@@ -272,7 +273,7 @@ mod tests {
         let file = dir.join("a.yaml");
         std::fs::write(&file, TIER).unwrap();
         let mut source = Directory::start(&dir, Limits::default(), || {}).unwrap();
-        assert_eq!(source.latest().unwrap().objects.len(), 1);
+        assert_eq!(source.latest().unwrap().unwrap().objects.len(), 1);
 
         // Truncated (a writer that then pauses): refused, however long.
         std::fs::File::create(&file).unwrap();
@@ -288,7 +289,7 @@ mod tests {
         assert!(source.latest().is_err(), "still refused");
         // Written back: accepted.
         std::fs::write(&file, TIER).unwrap();
-        assert_eq!(source.latest().unwrap().objects.len(), 1);
+        assert_eq!(source.latest().unwrap().unwrap().objects.len(), 1);
 
         // A dangling symlink: refused, naming it.
         let link = dir.join("b.yaml");
@@ -305,10 +306,10 @@ mod tests {
 
         // Removing the file is how its policies go.
         std::fs::remove_file(&file).unwrap();
-        assert!(source.latest().unwrap().objects.is_empty());
+        assert!(source.latest().unwrap().unwrap().objects.is_empty());
         // A file created empty was never anything else: no problem.
         std::fs::File::create(&file).unwrap();
-        assert!(source.latest().unwrap().objects.is_empty());
+        assert!(source.latest().unwrap().unwrap().objects.is_empty());
         std::fs::remove_dir_all(&root).unwrap();
     }
 

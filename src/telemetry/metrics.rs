@@ -105,6 +105,7 @@ pub struct Metrics {
     last_reload_ok: Gauge,
     datapath_apply_failures: Family<StepLabels, Counter>,
     datapath_behind: Gauge,
+    datapath_drift_repairs: Counter,
     audit_written: Counter,
     audit_skipped: Family<ReasonLabels, Counter>,
     kubernetes_skipped: Gauge,
@@ -139,6 +140,7 @@ impl Metrics {
             last_reload_ok: Gauge::default(),
             datapath_apply_failures: Family::default(),
             datapath_behind: Gauge::default(),
+            datapath_drift_repairs: Counter::default(),
             audit_written: Counter::default(),
             audit_skipped: Family::default(),
             kubernetes_skipped: Gauge::default(),
@@ -196,6 +198,11 @@ impl Metrics {
             "datapath_behind",
             "1 while the kernel does not match the desired state (the last apply failed and a retry is scheduled)",
             m.datapath_behind.clone(),
+        );
+        r.register(
+            "datapath_drift_repairs",
+            "Times the periodic check found the kernel state changed behind the agent's back (datapath.driftCheckSeconds) and restored it",
+            m.datapath_drift_repairs.clone(),
         );
         r.register(
             "audit_lines_written",
@@ -340,6 +347,11 @@ impl Metrics {
                 step: error.label().into(),
             })
             .inc();
+    }
+
+    /// The drift check found the kernel changed and a repair was started.
+    pub fn datapath_drift_repaired(&self) {
+        self.datapath_drift_repairs.inc();
     }
 
     /// Whether the kernel is behind the desired state.

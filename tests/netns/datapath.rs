@@ -959,6 +959,12 @@ fn clean_shutdown_restores_firewall() {
         "log:\n{}",
         agent.log()
     );
+    // The rules stay in force after a clean stop; `tollgate cleanup`
+    // removes them and nothing else.
+    let kept = lab.firewall_state("node");
+    assert_eq!(kept.jumps("INPUT", "TOLLGATE-INPUT"), [1, 1], "{kept}");
+    let cleaned = lab.tollgate_cleanup();
+    assert!(cleaned.success(), "{cleaned:?}");
     let after = lab.firewall_state("node");
     assert_eq!(after, before, "left behind:\n{after}\nexpected:\n{before}");
 }
@@ -1013,6 +1019,7 @@ fn restart_after_kill_leaves_no_duplicates() {
     lab.assert_tcp("client", sock(node, 8080), TcpOutcome::Connected);
 
     assert!(second.terminate().success());
+    assert!(lab.tollgate_cleanup().success());
     let after = lab.firewall_state("node");
     assert_eq!(
         after, pristine,

@@ -333,7 +333,7 @@ fn readyz_is_red_until_the_first_kubernetes_snapshot_is_applied() {
         .node()
         .enter(|| TcpListener::bind("127.0.0.1:0").expect("bind in node namespace"));
     let api = FakeApi::serve(listener);
-    api.hold_lists(true);
+    api.hold_lists();
     let server: IpAddr = lab.addr("server").into();
     api.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod"}}));
     api.apply(json!({"apiVersion": "v1", "kind": "Pod",
@@ -373,7 +373,7 @@ fn readyz_is_red_until_the_first_kubernetes_snapshot_is_applied() {
     assert_eq!(check(&lab, "live").0, Some(0));
 
     // The lists come: the snapshot is applied, and only then ready.
-    api.hold_lists(false);
+    api.release_lists();
     agent.wait_generation(2);
     poll_until(AGENT_WAIT, || {
         (get(&lab, 9473, "/readyz").0 == 200).then_some(())

@@ -17,6 +17,7 @@ mod health;
 mod kernel;
 mod kube;
 mod l7;
+mod lifecycle;
 mod observe;
 mod overload;
 mod queue;

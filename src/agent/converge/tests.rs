@@ -299,3 +299,111 @@ fn a_newer_ruleset_supersedes_a_pending_one() {
         )
     }));
 }
+
+/// What an earlier agent left (A installed, no agent) is adopted: B goes in
+/// force at once, and whichever write of the move fails, the kernel
+/// queues what A's kernel queued and what B needs, so nothing both deny
+/// passes; the retry completes the move.
+#[test]
+fn adopting_an_earlier_agents_state_bridges_from_it() {
+    let config = config();
+    let (_, left) = a_installed_b_offered(&config);
+    let adopted = crate::datapath::adopted(&left.state);
+    assert_eq!(&adopted, a().enforced());
+    let adopt = || {
+        Reconciler::adopting(
+            Arc::new(ArcSwap::from_pointee(c())),
+            b(),
+            adopted.clone(),
+            Backoff::DEFAULT,
+        )
+    };
+    let mut reconciler = adopt();
+    assert_eq!(in_force(&reconciler), "new.example");
+    let mut kernel = left.clone();
+    let before = kernel.writes.len();
+    let done = reconciler.converge(
+        &mut kernel,
+        plan(&config),
+        &mut Recorder::default(),
+        Instant::now(),
+    );
+    assert!(done.changed && done.realized && done.failed.is_none() && !done.switched);
+    assert_eq!(done.generation, 1);
+    let writes = kernel.writes.len() - before;
+    assert!(writes >= 4, "bridge then narrow: {writes}");
+    let b = b();
+    let target = plan(&config)(b.enforced(), b.fqdn_patterns());
+    assert!(Changes::between(&target, &kernel.state).is_empty());
+    let a = a();
+    for step in 0..writes {
+        let mut reconciler = adopt();
+        let mut kernel = left.clone();
+        kernel.fail_at = Some(kernel.writes.len() + step);
+        let failed = reconciler.converge(
+            &mut kernel,
+            plan(&config),
+            &mut Recorder::default(),
+            Instant::now(),
+        );
+        assert!(failed.failed.is_some(), "step {step}");
+        // Widening keeps what A's kernel queued; narrowing starts from the
+        // bridge, which queues what B needs.
+        assert!(
+            covers(&kernel.state, a.enforced(), &[])
+                || covers(&kernel.state, b.enforced(), b.fqdn_patterns()),
+            "step {step}: {:?}",
+            kernel.state
+        );
+        kernel.fail_at = None;
+        let retried = reconciler.converge(
+            &mut kernel,
+            plan(&config),
+            &mut Recorder::default(),
+            Instant::now(),
+        );
+        assert!(retried.failed.is_none() && retried.realized, "step {step}");
+        assert!(
+            Changes::between(&target, &kernel.state).is_empty(),
+            "step {step}"
+        );
+    }
+}
+
+#[test]
+fn drift_is_seen_once_realized_and_the_next_attempt_repairs_it() {
+    let config = config();
+    let mut reconciler = Reconciler::new(a(), Backoff::DEFAULT);
+    let mut kernel = FakeKernel::default();
+    assert!(
+        reconciler.drift(&kernel, plan(&config)).unwrap().is_empty(),
+        "not realized yet"
+    );
+    reconciler.converge(
+        &mut kernel,
+        plan(&config),
+        &mut Recorder::default(),
+        Instant::now(),
+    );
+    assert!(reconciler.drift(&kernel, plan(&config)).unwrap().is_empty());
+    kernel.state.v4.jumps.clear();
+    kernel
+        .state
+        .v6
+        .chains
+        .insert("TOLLGATE-INPUT".into(), Vec::new());
+    let drift = reconciler.drift(&kernel, plan(&config)).unwrap();
+    assert_eq!(drift.v4.insert_jumps.len(), 3);
+    assert!(drift.v6.write.contains_key("TOLLGATE-INPUT"));
+    let repaired = reconciler.converge(
+        &mut kernel,
+        plan(&config),
+        &mut Recorder::default(),
+        Instant::now(),
+    );
+    assert!(
+        repaired.changed && !repaired.realized,
+        "same generation, repaired"
+    );
+    assert!(reconciler.drift(&kernel, plan(&config)).unwrap().is_empty());
+}

@@ -214,3 +214,46 @@ fn a_direct_change_would_pass_through_uncovered_states() {
         .count();
     assert!(uncovered > 0);
 }
+
+#[test]
+fn adopted_reads_what_an_installed_state_enforces() {
+    let config = config();
+    let mut both = enforced(true, &["10.0.0.5", "fd00::5"]);
+    both.node_egress = true;
+    for wanted in [enforced(false, &[]), enforced(true, &["10.0.0.5"]), both] {
+        let installed = desired(&config, &wanted, &[]);
+        assert_eq!(adopted(&installed), wanted);
+        assert!(owns_anything(&installed));
+    }
+    assert_eq!(adopted(&State::default()), enforced(false, &[]));
+    assert!(!owns_anything(&State::default()));
+    // The startup state queues INPUT whole: node ingress is adopted.
+    let startup = crate::datapath::plan::startup(&config.datapath, &config.queue_numbers());
+    assert_eq!(adopted(&startup), enforced(true, &[]));
+}
+
+#[test]
+fn startup_state_queues_input_and_forward_without_bypass_and_leaves_output_open() {
+    let mut config = config();
+    config.datapath.fail_mode = crate::marks::FailMode::Open;
+    let state = crate::datapath::plan::startup(&config.datapath, &config.queue_numbers());
+    for family in Family::ALL {
+        let chains = &state.table(family).chains;
+        for chain in ["TOLLGATE-INPUT", "TOLLGATE-FORWARD"] {
+            let queued: Vec<_> = chains[chain]
+                .iter()
+                .filter(|r| r.contains("--ctstate NEW"))
+                .collect();
+            assert_eq!(
+                queued,
+                ["-m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101"],
+                "{chain}"
+            );
+        }
+        assert!(chains["TOLLGATE-OUTPUT"]
+            .iter()
+            .all(|r| !r.contains("--ctstate NEW")));
+        assert!(chains["TOLLGATE-INPUT"].contains(&"-i lo -j ACCEPT".to_string()));
+    }
+    assert!(state.sets.values().all(|s| s.members.is_empty()));
+}

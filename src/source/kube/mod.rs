@@ -253,18 +253,14 @@ impl KubeSource {
     }
 }
 
-/// Before the first snapshot, an empty one: only the privileged rules and
-/// the node's own defaults apply.
+/// Complete once every kind was listed once: no snapshot is published
+/// before.
 impl Source for KubeSource {
-    fn latest(&mut self) -> Result<Arc<Snapshot>, Vec<Problem>> {
+    fn latest(&mut self) -> Result<Option<Arc<Snapshot>>, Vec<Problem>> {
         Ok(self
             .latest
             .get()
-            .map_or_else(Default::default, |admitted| Arc::clone(&admitted.snapshot)))
-    }
-
-    fn complete(&self) -> bool {
-        self.latest.get().is_some()
+            .map(|admitted| Arc::clone(&admitted.snapshot)))
     }
 }
 

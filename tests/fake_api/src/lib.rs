@@ -60,7 +60,7 @@ struct State {
     /// Requests served, as `GET path?query`.
     log: Vec<String>,
     gone_sent: u64,
-    /// While set, list requests wait (a slow first list).
+    /// While set, list requests wait (a slow API server).
     lists_held: bool,
 }
 
@@ -229,10 +229,15 @@ current-context: fake
         self.shared.state.lock().unwrap().log.clone()
     }
 
-    /// Holds every list request until called again with `false` (an API
-    /// server slow to answer the first list).
-    pub fn hold_lists(&self, held: bool) {
-        self.shared.state.lock().unwrap().lists_held = held;
+    /// Makes list requests wait until [`FakeApi::release_lists`]: an API
+    /// server slow to answer the first list.
+    pub fn hold_lists(&self) {
+        self.shared.state.lock().unwrap().lists_held = true;
+    }
+
+    /// Answers the held list requests and every later one at once.
+    pub fn release_lists(&self) {
+        self.shared.state.lock().unwrap().lists_held = false;
         self.shared.changed.notify_all();
     }
 

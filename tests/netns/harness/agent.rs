@@ -339,3 +339,11 @@ fn strip_ansi(text: &str) -> String {
     }
     out
 }
+
+impl Lab {
+    /// `tollgate cleanup` in the node namespace.
+    pub fn tollgate_cleanup(&self) -> super::netns::CmdOutput {
+        self.node()
+            .exec(&[env!("CARGO_BIN_EXE_tollgate"), "cleanup"], AGENT_WAIT)
+    }
+}

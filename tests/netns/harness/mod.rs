@@ -135,6 +135,13 @@ pub const TEST_IDS: &[&str] = &[
     "idle_metrics_clients_do_not_fail_the_probes",
     "a_queue_held_by_another_process_is_named_in_the_error",
     "a_panicking_l7_worker_is_restarted_too",
+    "sigterm_restart_under_probing_never_opens",
+    "kill9_restart_under_probing_never_opens",
+    "kubernetes_restart_with_a_slow_first_list_never_opens",
+    "policy_changed_while_down_applies_at_start_without_an_open_window",
+    "kubernetes_startup_policy_holds_until_the_first_list",
+    "second_agent_is_refused_and_drift_is_repaired",
+    "cleanup_on_exit_removes_everything_at_the_stop",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".

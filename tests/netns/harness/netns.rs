@@ -83,6 +83,24 @@ impl Netns {
         })
     }
 
+    /// Runs `f` on a new detached thread that has joined this namespace
+    /// (for work that outlives the caller's statement, e.g. a
+    /// [`super::probe::Prober`]); join the handle to get its result.
+    pub fn spawn<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> std::thread::JoinHandle<T> {
+        let path = format!("/run/netns/{}", self.name);
+        std::thread::spawn(move || {
+            let file = File::open(&path).unwrap_or_else(|e| panic!("open {path}: {e}"));
+            // SAFETY: setns on a valid namespace fd affects only this
+            // thread, which exists for this closure alone.
+            let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+            f()
+        })
+    }
+
     /// A command that runs `argv` inside this namespace.
     pub fn command(&self, argv: &[&str]) -> Command {
         let mut cmd = Command::new("ip");

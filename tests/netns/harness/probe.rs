@@ -11,7 +11,10 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use super::netns::Netns;
 
@@ -229,4 +232,160 @@ fn parse_queue_line(line: &str) -> Option<QueueCounters> {
 /// Sum of `id_sequence` over all queues: packets ever queued in `ns`.
 pub fn total_queued(counters: &[QueueCounters]) -> u64 {
     counters.iter().map(|c| c.id_sequence).sum()
+}
+
+/// One connection attempt of a [`Prober`]: when it started (from the
+/// prober's start) and how it ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attempt {
+    pub at: Duration,
+    pub outcome: TcpOutcome,
+}
+
+/// Continuous probing: for each target, a thread in a namespace starts a
+/// new TCP connection attempt every `every` — each on its own thread, so
+/// an attempt waiting for its `timeout` does not delay the next one, and
+/// a change on the wire is seen within `every` — until [`Prober::finish`]
+/// or the `limit` passes, and records every attempt (a connection is
+/// closed at once). For watching what new connections meet while
+/// something (an agent restart) happens.
+pub struct Prober {
+    started: Instant,
+    stop: Arc<AtomicBool>,
+    targets: Vec<SocketAddr>,
+    attempts: Vec<Arc<Mutex<Vec<Attempt>>>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Prober {
+    pub fn start(
+        ns: &Netns,
+        targets: &[SocketAddr],
+        every: Duration,
+        timeout: Duration,
+        limit: Duration,
+    ) -> Prober {
+        let started = Instant::now();
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut attempts = Vec::new();
+        let mut threads = Vec::new();
+        for &target in targets {
+            let record = Arc::new(Mutex::new(Vec::new()));
+            attempts.push(Arc::clone(&record));
+            let stop = Arc::clone(&stop);
+            // Threads started from a thread inside the namespace are in it.
+            threads.push(ns.spawn(move || {
+                let mut attempts = Vec::new();
+                while !stop.load(Ordering::SeqCst) && started.elapsed() < limit {
+                    let begun = Instant::now();
+                    let record = Arc::clone(&record);
+                    attempts.push(std::thread::spawn(move || {
+                        let outcome = match TcpStream::connect_timeout(&target, timeout) {
+                            Ok(_) => TcpOutcome::Connected,
+                            Err(e) => classify_connect(&e),
+                        };
+                        record.lock().unwrap().push(Attempt {
+                            at: begun - started,
+                            outcome,
+                        });
+                    }));
+                    attempts.retain(|a: &JoinHandle<()>| !a.is_finished());
+                    // Pacing, not waiting for a condition.
+                    if let Some(rest) = every.checked_sub(begun.elapsed()) {
+                        std::thread::sleep(rest);
+                    }
+                }
+                for attempt in attempts {
+                    attempt.join().expect("probe attempt");
+                }
+            }));
+        }
+        Prober {
+            started,
+            stop,
+            targets: targets.to_vec(),
+            attempts,
+            threads,
+        }
+    }
+
+    /// Time since the prober started, on the attempts' clock.
+    pub fn now(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Attempts to `target` that ended so far, by start time.
+    pub fn attempts(&self, target: SocketAddr) -> Vec<Attempt> {
+        let i = self
+            .targets
+            .iter()
+            .position(|t| *t == target)
+            .expect("a probed target");
+        sorted(&self.attempts[i])
+    }
+
+    /// Connections to `target` that succeeded after `since`.
+    pub fn connected_since(&self, target: SocketAddr, since: Duration) -> usize {
+        self.attempts(target)
+            .iter()
+            .filter(|a| a.at >= since && a.outcome == TcpOutcome::Connected)
+            .count()
+    }
+
+    /// Stops probing, waits for the attempts under way; returns every
+    /// target's attempts by start time, in target order.
+    pub fn finish(mut self) -> Vec<(SocketAddr, Vec<Attempt>)> {
+        self.stop.store(true, Ordering::SeqCst);
+        for thread in self.threads.drain(..) {
+            thread.join().expect("prober thread");
+        }
+        self.targets
+            .iter()
+            .zip(&self.attempts)
+            .map(|(t, a)| (*t, sorted(a)))
+            .collect()
+    }
+}
+
+fn sorted(attempts: &Mutex<Vec<Attempt>>) -> Vec<Attempt> {
+    let mut attempts = attempts.lock().unwrap().clone();
+    attempts.sort_by_key(|a| a.at);
+    attempts
+}
+
+impl Drop for Prober {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The longest time new connections failed: from the start of a failed
+/// attempt to the start of the next one that connected (or of the last
+/// attempt, when none did), over all runs of failures; with the first
+/// and last failed attempt of that run.
+pub fn longest_failure(attempts: &[Attempt]) -> Option<(Duration, Attempt, Attempt)> {
+    let mut longest: Option<(Duration, Attempt, Attempt)> = None;
+    let mut run: Option<(Attempt, Attempt)> = None;
+    let end = attempts.last().map(|a| a.at);
+    for attempt in attempts {
+        match (attempt.outcome, run) {
+            (TcpOutcome::Connected, Some((first, last))) => {
+                let window = attempt.at - first.at;
+                if longest.is_none_or(|(w, _, _)| window > w) {
+                    longest = Some((window, first, last));
+                }
+                run = None;
+            }
+            (TcpOutcome::Connected, None) => {}
+            (_, Some((first, _))) => run = Some((first, *attempt)),
+            (_, None) => run = Some((*attempt, *attempt)),
+        }
+    }
+    if let (Some((first, last)), Some(end)) = (run, end) {
+        let window = end - first.at;
+        if longest.is_none_or(|(w, _, _)| window > w) {
+            longest = Some((window, first, last));
+        }
+    }
+    longest
 }

@@ -224,3 +224,32 @@ fn harness_reaps_only_labs_of_gone_processes() {
     // This process holds its own lock: its lab is not stale.
     assert!(netns.join(lab.node().name()).exists(), "live lab reaped");
 }
+
+/// No root needed: the prober's window arithmetic.
+#[test]
+fn longest_failure_spans_from_a_failed_attempt_to_the_next_success() {
+    use super::probe::{longest_failure, Attempt};
+    use std::time::Duration;
+    let ms = Duration::from_millis;
+    let attempt = |at: u64, outcome| Attempt {
+        at: ms(at),
+        outcome,
+    };
+    let (ok, lost) = (TcpOutcome::Connected, TcpOutcome::TimedOut);
+    assert!(longest_failure(&[attempt(0, ok), attempt(20, ok)]).is_none());
+    let attempts = [
+        attempt(0, ok),
+        attempt(20, lost),
+        attempt(40, ok),
+        attempt(60, lost),
+        attempt(80, TcpOutcome::Refused),
+        attempt(100, lost),
+        attempt(120, ok),
+        attempt(140, lost),
+    ];
+    let (window, first, last) = longest_failure(&attempts).unwrap();
+    assert_eq!((window, first.at, last.at), (ms(60), ms(60), ms(100)));
+    // A run still failing at the end lasts until the last attempt.
+    let (window, first, _) = longest_failure(&attempts[..6]).unwrap();
+    assert_eq!((window, first.at), (ms(40), ms(60)));
+}
