@@ -354,9 +354,13 @@ fn readyz_is_red_until_the_first_kubernetes_snapshot_is_applied() {
     options.kubeconfig = Some(kubeconfig);
     let mut agent = lab.start_agent(options);
 
-    // Generation 1 (no snapshot yet) is installed and the workers run:
-    // live, but not ready while the API server holds its lists.
-    agent.wait_generation(1);
+    // The agent answers before it has a snapshot (no queue is bound and
+    // no ruleset is in force yet): live, but not ready while the API
+    // server holds its lists.
+    poll_until(AGENT_WAIT, || {
+        (check(&lab, "live").0 == Some(0)).then_some(())
+    })
+    .expect("the agent answers its probes while the lists are held");
     assert_eq!(
         get(&lab, 9473, "/readyz"),
         (503, "no complete policy snapshot applied yet\n".into())
@@ -374,7 +378,7 @@ fn readyz_is_red_until_the_first_kubernetes_snapshot_is_applied() {
 
     // The lists come: the snapshot is applied, and only then ready.
     api.release_lists();
-    agent.wait_generation(2);
+    agent.wait_generation(1);
     poll_until(AGENT_WAIT, || {
         (get(&lab, 9473, "/readyz").0 == 200).then_some(())
     })
