@@ -9,6 +9,7 @@ pub mod dns;
 pub mod fqdn_sets;
 pub mod inject;
 pub mod l7;
+mod route;
 pub mod runtime;
 
 pub use connection::{ConnectionCounters, Observers, Worker};

@@ -39,6 +39,15 @@ fn framed(messages: &[&[u8]]) -> Vec<u8> {
     out
 }
 
+fn reply_flow(transport: Transport) -> DnsFlow {
+    DnsFlow {
+        transport,
+        client: SocketAddr::from((CLIENT, 40000)),
+        server: SocketAddr::from((SERVER, 53)),
+        direction: Direction::Reply,
+    }
+}
+
 fn snooper() -> DnsSnooper {
     DnsSnooper::new(Vec::new(), 4, 64)
 }
@@ -47,7 +56,7 @@ fn snooper() -> DnsSnooper {
 fn udp_payload_is_one_message() {
     let mut s = snooper();
     let out = s.snoop(&udp_reply(b"hello"));
-    assert_eq!(out, Snooped::accept(vec![b"hello".to_vec()]));
+    assert_eq!(out, Snooped::accept(reply_flow(Transport::Udp), vec![b"hello".to_vec()]));
     assert_eq!(s.snoop(&udp_reply(b"")).events, vec![SnoopEvent::Malformed]);
     assert_eq!(s.snoop(&[0x45, 0]).events, vec![SnoopEvent::Malformed]);
 }
@@ -68,7 +77,7 @@ fn tcp_stream_is_framed_from_the_syn_ack() {
     let mut s = snooper();
     assert_eq!(
         s.snoop(&tcp_segment(999, true, false, &[])),
-        Snooped::accept(vec![])
+        Snooped::accept(reply_flow(Transport::Tcp), vec![])
     );
     let stream = framed(&[b"first", b"second"]);
     // Two messages, the second split across segments.
