@@ -10,6 +10,7 @@ mod harness;
 mod bypass;
 mod datapath;
 mod faults;
+mod forgery;
 mod fqdn;
 mod kernel;
 mod kube;

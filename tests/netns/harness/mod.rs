@@ -122,6 +122,9 @@ pub const TEST_IDS: &[&str] = &[
     "metrics_move_with_traffic_and_status_answers",
     "kubernetes_policy_and_default_drop_are_audited_in_an_annotated_namespace",
     "harness_reaps_only_labs_of_gone_processes",
+    "forged_reply_from_the_pods_own_interface_is_not_learned_ipv4",
+    "forged_reply_from_the_pods_own_interface_is_not_learned_ipv6",
+    "replies_on_the_servers_path_teach_only_as_answers_with_bounded_ttl",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
