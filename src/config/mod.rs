@@ -381,11 +381,7 @@ impl FqdnConfig {
             });
         }
         if self.max_outstanding_queries == 0 {
-            return Err(bound(
-                "fqdn.maxOutstandingQueries",
-                0,
-                "must be at least 1",
-            ));
+            return Err(bound("fqdn.maxOutstandingQueries", 0, "must be at least 1"));
         }
         if self.query_timeout == 0 {
             return Err(bound("fqdn.queryTimeout", 0, "must be at least 1"));

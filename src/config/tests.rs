@@ -121,9 +121,8 @@ fn fqdn_keys_and_bounds() {
     let large = error("fqdn: {maxAddresses: 65537}");
     assert!(large.contains("at most 65536"), "{large}");
     assert!(load("queues: {base: 65534, count: 2}", &[]).is_err());
-    let config = self::config(
-        "fqdn: {minTtl: 10, maxTtl: 600, maxOutstandingQueries: 10, queryTimeout: 5}",
-    );
+    let config =
+        self::config("fqdn: {minTtl: 10, maxTtl: 600, maxOutstandingQueries: 10, queryTimeout: 5}");
     assert_eq!(config.fqdn.learner().max_ttl_secs, 600);
     assert_eq!(
         config.fqdn.query_bounds(),
@@ -136,7 +135,10 @@ fn fqdn_keys_and_bounds() {
         ("fqdn: {minTtl: 10, maxTtl: 9}", "fqdn.maxTtl"),
         ("fqdn: {minTtl: 0, maxTtl: 0}", "fqdn.maxTtl"),
         ("fqdn: {maxTtl: 2147484}", "at most 2147483"),
-        ("fqdn: {maxOutstandingQueries: 0}", "fqdn.maxOutstandingQueries"),
+        (
+            "fqdn: {maxOutstandingQueries: 0}",
+            "fqdn.maxOutstandingQueries",
+        ),
         ("fqdn: {queryTimeout: 0}", "fqdn.queryTimeout"),
     ] {
         let message = error(bad);

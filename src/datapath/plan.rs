@@ -350,7 +350,12 @@ fn privileged_dns_query_rules(entry: &Privileged, dir: &str, dns_queue: &str) ->
     ]
     .into_iter()
     .filter(|(protocol, _)| entry.protocol.is_none_or(|p| p == *protocol))
-    .map(|(_, name)| format!("{dir} {} -p {name} -m {name} --dport 53 -j {dns_queue}", entry.cidr))
+    .map(|(_, name)| {
+        format!(
+            "{dir} {} -p {name} -m {name} --dport 53 -j {dns_queue}",
+            entry.cidr
+        )
+    })
     .collect()
 }
 

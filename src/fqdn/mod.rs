@@ -13,7 +13,7 @@ mod step;
 mod table;
 
 pub use snoop::{
-    DnsSnooper, ReplyPath, Release, SnoopEvent, Snooped, DEFAULT_MAX_TCP_FLOWS,
+    DnsSnooper, Release, ReplyPath, SnoopEvent, Snooped, DEFAULT_MAX_TCP_FLOWS,
     DEFAULT_MAX_TCP_MESSAGE, DNS_PORT,
 };
 

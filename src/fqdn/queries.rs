@@ -105,7 +105,9 @@ pub struct OutstandingQueries {
 impl OutstandingQueries {
     pub fn new(bounds: QueryBounds) -> OutstandingQueries {
         OutstandingQueries {
-            pending: LruCache::new(NonZeroUsize::new(bounds.max_outstanding).unwrap_or(NonZeroUsize::MIN)),
+            pending: LruCache::new(
+                NonZeroUsize::new(bounds.max_outstanding).unwrap_or(NonZeroUsize::MIN),
+            ),
             timeout_ms: u64::from(bounds.timeout_secs) * 1000,
         }
     }

@@ -64,23 +64,23 @@ pub enum SnoopEvent {
 /// read only if it came in on the interface the node's route to its server
 /// leaves by (a strict reverse-path check, the `rp_filter=1` rule, made
 /// here because the kernel's `rp_filter` may be loose or off and does not
-/// exist for IPv6, and `-m rpfilter` works in PREROUTING only).
+/// exist for IPv6, and `-m rpfilter` works in PREROUTING only). A reply
+/// made on the node comes from `lo`, where the route to one of the node's
+/// own addresses leaves: only a local server may send it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReplyPath {
-    /// Made on the node itself (no in-interface: the server is local).
-    Local,
-    /// Came in on interface `arrived`; the route to the server leaves by
-    /// `route` (`None`: no route).
-    Arrived { arrived: u32, route: Option<u32> },
+pub struct ReplyPath {
+    /// Index of the interface the reply came in on (`lo`'s when it was
+    /// made on the node).
+    pub arrived: u32,
+    /// Index of the interface the route to the server leaves by (`None`:
+    /// no route).
+    pub route: Option<u32>,
 }
 
 impl ReplyPath {
     /// Whether the reply came the way the server's replies come.
     pub fn is_server_path(self) -> bool {
-        match self {
-            ReplyPath::Local => true,
-            ReplyPath::Arrived { arrived, route } => route == Some(arrived),
-        }
+        self.route == Some(self.arrived)
     }
 }
 
@@ -155,11 +155,13 @@ impl DnsSnooper {
         self.flows.len()
     }
 
-    /// Reads one packet whose path needs no check (a reply made on the
-    /// node, or a query).
+    /// Reads one packet as if a reply came the server's way.
     #[cfg(test)]
     pub fn snoop(&mut self, packet: &[u8]) -> Snooped {
-        self.snoop_via(packet, |_| ReplyPath::Local)
+        self.snoop_via(packet, |_| ReplyPath {
+            arrived: 2,
+            route: Some(2),
+        })
     }
 
     /// Reads one packet, starting at its IP header; `path` tells where a

@@ -14,8 +14,8 @@ use super::route::RouteSocket;
 use super::runtime::{self, Handler, Queue, QueueError, QueueSpec, Verdicts};
 use crate::config::FqdnConfig;
 use crate::fqdn::{
-    DnsSnooper, DnsStep, FqdnTable, OutstandingQueries, Release, ReplyPath,
-    DEFAULT_MAX_TCP_FLOWS, DEFAULT_MAX_TCP_MESSAGE,
+    DnsSnooper, DnsStep, FqdnTable, OutstandingQueries, Release, ReplyPath, DEFAULT_MAX_TCP_FLOWS,
+    DEFAULT_MAX_TCP_MESSAGE,
 };
 use crate::packet::{Action, Queued};
 use crate::telemetry::counters::counters;
@@ -27,6 +27,9 @@ const DNS_COPY_RANGE: u16 = u16::MAX;
 /// Replies the kernel holds before it lets new ones through unlearned
 /// (the DNS queue is always fail-open: skipping learning only denies).
 const DNS_QUEUE_MAX_LEN: u32 = 4096;
+/// Index of `lo` in every network namespace: what a reply made on the node
+/// is taken to come in on, and where the route to a local server leaves.
+const LOOPBACK_INDEX: u32 = 1;
 /// How often the table forgets timed-out entries.
 const EXPIRE_EVERY: Duration = Duration::from_secs(1);
 
@@ -109,7 +112,8 @@ impl DnsWorker {
             step: "ipset netlink socket",
             source: std::io::Error::other(e.to_string()),
         })?;
-        let routes = RouteSocket::open().map_err(QueueError::setup(queue, "route netlink socket"))?;
+        let routes =
+            RouteSocket::open().map_err(QueueError::setup(queue, "route netlink socket"))?;
         let stats = Arc::new(DnsCounters::default());
         let handler = Replies {
             snooper: DnsSnooper::new(
@@ -143,12 +147,13 @@ struct Replies {
 impl Handler for Replies {
     fn packet(&mut self, packet: Queued<'_>, now: Instant, out: &mut Verdicts) {
         let routes = &mut self.routes;
-        let snooped = self.snooper.snoop_via(packet.payload, |server| match packet.indev {
-            0 => ReplyPath::Local,
-            arrived => ReplyPath::Arrived {
-                arrived,
-                route: routes.output_interface(server),
+        let snooped = self.snooper.snoop_via(packet.payload, |server| ReplyPath {
+            // Made on the node (OUTPUT): as if from `lo`.
+            arrived: match packet.indev {
+                0 => LOOPBACK_INDEX,
+                indev => indev,
             },
+            route: routes.output_interface(server),
         });
         let step = self
             .table

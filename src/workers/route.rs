@@ -103,9 +103,16 @@ pub enum Answer {
 
 /// Reads the answer to request `seq` out of `bytes`.
 pub fn parse(bytes: &[u8], seq: u32) -> Answer {
-    let u16_at = |i: usize| bytes.get(i..i + 2).map(|b| u16::from_ne_bytes([b[0], b[1]]));
-    let u32_at =
-        |i: usize| bytes.get(i..i + 4).map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+    let u16_at = |i: usize| {
+        bytes
+            .get(i..i + 2)
+            .map(|b| u16::from_ne_bytes([b[0], b[1]]))
+    };
+    let u32_at = |i: usize| {
+        bytes
+            .get(i..i + 4)
+            .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+    };
     let (Some(len), Some(kind), Some(got)) = (u32_at(0), u16_at(4), u32_at(8)) else {
         return Answer::Stale;
     };

@@ -31,7 +31,8 @@ spec:
   egress:
   - name: dns
     action: Allow
-    to: [{ipBlock: {cidr: 10.62.0.0/24}}, {ipBlock: {cidr: 'fd62::/64'}}]
+    to: [{ipBlock: {cidr: 10.62.0.0/24}}, {ipBlock: {cidr: 'fd62::/64'}},
+         {ipBlock: {cidr: 10.62.5.1/32}}, {ipBlock: {cidr: 'fd62:5::1/128'}}]
     ports: [{protocol: UDP, port: 53}, {protocol: TCP, port: 53}]
   - name: allow-example
     action: Allow
@@ -113,6 +114,24 @@ for spec in sys.argv[6:]:
     sendp(Ether(dst=mac) / ip / UDP(sport=53, dport=int(port)) / reply, iface="vn", verbose=False)
 "#;
 
+/// Sends replies "from" the resolver to the Pod from a raw IP socket of
+/// the node itself (what a hostNetwork process with CAP_NET_RAW can do),
+/// through the node's OUTPUT hook, one per `id,question,address,ttl`
+/// argument after: resolver, Pod address, port, record type.
+const REPLY_FROM_NODE: &str = r#"
+import sys
+from scapy.all import DNS, DNSQR, DNSRR, IP, IPv6, UDP, L3RawSocket, L3RawSocket6, send
+server, me, port, rtype = sys.argv[1:5]
+six = ":" in server
+ip = IPv6(src=server, dst=me) if six else IP(src=server, dst=me)
+sock = L3RawSocket6() if six else L3RawSocket()
+for spec in sys.argv[5:]:
+    qid, name, claim, ttl = spec.split(",")
+    reply = DNS(id=int(qid), qr=1, aa=1, rd=1, ra=1, qd=DNSQR(qname=name, qtype=rtype),
+                an=DNSRR(rrname=name, type=rtype, ttl=int(ttl), rdata=claim))
+    sock.send(ip / UDP(sport=53, dport=int(port)) / reply)
+"#;
+
 struct ForgeryLab {
     lab: Lab,
     /// A python3 that imports scapy.
@@ -131,10 +150,11 @@ impl ForgeryLab {
             .build()?;
         // The Debian package installs scapy for the system interpreter,
         // which a python3 earlier on PATH (pyenv) may not be.
-        let Some(python) = ["python3", "/usr/bin/python3"]
-            .into_iter()
-            .find(|p| lab.node().sh(&format!("{p} -c 'import scapy.all'")).success())
-        else {
+        let Some(python) = ["python3", "/usr/bin/python3"].into_iter().find(|p| {
+            lab.node()
+                .sh(&format!("{p} -c 'import scapy.all'"))
+                .success()
+        }) else {
             skip(test, "python3-scapy is missing (scripts/install-deps.sh)");
             return None;
         };
@@ -155,18 +175,19 @@ impl ForgeryLab {
             s = server.name(),
             p = pod.name()
         ));
-        server.ok(
-            "ip link set vn up && ip addr add 10.62.0.2/24 dev vn && \
+        server.ok("ip link set vn up && ip addr add 10.62.0.2/24 dev vn && \
              ip addr add fd62::2/64 dev vn nodad && \
              ip route add local 10.62.1.0/24 dev lo && ip -6 route add local fd62:1::/64 dev lo && \
-             ip route add 10.62.5.0/24 via 10.62.0.1 && ip -6 route add fd62:5::/64 via fd62::1",
-        );
+             ip route add 10.62.5.0/24 via 10.62.0.1 && ip -6 route add fd62:5::/64 via fd62::1");
         pod.ok(
             "ip addr add 10.62.5.2/24 dev vn && ip addr add fd62:5::2/64 dev vn nodad && \
              ip link set vn up && ip route add default via 10.62.5.1 && \
              ip -6 route add default via fd62:5::1",
         );
-        lab.resolv_conf("pod", "nameserver 10.62.0.2\noptions timeout:1 attempts:3\n");
+        lab.resolv_conf(
+            "pod",
+            "nameserver 10.62.0.2\noptions timeout:1 attempts:3\n",
+        );
         lab.write_policy("fqdn.yaml", POLICY);
         lab.serve_tcp("server", 80, Service::Http);
         lab.serve_dns(
@@ -174,7 +195,11 @@ impl ForgeryLab {
             53,
             vec![
                 DnsRecord::address("www.example.test", Ipv4Addr::new(10, 62, 1, 10), 300),
-                DnsRecord::address("www.example.test", "fd62:1::10".parse::<Ipv6Addr>().unwrap(), 300),
+                DnsRecord::address(
+                    "www.example.test",
+                    "fd62:1::10".parse::<Ipv6Addr>().unwrap(),
+                    300,
+                ),
             ],
         );
         Some(ForgeryLab {
@@ -246,7 +271,10 @@ impl ForgeryLab {
     /// the name. The DNS queue is first in, first out, so every reply
     /// queued before this one has been judged when it passes.
     fn genuine_lookup_teaches(&self, family: &str) {
-        assert_eq!(self.curl(&format!("{family} http://www.example.test/")), "200");
+        assert_eq!(
+            self.curl(&format!("{family} http://www.example.test/")),
+            "200"
+        );
     }
 }
 
@@ -290,7 +318,8 @@ fn forge_from_pod(lab: &ForgeryLab, server: &str, me: &str, port: u16, rtype: &s
 
 #[test]
 fn forged_reply_from_the_pods_own_interface_is_not_learned_ipv4() {
-    let Some(lab) = ForgeryLab::start("forged_reply_from_the_pods_own_interface_is_not_learned_ipv4")
+    let Some(lab) =
+        ForgeryLab::start("forged_reply_from_the_pods_own_interface_is_not_learned_ipv4")
     else {
         return;
     };
@@ -301,8 +330,16 @@ fn forged_reply_from_the_pods_own_interface_is_not_learned_ipv4() {
         ));
         forge_from_pod(&lab, SILENT_V4, "10.62.5.2", port, "A", claim);
         lab.genuine_lookup_teaches("-4");
-        assert!(!lab.has_learned(claim), "rp_filter={rp_filter}: {:?}", lab.learned());
-        assert_eq!(lab.curl(&format!("http://{claim}/")), "000", "rp_filter={rp_filter}");
+        assert!(
+            !lab.has_learned(claim),
+            "rp_filter={rp_filter}: {:?}",
+            lab.learned()
+        );
+        assert_eq!(
+            lab.curl(&format!("http://{claim}/")),
+            "000",
+            "rp_filter={rp_filter}"
+        );
     }
     let log = agent.stop();
     assert_eq!(log_value(&log, "dns stats", "wrong_interface"), 2, "{log}");
@@ -310,7 +347,8 @@ fn forged_reply_from_the_pods_own_interface_is_not_learned_ipv4() {
 
 #[test]
 fn forged_reply_from_the_pods_own_interface_is_not_learned_ipv6() {
-    let Some(lab) = ForgeryLab::start("forged_reply_from_the_pods_own_interface_is_not_learned_ipv6")
+    let Some(lab) =
+        ForgeryLab::start("forged_reply_from_the_pods_own_interface_is_not_learned_ipv6")
     else {
         return;
     };
@@ -333,8 +371,20 @@ fn replies_on_the_servers_path_teach_only_as_answers_with_bounded_ttl() {
     let mut agent = lab.agent();
     let mac = lab.node_mac("vs");
     for (server, me, rtype, family, addresses) in [
-        (SILENT_V4, "10.62.5.2", "A", "-4", ["10.62.1.71", "10.62.1.72", "10.62.1.73", "10.62.1.74"]),
-        (SILENT_V6, "fd62:5::2", "AAAA", "-6", ["fd62:1::71", "fd62:1::72", "fd62:1::73", "fd62:1::74"]),
+        (
+            SILENT_V4,
+            "10.62.5.2",
+            "A",
+            "-4",
+            ["10.62.1.71", "10.62.1.72", "10.62.1.73", "10.62.1.74"],
+        ),
+        (
+            SILENT_V6,
+            "fd62:5::2",
+            "AAAA",
+            "-6",
+            ["fd62:1::71", "fd62:1::72", "fd62:1::73", "fd62:1::74"],
+        ),
     ] {
         let [wrong_id, wrong_question, answer, second] = addresses;
         lab.python(
@@ -382,4 +432,70 @@ fn replies_on_the_servers_path_teach_only_as_answers_with_bounded_ttl() {
     assert!(log_value(&log, "dns stats", "unasked") >= 4, "{log}");
     assert_eq!(log_value(&log, "dns stats", "other_question"), 2, "{log}");
     assert_eq!(log_value(&log, "dns stats", "wrong_interface"), 0, "{log}");
+}
+
+#[test]
+fn replies_made_on_the_node_teach_only_from_the_nodes_own_addresses() {
+    let Some(lab) =
+        ForgeryLab::start("replies_made_on_the_node_teach_only_from_the_nodes_own_addresses")
+    else {
+        return;
+    };
+    // A resolver on the node itself (as NodeLocal DNSCache runs).
+    lab.lab.serve_dns(
+        "node",
+        53,
+        vec![DnsRecord::address(
+            "local.example.test",
+            Ipv4Addr::new(10, 62, 1, 20),
+            300,
+        )],
+    );
+    let mut agent = lab.agent();
+    assert_eq!(
+        lab.python(
+            &lab.pod,
+            r#"
+import socket
+from scapy.all import DNS, DNSQR
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(3)
+s.sendto(bytes(DNS(id=7, rd=1, qd=DNSQR(qname="local.example.test"))), ("10.62.5.1", 53))
+print(DNS(s.recvfrom(2048)[0]).an.rdata)
+"#,
+            &[],
+        ),
+        "10.62.1.20"
+    );
+    // The node's own resolver teaches through OUTPUT.
+    assert_eq!(lab.curl("http://10.62.1.20/"), "200");
+    // A node process forging a remote resolver's reply does not.
+    for (server, me, rtype, claim) in [
+        (SILENT_V4, "10.62.5.2", "A", "10.62.1.68"),
+        (SILENT_V6, "fd62:5::2", "AAAA", "fd62:1::68"),
+    ] {
+        lab.python(
+            &lab.pod,
+            QUERY_FROM_POD,
+            &[server, me, "33320", "4100", "node.example.test", rtype],
+        );
+        lab.python(
+            &lab.node,
+            REPLY_FROM_NODE,
+            &[
+                server,
+                me,
+                "33320",
+                rtype,
+                &format!("4100,node.example.test,{claim},600"),
+            ],
+        );
+    }
+    lab.genuine_lookup_teaches("-4");
+    lab.genuine_lookup_teaches("-6");
+    for claim in ["10.62.1.68", "fd62:1::68"] {
+        assert!(!lab.has_learned(claim), "{claim}: {:?}", lab.learned());
+    }
+    let log = agent.stop();
+    assert_eq!(log_value(&log, "dns stats", "wrong_interface"), 2, "{log}");
 }

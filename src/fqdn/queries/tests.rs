@@ -32,8 +32,14 @@ fn a_reply_answers_its_query_once() {
     let mut t = table(8);
     assert!(!t.asked(&flow(40000, Direction::Query), query(7, "a.test"), 0));
     let reply = flow(40000, Direction::Reply);
-    assert_eq!(t.answered(&reply, &query(7, "a.test"), 10), Answered::Matched);
-    assert_eq!(t.answered(&reply, &query(7, "a.test"), 20), Answered::Unasked);
+    assert_eq!(
+        t.answered(&reply, &query(7, "a.test"), 10),
+        Answered::Matched
+    );
+    assert_eq!(
+        t.answered(&reply, &query(7, "a.test"), 20),
+        Answered::Unasked
+    );
     assert!(t.is_empty());
 }
 
@@ -42,7 +48,10 @@ fn another_id_port_transport_or_question_is_not_an_answer() {
     let mut t = table(8);
     t.asked(&flow(40000, Direction::Query), query(7, "a.test"), 0);
     let reply = flow(40000, Direction::Reply);
-    assert_eq!(t.answered(&reply, &query(8, "a.test"), 1), Answered::Unasked);
+    assert_eq!(
+        t.answered(&reply, &query(8, "a.test"), 1),
+        Answered::Unasked
+    );
     assert_eq!(
         t.answered(&flow(40001, Direction::Reply), &query(7, "a.test"), 1),
         Answered::Unasked
@@ -60,7 +69,10 @@ fn another_id_port_transport_or_question_is_not_an_answer() {
     let mut aaaa = query(7, "a.test");
     aaaa.questions[0].qtype = 28;
     assert_eq!(t.answered(&reply, &aaaa, 1), Answered::OtherQuestion);
-    assert_eq!(t.answered(&reply, &query(7, "a.test"), 1), Answered::Matched);
+    assert_eq!(
+        t.answered(&reply, &query(7, "a.test"), 1),
+        Answered::Matched
+    );
 }
 
 #[test]

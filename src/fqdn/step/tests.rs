@@ -7,7 +7,7 @@ use std::time::Instant;
 use etherparse::PacketBuilder;
 
 use super::*;
-use crate::fqdn::{DnsSnooper, Expired, LearnerConfig, QueryBounds};
+use crate::fqdn::{DnsSnooper, Expired, LearnerConfig, OutstandingQueries, QueryBounds};
 
 const SERVER: [u8; 4] = [10, 0, 0, 53];
 const CLIENT: [u8; 4] = [10, 0, 0, 7];
@@ -259,4 +259,110 @@ fn expiry_forgets_entries_when_their_ttl_passes() {
     );
     let github = FqdnPattern::new("*github.com");
     assert!(!t.read().resolves_to(&github, ip("192.0.2.44"), 61_000));
+}
+
+/// The query the recorded reply `file` answers, in a UDP packet from the
+/// client, snooped: the reply's bytes with QR cleared (its id and question
+/// section are what the client sent), with `id` when given.
+fn query_for(file: &str, id: Option<u16>) -> Snooped {
+    let mut message = recorded(file);
+    message[2] &= 0x7f;
+    if let Some(id) = id {
+        message[..2].copy_from_slice(&id.to_be_bytes());
+    }
+    let mut packet = Vec::new();
+    PacketBuilder::ipv4(CLIENT, SERVER, 64)
+        .udp(40000, 53)
+        .write(&mut packet, &message)
+        .unwrap();
+    snooper().snoop(&packet)
+}
+
+#[test]
+fn a_reply_teaches_only_as_the_answer_to_an_outstanding_query() {
+    let t = table(&["*github.com"], LearnerConfig::default());
+    let mut queries = OutstandingQueries::new(QueryBounds::default());
+    let reply = udp("dnsmasq-www-github-a.bin");
+    // Unasked: parsed, counted, not learned.
+    let unasked = t.on_packet(&reply, &mut queries, 0);
+    assert_eq!(
+        (unasked.parsed, unasked.unasked, unasked.writes.len()),
+        (1, 1, 0)
+    );
+    // Another id on the same flow is still unasked.
+    let other = t.on_packet(
+        &query_for("dnsmasq-www-github-a.bin", Some(1)),
+        &mut queries,
+        0,
+    );
+    assert_eq!((other.queries, other.outstanding), (1, 1));
+    assert_eq!(t.on_packet(&reply, &mut queries, 0).unasked, 1);
+    // Asked: the reply teaches once.
+    let asked = t.on_packet(
+        &query_for("dnsmasq-www-github-a.bin", None),
+        &mut queries,
+        0,
+    );
+    assert_eq!(
+        (asked.queries, asked.outstanding, asked.writes.len()),
+        (1, 2, 0)
+    );
+    let answer = t.on_packet(&reply, &mut queries, 10);
+    assert_eq!(answer.writes, [add("*github.com", "192.0.2.44", 60)]);
+    assert_eq!(answer.outstanding, 1);
+    assert_eq!(t.on_packet(&reply, &mut queries, 20).unasked, 1);
+    // The same id asking another question: not the answer.
+    let a = recorded("dnsmasq-www-github-a.bin");
+    let aaaa = t.on_packet(
+        &query_for(
+            "dnsmasq-www-github-aaaa.bin",
+            Some(u16::from_be_bytes([a[0], a[1]])),
+        ),
+        &mut queries,
+        30,
+    );
+    assert_eq!(aaaa.queries, 1);
+    let step = t.on_packet(&reply, &mut queries, 40);
+    assert_eq!((step.other_question, step.writes.len()), (1, 0));
+    // A query that is not one is counted, nothing remembered.
+    let mut garbage = Vec::new();
+    PacketBuilder::ipv4(CLIENT, SERVER, 64)
+        .udp(40000, 53)
+        .write(&mut garbage, &recorded("dnsmasq-www-github-a.bin"))
+        .unwrap();
+    let step = t.on_packet(&snooper().snoop(&garbage), &mut queries, 50);
+    assert_eq!((step.queries, step.queries_failed), (0, 1));
+}
+
+#[test]
+fn a_reply_on_the_wrong_path_is_counted_and_leaves_its_query_outstanding() {
+    let t = table(&["*github.com"], LearnerConfig::default());
+    let mut queries = OutstandingQueries::new(QueryBounds::default());
+    t.on_packet(
+        &query_for("dnsmasq-www-github-a.bin", None),
+        &mut queries,
+        0,
+    );
+    let mut packet = Vec::new();
+    PacketBuilder::ipv4(SERVER, CLIENT, 64)
+        .udp(53, 40000)
+        .write(&mut packet, &recorded("dnsmasq-www-github-a.bin"))
+        .unwrap();
+    let forged = snooper().snoop_via(&packet, |_| crate::fqdn::ReplyPath {
+        arrived: 4,
+        route: Some(2),
+    });
+    let step = t.on_packet(&forged, &mut queries, 1);
+    assert_eq!(
+        (
+            step.wrong_interface,
+            step.parsed,
+            step.writes.len(),
+            step.release
+        ),
+        (1, 0, 0, Release::Accept)
+    );
+    // The genuine answer still teaches.
+    let genuine = t.on_packet(&udp("dnsmasq-www-github-a.bin"), &mut queries, 2);
+    assert_eq!(genuine.writes, [add("*github.com", "192.0.2.44", 60)]);
 }
