@@ -291,8 +291,8 @@ pub const MAX_FQDN_ADDRESSES: usize = 65_536;
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, clap::Args)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct FqdnConfig {
-    /// NFQUEUE of DNS replies (default: the first after the connection
-    /// queues).
+    /// NFQUEUE of DNS queries and replies (default: the first after the
+    /// connection queues).
     #[arg(long = "dns-queue", value_name = "N")]
     pub dns_queue: u16,
     /// Learn only from replies of these DNS servers; empty: from any.

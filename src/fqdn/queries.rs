@@ -112,7 +112,8 @@ impl OutstandingQueries {
         }
     }
 
-    /// Queries outstanding (some may have timed out already).
+    /// Queries outstanding (some may have timed out since the last
+    /// [`expire`](OutstandingQueries::expire)).
     pub fn len(&self) -> usize {
         self.pending.len()
     }
@@ -131,6 +132,22 @@ impl OutstandingQueries {
             expires_ms: now_ms.saturating_add(self.timeout_ms),
         };
         matches!(self.pending.push(key, pending), Some((old, _)) if old != key)
+    }
+
+    /// Forgets the queries whose wait ended by `now_ms`. Every query waits
+    /// as long, so the least recently asked end first: this stops at the
+    /// first one still waiting.
+    pub fn expire(&mut self, now_ms: u64) -> usize {
+        let mut expired = 0;
+        while self
+            .pending
+            .peek_lru()
+            .is_some_and(|(_, p)| p.expires_ms <= now_ms)
+        {
+            self.pending.pop_lru();
+            expired += 1;
+        }
+        expired
     }
 
     /// Whether `reply` (carried on `flow`) answers an outstanding query at

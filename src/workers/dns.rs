@@ -1,9 +1,10 @@
 //! The DNS queue's handler: snoop (a reply's in-interface checked against
 //! the route to its server) → the pure [`FqdnTable::on_packet`] step, which
 //! remembers queries and learns from the replies that answer them → its set
-//! writes over netlink → only then the packet's release; expiry runs on
-//! [`Handler::tick`]. It never drops a packet except a TCP segment after a
-//! gap, and never logs per packet.
+//! writes over netlink → only then the packet's release; expiry (of learned
+//! addresses and of unanswered queries) runs on [`Handler::tick`]. It never
+//! drops a packet except a TCP segment after a gap, and never logs per
+//! packet.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -45,6 +46,7 @@ counters! {
         queries: Counter "dns_queries" { result = "remembered" } = "DNS queries seen, by result (remembered or failed)",
         queries_failed: Counter "dns_queries" { result = "failed" } = "DNS queries seen, by result (remembered or failed)",
         queries_evicted: Counter "dns_queries_evicted" = "Outstanding queries forgotten to stay within fqdn.maxOutstandingQueries",
+        queries_unanswered: Counter "dns_queries_unanswered" = "Queries forgotten unanswered after fqdn.queryTimeout",
         outstanding: Gauge "dns_queries_outstanding" = "DNS queries waiting for their answer",
         tcp_untracked: Counter "dns_tcp_untracked" = "DNS-over-TCP data on connections whose start was not seen (released unlearned)",
         tcp_gaps: Counter "dns_tcp_gaps" = "DNS-over-TCP segments after a gap (dropped for retransmission)",
@@ -174,7 +176,15 @@ impl Handler for Replies {
             return;
         }
         self.last_expire = now;
-        let expired = self.table.expire(self.table.millis(now));
+        let now_ms = self.table.millis(now);
+        let unanswered = self.queries.expire(now_ms);
+        self.stats
+            .queries_unanswered
+            .fetch_add(unanswered as u64, Ordering::Relaxed);
+        self.stats
+            .outstanding
+            .store(self.queries.len() as u64, Ordering::Relaxed);
+        let expired = self.table.expire(now_ms);
         self.stats
             .expired
             .fetch_add(expired.expired, Ordering::Relaxed);

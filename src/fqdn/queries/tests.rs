@@ -94,6 +94,18 @@ fn queries_time_out() {
 }
 
 #[test]
+fn expiry_forgets_the_queries_whose_wait_ended() {
+    let mut t = table(8);
+    t.asked(&flow(1, Direction::Query), query(1, "a.test"), 0);
+    t.asked(&flow(2, Direction::Query), query(2, "b.test"), 10_000);
+    assert_eq!(t.expire(29_999), 0);
+    assert_eq!(t.expire(30_000), 1);
+    assert_eq!(t.len(), 1);
+    assert_eq!(t.expire(40_000), 1);
+    assert!(t.is_empty());
+}
+
+#[test]
 fn the_least_recently_asked_query_is_forgotten_at_the_bound() {
     let mut t = table(2);
     assert!(!t.asked(&flow(1, Direction::Query), query(1, "a.test"), 0));
