@@ -11,7 +11,9 @@ use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::rdata::{A, CNAME};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 use tollgate::dns::parse_reply;
-use tollgate::fqdn::{DnsSnooper, FqdnLearner, FqdnPattern, LearnerConfig};
+use tollgate::fqdn::{
+    DnsSnooper, FqdnLearner, FqdnPattern, LearnerConfig, OutstandingQueries, QueryBounds, ReplyPath,
+};
 use tollgate::fqdn::{FqdnLookup, FqdnTable};
 
 fn name(text: &str) -> Name {
@@ -96,18 +98,38 @@ fn bench(c: &mut Criterion) {
             .expect("bench packet encodes");
         out
     };
-    group.bench_function("snoop+parse+learn (UDP packet, refresh path)", |b| {
-        let mut snooper = DnsSnooper::new(Vec::new(), 1024, 16 * 1024);
-        let mut learner = FqdnLearner::new(selectors(), LearnerConfig::default());
-        let mut now = 0u64;
-        b.iter(|| {
-            now += 1_500;
-            let snooped = snooper.snoop(black_box(&packet));
-            for message in &snooped.messages {
-                let _ = learner.learn_reply(message, now);
-            }
-        })
-    });
+    // The query the reply answers, from the client.
+    let query = {
+        let mut message = Message::new(7, MessageType::Query, OpCode::Query);
+        message.add_query(Query::query(name("www.github.com."), RecordType::A));
+        let mut out = Vec::new();
+        etherparse::PacketBuilder::ipv4([10, 0, 0, 7], [10, 0, 0, 53], 64)
+            .udp(40000, 53)
+            .write(&mut out, &message.to_vec().expect("bench query encodes"))
+            .expect("bench packet encodes");
+        out
+    };
+    group.bench_function(
+        "query+reply step (UDP packets: snoop, remember, match, learn; refresh path)",
+        |b| {
+            let mut snooper = DnsSnooper::new(Vec::new(), 1024, 16 * 1024);
+            let (table, _) =
+                FqdnTable::restore(selectors(), LearnerConfig::default(), &[], Instant::now());
+            let mut queries = OutstandingQueries::new(QueryBounds::default());
+            let path = |_| ReplyPath {
+                arrived: 2,
+                route: Some(2),
+            };
+            let mut now = 0u64;
+            b.iter(|| {
+                now += 1_500;
+                let asked = snooper.snoop_via(black_box(&query), path);
+                table.on_packet(&asked, &mut queries, now);
+                let answered = snooper.snoop_via(black_box(&packet), path);
+                table.on_packet(&answered, &mut queries, now)
+            })
+        },
+    );
     group.finish();
 
     // What a connection worker pays per FQDN peer: the mirror's read lock

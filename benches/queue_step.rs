@@ -81,6 +81,7 @@ fn queued(payload: &[u8]) -> Queued<'_> {
         payload,
         mark: 0,
         local: None,
+        indev: 0,
     }
 }
 

@@ -9,6 +9,7 @@ PACKAGES=(
     curl netcat-openbsd iputils-ping     # probes
     dnsmasq-base dnsutils                # DNS server and dig for FQDN tests
     nginx-light python3 procps psmisc    # servers and process tools
+    python3-scapy                        # forged packets (tests/netns/forgery.rs)
     tcpdump wrk                          # packet captures, HTTP benchmark
     hping3                               # SYN floods (benches/overload.sh)
     shellcheck                           # lints the shell scripts (scripts/test.sh)

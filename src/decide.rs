@@ -187,6 +187,7 @@ mod tests {
             payload,
             mark,
             local,
+            indev: 0,
         }
     }
 

@@ -253,6 +253,7 @@ mod through_the_step {
             payload,
             mark: 0,
             local: None,
+            indev: 0,
         }
     }
 

@@ -10,7 +10,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::fqdn::LearnerConfig;
+use crate::fqdn::{
+    LearnerConfig, QueryBounds, DEFAULT_MAX_OUTSTANDING_QUERIES, DEFAULT_MAX_TTL_SECS,
+    DEFAULT_QUERY_TIMEOUT_SECS, MAX_IPSET_TIMEOUT_SECS,
+};
 use crate::l7::DenyResponse;
 use crate::marks::{FailMode, MarkLayout};
 use crate::source::files::{
@@ -371,8 +374,8 @@ pub const MAX_FQDN_ADDRESSES: usize = 65_536;
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, clap::Args)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct FqdnConfig {
-    /// NFQUEUE of DNS replies (default: the first after the connection
-    /// queues).
+    /// NFQUEUE of DNS queries and replies (default: the first after the
+    /// connection queues).
     #[arg(long = "dns-queue", value_name = "N")]
     pub dns_queue: u16,
     /// Learn only from replies of these DNS servers; empty: from any.
@@ -381,6 +384,19 @@ pub struct FqdnConfig {
     /// Floor on the TTL of learned addresses, seconds (default 5).
     #[arg(long = "fqdn-min-ttl", value_name = "SECS")]
     pub min_ttl: u32,
+    /// Ceiling on the TTL of learned addresses, seconds (default 86400,
+    /// at least fqdn.minTtl and 1): how long one answer can keep an
+    /// address allowed.
+    #[arg(long = "fqdn-max-ttl", value_name = "SECS")]
+    pub max_ttl: u32,
+    /// DNS queries remembered until answered (default 65536, at least 1):
+    /// a reply is learned from only if it answers one.
+    #[arg(skip)]
+    pub max_outstanding_queries: usize,
+    /// Seconds a remembered query waits for its answer (default 30, at
+    /// least 1).
+    #[arg(skip)]
+    pub query_timeout: u32,
     /// Addresses remembered per name (default 128, at least 100).
     #[arg(skip)]
     pub max_addresses_per_name: usize,
@@ -395,6 +411,9 @@ impl Default for FqdnConfig {
             dns_queue: 101,
             trusted_servers: Vec::new(),
             min_ttl: DEFAULT_FQDN_MIN_TTL,
+            max_ttl: DEFAULT_MAX_TTL_SECS,
+            max_outstanding_queries: DEFAULT_MAX_OUTSTANDING_QUERIES,
+            query_timeout: DEFAULT_QUERY_TIMEOUT_SECS,
             max_addresses_per_name: 128,
             max_addresses: MAX_FQDN_ADDRESSES,
         }
@@ -430,13 +449,42 @@ impl FqdnConfig {
                 "must be at most 65536 (the FQDN sets' maxelem)",
             ));
         }
+        if self.max_ttl < self.min_ttl.max(1) {
+            return Err(ConfigError::Bound {
+                key: "fqdn.maxTtl",
+                value: u64::from(self.max_ttl),
+                reason: "must be at least fqdn.minTtl and 1",
+            });
+        }
+        if self.max_ttl > MAX_IPSET_TIMEOUT_SECS {
+            return Err(ConfigError::Bound {
+                key: "fqdn.maxTtl",
+                value: u64::from(self.max_ttl),
+                reason: "must be at most 2147483 (the largest ipset timeout)",
+            });
+        }
+        if self.max_outstanding_queries == 0 {
+            return Err(bound("fqdn.maxOutstandingQueries", 0, "must be at least 1"));
+        }
+        if self.query_timeout == 0 {
+            return Err(bound("fqdn.queryTimeout", 0, "must be at least 1"));
+        }
         Ok(())
+    }
+
+    /// The bounds of the outstanding-query table.
+    pub fn query_bounds(&self) -> QueryBounds {
+        QueryBounds {
+            max_outstanding: self.max_outstanding_queries,
+            timeout_secs: self.query_timeout,
+        }
     }
 
     /// The learner's bounds.
     pub fn learner(&self) -> LearnerConfig {
         LearnerConfig {
             min_ttl_secs: self.min_ttl,
+            max_ttl_secs: self.max_ttl,
             max_addresses_per_name: self.max_addresses_per_name,
             max_addresses: self.max_addresses,
         }

@@ -2,6 +2,7 @@ use std::path::{Path, PathBuf};
 
 use super::layers::{camel_case, FLAT_KEYS};
 use super::*;
+use crate::fqdn::QueryBounds;
 
 fn machine() -> MachineDefaults {
     MachineDefaults {
@@ -46,6 +47,9 @@ fn empty_settings_resolve_to_defaults() {
             dns_queue: 102,
             trusted_servers: vec![],
             min_ttl: 5,
+            max_ttl: 86_400,
+            max_outstanding_queries: 65_536,
+            query_timeout: 30,
             max_addresses_per_name: 128,
             max_addresses: 65_536,
         }
@@ -117,6 +121,29 @@ fn fqdn_keys_and_bounds() {
     let large = error("fqdn: {maxAddresses: 65537}");
     assert!(large.contains("at most 65536"), "{large}");
     assert!(load("queues: {base: 65534, count: 2}", &[]).is_err());
+    let config =
+        self::config("fqdn: {minTtl: 10, maxTtl: 600, maxOutstandingQueries: 10, queryTimeout: 5}");
+    assert_eq!(config.fqdn.learner().max_ttl_secs, 600);
+    assert_eq!(
+        config.fqdn.query_bounds(),
+        QueryBounds {
+            max_outstanding: 10,
+            timeout_secs: 5
+        }
+    );
+    for (bad, expected) in [
+        ("fqdn: {minTtl: 10, maxTtl: 9}", "fqdn.maxTtl"),
+        ("fqdn: {minTtl: 0, maxTtl: 0}", "fqdn.maxTtl"),
+        ("fqdn: {maxTtl: 2147484}", "at most 2147483"),
+        (
+            "fqdn: {maxOutstandingQueries: 0}",
+            "fqdn.maxOutstandingQueries",
+        ),
+        ("fqdn: {queryTimeout: 0}", "fqdn.queryTimeout"),
+    ] {
+        let message = error(bad);
+        assert!(message.contains(expected), "{bad}: {message}");
+    }
 }
 
 #[test]
@@ -296,6 +323,7 @@ fn every_flag_sets_a_key_of_its_section() {
             "dns-queue",
             "dns-trusted-server",
             "fqdn-min-ttl",
+            "fqdn-max-ttl",
             "l7-deny-response",
             "audit-log",
             "status-socket",
@@ -308,6 +336,7 @@ fn every_flag_sets_a_key_of_its_section() {
         "node-labels" => "a=1",
         "node-address" | "dns-trusted-server" => "10.0.0.1",
         "queues" | "fqdn-min-ttl" => "2",
+        "fqdn-max-ttl" => "3600",
         "queue-base" => "200",
         "dns-queue" => "300",
         "interfaces" => "eth0",
@@ -351,6 +380,7 @@ fn every_flag_sets_a_key_of_its_section() {
             dns_queue: 300,
             trusted_servers: vec!["10.0.0.1".parse().unwrap()],
             min_ttl: 2,
+            max_ttl: 3600,
             ..defaults.fqdn
         },
         l7: L7Config {

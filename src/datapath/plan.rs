@@ -190,6 +190,17 @@ fn chain_rules(
         "-m mark --mark {allow} -j CONNMARK --save-mark --nfmask {mask:#x} --ctmask {mask:#x}",
         mask = marks.mask
     ));
+    let dns_queue = format!("NFQUEUE --queue-num {} --queue-bypass", queues.dns);
+    // DNS queries a worker has just allowed go to the DNS queue before they
+    // are accepted: the DNS worker remembers them (a reply is learned from
+    // only if it answers one) and accepts them, as the next rule would.
+    if snoop_dns {
+        for protocol in ["udp", "tcp"] {
+            rules.push(format!(
+                "-p {protocol} -m {protocol} --dport 53 -m mark --mark {allow} -j {dns_queue}"
+            ));
+        }
+    }
     rules.push(format!("-m mark --mark {allow} -j ACCEPT"));
     for (code, last) in [
         (&l7, "ACCEPT"),
@@ -226,14 +237,22 @@ fn chain_rules(
     // DNS replies to learn from, ahead of the decided-connection shortcut
     // (the query's connection is usually decided already). Only the reply
     // direction of a tracked connection: a reply nobody asked for is NEW
-    // and never reaches the learner. Always `--queue-bypass`: skipping
-    // learning can only deny more, never allow.
+    // and never reaches the learner. The worker learns from a reply only
+    // if it came in on the interface of the route to its server and
+    // answers a query it saw; the later queries of allowed connections
+    // reach it here, where the shortcut below would accept them. Always
+    // `--queue-bypass`: skipping learning can only deny more, never allow.
     if snoop_dns {
         for protocol in ["udp", "tcp"] {
             rules.push(format!(
                 "-p {protocol} -m {protocol} --sport 53 -m conntrack --ctstate ESTABLISHED \
-                 --ctdir REPLY -j NFQUEUE --queue-num {} --queue-bypass",
-                queues.dns
+                 --ctdir REPLY -j {dns_queue}"
+            ));
+        }
+        for protocol in ["udp", "tcp"] {
+            rules.push(format!(
+                "-p {protocol} -m {protocol} --dport 53 -m conntrack --ctstate ESTABLISHED \
+                 --ctdir ORIGINAL -m connmark --mark {allow} -j {dns_queue}"
             ));
         }
     }
@@ -261,6 +280,9 @@ fn chain_rules(
             Hook::Forward => &["-s", "-d"],
         };
         for dir in directions {
+            if snoop_dns {
+                rules.extend(privileged_dns_query_rules(entry, dir, &dns_queue));
+            }
             rules.push(privileged_rule(entry, dir, family));
         }
     }
@@ -340,6 +362,28 @@ fn privileged_rule(entry: &Privileged, dir: &str, family: Family) -> String {
     }
     rule.push_str(" -j ACCEPT");
     rule
+}
+
+/// The DNS queries a privileged entry accepts, sent to the DNS queue
+/// first (whose worker accepts them too) so that their replies can be
+/// learned from: the entry's match narrowed to UDP and TCP port 53.
+fn privileged_dns_query_rules(entry: &Privileged, dir: &str, dns_queue: &str) -> Vec<String> {
+    if entry.port.is_some_and(|port| port != 53) {
+        return Vec::new();
+    }
+    [
+        (PrivilegedProtocol::Udp, "udp"),
+        (PrivilegedProtocol::Tcp, "tcp"),
+    ]
+    .into_iter()
+    .filter(|(protocol, _)| entry.protocol.is_none_or(|p| p == *protocol))
+    .map(|(_, name)| {
+        format!(
+            "{dir} {} -p {name} -m {name} --dport 53 -j {dns_queue}",
+            entry.cidr
+        )
+    })
+    .collect()
 }
 
 /// New connections to hand to the workers, and packets conntrack could not

@@ -1,5 +1,6 @@
 //! One DNS response message, decoded with hickory-proto and reduced to what
-//! FQDN learning needs.
+//! FQDN learning needs, and the query a response answers ([`DnsQuery`]: its
+//! id and question section, as a client sent it or a response echoes it).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -25,6 +26,27 @@ pub enum DnsError {
     UnusableResponseCode { rcode: u16 },
     #[error("response carries no question")]
     NoQuestion,
+    #[error("message is a response, not a query")]
+    NotAQuery,
+}
+
+/// One entry of a question section: a normalized name (as
+/// [`DnsReply::questions`] gives it), its type and class.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Question {
+    pub name: String,
+    pub qtype: u16,
+    pub qclass: u16,
+}
+
+/// What a client asked: the message id and the question section. A
+/// response answers a query when both are equal (RFC 1035 §4.1.1: the id
+/// and the question are copied into the response; names compare without
+/// regard to case, so 0x20 mixed case matches).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DnsQuery {
+    pub id: u16,
+    pub questions: Vec<Question>,
 }
 
 /// A response reduced to its question names and answer-section records of
@@ -32,6 +54,7 @@ pub enum DnsError {
 /// Names are lower-case ASCII (IDNs stay in punycode) without the trailing dot.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DnsReply {
+    query: DnsQuery,
     questions: Vec<String>,
     /// Answer-section A/AAAA records: owner, address, TTL.
     addresses: Vec<(String, IpAddr, u32)>,
@@ -73,7 +96,8 @@ pub fn parse_reply(bytes: &[u8]) -> Result<DnsReply, DnsError> {
     if message.queries.is_empty() {
         return Err(DnsError::NoQuestion);
     }
-    let questions = message.queries.iter().map(|q| name_text(&q.name)).collect();
+    let query = query_of(&message);
+    let questions = query.questions.iter().map(|q| q.name.clone()).collect();
     let mut addresses = Vec::new();
     let mut aliases = HashMap::new();
     for record in message
@@ -101,13 +125,54 @@ pub fn parse_reply(bytes: &[u8]) -> Result<DnsReply, DnsError> {
         }
     }
     Ok(DnsReply {
+        query,
         questions,
         addresses,
         aliases,
     })
 }
 
+/// Decodes `bytes` as a standard query (QR clear, opcode QUERY, at least
+/// one question): what the client asked, to match its response against.
+pub fn parse_query(bytes: &[u8]) -> Result<DnsQuery, DnsError> {
+    let message = Message::from_vec(bytes).map_err(|_| DnsError::Malformed)?;
+    let meta = &message.metadata;
+    if meta.message_type != MessageType::Query {
+        return Err(DnsError::NotAQuery);
+    }
+    if meta.op_code != OpCode::Query {
+        return Err(DnsError::UnsupportedOpcode {
+            opcode: u8::from(meta.op_code),
+        });
+    }
+    if message.queries.is_empty() {
+        return Err(DnsError::NoQuestion);
+    }
+    Ok(query_of(&message))
+}
+
+fn query_of(message: &Message) -> DnsQuery {
+    DnsQuery {
+        id: message.metadata.id,
+        questions: message
+            .queries
+            .iter()
+            .map(|q| Question {
+                name: name_text(&q.name),
+                qtype: u16::from(q.query_type),
+                qclass: u16::from(q.query_class),
+            })
+            .collect(),
+    }
+}
+
 impl DnsReply {
+    /// The query this response says it answers (its id and question
+    /// section).
+    pub fn query(&self) -> &DnsQuery {
+        &self.query
+    }
+
     /// The question names, normalized.
     pub fn questions(&self) -> &[String] {
         &self.questions

@@ -218,6 +218,38 @@ fn queries_and_other_opcodes_are_refused() {
     assert_eq!(parse_reply(&wire(&empty)), Err(DnsError::NoQuestion));
 }
 
+#[test]
+fn a_query_and_its_response_name_the_same_query() {
+    let mut query = Message::new(0x1234, MessageType::Query, OpCode::Query);
+    query.add_query(Query::query(name("WwW.Example.TEST."), RecordType::AAAA));
+    let asked = parse_query(&wire(&query)).unwrap();
+    assert_eq!(
+        asked,
+        DnsQuery {
+            id: 0x1234,
+            questions: vec![Question {
+                name: "www.example.test".into(),
+                qtype: 28,
+                qclass: 1,
+            }],
+        }
+    );
+    // The response echoes id and question (0x20 case folded).
+    let mut reply = Message::new(0x1234, MessageType::Response, OpCode::Query);
+    reply.add_query(Query::query(name("www.EXAMPLE.test."), RecordType::AAAA));
+    assert_eq!(parse_reply(&wire(&reply)).unwrap().query(), &asked);
+    // Responses, other opcodes and empty questions are not queries.
+    assert_eq!(parse_query(&wire(&reply)), Err(DnsError::NotAQuery));
+    query.metadata.op_code = OpCode::Notify;
+    assert!(matches!(
+        parse_query(&wire(&query)),
+        Err(DnsError::UnsupportedOpcode { .. })
+    ));
+    let empty = Message::new(1, MessageType::Query, OpCode::Query);
+    assert_eq!(parse_query(&wire(&empty)), Err(DnsError::NoQuestion));
+    assert_eq!(parse_query(&[1, 2, 3]), Err(DnsError::Malformed));
+}
+
 /// A reply in the shape a recursive resolver sends (name compression, EDNS
 /// OPT record), assembled byte by byte; see tests/data/dns/README.md.
 #[test]
@@ -415,6 +447,11 @@ fn tcp_reset_restarts_framing() {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn parse_query_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
+        let _ = parse_query(&bytes);
+    }
 
     #[test]
     fn parse_reply_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {

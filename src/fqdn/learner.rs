@@ -25,12 +25,19 @@ use crate::dns::{self, DnsError, Resolution};
 /// Largest timeout the kernel's ipset accepts (seconds).
 pub const MAX_IPSET_TIMEOUT_SECS: u32 = 2_147_483;
 
-/// Bounds and the TTL floor.
+/// Default ceiling on answer TTLs: one day, Unbound's `cache-max-ttl`
+/// default, so a client behind such a resolver never holds an answer
+/// longer; it bounds how long one bad answer keeps an address allowed.
+pub const DEFAULT_MAX_TTL_SECS: u32 = 86_400;
+
+/// Bounds and the TTL floor and ceiling.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LearnerConfig {
     /// Floor applied to answer TTLs. A TTL-0 answer is still used by the
     /// client right away; the floor covers the connect and its retries.
     pub min_ttl_secs: u32,
+    /// Ceiling applied to answer TTLs (after the floor; wins over it).
+    pub max_ttl_secs: u32,
     /// Addresses remembered per name (CDNs rotate through many).
     pub max_addresses_per_name: usize,
     /// Records remembered in total, across names.
@@ -41,6 +48,7 @@ impl Default for LearnerConfig {
     fn default() -> Self {
         LearnerConfig {
             min_ttl_secs: 5,
+            max_ttl_secs: DEFAULT_MAX_TTL_SECS,
             max_addresses_per_name: 128,
             // The default `maxelem` of an ipset hash:ip set.
             max_addresses: 65_536,
@@ -316,10 +324,12 @@ impl FqdnLearner {
         next
     }
 
-    /// ipset timeout for an answer TTL: never 0 (which would make the
-    /// entry permanent), never above what ipset accepts.
+    /// ipset timeout for an answer TTL: the floor, then the ceiling; never
+    /// 0 (which would make the entry permanent), never above what ipset
+    /// accepts.
     fn timeout_secs(&self, ttl: u32) -> u32 {
         ttl.max(self.config.min_ttl_secs)
+            .min(self.config.max_ttl_secs)
             .clamp(1, MAX_IPSET_TIMEOUT_SECS)
     }
 

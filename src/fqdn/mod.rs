@@ -1,22 +1,30 @@
 //! FQDN peers: what a selector matches ([`FqdnPattern`]), the in-memory
 //! mirror of the addresses learned for each selector from DNS answers
-//! ([`FqdnLearner`]), and the turning of queued reply packets into the DNS
-//! messages it learns from ([`DnsSnooper`]). Pure: no DNS traffic, no ipset
-//! writes, no clock reads.
+//! ([`FqdnLearner`]), the turning of queued query and reply packets into
+//! DNS messages ([`DnsSnooper`]), and the queries still waiting for the
+//! answer they alone may teach ([`OutstandingQueries`]). Pure: no DNS
+//! traffic, no ipset writes, no clock reads.
 
 mod learner;
 mod pattern;
+mod queries;
 mod snoop;
 mod step;
 mod table;
 
 pub use snoop::{
-    DnsSnooper, Release, SnoopEvent, Snooped, DEFAULT_MAX_TCP_FLOWS, DEFAULT_MAX_TCP_MESSAGE,
+    DnsSnooper, Release, ReplyPath, SnoopEvent, Snooped, DEFAULT_MAX_TCP_FLOWS,
+    DEFAULT_MAX_TCP_MESSAGE, DNS_PORT,
+};
+
+pub use queries::{
+    Answered, Direction, DnsFlow, OutstandingQueries, QueryBounds, Transport,
+    DEFAULT_MAX_OUTSTANDING_QUERIES, DEFAULT_QUERY_TIMEOUT_SECS,
 };
 
 pub use learner::{
     FqdnLearner, IpsetChange, LearnedAt, LearnerConfig, LearnerCounters, RestoredEntry,
-    MAX_IPSET_TIMEOUT_SECS,
+    DEFAULT_MAX_TTL_SECS, MAX_IPSET_TIMEOUT_SECS,
 };
 
 pub use step::{DnsStep, SetWrite};

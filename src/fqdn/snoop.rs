@@ -1,17 +1,23 @@
-//! From a queued DNS reply packet (IPv4/IPv6, UDP or TCP from port 53) to
-//! the DNS messages it completes. UDP: the payload is one message. TCP: the
-//! server→client stream of each connection is framed by a
-//! [`TcpStreamReassembler`] created at the SYN-ACK (so the first length
-//! prefix is found at the server's ISN + 1) and forgotten at FIN/RST; the
-//! number of connections followed is bounded, the least recently used is
-//! forgotten first. Pure: no sockets, no clock, no ipset writes.
+//! From a queued DNS packet (IPv4/IPv6, UDP or TCP; a query to port 53 or
+//! a reply from it) to the DNS messages it completes and the [`DnsFlow`]
+//! they belong to. A reply is read only if it came in on the path to its
+//! server ([`ReplyPath`], looked up by the caller). UDP: the payload is one
+//! message. TCP: each direction of each connection is framed by a
+//! [`TcpStreamReassembler`] created at its SYN (so the first length prefix
+//! is found at the sender's ISN + 1) and forgotten at FIN/RST; the number
+//! of streams followed is bounded, the least recently used is forgotten
+//! first. Pure: no sockets, no clock, no ipset writes.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use etherparse::{NetSlice, SlicedPacket, TransportSlice};
 
+use super::queries::{Direction, DnsFlow, Transport};
 use crate::dns::{Framed, TcpStreamReassembler};
+
+/// The DNS port: messages to it are queries, messages from it replies.
+pub const DNS_PORT: u16 = 53;
 
 /// Consecutive out-of-order segments after which a connection is no longer
 /// followed (its missing bytes passed unseen, e.g. while the queue was
@@ -44,6 +50,8 @@ pub enum SnoopEvent {
     Malformed,
     #[error("reply from a server outside dnsTrustedServers")]
     Untrusted,
+    #[error("reply that came in on another interface than the route to its server")]
+    WrongInterface,
     #[error("TCP data on a connection whose start was not seen")]
     TcpUntracked,
     #[error("TCP segment after a gap")]
@@ -52,46 +60,75 @@ pub enum SnoopEvent {
     Oversized,
 }
 
+/// Where a reply entered the node, as the caller found it: a reply is
+/// read only if it came in on the interface the node's route to its server
+/// leaves by (a strict reverse-path check, the `rp_filter=1` rule, made
+/// here because the kernel's `rp_filter` may be loose or off and does not
+/// exist for IPv6, and `-m rpfilter` works in PREROUTING only). A reply
+/// made on the node comes from `lo`, where the route to one of the node's
+/// own addresses leaves: only a local server may send it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplyPath {
+    /// Index of the interface the reply came in on (`lo`'s when it was
+    /// made on the node).
+    pub arrived: u32,
+    /// Index of the interface the route to the server leaves by (`None`:
+    /// no route).
+    pub route: Option<u32>,
+}
+
+impl ReplyPath {
+    /// Whether the reply came the way the server's replies come.
+    pub fn is_server_path(self) -> bool {
+        self.route == Some(self.arrived)
+    }
+}
+
 /// The outcome of one packet.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Snooped {
     pub release: Release,
+    /// The conversation the packet belongs to (`None` if unreadable).
+    pub flow: Option<DnsFlow>,
     /// Complete DNS messages (without TCP length prefixes), in order.
     pub messages: Vec<Vec<u8>>,
     pub events: Vec<SnoopEvent>,
 }
 
 impl Snooped {
-    fn accept(messages: Vec<Vec<u8>>) -> Snooped {
+    fn accept(flow: DnsFlow, messages: Vec<Vec<u8>>) -> Snooped {
         Snooped {
             release: Release::Accept,
+            flow: Some(flow),
             messages,
             events: Vec::new(),
         }
     }
 
-    fn event(event: SnoopEvent) -> Snooped {
+    fn event(flow: Option<DnsFlow>, event: SnoopEvent) -> Snooped {
         Snooped {
             release: Release::Accept,
+            flow,
             messages: Vec::new(),
             events: vec![event],
         }
     }
 }
 
-/// `(server, server port, client, client port)` of a TCP connection.
+/// `(sender, sender port, receiver, receiver port)` of one direction of a
+/// TCP connection.
 type FlowKey = (IpAddr, u16, IpAddr, u16);
 
 struct TcpFlow {
-    /// The server's initial sequence number (from its SYN-ACK).
+    /// The sender's initial sequence number (from its SYN or SYN-ACK).
     isn: u32,
     stream: TcpStreamReassembler,
     last_used: u64,
     gaps: u8,
 }
 
-/// Turns queued reply packets into DNS messages; keeps the per-connection
-/// TCP framing state.
+/// Turns queued query and reply packets into DNS messages; keeps the
+/// per-stream TCP framing state.
 pub struct DnsSnooper {
     trusted: Vec<IpAddr>,
     max_flows: usize,
@@ -118,10 +155,21 @@ impl DnsSnooper {
         self.flows.len()
     }
 
-    /// Reads one packet, starting at its IP header.
+    /// Reads one packet as if a reply came the server's way.
+    #[cfg(test)]
     pub fn snoop(&mut self, packet: &[u8]) -> Snooped {
+        self.snoop_via(packet, |_| ReplyPath {
+            arrived: 2,
+            route: Some(2),
+        })
+    }
+
+    /// Reads one packet, starting at its IP header; `path` tells where a
+    /// reply from the given server came from (asked for replies only, and
+    /// only from trusted servers).
+    pub fn snoop_via(&mut self, packet: &[u8], path: impl FnOnce(IpAddr) -> ReplyPath) -> Snooped {
         let Ok(sliced) = SlicedPacket::from_ip(packet) else {
-            return Snooped::event(SnoopEvent::Malformed);
+            return Snooped::event(None, SnoopEvent::Malformed);
         };
         let (src, dst) = match &sliced.net {
             Some(NetSlice::Ipv4(ip)) => (
@@ -132,19 +180,53 @@ impl DnsSnooper {
                 IpAddr::V6(ip.header().source_addr()),
                 IpAddr::V6(ip.header().destination_addr()),
             ),
-            _ => return Snooped::event(SnoopEvent::Malformed),
+            _ => return Snooped::event(None, SnoopEvent::Malformed),
         };
-        if !self.trusted.is_empty() && !self.trusted.contains(&src) {
-            return Snooped::event(SnoopEvent::Untrusted);
+        let (transport, sport, dport) = match &sliced.transport {
+            Some(TransportSlice::Udp(udp)) => {
+                (Transport::Udp, udp.source_port(), udp.destination_port())
+            }
+            Some(TransportSlice::Tcp(tcp)) => {
+                (Transport::Tcp, tcp.source_port(), tcp.destination_port())
+            }
+            _ => return Snooped::event(None, SnoopEvent::Malformed),
+        };
+        let (from, to) = (SocketAddr::new(src, sport), SocketAddr::new(dst, dport));
+        let flow = if dport == DNS_PORT && sport != DNS_PORT {
+            DnsFlow {
+                transport,
+                client: from,
+                server: to,
+                direction: Direction::Query,
+            }
+        } else {
+            DnsFlow {
+                transport,
+                client: to,
+                server: from,
+                direction: Direction::Reply,
+            }
+        };
+        if !self.trusted.is_empty() && !self.trusted.contains(&flow.server.ip()) {
+            return match flow.direction {
+                // Nothing a server outside the list says is learned: its
+                // queries need not be remembered.
+                Direction::Query => Snooped::accept(flow, Vec::new()),
+                Direction::Reply => Snooped::event(Some(flow), SnoopEvent::Untrusted),
+            };
+        }
+        if flow.direction == Direction::Reply && !path(flow.server.ip()).is_server_path() {
+            return Snooped::event(Some(flow), SnoopEvent::WrongInterface);
         }
         match &sliced.transport {
             Some(TransportSlice::Udp(udp)) if !udp.payload().is_empty() => {
-                Snooped::accept(vec![udp.payload().to_vec()])
+                Snooped::accept(flow, vec![udp.payload().to_vec()])
             }
-            Some(TransportSlice::Udp(_)) => Snooped::event(SnoopEvent::Malformed),
+            Some(TransportSlice::Udp(_)) => Snooped::event(Some(flow), SnoopEvent::Malformed),
             Some(TransportSlice::Tcp(tcp)) => {
                 let key = (src, tcp.source_port(), dst, tcp.destination_port());
                 self.tcp(
+                    flow,
                     key,
                     TcpSegment {
                         seq: tcp.sequence_number(),
@@ -154,19 +236,19 @@ impl DnsSnooper {
                     },
                 )
             }
-            _ => Snooped::event(SnoopEvent::Malformed),
+            _ => Snooped::event(Some(flow), SnoopEvent::Malformed),
         }
     }
 
-    fn tcp(&mut self, key: FlowKey, segment: TcpSegment<'_>) -> Snooped {
+    fn tcp(&mut self, flow: DnsFlow, key: FlowKey, segment: TcpSegment<'_>) -> Snooped {
         self.tick += 1;
         if segment.syn {
             // A retransmitted SYN-ACK of a connection already followed
             // changes nothing; a new ISN is a new connection.
             if self.flows.get(&key).is_some_and(|f| f.isn == segment.seq) {
-                return Snooped::accept(Vec::new());
+                return Snooped::accept(flow, Vec::new());
             }
-            // SYN-ACK: the stream starts at ISN + 1.
+            // SYN or SYN-ACK: the stream starts at ISN + 1.
             self.make_room();
             let mut stream = TcpStreamReassembler::new(self.max_message);
             // An empty push only fixes the next expected sequence number.
@@ -180,20 +262,20 @@ impl DnsSnooper {
                     gaps: 0,
                 },
             );
-            return Snooped::accept(Vec::new());
+            return Snooped::accept(flow, Vec::new());
         }
-        let Some(flow) = self.flows.get_mut(&key) else {
+        let Some(stream) = self.flows.get_mut(&key) else {
             return if segment.payload.is_empty() {
-                Snooped::accept(Vec::new())
+                Snooped::accept(flow, Vec::new())
             } else {
-                Snooped::event(SnoopEvent::TcpUntracked)
+                Snooped::event(Some(flow), SnoopEvent::TcpUntracked)
             };
         };
-        flow.last_used = self.tick;
-        let mut out = Snooped::accept(Vec::new());
-        match flow.stream.push(segment.seq, segment.payload) {
+        stream.last_used = self.tick;
+        let mut out = Snooped::accept(flow, Vec::new());
+        match stream.stream.push(segment.seq, segment.payload) {
             Ok(framed) => {
-                flow.gaps = 0;
+                stream.gaps = 0;
                 for item in framed {
                     match item {
                         Framed::Message(message) => out.messages.push(message),
@@ -203,8 +285,8 @@ impl DnsSnooper {
             }
             Err(_) => {
                 out.events.push(SnoopEvent::TcpGap);
-                flow.gaps += 1;
-                if flow.gaps < MAX_CONSECUTIVE_GAPS {
+                stream.gaps += 1;
+                if stream.gaps < MAX_CONSECUTIVE_GAPS {
                     out.release = Release::Drop;
                 } else {
                     self.flows.remove(&key);

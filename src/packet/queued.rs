@@ -1,5 +1,5 @@
 //! A packet as NFQUEUE hands it to a worker ([`Queued`]: its id, bytes,
-//! mark and the Node's side of it) and what the kernel can be told about
+//! mark, the Node's side of it and its in-interface) and what the kernel can be told about
 //! it ([`Action`]). Plain values: no socket, no `nfq` type.
 
 use super::flow::LocalSide;
@@ -17,6 +17,9 @@ pub struct Queued<'a> {
     pub mark: u32,
     /// The Node's side of the packet, from the hook that queued it.
     pub local: Option<LocalSide>,
+    /// Index of the interface the packet came in on; 0 when it was made on
+    /// the Node (OUTPUT).
+    pub indev: u32,
 }
 
 /// The verdict handed to the kernel.

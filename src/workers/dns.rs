@@ -1,17 +1,22 @@
-//! The DNS reply queue's handler: snoop → the pure [`FqdnTable::on_reply`]
-//! step → its set writes over netlink → only then the reply's release;
-//! expiry runs on [`Handler::tick`]. It never drops a reply except a TCP
-//! segment after a gap, and never logs per packet.
+//! The DNS queue's handler: snoop (a reply's in-interface checked against
+//! the route to its server) → the pure [`FqdnTable::on_packet`] step, which
+//! remembers queries and learns from the replies that answer them → its set
+//! writes over netlink → only then the packet's release; expiry (of learned
+//! addresses and of unanswered queries) runs on [`Handler::tick`]. It never
+//! drops a packet except a TCP segment after a gap, and never logs per
+//! packet.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::fqdn_sets::FqdnSets;
+use super::route::RouteSocket;
 use super::runtime::{self, Handler, Queue, QueueError, QueueSpec, Verdicts};
 use crate::config::FqdnConfig;
 use crate::fqdn::{
-    DnsSnooper, DnsStep, FqdnTable, Release, DEFAULT_MAX_TCP_FLOWS, DEFAULT_MAX_TCP_MESSAGE,
+    DnsSnooper, DnsStep, FqdnTable, OutstandingQueries, Release, ReplyPath, DEFAULT_MAX_TCP_FLOWS,
+    DEFAULT_MAX_TCP_MESSAGE,
 };
 use crate::packet::{Action, Queued};
 use crate::telemetry::counters::counters;
@@ -23,6 +28,9 @@ const DNS_COPY_RANGE: u16 = u16::MAX;
 /// Replies the kernel holds before it lets new ones through unlearned
 /// (the DNS queue is always fail-open: skipping learning only denies).
 const DNS_QUEUE_MAX_LEN: u32 = 4096;
+/// Index of `lo` in every network namespace: what a reply made on the node
+/// is taken to come in on, and where the route to a local server leaves.
+const LOOPBACK_INDEX: u32 = 1;
 /// How often the table forgets timed-out entries.
 const EXPIRE_EVERY: Duration = Duration::from_secs(1);
 
@@ -32,6 +40,14 @@ counters! {
         parsed: Counter "dns_replies" { result = "parsed" } = "DNS replies inspected, by result (parsed or failed)",
         failed: Counter "dns_replies" { result = "failed" } = "DNS replies inspected, by result (parsed or failed)",
         untrusted: Counter "dns_untrusted" = "Replies from servers outside dnsTrustedServers (released unlearned)",
+        wrong_interface: Counter "dns_wrong_interface" = "Replies that came in on another interface than the route to their server (released unlearned)",
+        unasked: Counter "dns_unasked" = "Parsed replies that answer no outstanding query: never asked, answered already or timed out (released unlearned)",
+        other_question: Counter "dns_other_question" = "Parsed replies whose id is outstanding on their flow with another question (released unlearned)",
+        queries: Counter "dns_queries" { result = "remembered" } = "DNS queries seen, by result (remembered or failed)",
+        queries_failed: Counter "dns_queries" { result = "failed" } = "DNS queries seen, by result (remembered or failed)",
+        queries_evicted: Counter "dns_queries_evicted" = "Outstanding queries forgotten to stay within fqdn.maxOutstandingQueries",
+        queries_unanswered: Counter "dns_queries_unanswered" = "Queries forgotten unanswered after fqdn.queryTimeout",
+        outstanding: Gauge "dns_queries_outstanding" = "DNS queries waiting for their answer",
         tcp_untracked: Counter "dns_tcp_untracked" = "DNS-over-TCP data on connections whose start was not seen (released unlearned)",
         tcp_gaps: Counter "dns_tcp_gaps" = "DNS-over-TCP segments after a gap (dropped for retransmission)",
         oversized: Counter "dns_oversized" = "DNS-over-TCP messages above the buffer bound (released unlearned)",
@@ -50,6 +66,12 @@ impl DnsCounters {
             (&self.parsed, step.parsed),
             (&self.failed, step.failed),
             (&self.untrusted, step.untrusted),
+            (&self.wrong_interface, step.wrong_interface),
+            (&self.unasked, step.unasked),
+            (&self.other_question, step.other_question),
+            (&self.queries, step.queries),
+            (&self.queries_failed, step.queries_failed),
+            (&self.queries_evicted, step.queries_evicted),
             (&self.tcp_untracked, step.tcp_untracked),
             (&self.tcp_gaps, step.tcp_gaps),
             (&self.oversized, step.oversized),
@@ -62,6 +84,7 @@ impl DnsCounters {
         if let Some(addresses) = step.addresses {
             self.addresses.store(addresses, Ordering::Relaxed);
         }
+        self.outstanding.store(step.outstanding, Ordering::Relaxed);
     }
 }
 
@@ -87,6 +110,7 @@ impl DnsWorker {
             fail_open: true,
         };
         let trusted = config.trusted_servers.clone();
+        let bounds = config.query_bounds();
         let stats = Arc::new(DnsCounters::default());
         let handler_stats = Arc::clone(&stats);
         let open = move || {
@@ -96,12 +120,16 @@ impl DnsWorker {
                 step: "ipset netlink socket",
                 source: std::io::Error::other(e.to_string()),
             })?;
+            let routes =
+                RouteSocket::open().map_err(QueueError::setup(queue, "route netlink socket"))?;
             let handler = Replies {
                 snooper: DnsSnooper::new(
                     trusted.clone(),
                     DEFAULT_MAX_TCP_FLOWS,
                     DEFAULT_MAX_TCP_MESSAGE,
                 ),
+                queries: OutstandingQueries::new(bounds),
+                routes,
                 table: Arc::clone(&table),
                 sets,
                 stats: Arc::clone(&handler_stats),
@@ -114,9 +142,11 @@ impl DnsWorker {
     }
 }
 
-/// The handler of the DNS reply queue.
+/// The handler of the DNS queue.
 struct Replies {
     snooper: DnsSnooper,
+    queries: OutstandingQueries,
+    routes: RouteSocket,
     table: Arc<FqdnTable>,
     sets: FqdnSets,
     stats: Arc<DnsCounters>,
@@ -125,8 +155,18 @@ struct Replies {
 
 impl Handler for Replies {
     fn packet(&mut self, packet: Queued<'_>, now: Instant, out: &mut Verdicts) {
-        let snooped = self.snooper.snoop(packet.payload);
-        let step = self.table.on_reply(&snooped, self.table.millis(now));
+        let routes = &mut self.routes;
+        let snooped = self.snooper.snoop_via(packet.payload, |server| ReplyPath {
+            // Made on the node (OUTPUT): as if from `lo`.
+            arrived: match packet.indev {
+                0 => LOOPBACK_INDEX,
+                indev => indev,
+            },
+            route: routes.output_interface(server),
+        });
+        let step = self
+            .table
+            .on_packet(&snooped, &mut self.queries, self.table.millis(now));
         self.stats.stepped(&step);
         if self.sets.write(&step.writes).is_err() {
             self.stats.ipset_errors.fetch_add(1, Ordering::Relaxed);
@@ -143,7 +183,15 @@ impl Handler for Replies {
             return;
         }
         self.last_expire = now;
-        let expired = self.table.expire(self.table.millis(now));
+        let now_ms = self.table.millis(now);
+        let unanswered = self.queries.expire(now_ms);
+        self.stats
+            .queries_unanswered
+            .fetch_add(unanswered as u64, Ordering::Relaxed);
+        self.stats
+            .outstanding
+            .store(self.queries.len() as u64, Ordering::Relaxed);
+        let expired = self.table.expire(now_ms);
         self.stats
             .expired
             .fetch_add(expired.expired, Ordering::Relaxed);

@@ -13,6 +13,7 @@ mod fault;
 pub mod fqdn_sets;
 pub mod inject;
 pub mod l7;
+mod route;
 pub mod runtime;
 pub mod watchdog;
 

@@ -169,6 +169,7 @@ impl Socket for Queue {
             payload: message.get_payload(),
             mark: message.get_nfmark(),
             local: LocalSide::of_hook(message.get_hook()),
+            indev: message.get_indev(),
         }
     }
 

@@ -11,6 +11,7 @@ mod bypass;
 mod datapath;
 mod faults;
 mod files;
+mod forgery;
 mod fqdn;
 mod health;
 mod image;

@@ -394,11 +394,38 @@ fn fqdn_selectors_queue_dns_replies_before_the_shortcut_and_get_learned_sets() {
                 "-p tcp -m tcp --sport 53 -m conntrack --ctstate ESTABLISHED \
                  --ctdir REPLY -j NFQUEUE --queue-num 102 --queue-bypass"
             );
+            // Later queries of allowed connections, ahead of the shortcut.
+            for (i, protocol) in ["udp", "tcp"].iter().enumerate() {
+                assert_eq!(
+                    rules[udp + 2 + i],
+                    format!(
+                        "-p {protocol} -m {protocol} --dport 53 -m conntrack --ctstate ESTABLISHED \
+                         --ctdir ORIGINAL -m connmark --mark 0x100000/0xf00000 \
+                         -j NFQUEUE --queue-num 102 --queue-bypass"
+                    )
+                );
+            }
             let shortcut = rules
                 .iter()
                 .position(|r| r.contains("RELATED,ESTABLISHED -m connmark"))
                 .unwrap();
-            assert_eq!(shortcut, udp + 2, "{rules:#?}");
+            assert_eq!(shortcut, udp + 4, "{rules:#?}");
+            // The first query of a connection a worker has just allowed:
+            // after its mark is saved, before it is accepted.
+            let accept = rules
+                .iter()
+                .position(|r| r == "-m mark --mark 0x100000/0xf00000 -j ACCEPT")
+                .unwrap();
+            for (i, protocol) in ["udp", "tcp"].iter().enumerate() {
+                assert_eq!(
+                    rules[accept - 2 + i],
+                    format!(
+                        "-p {protocol} -m {protocol} --dport 53 -m mark --mark 0x100000/0xf00000 \
+                         -j NFQUEUE --queue-num 102 --queue-bypass"
+                    )
+                );
+            }
+            assert!(rules[accept - 3].contains("--save-mark"));
         }
     }
     let names: Vec<&String> = desired.learned.keys().collect();
@@ -416,5 +443,42 @@ fn fqdn_selectors_queue_dns_replies_before_the_shortcut_and_get_learned_sets() {
     assert!(plain.learned.is_empty());
     assert!(!plain.v4.chains["TOLLGATE-INPUT"]
         .iter()
-        .any(|r| r.contains("--sport 53")));
+        .any(|r| r.contains("--sport 53") || r.contains("--dport 53")));
+}
+
+#[test]
+fn queries_to_privileged_resolvers_go_to_the_dns_queue_first() {
+    let patterns = [crate::fqdn::FqdnPattern::new("*.example.test")];
+    let config = config(
+        "datapath:\n  privileged: [10.96.0.10/32, '10.0.0.0/8,udp/53', '10.1.0.0/16,tcp/22', 'fd00::/64,tcp']",
+    );
+    let desired = desired(&config, &targets(false, true, &[]), &patterns);
+    let output = &desired.v4.chains["TOLLGATE-OUTPUT"];
+    let at = |rule: &str| output.iter().position(|r| r == rule);
+    let queue = "-j NFQUEUE --queue-num 102 --queue-bypass";
+    let any = at("-d 10.96.0.10/32 -j ACCEPT").unwrap();
+    assert_eq!(
+        output[any - 2..any],
+        [
+            format!("-d 10.96.0.10/32 -p udp -m udp --dport 53 {queue}"),
+            format!("-d 10.96.0.10/32 -p tcp -m tcp --dport 53 {queue}"),
+        ]
+    );
+    let dns = at("-d 10.0.0.0/8 -p udp -m udp --dport 53 -j ACCEPT").unwrap();
+    assert_eq!(
+        output[dns - 1],
+        format!("-d 10.0.0.0/8 -p udp -m udp --dport 53 {queue}")
+    );
+    let ssh = at("-d 10.1.0.0/16 -p tcp -m tcp --dport 22 -j ACCEPT").unwrap();
+    assert!(!output[ssh - 1].ends_with(queue), "{output:#?}");
+    let forward = &desired.v6.chains["TOLLGATE-FORWARD"];
+    for dir in ["-s", "-d"] {
+        let rule = format!("{dir} fd00::/64 -p tcp -m tcp --dport 53 {queue}");
+        assert!(forward.contains(&rule), "{forward:#?}");
+    }
+    // Without selectors nothing is queued.
+    let plain = self::desired(&config, &targets(false, true, &[]), &[]);
+    assert!(!plain.v4.chains["TOLLGATE-OUTPUT"]
+        .iter()
+        .any(|r| r.contains("--dport 53 -j NFQUEUE")));
 }

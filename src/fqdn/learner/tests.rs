@@ -27,6 +27,7 @@ fn learner(patterns: &[&str], config: LearnerConfig) -> FqdnLearner {
 fn config(min_ttl: u32, per_name: usize, total: usize) -> LearnerConfig {
     LearnerConfig {
         min_ttl_secs: min_ttl,
+        max_ttl_secs: DEFAULT_MAX_TTL_SECS,
         max_addresses_per_name: per_name,
         max_addresses: total,
     }
@@ -79,10 +80,31 @@ fn ttl_floor_and_ceiling() {
     let mut l = learner(&["a.test"], config(0, 100, 1000));
     // TTL 0 must not become ipset timeout 0 (= permanent).
     assert_eq!(l.learn(&[res(&["a.test"], 1, 0)], 0), vec![add(0, 1, 1)]);
+    // The ceiling (one day by default) bounds a forged 25-day TTL.
+    assert_eq!(
+        l.learn(&[res(&["a.test"], 2, 0x7fff_ffff)], 0),
+        vec![add(0, 2, DEFAULT_MAX_TTL_SECS)]
+    );
+    let mut l = learner(
+        &["a.test"],
+        LearnerConfig {
+            max_ttl_secs: u32::MAX,
+            ..config(0, 100, 1000)
+        },
+    );
     assert_eq!(
         l.learn(&[res(&["a.test"], 2, u32::MAX)], 0),
         vec![add(0, 2, MAX_IPSET_TIMEOUT_SECS)]
     );
+    // The ceiling wins over the floor.
+    let mut l = learner(
+        &["a.test"],
+        LearnerConfig {
+            max_ttl_secs: 60,
+            ..config(300, 100, 1000)
+        },
+    );
+    assert_eq!(l.learn(&[res(&["a.test"], 3, 30)], 0), vec![add(0, 3, 60)]);
 }
 
 #[test]

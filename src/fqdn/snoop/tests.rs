@@ -1,4 +1,6 @@
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddr};
+
+use crate::fqdn::{Direction, DnsFlow, Transport};
 
 use etherparse::PacketBuilder;
 use proptest::prelude::*;
@@ -39,6 +41,15 @@ fn framed(messages: &[&[u8]]) -> Vec<u8> {
     out
 }
 
+fn reply_flow(transport: Transport) -> DnsFlow {
+    DnsFlow {
+        transport,
+        client: SocketAddr::from((CLIENT, 40000)),
+        server: SocketAddr::from((SERVER, 53)),
+        direction: Direction::Reply,
+    }
+}
+
 fn snooper() -> DnsSnooper {
     DnsSnooper::new(Vec::new(), 4, 64)
 }
@@ -47,7 +58,10 @@ fn snooper() -> DnsSnooper {
 fn udp_payload_is_one_message() {
     let mut s = snooper();
     let out = s.snoop(&udp_reply(b"hello"));
-    assert_eq!(out, Snooped::accept(vec![b"hello".to_vec()]));
+    assert_eq!(
+        out,
+        Snooped::accept(reply_flow(Transport::Udp), vec![b"hello".to_vec()])
+    );
     assert_eq!(s.snoop(&udp_reply(b"")).events, vec![SnoopEvent::Malformed]);
     assert_eq!(s.snoop(&[0x45, 0]).events, vec![SnoopEvent::Malformed]);
 }
@@ -64,11 +78,100 @@ fn untrusted_servers_are_not_learned_from() {
 }
 
 #[test]
+fn a_reply_is_read_only_on_the_path_to_its_server() {
+    let mut s = snooper();
+    let packet = udp_reply(b"x");
+    let mut asked = Vec::new();
+    let wrong = s.snoop_via(&packet, |server| {
+        asked.push(server);
+        ReplyPath {
+            arrived: 3,
+            route: Some(2),
+        }
+    });
+    assert_eq!(asked, [IpAddr::from(SERVER)]);
+    assert_eq!(
+        (wrong.release, wrong.messages.len(), wrong.events),
+        (Release::Accept, 0, vec![SnoopEvent::WrongInterface])
+    );
+    let no_route = ReplyPath {
+        arrived: 3,
+        route: None,
+    };
+    assert_eq!(
+        s.snoop_via(&packet, |_| no_route).events,
+        vec![SnoopEvent::WrongInterface]
+    );
+    let right = ReplyPath {
+        arrived: 2,
+        route: Some(2),
+    };
+    assert_eq!(s.snoop_via(&packet, |_| right).messages.len(), 1);
+    // Made on the node (from lo) by a local server, or not.
+    let local = ReplyPath {
+        arrived: 1,
+        route: Some(1),
+    };
+    assert_eq!(s.snoop_via(&packet, |_| local).messages.len(), 1);
+    let made_for_a_remote_server = ReplyPath {
+        arrived: 1,
+        route: Some(2),
+    };
+    assert_eq!(
+        s.snoop_via(&packet, |_| made_for_a_remote_server).events,
+        vec![SnoopEvent::WrongInterface]
+    );
+    // A forged TCP segment on the wrong path never enters the stream.
+    s.snoop(&tcp_segment(0, true, false, &[]));
+    let forged = tcp_segment(1, false, false, &framed(&[b"forged"]));
+    assert_eq!(
+        s.snoop_via(&forged, |_| no_route).events,
+        vec![SnoopEvent::WrongInterface]
+    );
+    let genuine = s.snoop(&tcp_segment(1, false, false, &framed(&[b"genuine"])));
+    assert_eq!(genuine.messages, vec![b"genuine".to_vec()]);
+}
+
+#[test]
+fn queries_are_read_from_the_client_without_a_path_check() {
+    let mut s = snooper();
+    let mut query = Vec::new();
+    PacketBuilder::ipv4(CLIENT, SERVER, 64)
+        .udp(40000, 53)
+        .write(&mut query, b"q")
+        .unwrap();
+    let out = s.snoop_via(&query, |_| unreachable!("queries are not path-checked"));
+    let flow = DnsFlow {
+        direction: Direction::Query,
+        ..reply_flow(Transport::Udp)
+    };
+    assert_eq!(out, Snooped::accept(flow, vec![b"q".to_vec()]));
+    // A query to a server outside the trusted list is not remembered.
+    let mut trusted = DnsSnooper::new(vec![IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))], 4, 64);
+    let out = trusted.snoop(&query);
+    assert_eq!((out.messages.len(), out.events.len()), (0, 0));
+    // The client's TCP stream is framed from its SYN.
+    let segment = |seq: u32, syn: bool, payload: &[u8]| {
+        let mut builder = PacketBuilder::ipv4(CLIENT, SERVER, 64).tcp(40000, 53, seq, 64000);
+        if syn {
+            builder = builder.syn();
+        }
+        let mut out = Vec::new();
+        builder.write(&mut out, payload).unwrap();
+        out
+    };
+    s.snoop(&segment(7, true, &[]));
+    let out = s.snoop(&segment(8, false, &framed(&[b"tcp query"])));
+    assert_eq!(out.messages, vec![b"tcp query".to_vec()]);
+    assert_eq!(out.flow.map(|f| f.direction), Some(Direction::Query));
+}
+
+#[test]
 fn tcp_stream_is_framed_from_the_syn_ack() {
     let mut s = snooper();
     assert_eq!(
         s.snoop(&tcp_segment(999, true, false, &[])),
-        Snooped::accept(vec![])
+        Snooped::accept(reply_flow(Transport::Tcp), vec![])
     );
     let stream = framed(&[b"first", b"second"]);
     // Two messages, the second split across segments.

@@ -7,7 +7,7 @@ use std::time::Instant;
 use etherparse::PacketBuilder;
 
 use super::*;
-use crate::fqdn::{DnsSnooper, Expired, LearnerConfig};
+use crate::fqdn::{DnsSnooper, Expired, LearnerConfig, OutstandingQueries, QueryBounds};
 
 const SERVER: [u8; 4] = [10, 0, 0, 53];
 const CLIENT: [u8; 4] = [10, 0, 0, 7];
@@ -34,6 +34,20 @@ fn udp(file: &str) -> Snooped {
         .write(&mut packet, &recorded(file))
         .unwrap();
     snooper().snoop(&packet)
+}
+
+/// `snooped` through the step as the answer to the queries its replies
+/// answer, each asked just before.
+fn answered(t: &FqdnTable, snooped: &Snooped, now_ms: u64) -> DnsStep {
+    let mut queries = OutstandingQueries::new(QueryBounds::default());
+    if let Some(flow) = snooped.flow {
+        for message in &snooped.messages {
+            if let Ok(reply) = crate::dns::parse_reply(message) {
+                queries.asked(&flow, reply.query().clone(), now_ms);
+            }
+        }
+    }
+    t.on_packet(snooped, &mut queries, now_ms)
 }
 
 fn tcp(seq: u32, syn: bool, payload: &[u8]) -> Vec<u8> {
@@ -64,7 +78,7 @@ fn a_recorded_answer_becomes_the_writes_of_the_selectors_it_matches() {
         &["*github.com", "api.example.test"],
         LearnerConfig::default(),
     );
-    let step = t.on_reply(&udp("dnsmasq-www-github-a.bin"), 1_000);
+    let step = answered(&t, &udp("dnsmasq-www-github-a.bin"), 1_000);
     assert_eq!(
         step,
         DnsStep {
@@ -72,7 +86,14 @@ fn a_recorded_answer_becomes_the_writes_of_the_selectors_it_matches() {
             release: Release::Accept,
             parsed: 1,
             failed: 0,
+            queries: 0,
+            queries_failed: 0,
+            queries_evicted: 0,
+            outstanding: 0,
+            unasked: 0,
+            other_question: 0,
             untrusted: 0,
+            wrong_interface: 0,
             tcp_untracked: 0,
             tcp_gaps: 0,
             oversized: 0,
@@ -84,14 +105,14 @@ fn a_recorded_answer_becomes_the_writes_of_the_selectors_it_matches() {
     );
     let github = FqdnPattern::new("*github.com");
     assert!(t.read().resolves_to(&github, ip("192.0.2.44"), 60_999));
-    let six = t.on_reply(&udp("dnsmasq-www-github-aaaa.bin"), 1_000);
+    let six = answered(&t, &udp("dnsmasq-www-github-aaaa.bin"), 1_000);
     assert_eq!(six.writes, [add("*github.com", "2001:db8::44", 60)]);
 }
 
 #[test]
 fn a_cname_chain_from_the_question_name_learns_every_address() {
     let t = table(&["api.example.test"], LearnerConfig::default());
-    let step = t.on_reply(&udp("dnsmasq-cdn-cname-two-a.bin"), 0);
+    let step = answered(&t, &udp("dnsmasq-cdn-cname-two-a.bin"), 0);
     assert_eq!(
         step.writes,
         [
@@ -104,10 +125,10 @@ fn a_cname_chain_from_the_question_name_learns_every_address() {
 #[test]
 fn a_repeated_answer_refreshes_only_after_a_second() {
     let t = table(&["*github.com"], LearnerConfig::default());
-    t.on_reply(&udp("dnsmasq-www-github-a.bin"), 1_000);
-    let soon = t.on_reply(&udp("dnsmasq-www-github-a.bin"), 1_500);
+    answered(&t, &udp("dnsmasq-www-github-a.bin"), 1_000);
+    let soon = answered(&t, &udp("dnsmasq-www-github-a.bin"), 1_500);
     assert!(soon.writes.is_empty(), "{soon:?}");
-    let later = t.on_reply(&udp("dnsmasq-www-github-a.bin"), 3_000);
+    let later = answered(&t, &udp("dnsmasq-www-github-a.bin"), 3_000);
     assert_eq!(later.writes, [add("*github.com", "192.0.2.44", 60)]);
     assert_eq!((later.learned, later.refreshed), (0, 1));
 }
@@ -115,12 +136,12 @@ fn a_repeated_answer_refreshes_only_after_a_second() {
 #[test]
 fn answers_no_selector_wants_and_nxdomain_write_nothing() {
     let t = table(&["*github.com"], LearnerConfig::default());
-    let cdn = t.on_reply(&udp("dnsmasq-cdn-cname-two-a.bin"), 0);
+    let cdn = answered(&t, &udp("dnsmasq-cdn-cname-two-a.bin"), 0);
     assert_eq!(
         (cdn.writes.len(), cdn.parsed, cdn.addresses),
         (0, 1, Some(0))
     );
-    let nx = t.on_reply(&udp("dnsmasq-nxdomain.bin"), 0);
+    let nx = answered(&t, &udp("dnsmasq-nxdomain.bin"), 0);
     assert_eq!(
         (nx.writes.len(), nx.parsed, nx.addresses, nx.release),
         (0, 1, None, Release::Accept)
@@ -136,11 +157,11 @@ fn replies_the_snooper_cannot_learn_from_are_counted() {
         .udp(53, 40000)
         .write(&mut packet, &recorded("dnsmasq-www-github-a.bin"))
         .unwrap();
-    let step = t.on_reply(&untrusted.snoop(&packet), 0);
+    let step = answered(&t, &untrusted.snoop(&packet), 0);
     assert_eq!((step.untrusted, step.parsed, step.writes.len()), (1, 0, 0));
-    let garbage = t.on_reply(&snooper().snoop(&[0x45, 0, 0]), 0);
+    let garbage = answered(&t, &snooper().snoop(&[0x45, 0, 0]), 0);
     assert_eq!((garbage.failed, garbage.release), (1, Release::Accept));
-    let untracked = t.on_reply(&snooper().snoop(&tcp(5, false, b"data")), 0);
+    let untracked = answered(&t, &snooper().snoop(&tcp(5, false, b"data")), 0);
     assert_eq!(untracked.tcp_untracked, 1);
 }
 
@@ -153,7 +174,7 @@ fn malformed_replies_are_released_unchanged_and_counted() {
         "truncated-answer.bin",
         "huge-counts.bin",
     ] {
-        let step = t.on_reply(&udp(file), 0);
+        let step = answered(&t, &udp(file), 0);
         assert_eq!(
             (step.writes.len(), step.release, step.parsed, step.failed),
             (0, Release::Accept, 0, 1),
@@ -169,8 +190,8 @@ fn eviction_removes_what_the_kernel_holds() {
         ..LearnerConfig::default()
     };
     let t = table(&["*github.com", "api.example.test"], config);
-    t.on_reply(&udp("dnsmasq-www-github-a.bin"), 0);
-    let step = t.on_reply(&udp("dnsmasq-cdn-cname-two-a.bin"), 10);
+    answered(&t, &udp("dnsmasq-www-github-a.bin"), 0);
+    let step = answered(&t, &udp("dnsmasq-cdn-cname-two-a.bin"), 10);
     assert_eq!(
         step.writes,
         [
@@ -194,13 +215,13 @@ fn two_replies_on_one_tcp_connection_and_a_gap() {
         LearnerConfig::default(),
     );
     let mut s = snooper();
-    let handshake = t.on_reply(&s.snoop(&tcp(1000, true, &[])), 0);
+    let handshake = answered(&t, &s.snoop(&tcp(1000, true, &[])), 0);
     assert_eq!(
         (handshake.writes.len(), handshake.release),
         (0, Release::Accept)
     );
     let stream = recorded("dnsmasq-tcp-two-replies.bin");
-    let step = t.on_reply(&s.snoop(&tcp(1001, false, &stream)), 0);
+    let step = answered(&t, &s.snoop(&tcp(1001, false, &stream)), 0);
     assert_eq!(step.parsed, 2);
     assert_eq!(
         step.writes,
@@ -211,7 +232,7 @@ fn two_replies_on_one_tcp_connection_and_a_gap() {
         ]
     );
     // Bytes after a gap: dropped for retransmission, nothing learned.
-    let after_gap = t.on_reply(&s.snoop(&tcp(9000, false, &stream)), 0);
+    let after_gap = answered(&t, &s.snoop(&tcp(9000, false, &stream)), 0);
     assert_eq!(
         (after_gap.writes.len(), after_gap.release),
         (0, Release::Drop)
@@ -221,7 +242,7 @@ fn two_replies_on_one_tcp_connection_and_a_gap() {
 #[test]
 fn expiry_forgets_entries_when_their_ttl_passes() {
     let t = table(&["*github.com"], LearnerConfig::default());
-    t.on_reply(&udp("dnsmasq-www-github-a.bin"), 1_000);
+    answered(&t, &udp("dnsmasq-www-github-a.bin"), 1_000);
     assert_eq!(
         t.expire(60_999),
         Expired {
@@ -238,4 +259,110 @@ fn expiry_forgets_entries_when_their_ttl_passes() {
     );
     let github = FqdnPattern::new("*github.com");
     assert!(!t.read().resolves_to(&github, ip("192.0.2.44"), 61_000));
+}
+
+/// The query the recorded reply `file` answers, in a UDP packet from the
+/// client, snooped: the reply's bytes with QR cleared (its id and question
+/// section are what the client sent), with `id` when given.
+fn query_for(file: &str, id: Option<u16>) -> Snooped {
+    let mut message = recorded(file);
+    message[2] &= 0x7f;
+    if let Some(id) = id {
+        message[..2].copy_from_slice(&id.to_be_bytes());
+    }
+    let mut packet = Vec::new();
+    PacketBuilder::ipv4(CLIENT, SERVER, 64)
+        .udp(40000, 53)
+        .write(&mut packet, &message)
+        .unwrap();
+    snooper().snoop(&packet)
+}
+
+#[test]
+fn a_reply_teaches_only_as_the_answer_to_an_outstanding_query() {
+    let t = table(&["*github.com"], LearnerConfig::default());
+    let mut queries = OutstandingQueries::new(QueryBounds::default());
+    let reply = udp("dnsmasq-www-github-a.bin");
+    // Unasked: parsed, counted, not learned.
+    let unasked = t.on_packet(&reply, &mut queries, 0);
+    assert_eq!(
+        (unasked.parsed, unasked.unasked, unasked.writes.len()),
+        (1, 1, 0)
+    );
+    // Another id on the same flow is still unasked.
+    let other = t.on_packet(
+        &query_for("dnsmasq-www-github-a.bin", Some(1)),
+        &mut queries,
+        0,
+    );
+    assert_eq!((other.queries, other.outstanding), (1, 1));
+    assert_eq!(t.on_packet(&reply, &mut queries, 0).unasked, 1);
+    // Asked: the reply teaches once.
+    let asked = t.on_packet(
+        &query_for("dnsmasq-www-github-a.bin", None),
+        &mut queries,
+        0,
+    );
+    assert_eq!(
+        (asked.queries, asked.outstanding, asked.writes.len()),
+        (1, 2, 0)
+    );
+    let answer = t.on_packet(&reply, &mut queries, 10);
+    assert_eq!(answer.writes, [add("*github.com", "192.0.2.44", 60)]);
+    assert_eq!(answer.outstanding, 1);
+    assert_eq!(t.on_packet(&reply, &mut queries, 20).unasked, 1);
+    // The same id asking another question: not the answer.
+    let a = recorded("dnsmasq-www-github-a.bin");
+    let aaaa = t.on_packet(
+        &query_for(
+            "dnsmasq-www-github-aaaa.bin",
+            Some(u16::from_be_bytes([a[0], a[1]])),
+        ),
+        &mut queries,
+        30,
+    );
+    assert_eq!(aaaa.queries, 1);
+    let step = t.on_packet(&reply, &mut queries, 40);
+    assert_eq!((step.other_question, step.writes.len()), (1, 0));
+    // A query that is not one is counted, nothing remembered.
+    let mut garbage = Vec::new();
+    PacketBuilder::ipv4(CLIENT, SERVER, 64)
+        .udp(40000, 53)
+        .write(&mut garbage, &recorded("dnsmasq-www-github-a.bin"))
+        .unwrap();
+    let step = t.on_packet(&snooper().snoop(&garbage), &mut queries, 50);
+    assert_eq!((step.queries, step.queries_failed), (0, 1));
+}
+
+#[test]
+fn a_reply_on_the_wrong_path_is_counted_and_leaves_its_query_outstanding() {
+    let t = table(&["*github.com"], LearnerConfig::default());
+    let mut queries = OutstandingQueries::new(QueryBounds::default());
+    t.on_packet(
+        &query_for("dnsmasq-www-github-a.bin", None),
+        &mut queries,
+        0,
+    );
+    let mut packet = Vec::new();
+    PacketBuilder::ipv4(SERVER, CLIENT, 64)
+        .udp(53, 40000)
+        .write(&mut packet, &recorded("dnsmasq-www-github-a.bin"))
+        .unwrap();
+    let forged = snooper().snoop_via(&packet, |_| crate::fqdn::ReplyPath {
+        arrived: 4,
+        route: Some(2),
+    });
+    let step = t.on_packet(&forged, &mut queries, 1);
+    assert_eq!(
+        (
+            step.wrong_interface,
+            step.parsed,
+            step.writes.len(),
+            step.release
+        ),
+        (1, 0, 0, Release::Accept)
+    );
+    // The genuine answer still teaches.
+    let genuine = t.on_packet(&udp("dnsmasq-www-github-a.bin"), &mut queries, 2);
+    assert_eq!(genuine.writes, [add("*github.com", "192.0.2.44", 60)]);
 }

@@ -95,6 +95,7 @@ impl Run {
             payload: bytes,
             mark: 0,
             local: Some(LocalSide::Source),
+            indev: 0,
         };
         self.gate
             .segment(&packet, (&self.policy, &NoFqdn), self.now)

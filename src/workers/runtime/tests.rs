@@ -49,6 +49,7 @@ impl Socket for FakeSocket {
             payload: &message.1,
             mark: 0,
             local: None,
+            indev: 0,
         }
     }
 

@@ -142,6 +142,10 @@ pub const TEST_IDS: &[&str] = &[
     "kubernetes_startup_policy_holds_until_the_first_list",
     "second_agent_is_refused_and_drift_is_repaired",
     "cleanup_on_exit_removes_everything_at_the_stop",
+    "forged_reply_from_the_pods_own_interface_is_not_learned_ipv4",
+    "forged_reply_from_the_pods_own_interface_is_not_learned_ipv6",
+    "replies_on_the_servers_path_teach_only_as_answers_with_bounded_ttl",
+    "replies_made_on_the_node_teach_only_from_the_nodes_own_addresses",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".

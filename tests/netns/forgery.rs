@@ -1,0 +1,501 @@
+//! Forged "trusted" DNS replies (issue 13, item 2), on the wire against
+//! `tollgate run`: a Pod that owns a conntrack entry towards a resolver
+//! forges a reply "from" resolver:53 to itself out of its own interface;
+//! the node routes it back, conntrack calls it a reply. It must not teach
+//! the FQDN sets anything, whatever `rp_filter` says (IPv4 0 and 2; IPv6 has
+//! none). Replies that come the server's way must answer an outstanding
+//! query (id, question, addresses and ports) once, and their TTL is bounded
+//! by `fqdn.maxTtl`. scapy forges the packets.
+//!
+//! Addresses: node–server link 10.62.0.0/24 and fd62::/64 (node .1, the
+//! harness DNS server .2; .9 is a resolver that never answers: queries to
+//! it are forwarded and lost, so their replies can only be forged),
+//! node–pod link 10.62.5.0/24 and fd62:5::/64 (pod .2), web addresses
+//! 10.62.1.0/24 and fd62:1::/64 in the server namespace.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::time::Duration;
+
+use crate::harness::{skip, wait_until, Agent, DnsRecord, Lab, Netns, Service};
+
+const POLICY: &str = "apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata:
+  name: fqdn-egress
+spec:
+  priority: 5
+  tier: securityops
+  appliedTo:
+  - podSelector:
+      matchLabels: {app: client}
+  egress:
+  - name: dns
+    action: Allow
+    to: [{ipBlock: {cidr: 10.62.0.0/24}}, {ipBlock: {cidr: 'fd62::/64'}},
+         {ipBlock: {cidr: 10.62.5.1/32}}, {ipBlock: {cidr: 'fd62:5::1/128'}}]
+    ports: [{protocol: UDP, port: 53}, {protocol: TCP, port: 53}]
+  - name: allow-example
+    action: Allow
+    to: [{fqdn: '*.example.test'}]
+    ports: [{protocol: TCP, port: 80}]
+  - name: drop-all
+    action: Drop
+    to: [{ipBlock: {cidr: 0.0.0.0/0}}, {ipBlock: {cidr: '::/0'}}]
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: apps}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: client
+  namespace: apps
+  labels: {app: client}
+spec: {nodeName: fq}
+status:
+  podIP: 10.62.5.2
+  podIPs: [{ip: 10.62.5.2}, {ip: 'fd62:5::2'}]
+";
+
+/// The resolver that never answers.
+const SILENT_V4: &str = "10.62.0.9";
+const SILENT_V6: &str = "fd62::9";
+
+/// Sends a query from a UDP socket of the Pod, forges the reply "from" the
+/// resolver to that socket out of the Pod's own interface (to the node's
+/// MAC), and prints `received` if the forged reply came back through the
+/// node. Arguments: resolver, Pod address, port, id, name, record type,
+/// claimed address, TTL, node MAC.
+const FORGE_FROM_POD: &str = r#"
+import socket, sys
+from scapy.all import DNS, DNSQR, DNSRR, Ether, IP, IPv6, UDP, sendp
+server, me, port, qid, name, rtype, claim, ttl, mac = sys.argv[1:]
+port, qid, ttl = int(port), int(qid), int(ttl)
+six = ":" in server
+s = socket.socket(socket.AF_INET6 if six else socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((me, port))
+s.settimeout(3)
+s.sendto(bytes(DNS(id=qid, rd=1, qd=DNSQR(qname=name, qtype=rtype))), (server, 53))
+ip = IPv6(src=server, dst=me) if six else IP(src=server, dst=me)
+reply = DNS(id=qid, qr=1, aa=1, rd=1, ra=1, qd=DNSQR(qname=name, qtype=rtype),
+            an=DNSRR(rrname=name, type=rtype, ttl=ttl, rdata=claim))
+sendp(Ether(dst=mac) / ip / UDP(sport=53, dport=port) / reply, iface="vn", verbose=False)
+try:
+    data, _ = s.recvfrom(2048)
+    print("received" if DNS(data).id == qid else "other")
+except socket.timeout:
+    print("nothing")
+"#;
+
+/// Sends a query from a UDP socket of the Pod and exits. Arguments:
+/// resolver, Pod address, port, id, name, record type.
+const QUERY_FROM_POD: &str = r#"
+import socket, sys
+from scapy.all import DNS, DNSQR
+server, me, port, qid, name, rtype = sys.argv[1:]
+s = socket.socket(socket.AF_INET6 if ":" in server else socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((me, int(port)))
+s.sendto(bytes(DNS(id=int(qid), rd=1, qd=DNSQR(qname=name, qtype=rtype))), (server, 53))
+"#;
+
+/// Sends replies "from" the resolver to the Pod from the server's side
+/// (the resolver's real path), one per `id,question,address,ttl` argument
+/// after: resolver, Pod address, port, record type, node MAC.
+const REPLY_FROM_SERVER: &str = r#"
+import sys
+from scapy.all import DNS, DNSQR, DNSRR, Ether, IP, IPv6, UDP, sendp
+server, me, port, rtype, mac = sys.argv[1:6]
+ip = IPv6(src=server, dst=me) if ":" in server else IP(src=server, dst=me)
+for spec in sys.argv[6:]:
+    qid, name, claim, ttl = spec.split(",")
+    reply = DNS(id=int(qid), qr=1, aa=1, rd=1, ra=1, qd=DNSQR(qname=name, qtype=rtype),
+                an=DNSRR(rrname=name, type=rtype, ttl=int(ttl), rdata=claim))
+    sendp(Ether(dst=mac) / ip / UDP(sport=53, dport=int(port)) / reply, iface="vn", verbose=False)
+"#;
+
+/// Sends replies "from" the resolver to the Pod from a raw IP socket of
+/// the node itself (what a hostNetwork process with CAP_NET_RAW can do),
+/// through the node's OUTPUT hook, one per `id,question,address,ttl`
+/// argument after: resolver, Pod address, port, record type.
+const REPLY_FROM_NODE: &str = r#"
+import sys
+from scapy.all import DNS, DNSQR, DNSRR, IP, IPv6, UDP, L3RawSocket, L3RawSocket6, send
+server, me, port, rtype = sys.argv[1:5]
+six = ":" in server
+ip = IPv6(src=server, dst=me) if six else IP(src=server, dst=me)
+sock = L3RawSocket6() if six else L3RawSocket()
+for spec in sys.argv[5:]:
+    qid, name, claim, ttl = spec.split(",")
+    reply = DNS(id=int(qid), qr=1, aa=1, rd=1, ra=1, qd=DNSQR(qname=name, qtype=rtype),
+                an=DNSRR(rrname=name, type=rtype, ttl=int(ttl), rdata=claim))
+    sock.send(ip / UDP(sport=53, dport=int(port)) / reply)
+"#;
+
+struct ForgeryLab {
+    lab: Lab,
+    /// A python3 that imports scapy.
+    python: &'static str,
+    node: Netns,
+    server: Netns,
+    pod: Netns,
+}
+
+impl ForgeryLab {
+    fn start(test: &'static str) -> Option<ForgeryLab> {
+        let lab = Lab::builder(test)
+            .unlinked("server")
+            .unlinked("pod")
+            .require(&["curl", "python3"])
+            .build()?;
+        // The Debian package installs scapy for the system interpreter,
+        // which a python3 earlier on PATH (pyenv) may not be.
+        let Some(python) = ["python3", "/usr/bin/python3"].into_iter().find(|p| {
+            lab.node()
+                .sh(&format!("{p} -c 'import scapy.all'"))
+                .success()
+        }) else {
+            skip(test, "python3-scapy is missing (scripts/install-deps.sh)");
+            return None;
+        };
+        let (node, server, pod) = (
+            lab.node().clone(),
+            lab.ns("server").clone(),
+            lab.ns("pod").clone(),
+        );
+        node.ok(&format!(
+            "sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1 && \
+             ip link add vs type veth peer name vn netns {s} && \
+             ip link add vp type veth peer name vn netns {p} && \
+             ip addr add 10.62.0.1/24 dev vs && ip addr add fd62::1/64 dev vs nodad && \
+             ip link set vs up && \
+             ip route add 10.62.1.0/24 via 10.62.0.2 && ip -6 route add fd62:1::/64 via fd62::2 && \
+             ip addr add 10.62.5.1/24 dev vp && ip addr add fd62:5::1/64 dev vp nodad && \
+             ip link set vp up",
+            s = server.name(),
+            p = pod.name()
+        ));
+        server.ok("ip link set vn up && ip addr add 10.62.0.2/24 dev vn && \
+             ip addr add fd62::2/64 dev vn nodad && \
+             ip route add local 10.62.1.0/24 dev lo && ip -6 route add local fd62:1::/64 dev lo && \
+             ip route add 10.62.5.0/24 via 10.62.0.1 && ip -6 route add fd62:5::/64 via fd62::1");
+        pod.ok(
+            "ip addr add 10.62.5.2/24 dev vn && ip addr add fd62:5::2/64 dev vn nodad && \
+             ip link set vn up && ip route add default via 10.62.5.1 && \
+             ip -6 route add default via fd62:5::1",
+        );
+        lab.resolv_conf(
+            "pod",
+            "nameserver 10.62.0.2\noptions timeout:1 attempts:3\n",
+        );
+        lab.write_policy("fqdn.yaml", POLICY);
+        lab.serve_tcp("server", 80, Service::Http);
+        lab.serve_dns(
+            "server",
+            53,
+            vec![
+                DnsRecord::address("www.example.test", Ipv4Addr::new(10, 62, 1, 10), 300),
+                DnsRecord::address(
+                    "www.example.test",
+                    "fd62:1::10".parse::<Ipv6Addr>().unwrap(),
+                    300,
+                ),
+            ],
+        );
+        Some(ForgeryLab {
+            lab,
+            python,
+            node,
+            server,
+            pod,
+        })
+    }
+
+    /// Starts the agent (node `fq`, one queue) and waits for its first
+    /// ruleset.
+    fn agent(&self) -> Agent {
+        let options = self.lab.agent_options().node_name("fq").queues(1);
+        let mut agent = self.lab.start_agent(options);
+        agent.wait_generation(1);
+        agent
+    }
+
+    /// The MAC address of `device` in the node namespace.
+    fn node_mac(&self, device: &str) -> String {
+        self.node
+            .ok(&format!("cat /sys/class/net/{device}/address"))
+            .trim()
+            .to_string()
+    }
+
+    /// Runs a python `script` with `args` in `ns`; its stdout.
+    fn python(&self, ns: &Netns, script: &str, args: &[&str]) -> String {
+        let mut argv = vec![self.python, "-c", script];
+        argv.extend_from_slice(args);
+        let out = ns.exec(&argv, Duration::from_secs(30));
+        assert!(out.success(), "{argv:?}: {}", out.stderr);
+        out.stdout.trim().to_string()
+    }
+
+    /// HTTP status curl got from `url` in the Pod, `000` when it failed.
+    fn curl(&self, url: &str) -> String {
+        self.pod
+            .sh(&format!(
+                "curl -s -o /dev/null -w '%{{http_code}}' --connect-timeout 2 --max-time 4 {url}"
+            ))
+            .stdout
+            .clone()
+    }
+
+    /// The entries of the kernel's FQDN sets: `address timeout`.
+    fn learned(&self) -> Vec<(IpAddr, u32)> {
+        self.node
+            .ok("ipset save")
+            .lines()
+            .filter(|l| l.starts_with("add tollgate-fqdn-"))
+            .filter_map(|l| {
+                let words: Vec<&str> = l.split_whitespace().collect();
+                let address = words.get(2)?.parse().ok()?;
+                let timeout = words.get(4)?.parse().ok()?;
+                Some((address, timeout))
+            })
+            .collect()
+    }
+
+    fn has_learned(&self, address: &str) -> bool {
+        let address: IpAddr = address.parse().unwrap();
+        self.learned().iter().any(|(a, _)| *a == address)
+    }
+
+    /// A genuine lookup through the real resolver teaches: the Pod reaches
+    /// the name. The DNS queue is first in, first out, so every reply
+    /// queued before this one has been judged when it passes.
+    fn genuine_lookup_teaches(&self, family: &str) {
+        assert_eq!(
+            self.curl(&format!("{family} http://www.example.test/")),
+            "200"
+        );
+    }
+}
+
+/// The value of `key=` in the log line containing `line`.
+fn log_value(log: &str, line: &str, key: &str) -> u64 {
+    let text = log
+        .lines()
+        .find(|l| l.contains(line))
+        .unwrap_or_else(|| panic!("no {line:?} in\n{log}"));
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {text}"))
+}
+
+/// The attack of the issue from the Pod over `family`: a query to the
+/// silent resolver, the forged reply claiming `claim` for a name the policy
+/// allows, with a TTL of ~25 days.
+fn forge_from_pod(lab: &ForgeryLab, server: &str, me: &str, port: u16, rtype: &str, claim: &str) {
+    let mac = lab.node_mac("vp");
+    let port = port.to_string();
+    let out = lab.python(
+        &lab.pod,
+        FORGE_FROM_POD,
+        &[
+            server,
+            me,
+            &port,
+            "4660",
+            "evil.example.test",
+            rtype,
+            claim,
+            "2147483",
+            &mac,
+        ],
+    );
+    // The forged reply went through the node (conntrack passed it as a
+    // reply and the DNS worker released it): the attack was real.
+    assert_eq!(out, "received", "the forged reply never came back");
+}
+
+#[test]
+fn forged_reply_from_the_pods_own_interface_is_not_learned_ipv4() {
+    let Some(lab) =
+        ForgeryLab::start("forged_reply_from_the_pods_own_interface_is_not_learned_ipv4")
+    else {
+        return;
+    };
+    let mut agent = lab.agent();
+    for (rp_filter, port, claim) in [(0, 33301, "10.62.1.66"), (2, 33302, "10.62.1.67")] {
+        lab.node.ok(&format!(
+            "sysctl -qw net.ipv4.conf.all.rp_filter={rp_filter} net.ipv4.conf.vp.rp_filter={rp_filter}"
+        ));
+        forge_from_pod(&lab, SILENT_V4, "10.62.5.2", port, "A", claim);
+        lab.genuine_lookup_teaches("-4");
+        assert!(
+            !lab.has_learned(claim),
+            "rp_filter={rp_filter}: {:?}",
+            lab.learned()
+        );
+        assert_eq!(
+            lab.curl(&format!("http://{claim}/")),
+            "000",
+            "rp_filter={rp_filter}"
+        );
+    }
+    let log = agent.stop();
+    assert_eq!(log_value(&log, "dns stats", "wrong_interface"), 2, "{log}");
+}
+
+#[test]
+fn forged_reply_from_the_pods_own_interface_is_not_learned_ipv6() {
+    let Some(lab) =
+        ForgeryLab::start("forged_reply_from_the_pods_own_interface_is_not_learned_ipv6")
+    else {
+        return;
+    };
+    let mut agent = lab.agent();
+    forge_from_pod(&lab, SILENT_V6, "fd62:5::2", 33303, "AAAA", "fd62:1::66");
+    lab.genuine_lookup_teaches("-6");
+    assert!(!lab.has_learned("fd62:1::66"), "{:?}", lab.learned());
+    assert_eq!(lab.curl("-6 http://[fd62:1::66]/"), "000");
+    let log = agent.stop();
+    assert_eq!(log_value(&log, "dns stats", "wrong_interface"), 1, "{log}");
+}
+
+#[test]
+fn replies_on_the_servers_path_teach_only_as_answers_with_bounded_ttl() {
+    let Some(lab) =
+        ForgeryLab::start("replies_on_the_servers_path_teach_only_as_answers_with_bounded_ttl")
+    else {
+        return;
+    };
+    let mut agent = lab.agent();
+    let mac = lab.node_mac("vs");
+    for (server, me, rtype, family, addresses) in [
+        (
+            SILENT_V4,
+            "10.62.5.2",
+            "A",
+            "-4",
+            ["10.62.1.71", "10.62.1.72", "10.62.1.73", "10.62.1.74"],
+        ),
+        (
+            SILENT_V6,
+            "fd62:5::2",
+            "AAAA",
+            "-6",
+            ["fd62:1::71", "fd62:1::72", "fd62:1::73", "fd62:1::74"],
+        ),
+    ] {
+        let [wrong_id, wrong_question, answer, second] = addresses;
+        lab.python(
+            &lab.pod,
+            QUERY_FROM_POD,
+            &[server, me, "33310", "4096", "late.example.test", rtype],
+        );
+        lab.python(
+            &lab.server,
+            REPLY_FROM_SERVER,
+            &[
+                server,
+                me,
+                "33310",
+                rtype,
+                &mac,
+                &format!("4097,late.example.test,{wrong_id},600"),
+                &format!("4096,other.example.test,{wrong_question},600"),
+                &format!("4096,late.example.test,{answer},1000000"),
+                &format!("4096,late.example.test,{second},600"),
+            ],
+        );
+        // The answer teaches, with its TTL cut to fqdn.maxTtl (one day).
+        wait_until("the answer is learned", Duration::from_secs(10), || {
+            lab.has_learned(answer)
+        });
+        lab.genuine_lookup_teaches(family);
+        let learned = lab.learned();
+        let timeout = |address: &str| {
+            let address: IpAddr = address.parse().unwrap();
+            learned.iter().find(|(a, _)| *a == address).map(|(_, t)| *t)
+        };
+        assert!(timeout(answer).is_some_and(|t| t <= 86_400), "{learned:?}");
+        for forged in [wrong_id, wrong_question, second] {
+            assert_eq!(timeout(forged), None, "{forged}: {learned:?}");
+        }
+        let url = match family {
+            "-4" => format!("http://{wrong_id}/"),
+            _ => format!("-6 http://[{wrong_id}]/"),
+        };
+        assert_eq!(lab.curl(&url), "000");
+    }
+    let log = agent.stop();
+    // Per family: the wrong id and the second answer; the other question.
+    assert!(log_value(&log, "dns stats", "unasked") >= 4, "{log}");
+    assert_eq!(log_value(&log, "dns stats", "other_question"), 2, "{log}");
+    assert_eq!(log_value(&log, "dns stats", "wrong_interface"), 0, "{log}");
+}
+
+#[test]
+fn replies_made_on_the_node_teach_only_from_the_nodes_own_addresses() {
+    let Some(lab) =
+        ForgeryLab::start("replies_made_on_the_node_teach_only_from_the_nodes_own_addresses")
+    else {
+        return;
+    };
+    // A resolver on the node itself (as NodeLocal DNSCache runs).
+    lab.lab.serve_dns(
+        "node",
+        53,
+        vec![DnsRecord::address(
+            "local.example.test",
+            Ipv4Addr::new(10, 62, 1, 20),
+            300,
+        )],
+    );
+    let mut agent = lab.agent();
+    assert_eq!(
+        lab.python(
+            &lab.pod,
+            r#"
+import socket
+from scapy.all import DNS, DNSQR
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(3)
+s.sendto(bytes(DNS(id=7, rd=1, qd=DNSQR(qname="local.example.test"))), ("10.62.5.1", 53))
+print(DNS(s.recvfrom(2048)[0]).an.rdata)
+"#,
+            &[],
+        ),
+        "10.62.1.20"
+    );
+    // The node's own resolver teaches through OUTPUT.
+    assert_eq!(lab.curl("http://10.62.1.20/"), "200");
+    // A node process forging a remote resolver's reply does not.
+    for (server, me, rtype, claim) in [
+        (SILENT_V4, "10.62.5.2", "A", "10.62.1.68"),
+        (SILENT_V6, "fd62:5::2", "AAAA", "fd62:1::68"),
+    ] {
+        lab.python(
+            &lab.pod,
+            QUERY_FROM_POD,
+            &[server, me, "33320", "4100", "node.example.test", rtype],
+        );
+        lab.python(
+            &lab.node,
+            REPLY_FROM_NODE,
+            &[
+                server,
+                me,
+                "33320",
+                rtype,
+                &format!("4100,node.example.test,{claim},600"),
+            ],
+        );
+    }
+    lab.genuine_lookup_teaches("-4");
+    lab.genuine_lookup_teaches("-6");
+    for claim in ["10.62.1.68", "fd62:1::68"] {
+        assert!(!lab.has_learned(claim), "{claim}: {:?}", lab.learned());
+    }
+    let log = agent.stop();
+    assert_eq!(log_value(&log, "dns stats", "wrong_interface"), 2, "{log}");
+}
