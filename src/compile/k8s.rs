@@ -89,9 +89,10 @@ impl Compiler<'_> {
                 let ports: Vec<PolicyPort> = ports
                     .iter()
                     .map(|p| PolicyPort {
-                        protocol: p.protocol,
+                        protocol: Some(p.protocol),
                         port: p.port.clone(),
                         end_port: p.end_port,
+                        ..Default::default()
                     })
                     .collect();
                 let rank = self.next_rank();

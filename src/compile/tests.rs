@@ -888,3 +888,78 @@ spec:
     );
     assert_matrix(&rs, |_, _| true);
 }
+
+fn flow_from_port(transport: Transport) -> Flow {
+    Flow {
+        src: ip(Y, B),
+        dst: ip(X, A),
+        transport,
+        local: None,
+    }
+}
+
+#[test]
+fn source_ports_truth_table() {
+    let rs = one_policy(
+        "  ingress:\n  - action: Drop\n    ports:\n    - {protocol: TCP, sourcePort: 32768, sourceEndPort: 60999}\n    - {protocol: UDP, port: 53, sourcePort: 5353}\n    - {port: http, sourcePort: 1000, sourceEndPort: 1000}\n",
+    );
+    let tcp = |src_port, dst_port| Transport::Tcp { src_port, dst_port };
+    let udp = |src_port, dst_port| Transport::Udp { src_port, dst_port };
+    let table = [
+        (tcp(32768, 22), Verdict::Drop),
+        (tcp(60999, 443), Verdict::Drop),
+        (tcp(32767, 22), Verdict::Allow),
+        (tcp(61000, 22), Verdict::Allow),
+        (udp(5353, 53), Verdict::Drop),
+        (udp(5353, 54), Verdict::Allow),
+        (udp(5354, 53), Verdict::Allow),
+        (udp(40000, 53), Verdict::Allow),
+        // The named port http = 80 with source port 1000 exactly.
+        (tcp(1000, 80), Verdict::Drop),
+        (tcp(1001, 80), Verdict::Allow),
+        (tcp(1000, 81), Verdict::Allow),
+        (
+            Transport::Icmp {
+                icmp_type: 8,
+                icmp_code: 0,
+            },
+            Verdict::Allow,
+        ),
+    ];
+    for (transport, want) in table {
+        let got = rs
+            .classify(&flow_from_port(transport.clone()), &NoFqdn)
+            .verdict;
+        assert_eq!(got, want, "{transport:?}");
+    }
+}
+
+#[test]
+fn decisions_carry_antreas_generated_names() {
+    // Names from tests/data/antrea-rule-names/cases.json (Antrea's webhook).
+    let rs = one_policy(
+        "  ingress:\n  - action: Drop\n    ports: [{protocol: TCP, sourcePort: 32768, sourceEndPort: 60999}]\n  - action: Allow\n",
+    );
+    let named = |transport| {
+        rs.classify(&flow_from_port(transport), &NoFqdn)
+            .ingress
+            .rule()
+            .and_then(|r| r.name.clone())
+    };
+    assert_eq!(
+        named(Transport::Tcp {
+            src_port: 40000,
+            dst_port: 80
+        })
+        .as_deref(),
+        Some("ingress-drop-9df7773")
+    );
+    assert_eq!(
+        named(Transport::Tcp {
+            src_port: 1000,
+            dst_port: 80
+        })
+        .as_deref(),
+        Some("ingress-allow-216bba8")
+    );
+}

@@ -5,6 +5,7 @@
 pub mod antrea;
 pub mod k8s;
 pub mod meta;
+pub mod rule_name;
 
 use std::fmt;
 use std::path::PathBuf;

@@ -1,0 +1,59 @@
+use super::*;
+
+/// One vector of `tests/data/antrea-rule-names/cases.json`.
+#[derive(serde::Deserialize)]
+struct Case {
+    direction: String,
+    rule: serde_json::Value,
+    expected: String,
+}
+
+#[test]
+fn names_match_antreas_webhook() {
+    let cases: Vec<Case> = serde_json::from_str(include_str!(
+        "../../../tests/data/antrea-rule-names/cases.json"
+    ))
+    .unwrap();
+    assert_eq!(cases.len(), 30);
+    for case in cases {
+        let rule: Rule = serde_json::from_value(case.rule.clone()).unwrap();
+        let direction = match case.direction.as_str() {
+            "ingress" => Direction::Ingress,
+            _ => Direction::Egress,
+        };
+        assert_eq!(
+            generated_name(&rule, direction),
+            case.expected,
+            "rule {} hashed as {}",
+            case.rule,
+            antrea_json(&rule)
+        );
+    }
+}
+
+#[test]
+fn go_field_order_and_omitempty() {
+    let rule: Rule = serde_json::from_value(serde_json::json!({
+        "name": "ignored",
+        "from": [{"podSelector": {}}],
+        "ports": [{"port": 80}],
+        "action": "Allow",
+    }))
+    .unwrap();
+    assert_eq!(
+        antrea_json(&rule),
+        r#"{"action":"Allow","ports":[{"port":80}],"from":[{"podSelector":{}}],"enableLogging":false}"#
+    );
+}
+
+#[test]
+fn strings_are_escaped_as_go_does() {
+    assert_eq!(go_string("a<b>&c"), r#""a\u003cb\u003e\u0026c""#);
+    assert_eq!(go_string("q\"\\"), r#""q\"\\""#);
+    // Go 1.22 and later (Antrea's toolchain) write \b and \f short.
+    assert_eq!(go_string("\u{8}\u{c}\n\r\t\u{1}"), r#""\b\f\n\r\t\u0001""#);
+    assert_eq!(
+        go_string("\u{2028}\u{2029}é\u{7f}"),
+        "\"\\u2028\\u2029é\u{7f}\""
+    );
+}
