@@ -8,6 +8,7 @@
 //! decides a flow.
 
 mod antrea;
+mod groups;
 mod inventory;
 mod k8s;
 mod peers;

@@ -340,6 +340,53 @@ pub struct GroupSpec {
     pub child_groups: Vec<String>,
 }
 
+/// An ExternalEntity (`crd.antrea.io/v1alpha2`): a workload that is not a
+/// Pod (a VM's interface), with labels and addresses, selected by
+/// `externalEntitySelector` as Pods are by `podSelector`. Inventory, so only
+/// the fields policy needs are kept and the rest of the spec is ignored.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExternalEntity {
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: ExternalEntitySpec,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExternalEntitySpec {
+    #[serde(default)]
+    pub endpoints: Vec<ExternalEntityEndpoint>,
+    /// The ExternalNode the entity's interfaces belong to.
+    #[serde(default)]
+    pub external_node: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExternalEntityEndpoint {
+    pub ip: IpAddr,
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+impl ExternalEntity {
+    pub fn namespace(&self) -> &str {
+        self.metadata.namespace.as_deref().unwrap_or("default")
+    }
+
+    /// The endpoints' addresses, duplicates removed.
+    pub fn ips(&self) -> Vec<IpAddr> {
+        let mut ips: Vec<IpAddr> = Vec::new();
+        for endpoint in &self.spec.endpoints {
+            if !ips.contains(&endpoint.ip) {
+                ips.push(endpoint.ip);
+            }
+        }
+        ips
+    }
+}
+
 /// Rule direction within a policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum Direction {

@@ -129,7 +129,7 @@ fn check_peer(
     if fields.is_empty() {
         report.add(
             path,
-            "empty peer: set one of podSelector, namespaceSelector, namespaces, nodeSelector, group, serviceAccount, ipBlock or fqdn",
+            "empty peer: set one of podSelector, namespaceSelector, namespaces, nodeSelector, externalEntitySelector, group, serviceAccount, ipBlock or fqdn",
         );
         return;
     }
@@ -211,6 +211,10 @@ pub(super) fn peer_fields(peer: &Peer) -> Vec<&'static str> {
         ("namespaceSelector", peer.namespace_selector.is_some()),
         ("namespaces", peer.namespaces.is_some()),
         ("nodeSelector", peer.node_selector.is_some()),
+        (
+            "externalEntitySelector",
+            peer.external_entity_selector.is_some(),
+        ),
         ("group", peer.group.is_some()),
         ("serviceAccount", peer.service_account.is_some()),
         ("ipBlock", peer.ip_block.is_some()),

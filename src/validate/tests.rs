@@ -1029,7 +1029,7 @@ fn group_sets_at_most_one_kind_of_member() {
     assert_problem(
         &cluster_group("g", "podSelector: {}\nipBlocks: [{cidr: 10.0.0.0/8}]"),
         "spec",
-        "at most one of podSelector/namespaceSelector, serviceReference, ipBlock, ipBlocks or childGroups can be set, found podSelector/namespaceSelector and ipBlock(s)",
+        "at most one of podSelector, nodeSelector, externalEntitySelector, serviceReference, ipBlock, ipBlocks or childGroups can be set (namespaceSelector only with podSelector or externalEntitySelector), found podSelector and ipBlocks",
     );
     assert_problem(
         &group(
@@ -1038,7 +1038,7 @@ fn group_sets_at_most_one_kind_of_member() {
             "serviceReference: {name: s}\nnamespaceSelector: {}",
         ),
         "spec",
-        "found podSelector/namespaceSelector and serviceReference",
+        "at most one of podSelector, externalEntitySelector, serviceReference, ipBlocks or childGroups can be set (namespaceSelector only with podSelector or externalEntitySelector), found namespaceSelector and serviceReference",
     );
 }
 
@@ -1242,5 +1242,57 @@ fn source_ports() {
         &rule("{sourcePort: 70000, sourceEndPort: 80}"),
         &format!("{f}.sourcePort"),
         "must be between 1 and 65535, got 70000",
+    );
+}
+
+#[test]
+fn group_member_fields_as_antreas_webhook() {
+    for spec in [
+        "nodeSelector: {matchLabels: {role: control-plane}}",
+        "externalEntitySelector: {matchLabels: {app: vm}}",
+        "externalEntitySelector: {}\nnamespaceSelector: {matchLabels: {env: prod}}",
+        "namespaceSelector: {}",
+        "podSelector: {}",
+    ] {
+        assert_valid(&cluster_group("g", spec));
+    }
+    assert_valid(&group(
+        "shop",
+        "g",
+        "externalEntitySelector: {}\nnamespaceSelector: {}",
+    ));
+    let both = "at most one of podSelector, nodeSelector, externalEntitySelector, serviceReference, ipBlock, ipBlocks or childGroups can be set (namespaceSelector only with podSelector or externalEntitySelector), found";
+    for (spec, found) in [
+        (
+            "nodeSelector: {}\nnamespaceSelector: {}",
+            "namespaceSelector and nodeSelector",
+        ),
+        (
+            "nodeSelector: {}\npodSelector: {}",
+            "podSelector and nodeSelector",
+        ),
+        (
+            "podSelector: {}\nexternalEntitySelector: {}",
+            "podSelector and externalEntitySelector",
+        ),
+        (
+            "podSelector: {}\nnamespaceSelector: {}\nexternalEntitySelector: {}",
+            "podSelector and namespaceSelector and externalEntitySelector",
+        ),
+        (
+            "nodeSelector: {}\nserviceReference: {name: s, namespace: n}",
+            "nodeSelector and serviceReference",
+        ),
+    ] {
+        assert_problem(
+            &cluster_group("g", spec),
+            "spec",
+            &format!("{both} {found}"),
+        );
+    }
+    assert_problem(
+        &group("shop", "g", "nodeSelector: {}"),
+        "spec.nodeSelector",
+        "a Group cannot select Nodes (only a ClusterGroup can)",
     );
 }
