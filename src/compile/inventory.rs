@@ -148,7 +148,12 @@ impl<'a> Inventory<'a> {
         let node = &mut nodes[local_node];
         node.labels
             .extend(local.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-        for ip in &local.addresses {
+        // An ExternalEntity of this ExternalNode is one of its interfaces.
+        let local_entities = external_entities
+            .iter()
+            .filter(|e| e.external_node.as_deref() == Some(local.name.as_str()))
+            .flat_map(|e| e.ips.iter());
+        for ip in local.addresses.iter().chain(local_entities) {
             if !node.ips.contains(ip) {
                 node.ips.push(*ip);
             }
