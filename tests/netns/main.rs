@@ -17,5 +17,6 @@ mod kube;
 mod l7;
 mod observe;
 mod overload;
+mod parity;
 mod queue;
 mod run;

@@ -126,6 +126,8 @@ pub const TEST_IDS: &[&str] = &[
     "image_follows_a_legacy_iptables_host",
     "image_restart_never_opens_the_node",
     "image_crash_never_opens_the_node",
+    "source_port_range_is_matched_on_the_wire",
+    "node_cluster_groups_in_a_node_policy_on_the_wire",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
