@@ -927,9 +927,7 @@ fn source_ports_truth_table() {
         ),
     ];
     for (transport, want) in table {
-        let got = rs
-            .classify(&flow_from_port(transport.clone()), &NoFqdn)
-            .verdict;
+        let got = rs.classify(&flow_from_port(transport), &NoFqdn).verdict;
         assert_eq!(got, want, "{transport:?}");
     }
 }
