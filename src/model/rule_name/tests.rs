@@ -14,7 +14,7 @@ fn names_match_antreas_webhook() {
         "../../../tests/data/antrea-rule-names/cases.json"
     ))
     .unwrap();
-    assert_eq!(cases.len(), 30);
+    assert_eq!(cases.len(), 33);
     for case in cases {
         let rule: Rule = serde_json::from_value(case.rule.clone()).unwrap();
         let direction = match case.direction.as_str() {
