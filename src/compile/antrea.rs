@@ -124,6 +124,10 @@ impl Compiler<'_> {
             tier_priority: Some(ordered.tier_priority),
             priority: Some(policy.spec.priority),
             rules: policy.spec.ingress.len() + policy.spec.egress.len(),
+            rule_names: (policy.spec.ingress.iter().map(|r| (Direction::Ingress, r)))
+                .chain(policy.spec.egress.iter().map(|r| (Direction::Egress, r)))
+                .map(|(direction, rule)| rule.effective_name(direction))
+                .collect(),
             applied_to: applied
                 .into_iter()
                 .map(|e| self.endpoints[e as usize].to_string())

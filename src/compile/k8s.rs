@@ -128,6 +128,7 @@ impl Compiler<'_> {
             tier_priority: None,
             priority: None,
             rules: rule_count,
+            rule_names: Vec::new(),
             applied_to: selected
                 .into_iter()
                 .map(|e| self.endpoints[e as usize].to_string())

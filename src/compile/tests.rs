@@ -1132,3 +1132,16 @@ fn applied_to_an_external_entity_of_this_node() {
     let rs = policy("db");
     assert!(!rs.enforced().node_ingress);
 }
+
+#[test]
+fn policy_summaries_list_rule_names_as_antrea_shows_them() {
+    // `tollgate get policies`: given names, and Antrea's generated ones
+    // (tests/data/antrea-rule-names/cases.json).
+    let rs = one_policy(
+        "  ingress:\n  - action: Allow\n  - {action: Drop, name: given}\n  egress:\n  - action: Drop\n",
+    );
+    assert_eq!(
+        rs.policies()[0].rule_names,
+        ["ingress-allow-216bba8", "given", "egress-drop-742ade5"]
+    );
+}
