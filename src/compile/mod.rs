@@ -1,7 +1,7 @@
 //! The compiler: [`compile`] turns a validated [`Snapshot`] into an
 //! immutable [`Ruleset`]. It resolves selectors, groups, ServiceAccounts,
-//! `namespaces` (`Self`, `sameLabels`), nodeSelectors and named ports against
-//! the inventory, and orders every rule by effective priority (Tier priority,
+//! `namespaces` (`Self`, `sameLabels`), nodeSelectors, externalEntitySelectors
+//! and named ports against the inventory, and orders every rule by effective priority (Tier priority,
 //! policy priority, rule order; ACNP and ANNP interleaved; Kubernetes
 //! NetworkPolicies after every non-baseline Tier; baseline last) into the
 //! per-endpoint lists the ruleset indexes. Pure: no I/O, no clock; it never

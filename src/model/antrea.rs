@@ -1,7 +1,8 @@
 //! Antrea-native policy CRDs (`crd.antrea.io/v1beta1`, and `v1alpha1` as the
 //! spec's examples use it): Tier, ClusterNetworkPolicy, NetworkPolicy,
 //! ClusterGroup and Group. Field names are exactly the spec's; unknown fields
-//! are rejected when the object is parsed.
+//! are rejected when the object is parsed. Also the ExternalEntity
+//! inventory object (`v1alpha2`), read leniently like the `v1` inventory.
 
 use std::net::IpAddr;
 

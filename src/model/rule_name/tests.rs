@@ -57,3 +57,29 @@ fn strings_are_escaped_as_go_does() {
         "\"\\u2028\\u2029é\u{7f}\""
     );
 }
+
+/// Antrea's own vectors: pkg/controller/networkpolicy/mutate_test.go,
+/// `TestMutateAntreaClusterNetworkPolicy` ("acnp-create-mutate").
+#[test]
+fn names_match_antreas_mutate_test() {
+    for (direction, rule, expected) in [
+        (
+            Direction::Ingress,
+            serde_json::json!({"action": "Allow", "from": [{"podSelector": {"matchLabels": {"foo1": "bar1"}}}]}),
+            "ingress-allow-c4f16d3",
+        ),
+        (
+            Direction::Ingress,
+            serde_json::json!({"action": "Allow", "from": [{"podSelector": {"matchLabels": {"foo2": "bar2"}}}]}),
+            "ingress-allow-be87b58",
+        ),
+        (
+            Direction::Egress,
+            serde_json::json!({"action": "Allow", "to": [{"podSelector": {"matchLabels": {"foo2": "bar2"}}}]}),
+            "egress-allow-44b2575",
+        ),
+    ] {
+        let rule: Rule = serde_json::from_value(rule).unwrap();
+        assert_eq!(generated_name(&rule, direction), expected);
+    }
+}
