@@ -1145,3 +1145,21 @@ fn policy_summaries_list_rule_names_as_antrea_shows_them() {
         ["ingress-allow-216bba8", "given", "egress-drop-742ade5"]
     );
 }
+
+#[test]
+fn node_cluster_group_as_a_child_group() {
+    let rs = ruleset(&format!(
+        "{NODE2}apiVersion: crd.antrea.io/v1beta1\nkind: ClusterGroup\nmetadata: {{name: cp}}\nspec:\n  nodeSelector: {{matchLabels: {{role: control-plane}}}}\n---\napiVersion: crd.antrea.io/v1beta1\nkind: ClusterGroup\nmetadata: {{name: trusted}}\nspec:\n  childGroups: [cp]\n---\napiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {{name: p}}\nspec:\n  priority: 5\n  appliedTo: [{{podSelector: {{matchLabels: {{app: a}}}}}}]\n  ingress:\n  - {{action: Allow, from: [{{group: trusted}}]}}\n  - {{action: Drop}}\n"
+    ));
+    let dst = ip(X, A);
+    assert_eq!(
+        verdict(&rs, "10.255.0.2".parse().unwrap(), dst, 80),
+        Verdict::Allow
+    );
+    assert_eq!(
+        verdict(&rs, NODE_IP.parse().unwrap(), dst, 80),
+        Verdict::Allow,
+        "node to its own Pods"
+    );
+    assert_eq!(verdict(&rs, ip(Y, B), dst, 80), Verdict::Drop);
+}
