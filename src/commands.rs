@@ -450,6 +450,7 @@ pub fn render_policies(policies: &[PolicySummary]) -> String {
         "PRIORITY".to_string(),
         "RULES".to_string(),
         "APPLIED-TO".to_string(),
+        "RULE-NAMES".to_string(),
     ]];
     for p in policies {
         rows.push([
@@ -464,6 +465,11 @@ pub fn render_policies(policies: &[PolicySummary]) -> String {
                 "<none on this node>".to_string()
             } else {
                 p.applied_to.join(",")
+            },
+            if p.rule_names.is_empty() {
+                "<NONE>".to_string()
+            } else {
+                p.rule_names.join(",")
             },
         ]);
     }

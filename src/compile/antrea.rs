@@ -1,5 +1,7 @@
 //! Antrea-native policies (ACNP and ANNP): appliedTo resolved to local
-//! endpoints (NodePort Services to the local Node and their node ports),
+//! endpoints (NodePort Services to the local Node and their node ports;
+//! Nodes of node ClusterGroups and ExternalEntities of this ExternalNode
+//! to the local Node),
 //! one rule instance per Namespace context where peers depend on it, and
 //! each instance appended to the lists of the endpoints it applies to.
 //! Never orders policies itself: it is handed them in priority order.
@@ -122,6 +124,10 @@ impl Compiler<'_> {
             tier_priority: Some(ordered.tier_priority),
             priority: Some(policy.spec.priority),
             rules: policy.spec.ingress.len() + policy.spec.egress.len(),
+            rule_names: (policy.spec.ingress.iter().map(|r| (Direction::Ingress, r)))
+                .chain(policy.spec.egress.iter().map(|r| (Direction::Egress, r)))
+                .map(|(direction, rule)| rule.effective_name(direction))
+                .collect(),
             applied_to: applied
                 .into_iter()
                 .map(|e| self.endpoints[e as usize].to_string())
@@ -169,8 +175,27 @@ impl Compiler<'_> {
             }
             if let Some(group) = &entry.group {
                 // ipBlocks of a group in appliedTo are ignored, as the spec says.
-                let (pods, _) = self.group_members(group, policy_ns, 0);
-                targets.extend(pods.into_iter().map(Target::Pod));
+                let members = self.group_members(group, policy_ns, 0);
+                targets.extend(members.pods.into_iter().map(Target::Pod));
+                if members.nodes.contains(&self.inv.local_node)
+                    || members
+                        .external
+                        .iter()
+                        .any(|&e| self.external_entity_is_local(e))
+                {
+                    targets.insert(Target::LocalNode);
+                }
+                continue;
+            }
+            if let Some(selector) = &entry.external_entity_selector {
+                let entities = self.select_external_entities(
+                    selector,
+                    entry.namespace_selector.as_ref(),
+                    policy_ns,
+                );
+                if entities.iter().any(|&e| self.external_entity_is_local(e)) {
+                    targets.insert(Target::LocalNode);
+                }
                 continue;
             }
             if let Some(sa) = &entry.service_account {

@@ -1,5 +1,5 @@
-//! The inventory as the compiler queries it: Pods, Namespaces, Nodes,
-//! Services and Groups from a snapshot, indexed so that label selectors
+//! The inventory as the compiler queries it: Pods, ExternalEntities,
+//! Namespaces, Nodes, Services and Groups from a snapshot, indexed so that label selectors
 //! resolve without scanning every Pod for every selector.
 
 use std::collections::{BTreeMap, HashMap};
@@ -31,12 +31,22 @@ pub struct NodeEntry {
     pub ips: Vec<IpAddr>,
 }
 
+/// One ExternalEntity: matched like a Pod, by labels within a Namespace.
+#[derive(Clone, Debug)]
+pub struct ExternalEntry {
+    pub namespace: String,
+    pub labels: BTreeMap<String, String>,
+    pub ips: Vec<IpAddr>,
+    pub external_node: Option<String>,
+}
+
 pub type PodIdx = u32;
 
 /// Pods indexed by label and Namespace, Namespaces by name.
 pub struct Inventory<'a> {
     pub pods: Vec<PodEntry>,
     pub nodes: Vec<NodeEntry>,
+    pub external_entities: Vec<ExternalEntry>,
     /// The local Node's index in `nodes`.
     pub local_node: usize,
     namespaces: BTreeMap<String, BTreeMap<String, String>>,
@@ -52,6 +62,7 @@ impl<'a> Inventory<'a> {
     pub fn build(snapshot: &'a Snapshot, local: &LocalNode) -> Inventory<'a> {
         let mut pods = Vec::new();
         let mut nodes = Vec::new();
+        let mut external_entities = Vec::new();
         let mut namespaces = BTreeMap::new();
         let mut services = HashMap::new();
         let mut cluster_groups = HashMap::new();
@@ -85,6 +96,12 @@ impl<'a> Inventory<'a> {
                     labels: node.metadata.labels.clone(),
                     ips: node.ips(),
                 }),
+                Object::ExternalEntity(ee) => external_entities.push(ExternalEntry {
+                    namespace: ee.namespace().to_string(),
+                    labels: ee.metadata.labels.clone(),
+                    ips: ee.ips(),
+                    external_node: ee.spec.external_node.clone().filter(|n| !n.is_empty()),
+                }),
                 Object::Namespace(ns) => {
                     namespaces.insert(ns.metadata.name.clone(), ns.effective_labels());
                 }
@@ -104,11 +121,16 @@ impl<'a> Inventory<'a> {
                 _ => {}
             }
         }
-        // Namespaces a Pod lives in exist even when no Namespace object says so.
-        for pod in &pods {
+        // Namespaces a Pod or ExternalEntity lives in exist even when no
+        // Namespace object says so.
+        for namespace in pods
+            .iter()
+            .map(|p| &p.namespace)
+            .chain(external_entities.iter().map(|e| &e.namespace))
+        {
             namespaces
-                .entry(pod.namespace.clone())
-                .or_insert_with(|| name_label(&pod.namespace));
+                .entry(namespace.clone())
+                .or_insert_with(|| name_label(namespace));
         }
         // The local Node: the inventory's object of that name, merged with the
         // configured labels and the addresses found on the host.
@@ -126,7 +148,12 @@ impl<'a> Inventory<'a> {
         let node = &mut nodes[local_node];
         node.labels
             .extend(local.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-        for ip in &local.addresses {
+        // An ExternalEntity of this ExternalNode is one of its interfaces.
+        let local_entities = external_entities
+            .iter()
+            .filter(|e| e.external_node.as_deref() == Some(local.name.as_str()))
+            .flat_map(|e| e.ips.iter());
+        for ip in local.addresses.iter().chain(local_entities) {
             if !node.ips.contains(ip) {
                 node.ips.push(*ip);
             }
@@ -153,6 +180,7 @@ impl<'a> Inventory<'a> {
         Inventory {
             pods,
             nodes,
+            external_entities,
             local_node,
             namespaces,
             pods_by_label,
@@ -224,6 +252,22 @@ impl<'a> Inventory<'a> {
             }
         }
         best
+    }
+
+    /// ExternalEntities matching `selector` within the given Namespaces (all
+    /// Namespaces when `None`). There are few: a scan is enough.
+    pub fn external_entities_matching(
+        &self,
+        selector: &LabelSelector,
+        namespaces: Option<&[&str]>,
+    ) -> Vec<usize> {
+        (0..self.external_entities.len())
+            .filter(|&i| {
+                let ee = &self.external_entities[i];
+                namespaces.is_none_or(|names| names.contains(&ee.namespace.as_str()))
+                    && selector.matches(&ee.labels)
+            })
+            .collect()
     }
 
     /// Pods running the given ServiceAccount.

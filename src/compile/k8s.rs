@@ -89,9 +89,10 @@ impl Compiler<'_> {
                 let ports: Vec<PolicyPort> = ports
                     .iter()
                     .map(|p| PolicyPort {
-                        protocol: p.protocol,
+                        protocol: Some(p.protocol),
                         port: p.port.clone(),
                         end_port: p.end_port,
+                        ..Default::default()
                     })
                     .collect();
                 let rank = self.next_rank();
@@ -127,6 +128,7 @@ impl Compiler<'_> {
             tier_priority: None,
             priority: None,
             rules: rule_count,
+            rule_names: Vec::new(),
             applied_to: selected
                 .into_iter()
                 .map(|e| self.endpoints[e as usize].to_string())

@@ -1,13 +1,14 @@
 //! The compiler: [`compile`] turns a validated [`Snapshot`] into an
 //! immutable [`Ruleset`]. It resolves selectors, groups, ServiceAccounts,
-//! `namespaces` (`Self`, `sameLabels`), nodeSelectors and named ports against
-//! the inventory, and orders every rule by effective priority (Tier priority,
+//! `namespaces` (`Self`, `sameLabels`), nodeSelectors, externalEntitySelectors
+//! and named ports against the inventory, and orders every rule by effective priority (Tier priority,
 //! policy priority, rule order; ACNP and ANNP interleaved; Kubernetes
 //! NetworkPolicies after every non-baseline Tier; baseline last) into the
 //! per-endpoint lists the ruleset indexes. Pure: no I/O, no clock; it never
 //! decides a flow.
 
 mod antrea;
+mod groups;
 mod inventory;
 mod k8s;
 mod peers;
@@ -168,8 +169,19 @@ impl<'a> Compiler<'a> {
 fn services_of(ports: &[PolicyPort], protocols: &[PolicyProtocol]) -> Vec<ServiceMatch> {
     let mut services = Vec::new();
     for port in ports {
+        let protocol = port.protocol();
+        let source = port
+            .source_port
+            .and_then(|s| u16::try_from(s).ok())
+            .map(|first| {
+                let last = port
+                    .source_end_port
+                    .and_then(|e| u16::try_from(e).ok())
+                    .unwrap_or(first);
+                (first, last)
+            });
         services.push(match &port.port {
-            None => ServiceMatch::Protocol(port.protocol),
+            None => ServiceMatch::Protocol { protocol, source },
             Some(PortValue::Number(n)) => {
                 let first = u16::try_from(*n).unwrap_or(0);
                 let last = port
@@ -177,14 +189,16 @@ fn services_of(ports: &[PolicyPort], protocols: &[PolicyProtocol]) -> Vec<Servic
                     .and_then(|e| u16::try_from(e).ok())
                     .unwrap_or(first);
                 ServiceMatch::Ports {
-                    protocol: port.protocol,
+                    protocol,
                     first,
                     last,
+                    source,
                 }
             }
             Some(PortValue::Name(name)) => ServiceMatch::Named {
-                protocol: port.protocol,
+                protocol,
                 name: name.clone(),
+                source,
             },
         });
     }

@@ -1,5 +1,5 @@
-//! Peer resolution: selectors, groups (with one level of child groups),
-//! ServiceAccounts, `namespaces` (`Self`, `sameLabels`), nodeSelectors,
+//! Peer resolution: selectors (Pods, ExternalEntities), groups (see
+//! `groups`), ServiceAccounts, `namespaces` (`Self`, `sameLabels`), nodeSelectors,
 //! `toServices` and FQDN selectors turned into the addresses, blocks and
 //! selector ids a rule matches. Address sets are computed once per distinct
 //! peer and shared between rules. Reads the inventory only.
@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::fqdn::FqdnPattern;
-use crate::model::{GroupSpec, LabelSelector, Peer};
+use crate::model::{LabelSelector, Peer};
 use crate::ruleset::{Block, PeerMatch};
 
 use super::inventory::PodIdx;
@@ -33,52 +33,6 @@ impl Compiler<'_> {
             (None, None) if pod_selector.is_some() => self.inv.pods_matching(pod_selector, None),
             (None, None) => Vec::new(),
         }
-    }
-
-    /// Members of a ClusterGroup (cluster-scoped policy) or Group (in
-    /// `policy_ns`): Pods and IP blocks. Child groups are followed one level
-    /// deep, as the spec allows.
-    pub(super) fn group_members(
-        &self,
-        name: &str,
-        policy_ns: Option<&str>,
-        depth: u8,
-    ) -> (Vec<PodIdx>, Vec<Block>) {
-        let group = match policy_ns {
-            None => self.inv.cluster_groups.get(name).copied(),
-            Some(ns) => self.inv.groups.get(&(ns, name)).copied(),
-        };
-        let Some(group) = group else {
-            return (Vec::new(), Vec::new());
-        };
-        let spec: &GroupSpec = &group.spec;
-        let mut blocks = Vec::new();
-        let selects_pods = spec.pod_selector.is_some() || spec.namespace_selector.is_some();
-        let mut pods = if selects_pods {
-            self.select_pods(
-                spec.pod_selector.as_ref(),
-                spec.namespace_selector.as_ref(),
-                policy_ns,
-            )
-        } else {
-            Vec::new()
-        };
-        if let Some(reference) = &spec.service_reference {
-            pods.extend(self.inv.service_backends(reference));
-        }
-        for block in spec.ip_block.iter().chain(&spec.ip_blocks) {
-            blocks.push(Block::new(block.cidr, &block.except));
-        }
-        if depth == 0 {
-            for child in &spec.child_groups {
-                let (p, b) = self.group_members(child, policy_ns, 1);
-                pods.extend(p);
-                blocks.extend(b);
-            }
-        }
-        pods.sort_unstable();
-        pods.dedup();
-        (pods, blocks)
     }
 
     /// A shared address set for a cache key, computed once.
@@ -153,9 +107,9 @@ impl Compiler<'_> {
                 }
             );
             if let Some(group) = &peer.group {
-                let (pods, blocks) = self.group_members(group, policy_ns, 0);
-                result.blocks.extend(blocks);
-                let set = self.address_set(key, |c| c.pod_ips(&pods));
+                let mut members = self.group_members(group, policy_ns, 0);
+                result.blocks.extend(std::mem::take(&mut members.blocks));
+                let set = self.address_set(key, |c| c.member_ips(&members));
                 result.addresses.push(set);
                 continue;
             }
@@ -173,12 +127,7 @@ impl Compiler<'_> {
         context_ns: Option<&str>,
     ) -> Vec<IpAddr> {
         if let Some(selector) = &peer.node_selector {
-            return self
-                .inv
-                .nodes_matching(selector)
-                .into_iter()
-                .flat_map(|n| self.inv.nodes[n].ips.iter().copied())
-                .collect();
+            return self.node_ips(&self.inv.nodes_matching(selector));
         }
         if let Some(sa) = &peer.service_account {
             return self.pod_ips(&self.inv.pods_with_service_account(sa));
@@ -207,6 +156,13 @@ impl Compiler<'_> {
                 .inv
                 .pods_matching(peer.pod_selector.as_ref(), Some(&selected));
             return self.pod_ips(&pods);
+        }
+        if let Some(selector) = &peer.external_entity_selector {
+            return self.external_ips(&self.select_external_entities(
+                selector,
+                peer.namespace_selector.as_ref(),
+                policy_ns,
+            ));
         }
         let pods = self.select_pods(
             peer.pod_selector.as_ref(),

@@ -888,3 +888,278 @@ spec:
     );
     assert_matrix(&rs, |_, _| true);
 }
+
+fn flow_from_port(transport: Transport) -> Flow {
+    Flow {
+        src: ip(Y, B),
+        dst: ip(X, A),
+        transport,
+        local: None,
+    }
+}
+
+#[test]
+fn source_ports_truth_table() {
+    let rs = one_policy(
+        "  ingress:\n  - action: Drop\n    ports:\n    - {protocol: TCP, sourcePort: 32768, sourceEndPort: 60999}\n    - {protocol: UDP, port: 53, sourcePort: 5353}\n    - {port: http, sourcePort: 1000, sourceEndPort: 1000}\n",
+    );
+    let tcp = |src_port, dst_port| Transport::Tcp { src_port, dst_port };
+    let udp = |src_port, dst_port| Transport::Udp { src_port, dst_port };
+    let table = [
+        (tcp(32768, 22), Verdict::Drop),
+        (tcp(60999, 443), Verdict::Drop),
+        (tcp(32767, 22), Verdict::Allow),
+        (tcp(61000, 22), Verdict::Allow),
+        (udp(5353, 53), Verdict::Drop),
+        (udp(5353, 54), Verdict::Allow),
+        (udp(5354, 53), Verdict::Allow),
+        (udp(40000, 53), Verdict::Allow),
+        // The named port http = 80 with source port 1000 exactly.
+        (tcp(1000, 80), Verdict::Drop),
+        (tcp(1001, 80), Verdict::Allow),
+        (tcp(1000, 81), Verdict::Allow),
+        (
+            Transport::Icmp {
+                icmp_type: 8,
+                icmp_code: 0,
+            },
+            Verdict::Allow,
+        ),
+    ];
+    for (transport, want) in table {
+        let got = rs.classify(&flow_from_port(transport), &NoFqdn).verdict;
+        assert_eq!(got, want, "{transport:?}");
+    }
+}
+
+#[test]
+fn decisions_carry_antreas_generated_names() {
+    // Names from tests/data/antrea-rule-names/cases.json (Antrea's webhook).
+    let rs = one_policy(
+        "  ingress:\n  - action: Drop\n    ports: [{protocol: TCP, sourcePort: 32768, sourceEndPort: 60999}]\n  - action: Allow\n",
+    );
+    let named = |transport| {
+        rs.classify(&flow_from_port(transport), &NoFqdn)
+            .ingress
+            .rule()
+            .and_then(|r| r.name.clone())
+    };
+    assert_eq!(
+        named(Transport::Tcp {
+            src_port: 40000,
+            dst_port: 80
+        })
+        .as_deref(),
+        Some("ingress-drop-9df7773")
+    );
+    assert_eq!(
+        named(Transport::Tcp {
+            src_port: 1000,
+            dst_port: 80
+        })
+        .as_deref(),
+        Some("ingress-allow-216bba8")
+    );
+}
+
+/// A second Node, labelled as a control-plane Node, beside `node1`.
+const NODE2: &str = "apiVersion: v1\nkind: Node\nmetadata:\n  name: node2\n  labels:\n    role: control-plane\nstatus:\n  addresses:\n  - type: InternalIP\n    address: 10.255.0.2\n---\n";
+
+#[test]
+fn node_cluster_group_in_a_node_policy_truth_table() {
+    // Antrea's node-policy example with the Nodes given by ClusterGroups:
+    // applied to a group of Nodes (node1), allowing only a group of Nodes
+    // (the control plane, node2) to reach port 10250.
+    let rs = ruleset(&format!(
+        r#"{NODE2}apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {{name: linux-nodes}}
+spec:
+  nodeSelector: {{matchLabels: {{kubernetes.io/os: linux}}}}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {{name: control-plane}}
+spec:
+  nodeSelector: {{matchLabels: {{role: control-plane}}}}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {{name: kubelet-from-control-plane}}
+spec:
+  priority: 5
+  tier: securityops
+  appliedTo: [{{group: linux-nodes}}]
+  ingress:
+  - action: Allow
+    from: [{{group: control-plane}}]
+    ports: [{{protocol: TCP, port: 10250}}]
+  - action: Drop
+    ports: [{{protocol: TCP, port: 10250}}]
+"#
+    ));
+    assert!(rs.enforced().node_ingress);
+    let node: IpAddr = NODE_IP.parse().unwrap();
+    let control_plane: IpAddr = "10.255.0.2".parse().unwrap();
+    let table = [
+        (control_plane, 10250, Verdict::Allow),
+        (ip(X, A), 10250, Verdict::Drop),
+        ("1.2.3.4".parse().unwrap(), 10250, Verdict::Drop),
+        (ip(X, A), 22, Verdict::Allow),
+        (control_plane, 22, Verdict::Allow),
+    ];
+    for (src, port, want) in table {
+        assert_eq!(verdict(&rs, src, node, port), want, "{src} -> node:{port}");
+    }
+    // Pods are not in a group of Nodes: their ingress is not enforced.
+    assert_eq!(verdict(&rs, ip(Y, B), ip(X, A), 10250), Verdict::Allow);
+}
+
+#[test]
+fn node_cluster_group_not_selecting_this_node_applies_nothing() {
+    let rs = ruleset(&format!(
+        "{NODE2}apiVersion: crd.antrea.io/v1beta1\nkind: ClusterGroup\nmetadata: {{name: cp}}\nspec:\n  nodeSelector: {{matchLabels: {{role: control-plane}}}}\n---\napiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {{name: p}}\nspec:\n  priority: 5\n  appliedTo: [{{group: cp}}]\n  ingress: [{{action: Drop}}]\n"
+    ));
+    assert!(!rs.enforced().node_ingress);
+    let node: IpAddr = NODE_IP.parse().unwrap();
+    assert_eq!(verdict(&rs, ip(X, A), node, 22), Verdict::Allow);
+}
+
+/// ExternalEntities `vm-db` (role=db) in Namespace x and `vm-web` (role=web)
+/// in y, and one of this Node's interfaces (`local-if`, ExternalNode node1).
+const EXTERNAL_ENTITIES: &str = r#"apiVersion: crd.antrea.io/v1alpha2
+kind: ExternalEntity
+metadata: {name: vm-db, namespace: x, labels: {role: db}}
+spec:
+  endpoints: [{ip: 192.168.9.10, name: eth0}, {ip: "fd09::10"}]
+  externalNode: vm-1
+---
+apiVersion: crd.antrea.io/v1alpha2
+kind: ExternalEntity
+metadata: {name: vm-web, namespace: y, labels: {role: web}}
+spec:
+  endpoints: [{ip: 192.168.9.20}]
+  externalNode: vm-2
+---
+apiVersion: crd.antrea.io/v1alpha2
+kind: ExternalEntity
+metadata: {name: local-if, namespace: x, labels: {role: host}}
+spec:
+  endpoints: [{ip: 10.255.0.1}]
+  externalNode: node1
+---
+"#;
+
+#[test]
+fn external_entity_peers_truth_table() {
+    let rs = ruleset(&format!(
+        r#"{EXTERNAL_ENTITIES}apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {{name: db-vms-in-x}}
+spec:
+  externalEntitySelector: {{matchLabels: {{role: db}}}}
+  namespaceSelector: {{matchLabels: {{ns: x}}}}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {{name: p}}
+spec:
+  priority: 1
+  appliedTo: [{{podSelector: {{matchLabels: {{app: a}}}}}}]
+  ingress:
+  - action: Allow
+    from: [{{group: db-vms-in-x}}]
+    ports: [{{protocol: TCP, port: 5432}}]
+  - action: Allow
+    from: [{{externalEntitySelector: {{matchLabels: {{role: web}}}}}}]
+    ports: [{{protocol: TCP, port: 80}}]
+  - action: Drop
+"#
+    ));
+    let dst = ip(X, A);
+    let db: IpAddr = "192.168.9.10".parse().unwrap();
+    let db6: IpAddr = "fd09::10".parse().unwrap();
+    let web: IpAddr = "192.168.9.20".parse().unwrap();
+    let table = [
+        (db, 5432, Verdict::Allow),
+        (db6, 5432, Verdict::Allow),
+        (web, 5432, Verdict::Drop),
+        (web, 80, Verdict::Allow),
+        (db, 80, Verdict::Drop),
+        // Pods are not ExternalEntities, even with matching labels.
+        (ip(Y, B), 80, Verdict::Drop),
+    ];
+    for (src, port, want) in table {
+        assert_eq!(verdict(&rs, src, dst, port), want, "{src} -> {port}");
+    }
+}
+
+#[test]
+fn external_entity_selector_in_a_namespaced_policy_stays_in_its_namespace() {
+    let rs = ruleset(&format!(
+        "{EXTERNAL_ENTITIES}apiVersion: crd.antrea.io/v1beta1\nkind: NetworkPolicy\nmetadata: {{name: p, namespace: x}}\nspec:\n  priority: 1\n  appliedTo: [{{podSelector: {{matchLabels: {{app: a}}}}}}]\n  ingress:\n  - action: Allow\n    from: [{{externalEntitySelector: {{}}}}]\n  - action: Drop\n"
+    ));
+    let dst = ip(X, A);
+    assert_eq!(
+        verdict(&rs, "192.168.9.10".parse().unwrap(), dst, 80),
+        Verdict::Allow
+    );
+    assert_eq!(
+        verdict(&rs, "192.168.9.20".parse().unwrap(), dst, 80),
+        Verdict::Drop
+    );
+}
+
+#[test]
+fn applied_to_an_external_entity_of_this_node() {
+    let policy = |selector: &str| {
+        ruleset(&format!(
+            "{EXTERNAL_ENTITIES}apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {{name: p}}\nspec:\n  priority: 1\n  appliedTo: [{{externalEntitySelector: {{matchLabels: {{role: {selector}}}}}}}]\n  ingress: [{{action: Drop, from: [{{ipBlock: {{cidr: 1.2.3.0/24}}}}]}}]\n"
+        ))
+    };
+    let node: IpAddr = NODE_IP.parse().unwrap();
+    let rs = policy("host");
+    assert!(rs.enforced().node_ingress);
+    assert_eq!(
+        verdict(&rs, "1.2.3.4".parse().unwrap(), node, 22),
+        Verdict::Drop
+    );
+    assert_eq!(
+        verdict(&rs, "1.2.4.4".parse().unwrap(), node, 22),
+        Verdict::Allow
+    );
+    // An ExternalEntity of another ExternalNode is enforced there, not here.
+    let rs = policy("db");
+    assert!(!rs.enforced().node_ingress);
+}
+
+#[test]
+fn policy_summaries_list_rule_names_as_antrea_shows_them() {
+    // `tollgate get policies`: given names, and Antrea's generated ones
+    // (tests/data/antrea-rule-names/cases.json).
+    let rs = one_policy(
+        "  ingress:\n  - action: Allow\n  - {action: Drop, name: given}\n  egress:\n  - action: Drop\n",
+    );
+    assert_eq!(
+        rs.policies()[0].rule_names,
+        ["ingress-allow-216bba8", "given", "egress-drop-742ade5"]
+    );
+}
+
+#[test]
+fn node_cluster_group_as_a_child_group() {
+    let rs = ruleset(&format!(
+        "{NODE2}apiVersion: crd.antrea.io/v1beta1\nkind: ClusterGroup\nmetadata: {{name: cp}}\nspec:\n  nodeSelector: {{matchLabels: {{role: control-plane}}}}\n---\napiVersion: crd.antrea.io/v1beta1\nkind: ClusterGroup\nmetadata: {{name: trusted}}\nspec:\n  childGroups: [cp]\n---\napiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {{name: p}}\nspec:\n  priority: 5\n  appliedTo: [{{podSelector: {{matchLabels: {{app: a}}}}}}]\n  ingress:\n  - {{action: Allow, from: [{{group: trusted}}]}}\n  - {{action: Drop}}\n"
+    ));
+    let dst = ip(X, A);
+    assert_eq!(
+        verdict(&rs, "10.255.0.2".parse().unwrap(), dst, 80),
+        Verdict::Allow
+    );
+    assert_eq!(
+        verdict(&rs, NODE_IP.parse().unwrap(), dst, 80),
+        Verdict::Allow,
+        "node to its own Pods"
+    );
+    assert_eq!(verdict(&rs, ip(Y, B), dst, 80), Verdict::Drop);
+}

@@ -1,7 +1,8 @@
 //! Antrea-native policy CRDs (`crd.antrea.io/v1beta1`, and `v1alpha1` as the
 //! spec's examples use it): Tier, ClusterNetworkPolicy, NetworkPolicy,
 //! ClusterGroup and Group. Field names are exactly the spec's; unknown fields
-//! are rejected when the object is parsed.
+//! are rejected when the object is parsed. Also the ExternalEntity
+//! inventory object (`v1alpha2`), read leniently like the `v1` inventory.
 
 use std::net::IpAddr;
 
@@ -80,6 +81,8 @@ pub struct AppliedTo {
     pub namespace_selector: Option<LabelSelector>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_selector: Option<LabelSelector>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_entity_selector: Option<LabelSelector>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -163,6 +166,8 @@ pub struct Peer {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_selector: Option<LabelSelector>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_entity_selector: Option<LabelSelector>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account: Option<NamespacedName>,
@@ -216,17 +221,29 @@ pub enum PortValue {
     Name(String),
 }
 
-/// One entry of `ports`. A missing `protocol` means TCP; a missing `port`
-/// means every port of that protocol.
+/// One entry of `ports`. A missing `protocol` means TCP (kept as written:
+/// the generated rule name hashes it); a missing `port` means every port of
+/// that protocol. `sourcePort`..`sourceEndPort` match the client's port.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PolicyPort {
-    #[serde(default)]
-    pub protocol: PortProtocol,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<PortProtocol>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<PortValue>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_port: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_port: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_end_port: Option<i32>,
+}
+
+impl PolicyPort {
+    /// The protocol, TCP when not written.
+    pub fn protocol(&self) -> PortProtocol {
+        self.protocol.unwrap_or_default()
+    }
 }
 
 /// One entry of `protocols`: exactly one of `icmp` / `igmp`.
@@ -306,6 +323,13 @@ pub struct GroupSpec {
     pub pod_selector: Option<LabelSelector>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_selector: Option<LabelSelector>,
+    /// A group of Nodes: selects Node addresses, usable wherever a
+    /// ClusterGroup is (not with any other selector).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<LabelSelector>,
+    /// ExternalEntities (alone, or with `namespaceSelector`), matched like Pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_entity_selector: Option<LabelSelector>,
     /// Deprecated single form of `ipBlocks`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ip_block: Option<IpBlock>,
@@ -315,6 +339,53 @@ pub struct GroupSpec {
     pub service_reference: Option<NamespacedName>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub child_groups: Vec<String>,
+}
+
+/// An ExternalEntity (`crd.antrea.io/v1alpha2`): a workload that is not a
+/// Pod (a VM's interface), with labels and addresses, selected by
+/// `externalEntitySelector` as Pods are by `podSelector`. Inventory, so only
+/// the fields policy needs are kept and the rest of the spec is ignored.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExternalEntity {
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: ExternalEntitySpec,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExternalEntitySpec {
+    #[serde(default)]
+    pub endpoints: Vec<ExternalEntityEndpoint>,
+    /// The ExternalNode the entity's interfaces belong to.
+    #[serde(default)]
+    pub external_node: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExternalEntityEndpoint {
+    pub ip: IpAddr,
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+impl ExternalEntity {
+    pub fn namespace(&self) -> &str {
+        self.metadata.namespace.as_deref().unwrap_or("default")
+    }
+
+    /// The endpoints' addresses, duplicates removed.
+    pub fn ips(&self) -> Vec<IpAddr> {
+        let mut ips: Vec<IpAddr> = Vec::new();
+        for endpoint in &self.spec.endpoints {
+            if !ips.contains(&endpoint.ip) {
+                ips.push(endpoint.ip);
+            }
+        }
+        ips
+    }
 }
 
 /// Rule direction within a policy.
@@ -334,9 +405,8 @@ impl Direction {
 }
 
 impl Rule {
-    /// The rule's name, or the spec's generated `[ingress|egress]-[action]-[hash]`
-    /// where the hash is the first 7 hex digits of the SHA-1 of the rule's
-    /// canonical JSON (without its name), so it is stable across reloads.
+    /// The rule's name, or the `[ingress|egress]-[action]-[hash]` Antrea
+    /// generates, so audit log, `trace` and `get` show an Antrea cluster's names.
     pub fn effective_name(&self, direction: Direction) -> String {
         if let Some(name) = self.name.as_deref().filter(|n| !n.is_empty()) {
             return name.to_string();
@@ -344,19 +414,10 @@ impl Rule {
         self.generated_name(direction)
     }
 
-    /// The name the spec generates for this rule, ignoring any given name.
+    /// The name Antrea's mutating webhook generates for this rule, ignoring
+    /// any given name (see [`super::rule_name`]).
     pub fn generated_name(&self, direction: Direction) -> String {
-        use sha1::{Digest, Sha1};
-        let mut unnamed = self.clone();
-        unnamed.name = None;
-        let canonical = serde_json::to_vec(&unnamed).unwrap_or_default();
-        let digest = Sha1::digest(&canonical);
-        let hex: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
-        let dir = match direction {
-            Direction::Ingress => "ingress",
-            Direction::Egress => "egress",
-        };
-        format!("{dir}-{}-{}", self.action.lowercase(), &hex[..7])
+        super::rule_name::generated_name(self, direction)
     }
 }
 

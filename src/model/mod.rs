@@ -5,6 +5,7 @@
 pub mod antrea;
 pub mod k8s;
 pub mod meta;
+pub mod rule_name;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -30,6 +31,7 @@ pub enum Kind {
     Pod,
     Service,
     ServiceAccount,
+    ExternalEntity,
 }
 
 impl Kind {
@@ -48,6 +50,7 @@ impl Kind {
             Kind::Pod => "Pod",
             Kind::Service => "Service",
             Kind::ServiceAccount => "ServiceAccount",
+            Kind::ExternalEntity => "ExternalEntity",
         }
     }
 
@@ -73,6 +76,7 @@ impl Kind {
             ("", "v1", "Pod") => Some(Kind::Pod),
             ("", "v1", "Service") => Some(Kind::Service),
             ("", "v1", "ServiceAccount") => Some(Kind::ServiceAccount),
+            ("crd.antrea.io", "v1alpha2", "ExternalEntity") => Some(Kind::ExternalEntity),
             _ => None,
         }
     }
@@ -109,6 +113,7 @@ pub enum Object {
     Pod(Pod),
     Service(Service),
     ServiceAccount(ServiceAccount),
+    ExternalEntity(ExternalEntity),
 }
 
 impl Object {
@@ -125,6 +130,7 @@ impl Object {
             Object::Pod(_) => Kind::Pod,
             Object::Service(_) => Kind::Service,
             Object::ServiceAccount(_) => Kind::ServiceAccount,
+            Object::ExternalEntity(_) => Kind::ExternalEntity,
         }
     }
 
@@ -139,6 +145,7 @@ impl Object {
             Object::Pod(o) => &o.metadata,
             Object::Service(o) => &o.metadata,
             Object::ServiceAccount(o) => &o.metadata,
+            Object::ExternalEntity(o) => &o.metadata,
         }
     }
 
@@ -186,6 +193,7 @@ impl Object {
             Kind::Pod => Object::Pod(decode(value)?),
             Kind::Service => Object::Service(decode(value)?),
             Kind::ServiceAccount => Object::ServiceAccount(decode(value)?),
+            Kind::ExternalEntity => Object::ExternalEntity(decode(value)?),
         })
     }
 }

@@ -209,6 +209,7 @@ fn indexed_ports(rule: &CompiledRule) -> Option<Vec<(PortProtocol, u16)>> {
                 protocol,
                 first,
                 last,
+                ..
             } if u32::from(*last) - u32::from(*first) < MAX_INDEXED_RANGE => {
                 keys.extend((*first..=*last).map(|p| (*protocol, p)));
             }

@@ -64,6 +64,10 @@ pub struct PolicySummary {
     pub tier_priority: Option<i32>,
     pub priority: Option<f64>,
     pub rules: usize,
+    /// Names of the rules, ingress then egress, given or generated as
+    /// Antrea generates them; empty for Kubernetes NetworkPolicies.
+    #[serde(default)]
+    pub rule_names: Vec<String>,
     /// Endpoints on this node the policy applies to.
     pub applied_to: Vec<String>,
 }

@@ -78,21 +78,27 @@ pub struct RuleRef {
     pub l7: Arc<[L7Protocol]>,
 }
 
-/// One entry of a rule's `ports`/`protocols`, resolved.
+/// One entry of a rule's `ports`/`protocols`, resolved. `source` is the
+/// entry's `sourcePort`..`sourceEndPort` (inclusive): the client's port.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum ServiceMatch {
-    /// A protocol with every port.
-    Protocol(PortProtocol),
-    /// A port range (inclusive) of a protocol.
+    /// A protocol with every destination port.
+    Protocol {
+        protocol: PortProtocol,
+        source: Option<(u16, u16)>,
+    },
+    /// A destination port range (inclusive) of a protocol.
     Ports {
         protocol: PortProtocol,
         first: u16,
         last: u16,
+        source: Option<(u16, u16)>,
     },
     /// A named container port, resolved against the destination Pod.
     Named {
         protocol: PortProtocol,
         name: String,
+        source: Option<(u16, u16)>,
     },
     Icmp {
         icmp_type: Option<u8>,
@@ -171,22 +177,41 @@ impl ServiceMatch {
     /// Whether the flow's transport matches; `named` resolves a named port on
     /// the destination.
     pub fn matches(&self, flow: &Flow, named: impl Fn(&str, PortProtocol) -> Option<u16>) -> bool {
+        let source_matches = |source: &Option<(u16, u16)>| {
+            source.is_none_or(|(first, last)| {
+                flow.transport
+                    .src_port()
+                    .is_some_and(|p| (first..=last).contains(&p))
+            })
+        };
         match (self, &flow.transport) {
-            (ServiceMatch::Protocol(p), t) => port_protocol(t) == Some(*p),
+            (ServiceMatch::Protocol { protocol, source }, t) => {
+                port_protocol(t) == Some(*protocol) && source_matches(source)
+            }
             (
                 ServiceMatch::Ports {
                     protocol,
                     first,
                     last,
+                    source,
                 },
                 t,
             ) => {
                 port_protocol(t) == Some(*protocol)
                     && t.dst_port().is_some_and(|p| (*first..=*last).contains(&p))
+                    && source_matches(source)
             }
-            (ServiceMatch::Named { protocol, name }, t) => {
+            (
+                ServiceMatch::Named {
+                    protocol,
+                    name,
+                    source,
+                },
+                t,
+            ) => {
                 port_protocol(t) == Some(*protocol)
                     && named(name, *protocol).is_some_and(|p| t.dst_port() == Some(p))
+                    && source_matches(source)
             }
             (
                 ServiceMatch::Icmp {

@@ -1,11 +1,11 @@
-//! ClusterGroups and Groups: one way of selecting members (selectors, a
-//! Service, ipBlocks or child groups), valid ipBlocks, and child groups that
+//! ClusterGroups and Groups: one way of selecting members (Pod, Node or
+//! ExternalEntity selectors, a Service, ipBlocks or child groups), valid ipBlocks, and child groups that
 //! exist, are listed once, are not the group itself and nest one level deep.
 //! Never resolves members: that is the compiler's job.
 
 use std::collections::HashSet;
 
-use crate::model::AntreaGroup;
+use crate::model::{AntreaGroup, GroupSpec};
 
 use super::rule::check_ip_block;
 use super::{check_group_ref, check_namespaced_name, Index, Report, Scope};
@@ -21,28 +21,7 @@ pub(super) fn check_group(
     if spec.ip_block.is_some() && !spec.ip_blocks.is_empty() {
         report.add("spec.ipBlock", "cannot be set together with ipBlocks");
     }
-    let mut set: Vec<&str> = Vec::new();
-    if spec.pod_selector.is_some() || spec.namespace_selector.is_some() {
-        set.push("podSelector/namespaceSelector");
-    }
-    if spec.service_reference.is_some() {
-        set.push("serviceReference");
-    }
-    if spec.ip_block.is_some() || !spec.ip_blocks.is_empty() {
-        set.push("ipBlock(s)");
-    }
-    if !spec.child_groups.is_empty() {
-        set.push("childGroups");
-    }
-    if set.len() > 1 {
-        report.add(
-            "spec",
-            format!(
-                "at most one of podSelector/namespaceSelector, serviceReference, ipBlock, ipBlocks or childGroups can be set, found {}",
-                set.join(" and ")
-            ),
-        );
-    }
+    check_member_fields(report, spec, scope);
     if let Some(block) = &spec.ip_block {
         check_ip_block(report, "spec.ipBlock", block);
     }
@@ -77,5 +56,61 @@ pub(super) fn check_group(
                 );
             }
         }
+    }
+}
+
+/// The webhook's rule: one way of selecting members, except that
+/// `namespaceSelector` goes with `podSelector` or `externalEntitySelector`.
+/// Only a ClusterGroup selects Nodes (a Group's schema has no `nodeSelector`).
+fn check_member_fields(report: &mut Report<'_>, spec: &GroupSpec, scope: Scope) {
+    let group_selects_nodes = matches!(scope, Scope::Cluster);
+    if spec.node_selector.is_some() && !group_selects_nodes {
+        report.add(
+            "spec.nodeSelector",
+            "a Group cannot select Nodes (only a ClusterGroup can)",
+        );
+    }
+    let set: Vec<&str> = [
+        (spec.pod_selector.is_some(), "podSelector"),
+        (spec.namespace_selector.is_some(), "namespaceSelector"),
+        (
+            spec.node_selector.is_some() && group_selects_nodes,
+            "nodeSelector",
+        ),
+        (
+            spec.external_entity_selector.is_some(),
+            "externalEntitySelector",
+        ),
+        (spec.service_reference.is_some(), "serviceReference"),
+        (
+            spec.ip_block.is_some() || !spec.ip_blocks.is_empty(),
+            if spec.ip_block.is_some() {
+                "ipBlock"
+            } else {
+                "ipBlocks"
+            },
+        ),
+        (!spec.child_groups.is_empty(), "childGroups"),
+    ]
+    .into_iter()
+    .filter_map(|(is_set, name)| is_set.then_some(name))
+    .collect();
+    let allowed_pair = matches!(
+        set.as_slice(),
+        ["podSelector", "namespaceSelector"] | ["namespaceSelector", "externalEntitySelector"]
+    );
+    if set.len() > 1 && !allowed_pair {
+        let fields = if group_selects_nodes {
+            "podSelector, nodeSelector, externalEntitySelector, serviceReference, ipBlock, ipBlocks or childGroups"
+        } else {
+            "podSelector, externalEntitySelector, serviceReference, ipBlocks or childGroups"
+        };
+        report.add(
+            "spec",
+            format!(
+                "at most one of {fields} can be set (namespaceSelector only with podSelector or externalEntitySelector), found {}",
+                set.join(" and ")
+            ),
+        );
     }
 }

@@ -95,7 +95,8 @@ pub fn validate(snapshot: &Snapshot) -> Vec<Problem> {
             | Object::Namespace(_)
             | Object::Pod(_)
             | Object::Service(_)
-            | Object::ServiceAccount(_) => {}
+            | Object::ServiceAccount(_)
+            | Object::ExternalEntity(_) => {}
         }
     }
     problems

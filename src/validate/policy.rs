@@ -150,9 +150,9 @@ fn check_applied_to(
     if fields.is_empty() {
         let allowed = match scope {
             Scope::Cluster => {
-                "podSelector, namespaceSelector, nodeSelector, group, serviceAccount or service"
+                "podSelector, namespaceSelector, nodeSelector, externalEntitySelector, group, serviceAccount or service"
             }
-            Scope::Namespace(_) => "podSelector, group or serviceAccount",
+            Scope::Namespace(_) => "podSelector, externalEntitySelector, group or serviceAccount",
         };
         report.add(path, format!("empty entry: set one of {allowed}"));
         return;
@@ -211,6 +211,10 @@ fn applied_to_fields(entry: &AppliedTo) -> Vec<&'static str> {
         ("podSelector", entry.pod_selector.is_some()),
         ("namespaceSelector", entry.namespace_selector.is_some()),
         ("nodeSelector", entry.node_selector.is_some()),
+        (
+            "externalEntitySelector",
+            entry.external_entity_selector.is_some(),
+        ),
         ("group", entry.group.is_some()),
         ("serviceAccount", entry.service_account.is_some()),
         ("service", entry.service.is_some()),

@@ -129,7 +129,7 @@ fn check_peer(
     if fields.is_empty() {
         report.add(
             path,
-            "empty peer: set one of podSelector, namespaceSelector, namespaces, nodeSelector, group, serviceAccount, ipBlock or fqdn",
+            "empty peer: set one of podSelector, namespaceSelector, namespaces, nodeSelector, externalEntitySelector, group, serviceAccount, ipBlock or fqdn",
         );
         return;
     }
@@ -211,6 +211,10 @@ pub(super) fn peer_fields(peer: &Peer) -> Vec<&'static str> {
         ("namespaceSelector", peer.namespace_selector.is_some()),
         ("namespaces", peer.namespaces.is_some()),
         ("nodeSelector", peer.node_selector.is_some()),
+        (
+            "externalEntitySelector",
+            peer.external_entity_selector.is_some(),
+        ),
         ("group", peer.group.is_some()),
         ("serviceAccount", peer.service_account.is_some()),
         ("ipBlock", peer.ip_block.is_some()),
@@ -261,6 +265,42 @@ pub(super) fn check_cidr_except(
 
 fn check_antrea_port(report: &mut Report<'_>, path: &str, port: &PolicyPort) {
     check_port(report, path, port.port.as_ref(), port.end_port);
+    check_source_ports(report, path, port.source_port, port.source_end_port);
+}
+
+/// `sourcePort`..`sourceEndPort`: the webhook's rules (`sourceEndPort` needs
+/// `sourcePort` and is not lower) plus the port range `port` has.
+fn check_source_ports(
+    report: &mut Report<'_>,
+    path: &str,
+    source_port: Option<i32>,
+    source_end_port: Option<i32>,
+) {
+    let in_range = |field: &str, n: i32, report: &mut Report<'_>| {
+        let ok = (1..=65535).contains(&n);
+        if !ok {
+            report.add(
+                format!("{path}.{field}"),
+                format!("must be between 1 and 65535, got {n}"),
+            );
+        }
+        ok
+    };
+    let start = source_port.filter(|&n| in_range("sourcePort", n, report));
+    let Some(end) = source_end_port else {
+        return;
+    };
+    let field = format!("{path}.sourceEndPort");
+    if source_port.is_none() {
+        report.add(field, "requires sourcePort");
+    } else if in_range("sourceEndPort", end, report) {
+        if let Some(start) = start.filter(|&start| end < start) {
+            report.add(
+                field,
+                format!("must not be lower than sourcePort {start}, got {end}"),
+            );
+        }
+    }
 }
 
 /// `port` (number or name) and `endPort`, the same for Antrea and K8s.
@@ -477,7 +517,7 @@ fn check_l7(report: &mut Report<'_>, path: &str, rule: &Rule) {
     }
     if has_http {
         for (i, port) in rule.ports.iter().enumerate() {
-            if port.protocol != crate::model::PortProtocol::Tcp {
+            if port.protocol() != crate::model::PortProtocol::Tcp {
                 report.add(
                     format!("{path}.ports[{i}].protocol"),
                     "HTTP rules can only use TCP ports",

@@ -1029,7 +1029,7 @@ fn group_sets_at_most_one_kind_of_member() {
     assert_problem(
         &cluster_group("g", "podSelector: {}\nipBlocks: [{cidr: 10.0.0.0/8}]"),
         "spec",
-        "at most one of podSelector/namespaceSelector, serviceReference, ipBlock, ipBlocks or childGroups can be set, found podSelector/namespaceSelector and ipBlock(s)",
+        "at most one of podSelector, nodeSelector, externalEntitySelector, serviceReference, ipBlock, ipBlocks or childGroups can be set (namespaceSelector only with podSelector or externalEntitySelector), found podSelector and ipBlocks",
     );
     assert_problem(
         &group(
@@ -1038,7 +1038,7 @@ fn group_sets_at_most_one_kind_of_member() {
             "serviceReference: {name: s}\nnamespaceSelector: {}",
         ),
         "spec",
-        "found podSelector/namespaceSelector and serviceReference",
+        "at most one of podSelector, externalEntitySelector, serviceReference, ipBlocks or childGroups can be set (namespaceSelector only with podSelector or externalEntitySelector), found namespaceSelector and serviceReference",
     );
 }
 
@@ -1193,4 +1193,106 @@ fn problems_carry_origin_and_object() {
     assert_eq!(problems[0].origin, Path::new("t.yaml"));
     assert_eq!(problems[0].object.kind, Some(Kind::ClusterNetworkPolicy));
     assert_eq!(problems[0].object.name, "p");
+}
+
+#[test]
+fn a_given_name_equal_to_antreas_generated_name_conflicts() {
+    // `ingress-allow-216bba8` is the name Antrea's webhook gives `{action:
+    // Allow}` (tests/data/antrea-rule-names/cases.json, first vector).
+    assert_problem(
+        &acnp("priority: 1\nappliedTo: [{podSelector: {}}]\ningress:\n- {action: Allow}\n- {action: Drop, name: ingress-allow-216bba8}\n"),
+        "spec.ingress[1].name",
+        "`ingress-allow-216bba8` is the generated name of spec.ingress[0]",
+    );
+    // Antrea keeps one set of names for ingress and egress together.
+    assert_problem(
+        &acnp("priority: 1\nappliedTo: [{podSelector: {}}]\ningress:\n- {action: Allow}\negress:\n- {action: Drop, name: ingress-allow-216bba8}\n"),
+        "spec.egress[0].name",
+        "`ingress-allow-216bba8` is the generated name of spec.ingress[0]",
+    );
+    assert_valid(&acnp("priority: 1\nappliedTo: [{podSelector: {}}]\ningress:\n- {action: Allow, enableLogging: true}\n- {action: Drop, name: ingress-allow-216bba8}\n"));
+}
+
+#[test]
+fn source_ports() {
+    let rule = |ports: &str| acnp_ingress(&format!("action: Allow, ports: [{ports}]"));
+    assert_valid(&rule("{protocol: TCP, sourcePort: 32768, sourceEndPort: 60999}, {sourcePort: 53}, {protocol: UDP, port: 53, sourcePort: 1000, sourceEndPort: 1000}, {port: http, sourcePort: 1}"));
+    let f = "spec.ingress[0].ports[0]";
+    assert_problem(
+        &rule("{sourceEndPort: 9000}"),
+        &format!("{f}.sourceEndPort"),
+        "requires sourcePort",
+    );
+    assert_problem(
+        &rule("{sourcePort: 9000, sourceEndPort: 8080}"),
+        &format!("{f}.sourceEndPort"),
+        "must not be lower than sourcePort 9000, got 8080",
+    );
+    assert_problem(
+        &rule("{sourcePort: 0}"),
+        &format!("{f}.sourcePort"),
+        "must be between 1 and 65535, got 0",
+    );
+    assert_problem(
+        &rule("{sourcePort: 80, sourceEndPort: 65536}"),
+        &format!("{f}.sourceEndPort"),
+        "must be between 1 and 65535, got 65536",
+    );
+    assert_problem(
+        &rule("{sourcePort: 70000, sourceEndPort: 80}"),
+        &format!("{f}.sourcePort"),
+        "must be between 1 and 65535, got 70000",
+    );
+}
+
+#[test]
+fn group_member_fields_as_antreas_webhook() {
+    for spec in [
+        "nodeSelector: {matchLabels: {role: control-plane}}",
+        "externalEntitySelector: {matchLabels: {app: vm}}",
+        "externalEntitySelector: {}\nnamespaceSelector: {matchLabels: {env: prod}}",
+        "namespaceSelector: {}",
+        "podSelector: {}",
+    ] {
+        assert_valid(&cluster_group("g", spec));
+    }
+    assert_valid(&group(
+        "shop",
+        "g",
+        "externalEntitySelector: {}\nnamespaceSelector: {}",
+    ));
+    let both = "at most one of podSelector, nodeSelector, externalEntitySelector, serviceReference, ipBlock, ipBlocks or childGroups can be set (namespaceSelector only with podSelector or externalEntitySelector), found";
+    for (spec, found) in [
+        (
+            "nodeSelector: {}\nnamespaceSelector: {}",
+            "namespaceSelector and nodeSelector",
+        ),
+        (
+            "nodeSelector: {}\npodSelector: {}",
+            "podSelector and nodeSelector",
+        ),
+        (
+            "podSelector: {}\nexternalEntitySelector: {}",
+            "podSelector and externalEntitySelector",
+        ),
+        (
+            "podSelector: {}\nnamespaceSelector: {}\nexternalEntitySelector: {}",
+            "podSelector and namespaceSelector and externalEntitySelector",
+        ),
+        (
+            "nodeSelector: {}\nserviceReference: {name: s, namespace: n}",
+            "nodeSelector and serviceReference",
+        ),
+    ] {
+        assert_problem(
+            &cluster_group("g", spec),
+            "spec",
+            &format!("{both} {found}"),
+        );
+    }
+    assert_problem(
+        &group("shop", "g", "nodeSelector: {}"),
+        "spec.nodeSelector",
+        "a Group cannot select Nodes (only a ClusterGroup can)",
+    );
 }

@@ -21,5 +21,6 @@ mod l7;
 mod lifecycle;
 mod observe;
 mod overload;
+mod parity;
 mod queue;
 mod run;

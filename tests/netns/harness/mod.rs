@@ -146,6 +146,8 @@ pub const TEST_IDS: &[&str] = &[
     "forged_reply_from_the_pods_own_interface_is_not_learned_ipv6",
     "replies_on_the_servers_path_teach_only_as_answers_with_bounded_ttl",
     "replies_made_on_the_node_teach_only_from_the_nodes_own_addresses",
+    "source_port_range_is_matched_on_the_wire",
+    "node_cluster_groups_in_a_node_policy_on_the_wire",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
