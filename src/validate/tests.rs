@@ -1258,3 +1258,169 @@ fn problems_carry_origin_and_object() {
     assert_eq!(problems[0].object.kind, Some(Kind::ClusterNetworkPolicy));
     assert_eq!(problems[0].object.name, "p");
 }
+
+#[test]
+fn selector_labels_follow_kubernetes_syntax() {
+    let applied = |sel: &str| acnp(&format!("priority: 1\nappliedTo: [{{podSelector: {sel}}}]\n"));
+    assert_valid(&applied(
+        "{matchLabels: {app.kubernetes.io/name: web, tier: ''}, matchExpressions: [{key: env, operator: In, values: [prod]}]}",
+    ));
+    assert_problem(
+        &applied("{matchLabels: {'-app': web}}"),
+        "spec.appliedTo[0].podSelector.matchLabels",
+        "invalid label key `-app`: name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
+    );
+    assert_problem(
+        &applied("{matchLabels: {app: 'a b'}}"),
+        "spec.appliedTo[0].podSelector.matchLabels.app",
+        "invalid label value `a b`: must consist of alphanumeric characters",
+    );
+    assert_problem(
+        &applied("{matchLabels: {Example.com/app: web}}"),
+        "spec.appliedTo[0].podSelector.matchLabels",
+        "invalid label key `Example.com/app`: prefix part must be a lowercase DNS subdomain",
+    );
+    assert_problem(
+        &applied("{matchExpressions: [{key: 'a$', operator: Exists}]}"),
+        "spec.appliedTo[0].podSelector.matchExpressions[0].key",
+        "invalid label key `a$`",
+    );
+    assert_problem(
+        &applied("{matchExpressions: [{key: a, operator: In, values: ['x/y']}]}"),
+        "spec.appliedTo[0].podSelector.matchExpressions[0].values[0]",
+        "invalid label value `x/y`",
+    );
+    assert_problem(
+        &applied("{matchExpressions: [{key: a, operator: NotIn}]}"),
+        "spec.appliedTo[0].podSelector.matchExpressions[0].values",
+        "must be non-empty for operator NotIn",
+    );
+    assert_problem(
+        &applied("{matchExpressions: [{key: a, operator: Exists, values: [x]}]}"),
+        "spec.appliedTo[0].podSelector.matchExpressions[0].values",
+        "must be empty for operator Exists",
+    );
+    // Peers, groups and Kubernetes NetworkPolicies too.
+    assert_problem(
+        &acnp_ingress("action: Drop, from: [{namespaceSelector: {matchLabels: {'a b': x}}}]"),
+        "spec.ingress[0].from[0].namespaceSelector.matchLabels",
+        "invalid label key `a b`",
+    );
+    assert_problem(
+        &acnp_ingress("action: Drop, from: [{nodeSelector: {matchLabels: {a: '-x'}}}]"),
+        "spec.ingress[0].from[0].nodeSelector.matchLabels.a",
+        "invalid label value `-x`",
+    );
+    assert_problem(
+        &cluster_group("g", "namespaceSelector: {matchLabels: {'x/': y}}"),
+        "spec.namespaceSelector.matchLabels",
+        "invalid label key `x/`: name part must not be empty",
+    );
+    assert_problem(
+        &k8s_np("podSelector: {matchLabels: {'a:b': c}}\n"),
+        "spec.podSelector.matchLabels",
+        "invalid label key `a:b`",
+    );
+    assert_problem(
+        &k8s_np("podSelector: {}\ningress:\n- from: [{podSelector: {matchLabels: {a: 'b c'}}}]\n"),
+        "spec.ingress[0].from[0].podSelector.matchLabels.a",
+        "invalid label value `b c`",
+    );
+}
+
+#[test]
+fn same_labels_keys_are_qualified_names() {
+    assert_valid(&acnp_ingress(
+        "action: Drop, from: [{namespaces: {sameLabels: [org, kubernetes.io/metadata.name]}}]",
+    ));
+    assert_problem(
+        &acnp_ingress("action: Drop, from: [{namespaces: {sameLabels: [org, 'bad key']}}]"),
+        "spec.ingress[0].from[0].namespaces.sameLabels[1]",
+        "invalid label key `bad key`",
+    );
+    assert_problem(
+        &acnp_ingress("action: Drop, from: [{namespaces: {sameLabels: ['']}}]"),
+        "spec.ingress[0].from[0].namespaces.sameLabels[0]",
+        "invalid label key ``: name part must not be empty",
+    );
+}
+
+#[test]
+fn node_selector_is_not_allowed_in_a_rule_applied_to() {
+    assert_valid(&acnp("priority: 1\nappliedTo: [{nodeSelector: {}}]\ningress:\n- {action: Drop}\n"));
+    assert_problem(
+        &acnp("priority: 1\ningress:\n- {action: Drop, appliedTo: [{nodeSelector: {}}]}\n"),
+        "spec.ingress[0].appliedTo[0].nodeSelector",
+        "not allowed in a rule-level appliedTo (only in spec.appliedTo)",
+    );
+}
+
+#[test]
+fn ip_block_or_fqdn_with_selectors_is_a_warning() {
+    assert_warning(
+        &acnp_ingress("action: Drop, from: [{ipBlock: {cidr: 10.0.0.0/8}, podSelector: {}}]"),
+        "spec.ingress[0].from[0].ipBlock",
+        "only ipBlock is used in this peer, as in Antrea; ignored: podSelector",
+    );
+    assert_warning(
+        &acnp_egress("action: Drop, to: [{fqdn: a.com, namespaceSelector: {}, ipBlock: {cidr: 10.0.0.0/8}}]"),
+        "spec.egress[0].to[0].ipBlock",
+        "ignored: namespaceSelector, fqdn",
+    );
+    assert_warning(
+        &acnp_egress("action: Drop, to: [{fqdn: a.com, podSelector: {}}]"),
+        "spec.egress[0].to[0].fqdn",
+        "only fqdn is used in this peer, as in Antrea; ignored: podSelector",
+    );
+    // group, serviceAccount and nodeSelector still stand alone.
+    assert_problem(
+        &acnp_ingress("action: Drop, from: [{nodeSelector: {}, ipBlock: {cidr: 10.0.0.0/8}}]"),
+        "spec.ingress[0].from[0].nodeSelector",
+        "cannot be set with other fields in the same peer (also set: ipBlock)",
+    );
+}
+
+#[test]
+fn multicast_and_unicast_do_not_mix() {
+    assert_valid(&acnp_egress(
+        "action: Drop, to: [{ipBlock: {cidr: 225.1.2.3/32}}, {ipBlock: {cidr: 239.0.0.0/8}}]",
+    ));
+    assert_problem(
+        &acnp_egress("action: Drop, to: [{ipBlock: {cidr: 225.1.2.3/32}}, {ipBlock: {cidr: 10.0.0.0/8}}]"),
+        "spec.egress[0].to",
+        "multicast and unicast addresses cannot be mixed in one rule (to[0] is multicast, to[1] is unicast)",
+    );
+    let findings = check(&snapshot(&acnp_egress(
+        "action: Drop, to: [{ipBlock: {cidr: 225.1.2.3/32}, podSelector: {}}]",
+    )));
+    assert_eq!(
+        findings.errors.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+        ["t.yaml: ClusterNetworkPolicy p: spec.egress[0].to[0].ipBlock: a multicast address cannot be set with selectors in the same peer"]
+    );
+    assert_valid(&cluster_group("m", "ipBlocks: [{cidr: 224.0.0.0/4}, {cidr: 225.1.1.1/32}]"));
+    assert_problem(
+        &cluster_group("m", "ipBlocks: [{cidr: 10.0.0.0/8}, {cidr: 225.1.1.1/32}]"),
+        "spec.ipBlocks",
+        "multicast and unicast addresses cannot be mixed (ipBlocks[1] is multicast, ipBlocks[0] is unicast)",
+    );
+}
+
+#[test]
+fn legacy_static_tier_names_are_the_lowercase_tiers() {
+    for legacy in crate::model::LEGACY_STATIC_TIERS {
+        let spec = format!("tier: {legacy}\npriority: 1\nappliedTo: [{{podSelector: {{}}}}]\ningress:\n- {{action: Drop}}\n");
+        assert_valid(&acnp(&spec));
+        assert_valid(&annp(&spec));
+    }
+    // Antrea keeps only these exact spellings.
+    assert_problem(
+        &acnp("tier: EMERGENCY\npriority: 1\nappliedTo: [{podSelector: {}}]\n"),
+        "spec.tier",
+        "Tier `EMERGENCY` does not exist",
+    );
+    assert_problem(
+        &acnp("tier: Baseline\npriority: 1\nappliedTo: [{podSelector: {}}]\ningress:\n- {action: Pass}\n"),
+        "spec.ingress[0].action",
+        "Pass is not allowed in the baseline Tier",
+    );
+}
