@@ -6,6 +6,9 @@ pub mod antrea;
 pub mod k8s;
 pub mod meta;
 
+#[cfg(test)]
+mod tests;
+
 use std::fmt;
 use std::path::PathBuf;
 
