@@ -1,0 +1,150 @@
+//! Admission agreement with Antrea: every case of the tables in Antrea's
+//! `pkg/controller/networkpolicy/validate_test.go` (converted once by
+//! `tests/data/antrea/convert_validate_test.py` into
+//! `tests/data/antrea/webhook-cases.json`) goes through tollgate's decoder
+//! and validator, and tollgate must admit exactly what Antrea's webhook
+//! admits, except for the differences listed in `KNOWN_DIFFERENCES` (each
+//! one a row of docs/antrea-compat.md).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use tollgate::model::{Object, Snapshot, Sourced};
+use tollgate::validate::check;
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/antrea")
+        .join(name)
+}
+
+/// Cases where tollgate deliberately decides otherwise, with the reason
+/// (docs/antrea-compat.md).
+const KNOWN_DIFFERENCES: [(&str, &str); 2] = [
+    (
+        "cg-set-with-nssel-and-eesel",
+        "externalEntitySelector is not read yet (issue 15 item 3, branch parity-b)",
+    ),
+    (
+        "group-set-with-nssel-and-eesel",
+        "externalEntitySelector is not read yet (issue 15 item 3, branch parity-b)",
+    ),
+];
+
+/// Whether tollgate refused only because it does not read a field yet.
+fn unknown_field(outcome: &Outcome) -> bool {
+    outcome.tollgate_reason.starts_with("decode: ") && outcome.tollgate_reason.contains("unknown field")
+}
+
+/// Cases that test an Antrea feature gate turned off; tollgate has no such
+/// switch (layer 7 rules are always available).
+const FEATURE_GATE_OFF: &str = "featureGates";
+
+struct Outcome {
+    name: String,
+    antrea_admits: bool,
+    antrea_reason: String,
+    tollgate_admits: bool,
+    tollgate_reason: String,
+}
+
+fn run_case(case: &Value) -> Outcome {
+    let name = case["name"].as_str().unwrap().to_string();
+    let antrea_reason = case["reason"].as_str().unwrap().to_string();
+    let mut objects = Vec::new();
+    let mut reasons = Vec::new();
+    for doc in [&case["exist"], &case["object"]] {
+        if doc.is_null() {
+            continue;
+        }
+        match Object::from_value(doc.clone()) {
+            Ok(object) => objects.push(Sourced {
+                origin: PathBuf::from(format!("{name}.yaml")),
+                object,
+            }),
+            Err(e) => reasons.push(format!("decode: {e}")),
+        }
+    }
+    if reasons.is_empty() {
+        let findings = check(&Snapshot { objects });
+        reasons.extend(findings.errors.iter().map(|p| p.to_string()));
+    }
+    Outcome {
+        name,
+        antrea_admits: antrea_reason.is_empty(),
+        antrea_reason,
+        tollgate_admits: reasons.is_empty(),
+        tollgate_reason: reasons.join(" | "),
+    }
+}
+
+#[test]
+fn tollgate_admits_what_antreas_webhook_admits() {
+    let cases: Vec<Value> =
+        serde_json::from_str(&fs::read_to_string(data("webhook-cases.json")).unwrap()).unwrap();
+    let mut checked = 0;
+    let mut agree = 0;
+    let mut by_unknown_field = Vec::new();
+    let mut disagreements = Vec::new();
+    for case in &cases {
+        let gates = case[FEATURE_GATE_OFF].as_object().unwrap();
+        if gates.values().any(|on| on == false) {
+            continue;
+        }
+        checked += 1;
+        let outcome = run_case(case);
+        if outcome.antrea_admits == outcome.tollgate_admits {
+            if std::env::var_os("PARITY_SHOW").is_some() {
+                println!(
+                    "agree {}: Antrea ({}) tollgate ({})",
+                    outcome.name, outcome.antrea_reason, outcome.tollgate_reason
+                );
+            }
+            agree += 1;
+            if !outcome.antrea_admits && unknown_field(&outcome) {
+                by_unknown_field.push(outcome.name);
+            }
+            continue;
+        }
+        disagreements.push(outcome);
+    }
+    let shown: Vec<String> = disagreements
+        .iter()
+        .map(|o| {
+            format!(
+                "{}: Antrea {} ({}), tollgate {} ({})",
+                o.name,
+                if o.antrea_admits { "admits" } else { "refuses" },
+                o.antrea_reason,
+                if o.tollgate_admits { "admits" } else { "refuses" },
+                o.tollgate_reason
+            )
+        })
+        .collect();
+    println!(
+        "{checked} cases checked, {agree} agree ({} of them only because tollgate does not read a field yet: {})",
+        by_unknown_field.len(),
+        by_unknown_field.join(", ")
+    );
+    for line in &shown {
+        println!("disagreement: {line}");
+    }
+    let unexpected: Vec<&String> = shown
+        .iter()
+        .zip(&disagreements)
+        .filter(|(_, o)| !KNOWN_DIFFERENCES.iter().any(|(n, _)| *n == o.name))
+        .map(|(s, _)| s)
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "{checked} cases checked, {agree} agree; unexpected disagreements:\n{}",
+        unexpected
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert_eq!(disagreements.len(), KNOWN_DIFFERENCES.len());
+    assert!(checked >= 90, "only {checked} cases");
+}
