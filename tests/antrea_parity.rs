@@ -1,3 +1,4 @@
+#![allow(clippy::disallowed_methods)]
 //! Admission agreement with Antrea: every case of the tables in Antrea's
 //! `pkg/controller/networkpolicy/validate_test.go` (converted once by
 //! `tests/data/antrea/convert_validate_test.py` into
@@ -147,4 +148,71 @@ fn tollgate_admits_what_antreas_webhook_admits() {
     );
     assert_eq!(disagreements.len(), KNOWN_DIFFERENCES.len());
     assert!(checked >= 90, "only {checked} cases");
+}
+
+/// The published YAML examples of Antrea's docs/antrea-network-policy.md.
+const DOCS_EXAMPLES: &str = "docs-antrea-network-policy.yaml";
+
+#[test]
+fn antreas_documented_examples_are_admitted_as_antrea_admits_them() {
+    let (snapshot, problems) = tollgate::source::load_paths(&[data(DOCS_EXAMPLES)]);
+    // Antrea's schema refuses `action: Deny` (its docs write it four times).
+    let refused: Vec<String> = problems
+        .iter()
+        .map(|p| format!("{}: {}", p.object, p.field))
+        .collect();
+    assert_eq!(
+        refused,
+        [
+            "ClusterNetworkPolicy allow-self-ns: spec.egress[1].action",
+            "ClusterNetworkPolicy deny-self-ns-a-to-b: spec.ingress[0].action",
+            "ClusterNetworkPolicy isolation-based-on-org: spec.egress[1].action",
+            "ClusterNetworkPolicy isolation-based-on-org-and-env: spec.ingress[1].action",
+        ]
+    );
+    assert!(problems.iter().all(|p| p.reason.ends_with("(did you mean Drop?)")));
+    let findings = check(&snapshot);
+    assert!(findings.errors.is_empty(), "{:?}", findings.errors);
+    assert_eq!(snapshot.objects.len(), 34);
+    // Every other example is admitted; references to groups the page never
+    // defines are warnings.
+    assert_eq!(findings.warnings.len(), 8, "{:?}", findings.warnings);
+}
+
+#[test]
+fn validate_prints_warnings_and_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("p.yaml");
+    fs::write(
+        &file,
+        "apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: p}
+spec:
+  priority: 1
+  tier: SecurityOps
+  appliedTo: [{group: later}]
+  ingress:
+  - action: Drop
+    from: [{ipBlock: {cidr: 10.0.0.0/8}, podSelector: {}}]
+",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .arg("validate")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert_eq!(stdout, "valid: 1 object(s) in 1 file(s): 1 ClusterNetworkPolicy\n");
+    let origin = file.display();
+    assert_eq!(
+        stderr,
+        format!(
+            "warning: {origin}: ClusterNetworkPolicy p: spec.appliedTo[0].group: ClusterGroup `later` does not exist (yet): selects nothing until it is defined\n\
+             warning: {origin}: ClusterNetworkPolicy p: spec.ingress[0].from[0].ipBlock: only ipBlock is used in this peer, as in Antrea; ignored: podSelector\n"
+        )
+    );
 }
