@@ -10,7 +10,7 @@ use ipnet::IpNet;
 
 use crate::model::{Direction, IpBlock, Peer, PolicyPort, PortValue, Rule, RuleAction};
 
-use super::labels::{check_selector, qualified_name_problem};
+use super::labels::{check_selector, label_value_problem, qualified_name_problem};
 use super::{check_group_ref, check_namespaced_name, Index, Report, Scope};
 
 pub(super) fn check_rule(
@@ -90,6 +90,15 @@ pub(super) fn check_rule(
     }
     check_protocols(report, direction, path, rule);
     check_l7(report, path, rule);
+    if let Some(label) = &rule.log_label {
+        // Antrea's schema: the shape of a label value.
+        if let Some(reason) = label_value_problem(label) {
+            report.add(
+                format!("{path}.logLabel"),
+                format!("invalid log label `{label}`: {reason}"),
+            );
+        }
+    }
 
     if direction == Direction::Egress {
         check_multicast_peers(report, path, rule);

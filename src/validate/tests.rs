@@ -1424,3 +1424,19 @@ fn legacy_static_tier_names_are_the_lowercase_tiers() {
         "Pass is not allowed in the baseline Tier",
     );
 }
+
+#[test]
+fn log_labels_have_the_shape_of_a_label_value() {
+    assert_valid(&acnp_ingress("action: Drop, enableLogging: true, logLabel: my_label-1.x"));
+    assert_valid(&acnp_ingress("action: Drop, enableLogging: true, logLabel: ''"));
+    assert_problem(
+        &acnp_ingress("action: Drop, enableLogging: true, logLabel: 'my label'"),
+        "spec.ingress[0].logLabel",
+        "invalid log label `my label`: must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
+    );
+    assert_problem(
+        &acnp_ingress(&format!("action: Drop, logLabel: {}", "a".repeat(64))),
+        "spec.ingress[0].logLabel",
+        "must be no more than 63 characters",
+    );
+}
