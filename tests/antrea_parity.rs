@@ -35,7 +35,8 @@ const KNOWN_DIFFERENCES: [(&str, &str); 2] = [
 
 /// Whether tollgate refused only because it does not read a field yet.
 fn unknown_field(outcome: &Outcome) -> bool {
-    outcome.tollgate_reason.starts_with("decode: ") && outcome.tollgate_reason.contains("unknown field")
+    outcome.tollgate_reason.starts_with("decode: ")
+        && outcome.tollgate_reason.contains("unknown field")
 }
 
 /// Cases that test an Antrea feature gate turned off; tollgate has no such
@@ -118,7 +119,11 @@ fn tollgate_admits_what_antreas_webhook_admits() {
                 o.name,
                 if o.antrea_admits { "admits" } else { "refuses" },
                 o.antrea_reason,
-                if o.tollgate_admits { "admits" } else { "refuses" },
+                if o.tollgate_admits {
+                    "admits"
+                } else {
+                    "refuses"
+                },
                 o.tollgate_reason
             )
         })
@@ -170,7 +175,9 @@ fn antreas_documented_examples_are_admitted_as_antrea_admits_them() {
             "ClusterNetworkPolicy isolation-based-on-org-and-env: spec.ingress[1].action",
         ]
     );
-    assert!(problems.iter().all(|p| p.reason.ends_with("(did you mean Drop?)")));
+    assert!(problems
+        .iter()
+        .all(|p| p.reason.ends_with("(did you mean Drop?)")));
     let findings = check(&snapshot);
     assert!(findings.errors.is_empty(), "{:?}", findings.errors);
     assert_eq!(snapshot.objects.len(), 34);
@@ -206,7 +213,10 @@ spec:
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}{stderr}");
-    assert_eq!(stdout, "valid: 1 object(s) in 1 file(s): 1 ClusterNetworkPolicy\n");
+    assert_eq!(
+        stdout,
+        "valid: 1 object(s) in 1 file(s): 1 ClusterNetworkPolicy\n"
+    );
     let origin = file.display();
     assert_eq!(
         stderr,

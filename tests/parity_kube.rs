@@ -148,30 +148,50 @@ fn a_policy_before_its_groups_enforces_when_they_arrive() {
     });
     assert!(h.latest.get().unwrap().skipped.is_empty());
     assert!(ruleset.enforced().endpoints.is_empty(), "no group, no Pod");
-    assert_eq!(tcp_verdict(&ruleset, "10.99.1.1", "10.3.0.2"), Verdict::Allow);
+    assert_eq!(
+        tcp_verdict(&ruleset, "10.99.1.1", "10.3.0.2"),
+        Verdict::Allow
+    );
 
     // The appliedTo group arrives: web-1 is enforced, but the peer group is
     // still missing, so nothing is dropped yet.
-    h.api.apply(cluster_group("web", json!({"podSelector": {"matchLabels": {"app": "web"}}})));
+    h.api.apply(cluster_group(
+        "web",
+        json!({"podSelector": {"matchLabels": {"app": "web"}}}),
+    ));
     let ruleset = h.wait_for("appliedTo group arrived", |_, r| {
         r.enforced().endpoints == [ip("10.3.0.2")]
     });
-    assert_eq!(tcp_verdict(&ruleset, "10.99.1.1", "10.3.0.2"), Verdict::Allow);
+    assert_eq!(
+        tcp_verdict(&ruleset, "10.99.1.1", "10.3.0.2"),
+        Verdict::Allow
+    );
 
     // The peer group arrives: traffic from it to web-1 is dropped.
-    h.api.apply(cluster_group("clients", json!({"ipBlocks": [{"cidr": "10.99.0.0/16"}]})));
+    h.api.apply(cluster_group(
+        "clients",
+        json!({"ipBlocks": [{"cidr": "10.99.0.0/16"}]}),
+    ));
     let ruleset = h.wait_for("peer group arrived", |_, r| {
         tcp_verdict(r, "10.99.1.1", "10.3.0.2") == Verdict::Drop
     });
-    assert_eq!(tcp_verdict(&ruleset, "10.97.1.1", "10.3.0.2"), Verdict::Allow);
+    assert_eq!(
+        tcp_verdict(&ruleset, "10.97.1.1", "10.3.0.2"),
+        Verdict::Allow
+    );
 
     // The namespaced Group arrives: the Antrea NetworkPolicy applies to db-1.
-    h.api.apply(json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "Group",
+    h.api.apply(
+        json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "Group",
                        "metadata": {"name": "db", "namespace": "shop"},
-                       "spec": {"podSelector": {"matchLabels": {"app": "db"}}}}));
+                       "spec": {"podSelector": {"matchLabels": {"app": "db"}}}}),
+    );
     let ruleset = h.wait_for("Group arrived", |_, r| {
         r.enforced().endpoints == [ip("10.3.0.2"), ip("10.3.0.3")]
     });
-    assert_eq!(tcp_verdict(&ruleset, "10.98.0.9", "10.3.0.3"), Verdict::Drop);
+    assert_eq!(
+        tcp_verdict(&ruleset, "10.98.0.9", "10.3.0.3"),
+        Verdict::Drop
+    );
     assert!(h.latest.get().unwrap().skipped.is_empty());
 }

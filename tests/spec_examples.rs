@@ -19,7 +19,10 @@ fn spec_dir() -> PathBuf {
 const DENY_EXAMPLES: [(&str, &str); 4] = [
     ("allow-self-ns.yaml", "spec.egress[1].action"),
     ("deny-self-ns-a-to-b.yaml", "spec.ingress[0].action"),
-    ("isolation-based-on-org-and-env.yaml", "spec.ingress[1].action"),
+    (
+        "isolation-based-on-org-and-env.yaml",
+        "spec.ingress[1].action",
+    ),
     ("isolation-based-on-org.yaml", "spec.egress[1].action"),
 ];
 

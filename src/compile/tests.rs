@@ -924,7 +924,8 @@ fn fqdn_with_a_selector_in_one_peer_keeps_only_the_fqdn() {
     );
     // The podSelector is ignored: Pods are not peers of the Allow rule.
     assert_eq!(
-        rs.classify(&tcp(ip(X, A), ip(Y, B), 8080), &learned).verdict,
+        rs.classify(&tcp(ip(X, A), ip(Y, B), 8080), &learned)
+            .verdict,
         Verdict::Drop
     );
 }

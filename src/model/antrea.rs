@@ -42,7 +42,10 @@ pub const LEGACY_STATIC_TIERS: [&str; 6] = [
 /// empty, a legacy capitalised static name read as the lowercase Tier.
 pub fn effective_tier(tier: Option<&str>) -> &str {
     let name = tier.filter(|t| !t.is_empty()).unwrap_or(DEFAULT_TIER);
-    match LEGACY_STATIC_TIERS.iter().position(|legacy| *legacy == name) {
+    match LEGACY_STATIC_TIERS
+        .iter()
+        .position(|legacy| *legacy == name)
+    {
         Some(i) => STATIC_TIERS[i].0,
         None => name,
     }

@@ -275,5 +275,10 @@ fn null_list_items_are_refused() {
     let mut doc = antrea_policy("ClusterNetworkPolicy", false);
     doc["spec"]["ingress"] = json!([null]);
     let error = Object::from_value(doc).unwrap_err();
-    assert!(error.to_string().starts_with("spec.ingress[0]: invalid type: null"), "{error}");
+    assert!(
+        error
+            .to_string()
+            .starts_with("spec.ingress[0]: invalid type: null"),
+        "{error}"
+    );
 }

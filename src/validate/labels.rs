@@ -43,10 +43,7 @@ pub(super) fn check_selector(report: &mut Report<'_>, path: &str, selector: &Lab
                 if expression.values.is_empty() {
                     report.add(
                         format!("{epath}.values"),
-                        format!(
-                            "must be non-empty for operator {:?}",
-                            expression.operator
-                        ),
+                        format!("must be non-empty for operator {:?}", expression.operator),
                     );
                 }
                 for (j, value) in expression.values.iter().enumerate() {

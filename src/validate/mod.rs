@@ -258,7 +258,10 @@ fn check_group_ref<'a>(
             Scope::Cluster => format!("ClusterGroup `{name}` does not exist"),
             Scope::Namespace(ns) => format!("Group `{name}` does not exist in Namespace {ns}"),
         };
-        report.warn(path, format!("{reason} (yet): selects nothing until it is defined"));
+        report.warn(
+            path,
+            format!("{reason} (yet): selects nothing until it is defined"),
+        );
     }
     found
 }

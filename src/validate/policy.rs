@@ -78,7 +78,14 @@ pub(super) fn check_policy(
         }
     }
 
-    check_applied_to_list(report, index, scope, "spec.appliedTo", &spec.applied_to, true);
+    check_applied_to_list(
+        report,
+        index,
+        scope,
+        "spec.appliedTo",
+        &spec.applied_to,
+        true,
+    );
     let policy_on_service = spec.applied_to.iter().any(|a| a.service.is_some());
 
     let in_baseline = effective_tier(spec.tier.as_deref()) == BASELINE_TIER;

@@ -589,16 +589,29 @@ fn fqdn_restrictions() {
         "must not be empty",
     );
     // Antrea's pattern: ^[-0-9a-zA-Z.*]+$
-    assert_valid(&acnp_egress("action: Allow, to: [{fqdn: '*.Foo-Bar.example.COM'}]"));
-    for bad in ["a b.com", "foo_bar.com", "foo.com.", "ex@mple.com", "föö.com", "foo.com/x"] {
+    assert_valid(&acnp_egress(
+        "action: Allow, to: [{fqdn: '*.Foo-Bar.example.COM'}]",
+    ));
+    for bad in [
+        "a b.com",
+        "foo_bar.com",
+        "foo.com.",
+        "ex@mple.com",
+        "föö.com",
+        "foo.com/x",
+    ] {
         if bad == "foo.com." {
-            assert_valid(&acnp_egress(&format!("action: Allow, to: [{{fqdn: '{bad}'}}]")));
+            assert_valid(&acnp_egress(&format!(
+                "action: Allow, to: [{{fqdn: '{bad}'}}]"
+            )));
             continue;
         }
         assert_problem(
             &acnp_egress(&format!("action: Allow, to: [{{fqdn: '{bad}'}}]")),
             "spec.egress[0].to[0].fqdn",
-            &format!("invalid characters in `{bad}`: only letters, digits, '-', '.' and '*' are allowed"),
+            &format!(
+                "invalid characters in `{bad}`: only letters, digits, '-', '.' and '*' are allowed"
+            ),
         );
     }
 }
@@ -639,12 +652,16 @@ fn igmp_cannot_be_combined() {
     let ingress_igmp = "priority: 1\nappliedTo: [{podSelector: {}}]\ningress:\n- {action: Drop, protocols: [{igmp: {igmpType: 0x11}}]}\n";
     assert_valid(&acnp(ingress_igmp));
     assert_problem(
-        &acnp(&format!("{ingress_igmp}egress:\n- {{action: Drop, to: [{{podSelector: {{}}}}]}}\n")),
+        &acnp(&format!(
+            "{ingress_igmp}egress:\n- {{action: Drop, to: [{{podSelector: {{}}}}]}}\n"
+        )),
         "spec.egress[0]",
         "cannot use to in a policy whose spec.ingress[0] uses IGMP (Antrea refuses the policy)",
     );
     assert_problem(
-        &acnp(&format!("{ingress_igmp}- {{action: Drop, protocols: [{{icmp: {{}}}}]}}\n")),
+        &acnp(&format!(
+            "{ingress_igmp}- {{action: Drop, protocols: [{{icmp: {{}}}}]}}\n"
+        )),
         "spec.ingress[1]",
         "cannot use icmp in a policy whose spec.ingress[0] uses IGMP (Antrea refuses the policy)",
     );
@@ -679,7 +696,9 @@ fn igmp_types_and_group_addresses() {
         "action: Drop, protocols: [{igmp: {igmpType: 0x11, groupAddress: 225.1.2.3}}]",
     ));
     assert_problem(
-        &acnp_ingress("action: Drop, protocols: [{igmp: {igmpType: 0x11, groupAddress: 10.1.2.3}}]"),
+        &acnp_ingress(
+            "action: Drop, protocols: [{igmp: {igmpType: 0x11, groupAddress: 10.1.2.3}}]",
+        ),
         "spec.ingress[0].protocols[0].igmp.groupAddress",
         "must be an IPv4 multicast address, got 10.1.2.3",
     );
@@ -1261,7 +1280,11 @@ fn problems_carry_origin_and_object() {
 
 #[test]
 fn selector_labels_follow_kubernetes_syntax() {
-    let applied = |sel: &str| acnp(&format!("priority: 1\nappliedTo: [{{podSelector: {sel}}}]\n"));
+    let applied = |sel: &str| {
+        acnp(&format!(
+            "priority: 1\nappliedTo: [{{podSelector: {sel}}}]\n"
+        ))
+    };
     assert_valid(&applied(
         "{matchLabels: {app.kubernetes.io/name: web, tier: ''}, matchExpressions: [{key: env, operator: In, values: [prod]}]}",
     ));
@@ -1347,7 +1370,9 @@ fn same_labels_keys_are_qualified_names() {
 
 #[test]
 fn node_selector_is_not_allowed_in_a_rule_applied_to() {
-    assert_valid(&acnp("priority: 1\nappliedTo: [{nodeSelector: {}}]\ningress:\n- {action: Drop}\n"));
+    assert_valid(&acnp(
+        "priority: 1\nappliedTo: [{nodeSelector: {}}]\ningress:\n- {action: Drop}\n",
+    ));
     assert_problem(
         &acnp("priority: 1\ningress:\n- {action: Drop, appliedTo: [{nodeSelector: {}}]}\n"),
         "spec.ingress[0].appliedTo[0].nodeSelector",
@@ -1363,7 +1388,9 @@ fn ip_block_or_fqdn_with_selectors_is_a_warning() {
         "only ipBlock is used in this peer, as in Antrea; ignored: podSelector",
     );
     assert_warning(
-        &acnp_egress("action: Drop, to: [{fqdn: a.com, namespaceSelector: {}, ipBlock: {cidr: 10.0.0.0/8}}]"),
+        &acnp_egress(
+            "action: Drop, to: [{fqdn: a.com, namespaceSelector: {}, ipBlock: {cidr: 10.0.0.0/8}}]",
+        ),
         "spec.egress[0].to[0].ipBlock",
         "ignored: namespaceSelector, fqdn",
     );
@@ -1397,7 +1424,10 @@ fn multicast_and_unicast_do_not_mix() {
         findings.errors.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
         ["t.yaml: ClusterNetworkPolicy p: spec.egress[0].to[0].ipBlock: a multicast address cannot be set with selectors in the same peer"]
     );
-    assert_valid(&cluster_group("m", "ipBlocks: [{cidr: 224.0.0.0/4}, {cidr: 225.1.1.1/32}]"));
+    assert_valid(&cluster_group(
+        "m",
+        "ipBlocks: [{cidr: 224.0.0.0/4}, {cidr: 225.1.1.1/32}]",
+    ));
     assert_problem(
         &cluster_group("m", "ipBlocks: [{cidr: 10.0.0.0/8}, {cidr: 225.1.1.1/32}]"),
         "spec.ipBlocks",
@@ -1427,8 +1457,12 @@ fn legacy_static_tier_names_are_the_lowercase_tiers() {
 
 #[test]
 fn log_labels_have_the_shape_of_a_label_value() {
-    assert_valid(&acnp_ingress("action: Drop, enableLogging: true, logLabel: my_label-1.x"));
-    assert_valid(&acnp_ingress("action: Drop, enableLogging: true, logLabel: ''"));
+    assert_valid(&acnp_ingress(
+        "action: Drop, enableLogging: true, logLabel: my_label-1.x",
+    ));
+    assert_valid(&acnp_ingress(
+        "action: Drop, enableLogging: true, logLabel: ''",
+    ));
     assert_problem(
         &acnp_ingress("action: Drop, enableLogging: true, logLabel: 'my label'"),
         "spec.ingress[0].logLabel",
