@@ -184,7 +184,17 @@ fn antreas_documented_examples_are_admitted_as_antrea_admits_them() {
     // Every other example is admitted; references to groups the page never
     // defines are warnings.
     assert_eq!(findings.warnings.len(), 8, "{:?}", findings.warnings);
+
+    // The L7, Node policy and OVS pipeline pages: all admitted, no warning.
+    let (snapshot, problems) = tollgate::source::load_paths(&[data(OTHER_DOCS_EXAMPLES)]);
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(snapshot.objects.len(), 19);
+    assert_eq!(check(&snapshot), Default::default());
 }
+
+/// The policy, group and Service examples of Antrea's L7 policy, Node
+/// policy and OVS pipeline pages.
+const OTHER_DOCS_EXAMPLES: &str = "docs-other-pages.yaml";
 
 #[test]
 fn validate_prints_warnings_and_succeeds() {
