@@ -236,3 +236,32 @@ spec:
         )
     );
 }
+
+#[test]
+fn antreas_e2e_admission_cases_agree() {
+    let text = fs::read_to_string(data("e2e-cases.yaml")).unwrap();
+    let cases: Vec<Value> = serde_saphyr::from_str(&text).unwrap();
+    let mut wrong = Vec::new();
+    for case in &cases {
+        let name = case["name"].as_str().unwrap();
+        let mut objects = Vec::new();
+        let mut reasons = Vec::new();
+        for doc in case["objects"].as_array().unwrap() {
+            match Object::from_value(doc.clone()) {
+                Ok(object) => objects.push(Sourced {
+                    origin: PathBuf::from("e2e.yaml"),
+                    object,
+                }),
+                Err(e) => reasons.push(e.to_string()),
+            }
+        }
+        reasons.extend(check(&Snapshot { objects }).errors.iter().map(|p| p.to_string()));
+        let admitted = case["admitted"].as_bool().unwrap();
+        if admitted != reasons.is_empty() {
+            wrong.push(format!("{name}: Antrea admits: {admitted}; tollgate: {reasons:?}"));
+        }
+    }
+    println!("{} e2e cases checked, {} agree", cases.len(), cases.len() - wrong.len());
+    assert_eq!(cases.len(), 16);
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}

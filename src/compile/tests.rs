@@ -1039,3 +1039,105 @@ fn truth_k8s_null_pod_selector_isolates_every_pod() {
     );
     assert_matrix(&rs, |_, to| to.0 != X);
 }
+
+// Antrea's e2e scenarios (test/e2e/antreapolicy_test.go) that mix groups with
+// stand-alone selectors, with the ClusterGroup written after the policy as
+// those tests create it; Pod label `pod` is `app` here, port 81 is port 80.
+
+#[test]
+fn e2e_acnp_applied_to_deny_xb_to_cg_with_ya() {
+    let rs = ruleset(
+        r#"apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: acnp-deny-cg-with-ya-from-xb}
+spec:
+  priority: 2
+  appliedTo: [{group: cg-pods-ya}]
+  ingress:
+  - action: Drop
+    from: [{podSelector: {matchLabels: {app: b}}, namespaceSelector: {matchLabels: {ns: "x"}}}]
+    ports: [{protocol: TCP, port: http}]
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: cg-pods-ya}
+spec:
+  podSelector: {matchLabels: {app: a}}
+  namespaceSelector: {matchLabels: {ns: "y"}}
+"#,
+    );
+    assert_matrix(&rs, |from, to| !(from == (X, B) && to == (Y, A)));
+}
+
+#[test]
+fn e2e_acnp_ingress_rule_deny_cg_with_xb_to_ya() {
+    let rs = ruleset(
+        r#"apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: cg-pods-xb}
+spec:
+  podSelector: {matchLabels: {app: b}}
+  namespaceSelector: {matchLabels: {ns: "x"}}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: acnp-deny-cg-with-xb-to-ya}
+spec:
+  priority: 2
+  appliedTo: [{podSelector: {matchLabels: {app: a}}, namespaceSelector: {matchLabels: {ns: "y"}}}]
+  ingress:
+  - action: Drop
+    from: [{group: cg-pods-xb}]
+    ports: [{protocol: TCP, port: http}]
+"#,
+    );
+    assert_matrix(&rs, |from, to| !(from == (X, B) && to == (Y, A)));
+}
+
+#[test]
+fn e2e_acnp_applied_to_rule_cg_with_pods_a_to_ns_z() {
+    let rs = ruleset(
+        r#"apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: acnp-deny-cg-with-a-to-z}
+spec:
+  priority: 1
+  egress:
+  - action: Drop
+    appliedTo: [{group: cg-pods-a}]
+    to: [{namespaceSelector: {matchLabels: {ns: "z"}}}]
+    ports: [{protocol: TCP, port: 80}]
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: cg-pods-a}
+spec:
+  podSelector: {matchLabels: {app: a}}
+"#,
+    );
+    assert_matrix(&rs, |from, to| !(from.1 == A && to.0 == Z));
+}
+
+#[test]
+fn e2e_acnp_egress_rule_pods_a_to_cg_with_ns_z() {
+    let rs = ruleset(
+        r#"apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: acnp-deny-a-to-cg-with-z-egress}
+spec:
+  priority: 1
+  appliedTo: [{podSelector: {matchLabels: {app: a}}}]
+  egress:
+  - action: Drop
+    to: [{group: cg-ns-z}]
+    ports: [{protocol: TCP, port: 80}]
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: cg-ns-z}
+spec:
+  namespaceSelector: {matchLabels: {ns: "z"}}
+"#,
+    );
+    assert_matrix(&rs, |from, to| !(from.1 == A && to.0 == Z));
+}
