@@ -255,13 +255,24 @@ fn antreas_e2e_admission_cases_agree() {
                 Err(e) => reasons.push(e.to_string()),
             }
         }
-        reasons.extend(check(&Snapshot { objects }).errors.iter().map(|p| p.to_string()));
+        reasons.extend(
+            check(&Snapshot { objects })
+                .errors
+                .iter()
+                .map(|p| p.to_string()),
+        );
         let admitted = case["admitted"].as_bool().unwrap();
         if admitted != reasons.is_empty() {
-            wrong.push(format!("{name}: Antrea admits: {admitted}; tollgate: {reasons:?}"));
+            wrong.push(format!(
+                "{name}: Antrea admits: {admitted}; tollgate: {reasons:?}"
+            ));
         }
     }
-    println!("{} e2e cases checked, {} agree", cases.len(), cases.len() - wrong.len());
+    println!(
+        "{} e2e cases checked, {} agree",
+        cases.len(),
+        cases.len() - wrong.len()
+    );
     assert_eq!(cases.len(), 16);
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
