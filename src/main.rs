@@ -53,6 +53,9 @@ fn run(command: Command) -> Result<ExitCode, CommandError> {
         Command::Validate { paths } => {
             let snapshot =
                 tollgate::source::load_and_validate(&paths).map_err(CommandError::Invalid)?;
+            for warning in tollgate::validate::check(&snapshot).warnings {
+                eprintln!("warning: {warning}");
+            }
             println!("{}", commands::validate_summary(&snapshot));
         }
         Command::Trace(args) => {

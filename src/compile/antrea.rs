@@ -47,7 +47,7 @@ impl Compiler<'_> {
                     name: Some(rule.effective_name(direction)),
                     index,
                     direction,
-                    action: rule.action.normalized(),
+                    action: rule.action,
                     enable_logging: rule.enable_logging,
                     log_label: rule.log_label.clone().filter(|l| !l.is_empty()),
                     rank: self.next_rank(),

@@ -1,7 +1,8 @@
 //! Peer resolution: selectors (Pods, ExternalEntities), groups (see
 //! `groups`), ServiceAccounts, `namespaces` (`Self`, `sameLabels`), nodeSelectors,
 //! `toServices` and FQDN selectors turned into the addresses, blocks and
-//! selector ids a rule matches. Address sets are computed once per distinct
+//! selector ids a rule matches; of a peer setting several, only the first of
+//! ipBlock > group > fqdn > serviceAccount > nodeSelector > selectors counts. Address sets are computed once per distinct
 //! peer and shared between rules. Reads the inventory only.
 
 use std::collections::HashSet;
@@ -84,12 +85,15 @@ impl Compiler<'_> {
                 }
             }
         }
+        // A peer setting several fields means only the first of ipBlock >
+        // group > fqdn > serviceAccount > nodeSelector > selectors, as
+        // Antrea's controller reads it (validation warns about the rest).
         for peer in peers {
             if let Some(block) = &peer.ip_block {
                 result.blocks.push(Block::new(block.cidr, &block.except));
                 continue;
             }
-            if let Some(fqdn) = &peer.fqdn {
+            if let Some(fqdn) = peer.fqdn.as_ref().filter(|_| peer.group.is_none()) {
                 let pattern = FqdnPattern::new(fqdn);
                 let next = self.fqdn_patterns.len() as u32;
                 let id = *self.fqdn_patterns.entry(pattern).or_insert(next);
@@ -126,11 +130,11 @@ impl Compiler<'_> {
         policy_ns: Option<&str>,
         context_ns: Option<&str>,
     ) -> Vec<IpAddr> {
-        if let Some(selector) = &peer.node_selector {
-            return self.node_ips(&self.inv.nodes_matching(selector));
-        }
         if let Some(sa) = &peer.service_account {
             return self.pod_ips(&self.inv.pods_with_service_account(sa));
+        }
+        if let Some(selector) = &peer.node_selector {
+            return self.node_ips(&self.inv.nodes_matching(selector));
         }
         if let Some(namespaces) = &peer.namespaces {
             let Some(context) = context_ns else {

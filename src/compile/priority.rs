@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use crate::model::{
-    AntreaPolicy, K8sNetworkPolicy, Object, Snapshot, BASELINE_TIER, DEFAULT_TIER, STATIC_TIERS,
+    effective_tier, AntreaPolicy, K8sNetworkPolicy, Object, Snapshot, BASELINE_TIER, STATIC_TIERS,
 };
 use crate::ruleset::{PolicyKind, PolicyRef};
 
@@ -51,12 +51,7 @@ pub(super) fn antrea_policies<'a>(
             Object::AntreaNetworkPolicy(p) => (p, PolicyKind::AntreaNetworkPolicy),
             _ => continue,
         };
-        let tier = policy
-            .spec
-            .tier
-            .clone()
-            .filter(|t| !t.is_empty())
-            .unwrap_or_else(|| DEFAULT_TIER.to_string());
+        let tier = effective_tier(policy.spec.tier.as_deref()).to_string();
         let Some(&tier_priority) = tiers.get(&tier) else {
             continue; // unknown Tier: rejected by validation
         };

@@ -185,7 +185,7 @@ spec:
 }
 
 #[test]
-fn truth_allow_self_namespace_then_deny_with_deny_synonym() {
+fn truth_allow_self_namespace_then_drop() {
     let rs = ruleset(
         r#"apiVersion: crd.antrea.io/v1beta1
 kind: ClusterNetworkPolicy
@@ -197,7 +197,7 @@ spec:
   ingress:
   - action: Allow
     from: [{namespaces: {match: Self}}]
-  - action: Deny
+  - action: Drop
 "#,
     );
     assert_matrix(&rs, |from, to| from.0 == to.0);
@@ -1162,4 +1162,257 @@ fn node_cluster_group_as_a_child_group() {
         "node to its own Pods"
     );
     assert_eq!(verdict(&rs, ip(Y, B), dst, 80), Verdict::Drop);
+}
+
+// ---------------------------------------------------------- Antrea parity
+
+#[test]
+fn truth_ip_block_with_a_selector_in_one_peer_keeps_only_the_ip_block() {
+    // Antrea keeps the first of ipBlock > group > fqdn > serviceAccount >
+    // nodeSelector > selectors: app=b Pods outside 10.0.0.0/24 are not peers.
+    let rs = ruleset(
+        r#"apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: p}
+spec:
+  priority: 1
+  appliedTo: [{namespaceSelector: {matchLabels: {ns: "z"}}}]
+  ingress:
+  - action: Allow
+    from: [{ipBlock: {cidr: 10.0.0.0/24}, podSelector: {matchLabels: {app: b}}}]
+  - action: Drop
+"#,
+    );
+    assert_matrix(&rs, |from, to| to.0 != Z || from.0 == X);
+}
+
+#[test]
+fn fqdn_with_a_selector_in_one_peer_keeps_only_the_fqdn() {
+    let rs = one_policy(
+        "  egress:\n  - action: Allow\n    to: [{fqdn: \"*foobar.com\", podSelector: {}}]\n    ports: [{protocol: TCP, port: 8080}]\n  - action: Drop\n",
+    );
+    let server: IpAddr = "203.0.113.7".parse().unwrap();
+    let learned = StaticFqdn(vec![("a.foobar.com".into(), server)]);
+    assert_eq!(
+        rs.classify(&tcp(ip(X, A), server, 8080), &learned).verdict,
+        Verdict::Allow
+    );
+    // The podSelector is ignored: Pods are not peers of the Allow rule.
+    assert_eq!(
+        rs.classify(&tcp(ip(X, A), ip(Y, B), 8080), &learned)
+            .verdict,
+        Verdict::Drop
+    );
+}
+
+/// A policy naming ClusterGroups, the groups, in either order.
+const GROUP_REFERENCES: [&str; 2] = [
+    r#"apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: p}
+spec:
+  priority: 1
+  appliedTo: [{group: z-c}]
+  ingress:
+  - action: Allow
+    from: [{group: x-all}, {podSelector: {matchLabels: {app: a}}, namespaceSelector: {matchLabels: {ns: "y"}}}]
+  - action: Drop
+---
+"#,
+    r#"apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: z-c}
+spec:
+  podSelector: {matchLabels: {app: c}}
+  namespaceSelector: {matchLabels: {ns: "z"}}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: x-all}
+spec:
+  namespaceSelector: {matchLabels: {ns: "x"}}
+---
+"#,
+];
+
+#[test]
+fn truth_groups_defined_after_the_policy_mixed_with_selectors() {
+    let [policy, groups] = GROUP_REFERENCES;
+    let expect = |from: (usize, usize), to| to != (Z, C) || from.0 == X || from == (Y, A);
+    assert_matrix(&ruleset(&format!("{policy}{groups}")), expect);
+    assert_matrix(&ruleset(&format!("{groups}{policy}")), expect);
+}
+
+#[test]
+fn truth_missing_groups_select_nothing() {
+    let [policy, groups] = GROUP_REFERENCES;
+    // No group at all: the appliedTo group selects no Pod, nothing changes.
+    assert_matrix(&ruleset(policy), |_, _| true);
+    // Only the appliedTo group: the peer group selects nothing yet.
+    let applied_only = &groups[..groups.find("---").unwrap() + 4];
+    assert_matrix(&ruleset(&format!("{policy}{applied_only}")), |from, to| {
+        to != (Z, C) || from == (Y, A)
+    });
+}
+
+#[test]
+fn truth_legacy_capitalised_tier_names() {
+    // `Emergency` is the emergency Tier (priority 50), ahead of securityops.
+    let rs = ruleset(
+        r#"apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: drop-to-z}
+spec:
+  priority: 1
+  tier: SecurityOps
+  appliedTo: [{namespaceSelector: {matchLabels: {ns: "z"}}}]
+  ingress:
+  - action: Drop
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: allow-x-to-z}
+spec:
+  priority: 100
+  tier: Emergency
+  appliedTo: [{namespaceSelector: {matchLabels: {ns: "z"}}}]
+  ingress:
+  - action: Allow
+    from: [{namespaceSelector: {matchLabels: {ns: "x"}}}]
+"#,
+    );
+    assert_matrix(&rs, |from, to| to.0 != Z || from.0 == X);
+    // `Baseline` is the baseline Tier: a Kubernetes NetworkPolicy decides first.
+    let rs = ruleset(
+        r#"apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: baseline-drop}
+spec:
+  priority: 1
+  tier: Baseline
+  appliedTo: [{namespaceSelector: {matchLabels: {ns: "z"}}}]
+  ingress:
+  - action: Drop
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: allow-from-y, namespace: z}
+spec:
+  podSelector: {matchLabels: {app: a}}
+  ingress:
+  - from: [{namespaceSelector: {matchLabels: {ns: "y"}}}]
+"#,
+    );
+    assert_matrix(&rs, |from, to| to.0 != Z || (to.1 == A && from.0 == Y));
+}
+
+#[test]
+fn truth_k8s_null_pod_selector_isolates_every_pod() {
+    // `podSelector:` left null, as the upstream conformance manifests write it.
+    let rs = ruleset(
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: deny, namespace: x}\nspec:\n  podSelector:\n  ingress:\n",
+    );
+    assert_matrix(&rs, |_, to| to.0 != X);
+}
+
+// Antrea's e2e scenarios (test/e2e/antreapolicy_test.go) that mix groups with
+// stand-alone selectors, with the ClusterGroup written after the policy as
+// those tests create it; Pod label `pod` is `app` here, port 81 is port 80.
+
+#[test]
+fn e2e_acnp_applied_to_deny_xb_to_cg_with_ya() {
+    let rs = ruleset(
+        r#"apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: acnp-deny-cg-with-ya-from-xb}
+spec:
+  priority: 2
+  appliedTo: [{group: cg-pods-ya}]
+  ingress:
+  - action: Drop
+    from: [{podSelector: {matchLabels: {app: b}}, namespaceSelector: {matchLabels: {ns: "x"}}}]
+    ports: [{protocol: TCP, port: http}]
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: cg-pods-ya}
+spec:
+  podSelector: {matchLabels: {app: a}}
+  namespaceSelector: {matchLabels: {ns: "y"}}
+"#,
+    );
+    assert_matrix(&rs, |from, to| !(from == (X, B) && to == (Y, A)));
+}
+
+#[test]
+fn e2e_acnp_ingress_rule_deny_cg_with_xb_to_ya() {
+    let rs = ruleset(
+        r#"apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: cg-pods-xb}
+spec:
+  podSelector: {matchLabels: {app: b}}
+  namespaceSelector: {matchLabels: {ns: "x"}}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: acnp-deny-cg-with-xb-to-ya}
+spec:
+  priority: 2
+  appliedTo: [{podSelector: {matchLabels: {app: a}}, namespaceSelector: {matchLabels: {ns: "y"}}}]
+  ingress:
+  - action: Drop
+    from: [{group: cg-pods-xb}]
+    ports: [{protocol: TCP, port: http}]
+"#,
+    );
+    assert_matrix(&rs, |from, to| !(from == (X, B) && to == (Y, A)));
+}
+
+#[test]
+fn e2e_acnp_applied_to_rule_cg_with_pods_a_to_ns_z() {
+    let rs = ruleset(
+        r#"apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: acnp-deny-cg-with-a-to-z}
+spec:
+  priority: 1
+  egress:
+  - action: Drop
+    appliedTo: [{group: cg-pods-a}]
+    to: [{namespaceSelector: {matchLabels: {ns: "z"}}}]
+    ports: [{protocol: TCP, port: 80}]
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: cg-pods-a}
+spec:
+  podSelector: {matchLabels: {app: a}}
+"#,
+    );
+    assert_matrix(&rs, |from, to| !(from.1 == A && to.0 == Z));
+}
+
+#[test]
+fn e2e_acnp_egress_rule_pods_a_to_cg_with_ns_z() {
+    let rs = ruleset(
+        r#"apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: acnp-deny-a-to-cg-with-z-egress}
+spec:
+  priority: 1
+  appliedTo: [{podSelector: {matchLabels: {app: a}}}]
+  egress:
+  - action: Drop
+    to: [{group: cg-ns-z}]
+    ports: [{protocol: TCP, port: 80}]
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: cg-ns-z}
+spec:
+  namespaceSelector: {matchLabels: {ns: "z"}}
+"#,
+    );
+    assert_matrix(&rs, |from, to| !(from.1 == A && to.0 == Z));
 }

@@ -27,6 +27,31 @@ pub const DEFAULT_TIER: &str = "application";
 /// Policies in this Tier are evaluated after Kubernetes NetworkPolicies.
 pub const BASELINE_TIER: &str = "baseline";
 
+/// The static Tiers' names before Antrea 0.10, in [`STATIC_TIERS`] order.
+/// Antrea still admits a policy naming one of them and reads it as the
+/// lowercase Tier.
+pub const LEGACY_STATIC_TIERS: [&str; 6] = [
+    "Emergency",
+    "SecurityOps",
+    "NetworkOps",
+    "Platform",
+    "Application",
+    "Baseline",
+];
+
+/// The Tier a policy's `tier` field names: the default Tier when unset or
+/// empty, a legacy capitalised static name read as the lowercase Tier.
+pub fn effective_tier(tier: Option<&str>) -> &str {
+    let name = tier.filter(|t| !t.is_empty()).unwrap_or(DEFAULT_TIER);
+    match LEGACY_STATIC_TIERS
+        .iter()
+        .position(|legacy| *legacy == name)
+    {
+        Some(i) => STATIC_TIERS[i].0,
+        None => name,
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Tier {
@@ -92,17 +117,39 @@ pub struct AppliedTo {
     pub service: Option<NamespacedName>,
 }
 
-/// The action of an Antrea-native rule.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
+/// The action of an Antrea-native rule. Any other value is refused when
+/// decoding, as Antrea's schema refuses it (`Deny` with a hint: it is not a
+/// synonym of `Drop` in Antrea).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum RuleAction {
     Allow,
     Drop,
     Reject,
     Pass,
-    /// Not an Antrea action: two of the spec's examples write `Deny`. tollgate
-    /// accepts it as a synonym of `Drop` (the safe reading) rather than
-    /// rejecting a documented example.
-    Deny,
+}
+
+impl<'de> Deserialize<'de> for RuleAction {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let word = String::deserialize(deserializer)?;
+        match word.as_str() {
+            "Allow" => Ok(RuleAction::Allow),
+            "Drop" => Ok(RuleAction::Drop),
+            "Reject" => Ok(RuleAction::Reject),
+            "Pass" => Ok(RuleAction::Pass),
+            other => {
+                let hint = match other.to_ascii_lowercase().as_str() {
+                    "deny" | "drop" => " (did you mean Drop?)",
+                    "allow" => " (did you mean Allow?)",
+                    "reject" => " (did you mean Reject?)",
+                    "pass" => " (did you mean Pass?)",
+                    _ => "",
+                };
+                Err(serde::de::Error::custom(format!(
+                    "unknown action `{other}`, expected one of Allow, Drop, Reject, Pass{hint}"
+                )))
+            }
+        }
+    }
 }
 
 impl RuleAction {
@@ -110,17 +157,9 @@ impl RuleAction {
     pub fn lowercase(self) -> &'static str {
         match self {
             RuleAction::Allow => "allow",
-            RuleAction::Drop | RuleAction::Deny => "drop",
+            RuleAction::Drop => "drop",
             RuleAction::Reject => "reject",
             RuleAction::Pass => "pass",
-        }
-    }
-
-    /// `Deny` folded into `Drop`.
-    pub fn normalized(self) -> RuleAction {
-        match self {
-            RuleAction::Deny => RuleAction::Drop,
-            other => other,
         }
     }
 }

@@ -19,6 +19,8 @@ pub struct K8sNetworkPolicy {
     pub api_version: String,
     pub kind: String,
     pub metadata: ObjectMeta,
+    /// Optional as in the API server: absent, it is the zero spec.
+    #[serde(default)]
     pub spec: K8sPolicySpec,
     #[serde(default, skip_serializing)]
     pub status: Option<serde_json::Value>,
@@ -33,6 +35,8 @@ pub enum PolicyType {
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct K8sPolicySpec {
+    /// Absent or null, it is the empty selector: every Pod of the Namespace.
+    #[serde(default)]
     pub pod_selector: LabelSelector,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy_types: Option<Vec<PolicyType>>,

@@ -7,6 +7,9 @@ pub mod k8s;
 pub mod meta;
 pub mod rule_name;
 
+#[cfg(test)]
+mod tests;
+
 use std::fmt;
 use std::path::PathBuf;
 
@@ -164,8 +167,10 @@ impl Object {
     }
 
     /// Decodes one document. The error names the field path where decoding
-    /// stopped (`spec.ingress[0].action`).
-    pub fn from_value(value: serde_json::Value) -> Result<Object, DecodeError> {
+    /// stopped (`spec.ingress[0].action`). A field set to `null` reads as
+    /// absent, as the API server reads it (see [`drop_null_fields`]).
+    pub fn from_value(mut value: serde_json::Value) -> Result<Object, DecodeError> {
+        drop_null_fields(&mut value);
         let api_version = value
             .get("apiVersion")
             .and_then(|v| v.as_str())
@@ -195,6 +200,23 @@ impl Object {
             Kind::ServiceAccount => Object::ServiceAccount(decode(value)?),
             Kind::ExternalEntity => Object::ExternalEntity(decode(value)?),
         })
+    }
+}
+
+/// Removes every `key: null` from the maps of `value`, at any depth. The
+/// Kubernetes API server reads a null optional field as absent (a CRD's
+/// structural schema prunes it, a built-in type decodes it to its zero
+/// value), so `podSelector:` left empty in YAML selects all Pods. A required
+/// field set to null is then reported as missing. Null list items are kept,
+/// and refused by the decoder.
+pub fn drop_null_fields(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            map.retain(|_, v| !v.is_null());
+            map.values_mut().for_each(drop_null_fields);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(drop_null_fields),
+        _ => {}
     }
 }
 

@@ -56,7 +56,6 @@ fn action(action: RuleAction) -> &'static str {
         RuleAction::Drop => "Drop",
         RuleAction::Reject => "Reject",
         RuleAction::Pass => "Pass",
-        RuleAction::Deny => "Deny",
     }
 }
 

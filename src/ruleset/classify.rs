@@ -62,7 +62,7 @@ impl DirectionDecision {
     pub fn verdict(&self) -> Verdict {
         match &self.outcome {
             Outcome::Rule { rule } => match rule.action {
-                RuleAction::Drop | RuleAction::Deny => Verdict::Drop,
+                RuleAction::Drop => Verdict::Drop,
                 RuleAction::Reject => Verdict::Reject,
                 RuleAction::Allow | RuleAction::Pass => Verdict::Allow,
             },

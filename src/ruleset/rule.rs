@@ -62,7 +62,6 @@ pub struct RuleRef {
     /// Position of the rule within its policy's ingress or egress list.
     pub index: usize,
     pub direction: Direction,
-    /// `Deny` is already folded into `Drop`.
     pub action: RuleAction,
     /// Whether decisions of this rule go to the audit log: `enableLogging`
     /// of an Antrea rule, or the `networkpolicy.antrea.io/enable-logging`

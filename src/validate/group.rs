@@ -1,13 +1,16 @@
 //! ClusterGroups and Groups: one way of selecting members (Pod, Node or
-//! ExternalEntity selectors, a Service, ipBlocks or child groups), valid ipBlocks, and child groups that
-//! exist, are listed once, are not the group itself and nest one level deep.
-//! Never resolves members: that is the compiler's job.
+//! ExternalEntity selectors, a Service, ipBlocks or child groups), valid
+//! selectors and ipBlocks (not multicast and unicast together), and child
+//! groups that are listed once, are not the group itself and nest one level
+//! deep. A child group not defined (yet) is only a warning, as Antrea admits
+//! it. Never resolves members: that is the compiler's job.
 
 use std::collections::HashSet;
 
 use crate::model::{AntreaGroup, GroupSpec};
 
-use super::rule::check_ip_block;
+use super::labels::check_selector;
+use super::rule::{check_ip_block, is_multicast};
 use super::{check_group_ref, check_namespaced_name, Index, Report, Scope};
 
 pub(super) fn check_group(
@@ -22,12 +25,23 @@ pub(super) fn check_group(
         report.add("spec.ipBlock", "cannot be set together with ipBlocks");
     }
     check_member_fields(report, spec, scope);
+    for (field, selector) in [
+        ("podSelector", &spec.pod_selector),
+        ("namespaceSelector", &spec.namespace_selector),
+        ("nodeSelector", &spec.node_selector),
+        ("externalEntitySelector", &spec.external_entity_selector),
+    ] {
+        if let Some(selector) = selector {
+            check_selector(report, &format!("spec.{field}"), selector);
+        }
+    }
     if let Some(block) = &spec.ip_block {
         check_ip_block(report, "spec.ipBlock", block);
     }
     for (i, block) in spec.ip_blocks.iter().enumerate() {
         check_ip_block(report, &format!("spec.ipBlocks[{i}]"), block);
     }
+    check_ip_blocks_cast(report, group);
     if let Some(service) = &spec.service_reference {
         check_namespaced_name(report, scope, "spec.serviceReference", service);
     }
@@ -110,6 +124,28 @@ fn check_member_fields(report: &mut Report<'_>, spec: &GroupSpec, scope: Scope) 
             format!(
                 "at most one of {fields} can be set (namespaceSelector only with podSelector or externalEntitySelector), found {}",
                 set.join(" and ")
+            ),
+        );
+    }
+}
+
+/// A group's ipBlocks are all multicast or all unicast, as Antrea requires.
+fn check_ip_blocks_cast(report: &mut Report<'_>, group: &AntreaGroup) {
+    let multicast = group
+        .spec
+        .ip_blocks
+        .iter()
+        .position(|b| is_multicast(&b.cidr));
+    let unicast = group
+        .spec
+        .ip_blocks
+        .iter()
+        .position(|b| !is_multicast(&b.cidr));
+    if let (Some(m), Some(u)) = (multicast, unicast) {
+        report.add(
+            "spec.ipBlocks",
+            format!(
+                "multicast and unicast addresses cannot be mixed (ipBlocks[{m}] is multicast, ipBlocks[{u}] is unicast)"
             ),
         );
     }

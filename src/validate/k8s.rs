@@ -1,14 +1,16 @@
 //! Kubernetes NetworkPolicies, as the API server validates them: each peer
 //! is selectors or an ipBlock, never both and never neither; ipBlock
-//! `except` entries and ports follow the same rules as Antrea's. None of
-//! the Antrea-only rules apply here.
+//! `except` entries, ports and label selectors follow the same rules as
+//! Antrea's. None of the Antrea-only rules apply here.
 
 use crate::model::{K8sNetworkPolicy, K8sPeer, K8sPort};
 
+use super::labels::check_selector;
 use super::rule::{check_cidr_except, check_port};
 use super::Report;
 
 pub(super) fn check_k8s_policy(report: &mut Report<'_>, policy: &K8sNetworkPolicy) {
+    check_selector(report, "spec.podSelector", &policy.spec.pod_selector);
     for (i, rule) in policy.spec.ingress.iter().enumerate() {
         let path = format!("spec.ingress[{i}]");
         for (j, peer) in rule.from.iter().enumerate() {
@@ -30,6 +32,14 @@ pub(super) fn check_k8s_policy(report: &mut Report<'_>, policy: &K8sNetworkPolic
 }
 
 fn check_k8s_peer(report: &mut Report<'_>, path: &str, peer: &K8sPeer) {
+    for (field, selector) in [
+        ("podSelector", &peer.pod_selector),
+        ("namespaceSelector", &peer.namespace_selector),
+    ] {
+        if let Some(selector) = selector {
+            check_selector(report, &format!("{path}.{field}"), selector);
+        }
+    }
     let selectors = peer.pod_selector.is_some() || peer.namespace_selector.is_some();
     match &peer.ip_block {
         None if !selectors => report.add(

@@ -2,11 +2,13 @@
 //! Kubernetes API server, for NetworkPolicy) apply before accepting an
 //! object, run over a whole [`Snapshot`] so that cross-object rules — Tier
 //! and group references, Tier priorities, duplicate objects — are checked
-//! as well. Pure: decoded objects in, [`Problem`]s out; it never reads files
-//! or the clock, and never rewrites an object.
+//! as well. Pure: decoded objects in, [`Problem`]s out (errors refuse the
+//! snapshot; warnings, such as a reference to a group not defined yet, do
+//! not); it never reads files or the clock, and never rewrites an object.
 
 mod group;
 mod k8s;
+mod labels;
 mod policy;
 mod rule;
 mod tier;
@@ -55,10 +57,25 @@ impl fmt::Display for Problem {
 impl std::error::Error for Problem {}
 
 /// Checks every object of `snapshot`, alone and against the others. The
-/// result is empty when the snapshot would be admitted as a whole.
+/// result is empty when the snapshot would be admitted as a whole; warnings
+/// are left out (see [`check`]).
 pub fn validate(snapshot: &Snapshot) -> Vec<Problem> {
+    check(snapshot).errors
+}
+
+/// What [`check`] found: errors refuse the snapshot, warnings do not (Antrea
+/// admits those objects too, and `tollgate validate` prints them).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Findings {
+    pub errors: Vec<Problem>,
+    pub warnings: Vec<Problem>,
+}
+
+/// Checks every object of `snapshot` and returns errors and warnings.
+pub fn check(snapshot: &Snapshot) -> Findings {
     let index = Index::build(snapshot);
     let mut problems = Vec::new();
+    let mut warnings = Vec::new();
     let mut seen: HashMap<ObjectRef, &Path> = HashMap::new();
     for sourced in &snapshot.objects {
         let object = &sourced.object;
@@ -66,6 +83,7 @@ pub fn validate(snapshot: &Snapshot) -> Vec<Problem> {
             origin: &sourced.origin,
             object: object.object_ref(),
             problems: &mut problems,
+            warnings: &mut warnings,
         };
         let name = &object.metadata().name;
         if name.is_empty() {
@@ -99,7 +117,10 @@ pub fn validate(snapshot: &Snapshot) -> Vec<Problem> {
             | Object::ExternalEntity(_) => {}
         }
     }
-    problems
+    Findings {
+        errors: problems,
+        warnings,
+    }
 }
 
 /// Collects problems for one object.
@@ -107,16 +128,29 @@ struct Report<'a> {
     origin: &'a Path,
     object: ObjectRef,
     problems: &'a mut Vec<Problem>,
+    warnings: &'a mut Vec<Problem>,
 }
 
 impl Report<'_> {
-    fn add(&mut self, field: impl Into<String>, reason: impl Into<String>) {
-        self.problems.push(Problem {
+    fn problem(&self, field: String, reason: String) -> Problem {
+        Problem {
             origin: self.origin.to_path_buf(),
             object: self.object.clone(),
-            field: field.into(),
-            reason: reason.into(),
-        });
+            field,
+            reason,
+        }
+    }
+
+    /// An error: the object is refused.
+    fn add(&mut self, field: impl Into<String>, reason: impl Into<String>) {
+        let problem = self.problem(field.into(), reason.into());
+        self.problems.push(problem);
+    }
+
+    /// A warning: the object is admitted as Antrea admits it.
+    fn warn(&mut self, field: impl Into<String>, reason: impl Into<String>) {
+        let problem = self.problem(field.into(), reason.into());
+        self.warnings.push(problem);
     }
 }
 
@@ -205,7 +239,9 @@ fn check_namespaced_name(report: &mut Report<'_>, scope: Scope, path: &str, r: &
     }
 }
 
-/// Reports a `group:` reference that does not resolve; returns the group.
+/// Returns the group a `group:` reference names. A reference to a group
+/// not defined (yet) is valid, as in Antrea: it selects nothing until the
+/// group appears, so it is only a warning.
 fn check_group_ref<'a>(
     report: &mut Report<'_>,
     index: &Index<'a>,
@@ -223,7 +259,10 @@ fn check_group_ref<'a>(
             Scope::Cluster => format!("ClusterGroup `{name}` does not exist"),
             Scope::Namespace(ns) => format!("Group `{name}` does not exist in Namespace {ns}"),
         };
-        report.add(path, reason);
+        report.warn(
+            path,
+            format!("{reason} (yet): selects nothing until it is defined"),
+        );
     }
     found
 }

@@ -1,13 +1,15 @@
 //! Antrea-native policies (ACNP and ANNP) as a whole: Tier and priority,
 //! appliedTo at the policy level or on every rule, the appliedTo entries
-//! themselves, NodePort Service restrictions, group references versus
-//! stand-alone selectors, and unique rule names. Each rule's own fields are
+//! themselves, NodePort Service restrictions, IGMP rules against the rest of
+//! the policy, and unique rule names. Group references and stand-alone
+//! selectors may be mixed, as Antrea admits them. Each rule's own fields are
 //! `rule.rs`'s.
 
 use std::collections::HashMap;
 
-use crate::model::{AntreaPolicy, AppliedTo, Direction, Peer, Rule, BASELINE_TIER};
+use crate::model::{effective_tier, AntreaPolicy, AppliedTo, Direction, Rule, BASELINE_TIER};
 
+use super::labels::check_selector;
 use super::rule::{check_rule, others, peer_fields};
 use super::tier::static_tier_names;
 use super::{check_group_ref, check_namespaced_name, Index, Report, Scope};
@@ -22,8 +24,8 @@ pub(super) fn check_policy(
     scope: Scope,
 ) {
     let spec = &policy.spec;
-    if let Some(tier) = spec.tier.as_deref() {
-        if !index.tiers.contains_key(tier) {
+    if let Some(tier) = spec.tier.as_deref().filter(|t| !t.is_empty()) {
+        if !index.tiers.contains_key(effective_tier(Some(tier))) {
             report.add(
                 "spec.tier",
                 format!(
@@ -76,10 +78,17 @@ pub(super) fn check_policy(
         }
     }
 
-    check_applied_to_list(report, index, scope, "spec.appliedTo", &spec.applied_to);
+    check_applied_to_list(
+        report,
+        index,
+        scope,
+        "spec.appliedTo",
+        &spec.applied_to,
+        true,
+    );
     let policy_on_service = spec.applied_to.iter().any(|a| a.service.is_some());
 
-    let in_baseline = spec.tier.as_deref() == Some(BASELINE_TIER);
+    let in_baseline = effective_tier(spec.tier.as_deref()) == BASELINE_TIER;
     for (direction, path, rule) in &rules {
         check_rule(report, index, scope, *direction, path, rule, in_baseline);
         check_applied_to_list(
@@ -88,6 +97,7 @@ pub(super) fn check_policy(
             scope,
             &format!("{path}.appliedTo"),
             &rule.applied_to,
+            false,
         );
         if scope == Scope::Cluster {
             let rule_on_service = rule.applied_to.iter().any(|a| a.service.is_some());
@@ -102,7 +112,7 @@ pub(super) fn check_policy(
         }
     }
 
-    check_group_selector_mix(report, scope, spec.applied_to.as_slice(), &rules);
+    check_igmp_rules(report, &rules);
     check_rule_names(report, &rules);
 }
 
@@ -120,16 +130,26 @@ fn rules_with_paths(
         .map(move |(i, rule)| (direction, format!("{key}[{i}]"), rule))
 }
 
-/// Every appliedTo entry of one list (policy- or rule-level).
+/// Every appliedTo entry of one list (policy-level when `at_policy`, else
+/// rule-level).
 fn check_applied_to_list(
     report: &mut Report<'_>,
     index: &Index<'_>,
     scope: Scope,
     path: &str,
     entries: &[AppliedTo],
+    at_policy: bool,
 ) {
     for (i, entry) in entries.iter().enumerate() {
-        check_applied_to(report, index, scope, &format!("{path}[{i}]"), entry);
+        let entry_path = format!("{path}[{i}]");
+        if !at_policy && entry.node_selector.is_some() {
+            // Antrea's schema has no nodeSelector in a rule's appliedTo.
+            report.add(
+                format!("{entry_path}.nodeSelector"),
+                "not allowed in a rule-level appliedTo (only in spec.appliedTo)",
+            );
+        }
+        check_applied_to(report, index, scope, &entry_path, entry);
     }
     if scope == Scope::Cluster && entries.len() > 1 && entries.iter().any(|e| e.service.is_some()) {
         report.add(
@@ -198,6 +218,15 @@ fn check_applied_to(
             }
         }
     }
+    for (field, selector) in [
+        ("podSelector", &entry.pod_selector),
+        ("namespaceSelector", &entry.namespace_selector),
+        ("nodeSelector", &entry.node_selector),
+    ] {
+        if let Some(selector) = selector {
+            check_selector(report, &format!("{path}.{field}"), selector);
+        }
+    }
     if let Some(sa) = &entry.service_account {
         check_namespaced_name(report, scope, &format!("{path}.serviceAccount"), sa);
     }
@@ -260,87 +289,68 @@ fn check_node_port_rule(
     }
 }
 
-/// A policy uses either group references or stand-alone selectors, in
-/// appliedTo and in peers, never both.
-fn check_group_selector_mix(
-    report: &mut Report<'_>,
-    scope: Scope,
-    policy_applied_to: &[AppliedTo],
-    rules: &[(Direction, String, &Rule)],
-) {
-    let mut first_group: Option<String> = None;
-    let mut first_selector: Option<String> = None;
-    let mut note = |path: String, group: bool, selector: Option<&str>| {
-        if group && first_group.is_none() {
-            first_group = Some(format!("{path}.group"));
-        }
-        if let Some(field) = selector {
-            if first_selector.is_none() {
-                first_selector = Some(format!("{path}.{field}"));
+/// IGMP rules as Antrea's webhook checks them: it walks the rules (ingress
+/// first) remembering whether any rule so far used IGMP or ICMP, and once
+/// one used IGMP, a rule with `from`, `to`, `ports` or `toServices` (or any
+/// ICMP so far) is refused, even when it is a later rule of its own.
+fn check_igmp_rules(report: &mut Report<'_>, rules: &[(Direction, String, &Rule)]) {
+    let mut first_igmp: Option<&str> = None;
+    let mut first_icmp: Option<&str> = None;
+    for (_, path, rule) in rules {
+        // An entry setting both is refused on its own (rule.rs).
+        for protocol in &rule.protocols {
+            match (&protocol.icmp, &protocol.igmp) {
+                (None, Some(_)) => {
+                    first_igmp.get_or_insert(path);
+                }
+                (Some(_), None) => {
+                    first_icmp.get_or_insert(path);
+                }
+                _ => {}
             }
         }
-    };
-    let applied_to_selector = |a: &AppliedTo| {
-        applied_to_fields(a)
-            .into_iter()
-            .find(|f| STAND_ALONE_SELECTORS.contains(f))
-    };
-    let peer_selector = |p: &Peer| {
-        peer_fields(p)
-            .into_iter()
-            .find(|f| STAND_ALONE_SELECTORS.contains(f))
-    };
-    for (i, a) in policy_applied_to.iter().enumerate() {
-        note(
-            format!("spec.appliedTo[{i}]"),
-            a.group.is_some(),
-            applied_to_selector(a),
-        );
-    }
-    for (_, path, rule) in rules {
-        for (i, a) in rule.applied_to.iter().enumerate() {
-            note(
-                format!("{path}.appliedTo[{i}]"),
-                a.group.is_some(),
-                applied_to_selector(a),
+        let Some(igmp_at) = first_igmp else {
+            continue;
+        };
+        let mut with: Vec<String> = Vec::new();
+        if let Some(icmp_at) = first_icmp {
+            with.push(if icmp_at == path.as_str() {
+                "icmp".to_string()
+            } else {
+                format!("icmp (in {icmp_at})")
+            });
+        }
+        for (field, set) in [
+            ("from", !rule.from.is_empty()),
+            ("to", !rule.to.is_empty()),
+            ("ports", !rule.ports.is_empty()),
+            ("toServices", !rule.to_services.is_empty()),
+        ] {
+            if set {
+                with.push(field.to_string());
+            }
+        }
+        if with.is_empty() {
+            continue;
+        }
+        if igmp_at == path.as_str() {
+            report.add(
+                format!("{path}.protocols"),
+                format!("IGMP cannot be used with {}", with.join(", ")),
+            );
+        } else {
+            report.add(
+                path.as_str(),
+                format!(
+                    "cannot use {} in a policy whose {igmp_at} uses IGMP (Antrea refuses the policy)",
+                    with.join(", ")
+                ),
             );
         }
-        for (i, p) in rule.from.iter().enumerate() {
-            note(
-                format!("{path}.from[{i}]"),
-                p.group.is_some(),
-                peer_selector(p),
-            );
-        }
-        for (i, p) in rule.to.iter().enumerate() {
-            note(
-                format!("{path}.to[{i}]"),
-                p.group.is_some(),
-                peer_selector(p),
-            );
-        }
-    }
-    if let (Some(group), Some(selector)) = (first_group, first_selector) {
-        report.add(
-            group,
-            format!(
-                "{} references cannot be mixed with stand-alone selectors in one policy ({selector} is a stand-alone selector)",
-                scope.group_kind()
-            ),
-        );
+        // Antrea stops at the first refusal; so does this check.
+        return;
     }
 }
-
-/// Fields that select workloads directly, which a policy must not mix with
-/// group references. `ipBlock`, `fqdn` and `service` are addresses, not
-/// selectors.
-const STAND_ALONE_SELECTORS: [&str; 5] = [
-    "podSelector",
-    "namespaceSelector",
-    "nodeSelector",
-    "namespaces",
-    "serviceAccount",
-];
 
 /// Rule names, given or generated, are unique within a policy.
 fn check_rule_names(report: &mut Report<'_>, rules: &[(Direction, String, &Rule)]) {

@@ -10,6 +10,7 @@ use ipnet::IpNet;
 
 use crate::model::{Direction, IpBlock, Peer, PolicyPort, PortValue, Rule, RuleAction};
 
+use super::labels::{check_selector, label_value_problem, qualified_name_problem};
 use super::{check_group_ref, check_namespaced_name, Index, Report, Scope};
 
 pub(super) fn check_rule(
@@ -21,7 +22,7 @@ pub(super) fn check_rule(
     rule: &Rule,
     in_baseline: bool,
 ) {
-    let action = rule.action.normalized();
+    let action = rule.action;
     if in_baseline && action == RuleAction::Pass {
         report.add(
             format!("{path}.action"),
@@ -49,10 +50,12 @@ pub(super) fn check_rule(
             }
         }
     }
-    if !rule.to_services.is_empty() && (!rule.to.is_empty() || !rule.ports.is_empty()) {
+    if !rule.to_services.is_empty()
+        && (!rule.to.is_empty() || !rule.ports.is_empty() || !rule.protocols.is_empty())
+    {
         report.add(
             format!("{path}.toServices"),
-            "cannot be used with `to` or `ports` in the same rule",
+            "cannot be used with `to`, `ports` or `protocols` in the same rule",
         );
     }
     for (i, service) in rule.to_services.iter().enumerate() {
@@ -87,31 +90,73 @@ pub(super) fn check_rule(
     }
     check_protocols(report, direction, path, rule);
     check_l7(report, path, rule);
-
-    if direction == Direction::Egress && matches!(action, RuleAction::Pass | RuleAction::Reject) {
-        for (i, peer) in rule.to.iter().enumerate() {
-            if peer
-                .ip_block
-                .as_ref()
-                .is_some_and(|b| is_multicast(&b.cidr))
-            {
-                report.add(
-                    format!("{path}.action"),
-                    format!(
-                        "{action:?} is not supported for multicast traffic ({path}.to[{i}].ipBlock is a multicast range)"
-                    ),
-                );
-                break;
-            }
+    if let Some(label) = &rule.log_label {
+        // Antrea's schema: the shape of a label value.
+        if let Some(reason) = label_value_problem(label) {
+            report.add(
+                format!("{path}.logLabel"),
+                format!("invalid log label `{label}`: {reason}"),
+            );
         }
+    }
+
+    if direction == Direction::Egress {
+        check_multicast_peers(report, path, rule);
     }
 }
 
-fn is_multicast(net: &IpNet) -> bool {
-    let net = net.trunc();
-    match net {
-        IpNet::V4(v4) => v4.prefix_len() >= 4 && v4.network().is_multicast(),
-        IpNet::V6(v6) => v6.prefix_len() >= 8 && v6.network().is_multicast(),
+/// Whether an ipBlock is a multicast address, read as Antrea reads it: the
+/// address as written in `cidr`.
+pub(super) fn is_multicast(net: &IpNet) -> bool {
+    net.addr().is_multicast()
+}
+
+/// Multicast ipBlocks in the `to` of an egress rule: not with unicast
+/// ipBlocks, not with selectors in the same peer, and not with Pass or
+/// Reject.
+fn check_multicast_peers(report: &mut Report<'_>, path: &str, rule: &Rule) {
+    let mut first_multicast: Option<usize> = None;
+    let mut first_unicast: Option<usize> = None;
+    for (i, peer) in rule.to.iter().enumerate() {
+        let Some(block) = &peer.ip_block else {
+            continue;
+        };
+        if !is_multicast(&block.cidr) {
+            first_unicast.get_or_insert(i);
+            continue;
+        }
+        first_multicast.get_or_insert(i);
+        let selectors = peer.pod_selector.is_some()
+            || peer.namespace_selector.is_some()
+            || peer.namespaces.is_some()
+            || peer.service_account.is_some()
+            || peer.node_selector.is_some();
+        if selectors {
+            report.add(
+                format!("{path}.to[{i}].ipBlock"),
+                "a multicast address cannot be set with selectors in the same peer",
+            );
+        }
+    }
+    let Some(multicast) = first_multicast else {
+        return;
+    };
+    if matches!(rule.action, RuleAction::Pass | RuleAction::Reject) {
+        report.add(
+            format!("{path}.action"),
+            format!(
+                "{:?} is not supported for multicast traffic ({path}.to[{multicast}].ipBlock is a multicast address)",
+                rule.action
+            ),
+        );
+    }
+    if let Some(unicast) = first_unicast {
+        report.add(
+            format!("{path}.to"),
+            format!(
+                "multicast and unicast addresses cannot be mixed in one rule (to[{multicast}] is multicast, to[{unicast}] is unicast)"
+            ),
+        );
     }
 }
 
@@ -133,7 +178,8 @@ fn check_peer(
         );
         return;
     }
-    for field in ["group", "serviceAccount", "nodeSelector", "ipBlock", "fqdn"] {
+    let mut exclusive = false;
+    for field in ["group", "serviceAccount", "nodeSelector"] {
         if fields.contains(&field) && fields.len() > 1 {
             report.add(
                 format!("{path}.{field}"),
@@ -142,7 +188,30 @@ fn check_peer(
                     others(&fields, field)
                 ),
             );
+            exclusive = true;
             break;
+        }
+    }
+    if !exclusive && fields.len() > 1 {
+        // Antrea admits ipBlock or fqdn with other fields and keeps only the
+        // first of ipBlock > fqdn > selectors; the compiler does the same.
+        if let Some(kept) = ["ipBlock", "fqdn"].into_iter().find(|f| fields.contains(f)) {
+            report.warn(
+                format!("{path}.{kept}"),
+                format!(
+                    "only {kept} is used in this peer, as in Antrea; ignored: {}",
+                    others(&fields, kept)
+                ),
+            );
+        }
+    }
+    for (field, selector) in [
+        ("podSelector", &peer.pod_selector),
+        ("namespaceSelector", &peer.namespace_selector),
+        ("nodeSelector", &peer.node_selector),
+    ] {
+        if let Some(selector) = selector {
+            check_selector(report, &format!("{path}.{field}"), selector);
         }
     }
     if let Some(namespaces) = &peer.namespaces {
@@ -173,10 +242,10 @@ fn check_peer(
             _ => {}
         }
         for (i, key) in namespaces.same_labels.iter().enumerate() {
-            if key.is_empty() {
+            if let Some(reason) = qualified_name_problem(key) {
                 report.add(
                     format!("{path}.namespaces.sameLabels[{i}]"),
-                    "must not be empty",
+                    format!("invalid label key `{key}`: {reason}"),
                 );
             }
         }
@@ -188,10 +257,16 @@ fn check_peer(
                 "fqdn is only allowed in the `to` of egress rules",
             );
         }
-        if fqdn.trim().is_empty() {
+        if fqdn.is_empty() {
             report.add(format!("{path}.fqdn"), "must not be empty");
-        } else if fqdn.chars().any(|c| c.is_whitespace()) {
-            report.add(format!("{path}.fqdn"), "must not contain whitespace");
+        } else if !fqdn
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '*'))
+        {
+            report.add(
+                format!("{path}.fqdn"),
+                format!("invalid characters in `{fqdn}`: only letters, digits, '-', '.' and '*' are allowed"),
+            );
         }
     }
     if let Some(block) = &peer.ip_block {
@@ -373,7 +448,6 @@ const IGMP_QUERY: i32 = 0x11;
 const IGMP_REPORTS: [i32; 3] = [0x12, 0x16, 0x22];
 
 fn check_protocols(report: &mut Report<'_>, direction: Direction, path: &str, rule: &Rule) {
-    let mut has_icmp = false;
     let mut has_igmp = false;
     for (i, protocol) in rule.protocols.iter().enumerate() {
         let ppath = format!("{path}.protocols[{i}]");
@@ -389,7 +463,6 @@ fn check_protocols(report: &mut Report<'_>, direction: Direction, path: &str, ru
             _ => {}
         }
         if let Some(icmp) = &protocol.icmp {
-            has_icmp = true;
             if let Some(t) = icmp.icmp_type {
                 if !(0..=255).contains(&t) {
                     report.add(
@@ -419,15 +492,6 @@ fn check_protocols(report: &mut Report<'_>, direction: Direction, path: &str, ru
                             format!("ingress rules only support the IGMP membership query (0x11), got {t:#x}"),
                         );
                     }
-                    let all_hosts = IpAddr::from([224, 0, 0, 1]);
-                    if let Some(addr) = igmp.group_address.filter(|a| *a != all_hosts) {
-                        report.add(
-                            format!("{ppath}.igmp.groupAddress"),
-                            format!(
-                                "IGMP queries in ingress rules can only use 224.0.0.1, got {addr}"
-                            ),
-                        );
-                    }
                 }
                 Direction::Egress => {
                     if let Some(t) = igmp.igmp_type.filter(|t| !IGMP_REPORTS.contains(t)) {
@@ -436,40 +500,20 @@ fn check_protocols(report: &mut Report<'_>, direction: Direction, path: &str, ru
                             format!("egress rules only support IGMP membership reports (0x12, 0x16, 0x22), got {t:#x}"),
                         );
                     }
-                    if let Some(addr) = igmp.group_address {
-                        if !matches!(addr, IpAddr::V4(v4) if v4.is_multicast()) {
-                            report.add(
-                                format!("{ppath}.igmp.groupAddress"),
-                                format!("must be an IPv4 multicast address, got {addr}"),
-                            );
-                        }
-                    }
+                }
+            }
+            if let Some(addr) = igmp.group_address {
+                if !matches!(addr, IpAddr::V4(v4) if v4.is_multicast()) {
+                    report.add(
+                        format!("{ppath}.igmp.groupAddress"),
+                        format!("must be an IPv4 multicast address, got {addr}"),
+                    );
                 }
             }
         }
     }
     if has_igmp {
-        let mut with: Vec<&str> = Vec::new();
-        if has_icmp {
-            with.push("icmp");
-        }
-        for (field, set) in [
-            ("from", !rule.from.is_empty()),
-            ("to", !rule.to.is_empty()),
-            ("ports", !rule.ports.is_empty()),
-            ("toServices", !rule.to_services.is_empty()),
-        ] {
-            if set {
-                with.push(field);
-            }
-        }
-        if !with.is_empty() {
-            report.add(
-                format!("{path}.protocols"),
-                format!("IGMP cannot be used with {}", with.join(", ")),
-            );
-        }
-        let action = rule.action.normalized();
+        let action = rule.action;
         if matches!(action, RuleAction::Pass | RuleAction::Reject) {
             report.add(
                 format!("{path}.action"),

@@ -41,6 +41,30 @@ fn assert_problem(yaml: &str, field: &str, reason: &str) {
     );
 }
 
+/// No error and exactly one warning, at `field`, whose reason contains `reason`.
+#[track_caller]
+fn assert_warning(yaml: &str, field: &str, reason: &str) {
+    let findings = check(&snapshot(yaml));
+    assert!(
+        findings.errors.is_empty(),
+        "unexpected errors:\n{}",
+        render(&findings.errors)
+    );
+    let warnings = &findings.warnings;
+    assert!(
+        warnings.len() == 1 && warnings[0].field == field && warnings[0].reason.contains(reason),
+        "expected exactly the warning `{field}: …{reason}…`, got:\n{}",
+        render(warnings)
+    );
+}
+
+/// The decoding problems of `yaml` (which must not decode cleanly).
+fn decode_problems(yaml: &str) -> Vec<Problem> {
+    let (_, problems) = parse_documents(Path::new("t.yaml"), yaml);
+    assert!(!problems.is_empty(), "decoded cleanly");
+    problems
+}
+
 fn indent(text: &str) -> String {
     text.trim_start_matches('\n')
         .lines()
@@ -299,9 +323,30 @@ fn pass_is_rejected_in_the_baseline_tier() {
 }
 
 #[test]
-fn deny_is_accepted_as_drop() {
-    assert_valid(&acnp_ingress("action: Deny"));
-    assert_valid(&acnp_egress("action: Deny, to: [{fqdn: example.com}]"));
+fn unknown_actions_are_refused_with_a_hint() {
+    // Antrea's schema: action is one of Allow, Drop, Reject, Pass.
+    let problems = decode_problems(&acnp_ingress("action: Deny"));
+    assert_eq!(problems.len(), 1, "{}", render(&problems));
+    assert_eq!(
+        problems[0].to_string(),
+        "t.yaml: ClusterNetworkPolicy p: spec.ingress[0].action: unknown action `Deny`, expected one of Allow, Drop, Reject, Pass (did you mean Drop?)"
+    );
+    let problems = decode_problems(&acnp_egress("action: allow, to: [{fqdn: example.com}]"));
+    assert!(
+        problems[0].to_string().ends_with(
+            "spec.egress[0].action: unknown action `allow`, expected one of Allow, Drop, Reject, Pass (did you mean Allow?)"
+        ),
+        "{}",
+        render(&problems)
+    );
+    let problems = decode_problems(&acnp_ingress("action: Block"));
+    assert!(
+        problems[0]
+            .to_string()
+            .ends_with("expected one of Allow, Drop, Reject, Pass"),
+        "{}",
+        render(&problems)
+    );
 }
 
 #[test]
@@ -357,7 +402,9 @@ fn empty_applied_to_entry() {
 }
 
 #[test]
-fn group_references_and_stand_alone_selectors_do_not_mix() {
+fn group_references_and_stand_alone_selectors_mix() {
+    // Antrea's webhook admits a policy mixing group references and
+    // stand-alone selectors across appliedTo and peers.
     let groups = format!(
         "{}{}",
         cluster_group("db", "podSelector: {matchLabels: {role: db}}"),
@@ -366,28 +413,18 @@ fn group_references_and_stand_alone_selectors_do_not_mix() {
     let spec = "priority: 1
 appliedTo: [{group: db}]
 ingress:
-- {action: Allow, from: [{group: fe}, {ipBlock: {cidr: 10.0.0.0/8}}]}
+- {action: Allow, from: [{group: fe}, {podSelector: {}}, {namespaces: {match: Self}}]}
 ";
     assert_valid(&format!("{groups}{}", acnp(spec)));
-    assert_problem(
-        &format!("{groups}{}", acnp(&spec.replace("{ipBlock: {cidr: 10.0.0.0/8}}", "{podSelector: {}}"))),
-        "spec.appliedTo[0].group",
-        "ClusterGroup references cannot be mixed with stand-alone selectors in one policy (spec.ingress[0].from[1].podSelector",
-    );
-    assert_problem(
-        &format!(
-            "{groups}{}",
-            acnp(&spec.replace("{group: db}", "{namespaceSelector: {}}"))
-        ),
-        "spec.ingress[0].from[0].group",
-        "(spec.appliedTo[0].namespaceSelector is a stand-alone selector)",
-    );
+    assert_valid(&format!(
+        "{groups}{}",
+        acnp(&spec.replace("{group: db}", "{namespaceSelector: {}}"))
+    ));
     let ns_groups = group("shop", "db", "podSelector: {}");
-    assert_problem(
-        &format!("{ns_groups}{}", annp("priority: 1\nappliedTo: [{group: db}]\negress:\n- {action: Drop, to: [{podSelector: {}}]}\n")),
-        "spec.appliedTo[0].group",
-        "Group references cannot be mixed",
-    );
+    assert_valid(&format!(
+        "{ns_groups}{}",
+        annp("priority: 1\nappliedTo: [{group: db}]\negress:\n- {action: Drop, to: [{podSelector: {}}]}\n")
+    ));
 }
 
 #[test]
@@ -496,12 +533,17 @@ fn to_services_restrictions() {
             "action: Drop, toServices: [{name: svc, namespace: ns}], to: [{podSelector: {}}]",
         ),
         "spec.egress[0].toServices",
-        "cannot be used with `to` or `ports`",
+        "cannot be used with `to`, `ports` or `protocols` in the same rule",
     );
     assert_problem(
         &acnp_egress("action: Drop, toServices: [{name: svc, namespace: ns}], ports: [{port: 80}]"),
         "spec.egress[0].toServices",
-        "cannot be used with `to` or `ports`",
+        "cannot be used with `to`, `ports` or `protocols` in the same rule",
+    );
+    assert_problem(
+        &acnp_egress("action: Drop, toServices: [{name: svc, namespace: ns}], protocols: [{icmp: {icmpType: 8}}]"),
+        "spec.egress[0].toServices",
+        "cannot be used with `to`, `ports` or `protocols` in the same rule",
     );
     assert_problem(
         &acnp_ingress("action: Drop, toServices: [{name: svc, namespace: ns}]"),
@@ -542,20 +584,36 @@ fn fqdn_restrictions() {
         "only allowed in the `to` of egress rules",
     );
     assert_problem(
-        &acnp_egress("action: Allow, to: [{fqdn: foobar.com, ipBlock: {cidr: 1.2.3.0/24}}]"),
-        "spec.egress[0].to[0].ipBlock",
-        "cannot be set with other fields in the same peer (also set: fqdn)",
-    );
-    assert_problem(
         &acnp_egress("action: Allow, to: [{fqdn: ''}]"),
         "spec.egress[0].to[0].fqdn",
         "must not be empty",
     );
-    assert_problem(
-        &acnp_egress("action: Allow, to: [{fqdn: 'a b.com'}]"),
-        "spec.egress[0].to[0].fqdn",
-        "whitespace",
-    );
+    // Antrea's pattern: ^[-0-9a-zA-Z.*]+$
+    assert_valid(&acnp_egress(
+        "action: Allow, to: [{fqdn: '*.Foo-Bar.example.COM'}]",
+    ));
+    for bad in [
+        "a b.com",
+        "foo_bar.com",
+        "foo.com.",
+        "ex@mple.com",
+        "föö.com",
+        "foo.com/x",
+    ] {
+        if bad == "foo.com." {
+            assert_valid(&acnp_egress(&format!(
+                "action: Allow, to: [{{fqdn: '{bad}'}}]"
+            )));
+            continue;
+        }
+        assert_problem(
+            &acnp_egress(&format!("action: Allow, to: [{{fqdn: '{bad}'}}]")),
+            "spec.egress[0].to[0].fqdn",
+            &format!(
+                "invalid characters in `{bad}`: only letters, digits, '-', '.' and '*' are allowed"
+            ),
+        );
+    }
 }
 
 #[test]
@@ -580,12 +638,32 @@ fn igmp_cannot_be_combined() {
         field,
         "IGMP cannot be used with ports",
     );
+    // With toServices, Antrea's first refusal is the toServices one.
+    let problems = validate(&snapshot(&acnp_egress(&format!(
+        "action: Drop, {igmp}, toServices: [{{name: s, namespace: n}}]"
+    ))));
+    assert_eq!(
+        problems[0].to_string(),
+        "t.yaml: ClusterNetworkPolicy p: spec.egress[0].toServices: cannot be used with `to`, `ports` or `protocols` in the same rule"
+    );
+    assert_eq!(problems[1].field, field);
+    assert_eq!(problems[1].reason, "IGMP cannot be used with toServices");
+    // The webhook remembers IGMP (and ICMP) across the rules of a policy.
+    let ingress_igmp = "priority: 1\nappliedTo: [{podSelector: {}}]\ningress:\n- {action: Drop, protocols: [{igmp: {igmpType: 0x11}}]}\n";
+    assert_valid(&acnp(ingress_igmp));
     assert_problem(
-        &acnp_egress(&format!(
-            "action: Drop, {igmp}, toServices: [{{name: s, namespace: n}}]"
+        &acnp(&format!(
+            "{ingress_igmp}egress:\n- {{action: Drop, to: [{{podSelector: {{}}}}]}}\n"
         )),
-        field,
-        "IGMP cannot be used with toServices",
+        "spec.egress[0]",
+        "cannot use to in a policy whose spec.ingress[0] uses IGMP (Antrea refuses the policy)",
+    );
+    assert_problem(
+        &acnp(&format!(
+            "{ingress_igmp}- {{action: Drop, protocols: [{{icmp: {{}}}}]}}\n"
+        )),
+        "spec.ingress[1]",
+        "cannot use icmp in a policy whose spec.ingress[0] uses IGMP (Antrea refuses the policy)",
     );
     assert_problem(
         &acnp_ingress(
@@ -612,12 +690,17 @@ fn igmp_types_and_group_addresses() {
         "spec.ingress[0].protocols[0].igmp.igmpType",
         "ingress rules only support the IGMP membership query (0x11), got 0x16",
     );
+    // Antrea's webhook only asks for a multicast group address, in both
+    // directions.
+    assert_valid(&acnp_ingress(
+        "action: Drop, protocols: [{igmp: {igmpType: 0x11, groupAddress: 225.1.2.3}}]",
+    ));
     assert_problem(
         &acnp_ingress(
-            "action: Drop, protocols: [{igmp: {igmpType: 0x11, groupAddress: 225.1.2.3}}]",
+            "action: Drop, protocols: [{igmp: {igmpType: 0x11, groupAddress: 10.1.2.3}}]",
         ),
         "spec.ingress[0].protocols[0].igmp.groupAddress",
-        "can only use 224.0.0.1",
+        "must be an IPv4 multicast address, got 10.1.2.3",
     );
     assert_problem(
         &acnp_egress("action: Drop, protocols: [{igmp: {igmpType: 0x11}}]"),
@@ -702,7 +785,7 @@ fn icmp_type_and_code() {
 fn l7_rules_only_allow() {
     let l7 = "l7Protocols: [{http: {path: '/api/v2/*', host: foo.bar.com, method: GET}}]";
     assert_valid(&acnp_ingress(&format!("action: Allow, {l7}")));
-    for action in ["Drop", "Reject", "Pass", "Deny"] {
+    for action in ["Drop", "Reject", "Pass"] {
         assert_problem(
             &acnp_ingress(&format!("action: {action}, {l7}")),
             "spec.ingress[0].l7Protocols",
@@ -968,40 +1051,40 @@ egress:
 }
 
 #[test]
-fn group_references_must_resolve() {
+fn dangling_group_references_are_warnings() {
     let spec = "priority: 1\nappliedTo: [{group: g}]\n";
     assert_valid(&format!(
         "{}{}",
         cluster_group("g", "podSelector: {}"),
         acnp(spec)
     ));
-    assert_problem(
+    assert_warning(
         &acnp(spec),
         "spec.appliedTo[0].group",
-        "ClusterGroup `g` does not exist",
+        "ClusterGroup `g` does not exist (yet): selects nothing until it is defined",
     );
     // A namespaced Group does not satisfy an ACNP reference.
-    assert_problem(
+    assert_warning(
         &format!("{}{}", group("shop", "g", "podSelector: {}"), acnp(spec)),
         "spec.appliedTo[0].group",
-        "ClusterGroup `g` does not exist",
+        "ClusterGroup `g` does not exist (yet): selects nothing until it is defined",
     );
     assert_valid(&format!(
         "{}{}",
         group("shop", "g", "podSelector: {}"),
         annp(spec)
     ));
-    assert_problem(
+    assert_warning(
         &format!("{}{}", group("other", "g", "podSelector: {}"), annp(spec)),
         "spec.appliedTo[0].group",
-        "Group `g` does not exist in Namespace shop",
+        "Group `g` does not exist in Namespace shop (yet): selects nothing until it is defined",
     );
-    assert_problem(
+    assert_warning(
         &format!("{}{}", cluster_group("g", "podSelector: {}"), annp(spec)),
         "spec.appliedTo[0].group",
-        "Group `g` does not exist in Namespace shop",
+        "Group `g` does not exist in Namespace shop (yet): selects nothing until it is defined",
     );
-    assert_problem(
+    assert_warning(
         &format!(
             "{}{}",
             cluster_group("g", "podSelector: {}"),
@@ -1071,7 +1154,7 @@ fn group_ip_blocks_check_except() {
 }
 
 #[test]
-fn child_groups_must_exist() {
+fn dangling_child_groups_are_warnings() {
     let children = format!(
         "{}{}",
         cluster_group("a", "podSelector: {}"),
@@ -1081,7 +1164,7 @@ fn child_groups_must_exist() {
         "{children}{}",
         cluster_group("parent", "childGroups: [a, b]")
     ));
-    assert_problem(
+    assert_warning(
         &format!(
             "{children}{}",
             cluster_group("parent", "childGroups: [a, c]")
@@ -1094,7 +1177,7 @@ fn child_groups_must_exist() {
         group("shop", "a", "podSelector: {}"),
         group("shop", "parent", "childGroups: [a]")
     ));
-    assert_problem(
+    assert_warning(
         &format!(
             "{}{}",
             group("other", "a", "podSelector: {}"),
@@ -1246,6 +1329,163 @@ fn source_ports() {
 }
 
 #[test]
+fn selector_labels_follow_kubernetes_syntax() {
+    let applied = |sel: &str| {
+        acnp(&format!(
+            "priority: 1\nappliedTo: [{{podSelector: {sel}}}]\n"
+        ))
+    };
+    assert_valid(&applied(
+        "{matchLabels: {app.kubernetes.io/name: web, tier: ''}, matchExpressions: [{key: env, operator: In, values: [prod]}]}",
+    ));
+    assert_problem(
+        &applied("{matchLabels: {'-app': web}}"),
+        "spec.appliedTo[0].podSelector.matchLabels",
+        "invalid label key `-app`: name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
+    );
+    assert_problem(
+        &applied("{matchLabels: {app: 'a b'}}"),
+        "spec.appliedTo[0].podSelector.matchLabels.app",
+        "invalid label value `a b`: must consist of alphanumeric characters",
+    );
+    assert_problem(
+        &applied("{matchLabels: {Example.com/app: web}}"),
+        "spec.appliedTo[0].podSelector.matchLabels",
+        "invalid label key `Example.com/app`: prefix part must be a lowercase DNS subdomain",
+    );
+    assert_problem(
+        &applied("{matchExpressions: [{key: 'a$', operator: Exists}]}"),
+        "spec.appliedTo[0].podSelector.matchExpressions[0].key",
+        "invalid label key `a$`",
+    );
+    assert_problem(
+        &applied("{matchExpressions: [{key: a, operator: In, values: ['x/y']}]}"),
+        "spec.appliedTo[0].podSelector.matchExpressions[0].values[0]",
+        "invalid label value `x/y`",
+    );
+    assert_problem(
+        &applied("{matchExpressions: [{key: a, operator: NotIn}]}"),
+        "spec.appliedTo[0].podSelector.matchExpressions[0].values",
+        "must be non-empty for operator NotIn",
+    );
+    assert_problem(
+        &applied("{matchExpressions: [{key: a, operator: Exists, values: [x]}]}"),
+        "spec.appliedTo[0].podSelector.matchExpressions[0].values",
+        "must be empty for operator Exists",
+    );
+    // Peers, groups and Kubernetes NetworkPolicies too.
+    assert_problem(
+        &acnp_ingress("action: Drop, from: [{namespaceSelector: {matchLabels: {'a b': x}}}]"),
+        "spec.ingress[0].from[0].namespaceSelector.matchLabels",
+        "invalid label key `a b`",
+    );
+    assert_problem(
+        &acnp_ingress("action: Drop, from: [{nodeSelector: {matchLabels: {a: '-x'}}}]"),
+        "spec.ingress[0].from[0].nodeSelector.matchLabels.a",
+        "invalid label value `-x`",
+    );
+    assert_problem(
+        &cluster_group("g", "namespaceSelector: {matchLabels: {'x/': y}}"),
+        "spec.namespaceSelector.matchLabels",
+        "invalid label key `x/`: name part must not be empty",
+    );
+    assert_problem(
+        &k8s_np("podSelector: {matchLabels: {'a:b': c}}\n"),
+        "spec.podSelector.matchLabels",
+        "invalid label key `a:b`",
+    );
+    assert_problem(
+        &k8s_np("podSelector: {}\ningress:\n- from: [{podSelector: {matchLabels: {a: 'b c'}}}]\n"),
+        "spec.ingress[0].from[0].podSelector.matchLabels.a",
+        "invalid label value `b c`",
+    );
+}
+
+#[test]
+fn same_labels_keys_are_qualified_names() {
+    assert_valid(&acnp_ingress(
+        "action: Drop, from: [{namespaces: {sameLabels: [org, kubernetes.io/metadata.name]}}]",
+    ));
+    assert_problem(
+        &acnp_ingress("action: Drop, from: [{namespaces: {sameLabels: [org, 'bad key']}}]"),
+        "spec.ingress[0].from[0].namespaces.sameLabels[1]",
+        "invalid label key `bad key`",
+    );
+    assert_problem(
+        &acnp_ingress("action: Drop, from: [{namespaces: {sameLabels: ['']}}]"),
+        "spec.ingress[0].from[0].namespaces.sameLabels[0]",
+        "invalid label key ``: name part must not be empty",
+    );
+}
+
+#[test]
+fn node_selector_is_not_allowed_in_a_rule_applied_to() {
+    assert_valid(&acnp(
+        "priority: 1\nappliedTo: [{nodeSelector: {}}]\ningress:\n- {action: Drop}\n",
+    ));
+    assert_problem(
+        &acnp("priority: 1\ningress:\n- {action: Drop, appliedTo: [{nodeSelector: {}}]}\n"),
+        "spec.ingress[0].appliedTo[0].nodeSelector",
+        "not allowed in a rule-level appliedTo (only in spec.appliedTo)",
+    );
+}
+
+#[test]
+fn ip_block_or_fqdn_with_selectors_is_a_warning() {
+    assert_warning(
+        &acnp_ingress("action: Drop, from: [{ipBlock: {cidr: 10.0.0.0/8}, podSelector: {}}]"),
+        "spec.ingress[0].from[0].ipBlock",
+        "only ipBlock is used in this peer, as in Antrea; ignored: podSelector",
+    );
+    assert_warning(
+        &acnp_egress(
+            "action: Drop, to: [{fqdn: a.com, namespaceSelector: {}, ipBlock: {cidr: 10.0.0.0/8}}]",
+        ),
+        "spec.egress[0].to[0].ipBlock",
+        "ignored: namespaceSelector, fqdn",
+    );
+    assert_warning(
+        &acnp_egress("action: Drop, to: [{fqdn: a.com, podSelector: {}}]"),
+        "spec.egress[0].to[0].fqdn",
+        "only fqdn is used in this peer, as in Antrea; ignored: podSelector",
+    );
+    // group, serviceAccount and nodeSelector still stand alone.
+    assert_problem(
+        &acnp_ingress("action: Drop, from: [{nodeSelector: {}, ipBlock: {cidr: 10.0.0.0/8}}]"),
+        "spec.ingress[0].from[0].nodeSelector",
+        "cannot be set with other fields in the same peer (also set: ipBlock)",
+    );
+}
+
+#[test]
+fn multicast_and_unicast_do_not_mix() {
+    assert_valid(&acnp_egress(
+        "action: Drop, to: [{ipBlock: {cidr: 225.1.2.3/32}}, {ipBlock: {cidr: 239.0.0.0/8}}]",
+    ));
+    assert_problem(
+        &acnp_egress("action: Drop, to: [{ipBlock: {cidr: 225.1.2.3/32}}, {ipBlock: {cidr: 10.0.0.0/8}}]"),
+        "spec.egress[0].to",
+        "multicast and unicast addresses cannot be mixed in one rule (to[0] is multicast, to[1] is unicast)",
+    );
+    let findings = check(&snapshot(&acnp_egress(
+        "action: Drop, to: [{ipBlock: {cidr: 225.1.2.3/32}, podSelector: {}}]",
+    )));
+    assert_eq!(
+        findings.errors.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+        ["t.yaml: ClusterNetworkPolicy p: spec.egress[0].to[0].ipBlock: a multicast address cannot be set with selectors in the same peer"]
+    );
+    assert_valid(&cluster_group(
+        "m",
+        "ipBlocks: [{cidr: 224.0.0.0/4}, {cidr: 225.1.1.1/32}]",
+    ));
+    assert_problem(
+        &cluster_group("m", "ipBlocks: [{cidr: 10.0.0.0/8}, {cidr: 225.1.1.1/32}]"),
+        "spec.ipBlocks",
+        "multicast and unicast addresses cannot be mixed (ipBlocks[1] is multicast, ipBlocks[0] is unicast)",
+    );
+}
+
+#[test]
 fn group_member_fields_as_antreas_webhook() {
     for spec in [
         "nodeSelector: {matchLabels: {role: control-plane}}",
@@ -1294,5 +1534,45 @@ fn group_member_fields_as_antreas_webhook() {
         &group("shop", "g", "nodeSelector: {}"),
         "spec.nodeSelector",
         "a Group cannot select Nodes (only a ClusterGroup can)",
+    );
+}
+
+#[test]
+fn legacy_static_tier_names_are_the_lowercase_tiers() {
+    for legacy in crate::model::LEGACY_STATIC_TIERS {
+        let spec = format!("tier: {legacy}\npriority: 1\nappliedTo: [{{podSelector: {{}}}}]\ningress:\n- {{action: Drop}}\n");
+        assert_valid(&acnp(&spec));
+        assert_valid(&annp(&spec));
+    }
+    // Antrea keeps only these exact spellings.
+    assert_problem(
+        &acnp("tier: EMERGENCY\npriority: 1\nappliedTo: [{podSelector: {}}]\n"),
+        "spec.tier",
+        "Tier `EMERGENCY` does not exist",
+    );
+    assert_problem(
+        &acnp("tier: Baseline\npriority: 1\nappliedTo: [{podSelector: {}}]\ningress:\n- {action: Pass}\n"),
+        "spec.ingress[0].action",
+        "Pass is not allowed in the baseline Tier",
+    );
+}
+
+#[test]
+fn log_labels_have_the_shape_of_a_label_value() {
+    assert_valid(&acnp_ingress(
+        "action: Drop, enableLogging: true, logLabel: my_label-1.x",
+    ));
+    assert_valid(&acnp_ingress(
+        "action: Drop, enableLogging: true, logLabel: ''",
+    ));
+    assert_problem(
+        &acnp_ingress("action: Drop, enableLogging: true, logLabel: 'my label'"),
+        "spec.ingress[0].logLabel",
+        "invalid log label `my label`: must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
+    );
+    assert_problem(
+        &acnp_ingress(&format!("action: Drop, logLabel: {}", "a".repeat(64))),
+        "spec.ingress[0].logLabel",
+        "must be no more than 63 characters",
     );
 }

@@ -1,0 +1,292 @@
+//! Null handling across every kind: a full example of each kind (every
+//! field tollgate reads set), and for every field in it, `null` decodes
+//! exactly as the field left out — accepted for optional fields, refused
+//! for required ones — as the Kubernetes API server reads it.
+
+use serde_json::{json, Value};
+
+use super::*;
+
+fn meta(namespaced: bool) -> Value {
+    let mut meta = json!({
+        "name": "n",
+        "labels": {"app": "web"},
+        "annotations": {"a": "b"},
+        "uid": "u",
+        "resourceVersion": "1",
+        "generation": 1,
+        "generateName": "n-",
+        "creationTimestamp": "2024-01-01T00:00:00Z",
+        "deletionTimestamp": "2024-01-01T00:00:00Z",
+        "deletionGracePeriodSeconds": 30,
+        "managedFields": [],
+        "ownerReferences": [],
+        "finalizers": [],
+        "selfLink": "/x"
+    });
+    if namespaced {
+        meta["namespace"] = json!("shop");
+    }
+    meta
+}
+
+fn selector() -> Value {
+    json!({
+        "matchLabels": {"app": "web"},
+        "matchExpressions": [{"key": "env", "operator": "In", "values": ["prod"]}]
+    })
+}
+
+fn antrea_rule(peers: &str) -> Value {
+    json!({
+        "action": "Allow",
+        "name": "r",
+        "appliedTo": [{
+            "podSelector": selector(), "namespaceSelector": selector(),
+            "group": "g", "serviceAccount": {"name": "sa", "namespace": "shop"},
+            "service": {"name": "svc", "namespace": "shop"},
+            "externalEntitySelector": selector()
+        }],
+        peers: [{
+            "podSelector": selector(), "namespaceSelector": selector(),
+            "namespaces": {"match": "Self", "sameLabels": ["org"]},
+            "nodeSelector": selector(), "group": "g",
+            "serviceAccount": {"name": "sa", "namespace": "shop"},
+            "ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]},
+            "fqdn": "a.com",
+            "externalEntitySelector": selector()
+        }],
+        "toServices": [{"name": "svc", "namespace": "shop"}],
+        "ports": [{"protocol": "TCP", "port": 80, "endPort": 90, "sourcePort": 1024, "sourceEndPort": 2048}],
+        "protocols": [
+            {"icmp": {"icmpType": 8, "icmpCode": 0}},
+            {"igmp": {"igmpType": 17, "groupAddress": "224.0.0.1"}}
+        ],
+        "l7Protocols": [
+            {"http": {"host": "h", "method": "GET", "path": "/"}},
+            {"tls": {"sni": "s"}}
+        ],
+        "enableLogging": true,
+        "logLabel": "l"
+    })
+}
+
+fn antrea_policy(kind: &str, namespaced: bool) -> Value {
+    json!({
+        "apiVersion": "crd.antrea.io/v1beta1",
+        "kind": kind,
+        "metadata": meta(namespaced),
+        "spec": {
+            "tier": "securityops",
+            "priority": 5,
+            "appliedTo": [{"podSelector": selector(), "nodeSelector": selector()}],
+            "ingress": [antrea_rule("from")],
+            "egress": [antrea_rule("to")]
+        },
+        "status": {"phase": "Realized"}
+    })
+}
+
+fn antrea_group(kind: &str, namespaced: bool) -> Value {
+    json!({
+        "apiVersion": "crd.antrea.io/v1beta1",
+        "kind": kind,
+        "metadata": meta(namespaced),
+        "spec": {
+            "podSelector": selector(),
+            "namespaceSelector": selector(),
+            "ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]},
+            "ipBlocks": [{"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]}],
+            "serviceReference": {"name": "svc", "namespace": "shop"},
+            "childGroups": ["a"],
+            "nodeSelector": selector(),
+            "externalEntitySelector": selector()
+        },
+        "status": {}
+    })
+}
+
+fn k8s_peer() -> Value {
+    json!({
+        "podSelector": selector(),
+        "namespaceSelector": selector(),
+        "ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]}
+    })
+}
+
+/// One full example of every kind tollgate reads.
+fn full_examples() -> Vec<Value> {
+    vec![
+        json!({
+            "apiVersion": "crd.antrea.io/v1beta1", "kind": "Tier", "metadata": meta(false),
+            "spec": {"priority": 10, "description": "d"}
+        }),
+        antrea_policy("ClusterNetworkPolicy", false),
+        antrea_policy("NetworkPolicy", true),
+        antrea_group("ClusterGroup", false),
+        antrea_group("Group", true),
+        json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta(true),
+            "spec": {
+                "podSelector": selector(),
+                "policyTypes": ["Ingress", "Egress"],
+                "ingress": [{"from": [k8s_peer()], "ports": [{"protocol": "UDP", "port": "dns", "endPort": 60}]}],
+                "egress": [{"to": [k8s_peer()], "ports": [{"protocol": "TCP", "port": 80, "endPort": 90}]}]
+            },
+            "status": {}
+        }),
+        json!({
+            "apiVersion": "v1", "kind": "Node", "metadata": meta(false),
+            "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]}
+        }),
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": meta(false)}),
+        json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": meta(true),
+            "spec": {
+                "nodeName": "n", "serviceAccountName": "sa",
+                "containers": [{"name": "c", "ports": [{"name": "http", "containerPort": 80, "protocol": "TCP"}]}]
+            },
+            "status": {"podIP": "10.0.0.2", "podIPs": [{"ip": "10.0.0.2"}]}
+        }),
+        json!({
+            "apiVersion": "v1", "kind": "Service", "metadata": meta(true),
+            "spec": {
+                "type": "NodePort", "selector": {"app": "web"},
+                "clusterIP": "10.96.0.1", "clusterIPs": ["10.96.0.1"],
+                "ports": [{"name": "http", "protocol": "TCP", "port": 80, "targetPort": 8080, "nodePort": 30080}]
+            }
+        }),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(true)}),
+        json!({
+            "apiVersion": "crd.antrea.io/v1alpha2", "kind": "ExternalEntity", "metadata": meta(true),
+            "spec": {"endpoints": [{"ip": "10.0.0.3", "name": "e"}], "externalNode": "n"}
+        }),
+    ]
+}
+
+/// Where a map key sits in a document.
+#[derive(Clone, Debug)]
+enum Step {
+    Key(String),
+    Index(usize),
+}
+
+/// The path of every map key of `value`, at any depth.
+fn key_paths(value: &Value, prefix: &mut Vec<Step>, out: &mut Vec<Vec<Step>>) {
+    match value {
+        Value::Object(map) => {
+            for (key, child) in map {
+                prefix.push(Step::Key(key.clone()));
+                out.push(prefix.clone());
+                key_paths(child, prefix, out);
+                prefix.pop();
+            }
+        }
+        Value::Array(items) => {
+            for (i, child) in items.iter().enumerate() {
+                prefix.push(Step::Index(i));
+                key_paths(child, prefix, out);
+                prefix.pop();
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `doc` with the key at `path` removed (`None`) or set to `replacement`.
+fn edited(doc: &Value, path: &[Step], replacement: Option<Value>) -> Value {
+    let mut doc = doc.clone();
+    let (last, parents) = path.split_last().unwrap();
+    let mut at = &mut doc;
+    for step in parents {
+        at = match step {
+            Step::Key(k) => &mut at[k.as_str()],
+            Step::Index(i) => &mut at[*i],
+        };
+    }
+    let Step::Key(key) = last else {
+        unreachable!("paths end at a key")
+    };
+    let map = at.as_object_mut().unwrap();
+    match replacement {
+        Some(value) => map.insert(key.clone(), value),
+        None => map.remove(key),
+    };
+    doc
+}
+
+fn render(path: &[Step]) -> String {
+    path.iter()
+        .map(|s| match s {
+            Step::Key(k) => format!(".{k}"),
+            Step::Index(i) => format!("[{i}]"),
+        })
+        .collect()
+}
+
+#[test]
+fn every_full_example_decodes() {
+    for doc in full_examples() {
+        Object::from_value(doc.clone()).unwrap_or_else(|e| panic!("{e}: {doc}"));
+    }
+}
+
+#[test]
+fn null_reads_as_absent_for_every_field_of_every_kind() {
+    let mut optional = 0;
+    let mut required = 0;
+    for doc in full_examples() {
+        let kind = doc["kind"].as_str().unwrap().to_string();
+        let mut paths = Vec::new();
+        key_paths(&doc, &mut Vec::new(), &mut paths);
+        for path in paths {
+            let absent = Object::from_value(edited(&doc, &path, None));
+            let null = Object::from_value(edited(&doc, &path, Some(Value::Null)));
+            match absent {
+                Ok(absent) => {
+                    optional += 1;
+                    let null = null.unwrap_or_else(|e| {
+                        panic!("{kind}{}: null is refused: {e}", render(&path))
+                    });
+                    assert_eq!(null, absent, "{kind}{}", render(&path));
+                }
+                Err(_) => {
+                    required += 1;
+                    assert!(null.is_err(), "{kind}{}: null accepted", render(&path));
+                }
+            }
+        }
+    }
+    // Most fields are optional; the required ones are refused null or not.
+    assert!(optional > 300, "{optional} optional fields checked");
+    assert!(required > 20, "{required} required fields checked");
+}
+
+#[test]
+fn null_pod_selector_selects_all_pods() {
+    // As the upstream conformance manifests write it: `podSelector:`.
+    let doc = json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": "deny-all", "namespace": "x"},
+        "spec": {"podSelector": null, "ingress": null}
+    });
+    let Object::K8sNetworkPolicy(policy) = Object::from_value(doc).unwrap() else {
+        panic!("not a NetworkPolicy")
+    };
+    assert_eq!(policy.spec.pod_selector, LabelSelector::default());
+    assert!(policy.spec.pod_selector.matches(&Default::default()));
+    assert!(policy.spec.ingress.is_empty());
+}
+
+#[test]
+fn null_list_items_are_refused() {
+    let mut doc = antrea_policy("ClusterNetworkPolicy", false);
+    doc["spec"]["ingress"] = json!([null]);
+    let error = Object::from_value(doc).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .starts_with("spec.ingress[0]: invalid type: null"),
+        "{error}"
+    );
+}
