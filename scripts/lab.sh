@@ -182,7 +182,8 @@ up() {
 }
 
 down() {
-    # Terminate tollgate politely first so it removes its own chains.
+    # Terminate tollgate politely first (its chains stay in the kernel until
+    # the namespaces are deleted below).
     if [[ -f $STATE/tollgate.pid ]]; then
         local pid i
         pid=$(cat "$STATE/tollgate.pid")

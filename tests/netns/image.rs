@@ -315,12 +315,15 @@ fn enforce_with_backend(test: &'static str, foreign_legacy_rule: bool) {
         "expected the {expected} backend: {line}"
     );
     container.wait_for_log("ruleset applied generation=1");
-    // The DaemonSet's exec probes run `tollgate status` in the container.
-    podman(
-        &["exec", &container.name, "tollgate", "status"],
-        Duration::from_secs(20),
-    )
-    .expect_success("tollgate status in the container");
+    // The DaemonSet's exec probes run `tollgate status --check` in the
+    // container.
+    for probe in ["ready", "live"] {
+        podman(
+            &["exec", &container.name, "tollgate", "status", "--check", probe],
+            Duration::from_secs(20),
+        )
+        .expect_success("tollgate status --check in the container");
+    }
 
     // 1. On the wire, both families.
     let client_v4 = IpAddr::from(lab.node_addr("client"));
