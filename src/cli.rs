@@ -83,7 +83,7 @@ pub struct RunArgs {
     #[command(flatten)]
     pub kube: KubeArgs,
     /// YAML configuration file, in sections (node, queues, datapath, fqdn,
-    /// l7, audit, status, metrics).
+    /// l7, audit, status, metrics, policyFiles, health).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Sets one configuration key: `section.key=value`, the value in YAML
