@@ -294,6 +294,7 @@ fn every_flag_sets_a_key_of_its_section() {
             "dns-trusted-server",
             "fqdn-min-ttl",
             "l7-deny-response",
+            "l7-urgent-data",
             "audit-log",
             "status-socket",
             "metrics-address",
@@ -311,6 +312,7 @@ fn every_flag_sets_a_key_of_its_section() {
         "fail-mode" => "open",
         "privileged" => "10.0.0.0/24,tcp/22",
         "l7-deny-response" => "403",
+        "l7-urgent-data" => "strip",
         "audit-log" | "status-socket" => "/tmp/x",
         _ => "127.0.0.1:9100",
     };
@@ -344,6 +346,7 @@ fn every_flag_sets_a_key_of_its_section() {
         },
         l7: L7Config {
             queue: 202,
+            urgent_data: UrgentData::Strip,
             ..defaults.l7
         },
         audit: AuditConfig {
@@ -407,4 +410,30 @@ fn interfaces_and_queues_and_labels() {
 fn camel_case_matches_serde() {
     assert_eq!(camel_case("max_addresses_per_name"), "maxAddressesPerName");
     assert_eq!(camel_case("name"), "name");
+}
+
+#[test]
+fn l7_urgent_data_and_strict_framing_keys() {
+    let defaults = config("");
+    assert_eq!(defaults.l7.urgent_data, UrgentData::Reset);
+    assert!(defaults.l7.strict_framing);
+    assert_eq!(defaults.l7.framing(), FramingPolicy::Strict);
+    let c = config("l7: {urgentData: strip, strictFraming: false}\n");
+    assert_eq!(c.l7.urgent_data, UrgentData::Strip);
+    assert_eq!(c.l7.framing(), FramingPolicy::Lenient);
+    let c = load("", &[set("l7.allowBodyOn=[GET, DELETE]")])
+        .unwrap()
+        .config;
+    assert_eq!(
+        c.l7.framing(),
+        FramingPolicy::StrictAllowingBodies(vec!["GET".to_string(), "DELETE".to_string()].into())
+    );
+    let bad = load("l7: {urgentData: oob}\n", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(bad.contains("expected reset or strip"), "{bad}");
+    let bad = load("l7: {allowBodyOn: [POST]}\n", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(bad.contains("l7.allowBodyOn \"POST\""), "{bad}");
 }
