@@ -18,3 +18,4 @@ mod observe;
 mod overload;
 mod queue;
 mod run;
+mod smuggle;

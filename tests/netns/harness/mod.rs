@@ -122,6 +122,9 @@ pub const TEST_IDS: &[&str] = &[
     "metrics_move_with_traffic_and_status_answers",
     "kubernetes_policy_and_default_drop_are_audited_in_an_annotated_namespace",
     "harness_reaps_only_labs_of_gone_processes",
+    "urgent_data_resets_l7_connections",
+    "stripped_urgent_data_reaches_the_server_in_band",
+    "strict_framing_denies_with_the_reason",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
