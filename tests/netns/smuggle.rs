@@ -160,11 +160,35 @@ fn send_with_urgent(
     (socket.into(), reset)
 }
 
-/// Reads up to `want` responses after an urgent send; a reset seen while
-/// sending counts as one seen while reading.
+/// Reads up to `want` responses after an urgent send (until they came,
+/// the connection ended, or 5 s passed); a reset seen while sending counts
+/// as one seen while reading.
 fn responses((mut stream, reset): (TcpStream, bool), want: usize) -> Seen {
-    let mut seen = raw_exchange(&mut stream, b"", want);
-    seen.reset |= reset;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut seen = Seen {
+        reset,
+        ..Seen::default()
+    };
+    let mut data = Vec::new();
+    let mut buf = [0u8; 4096];
+    while seen.statuses.len() < want {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => data.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => {
+                seen.reset |= e.kind() == ErrorKind::ConnectionReset;
+                break;
+            }
+        }
+        seen.statuses = String::from_utf8_lossy(&data)
+            .match_indices("HTTP/1.1 ")
+            .filter_map(|(at, _)| data.get(at + 9..at + 12))
+            .filter_map(|code| std::str::from_utf8(code).ok()?.parse().ok())
+            .collect();
+    }
     seen
 }
 
