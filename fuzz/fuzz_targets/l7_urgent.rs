@@ -118,7 +118,13 @@ fn checksum_right(packet: &[u8]) -> Option<bool> {
             tcp.calc_checksum_ipv6(v6.header().source(), v6.header().destination())
         }
     };
-    Some(want.ok()? == tcp.checksum())
+    Some(same_sum(want.ok()?, tcp.checksum()))
+}
+
+/// Whether two checksums verify alike: equal, or 0 and 0xffff (+0 and -0
+/// in one's complement, both accepted by a receiver).
+fn same_sum(a: u16, b: u16) -> bool {
+    a == b || (a ^ b == 0xffff && (a == 0 || b == 0))
 }
 
 /// Every connection is allowed with no L7 rule deciding it: the
@@ -133,7 +139,10 @@ impl L7Policy for AllowAll {
 
 fn built_segment(b: &Built) {
     let (client, server): (IpAddr, IpAddr) = if b.v6 {
-        (Ipv6Addr::from(b.client).into(), Ipv6Addr::from(b.server).into())
+        (
+            Ipv6Addr::from(b.client).into(),
+            Ipv6Addr::from(b.server).into(),
+        )
     } else {
         let four = |a: [u8; 16]| Ipv4Addr::new(a[0], a[1], a[2], a[3]).into();
         (four(b.client), four(b.server))

@@ -254,16 +254,21 @@ impl RequestTracker {
 }
 
 fn parse_head(bytes: &[u8], policy: &FramingPolicy) -> HeadParse {
+    let mut bytes = bytes;
     if policy.strict() {
-        if let Some((at, why)) = first_line_anomaly(bytes) {
-            // Refused for the anomaly unless httparse already fails on
-            // the bytes before it: the event depends only on the bytes up
-            // to the anomaly, however the stream was split.
-            let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-            return match httparse::Request::new(&mut headers).parse(&bytes[..at]) {
-                Err(err) => HeadParse::Failed(classify_error(err)),
-                Ok(_) => HeadParse::Failed(HttpEvent::Ambiguous { request: None, why }),
-            };
+        // Refused for an anomaly unless httparse already fails on the
+        // bytes before it; bytes whose meaning awaits the next one are not
+        // parsed yet. So the event depends only on the bytes up to the
+        // anomaly, however the stream was split.
+        match line_anomaly(bytes) {
+            Scan::Anomaly(at, why) => {
+                let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+                return match httparse::Request::new(&mut headers).parse(&bytes[..at]) {
+                    Err(err) => HeadParse::Failed(classify_error(err)),
+                    Ok(_) => HeadParse::Failed(HttpEvent::Ambiguous { request: None, why }),
+                };
+            }
+            Scan::Decided(at) => bytes = &bytes[..at],
         }
     }
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
@@ -286,21 +291,29 @@ fn parse_head(bytes: &[u8], policy: &FramingPolicy) -> HeadParse {
     }
 }
 
-/// The first bare CR, bare LF or obsolete line folding in a head, and
-/// where it starts, looking no further than the head's end (an empty
-/// line). A byte whose meaning depends on the next one, not yet there,
-/// ends the search: the answer for a prefix is never contradicted by a
-/// longer one.
-fn first_line_anomaly(bytes: &[u8]) -> Option<(usize, Ambiguity)> {
+/// What [`line_anomaly`] found.
+enum Scan {
+    /// The first bare CR, bare LF or obsolete line folding, and where.
+    Anomaly(usize, Ambiguity),
+    /// None in the bytes before this position: the whole head (up to its
+    /// empty line), or all bytes but a line ending whose meaning depends on
+    /// bytes not there yet.
+    Decided(usize),
+}
+
+/// Looks for the first bare CR, bare LF or obsolete line folding in a
+/// head, no further than its end (an empty line). The answer for a prefix
+/// is never contradicted by a longer one.
+fn line_anomaly(bytes: &[u8]) -> Scan {
     let mut i = 0;
     while i < bytes.len() {
         match bytes[i] {
             b'\r' => match bytes.get(i + 1) {
-                None => return None,
+                None => return Scan::Decided(i),
                 Some(b'\n') => {}
-                Some(_) => return Some((i, Ambiguity::BareCr)),
+                Some(_) => return Scan::Anomaly(i, Ambiguity::BareCr),
             },
-            b'\n' => return Some((i, Ambiguity::BareLf)),
+            b'\n' => return Scan::Anomaly(i, Ambiguity::BareLf),
             _ => {
                 i += 1;
                 continue;
@@ -309,19 +322,20 @@ fn first_line_anomaly(bytes: &[u8]) -> Option<(usize, Ambiguity)> {
         // A CRLF at `i`: what starts the next line decides.
         let next = i + 2;
         match bytes.get(next) {
-            None => return None,
-            Some(b' ' | b'\t') => return Some((next, Ambiguity::ObsoleteLineFolding)),
+            None => return Scan::Decided(i),
+            Some(b' ' | b'\t') => return Scan::Anomaly(next, Ambiguity::ObsoleteLineFolding),
             Some(b'\r') => {
                 return match bytes.get(next + 1) {
-                    None | Some(b'\n') => None,
-                    Some(_) => Some((next, Ambiguity::BareCr)),
+                    None => Scan::Decided(i),
+                    Some(b'\n') => Scan::Decided(bytes.len()),
+                    Some(_) => Scan::Anomaly(next, Ambiguity::BareCr),
                 }
             }
-            Some(b'\n') => return Some((next, Ambiguity::BareLf)),
+            Some(b'\n') => return Scan::Anomaly(next, Ambiguity::BareLf),
             Some(_) => i = next,
         }
     }
-    None
+    Scan::Decided(bytes.len())
 }
 
 /// Maps an httparse error to an event. Only the error kind is used (not

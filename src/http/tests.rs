@@ -574,6 +574,9 @@ fn strict_framing_refuses_line_endings_and_framing_fields_servers_disagree_on() 
         ("GET / HTTP/1.1\r\nHost: a\r\n\n", "bare LF"),
         ("GET / HTTP/1.1\r\nHost: a\rX: b\r\n\r\n", "bare CR"),
         ("GET / HTTP/1.1\r\nHost: a\r\n\rX", "bare CR"),
+        // In the request line (found by fuzzing: a prefix ending in the CR
+        // must wait for the next byte, not fail as not HTTP).
+        ("POST /a.0.2\r+\nHost: a\r\n\r\n", "bare CR"),
         (
             "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc",
             "duplicate Content-Length",
