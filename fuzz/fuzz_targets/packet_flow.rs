@@ -18,8 +18,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use arbitrary::{Arbitrary, Unstructured};
 use etherparse::{IpNumber, PacketBuilder};
 use libfuzzer_sys::fuzz_target;
-use tollgate::fqdn::DnsSnooper;
 use tollgate::packet::flow::{Flow, Transport};
+use tollgate::fqdn::DnsSnooper;
 use tollgate::packet::packet_length;
 use tollgate::packet::parse_flow;
 

@@ -22,9 +22,9 @@ use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
 use tollgate::compile::{compile, LocalNode};
+use tollgate::packet::flow::{Flow, Transport, Verdict};
 use tollgate::fqdn::{FqdnLookup, NoFqdn, StaticFqdn};
 use tollgate::model::Snapshot;
-use tollgate::packet::flow::{Flow, Transport, Verdict};
 use tollgate::source::parse_documents;
 use tollgate::validate::validate;
 
