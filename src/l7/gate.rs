@@ -112,7 +112,11 @@ impl Gate {
         let inspection = self.inspector.inspect(&segment, now);
         step.requests = inspection.requests;
         step.flow = Some(key);
-        step.tally.urgent_stripped = inspection.rewrite.is_some();
+        step.tally.urgent_stripped = inspection.rewrite.is_some()
+            && matches!(
+                inspection.action,
+                L7Action::Pass | L7Action::Defer | L7Action::Release
+            );
         let accept =
             |rewrite: Option<Rewrite>| rewrite.map_or(Action::Accept, Action::AcceptRewritten);
         match inspection.action {
