@@ -112,7 +112,12 @@ fn setup(test: &'static str, n: u8, args: &[&str]) -> Option<Setup> {
     });
     lab.write_policy("policy.yaml", POLICY);
     let audit = lab.dir().join("np.log");
-    let mut all = vec!["--audit-log", audit.to_str().unwrap()];
+    let mut all = vec![
+        "--audit-log",
+        audit.to_str().unwrap(),
+        "--metrics-address",
+        METRICS,
+    ];
     all.extend(args);
     let agent = start_agent(&lab, &[("role", "web")], &all);
     Some(Setup {
@@ -121,6 +126,22 @@ fn setup(test: &'static str, n: u8, args: &[&str]) -> Option<Setup> {
         v4: (tls_v4, listeners.0),
         v6: (tls_v6, listeners.1),
     })
+}
+
+/// The agent's metrics endpoint, in the node's namespace.
+const METRICS: &str = "127.0.0.1:9470";
+
+/// The value of the L7 urgent-data counter for `action` (0 before its
+/// first increment).
+fn urgent_count(lab: &Lab, action: &str) -> f64 {
+    let text = lab
+        .node()
+        .ok(&format!("curl -sf --max-time 5 http://{METRICS}/metrics"));
+    let label = format!("action=\"{action}\"");
+    text.lines()
+        .filter(|l| l.contains("l7_urgent_data") && l.contains(&label) && !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
 }
 
 /// The HTTP servers of link `n`.
@@ -336,6 +357,14 @@ fn urgent_data_resets_l7_connections() {
         assert!(!log.contains(absent), "{absent} reached nginx:\n{log}");
     }
     wait_audit(lab, "reason=\"urgent data: reset\"");
+    // Six connections with urgent data (two HTTP cases and a ClientHello,
+    // two families), each reset at its first urgent segment.
+    assert!(
+        urgent_count(lab, "reset") >= 6.0,
+        "{}",
+        urgent_count(lab, "reset")
+    );
+    assert_eq!(urgent_count(lab, "stripped"), 0.0);
 }
 
 /// With `--l7-urgent-data strip` (and strict framing off, so the hidden
@@ -393,6 +422,12 @@ fn stripped_urgent_data_reaches_the_server_in_band() {
         assert!(!log.contains(absent), "{absent} reached nginx:\n{log}");
     }
     wait_audit(lab, "reason=\"urgent data: URG cleared\"");
+    assert!(
+        urgent_count(lab, "stripped") >= 6.0,
+        "{}",
+        urgent_count(lab, "stripped")
+    );
+    assert_eq!(urgent_count(lab, "reset"), 0.0);
 }
 
 /// What a client read after writing raw bytes: the whole response, until
