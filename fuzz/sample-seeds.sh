@@ -4,6 +4,8 @@
 #   seeds/http_stream/     8 control bytes + each tests/data/http/* stream
 #   seeds/policy_compile/  rules/inventory.yaml + each rules/*.yaml and
 #                          tests/data/spec/*.yaml policy file
+#   seeds/l7_urgent/       client TCP segments with and without urgent
+#                          data (urgent-seeds.py)
 # Packet seeds come from capture-seeds.sh (a lab capture, needs root).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -20,3 +22,4 @@ for f in "$root"/rules/*.yaml "$root"/tests/data/spec/*.yaml; do
     { cat "$root/rules/inventory.yaml"; echo "---"; cat "$f"; } \
         >"seeds/policy_compile/sample-$(basename "$(dirname "$f")")-$(basename "$f" .yaml)"
 done
+python3 urgent-seeds.py

@@ -10,8 +10,8 @@
 //!
 //! Invariants:
 //! - split invariance: the events of the stream fed in any segmentation
-//!   are the events of the stream fed at once; the head buffer stays
-//!   within its bound;
+//!   are the events of the stream fed at once, lenient and under strict
+//!   framing; the head buffer stays within its bound;
 //! - a refusal (malformed, oversized, not HTTP) is the last event: nothing
 //!   on the flow is inspected after it;
 //! - a request's path is normalized (origin form, no empty, `.` or `..`
@@ -24,7 +24,7 @@
 
 use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use tollgate::http::{decide, matches, HttpEvent, RequestHead, RequestTracker};
+use tollgate::http::{decide, matches, FramingPolicy, HttpEvent, RequestHead, RequestTracker};
 use tollgate::model::HttpProtocol;
 use tollgate::tls::{client_hello_sni, TlsError};
 
@@ -61,6 +61,26 @@ fuzz_target!(|data: &[u8]| {
         "segmentation changed the request events"
     );
     assert_eq!(split.has_failed(), whole.has_failed());
+    let strict = || RequestTracker::with_framing(MAX_HEAD, FramingPolicy::Strict);
+    let strict_events = strict().feed(stream);
+    let mut strict_split = strict();
+    let mut at = 0;
+    let mut strict_split_events = Vec::new();
+    for &cut in &cuts {
+        strict_split_events.extend(strict_split.feed(&stream[at..cut]));
+        at = cut;
+    }
+    assert_eq!(
+        strict_split_events, strict_events,
+        "segmentation changed the strict framing events"
+    );
+    // Strict framing only refuses more: its requests are a prefix of the
+    // lenient ones.
+    let strict_requests = strict_events
+        .iter()
+        .take_while(|e| matches!(e, HttpEvent::Request(_)))
+        .count();
+    assert_eq!(strict_events[..strict_requests], events[..strict_requests]);
     if let Some(i) = events
         .iter()
         .position(|e| !matches!(e, HttpEvent::Request(_)))

@@ -103,6 +103,10 @@ pub struct AuditRecord {
     /// Length of the first packet, bytes.
     pub packet_length: u32,
     pub log_label: Option<String>,
+    /// Why, beyond the rule (an L7 refusal such as `strict framing: body
+    /// on GET`): printed after the label as `reason="…"`; lines without
+    /// one keep the spec's format exactly.
+    pub reason: Option<String>,
 }
 
 impl AuditRecord {
@@ -157,6 +161,9 @@ impl AuditRecord {
             self.packet_length,
             self.log_label.as_deref().unwrap_or(NIL)
         );
+        if let Some(reason) = &self.reason {
+            let _ = write!(out, " reason={:?}", reason);
+        }
         out
     }
 }

@@ -92,6 +92,7 @@ impl Subject {
             flow,
             packet_length,
             log_label: self.log_label,
+            reason: None,
         }
     }
 }

@@ -40,6 +40,7 @@ fn reject_icmp(micros: u64) -> AuditRecord {
         flow: flow("10.10.1.7", None, "10.10.2.3", None, true),
         packet_length: 84,
         log_label: Some("icmp-log-label".into()),
+        reason: None,
     }
 }
 
@@ -75,6 +76,7 @@ fn reject_tcp_line_matches_the_spec() {
         flow: flow("10.10.1.7", Some(53646), "10.10.1.14", Some(80), false),
         packet_length: 60,
         log_label: Some("tcp-log-label".into()),
+        reason: None,
     };
     assert_eq!(
         record.line(),
@@ -158,6 +160,7 @@ fn k8s_lines_match_the_spec() {
         flow: flow("10.10.1.13", Some(57050), "10.10.1.7", Some(80), false),
         packet_length: 60,
         log_label: None,
+        reason: None,
     };
     assert_eq!(
         allow.line(),
@@ -173,6 +176,7 @@ fn k8s_lines_match_the_spec() {
         flow: flow("10.10.1.13", None, "10.10.1.7", None, true),
         packet_length: 84,
         log_label: None,
+        reason: None,
     };
     assert_eq!(
         default_drop.line(),

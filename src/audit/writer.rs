@@ -330,6 +330,7 @@ mod tests {
             },
             packet_length: 60,
             log_label: None,
+            reason: None,
         }
     }
 

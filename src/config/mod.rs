@@ -14,7 +14,8 @@ use crate::fqdn::{
     LearnerConfig, QueryBounds, DEFAULT_MAX_OUTSTANDING_QUERIES, DEFAULT_MAX_TTL_SECS,
     DEFAULT_QUERY_TIMEOUT_SECS, MAX_IPSET_TIMEOUT_SECS,
 };
-use crate::l7::DenyResponse;
+use crate::http::{FramingPolicy, BODYLESS_METHODS};
+use crate::l7::{DenyResponse, UrgentData};
 use crate::marks::{FailMode, MarkLayout};
 use crate::source::files::{
     Limits, DEFAULT_FILE_BYTES, DEFAULT_OBJECTS_PER_FILE, DEFAULT_TOTAL_BYTES,
@@ -65,6 +66,8 @@ pub enum ConfigError {
         last: u16,
         dns_queue: u16,
     },
+    #[error("l7.allowBodyOn {method:?}: expected GET, HEAD, DELETE or TRACE (other methods may always carry a body)")]
+    AllowBodyOn { method: String },
     #[error("{key} {value}: {reason}")]
     Bound {
         key: &'static str,
@@ -492,7 +495,7 @@ impl FqdnConfig {
 }
 
 /// How connections under L7 rules are inspected.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, clap::Args)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, clap::Args)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct L7Config {
     /// NFQUEUE of client→server payload of L7 connections (default: the
@@ -512,6 +515,21 @@ pub struct L7Config {
     #[arg(skip)]
     #[serde(rename = "idleTimeoutSeconds", deserialize_with = "seconds")]
     pub idle_timeout: Duration,
+    /// A client segment with TCP urgent data (URG or an urgent pointer):
+    /// reset the connection (default), or strip URG and the pointer so the
+    /// server reads the byte in-band, as tollgate inspected it.
+    #[arg(long = "l7-urgent-data", value_name = "reset|strip")]
+    pub urgent_data: UrgentData,
+    /// Deny requests backends commonly frame differently (default true):
+    /// bodies on GET, HEAD, DELETE, TRACE; obsolete line folding; bare CR
+    /// or LF; duplicate Content-Length; Content-Length with
+    /// Transfer-Encoding; Transfer-Encoding other than `chunked`.
+    #[arg(skip)]
+    pub strict_framing: bool,
+    /// Methods among GET, HEAD, DELETE, TRACE whose requests may carry a
+    /// body under strict framing (default none).
+    #[arg(skip)]
+    pub allow_body_on: Vec<String>,
 }
 
 impl Default for L7Config {
@@ -521,6 +539,9 @@ impl Default for L7Config {
             deny_response: DenyResponse::default(),
             max_flows: 65_536,
             idle_timeout: Duration::from_secs(600),
+            urgent_data: UrgentData::default(),
+            strict_framing: true,
+            allow_body_on: Vec::new(),
         }
     }
 }
@@ -538,7 +559,25 @@ impl L7Config {
         if self.idle_timeout.is_zero() {
             return Err(at_least_one("l7.idleTimeoutSeconds", 0));
         }
+        if let Some(method) = self
+            .allow_body_on
+            .iter()
+            .find(|m| !BODYLESS_METHODS.contains(&m.as_str()))
+        {
+            return Err(ConfigError::AllowBodyOn {
+                method: method.clone(),
+            });
+        }
         Ok(())
+    }
+
+    /// The framing the inspector's request trackers apply.
+    pub fn framing(&self) -> FramingPolicy {
+        match (self.strict_framing, self.allow_body_on.is_empty()) {
+            (false, _) => FramingPolicy::Lenient,
+            (true, true) => FramingPolicy::Strict,
+            (true, false) => FramingPolicy::StrictAllowingBodies(self.allow_body_on.clone().into()),
+        }
     }
 }
 

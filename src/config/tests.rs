@@ -325,6 +325,7 @@ fn every_flag_sets_a_key_of_its_section() {
             "fqdn-min-ttl",
             "fqdn-max-ttl",
             "l7-deny-response",
+            "l7-urgent-data",
             "audit-log",
             "status-socket",
             "metrics-address",
@@ -347,6 +348,7 @@ fn every_flag_sets_a_key_of_its_section() {
         "drift-check-seconds" => "30",
         "cleanup-on-exit" => "true",
         "l7-deny-response" => "403",
+        "l7-urgent-data" => "strip",
         "audit-log" | "status-socket" => "/tmp/x",
         "stall-timeout" => "3",
         _ => "127.0.0.1:9100",
@@ -385,6 +387,7 @@ fn every_flag_sets_a_key_of_its_section() {
         },
         l7: L7Config {
             queue: 202,
+            urgent_data: UrgentData::Strip,
             ..defaults.l7
         },
         audit: AuditConfig {
@@ -465,4 +468,30 @@ fn the_stall_timeout_defaults_to_ten_seconds_and_zero_is_refused() {
         error.contains("health.stallTimeoutSeconds 0: must be at least 1"),
         "{error}"
     );
+}
+
+#[test]
+fn l7_urgent_data_and_strict_framing_keys() {
+    let defaults = config("");
+    assert_eq!(defaults.l7.urgent_data, UrgentData::Reset);
+    assert!(defaults.l7.strict_framing);
+    assert_eq!(defaults.l7.framing(), FramingPolicy::Strict);
+    let c = config("l7: {urgentData: strip, strictFraming: false}\n");
+    assert_eq!(c.l7.urgent_data, UrgentData::Strip);
+    assert_eq!(c.l7.framing(), FramingPolicy::Lenient);
+    let c = load("", &[set("l7.allowBodyOn=[GET, DELETE]")])
+        .unwrap()
+        .config;
+    assert_eq!(
+        c.l7.framing(),
+        FramingPolicy::StrictAllowingBodies(vec!["GET".to_string(), "DELETE".to_string()].into())
+    );
+    let bad = load("l7: {urgentData: oob}\n", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(bad.contains("expected reset or strip"), "{bad}");
+    let bad = load("l7: {allowBodyOn: [POST]}\n", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(bad.contains("l7.allowBodyOn \"POST\""), "{bad}");
 }

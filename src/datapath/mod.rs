@@ -81,6 +81,7 @@
 //! -A TOLLGATE-INPUT ! -p icmp -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
 //! -A TOLLGATE-L7 -p tcp -m tcp --tcp-flags FIN FIN -j NFQUEUE --queue-num 103
 //! -A TOLLGATE-L7 -p tcp -m tcp --tcp-flags RST RST -j NFQUEUE --queue-num 103
+//! -A TOLLGATE-L7 -p tcp -m tcp --tcp-flags URG URG -j NFQUEUE --queue-num 103
 //! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x28&&0x20>>0x1c=0x5" -j RETURN
 //! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x2c&&0x20>>0x1c=0x6" -j RETURN
 //! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x30&&0x20>>0x1c=0x7" -j RETURN

@@ -297,14 +297,16 @@ fn chain_rules(
 }
 
 /// The L7 chain: the client's FIN and RST go to the L7 queue (the worker
-/// forgets closed connections); other TCP segments without payload (pure
-/// ACKs) return, recognised exactly by `u32` tests that the IP length
+/// forgets closed connections), and so does URG (an urgent pointer on a
+/// pure ACK can name a later byte, which the server would take out of the
+/// stream: the worker resets or strips it); other TCP segments without
+/// payload (pure ACKs) return, recognised exactly by `u32` tests that the IP length
 /// equals the IP plus TCP header length, for every TCP data offset (5–15
 /// words) of an IPv4 header without options or an IPv6 header followed
 /// directly by TCP. Anything else, including every segment with payload,
 /// goes to the L7 queue.
 fn l7_rules(config: &DatapathConfig, queues: &QueueNumbers, family: Family) -> Vec<String> {
-    let mut rules: Vec<String> = ["FIN", "RST"]
+    let mut rules: Vec<String> = ["FIN", "RST", "URG"]
         .iter()
         .map(|flag| {
             format!(

@@ -1,7 +1,9 @@
 //! [`Malformed`]: why a request was refused as malformed or ambiguous.
 //! Shared by the head parser ([`super::request`]), the chunked-body
 //! follower ([`super::chunked`]) and the path normaliser ([`super::path`]),
-//! so none of them imports another for it.
+//! so none of them imports another for it. [`Ambiguity`]: the shapes
+//! strict framing refuses on top, each with the reason the 403 and the
+//! audit log print.
 
 /// Why a request was refused as malformed or ambiguous.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -40,4 +42,28 @@ pub enum Malformed {
     ChunkSyntax,
     #[error("chunked trailer section over the head bound")]
     TrailerTooLarge,
+}
+
+/// A request shape backends commonly frame differently: refused in strict
+/// framing mode, with this text as the reason.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Ambiguity {
+    /// Non-zero Content-Length or any Transfer-Encoding on a method whose
+    /// body servers often ignore (and then read as the next request).
+    #[error("strict framing: body on {method}")]
+    BodyOn { method: String },
+    #[error("strict framing: obsolete line folding")]
+    ObsoleteLineFolding,
+    #[error("strict framing: bare CR")]
+    BareCr,
+    #[error("strict framing: bare LF")]
+    BareLf,
+    /// Two Content-Length fields, or a list, even of equal values.
+    #[error("strict framing: duplicate Content-Length")]
+    DuplicateContentLength,
+    #[error("strict framing: Content-Length with Transfer-Encoding")]
+    ContentLengthWithTransferEncoding,
+    /// Anything but one Transfer-Encoding field whose value is `chunked`.
+    #[error("strict framing: Transfer-Encoding other than chunked")]
+    TransferEncodingNotChunked,
 }

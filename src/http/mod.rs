@@ -4,7 +4,9 @@
 //! Content-Length and chunked bodies so pipelined and keep-alive requests are
 //! all seen), and [`matches()`]/[`decide`] apply the Antrea `http` rule
 //! patterns. Pure: never touches sockets or packets, never buffers a body.
-//! Anything ambiguous between tollgate and the server is refused, not guessed.
+//! Anything ambiguous between tollgate and the server is refused, not guessed;
+//! in strict framing mode ([`FramingPolicy::Strict`]) so are shapes that
+//! backends commonly frame differently ([`Ambiguity`]).
 //! Only HTTP/1.x is understood: HTTP/2 (prior knowledge), and the bytes
 //! after a protocol upgrade (WebSocket, h2c) or a CONNECT request, are not
 //! HTTP/1.x requests and are reported as such, so those flows are denied.
@@ -15,9 +17,12 @@ mod matcher;
 mod path;
 mod request;
 
-pub use error::Malformed;
+pub use error::{Ambiguity, Malformed};
 pub use matcher::{decide, matches, HttpRule};
-pub use request::{HttpEvent, RequestHead, RequestTracker, DEFAULT_MAX_HEAD, MAX_HEADERS};
+pub use request::{
+    FramingPolicy, HttpEvent, RequestHead, RequestTracker, BODYLESS_METHODS, DEFAULT_MAX_HEAD,
+    MAX_HEADERS,
+};
 
 #[cfg(test)]
 mod tests;

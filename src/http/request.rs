@@ -1,9 +1,12 @@
 //! Per-flow HTTP/1.x request tracking: reassembles each request head within
-//! a bound, parses it with httparse, checks it for framing ambiguities, and
-//! skips the body so the next head on the connection is found.
+//! a bound, parses it with httparse, checks it for framing ambiguities (more
+//! of them under [`FramingPolicy::Strict`]), and skips the body so the next
+//! head on the connection is found.
+
+use std::sync::Arc;
 
 use super::chunked::{ChunkedBody, Progress};
-use super::error::Malformed;
+use super::error::{Ambiguity, Malformed};
 use super::path::normalize_target;
 
 /// Default bound on one request head (request line and headers).
@@ -30,6 +33,40 @@ pub struct RequestHead {
     pub path: String,
 }
 
+/// Methods whose body strict framing refuses unless allowed: servers
+/// commonly ignore it and read it as the next request.
+pub const BODYLESS_METHODS: [&str; 4] = ["GET", "HEAD", "DELETE", "TRACE"];
+
+/// Which framing shapes a tracker refuses beyond the always-refused ones.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum FramingPolicy {
+    /// Only what is ambiguous to tollgate itself ([`Malformed`]).
+    Lenient,
+    /// Also what backends commonly frame differently ([`Ambiguity`]):
+    /// bodies on [`BODYLESS_METHODS`] except `bodies_allowed`, obsolete line
+    /// folding, bare CR or LF, duplicate or conflicting framing fields.
+    #[default]
+    Strict,
+    /// Strict, with bodies allowed on these methods (case-sensitive tokens).
+    StrictAllowingBodies(Arc<[String]>),
+}
+
+impl FramingPolicy {
+    fn strict(&self) -> bool {
+        !matches!(self, FramingPolicy::Lenient)
+    }
+
+    /// Whether a body on `method` is refused.
+    fn refuses_body(&self, method: &str) -> bool {
+        let allowed = match self {
+            FramingPolicy::Lenient => return false,
+            FramingPolicy::Strict => &[][..],
+            FramingPolicy::StrictAllowingBodies(methods) => &methods[..],
+        };
+        BODYLESS_METHODS.contains(&method) && !allowed.iter().any(|m| m == method)
+    }
+}
+
 /// What a stretch of client bytes turned out to be. After anything but
 /// `Request` the tracker ignores the rest of the flow: the connection
 /// must be closed.
@@ -41,6 +78,11 @@ pub enum HttpEvent {
     Oversized,
     /// The request line is not HTTP/1.x.
     NotHttp,
+    /// Refused by strict framing; the head, when it could be read.
+    Ambiguous {
+        request: Option<RequestHead>,
+        why: Ambiguity,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -62,6 +104,7 @@ enum State {
 #[derive(Clone, Debug)]
 pub struct RequestTracker {
     max_head: usize,
+    framing: FramingPolicy,
     buf: Vec<u8>,
     state: State,
 }
@@ -90,9 +133,15 @@ enum HeadParse {
 }
 
 impl RequestTracker {
+    /// A lenient tracker ([`FramingPolicy::Lenient`]).
     pub fn new(max_head: usize) -> RequestTracker {
+        RequestTracker::with_framing(max_head, FramingPolicy::Lenient)
+    }
+
+    pub fn with_framing(max_head: usize, framing: FramingPolicy) -> RequestTracker {
         RequestTracker {
             max_head,
+            framing,
             buf: Vec::new(),
             state: State::Head,
         }
@@ -152,10 +201,10 @@ impl RequestTracker {
         let take = bytes.len().min(self.max_head - held);
         let parsed = if held == 0 {
             // Fast path: parse straight from the segment.
-            parse_head(&bytes[..take])
+            parse_head(&bytes[..take], &self.framing)
         } else {
             self.buf.extend_from_slice(&bytes[..take]);
-            parse_head(&self.buf)
+            parse_head(&self.buf, &self.framing)
         };
         match parsed {
             HeadParse::Complete { len, head, framing } => {
@@ -204,7 +253,24 @@ impl RequestTracker {
     }
 }
 
-fn parse_head(bytes: &[u8]) -> HeadParse {
+fn parse_head(bytes: &[u8], policy: &FramingPolicy) -> HeadParse {
+    let mut bytes = bytes;
+    if policy.strict() {
+        // Refused for an anomaly unless httparse already fails on the
+        // bytes before it; bytes whose meaning awaits the next one are not
+        // parsed yet. So the event depends only on the bytes up to the
+        // anomaly, however the stream was split.
+        match line_anomaly(bytes) {
+            Scan::Anomaly(at, why) => {
+                let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+                return match httparse::Request::new(&mut headers).parse(&bytes[..at]) {
+                    Err(err) => HeadParse::Failed(classify_error(err)),
+                    Ok(_) => HeadParse::Failed(HttpEvent::Ambiguous { request: None, why }),
+                };
+            }
+            Scan::Decided(at) => bytes = &bytes[..at],
+        }
+    }
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut request = httparse::Request::new(&mut headers);
     let len = match request.parse(bytes) {
@@ -215,10 +281,61 @@ fn parse_head(bytes: &[u8]) -> HeadParse {
     if has_bare_lf(&bytes[..len]) {
         return HeadParse::Failed(HttpEvent::Malformed(Malformed::BareLineEnding));
     }
-    match check_head(&request) {
-        Ok((head, framing)) => HeadParse::Complete { len, head, framing },
+    match check_head(&request, policy) {
+        Ok((head, _, Some(why))) => HeadParse::Failed(HttpEvent::Ambiguous {
+            request: Some(head),
+            why,
+        }),
+        Ok((head, framing, None)) => HeadParse::Complete { len, head, framing },
         Err(reason) => HeadParse::Failed(HttpEvent::Malformed(reason)),
     }
+}
+
+/// What [`line_anomaly`] found.
+enum Scan {
+    /// The first bare CR, bare LF or obsolete line folding, and where.
+    Anomaly(usize, Ambiguity),
+    /// None in the bytes before this position: the whole head (up to its
+    /// empty line), or all bytes but a line ending whose meaning depends on
+    /// bytes not there yet.
+    Decided(usize),
+}
+
+/// Looks for the first bare CR, bare LF or obsolete line folding in a
+/// head, no further than its end (an empty line). The answer for a prefix
+/// is never contradicted by a longer one.
+fn line_anomaly(bytes: &[u8]) -> Scan {
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\r' => match bytes.get(i + 1) {
+                None => return Scan::Decided(i),
+                Some(b'\n') => {}
+                Some(_) => return Scan::Anomaly(i, Ambiguity::BareCr),
+            },
+            b'\n' => return Scan::Anomaly(i, Ambiguity::BareLf),
+            _ => {
+                i += 1;
+                continue;
+            }
+        }
+        // A CRLF at `i`: what starts the next line decides.
+        let next = i + 2;
+        match bytes.get(next) {
+            None => return Scan::Decided(i),
+            Some(b' ' | b'\t') => return Scan::Anomaly(next, Ambiguity::ObsoleteLineFolding),
+            Some(b'\r') => {
+                return match bytes.get(next + 1) {
+                    None => Scan::Decided(i),
+                    Some(b'\n') => Scan::Decided(bytes.len()),
+                    Some(_) => Scan::Anomaly(next, Ambiguity::BareCr),
+                }
+            }
+            Some(b'\n') => return Scan::Anomaly(next, Ambiguity::BareLf),
+            Some(_) => i = next,
+        }
+    }
+    Scan::Decided(bytes.len())
 }
 
 /// Maps an httparse error to an event. Only the error kind is used (not
@@ -245,7 +362,13 @@ fn has_bare_lf(bytes: &[u8]) -> bool {
         .any(|(i, b)| *b == b'\n' && (i == 0 || bytes[i - 1] != b'\r'))
 }
 
-fn check_head(request: &httparse::Request<'_, '_>) -> Result<(RequestHead, Framing), Malformed> {
+/// The head, its framing, and what strict framing refuses in it.
+type Checked = (RequestHead, Framing, Option<Ambiguity>);
+
+fn check_head(
+    request: &httparse::Request<'_, '_>,
+    policy: &FramingPolicy,
+) -> Result<Checked, Malformed> {
     let (Some(method), Some(target), Some(version)) =
         (request.method, request.path, request.version)
     else {
@@ -253,7 +376,9 @@ fn check_head(request: &httparse::Request<'_, '_>) -> Result<(RequestHead, Frami
     };
     let mut host_header: Option<&[u8]> = None;
     let mut content_length: Option<u64> = None;
+    let mut content_length_values = 0;
     let mut transfer_encoding = false;
+    let mut transfer_encoding_fields = 0;
     let mut transfer_codings: Vec<&[u8]> = Vec::new();
     for header in request.headers.iter() {
         let value = trim(header.value);
@@ -264,12 +389,14 @@ fn check_head(request: &httparse::Request<'_, '_>) -> Result<(RequestHead, Frami
         } else if header.name.eq_ignore_ascii_case("content-length") {
             for item in value.split(|b| *b == b',') {
                 let n = parse_decimal(trim(item)).ok_or(Malformed::InvalidContentLength)?;
+                content_length_values += 1;
                 if content_length.replace(n).is_some_and(|old| old != n) {
                     return Err(Malformed::ConflictingContentLength);
                 }
             }
         } else if header.name.eq_ignore_ascii_case("transfer-encoding") {
             transfer_encoding = true;
+            transfer_encoding_fields += 1;
             transfer_codings.extend(
                 value
                     .split(|b| *b == b',')
@@ -278,7 +405,16 @@ fn check_head(request: &httparse::Request<'_, '_>) -> Result<(RequestHead, Frami
             );
         }
     }
+    let strict = policy.strict();
+    let mut ambiguity = None;
+    if strict && content_length_values > 1 {
+        ambiguity = Some(Ambiguity::DuplicateContentLength);
+    }
     let framing = match (content_length, transfer_encoding) {
+        (Some(_), true) if strict => {
+            ambiguity = Some(Ambiguity::ContentLengthWithTransferEncoding);
+            Framing::None
+        }
         (Some(_), true) => return Err(Malformed::ContentLengthWithTransferEncoding),
         (Some(n), false) => Framing::Length(n),
         (None, false) => Framing::None,
@@ -291,9 +427,18 @@ fn check_head(request: &httparse::Request<'_, '_>) -> Result<(RequestHead, Frami
             if !last_is_chunked || transfer_codings.iter().filter(|c| chunked(c)).count() != 1 {
                 return Err(Malformed::UnsupportedTransferEncoding);
             }
+            if strict && (transfer_encoding_fields != 1 || transfer_codings.len() != 1) {
+                ambiguity.get_or_insert(Ambiguity::TransferEncodingNotChunked);
+            }
             Framing::Chunked
         }
     };
+    let has_body = transfer_encoding || content_length.is_some_and(|n| n > 0);
+    if ambiguity.is_none() && has_body && policy.refuses_body(method) {
+        ambiguity = Some(Ambiguity::BodyOn {
+            method: method.to_owned(),
+        });
+    }
     let header_authority = match host_header {
         Some(value) if !value.is_empty() => Some(parse_authority(value)?),
         _ => None,
@@ -318,6 +463,7 @@ fn check_head(request: &httparse::Request<'_, '_>) -> Result<(RequestHead, Frami
             path,
         },
         framing,
+        ambiguity,
     ))
 }
 

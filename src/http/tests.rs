@@ -481,3 +481,183 @@ proptest! {
         }
     }
 }
+
+fn strict(bytes: &[u8]) -> Vec<HttpEvent> {
+    RequestTracker::with_framing(DEFAULT_MAX_HEAD, FramingPolicy::Strict).feed(bytes)
+}
+
+/// The one event of `raw` under strict framing, checked to be the same at
+/// every split of the stream in two.
+fn strict_one(raw: &str) -> HttpEvent {
+    let bytes = raw.as_bytes();
+    let events = strict(bytes);
+    for cut in 0..=bytes.len() {
+        let mut tracker = RequestTracker::with_framing(DEFAULT_MAX_HEAD, FramingPolicy::Strict);
+        let mut split = tracker.feed(&bytes[..cut]);
+        split.extend(tracker.feed(&bytes[cut..]));
+        assert_eq!(split, events, "{raw:?} cut at {cut}");
+    }
+    assert_eq!(events.len(), 1, "{raw:?}: {events:?}");
+    events.into_iter().next().unwrap()
+}
+
+fn ambiguous(event: &HttpEvent) -> (Option<String>, String) {
+    match event {
+        HttpEvent::Ambiguous { request, why } => {
+            (request.as_ref().map(|r| r.method.clone()), why.to_string())
+        }
+        other => panic!("not refused by strict framing: {other:?}"),
+    }
+}
+
+#[test]
+fn strict_framing_refuses_bodies_on_get_head_delete_trace() {
+    // The issue's shape: a GET whose body is itself a request.
+    let hidden = "GET /api/v2/x HTTP/1.1\r\nHost: a\r\nContent-Length: 38\r\n\r\n\
+                  DELETE /admin/secret HTTP/1.1\r\nHost: b\r\n\r\n";
+    assert_eq!(
+        ambiguous(&strict_one(hidden)),
+        (Some("GET".into()), "strict framing: body on GET".into())
+    );
+    for (raw, method) in [
+        (
+            "HEAD / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nx",
+            "HEAD",
+        ),
+        (
+            "DELETE /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            "DELETE",
+        ),
+        (
+            "TRACE / HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nab",
+            "TRACE",
+        ),
+    ] {
+        let (got, why) = ambiguous(&strict_one(raw));
+        assert_eq!(got.as_deref(), Some(method));
+        assert_eq!(why, format!("strict framing: body on {method}"));
+    }
+    // No body, an empty one, or a method that takes one: served as before.
+    for raw in [
+        "GET / HTTP/1.1\r\nHost: a\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n",
+        "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nab",
+        "PUT / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        "get / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nx",
+    ] {
+        assert!(matches!(strict_one(raw), HttpEvent::Request(_)), "{raw:?}");
+    }
+    // Lenient framing follows the body, as servers that read it do.
+    assert_eq!(
+        feed_whole(hidden.as_bytes()),
+        [request("GET", "a", "/api/v2/x")]
+    );
+    // Allowed methods may carry one.
+    let allowing = FramingPolicy::StrictAllowingBodies(vec!["GET".to_string()].into());
+    let events = RequestTracker::with_framing(DEFAULT_MAX_HEAD, allowing).feed(hidden.as_bytes());
+    assert_eq!(events, [request("GET", "a", "/api/v2/x")]);
+}
+
+#[test]
+fn strict_framing_refuses_line_endings_and_framing_fields_servers_disagree_on() {
+    for (raw, why) in [
+        (
+            "GET / HTTP/1.1\r\nHost: a\r\nX-A: b\r\n c\r\n\r\n",
+            "obsolete line folding",
+        ),
+        (
+            "GET / HTTP/1.1\r\nHost: a\r\nX-A: b\r\n\tc\r\n\r\n",
+            "obsolete line folding",
+        ),
+        ("GET / HTTP/1.1\r\nHost: a\nX: b\r\n\r\n", "bare LF"),
+        ("GET / HTTP/1.1\nHost: a\n\n", "bare LF"),
+        ("GET / HTTP/1.1\r\nHost: a\r\n\n", "bare LF"),
+        ("GET / HTTP/1.1\r\nHost: a\rX: b\r\n\r\n", "bare CR"),
+        ("GET / HTTP/1.1\r\nHost: a\r\n\rX", "bare CR"),
+        // In the request line (found by fuzzing: a prefix ending in the CR
+        // must wait for the next byte, not fail as not HTTP).
+        ("POST /a.0.2\r+\nHost: a\r\n\r\n", "bare CR"),
+        (
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc",
+            "duplicate Content-Length",
+        ),
+        (
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3, 3\r\n\r\nabc",
+            "duplicate Content-Length",
+        ),
+        (
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "Content-Length with Transfer-Encoding",
+        ),
+        (
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+            "Transfer-Encoding other than chunked",
+        ),
+        (
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "Transfer-Encoding other than chunked",
+        ),
+    ] {
+        let (_, got) = ambiguous(&strict_one(raw));
+        assert_eq!(got, format!("strict framing: {why}"), "{raw:?}");
+    }
+    // The head is kept when it was read (for the audit log).
+    let duplicate =
+        "POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx";
+    assert_eq!(ambiguous(&strict_one(duplicate)).0.as_deref(), Some("POST"));
+    // A syntax error before the anomaly stays what it was.
+    assert_eq!(
+        strict_one("GET / HTTP/1.1\r\nBad Name: a\r\n b\r\n\r\n"),
+        HttpEvent::Malformed(Malformed::HeaderSyntax)
+    );
+    // Lenient framing: refused as before where tollgate itself could not
+    // frame the request, followed where it can.
+    assert_eq!(
+        feed_whole(b"GET / HTTP/1.1\r\nHost: a\nX: b\r\n\r\n"),
+        [HttpEvent::Malformed(Malformed::BareLineEnding)]
+    );
+    assert_eq!(
+        feed_whole(
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx"
+        ),
+        [request("POST", "a", "/")]
+    );
+}
+
+fn strict_stream_strategy() -> impl Strategy<Value = Vec<u8>> {
+    let pieces = prop_oneof![
+        stream_strategy(),
+        Just(b"GET / HTTP/1.1\r\nContent-Length: 2\r\n\r\nab".to_vec()),
+        Just(b"Content-Length: 1\r\n".to_vec()),
+        Just(b"Transfer-Encoding: chunked\r\n".to_vec()),
+        Just(b"\r".to_vec()),
+        Just(b" ".to_vec()),
+        Just(b"\t".to_vec()),
+        Just(b"X: y".to_vec()),
+    ];
+    proptest::collection::vec(pieces, 0..6).prop_map(|v| v.concat())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    #[test]
+    fn strict_framing_is_split_invariant(
+        stream in strict_stream_strategy(),
+        cuts in proptest::collection::vec(any::<usize>(), 0..8),
+        max_head in 8usize..200,
+    ) {
+        let mut whole = RequestTracker::with_framing(max_head, FramingPolicy::Strict);
+        let events = whole.feed(&stream);
+        let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (stream.len() + 1)).collect();
+        cuts.sort_unstable();
+        let mut split = RequestTracker::with_framing(max_head, FramingPolicy::Strict);
+        let mut split_events = Vec::new();
+        let mut at = 0;
+        for cut in cuts.into_iter().chain([stream.len()]) {
+            split_events.extend(split.feed(&stream[at..cut]));
+            at = cut;
+        }
+        prop_assert_eq!(split_events, events);
+    }
+}

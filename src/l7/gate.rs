@@ -1,8 +1,11 @@
 //! The L7 queue's decisions by packet id: the [`Inspector`]'s action on a
 //! segment becomes verdicts for it and for what [`Deferred`] withholds,
-//! plus the packets closing a denied connection. Pure: time is passed in;
-//! the worker sends the injections, then gives the verdicts in order.
+//! plus the packets closing a denied connection; a segment to rewrite
+//! (urgent data stripped) is accepted rewritten, also when released later.
+//! Pure: time is passed in; the worker sends the injections, then gives the
+//! verdicts in order.
 
+use std::collections::HashMap;
 use std::time::Instant;
 
 use super::defer::Deferred;
@@ -10,7 +13,7 @@ use super::inspect::{DenyReason, Inspector, L7Action, L7Policy, RequestRecord};
 use super::response::{deny_packets, Injection};
 use crate::fqdn::FqdnLookup;
 use crate::marks::MarkLayout;
-use crate::packet::{parse_segment, Action, FlowKey, LocalSide, PacketId, Queued};
+use crate::packet::{parse_segment, Action, FlowKey, LocalSide, PacketId, Queued, Rewrite};
 
 /// Most segments withheld at once over all connections: well below the L7
 /// queue's length (16,384), so clients that send part of a head and
@@ -46,12 +49,18 @@ pub struct Tally {
     pub held: bool,
     /// The connection is closed without a 403.
     pub reset: bool,
+    /// Carried urgent data, and the connection was reset for it.
+    pub urgent_reset: bool,
+    /// Carried urgent data, cleared before the segment is accepted.
+    pub urgent_stripped: bool,
 }
 
 /// The L7 state of one queue: connections followed, segments withheld.
 pub struct Gate {
     inspector: Inspector,
     deferred: Deferred,
+    /// The rewrites of withheld segments, by id (bounded by the withheld).
+    rewrites: HashMap<PacketId, Rewrite>,
     marks: MarkLayout,
 }
 
@@ -60,6 +69,7 @@ impl Gate {
         Gate {
             inspector,
             deferred: Deferred::new(max_deferred),
+            rewrites: HashMap::new(),
             marks,
         }
     }
@@ -102,29 +112,46 @@ impl Gate {
         let inspection = self.inspector.inspect(&segment, now);
         step.requests = inspection.requests;
         step.flow = Some(key);
+        step.tally.urgent_stripped = inspection.rewrite.is_some()
+            && matches!(
+                inspection.action,
+                L7Action::Pass | L7Action::Defer | L7Action::Release
+            );
+        let accept =
+            |rewrite: Option<Rewrite>| rewrite.map_or(Action::Accept, Action::AcceptRewritten);
         match inspection.action {
-            L7Action::Pass => step.verdicts.push((id, Action::Accept)),
+            L7Action::Pass => step.verdicts.push((id, accept(inspection.rewrite))),
             L7Action::Defer => {
                 step.tally.deferred = true;
+                if let Some(rewrite) = inspection.rewrite {
+                    self.rewrites.insert(id, rewrite);
+                }
                 if let Some((evicted, ids)) = self.deferred.hold(key, id, now) {
                     step.tally.evicted = true;
                     self.inspector.forget(&evicted);
-                    step.verdicts
-                        .extend(ids.into_iter().map(|id| (id, Action::Drop)));
+                    for id in ids {
+                        self.rewrites.remove(&id);
+                        step.verdicts.push((id, Action::Drop));
+                    }
                 }
             }
             L7Action::Release => {
-                let released = self.deferred.take(&key);
-                step.verdicts
-                    .extend(released.into_iter().map(|id| (id, Action::Accept)));
-                step.verdicts.push((id, Action::Accept));
+                for released in self.deferred.take(&key) {
+                    let rewrite = self.rewrites.remove(&released);
+                    step.verdicts.push((released, accept(rewrite)));
+                }
+                step.verdicts.push((id, accept(inspection.rewrite)));
             }
             L7Action::Hold => {
                 step.tally.held = true;
                 step.verdicts.push((id, Action::Drop));
             }
             L7Action::Deny(denial) => {
-                step.tally.reset = !matches!(denial.reason, DenyReason::Request { .. });
+                step.tally.urgent_reset = denial.reason == DenyReason::UrgentData;
+                step.tally.reset = !matches!(
+                    denial.reason,
+                    DenyReason::Request { .. } | DenyReason::Framing { .. }
+                );
                 self.drop_withheld(&key, &mut step.verdicts);
                 step.injections = deny_packets(&segment, &denial);
                 let mark = marks.apply(mark, marks.l7_denied());
@@ -157,8 +184,10 @@ impl Gate {
     }
 
     fn drop_withheld(&mut self, key: &FlowKey, verdicts: &mut Vec<(PacketId, Action)>) {
-        let ids = self.deferred.take(key);
-        verdicts.extend(ids.into_iter().map(|id| (id, Action::Drop)));
+        for id in self.deferred.take(key) {
+            self.rewrites.remove(&id);
+            verdicts.push((id, Action::Drop));
+        }
     }
 }
 

@@ -6,6 +6,13 @@
 //! map with a capacity and an idle timeout. Pure: time is passed in,
 //! nothing here sends or logs.
 //!
+//! Urgent data: a client segment with URG set or a non-zero urgent pointer
+//! (even without payload: the pointer may name a later byte) resets the
+//! connection ([`UrgentData::Reset`]) before anything of it is followed, or
+//! is followed as the in-band bytes it carries and accepted with URG and
+//! the pointer cleared ([`UrgentData::Strip`], [`Inspection::rewrite`]), so
+//! the server reads exactly the stream inspected.
+//!
 //! Segment handling (the stream is only ever advanced in order):
 //! - in order: fed to the tracker. A segment that leaves a request head
 //!   incomplete is *deferred* (its verdict withheld) until the head is
@@ -52,14 +59,17 @@ use std::time::{Duration, Instant};
 use lru::LruCache;
 
 use crate::fqdn::FqdnLookup;
-use crate::http::{HttpEvent, HttpRule, Malformed, RequestHead, RequestTracker};
+use crate::http::{
+    Ambiguity, FramingPolicy, HttpEvent, HttpRule, Malformed, RequestHead, RequestTracker,
+};
 use crate::l7::DenyResponse as L7DenyResponse;
+use crate::l7::UrgentData;
 use crate::model::TlsProtocol;
 use crate::packet::flow::{Flow, LocalSide, Verdict};
 use crate::ruleset::{Endpoint, RuleRef, Ruleset};
 use crate::tls::{client_hello_sni, TlsError, MAX_CLIENT_HELLO};
 
-use crate::packet::segment::{FlowKey, Segment};
+use crate::packet::segment::{FlowKey, Rewrite, Segment};
 
 /// One L7 rule that decided the connection: every HTTP request must match
 /// one of its `http` alternatives, a TLS connection's ClientHello one of
@@ -167,6 +177,14 @@ pub enum DenyReason {
     Retransmission,
     /// The policy no longer allows the connection.
     Policy,
+    /// A request strict framing refuses (its head, when it was read, is in
+    /// the [`RequestRecord`]).
+    Framing {
+        why: Ambiguity,
+        rule: Arc<RuleRef>,
+    },
+    /// A client segment with urgent data ([`UrgentData::Reset`]).
+    UrgentData,
 }
 
 /// A connection to close, and how.
@@ -198,11 +216,35 @@ pub enum L7Action {
     Deny(Denial),
 }
 
-/// One request decision, for the metrics and the audit log.
+/// What an audit line says beyond the rule.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Detail {
+    /// A request refused by strict framing.
+    Framing(Ambiguity),
+    /// A segment with urgent data: the connection reset, or (`stripped`)
+    /// URG and the urgent pointer cleared.
+    UrgentData { stripped: bool },
+}
+
+impl std::fmt::Display for Detail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Detail::Framing(why) => write!(f, "{why}"),
+            Detail::UrgentData { stripped: false } => f.write_str("urgent data: reset"),
+            Detail::UrgentData { stripped: true } => f.write_str("urgent data: URG cleared"),
+        }
+    }
+}
+
+/// One request decision (or urgent-data event), for the metrics and the
+/// audit log.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RequestRecord {
-    pub request: RequestHead,
+    /// `None` when no head was read (a refusal before it, urgent data).
+    pub request: Option<RequestHead>,
     pub allowed: bool,
+    /// Why, beyond the rule, when more than the rule decided.
+    pub detail: Option<Detail>,
     /// The rule that denied it, or the first L7 rule that allowed it, and
     /// the endpoint that rule applies to.
     pub rule: Option<(Arc<RuleRef>, Option<Endpoint>)>,
@@ -213,6 +255,9 @@ pub struct RequestRecord {
 pub struct Inspection {
     pub action: L7Action,
     pub requests: Vec<RequestRecord>,
+    /// The change to make to the segment if it is accepted, now or when
+    /// released (urgent data under [`UrgentData::Strip`]).
+    pub rewrite: Option<Rewrite>,
 }
 
 /// Most segments deferred for one connection; a head sent in more pieces
@@ -336,6 +381,19 @@ struct FlowState {
     deferred: Option<(u32, usize, Instant)>,
 }
 
+impl FlowState {
+    /// The rule an urgent-data event is audited under: the first L7 rule
+    /// of the connection.
+    fn first_rule(&self) -> Option<(Arc<RuleRef>, Option<Endpoint>)> {
+        match &self.access {
+            Access::Rules(rules) => rules
+                .first()
+                .map(|r| (Arc::clone(&r.rule), r.endpoint.clone())),
+            Access::Unrestricted | Access::Denied => None,
+        }
+    }
+}
+
 /// The L7 inspection state of one worker.
 pub struct Inspector {
     /// Least recently seen first: the order [`Inspector::sweep`] expires in.
@@ -348,6 +406,8 @@ pub struct Inspector {
     idle_timeout: Duration,
     max_head: usize,
     deny_response: L7DenyResponse,
+    urgent: UrgentData,
+    framing: FramingPolicy,
 }
 
 impl Inspector {
@@ -364,7 +424,17 @@ impl Inspector {
             idle_timeout,
             max_head,
             deny_response,
+            urgent: UrgentData::default(),
+            framing: FramingPolicy::default(),
         }
+    }
+
+    /// Sets what urgent data gets and how strictly requests are framed
+    /// (by default: reset, strict).
+    pub fn normalising(mut self, urgent: UrgentData, framing: FramingPolicy) -> Inspector {
+        self.urgent = urgent;
+        self.framing = framing;
+        self
     }
 
     /// Drops a connection's state: its next payload resets it.
@@ -424,7 +494,31 @@ impl Inspector {
     /// Decides one client→server segment.
     pub fn inspect(&mut self, segment: &Segment<'_>, now: Instant) -> Inspection {
         let mut requests = Vec::new();
-        let action = if segment.payload.is_empty() {
+        let mut rewrite = None;
+        if segment.urgent {
+            let state = self.flows.peek(&segment.key);
+            let stripped = self.urgent == UrgentData::Strip;
+            requests.push(RequestRecord {
+                request: None,
+                allowed: stripped,
+                detail: Some(Detail::UrgentData { stripped }),
+                rule: state.and_then(FlowState::first_rule),
+            });
+            if stripped {
+                rewrite = Some(Rewrite::ClearUrgent);
+            }
+        }
+        let action = if segment.urgent && self.urgent == UrgentData::Reset {
+            let unsent_from = self
+                .flows
+                .peek(&segment.key)
+                .and_then(|state| state.deferred)
+                .map(|(from, _, _)| from);
+            L7Action::Deny(Denial {
+                unsent_from,
+                ..self.reset(DenyReason::UrgentData)
+            })
+        } else if segment.payload.is_empty() {
             L7Action::Pass
         } else {
             self.follow(segment, now, &mut requests)
@@ -439,7 +533,11 @@ impl Inspector {
                 }
             }
         }
-        Inspection { action, requests }
+        Inspection {
+            action,
+            requests,
+            rewrite,
+        }
     }
 
     /// Forgets connections closed by their client more than
@@ -580,7 +678,10 @@ impl Inspector {
             state.stream = if tls_rule && bytes.first() == Some(&TLS_HANDSHAKE) {
                 Stream::Tls(Vec::new())
             } else {
-                Stream::Http(RequestTracker::new(self.max_head))
+                Stream::Http(RequestTracker::with_framing(
+                    self.max_head,
+                    self.framing.clone(),
+                ))
             };
         }
         match &mut state.stream {
@@ -617,12 +718,33 @@ impl Inspector {
                         HttpEvent::Malformed(why) => {
                             return Err(self.reset(DenyReason::Malformed(why)))
                         }
+                        HttpEvent::Ambiguous { request, why } => {
+                            // `Admission::Inspect` holds at least one rule.
+                            let Some(first) = rules.first() else {
+                                return Err(self.reset(DenyReason::Policy));
+                            };
+                            requests.push(RequestRecord {
+                                request,
+                                allowed: false,
+                                detail: Some(Detail::Framing(why.clone())),
+                                rule: Some((Arc::clone(&first.rule), first.endpoint.clone())),
+                            });
+                            return Err(Denial {
+                                reason: DenyReason::Framing {
+                                    why,
+                                    rule: Arc::clone(&first.rule),
+                                },
+                                response: self.deny_response,
+                                unsent_from: None,
+                            });
+                        }
                     };
                     match rules.iter().find(|r| !r.allows(&request)) {
                         Some(failed) => {
                             requests.push(RequestRecord {
-                                request: request.clone(),
+                                request: Some(request.clone()),
                                 allowed: false,
+                                detail: None,
                                 rule: Some((Arc::clone(&failed.rule), failed.endpoint.clone())),
                             });
                             return Err(Denial {
@@ -635,8 +757,9 @@ impl Inspector {
                             });
                         }
                         None => requests.push(RequestRecord {
-                            request,
+                            request: Some(request),
                             allowed: true,
+                            detail: None,
                             rule: rules
                                 .first()
                                 .map(|r| (Arc::clone(&r.rule), r.endpoint.clone())),

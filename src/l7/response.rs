@@ -33,6 +33,11 @@ pub fn forbidden_body(reason: &DenyReason) -> String {
             rule.policy,
             rule.name.as_deref().unwrap_or("<nil>"),
         ),
+        DenyReason::Framing { why, rule, .. } => format!(
+            "Access denied: {why} (by {} rule {})\n",
+            rule.policy,
+            rule.name.as_deref().unwrap_or("<nil>"),
+        ),
         _ => "Access denied\n".to_string(),
     }
 }
@@ -53,7 +58,10 @@ pub fn deny_packets(segment: &Segment<'_>, denial: &Denial) -> Vec<Injection> {
     let key = segment.key;
     let after_segment = segment.seq.wrapping_add(segment.payload.len() as u32);
     let to_client = match (&denial.response, &denial.reason) {
-        (DenyResponse::Forbidden, reason @ DenyReason::Request { .. }) => tcp(
+        (
+            DenyResponse::Forbidden,
+            reason @ (DenyReason::Request { .. } | DenyReason::Framing { .. }),
+        ) => tcp(
             key.server.ip(),
             key.client.ip(),
             (key.server.port(), key.client.port()),

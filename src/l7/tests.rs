@@ -7,7 +7,9 @@ use etherparse::{PacketBuilder, SlicedPacket, TransportSlice};
 use super::*;
 use crate::compile::{compile_yaml, LocalNode};
 use crate::fqdn::NoFqdn;
+use crate::http::FramingPolicy;
 use crate::l7::DenyResponse as L7DenyResponse;
+use crate::packet::segment::Rewrite;
 use crate::packet::segment::{parse_segment, tcp_payload_len, FlowKey, Segment, SegmentError};
 use crate::ruleset::Ruleset;
 
@@ -53,6 +55,9 @@ fn inspector(max_flows: usize, response: L7DenyResponse) -> Inspector {
         crate::http::DEFAULT_MAX_HEAD,
         response,
     )
+    // The stream-following tests below predate strict framing; the strict
+    // shapes have their own tests (`strict_framing_*`).
+    .normalising(UrgentData::Reset, FramingPolicy::Lenient)
 }
 
 fn key(client_port: u16, server_port: u16) -> FlowKey {
@@ -70,6 +75,7 @@ fn segment(key: FlowKey, seq: u32, payload: &[u8]) -> Segment<'_> {
         syn_ack: false,
         fin: false,
         rst: false,
+        urgent: false,
         payload,
     }
 }
@@ -643,6 +649,7 @@ fn forbidden_and_reset_packets_carry_the_right_numbers() {
             syn_ack: false,
             fin: false,
             rst: false,
+            urgent: false,
             payload,
         };
         inspector.handshake(k, 1000, None, (&policy, &NoFqdn), Instant::now());
@@ -816,4 +823,158 @@ fn closed_connections_are_forgotten() {
     assert_eq!(swept, [reused, quiet]);
     assert_eq!(inspector.len(), 1, "only the busy connection is left");
     assert!(forgotten.contains(&closed));
+}
+
+fn strict_inspector(urgent: UrgentData) -> Inspector {
+    inspector(16, L7DenyResponse::Forbidden).normalising(urgent, FramingPolicy::Strict)
+}
+
+/// A client segment with urgent data.
+fn urgent(key: FlowKey, seq: u32, payload: &[u8]) -> Segment<'_> {
+    Segment {
+        urgent: true,
+        ..segment(key, seq, payload)
+    }
+}
+
+#[test]
+fn urgent_data_resets_by_default_even_without_payload() {
+    let policy = ruleset();
+    let now = Instant::now();
+    let mut inspector = strict_inspector(UrgentData::Reset);
+    // The case: one urgent byte inside Content-Length.
+    let k = key(60, 80);
+    inspector.handshake(k, 1, None, (&policy, &NoFqdn), now);
+    let first = b"GET /api/v2/x HTTP/1.1\r\nHost: a\r\nContent-Length: 1";
+    assert_eq!(
+        inspector.inspect(&segment(k, 1, first), now).action,
+        L7Action::Defer
+    );
+    let next = 1 + first.len() as u32;
+    let denied = inspector.inspect(&urgent(k, next, b"0\r\n\r\n"), now);
+    let L7Action::Deny(denial) = &denied.action else {
+        panic!("{denied:?}");
+    };
+    assert_eq!(denial.reason, DenyReason::UrgentData);
+    assert_eq!(denial.response, L7DenyResponse::Reset);
+    // The server is reset at the first byte it never got: the deferred one.
+    assert_eq!(denial.unsent_from, Some(1));
+    assert_eq!(denied.rewrite, None);
+    let record = &denied.requests[0];
+    assert_eq!(record.detail, Some(Detail::UrgentData { stripped: false }));
+    assert!(!record.allowed);
+    assert_eq!(
+        record.rule.as_ref().unwrap().0.name.as_deref(),
+        Some("allow-api")
+    );
+    assert_eq!(inspector.len(), 0, "forgotten");
+
+    // A pure ACK whose urgent pointer names a later byte.
+    let k = key(61, 80);
+    inspector.handshake(k, 1, None, (&policy, &NoFqdn), now);
+    let ack = inspector.inspect(&urgent(k, 1, b""), now);
+    assert_eq!(reset_reason(&ack.action), DenyReason::UrgentData);
+    // Over TLS as over HTTP.
+    let k = key(62, 443);
+    inspector.handshake(k, 1, None, (&policy, &NoFqdn), now);
+    let hello = inspector.inspect(&urgent(k, 1, &[22, 3, 1, 0, 5]), now);
+    assert_eq!(reset_reason(&hello.action), DenyReason::UrgentData);
+}
+
+#[test]
+fn stripped_urgent_data_is_inspected_in_band_and_rewritten() {
+    let policy = ruleset();
+    let now = Instant::now();
+    let mut inspector = strict_inspector(UrgentData::Strip);
+    let k = key(63, 80);
+    inspector.handshake(k, 1, None, (&policy, &NoFqdn), now);
+    let first = b"GET /api/v2/x HTTP/1.1\r\nHost: a\r\nContent-Length: 1";
+    assert_eq!(
+        inspector.inspect(&segment(k, 1, first), now).action,
+        L7Action::Defer
+    );
+    let next = 1 + first.len() as u32;
+    // The byte "0" stays in the stream: `Content-Length: 10` on a GET.
+    let rest = inspector.inspect(&urgent(k, next, b"0\r\n\r\n"), now);
+    assert_eq!(rest.rewrite, Some(Rewrite::ClearUrgent));
+    let L7Action::Deny(denial) = &rest.action else {
+        panic!("{rest:?}");
+    };
+    assert!(matches!(
+        &denial.reason,
+        DenyReason::Framing { why: crate::http::Ambiguity::BodyOn { method }, .. } if method == "GET"
+    ));
+    assert_eq!(denial.response, L7DenyResponse::Forbidden);
+    let body = super::response::forbidden_body(&denial.reason);
+    assert!(body.contains("strict framing: body on GET"), "{body}");
+    assert!(body.contains("allow-api"), "{body}");
+    let details: Vec<_> = rest.requests.iter().map(|r| r.detail.clone()).collect();
+    assert_eq!(
+        details,
+        [
+            Some(Detail::UrgentData { stripped: true }),
+            Some(Detail::Framing(crate::http::Ambiguity::BodyOn {
+                method: "GET".into()
+            }))
+        ]
+    );
+
+    // An allowed request with an urgent byte passes, rewritten.
+    let k = key(64, 80);
+    let get = b"GET /api/v2/y HTTP/1.1\r\nHost: a\r\n\r\n";
+    inspector.handshake(k, 1, None, (&policy, &NoFqdn), now);
+    let passed = inspector.inspect(&urgent(k, 1, get), now);
+    assert_eq!(passed.action, L7Action::Pass);
+    assert_eq!(passed.rewrite, Some(Rewrite::ClearUrgent));
+    assert!(passed.requests[1].allowed);
+    // `../../admin` with an urgent byte in front of it is read in-band:
+    // `/api/v2/x/../../admin` is `/admin`, and denied.
+    let k = key(65, 80);
+    inspector.handshake(k, 1, None, (&policy, &NoFqdn), now);
+    let dots = inspector.inspect(
+        &urgent(
+            k,
+            1,
+            b"GET /api/v2/x/../../admin HTTP/1.1\r\nHost: a\r\n\r\n",
+        ),
+        now,
+    );
+    assert!(denied_request(&dots.action).is_some(), "{dots:?}");
+}
+
+#[test]
+fn strict_framing_denies_with_a_403_naming_the_reason() {
+    let policy = ruleset();
+    let now = Instant::now();
+    let mut inspector = strict_inspector(UrgentData::Reset);
+    for (port, raw, why) in [
+        (
+            70,
+            &b"GET /api/v2/x HTTP/1.1\r\nHost: a\r\nContent-Length: 38\r\n\r\nDELETE /admin/secret HTTP/1.1\r\nHost: b\r\n\r\n"[..],
+            "strict framing: body on GET",
+        ),
+        (
+            71,
+            b"GET /api/v2/x HTTP/1.1\r\nHost: a\r\nX: y\r\n z\r\n\r\n",
+            "strict framing: obsolete line folding",
+        ),
+        (72, b"GET /api/v2/x HTTP/1.1\nHost: a\n\n", "strict framing: bare LF"),
+        (
+            73,
+            b"POST /p HTTP/1.1\r\nHost: x.bar.com\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx",
+            "strict framing: duplicate Content-Length",
+        ),
+    ] {
+        let got = start(&mut inspector, &policy, (key(port, 80), 1), raw, now);
+        let L7Action::Deny(denial) = &got.action else {
+            panic!("{got:?}");
+        };
+        assert_eq!(denial.response, L7DenyResponse::Forbidden);
+        let body = super::response::forbidden_body(&denial.reason);
+        assert!(body.contains(why), "{body}");
+        let record = got.requests.last().unwrap();
+        assert!(!record.allowed);
+        assert_eq!(record.detail.as_ref().unwrap().to_string(), why);
+        assert!(record.rule.is_some());
+    }
 }

@@ -3,6 +3,7 @@
 //! it ([`Action`]). Plain values: no socket, no `nfq` type.
 
 use super::flow::LocalSide;
+use super::segment::Rewrite;
 
 /// The kernel's id of a queued packet, unique within its queue while the
 /// packet waits for a verdict.
@@ -27,6 +28,9 @@ pub struct Queued<'a> {
 pub enum Action {
     /// `NF_ACCEPT`: continue without a decision recorded in conntrack.
     Accept,
+    /// `NF_ACCEPT` of the packet changed as [`Rewrite`] says (dropped
+    /// instead if it cannot be).
+    AcceptRewritten(Rewrite),
     /// `NF_DROP`.
     Drop,
     /// Set the packet mark and `NF_REPEAT`: the owned chain, re-entered from

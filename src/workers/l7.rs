@@ -17,7 +17,7 @@ use crate::audit::{AuditSink, Subject};
 use crate::config::{DatapathConfig, L7Config};
 use crate::fqdn::FqdnTable;
 use crate::http::DEFAULT_MAX_HEAD;
-use crate::l7::{Gate, Inspector, L7Policy, RequestRecord, Tally, MAX_DEFERRED_TOTAL};
+use crate::l7::{Detail, Gate, Inspector, L7Policy, RequestRecord, Tally, MAX_DEFERRED_TOTAL};
 use crate::marks::FailMode;
 use crate::packet::flow::Verdict;
 use crate::packet::{FlowKey, Queued};
@@ -39,6 +39,9 @@ counters! {
         deferred_evicted: Counter "l7_deferred_evicted" = "Connections forgotten because too many segments were held overall",
         malformed: Counter "l7_malformed" = "Packets on the L7 queue that were not readable TCP segments (dropped)",
         inject_errors: Counter "l7_inject_errors" = "Packets closing a denied connection that could not be sent",
+        urgent_reset: Counter "l7_urgent_data" { action = "reset" } = "Client segments with TCP urgent data, by what they got (reset: the connection; stripped: URG and the urgent pointer cleared)",
+        urgent_stripped: Counter "l7_urgent_data" { action = "stripped" } = "Client segments with TCP urgent data, by what they got (reset: the connection; stripped: URG and the urgent pointer cleared)",
+        framing_denied: Counter "l7_strict_framing_denied" = "Requests denied by strict framing (also counted in l7_requests{result=\"denied\"})",
         flows: Gauge "l7_flows_active" = "Connections under L7 inspection",
     }
 }
@@ -51,6 +54,8 @@ impl L7Counters {
             (tally.evicted, &self.deferred_evicted),
             (tally.held, &self.held),
             (tally.reset, &self.resets),
+            (tally.urgent_reset, &self.urgent_reset),
+            (tally.urgent_stripped, &self.urgent_stripped),
         ] {
             if happened {
                 counter.fetch_add(1, Ordering::Relaxed);
@@ -81,19 +86,17 @@ where
         fail_open: datapath.fail_mode == FailMode::Open,
     };
     let max_flows = NonZeroUsize::new(config.max_flows).unwrap_or(NonZeroUsize::MIN);
-    let (config, marks) = (*config, datapath.mark_mask);
+    let (idle_timeout, deny_response) = (config.idle_timeout, config.deny_response);
+    let (urgent_data, framing) = (config.urgent_data, config.framing());
+    let marks = datapath.mark_mask;
     let stats = Arc::new(L7Counters::default());
     let handler_stats = Arc::clone(&stats);
     let metrics = Arc::clone(&observers.metrics);
     let open = move || {
         let socket = Queue::open(spec)?;
         let injector = Injector::open().map_err(QueueError::setup(queue, "raw sockets"))?;
-        let inspector = Inspector::new(
-            max_flows,
-            config.idle_timeout,
-            DEFAULT_MAX_HEAD,
-            config.deny_response,
-        );
+        let inspector = Inspector::new(max_flows, idle_timeout, DEFAULT_MAX_HEAD, deny_response)
+            .normalising(urgent_data, framing.clone());
         let handler = Segments {
             gate: Gate::new(inspector, MAX_DEFERRED_TOTAL, marks),
             injector,
@@ -150,21 +153,35 @@ impl<P: L7Policy> Handler for Segments<P> {
 }
 
 impl<P> Segments<P> {
-    /// Counts one request decision, and writes it to the audit log when
-    /// the deciding rule has `enableLogging` (a denied request as
-    /// `Reject`: the client is answered).
+    /// Counts one request decision (urgent data is counted by its tally),
+    /// and writes it to the audit log when the deciding rule has
+    /// `enableLogging` (a denied request as `Reject`: the client is
+    /// answered), with the reason when more than the rule decided.
     fn record_request(&self, flow: &FlowKey, record: &RequestRecord, packet_length: u32) {
-        let (counter, verdict) = if record.allowed {
-            (&self.stats.requests_allowed, Verdict::Allow)
+        let verdict = if record.allowed {
+            Verdict::Allow
         } else {
-            (&self.stats.requests_denied, Verdict::Reject)
+            Verdict::Reject
         };
-        counter.fetch_add(1, Ordering::Relaxed);
+        match (&record.detail, record.allowed) {
+            (Some(Detail::UrgentData { .. }), _) => {}
+            (detail, false) => {
+                self.stats.requests_denied.fetch_add(1, Ordering::Relaxed);
+                if matches!(detail, Some(Detail::Framing(_))) {
+                    self.stats.framing_denied.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            (_, true) => {
+                self.stats.requests_allowed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         let (Some(audit), Some((rule, Some(endpoint)))) = (&self.audit, &record.rule) else {
             return;
         };
         if let Some(subject) = Subject::of_rule(rule, endpoint, verdict) {
-            audit.offer(subject.record(wall_clock(), flow.flow(), packet_length));
+            let mut line = subject.record(wall_clock(), flow.flow(), packet_length);
+            line.reason = record.detail.as_ref().map(ToString::to_string);
+            audit.offer(line);
         }
     }
 }

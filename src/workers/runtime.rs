@@ -176,6 +176,10 @@ impl Socket for Queue {
     fn verdict(&mut self, mut message: nfq::Message, action: Action) -> std::io::Result<()> {
         let verdict = match action {
             Action::Accept => nfq::Verdict::Accept,
+            Action::AcceptRewritten(rewrite) => match rewrite.apply(message.get_payload_mut()) {
+                Ok(()) => nfq::Verdict::Accept,
+                Err(_) => nfq::Verdict::Drop,
+            },
             Action::Drop => nfq::Verdict::Drop,
             Action::Repeat { mark } => {
                 message.set_nfmark(mark);

@@ -27,7 +27,12 @@ use sha1::{Digest, Sha1};
 
 /// Builds `test`'s lab: the node and `peer` (plus the `more` namespaces),
 /// all unlinked, with nginx, curl and `tools` required.
-fn l7_lab(test: &'static str, peer: &str, more: &[&str], tools: &[&'static str]) -> Option<Lab> {
+pub(crate) fn l7_lab(
+    test: &'static str,
+    peer: &str,
+    more: &[&str],
+    tools: &[&'static str],
+) -> Option<Lab> {
     let mut builder = Lab::builder(test)
         .unlinked(peer)
         .require(&["nginx", "curl"])
@@ -40,7 +45,7 @@ fn l7_lab(test: &'static str, peer: &str, more: &[&str], tools: &[&'static str])
 
 /// Joins namespaces `a` and `b` by a veth pair: `a` holds `10.79.<n>.1`
 /// and `fd79:<n>::1` on `l7a`, `b` holds `.2` on `l7b`.
-fn link(a: &Netns, b: &Netns, n: u8) {
+pub(crate) fn link(a: &Netns, b: &Netns, n: u8) {
     a.ok(&format!(
         "ip link add l7a type veth peer name l7b netns {} && \
          ip addr add 10.79.{n}.1/24 dev l7a && ip addr add fd79:{n}::1/64 dev l7a nodad && \
@@ -55,7 +60,7 @@ fn link(a: &Netns, b: &Netns, n: u8) {
 
 /// Starts the agent (node `l7` with `labels`, one queue, `extra`
 /// arguments) on the lab's policy and waits for its first ruleset.
-fn start_agent(lab: &Lab, labels: &[(&str, &str)], extra: &[&str]) -> Agent {
+pub(crate) fn start_agent(lab: &Lab, labels: &[(&str, &str)], extra: &[&str]) -> Agent {
     let options = lab
         .agent_options()
         .node_name("l7")
@@ -112,12 +117,12 @@ http {{
 /// queue 100 and the DNS queue 101.
 const L7_QUEUE: u32 = 102;
 
-fn access_log(dir: &Path) -> String {
+pub(crate) fn access_log(dir: &Path) -> String {
     std::fs::read_to_string(dir.join("access.log")).unwrap_or_default()
 }
 
 /// Waits until nginx has logged `line` (it logs after the response).
-fn wait_logged(dir: &Path, line: &str) {
+pub(crate) fn wait_logged(dir: &Path, line: &str) {
     wait_until(line, Duration::from_secs(5), || {
         access_log(dir).contains(line)
     });
@@ -635,14 +640,14 @@ fn pod_behind_the_node_is_inspected_in_forward() {
 /// What a client saw after writing raw request bytes: the status of each
 /// complete response, in order, and whether the connection was reset.
 #[derive(Debug, Default, PartialEq, Eq)]
-struct Seen {
-    statuses: Vec<u16>,
-    reset: bool,
+pub(crate) struct Seen {
+    pub(crate) statuses: Vec<u16>,
+    pub(crate) reset: bool,
 }
 
 impl Seen {
     /// Denied: answered 403 (and nothing else) or reset without an answer.
-    fn denied(&self) -> bool {
+    pub(crate) fn denied(&self) -> bool {
         self.statuses == [403] || (self.statuses.is_empty() && self.reset)
     }
 }
@@ -650,7 +655,7 @@ impl Seen {
 /// Writes `request` on `stream` exactly as given (one write, TCP_NODELAY)
 /// and reads until `want` complete responses arrived, the connection
 /// ended, or 5 s passed.
-fn raw_exchange(stream: &mut TcpStream, request: &[u8], want: usize) -> Seen {
+pub(crate) fn raw_exchange(stream: &mut TcpStream, request: &[u8], want: usize) -> Seen {
     stream.set_nodelay(true).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))

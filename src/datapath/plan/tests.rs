@@ -81,6 +81,7 @@ const DEFAULT_V4_SAVE: &str = "\
 -A TOLLGATE-INPUT ! -p icmp -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
 -A TOLLGATE-L7 -p tcp -m tcp --tcp-flags FIN FIN -j NFQUEUE --queue-num 103
 -A TOLLGATE-L7 -p tcp -m tcp --tcp-flags RST RST -j NFQUEUE --queue-num 103
+-A TOLLGATE-L7 -p tcp -m tcp --tcp-flags URG URG -j NFQUEUE --queue-num 103
 -A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x28&&0x20>>0x1c=0x5\" -j RETURN
 -A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x2c&&0x20>>0x1c=0x6\" -j RETURN
 -A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x30&&0x20>>0x1c=0x7\" -j RETURN
@@ -233,19 +234,20 @@ fn ipv6_table_allows_neighbour_discovery_and_uses_icmp6_reject() {
     );
     assert!(desired.sets["tollgate-endpoints-v4"].members.is_empty());
     let l7 = &desired.v6.chains["TOLLGATE-L7"];
-    assert_eq!(l7.len(), 14);
+    assert_eq!(l7.len(), 15);
     assert_eq!(
-        l7[..2],
+        l7[..3],
         [
             "-p tcp -m tcp --tcp-flags FIN FIN -j NFQUEUE --queue-num 103",
-            "-p tcp -m tcp --tcp-flags RST RST -j NFQUEUE --queue-num 103"
+            "-p tcp -m tcp --tcp-flags RST RST -j NFQUEUE --queue-num 103",
+            "-p tcp -m tcp --tcp-flags URG URG -j NFQUEUE --queue-num 103"
         ]
     );
     assert_eq!(
-        l7[5],
+        l7[6],
         "-m u32 --u32 \"0x4>>0x8&0xff=0x6&&0x4>>0x10=0x20&&0x34>>0x1c=0x8\" -j RETURN"
     );
-    assert_eq!(l7[13], "-j NFQUEUE --queue-num 103");
+    assert_eq!(l7[14], "-j NFQUEUE --queue-num 103");
 }
 
 #[test]

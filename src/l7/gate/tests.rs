@@ -217,3 +217,57 @@ fn unreadable_packets_are_dropped() {
     assert_eq!(step.verdicts, [(9, Action::Drop)]);
     assert!(step.tally.malformed);
 }
+
+fn urgent_data(port: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    PacketBuilder::ipv4(CLIENT, SERVER, 64)
+        .tcp(port, 80, seq, 64000)
+        .ack(5001)
+        .urg(1)
+        .write(&mut out, payload)
+        .unwrap();
+    out
+}
+
+#[test]
+fn stripped_urgent_segments_are_accepted_rewritten_also_when_released() {
+    let inspector = Inspector::new(
+        NonZeroUsize::new(16).unwrap(),
+        Duration::from_secs(60),
+        crate::http::DEFAULT_MAX_HEAD,
+        L7DenyResponse::Forbidden,
+    )
+    .normalising(crate::l7::UrgentData::Strip, Default::default());
+    let mut run = Run::new(8);
+    run.gate = Gate::new(inspector, 8, MarkLayout::default());
+    run.open(40);
+    let (first, rest) = HEAD.split_at(10);
+    let held = run.send(1, &urgent_data(40, ISN, first));
+    assert!(held.verdicts.is_empty());
+    assert!(held.tally.deferred && held.tally.urgent_stripped);
+    let released = run.send(2, &data(40, ISN + 10, rest, false));
+    let rewrite = Action::AcceptRewritten(Rewrite::ClearUrgent);
+    assert_eq!(released.verdicts, [(1, rewrite), (2, Action::Accept)]);
+    assert!(!released.tally.urgent_stripped);
+    let next = ISN + HEAD.len() as u32;
+    let passed = run.send(3, &urgent_data(40, next, HEAD));
+    assert_eq!(passed.verdicts, [(3, rewrite)]);
+    // A withheld rewrite is forgotten with its segment.
+    let dropped_first = run.send(4, &urgent_data(40, next + HEAD.len() as u32, first));
+    assert!(dropped_first.verdicts.is_empty());
+    let reset = run.send(5, &data(40, next + HEAD.len() as u32 + 10, b"", true));
+    assert_eq!(reset.verdicts, [(5, Action::Accept), (4, Action::Drop)]);
+    assert!(run.gate.rewrites.is_empty());
+}
+
+#[test]
+fn urgent_data_resets_the_connection_by_default() {
+    let mut run = Run::new(8);
+    run.open(41);
+    let step = run.send(1, &urgent_data(41, ISN, HEAD));
+    assert!(step.tally.urgent_reset && step.tally.reset);
+    assert_eq!(step.injections.len(), 2, "RST to both ends");
+    let marks = MarkLayout::default();
+    let mark = marks.apply(0, marks.l7_denied());
+    assert_eq!(step.verdicts, [(1, Action::Repeat { mark })]);
+}

@@ -148,6 +148,9 @@ pub const TEST_IDS: &[&str] = &[
     "replies_made_on_the_node_teach_only_from_the_nodes_own_addresses",
     "source_port_range_is_matched_on_the_wire",
     "node_cluster_groups_in_a_node_policy_on_the_wire",
+    "urgent_data_resets_l7_connections",
+    "stripped_urgent_data_reaches_the_server_in_band",
+    "strict_framing_denies_with_the_reason",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
