@@ -296,8 +296,8 @@ enum Scan {
     /// The first bare CR, bare LF or obsolete line folding, and where.
     Anomaly(usize, Ambiguity),
     /// None in the bytes before this position: the whole head (up to its
-    /// empty line), or all bytes but a line ending whose meaning depends on
-    /// bytes not there yet.
+    /// empty line), or all bytes but a lone CR whose meaning depends on
+    /// the byte not there yet.
     Decided(usize),
 }
 
@@ -319,14 +319,16 @@ fn line_anomaly(bytes: &[u8]) -> Scan {
                 continue;
             }
         }
-        // A CRLF at `i`: what starts the next line decides.
+        // A CRLF at `i` ends a line, which httparse may judge already (a
+        // request line that is not HTTP is refused at its CRLF); what
+        // starts the next line decides whether it was folded.
         let next = i + 2;
         match bytes.get(next) {
-            None => return Scan::Decided(i),
+            None => return Scan::Decided(next),
             Some(b' ' | b'\t') => return Scan::Anomaly(next, Ambiguity::ObsoleteLineFolding),
             Some(b'\r') => {
                 return match bytes.get(next + 1) {
-                    None => Scan::Decided(i),
+                    None => Scan::Decided(next),
                     Some(b'\n') => Scan::Decided(bytes.len()),
                     Some(_) => Scan::Anomaly(next, Ambiguity::BareCr),
                 }

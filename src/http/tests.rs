@@ -661,3 +661,23 @@ proptest! {
         prop_assert_eq!(split_events, events);
     }
 }
+
+/// A line that is not an HTTP request line is refused at its CRLF under
+/// strict framing as it is without it: waiting for the next line would
+/// let the L7 worker release the bytes to the server undecided.
+#[test]
+fn strict_framing_refuses_a_non_http_line_at_its_end() {
+    for raw in ["SSH-2.0-OpenSSH_9.6\r\n", "GET /admin\r\n"] {
+        let events = RequestTracker::with_framing(DEFAULT_MAX_HEAD, FramingPolicy::Strict)
+            .feed(raw.as_bytes());
+        let lenient = feed_whole(raw.as_bytes());
+        assert_eq!(events, lenient, "{raw:?}");
+        assert!(
+            matches!(
+                events.as_slice(),
+                [HttpEvent::NotHttp | HttpEvent::Malformed(_)]
+            ),
+            "{raw:?} gave {events:?}"
+        );
+    }
+}

@@ -319,7 +319,14 @@ fn enforce_with_backend(test: &'static str, foreign_legacy_rule: bool) {
     // container.
     for probe in ["ready", "live"] {
         podman(
-            &["exec", &container.name, "tollgate", "status", "--check", probe],
+            &[
+                "exec",
+                &container.name,
+                "tollgate",
+                "status",
+                "--check",
+                probe,
+            ],
             Duration::from_secs(20),
         )
         .expect_success("tollgate status --check in the container");
