@@ -20,7 +20,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::model::{Kind, Object, ObjectRef, Snapshot, Sourced};
-use crate::validate::{validate, Problem};
+use crate::validate::{check, Problem};
 
 /// The `origin` of every object and problem from the API server.
 pub const ORIGIN: &str = "kubernetes";
@@ -64,6 +64,10 @@ pub struct Admitted {
     pub snapshot: Arc<Snapshot>,
     /// Why each skipped object was skipped.
     pub skipped: Vec<Problem>,
+    /// What validation warns about in the admitted objects (a reference to
+    /// a group not defined yet, an ipBlock beside a selector): they are
+    /// enforced all the same.
+    pub warnings: Vec<Problem>,
 }
 
 impl Store {
@@ -147,9 +151,12 @@ impl Store {
             }
         }
         let mut snapshot = Snapshot { objects };
+        let mut warnings = Vec::new();
         loop {
-            let problems = validate(&snapshot);
+            let findings = check(&snapshot);
+            let problems = findings.errors;
             if problems.is_empty() {
+                warnings = findings.warnings;
                 break;
             }
             let bad: HashSet<&ObjectRef> = problems.iter().map(|p| &p.object).collect();
@@ -170,6 +177,7 @@ impl Store {
         Admitted {
             snapshot: Arc::new(snapshot),
             skipped,
+            warnings,
         }
     }
 }
@@ -177,7 +185,12 @@ impl Store {
 fn is_policy(kind: Kind) -> bool {
     !matches!(
         kind,
-        Kind::Node | Kind::Namespace | Kind::Pod | Kind::Service | Kind::ServiceAccount
+        Kind::Node
+            | Kind::Namespace
+            | Kind::Pod
+            | Kind::Service
+            | Kind::ServiceAccount
+            | Kind::ExternalEntity
     )
 }
 
@@ -197,7 +210,7 @@ fn slim(kind: Kind, value: &mut Value) {
     }
     if matches!(
         kind,
-        Kind::Pod | Kind::Node | Kind::Service | Kind::ServiceAccount
+        Kind::Pod | Kind::Node | Kind::Service | Kind::ServiceAccount | Kind::ExternalEntity
     ) {
         meta.remove("annotations");
     }
@@ -338,7 +351,7 @@ mod tests {
         assert!(skipped
             .iter()
             .any(|s| s.contains("ClusterNetworkPolicy p-bad")));
-        assert!(validate(&admitted.snapshot).is_empty());
+        assert!(crate::validate::validate(&admitted.snapshot).is_empty());
 
         // Fixing the Tier brings its policy back; deleting the broken one
         // forgets its problem.
