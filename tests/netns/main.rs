@@ -24,3 +24,4 @@ mod overload;
 mod parity;
 mod queue;
 mod run;
+mod warnings;

@@ -148,6 +148,8 @@ pub const TEST_IDS: &[&str] = &[
     "replies_made_on_the_node_teach_only_from_the_nodes_own_addresses",
     "source_port_range_is_matched_on_the_wire",
     "node_cluster_groups_in_a_node_policy_on_the_wire",
+    "kubernetes_external_entity_crd_missing_then_installed_then_removed",
+    "dangling_group_reference_warns_once_per_reload_and_applies",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
