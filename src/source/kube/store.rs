@@ -387,6 +387,58 @@ mod tests {
         assert!(p.metadata.annotations.is_empty());
     }
 
+    fn entity(name: &str) -> Value {
+        json!({"apiVersion": "crd.antrea.io/v1alpha2", "kind": "ExternalEntity",
+               "metadata": {"name": name, "namespace": "default", "labels": {"role": "vm"}},
+               "spec": {"endpoints": [{"ip": "192.168.1.1"}]}})
+    }
+
+    /// What the watch of an optional kind sends when its CRD is missing: an
+    /// empty list. It lets the first snapshot out and, later, drops what
+    /// the kind held.
+    #[test]
+    fn missing_crd_reads_as_an_empty_list() {
+        let mut store = Store::new([Kind::Pod, Kind::ExternalEntity]);
+        store.apply(Kind::Pod, Change::InitStart);
+        store.apply(Kind::Pod, Change::InitDone);
+        assert!(!store.synced());
+        // Not installed: the watcher's own InitStart, then the empty list.
+        for change in [Change::InitStart, Change::InitStart, Change::InitDone] {
+            store.apply(Kind::ExternalEntity, change);
+        }
+        assert!(store.synced());
+        assert!(store.admit().snapshot.objects.is_empty());
+        // Installed: listed and watched like any kind.
+        store.apply(Kind::ExternalEntity, Change::InitStart);
+        store.apply(Kind::ExternalEntity, Change::InitApply(entity("vm-1")));
+        assert!(store.apply(Kind::ExternalEntity, Change::InitDone));
+        assert!(store.apply(Kind::ExternalEntity, Change::Apply(entity("vm-2"))));
+        assert_eq!(
+            names(&store.admit()),
+            ["ExternalEntity default/vm-1", "ExternalEntity default/vm-2"]
+        );
+        // Removed: the empty list drops them.
+        store.apply(Kind::ExternalEntity, Change::InitStart);
+        assert!(store.apply(Kind::ExternalEntity, Change::InitDone));
+        assert!(store.is_empty());
+    }
+
+    #[test]
+    fn warnings_of_admitted_objects_are_kept() {
+        let mut store = synced_store();
+        let mut policy = acnp("p", "application");
+        policy["spec"]["ingress"][0]["from"] = json!([{"group": "partners"}]);
+        store.apply(Kind::ClusterNetworkPolicy, Change::Apply(policy));
+        let admitted = store.admit();
+        assert!(admitted.skipped.is_empty(), "{:?}", admitted.skipped);
+        assert_eq!(names(&admitted), ["ClusterNetworkPolicy p"]);
+        let warnings: Vec<String> = admitted.warnings.iter().map(|p| p.to_string()).collect();
+        assert_eq!(
+            warnings,
+            ["kubernetes: ClusterNetworkPolicy p: spec.ingress[0].from[0].group: ClusterGroup `partners` does not exist (yet): selects nothing until it is defined"]
+        );
+    }
+
     #[test]
     fn unwatched_kind_is_ignored() {
         let mut store = Store::new([Kind::Tier]);

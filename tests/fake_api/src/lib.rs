@@ -34,6 +34,8 @@ pub fn collection(api_version: &str, kind: &str) -> String {
         "Service" => "services",
         "ServiceAccount" => "serviceaccounts",
         "ExternalEntity" => "externalentities",
+        "AdminNetworkPolicy" => "adminnetworkpolicies",
+        "BaselineAdminNetworkPolicy" => "baselineadminnetworkpolicies",
         other => panic!("fake API server does not serve {other}"),
     };
     if api_version.contains('/') {
