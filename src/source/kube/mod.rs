@@ -350,6 +350,9 @@ fn optional_kind_events(client: &kube::Client, resource: Resource) -> KindEvents
 
 type KindEvent = (Resource, Result<Change, watcher::Error>);
 
+/// Runs `resource`'s watcher while it is served and sends its events on;
+/// says once when its CRD goes missing (sending an empty list) and once
+/// when it appears.
 async fn follow_optional(
     client: kube::Client,
     resource: Resource,
@@ -364,7 +367,12 @@ async fn follow_optional(
                 Some((_, Err(error))) if is_not_found(&error) => break,
                 Some(event) => {
                     if matches!(event.1, Ok(Change::InitDone)) && presence.answered() {
-                        tracing::info!(kind = %resource.kind, "CRD {}.{} installed: kind watched", resource.plural, resource.group);
+                        tracing::info!(
+                            "CRD {}.{} installed: {} watched",
+                            resource.plural,
+                            resource.group,
+                            resource.kind
+                        );
                     }
                     if tx.send(event).await.is_err() {
                         return;
@@ -375,7 +383,7 @@ async fn follow_optional(
         drop(events);
         let found = presence.not_found(Instant::now());
         if found.newly {
-            tracing::warn!(
+            tracing::info!(
                 "CRD {}.{} not installed: {} skipped until it appears",
                 resource.plural,
                 resource.group,
