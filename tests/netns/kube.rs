@@ -96,10 +96,18 @@ fn web_from_entities() -> Value {
                                 {"name": "others", "action": "Drop"}]}})
 }
 
-fn external_entity(ip: IpAddr) -> Value {
+fn external_entity(ips: [IpAddr; 2]) -> Value {
     json!({"apiVersion": "crd.antrea.io/v1alpha2", "kind": "ExternalEntity",
            "metadata": {"name": "client-vm", "namespace": "prod", "labels": {"role": "client"}},
-           "spec": {"endpoints": [{"ip": ip.to_string(), "name": "eth0"}], "externalNode": "vm-host"}})
+           "spec": {"endpoints": [{"ip": ips[0].to_string(), "name": "eth0"}, {"ip": ips[1].to_string()}],
+                    "externalNode": "vm-host"}})
+}
+
+/// The `web` Pod with an address of each family.
+fn dual_stack_pod(ips: [IpAddr; 2]) -> Value {
+    let mut pod = pod("web", "web", ips[0]);
+    pod["status"]["podIPs"] = json!([{"ip": ips[0].to_string()}, {"ip": ips[1].to_string()}]);
+    pod
 }
 
 #[test]
@@ -108,6 +116,7 @@ fn kubernetes_external_entity_crd_missing_then_installed_then_removed() {
         Lab::builder("kubernetes_external_entity_crd_missing_then_installed_then_removed")
             .peer("client")
             .peer("server")
+            .ipv6()
             .build()
     else {
         return;
@@ -119,11 +128,18 @@ fn kubernetes_external_entity_crd_missing_then_installed_then_removed() {
     let api = FakeApi::serve(listener);
     let entities = collection("crd.antrea.io/v1alpha2", "ExternalEntity");
     api.uninstall(&entities);
+    let server: [IpAddr; 2] = [lab.addr("server").into(), lab.addr6("server").into()];
+    let client: [IpAddr; 2] = [lab.addr("client").into(), lab.addr6("client").into()];
     api.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod"}}));
-    api.apply(pod("web", "web", lab.addr("server").into()));
+    api.apply(dual_stack_pod(server));
     api.apply(web_from_entities());
     let kubeconfig = lab.dir().join("kubeconfig");
     std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
+    let assert_web = |outcome: TcpOutcome| {
+        for ip in server {
+            lab.assert_tcp("client", SocketAddr::new(ip, 8080), outcome);
+        }
+    };
 
     let mut options = lab.agent_options();
     options.kubeconfig = Some(kubeconfig);
@@ -134,24 +150,21 @@ fn kubernetes_external_entity_crd_missing_then_installed_then_removed() {
     let missing =
         "CRD externalentities.crd.antrea.io not installed: ExternalEntity skipped until it appears";
     assert_eq!(agent.count_log(missing), 1, "{}", agent.log());
-    let web = SocketAddr::new(lab.addr("server").into(), 8080);
-    lab.assert_tcp("client", web, TcpOutcome::TimedOut);
+    assert_web(TcpOutcome::TimedOut);
 
     // The CRD is installed and the client's ExternalEntity created before
     // the next look: one more snapshot, and the client is let in.
     api.install(&entities);
-    api.apply(external_entity(lab.addr("client").into()));
+    api.apply(external_entity(client));
     agent.wait_generation(2);
-    lab.assert_tcp("client", web, TcpOutcome::Connected);
-    assert_eq!(
-        agent.count_log("CRD externalentities.crd.antrea.io installed"),
-        1
-    );
+    assert_web(TcpOutcome::Connected);
+    let installed = "CRD externalentities.crd.antrea.io installed: ExternalEntity watched";
+    assert_eq!(agent.count_log(installed), 1, "{}", agent.log());
 
     // The CRD is removed: its ExternalEntity goes with it.
     api.uninstall(&entities);
     agent.wait_generation(3);
-    lab.assert_tcp("client", web, TcpOutcome::TimedOut);
+    assert_web(TcpOutcome::TimedOut);
     assert_eq!(agent.count_log(missing), 2, "{}", agent.log());
 
     // The dangling group is warned about once, not once per snapshot, with
