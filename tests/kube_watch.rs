@@ -1,7 +1,9 @@
 //! The Kubernetes source against an in-process fake API server speaking
 //! list and watch over HTTP: objects added, changed and deleted through
 //! the server reach the compiled ruleset; an invalid CRD is skipped while
-//! the rest applies; a 410 Gone makes the watcher relist.
+//! the rest applies; a 410 Gone makes the watcher relist; an optional kind
+//! whose CRD is missing holds nothing back and is picked up when the CRD
+//! appears.
 #![allow(clippy::disallowed_methods)] // the test waits on the clock for the watcher.
 
 use std::net::{IpAddr, SocketAddr};
@@ -11,6 +13,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use socket2::{Domain, Socket, Type};
 use tollgate::compile::{compile, LocalNode};
+use tollgate::fqdn::NoFqdn;
+use tollgate::packet::flow::{Flow, Transport, Verdict};
 use tollgate::ruleset::Ruleset;
 use tollgate::source::kube::{Admitted, Connection, KubeSource, Latest};
 use tollgate::telemetry::Metrics;
@@ -274,4 +278,79 @@ fn unreachable_server_is_retried_until_it_answers() {
         metrics.render()
     );
     drop(source);
+}
+
+fn external_entity(name: &str, role: &str, ip: &str) -> Value {
+    json!({"apiVersion": "crd.antrea.io/v1alpha2", "kind": "ExternalEntity",
+           "metadata": {"name": name, "namespace": "shop", "labels": {"role": role}},
+           "spec": {"endpoints": [{"ip": ip, "name": "eth0"}], "externalNode": "vm-host"}})
+}
+
+/// Allows TCP to `app` Pods only from ExternalEntities labelled role=vm.
+fn allow_from_vms(app: &str) -> Value {
+    json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "ClusterNetworkPolicy",
+           "metadata": {"name": "web-from-vms"},
+           "spec": {"priority": 5, "tier": "application",
+                    "appliedTo": [{"podSelector": {"matchLabels": {"app": app}}}],
+                    "ingress": [{"action": "Allow",
+                                 "from": [{"externalEntitySelector": {"matchLabels": {"role": "vm"}}}]},
+                                {"action": "Drop"}]}})
+}
+
+fn tcp_verdict(ruleset: &Ruleset, src: &str, dst: &str) -> Verdict {
+    let flow = Flow {
+        src: ip(src),
+        dst: ip(dst),
+        transport: Transport::Tcp {
+            src_port: 40000,
+            dst_port: 80,
+        },
+        local: None,
+    };
+    ruleset.classify(&flow, &NoFqdn).verdict
+}
+
+#[test]
+fn missing_external_entity_crd_holds_nothing_back_and_is_picked_up_when_installed() {
+    let api = FakeApi::start("127.0.0.1:0");
+    let entities = collection("crd.antrea.io/v1alpha2", "ExternalEntity");
+    api.uninstall(&entities);
+    api.apply(namespace("shop"));
+    api.apply(pod("web-1", "web", "10.4.0.2"));
+    api.apply(allow_from_vms("web"));
+    let h = Harness::start(api);
+
+    // The first snapshot comes although ExternalEntities answer 404, and
+    // it is enforced: nothing matches the selector yet.
+    h.wait_for("snapshot without the CRD", |a, r| {
+        a.snapshot.objects.len() == 3 && tcp_verdict(r, "192.168.7.7", "10.4.0.2") == Verdict::Drop
+    });
+    assert!(h.api.lists(&entities) >= 1, "{:#?}", h.api.log());
+
+    // The CRD appears, then an ExternalEntity: the policy selects it.
+    h.api.install(&entities);
+    h.api.apply(external_entity("vm-1", "vm", "192.168.7.7"));
+    h.wait_for("external entity selected", |_, r| {
+        tcp_verdict(r, "192.168.7.7", "10.4.0.2") == Verdict::Allow
+    });
+    // It is followed like any kind: relabelled, it leaves the peer.
+    h.api.apply(external_entity("vm-1", "db", "192.168.7.7"));
+    h.wait_for("external entity relabelled", |_, r| {
+        tcp_verdict(r, "192.168.7.7", "10.4.0.2") == Verdict::Drop
+    });
+    h.api.apply(external_entity("vm-1", "vm", "192.168.7.7"));
+    h.wait_for("external entity back", |_, r| {
+        tcp_verdict(r, "192.168.7.7", "10.4.0.2") == Verdict::Allow
+    });
+
+    // The CRD is removed (no DELETED events): its objects are dropped.
+    h.api.uninstall(&entities);
+    h.wait_for("external entity dropped with its CRD", |a, r| {
+        a.snapshot.objects.len() == 3 && tcp_verdict(r, "192.168.7.7", "10.4.0.2") == Verdict::Drop
+    });
+    // A missing CRD is not a watch error.
+    assert_eq!(
+        metric(&h.metrics, "tollgate_kubernetes_watch_errors_total"),
+        0
+    );
 }

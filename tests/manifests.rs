@@ -7,7 +7,9 @@ use std::path::Path;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaPropsOrArray,
+};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
@@ -42,7 +44,6 @@ fn crds_are_custom_resource_definitions_for_every_kind_tollgate_watches() {
         let crd: CustomResourceDefinition = roundtrip(doc);
         assert_eq!(crd.spec.group, "crd.antrea.io");
         let version = &crd.spec.versions[0];
-        assert_eq!(version.name, "v1beta1");
         assert!(version.served && version.storage);
         assert_eq!(
             crd.metadata.name.as_deref(),
@@ -52,16 +53,16 @@ fn crds_are_custom_resource_definitions_for_every_kind_tollgate_watches() {
             crd.spec.names.kind.clone(),
             crd.spec.names.plural.clone(),
             crd.spec.scope,
+            version.name.clone(),
         ));
     }
-    for resource in tollgate::source::kube::RESOURCES
-        .iter()
-        .filter(|r| r.group == "crd.antrea.io")
-    {
+    let antrea = tollgate::source::kube::watched().filter(|r| r.group == "crd.antrea.io");
+    for resource in antrea {
         let found = served
             .iter()
-            .find(|(kind, plural, _)| kind == resource.type_name && plural == resource.plural)
+            .find(|(kind, plural, _, _)| kind == resource.type_name && plural == resource.plural)
             .unwrap_or_else(|| panic!("no CRD for {}", resource.plural));
+        assert_eq!(found.3, resource.version, "{}", resource.plural);
         let namespaced = found.2 == "Namespaced";
         assert_eq!(
             namespaced,
@@ -70,7 +71,20 @@ fn crds_are_custom_resource_definitions_for_every_kind_tollgate_watches() {
             resource.plural
         );
     }
-    assert_eq!(docs.len(), 5);
+    assert_eq!(docs.len(), 6);
+    // ExternalEntity (v1alpha2) is typed as in Antrea: the fields tollgate
+    // reads are declared.
+    let entity: CustomResourceDefinition = serde_json::from_value(docs[5].clone()).unwrap();
+    let schema = entity.spec.versions[0].schema.clone().unwrap();
+    let spec = &schema.open_api_v3_schema.unwrap().properties.unwrap()["spec"];
+    let fields = spec.properties.as_ref().unwrap();
+    let endpoint = fields["endpoints"].items.as_ref().unwrap();
+    let endpoint = match endpoint {
+        JSONSchemaPropsOrArray::Schema(schema) => schema.properties.as_ref().unwrap(),
+        JSONSchemaPropsOrArray::Schemas(_) => panic!("endpoints items: one schema"),
+    };
+    assert!(endpoint.contains_key("ip") && endpoint.contains_key("name"));
+    assert!(fields.contains_key("ports") && fields.contains_key("externalNode"));
 }
 
 #[test]
@@ -84,7 +98,7 @@ fn rbac_grants_list_and_watch_of_every_watched_resource_only() {
     for rule in &rules {
         assert_eq!(rule.verbs, ["list", "watch"]);
     }
-    for resource in &tollgate::source::kube::RESOURCES {
+    for resource in tollgate::source::kube::watched() {
         assert!(
             rules.iter().any(|r| {
                 r.api_groups.as_deref().unwrap_or_default() == [resource.group]

@@ -21,7 +21,7 @@ use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use super::files::{self, Stamps};
 use super::{load_paths_within, Limits, Settled, Settling, Source, SourceError};
 use crate::model::Snapshot;
-use crate::validate::{validate, Problem};
+use crate::validate::{check, Problem};
 
 /// Why the policy directory cannot be watched.
 #[derive(Debug, thiserror::Error)]
@@ -119,8 +119,9 @@ fn age(changed: i128, now: SystemTime) -> Option<Duration> {
 
 impl Source for Directory {
     /// Re-establishes the watch if the directory was replaced, then reads
-    /// it once settled and validates it; refuses files that were emptied. A
-    /// directory read whole is always complete.
+    /// it once settled and validates it; refuses files that were emptied,
+    /// logs the validation warnings of an accepted read. A directory read
+    /// whole is always complete.
     fn latest(&mut self) -> Result<Option<Arc<Snapshot>>, Vec<Problem>> {
         match self.watch.refresh() {
             Ok(Refresh::Unchanged) => {}
@@ -133,9 +134,14 @@ impl Source for Directory {
         let (snapshot, mut problems, stamps) = self.read_settled()?;
         let objects = stamps.objects(&snapshot);
         problems.extend(files::emptied(&self.accepted, &objects));
-        problems.extend(validate(&snapshot));
+        let findings = check(&snapshot);
+        problems.extend(findings.errors);
         if !problems.is_empty() {
             return Err(problems);
+        }
+        // Enforced all the same (Antrea admits these objects too).
+        for warning in &findings.warnings {
+            tracing::warn!("policy warning: {warning}");
         }
         self.accepted = objects;
         Ok(Some(Arc::new(snapshot)))

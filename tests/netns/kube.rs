@@ -1,14 +1,17 @@
 //! Kubernetes mode end to end: `tollgate run --kubernetes` reads from the
 //! fake API server (`tests/fake_api`, in the node namespace; no real
 //! apiserver, TLS, token or RBAC) and enforces on the wire a policy added
-//! through it, following a Pod's label changes out of and back into it.
+//! through it, following a Pod's label changes out of and back into it; a
+//! cluster without the ExternalEntity CRD is enforced at once, and an
+//! ExternalEntity created once the CRD appears is selected, until the CRD
+//! goes away.
 
 use std::net::{IpAddr, SocketAddr, TcpListener};
 
 use serde_json::{json, Value};
 
 use crate::harness::{Lab, TcpOutcome};
-use tollgate_fake_api::FakeApi;
+use tollgate_fake_api::{collection, FakeApi};
 
 fn pod(name: &str, app: &str, ip: IpAddr) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod",
@@ -77,5 +80,108 @@ fn kubernetes_policy_and_label_change_via_fake_api_server() {
     agent.wait_generation(5);
     lab.assert_tcp("client", web, TcpOutcome::Connected);
     assert!(agent.log().contains("kubernetes snapshot"));
+    agent.stop();
+}
+
+/// `web` Pods take TCP only from ExternalEntities labelled role=client and
+/// from the ClusterGroup `partners`, which is never defined (a warning).
+fn web_from_entities() -> Value {
+    json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "ClusterNetworkPolicy",
+           "metadata": {"name": "web-from-entities"},
+           "spec": {"priority": 5, "tier": "application",
+                    "appliedTo": [{"podSelector": {"matchLabels": {"app": "web"}}}],
+                    "ingress": [{"name": "from-entities", "action": "Allow",
+                                 "from": [{"externalEntitySelector": {"matchLabels": {"role": "client"}}}]},
+                                {"name": "from-partners", "action": "Allow", "from": [{"group": "partners"}]},
+                                {"name": "others", "action": "Drop"}]}})
+}
+
+fn external_entity(ips: [IpAddr; 2]) -> Value {
+    json!({"apiVersion": "crd.antrea.io/v1alpha2", "kind": "ExternalEntity",
+           "metadata": {"name": "client-vm", "namespace": "prod", "labels": {"role": "client"}},
+           "spec": {"endpoints": [{"ip": ips[0].to_string(), "name": "eth0"}, {"ip": ips[1].to_string()}],
+                    "externalNode": "vm-host"}})
+}
+
+/// The `web` Pod with an address of each family.
+fn dual_stack_pod(ips: [IpAddr; 2]) -> Value {
+    let mut pod = pod("web", "web", ips[0]);
+    pod["status"]["podIPs"] = json!([{"ip": ips[0].to_string()}, {"ip": ips[1].to_string()}]);
+    pod
+}
+
+#[test]
+fn kubernetes_external_entity_crd_missing_then_installed_then_removed() {
+    let Some(lab) =
+        Lab::builder("kubernetes_external_entity_crd_missing_then_installed_then_removed")
+            .peer("client")
+            .peer("server")
+            .ipv6()
+            .build()
+    else {
+        return;
+    };
+    lab.serve_tcp("server", 8080, crate::harness::Service::Echo);
+    let listener = lab
+        .node()
+        .enter(|| TcpListener::bind("127.0.0.1:0").expect("bind in node namespace"));
+    let api = FakeApi::serve(listener);
+    let entities = collection("crd.antrea.io/v1alpha2", "ExternalEntity");
+    api.uninstall(&entities);
+    let server: [IpAddr; 2] = [lab.addr("server").into(), lab.addr6("server").into()];
+    let client: [IpAddr; 2] = [lab.addr("client").into(), lab.addr6("client").into()];
+    api.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod"}}));
+    api.apply(dual_stack_pod(server));
+    api.apply(web_from_entities());
+    let kubeconfig = lab.dir().join("kubeconfig");
+    std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
+    let assert_web = |outcome: TcpOutcome| {
+        for ip in server {
+            lab.assert_tcp("client", SocketAddr::new(ip, 8080), outcome);
+        }
+    };
+
+    let mut options = lab.agent_options();
+    options.kubeconfig = Some(kubeconfig);
+    let mut agent = lab.start_agent(options);
+    // Without the CRD the first snapshot comes all the same and is
+    // enforced: no ExternalEntity, so the client is dropped.
+    agent.wait_generation(1);
+    let missing =
+        "CRD externalentities.crd.antrea.io not installed: ExternalEntity skipped until it appears";
+    assert_eq!(agent.count_log(missing), 1, "{}", agent.log());
+    assert_web(TcpOutcome::TimedOut);
+
+    // The CRD is installed and the client's ExternalEntity created before
+    // the next look: one more snapshot, and the client is let in.
+    api.install(&entities);
+    api.apply(external_entity(client));
+    agent.wait_generation(2);
+    assert_web(TcpOutcome::Connected);
+    let installed = "CRD externalentities.crd.antrea.io installed: ExternalEntity watched";
+    assert_eq!(agent.count_log(installed), 1, "{}", agent.log());
+
+    // The CRD is removed: its ExternalEntity goes with it.
+    api.uninstall(&entities);
+    agent.wait_generation(3);
+    assert_web(TcpOutcome::TimedOut);
+    assert_eq!(agent.count_log(missing), 2, "{}", agent.log());
+
+    // The dangling group is warned about once, not once per snapshot, with
+    // the object and field; the policy applied all along.
+    let warnings: Vec<String> = agent
+        .log()
+        .lines()
+        .filter(|l| l.contains("policy warning:"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    assert!(
+        warnings[0].contains(
+            "kubernetes: ClusterNetworkPolicy web-from-entities: spec.ingress[1].from[0].group: ClusterGroup `partners` does not exist (yet)"
+        ),
+        "{}",
+        warnings[0]
+    );
     agent.stop();
 }

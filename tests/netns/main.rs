@@ -25,3 +25,4 @@ mod parity;
 mod queue;
 mod run;
 mod smuggle;
+mod warnings;

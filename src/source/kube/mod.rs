@@ -7,7 +7,11 @@
 //! kinds (`crd.antrea.io/v1beta1` Tier, ClusterNetworkPolicy,
 //! NetworkPolicy, ClusterGroup, Group), `networking.k8s.io/v1`
 //! NetworkPolicy and the inventory (Pods, Namespaces, Nodes, Services,
-//! ServiceAccounts). The watchers list, then watch; on a watch error or a
+//! ServiceAccounts), and the [`OPTIONAL_RESOURCES`] (ExternalEntity) whose
+//! CRD a cluster may not have: a kind answering `404` counts as listed and
+//! empty, is logged once and looked for again with a doubling wait
+//! ([`optional`]); once its CRD appears it is watched, and its objects are
+//! dropped if the CRD goes away. The watchers list, then watch; on a watch error or a
 //! `410 Gone` they relist (kube's watcher), retrying with backoff while the
 //! API server is unreachable. Objects are decoded and validated by the same
 //! code as the file source ([`store`]); invalid ones are logged and
@@ -19,6 +23,7 @@
 //! snapshot in a slot and calls a notifier; the agent takes the snapshot
 //! when it reloads.
 
+pub mod optional;
 pub mod store;
 
 use std::collections::HashSet;
@@ -37,6 +42,7 @@ use crate::model::{Kind, Snapshot};
 use crate::source::{Debounce, Source};
 use crate::telemetry::Metrics;
 use crate::validate::Problem;
+use optional::Presence;
 pub use store::{Admitted, Change, Store, ORIGIN};
 
 /// Why the Kubernetes source could not start. The causes are kept as
@@ -95,6 +101,22 @@ pub struct Resource {
 }
 
 impl Resource {
+    pub const fn new(
+        kind: Kind,
+        group: &'static str,
+        version: &'static str,
+        type_name: &'static str,
+        plural: &'static str,
+    ) -> Resource {
+        Resource {
+            kind,
+            group,
+            version,
+            type_name,
+            plural,
+        }
+    }
+
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {
             self.version.to_string()
@@ -111,7 +133,8 @@ impl Resource {
     }
 }
 
-/// Every kind tollgate watches.
+/// The kinds tollgate always watches: the first snapshot waits for each
+/// to be listed, and a `404` for one is an error (retried).
 pub const RESOURCES: [Resource; 11] = [
     Resource {
         kind: Kind::Tier,
@@ -191,6 +214,20 @@ pub const RESOURCES: [Resource; 11] = [
         plural: "serviceaccounts",
     },
 ];
+
+/// The kinds whose CRD a cluster may not have installed, one line each: a
+/// missing one counts as listed and empty until its CRD appears (see
+/// [`optional`]). The RBAC rules in `docker/rbac.yaml` must grant `list`
+/// and `watch` on each (`tests/manifests.rs` checks it).
+#[rustfmt::skip]
+pub const OPTIONAL_RESOURCES: &[Resource] = &[
+    Resource::new(Kind::ExternalEntity, "crd.antrea.io", "v1alpha2", "ExternalEntity", "externalentities"),
+];
+
+/// Every kind tollgate watches, the optional ones last.
+pub fn watched() -> impl Iterator<Item = &'static Resource> {
+    RESOURCES.iter().chain(OPTIONAL_RESOURCES)
+}
 
 /// The latest admitted snapshot, shared with the agent.
 #[derive(Clone, Default)]
@@ -275,7 +312,7 @@ impl Drop for KubeSource {
     }
 }
 
-type KindEvents = Pin<Box<dyn Stream<Item = (Resource, Result<Change, watcher::Error>)> + Send>>;
+type KindEvents = Pin<Box<dyn Stream<Item = KindEvent> + Send>>;
 
 fn kind_events(client: &kube::Client, resource: Resource) -> KindEvents {
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource.api_resource());
@@ -298,6 +335,82 @@ fn kind_events(client: &kube::Client, resource: Resource) -> KindEvents {
         .boxed()
 }
 
+/// An optional kind's events: its watcher runs while the kind is served;
+/// a `404` stops it and reads as an empty list (dropping what the kind
+/// held), and the watcher starts again when [`Presence`] says to look.
+/// The task ends with the runtime, or when the receiving side is gone.
+fn optional_kind_events(client: &kube::Client, resource: Resource) -> KindEvents {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(follow_optional(client.clone(), resource, tx));
+    stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    })
+    .boxed()
+}
+
+type KindEvent = (Resource, Result<Change, watcher::Error>);
+
+/// Runs `resource`'s watcher while it is served and sends its events on;
+/// says once when its CRD goes missing (sending an empty list) and once
+/// when it appears.
+async fn follow_optional(
+    client: kube::Client,
+    resource: Resource,
+    tx: tokio::sync::mpsc::Sender<KindEvent>,
+) {
+    let mut presence = Presence::default();
+    loop {
+        let mut events = kind_events(&client, resource);
+        loop {
+            match events.next().await {
+                None => return,
+                Some((_, Err(error))) if is_not_found(&error) => break,
+                Some(event) => {
+                    if matches!(event.1, Ok(Change::InitDone)) && presence.answered() {
+                        tracing::info!(
+                            "CRD {}.{} installed: {} watched",
+                            resource.plural,
+                            resource.group,
+                            resource.kind
+                        );
+                    }
+                    if tx.send(event).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+        drop(events);
+        let found = presence.not_found(Instant::now());
+        if found.newly {
+            tracing::info!(
+                "CRD {}.{} not installed: {} skipped until it appears",
+                resource.plural,
+                resource.group,
+                resource.kind
+            );
+            for change in [Change::InitStart, Change::InitDone] {
+                if tx.send((resource, Ok(change))).await.is_err() {
+                    return;
+                }
+            }
+        }
+        tokio::time::sleep_until(found.recheck_at.into()).await;
+    }
+}
+
+/// The API server does not serve the resource (`404`): its CRD is not
+/// installed.
+fn is_not_found(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status))
+        | watcher::Error::WatchError(status) => status.code == 404,
+        _ => false,
+    }
+}
+
 /// The object as JSON with `apiVersion` and `kind` set: list items come
 /// without them.
 fn typed(object: DynamicObject, api_version: &str, kind: &str) -> Value {
@@ -316,13 +429,20 @@ async fn watch_all(
     notify: impl Fn(),
     mut stopped: tokio::sync::oneshot::Receiver<()>,
 ) {
-    let mut events = stream::select_all(RESOURCES.iter().map(|r| kind_events(&client, *r)));
-    let mut store = Store::new(RESOURCES.iter().map(|r| r.kind));
+    let required = RESOURCES.iter().map(|r| kind_events(&client, *r));
+    let optional = OPTIONAL_RESOURCES
+        .iter()
+        .map(|r| optional_kind_events(&client, *r));
+    let mut events = stream::select_all(required.chain(optional));
+    let mut store = Store::new(watched().map(|r| r.kind));
     let mut reported: HashSet<String> = HashSet::new();
     // When the pending changes are published.
     let mut debounce = Debounce::default();
     let mut failing: HashSet<Kind> = HashSet::new();
-    tracing::info!(kinds = RESOURCES.len(), "kubernetes watch starting");
+    tracing::info!(
+        kinds = RESOURCES.len() + OPTIONAL_RESOURCES.len(),
+        "kubernetes watch starting"
+    );
     loop {
         let publish_at = debounce.due().map(tokio::time::Instant::from_std);
         tokio::select! {
@@ -372,13 +492,22 @@ async fn watch_all(
     }
 }
 
-/// Logs each skipped object once per distinct problem.
+/// Logs each skipped object, and each validation warning on an admitted
+/// one, once while it lasts: a snapshot follows every Pod change, and the
+/// same lines each time would drown the new ones.
 fn report(admitted: &Admitted, reported: &mut HashSet<String>) {
-    let now: HashSet<String> = admitted.skipped.iter().map(|p| p.to_string()).collect();
-    for problem in &now {
-        if !reported.contains(problem) {
-            tracing::error!("kubernetes object skipped: {problem}");
+    let skipped = admitted.skipped.iter().map(|p| (true, p.to_string()));
+    let warnings = admitted.warnings.iter().map(|p| (false, p.to_string()));
+    let mut now = HashSet::new();
+    for (error, problem) in skipped.chain(warnings) {
+        if !reported.contains(&problem) {
+            if error {
+                tracing::error!("kubernetes object skipped: {problem}");
+            } else {
+                tracing::warn!("policy warning: {problem}");
+            }
         }
+        now.insert(problem);
     }
     *reported = now;
 }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::model::{Kind, Object, ObjectRef, Snapshot, Sourced};
-use crate::validate::{validate, Problem};
+use crate::validate::{check, Problem};
 
 /// The `origin` of every object and problem from the API server.
 pub const ORIGIN: &str = "kubernetes";
@@ -64,6 +64,10 @@ pub struct Admitted {
     pub snapshot: Arc<Snapshot>,
     /// Why each skipped object was skipped.
     pub skipped: Vec<Problem>,
+    /// What validation warns about in the admitted objects (a reference to
+    /// a group not defined yet, an ipBlock beside a selector): they are
+    /// enforced all the same.
+    pub warnings: Vec<Problem>,
 }
 
 impl Store {
@@ -147,9 +151,12 @@ impl Store {
             }
         }
         let mut snapshot = Snapshot { objects };
+        let mut warnings = Vec::new();
         loop {
-            let problems = validate(&snapshot);
+            let findings = check(&snapshot);
+            let problems = findings.errors;
             if problems.is_empty() {
+                warnings = findings.warnings;
                 break;
             }
             let bad: HashSet<&ObjectRef> = problems.iter().map(|p| &p.object).collect();
@@ -170,6 +177,7 @@ impl Store {
         Admitted {
             snapshot: Arc::new(snapshot),
             skipped,
+            warnings,
         }
     }
 }
@@ -177,7 +185,12 @@ impl Store {
 fn is_policy(kind: Kind) -> bool {
     !matches!(
         kind,
-        Kind::Node | Kind::Namespace | Kind::Pod | Kind::Service | Kind::ServiceAccount
+        Kind::Node
+            | Kind::Namespace
+            | Kind::Pod
+            | Kind::Service
+            | Kind::ServiceAccount
+            | Kind::ExternalEntity
     )
 }
 
@@ -197,7 +210,7 @@ fn slim(kind: Kind, value: &mut Value) {
     }
     if matches!(
         kind,
-        Kind::Pod | Kind::Node | Kind::Service | Kind::ServiceAccount
+        Kind::Pod | Kind::Node | Kind::Service | Kind::ServiceAccount | Kind::ExternalEntity
     ) {
         meta.remove("annotations");
     }
@@ -338,7 +351,7 @@ mod tests {
         assert!(skipped
             .iter()
             .any(|s| s.contains("ClusterNetworkPolicy p-bad")));
-        assert!(validate(&admitted.snapshot).is_empty());
+        assert!(crate::validate::validate(&admitted.snapshot).is_empty());
 
         // Fixing the Tier brings its policy back; deleting the broken one
         // forgets its problem.
@@ -372,6 +385,58 @@ mod tests {
         assert!(!debug.contains("Running") && !debug.contains("limits"));
         assert!(p.metadata.managed_fields.is_none() && p.metadata.owner_references.is_none());
         assert!(p.metadata.annotations.is_empty());
+    }
+
+    fn entity(name: &str) -> Value {
+        json!({"apiVersion": "crd.antrea.io/v1alpha2", "kind": "ExternalEntity",
+               "metadata": {"name": name, "namespace": "default", "labels": {"role": "vm"}},
+               "spec": {"endpoints": [{"ip": "192.168.1.1"}]}})
+    }
+
+    /// What the watch of an optional kind sends when its CRD is missing: an
+    /// empty list. It lets the first snapshot out and, later, drops what
+    /// the kind held.
+    #[test]
+    fn missing_crd_reads_as_an_empty_list() {
+        let mut store = Store::new([Kind::Pod, Kind::ExternalEntity]);
+        store.apply(Kind::Pod, Change::InitStart);
+        store.apply(Kind::Pod, Change::InitDone);
+        assert!(!store.synced());
+        // Not installed: the watcher's own InitStart, then the empty list.
+        for change in [Change::InitStart, Change::InitStart, Change::InitDone] {
+            store.apply(Kind::ExternalEntity, change);
+        }
+        assert!(store.synced());
+        assert!(store.admit().snapshot.objects.is_empty());
+        // Installed: listed and watched like any kind.
+        store.apply(Kind::ExternalEntity, Change::InitStart);
+        store.apply(Kind::ExternalEntity, Change::InitApply(entity("vm-1")));
+        assert!(store.apply(Kind::ExternalEntity, Change::InitDone));
+        assert!(store.apply(Kind::ExternalEntity, Change::Apply(entity("vm-2"))));
+        assert_eq!(
+            names(&store.admit()),
+            ["ExternalEntity default/vm-1", "ExternalEntity default/vm-2"]
+        );
+        // Removed: the empty list drops them.
+        store.apply(Kind::ExternalEntity, Change::InitStart);
+        assert!(store.apply(Kind::ExternalEntity, Change::InitDone));
+        assert!(store.is_empty());
+    }
+
+    #[test]
+    fn warnings_of_admitted_objects_are_kept() {
+        let mut store = synced_store();
+        let mut policy = acnp("p", "application");
+        policy["spec"]["ingress"][0]["from"] = json!([{"group": "partners"}]);
+        store.apply(Kind::ClusterNetworkPolicy, Change::Apply(policy));
+        let admitted = store.admit();
+        assert!(admitted.skipped.is_empty(), "{:?}", admitted.skipped);
+        assert_eq!(names(&admitted), ["ClusterNetworkPolicy p"]);
+        let warnings: Vec<String> = admitted.warnings.iter().map(|p| p.to_string()).collect();
+        assert_eq!(
+            warnings,
+            ["kubernetes: ClusterNetworkPolicy p: spec.ingress[0].from[0].group: ClusterGroup `partners` does not exist (yet): selects nothing until it is defined"]
+        );
     }
 
     #[test]

@@ -3,13 +3,15 @@
 //! `metadata.resourceVersion`; `?watch=true` answers a chunked stream of
 //! `ADDED`/`MODIFIED`/`DELETED`/`BOOKMARK` events after the given
 //! resourceVersion, or a `410 Gone` `ERROR` event when that version has
-//! been compacted away. Plain threads and std sockets: nothing of the
+//! been compacted away. A collection can be made absent (a CRD not
+//! installed, or removed): it answers `404 NotFound` until installed
+//! again. Plain threads and std sockets: nothing of the
 //! client side is mocked.
 //!
 //! Used by the no-root watcher tests (`tests/kube_watch.rs`) and by the
 //! Kubernetes-mode test of the netns suite (`tests/netns/kube.rs`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,6 +33,9 @@ pub fn collection(api_version: &str, kind: &str) -> String {
         "Node" => "nodes",
         "Service" => "services",
         "ServiceAccount" => "serviceaccounts",
+        "ExternalEntity" => "externalentities",
+        "AdminNetworkPolicy" => "adminnetworkpolicies",
+        "BaselineAdminNetworkPolicy" => "baselineadminnetworkpolicies",
         other => panic!("fake API server does not serve {other}"),
     };
     if api_version.contains('/') {
@@ -62,6 +67,8 @@ struct State {
     gone_sent: u64,
     /// While set, list requests wait (a slow API server).
     lists_held: bool,
+    /// Collection paths answering 404 (their CRD is not installed).
+    absent: BTreeSet<String>,
 }
 
 struct Shared {
@@ -165,6 +172,7 @@ current-context: fake
     pub fn apply(&self, mut object: Value) {
         let key = object_key(&object);
         let mut state = self.shared.state.lock().unwrap();
+        assert!(!state.absent.contains(&key.0), "{} is not installed", key.0);
         state.rv += 1;
         object["metadata"]["resourceVersion"] = json!(state.rv.to_string());
         object["metadata"]
@@ -241,6 +249,24 @@ current-context: fake
         self.shared.changed.notify_all();
     }
 
+    /// Removes the collection `path` as deleting its CRD does, abruptly:
+    /// its objects are gone without DELETED events, open watches end, and
+    /// every request for it answers 404 until [`FakeApi::install`].
+    pub fn uninstall(&self, path: &str) {
+        let mut state = self.shared.state.lock().unwrap();
+        state.absent.insert(path.to_string());
+        state.objects.retain(|(p, _, _), _| p != path);
+        state.events.retain(|e| e.path != path);
+        state.epoch += 1;
+        drop(state);
+        self.shared.changed.notify_all();
+    }
+
+    /// Serves the collection `path` again (its CRD installed), empty.
+    pub fn install(&self, path: &str) {
+        self.shared.state.lock().unwrap().absent.remove(path);
+    }
+
     /// List requests (not watches) served for `path`.
     pub fn lists(&self, path: &str) -> usize {
         self.log()
@@ -299,6 +325,13 @@ fn serve(stream: TcpStream, shared: &Shared) {
     let mut stream = stream;
     if method != "GET" {
         let _ = respond(&mut stream, 405, &json!({"kind": "Status", "code": 405}));
+        return;
+    }
+    if shared.state.lock().unwrap().absent.contains(path) {
+        let not_found = json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+            "status": "Failure", "message": "the server could not find the requested resource",
+            "reason": "NotFound", "details": {}, "code": 404});
+        let _ = respond(&mut stream, 404, &not_found);
         return;
     }
     if params.get("watch").map(String::as_str) == Some("true") {

@@ -151,6 +151,8 @@ pub const TEST_IDS: &[&str] = &[
     "urgent_data_resets_l7_connections",
     "stripped_urgent_data_reaches_the_server_in_band",
     "strict_framing_denies_with_the_reason",
+    "kubernetes_external_entity_crd_missing_then_installed_then_removed",
+    "dangling_group_reference_warns_once_per_reload_and_applies",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
