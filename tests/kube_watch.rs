@@ -3,7 +3,8 @@
 //! the server reach the compiled ruleset; an invalid CRD is skipped while
 //! the rest applies; a 410 Gone makes the watcher relist; an optional kind
 //! whose CRD is missing holds nothing back and is picked up when the CRD
-//! appears.
+//! appears; a policy that names a group not created yet starts to enforce
+//! when the group arrives.
 #![allow(clippy::disallowed_methods)] // the test waits on the clock for the watcher.
 
 use std::net::{IpAddr, SocketAddr};
@@ -353,4 +354,96 @@ fn missing_external_entity_crd_holds_nothing_back_and_is_picked_up_when_installe
         metric(&h.metrics, "tollgate_kubernetes_watch_errors_total"),
         0
     );
+}
+
+// Antrea parity: a policy that names a ClusterGroup or Group not created
+// yet is admitted (Antrea admits it) and selects nothing; when the group
+// arrives through the watch, the policy starts to enforce with no change to
+// the policy itself.
+
+/// Drops traffic from the `clients` ClusterGroup to the `web` ClusterGroup;
+/// neither exists when the policy arrives.
+fn acnp_between_groups() -> Value {
+    json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "ClusterNetworkPolicy",
+           "metadata": {"name": "web-from-clients"},
+           "spec": {"priority": 5, "tier": "SecurityOps",
+                    "appliedTo": [{"group": "web"}],
+                    "ingress": [{"action": "Drop", "from": [{"group": "clients"}]}]}})
+}
+
+/// An Antrea NetworkPolicy in `shop` applied to the Group `db`, not created yet.
+fn annp_on_group() -> Value {
+    json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "NetworkPolicy",
+           "metadata": {"name": "db-isolation", "namespace": "shop"},
+           "spec": {"priority": 5, "appliedTo": [{"group": "db"}],
+                    "ingress": [{"action": "Drop", "from": [{"ipBlock": {"cidr": "10.98.0.0/16"}}]}]}})
+}
+
+fn cluster_group(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "ClusterGroup",
+           "metadata": {"name": name}, "spec": spec})
+}
+
+#[test]
+fn a_policy_before_its_groups_enforces_when_they_arrive() {
+    let api = FakeApi::start("127.0.0.1:0");
+    api.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}));
+    api.apply(pod("web-1", "web", "10.3.0.2"));
+    api.apply(pod("db-1", "db", "10.3.0.3"));
+    // The policies arrive first, naming groups that do not exist yet.
+    api.apply(acnp_between_groups());
+    api.apply(annp_on_group());
+    let h = Harness::start(api);
+
+    let ruleset = h.wait_for("policies admitted without their groups", |a, r| {
+        a.snapshot.objects.len() == 5 && r.policies().len() == 2
+    });
+    assert!(h.latest.get().unwrap().skipped.is_empty());
+    assert!(ruleset.enforced().endpoints.is_empty(), "no group, no Pod");
+    assert_eq!(
+        tcp_verdict(&ruleset, "10.99.1.1", "10.3.0.2"),
+        Verdict::Allow
+    );
+
+    // The appliedTo group arrives: web-1 is enforced, but the peer group is
+    // still missing, so nothing is dropped yet.
+    h.api.apply(cluster_group(
+        "web",
+        json!({"podSelector": {"matchLabels": {"app": "web"}}}),
+    ));
+    let ruleset = h.wait_for("appliedTo group arrived", |_, r| {
+        r.enforced().endpoints == [ip("10.3.0.2")]
+    });
+    assert_eq!(
+        tcp_verdict(&ruleset, "10.99.1.1", "10.3.0.2"),
+        Verdict::Allow
+    );
+
+    // The peer group arrives: traffic from it to web-1 is dropped.
+    h.api.apply(cluster_group(
+        "clients",
+        json!({"ipBlocks": [{"cidr": "10.99.0.0/16"}]}),
+    ));
+    let ruleset = h.wait_for("peer group arrived", |_, r| {
+        tcp_verdict(r, "10.99.1.1", "10.3.0.2") == Verdict::Drop
+    });
+    assert_eq!(
+        tcp_verdict(&ruleset, "10.97.1.1", "10.3.0.2"),
+        Verdict::Allow
+    );
+
+    // The namespaced Group arrives: the Antrea NetworkPolicy applies to db-1.
+    h.api.apply(
+        json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "Group",
+                       "metadata": {"name": "db", "namespace": "shop"},
+                       "spec": {"podSelector": {"matchLabels": {"app": "db"}}}}),
+    );
+    let ruleset = h.wait_for("Group arrived", |_, r| {
+        r.enforced().endpoints == [ip("10.3.0.2"), ip("10.3.0.3")]
+    });
+    assert_eq!(
+        tcp_verdict(&ruleset, "10.98.0.9", "10.3.0.3"),
+        Verdict::Drop
+    );
+    assert!(h.latest.get().unwrap().skipped.is_empty());
 }
