@@ -443,23 +443,6 @@ impl Direction {
     }
 }
 
-impl Rule {
-    /// The rule's name, or the `[ingress|egress]-[action]-[hash]` Antrea
-    /// generates, so audit log, `trace` and `get` show an Antrea cluster's names.
-    pub fn effective_name(&self, direction: Direction) -> String {
-        if let Some(name) = self.name.as_deref().filter(|n| !n.is_empty()) {
-            return name.to_string();
-        }
-        self.generated_name(direction)
-    }
-
-    /// The name Antrea's mutating webhook generates for this rule, ignoring
-    /// any given name (see [`super::rule_name`]).
-    pub fn generated_name(&self, direction: Direction) -> String {
-        super::rule_name::generated_name(self, direction)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,15 +19,27 @@ use super::antrea::{
 };
 use super::meta::{LabelSelector, NamespacedName, SelectorOperator};
 
-/// The name Antrea's webhook gives `rule` in `direction` when it has none.
-pub fn generated_name(rule: &Rule, direction: Direction) -> String {
-    let digest = Sha1::digest(antrea_json(rule).as_bytes());
-    let hex: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
-    let dir = match direction {
-        Direction::Ingress => "ingress",
-        Direction::Egress => "egress",
-    };
-    format!("{dir}-{}-{}", rule.action.lowercase(), &hex[..7])
+impl Rule {
+    /// The rule's name, or the `[ingress|egress]-[action]-[hash]` Antrea
+    /// generates, so audit log, `trace` and `get` show an Antrea cluster's names.
+    pub fn effective_name(&self, direction: Direction) -> String {
+        if let Some(name) = self.name.as_deref().filter(|n| !n.is_empty()) {
+            return name.to_string();
+        }
+        self.generated_name(direction)
+    }
+
+    /// The name Antrea's mutating webhook gives this rule in `direction`,
+    /// ignoring any given name.
+    pub fn generated_name(&self, direction: Direction) -> String {
+        let digest = Sha1::digest(antrea_json(self).as_bytes());
+        let hex: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+        let dir = match direction {
+            Direction::Ingress => "ingress",
+            Direction::Egress => "egress",
+        };
+        format!("{dir}-{}-{}", self.action.lowercase(), &hex[..7])
+    }
 }
 
 /// `json.Marshal` of the rule as Antrea's webhook sees it, without its name

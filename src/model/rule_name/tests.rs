@@ -22,7 +22,7 @@ fn names_match_antreas_webhook() {
             _ => Direction::Egress,
         };
         assert_eq!(
-            generated_name(&rule, direction),
+            rule.generated_name(direction),
             case.expected,
             "rule {} hashed as {}",
             case.rule,
@@ -80,6 +80,6 @@ fn names_match_antreas_mutate_test() {
         ),
     ] {
         let rule: Rule = serde_json::from_value(rule).unwrap();
-        assert_eq!(generated_name(&rule, direction), expected);
+        assert_eq!(rule.generated_name(direction), expected);
     }
 }
