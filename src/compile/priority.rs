@@ -1,13 +1,16 @@
 //! Effective priority: the order in which the compiler adds policies, which
 //! is the order the classifier evaluates their rules in. Non-baseline Antrea
 //! policies by Tier priority, then policy priority (ACNP and ANNP
-//! interleaved); then Kubernetes NetworkPolicies; then the baseline Tier.
+//! interleaved); then the network-policy-api Admin tier; then Kubernetes
+//! NetworkPolicies; then Antrea's baseline Tier; then the
+//! network-policy-api Baseline tier.
 //! Each rule gets its rank here. Decides order only, never what matches.
 
 use std::collections::HashMap;
 
 use crate::model::{
-    effective_tier, AntreaPolicy, K8sNetworkPolicy, Object, Snapshot, BASELINE_TIER, STATIC_TIERS,
+    effective_tier, AntreaPolicy, K8sNetworkPolicy, NpPolicy, NpTier, Object, Snapshot,
+    BASELINE_TIER, STATIC_TIERS,
 };
 use crate::ruleset::{PolicyKind, PolicyRef};
 
@@ -96,6 +99,25 @@ pub(super) fn k8s_policies(snapshot: &Snapshot) -> Vec<&K8sNetworkPolicy> {
         (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
     });
     k8s
+}
+
+/// The network-policy-api policies in effective-priority order, split
+/// into the Admin tier (AdminNetworkPolicies and Admin-tier
+/// ClusterNetworkPolicies interleaved by priority; at equal priority the
+/// AdminNetworkPolicy first, then by name) and the Baseline tier
+/// (Baseline-tier ClusterNetworkPolicies by priority, then the
+/// BaselineAdminNetworkPolicy, which has no priority).
+pub(super) fn np_policies(snapshot: &Snapshot) -> (Vec<NpPolicy<'_>>, Vec<NpPolicy<'_>>) {
+    let mut policies: Vec<NpPolicy> = snapshot.iter().filter_map(Object::np_policy).collect();
+    policies.sort_by(|a, b| {
+        (a.priority.is_none(), a.priority, a.kind, a.name).cmp(&(
+            b.priority.is_none(),
+            b.priority,
+            b.kind,
+            b.name,
+        ))
+    });
+    policies.into_iter().partition(|p| p.tier == NpTier::Admin)
 }
 
 impl Compiler<'_> {

@@ -15,10 +15,14 @@ use crate::model::PortProtocol;
 /// Rules of one direction of one endpoint, in evaluation order.
 #[derive(Debug, Default, PartialEq, Eq, Hash, Clone)]
 pub(crate) struct RuleLists {
-    /// Antrea rules of every Tier but baseline.
+    /// Antrea rules of every Tier but baseline, then the network-policy-api
+    /// Admin tier (AdminNetworkPolicy, Admin-tier ClusterNetworkPolicy): a
+    /// `Pass` in either hands the flow to `k8s`.
     pub(crate) antrea: Vec<u32>,
     /// Kubernetes NetworkPolicy rules; `Some` when the endpoint is isolated.
     pub(crate) k8s: Option<Vec<u32>>,
+    /// Antrea's baseline Tier, then the network-policy-api Baseline tier
+    /// (a `Pass` there allows).
     pub(crate) baseline: Vec<u32>,
 }
 

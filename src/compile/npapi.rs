@@ -1,0 +1,201 @@
+//! The network-policy-api kinds (AdminNetworkPolicy,
+//! BaselineAdminNetworkPolicy, `v1alpha2` ClusterNetworkPolicy): the
+//! subject resolved to local Pods, peers to addresses (`namespaces`,
+//! `pods`, `nodes` — the Nodes' addresses —, `networks` as blocks,
+//! `domainNames` as FQDN selectors learned by DNS snooping), ports and
+//! named ports to match entries, and each rule appended to the Admin
+//! (after the Antrea Tiers) or Baseline (after Antrea's baseline Tier)
+//! list of the Pods it applies to. Never orders policies itself
+//! (`priority.rs` does), never decides a flow.
+
+use std::sync::Arc;
+
+use crate::fqdn::FqdnPattern;
+use crate::model::{
+    parse_cidr, Direction, NpKind, NpPeer, NpPolicy, NpPortMatch, NpTier, PortProtocol,
+};
+use crate::ruleset::{Block, CompiledRule, PeerMatch, PolicyKind, PolicyRef, PolicySummary, RuleRef};
+use crate::ruleset::ServiceMatch;
+
+use super::inventory::PodIdx;
+use super::{dir_index, Compiler, Target};
+
+/// The policy kind an [`NpKind`] is reported as.
+pub(super) fn policy_kind(kind: NpKind) -> PolicyKind {
+    match kind {
+        NpKind::AdminNetworkPolicy => PolicyKind::AdminNetworkPolicy,
+        NpKind::BaselineAdminNetworkPolicy => PolicyKind::BaselineAdminNetworkPolicy,
+        NpKind::ClusterNetworkPolicy => PolicyKind::ClusterNetworkPolicy,
+    }
+}
+
+/// The name a rule is reported under: its own, else `ingress[N]` /
+/// `egress[N]` (the API generates none).
+fn rule_name(name: Option<&str>, direction: Direction, index: usize) -> String {
+    match name.filter(|n| !n.is_empty()) {
+        Some(name) => name.to_string(),
+        None => format!("{}[{index}]", direction.as_str().to_ascii_lowercase()),
+    }
+}
+
+impl Compiler<'_> {
+    pub(super) fn add_np_policy(&mut self, policy: &NpPolicy<'_>) {
+        let reference = PolicyRef {
+            kind: policy_kind(policy.kind),
+            namespace: None,
+            name: policy.name.to_string(),
+        };
+        let subject: Vec<u32> = self
+            .np_subject_pods(policy)
+            .into_iter()
+            .filter_map(|p| self.endpoint_of_target.get(&Target::Pod(p)).copied())
+            .collect();
+        let mut rule_names = Vec::new();
+        for direction in [Direction::Ingress, Direction::Egress] {
+            for (index, rule) in policy.rules(direction).iter().enumerate() {
+                let name = rule_name(rule.name, direction, index);
+                rule_names.push(name.clone());
+                let rank = self.next_rank();
+                let peers = self.resolve_np_peers(rule.peers);
+                self.rules.push(CompiledRule {
+                    reference: Arc::new(RuleRef {
+                        policy: reference.clone(),
+                        tier: Some(policy.tier.as_str().to_string()),
+                        tier_priority: None,
+                        policy_priority: policy.priority.map(f64::from),
+                        name: Some(name),
+                        index,
+                        direction,
+                        action: rule.action.rule_action(),
+                        enable_logging: false,
+                        log_label: None,
+                        rank,
+                        l7: Arc::new([]),
+                    }),
+                    peers,
+                    services: np_services(rule.ports.as_deref()),
+                    node_ports: None,
+                });
+                let id = (self.rules.len() - 1) as u32;
+                for &endpoint in &subject {
+                    let lists = &mut self.lists[endpoint as usize][dir_index(direction)];
+                    match policy.tier {
+                        NpTier::Admin => lists.antrea.push(id),
+                        NpTier::Baseline => lists.baseline.push(id),
+                    }
+                }
+            }
+        }
+        self.policies.push(PolicySummary {
+            policy: reference,
+            tier: Some(policy.tier.as_str().to_string()),
+            tier_priority: None,
+            priority: policy.priority.map(f64::from),
+            rules: rule_names.len(),
+            rule_names,
+            applied_to: subject
+                .into_iter()
+                .map(|e| self.endpoints[e as usize].to_string())
+                .collect(),
+        });
+    }
+
+    /// The Pods a `subject` selects (never the Node: subjects are Pods).
+    fn np_subject_pods(&self, policy: &NpPolicy<'_>) -> Vec<PodIdx> {
+        let subject = policy.subject;
+        match (&subject.namespaces, &subject.pods) {
+            (Some(namespaces), _) => {
+                let names = self.inv.namespaces_matching(namespaces);
+                self.inv.pods_matching(None, Some(&names))
+            }
+            (None, Some(pods)) => {
+                let names = self.inv.namespaces_matching(&pods.namespace_selector);
+                self.inv.pods_matching(Some(&pods.pod_selector), Some(&names))
+            }
+            (None, None) => Vec::new(),
+        }
+    }
+
+    fn resolve_np_peers(&mut self, peers: &[NpPeer]) -> PeerMatch {
+        let mut result = PeerMatch::default();
+        for peer in peers {
+            if let Some(networks) = &peer.networks {
+                for cidr in networks.iter().filter_map(|c| parse_cidr(c)) {
+                    result.blocks.push(Block::new(cidr, &[]));
+                }
+                continue;
+            }
+            if let Some(names) = &peer.domain_names {
+                for name in names {
+                    // `*.` is one or more whole labels: Antrea's `*`
+                    // pattern means the same once the API's pattern has
+                    // admitted the name (a `*` only as the first label).
+                    let pattern = FqdnPattern::new(name);
+                    let next = self.fqdn_patterns.len() as u32;
+                    let id = *self.fqdn_patterns.entry(pattern).or_insert(next);
+                    result.fqdns.push(id);
+                }
+                continue;
+            }
+            let key = format!(
+                "npapi|{}",
+                serde_json::to_string(peer).unwrap_or_default()
+            );
+            let peer = peer.clone();
+            let set = self.address_set(key, move |c| {
+                if let Some(nodes) = &peer.nodes {
+                    return c.node_ips(&c.inv.nodes_matching(nodes));
+                }
+                let pods = if let Some(namespaces) = &peer.namespaces {
+                    let names = c.inv.namespaces_matching(namespaces);
+                    c.inv.pods_matching(None, Some(&names))
+                } else if let Some(pods) = &peer.pods {
+                    let names = c.inv.namespaces_matching(&pods.namespace_selector);
+                    c.inv.pods_matching(Some(&pods.pod_selector), Some(&names))
+                } else {
+                    Vec::new()
+                };
+                c.pod_ips(&pods)
+            });
+            result.addresses.push(set);
+        }
+        result
+    }
+}
+
+/// `ports` / `protocols` as match entries; `None` is every port of every
+/// protocol. A named port has no protocol in this API: it matches the
+/// destination Pod's port of that name in whichever protocol it declares.
+fn np_services(ports: Option<&[NpPortMatch]>) -> Vec<ServiceMatch> {
+    let mut services = Vec::new();
+    for port in ports.unwrap_or_default() {
+        match port {
+            NpPortMatch::Ports {
+                protocol,
+                first,
+                last,
+            } => {
+                let (Ok(first), Ok(last)) = (u16::try_from(*first), u16::try_from(*last)) else {
+                    continue; // refused by validation
+                };
+                services.push(ServiceMatch::Ports {
+                    protocol: *protocol,
+                    first,
+                    last,
+                    source: None,
+                });
+            }
+            NpPortMatch::Named(name) => {
+                for protocol in [PortProtocol::Tcp, PortProtocol::Udp, PortProtocol::Sctp] {
+                    services.push(ServiceMatch::Named {
+                        protocol,
+                        name: name.clone(),
+                        source: None,
+                    });
+                }
+            }
+            NpPortMatch::Empty => {}
+        }
+    }
+    services
+}
