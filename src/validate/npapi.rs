@@ -493,3 +493,6 @@ fn check_cnp_port(report: &mut Report<'_>, path: &str, port: &CnpPort) {
         _ => report.add(path, "exactly one of number or range must be set"),
     }
 }
+
+#[cfg(test)]
+mod tests;
