@@ -14,8 +14,10 @@ use crate::fqdn::FqdnPattern;
 use crate::model::{
     parse_cidr, Direction, NpKind, NpPeer, NpPolicy, NpPortMatch, NpTier, PortProtocol,
 };
-use crate::ruleset::{Block, CompiledRule, PeerMatch, PolicyKind, PolicyRef, PolicySummary, RuleRef};
 use crate::ruleset::ServiceMatch;
+use crate::ruleset::{
+    Block, CompiledRule, PeerMatch, PolicyKind, PolicyRef, PolicySummary, RuleRef,
+};
 
 use super::inventory::PodIdx;
 use super::{dir_index, Compiler, Target};
@@ -110,7 +112,8 @@ impl Compiler<'_> {
             }
             (None, Some(pods)) => {
                 let names = self.inv.namespaces_matching(&pods.namespace_selector);
-                self.inv.pods_matching(Some(&pods.pod_selector), Some(&names))
+                self.inv
+                    .pods_matching(Some(&pods.pod_selector), Some(&names))
             }
             (None, None) => Vec::new(),
         }
@@ -137,10 +140,7 @@ impl Compiler<'_> {
                 }
                 continue;
             }
-            let key = format!(
-                "npapi|{}",
-                serde_json::to_string(peer).unwrap_or_default()
-            );
+            let key = format!("npapi|{}", serde_json::to_string(peer).unwrap_or_default());
             let peer = peer.clone();
             let set = self.address_set(key, move |c| {
                 if let Some(nodes) = &peer.nodes {

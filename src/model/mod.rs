@@ -94,9 +94,7 @@ impl Kind {
             (NPAPI_GROUP, "v1alpha1", "BaselineAdminNetworkPolicy") => {
                 Some(Kind::BaselineAdminNetworkPolicy)
             }
-            (NPAPI_GROUP, "v1alpha2", "ClusterNetworkPolicy") => {
-                Some(Kind::NpClusterNetworkPolicy)
-            }
+            (NPAPI_GROUP, "v1alpha2", "ClusterNetworkPolicy") => Some(Kind::NpClusterNetworkPolicy),
             _ => None,
         }
     }
@@ -240,9 +238,7 @@ impl Object {
             Kind::ServiceAccount => Object::ServiceAccount(decode(value)?),
             Kind::ExternalEntity => Object::ExternalEntity(decode(value)?),
             Kind::AdminNetworkPolicy => Object::AdminNetworkPolicy(decode(value)?),
-            Kind::BaselineAdminNetworkPolicy => {
-                Object::BaselineAdminNetworkPolicy(decode(value)?)
-            }
+            Kind::BaselineAdminNetworkPolicy => Object::BaselineAdminNetworkPolicy(decode(value)?),
             Kind::NpClusterNetworkPolicy => Object::NpClusterNetworkPolicy(decode(value)?),
         })
     }

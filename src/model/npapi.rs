@@ -394,7 +394,11 @@ fn cnp_ports(protocols: &Option<Vec<CnpProtocol>>) -> Option<Vec<NpPortMatch>> {
                 .find_map(|(protocol, ports)| Some((protocol, ports.as_ref()?)));
                 match (transport, &p.destination_named_port) {
                     (Some((protocol, ports)), _) => {
-                        match ports.destination_port.as_ref().map(|d| (d.number, &d.range)) {
+                        match ports
+                            .destination_port
+                            .as_ref()
+                            .map(|d| (d.number, &d.range))
+                        {
                             Some((Some(n), _)) => NpPortMatch::Ports {
                                 protocol,
                                 first: n,
@@ -512,4 +516,3 @@ pub fn parse_cidr(text: &str) -> Option<IpNet> {
     }
     IpNet::new(addr, len.parse().ok()?).ok()
 }
-

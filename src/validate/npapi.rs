@@ -6,12 +6,12 @@
 //! ports towards networks, nodes or domain names. Never checks Antrea-only
 //! rules, never evaluates a selector.
 
+use crate::model::parse_cidr;
 use crate::model::{
     AnpEgressRule, AnpIngressRule, AnpPort, CnpPort, CnpProtocol, Direction, NpAction,
-    NpClusterNetworkPolicy, NpKind, NpPeer, NpPolicy, NpPortMatch, NpRule, NpSubject,
-    PortProtocol, BANP_NAME,
+    NpClusterNetworkPolicy, NpKind, NpPeer, NpPolicy, NpPortMatch, NpRule, NpSubject, PortProtocol,
+    BANP_NAME,
 };
-use crate::model::parse_cidr;
 
 use super::labels::check_selector;
 use super::Report;
@@ -142,8 +142,14 @@ pub(super) fn cnp_protocols(
     policy: &NpClusterNetworkPolicy,
 ) -> Vec<(Direction, usize, &[CnpProtocol])> {
     let spec = &policy.spec;
-    let ingress = spec.ingress.iter().map(|r| (Direction::Ingress, &r.protocols));
-    let egress = spec.egress.iter().map(|r| (Direction::Egress, &r.protocols));
+    let ingress = spec
+        .ingress
+        .iter()
+        .map(|r| (Direction::Ingress, &r.protocols));
+    let egress = spec
+        .egress
+        .iter()
+        .map(|r| (Direction::Egress, &r.protocols));
     with_index(ingress.chain(egress))
 }
 
@@ -181,7 +187,10 @@ fn check_subject(report: &mut Report<'_>, subject: &NpSubject) {
             );
             check_selector(report, "spec.subject.pods.podSelector", &pods.pod_selector);
         }
-        _ => report.add("spec.subject", "exactly one of namespaces or pods must be set"),
+        _ => report.add(
+            "spec.subject",
+            "exactly one of namespaces or pods must be set",
+        ),
     }
 }
 
@@ -265,7 +274,11 @@ fn check_rule(
             );
         }
     }
-    let named = rule.ports.iter().flatten().any(|p| matches!(p, NpPortMatch::Named(_)));
+    let named = rule
+        .ports
+        .iter()
+        .flatten()
+        .any(|p| matches!(p, NpPortMatch::Named(_)));
     let addressed = rule
         .peers
         .iter()
@@ -489,7 +502,9 @@ fn check_cnp_protocol(report: &mut Report<'_>, path: &str, protocol: &CnpProtoco
 fn check_cnp_port(report: &mut Report<'_>, path: &str, port: &CnpPort) {
     match (&port.number, &port.range) {
         (Some(n), None) => check_port_number(report, &format!("{path}.number"), *n),
-        (None, Some(range)) => check_range(report, &format!("{path}.range"), range.start, range.end),
+        (None, Some(range)) => {
+            check_range(report, &format!("{path}.range"), range.start, range.end)
+        }
         _ => report.add(path, "exactly one of number or range must be set"),
     }
 }

@@ -60,7 +60,11 @@ fn truth_anp_deny_beats_k8s_allow() {
         anp(
             "deny-y-to-x",
             10,
-            &format!("{}  ingress:\n{}", subject_ns("x"), ingress_from_ns("Deny", "y"))
+            &format!(
+                "{}  ingress:\n{}",
+                subject_ns("x"),
+                ingress_from_ns("Deny", "y")
+            )
         ),
         k8s("allow-all", "x", "  podSelector: {}\n  ingress:\n  - {}\n")
     ));
@@ -123,9 +127,16 @@ fn truth_admin_pass_without_k8s_policy_reaches_the_baseline_tier() {
         anp(
             "pass-y",
             1,
-            &format!("{}  ingress:\n{}", subject_ns("x"), ingress_from_ns("Pass", "y"))
+            &format!(
+                "{}  ingress:\n{}",
+                subject_ns("x"),
+                ingress_from_ns("Pass", "y")
+            )
         ),
-        banp(&format!("{}  ingress:\n  - action: Deny\n{FROM_ALL}", subject_ns("x"))),
+        banp(&format!(
+            "{}  ingress:\n  - action: Deny\n{FROM_ALL}",
+            subject_ns("x")
+        )),
     ));
     assert_matrix(&rs, |_, to| to.0 != X);
 }
@@ -154,9 +165,7 @@ fn truth_admin_priority_orders_anp_and_cnp_together() {
             &format!("{}  ingress:\n  - action: Deny\n{FROM_ALL}", subject_ns("x"))
         ),
     ));
-    assert_matrix(&rs, |from, to| {
-        to.0 != X || (from.0 == Y && from.1 != C)
-    });
+    assert_matrix(&rs, |from, to| to.0 != X || (from.0 == Y && from.1 != C));
 }
 
 #[test]
@@ -200,9 +209,16 @@ fn truth_baseline_pass_allows() {
             "pass-x",
             "Baseline",
             1,
-            &format!("{}  ingress:\n{}", subject_ns("z"), ingress_from_ns("Pass", "x"))
+            &format!(
+                "{}  ingress:\n{}",
+                subject_ns("z"),
+                ingress_from_ns("Pass", "x")
+            )
         ),
-        banp(&format!("{}  ingress:\n  - action: Deny\n{FROM_ALL}", subject_ns("z"))),
+        banp(&format!(
+            "{}  ingress:\n  - action: Deny\n{FROM_ALL}",
+            subject_ns("z")
+        )),
     ));
     assert_matrix(&rs, |from, to| to.0 != Z || from.0 == X);
 }
@@ -261,10 +277,16 @@ fn nodes_and_networks_peers_match_node_addresses_and_cidrs() {
     assert_eq!(verdict(&rs, ip(Y, A), node, 22), Verdict::Allow);
     let outside: IpAddr = "192.0.2.7".parse().unwrap();
     assert_eq!(verdict(&rs, ip(X, A), outside, 443), Verdict::Drop);
-    assert_eq!(verdict(&rs, ip(X, A), "198.51.100.1".parse().unwrap(), 443), Verdict::Allow);
+    assert_eq!(
+        verdict(&rs, ip(X, A), "198.51.100.1".parse().unwrap(), 443),
+        Verdict::Allow
+    );
     let d = rs.classify(&tcp(ip(X, A), outside, 443), &NoFqdn);
     let rule = d.egress.rule().expect("rule");
-    assert_eq!(rule.policy.to_string(), "ClusterNetworkPolicy:no-node-no-net");
+    assert_eq!(
+        rule.policy.to_string(),
+        "ClusterNetworkPolicy:no-node-no-net"
+    );
     assert_eq!(rule.name.as_deref(), Some("egress[1]"));
     assert_eq!(rule.tier.as_deref(), Some("Admin"));
 }
@@ -356,12 +378,19 @@ fn domain_names_star_is_one_or_more_whole_labels_beside_antrea_fqdn() {
 fn policies_are_listed_in_effective_priority_order() {
     let rs = ruleset(&format!(
         "{}{}{}{}{}{}",
-        banp(&format!("{}  ingress:\n  - action: Deny\n{FROM_ALL}", subject_ns("z"))),
+        banp(&format!(
+            "{}  ingress:\n  - action: Deny\n{FROM_ALL}",
+            subject_ns("z")
+        )),
         cnp("b-cnp", "Baseline", 3, &subject_ns("z")),
         k8s("np", "x", "  podSelector: {}\n"),
         anp("anp-5", 5, &subject_ns("x")),
         cnp("a-cnp", "Admin", 5, &subject_ns("x")),
-        acnp("antrea", "application", "  appliedTo: [{podSelector: {}}]\n  ingress:\n  - action: Allow\n"),
+        acnp(
+            "antrea",
+            "application",
+            "  appliedTo: [{podSelector: {}}]\n  ingress:\n  - action: Allow\n"
+        ),
     ));
     let order: Vec<(String, Option<String>)> = rs
         .policies()

@@ -8,9 +8,7 @@ use crate::model::Snapshot;
 use crate::source::parse_documents;
 use crate::validate::{validate, Problem};
 
-use super::{
-    BANP_NAMED_PORT_PEERS, BANP_SINGLETON, INVALID_CIDR, NAMED_PORT_PEERS, RANGE_ORDER,
-};
+use super::{BANP_NAMED_PORT_PEERS, BANP_SINGLETON, INVALID_CIDR, NAMED_PORT_PEERS, RANGE_ORDER};
 
 fn problems(yaml: &str) -> Vec<Problem> {
     let (objects, decode) = parse_documents(Path::new("t.yaml"), yaml);
@@ -97,9 +95,10 @@ fn the_three_kinds_are_read_and_admitted() {
     assert_valid(&anp(&format!(
         "priority: 0\n{SUBJECT}ingress:\n- {{name: a, action: Allow, from: [{{namespaces: {{}}}}], ports: [{{portNumber: {{port: 80}}}}]}}\n"
     )));
-    assert_valid(&banp("default", &format!(
-        "{SUBJECT}egress:\n- {{action: Deny, to: [{{networks: [10.0.0.0/8]}}]}}\n"
-    )));
+    assert_valid(&banp(
+        "default",
+        &format!("{SUBJECT}egress:\n- {{action: Deny, to: [{{networks: [10.0.0.0/8]}}]}}\n"),
+    ));
     assert_valid(&cnp(&format!(
         "tier: Baseline\npriority: 1000\n{SUBJECT}egress:\n- {{action: Accept, to: [{{domainNames: ['*.allowed.test']}}], protocols: [{{tcp: {{destinationPort: {{number: 443}}}}}}]}}\n"
     )));
@@ -290,9 +289,16 @@ fn networks_are_cidrs() {
     assert_valid(&cnp_egress(
         "- {action: Deny, to: [{networks: [10.0.0.0/8, '2001:db8::/32', 10.1.2.3/24]}]}\n",
     ));
-    for bad in ["10.0.0.0", "10.0.0.0/33", "not-a-cidr/8", "'2001:db8::/129'"] {
+    for bad in [
+        "10.0.0.0",
+        "10.0.0.0/33",
+        "not-a-cidr/8",
+        "'2001:db8::/129'",
+    ] {
         assert_problem(
-            &cnp_egress(&format!("- {{action: Deny, to: [{{networks: [{bad}]}}]}}\n")),
+            &cnp_egress(&format!(
+                "- {{action: Deny, to: [{{networks: [{bad}]}}]}}\n"
+            )),
             "spec.egress[0].to[0].networks[0]",
             &format!("{INVALID_CIDR}: `{}`", bad.trim_matches('\'')),
         );
@@ -309,7 +315,14 @@ fn domain_names_follow_the_pattern() {
     assert_valid(&cnp_egress(
         "- {action: Accept, to: [{domainNames: ['*.allowed.test', 'www.example.com.', a_b.example.com]}]}\n",
     ));
-    for bad in ["example", "*.com", "a.*.example.com", "*example.com", "-a.example.com", "a..b"] {
+    for bad in [
+        "example",
+        "*.com",
+        "a.*.example.com",
+        "*example.com",
+        "-a.example.com",
+        "a..b",
+    ] {
         assert_problem(
             &cnp_egress(&format!(
                 "- {{action: Accept, to: [{{domainNames: ['{bad}']}}]}}\n"
@@ -342,7 +355,11 @@ fn named_ports_not_towards_networks_nodes_or_domain_names() {
     assert_valid(&cnp_egress(
         "- {action: Accept, to: [{namespaces: {}}], protocols: [{destinationNamedPort: web}]}\n",
     ));
-    for peer in ["networks: [10.0.0.0/8]", "nodes: {}", "domainNames: [a.test]"] {
+    for peer in [
+        "networks: [10.0.0.0/8]",
+        "nodes: {}",
+        "domainNames: [a.test]",
+    ] {
         assert_problem(
             &cnp_egress(&format!(
                 "- {{action: Accept, to: [{{{peer}}}], protocols: [{{destinationNamedPort: web}}]}}\n"
@@ -390,9 +407,7 @@ fn port_ranges_need_start_below_end() {
 #[test]
 fn port_numbers_are_1_to_65535() {
     assert_problem(
-        &anp_egress(
-            "- {action: Deny, to: [{namespaces: {}}], ports: [{portNumber: {port: 0}}]}\n",
-        ),
+        &anp_egress("- {action: Deny, to: [{namespaces: {}}], ports: [{portNumber: {port: 0}}]}\n"),
         "spec.egress[0].ports[0].portNumber.port",
         "must be between 1 and 65535, got 0",
     );
