@@ -2,11 +2,11 @@
 //! immutable [`Ruleset`]. It resolves selectors, groups, ServiceAccounts,
 //! `namespaces` (`Self`, `sameLabels`), nodeSelectors, externalEntitySelectors
 //! and named ports against the inventory, and orders every rule by effective priority (Tier priority,
-//! policy priority, rule order; ACNP and ANNP interleaved; the
-//! network-policy-api Admin tier after every non-baseline Antrea Tier;
-//! Kubernetes NetworkPolicies next; Antrea's baseline Tier, then the
-//! network-policy-api Baseline tier, last) into the per-endpoint lists the
-//! ruleset indexes. Pure: no I/O, no clock; it never
+//! policy priority, rule order; ACNP and ANNP interleaved; Admin-tier
+//! ClusterNetworkPolicies as a Tier of priority 220, AdminNetworkPolicies
+//! after every non-baseline Antrea Tier; Kubernetes NetworkPolicies next;
+//! Antrea's baseline Tier, then the network-policy-api Baseline tier, last)
+//! into the per-endpoint lists the ruleset indexes. Pure: no I/O, no clock; it never
 //! decides a flow.
 
 mod antrea;
@@ -116,11 +116,20 @@ impl<'a> Compiler<'a> {
     /// then indexes the result.
     fn run(mut self) -> Ruleset {
         let (regular, baseline) = priority::antrea_policies(self.snapshot, &self.tiers);
-        let (np_admin, np_baseline) = priority::np_policies(self.snapshot);
-        for ordered in &regular {
+        let np = priority::np_policies(self.snapshot);
+        let (before_cnp, after_cnp): (Vec<_>, Vec<_>) = regular
+            .iter()
+            .partition(|p| p.tier_priority <= priority::CNP_ADMIN_TIER_PRIORITY);
+        for ordered in before_cnp {
             self.add_antrea_policy(ordered, false);
         }
-        for policy in &np_admin {
+        for policy in &np.cnp_admin {
+            self.add_np_policy(policy);
+        }
+        for ordered in after_cnp {
+            self.add_antrea_policy(ordered, false);
+        }
+        for policy in &np.anp {
             self.add_np_policy(policy);
         }
         for policy in priority::k8s_policies(self.snapshot) {
@@ -129,7 +138,7 @@ impl<'a> Compiler<'a> {
         for ordered in &baseline {
             self.add_antrea_policy(ordered, true);
         }
-        for policy in &np_baseline {
+        for policy in &np.baseline {
             self.add_np_policy(policy);
         }
         self.finish()

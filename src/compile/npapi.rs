@@ -3,9 +3,9 @@
 //! subject resolved to local Pods, peers to addresses (`namespaces`,
 //! `pods`, `nodes` — the Nodes' addresses —, `networks` as blocks,
 //! `domainNames` as FQDN selectors learned by DNS snooping), ports and
-//! named ports to match entries, and each rule appended to the Admin
-//! (after the Antrea Tiers) or Baseline (after Antrea's baseline Tier)
-//! list of the Pods it applies to. Never orders policies itself
+//! named ports to match entries, and each rule appended to the list of the
+//! Pods it applies to: the Antrea Tiers' list for the Admin tier (where the
+//! compiler's order puts it), the baseline list for the Baseline tier. Never orders policies itself
 //! (`priority.rs` does), never decides a flow.
 
 use std::sync::Arc;
@@ -40,6 +40,13 @@ fn rule_name(name: Option<&str>, direction: Direction, index: usize) -> String {
     }
 }
 
+/// The Antrea Tier priority an Admin-tier ClusterNetworkPolicy is
+/// evaluated at; the other kinds have none (they sit outside the Tiers).
+fn tier_priority(policy: &NpPolicy<'_>) -> Option<i32> {
+    (policy.kind == NpKind::ClusterNetworkPolicy && policy.tier == NpTier::Admin)
+        .then_some(super::priority::CNP_ADMIN_TIER_PRIORITY)
+}
+
 impl Compiler<'_> {
     pub(super) fn add_np_policy(&mut self, policy: &NpPolicy<'_>) {
         let reference = PolicyRef {
@@ -63,7 +70,7 @@ impl Compiler<'_> {
                     reference: Arc::new(RuleRef {
                         policy: reference.clone(),
                         tier: Some(policy.tier.as_str().to_string()),
-                        tier_priority: None,
+                        tier_priority: tier_priority(policy),
                         policy_priority: policy.priority.map(f64::from),
                         name: Some(name),
                         index,
@@ -91,7 +98,7 @@ impl Compiler<'_> {
         self.policies.push(PolicySummary {
             policy: reference,
             tier: Some(policy.tier.as_str().to_string()),
-            tier_priority: None,
+            tier_priority: tier_priority(policy),
             priority: policy.priority.map(f64::from),
             rules: rule_names.len(),
             rule_names,

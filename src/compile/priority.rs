@@ -1,7 +1,8 @@
 //! Effective priority: the order in which the compiler adds policies, which
 //! is the order the classifier evaluates their rules in. Non-baseline Antrea
 //! policies by Tier priority, then policy priority (ACNP and ANNP
-//! interleaved); then the network-policy-api Admin tier; then Kubernetes
+//! interleaved), with the Admin tier of `v1alpha2` ClusterNetworkPolicies
+//! at Tier priority 220; then AdminNetworkPolicies; then Kubernetes
 //! NetworkPolicies; then Antrea's baseline Tier; then the
 //! network-policy-api Baseline tier.
 //! Each rule gets its rank here. Decides order only, never what matches.
@@ -9,7 +10,7 @@
 use std::collections::HashMap;
 
 use crate::model::{
-    effective_tier, AntreaPolicy, K8sNetworkPolicy, NpPolicy, NpTier, Object, Snapshot,
+    effective_tier, AntreaPolicy, K8sNetworkPolicy, NpKind, NpPolicy, NpTier, Object, Snapshot,
     BASELINE_TIER, STATIC_TIERS,
 };
 use crate::ruleset::{PolicyKind, PolicyRef};
@@ -101,13 +102,26 @@ pub(super) fn k8s_policies(snapshot: &Snapshot) -> Vec<&K8sNetworkPolicy> {
     k8s
 }
 
-/// The network-policy-api policies in effective-priority order, split
-/// into the Admin tier (AdminNetworkPolicies and Admin-tier
-/// ClusterNetworkPolicies interleaved by priority; at equal priority the
-/// AdminNetworkPolicy first, then by name) and the Baseline tier
-/// (Baseline-tier ClusterNetworkPolicies by priority, then the
-/// BaselineAdminNetworkPolicy, which has no priority).
-pub(super) fn np_policies(snapshot: &Snapshot) -> (Vec<NpPolicy<'_>>, Vec<NpPolicy<'_>>) {
+/// The Antrea Tier priority the Admin tier of `v1alpha2`
+/// ClusterNetworkPolicies takes, as in Antrea: after the platform Tier
+/// (200), before the application Tier (250). An Antrea Tier of the same
+/// priority goes first.
+pub(crate) const CNP_ADMIN_TIER_PRIORITY: i32 = 220;
+
+/// The network-policy-api policies in effective-priority order, by
+/// priority, then name, in three groups: Admin-tier ClusterNetworkPolicies
+/// (evaluated as an Antrea Tier of priority [`CNP_ADMIN_TIER_PRIORITY`]),
+/// AdminNetworkPolicies (after every non-baseline Antrea Tier, as Antrea
+/// orders `v1alpha1`), and the Baseline tier (Baseline-tier
+/// ClusterNetworkPolicies, then the BaselineAdminNetworkPolicy, which has no
+/// priority).
+pub(super) struct NpPolicies<'a> {
+    pub(super) cnp_admin: Vec<NpPolicy<'a>>,
+    pub(super) anp: Vec<NpPolicy<'a>>,
+    pub(super) baseline: Vec<NpPolicy<'a>>,
+}
+
+pub(super) fn np_policies(snapshot: &Snapshot) -> NpPolicies<'_> {
     let mut policies: Vec<NpPolicy> = snapshot.iter().filter_map(Object::np_policy).collect();
     policies.sort_by(|a, b| {
         (a.priority.is_none(), a.priority, a.kind, a.name).cmp(&(
@@ -117,7 +131,19 @@ pub(super) fn np_policies(snapshot: &Snapshot) -> (Vec<NpPolicy<'_>>, Vec<NpPoli
             b.name,
         ))
     });
-    policies.into_iter().partition(|p| p.tier == NpTier::Admin)
+    let mut groups = NpPolicies {
+        cnp_admin: Vec::new(),
+        anp: Vec::new(),
+        baseline: Vec::new(),
+    };
+    for policy in policies {
+        match (policy.tier, policy.kind) {
+            (NpTier::Baseline, _) => groups.baseline.push(policy),
+            (NpTier::Admin, NpKind::ClusterNetworkPolicy) => groups.cnp_admin.push(policy),
+            (NpTier::Admin, _) => groups.anp.push(policy),
+        }
+    }
+    groups
 }
 
 impl Compiler<'_> {

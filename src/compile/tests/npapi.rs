@@ -1,8 +1,9 @@
 //! The network-policy-api kinds against everything else, as truth tables
-//! over Namespaces x, y, z × Pods a, b, c: Antrea Tiers (not baseline) >
-//! Admin tier (AdminNetworkPolicy, Admin ClusterNetworkPolicy, by
-//! priority) > Kubernetes NetworkPolicy > Antrea baseline Tier > Baseline
-//! tier (Baseline ClusterNetworkPolicy, BaselineAdminNetworkPolicy).
+//! over Namespaces x, y, z × Pods a, b, c: Antrea Tiers of priority up to
+//! 220 > Admin-tier ClusterNetworkPolicy > the other Antrea Tiers (not
+//! baseline) > AdminNetworkPolicy > Kubernetes NetworkPolicy > Antrea
+//! baseline Tier > Baseline tier (Baseline ClusterNetworkPolicy, then the
+//! BaselineAdminNetworkPolicy).
 
 use std::net::IpAddr;
 
@@ -90,17 +91,62 @@ fn truth_antrea_tiers_beat_admin_tier() {
 }
 
 #[test]
+fn truth_admin_tier_cnp_sits_between_platform_and_application() {
+    let deny_all_to_x = cnp(
+        "deny-all-to-x",
+        "Admin",
+        0,
+        &format!(
+            "{}  ingress:\n  - action: Deny\n{FROM_ALL}",
+            subject_ns("x")
+        ),
+    );
+    let allow_y = |tier: &str| {
+        acnp(
+            "allow-y-to-x",
+            tier,
+            "  appliedTo: [{namespaceSelector: {matchLabels: {ns: \"x\"}}}]\n  ingress:\n  - action: Allow\n    from: [{namespaceSelector: {matchLabels: {ns: \"y\"}}}]\n",
+        )
+    };
+    // An application-tier Allow (250) cannot undo the Admin-tier Deny...
+    let rs = ruleset(&format!("{}{deny_all_to_x}", allow_y("application")));
+    assert_matrix(&rs, |_, to| to.0 != X);
+    // ...a platform (200) or securityops (100) Allow can, and so can a
+    // custom Tier at 220 (an Antrea Tier of equal priority goes first).
+    for tier in ["platform", "securityops", "at220"] {
+        let custom = "apiVersion: crd.antrea.io/v1beta1\nkind: Tier\nmetadata: {name: at220}\nspec: {priority: 220}\n---\n";
+        let rs = ruleset(&format!("{custom}{}{deny_all_to_x}", allow_y(tier)));
+        assert_matrix(&rs, |from, to| to.0 != X || from.0 == Y);
+    }
+    let d = rs_decision(&ruleset(&format!(
+        "{}{deny_all_to_x}",
+        allow_y("application")
+    )));
+    let rule = d.ingress.rule().expect("rule");
+    assert_eq!(
+        rule.policy.to_string(),
+        "ClusterNetworkPolicy:deny-all-to-x"
+    );
+    assert_eq!(rule.tier.as_deref(), Some("Admin"));
+    assert_eq!(rule.tier_priority, Some(220));
+}
+
+fn rs_decision(rs: &Ruleset) -> crate::ruleset::Decision {
+    rs.classify(&tcp(ip(Y, A), ip(X, A), 80), &NoFqdn)
+}
+
+#[test]
 fn truth_admin_pass_hands_over_to_k8s_network_policy() {
     let rs = ruleset(&format!(
         "{}{}{}",
-        anp(
+        cnp(
             "pass-y",
+            "Admin",
             1,
             &format!("{}  ingress:\n{}", subject_ns("x"), ingress_from_ns("Pass", "y"))
         ),
-        cnp(
+        anp(
             "deny-all",
-            "Admin",
             2,
             &format!("{}  ingress:\n  - action: Deny\n{FROM_ALL}", subject_ns("x"))
         ),
@@ -110,13 +156,14 @@ fn truth_admin_pass_hands_over_to_k8s_network_policy() {
             "  podSelector: {}\n  ingress:\n  - from: [{namespaceSelector: {matchLabels: {ns: \"y\"}}, podSelector: {matchLabels: {app: b}}}]\n"
         ),
     ));
-    // y/b: passed, then allowed by the K8s policy; y/a, y/c: passed, then
-    // the K8s isolation drops them; x, z: the Admin Deny.
+    // y/b: passed (over the AdminNetworkPolicy too), then allowed by the K8s
+    // policy; y/a, y/c: passed, then the K8s isolation drops them; x, z:
+    // the AdminNetworkPolicy Deny.
     assert_matrix(&rs, |from, to| to.0 != X || from == (Y, B));
     let d = rs.classify(&tcp(ip(Y, A), ip(X, A), 80), &NoFqdn);
     assert_eq!(d.ingress.outcome, Outcome::K8sDefaultDeny);
     let pass = d.ingress.passed_by.expect("passed");
-    assert_eq!(pass.policy.to_string(), "AdminNetworkPolicy:pass-y");
+    assert_eq!(pass.policy.to_string(), "ClusterNetworkPolicy:pass-y");
     assert_eq!(pass.name.as_deref(), Some("ingress[0]"));
 }
 
@@ -142,7 +189,7 @@ fn truth_admin_pass_without_k8s_policy_reaches_the_baseline_tier() {
 }
 
 #[test]
-fn truth_admin_priority_orders_anp_and_cnp_together() {
+fn truth_admin_priority_within_each_kind_and_cnp_before_anp() {
     let rs = ruleset(&format!(
         "{}{}{}",
         cnp(
@@ -151,17 +198,20 @@ fn truth_admin_priority_orders_anp_and_cnp_together() {
             10,
             &format!("{}  ingress:\n{}", subject_ns("x"), ingress_from_ns("Accept", "y"))
         ),
-        anp(
+        cnp(
             "deny-yc",
+            "Admin",
             5,
             &format!(
                 "{}  ingress:\n  - action: Deny\n    from: [{{pods: {{namespaceSelector: {{}}, podSelector: {{matchLabels: {{app: c}}}}}}}}]\n",
                 subject_ns("x")
             )
         ),
+        // Priority 0, but AdminNetworkPolicies come after the Admin tier
+        // of ClusterNetworkPolicies (and after the application Tier).
         anp(
             "deny-all",
-            20,
+            0,
             &format!("{}  ingress:\n  - action: Deny\n{FROM_ALL}", subject_ns("x"))
         ),
     ));
@@ -401,9 +451,9 @@ fn policies_are_listed_in_effective_priority_order() {
     assert_eq!(
         order,
         [
+            s("ClusterNetworkPolicy:a-cnp", Some("Admin")),
             s("AntreaClusterNetworkPolicy:antrea", Some("application")),
             s("AdminNetworkPolicy:anp-5", Some("Admin")),
-            s("ClusterNetworkPolicy:a-cnp", Some("Admin")),
             s("K8sNetworkPolicy:x/np", None),
             s("ClusterNetworkPolicy:b-cnp", Some("Baseline")),
             s("BaselineAdminNetworkPolicy:default", Some("Baseline")),

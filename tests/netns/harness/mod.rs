@@ -148,6 +148,9 @@ pub const TEST_IDS: &[&str] = &[
     "replies_made_on_the_node_teach_only_from_the_nodes_own_addresses",
     "source_port_range_is_matched_on_the_wire",
     "node_cluster_groups_in_a_node_policy_on_the_wire",
+    "admin_deny_holds_against_application_allow_not_securityops_allow",
+    "admin_pass_goes_to_network_policy_and_baseline_deny_is_undone_by_it",
+    "domain_names_accept_is_learned_from_a_real_dns_answer",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
