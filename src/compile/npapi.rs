@@ -20,6 +20,7 @@ use crate::ruleset::{
 };
 
 use super::inventory::PodIdx;
+use super::k8s::K8S_LOGGING_ANNOTATION;
 use super::{dir_index, Compiler, Target};
 
 /// The policy kind an [`NpKind`] is reported as.
@@ -59,6 +60,14 @@ impl Compiler<'_> {
             .into_iter()
             .filter_map(|p| self.endpoint_of_target.get(&Target::Pod(p)).copied())
             .collect();
+        // No field turns on audit logging in this API: the annotation
+        // Antrea reads on Namespaces for K8s NetworkPolicies, here on the
+        // policy object itself.
+        let logged = policy
+            .metadata
+            .annotations
+            .get(K8S_LOGGING_ANNOTATION)
+            .is_some_and(|v| v == "true");
         let mut rule_names = Vec::new();
         for direction in [Direction::Ingress, Direction::Egress] {
             for (index, rule) in policy.rules(direction).iter().enumerate() {
@@ -76,7 +85,7 @@ impl Compiler<'_> {
                         index,
                         direction,
                         action: rule.action.rule_action(),
-                        enable_logging: false,
+                        enable_logging: logged,
                         log_label: None,
                         rank,
                         l7: Arc::new([]),

@@ -341,6 +341,7 @@ pub struct NpRule<'a> {
 pub struct NpPolicy<'a> {
     pub kind: NpKind,
     pub name: &'a str,
+    pub metadata: &'a ObjectMeta,
     pub tier: NpTier,
     /// `None` for the BaselineAdminNetworkPolicy, which has no priority.
     pub priority: Option<i32>,
@@ -425,6 +426,7 @@ impl AdminNetworkPolicy {
         NpPolicy {
             kind: NpKind::AdminNetworkPolicy,
             name: &self.metadata.name,
+            metadata: &self.metadata,
             tier: NpTier::Admin,
             priority: Some(self.spec.priority),
             subject: &self.spec.subject,
@@ -439,6 +441,7 @@ impl BaselineAdminNetworkPolicy {
         NpPolicy {
             kind: NpKind::BaselineAdminNetworkPolicy,
             name: &self.metadata.name,
+            metadata: &self.metadata,
             tier: NpTier::Baseline,
             priority: None,
             subject: &self.spec.subject,
@@ -477,6 +480,7 @@ impl NpClusterNetworkPolicy {
         NpPolicy {
             kind: NpKind::ClusterNetworkPolicy,
             name: &self.metadata.name,
+            metadata: &self.metadata,
             tier: self.spec.tier,
             priority: Some(self.spec.priority),
             subject: &self.spec.subject,

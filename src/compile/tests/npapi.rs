@@ -464,3 +464,39 @@ fn policies_are_listed_in_effective_priority_order() {
     assert_eq!(banp.rule_names, ["ingress[0]"]);
     assert_eq!(banp.applied_to, ["z/a", "z/b", "z/c"]);
 }
+
+#[test]
+fn audit_lines_name_the_policy_as_antrea_np_log_does() {
+    use crate::audit::{Subject, Timestamp};
+    let rs = ruleset(&format!(
+        "{}{}",
+        "apiVersion: policy.networking.k8s.io/v1alpha1\nkind: AdminNetworkPolicy\nmetadata:\n  name: audited\n  annotations: {networkpolicy.antrea.io/enable-logging: \"true\"}\nspec:\n  priority: 3\n  subject:\n    namespaces: {matchLabels: {ns: \"x\"}}\n  ingress:\n  - name: deny-y\n    action: Deny\n    from: [{namespaces: {matchLabels: {ns: \"y\"}}}]\n---\n",
+        anp(
+            "quiet",
+            4,
+            &format!("{}  ingress:\n{}", subject_ns("z"), ingress_from_ns("Deny", "y"))
+        ),
+    ));
+    let line = |to: (usize, usize)| {
+        let flow = tcp(ip(Y, A), ip(to.0, to.1), 80);
+        let d = rs.classify(&flow, &NoFqdn);
+        Subject::of(&d, d.verdict, &rs)
+            .into_iter()
+            .map(|s| s.record(Timestamp::from_unix_micros(0), flow, 60).line())
+            .collect::<Vec<_>>()
+    };
+    let lines = line((X, A));
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].contains("AntreaPolicyIngressRule AdminNetworkPolicy:audited deny-y Ingress Drop"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[0].contains(" x/a 10.0.1.1 40000 10.0.0.1 80 TCP 60 <nil>"),
+        "{}",
+        lines[0]
+    );
+    // Without the annotation nothing is audited.
+    assert!(line((Z, A)).is_empty());
+}
