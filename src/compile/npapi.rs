@@ -8,15 +8,17 @@
 //! compiler's order puts it), the baseline list for the Baseline tier. Never orders policies itself
 //! (`priority.rs` does), never decides a flow.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::fqdn::FqdnPattern;
 use crate::model::{
-    parse_cidr, Direction, NpKind, NpPeer, NpPolicy, NpPortMatch, NpTier, PortProtocol,
+    parse_cidr, Direction, LabelSelector, NamespaceMatch, NpKind, NpPeer, NpPolicy, NpPortMatch,
+    NpTier, PortProtocol,
 };
 use crate::ruleset::ServiceMatch;
 use crate::ruleset::{
-    Block, CompiledRule, PeerMatch, PolicyKind, PolicyRef, PolicySummary, RuleRef,
+    Block, CompiledRule, Endpoint, PeerMatch, PolicyKind, PolicyRef, PolicySummary, RuleRef,
 };
 
 use super::inventory::PodIdx;
@@ -74,32 +76,51 @@ impl Compiler<'_> {
                 let name = rule_name(rule.name, direction, index);
                 rule_names.push(name.clone());
                 let rank = self.next_rank();
-                let peers = self.resolve_np_peers(rule.peers);
-                self.rules.push(CompiledRule {
-                    reference: Arc::new(RuleRef {
-                        policy: reference.clone(),
-                        tier: Some(policy.tier.as_str().to_string()),
-                        tier_priority: tier_priority(policy),
-                        policy_priority: policy.priority.map(f64::from),
-                        name: Some(name),
-                        index,
-                        direction,
-                        action: rule.action.rule_action(),
-                        enable_logging: logged,
-                        log_label: None,
-                        rank,
-                        l7: Arc::new([]),
-                    }),
-                    peers,
-                    services: np_services(rule.ports.as_deref()),
-                    node_ports: None,
+                let reference = Arc::new(RuleRef {
+                    policy: reference.clone(),
+                    tier: Some(policy.tier.as_str().to_string()),
+                    tier_priority: tier_priority(policy),
+                    policy_priority: policy.priority.map(f64::from),
+                    name: Some(name),
+                    index,
+                    direction,
+                    action: rule.action.rule_action(),
+                    enable_logging: logged,
+                    log_label: None,
+                    rank,
+                    l7: Arc::new([]),
                 });
-                let id = (self.rules.len() - 1) as u32;
+                // One instance per subject Namespace when peers depend on
+                // it (`sameLabels` / `notSameLabels`), else one for all.
+                let mut contexts: BTreeMap<Option<String>, Vec<u32>> = BTreeMap::new();
+                let context_dependent = rule.peers.iter().any(NpPeer::depends_on_namespace);
                 for &endpoint in &subject {
-                    let lists = &mut self.lists[endpoint as usize][dir_index(direction)];
-                    match policy.tier {
-                        NpTier::Admin => lists.antrea.push(id),
-                        NpTier::Baseline => lists.baseline.push(id),
+                    let context = match &self.endpoints[endpoint as usize] {
+                        Endpoint::Pod { namespace, .. } if context_dependent => {
+                            Some(namespace.clone())
+                        }
+                        _ => None,
+                    };
+                    contexts.entry(context).or_default().push(endpoint);
+                }
+                if contexts.is_empty() {
+                    contexts.insert(None, Vec::new());
+                }
+                for (context, endpoints) in contexts {
+                    let peers = self.resolve_np_peers(rule.peers, context.as_deref());
+                    self.rules.push(CompiledRule {
+                        reference: reference.clone(),
+                        peers,
+                        services: np_services(rule.ports.as_deref()),
+                        node_ports: None,
+                    });
+                    let id = (self.rules.len() - 1) as u32;
+                    for endpoint in endpoints {
+                        let lists = &mut self.lists[endpoint as usize][dir_index(direction)];
+                        match policy.tier {
+                            NpTier::Admin => lists.antrea.push(id),
+                            NpTier::Baseline => lists.baseline.push(id),
+                        }
                     }
                 }
             }
@@ -135,7 +156,9 @@ impl Compiler<'_> {
         }
     }
 
-    fn resolve_np_peers(&mut self, peers: &[NpPeer]) -> PeerMatch {
+    /// Resolves peers; `context` is the subject's Namespace, for
+    /// `sameLabels` / `notSameLabels`.
+    fn resolve_np_peers(&mut self, peers: &[NpPeer], context: Option<&str>) -> PeerMatch {
         let mut result = PeerMatch::default();
         for peer in peers {
             if let Some(networks) = &peer.networks {
@@ -156,26 +179,61 @@ impl Compiler<'_> {
                 }
                 continue;
             }
-            let key = format!("npapi|{}", serde_json::to_string(peer).unwrap_or_default());
-            let peer = peer.clone();
-            let set = self.address_set(key, move |c| {
+            let context = context.filter(|_| peer.depends_on_namespace());
+            let key = format!(
+                "npapi|{}|{}",
+                serde_json::to_string(peer).unwrap_or_default(),
+                context.unwrap_or("")
+            );
+            let set = self.address_set(key, |c| {
                 if let Some(nodes) = &peer.nodes {
                     return c.node_ips(&c.inv.nodes_matching(nodes));
                 }
-                let pods = if let Some(namespaces) = &peer.namespaces {
-                    let names = c.inv.namespaces_matching(namespaces);
-                    c.inv.pods_matching(None, Some(&names))
-                } else if let Some(pods) = &peer.pods {
-                    let names = c.inv.namespaces_matching(&pods.namespace_selector);
-                    c.inv.pods_matching(Some(&pods.pod_selector), Some(&names))
-                } else {
-                    Vec::new()
+                let Some(Some(namespaces)) = peer.namespace_match() else {
+                    return Vec::new(); // refused by validation
                 };
-                c.pod_ips(&pods)
+                let names = c.np_namespaces(namespaces, context);
+                let pod_selector = peer.pods.as_ref().map(|p| &p.pod_selector);
+                c.pod_ips(&c.inv.pods_matching(pod_selector, Some(&names)))
             });
             result.addresses.push(set);
         }
         result
+    }
+
+    /// The Namespaces a peer selects, seen from the subject's Namespace
+    /// `context` (none for a selector; `sameLabels` without a context or
+    /// whose keys the context lacks selects nothing, `notSameLabels` then
+    /// selects every Namespace).
+    fn np_namespaces(&self, selection: NamespaceMatch<'_>, context: Option<&str>) -> Vec<&str> {
+        let own = context.and_then(|ns| self.inv.namespace_labels(ns));
+        let same = |keys: &[String]| -> Option<LabelSelector> {
+            let own = own?;
+            let pairs = keys
+                .iter()
+                .map(|k| Some((k.clone(), own.get(k)?.clone())))
+                .collect::<Option<BTreeMap<_, _>>>()?;
+            Some(LabelSelector {
+                match_labels: pairs,
+                match_expressions: Vec::new(),
+            })
+        };
+        match selection {
+            NamespaceMatch::Selector(selector) => self.inv.namespaces_matching(selector),
+            NamespaceMatch::SameLabels(keys) => same(keys)
+                .map(|s| self.inv.namespaces_matching(&s))
+                .unwrap_or_default(),
+            NamespaceMatch::NotSameLabels(keys) => {
+                let all = self.inv.namespaces_matching(&LabelSelector::default());
+                match same(keys) {
+                    Some(s) => {
+                        let excluded = self.inv.namespaces_matching(&s);
+                        all.into_iter().filter(|n| !excluded.contains(n)).collect()
+                    }
+                    None => all,
+                }
+            }
+        }
     }
 }
 

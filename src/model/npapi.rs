@@ -273,9 +273,9 @@ pub struct NamespacedPod {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NpPeer {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespaces: Option<LabelSelector>,
+    pub namespaces: Option<NpNamespaces>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pods: Option<NamespacedPod>,
+    pub pods: Option<NpPeerPods>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nodes: Option<LabelSelector>,
     /// CIDRs, kept as written: validation checks them as `isCIDR` does.
@@ -285,7 +285,112 @@ pub struct NpPeer {
     pub domain_names: Option<Vec<String>>,
 }
 
+/// A peer's `namespaces`: a label selector, or the first `v1alpha1` shape
+/// (network-policy-api v0.1.0–v0.1.1, Antrea's docs still show it), a
+/// [`NamespacedPeer`]. Told apart by their keys.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(untagged)]
+pub enum NpNamespaces {
+    Selector(LabelSelector),
+    Peer(NamespacedPeer),
+}
+
+impl<'de> Deserialize<'de> for NpNamespaces {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = serde_json::Value::deserialize(deserializer)?;
+        let peer_shape = value.as_object().is_some_and(|map| {
+            ["namespaceSelector", "sameLabels", "notSameLabels"]
+                .iter()
+                .any(|k| map.contains_key(*k))
+        });
+        let decoded = if peer_shape {
+            serde_json::from_value(value).map(NpNamespaces::Peer)
+        } else {
+            serde_json::from_value(value).map(NpNamespaces::Selector)
+        };
+        decoded.map_err(serde::de::Error::custom)
+    }
+}
+
+/// The first `v1alpha1` shape of a Namespace peer: exactly one of a
+/// selector, `sameLabels` (Namespaces whose values of these keys equal the
+/// subject's Namespace's) or `notSameLabels` (Namespaces whose values do
+/// not all equal them).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NamespacedPeer {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub same_labels: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_same_labels: Option<Vec<String>>,
+}
+
+/// A peer's `pods`: a Namespace selector (or, in the first `v1alpha1`
+/// shape, `namespaces`: a [`NamespacedPeer`]) and a Pod selector.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NpPeerPods {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespaces: Option<NamespacedPeer>,
+    pub pod_selector: LabelSelector,
+}
+
+/// Which Namespaces a peer's `namespaces` / `pods` selects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NamespaceMatch<'a> {
+    Selector(&'a LabelSelector),
+    SameLabels(&'a [String]),
+    NotSameLabels(&'a [String]),
+}
+
+impl NamespacedPeer {
+    pub fn matching(&self) -> Option<NamespaceMatch<'_>> {
+        match (
+            &self.namespace_selector,
+            &self.same_labels,
+            &self.not_same_labels,
+        ) {
+            (Some(s), None, None) => Some(NamespaceMatch::Selector(s)),
+            (None, Some(keys), None) => Some(NamespaceMatch::SameLabels(keys)),
+            (None, None, Some(keys)) => Some(NamespaceMatch::NotSameLabels(keys)),
+            _ => None,
+        }
+    }
+}
+
 impl NpPeer {
+    /// The Namespaces the peer's `namespaces` or `pods` selects in, if it
+    /// selects Pods; `None` inside when the shape is invalid.
+    pub fn namespace_match(&self) -> Option<Option<NamespaceMatch<'_>>> {
+        if let Some(namespaces) = &self.namespaces {
+            return Some(match namespaces {
+                NpNamespaces::Selector(s) => Some(NamespaceMatch::Selector(s)),
+                NpNamespaces::Peer(peer) => peer.matching(),
+            });
+        }
+        let pods = self.pods.as_ref()?;
+        Some(match (&pods.namespace_selector, &pods.namespaces) {
+            (Some(s), None) => Some(NamespaceMatch::Selector(s)),
+            (None, Some(peer)) => peer.matching(),
+            _ => None,
+        })
+    }
+
+    /// Whether what the peer selects depends on the subject's Namespace
+    /// (`sameLabels` / `notSameLabels`).
+    pub fn depends_on_namespace(&self) -> bool {
+        matches!(
+            self.namespace_match(),
+            Some(Some(
+                NamespaceMatch::SameLabels(_) | NamespaceMatch::NotSameLabels(_)
+            ))
+        )
+    }
+
     /// The fields set, in the API's order.
     pub fn fields(&self) -> Vec<&'static str> {
         [

@@ -8,12 +8,12 @@
 
 use crate::model::parse_cidr;
 use crate::model::{
-    AnpEgressRule, AnpIngressRule, AnpPort, CnpPort, CnpProtocol, Direction, NpAction,
-    NpClusterNetworkPolicy, NpKind, NpPeer, NpPolicy, NpPortMatch, NpRule, NpSubject, PortProtocol,
-    BANP_NAME,
+    AnpEgressRule, AnpIngressRule, AnpPort, CnpPort, CnpProtocol, Direction, NamespacedPeer,
+    NpAction, NpClusterNetworkPolicy, NpKind, NpNamespaces, NpPeer, NpPolicy, NpPortMatch, NpRule,
+    NpSubject, PortProtocol, BANP_NAME,
 };
 
-use super::labels::check_selector;
+use super::labels::{check_selector, qualified_name_problem};
 use super::Report;
 
 /// The longest rule name.
@@ -43,6 +43,8 @@ struct Limits {
     /// The field holding a rule's ports.
     ports_field: &'static str,
     domain_names: bool,
+    /// Whether the first `v1alpha1` Namespace peer shape is read.
+    namespaced_peers: bool,
 }
 
 fn limits(kind: NpKind) -> Limits {
@@ -52,18 +54,21 @@ fn limits(kind: NpKind) -> Limits {
             actions: &[NpAction::Allow, NpAction::Deny, NpAction::Pass],
             ports_field: "ports",
             domain_names: true,
+            namespaced_peers: true,
         },
         NpKind::BaselineAdminNetworkPolicy => Limits {
             max_items: 100,
             actions: &[NpAction::Allow, NpAction::Deny],
             ports_field: "ports",
             domain_names: false,
+            namespaced_peers: true,
         },
         NpKind::ClusterNetworkPolicy => Limits {
             max_items: 25,
             actions: &[NpAction::Accept, NpAction::Deny, NpAction::Pass],
             ports_field: "protocols",
             domain_names: true,
+            namespaced_peers: false,
         },
     }
 }
@@ -344,15 +349,31 @@ fn check_peer(
             );
         }
     }
-    if let Some(selector) = &peer.namespaces {
-        check_selector(report, &format!("{path}.namespaces"), selector);
+    match &peer.namespaces {
+        Some(NpNamespaces::Selector(selector)) => {
+            check_selector(report, &format!("{path}.namespaces"), selector)
+        }
+        Some(NpNamespaces::Peer(namespaced)) => {
+            check_namespaced_peer(report, limits, &format!("{path}.namespaces"), namespaced)
+        }
+        None => {}
     }
     if let Some(pods) = &peer.pods {
-        check_selector(
-            report,
-            &format!("{path}.pods.namespaceSelector"),
-            &pods.namespace_selector,
-        );
+        match (&pods.namespace_selector, &pods.namespaces) {
+            (Some(selector), None) => {
+                check_selector(report, &format!("{path}.pods.namespaceSelector"), selector)
+            }
+            (None, Some(namespaced)) => check_namespaced_peer(
+                report,
+                limits,
+                &format!("{path}.pods.namespaces"),
+                namespaced,
+            ),
+            _ => report.add(
+                format!("{path}.pods"),
+                "exactly one of namespaceSelector or namespaces must be set",
+            ),
+        }
         check_selector(
             report,
             &format!("{path}.pods.podSelector"),
@@ -382,6 +403,52 @@ fn check_peer(
                     format!(
                         "`{name}` is not a domain name: letters, digits, '-' and '_' in dot-separated labels, optionally starting with `*.`"
                     ),
+                );
+            }
+        }
+    }
+}
+
+/// The first `v1alpha1` Namespace peer shape: only in AdminNetworkPolicy
+/// and BaselineAdminNetworkPolicy, exactly one field, label keys as
+/// selectors spell them.
+fn check_namespaced_peer(
+    report: &mut Report<'_>,
+    limits: &Limits,
+    path: &str,
+    peer: &NamespacedPeer,
+) {
+    if !limits.namespaced_peers {
+        report.add(
+            path,
+            "namespaceSelector, sameLabels and notSameLabels are the v1alpha1 peer shape: in v1alpha2 write a label selector",
+        );
+        return;
+    }
+    if peer.matching().is_none() {
+        report.add(
+            path,
+            "exactly one of namespaceSelector, sameLabels or notSameLabels must be set",
+        );
+    }
+    if let Some(selector) = &peer.namespace_selector {
+        check_selector(report, &format!("{path}.namespaceSelector"), selector);
+    }
+    for (field, keys) in [
+        ("sameLabels", &peer.same_labels),
+        ("notSameLabels", &peer.not_same_labels),
+    ] {
+        let Some(keys) = keys else {
+            continue;
+        };
+        if keys.is_empty() {
+            report.add(format!("{path}.{field}"), "must have at least 1 item");
+        }
+        for (k, key) in keys.iter().enumerate() {
+            if let Some(reason) = qualified_name_problem(key) {
+                report.add(
+                    format!("{path}.{field}[{k}]"),
+                    format!("invalid label key `{key}`: {reason}"),
                 );
             }
         }

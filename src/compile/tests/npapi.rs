@@ -500,3 +500,29 @@ fn audit_lines_name_the_policy_as_antrea_np_log_does() {
     // Without the annotation nothing is audited.
     assert!(line((Z, A)).is_empty());
 }
+
+#[test]
+fn truth_v1alpha1_same_labels_and_not_same_labels_isolate_tenants() {
+    // x and y are org a, z is org b (label `org`).
+    let orgs = ["a", "a", "b"];
+    let rs = ruleset_with(
+        orgs,
+        &anp(
+            "tenants",
+            1,
+            "  subject:\n    namespaces: {}\n  ingress:\n  - action: Allow\n    from:\n    - namespaces: {sameLabels: [org]}\n  - action: Deny\n    from:\n    - pods:\n        namespaces: {notSameLabels: [org]}\n        podSelector: {}\n",
+        ),
+    );
+    assert_matrix(&rs, |from, to| (from.0 == Z) == (to.0 == Z));
+    // Without the key on the subject's Namespace, sameLabels selects
+    // nothing and notSameLabels every Namespace.
+    let rs = ruleset_with(
+        ["a", "a", ""],
+        &anp(
+            "tenants",
+            1,
+            "  subject:\n    namespaces: {}\n  ingress:\n  - action: Allow\n    from:\n    - namespaces: {sameLabels: [org]}\n  - action: Deny\n    from:\n    - namespaces: {notSameLabels: [org]}\n",
+        ),
+    );
+    assert_matrix(&rs, |from, to| to.0 != Z && (from.0 == Z) == (to.0 == Z));
+}

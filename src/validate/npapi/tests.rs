@@ -474,3 +474,41 @@ fn errors_name_file_object_and_field() {
         "t.yaml: AdminNetworkPolicy p: spec.priority: must be between 0 and 1000, got 5000"
     );
 }
+
+#[test]
+fn v1alpha1_first_namespace_peer_shape_is_read() {
+    // Antrea's docs still show it: `namespaces: {namespaceSelector: {}}`.
+    assert_valid(&banp(
+        "default",
+        "subject:\n  namespaces: {}\ningress:\n- action: Deny\n  from:\n  - namespaces:\n      namespaceSelector: {}\n",
+    ));
+    assert_valid(&anp(&format!(
+        "priority: 1\n{SUBJECT}ingress:\n- {{action: Allow, from: [{{namespaces: {{sameLabels: [tenant]}}}}, {{pods: {{namespaces: {{notSameLabels: [tenant]}}, podSelector: {{}}}}}}]}}\n"
+    )));
+    assert_problem(
+        &anp(&format!(
+            "priority: 1\n{SUBJECT}ingress:\n- {{action: Allow, from: [{{namespaces: {{sameLabels: [tenant], notSameLabels: [org]}}}}]}}\n"
+        )),
+        "spec.ingress[0].from[0].namespaces",
+        "exactly one of namespaceSelector, sameLabels or notSameLabels must be set",
+    );
+    assert_problem(
+        &anp(&format!(
+            "priority: 1\n{SUBJECT}ingress:\n- {{action: Allow, from: [{{namespaces: {{sameLabels: ['bad key!']}}}}]}}\n"
+        )),
+        "spec.ingress[0].from[0].namespaces.sameLabels[0]",
+        "invalid label key `bad key!`: name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
+    );
+    assert_problem(
+        &anp(&format!(
+            "priority: 1\n{SUBJECT}ingress:\n- {{action: Allow, from: [{{pods: {{podSelector: {{}}}}}}]}}\n"
+        )),
+        "spec.ingress[0].from[0].pods",
+        "exactly one of namespaceSelector or namespaces must be set",
+    );
+    assert_problem(
+        &cnp_ingress("- {action: Deny, from: [{namespaces: {sameLabels: [tenant]}}]}\n"),
+        "spec.ingress[0].from[0].namespaces",
+        "namespaceSelector, sameLabels and notSameLabels are the v1alpha1 peer shape: in v1alpha2 write a label selector",
+    );
+}
