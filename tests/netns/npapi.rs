@@ -236,15 +236,12 @@ spec:
 
     // Without the NetworkPolicy: Pass reaches the Baseline tier (nothing
     // there for web: allowed), and the Baseline Deny holds db.
-    lab.write_policy(
-        "policies.yaml",
-        &std::fs::read_to_string(lab.policy_dir().join("policies.yaml"))
-            .unwrap()
-            .split("---\napiVersion: networking.k8s.io/v1")
-            .next()
-            .unwrap()
-            .to_string(),
-    );
+    let policies = std::fs::read_to_string(lab.policy_dir().join("policies.yaml")).unwrap();
+    let without_network_policy = policies
+        .split("---\napiVersion: networking.k8s.io/v1")
+        .next()
+        .unwrap();
+    lab.write_policy("policies.yaml", without_network_policy);
     agent.wait_generation(2);
     lab.assert_tcp(
         "client1",
