@@ -119,7 +119,7 @@ impl<'a> Compiler<'a> {
         let np = priority::np_policies(self.snapshot);
         let (before_cnp, after_cnp): (Vec<_>, Vec<_>) = regular
             .iter()
-            .partition(|p| p.tier_priority <= priority::CNP_ADMIN_TIER_PRIORITY);
+            .partition(|p| p.tier_priority <= crate::model::CNP_ADMIN_TIER_PRIORITY);
         for ordered in before_cnp {
             self.add_antrea_policy(ordered, false);
         }

@@ -47,7 +47,7 @@ fn rule_name(name: Option<&str>, direction: Direction, index: usize) -> String {
 /// evaluated at; the other kinds have none (they sit outside the Tiers).
 fn tier_priority(policy: &NpPolicy<'_>) -> Option<i32> {
     (policy.kind == NpKind::ClusterNetworkPolicy && policy.tier == NpTier::Admin)
-        .then_some(super::priority::CNP_ADMIN_TIER_PRIORITY)
+        .then_some(crate::model::CNP_ADMIN_TIER_PRIORITY)
 }
 
 impl Compiler<'_> {

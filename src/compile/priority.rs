@@ -102,15 +102,9 @@ pub(super) fn k8s_policies(snapshot: &Snapshot) -> Vec<&K8sNetworkPolicy> {
     k8s
 }
 
-/// The Antrea Tier priority the Admin tier of `v1alpha2`
-/// ClusterNetworkPolicies takes, as in Antrea: after the platform Tier
-/// (200), before the application Tier (250). An Antrea Tier of the same
-/// priority goes first.
-pub(crate) const CNP_ADMIN_TIER_PRIORITY: i32 = 220;
-
 /// The network-policy-api policies in effective-priority order, by
 /// priority, then name, in three groups: Admin-tier ClusterNetworkPolicies
-/// (evaluated as an Antrea Tier of priority [`CNP_ADMIN_TIER_PRIORITY`]),
+/// (evaluated as an Antrea Tier of priority [`crate::model::CNP_ADMIN_TIER_PRIORITY`]),
 /// AdminNetworkPolicies (after every non-baseline Antrea Tier, as Antrea
 /// orders `v1alpha1`), and the Baseline tier (Baseline-tier
 /// ClusterNetworkPolicies, then the BaselineAdminNetworkPolicy, which has no

@@ -17,6 +17,12 @@ use super::meta::{LabelSelector, ObjectMeta};
 /// The API group of the three kinds.
 pub const NPAPI_GROUP: &str = "policy.networking.k8s.io";
 
+/// The Antrea Tier priority the Admin tier of `v1alpha2`
+/// ClusterNetworkPolicies takes, as in Antrea: after the platform Tier
+/// (200), before the application Tier (250). An Antrea Tier of the same
+/// priority goes first.
+pub const CNP_ADMIN_TIER_PRIORITY: i32 = 220;
+
 /// The only name a BaselineAdminNetworkPolicy may have (it is a singleton).
 pub const BANP_NAME: &str = "default";
 

@@ -22,7 +22,7 @@ use crate::model::{AntreaGroup, NamespacedName, Object, ObjectRef, Snapshot, Tie
 
 use group::check_group;
 use k8s::check_k8s_policy;
-use npapi::{anp_ports, check_np_policy, cnp_protocols};
+use npapi::{anp_ports, check_admin_tier_priority, check_np_policy, cnp_protocols};
 use policy::check_policy;
 use tier::{check_tier, is_static_redeclaration};
 
@@ -122,6 +122,7 @@ pub fn check(snapshot: &Snapshot) -> Findings {
             Object::NpClusterNetworkPolicy(policy) => {
                 let protocols = cnp_protocols(policy);
                 check_np_policy(&mut report, &policy.view(), &[], &protocols);
+                check_admin_tier_priority(&mut report, &index, policy);
             }
             Object::Node(_)
             | Object::Namespace(_)

@@ -10,11 +10,11 @@ use crate::model::parse_cidr;
 use crate::model::{
     AnpEgressRule, AnpIngressRule, AnpPort, CnpPort, CnpProtocol, Direction, NamespacedPeer,
     NpAction, NpClusterNetworkPolicy, NpKind, NpNamespaces, NpPeer, NpPolicy, NpPortMatch, NpRule,
-    NpSubject, PortProtocol, BANP_NAME,
+    NpSubject, NpTier, PortProtocol, BANP_NAME, CNP_ADMIN_TIER_PRIORITY,
 };
 
 use super::labels::{check_selector, qualified_name_problem};
-use super::Report;
+use super::{Index, Report};
 
 /// The longest rule name.
 const MAX_RULE_NAME: usize = 100;
@@ -129,6 +129,32 @@ pub(super) fn check_np_policy(
         for (j, protocol) in protocols.iter().enumerate() {
             check_cnp_protocol(report, &format!("{path}[{j}]"), protocol);
         }
+    }
+}
+
+/// Antrea reserves Tier priority 220 for the Admin tier of
+/// ClusterNetworkPolicies and refuses them while a custom Tier has it;
+/// tollgate admits both, evaluates that Tier first, and warns.
+pub(super) fn check_admin_tier_priority(
+    report: &mut Report<'_>,
+    index: &Index<'_>,
+    policy: &NpClusterNetworkPolicy,
+) {
+    if policy.spec.tier != NpTier::Admin {
+        return;
+    }
+    if let Some(tier) = index
+        .custom_tiers
+        .iter()
+        .find(|t| t.spec.priority == CNP_ADMIN_TIER_PRIORITY)
+    {
+        report.warn(
+            "spec.tier",
+            format!(
+                "Tier `{}` has priority {CNP_ADMIN_TIER_PRIORITY}, the Admin tier's: it is evaluated first (Antrea refuses ClusterNetworkPolicies while such a Tier exists)",
+                tier.metadata.name
+            ),
+        );
     }
 }
 

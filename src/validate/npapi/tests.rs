@@ -512,3 +512,25 @@ fn v1alpha1_first_namespace_peer_shape_is_read() {
         "namespaceSelector, sameLabels and notSameLabels are the v1alpha1 peer shape: in v1alpha2 write a label selector",
     );
 }
+
+#[test]
+fn a_custom_tier_at_220_is_a_warning_for_admin_tier_policies() {
+    let tier = "apiVersion: crd.antrea.io/v1beta1\nkind: Tier\nmetadata: {name: at220}\nspec: {priority: 220}\n---\n";
+    let yaml = format!(
+        "{tier}{}",
+        cnp(&format!("tier: Admin\npriority: 1\n{SUBJECT}"))
+    );
+    let (objects, _) = parse_documents(Path::new("t.yaml"), &yaml);
+    let findings = crate::validate::check(&Snapshot { objects });
+    assert!(findings.errors.is_empty(), "{:#?}", findings.errors);
+    assert_eq!(findings.warnings.len(), 1, "{:#?}", findings.warnings);
+    assert_eq!(findings.warnings[0].field, "spec.tier");
+    assert_eq!(
+        findings.warnings[0].reason,
+        "Tier `at220` has priority 220, the Admin tier's: it is evaluated first (Antrea refuses ClusterNetworkPolicies while such a Tier exists)"
+    );
+    assert_valid(&format!(
+        "{tier}{}",
+        cnp(&format!("tier: Baseline\npriority: 1\n{SUBJECT}"))
+    ));
+}
