@@ -2,8 +2,8 @@
 //! that an Antrea application-tier Allow cannot undo but a securityops
 //! Allow can; a `Pass` handed to a Kubernetes NetworkPolicy; a Baseline
 //! Deny undone by a Kubernetes NetworkPolicy; and a `domainNames` Accept
-//! learned from a real DNS answer (dnsmasq), with the API's `*.` meaning
-//! (one or more whole labels: the apex is not allowed).
+//! learned from a real DNS answer (dnsmasq, A and AAAA), with the API's
+//! `*.` meaning (one or more whole labels: the apex is not allowed).
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -262,24 +262,31 @@ fn domain_names_accept_is_learned_from_a_real_dns_answer() {
     else {
         return;
     };
-    // node–server 10.62.0.0/24 (dnsmasq .2), web addresses 10.62.1.0/24
-    // on the server, node–pod 10.62.5.0/24 (the Pod is .2).
+    // node–server 10.62.0.0/24 and fd62::/64 (dnsmasq .2), web addresses
+    // 10.62.1.0/24 and fd62:1::/64 on the server, node–pod 10.62.5.0/24
+    // and fd62:5::/64 (the Pod is .2 / ::2).
     let (node, server, pod_ns) = (lab.node(), lab.ns("server"), lab.ns("pod"));
     node.ok(&format!(
-        "sysctl -qw net.ipv4.ip_forward=1 && \
+        "sysctl -qw net.ipv4.ip_forward=1 && sysctl -qw net.ipv6.conf.all.forwarding=1 && \
          ip link add vs type veth peer name vn netns {s} && \
          ip link add vp type veth peer name vn netns {p} && \
-         ip addr add 10.62.0.1/24 dev vs && ip link set vs up && \
-         ip addr add 10.62.5.1/24 dev vp && ip link set vp up && \
-         ip route add 10.62.1.0/24 via 10.62.0.2",
+         ip addr add 10.62.0.1/24 dev vs && ip addr add fd62::1/64 dev vs nodad && \
+         ip link set vs up && \
+         ip addr add 10.62.5.1/24 dev vp && ip addr add fd62:5::1/64 dev vp nodad && \
+         ip link set vp up && \
+         ip route add 10.62.1.0/24 via 10.62.0.2 && ip -6 route add fd62:1::/64 via fd62::2",
         s = server.name(),
         p = pod_ns.name()
     ));
     server.ok("ip link set vn up && ip addr add 10.62.0.2/24 dev vn && \
-         ip route add local 10.62.1.0/24 dev lo && \
-         ip route add 10.62.5.0/24 via 10.62.0.1");
-    pod_ns.ok("ip addr add 10.62.5.2/24 dev vn && ip link set vn up && \
-         ip route add default via 10.62.5.1");
+         ip addr add fd62::2/64 dev vn nodad && \
+         ip route add local 10.62.1.0/24 dev lo && ip -6 route add local fd62:1::/64 dev lo && \
+         ip route add 10.62.5.0/24 via 10.62.0.1 && ip -6 route add fd62:5::/64 via fd62::1");
+    pod_ns.ok(
+        "ip addr add 10.62.5.2/24 dev vn && ip addr add fd62:5::2/64 dev vn nodad && \
+         ip link set vn up && \
+         ip route add default via 10.62.5.1 && ip -6 route add default via fd62:5::1",
+    );
     lab.resolv_conf(
         "pod",
         "nameserver 10.62.0.2\noptions timeout:1 attempts:3\n",
@@ -290,7 +297,9 @@ fn domain_names_accept_is_learned_from_a_real_dns_answer() {
         "host-record=www.allowed.test,10.62.1.10\n\
          host-record=a.b.allowed.test,10.62.1.11\n\
          host-record=allowed.test,10.62.1.12\n\
-         host-record=other.test,10.62.1.20\n",
+         host-record=other.test,10.62.1.20\n\
+         host-record=six.allowed.test,fd62:1::10\n\
+         host-record=six.other.test,fd62:1::20\n",
     )
     .unwrap();
     lab.serve_tcp("server", 80, Service::Http);
@@ -329,6 +338,7 @@ metadata:
 spec: {nodeName: node}
 status:
   podIP: 10.62.5.2
+  podIPs: [{ip: 10.62.5.2}, {ip: \"fd62:5::2\"}]
 ---
 apiVersion: policy.networking.k8s.io/v1alpha2
 kind: ClusterNetworkPolicy
@@ -349,7 +359,7 @@ spec:
     to: [{domainNames: ['*.allowed.test']}]
   - name: deny-rest
     action: Deny
-    to: [{networks: [0.0.0.0/0]}]
+    to: [{networks: [0.0.0.0/0, \"::/0\"]}]
 ",
     );
     let mut agent = lab.start_agent(lab.agent_options());
@@ -364,6 +374,18 @@ spec:
     // `*.` is one or more whole labels: not the apex, not another name.
     assert!(curl("http://allowed.test/").is_err());
     assert!(curl("http://other.test/").is_err());
+    // IPv6: AAAA answers are learned the same way.
+    let curl6 = |url: &str| {
+        pod_ns
+            .sh(&format!(
+                "curl -6 -s -o /dev/null -w '%{{http_code}}' --max-time 3 {url}"
+            ))
+            .stdout
+    };
+    assert_ne!(curl6("http://[fd62:1::10]/"), "200");
+    assert_eq!(curl6("http://six.allowed.test/"), "200");
+    assert_eq!(curl6("http://[fd62:1::10]/"), "200");
+    assert_ne!(curl6("http://six.other.test/"), "200");
     let learned = node.ok(&format!(
         "{} get fqdn --policies {} --node-name node --node-labels kubernetes.io/os=linux",
         env!("CARGO_BIN_EXE_tollgate"),
