@@ -91,7 +91,8 @@ impl Compiler<'_> {
                     l7: Arc::new([]),
                 });
                 // One instance per subject Namespace when peers depend on
-                // it (`sameLabels` / `notSameLabels`), else one for all.
+                // it (`sameLabels` / `notSameLabels`), else one for all;
+                // none without a local subject (no names to learn then).
                 let mut contexts: BTreeMap<Option<String>, Vec<u32>> = BTreeMap::new();
                 let context_dependent = rule.peers.iter().any(NpPeer::depends_on_namespace);
                 for &endpoint in &subject {
@@ -102,9 +103,6 @@ impl Compiler<'_> {
                         _ => None,
                     };
                     contexts.entry(context).or_default().push(endpoint);
-                }
-                if contexts.is_empty() {
-                    contexts.insert(None, Vec::new());
                 }
                 for (context, endpoints) in contexts {
                     let peers = self.resolve_np_peers(rule.peers, context.as_deref());
