@@ -211,6 +211,7 @@ fn get_policies_sorts_by_effective_priority() {
             "AntreaClusterNetworkPolicy:node-protection",
             "AntreaNetworkPolicy:backend/web-read-only-and-api",
             "AntreaClusterNetworkPolicy:tenant-isolation",
+            "ClusterNetworkPolicy:egress-allowlist",
             "AntreaClusterNetworkPolicy:client-egress",
             "K8sNetworkPolicy:backend/web-from-prod-clients",
             "AntreaClusterNetworkPolicy:prod-default-deny",

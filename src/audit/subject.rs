@@ -108,5 +108,12 @@ fn decider_of(rule: &Arc<RuleRef>) -> Decider {
                 baseline: rule.tier.as_deref() == Some(crate::model::BASELINE_TIER),
             }
         }
+        PolicyKind::AdminNetworkPolicy
+        | PolicyKind::BaselineAdminNetworkPolicy
+        | PolicyKind::ClusterNetworkPolicy => Decider::Antrea {
+            policy,
+            rule: rule.name.clone().unwrap_or_default(),
+            baseline: rule.tier.as_deref() == Some(crate::model::NpTier::Baseline.as_str()),
+        },
     }
 }

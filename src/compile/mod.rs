@@ -2,15 +2,18 @@
 //! immutable [`Ruleset`]. It resolves selectors, groups, ServiceAccounts,
 //! `namespaces` (`Self`, `sameLabels`), nodeSelectors, externalEntitySelectors
 //! and named ports against the inventory, and orders every rule by effective priority (Tier priority,
-//! policy priority, rule order; ACNP and ANNP interleaved; Kubernetes
-//! NetworkPolicies after every non-baseline Tier; baseline last) into the
-//! per-endpoint lists the ruleset indexes. Pure: no I/O, no clock; it never
+//! policy priority, rule order; ACNP and ANNP interleaved; Admin-tier
+//! ClusterNetworkPolicies as a Tier of priority 220, AdminNetworkPolicies
+//! after every non-baseline Antrea Tier; Kubernetes NetworkPolicies next;
+//! Antrea's baseline Tier, then the network-policy-api Baseline tier, last)
+//! into the per-endpoint lists the ruleset indexes. Pure: no I/O, no clock; it never
 //! decides a flow.
 
 mod antrea;
 mod groups;
 mod inventory;
 mod k8s;
+mod npapi;
 mod peers;
 mod priority;
 
@@ -113,14 +116,30 @@ impl<'a> Compiler<'a> {
     /// then indexes the result.
     fn run(mut self) -> Ruleset {
         let (regular, baseline) = priority::antrea_policies(self.snapshot, &self.tiers);
-        for ordered in &regular {
+        let np = priority::np_policies(self.snapshot);
+        let (before_cnp, after_cnp): (Vec<_>, Vec<_>) = regular
+            .iter()
+            .partition(|p| p.tier_priority <= crate::model::CNP_ADMIN_TIER_PRIORITY);
+        for ordered in before_cnp {
             self.add_antrea_policy(ordered, false);
+        }
+        for policy in &np.cnp_admin {
+            self.add_np_policy(policy);
+        }
+        for ordered in after_cnp {
+            self.add_antrea_policy(ordered, false);
+        }
+        for policy in &np.anp {
+            self.add_np_policy(policy);
         }
         for policy in priority::k8s_policies(self.snapshot) {
             self.add_k8s_policy(policy);
         }
         for ordered in &baseline {
             self.add_antrea_policy(ordered, true);
+        }
+        for policy in &np.baseline {
+            self.add_np_policy(policy);
         }
         self.finish()
     }

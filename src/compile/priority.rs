@@ -1,13 +1,17 @@
 //! Effective priority: the order in which the compiler adds policies, which
 //! is the order the classifier evaluates their rules in. Non-baseline Antrea
 //! policies by Tier priority, then policy priority (ACNP and ANNP
-//! interleaved); then Kubernetes NetworkPolicies; then the baseline Tier.
+//! interleaved), with the Admin tier of `v1alpha2` ClusterNetworkPolicies
+//! at Tier priority 220; then AdminNetworkPolicies; then Kubernetes
+//! NetworkPolicies; then Antrea's baseline Tier; then the
+//! network-policy-api Baseline tier.
 //! Each rule gets its rank here. Decides order only, never what matches.
 
 use std::collections::HashMap;
 
 use crate::model::{
-    effective_tier, AntreaPolicy, K8sNetworkPolicy, Object, Snapshot, BASELINE_TIER, STATIC_TIERS,
+    effective_tier, AntreaPolicy, K8sNetworkPolicy, NpKind, NpPolicy, NpTier, Object, Snapshot,
+    BASELINE_TIER, STATIC_TIERS,
 };
 use crate::ruleset::{PolicyKind, PolicyRef};
 
@@ -96,6 +100,44 @@ pub(super) fn k8s_policies(snapshot: &Snapshot) -> Vec<&K8sNetworkPolicy> {
         (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
     });
     k8s
+}
+
+/// The network-policy-api policies in effective-priority order, by
+/// priority, then name, in three groups: Admin-tier ClusterNetworkPolicies
+/// (evaluated as an Antrea Tier of priority [`crate::model::CNP_ADMIN_TIER_PRIORITY`]),
+/// AdminNetworkPolicies (after every non-baseline Antrea Tier, as Antrea
+/// orders `v1alpha1`), and the Baseline tier (Baseline-tier
+/// ClusterNetworkPolicies, then the BaselineAdminNetworkPolicy, which has no
+/// priority).
+pub(super) struct NpPolicies<'a> {
+    pub(super) cnp_admin: Vec<NpPolicy<'a>>,
+    pub(super) anp: Vec<NpPolicy<'a>>,
+    pub(super) baseline: Vec<NpPolicy<'a>>,
+}
+
+pub(super) fn np_policies(snapshot: &Snapshot) -> NpPolicies<'_> {
+    let mut policies: Vec<NpPolicy> = snapshot.iter().filter_map(Object::np_policy).collect();
+    policies.sort_by(|a, b| {
+        (a.priority.is_none(), a.priority, a.kind, a.name).cmp(&(
+            b.priority.is_none(),
+            b.priority,
+            b.kind,
+            b.name,
+        ))
+    });
+    let mut groups = NpPolicies {
+        cnp_admin: Vec::new(),
+        anp: Vec::new(),
+        baseline: Vec::new(),
+    };
+    for policy in policies {
+        match (policy.tier, policy.kind) {
+            (NpTier::Baseline, _) => groups.baseline.push(policy),
+            (NpTier::Admin, NpKind::ClusterNetworkPolicy) => groups.cnp_admin.push(policy),
+            (NpTier::Admin, _) => groups.anp.push(policy),
+        }
+    }
+    groups
 }
 
 impl Compiler<'_> {

@@ -1416,3 +1416,6 @@ spec:
     );
     assert_matrix(&rs, |from, to| !(from.1 == A && to.0 == Z));
 }
+
+mod conformance;
+mod npapi;

@@ -1,10 +1,12 @@
-//! Typed objects tollgate reads — Antrea CRDs, Kubernetes NetworkPolicy and
-//! inventory — and the [`Snapshot`] a source produces. Pure data: parsing
-//! from an already-decoded document is here, reading files is in `source`.
+//! Typed objects tollgate reads — Antrea CRDs, Kubernetes NetworkPolicy, the
+//! network-policy-api kinds and inventory — and the [`Snapshot`] a source
+//! produces. Pure data: parsing from an already-decoded document is here,
+//! reading files is in `source`.
 
 pub mod antrea;
 pub mod k8s;
 pub mod meta;
+pub mod npapi;
 pub mod rule_name;
 
 #[cfg(test)]
@@ -18,6 +20,7 @@ use serde::de::DeserializeOwned;
 pub use antrea::*;
 pub use k8s::*;
 pub use meta::*;
+pub use npapi::*;
 
 /// The kinds tollgate understands, named as `kind:` spells them (the two
 /// `NetworkPolicy` kinds are told apart by API group).
@@ -35,6 +38,10 @@ pub enum Kind {
     Service,
     ServiceAccount,
     ExternalEntity,
+    AdminNetworkPolicy,
+    BaselineAdminNetworkPolicy,
+    /// `policy.networking.k8s.io/v1alpha2` ClusterNetworkPolicy.
+    NpClusterNetworkPolicy,
 }
 
 impl Kind {
@@ -54,6 +61,9 @@ impl Kind {
             Kind::Service => "Service",
             Kind::ServiceAccount => "ServiceAccount",
             Kind::ExternalEntity => "ExternalEntity",
+            Kind::AdminNetworkPolicy => "AdminNetworkPolicy",
+            Kind::BaselineAdminNetworkPolicy => "BaselineAdminNetworkPolicy",
+            Kind::NpClusterNetworkPolicy => "ClusterNetworkPolicy.policy.networking.k8s.io",
         }
     }
 
@@ -80,6 +90,11 @@ impl Kind {
             ("", "v1", "Service") => Some(Kind::Service),
             ("", "v1", "ServiceAccount") => Some(Kind::ServiceAccount),
             ("crd.antrea.io", "v1alpha2", "ExternalEntity") => Some(Kind::ExternalEntity),
+            (NPAPI_GROUP, "v1alpha1", "AdminNetworkPolicy") => Some(Kind::AdminNetworkPolicy),
+            (NPAPI_GROUP, "v1alpha1", "BaselineAdminNetworkPolicy") => {
+                Some(Kind::BaselineAdminNetworkPolicy)
+            }
+            (NPAPI_GROUP, "v1alpha2", "ClusterNetworkPolicy") => Some(Kind::NpClusterNetworkPolicy),
             _ => None,
         }
     }
@@ -92,6 +107,9 @@ impl Kind {
                 | Kind::ClusterGroup
                 | Kind::Node
                 | Kind::Namespace
+                | Kind::AdminNetworkPolicy
+                | Kind::BaselineAdminNetworkPolicy
+                | Kind::NpClusterNetworkPolicy
         )
     }
 }
@@ -117,6 +135,9 @@ pub enum Object {
     Service(Service),
     ServiceAccount(ServiceAccount),
     ExternalEntity(ExternalEntity),
+    AdminNetworkPolicy(AdminNetworkPolicy),
+    BaselineAdminNetworkPolicy(BaselineAdminNetworkPolicy),
+    NpClusterNetworkPolicy(NpClusterNetworkPolicy),
 }
 
 impl Object {
@@ -134,6 +155,9 @@ impl Object {
             Object::Service(_) => Kind::Service,
             Object::ServiceAccount(_) => Kind::ServiceAccount,
             Object::ExternalEntity(_) => Kind::ExternalEntity,
+            Object::AdminNetworkPolicy(_) => Kind::AdminNetworkPolicy,
+            Object::BaselineAdminNetworkPolicy(_) => Kind::BaselineAdminNetworkPolicy,
+            Object::NpClusterNetworkPolicy(_) => Kind::NpClusterNetworkPolicy,
         }
     }
 
@@ -149,6 +173,20 @@ impl Object {
             Object::Service(o) => &o.metadata,
             Object::ServiceAccount(o) => &o.metadata,
             Object::ExternalEntity(o) => &o.metadata,
+            Object::AdminNetworkPolicy(o) => &o.metadata,
+            Object::BaselineAdminNetworkPolicy(o) => &o.metadata,
+            Object::NpClusterNetworkPolicy(o) => &o.metadata,
+        }
+    }
+
+    /// The network-policy-api view of an AdminNetworkPolicy,
+    /// BaselineAdminNetworkPolicy or `v1alpha2` ClusterNetworkPolicy.
+    pub fn np_policy(&self) -> Option<NpPolicy<'_>> {
+        match self {
+            Object::AdminNetworkPolicy(o) => Some(o.view()),
+            Object::BaselineAdminNetworkPolicy(o) => Some(o.view()),
+            Object::NpClusterNetworkPolicy(o) => Some(o.view()),
+            _ => None,
         }
     }
 
@@ -199,6 +237,9 @@ impl Object {
             Kind::Service => Object::Service(decode(value)?),
             Kind::ServiceAccount => Object::ServiceAccount(decode(value)?),
             Kind::ExternalEntity => Object::ExternalEntity(decode(value)?),
+            Kind::AdminNetworkPolicy => Object::AdminNetworkPolicy(decode(value)?),
+            Kind::BaselineAdminNetworkPolicy => Object::BaselineAdminNetworkPolicy(decode(value)?),
+            Kind::NpClusterNetworkPolicy => Object::NpClusterNetworkPolicy(decode(value)?),
         })
     }
 }

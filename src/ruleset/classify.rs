@@ -1,10 +1,12 @@
 //! The classifier: decides a [`Flow`] against a compiled [`Ruleset`].
 //! Egress rules applied to the source endpoint and ingress rules applied to
 //! the destination endpoint are evaluated in effective-priority order:
-//! non-baseline Antrea Tiers (a `Pass` skips the rest of them), then
-//! Kubernetes NetworkPolicies (an isolated endpoint with no allowing rule is
-//! dropped, and no baseline rule can undo that), then the baseline Tier;
-//! no match allows. Both directions must allow. Pure and lock-free: the
+//! non-baseline Antrea Tiers, Admin-tier ClusterNetworkPolicies among them
+//! (Tier priority 220), then AdminNetworkPolicies (a `Pass` in any of these
+//! skips the rest of them), then Kubernetes NetworkPolicies (an
+//! isolated endpoint with no allowing rule is dropped, and no baseline rule
+//! can undo that), then Antrea's baseline Tier and the network-policy-api
+//! Baseline tier; no match allows. Both directions must allow. Pure and lock-free: the
 //! datapath workers and `tollgate trace` call the same function.
 
 use std::net::IpAddr;

@@ -15,10 +15,14 @@ use crate::model::PortProtocol;
 /// Rules of one direction of one endpoint, in evaluation order.
 #[derive(Debug, Default, PartialEq, Eq, Hash, Clone)]
 pub(crate) struct RuleLists {
-    /// Antrea rules of every Tier but baseline.
+    /// Antrea rules of every Tier but baseline with the Admin-tier
+    /// ClusterNetworkPolicies among them (Tier priority 220), then the
+    /// AdminNetworkPolicies: a `Pass` in any hands the flow to `k8s`.
     pub(crate) antrea: Vec<u32>,
     /// Kubernetes NetworkPolicy rules; `Some` when the endpoint is isolated.
     pub(crate) k8s: Option<Vec<u32>>,
+    /// Antrea's baseline Tier, then the network-policy-api Baseline tier
+    /// (a `Pass` there allows).
     pub(crate) baseline: Vec<u32>,
 }
 

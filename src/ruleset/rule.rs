@@ -19,6 +19,10 @@ pub enum PolicyKind {
     AntreaClusterNetworkPolicy,
     AntreaNetworkPolicy,
     K8sNetworkPolicy,
+    AdminNetworkPolicy,
+    BaselineAdminNetworkPolicy,
+    /// A `policy.networking.k8s.io/v1alpha2` ClusterNetworkPolicy.
+    ClusterNetworkPolicy,
 }
 
 impl PolicyKind {
@@ -27,11 +31,15 @@ impl PolicyKind {
             PolicyKind::AntreaClusterNetworkPolicy => "AntreaClusterNetworkPolicy",
             PolicyKind::AntreaNetworkPolicy => "AntreaNetworkPolicy",
             PolicyKind::K8sNetworkPolicy => "K8sNetworkPolicy",
+            PolicyKind::AdminNetworkPolicy => "AdminNetworkPolicy",
+            PolicyKind::BaselineAdminNetworkPolicy => "BaselineAdminNetworkPolicy",
+            PolicyKind::ClusterNetworkPolicy => "ClusterNetworkPolicy",
         }
     }
 }
 
-/// Names a policy: `AntreaClusterNetworkPolicy:name`, `AntreaNetworkPolicy:ns/name`.
+/// Names a policy: `AntreaClusterNetworkPolicy:name`, `AntreaNetworkPolicy:ns/name`,
+/// `AdminNetworkPolicy:name`, `ClusterNetworkPolicy:name` (network-policy-api).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct PolicyRef {
     pub kind: PolicyKind,
@@ -52,7 +60,8 @@ impl fmt::Display for PolicyRef {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RuleRef {
     pub policy: PolicyRef,
-    /// Tier name; `None` for Kubernetes NetworkPolicies.
+    /// Tier name; `None` for Kubernetes NetworkPolicies; `Admin` or
+    /// `Baseline` for the network-policy-api kinds (as `v1alpha2` spells it).
     pub tier: Option<String>,
     pub tier_priority: Option<i32>,
     pub policy_priority: Option<f64>,

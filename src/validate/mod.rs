@@ -9,6 +9,7 @@
 mod group;
 mod k8s;
 mod labels;
+mod npapi;
 mod policy;
 mod rule;
 mod tier;
@@ -21,6 +22,7 @@ use crate::model::{AntreaGroup, NamespacedName, Object, ObjectRef, Snapshot, Tie
 
 use group::check_group;
 use k8s::check_k8s_policy;
+use npapi::{anp_ports, check_admin_tier_priority, check_np_policy, cnp_protocols};
 use policy::check_policy;
 use tier::{check_tier, is_static_redeclaration};
 
@@ -109,6 +111,19 @@ pub fn check(snapshot: &Snapshot) -> Findings {
                 check_group(&mut report, &index, group, Scope::Namespace(&namespace))
             }
             Object::K8sNetworkPolicy(policy) => check_k8s_policy(&mut report, policy),
+            Object::AdminNetworkPolicy(policy) => {
+                let ports = anp_ports(&policy.spec.ingress, &policy.spec.egress);
+                check_np_policy(&mut report, &policy.view(), &ports, &[]);
+            }
+            Object::BaselineAdminNetworkPolicy(policy) => {
+                let ports = anp_ports(&policy.spec.ingress, &policy.spec.egress);
+                check_np_policy(&mut report, &policy.view(), &ports, &[]);
+            }
+            Object::NpClusterNetworkPolicy(policy) => {
+                let protocols = cnp_protocols(policy);
+                check_np_policy(&mut report, &policy.view(), &[], &protocols);
+                check_admin_tier_priority(&mut report, &index, policy);
+            }
             Object::Node(_)
             | Object::Namespace(_)
             | Object::Pod(_)

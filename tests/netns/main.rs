@@ -19,6 +19,7 @@ mod kernel;
 mod kube;
 mod l7;
 mod lifecycle;
+mod npapi;
 mod observe;
 mod overload;
 mod parity;

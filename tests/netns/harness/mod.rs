@@ -153,6 +153,9 @@ pub const TEST_IDS: &[&str] = &[
     "strict_framing_denies_with_the_reason",
     "kubernetes_external_entity_crd_missing_then_installed_then_removed",
     "dangling_group_reference_warns_once_per_reload_and_applies",
+    "admin_deny_holds_against_application_allow_not_securityops_allow",
+    "admin_pass_goes_to_network_policy_and_baseline_deny_is_undone_by_it",
+    "domain_names_accept_is_learned_from_a_real_dns_answer",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
