@@ -2,8 +2,8 @@
 //! list and watch over HTTP: objects added, changed and deleted through
 //! the server reach the compiled ruleset; an invalid CRD is skipped while
 //! the rest applies; a 410 Gone makes the watcher relist; an optional kind
-//! whose CRD is missing holds nothing back and is picked up when the CRD
-//! appears; a policy that names a group not created yet starts to enforce
+//! (ExternalEntity, the network-policy-api kinds) whose CRD is missing holds
+//! nothing back and is picked up when the CRD appears; a policy that names a group not created yet starts to enforce
 //! when the group arrives.
 #![allow(clippy::disallowed_methods)] // the test waits on the clock for the watcher.
 
@@ -446,4 +446,106 @@ fn a_policy_before_its_groups_enforces_when_they_arrive() {
         Verdict::Drop
     );
     assert!(h.latest.get().unwrap().skipped.is_empty());
+}
+
+// The network-policy-api kinds are optional kinds too: a cluster without
+// their CRDs gets its snapshot; once installed, their objects are added,
+// changed and deleted through the watch like any policy.
+
+/// An egress rule of the subject `shop` to `cidr`, in the v1alpha1 or
+/// v1alpha2 spelling of `action`.
+fn np_egress(action: &str, cidr: &str) -> Value {
+    json!({"subject": {"namespaces": {"matchLabels": {"kubernetes.io/metadata.name": "shop"}}},
+           "egress": [{"name": "lab", "action": action, "to": [{"networks": [cidr]}]}]})
+}
+
+fn with_spec(mut object: Value, extra: Value) -> Value {
+    let spec = object["spec"].as_object_mut().unwrap();
+    for (key, value) in extra.as_object().unwrap() {
+        spec.insert(key.clone(), value.clone());
+    }
+    object
+}
+
+#[test]
+fn network_policy_api_kinds_follow_their_crds_and_objects() {
+    let api = FakeApi::start("127.0.0.1:0");
+    let anps = collection("policy.networking.k8s.io/v1alpha1", "AdminNetworkPolicy");
+    let banps = collection(
+        "policy.networking.k8s.io/v1alpha1",
+        "BaselineAdminNetworkPolicy",
+    );
+    let cnps = collection("policy.networking.k8s.io/v1alpha2", "ClusterNetworkPolicy");
+    for path in [&anps, &banps, &cnps] {
+        api.uninstall(path);
+    }
+    api.apply(json!({"apiVersion": "v1", "kind": "Namespace",
+                     "metadata": {"name": "shop", "labels": {"kubernetes.io/metadata.name": "shop"}}}));
+    api.apply(pod("web-1", "web", "10.5.0.2"));
+    let h = Harness::start(api);
+    let egress = |r: &Ruleset, dst: &str| tcp_verdict(r, "10.5.0.2", dst);
+
+    // No CRD of the group: the snapshot comes all the same.
+    h.wait_for("snapshot without the network-policy-api CRDs", |a, r| {
+        a.snapshot.objects.len() == 2 && egress(r, "10.99.1.1") == Verdict::Allow
+    });
+
+    // AdminNetworkPolicy: added, changed, deleted.
+    h.api.install(&anps);
+    let anp = |cidr: &str| {
+        with_spec(
+            json!({"apiVersion": "policy.networking.k8s.io/v1alpha1", "kind": "AdminNetworkPolicy",
+                   "metadata": {"name": "deny-lab"}, "spec": {"priority": 10}}),
+            np_egress("Deny", cidr),
+        )
+    };
+    h.api.apply(anp("10.99.0.0/16"));
+    h.wait_for("AdminNetworkPolicy added", |_, r| {
+        egress(r, "10.99.1.1") == Verdict::Drop && egress(r, "10.98.1.1") == Verdict::Allow
+    });
+    h.api.apply(anp("10.98.0.0/16"));
+    h.wait_for("AdminNetworkPolicy changed", |_, r| {
+        egress(r, "10.99.1.1") == Verdict::Allow && egress(r, "10.98.1.1") == Verdict::Drop
+    });
+    h.api.delete(&anp("10.98.0.0/16"));
+    h.wait_for("AdminNetworkPolicy deleted", |_, r| {
+        egress(r, "10.98.1.1") == Verdict::Allow
+    });
+
+    // ClusterNetworkPolicy (v1alpha2), Baseline tier, then
+    // BaselineAdminNetworkPolicy: each denies until deleted.
+    h.api.install(&cnps);
+    let cnp = with_spec(
+        json!({"apiVersion": "policy.networking.k8s.io/v1alpha2", "kind": "ClusterNetworkPolicy",
+               "metadata": {"name": "baseline-lab"}, "spec": {"tier": "Baseline", "priority": 10}}),
+        np_egress("Deny", "10.97.0.0/16"),
+    );
+    h.api.apply(cnp.clone());
+    h.wait_for("ClusterNetworkPolicy added", |_, r| {
+        egress(r, "10.97.1.1") == Verdict::Drop
+    });
+    h.api.delete(&cnp);
+    h.wait_for("ClusterNetworkPolicy deleted", |_, r| {
+        egress(r, "10.97.1.1") == Verdict::Allow
+    });
+    h.api.install(&banps);
+    let banp = with_spec(
+        json!({"apiVersion": "policy.networking.k8s.io/v1alpha1",
+               "kind": "BaselineAdminNetworkPolicy",
+               "metadata": {"name": "default"}, "spec": {}}),
+        np_egress("Deny", "10.96.0.0/16"),
+    );
+    h.api.apply(banp.clone());
+    h.wait_for("BaselineAdminNetworkPolicy added", |_, r| {
+        egress(r, "10.96.1.1") == Verdict::Drop
+    });
+    h.api.delete(&banp);
+    h.wait_for("BaselineAdminNetworkPolicy deleted", |_, r| {
+        egress(r, "10.96.1.1") == Verdict::Allow
+    });
+    assert!(h.latest.get().unwrap().skipped.is_empty());
+    assert_eq!(
+        metric(&h.metrics, "tollgate_kubernetes_watch_errors_total"),
+        0
+    );
 }

@@ -7,7 +7,8 @@
 //! kinds (`crd.antrea.io/v1beta1` Tier, ClusterNetworkPolicy,
 //! NetworkPolicy, ClusterGroup, Group), `networking.k8s.io/v1`
 //! NetworkPolicy and the inventory (Pods, Namespaces, Nodes, Services,
-//! ServiceAccounts), and the [`OPTIONAL_RESOURCES`] (ExternalEntity) whose
+//! ServiceAccounts), and the [`OPTIONAL_RESOURCES`] (ExternalEntity, the
+//! network-policy-api kinds) whose
 //! CRD a cluster may not have: a kind answering `404` counts as listed and
 //! empty, is logged once and looked for again with a doubling wait
 //! ([`optional`]); once its CRD appears it is watched, and its objects are
@@ -222,6 +223,9 @@ pub const RESOURCES: [Resource; 11] = [
 #[rustfmt::skip]
 pub const OPTIONAL_RESOURCES: &[Resource] = &[
     Resource::new(Kind::ExternalEntity, "crd.antrea.io", "v1alpha2", "ExternalEntity", "externalentities"),
+    Resource::new(Kind::AdminNetworkPolicy, "policy.networking.k8s.io", "v1alpha1", "AdminNetworkPolicy", "adminnetworkpolicies"),
+    Resource::new(Kind::BaselineAdminNetworkPolicy, "policy.networking.k8s.io", "v1alpha1", "BaselineAdminNetworkPolicy", "baselineadminnetworkpolicies"),
+    Resource::new(Kind::NpClusterNetworkPolicy, "policy.networking.k8s.io", "v1alpha2", "ClusterNetworkPolicy", "clusternetworkpolicies"),
 ];
 
 /// Every kind tollgate watches, the optional ones last.
