@@ -3,8 +3,8 @@
 //! the server reach the compiled ruleset; an invalid CRD is skipped while
 //! the rest applies; a 410 Gone makes the watcher relist; an optional kind
 //! (ExternalEntity, the network-policy-api kinds) whose CRD is missing holds
-//! nothing back and is picked up when the CRD appears; a policy that names a group not created yet starts to enforce
-//! when the group arrives.
+//! nothing back and is picked up when the CRD appears; a policy that names
+//! a group not created yet starts to enforce when the group arrives.
 #![allow(clippy::disallowed_methods)] // the test waits on the clock for the watcher.
 
 use std::net::{IpAddr, SocketAddr};
