@@ -1,20 +1,26 @@
 //! The agent's FQDN side: the table seeded from what the kernel's FQDN sets
-//! still hold at start, and the DNS reply worker, started (once) before
-//! the first ruleset whose DNS rules would queue replies is installed. It
-//! decides no verdict and writes no kernel rule.
+//! still hold at start, the DNS reply worker, started (once) before the
+//! first ruleset whose DNS rules would queue replies is installed, and with
+//! it the resolve-ahead thread (`fqdn.resolve: exact`), told the selectors
+//! of each ruleset once its sets exist. It decides no verdict and writes no
+//! kernel rule.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::converge::Handover;
 use super::AgentError;
-use crate::config::AgentConfig;
+use crate::config::{AgentConfig, FqdnConfig};
 use crate::datapath::Kernel;
-use crate::fqdn::{FqdnPattern, FqdnTable};
+use crate::fqdn::{FqdnPattern, FqdnResolve, FqdnTable};
 use crate::ruleset::Ruleset;
 use crate::telemetry::Metrics;
 use crate::workers::fqdn_sets::restored_entries;
+use crate::workers::resolver::{nameservers, Resolver};
 use crate::workers::DnsWorker;
+
+/// Where the node's resolvers are listed (default `fqdn.resolvers`).
+const RESOLV_CONF: &str = "/etc/resolv.conf";
 
 /// What a ruleset with FQDN selectors needs before the kernel queues DNS
 /// replies: the mirror learning for its selectors and the DNS worker.
@@ -24,6 +30,9 @@ pub(super) struct Fqdn {
     /// The DNS reply worker, started with the first ruleset that has FQDN
     /// selectors (its queue is not bound before).
     dns: Option<DnsWorker>,
+    /// The resolve-ahead thread, started with the DNS worker unless
+    /// `fqdn.resolve` is off or no resolver is known.
+    resolver: Option<Resolver>,
     metrics: Arc<Metrics>,
 }
 
@@ -58,6 +67,7 @@ impl Fqdn {
             config: Arc::clone(config),
             mirror: Arc::new(table),
             dns: None,
+            resolver: None,
             metrics: Arc::clone(metrics),
         })
     }
@@ -78,8 +88,68 @@ impl Fqdn {
             Arc::clone(&self.metrics),
         )?;
         tracing::info!(queue = worker.queue, "dns worker started");
+        self.resolver = start_resolver(&self.config.fqdn, &self.mirror, &worker);
         self.dns = Some(worker);
         Ok(())
+    }
+
+    /// The ruleset with `selectors` is realized (its FQDN sets exist):
+    /// resolve its exact names ahead from now on.
+    pub(super) fn realized(&self, selectors: &[FqdnPattern]) {
+        if let Some(resolver) = &self.resolver {
+            resolver.reselect(selectors);
+        }
+    }
+}
+
+/// The resolve-ahead thread for `config`, adding to `worker`'s counters;
+/// none when it is off, no resolver is known or it cannot start (logged:
+/// snooping goes on alone).
+fn start_resolver(
+    config: &FqdnConfig,
+    mirror: &Arc<FqdnTable>,
+    worker: &DnsWorker,
+) -> Option<Resolver> {
+    if config.resolve == FqdnResolve::Off {
+        return None;
+    }
+    let servers: Vec<_> = if config.resolvers.is_empty() {
+        match std::fs::read_to_string(RESOLV_CONF) {
+            Ok(text) => nameservers(&text),
+            Err(error) => {
+                tracing::warn!(%error, path = RESOLV_CONF, "fqdn names are not resolved ahead: no resolver");
+                return None;
+            }
+        }
+    } else {
+        config
+            .resolvers
+            .iter()
+            .map(|&ip| std::net::SocketAddr::new(ip, crate::fqdn::DNS_PORT))
+            .collect()
+    };
+    if servers.is_empty() {
+        tracing::warn!(
+            path = RESOLV_CONF,
+            "fqdn names are not resolved ahead: no nameserver"
+        );
+        return None;
+    }
+    match Resolver::spawn(
+        servers.clone(),
+        config.resolve_bounds(),
+        Arc::clone(mirror),
+        Arc::clone(&worker.stats),
+    ) {
+        Ok(resolver) => {
+            let servers: Vec<String> = servers.iter().map(ToString::to_string).collect();
+            tracing::info!(servers = servers.join(","), "fqdn resolver started");
+            Some(resolver)
+        }
+        Err(error) => {
+            tracing::error!(%error, "fqdn resolver failed to start: snooping only");
+            None
+        }
     }
 }
 
