@@ -23,4 +23,5 @@ mod observe;
 mod overload;
 mod parity;
 mod queue;
+mod resolve;
 mod run;

@@ -148,6 +148,10 @@ pub const TEST_IDS: &[&str] = &[
     "replies_made_on_the_node_teach_only_from_the_nodes_own_addresses",
     "source_port_range_is_matched_on_the_wire",
     "node_cluster_groups_in_a_node_policy_on_the_wire",
+    "rules_added_after_a_lookup_apply_to_the_answers_clients_hold",
+    "resolved_addresses_follow_the_ttl_to_a_changed_address",
+    "resolve_off_leaves_held_answers_to_snooping",
+    "a_dead_resolver_delays_neither_policy_nor_snooping",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
