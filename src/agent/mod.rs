@@ -259,6 +259,7 @@ impl Starting {
         let installed = adopted(&base.kernel.installed()?);
         let mut fqdn = Fqdn::restore(&base.kernel, &ruleset, config, &base.metrics)?;
         let mirror = Arc::clone(&fqdn.mirror);
+        base.status.fqdn_table(Arc::clone(&mirror));
         let patterns = ruleset.fqdn_patterns().to_vec();
         let reconciler = Reconciler::adopting(policy, ruleset, installed, Backoff::DEFAULT);
         let policy = Arc::clone(reconciler.in_force());

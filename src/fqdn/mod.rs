@@ -25,7 +25,7 @@ pub use queries::{
 };
 
 pub use learner::{
-    FqdnLearner, IpsetChange, LearnedAt, LearnerConfig, LearnerCounters, RestoredEntry,
+    FqdnLearner, IpsetChange, LearnedAt, LearnerConfig, LearnerCounters, RestoredEntry, Source,
     DEFAULT_MAX_TTL_SECS, MAX_IPSET_TIMEOUT_SECS,
 };
 

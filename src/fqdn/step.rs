@@ -8,7 +8,9 @@
 use std::net::IpAddr;
 
 use super::queries::{Answered, Direction, OutstandingQueries};
-use super::{FqdnPattern, FqdnTable, IpsetChange, LearnerCounters, Release, SnoopEvent, Snooped};
+use super::{
+    FqdnPattern, FqdnTable, IpsetChange, LearnerCounters, Release, SnoopEvent, Snooped, Source,
+};
 use crate::dns;
 
 /// One write to the kernel set of `pattern` for the address family of
@@ -139,7 +141,7 @@ impl FqdnTable {
         if resolutions.is_empty() {
             return step;
         }
-        let learned = self.learn_resolved(&resolutions, now_ms);
+        let learned = self.learn_answers(&resolutions, Source::Snooped, now_ms);
         step.writes = learned.writes;
         step.learned = learned.learned;
         step.refreshed = learned.refreshed;
@@ -149,12 +151,17 @@ impl FqdnTable {
     }
 
     /// Learns `resolutions` (of a snooped reply, or of an answer tollgate
-    /// asked for itself) at `now_ms`: the set writes to apply and what
-    /// they count. The writes name their selectors' patterns.
-    pub fn learn_resolved(&self, resolutions: &[dns::Resolution], now_ms: u64) -> Learned {
+    /// asked for itself: `source`) at `now_ms`: the set writes to apply
+    /// and what they count. The writes name their selectors' patterns.
+    pub fn learn_answers(
+        &self,
+        resolutions: &[dns::Resolution],
+        source: Source,
+        now_ms: u64,
+    ) -> Learned {
         let mut learner = self.write();
         let before = learner.counters();
-        let changes = learner.learn(resolutions, now_ms);
+        let changes = learner.learn_from(resolutions, source, now_ms);
         let selectors = learner.selectors();
         let writes = changes
             .into_iter()

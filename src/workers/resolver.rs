@@ -27,7 +27,7 @@ use hickory_proto::rr::{Name, RecordType};
 use super::dns::DnsCounters;
 use super::fqdn_sets::FqdnSets;
 use crate::dns::{self, DnsQuery, Resolution};
-use crate::fqdn::{FqdnPattern, FqdnTable, Outcome, ResolveBounds, ResolveSchedule};
+use crate::fqdn::{FqdnPattern, FqdnTable, Outcome, ResolveBounds, ResolveSchedule, Source};
 
 /// How long one resolver has to answer both queries of a name.
 pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -138,7 +138,9 @@ fn run(shared: &Shared, servers: &[SocketAddr], mut sets: FqdnSets, stats: &DnsC
             let outcome = match result {
                 Ok(resolutions) => {
                     stats.resolved.fetch_add(1, Ordering::Relaxed);
-                    let learned = shared.table.learn_resolved(&resolutions, now);
+                    let learned = shared
+                        .table
+                        .learn_answers(&resolutions, Source::Resolved, now);
                     stats
                         .resolve_learned
                         .fetch_add(learned.learned, Ordering::Relaxed);

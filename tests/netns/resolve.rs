@@ -97,13 +97,27 @@ impl ResolveLab {
         self.lab.node().ok("ipset list")
     }
 
-    /// `tollgate get fqdn` for the lab's policies.
-    fn table(&self) -> String {
-        self.lab.node().ok(&format!(
-            "{} get fqdn --policies {} --node-name rs",
+    /// `tollgate get fqdn` for the lab's policies, asking the agent for
+    /// the sources: `(selector, address, source)` rows.
+    fn table(&self) -> Vec<(String, String, String)> {
+        let text = self.lab.node().ok(&format!(
+            "{} get fqdn --policies {} --node-name rs --socket {}",
             env!("CARGO_BIN_EXE_tollgate"),
-            self.lab.policy_dir().display()
-        ))
+            self.lab.policy_dir().display(),
+            self.lab.agent_options().status_socket.display()
+        ));
+        text.lines()
+            .skip(1)
+            .filter_map(|line| {
+                let words: Vec<&str> = line.split_whitespace().collect();
+                match words[..] {
+                    [selector, _, address, _, source] => {
+                        Some((selector.into(), address.into(), source.into()))
+                    }
+                    _ => None,
+                }
+            })
+            .collect()
     }
 
     /// Resolutions that failed so far (the DNS worker's counters in
@@ -293,8 +307,25 @@ fn rules_added_after_a_lookup_apply_to_the_answers_clients_hold() {
         assert!(node.iter().filter(|n| *n == name).count() >= 2, "{node:?}");
     }
     assert!(!node.iter().any(|n| n.contains("wild")), "{node:?}");
+    let row = |selector: &str, address: &str, source: &str| {
+        (
+            selector.to_string(),
+            address.to_string(),
+            source.to_string(),
+        )
+    };
+    // Resolved ahead; the held answers were never snooped under a rule.
     let table = lab.table();
-    assert!(table.contains("10.62.9.30"), "{table}");
+    for expected in [
+        row("drop.resolve.test", "10.62.9.10", "resolved"),
+        row("drop.resolve.test", "fd62:9::10", "resolved"),
+        row("reject.resolve.test", "10.62.9.20", "resolved"),
+        row("allow.resolve.test", "10.62.9.30", "resolved"),
+        row("allow.resolve.test", "fd62:9::30", "resolved"),
+        row("*.wild.resolve.test", "-", "-"),
+    ] {
+        assert!(table.contains(&expected), "{expected:?} in {table:?}");
+    }
     let log = agent.stop();
     let stats = log
         .lines()
@@ -384,6 +415,13 @@ fn resolve_off_leaves_held_answers_to_snooping() {
     // A new lookup is snooped as before.
     lab.pod_resolves("allow.resolve.test", RecordType::A);
     lab.expect("10.62.9.30", TcpOutcome::Connected);
+    let table = lab.table();
+    let snooped = (
+        "allow.resolve.test".to_string(),
+        "10.62.9.30".to_string(),
+        "snooped".to_string(),
+    );
+    assert!(table.contains(&snooped), "{table:?}");
     assert!(lab.node_asked().is_empty(), "{:?}", lab.node_asked());
     let log = agent.stop();
     assert!(!log.contains("fqdn resolver started"), "{log}");
