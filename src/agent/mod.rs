@@ -257,7 +257,7 @@ impl Starting {
         let node = host::local_node(&config.node)?;
         let ruleset = compile(snapshot, &node);
         let installed = adopted(&base.kernel.installed()?);
-        let mut fqdn = Fqdn::restore(&base.kernel, &ruleset, config, &base.metrics)?;
+        let mut fqdn = Fqdn::restore(&base.kernel, &ruleset, snapshot, config, &base.metrics)?;
         let mirror = Arc::clone(&fqdn.mirror);
         base.status.fqdn_table(Arc::clone(&mirror));
         let patterns = ruleset.fqdn_patterns().to_vec();
