@@ -272,6 +272,7 @@ fn rules_added_after_a_lookup_apply_to_the_answers_clients_hold() {
         .write_policy("resolve.yaml", &policy(&lab.lab, DENY_ALLOW_NAME));
     let mut agent = lab.agent(&[]);
     let asked_before = pod_holds_answers_then_rules_appear(&lab, &mut agent);
+    let applied = Instant::now();
     wait_until(
         "the agent resolves the exact names itself",
         Duration::from_secs(10),
@@ -287,6 +288,10 @@ fn rules_added_after_a_lookup_apply_to_the_answers_clients_hold() {
             .iter()
             .all(|a| sets.contains(a))
         },
+    );
+    eprintln!(
+        "resolved addresses installed {:?} after the ruleset was applied",
+        applied.elapsed()
     );
     // Drop: the held address (both families) is dropped.
     lab.expect("10.62.9.10", TcpOutcome::TimedOut);
