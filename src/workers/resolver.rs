@@ -110,6 +110,7 @@ impl Resolver {
 }
 
 fn run(shared: &Shared, servers: &[SocketAddr], mut sets: FqdnSets, stats: &DnsCounters) {
+    let mut preferred = 0;
     loop {
         let due = {
             let mut schedule = shared.schedule();
@@ -133,7 +134,7 @@ fn run(shared: &Shared, servers: &[SocketAddr], mut sets: FqdnSets, stats: &DnsC
             }
         };
         for name in due {
-            let result = resolve(servers, &name, RESOLVE_TIMEOUT, stats);
+            let result = resolve(servers, &mut preferred, &name, RESOLVE_TIMEOUT, stats);
             let now = shared.table.millis(Instant::now());
             let outcome = match result {
                 Ok(resolutions) => {
@@ -170,22 +171,35 @@ fn run(shared: &Shared, servers: &[SocketAddr], mut sets: FqdnSets, stats: &DnsC
     }
 }
 
-/// Asks `servers` in order for `name`'s A and AAAA records; the first that
-/// answers wins.
+/// Asks `servers` for `name`'s A and AAAA records, starting with the one
+/// that answered last (`preferred`, updated), so a dead resolver costs its
+/// timeout once, not on every name; the first that answers wins.
 fn resolve(
     servers: &[SocketAddr],
+    preferred: &mut usize,
     name: &str,
     timeout: Duration,
     stats: &DnsCounters,
 ) -> Result<Vec<Resolution>, ResolveError> {
     let mut last = ResolveError::NoResolver;
-    for &server in servers {
+    for i in rotation(servers.len(), *preferred) {
+        let Some(&server) = servers.get(i) else {
+            continue;
+        };
         match ask(server, name, timeout, stats) {
-            Ok(resolutions) => return Ok(resolutions),
+            Ok(resolutions) => {
+                *preferred = i;
+                return Ok(resolutions);
+            }
             Err(error) => last = error,
         }
     }
     Err(last)
+}
+
+/// Indices `0..len`, starting at `first`.
+fn rotation(len: usize, first: usize) -> impl Iterator<Item = usize> {
+    (0..len).map(move |i| (first + i) % len)
 }
 
 /// One query of `record_type` for `name` with a random id: its wire form
@@ -305,6 +319,13 @@ mod tests {
                 "[fd00::53]:53".parse().unwrap()
             ]
         );
+    }
+
+    #[test]
+    fn resolvers_are_tried_from_the_last_that_answered() {
+        assert_eq!(rotation(3, 0).collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(rotation(3, 2).collect::<Vec<_>>(), [2, 0, 1]);
+        assert_eq!(rotation(0, 0).count(), 0);
     }
 
     #[test]

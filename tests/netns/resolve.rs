@@ -369,11 +369,18 @@ fn resolved_addresses_follow_the_ttl_to_a_changed_address() {
 ",
         ),
     );
+    // A dead resolver first: it costs its timeout once, then the live one
+    // is asked first, in time to refresh a 2 s TTL.
+    let server = lab.lab.addr("server").octets();
+    let dead = format!("{}.{}.{}.99", server[0], server[1], server[2]);
+    let live = lab.lab.addr("server").to_string();
     let _agent = lab.agent(&[
         "--fqdn-min-ttl",
         "1",
         "--fqdn-resolver",
-        &lab.lab.addr("server").to_string(),
+        &dead,
+        "--fqdn-resolver",
+        &live,
     ]);
     // Resolved at start: reachable although the pod never asked.
     wait_until(
@@ -382,6 +389,17 @@ fn resolved_addresses_follow_the_ttl_to_a_changed_address() {
         || lab.sets().contains("10.62.9.40"),
     );
     lab.expect("10.62.9.40", TcpOutcome::Connected);
+    // Refreshed before it times out: present at every look over three
+    // refreshes (A and AAAA each).
+    let asked = lab.node_asked().len();
+    wait_until("three refreshes", Duration::from_secs(10), || {
+        let sets = lab.sets();
+        assert!(
+            sets.contains("10.62.9.40 "),
+            "expired between refreshes: {sets}"
+        );
+        lab.node_asked().len() >= asked + 6
+    });
     lab.dns.zone.set(moving("10.62.9.41"));
     let changed = Instant::now();
     wait_until(
