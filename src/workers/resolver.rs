@@ -321,6 +321,99 @@ mod tests {
         );
     }
 
+    /// A resolver on loopback that answers each query of `ask` after the
+    /// `forged` messages `forge` makes from it (and one from another port).
+    fn fake_resolver(
+        forge: impl Fn(&Message) -> Vec<Message> + Send + 'static,
+    ) -> (SocketAddr, std::thread::JoinHandle<()>) {
+        use hickory_proto::rr::rdata::{A, AAAA};
+        use hickory_proto::rr::{RData, Record};
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let other = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let address = socket.local_addr().unwrap();
+        let thread = std::thread::spawn(move || {
+            let mut buf = [0u8; 1500];
+            for _ in 0..2 {
+                let (n, from) = socket.recv_from(&mut buf).unwrap();
+                let query = Message::from_vec(&buf[..n]).unwrap();
+                let question = query.queries[0].clone();
+                let mut reply =
+                    Message::new(query.metadata.id, MessageType::Response, OpCode::Query);
+                reply.add_query(question.clone());
+                let data = match question.query_type {
+                    RecordType::A => RData::A(A::new(192, 0, 2, 7)),
+                    _ => RData::AAAA(AAAA::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 7)),
+                };
+                reply.add_answer(Record::from_rdata(question.name.clone(), 30, data));
+                // The right answer from another port first: never delivered.
+                other.send_to(&reply.to_vec().unwrap(), from).unwrap();
+                for forged in forge(&query) {
+                    socket.send_to(&forged.to_vec().unwrap(), from).unwrap();
+                }
+                socket.send_to(&reply.to_vec().unwrap(), from).unwrap();
+            }
+        });
+        (address, thread)
+    }
+
+    #[test]
+    fn answers_count_only_when_id_question_and_server_match() {
+        use hickory_proto::rr::rdata::A;
+        use hickory_proto::rr::{RData, Record};
+        let (server, thread) = fake_resolver(|query| {
+            let forged = |id, name: &str| {
+                let mut m = Message::new(id, MessageType::Response, OpCode::Query);
+                let name = Name::from_ascii(name).unwrap();
+                m.add_query(Query::query(name.clone(), query.queries[0].query_type));
+                m.add_answer(Record::from_rdata(
+                    name,
+                    86_400,
+                    RData::A(A::new(203, 0, 113, 66)),
+                ));
+                m
+            };
+            vec![
+                forged(query.metadata.id.wrapping_add(1), "www.example.test."),
+                forged(query.metadata.id, "evil.example.test."),
+            ]
+        });
+        let stats = DnsCounters::default();
+        let got = ask(server, "www.example.test", Duration::from_secs(5), &stats).unwrap();
+        thread.join().unwrap();
+        let addresses: Vec<IpAddr> = got.iter().map(|r| r.address).collect();
+        assert_eq!(
+            addresses,
+            [
+                "192.0.2.7".parse::<IpAddr>().unwrap(),
+                "2001:db8::7".parse().unwrap()
+            ]
+        );
+        assert!(got
+            .iter()
+            .all(|r| r.names == ["www.example.test"] && r.ttl == 30));
+        // Two forged messages per query; the other port's never arrived.
+        assert_eq!(stats.resolve_mismatched.load(Ordering::Relaxed), 4);
+    }
+
+    #[test]
+    fn a_silent_or_refusing_resolver_is_an_error_in_time() {
+        let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let stats = DnsCounters::default();
+        let started = Instant::now();
+        let timeout = Duration::from_millis(300);
+        let error = ask(silent.local_addr().unwrap(), "a.test", timeout, &stats).unwrap_err();
+        assert!(matches!(error, ResolveError::Timeout { .. }), "{error}");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        // Nothing listening: ICMP port unreachable ends it at once.
+        let closed = silent.local_addr().unwrap();
+        drop(silent);
+        let error = ask(closed, "a.test", Duration::from_secs(5), &stats).unwrap_err();
+        assert!(matches!(error, ResolveError::Socket { .. }), "{error}");
+        let mut preferred = 0;
+        let error = resolve(&[], &mut preferred, "a.test", timeout, &stats).unwrap_err();
+        assert!(matches!(error, ResolveError::NoResolver), "{error}");
+    }
+
     #[test]
     fn resolvers_are_tried_from_the_last_that_answered() {
         assert_eq!(rotation(3, 0).collect::<Vec<_>>(), [0, 1, 2]);
