@@ -29,9 +29,7 @@ pub use learner::{
     DEFAULT_MAX_TTL_SECS, MAX_IPSET_TIMEOUT_SECS,
 };
 
-pub use resolve::{
-    refresh_after_ms, FqdnResolve, Outcome, ResolveBounds, ResolveSchedule, UnknownResolve,
-};
+pub use resolve::{FqdnResolve, ResolveBounds, ResolveOutcome, ResolveSchedule, UnknownResolve};
 pub use step::{DnsStep, Learned, SetWrite};
 pub use table::{Expired, FqdnTable, TableLookup};
 

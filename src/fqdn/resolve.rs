@@ -120,7 +120,7 @@ pub struct ResolveSchedule {
 
 /// What one resolution of a name gave.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub enum ResolveOutcome {
     /// Answers came; `min_ttl_secs` is the smallest TTL of their
     /// addresses, `None` when there were none.
     Answered { min_ttl_secs: Option<u32> },
@@ -218,29 +218,29 @@ impl ResolveSchedule {
     /// Records how resolving `name` ended at `now_ms`. Returns whether it
     /// is the first failure since the name last resolved (the one to log).
     /// A name no longer scheduled is ignored.
-    pub fn outcome(&mut self, name: &str, outcome: Outcome, now_ms: u64) -> bool {
+    pub fn outcome(&mut self, name: &str, outcome: ResolveOutcome, now_ms: u64) -> bool {
         let Some(state) = self.names.get(name).copied() else {
             return false;
         };
         let bounds = self.bounds;
         let next = match outcome {
-            Outcome::Answered {
+            ResolveOutcome::Answered {
                 min_ttl_secs: Some(ttl),
             } => NameState {
                 due_ms: now_ms.saturating_add(refresh_after_ms(clamp_ttl(ttl, &bounds))),
                 failures: 0,
             },
-            Outcome::Answered { min_ttl_secs: None } => NameState {
+            ResolveOutcome::Answered { min_ttl_secs: None } => NameState {
                 due_ms: now_ms.saturating_add(bounds.empty_retry_ms),
                 failures: 0,
             },
-            Outcome::Failed => NameState {
+            ResolveOutcome::Failed => NameState {
                 due_ms: now_ms.saturating_add(self.backoff(state.failures)),
                 failures: state.failures.saturating_add(1),
             },
         };
         self.names.insert(name.to_owned(), next);
-        matches!(outcome, Outcome::Failed) && state.failures == 0
+        matches!(outcome, ResolveOutcome::Failed) && state.failures == 0
     }
 
     /// The wait after `failures` earlier failures: the first backoff

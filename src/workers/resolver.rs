@@ -27,7 +27,7 @@ use hickory_proto::rr::{Name, RecordType};
 use super::dns::DnsCounters;
 use super::fqdn_sets::FqdnSets;
 use crate::dns::{self, DnsQuery, Resolution};
-use crate::fqdn::{FqdnPattern, FqdnTable, Outcome, ResolveBounds, ResolveSchedule, Source};
+use crate::fqdn::{FqdnPattern, FqdnTable, ResolveBounds, ResolveOutcome, ResolveSchedule, Source};
 
 /// How long one resolver has to answer both queries of a name.
 pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -154,13 +154,16 @@ fn run(shared: &Shared, servers: &[SocketAddr], mut sets: FqdnSets, stats: &DnsC
                     if sets.write(&learned.writes).is_err() {
                         stats.ipset_errors.fetch_add(1, Ordering::Relaxed);
                     }
-                    Outcome::Answered {
+                    ResolveOutcome::Answered {
                         min_ttl_secs: resolutions.iter().map(|r| r.ttl).min(),
                     }
                 }
                 Err(error) => {
                     stats.resolve_failed.fetch_add(1, Ordering::Relaxed);
-                    if shared.schedule().outcome(&name, Outcome::Failed, now) {
+                    if shared
+                        .schedule()
+                        .outcome(&name, ResolveOutcome::Failed, now)
+                    {
                         tracing::warn!(name, %error, "resolving an fqdn selector failed; retrying with backoff");
                     }
                     continue;

@@ -35,7 +35,7 @@ fn answered_names_are_refreshed_before_their_addresses_time_out() {
     assert_eq!(s.due(0), ["a.test"]);
     assert!(!s.outcome(
         "a.test",
-        Outcome::Answered {
+        ResolveOutcome::Answered {
             min_ttl_secs: Some(300)
         },
         100
@@ -47,7 +47,7 @@ fn answered_names_are_refreshed_before_their_addresses_time_out() {
     // A TTL below the floor times out after the floor (5 s): asked after 4 s.
     s.outcome(
         "a.test",
-        Outcome::Answered {
+        ResolveOutcome::Answered {
             min_ttl_secs: Some(0),
         },
         300_000,
@@ -62,7 +62,7 @@ fn answered_names_are_refreshed_before_their_addresses_time_out() {
     capped.due(0);
     capped.outcome(
         "a.test",
-        Outcome::Answered {
+        ResolveOutcome::Answered {
             min_ttl_secs: Some(86_400),
         },
         0,
@@ -87,7 +87,7 @@ fn failures_back_off_exponentially_and_are_reported_once() {
     let mut first = Vec::new();
     for _ in 0..9 {
         assert_eq!(s.due(now), ["dead.test"]);
-        first.push(s.outcome("dead.test", Outcome::Failed, now));
+        first.push(s.outcome("dead.test", ResolveOutcome::Failed, now));
         let next = s.next_due().unwrap();
         waits.push(next - now);
         now = next;
@@ -102,14 +102,14 @@ fn failures_back_off_exponentially_and_are_reported_once() {
     s.due(now);
     s.outcome(
         "dead.test",
-        Outcome::Answered {
+        ResolveOutcome::Answered {
             min_ttl_secs: Some(60),
         },
         now,
     );
     let now = s.next_due().unwrap();
     s.due(now);
-    assert!(s.outcome("dead.test", Outcome::Failed, now));
+    assert!(s.outcome("dead.test", ResolveOutcome::Failed, now));
     assert_eq!(s.next_due(), Some(now + 1_000));
 }
 
@@ -118,7 +118,11 @@ fn an_answer_without_addresses_is_asked_again_later() {
     let mut s = schedule();
     s.reselect(&selectors(&["nx.test"]), 0);
     s.due(0);
-    assert!(!s.outcome("nx.test", Outcome::Answered { min_ttl_secs: None }, 10));
+    assert!(!s.outcome(
+        "nx.test",
+        ResolveOutcome::Answered { min_ttl_secs: None },
+        10
+    ));
     assert_eq!(s.next_due(), Some(30_010));
 }
 
@@ -142,7 +146,7 @@ fn removed_selectors_are_forgotten_and_kept_ones_keep_their_time() {
     s.due(0);
     s.outcome(
         "a.test",
-        Outcome::Answered {
+        ResolveOutcome::Answered {
             min_ttl_secs: Some(100),
         },
         0,
@@ -151,7 +155,7 @@ fn removed_selectors_are_forgotten_and_kept_ones_keep_their_time() {
     assert_eq!(s.names().collect::<Vec<_>>(), ["a.test"]);
     assert_eq!(s.next_due(), Some(90_000));
     // A late outcome for a forgotten name changes nothing.
-    assert!(!s.outcome("b.test", Outcome::Failed, 20));
+    assert!(!s.outcome("b.test", ResolveOutcome::Failed, 20));
     assert_eq!(s.names().count(), 1);
     // Back again: due at once.
     assert!(s.reselect(&selectors(&["a.test", "b.test"]), 30));
