@@ -224,13 +224,17 @@ pub enum GetCommand {
         node: NodeArgs,
     },
     /// Addresses a running agent has learned for FQDN selectors, with their
-    /// remaining TTL, read from the kernel sets of this network namespace.
+    /// remaining TTL, read from the kernel sets of this network namespace,
+    /// and how the agent learned each (snooped or resolved; `-` when it
+    /// does not answer).
     Fqdn {
         /// The agent's policies, to name each set by its selector.
         #[arg(long)]
         policies: Vec<PathBuf>,
         #[command(flatten)]
         node: NodeArgs,
+        #[command(flatten)]
+        socket: SocketArgs,
     },
 }
 

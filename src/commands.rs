@@ -369,19 +369,28 @@ pub fn render_trace(trace: &Trace, format: OutputFormat) -> String {
 
 /// `tollgate get fqdn`: what a running agent has learned, from the kernel's
 /// FQDN sets — one row per selector, set and address with the remaining
-/// TTL in seconds. Selectors of `patterns` name their sets; a set no
-/// selector maps to shows `-`; a selector with nothing learned shows one
-/// row without address.
+/// TTL in seconds and how the agent learned it (`sources`, from the agent:
+/// `snooped` or `resolved`; `-` when it did not say). Selectors of
+/// `patterns` name their sets; a set no selector maps to shows `-`; a
+/// selector with nothing learned shows one row without address.
 pub fn render_fqdn(
     sets: &BTreeMap<String, crate::datapath::LearnedSet>,
     patterns: &[crate::fqdn::FqdnPattern],
+    sources: &[crate::status::FqdnSource],
 ) -> String {
     use crate::datapath::{plan::fqdn_set, Family};
+    let source = |selector: &str, address: &std::net::IpAddr| {
+        sources
+            .iter()
+            .find(|s| s.selector == selector && s.address == *address)
+            .map_or("-".to_string(), |s| s.source.clone())
+    };
     let mut rows = vec![[
         "SELECTOR".to_string(),
         "SET".to_string(),
         "ADDRESS".to_string(),
         "TTL".to_string(),
+        "SOURCE".to_string(),
     ]];
     let mut named = std::collections::BTreeSet::new();
     for pattern in patterns {
@@ -395,6 +404,7 @@ pub fn render_fqdn(
                         name.clone(),
                         address.to_string(),
                         ttl.to_string(),
+                        source(pattern.as_str(), &address),
                     ]);
                     any = true;
                 }
@@ -402,7 +412,13 @@ pub fn render_fqdn(
             named.insert(name);
         }
         if !any {
-            rows.push([pattern.to_string(), "-".into(), "-".into(), "-".into()]);
+            rows.push([
+                pattern.to_string(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+            ]);
         }
     }
     for (name, set) in sets.iter().filter(|(n, _)| !named.contains(*n)) {
@@ -412,6 +428,7 @@ pub fn render_fqdn(
                 name.clone(),
                 address.to_string(),
                 ttl.to_string(),
+                "-".into(),
             ]);
         }
     }
@@ -506,7 +523,12 @@ mod tests {
             ),
         ]
         .into();
-        let text = render_fqdn(&sets, &[allowed.clone(), empty]);
+        let sources = [crate::status::FqdnSource {
+            selector: "*.allowed.test".into(),
+            address: "10.0.0.9".parse().unwrap(),
+            source: "resolved".into(),
+        }];
+        let text = render_fqdn(&sets, &[allowed.clone(), empty], &sources);
         let set = fqdn_set(&allowed, Family::V4);
         let lines: Vec<Vec<&str>> = text
             .lines()
@@ -515,11 +537,11 @@ mod tests {
         assert_eq!(
             lines,
             vec![
-                vec!["SELECTOR", "SET", "ADDRESS", "TTL"],
-                vec!["*.allowed.test", &set, "10.0.0.1", "7"],
-                vec!["*.allowed.test", &set, "10.0.0.9", "20"],
-                vec!["quiet.test", "-", "-", "-"],
-                vec!["-", "tollgate-fqdn-stale-v4", "10.0.0.2", "3"],
+                vec!["SELECTOR", "SET", "ADDRESS", "TTL", "SOURCE"],
+                vec!["*.allowed.test", &set, "10.0.0.1", "7", "-"],
+                vec!["*.allowed.test", &set, "10.0.0.9", "20", "resolved"],
+                vec!["quiet.test", "-", "-", "-", "-"],
+                vec!["-", "tollgate-fqdn-stale-v4", "10.0.0.2", "3", "-"],
             ]
         );
     }

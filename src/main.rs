@@ -97,7 +97,12 @@ fn run(command: Command) -> Result<ExitCode, CommandError> {
             }
         }
         Command::Get {
-            what: GetCommand::Fqdn { policies, node },
+            what:
+                GetCommand::Fqdn {
+                    policies,
+                    node,
+                    socket,
+                },
         } => {
             let patterns = if policies.is_empty() {
                 Vec::new()
@@ -107,7 +112,12 @@ fn run(command: Command) -> Result<ExitCode, CommandError> {
             };
             let sets = tollgate::datapath::learned_sets()
                 .map_err(|e| CommandError::Usage(format!("reading the FQDN sets: {e}")))?;
-            print!("{}", commands::render_fqdn(&sets, &patterns));
+            // Sources are the agent's to tell; without it the sets still show.
+            let sources = match commands::ask(&socket.socket, &Request::Fqdn) {
+                Ok(Response::Fqdn(sources)) => sources,
+                _ => Vec::new(),
+            };
+            print!("{}", commands::render_fqdn(&sets, &patterns, &sources));
         }
         Command::Cleanup => {
             let removed = tollgate::agent::cleanup()

@@ -18,6 +18,8 @@
 //! ← {"policies":[{"policy":{"kind":"AntreaClusterNetworkPolicy",…},…}]}
 //! → {"request":"check","probe":"ready"}
 //! ← {"check":{"ok":false,"reason":"no complete policy snapshot yet"}}
+//! → {"request":"fqdn"}
+//! ← {"fqdn":[{"selector":"www.example.com","address":"203.0.113.7","source":"resolved"}]}
 //! ← {"error":"unknown request"}
 //! ```
 #![allow(clippy::disallowed_methods)] // the status server reports uptime.
@@ -27,12 +29,13 @@ use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
+use crate::fqdn::FqdnTable;
 use crate::marks::FailMode;
 use crate::ruleset::{PolicySummary, Ruleset};
 use crate::telemetry::{Check, Health, Probes, Registry};
@@ -79,6 +82,8 @@ pub enum Request {
     Check {
         probe: Check,
     },
+    /// How each live FQDN set entry was learned (`tollgate get fqdn`).
+    Fqdn,
 }
 
 /// What the agent answers.
@@ -88,7 +93,18 @@ pub enum Response {
     Status(Box<StatusReport>),
     Policies(Vec<PolicySummary>),
     Check(CheckReport),
+    Fqdn(Vec<FqdnSource>),
     Error(String),
+}
+
+/// One live FQDN set entry and how it was learned: `snooped` or
+/// `resolved` (asked for by tollgate).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FqdnSource {
+    pub selector: String,
+    pub address: std::net::IpAddr,
+    pub source: String,
 }
 
 /// The answer to a probe.
@@ -211,6 +227,8 @@ pub struct AgentStatus {
     /// Kubernetes kind listed once); false at start.
     snapshot_complete: AtomicBool,
     state: Mutex<State>,
+    /// The FQDN table, once the first snapshot made it.
+    fqdn: OnceLock<Arc<FqdnTable>>,
 }
 
 #[derive(Default)]
@@ -249,7 +267,28 @@ impl AgentStatus {
             health,
             snapshot_complete: AtomicBool::new(false),
             state: Mutex::new(State::default()),
+            fqdn: OnceLock::new(),
         }
+    }
+
+    /// The FQDN table to report the sources of (set once).
+    pub fn fqdn_table(&self, table: Arc<FqdnTable>) {
+        let _ = self.fqdn.set(table);
+    }
+
+    fn fqdn_sources(&self) -> Vec<FqdnSource> {
+        let Some(table) = self.fqdn.get() else {
+            return Vec::new();
+        };
+        table
+            .sources(Instant::now())
+            .into_iter()
+            .map(|(pattern, address, source)| FqdnSource {
+                selector: pattern.to_string(),
+                address,
+                source: source.as_str().to_string(),
+            })
+            .collect()
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -342,6 +381,7 @@ impl AgentStatus {
             Request::Status => Response::Status(Box::new(self.report())),
             Request::Policies => Response::Policies(self.ruleset.load().policies().to_vec()),
             Request::Check { probe } => Response::Check(self.check(*probe).into()),
+            Request::Fqdn => Response::Fqdn(self.fqdn_sources()),
         }
     }
 }
@@ -857,6 +897,38 @@ mod tests {
         assert_eq!(
             serde_json::from_str::<Response>(&json).unwrap(),
             Response::Status(report)
+        );
+    }
+
+    #[test]
+    fn fqdn_sources_come_from_the_table_once_it_is_set() {
+        use crate::dns::Resolution;
+        use crate::fqdn::{FqdnPattern, LearnerConfig, Source};
+        let s = status();
+        assert_eq!(s.answer(&Request::Fqdn), Response::Fqdn(vec![]));
+        let now = Instant::now();
+        let selectors = vec![FqdnPattern::new("a.test")];
+        let (table, _) = FqdnTable::restore(selectors, LearnerConfig::default(), &[], now);
+        let answer = |last| Resolution {
+            names: vec!["a.test".into()],
+            address: std::net::IpAddr::from([10, 0, 0, last]),
+            ttl: 60,
+        };
+        table.learn_answers(&[answer(1)], Source::Snooped, 0);
+        table.learn_answers(&[answer(2)], Source::Resolved, 0);
+        s.fqdn_table(Arc::new(table));
+        let Response::Fqdn(mut sources) = s.answer(&Request::Fqdn) else {
+            panic!()
+        };
+        sources.sort_by_key(|s| s.address);
+        let json = serde_json::to_string(&Response::Fqdn(sources)).unwrap();
+        assert_eq!(
+            json,
+            r#"{"fqdn":[{"selector":"a.test","address":"10.0.0.1","source":"snooped"},{"selector":"a.test","address":"10.0.0.2","source":"resolved"}]}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&Request::Fqdn).unwrap(),
+            r#"{"request":"fqdn"}"#
         );
     }
 

@@ -1,20 +1,34 @@
 //! The agent's FQDN side: the table seeded from what the kernel's FQDN sets
-//! still hold at start, and the DNS reply worker, started (once) before
-//! the first ruleset whose DNS rules would queue replies is installed. It
-//! decides no verdict and writes no kernel rule.
+//! still hold at start, the DNS reply worker, started (once) before the
+//! first ruleset whose DNS rules would queue replies is installed, and with
+//! it the resolve-ahead thread (`fqdn.resolve: exact`), told the selectors
+//! of each ruleset once its sets exist. Its resolvers: `fqdn.resolvers`,
+//! else the cluster DNS (Service `kube-system/kube-dns` in the inventory),
+//! else the node's resolv.conf. It decides no verdict and writes no kernel
+//! rule.
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::converge::Handover;
 use super::AgentError;
-use crate::config::AgentConfig;
+use crate::config::{AgentConfig, FqdnConfig};
 use crate::datapath::Kernel;
-use crate::fqdn::{FqdnPattern, FqdnTable};
+use crate::fqdn::{FqdnPattern, FqdnResolve, FqdnTable, DNS_PORT};
+use crate::model::{Object, Snapshot};
 use crate::ruleset::Ruleset;
 use crate::telemetry::Metrics;
 use crate::workers::fqdn_sets::restored_entries;
+use crate::workers::resolver::{nameservers, Resolver};
 use crate::workers::DnsWorker;
+
+/// Where the node's resolvers are listed (default `fqdn.resolvers` without
+/// a cluster DNS).
+const RESOLV_CONF: &str = "/etc/resolv.conf";
+/// The cluster DNS Service (kubeadm, kops, k3s, managed clusters: CoreDNS
+/// keeps the name), as `namespace/name`.
+const CLUSTER_DNS: (&str, &str) = ("kube-system", "kube-dns");
 
 /// What a ruleset with FQDN selectors needs before the kernel queues DNS
 /// replies: the mirror learning for its selectors and the DNS worker.
@@ -24,6 +38,11 @@ pub(super) struct Fqdn {
     /// The DNS reply worker, started with the first ruleset that has FQDN
     /// selectors (its queue is not bound before).
     dns: Option<DnsWorker>,
+    /// The resolve-ahead thread, started with the DNS worker unless
+    /// `fqdn.resolve` is off or no resolver is known.
+    resolver: Option<Resolver>,
+    /// The cluster DNS the first snapshot named (empty: none).
+    cluster_dns: Vec<IpAddr>,
     metrics: Arc<Metrics>,
 }
 
@@ -34,6 +53,7 @@ impl Fqdn {
     pub(super) fn restore(
         kernel: &impl Kernel,
         ruleset: &Ruleset,
+        snapshot: &Snapshot,
         config: &Arc<AgentConfig>,
         metrics: &Arc<Metrics>,
     ) -> Result<Fqdn, AgentError> {
@@ -58,6 +78,8 @@ impl Fqdn {
             config: Arc::clone(config),
             mirror: Arc::new(table),
             dns: None,
+            resolver: None,
+            cluster_dns: cluster_dns(snapshot),
             metrics: Arc::clone(metrics),
         })
     }
@@ -78,8 +100,98 @@ impl Fqdn {
             Arc::clone(&self.metrics),
         )?;
         tracing::info!(queue = worker.queue, "dns worker started");
+        self.resolver = start_resolver(&self.config.fqdn, &self.cluster_dns, &self.mirror, &worker);
         self.dns = Some(worker);
         Ok(())
+    }
+
+    /// The ruleset with `selectors` is realized (its FQDN sets exist):
+    /// resolve its exact names ahead from now on.
+    pub(super) fn realized(&self, selectors: &[FqdnPattern]) {
+        if let Some(resolver) = &self.resolver {
+            resolver.reselect(selectors);
+        }
+    }
+}
+
+/// The clusterIPs of the cluster DNS Service in `snapshot`, if it has it.
+fn cluster_dns(snapshot: &Snapshot) -> Vec<IpAddr> {
+    snapshot
+        .iter()
+        .find_map(|object| match object {
+            Object::Service(service)
+                if service.metadata.namespace.as_deref() == Some(CLUSTER_DNS.0)
+                    && service.metadata.name == CLUSTER_DNS.1 =>
+            {
+                Some(service.cluster_ips())
+            }
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// The resolvers to ask: `fqdn.resolvers`, else `cluster_dns`, else the
+/// nameservers of `resolv_conf` (read only when needed).
+fn resolvers(
+    config: &FqdnConfig,
+    cluster_dns: &[IpAddr],
+    resolv_conf: impl FnOnce() -> std::io::Result<String>,
+) -> std::io::Result<Vec<SocketAddr>> {
+    let port = |ips: &[IpAddr]| {
+        ips.iter()
+            .map(|&ip| SocketAddr::new(ip, DNS_PORT))
+            .collect()
+    };
+    Ok(if !config.resolvers.is_empty() {
+        port(&config.resolvers)
+    } else if !cluster_dns.is_empty() {
+        port(cluster_dns)
+    } else {
+        nameservers(&resolv_conf()?)
+    })
+}
+
+/// The resolve-ahead thread for `config`, adding to `worker`'s counters;
+/// none when it is off, no resolver is known or it cannot start (logged:
+/// snooping goes on alone).
+fn start_resolver(
+    config: &FqdnConfig,
+    cluster_dns: &[IpAddr],
+    mirror: &Arc<FqdnTable>,
+    worker: &DnsWorker,
+) -> Option<Resolver> {
+    if config.resolve == FqdnResolve::Off {
+        return None;
+    }
+    let servers = match resolvers(config, cluster_dns, || std::fs::read_to_string(RESOLV_CONF)) {
+        Ok(servers) if !servers.is_empty() => servers,
+        Ok(_) => {
+            tracing::warn!(
+                path = RESOLV_CONF,
+                "fqdn names are not resolved ahead: no nameserver"
+            );
+            return None;
+        }
+        Err(error) => {
+            tracing::warn!(%error, path = RESOLV_CONF, "fqdn names are not resolved ahead: no resolver");
+            return None;
+        }
+    };
+    match Resolver::spawn(
+        servers.clone(),
+        config.resolve_bounds(),
+        Arc::clone(mirror),
+        Arc::clone(&worker.stats),
+    ) {
+        Ok(resolver) => {
+            let servers: Vec<String> = servers.iter().map(ToString::to_string).collect();
+            tracing::info!(servers = servers.join(","), "fqdn resolver started");
+            Some(resolver)
+        }
+        Err(error) => {
+            tracing::error!(%error, "fqdn resolver failed to start: snooping only");
+            None
+        }
     }
 }
 
@@ -98,5 +210,56 @@ impl Handover for Fqdn {
     fn switched(&mut self, ruleset: &Ruleset) {
         self.mirror
             .reselect(ruleset.fqdn_patterns(), Instant::now());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Sourced;
+
+    fn snapshot(yaml_services: &[(&str, &str, &str)]) -> Snapshot {
+        let objects = yaml_services
+            .iter()
+            .map(|(namespace, name, ip)| {
+                let json = serde_json::json!({
+                    "metadata": {"name": name, "namespace": namespace},
+                    "spec": {"clusterIP": ip, "clusterIPs": [ip]},
+                });
+                Sourced {
+                    origin: "inventory".into(),
+                    object: Object::Service(serde_json::from_value(json).unwrap()),
+                }
+            })
+            .collect();
+        Snapshot { objects }
+    }
+
+    #[test]
+    fn resolvers_are_configured_else_the_cluster_dns_else_resolv_conf() {
+        let cluster = cluster_dns(&snapshot(&[
+            ("default", "kube-dns", "10.96.0.99"),
+            ("kube-system", "kube-dns", "10.96.0.10"),
+        ]));
+        assert_eq!(cluster, ["10.96.0.10".parse::<IpAddr>().unwrap()]);
+        assert!(cluster_dns(&snapshot(&[("kube-system", "coredns-x", "10.96.0.11")])).is_empty());
+        let resolv = || Ok("nameserver 192.0.2.53\n".to_string());
+        let unread = || -> std::io::Result<String> { panic!("resolv.conf read") };
+        let mut config = FqdnConfig::default();
+        assert_eq!(
+            resolvers(&config, &[], resolv).unwrap(),
+            ["192.0.2.53:53".parse::<SocketAddr>().unwrap()]
+        );
+        assert_eq!(
+            resolvers(&config, &cluster, unread).unwrap(),
+            ["10.96.0.10:53".parse::<SocketAddr>().unwrap()]
+        );
+        config.resolvers = vec!["fd00::53".parse().unwrap()];
+        assert_eq!(
+            resolvers(&config, &cluster, unread).unwrap(),
+            ["[fd00::53]:53".parse::<SocketAddr>().unwrap()]
+        );
+        let missing = || Err(std::io::Error::from(std::io::ErrorKind::NotFound));
+        assert!(resolvers(&FqdnConfig::default(), &[], missing).is_err());
     }
 }

@@ -257,8 +257,9 @@ impl Starting {
         let node = host::local_node(&config.node)?;
         let ruleset = compile(snapshot, &node);
         let installed = adopted(&base.kernel.installed()?);
-        let mut fqdn = Fqdn::restore(&base.kernel, &ruleset, config, &base.metrics)?;
+        let mut fqdn = Fqdn::restore(&base.kernel, &ruleset, snapshot, config, &base.metrics)?;
         let mirror = Arc::clone(&fqdn.mirror);
+        base.status.fqdn_table(Arc::clone(&mirror));
         let patterns = ruleset.fqdn_patterns().to_vec();
         let reconciler = Reconciler::adopting(policy, ruleset, installed, Backoff::DEFAULT);
         let policy = Arc::clone(reconciler.in_force());

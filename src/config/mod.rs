@@ -11,8 +11,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::fqdn::{
-    LearnerConfig, QueryBounds, DEFAULT_MAX_OUTSTANDING_QUERIES, DEFAULT_MAX_TTL_SECS,
-    DEFAULT_QUERY_TIMEOUT_SECS, MAX_IPSET_TIMEOUT_SECS,
+    FqdnResolve, LearnerConfig, QueryBounds, ResolveBounds, DEFAULT_MAX_OUTSTANDING_QUERIES,
+    DEFAULT_MAX_TTL_SECS, DEFAULT_QUERY_TIMEOUT_SECS, MAX_IPSET_TIMEOUT_SECS,
 };
 use crate::http::{FramingPolicy, BODYLESS_METHODS};
 use crate::l7::{DenyResponse, UrgentData};
@@ -406,6 +406,15 @@ pub struct FqdnConfig {
     /// Addresses remembered in all (default and at most 65536).
     #[arg(skip)]
     pub max_addresses: usize,
+    /// Whether tollgate resolves exact FQDN selectors itself, when they
+    /// appear and before their addresses time out: exact (default) or off
+    /// (snooping only). Wildcards are always snoop-only.
+    #[arg(long = "fqdn-resolve", value_name = "exact|off")]
+    pub resolve: FqdnResolve,
+    /// DNS servers (port 53) tollgate asks for exact names, in order;
+    /// empty: the nameservers of the node's /etc/resolv.conf.
+    #[arg(long = "fqdn-resolver", value_name = "IP")]
+    pub resolvers: Vec<IpAddr>,
 }
 
 impl Default for FqdnConfig {
@@ -419,6 +428,8 @@ impl Default for FqdnConfig {
             query_timeout: DEFAULT_QUERY_TIMEOUT_SECS,
             max_addresses_per_name: 128,
             max_addresses: MAX_FQDN_ADDRESSES,
+            resolve: FqdnResolve::default(),
+            resolvers: Vec::new(),
         }
     }
 }
@@ -484,6 +495,16 @@ impl FqdnConfig {
     }
 
     /// The learner's bounds.
+    /// The timing of resolving ahead: the learner's TTL bounds and the
+    /// default rate and backoff.
+    pub fn resolve_bounds(&self) -> ResolveBounds {
+        ResolveBounds {
+            min_ttl_secs: self.min_ttl,
+            max_ttl_secs: self.max_ttl,
+            ..ResolveBounds::default()
+        }
+    }
+
     pub fn learner(&self) -> LearnerConfig {
         LearnerConfig {
             min_ttl_secs: self.min_ttl,

@@ -52,6 +52,8 @@ fn empty_settings_resolve_to_defaults() {
             query_timeout: 30,
             max_addresses_per_name: 128,
             max_addresses: 65_536,
+            resolve: FqdnResolve::Exact,
+            resolvers: vec![],
         }
     );
     assert_eq!(marks.l7, 0x40_0000);
@@ -124,6 +126,12 @@ fn fqdn_keys_and_bounds() {
     let config =
         self::config("fqdn: {minTtl: 10, maxTtl: 600, maxOutstandingQueries: 10, queryTimeout: 5}");
     assert_eq!(config.fqdn.learner().max_ttl_secs, 600);
+    assert_eq!(config.fqdn.resolve, FqdnResolve::Exact);
+    assert_eq!(config.fqdn.resolve_bounds().min_ttl_secs, 10);
+    assert_eq!(config.fqdn.resolve_bounds().max_ttl_secs, 600);
+    let resolving = self::config("fqdn: {resolve: off, resolvers: [10.0.0.53, 'fd00::53']}");
+    assert_eq!(resolving.fqdn.resolve, FqdnResolve::Off);
+    assert_eq!(resolving.fqdn.resolvers.len(), 2);
     assert_eq!(
         config.fqdn.query_bounds(),
         QueryBounds {
@@ -140,6 +148,8 @@ fn fqdn_keys_and_bounds() {
             "fqdn.maxOutstandingQueries",
         ),
         ("fqdn: {queryTimeout: 0}", "fqdn.queryTimeout"),
+        ("fqdn: {resolve: wildcard}", "resolve"),
+        ("fqdn: {resolvers: [not-an-address]}", "resolvers"),
     ] {
         let message = error(bad);
         assert!(message.contains(expected), "{bad}: {message}");
@@ -324,6 +334,8 @@ fn every_flag_sets_a_key_of_its_section() {
             "dns-trusted-server",
             "fqdn-min-ttl",
             "fqdn-max-ttl",
+            "fqdn-resolve",
+            "fqdn-resolver",
             "l7-deny-response",
             "l7-urgent-data",
             "audit-log",
@@ -335,7 +347,8 @@ fn every_flag_sets_a_key_of_its_section() {
     let value = |name: &str| match name {
         "node-name" => "n1",
         "node-labels" => "a=1",
-        "node-address" | "dns-trusted-server" => "10.0.0.1",
+        "node-address" | "dns-trusted-server" | "fqdn-resolver" => "10.0.0.1",
+        "fqdn-resolve" => "off",
         "queues" | "fqdn-min-ttl" => "2",
         "fqdn-max-ttl" => "3600",
         "queue-base" => "200",
@@ -383,6 +396,8 @@ fn every_flag_sets_a_key_of_its_section() {
             trusted_servers: vec!["10.0.0.1".parse().unwrap()],
             min_ttl: 2,
             max_ttl: 3600,
+            resolve: FqdnResolve::Off,
+            resolvers: vec!["10.0.0.1".parse().unwrap()],
             ..defaults.fqdn
         },
         l7: L7Config {

@@ -15,7 +15,7 @@
 //!   needs no write: the kernel times entries out itself, and
 //!   [`FqdnLearner::expire`] forgets them.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -79,6 +79,25 @@ pub struct RestoredEntry {
     pub remaining_secs: u32,
 }
 
+/// How the addresses of a set entry were learned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Source {
+    /// From a DNS answer seen in traffic (or restored from the kernel).
+    Snooped,
+    /// From an answer tollgate asked its resolvers for; wins over
+    /// snooped while the entry lives.
+    Resolved,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Snooped => "snooped",
+            Source::Resolved => "resolved",
+        }
+    }
+}
+
 /// Monotonic event counts, for metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LearnerCounters {
@@ -127,6 +146,9 @@ pub struct FqdnLearner {
     /// Number of records whose name matches the selector, per entry.
     backing: HashMap<(usize, IpAddr), u32>,
     installed: HashMap<(usize, IpAddr), u64>,
+    /// Installed entries a resolution tollgate asked for learned or
+    /// confirmed (the others were snooped).
+    resolved: HashSet<(usize, IpAddr)>,
     counters: LearnerCounters,
 }
 
@@ -146,6 +168,7 @@ impl FqdnLearner {
             next_order: 0,
             backing: HashMap::new(),
             installed: HashMap::new(),
+            resolved: HashSet::new(),
             counters: LearnerCounters::default(),
         }
     }
@@ -191,6 +214,17 @@ impl FqdnLearner {
     /// trailing dot). Returns the writes that make the kernel sets agree,
     /// which must be applied before the reply is released to the client.
     pub fn learn(&mut self, resolutions: &[Resolution], now_ms: u64) -> Vec<IpsetChange> {
+        self.learn_from(resolutions, Source::Snooped, now_ms)
+    }
+
+    /// [`FqdnLearner::learn`] for answers learned by `source`; the entries
+    /// a resolution backs are marked [`Source::Resolved`].
+    pub fn learn_from(
+        &mut self,
+        resolutions: &[Resolution],
+        source: Source,
+        now_ms: u64,
+    ) -> Vec<IpsetChange> {
         let mut touched = Touched::default();
         for resolution in resolutions {
             let timeout = self.timeout_secs(resolution.ttl);
@@ -216,7 +250,25 @@ impl FqdnLearner {
                 &mut changes,
             );
         }
+        if source == Source::Resolved {
+            let live: Vec<_> = touched
+                .learned
+                .keys()
+                .filter(|key| self.installed.contains_key(key))
+                .copied()
+                .collect();
+            self.resolved.extend(live);
+        }
         changes
+    }
+
+    /// How the installed entry `(selector, address)` was learned.
+    pub fn source(&self, selector: usize, address: IpAddr) -> Source {
+        if self.resolved.contains(&(selector, address)) {
+            Source::Resolved
+        } else {
+            Source::Snooped
+        }
     }
 
     /// Forgets records and set entries whose timeout has passed. The kernel
@@ -242,6 +294,8 @@ impl FqdnLearner {
         }
         let before = self.installed.len();
         self.installed.retain(|_, expires| *expires > now_ms);
+        let installed = &self.installed;
+        self.resolved.retain(|key| installed.contains_key(key));
         self.counters.expired += (before - self.installed.len()) as u64;
     }
 
@@ -304,22 +358,27 @@ impl FqdnLearner {
 
     /// A learner for a new selector list that keeps, for every selector
     /// both lists hold, the entries installed now (like [`restore`]: the
-    /// kernel sets of kept selectors are kept too). Names are not carried
-    /// over. Counters continue.
+    /// kernel sets of kept selectors are kept too) and their sources.
+    /// Names are not carried over. Counters continue.
     ///
     /// [`restore`]: FqdnLearner::restore
     pub fn reselect(&self, selectors: Vec<FqdnPattern>, now_ms: u64) -> FqdnLearner {
         let mut next = FqdnLearner::new(selectors, self.config);
+        let mut resolved = HashSet::new();
         let kept: Vec<RestoredEntry> = self
             .entries(now_ms)
             .into_iter()
             .filter_map(|entry| {
                 let pattern = self.selectors.get(entry.selector)?;
                 let selector = *next.selector_index.get(pattern)?;
+                if self.resolved.contains(&(entry.selector, entry.address)) {
+                    resolved.insert((selector, entry.address));
+                }
                 Some(RestoredEntry { selector, ..entry })
             })
             .collect();
         next.restore(&kept, now_ms);
+        next.resolved = resolved;
         next.counters = self.counters;
         next
     }
@@ -435,6 +494,7 @@ impl FqdnLearner {
     ) {
         let have = self.installed.get(&key).copied().filter(|e| *e > now_ms);
         if !self.backing.contains_key(&key) {
+            self.resolved.remove(&key);
             if self.installed.remove(&key).is_some() && have.is_some() {
                 self.counters.evicted += 1;
                 changes.push(IpsetChange::Remove {

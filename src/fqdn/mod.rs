@@ -2,12 +2,14 @@
 //! mirror of the addresses learned for each selector from DNS answers
 //! ([`FqdnLearner`]), the turning of queued query and reply packets into
 //! DNS messages ([`DnsSnooper`]), and the queries still waiting for the
-//! answer they alone may teach ([`OutstandingQueries`]). Pure: no DNS
-//! traffic, no ipset writes, no clock reads.
+//! answer they alone may teach ([`OutstandingQueries`]), and when exact
+//! names are resolved ahead ([`ResolveSchedule`]). Pure: no DNS traffic,
+//! no ipset writes, no clock reads.
 
 mod learner;
 mod pattern;
 mod queries;
+mod resolve;
 mod snoop;
 mod step;
 mod table;
@@ -23,11 +25,12 @@ pub use queries::{
 };
 
 pub use learner::{
-    FqdnLearner, IpsetChange, LearnedAt, LearnerConfig, LearnerCounters, RestoredEntry,
+    FqdnLearner, IpsetChange, LearnedAt, LearnerConfig, LearnerCounters, RestoredEntry, Source,
     DEFAULT_MAX_TTL_SECS, MAX_IPSET_TIMEOUT_SECS,
 };
 
-pub use step::{DnsStep, SetWrite};
+pub use resolve::{FqdnResolve, ResolveBounds, ResolveOutcome, ResolveSchedule, UnknownResolve};
+pub use step::{DnsStep, Learned, SetWrite};
 pub use table::{Expired, FqdnTable, TableLookup};
 
 pub(crate) use pattern::glob_match;

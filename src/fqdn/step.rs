@@ -8,7 +8,9 @@
 use std::net::IpAddr;
 
 use super::queries::{Answered, Direction, OutstandingQueries};
-use super::{FqdnPattern, FqdnTable, IpsetChange, LearnerCounters, Release, SnoopEvent, Snooped};
+use super::{
+    FqdnPattern, FqdnTable, IpsetChange, LearnerCounters, Release, SnoopEvent, Snooped, Source,
+};
 use crate::dns;
 
 /// One write to the kernel set of `pattern` for the address family of
@@ -139,11 +141,29 @@ impl FqdnTable {
         if resolutions.is_empty() {
             return step;
         }
+        let learned = self.learn_answers(&resolutions, Source::Snooped, now_ms);
+        step.writes = learned.writes;
+        step.learned = learned.learned;
+        step.refreshed = learned.refreshed;
+        step.evicted = learned.evicted;
+        step.addresses = Some(learned.addresses);
+        step
+    }
+
+    /// Learns `resolutions` (of a snooped reply, or of an answer tollgate
+    /// asked for itself: `source`) at `now_ms`: the set writes to apply
+    /// and what they count. The writes name their selectors' patterns.
+    pub fn learn_answers(
+        &self,
+        resolutions: &[dns::Resolution],
+        source: Source,
+        now_ms: u64,
+    ) -> Learned {
         let mut learner = self.write();
         let before = learner.counters();
-        let changes = learner.learn(&resolutions, now_ms);
+        let changes = learner.learn_from(resolutions, source, now_ms);
         let selectors = learner.selectors();
-        step.writes = changes
+        let writes = changes
             .into_iter()
             .filter_map(|change| {
                 Some(match change {
@@ -164,12 +184,27 @@ impl FqdnTable {
             })
             .collect();
         let after: LearnerCounters = learner.counters();
-        step.learned = after.learned.saturating_sub(before.learned);
-        step.refreshed = after.refreshed.saturating_sub(before.refreshed);
-        step.evicted = after.evicted.saturating_sub(before.evicted);
-        step.addresses = Some(learner.installed() as u64);
-        step
+        Learned {
+            writes,
+            learned: after.learned.saturating_sub(before.learned),
+            refreshed: after.refreshed.saturating_sub(before.refreshed),
+            evicted: after.evicted.saturating_sub(before.evicted),
+            addresses: learner.installed() as u64,
+        }
     }
+}
+
+/// What learning one answer's addresses requires and did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Learned {
+    /// To apply, in order, before the answer is used.
+    pub writes: Vec<SetWrite>,
+    /// Set entries created, refreshed and evicted.
+    pub learned: u64,
+    pub refreshed: u64,
+    pub evicted: u64,
+    /// Entries in the table afterwards.
+    pub addresses: u64,
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
 
-use super::{FqdnLearner, FqdnPattern, LearnerConfig, RestoredEntry};
+use super::{FqdnLearner, FqdnPattern, LearnerConfig, RestoredEntry, Source};
 use crate::fqdn::FqdnLookup;
 
 /// The shared table. A `RwLock`: readers take it only for FQDN peers and
@@ -75,6 +75,21 @@ impl FqdnTable {
             expired: learner.counters().expired.saturating_sub(before),
             addresses: learner.installed() as u64,
         }
+    }
+
+    /// Every live entry at `now`, by selector and address, with how it
+    /// was learned (what `tollgate get fqdn` shows).
+    pub fn sources(&self, now: Instant) -> Vec<(FqdnPattern, IpAddr, Source)> {
+        let now = self.millis(now);
+        let learner = self.read();
+        learner
+            .entries(now)
+            .into_iter()
+            .filter_map(|e| {
+                let pattern = learner.selectors().get(e.selector)?.clone();
+                Some((pattern, e.address, learner.source(e.selector, e.address)))
+            })
+            .collect()
     }
 
     /// A lookup for the classifier: what the table holds at `now`.

@@ -57,6 +57,10 @@ counters! {
         expired: Counter "fqdn_addresses_expired" = "FQDN set addresses whose TTL passed",
         addresses: Gauge "fqdn_addresses" = "Addresses currently in FQDN sets",
         ipset_errors: Counter "dns_ipset_errors" = "Batches of FQDN set writes the kernel refused (the table still learned)",
+        resolved: Counter "fqdn_resolutions" { result = "answered" } = "Exact FQDN selectors tollgate resolved itself, by result (answered or failed)",
+        resolve_failed: Counter "fqdn_resolutions" { result = "failed" } = "Exact FQDN selectors tollgate resolved itself, by result (answered or failed)",
+        resolve_learned: Counter "fqdn_addresses_resolved" = "Addresses added to FQDN sets from answers tollgate asked for (also in fqdn_addresses_learned)",
+        resolve_mismatched: Counter "fqdn_resolve_mismatched" = "Messages on a resolve socket that answer none of its queries (ignored)",
     }
 }
 
@@ -91,6 +95,8 @@ impl DnsCounters {
 /// The running DNS worker thread (detached, like the connection workers).
 pub struct DnsWorker {
     pub queue: u16,
+    /// Its counters, which the resolve-ahead thread adds to.
+    pub stats: Arc<DnsCounters>,
 }
 
 impl DnsWorker {
@@ -138,7 +144,7 @@ impl DnsWorker {
             Ok((socket, handler))
         };
         runtime::spawn(open, Arc::clone(&stats) as _, &metrics)?;
-        Ok(DnsWorker { queue })
+        Ok(DnsWorker { queue, stats })
     }
 }
 

@@ -1,6 +1,7 @@
 //! NFQUEUE workers: one OS thread per queue, each the [`runtime`] loop with
 //! a handler: [`connection`] (new connections), [`dns`] (learn FQDN answers
-//! before the release) and [`l7`] (request by request). The runtime
+//! before the release) and [`l7`] (request by request); and the
+//! [`resolver`] thread that asks for exact FQDN names ahead. The runtime
 //! restarts a worker that panics; the [`watchdog`] ends the process when
 //! one stops draining. Workers never block on I/O and never log per
 //! packet: they count and hand audit records on.
@@ -13,6 +14,7 @@ mod fault;
 pub mod fqdn_sets;
 pub mod inject;
 pub mod l7;
+pub mod resolver;
 mod route;
 pub mod runtime;
 pub mod watchdog;

@@ -24,6 +24,7 @@ mod observe;
 mod overload;
 mod parity;
 mod queue;
+mod resolve;
 mod run;
 mod smuggle;
 mod warnings;

@@ -305,3 +305,32 @@ fn reselect_keeps_entries_of_kept_selectors_only() {
     assert!(!next.resolves_to(&FqdnPattern::new("c.test"), ip(1), 10_000));
     assert_eq!(next.counters(), l.counters());
 }
+
+#[test]
+fn resolved_answers_mark_their_entries_until_they_expire() {
+    let mut l = learner(
+        &["*.example.test", "www.example.test"],
+        config(5, 100, 1000),
+    );
+    // Snooped first: both entries snooped.
+    l.learn(&[res(&["www.example.test"], 1, 60)], 0);
+    assert_eq!(l.source(1, ip(1)), Source::Snooped);
+    // The same answer resolved ahead: no write needed, but marked.
+    let changes = l.learn_from(&[res(&["www.example.test"], 1, 60)], Source::Resolved, 0);
+    assert!(changes.is_empty(), "{changes:?}");
+    assert_eq!(l.source(0, ip(1)), Source::Resolved);
+    assert_eq!(l.source(1, ip(1)), Source::Resolved);
+    // A later snooped answer keeps the mark.
+    l.learn(&[res(&["www.example.test"], 1, 120)], 1_000);
+    assert_eq!(l.source(1, ip(1)), Source::Resolved);
+    // A reselect keeps it for kept selectors (under their new index).
+    let next = l.reselect(vec![FqdnPattern::new("www.example.test")], 2_000);
+    assert_eq!(next.source(0, ip(1)), Source::Resolved);
+    // Expired: forgotten, a new snooped answer is snooped.
+    l.expire(200_000);
+    l.learn(&[res(&["www.example.test"], 1, 60)], 200_000);
+    assert_eq!(l.source(1, ip(1)), Source::Snooped);
+    // A name no selector matches marks nothing.
+    l.learn_from(&[res(&["other.test"], 2, 60)], Source::Resolved, 200_000);
+    assert_eq!(l.source(0, ip(2)), Source::Snooped);
+}

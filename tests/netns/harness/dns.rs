@@ -6,11 +6,12 @@
 //! Names are matched case-insensitively without the trailing dot; an entry
 //! `*.example.test` answers every name under `example.test`. Unknown names
 //! get NXDOMAIN; a known name without a record of the asked type gets an
-//! empty NOERROR answer.
+//! empty NOERROR answer. A [`LiveZone`] server ([`DnsServer`]) lets the test
+//! change the records while it serves and tells who asked for what.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -72,6 +73,70 @@ fn covers(owner: &str, name: &str) -> bool {
     }
 }
 
+/// Records the test may replace while they are served, and every question
+/// the server was asked: `(source address, name)`.
+#[derive(Clone, Default)]
+pub struct LiveZone {
+    records: Arc<Mutex<Vec<DnsRecord>>>,
+    asked: Arc<Mutex<Vec<(IpAddr, String)>>>,
+}
+
+impl LiveZone {
+    pub fn new(records: Vec<DnsRecord>) -> LiveZone {
+        LiveZone {
+            records: Arc::new(Mutex::new(records)),
+            asked: Arc::default(),
+        }
+    }
+
+    /// Serves `records` from the next query on.
+    pub fn set(&self, records: Vec<DnsRecord>) {
+        *self.records.lock().expect("zone lock") = records;
+    }
+
+    /// The names `source` asked for so far, in order (IPv4 sources as
+    /// plain IPv4).
+    pub fn asked_by(&self, source: IpAddr) -> Vec<String> {
+        self.asked
+            .lock()
+            .expect("zone lock")
+            .iter()
+            .filter(|(from, _)| *from == source)
+            .map(|(_, name)| name.clone())
+            .collect()
+    }
+}
+
+/// A [`LiveZone`] served on UDP in a namespace; stops when dropped (drop
+/// it before the lab, i.e. bind it after the lab).
+pub struct DnsServer {
+    pub zone: LiveZone,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl DnsServer {
+    /// Serves `zone` on UDP `port` (all addresses) in `ns`.
+    pub fn start(ns: &Netns, port: u16, zone: LiveZone) -> DnsServer {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = serve_live_dns(ns, port, zone.clone(), Arc::clone(&stop));
+        DnsServer {
+            zone,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for DnsServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 /// Serves `zone` on UDP `port` (all addresses) in `ns` until `stop`.
 pub fn serve_dns(
     ns: &Netns,
@@ -79,6 +144,11 @@ pub fn serve_dns(
     zone: Vec<DnsRecord>,
     stop: Arc<AtomicBool>,
 ) -> JoinHandle<()> {
+    serve_live_dns(ns, port, LiveZone::new(zone), stop)
+}
+
+/// Serves `zone` as it is at each query, noting who asked what.
+fn serve_live_dns(ns: &Netns, port: u16, zone: LiveZone, stop: Arc<AtomicBool>) -> JoinHandle<()> {
     let socket = ns
         .enter(move || UdpSocket::bind(SocketAddr::from((Ipv6Addr::UNSPECIFIED, port))))
         .unwrap_or_else(|e| panic!("bind DNS [::]:{port} in {}: {e}", ns.name()));
@@ -91,7 +161,15 @@ pub fn serve_dns(
             let Ok((n, from)) = socket.recv_from(&mut buf) else {
                 continue;
             };
-            if let Some(reply) = answer(&zone, &buf[..n]) {
+            if let Some(name) = Message::from_vec(&buf[..n])
+                .ok()
+                .and_then(|m| m.queries.first().map(|q| normalize(&q.name.to_ascii())))
+            {
+                let source = from.ip().to_canonical();
+                zone.asked.lock().expect("zone lock").push((source, name));
+            }
+            let records = zone.records.lock().expect("zone lock").clone();
+            if let Some(reply) = answer(&records, &buf[..n]) {
                 let _ = socket.send_to(&reply, from);
             }
         }

@@ -82,10 +82,7 @@ impl Lab {
             .unwrap_or_else(|| panic!("test {test:?} is not listed in common::TEST_IDS"));
         LabBuilder {
             test,
-            index: u8::try_from(position + 1)
-                .ok()
-                .filter(|i| *i < 98)
-                .expect("at most 97 end-to-end tests: 98 and 99 are the bench and demo labs"),
+            index: test_index(position),
             peers: Vec::new(),
             unlinked: Vec::new(),
             ipv6: false,
@@ -658,4 +655,29 @@ fn lab_tag(name: &str) -> Option<&str> {
             .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase())
         && !role.is_empty())
     .then_some(tag)
+}
+
+/// The index of the test at `position` in [`TEST_IDS`]: 1, 2, … skipping
+/// 98 and 99, which are the bench and demo labs' (`10.98.0.0/16`,
+/// `10.99.0.0/16`).
+fn test_index(position: usize) -> u8 {
+    let index = position + 1;
+    let index = if index >= 98 { index + 2 } else { index };
+    u8::try_from(index)
+        .ok()
+        .filter(|i| *i < 255)
+        .expect("at most 252 end-to-end tests")
+}
+
+#[cfg(test)]
+mod index_tests {
+    use super::test_index;
+
+    #[test]
+    fn indexes_skip_the_bench_and_demo_labs() {
+        assert_eq!(test_index(0), 1);
+        assert_eq!(test_index(96), 97);
+        assert_eq!(test_index(97), 100);
+        assert_eq!(test_index(98), 101);
+    }
 }

@@ -57,7 +57,7 @@ use std::time::Duration;
 /// Every end-to-end test, by function name. The position (1-based) is the
 /// test's index: its address range and namespace prefix. Append new tests at
 /// the end; never reuse an index. Indexes 98 (`benches/e2e.sh`) and 99
-/// (`scripts/lab.sh`) are taken.
+/// (`scripts/lab.sh`) are taken: the 98th test and later get 100 onwards.
 pub const TEST_IDS: &[&str] = &[
     "node_ingress_drop_vs_reject",
     "ipblock_allow_except_then_drop",
@@ -156,6 +156,10 @@ pub const TEST_IDS: &[&str] = &[
     "admin_deny_holds_against_application_allow_not_securityops_allow",
     "admin_pass_goes_to_network_policy_and_baseline_deny_is_undone_by_it",
     "domain_names_accept_is_learned_from_a_real_dns_answer",
+    "rules_added_after_a_lookup_apply_to_the_answers_clients_hold",
+    "resolved_addresses_follow_the_ttl_to_a_changed_address",
+    "resolve_off_leaves_held_answers_to_snooping",
+    "a_dead_resolver_delays_neither_policy_nor_snooping",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
