@@ -56,6 +56,9 @@ fn run(command: Command) -> Result<ExitCode, CommandError> {
             for warning in tollgate::validate::check(&snapshot).warnings {
                 eprintln!("warning: {warning}");
             }
+            for warning in commands::inventory_warnings(&paths, &snapshot) {
+                eprintln!("warning: {warning}");
+            }
             println!("{}", commands::validate_summary(&snapshot));
         }
         Command::Trace(args) => {
