@@ -648,3 +648,153 @@ spec:
         "{text}"
     );
 }
+
+/// The scrape-and-check test against a running agent with every worker (a
+/// connection queue, the L7 queue, and the DNS queue an FQDN rule starts):
+/// every counter any worker declares is exported, each queue's kernel
+/// counters too, with the agent-level families, build info and the
+/// `process_*` metrics; `tollgate status` shows the same rows.
+#[test]
+fn every_declared_counter_is_scraped_from_a_running_agent() {
+    use tollgate::telemetry::counters::{Kind, Scope, Series};
+    use tollgate::telemetry::kernel::KernelCounters;
+    use tollgate::workers::{ConnectionCounters, DnsCounters, L7Counters, QueueCounters};
+    let Some(pair) = Pair::new("every_declared_counter_is_scraped_from_a_running_agent", 6) else {
+        return;
+    };
+    pair.lab.write_policy(
+        "fqdn.yaml",
+        "apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata:
+  name: observe-fqdn
+spec:
+  priority: 6
+  tier: application
+  appliedTo:
+    - nodeSelector:
+        matchLabels:
+          role: obs
+  egress:
+    - action: Allow
+      name: allow-fqdn
+      to:
+        - fqdn: \"*.allowed.test\"
+",
+    );
+    let socket: PathBuf = pair.lab.dir().join("run/tollgate.sock");
+    let mut options = options(
+        &pair.lab,
+        &[
+            "--metrics-address",
+            "127.0.0.1:9466",
+            "--log-format",
+            "json",
+        ],
+    );
+    options.status_socket = socket.clone();
+    let mut agent = pair.lab.start_agent(options);
+    agent.wait_for_log(r#""message":"ruleset applied","generation":1"#, AGENT_WAIT);
+
+    let text = pair
+        .node
+        .ok("curl -sf --max-time 5 http://127.0.0.1:9466/metrics");
+    let sets: [(&str, Scope, &[Series]); 5] = [
+        ("QueueCounters", Scope::Queue, QueueCounters::SERIES),
+        (
+            "ConnectionCounters",
+            Scope::Queue,
+            ConnectionCounters::SERIES,
+        ),
+        ("DnsCounters", Scope::Agent, DnsCounters::SERIES),
+        ("L7Counters", Scope::Agent, L7Counters::SERIES),
+        ("KernelCounters", Scope::Queue, KernelCounters::SERIES),
+    ];
+    let mut missing = Vec::new();
+    for (set, scope, series) in sets {
+        for series in series {
+            let name = match series.kind {
+                Kind::Counter => format!("tollgate_{}_total", series.metric),
+                Kind::Gauge => format!("tollgate_{}", series.metric),
+            };
+            let found = text.lines().any(|line| {
+                let Some(rest) = line.strip_prefix(&name) else {
+                    return false;
+                };
+                let queue = scope == Scope::Agent || rest.starts_with("{queue=\"");
+                let label = series
+                    .label
+                    .is_none_or(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
+                (rest.starts_with(' ') || rest.starts_with('{')) && queue && label
+            });
+            if !found {
+                missing.push(format!("{set}.{} ({name})", series.key));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "not exported: {missing:?}\n{text}");
+    // Three queues bound: the connection queue, L7 and DNS, each with its
+    // kernel counters.
+    let kernel_queues = text
+        .lines()
+        .filter(|l| l.starts_with("tollgate_queue_kernel_queued_total{queue=\""))
+        .count();
+    assert_eq!(kernel_queues, 3, "{text}");
+
+    let m = parse_metrics(&text);
+    assert!(value(&m, "tollgate_last_reload_success_timestamp_seconds") > 1.6e9);
+    assert!(value(&m, "tollgate_datapath_apply_duration_seconds_count") >= 1.0);
+    assert_eq!(value(&m, "tollgate_enforced_endpoints"), 1.0);
+    assert_eq!(value(&m, "tollgate_kubernetes_synced"), 0.0);
+    assert_eq!(
+        value(&m, "tollgate_reloads_total{result=\"failed\"}"),
+        0.0,
+        "labelled families start at zero"
+    );
+    assert!(value(&m, "process_resident_memory_bytes") > 0.0);
+    assert!(value(&m, "process_open_fds") >= 3.0);
+    assert!(value(&m, "process_cpu_seconds_total") >= 0.0);
+    assert!(value(&m, "process_start_time_seconds") > 1.6e9);
+    let build = text
+        .lines()
+        .find(|l| l.starts_with("tollgate_build_info{"))
+        .unwrap_or_else(|| panic!("no build info in\n{text}"));
+    assert!(
+        build.starts_with(&format!(
+            "tollgate_build_info{{version=\"{}\",commit=\"",
+            env!("CARGO_PKG_VERSION")
+        )) && build.ends_with("\"} 1"),
+        "{build}"
+    );
+
+    let out = tollgate(&["status", "--socket", socket.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = String::from_utf8_lossy(&out.stdout);
+    for expected in [
+        "enforced endpoints: 1",
+        "policy source:      complete snapshot",
+        "last applied:       ",
+        "process:            cpu ",
+        " (commit ",
+    ] {
+        assert!(
+            status.contains(expected),
+            "{expected:?} missing in\n{status}"
+        );
+    }
+    // Every worker's table: connection queue, DNS and L7 with their
+    // kernel columns.
+    for worker in ["QUEUE ", "DNS ", "L7 QUEUE "] {
+        assert!(
+            status
+                .lines()
+                .any(|l| l.starts_with(worker) && l.contains("KERNEL-QUEUED")),
+            "{worker:?} table missing in\n{status}"
+        );
+    }
+    agent.stop();
+}

@@ -153,6 +153,7 @@ pub const TEST_IDS: &[&str] = &[
     "strict_framing_denies_with_the_reason",
     "kubernetes_external_entity_crd_missing_then_installed_then_removed",
     "dangling_group_reference_warns_once_per_reload_and_applies",
+    "every_declared_counter_is_scraped_from_a_running_agent",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
