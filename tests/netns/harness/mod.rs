@@ -154,6 +154,7 @@ pub const TEST_IDS: &[&str] = &[
     "kubernetes_external_entity_crd_missing_then_installed_then_removed",
     "dangling_group_reference_warns_once_per_reload_and_applies",
     "every_declared_counter_is_scraped_from_a_running_agent",
+    "l7_audit_lines_carry_method_host_and_path_in_text_and_json",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
