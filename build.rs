@@ -21,7 +21,8 @@ fn main() {
         .filter(|c| !c.is_empty())
         .or_else(|| git(&["rev-parse", "--short=12", "HEAD"]))
         .unwrap_or_else(|| "unknown".to_string());
-    // Rebuild when HEAD moves: HEAD itself, the branch it names, packed refs.
+    // Rebuild when HEAD moves: HEAD itself, the branch it names, packed
+    // refs; only files that exist (a missing one would rebuild every time).
     for path in [
         git(&["rev-parse", "--git-path", "HEAD"]),
         git(&["symbolic-ref", "-q", "HEAD"]).and_then(|r| git(&["rev-parse", "--git-path", &r])),
@@ -29,6 +30,7 @@ fn main() {
     ]
     .into_iter()
     .flatten()
+    .filter(|path| std::path::Path::new(path).exists())
     {
         println!("cargo:rerun-if-changed={path}");
     }
