@@ -128,23 +128,30 @@ pub fn validate_summary(snapshot: &Snapshot) -> String {
 }
 
 /// `tollgate validate`: what is valid but probably not what the author
-/// meant (printed as warnings, exit 0): a directory without objects, one
-/// without inventory (no Pod, Namespace or Node, so selectors cannot be
-/// checked), and policies whose appliedTo selects nothing on any Node of
-/// the inventory. Each Node named in the inventory (by a Node, a Pod's
-/// `nodeName` or an ExternalEntity's `externalNode`) is compiled as the
-/// local one; a policy that applies on none of them selects nothing.
-pub fn inventory_warnings(paths: &[PathBuf], snapshot: &Snapshot) -> Vec<String> {
-    let origin = match paths {
-        [one] => one.display().to_string(),
-        _ => "the policy paths".to_string(),
-    };
-    if snapshot.objects.is_empty() {
-        return vec![format!("{origin}: no objects found")];
-    }
+/// meant (printed as warnings, exit 0). For a policy directory (among
+/// `directories`, the paths given that are directories, as the agent reads
+/// them): no objects at all, or no inventory (no Pod, Namespace or Node, so
+/// no selector can be checked; a policy file validated alone is not
+/// warned about). For any input with inventory: policies whose appliedTo
+/// selects nothing on any Node of the inventory. Each Node named in the
+/// inventory (by a Node, a Pod's `nodeName` or an ExternalEntity's
+/// `externalNode`) is compiled as the local one; a policy that applies on
+/// none of them selects nothing.
+pub fn inventory_warnings(directories: &[PathBuf], snapshot: &Snapshot) -> Vec<String> {
+    let origin = directories
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
     let inventory = snapshot
         .iter()
         .any(|o| matches!(o, Object::Pod(_) | Object::Namespace(_) | Object::Node(_)));
+    if directories.is_empty() && !inventory {
+        return Vec::new();
+    }
+    if snapshot.objects.is_empty() {
+        return vec![format!("{origin}: no objects found")];
+    }
     if !inventory {
         return vec![format!(
             "{origin}: no inventory (no Pod, Namespace or Node): appliedTo and peer selectors cannot be checked"

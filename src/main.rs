@@ -5,6 +5,7 @@
 //! be reached), 3 for `run` when a worker stalled (the process exits to be
 //! restarted). The work is done in the library.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -56,7 +57,8 @@ fn run(command: Command) -> Result<ExitCode, CommandError> {
             for warning in tollgate::validate::check(&snapshot).warnings {
                 eprintln!("warning: {warning}");
             }
-            for warning in commands::inventory_warnings(&paths, &snapshot) {
+            let directories: Vec<PathBuf> = paths.iter().filter(|p| p.is_dir()).cloned().collect();
+            for warning in commands::inventory_warnings(&directories, &snapshot) {
                 eprintln!("warning: {warning}");
             }
             println!("{}", commands::validate_summary(&snapshot));

@@ -357,6 +357,10 @@ fn validate_warns_on_empty_directories_missing_inventory_and_policies_selecting_
         stderr(&out),
         format!("warning: {path}: no inventory (no Pod, Namespace or Node): appliedTo and peer selectors cannot be checked\n")
     );
+    // A policy file validated alone needs no inventory: no warning.
+    let out = tollgate(&["validate", policies.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stderr(&out), "");
 
     std::fs::write(
         dir.path().join("inventory.yaml"),
