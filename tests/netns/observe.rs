@@ -787,6 +787,7 @@ spec:
             "{expected:?} missing in\n{status}"
         );
     }
+    eprintln!("tollgate status:\n{status}");
     // Every worker's table: connection queue, DNS and L7 with their
     // kernel columns.
     for worker in ["QUEUE ", "DNS ", "L7 QUEUE "] {
