@@ -127,6 +127,93 @@ pub fn validate_summary(snapshot: &Snapshot) -> String {
     )
 }
 
+/// `tollgate validate`: what is valid but probably not what the author
+/// meant (printed as warnings, exit 0). For a policy directory (among
+/// `directories`, the paths given that are directories, as the agent reads
+/// them): no objects at all, or no inventory (no Pod, Namespace or Node, so
+/// no selector can be checked; a policy file validated alone is not
+/// warned about). For any input with inventory: policies whose appliedTo
+/// selects nothing on any Node of the inventory. Each Node named in the
+/// inventory (by a Node, a Pod's `nodeName` or an ExternalEntity's
+/// `externalNode`) is compiled as the local one; a policy that applies on
+/// none of them selects nothing.
+pub fn inventory_warnings(directories: &[PathBuf], snapshot: &Snapshot) -> Vec<String> {
+    let origin = directories
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let inventory = snapshot
+        .iter()
+        .any(|o| matches!(o, Object::Pod(_) | Object::Namespace(_) | Object::Node(_)));
+    if directories.is_empty() && !inventory {
+        return Vec::new();
+    }
+    if snapshot.objects.is_empty() {
+        return vec![format!("{origin}: no objects found")];
+    }
+    if !inventory {
+        return vec![format!(
+            "{origin}: no inventory (no Pod, Namespace or Node): appliedTo and peer selectors cannot be checked"
+        )];
+    }
+    let mut nodes: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
+    for object in snapshot.iter() {
+        let name = match object {
+            Object::Node(node) => Some(node.metadata.name.as_str()),
+            Object::Pod(pod) => pod.spec.node_name.as_deref(),
+            Object::ExternalEntity(ee) => ee.spec.external_node.as_deref(),
+            _ => None,
+        };
+        nodes.extend(name.filter(|n| !n.is_empty()));
+    }
+    if nodes.is_empty() {
+        // Pods without a nodeName are local to any Node.
+        nodes.insert(DEFAULT_NODE_NAME);
+    }
+    let mut applied: std::collections::BTreeSet<(Option<String>, String)> = Default::default();
+    let mut listed: std::collections::BTreeSet<(Option<String>, String)> = Default::default();
+    for node in nodes {
+        let local = LocalNode {
+            name: node.to_string(),
+            ..LocalNode::default()
+        };
+        for summary in compile(snapshot, &local).policies() {
+            let key = (
+                summary.policy.namespace.clone(),
+                format!("{}:{}", summary.policy.kind.as_str(), summary.policy.name),
+            );
+            if !summary.applied_to.is_empty() {
+                applied.insert(key.clone());
+            }
+            listed.insert(key);
+        }
+    }
+    let mut warnings = Vec::new();
+    for sourced in &snapshot.objects {
+        let kind = match sourced.object {
+            Object::ClusterNetworkPolicy(_) => {
+                crate::ruleset::PolicyKind::AntreaClusterNetworkPolicy
+            }
+            Object::AntreaNetworkPolicy(_) => crate::ruleset::PolicyKind::AntreaNetworkPolicy,
+            Object::K8sNetworkPolicy(_) => crate::ruleset::PolicyKind::K8sNetworkPolicy,
+            _ => continue,
+        };
+        let object = sourced.object.object_ref();
+        let key = (
+            object.namespace.clone(),
+            format!("{}:{}", kind.as_str(), object.name),
+        );
+        if listed.contains(&key) && !applied.contains(&key) {
+            warnings.push(format!(
+                "{}: {object}: spec: selects no endpoint of the inventory (appliedTo or podSelector matches no Pod, Node or ExternalEntity)",
+                sourced.origin.display()
+            ));
+        }
+    }
+    warnings
+}
+
 /// What to trace.
 #[derive(Clone, Debug)]
 pub struct TraceRequest {

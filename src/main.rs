@@ -5,6 +5,7 @@
 //! be reached), 3 for `run` when a worker stalled (the process exits to be
 //! restarted). The work is done in the library.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -54,6 +55,10 @@ fn run(command: Command) -> Result<ExitCode, CommandError> {
             let snapshot =
                 tollgate::source::load_and_validate(&paths).map_err(CommandError::Invalid)?;
             for warning in tollgate::validate::check(&snapshot).warnings {
+                eprintln!("warning: {warning}");
+            }
+            let directories: Vec<PathBuf> = paths.iter().filter(|p| p.is_dir()).cloned().collect();
+            for warning in commands::inventory_warnings(&directories, &snapshot) {
                 eprintln!("warning: {warning}");
             }
             println!("{}", commands::validate_summary(&snapshot));

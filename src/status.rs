@@ -131,11 +131,28 @@ impl From<Result<(), String>> for CheckReport {
 #[serde(rename_all = "camelCase")]
 pub struct StatusReport {
     pub version: String,
+    /// The commit the binary was built from (`unknown` outside git).
+    #[serde(default)]
+    pub commit: String,
     pub node_name: String,
     pub uptime_seconds: u64,
     pub ruleset_generation: u64,
     pub policies: usize,
     pub rules: usize,
+    /// Endpoints the ruleset in force enforces (the Node, local Pods and
+    /// ExternalEntities).
+    #[serde(default)]
+    pub enforced_endpoints: usize,
+    /// The policy source has published a complete snapshot (files loaded,
+    /// or every Kubernetes kind listed once).
+    #[serde(default)]
+    pub snapshot_complete: bool,
+    /// Seconds since a ruleset was last put in force (start or reload).
+    #[serde(default)]
+    pub last_applied_seconds_ago: Option<u64>,
+    /// The agent process: CPU, memory, file descriptors.
+    #[serde(default)]
+    pub process: ProcessReport,
     pub fail_mode: String,
     /// The last reload (`None` until one happened).
     pub last_reload: Option<ReloadReport>,
@@ -146,6 +163,16 @@ pub struct StatusReport {
     pub queues: Vec<QueueReport>,
     pub audit_log: Option<PathBuf>,
     pub metrics_address: Option<String>,
+}
+
+/// The agent process's own figures (the `process_*` metrics).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessReport {
+    pub cpu_seconds: Option<f64>,
+    pub resident_bytes: Option<u64>,
+    pub open_fds: Option<u64>,
+    pub max_fds: Option<u64>,
 }
 
 /// How the last reload ended.
@@ -234,6 +261,8 @@ pub struct AgentStatus {
 #[derive(Default)]
 struct State {
     generation: u64,
+    /// When a ruleset was last put in force.
+    last_applied: Option<Instant>,
     last_reload: Option<(Instant, Option<String>)>,
     datapath_behind: Option<String>,
     /// The kernel was written to match the ruleset in force and the last
@@ -297,7 +326,9 @@ impl AgentStatus {
 
     /// A ruleset was put in force as `generation`.
     pub fn applied(&self, generation: u64) {
-        self.state().generation = generation;
+        let mut state = self.state();
+        state.generation = generation;
+        state.last_applied = Some(Instant::now());
     }
 
     /// The last kernel write failed (`Some(why)`), or the kernel matches.
@@ -356,13 +387,24 @@ impl AgentStatus {
                 ),
             })
             .collect();
+        let process = crate::telemetry::process::ProcessStats::read();
         StatusReport {
             version: env!("CARGO_PKG_VERSION").to_string(),
+            commit: crate::telemetry::metrics::COMMIT.to_string(),
             node_name: self.node_name.clone(),
             uptime_seconds: self.started.elapsed().as_secs(),
             ruleset_generation: state.generation,
             policies: ruleset.policies().len(),
             rules: ruleset.rule_count(),
+            enforced_endpoints: ruleset.endpoints().len(),
+            snapshot_complete: self.snapshot_complete.load(Ordering::SeqCst),
+            last_applied_seconds_ago: state.last_applied.map(|at| at.elapsed().as_secs()),
+            process: ProcessReport {
+                cpu_seconds: process.cpu_seconds,
+                resident_bytes: process.resident_bytes,
+                open_fds: process.open_fds,
+                max_fds: process.max_fds,
+            },
             fail_mode: self.fail_mode.to_string(),
             last_reload: state.last_reload.as_ref().map(|(at, error)| ReloadReport {
                 seconds_ago: at.elapsed().as_secs(),
@@ -692,7 +734,11 @@ pub fn render_status(report: &StatusReport) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let _ = writeln!(out, "node:               {}", report.node_name);
-    let _ = writeln!(out, "version:            {}", report.version);
+    let _ = writeln!(
+        out,
+        "version:            {} (commit {})",
+        report.version, report.commit
+    );
     let _ = writeln!(out, "uptime:             {}s", report.uptime_seconds);
     let _ = writeln!(out, "ruleset generation: {}", report.ruleset_generation);
     let _ = writeln!(
@@ -711,6 +757,17 @@ pub fn render_status(report: &StatusReport) -> String {
             error: Some(error),
         }) => format!("FAILED {seconds_ago}s ago: {error}"),
     };
+    let _ = writeln!(out, "enforced endpoints: {}", report.enforced_endpoints);
+    let source = if report.snapshot_complete {
+        "complete snapshot"
+    } else {
+        "waiting for a complete snapshot"
+    };
+    let _ = writeln!(out, "policy source:      {source}");
+    let applied = report
+        .last_applied_seconds_ago
+        .map_or("never".to_string(), |s| format!("{s}s ago"));
+    let _ = writeln!(out, "last applied:       {applied}");
     let _ = writeln!(out, "last reload:        {reload}");
     let datapath = match &report.datapath_behind {
         None => "in sync".to_string(),
@@ -718,6 +775,16 @@ pub fn render_status(report: &StatusReport) -> String {
     };
     let _ = writeln!(out, "datapath:           {datapath}");
     let _ = writeln!(out, "fail mode:          {}", report.fail_mode);
+    let unknown = |v: Option<String>| v.unwrap_or_else(|| "?".into());
+    let p = &report.process;
+    let _ = writeln!(
+        out,
+        "process:            cpu {}s, resident {} MiB, fds {}/{}",
+        unknown(p.cpu_seconds.map(|s| format!("{s:.2}"))),
+        unknown(p.resident_bytes.map(|b| (b / (1024 * 1024)).to_string())),
+        unknown(p.open_fds.map(|n| n.to_string())),
+        unknown(p.max_fds.map(|n| n.to_string())),
+    );
     let _ = writeln!(
         out,
         "audit log:          {}",
@@ -884,6 +951,21 @@ mod tests {
         );
         assert!(text.contains("fail mode:          closed"));
         assert!(text.contains("datapath:           in sync"), "{text}");
+        // The rows of the agent-level metrics.
+        let commit = crate::telemetry::metrics::COMMIT;
+        assert!(text.contains(&format!(" (commit {commit})\n")), "{text}");
+        assert!(text.contains("enforced endpoints: "), "{text}");
+        assert!(
+            text.contains("policy source:      waiting for a complete snapshot"),
+            "{text}"
+        );
+        assert!(text.contains("last applied:       0s ago"), "{text}");
+        assert!(text.contains("process:            cpu "), "{text}");
+        assert!(!text.contains("fds ?/"), "{text}");
+        assert_eq!(
+            report.enforced_endpoints,
+            s.ruleset.load().endpoints().len()
+        );
         s.datapath(Some("iptables-restore: exited with 1".into()));
         let Response::Status(behind) = s.answer(&Request::Status) else {
             panic!()

@@ -333,3 +333,61 @@ spec:
         "{stderr}"
     );
 }
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn validate_warns_on_empty_directories_missing_inventory_and_policies_selecting_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_str().unwrap().to_string();
+    let out = tollgate(&["validate", &path]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stderr(&out), format!("warning: {path}: no objects found\n"));
+
+    let policies = dir.path().join("policies.yaml");
+    std::fs::write(
+        &policies,
+        "apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {name: nobody}\nspec:\n  priority: 5\n  tier: application\n  appliedTo: [{podSelector: {matchLabels: {app: nosuchapp}}}]\n  ingress: [{action: Drop, from: [{ipBlock: {cidr: 10.0.0.0/8}}]}]\n---\napiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {name: web}\nspec:\n  priority: 5\n  tier: application\n  appliedTo: [{podSelector: {matchLabels: {app: web}}}]\n  ingress: [{action: Drop, from: [{ipBlock: {cidr: 10.0.0.0/8}}]}]\n---\napiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: elsewhere, namespace: shop}\nspec:\n  podSelector: {matchLabels: {app: db}}\n  policyTypes: [Ingress]\n",
+    )
+    .unwrap();
+    let out = tollgate(&["validate", &path]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!("warning: {path}: no inventory (no Pod, Namespace or Node): appliedTo and peer selectors cannot be checked\n")
+    );
+    // A policy file validated alone needs no inventory: no warning.
+    let out = tollgate(&["validate", policies.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stderr(&out), "");
+
+    std::fs::write(
+        dir.path().join("inventory.yaml"),
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: web-1, namespace: shop, labels: {app: web}}\nspec: {nodeName: node-a, containers: [{name: c}]}\nstatus: {podIPs: [{ip: 10.1.0.5}]}\n",
+    )
+    .unwrap();
+    let out = tollgate(&["validate", &path]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let warnings = stderr(&out);
+    let lines: Vec<&str> = warnings.lines().collect();
+    let origin = policies.display();
+    assert_eq!(
+        lines,
+        [
+            format!("warning: {origin}: ClusterNetworkPolicy nobody: spec: selects no endpoint of the inventory (appliedTo or podSelector matches no Pod, Node or ExternalEntity)"),
+            format!("warning: {origin}: NetworkPolicy.networking.k8s.io shop/elsewhere: spec: selects no endpoint of the inventory (appliedTo or podSelector matches no Pod, Node or ExternalEntity)"),
+        ],
+        "{warnings}"
+    );
+    assert!(
+        stdout(&out).starts_with("valid: 5 object(s)"),
+        "{}",
+        stdout(&out)
+    );
+
+    // The examples of rules/ select something each: no warning.
+    let out = tollgate(&["validate", "rules/"]);
+    assert_eq!(stderr(&out), "", "{}", stderr(&out));
+}

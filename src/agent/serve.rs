@@ -130,12 +130,16 @@ impl Running {
     pub(super) fn sync(&mut self) -> Option<String> {
         let config = &self.base.config;
         let queues = config.queue_numbers();
+        let started = Instant::now();
         let done = self.reconciler.converge(
             &mut self.base.kernel,
             |enforced, fqdn| datapath::desired(&config.datapath, &queues, enforced, fqdn),
             &mut self.fqdn,
-            Instant::now(),
+            started,
         );
+        if done.changed || done.failed.is_some() {
+            self.base.metrics.datapath_applied(started.elapsed());
+        }
         if done.switched {
             self.put_in_force();
             self.reloaded(ReloadResult::Applied, None);
@@ -171,11 +175,7 @@ impl Running {
     pub(super) fn put_in_force(&self) {
         let ruleset = self.reconciler.in_force().load();
         let generation = self.reconciler.generation();
-        self.base.metrics.ruleset_applied(
-            generation,
-            ruleset.policies().len(),
-            ruleset.rule_count(),
-        );
+        self.base.metrics.ruleset_applied(generation, &ruleset);
         self.base.status.applied(generation);
     }
 

@@ -8,11 +8,21 @@
 //! 2023/07/04 12:45:21.804416 IngressDefaultRule AntreaNetworkPolicy:default/reject-tcp-policy RejectTCPRequest Ingress Reject 16 default/nettoolv3 10.10.1.7 53646 10.10.1.14 80 TCP 60 tcp-log-label
 //! 2023/07/03 23:24:37.424024 AntreaPolicyEgressRule AntreaNetworkPolicy:default/reject-icmp-policy RejectICMPRequest Egress Reject 14500 default/nettool 10.10.1.7 <nil> 10.10.2.3 <nil> ICMP 84 icmp-log-label [2 packets in 1.000855539s]
 //! ```
+//!
+//! tollgate appends `key="value"` columns (quoted and escaped, so a
+//! request cannot forge a column or a line): `reason="…"` when more than
+//! the rule decided, and for an HTTP request decided by an L7 rule its
+//! `method="…" host="…" path="…"`. With `audit.format: json` each line is
+//! one JSON object with the same fields ([`AuditFormat`]).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::http::RequestHead;
 use crate::model::Direction;
 use crate::packet::flow::{Flow, Verdict};
 
@@ -37,6 +47,12 @@ impl Timestamp {
 
     fn since(self, earlier: Timestamp) -> Duration {
         Duration::from_micros(self.unix_micros.saturating_sub(earlier.unix_micros))
+    }
+
+    /// `yyyy-mm-ddThh:mm:ss.uuuuuuZ` (RFC 3339, UTC).
+    pub fn rfc3339(self) -> String {
+        let text = self.format();
+        format!("{}T{}Z", text[..10].replace('/', "-"), &text[11..])
     }
 
     /// `yyyy/mm/dd hh:mm:ss.uuuuuu` in UTC.
@@ -107,6 +123,53 @@ pub struct AuditRecord {
     /// on GET`): printed after the label as `reason="…"`; lines without
     /// one keep the spec's format exactly.
     pub reason: Option<String>,
+    /// The HTTP request an L7 rule decided: printed last as
+    /// `method="…" host="…" path="…"` (an absent Host as `host=""`).
+    pub request: Option<RequestHead>,
+}
+
+/// How the audit log writes a record: the spec's np.log line (`text`,
+/// the default) or one JSON object per line (`json`) for log shippers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AuditFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+impl std::str::FromStr for AuditFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "text" => Ok(AuditFormat::Text),
+            "json" => Ok(AuditFormat::Json),
+            _ => Err(format!("audit format {s:?}: expected text or json")),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for AuditFormat {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+impl std::fmt::Display for AuditFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AuditFormat::Text => "text",
+            AuditFormat::Json => "json",
+        })
+    }
+}
+
+/// How many packets a deduplicated line stands for, and over how long.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Repeats {
+    pub packets: u64,
+    pub over: Duration,
 }
 
 impl AuditRecord {
@@ -164,7 +227,78 @@ impl AuditRecord {
         if let Some(reason) = &self.reason {
             let _ = write!(out, " reason={:?}", reason);
         }
+        if let Some(request) = &self.request {
+            let host = request.host.as_deref().unwrap_or_default();
+            let _ = write!(
+                out,
+                " method={:?} host={:?} path={:?}",
+                request.method, host, request.path
+            );
+        }
         out
+    }
+
+    /// The record as `format` writes it, stamped `time`, with the
+    /// deduplication summary when it stands for repeated packets.
+    pub fn render(&self, format: AuditFormat, time: Timestamp, repeats: Option<Repeats>) -> String {
+        match format {
+            AuditFormat::Text => {
+                let mut line = format!("{} {}", time.format(), self.fields());
+                if let Some(Repeats { packets, over }) = repeats {
+                    let _ = write!(line, " [{packets} packets in {}]", go_duration(over));
+                }
+                line
+            }
+            AuditFormat::Json => self.json(time, repeats).to_string(),
+        }
+    }
+
+    /// The JSON object of [`AuditFormat::Json`]: the np.log columns by
+    /// name (`null` for `<nil>`), the time in RFC 3339.
+    fn json(&self, time: Timestamp, repeats: Option<Repeats>) -> Value {
+        let (policy, rule) = match &self.decider {
+            Decider::Antrea { policy, rule, .. } => (policy.as_str(), Some(rule.as_str())),
+            Decider::K8s { policy } => (policy.as_str(), None),
+            Decider::K8sDefaultDrop => ("K8sNetworkPolicy", None),
+        };
+        let mut object = json!({
+            "time": time.rfc3339(),
+            "table": self.table(),
+            "policy": policy,
+            "rule": rule,
+            "direction": self.direction.as_str(),
+            "action": self.verdict.to_string(),
+            "priority": self.priority,
+            "appliedTo": self.applied_to,
+            "srcIP": self.flow.src.to_string(),
+            "srcPort": self.flow.transport.src_port(),
+            "dstIP": self.flow.dst.to_string(),
+            "dstPort": self.flow.transport.dst_port(),
+            "protocol": self.flow.transport.name(),
+            "length": self.packet_length,
+            "logLabel": self.log_label,
+        });
+        let Value::Object(map) = &mut object else {
+            return object;
+        };
+        if let Some(reason) = &self.reason {
+            map.insert("reason".into(), reason.as_str().into());
+        }
+        if let Some(request) = &self.request {
+            map.insert(
+                "http".into(),
+                json!({
+                    "method": request.method,
+                    "host": request.host,
+                    "path": request.path,
+                }),
+            );
+        }
+        if let Some(Repeats { packets, over }) = repeats {
+            map.insert("packets".into(), packets.into());
+            map.insert("durationSeconds".into(), over.as_secs_f64().into());
+        }
+        object
     }
 }
 
@@ -210,6 +344,7 @@ fn go_duration(d: Duration) -> String {
 #[derive(Debug)]
 pub struct Deduplicator {
     window: Duration,
+    format: AuditFormat,
     /// Line columns → (first packet's record, packets seen).
     open: HashMap<String, (AuditRecord, u64)>,
     max_keys: usize,
@@ -218,9 +353,10 @@ pub struct Deduplicator {
 impl Deduplicator {
     /// `max_keys` bounds memory: past it, new keys are logged without
     /// deduplication rather than grow the table.
-    pub fn new(window: Duration, max_keys: usize) -> Deduplicator {
+    pub fn new(window: Duration, max_keys: usize, format: AuditFormat) -> Deduplicator {
         Deduplicator {
             window,
+            format,
             open: HashMap::new(),
             max_keys,
         }
@@ -232,14 +368,14 @@ impl Deduplicator {
     pub fn offer(&mut self, record: AuditRecord) -> Vec<String> {
         let mut lines = self.flush(record.time);
         if record.verdict == Verdict::Allow {
-            lines.push(record.line());
+            lines.push(record.render(self.format, record.time, None));
             return lines;
         }
         let key = record.fields();
         match self.open.get_mut(&key) {
             Some((_, count)) => *count += 1,
             None => {
-                lines.push(format!("{} {key}", record.time.format()));
+                lines.push(record.render(self.format, record.time, None));
                 if self.open.len() < self.max_keys {
                     self.open.insert(key, (record, 1));
                 }
@@ -284,13 +420,9 @@ impl Deduplicator {
         closed
             .into_iter()
             .filter(|(_, count)| *count > 1)
-            .map(|(first, count)| {
-                format!(
-                    "{} {} [{count} packets in {}]",
-                    now.format(),
-                    first.fields(),
-                    go_duration(now.since(first.time))
-                )
+            .map(|(first, packets)| {
+                let over = now.since(first.time);
+                first.render(self.format, now, Some(Repeats { packets, over }))
             })
             .collect()
     }

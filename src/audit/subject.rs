@@ -93,6 +93,7 @@ impl Subject {
             packet_length,
             log_label: self.log_label,
             reason: None,
+            request: None,
         }
     }
 }

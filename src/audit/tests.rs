@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::*;
+use crate::http::RequestHead;
 use crate::packet::flow::Transport;
 
 fn flow(src: &str, sport: Option<u16>, dst: &str, dport: Option<u16>, icmp: bool) -> Flow {
@@ -41,6 +42,7 @@ fn reject_icmp(micros: u64) -> AuditRecord {
         packet_length: 84,
         log_label: Some("icmp-log-label".into()),
         reason: None,
+        request: None,
     }
 }
 
@@ -77,6 +79,7 @@ fn reject_tcp_line_matches_the_spec() {
         packet_length: 60,
         log_label: Some("tcp-log-label".into()),
         reason: None,
+        request: None,
     };
     assert_eq!(
         record.line(),
@@ -84,9 +87,108 @@ fn reject_tcp_line_matches_the_spec() {
     );
 }
 
+fn l7_request(method: &str, host: Option<&str>, path: &str) -> AuditRecord {
+    let mut record = reject_icmp(1_688_474_721_804_416);
+    record.flow = flow("10.10.1.7", Some(53646), "10.10.1.14", Some(80), false);
+    record.request = Some(RequestHead {
+        method: method.into(),
+        host: host.map(Into::into),
+        port: None,
+        path: path.into(),
+    });
+    record
+}
+
+#[test]
+fn l7_lines_append_method_host_and_path_after_the_reason() {
+    let mut record = l7_request("POST", Some("shop.example"), "/admin?x=1");
+    assert_eq!(
+        record.line(),
+        "2023/07/04 12:45:21.804416 AntreaPolicyEgressRule AntreaNetworkPolicy:default/reject-icmp-policy RejectICMPRequest Egress Reject 14500 default/nettool 10.10.1.7 53646 10.10.1.14 80 TCP 84 icmp-log-label method=\"POST\" host=\"shop.example\" path=\"/admin?x=1\""
+    );
+    record.reason = Some("strict framing: body on GET".into());
+    assert!(record.line().ends_with(
+        " icmp-log-label reason=\"strict framing: body on GET\" method=\"POST\" host=\"shop.example\" path=\"/admin?x=1\""
+    ));
+    // No Host header: an empty host column.
+    let record = l7_request("GET", None, "/");
+    assert!(record
+        .line()
+        .ends_with(" method=\"GET\" host=\"\" path=\"/\""));
+}
+
+#[test]
+fn request_fields_cannot_forge_columns_or_lines() {
+    let record = l7_request(
+        "GET",
+        Some("a\" b=\"c"),
+        "/x\" method=\"DELETE\"\n2023/01/01 forged",
+    );
+    let line = record.line();
+    assert_eq!(line.lines().count(), 1, "{line}");
+    assert!(
+        line.ends_with(
+            " method=\"GET\" host=\"a\\\" b=\\\"c\" path=\"/x\\\" method=\\\"DELETE\\\"\\n2023/01/01 forged\""
+        ),
+        "{line}"
+    );
+    let json = record.render(AuditFormat::Json, record.time, None);
+    assert_eq!(json.lines().count(), 1, "{json}");
+    let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(
+        value["http"]["path"],
+        "/x\" method=\"DELETE\"\n2023/01/01 forged"
+    );
+}
+
+#[test]
+fn json_lines_carry_the_same_fields_and_the_dedup_summary() {
+    let mut dedup = Deduplicator::new(Duration::from_secs(1), 1000, AuditFormat::Json);
+    let first = dedup.offer(reject_icmp(1_688_426_676_422_233));
+    assert_eq!(first.len(), 1);
+    let value: serde_json::Value = serde_json::from_str(&first[0]).unwrap();
+    assert_eq!(
+        value,
+        serde_json::json!({
+            "time": "2023-07-03T23:24:36.422233Z",
+            "table": "AntreaPolicyEgressRule",
+            "policy": "AntreaNetworkPolicy:default/reject-icmp-policy",
+            "rule": "RejectICMPRequest",
+            "direction": "Egress",
+            "action": "Reject",
+            "priority": 14500,
+            "appliedTo": "default/nettool",
+            "srcIP": "10.10.1.7",
+            "srcPort": null,
+            "dstIP": "10.10.2.3",
+            "dstPort": null,
+            "protocol": "ICMP",
+            "length": 84,
+            "logLabel": "icmp-log-label",
+        })
+    );
+    assert!(dedup.offer(reject_icmp(1_688_426_677_000_000)).is_empty());
+    let summary = dedup.flush(Timestamp::from_unix_micros(1_688_426_677_424_024));
+    let value: serde_json::Value = serde_json::from_str(&summary[0]).unwrap();
+    assert_eq!(value["time"], "2023-07-03T23:24:37.424024Z");
+    assert_eq!(value["packets"], 2);
+    assert_eq!(value["durationSeconds"], 1.001791);
+
+    let mut record = l7_request("GET", Some("shop.example"), "/cart");
+    record.reason = Some("strict framing: body on GET".into());
+    let value: serde_json::Value =
+        serde_json::from_str(&record.render(AuditFormat::Json, record.time, None)).unwrap();
+    assert_eq!(
+        value["http"],
+        serde_json::json!({"method": "GET", "host": "shop.example", "path": "/cart"})
+    );
+    assert_eq!(value["reason"], "strict framing: body on GET");
+    assert_eq!(value["srcPort"], 53646);
+}
+
 #[test]
 fn icmp_lines_print_nil_ports_and_dedup_summarises_as_the_spec_shows() {
-    let mut dedup = Deduplicator::new(Duration::from_secs(1), 1000);
+    let mut dedup = Deduplicator::new(Duration::from_secs(1), 1000, AuditFormat::Text);
     let first = dedup.offer(reject_icmp(1_688_426_676_422_233));
     assert_eq!(
         first,
@@ -116,7 +218,7 @@ fn icmp_lines_print_nil_ports_and_dedup_summarises_as_the_spec_shows() {
 
 #[test]
 fn duplicates_are_equal_lines_and_a_lone_packet_has_no_summary() {
-    let mut dedup = Deduplicator::new(Duration::from_secs(1), 1000);
+    let mut dedup = Deduplicator::new(Duration::from_secs(1), 1000, AuditFormat::Text);
     let tcp = |sport| {
         let mut r = reject_icmp(5_000_000);
         r.flow = flow("10.10.1.7", Some(sport), "10.10.2.3", Some(80), false);
@@ -139,7 +241,7 @@ fn duplicates_are_equal_lines_and_a_lone_packet_has_no_summary() {
 
 #[test]
 fn allow_lines_are_never_deduplicated() {
-    let mut dedup = Deduplicator::new(Duration::from_secs(1), 1000);
+    let mut dedup = Deduplicator::new(Duration::from_secs(1), 1000, AuditFormat::Text);
     let mut record = reject_icmp(1);
     record.verdict = Verdict::Allow;
     assert_eq!(dedup.offer(record.clone()).len(), 1);
@@ -161,6 +263,7 @@ fn k8s_lines_match_the_spec() {
         packet_length: 60,
         log_label: None,
         reason: None,
+        request: None,
     };
     assert_eq!(
         allow.line(),
@@ -177,6 +280,7 @@ fn k8s_lines_match_the_spec() {
         packet_length: 84,
         log_label: None,
         reason: None,
+        request: None,
     };
     assert_eq!(
         default_drop.line(),
@@ -402,7 +506,7 @@ spec:
     #[test]
     fn repeated_drops_give_one_line_and_a_summary() {
         let rs = ruleset();
-        let mut dedup = Deduplicator::new(Duration::from_secs(1), 100);
+        let mut dedup = Deduplicator::new(Duration::from_secs(1), 100, AuditFormat::Text);
         let mut out = Vec::new();
         for i in 0..50u64 {
             let s = step(

@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::config::AuditConfig;
 use crate::telemetry::{AuditSkip, Metrics};
 
-use super::{AuditRecord, Deduplicator, RateLimiter, Timestamp};
+use super::{AuditFormat, AuditRecord, Deduplicator, RateLimiter, Timestamp};
 use crate::packet::flow::Verdict;
 
 /// Records in flight between the workers and the writer.
@@ -97,7 +97,8 @@ fn spawn_with_clock(
     let (tx, rx) = mpsc::sync_channel(CHANNEL_CAPACITY);
     let writer = Writer {
         file,
-        dedup: Deduplicator::new(Duration::from_secs(1), MAX_DEDUP_KEYS),
+        dedup: Deduplicator::new(Duration::from_secs(1), MAX_DEDUP_KEYS, config.format),
+        format: config.format,
         limiter: RateLimiter::new(config.rate, config.burst),
         metrics: Arc::clone(&metrics),
         clock,
@@ -118,6 +119,7 @@ fn now() -> Timestamp {
 
 struct Writer {
     file: RotatingFile,
+    format: AuditFormat,
     dedup: Deduplicator,
     limiter: RateLimiter,
     metrics: Arc<Metrics>,
@@ -165,7 +167,7 @@ impl Writer {
                 let closed = self.dedup.flush(record.time);
                 self.write(closed, now);
                 if self.limiter.admit(now) {
-                    self.append(&record.line());
+                    self.append(&record.render(self.format, record.time, None));
                 } else {
                     self.metrics.audit_skipped(AuditSkip::Rate, 1);
                 }
@@ -331,6 +333,7 @@ mod tests {
             packet_length: 60,
             log_label: None,
             reason: None,
+            request: None,
         }
     }
 

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::audit::AuditFormat;
 use crate::fqdn::{
     FqdnResolve, LearnerConfig, QueryBounds, ResolveBounds, DEFAULT_MAX_OUTSTANDING_QUERIES,
     DEFAULT_MAX_TTL_SECS, DEFAULT_QUERY_TIMEOUT_SECS, MAX_IPSET_TIMEOUT_SECS,
@@ -625,6 +626,10 @@ pub struct AuditConfig {
     /// Rotated files kept (default 3; 0 keeps none).
     #[arg(skip)]
     pub max_files: u32,
+    /// Line format: `text`, the spec's np.log line (default), or `json`,
+    /// one JSON object per line for log shippers.
+    #[arg(skip)]
+    pub format: AuditFormat,
 }
 
 impl Default for AuditConfig {
@@ -635,6 +640,7 @@ impl Default for AuditConfig {
             burst: 1000,
             max_bytes: 100 * 1024 * 1024,
             max_files: 3,
+            format: AuditFormat::Text,
         }
     }
 }

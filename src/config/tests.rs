@@ -486,6 +486,19 @@ fn the_stall_timeout_defaults_to_ten_seconds_and_zero_is_refused() {
 }
 
 #[test]
+fn audit_format_key() {
+    assert_eq!(config("").audit.format, AuditFormat::Text);
+    assert_eq!(
+        config("audit: {format: json}\n").audit.format,
+        AuditFormat::Json
+    );
+    let c = load("", &[set("audit.format=json")]).unwrap().config;
+    assert_eq!(c.audit.format, AuditFormat::Json);
+    let bad = load("audit: {format: xml}\n", &[]).unwrap_err().to_string();
+    assert!(bad.contains("expected text or json"), "{bad}");
+}
+
+#[test]
 fn l7_urgent_data_and_strict_framing_keys() {
     let defaults = config("");
     assert_eq!(defaults.l7.urgent_data, UrgentData::Reset);

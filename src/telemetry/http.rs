@@ -213,7 +213,10 @@ mod tests {
     #[test]
     fn serves_over_tcp() {
         let (a, probes) = answers();
-        a.metrics.ruleset_applied(3, 2, 5);
+        a.metrics.ruleset_applied(
+            3,
+            &crate::compile::compile(&Default::default(), &Default::default()),
+        );
         let addr = serve("127.0.0.1:0".parse().unwrap(), a.metrics, a.probes).unwrap();
         let text = get(addr, "/metrics");
         assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");

@@ -1,11 +1,16 @@
 //! The Prometheus metrics: verdicts by Tier, rule hits (capped, see
-//! [`MAX_RULE_SERIES`]), the verdict latency histogram, agent-level events,
-//! and one collector over every registered counter set, read at scrape
-//! time. Never blocks a packet on I/O; label values come from bounded sets.
+//! [`MAX_RULE_SERIES`]), the verdict latency histogram, agent-level events
+//! (build, reloads and their time, datapath apply durations, enforced
+//! endpoints, Kubernetes sync), one collector over every registered counter
+//! set, read at scrape time, and the `process_*` metrics. Never blocks a
+//! packet on I/O; label values come from bounded sets, and the families of
+//! known label values are exported at zero from the start.
+#![allow(clippy::disallowed_methods)] // stamps the last successful reload with the wall clock.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric, MetricEncoder};
@@ -13,14 +18,16 @@ use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::info::Info;
 use prometheus_client::metrics::MetricType;
 
 use super::counters::{Kind, Scope, Series};
 use super::health::Health;
+use super::process::ProcessCollector;
 use super::registry::Registry;
 use crate::packet::flow::Verdict;
 use crate::ruleset::DecidedBy;
-use crate::ruleset::RuleRef;
+use crate::ruleset::{RuleRef, Ruleset};
 
 /// At most this many distinct (policy, rule) series; hits of further rules
 /// are counted under `policy="_other", rule="_other"`.
@@ -66,6 +73,24 @@ struct ReasonLabels {
     reason: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: String,
+    commit: String,
+}
+
+/// The commit the binary was built from (`build.rs`), `unknown` outside git.
+pub const COMMIT: &str = env!("TOLLGATE_COMMIT");
+
+/// Every `step` label of `datapath_apply_failures`.
+const APPLY_STEPS: [&str; 5] = [
+    "read",
+    "ipset_prepare",
+    "iptables",
+    "ip6tables",
+    "ipset_cleanup",
+];
+
 /// Why an audit line was not written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AuditSkip {
@@ -78,6 +103,8 @@ pub enum AuditSkip {
 }
 
 impl AuditSkip {
+    const ALL: [AuditSkip; 3] = [AuditSkip::Queue, AuditSkip::Rate, AuditSkip::Io];
+
     fn label(self) -> &'static str {
         match self {
             AuditSkip::Queue => "queue_full",
@@ -94,6 +121,8 @@ type LatencyFamily = Family<QueueLabels, Histogram, fn() -> Histogram>;
 #[derive(Debug)]
 pub struct Metrics {
     registry: prometheus_client::registry::Registry,
+    /// The unprefixed `process_*` metrics.
+    process: prometheus_client::registry::Registry,
     verdicts: Family<VerdictLabels, Counter>,
     rule_hits: Family<RuleLabels, Counter>,
     rule_series: AtomicUsize,
@@ -103,6 +132,10 @@ pub struct Metrics {
     rules: Gauge,
     reloads: Family<ResultLabels, Counter>,
     last_reload_ok: Gauge,
+    last_reload_ok_time: Gauge<f64, std::sync::atomic::AtomicU64>,
+    apply_duration: Histogram,
+    enforced_endpoints: Gauge,
+    kubernetes_synced: Gauge,
     datapath_apply_failures: Family<StepLabels, Counter>,
     datapath_behind: Gauge,
     datapath_drift_repairs: Counter,
@@ -120,6 +153,12 @@ impl Default for Metrics {
     }
 }
 
+/// 1 ms … ~65 s in factors of 2: a reconcile runs iptables-restore and
+/// ipset, milliseconds when small, seconds for large sets.
+fn apply_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1e-3, 2.0, 17))
+}
+
 fn latency_histogram() -> Histogram {
     // 2 µs … ~8 s in factors of 2.
     Histogram::new(exponential_buckets(2e-6, 2.0, 22))
@@ -129,6 +168,7 @@ impl Metrics {
     pub fn new() -> Metrics {
         let m = Metrics {
             registry: prometheus_client::registry::Registry::with_prefix("tollgate"),
+            process: prometheus_client::registry::Registry::default(),
             verdicts: Family::default(),
             rule_hits: Family::default(),
             rule_series: AtomicUsize::new(0),
@@ -138,6 +178,10 @@ impl Metrics {
             rules: Gauge::default(),
             reloads: Family::default(),
             last_reload_ok: Gauge::default(),
+            last_reload_ok_time: Gauge::default(),
+            apply_duration: apply_histogram(),
+            enforced_endpoints: Gauge::default(),
+            kubernetes_synced: Gauge::default(),
             datapath_apply_failures: Family::default(),
             datapath_behind: Gauge::default(),
             datapath_drift_repairs: Counter::default(),
@@ -148,7 +192,16 @@ impl Metrics {
             counters: Arc::new(Registry::default()),
             health: Arc::new(Health::default()),
         };
+        m.zero_known_series();
         let mut r = m.registry;
+        r.register(
+            "build",
+            "The version and the commit tollgate was built from",
+            Info::new(BuildLabels {
+                version: env!("CARGO_PKG_VERSION").into(),
+                commit: COMMIT.into(),
+            }),
+        );
         r.register(
             "verdicts",
             "New connections decided, by action and by the Tier of the deciding rule",
@@ -190,6 +243,26 @@ impl Metrics {
             m.last_reload_ok.clone(),
         );
         r.register(
+            "last_reload_success_timestamp_seconds",
+            "Unix time of the last start or reload that applied",
+            m.last_reload_ok_time.clone(),
+        );
+        r.register(
+            "datapath_apply_duration_seconds",
+            "Time of each kernel write (reconcile) that changed the kernel or failed",
+            m.apply_duration.clone(),
+        );
+        r.register(
+            "enforced_endpoints",
+            "Endpoints this node enforces policy for in the ruleset in force (the Node and its local Pods and ExternalEntities)",
+            m.enforced_endpoints.clone(),
+        );
+        r.register(
+            "kubernetes_synced",
+            "1 once the Kubernetes source published a complete snapshot (every watched kind listed), 0 before and in standalone mode",
+            m.kubernetes_synced.clone(),
+        );
+        r.register(
             "datapath_apply_failures",
             "Kernel writes (reconciles) that failed, by the step that failed; each is retried with backoff",
             m.datapath_apply_failures.clone(),
@@ -225,14 +298,60 @@ impl Metrics {
             m.kubernetes_watch_errors.clone(),
         );
         r.register_collector(Box::new(CounterCollector(Arc::clone(&m.counters))));
-        Metrics { registry: r, ..m }
+        let mut process = m.process;
+        process.register_collector(Box::new(ProcessCollector));
+        Metrics {
+            registry: r,
+            process,
+            ..m
+        }
+    }
+
+    /// Creates the series of every known label value, so that they are
+    /// exported at zero before the first event (a rate over a series that
+    /// appears with its first increment misses that increment).
+    fn zero_known_series(&self) {
+        let tiers = crate::model::STATIC_TIERS
+            .iter()
+            .map(|(tier, _)| *tier)
+            .chain([TIER_NONE, TIER_K8S]);
+        for tier in tiers {
+            for verdict in [Verdict::Allow, Verdict::Drop, Verdict::Reject] {
+                let _ = self.verdicts.get_or_create(&VerdictLabels {
+                    action: verdict.to_string(),
+                    tier: tier.into(),
+                });
+            }
+        }
+        for result in [
+            ReloadResult::Applied,
+            ReloadResult::Rejected,
+            ReloadResult::Failed,
+        ] {
+            let _ = self.reloads.get_or_create(&ResultLabels {
+                result: result.label().into(),
+            });
+        }
+        for step in APPLY_STEPS {
+            let _ = self
+                .datapath_apply_failures
+                .get_or_create(&StepLabels { step: step.into() });
+        }
+        for reason in AuditSkip::ALL {
+            let _ = self.audit_skipped.get_or_create(&ReasonLabels {
+                reason: reason.label().into(),
+            });
+        }
     }
 
     /// The exposition text (OpenMetrics, which Prometheus scrapes natively).
     pub fn render(&self) -> String {
+        use prometheus_client::encoding::text;
         let mut out = String::new();
         // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        let _ = text::encode_registry(&mut out, &self.registry);
+        let _ = text::encode_registry(&mut out, &self.process);
+        let _ = text::encode_eof(&mut out);
         out
     }
 
@@ -316,11 +435,27 @@ impl Metrics {
 
     // ------------------------------------------------------------ agent
 
-    /// A ruleset was put in force.
-    pub fn ruleset_applied(&self, generation: u64, policies: usize, rules: usize) {
+    /// `ruleset` was put in force as `generation`.
+    pub fn ruleset_applied(&self, generation: u64, ruleset: &Ruleset) {
+        let count = |n: usize| saturating_i64(n as u64);
         self.generation.set(saturating_i64(generation));
-        self.policies.set(saturating_i64(policies as u64));
-        self.rules.set(saturating_i64(rules as u64));
+        self.policies.set(count(ruleset.policies().len()));
+        self.rules.set(count(ruleset.rule_count()));
+        self.enforced_endpoints
+            .set(count(ruleset.endpoints().len()));
+    }
+
+    /// A kernel write (reconcile) took `took`.
+    pub fn datapath_applied(&self, took: Duration) {
+        self.apply_duration.observe(took.as_secs_f64());
+    }
+
+    /// Stamps the last successful start or reload with the wall clock.
+    fn reload_succeeded(&self) {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        self.last_reload_ok_time.set(now);
     }
 
     /// A reload (not the start) ended: `applied`, `rejected` (invalid
@@ -333,11 +468,15 @@ impl Metrics {
             .inc();
         self.last_reload_ok
             .set(i64::from(result == ReloadResult::Applied));
+        if result == ReloadResult::Applied {
+            self.reload_succeeded();
+        }
     }
 
     /// The start applied its ruleset.
     pub fn started(&self) {
         self.last_reload_ok.set(1);
+        self.reload_succeeded();
     }
 
     /// A reconcile failed.
@@ -363,6 +502,7 @@ impl Metrics {
 
     /// The Kubernetes source published a snapshot without `skipped` objects.
     pub fn kubernetes_snapshot(&self, skipped: usize) {
+        self.kubernetes_synced.set(1);
         self.kubernetes_skipped.set(saturating_i64(skipped as u64));
     }
 

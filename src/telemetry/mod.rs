@@ -2,7 +2,7 @@
 //! ([`counters`]) and registered per queue ([`registry`]), the kernel's
 //! queue counters ([`kernel`]), the workers' heartbeats and the probes
 //! ([`health`]), Prometheus metrics ([`metrics`]) and their endpoint with
-//! `/livez` and `/readyz` ([`http`]). It decides nothing
+//! `/livez` and `/readyz` ([`http`]), the process's own figures ([`process`]). It decides nothing
 //! and imports no worker: workers hand their counters in.
 
 pub mod counters;
@@ -10,6 +10,7 @@ pub mod health;
 pub mod http;
 pub mod kernel;
 pub mod metrics;
+pub mod process;
 pub mod registry;
 
 pub use counters::CounterSet;

@@ -181,6 +181,7 @@ impl<P> Segments<P> {
         if let Some(subject) = Subject::of_rule(rule, endpoint, verdict) {
             let mut line = subject.record(wall_clock(), flow.flow(), packet_length);
             line.reason = record.detail.as_ref().map(ToString::to_string);
+            line.request = record.request.clone();
             audit.offer(line);
         }
     }

@@ -1,9 +1,10 @@
 //! Observability of `tollgate run` end to end: the audit log (dedup of
 //! Drop lines, one line per allowed connection, a rate limit that skips
-//! lines but never packets, Kubernetes NetworkPolicy lines), the metrics
-//! endpoint as traffic flows, and `tollgate status` / `get policies`.
+//! lines but never packets, Kubernetes NetworkPolicy lines, L7 request
+//! lines in text and JSON), the metrics endpoint as traffic flows, every
+//! declared counter scraped, and `tollgate status` / `get policies`.
 //!
-//! Addresses: 10.61.1-5.0/24 (10.61.9.0/24 is benches/audit_overload.sh).
+//! Addresses: 10.61.1-7.0/24 (10.61.9.0/24 is benches/audit_overload.sh).
 
 use crate::harness::{wait_until, AgentOptions, Lab, Netns, AGENT_WAIT};
 use std::collections::BTreeMap;
@@ -647,4 +648,293 @@ spec:
         "IngressDefaultRule K8sNetworkPolicy <nil> Ingress Drop <nil> default/web 10.61.4.2 <nil> 10.61.5.2 <nil> ICMP 84 <nil>",
         "{text}"
     );
+}
+
+/// The scrape-and-check test against a running agent with every worker (a
+/// connection queue, the L7 queue, and the DNS queue an FQDN rule starts):
+/// every counter any worker declares is exported, each queue's kernel
+/// counters too, with the agent-level families, build info and the
+/// `process_*` metrics; `tollgate status` shows the same rows.
+#[test]
+fn every_declared_counter_is_scraped_from_a_running_agent() {
+    use tollgate::telemetry::counters::{Kind, Scope, Series};
+    use tollgate::telemetry::kernel::KernelCounters;
+    use tollgate::workers::{ConnectionCounters, DnsCounters, L7Counters, QueueCounters};
+    let Some(pair) = Pair::new("every_declared_counter_is_scraped_from_a_running_agent", 6) else {
+        return;
+    };
+    pair.lab.write_policy(
+        "fqdn.yaml",
+        "apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata:
+  name: observe-fqdn
+spec:
+  priority: 6
+  tier: application
+  appliedTo:
+    - nodeSelector:
+        matchLabels:
+          role: obs
+  egress:
+    - action: Allow
+      name: allow-fqdn
+      to:
+        - fqdn: \"*.allowed.test\"
+",
+    );
+    let socket: PathBuf = pair.lab.dir().join("run/tollgate.sock");
+    let mut options = options(
+        &pair.lab,
+        &[
+            "--metrics-address",
+            "127.0.0.1:9466",
+            "--log-format",
+            "json",
+        ],
+    );
+    options.status_socket = socket.clone();
+    let mut agent = pair.lab.start_agent(options);
+    agent.wait_for_log(r#""message":"ruleset applied","generation":1"#, AGENT_WAIT);
+
+    let text = pair
+        .node
+        .ok("curl -sf --max-time 5 http://127.0.0.1:9466/metrics");
+    let sets: [(&str, Scope, &[Series]); 5] = [
+        ("QueueCounters", Scope::Queue, QueueCounters::SERIES),
+        (
+            "ConnectionCounters",
+            Scope::Queue,
+            ConnectionCounters::SERIES,
+        ),
+        ("DnsCounters", Scope::Agent, DnsCounters::SERIES),
+        ("L7Counters", Scope::Agent, L7Counters::SERIES),
+        ("KernelCounters", Scope::Queue, KernelCounters::SERIES),
+    ];
+    let mut missing = Vec::new();
+    for (set, scope, series) in sets {
+        for series in series {
+            let name = match series.kind {
+                Kind::Counter => format!("tollgate_{}_total", series.metric),
+                Kind::Gauge => format!("tollgate_{}", series.metric),
+            };
+            let found = text.lines().any(|line| {
+                let Some(rest) = line.strip_prefix(&name) else {
+                    return false;
+                };
+                let queue = scope == Scope::Agent || rest.starts_with("{queue=\"");
+                let label = series
+                    .label
+                    .is_none_or(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
+                (rest.starts_with(' ') || rest.starts_with('{')) && queue && label
+            });
+            if !found {
+                missing.push(format!("{set}.{} ({name})", series.key));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "not exported: {missing:?}\n{text}");
+    // Three queues bound: the connection queue, L7 and DNS, each with its
+    // kernel counters.
+    let kernel_queues = text
+        .lines()
+        .filter(|l| l.starts_with("tollgate_queue_kernel_queued_total{queue=\""))
+        .count();
+    assert_eq!(kernel_queues, 3, "{text}");
+
+    let m = parse_metrics(&text);
+    assert!(value(&m, "tollgate_last_reload_success_timestamp_seconds") > 1.6e9);
+    assert!(value(&m, "tollgate_datapath_apply_duration_seconds_count") >= 1.0);
+    assert_eq!(value(&m, "tollgate_enforced_endpoints"), 1.0);
+    assert_eq!(value(&m, "tollgate_kubernetes_synced"), 0.0);
+    assert_eq!(
+        value(&m, "tollgate_reloads_total{result=\"failed\"}"),
+        0.0,
+        "labelled families start at zero"
+    );
+    assert!(value(&m, "process_resident_memory_bytes") > 0.0);
+    assert!(value(&m, "process_open_fds") >= 3.0);
+    assert!(value(&m, "process_cpu_seconds_total") >= 0.0);
+    assert!(value(&m, "process_start_time_seconds") > 1.6e9);
+    let build = text
+        .lines()
+        .find(|l| l.starts_with("tollgate_build_info{"))
+        .unwrap_or_else(|| panic!("no build info in\n{text}"));
+    assert!(
+        build.starts_with(&format!(
+            "tollgate_build_info{{version=\"{}\",commit=\"",
+            env!("CARGO_PKG_VERSION")
+        )) && build.ends_with("\"} 1"),
+        "{build}"
+    );
+
+    let out = tollgate(&["status", "--socket", socket.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = String::from_utf8_lossy(&out.stdout);
+    for expected in [
+        "enforced endpoints: 1",
+        "policy source:      complete snapshot",
+        "last applied:       ",
+        "process:            cpu ",
+        " (commit ",
+    ] {
+        assert!(
+            status.contains(expected),
+            "{expected:?} missing in\n{status}"
+        );
+    }
+    eprintln!("tollgate status:\n{status}");
+    // Every worker's table: connection queue, DNS and L7 with their
+    // kernel columns.
+    for worker in ["QUEUE ", "DNS ", "L7 QUEUE "] {
+        assert!(
+            status
+                .lines()
+                .any(|l| l.starts_with(worker) && l.contains("KERNEL-QUEUED")),
+            "{worker:?} table missing in\n{status}"
+        );
+    }
+    agent.stop();
+}
+
+/// An L7 rule with `enableLogging`: each HTTP request decision is an
+/// audit line carrying the request's method, host (lower-cased, without
+/// port) and path after the spec's columns; with `audit.format: json` the
+/// same record is one JSON object per line.
+#[test]
+fn l7_audit_lines_carry_method_host_and_path_in_text_and_json() {
+    let Some(pair) = Pair::new(
+        "l7_audit_lines_carry_method_host_and_path_in_text_and_json",
+        7,
+    ) else {
+        return;
+    };
+    pair.lab.write_policy(
+        "p.yaml",
+        "apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata:
+  name: observe-l7
+spec:
+  priority: 5
+  tier: securityops
+  appliedTo:
+    - nodeSelector:
+        matchLabels:
+          role: obs
+  ingress:
+    - action: Allow
+      name: api-get
+      enableLogging: true
+      logLabel: api
+      from:
+        - ipBlock:
+            cidr: 10.61.7.0/24
+      ports:
+        - protocol: TCP
+          port: 8080
+      l7Protocols:
+        - http:
+            method: GET
+            path: /api/*
+",
+    );
+    let _server = serve(&pair, 8080);
+    let address = format!("{}:8080", pair.node_ip());
+    // Sends `request` on a new connection; returns what came back.
+    let send = |request: &str| -> String {
+        pair.client.enter(|| {
+            let mut s =
+                TcpStream::connect_timeout(&address.parse().unwrap(), Duration::from_secs(3))
+                    .expect("connection to the L7 port");
+            s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+            s.write_all(request.as_bytes()).unwrap();
+            let mut answer = String::new();
+            let _ = s.read_to_string(&mut answer);
+            answer
+        })
+    };
+    let allowed = "GET /api/items?id=7 HTTP/1.1\r\nHost: Shop.Example:8080\r\n\r\n";
+    let denied = "POST /admin HTTP/1.1\r\nHost: shop.example\r\nContent-Length: 0\r\n\r\n";
+    let fields = "AntreaClusterNetworkPolicy:observe-l7 api-get Ingress";
+
+    for format in ["text", "json"] {
+        let log = pair.lab.dir().join(format!("np-{format}.log"));
+        let set = format!("audit.format={format}");
+        let mut agent = pair.lab.start_agent(options(
+            &pair.lab,
+            &[
+                "--audit-log",
+                log.to_str().unwrap(),
+                "--set",
+                &set,
+                "--log-format",
+                "json",
+            ],
+        ));
+        agent.wait_for_log(r#""message":"ruleset applied","generation":1"#, AGENT_WAIT);
+        send(allowed);
+        let answer = send(denied);
+        assert!(
+            answer.starts_with("HTTP/1.1 403 Forbidden\r\n"),
+            "{answer:?}"
+        );
+        // The connections' own Allow lines (their SYNs) come first; the
+        // request lines are those with a method.
+        wait_until("two request lines", Duration::from_secs(5), || {
+            read(&log).matches("\"method\"").count() + read(&log).matches("method=").count() >= 2
+        });
+        let text = read(&log);
+        if format == "text" {
+            let requests = lines_with(&text, " method=");
+            let allow: Vec<&String> = requests
+                .iter()
+                .filter(|l| l.contains(&format!("{fields} Allow ")))
+                .collect();
+            assert_eq!(allow.len(), 1, "{text}");
+            assert!(
+                allow[0].ends_with(
+                    " api method=\"GET\" host=\"shop.example\" path=\"/api/items?id=7\""
+                ),
+                "{text}"
+            );
+            let reject = lines_with(&text, &format!("{fields} Reject "));
+            assert_eq!(reject.len(), 1, "{text}");
+            assert!(
+                reject[0].ends_with(" api method=\"POST\" host=\"shop.example\" path=\"/admin\""),
+                "{text}"
+            );
+        } else {
+            let records: Vec<serde_json::Value> = text
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+                .collect();
+            let find = |action: &str| {
+                records
+                    .iter()
+                    .find(|r| r["action"] == action && r.get("http").is_some())
+                    .unwrap_or_else(|| panic!("no {action} record in\n{text}"))
+            };
+            let allow = find("Allow");
+            assert_eq!(allow["policy"], "AntreaClusterNetworkPolicy:observe-l7");
+            assert_eq!(allow["rule"], "api-get");
+            assert_eq!(allow["logLabel"], "api");
+            assert_eq!(allow["dstPort"], 8080);
+            assert_eq!(
+                allow["http"],
+                serde_json::json!({"method": "GET", "host": "shop.example", "path": "/api/items?id=7"})
+            );
+            let reject = find("Reject");
+            assert_eq!(
+                reject["http"],
+                serde_json::json!({"method": "POST", "host": "shop.example", "path": "/admin"})
+            );
+            assert!(reject["time"].as_str().unwrap().ends_with('Z'), "{reject}");
+        }
+        agent.stop();
+    }
 }

@@ -128,7 +128,7 @@ fn the_other_families() {
     ] {
         counter.fetch_add(n, Ordering::Relaxed);
     }
-    m.ruleset_applied(2, 3, 9);
+    m.ruleset_applied(2, &empty_ruleset());
     m.reload(ReloadResult::Rejected);
     m.datapath_apply_failed(&crate::datapath::ApplyError::Write {
         step: crate::datapath::Step::Table(crate::datapath::Family::V6),
@@ -149,8 +149,9 @@ fn the_other_families() {
         "tollgate_l7_requests_total{result=\"denied\"} 1",
         "tollgate_l7_flows_active 2",
         "tollgate_ruleset_generation 2",
-        "tollgate_policies 3",
-        "tollgate_rules 9",
+        "tollgate_policies 0",
+        "tollgate_rules 0",
+        "tollgate_enforced_endpoints 1",
         "tollgate_reloads_total{result=\"rejected\"} 1",
         "tollgate_last_reload_success 0",
         "tollgate_datapath_apply_failures_total{step=\"ip6tables\"} 1",
@@ -160,6 +161,200 @@ fn the_other_families() {
     ] {
         assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
     }
+}
+
+/// No policy: the local Node is the one endpoint.
+fn empty_ruleset() -> Ruleset {
+    crate::compile::compile(
+        &crate::model::Snapshot::default(),
+        &crate::compile::LocalNode::default(),
+    )
+}
+
+/// The structs declared with `counters!` anywhere under `src/`.
+fn declared_sets() -> Vec<String> {
+    fn walk(dir: &std::path::Path, out: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                let mut lines = text.lines();
+                while let Some(line) = lines.next() {
+                    if line.trim() != "counters! {" {
+                        continue;
+                    }
+                    let name = lines
+                        .by_ref()
+                        .find_map(|l| l.split_once("struct ")?.1.split(':').next())
+                        .unwrap();
+                    out.push(name.trim().to_string());
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut out,
+    );
+    out.sort();
+    out
+}
+
+/// The scrape-and-check test: every counter declared with `counters!` is
+/// exported by `/metrics` with its label, and none is forgotten here (a
+/// new set fails the test until it is added).
+#[test]
+fn every_declared_counter_is_exported() {
+    use crate::telemetry::kernel::KernelCounters;
+    use crate::workers::{ConnectionCounters, DnsCounters, L7Counters, QueueCounters};
+    let mut sets: Vec<(&str, &[Series])> = vec![
+        ("QueueCounters", QueueCounters::SERIES),
+        ("ConnectionCounters", ConnectionCounters::SERIES),
+        ("DnsCounters", DnsCounters::SERIES),
+        ("L7Counters", L7Counters::SERIES),
+        ("KernelCounters", KernelCounters::SERIES),
+        // The test sets of the telemetry tests.
+        (
+            "TestCounters",
+            crate::telemetry::counters::tests::TestCounters::SERIES,
+        ),
+        ("QueueSet", QueueSet::SERIES),
+        ("AgentSet", AgentSet::SERIES),
+    ];
+    sets.sort_by_key(|(name, _)| *name);
+    let names: Vec<String> = sets.iter().map(|(name, _)| name.to_string()).collect();
+    assert_eq!(declared_sets(), names, "a counters! set is missing here");
+
+    // Registered as the agent does: each worker's queue set and its own.
+    let m = Metrics::new();
+    m.counters().register(
+        100,
+        "queue",
+        vec![
+            Arc::new(QueueCounters::default()),
+            Arc::new(ConnectionCounters::default()),
+            Arc::new(KernelCounters::default()),
+        ],
+    );
+    m.counters().register(
+        53,
+        "dns",
+        vec![
+            Arc::new(QueueCounters::default()),
+            Arc::new(DnsCounters::default()),
+        ],
+    );
+    m.counters().register(
+        101,
+        "L7 queue",
+        vec![
+            Arc::new(QueueCounters::default()),
+            Arc::new(L7Counters::default()),
+        ],
+    );
+    let text = m.render();
+    let exported = |series: &Series| {
+        let name = match series.kind {
+            Kind::Counter => format!("tollgate_{}_total", series.metric),
+            Kind::Gauge => format!("tollgate_{}", series.metric),
+        };
+        text.lines().any(|line| {
+            let Some(rest) = line.strip_prefix(&name) else {
+                return false;
+            };
+            let labelled = series
+                .label
+                .is_none_or(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
+            (rest.starts_with(' ') || rest.starts_with('{')) && labelled && rest.ends_with(" 0")
+        })
+    };
+    for (_, series) in &sets[..] {
+        if std::ptr::eq(*series, QueueSet::SERIES)
+            || std::ptr::eq(*series, AgentSet::SERIES)
+            || std::ptr::eq(
+                *series,
+                crate::telemetry::counters::tests::TestCounters::SERIES,
+            )
+        {
+            continue;
+        }
+        for series in *series {
+            assert!(
+                exported(series),
+                "{} ({}) missing in\n{text}",
+                series.metric,
+                series.key
+            );
+        }
+    }
+}
+
+#[test]
+fn agent_families_are_exported_from_the_start() {
+    let m = Metrics::new();
+    let text = m.render();
+    for line in [
+        "tollgate_verdicts_total{action=\"Drop\",tier=\"securityops\"} 0",
+        "tollgate_verdicts_total{action=\"Reject\",tier=\"baseline\"} 0",
+        "tollgate_verdicts_total{action=\"Allow\",tier=\"none\"} 0",
+        "tollgate_verdicts_total{action=\"Drop\",tier=\"k8s-networkpolicy\"} 0",
+        "tollgate_reloads_total{result=\"applied\"} 0",
+        "tollgate_reloads_total{result=\"rejected\"} 0",
+        "tollgate_reloads_total{result=\"failed\"} 0",
+        "tollgate_datapath_apply_failures_total{step=\"read\"} 0",
+        "tollgate_datapath_apply_failures_total{step=\"ipset_prepare\"} 0",
+        "tollgate_datapath_apply_failures_total{step=\"iptables\"} 0",
+        "tollgate_datapath_apply_failures_total{step=\"ip6tables\"} 0",
+        "tollgate_datapath_apply_failures_total{step=\"ipset_cleanup\"} 0",
+        "tollgate_audit_lines_skipped_total{reason=\"queue_full\"} 0",
+        "tollgate_audit_lines_skipped_total{reason=\"rate_limit\"} 0",
+        "tollgate_audit_lines_skipped_total{reason=\"io_error\"} 0",
+        "tollgate_last_reload_success_timestamp_seconds 0.0",
+        "tollgate_datapath_apply_duration_seconds_count 0",
+        "tollgate_enforced_endpoints 0",
+        "tollgate_kubernetes_synced 0",
+        &format!(
+            "tollgate_build_info{{version=\"{}\",commit=\"{COMMIT}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        ),
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+    }
+    for name in [
+        "process_cpu_seconds_total ",
+        "process_resident_memory_bytes ",
+        "process_virtual_memory_bytes ",
+        "process_open_fds ",
+        "process_max_fds ",
+        "process_start_time_seconds ",
+    ] {
+        assert!(
+            text.lines().any(|l| l.starts_with(name)),
+            "{name} missing in\n{text}"
+        );
+    }
+    assert!(!COMMIT.is_empty());
+    assert_eq!(text.matches("# EOF").count(), 1, "{text}");
+    assert!(text.ends_with("# EOF\n"));
+
+    // The events that move them.
+    m.started();
+    m.datapath_applied(Duration::from_millis(3));
+    m.kubernetes_snapshot(0);
+    m.ruleset_applied(1, &empty_ruleset());
+    let text = m.render();
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing in\n{text}"))
+    };
+    assert!(value("tollgate_last_reload_success_timestamp_seconds") > 1.6e9);
+    assert_eq!(value("tollgate_datapath_apply_duration_seconds_count"), 1.0);
+    assert_eq!(value("tollgate_kubernetes_synced"), 1.0);
+    assert_eq!(value("tollgate_enforced_endpoints"), 1.0);
 }
 
 #[test]

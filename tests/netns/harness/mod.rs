@@ -160,6 +160,8 @@ pub const TEST_IDS: &[&str] = &[
     "resolved_addresses_follow_the_ttl_to_a_changed_address",
     "resolve_off_leaves_held_answers_to_snooping",
     "a_dead_resolver_delays_neither_policy_nor_snooping",
+    "every_declared_counter_is_scraped_from_a_running_agent",
+    "l7_audit_lines_carry_method_host_and_path_in_text_and_json",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
