@@ -204,6 +204,7 @@ fn built_segment(b: &Built) {
         id,
         payload,
         mark: 0,
+        indev: 0,
         local: None,
     };
     gate.segment(&queued(1, &syn_ack), (&AllowAll, &NoFqdn), now);
