@@ -888,7 +888,8 @@ mod tests {
             check(&s, Check::Ready),
             not("no complete policy snapshot applied yet")
         );
-        // Generation 1 installed (privileged rules only): still not ready.
+        // The kernel matches, but no complete snapshot is in force yet
+        // (e.g. the startup policy): still not ready.
         s.applied(1);
         s.datapath(None);
         assert!(!check(&s, Check::Ready).ok);
