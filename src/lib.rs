@@ -1,9 +1,10 @@
 //! # tollgate
 //!
-//! A Linux node firewall that enforces Antrea-native network policies (and
-//! Kubernetes NetworkPolicy) with the host's own netfilter: iptables sends
-//! new connections, DNS replies and L7 payload to NFQUEUE, and worker
-//! threads decide them against a compiled ruleset.
+//! A Linux node firewall that enforces Antrea-native network policies,
+//! Kubernetes NetworkPolicy and the network-policy-api kinds with the
+//! host's own netfilter: iptables sends new connections, DNS queries and
+//! replies and L7 payload to NFQUEUE, and worker threads decide them
+//! against a compiled ruleset.
 //!
 //! ```text
 //!  policy file / API object ──▶ source ──▶ Snapshot ──▶ validate ──▶ compile ──▶ Ruleset ──▶ datapath plan ──▶ kernel
