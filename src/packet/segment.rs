@@ -76,15 +76,7 @@ pub struct Segment<'a> {
 
 /// Reads a whole IPv4 or IPv6 packet carrying TCP.
 pub fn parse_segment(packet: &[u8]) -> Result<Segment<'_>, SegmentError> {
-    let ip = IpSlice::from_slice(packet).map_err(|_| SegmentError::Ip)?;
-    let payload = ip.payload();
-    if payload.fragmented {
-        return Err(SegmentError::Fragment);
-    }
-    if payload.ip_number != IpNumber::TCP {
-        return Err(SegmentError::NotTcp);
-    }
-    let tcp = TcpSlice::from_slice(payload.payload).map_err(|_| SegmentError::Tcp)?;
+    let (ip, tcp) = tcp_slices(packet)?;
     Ok(Segment {
         key: FlowKey {
             client: SocketAddr::new(ip.source_addr(), tcp.source_port()),
@@ -98,6 +90,21 @@ pub fn parse_segment(packet: &[u8]) -> Result<Segment<'_>, SegmentError> {
         urgent: tcp.urg() || tcp.urgent_pointer() != 0,
         payload: tcp.payload(),
     })
+}
+
+/// The IP header and the TCP segment of a whole, unfragmented packet:
+/// the one reading [`parse_segment`] and [`Rewrite::apply`] share.
+fn tcp_slices(packet: &[u8]) -> Result<(IpSlice<'_>, TcpSlice<'_>), SegmentError> {
+    let ip = IpSlice::from_slice(packet).map_err(|_| SegmentError::Ip)?;
+    let payload = ip.payload();
+    if payload.fragmented {
+        return Err(SegmentError::Fragment);
+    }
+    if payload.ip_number != IpNumber::TCP {
+        return Err(SegmentError::NotTcp);
+    }
+    let tcp = TcpSlice::from_slice(payload.payload).map_err(|_| SegmentError::Tcp)?;
+    Ok((ip, tcp))
 }
 
 /// A change made to a queued packet before it is accepted.
@@ -131,17 +138,9 @@ impl Rewrite {
 /// rewrite never makes a corrupt segment acceptable.
 fn clear_urgent(packet: &mut [u8]) -> Result<(), SegmentError> {
     let offset = {
-        let ip = IpSlice::from_slice(packet).map_err(|_| SegmentError::Ip)?;
-        let payload = ip.payload();
-        if payload.fragmented {
-            return Err(SegmentError::Fragment);
-        }
-        if payload.ip_number != IpNumber::TCP {
-            return Err(SegmentError::NotTcp);
-        }
-        TcpSlice::from_slice(payload.payload).map_err(|_| SegmentError::Tcp)?;
-        // The TCP header's position in `packet`: the IP slice borrows it.
-        (payload.payload.as_ptr() as usize).wrapping_sub(packet.as_ptr() as usize)
+        let (_, tcp) = tcp_slices(packet)?;
+        // The TCP header's position in `packet`: the slice borrows it.
+        (tcp.slice().as_ptr() as usize).wrapping_sub(packet.as_ptr() as usize)
     };
     let tcp = packet.get_mut(offset..).ok_or(SegmentError::Tcp)?;
     let word = |tcp: &[u8], at: usize| u16::from_be_bytes([tcp[at], tcp[at + 1]]);
