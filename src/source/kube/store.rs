@@ -11,12 +11,17 @@
 //! Unlike the file source, which rejects a whole invalid change, the API
 //! server is shared by many writers: [`Store::admit`] skips the invalid
 //! objects (and those that only fail because they refer to a skipped one)
-//! and admits the rest.
+//! and admits the rest. Each skipped object, and each admitted one that
+//! validation warns about (enforced only in part), becomes a [`Refusal`]
+//! naming the object as the API server knows it (uid, generation,
+//! resourceVersion): what `tollgate get skipped` lists and what the
+//! Kubernetes Events report ([`super::events`]).
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::model::{Kind, Object, ObjectRef, Snapshot, Sourced};
@@ -42,11 +47,33 @@ pub enum Change {
 /// `namespace` (empty for cluster-scoped kinds) and `name`.
 type Key = (String, String);
 
+/// An object as the API server names it, and what it decoded to (or why
+/// it did not decode).
+#[derive(Debug)]
+struct Stored {
+    id: Identity,
+    object: Result<Object, Problem>,
+}
+
+/// Which version of which object: what a [`Refusal`] names beside the
+/// kind, namespace and name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Identity {
+    pub api_version: String,
+    /// `kind:` as the API server spells it.
+    pub api_kind: String,
+    pub uid: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    pub resource_version: String,
+}
+
 #[derive(Debug, Default)]
 struct KindStore {
-    objects: BTreeMap<Key, Result<Object, Problem>>,
+    objects: BTreeMap<Key, Stored>,
     /// Objects of a list in progress.
-    listing: Option<BTreeMap<Key, Result<Object, Problem>>>,
+    listing: Option<BTreeMap<Key, Stored>>,
     /// A list has completed at least once.
     synced: bool,
 }
@@ -68,6 +95,68 @@ pub struct Admitted {
     /// a group not defined yet, an ipBlock beside a selector): they are
     /// enforced all the same.
     pub warnings: Vec<Problem>,
+    /// The skipped objects, then the partly enforced ones, one entry per
+    /// object, in the order of the store (kind, namespace, name).
+    pub refused: Vec<Refusal>,
+}
+
+/// Whether an object is left out or enforced only in part.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Verdict {
+    /// Invalid, or depends on an invalid object: not enforced at all.
+    PolicySkipped,
+    /// Enforced, but part of it is ignored or selects nothing (a group
+    /// not defined yet, selectors beside an ipBlock).
+    PolicyPartiallyEnforced,
+}
+
+impl Verdict {
+    /// The Event `reason`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::PolicySkipped => "PolicySkipped",
+            Verdict::PolicyPartiallyEnforced => "PolicyPartiallyEnforced",
+        }
+    }
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One object tollgate skips or enforces only in part, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Refusal {
+    /// As tollgate prints kinds.
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+    #[serde(flatten)]
+    pub id: Identity,
+    pub verdict: Verdict,
+    /// Each problem as `field: reason` (the reason alone when it names
+    /// no field).
+    pub reasons: Vec<String>,
+}
+
+impl Refusal {
+    /// The problems in one line.
+    pub fn message(&self) -> String {
+        self.reasons.join("; ")
+    }
+}
+
+/// `field: reason`, or the reason alone.
+fn reason(problem: &Problem) -> String {
+    if problem.field.is_empty() {
+        problem.reason.clone()
+    } else {
+        format!("{}: {}", problem.field, problem.reason)
+    }
 }
 
 impl Store {
@@ -141,7 +230,7 @@ impl Store {
         let mut objects = Vec::new();
         for store in self.kinds.values() {
             for object in store.objects.values() {
-                match object {
+                match &object.object {
                     Ok(object) => objects.push(Sourced {
                         origin: PathBuf::from(ORIGIN),
                         object: object.clone(),
@@ -174,11 +263,62 @@ impl Store {
             }
             skipped.extend(problems);
         }
+        let refused = self.refusals(&skipped, &warnings);
         Admitted {
             snapshot: Arc::new(snapshot),
             skipped,
             warnings,
+            refused,
         }
+    }
+
+    /// One [`Refusal`] per object named by `skipped` (not enforced) or
+    /// only by `warnings` (enforced in part). A problem naming no stored
+    /// object is left out: it has nothing to be reported on.
+    fn refusals(&self, skipped: &[Problem], warnings: &[Problem]) -> Vec<Refusal> {
+        let mut by_object: BTreeMap<(Kind, Key), (Verdict, Vec<String>)> = BTreeMap::new();
+        let verdicts = skipped
+            .iter()
+            .map(|p| (Verdict::PolicySkipped, p))
+            .chain(warnings.iter().map(|p| (Verdict::PolicyPartiallyEnforced, p)));
+        for (verdict, problem) in verdicts {
+            let Some(kind) = problem.object.kind else {
+                continue;
+            };
+            let key = (
+                problem.object.namespace.clone().unwrap_or_default(),
+                problem.object.name.clone(),
+            );
+            let entry = by_object
+                .entry((kind, key))
+                .or_insert_with(|| (verdict, Vec::new()));
+            // Skipped wins over partly enforced; its reasons alone count.
+            if verdict < entry.0 {
+                *entry = (verdict, Vec::new());
+            }
+            if verdict == entry.0 {
+                let text = reason(problem);
+                if !entry.1.contains(&text) {
+                    entry.1.push(text);
+                }
+            }
+        }
+        let mut refused: Vec<Refusal> = by_object
+            .into_iter()
+            .filter_map(|((kind, key), (verdict, reasons))| {
+                let stored = self.kinds.get(&kind)?.objects.get(&key)?;
+                Some(Refusal {
+                    kind: kind.to_string(),
+                    namespace: kind.is_namespaced().then(|| key.0.clone()),
+                    name: key.1,
+                    id: stored.id.clone(),
+                    verdict,
+                    reasons,
+                })
+            })
+            .collect();
+        refused.sort_by_key(|r| r.verdict);
+        refused
     }
 }
 
@@ -217,7 +357,7 @@ fn slim(kind: Kind, value: &mut Value) {
 }
 
 /// The key of a watched object and its decoded form (or why it is not one).
-fn decode(kind: Kind, mut value: Value) -> (Key, Result<Object, Problem>) {
+fn decode(kind: Kind, mut value: Value) -> (Key, Stored) {
     slim(kind, &mut value);
     let meta = value.get("metadata");
     let field = |name: &str| {
@@ -225,6 +365,20 @@ fn decode(kind: Kind, mut value: Value) -> (Key, Result<Object, Problem>) {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string()
+    };
+    let text = |name: &str| {
+        value
+            .get(name)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let id = Identity {
+        api_version: text("apiVersion"),
+        api_kind: text("kind"),
+        uid: field("uid"),
+        generation: meta.and_then(|m| m.get("generation")).and_then(Value::as_i64),
+        resource_version: field("resourceVersion"),
     };
     let namespace = if kind.is_namespaced() {
         field("namespace")
@@ -242,7 +396,7 @@ fn decode(kind: Kind, mut value: Value) -> (Key, Result<Object, Problem>) {
         field: String::new(),
         reason: error.to_string(),
     });
-    ((namespace, name), object)
+    ((namespace, name), Stored { id, object })
 }
 
 #[cfg(test)]
@@ -437,6 +591,50 @@ mod tests {
             warnings,
             ["kubernetes: ClusterNetworkPolicy p: spec.ingress[0].from[0].group: ClusterGroup `partners` does not exist (yet): selects nothing until it is defined"]
         );
+    }
+
+    #[test]
+    fn refusals_name_each_object_once_with_its_identity() {
+        let mut store = synced_store();
+        let mut bad = tier("bad", 300);
+        bad["metadata"]["uid"] = json!("u-1");
+        bad["metadata"]["generation"] = json!(3);
+        bad["metadata"]["resourceVersion"] = json!("41");
+        store.apply(Kind::Tier, Change::Apply(bad));
+        store.apply(
+            Kind::ClusterNetworkPolicy,
+            Change::Apply(acnp("p-bad", "bad")),
+        );
+        let mut partial = acnp("p-partial", "application");
+        partial["spec"]["ingress"][0]["from"] = json!([{"group": "a"}, {"group": "b"}]);
+        store.apply(Kind::ClusterNetworkPolicy, Change::Apply(partial));
+        let refused = store.admit().refused;
+        let summary: Vec<(String, Verdict, usize)> = refused
+            .iter()
+            .map(|r| (format!("{} {}", r.kind, r.name), r.verdict, r.reasons.len()))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("Tier bad".into(), Verdict::PolicySkipped, 1),
+                ("ClusterNetworkPolicy p-bad".into(), Verdict::PolicySkipped, 1),
+                ("ClusterNetworkPolicy p-partial".into(), Verdict::PolicyPartiallyEnforced, 2),
+            ]
+        );
+        let tier = &refused[0];
+        assert_eq!(
+            tier.id,
+            Identity {
+                api_version: "crd.antrea.io/v1beta1".into(),
+                api_kind: "Tier".into(),
+                uid: "u-1".into(),
+                generation: Some(3),
+                resource_version: "41".into(),
+            }
+        );
+        assert!(tier.message().starts_with("spec.priority: "), "{}", tier.message());
+        assert!(refused[1].message().contains("Tier"), "{}", refused[1].message());
+        assert!(refused[2].message().contains("ClusterGroup `a` does not exist"));
     }
 
     #[test]
