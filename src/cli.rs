@@ -236,6 +236,23 @@ pub enum GetCommand {
         #[command(flatten)]
         socket: SocketArgs,
     },
+    /// Objects the running agent skips or enforces only in part in
+    /// Kubernetes mode, with the reasons its Kubernetes Events give.
+    Skipped {
+        #[command(flatten)]
+        socket: SocketArgs,
+        /// A table, or every field (uid, generation, resourceVersion).
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: SkippedFormat,
+    },
+}
+
+/// Output of `get skipped`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SkippedFormat {
+    Text,
+    Json,
+    Yaml,
 }
 
 /// Who the local Node is (policies with `nodeSelector` apply to it).

@@ -580,6 +580,44 @@ pub fn render_policies(policies: &[PolicySummary]) -> String {
     table(&rows)
 }
 
+/// `tollgate get skipped`: one row per object, its problems joined; JSON
+/// and YAML carry every field.
+pub fn render_skipped(
+    refused: &[crate::source::kube::Refusal],
+    format: crate::cli::SkippedFormat,
+) -> Result<String, CommandError> {
+    use crate::cli::SkippedFormat;
+    let encoding = |e: &dyn std::fmt::Display| CommandError::Usage(format!("encoding: {e}"));
+    match format {
+        SkippedFormat::Json => serde_json::to_string_pretty(refused)
+            .map(|s| s + "\n")
+            .map_err(|e| encoding(&e)),
+        SkippedFormat::Yaml => serde_saphyr::to_string(&refused).map_err(|e| encoding(&e)),
+        SkippedFormat::Text if refused.is_empty() => {
+            Ok("no object skipped or partly enforced\n".into())
+        }
+        SkippedFormat::Text => {
+            let mut rows = vec![[
+                "KIND".to_string(),
+                "NAMESPACE".to_string(),
+                "NAME".to_string(),
+                "REASON".to_string(),
+                "MESSAGE".to_string(),
+            ]];
+            for r in refused {
+                rows.push([
+                    r.kind.clone(),
+                    r.namespace.clone().unwrap_or_else(|| "-".into()),
+                    r.name.clone(),
+                    r.reason.to_string(),
+                    r.message(),
+                ]);
+            }
+            Ok(table(&rows))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -124,6 +124,13 @@ fn run(command: Command) -> Result<ExitCode, CommandError> {
             };
             print!("{}", commands::render_fqdn(&sets, &patterns, &sources));
         }
+        Command::Get {
+            what: GetCommand::Skipped { socket, output },
+        } => match commands::ask(&socket.socket, &Request::Skipped)? {
+            Response::Skipped(refused) => print!("{}", commands::render_skipped(&refused, output)?),
+            Response::Error(error) => return Err(CommandError::Usage(error)),
+            other => return Err(unexpected(&other)),
+        },
         Command::Cleanup => {
             let removed = tollgate::agent::cleanup()
                 .map_err(|e| CommandError::Usage(format!("cleanup: {e}")))?;

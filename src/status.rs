@@ -20,6 +20,8 @@
 //! ← {"check":{"ok":false,"reason":"no complete policy snapshot yet"}}
 //! → {"request":"fqdn"}
 //! ← {"fqdn":[{"selector":"www.example.com","address":"203.0.113.7","source":"resolved"}]}
+//! → {"request":"skipped"}
+//! ← {"skipped":[{"kind":"Tier","name":"bad","uid":"…","reason":"PolicySkipped","problems":[…],…}]}
 //! ← {"error":"unknown request"}
 //! ```
 #![allow(clippy::disallowed_methods)] // the status server reports uptime.
@@ -38,6 +40,7 @@ use serde::{Deserialize, Serialize};
 use crate::fqdn::FqdnTable;
 use crate::marks::FailMode;
 use crate::ruleset::{PolicySummary, Ruleset};
+use crate::source::kube::{Reason, Refusal, SourceState};
 use crate::telemetry::{Check, Health, Probes, Registry};
 
 /// Where `tollgate run` listens and the CLI connects unless told otherwise.
@@ -84,6 +87,9 @@ pub enum Request {
     },
     /// How each live FQDN set entry was learned (`tollgate get fqdn`).
     Fqdn,
+    /// The objects skipped or partly enforced in Kubernetes mode
+    /// (`tollgate get skipped`).
+    Skipped,
 }
 
 /// What the agent answers.
@@ -94,7 +100,20 @@ pub enum Response {
     Policies(Vec<PolicySummary>),
     Check(CheckReport),
     Fqdn(Vec<FqdnSource>),
+    Skipped(Vec<Refusal>),
     Error(String),
+}
+
+/// The Kubernetes source in `tollgate status`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubernetesReport {
+    /// In step with the API server (as `tollgate_kubernetes_synced`).
+    pub synced: bool,
+    /// Objects skipped (not enforced) in the latest snapshot.
+    pub skipped: usize,
+    /// Objects enforced only in part.
+    pub partly_enforced: usize,
 }
 
 /// One live FQDN set entry and how it was learned: `snooped` or
@@ -163,6 +182,9 @@ pub struct StatusReport {
     pub queues: Vec<QueueReport>,
     pub audit_log: Option<PathBuf>,
     pub metrics_address: Option<String>,
+    /// The Kubernetes source; `None` with a policy directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<KubernetesReport>,
 }
 
 /// The agent process's own figures (the `process_*` metrics).
@@ -256,6 +278,8 @@ pub struct AgentStatus {
     state: Mutex<State>,
     /// The FQDN table, once the first snapshot made it.
     fqdn: OnceLock<Arc<FqdnTable>>,
+    /// The Kubernetes source's state, in Kubernetes mode.
+    kubernetes: OnceLock<SourceState>,
 }
 
 #[derive(Default)]
@@ -297,7 +321,27 @@ impl AgentStatus {
             snapshot_complete: AtomicBool::new(false),
             state: Mutex::new(State::default()),
             fqdn: OnceLock::new(),
+            kubernetes: OnceLock::new(),
         }
+    }
+
+    /// The Kubernetes source to report on (set once, in Kubernetes mode).
+    pub fn kubernetes_source(&self, state: SourceState) {
+        let _ = self.kubernetes.set(state);
+    }
+
+    fn kubernetes_report(&self) -> Option<KubernetesReport> {
+        let state = self.kubernetes.get()?;
+        let refused = state.refused();
+        let skipped = refused
+            .iter()
+            .filter(|r| r.reason == Reason::PolicySkipped)
+            .count();
+        Some(KubernetesReport {
+            synced: state.synced(),
+            skipped,
+            partly_enforced: refused.len() - skipped,
+        })
     }
 
     /// The FQDN table to report the sources of (set once).
@@ -414,6 +458,7 @@ impl AgentStatus {
             queues,
             audit_log: self.audit_log.clone(),
             metrics_address: self.metrics_address.clone(),
+            kubernetes: self.kubernetes_report(),
         }
     }
 
@@ -424,6 +469,12 @@ impl AgentStatus {
             Request::Policies => Response::Policies(self.ruleset.load().policies().to_vec()),
             Request::Check { probe } => Response::Check(self.check(*probe).into()),
             Request::Fqdn => Response::Fqdn(self.fqdn_sources()),
+            Request::Skipped => match self.kubernetes.get() {
+                Some(state) => Response::Skipped(state.refused()),
+                None => Response::Error(
+                    "the agent reads a policy directory: it skips nothing (an invalid change is rejected whole; see `tollgate validate`)".into(),
+                ),
+            },
         }
     }
 }
@@ -764,6 +815,19 @@ pub fn render_status(report: &StatusReport) -> String {
         "waiting for a complete snapshot"
     };
     let _ = writeln!(out, "policy source:      {source}");
+    if let Some(k) = &report.kubernetes {
+        let _ = writeln!(
+            out,
+            "kubernetes:         {}, {} skipped, {} partly enforced (tollgate get skipped)",
+            if k.synced {
+                "synced"
+            } else {
+                "NOT SYNCED (a watch failed; listing again)"
+            },
+            k.skipped,
+            k.partly_enforced
+        );
+    }
     let applied = report
         .last_applied_seconds_ago
         .map_or("never".to_string(), |s| format!("{s}s ago"));

@@ -4,7 +4,11 @@
 //! the rest applies; a 410 Gone makes the watcher relist; an optional kind
 //! (ExternalEntity, the network-policy-api kinds) whose CRD is missing holds
 //! nothing back and is picked up when the CRD appears; a policy that names
-//! a group not created yet starts to enforce when the group arrives.
+//! a group not created yet starts to enforce when the group arrives; a
+//! skipped or partly enforced object gets one Kubernetes Event from the
+//! node (counted again, never duplicated), and the Event API failing
+//! holds nothing back; a failing watch reads as not synced until its kind
+//! is listed again.
 #![allow(clippy::disallowed_methods)] // the test waits on the clock for the watcher.
 
 use std::net::{IpAddr, SocketAddr};
@@ -17,7 +21,7 @@ use tollgate::compile::{compile, LocalNode};
 use tollgate::fqdn::NoFqdn;
 use tollgate::packet::flow::{Flow, Transport, Verdict};
 use tollgate::ruleset::Ruleset;
-use tollgate::source::kube::{Admitted, Connection, KubeSource, Latest};
+use tollgate::source::kube::{Admitted, Connection, KubeSource, Latest, Reason, SourceState};
 use tollgate::telemetry::Metrics;
 
 use tollgate_fake_api::{collection, FakeApi};
@@ -67,6 +71,7 @@ struct Harness {
     api: FakeApi,
     metrics: Arc<Metrics>,
     latest: Latest,
+    state: SourceState,
     // Dropped before the server so the watchers stop first.
     source: Option<KubeSource>,
     notified: mpsc::Receiver<()>,
@@ -79,6 +84,7 @@ impl Harness {
         let metrics = Arc::new(Metrics::new());
         let source = KubeSource::spawn(
             Connection::Config(Box::new(config)),
+            Some(NODE.into()),
             Arc::clone(&metrics),
             move || {
                 let _ = tx.send(());
@@ -89,6 +95,7 @@ impl Harness {
             metrics,
             api,
             latest: source.latest(),
+            state: source.state(),
             source: Some(source),
             notified,
         }
@@ -123,7 +130,20 @@ impl Drop for Harness {
     }
 }
 
-/// The value of a metric without labels.
+/// Polls `ok` (at most 20 s).
+fn poll_until(what: &str, ok: impl Fn() -> bool, context: impl Fn() -> String) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !ok() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {}",
+            context()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The value of a metric (its name with labels, if any).
 fn metric(metrics: &Metrics, name: &str) -> u64 {
     let text = metrics.render();
     text.lines()
@@ -257,6 +277,7 @@ fn unreachable_server_is_retried_until_it_answers() {
     let metrics = Arc::new(Metrics::new());
     let source = KubeSource::spawn(
         Connection::Config(Box::new(config)),
+        None,
         Arc::clone(&metrics),
         move || {
             let _ = tx.send(());
@@ -548,4 +569,210 @@ fn network_policy_api_kinds_follow_their_crds_and_objects() {
         metric(&h.metrics, "tollgate_kubernetes_watch_errors_total"),
         0
     );
+}
+
+/// The Events the fake server holds about the object `kind`/`name`.
+fn events_on(api: &FakeApi, kind: &str, name: &str) -> Vec<Value> {
+    api.events()
+        .into_values()
+        .filter(|e| e["regarding"]["kind"] == kind && e["regarding"]["name"] == name)
+        .collect()
+}
+
+#[test]
+fn skipped_objects_get_one_event_each_counted_on_edits_and_none_once_fixed() {
+    let api = FakeApi::start("127.0.0.1:0");
+    api.apply(namespace("shop"));
+    api.apply(pod("web-1", "web", "10.5.0.2"));
+    api.apply(tier("bad", 400));
+    api.apply(acnp("in-bad-tier", "bad", "web"));
+    let h = Harness::start(api);
+    h.wait_for("invalid tier skipped", |a, _| a.skipped.len() == 2);
+    let dump = || format!("{:#?}", h.api.events());
+    poll_until("two events", || h.api.events().len() == 2, dump);
+
+    let tier_events = events_on(&h.api, "Tier", "bad");
+    assert_eq!(tier_events.len(), 1, "{}", dump());
+    let event = &tier_events[0];
+    assert_eq!(event["reason"], "PolicySkipped");
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["reportingController"], "tollgate");
+    assert_eq!(event["reportingInstance"], NODE);
+    assert_eq!(event["deprecatedSource"]["host"], NODE);
+    assert_eq!(event["regarding"]["uid"], "uid--bad");
+    assert_eq!(event["regarding"]["apiVersion"], "crd.antrea.io/v1beta1");
+    assert_eq!(event["metadata"]["namespace"], "default");
+    let note = event["note"].as_str().unwrap();
+    assert!(
+        note.starts_with(&format!(
+            "tollgate on node {NODE}: skipped (not enforced): spec.priority"
+        )),
+        "{note}"
+    );
+    assert_eq!(
+        events_on(&h.api, "ClusterNetworkPolicy", "in-bad-tier").len(),
+        1
+    );
+
+    // What `get skipped` lists: the same objects, named as the API server
+    // names them.
+    let refused = h.state.refused();
+    let bad = refused
+        .iter()
+        .find(|r| r.name == "bad")
+        .expect("tier listed");
+    assert_eq!(bad.reason, Reason::PolicySkipped);
+    assert_eq!(bad.id.uid, "uid--bad");
+    assert_eq!(bad.id.generation, Some(1));
+    assert!(
+        bad.message().starts_with("spec.priority"),
+        "{}",
+        bad.message()
+    );
+
+    // Snapshots caused by other objects say nothing new.
+    for app in ["a", "b", "c"] {
+        h.api.apply(pod("web-1", app, "10.5.0.2"));
+        h.wait_for("pod relabelled", |a, _| {
+            a.snapshot.iter().any(|o| {
+                o.metadata().name == "web-1"
+                    && o.metadata().labels.get("app").map(String::as_str) == Some(app)
+            })
+        });
+    }
+    // A new version of the policy, refused for the same reason: the same
+    // Event, counted (the Event queue is in order, so once the count shows
+    // every earlier report was handled).
+    let mut edited = acnp("in-bad-tier", "bad", "web");
+    edited["spec"]["priority"] = json!(6);
+    h.api.apply(edited.clone());
+    poll_until(
+        "series count 2",
+        || events_on(&h.api, "ClusterNetworkPolicy", "in-bad-tier")[0]["series"]["count"] == 2,
+        dump,
+    );
+    assert_eq!(h.api.events().len(), 2, "{}", dump());
+    assert_eq!(h.api.event_requests(), 3, "two creates and one patch");
+
+    // A dangling group reference: enforced in part, said so.
+    let mut dangling = acnp("dangling", "application", "web");
+    dangling["spec"]["ingress"][0]["from"] = json!([{"group": "partners"}]);
+    h.api.apply(dangling);
+    poll_until(
+        "partly enforced event",
+        || !events_on(&h.api, "ClusterNetworkPolicy", "dangling").is_empty(),
+        dump,
+    );
+    let partial = &events_on(&h.api, "ClusterNetworkPolicy", "dangling")[0];
+    assert_eq!(partial["reason"], "PolicyPartiallyEnforced");
+    assert!(partial["note"]
+        .as_str()
+        .unwrap()
+        .contains("ClusterGroup `partners` does not exist"));
+
+    // Fixed: no more reporting, even when the policy changes again.
+    h.api.apply(tier("bad", 20));
+    h.wait_for("tier fixed", |a, _| a.skipped.is_empty());
+    edited["spec"]["priority"] = json!(7);
+    h.api.apply(edited);
+    h.wait_for("edited policy admitted", |a, _| {
+        a.snapshot
+            .iter()
+            .any(|o| o.metadata().name == "in-bad-tier")
+    });
+    let before = h.api.event_requests();
+    // A sentinel: once its Event is there, everything queued before it
+    // was handled.
+    h.api.apply(tier("sentinel", 999));
+    poll_until(
+        "sentinel event",
+        || !events_on(&h.api, "Tier", "sentinel").is_empty(),
+        dump,
+    );
+    assert_eq!(h.api.event_requests(), before + 1, "{}", dump());
+    assert_eq!(
+        events_on(&h.api, "ClusterNetworkPolicy", "in-bad-tier")[0]["series"]["count"],
+        2
+    );
+}
+
+#[test]
+fn event_api_failing_or_overloaded_holds_nothing_back() {
+    let api = FakeApi::start("127.0.0.1:0");
+    api.apply(namespace("shop"));
+    api.apply(pod("web-1", "web", "10.6.0.2"));
+    api.refuse_events(true);
+    let h = Harness::start(api);
+    h.wait_for("initial snapshot", |a, _| a.snapshot.objects.len() == 2);
+    h.api.apply(tier("bad", 400));
+    h.wait_for("skipped", |a, _| a.skipped.len() == 1);
+    let failed = r#"tollgate_kubernetes_events_total{result="failed"}"#;
+    poll_until(
+        "failure counted",
+        || metric(&h.metrics, failed) >= 1,
+        || h.metrics.render(),
+    );
+    // Enforcement goes on while the Event API refuses.
+    h.api.apply(acnp("deny-web", "application", "web"));
+    h.wait_for("policy applied", |_, r| enforced(r) == [ip("10.6.0.2")]);
+
+    // More refusals in one snapshot than the queue holds: the rest are
+    // dropped, counted, and reported with a later snapshot.
+    h.api.refuse_events(false);
+    let many = tollgate::source::kube::events::QUEUE + 50;
+    h.api.hold_lists();
+    for i in 0..many {
+        h.api.apply(tier(&format!("bad-{i}"), 400));
+    }
+    h.api.release_lists();
+    h.wait_for("all skipped", |a, _| a.refused.len() == many + 1);
+    // The watch thread was not held up: a Pod change still arrives.
+    h.api.apply(pod("web-1", "other", "10.6.0.2"));
+    h.wait_for("pod relabelled", |_, r| enforced(r).is_empty());
+    // Every new one has its Event in the end (the refused one is not
+    // retried until it changes).
+    poll_until(
+        "every new skipped object has its event",
+        || h.api.events().len() == many,
+        || format!("{} events; {}", h.api.events().len(), h.metrics.render()),
+    );
+    let dropped = r#"tollgate_kubernetes_events_total{result="dropped"}"#;
+    assert!(metric(&h.metrics, dropped) >= 1, "{}", h.metrics.render());
+    assert_eq!(metric(&h.metrics, failed), 1);
+}
+
+#[test]
+fn synced_drops_while_a_watch_fails_and_recovers_after_the_relist() {
+    let api = FakeApi::start("127.0.0.1:0");
+    api.apply(namespace("shop"));
+    let h = Harness::start(api);
+    h.wait_for("initial snapshot", |a, _| a.snapshot.objects.len() == 1);
+    let synced = || metric(&h.metrics, "tollgate_kubernetes_synced");
+    poll_until(
+        "synced",
+        || synced() == 1 && h.state.synced(),
+        || h.metrics.render(),
+    );
+
+    let pods = collection("v1", "Pod");
+    h.api.fail(&pods);
+    poll_until(
+        "not synced",
+        || synced() == 0 && !h.state.synced(),
+        || h.metrics.render(),
+    );
+    // A change made while the watch fails.
+    h.api.apply(pod("web-1", "web", "10.7.0.2"));
+    let lists = h.api.lists(&pods);
+    h.api.heal(&pods);
+    h.wait_for("change picked up by the relist", |a, _| {
+        a.snapshot.objects.len() == 2
+    });
+    poll_until(
+        "synced again",
+        || synced() == 1 && h.state.synced(),
+        || h.metrics.render(),
+    );
+    assert!(h.api.lists(&pods) > lists, "{:#?}", h.api.log());
+    assert!(metric(&h.metrics, "tollgate_kubernetes_watch_errors_total") >= 1);
 }

@@ -34,7 +34,7 @@ use crate::datapath::{
 };
 use crate::model::Snapshot;
 use crate::ruleset::Ruleset;
-use crate::source::kube::KubeSource;
+use crate::source::kube::{KubeSource, SourceState};
 use crate::source::watch::Directory;
 use crate::source::Source;
 use crate::status::{AgentFacts, AgentStatus, StatusServer};
@@ -152,7 +152,7 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
     let metrics = Arc::new(Metrics::new());
     let (events, inbox) = mpsc::channel();
     signals::listen(events.clone()).map_err(AgentError::Signals)?;
-    let source = open_source(args, &config, events, &metrics)?;
+    let (source, kubernetes) = open_source(args, &config, events, &metrics)?;
 
     let audit = match &config.audit.file {
         Some(path) => {
@@ -174,6 +174,9 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
         Arc::clone(metrics.counters()),
         Arc::clone(metrics.health()),
     ));
+    if let Some(state) = kubernetes {
+        status.kubernetes_source(state);
+    }
     let status_server = serve_status(config.status.socket.as_deref(), Arc::clone(&status))?;
     if let Some(address) = config.metrics.address {
         let bound =
@@ -322,29 +325,39 @@ fn read_config(args: &RunArgs) -> Result<Loaded, ConfigError> {
     AgentConfig::load(&host::machine_defaults(), file, &args.settings())
 }
 
-/// The policy directory, or the Kubernetes API; either wakes the run loop
-/// through `events` when something changed.
+/// The policy directory, or the Kubernetes API (and its state for the
+/// status API); either wakes the run loop through `events` when something
+/// changed.
 fn open_source(
     args: &RunArgs,
     config: &AgentConfig,
     events: Sender<Event>,
     metrics: &Arc<Metrics>,
-) -> Result<Box<dyn Source>, AgentError> {
+) -> Result<(Box<dyn Source>, Option<SourceState>), AgentError> {
     let changed = move || {
         let _ = events.send(Event::PolicyChanged);
     };
     Ok(match &args.policies {
-        Some(dir) => Box::new(Directory::start(
-            dir,
-            config.policy_files.limits(),
-            changed,
-        )?),
+        Some(dir) => (
+            Box::new(Directory::start(
+                dir,
+                config.policy_files.limits(),
+                changed,
+            )?),
+            None,
+        ),
         None => {
-            let source = KubeSource::spawn(args.kube.connection(), Arc::clone(metrics), changed)?;
+            let source = KubeSource::spawn(
+                args.kube.connection(),
+                Some(config.node.name.clone()),
+                Arc::clone(metrics),
+                changed,
+            )?;
             tracing::info!(
                 "kubernetes source started; no decision before its first complete snapshot"
             );
-            Box::new(source)
+            let state = source.state();
+            (Box::new(source), Some(state))
         }
     })
 }

@@ -114,6 +114,37 @@ impl AuditSkip {
     }
 }
 
+/// What became of one Kubernetes Event report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KubeEvent {
+    /// A new Event was created.
+    Created,
+    /// An Event's count was raised.
+    Updated,
+    /// The API server refused or did not answer.
+    Failed,
+    /// The queue to the Event writer was full (the watch never waits).
+    Dropped,
+}
+
+impl KubeEvent {
+    const ALL: [KubeEvent; 4] = [
+        KubeEvent::Created,
+        KubeEvent::Updated,
+        KubeEvent::Failed,
+        KubeEvent::Dropped,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            KubeEvent::Created => "created",
+            KubeEvent::Updated => "updated",
+            KubeEvent::Failed => "failed",
+            KubeEvent::Dropped => "dropped",
+        }
+    }
+}
+
 /// The latency histogram of one queue.
 type LatencyFamily = Family<QueueLabels, Histogram, fn() -> Histogram>;
 
@@ -143,6 +174,7 @@ pub struct Metrics {
     audit_skipped: Family<ReasonLabels, Counter>,
     kubernetes_skipped: Gauge,
     kubernetes_watch_errors: Counter,
+    kubernetes_events: Family<ResultLabels, Counter>,
     counters: Arc<Registry>,
     health: Arc<Health>,
 }
@@ -189,6 +221,7 @@ impl Metrics {
             audit_skipped: Family::default(),
             kubernetes_skipped: Gauge::default(),
             kubernetes_watch_errors: Counter::default(),
+            kubernetes_events: Family::default(),
             counters: Arc::new(Registry::default()),
             health: Arc::new(Health::default()),
         };
@@ -259,7 +292,7 @@ impl Metrics {
         );
         r.register(
             "kubernetes_synced",
-            "1 once the Kubernetes source published a complete snapshot (every watched kind listed), 0 before and in standalone mode",
+            "1 while the Kubernetes source is in step with the API server (a complete snapshot published, no list or watch failing since), 0 before, while a watch fails until its kind is listed again, and in standalone mode",
             m.kubernetes_synced.clone(),
         );
         r.register(
@@ -296,6 +329,11 @@ impl Metrics {
             "kubernetes_watch_errors",
             "Failed list or watch requests to the API server (each is retried)",
             m.kubernetes_watch_errors.clone(),
+        );
+        r.register(
+            "kubernetes_events",
+            "Kubernetes Events on skipped or partly enforced objects, by result (created, updated: count raised, failed: refused by the API server, dropped: queue full)",
+            m.kubernetes_events.clone(),
         );
         r.register_collector(Box::new(CounterCollector(Arc::clone(&m.counters))));
         let mut process = m.process;
@@ -336,6 +374,11 @@ impl Metrics {
             let _ = self
                 .datapath_apply_failures
                 .get_or_create(&StepLabels { step: step.into() });
+        }
+        for event in KubeEvent::ALL {
+            let _ = self.kubernetes_events.get_or_create(&ResultLabels {
+                result: event.label().into(),
+            });
         }
         for reason in AuditSkip::ALL {
             let _ = self.audit_skipped.get_or_create(&ReasonLabels {
@@ -502,8 +545,22 @@ impl Metrics {
 
     /// The Kubernetes source published a snapshot without `skipped` objects.
     pub fn kubernetes_snapshot(&self, skipped: usize) {
-        self.kubernetes_synced.set(1);
         self.kubernetes_skipped.set(saturating_i64(skipped as u64));
+    }
+
+    /// Whether the Kubernetes source is in step with the API server: a
+    /// complete snapshot published and no watch failing since.
+    pub fn kubernetes_synced(&self, synced: bool) {
+        self.kubernetes_synced.set(i64::from(synced));
+    }
+
+    /// What became of a Kubernetes Event report.
+    pub fn kubernetes_event(&self, event: KubeEvent) {
+        self.kubernetes_events
+            .get_or_create(&ResultLabels {
+                result: event.label().into(),
+            })
+            .inc();
     }
 
     /// A list or watch request to the API server failed.

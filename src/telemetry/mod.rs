@@ -16,6 +16,7 @@ pub mod registry;
 pub use counters::CounterSet;
 pub use health::{Check, Health, Heartbeat, Probes};
 pub use metrics::{
-    AuditSkip, Metrics, ReloadResult, WorkerMetrics, MAX_RULE_SERIES, TIER_K8S, TIER_NONE,
+    AuditSkip, KubeEvent, Metrics, ReloadResult, WorkerMetrics, MAX_RULE_SERIES, TIER_K8S,
+    TIER_NONE,
 };
 pub use registry::{QueueSnapshot, Registry};

@@ -12,30 +12,36 @@
 //! CRD a cluster may not have: a kind answering `404` counts as listed and
 //! empty, is logged once and looked for again with a doubling wait
 //! ([`optional`]); once its CRD appears it is watched, and its objects are
-//! dropped if the CRD goes away. The watchers list, then watch; on a watch error or a
-//! `410 Gone` they relist (kube's watcher), retrying with backoff while the
-//! API server is unreachable. Objects are decoded and validated by the same
-//! code as the file source ([`store`]); invalid ones are logged and
+//! dropped if the CRD goes away. The watchers list, then watch; after any
+//! list or watch error (a `410 Gone` included) a kind's watcher is started
+//! afresh and lists again, with backoff while the API server is unreachable.
+//! From a failure (other than `410 Gone`) until that kind's list completes
+//! the source counts as out of step ([`SourceState::synced`],
+//! `tollgate_kubernetes_synced` 0). Objects are decoded and validated by the
+//! same code as the file source ([`store`]); invalid ones are logged and
 //! skipped. No snapshot is published before every kind has been listed
-//! once. Skipped objects and failed requests are counted in
-//! [`Metrics`]; no Kubernetes Events are written (the agent only reads).
+//! once. Skipped and partly enforced objects are kept for `tollgate get
+//! skipped` and reported on the object as Kubernetes Events ([`events`]);
+//! skipped objects, failed requests and Events are counted in [`Metrics`].
+//! Besides those Events the agent only reads.
 //!
 //! It must never block the agent: it publishes the latest admitted
 //! snapshot in a slot and calls a notifier; the agent takes the snapshot
 //! when it reloads.
 
+pub mod events;
 pub mod optional;
 pub mod store;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::stream::{self, Stream, StreamExt};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
-use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, DefaultBackoff, Event};
 use serde_json::Value;
 use std::time::Instant;
 
@@ -43,8 +49,9 @@ use crate::model::{Kind, Snapshot};
 use crate::source::{Debounce, Source};
 use crate::telemetry::Metrics;
 use crate::validate::Problem;
+use events::Events;
 use optional::Presence;
-pub use store::{Admitted, Change, Store, ORIGIN};
+pub use store::{Admitted, Change, Identity, Reason, Refusal, Store, ORIGIN};
 
 /// Why the Kubernetes source could not start. The causes are kept as
 /// sources (not repeated in the message): `{:#}` prints the chain.
@@ -248,10 +255,34 @@ impl Latest {
     }
 }
 
+/// What the agent's status shows of the source: whether it is in step
+/// with the API server, and what the latest snapshot refused.
+#[derive(Clone, Default)]
+pub struct SourceState {
+    latest: Latest,
+    synced: Arc<AtomicBool>,
+}
+
+impl SourceState {
+    /// A complete snapshot was published and no list or watch has failed
+    /// since (a kind that failed is in step again once listed again).
+    pub fn synced(&self) -> bool {
+        self.synced.load(Ordering::SeqCst)
+    }
+
+    /// The objects the latest snapshot skipped or enforces only in part.
+    pub fn refused(&self) -> Vec<Refusal> {
+        self.latest
+            .get()
+            .map(|admitted| admitted.refused.clone())
+            .unwrap_or_default()
+    }
+}
+
 /// A running Kubernetes source. Dropping it stops the watchers and joins
 /// the thread.
 pub struct KubeSource {
-    latest: Latest,
+    state: SourceState,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -259,9 +290,11 @@ pub struct KubeSource {
 impl KubeSource {
     /// Connects (without contacting the API server yet) and starts the
     /// watchers. `notify` is called after each published snapshot; it must
-    /// not block.
+    /// not block. With `node`, refused objects are reported as Kubernetes
+    /// Events from that node.
     pub fn spawn(
         connection: Connection,
+        node: Option<String>,
         metrics: Arc<Metrics>,
         notify: impl Fn() + Send + 'static,
     ) -> Result<KubeSource, KubeError> {
@@ -273,24 +306,33 @@ impl KubeSource {
             let config = connection.config().await?;
             Ok::<_, KubeError>(kube::Client::try_from(config)?)
         })?;
-        let latest = Latest::default();
+        let state = SourceState::default();
         let (stop, stopped) = tokio::sync::oneshot::channel();
-        let published = latest.clone();
+        let published = state.clone();
         let thread = std::thread::Builder::new()
             .name("kube".into())
             .spawn(move || {
-                runtime.block_on(watch_all(client, published, &metrics, notify, stopped));
+                runtime.block_on(async move {
+                    let events =
+                        node.map(|node| Events::spawn(client.clone(), node, Arc::clone(&metrics)));
+                    watch_all(client, published, events, &metrics, notify, stopped).await;
+                });
             })
             .map_err(KubeError::Thread)?;
         Ok(KubeSource {
-            latest,
+            state,
             stop: Some(stop),
             thread: Some(thread),
         })
     }
 
     pub fn latest(&self) -> Latest {
-        self.latest.clone()
+        self.state.latest.clone()
+    }
+
+    /// Sync state and refusals, for the agent's status.
+    pub fn state(&self) -> SourceState {
+        self.state.clone()
     }
 }
 
@@ -299,6 +341,7 @@ impl KubeSource {
 impl Source for KubeSource {
     fn latest(&mut self) -> Result<Option<Arc<Snapshot>>, Vec<Problem>> {
         Ok(self
+            .state
             .latest
             .get()
             .map(|admitted| Arc::clone(&admitted.snapshot)))
@@ -318,25 +361,46 @@ impl Drop for KubeSource {
 
 type KindEvents = Pin<Box<dyn Stream<Item = KindEvent> + Send>>;
 
+/// One kind's watch events. After an error the watcher is dropped and,
+/// after a backoff (kube's: 800 ms doubling to 30 s, reset after 120 s
+/// without errors), a new one lists the kind again: kube's watcher resumes
+/// a failed watch without a list and without an event, so nothing would
+/// tell when the kind is in step again; a completed list does.
 fn kind_events(client: &kube::Client, resource: Resource) -> KindEvents {
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource.api_resource());
     let api_version = resource.api_version();
-    watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .map(move |event| {
-            let change = event.map(|event| {
-                let value = |object: DynamicObject| typed(object, &api_version, resource.type_name);
-                match event {
-                    Event::Apply(o) => Change::Apply(value(o)),
-                    Event::Delete(o) => Change::Delete(value(o)),
-                    Event::Init => Change::InitStart,
-                    Event::InitApply(o) => Change::InitApply(value(o)),
-                    Event::InitDone => Change::InitDone,
+    type Watch = Pin<Box<dyn Stream<Item = watcher::Result<Event<DynamicObject>>> + Send>>;
+    let start = (None::<Watch>, DefaultBackoff::default(), false);
+    stream::unfold(start, move |(watch, mut backoff, failed)| {
+        let api = api.clone();
+        async move {
+            if failed {
+                if let Some(wait) = backoff.next() {
+                    tokio::time::sleep(wait).await;
                 }
-            });
-            (resource, change)
-        })
-        .boxed()
+            }
+            let mut watch =
+                watch.unwrap_or_else(|| watcher::watcher(api, watcher::Config::default()).boxed());
+            let event = watch.next().await?;
+            let failed = event.is_err();
+            let next = (!failed).then_some(watch);
+            Some((event, (next, backoff, failed)))
+        }
+    })
+    .map(move |event| {
+        let change = event.map(|event| {
+            let value = |object: DynamicObject| typed(object, &api_version, resource.type_name);
+            match event {
+                Event::Apply(o) => Change::Apply(value(o)),
+                Event::Delete(o) => Change::Delete(value(o)),
+                Event::Init => Change::InitStart,
+                Event::InitApply(o) => Change::InitApply(value(o)),
+                Event::InitDone => Change::InitDone,
+            }
+        });
+        (resource, change)
+    })
+    .boxed()
 }
 
 /// An optional kind's events: its watcher runs while the kind is served;
@@ -415,6 +479,12 @@ fn is_not_found(error: &watcher::Error) -> bool {
     }
 }
 
+/// A `410 Gone`: the API server compacted the history; a relist follows
+/// and nothing is out of step meanwhile (it is not counted as a failure).
+fn is_gone(error: &watcher::Error) -> bool {
+    matches!(error, watcher::Error::WatchError(status) if status.code == 410)
+}
+
 /// The object as JSON with `apiVersion` and `kind` set: list items come
 /// without them.
 fn typed(object: DynamicObject, api_version: &str, kind: &str) -> Value {
@@ -428,7 +498,8 @@ fn typed(object: DynamicObject, api_version: &str, kind: &str) -> Value {
 
 async fn watch_all(
     client: kube::Client,
-    latest: Latest,
+    state: SourceState,
+    mut events_out: Option<Events>,
     metrics: &Metrics,
     notify: impl Fn(),
     mut stopped: tokio::sync::oneshot::Receiver<()>,
@@ -443,6 +514,8 @@ async fn watch_all(
     // When the pending changes are published.
     let mut debounce = Debounce::default();
     let mut failing: HashSet<Kind> = HashSet::new();
+    // When refusals whose Event reports were dropped are reported again.
+    let mut report_again: Option<tokio::time::Instant> = None;
     tracing::info!(
         kinds = RESOURCES.len() + OPTIONAL_RESOURCES.len(),
         "kubernetes watch starting"
@@ -451,26 +524,43 @@ async fn watch_all(
         let publish_at = debounce.due().map(tokio::time::Instant::from_std);
         tokio::select! {
             _ = &mut stopped => return,
+            _ = async { tokio::time::sleep_until(report_again.unwrap_or_else(tokio::time::Instant::now)).await },
+                if report_again.is_some() => {
+                report_again = None;
+                if let (Some(events), Some(admitted)) = (&mut events_out, state.latest.get()) {
+                    if events.report(&admitted.refused) {
+                        report_again = Some(tokio::time::Instant::now() + events::RETRY);
+                    }
+                }
+            }
             _ = async { tokio::time::sleep_until(publish_at.unwrap_or_else(tokio::time::Instant::now)).await },
                 if publish_at.is_some() => {
                 debounce = Debounce::default();
                 let admitted = store.admit();
                 report(&admitted, &mut reported);
+                if let Some(events) = &mut events_out {
+                    if events.report(&admitted.refused) {
+                        report_again = Some(tokio::time::Instant::now() + events::RETRY);
+                    }
+                }
                 metrics.kubernetes_snapshot(admitted.skipped.len());
                 tracing::info!(
                     objects = admitted.snapshot.objects.len(),
                     skipped = admitted.skipped.len(),
                     "kubernetes snapshot"
                 );
-                latest.set(admitted);
+                state.latest.set(admitted);
+                let synced = failing.is_empty();
+                state.synced.store(synced, Ordering::SeqCst);
+                metrics.kubernetes_synced(synced);
                 notify();
             }
             event = events.next() => {
                 let Some((resource, change)) = event else { return };
                 let changed = match change {
                     Ok(change) => {
-                        if failing.remove(&resource.kind) {
-                            tracing::info!(kind = %resource.kind, "kubernetes watch recovered");
+                        if matches!(change, Change::InitDone) && failing.remove(&resource.kind) {
+                            tracing::info!(kind = %resource.kind, "kubernetes watch recovered: listed again");
                         }
                         // The first snapshot goes out once every kind is
                         // listed: the last InitDone counts as a change.
@@ -478,9 +568,13 @@ async fn watch_all(
                     }
                     Err(error) => {
                         metrics.kubernetes_watch_error();
-                        // kube's watcher relists after errors (410 Gone
-                        // included) and backs off while they repeat.
-                        if failing.insert(resource.kind) {
+                        // The kind is listed again after a backoff
+                        // (`kind_events`); until then it may miss changes.
+                        if is_gone(&error) {
+                            tracing::debug!(kind = %resource.kind, "kubernetes watch expired (410 Gone), listing again");
+                        } else if failing.insert(resource.kind) {
+                            state.synced.store(false, Ordering::SeqCst);
+                            metrics.kubernetes_synced(false);
                             tracing::warn!(kind = %resource.kind, %error, "kubernetes watch failed, retrying");
                         } else {
                             tracing::debug!(kind = %resource.kind, %error, "kubernetes watch failed again");

@@ -102,7 +102,7 @@ pub struct Admitted {
 
 /// Whether an object is left out or enforced only in part.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Verdict {
+pub enum Reason {
     /// Invalid, or depends on an invalid object: not enforced at all.
     PolicySkipped,
     /// Enforced, but part of it is ignored or selects nothing (a group
@@ -110,17 +110,17 @@ pub enum Verdict {
     PolicyPartiallyEnforced,
 }
 
-impl Verdict {
+impl Reason {
     /// The Event `reason`.
     pub fn as_str(self) -> &'static str {
         match self {
-            Verdict::PolicySkipped => "PolicySkipped",
-            Verdict::PolicyPartiallyEnforced => "PolicyPartiallyEnforced",
+            Reason::PolicySkipped => "PolicySkipped",
+            Reason::PolicyPartiallyEnforced => "PolicyPartiallyEnforced",
         }
     }
 }
 
-impl std::fmt::Display for Verdict {
+impl std::fmt::Display for Reason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
@@ -137,21 +137,21 @@ pub struct Refusal {
     pub name: String,
     #[serde(flatten)]
     pub id: Identity,
-    pub verdict: Verdict,
+    pub reason: Reason,
     /// Each problem as `field: reason` (the reason alone when it names
     /// no field).
-    pub reasons: Vec<String>,
+    pub problems: Vec<String>,
 }
 
 impl Refusal {
     /// The problems in one line.
     pub fn message(&self) -> String {
-        self.reasons.join("; ")
+        self.problems.join("; ")
     }
 }
 
 /// `field: reason`, or the reason alone.
-fn reason(problem: &Problem) -> String {
+fn describe(problem: &Problem) -> String {
     if problem.field.is_empty() {
         problem.reason.clone()
     } else {
@@ -276,12 +276,13 @@ impl Store {
     /// only by `warnings` (enforced in part). A problem naming no stored
     /// object is left out: it has nothing to be reported on.
     fn refusals(&self, skipped: &[Problem], warnings: &[Problem]) -> Vec<Refusal> {
-        let mut by_object: BTreeMap<(Kind, Key), (Verdict, Vec<String>)> = BTreeMap::new();
-        let verdicts = skipped
-            .iter()
-            .map(|p| (Verdict::PolicySkipped, p))
-            .chain(warnings.iter().map(|p| (Verdict::PolicyPartiallyEnforced, p)));
-        for (verdict, problem) in verdicts {
+        let mut by_object: BTreeMap<(Kind, Key), (Reason, Vec<String>)> = BTreeMap::new();
+        let reasons = skipped.iter().map(|p| (Reason::PolicySkipped, p)).chain(
+            warnings
+                .iter()
+                .map(|p| (Reason::PolicyPartiallyEnforced, p)),
+        );
+        for (reason, problem) in reasons {
             let Some(kind) = problem.object.kind else {
                 continue;
             };
@@ -291,13 +292,13 @@ impl Store {
             );
             let entry = by_object
                 .entry((kind, key))
-                .or_insert_with(|| (verdict, Vec::new()));
-            // Skipped wins over partly enforced; its reasons alone count.
-            if verdict < entry.0 {
-                *entry = (verdict, Vec::new());
+                .or_insert_with(|| (reason, Vec::new()));
+            // Skipped wins over partly enforced; its problems alone count.
+            if reason < entry.0 {
+                *entry = (reason, Vec::new());
             }
-            if verdict == entry.0 {
-                let text = reason(problem);
+            if reason == entry.0 {
+                let text = describe(problem);
                 if !entry.1.contains(&text) {
                     entry.1.push(text);
                 }
@@ -305,19 +306,19 @@ impl Store {
         }
         let mut refused: Vec<Refusal> = by_object
             .into_iter()
-            .filter_map(|((kind, key), (verdict, reasons))| {
+            .filter_map(|((kind, key), (reason, problems))| {
                 let stored = self.kinds.get(&kind)?.objects.get(&key)?;
                 Some(Refusal {
                     kind: kind.to_string(),
                     namespace: kind.is_namespaced().then(|| key.0.clone()),
                     name: key.1,
                     id: stored.id.clone(),
-                    verdict,
-                    reasons,
+                    reason,
+                    problems,
                 })
             })
             .collect();
-        refused.sort_by_key(|r| r.verdict);
+        refused.sort_by_key(|r| r.reason);
         refused
     }
 }
@@ -377,7 +378,9 @@ fn decode(kind: Kind, mut value: Value) -> (Key, Stored) {
         api_version: text("apiVersion"),
         api_kind: text("kind"),
         uid: field("uid"),
-        generation: meta.and_then(|m| m.get("generation")).and_then(Value::as_i64),
+        generation: meta
+            .and_then(|m| m.get("generation"))
+            .and_then(Value::as_i64),
         resource_version: field("resourceVersion"),
     };
     let namespace = if kind.is_namespaced() {
@@ -609,16 +612,24 @@ mod tests {
         partial["spec"]["ingress"][0]["from"] = json!([{"group": "a"}, {"group": "b"}]);
         store.apply(Kind::ClusterNetworkPolicy, Change::Apply(partial));
         let refused = store.admit().refused;
-        let summary: Vec<(String, Verdict, usize)> = refused
+        let summary: Vec<(String, Reason, usize)> = refused
             .iter()
-            .map(|r| (format!("{} {}", r.kind, r.name), r.verdict, r.reasons.len()))
+            .map(|r| (format!("{} {}", r.kind, r.name), r.reason, r.problems.len()))
             .collect();
         assert_eq!(
             summary,
             [
-                ("Tier bad".into(), Verdict::PolicySkipped, 1),
-                ("ClusterNetworkPolicy p-bad".into(), Verdict::PolicySkipped, 1),
-                ("ClusterNetworkPolicy p-partial".into(), Verdict::PolicyPartiallyEnforced, 2),
+                ("Tier bad".into(), Reason::PolicySkipped, 1),
+                (
+                    "ClusterNetworkPolicy p-bad".into(),
+                    Reason::PolicySkipped,
+                    1
+                ),
+                (
+                    "ClusterNetworkPolicy p-partial".into(),
+                    Reason::PolicyPartiallyEnforced,
+                    2
+                ),
             ]
         );
         let tier = &refused[0];
@@ -632,9 +643,19 @@ mod tests {
                 resource_version: "41".into(),
             }
         );
-        assert!(tier.message().starts_with("spec.priority: "), "{}", tier.message());
-        assert!(refused[1].message().contains("Tier"), "{}", refused[1].message());
-        assert!(refused[2].message().contains("ClusterGroup `a` does not exist"));
+        assert!(
+            tier.message().starts_with("spec.priority: "),
+            "{}",
+            tier.message()
+        );
+        assert!(
+            refused[1].message().contains("Tier"),
+            "{}",
+            refused[1].message()
+        );
+        assert!(refused[2]
+            .message()
+            .contains("ClusterGroup `a` does not exist"));
     }
 
     #[test]

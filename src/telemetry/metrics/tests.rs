@@ -344,6 +344,7 @@ fn agent_families_are_exported_from_the_start() {
     m.started();
     m.datapath_applied(Duration::from_millis(3));
     m.kubernetes_snapshot(0);
+    m.kubernetes_synced(true);
     m.ruleset_applied(1, &empty_ruleset());
     let text = m.render();
     let value = |name: &str| -> f64 {

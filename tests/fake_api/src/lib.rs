@@ -5,8 +5,10 @@
 //! resourceVersion, or a `410 Gone` `ERROR` event when that version has
 //! been compacted away. A collection can be made absent (a CRD not
 //! installed, or removed): it answers `404 NotFound` until installed
-//! again. Plain threads and std sockets: nothing of the
-//! client side is mocked.
+//! again, or failing: `500` to every list and watch until healed. It
+//! keeps the `events.k8s.io/v1` Events posted (`POST`) and counted
+//! (merge `PATCH`), and can refuse them (`403`). Plain threads and std
+//! sockets: nothing of the client side is mocked.
 //!
 //! Used by the no-root watcher tests (`tests/kube_watch.rs`) and by the
 //! Kubernetes-mode test of the netns suite (`tests/netns/kube.rs`).
@@ -69,6 +71,14 @@ struct State {
     lists_held: bool,
     /// Collection paths answering 404 (their CRD is not installed).
     absent: BTreeSet<String>,
+    /// Collection paths answering 500 to lists and watches.
+    failing: BTreeSet<String>,
+    /// Events by `namespace/name`, as created then patched.
+    k8s_events: BTreeMap<String, Value>,
+    /// Event requests (create or patch) answered 403 while set.
+    refuse_events: bool,
+    /// Event requests received, answered or not.
+    event_requests: u64,
 }
 
 struct Shared {
@@ -180,6 +190,13 @@ current-context: fake
             .unwrap()
             .entry("uid")
             .or_insert_with(|| json!(format!("uid-{}-{}", key.1, key.2)));
+        let generation = state
+            .objects
+            .get(&key)
+            .and_then(|old| old["metadata"]["generation"].as_i64())
+            .unwrap_or(0)
+            + 1;
+        object["metadata"]["generation"] = json!(generation);
         let kind = if state.objects.insert(key.clone(), object.clone()).is_some() {
             "MODIFIED"
         } else {
@@ -267,6 +284,38 @@ current-context: fake
         self.shared.state.lock().unwrap().absent.remove(path);
     }
 
+    /// Makes every list and watch of the collection `path` answer `500`,
+    /// ending its open watches, until [`FakeApi::heal`].
+    pub fn fail(&self, path: &str) {
+        let mut state = self.shared.state.lock().unwrap();
+        state.failing.insert(path.to_string());
+        state.epoch += 1;
+        drop(state);
+        self.shared.changed.notify_all();
+    }
+
+    /// Serves the collection `path` normally again.
+    pub fn heal(&self, path: &str) {
+        self.shared.state.lock().unwrap().failing.remove(path);
+    }
+
+    /// The Events the server holds (created, then patched), by
+    /// `namespace/name`.
+    pub fn events(&self) -> BTreeMap<String, Value> {
+        self.shared.state.lock().unwrap().k8s_events.clone()
+    }
+
+    /// Event requests received (created, patched or refused).
+    pub fn event_requests(&self) -> u64 {
+        self.shared.state.lock().unwrap().event_requests
+    }
+
+    /// While `refuse` holds, Event requests are answered `403 Forbidden`
+    /// (no RBAC for Events).
+    pub fn refuse_events(&self, refuse: bool) {
+        self.shared.state.lock().unwrap().refuse_events = refuse;
+    }
+
     /// List requests (not watches) served for `path`.
     pub fn lists(&self, path: &str) -> usize {
         self.log()
@@ -304,13 +353,24 @@ fn serve(stream: TcpStream, shared: &Shared) {
     if reader.read_line(&mut request_line).is_err() {
         return;
     }
+    let mut length = 0;
     loop {
         let mut line = String::new();
         match reader.read_line(&mut line) {
             Ok(0) | Err(_) => return,
             Ok(_) if line == "\r\n" => break,
-            Ok(_) => {}
+            Ok(_) => {
+                if let Some((name, value)) = line.split_once(':') {
+                    if name.eq_ignore_ascii_case("content-length") {
+                        length = value.trim().parse().unwrap_or(0);
+                    }
+                }
+            }
         }
+    }
+    let mut body = vec![0; length];
+    if std::io::Read::read_exact(&mut reader, &mut body).is_err() {
+        return;
     }
     let mut parts = request_line.split_whitespace();
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
@@ -323,6 +383,11 @@ fn serve(stream: TcpStream, shared: &Shared) {
     let path = target.split('?').next().unwrap_or("");
     let params = query(target);
     let mut stream = stream;
+    if path.starts_with("/apis/events.k8s.io/v1/") {
+        let (code, answer) = event_request(shared, method, path, &body);
+        let _ = respond(&mut stream, code, &answer);
+        return;
+    }
     if method != "GET" {
         let _ = respond(&mut stream, 405, &json!({"kind": "Status", "code": 405}));
         return;
@@ -334,10 +399,74 @@ fn serve(stream: TcpStream, shared: &Shared) {
         let _ = respond(&mut stream, 404, &not_found);
         return;
     }
+    if shared.state.lock().unwrap().failing.contains(path) {
+        let failure = json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+            "status": "Failure", "message": "etcdserver: request timed out",
+            "reason": "InternalError", "details": {}, "code": 500});
+        let _ = respond(&mut stream, 500, &failure);
+        return;
+    }
     if params.get("watch").map(String::as_str) == Some("true") {
         watch(stream, shared, path, &params);
     } else {
         list(&mut stream, shared, path);
+    }
+}
+
+/// `POST …/namespaces/NS/events` creates an Event, `PATCH
+/// …/namespaces/NS/events/NAME` merges a patch into one.
+fn event_request(shared: &Shared, method: &str, path: &str, body: &[u8]) -> (u16, Value) {
+    let status = |code: u16, reason: &str| {
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": reason, "reason": reason, "details": {}, "code": code})
+    };
+    let mut state = shared.state.lock().unwrap();
+    state.event_requests += 1;
+    if state.refuse_events {
+        return (403, status(403, "Forbidden"));
+    }
+    let Ok(sent) = serde_json::from_slice::<Value>(body) else {
+        return (400, status(400, "BadRequest"));
+    };
+    let parts: Vec<&str> = path
+        .trim_start_matches("/apis/events.k8s.io/v1/")
+        .split('/')
+        .collect();
+    match (method, parts.as_slice()) {
+        ("POST", ["namespaces", namespace, "events"]) => {
+            let name = sent["metadata"]["name"].as_str().unwrap_or_default();
+            let key = format!("{namespace}/{name}");
+            if state.k8s_events.contains_key(&key) {
+                return (409, status(409, "AlreadyExists"));
+            }
+            state.k8s_events.insert(key, sent.clone());
+            (201, sent)
+        }
+        ("PATCH", ["namespaces", namespace, "events", name]) => {
+            let key = format!("{namespace}/{name}");
+            let Some(event) = state.k8s_events.get_mut(&key) else {
+                return (404, status(404, "NotFound"));
+            };
+            merge(event, &sent);
+            (200, event.clone())
+        }
+        _ => (405, status(405, "MethodNotAllowed")),
+    }
+}
+
+/// JSON merge patch (RFC 7386).
+fn merge(target: &mut Value, patch: &Value) {
+    match (target, patch) {
+        (Value::Object(target), Value::Object(patch)) => {
+            for (key, value) in patch {
+                if value.is_null() {
+                    target.remove(key);
+                } else {
+                    merge(target.entry(key.clone()).or_insert(Value::Null), value);
+                }
+            }
+        }
+        (target, patch) => *target = patch.clone(),
     }
 }
 
