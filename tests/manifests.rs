@@ -88,16 +88,26 @@ fn crds_are_custom_resource_definitions_for_every_kind_tollgate_watches() {
 }
 
 #[test]
-fn rbac_grants_list_and_watch_of_every_watched_resource_only() {
+fn rbac_grants_list_and_watch_of_every_watched_resource_and_writes_only_events() {
     let docs = documents("rbac.yaml");
     assert_eq!(docs.len(), 3);
     let account: ServiceAccount = roundtrip(&docs[0]);
     let role: ClusterRole = roundtrip(&docs[1]);
     let binding: ClusterRoleBinding = roundtrip(&docs[2]);
     let rules = role.rules.unwrap();
-    for rule in &rules {
+    let is_events = |r: &&k8s_openapi::api::rbac::v1::PolicyRule| {
+        r.api_groups.as_deref().unwrap_or_default() == ["events.k8s.io"]
+    };
+    for rule in rules.iter().filter(|r| !is_events(r)) {
         assert_eq!(rule.verbs, ["list", "watch"]);
     }
+    let events: Vec<_> = rules.iter().filter(is_events).collect();
+    assert_eq!(events.len(), 1);
+    assert_eq!(
+        events[0].resources.as_deref().unwrap_or_default(),
+        ["events"]
+    );
+    assert_eq!(events[0].verbs, ["create", "patch"]);
     for resource in tollgate::source::kube::watched() {
         assert!(
             rules.iter().any(|r| {
