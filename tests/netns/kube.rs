@@ -4,9 +4,12 @@
 //! through it, following a Pod's label changes out of and back into it; a
 //! cluster without the ExternalEntity CRD is enforced at once, and an
 //! ExternalEntity created once the CRD appears is selected, until the CRD
-//! goes away.
+//! goes away. An invalid object is listed live by `tollgate get skipped`
+//! over the status socket, counted in `tollgate status`, and reported as a
+//! Kubernetes Event from the node.
 
 use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -49,15 +52,23 @@ fn kubernetes_policy_and_label_change_via_fake_api_server() {
     api.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod"}}));
     api.apply(pod("web", "web", lab.addr("server").into()));
     api.apply(pod("client", "client", lab.addr("client").into()));
+    // Invalid: a custom Tier's priority is at most 250.
+    api.apply(
+        json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "Tier",
+                     "metadata": {"name": "bad"}, "spec": {"priority": 400}}),
+    );
     let kubeconfig = lab.dir().join("kubeconfig");
     std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
 
     let mut options = lab.agent_options();
     options.kubeconfig = Some(kubeconfig);
+    let socket = options.status_socket.clone();
+    let node_name = options.node_name.clone();
     let mut agent = lab.start_agent(options);
     // Generation 1: the first complete snapshot from the API server
     // (nothing is decided before it).
     agent.wait_generation(1);
+    skipped_tier_is_listed_and_reported(&api, &socket, &node_name);
     let web = SocketAddr::new(lab.addr("server").into(), 8080);
     lab.assert_tcp("client", web, TcpOutcome::Connected);
 
@@ -81,6 +92,61 @@ fn kubernetes_policy_and_label_change_via_fake_api_server() {
     lab.assert_tcp("client", web, TcpOutcome::Connected);
     assert!(agent.log().contains("kubernetes snapshot"));
     agent.stop();
+}
+
+fn tollgate(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The invalid Tier `bad` is in `get skipped` (table and JSON), counted in
+/// `status`, and has its Event from this node.
+fn skipped_tier_is_listed_and_reported(api: &FakeApi, socket: &std::path::Path, node: &str) {
+    let socket = socket.to_str().unwrap();
+    let out = tollgate(&["get", "skipped", "--socket", socket, "-o", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed:#}");
+    assert_eq!(listed[0]["kind"], "Tier");
+    assert_eq!(listed[0]["name"], "bad");
+    assert_eq!(listed[0]["reason"], "PolicySkipped");
+    assert_eq!(listed[0]["uid"], "uid--bad");
+    assert!(
+        listed[0]["problems"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("spec.priority"),
+        "{listed:#}"
+    );
+    let out = tollgate(&["get", "skipped", "--socket", socket]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.starts_with("KIND"), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("Tier") && l.contains("bad") && l.contains("PolicySkipped")),
+        "{table}"
+    );
+    let out = tollgate(&["status", "--socket", socket]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("kubernetes:         synced, 1 skipped, 0 partly enforced"),
+        "{text}"
+    );
+    let event = crate::harness::poll_until(Duration::from_secs(10), || {
+        api.events()
+            .into_values()
+            .find(|e| e["regarding"]["name"] == "bad")
+    })
+    .expect("an Event on the Tier");
+    assert_eq!(event["reason"], "PolicySkipped");
+    assert_eq!(event["reportingInstance"], node);
 }
 
 /// `web` Pods take TCP only from ExternalEntities labelled role=client and
