@@ -822,7 +822,7 @@ pub fn render_status(report: &StatusReport) -> String {
             if k.synced {
                 "synced"
             } else {
-                "NOT SYNCED (a watch failed; listing again)"
+                "NOT SYNCED (first list pending, or a watch failed: listing again)"
             },
             k.skipped,
             k.partly_enforced
@@ -1044,6 +1044,34 @@ mod tests {
         assert_eq!(
             serde_json::from_str::<Response>(&json).unwrap(),
             Response::Status(report)
+        );
+    }
+
+    #[test]
+    fn skipped_is_answered_in_kubernetes_mode_only() {
+        let s = status();
+        let Response::Error(error) = s.answer(&Request::Skipped) else {
+            panic!("a policy directory skips nothing")
+        };
+        assert!(error.contains("policy directory"), "{error}");
+        assert_eq!(s.report().kubernetes, None);
+        s.kubernetes_source(SourceState::default());
+        assert_eq!(s.answer(&Request::Skipped), Response::Skipped(vec![]));
+        let report = s.report();
+        assert_eq!(
+            report.kubernetes,
+            Some(KubernetesReport {
+                synced: false,
+                skipped: 0,
+                partly_enforced: 0
+            })
+        );
+        assert!(render_status(&report).contains(
+            "kubernetes:         NOT SYNCED (first list pending, or a watch failed: listing again), 0 skipped, 0 partly enforced"
+        ));
+        assert_eq!(
+            serde_json::to_string(&Request::Skipped).unwrap(),
+            r#"{"request":"skipped"}"#
         );
     }
 
