@@ -38,6 +38,11 @@ pub const QUEUE: usize = 256;
 pub const RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 /// The API server refuses a longer `note`.
 const MAX_NOTE: usize = 1024;
+/// … a longer `reportingInstance`.
+const MAX_INSTANCE: usize = 128;
+/// … a longer object name; the Event's is the object's, a dot and 16 hex
+/// digits at most.
+const MAX_NAME_PREFIX: usize = 253 - 17;
 /// Where Events on cluster-scoped objects go (as the kubelet's on Nodes).
 const CLUSTER_EVENTS_NAMESPACE: &str = "default";
 
@@ -274,13 +279,12 @@ pub fn event(node: &str, refusal: &Refusal, now: Timestamp) -> Event {
         format!("tollgate on node {node}: {what}: {}", refusal.message()),
         MAX_NOTE,
     );
+    let mut prefix = refusal.name.clone();
+    prefix.truncate(MAX_NAME_PREFIX); // Object names are ASCII.
+    let instance = truncate(node.to_string(), MAX_INSTANCE);
     Event {
         metadata: ObjectMeta {
-            name: Some(format!(
-                "{}.{:x}",
-                refusal.name,
-                now.as_nanosecond() as u128
-            )),
+            name: Some(format!("{prefix}.{:x}", now.as_nanosecond() as u64)),
             namespace: Some(namespace),
             ..ObjectMeta::default()
         },
@@ -299,10 +303,10 @@ pub fn event(node: &str, refusal: &Refusal, now: Timestamp) -> Event {
             ..ObjectReference::default()
         }),
         reporting_controller: Some(CONTROLLER.into()),
-        reporting_instance: Some(node.to_string()),
+        reporting_instance: Some(instance.clone()),
         deprecated_source: Some(EventSource {
             component: Some(CONTROLLER.into()),
-            host: Some(node.to_string()),
+            host: Some(instance),
         }),
         ..Event::default()
     }
@@ -419,5 +423,12 @@ mod tests {
             "{note}"
         );
         assert!(note.len() <= MAX_NOTE && note.ends_with('…'));
+        // Names at the API server's limits stay within them.
+        let mut long = refusal(&"p".repeat(253), Reason::PolicySkipped, "x", "7");
+        long.namespace = Some("ns".into());
+        let event = super::event(&"n".repeat(253), &long, now);
+        assert!(event.metadata.name.unwrap().len() <= 253);
+        assert!(event.reporting_instance.unwrap().len() <= MAX_INSTANCE);
+        assert_eq!(event.metadata.namespace.as_deref(), Some("ns"));
     }
 }
