@@ -625,6 +625,45 @@ mod tests {
     use crate::fqdn::FqdnPattern;
 
     #[test]
+    fn skipped_objects_render_as_a_table_json_and_yaml() {
+        use crate::cli::SkippedFormat;
+        use crate::source::kube::{Identity, Reason, Refusal};
+        let refused = [Refusal {
+            kind: "ClusterNetworkPolicy".into(),
+            namespace: None,
+            name: "in-bad-tier".into(),
+            id: Identity {
+                api_version: "crd.antrea.io/v1beta1".into(),
+                api_kind: "ClusterNetworkPolicy".into(),
+                uid: "u-1".into(),
+                generation: Some(2),
+                resource_version: "41".into(),
+            },
+            reason: Reason::PolicySkipped,
+            problems: vec!["spec.tier: no Tier `bad`".into()],
+        }];
+        let text = render_skipped(&refused, SkippedFormat::Text).unwrap();
+        assert_eq!(
+            text,
+            "KIND                 NAMESPACE NAME        REASON        MESSAGE\n\
+             ClusterNetworkPolicy -         in-bad-tier PolicySkipped spec.tier: no Tier `bad`\n"
+        );
+        let json = render_skipped(&refused, SkippedFormat::Json).unwrap();
+        let back: Vec<Refusal> = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, refused);
+        assert!(json.contains(r#""resourceVersion": "41""#), "{json}");
+        let yaml = render_skipped(&refused, SkippedFormat::Yaml).unwrap();
+        assert!(
+            yaml.contains("uid: u-1") && yaml.contains("generation: 2"),
+            "{yaml}"
+        );
+        assert_eq!(
+            render_skipped(&[], SkippedFormat::Text).unwrap(),
+            "no object skipped or partly enforced\n"
+        );
+    }
+
+    #[test]
     fn fqdn_table_names_sets_by_selector() {
         let allowed = FqdnPattern::new("*.allowed.test");
         let empty = FqdnPattern::new("quiet.test");
