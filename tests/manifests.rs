@@ -292,7 +292,8 @@ fn check_structural(schema: &Value, at: &str, problems: &mut Vec<String>) {
                     .unwrap()
                     .keys()
                     .filter(|k| {
-                        !allowed.contains(&k.as_str()) && !(int_or_string && k.as_str() == "type")
+                        let typed_branch = int_or_string && k.as_str() == "type";
+                        !allowed.contains(&k.as_str()) && !typed_branch
                     })
                     .collect();
                 if !bad.is_empty() {
@@ -894,7 +895,33 @@ fn daemonset_runs_on_linux_under_the_default_seccomp_profile_with_its_configmap(
 
     // Metrics: the configured port is the container's port `metrics` and
     // the scrape annotations'.
-    let metrics = config.metrics.address.expect("metrics on");
+    // Metrics on the node's address (the downward API's status.hostIP,
+    // expanded by the kubelet).
+    let address = &args[args.iter().position(|a| a == "--metrics-address").unwrap() + 1];
+    let (host, metrics_port) = address.rsplit_once(':').unwrap();
+    let node_ip = container
+        .env
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|e| format!("$({})", e.name) == host)
+        .unwrap();
+    assert_eq!(
+        node_ip
+            .value_from
+            .as_ref()
+            .unwrap()
+            .field_ref
+            .as_ref()
+            .unwrap()
+            .field_path,
+        "status.hostIP"
+    );
+    let metrics = std::net::SocketAddr::new([10, 0, 0, 1].into(), metrics_port.parse().unwrap());
+    assert!(
+        config.metrics.address.is_none(),
+        "one place sets the metrics address"
+    );
     let port = container
         .ports
         .as_ref()
