@@ -337,6 +337,18 @@ fn enforce_with_backend(test: &'static str, foreign_legacy_rule: bool) {
         )
         .expect_success("tollgate status --check in the container");
     }
+    // The agent (pid 1: the entrypoint execs it) runs under a seccomp
+    // filter, as under the DaemonSet's RuntimeDefault.
+    let status = podman(
+        &["exec", &container.name, "cat", "/proc/1/status"],
+        Duration::from_secs(20),
+    )
+    .expect_success("reading the agent's /proc status");
+    assert!(
+        status.stdout.lines().any(|l| l == "Seccomp:\t2"),
+        "the agent runs without a seccomp filter:\n{}",
+        status.stdout
+    );
 
     // 1. On the wire, both families.
     let client_v4 = IpAddr::from(lab.node_addr("client"));
