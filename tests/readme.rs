@@ -31,6 +31,9 @@ const OFFLINE: &[&str] = &["validate", "trace", "get"];
 /// One marked example: where its fenced block is and what it runs.
 struct Example {
     command: String,
+    /// The fence's indentation (a block inside a list item), which every
+    /// line of the block carries.
+    indent: String,
     /// Line indices of the opening and closing fences.
     open: usize,
     close: usize,
@@ -49,15 +52,20 @@ fn examples(lines: &[&str]) -> Vec<Example> {
             .to_string();
         let open = i + 1;
         assert!(
-            lines.get(open).is_some_and(|l| l.starts_with("```")),
+            lines
+                .get(open)
+                .is_some_and(|l| l.trim_start().starts_with("```")),
             "README.md:{}: a fenced block must follow the marker",
             i + 1
         );
+        let fence = lines[open];
+        let indent = fence[..fence.len() - fence.trim_start().len()].to_string();
         let close = (open + 1..lines.len())
-            .find(|&j| lines[j].starts_with("```"))
+            .find(|&j| lines[j].trim_start().starts_with("```"))
             .unwrap_or_else(|| panic!("README.md:{}: the block is not closed", open + 1));
         found.push(Example {
             command,
+            indent,
             open,
             close,
         });
@@ -107,7 +115,12 @@ fn readme_examples_are_the_binarys_output() {
     let mut next = 0;
     for example in &found {
         updated.extend(lines[next..=example.open].iter().map(|l| l.to_string()));
-        let current = lines[example.open + 1..example.close].join("\n") + "\n";
+        let current = lines[example.open + 1..example.close]
+            .iter()
+            .map(|l| l.strip_prefix(example.indent.as_str()).unwrap_or(l))
+            .collect::<Vec<_>>()
+            .join("\n")
+            + "\n";
         let fresh = run(root, &example.command);
         if current != fresh {
             stale.push(format!(
@@ -115,7 +128,13 @@ fn readme_examples_are_the_binarys_output() {
                 example.open, example.command
             ));
         }
-        updated.extend(fresh.lines().map(String::from));
+        updated.extend(fresh.lines().map(|l| {
+            if l.is_empty() {
+                String::new()
+            } else {
+                format!("{}{l}", example.indent)
+            }
+        }));
         next = example.close;
     }
     updated.extend(lines[next..].iter().map(|l| l.to_string()));
@@ -139,6 +158,7 @@ fn markers_are_found_and_a_stale_block_is_reported() {
     let found = examples(&lines);
     assert_eq!(found.len(), 1);
     assert_eq!(found[0].command, "tollgate validate rules/");
+    assert_eq!(found[0].indent, "");
     assert_eq!((found[0].open, found[0].close), (2, 5));
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let fresh = run(root, &found[0].command);
