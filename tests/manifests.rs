@@ -1,11 +1,16 @@
 //! The Kubernetes manifests in `docker/` are valid objects: every document
 //! deserializes into its k8s-openapi type and serializes back to the same
 //! JSON (so no field is misspelt or misplaced: the types would drop it).
+//! `docker/crds.yaml` is rendered from `manifests/crds.rs`; its schemas are
+//! structural, and every example policy the project ships (rules/, docs/,
+//! README.md, the Antrea cases tollgate admits) passes them, while objects
+//! Antrea refuses for a reason a schema can state are refused by them.
 
-use std::path::Path;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaPropsOrArray,
@@ -14,16 +19,25 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
-fn documents(file: &str) -> Vec<Value> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("docker")
-        .join(file);
-    let text = std::fs::read_to_string(&path).unwrap();
-    serde_saphyr::from_multiple::<Value>(&text)
+#[path = "manifests/crds.rs"]
+mod crds;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn yaml_documents(path: &Path, text: &str) -> Vec<Value> {
+    serde_saphyr::from_multiple::<Value>(text)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
         .into_iter()
         .filter(|d| !d.is_null())
         .collect()
+}
+
+fn documents(file: &str) -> Vec<Value> {
+    let path = root().join("docker").join(file);
+    let text = std::fs::read_to_string(&path).unwrap();
+    yaml_documents(&path, &text)
 }
 
 /// Decodes `value` as `T` and checks nothing was lost on the way.
@@ -32,8 +46,27 @@ fn roundtrip<T: DeserializeOwned + Serialize>(value: &Value) -> T {
         panic!("{e}: {value:#}");
     });
     let back = serde_json::to_value(&typed).unwrap();
-    assert_eq!(&back, value, "fields lost or changed in the typed form");
+    assert_eq!(
+        numbers_as_floats(&back),
+        numbers_as_floats(value),
+        "fields lost or changed in the typed form"
+    );
     typed
+}
+
+/// `minimum: 1` and `minimum: 1.0` are one bound (k8s-openapi holds
+/// schema bounds as f64).
+fn numbers_as_floats(value: &Value) -> Value {
+    match value {
+        Value::Number(n) => serde_json::json!(n.as_f64().unwrap()),
+        Value::Array(items) => Value::Array(items.iter().map(numbers_as_floats).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), numbers_as_floats(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
 }
 
 #[test]
@@ -216,5 +249,774 @@ fn cleanup_daemonset_runs_tollgate_cleanup_where_the_agent_ran() {
         };
         assert_eq!(find(init), find(agent_container), "{mount}");
         assert!(find(init).is_some(), "{mount}");
+    }
+}
+
+#[test]
+fn crds_yaml_is_rendered_from_the_schemas() {
+    let path = root().join("docker/crds.yaml");
+    let rendered = crds::render();
+    if std::env::var_os("UPDATE_CRDS").is_some() {
+        std::fs::write(&path, &rendered).unwrap();
+    }
+    let file = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        file == rendered,
+        "docker/crds.yaml differs from tests/manifests/crds.rs: run `UPDATE_CRDS=1 cargo test --test manifests`"
+    );
+    // And the file reads back as the same objects.
+    assert_eq!(yaml_documents(&path, &file), crds::definitions());
+}
+
+/// The rules of a structural schema (apiextensions.k8s.io/v1) that a
+/// schema written by hand can break: every node says its type (or is
+/// int-or-string, or keeps unknown fields), the logical junctors carry
+/// value checks only (the int-or-string `anyOf` excepted), and
+/// `properties` and `additionalProperties` are not mixed.
+fn check_structural(schema: &Value, at: &str, problems: &mut Vec<String>) {
+    let map = schema.as_object().unwrap();
+    let int_or_string = map.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true));
+    if int_or_string {
+        let any = &map["anyOf"];
+        if any != &serde_json::json!([{"type": "integer"}, {"type": "string"}])
+            || map.contains_key("type")
+        {
+            problems.push(format!(
+                "{at}: int-or-string needs exactly anyOf [integer, string] and no type"
+            ));
+        }
+    } else if !map.contains_key("type") && !at.ends_with("/oneOf[]") {
+        problems.push(format!("{at}: no type"));
+    }
+    if map.contains_key("properties") && map.contains_key("additionalProperties") {
+        problems.push(format!("{at}: properties and additionalProperties"));
+    }
+    for junctor in ["oneOf", "anyOf", "allOf"] {
+        if let Some(branches) = map.get(junctor) {
+            for branch in branches.as_array().unwrap() {
+                let allowed = [
+                    "required", "format", "pattern", "minimum", "maximum", "enum",
+                ];
+                let bad: Vec<_> = branch
+                    .as_object()
+                    .unwrap()
+                    .keys()
+                    .filter(|k| {
+                        let typed_branch = int_or_string && k.as_str() == "type";
+                        !allowed.contains(&k.as_str()) && !typed_branch
+                    })
+                    .collect();
+                if !bad.is_empty() {
+                    problems.push(format!("{at}/{junctor}: {bad:?} not allowed in a junctor"));
+                }
+            }
+        }
+    }
+    if let Some(props) = map.get("properties") {
+        for (name, sub) in props.as_object().unwrap() {
+            check_structural(sub, &format!("{at}.{name}"), problems);
+        }
+    }
+    if let Some(items) = map.get("items") {
+        check_structural(items, &format!("{at}[]"), problems);
+    }
+    if let Some(Value::Object(_)) = map.get("additionalProperties") {
+        check_structural(&map["additionalProperties"], &format!("{at}{{}}"), problems);
+    }
+}
+
+fn open_api_schema(crd: &Value) -> &Value {
+    &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+}
+
+#[test]
+fn crd_schemas_are_structural_and_typed_to_the_leaves() {
+    let mut problems = Vec::new();
+    for crd in documents("crds.yaml") {
+        let kind = crd["spec"]["names"]["kind"].as_str().unwrap().to_string();
+        let schema = open_api_schema(&crd);
+        check_structural(schema, &kind, &mut problems);
+        // No open object left where the kind's fields are known: only the
+        // conditions Antrea's controller writes keep unknown fields.
+        let text = serde_json::to_string(&schema["properties"]["spec"]).unwrap();
+        assert!(
+            !text.contains("x-kubernetes-preserve-unknown-fields"),
+            "{kind}: spec is open"
+        );
+        assert_eq!(schema["properties"]["spec"]["type"], "object", "{kind}");
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+#[test]
+fn crd_short_names_clash_with_no_upstream_kind_and_columns_resolve() {
+    // Short names of Kubernetes' built-in kinds and of the
+    // network-policy-api CRDs (AdminNetworkPolicy `anp`, Baseline `banp`,
+    // its ClusterNetworkPolicy `cnp`); `kubectl get netpol` must stay
+    // Kubernetes' NetworkPolicy.
+    let upstream = [
+        "netpol", "anp", "banp", "cnp", "np", "po", "ns", "no", "svc", "sa", "ep", "ds", "deploy",
+        "rs", "sts", "cm", "pv", "pvc", "ing", "crd", "crds", "ev", "limits", "quota", "hpa",
+        "pdb", "psp", "sc", "csr", "rc", "cs",
+    ];
+    let mut seen = BTreeSet::new();
+    for crd in documents("crds.yaml") {
+        let names = &crd["spec"]["names"];
+        for short in names["shortNames"].as_array().unwrap() {
+            let short = short.as_str().unwrap();
+            assert!(
+                !upstream.contains(&short),
+                "{short} is an upstream short name"
+            );
+            assert!(seen.insert(short.to_string()), "{short} twice");
+        }
+        let version = &crd["spec"]["versions"][0];
+        let columns = version["additionalPrinterColumns"].as_array().unwrap();
+        assert_eq!(columns.last().unwrap()["name"], "Age");
+        // Every column's path is a field of the schema.
+        for column in columns {
+            let path = column["jsonPath"].as_str().unwrap();
+            if path == ".metadata.creationTimestamp" {
+                continue;
+            }
+            let mut node = open_api_schema(&crd);
+            for part in path.trim_start_matches('.').split('.') {
+                node = &node["properties"][part];
+            }
+            assert!(!node.is_null(), "{path} is not in the schema");
+            assert_eq!(node["type"], column["type"], "{path}");
+        }
+        let kind = names["kind"].as_str().unwrap();
+        if kind.ends_with("NetworkPolicy") {
+            let names: Vec<_> = columns
+                .iter()
+                .map(|c| c["name"].as_str().unwrap())
+                .collect();
+            assert_eq!(names, ["Tier", "Priority", "Age"], "{kind}");
+        }
+    }
+}
+
+/// The schema as a JSON Schema validator reads it, with the API server's
+/// behaviour where the two differ: an object with `properties` refuses
+/// other fields (kubectl's strict field validation, the default since
+/// Kubernetes 1.27; the API server would prune them), and the root admits
+/// `apiVersion`, `kind` and `metadata`.
+fn as_json_schema(schema: &Value) -> Value {
+    fn close(schema: &mut Value) {
+        let Some(map) = schema.as_object_mut() else {
+            return;
+        };
+        if map.contains_key("properties")
+            && !map.contains_key("additionalProperties")
+            && !map.contains_key("x-kubernetes-preserve-unknown-fields")
+        {
+            map.insert("additionalProperties".into(), Value::Bool(false));
+        }
+        for key in ["properties"] {
+            if let Some(Value::Object(props)) = map.get_mut(key) {
+                props.values_mut().for_each(close);
+            }
+        }
+        for key in ["items", "additionalProperties"] {
+            if let Some(sub) = map.get_mut(key) {
+                close(sub);
+            }
+        }
+    }
+    let mut schema = schema.clone();
+    close(&mut schema);
+    let props = schema["properties"].as_object_mut().unwrap();
+    props.insert("apiVersion".into(), serde_json::json!({"type": "string"}));
+    props.insert("kind".into(), serde_json::json!({"type": "string"}));
+    props.insert("metadata".into(), serde_json::json!({"type": "object"}));
+    schema
+}
+
+/// The API server drops `null` fields of a schema without `nullable`
+/// before it validates; so does this.
+fn without_nulls(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), without_nulls(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(without_nulls).collect()),
+        other => other.clone(),
+    }
+}
+
+/// A validator per `apiVersion` and kind of docker/crds.yaml.
+struct Schemas(Vec<(String, String, jsonschema::Validator)>);
+
+impl Schemas {
+    fn load() -> Self {
+        let mut all = Vec::new();
+        for crd in documents("crds.yaml") {
+            let version = &crd["spec"]["versions"][0];
+            let api_version = format!("crd.antrea.io/{}", version["name"].as_str().unwrap());
+            let kind = crd["spec"]["names"]["kind"].as_str().unwrap().to_string();
+            let validator = jsonschema::options()
+                .with_draft(jsonschema::Draft::Draft4)
+                .should_validate_formats(true)
+                .with_format("cidr", |s: &str| s.parse::<ipnet::IpNet>().is_ok())
+                .build(&as_json_schema(open_api_schema(&crd)))
+                .unwrap_or_else(|e| panic!("{kind}: {e}"));
+            all.push((api_version, kind, validator));
+        }
+        Schemas(all)
+    }
+
+    /// The schema's errors for `object`, or `None` when no CRD here
+    /// defines its kind.
+    fn errors(&self, object: &Value) -> Option<Vec<String>> {
+        let (_, _, validator) = self
+            .0
+            .iter()
+            .find(|(v, k, _)| object["apiVersion"] == v.as_str() && object["kind"] == k.as_str())?;
+        let object = without_nulls(object);
+        Some(
+            validator
+                .iter_errors(&object)
+                .map(|e| format!("{}: {e}", e.instance_path()))
+                .collect(),
+        )
+    }
+}
+
+/// Fenced ```yaml blocks of a Markdown file that hold Antrea objects.
+fn markdown_objects(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut objects = Vec::new();
+    let mut block: Option<String> = None;
+    for line in text.lines() {
+        match &mut block {
+            None if line.trim_start().starts_with("```yaml") => block = Some(String::new()),
+            Some(body) if line.trim_start().starts_with("```") => {
+                if body.contains("apiVersion: crd.antrea.io/") {
+                    objects.extend(yaml_documents(path, body));
+                }
+                block = None;
+            }
+            Some(body) => {
+                body.push_str(line);
+                body.push('\n');
+            }
+            None => {}
+        }
+    }
+    objects
+}
+
+fn yaml_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Every example object the project ships, with where it comes from.
+fn shipped_examples() -> Vec<(String, Value)> {
+    let mut all = Vec::new();
+    let mut add = |origin: String, docs: Vec<Value>| {
+        for doc in docs {
+            // A List of objects (kubectl's form) counts item by item.
+            if doc["kind"] == "List" {
+                for item in doc["items"].as_array().unwrap() {
+                    all.push((origin.clone(), item.clone()));
+                }
+            } else {
+                all.push((origin.clone(), doc));
+            }
+        }
+    };
+    for dir in ["rules", "tests/data/spec", "tests/data/antrea-docs"] {
+        for file in yaml_files(&root().join(dir)) {
+            let text = std::fs::read_to_string(&file).unwrap();
+            add(file.display().to_string(), yaml_documents(&file, &text));
+        }
+    }
+    for name in ["docs-antrea-network-policy.yaml", "docs-other-pages.yaml"] {
+        let file = root().join("tests/data/antrea").join(name);
+        let text = std::fs::read_to_string(&file).unwrap();
+        add(file.display().to_string(), yaml_documents(&file, &text));
+    }
+    let mut markdown = vec![root().join("README.md")];
+    markdown.extend(
+        std::fs::read_dir(root().join("docs"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "md")),
+    );
+    markdown.sort();
+    for file in markdown {
+        add(file.display().to_string(), markdown_objects(&file));
+    }
+    // The Antrea admission cases Antrea admits (webhook and e2e).
+    let e2e = root().join("tests/data/antrea/e2e-cases.yaml");
+    let text = std::fs::read_to_string(&e2e).unwrap();
+    let cases: Vec<Value> = serde_saphyr::from_str(&text).unwrap();
+    for case in cases.iter().filter(|c| c["admitted"] == true) {
+        let name = case["name"].as_str().unwrap();
+        add(
+            format!("e2e case {name}"),
+            case["objects"].as_array().unwrap().clone(),
+        );
+    }
+    // `only-icmp-specified`: the conversion of Antrea's Go test wrote two
+    // empty struct literals as `[]`, which no YAML author writes.
+    for case in webhook_cases()
+        .iter()
+        .filter(|c| c["reason"] == "" && c["name"] != "only-icmp-specified")
+    {
+        let name = case["name"].as_str().unwrap();
+        let docs = [&case["exist"], &case["object"]]
+            .into_iter()
+            .filter(|d| !d.is_null())
+            .cloned()
+            .collect();
+        add(format!("webhook case {name}"), docs);
+    }
+    all
+}
+
+fn webhook_cases() -> Vec<Value> {
+    let path = root().join("tests/data/antrea/webhook-cases.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Examples of Antrea's docs (and the spec, which copies them) that write
+/// `action: Deny`: Antrea's schema refuses them, and so does tollgate
+/// (with "did you mean Drop?", tests/spec_examples.rs).
+const REFUSED_EXAMPLES: &[&str] = &[
+    "allow-self-ns",
+    "deny-self-ns-a-to-b",
+    "isolation-based-on-org",
+    "isolation-based-on-org-and-env",
+];
+
+#[test]
+fn every_shipped_example_policy_passes_its_crd_schema() {
+    let schemas = Schemas::load();
+    let mut checked = BTreeSet::new();
+    let mut failures = Vec::new();
+    let mut count = 0;
+    let mut refused = Vec::new();
+    for (origin, object) in shipped_examples() {
+        let Some(errors) = schemas.errors(&object) else {
+            continue;
+        };
+        let name = object["metadata"]["name"].as_str().unwrap_or("?");
+        if REFUSED_EXAMPLES.contains(&name) {
+            assert!(
+                !errors.is_empty() && errors.iter().all(|e| e.contains("\"Deny\"")),
+                "{origin}: {name}: {errors:?}"
+            );
+            refused.push(name.to_string());
+            continue;
+        }
+        count += 1;
+        checked.insert(object["kind"].as_str().unwrap().to_string());
+        if !errors.is_empty() {
+            failures.push(format!(
+                "{origin}: {} {name}: {}",
+                object["kind"],
+                errors.join("; ")
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // Every kind of the file is exercised by some example.
+    let kinds: BTreeSet<String> = documents("crds.yaml")
+        .iter()
+        .map(|c| c["spec"]["names"]["kind"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(checked, kinds);
+    assert!(count >= 140, "only {count} examples found");
+    // Each refused example is met twice: in the spec's copy and in
+    // Antrea's docs.
+    assert_eq!(refused.len(), 2 * REFUSED_EXAMPLES.len(), "{refused:?}");
+}
+
+/// A valid ClusterNetworkPolicy, changed by `edit` into one Antrea
+/// refuses.
+fn broken(edit: impl FnOnce(&mut Value)) -> Value {
+    let mut policy = serde_json::json!({
+        "apiVersion": "crd.antrea.io/v1beta1",
+        "kind": "ClusterNetworkPolicy",
+        "metadata": {"name": "negative"},
+        "spec": {
+            "priority": 5,
+            "tier": "application",
+            "appliedTo": [{"podSelector": {"matchLabels": {"app": "web"}}}],
+            "ingress": [{
+                "action": "Allow",
+                "from": [{"ipBlock": {"cidr": "10.0.0.0/8"}}],
+                "ports": [{"protocol": "TCP", "port": 80}],
+            }],
+            "egress": [{"action": "Drop", "to": [{"fqdn": "*.example.com"}]}],
+        },
+    });
+    edit(&mut policy);
+    policy
+}
+
+/// Objects Antrea's CRD schema refuses that tollgate's validator admits
+/// (in files; in Kubernetes mode the API server refuses them first).
+const TOLLGATE_ADMITS: &[&str] = &["HTTP method get"];
+
+#[test]
+fn crd_schemas_refuse_what_antrea_refuses_where_a_schema_can_say_it() {
+    let schemas = Schemas::load();
+    let valid = broken(|_| {});
+    assert_eq!(schemas.errors(&valid), Some(vec![]));
+    let cases: Vec<(&str, Value)> = vec![
+        (
+            "action Deny",
+            broken(|p| p["spec"]["ingress"][0]["action"] = "Deny".into()),
+        ),
+        (
+            "no action",
+            broken(|p| {
+                p["spec"]["ingress"][0]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("action");
+            }),
+        ),
+        ("priority 0", broken(|p| p["spec"]["priority"] = 0.into())),
+        (
+            "priority 10001",
+            broken(|p| p["spec"]["priority"] = 10001.into()),
+        ),
+        (
+            "no priority",
+            broken(|p| {
+                p["spec"].as_object_mut().unwrap().remove("priority");
+            }),
+        ),
+        (
+            "port 0",
+            broken(|p| p["spec"]["ingress"][0]["ports"][0]["port"] = 0.into()),
+        ),
+        (
+            "port 65536",
+            broken(|p| p["spec"]["ingress"][0]["ports"][0]["port"] = 65536.into()),
+        ),
+        (
+            "upper-case port name",
+            broken(|p| p["spec"]["ingress"][0]["ports"][0]["port"] = "HTTP".into()),
+        ),
+        (
+            "endPort 70000",
+            broken(|p| p["spec"]["ingress"][0]["ports"][0]["endPort"] = 70000.into()),
+        ),
+        (
+            "protocol ICMP in ports",
+            broken(|p| p["spec"]["ingress"][0]["ports"][0]["protocol"] = "ICMP".into()),
+        ),
+        (
+            "lower-case protocol",
+            broken(|p| p["spec"]["ingress"][0]["ports"][0]["protocol"] = "tcp".into()),
+        ),
+        (
+            "cidr not a CIDR",
+            broken(|p| {
+                p["spec"]["ingress"][0]["from"][0]["ipBlock"]["cidr"] = "10.0.0.300/8".into()
+            }),
+        ),
+        (
+            "ipBlock in appliedTo",
+            broken(|p| {
+                p["spec"]["appliedTo"][0]["ipBlock"] = serde_json::json!({"cidr": "10.0.0.0/8"})
+            }),
+        ),
+        (
+            "fqdn in an ingress peer",
+            broken(|p| p["spec"]["ingress"][0]["from"][0]["fqdn"] = "a.example.com".into()),
+        ),
+        (
+            "fqdn with a space",
+            broken(|p| p["spec"]["egress"][0]["to"][0]["fqdn"] = "a b.com".into()),
+        ),
+        (
+            "label value with a space",
+            broken(|p| {
+                p["spec"]["appliedTo"][0]["podSelector"]["matchLabels"]["app"] = "a b".into()
+            }),
+        ),
+        (
+            "selector operator",
+            broken(|p| {
+                p["spec"]["appliedTo"][0]["podSelector"] =
+                    serde_json::json!({"matchExpressions": [{"key": "a", "operator": "Equals"}]})
+            }),
+        ),
+        (
+            "icmpType 256",
+            broken(|p| {
+                p["spec"]["ingress"][0]["protocols"] =
+                    serde_json::json!([{"icmp": {"icmpType": 256}}])
+            }),
+        ),
+        (
+            "icmp and igmp in one entry",
+            broken(|p| {
+                p["spec"]["ingress"][0]["protocols"] = serde_json::json!([{"icmp": {}, "igmp": {}}])
+            }),
+        ),
+        (
+            "IGMP report in ingress",
+            broken(|p| {
+                p["spec"]["ingress"][0]["protocols"] =
+                    serde_json::json!([{"igmp": {"igmpType": 0x16}}])
+            }),
+        ),
+        (
+            "HTTP method get",
+            broken(|p| {
+                p["spec"]["ingress"][0]["l7Protocols"] =
+                    serde_json::json!([{"http": {"method": "get"}}])
+            }),
+        ),
+        (
+            "logLabel with a slash",
+            broken(|p| p["spec"]["ingress"][0]["logLabel"] = "a/b".into()),
+        ),
+        (
+            "misspelt field",
+            broken(|p| p["spec"]["ingress"][0]["port"] = serde_json::json!([{"port": 80}])),
+        ),
+        (
+            "serviceAccount without namespace",
+            broken(|p| {
+                p["spec"]["appliedTo"][0] = serde_json::json!({"serviceAccount": {"name": "a"}})
+            }),
+        ),
+        (
+            "namespaces with match and sameLabels",
+            broken(|p| {
+                p["spec"]["ingress"][0]["from"][0] =
+                    serde_json::json!({"namespaces": {"match": "Self", "sameLabels": ["a"]}})
+            }),
+        ),
+    ];
+    let mut admitted = Vec::new();
+    let mut tollgate_admits = Vec::new();
+    for (what, object) in &cases {
+        let errors = schemas.errors(object).unwrap();
+        if errors.is_empty() {
+            admitted.push(*what);
+        }
+        // tollgate's own validator refuses them too: the schema never
+        // stands alone in refusing.
+        let decoded = tollgate::model::Object::from_value(object.clone());
+        let refused = match decoded {
+            Err(_) => true,
+            Ok(o) => {
+                let snapshot = tollgate::model::Snapshot {
+                    objects: vec![tollgate::model::Sourced {
+                        origin: PathBuf::from("negative.yaml"),
+                        object: o,
+                    }],
+                };
+                !tollgate::validate::check(&snapshot).errors.is_empty()
+            }
+        };
+        if !refused {
+            tollgate_admits.push(*what);
+        }
+    }
+    assert!(admitted.is_empty(), "the schemas admit: {admitted:?}");
+    assert_eq!(
+        tollgate_admits, TOLLGATE_ADMITS,
+        "refused by the schema, admitted by tollgate"
+    );
+    // Tier priorities are 0-255, and a Tier needs one.
+    let tier = |spec: Value| serde_json::json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "Tier", "metadata": {"name": "t"}, "spec": spec});
+    assert!(schemas
+        .errors(&tier(serde_json::json!({"priority": 10})))
+        .unwrap()
+        .is_empty());
+    assert!(!schemas
+        .errors(&tier(serde_json::json!({"priority": 256})))
+        .unwrap()
+        .is_empty());
+    assert!(!schemas
+        .errors(&tier(serde_json::json!({})))
+        .unwrap()
+        .is_empty());
+}
+
+fn agent_pod() -> k8s_openapi::api::core::v1::PodSpec {
+    let ds: DaemonSet = roundtrip(&documents("daemonset.yaml")[0]);
+    ds.spec.unwrap().template.spec.unwrap()
+}
+
+#[test]
+fn daemonset_runs_on_linux_under_the_default_seccomp_profile_with_its_configmap() {
+    let ds: DaemonSet = roundtrip(&documents("daemonset.yaml")[0]);
+    let template = ds.spec.unwrap().template;
+    let pod = template.spec.unwrap();
+    assert_eq!(
+        pod.node_selector
+            .unwrap()
+            .get("kubernetes.io/os")
+            .map(String::as_str),
+        Some("linux")
+    );
+    let seccomp = pod.security_context.unwrap().seccomp_profile.unwrap();
+    assert_eq!(seccomp.type_, "RuntimeDefault");
+    let container = &pod.containers[0];
+    let args = container.args.as_ref().unwrap();
+    let config_path = &args[args.iter().position(|a| a == "--config").unwrap() + 1];
+
+    // The ConfigMap is mounted where --config points, and reads as a
+    // tollgate configuration.
+    let config_map: ConfigMap = roundtrip(&documents("configmap.yaml")[0]);
+    let volumes = pod.volumes.unwrap();
+    let config_volume = volumes
+        .iter()
+        .find(|v| v.config_map.as_ref().map(|c| &c.name) == config_map.metadata.name.as_ref())
+        .expect("a volume of the ConfigMap");
+    let mounts = container.volume_mounts.as_ref().unwrap();
+    let mount = mounts
+        .iter()
+        .find(|m| m.name == config_volume.name)
+        .unwrap();
+    assert_eq!(mount.read_only, Some(true));
+    let key = Path::new(config_path)
+        .strip_prefix(&mount.mount_path)
+        .unwrap();
+    let text = &config_map.data.unwrap()[key.to_str().unwrap()];
+    let machine = tollgate::config::MachineDefaults {
+        node_name: "node-1".into(),
+        queues: 2,
+    };
+    let config =
+        tollgate::config::AgentConfig::load(&machine, Some((Path::new(config_path), text)), &[])
+            .unwrap()
+            .config;
+
+    // Metrics: the configured port is the container's port `metrics` and
+    // the scrape annotations'.
+    // Metrics on the node's address (the downward API's status.hostIP,
+    // expanded by the kubelet).
+    let address = &args[args.iter().position(|a| a == "--metrics-address").unwrap() + 1];
+    let (host, metrics_port) = address.rsplit_once(':').unwrap();
+    let node_ip = container
+        .env
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|e| format!("$({})", e.name) == host)
+        .unwrap();
+    assert_eq!(
+        node_ip
+            .value_from
+            .as_ref()
+            .unwrap()
+            .field_ref
+            .as_ref()
+            .unwrap()
+            .field_path,
+        "status.hostIP"
+    );
+    let metrics = std::net::SocketAddr::new([10, 0, 0, 1].into(), metrics_port.parse().unwrap());
+    assert!(
+        config.metrics.address.is_none(),
+        "one place sets the metrics address"
+    );
+    let port = container
+        .ports
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|p| p.name.as_deref() == Some("metrics"))
+        .unwrap();
+    assert_eq!(port.container_port, i32::from(metrics.port()));
+    assert_eq!(port.host_port, Some(port.container_port), "host network");
+    let annotations = template.metadata.unwrap().annotations.unwrap();
+    assert_eq!(annotations["prometheus.io/scrape"], "true");
+    assert_eq!(
+        annotations["prometheus.io/port"],
+        metrics.port().to_string()
+    );
+
+    // The audit log is written under a hostPath.
+    let audit = config.audit.file.expect("audit log on");
+    let audit_mount = mounts
+        .iter()
+        .find(|m| audit.starts_with(&m.mount_path))
+        .unwrap();
+    let audit_volume = volumes.iter().find(|v| v.name == audit_mount.name).unwrap();
+    assert_eq!(
+        audit_volume.host_path.as_ref().unwrap().path,
+        "/var/log/tollgate"
+    );
+    assert_ne!(audit_mount.read_only, Some(true));
+
+    // The no-lock-out set: SSH, the kubelet and the API server, IPv4 and
+    // IPv6, ahead of every policy.
+    for port in [22, 10250, 6443] {
+        for any in ["0.0.0.0/0", "::/0"] {
+            assert!(
+                config
+                    .datapath
+                    .privileged
+                    .iter()
+                    .any(|p| p.port == Some(port)
+                        && p.cidr.to_string() == any
+                        && p.protocol == Some(tollgate::config::PrivilegedProtocol::Tcp)),
+                "no privileged entry for {any} tcp/{port}"
+            );
+        }
+    }
+
+    // Requests and a memory limit; no CPU limit (throttling delays verdicts).
+    let resources = container.resources.as_ref().unwrap();
+    let limits = resources.limits.as_ref().unwrap();
+    assert!(limits.contains_key("memory") && !limits.contains_key("cpu"));
+    let requests = resources.requests.as_ref().unwrap();
+    assert!(requests.contains_key("memory") && requests.contains_key("cpu"));
+}
+
+#[test]
+fn kustomization_lists_every_install_manifest_and_they_exist() {
+    let docs = documents("kustomization.yaml");
+    assert_eq!(docs.len(), 1);
+    let kustomization = &docs[0];
+    assert_eq!(kustomization["kind"], "Kustomization");
+    let listed: Vec<&str> = kustomization["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    for file in &listed {
+        assert!(root().join("docker").join(file).is_file(), "{file} missing");
+    }
+    // Every manifest of docker/ but the uninstall step is installed.
+    let mut manifests: Vec<String> = yaml_files(&root().join("docker"))
+        .iter()
+        .map(|p| p.file_name().unwrap().to_str().unwrap().to_string())
+        .filter(|f| f != "kustomization.yaml" && f != "cleanup.yaml")
+        .collect();
+    manifests.sort();
+    let mut sorted: Vec<String> = listed.iter().map(|s| s.to_string()).collect();
+    sorted.sort();
+    assert_eq!(sorted, manifests);
+    // The image override names the image the DaemonSet runs.
+    let image = &agent_pod().containers[0].image.clone().unwrap();
+    for entry in kustomization["images"].as_array().unwrap() {
+        assert_eq!(
+            Some(entry["name"].as_str().unwrap()),
+            image.split(':').next()
+        );
     }
 }

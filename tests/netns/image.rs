@@ -1,7 +1,8 @@
 //! The node image (`docker/Dockerfile`, built by `scripts/image.sh` around
 //! this test binary's own `tollgate`) run with podman in a lab's node
 //! namespace, as the DaemonSet runs it: every capability dropped but
-//! NET_ADMIN and NET_RAW, no privilege escalation, a read-only root
+//! NET_ADMIN and NET_RAW, no privilege escalation, the runtime's default
+//! seccomp profile, a read-only root
 //! filesystem without tmpfs, and the DaemonSet's mounts (the xtables lock,
 //! `/lib/modules` read-only when the host has it, `/run/tollgate` from the
 //! lab directory) plus the lab's policy directory for standalone mode.
@@ -197,6 +198,11 @@ impl NodeContainer {
             "NET_ADMIN,NET_RAW",
             "--security-opt",
             "no-new-privileges",
+            // The DaemonSet's `seccompProfile: RuntimeDefault`: podman's
+            // default profile (containers-common), named so that the test
+            // fails if it stops applying.
+            "--security-opt",
+            "seccomp=/usr/share/containers/seccomp.json",
             "--read-only",
             "--read-only-tmpfs=false",
         ]
@@ -331,6 +337,18 @@ fn enforce_with_backend(test: &'static str, foreign_legacy_rule: bool) {
         )
         .expect_success("tollgate status --check in the container");
     }
+    // The agent (pid 1: the entrypoint execs it) runs under a seccomp
+    // filter, as under the DaemonSet's RuntimeDefault.
+    let status = podman(
+        &["exec", &container.name, "cat", "/proc/1/status"],
+        Duration::from_secs(20),
+    )
+    .expect_success("reading the agent's /proc status");
+    assert!(
+        status.stdout.lines().any(|l| l == "Seccomp:\t2"),
+        "the agent runs without a seccomp filter:\n{}",
+        status.stdout
+    );
 
     // 1. On the wire, both families.
     let client_v4 = IpAddr::from(lab.node_addr("client"));
