@@ -67,6 +67,7 @@ pub mod config;
 pub mod datapath;
 pub mod decide;
 pub mod dns;
+pub mod explain;
 pub mod fqdn;
 pub mod http;
 pub mod l7;

@@ -1,7 +1,7 @@
 //! The status API of a running agent: a Unix stream socket (mode 0600 in a
 //! 0700 directory, so only root reaches it) answering one JSON request per
 //! connection with one JSON response, and the client the CLI uses
-//! (`tollgate status`, `tollgate get policies`). The agent owns an
+//! (`tollgate status`, `tollgate get`, `tollgate trace`). The agent owns an
 //! [`AgentStatus`] that it updates on every (re)load; the server only
 //! reads it. Nothing here touches the packet path.
 //!
@@ -20,6 +20,10 @@
 //! ← {"check":{"ok":false,"reason":"no complete policy snapshot yet"}}
 //! → {"request":"fqdn"}
 //! ← {"fqdn":[{"selector":"www.example.com","address":"203.0.113.7","source":"resolved"}]}
+//! → {"request":"trace","src":"shop/client","dst":"10.0.0.3","protocol":"tcp","srcPort":40000,"dstPort":"http"}
+//! ← {"trace":{"verdict":"Allow","protocol":"TCP",…,"egress":{…,"consulted":[…]},…}}
+//! → {"request":"endpoints"}
+//! ← {"endpoints":[{"endpoint":"node-1","kind":"Node","addresses":[…],"policies":[…]},…]}
 //! ← {"error":"unknown request"}
 //! ```
 #![allow(clippy::disallowed_methods)] // the status server reports uptime.
@@ -35,7 +39,8 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
-use crate::fqdn::FqdnTable;
+use crate::explain::{self, EndpointReport, TraceReport, TraceRequest};
+use crate::fqdn::{FqdnTable, NoFqdn};
 use crate::marks::FailMode;
 use crate::ruleset::{PolicySummary, Ruleset};
 use crate::telemetry::{Check, Health, Probes, Registry};
@@ -84,6 +89,11 @@ pub enum Request {
     },
     /// How each live FQDN set entry was learned (`tollgate get fqdn`).
     Fqdn,
+    /// `tollgate trace`: a flow through the ruleset in force and the FQDN
+    /// addresses learned.
+    Trace(Box<TraceRequest>),
+    /// `tollgate get endpoints`: the enforced endpoints and their policies.
+    Endpoints,
 }
 
 /// What the agent answers.
@@ -94,6 +104,8 @@ pub enum Response {
     Policies(Vec<PolicySummary>),
     Check(CheckReport),
     Fqdn(Vec<FqdnSource>),
+    Trace(Box<TraceReport>),
+    Endpoints(Vec<EndpointReport>),
     Error(String),
 }
 
@@ -424,6 +436,21 @@ impl AgentStatus {
             Request::Policies => Response::Policies(self.ruleset.load().policies().to_vec()),
             Request::Check { probe } => Response::Check(self.check(*probe).into()),
             Request::Fqdn => Response::Fqdn(self.fqdn_sources()),
+            Request::Trace(request) => self.trace(request),
+            Request::Endpoints => Response::Endpoints(explain::endpoints(&self.ruleset.load())),
+        }
+    }
+
+    /// Traces through the ruleset in force with the addresses learned now.
+    fn trace(&self, request: &TraceRequest) -> Response {
+        let ruleset = self.ruleset.load();
+        let traced = match self.fqdn.get() {
+            Some(table) => explain::trace(&ruleset, &table.lookup(Instant::now()), request),
+            None => explain::trace(&ruleset, &NoFqdn, request),
+        };
+        match traced {
+            Ok(report) => Response::Trace(Box::new(report)),
+            Err(error) => Response::Error(error.to_string()),
         }
     }
 }
