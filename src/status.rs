@@ -825,14 +825,16 @@ pub fn render_status(report: &StatusReport) -> String {
         "metrics:            {}",
         report.metrics_address.as_deref().unwrap_or("off")
     );
-    // One table per kind of worker, its counters as columns.
+    // One table per kind of worker, every counter any of its queues has
+    // as a column (the kernel lists only the queues bound now): `-` where
+    // a queue has no such counter.
     for group in report.queues.chunk_by(|a, b| a.worker == b.worker) {
-        let keys: Vec<&str> = group[0]
-            .counters
-            .0
-            .iter()
-            .map(|(k, _)| k.as_str())
-            .collect();
+        let mut keys: Vec<&str> = Vec::new();
+        for (key, _) in group.iter().flat_map(|q| &q.counters.0) {
+            if !keys.contains(&key.as_str()) {
+                keys.push(key);
+            }
+        }
         let header = std::iter::once(group[0].worker.to_uppercase())
             .chain(keys.iter().map(|k| k.to_uppercase().replace('_', "-")))
             .collect();
@@ -841,7 +843,7 @@ pub fn render_status(report: &StatusReport) -> String {
                 std::iter::once(q.queue.to_string())
                     .chain(
                         keys.iter()
-                            .map(|k| q.counters.get(k).unwrap_or(0).to_string()),
+                            .map(|k| q.counters.get(k).map_or("-".into(), |v| v.to_string())),
                     )
                     .collect()
             }))
@@ -1008,6 +1010,118 @@ mod tests {
             serde_json::from_str::<Response>(&json).unwrap(),
             Response::Status(report)
         );
+    }
+
+    /// Status shows what metrics exports: every counter of every set a
+    /// worker registers, and the kernel's counters of its queue, as a
+    /// column of its worker's table with a value for each queue; a queue
+    /// the kernel does not list shows `-` there.
+    #[test]
+    fn status_shows_every_declared_counter_of_every_queue() {
+        use crate::telemetry::counters::{CounterSet, Series};
+        use crate::telemetry::kernel::KernelCounters;
+        use crate::workers::{DnsCounters, L7Counters, QueueCounters};
+        let counters = Arc::new(Registry::default());
+        let connection = |kernel: bool| {
+            let mut sets: Vec<Arc<dyn CounterSet>> = vec![
+                Arc::new(QueueCounters::default()),
+                Arc::new(ConnectionCounters::default()),
+            ];
+            if kernel {
+                sets.push(Arc::new(KernelCounters::default()));
+            }
+            sets
+        };
+        // Two connection queues, only the second bound in the kernel.
+        counters.register(100, "queue", connection(false));
+        counters.register(101, "queue", connection(true));
+        let dns: Vec<Arc<dyn CounterSet>> = vec![
+            Arc::new(QueueCounters::default()),
+            Arc::new(DnsCounters::default()),
+            Arc::new(KernelCounters::default()),
+        ];
+        counters.register(53, "dns", dns);
+        let l7: Vec<Arc<dyn CounterSet>> = vec![
+            Arc::new(QueueCounters::default()),
+            Arc::new(L7Counters::default()),
+            Arc::new(KernelCounters::default()),
+        ];
+        counters.register(102, "L7 queue", l7);
+        let s = AgentStatus::new(
+            AgentFacts {
+                node_name: "n1".into(),
+                fail_mode: FailMode::Closed,
+                audit_log: None,
+                metrics_address: None,
+            },
+            Arc::new(ArcSwap::from_pointee(Ruleset::default())),
+            counters,
+            Arc::new(Health::default()),
+        );
+        let report = s.report();
+        let text = render_status(&report);
+        let table = |worker: &str| -> Vec<Vec<String>> {
+            let header = worker.to_uppercase();
+            text.split("\n\n")
+                .find(|block| block.starts_with(&format!("{header} ")))
+                .unwrap_or_else(|| panic!("no {worker} table in\n{text}"))
+                .lines()
+                .map(|l| {
+                    l.split(' ')
+                        .filter(|c| !c.is_empty())
+                        .map(String::from)
+                        .collect()
+                })
+                .collect()
+        };
+        let kernel = KernelCounters::SERIES;
+        let expected: [(&str, Vec<&[Series]>, &[&str]); 3] = [
+            (
+                "queue",
+                vec![QueueCounters::SERIES, ConnectionCounters::SERIES, kernel],
+                &["100", "101"],
+            ),
+            (
+                "dns",
+                vec![QueueCounters::SERIES, DnsCounters::SERIES, kernel],
+                &["53"],
+            ),
+            (
+                "L7 queue",
+                vec![QueueCounters::SERIES, L7Counters::SERIES, kernel],
+                &["102"],
+            ),
+        ];
+        for (worker, sets, queues) in expected {
+            let rows = table(worker);
+            // `L7 QUEUE` is two words of the header.
+            let header: Vec<&str> = rows[0]
+                .iter()
+                .skip(worker.split(' ').count())
+                .map(String::as_str)
+                .collect();
+            let keys: Vec<String> = sets
+                .iter()
+                .flat_map(|set| set.iter())
+                .map(|series| series.key.to_uppercase().replace('_', "-"))
+                .collect();
+            assert_eq!(header, keys, "{worker}");
+            let shown: Vec<&str> = rows[1..].iter().map(|r| r[0].as_str()).collect();
+            assert_eq!(shown, queues, "{worker}");
+            for row in &rows[1..] {
+                assert_eq!(row.len(), keys.len() + 1, "{worker}: {row:?}");
+            }
+        }
+        // Queue 100 is not in the kernel's list: its kernel cells say so.
+        let queue = table("queue");
+        assert_eq!(queue[1].iter().filter(|c| *c == "-").count(), kernel.len());
+        assert!(!queue[2].contains(&"-".to_string()), "{queue:?}");
+        // JSON carries the same keys, per queue.
+        let json = serde_json::to_value(&report).unwrap();
+        let l7 = &json["queues"][3]["counters"];
+        for series in L7Counters::SERIES.iter().chain(kernel) {
+            assert_eq!(l7[series.key], 0, "{}", series.key);
+        }
     }
 
     #[test]
