@@ -1075,7 +1075,9 @@ mod tests {
                 .collect()
         };
         let kernel = KernelCounters::SERIES;
-        let expected: [(&str, Vec<&[Series]>, &[&str]); 3] = [
+        // Worker, its sets in registration order, its queues.
+        type Expected<'a> = (&'a str, Vec<&'a [Series]>, &'a [&'a str]);
+        let expected: [Expected; 3] = [
             (
                 "queue",
                 vec![QueueCounters::SERIES, ConnectionCounters::SERIES, kernel],
