@@ -262,6 +262,12 @@ pub fn render_trace(
             }
         }
     }
+    if let Some(entry) = &report.privileged {
+        let _ = writeln!(
+            out,
+            "  privileged: accepted by datapath.privileged {entry} before any policy"
+        );
+    }
     if !report.fqdn.is_empty() {
         let _ = writeln!(
             out,

@@ -151,6 +151,10 @@ pub struct TraceReport {
     /// request was given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub l7: Option<String>,
+    /// The agent's `datapath.privileged` entry that accepts the flow ahead
+    /// of any policy (the decision above is what policy alone would say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub privileged: Option<String>,
 }
 
 impl TraceReport {
@@ -249,6 +253,7 @@ fn report(
             .collect(),
         http: http_allowed.map(|a| if a { "Allow" } else { "Drop" }.to_string()),
         l7,
+        privileged: None,
     }
 }
 

@@ -39,11 +39,30 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
+use crate::config::{Privileged, PrivilegedProtocol};
 use crate::explain::{self, EndpointReport, TraceReport, TraceRequest};
 use crate::fqdn::{FqdnTable, NoFqdn};
 use crate::marks::FailMode;
-use crate::ruleset::{PolicySummary, Ruleset};
+use crate::ruleset::{Endpoint, PolicySummary, Ruleset};
 use crate::telemetry::{Check, Health, Probes, Registry};
+
+/// An entry as `--privileged` takes it: `CIDR[,proto[/port]]`.
+fn privileged_text(entry: &Privileged) -> String {
+    let mut text = entry.cidr.to_string();
+    if let Some(protocol) = entry.protocol {
+        let name = match protocol {
+            PrivilegedProtocol::Tcp => "tcp",
+            PrivilegedProtocol::Udp => "udp",
+            PrivilegedProtocol::Sctp => "sctp",
+            PrivilegedProtocol::Icmp => "icmp",
+        };
+        text.push_str(&format!(",{name}"));
+        if let Some(port) = entry.port {
+            text.push_str(&format!("/{port}"));
+        }
+    }
+    text
+}
 
 /// Where `tollgate run` listens and the CLI connects unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/tollgate/tollgate.sock";
@@ -257,6 +276,7 @@ pub struct AgentStatus {
     started: Instant,
     node_name: String,
     fail_mode: FailMode,
+    privileged: Vec<Privileged>,
     audit_log: Option<PathBuf>,
     metrics_address: Option<String>,
     ruleset: Arc<ArcSwap<Ruleset>>,
@@ -286,6 +306,8 @@ struct State {
 pub struct AgentFacts {
     pub node_name: String,
     pub fail_mode: FailMode,
+    /// `datapath.privileged`: accepted ahead of any policy (`trace` says so).
+    pub privileged: Vec<Privileged>,
     pub audit_log: Option<PathBuf>,
     pub metrics_address: Option<String>,
 }
@@ -301,6 +323,7 @@ impl AgentStatus {
             started: Instant::now(),
             node_name: facts.node_name,
             fail_mode: facts.fail_mode,
+            privileged: facts.privileged,
             audit_log: facts.audit_log,
             metrics_address: facts.metrics_address,
             ruleset,
@@ -449,9 +472,42 @@ impl AgentStatus {
             None => explain::trace(&ruleset, &NoFqdn, request),
         };
         match traced {
-            Ok(report) => Response::Trace(Box::new(report)),
+            Ok(mut report) => {
+                if let Some(entry) = self.privileged_for(&ruleset, &report) {
+                    report.privileged = Some(privileged_text(entry));
+                    report.verdict = crate::packet::flow::Verdict::Allow.to_string();
+                }
+                Response::Trace(Box::new(report))
+            }
             Err(error) => Response::Error(error.to_string()),
         }
+    }
+
+    /// The `datapath.privileged` entry the datapath accepts a traced flow
+    /// by before any policy, as its rules do: to the Node from the entry's
+    /// range, from the Node to it, routed from or to it; on the entry's
+    /// protocol and destination port when it names them.
+    fn privileged_for(&self, ruleset: &Ruleset, report: &TraceReport) -> Option<&Privileged> {
+        let node = |ip| matches!(ruleset.endpoint_of(ip), Some(Endpoint::Node { .. }));
+        let (src, dst) = (report.src.address, report.dst.address);
+        self.privileged.iter().find(|entry| {
+            let range = match (node(src), node(dst)) {
+                (_, true) => entry.cidr.contains(&src),
+                (true, false) => entry.cidr.contains(&dst),
+                (false, false) => entry.cidr.contains(&src) || entry.cidr.contains(&dst),
+            };
+            let protocol = entry.protocol.is_none_or(|p| {
+                let name = match p {
+                    PrivilegedProtocol::Tcp => "TCP",
+                    PrivilegedProtocol::Udp => "UDP",
+                    PrivilegedProtocol::Sctp => "SCTP",
+                    PrivilegedProtocol::Icmp => "ICMP",
+                };
+                report.protocol == name
+            });
+            let port = entry.port.is_none_or(|p| report.dst_port == Some(p));
+            range && protocol && port
+        })
     }
 }
 
@@ -885,6 +941,7 @@ mod tests {
             AgentFacts {
                 node_name: "n1".into(),
                 fail_mode: FailMode::Closed,
+                privileged: Vec::new(),
                 audit_log: None,
                 metrics_address: Some("127.0.0.1:9100".into()),
             },
@@ -1051,6 +1108,7 @@ mod tests {
             AgentFacts {
                 node_name: "n1".into(),
                 fail_mode: FailMode::Closed,
+                privileged: Vec::new(),
                 audit_log: None,
                 metrics_address: None,
             },
@@ -1124,6 +1182,75 @@ mod tests {
         for series in L7Counters::SERIES.iter().chain(kernel) {
             assert_eq!(l7[series.key], 0, "{}", series.key);
         }
+    }
+
+    #[test]
+    fn trace_answers_with_the_live_ruleset_and_says_when_privileged_accepts() {
+        let yaml = "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: {addresses: [{type: InternalIP, address: 10.0.0.1}]}\n---\napiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {name: lock}\nspec:\n  priority: 1\n  tier: securityops\n  appliedTo: [{nodeSelector: {}}]\n  ingress: [{name: drop-all, action: Drop, from: [{ipBlock: {cidr: 0.0.0.0/0}}]}]\n";
+        let (objects, problems) = crate::source::parse_documents("t.yaml".as_ref(), yaml);
+        assert!(problems.is_empty(), "{problems:?}");
+        let local = crate::compile::LocalNode {
+            name: "n1".into(),
+            ..Default::default()
+        };
+        let ruleset = crate::compile::compile(&crate::model::Snapshot { objects }, &local);
+        let s = AgentStatus::new(
+            AgentFacts {
+                node_name: "n1".into(),
+                fail_mode: FailMode::Closed,
+                privileged: vec!["10.9.0.0/16,tcp/22".parse().unwrap()],
+                audit_log: None,
+                metrics_address: None,
+            },
+            Arc::new(ArcSwap::from_pointee(ruleset)),
+            Arc::new(Registry::default()),
+            Arc::new(Health::default()),
+        );
+        let trace = |src: &str, port: &str| {
+            let request = TraceRequest {
+                src: src.into(),
+                dst: "node:n1".into(),
+                protocol: explain::TraceProtocol::Tcp,
+                src_port: 40000,
+                dst_port: Some(port.into()),
+                icmp_type: 8,
+                icmp_code: 0,
+                igmp_type: 0x11,
+                igmp_group: None,
+                fqdn: None,
+                http_method: None,
+                http_host: None,
+                http_path: None,
+            };
+            match s.answer(&Request::Trace(Box::new(request))) {
+                Response::Trace(report) => *report,
+                other => panic!("{other:?}"),
+            }
+        };
+        let ssh = trace("10.9.3.4", "22");
+        assert_eq!(ssh.privileged.as_deref(), Some("10.9.0.0/16,tcp/22"));
+        assert_eq!(ssh.verdict, "Allow");
+        assert_eq!(
+            ssh.ingress.rule.as_deref(),
+            Some("drop-all"),
+            "what policy says"
+        );
+        for (src, port) in [("10.9.3.4", "23"), ("10.8.3.4", "22")] {
+            let denied = trace(src, port);
+            assert_eq!((denied.verdict.as_str(), denied.privileged), ("Drop", None));
+        }
+        let unknown = Request::Trace(Box::new(TraceRequest {
+            src: "ns/nobody".into(),
+            ..match serde_json::from_str::<Request>(
+                r#"{"request":"trace","src":"1.1.1.1","dst":"10.0.0.1","protocol":"icmp","srcPort":0}"#,
+            )
+            .unwrap()
+            {
+                Request::Trace(request) => *request,
+                other => panic!("{other:?}"),
+            }
+        }));
+        assert!(matches!(s.answer(&unknown), Response::Error(e) if e.contains("ns/nobody")));
     }
 
     #[test]
