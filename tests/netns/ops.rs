@@ -3,11 +3,13 @@
 //! agent has learned (the offline trace cannot), resolves endpoint names
 //! and named ports against the agent's inventory, and names the rule the
 //! wire enforces; `tollgate get endpoints` lists the live endpoints with
-//! their policies.
+//! their policies. A flow the agent's `datapath.privileged` accepts is
+//! traced as such.
 //!
 //! Topology (lab links): pod `apps/client` 10.I.1.2, pod `apps/web`
 //! 10.I.2.2 (container port `http` = 8080; 8081 unnamed), server 10.I.3.2
-//! (DNS on 53, HTTP on 80: `api.ops.test`), all routed through the node
+//! (DNS on 53, HTTP on 80: `api.ops.test`, and on 81, privileged), all
+//! routed through the node
 //! `ops`, where the agent runs.
 
 use std::net::IpAddr;
@@ -128,7 +130,10 @@ fn live_trace_and_endpoints_name_what_the_wire_enforces() {
         vec![DnsRecord::address(NAME, IpAddr::V4(server), 300)],
     );
     lab.write_policy("ops.yaml", &policies(&lab));
-    let options = lab.agent_options().node_name("ops").queues(1);
+    lab.serve_tcp("server", 81, Service::Http);
+    let mut options = lab.agent_options().node_name("ops").queues(1);
+    // The operator's exception: port 81 of the server, ahead of policy.
+    options.privileged = vec![format!("{server}/32,tcp/81")];
     let socket = options.status_socket.display().to_string();
     let mut agent = lab.start_agent(options);
     agent.wait_generation(1);
@@ -247,6 +252,16 @@ fn live_trace_and_endpoints_name_what_the_wire_enforces() {
         assert_eq!(exit(&other), Some(1));
         lab.assert_tcp("pod", (web, 8081), TcpOutcome::TimedOut);
     }
+
+    // The agent's configuration: a privileged entry accepts what policy
+    // drops; the live trace says so (offline has no such configuration).
+    let port81 = [&to_api[..6], &["--dst-port", "81"]].concat();
+    let v = json(&live(&port81));
+    assert_eq!(v["verdict"], "Allow", "{v}");
+    assert_eq!(v["privileged"], format!("{server}/32,tcp/81"));
+    assert_eq!(v["egress"]["rule"], "drop-rest", "what policy alone says");
+    lab.assert_tcp("pod", (server, 81), TcpOutcome::Connected);
+    assert_eq!(json(&offline(&port81))["verdict"], "Drop");
 
     // A name the agent does not know: its answer, exit 2.
     let out = live(&[
