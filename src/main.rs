@@ -189,6 +189,13 @@ fn run(command: Command) -> Result<ExitCode, CommandError> {
 /// policies included).
 fn trace(args: &TraceArgs) -> Result<ExitCode, CommandError> {
     let request = args.request();
+    let node = &args.node;
+    let identity = node.node_name.is_some() || node.node_labels.is_some();
+    if args.policies.is_empty() && (identity || !node.node_addresses.is_empty()) {
+        return Err(CommandError::Usage(
+            "--node-name, --node-labels and --node-address describe the Node for --policies; the agent traces as its own Node".into(),
+        ));
+    }
     let report = if args.policies.is_empty() {
         match commands::ask(&args.socket.socket, &Request::Trace(Box::new(request))) {
             Ok(Response::Trace(report)) => *report,

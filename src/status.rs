@@ -1080,9 +1080,10 @@ mod tests {
         use crate::workers::{DnsCounters, L7Counters, QueueCounters};
         let counters = Arc::new(Registry::default());
         let connection = |kernel: bool| {
+            // In the agent's order: the worker's own set, then the queue's.
             let mut sets: Vec<Arc<dyn CounterSet>> = vec![
-                Arc::new(QueueCounters::default()),
                 Arc::new(ConnectionCounters::default()),
+                Arc::new(QueueCounters::default()),
             ];
             if kernel {
                 sets.push(Arc::new(KernelCounters::default()));
@@ -1093,14 +1094,14 @@ mod tests {
         counters.register(100, "queue", connection(false));
         counters.register(101, "queue", connection(true));
         let dns: Vec<Arc<dyn CounterSet>> = vec![
-            Arc::new(QueueCounters::default()),
             Arc::new(DnsCounters::default()),
+            Arc::new(QueueCounters::default()),
             Arc::new(KernelCounters::default()),
         ];
         counters.register(53, "dns", dns);
         let l7: Vec<Arc<dyn CounterSet>> = vec![
-            Arc::new(QueueCounters::default()),
             Arc::new(L7Counters::default()),
+            Arc::new(QueueCounters::default()),
             Arc::new(KernelCounters::default()),
         ];
         counters.register(102, "L7 queue", l7);
@@ -1138,17 +1139,17 @@ mod tests {
         let expected: [Expected; 3] = [
             (
                 "queue",
-                vec![QueueCounters::SERIES, ConnectionCounters::SERIES, kernel],
+                vec![ConnectionCounters::SERIES, QueueCounters::SERIES, kernel],
                 &["100", "101"],
             ),
             (
                 "dns",
-                vec![QueueCounters::SERIES, DnsCounters::SERIES, kernel],
+                vec![DnsCounters::SERIES, QueueCounters::SERIES, kernel],
                 &["53"],
             ),
             (
                 "L7 queue",
-                vec![QueueCounters::SERIES, L7Counters::SERIES, kernel],
+                vec![L7Counters::SERIES, QueueCounters::SERIES, kernel],
                 &["102"],
             ),
         ];

@@ -418,6 +418,22 @@ fn trace_exit_codes_for_scripts() {
         .code(),
         Some(2)
     );
+    // The Node's identity is the agent's when it is asked.
+    let out = tollgate(&[
+        "trace",
+        "--socket",
+        "/nonexistent.sock",
+        "--node-name",
+        "x",
+        "--src",
+        "10.0.0.1",
+        "--dst",
+        "10.0.0.2",
+        "--protocol",
+        "icmp",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the agent traces as its own Node"));
 }
 
 #[test]
