@@ -486,7 +486,9 @@ fn get_filters_by_namespace_and_pod_in_every_format() {
         .iter()
         .find(|p| p["policy"]["name"] == "client-egress")
         .unwrap();
-    assert_eq!(egress["rule_names"].as_array().unwrap().len(), 4);
+    assert_eq!(egress["ruleNames"].as_array().unwrap().len(), 4);
+    assert_eq!(egress["appliedTo"][0], "frontend/client1");
+    assert_eq!(egress["tierPriority"], 250);
     let yaml = stdout(&get(&[
         "policies", "-n", "backend", "-p", "web", "-o", "yaml",
     ]));

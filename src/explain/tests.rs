@@ -285,3 +285,50 @@ fn endpoints_carry_their_policies_in_order() {
     );
     assert_eq!(endpoints[1].addresses.len(), 2);
 }
+
+/// The consulted list and the decision come from two walks of the same
+/// lists (the classifier's through the index): for every flow of a grid,
+/// the last rule the list marks matched is the rule that decided, and no
+/// rule matched when none decided (a `Pass` aside).
+#[test]
+fn the_rules_consulted_end_at_the_deciding_rule() {
+    let ruleset = ruleset();
+    let names = [
+        "shop/client",
+        "shop/web",
+        "shop/far",
+        "node:n1",
+        "203.0.113.5",
+    ];
+    let mut checked = 0;
+    for src in names {
+        for dst in names.iter().filter(|d| **d != src) {
+            for port in ["80", "8080", "http", "443"] {
+                let request = request(src, dst, TraceProtocol::Tcp, Some(port));
+                let Ok(report) = trace(&ruleset, &NoFqdn, &request) else {
+                    continue;
+                };
+                for d in [&report.egress, &report.ingress] {
+                    let matched: Vec<&ConsultedRule> = d
+                        .consulted
+                        .iter()
+                        .filter(|c| c.matched && c.action != "Pass")
+                        .collect();
+                    match &d.rule {
+                        Some(rule) => {
+                            let last = d.consulted.last().expect("the deciding rule is listed");
+                            assert!(last.matched, "{src} -> {dst}:{port}: {d:?}");
+                            assert_eq!(last.rule.as_ref(), Some(rule));
+                            assert_eq!(last.policy, *d.policy.as_ref().unwrap());
+                            assert_eq!(matched.len(), 1, "{d:?}");
+                        }
+                        None if d.outcome != "Rule" => assert!(matched.is_empty(), "{d:?}"),
+                        None => {}
+                    }
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked > 100, "{checked}");
+}

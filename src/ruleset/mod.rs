@@ -56,8 +56,10 @@ impl std::fmt::Display for Endpoint {
     }
 }
 
-/// One line of `tollgate get policies`.
+/// One line of `tollgate get policies` (`-o json` spells it camelCase, as
+/// kubectl does).
 #[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PolicySummary {
     pub policy: PolicyRef,
     pub tier: Option<String>,
