@@ -232,7 +232,8 @@ pub enum GetCommand {
     /// Addresses a running agent has learned for FQDN selectors, with their
     /// remaining TTL, read from the kernel sets of this network namespace,
     /// and how the agent learned each (snooped or resolved; `-` when it
-    /// does not answer).
+    /// does not answer). Sets are named by the selectors of the policies
+    /// given, else of the agent's.
     Fqdn {
         /// The agent's policies, to name each set by its selector.
         #[arg(long)]
@@ -241,6 +242,9 @@ pub enum GetCommand {
         node: NodeArgs,
         #[command(flatten)]
         socket: SocketArgs,
+        /// Only the selectors the egress rules of these endpoints name.
+        #[command(flatten)]
+        filter: GetFilter,
         #[command(flatten)]
         output: GetOutputArgs,
     },

@@ -466,6 +466,44 @@ pub fn fqdn_rows(
     rows
 }
 
+/// The FQDN selectors `get fqdn` names sets by: those of `all` (the
+/// policies given) or, without them, every selector of the endpoints'
+/// egress rules; with `-n`/`-p` only those of the endpoints asked for.
+pub fn fqdn_selectors(
+    all: &[crate::fqdn::FqdnPattern],
+    endpoints: &[EndpointReport],
+    filter: &GetFilter,
+) -> Vec<crate::fqdn::FqdnPattern> {
+    let asked: Vec<&str> = endpoints
+        .iter()
+        .filter(|e| filter.namespace().is_none() || filter.endpoint(&e.endpoint))
+        .flat_map(|e| e.fqdn.iter().map(String::as_str))
+        .collect();
+    if all.is_empty() {
+        let mut patterns: Vec<crate::fqdn::FqdnPattern> = Vec::new();
+        for selector in asked {
+            let pattern = crate::fqdn::FqdnPattern::new(selector);
+            if !patterns.contains(&pattern) {
+                patterns.push(pattern);
+            }
+        }
+        return patterns;
+    }
+    all.iter()
+        .filter(|p| filter.namespace().is_none() || asked.contains(&p.as_str()))
+        .cloned()
+        .collect()
+}
+
+/// Rows of the selectors `filter` asks for: sets no selector names are
+/// left out once `-n`/`-p` is given.
+pub fn filter_fqdn_rows(rows: Vec<FqdnRow>, filter: &GetFilter) -> Vec<FqdnRow> {
+    match filter.namespace() {
+        None => rows,
+        Some(_) => rows.into_iter().filter(|r| r.selector.is_some()).collect(),
+    }
+}
+
 /// `tollgate get fqdn` in the format asked for.
 pub fn render_fqdn(rows: &[FqdnRow], output: GetOutput) -> Result<String, CommandError> {
     let dash = |v: Option<String>| v.unwrap_or_else(|| "-".to_string());
@@ -573,6 +611,26 @@ pub fn render_endpoints(
         GetOutput::Table => false,
         GetOutput::Wide => true,
     };
+    if wide {
+        let mut rows = vec![[
+            "ENDPOINT".to_string(),
+            "KIND".to_string(),
+            "ADDRESSES".to_string(),
+            "POLICIES".to_string(),
+            "FQDN".to_string(),
+        ]];
+        for e in endpoints {
+            let addresses: Vec<String> = e.addresses.iter().map(ToString::to_string).collect();
+            rows.push([
+                e.endpoint.clone(),
+                e.kind.clone(),
+                cell(&addresses, true, "<none>"),
+                cell(&e.policies, true, "<none>"),
+                cell(&e.fqdn, true, "<none>"),
+            ]);
+        }
+        return Ok(table(&rows));
+    }
     let mut rows = vec![[
         "ENDPOINT".to_string(),
         "KIND".to_string(),
@@ -585,7 +643,7 @@ pub fn render_endpoints(
             e.endpoint.clone(),
             e.kind.clone(),
             cell(&addresses, true, "<none>"),
-            cell(&e.policies, wide, "<none>"),
+            cell(&e.policies, false, "<none>"),
         ]);
     }
     Ok(table(&rows))
@@ -596,6 +654,67 @@ mod tests {
     use super::*;
     use crate::datapath::{plan::fqdn_set, Family, LearnedSet};
     use crate::fqdn::FqdnPattern;
+
+    #[test]
+    fn fqdn_selectors_follow_the_endpoints_asked_for() {
+        let endpoint = |name: &str, fqdn: &[&str]| EndpointReport {
+            endpoint: name.into(),
+            kind: "Pod".into(),
+            namespace: name.split_once('/').map(|(ns, _)| ns.to_string()),
+            addresses: Vec::new(),
+            policies: Vec::new(),
+            fqdn: fqdn.iter().map(|s| s.to_string()).collect(),
+        };
+        let endpoints = [
+            endpoint("a/x", &["*.x.test"]),
+            endpoint("a/y", &["y.test", "*.x.test"]),
+            endpoint("b/z", &["z.test"]),
+        ];
+        let filter = |namespace: Option<&str>, pod: Option<&str>| GetFilter {
+            namespace: namespace.map(str::to_string),
+            pod: pod.map(str::to_string),
+        };
+        let names = |patterns: Vec<FqdnPattern>| -> Vec<String> {
+            patterns.iter().map(ToString::to_string).collect()
+        };
+        // From the agent's endpoints (no policies given).
+        let every = fqdn_selectors(&[], &endpoints, &filter(None, None));
+        assert_eq!(names(every), ["*.x.test", "y.test", "z.test"]);
+        let a = fqdn_selectors(&[], &endpoints, &filter(Some("a"), None));
+        assert_eq!(names(a), ["*.x.test", "y.test"]);
+        let y = fqdn_selectors(&[], &endpoints, &filter(Some("a"), Some("y")));
+        assert_eq!(names(y), ["y.test", "*.x.test"]);
+        // From the policies given: their order, filtered the same way.
+        let all = [FqdnPattern::new("z.test"), FqdnPattern::new("y.test")];
+        assert_eq!(
+            names(fqdn_selectors(&all, &endpoints, &filter(None, None))),
+            ["z.test", "y.test"]
+        );
+        assert_eq!(
+            names(fqdn_selectors(&all, &endpoints, &filter(Some("b"), None))),
+            ["z.test"]
+        );
+        assert!(fqdn_selectors(&all, &endpoints, &filter(None, Some("nobody"))).is_empty());
+        // Unnamed sets go once a filter is given.
+        let rows = vec![
+            FqdnRow {
+                selector: Some("z.test".into()),
+                set: None,
+                address: None,
+                ttl: None,
+                source: None,
+            },
+            FqdnRow {
+                selector: None,
+                set: Some("s".into()),
+                address: None,
+                ttl: None,
+                source: None,
+            },
+        ];
+        assert_eq!(filter_fqdn_rows(rows.clone(), &filter(None, None)).len(), 2);
+        assert_eq!(filter_fqdn_rows(rows, &filter(Some("b"), None)).len(), 1);
+    }
 
     #[test]
     fn fqdn_table_names_sets_by_selector() {

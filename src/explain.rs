@@ -410,6 +410,9 @@ pub struct EndpointReport {
     pub namespace: Option<String>,
     pub addresses: Vec<IpAddr>,
     pub policies: Vec<String>,
+    /// FQDN selectors its egress rules name (`get fqdn -n/-p`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fqdn: Vec<String>,
 }
 
 /// Every endpoint the ruleset enforces for (the local Node first) with its
@@ -418,7 +421,8 @@ pub fn endpoints(ruleset: &Ruleset) -> Vec<EndpointReport> {
     ruleset
         .endpoints()
         .iter()
-        .map(|endpoint| {
+        .enumerate()
+        .map(|(position, endpoint)| {
             let shown = endpoint.to_string();
             let (kind, namespace, key) = match endpoint {
                 Endpoint::Node { name } => ("Node", None, format!("node:{name}")),
@@ -433,6 +437,11 @@ pub fn endpoints(ruleset: &Ruleset) -> Vec<EndpointReport> {
                     .iter()
                     .filter(|p| p.applied_to.contains(&shown))
                     .map(|p| p.policy.to_string())
+                    .collect(),
+                fqdn: ruleset
+                    .egress_fqdn_patterns(position)
+                    .into_iter()
+                    .map(ToString::to_string)
                     .collect(),
                 endpoint: shown,
             }

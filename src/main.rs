@@ -122,15 +122,25 @@ fn run(command: Command) -> Result<ExitCode, CommandError> {
                     policies,
                     node,
                     socket,
+                    filter,
                     output,
                 },
         } => {
-            let patterns = if policies.is_empty() {
-                Vec::new()
+            let (all, endpoints) = if policies.is_empty() {
+                // The agent's endpoints name its selectors.
+                let endpoints = match commands::ask(&socket.socket, &Request::Endpoints) {
+                    Ok(Response::Endpoints(list)) => list,
+                    _ => Vec::new(),
+                };
+                (Vec::new(), endpoints)
             } else {
                 let (_, ruleset) = commands::load_ruleset(&policies, &NodeIdentity::from(&node))?;
-                ruleset.fqdn_patterns().to_vec()
+                (
+                    ruleset.fqdn_patterns().to_vec(),
+                    explain::endpoints(&ruleset),
+                )
             };
+            let patterns = commands::fqdn_selectors(&all, &endpoints, &filter);
             let sets = tollgate::datapath::learned_sets()
                 .map_err(|e| CommandError::Usage(format!("reading the FQDN sets: {e}")))?;
             // Sources are the agent's to tell; without it the sets still show.
@@ -139,6 +149,7 @@ fn run(command: Command) -> Result<ExitCode, CommandError> {
                 _ => Vec::new(),
             };
             let rows = commands::fqdn_rows(&sets, &patterns, &sources);
+            let rows = commands::filter_fqdn_rows(rows, &filter);
             print!("{}", commands::render_fqdn(&rows, output.output)?);
         }
         Command::Cleanup => {

@@ -284,6 +284,8 @@ fn endpoints_carry_their_policies_in_order() {
         ["10.0.0.1".parse::<IpAddr>().unwrap()]
     );
     assert_eq!(endpoints[1].addresses.len(), 2);
+    assert_eq!(endpoints[2].fqdn, ["*.example.test"]);
+    assert!(endpoints[1].fqdn.is_empty());
 }
 
 /// The consulted list and the decision come from two walks of the same

@@ -218,6 +218,30 @@ impl Ruleset {
             .map(|(name, _)| name.as_str())
     }
 
+    /// The FQDN selectors of the egress rules applied to the endpoint at
+    /// `position` in [`Ruleset::endpoints`], in evaluation order, once each.
+    pub fn egress_fqdn_patterns(&self, position: usize) -> Vec<&FqdnPattern> {
+        let Some(&table) = self.endpoint_tables.get(position) else {
+            return Vec::new();
+        };
+        let egress = &self.tables[table as usize].egress;
+        let lists = [
+            Some(&egress.antrea),
+            egress.k8s.as_ref(),
+            Some(&egress.baseline),
+        ];
+        let mut patterns: Vec<&FqdnPattern> = Vec::new();
+        for id in lists.into_iter().flatten().flat_map(|list| list.rules()) {
+            for &i in &self.rules[*id as usize].peers.fqdns {
+                let pattern = &self.fqdn_patterns[i as usize];
+                if !patterns.contains(&pattern) {
+                    patterns.push(pattern);
+                }
+            }
+        }
+        patterns
+    }
+
     /// The port a container of the Pod at `ip` names `name` for `protocol`.
     pub fn named_port(&self, ip: IpAddr, name: &str, protocol: PortProtocol) -> Option<u16> {
         self.named_ports

@@ -200,6 +200,23 @@ fn live_trace_and_endpoints_name_what_the_wire_enforces() {
         .collect();
     assert_eq!(consulted, ["dns", "api"]);
     lab.assert_tcp("pod", (server, 80), TcpOutcome::Connected);
+    // get fqdn in the node: the agent names the set by its selector for
+    // the Pod asked for, and says how it learned the address.
+    let table = lab.node().ok(&format!(
+        "{} get fqdn --socket {socket} -n apps -p client",
+        env!("CARGO_BIN_EXE_tollgate")
+    ));
+    let row = table
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|words| words.get(2) == Some(&server_text.as_str()))
+        .unwrap_or_else(|| panic!("{server} missing in\n{table}"));
+    assert_eq!((row[0], row[4]), ("*.ops.test", "snooped"), "{table}");
+    let web_only = lab.node().ok(&format!(
+        "{} get fqdn --socket {socket} -n apps -p web",
+        env!("CARGO_BIN_EXE_tollgate")
+    ));
+    assert_eq!(web_only.lines().count(), 1, "{web_only}");
     let unknowing = json(&offline(&to_api));
     assert_eq!(
         unknowing["verdict"], "Drop",
