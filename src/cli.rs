@@ -11,6 +11,8 @@ use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, Command as ClapCommand, FromArgMatches, Parser, Subcommand};
 
 use crate::config::{self, Setting};
+pub use crate::explain::TraceProtocol;
+use crate::explain::TraceRequest;
 use crate::logging::LogError;
 use crate::source::kube::Connection;
 use crate::status;
@@ -222,11 +224,16 @@ pub enum GetCommand {
         sort_by: String,
         #[command(flatten)]
         node: NodeArgs,
+        #[command(flatten)]
+        filter: GetFilter,
+        #[command(flatten)]
+        output: GetOutputArgs,
     },
     /// Addresses a running agent has learned for FQDN selectors, with their
     /// remaining TTL, read from the kernel sets of this network namespace,
     /// and how the agent learned each (snooped or resolved; `-` when it
-    /// does not answer).
+    /// does not answer). Sets are named by the selectors of the policies
+    /// given, else of the agent's.
     Fqdn {
         /// The agent's policies, to name each set by its selector.
         #[arg(long)]
@@ -235,22 +242,68 @@ pub enum GetCommand {
         node: NodeArgs,
         #[command(flatten)]
         socket: SocketArgs,
+        /// Only the selectors the egress rules of these endpoints name.
+        #[command(flatten)]
+        filter: GetFilter,
+        #[command(flatten)]
+        output: GetOutputArgs,
+    },
+    /// Endpoints this node enforces policy for (the Node, local Pods and
+    /// containers) with their addresses and effective policies in
+    /// evaluation order, like `antctl get podmembers` / `get netpol -p`:
+    /// of the running agent, or of the given files with `--policies`.
+    Endpoints {
+        /// Policy files or directories (offline); default: ask the agent.
+        #[arg(long)]
+        policies: Vec<PathBuf>,
+        #[command(flatten)]
+        socket: SocketArgs,
+        #[command(flatten)]
+        node: NodeArgs,
+        #[command(flatten)]
+        filter: GetFilter,
+        #[command(flatten)]
+        output: GetOutputArgs,
     },
     /// Objects the running agent skips or enforces only in part in
     /// Kubernetes mode, with the reasons its Kubernetes Events give.
     Skipped {
         #[command(flatten)]
         socket: SocketArgs,
-        /// A table, or every field (uid, generation, resourceVersion).
-        #[arg(short = 'o', long, value_enum, default_value = "text")]
-        output: SkippedFormat,
+        /// `table` (default), `wide` (the same), `json` or `yaml` (every
+        /// field: uid, generation, resourceVersion).
+        #[command(flatten)]
+        output: GetOutputArgs,
     },
 }
 
-/// Output of `get skipped`.
+/// `-n`/`-p` of `get`, as kubectl and antctl take them.
+#[derive(Args, Clone, Debug, Default)]
+pub struct GetFilter {
+    /// Only this Namespace: its endpoints, and the policies in it or
+    /// applied to an endpoint in it.
+    #[arg(short = 'n', long, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Only this Pod (in `-n`, default `default`): the policies applied to
+    /// it.
+    #[arg(short = 'p', long, value_name = "POD")]
+    pub pod: Option<String>,
+}
+
+/// `-o` of `get`.
+#[derive(Args, Clone, Copy, Debug)]
+pub struct GetOutputArgs {
+    /// `table` (default; long lists summarised), `wide` (every column,
+    /// lists whole), `json` or `yaml` (everything).
+    #[arg(short = 'o', long, value_enum, default_value = "table")]
+    pub output: GetOutput,
+}
+
+/// Output format of `get`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum SkippedFormat {
-    Text,
+pub enum GetOutput {
+    Table,
+    Wide,
     Json,
     Yaml,
 }
@@ -271,23 +324,38 @@ pub struct NodeArgs {
 
 #[derive(Args)]
 pub struct TraceArgs {
-    /// Policy files or directories.
-    #[arg(long, required = true)]
+    /// Policy files or directories: trace offline against them. Default:
+    /// ask the running agent (its ruleset in force, node identity and
+    /// learned FQDN addresses).
+    #[arg(long)]
     pub policies: Vec<PathBuf>,
+    #[command(flatten)]
+    pub socket: SocketArgs,
+    /// Source: an address, `namespace/name` of a Pod, ExternalEntity or
+    /// container, or `node:NAME`.
     #[arg(long)]
-    pub src: IpAddr,
+    pub src: String,
+    /// Destination, as `--src`.
     #[arg(long)]
-    pub dst: IpAddr,
-    #[arg(long, value_enum)]
+    pub dst: String,
+    #[arg(long, value_enum, ignore_case = true)]
     pub protocol: TraceProtocol,
     #[arg(long, default_value_t = 40000)]
     pub src_port: u16,
+    /// A number, or the name of a container port of the destination Pod.
     #[arg(long)]
-    pub dst_port: Option<u16>,
+    pub dst_port: Option<String>,
     #[arg(long, default_value_t = 8)]
     pub icmp_type: u8,
     #[arg(long, default_value_t = 0)]
     pub icmp_code: u8,
+    /// IGMP message type (0x11 membership query, 0x16 v2 report, 0x22 v3
+    /// report).
+    #[arg(long, default_value = "0x11", value_parser = parse_u8)]
+    pub igmp_type: u8,
+    /// The multicast group an IGMP message names (default 0.0.0.0).
+    #[arg(long)]
+    pub igmp_group: Option<std::net::Ipv4Addr>,
     /// Take the destination as an address this name resolved to.
     #[arg(long)]
     pub fqdn: Option<String>,
@@ -299,10 +367,47 @@ pub struct TraceArgs {
     /// Path and query, e.g. `/api/v2/items?x=1`.
     #[arg(long)]
     pub http_path: Option<String>,
-    #[arg(long, value_enum, default_value = "text")]
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
     pub output: OutputFormat,
+    /// List every rule consulted, in evaluation order, not only the
+    /// deciding one.
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// Exit 0 when the flow is allowed, 1 when it is denied, 2 on error.
+    #[arg(long)]
+    pub exit_code: bool,
     #[command(flatten)]
     pub node: NodeArgs,
+}
+
+impl TraceArgs {
+    /// The request the flags describe.
+    pub fn request(&self) -> TraceRequest {
+        TraceRequest {
+            src: self.src.clone(),
+            dst: self.dst.clone(),
+            protocol: self.protocol,
+            src_port: self.src_port,
+            dst_port: self.dst_port.clone(),
+            icmp_type: self.icmp_type,
+            icmp_code: self.icmp_code,
+            igmp_type: self.igmp_type,
+            igmp_group: self.igmp_group,
+            fqdn: self.fqdn.clone(),
+            http_method: self.http_method.clone(),
+            http_host: self.http_host.clone(),
+            http_path: self.http_path.clone(),
+        }
+    }
+}
+
+/// A byte in decimal or `0x` hexadecimal.
+fn parse_u8(s: &str) -> Result<u8, String> {
+    let parsed = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u8::from_str_radix(hex, 16),
+        None => s.parse(),
+    };
+    parsed.map_err(|e| format!("{s:?}: {e}"))
 }
 
 /// Output format of `trace` and `status`.
@@ -310,15 +415,6 @@ pub struct TraceArgs {
 pub enum OutputFormat {
     Text,
     Json,
-}
-
-/// Transport of a traced flow.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum TraceProtocol {
-    Tcp,
-    Udp,
-    Sctp,
-    Icmp,
 }
 
 #[cfg(test)]

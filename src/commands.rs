@@ -1,23 +1,20 @@
-//! The offline subcommands — `validate`, `trace`, `get policies` — as
-//! functions from a loaded snapshot to the text they print. File reading is
-//! delegated to `source`; printing and exit codes belong to `main.rs`.
+//! The subcommands that read — `validate`, `trace`, `get` — as functions
+//! from a loaded snapshot or the agent's answer to the text they print
+//! (tables, JSON, YAML). File reading is delegated to `source`, the
+//! evaluation to `explain`; printing and exit codes belong to `main.rs`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use serde_json::{json, Value};
-
-use crate::cli::{NodeArgs, OutputFormat, TraceProtocol};
+use crate::cli::{GetFilter, GetOutput, NodeArgs, OutputFormat};
 use crate::compile::{compile, LocalNode};
-use crate::fqdn::{NoFqdn, StaticFqdn};
-use crate::http::{self, HttpEvent, RequestHead, RequestTracker, DEFAULT_MAX_HEAD};
+use crate::explain::{DirectionReport, EndpointReport, TraceEndpoint, TraceReport};
 use crate::model::{Kind, Object, Snapshot};
-use crate::packet::flow::{Flow, Transport, Verdict};
-use crate::ruleset::{Decision, DirectionDecision, Outcome, PolicySummary, Ruleset};
+use crate::ruleset::{PolicySummary, Ruleset};
 use crate::source;
-use crate::status::{self, Request, Response};
+use crate::status::{self, Request, Response, StatusError};
 use crate::telemetry::Check;
 use crate::validate::Problem;
 
@@ -81,8 +78,10 @@ impl From<&NodeArgs> for NodeIdentity {
 
 /// Asks the running agent listening on `socket`.
 pub fn ask(socket: &Path, request: &Request) -> Result<Response, CommandError> {
-    status::request(socket, request)
-        .map_err(|e| CommandError::Usage(format!("{e} (is `tollgate run` running?)")))
+    status::request(socket, request).map_err(|e| match e {
+        StatusError::Agent(message) => CommandError::Usage(message),
+        e => CommandError::Usage(format!("{e} (is `tollgate run` running?)")),
+    })
 }
 
 /// A probe's name as the command line spells it.
@@ -214,244 +213,195 @@ pub fn inventory_warnings(directories: &[PathBuf], snapshot: &Snapshot) -> Vec<S
     warnings
 }
 
-/// What to trace.
-#[derive(Clone, Debug)]
-pub struct TraceRequest {
-    pub src: IpAddr,
-    pub dst: IpAddr,
-    pub protocol: TraceProtocol,
-    pub src_port: u16,
-    pub dst_port: Option<u16>,
-    pub icmp_type: u8,
-    pub icmp_code: u8,
-    /// Treat `dst` as an address this name resolved to.
-    pub fqdn: Option<String>,
-    pub http_method: Option<String>,
-    pub http_host: Option<String>,
-    pub http_path: Option<String>,
-}
-
-impl TraceRequest {
-    fn flow(&self) -> Result<Flow, CommandError> {
-        let port = || {
-            self.dst_port.ok_or_else(|| {
-                CommandError::Usage("--dst-port is required for tcp, udp and sctp".into())
-            })
-        };
-        let transport = match self.protocol {
-            TraceProtocol::Tcp => Transport::Tcp {
-                src_port: self.src_port,
-                dst_port: port()?,
-            },
-            TraceProtocol::Udp => Transport::Udp {
-                src_port: self.src_port,
-                dst_port: port()?,
-            },
-            TraceProtocol::Sctp => Transport::Sctp {
-                src_port: self.src_port,
-                dst_port: port()?,
-            },
-            TraceProtocol::Icmp => Transport::Icmp {
-                icmp_type: self.icmp_type,
-                icmp_code: self.icmp_code,
-            },
-        };
-        if self.src.is_ipv4() != self.dst.is_ipv4() {
-            return Err(CommandError::Usage(
-                "--src and --dst must be of the same address family".into(),
-            ));
-        }
-        Ok(Flow {
-            src: self.src,
-            dst: self.dst,
-            transport,
-            local: None,
-        })
+/// `tollgate trace` as text (`verbose`: every rule consulted) or JSON
+/// (everything, the consulted rules included).
+pub fn render_trace(
+    report: &TraceReport,
+    format: OutputFormat,
+    verbose: bool,
+) -> Result<String, CommandError> {
+    if format == OutputFormat::Json {
+        return Ok(json(report)? + "\n");
     }
-
-    /// The request the `--http-*` flags describe, parsed exactly as the
-    /// datapath parses live requests (same normalisation and checks).
-    fn http_request(&self) -> Result<Option<RequestHead>, CommandError> {
-        if self.http_method.is_none() && self.http_host.is_none() && self.http_path.is_none() {
-            return Ok(None);
+    let mut out = String::new();
+    let _ = writeln!(out, "verdict: {}", report.verdict);
+    let side = |e: &TraceEndpoint, port: Option<u16>| {
+        let port = port.map(|p| format!(":{p}")).unwrap_or_default();
+        match &e.name {
+            Some(name) => format!("{}{port} ({name})", e.address),
+            None => format!("{}{port}", e.address),
         }
-        let mut raw = format!(
-            "{} {} HTTP/1.1\r\n",
-            self.http_method.as_deref().unwrap_or("GET"),
-            self.http_path.as_deref().unwrap_or("/")
-        );
-        if let Some(host) = &self.http_host {
-            raw.push_str(&format!("Host: {host}\r\n"));
-        }
-        raw.push_str("\r\n");
-        let mut tracker = RequestTracker::new(DEFAULT_MAX_HEAD);
-        match tracker.feed(raw.as_bytes()).into_iter().next() {
-            Some(HttpEvent::Request(head)) => Ok(Some(head)),
-            Some(other) => Err(CommandError::Usage(format!(
-                "the --http-* flags do not form a valid request: {other:?}"
-            ))),
-            None => Err(CommandError::Usage(
-                "the --http-* flags do not form a complete request".into(),
-            )),
-        }
-    }
-}
-
-/// The result of a trace: the L3/L4 decision and, for L7 flows, whether the
-/// given HTTP request passes.
-#[derive(Clone, Debug)]
-pub struct Trace {
-    pub decision: Decision,
-    /// `Some` when the flow is allowed by L7 rules and an HTTP request was
-    /// given: whether every rule's `l7Protocols` admits it.
-    pub http_allowed: Option<bool>,
-}
-
-impl Trace {
-    /// The verdict after L7 evaluation: an L7 flow whose request no rule
-    /// admits is dropped, as the rule's implicit deny says.
-    pub fn verdict(&self) -> Verdict {
-        match self.http_allowed {
-            Some(false) => Verdict::Drop,
-            _ => self.decision.verdict,
-        }
-    }
-}
-
-/// `tollgate trace`: which rule decides a flow, and why.
-pub fn trace(ruleset: &Ruleset, request: &TraceRequest) -> Result<Trace, CommandError> {
-    let flow = request.flow()?;
-    let decision = match &request.fqdn {
-        Some(name) => ruleset.classify(&flow, &StaticFqdn(vec![(name.clone(), request.dst)])),
-        None => ruleset.classify(&flow, &NoFqdn),
     };
-    let http_allowed = match (request.http_request()?, decision.l7.is_empty()) {
-        (Some(head), false) => Some(decision.l7.iter().all(|protocols| {
-            let alternatives: Vec<_> = protocols.iter().filter_map(|p| p.http.clone()).collect();
-            http::decide(&alternatives, &head)
-        })),
-        _ => None,
-    };
-    Ok(Trace {
-        decision,
-        http_allowed,
-    })
-}
-
-fn direction_json(d: &DirectionDecision) -> Value {
-    let mut out = json!({
-        "endpoint": d.endpoint.as_ref().map(|e| e.to_string()),
-        "outcome": outcome_name(&d.outcome),
-    });
-    if let Some(rule) = d.rule() {
-        out["policy"] = json!(rule.policy.to_string());
-        out["kind"] = json!(rule.policy.kind.as_str());
-        out["tier"] = json!(rule.tier);
-        out["rule"] = json!(rule.name);
-        out["action"] = json!(format!("{:?}", rule.action));
-    }
-    if let Some(pass) = &d.passed_by {
-        out["passedBy"] = json!(format!(
-            "{} {}",
-            pass.policy,
-            pass.name.as_deref().unwrap_or("<nil>")
-        ));
-    }
-    out
-}
-
-fn outcome_name(outcome: &Outcome) -> &'static str {
-    match outcome {
-        Outcome::NotEnforced => "NotEnforced",
-        Outcome::NoRuleMatched => "NoRuleMatched",
-        Outcome::Rule { .. } => "Rule",
-        Outcome::K8sDefaultDeny => "K8sDefaultDeny",
-        Outcome::NodeToLocalPod => "NodeToLocalPod",
-    }
-}
-
-fn direction_text(d: &DirectionDecision) -> String {
-    let who = d.endpoint.as_ref().map_or_else(
-        || "not an endpoint of this node".to_string(),
-        |e| e.to_string(),
+    let _ = writeln!(
+        out,
+        "  flow: {} {} -> {}",
+        report.protocol,
+        side(&report.src, report.src_port),
+        side(&report.dst, report.dst_port)
     );
-    let what = match &d.outcome {
-        Outcome::NotEnforced => "no policy applies".to_string(),
-        Outcome::NoRuleMatched => "no rule matched (allowed)".to_string(),
-        Outcome::Rule { rule } => format!(
-            "{:?} by {} rule {}{}",
-            rule.action,
-            rule.policy,
-            rule.name.as_deref().unwrap_or("<nil>"),
-            rule.tier
+    for d in [&report.egress, &report.ingress] {
+        let _ = writeln!(out, "  {}", direction_text(d));
+        if verbose {
+            if d.consulted.is_empty() {
+                let _ = writeln!(out, "    no rule consulted");
+            }
+            for (n, c) in d.consulted.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "    {}. {} rule {}{}: {} ({})",
+                    n + 1,
+                    c.policy,
+                    c.rule.as_deref().unwrap_or("<nil>"),
+                    c.tier
+                        .as_deref()
+                        .map(|t| format!(" (tier {t})"))
+                        .unwrap_or_default(),
+                    if c.matched { "matched" } else { "no match" },
+                    c.action
+                );
+            }
+        }
+    }
+    if let Some(entry) = &report.privileged {
+        let _ = writeln!(
+            out,
+            "  privileged: accepted by datapath.privileged {entry} before any policy"
+        );
+    }
+    if !report.fqdn.is_empty() {
+        let _ = writeln!(
+            out,
+            "  FQDN: the destination is an address of {}",
+            report.fqdn.join(", ")
+        );
+    }
+    match report.http.as_deref() {
+        Some("Allow") => {
+            let _ = writeln!(out, "  L7: the HTTP request matches the rule's l7Protocols");
+        }
+        Some(_) => {
+            let _ = writeln!(
+                out,
+                "  L7: the HTTP request matches no l7Protocols entry: denied"
+            );
+        }
+        None if report.l7.is_some() => {
+            let _ = writeln!(
+                out,
+                "  L7: allowed subject to HTTP inspection (give --http-method/--http-host/--http-path to evaluate a request)"
+            );
+        }
+        None => {}
+    }
+    Ok(out)
+}
+
+fn direction_text(d: &DirectionReport) -> String {
+    let who = d
+        .endpoint
+        .clone()
+        .unwrap_or_else(|| "not an endpoint of this node".to_string());
+    let what = match d.outcome.as_str() {
+        "NotEnforced" => "no policy applies".to_string(),
+        "NoRuleMatched" => "no rule matched (allowed)".to_string(),
+        "K8sDefaultDeny" => {
+            "Drop: isolated by a K8s NetworkPolicy and no rule allows it".to_string()
+        }
+        "NodeToLocalPod" => {
+            "allowed: traffic from the Node to its own Pods is always allowed".to_string()
+        }
+        _ => format!(
+            "{} by {} rule {}{}",
+            d.action.as_deref().unwrap_or("?"),
+            d.policy.as_deref().unwrap_or("?"),
+            d.rule.as_deref().unwrap_or("<nil>"),
+            d.tier
                 .as_deref()
                 .map(|t| format!(" (tier {t})"))
                 .unwrap_or_default()
         ),
-        Outcome::K8sDefaultDeny => {
-            "Drop: isolated by a K8s NetworkPolicy and no rule allows it".to_string()
-        }
-        Outcome::NodeToLocalPod => {
-            "allowed: traffic from the Node to its own Pods is always allowed".to_string()
-        }
     };
     let pass = d
         .passed_by
         .as_ref()
-        .map(|p| {
-            format!(
-                "; passed by {} rule {}",
-                p.policy,
-                p.name.as_deref().unwrap_or("<nil>")
-            )
-        })
+        .map(|p| format!("; passed by {} rule {}", rest_policy(p), rest_rule(p)))
         .unwrap_or_default();
-    format!("{} [{}]: {}{}", d.direction.as_str(), who, what, pass)
+    format!("{} [{}]: {}{}", d.direction, who, what, pass)
 }
 
-/// Renders a trace as text or JSON.
-pub fn render_trace(trace: &Trace, format: OutputFormat) -> String {
-    let d = &trace.decision;
-    match format {
-        OutputFormat::Json => {
-            let mut out = json!({
-                "verdict": trace.verdict().to_string(),
-                "egress": direction_json(&d.egress),
-                "ingress": direction_json(&d.ingress),
-            });
-            if let Some(allowed) = trace.http_allowed {
-                out["http"] = json!(if allowed { "Allow" } else { "Drop" });
-            } else if !d.l7.is_empty() {
-                out["l7"] = json!("the flow is allowed subject to L7 inspection; pass --http-* to evaluate a request");
-            }
-            serde_json::to_string_pretty(&out).expect("json values serialize") + "\n"
-        }
-        OutputFormat::Text => {
-            let mut out = String::new();
-            let _ = writeln!(out, "verdict: {}", trace.verdict());
-            let _ = writeln!(out, "  {}", direction_text(&d.egress));
-            let _ = writeln!(out, "  {}", direction_text(&d.ingress));
-            match trace.http_allowed {
-                Some(true) => {
-                    let _ = writeln!(out, "  L7: the HTTP request matches the rule's l7Protocols");
-                }
-                Some(false) => {
-                    let _ = writeln!(
-                        out,
-                        "  L7: the HTTP request matches no l7Protocols entry: denied"
-                    );
-                }
-                None if !d.l7.is_empty() => {
-                    let _ = writeln!(
-                        out,
-                        "  L7: allowed subject to HTTP inspection (give --http-method/--http-host/--http-path to evaluate a request)"
-                    );
-                }
-                None => {}
-            }
-            out
+/// `passedBy` is `policy rule`; the policy part.
+fn rest_policy(passed_by: &str) -> &str {
+    passed_by.split_once(' ').map_or(passed_by, |(p, _)| p)
+}
+
+/// `passedBy` is `policy rule`; the rule part.
+fn rest_rule(passed_by: &str) -> &str {
+    passed_by.split_once(' ').map_or("<nil>", |(_, r)| r)
+}
+
+fn json<T: serde::Serialize>(value: &T) -> Result<String, CommandError> {
+    serde_json::to_string_pretty(value).map_err(|e| CommandError::Usage(e.to_string()))
+}
+
+fn yaml<T: serde::Serialize>(value: &T) -> Result<String, CommandError> {
+    serde_saphyr::to_string(value).map_err(|e| CommandError::Usage(e.to_string()))
+}
+
+/// Items of a list shown whole in a table cell; longer lists show how
+/// many there are and the first of them.
+pub const TABLE_LIST: usize = 3;
+
+/// A list in a table cell: whole when `wide` or short, else summarised as
+/// `N: first,second,third,...`.
+fn cell(items: &[String], wide: bool, empty: &str) -> String {
+    match items.len() {
+        0 => empty.to_string(),
+        n if wide || n <= TABLE_LIST => items.join(","),
+        n => format!("{n}: {},...", items[..TABLE_LIST].join(",")),
+    }
+}
+
+impl GetFilter {
+    /// The Namespace asked for (`-p` without `-n` means `default`).
+    fn namespace(&self) -> Option<&str> {
+        match (&self.namespace, &self.pod) {
+            (Some(ns), _) => Some(ns),
+            (None, Some(_)) => Some("default"),
+            (None, None) => None,
         }
     }
+
+    /// Whether an endpoint (`namespace/name`, or a Node's name) is asked for.
+    fn endpoint(&self, endpoint: &str) -> bool {
+        match (self.namespace(), &self.pod) {
+            (Some(ns), Some(pod)) => endpoint == format!("{ns}/{pod}"),
+            (Some(ns), None) => endpoint
+                .strip_prefix(ns)
+                .is_some_and(|r| r.starts_with('/')),
+            _ => true,
+        }
+    }
+
+    /// Whether a policy is asked for: in the Namespace, or applied to an
+    /// endpoint asked for.
+    fn policy(&self, policy: &PolicySummary) -> bool {
+        let applied = || policy.applied_to.iter().any(|e| self.endpoint(e));
+        match (self.namespace(), &self.pod) {
+            (None, _) => true,
+            (Some(_), Some(_)) => applied(),
+            (Some(ns), None) => policy.policy.namespace.as_deref() == Some(ns) || applied(),
+        }
+    }
+}
+
+/// One row of `tollgate get fqdn`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct FqdnRow {
+    pub selector: Option<String>,
+    pub set: Option<String>,
+    pub address: Option<IpAddr>,
+    pub ttl: Option<u32>,
+    pub source: Option<String>,
 }
 
 /// `tollgate get fqdn`: what a running agent has learned, from the kernel's
@@ -460,25 +410,19 @@ pub fn render_trace(trace: &Trace, format: OutputFormat) -> String {
 /// `snooped` or `resolved`; `-` when it did not say). Selectors of
 /// `patterns` name their sets; a set no selector maps to shows `-`; a
 /// selector with nothing learned shows one row without address.
-pub fn render_fqdn(
+pub fn fqdn_rows(
     sets: &BTreeMap<String, crate::datapath::LearnedSet>,
     patterns: &[crate::fqdn::FqdnPattern],
     sources: &[crate::status::FqdnSource],
-) -> String {
+) -> Vec<FqdnRow> {
     use crate::datapath::{plan::fqdn_set, Family};
     let source = |selector: &str, address: &std::net::IpAddr| {
         sources
             .iter()
             .find(|s| s.selector == selector && s.address == *address)
-            .map_or("-".to_string(), |s| s.source.clone())
+            .map(|s| s.source.clone())
     };
-    let mut rows = vec![[
-        "SELECTOR".to_string(),
-        "SET".to_string(),
-        "ADDRESS".to_string(),
-        "TTL".to_string(),
-        "SOURCE".to_string(),
-    ]];
+    let mut rows = Vec::new();
     let mut named = std::collections::BTreeSet::new();
     for pattern in patterns {
         let mut any = false;
@@ -486,40 +430,106 @@ pub fn render_fqdn(
             let name = fqdn_set(pattern, family);
             if let Some(set) = sets.get(&name) {
                 for (address, ttl) in sorted(&set.entries) {
-                    rows.push([
-                        pattern.to_string(),
-                        name.clone(),
-                        address.to_string(),
-                        ttl.to_string(),
-                        source(pattern.as_str(), &address),
-                    ]);
+                    rows.push(FqdnRow {
+                        selector: Some(pattern.to_string()),
+                        set: Some(name.clone()),
+                        address: Some(address),
+                        ttl: Some(ttl),
+                        source: source(pattern.as_str(), &address),
+                    });
                     any = true;
                 }
             }
             named.insert(name);
         }
         if !any {
-            rows.push([
-                pattern.to_string(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-            ]);
+            rows.push(FqdnRow {
+                selector: Some(pattern.to_string()),
+                set: None,
+                address: None,
+                ttl: None,
+                source: None,
+            });
         }
     }
     for (name, set) in sets.iter().filter(|(n, _)| !named.contains(*n)) {
         for (address, ttl) in sorted(&set.entries) {
-            rows.push([
-                "-".into(),
-                name.clone(),
-                address.to_string(),
-                ttl.to_string(),
-                "-".into(),
-            ]);
+            rows.push(FqdnRow {
+                selector: None,
+                set: Some(name.clone()),
+                address: Some(address),
+                ttl: Some(ttl),
+                source: None,
+            });
         }
     }
-    table(&rows)
+    rows
+}
+
+/// The FQDN selectors `get fqdn` names sets by: those of `all` (the
+/// policies given) or, without them, every selector of the endpoints'
+/// egress rules; with `-n`/`-p` only those of the endpoints asked for.
+pub fn fqdn_selectors(
+    all: &[crate::fqdn::FqdnPattern],
+    endpoints: &[EndpointReport],
+    filter: &GetFilter,
+) -> Vec<crate::fqdn::FqdnPattern> {
+    let asked: Vec<&str> = endpoints
+        .iter()
+        .filter(|e| filter.namespace().is_none() || filter.endpoint(&e.endpoint))
+        .flat_map(|e| e.fqdn.iter().map(String::as_str))
+        .collect();
+    if all.is_empty() {
+        let mut patterns: Vec<crate::fqdn::FqdnPattern> = Vec::new();
+        for selector in asked {
+            let pattern = crate::fqdn::FqdnPattern::new(selector);
+            if !patterns.contains(&pattern) {
+                patterns.push(pattern);
+            }
+        }
+        return patterns;
+    }
+    all.iter()
+        .filter(|p| filter.namespace().is_none() || asked.contains(&p.as_str()))
+        .cloned()
+        .collect()
+}
+
+/// Rows of the selectors `filter` asks for: sets no selector names are
+/// left out once `-n`/`-p` is given.
+pub fn filter_fqdn_rows(rows: Vec<FqdnRow>, filter: &GetFilter) -> Vec<FqdnRow> {
+    match filter.namespace() {
+        None => rows,
+        Some(_) => rows.into_iter().filter(|r| r.selector.is_some()).collect(),
+    }
+}
+
+/// `tollgate get fqdn` in the format asked for.
+pub fn render_fqdn(rows: &[FqdnRow], output: GetOutput) -> Result<String, CommandError> {
+    let dash = |v: Option<String>| v.unwrap_or_else(|| "-".to_string());
+    match output {
+        GetOutput::Json => Ok(json(&rows)? + "\n"),
+        GetOutput::Yaml => yaml(&rows),
+        GetOutput::Table | GetOutput::Wide => {
+            let mut table_rows = vec![[
+                "SELECTOR".to_string(),
+                "SET".to_string(),
+                "ADDRESS".to_string(),
+                "TTL".to_string(),
+                "SOURCE".to_string(),
+            ]];
+            table_rows.extend(rows.iter().map(|r| {
+                [
+                    dash(r.selector.clone()),
+                    dash(r.set.clone()),
+                    dash(r.address.map(|a| a.to_string())),
+                    dash(r.ttl.map(|t| t.to_string())),
+                    dash(r.source.clone()),
+                ]
+            }));
+            Ok(table(&table_rows))
+        }
+    }
 }
 
 fn sorted(entries: &[(IpAddr, u32)]) -> Vec<(IpAddr, u32)> {
@@ -545,8 +555,19 @@ fn table<const N: usize>(rows: &[[String; N]]) -> String {
 }
 
 /// `tollgate get policies`: the table of `antctl get netpol
-/// --sort-by=effectivePriority`.
-pub fn render_policies(policies: &[PolicySummary]) -> String {
+/// --sort-by=effectivePriority`, of the policies `filter` asks for.
+pub fn render_policies(
+    policies: &[PolicySummary],
+    filter: &GetFilter,
+    output: GetOutput,
+) -> Result<String, CommandError> {
+    let policies: Vec<&PolicySummary> = policies.iter().filter(|p| filter.policy(p)).collect();
+    let wide = match output {
+        GetOutput::Json => return Ok(json(&policies)? + "\n"),
+        GetOutput::Yaml => return yaml(&policies),
+        GetOutput::Table => false,
+        GetOutput::Wide => true,
+    };
     let mut rows = vec![[
         "SOURCE".to_string(),
         "TIER".to_string(),
@@ -565,38 +586,85 @@ pub fn render_policies(policies: &[PolicySummary]) -> String {
             p.priority
                 .map_or_else(|| "<NONE>".into(), |x| x.to_string()),
             p.rules.to_string(),
-            if p.applied_to.is_empty() {
-                "<none on this node>".to_string()
-            } else {
-                p.applied_to.join(",")
-            },
-            if p.rule_names.is_empty() {
-                "<NONE>".to_string()
-            } else {
-                p.rule_names.join(",")
-            },
+            cell(&p.applied_to, wide, "<none on this node>"),
+            cell(&p.rule_names, wide, "<NONE>"),
         ]);
     }
-    table(&rows)
+    Ok(table(&rows))
+}
+
+/// `tollgate get endpoints`: the endpoints `filter` asks for with their
+/// effective policies in evaluation order.
+pub fn render_endpoints(
+    endpoints: &[EndpointReport],
+    filter: &GetFilter,
+    output: GetOutput,
+) -> Result<String, CommandError> {
+    let endpoints: Vec<&EndpointReport> = endpoints
+        .iter()
+        .filter(|e| e.kind != "Node" || filter.namespace().is_none())
+        .filter(|e| e.kind == "Node" || filter.endpoint(&e.endpoint))
+        .collect();
+    let wide = match output {
+        GetOutput::Json => return Ok(json(&endpoints)? + "\n"),
+        GetOutput::Yaml => return yaml(&endpoints),
+        GetOutput::Table => false,
+        GetOutput::Wide => true,
+    };
+    if wide {
+        let mut rows = vec![[
+            "ENDPOINT".to_string(),
+            "KIND".to_string(),
+            "ADDRESSES".to_string(),
+            "POLICIES".to_string(),
+            "FQDN".to_string(),
+        ]];
+        for e in endpoints {
+            let addresses: Vec<String> = e.addresses.iter().map(ToString::to_string).collect();
+            rows.push([
+                e.endpoint.clone(),
+                e.kind.clone(),
+                cell(&addresses, true, "<none>"),
+                cell(&e.policies, true, "<none>"),
+                cell(&e.fqdn, true, "<none>"),
+            ]);
+        }
+        return Ok(table(&rows));
+    }
+    let mut rows = vec![[
+        "ENDPOINT".to_string(),
+        "KIND".to_string(),
+        "ADDRESSES".to_string(),
+        "POLICIES".to_string(),
+    ]];
+    for e in endpoints {
+        let addresses: Vec<String> = e.addresses.iter().map(ToString::to_string).collect();
+        rows.push([
+            e.endpoint.clone(),
+            e.kind.clone(),
+            cell(&addresses, true, "<none>"),
+            cell(&e.policies, false, "<none>"),
+        ]);
+    }
+    Ok(table(&rows))
 }
 
 /// `tollgate get skipped`: one row per object, its problems joined; JSON
 /// and YAML carry every field.
 pub fn render_skipped(
     refused: &[crate::source::kube::Refusal],
-    format: crate::cli::SkippedFormat,
+    format: GetOutput,
 ) -> Result<String, CommandError> {
-    use crate::cli::SkippedFormat;
     let encoding = |e: &dyn std::fmt::Display| CommandError::Usage(format!("encoding: {e}"));
     match format {
-        SkippedFormat::Json => serde_json::to_string_pretty(refused)
+        GetOutput::Json => serde_json::to_string_pretty(refused)
             .map(|s| s + "\n")
             .map_err(|e| encoding(&e)),
-        SkippedFormat::Yaml => serde_saphyr::to_string(&refused).map_err(|e| encoding(&e)),
-        SkippedFormat::Text if refused.is_empty() => {
+        GetOutput::Yaml => serde_saphyr::to_string(&refused).map_err(|e| encoding(&e)),
+        GetOutput::Table | GetOutput::Wide if refused.is_empty() => {
             Ok("no object skipped or partly enforced\n".into())
         }
-        SkippedFormat::Text => {
+        GetOutput::Table | GetOutput::Wide => {
             let mut rows = vec![[
                 "KIND".to_string(),
                 "NAMESPACE".to_string(),
@@ -626,7 +694,6 @@ mod tests {
 
     #[test]
     fn skipped_objects_render_as_a_table_json_and_yaml() {
-        use crate::cli::SkippedFormat;
         use crate::source::kube::{Identity, Reason, Refusal};
         let refused = [Refusal {
             kind: "ClusterNetworkPolicy".into(),
@@ -642,25 +709,86 @@ mod tests {
             reason: Reason::PolicySkipped,
             problems: vec!["spec.tier: no Tier `bad`".into()],
         }];
-        let text = render_skipped(&refused, SkippedFormat::Text).unwrap();
+        let text = render_skipped(&refused, GetOutput::Table).unwrap();
         assert_eq!(
             text,
             "KIND                 NAMESPACE NAME        REASON        MESSAGE\n\
              ClusterNetworkPolicy -         in-bad-tier PolicySkipped spec.tier: no Tier `bad`\n"
         );
-        let json = render_skipped(&refused, SkippedFormat::Json).unwrap();
+        let json = render_skipped(&refused, GetOutput::Json).unwrap();
         let back: Vec<Refusal> = serde_json::from_str(&json).unwrap();
         assert_eq!(back, refused);
         assert!(json.contains(r#""resourceVersion": "41""#), "{json}");
-        let yaml = render_skipped(&refused, SkippedFormat::Yaml).unwrap();
+        let yaml = render_skipped(&refused, GetOutput::Yaml).unwrap();
         assert!(
             yaml.contains("uid: u-1") && yaml.contains("generation: 2"),
             "{yaml}"
         );
         assert_eq!(
-            render_skipped(&[], SkippedFormat::Text).unwrap(),
+            render_skipped(&[], GetOutput::Table).unwrap(),
             "no object skipped or partly enforced\n"
         );
+    }
+
+    #[test]
+    fn fqdn_selectors_follow_the_endpoints_asked_for() {
+        let endpoint = |name: &str, fqdn: &[&str]| EndpointReport {
+            endpoint: name.into(),
+            kind: "Pod".into(),
+            namespace: name.split_once('/').map(|(ns, _)| ns.to_string()),
+            addresses: Vec::new(),
+            policies: Vec::new(),
+            fqdn: fqdn.iter().map(|s| s.to_string()).collect(),
+        };
+        let endpoints = [
+            endpoint("a/x", &["*.x.test"]),
+            endpoint("a/y", &["y.test", "*.x.test"]),
+            endpoint("b/z", &["z.test"]),
+        ];
+        let filter = |namespace: Option<&str>, pod: Option<&str>| GetFilter {
+            namespace: namespace.map(str::to_string),
+            pod: pod.map(str::to_string),
+        };
+        let names = |patterns: Vec<FqdnPattern>| -> Vec<String> {
+            patterns.iter().map(ToString::to_string).collect()
+        };
+        // From the agent's endpoints (no policies given).
+        let every = fqdn_selectors(&[], &endpoints, &filter(None, None));
+        assert_eq!(names(every), ["*.x.test", "y.test", "z.test"]);
+        let a = fqdn_selectors(&[], &endpoints, &filter(Some("a"), None));
+        assert_eq!(names(a), ["*.x.test", "y.test"]);
+        let y = fqdn_selectors(&[], &endpoints, &filter(Some("a"), Some("y")));
+        assert_eq!(names(y), ["y.test", "*.x.test"]);
+        // From the policies given: their order, filtered the same way.
+        let all = [FqdnPattern::new("z.test"), FqdnPattern::new("y.test")];
+        assert_eq!(
+            names(fqdn_selectors(&all, &endpoints, &filter(None, None))),
+            ["z.test", "y.test"]
+        );
+        assert_eq!(
+            names(fqdn_selectors(&all, &endpoints, &filter(Some("b"), None))),
+            ["z.test"]
+        );
+        assert!(fqdn_selectors(&all, &endpoints, &filter(None, Some("nobody"))).is_empty());
+        // Unnamed sets go once a filter is given.
+        let rows = vec![
+            FqdnRow {
+                selector: Some("z.test".into()),
+                set: None,
+                address: None,
+                ttl: None,
+                source: None,
+            },
+            FqdnRow {
+                selector: None,
+                set: Some("s".into()),
+                address: None,
+                ttl: None,
+                source: None,
+            },
+        ];
+        assert_eq!(filter_fqdn_rows(rows.clone(), &filter(None, None)).len(), 2);
+        assert_eq!(filter_fqdn_rows(rows, &filter(Some("b"), None)).len(), 1);
     }
 
     #[test]
@@ -692,7 +820,8 @@ mod tests {
             address: "10.0.0.9".parse().unwrap(),
             source: "resolved".into(),
         }];
-        let text = render_fqdn(&sets, &[allowed.clone(), empty], &sources);
+        let rows = fqdn_rows(&sets, &[allowed.clone(), empty], &sources);
+        let text = render_fqdn(&rows, GetOutput::Table).unwrap();
         let set = fqdn_set(&allowed, Family::V4);
         let lines: Vec<Vec<&str>> = text
             .lines()

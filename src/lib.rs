@@ -25,6 +25,9 @@
 //!   priority order; never reads a packet.
 //! - [`ruleset`]: the immutable compiled [`ruleset::Ruleset`] and its
 //!   classifier (also behind `tollgate trace`); never mutated once built.
+//! - [`explain`]: what `trace` and `get endpoints` answer, one function for
+//!   the offline command and the running agent (names, named ports, every
+//!   rule consulted); never reads a file or the clock.
 //! - [`packet`]: bytes to [`packet::Flow`] and TCP segments; never panics on
 //!   any input.
 //! - [`marks`]: the mark bits and the fail mode; never reads configuration.
@@ -50,7 +53,7 @@
 //!   reconciler over a `Kernel` trait; never writes the kernel but through
 //!   `datapath`.
 //! - [`config`]: the agent configuration in sections; [`cli`]: every clap
-//!   type; [`commands`]: the offline subcommands; [`status`]: the status API;
+//!   type; [`commands`]: the reading subcommands rendered; [`status`]: the status API;
 //!   [`telemetry`]: counters declared once, metrics and their endpoint;
 //!   [`logging`]; [`privilege`]: drops every capability but `CAP_NET_ADMIN`
 //!   and `CAP_NET_RAW` before any thread starts.
@@ -67,6 +70,7 @@ pub mod config;
 pub mod datapath;
 pub mod decide;
 pub mod dns;
+pub mod explain;
 pub mod fqdn;
 pub mod http;
 pub mod l7;

@@ -1,5 +1,6 @@
 //! The `tollgate` binary: parses the command line and maps results to exit
-//! codes — 0 success (a trace that ends in Drop included), 1 invalid
+//! codes — 0 success (a trace that ends in Drop included, unless
+//! `--exit-code`: then 1 for a denied flow and 2 for any error), 1 invalid
 //! policies (or, for `status --check`, not live / not ready), 2 usage,
 //! configuration or runtime errors (for `status --check`: the agent cannot
 //! be reached), 3 for `run` when a worker stalled (the process exits to be
@@ -10,8 +11,10 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use tollgate::agent::AgentError;
-use tollgate::cli::{Cli, Command, GetCommand, OutputFormat, RunArgs};
-use tollgate::commands::{self, CommandError, NodeIdentity, TraceRequest};
+use tollgate::cli::{Cli, Command, GetCommand, OutputFormat, RunArgs, TraceArgs};
+use tollgate::commands::{self, CommandError, NodeIdentity};
+use tollgate::explain;
+use tollgate::fqdn::NoFqdn;
 use tollgate::status::{self, Request, Response};
 
 fn main() -> ExitCode {
@@ -63,43 +66,55 @@ fn run(command: Command) -> Result<ExitCode, CommandError> {
             }
             println!("{}", commands::validate_summary(&snapshot));
         }
-        Command::Trace(args) => {
-            let (_, ruleset) =
-                commands::load_ruleset(&args.policies, &NodeIdentity::from(&args.node))?;
-            let request = TraceRequest {
-                src: args.src,
-                dst: args.dst,
-                protocol: args.protocol,
-                src_port: args.src_port,
-                dst_port: args.dst_port,
-                icmp_type: args.icmp_type,
-                icmp_code: args.icmp_code,
-                fqdn: args.fqdn,
-                http_method: args.http_method,
-                http_host: args.http_host,
-                http_path: args.http_path,
-            };
-            let trace = commands::trace(&ruleset, &request)?;
-            print!("{}", commands::render_trace(&trace, args.output));
-        }
+        Command::Trace(args) => return trace(&args),
         Command::Get {
             what:
                 GetCommand::Policies {
                     policies,
                     node,
                     socket,
+                    filter,
+                    output,
                     ..
                 },
         } => {
-            if policies.is_empty() {
+            let list = if policies.is_empty() {
                 match commands::ask(&socket.socket, &Request::Policies)? {
-                    Response::Policies(list) => print!("{}", commands::render_policies(&list)),
+                    Response::Policies(list) => list,
                     other => return Err(unexpected(&other)),
                 }
             } else {
                 let (_, ruleset) = commands::load_ruleset(&policies, &NodeIdentity::from(&node))?;
-                print!("{}", commands::render_policies(ruleset.policies()));
-            }
+                ruleset.policies().to_vec()
+            };
+            print!(
+                "{}",
+                commands::render_policies(&list, &filter, output.output)?
+            );
+        }
+        Command::Get {
+            what:
+                GetCommand::Endpoints {
+                    policies,
+                    node,
+                    socket,
+                    filter,
+                    output,
+                },
+        } => {
+            let list = if policies.is_empty() {
+                match commands::ask(&socket.socket, &Request::Endpoints)? {
+                    Response::Endpoints(list) => list,
+                    other => return Err(unexpected(&other)),
+                }
+            } else {
+                let (_, ruleset) = commands::load_ruleset(&policies, &NodeIdentity::from(&node))?;
+                explain::endpoints(&ruleset)
+            };
+            print!(
+                "{}",
+                commands::render_endpoints(&list, &filter, output.output)?
+            );
         }
         Command::Get {
             what:
@@ -107,14 +122,25 @@ fn run(command: Command) -> Result<ExitCode, CommandError> {
                     policies,
                     node,
                     socket,
+                    filter,
+                    output,
                 },
         } => {
-            let patterns = if policies.is_empty() {
-                Vec::new()
+            let (all, endpoints) = if policies.is_empty() {
+                // The agent's endpoints name its selectors.
+                let endpoints = match commands::ask(&socket.socket, &Request::Endpoints) {
+                    Ok(Response::Endpoints(list)) => list,
+                    _ => Vec::new(),
+                };
+                (Vec::new(), endpoints)
             } else {
                 let (_, ruleset) = commands::load_ruleset(&policies, &NodeIdentity::from(&node))?;
-                ruleset.fqdn_patterns().to_vec()
+                (
+                    ruleset.fqdn_patterns().to_vec(),
+                    explain::endpoints(&ruleset),
+                )
             };
+            let patterns = commands::fqdn_selectors(&all, &endpoints, &filter);
             let sets = tollgate::datapath::learned_sets()
                 .map_err(|e| CommandError::Usage(format!("reading the FQDN sets: {e}")))?;
             // Sources are the agent's to tell; without it the sets still show.
@@ -122,12 +148,16 @@ fn run(command: Command) -> Result<ExitCode, CommandError> {
                 Ok(Response::Fqdn(sources)) => sources,
                 _ => Vec::new(),
             };
-            print!("{}", commands::render_fqdn(&sets, &patterns, &sources));
+            let rows = commands::fqdn_rows(&sets, &patterns, &sources);
+            let rows = commands::filter_fqdn_rows(rows, &filter);
+            print!("{}", commands::render_fqdn(&rows, output.output)?);
         }
         Command::Get {
             what: GetCommand::Skipped { socket, output },
         } => match commands::ask(&socket.socket, &Request::Skipped)? {
-            Response::Skipped(refused) => print!("{}", commands::render_skipped(&refused, output)?),
+            Response::Skipped(refused) => {
+                print!("{}", commands::render_skipped(&refused, output.output)?)
+            }
             Response::Error(error) => return Err(CommandError::Usage(error)),
             other => return Err(unexpected(&other)),
         },
@@ -172,6 +202,51 @@ fn run(command: Command) -> Result<ExitCode, CommandError> {
         },
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `tollgate trace`: offline against `--policies`, else asked of the
+/// agent. With `--exit-code`: 0 allowed, 1 denied, 2 any error (invalid
+/// policies included).
+fn trace(args: &TraceArgs) -> Result<ExitCode, CommandError> {
+    let request = args.request();
+    let node = &args.node;
+    let identity = node.node_name.is_some() || node.node_labels.is_some();
+    if args.policies.is_empty() && (identity || !node.node_addresses.is_empty()) {
+        return Err(CommandError::Usage(
+            "--node-name, --node-labels and --node-address describe the Node for --policies; the agent traces as its own Node".into(),
+        ));
+    }
+    let report = if args.policies.is_empty() {
+        match commands::ask(&args.socket.socket, &Request::Trace(Box::new(request))) {
+            Ok(Response::Trace(report)) => *report,
+            Ok(other) => return Err(unexpected(&other)),
+            Err(error) => return Err(error),
+        }
+    } else {
+        let ruleset = match commands::load_ruleset(&args.policies, &NodeIdentity::from(&args.node))
+        {
+            Ok((_, ruleset)) => ruleset,
+            Err(CommandError::Invalid(problems)) if args.exit_code => {
+                for problem in &problems {
+                    eprintln!("{problem}");
+                }
+                eprintln!("{} problem(s) found", problems.len());
+                return Ok(ExitCode::from(2));
+            }
+            Err(error) => return Err(error),
+        };
+        explain::trace(&ruleset, &NoFqdn, &request)
+            .map_err(|e| CommandError::Usage(e.to_string()))?
+    };
+    print!(
+        "{}",
+        commands::render_trace(&report, args.output, args.verbose)?
+    );
+    Ok(if args.exit_code && !report.allowed() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn unexpected(response: &Response) -> CommandError {

@@ -1,7 +1,7 @@
 //! The status API of a running agent: a Unix stream socket (mode 0600 in a
 //! 0700 directory, so only root reaches it) answering one JSON request per
 //! connection with one JSON response, and the client the CLI uses
-//! (`tollgate status`, `tollgate get policies`). The agent owns an
+//! (`tollgate status`, `tollgate get`, `tollgate trace`). The agent owns an
 //! [`AgentStatus`] that it updates on every (re)load; the server only
 //! reads it. Nothing here touches the packet path.
 //!
@@ -22,6 +22,10 @@
 //! ← {"fqdn":[{"selector":"www.example.com","address":"203.0.113.7","source":"resolved"}]}
 //! → {"request":"skipped"}
 //! ← {"skipped":[{"kind":"Tier","name":"bad","uid":"…","reason":"PolicySkipped","problems":[…],…}]}
+//! → {"request":"trace","src":"shop/client","dst":"10.0.0.3","protocol":"tcp","srcPort":40000,"dstPort":"http"}
+//! ← {"trace":{"verdict":"Allow","protocol":"TCP",…,"egress":{…,"consulted":[…]},…}}
+//! → {"request":"endpoints"}
+//! ← {"endpoints":[{"endpoint":"node-1","kind":"Node","addresses":[…],"policies":[…]},…]}
 //! ← {"error":"unknown request"}
 //! ```
 #![allow(clippy::disallowed_methods)] // the status server reports uptime.
@@ -37,11 +41,31 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
-use crate::fqdn::FqdnTable;
+use crate::config::{Privileged, PrivilegedProtocol};
+use crate::explain::{self, EndpointReport, TraceReport, TraceRequest};
+use crate::fqdn::{FqdnTable, NoFqdn};
 use crate::marks::FailMode;
-use crate::ruleset::{PolicySummary, Ruleset};
+use crate::ruleset::{Endpoint, PolicySummary, Ruleset};
 use crate::source::kube::{Reason, Refusal, SourceState};
 use crate::telemetry::{Check, Health, Probes, Registry};
+
+/// An entry as `--privileged` takes it: `CIDR[,proto[/port]]`.
+fn privileged_text(entry: &Privileged) -> String {
+    let mut text = entry.cidr.to_string();
+    if let Some(protocol) = entry.protocol {
+        let name = match protocol {
+            PrivilegedProtocol::Tcp => "tcp",
+            PrivilegedProtocol::Udp => "udp",
+            PrivilegedProtocol::Sctp => "sctp",
+            PrivilegedProtocol::Icmp => "icmp",
+        };
+        text.push_str(&format!(",{name}"));
+        if let Some(port) = entry.port {
+            text.push_str(&format!("/{port}"));
+        }
+    }
+    text
+}
 
 /// Where `tollgate run` listens and the CLI connects unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/tollgate/tollgate.sock";
@@ -90,6 +114,11 @@ pub enum Request {
     /// The objects skipped or partly enforced in Kubernetes mode
     /// (`tollgate get skipped`).
     Skipped,
+    /// `tollgate trace`: a flow through the ruleset in force and the FQDN
+    /// addresses learned.
+    Trace(Box<TraceRequest>),
+    /// `tollgate get endpoints`: the enforced endpoints and their policies.
+    Endpoints,
 }
 
 /// What the agent answers.
@@ -101,6 +130,8 @@ pub enum Response {
     Check(CheckReport),
     Fqdn(Vec<FqdnSource>),
     Skipped(Vec<Refusal>),
+    Trace(Box<TraceReport>),
+    Endpoints(Vec<EndpointReport>),
     Error(String),
 }
 
@@ -267,6 +298,7 @@ pub struct AgentStatus {
     started: Instant,
     node_name: String,
     fail_mode: FailMode,
+    privileged: Vec<Privileged>,
     audit_log: Option<PathBuf>,
     metrics_address: Option<String>,
     ruleset: Arc<ArcSwap<Ruleset>>,
@@ -298,6 +330,8 @@ struct State {
 pub struct AgentFacts {
     pub node_name: String,
     pub fail_mode: FailMode,
+    /// `datapath.privileged`: accepted ahead of any policy (`trace` says so).
+    pub privileged: Vec<Privileged>,
     pub audit_log: Option<PathBuf>,
     pub metrics_address: Option<String>,
 }
@@ -313,6 +347,7 @@ impl AgentStatus {
             started: Instant::now(),
             node_name: facts.node_name,
             fail_mode: facts.fail_mode,
+            privileged: facts.privileged,
             audit_log: facts.audit_log,
             metrics_address: facts.metrics_address,
             ruleset,
@@ -475,7 +510,55 @@ impl AgentStatus {
                     "the agent reads a policy directory: it skips nothing (an invalid change is rejected whole; see `tollgate validate`)".into(),
                 ),
             },
+            Request::Trace(request) => self.trace(request),
+            Request::Endpoints => Response::Endpoints(explain::endpoints(&self.ruleset.load())),
         }
+    }
+
+    /// Traces through the ruleset in force with the addresses learned now.
+    fn trace(&self, request: &TraceRequest) -> Response {
+        let ruleset = self.ruleset.load();
+        let traced = match self.fqdn.get() {
+            Some(table) => explain::trace(&ruleset, &table.lookup(Instant::now()), request),
+            None => explain::trace(&ruleset, &NoFqdn, request),
+        };
+        match traced {
+            Ok(mut report) => {
+                if let Some(entry) = self.privileged_for(&ruleset, &report) {
+                    report.privileged = Some(privileged_text(entry));
+                    report.verdict = crate::packet::flow::Verdict::Allow.to_string();
+                }
+                Response::Trace(Box::new(report))
+            }
+            Err(error) => Response::Error(error.to_string()),
+        }
+    }
+
+    /// The `datapath.privileged` entry the datapath accepts a traced flow
+    /// by before any policy, as its rules do: to the Node from the entry's
+    /// range, from the Node to it, routed from or to it; on the entry's
+    /// protocol and destination port when it names them.
+    fn privileged_for(&self, ruleset: &Ruleset, report: &TraceReport) -> Option<&Privileged> {
+        let node = |ip| matches!(ruleset.endpoint_of(ip), Some(Endpoint::Node { .. }));
+        let (src, dst) = (report.src.address, report.dst.address);
+        self.privileged.iter().find(|entry| {
+            let range = match (node(src), node(dst)) {
+                (_, true) => entry.cidr.contains(&src),
+                (true, false) => entry.cidr.contains(&dst),
+                (false, false) => entry.cidr.contains(&src) || entry.cidr.contains(&dst),
+            };
+            let protocol = entry.protocol.is_none_or(|p| {
+                let name = match p {
+                    PrivilegedProtocol::Tcp => "TCP",
+                    PrivilegedProtocol::Udp => "UDP",
+                    PrivilegedProtocol::Sctp => "SCTP",
+                    PrivilegedProtocol::Icmp => "ICMP",
+                };
+                report.protocol == name
+            });
+            let port = entry.port.is_none_or(|p| report.dst_port == Some(p));
+            range && protocol && port
+        })
     }
 }
 
@@ -862,14 +945,16 @@ pub fn render_status(report: &StatusReport) -> String {
         "metrics:            {}",
         report.metrics_address.as_deref().unwrap_or("off")
     );
-    // One table per kind of worker, its counters as columns.
+    // One table per kind of worker, every counter any of its queues has
+    // as a column (the kernel lists only the queues bound now): `-` where
+    // a queue has no such counter.
     for group in report.queues.chunk_by(|a, b| a.worker == b.worker) {
-        let keys: Vec<&str> = group[0]
-            .counters
-            .0
-            .iter()
-            .map(|(k, _)| k.as_str())
-            .collect();
+        let mut keys: Vec<&str> = Vec::new();
+        for (key, _) in group.iter().flat_map(|q| &q.counters.0) {
+            if !keys.contains(&key.as_str()) {
+                keys.push(key);
+            }
+        }
         let header = std::iter::once(group[0].worker.to_uppercase())
             .chain(keys.iter().map(|k| k.to_uppercase().replace('_', "-")))
             .collect();
@@ -878,7 +963,7 @@ pub fn render_status(report: &StatusReport) -> String {
                 std::iter::once(q.queue.to_string())
                     .chain(
                         keys.iter()
-                            .map(|k| q.counters.get(k).unwrap_or(0).to_string()),
+                            .map(|k| q.counters.get(k).map_or("-".into(), |v| v.to_string())),
                     )
                     .collect()
             }))
@@ -920,6 +1005,7 @@ mod tests {
             AgentFacts {
                 node_name: "n1".into(),
                 fail_mode: FailMode::Closed,
+                privileged: Vec::new(),
                 audit_log: None,
                 metrics_address: Some("127.0.0.1:9100".into()),
             },
@@ -1045,6 +1131,191 @@ mod tests {
             serde_json::from_str::<Response>(&json).unwrap(),
             Response::Status(report)
         );
+    }
+
+    /// Status shows what metrics exports: every counter of every set a
+    /// worker registers, and the kernel's counters of its queue, as a
+    /// column of its worker's table with a value for each queue; a queue
+    /// the kernel does not list shows `-` there.
+    #[test]
+    fn status_shows_every_declared_counter_of_every_queue() {
+        use crate::telemetry::counters::{CounterSet, Series};
+        use crate::telemetry::kernel::KernelCounters;
+        use crate::workers::{DnsCounters, L7Counters, QueueCounters};
+        let counters = Arc::new(Registry::default());
+        let connection = |kernel: bool| {
+            // In the agent's order: the worker's own set, then the queue's.
+            let mut sets: Vec<Arc<dyn CounterSet>> = vec![
+                Arc::new(ConnectionCounters::default()),
+                Arc::new(QueueCounters::default()),
+            ];
+            if kernel {
+                sets.push(Arc::new(KernelCounters::default()));
+            }
+            sets
+        };
+        // Two connection queues, only the second bound in the kernel.
+        counters.register(100, "queue", connection(false));
+        counters.register(101, "queue", connection(true));
+        let dns: Vec<Arc<dyn CounterSet>> = vec![
+            Arc::new(DnsCounters::default()),
+            Arc::new(QueueCounters::default()),
+            Arc::new(KernelCounters::default()),
+        ];
+        counters.register(53, "dns", dns);
+        let l7: Vec<Arc<dyn CounterSet>> = vec![
+            Arc::new(L7Counters::default()),
+            Arc::new(QueueCounters::default()),
+            Arc::new(KernelCounters::default()),
+        ];
+        counters.register(102, "L7 queue", l7);
+        let s = AgentStatus::new(
+            AgentFacts {
+                node_name: "n1".into(),
+                fail_mode: FailMode::Closed,
+                privileged: Vec::new(),
+                audit_log: None,
+                metrics_address: None,
+            },
+            Arc::new(ArcSwap::from_pointee(Ruleset::default())),
+            counters,
+            Arc::new(Health::default()),
+        );
+        let report = s.report();
+        let text = render_status(&report);
+        let table = |worker: &str| -> Vec<Vec<String>> {
+            let header = worker.to_uppercase();
+            text.split("\n\n")
+                .find(|block| block.starts_with(&format!("{header} ")))
+                .unwrap_or_else(|| panic!("no {worker} table in\n{text}"))
+                .lines()
+                .map(|l| {
+                    l.split(' ')
+                        .filter(|c| !c.is_empty())
+                        .map(String::from)
+                        .collect()
+                })
+                .collect()
+        };
+        let kernel = KernelCounters::SERIES;
+        // Worker, its sets in registration order, its queues.
+        type Expected<'a> = (&'a str, Vec<&'a [Series]>, &'a [&'a str]);
+        let expected: [Expected; 3] = [
+            (
+                "queue",
+                vec![ConnectionCounters::SERIES, QueueCounters::SERIES, kernel],
+                &["100", "101"],
+            ),
+            (
+                "dns",
+                vec![DnsCounters::SERIES, QueueCounters::SERIES, kernel],
+                &["53"],
+            ),
+            (
+                "L7 queue",
+                vec![L7Counters::SERIES, QueueCounters::SERIES, kernel],
+                &["102"],
+            ),
+        ];
+        for (worker, sets, queues) in expected {
+            let rows = table(worker);
+            // `L7 QUEUE` is two words of the header.
+            let header: Vec<&str> = rows[0]
+                .iter()
+                .skip(worker.split(' ').count())
+                .map(String::as_str)
+                .collect();
+            let keys: Vec<String> = sets
+                .iter()
+                .flat_map(|set| set.iter())
+                .map(|series| series.key.to_uppercase().replace('_', "-"))
+                .collect();
+            assert_eq!(header, keys, "{worker}");
+            let shown: Vec<&str> = rows[1..].iter().map(|r| r[0].as_str()).collect();
+            assert_eq!(shown, queues, "{worker}");
+            for row in &rows[1..] {
+                assert_eq!(row.len(), keys.len() + 1, "{worker}: {row:?}");
+            }
+        }
+        // Queue 100 is not in the kernel's list: its kernel cells say so.
+        let queue = table("queue");
+        assert_eq!(queue[1].iter().filter(|c| *c == "-").count(), kernel.len());
+        assert!(!queue[2].contains(&"-".to_string()), "{queue:?}");
+        // JSON carries the same keys, per queue.
+        let json = serde_json::to_value(&report).unwrap();
+        let l7 = &json["queues"][3]["counters"];
+        for series in L7Counters::SERIES.iter().chain(kernel) {
+            assert_eq!(l7[series.key], 0, "{}", series.key);
+        }
+    }
+
+    #[test]
+    fn trace_answers_with_the_live_ruleset_and_says_when_privileged_accepts() {
+        let yaml = "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: {addresses: [{type: InternalIP, address: 10.0.0.1}]}\n---\napiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {name: lock}\nspec:\n  priority: 1\n  tier: securityops\n  appliedTo: [{nodeSelector: {}}]\n  ingress: [{name: drop-all, action: Drop, from: [{ipBlock: {cidr: 0.0.0.0/0}}]}]\n";
+        let (objects, problems) = crate::source::parse_documents("t.yaml".as_ref(), yaml);
+        assert!(problems.is_empty(), "{problems:?}");
+        let local = crate::compile::LocalNode {
+            name: "n1".into(),
+            ..Default::default()
+        };
+        let ruleset = crate::compile::compile(&crate::model::Snapshot { objects }, &local);
+        let s = AgentStatus::new(
+            AgentFacts {
+                node_name: "n1".into(),
+                fail_mode: FailMode::Closed,
+                privileged: vec!["10.9.0.0/16,tcp/22".parse().unwrap()],
+                audit_log: None,
+                metrics_address: None,
+            },
+            Arc::new(ArcSwap::from_pointee(ruleset)),
+            Arc::new(Registry::default()),
+            Arc::new(Health::default()),
+        );
+        let trace = |src: &str, port: &str| {
+            let request = TraceRequest {
+                src: src.into(),
+                dst: "node:n1".into(),
+                protocol: explain::TraceProtocol::Tcp,
+                src_port: 40000,
+                dst_port: Some(port.into()),
+                icmp_type: 8,
+                icmp_code: 0,
+                igmp_type: 0x11,
+                igmp_group: None,
+                fqdn: None,
+                http_method: None,
+                http_host: None,
+                http_path: None,
+            };
+            match s.answer(&Request::Trace(Box::new(request))) {
+                Response::Trace(report) => *report,
+                other => panic!("{other:?}"),
+            }
+        };
+        let ssh = trace("10.9.3.4", "22");
+        assert_eq!(ssh.privileged.as_deref(), Some("10.9.0.0/16,tcp/22"));
+        assert_eq!(ssh.verdict, "Allow");
+        assert_eq!(
+            ssh.ingress.rule.as_deref(),
+            Some("drop-all"),
+            "what policy says"
+        );
+        for (src, port) in [("10.9.3.4", "23"), ("10.8.3.4", "22")] {
+            let denied = trace(src, port);
+            assert_eq!((denied.verdict.as_str(), denied.privileged), ("Drop", None));
+        }
+        let unknown = Request::Trace(Box::new(TraceRequest {
+            src: "ns/nobody".into(),
+            ..match serde_json::from_str::<Request>(
+                r#"{"request":"trace","src":"1.1.1.1","dst":"10.0.0.1","protocol":"icmp","srcPort":0}"#,
+            )
+            .unwrap()
+            {
+                Request::Trace(request) => *request,
+                other => panic!("{other:?}"),
+            }
+        }));
+        assert!(matches!(s.answer(&unknown), Response::Error(e) if e.contains("ns/nobody")));
     }
 
     #[test]

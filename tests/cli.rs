@@ -188,6 +188,342 @@ fn trace_evaluates_http_requests_against_l7_rules() {
     assert_eq!(run("DELETE", "/api/v2/../admin"), "Drop");
 }
 
+fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}{}",
+            stdout(out),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// `trace --policies rules/` with these flags.
+fn trace(flags: &[&str]) -> Output {
+    let args = ["trace", "--policies", "rules/"].iter().chain(flags);
+    tollgate(&args.copied().collect::<Vec<_>>())
+}
+
+#[test]
+fn trace_takes_endpoint_names_named_ports_and_protocols_in_any_case() {
+    let by_name = trace(&[
+        "--src",
+        "untrusted/client2",
+        "--dst",
+        "backend/web",
+        "--protocol",
+        "TCP",
+        "--dst-port",
+        "http",
+        "-o",
+        "json",
+    ]);
+    assert!(
+        by_name.status.success(),
+        "{}",
+        String::from_utf8_lossy(&by_name.stderr)
+    );
+    let v = json(&by_name);
+    assert_eq!(v["verdict"], "Reject");
+    assert_eq!(v["src"]["address"], "10.99.2.2");
+    assert_eq!(v["src"]["name"], "untrusted/client2");
+    assert_eq!(v["dst"]["address"], "10.99.3.2");
+    assert_eq!(v["dstPort"], 80);
+    assert_eq!(v["ingress"]["rule"], "reject-from-dev");
+    // The same flow by address and number decides the same.
+    let by_address = trace(&[
+        "--src",
+        "10.99.2.2",
+        "--dst",
+        "10.99.3.2",
+        "--protocol",
+        "tcp",
+        "--dst-port",
+        "80",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(json(&by_address), v);
+    // IPv6 when a side is given as an IPv6 address; the Node by name.
+    let v6 = json(&trace(&[
+        "--src",
+        "fd00:99:2::2",
+        "--dst",
+        "backend/web",
+        "--protocol",
+        "Tcp",
+        "--dst-port",
+        "echo",
+        "-o",
+        "json",
+    ]));
+    assert_eq!(
+        (v6["dst"]["address"].as_str(), v6["dstPort"].as_u64()),
+        (Some("fd00:99:3::2"), Some(8080))
+    );
+    let node = json(&trace(&[
+        "--src",
+        "frontend/client1",
+        "--dst",
+        "node:tg-node",
+        "--protocol",
+        "icmp",
+        "-o",
+        "json",
+    ]));
+    assert_eq!(node["ingress"]["endpoint"], "tg-node");
+    assert_eq!(node["ingress"]["rule"], "drop-ping");
+    // IGMP is a protocol of its own.
+    let igmp = json(&trace(&[
+        "--src",
+        "frontend/client1",
+        "--dst",
+        "224.0.0.1",
+        "--protocol",
+        "IGMP",
+        "--igmp-type",
+        "0x16",
+        "-o",
+        "json",
+    ]));
+    assert_eq!(igmp["protocol"], "IGMP");
+}
+
+#[test]
+fn trace_verbose_lists_every_rule_consulted_in_order() {
+    let flags = [
+        "--src",
+        "untrusted/client2",
+        "--dst",
+        "backend/web",
+        "--protocol",
+        "tcp",
+        "--dst-port",
+        "80",
+    ];
+    let out = trace(&[&flags[..], &["--verbose"]].concat());
+    let text = stdout(&out);
+    let consulted: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("    "))
+        .map(str::trim)
+        .collect();
+    assert_eq!(
+        consulted,
+        [
+            "no rule consulted",
+            "1. AntreaNetworkPolicy:backend/web-read-only-and-api rule allow-read-and-api (tier securityops): no match (Allow)",
+            "2. AntreaClusterNetworkPolicy:tenant-isolation rule pass-from-prod (tier securityops): no match (Pass)",
+            "3. AntreaClusterNetworkPolicy:tenant-isolation rule reject-from-dev (tier securityops): matched (Reject)",
+        ],
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "  flow: TCP 10.99.2.2:40000 (untrusted/client2) -> 10.99.3.2:80 (backend/web)\n"
+        ),
+        "{text}"
+    );
+    // Without --verbose only the deciding rule; JSON always carries all.
+    assert!(!stdout(&trace(&flags)).contains("1. "));
+    let v = json(&trace(&[&flags[..], &["-o", "json"]].concat()));
+    let consulted = v["ingress"]["consulted"].as_array().unwrap();
+    assert_eq!(consulted.len(), 3);
+    assert_eq!(consulted[2]["matched"], true);
+    assert_eq!(consulted[1]["action"], "Pass");
+}
+
+#[test]
+fn trace_exit_codes_for_scripts() {
+    let code = |flags: &[&str]| trace(flags).status.code();
+    let flow = |dst: &'static str, port: &'static str| {
+        [
+            "--src",
+            "frontend/client1",
+            "--dst",
+            dst,
+            "--protocol",
+            "tcp",
+            "--dst-port",
+            port,
+        ]
+    };
+    let allowed = flow("backend/web", "80");
+    let denied = flow("10.99.9.9", "80");
+    assert_eq!(code(&[&allowed[..], &["--exit-code"]].concat()), Some(0));
+    assert_eq!(code(&[&denied[..], &["--exit-code"]].concat()), Some(1));
+    // Without --exit-code a denied flow is a successful answer.
+    assert_eq!(code(&denied), Some(0));
+    // Errors are 2: an unknown name, a port the destination does not
+    // name, IGMP over IPv6, invalid policies.
+    for (flags, message) in [
+        (
+            flow("backend/nobody", "80"),
+            "\"backend/nobody\" is neither an address nor an endpoint",
+        ),
+        (
+            flow("backend/web", "nosuchport"),
+            "the destination backend/web has no container port named \"nosuchport\" for TCP",
+        ),
+    ] {
+        let out = trace(&[&flags[..], &["--exit-code"]].concat());
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(message), "{stderr}");
+        assert!(stdout(&out).is_empty());
+    }
+    let igmp6 = [
+        "--src",
+        "fd00::1",
+        "--dst",
+        "ff02::1",
+        "--protocol",
+        "igmp",
+        "--exit-code",
+    ];
+    assert_eq!(code(&igmp6), Some(2));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("bad.yaml"), "kind: Nope\n").unwrap();
+    let out = tollgate(&[
+        "trace",
+        "--policies",
+        dir.path().to_str().unwrap(),
+        "--src",
+        "10.0.0.1",
+        "--dst",
+        "10.0.0.2",
+        "--protocol",
+        "icmp",
+        "--exit-code",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        tollgate(&[
+            "trace",
+            "--policies",
+            "rules/",
+            "--src",
+            "10.0.0.1",
+            "--dst",
+            "10.0.0.2",
+            "--protocol",
+            "gre"
+        ])
+        .status
+        .code(),
+        Some(2)
+    );
+    // The Node's identity is the agent's when it is asked.
+    let out = tollgate(&[
+        "trace",
+        "--socket",
+        "/nonexistent.sock",
+        "--node-name",
+        "x",
+        "--src",
+        "10.0.0.1",
+        "--dst",
+        "10.0.0.2",
+        "--protocol",
+        "icmp",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the agent traces as its own Node"));
+}
+
+#[test]
+fn get_filters_by_namespace_and_pod_in_every_format() {
+    let get = |args: &[&str]| {
+        let args = ["get"].iter().chain(args).chain(&["--policies", "rules/"]);
+        let out = tollgate(&args.copied().collect::<Vec<_>>());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    };
+    let first_column = |out: &Output| -> Vec<String> {
+        stdout(out)
+            .lines()
+            .skip(1)
+            .map(|l| l.split_whitespace().next().unwrap().to_string())
+            .collect()
+    };
+    // The policies applied to backend/web, in evaluation order.
+    let web = get(&["policies", "-n", "backend", "-p", "web"]);
+    assert_eq!(
+        first_column(&web),
+        [
+            "AntreaNetworkPolicy:backend/web-read-only-and-api",
+            "AntreaClusterNetworkPolicy:tenant-isolation",
+            "K8sNetworkPolicy:backend/web-from-prod-clients",
+            "AntreaClusterNetworkPolicy:prod-default-deny",
+        ]
+    );
+    // A long list is summarised in the table, whole in wide and JSON.
+    let table = stdout(&get(&["policies"]));
+    assert!(
+        table.contains(" 4: allow-dns,allow-cluster,allow-allowed-test,...\n"),
+        "{table}"
+    );
+    let wide = stdout(&get(&["policies", "-o", "wide"]));
+    assert!(
+        wide.contains(" allow-dns,allow-cluster,allow-allowed-test,"),
+        "{wide}"
+    );
+    assert!(!wide.contains(",..."), "{wide}");
+    let all: serde_json::Value =
+        serde_json::from_slice(&get(&["policies", "-o", "json"]).stdout).unwrap();
+    let egress = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["policy"]["name"] == "client-egress")
+        .unwrap();
+    assert_eq!(egress["ruleNames"].as_array().unwrap().len(), 4);
+    assert_eq!(egress["appliedTo"][0], "frontend/client1");
+    assert_eq!(egress["tierPriority"], 250);
+    let yaml = stdout(&get(&[
+        "policies", "-n", "backend", "-p", "web", "-o", "yaml",
+    ]));
+    assert!(
+        yaml.starts_with("- policy:\n    kind: AntreaNetworkPolicy\n"),
+        "{yaml}"
+    );
+    // Endpoints: the Node and the local Pods with their policies.
+    let endpoints = get(&["endpoints"]);
+    assert_eq!(
+        first_column(&endpoints),
+        [
+            "tg-node",
+            "frontend/client1",
+            "untrusted/client2",
+            "backend/web",
+            "infra/dns"
+        ]
+    );
+    let text = stdout(&endpoints);
+    assert!(text.contains("tg-node           Node 10.99.1.1              AntreaClusterNetworkPolicy:node-protection\n"), "{text}");
+    assert!(
+        text.contains(" 4: AntreaNetworkPolicy:backend/web-read-only-and-api,"),
+        "{text}"
+    );
+    let backend: serde_json::Value =
+        serde_json::from_slice(&get(&["endpoints", "-n", "backend", "-o", "json"]).stdout).unwrap();
+    assert_eq!(backend.as_array().unwrap().len(), 1);
+    assert_eq!(backend[0]["endpoint"], "backend/web");
+    assert_eq!(backend[0]["addresses"][1], "fd00:99:3::2");
+    assert_eq!(backend[0]["policies"].as_array().unwrap().len(), 4);
+    let nothing = get(&["endpoints", "-n", "backend", "-p", "nobody"]);
+    assert_eq!(stdout(&nothing), "ENDPOINT KIND ADDRESSES POLICIES\n");
+}
+
 #[test]
 fn get_policies_sorts_by_effective_priority() {
     let out = tollgate(&[
@@ -226,6 +562,19 @@ fn status_without_an_agent_and_bad_log_level_exit_2() {
     for args in [
         vec!["status", "--socket", socket.to_str().unwrap()],
         vec!["get", "policies", "--socket", socket.to_str().unwrap()],
+        vec!["get", "endpoints", "--socket", socket.to_str().unwrap()],
+        vec![
+            "trace",
+            "--socket",
+            socket.to_str().unwrap(),
+            "--src",
+            "a/b",
+            "--dst",
+            "10.0.0.1",
+            "--protocol",
+            "icmp",
+            "--exit-code",
+        ],
     ] {
         let out = tollgate(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");

@@ -167,6 +167,7 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
         AgentFacts {
             node_name: config.node.name.clone(),
             fail_mode: config.datapath.fail_mode,
+            privileged: config.datapath.privileged.clone(),
             audit_log: config.audit.file.clone(),
             metrics_address: config.metrics.address.map(|a| a.to_string()),
         },

@@ -164,6 +164,19 @@ impl<'a> Compiler<'a> {
                 }
             }
         }
+        let mut names: BTreeMap<String, Vec<IpAddr>> = BTreeMap::new();
+        for pod in &self.inv.pods {
+            names.insert(format!("{}/{}", pod.namespace, pod.name), pod.ips.clone());
+        }
+        for node in &self.inv.nodes {
+            names.insert(format!("node:{}", node.name), node.ips.clone());
+        }
+        for object in self.snapshot.iter() {
+            if let crate::model::Object::ExternalEntity(ee) = object {
+                let name = format!("{}/{}", ee.namespace(), ee.metadata.name);
+                names.entry(name).or_insert_with(|| ee.ips());
+            }
+        }
         let mut fqdn_patterns: Vec<(u32, FqdnPattern)> = self
             .fqdn_patterns
             .into_iter()
@@ -177,6 +190,7 @@ impl<'a> Compiler<'a> {
             lists: self.lists,
             addresses,
             named_ports,
+            names,
             fqdn_patterns: fqdn_patterns.into_iter().map(|(_, p)| p).collect(),
             policies: self.policies,
             logged_namespaces: self.logged_namespaces,

@@ -84,6 +84,13 @@ impl DirectionDecision {
     }
 }
 
+/// A rule met while deciding a flow, and whether it matched.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Consulted {
+    pub rule: Arc<RuleRef>,
+    pub matched: bool,
+}
+
 /// The verdict on a flow, with the rules that made it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Decision {
@@ -119,18 +126,8 @@ impl Ruleset {
     /// address), so policy applied to the Node covers every address it
     /// has, not only the ones known at compile time.
     pub fn classify(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> Decision {
-        let local = flow.local;
-        let lookup = |ip: &IpAddr, side: LocalSide| {
-            self.endpoint_by_ip
-                .get(ip)
-                .copied()
-                .or((local == Some(side)).then_some(self.local_node_endpoint))
-        };
-        let src = lookup(&flow.src, LocalSide::Source);
-        let dst = lookup(&flow.dst, LocalSide::Destination);
-        if src == Some(self.local_node_endpoint)
-            && dst.is_some_and(|d| d != self.local_node_endpoint)
-        {
+        let (src, dst) = self.sides(flow);
+        if self.node_to_local_pod(src, dst) {
             let decided = |direction, endpoint: Option<u32>| DirectionDecision {
                 direction,
                 endpoint: endpoint.map(|e| self.endpoints[e as usize].clone()),
@@ -166,6 +163,87 @@ impl Ruleset {
             ingress,
             l7,
         }
+    }
+
+    /// The endpoints of the flow's source and destination, if enforced.
+    fn sides(&self, flow: &Flow) -> (Option<u32>, Option<u32>) {
+        let local = flow.local;
+        let lookup = |ip: &IpAddr, side: LocalSide| {
+            self.endpoint_by_ip
+                .get(ip)
+                .copied()
+                .or((local == Some(side)).then_some(self.local_node_endpoint))
+        };
+        (
+            lookup(&flow.src, LocalSide::Source),
+            lookup(&flow.dst, LocalSide::Destination),
+        )
+    }
+
+    fn node_to_local_pod(&self, src: Option<u32>, dst: Option<u32>) -> bool {
+        src == Some(self.local_node_endpoint) && dst.is_some_and(|d| d != self.local_node_endpoint)
+    }
+
+    /// Every rule [`Ruleset::classify`] meets for `flow`, egress then
+    /// ingress, each in evaluation order up to the one that decided (as
+    /// `antctl trace-packet` and `cilium policy trace` list them): every
+    /// rule applied to the endpoint in that direction, whether or not the
+    /// index would have offered it.
+    pub fn consulted(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> [Vec<Consulted>; 2] {
+        let (src, dst) = self.sides(flow);
+        if self.node_to_local_pod(src, dst) {
+            return [Vec::new(), Vec::new()];
+        }
+        [
+            self.consult(src, Direction::Egress, flow, flow.dst, fqdn),
+            self.consult(dst, Direction::Ingress, flow, flow.src, fqdn),
+        ]
+    }
+
+    fn consult(
+        &self,
+        endpoint: Option<u32>,
+        direction: Direction,
+        flow: &Flow,
+        peer: IpAddr,
+        fqdn: &dyn FqdnLookup,
+    ) -> Vec<Consulted> {
+        let mut met = Vec::new();
+        let Some(endpoint) = endpoint else {
+            return met;
+        };
+        let table = &self.tables[self.endpoint_tables[endpoint as usize] as usize];
+        let table: &DirectionTable = match direction {
+            Direction::Ingress => &table.ingress,
+            Direction::Egress => &table.egress,
+        };
+        let meet = |id: &u32, met: &mut Vec<Consulted>| {
+            let rule = &self.rules[*id as usize];
+            let matched = self.rule_matches(rule, flow, peer, fqdn);
+            met.push(Consulted {
+                rule: rule.reference.clone(),
+                matched,
+            });
+            matched
+        };
+        for id in table.antrea.rules() {
+            if meet(id, &mut met) {
+                if self.rules[*id as usize].action() == RuleAction::Pass {
+                    break;
+                }
+                return met;
+            }
+        }
+        let last = match &table.k8s {
+            Some(k8s) => k8s.rules(),
+            None => table.baseline.rules(),
+        };
+        for id in last {
+            if meet(id, &mut met) {
+                break;
+            }
+        }
+        met
     }
 
     fn evaluate(

@@ -141,6 +141,11 @@ impl RuleIndex {
         push_once(list, pos);
     }
 
+    /// Every rule id of the list, in evaluation order.
+    pub(super) fn rules(&self) -> &[u32] {
+        &self.rules
+    }
+
     /// Rule ids that may match a flow to `port` from/to `peer`, in
     /// evaluation order.
     pub(super) fn candidates(

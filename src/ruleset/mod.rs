@@ -8,7 +8,7 @@ mod classify;
 mod index;
 mod rule;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 
 use serde::Serialize;
@@ -16,7 +16,7 @@ use serde::Serialize;
 use crate::fqdn::FqdnPattern;
 use crate::model::PortProtocol;
 
-pub use classify::{DecidedBy, Decision, DirectionDecision, Outcome};
+pub use classify::{Consulted, DecidedBy, Decision, DirectionDecision, Outcome};
 pub(crate) use index::RuleLists;
 use index::{build_tables, EndpointTable};
 pub(crate) use rule::{Block, CompiledRule, PeerMatch, ServiceMatch};
@@ -56,8 +56,10 @@ impl std::fmt::Display for Endpoint {
     }
 }
 
-/// One line of `tollgate get policies`.
+/// One line of `tollgate get policies` (`-o json` spells it camelCase, as
+/// kubectl does).
 #[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PolicySummary {
     pub policy: PolicyRef,
     pub tier: Option<String>,
@@ -85,6 +87,9 @@ pub(crate) struct Parts<'a> {
     pub(crate) addresses: Vec<(u32, &'a [IpAddr])>,
     /// Named container ports of every Pod in the inventory, by address.
     pub(crate) named_ports: HashMap<IpAddr, Vec<(String, PortProtocol, u16)>>,
+    /// Every endpoint of the inventory by name (`namespace/name` of a Pod
+    /// or ExternalEntity, `node:name` of a Node) with its addresses.
+    pub(crate) names: BTreeMap<String, Vec<IpAddr>>,
     /// Every distinct FQDN selector, indexed by [`PeerMatch::fqdns`].
     pub(crate) fqdn_patterns: Vec<FqdnPattern>,
     /// In effective-priority order.
@@ -108,6 +113,8 @@ pub struct Ruleset {
     local_node_endpoint: u32,
     /// Named container ports of every Pod in the inventory, by address.
     named_ports: HashMap<IpAddr, Vec<(String, PortProtocol, u16)>>,
+    /// Every endpoint of the inventory by name, with its addresses.
+    names: BTreeMap<String, Vec<IpAddr>>,
     fqdn_patterns: Vec<FqdnPattern>,
     enforced: Enforced,
     policies: Vec<PolicySummary>,
@@ -145,6 +152,7 @@ impl Ruleset {
             tables,
             local_node_endpoint: LOCAL_NODE,
             named_ports: parts.named_ports,
+            names: parts.names,
             fqdn_patterns: parts.fqdn_patterns,
             enforced,
             policies: parts.policies,
@@ -194,5 +202,52 @@ impl Ruleset {
         self.endpoint_by_ip
             .get(&ip)
             .map(|&e| &self.endpoints[e as usize])
+    }
+
+    /// Addresses of the inventory endpoint `name`: `namespace/name` of a
+    /// Pod or ExternalEntity, `node:name` of a Node.
+    pub fn addresses_of(&self, name: &str) -> Option<&[IpAddr]> {
+        self.names.get(name).map(Vec::as_slice)
+    }
+
+    /// The inventory endpoint an address belongs to, by name.
+    pub fn name_of(&self, ip: IpAddr) -> Option<&str> {
+        self.names
+            .iter()
+            .find(|(_, ips)| ips.contains(&ip))
+            .map(|(name, _)| name.as_str())
+    }
+
+    /// The FQDN selectors of the egress rules applied to the endpoint at
+    /// `position` in [`Ruleset::endpoints`], in evaluation order, once each.
+    pub fn egress_fqdn_patterns(&self, position: usize) -> Vec<&FqdnPattern> {
+        let Some(&table) = self.endpoint_tables.get(position) else {
+            return Vec::new();
+        };
+        let egress = &self.tables[table as usize].egress;
+        let lists = [
+            Some(&egress.antrea),
+            egress.k8s.as_ref(),
+            Some(&egress.baseline),
+        ];
+        let mut patterns: Vec<&FqdnPattern> = Vec::new();
+        for id in lists.into_iter().flatten().flat_map(|list| list.rules()) {
+            for &i in &self.rules[*id as usize].peers.fqdns {
+                let pattern = &self.fqdn_patterns[i as usize];
+                if !patterns.contains(&pattern) {
+                    patterns.push(pattern);
+                }
+            }
+        }
+        patterns
+    }
+
+    /// The port a container of the Pod at `ip` names `name` for `protocol`.
+    pub fn named_port(&self, ip: IpAddr, name: &str, protocol: PortProtocol) -> Option<u16> {
+        self.named_ports
+            .get(&ip)?
+            .iter()
+            .find(|(n, p, _)| n == name && *p == protocol)
+            .map(|(_, _, port)| *port)
     }
 }

@@ -21,6 +21,7 @@ mod l7;
 mod lifecycle;
 mod npapi;
 mod observe;
+mod ops;
 mod overload;
 mod parity;
 mod queue;

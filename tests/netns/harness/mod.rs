@@ -162,6 +162,7 @@ pub const TEST_IDS: &[&str] = &[
     "a_dead_resolver_delays_neither_policy_nor_snooping",
     "every_declared_counter_is_scraped_from_a_running_agent",
     "l7_audit_lines_carry_method_host_and_path_in_text_and_json",
+    "live_trace_and_endpoints_name_what_the_wire_enforces",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".

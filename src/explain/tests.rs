@@ -1,0 +1,336 @@
+use super::*;
+use crate::compile::{compile, LocalNode};
+use crate::fqdn::NoFqdn;
+use crate::model::Snapshot;
+
+/// Two Pods on node `n1` (one serving a named port), a remote one, and a
+/// policy naming the port and an FQDN.
+const OBJECTS: &str = r#"
+apiVersion: v1
+kind: Node
+metadata: {name: n1}
+status: {addresses: [{type: InternalIP, address: 10.0.0.1}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: shop, labels: {app: web}}
+spec:
+  nodeName: n1
+  containers: [{name: c, ports: [{name: http, containerPort: 8080}]}]
+status: {podIP: 10.0.0.3, podIPs: [{ip: 10.0.0.3}, {ip: "fd00::3"}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: client, namespace: shop, labels: {app: client}}
+spec: {nodeName: n1}
+status: {podIP: 10.0.0.2, podIPs: [{ip: 10.0.0.2}, {ip: "fd00::2"}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: far, namespace: shop, labels: {app: far}}
+spec: {nodeName: n2}
+status: {podIP: 10.0.9.9}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: web-port}
+spec:
+  priority: 1
+  tier: application
+  appliedTo: [{podSelector: {matchLabels: {app: web}}}]
+  ingress:
+  - name: from-far
+    action: Drop
+    from: [{podSelector: {matchLabels: {app: far}}}]
+  - name: http-from-client
+    action: Allow
+    from: [{podSelector: {matchLabels: {app: client}}}]
+    ports: [{protocol: TCP, port: http}]
+  - name: rest
+    action: Drop
+    from: [{podSelector: {}}]
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: client-out}
+spec:
+  priority: 2
+  tier: application
+  appliedTo: [{podSelector: {matchLabels: {app: client}}}]
+  egress:
+  - name: to-example
+    action: Allow
+    to: [{fqdn: "*.example.test"}]
+  - name: igmp-query
+    action: Allow
+    protocols: [{igmp: {igmpType: 0x11}}]
+  - name: web
+    action: Allow
+    to: [{podSelector: {matchLabels: {app: web}}}]
+  - name: rest
+    action: Reject
+    to: [{ipBlock: {cidr: 0.0.0.0/0}}]
+"#;
+
+fn ruleset() -> Ruleset {
+    let (objects, problems) = crate::source::parse_documents("test.yaml".as_ref(), OBJECTS);
+    assert!(problems.is_empty(), "{problems:?}");
+    let snapshot = Snapshot { objects };
+    let local = LocalNode {
+        name: "n1".into(),
+        ..LocalNode::default()
+    };
+    compile(&snapshot, &local)
+}
+
+fn request(src: &str, dst: &str, protocol: TraceProtocol, port: Option<&str>) -> TraceRequest {
+    TraceRequest {
+        src: src.into(),
+        dst: dst.into(),
+        protocol,
+        src_port: 40000,
+        dst_port: port.map(str::to_string),
+        icmp_type: 8,
+        icmp_code: 0,
+        igmp_type: 0x11,
+        igmp_group: None,
+        fqdn: None,
+        http_method: None,
+        http_host: None,
+        http_path: None,
+    }
+}
+
+#[test]
+fn names_and_named_ports_resolve_against_the_inventory() {
+    let ruleset = ruleset();
+    let tcp = |port| request("shop/client", "shop/web", TraceProtocol::Tcp, Some(port));
+    let named = trace(&ruleset, &NoFqdn, &tcp("http")).unwrap();
+    assert_eq!(named.verdict, "Allow");
+    assert_eq!(named.dst_port, Some(8080));
+    assert_eq!(named.src.name.as_deref(), Some("shop/client"));
+    assert_eq!(named.dst.address, "10.0.0.3".parse::<IpAddr>().unwrap());
+    assert_eq!(named.ingress.rule.as_deref(), Some("http-from-client"));
+    // The number the name stands for decides the same; another does not.
+    assert_eq!(trace(&ruleset, &NoFqdn, &tcp("8080")).unwrap(), named);
+    let other = trace(&ruleset, &NoFqdn, &tcp("81")).unwrap();
+    assert_eq!(other.verdict, "Drop");
+    assert_eq!(other.ingress.rule.as_deref(), Some("rest"));
+    // IPv6 when a side only has IPv6.
+    let v6 = request("fd00::2", "shop/web", TraceProtocol::Tcp, Some("http"));
+    let v6 = trace(&ruleset, &NoFqdn, &v6).unwrap();
+    assert_eq!(v6.dst.address, "fd00::3".parse::<IpAddr>().unwrap());
+    assert_eq!(v6.verdict, "Allow");
+    // A remote Pod and a Node by name.
+    let far = request("shop/far", "shop/web", TraceProtocol::Tcp, Some("80"));
+    assert_eq!(
+        trace(&ruleset, &NoFqdn, &far)
+            .unwrap()
+            .ingress
+            .rule
+            .as_deref(),
+        Some("from-far")
+    );
+    let node = request("node:n1", "shop/far", TraceProtocol::Icmp, None);
+    assert_eq!(
+        trace(&ruleset, &NoFqdn, &node).unwrap().src.address,
+        "10.0.0.1".parse::<IpAddr>().unwrap()
+    );
+}
+
+#[test]
+fn bad_endpoints_and_ports_are_clear_errors() {
+    let ruleset = ruleset();
+    let error = |r: TraceRequest| trace(&ruleset, &NoFqdn, &r).unwrap_err();
+    assert_eq!(
+        error(request(
+            "shop/nobody",
+            "shop/web",
+            TraceProtocol::Tcp,
+            Some("80")
+        )),
+        TraceError::UnknownEndpoint {
+            given: "shop/nobody".into()
+        }
+    );
+    assert_eq!(
+        error(request(
+            "shop/client",
+            "shop/web",
+            TraceProtocol::Udp,
+            Some("http")
+        )),
+        TraceError::UnknownNamedPort {
+            dst: "shop/web".into(),
+            name: "http".into(),
+            protocol: "UDP"
+        }
+    );
+    assert_eq!(
+        error(request("shop/client", "shop/web", TraceProtocol::Tcp, None)),
+        TraceError::PortRequired { protocol: "TCP" }
+    );
+    assert_eq!(
+        error(request(
+            "fd00::2",
+            "shop/far",
+            TraceProtocol::Tcp,
+            Some("80")
+        )),
+        TraceError::Family
+    );
+    assert_eq!(
+        error(request("fd00::2", "fd00::3", TraceProtocol::Igmp, None)),
+        TraceError::IgmpOverIpv6
+    );
+    assert!(error(request(
+        "shop/client",
+        "shop/web\n",
+        TraceProtocol::Tcp,
+        Some("80")
+    ))
+    .to_string()
+    .contains("neither an address"));
+}
+
+#[test]
+fn verbose_lists_every_rule_met_in_order_and_learned_names_decide() {
+    let ruleset = ruleset();
+    let out = request(
+        "shop/client",
+        "203.0.113.5",
+        TraceProtocol::Tcp,
+        Some("443"),
+    );
+    let denied = trace(&ruleset, &NoFqdn, &out).unwrap();
+    assert_eq!(denied.verdict, "Reject");
+    let met: Vec<(Option<&str>, bool)> = denied
+        .egress
+        .consulted
+        .iter()
+        .map(|c| (c.rule.as_deref(), c.matched))
+        .collect();
+    assert_eq!(
+        met,
+        [
+            (Some("to-example"), false),
+            (Some("igmp-query"), false),
+            (Some("web"), false),
+            (Some("rest"), true)
+        ]
+    );
+    assert!(denied.fqdn.is_empty());
+    // Learned addresses (the agent's table) decide as `--fqdn` does.
+    let learned = StaticFqdn(vec![(
+        "www.example.test".into(),
+        "203.0.113.5".parse().unwrap(),
+    )]);
+    let allowed = trace(&ruleset, &learned, &out).unwrap();
+    assert_eq!(allowed.verdict, "Allow");
+    assert_eq!(allowed.egress.consulted.len(), 1);
+    assert_eq!(allowed.fqdn, ["*.example.test"]);
+    let given = TraceRequest {
+        fqdn: Some("api.example.test".into()),
+        ..out
+    };
+    assert_eq!(
+        trace(&ruleset, &NoFqdn, &given).unwrap().egress,
+        allowed.egress
+    );
+    // IGMP by type.
+    let igmp = request("shop/client", "224.0.0.1", TraceProtocol::Igmp, None);
+    let igmp = trace(&ruleset, &NoFqdn, &igmp).unwrap();
+    assert_eq!(
+        (igmp.protocol.as_str(), igmp.egress.rule.as_deref()),
+        ("IGMP", Some("igmp-query"))
+    );
+    // The report crosses the status socket unchanged.
+    let wire = serde_json::to_string(&allowed).unwrap();
+    assert_eq!(serde_json::from_str::<TraceReport>(&wire).unwrap(), allowed);
+}
+
+#[test]
+fn endpoints_carry_their_policies_in_order() {
+    let ruleset = ruleset();
+    let endpoints = endpoints(&ruleset);
+    let shown: Vec<(&str, &str, Vec<&str>)> = endpoints
+        .iter()
+        .map(|e| {
+            (
+                e.endpoint.as_str(),
+                e.kind.as_str(),
+                e.policies.iter().map(String::as_str).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            ("n1", "Node", vec![]),
+            (
+                "shop/web",
+                "Pod",
+                vec!["AntreaClusterNetworkPolicy:web-port"]
+            ),
+            (
+                "shop/client",
+                "Pod",
+                vec!["AntreaClusterNetworkPolicy:client-out"]
+            ),
+        ]
+    );
+    assert_eq!(
+        endpoints[0].addresses,
+        ["10.0.0.1".parse::<IpAddr>().unwrap()]
+    );
+    assert_eq!(endpoints[1].addresses.len(), 2);
+    assert_eq!(endpoints[2].fqdn, ["*.example.test"]);
+    assert!(endpoints[1].fqdn.is_empty());
+}
+
+/// The consulted list and the decision come from two walks of the same
+/// lists (the classifier's through the index): for every flow of a grid,
+/// the last rule the list marks matched is the rule that decided, and no
+/// rule matched when none decided (a `Pass` aside).
+#[test]
+fn the_rules_consulted_end_at_the_deciding_rule() {
+    let ruleset = ruleset();
+    let names = [
+        "shop/client",
+        "shop/web",
+        "shop/far",
+        "node:n1",
+        "203.0.113.5",
+    ];
+    let mut checked = 0;
+    for src in names {
+        for dst in names.iter().filter(|d| **d != src) {
+            for port in ["80", "8080", "http", "443"] {
+                let request = request(src, dst, TraceProtocol::Tcp, Some(port));
+                let Ok(report) = trace(&ruleset, &NoFqdn, &request) else {
+                    continue;
+                };
+                for d in [&report.egress, &report.ingress] {
+                    let matched: Vec<&ConsultedRule> = d
+                        .consulted
+                        .iter()
+                        .filter(|c| c.matched && c.action != "Pass")
+                        .collect();
+                    match &d.rule {
+                        Some(rule) => {
+                            let last = d.consulted.last().expect("the deciding rule is listed");
+                            assert!(last.matched, "{src} -> {dst}:{port}: {d:?}");
+                            assert_eq!(last.rule.as_ref(), Some(rule));
+                            assert_eq!(last.policy, *d.policy.as_ref().unwrap());
+                            assert_eq!(matched.len(), 1, "{d:?}");
+                        }
+                        None if d.outcome != "Rule" => assert!(matched.is_empty(), "{d:?}"),
+                        None => {}
+                    }
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked > 100, "{checked}");
+}
