@@ -6,8 +6,9 @@ use std::io::Write;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+use crate::harness::lab::NODE;
 use crate::harness::podman::{Container, Podman, PODMAN_TOOLS};
-use crate::harness::{wait_until, Agent, Lab, AGENT_WAIT, ALLOW_WAIT};
+use crate::harness::{wait_until, Agent, DnsRecord, Lab, AGENT_WAIT, ALLOW_WAIT};
 
 const NGINX: &[&str] = &["nginx", "-g", "daemon off;"];
 
@@ -38,6 +39,14 @@ fn podman_harness_runs_labelled_containers_and_cleans_up() {
         podman.curl("client", &format!("http://[{server6}]/"), ALLOW_WAIT),
         Ok(200)
     );
+    // The node is the network's gateway, in both families.
+    let addresses = lab.node().ok("ip -br addr");
+    for gateway in [podman.gateway().to_string(), podman.gateway6().to_string()] {
+        assert!(
+            addresses.contains(&gateway),
+            "{gateway} not in\n{addresses}"
+        );
+    }
     let listed = lab.node().ok(&format!(
         "curl -sf --unix-socket {} http://d/v1.41/containers/json",
         podman.socket().display()
@@ -263,4 +272,83 @@ fn docker_api_gone_keeps_the_last_inventory_enforced() {
     let up = status();
     assert!(up.contains("connected, 3 containers"), "{up}");
     shop.assert_enforced(web);
+}
+
+/// An FQDN egress rule on a container: names the harness's DNS server (on
+/// the node, the containers' resolver) answers are learned and reachable;
+/// another container's name is not.
+#[test]
+fn docker_fqdn_egress_from_a_container() {
+    let Some(lab) = Lab::builder("docker_fqdn_egress_from_a_container")
+        .require(PODMAN_TOOLS)
+        .build()
+    else {
+        return;
+    };
+    let podman = Podman::start(&lab);
+    for name in ["web-a", "web-b"] {
+        podman.run(&Container::new(name).label("app", "web").command(NGINX));
+    }
+    let dns = podman.gateway();
+    podman.run(
+        &Container::new("client")
+            .label("app", "client")
+            .dns(dns.into()),
+    );
+    lab.serve_dns(
+        NODE,
+        53,
+        vec![
+            DnsRecord::address("allowed.test", podman.addr("web-a"), 60),
+            DnsRecord::address("denied.test", podman.addr("web-b"), 60),
+        ],
+    );
+    lab.write_policy(
+        "egress.yaml",
+        &format!(
+            "apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata:
+  name: client-egress
+spec:
+  priority: 5
+  tier: securityops
+  appliedTo:
+  - podSelector:
+      matchLabels: {{app: client}}
+  egress:
+  - name: dns
+    action: Allow
+    to: [{{ipBlock: {{cidr: {dns}/32}}}}]
+    ports: [{{protocol: UDP, port: 53}}, {{protocol: TCP, port: 53}}]
+  - name: allowed
+    action: Allow
+    to: [{{fqdn: allowed.test}}]
+    ports: [{{protocol: TCP, port: 80}}]
+  - name: drop-rest
+    action: Drop
+"
+        ),
+    );
+    let mut agent = lab.start_agent(lab.agent_options().args(&[
+        "--docker",
+        "--docker-host",
+        &podman.docker_host(),
+    ]));
+    agent.wait_generation(1);
+    wait_until("client reaches allowed.test", ALLOW_WAIT, || {
+        podman.curl("client", "http://allowed.test/", PROBE) == Ok(200)
+    });
+    assert_eq!(
+        podman.curl("client", "http://denied.test/", PROBE),
+        TIMED_OUT,
+        "{}",
+        agent.log()
+    );
+    // By address, without a name, web-b stays unreachable.
+    let web_b = podman.addr("web-b");
+    assert_eq!(
+        podman.curl("client", &format!("http://{web_b}/"), PROBE),
+        TIMED_OUT
+    );
 }

@@ -346,7 +346,7 @@ async fn list(client: &Docker, labels: &Labels) -> Result<Listing, bollard::erro
                         pod.metadata.name
                     ));
                 }
-                pods.push(pod);
+                pods.push(*pod);
             }
             Mapped::NotAnEndpoint(why) => {
                 tracing::debug!(container = %id, why, "container is not an endpoint");

@@ -18,7 +18,7 @@ fn inspect(json: &str) -> ContainerInspectResponse {
 
 fn pod(mapped: Mapped) -> (Pod, Option<String>) {
     match mapped {
-        Mapped::Pod { pod, problem } => (pod, problem),
+        Mapped::Pod { pod, problem } => (*pod, problem),
         Mapped::NotAnEndpoint(why) => panic!("not an endpoint: {why}"),
     }
 }
