@@ -17,7 +17,10 @@
 //! which remounts /sys and hides the cgroup mounts runc needs), and `run`
 //! passes explicit ulimits: see `../shared/notes/containers.md`. Podman's
 //! storage and CNI configuration are shared by every test on the machine,
-//! hence the prefixed names; [`Podman`]'s drop removes its containers and
+//! hence the prefixed names. The API service therefore lists every
+//! container on the machine, concurrent tests' included: a test selects
+//! its own by a label value of its own (e.g. the Compose project
+//! `podman.name("shop")` as the namespace). [`Podman`]'s drop removes its containers and
 //! network (also while a failing test unwinds), and [`Podman::start`] first
 //! removes those left by test processes that are gone (same liveness locks
 //! as the labs).
