@@ -156,17 +156,23 @@ impl Podman {
                 .run(&["sysctl", "-qw", &format!("net.bridge.{key}=1")]);
         }
         let network = podman.network();
-        podman
-            .podman(&[
-                "network",
-                "create",
-                "--subnet",
-                &podman.subnet(),
-                "--subnet",
-                &podman.subnet6(),
-                &network,
-            ])
-            .expect_success("podman network create");
+        let created = podman.podman(&[
+            "network",
+            "create",
+            "--subnet",
+            &podman.subnet(),
+            "--subnet",
+            &podman.subnet6(),
+            &network,
+        ]);
+        // Subnets are checked against every network on the machine: the
+        // same test running in another checkout at the same time holds it.
+        assert!(
+            created.success() || !created.stderr.contains("already used"),
+            "podman network create: {} (is this test running elsewhere at the same time?)",
+            created.stderr.trim()
+        );
+        created.expect_success("podman network create");
         podman.start_service();
         podman.wait_service();
         podman
