@@ -216,6 +216,10 @@ pub struct StatusReport {
     /// The Kubernetes source; `None` with a policy directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubernetes: Option<KubernetesReport>,
+    /// Where the inventory comes from when it is not the policy source
+    /// (`docker.enabled`: connected or unreachable, how many containers).
+    #[serde(default)]
+    pub inventory: Option<String>,
 }
 
 /// The agent process's own figures (the `process_*` metrics).
@@ -312,7 +316,12 @@ pub struct AgentStatus {
     fqdn: OnceLock<Arc<FqdnTable>>,
     /// The Kubernetes source's state, in Kubernetes mode.
     kubernetes: OnceLock<SourceState>,
+    /// Describes the inventory source (Docker), if separate.
+    inventory: OnceLock<InventoryReporter>,
 }
+
+/// Says in one line how the inventory source is doing.
+pub type InventoryReporter = Arc<dyn Fn() -> String + Send + Sync>;
 
 #[derive(Default)]
 struct State {
@@ -357,6 +366,7 @@ impl AgentStatus {
             state: Mutex::new(State::default()),
             fqdn: OnceLock::new(),
             kubernetes: OnceLock::new(),
+            inventory: OnceLock::new(),
         }
     }
 
@@ -377,6 +387,11 @@ impl AgentStatus {
             skipped,
             partly_enforced: refused.len() - skipped,
         })
+    }
+
+    /// The inventory source to report on (set once).
+    pub fn inventory_source(&self, reporter: InventoryReporter) {
+        let _ = self.inventory.set(reporter);
     }
 
     /// The FQDN table to report the sources of (set once).
@@ -494,6 +509,7 @@ impl AgentStatus {
             audit_log: self.audit_log.clone(),
             metrics_address: self.metrics_address.clone(),
             kubernetes: self.kubernetes_report(),
+            inventory: self.inventory.get().map(|describe| describe()),
         }
     }
 
@@ -910,6 +926,9 @@ pub fn render_status(report: &StatusReport) -> String {
             k.skipped,
             k.partly_enforced
         );
+    }
+    if let Some(inventory) = &report.inventory {
+        let _ = writeln!(out, "inventory:          {inventory}");
     }
     let applied = report
         .last_applied_seconds_ago

@@ -34,6 +34,7 @@ use crate::datapath::{
 };
 use crate::model::Snapshot;
 use crate::ruleset::Ruleset;
+use crate::source::docker::{DockerHealth, DockerSource};
 use crate::source::kube::{KubeSource, SourceState};
 use crate::source::watch::Directory;
 use crate::source::Source;
@@ -152,7 +153,7 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
     let metrics = Arc::new(Metrics::new());
     let (events, inbox) = mpsc::channel();
     signals::listen(events.clone()).map_err(AgentError::Signals)?;
-    let (source, kubernetes) = open_source(args, &config, events, &metrics)?;
+    let (source, kubernetes, docker) = open_source(args, &config, events, &metrics)?;
 
     let audit = match &config.audit.file {
         Some(path) => {
@@ -177,6 +178,9 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
     ));
     if let Some(state) = kubernetes {
         status.kubernetes_source(state);
+    }
+    if let Some(docker) = docker {
+        status.inventory_source(Arc::new(move || docker.describe()));
     }
     let status_server = serve_status(config.status.socket.as_deref(), Arc::clone(&status))?;
     if let Some(address) = config.metrics.address {
@@ -326,25 +330,48 @@ fn read_config(args: &RunArgs) -> Result<Loaded, ConfigError> {
     AgentConfig::load(&host::machine_defaults(), file, &args.settings())
 }
 
-/// The policy directory, or the Kubernetes API (and its state for the
-/// status API); either wakes the run loop through `events` when something
-/// changed.
+/// The source, the Kubernetes source's state (for the status API) in
+/// Kubernetes mode, and the Docker API's health when it is the inventory.
+type Opened = (
+    Box<dyn Source>,
+    Option<SourceState>,
+    Option<Arc<DockerHealth>>,
+);
+
+/// The policy directory (with the Docker inventory when
+/// `docker.enabled`), or the Kubernetes API; each wakes the run loop
+/// through `events` when something changed.
 fn open_source(
     args: &RunArgs,
     config: &AgentConfig,
     events: Sender<Event>,
     metrics: &Arc<Metrics>,
-) -> Result<(Box<dyn Source>, Option<SourceState>), AgentError> {
+) -> Result<Opened, AgentError> {
+    let docker_events = events.clone();
     let changed = move || {
         let _ = events.send(Event::PolicyChanged);
     };
+    if config.docker.enabled {
+        let dir = args
+            .policies
+            .as_deref()
+            .ok_or(crate::source::docker::DockerError::NoPolicies)?;
+        let policies = Directory::start(dir, config.policy_files.limits(), changed)?;
+        let source =
+            DockerSource::spawn(&config.docker, policies, Arc::clone(metrics), move || {
+                let _ = docker_events.send(Event::PolicyChanged);
+            })?;
+        let health = source.health();
+        return Ok((Box::new(source), None, Some(health)));
+    }
     Ok(match &args.policies {
         Some(dir) => (
             Box::new(Directory::start(
                 dir,
                 config.policy_files.limits(),
                 changed,
-            )?),
+            )?) as Box<dyn Source>,
+            None,
             None,
         ),
         None => {
@@ -358,7 +385,7 @@ fn open_source(
                 "kubernetes source started; no decision before its first complete snapshot"
             );
             let state = source.state();
-            (Box::new(source), Some(state))
+            (Box::new(source), Some(state), None)
         }
     })
 }
