@@ -1,5 +1,9 @@
 //! The netfilter state tollgate owns, as one value: the `TOLLGATE-*` chains
-//! and the jumps into them per address family, and the `tollgate-*` ipsets.
+//! and the jumps into them per address family (from the built-in chains
+//! and from Docker's `DOCKER-USER`), and the `tollgate-*` ipsets; plus the
+//! two facts about foreign chains the plan depends on (whether
+//! `DOCKER-USER` exists, which jumps a foreign rule precedes), never their
+//! rules.
 //! The desired state ([`super::plan`]) and the installed state (parsed here
 //! from `iptables-save` / `ipset save` text) have the same type, so
 //! reconciling is a diff of two values. Parsing only; never runs commands.
@@ -13,6 +17,13 @@ pub const CHAIN_PREFIX: &str = "TOLLGATE-";
 pub const SET_PREFIX: &str = "tollgate-";
 /// Built-in chains of the filter table that may jump into owned chains.
 pub const BUILTIN_CHAINS: [&str; 3] = ["INPUT", "FORWARD", "OUTPUT"];
+/// Docker's chain for user policy, which FORWARD jumps to before Docker's
+/// own rules. Docker owns it; tollgate only inserts its forward jump
+/// there and deletes it again.
+pub const DOCKER_USER: &str = "DOCKER-USER";
+/// Chains where the position of tollgate's jump is checked on a Docker
+/// host (see [`Table::buried`]).
+pub const FIRST_RULE_CHAINS: [&str; 2] = ["FORWARD", DOCKER_USER];
 
 /// IP family: one iptables table per family, one ipset per family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -54,9 +65,15 @@ pub struct Table {
     /// Owned chain → its rules, each as `iptables-save` prints it after
     /// `-A CHAIN ` (e.g. `-i lo -j ACCEPT`).
     pub chains: BTreeMap<String, Vec<String>>,
-    /// Rules in built-in chains that jump to owned chains, as
-    /// `(built-in chain, rule)`, once per occurrence.
+    /// Rules in built-in chains (and in `DOCKER-USER`) that jump to owned
+    /// chains, as `(chain, rule)`, once per occurrence.
     pub jumps: Vec<(String, String)>,
+    /// Whether the table has Docker's `DOCKER-USER` chain (not owned).
+    pub docker_user: bool,
+    /// Jumps of `jumps` in FORWARD or `DOCKER-USER` that a foreign rule
+    /// precedes in their chain (as after Docker re-inserted its own jump
+    /// at the top of FORWARD), once each.
+    pub buried: Vec<(String, String)>,
 }
 
 /// An owned `hash:ip` ipset.
@@ -116,11 +133,19 @@ impl State {
 }
 
 impl Table {
+    /// Whether it holds nothing tollgate owns (foreign facts aside).
+    pub fn owns_nothing(&self) -> bool {
+        self.chains.is_empty() && self.jumps.is_empty()
+    }
+
     /// Parses the filter table of `iptables-save` output, keeping only what
-    /// tollgate owns. Lines of other tables are ignored.
+    /// tollgate owns and the foreign facts of [`Table`]. Lines of other
+    /// tables are ignored.
     pub fn parse(save: &str) -> Table {
         let mut table = Table::default();
         let mut in_filter = false;
+        // FIRST_RULE_CHAINS in which a foreign rule was seen.
+        let mut foreign_seen: BTreeSet<&str> = BTreeSet::new();
         for line in save.lines() {
             if let Some(name) = line.strip_prefix('*') {
                 in_filter = name == "filter";
@@ -134,6 +159,7 @@ impl Table {
                 if name.starts_with(CHAIN_PREFIX) {
                     table.chains.entry(name.to_string()).or_default();
                 }
+                table.docker_user |= name == DOCKER_USER;
             } else if let Some(rule) = line.strip_prefix("-A ") {
                 let Some((chain, spec)) = rule.split_once(' ') else {
                     continue;
@@ -144,9 +170,18 @@ impl Table {
                         .entry(chain.to_string())
                         .or_default()
                         .push(spec.to_string());
-                } else if BUILTIN_CHAINS.contains(&chain) && targets_owned_chain(spec) {
-                    table.jumps.push((chain.to_string(), spec.to_string()));
+                } else if (BUILTIN_CHAINS.contains(&chain) || chain == DOCKER_USER)
+                    && targets_owned_chain(spec)
+                {
+                    let jump = (chain.to_string(), spec.to_string());
+                    if foreign_seen.contains(chain) && !table.buried.contains(&jump) {
+                        table.buried.push(jump.clone());
+                    }
+                    table.jumps.push(jump);
+                } else if let Some(chain) = FIRST_RULE_CHAINS.into_iter().find(|c| *c == chain) {
+                    foreign_seen.insert(chain);
                 }
+                table.docker_user |= chain == DOCKER_USER;
             }
         }
         table
