@@ -9,6 +9,7 @@ mod harness;
 
 mod bypass;
 mod datapath;
+mod dockerfw;
 mod faults;
 mod files;
 mod forgery;

@@ -162,6 +162,9 @@ pub const TEST_IDS: &[&str] = &[
     "a_dead_resolver_delays_neither_policy_nor_snooping",
     "every_declared_counter_is_scraped_from_a_running_agent",
     "l7_audit_lines_carry_method_host_and_path_in_text_and_json",
+    "docker_user_hook_enforces_and_leaves_dockers_rules_alone",
+    "dockerd_restart_opens_nothing_and_the_buried_jump_is_restored",
+    "bridged_traffic_unseen_is_named_by_status",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".

@@ -1,0 +1,339 @@
+//! Coexisting with Docker's firewall (issue 19 item 2): the node namespace
+//! gets Docker's chains exactly as dockerd writes them for a bridge (here
+//! the node's link to the `server` peer stands in for `docker0`; Docker's
+//! FORWARD policy DROP, its `DOCKER` chain publishing the server's ports,
+//! `DOCKER-ISOLATION-STAGE-*`, and `DOCKER-USER` jumped to first). The
+//! agent hooks its forward chain from `DOCKER-USER` as well as FORWARD,
+//! enforces a policy on the server that Docker's rules alone would accept,
+//! leaves every Docker rule byte-identical, and survives dockerd's restart
+//! (its rules deleted and inserted again one by one, its jump back at the
+//! top of FORWARD) with no denied connection ever passing; the buried jump
+//! is moved back to the top within the drift interval and counted.
+//! IPv4 and IPv6.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use crate::harness::probe::Prober;
+use crate::harness::{poll_until, Lab, Service, TcpOutcome, AGENT_WAIT};
+
+const ALLOWED: u16 = 80;
+const DENIED: u16 = 81;
+const METRICS: &str = "127.0.0.1:9493";
+const EVERY: Duration = Duration::from_millis(20);
+const ATTEMPT: Duration = Duration::from_millis(300);
+const PROBE_LIMIT: Duration = Duration::from_secs(120);
+
+/// The node's interface towards the server: the "Docker bridge".
+const BRIDGE: &str = "n-server";
+
+/// The shell commands dockerd runs (through `iptables` / `ip6tables`,
+/// one rule at a time) when it starts with one bridge network whose
+/// container `server` publishes `ports`: its chains, FORWARD's policy,
+/// its rules inserted at the top of FORWARD, and finally its
+/// `DOCKER-USER` jump deleted and inserted first (moby's
+/// `arrangeUserFilterRule`). `DOCKER-USER` is created if missing and
+/// never flushed.
+fn dockerd_start(table: &str, server: IpAddr, ports: &[u16]) -> String {
+    let t = format!("{table} -w");
+    let mut s = format!(
+        "{t} -N DOCKER-USER 2>/dev/null; {t} -N DOCKER 2>/dev/null; \
+         {t} -N DOCKER-ISOLATION-STAGE-1 2>/dev/null; {t} -N DOCKER-ISOLATION-STAGE-2 2>/dev/null; \
+         {t} -P FORWARD DROP; "
+    );
+    for port in ports {
+        s.push_str(&format!(
+            "{t} -A DOCKER -d {server} ! -i {BRIDGE} -o {BRIDGE} -p tcp -m tcp --dport {port} -j ACCEPT; "
+        ));
+    }
+    s.push_str(&format!(
+        "{t} -A DOCKER-ISOLATION-STAGE-1 -i {BRIDGE} ! -o {BRIDGE} -j DOCKER-ISOLATION-STAGE-2; \
+         {t} -A DOCKER-ISOLATION-STAGE-1 -j RETURN; \
+         {t} -A DOCKER-ISOLATION-STAGE-2 -o {BRIDGE} -j DROP; \
+         {t} -A DOCKER-ISOLATION-STAGE-2 -j RETURN; \
+         {t} -C FORWARD -i {BRIDGE} -o {BRIDGE} -j ACCEPT 2>/dev/null || {t} -I FORWARD -i {BRIDGE} -o {BRIDGE} -j ACCEPT; \
+         {t} -C FORWARD -i {BRIDGE} ! -o {BRIDGE} -j ACCEPT 2>/dev/null || {t} -I FORWARD -i {BRIDGE} ! -o {BRIDGE} -j ACCEPT; \
+         {t} -C FORWARD -o {BRIDGE} -j DOCKER 2>/dev/null || {t} -I FORWARD -o {BRIDGE} -j DOCKER; \
+         {t} -C FORWARD -o {BRIDGE} -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT 2>/dev/null || {t} -I FORWARD -o {BRIDGE} -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT; \
+         {t} -C FORWARD -j DOCKER-ISOLATION-STAGE-1 2>/dev/null || {t} -I FORWARD -j DOCKER-ISOLATION-STAGE-1; \
+         {t} -C DOCKER-USER -j RETURN 2>/dev/null || {t} -A DOCKER-USER -j RETURN; \
+         {t} -D FORWARD -j DOCKER-USER 2>/dev/null; {t} -I FORWARD -j DOCKER-USER; "
+    ));
+    s
+}
+
+/// What a restarting dockerd does before [`dockerd_start`] (moby's
+/// bridge driver `removeIPChains`): its own chains flushed (deleting
+/// them fails while FORWARD refers to them, and is ignored); its FORWARD
+/// rules and `DOCKER-USER` persist.
+fn dockerd_flush(table: &str) -> String {
+    let t = format!("{table} -w");
+    ["DOCKER", "DOCKER-ISOLATION-STAGE-1", "DOCKER-ISOLATION-STAGE-2"]
+        .iter()
+        .map(|c| format!("{t} -F {c}; {t} -X {c} 2>/dev/null; "))
+        .collect()
+}
+
+/// A firewall reload (firewalld, `iptables-restore` without `--noflush`)
+/// under a running Docker: FORWARD and `DOCKER-USER` flushed, the policy
+/// kept; dockerd then rebuilds.
+fn firewall_flush(table: &str) -> String {
+    let t = format!("{table} -w");
+    format!("{t} -F FORWARD; {t} -F DOCKER-USER; ")
+}
+
+/// Every line of `save` that is Docker's (or the table's built-ins), in
+/// order: tollgate's own chain declarations and rules, and its jumps,
+/// left out; counters stripped.
+fn docker_lines(save: &str) -> Vec<String> {
+    let mut in_filter = false;
+    save.lines()
+        .filter(|l| {
+            if let Some(table) = l.strip_prefix('*') {
+                in_filter = table == "filter";
+            }
+            in_filter && !l.starts_with('#') && !l.contains("TOLLGATE-")
+        })
+        .map(|l| match l.split_once(" [") {
+            Some((head, _)) if l.starts_with(':') => head.to_string(),
+            _ => l.to_string(),
+        })
+        .collect()
+}
+
+fn docker_state(lab: &Lab) -> [Vec<String>; 2] {
+    ["iptables-save", "ip6tables-save"].map(|save| docker_lines(&lab.node().ok(save)))
+}
+
+/// The first rule of `chain` in both families.
+fn first_rules(lab: &Lab, chain: &str) -> [String; 2] {
+    ["iptables", "ip6tables"].map(|t| {
+        lab.node()
+            .ok(&format!("{t} -w -S {chain}"))
+            .lines()
+            .find(|l| l.starts_with("-A "))
+            .unwrap_or_default()
+            .to_string()
+    })
+}
+
+fn drift_repairs(lab: &Lab) -> f64 {
+    let text = lab
+        .node()
+        .ok(&format!("curl -sf --max-time 5 http://{METRICS}/metrics"));
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix("tollgate_datapath_drift_repairs_total ")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no drift metric in:\n{text}"))
+}
+
+/// The server as a Pod labelled `app: web`, and a policy rejecting
+/// `DENIED` to it from anywhere.
+fn policies(lab: &Lab) {
+    let (v4, v6) = (lab.addr("server"), lab.addr6("server"));
+    lab.write_policy(
+        "server.yaml",
+        &format!(
+            "apiVersion: v1
+kind: Pod
+metadata: {{name: server, namespace: default, labels: {{app: web}}}}
+spec: {{nodeName: node, containers: [{{name: main}}]}}
+status:
+  podIP: \"{v4}\"
+  podIPs: [{{ip: \"{v4}\"}}, {{ip: \"{v6}\"}}]
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {{name: web-ingress}}
+spec:
+  priority: 5
+  tier: securityops
+  appliedTo: [{{podSelector: {{matchLabels: {{app: web}}}}}}]
+  ingress:
+    - action: Reject
+      from: [{{ipBlock: {{cidr: 0.0.0.0/0}}}}, {{ipBlock: {{cidr: '::/0'}}}}]
+      ports: [{{protocol: TCP, port: {DENIED}}}]
+"
+        ),
+    );
+}
+
+fn at(lab: &Lab, port: u16) -> [SocketAddr; 2] {
+    [
+        SocketAddr::new(IpAddr::from(lab.addr("server")), port),
+        SocketAddr::new(IpAddr::from(lab.addr6("server")), port),
+    ]
+}
+
+fn docker_lab(test: &'static str) -> Option<Lab> {
+    let lab = Lab::builder(test)
+        .peer("client")
+        .peer("server")
+        .ipv6()
+        .build()?;
+    for port in [ALLOWED, DENIED] {
+        lab.serve_tcp("server", port, Service::Echo);
+    }
+    Some(lab)
+}
+
+fn start_docker(lab: &Lab) {
+    let ports = [ALLOWED, DENIED];
+    lab.node().ok(&dockerd_start(
+        "iptables",
+        IpAddr::from(lab.addr("server")),
+        &ports,
+    ));
+    lab.node().ok(&dockerd_start(
+        "ip6tables",
+        IpAddr::from(lab.addr6("server")),
+        &ports,
+    ));
+}
+
+#[test]
+fn docker_user_hook_enforces_and_leaves_dockers_rules_alone() {
+    let Some(lab) = docker_lab("docker_user_hook_enforces_and_leaves_dockers_rules_alone") else {
+        return;
+    };
+    start_docker(&lab);
+    // Docker alone publishes both ports.
+    for target in at(&lab, DENIED) {
+        lab.assert_tcp("client", target, TcpOutcome::Connected);
+    }
+    let before = docker_state(&lab);
+    policies(&lab);
+    let mut agent = lab.start_agent(lab.agent_options());
+    agent.wait_generation(1);
+    for (chain, family) in [("FORWARD", 0), ("DOCKER-USER", 0), ("FORWARD", 1), ("DOCKER-USER", 1)] {
+        assert_eq!(
+            first_rules(&lab, chain)[family],
+            format!("-A {chain} -j TOLLGATE-FORWARD"),
+            "tollgate's jump heads {chain} ({family})"
+        );
+    }
+    for target in at(&lab, DENIED) {
+        lab.assert_tcp("client", target, TcpOutcome::Refused);
+    }
+    for target in at(&lab, ALLOWED) {
+        lab.assert_tcp("client", target, TcpOutcome::Connected);
+    }
+    assert_eq!(docker_state(&lab), before, "Docker's rules untouched");
+    // Stopped with cleanup: only tollgate's jumps and chains go.
+    agent.stop();
+    let cleanup = lab.tollgate_cleanup();
+    assert!(cleanup.success(), "{cleanup:?}");
+    let after = ["iptables-save", "ip6tables-save"].map(|s| lab.node().ok(s));
+    assert!(
+        after.iter().all(|s| !s.contains("TOLLGATE-")),
+        "{after:?}"
+    );
+    assert_eq!(docker_state(&lab), before, "Docker's rules untouched");
+}
+
+#[test]
+fn dockerd_restart_opens_nothing_and_the_buried_jump_is_restored() {
+    let Some(lab) = docker_lab("dockerd_restart_opens_nothing_and_the_buried_jump_is_restored")
+    else {
+        return;
+    };
+    start_docker(&lab);
+    policies(&lab);
+    let mut agent = lab.start_agent(
+        lab.agent_options()
+            .args(&["--drift-check-seconds", "1", "--metrics-address", METRICS]),
+    );
+    agent.wait_generation(1);
+    for target in at(&lab, DENIED) {
+        lab.assert_tcp("client", target, TcpOutcome::Refused);
+    }
+    let before = docker_state(&lab);
+    let repairs = drift_repairs(&lab);
+    let targets: Vec<SocketAddr> = at(&lab, DENIED)
+        .into_iter()
+        .chain(at(&lab, ALLOWED))
+        .collect();
+    let prober = Prober::start(lab.ns("client"), &targets, EVERY, ATTEMPT, PROBE_LIMIT);
+    // Three dockerd restarts, each while the client keeps connecting.
+    for round in 0..3 {
+        let since = prober.now();
+        let seen = poll_until(AGENT_WAIT, || {
+            targets
+                .iter()
+                .all(|t| prober.attempts(*t).iter().filter(|a| a.at >= since).count() >= 5)
+                .then_some(())
+        });
+        assert!(seen.is_some(), "the prober stalled");
+        for (table, server) in [
+            ("iptables", IpAddr::from(lab.addr("server"))),
+            ("ip6tables", IpAddr::from(lab.addr6("server"))),
+        ] {
+            lab.node().ok(&dockerd_flush(table));
+            lab.node()
+                .ok(&dockerd_start(table, server, &[ALLOWED, DENIED]));
+        }
+        let restarted = Instant::now();
+        assert_eq!(docker_state(&lab), before, "the restart rebuilt the same rules");
+        let restored = poll_until(AGENT_WAIT, || {
+            (first_rules(&lab, "FORWARD") == ["-A FORWARD -j TOLLGATE-FORWARD"; 2])
+                .then_some(())
+        });
+        assert!(
+            restored.is_some(),
+            "round {round}: tollgate's jump not back at the top:\n{}\nlog:\n{}",
+            lab.node().ok("iptables -S FORWARD; ip6tables -S FORWARD"),
+            agent.log()
+        );
+        println!(
+            "DOCKERFW-RESTORE round {round}: tollgate's FORWARD jump back on top {} ms after dockerd's restart (drift check every 1 s)",
+            restarted.elapsed().as_millis()
+        );
+        assert_eq!(
+            first_rules(&lab, "DOCKER-USER"),
+            ["-A DOCKER-USER -j TOLLGATE-FORWARD"; 2],
+            "DOCKER-USER kept its jump"
+        );
+        let counted = poll_until(AGENT_WAIT, || {
+            (drift_repairs(&lab) > repairs + round as f64).then_some(())
+        });
+        assert!(counted.is_some(), "round {round}: repair not counted");
+    }
+    let since = prober.now();
+    let resumed = poll_until(AGENT_WAIT, || {
+        at(&lab, ALLOWED)
+            .iter()
+            .all(|t| prober.connected_since(*t, since) >= 3)
+            .then_some(())
+    });
+    assert!(resumed.is_some(), "allowed connections did not resume");
+    let attempts = prober.finish();
+    for (target, attempts) in &attempts {
+        if target.port() != DENIED {
+            continue;
+        }
+        let passed = attempts
+            .iter()
+            .filter(|a| a.outcome == TcpOutcome::Connected)
+            .count();
+        assert_eq!(
+            passed,
+            0,
+            "{target}: {passed} of {} denied attempts connected",
+            attempts.len()
+        );
+        println!(
+            "DOCKERFW-DENIED {target}: {} attempts during three dockerd restarts, none connected",
+            attempts.len()
+        );
+    }
+    assert!(
+        agent.count_log("datapath drift:") >= 3,
+        "{}",
+        agent.log()
+    );
+    assert_eq!(docker_state(&lab), before, "Docker's rules untouched");
+    agent.stop();
+}
