@@ -77,8 +77,8 @@ impl TableChanges {
         }
         let mut insert_jumps = Vec::new();
         for jump in wanted {
-            let present = installed.jumps.contains(jump)
-                && !(docker_user && installed.buried.contains(jump));
+            let present =
+                installed.jumps.contains(jump) && !(docker_user && installed.buried.contains(jump));
             if !present && !insert_jumps.contains(jump) {
                 insert_jumps.push(jump.clone());
             }
