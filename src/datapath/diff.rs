@@ -6,8 +6,7 @@
 //!
 //! Jumps into `DOCKER-USER` are planned only where that chain exists
 //! (tollgate never creates, flushes or reorders it, nor any rule but its
-//! own jump), and on such a Docker host tollgate's jumps in FORWARD and
-//! `DOCKER-USER` must be their chain's first rule: a buried one is
+//! own jump). A jump a container runtime buried ([`Table::buried`]) is
 //! deleted and inserted at the top again in the same atomic batch.
 
 use std::collections::BTreeMap;
@@ -70,15 +69,14 @@ impl TableChanges {
                 continue;
             }
             // A buried jump is deleted and inserted at the top again.
-            let moved = docker_user && installed.buried.contains(jump);
+            let moved = installed.buried.contains(jump);
             let keep = usize::from(wanted.contains(&jump) && !moved);
             let extra = installed.jumps.iter().filter(|j| *j == jump).count() - keep;
             delete_jumps.extend(std::iter::repeat_n(jump.clone(), extra));
         }
         let mut insert_jumps = Vec::new();
         for jump in wanted {
-            let present =
-                installed.jumps.contains(jump) && !(docker_user && installed.buried.contains(jump));
+            let present = installed.jumps.contains(jump) && !installed.buried.contains(jump);
             if !present && !insert_jumps.contains(jump) {
                 insert_jumps.push(jump.clone());
             }
@@ -449,14 +447,28 @@ COMMIT
             "-A FORWARD -j TOLLGATE-FORWARD\n-A FORWARD -j DOCKER-USER\n",
         );
         assert!(TableChanges::between(&forward_plan(), &Table::parse(&repaired)).is_empty());
-        // Without Docker, a foreign rule above tollgate's jump is left
-        // alone (no fight with other tools that insert at the top).
-        let foreign = "*filter\n:FORWARD ACCEPT [0:0]\n:TOLLGATE-FORWARD - [0:0]\n\
-             -A FORWARD -j KUBE-FORWARD\n-A FORWARD -j TOLLGATE-FORWARD\n\
-             -A TOLLGATE-FORWARD -j RETURN\nCOMMIT\n";
-        let table = Table::parse(foreign);
-        assert_eq!(table.buried.len(), 1);
-        assert!(TableChanges::between(&forward_plan(), &table).is_empty());
+        // Other foreign rules above tollgate's jump are left alone (no
+        // fight with agents that keep their own jump on top).
+        let foreign = |above: &str| {
+            Table::parse(&format!(
+                "*filter\n:FORWARD ACCEPT [0:0]\n:TOLLGATE-FORWARD - [0:0]\n\
+                 {above}-A FORWARD -j TOLLGATE-FORWARD\n\
+                 -A TOLLGATE-FORWARD -j RETURN\nCOMMIT\n"
+            ))
+        };
+        let calico = foreign("-A FORWARD -m comment --comment \"cali:x\" -j cali-FORWARD\n");
+        assert!(calico.buried.is_empty());
+        assert!(TableChanges::between(&forward_plan(), &calico).is_empty());
+        // CNI's firewall plugin (podman 4) accepts container traffic in
+        // CNI-FORWARD: tollgate goes back above it.
+        let cni = foreign(
+            "-A FORWARD -m comment --comment \"CNI firewall plugin rules\" -j CNI-FORWARD\n",
+        );
+        assert_eq!(cni.buried.len(), 1);
+        assert_eq!(
+            TableChanges::between(&forward_plan(), &cni).insert_jumps,
+            vec![("FORWARD".to_string(), "-j TOLLGATE-FORWARD".to_string())]
+        );
     }
 
     #[test]

@@ -21,9 +21,16 @@ pub const BUILTIN_CHAINS: [&str; 3] = ["INPUT", "FORWARD", "OUTPUT"];
 /// own rules. Docker owns it; tollgate only inserts its forward jump
 /// there and deletes it again.
 pub const DOCKER_USER: &str = "DOCKER-USER";
-/// Chains where the position of tollgate's jump is checked on a Docker
-/// host (see [`Table::buried`]).
-pub const FIRST_RULE_CHAINS: [&str; 2] = ["FORWARD", DOCKER_USER];
+/// Chains of container runtimes that FORWARD jumps to and that accept
+/// container traffic (Docker's, CNI's firewall plugin's, netavark's
+/// iptables driver's): tollgate's FORWARD jump must come before a jump to
+/// any of them (see [`Table::buried`]).
+pub const RUNTIME_CHAINS: [&str; 4] = [
+    DOCKER_USER,
+    "DOCKER-FORWARD",
+    "CNI-FORWARD",
+    "NETAVARK_FORWARD",
+];
 
 /// IP family: one iptables table per family, one ipset per family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -70,9 +77,12 @@ pub struct Table {
     pub jumps: Vec<(String, String)>,
     /// Whether the table has Docker's `DOCKER-USER` chain (not owned).
     pub docker_user: bool,
-    /// Jumps of `jumps` in FORWARD or `DOCKER-USER` that a foreign rule
-    /// precedes in their chain (as after Docker re-inserted its own jump
-    /// at the top of FORWARD), once each.
+    /// Jumps of `jumps` that must move back to the top of their chain,
+    /// once each: in FORWARD, one that a jump to a container runtime's
+    /// chain ([`RUNTIME_CHAINS`]) precedes (as after dockerd re-inserted
+    /// its `-j DOCKER-USER` at the top); in `DOCKER-USER`, one that any
+    /// rule precedes. Other foreign rules above a jump (Calico's,
+    /// kube-router's, which re-check their own position) are left alone.
     pub buried: Vec<(String, String)>,
 }
 
@@ -144,8 +154,9 @@ impl Table {
     pub fn parse(save: &str) -> Table {
         let mut table = Table::default();
         let mut in_filter = false;
-        // FIRST_RULE_CHAINS in which a foreign rule was seen.
-        let mut foreign_seen: BTreeSet<&str> = BTreeSet::new();
+        // A jump to a runtime chain seen in FORWARD; any rule seen in
+        // DOCKER-USER.
+        let (mut runtime_above, mut docker_user_rule) = (false, false);
         for line in save.lines() {
             if let Some(name) = line.strip_prefix('*') {
                 in_filter = name == "filter";
@@ -174,14 +185,22 @@ impl Table {
                     && targets_owned_chain(spec)
                 {
                     let jump = (chain.to_string(), spec.to_string());
-                    if foreign_seen.contains(chain) && !table.buried.contains(&jump) {
+                    let buried = match chain {
+                        "FORWARD" => runtime_above,
+                        DOCKER_USER => docker_user_rule,
+                        _ => false,
+                    };
+                    if buried && !table.buried.contains(&jump) {
                         table.buried.push(jump.clone());
                     }
                     table.jumps.push(jump);
-                } else if let Some(chain) = FIRST_RULE_CHAINS.into_iter().find(|c| *c == chain) {
-                    foreign_seen.insert(chain);
+                } else if chain == "FORWARD" {
+                    runtime_above |= jump_target(spec).is_some_and(|t| RUNTIME_CHAINS.contains(&t));
                 }
-                table.docker_user |= chain == DOCKER_USER;
+                if chain == DOCKER_USER {
+                    table.docker_user = true;
+                    docker_user_rule = true;
+                }
             }
         }
         table
@@ -190,13 +209,18 @@ impl Table {
 
 /// Whether a rule's target (`-j` or `-g`) is an owned chain.
 fn targets_owned_chain(spec: &str) -> bool {
+    jump_target(spec).is_some_and(|t| t.starts_with(CHAIN_PREFIX))
+}
+
+/// A rule's target (`-j` or `-g`).
+fn jump_target(spec: &str) -> Option<&str> {
     let mut words = spec.split(' ');
     while let Some(word) = words.next() {
         if matches!(word, "-j" | "-g") {
-            return words.next().is_some_and(|t| t.starts_with(CHAIN_PREFIX));
+            return words.next();
         }
     }
-    false
+    None
 }
 
 /// Parses `ipset save` output, keeping the owned sets: plain sets, and
