@@ -167,6 +167,10 @@ pub struct StatusReport {
     pub queues: Vec<QueueReport>,
     pub audit_log: Option<PathBuf>,
     pub metrics_address: Option<String>,
+    /// Where the inventory comes from when it is not the policy source
+    /// (`docker.enabled`: connected or unreachable, how many containers).
+    #[serde(default)]
+    pub inventory: Option<String>,
 }
 
 /// The agent process's own figures (the `process_*` metrics).
@@ -260,7 +264,12 @@ pub struct AgentStatus {
     state: Mutex<State>,
     /// The FQDN table, once the first snapshot made it.
     fqdn: OnceLock<Arc<FqdnTable>>,
+    /// Describes the inventory source (Docker), if separate.
+    inventory: OnceLock<InventoryReporter>,
 }
+
+/// Says in one line how the inventory source is doing.
+pub type InventoryReporter = Arc<dyn Fn() -> String + Send + Sync>;
 
 #[derive(Default)]
 struct State {
@@ -302,7 +311,13 @@ impl AgentStatus {
             snapshot_complete: AtomicBool::new(false),
             state: Mutex::new(State::default()),
             fqdn: OnceLock::new(),
+            inventory: OnceLock::new(),
         }
+    }
+
+    /// The inventory source to report on (set once).
+    pub fn inventory_source(&self, reporter: InventoryReporter) {
+        let _ = self.inventory.set(reporter);
     }
 
     /// The FQDN table to report the sources of (set once).
@@ -425,6 +440,7 @@ impl AgentStatus {
             queues,
             audit_log: self.audit_log.clone(),
             metrics_address: self.metrics_address.clone(),
+            inventory: self.inventory.get().map(|describe| describe()),
         }
     }
 
@@ -775,6 +791,9 @@ pub fn render_status(report: &StatusReport) -> String {
         "waiting for a complete snapshot"
     };
     let _ = writeln!(out, "policy source:      {source}");
+    if let Some(inventory) = &report.inventory {
+        let _ = writeln!(out, "inventory:          {inventory}");
+    }
     let applied = report
         .last_applied_seconds_ago
         .map_or("never".to_string(), |s| format!("{s}s ago"));

@@ -28,6 +28,8 @@ pub enum AgentError {
     Watch(#[from] WatchError),
     #[error(transparent)]
     Kubernetes(#[from] crate::source::kube::KubeError),
+    #[error(transparent)]
+    Docker(#[from] crate::source::docker::DockerError),
     #[error("installing signal handlers: {0}")]
     Signals(std::io::Error),
     #[error(transparent)]

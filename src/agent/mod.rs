@@ -35,6 +35,7 @@ use crate::datapath::{
 };
 use crate::model::Snapshot;
 use crate::ruleset::Ruleset;
+use crate::source::docker::{DockerHealth, DockerSource};
 use crate::source::kube::KubeSource;
 use crate::source::watch::Directory;
 use crate::source::Source;
@@ -156,7 +157,7 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
     let metrics = Arc::new(Metrics::new());
     let (events, inbox) = mpsc::channel();
     signals::listen(events.clone()).map_err(AgentError::Signals)?;
-    let source = open_source(args, &config, events, &metrics)?;
+    let (source, docker) = open_source(args, &config, events, &metrics)?;
 
     let audit = match &config.audit.file {
         Some(path) => {
@@ -178,6 +179,9 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
         Arc::clone(metrics.counters()),
         Arc::clone(metrics.health()),
     ));
+    if let Some(docker) = docker {
+        status.inventory_source(Arc::new(move || docker.describe()));
+    }
     let status_server = serve_status(config.status.socket.as_deref(), Arc::clone(&status))?;
     if let Some(address) = config.metrics.address {
         let bound =
@@ -328,29 +332,47 @@ fn read_config(args: &RunArgs) -> Result<Loaded, ConfigError> {
     AgentConfig::load(&host::machine_defaults(), file, &args.settings())
 }
 
-/// The policy directory, or the Kubernetes API; either wakes the run loop
+/// The policy directory (with the Docker inventory when
+/// `docker.enabled`), or the Kubernetes API; each wakes the run loop
 /// through `events` when something changed.
 fn open_source(
     args: &RunArgs,
     config: &AgentConfig,
     events: Sender<Event>,
     metrics: &Arc<Metrics>,
-) -> Result<Box<dyn Source>, AgentError> {
+) -> Result<(Box<dyn Source>, Option<Arc<DockerHealth>>), AgentError> {
+    let docker_events = events.clone();
     let changed = move || {
         let _ = events.send(Event::PolicyChanged);
     };
+    if config.docker.enabled {
+        let dir = args
+            .policies
+            .as_deref()
+            .ok_or(crate::source::docker::DockerError::NoPolicies)?;
+        let policies = Directory::start(dir, config.policy_files.limits(), changed)?;
+        let source =
+            DockerSource::spawn(&config.docker, policies, Arc::clone(metrics), move || {
+                let _ = docker_events.send(Event::PolicyChanged);
+            })?;
+        let health = source.health();
+        return Ok((Box::new(source), Some(health)));
+    }
     Ok(match &args.policies {
-        Some(dir) => Box::new(Directory::start(
-            dir,
-            config.policy_files.limits(),
-            changed,
-        )?),
+        Some(dir) => (
+            Box::new(Directory::start(
+                dir,
+                config.policy_files.limits(),
+                changed,
+            )?) as Box<dyn Source>,
+            None,
+        ),
         None => {
             let source = KubeSource::spawn(args.kube.connection(), Arc::clone(metrics), changed)?;
             tracing::info!(
                 "kubernetes source started; no decision before its first complete snapshot"
             );
-            Box::new(source)
+            (Box::new(source), None)
         }
     })
 }

@@ -10,8 +10,8 @@ use std::str::FromStr;
 use serde_json::{Map, Value};
 
 use super::{
-    AgentConfig, AuditConfig, ConfigError, DatapathConfig, FqdnConfig, HealthConfig, L7Config,
-    MetricsConfig, NodeConfig, QueuesConfig, StatusConfig,
+    AgentConfig, AuditConfig, ConfigError, DatapathConfig, DockerConfig, FqdnConfig, HealthConfig,
+    L7Config, MetricsConfig, NodeConfig, QueuesConfig, StatusConfig,
 };
 
 /// Defaults that depend on the machine the agent runs on.
@@ -198,6 +198,7 @@ pub fn flags() -> Vec<Flag> {
             MetricsConfig::augment_args(Command::new("metrics")),
         ),
         ("health", HealthConfig::augment_args(Command::new("health"))),
+        ("docker", DockerConfig::augment_args(Command::new("docker"))),
     ];
     sections
         .iter()

@@ -69,6 +69,12 @@ pub enum ConfigError {
     },
     #[error("l7.allowBodyOn {method:?}: expected GET, HEAD, DELETE or TRACE (other methods may always carry a body)")]
     AllowBodyOn { method: String },
+    #[error(
+        "docker.host {host:?}: expected unix:///path/to/docker.sock or an absolute socket path"
+    )]
+    DockerHost { host: String },
+    #[error("docker.{key}: must not be empty")]
+    DockerLabel { key: &'static str },
     #[error("{key} {value}: {reason}")]
     Bound {
         key: &'static str,
@@ -91,6 +97,7 @@ pub struct AgentConfig {
     pub metrics: MetricsConfig,
     pub policy_files: PolicyFilesConfig,
     pub health: HealthConfig,
+    pub docker: DockerConfig,
 }
 
 impl AgentConfig {
@@ -129,6 +136,7 @@ impl AgentConfig {
         self.audit.validate()?;
         self.policy_files.validate()?;
         self.health.validate()?;
+        self.docker.validate()?;
         let QueueNumbers {
             connection,
             dns,
@@ -777,6 +785,74 @@ impl HealthConfig {
     /// [`HealthConfig::stall_timeout_seconds`] as a duration.
     pub fn stall_timeout(&self) -> Duration {
         Duration::from_secs(self.stall_timeout_seconds)
+    }
+}
+
+/// The Docker inventory (`docs/docker.md`): with `enabled`, the
+/// endpoints are the running containers the Docker Engine API lists (or
+/// podman's Docker-compatible service), and policies still come from
+/// `--policies`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, clap::Args)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct DockerConfig {
+    /// Take the endpoints from the Docker Engine API: every running
+    /// container is a Pod of the local Node (needs --policies).
+    #[arg(long = "docker")]
+    pub enabled: bool,
+    /// The Docker API socket: `unix:///var/run/docker.sock` (default) or
+    /// an absolute path.
+    #[arg(long = "docker-host", value_name = "unix:///PATH")]
+    pub host: String,
+    /// The container label whose value is its namespace (default
+    /// `com.docker.compose.project`; containers without it are in
+    /// `default`).
+    #[arg(long = "docker-namespace-label", value_name = "LABEL")]
+    pub namespace_label: String,
+    /// The container label naming its ports, `name=port/PROTOCOL,...`
+    /// (default `tollgate.io/ports`); without it, the image's exposed
+    /// ports, unnamed.
+    #[arg(skip)]
+    pub ports_label: String,
+}
+
+/// Default `docker.host`.
+pub const DEFAULT_DOCKER_HOST: &str = "unix:///var/run/docker.sock";
+
+impl Default for DockerConfig {
+    fn default() -> Self {
+        DockerConfig {
+            enabled: false,
+            host: DEFAULT_DOCKER_HOST.into(),
+            namespace_label: "com.docker.compose.project".into(),
+            ports_label: "tollgate.io/ports".into(),
+        }
+    }
+}
+
+impl DockerConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.socket()?;
+        if self.namespace_label.trim().is_empty() {
+            return Err(ConfigError::DockerLabel {
+                key: "namespaceLabel",
+            });
+        }
+        if self.ports_label.trim().is_empty() {
+            return Err(ConfigError::DockerLabel { key: "portsLabel" });
+        }
+        Ok(())
+    }
+
+    /// The path of the API socket `host` names.
+    pub fn socket(&self) -> Result<PathBuf, ConfigError> {
+        let path = self.host.strip_prefix("unix://").unwrap_or(&self.host);
+        if path.starts_with('/') && path.len() > 1 {
+            Ok(PathBuf::from(path))
+        } else {
+            Err(ConfigError::DockerHost {
+                host: self.host.clone(),
+            })
+        }
     }
 }
 

@@ -342,6 +342,9 @@ fn every_flag_sets_a_key_of_its_section() {
             "status-socket",
             "metrics-address",
             "stall-timeout",
+            "docker",
+            "docker-host",
+            "docker-namespace-label",
         ]
     );
     let value = |name: &str| match name {
@@ -359,10 +362,11 @@ fn every_flag_sets_a_key_of_its_section() {
         "privileged" => "10.0.0.0/24,tcp/22",
         "startup-policy" => "open",
         "drift-check-seconds" => "30",
-        "cleanup-on-exit" => "true",
+        "cleanup-on-exit" | "docker" => "true",
+        "docker-namespace-label" => "tier",
         "l7-deny-response" => "403",
         "l7-urgent-data" => "strip",
-        "audit-log" | "status-socket" => "/tmp/x",
+        "audit-log" | "status-socket" | "docker-host" => "/tmp/x",
         "stall-timeout" => "3",
         _ => "127.0.0.1:9100",
     };
@@ -418,6 +422,12 @@ fn every_flag_sets_a_key_of_its_section() {
         policy_files: defaults.policy_files,
         health: HealthConfig {
             stall_timeout_seconds: 3,
+        },
+        docker: DockerConfig {
+            enabled: true,
+            host: "/tmp/x".into(),
+            namespace_label: "tier".into(),
+            ..defaults.docker
         },
     };
     assert_eq!(config, expected);
@@ -522,4 +532,38 @@ fn l7_urgent_data_and_strict_framing_keys() {
         .unwrap_err()
         .to_string();
     assert!(bad.contains("l7.allowBodyOn \"POST\""), "{bad}");
+}
+
+#[test]
+fn docker_section_defaults_and_checks() {
+    let config = load("", &[]).unwrap().config;
+    assert!(!config.docker.enabled);
+    assert_eq!(config.docker.host, DEFAULT_DOCKER_HOST);
+    assert_eq!(
+        config.docker.socket().unwrap(),
+        std::path::Path::new("/var/run/docker.sock")
+    );
+    assert_eq!(config.docker.namespace_label, "com.docker.compose.project");
+    assert_eq!(config.docker.ports_label, "tollgate.io/ports");
+    let config = load(
+        "docker: {enabled: true, host: /run/podman/podman.sock, namespaceLabel: team, portsLabel: ports}\n",
+        &[],
+    )
+    .unwrap()
+    .config;
+    assert!(config.docker.enabled);
+    assert_eq!(
+        config.docker.socket().unwrap(),
+        std::path::Path::new("/run/podman/podman.sock")
+    );
+    for bad in [
+        "docker: {host: tcp://10.0.0.1:2375}\n",
+        "docker: {host: docker.sock}\n",
+        "docker: {host: 'unix://'}\n",
+        "docker: {namespaceLabel: ''}\n",
+        "docker: {portsLabel: ' '}\n",
+    ] {
+        let error = load(bad, &[]).unwrap_err().to_string();
+        assert!(error.contains("docker."), "{bad}: {error}");
+    }
 }

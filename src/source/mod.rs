@@ -1,5 +1,5 @@
 //! Where policies and inventory come from: a [`Source`] ([`watch::Directory`],
-//! [`kube::KubeSource`]) hands the agent the snapshot to enforce, and
+//! [`kube::KubeSource`], [`docker::DockerSource`]) hands the agent the snapshot to enforce, and
 //! bursts of changes are settled by one [`Debounce`]; a directory's files
 //! are read only once [`Settling`] finds them still. Sources decode
 //! objects; they never judge them ([`crate::validate`]) nor touch the kernel.
@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use crate::model::Snapshot;
 use crate::validate::Problem;
 
+pub mod docker;
 pub mod files;
 pub mod kube;
 pub mod watch;

@@ -144,6 +144,9 @@ pub struct Metrics {
     audit_skipped: Family<ReasonLabels, Counter>,
     kubernetes_skipped: Gauge,
     kubernetes_watch_errors: Counter,
+    docker_api_errors: Counter,
+    docker_containers: Gauge,
+    docker_connected: Gauge,
     counters: Arc<Registry>,
     health: Arc<Health>,
 }
@@ -191,6 +194,9 @@ impl Metrics {
             audit_skipped: Family::default(),
             kubernetes_skipped: Gauge::default(),
             kubernetes_watch_errors: Counter::default(),
+            docker_api_errors: Counter::default(),
+            docker_containers: Gauge::default(),
+            docker_connected: Gauge::default(),
             counters: Arc::new(Registry::default()),
             health: Arc::new(Health::default()),
         };
@@ -303,6 +309,21 @@ impl Metrics {
             "kubernetes_watch_errors",
             "Failed list or watch requests to the API server (each is retried)",
             m.kubernetes_watch_errors.clone(),
+        );
+        r.register(
+            "docker_api_errors",
+            "Failed list, inspect or event-stream requests to the Docker API (docker.enabled); the last inventory stays enforced and the request is retried with backoff",
+            m.docker_api_errors.clone(),
+        );
+        r.register(
+            "docker_containers",
+            "Containers in the last Docker inventory published (docker.enabled)",
+            m.docker_containers.clone(),
+        );
+        r.register(
+            "docker_connected",
+            "1 while the Docker API answers (docker.enabled), 0 while it is unreachable and the last inventory stays enforced",
+            m.docker_connected.clone(),
         );
         r.register_collector(Box::new(CounterCollector(Arc::clone(&m.counters))));
         let mut process = m.process;
@@ -521,6 +542,21 @@ impl Metrics {
     /// A list or watch request to the API server failed.
     pub fn kubernetes_watch_error(&self) {
         self.kubernetes_watch_errors.inc();
+    }
+
+    // ------------------------------------------------------------ docker
+
+    /// The Docker source published an inventory of `containers`.
+    pub fn docker_inventory(&self, containers: usize) {
+        self.docker_connected.set(1);
+        self.docker_containers
+            .set(saturating_i64(containers as u64));
+    }
+
+    /// A request to the Docker API failed.
+    pub fn docker_api_error(&self) {
+        self.docker_api_errors.inc();
+        self.docker_connected.set(0);
     }
 
     // ------------------------------------------------------------ audit

@@ -9,6 +9,7 @@ mod harness;
 
 mod bypass;
 mod datapath;
+mod docker;
 mod dockerfw;
 mod faults;
 mod files;

@@ -642,7 +642,7 @@ pub(super) fn reap_stale_labs() {
 }
 
 /// The process tag in a lab namespace name, if `name` is one.
-fn lab_tag(name: &str) -> Option<&str> {
+pub(super) fn lab_tag(name: &str) -> Option<&str> {
     let rest = name.strip_prefix("tg")?;
     let mut parts = rest.splitn(3, '-');
     let index: u8 = parts.next()?.parse().ok()?;

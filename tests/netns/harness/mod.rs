@@ -39,6 +39,7 @@ pub mod dns;
 pub mod firewall;
 pub mod lab;
 pub mod netns;
+pub mod podman;
 pub mod probe;
 pub mod server;
 #[cfg(test)]
@@ -162,6 +163,11 @@ pub const TEST_IDS: &[&str] = &[
     "a_dead_resolver_delays_neither_policy_nor_snooping",
     "every_declared_counter_is_scraped_from_a_running_agent",
     "l7_audit_lines_carry_method_host_and_path_in_text_and_json",
+    "podman_harness_runs_labelled_containers_and_cleans_up",
+    "docker_containers_are_the_inventory_and_policies_hold_on_the_wire",
+    "docker_restart_is_followed_and_removal_leaves_no_address",
+    "docker_api_gone_keeps_the_last_inventory_enforced",
+    "docker_fqdn_egress_from_a_container",
     "docker_user_hook_enforces_and_leaves_dockers_rules_alone",
     "dockerd_restart_opens_nothing_and_the_buried_jump_is_restored",
     "bridged_traffic_unseen_is_named_by_status",

@@ -1,0 +1,216 @@
+//! The Docker mapping: one container, as the Engine API's inspect answer
+//! describes it (Docker's or podman's), to the Pod-like endpoint tollgate
+//! enforces. Pure: it never talks to the API, reads the clock or logs;
+//! what it cannot use it says in the result.
+//!
+//! A running container with at least one address on a network is a Pod:
+//! name = the container's name, namespace = the value of the namespace
+//! label (else `default`), labels = the container's labels (image labels
+//! included, as the API merges them), addresses = every network's IPv4 and
+//! global IPv6 address, named ports = the ports label
+//! (`name=port[/PROTOCOL],...`) or else the image's exposed ports without
+//! names. No `nodeName`: the Pod is local to the host, which is the Node.
+//! Containers without an address of their own (`--network host`, `none`)
+//! share the host's and are not Pods.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use bollard::models::ContainerInspectResponse;
+
+use crate::model::{
+    Container, ContainerPort, ObjectMeta, Pod, PodIp, PodSpec, PodStatus, PortProtocol,
+};
+
+/// Namespace of a container without the namespace label.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// Which labels the mapping reads.
+#[derive(Clone, Copy, Debug)]
+pub struct Mapping<'a> {
+    /// The label whose value is the namespace.
+    pub namespace_label: &'a str,
+    /// The label naming the ports.
+    pub ports_label: &'a str,
+}
+
+/// A container as an endpoint.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Mapped {
+    /// An endpoint; `problem` says what of the container was left out
+    /// (an unreadable ports label: the Pod has no named ports then).
+    Pod { pod: Pod, problem: Option<String> },
+    /// Not an endpoint: why (not running, no address of its own).
+    NotAnEndpoint(&'static str),
+}
+
+/// Maps one inspected container.
+pub fn endpoint(container: &ContainerInspectResponse, mapping: Mapping<'_>) -> Mapped {
+    let running = container
+        .state
+        .as_ref()
+        .and_then(|s| s.running)
+        .unwrap_or(false);
+    if !running {
+        return Mapped::NotAnEndpoint("not running");
+    }
+    let name = container
+        .name
+        .as_deref()
+        .unwrap_or_default()
+        .trim_start_matches('/');
+    if name.is_empty() {
+        return Mapped::NotAnEndpoint("no name");
+    }
+    let ips = addresses(container);
+    if ips.is_empty() {
+        return Mapped::NotAnEndpoint("no address of its own (host or no network)");
+    }
+    let config = container.config.as_ref();
+    let labels: BTreeMap<String, String> = config
+        .and_then(|c| c.labels.as_ref())
+        .map(|l| l.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default();
+    let namespace = labels
+        .get(mapping.namespace_label)
+        .filter(|v| !v.is_empty())
+        .cloned()
+        .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string());
+    let (ports, problem) = match labels.get(mapping.ports_label) {
+        Some(text) => match parse_ports(text) {
+            Ok(ports) => (ports, None),
+            Err(reason) => (
+                Vec::new(),
+                Some(format!(
+                    "label {}={text:?}: {reason}; the container has no named ports",
+                    mapping.ports_label
+                )),
+            ),
+        },
+        None => (
+            config
+                .and_then(|c| c.exposed_ports.as_ref())
+                .map(|p| exposed_ports(p))
+                .unwrap_or_default(),
+            None,
+        ),
+    };
+    let pod = Pod {
+        metadata: ObjectMeta {
+            name: name.to_string(),
+            namespace: Some(namespace),
+            labels,
+            ..ObjectMeta::default()
+        },
+        spec: PodSpec {
+            node_name: None,
+            service_account_name: None,
+            containers: vec![Container {
+                name: name.to_string(),
+                ports,
+            }],
+        },
+        status: PodStatus {
+            pod_ip: None,
+            pod_ips: ips.into_iter().map(|ip| PodIp { ip }).collect(),
+        },
+    };
+    Mapped::Pod { pod, problem }
+}
+
+/// Every network's IPv4 and global IPv6 address (and the legacy top-level
+/// pair), in network-name order, without duplicates.
+fn addresses(container: &ContainerInspectResponse) -> Vec<IpAddr> {
+    let Some(settings) = container.network_settings.as_ref() else {
+        return Vec::new();
+    };
+    let mut networks: Vec<_> = settings.networks.iter().flatten().collect();
+    networks.sort_by(|a, b| a.0.cmp(b.0));
+    let mut out: Vec<IpAddr> = Vec::new();
+    let texts = networks
+        .into_iter()
+        .flat_map(|(_, n)| [n.ip_address.as_deref(), n.global_ipv6_address.as_deref()]);
+    for text in texts.flatten() {
+        if let Ok(ip) = text.parse::<IpAddr>() {
+            if !ip.is_unspecified() && !out.contains(&ip) {
+                out.push(ip);
+            }
+        }
+    }
+    out
+}
+
+/// `name=port[/PROTOCOL],...`: names as Kubernetes port names, protocol
+/// TCP (default), UDP or SCTP in any case.
+pub fn parse_ports(text: &str) -> Result<Vec<ContainerPort>, String> {
+    let mut out: Vec<ContainerPort> = Vec::new();
+    for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (name, rest) = item
+            .split_once('=')
+            .ok_or_else(|| format!("{item:?}: expected name=port[/protocol]"))?;
+        let name = name.trim();
+        if !is_port_name(name) {
+            return Err(format!(
+                "{name:?}: a port name is 1-15 lowercase letters, digits and '-', with a letter, not starting or ending with '-'"
+            ));
+        }
+        let (port, protocol) = split_protocol(rest.trim())
+            .ok_or_else(|| format!("{item:?}: expected name=port[/tcp|udp|sctp]"))?;
+        if out.iter().any(|p| p.name.as_deref() == Some(name)) {
+            return Err(format!("{name:?} named twice"));
+        }
+        out.push(ContainerPort {
+            name: Some(name.to_string()),
+            container_port: port,
+            protocol,
+        });
+    }
+    Ok(out)
+}
+
+/// The image's exposed ports (`80/tcp`), unnamed; unreadable ones skipped.
+fn exposed_ports(ports: &[String]) -> Vec<ContainerPort> {
+    let mut out: Vec<ContainerPort> = ports
+        .iter()
+        .filter_map(|p| split_protocol(p))
+        .map(|(port, protocol)| ContainerPort {
+            name: None,
+            container_port: port,
+            protocol,
+        })
+        .collect();
+    out.sort_by_key(|p| (p.container_port, p.protocol as u8));
+    out.dedup();
+    out
+}
+
+/// `port[/protocol]` with a port in 1-65535.
+fn split_protocol(text: &str) -> Option<(i32, PortProtocol)> {
+    let (port, protocol) = match text.split_once('/') {
+        Some((port, protocol)) => (port, protocol),
+        None => (text, "tcp"),
+    };
+    let port: u16 = port.trim().parse().ok().filter(|p| *p != 0)?;
+    let protocol = match protocol.trim().to_ascii_lowercase().as_str() {
+        "tcp" => PortProtocol::Tcp,
+        "udp" => PortProtocol::Udp,
+        "sctp" => PortProtocol::Sctp,
+        _ => return None,
+    };
+    Some((i32::from(port), protocol))
+}
+
+/// A Kubernetes port name (IANA service name).
+fn is_port_name(name: &str) -> bool {
+    (1..=15).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && name.bytes().any(|b| b.is_ascii_lowercase())
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+        && !name.contains("--")
+}
+
+#[cfg(test)]
+mod tests;

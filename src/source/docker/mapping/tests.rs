@@ -1,0 +1,172 @@
+use std::net::IpAddr;
+
+use bollard::models::ContainerInspectResponse;
+
+use super::*;
+
+const PODMAN: &str = include_str!("../testdata/podman-inspect.json");
+const DOCKER: &str = include_str!("../testdata/docker-inspect.json");
+
+const MAPPING: Mapping<'static> = Mapping {
+    namespace_label: "com.docker.compose.project",
+    ports_label: "tollgate.io/ports",
+};
+
+fn inspect(json: &str) -> ContainerInspectResponse {
+    serde_json::from_str(json).expect("an inspect answer")
+}
+
+fn pod(mapped: Mapped) -> (Pod, Option<String>) {
+    match mapped {
+        Mapped::Pod { pod, problem } => (pod, problem),
+        Mapped::NotAnEndpoint(why) => panic!("not an endpoint: {why}"),
+    }
+}
+
+fn ips(pod: &Pod) -> Vec<IpAddr> {
+    pod.ips()
+}
+
+fn port(name: Option<&str>, number: i32, protocol: PortProtocol) -> ContainerPort {
+    ContainerPort {
+        name: name.map(str::to_string),
+        container_port: number,
+        protocol,
+    }
+}
+
+#[test]
+fn podman_container_with_the_ports_label() {
+    let (pod, problem) = pod(endpoint(&inspect(PODMAN), MAPPING));
+    assert_eq!(problem, None);
+    assert_eq!(pod.metadata.name, "web-1");
+    assert_eq!(pod.namespace(), "shop");
+    assert_eq!(pod.metadata.labels["app"], "web");
+    assert_eq!(
+        ips(&pod),
+        ["10.251.3.2", "fd00:251:3::2"].map(|a| a.parse::<IpAddr>().unwrap())
+    );
+    assert_eq!(pod.spec.node_name, None, "local to the host");
+    assert_eq!(
+        pod.spec.containers[0].ports,
+        [
+            port(Some("http"), 80, PortProtocol::Tcp),
+            port(Some("dns"), 53, PortProtocol::Udp)
+        ]
+    );
+}
+
+#[test]
+fn docker_compose_container_on_two_networks_with_exposed_ports() {
+    let (pod, problem) = pod(endpoint(&inspect(DOCKER), MAPPING));
+    assert_eq!(problem, None);
+    assert_eq!(pod.metadata.name, "shop-web-1");
+    assert_eq!(pod.namespace(), "shop");
+    assert_eq!(pod.metadata.labels["tier"], "frontend");
+    // Image labels whose values are no Kubernetes label values are kept:
+    // they are never selectable, and harm nothing.
+    assert!(pod.metadata.labels["maintainer"].contains('<'));
+    assert_eq!(
+        ips(&pod),
+        ["172.20.0.2", "fd12:3456:789a::2", "172.19.0.3"].map(|a| a.parse::<IpAddr>().unwrap()),
+        "every network, both families, in network-name order"
+    );
+    assert_eq!(
+        pod.spec.containers[0].ports,
+        [
+            port(None, 80, PortProtocol::Tcp),
+            port(None, 443, PortProtocol::Tcp)
+        ]
+    );
+}
+
+#[test]
+fn without_the_namespace_label_the_namespace_is_default() {
+    let mut container = inspect(DOCKER);
+    let labels = container.config.as_mut().unwrap().labels.as_mut().unwrap();
+    labels.remove("com.docker.compose.project");
+    let (pod, _) = pod(endpoint(&container, MAPPING));
+    assert_eq!(pod.namespace(), DEFAULT_NAMESPACE);
+    let other = Mapping {
+        namespace_label: "tier",
+        ..MAPPING
+    };
+    let (pod, _) = self::pod(endpoint(&container, other));
+    assert_eq!(pod.namespace(), "frontend", "a configurable label");
+}
+
+#[test]
+fn stopped_and_host_network_containers_are_not_endpoints() {
+    let mut stopped = inspect(DOCKER);
+    stopped.state.as_mut().unwrap().running = Some(false);
+    assert_eq!(
+        endpoint(&stopped, MAPPING),
+        Mapped::NotAnEndpoint("not running")
+    );
+    let mut host = inspect(DOCKER);
+    let networks = host
+        .network_settings
+        .as_mut()
+        .unwrap()
+        .networks
+        .as_mut()
+        .unwrap();
+    networks.clear();
+    networks.insert("host".into(), Default::default());
+    assert!(matches!(
+        endpoint(&host, MAPPING),
+        Mapped::NotAnEndpoint(why) if why.contains("no address")
+    ));
+}
+
+#[test]
+fn a_bad_ports_label_keeps_the_endpoint_without_named_ports() {
+    for bad in [
+        "http",
+        "http=0",
+        "http=70000",
+        "http=80/icmp",
+        "HTTP=80",
+        "a-very-long-port-name=80",
+        "http=80,http=81",
+        "-x=1",
+        "12=80",
+    ] {
+        let mut container = inspect(PODMAN);
+        let labels = container.config.as_mut().unwrap().labels.as_mut().unwrap();
+        labels.insert("tollgate.io/ports".into(), bad.into());
+        let (pod, problem) = pod(endpoint(&container, MAPPING));
+        assert!(pod.spec.containers[0].ports.is_empty(), "{bad}");
+        let problem = problem.unwrap_or_else(|| panic!("{bad}: no problem reported"));
+        assert!(problem.contains("tollgate.io/ports"), "{problem}");
+        assert_eq!(pod.ips().len(), 2, "still enforced: {bad}");
+    }
+}
+
+#[test]
+fn ports_label_syntax() {
+    assert_eq!(
+        parse_ports(" http=80 , metrics=9090/tcp,dns=53/UDP,sig=7/sctp,").unwrap(),
+        [
+            port(Some("http"), 80, PortProtocol::Tcp),
+            port(Some("metrics"), 9090, PortProtocol::Tcp),
+            port(Some("dns"), 53, PortProtocol::Udp),
+            port(Some("sig"), 7, PortProtocol::Sctp),
+        ]
+    );
+    assert_eq!(parse_ports("").unwrap(), []);
+}
+
+#[test]
+fn odd_answers_are_read_without_panicking() {
+    for json in [
+        "{}",
+        r#"{"State": {"Running": true}}"#,
+        r#"{"State": {"Running": true}, "Name": "/x", "NetworkSettings": {"Networks": {"n": {"IPAddress": "not an ip", "GlobalIPv6Address": "0.0.0.0"}}}}"#,
+    ] {
+        assert!(matches!(
+            endpoint(&inspect(json), MAPPING),
+            Mapped::NotAnEndpoint(_)
+        ));
+    }
+}
