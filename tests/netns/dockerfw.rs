@@ -508,3 +508,156 @@ fn firewall_flush_is_repaired_within_the_drift_interval() {
     assert_eq!(docker_state(&lab), before, "Docker's rules untouched");
     agent.stop();
 }
+
+/// CNI's own filter rules (podman 4 on Debian 12): its chains' lines and
+/// its jumps, counters stripped, tollgate's left out.
+fn cni_lines(lab: &Lab) -> [Vec<String>; 2] {
+    docker_state(lab).map(|lines| lines.into_iter().filter(|l| l.contains("CNI-")).collect())
+}
+
+/// `podman network reload --all` rebuilds the container network's
+/// firewall rules the way a restarting engine does (CNI's here: its
+/// per-container rules deleted and added again, its FORWARD jump kept or
+/// put back on top). With real containers as the inventory (`--docker`
+/// against podman's API), a peer outside the bridge denied the server's
+/// port by a label policy is never let through during three reloads
+/// (IPv4 and IPv6), the open container stays reachable, CNI's rules are
+/// present before and after and tollgate changed none of them, and
+/// tollgate's FORWARD jump is above CNI's.
+#[test]
+fn podman_network_reload_opens_nothing() {
+    use crate::harness::podman::{Container, Podman, PODMAN_TOOLS};
+    let Some(lab) = Lab::builder("podman_network_reload_opens_nothing")
+        .peer("client")
+        .ipv6()
+        .require(PODMAN_TOOLS)
+        .build()
+    else {
+        return;
+    };
+    let podman = Podman::start(&lab);
+    let nginx = &["nginx", "-g", "daemon off;"];
+    podman.run(&Container::new("server").label("app", "web").command(nginx));
+    podman.run(&Container::new("open").label("app", "open").command(nginx));
+    let (server, server6) = (podman.addr("server"), podman.addr6("server"));
+    let (open, open6) = (podman.addr("open"), podman.addr6("open"));
+    let denied = [
+        SocketAddr::new(IpAddr::from(server), 80),
+        SocketAddr::new(IpAddr::from(server6), 80),
+    ];
+    let allowed = [
+        SocketAddr::new(IpAddr::from(open), 80),
+        SocketAddr::new(IpAddr::from(open6), 80),
+    ];
+    for target in denied.iter().chain(&allowed) {
+        let up = poll_until(AGENT_WAIT, || {
+            (lab.tcp("client", *target, ATTEMPT) == TcpOutcome::Connected).then_some(())
+        });
+        assert!(up.is_some(), "{target} not reachable before any policy");
+    }
+    lab.write_policy(
+        "web.yaml",
+        &format!(
+            "apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {{name: web-from-client}}
+spec:
+  priority: 5
+  tier: securityops
+  appliedTo: [{{podSelector: {{matchLabels: {{app: web}}}}}}]
+  ingress:
+    - action: Reject
+      from: [{{ipBlock: {{cidr: {}}}}}, {{ipBlock: {{cidr: '{}/128'}}}}]
+      ports: [{{protocol: TCP, port: 80}}]
+",
+            lab.subnet("client"),
+            lab.addr6("client")
+        ),
+    );
+    let cni_before = cni_lines(&lab);
+    assert!(
+        cni_before
+            .iter()
+            .all(|lines| lines.iter().any(|l| l.contains("-j CNI-FORWARD"))),
+        "CNI's rules present: {cni_before:?}"
+    );
+    let mut agent = lab.start_agent(lab.agent_options().args(&[
+        "--docker",
+        "--docker-host",
+        &podman.docker_host(),
+        "--drift-check-seconds",
+        "1",
+    ]));
+    agent.wait_generation(1);
+    let enforced = poll_until(AGENT_WAIT, || {
+        denied
+            .iter()
+            .all(|t| lab.tcp("client", *t, ATTEMPT) == TcpOutcome::Refused)
+            .then_some(())
+    });
+    assert!(enforced.is_some(), "policy not enforced:\n{}", agent.log());
+    assert_eq!(cni_lines(&lab), cni_before, "CNI's rules untouched");
+    let targets: Vec<SocketAddr> = denied.iter().chain(&allowed).copied().collect();
+    let prober = Prober::start(lab.ns("client"), &targets, EVERY, ATTEMPT, PROBE_LIMIT);
+    for round in 0..3 {
+        let since = prober.now();
+        let seen = poll_until(AGENT_WAIT, || {
+            targets
+                .iter()
+                .all(|t| prober.attempts(*t).iter().filter(|a| a.at >= since).count() >= 5)
+                .then_some(())
+        });
+        assert!(seen.is_some(), "the prober stalled");
+        let started = Instant::now();
+        podman
+            .podman(&["network", "reload", "--all"])
+            .expect_success("podman network reload --all");
+        println!(
+            "DOCKERFW-RELOAD round {round}: podman network reload --all took {} ms",
+            started.elapsed().as_millis()
+        );
+    }
+    let since = prober.now();
+    let resumed = poll_until(AGENT_WAIT, || {
+        allowed
+            .iter()
+            .all(|t| prober.connected_since(*t, since) >= 3)
+            .then_some(())
+    });
+    assert!(resumed.is_some(), "the open container stopped answering");
+    for (target, attempts) in prober.finish() {
+        if !denied.contains(&target) {
+            continue;
+        }
+        let passed = attempts
+            .iter()
+            .filter(|a| a.outcome == TcpOutcome::Connected)
+            .count();
+        assert_eq!(
+            passed,
+            0,
+            "{target}: {passed} of {} connected",
+            attempts.len()
+        );
+        println!(
+            "DOCKERFW-RELOAD-DENIED {target}: {} attempts during three reloads, none connected",
+            attempts.len()
+        );
+    }
+    let restored = poll_until(AGENT_WAIT, || {
+        (first_rules(&lab, "FORWARD") == ["-A FORWARD -j TOLLGATE-FORWARD"; 2]).then_some(())
+    });
+    assert!(
+        restored.is_some(),
+        "{}",
+        lab.node().ok("iptables -S FORWARD; ip6tables -S FORWARD")
+    );
+    let cni_after = cni_lines(&lab);
+    assert!(
+        cni_after
+            .iter()
+            .all(|lines| lines.iter().any(|l| l.contains("-j CNI-FORWARD"))),
+        "CNI's rules present after the reloads: {cni_after:?}"
+    );
+    agent.stop();
+}

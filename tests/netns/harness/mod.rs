@@ -172,6 +172,7 @@ pub const TEST_IDS: &[&str] = &[
     "dockerd_restart_opens_nothing_and_the_buried_jump_is_restored",
     "bridged_traffic_unseen_is_named_by_status",
     "firewall_flush_is_repaired_within_the_drift_interval",
+    "podman_network_reload_opens_nothing",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
