@@ -12,6 +12,7 @@
 #   POLICIES        host directory of policy files [/etc/tollgate/policies]
 #   DOCKER_SOCKET   the engine's API socket on the host [/var/run/docker.sock]
 #   NAME            the container's name [tollgate]
+#   RUN_DIR         host directory for the status socket [/run/tollgate]
 #
 # /run/tollgate is shared so that `tollgate status` works on the host;
 # /run/xtables.lock is the host's, so that with the legacy iptables
@@ -22,8 +23,9 @@ TOLLGATE_IMAGE=${TOLLGATE_IMAGE:-localhost/tollgate:dev}
 POLICIES=${POLICIES:-/etc/tollgate/policies}
 DOCKER_SOCKET=${DOCKER_SOCKET:-/var/run/docker.sock}
 NAME=${NAME:-tollgate}
+RUN_DIR=${RUN_DIR:-/run/tollgate}
 
-mkdir -p /run/tollgate
+mkdir -p "$RUN_DIR"
 touch /run/xtables.lock
 # shellcheck disable=SC2086 # DOCKER may carry global flags (podman --runtime runc ...)
 exec $DOCKER run --detach --name "$NAME" --restart unless-stopped \
@@ -31,7 +33,7 @@ exec $DOCKER run --detach --name "$NAME" --restart unless-stopped \
     --cap-drop ALL --cap-add NET_ADMIN --cap-add NET_RAW \
     --volume "$DOCKER_SOCKET:/var/run/docker.sock:ro" \
     --volume "$POLICIES:/etc/tollgate/policies:ro" \
-    --volume /run/tollgate:/run/tollgate \
+    --volume "$RUN_DIR:/run/tollgate" \
     --volume /run/xtables.lock:/run/xtables.lock \
     "$TOLLGATE_IMAGE" \
     run --docker --docker-host unix:///var/run/docker.sock \

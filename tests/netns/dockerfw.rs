@@ -661,3 +661,127 @@ spec:
     );
     agent.stop();
 }
+
+/// `docker/run.sh` with podman (`DOCKER=podman`, this machine's runtime
+/// settings in a `CONTAINERS_CONF`), run in the lab's node namespace as
+/// the host: the node image with host networking, only NET_ADMIN and
+/// NET_RAW, podman's Docker API socket read-only as the inventory and the
+/// lab's policy directory, enforces a label policy on a container.
+#[test]
+fn run_example_starts_the_image_and_enforces() {
+    use crate::harness::podman::{Container, Podman, PODMAN_TOOLS};
+    let Some(lab) = Lab::builder("run_example_starts_the_image_and_enforces")
+        .peer("client")
+        .ipv6()
+        .require(PODMAN_TOOLS)
+        .build()
+    else {
+        return;
+    };
+    let image = crate::image::image();
+    let podman = Podman::start(&lab);
+    podman.run(&Container::new("server").label("app", "web").command(&[
+        "nginx",
+        "-g",
+        "daemon off;",
+    ]));
+    let targets = [
+        SocketAddr::new(IpAddr::from(podman.addr("server")), 80),
+        SocketAddr::new(IpAddr::from(podman.addr6("server")), 80),
+    ];
+    for target in targets {
+        let up = poll_until(AGENT_WAIT, || {
+            (lab.tcp("client", target, ATTEMPT) == TcpOutcome::Connected).then_some(())
+        });
+        assert!(up.is_some(), "{target} not reachable before any policy");
+    }
+    lab.write_policy(
+        "web.yaml",
+        &format!(
+            "apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {{name: web-from-client}}
+spec:
+  priority: 5
+  tier: securityops
+  appliedTo: [{{podSelector: {{matchLabels: {{app: web}}}}}}]
+  ingress:
+    - action: Reject
+      from: [{{ipBlock: {{cidr: {}}}}}, {{ipBlock: {{cidr: '{}/128'}}}}]
+      ports: [{{protocol: TCP, port: 80}}]
+",
+            lab.subnet("client"),
+            lab.addr6("client")
+        ),
+    );
+    let conf = lab.dir().join("containers.conf");
+    std::fs::write(
+        &conf,
+        "[containers]\ndefault_ulimits = [\"nofile=4096:4096\", \"nproc=4096:4096\"]\n\
+         [engine]\nruntime = \"runc\"\ncgroup_manager = \"cgroupfs\"\n",
+    )
+    .expect("write containers.conf");
+    let name = podman.name("tollgate");
+    struct Remove<'a>(&'a Podman, String);
+    impl Drop for Remove<'_> {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                eprintln!(
+                    "---- {} ----\n{}",
+                    self.1,
+                    self.0.podman(&["logs", &self.1]).stderr
+                );
+            }
+            let _ = self.0.podman(&["rm", "--force", "--time", "5", &self.1]);
+        }
+    }
+    let _remove = Remove(&podman, name.clone());
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docker/run.sh");
+    let mut cmd = std::process::Command::new("nsenter");
+    cmd.arg(format!("--net=/run/netns/{}", lab.node().name()))
+        .arg(&script)
+        .args(["--queues", "1"])
+        .env("CONTAINERS_CONF", &conf)
+        .env("DOCKER", "podman")
+        .env("TOLLGATE_IMAGE", image)
+        .env("POLICIES", lab.policy_dir())
+        .env("DOCKER_SOCKET", podman.socket())
+        .env("NAME", &name)
+        .env("RUN_DIR", lab.dir().join("run-tollgate"));
+    crate::harness::netns::run_with_timeout(cmd, Duration::from_secs(120))
+        .expect_success("docker/run.sh");
+    let enforced = poll_until(AGENT_WAIT, || {
+        targets
+            .iter()
+            .all(|t| lab.tcp("client", *t, ATTEMPT) == TcpOutcome::Refused)
+            .then_some(())
+    });
+    assert!(
+        enforced.is_some(),
+        "not enforced; container log:\n{}",
+        podman.podman(&["logs", &name]).stderr
+    );
+    let inspect = podman
+        .podman(&[
+            "inspect",
+            "--format",
+            "{{.HostConfig.NetworkMode}} {{.HostConfig.CapDrop}} {{.HostConfig.CapAdd}}",
+            &name,
+        ])
+        .expect_success("podman inspect");
+    assert!(inspect.stdout.starts_with("host "), "{}", inspect.stdout);
+    let pid = podman
+        .podman(&["inspect", "--format", "{{.State.Pid}}", &name])
+        .expect_success("podman inspect")
+        .stdout;
+    let status = std::fs::read_to_string(format!("/proc/{}/status", pid.trim()))
+        .expect("the container's process");
+    let caps = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:\t"))
+        .unwrap_or_default();
+    assert_eq!(
+        caps, "0000000000003000",
+        "NET_ADMIN and NET_RAW only:\n{status}"
+    );
+}

@@ -16,7 +16,7 @@ mod files;
 mod forgery;
 mod fqdn;
 mod health;
-mod image;
+pub(crate) mod image;
 mod kernel;
 mod kube;
 mod l7;
