@@ -515,7 +515,8 @@ fn cni_lines(lab: &Lab) -> [Vec<String>; 2] {
     docker_state(lab).map(|lines| lines.into_iter().filter(|l| l.contains("CNI-")).collect())
 }
 
-/// `podman network reload --all` rebuilds the container network's
+/// `podman network reload` (of every container of the lab; `--all` would
+/// reach other tests' containers) rebuilds the container network's
 /// firewall rules the way a restarting engine does (CNI's here: its
 /// per-container rules deleted and added again, its FORWARD jump kept or
 /// put back on top). With real containers as the inventory (`--docker`
@@ -609,11 +610,14 @@ spec:
         });
         assert!(seen.is_some(), "the prober stalled");
         let started = Instant::now();
+        // `--all` would also reload other tests' containers (the storage
+        // is the machine's): the lab's own, by name, do the same here.
+        let (server, open) = (podman.name("server"), podman.name("open"));
         podman
-            .podman(&["network", "reload", "--all"])
-            .expect_success("podman network reload --all");
+            .podman(&["network", "reload", &server, &open])
+            .expect_success("podman network reload");
         println!(
-            "DOCKERFW-RELOAD round {round}: podman network reload --all took {} ms",
+            "DOCKERFW-RELOAD round {round}: podman network reload of both containers took {} ms",
             started.elapsed().as_millis()
         );
     }
@@ -662,15 +666,21 @@ spec:
     agent.stop();
 }
 
-/// `docker/run.sh` with podman (`DOCKER=podman`, this machine's runtime
-/// settings in a `CONTAINERS_CONF`), run in the lab's node namespace as
-/// the host: the node image with host networking, only NET_ADMIN and
-/// NET_RAW, podman's Docker API socket read-only as the inventory and the
-/// lab's policy directory, enforces a label policy on a container.
-#[test]
-fn run_example_starts_the_image_and_enforces() {
+/// How an example starts the node image: run.sh, or compose.yaml.
+#[derive(Clone, Copy, Debug)]
+enum Example {
+    RunScript,
+    Compose,
+}
+
+/// The example `how` starts the node image with podman in the lab's node
+/// namespace as the host (this machine's runtime settings in a
+/// `CONTAINERS_CONF`): host networking, only NET_ADMIN and NET_RAW,
+/// podman's Docker API socket read-only as the inventory, the lab's
+/// policy directory; it enforces a label policy on a container.
+fn example_enforces(test: &'static str, how: Example) {
     use crate::harness::podman::{Container, Podman, PODMAN_TOOLS};
-    let Some(lab) = Lab::builder("run_example_starts_the_image_and_enforces")
+    let Some(lab) = Lab::builder(test)
         .peer("client")
         .ipv6()
         .require(PODMAN_TOOLS)
@@ -736,20 +746,40 @@ spec:
         }
     }
     let _remove = Remove(&podman, name.clone());
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docker/run.sh");
+    let env: Vec<(&str, String)> = vec![
+        ("CONTAINERS_CONF", conf.display().to_string()),
+        ("TOLLGATE_IMAGE", image.to_string()),
+        ("DOCKER_SOCKET", podman.socket().display().to_string()),
+        (
+            "RUN_DIR",
+            lab.dir().join("run-tollgate").display().to_string(),
+        ),
+    ];
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut cmd = std::process::Command::new("nsenter");
-    cmd.arg(format!("--net=/run/netns/{}", lab.node().name()))
-        .arg(&script)
-        .args(["--queues", "1"])
-        .env("CONTAINERS_CONF", &conf)
-        .env("DOCKER", "podman")
-        .env("TOLLGATE_IMAGE", image)
-        .env("POLICIES", lab.policy_dir())
-        .env("DOCKER_SOCKET", podman.socket())
-        .env("NAME", &name)
-        .env("RUN_DIR", lab.dir().join("run-tollgate"));
+    cmd.arg(format!("--net=/run/netns/{}", lab.node().name()));
+    cmd.envs(env.iter().map(|(k, v)| (*k, v)));
+    match how {
+        Example::RunScript => {
+            cmd.arg(manifest.join("docker/run.sh"))
+                .env("DOCKER", "podman")
+                .env("POLICIES", lab.policy_dir())
+                .env("NAME", &name);
+        }
+        Example::Compose => {
+            let compose = std::fs::read_to_string(manifest.join("docker/compose.yaml"))
+                .expect("read docker/compose.yaml");
+            let mut vars: Vec<(&str, String)> = env.clone();
+            vars.push(("TOLLGATE_POLICIES", lab.policy_dir().display().to_string()));
+            vars.push((
+                "TOLLGATE_RUN",
+                lab.dir().join("run-tollgate").display().to_string(),
+            ));
+            cmd.arg("podman").args(compose_run(&compose, &name, &vars));
+        }
+    }
     crate::harness::netns::run_with_timeout(cmd, Duration::from_secs(120))
-        .expect_success("docker/run.sh");
+        .expect_success("the example");
     let enforced = poll_until(AGENT_WAIT, || {
         targets
             .iter()
@@ -758,30 +788,121 @@ spec:
     });
     assert!(
         enforced.is_some(),
-        "not enforced; container log:\n{}",
+        "{how:?}: not enforced; container log:\n{}",
         podman.podman(&["logs", &name]).stderr
     );
     let inspect = podman
         .podman(&[
             "inspect",
             "--format",
-            "{{.HostConfig.NetworkMode}} {{.HostConfig.CapDrop}} {{.HostConfig.CapAdd}}",
+            "{{.HostConfig.NetworkMode}} {{.State.Pid}}",
             &name,
         ])
         .expect_success("podman inspect");
-    assert!(inspect.stdout.starts_with("host "), "{}", inspect.stdout);
-    let pid = podman
-        .podman(&["inspect", "--format", "{{.State.Pid}}", &name])
-        .expect_success("podman inspect")
-        .stdout;
-    let status = std::fs::read_to_string(format!("/proc/{}/status", pid.trim()))
-        .expect("the container's process");
+    let (mode, pid) = inspect.stdout.trim().split_once(' ').expect("mode and pid");
+    assert_eq!(mode, "host", "{how:?}");
+    let status =
+        std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the container's process");
     let caps = status
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:\t"))
         .unwrap_or_default();
     assert_eq!(
         caps, "0000000000003000",
-        "NET_ADMIN and NET_RAW only:\n{status}"
+        "{how:?}: NET_ADMIN and NET_RAW only:\n{status}"
+    );
+}
+
+/// `${NAME:-default}` of compose files, from `vars`, else the default.
+fn substitute(text: &str, vars: &[(&str, String)]) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let end = rest[start..].find('}').expect("closing brace") + start;
+        let inner = &rest[start + 2..end];
+        let (name, default) = inner.split_once(":-").unwrap_or((inner, ""));
+        let value = vars
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map_or(default.to_string(), |(_, v)| v.clone());
+        out.push_str(&value);
+        rest = &rest[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The `podman run` arguments of compose.yaml's `tollgate` service, read
+/// as Docker Compose reads them (podman-compose 1.0.3 from Debian adds a
+/// project network to `network_mode: host` and is not used): image,
+/// network mode, capabilities, volumes (short and long syntax), command.
+fn compose_run(compose: &str, name: &str, vars: &[(&str, String)]) -> Vec<String> {
+    let compose: serde_json::Value =
+        serde_saphyr::from_str(&substitute(compose, vars)).expect("compose.yaml parses");
+    let service = &compose["services"]["tollgate"];
+    let strings = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .expect("a list")
+            .iter()
+            .map(|s| s.as_str().expect("a string").to_string())
+            .collect()
+    };
+    let mut args: Vec<String> = ["run", "--detach", "--name", name]
+        .map(String::from)
+        .to_vec();
+    args.push(format!(
+        "--network={}",
+        service["network_mode"].as_str().expect("network_mode")
+    ));
+    args.push(format!(
+        "--restart={}",
+        service["restart"].as_str().expect("restart")
+    ));
+    for cap in strings(&service["cap_drop"]) {
+        args.push(format!("--cap-drop={cap}"));
+    }
+    for cap in strings(&service["cap_add"]) {
+        args.push(format!("--cap-add={cap}"));
+    }
+    for volume in service["volumes"].as_array().expect("volumes") {
+        let spec = match volume.as_str() {
+            Some(short) => {
+                // Docker Compose creates a missing bind source directory.
+                let source = short.split(':').next().expect("a source");
+                if !std::path::Path::new(source).exists() {
+                    std::fs::create_dir_all(source).expect("create the bind source");
+                }
+                short.to_string()
+            }
+            None => {
+                let source = volume["source"].as_str().expect("source");
+                assert_eq!(volume["bind"]["create_host_path"], false);
+                if !std::path::Path::new(source).exists() {
+                    std::fs::File::create(source).expect("touch the bind source");
+                }
+                format!("{source}:{}", volume["target"].as_str().expect("target"))
+            }
+        };
+        args.push(format!("--volume={spec}"));
+    }
+    args.push(service["image"].as_str().expect("image").to_string());
+    args.extend(strings(&service["command"]));
+    args
+}
+
+#[test]
+fn run_example_starts_the_image_and_enforces() {
+    example_enforces(
+        "run_example_starts_the_image_and_enforces",
+        Example::RunScript,
+    );
+}
+
+#[test]
+fn compose_example_starts_the_image_and_enforces() {
+    example_enforces(
+        "compose_example_starts_the_image_and_enforces",
+        Example::Compose,
     );
 }

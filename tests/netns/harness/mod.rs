@@ -174,6 +174,7 @@ pub const TEST_IDS: &[&str] = &[
     "firewall_flush_is_repaired_within_the_drift_interval",
     "podman_network_reload_opens_nothing",
     "run_example_starts_the_image_and_enforces",
+    "compose_example_starts_the_image_and_enforces",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
