@@ -14,6 +14,7 @@ PACKAGES=(
     hping3                               # SYN floods (benches/overload.sh)
     shellcheck                           # lints the shell scripts (scripts/test.sh)
     podman buildah mmdebstrap runc uidmap # the node image (scripts/image.sh, tests/netns/image.rs)
+    containernetworking-plugins util-linux # podman's bridge networks, nsenter (tests/netns/docker.rs)
 )
 
 missing=()

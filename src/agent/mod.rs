@@ -332,6 +332,9 @@ fn read_config(args: &RunArgs) -> Result<Loaded, ConfigError> {
     AgentConfig::load(&host::machine_defaults(), file, &args.settings())
 }
 
+/// The source, and the Docker API's health when it is the inventory.
+type Opened = (Box<dyn Source>, Option<Arc<DockerHealth>>);
+
 /// The policy directory (with the Docker inventory when
 /// `docker.enabled`), or the Kubernetes API; each wakes the run loop
 /// through `events` when something changed.
@@ -340,7 +343,7 @@ fn open_source(
     config: &AgentConfig,
     events: Sender<Event>,
     metrics: &Arc<Metrics>,
-) -> Result<(Box<dyn Source>, Option<Arc<DockerHealth>>), AgentError> {
+) -> Result<Opened, AgentError> {
     let docker_events = events.clone();
     let changed = move || {
         let _ = events.send(Event::PolicyChanged);

@@ -39,7 +39,10 @@ pub struct Mapping<'a> {
 pub enum Mapped {
     /// An endpoint; `problem` says what of the container was left out
     /// (an unreadable ports label: the Pod has no named ports then).
-    Pod { pod: Pod, problem: Option<String> },
+    Pod {
+        pod: Box<Pod>,
+        problem: Option<String>,
+    },
     /// Not an endpoint: why (not running, no address of its own).
     NotAnEndpoint(&'static str),
 }
@@ -115,7 +118,10 @@ pub fn endpoint(container: &ContainerInspectResponse, mapping: Mapping<'_>) -> M
             pod_ips: ips.into_iter().map(|ip| PodIp { ip }).collect(),
         },
     };
-    Mapped::Pod { pod, problem }
+    Mapped::Pod {
+        pod: Box::new(pod),
+        problem,
+    }
 }
 
 /// Every network's IPv4 and global IPv6 address (and the legacy top-level

@@ -346,7 +346,7 @@ async fn list(client: &Docker, labels: &Labels) -> Result<Listing, bollard::erro
                         pod.metadata.name
                     ));
                 }
-                pods.push(pod);
+                pods.push(*pod);
             }
             Mapped::NotAnEndpoint(why) => {
                 tracing::debug!(container = %id, why, "container is not an endpoint");
@@ -492,4 +492,44 @@ fn report(problems: &[String], reported: &mut BTreeSet<String>) {
         tracing::warn!("{problem}");
     }
     *reported = now;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_api_missing_at_start_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let policies = Directory::start(dir.path(), Default::default(), || {}).unwrap();
+        let config = DockerConfig {
+            enabled: true,
+            host: format!("unix://{}/docker.sock", dir.path().display()),
+            ..DockerConfig::default()
+        };
+        let Err(error) = DockerSource::spawn(&config, policies, Arc::default(), || {}) else {
+            panic!("started without an API");
+        };
+        let message = error.to_string();
+        assert!(message.contains("cannot be reached"), "{message}");
+        assert!(message.contains(&config.host), "{message}");
+    }
+
+    #[test]
+    fn health_says_connected_or_unreachable_keeping_the_inventory() {
+        let health = DockerHealth::new("unix:///run/docker.sock".into());
+        health.published(3);
+        assert_eq!(
+            health.describe(),
+            "docker unix:///run/docker.sock: connected, 3 containers"
+        );
+        assert!(health.failed("connection refused"), "an outage starts");
+        assert!(!health.failed("connection refused"), "the same outage");
+        let down = health.describe();
+        assert!(down.contains("UNREACHABLE"), "{down}");
+        assert!(down.contains("2 failed requests"), "{down}");
+        assert!(down.contains("last inventory of 3 containers"), "{down}");
+        health.published(2);
+        assert!(health.describe().ends_with("connected, 2 containers"));
+    }
 }

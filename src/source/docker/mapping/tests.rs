@@ -18,7 +18,7 @@ fn inspect(json: &str) -> ContainerInspectResponse {
 
 fn pod(mapped: Mapped) -> (Pod, Option<String>) {
     match mapped {
-        Mapped::Pod { pod, problem } => (pod, problem),
+        Mapped::Pod { pod, problem } => (*pod, problem),
         Mapped::NotAnEndpoint(why) => panic!("not an endpoint: {why}"),
     }
 }
@@ -168,5 +168,32 @@ fn odd_answers_are_read_without_panicking() {
             endpoint(&inspect(json), MAPPING),
             Mapped::NotAnEndpoint(_)
         ));
+    }
+}
+
+#[test]
+fn containers_are_named_project_slash_container_in_the_ruleset() {
+    use crate::compile::{compile, LocalNode};
+    use crate::model::{Object, Snapshot, Sourced};
+    let (pod, _) = pod(endpoint(&inspect(DOCKER), MAPPING));
+    let snapshot = Snapshot {
+        objects: vec![Sourced {
+            origin: "docker unix:///var/run/docker.sock".into(),
+            object: Object::Pod(pod),
+        }],
+    };
+    let node = LocalNode {
+        name: "host".into(),
+        labels: Default::default(),
+        addresses: vec!["192.0.2.1".parse().unwrap()],
+    };
+    let ruleset = compile(&snapshot, &node);
+    for ip in ["172.19.0.3", "fd12:3456:789a::2"] {
+        let endpoint = ruleset.endpoint_of(ip.parse().unwrap());
+        assert_eq!(
+            endpoint.map(ToString::to_string).as_deref(),
+            Some("shop/shop-web-1"),
+            "{ip}"
+        );
     }
 }
