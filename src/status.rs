@@ -210,6 +210,10 @@ pub struct StatusReport {
     /// failed; a retry is scheduled), or `None` when it does.
     #[serde(default)]
     pub datapath_behind: Option<String>,
+    /// Why traffic between the ports of a Linux bridge bypasses iptables
+    /// (`br_netfilter`), or `None` when it is seen or there is no bridge.
+    #[serde(default)]
+    pub bridged_traffic_unseen: Option<String>,
     pub queues: Vec<QueueReport>,
     pub audit_log: Option<PathBuf>,
     pub metrics_address: Option<String>,
@@ -330,6 +334,7 @@ struct State {
     last_applied: Option<Instant>,
     last_reload: Option<(Instant, Option<String>)>,
     datapath_behind: Option<String>,
+    bridged_traffic_unseen: Option<String>,
     /// The kernel was written to match the ruleset in force and the last
     /// attempt did not fail; false until the first install succeeds.
     datapath_synced: bool,
@@ -432,6 +437,11 @@ impl AgentStatus {
         state.datapath_behind = behind;
     }
 
+    /// Why bridged traffic bypasses iptables (`None`: it is seen).
+    pub fn bridged_traffic(&self, unseen: Option<String>) {
+        self.state().bridged_traffic_unseen = unseen;
+    }
+
     /// Whether the snapshot the agent has applied is complete: files
     /// loaded, or every Kubernetes kind listed once. Call it after the
     /// snapshot was offered and synced, so that readiness never runs ahead
@@ -505,6 +515,7 @@ impl AgentStatus {
                 error: error.clone(),
             }),
             datapath_behind: state.datapath_behind.clone(),
+            bridged_traffic_unseen: state.bridged_traffic_unseen.clone(),
             queues,
             audit_log: self.audit_log.clone(),
             metrics_address: self.metrics_address.clone(),
@@ -940,6 +951,9 @@ pub fn render_status(report: &StatusReport) -> String {
         Some(error) => format!("BEHIND, retrying: {error}"),
     };
     let _ = writeln!(out, "datapath:           {datapath}");
+    if let Some(why) = &report.bridged_traffic_unseen {
+        let _ = writeln!(out, "bridged traffic:    NOT SEEN: {why}");
+    }
     let _ = writeln!(out, "fail mode:          {}", report.fail_mode);
     let unknown = |v: Option<String>| v.unwrap_or_else(|| "?".into());
     let p = &report.process;
@@ -1143,6 +1157,17 @@ mod tests {
         assert!(render_status(&behind)
             .contains("datapath:           BEHIND, retrying: iptables-restore: exited with 1"));
         s.datapath(None);
+        assert!(
+            !text.contains("bridged traffic:"),
+            "no row while seen: {text}"
+        );
+        s.bridged_traffic(Some("br_netfilter is not loaded".into()));
+        let Response::Status(unseen) = s.answer(&Request::Status) else {
+            panic!()
+        };
+        assert!(render_status(&unseen)
+            .contains("\nbridged traffic:    NOT SEEN: br_netfilter is not loaded\n"));
+        s.bridged_traffic(None);
         assert!(text.contains("\n100   2       0       0 "), "{text}");
         let json = serde_json::to_string(&Response::Status(report.clone())).unwrap();
         assert!(json.starts_with(r#"{"status":{"version":"#), "{json}");

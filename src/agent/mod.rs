@@ -10,6 +10,7 @@
 //! table and DNS worker `fqdn`'s.
 #![allow(clippy::disallowed_methods)] // the agent wires the edge: it reads the clock and starts threads.
 
+mod bridge;
 mod converge;
 mod error;
 mod fqdn;
@@ -106,7 +107,7 @@ struct Starting {
 
 /// How waiting for the first snapshot ended.
 enum Waited {
-    Ready(Running),
+    Ready(Box<Running>),
     Stopped(Starting),
 }
 
@@ -117,6 +118,9 @@ struct Running {
     fqdn: Fqdn,
     /// When the kernel state is next compared with the desired one.
     drift_due: Option<Instant>,
+    /// Why bridged traffic bypasses iptables, as last seen
+    /// ([`bridge::unseen`]); checked at start and with every drift check.
+    bridged_unseen: Option<String>,
 }
 
 fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
@@ -224,7 +228,7 @@ impl Starting {
                 .latest()
                 .map_err(AgentError::InvalidPolicies)?
             {
-                return self.enforce(&snapshot).map(Waited::Ready);
+                return self.enforce(&snapshot).map(|r| Waited::Ready(Box::new(r)));
             }
             if !self.startup_done {
                 self.startup_done = true;
@@ -302,7 +306,9 @@ impl Starting {
             reconciler,
             fqdn,
             drift_due,
+            bridged_unseen: None,
         };
+        running.check_bridges();
         running.put_in_force();
         running.base.status.set_snapshot_complete(true);
         // A failed install is retried from the run loop: tearing down here

@@ -12,7 +12,7 @@ use crate::datapath;
 use crate::telemetry::ReloadResult;
 
 use super::signals::{self, Event};
-use super::{host, Running};
+use super::{bridge, host, Running};
 
 impl Running {
     /// Handles events until a shutdown is asked for; retries a failed
@@ -71,6 +71,7 @@ impl Running {
             .drift_check()
             .unwrap_or(Duration::MAX);
         self.drift_due = now.checked_add(every);
+        self.check_bridges();
         let config = &self.base.config;
         let queues = config.queue_numbers();
         let found = self.reconciler.drift(&self.base.kernel, |enforced, fqdn| {
@@ -88,6 +89,22 @@ impl Running {
             }
             Err(error) => tracing::warn!("datapath drift check failed: {error}"),
         }
+    }
+
+    /// Whether bridged traffic reaches iptables: published in the status
+    /// and the `bridge_netfilter_off` gauge; logged when it changes.
+    pub(super) fn check_bridges(&mut self) {
+        let unseen = bridge::unseen(&bridge::read());
+        if unseen == self.bridged_unseen {
+            return;
+        }
+        match &unseen {
+            Some(why) => tracing::warn!("bridged traffic is not seen by iptables: {why}"),
+            None => tracing::info!("bridged traffic is seen by iptables again"),
+        }
+        self.base.metrics.bridge_netfilter_off(unseen.is_some());
+        self.base.status.bridged_traffic(unseen.clone());
+        self.bridged_unseen = unseen;
     }
 
     /// Reads the source again and converges to it: the new ruleset

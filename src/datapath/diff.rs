@@ -3,13 +3,18 @@
 //! -exist`. Pure. Owned chains are rewritten whole (declaring `:CHAIN - [0:0]`
 //! flushes it inside the same atomic batch); set membership changes go
 //! through a temporary set and `swap`, so a set is never seen half-filled.
+//!
+//! Jumps into `DOCKER-USER` are planned only where that chain exists
+//! (tollgate never creates, flushes or reorders it, nor any rule but its
+//! own jump). A jump a container runtime buried ([`Table::buried`]) is
+//! deleted and inserted at the top again in the same atomic batch.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
 #[cfg(test)]
 use super::state::LearnedSet;
-use super::state::{Family, IpSet, State, Table};
+use super::state::{Family, IpSet, State, Table, DOCKER_USER};
 
 /// Suffix of the temporary set a membership change is built in.
 const NEXT_SUFFIX: &str = "-next";
@@ -38,6 +43,14 @@ impl TableChanges {
     }
 
     fn between(desired: &Table, installed: &Table) -> TableChanges {
+        // A rule in DOCKER-USER means the chain exists, whatever else says.
+        let docker_user =
+            installed.docker_user || installed.jumps.iter().any(|(c, _)| c == DOCKER_USER);
+        let wanted: Vec<&(String, String)> = desired
+            .jumps
+            .iter()
+            .filter(|(chain, _)| chain != DOCKER_USER || docker_user)
+            .collect();
         let write = desired
             .chains
             .iter()
@@ -55,13 +68,16 @@ impl TableChanges {
             if installed.jumps[..i].contains(jump) {
                 continue;
             }
-            let keep = usize::from(desired.jumps.contains(jump));
+            // A buried jump is deleted and inserted at the top again.
+            let moved = installed.buried.contains(jump);
+            let keep = usize::from(wanted.contains(&jump) && !moved);
             let extra = installed.jumps.iter().filter(|j| *j == jump).count() - keep;
             delete_jumps.extend(std::iter::repeat_n(jump.clone(), extra));
         }
         let mut insert_jumps = Vec::new();
-        for jump in &desired.jumps {
-            if !installed.jumps.contains(jump) && !insert_jumps.contains(jump) {
+        for jump in wanted {
+            let present = installed.jumps.contains(jump) && !installed.buried.contains(jump);
+            if !present && !insert_jumps.contains(jump) {
                 insert_jumps.push(jump.clone());
             }
         }
@@ -316,6 +332,7 @@ mod tests {
         let desired = Table {
             chains: [("TOLLGATE-INPUT".into(), vec!["-j RETURN".into()])].into(),
             jumps: vec![jump("TOLLGATE-INPUT")],
+            ..Table::default()
         };
         let installed = Table {
             chains: [
@@ -328,6 +345,7 @@ mod tests {
                 jump("TOLLGATE-OLD"),
                 jump("TOLLGATE-INPUT"),
             ],
+            ..Table::default()
         };
         let changes = TableChanges::between(&desired, &installed);
         assert_eq!(
@@ -342,6 +360,115 @@ mod tests {
         let changes = TableChanges::between(&desired, &missing);
         assert_eq!(changes.insert_jumps, vec![jump("TOLLGATE-INPUT")]);
         assert_eq!(changes.remove, vec!["TOLLGATE-OLD".to_string()]);
+    }
+
+    /// FORWARD and DOCKER-USER as dockerd leaves them after a restart that
+    /// found tollgate's jumps: its own jump back at the top of FORWARD.
+    const DOCKER_RESTARTED: &str = "\
+*filter
+:INPUT ACCEPT [0:0]
+:FORWARD DROP [0:0]
+:OUTPUT ACCEPT [0:0]
+:DOCKER - [0:0]
+:DOCKER-USER - [0:0]
+:TOLLGATE-FORWARD - [0:0]
+-A FORWARD -j DOCKER-USER
+-A FORWARD -j TOLLGATE-FORWARD
+-A FORWARD -o docker0 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
+-A FORWARD -i docker0 ! -o docker0 -j ACCEPT
+-A DOCKER-USER -j TOLLGATE-FORWARD
+-A DOCKER-USER -j RETURN
+-A TOLLGATE-FORWARD -j RETURN
+COMMIT
+";
+
+    fn forward_plan() -> Table {
+        Table {
+            chains: [("TOLLGATE-FORWARD".into(), vec!["-j RETURN".into()])].into(),
+            jumps: vec![
+                ("FORWARD".into(), "-j TOLLGATE-FORWARD".into()),
+                (DOCKER_USER.into(), "-j TOLLGATE-FORWARD".into()),
+            ],
+            ..Table::default()
+        }
+    }
+
+    #[test]
+    fn docker_user_jump_only_where_docker_made_the_chain() {
+        let plain = Table::parse(
+            "*filter\n:FORWARD ACCEPT [0:0]\n:TOLLGATE-FORWARD - [0:0]\n\
+             -A FORWARD -j TOLLGATE-FORWARD\n-A TOLLGATE-FORWARD -j RETURN\nCOMMIT\n",
+        );
+        assert!(!plain.docker_user);
+        assert!(
+            TableChanges::between(&forward_plan(), &plain).is_empty(),
+            "no DOCKER-USER: nothing to hook there, nothing created"
+        );
+        let docker = Table::parse(
+            "*filter\n:FORWARD DROP [0:0]\n:DOCKER-USER - [0:0]\n:TOLLGATE-FORWARD - [0:0]\n\
+             -A FORWARD -j TOLLGATE-FORWARD\n-A FORWARD -j DOCKER-USER\n\
+             -A TOLLGATE-FORWARD -j RETURN\nCOMMIT\n",
+        );
+        assert!(docker.docker_user && docker.buried.is_empty());
+        let changes = TableChanges::between(&forward_plan(), &docker);
+        assert_eq!(
+            changes.restore_text().unwrap(),
+            "*filter\n-I DOCKER-USER 1 -j TOLLGATE-FORWARD\nCOMMIT\n",
+            "inserted without declaring (flushing) Docker's chain"
+        );
+        // Teardown takes the jump out of DOCKER-USER and nothing else.
+        let mut installed = docker.clone();
+        installed
+            .jumps
+            .push((DOCKER_USER.into(), "-j TOLLGATE-FORWARD".into()));
+        let removed = TableChanges::between(&Table::default(), &installed);
+        assert_eq!(
+            removed.restore_text().unwrap(),
+            "*filter\n:TOLLGATE-FORWARD - [0:0]\n-D FORWARD -j TOLLGATE-FORWARD\n\
+             -D DOCKER-USER -j TOLLGATE-FORWARD\n-X TOLLGATE-FORWARD\nCOMMIT\n"
+        );
+    }
+
+    #[test]
+    fn jump_buried_under_dockers_goes_back_to_the_top_in_one_batch() {
+        let installed = Table::parse(DOCKER_RESTARTED);
+        assert_eq!(
+            installed.buried,
+            vec![("FORWARD".to_string(), "-j TOLLGATE-FORWARD".to_string())]
+        );
+        let changes = TableChanges::between(&forward_plan(), &installed);
+        assert_eq!(
+            changes.restore_text().unwrap(),
+            "*filter\n-D FORWARD -j TOLLGATE-FORWARD\n-I FORWARD 1 -j TOLLGATE-FORWARD\nCOMMIT\n"
+        );
+        // Once on top again, nothing changes.
+        let repaired = DOCKER_RESTARTED.replace(
+            "-A FORWARD -j DOCKER-USER\n-A FORWARD -j TOLLGATE-FORWARD\n",
+            "-A FORWARD -j TOLLGATE-FORWARD\n-A FORWARD -j DOCKER-USER\n",
+        );
+        assert!(TableChanges::between(&forward_plan(), &Table::parse(&repaired)).is_empty());
+        // Other foreign rules above tollgate's jump are left alone (no
+        // fight with agents that keep their own jump on top).
+        let foreign = |above: &str| {
+            Table::parse(&format!(
+                "*filter\n:FORWARD ACCEPT [0:0]\n:TOLLGATE-FORWARD - [0:0]\n\
+                 {above}-A FORWARD -j TOLLGATE-FORWARD\n\
+                 -A TOLLGATE-FORWARD -j RETURN\nCOMMIT\n"
+            ))
+        };
+        let calico = foreign("-A FORWARD -m comment --comment \"cali:x\" -j cali-FORWARD\n");
+        assert!(calico.buried.is_empty());
+        assert!(TableChanges::between(&forward_plan(), &calico).is_empty());
+        // CNI's firewall plugin (podman 4) accepts container traffic in
+        // CNI-FORWARD: tollgate goes back above it.
+        let cni = foreign(
+            "-A FORWARD -m comment --comment \"CNI firewall plugin rules\" -j CNI-FORWARD\n",
+        );
+        assert_eq!(cni.buried.len(), 1);
+        assert_eq!(
+            TableChanges::between(&forward_plan(), &cni).insert_jumps,
+            vec![("FORWARD".to_string(), "-j TOLLGATE-FORWARD".to_string())]
+        );
     }
 
     #[test]

@@ -83,12 +83,16 @@ fn apply(changes: &Changes, step: Step, state: &mut State) {
                 if let Some(i) = table.jumps.iter().position(|j| j == jump) {
                     table.jumps.remove(i);
                 }
+                if !table.jumps.contains(jump) {
+                    table.buried.retain(|j| j != jump);
+                }
             }
             for name in &changes.remove {
                 table.chains.remove(name);
             }
             for jump in changes.insert_jumps.iter().rev() {
                 table.jumps.insert(0, jump.clone());
+                table.buried.retain(|j| j != jump);
             }
         }
         Step::DestroySets => {
@@ -126,7 +130,11 @@ pub fn covers(state: &State, enforced: &Enforced, fqdn: &[FqdnPattern]) -> bool 
         let fqdn_sets = fqdn
             .iter()
             .all(|p| state.learned.contains_key(&fqdn_set(p, family)));
-        let jumps = table.jumps.len() == 3;
+        let jumps = Hook::ALL.iter().all(|hook| {
+            table
+                .jumps
+                .contains(&(hook.builtin().into(), format!("-j {}", hook.chain())))
+        });
         jumps
             && endpoints_queued
             && (!enforced.node_ingress || whole_input)

@@ -13,7 +13,7 @@ use crate::fqdn::FqdnPattern;
 use crate::marks::{FailMode, MarkLayout};
 use crate::ruleset::Enforced;
 
-use super::state::{Family, IpSet, LearnedSet, State, Table};
+use super::state::{Family, IpSet, LearnedSet, State, Table, DOCKER_USER};
 
 /// A built-in hook of the filter table and the owned chain it jumps to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -155,11 +155,21 @@ fn family_table(
         })
         .collect();
     chains.insert(L7_CHAIN.to_string(), l7_rules(config, queues, family));
-    let jumps = Hook::ALL
+    let mut jumps: Vec<(String, String)> = Hook::ALL
         .iter()
         .map(|hook| (hook.builtin().to_string(), format!("-j {}", hook.chain())))
         .collect();
-    Table { chains, jumps }
+    // On a Docker host the forward hook is also Docker's place for user
+    // policy (planned only where that chain exists, see `diff`).
+    jumps.push((
+        DOCKER_USER.to_string(),
+        format!("-j {}", Hook::Forward.chain()),
+    ));
+    Table {
+        chains,
+        jumps,
+        ..Table::default()
+    }
 }
 
 /// The rules of one owned chain, top to bottom.

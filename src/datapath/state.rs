@@ -1,5 +1,9 @@
 //! The netfilter state tollgate owns, as one value: the `TOLLGATE-*` chains
-//! and the jumps into them per address family, and the `tollgate-*` ipsets.
+//! and the jumps into them per address family (from the built-in chains
+//! and from Docker's `DOCKER-USER`), and the `tollgate-*` ipsets; plus the
+//! two facts about foreign chains the plan depends on (whether
+//! `DOCKER-USER` exists, which jumps a foreign rule precedes), never their
+//! rules.
 //! The desired state ([`super::plan`]) and the installed state (parsed here
 //! from `iptables-save` / `ipset save` text) have the same type, so
 //! reconciling is a diff of two values. Parsing only; never runs commands.
@@ -13,6 +17,20 @@ pub const CHAIN_PREFIX: &str = "TOLLGATE-";
 pub const SET_PREFIX: &str = "tollgate-";
 /// Built-in chains of the filter table that may jump into owned chains.
 pub const BUILTIN_CHAINS: [&str; 3] = ["INPUT", "FORWARD", "OUTPUT"];
+/// Docker's chain for user policy, which FORWARD jumps to before Docker's
+/// own rules. Docker owns it; tollgate only inserts its forward jump
+/// there and deletes it again.
+pub const DOCKER_USER: &str = "DOCKER-USER";
+/// Chains of container runtimes that FORWARD jumps to and that accept
+/// container traffic (Docker's, CNI's firewall plugin's, netavark's
+/// iptables driver's): tollgate's FORWARD jump must come before a jump to
+/// any of them (see [`Table::buried`]).
+pub const RUNTIME_CHAINS: [&str; 4] = [
+    DOCKER_USER,
+    "DOCKER-FORWARD",
+    "CNI-FORWARD",
+    "NETAVARK_FORWARD",
+];
 
 /// IP family: one iptables table per family, one ipset per family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -54,9 +72,18 @@ pub struct Table {
     /// Owned chain → its rules, each as `iptables-save` prints it after
     /// `-A CHAIN ` (e.g. `-i lo -j ACCEPT`).
     pub chains: BTreeMap<String, Vec<String>>,
-    /// Rules in built-in chains that jump to owned chains, as
-    /// `(built-in chain, rule)`, once per occurrence.
+    /// Rules in built-in chains (and in `DOCKER-USER`) that jump to owned
+    /// chains, as `(chain, rule)`, once per occurrence.
     pub jumps: Vec<(String, String)>,
+    /// Whether the table has Docker's `DOCKER-USER` chain (not owned).
+    pub docker_user: bool,
+    /// Jumps of `jumps` that must move back to the top of their chain,
+    /// once each: in FORWARD, one that a jump to a container runtime's
+    /// chain ([`RUNTIME_CHAINS`]) precedes (as after dockerd re-inserted
+    /// its `-j DOCKER-USER` at the top); in `DOCKER-USER`, one that any
+    /// rule precedes. Other foreign rules above a jump (Calico's,
+    /// kube-router's, which re-check their own position) are left alone.
+    pub buried: Vec<(String, String)>,
 }
 
 /// An owned `hash:ip` ipset.
@@ -116,11 +143,20 @@ impl State {
 }
 
 impl Table {
+    /// Whether it holds nothing tollgate owns (foreign facts aside).
+    pub fn owns_nothing(&self) -> bool {
+        self.chains.is_empty() && self.jumps.is_empty()
+    }
+
     /// Parses the filter table of `iptables-save` output, keeping only what
-    /// tollgate owns. Lines of other tables are ignored.
+    /// tollgate owns and the foreign facts of [`Table`]. Lines of other
+    /// tables are ignored.
     pub fn parse(save: &str) -> Table {
         let mut table = Table::default();
         let mut in_filter = false;
+        // A jump to a runtime chain seen in FORWARD; any rule seen in
+        // DOCKER-USER.
+        let (mut runtime_above, mut docker_user_rule) = (false, false);
         for line in save.lines() {
             if let Some(name) = line.strip_prefix('*') {
                 in_filter = name == "filter";
@@ -134,6 +170,7 @@ impl Table {
                 if name.starts_with(CHAIN_PREFIX) {
                     table.chains.entry(name.to_string()).or_default();
                 }
+                table.docker_user |= name == DOCKER_USER;
             } else if let Some(rule) = line.strip_prefix("-A ") {
                 let Some((chain, spec)) = rule.split_once(' ') else {
                     continue;
@@ -144,8 +181,25 @@ impl Table {
                         .entry(chain.to_string())
                         .or_default()
                         .push(spec.to_string());
-                } else if BUILTIN_CHAINS.contains(&chain) && targets_owned_chain(spec) {
-                    table.jumps.push((chain.to_string(), spec.to_string()));
+                } else if (BUILTIN_CHAINS.contains(&chain) || chain == DOCKER_USER)
+                    && targets_owned_chain(spec)
+                {
+                    let jump = (chain.to_string(), spec.to_string());
+                    let buried = match chain {
+                        "FORWARD" => runtime_above,
+                        DOCKER_USER => docker_user_rule,
+                        _ => false,
+                    };
+                    if buried && !table.buried.contains(&jump) {
+                        table.buried.push(jump.clone());
+                    }
+                    table.jumps.push(jump);
+                } else if chain == "FORWARD" {
+                    runtime_above |= jump_target(spec).is_some_and(|t| RUNTIME_CHAINS.contains(&t));
+                }
+                if chain == DOCKER_USER {
+                    table.docker_user = true;
+                    docker_user_rule = true;
                 }
             }
         }
@@ -155,13 +209,18 @@ impl Table {
 
 /// Whether a rule's target (`-j` or `-g`) is an owned chain.
 fn targets_owned_chain(spec: &str) -> bool {
+    jump_target(spec).is_some_and(|t| t.starts_with(CHAIN_PREFIX))
+}
+
+/// A rule's target (`-j` or `-g`).
+fn jump_target(spec: &str) -> Option<&str> {
     let mut words = spec.split(' ');
     while let Some(word) = words.next() {
         if matches!(word, "-j" | "-g") {
-            return words.next().is_some_and(|t| t.starts_with(CHAIN_PREFIX));
+            return words.next();
         }
     }
-    false
+    None
 }
 
 /// Parses `ipset save` output, keeping the owned sets: plain sets, and

@@ -184,7 +184,10 @@ pub fn adopted(installed: &State) -> Enforced {
 
 /// Whether `installed` holds anything tollgate owns.
 pub fn owns_anything(installed: &State) -> bool {
-    *installed != State::default()
+    !(installed.v4.owns_nothing()
+        && installed.v6.owns_nothing()
+        && installed.sets.is_empty()
+        && installed.learned.is_empty())
 }
 
 /// `a` then the patterns of `b` that `a` lacks.

@@ -170,6 +170,7 @@ pub struct Metrics {
     datapath_apply_failures: Family<StepLabels, Counter>,
     datapath_behind: Gauge,
     datapath_drift_repairs: Counter,
+    bridge_netfilter_off: Gauge,
     audit_written: Counter,
     audit_skipped: Family<ReasonLabels, Counter>,
     kubernetes_skipped: Gauge,
@@ -220,6 +221,7 @@ impl Metrics {
             datapath_apply_failures: Family::default(),
             datapath_behind: Gauge::default(),
             datapath_drift_repairs: Counter::default(),
+            bridge_netfilter_off: Gauge::default(),
             audit_written: Counter::default(),
             audit_skipped: Family::default(),
             kubernetes_skipped: Gauge::default(),
@@ -315,6 +317,11 @@ impl Metrics {
             "datapath_drift_repairs",
             "Times the periodic check found the kernel state changed behind the agent's back (datapath.driftCheckSeconds) and restored it",
             m.datapath_drift_repairs.clone(),
+        );
+        r.register(
+            "bridge_netfilter_off",
+            "1 while the namespace has a Linux bridge whose internal traffic bypasses iptables (br_netfilter not loaded, or net.bridge.bridge-nf-call-ip(6)tables = 0): container-to-container traffic on one bridge is not enforced",
+            m.bridge_netfilter_off.clone(),
         );
         r.register(
             "audit_lines_written",
@@ -555,6 +562,11 @@ impl Metrics {
     /// The drift check found the kernel changed and a repair was started.
     pub fn datapath_drift_repaired(&self) {
         self.datapath_drift_repairs.inc();
+    }
+
+    /// Whether traffic inside a bridge bypasses iptables.
+    pub fn bridge_netfilter_off(&self, off: bool) {
+        self.bridge_netfilter_off.set(i64::from(off));
     }
 
     /// Whether the kernel is behind the desired state.

@@ -59,7 +59,7 @@ fn podman(args: &[&str], timeout: Duration) -> CmdOutput {
 /// Builds the node image around this test binary's `tollgate` once per
 /// test process; returns its name. The tag is per checkout (the binary's
 /// path), so two checkouts never replace each other's image.
-fn image() -> &'static str {
+pub(crate) fn image() -> &'static str {
     static IMAGE: OnceLock<String> = OnceLock::new();
     IMAGE.get_or_init(|| {
         use std::hash::{Hash, Hasher};

@@ -137,6 +137,7 @@ fn the_other_families() {
         },
     });
     m.datapath_behind(true);
+    m.bridge_netfilter_off(true);
     m.audit_written(5);
     m.audit_skipped(AuditSkip::Rate, 2);
     let text = m.render();
@@ -156,6 +157,7 @@ fn the_other_families() {
         "tollgate_last_reload_success 0",
         "tollgate_datapath_apply_failures_total{step=\"ip6tables\"} 1",
         "tollgate_datapath_behind 1",
+        "tollgate_bridge_netfilter_off 1",
         "tollgate_audit_lines_written_total 5",
         "tollgate_audit_lines_skipped_total{reason=\"rate_limit\"} 2",
     ] {

@@ -169,6 +169,13 @@ pub const TEST_IDS: &[&str] = &[
     "docker_restart_is_followed_and_removal_leaves_no_address",
     "docker_api_gone_keeps_the_last_inventory_enforced",
     "docker_fqdn_egress_from_a_container",
+    "docker_user_hook_enforces_and_leaves_dockers_rules_alone",
+    "dockerd_restart_opens_nothing_and_the_buried_jump_is_restored",
+    "bridged_traffic_unseen_is_named_by_status",
+    "firewall_flush_is_repaired_within_the_drift_interval",
+    "podman_network_reload_opens_nothing",
+    "run_example_starts_the_image_and_enforces",
+    "compose_example_starts_the_image_and_enforces",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".

@@ -1,0 +1,908 @@
+//! Coexisting with Docker's firewall (issue 19 item 2): the node namespace
+//! gets Docker's chains exactly as dockerd writes them for a bridge (here
+//! the node's link to the `server` peer stands in for `docker0`; Docker's
+//! FORWARD policy DROP, its `DOCKER` chain publishing the server's ports,
+//! `DOCKER-ISOLATION-STAGE-*`, and `DOCKER-USER` jumped to first). The
+//! agent hooks its forward chain from `DOCKER-USER` as well as FORWARD,
+//! enforces a policy on the server that Docker's rules alone would accept,
+//! leaves every Docker rule byte-identical, and survives dockerd's restart
+//! (its rules deleted and inserted again one by one, its jump back at the
+//! top of FORWARD) with no denied connection ever passing; the buried jump
+//! is moved back to the top within the drift interval and counted.
+//! IPv4 and IPv6.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use crate::harness::probe::Prober;
+use crate::harness::{poll_until, Lab, Service, TcpOutcome, AGENT_WAIT};
+
+const ALLOWED: u16 = 80;
+const DENIED: u16 = 81;
+const METRICS: &str = "127.0.0.1:9493";
+const EVERY: Duration = Duration::from_millis(20);
+const ATTEMPT: Duration = Duration::from_millis(300);
+const PROBE_LIMIT: Duration = Duration::from_secs(120);
+
+/// The node's interface towards the server: the "Docker bridge".
+const BRIDGE: &str = "n-server";
+
+/// The shell commands dockerd runs (through `iptables` / `ip6tables`,
+/// one rule at a time) when it starts with one bridge network whose
+/// container `server` publishes `ports`: its chains, FORWARD's policy,
+/// its rules inserted at the top of FORWARD, and finally its
+/// `DOCKER-USER` jump deleted and inserted first (moby's
+/// `arrangeUserFilterRule`). `DOCKER-USER` is created if missing and
+/// never flushed.
+fn dockerd_start(table: &str, server: IpAddr, ports: &[u16]) -> String {
+    let t = format!("{table} -w");
+    let mut s = format!(
+        "{t} -N DOCKER-USER 2>/dev/null; {t} -N DOCKER 2>/dev/null; \
+         {t} -N DOCKER-ISOLATION-STAGE-1 2>/dev/null; {t} -N DOCKER-ISOLATION-STAGE-2 2>/dev/null; \
+         {t} -P FORWARD DROP; "
+    );
+    for port in ports {
+        s.push_str(&format!(
+            "{t} -A DOCKER -d {server} ! -i {BRIDGE} -o {BRIDGE} -p tcp -m tcp --dport {port} -j ACCEPT; "
+        ));
+    }
+    s.push_str(&format!(
+        "{t} -A DOCKER-ISOLATION-STAGE-1 -i {BRIDGE} ! -o {BRIDGE} -j DOCKER-ISOLATION-STAGE-2; \
+         {t} -A DOCKER-ISOLATION-STAGE-1 -j RETURN; \
+         {t} -A DOCKER-ISOLATION-STAGE-2 -o {BRIDGE} -j DROP; \
+         {t} -A DOCKER-ISOLATION-STAGE-2 -j RETURN; \
+         {t} -C FORWARD -i {BRIDGE} -o {BRIDGE} -j ACCEPT 2>/dev/null || {t} -I FORWARD -i {BRIDGE} -o {BRIDGE} -j ACCEPT; \
+         {t} -C FORWARD -i {BRIDGE} ! -o {BRIDGE} -j ACCEPT 2>/dev/null || {t} -I FORWARD -i {BRIDGE} ! -o {BRIDGE} -j ACCEPT; \
+         {t} -C FORWARD -o {BRIDGE} -j DOCKER 2>/dev/null || {t} -I FORWARD -o {BRIDGE} -j DOCKER; \
+         {t} -C FORWARD -o {BRIDGE} -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT 2>/dev/null || {t} -I FORWARD -o {BRIDGE} -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT; \
+         {t} -C FORWARD -j DOCKER-ISOLATION-STAGE-1 2>/dev/null || {t} -I FORWARD -j DOCKER-ISOLATION-STAGE-1; \
+         {t} -C DOCKER-USER -j RETURN 2>/dev/null || {t} -A DOCKER-USER -j RETURN; \
+         {t} -D FORWARD -j DOCKER-USER 2>/dev/null; {t} -I FORWARD -j DOCKER-USER; "
+    ));
+    s
+}
+
+/// What a restarting dockerd does before [`dockerd_start`] (moby's
+/// bridge driver `removeIPChains`): its own chains flushed (deleting
+/// them fails while FORWARD refers to them, and is ignored); its FORWARD
+/// rules and `DOCKER-USER` persist.
+fn dockerd_flush(table: &str) -> String {
+    let t = format!("{table} -w");
+    [
+        "DOCKER",
+        "DOCKER-ISOLATION-STAGE-1",
+        "DOCKER-ISOLATION-STAGE-2",
+    ]
+    .iter()
+    .map(|c| format!("{t} -F {c}; {t} -X {c} 2>/dev/null; "))
+    .collect()
+}
+
+/// A firewall reload (firewalld, `iptables-restore` without `--noflush`)
+/// under a running Docker: FORWARD and `DOCKER-USER` flushed, the policy
+/// kept; dockerd then rebuilds.
+fn firewall_flush(table: &str) -> String {
+    let t = format!("{table} -w");
+    format!("{t} -F FORWARD; {t} -F DOCKER-USER; ")
+}
+
+/// Every line of `save` that is Docker's (or the table's built-ins), in
+/// order: tollgate's own chain declarations and rules, and its jumps,
+/// left out; counters stripped.
+fn docker_lines(save: &str) -> Vec<String> {
+    let mut in_filter = false;
+    save.lines()
+        .filter(|l| {
+            if let Some(table) = l.strip_prefix('*') {
+                in_filter = table == "filter";
+            }
+            in_filter && !l.starts_with('#') && !l.contains("TOLLGATE-")
+        })
+        .map(|l| match l.split_once(" [") {
+            Some((head, _)) if l.starts_with(':') => head.to_string(),
+            _ => l.to_string(),
+        })
+        .collect()
+}
+
+fn docker_state(lab: &Lab) -> [Vec<String>; 2] {
+    ["iptables-save", "ip6tables-save"].map(|save| docker_lines(&lab.node().ok(save)))
+}
+
+/// The first rule of `chain` in both families.
+fn first_rules(lab: &Lab, chain: &str) -> [String; 2] {
+    ["iptables", "ip6tables"].map(|t| {
+        lab.node()
+            .ok(&format!("{t} -w -S {chain}"))
+            .lines()
+            .find(|l| l.starts_with("-A "))
+            .unwrap_or_default()
+            .to_string()
+    })
+}
+
+fn drift_repairs(lab: &Lab) -> f64 {
+    let text = lab
+        .node()
+        .ok(&format!("curl -sf --max-time 5 http://{METRICS}/metrics"));
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix("tollgate_datapath_drift_repairs_total ")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no drift metric in:\n{text}"))
+}
+
+/// The server as a Pod labelled `app: web`, and a policy rejecting
+/// `DENIED` to it from anywhere.
+fn policies(lab: &Lab) {
+    let (v4, v6) = (lab.addr("server"), lab.addr6("server"));
+    lab.write_policy(
+        "server.yaml",
+        &format!(
+            "apiVersion: v1
+kind: Pod
+metadata: {{name: server, namespace: default, labels: {{app: web}}}}
+spec: {{nodeName: node, containers: [{{name: main}}]}}
+status:
+  podIP: \"{v4}\"
+  podIPs: [{{ip: \"{v4}\"}}, {{ip: \"{v6}\"}}]
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {{name: web-ingress}}
+spec:
+  priority: 5
+  tier: securityops
+  appliedTo: [{{podSelector: {{matchLabels: {{app: web}}}}}}]
+  ingress:
+    - action: Reject
+      from: [{{ipBlock: {{cidr: 0.0.0.0/0}}}}, {{ipBlock: {{cidr: '::/0'}}}}]
+      ports: [{{protocol: TCP, port: {DENIED}}}]
+"
+        ),
+    );
+}
+
+fn at(lab: &Lab, port: u16) -> [SocketAddr; 2] {
+    [
+        SocketAddr::new(IpAddr::from(lab.addr("server")), port),
+        SocketAddr::new(IpAddr::from(lab.addr6("server")), port),
+    ]
+}
+
+fn docker_lab(test: &'static str) -> Option<Lab> {
+    let lab = Lab::builder(test)
+        .peer("client")
+        .peer("server")
+        .ipv6()
+        .build()?;
+    for port in [ALLOWED, DENIED] {
+        lab.serve_tcp("server", port, Service::Echo);
+    }
+    Some(lab)
+}
+
+fn start_docker(lab: &Lab) {
+    let ports = [ALLOWED, DENIED];
+    lab.node().ok(&dockerd_start(
+        "iptables",
+        IpAddr::from(lab.addr("server")),
+        &ports,
+    ));
+    lab.node().ok(&dockerd_start(
+        "ip6tables",
+        IpAddr::from(lab.addr6("server")),
+        &ports,
+    ));
+}
+
+#[test]
+fn docker_user_hook_enforces_and_leaves_dockers_rules_alone() {
+    let Some(lab) = docker_lab("docker_user_hook_enforces_and_leaves_dockers_rules_alone") else {
+        return;
+    };
+    start_docker(&lab);
+    // Docker alone publishes both ports.
+    for target in at(&lab, DENIED) {
+        lab.assert_tcp("client", target, TcpOutcome::Connected);
+    }
+    let before = docker_state(&lab);
+    policies(&lab);
+    let mut agent = lab.start_agent(lab.agent_options());
+    agent.wait_generation(1);
+    for (chain, family) in [
+        ("FORWARD", 0),
+        ("DOCKER-USER", 0),
+        ("FORWARD", 1),
+        ("DOCKER-USER", 1),
+    ] {
+        assert_eq!(
+            first_rules(&lab, chain)[family],
+            format!("-A {chain} -j TOLLGATE-FORWARD"),
+            "tollgate's jump heads {chain} ({family})"
+        );
+    }
+    for target in at(&lab, DENIED) {
+        lab.assert_tcp("client", target, TcpOutcome::Refused);
+    }
+    for target in at(&lab, ALLOWED) {
+        lab.assert_tcp("client", target, TcpOutcome::Connected);
+    }
+    assert_eq!(docker_state(&lab), before, "Docker's rules untouched");
+    // Stopped with cleanup: only tollgate's jumps and chains go.
+    agent.stop();
+    let cleanup = lab.tollgate_cleanup();
+    assert!(cleanup.success(), "{cleanup:?}");
+    let after = ["iptables-save", "ip6tables-save"].map(|s| lab.node().ok(s));
+    assert!(after.iter().all(|s| !s.contains("TOLLGATE-")), "{after:?}");
+    assert_eq!(docker_state(&lab), before, "Docker's rules untouched");
+}
+
+#[test]
+fn dockerd_restart_opens_nothing_and_the_buried_jump_is_restored() {
+    let Some(lab) = docker_lab("dockerd_restart_opens_nothing_and_the_buried_jump_is_restored")
+    else {
+        return;
+    };
+    start_docker(&lab);
+    policies(&lab);
+    let mut agent = lab.start_agent(lab.agent_options().args(&[
+        "--drift-check-seconds",
+        "1",
+        "--metrics-address",
+        METRICS,
+    ]));
+    agent.wait_generation(1);
+    for target in at(&lab, DENIED) {
+        lab.assert_tcp("client", target, TcpOutcome::Refused);
+    }
+    let before = docker_state(&lab);
+    let repairs = drift_repairs(&lab);
+    let targets: Vec<SocketAddr> = at(&lab, DENIED)
+        .into_iter()
+        .chain(at(&lab, ALLOWED))
+        .collect();
+    let prober = Prober::start(lab.ns("client"), &targets, EVERY, ATTEMPT, PROBE_LIMIT);
+    // Three dockerd restarts, each while the client keeps connecting.
+    for round in 0..3 {
+        let since = prober.now();
+        let seen = poll_until(AGENT_WAIT, || {
+            targets
+                .iter()
+                .all(|t| prober.attempts(*t).iter().filter(|a| a.at >= since).count() >= 5)
+                .then_some(())
+        });
+        assert!(seen.is_some(), "the prober stalled");
+        for (table, server) in [
+            ("iptables", IpAddr::from(lab.addr("server"))),
+            ("ip6tables", IpAddr::from(lab.addr6("server"))),
+        ] {
+            lab.node().ok(&dockerd_flush(table));
+            lab.node()
+                .ok(&dockerd_start(table, server, &[ALLOWED, DENIED]));
+        }
+        let restarted = Instant::now();
+        assert_eq!(
+            docker_state(&lab),
+            before,
+            "the restart rebuilt the same rules"
+        );
+        let restored = poll_until(AGENT_WAIT, || {
+            (first_rules(&lab, "FORWARD") == ["-A FORWARD -j TOLLGATE-FORWARD"; 2]).then_some(())
+        });
+        assert!(
+            restored.is_some(),
+            "round {round}: tollgate's jump not back at the top:\n{}\nlog:\n{}",
+            lab.node().ok("iptables -S FORWARD; ip6tables -S FORWARD"),
+            agent.log()
+        );
+        println!(
+            "DOCKERFW-RESTORE round {round}: tollgate's FORWARD jump back on top {} ms after dockerd's restart (drift check every 1 s)",
+            restarted.elapsed().as_millis()
+        );
+        assert_eq!(
+            first_rules(&lab, "DOCKER-USER"),
+            ["-A DOCKER-USER -j TOLLGATE-FORWARD"; 2],
+            "DOCKER-USER kept its jump"
+        );
+        let counted = poll_until(AGENT_WAIT, || {
+            (drift_repairs(&lab) > repairs + round as f64).then_some(())
+        });
+        assert!(counted.is_some(), "round {round}: repair not counted");
+    }
+    let since = prober.now();
+    let resumed = poll_until(AGENT_WAIT, || {
+        at(&lab, ALLOWED)
+            .iter()
+            .all(|t| prober.connected_since(*t, since) >= 3)
+            .then_some(())
+    });
+    assert!(resumed.is_some(), "allowed connections did not resume");
+    let attempts = prober.finish();
+    for (target, attempts) in &attempts {
+        if target.port() != DENIED {
+            continue;
+        }
+        let passed = attempts
+            .iter()
+            .filter(|a| a.outcome == TcpOutcome::Connected)
+            .count();
+        assert_eq!(
+            passed,
+            0,
+            "{target}: {passed} of {} denied attempts connected",
+            attempts.len()
+        );
+        println!(
+            "DOCKERFW-DENIED {target}: {} attempts during three dockerd restarts, none connected",
+            attempts.len()
+        );
+    }
+    assert!(agent.count_log("datapath drift:") >= 3, "{}", agent.log());
+    assert_eq!(docker_state(&lab), before, "Docker's rules untouched");
+    agent.stop();
+}
+
+/// `tollgate status` of the lab's agent.
+fn status(lab: &Lab) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["status", "--socket"])
+        .arg(&lab.agent_options().status_socket)
+        .output()
+        .expect("run tollgate status");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn gauge(lab: &Lab, name: &str) -> f64 {
+    let text = lab
+        .node()
+        .ok(&format!("curl -sf --max-time 5 http://{METRICS}/metrics"));
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} "))?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+}
+
+/// `net.bridge.bridge-nf-call-ip6tables` is per network namespace: off in
+/// the node namespace while it has a bridge, the status names it (a row,
+/// the gauge, one warning); turned on, the row goes.
+#[test]
+fn bridged_traffic_unseen_is_named_by_status() {
+    let Some(lab) = Lab::builder("bridged_traffic_unseen_is_named_by_status")
+        .peer("client")
+        .build()
+    else {
+        return;
+    };
+    if !std::path::Path::new("/proc/sys/net/bridge/bridge-nf-call-iptables").exists() {
+        crate::harness::skip(
+            "bridged_traffic_unseen_is_named_by_status",
+            "br_netfilter is not loaded on this host (modprobe br_netfilter)",
+        );
+        return;
+    }
+    lab.node().ok(
+        "ip link add tg-br0 type bridge && ip link set tg-br0 up && \
+         sysctl -qw net.bridge.bridge-nf-call-iptables=1 net.bridge.bridge-nf-call-ip6tables=0",
+    );
+    lab.write_policy("empty.yaml", "");
+    let mut agent = lab.start_agent(lab.agent_options().args(&[
+        "--drift-check-seconds",
+        "1",
+        "--metrics-address",
+        METRICS,
+    ]));
+    agent.wait_generation(1);
+    let text = status(&lab);
+    assert!(
+        text.contains(
+            "bridged traffic:    NOT SEEN: net.bridge.bridge-nf-call-ip6tables = 0: \
+             traffic between containers on one bridge (tg-br0) bypasses tollgate; \
+             fix: modprobe br_netfilter"
+        ),
+        "{text}"
+    );
+    assert_eq!(gauge(&lab, "tollgate_bridge_netfilter_off"), 1.0);
+    lab.node()
+        .ok("sysctl -qw net.bridge.bridge-nf-call-ip6tables=1");
+    let seen = poll_until(AGENT_WAIT, || {
+        (!status(&lab).contains("bridged traffic:")).then_some(())
+    });
+    assert!(seen.is_some(), "{}", status(&lab));
+    assert_eq!(gauge(&lab, "tollgate_bridge_netfilter_off"), 0.0);
+    assert_eq!(
+        agent.count_log("bridged traffic is not seen by iptables"),
+        1,
+        "warned once: {}",
+        agent.log()
+    );
+    agent.stop();
+}
+
+/// A firewall reload that flushes FORWARD and `DOCKER-USER` (firewalld,
+/// a plain `iptables-restore`) followed by dockerd's rebuild takes
+/// tollgate's jumps with it: Docker's ACCEPTs then decide until the drift
+/// check restores them. The window this leaves is measured (printed as
+/// `DOCKERFW-FLUSH-WINDOW`) and bounded by the drift interval; the jumps
+/// come back on top of both chains, counted, Docker's rules untouched.
+#[test]
+fn firewall_flush_is_repaired_within_the_drift_interval() {
+    let Some(lab) = docker_lab("firewall_flush_is_repaired_within_the_drift_interval") else {
+        return;
+    };
+    start_docker(&lab);
+    policies(&lab);
+    let mut agent = lab.start_agent(lab.agent_options().args(&[
+        "--drift-check-seconds",
+        "1",
+        "--metrics-address",
+        METRICS,
+    ]));
+    agent.wait_generation(1);
+    let before = docker_state(&lab);
+    let repairs = drift_repairs(&lab);
+    let prober = Prober::start(
+        lab.ns("client"),
+        &at(&lab, DENIED),
+        EVERY,
+        ATTEMPT,
+        PROBE_LIMIT,
+    );
+    let since = prober.now();
+    for (table, server) in [
+        ("iptables", IpAddr::from(lab.addr("server"))),
+        ("ip6tables", IpAddr::from(lab.addr6("server"))),
+    ] {
+        lab.node().ok(&format!(
+            "{}{}{}",
+            firewall_flush(table),
+            dockerd_flush(table),
+            dockerd_start(table, server, &[ALLOWED, DENIED])
+        ));
+    }
+    let rebuilt = Instant::now();
+    assert_eq!(
+        docker_state(&lab),
+        before,
+        "the rebuild made the same rules"
+    );
+    let restored = poll_until(AGENT_WAIT, || {
+        (first_rules(&lab, "FORWARD") == ["-A FORWARD -j TOLLGATE-FORWARD"; 2]
+            && first_rules(&lab, "DOCKER-USER") == ["-A DOCKER-USER -j TOLLGATE-FORWARD"; 2])
+            .then_some(rebuilt.elapsed())
+    })
+    .unwrap_or_else(|| panic!("not restored:\n{}", agent.log()));
+    assert!(
+        restored < Duration::from_secs(3),
+        "restored after {restored:?} with a 1 s drift check"
+    );
+    let counted = poll_until(AGENT_WAIT, || (drift_repairs(&lab) > repairs).then_some(()));
+    assert!(counted.is_some(), "repair not counted");
+    let after = prober.now();
+    let probed = poll_until(AGENT_WAIT, || {
+        at(&lab, DENIED)
+            .iter()
+            .all(|t| prober.attempts(*t).iter().filter(|a| a.at > after).count() >= 5)
+            .then_some(())
+    });
+    assert!(probed.is_some(), "the prober stalled");
+    for (target, attempts) in prober.finish() {
+        let passed: Vec<Duration> = attempts
+            .iter()
+            .filter(|a| a.outcome == TcpOutcome::Connected)
+            .map(|a| a.at)
+            .collect();
+        assert!(
+            passed.iter().all(|at| *at >= since && *at <= after),
+            "{target}: a denied connection passed outside the flush window: {passed:?}"
+        );
+        println!(
+            "DOCKERFW-FLUSH-WINDOW {target}: restored {} ms after the rebuild (drift check every 1 s); {} of {} denied attempts connected meanwhile",
+            restored.as_millis(),
+            passed.len(),
+            attempts.len()
+        );
+    }
+    assert_eq!(docker_state(&lab), before, "Docker's rules untouched");
+    agent.stop();
+}
+
+/// CNI's own filter rules (podman 4 on Debian 12): its chains' lines and
+/// its jumps, counters stripped, tollgate's left out.
+fn cni_lines(lab: &Lab) -> [Vec<String>; 2] {
+    docker_state(lab).map(|lines| lines.into_iter().filter(|l| l.contains("CNI-")).collect())
+}
+
+/// `podman network reload` (of every container of the lab; `--all` would
+/// reach other tests' containers) rebuilds the container network's
+/// firewall rules the way a restarting engine does (CNI's here: its
+/// per-container rules deleted and added again, its FORWARD jump kept or
+/// put back on top). With real containers as the inventory (`--docker`
+/// against podman's API), a peer outside the bridge denied the server's
+/// port by a label policy is never let through during three reloads
+/// (IPv4 and IPv6), the open container stays reachable, CNI's rules are
+/// present before and after and tollgate changed none of them, and
+/// tollgate's FORWARD jump is above CNI's.
+#[test]
+fn podman_network_reload_opens_nothing() {
+    use crate::harness::podman::{Container, Podman, PODMAN_TOOLS};
+    let Some(lab) = Lab::builder("podman_network_reload_opens_nothing")
+        .peer("client")
+        .ipv6()
+        .require(PODMAN_TOOLS)
+        .build()
+    else {
+        return;
+    };
+    let podman = Podman::start(&lab);
+    let nginx = &["nginx", "-g", "daemon off;"];
+    podman.run(&Container::new("server").label("app", "web").command(nginx));
+    podman.run(&Container::new("open").label("app", "open").command(nginx));
+    let (server, server6) = (podman.addr("server"), podman.addr6("server"));
+    let (open, open6) = (podman.addr("open"), podman.addr6("open"));
+    let denied = [
+        SocketAddr::new(IpAddr::from(server), 80),
+        SocketAddr::new(IpAddr::from(server6), 80),
+    ];
+    let allowed = [
+        SocketAddr::new(IpAddr::from(open), 80),
+        SocketAddr::new(IpAddr::from(open6), 80),
+    ];
+    for target in denied.iter().chain(&allowed) {
+        let up = poll_until(AGENT_WAIT, || {
+            (lab.tcp("client", *target, ATTEMPT) == TcpOutcome::Connected).then_some(())
+        });
+        assert!(up.is_some(), "{target} not reachable before any policy");
+    }
+    lab.write_policy(
+        "web.yaml",
+        &format!(
+            "apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {{name: web-from-client}}
+spec:
+  priority: 5
+  tier: securityops
+  appliedTo: [{{podSelector: {{matchLabels: {{app: web}}}}}}]
+  ingress:
+    - action: Reject
+      from: [{{ipBlock: {{cidr: {}}}}}, {{ipBlock: {{cidr: '{}/128'}}}}]
+      ports: [{{protocol: TCP, port: 80}}]
+",
+            lab.subnet("client"),
+            lab.addr6("client")
+        ),
+    );
+    let cni_before = cni_lines(&lab);
+    assert!(
+        cni_before
+            .iter()
+            .all(|lines| lines.iter().any(|l| l.contains("-j CNI-FORWARD"))),
+        "CNI's rules present: {cni_before:?}"
+    );
+    let mut agent = lab.start_agent(lab.agent_options().args(&[
+        "--docker",
+        "--docker-host",
+        &podman.docker_host(),
+        "--drift-check-seconds",
+        "1",
+    ]));
+    agent.wait_generation(1);
+    let enforced = poll_until(AGENT_WAIT, || {
+        denied
+            .iter()
+            .all(|t| lab.tcp("client", *t, ATTEMPT) == TcpOutcome::Refused)
+            .then_some(())
+    });
+    assert!(enforced.is_some(), "policy not enforced:\n{}", agent.log());
+    assert_eq!(cni_lines(&lab), cni_before, "CNI's rules untouched");
+    let targets: Vec<SocketAddr> = denied.iter().chain(&allowed).copied().collect();
+    let prober = Prober::start(lab.ns("client"), &targets, EVERY, ATTEMPT, PROBE_LIMIT);
+    for round in 0..3 {
+        let since = prober.now();
+        let seen = poll_until(AGENT_WAIT, || {
+            targets
+                .iter()
+                .all(|t| prober.attempts(*t).iter().filter(|a| a.at >= since).count() >= 5)
+                .then_some(())
+        });
+        assert!(seen.is_some(), "the prober stalled");
+        let started = Instant::now();
+        // `--all` would also reload other tests' containers (the storage
+        // is the machine's): the lab's own, by name, do the same here.
+        let (server, open) = (podman.name("server"), podman.name("open"));
+        podman
+            .podman(&["network", "reload", &server, &open])
+            .expect_success("podman network reload");
+        println!(
+            "DOCKERFW-RELOAD round {round}: podman network reload of both containers took {} ms",
+            started.elapsed().as_millis()
+        );
+    }
+    let since = prober.now();
+    let resumed = poll_until(AGENT_WAIT, || {
+        allowed
+            .iter()
+            .all(|t| prober.connected_since(*t, since) >= 3)
+            .then_some(())
+    });
+    assert!(resumed.is_some(), "the open container stopped answering");
+    for (target, attempts) in prober.finish() {
+        if !denied.contains(&target) {
+            continue;
+        }
+        let passed = attempts
+            .iter()
+            .filter(|a| a.outcome == TcpOutcome::Connected)
+            .count();
+        assert_eq!(
+            passed,
+            0,
+            "{target}: {passed} of {} connected",
+            attempts.len()
+        );
+        println!(
+            "DOCKERFW-RELOAD-DENIED {target}: {} attempts during three reloads, none connected",
+            attempts.len()
+        );
+    }
+    let restored = poll_until(AGENT_WAIT, || {
+        (first_rules(&lab, "FORWARD") == ["-A FORWARD -j TOLLGATE-FORWARD"; 2]).then_some(())
+    });
+    assert!(
+        restored.is_some(),
+        "{}",
+        lab.node().ok("iptables -S FORWARD; ip6tables -S FORWARD")
+    );
+    let cni_after = cni_lines(&lab);
+    assert!(
+        cni_after
+            .iter()
+            .all(|lines| lines.iter().any(|l| l.contains("-j CNI-FORWARD"))),
+        "CNI's rules present after the reloads: {cni_after:?}"
+    );
+    agent.stop();
+}
+
+/// How an example starts the node image: run.sh, or compose.yaml.
+#[derive(Clone, Copy, Debug)]
+enum Example {
+    RunScript,
+    Compose,
+}
+
+/// The example `how` starts the node image with podman in the lab's node
+/// namespace as the host (this machine's runtime settings in a
+/// `CONTAINERS_CONF`): host networking, only NET_ADMIN and NET_RAW,
+/// podman's Docker API socket read-only as the inventory, the lab's
+/// policy directory; it enforces a label policy on a container.
+fn example_enforces(test: &'static str, how: Example) {
+    use crate::harness::podman::{Container, Podman, PODMAN_TOOLS};
+    let Some(lab) = Lab::builder(test)
+        .peer("client")
+        .ipv6()
+        .require(PODMAN_TOOLS)
+        .build()
+    else {
+        return;
+    };
+    let image = crate::image::image();
+    let podman = Podman::start(&lab);
+    podman.run(&Container::new("server").label("app", "web").command(&[
+        "nginx",
+        "-g",
+        "daemon off;",
+    ]));
+    let targets = [
+        SocketAddr::new(IpAddr::from(podman.addr("server")), 80),
+        SocketAddr::new(IpAddr::from(podman.addr6("server")), 80),
+    ];
+    for target in targets {
+        let up = poll_until(AGENT_WAIT, || {
+            (lab.tcp("client", target, ATTEMPT) == TcpOutcome::Connected).then_some(())
+        });
+        assert!(up.is_some(), "{target} not reachable before any policy");
+    }
+    lab.write_policy(
+        "web.yaml",
+        &format!(
+            "apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {{name: web-from-client}}
+spec:
+  priority: 5
+  tier: securityops
+  appliedTo: [{{podSelector: {{matchLabels: {{app: web}}}}}}]
+  ingress:
+    - action: Reject
+      from: [{{ipBlock: {{cidr: {}}}}}, {{ipBlock: {{cidr: '{}/128'}}}}]
+      ports: [{{protocol: TCP, port: 80}}]
+",
+            lab.subnet("client"),
+            lab.addr6("client")
+        ),
+    );
+    let conf = lab.dir().join("containers.conf");
+    std::fs::write(
+        &conf,
+        "[containers]\ndefault_ulimits = [\"nofile=4096:4096\", \"nproc=4096:4096\"]\n\
+         [engine]\nruntime = \"runc\"\ncgroup_manager = \"cgroupfs\"\n",
+    )
+    .expect("write containers.conf");
+    let name = podman.name("tollgate");
+    struct Remove<'a>(&'a Podman, String);
+    impl Drop for Remove<'_> {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                eprintln!(
+                    "---- {} ----\n{}",
+                    self.1,
+                    self.0.podman(&["logs", &self.1]).stderr
+                );
+            }
+            let _ = self.0.podman(&["rm", "--force", "--time", "5", &self.1]);
+        }
+    }
+    let _remove = Remove(&podman, name.clone());
+    let env: Vec<(&str, String)> = vec![
+        ("CONTAINERS_CONF", conf.display().to_string()),
+        ("TOLLGATE_IMAGE", image.to_string()),
+        ("DOCKER_SOCKET", podman.socket().display().to_string()),
+        (
+            "RUN_DIR",
+            lab.dir().join("run-tollgate").display().to_string(),
+        ),
+    ];
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut cmd = std::process::Command::new("nsenter");
+    cmd.arg(format!("--net=/run/netns/{}", lab.node().name()));
+    cmd.envs(env.iter().map(|(k, v)| (*k, v)));
+    match how {
+        Example::RunScript => {
+            cmd.arg(manifest.join("docker/run.sh"))
+                .env("DOCKER", "podman")
+                .env("POLICIES", lab.policy_dir())
+                .env("NAME", &name);
+        }
+        Example::Compose => {
+            let compose = std::fs::read_to_string(manifest.join("docker/compose.yaml"))
+                .expect("read docker/compose.yaml");
+            let mut vars: Vec<(&str, String)> = env.clone();
+            vars.push(("TOLLGATE_POLICIES", lab.policy_dir().display().to_string()));
+            vars.push((
+                "TOLLGATE_RUN",
+                lab.dir().join("run-tollgate").display().to_string(),
+            ));
+            cmd.arg("podman").args(compose_run(&compose, &name, &vars));
+        }
+    }
+    crate::harness::netns::run_with_timeout(cmd, Duration::from_secs(120))
+        .expect_success("the example");
+    let enforced = poll_until(AGENT_WAIT, || {
+        targets
+            .iter()
+            .all(|t| lab.tcp("client", *t, ATTEMPT) == TcpOutcome::Refused)
+            .then_some(())
+    });
+    assert!(
+        enforced.is_some(),
+        "{how:?}: not enforced; container log:\n{}",
+        podman.podman(&["logs", &name]).stderr
+    );
+    let inspect = podman
+        .podman(&[
+            "inspect",
+            "--format",
+            "{{.HostConfig.NetworkMode}} {{.State.Pid}}",
+            &name,
+        ])
+        .expect_success("podman inspect");
+    let (mode, pid) = inspect.stdout.trim().split_once(' ').expect("mode and pid");
+    assert_eq!(mode, "host", "{how:?}");
+    let status =
+        std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the container's process");
+    let caps = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:\t"))
+        .unwrap_or_default();
+    assert_eq!(
+        caps, "0000000000003000",
+        "{how:?}: NET_ADMIN and NET_RAW only:\n{status}"
+    );
+}
+
+/// `${NAME:-default}` of compose files, from `vars`, else the default.
+fn substitute(text: &str, vars: &[(&str, String)]) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let end = rest[start..].find('}').expect("closing brace") + start;
+        let inner = &rest[start + 2..end];
+        let (name, default) = inner.split_once(":-").unwrap_or((inner, ""));
+        let value = vars
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map_or(default.to_string(), |(_, v)| v.clone());
+        out.push_str(&value);
+        rest = &rest[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The `podman run` arguments of compose.yaml's `tollgate` service, read
+/// as Docker Compose reads them (podman-compose 1.0.3 from Debian adds a
+/// project network to `network_mode: host` and is not used): image,
+/// network mode, capabilities, volumes (short and long syntax), command.
+fn compose_run(compose: &str, name: &str, vars: &[(&str, String)]) -> Vec<String> {
+    let compose: serde_json::Value =
+        serde_saphyr::from_str(&substitute(compose, vars)).expect("compose.yaml parses");
+    let service = &compose["services"]["tollgate"];
+    let strings = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .expect("a list")
+            .iter()
+            .map(|s| s.as_str().expect("a string").to_string())
+            .collect()
+    };
+    let mut args: Vec<String> = ["run", "--detach", "--name", name]
+        .map(String::from)
+        .to_vec();
+    args.push(format!(
+        "--network={}",
+        service["network_mode"].as_str().expect("network_mode")
+    ));
+    args.push(format!(
+        "--restart={}",
+        service["restart"].as_str().expect("restart")
+    ));
+    for cap in strings(&service["cap_drop"]) {
+        args.push(format!("--cap-drop={cap}"));
+    }
+    for cap in strings(&service["cap_add"]) {
+        args.push(format!("--cap-add={cap}"));
+    }
+    for volume in service["volumes"].as_array().expect("volumes") {
+        let spec = match volume.as_str() {
+            Some(short) => {
+                // Docker Compose creates a missing bind source directory.
+                let source = short.split(':').next().expect("a source");
+                if !std::path::Path::new(source).exists() {
+                    std::fs::create_dir_all(source).expect("create the bind source");
+                }
+                short.to_string()
+            }
+            None => {
+                let source = volume["source"].as_str().expect("source");
+                assert_eq!(volume["bind"]["create_host_path"], false);
+                if !std::path::Path::new(source).exists() {
+                    std::fs::File::create(source).expect("touch the bind source");
+                }
+                format!("{source}:{}", volume["target"].as_str().expect("target"))
+            }
+        };
+        args.push(format!("--volume={spec}"));
+    }
+    args.push(service["image"].as_str().expect("image").to_string());
+    args.extend(strings(&service["command"]));
+    args
+}
+
+#[test]
+fn run_example_starts_the_image_and_enforces() {
+    example_enforces(
+        "run_example_starts_the_image_and_enforces",
+        Example::RunScript,
+    );
+}
+
+#[test]
+fn compose_example_starts_the_image_and_enforces() {
+    example_enforces(
+        "compose_example_starts_the_image_and_enforces",
+        Example::Compose,
+    );
+}
