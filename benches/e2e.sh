@@ -12,6 +12,8 @@
 #   SCENARIOS="conn miss dns l7 bulk flood"   which scenarios, in this order
 #   RULE_COUNTS="10 1000 10000"               rule counts of conn and miss
 #   FLOOD_PPS=10000   SYN rate of the flood scenario
+#   WARMUP=1          seconds of unrecorded load before each measurement
+#                     (0: none; the flood has none)
 #   TOLLGATE_BASE=... A/B mode (below)
 #
 # Topology (10.98.0.0/16 and 100.64.0.0/10, nothing in the root namespace):
@@ -21,8 +23,9 @@
 # local route on lo), which the node routes back to it.
 #
 # Scenarios. In each round every configuration of the scenario is measured
-# once, one after the other (none, tollgate..., iptables..., then the next
-# round); a figure is the median over ROUNDS, a ratio the median of the
+# once, one after the other (none, tollgate..., iptables..., each round
+# starting one configuration later), from an empty connection table on the
+# node; a figure is the median over ROUNDS, a ratio the median of the
 # per-round ratios to `none`, the no-firewall run of the same round.
 #   conn   new TCP connections/s with repeated tuples: wrk -t1 -c16 with
 #          'Connection: close' (one request, one 2-byte response, closed)
@@ -77,6 +80,7 @@ ROUNDS=${ROUNDS:-5}
 read -r -a SCENARIO_LIST <<<"${SCENARIOS:-conn miss dns l7 bulk flood}"
 read -r -a RULE_COUNTS <<<"${RULE_COUNTS:-10 1000 10000}"
 FLOOD_PPS=${FLOOD_PPS:-10000}
+WARMUP=${WARMUP:-1}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 NODE=tgb-node CLIENT=tgb-client SERVER=tgb-server
 SERVER_IP=10.98.2.2 CLIENT_IP=10.98.1.2
@@ -89,6 +93,12 @@ nsx() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
 [[ $(id -u) -eq 0 ]] || die "must run as root"
 [[ $DURATION =~ ^[0-9]+$ && $DURATION -ge 1 ]] || die "seconds must be a positive integer"
 [[ $ROUNDS =~ ^[0-9]+$ && $ROUNDS -ge 1 ]] || die "ROUNDS must be a positive integer"
+[[ $WARMUP =~ ^[0-9]+$ ]] || die "WARMUP must be a whole number of seconds"
+[[ $FLOOD_PPS =~ ^[0-9]+$ && $FLOOD_PPS -ge 1 && $FLOOD_PPS -le 1000000 ]] || die "FLOOD_PPS must be 1..1000000"
+for n in "${RULE_COUNTS[@]}"; do
+    # the rules' /32s are 172.16.(i / 250).(i % 250 + 1)
+    [[ $n =~ ^[0-9]+$ && $n -ge 1 && $n -le 64000 ]] || die "RULE_COUNTS: '$n' is not 1..64000"
+done
 for s in "${SCENARIO_LIST[@]}"; do
     case $s in conn | miss | dns | l7 | bulk | flood) ;; *) die "unknown scenario '$s'" ;; esac
 done
@@ -100,10 +110,13 @@ ensure_tools() {
     command -v nginx >/dev/null || need+=(nginx-light)
     command -v iptables >/dev/null || need+=(iptables)
     command -v ipset >/dev/null || need+=(ipset)
+    command -v conntrack >/dev/null || need+=(conntrack)
     command -v hping3 >/dev/null || need+=(hping3)
     command -v dnsmasq >/dev/null || need+=(dnsmasq-base)
     command -v curl >/dev/null || need+=(curl)
-    command -v cc >/dev/null || need+=(gcc libc6-dev)
+    command -v dig >/dev/null || need+=(dnsutils)
+    command -v cc >/dev/null || need+=(gcc)
+    [[ -e /usr/include/dlfcn.h ]] || need+=(libc6-dev)
     command -v python3 >/dev/null || need+=(python3)
     if ((${#need[@]})); then
         echo "installing: ${need[*]}" >&2
@@ -563,13 +576,28 @@ policy_dir_of() {
     echo "$WORK/policies-$base"
 }
 
+# An unrecorded WARMUP-second run of the scenario's load (not for the
+# flood, whose first SYNs are part of what it counts): a just started agent
+# or server is not measured.
+warm_up() {
+    local scenario=$1
+    if ((WARMUP > 0)) && [[ $scenario != flood ]]; then
+        DURATION=$WARMUP "m_$scenario" >/dev/null 2>&1 || true
+    fi
+}
+
 # Measures one configuration once; prints the value(s).
 measure_config() {
     local scenario=$1 config=$2 value before after
+    # Each measurement starts from an empty connection table on the node:
+    # the miss scenario alone leaves ~150,000 entries (10 s at 15,000/s)
+    # in TIME_WAIT for 2 minutes, and a full table drops new connections.
+    nsx $NODE conntrack -F >/dev/null 2>&1 || true
     case $config in
-        none) "m_$scenario" ;;
+        none) warm_up "$scenario"; "m_$scenario" ;;
         iptables-*)
             load_iptables "${config#iptables-}"
+            warm_up "$scenario"
             "m_$scenario"
             flush_iptables
             ;;
@@ -580,6 +608,7 @@ measure_config() {
                 l7) check_l7 ;;
                 dns) check_dns_learned ;;
             esac
+            warm_up "$scenario"
             before=$(queued_total)
             value=$("m_$scenario")
             after=$(queued_total)
@@ -597,8 +626,12 @@ run_scenario() {
     read -r -a configs <<<"$(configs_of "$scenario" | tr '\n' ' ')"
     echo "== $scenario: ${configs[*]} ($ROUNDS rounds of ${DURATION}s)" >&2
     [[ $scenario != miss ]] || check_miss_sources
+    local n=${#configs[@]} k
     for ((r = 1; r <= ROUNDS; r++)); do
-        for config in "${configs[@]}"; do
+        # Each round starts one configuration later than the one before,
+        # so no configuration always runs first or last in a round.
+        for ((k = 0; k < n; k++)); do
+            config=${configs[$(((k + r - 1) % n))]}
             value=$(measure_config "$scenario" "$config")
             [[ -n $value ]] || die "$scenario $config: no value"
             echo "  round $r $config: $value" >&2

@@ -14,6 +14,7 @@ PACKAGES=(
     hping3                               # SYN floods (benches/overload.sh)
     shellcheck                           # lints the shell scripts (scripts/test.sh)
     podman buildah mmdebstrap runc uidmap # the node image (scripts/image.sh, tests/netns/image.rs)
+    iperf3 gcc libc6-dev                 # benches/e2e.sh: bulk throughput, its all-miss bind shim
 )
 
 missing=()
