@@ -62,7 +62,8 @@
 # (or `--verdict-cache on|off`) when `tollgate run --help` offers it; else
 # "cache: unsupported by this binary" is printed and tollgate runs as is.
 # Every tollgate measurement also logs (stderr) the packets queued to
-# userspace during it. The end is a summary table per figure: value, ratio
+# userspace during it, and the agent's counters whose names hold `cache` or
+# `overflow` (its metrics on 127.0.0.1:9479 in the node namespace). The end is a summary table per figure: value, ratio
 # to none, issue 17's target, met or missed (benches/e2e_summary.py, which
 # can be re-run on the results file that is kept).
 #
@@ -87,6 +88,7 @@ NODE=tgb-node CLIENT=tgb-client SERVER=tgb-server
 SERVER_IP=10.98.2.2 CLIENT_IP=10.98.1.2
 MISS_NET=100.64.0.0/10 MISS_BASE=$((100 << 24 | 64 << 16)) MISS_COUNT=$((1 << 22))
 DENIED_PORT=9
+METRICS=127.0.0.1:9479 # the agent's metrics, inside the node namespace
 
 die() { echo "e2e.sh: $*" >&2; exit 1; }
 nsx() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
@@ -410,7 +412,8 @@ start_tollgate() {
     # `ip netns exec` directly (not the nsx function), so `$!` is tollgate
     ip netns exec $NODE "$BIN" run --policies "$dir" --node-name bench-node \
         --node-labels kubernetes.io/os=linux --node-address 10.98.1.1 \
-        --node-address 10.98.2.1 --status-socket "$WORK/status.sock" "$@" 2>"$log" &
+        --node-address 10.98.2.1 --status-socket "$WORK/status.sock" \
+        --metrics-address $METRICS "$@" 2>"$log" &
     AGENT_PID=$!
     for i in $(seq 1 600); do
         grep -qs "ruleset applied generation=1" "$log" && return 0
@@ -450,6 +453,14 @@ flush_iptables() { nsx $NODE iptables -w -F FORWARD; }
 # with the agent, so only deltas within one agent's run mean anything).
 queued_total() {
     nsx $NODE awk '{s += $8} END {print s + 0}' /proc/net/netfilter/nfnetlink_queue
+}
+
+# The agent's verdict cache and queue overflow counters (since its start,
+# warm-up included), one line, for where the time goes.
+agent_counters() {
+    nsx $NODE curl -sf --max-time 2 "http://$METRICS/metrics" |
+        awk '/^tollgate_[a-z_]*(cache|overflow)[a-z_]*(\{[^}]*\})? / {split($1, n, "{"); s[n[1]] += $2}
+             END {line = ""; for (k in s) line = line " " substr(k, 10) "=" s[k]; if (line != "") print "   " line}' || true
 }
 
 # wrk's requests/s; its errors (non-2xx, socket errors) go to stderr.
@@ -615,6 +626,7 @@ measure_config() {
             value=$("m_$scenario")
             after=$(queued_total)
             echo "  $config: $((after - before)) packets queued to userspace" >&2
+            agent_counters >&2
             echo $((after - before)) >"$WORK/queued"
             stop_tollgate
             echo "$value"

@@ -145,7 +145,7 @@ def main():
 
     if "flood" in rows:
         data = rows["flood"]
-        print("\nflood (SYNs at a denied port; userspace = packets the kernel queued to the agent)")
+        print("\nflood (SYNs at a denied port; userspace = packets the NFQUEUE target handed to a queue, overflowed ones included)")
         print(f"  {'configuration':28} {'sent':>10} {'userspace':>10} {'share':>7}")
         for config in order["flood"]:
             sent = statistics.median(v[0] for v in data[config].values())
