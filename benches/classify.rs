@@ -6,7 +6,10 @@
 //! from `app-<(k + 1) % 100>` and another Namespace, and drops one ipBlock.
 //! Flows are pseudo-random Pod-to-Pod TCP connections, half of them to a
 //! port some rule names. `classify-same-port` is the end-to-end bench's
-//! shape instead: N rules on TCP 80 from N different /32s.
+//! shape instead: N rules on TCP 80 from N different /32s, one flow
+//! repeated; `classify-same-port-new-sources` the same rules with every flow
+//! from another source (the end-to-end all-miss scenario). Rule counts: 10,
+//! 100, 1,000 and 10,000 (`classify`), 10, 1,000 and 10,000 (the others).
 //!
 //! `cargo bench --bench classify` prints, per rule count, the time of one
 //! classification; the compile group prints compile time and the ruleset's
@@ -206,6 +209,42 @@ fn classify_same_port(c: &mut Criterion) {
     group.finish();
 }
 
+/// The same-port shape with every flow from a new source address (the
+/// end-to-end bench's all-miss scenario): 4,096 sources of 100.64.0.0/10
+/// per iteration, so no lookup is served by a repeated address.
+fn classify_same_port_new_sources(c: &mut Criterion) {
+    let mut group = c.benchmark_group("classify-same-port-new-sources");
+    let flows: Vec<Flow> = (0..4096u32)
+        .map(|i| Flow {
+            src: IpAddr::V4(Ipv4Addr::from(
+                u32::from(Ipv4Addr::new(100, 64, 0, 1)) + i * 977,
+            )),
+            dst: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+            transport: Transport::Tcp {
+                src_port: 40000,
+                dst_port: 80,
+            },
+            local: None,
+        })
+        .collect();
+    for rules in [10usize, 1000, 10_000] {
+        let ruleset = tollgate::compile::compile(&same_port(rules), &local());
+        group.throughput(Throughput::Elements(flows.len() as u64));
+        group.bench_with_input(BenchmarkId::from_parameter(rules), &ruleset, |b, rs| {
+            b.iter(|| {
+                flows
+                    .iter()
+                    .filter(|flow| {
+                        rs.classify(black_box(flow), &NoFqdn).verdict
+                            == tollgate::packet::flow::Verdict::Allow
+                    })
+                    .count()
+            })
+        });
+    }
+    group.finish();
+}
+
 fn compile(c: &mut Criterion) {
     let snapshot = synthetic(10_000, 5_000);
     let before = LIVE.load(Ordering::Relaxed);
@@ -229,5 +268,11 @@ fn compile(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, classify, classify_same_port, compile);
+criterion_group!(
+    benches,
+    classify,
+    classify_same_port,
+    classify_same_port_new_sources,
+    compile
+);
 criterion_main!(benches);

@@ -1,29 +1,71 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2016 # the awk programs' $1, $8 are single-quoted on purpose
 # End-to-end benchmark of tollgate on a namespace lab (root; not run in CI).
+# The one entry point of the wire benchmarks of issue 17:
 #
-#   benches/e2e.sh [seconds-per-measurement]     (default 10)
+#   benches/e2e.sh [seconds-per-measurement]          (default 10)
 #
-# Topology (10.98.0.0/16, nothing in the root namespace):
+# Environment:
+#   TOLLGATE=path     the binary to measure (default target/release/tollgate,
+#                     built with 'cargo build --release' if absent)
+#   ROUNDS=5          interleaved rounds per scenario (medians of these)
+#   SCENARIOS="conn miss dns l7 bulk flood"   which scenarios, in this order
+#   RULE_COUNTS="10 1000 10000"               rule counts of conn and miss
+#   FLOOD_PPS=10000   SYN rate of the flood scenario (hping3 -i u<1e6/rate;
+#                     it reaches ~5,000/s on a 2-core machine); 0: --flood
+#   WARMUP=1          seconds of unrecorded load before each measurement
+#                     (0: none; the flood has none)
+#   TOLLGATE_BASE=... A/B mode (below)
+#
+# Topology (10.98.0.0/16 and 100.64.0.0/10, nothing in the root namespace):
 #   tgb-client 10.98.1.2 ── 10.98.1.1 [tgb-node, forwards] 10.98.2.1 ── 10.98.2.2 tgb-server
-# The server is Pod backend/web (app=web); the client is Pod frontend/client.
+# The server is Pod backend/web (app=web: nginx, iperf3, dnsmasq); the
+# client is Pod frontend/client. The client also owns 100.64.0.0/10 (a
+# local route on lo), which the node routes back to it.
 #
-# Measured for every configuration, client -> server through the node:
-#   conn/s   new TCP connections per second, each carrying one HTTP request
-#            and one response then closed (wrk, 'Connection: close', 16
-#            connections in flight, against nginx returning a 2-byte body)
-#   Gbit/s   bulk throughput of one TCP stream (iperf3, 1 stream)
-# Configurations:
-#   none           no firewall at all (the reference; ratios are to this)
-#   tollgate-N     tollgate with one ClusterNetworkPolicy of N ingress rules
-#                  applied to app=web (Drop from N distinct /32s that never
-#                  match, so each new connection is classified past all N)
-#   iptables-N     the same N rules as plain iptables rules in FORWARD,
-#                  after an ESTABLISHED,RELATED accept (the usual shape)
-# N in 10, 100, 1000, 10000.
-#
-# Tools: wrk, iperf3, nginx (nginx-light), iptables; installed with apt-get
-# when missing. tollgate: $TOLLGATE, else target/release/tollgate (built
-# with 'cargo build --release' if absent).
+# Scenarios. In each round every configuration of the scenario is measured
+# once, one after the other (none, tollgate..., iptables..., each round
+# starting one configuration later), from an empty connection table on the
+# node; a figure is the median over ROUNDS, a ratio the median of the
+# per-round ratios to `none`, the no-firewall run of the same round.
+#   conn   new TCP connections/s with repeated tuples: wrk -t1 -c16 with
+#          'Connection: close' (one request, one 2-byte response, closed)
+#          from 10.98.1.2. Configurations: none; tollgate-N (cache on and
+#          off when the binary has a verdict cache); iptables-N (the same N
+#          rules as plain linear iptables in FORWARD after an
+#          ESTABLISHED,RELATED accept), N in RULE_COUNTS. tollgate-N runs one
+#          ClusterNetworkPolicy of N ingress Drop rules on app=web from N
+#          /32s that never match, so each decision passes all N.
+#   miss   the same, every connection from a new source address: wrk runs
+#          with an LD_PRELOAD shim (compiled here with cc) that binds each
+#          socket to the next address of 100.64.0.0/10 before connect, so
+#          no (source, port, destination) key repeats within ~4 M
+#          connections. (SNAT to an address range does not vary the source:
+#          the kernel picks the address from a hash of source and
+#          destination, so every connection got the same one.) Checked once
+#          before the rounds from the server's TIME-WAIT peers.
+#   dns    per-lookup RTT p50/p99 (benches/dns_rtt.py: sequential A queries
+#          for distinct names, each from a new UDP socket) from the client
+#          to dnsmasq on the server, through the node; tollgate runs with an
+#          FQDN egress policy on the client (`*.bench.test`, so each reply is
+#          learned). Added µs = tollgate - none of the same round.
+#   l7     keep-alive HTTP requests/s (wrk -t2 -c16, no 'Connection: close')
+#          through an L7 rule (GET /api/*) on app=web; with `l7.queues` 1
+#          as well when the binary has that key.
+#   bulk   Gbit/s of one established TCP stream (iperf3), tollgate at 1000
+#          rules.
+#   flood  hping3 SYNs at FLOOD_PPS to a denied port (TCP 9, Drop from the
+#          client's /24) for the measurement's seconds; counted: SYNs sent
+#          and packets the kernel queued to userspace (the id sequences of
+#          /proc/net/netfilter/nfnetlink_queue), with the cache on and off.
+# The verdict cache is turned on and off with `--set verdictCache.enabled=`
+# (or `--verdict-cache on|off`) when `tollgate run --help` offers it; else
+# "cache: unsupported by this binary" is printed and tollgate runs as is.
+# Every tollgate measurement also logs (stderr) the packets queued to
+# userspace during it, and the agent's counters whose names hold `cache` or
+# `overflow` (its metrics on 127.0.0.1:9479 in the node namespace). The end is a summary table per figure: value, ratio
+# to none, issue 17's target, met or missed (benches/e2e_summary.py, which
+# can be re-run on the results file that is kept).
 #
 # A/B mode, to compare two builds of tollgate in one run:
 #   TOLLGATE_BASE=/path/to/old/tollgate [ROUNDS=5] [RULES=1000] benches/e2e.sh [seconds]
@@ -31,18 +73,38 @@
 # ROUNDS interleaved rounds (none, base, new, none, base, new, ...) with
 # RULES rules, and prints every round and the medians, each as a ratio to
 # the median of none.
+#
+# Mechanics check (not a measurement): ROUNDS=1 benches/e2e.sh 1
 set -euo pipefail
 
 DURATION=${1:-10}
+ROUNDS=${ROUNDS:-5}
+read -r -a SCENARIO_LIST <<<"${SCENARIOS:-conn miss dns l7 bulk flood}"
+read -r -a RULE_COUNTS <<<"${RULE_COUNTS:-10 1000 10000}"
+FLOOD_PPS=${FLOOD_PPS:-10000}
+WARMUP=${WARMUP:-1}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 NODE=tgb-node CLIENT=tgb-client SERVER=tgb-server
-SERVER_IP=10.98.2.2
-RULE_COUNTS=(10 100 1000 10000)
+SERVER_IP=10.98.2.2 CLIENT_IP=10.98.1.2
+MISS_NET=100.64.0.0/10 MISS_BASE=$((100 << 24 | 64 << 16)) MISS_COUNT=$((1 << 22))
+DENIED_PORT=9
+METRICS=127.0.0.1:9479 # the agent's metrics, inside the node namespace
 
 die() { echo "e2e.sh: $*" >&2; exit 1; }
 nsx() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
 
 [[ $(id -u) -eq 0 ]] || die "must run as root"
+[[ $DURATION =~ ^[0-9]+$ && $DURATION -ge 1 ]] || die "seconds must be a positive integer"
+[[ $ROUNDS =~ ^[0-9]+$ && $ROUNDS -ge 1 ]] || die "ROUNDS must be a positive integer"
+[[ $WARMUP =~ ^[0-9]+$ ]] || die "WARMUP must be a whole number of seconds"
+[[ $FLOOD_PPS =~ ^[0-9]+$ && $FLOOD_PPS -le 1000000 ]] || die "FLOOD_PPS must be 0..1000000"
+for n in "${RULE_COUNTS[@]}"; do
+    # the rules' /32s are 172.16.(i / 250).(i % 250 + 1)
+    [[ $n =~ ^[0-9]+$ && $n -ge 1 && $n -le 64000 ]] || die "RULE_COUNTS: '$n' is not 1..64000"
+done
+for s in "${SCENARIO_LIST[@]}"; do
+    case $s in conn | miss | dns | l7 | bulk | flood) ;; *) die "unknown scenario '$s'" ;; esac
+done
 
 ensure_tools() {
     local need=()
@@ -51,6 +113,14 @@ ensure_tools() {
     command -v nginx >/dev/null || need+=(nginx-light)
     command -v iptables >/dev/null || need+=(iptables)
     command -v ipset >/dev/null || need+=(ipset)
+    command -v conntrack >/dev/null || need+=(conntrack)
+    command -v hping3 >/dev/null || need+=(hping3)
+    command -v dnsmasq >/dev/null || need+=(dnsmasq-base)
+    command -v curl >/dev/null || need+=(curl)
+    command -v dig >/dev/null || need+=(dnsutils)
+    command -v cc >/dev/null || need+=(gcc)
+    [[ -e /usr/include/dlfcn.h ]] || need+=(libc6-dev)
+    command -v python3 >/dev/null || need+=(python3)
     if ((${#need[@]})); then
         echo "installing: ${need[*]}" >&2
         apt-get update -qq
@@ -85,6 +155,7 @@ cleanup() {
     return 0
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 WORK=$(mktemp -d /tmp/tollgate-bench.XXXXXX)
 
 build_lab() {
@@ -106,15 +177,20 @@ build_lab() {
         nsx $ns sysctl -qw net.ipv4.tcp_tw_reuse=1
         nsx $ns sysctl -qw net.ipv4.ip_local_port_range="1024 65000"
     done
+    # The all-miss sources: the client owns the whole range (AnyIP), the
+    # node routes it back.
+    nsx $CLIENT ip route add local $MISS_NET dev lo
+    nsx $NODE ip route add $MISS_NET via $CLIENT_IP dev n1
 
     mkdir -p "$WORK/nginx"
-    cat >"$WORK/nginx/nginx.conf" <<EOF
+    cat >"$WORK/nginx/nginx.conf" <<NGINX
 worker_processes 1;
 pid $WORK/nginx/nginx.pid;
 error_log $WORK/nginx/error.log;
 events { worker_connections 4096; }
 http {
     access_log off;
+    keepalive_requests 100000000;
     client_body_temp_path $WORK/nginx;
     proxy_temp_path $WORK/nginx;
     fastcgi_temp_path $WORK/nginx;
@@ -122,22 +198,65 @@ http {
     scgi_temp_path $WORK/nginx;
     server { listen 80 backlog=4096; location / { return 200 "ok"; } }
 }
-EOF
+NGINX
     nsx $SERVER nginx -c "$WORK/nginx/nginx.conf" -g 'daemon on;'
     nsx $SERVER iperf3 -s -D --logfile "$WORK/iperf3.log"
+    nsx $SERVER dnsmasq --no-resolv --no-hosts --user=root --listen-address=$SERVER_IP \
+        --bind-interfaces --address=/bench.test/10.97.0.5 --local-ttl=300 \
+        --dns-forward-max=1000 --pid-file="$WORK/dnsmasq.pid"
     local i
     for i in $(seq 1 100); do
         nsx $SERVER ss -Hltn 'sport = :80' | grep -q . &&
-            nsx $SERVER ss -Hltn 'sport = :5201' | grep -q . && return 0
+            nsx $SERVER ss -Hltn 'sport = :5201' | grep -q . &&
+            nsx $SERVER ss -Hlun 'sport = :53' | grep -q . && return 0
         sleep 0.05
     done
     die "servers did not start"
 }
 
-write_policies() {
-    local n=$1 dir=$2 i
-    mkdir -p "$dir"
-    cat >"$dir/inventory.yaml" <<EOF
+# The LD_PRELOAD shim of the miss scenario: each IPv4 connect() first binds
+# the socket to the next address of the range (BENCH_SRC_BASE, _COUNT,
+# starting at _FIRST), the port left to connect (IP_BIND_ADDRESS_NO_PORT).
+build_shim() {
+    cat >"$WORK/bindnext.c" <<'C'
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+
+static uint32_t next_index;
+static int (*real_connect)(int, const struct sockaddr *, socklen_t);
+
+static uint32_t env_u32(const char *name, uint32_t fallback) {
+    const char *v = getenv(name);
+    return v ? (uint32_t)strtoul(v, NULL, 10) : fallback;
+}
+
+int connect(int fd, const struct sockaddr *addr, socklen_t len) {
+    if (!real_connect) {
+        real_connect = (int (*)(int, const struct sockaddr *, socklen_t))dlsym(RTLD_NEXT, "connect");
+        __atomic_store_n(&next_index, env_u32("BENCH_SRC_FIRST", 0), __ATOMIC_SEQ_CST);
+    }
+    if (addr && addr->sa_family == AF_INET) {
+        uint32_t count = env_u32("BENCH_SRC_COUNT", 1);
+        uint32_t i = __atomic_fetch_add(&next_index, 1, __ATOMIC_SEQ_CST) % count;
+        struct sockaddr_in src = {.sin_family = AF_INET};
+        src.sin_addr.s_addr = htonl(env_u32("BENCH_SRC_BASE", 0) + i);
+        int one = 1;
+        setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+        bind(fd, (const struct sockaddr *)&src, sizeof src);
+    }
+    return real_connect(fd, addr, len);
+}
+C
+    cc -O2 -shared -fPIC -o "$WORK/bindnext.so" "$WORK/bindnext.c" -ldl
+    echo 1 >"$WORK/miss-next"
+}
+
+inventory() {
+    cat <<INV
 apiVersion: v1
 kind: Namespace
 metadata: {name: backend, labels: {env: prod}}
@@ -156,10 +275,15 @@ apiVersion: v1
 kind: Pod
 metadata: {name: client, namespace: frontend, labels: {app: client}}
 spec: {nodeName: bench-node}
-status: {podIP: 10.98.1.2}
-EOF
-    {
-        cat <<EOF
+status: {podIP: $CLIENT_IP}
+INV
+}
+
+# One ClusterNetworkPolicy on app=web: N ingress Drop rules from /32s that
+# never match, then the lines given (more rules).
+web_policy() {
+    local n=$1 extra=${2:-} i
+    cat <<EOP
 apiVersion: crd.antrea.io/v1beta1
 kind: ClusterNetworkPolicy
 metadata: {name: bench-$n}
@@ -168,20 +292,128 @@ spec:
   tier: application
   appliedTo: [{podSelector: {matchLabels: {app: web}}}]
   ingress:
-EOF
-        for ((i = 0; i < n; i++)); do
-            printf '    - {name: r%d, action: Drop, from: [{ipBlock: {cidr: 172.16.%d.%d/32}}], ports: [{protocol: TCP, port: 80}]}\n' \
-                "$i" $((i / 250)) $((i % 250 + 1))
-        done
-    } >"$dir/bench.yaml"
+EOP
+    for ((i = 0; i < n; i++)); do
+        printf '    - {name: r%d, action: Drop, from: [{ipBlock: {cidr: 172.16.%d.%d/32}}], ports: [{protocol: TCP, port: 80}]}\n' \
+            "$i" $((i / 250)) $((i % 250 + 1))
+    done
+    [[ -z $extra ]] || printf '%s\n' "$extra"
+}
+
+write_policies() {
+    local n=$1 dir=$2
+    mkdir -p "$dir"
+    inventory >"$dir/inventory.yaml"
+    web_policy "$n" >"$dir/bench.yaml"
+}
+
+# The policy directories of the scenarios: conn/miss/bulk at N rules
+# (policies-N), dns (policies-fqdn), l7 (policies-l7), flood (policies-flood).
+write_scenario_policies() {
+    local n
+    for n in "${RULE_COUNTS[@]}" 1000; do write_policies "$n" "$WORK/policies-$n"; done
+
+    mkdir -p "$WORK/policies-fqdn"
+    inventory >"$WORK/policies-fqdn/inventory.yaml"
+    web_policy 10 >"$WORK/policies-fqdn/bench.yaml"
+    cat >"$WORK/policies-fqdn/fqdn.yaml" <<EOP
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: bench-fqdn}
+spec:
+  priority: 4
+  tier: application
+  appliedTo: [{podSelector: {matchLabels: {app: client}}}]
+  egress:
+    - {name: dns, action: Allow, to: [{ipBlock: {cidr: $SERVER_IP/32}}], ports: [{protocol: UDP, port: 53}]}
+    - {name: names, action: Allow, to: [{fqdn: '*.bench.test'}], ports: [{protocol: TCP, port: 80}]}
+EOP
+
+    mkdir -p "$WORK/policies-l7"
+    inventory >"$WORK/policies-l7/inventory.yaml"
+    cat >"$WORK/policies-l7/bench.yaml" <<'EOP'
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: bench-l7}
+spec:
+  priority: 5
+  tier: application
+  appliedTo: [{podSelector: {matchLabels: {app: web}}}]
+  ingress:
+    - name: api-only
+      action: Allow
+      ports: [{protocol: TCP, port: 80}]
+      l7Protocols: [{http: {method: GET, path: /api/*}}]
+EOP
+
+    mkdir -p "$WORK/policies-flood"
+    inventory >"$WORK/policies-flood/inventory.yaml"
+    web_policy 10 "    - {name: denied, action: Drop, from: [{ipBlock: {cidr: 10.98.1.0/24}}], ports: [{protocol: TCP, port: $DENIED_PORT}]}" \
+        >"$WORK/policies-flood/bench.yaml"
+}
+
+# What the binary supports: the verdict cache (CACHE_MODE key|flag|empty)
+# and the L7 queue count (L7_QUEUES 1|empty).
+CACHE_MODE='' L7_QUEUES=''
+detect_capabilities() {
+    local help
+    help=$("$BIN" run --help 2>&1) || true
+    if grep -q 'verdictCache\.enabled' <<<"$help"; then
+        CACHE_MODE=key
+    elif grep -q -- '--verdict-cache' <<<"$help"; then
+        CACHE_MODE=flag
+    fi
+    if [[ -n $CACHE_MODE ]]; then
+        echo "cache: supported (measured on and off)"
+    else
+        echo "cache: unsupported by this binary"
+    fi
+    if grep -q 'l7\.queues' <<<"$help"; then
+        L7_QUEUES=1
+        echo "l7.queues: supported (measured at 1 and the default)"
+    else
+        echo "l7.queues: unsupported by this binary"
+    fi
+}
+
+# The tollgate configurations of a base name: with the cache on and off
+# when supported (base-cache-on base-cache-off), else the base alone.
+cache_variants() {
+    if [[ -n $CACHE_MODE ]]; then echo "$1-cache-on $1-cache-off"; else echo "$1"; fi
+}
+# The shipped configuration of a base name: the cache on when supported.
+shipped() {
+    if [[ -n $CACHE_MODE ]]; then echo "$1-cache-on"; else echo "$1"; fi
+}
+
+# Arguments of `tollgate run` for a configuration name's suffixes.
+config_args() {
+    local config=$1 on
+    TG_ARGS=()
+    case $config in
+        *-cache-on | *-cache-on-*) on=on ;;
+        *-cache-off | *-cache-off-*) on=off ;;
+        *) on= ;;
+    esac
+    if [[ -n $on ]]; then
+        if [[ $CACHE_MODE == key ]]; then
+            TG_ARGS+=(--set "verdictCache.enabled=$([[ $on == on ]] && echo true || echo false)")
+        else
+            TG_ARGS+=(--verdict-cache "$on")
+        fi
+    fi
+    if [[ $config == *-l7q1 ]]; then TG_ARGS+=(--set l7.queues=1); fi
+    return 0
 }
 
 start_tollgate() {
     local dir=$1 log=$2 i
+    shift 2
     # `ip netns exec` directly (not the nsx function), so `$!` is tollgate
     ip netns exec $NODE "$BIN" run --policies "$dir" --node-name bench-node \
         --node-labels kubernetes.io/os=linux --node-address 10.98.1.1 \
-        --node-address 10.98.2.1 2>"$log" &
+        --node-address 10.98.2.1 --status-socket "$WORK/status.sock" \
+        --metrics-address $METRICS "$@" 2>"$log" &
     AGENT_PID=$!
     for i in $(seq 1 600); do
         grep -qs "ruleset applied generation=1" "$log" && return 0
@@ -216,17 +448,218 @@ load_iptables() {
 
 flush_iptables() { nsx $NODE iptables -w -F FORWARD; }
 
-measure() {
-    local conns gbits
-    conns=$(measure_conns)
-    gbits=$(nsx $CLIENT iperf3 -c $SERVER_IP -t "$DURATION" -J |
-        python3 -c 'import json,sys; print("%.2f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e9))')
-    echo "$conns $gbits"
+# Packets the node's kernel has queued to userspace so far, over every
+# queue (the id sequence, column 8, of nfnetlink_queue; queues come and go
+# with the agent, so only deltas within one agent's run mean anything).
+queued_total() {
+    nsx $NODE awk '{s += $8} END {print s + 0}' /proc/net/netfilter/nfnetlink_queue
+}
+
+# The agent's verdict cache and queue overflow counters (since its start,
+# warm-up included), one line, for where the time goes.
+agent_counters() {
+    nsx $NODE curl -sf --max-time 2 "http://$METRICS/metrics" |
+        awk '/^tollgate_[a-z_]*(cache|overflow)[a-z_]*(\{[^}]*\})? / {split($1, n, "{"); s[n[1]] += $2}
+             END {line = ""; for (k in s) line = line " " substr(k, 10) "=" s[k]; if (line != "") print "   " line}' || true
+}
+
+# wrk's requests/s; its errors (non-2xx, socket errors) go to stderr.
+wrk_rps() {
+    local out
+    out=$("$@")
+    grep -E 'Non-2xx|Socket errors' <<<"$out" | sed 's/^/  wrk: /' >&2 || true
+    awk '/^Requests\/sec:/ {print $2}' <<<"$out"
+}
+
+measure_conns() {
+    wrk_rps nsx $CLIENT wrk -t1 -c16 -d"${DURATION}s" -H 'Connection: close' "http://$SERVER_IP/"
+}
+
+# --- one measurement per scenario: prints the value(s) of the results line
+
+m_conn() { measure_conns; }
+
+m_miss() {
+    local first out reqs
+    first=$(cat "$WORK/miss-next")
+    out=$(nsx $CLIENT env LD_PRELOAD="$WORK/bindnext.so" BENCH_SRC_BASE=$MISS_BASE \
+        BENCH_SRC_COUNT=$MISS_COUNT BENCH_SRC_FIRST="$first" \
+        wrk -t1 -c16 -d"${DURATION}s" -H 'Connection: close' "http://$SERVER_IP/")
+    grep -E 'Non-2xx|Socket errors' <<<"$out" | sed 's/^/  wrk: /' >&2 || true
+    reqs=$(awk '/requests in/ {print $1}' <<<"$out")
+    # Connections made >= requests; leave room for the failed ones.
+    echo $(((first + reqs + reqs / 10 + 1000) % MISS_COUNT)) >"$WORK/miss-next"
+    awk '/^Requests\/sec:/ {print $2}' <<<"$out"
+}
+
+m_dns() {
+    local p50 p99 answered lost
+    read -r p50 p99 answered lost < <(nsx $CLIENT python3 "$ROOT/benches/dns_rtt.py" $SERVER_IP "$DURATION" bench.test)
+    echo "  dns: $answered answered, $lost lost" >&2
+    ((answered > 0)) || die "no DNS reply"
+    echo "$p50 $p99"
+}
+
+m_l7() {
+    wrk_rps nsx $CLIENT wrk -t2 -c16 -d"${DURATION}s" "http://$SERVER_IP/api/bench"
+}
+
+m_bulk() {
+    nsx $CLIENT iperf3 -c $SERVER_IP -t "$DURATION" -J |
+        python3 -c 'import json,sys; print("%.3f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e9))'
+}
+
+m_flood() {
+    local before after sent rate
+    if ((FLOOD_PPS == 0)); then rate=(--flood); else rate=(-i "u$((1000000 / FLOOD_PPS))"); fi
+    before=$(queued_total)
+    nsx $CLIENT timeout -s INT "$DURATION" hping3 -q -S -p $DENIED_PORT "${rate[@]}" \
+        $SERVER_IP >"$WORK/hping.log" 2>&1 || true
+    after=$(queued_total)
+    sent=$(awk '/packets transmitted/ {print $1}' "$WORK/hping.log")
+    [[ -n $sent ]] || { cat "$WORK/hping.log" >&2; die "hping3 printed no count"; }
+    echo "$sent $((after - before))"
+}
+
+# --- checks that a scenario measures what it says (once, before its rounds)
+
+check_miss_sources() {
+    local first stats
+    first=$(cat "$WORK/miss-next")
+    nsx $CLIENT env LD_PRELOAD="$WORK/bindnext.so" BENCH_SRC_BASE=$MISS_BASE \
+        BENCH_SRC_COUNT=$MISS_COUNT BENCH_SRC_FIRST="$first" \
+        wrk -t1 -c16 -d1s -H 'Connection: close' "http://$SERVER_IP/" >/dev/null
+    echo $(((first + 100000) % MISS_COUNT)) >"$WORK/miss-next"
+    # The server closes first ('Connection: close'): its TIME-WAIT peers
+    # are the sources it saw.
+    stats=$(nsx $SERVER ss -Htn state time-wait '( sport = :80 )' |
+        awk '{split($4, a, /[.:]/); if (a[1] == 100 && a[2] >= 64 && a[2] < 128) {n++; seen[a[1] "." a[2] "." a[3] "." a[4]] = 1}}
+             END {d = 0; for (k in seen) d++; print n + 0, d}')
+    read -r total distinct <<<"$stats"
+    echo "miss: the server saw $distinct distinct sources in $total connections from $MISS_NET"
+    ((total > 0 && distinct == total)) || die "miss: sources do not vary ($distinct distinct of $total)"
+}
+
+check_l7() {
+    local ok denied
+    ok=$(nsx $CLIENT curl -sS --max-time 5 -o /dev/null -w '%{http_code}' "http://$SERVER_IP/api/x" || true)
+    denied=$(nsx $CLIENT curl -sS --max-time 5 -o /dev/null -w '%{http_code}' "http://$SERVER_IP/admin" || true)
+    [[ $ok == 200 && $denied == 403 ]] || die "l7: expected 200 for /api/x and 403 for /admin, got $ok and $denied"
+}
+
+check_dns_learned() {
+    # The FQDN policy is in force: a lookup through the node is answered and
+    # passes the agent (its queues' id sequences move).
+    local before after
+    before=$(queued_total)
+    nsx $CLIENT dig +short +time=2 +tries=1 @$SERVER_IP check.bench.test | grep -qx 10.97.0.5 ||
+        die "dns: no answer through tollgate"
+    after=$(queued_total)
+    ((after > before)) || die "dns: the lookup did not reach the agent"
+}
+
+# --- scenarios
+
+configs_of() {
+    local scenario=$1 n
+    case $scenario in
+        conn)
+            echo none
+            for n in "${RULE_COUNTS[@]}"; do cache_variants "tollgate-$n"; done
+            for n in "${RULE_COUNTS[@]}"; do echo "iptables-$n"; done
+            ;;
+        miss)
+            echo none
+            for n in "${RULE_COUNTS[@]}"; do cache_variants "tollgate-$n"; done
+            ;;
+        dns) echo none; shipped tollgate-fqdn ;;
+        l7)
+            echo none; shipped tollgate-l7
+            [[ -z $L7_QUEUES ]] || echo "$(shipped tollgate-l7)-l7q1"
+            ;;
+        bulk) echo none; shipped tollgate-1000 ;;
+        flood) cache_variants tollgate-flood ;;
+    esac
+}
+
+policy_dir_of() {
+    local config=$1 base
+    base=${config#tollgate-}
+    base=${base%%-*}
+    echo "$WORK/policies-$base"
+}
+
+# An unrecorded WARMUP-second run of the scenario's load (not for the
+# flood, whose first SYNs are part of what it counts): a just started agent
+# or server is not measured.
+warm_up() {
+    local scenario=$1
+    if ((WARMUP > 0)) && [[ $scenario != flood ]]; then
+        DURATION=$WARMUP "m_$scenario" >/dev/null 2>&1 || true
+    fi
+}
+
+# Measures one configuration once; prints the value(s).
+measure_config() {
+    local scenario=$1 config=$2 value before after
+    # Each measurement starts from an empty connection table on the node:
+    # the miss scenario alone leaves ~150,000 entries (10 s at 15,000/s)
+    # in TIME_WAIT for 2 minutes, and a full table drops new connections.
+    nsx $NODE conntrack -F >/dev/null 2>&1 || true
+    case $config in
+        none) warm_up "$scenario"; "m_$scenario" ;;
+        iptables-*)
+            load_iptables "${config#iptables-}"
+            warm_up "$scenario"
+            "m_$scenario"
+            flush_iptables
+            ;;
+        tollgate-*)
+            config_args "$config"
+            start_tollgate "$(policy_dir_of "$config")" "$WORK/tollgate.log" "${TG_ARGS[@]}"
+            case $scenario in
+                l7) check_l7 ;;
+                dns) check_dns_learned ;;
+            esac
+            warm_up "$scenario"
+            before=$(queued_total)
+            value=$("m_$scenario")
+            after=$(queued_total)
+            echo "  $config: $((after - before)) packets queued to userspace" >&2
+            agent_counters >&2
+            echo $((after - before)) >"$WORK/queued"
+            stop_tollgate
+            echo "$value"
+            ;;
+    esac
+}
+
+run_scenario() {
+    local scenario=$1 r config value
+    local -a configs
+    read -r -a configs <<<"$(configs_of "$scenario" | tr '\n' ' ')"
+    echo "== $scenario: ${configs[*]} ($ROUNDS rounds of ${DURATION}s)" >&2
+    [[ $scenario != miss ]] || check_miss_sources
+    local n=${#configs[@]} k
+    for ((r = 1; r <= ROUNDS; r++)); do
+        # Each round starts one configuration later than the one before,
+        # so no configuration always runs first or last in a round.
+        for ((k = 0; k < n; k++)); do
+            config=${configs[$(((k + r - 1) % n))]}
+            value=$(measure_config "$scenario" "$config")
+            [[ -n $value ]] || die "$scenario $config: no value"
+            echo "  round $r $config: $value" >&2
+            echo "$scenario $r $config $value" >>"$RESULTS"
+            if [[ $config == tollgate-* ]]; then
+                echo "queued:$scenario $r $config $(cat "$WORK/queued")" >>"$RESULTS"
+            fi
+        done
+    done
 }
 
 # Interleaved rounds of none / base / new at one rule count (A/B mode).
 compare_builds() {
-    local rounds=${ROUNDS:-5} n=${RULES:-1000} r c
+    local rounds=${ROUNDS:-5} n=${RULES:-1000} r
     local -a none base new
     write_policies "$n" "$WORK/policies-ab"
     measure_with() {
@@ -254,11 +687,6 @@ print(f"new/base, median of the per-round ratios: {statistics.median(b / a for a
 PY
 }
 
-measure_conns() {
-    nsx $CLIENT wrk -t1 -c16 -d"${DURATION}s" -H 'Connection: close' "http://$SERVER_IP/" |
-        awk '/^Requests\/sec:/ {print $2}'
-}
-
 ensure_tools
 BIN=$(tollgate_bin)
 build_lab
@@ -270,27 +698,14 @@ if [[ -n ${TOLLGATE_BASE:-} ]]; then
     exit 0
 fi
 
-declare -A CONNS GBITS
-ORDER=(none)
-read -r "CONNS[none]" "GBITS[none]" < <(measure)
-for n in "${RULE_COUNTS[@]}"; do
-    write_policies "$n" "$WORK/policies-$n"
-    start_tollgate "$WORK/policies-$n" "$WORK/tollgate-$n.log"
-    read -r "CONNS[tollgate-$n]" "GBITS[tollgate-$n]" < <(measure)
-    stop_tollgate
-    ORDER+=("tollgate-$n")
-done
-for n in "${RULE_COUNTS[@]}"; do
-    load_iptables "$n"
-    read -r "CONNS[iptables-$n]" "GBITS[iptables-$n]" < <(measure)
-    flush_iptables
-    ORDER+=("iptables-$n")
-done
+echo "tollgate: $BIN"
+detect_capabilities
+build_shim
+write_scenario_policies
+RESULTS=$ROOT/target/e2e-results.txt
+mkdir -p "$(dirname "$RESULTS")"
+: >"$RESULTS"
+for scenario in "${SCENARIO_LIST[@]}"; do run_scenario "$scenario"; done
 
-printf '\n%-14s %12s %8s %10s %8s\n' configuration "conn/s" ratio "Gbit/s" ratio
-for c in "${ORDER[@]}"; do
-    printf '%-14s %12.0f %8.2f %10.2f %8.2f\n' "$c" "${CONNS[$c]}" \
-        "$(python3 -c "print(${CONNS[$c]}/${CONNS[none]})")" "${GBITS[$c]}" \
-        "$(python3 -c "print(${GBITS[$c]}/${GBITS[none]})")"
-done
-echo "(${DURATION}s per measurement; kernel $(uname -r); $(nproc) CPUs)"
+python3 "$ROOT/benches/e2e_summary.py" "$RESULTS"
+echo "(${ROUNDS} interleaved rounds of ${DURATION}s per scenario; kernel $(uname -r); $(nproc) CPUs; results in $RESULTS)"

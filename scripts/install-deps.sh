@@ -15,6 +15,7 @@ PACKAGES=(
     shellcheck                           # lints the shell scripts (scripts/test.sh)
     podman buildah mmdebstrap runc uidmap # the node image (scripts/image.sh, tests/netns/image.rs)
     containernetworking-plugins util-linux # podman's bridge networks, nsenter (tests/netns/docker.rs)
+    iperf3 gcc libc6-dev                 # benches/e2e.sh: bulk throughput, its all-miss bind shim
 )
 
 missing=()
