@@ -13,7 +13,7 @@ use crate::fqdn::FqdnLookup;
 use crate::marks::{FailMode, MarkLayout};
 use crate::packet::flow::{Flow, Transport, Verdict};
 use crate::packet::{packet_length, parse_flow, Action, LocalSide, PacketError, Queued};
-use crate::ruleset::{DecidedBy, Outcome as ClassifyOutcome, Ruleset};
+use crate::ruleset::{DecidedBy, Outcome as ClassifyOutcome, Ruleset, VerdictCache};
 
 /// What a worker asks the policy: the ruling on the first packet of a
 /// connection (whose [`Flow::local`] names the Node's side when the kernel
@@ -21,6 +21,12 @@ use crate::ruleset::{DecidedBy, Outcome as ClassifyOutcome, Ruleset};
 /// the compiled ruleset.
 pub trait Policy {
     fn decide(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> Ruling;
+
+    /// Where the kernel caches this policy's cacheable verdicts; `None`:
+    /// nowhere.
+    fn verdict_cache(&self) -> Option<VerdictCache> {
+        None
+    }
 }
 
 /// A policy's answer for one connection.
@@ -74,6 +80,10 @@ impl Policy for Ruleset {
             audit,
         }
     }
+
+    fn verdict_cache(&self) -> Option<VerdictCache> {
+        self.enforced().verdict_cache
+    }
 }
 
 /// What a cached verdict is looked up by: the hook (as the side it names
@@ -119,7 +129,7 @@ impl CacheKey {
 /// A verdict the kernel may apply to every new connection with `key`
 /// without asking a worker, as long as the ruleset that decided it is in
 /// force.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CacheEntry {
     pub key: CacheKey,
     pub verdict: Verdict,

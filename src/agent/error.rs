@@ -28,6 +28,8 @@ pub enum AgentError {
     Watch(#[from] WatchError),
     #[error(transparent)]
     Kubernetes(#[from] crate::source::kube::KubeError),
+    #[error("verdict cache: {0}")]
+    VerdictCache(crate::datapath::ipset_netlink::NetlinkError),
     #[error("installing signal handlers: {0}")]
     Signals(std::io::Error),
     #[error(transparent)]

@@ -29,6 +29,7 @@ use crate::audit::AuditSink;
 use crate::cli::RunArgs;
 use crate::compile::compile;
 use crate::config::{AgentConfig, ConfigError, Loaded, StartupPolicy};
+use crate::datapath::cache::Generations;
 use crate::datapath::{
     self, adopted, owns_anything, reconcile, teardown, Backoff, Changes, Iptables, Kernel,
 };
@@ -116,6 +117,25 @@ struct Running {
     fqdn: Fqdn,
     /// When the kernel state is next compared with the desired one.
     drift_due: Option<Instant>,
+    /// The verdict cache generation of each ruleset offered.
+    generations: Generations,
+}
+
+/// The verdict cache generations of this run: the first drawn from the
+/// clock and the process id, so that a restarted agent never answers from
+/// the sets an earlier run filled once it puts its first ruleset in force.
+fn verdict_cache_generations(config: &AgentConfig) -> Generations {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let seed = nanos.rotate_left(20) ^ u64::from(std::process::id());
+    let cache = &config.verdict_cache;
+    Generations::new(
+        cache.enabled(),
+        cache.timeout_seconds,
+        cache.max_entries,
+        seed,
+    )
 }
 
 fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
@@ -255,7 +275,8 @@ impl Starting {
         let Starting { base, policy, .. } = self;
         let config = &base.config;
         let node = host::local_node(&config.node)?;
-        let ruleset = compile(snapshot, &node);
+        let mut generations = verdict_cache_generations(config);
+        let ruleset = generations.stamp(compile(snapshot, &node));
         let installed = adopted(&base.kernel.installed()?);
         let mut fqdn = Fqdn::restore(&base.kernel, &ruleset, snapshot, config, &base.metrics)?;
         let mirror = Arc::clone(&fqdn.mirror);
@@ -263,9 +284,14 @@ impl Starting {
         let patterns = ruleset.fqdn_patterns().to_vec();
         let reconciler = Reconciler::adopting(policy, ruleset, installed, Backoff::DEFAULT);
         let policy = Arc::clone(reconciler.in_force());
+        let cache = match config.verdict_cache.enabled() {
+            true => Some(crate::workers::cache::spawn().map_err(AgentError::VerdictCache)?),
+            false => None,
+        };
         let observers = Observers {
             metrics: Arc::clone(&base.metrics),
             audit: base.audit.clone(),
+            cache,
         };
         for queue in config.queues.range().iter() {
             Worker::spawn(
@@ -294,6 +320,7 @@ impl Starting {
             reconciler,
             fqdn,
             drift_due,
+            generations,
         };
         running.put_in_force();
         running.base.status.set_snapshot_complete(true);

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::{
     AgentConfig, AuditConfig, ConfigError, DatapathConfig, FqdnConfig, HealthConfig, L7Config,
-    MetricsConfig, NodeConfig, QueuesConfig, StatusConfig,
+    MetricsConfig, NodeConfig, QueuesConfig, StatusConfig, VerdictCacheConfig,
 };
 
 /// Defaults that depend on the machine the agent runs on.
@@ -198,6 +198,10 @@ pub fn flags() -> Vec<Flag> {
             MetricsConfig::augment_args(Command::new("metrics")),
         ),
         ("health", HealthConfig::augment_args(Command::new("health"))),
+        (
+            "verdictCache",
+            VerdictCacheConfig::augment_args(Command::new("verdictCache")),
+        ),
     ];
     sections
         .iter()

@@ -103,7 +103,10 @@ impl Step {
 /// nothing to write are left out.
 pub fn steps(changes: &Changes) -> Vec<Step> {
     let mut out = Vec::new();
-    if !changes.sets.is_empty() || !changes.create_learned.is_empty() {
+    if !changes.sets.is_empty()
+        || !changes.create_learned.is_empty()
+        || !changes.create_cache.is_empty()
+    {
         out.push(Step::PrepareSets);
     }
     for family in Family::ALL {
@@ -146,6 +149,9 @@ pub fn bridge(
         node_ingress: from.0.node_ingress || to.0.node_ingress,
         node_egress: from.0.node_egress || to.0.node_egress,
         endpoints,
+        // The next ruleset's fresh sets: from the moment the bridge is
+        // installed the kernel answers nothing from the current one's.
+        verdict_cache: to.0.verdict_cache,
     };
     plan(&enforced, &union(from.1, to.1))
 }
@@ -179,6 +185,7 @@ pub fn adopted(installed: &State) -> Enforced {
         node_ingress: whole_hook(Hook::Input),
         node_egress: whole_hook(Hook::Output),
         endpoints,
+        verdict_cache: None,
     }
 }
 

@@ -32,6 +32,21 @@ pub struct Enforced {
     pub node_egress: bool,
     /// Addresses of local Pods that some rule applies to (either direction).
     pub endpoints: Vec<IpAddr>,
+    /// The kernel verdict cache of the ruleset, when verdicts are cached.
+    #[serde(skip)]
+    pub verdict_cache: Option<VerdictCache>,
+}
+
+/// The kernel verdict cache of one ruleset: the generation naming its sets
+/// (no two rulesets an agent puts in force share one, so a change leaves
+/// every verdict of the previous ruleset behind), and the sets' entry
+/// timeout and bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VerdictCache {
+    /// 40 bits; the sets are `tollgate-vc-<10 hex digits>-…`.
+    pub generation: u64,
+    pub timeout_secs: u32,
+    pub max_entries: u32,
 }
 
 /// An endpoint this node enforces policy for.
@@ -150,6 +165,13 @@ impl Ruleset {
             policies: parts.policies,
             logged_namespaces: parts.logged_namespaces,
         }
+    }
+
+    /// The ruleset with its verdicts cached in the kernel under `cache`
+    /// (the agent stamps each ruleset it offers with a fresh generation).
+    pub fn with_verdict_cache(mut self, cache: VerdictCache) -> Ruleset {
+        self.enforced.verdict_cache = Some(cache);
+        self
     }
 
     /// Whether the implicit default drop of a Kubernetes NetworkPolicy for
