@@ -162,6 +162,11 @@ pub const TEST_IDS: &[&str] = &[
     "a_dead_resolver_delays_neither_policy_nor_snooping",
     "every_declared_counter_is_scraped_from_a_running_agent",
     "l7_audit_lines_carry_method_host_and_path_in_text_and_json",
+    "a_cached_verdict_is_answered_by_the_kernel_and_a_policy_change_replaces_it",
+    "a_pod_label_change_invalidates_cached_verdicts",
+    "verdict_cache_off_caches_nothing",
+    "a_syn_flood_at_a_denied_port_stays_in_the_kernel",
+    "cached_allows_outlive_the_agent_but_not_a_changed_policy",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
