@@ -8,7 +8,6 @@
 //! are printed as `VERDICT-CACHE-FLOOD`).
 
 use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
 
 use crate::harness::probe::total_queued;
 use crate::harness::{poll_until, Lab, Service, TcpOutcome, AGENT_WAIT};
@@ -170,4 +169,192 @@ fn a_cached_verdict_is_answered_by_the_kernel_and_a_policy_change_replaces_it() 
         "{:?}",
         lab.firewall_state("node").set_names()
     );
+}
+
+/// The node's ingress on `PORT`: allowed from Pods labelled `app: a`,
+/// dropped from everyone else; the client is a Pod of another node
+/// labelled `app: <app>`.
+fn pod_policy(lab: &Lab, app: &str) -> String {
+    let (v4, v6) = (lab.addr("client"), lab.addr6("client"));
+    format!(
+        "apiVersion: v1
+kind: Namespace
+metadata: {{name: x, labels: {{ns: x}}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: client, namespace: x, labels: {{app: {app}}}}}
+spec: {{nodeName: other}}
+status: {{podIP: '{v4}', podIPs: [{{ip: '{v4}'}}, {{ip: '{v6}'}}]}}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {{name: node-ingress}}
+spec:
+  priority: 5
+  tier: securityops
+  appliedTo: [{{nodeSelector: {{matchLabels: {{kubernetes.io/os: linux}}}}}}]
+  ingress:
+    - action: Allow
+      from: [{{podSelector: {{matchLabels: {{app: a}}}}}}]
+      ports: [{{protocol: TCP, port: {PORT}}}]
+    - action: Drop
+      ports: [{{protocol: TCP, port: {PORT}}}]
+"
+    )
+}
+
+#[test]
+fn a_pod_label_change_invalidates_cached_verdicts() {
+    let Some(lab) = lab("a_pod_label_change_invalidates_cached_verdicts") else {
+        return;
+    };
+    lab.write_policy("node.yaml", &pod_policy(&lab, "a"));
+    let mut agent = lab.start_agent(lab.agent_options());
+    agent.wait_generation(1);
+    for target in targets(&lab, PORT) {
+        lab.assert_tcp("client", target, TcpOutcome::Connected);
+        wait_cached(&lab, target, 'a');
+        assert_from_cache(&lab, target, TcpOutcome::Connected);
+    }
+    // Only the inventory changes: the client's Pod loses its label.
+    lab.write_policy("node.yaml", &pod_policy(&lab, "b"));
+    agent.wait_generation(2);
+    for target in targets(&lab, PORT) {
+        lab.assert_tcp("client", target, TcpOutcome::TimedOut);
+        wait_cached(&lab, target, 'd');
+    }
+    lab.write_policy("node.yaml", &pod_policy(&lab, "a"));
+    agent.wait_generation(3);
+    for target in targets(&lab, PORT) {
+        lab.assert_tcp("client", target, TcpOutcome::Connected);
+    }
+    agent.stop();
+}
+
+#[test]
+fn verdict_cache_off_caches_nothing() {
+    let Some(lab) = lab("verdict_cache_off_caches_nothing") else {
+        return;
+    };
+    lab.write_policy("node.yaml", &node_policy("Allow"));
+    let mut agent = lab.start_agent(lab.agent_options().args(&["--verdict-cache", "off"]));
+    agent.wait_generation(1);
+    for target in targets(&lab, PORT) {
+        for _ in 0..3 {
+            let before = queued(&lab);
+            lab.assert_tcp("client", target, TcpOutcome::Connected);
+            assert!(
+                queued(&lab) > before,
+                "{target}: every connection is queued"
+            );
+        }
+    }
+    let state = lab.firewall_state("node");
+    assert!(
+        state
+            .set_names()
+            .iter()
+            .all(|s| !s.starts_with("tollgate-vc-")),
+        "{:?}",
+        state.set_names()
+    );
+    assert!(state.rules().all(|r| !r.contains("CACHED")));
+    agent.stop();
+}
+
+/// SYNs to `target` from the client, one every 2 ms with a new source
+/// port each (hping3 counts the port up); returns how many packets the
+/// node queued to its workers meanwhile.
+fn flood(lab: &Lab, target: SocketAddr, count: u32) -> u64 {
+    let before = queued(lab);
+    let count = count.to_string();
+    let port = target.port().to_string();
+    let host = target.ip().to_string();
+    let out = lab.ns("client").exec(
+        &[
+            "hping3", "-q", "-S", "-p", &port, "-c", &count, "-i", "u2000", &host,
+        ],
+        AGENT_WAIT,
+    );
+    assert!(out.status.is_some(), "hping3 timed out: {}", out.stderr);
+    // Every queued SYN has had its verdict before the count is read.
+    let drained = poll_until(AGENT_WAIT, || {
+        lab.queue_counters()
+            .iter()
+            .all(|c| c.queue_total == 0)
+            .then_some(())
+    });
+    assert!(drained.is_some(), "the queues never drained");
+    queued(lab) - before
+}
+
+#[test]
+fn a_syn_flood_at_a_denied_port_stays_in_the_kernel() {
+    let Some(lab) = Lab::builder("a_syn_flood_at_a_denied_port_stays_in_the_kernel")
+        .peer("client")
+        .require(&["hping3"])
+        .build()
+    else {
+        return;
+    };
+    lab.serve_tcp("node", PORT, Service::Echo);
+    lab.write_policy("node.yaml", &node_policy("Drop"));
+    let target = SocketAddr::new(IpAddr::from(lab.node_addr("client")), PORT);
+    const SYNS: u32 = 500;
+    let mut queued_with = |args: &[&str]| {
+        let mut agent = lab.start_agent(lab.agent_options().args(args));
+        agent.wait_generation(1);
+        let n = flood(&lab, target, SYNS);
+        agent.stop();
+        assert!(lab.tollgate_cleanup().success());
+        n
+    };
+    let on = queued_with(&[]);
+    let off = queued_with(&["--verdict-cache", "off"]);
+    println!("VERDICT-CACHE-FLOOD {SYNS} SYNs at a dropped port: {on} queued to userspace with the cache, {off} without");
+    assert!(off >= u64::from(SYNS) * 9 / 10, "without the cache: {off}");
+    assert!(on <= 20, "with the cache: {on} of {SYNS} queued");
+}
+
+#[test]
+fn cached_allows_outlive_the_agent_but_not_a_changed_policy() {
+    let Some(lab) = lab("cached_allows_outlive_the_agent_but_not_a_changed_policy") else {
+        return;
+    };
+    lab.write_policy("node.yaml", &node_policy("Allow"));
+    let mut agent = lab.start_agent(lab.agent_options());
+    agent.wait_generation(1);
+    for target in targets(&lab, PORT) {
+        lab.assert_tcp("client", target, TcpOutcome::Connected);
+        wait_cached(&lab, target, 'a');
+    }
+    agent.kill9();
+    // No worker reads the queues (fail-closed): a tuple the cache does not
+    // know waits, the cached one connects.
+    for (cached, unknown) in targets(&lab, PORT).into_iter().zip(targets(&lab, UNCACHED)) {
+        lab.assert_tcp("client", unknown, TcpOutcome::TimedOut);
+        lab.assert_tcp("client", cached, TcpOutcome::Connected);
+    }
+    // The policy changed meanwhile: the new agent's first ruleset does not
+    // answer from the old sets.
+    lab.write_policy("node.yaml", &node_policy("Drop"));
+    let mut again = lab.start_agent(lab.agent_options());
+    again.wait_generation(1);
+    for target in targets(&lab, PORT) {
+        lab.assert_tcp("client", target, TcpOutcome::TimedOut);
+    }
+    for target in targets(&lab, UNCACHED) {
+        lab.assert_tcp("client", target, TcpOutcome::Connected);
+    }
+    assert!(
+        entries(&lab)
+            .iter()
+            .all(|e| !e.contains(&format!("tcp:{PORT},"))
+                || e.contains("d4 ")
+                || e.contains("d6 ")),
+        "{:?}",
+        entries(&lab)
+    );
+    again.stop();
 }
