@@ -85,6 +85,8 @@ struct Base {
     audit: Option<AuditSink>,
     /// Removes the socket when the agent stops.
     _status_server: Option<StatusServer>,
+    /// The verdict cache generation of each ruleset put in force.
+    generations: Generations,
 }
 
 /// The agent before its source's first complete snapshot. No queue is
@@ -106,7 +108,7 @@ struct Starting {
 
 /// How waiting for the first snapshot ended.
 enum Waited {
-    Ready(Running),
+    Ready(Box<Running>),
     Stopped(Starting),
 }
 
@@ -117,8 +119,6 @@ struct Running {
     fqdn: Fqdn,
     /// When the kernel state is next compared with the desired one.
     drift_due: Option<Instant>,
-    /// The verdict cache generation of each ruleset offered.
-    generations: Generations,
 }
 
 /// The verdict cache generations of this run: the first drawn from the
@@ -207,6 +207,7 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
             "adopting the kernel state an earlier agent left: it stays as it is until the first complete snapshot"
         );
     }
+    let generations = verdict_cache_generations(&config);
     let starting = Starting {
         base: Base {
             _lock: lock,
@@ -217,6 +218,7 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
             status,
             audit,
             _status_server: status_server,
+            generations,
         },
         policy,
         startup_done: found,
@@ -236,7 +238,9 @@ impl Starting {
                 .latest()
                 .map_err(AgentError::InvalidPolicies)?
             {
-                return self.enforce(&snapshot).map(Waited::Ready);
+                return self
+                    .enforce(&snapshot)
+                    .map(|running| Waited::Ready(Box::new(running)));
             }
             if !self.startup_done {
                 self.startup_done = true;
@@ -272,11 +276,12 @@ impl Starting {
     /// deciding by it, and the kernel moves to it from what it holds by
     /// the bridge of both.
     fn enforce(self, snapshot: &Snapshot) -> Result<Running, AgentError> {
-        let Starting { base, policy, .. } = self;
+        let Starting {
+            mut base, policy, ..
+        } = self;
         let config = &base.config;
         let node = host::local_node(&config.node)?;
-        let mut generations = verdict_cache_generations(config);
-        let ruleset = generations.stamp(compile(snapshot, &node));
+        let ruleset = base.generations.stamp(compile(snapshot, &node));
         let installed = adopted(&base.kernel.installed()?);
         let mut fqdn = Fqdn::restore(&base.kernel, &ruleset, snapshot, config, &base.metrics)?;
         let mirror = Arc::clone(&fqdn.mirror);
@@ -320,7 +325,6 @@ impl Starting {
             reconciler,
             fqdn,
             drift_due,
-            generations,
         };
         running.put_in_force();
         running.base.status.set_snapshot_complete(true);

@@ -302,7 +302,7 @@ fn a_syn_flood_at_a_denied_port_stays_in_the_kernel() {
     lab.write_policy("node.yaml", &node_policy("Drop"));
     let target = SocketAddr::new(IpAddr::from(lab.node_addr("client")), PORT);
     const SYNS: u32 = 500;
-    let mut queued_with = |args: &[&str]| {
+    let queued_with = |args: &[&str]| {
         let mut agent = lab.start_agent(lab.agent_options().args(args));
         agent.wait_generation(1);
         let n = flood(&lab, target, SYNS);

@@ -527,8 +527,7 @@ fn cached_verdicts_are_answered_ahead_of_the_queue_from_the_generations_sets() {
     assert_eq!(
         state.v6.chains["TOLLGATE-FORWARD"]
             .iter()
-            .filter(|r| r.contains("tollgate-vc-00000000ab-fr6"))
-            .last()
+            .rfind(|r| r.contains("tollgate-vc-00000000ab-fr6"))
             .unwrap(),
         "-o eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-fr6 src,dst,dst -j REJECT --reject-with icmp6-adm-prohibited"
     );
