@@ -121,23 +121,6 @@ struct Running {
     drift_due: Option<Instant>,
 }
 
-/// The verdict cache generations of this run: the first drawn from the
-/// clock and the process id, so that a restarted agent never answers from
-/// the sets an earlier run filled once it puts its first ruleset in force.
-fn verdict_cache_generations(config: &AgentConfig) -> Generations {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let seed = nanos.rotate_left(20) ^ u64::from(std::process::id());
-    let cache = &config.verdict_cache;
-    Generations::new(
-        cache.enabled(),
-        cache.timeout_seconds,
-        cache.max_entries,
-        seed,
-    )
-}
-
 fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
     // Before any thread exists: capabilities are per thread, and threads
     // inherit them from their creator.
@@ -207,7 +190,8 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
             "adopting the kernel state an earlier agent left: it stays as it is until the first complete snapshot"
         );
     }
-    let generations = verdict_cache_generations(&config);
+    let cache = &config.verdict_cache;
+    let generations = Generations::new(cache.enabled(), cache.timeout_seconds, cache.max_entries);
     let starting = Starting {
         base: Base {
             _lock: lock,
@@ -276,12 +260,12 @@ impl Starting {
     /// deciding by it, and the kernel moves to it from what it holds by
     /// the bridge of both.
     fn enforce(self, snapshot: &Snapshot) -> Result<Running, AgentError> {
-        let Starting {
-            mut base, policy, ..
-        } = self;
+        let Starting { base, policy, .. } = self;
         let config = &base.config;
         let node = host::local_node(&config.node)?;
-        let ruleset = base.generations.stamp(compile(snapshot, &node));
+        let ruleset = base
+            .generations
+            .stamp(compile(snapshot, &node), snapshot, &node);
         let installed = adopted(&base.kernel.installed()?);
         let mut fqdn = Fqdn::restore(&base.kernel, &ruleset, snapshot, config, &base.metrics)?;
         let mirror = Arc::clone(&fqdn.mirror);

@@ -108,7 +108,10 @@ impl Running {
             // Once complete, a source stays complete.
             Ok(None) => {}
             Ok(Some(snapshot)) => {
-                let ruleset = self.base.generations.stamp(compile(&snapshot, &node));
+                let ruleset =
+                    self.base
+                        .generations
+                        .stamp(compile(&snapshot, &node), &snapshot, &node);
                 self.reconciler.offer(ruleset);
                 if let Some(error) = self.sync() {
                     self.reloaded(ReloadResult::Failed, Some(error));

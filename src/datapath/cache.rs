@@ -7,19 +7,26 @@
 //!
 //! # Why a stale verdict cannot outlive a change
 //!
-//! Every ruleset the agent offers gets a generation no earlier ruleset of
-//! the run had ([`Generations::stamp`]; the run's first one comes from a
-//! seed the agent draws at start, so a restarted agent does not reuse the
-//! previous run's either). The rules that answer from the cache name the
-//! sets of the generation of the ruleset they are installed for; the
-//! bridge to a new ruleset names the new ruleset's (empty) sets, in the
-//! same `iptables-restore` transaction that widens the queuing, and that
-//! transaction completes before the new ruleset decides its first
+//! A ruleset's generation is a digest of everything its decisions are
+//! made from: the snapshot it was compiled from (policies and inventory),
+//! the local Node (name, labels, addresses), tollgate's version, and the
+//! cache's timeout and bound ([`generation_of`]). Any policy or inventory
+//! change gives a new generation; an unchanged one (a SIGHUP, a restart)
+//! the same, whose entries are still right. The rules that answer from the
+//! cache name the sets of the generation of the ruleset they are installed
+//! for; the bridge to a new ruleset names the new ruleset's (empty) sets,
+//! in the same `iptables-restore` transaction that widens the queuing, and
+//! that transaction completes before the new ruleset decides its first
 //! connection. A worker adds an entry only to the sets of the generation
 //! of the ruleset that made the decision, so an entry of an older ruleset
-//! lands in sets no rule refers to (or that are already destroyed).
+//! lands in sets no rule refers to (or that are already destroyed), or in
+//! those of a ruleset that decides the same.
 
+use sha1::{Digest, Sha1};
+
+use crate::compile::LocalNode;
 use crate::decide::CacheEntry;
+use crate::model::Snapshot;
 use crate::packet::flow::{LocalSide, Verdict};
 use crate::ruleset::{Ruleset, VerdictCache};
 
@@ -68,8 +75,8 @@ impl From<Verdict> for CachedVerdict {
     }
 }
 
-/// `tollgate-vc-<generation, 10 hex digits>-<hook><verdict><family>`, e.g.
-/// `tollgate-vc-00000000ab-ia4` (26 bytes; the kernel allows 31).
+/// `tollgate-vc-<generation, 10 hex digits>-<hook><verdict>-<family>`,
+/// e.g. `tollgate-vc-00000000ab-ia-v4` (28 bytes; the kernel allows 31).
 pub fn cache_set(generation: u64, hook: Hook, verdict: CachedVerdict, family: Family) -> String {
     let hook = match hook {
         Hook::Input => 'i',
@@ -77,11 +84,11 @@ pub fn cache_set(generation: u64, hook: Hook, verdict: CachedVerdict, family: Fa
         Hook::Output => 'o',
     };
     let family = match family {
-        Family::V4 => '4',
-        Family::V6 => '6',
+        Family::V4 => "v4",
+        Family::V6 => "v6",
     };
     format!(
-        "{CACHE_SET_PREFIX}{:010x}-{hook}{}{family}",
+        "{CACHE_SET_PREFIX}{:010x}-{hook}{}-{family}",
         generation & mask(),
         verdict.letter()
     )
@@ -124,36 +131,49 @@ pub fn set_of(entry: &CacheEntry, cache: &VerdictCache) -> String {
     )
 }
 
-/// Hands out one generation per ruleset: `seed`, `seed + 1`, … (40 bits,
-/// wrapping), with the configured timeout and bound; `None` when the cache
-/// is off.
-#[derive(Clone, Debug)]
+/// The generation of the ruleset compiled from `snapshot` for `node`:
+/// 40 bits of the SHA-1 of everything its decisions are made from.
+pub fn generation_of(
+    snapshot: &Snapshot,
+    node: &LocalNode,
+    timeout_secs: u32,
+    max_entries: u32,
+) -> u64 {
+    let mut digest = Sha1::new();
+    digest.update(env!("CARGO_PKG_VERSION").as_bytes());
+    digest.update(format!("\0{node:?}\0{timeout_secs}\0{max_entries}\0").as_bytes());
+    digest.update(format!("{:?}", snapshot.objects).as_bytes());
+    let bytes = digest.finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&bytes[..8]);
+    u64::from_be_bytes(first) & mask()
+}
+
+/// Stamps each ruleset with its generation when the cache is on.
+#[derive(Clone, Copy, Debug)]
 pub struct Generations {
-    next: u64,
     timeout_secs: u32,
     max_entries: u32,
     enabled: bool,
 }
 
 impl Generations {
-    pub fn new(enabled: bool, timeout_secs: u32, max_entries: u32, seed: u64) -> Generations {
+    pub fn new(enabled: bool, timeout_secs: u32, max_entries: u32) -> Generations {
         Generations {
-            next: seed & mask(),
             timeout_secs,
             max_entries,
             enabled,
         }
     }
 
-    /// `ruleset` with a generation of its own, when the cache is on.
-    pub fn stamp(&mut self, ruleset: Ruleset) -> Ruleset {
+    /// `ruleset`, compiled from `snapshot` for `node`, with its generation
+    /// when the cache is on.
+    pub fn stamp(&self, ruleset: Ruleset, snapshot: &Snapshot, node: &LocalNode) -> Ruleset {
         if !self.enabled {
             return ruleset;
         }
-        let generation = self.next;
-        self.next = (self.next + 1) & mask();
         ruleset.with_verdict_cache(VerdictCache {
-            generation,
+            generation: generation_of(snapshot, node, self.timeout_secs, self.max_entries),
             timeout_secs: self.timeout_secs,
             max_entries: self.max_entries,
         })
@@ -183,20 +203,56 @@ mod tests {
         assert_eq!(names.len(), 3 * 3 * 3 * 2);
         assert_eq!(
             cache_set(0xab, Hook::Input, CachedVerdict::Allow, Family::V4),
-            "tollgate-vc-00000000ab-ia4"
+            "tollgate-vc-00000000ab-ia-v4"
         );
     }
 
     #[test]
-    fn every_stamped_ruleset_gets_a_new_generation_and_off_stamps_none() {
-        let mut on = Generations::new(true, 60, 1024, (1 << 40) - 1);
-        let first = on.stamp(Ruleset::default());
-        let second = on.stamp(Ruleset::default());
-        let generation = |r: &Ruleset| r.enforced().verdict_cache.map(|c| c.generation);
-        assert_eq!(generation(&first), Some((1 << 40) - 1));
-        assert_eq!(generation(&second), Some(0));
-        let mut off = Generations::new(false, 60, 1024, 7);
-        assert_eq!(off.stamp(Ruleset::default()).enforced().verdict_cache, None);
+    fn the_generation_follows_policies_inventory_node_and_bounds_and_off_stamps_none() {
+        let parse = |yaml: &str| {
+            let (objects, problems) = crate::source::parse_documents("a.yaml".as_ref(), yaml);
+            assert!(problems.is_empty(), "{problems:?}");
+            Snapshot { objects }
+        };
+        let pod = |app: &str| {
+            parse(&format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: x, labels: {{app: {app}}}}}\nstatus: {{podIP: 10.1.0.1}}\n"
+            ))
+        };
+        let node = LocalNode {
+            name: "n".into(),
+            ..Default::default()
+        };
+        let on = Generations::new(true, 60, 1024);
+        let generation = |g: &Generations, snapshot: &Snapshot, node: &LocalNode| {
+            g.stamp(Ruleset::default(), snapshot, node)
+                .enforced()
+                .verdict_cache
+                .map(|c| c.generation)
+        };
+        let a = generation(&on, &pod("a"), &node);
+        assert_eq!(
+            a,
+            generation(&on, &pod("a"), &node),
+            "same input, same sets"
+        );
+        assert_ne!(a, generation(&on, &pod("b"), &node), "a label changed");
+        let moved = LocalNode {
+            addresses: vec!["10.0.0.9".parse().unwrap()],
+            ..node.clone()
+        };
+        assert_ne!(
+            a,
+            generation(&on, &pod("a"), &moved),
+            "the Node's addresses"
+        );
+        assert_ne!(
+            a,
+            generation(&Generations::new(true, 30, 1024), &pod("a"), &node)
+        );
+        assert!(a.is_some_and(|g| g < 1 << 40));
+        let off = Generations::new(false, 60, 1024);
+        assert_eq!(generation(&off, &pod("a"), &node), None);
     }
 
     #[test]
@@ -217,11 +273,11 @@ mod tests {
             verdict: Verdict::Reject,
         };
         let set = set_of(&entry, &cache);
-        assert_eq!(set, "tollgate-vc-0000000005-or6");
+        assert_eq!(set, "tollgate-vc-0000000005-or-v6");
         assert_eq!(
             insert_op(&entry, &cache, &set),
             EntryOp::AddTuple {
-                set: "tollgate-vc-0000000005-or6",
+                set: "tollgate-vc-0000000005-or-v6",
                 src: "fd00::1".parse().unwrap(),
                 protocol: 17,
                 port: 53,

@@ -80,7 +80,7 @@ fn entries(lab: &Lab) -> Vec<String> {
 #[track_caller]
 fn wait_cached(lab: &Lab, target: SocketAddr, verdict: char) {
     let tuple = format!(",tcp:{},{} ", target.port(), target.ip());
-    let set = format!("-i{verdict}");
+    let set = format!("-i{verdict}-v");
     let found = poll_until(AGENT_WAIT, || {
         entries(lab)
             .iter()
@@ -329,6 +329,7 @@ fn cached_allows_outlive_the_agent_but_not_a_changed_policy() {
         lab.assert_tcp("client", target, TcpOutcome::Connected);
         wait_cached(&lab, target, 'a');
     }
+    let sets = lab.firewall_state("node").set_names().join(" ");
     agent.kill9();
     // No worker reads the queues (fail-closed): a tuple the cache does not
     // know waits, the cached one connects.
@@ -336,6 +337,15 @@ fn cached_allows_outlive_the_agent_but_not_a_changed_policy() {
         lab.assert_tcp("client", unknown, TcpOutcome::TimedOut);
         lab.assert_tcp("client", cached, TcpOutcome::Connected);
     }
+    // The same policy and inventory: the same generation, whose entries
+    // still answer for the new agent.
+    let mut same = lab.start_agent(lab.agent_options());
+    same.wait_generation(1);
+    assert_eq!(lab.firewall_state("node").set_names().join(" "), sets);
+    for target in targets(&lab, PORT) {
+        assert_from_cache(&lab, target, TcpOutcome::Connected);
+    }
+    same.kill9();
     // The policy changed meanwhile: the new agent's first ruleset does not
     // answer from the old sets.
     lab.write_policy("node.yaml", &node_policy("Drop"));

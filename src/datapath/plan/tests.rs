@@ -502,7 +502,7 @@ fn cached_verdicts_are_answered_ahead_of_the_queue_from_the_generations_sets() {
     let state = desired(&config, &enforced, std::slice::from_ref(&pattern));
     assert_eq!(state.cache.len(), 18, "3 hooks × 3 verdicts × 2 families");
     assert_eq!(
-        state.cache["tollgate-vc-00000000ab-fr6"],
+        state.cache["tollgate-vc-00000000ab-fr-v6"],
         CacheSet {
             family: Family::V6,
             timeout_secs: 30,
@@ -510,14 +510,14 @@ fn cached_verdicts_are_answered_ahead_of_the_queue_from_the_generations_sets() {
         }
     );
     let input = &state.v4.chains["TOLLGATE-INPUT"];
-    let cached = "-i eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-ia4 src,dst,dst -j TOLLGATE-CACHED-ALLOW";
+    let cached = "-i eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-ia-v4 src,dst,dst -j TOLLGATE-CACHED-ALLOW";
     let at = input.iter().position(|r| r == cached).expect(cached);
     assert_eq!(
         input[at + 1..at + 4],
         [
-            "-i eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-id4 src,dst,dst -j DROP",
-            "-i eth0 -p tcp -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-ir4 src,dst,dst -j REJECT --reject-with tcp-reset",
-            "-i eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-ir4 src,dst,dst -j REJECT --reject-with icmp-admin-prohibited",
+            "-i eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-id-v4 src,dst,dst -j DROP",
+            "-i eth0 -p tcp -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-ir-v4 src,dst,dst -j REJECT --reject-with tcp-reset",
+            "-i eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-ir-v4 src,dst,dst -j REJECT --reject-with icmp-admin-prohibited",
         ]
     );
     assert_eq!(
@@ -527,9 +527,9 @@ fn cached_verdicts_are_answered_ahead_of_the_queue_from_the_generations_sets() {
     assert_eq!(
         state.v6.chains["TOLLGATE-FORWARD"]
             .iter()
-            .rfind(|r| r.contains("tollgate-vc-00000000ab-fr6"))
+            .rfind(|r| r.contains("tollgate-vc-00000000ab-fr-v6"))
             .unwrap(),
-        "-o eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-fr6 src,dst,dst -j REJECT --reject-with icmp6-adm-prohibited"
+        "-o eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-fr-v6 src,dst,dst -j REJECT --reject-with icmp6-adm-prohibited"
     );
     // A cached allow does what a worker's does, DNS snooping included.
     assert_eq!(
@@ -564,7 +564,7 @@ fn cached_verdicts_are_answered_ahead_of_the_queue_from_the_generations_sets() {
     );
     let prepare = changes.ipset_prepare_text().unwrap();
     assert!(
-        prepare.contains("create tollgate-vc-00000000ac-oa4 hash:ip,port,ip family inet timeout 30 maxelem 1000\n"),
+        prepare.contains("create tollgate-vc-00000000ac-oa-v4 hash:ip,port,ip family inet timeout 30 maxelem 1000\n"),
         "{prepare}"
     );
 
@@ -583,15 +583,15 @@ fn cached_verdicts_are_answered_ahead_of_the_queue_from_the_generations_sets() {
 #[test]
 fn installed_cache_sets_parse_back_without_their_entries() {
     let save = "\
-create tollgate-vc-00000000ab-ia4 hash:ip,port,ip family inet hashsize 1024 maxelem 1000 timeout 30 bucketsize 12 initval 0x4b58167d
-add tollgate-vc-00000000ab-ia4 10.0.0.1,tcp:80,10.0.0.2 timeout 60
-create tollgate-vc-00000000ab-ia6 hash:ip,port,ip family inet6 hashsize 1024 maxelem 1000 timeout 30
+create tollgate-vc-00000000ab-ia-v4 hash:ip,port,ip family inet hashsize 1024 maxelem 1000 timeout 30 bucketsize 12 initval 0x4b58167d
+add tollgate-vc-00000000ab-ia-v4 10.0.0.1,tcp:80,10.0.0.2 timeout 60
+create tollgate-vc-00000000ab-ia-v6 hash:ip,port,ip family inet6 hashsize 1024 maxelem 1000 timeout 30
 create tollgate-fqdn-0123456789-v4 hash:ip family inet hashsize 1024 maxelem 65536 timeout 300
 ";
     let state = State::parse("", "", save);
     assert_eq!(state.cache.len(), 2);
     assert_eq!(
-        state.cache["tollgate-vc-00000000ab-ia6"],
+        state.cache["tollgate-vc-00000000ab-ia-v6"],
         CacheSet {
             family: Family::V6,
             timeout_secs: 30,
