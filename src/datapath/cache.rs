@@ -176,6 +176,7 @@ impl Generations {
             generation: generation_of(snapshot, node, self.timeout_secs, self.max_entries),
             timeout_secs: self.timeout_secs,
             max_entries: self.max_entries,
+            lookup: true,
         })
     }
 }
@@ -261,6 +262,7 @@ mod tests {
             generation: 5,
             timeout_secs: 30,
             max_entries: 64,
+            lookup: true,
         };
         let entry = CacheEntry {
             key: CacheKey {

@@ -557,7 +557,9 @@ fn queue_rules(
             ..
         }) = selection
         {
-            rules.extend(cached_verdict_rules(cache, family, hook, interface));
+            if cache.lookup {
+                rules.extend(cached_verdict_rules(cache, family, hook, interface));
+            }
         }
         for selection in &selections {
             rules.push(format!(

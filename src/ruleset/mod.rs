@@ -38,15 +38,18 @@ pub struct Enforced {
 }
 
 /// The kernel verdict cache of one ruleset: the generation naming its sets
-/// (no two rulesets an agent puts in force share one, so a change leaves
-/// every verdict of the previous ruleset behind), and the sets' entry
-/// timeout and bound.
+/// (a digest of what the ruleset was compiled from, so any policy or
+/// inventory change leaves every verdict of the previous ruleset behind),
+/// and the sets' entry timeout and bound.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VerdictCache {
     /// 40 bits; the sets are `tollgate-vc-<10 hex digits>-…`.
     pub generation: u64,
     pub timeout_secs: u32,
     pub max_entries: u32,
+    /// Whether the kernel answers from the sets; `false` while a change
+    /// bridges two generations (the sets stay, nothing is answered).
+    pub lookup: bool,
 }
 
 /// An endpoint this node enforces policy for.
@@ -168,7 +171,7 @@ impl Ruleset {
     }
 
     /// The ruleset with its verdicts cached in the kernel under `cache`
-    /// (the agent stamps each ruleset it offers with a fresh generation).
+    /// (the agent stamps each ruleset it offers with its generation).
     pub fn with_verdict_cache(mut self, cache: VerdictCache) -> Ruleset {
         self.enforced.verdict_cache = Some(cache);
         self

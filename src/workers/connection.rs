@@ -157,7 +157,8 @@ impl<P: Policy> Handler for Connections<P> {
         );
         out.give(packet.id, step.action);
         // The generation of the ruleset that decided, loaded once with it.
-        if let (Some(sink), Some(cache)) = (&self.cache, policy.verdict_cache()) {
+        let decided = matches!(step.outcome, Outcome::Decided { .. });
+        if let (Some(sink), Some(cache), true) = (&self.cache, policy.verdict_cache(), decided) {
             self.stats.cache_misses.fetch_add(1, Ordering::Relaxed);
             if let Some(entry) = step.cache {
                 sink.offer(entry, cache, &self.stats);

@@ -493,6 +493,7 @@ fn cached_verdicts_are_answered_ahead_of_the_queue_from_the_generations_sets() {
         generation: 0xab,
         timeout_secs: 30,
         max_entries: 1000,
+        lookup: true,
     };
     let enforced = Enforced {
         verdict_cache: Some(cache),
@@ -600,4 +601,54 @@ create tollgate-fqdn-0123456789-v4 hash:ip family inet hashsize 1024 maxelem 655
     );
     assert_eq!(state.learned.len(), 1);
     assert!(state.sets.is_empty());
+}
+
+#[test]
+fn a_bridge_answers_nothing_from_the_cache_and_writes_no_cache_set() {
+    let config = config("");
+    let cache = |generation| VerdictCache {
+        generation,
+        timeout_secs: 30,
+        max_entries: 1000,
+        lookup: true,
+    };
+    let with = |generation| Enforced {
+        verdict_cache: Some(cache(generation)),
+        ..targets(true, false, &[])
+    };
+    let plan = |e: &Enforced, f: &[FqdnPattern]| desired(&config, e, f);
+    let installed = plan(&with(1), &[]);
+    let bridge = crate::datapath::transition::bridge(plan, (&with(1), &[]), (&with(2), &[]));
+    assert!(bridge
+        .v4
+        .chains
+        .values()
+        .flatten()
+        .all(|r| !r.contains("tollgate-vc-")));
+    assert!(bridge
+        .v6
+        .chains
+        .values()
+        .flatten()
+        .all(|r| !r.contains("tollgate-vc-")));
+    let changes = Changes::between(&bridge, &installed);
+    assert!(
+        changes.create_cache.is_empty() && changes.destroy_sets.is_empty(),
+        "{changes:?}"
+    );
+    // The narrowing creates the next generation's sets and destroys the
+    // current one's.
+    let narrow = Changes::between(&plan(&with(2), &[]), &bridge);
+    assert_eq!(
+        (narrow.create_cache.len(), narrow.destroy_sets.len()),
+        (18, 18)
+    );
+    // One generation (a restart or a reload with the same inputs): the
+    // bridge is the installed state, entries and all.
+    let same = crate::datapath::transition::bridge(plan, (&with(1), &[]), (&with(1), &[]));
+    assert_eq!(same, installed);
+    assert_eq!(
+        crate::datapath::transition::adopted(&installed).verdict_cache,
+        Some(cache(1))
+    );
 }
