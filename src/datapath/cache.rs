@@ -14,10 +14,10 @@
 //! change gives a new generation; an unchanged one (a SIGHUP, a restart)
 //! the same, whose entries are still right. The rules that answer from the
 //! cache name the sets of the generation of the ruleset they are installed
-//! for; the bridge to a new ruleset names the new ruleset's (empty) sets,
-//! in the same `iptables-restore` transaction that widens the queuing, and
-//! that transaction completes before the new ruleset decides its first
-//! connection. A worker adds an entry only to the sets of the generation
+//! for; the bridge to a ruleset of another generation has none (it is
+//! installed by the same `iptables-restore` transaction that widens the
+//! queuing, which completes before the new ruleset decides its first
+//! connection), and the narrowing names the new generation's sets. A worker adds an entry only to the sets of the generation
 //! of the ruleset that made the decision, so an entry of an older ruleset
 //! lands in sets no rule refers to (or that are already destroyed), or in
 //! those of a ruleset that decides the same.
