@@ -1,16 +1,19 @@
 //! The connection worker's pure step: the first packet of a connection as
 //! the kernel queued it (bytes, mark, the Node's side) and the time in;
 //! the verdict to give the kernel, who decided, and the audit records to
-//! write out. No I/O, no clock, no locks.
+//! write out, and what the kernel may remember of the verdict (a
+//! [`CacheEntry`]: the decision held for every flow with its key). No I/O,
+//! no clock, no locks.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::audit::{AuditRecord, Subject, Timestamp};
 use crate::fqdn::FqdnLookup;
 use crate::marks::{FailMode, MarkLayout};
 use crate::packet::flow::{Flow, Transport, Verdict};
-use crate::packet::{packet_length, parse_flow, Action, PacketError, Queued};
-use crate::ruleset::{DecidedBy, Outcome as ClassifyOutcome, Ruleset};
+use crate::packet::{packet_length, parse_flow, Action, LocalSide, PacketError, Queued};
+use crate::ruleset::{DecidedBy, Outcome as ClassifyOutcome, Ruleset, VerdictCache};
 
 /// What a worker asks the policy: the ruling on the first packet of a
 /// connection (whose [`Flow::local`] names the Node's side when the kernel
@@ -18,6 +21,12 @@ use crate::ruleset::{DecidedBy, Outcome as ClassifyOutcome, Ruleset};
 /// the compiled ruleset.
 pub trait Policy {
     fn decide(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> Ruling;
+
+    /// Where the kernel caches this policy's cacheable verdicts; `None`:
+    /// nowhere.
+    fn verdict_cache(&self) -> Option<VerdictCache> {
+        None
+    }
 }
 
 /// A policy's answer for one connection.
@@ -30,16 +39,22 @@ pub struct Ruling {
     /// The directions the audit log records (empty unless a logged rule,
     /// or a logged Kubernetes default drop, decided).
     pub audit: Vec<Subject>,
+    /// The ruling holds for every flow with the same [`CacheKey`]: it was
+    /// reached without FQDN peers or `sourcePort` rules, and needs to see
+    /// no later connection (no L7 inspection, nothing audited).
+    pub cacheable: bool,
 }
 
 impl Ruling {
-    /// A verdict no rule is named for and nothing is audited.
+    /// A verdict no rule is named for and nothing is audited; not to be
+    /// cached.
     pub fn plain(verdict: Verdict) -> Ruling {
         Ruling {
             verdict,
             inspect_l7: false,
             decided_by: DecidedBy::NoRule,
             audit: Vec::new(),
+            cacheable: false,
         }
     }
 }
@@ -56,13 +71,68 @@ impl Policy for Ruleset {
             ClassifyOutcome::K8sDefaultDeny => DecidedBy::K8sDefaultDrop,
             _ => DecidedBy::NoRule,
         };
+        let audit = Subject::of(&decision, verdict, self);
         Ruling {
             verdict,
             inspect_l7,
             decided_by,
-            audit: Subject::of(&decision, verdict, self),
+            cacheable: decision.key_only && decision.l7.is_empty() && audit.is_empty(),
+            audit,
         }
     }
+
+    fn verdict_cache(&self) -> Option<VerdictCache> {
+        self.enforced().verdict_cache
+    }
+}
+
+/// What a cached verdict is looked up by: the hook (as the side it names
+/// the Node), both addresses, the protocol and the destination port, or
+/// for ICMP the type and code (`type << 8 | code`, as the kernel's
+/// `hash:ip,port,ip` sets read them). Only TCP, UDP, SCTP and ICMP have
+/// one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CacheKey {
+    pub local: Option<LocalSide>,
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    /// IP protocol number (ICMPv6 is 58).
+    pub protocol: u8,
+    pub port: u16,
+}
+
+impl CacheKey {
+    pub fn of(flow: &Flow) -> Option<CacheKey> {
+        let (protocol, port) = match flow.transport {
+            Transport::Tcp { dst_port, .. } => (6, dst_port),
+            Transport::Udp { dst_port, .. } => (17, dst_port),
+            Transport::Sctp { dst_port, .. } => (132, dst_port),
+            Transport::Icmp {
+                icmp_type,
+                icmp_code,
+            } => (
+                if flow.src.is_ipv4() { 1 } else { 58 },
+                u16::from(icmp_type) << 8 | u16::from(icmp_code),
+            ),
+            Transport::Igmp { .. } | Transport::Other { .. } => return None,
+        };
+        Some(CacheKey {
+            local: flow.local,
+            src: flow.src,
+            dst: flow.dst,
+            protocol,
+            port,
+        })
+    }
+}
+
+/// A verdict the kernel may apply to every new connection with `key`
+/// without asking a worker, as long as the ruleset that decided it is in
+/// force.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CacheEntry {
+    pub key: CacheKey,
+    pub verdict: Verdict,
 }
 
 /// What happened, for the counters.
@@ -78,6 +148,8 @@ pub struct Step {
     pub outcome: Outcome,
     /// Lines for the audit log, stamped with `now` and the packet's length.
     pub audit: Vec<AuditRecord>,
+    /// Set when the verdict holds for every flow with the packet's key.
+    pub cache: Option<CacheEntry>,
 }
 
 /// How the step turns verdicts into kernel actions.
@@ -112,6 +184,7 @@ pub fn step<P: Policy + ?Sized>(
                 inspect_l7,
                 decided_by,
                 audit,
+                cacheable,
             } = policy.decide(&flow, fqdn);
             let tcp = matches!(flow.transport, Transport::Tcp { .. });
             let inspectable = tcp && crate::packet::tcp_payload_len(bytes) == Some(0);
@@ -130,6 +203,10 @@ pub fn step<P: Policy + ?Sized>(
                 },
                 Verdict::Drop => Action::Drop,
             };
+            let cache = cacheable
+                .then(|| CacheKey::of(&flow))
+                .flatten()
+                .map(|key| CacheEntry { key, verdict });
             let audit = if audit.is_empty() {
                 Vec::new()
             } else {
@@ -146,6 +223,7 @@ pub fn step<P: Policy + ?Sized>(
                     by: decided_by,
                 },
                 audit,
+                cache,
             }
         }
         Err(error) => Step {
@@ -155,6 +233,7 @@ pub fn step<P: Policy + ?Sized>(
             },
             outcome: Outcome::Malformed(error),
             audit: Vec::new(),
+            cache: None,
         },
     }
 }
@@ -229,6 +308,7 @@ mod tests {
                     by: DecidedBy::NoRule
                 },
                 audit: Vec::new(),
+                cache: None,
             }
         );
         let rejected = step(
@@ -483,5 +563,288 @@ spec:
             NOW,
         );
         assert_eq!(open.action, Action::Accept);
+    }
+
+    /// Pods a, b (ns x, labels app=a/app=b, named port `http` = 80 on a and
+    /// 8080 on b) on node n (10.0.0.1), and policies that exercise every
+    /// way a decision can depend on more than the cache key: an FQDN peer,
+    /// a `sourcePort`, a logged rule, L7 rules, named ports, ipBlocks with
+    /// holes, a Kubernetes NetworkPolicy that isolates b, Drop and Reject.
+    const CACHE_POLICIES: &str = "apiVersion: v1
+kind: Namespace
+metadata: {name: x, labels: {ns: x}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: a, namespace: x, labels: {app: a}}
+spec: {nodeName: n, containers: [{name: m, ports: [{name: http, containerPort: 80}]}]}
+status: {podIP: 10.1.0.1, podIPs: [{ip: 10.1.0.1}, {ip: 'fd00:1::1'}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: b, namespace: x, labels: {app: b}}
+spec: {nodeName: n, containers: [{name: m, ports: [{name: http, containerPort: 8080}]}]}
+status: {podIP: 10.1.0.2, podIPs: [{ip: 10.1.0.2}, {ip: 'fd00:1::2'}]}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: mixed}
+spec:
+  priority: 5
+  appliedTo: [{podSelector: {}}, {nodeSelector: {}}]
+  egress:
+  - action: Allow
+    to: [{fqdn: '*.example.test'}]
+    ports: [{protocol: TCP, port: 443}]
+  - action: Reject
+    to: [{ipBlock: {cidr: 192.0.2.0/24, except: [192.0.2.128/25]}}]
+  ingress:
+  - action: Allow
+    ports: [{protocol: TCP, port: 22, sourcePort: 1000, sourceEndPort: 2000}]
+  - action: Drop
+    ports: [{protocol: TCP, port: 22}]
+  - action: Drop
+    enableLogging: true
+    ports: [{protocol: UDP, port: 53}]
+    from: [{ipBlock: {cidr: 198.51.100.0/24}}]
+  - action: Allow
+    ports: [{protocol: TCP, port: 80}]
+    l7Protocols: [{http: {method: GET}}]
+    from: [{ipBlock: {cidr: 198.51.100.0/24}}]
+  - action: Allow
+    ports: [{protocol: TCP, port: http}]
+    from: [{podSelector: {matchLabels: {app: a}}}]
+  - action: Reject
+    protocols: [{icmp: {icmpType: 8}}]
+    from: [{ipBlock: {cidr: 203.0.113.0/24}}]
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: isolate-b, namespace: x}
+spec:
+  podSelector: {matchLabels: {app: b}}
+  policyTypes: [Ingress]
+  ingress:
+  - from: [{ipBlock: {cidr: 10.1.0.0/16}}]
+    ports: [{protocol: TCP, port: 8080}]
+";
+
+    const CACHE_ADDRESSES: [&str; 10] = [
+        "10.1.0.1",
+        "10.1.0.2",
+        "10.0.0.1",
+        "192.0.2.7",
+        "192.0.2.200",
+        "198.51.100.9",
+        "203.0.113.5",
+        "10.1.0.9",
+        "fd00:1::1",
+        "fd00:1::2",
+    ];
+    const CACHE_PORTS: [u16; 8] = [22, 53, 80, 443, 8080, 9, 1500, 0];
+
+    fn cache_ruleset() -> &'static Ruleset {
+        static RULESET: std::sync::OnceLock<Ruleset> = std::sync::OnceLock::new();
+        RULESET.get_or_init(|| {
+            let node = crate::compile::LocalNode {
+                name: "n".into(),
+                labels: Default::default(),
+                addresses: vec!["10.0.0.1".parse().unwrap()],
+            };
+            crate::compile::compile_yaml(CACHE_POLICIES, &node)
+        })
+    }
+
+    /// A packet of `protocol` (0 TCP, 1 UDP, 2 ICMP echo or unreachable)
+    /// between two addresses of one family, with `payload`.
+    fn cache_packet(
+        src: IpAddr,
+        dst: IpAddr,
+        protocol: u8,
+        (src_port, dst_port): (u16, u16),
+        payload: &[u8],
+    ) -> Vec<u8> {
+        let builder = match (src, dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => PacketBuilder::ipv4(s.octets(), d.octets(), 64),
+            (IpAddr::V6(s), IpAddr::V6(d)) => PacketBuilder::ipv6(s.octets(), d.octets(), 64),
+            _ => unreachable!("one family"),
+        };
+        let mut out = Vec::new();
+        let icmp_type = if dst_port % 2 == 0 { 8 } else { 3 };
+        match (protocol, src.is_ipv4()) {
+            (0, _) => builder
+                .tcp(src_port, dst_port, 1, 1024)
+                .syn()
+                .write(&mut out, payload),
+            (1, _) => builder.udp(src_port, dst_port).write(&mut out, payload),
+            (_, true) => builder
+                .icmpv4(etherparse::Icmpv4Type::Unknown {
+                    type_u8: icmp_type,
+                    code_u8: 0,
+                    bytes5to8: [0; 4],
+                })
+                .write(&mut out, payload),
+            (_, false) => builder
+                .icmpv6(etherparse::Icmpv6Type::Unknown {
+                    type_u8: icmp_type + 125,
+                    code_u8: 0,
+                    bytes5to8: [0; 4],
+                })
+                .write(&mut out, payload),
+        }
+        .unwrap();
+        out
+    }
+
+    fn local_side(n: u8) -> Option<LocalSide> {
+        match n % 3 {
+            0 => None,
+            1 => Some(LocalSide::Source),
+            _ => Some(LocalSide::Destination),
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+        /// A cacheable step's verdict is the verdict of every flow with its
+        /// key, whatever the source port, the SYN's payload and the FQDN
+        /// table: the kernel may apply it without asking.
+        #[test]
+        fn a_cacheable_verdict_holds_for_every_flow_with_its_key(
+            src in 0..CACHE_ADDRESSES.len(),
+            dst in 0..CACHE_ADDRESSES.len(),
+            protocol in 0u8..3,
+            dst_port in 0..CACHE_PORTS.len(),
+            side in 0u8..3,
+            ports in proptest::collection::vec(proptest::prelude::any::<u16>(), 2),
+            payloads in proptest::collection::vec(
+                proptest::collection::vec(proptest::prelude::any::<u8>(), 0..4), 2),
+            learned in proptest::collection::vec(0..CACHE_ADDRESSES.len(), 0..3),
+        ) {
+            let (src, dst): (IpAddr, IpAddr) =
+                (CACHE_ADDRESSES[src].parse().unwrap(), CACHE_ADDRESSES[dst].parse().unwrap());
+            proptest::prop_assume!(src.is_ipv4() == dst.is_ipv4());
+            let ruleset = cache_ruleset();
+            let first_packet = cache_packet(src, dst, protocol, (ports[0], CACHE_PORTS[dst_port]), &payloads[0]);
+            let first = step(
+                &queued(&first_packet, 0, local_side(side)),
+                ruleset,
+                &NoFqdn,
+                &config(FailMode::Closed),
+                NOW,
+            );
+            let Some(entry) = first.cache else {
+                return Ok(());
+            };
+            let decided = matches!(first.outcome, Outcome::Decided { verdict, .. } if verdict == entry.verdict);
+            proptest::prop_assert!(decided, "the entry carries the step's verdict");
+            let fqdn = crate::fqdn::StaticFqdn(
+                learned
+                    .iter()
+                    .map(|&i| ("www.example.test".to_string(), CACHE_ADDRESSES[i].parse().unwrap()))
+                    .collect(),
+            );
+            let other_packet = cache_packet(src, dst, protocol, (ports[1], CACHE_PORTS[dst_port]), &payloads[1]);
+            let other = step(
+                &queued(&other_packet, 0, local_side(side)),
+                ruleset,
+                &fqdn,
+                &config(FailMode::Closed),
+                NOW,
+            );
+            proptest::prop_assert_eq!(other.cache, Some(entry));
+            proptest::prop_assert_eq!(other.action, first.action);
+        }
+    }
+
+    #[test]
+    fn fqdn_l7_logged_and_source_port_decisions_are_never_cached() {
+        let ruleset = cache_ruleset();
+        let a: IpAddr = "10.1.0.1".parse().unwrap();
+        let decide = |src: &str, dst: IpAddr, protocol, ports| {
+            let packet = cache_packet(src.parse().unwrap(), dst, protocol, ports, &[]);
+            step(
+                &queued(&packet, 0, None),
+                ruleset,
+                &NoFqdn,
+                &config(FailMode::Closed),
+                NOW,
+            )
+        };
+        let cached = |step: &Step| step.cache.map(|entry| entry.verdict);
+        // An FQDN rule evaluated (the flow is dropped by none, but a
+        // learned address would allow it): not cached.
+        assert_eq!(
+            cached(&decide(
+                "10.1.0.1",
+                "192.0.2.200".parse().unwrap(),
+                0,
+                (4000, 443)
+            )),
+            None
+        );
+        // sourcePort: the allowed port range and the drop behind it.
+        assert_eq!(cached(&decide("10.1.0.2", a, 0, (1500, 22))), None);
+        assert_eq!(cached(&decide("10.1.0.2", a, 0, (4000, 22))), None);
+        // Logged.
+        let logged = decide("198.51.100.9", a, 1, (4000, 53));
+        assert!(!logged.audit.is_empty());
+        assert_eq!(cached(&logged), None);
+        // L7.
+        let l7 = decide("198.51.100.9", a, 0, (4000, 80));
+        assert_eq!(
+            l7.action,
+            Action::Repeat {
+                mark: MarkLayout::default().l7
+            }
+        );
+        assert_eq!(cached(&l7), None);
+        // And what only the key decides is: a named port, an ipBlock
+        // reject, the Kubernetes default drop, no rule at all.
+        assert_eq!(
+            cached(&decide("10.1.0.1", a, 0, (4000, 80))),
+            Some(Verdict::Allow)
+        );
+        assert_eq!(
+            cached(&decide(
+                "10.1.0.1",
+                "192.0.2.7".parse().unwrap(),
+                1,
+                (4000, 9)
+            )),
+            Some(Verdict::Reject)
+        );
+        assert_eq!(
+            cached(&decide(
+                "10.0.0.9",
+                "10.1.0.2".parse().unwrap(),
+                0,
+                (4000, 8080)
+            )),
+            Some(Verdict::Drop)
+        );
+        assert_eq!(
+            cached(&decide(
+                "10.1.0.9",
+                "10.1.0.2".parse().unwrap(),
+                0,
+                (4000, 8080)
+            )),
+            Some(Verdict::Allow)
+        );
+        assert_eq!(
+            cached(&decide(
+                "203.0.113.5",
+                "198.51.100.1".parse().unwrap(),
+                2,
+                (0, 8)
+            )),
+            Some(Verdict::Allow)
+        );
+        assert_eq!(
+            cached(&decide("203.0.113.5", a, 2, (0, 8))),
+            Some(Verdict::Reject)
+        );
     }
 }

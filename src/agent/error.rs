@@ -30,6 +30,8 @@ pub enum AgentError {
     Kubernetes(#[from] crate::source::kube::KubeError),
     #[error(transparent)]
     Docker(#[from] crate::source::docker::DockerError),
+    #[error("verdict cache: {0}")]
+    VerdictCache(crate::datapath::ipset_netlink::NetlinkError),
     #[error("installing signal handlers: {0}")]
     Signals(std::io::Error),
     #[error(transparent)]

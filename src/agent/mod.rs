@@ -30,6 +30,7 @@ use crate::audit::AuditSink;
 use crate::cli::RunArgs;
 use crate::compile::compile;
 use crate::config::{AgentConfig, ConfigError, Loaded, StartupPolicy};
+use crate::datapath::cache::Generations;
 use crate::datapath::{
     self, adopted, owns_anything, reconcile, teardown, Backoff, Changes, Iptables, Kernel,
 };
@@ -86,6 +87,8 @@ struct Base {
     audit: Option<AuditSink>,
     /// Removes the socket when the agent stops.
     _status_server: Option<StatusServer>,
+    /// The verdict cache generation of each ruleset put in force.
+    generations: Generations,
 }
 
 /// The agent before its source's first complete snapshot. No queue is
@@ -199,6 +202,8 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
             "adopting the kernel state an earlier agent left: it stays as it is until the first complete snapshot"
         );
     }
+    let cache = &config.verdict_cache;
+    let generations = Generations::new(cache.enabled(), cache.timeout_seconds, cache.max_entries);
     let starting = Starting {
         base: Base {
             _lock: lock,
@@ -209,6 +214,7 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
             status,
             audit,
             _status_server: status_server,
+            generations,
         },
         policy,
         startup_done: found,
@@ -267,7 +273,9 @@ impl Starting {
         let Starting { base, policy, .. } = self;
         let config = &base.config;
         let node = host::local_node(&config.node)?;
-        let ruleset = compile(snapshot, &node);
+        let ruleset = base
+            .generations
+            .stamp(compile(snapshot, &node), snapshot, &node);
         let installed = adopted(&base.kernel.installed()?);
         let mut fqdn = Fqdn::restore(&base.kernel, &ruleset, snapshot, config, &base.metrics)?;
         let mirror = Arc::clone(&fqdn.mirror);
@@ -275,9 +283,14 @@ impl Starting {
         let patterns = ruleset.fqdn_patterns().to_vec();
         let reconciler = Reconciler::adopting(policy, ruleset, installed, Backoff::DEFAULT);
         let policy = Arc::clone(reconciler.in_force());
+        let cache = match config.verdict_cache.enabled() {
+            true => Some(crate::workers::cache::spawn().map_err(AgentError::VerdictCache)?),
+            false => None,
+        };
         let observers = Observers {
             metrics: Arc::clone(&base.metrics),
             audit: base.audit.clone(),
+            cache,
         };
         for queue in config.queues.range().iter() {
             Worker::spawn(

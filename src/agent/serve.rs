@@ -125,7 +125,11 @@ impl Running {
             // Once complete, a source stays complete.
             Ok(None) => {}
             Ok(Some(snapshot)) => {
-                self.reconciler.offer(compile(&snapshot, &node));
+                let ruleset =
+                    self.base
+                        .generations
+                        .stamp(compile(&snapshot, &node), &snapshot, &node);
+                self.reconciler.offer(ruleset);
                 if let Some(error) = self.sync() {
                     self.reloaded(ReloadResult::Failed, Some(error));
                 }

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::{
     AgentConfig, AuditConfig, ConfigError, DatapathConfig, DockerConfig, FqdnConfig, HealthConfig,
-    L7Config, MetricsConfig, NodeConfig, QueuesConfig, StatusConfig,
+    L7Config, MetricsConfig, NodeConfig, QueuesConfig, StatusConfig, VerdictCacheConfig,
 };
 
 /// Defaults that depend on the machine the agent runs on.
@@ -199,6 +199,10 @@ pub fn flags() -> Vec<Flag> {
         ),
         ("health", HealthConfig::augment_args(Command::new("health"))),
         ("docker", DockerConfig::augment_args(Command::new("docker"))),
+        (
+            "verdictCache",
+            VerdictCacheConfig::augment_args(Command::new("verdictCache")),
+        ),
     ];
     sections
         .iter()

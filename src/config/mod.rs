@@ -98,6 +98,7 @@ pub struct AgentConfig {
     pub policy_files: PolicyFilesConfig,
     pub health: HealthConfig,
     pub docker: DockerConfig,
+    pub verdict_cache: VerdictCacheConfig,
 }
 
 impl AgentConfig {
@@ -137,6 +138,7 @@ impl AgentConfig {
         self.policy_files.validate()?;
         self.health.validate()?;
         self.docker.validate()?;
+        self.verdict_cache.validate()?;
         let QueueNumbers {
             connection,
             dns,
@@ -852,6 +854,98 @@ impl DockerConfig {
             Err(ConfigError::DockerHost {
                 host: self.host.clone(),
             })
+        }
+    }
+}
+
+/// The kernel verdict cache: decided (source, protocol:port, destination)
+/// tuples the kernel answers without a worker until a ruleset change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, clap::Args)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct VerdictCacheConfig {
+    /// Whether cacheable verdicts are kept in the kernel: on (default) or
+    /// off.
+    #[arg(long = "verdict-cache", value_name = "on|off")]
+    pub enabled: Switch,
+    /// Most entries of each cache set (one per hook, family and verdict;
+    /// default 65536).
+    #[arg(skip)]
+    pub max_entries: u32,
+    /// Seconds an entry lives after its decision (default 60).
+    #[arg(skip)]
+    pub timeout_seconds: u32,
+}
+
+impl Default for VerdictCacheConfig {
+    fn default() -> Self {
+        VerdictCacheConfig {
+            enabled: Switch::On,
+            max_entries: 65_536,
+            timeout_seconds: 60,
+        }
+    }
+}
+
+impl VerdictCacheConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(1..=MAX_IPSET_TIMEOUT_SECS).contains(&self.timeout_seconds) {
+            return Err(ConfigError::Bound {
+                key: "verdictCache.timeoutSeconds",
+                value: self.timeout_seconds.into(),
+                reason: "must be between 1 and 2147483 (the kernel's largest ipset timeout)",
+            });
+        }
+        if !(64..=MAX_CACHE_ENTRIES).contains(&self.max_entries) {
+            return Err(ConfigError::Bound {
+                key: "verdictCache.maxEntries",
+                value: self.max_entries.into(),
+                reason: "must be between 64 and 4194304",
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether verdicts are cached.
+    pub fn enabled(&self) -> bool {
+        self.enabled == Switch::On
+    }
+}
+
+/// Largest `verdictCache.maxEntries`: 18 sets of this size are at most a
+/// few hundred MiB of kernel memory.
+pub const MAX_CACHE_ENTRIES: u32 = 4_194_304;
+
+/// `on` or `off` (also `true` or `false` in the file).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Switch {
+    #[default]
+    On,
+    Off,
+}
+
+impl std::str::FromStr for Switch {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "on" | "true" => Ok(Switch::On),
+            "off" | "false" => Ok(Switch::Off),
+            _ => Err(format!("{s:?}: expected on or off")),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Switch {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Bool(bool),
+            Text(String),
+        }
+        match Raw::deserialize(deserializer)? {
+            Raw::Bool(true) => Ok(Switch::On),
+            Raw::Bool(false) => Ok(Switch::Off),
+            Raw::Text(text) => text.parse().map_err(serde::de::Error::custom),
         }
     }
 }

@@ -345,6 +345,7 @@ fn every_flag_sets_a_key_of_its_section() {
             "docker",
             "docker-host",
             "docker-namespace-label",
+            "verdict-cache",
         ]
     );
     let value = |name: &str| match name {
@@ -368,6 +369,7 @@ fn every_flag_sets_a_key_of_its_section() {
         "l7-urgent-data" => "strip",
         "audit-log" | "status-socket" | "docker-host" => "/tmp/x",
         "stall-timeout" => "3",
+        "verdict-cache" => "off",
         _ => "127.0.0.1:9100",
     };
     let settings: Vec<Setting> = flags
@@ -420,6 +422,10 @@ fn every_flag_sets_a_key_of_its_section() {
             address: Some("127.0.0.1:9100".parse().unwrap()),
         },
         policy_files: defaults.policy_files,
+        verdict_cache: VerdictCacheConfig {
+            enabled: Switch::Off,
+            ..defaults.verdict_cache
+        },
         health: HealthConfig {
             stall_timeout_seconds: 3,
         },
@@ -565,5 +571,42 @@ fn docker_section_defaults_and_checks() {
     ] {
         let error = load(bad, &[]).unwrap_err().to_string();
         assert!(error.contains("docker."), "{bad}: {error}");
+    }
+}
+
+#[test]
+fn verdict_cache_is_on_by_default_switched_by_flag_or_file_and_bounded() {
+    let defaults = AgentConfig::default().verdict_cache;
+    assert!(defaults.enabled());
+    assert_eq!(
+        (defaults.max_entries, defaults.timeout_seconds),
+        (65_536, 60)
+    );
+    let file = load(
+        "verdictCache: {enabled: false, maxEntries: 1000, timeoutSeconds: 5}\n",
+        &[],
+    )
+    .unwrap()
+    .config
+    .verdict_cache;
+    assert_eq!(
+        file,
+        VerdictCacheConfig {
+            enabled: Switch::Off,
+            max_entries: 1000,
+            timeout_seconds: 5
+        }
+    );
+    for (text, enabled) in [("on", true), ("off", false), ("true", true)] {
+        let config = load(&format!("verdictCache: {{enabled: {text}}}\n"), &[]).unwrap();
+        assert_eq!(config.config.verdict_cache.enabled(), enabled, "{text}");
+    }
+    for bad in [
+        "verdictCache: {enabled: maybe}\n",
+        "verdictCache: {maxEntries: 0}\n",
+        "verdictCache: {timeoutSeconds: 0}\n",
+        "verdictCache: {timeoutSeconds: 3000000}\n",
+    ] {
+        assert!(load(bad, &[]).is_err(), "{bad}");
     }
 }

@@ -14,7 +14,7 @@ use std::fmt::Write;
 
 #[cfg(test)]
 use super::state::LearnedSet;
-use super::state::{Family, IpSet, State, Table, DOCKER_USER};
+use super::state::{CacheSet, Family, IpSet, State, Table, CACHE_SET_TYPE, DOCKER_USER};
 
 /// Suffix of the temporary set a membership change is built in.
 const NEXT_SUFFIX: &str = "-next";
@@ -135,6 +135,8 @@ pub struct Changes {
     /// Timeout sets to create (empty), by name. Existing ones are kept
     /// with their entries.
     pub create_learned: BTreeMap<String, Family>,
+    /// Verdict cache sets to create (empty), by name.
+    pub create_cache: BTreeMap<String, CacheSet>,
     pub v4: TableChanges,
     pub v6: TableChanges,
     /// Owned sets to destroy.
@@ -163,6 +165,12 @@ impl Changes {
             .filter(|(name, _)| !installed.learned.contains_key(*name))
             .map(|(name, set)| (name.clone(), set.family))
             .collect();
+        let create_cache = desired
+            .cache
+            .iter()
+            .filter(|(name, _)| !installed.cache.contains_key(*name))
+            .map(|(name, set)| (name.clone(), set.clone()))
+            .collect();
         let destroy_sets = installed
             .sets
             .keys()
@@ -173,11 +181,18 @@ impl Changes {
                     .keys()
                     .filter(|name| !desired.learned.contains_key(*name)),
             )
+            .chain(
+                installed
+                    .cache
+                    .keys()
+                    .filter(|name| !desired.cache.contains_key(*name)),
+            )
             .cloned()
             .collect();
         Changes {
             sets,
             create_learned,
+            create_cache,
             v4: TableChanges::between(&desired.v4, &installed.v4),
             v6: TableChanges::between(&desired.v6, &installed.v6),
             destroy_sets,
@@ -187,6 +202,7 @@ impl Changes {
     pub fn is_empty(&self) -> bool {
         self.sets.is_empty()
             && self.create_learned.is_empty()
+            && self.create_cache.is_empty()
             && self.v4.is_empty()
             && self.v6.is_empty()
             && self.destroy_sets.is_empty()
@@ -217,7 +233,7 @@ impl Changes {
             let verb = if write.exists { "refilled" } else { "created" };
             parts.push(format!("ipset: {name} {verb}"));
         }
-        for name in self.create_learned.keys() {
+        for name in self.create_learned.keys().chain(self.create_cache.keys()) {
             parts.push(format!("ipset: {name} created"));
         }
         for name in &self.destroy_sets {
@@ -235,10 +251,20 @@ impl Changes {
 
     /// Input for `ipset restore -exist` that creates and refills sets.
     pub fn ipset_prepare_text(&self) -> Option<String> {
-        if self.sets.is_empty() && self.create_learned.is_empty() {
+        if self.sets.is_empty() && self.create_learned.is_empty() && self.create_cache.is_empty() {
             return None;
         }
         let mut out = String::new();
+        for (name, set) in &self.create_cache {
+            writeln!(
+                out,
+                "create {name} {CACHE_SET_TYPE} family {} timeout {} maxelem {}",
+                set.family.ipset_family(),
+                set.timeout_secs,
+                set.max_entries
+            )
+            .expect("write to String");
+        }
         for (name, family) in &self.create_learned {
             let family = family.ipset_family();
             writeln!(

@@ -72,6 +72,9 @@ fn apply(changes: &Changes, step: Step, state: &mut State) {
             for (name, write) in &changes.sets {
                 state.sets.insert(name.clone(), write.set.clone());
             }
+            for (name, set) in &changes.create_cache {
+                state.cache.insert(name.clone(), set.clone());
+            }
         }
         Step::Table(family) => {
             let changes = changes.table(family);
@@ -99,6 +102,7 @@ fn apply(changes: &Changes, step: Step, state: &mut State) {
             for name in &changes.destroy_sets {
                 state.sets.remove(name);
                 state.learned.remove(name);
+                state.cache.remove(name);
             }
         }
     }
@@ -160,6 +164,7 @@ mod tests {
             node_ingress: true,
             node_egress: false,
             endpoints: vec!["10.0.0.5".parse().unwrap()],
+            verdict_cache: None,
         };
         let fqdn = [FqdnPattern::new("a.example")];
         let plan = desired(&config.datapath, &config.queue_numbers(), &enforced, &fqdn);

@@ -1,6 +1,8 @@
-//! A minimal ipset client over netfilter netlink, for the DNS path: it adds
-//! addresses to (and removes them from) existing `hash:ip` sets with a
-//! per-entry timeout, several entries in one `sendmsg`, and waits for the
+//! A minimal ipset client over netfilter netlink, for the DNS path and the
+//! verdict cache: it adds addresses to (and removes them from) existing
+//! `hash:ip` sets, and `src,proto:port,dst` tuples to `hash:ip,port,ip`
+//! sets, with a per-entry timeout, several entries in one `sendmsg`, and
+//! waits for the
 //! kernel's acknowledgement of each. Spawning `ipset add` costs ~3 ms per
 //! call; one batch here costs tens of microseconds. It never creates or
 //! destroys sets (that is [`super::kernel`]'s `ipset restore`), and it is
@@ -18,6 +20,9 @@
 //!   IPSET_ATTR_IP      (1 | NLA_F_NESTED)
 //!     IPSET_ATTR_IPADDR_IPV4 (1 | NLA_F_NET_BYTEORDER) 4 bytes
 //!       or IPSET_ATTR_IPADDR_IPV6 (2 | NLA_F_NET_BYTEORDER) 16 bytes
+//!   IPSET_ATTR_PORT    (4 | NLA_F_NET_BYTEORDER) u16 big-endian   (tuples)
+//!   IPSET_ATTR_PROTO   (7)  u8                                   (tuples)
+//!   IPSET_ATTR_IP2     (20 | NLA_F_NESTED), as IPSET_ATTR_IP      (tuples)
 //!   IPSET_ATTR_TIMEOUT (6 | NLA_F_NET_BYTEORDER) u32 big-endian   (add only)
 //! ```
 //!
@@ -43,6 +48,9 @@ const IPSET_ATTR_SETNAME: u16 = 2;
 const IPSET_ATTR_DATA: u16 = 7;
 const IPSET_ATTR_IP: u16 = 1;
 const IPSET_ATTR_TIMEOUT: u16 = 6;
+const IPSET_ATTR_PORT: u16 = 4;
+const IPSET_ATTR_PROTO: u16 = 7;
+const IPSET_ATTR_IP2: u16 = 20;
 const IPSET_ATTR_IPADDR_IPV4: u16 = 1;
 const IPSET_ATTR_IPADDR_IPV6: u16 = 2;
 const NLA_F_NESTED: u16 = 0x8000;
@@ -67,7 +75,37 @@ pub enum EntryOp<'a> {
     },
     /// Remove `address` from `set` (absent is fine).
     Del { set: &'a str, address: IpAddr },
+    /// Add, or refresh the timeout of, `src,protocol:port,dst` in a
+    /// `hash:ip,port,ip` set (for ICMP, `port` is `type << 8 | code`).
+    AddTuple {
+        set: &'a str,
+        src: IpAddr,
+        protocol: u8,
+        port: u16,
+        dst: IpAddr,
+        timeout_secs: u32,
+    },
 }
+
+impl EntryOp<'_> {
+    fn set(&self) -> &str {
+        match *self {
+            EntryOp::Add { set, .. } | EntryOp::Del { set, .. } | EntryOp::AddTuple { set, .. } => {
+                set
+            }
+        }
+    }
+
+    fn address(&self) -> IpAddr {
+        match *self {
+            EntryOp::Add { address, .. } | EntryOp::Del { address, .. } => address,
+            EntryOp::AddTuple { src, .. } => src,
+        }
+    }
+}
+
+/// `IPSET_ERR_HASH_FULL`: the set holds `maxelem` entries.
+pub const IPSET_ERR_HASH_FULL: i32 = 4352;
 
 /// Why a batch failed. `Kernel` carries the first error the kernel
 /// returned (an errno, or an ipset code above 4096, e.g. 4097 for a
@@ -87,6 +125,8 @@ pub enum NetlinkError {
     },
     #[error("netlink reply truncated or out of sequence")]
     BadReply,
+    #[error("an entry's two addresses are of different families")]
+    MixedFamilies,
 }
 
 /// Appends one request for `op` with sequence number `seq` to `out`.
@@ -98,6 +138,12 @@ pub fn encode(op: &EntryOp<'_>, seq: u32, out: &mut Vec<u8>) -> Result<(), Netli
             timeout_secs,
         } => (IPSET_CMD_ADD, set, address, Some(timeout_secs)),
         EntryOp::Del { set, address } => (IPSET_CMD_DEL, set, address, None),
+        EntryOp::AddTuple {
+            set,
+            src,
+            timeout_secs,
+            ..
+        } => (IPSET_CMD_ADD, set, src, Some(timeout_secs)),
     };
     if set.len() > MAX_SET_NAME || set.as_bytes().contains(&0) {
         return Err(NetlinkError::SetName { name: set.into() });
@@ -119,7 +165,41 @@ pub fn encode(op: &EntryOp<'_>, seq: u32, out: &mut Vec<u8>) -> Result<(), Netli
     name.push(0);
     attr(out, IPSET_ATTR_SETNAME, &name);
     let data = nest_start(out, IPSET_ATTR_DATA);
-    let ip = nest_start(out, IPSET_ATTR_IP);
+    address_attr(out, IPSET_ATTR_IP, address);
+    if let EntryOp::AddTuple {
+        protocol,
+        port,
+        dst,
+        ..
+    } = *op
+    {
+        if dst.is_ipv4() != address.is_ipv4() {
+            return Err(NetlinkError::MixedFamilies);
+        }
+        attr(
+            out,
+            IPSET_ATTR_PORT | NLA_F_NET_BYTEORDER,
+            &port.to_be_bytes(),
+        );
+        attr(out, IPSET_ATTR_PROTO, &[protocol]);
+        address_attr(out, IPSET_ATTR_IP2, dst);
+    }
+    if let Some(timeout) = timeout {
+        attr(
+            out,
+            IPSET_ATTR_TIMEOUT | NLA_F_NET_BYTEORDER,
+            &timeout.to_be_bytes(),
+        );
+    }
+    nest_end(out, data);
+    let len = u32::try_from(out.len() - start).map_err(|_| NetlinkError::BadReply)?;
+    out[start..start + 4].copy_from_slice(&len.to_ne_bytes());
+    Ok(())
+}
+
+/// A nested address attribute (`IPSET_ATTR_IP` or `IPSET_ATTR_IP2`).
+fn address_attr(out: &mut Vec<u8>, kind: u16, address: IpAddr) {
+    let ip = nest_start(out, kind);
     match address {
         IpAddr::V4(v4) => attr(
             out,
@@ -133,17 +213,6 @@ pub fn encode(op: &EntryOp<'_>, seq: u32, out: &mut Vec<u8>) -> Result<(), Netli
         ),
     }
     nest_end(out, ip);
-    if let Some(timeout) = timeout {
-        attr(
-            out,
-            IPSET_ATTR_TIMEOUT | NLA_F_NET_BYTEORDER,
-            &timeout.to_be_bytes(),
-        );
-    }
-    nest_end(out, data);
-    let len = u32::try_from(out.len() - start).map_err(|_| NetlinkError::BadReply)?;
-    out[start..start + 4].copy_from_slice(&len.to_ne_bytes());
-    Ok(())
 }
 
 /// One attribute, padded to 4 bytes.
@@ -235,8 +304,43 @@ impl IpsetSocket {
         }
         // An unconnected netlink socket sends to the kernel (port id 0).
         self.socket.send(&self.buf).map_err(NetlinkError::Socket)?;
-        let mut pending = ops.len();
         let mut first_error = None;
+        self.acknowledged(ops, first, |_, op, code| {
+            if first_error.is_none() {
+                first_error = Some(kernel_error(op, code));
+            }
+        })?;
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Sends every op in one datagram and waits for all acknowledgements;
+    /// every op is attempted. Returns each op's result: 0, or the kernel's
+    /// error code (e.g. [`IPSET_ERR_HASH_FULL`]).
+    pub fn apply_each(&mut self, ops: &[EntryOp<'_>]) -> Result<Vec<i32>, NetlinkError> {
+        let mut codes = vec![0; ops.len()];
+        if ops.is_empty() {
+            return Ok(codes);
+        }
+        self.buf.clear();
+        let first = self.seq.wrapping_add(1);
+        for op in ops {
+            self.seq = self.seq.wrapping_add(1);
+            encode(op, self.seq, &mut self.buf)?;
+        }
+        self.socket.send(&self.buf).map_err(NetlinkError::Socket)?;
+        self.acknowledged(ops, first, |index, _, code| codes[index] = code)?;
+        Ok(codes)
+    }
+
+    /// Reads the acknowledgements of `ops` (sequence numbers from
+    /// `first`), handing each refusal that matters to `refused`.
+    fn acknowledged(
+        &mut self,
+        ops: &[EntryOp<'_>],
+        first: u32,
+        mut refused: impl FnMut(usize, &EntryOp<'_>, i32),
+    ) -> Result<(), NetlinkError> {
+        let mut pending = ops.len();
         let mut reply = [0u8; 8192];
         while pending > 0 {
             let n = match (&self.socket).read(&mut reply) {
@@ -252,24 +356,24 @@ impl IpsetSocket {
                 pending -= 1;
                 let code = -code;
                 let tolerated = matches!(op, EntryOp::Del { .. }) && code == IPSET_ERR_EXIST;
-                if code != 0 && !tolerated && first_error.is_none() {
-                    first_error = Some(kernel_error(op, code));
+                if code != 0 && !tolerated {
+                    refused(index, op, code);
                 }
             }
         }
-        first_error.map_or(Ok(()), Err)
+        Ok(())
     }
 }
 
 fn kernel_error(op: &EntryOp<'_>, code: i32) -> NetlinkError {
-    let (name, set, address) = match *op {
-        EntryOp::Add { set, address, .. } => ("add", set, address),
-        EntryOp::Del { set, address } => ("del", set, address),
+    let name = match op {
+        EntryOp::Add { .. } | EntryOp::AddTuple { .. } => "add",
+        EntryOp::Del { .. } => "del",
     };
     NetlinkError::Kernel {
         op: name,
-        set: set.into(),
-        address,
+        set: op.set().into(),
+        address: op.address(),
         code,
     }
 }

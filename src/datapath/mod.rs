@@ -149,6 +149,7 @@
 //! NFQUEUE rules. Everything not matched falls off the end of the owned
 //! chain and continues in the built-in chain untouched.
 
+pub mod cache;
 pub mod diff;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;

@@ -11,9 +11,10 @@ use sha1::{Digest, Sha1};
 use crate::config::{DatapathConfig, Privileged, PrivilegedProtocol, QueueNumbers, QueueRange};
 use crate::fqdn::FqdnPattern;
 use crate::marks::{FailMode, MarkLayout};
-use crate::ruleset::Enforced;
+use crate::ruleset::{Enforced, VerdictCache};
 
-use super::state::{Family, IpSet, LearnedSet, State, Table, DOCKER_USER};
+use super::cache::{cache_set, CachedVerdict, CACHED_ALLOW_CHAIN};
+use super::state::{CacheSet, Family, IpSet, LearnedSet, State, Table, DOCKER_USER};
 
 /// A built-in hook of the filter table and the owned chain it jumps to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -108,6 +109,20 @@ pub fn desired(
         state
             .sets
             .insert(endpoints_set(family).into(), IpSet { family, members });
+        if let Some(cache) = &enforced.verdict_cache {
+            for hook in Hook::ALL {
+                for verdict in CachedVerdict::ALL {
+                    state.cache.insert(
+                        cache_set(cache.generation, hook, verdict, family),
+                        CacheSet {
+                            family,
+                            timeout_secs: cache.timeout_secs,
+                            max_entries: cache.max_entries,
+                        },
+                    );
+                }
+            }
+        }
     }
     state
 }
@@ -155,6 +170,16 @@ fn family_table(
         })
         .collect();
     chains.insert(L7_CHAIN.to_string(), l7_rules(config, queues, family));
+    if let Selection::Enforced(Enforced {
+        verdict_cache: Some(_),
+        ..
+    }) = selection
+    {
+        chains.insert(
+            CACHED_ALLOW_CHAIN.to_string(),
+            cached_allow_rules(config, queues, snoop_dns),
+        );
+    }
     let mut jumps: Vec<(String, String)> = Hook::ALL
         .iter()
         .map(|hook| (hook.builtin().to_string(), format!("-j {}", hook.chain())))
@@ -304,6 +329,73 @@ fn chain_rules(
         hook,
     ));
     rules
+}
+
+/// What a cached Allow does, as the rules at the top of the hook chains do
+/// for a worker's Allow: the allow mark, saved into the connmark, DNS
+/// queries through the DNS queue (which remembers them, so that their
+/// replies are learned from), then accept.
+fn cached_allow_rules(
+    config: &DatapathConfig,
+    queues: &QueueNumbers,
+    snoop_dns: bool,
+) -> Vec<String> {
+    let marks = &config.mark_mask;
+    let mut rules = vec![
+        format!("-j MARK --set-xmark {:#x}/{:#x}", marks.allow, marks.mask),
+        format!(
+            "-j CONNMARK --save-mark --nfmask {mask:#x} --ctmask {mask:#x}",
+            mask = marks.mask
+        ),
+    ];
+    if snoop_dns {
+        for protocol in ["udp", "tcp"] {
+            rules.push(format!(
+                "-p {protocol} -m {protocol} --dport 53 -j NFQUEUE --queue-num {} --queue-bypass",
+                queues.dns
+            ));
+        }
+    }
+    rules.push("-j ACCEPT".to_string());
+    rules
+}
+
+/// The rules that answer a new connection from the verdict cache, ahead
+/// of the rule that would queue it (`prefix` names its interface): an
+/// entry for (source, protocol:destination port, destination) in the set
+/// of its hook, family and verdict.
+fn cached_verdict_rules(
+    cache: &VerdictCache,
+    family: Family,
+    hook: Hook,
+    prefix: &str,
+) -> Vec<String> {
+    let set = |verdict| cache_set(cache.generation, hook, verdict, family);
+    let matching = |verdict| {
+        format!(
+            "-m conntrack --ctstate NEW -m set --match-set {} src,dst,dst",
+            set(verdict)
+        )
+    };
+    let reject_with = match family {
+        Family::V4 => "icmp-admin-prohibited",
+        Family::V6 => "icmp6-adm-prohibited",
+    };
+    vec![
+        format!(
+            "{prefix}{} -j {CACHED_ALLOW_CHAIN}",
+            matching(CachedVerdict::Allow)
+        ),
+        format!("{prefix}{} -j DROP", matching(CachedVerdict::Drop)),
+        format!(
+            "{prefix}-p tcp {} -j REJECT --reject-with tcp-reset",
+            matching(CachedVerdict::Reject)
+        ),
+        format!(
+            "{prefix}{} -j REJECT --reject-with {reject_with}",
+            matching(CachedVerdict::Reject)
+        ),
+    ]
 }
 
 /// The L7 chain: the client's FIN and RST go to the L7 queue (the worker
@@ -470,6 +562,15 @@ fn queue_rules(
     };
     let mut rules = Vec::new();
     for interface in &interfaces {
+        if let Selection::Enforced(Enforced {
+            verdict_cache: Some(cache),
+            ..
+        }) = selection
+        {
+            if cache.lookup {
+                rules.extend(cached_verdict_rules(cache, family, hook, interface));
+            }
+        }
         for selection in &selections {
             rules.push(format!(
                 "{interface}{selection}-m conntrack --ctstate NEW -j {target}"

@@ -104,6 +104,18 @@ pub struct LearnedSet {
     pub entries: Vec<(IpAddr, u32)>,
 }
 
+/// An owned `hash:ip,port,ip` ipset of the verdict cache (`src,proto:port,
+/// dst` with per-entry timeouts), whose members the connection workers
+/// write. Reconcile creates and destroys such sets but never touches
+/// their members, which it does not even read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CacheSet {
+    pub family: Family,
+    /// Seconds an entry lives (the set's default timeout).
+    pub timeout_secs: u32,
+    pub max_entries: u32,
+}
+
 /// Everything tollgate owns in one network namespace.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct State {
@@ -112,6 +124,8 @@ pub struct State {
     pub sets: BTreeMap<String, IpSet>,
     /// Sets with timeouts (`create … timeout N`), by name.
     pub learned: BTreeMap<String, LearnedSet>,
+    /// Verdict cache sets, by name.
+    pub cache: BTreeMap<String, CacheSet>,
 }
 
 impl State {
@@ -138,6 +152,7 @@ impl State {
             v6: Table::parse(ip6tables_save),
             sets,
             learned,
+            cache: parse_cache_sets(ipset_save),
         }
     }
 }
@@ -223,15 +238,56 @@ fn jump_target(spec: &str) -> Option<&str> {
     None
 }
 
-/// Parses `ipset save` output, keeping the owned sets: plain sets, and
-/// sets created with a default `timeout` (whose entries carry theirs).
+/// The owned `hash:ip,port,ip` sets of `ipset save` output (the verdict
+/// cache), without their entries.
+pub fn parse_cache_sets(save: &str) -> BTreeMap<String, CacheSet> {
+    let mut out = BTreeMap::new();
+    for line in save.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let [create, name, kind, options @ ..] = words.as_slice() else {
+            continue;
+        };
+        if *create != "create" || !name.starts_with(SET_PREFIX) || *kind != CACHE_SET_TYPE {
+            continue;
+        }
+        let option = |key: &str| {
+            options
+                .windows(2)
+                .find(|pair| pair[0] == key)
+                .and_then(|pair| pair[1].parse::<u32>().ok())
+                .unwrap_or(0)
+        };
+        out.insert(
+            name.to_string(),
+            CacheSet {
+                family: if options.windows(2).any(|p| p == ["family", "inet6"]) {
+                    Family::V6
+                } else {
+                    Family::V4
+                },
+                timeout_secs: option("timeout"),
+                max_entries: option("maxelem"),
+            },
+        );
+    }
+    out
+}
+
+/// The ipset type of the verdict cache sets.
+pub const CACHE_SET_TYPE: &str = "hash:ip,port,ip";
+
+/// Parses `ipset save` output, keeping the owned `hash:ip` sets: plain
+/// sets, and sets created with a default `timeout` (whose entries carry
+/// theirs).
 pub fn parse_ipset_save(save: &str) -> (BTreeMap<String, IpSet>, BTreeMap<String, LearnedSet>) {
     let mut sets = BTreeMap::new();
     let mut learned = BTreeMap::new();
     for line in save.lines() {
         let mut words = line.split_whitespace();
         match (words.next(), words.next()) {
-            (Some("create"), Some(name)) if name.starts_with(SET_PREFIX) => {
+            (Some("create"), Some(name))
+                if name.starts_with(SET_PREFIX) && words.next() != Some(CACHE_SET_TYPE) =>
+            {
                 let family = if line.contains(" family inet6") {
                     Family::V6
                 } else {

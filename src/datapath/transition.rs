@@ -60,8 +60,9 @@
 use std::fmt;
 
 use crate::fqdn::FqdnPattern;
-use crate::ruleset::Enforced;
+use crate::ruleset::{Enforced, VerdictCache};
 
+use super::cache::CACHE_SET_PREFIX;
 use super::diff::Changes;
 use super::plan::{endpoints_set, Hook};
 use super::state::{Family, State};
@@ -103,7 +104,10 @@ impl Step {
 /// nothing to write are left out.
 pub fn steps(changes: &Changes) -> Vec<Step> {
     let mut out = Vec::new();
-    if !changes.sets.is_empty() || !changes.create_learned.is_empty() {
+    if !changes.sets.is_empty()
+        || !changes.create_learned.is_empty()
+        || !changes.create_cache.is_empty()
+    {
         out.push(Step::PrepareSets);
     }
     for family in Family::ALL {
@@ -146,8 +150,50 @@ pub fn bridge(
         node_ingress: from.0.node_ingress || to.0.node_ingress,
         node_egress: from.0.node_egress || to.0.node_egress,
         endpoints,
+        verdict_cache: bridged_cache(from.0.verdict_cache, to.0.verdict_cache),
     };
     plan(&enforced, &union(from.1, to.1))
+}
+
+/// The verdict cache while the kernel bridges two rulesets. Of one
+/// generation (the same inputs), it stays as it is. Otherwise the current
+/// one's sets stay but nothing is answered from them from the moment the
+/// bridge is installed (the same `iptables-restore` that widens), so no
+/// verdict of the current ruleset outlives the switch; the next one's sets
+/// are created when the kernel narrows to it. A bridge needs no set
+/// written for the cache, so a failing `ipset` delays only what needs it.
+fn bridged_cache(from: Option<VerdictCache>, to: Option<VerdictCache>) -> Option<VerdictCache> {
+    match (from, to) {
+        (Some(from), Some(to)) if from.generation == to.generation => Some(to),
+        (Some(from), _) => Some(VerdictCache {
+            lookup: false,
+            ..from
+        }),
+        (None, _) => None,
+    }
+}
+
+/// The verdict cache an installed state answers from: the generation the
+/// owned chains' cache rules name, with the bounds of its sets.
+fn installed_cache(installed: &State) -> Option<VerdictCache> {
+    let name = installed
+        .v4
+        .chains
+        .values()
+        .chain(installed.v6.chains.values())
+        .flatten()
+        .find_map(|rule| {
+            rule.split(' ')
+                .find(|word| word.starts_with(CACHE_SET_PREFIX))
+        })?;
+    let set = installed.cache.get(name)?;
+    let hex = name.strip_prefix(CACHE_SET_PREFIX)?.split('-').next()?;
+    Some(VerdictCache {
+        generation: u64::from_str_radix(hex, 16).ok()?,
+        timeout_secs: set.timeout_secs,
+        max_entries: set.max_entries,
+        lookup: true,
+    })
 }
 
 /// What an installed state enforces, as far as the kernel says: the
@@ -179,6 +225,7 @@ pub fn adopted(installed: &State) -> Enforced {
         node_ingress: whole_hook(Hook::Input),
         node_egress: whole_hook(Hook::Output),
         endpoints,
+        verdict_cache: installed_cache(installed),
     }
 }
 

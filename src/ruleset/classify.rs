@@ -9,13 +9,14 @@
 //! Baseline tier; no match allows. Both directions must allow. Pure and lock-free: the
 //! datapath workers and `tollgate trace` call the same function.
 
+use std::cell::Cell;
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use serde::Serialize;
 
 use super::index::DirectionTable;
-use super::rule::{port_protocol, CompiledRule, RuleRef};
+use super::rule::{port_protocol, CompiledRule, RuleRef, ServiceMatch};
 use super::{Endpoint, Ruleset};
 use crate::fqdn::FqdnLookup;
 use crate::model::{Direction, L7Protocol, PortProtocol, RuleAction};
@@ -102,6 +103,14 @@ pub struct Decision {
     /// (an alternative within one rule's list suffices for that rule).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub l7: Vec<Arc<[L7Protocol]>>,
+    /// Whether the path to this decision read nothing of the flow but its
+    /// hook (`local`), addresses, protocol and destination port or ICMP
+    /// type and code: no rule with FQDN peers or a `sourcePort` was
+    /// evaluated. Every flow with those fields gets this decision from
+    /// this ruleset, whatever the FQDN table holds. (L7 and audited
+    /// decisions are left out by [`crate::decide`], which sees both.)
+    #[serde(skip)]
+    pub key_only: bool,
 }
 
 impl Decision {
@@ -139,10 +148,12 @@ impl Ruleset {
                 egress: decided(Direction::Egress, src),
                 ingress: decided(Direction::Ingress, dst),
                 l7: Vec::new(),
+                key_only: true,
             };
         }
-        let egress = self.evaluate(src, Direction::Egress, flow, flow.dst, fqdn);
-        let ingress = self.evaluate(dst, Direction::Ingress, flow, flow.src, fqdn);
+        let beyond_key = Cell::new(false);
+        let egress = self.evaluate(src, Direction::Egress, flow, flow.dst, fqdn, &beyond_key);
+        let ingress = self.evaluate(dst, Direction::Ingress, flow, flow.src, fqdn, &beyond_key);
         let verdict = match (egress.verdict(), ingress.verdict()) {
             (Verdict::Allow, v) => v,
             (v, _) => v,
@@ -162,6 +173,7 @@ impl Ruleset {
             egress,
             ingress,
             l7,
+            key_only: !beyond_key.get(),
         }
     }
 
@@ -219,7 +231,7 @@ impl Ruleset {
         };
         let meet = |id: &u32, met: &mut Vec<Consulted>| {
             let rule = &self.rules[*id as usize];
-            let matched = self.rule_matches(rule, flow, peer, fqdn);
+            let matched = self.rule_matches(rule, flow, peer, fqdn, &Cell::new(false));
             met.push(Consulted {
                 rule: rule.reference.clone(),
                 matched,
@@ -253,6 +265,7 @@ impl Ruleset {
         flow: &Flow,
         peer: IpAddr,
         fqdn: &dyn FqdnLookup,
+        beyond_key: &Cell<bool>,
     ) -> DirectionDecision {
         let mut decision = DirectionDecision {
             direction,
@@ -274,7 +287,7 @@ impl Ruleset {
         let port = port_protocol(&flow.transport).zip(flow.transport.dst_port());
         for id in table.antrea.candidates(port, peer) {
             let rule = &self.rules[id as usize];
-            if self.rule_matches(rule, flow, peer, fqdn) {
+            if self.rule_matches(rule, flow, peer, fqdn, beyond_key) {
                 if rule.action() == RuleAction::Pass {
                     decision.passed_by = Some(rule.reference.clone());
                     break;
@@ -289,7 +302,7 @@ impl Ruleset {
             decision.outcome = k8s
                 .candidates(port, peer)
                 .map(|id| &self.rules[id as usize])
-                .find(|rule| self.rule_matches(rule, flow, peer, fqdn))
+                .find(|rule| self.rule_matches(rule, flow, peer, fqdn, beyond_key))
                 .map_or(Outcome::K8sDefaultDeny, |rule| Outcome::Rule {
                     rule: rule.reference.clone(),
                 });
@@ -299,7 +312,7 @@ impl Ruleset {
             .baseline
             .candidates(port, peer)
             .map(|id| &self.rules[id as usize])
-            .find(|rule| self.rule_matches(rule, flow, peer, fqdn))
+            .find(|rule| self.rule_matches(rule, flow, peer, fqdn, beyond_key))
             .map_or(Outcome::NoRuleMatched, |rule| Outcome::Rule {
                 rule: rule.reference.clone(),
             });
@@ -312,7 +325,14 @@ impl Ruleset {
         flow: &Flow,
         peer: IpAddr,
         fqdn: &dyn FqdnLookup,
+        beyond_key: &Cell<bool>,
     ) -> bool {
+        // Whether this rule matches can depend on the FQDN table or the
+        // source port: the flow's verdict may then differ from that of
+        // another flow with the same cache key.
+        if !rule.peers.fqdns.is_empty() || rule.services.iter().any(ServiceMatch::has_source) {
+            beyond_key.set(true);
+        }
         let protocol = port_protocol(&flow.transport);
         let dst_port = flow.transport.dst_port();
         if let Some(node_ports) = &rule.node_ports {

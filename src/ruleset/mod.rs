@@ -32,6 +32,24 @@ pub struct Enforced {
     pub node_egress: bool,
     /// Addresses of local Pods that some rule applies to (either direction).
     pub endpoints: Vec<IpAddr>,
+    /// The kernel verdict cache of the ruleset, when verdicts are cached.
+    #[serde(skip)]
+    pub verdict_cache: Option<VerdictCache>,
+}
+
+/// The kernel verdict cache of one ruleset: the generation naming its sets
+/// (a digest of what the ruleset was compiled from, so any policy or
+/// inventory change leaves every verdict of the previous ruleset behind),
+/// and the sets' entry timeout and bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VerdictCache {
+    /// 40 bits; the sets are `tollgate-vc-<10 hex digits>-…`.
+    pub generation: u64,
+    pub timeout_secs: u32,
+    pub max_entries: u32,
+    /// Whether the kernel answers from the sets; `false` while a change
+    /// bridges two generations (the sets stay, nothing is answered).
+    pub lookup: bool,
 }
 
 /// An endpoint this node enforces policy for.
@@ -158,6 +176,13 @@ impl Ruleset {
             policies: parts.policies,
             logged_namespaces: parts.logged_namespaces,
         }
+    }
+
+    /// The ruleset with its verdicts cached in the kernel under `cache`
+    /// (the agent stamps each ruleset it offers with its generation).
+    pub fn with_verdict_cache(mut self, cache: VerdictCache) -> Ruleset {
+        self.enforced.verdict_cache = Some(cache);
+        self
     }
 
     /// Whether the implicit default drop of a Kubernetes NetworkPolicy for

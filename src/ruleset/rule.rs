@@ -182,6 +182,23 @@ pub(super) fn port_protocol(transport: &Transport) -> Option<PortProtocol> {
 }
 
 impl ServiceMatch {
+    /// Whether the entry restricts the client's port (`sourcePort`).
+    pub fn has_source(&self) -> bool {
+        matches!(
+            self,
+            ServiceMatch::Protocol {
+                source: Some(_),
+                ..
+            } | ServiceMatch::Ports {
+                source: Some(_),
+                ..
+            } | ServiceMatch::Named {
+                source: Some(_),
+                ..
+            }
+        )
+    }
+
     /// Whether the flow's transport matches; `named` resolves a named port on
     /// the destination.
     pub fn matches(&self, flow: &Flow, named: impl Fn(&str, PortProtocol) -> Option<u16>) -> bool {

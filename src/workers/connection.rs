@@ -1,7 +1,9 @@
 //! The connection queues' handler: the first packet of a connection goes
 //! through the pure [`crate::decide::step`] with the policy in force and the
 //! FQDN table; it counts, records verdict metrics and hands audit records
-//! on without waiting. It never blocks on I/O or logs per packet.
+//! and cacheable verdicts (to [`super::cache`], for the sets of the
+//! generation of the ruleset that decided) on without waiting. It never
+//! blocks on I/O or logs per packet.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -9,6 +11,7 @@ use std::time::Instant;
 
 use arc_swap::ArcSwap;
 
+use super::cache::CacheSink;
 use super::runtime::{self, wall_clock, Handler, Queue, QueueError, QueueSpec, Verdicts};
 use crate::audit::AuditSink;
 use crate::config::DatapathConfig;
@@ -35,6 +38,11 @@ counters! {
         rejected: Counter "queue_rejected" = "New connections rejected",
         malformed: Counter "queue_malformed" = "Queued packets that could not be parsed (fail mode applied)",
         bypassed: Counter "queue_bypassed" = "Queued packets accepted without a decision (malformed, fail-open)",
+        cache_misses: Counter "verdict_cache_misses" = "New connections a worker decided while the verdict cache was on (the kernel's cache had no entry for them)",
+        cache_inserted: Counter "verdict_cache_inserts" = "Verdicts added to the kernel's verdict cache (or whose entry was refreshed)",
+        cache_full: Counter "verdict_cache_full" = "Verdicts the kernel refused to cache because the set held verdictCache.maxEntries entries (the next connection is decided by a worker again)",
+        cache_failed: Counter "verdict_cache_failed" = "Verdicts not cached because their set was replaced meanwhile (a ruleset change) or the write failed",
+        cache_dropped: Counter "verdict_cache_dropped" = "Verdicts not cached because the cache writer was behind",
     }
 }
 
@@ -68,6 +76,8 @@ impl ConnectionCounters {
 pub struct Observers {
     pub metrics: Arc<Metrics>,
     pub audit: Option<AuditSink>,
+    /// Where cacheable verdicts go; `None` when the cache is off.
+    pub cache: Option<CacheSink>,
 }
 
 /// A running connection worker.
@@ -112,6 +122,7 @@ impl Worker {
                 stats: Arc::clone(&handler_stats),
                 metrics: WorkerMetrics::new(Arc::clone(&observers.metrics)),
                 audit: observers.audit.clone(),
+                cache: observers.cache.clone(),
             };
             Ok((Queue::open(spec)?, handler))
         };
@@ -131,18 +142,28 @@ struct Connections<P> {
     stats: Arc<ConnectionCounters>,
     metrics: WorkerMetrics,
     audit: Option<AuditSink>,
+    cache: Option<CacheSink>,
 }
 
 impl<P: Policy> Handler for Connections<P> {
     fn packet(&mut self, packet: Queued<'_>, now: Instant, out: &mut Verdicts) {
+        let policy = self.policy.load();
         let step = step(
             &packet,
-            &**self.policy.load(),
+            &**policy,
             &self.fqdn.lookup(now),
             &self.config,
             wall_clock(),
         );
         out.give(packet.id, step.action);
+        // The generation of the ruleset that decided, loaded once with it.
+        let decided = matches!(step.outcome, Outcome::Decided { .. });
+        if let (Some(sink), Some(cache), true) = (&self.cache, policy.verdict_cache(), decided) {
+            self.stats.cache_misses.fetch_add(1, Ordering::Relaxed);
+            if let Some(entry) = step.cache {
+                sink.offer(entry, cache, &self.stats);
+            }
+        }
         self.stats.record(&step.outcome, step.action);
         if let Outcome::Decided { verdict, by } = &step.outcome {
             self.metrics.decided(*verdict, by);

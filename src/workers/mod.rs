@@ -7,6 +7,7 @@
 //! packet: they count and hand audit records on.
 #![allow(clippy::disallowed_methods)] // workers are the packet edge: they stamp each packet with the clock.
 
+pub mod cache;
 pub mod connection;
 pub mod dns;
 #[cfg(debug_assertions)]

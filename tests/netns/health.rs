@@ -61,11 +61,16 @@ fn node_lab(test: &'static str) -> Option<Lab> {
     Some(lab)
 }
 
-/// One connection queue (100), metrics on the node's loopback `port`.
+/// One connection queue (100), metrics on the node's loopback `port`,
+/// without the verdict cache (the faults are triggered by packets a
+/// worker must see, and repeated tuples would stay in the kernel).
 fn options(lab: &Lab, port: u16) -> AgentOptions {
-    lab.agent_options()
-        .queues(1)
-        .args(&["--metrics-address", &format!("127.0.0.1:{port}")])
+    lab.agent_options().queues(1).args(&[
+        "--metrics-address",
+        &format!("127.0.0.1:{port}"),
+        "--verdict-cache",
+        "off",
+    ])
 }
 
 /// `GET path` from the metrics listener on the node's loopback: status

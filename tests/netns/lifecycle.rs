@@ -384,7 +384,9 @@ fn policy_changed_while_down_applies_at_start_without_an_open_window() {
         return;
     };
     lab.write_policy("node.yaml", &node_policy(&[DENIED]));
-    let mut agent = lab.start_agent(lab.agent_options());
+    // Without the verdict cache: its entries (the old policy's allows) keep
+    // answering while no agent runs, by design (`cache::cached_allows_outlive_the_agent_but_not_a_changed_policy`).
+    let mut agent = lab.start_agent(lab.agent_options().args(&["--verdict-cache", "off"]));
     agent.wait_generation(1);
     let prober = start_prober(&lab);
     wait_allowed(&lab, &prober, Duration::ZERO, 3);
@@ -393,7 +395,7 @@ fn policy_changed_while_down_applies_at_start_without_an_open_window() {
     // While nobody runs, the policy now also denies the allowed port.
     lab.write_policy("node.yaml", &node_policy(&[ALLOWED, DENIED]));
     wait_denied_attempts(&lab, &prober, prober.now(), 5);
-    let mut again = lab.start_agent(lab.agent_options());
+    let mut again = lab.start_agent(lab.agent_options().args(&["--verdict-cache", "off"]));
     again.wait_generation(1);
     let ready = prober.now();
     let refused = poll_until(AGENT_WAIT, || {

@@ -8,6 +8,7 @@
 mod harness;
 
 mod bypass;
+mod cache;
 mod datapath;
 mod docker;
 mod dockerfw;

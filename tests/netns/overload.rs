@@ -271,7 +271,12 @@ fn setup_with(
     let listener = CountingListener::start(&lab, DENIED);
     count_past_filter(&lab, DENIED);
     lab.write_policy("overload.yaml", &l7_policy(&lab.subnet("client"), l7));
-    let mut options = lab.agent_options().fail_mode(mode);
+    // Without the verdict cache: the flood must reach the worker (with it,
+    // a flood at one tuple stays in the kernel: `cache.rs`).
+    let mut options = lab
+        .agent_options()
+        .fail_mode(mode)
+        .args(&["--verdict-cache", "off"]);
     if let Some(n) = queues {
         options = options.queues(n);
     }

@@ -74,6 +74,7 @@ fn allow_reject_drop_through_the_queue() {
             Observers {
                 metrics: Arc::new(Metrics::new()),
                 audit: None,
+                cache: None,
             },
         )
         .unwrap();
@@ -82,6 +83,7 @@ fn allow_reject_drop_through_the_queue() {
             node_ingress: true,
             node_egress: false,
             endpoints: vec![],
+            verdict_cache: None,
         };
         let queues = config.queue_numbers();
         reconcile(

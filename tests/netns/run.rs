@@ -69,13 +69,15 @@ fn raw_firewall(ns: &Netns) -> String {
 }
 
 /// Node `smoke` labelled `role=smoke`, one queue, SSH from 10.78.0.9
-/// privileged.
+/// privileged, without the verdict cache (which keeps answering decided
+/// tuples while no agent runs: `cache.rs`).
 fn options(lab: &Lab) -> AgentOptions {
     let mut options = lab
         .agent_options()
         .node_name("smoke")
         .labels(&[("role", "smoke")])
-        .queues(1);
+        .queues(1)
+        .args(&["--verdict-cache", "off"]);
     options.privileged.push("10.78.0.9,tcp/22".into());
     options
 }

@@ -24,6 +24,7 @@ fn targets(node_ingress: bool, node_egress: bool, endpoints: &[&str]) -> Enforce
         node_ingress,
         node_egress,
         endpoints: endpoints.iter().map(|e| e.parse().unwrap()).collect(),
+        verdict_cache: None,
     }
 }
 
@@ -483,4 +484,171 @@ fn queries_to_privileged_resolvers_go_to_the_dns_queue_first() {
     assert!(!plain.v4.chains["TOLLGATE-OUTPUT"]
         .iter()
         .any(|r| r.contains("--dport 53 -j NFQUEUE")));
+}
+
+#[test]
+fn cached_verdicts_are_answered_ahead_of_the_queue_from_the_generations_sets() {
+    let config = config("interfaces: [eth0]\n");
+    let cache = VerdictCache {
+        generation: 0xab,
+        timeout_secs: 30,
+        max_entries: 1000,
+        lookup: true,
+    };
+    let enforced = Enforced {
+        verdict_cache: Some(cache),
+        ..targets(true, false, &["10.0.0.5"])
+    };
+    let pattern = FqdnPattern::new("*.example.test");
+    let state = desired(&config, &enforced, std::slice::from_ref(&pattern));
+    assert_eq!(state.cache.len(), 18, "3 hooks × 3 verdicts × 2 families");
+    assert_eq!(
+        state.cache["tollgate-vc-00000000ab-fr-v6"],
+        CacheSet {
+            family: Family::V6,
+            timeout_secs: 30,
+            max_entries: 1000
+        }
+    );
+    let input = &state.v4.chains["TOLLGATE-INPUT"];
+    let cached = "-i eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-ia-v4 src,dst,dst -j TOLLGATE-CACHED-ALLOW";
+    let at = input.iter().position(|r| r == cached).expect(cached);
+    assert_eq!(
+        input[at + 1..at + 4],
+        [
+            "-i eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-id-v4 src,dst,dst -j DROP",
+            "-i eth0 -p tcp -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-ir-v4 src,dst,dst -j REJECT --reject-with tcp-reset",
+            "-i eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-ir-v4 src,dst,dst -j REJECT --reject-with icmp-admin-prohibited",
+        ]
+    );
+    assert_eq!(
+        input[at + 4],
+        "-i eth0 -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101"
+    );
+    assert_eq!(
+        state.v6.chains["TOLLGATE-FORWARD"]
+            .iter()
+            .rfind(|r| r.contains("tollgate-vc-00000000ab-fr-v6"))
+            .unwrap(),
+        "-o eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-fr-v6 src,dst,dst -j REJECT --reject-with icmp6-adm-prohibited"
+    );
+    // A cached allow does what a worker's does, DNS snooping included.
+    assert_eq!(
+        state.v4.chains[CACHED_ALLOW_CHAIN],
+        [
+            "-j MARK --set-xmark 0x100000/0xf00000",
+            "-j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000",
+            "-p udp -m udp --dport 53 -j NFQUEUE --queue-num 102 --queue-bypass",
+            "-p tcp -m tcp --dport 53 -j NFQUEUE --queue-num 102 --queue-bypass",
+            "-j ACCEPT",
+        ]
+    );
+
+    // The next generation: new empty sets, the old ones destroyed after
+    // the tables stopped naming them; the rules change in one restore.
+    let next = Enforced {
+        verdict_cache: Some(VerdictCache {
+            generation: 0xac,
+            ..cache
+        }),
+        ..enforced.clone()
+    };
+    let changes = Changes::between(&desired(&config, &next, &[pattern]), &state);
+    assert_eq!(changes.create_cache.len(), 18);
+    assert_eq!(
+        changes
+            .destroy_sets
+            .iter()
+            .filter(|s| s.starts_with("tollgate-vc-00000000ab-"))
+            .count(),
+        18
+    );
+    let prepare = changes.ipset_prepare_text().unwrap();
+    assert!(
+        prepare.contains("create tollgate-vc-00000000ac-oa-v4 hash:ip,port,ip family inet timeout 30 maxelem 1000\n"),
+        "{prepare}"
+    );
+
+    // Off: nothing of the cache.
+    let off = desired(&config, &targets(true, false, &["10.0.0.5"]), &[]);
+    assert!(off.cache.is_empty());
+    assert!(!off.v4.chains.contains_key(CACHED_ALLOW_CHAIN));
+    assert!(off
+        .v4
+        .chains
+        .values()
+        .flatten()
+        .all(|r| !r.contains("tollgate-vc-")));
+}
+
+#[test]
+fn installed_cache_sets_parse_back_without_their_entries() {
+    let save = "\
+create tollgate-vc-00000000ab-ia-v4 hash:ip,port,ip family inet hashsize 1024 maxelem 1000 timeout 30 bucketsize 12 initval 0x4b58167d
+add tollgate-vc-00000000ab-ia-v4 10.0.0.1,tcp:80,10.0.0.2 timeout 60
+create tollgate-vc-00000000ab-ia-v6 hash:ip,port,ip family inet6 hashsize 1024 maxelem 1000 timeout 30
+create tollgate-fqdn-0123456789-v4 hash:ip family inet hashsize 1024 maxelem 65536 timeout 300
+";
+    let state = State::parse("", "", save);
+    assert_eq!(state.cache.len(), 2);
+    assert_eq!(
+        state.cache["tollgate-vc-00000000ab-ia-v6"],
+        CacheSet {
+            family: Family::V6,
+            timeout_secs: 30,
+            max_entries: 1000
+        }
+    );
+    assert_eq!(state.learned.len(), 1);
+    assert!(state.sets.is_empty());
+}
+
+#[test]
+fn a_bridge_answers_nothing_from_the_cache_and_writes_no_cache_set() {
+    let config = config("");
+    let cache = |generation| VerdictCache {
+        generation,
+        timeout_secs: 30,
+        max_entries: 1000,
+        lookup: true,
+    };
+    let with = |generation| Enforced {
+        verdict_cache: Some(cache(generation)),
+        ..targets(true, false, &[])
+    };
+    let plan = |e: &Enforced, f: &[FqdnPattern]| desired(&config, e, f);
+    let installed = plan(&with(1), &[]);
+    let bridge = crate::datapath::transition::bridge(plan, (&with(1), &[]), (&with(2), &[]));
+    assert!(bridge
+        .v4
+        .chains
+        .values()
+        .flatten()
+        .all(|r| !r.contains("tollgate-vc-")));
+    assert!(bridge
+        .v6
+        .chains
+        .values()
+        .flatten()
+        .all(|r| !r.contains("tollgate-vc-")));
+    let changes = Changes::between(&bridge, &installed);
+    assert!(
+        changes.create_cache.is_empty() && changes.destroy_sets.is_empty(),
+        "{changes:?}"
+    );
+    // The narrowing creates the next generation's sets and destroys the
+    // current one's.
+    let narrow = Changes::between(&plan(&with(2), &[]), &bridge);
+    assert_eq!(
+        (narrow.create_cache.len(), narrow.destroy_sets.len()),
+        (18, 18)
+    );
+    // One generation (a restart or a reload with the same inputs): the
+    // bridge is the installed state, entries and all.
+    let same = crate::datapath::transition::bridge(plan, (&with(1), &[]), (&with(1), &[]));
+    assert_eq!(same, installed);
+    assert_eq!(
+        crate::datapath::transition::adopted(&installed).verdict_cache,
+        Some(cache(1))
+    );
 }

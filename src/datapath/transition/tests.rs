@@ -22,6 +22,7 @@ fn enforced(node_ingress: bool, endpoints: &[&str]) -> Enforced {
         node_ingress,
         node_egress: false,
         endpoints: endpoints.iter().map(|e| e.parse().unwrap()).collect(),
+        verdict_cache: None,
     }
 }
 

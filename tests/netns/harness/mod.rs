@@ -176,6 +176,11 @@ pub const TEST_IDS: &[&str] = &[
     "podman_network_reload_opens_nothing",
     "run_example_starts_the_image_and_enforces",
     "compose_example_starts_the_image_and_enforces",
+    "a_cached_verdict_is_answered_by_the_kernel_and_a_policy_change_replaces_it",
+    "a_pod_label_change_invalidates_cached_verdicts",
+    "verdict_cache_off_caches_nothing",
+    "a_syn_flood_at_a_denied_port_stays_in_the_kernel",
+    "cached_allows_outlive_the_agent_but_not_a_changed_policy",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".

@@ -1,0 +1,368 @@
+//! The kernel verdict cache on the wire (issue 17 item 1): a decided tuple
+//! is answered by the kernel without a worker (the connection queues'
+//! packet counter stays still), a policy or inventory change invalidates
+//! it before the new ruleset's first verdict (IPv4 and IPv6), cached allows
+//! keep working while the agent is down and not past a restart with a
+//! changed policy, `--verdict-cache off` caches nothing, and a SYN flood at
+//! a denied port stays out of userspace after its first packets (the counts
+//! are printed as `VERDICT-CACHE-FLOOD`).
+
+use std::net::{IpAddr, SocketAddr};
+
+use crate::harness::probe::total_queued;
+use crate::harness::{poll_until, Lab, Service, TcpOutcome, AGENT_WAIT};
+
+const PORT: u16 = 8080;
+/// A port no rule names: allowed, but never connected to before the
+/// restart test needs a tuple the cache cannot know.
+const UNCACHED: u16 = 8081;
+
+/// The node's ingress: `action` for TCP `PORT` from everywhere, and a
+/// Reject on port 9 so that the node's ingress is enforced either way.
+fn node_policy(action: &str) -> String {
+    format!(
+        "apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {{name: node-ingress}}
+spec:
+  priority: 5
+  tier: securityops
+  appliedTo: [{{nodeSelector: {{matchLabels: {{kubernetes.io/os: linux}}}}}}]
+  ingress:
+    - action: {action}
+      ports: [{{protocol: TCP, port: {PORT}}}]
+    - action: Reject
+      ports: [{{protocol: TCP, port: 9}}]
+"
+    )
+}
+
+fn lab(test: &'static str) -> Option<Lab> {
+    let lab = Lab::builder(test).peer("client").ipv6().build()?;
+    for port in [PORT, UNCACHED] {
+        lab.serve_tcp("node", port, Service::Echo);
+    }
+    Some(lab)
+}
+
+fn targets(lab: &Lab, port: u16) -> [SocketAddr; 2] {
+    [
+        SocketAddr::new(IpAddr::from(lab.node_addr("client")), port),
+        SocketAddr::new(IpAddr::from(lab.node_addr6("client")), port),
+    ]
+}
+
+/// Packets ever queued to the connection queues (100 and 101) of the node.
+fn queued(lab: &Lab) -> u64 {
+    let counters = lab.queue_counters();
+    total_queued(
+        &counters
+            .into_iter()
+            .filter(|c| c.queue == 100 || c.queue == 101)
+            .collect::<Vec<_>>(),
+    )
+}
+
+/// The entries of the verdict cache sets, as `ipset save` lists them
+/// (`add <set> <src>,tcp:<port>,<dst> timeout N`).
+fn entries(lab: &Lab) -> Vec<String> {
+    lab.node()
+        .run(&["ipset", "save"])
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("add tollgate-vc-"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Waits until the cache holds an entry for `target` in a set of
+/// `verdict` (`a`, `d` or `r`) of the INPUT hook.
+#[track_caller]
+fn wait_cached(lab: &Lab, target: SocketAddr, verdict: char) {
+    let tuple = format!(",tcp:{},{} ", target.port(), target.ip());
+    let set = format!("-i{verdict}-v");
+    let found = poll_until(AGENT_WAIT, || {
+        entries(lab)
+            .iter()
+            .any(|e| e.contains(&tuple) && e.split(' ').nth(1).is_some_and(|s| s.contains(&set)))
+            .then_some(())
+    });
+    assert!(
+        found.is_some(),
+        "no {verdict} entry for {target}: {:?}",
+        entries(lab)
+    );
+}
+
+/// The connection to `target` ends as `expected` and no packet reached a
+/// connection queue meanwhile.
+#[track_caller]
+fn assert_from_cache(lab: &Lab, target: SocketAddr, expected: TcpOutcome) {
+    let before = queued(lab);
+    lab.assert_tcp("client", target, expected);
+    assert_eq!(queued(lab), before, "{target}: queued to a worker");
+}
+
+#[test]
+fn a_cached_verdict_is_answered_by_the_kernel_and_a_policy_change_replaces_it() {
+    let Some(lab) =
+        lab("a_cached_verdict_is_answered_by_the_kernel_and_a_policy_change_replaces_it")
+    else {
+        return;
+    };
+    lab.write_policy("node.yaml", &node_policy("Allow"));
+    let mut agent = lab.start_agent(lab.agent_options());
+    agent.wait_generation(1);
+    for target in targets(&lab, PORT) {
+        let before = queued(&lab);
+        lab.assert_tcp("client", target, TcpOutcome::Connected);
+        assert!(
+            queued(&lab) > before,
+            "the first connection is decided by a worker"
+        );
+        wait_cached(&lab, target, 'a');
+        // Every later connection (a new source port each) is answered by
+        // the kernel, and is a working connection (mark, connmark, accept).
+        for _ in 0..3 {
+            assert_from_cache(&lab, target, TcpOutcome::Connected);
+        }
+    }
+
+    // Allow → Drop: the next new connection is dropped, the cache held
+    // nothing of the old ruleset.
+    lab.write_policy("node.yaml", &node_policy("Drop"));
+    agent.wait_generation(2);
+    for target in targets(&lab, PORT) {
+        lab.assert_tcp("client", target, TcpOutcome::TimedOut);
+        wait_cached(&lab, target, 'd');
+        assert_from_cache(&lab, target, TcpOutcome::TimedOut);
+    }
+    assert!(
+        entries(&lab)
+            .iter()
+            .all(|e| !e.contains("a4 ") && !e.contains("a6 ")),
+        "an allow outlived the change: {:?}",
+        entries(&lab)
+    );
+
+    // Drop → Reject → Allow: the reverse way too.
+    lab.write_policy("node.yaml", &node_policy("Reject"));
+    agent.wait_generation(3);
+    for target in targets(&lab, PORT) {
+        lab.assert_tcp("client", target, TcpOutcome::Refused);
+        wait_cached(&lab, target, 'r');
+        assert_from_cache(&lab, target, TcpOutcome::Refused);
+    }
+    lab.write_policy("node.yaml", &node_policy("Allow"));
+    agent.wait_generation(4);
+    for target in targets(&lab, PORT) {
+        lab.assert_tcp("client", target, TcpOutcome::Connected);
+    }
+    agent.stop();
+    // `tollgate cleanup` leaves none of the cache behind (stop keeps it).
+    assert!(lab.tollgate_cleanup().success());
+    assert!(
+        lab.firewall_state("node")
+            .set_names()
+            .iter()
+            .all(|s| !s.starts_with("tollgate-")),
+        "{:?}",
+        lab.firewall_state("node").set_names()
+    );
+}
+
+/// The node's ingress on `PORT`: allowed from Pods labelled `app: a`,
+/// dropped from everyone else; the client is a Pod of another node
+/// labelled `app: <app>`.
+fn pod_policy(lab: &Lab, app: &str) -> String {
+    let (v4, v6) = (lab.addr("client"), lab.addr6("client"));
+    format!(
+        "apiVersion: v1
+kind: Namespace
+metadata: {{name: x, labels: {{ns: x}}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: client, namespace: x, labels: {{app: {app}}}}}
+spec: {{nodeName: other}}
+status: {{podIP: '{v4}', podIPs: [{{ip: '{v4}'}}, {{ip: '{v6}'}}]}}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {{name: node-ingress}}
+spec:
+  priority: 5
+  tier: securityops
+  appliedTo: [{{nodeSelector: {{matchLabels: {{kubernetes.io/os: linux}}}}}}]
+  ingress:
+    - action: Allow
+      from: [{{podSelector: {{matchLabels: {{app: a}}}}}}]
+      ports: [{{protocol: TCP, port: {PORT}}}]
+    - action: Drop
+      ports: [{{protocol: TCP, port: {PORT}}}]
+"
+    )
+}
+
+#[test]
+fn a_pod_label_change_invalidates_cached_verdicts() {
+    let Some(lab) = lab("a_pod_label_change_invalidates_cached_verdicts") else {
+        return;
+    };
+    lab.write_policy("node.yaml", &pod_policy(&lab, "a"));
+    let mut agent = lab.start_agent(lab.agent_options());
+    agent.wait_generation(1);
+    for target in targets(&lab, PORT) {
+        lab.assert_tcp("client", target, TcpOutcome::Connected);
+        wait_cached(&lab, target, 'a');
+        assert_from_cache(&lab, target, TcpOutcome::Connected);
+    }
+    // Only the inventory changes: the client's Pod loses its label.
+    lab.write_policy("node.yaml", &pod_policy(&lab, "b"));
+    agent.wait_generation(2);
+    for target in targets(&lab, PORT) {
+        lab.assert_tcp("client", target, TcpOutcome::TimedOut);
+        wait_cached(&lab, target, 'd');
+    }
+    lab.write_policy("node.yaml", &pod_policy(&lab, "a"));
+    agent.wait_generation(3);
+    for target in targets(&lab, PORT) {
+        lab.assert_tcp("client", target, TcpOutcome::Connected);
+    }
+    agent.stop();
+}
+
+#[test]
+fn verdict_cache_off_caches_nothing() {
+    let Some(lab) = lab("verdict_cache_off_caches_nothing") else {
+        return;
+    };
+    lab.write_policy("node.yaml", &node_policy("Allow"));
+    let mut agent = lab.start_agent(lab.agent_options().args(&["--verdict-cache", "off"]));
+    agent.wait_generation(1);
+    for target in targets(&lab, PORT) {
+        for _ in 0..3 {
+            let before = queued(&lab);
+            lab.assert_tcp("client", target, TcpOutcome::Connected);
+            assert!(
+                queued(&lab) > before,
+                "{target}: every connection is queued"
+            );
+        }
+    }
+    let state = lab.firewall_state("node");
+    assert!(
+        state
+            .set_names()
+            .iter()
+            .all(|s| !s.starts_with("tollgate-vc-")),
+        "{:?}",
+        state.set_names()
+    );
+    assert!(state.rules().all(|r| !r.contains("CACHED")));
+    agent.stop();
+}
+
+/// SYNs to `target` from the client, one every 2 ms with a new source
+/// port each (hping3 counts the port up); returns how many packets the
+/// node queued to its workers meanwhile.
+fn flood(lab: &Lab, target: SocketAddr, count: u32) -> u64 {
+    let before = queued(lab);
+    let count = count.to_string();
+    let port = target.port().to_string();
+    let host = target.ip().to_string();
+    let out = lab.ns("client").exec(
+        &[
+            "hping3", "-q", "-S", "-p", &port, "-c", &count, "-i", "u2000", &host,
+        ],
+        AGENT_WAIT,
+    );
+    assert!(out.status.is_some(), "hping3 timed out: {}", out.stderr);
+    // Every queued SYN has had its verdict before the count is read.
+    let drained = poll_until(AGENT_WAIT, || {
+        lab.queue_counters()
+            .iter()
+            .all(|c| c.queue_total == 0)
+            .then_some(())
+    });
+    assert!(drained.is_some(), "the queues never drained");
+    queued(lab) - before
+}
+
+#[test]
+fn a_syn_flood_at_a_denied_port_stays_in_the_kernel() {
+    let Some(lab) = Lab::builder("a_syn_flood_at_a_denied_port_stays_in_the_kernel")
+        .peer("client")
+        .require(&["hping3"])
+        .build()
+    else {
+        return;
+    };
+    lab.serve_tcp("node", PORT, Service::Echo);
+    lab.write_policy("node.yaml", &node_policy("Drop"));
+    let target = SocketAddr::new(IpAddr::from(lab.node_addr("client")), PORT);
+    const SYNS: u32 = 500;
+    let queued_with = |args: &[&str]| {
+        let mut agent = lab.start_agent(lab.agent_options().args(args));
+        agent.wait_generation(1);
+        let n = flood(&lab, target, SYNS);
+        agent.stop();
+        assert!(lab.tollgate_cleanup().success());
+        n
+    };
+    let on = queued_with(&[]);
+    let off = queued_with(&["--verdict-cache", "off"]);
+    println!("VERDICT-CACHE-FLOOD {SYNS} SYNs at a dropped port: {on} queued to userspace with the cache, {off} without");
+    assert!(off >= u64::from(SYNS) * 9 / 10, "without the cache: {off}");
+    assert!(on <= 20, "with the cache: {on} of {SYNS} queued");
+}
+
+#[test]
+fn cached_allows_outlive_the_agent_but_not_a_changed_policy() {
+    let Some(lab) = lab("cached_allows_outlive_the_agent_but_not_a_changed_policy") else {
+        return;
+    };
+    lab.write_policy("node.yaml", &node_policy("Allow"));
+    let mut agent = lab.start_agent(lab.agent_options());
+    agent.wait_generation(1);
+    for target in targets(&lab, PORT) {
+        lab.assert_tcp("client", target, TcpOutcome::Connected);
+        wait_cached(&lab, target, 'a');
+    }
+    let sets = lab.firewall_state("node").set_names().join(" ");
+    agent.kill9();
+    // No worker reads the queues (fail-closed): a tuple the cache does not
+    // know waits, the cached one connects.
+    for (cached, unknown) in targets(&lab, PORT).into_iter().zip(targets(&lab, UNCACHED)) {
+        lab.assert_tcp("client", unknown, TcpOutcome::TimedOut);
+        lab.assert_tcp("client", cached, TcpOutcome::Connected);
+    }
+    // The same policy and inventory: the same generation, whose entries
+    // still answer for the new agent.
+    let mut same = lab.start_agent(lab.agent_options());
+    same.wait_generation(1);
+    assert_eq!(lab.firewall_state("node").set_names().join(" "), sets);
+    for target in targets(&lab, PORT) {
+        assert_from_cache(&lab, target, TcpOutcome::Connected);
+    }
+    same.kill9();
+    // The policy changed meanwhile: the new agent's first ruleset does not
+    // answer from the old sets.
+    lab.write_policy("node.yaml", &node_policy("Drop"));
+    let mut again = lab.start_agent(lab.agent_options());
+    again.wait_generation(1);
+    for target in targets(&lab, PORT) {
+        lab.assert_tcp("client", target, TcpOutcome::TimedOut);
+    }
+    for target in targets(&lab, UNCACHED) {
+        lab.assert_tcp("client", target, TcpOutcome::Connected);
+    }
+    assert!(
+        entries(&lab)
+            .iter()
+            .all(|e| !e.contains(&format!("tcp:{PORT},")) || e.contains("-id-v")),
+        "{:?}",
+        entries(&lab)
+    );
+    again.stop();
+}
