@@ -330,6 +330,7 @@ fn every_flag_sets_a_key_of_its_section() {
             "startup-policy",
             "drift-check-seconds",
             "cleanup-on-exit",
+            "queue-receive-buffer-bytes",
             "dns-queue",
             "dns-trusted-server",
             "fqdn-min-ttl",
@@ -360,6 +361,7 @@ fn every_flag_sets_a_key_of_its_section() {
         "startup-policy" => "open",
         "drift-check-seconds" => "30",
         "cleanup-on-exit" => "true",
+        "queue-receive-buffer-bytes" => "65536",
         "l7-deny-response" => "403",
         "l7-urgent-data" => "strip",
         "audit-log" | "status-socket" => "/tmp/x",
@@ -390,6 +392,7 @@ fn every_flag_sets_a_key_of_its_section() {
             startup_policy: StartupPolicy::Open,
             drift_check_seconds: 30,
             cleanup_on_exit: true,
+            queue_receive_buffer_bytes: 65536,
         },
         fqdn: FqdnConfig {
             dns_queue: 300,

@@ -84,6 +84,11 @@ where
         copy_range: COPY_RANGE,
         max_len: QUEUE_MAX_LEN,
         fail_open: datapath.fail_mode == FailMode::Open,
+        // Rewrites (urgent data) patch the TCP checksum incrementally, and
+        // requests are read segment by segment: the kernel segments GSO
+        // packets and completes their checksums before queueing them.
+        gso: false,
+        receive_buffer: datapath.queue_receive_buffer_bytes,
     };
     let max_flows = NonZeroUsize::new(config.max_flows).unwrap_or(NonZeroUsize::MIN);
     let (idle_timeout, deny_response) = (config.idle_timeout, config.deny_response);
