@@ -436,9 +436,16 @@ fn a_queue_held_by_another_process_is_named_in_the_error() {
     };
     // Another process's socket (here: the test's own) holds queue 100.
     let holder = lab.node().enter(|| {
-        let mut queue = nfq::Queue::open().expect("open a netlink queue socket");
-        queue.bind(100).expect("bind queue 100");
-        queue
+        tollgate::workers::Queue::open(tollgate::workers::QueueSpec {
+            queue: 100,
+            name: "holder",
+            copy_range: 64,
+            max_len: 16,
+            fail_open: false,
+            gso: false,
+            receive_buffer: 0,
+        })
+        .expect("bind queue 100")
     });
     let mut agent = lab.start_agent(options(&lab, 9475));
     let status = agent.wait_exit(AGENT_WAIT);

@@ -1022,11 +1022,9 @@ fn closed_connections_leave_the_flow_table() {
     let flows = || -> u64 {
         node.ok("curl -sS --max-time 5 http://127.0.0.1:9481/metrics")
             .lines()
-            .find_map(|l| l.strip_prefix("tollgate_l7_flows_active "))
-            .expect("gauge exported")
-            .trim()
-            .parse()
-            .unwrap()
+            .filter(|l| l.starts_with("tollgate_l7_flows_active"))
+            .map(|l| l.rsplit_once(' ').expect("gauge value").1.parse::<u64>().unwrap())
+            .sum()
     };
     // Closed with FIN (curl): tracked until the grace period ends, which
     // starts at the FIN: at the earliest here.
