@@ -307,15 +307,12 @@ pub struct DatapathConfig {
     #[arg(long = "cleanup-on-exit")]
     pub cleanup_on_exit: bool,
     /// Socket receive buffer of each connection and L7 queue, bytes
-    /// (default 4194304; beyond the system's rmem_max as root); 0 keeps
-    /// the system's default. Packets beyond it are lost and counted in
-    /// queue_overflows.
+    /// (beyond the system's rmem_max as root); 0 (default) keeps the
+    /// system's net.core.rmem_default. Packets beyond it are lost and
+    /// counted in queue_overflows.
     #[arg(long = "queue-receive-buffer-bytes", value_name = "BYTES")]
     pub queue_receive_buffer_bytes: usize,
 }
-
-/// Default `datapath.queueReceiveBufferBytes`.
-pub const DEFAULT_QUEUE_RECEIVE_BUFFER: usize = 4 << 20;
 
 /// Default `datapath.driftCheckSeconds`.
 pub const DEFAULT_DRIFT_CHECK: Duration = Duration::from_secs(10);
@@ -330,7 +327,7 @@ impl Default for DatapathConfig {
             startup_policy: StartupPolicy::default(),
             drift_check_seconds: DEFAULT_DRIFT_CHECK.as_secs(),
             cleanup_on_exit: false,
-            queue_receive_buffer_bytes: DEFAULT_QUEUE_RECEIVE_BUFFER,
+            queue_receive_buffer_bytes: 0,
         }
     }
 }

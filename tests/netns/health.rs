@@ -249,8 +249,9 @@ fn a_panicking_l7_worker_is_restarted_too() {
     lab.write_policy("node.yaml", L7_POLICY);
     let node = lab.node_addr("client");
     let url = |path: &str| format!("http://{node}:8080{path}");
-    // One connection queue (100): the DNS queue is 101, the L7 queue 102.
-    let mut options = options(&lab, 9476);
+    // One connection queue (100): the DNS queue is 101, the L7 queue 102
+    // (one L7 queue: the fault names it).
+    let mut options = options(&lab, 9476).args(&["--l7-queues", "1"]);
     options
         .env
         .push(("TOLLGATE_FAULT_PANIC".into(), "102:5".into()));

@@ -113,9 +113,9 @@ http {{
     });
 }
 
-/// The L7 queue of an agent run with `--queues 1`: after the connection
-/// queue 100 and the DNS queue 101.
-const L7_QUEUE: u32 = 102;
+/// The L7 queues of an agent run with `--queues 1` (the default two):
+/// after the connection queue 100 and the DNS queue 101.
+const L7_QUEUES: std::ops::RangeInclusive<u32> = 102..=103;
 
 pub(crate) fn access_log(dir: &Path) -> String {
     std::fs::read_to_string(dir.join("access.log")).unwrap_or_default()
@@ -322,7 +322,7 @@ fn ingress_requests_are_matched_one_by_one() {
     let l7_queued = || {
         queue_counters(node)
             .iter()
-            .filter(|c| c.queue == L7_QUEUE)
+            .filter(|c| L7_QUEUES.contains(&c.queue))
             .map(|c| c.id_sequence)
             .sum::<u64>()
     };
