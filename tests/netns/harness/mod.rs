@@ -162,6 +162,9 @@ pub const TEST_IDS: &[&str] = &[
     "a_dead_resolver_delays_neither_policy_nor_snooping",
     "every_declared_counter_is_scraped_from_a_running_agent",
     "l7_audit_lines_carry_method_host_and_path_in_text_and_json",
+    "a_stuck_l7_worker_does_not_stop_the_other_l7_queues",
+    "one_stuck_l7_queue_stops_every_l7_request",
+    "a_tiny_receive_buffer_overflows_and_is_counted",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
