@@ -265,3 +265,62 @@ fn a_tiny_receive_buffer_overflows_and_is_counted() {
     assert!(overflows.is_some(), "no overflow counted; log:\n{}", agent.log());
     agent.stop();
 }
+
+/// The sum of every L7 queue's `l7_flows_active` gauge, from the metrics
+/// listener on the node's loopback `port`.
+fn l7_flows_active(lab: &Lab, port: u16) -> u64 {
+    lab.node()
+        .ok(&format!("curl -sS --max-time 5 http://127.0.0.1:{port}/metrics"))
+        .lines()
+        .filter(|l| l.starts_with("tollgate_l7_flows_active"))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+        .sum()
+}
+
+#[test]
+fn idle_l7_flows_are_forgotten_on_time_without_traffic() {
+    use std::io::{Read, Write};
+    use std::time::Duration;
+    let Some(lab) = Lab::builder("idle_l7_flows_are_forgotten_on_time_without_traffic")
+        .peer("client")
+        .require(&["curl"])
+        .build()
+    else {
+        return;
+    };
+    lab.serve_tcp("node", 8080, Service::Http);
+    lab.write_policy("node.yaml", L7_POLICY);
+    let node = lab.node_addr("client");
+    let options = lab.agent_options().queues(1).args(&[
+        "--set",
+        "l7.idleTimeoutSeconds=2",
+        "--metrics-address",
+        "127.0.0.1:9492",
+    ]);
+    let mut agent = lab.start_agent(options);
+    agent.wait_generation(1);
+    // One answered request on a connection kept open and silent: nothing
+    // reaches an L7 queue after it.
+    let mut stream = lab.tcp_stream("client", SocketAddr::from((node, 8080)));
+    stream
+        .write_all(b"GET /api/x HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut answer = [0u8; 256];
+    let n = stream.read(&mut answer).expect("an answer");
+    assert!(answer[..n].starts_with(b"HTTP/1.1 200"));
+    assert_eq!(l7_flows_active(&lab, 9492), 1);
+    // The workers' tick runs without packets: the idle flow is forgotten
+    // about when its 2 s run out, not at the next packet.
+    let idle = Instant::now();
+    let forgotten = crate::harness::poll_until(Duration::from_secs(10), || {
+        (l7_flows_active(&lab, 9492) == 0).then(|| idle.elapsed())
+    });
+    let forgotten = forgotten.unwrap_or_else(|| panic!("the idle flow stayed; log:\n{}", agent.log()));
+    eprintln!("idle flow forgotten after {forgotten:?} without traffic");
+    assert!(forgotten <= Duration::from_secs(4), "{forgotten:?}");
+    drop(stream);
+    agent.stop();
+}

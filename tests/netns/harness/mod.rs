@@ -165,6 +165,7 @@ pub const TEST_IDS: &[&str] = &[
     "a_stuck_l7_worker_does_not_stop_the_other_l7_queues",
     "one_stuck_l7_queue_stops_every_l7_request",
     "a_tiny_receive_buffer_overflows_and_is_counted",
+    "idle_l7_flows_are_forgotten_on_time_without_traffic",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
