@@ -112,7 +112,8 @@ impl AgentConfig {
                 .skip(1)
                 .find(|q| {
                     let last = u32::from(*q) + u32::from(count) - 1;
-                    last <= u32::from(u16::MAX) && !(u32::from(*q)..=last).contains(&u32::from(dns_queue))
+                    last <= u32::from(u16::MAX)
+                        && !(u32::from(*q)..=last).contains(&u32::from(dns_queue))
                 })
                 .ok_or(ConfigError::L7Queue {
                     queue: range.last(),

@@ -115,7 +115,10 @@ pub enum Message<'a> {
     Packet(PacketMessage<'a>),
     /// `NLMSG_ERROR` for request `seq`: `errno` 0 acknowledges it, a
     /// positive value is the error the kernel met (`EPERM`, `ENOENT`, …).
-    Ack { seq: u32, errno: i32 },
+    Ack {
+        seq: u32,
+        errno: i32,
+    },
     /// Anything else (`NLMSG_NOOP`, `NLMSG_DONE`, other subsystems'
     /// types): nothing to do.
     Other,
@@ -291,7 +294,13 @@ impl QueueConfig {
 /// the length and the flags, so no packet is queued half-configured by a
 /// second request.
 pub fn config(out: &mut Vec<u8>, seq: u32, config: &QueueConfig) {
-    let start = begin(out, NFQNL_MSG_CONFIG, NLM_F_REQUEST | NLM_F_ACK, seq, config.queue);
+    let start = begin(
+        out,
+        NFQNL_MSG_CONFIG,
+        NLM_F_REQUEST | NLM_F_ACK,
+        seq,
+        config.queue,
+    );
     // nfqnl_msg_config_cmd: command, padding, protocol family (0: any).
     attribute(out, NFQA_CFG_CMD, &[NFQNL_CFG_CMD_BIND, 0, 0, 0]);
     // nfqnl_msg_config_params (packed): copy range, copy mode.

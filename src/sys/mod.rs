@@ -16,7 +16,10 @@ pub fn set_no_new_privs() -> std::io::Result<()> {
 
 /// Waits until `fd` is readable or `timeout` passes; says whether it is.
 /// An interrupted wait counts as a timeout.
-pub fn wait_readable(fd: std::os::fd::BorrowedFd<'_>, timeout: std::time::Duration) -> std::io::Result<bool> {
+pub fn wait_readable(
+    fd: std::os::fd::BorrowedFd<'_>,
+    timeout: std::time::Duration,
+) -> std::io::Result<bool> {
     use std::os::fd::AsRawFd;
     let mut pollfd = libc::pollfd {
         fd: fd.as_raw_fd(),

@@ -16,8 +16,8 @@ use netlink_sys::constants::NETLINK_NETFILTER;
 
 use super::runtime::{QueueError, QueueSpec, Socket};
 use crate::packet::nfqueue::{
-    self, Message, Outgoing, Plain, QueueConfig, Sequence, MESSAGE_OVERHEAD,
-    NFQA_CFG_F_FAIL_OPEN, NFQA_CFG_F_GSO,
+    self, Message, Outgoing, Plain, QueueConfig, Sequence, MESSAGE_OVERHEAD, NFQA_CFG_F_FAIL_OPEN,
+    NFQA_CFG_F_GSO,
 };
 use crate::packet::{Action, LocalSide, PacketId, Queued};
 use crate::telemetry::kernel;
@@ -91,7 +91,9 @@ impl Queue {
             // The kernel answers EPERM both without CAP_NET_ADMIN and when
             // another socket holds the queue; only the latter lists it.
             let held = error.raw_os_error() == Some(libc::EPERM)
-                && kernel::read().iter().any(|(bound, _)| *bound == queue.spec.queue);
+                && kernel::read()
+                    .iter()
+                    .any(|(bound, _)| *bound == queue.spec.queue);
             if held {
                 QueueError::InUse {
                     queue: queue.spec.queue,

@@ -1,7 +1,10 @@
 //! The one NFQUEUE loop: binds a queue, owns each message until its verdict,
 //! asks a [`Handler`] by packet id, and counts packets, overflows, verdict
-//! errors and withheld packets once for every worker. It also supervises
-//! its worker: the loop beats the queue's [`Heartbeat`] with every packet,
+//! errors and withheld packets once for every worker. It takes every packet
+//! one wake-up brings, hands the kernel each round of verdicts at once
+//! (oldest packet first, so the socket can batch them), and ticks the
+//! handler at least every [`TICK`], packets or not. It also supervises
+//! its worker: the loop beats the queue's [`Heartbeat`] with every batch,
 //! and a worker that panics (or whose receives keep failing) is restarted
 //! in-process after a back-off, on a new socket with a new handler, while
 //! `/livez` says why it is down. No handler sees a netlink message; nothing
@@ -316,7 +319,9 @@ fn run<S: Socket, H: Handler>(
         match socket.recv(TICK, &mut batch) {
             Ok(refused) => {
                 consecutive_errors = 0;
-                counters.verdict_errors.fetch_add(refused, Ordering::Relaxed);
+                counters
+                    .verdict_errors
+                    .fetch_add(refused, Ordering::Relaxed);
             }
             Err(error) if error.raw_os_error() == Some(libc::ENOBUFS) => {
                 let lost = counters.overflows.fetch_add(1, Ordering::Relaxed) + 1;
@@ -368,7 +373,10 @@ fn give<S: Socket>(
     }
     let mut round = Vec::with_capacity(out.0.len());
     for (id, action) in out.0.drain(..) {
-        let message = held.keys.remove(&id).and_then(|key| held.by_key.remove(&key));
+        let message = held
+            .keys
+            .remove(&id)
+            .and_then(|key| held.by_key.remove(&key));
         let Some((message, received)) = message else {
             debug_assert!(
                 false,

@@ -1023,7 +1023,13 @@ fn closed_connections_leave_the_flow_table() {
         node.ok("curl -sS --max-time 5 http://127.0.0.1:9481/metrics")
             .lines()
             .filter(|l| l.starts_with("tollgate_l7_flows_active"))
-            .map(|l| l.rsplit_once(' ').expect("gauge value").1.parse::<u64>().unwrap())
+            .map(|l| {
+                l.rsplit_once(' ')
+                    .expect("gauge value")
+                    .1
+                    .parse::<u64>()
+                    .unwrap()
+            })
             .sum()
     };
     // Closed with FIN (curl): tracked until the grace period ends, which

@@ -160,7 +160,10 @@ const SOURCES: u8 = 12;
 /// request from each of [`SOURCES`] client addresses at once: how many
 /// were answered 200.
 fn answered_beside_a_stuck_l7_worker(test: &'static str, l7_queues: u16) -> Option<usize> {
-    let lab = Lab::builder(test).peer("client").require(&["curl"]).build()?;
+    let lab = Lab::builder(test)
+        .peer("client")
+        .require(&["curl"])
+        .build()?;
     lab.serve_tcp("node", 8080, Service::Http);
     lab.write_policy("node.yaml", L7_POLICY);
     let node = lab.node_addr("client");
@@ -262,7 +265,11 @@ fn a_tiny_receive_buffer_overflows_and_is_counted() {
             .sum();
         (count > 0.0).then_some(count)
     });
-    assert!(overflows.is_some(), "no overflow counted; log:\n{}", agent.log());
+    assert!(
+        overflows.is_some(),
+        "no overflow counted; log:\n{}",
+        agent.log()
+    );
     agent.stop();
 }
 
@@ -270,7 +277,9 @@ fn a_tiny_receive_buffer_overflows_and_is_counted() {
 /// listener on the node's loopback `port`.
 fn l7_flows_active(lab: &Lab, port: u16) -> u64 {
     lab.node()
-        .ok(&format!("curl -sS --max-time 5 http://127.0.0.1:{port}/metrics"))
+        .ok(&format!(
+            "curl -sS --max-time 5 http://127.0.0.1:{port}/metrics"
+        ))
         .lines()
         .filter(|l| l.starts_with("tollgate_l7_flows_active"))
         .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
@@ -318,7 +327,8 @@ fn idle_l7_flows_are_forgotten_on_time_without_traffic() {
     let forgotten = crate::harness::poll_until(Duration::from_secs(10), || {
         (l7_flows_active(&lab, 9492) == 0).then(|| idle.elapsed())
     });
-    let forgotten = forgotten.unwrap_or_else(|| panic!("the idle flow stayed; log:\n{}", agent.log()));
+    let forgotten =
+        forgotten.unwrap_or_else(|| panic!("the idle flow stayed; log:\n{}", agent.log()));
     eprintln!("idle flow forgotten after {forgotten:?} without traffic");
     assert!(forgotten <= Duration::from_secs(4), "{forgotten:?}");
     drop(stream);

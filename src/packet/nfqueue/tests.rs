@@ -86,7 +86,13 @@ fn several_messages_in_one_buffer_are_read_in_order() {
         .collect();
     assert_eq!(
         ids,
-        ["packet 1", &format!("ack 9 {}", libc::ENOENT), "ack 10 0", "other", "packet 2"]
+        [
+            "packet 1",
+            &format!("ack 9 {}", libc::ENOENT),
+            "ack 10 0",
+            "other",
+            "packet 2"
+        ]
     );
 }
 
@@ -231,11 +237,15 @@ fn verdicts_carry_their_mark_and_payload() {
         body.extend(attr(NFQA_PAYLOAD, b"new"));
         body
     }));
-    expected.extend(message(NFNL_SUBSYS_QUEUE << 8 | NFQNL_MSG_VERDICT_BATCH, 3, &{
-        let mut body = vec![0, 0, 0, 7];
-        body.extend(attr(NFQA_VERDICT_HDR, &[0, 0, 0, 0, 0, 0, 0, 20]));
-        body
-    }));
+    expected.extend(message(
+        NFNL_SUBSYS_QUEUE << 8 | NFQNL_MSG_VERDICT_BATCH,
+        3,
+        &{
+            let mut body = vec![0, 0, 0, 7];
+            body.extend(attr(NFQA_VERDICT_HDR, &[0, 0, 0, 0, 0, 0, 0, 20]));
+            body
+        },
+    ));
     // The builder sets NLM_F_REQUEST; the fixture helper leaves flags 0.
     let mut at = 0;
     while at < expected.len() {
@@ -286,7 +296,10 @@ fn nothing_at_or_above_a_held_packet_is_batched() {
     );
     assert_eq!(
         plan_verdicts(&round, None),
-        [Outgoing::Batch { first: 0, last: 1 }, Outgoing::One { index: 2 }]
+        [
+            Outgoing::Batch { first: 0, last: 1 },
+            Outgoing::One { index: 2 }
+        ]
     );
 }
 

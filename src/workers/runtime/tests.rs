@@ -65,7 +65,8 @@ impl Socket for FakeSocket {
     }
 
     fn verdicts(&mut self, round: Vec<(Self::Message, Action)>, oldest_left: Option<u64>) -> u64 {
-        self.rounds.push((round.iter().map(|((id, _), _)| *id).collect(), oldest_left));
+        self.rounds
+            .push((round.iter().map(|((id, _), _)| *id).collect(), oldest_left));
         let mut lost = 0;
         for ((id, _), action) in round {
             if self.refused.contains(&id) {
