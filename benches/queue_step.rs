@@ -2,7 +2,10 @@
 //! parsing a 128-byte queue copy to a `Flow` (IPv4 and IPv6 TCP SYN), and
 //! the whole step (parse, classify against an empty compiled ruleset, mark),
 //! the step when a logged rule decides (the audit record is built), and
-//! the metrics a worker records per decided connection.
+//! the metrics a worker records per decided connection; and the NFQUEUE
+//! wire work per packet: reading a packet message off a received buffer,
+//! and building a round of 32 verdicts (one batch message, or 32 messages
+//! when every verdict carries its own mark).
 //!
 //! `cargo bench --bench queue_step`
 
@@ -17,6 +20,7 @@ use tollgate::fqdn::NoFqdn;
 use tollgate::marks::{FailMode, MarkLayout};
 use tollgate::model::Snapshot;
 use tollgate::packet::flow::Verdict;
+use tollgate::packet::nfqueue::{self, Outgoing, Plain};
 use tollgate::packet::{parse_flow, Queued};
 use tollgate::ruleset::Ruleset;
 
@@ -72,6 +76,78 @@ fn bench(c: &mut Criterion) {
             latency.observe(20e-6);
         })
     });
+    wire(c, &v4);
+}
+
+/// Parse of one packet message, and verdict rounds of 32 packets: planned
+/// and built, as a batch (one plain verdict) and one by one (a mark each).
+fn wire(c: &mut Criterion, payload: &[u8]) {
+    let message = packet_message(7, payload);
+    c.bench_function("nfqueue/parse-packet-message", |b| {
+        b.iter(|| {
+            for message in nfqueue::messages(black_box(&message)) {
+                black_box(message.unwrap());
+            }
+        })
+    });
+    let mut out = Vec::with_capacity(4096);
+    for (name, plain) in [
+        ("nfqueue/verdicts-32-accept-batched", |_| Plain::Accept),
+        ("nfqueue/verdicts-32-repeat-each-mark", |k: u64| {
+            Plain::Repeat { mark: k as u32 }
+        }),
+    ] as [(&str, fn(u64) -> Plain); 2]
+    {
+        let round: Vec<(u64, Option<Plain>)> = (1..=32).map(|k| (k, Some(plain(k)))).collect();
+        c.bench_function(name, |b| {
+            b.iter(|| {
+                out.clear();
+                for (seq, send) in nfqueue::plan_verdicts(black_box(&round), None)
+                    .into_iter()
+                    .enumerate()
+                {
+                    let (index, batch) = match send {
+                        Outgoing::Batch { last, .. } => (last, true),
+                        Outgoing::One { index } => (index, false),
+                    };
+                    let (key, plain) = round[index];
+                    let plain = plain.unwrap();
+                    if batch {
+                        nfqueue::verdict_batch(&mut out, seq as u32, 100, key as u32, plain);
+                    } else {
+                        nfqueue::verdict(&mut out, seq as u32, 100, key as u32, plain, None);
+                    }
+                }
+                black_box(out.len())
+            })
+        });
+    }
+}
+
+/// An NFQUEUE packet message of queue 100 as the kernel sends it: packet
+/// header, mark, in-interface, timestamp-sized filler, payload.
+fn packet_message(id: u32, payload: &[u8]) -> Vec<u8> {
+    fn attribute(out: &mut Vec<u8>, kind: u16, value: &[u8]) {
+        let length = 4 + value.len();
+        out.extend_from_slice(&(length as u16).to_ne_bytes());
+        out.extend_from_slice(&kind.to_ne_bytes());
+        out.extend_from_slice(value);
+        out.resize(out.len() + (4 - length % 4) % 4, 0);
+    }
+    let mut body = vec![2, 0, 0, 100];
+    let mut header = id.to_be_bytes().to_vec();
+    header.extend_from_slice(&[0x08, 0x00, 1]);
+    attribute(&mut body, 1, &header);
+    attribute(&mut body, 3, &0u32.to_be_bytes());
+    attribute(&mut body, 5, &2u32.to_be_bytes());
+    attribute(&mut body, 4, &[0; 16]);
+    attribute(&mut body, 10, payload);
+    let mut message = Vec::new();
+    message.extend_from_slice(&(16 + body.len() as u32).to_ne_bytes());
+    message.extend_from_slice(&(3u16 << 8).to_ne_bytes());
+    message.extend_from_slice(&[0; 10]);
+    message.extend_from_slice(&body);
+    message
 }
 
 /// A packet queued from FORWARD with no mark.

@@ -60,7 +60,7 @@ pub enum ConfigError {
     Queues { base: u16, count: u32 },
     #[error("fqdn.dnsQueue {queue}: must differ from the connection queues {first}-{last}")]
     DnsQueue { queue: u16, first: u16, last: u16 },
-    #[error("l7.queue {queue}: must differ from the connection queues {first}-{last} and the DNS queue {dns_queue}")]
+    #[error("l7.queue {queue} (and the l7.queues after it): must differ from the connection queues {first}-{last} and the DNS queue {dns_queue}")]
     L7Queue {
         queue: u16,
         first: u16,
@@ -115,9 +115,14 @@ impl AgentConfig {
         }
         if !given("l7", "queue") {
             let dns_queue = self.fqdn.dns_queue;
+            let count = self.l7.queues.max(1);
             self.l7.queue = (range.last()..=u16::MAX)
                 .skip(1)
-                .find(|q| *q != dns_queue)
+                .find(|q| {
+                    let last = u32::from(*q) + u32::from(count) - 1;
+                    last <= u32::from(u16::MAX)
+                        && !(u32::from(*q)..=last).contains(&u32::from(dns_queue))
+                })
                 .ok_or(ConfigError::L7Queue {
                     queue: range.last(),
                     first: range.first(),
@@ -152,9 +157,10 @@ impl AgentConfig {
                 last,
             });
         }
-        if (first..=last).contains(&l7) || l7 == dns {
+        let overlaps = l7.iter().any(|q| (first..=last).contains(&q) || q == dns);
+        if overlaps {
             return Err(ConfigError::L7Queue {
-                queue: l7,
+                queue: l7.first(),
                 first,
                 last,
                 dns_queue: dns,
@@ -167,7 +173,7 @@ impl AgentConfig {
         QueueNumbers {
             connection: self.queues.range(),
             dns: self.fqdn.dns_queue,
-            l7: self.l7.queue,
+            l7: self.l7.range(),
         }
     }
 }
@@ -273,7 +279,7 @@ impl QueueRange {
 pub struct QueueNumbers {
     pub connection: QueueRange,
     pub dns: u16,
-    pub l7: u16,
+    pub l7: QueueRange,
 }
 
 /// The kernel rules: which packets go to the queues and what is always
@@ -311,6 +317,12 @@ pub struct DatapathConfig {
     /// (default: the rules stay and keep enforcing).
     #[arg(long = "cleanup-on-exit")]
     pub cleanup_on_exit: bool,
+    /// Socket receive buffer of each connection and L7 queue, bytes
+    /// (beyond the system's rmem_max as root); 0 (default) keeps the
+    /// system's net.core.rmem_default. Packets beyond it are lost and
+    /// counted in queue_overflows.
+    #[arg(long = "queue-receive-buffer-bytes", value_name = "BYTES")]
+    pub queue_receive_buffer_bytes: usize,
 }
 
 /// Default `datapath.driftCheckSeconds`.
@@ -326,6 +338,7 @@ impl Default for DatapathConfig {
             startup_policy: StartupPolicy::default(),
             drift_check_seconds: DEFAULT_DRIFT_CHECK.as_secs(),
             cleanup_on_exit: false,
+            queue_receive_buffer_bytes: 0,
         }
     }
 }
@@ -535,6 +548,11 @@ pub struct L7Config {
     /// take).
     #[arg(skip)]
     pub queue: u16,
+    /// Number of L7 queues from l7.queue on, one worker thread each
+    /// (default 2, at most 64): the kernel balances connections over them
+    /// by their address pair, both directions alike.
+    #[arg(long = "l7-queues", value_name = "N")]
+    pub queues: u16,
     /// Answer to a denied HTTP request: 403 (default) or reset.
     #[arg(long = "l7-deny-response", value_name = "403|reset")]
     pub deny_response: DenyResponse,
@@ -568,6 +586,7 @@ impl Default for L7Config {
     fn default() -> Self {
         L7Config {
             queue: 102,
+            queues: DEFAULT_L7_QUEUES,
             deny_response: DenyResponse::default(),
             max_flows: 65_536,
             idle_timeout: Duration::from_secs(600),
@@ -578,13 +597,36 @@ impl Default for L7Config {
     }
 }
 
+/// Default `l7.queues`.
+pub const DEFAULT_L7_QUEUES: u16 = 2;
+/// Largest `l7.queues`.
+pub const MAX_L7_QUEUES: u16 = 64;
+
 impl L7Config {
+    /// The L7 queue numbers (as checked by [`AgentConfig::validate`]).
+    pub fn range(&self) -> QueueRange {
+        let count = self.queues.clamp(1, MAX_L7_QUEUES);
+        QueueRange {
+            base: self.queue,
+            count: count.min(u16::MAX - self.queue + 1),
+        }
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         let at_least_one = |key, value| ConfigError::Bound {
             key,
             value,
             reason: "must be at least 1",
         };
+        if !(1..=MAX_L7_QUEUES).contains(&self.queues)
+            || u32::from(self.queue) + u32::from(self.queues) - 1 > u32::from(u16::MAX)
+        {
+            return Err(ConfigError::Bound {
+                key: "l7.queues",
+                value: u64::from(self.queues),
+                reason: "must be between 1 and 64, the last queue at most 65535",
+            });
+        }
         if self.max_flows == 0 {
             return Err(at_least_one("l7.maxFlows", 0));
         }

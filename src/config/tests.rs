@@ -99,11 +99,20 @@ fn l7_keys() {
         "l7: {maxFlows: 0}",
         "l7: {idleTimeoutSeconds: 0}",
         "l7: {denyResponse: teapot}",
+        "l7: {queues: 0}",
+        "l7: {queues: 65}",
+        "l7: {queue: 65535, queues: 2}",
+        // The second L7 queue would be the DNS queue.
+        "l7: {queue: 100, queues: 2}\nfqdn: {dnsQueue: 101}\nqueues: {base: 10}",
     ] {
         assert!(load(bad, &[]).is_err(), "{bad}");
     }
     // A DNS queue moved elsewhere leaves the L7 queue right after.
     assert_eq!(self::config("fqdn: {dnsQueue: 50}").l7.queue, 102);
+    // Several L7 queues by default, placed clear of the DNS queue.
+    let c = self::config("fqdn: {dnsQueue: 103}");
+    assert_eq!((c.l7.queue, c.l7.queues), (104, 2));
+    assert_eq!(c.queue_numbers().l7.iter().collect::<Vec<_>>(), [104, 105]);
 }
 
 #[test]
@@ -330,12 +339,14 @@ fn every_flag_sets_a_key_of_its_section() {
             "startup-policy",
             "drift-check-seconds",
             "cleanup-on-exit",
+            "queue-receive-buffer-bytes",
             "dns-queue",
             "dns-trusted-server",
             "fqdn-min-ttl",
             "fqdn-max-ttl",
             "fqdn-resolve",
             "fqdn-resolver",
+            "l7-queues",
             "l7-deny-response",
             "l7-urgent-data",
             "audit-log",
@@ -365,6 +376,8 @@ fn every_flag_sets_a_key_of_its_section() {
         "drift-check-seconds" => "30",
         "cleanup-on-exit" | "docker" => "true",
         "docker-namespace-label" => "tier",
+        "queue-receive-buffer-bytes" => "65536",
+        "l7-queues" => "3",
         "l7-deny-response" => "403",
         "l7-urgent-data" => "strip",
         "audit-log" | "status-socket" | "docker-host" => "/tmp/x",
@@ -396,6 +409,7 @@ fn every_flag_sets_a_key_of_its_section() {
             startup_policy: StartupPolicy::Open,
             drift_check_seconds: 30,
             cleanup_on_exit: true,
+            queue_receive_buffer_bytes: 65536,
         },
         fqdn: FqdnConfig {
             dns_queue: 300,
@@ -408,6 +422,7 @@ fn every_flag_sets_a_key_of_its_section() {
         },
         l7: L7Config {
             queue: 202,
+            queues: 3,
             urgent_data: UrgentData::Strip,
             ..defaults.l7
         },

@@ -436,8 +436,16 @@ fn l7_rules(config: &DatapathConfig, queues: &QueueNumbers, family: Family) -> V
     rules
 }
 
+/// The L7 queues' target: with several, the kernel balances by a hash of
+/// the address pair and protocol, the same for both directions, so every
+/// packet of a connection reaches the same worker.
 fn l7_queue_target(config: &DatapathConfig, queues: &QueueNumbers) -> String {
-    let mut target = format!("NFQUEUE --queue-num {}", queues.l7);
+    let l7 = queues.l7;
+    let mut target = if l7.first() == l7.last() {
+        format!("NFQUEUE --queue-num {}", l7.first())
+    } else {
+        format!("NFQUEUE --queue-balance {}:{}", l7.first(), l7.last())
+    };
     if config.fail_mode == FailMode::Open {
         target.push_str(" --queue-bypass");
     }

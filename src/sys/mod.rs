@@ -13,3 +13,108 @@ pub fn set_no_new_privs() -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// Waits until `fd` is readable or `timeout` passes; says whether it is.
+/// An interrupted wait counts as a timeout.
+pub fn wait_readable(
+    fd: std::os::fd::BorrowedFd<'_>,
+    timeout: std::time::Duration,
+) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    let mut pollfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let millis = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: one valid pollfd, its count 1; the fd is borrowed for the call.
+    let ready = unsafe { libc::poll(&mut pollfd, 1, millis) };
+    if ready < 0 {
+        let error = std::io::Error::last_os_error();
+        if error.kind() == std::io::ErrorKind::Interrupted {
+            return Ok(false);
+        }
+        return Err(error);
+    }
+    Ok(ready > 0)
+}
+
+/// Receives up to `buffers.len()` datagrams from `fd` in one call, without
+/// waiting (`MSG_DONTWAIT`); writes each one's length (and whether it was
+/// cut to its buffer) to `lengths`. Returns how many arrived: 0 when none
+/// waited.
+pub fn recv_many(
+    fd: std::os::fd::BorrowedFd<'_>,
+    buffers: &mut [Vec<u8>],
+    lengths: &mut Vec<(usize, bool)>,
+) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    lengths.clear();
+    let mut iovecs: Vec<libc::iovec> = buffers
+        .iter_mut()
+        .map(|buffer| libc::iovec {
+            iov_base: buffer.as_mut_ptr().cast(),
+            iov_len: buffer.len(),
+        })
+        .collect();
+    // SAFETY: mmsghdr is plain data; all-zero is a valid value.
+    let mut headers: Vec<libc::mmsghdr> = iovecs
+        .iter_mut()
+        .map(|iovec| {
+            let mut header: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            header.msg_hdr.msg_iov = iovec;
+            header.msg_hdr.msg_iovlen = 1;
+            header
+        })
+        .collect();
+    let count = libc::c_uint::try_from(headers.len()).unwrap_or(libc::c_uint::MAX);
+    // SAFETY: every header points at one iovec over a live, exclusively
+    // borrowed buffer of the stated length; `count` headers exist.
+    let received = unsafe {
+        libc::recvmmsg(
+            fd.as_raw_fd(),
+            headers.as_mut_ptr(),
+            count,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+        )
+    };
+    if received < 0 {
+        let error = std::io::Error::last_os_error();
+        if error.kind() == std::io::ErrorKind::WouldBlock {
+            return Ok(0);
+        }
+        return Err(error);
+    }
+    let received = usize::try_from(received).unwrap_or(0);
+    lengths.extend(headers.iter().take(received).map(|header| {
+        let cut = header.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+        (header.msg_len as usize, cut)
+    }));
+    Ok(received)
+}
+
+/// Sets the socket's receive buffer to `bytes`: beyond the system's
+/// `rmem_max` when the process may (`SO_RCVBUFFORCE`, CAP_NET_ADMIN),
+/// else up to it (`SO_RCVBUF`). The kernel doubles the value for its
+/// bookkeeping.
+pub fn set_receive_buffer(fd: std::os::fd::BorrowedFd<'_>, bytes: usize) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    let set = |option| {
+        // SAFETY: a c_int option value with its size; the fd is borrowed.
+        unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                option,
+                std::ptr::from_ref(&value).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        }
+    };
+    if set(libc::SO_RCVBUFFORCE) == 0 || set(libc::SO_RCVBUF) == 0 {
+        return Ok(());
+    }
+    Err(std::io::Error::last_os_error())
+}

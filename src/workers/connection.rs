@@ -106,6 +106,10 @@ impl Worker {
             copy_range: COPY_RANGE,
             max_len: QUEUE_MAX_LEN,
             fail_open: datapath.fail_mode == FailMode::Open,
+            // Headers only, never rewritten: a GSO packet need not be cut
+            // into segments first.
+            gso: true,
+            receive_buffer: datapath.queue_receive_buffer_bytes,
         };
         let config = StepConfig {
             marks: datapath.mark_mask,

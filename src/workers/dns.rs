@@ -114,6 +114,9 @@ impl DnsWorker {
             copy_range: DNS_COPY_RANGE,
             max_len: DNS_QUEUE_MAX_LEN,
             fail_open: true,
+            // One DNS message per datagram, read whole.
+            gso: false,
+            receive_buffer: 0,
         };
         let trusted = config.trusted_servers.clone();
         let bounds = config.query_bounds();

@@ -29,8 +29,8 @@ const COPY_RANGE: u16 = 0xffff;
 const QUEUE_MAX_LEN: u32 = 16_384;
 
 counters! {
-    /// What the L7 queue's worker saw and did.
-    pub struct L7Counters: one per agent {
+    /// What an L7 queue's worker saw and did.
+    pub struct L7Counters: one per queue {
         requests_allowed: Counter "l7_requests" { result = "allowed" } = "HTTP requests decided by L7 rules, by result (allowed or denied)",
         requests_denied: Counter "l7_requests" { result = "denied" } = "HTTP requests decided by L7 rules, by result (allowed or denied)",
         resets: Counter "l7_resets" = "Connections closed without a 403 (not HTTP, malformed, state lost)",
@@ -64,9 +64,11 @@ impl L7Counters {
     }
 }
 
-/// Binds the L7 queue and opens the raw sockets in the calling thread's
-/// network namespace (errors are returned here), then starts the worker
-/// thread, which runs until the process exits.
+/// Binds the L7 queues (`l7.queues` from `l7.queue` on) and opens their
+/// raw sockets in the calling thread's network namespace (errors are
+/// returned here), then starts one worker thread per queue, each with its
+/// own flows and counters; they run until the process exits. The kernel
+/// sends every packet of a connection to the same queue.
 pub fn spawn<P>(
     datapath: &DatapathConfig,
     config: &L7Config,
@@ -77,13 +79,41 @@ pub fn spawn<P>(
 where
     P: L7Policy + Send + Sync + 'static,
 {
-    let queue = config.queue;
+    for queue in config.range().iter() {
+        spawn_one(
+            queue,
+            datapath,
+            config,
+            Arc::clone(&policy),
+            Arc::clone(&fqdn),
+            observers.clone(),
+        )?;
+    }
+    Ok(())
+}
+
+fn spawn_one<P>(
+    queue: u16,
+    datapath: &DatapathConfig,
+    config: &L7Config,
+    policy: Arc<ArcSwap<P>>,
+    fqdn: Arc<FqdnTable>,
+    observers: Observers,
+) -> Result<(), QueueError>
+where
+    P: L7Policy + Send + Sync + 'static,
+{
     let spec = QueueSpec {
         queue,
         name: "L7 queue",
         copy_range: COPY_RANGE,
         max_len: QUEUE_MAX_LEN,
         fail_open: datapath.fail_mode == FailMode::Open,
+        // Rewrites (urgent data) patch the TCP checksum incrementally, and
+        // requests are read segment by segment: the kernel segments GSO
+        // packets and completes their checksums before queueing them.
+        gso: false,
+        receive_buffer: datapath.queue_receive_buffer_bytes,
     };
     let max_flows = NonZeroUsize::new(config.max_flows).unwrap_or(NonZeroUsize::MIN);
     let (idle_timeout, deny_response) = (config.idle_timeout, config.deny_response);

@@ -15,6 +15,7 @@ mod fault;
 pub mod fqdn_sets;
 pub mod inject;
 pub mod l7;
+pub mod nfqueue;
 pub mod resolver;
 mod route;
 pub mod runtime;

@@ -1,10 +1,13 @@
 //! The one NFQUEUE loop: binds a queue, owns each message until its verdict,
 //! asks a [`Handler`] by packet id, and counts packets, overflows, verdict
-//! errors and withheld packets once for every worker. It also supervises
-//! its worker: the loop beats the queue's [`Heartbeat`] with every packet,
+//! errors and withheld packets once for every worker. It takes every packet
+//! one wake-up brings, hands the kernel each round of verdicts at once
+//! (oldest packet first, so the socket can batch them), and ticks the
+//! handler at least every [`TICK`], packets or not. It also supervises
+//! its worker: the loop beats the queue's [`Heartbeat`] with every batch,
 //! and a worker that panics (or whose receives keep failing) is restarted
 //! in-process after a back-off, on a new socket with a new handler, while
-//! `/livez` says why it is down. No handler sees an `nfq` type; nothing
+//! `/livez` says why it is down. No handler sees a netlink message; nothing
 //! here decides a verdict or logs per packet.
 //!
 //! Why restart in-process rather than exit: a panic is a bug met on one
@@ -22,7 +25,7 @@
 //! process at a worker's panic, leaving the restart to the service
 //! manager.)
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -31,9 +34,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use prometheus_client::metrics::histogram::Histogram;
 
 use crate::audit::Timestamp;
-use crate::packet::{Action, LocalSide, PacketId, Queued};
+use crate::packet::{Action, PacketId, Queued};
+
+pub use super::nfqueue::Queue;
 use crate::telemetry::counters::{counters, CounterSet};
-use crate::telemetry::{kernel, Heartbeat, Metrics};
+use crate::telemetry::{Heartbeat, Metrics};
 
 /// Consecutive receive errors after which a worker is restarted.
 pub const MAX_CONSECUTIVE_ERRORS: u32 = 1000;
@@ -44,6 +49,9 @@ pub const MAX_RESTART_DELAY: Duration = Duration::from_secs(30);
 /// A worker that ran this long before it stopped starts over at
 /// [`RESTART_DELAY`].
 pub const HEALTHY_RUN: Duration = Duration::from_secs(60);
+/// Longest wait for packets: a handler's [`Handler::tick`] runs at least
+/// this often while its queue is idle.
+pub const TICK: Duration = Duration::from_millis(100);
 
 /// Why a queue could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +93,12 @@ pub struct QueueSpec {
     pub max_len: u32,
     /// The kernel accepts packets itself when the queue is full or unbound.
     pub fail_open: bool,
+    /// The kernel may queue GSO packets whole, checksum not computed
+    /// (`NFQA_CFG_F_GSO`): only for a worker that reads headers and never
+    /// rewrites (see `docs/notes-queue.md`).
+    pub gso: bool,
+    /// Bytes of socket receive buffer; 0 keeps the system's default.
+    pub receive_buffer: usize,
 }
 
 counters! {
@@ -98,97 +112,23 @@ counters! {
     }
 }
 
-/// A bound queue, as the loop needs it: [`Queue`] over the `nfq` crate
-/// today, a netlink queue of tollgate's own or a fake tomorrow.
+/// A bound queue, as the loop needs it: [`Queue`] (tollgate's own
+/// netlink queue) or a fake in tests.
 pub trait Socket {
     type Message;
     fn spec(&self) -> &QueueSpec;
-    fn recv(&mut self) -> std::io::Result<Self::Message>;
+    /// Waits up to `timeout` for packets and appends every one a single
+    /// wake-up brought (none when the wait timed out); returns how many
+    /// earlier verdicts the kernel refused since the last receive.
+    fn recv(&mut self, timeout: Duration, into: &mut Vec<Self::Message>) -> std::io::Result<u64>;
+    /// The message's place in the kernel's queue order (oldest first).
+    fn key(message: &Self::Message) -> u64;
     /// The packet a message carries.
     fn packet(message: &Self::Message) -> Queued<'_>;
-    fn verdict(&mut self, message: Self::Message, action: Action) -> std::io::Result<()>;
-}
-
-/// One NFQUEUE queue on its own netlink socket, through the `nfq` crate
-/// (blocking: it exposes no descriptor for an event loop).
-pub struct Queue {
-    socket: nfq::Queue,
-    spec: QueueSpec,
-}
-
-impl Queue {
-    /// Binds the queue in the calling thread's network namespace: copies up
-    /// to `copy_range` bytes of each packet, lets up to `max_len` wait,
-    /// sets fail-open, and has socket overflows (ENOBUFS) reported instead
-    /// of hidden.
-    pub fn open(spec: QueueSpec) -> Result<Queue, QueueError> {
-        let queue = spec.queue;
-        let setup = |step| QueueError::setup(queue, step);
-        let mut socket = nfq::Queue::open().map_err(setup("open"))?;
-        socket.bind(queue).map_err(|error| {
-            // The kernel answers EPERM both without CAP_NET_ADMIN and when
-            // another socket holds the queue; only the latter lists it.
-            let held = error.raw_os_error() == Some(libc::EPERM)
-                && kernel::read().iter().any(|(bound, _)| *bound == queue);
-            if held {
-                QueueError::InUse { queue }
-            } else {
-                setup("bind")(error)
-            }
-        })?;
-        socket
-            .set_copy_range(queue, spec.copy_range)
-            .map_err(setup("copy range"))?;
-        socket
-            .set_queue_max_len(queue, spec.max_len)
-            .map_err(setup("queue length"))?;
-        socket
-            .set_fail_open(queue, spec.fail_open)
-            .map_err(setup("fail-open flag"))?;
-        socket
-            .set_recv_enobufs(true)
-            .map_err(setup("overflow reporting"))?;
-        Ok(Queue { socket, spec })
-    }
-}
-
-impl Socket for Queue {
-    type Message = nfq::Message;
-
-    fn spec(&self) -> &QueueSpec {
-        &self.spec
-    }
-
-    fn recv(&mut self) -> std::io::Result<nfq::Message> {
-        self.socket.recv()
-    }
-
-    fn packet(message: &nfq::Message) -> Queued<'_> {
-        Queued {
-            id: message.get_packet_id(),
-            payload: message.get_payload(),
-            mark: message.get_nfmark(),
-            local: LocalSide::of_hook(message.get_hook()),
-            indev: message.get_indev(),
-        }
-    }
-
-    fn verdict(&mut self, mut message: nfq::Message, action: Action) -> std::io::Result<()> {
-        let verdict = match action {
-            Action::Accept => nfq::Verdict::Accept,
-            Action::AcceptRewritten(rewrite) => match rewrite.apply(message.get_payload_mut()) {
-                Ok(()) => nfq::Verdict::Accept,
-                Err(_) => nfq::Verdict::Drop,
-            },
-            Action::Drop => nfq::Verdict::Drop,
-            Action::Repeat { mark } => {
-                message.set_nfmark(mark);
-                nfq::Verdict::Repeat
-            }
-        };
-        message.set_verdict(verdict);
-        self.socket.verdict(message)
-    }
+    /// Hands the kernel one round of verdicts, oldest packet first;
+    /// `oldest_left` is the key of the oldest packet still held without a
+    /// verdict. Returns how many verdict messages could not be sent.
+    fn verdicts(&mut self, round: Vec<(Self::Message, Action)>, oldest_left: Option<u64>) -> u64;
 }
 
 /// The verdicts a handler gives, by packet id, in the order the kernel is
@@ -208,7 +148,8 @@ impl Verdicts {
 pub trait Handler {
     fn packet(&mut self, packet: Queued<'_>, now: Instant, out: &mut Verdicts);
 
-    /// Time-driven work (expiry, idle state), after each packet's verdicts.
+    /// Time-driven work (expiry, idle state), after each received batch's
+    /// verdicts, and every [`TICK`] while no packet arrives.
     fn tick(&mut self, _now: Instant, _out: &mut Verdicts) {}
 }
 
@@ -342,8 +283,18 @@ pub(crate) fn wall_clock() -> Timestamp {
     Timestamp::from_unix_micros(u64::try_from(micros).unwrap_or(u64::MAX))
 }
 
-/// The messages waiting for their verdict, with when each was received.
-type Held<M> = HashMap<PacketId, (M, Instant)>;
+/// The messages waiting for their verdict, in the kernel's queue order,
+/// with when each was received; and the order key of each held id.
+struct Held<M> {
+    by_key: BTreeMap<u64, (M, Instant)>,
+    keys: HashMap<PacketId, u64>,
+}
+
+impl<M> Held<M> {
+    fn len(&self) -> usize {
+        self.by_key.len()
+    }
+}
 
 /// Receives and answers until [`MAX_CONSECUTIVE_ERRORS`] receives in a row
 /// fail; returns the last error.
@@ -357,19 +308,27 @@ fn run<S: Socket, H: Handler>(
         latency,
         heartbeat,
     } = reports;
-    let mut held: Held<S::Message> = HashMap::new();
+    let mut held = Held {
+        by_key: BTreeMap::new(),
+        keys: HashMap::new(),
+    };
+    let mut batch = Vec::new();
     let mut out = Verdicts::default();
     let mut consecutive_errors = 0;
     loop {
-        let message = match socket.recv() {
-            Ok(message) => message,
+        match socket.recv(TICK, &mut batch) {
+            Ok(refused) => {
+                consecutive_errors = 0;
+                counters
+                    .verdict_errors
+                    .fetch_add(refused, Ordering::Relaxed);
+            }
             Err(error) if error.raw_os_error() == Some(libc::ENOBUFS) => {
                 let lost = counters.overflows.fetch_add(1, Ordering::Relaxed) + 1;
                 if lost.is_power_of_two() {
                     let QueueSpec { queue, name, .. } = *socket.spec();
                     tracing::warn!(queue, overflows = lost, "{name} overflow");
                 }
-                continue;
             }
             Err(error) => {
                 consecutive_errors += 1;
@@ -378,44 +337,46 @@ fn run<S: Socket, H: Handler>(
                 }
                 continue;
             }
-        };
-        consecutive_errors = 0;
-        let _nth = counters.packets.fetch_add(1, Ordering::Relaxed) + 1;
-        #[cfg(debug_assertions)]
-        super::fault::at_packet(socket.spec().queue, _nth);
+        }
         let received = Instant::now();
-        let id = S::packet(&message).id;
-        handler.packet(S::packet(&message), received, &mut out);
-        let mut current = Some((id, message, received));
-        give(socket, &mut out, &mut current, &mut held, counters, latency);
-        if let Some((id, message, received)) = current {
-            held.insert(id, (message, received));
+        let any = !batch.is_empty();
+        for message in batch.drain(..) {
+            let _nth = counters.packets.fetch_add(1, Ordering::Relaxed) + 1;
+            #[cfg(debug_assertions)]
+            super::fault::at_packet(socket.spec().queue, _nth);
+            let (id, key) = (S::packet(&message).id, S::key(&message));
+            handler.packet(S::packet(&message), received, &mut out);
+            held.keys.insert(id, key);
+            held.by_key.insert(key, (message, received));
         }
         handler.tick(received, &mut out);
-        give(socket, &mut out, &mut None, &mut held, counters, latency);
+        give(socket, &mut out, &mut held, counters, latency);
         let withheld = held.len() as u64;
         counters.withheld.store(withheld, Ordering::Relaxed);
-        heartbeat.beat(withheld);
+        if any {
+            heartbeat.beat(withheld);
+        }
     }
 }
 
-/// Hands the kernel the verdicts in `out`, in order: for the `current`
-/// packet or a withheld one.
+/// Hands the kernel the verdicts in `out` as one round, oldest packet
+/// first.
 fn give<S: Socket>(
     socket: &mut S,
     out: &mut Verdicts,
-    current: &mut Option<(PacketId, S::Message, Instant)>,
     held: &mut Held<S::Message>,
     counters: &QueueCounters,
     latency: &Histogram,
 ) {
+    if out.0.is_empty() {
+        return;
+    }
+    let mut round = Vec::with_capacity(out.0.len());
     for (id, action) in out.0.drain(..) {
-        let message = match current {
-            Some((current_id, ..)) if *current_id == id => {
-                current.take().map(|(_, message, at)| (message, at))
-            }
-            _ => held.remove(&id),
-        };
+        let message = held
+            .keys
+            .remove(&id)
+            .and_then(|key| held.by_key.remove(&key));
         let Some((message, received)) = message else {
             debug_assert!(
                 false,
@@ -423,10 +384,19 @@ fn give<S: Socket>(
             );
             continue;
         };
-        if socket.verdict(message, action).is_err() {
-            counters.verdict_errors.fetch_add(1, Ordering::Relaxed);
-        }
-        latency.observe(received.elapsed().as_secs_f64());
+        round.push((message, action, received));
+    }
+    round.sort_by_key(|(message, ..)| S::key(message));
+    let oldest_left = held.by_key.keys().next().copied();
+    let received: Vec<Instant> = round.iter().map(|(.., at)| *at).collect();
+    let round = round
+        .into_iter()
+        .map(|(message, action, _)| (message, action))
+        .collect();
+    let lost = socket.verdicts(round, oldest_left);
+    counters.verdict_errors.fetch_add(lost, Ordering::Relaxed);
+    for at in received {
+        latency.observe(at.elapsed().as_secs_f64());
     }
 }
 

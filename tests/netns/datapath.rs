@@ -1282,8 +1282,8 @@ fn interfaces_limit_enforcement() {
     let counters = lab.queue_counters();
     assert_eq!(
         counters.iter().map(|c| c.queue).collect::<Vec<_>>(),
-        vec![100, 102],
-        "--queues 1 binds queue 100, and the L7 queue after the DNS queue's 101"
+        vec![100, 102, 103],
+        "--queues 1 binds queue 100, and the two L7 queues after the DNS queue's 101"
     );
 }
 

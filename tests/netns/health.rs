@@ -254,8 +254,9 @@ fn a_panicking_l7_worker_is_restarted_too() {
     lab.write_policy("node.yaml", L7_POLICY);
     let node = lab.node_addr("client");
     let url = |path: &str| format!("http://{node}:8080{path}");
-    // One connection queue (100): the DNS queue is 101, the L7 queue 102.
-    let mut options = options(&lab, 9476);
+    // One connection queue (100): the DNS queue is 101, the L7 queue 102
+    // (one L7 queue: the fault names it).
+    let mut options = options(&lab, 9476).args(&["--l7-queues", "1"]);
     options
         .env
         .push(("TOLLGATE_FAULT_PANIC".into(), "102:5".into()));
@@ -441,9 +442,16 @@ fn a_queue_held_by_another_process_is_named_in_the_error() {
     };
     // Another process's socket (here: the test's own) holds queue 100.
     let holder = lab.node().enter(|| {
-        let mut queue = nfq::Queue::open().expect("open a netlink queue socket");
-        queue.bind(100).expect("bind queue 100");
-        queue
+        tollgate::workers::Queue::open(tollgate::workers::QueueSpec {
+            queue: 100,
+            name: "holder",
+            copy_range: 64,
+            max_len: 16,
+            fail_open: false,
+            gso: false,
+            receive_buffer: 0,
+        })
+        .expect("bind queue 100")
     });
     let mut agent = lab.start_agent(options(&lab, 9475));
     let status = agent.wait_exit(AGENT_WAIT);

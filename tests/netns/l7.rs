@@ -113,9 +113,9 @@ http {{
     });
 }
 
-/// The L7 queue of an agent run with `--queues 1`: after the connection
-/// queue 100 and the DNS queue 101.
-const L7_QUEUE: u32 = 102;
+/// The L7 queues of an agent run with `--queues 1` (the default two):
+/// after the connection queue 100 and the DNS queue 101.
+const L7_QUEUES: std::ops::RangeInclusive<u32> = 102..=103;
 
 pub(crate) fn access_log(dir: &Path) -> String {
     std::fs::read_to_string(dir.join("access.log")).unwrap_or_default()
@@ -322,7 +322,7 @@ fn ingress_requests_are_matched_one_by_one() {
     let l7_queued = || {
         queue_counters(node)
             .iter()
-            .filter(|c| c.queue == L7_QUEUE)
+            .filter(|c| L7_QUEUES.contains(&c.queue))
             .map(|c| c.id_sequence)
             .sum::<u64>()
     };
@@ -1022,11 +1022,15 @@ fn closed_connections_leave_the_flow_table() {
     let flows = || -> u64 {
         node.ok("curl -sS --max-time 5 http://127.0.0.1:9481/metrics")
             .lines()
-            .find_map(|l| l.strip_prefix("tollgate_l7_flows_active "))
-            .expect("gauge exported")
-            .trim()
-            .parse()
-            .unwrap()
+            .filter(|l| l.starts_with("tollgate_l7_flows_active"))
+            .map(|l| {
+                l.rsplit_once(' ')
+                    .expect("gauge value")
+                    .1
+                    .parse::<u64>()
+                    .unwrap()
+            })
+            .sum()
     };
     // Closed with FIN (curl): tracked until the grace period ends, which
     // starts at the FIN: at the earliest here.

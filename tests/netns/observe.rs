@@ -708,7 +708,7 @@ spec:
             ConnectionCounters::SERIES,
         ),
         ("DnsCounters", Scope::Agent, DnsCounters::SERIES),
-        ("L7Counters", Scope::Agent, L7Counters::SERIES),
+        ("L7Counters", Scope::Queue, L7Counters::SERIES),
         ("KernelCounters", Scope::Queue, KernelCounters::SERIES),
     ];
     let mut missing = Vec::new();
@@ -734,13 +734,13 @@ spec:
         }
     }
     assert!(missing.is_empty(), "not exported: {missing:?}\n{text}");
-    // Three queues bound: the connection queue, L7 and DNS, each with its
-    // kernel counters.
+    // Four queues bound: the connection queue, DNS and the two L7 queues,
+    // each with its kernel counters.
     let kernel_queues = text
         .lines()
         .filter(|l| l.starts_with("tollgate_queue_kernel_queued_total{queue=\""))
         .count();
-    assert_eq!(kernel_queues, 3, "{text}");
+    assert_eq!(kernel_queues, 4, "{text}");
 
     let m = parse_metrics(&text);
     assert!(value(&m, "tollgate_last_reload_success_timestamp_seconds") > 1.6e9);

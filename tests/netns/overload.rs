@@ -464,9 +464,9 @@ fn syn_flood_fail_open_bypasses_only_while_overrun() {
 /// Connections the L7 test holds open: more denied requests at once than
 /// the L7 worker's socket buffer holds.
 const L7_CONNECTIONS: usize = 300;
-/// The L7 queue with the default configuration (two connection queues, the
-/// DNS queue 102 reserved).
-const L7_QUEUE: u32 = 103;
+/// The L7 queues with the default configuration (two connection queues, the
+/// DNS queue 102 reserved, two L7 queues).
+const L7_QUEUES: std::ops::RangeInclusive<u32> = 103..=104;
 
 /// Reads from `stream` until `done` says the answer is complete, the
 /// connection ends (EOF or reset: `true`) or `deadline` passes.
@@ -534,7 +534,7 @@ fn l7_denied_requests_stay_denied_when_the_worker_is_overrun() {
         s.lab
             .queue_counters()
             .iter()
-            .filter(|c| c.queue == L7_QUEUE)
+            .filter(|c| L7_QUEUES.contains(&c.queue))
             .map(|c| c.user_dropped)
             .sum::<u64>()
     };

@@ -135,3 +135,204 @@ fn allow_reject_drop_through_the_queue() {
     let counters = node.ok("cat /proc/net/netfilter/nfnetlink_queue");
     assert!(counters.trim_start().starts_with("100 "), "{counters}");
 }
+
+/// Allows `GET /api/*` to the node's port 8080 (L7 rule): every request
+/// goes through an L7 queue.
+const L7_POLICY: &str = "\
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: node-l7}
+spec:
+  priority: 5
+  tier: securityops
+  appliedTo: [{nodeSelector: {matchLabels: {kubernetes.io/os: linux}}}]
+  ingress:
+  - name: allow-api
+    action: Allow
+    ports: [{protocol: TCP, port: 8080}]
+    l7Protocols:
+    - http: {method: GET, path: /api/*}
+";
+
+/// Client source addresses: each connection pair hashes to one L7 queue.
+const SOURCES: u8 = 12;
+
+/// Runs an agent with `l7_queues` L7 queues (102 on) whose first L7 worker
+/// (queue 102) is stuck from its first packet, and sends one allowed
+/// request from each of [`SOURCES`] client addresses at once: how many
+/// were answered 200.
+fn answered_beside_a_stuck_l7_worker(test: &'static str, l7_queues: u16) -> Option<usize> {
+    let lab = Lab::builder(test)
+        .peer("client")
+        .require(&["curl"])
+        .build()?;
+    lab.serve_tcp("node", 8080, Service::Http);
+    lab.write_policy("node.yaml", L7_POLICY);
+    let node = lab.node_addr("client");
+    let client = lab.addr("client").octets();
+    let sources: Vec<String> = (0..SOURCES)
+        .map(|i| format!("{}.{}.{}.{}", client[0], client[1], client[2], 100 + i))
+        .collect();
+    for source in &sources {
+        lab.ns("client")
+            .ok(&format!("ip addr add {source}/24 dev eth0"));
+    }
+    let mut options = lab.agent_options().queues(1).args(&[
+        "--l7-queues",
+        &l7_queues.to_string(),
+        "--stall-timeout",
+        "120",
+    ]);
+    options
+        .env
+        .push(("TOLLGATE_FAULT_STALL".into(), "102:1".into()));
+    let mut agent = lab.start_agent(options);
+    agent.wait_generation(1);
+    let script: String = sources
+        .iter()
+        .map(|source| {
+            format!(
+                "(curl -s -o /dev/null -w '%{{http_code}}\\n' --max-time 4 --interface {source} \
+                 http://{node}:8080/api/x || true) & "
+            )
+        })
+        .collect();
+    let codes = lab.ns("client").ok(&format!("{script} wait"));
+    let answered = codes.lines().filter(|l| l.trim() == "200").count();
+    eprintln!("{l7_queues} L7 queue(s), queue 102 stuck: {answered} of {SOURCES} answered");
+    agent.stop();
+    Some(answered)
+}
+
+#[test]
+fn a_stuck_l7_worker_does_not_stop_the_other_l7_queues() {
+    // The kernel balances by address pair: with 12 sources, the chance that
+    // none hashes to the working queue 103 is 2^-12.
+    let Some(answered) =
+        answered_beside_a_stuck_l7_worker("a_stuck_l7_worker_does_not_stop_the_other_l7_queues", 2)
+    else {
+        return;
+    };
+    assert!(answered > 0, "no request passed the second L7 queue");
+    assert!(answered < usize::from(SOURCES), "queue 102 was not stuck");
+}
+
+#[test]
+fn one_stuck_l7_queue_stops_every_l7_request() {
+    // The contrast: with one L7 queue, its stuck worker holds every request.
+    let Some(answered) =
+        answered_beside_a_stuck_l7_worker("one_stuck_l7_queue_stops_every_l7_request", 1)
+    else {
+        return;
+    };
+    assert_eq!(answered, 0);
+}
+
+#[test]
+fn a_tiny_receive_buffer_overflows_and_is_counted() {
+    let Some(lab) = Lab::builder("a_tiny_receive_buffer_overflows_and_is_counted")
+        .peer("client")
+        .require(&["curl"])
+        .build()
+    else {
+        return;
+    };
+    lab.serve_tcp("node", 8080, Service::Http);
+    lab.write_policy("node.yaml", L7_POLICY);
+    let node = lab.node_addr("client");
+    let options = lab.agent_options().queues(1).args(&[
+        "--queue-receive-buffer-bytes",
+        "1",
+        "--metrics-address",
+        "127.0.0.1:9491",
+    ]);
+    let mut agent = lab.start_agent(options);
+    agent.wait_generation(1);
+    // The worker sleeps while 40 connections knock: the smallest socket
+    // buffer holds a few of their SYNs' messages, the kernel loses the rest.
+    agent.signal(libc::SIGSTOP);
+    let script: String = (0..40)
+        .map(|_| format!("(curl -s -o /dev/null --max-time 3 http://{node}:8081/ || true) & "))
+        .collect();
+    lab.ns("client").ok(&format!("{script} sleep 1"));
+    agent.signal(libc::SIGCONT);
+    let overflows = crate::harness::poll_until(std::time::Duration::from_secs(10), || {
+        let metrics = lab
+            .node()
+            .ok("curl -sS --max-time 5 http://127.0.0.1:9491/metrics");
+        let count: f64 = metrics
+            .lines()
+            .filter(|l| l.starts_with("tollgate_queue_overflows_total{queue=\"100\"}"))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum();
+        (count > 0.0).then_some(count)
+    });
+    assert!(
+        overflows.is_some(),
+        "no overflow counted; log:\n{}",
+        agent.log()
+    );
+    agent.stop();
+}
+
+/// The sum of every L7 queue's `l7_flows_active` gauge, from the metrics
+/// listener on the node's loopback `port`.
+fn l7_flows_active(lab: &Lab, port: u16) -> u64 {
+    lab.node()
+        .ok(&format!(
+            "curl -sS --max-time 5 http://127.0.0.1:{port}/metrics"
+        ))
+        .lines()
+        .filter(|l| l.starts_with("tollgate_l7_flows_active"))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+        .sum()
+}
+
+#[test]
+fn idle_l7_flows_are_forgotten_on_time_without_traffic() {
+    use std::io::{Read, Write};
+    use std::time::Duration;
+    let Some(lab) = Lab::builder("idle_l7_flows_are_forgotten_on_time_without_traffic")
+        .peer("client")
+        .require(&["curl"])
+        .build()
+    else {
+        return;
+    };
+    lab.serve_tcp("node", 8080, Service::Http);
+    lab.write_policy("node.yaml", L7_POLICY);
+    let node = lab.node_addr("client");
+    let options = lab.agent_options().queues(1).args(&[
+        "--set",
+        "l7.idleTimeoutSeconds=2",
+        "--metrics-address",
+        "127.0.0.1:9492",
+    ]);
+    let mut agent = lab.start_agent(options);
+    agent.wait_generation(1);
+    // One answered request on a connection kept open and silent: nothing
+    // reaches an L7 queue after it.
+    let mut stream = lab.tcp_stream("client", SocketAddr::from((node, 8080)));
+    stream
+        .write_all(b"GET /api/x HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut answer = [0u8; 256];
+    let n = stream.read(&mut answer).expect("an answer");
+    assert!(answer[..n].starts_with(b"HTTP/1.1 200"));
+    assert_eq!(l7_flows_active(&lab, 9492), 1);
+    // The workers' tick runs without packets: the idle flow is forgotten
+    // about when its 2 s run out, not at the next packet.
+    let idle = Instant::now();
+    let forgotten = crate::harness::poll_until(Duration::from_secs(10), || {
+        (l7_flows_active(&lab, 9492) == 0).then(|| idle.elapsed())
+    });
+    let forgotten =
+        forgotten.unwrap_or_else(|| panic!("the idle flow stayed; log:\n{}", agent.log()));
+    eprintln!("idle flow forgotten after {forgotten:?} without traffic");
+    assert!(forgotten <= Duration::from_secs(4), "{forgotten:?}");
+    drop(stream);
+    agent.stop();
+}

@@ -54,7 +54,7 @@ const DEFAULT_V4_SAVE: &str = "\
 -A TOLLGATE-FORWARD -p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset
 -A TOLLGATE-FORWARD -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp-admin-prohibited
 -A TOLLGATE-FORWARD -m connmark --mark 0x600000/0xf00000 -j DROP
--A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 103
+-A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-balance 103:104
 -A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
@@ -74,15 +74,15 @@ const DEFAULT_V4_SAVE: &str = "\
 -A TOLLGATE-INPUT -p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset
 -A TOLLGATE-INPUT -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp-admin-prohibited
 -A TOLLGATE-INPUT -m connmark --mark 0x600000/0xf00000 -j DROP
--A TOLLGATE-INPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 103
+-A TOLLGATE-INPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-balance 103:104
 -A TOLLGATE-INPUT -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 -A TOLLGATE-INPUT -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 -A TOLLGATE-INPUT ! -p icmp -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
--A TOLLGATE-L7 -p tcp -m tcp --tcp-flags FIN FIN -j NFQUEUE --queue-num 103
--A TOLLGATE-L7 -p tcp -m tcp --tcp-flags RST RST -j NFQUEUE --queue-num 103
--A TOLLGATE-L7 -p tcp -m tcp --tcp-flags URG URG -j NFQUEUE --queue-num 103
+-A TOLLGATE-L7 -p tcp -m tcp --tcp-flags FIN FIN -j NFQUEUE --queue-balance 103:104
+-A TOLLGATE-L7 -p tcp -m tcp --tcp-flags RST RST -j NFQUEUE --queue-balance 103:104
+-A TOLLGATE-L7 -p tcp -m tcp --tcp-flags URG URG -j NFQUEUE --queue-balance 103:104
 -A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x28&&0x20>>0x1c=0x5\" -j RETURN
 -A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x2c&&0x20>>0x1c=0x6\" -j RETURN
 -A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x30&&0x20>>0x1c=0x7\" -j RETURN
@@ -94,7 +94,7 @@ const DEFAULT_V4_SAVE: &str = "\
 -A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x48&&0x20>>0x1c=0xd\" -j RETURN
 -A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x4c&&0x20>>0x1c=0xe\" -j RETURN
 -A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x50&&0x20>>0x1c=0xf\" -j RETURN
--A TOLLGATE-L7 -j NFQUEUE --queue-num 103
+-A TOLLGATE-L7 -j NFQUEUE --queue-balance 103:104
 -A TOLLGATE-OUTPUT -o lo -j ACCEPT
 -A TOLLGATE-OUTPUT -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
 -A TOLLGATE-OUTPUT -m mark --mark 0x100000/0xf00000 -j ACCEPT
@@ -107,7 +107,7 @@ const DEFAULT_V4_SAVE: &str = "\
 -A TOLLGATE-OUTPUT -p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset
 -A TOLLGATE-OUTPUT -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp-admin-prohibited
 -A TOLLGATE-OUTPUT -m connmark --mark 0x600000/0xf00000 -j DROP
--A TOLLGATE-OUTPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 103
+-A TOLLGATE-OUTPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-balance 103:104
 -A TOLLGATE-OUTPUT -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 -A TOLLGATE-OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 -A TOLLGATE-OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
@@ -203,7 +203,7 @@ fn ipv6_table_allows_neighbour_discovery_and_uses_icmp6_reject() {
             "-p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset",
             "-m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp6-adm-prohibited",
             "-m connmark --mark 0x600000/0xf00000 -j DROP",
-            "-p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 103",
+            "-p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-balance 103:104",
             "-p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7",
             "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT",
             "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT",
@@ -239,16 +239,16 @@ fn ipv6_table_allows_neighbour_discovery_and_uses_icmp6_reject() {
     assert_eq!(
         l7[..3],
         [
-            "-p tcp -m tcp --tcp-flags FIN FIN -j NFQUEUE --queue-num 103",
-            "-p tcp -m tcp --tcp-flags RST RST -j NFQUEUE --queue-num 103",
-            "-p tcp -m tcp --tcp-flags URG URG -j NFQUEUE --queue-num 103"
+            "-p tcp -m tcp --tcp-flags FIN FIN -j NFQUEUE --queue-balance 103:104",
+            "-p tcp -m tcp --tcp-flags RST RST -j NFQUEUE --queue-balance 103:104",
+            "-p tcp -m tcp --tcp-flags URG URG -j NFQUEUE --queue-balance 103:104"
         ]
     );
     assert_eq!(
         l7[6],
         "-m u32 --u32 \"0x4>>0x8&0xff=0x6&&0x4>>0x10=0x20&&0x34>>0x1c=0x8\" -j RETURN"
     );
-    assert_eq!(l7[14], "-j NFQUEUE --queue-num 103");
+    assert_eq!(l7[14], "-j NFQUEUE --queue-balance 103:104");
 }
 
 #[test]
@@ -273,7 +273,7 @@ fn open_mode_single_queue_interfaces_and_privileged_entries() {
             "-p tcp -m mark --mark 0x20000/0x70000 -j REJECT --reject-with tcp-reset",
             "-m mark --mark 0x20000/0x70000 -j REJECT --reject-with icmp-admin-prohibited",
             "-m connmark --mark 0x60000/0x70000 -j DROP",
-            "-p tcp -m connmark --mark 0x40000/0x70000 -j NFQUEUE --queue-num 9 --queue-bypass",
+            "-p tcp -m connmark --mark 0x40000/0x70000 -j NFQUEUE --queue-balance 9:10 --queue-bypass",
             "-p tcp -m connmark --mark 0x50000/0x70000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7",
             "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x10000/0x70000 -j ACCEPT",
             "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x50000/0x70000 -j ACCEPT",
@@ -308,11 +308,11 @@ fn open_mode_single_queue_interfaces_and_privileged_entries() {
     let l7_v4 = &desired.v4.chains["TOLLGATE-L7"];
     assert_eq!(
         l7_v4[0],
-        "-p tcp -m tcp --tcp-flags FIN FIN -j NFQUEUE --queue-num 9 --queue-bypass"
+        "-p tcp -m tcp --tcp-flags FIN FIN -j NFQUEUE --queue-balance 9:10 --queue-bypass"
     );
     assert_eq!(
         l7_v4.last().unwrap(),
-        "-j NFQUEUE --queue-num 9 --queue-bypass"
+        "-j NFQUEUE --queue-balance 9:10 --queue-bypass"
     );
 }
 

@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 use std::io;
+use std::time::Duration;
 
 use prometheus_client::metrics::histogram::exponential_buckets;
 
@@ -16,6 +17,8 @@ struct FakeSocket {
     given: Vec<(PacketId, Action)>,
     /// Ids whose verdict the kernel refuses.
     refused: Vec<PacketId>,
+    /// Each round's ids, and the oldest packet held after it.
+    rounds: Vec<(Vec<PacketId>, Option<u64>)>,
 }
 
 impl FakeSocket {
@@ -37,10 +40,18 @@ impl Socket for FakeSocket {
         &SPEC
     }
 
-    fn recv(&mut self) -> io::Result<Self::Message> {
-        self.incoming
+    /// One scripted packet per receive, as a real queue may deliver.
+    fn recv(&mut self, _timeout: Duration, into: &mut Vec<Self::Message>) -> io::Result<u64> {
+        let message = self
+            .incoming
             .pop_front()
-            .unwrap_or_else(|| Err(io::Error::other("script done")))
+            .unwrap_or_else(|| Err(io::Error::other("script done")))?;
+        into.push(message);
+        Ok(0)
+    }
+
+    fn key(message: &Self::Message) -> u64 {
+        u64::from(message.0)
     }
 
     fn packet(message: &Self::Message) -> Queued<'_> {
@@ -53,12 +64,18 @@ impl Socket for FakeSocket {
         }
     }
 
-    fn verdict(&mut self, message: Self::Message, action: Action) -> io::Result<()> {
-        if self.refused.contains(&message.0) {
-            return Err(io::Error::other("refused"));
+    fn verdicts(&mut self, round: Vec<(Self::Message, Action)>, oldest_left: Option<u64>) -> u64 {
+        self.rounds
+            .push((round.iter().map(|((id, _), _)| *id).collect(), oldest_left));
+        let mut lost = 0;
+        for ((id, _), action) in round {
+            if self.refused.contains(&id) {
+                lost += 1;
+            } else {
+                self.given.push((id, action));
+            }
         }
-        self.given.push((message.0, action));
-        Ok(())
+        lost
     }
 }
 
@@ -99,6 +116,8 @@ const SPEC: QueueSpec = QueueSpec {
     copy_range: 128,
     max_len: 16,
     fail_open: false,
+    gso: false,
+    receive_buffer: 0,
 };
 
 fn latency() -> Histogram {

@@ -181,6 +181,10 @@ pub const TEST_IDS: &[&str] = &[
     "verdict_cache_off_caches_nothing",
     "a_syn_flood_at_a_denied_port_stays_in_the_kernel",
     "cached_allows_outlive_the_agent_but_not_a_changed_policy",
+    "a_stuck_l7_worker_does_not_stop_the_other_l7_queues",
+    "one_stuck_l7_queue_stops_every_l7_request",
+    "a_tiny_receive_buffer_overflows_and_is_counted",
+    "idle_l7_flows_are_forgotten_on_time_without_traffic",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
