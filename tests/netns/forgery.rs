@@ -66,17 +66,24 @@ const SILENT_V6: &str = "fd62::9";
 /// resolver to that socket out of the Pod's own interface (to the node's
 /// MAC), and prints `received` if the forged reply came back through the
 /// node. Arguments: resolver, Pod address, port, id, name, record type,
-/// claimed address, TTL, node MAC.
+/// claimed address, TTL, node MAC, and a file whose existence releases the
+/// forged reply.
 const FORGE_FROM_POD: &str = r#"
-import socket, sys
+import os, socket, sys, time
 from scapy.all import DNS, DNSQR, DNSRR, Ether, IP, IPv6, UDP, sendp
-server, me, port, qid, name, rtype, claim, ttl, mac = sys.argv[1:]
+server, me, port, qid, name, rtype, claim, ttl, mac, go = sys.argv[1:]
 port, qid, ttl = int(port), int(qid), int(ttl)
 six = ":" in server
 s = socket.socket(socket.AF_INET6 if six else socket.AF_INET, socket.SOCK_DGRAM)
 s.bind((me, port))
 s.settimeout(3)
 s.sendto(bytes(DNS(id=qid, rd=1, qd=DNSQR(qname=name, qtype=rtype))), (server, 53))
+# Wait (at most 10 s) for the test to see the query's conntrack entry
+# confirmed on the node: a reply sent earlier would be a new flow there.
+for _ in range(1000):
+    if os.path.exists(go):
+        break
+    time.sleep(0.01)
 ip = IPv6(src=server, dst=me) if six else IP(src=server, dst=me)
 reply = DNS(id=qid, qr=1, aa=1, rd=1, ra=1, qd=DNSQR(qname=name, qtype=rtype),
             an=DNSRR(rrname=name, type=rtype, ttl=ttl, rdata=claim))
@@ -302,22 +309,47 @@ fn log_value(log: &str, line: &str, key: &str) -> u64 {
 /// allows, with a TTL of ~25 days.
 fn forge_from_pod(lab: &ForgeryLab, server: &str, me: &str, port: u16, rtype: &str, claim: &str) {
     let mac = lab.node_mac("vp");
-    let port = port.to_string();
-    let out = lab.python(
-        &lab.pod,
-        FORGE_FROM_POD,
-        &[
-            server,
-            me,
-            &port,
-            "4660",
-            "evil.example.test",
-            rtype,
-            claim,
-            "2147483",
-            &mac,
-        ],
-    );
+    let go = std::env::temp_dir().join(format!("{}-forge-{port}", lab.node.name()));
+    let _ = std::fs::remove_file(&go);
+    let out = std::thread::scope(|scope| {
+        let forger = scope.spawn(|| {
+            lab.python(
+                &lab.pod,
+                FORGE_FROM_POD,
+                &[
+                    server,
+                    me,
+                    &port.to_string(),
+                    "4660",
+                    "evil.example.test",
+                    rtype,
+                    claim,
+                    "2147483",
+                    &mac,
+                    go.to_str().unwrap(),
+                ],
+            )
+        });
+        // The forged reply must meet the query's confirmed conntrack
+        // entry, as a real attacker's would after the query left: only
+        // then is it a reply the DNS worker judges (and counts).
+        let family = if server.contains(':') { "ipv6" } else { "ipv4" };
+        wait_until(
+            "the query's conntrack entry is confirmed on the node",
+            Duration::from_secs(10),
+            || {
+                lab.node
+                    .sh(&format!(
+                        "conntrack -L -f {family} -p udp --sport {port} --dport 53 2>/dev/null"
+                    ))
+                    .stdout
+                    .contains(&format!("sport={port}"))
+            },
+        );
+        std::fs::write(&go, b"").unwrap();
+        forger.join().unwrap()
+    });
+    let _ = std::fs::remove_file(&go);
     // The forged reply went through the node (conntrack passed it as a
     // reply and the DNS worker released it): the attack was real.
     assert_eq!(out, "received", "the forged reply never came back");
