@@ -214,6 +214,10 @@ pub struct StatusReport {
     /// (`br_netfilter`), or `None` when it is seen or there is no bridge.
     #[serde(default)]
     pub bridged_traffic_unseen: Option<String>,
+    /// New connections the kernel answered from the verdict cache (read
+    /// at every drift check); `None` while the cache is off or unread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict_cache_hits: Option<u64>,
     pub queues: Vec<QueueReport>,
     pub audit_log: Option<PathBuf>,
     pub metrics_address: Option<String>,
@@ -335,6 +339,7 @@ struct State {
     last_reload: Option<(Instant, Option<String>)>,
     datapath_behind: Option<String>,
     bridged_traffic_unseen: Option<String>,
+    verdict_cache_hits: Option<u64>,
     /// The kernel was written to match the ruleset in force and the last
     /// attempt did not fail; false until the first install succeeds.
     datapath_synced: bool,
@@ -437,6 +442,11 @@ impl AgentStatus {
         state.datapath_behind = behind;
     }
 
+    /// The verdict cache's hits counted so far.
+    pub fn verdict_cache_hits(&self, hits: u64) {
+        self.state().verdict_cache_hits = Some(hits);
+    }
+
     /// Why bridged traffic bypasses iptables (`None`: it is seen).
     pub fn bridged_traffic(&self, unseen: Option<String>) {
         self.state().bridged_traffic_unseen = unseen;
@@ -516,6 +526,7 @@ impl AgentStatus {
             }),
             datapath_behind: state.datapath_behind.clone(),
             bridged_traffic_unseen: state.bridged_traffic_unseen.clone(),
+            verdict_cache_hits: state.verdict_cache_hits,
             queues,
             audit_log: self.audit_log.clone(),
             metrics_address: self.metrics_address.clone(),
@@ -951,6 +962,12 @@ pub fn render_status(report: &StatusReport) -> String {
         Some(error) => format!("BEHIND, retrying: {error}"),
     };
     let _ = writeln!(out, "datapath:           {datapath}");
+    if let Some(hits) = report.verdict_cache_hits {
+        let _ = writeln!(
+            out,
+            "verdict cache:      {hits} connections answered by the kernel (read at every drift check)"
+        );
+    }
     if let Some(why) = &report.bridged_traffic_unseen {
         let _ = writeln!(out, "bridged traffic:    NOT SEEN: {why}");
     }

@@ -72,6 +72,7 @@ impl Running {
             .unwrap_or(Duration::MAX);
         self.drift_due = now.checked_add(every);
         self.check_bridges();
+        self.read_cache_hits();
         let config = &self.base.config;
         let queues = config.queue_numbers();
         let found = self.reconciler.drift(&self.base.kernel, |enforced, fqdn| {
@@ -88,6 +89,21 @@ impl Running {
                 self.sync();
             }
             Err(error) => tracing::warn!("datapath drift check failed: {error}"),
+        }
+    }
+
+    /// Counts the connections the verdict cache answered since the last
+    /// reading (metrics and status); nothing when the cache is off.
+    fn read_cache_hits(&mut self) {
+        if !self.base.config.verdict_cache.enabled() {
+            return;
+        }
+        match self.base.kernel.cache_hits() {
+            Ok(reading) => {
+                let hits = self.base.metrics.verdict_cache_hits_read(reading);
+                self.base.status.verdict_cache_hits(hits);
+            }
+            Err(error) => tracing::debug!("reading the verdict cache's counters failed: {error}"),
         }
     }
 

@@ -31,8 +31,7 @@ use crate::packet::flow::{LocalSide, Verdict};
 use crate::ruleset::{Ruleset, VerdictCache};
 
 use super::ipset_netlink::EntryOp;
-use super::plan::Hook;
-use super::state::Family;
+use super::state::{Family, Hook};
 
 /// Prefix of the verdict cache sets' names.
 pub const CACHE_SET_PREFIX: &str = "tollgate-vc-";
@@ -131,6 +130,21 @@ pub fn set_of(entry: &CacheEntry, cache: &VerdictCache) -> String {
     )
 }
 
+/// New connections the cache answered, from `iptables-save -c` output:
+/// the packet counters (`[packets:bytes]`) of the rules that look a new
+/// connection up in a cache set. Those rules match only `ctstate NEW`, so
+/// each packet is a connection; the rules of one verdict are exclusive.
+pub fn hits(save_with_counters: &str) -> u64 {
+    save_with_counters
+        .lines()
+        .filter(|line| line.contains(&format!("--match-set {CACHE_SET_PREFIX}")))
+        .filter_map(|line| {
+            let (packets, _) = line.strip_prefix('[')?.split_once(':')?;
+            packets.parse::<u64>().ok()
+        })
+        .fold(0, u64::saturating_add)
+}
+
 /// The generation of the ruleset compiled from `snapshot` for `node`:
 /// 40 bits of the SHA-1 of everything its decisions are made from.
 pub fn generation_of(
@@ -185,6 +199,27 @@ impl Generations {
 mod tests {
     use super::*;
     use crate::decide::CacheKey;
+
+    #[test]
+    fn hits_are_the_packet_counters_of_the_cache_lookup_rules() {
+        let save = "\
+*filter
+:TOLLGATE-INPUT - [0:0]
+[7:420] -A TOLLGATE-INPUT -i eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-ia-v4 src,dst,dst -j TOLLGATE-CACHED-ALLOW
+[3:180] -A TOLLGATE-INPUT -i eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-id-v4 src,dst,dst -j DROP
+[2:120] -A TOLLGATE-INPUT -i eth0 -p tcp -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-ir-v4 src,dst,dst -j REJECT --reject-with tcp-reset
+[40:2400] -A TOLLGATE-INPUT -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
+[9:540] -A TOLLGATE-CACHED-ALLOW -j CONNMARK --save-mark
+[5:300] -A TOLLGATE-INPUT -m set --match-set tollgate-endpoints-v4 dst -j TOLLGATE-INPUT
+COMMIT
+";
+        assert_eq!(hits(save), 12);
+        assert_eq!(
+            hits("[x:1] -A X -m set --match-set tollgate-vc-a src -j DROP\n"),
+            0
+        );
+        assert_eq!(hits(""), 0);
+    }
 
     #[test]
     fn set_names_fit_the_kernel_and_differ_per_hook_verdict_family_and_generation() {

@@ -110,6 +110,21 @@ impl Iptables {
     pub fn backend(&self) -> Backend {
         self.backend
     }
+
+    /// New connections the verdict cache answered, both families: the
+    /// packet counters of its lookup rules since they were installed.
+    pub fn cache_hits(&self) -> Result<u64, DatapathError> {
+        let mut hits = 0u64;
+        for family in Family::ALL {
+            let save = run(
+                &self.backend.program(family, "save"),
+                &["-c", "-t", "filter"],
+                None,
+            )?;
+            hits = hits.saturating_add(super::cache::hits(&save));
+        }
+        Ok(hits)
+    }
 }
 
 impl Kernel for Iptables {

@@ -14,35 +14,8 @@ use crate::marks::{FailMode, MarkLayout};
 use crate::ruleset::{Enforced, VerdictCache};
 
 use super::cache::{cache_set, CachedVerdict, CACHED_ALLOW_CHAIN};
+pub use super::state::Hook;
 use super::state::{CacheSet, Family, IpSet, LearnedSet, State, Table, DOCKER_USER};
-
-/// A built-in hook of the filter table and the owned chain it jumps to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Hook {
-    Input,
-    Forward,
-    Output,
-}
-
-impl Hook {
-    pub const ALL: [Hook; 3] = [Hook::Input, Hook::Forward, Hook::Output];
-
-    pub fn builtin(self) -> &'static str {
-        match self {
-            Hook::Input => "INPUT",
-            Hook::Forward => "FORWARD",
-            Hook::Output => "OUTPUT",
-        }
-    }
-
-    pub fn chain(self) -> &'static str {
-        match self {
-            Hook::Input => "TOLLGATE-INPUT",
-            Hook::Forward => "TOLLGATE-FORWARD",
-            Hook::Output => "TOLLGATE-OUTPUT",
-        }
-    }
-}
 
 /// Name of the ipset of enforced endpoint addresses of a family.
 pub fn endpoints_set(family: Family) -> &'static str {

@@ -11,6 +11,34 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
+/// A built-in hook of the filter table and the owned chain it jumps to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Hook {
+    Input,
+    Forward,
+    Output,
+}
+
+impl Hook {
+    pub const ALL: [Hook; 3] = [Hook::Input, Hook::Forward, Hook::Output];
+
+    pub fn builtin(self) -> &'static str {
+        match self {
+            Hook::Input => "INPUT",
+            Hook::Forward => "FORWARD",
+            Hook::Output => "OUTPUT",
+        }
+    }
+
+    pub fn chain(self) -> &'static str {
+        match self {
+            Hook::Input => "TOLLGATE-INPUT",
+            Hook::Forward => "TOLLGATE-FORWARD",
+            Hook::Output => "TOLLGATE-OUTPUT",
+        }
+    }
+}
+
 /// Prefix of every chain tollgate owns.
 pub const CHAIN_PREFIX: &str = "TOLLGATE-";
 /// Prefix of every ipset tollgate owns.

@@ -8,7 +8,7 @@
 #![allow(clippy::disallowed_methods)] // stamps the last successful reload with the wall clock.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -171,6 +171,9 @@ pub struct Metrics {
     datapath_behind: Gauge,
     datapath_drift_repairs: Counter,
     bridge_netfilter_off: Gauge,
+    verdict_cache_hits: Counter,
+    /// The cache rules' packet counters at the last reading.
+    verdict_cache_hits_read: AtomicU64,
     audit_written: Counter,
     audit_skipped: Family<ReasonLabels, Counter>,
     kubernetes_skipped: Gauge,
@@ -222,6 +225,8 @@ impl Metrics {
             datapath_behind: Gauge::default(),
             datapath_drift_repairs: Counter::default(),
             bridge_netfilter_off: Gauge::default(),
+            verdict_cache_hits: Counter::default(),
+            verdict_cache_hits_read: AtomicU64::new(0),
             audit_written: Counter::default(),
             audit_skipped: Family::default(),
             kubernetes_skipped: Gauge::default(),
@@ -322,6 +327,11 @@ impl Metrics {
             "bridge_netfilter_off",
             "1 while the namespace has a Linux bridge whose internal traffic bypasses iptables (br_netfilter not loaded, or net.bridge.bridge-nf-call-ip(6)tables = 0): container-to-container traffic on one bridge is not enforced",
             m.bridge_netfilter_off.clone(),
+        );
+        r.register(
+            "verdict_cache_hits",
+            "New connections the kernel answered from the verdict cache without a worker (the cache rules' packet counters, read at every drift check)",
+            m.verdict_cache_hits.clone(),
         );
         r.register(
             "audit_lines_written",
@@ -567,6 +577,18 @@ impl Metrics {
     /// Whether traffic inside a bridge bypasses iptables.
     pub fn bridge_netfilter_off(&self, off: bool) {
         self.bridge_netfilter_off.set(i64::from(off));
+    }
+
+    /// The cache rules' packet counters, read now: what they gained since
+    /// the last reading is counted as hits (rules replaced at a generation
+    /// change count from zero again). Returns the hits counted so far.
+    pub fn verdict_cache_hits_read(&self, reading: u64) -> u64 {
+        let last = self
+            .verdict_cache_hits_read
+            .swap(reading, Ordering::Relaxed);
+        let gained = reading.checked_sub(last).unwrap_or(reading);
+        self.verdict_cache_hits.inc_by(gained);
+        self.verdict_cache_hits.get()
     }
 
     /// Whether the kernel is behind the desired state.

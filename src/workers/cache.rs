@@ -8,12 +8,10 @@
 //! writes a set of another generation than the decision's.
 
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::connection::ConnectionCounters;
 use crate::datapath::cache::{insert_op, set_of};
 use crate::datapath::ipset_netlink::{IpsetSocket, NetlinkError, IPSET_ERR_HASH_FULL};
 use crate::decide::CacheEntry;
@@ -25,12 +23,36 @@ const BACKLOG: usize = 4096;
 const BATCH: usize = 256;
 /// How long the first entry of a batch waits for company.
 const FLUSH_AFTER: Duration = Duration::from_millis(2);
+/// Tuples decided once, remembered until decided again (least recent
+/// forgotten first). Only a tuple decided a second time is written: a
+/// tuple met once (a scan, a one-off client: every connection from a new
+/// address) would cost a kernel insert and a set entry and save nothing.
+const SIGHTINGS: usize = 65_536;
+
+/// What became of an offered verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fate {
+    /// Added to its set, or its entry refreshed.
+    Inserted,
+    /// Refused: the set holds `verdictCache.maxEntries`.
+    Full,
+    /// Its set was replaced meanwhile, or the write failed.
+    Failed,
+    /// Not written: the writer was behind.
+    Dropped,
+}
+
+/// Where the fate of an offered verdict is counted (the offering queue's
+/// counters).
+pub trait CountFate: Send + Sync {
+    fn count(&self, fate: Fate);
+}
 
 /// One cacheable verdict and where to count what became of it.
 struct Offer {
     entry: CacheEntry,
     cache: VerdictCache,
-    stats: Arc<ConnectionCounters>,
+    stats: Arc<dyn CountFate>,
 }
 
 /// Hands cacheable verdicts to the writer thread. Cheap to clone.
@@ -41,16 +63,16 @@ pub struct CacheSink {
 
 impl CacheSink {
     /// Queues `entry` for the sets of `cache`'s generation; never blocks.
-    pub fn offer(&self, entry: CacheEntry, cache: VerdictCache, stats: &Arc<ConnectionCounters>) {
+    pub fn offer(&self, entry: CacheEntry, cache: VerdictCache, stats: Arc<dyn CountFate>) {
         let offer = Offer {
             entry,
             cache,
-            stats: Arc::clone(stats),
+            stats,
         };
         match self.sender.try_send(offer) {
             Ok(()) => {}
             Err(TrySendError::Full(offer) | TrySendError::Disconnected(offer)) => {
-                offer.stats.cache_dropped.fetch_add(1, Ordering::Relaxed);
+                offer.stats.count(Fate::Dropped);
             }
         }
     }
@@ -71,7 +93,11 @@ pub fn spawn() -> Result<CacheSink, NetlinkError> {
 fn write(mut socket: IpsetSocket, receiver: &Receiver<Offer>) {
     let mut batch: Vec<Offer> = Vec::with_capacity(BATCH);
     let mut seen = HashSet::with_capacity(BATCH);
+    let mut sightings = Sightings::new();
     while let Ok(first) = receiver.recv() {
+        if !sightings.second(&first) {
+            continue;
+        }
         let deadline = Instant::now() + FLUSH_AFTER;
         seen.clear();
         seen.insert((first.entry, first.cache.generation));
@@ -81,7 +107,9 @@ fn write(mut socket: IpsetSocket, receiver: &Receiver<Offer>) {
             match receiver.recv_timeout(wait) {
                 // A flood of one key before its entry lands: one write.
                 Ok(offer) => {
-                    if seen.insert((offer.entry, offer.cache.generation)) {
+                    if sightings.second(&offer)
+                        && seen.insert((offer.entry, offer.cache.generation))
+                    {
                         batch.push(offer);
                     }
                 }
@@ -89,6 +117,28 @@ fn write(mut socket: IpsetSocket, receiver: &Receiver<Offer>) {
             }
         }
         flush(&mut socket, &mut batch);
+    }
+}
+
+/// The tuples decided once and not yet again, per generation.
+struct Sightings(lru::LruCache<(CacheEntry, u64), ()>);
+
+impl Sightings {
+    fn new() -> Sightings {
+        Sightings(lru::LruCache::new(
+            std::num::NonZeroUsize::new(SIGHTINGS).expect("SIGHTINGS > 0"),
+        ))
+    }
+
+    /// Whether `offer` is its tuple's second decision: then it is written
+    /// (and forgotten here); the first is only remembered.
+    fn second(&mut self, offer: &Offer) -> bool {
+        let key = (offer.entry, offer.cache.generation);
+        if self.0.pop(&key).is_some() {
+            return true;
+        }
+        self.0.put(key, ());
+        false
     }
 }
 
@@ -104,19 +154,18 @@ fn flush(socket: &mut IpsetSocket, batch: &mut Vec<Offer>) {
     match socket.apply_each(&ops) {
         Ok(results) => {
             for (offer, code) in batch.iter().zip(results) {
-                let counter = match code {
-                    0 => &offer.stats.cache_inserted,
-                    IPSET_ERR_HASH_FULL => &offer.stats.cache_full,
+                offer.stats.count(match code {
+                    0 => Fate::Inserted,
+                    IPSET_ERR_HASH_FULL => Fate::Full,
                     // A set of a generation already replaced (destroyed or
                     // no longer referenced): nothing to cache any more.
-                    _ => &offer.stats.cache_failed,
-                };
-                counter.fetch_add(1, Ordering::Relaxed);
+                    _ => Fate::Failed,
+                });
             }
         }
         Err(_) => {
             for offer in batch.iter() {
-                offer.stats.cache_failed.fetch_add(1, Ordering::Relaxed);
+                offer.stats.count(Fate::Failed);
             }
         }
     }

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use arc_swap::ArcSwap;
 
-use super::cache::CacheSink;
+use super::cache::{CacheSink, CountFate, Fate};
 use super::runtime::{self, wall_clock, Handler, Queue, QueueError, QueueSpec, Verdicts};
 use crate::audit::AuditSink;
 use crate::config::DatapathConfig;
@@ -43,6 +43,18 @@ counters! {
         cache_full: Counter "verdict_cache_full" = "Verdicts the kernel refused to cache because the set held verdictCache.maxEntries entries (the next connection is decided by a worker again)",
         cache_failed: Counter "verdict_cache_failed" = "Verdicts not cached because their set was replaced meanwhile (a ruleset change) or the write failed",
         cache_dropped: Counter "verdict_cache_dropped" = "Verdicts not cached because the cache writer was behind",
+    }
+}
+
+impl CountFate for ConnectionCounters {
+    fn count(&self, fate: Fate) {
+        let counter = match fate {
+            Fate::Inserted => &self.cache_inserted,
+            Fate::Full => &self.cache_full,
+            Fate::Failed => &self.cache_failed,
+            Fate::Dropped => &self.cache_dropped,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -165,7 +177,7 @@ impl<P: Policy> Handler for Connections<P> {
         if let (Some(sink), Some(cache), true) = (&self.cache, policy.verdict_cache(), decided) {
             self.stats.cache_misses.fetch_add(1, Ordering::Relaxed);
             if let Some(entry) = step.cache {
-                sink.offer(entry, cache, &self.stats);
+                sink.offer(entry, cache, Arc::clone(&self.stats) as Arc<dyn CountFate>);
             }
         }
         self.stats.record(&step.outcome, step.action);

@@ -75,10 +75,18 @@ fn entries(lab: &Lab) -> Vec<String> {
         .collect()
 }
 
-/// Waits until the cache holds an entry for `target` in a set of
+/// Decides `target` a second time (a tuple is cached at its second
+/// decision) and waits until the cache holds its entry in a set of
 /// `verdict` (`a`, `d` or `r`) of the INPUT hook.
 #[track_caller]
 fn wait_cached(lab: &Lab, target: SocketAddr, verdict: char) {
+    // A tuple is written on its second decision: make it.
+    let outcome = match verdict {
+        'a' => TcpOutcome::Connected,
+        'd' => TcpOutcome::TimedOut,
+        _ => TcpOutcome::Refused,
+    };
+    lab.assert_tcp("client", target, outcome);
     let tuple = format!(",tcp:{},{} ", target.port(), target.ip());
     let set = format!("-i{verdict}-v");
     let found = poll_until(AGENT_WAIT, || {
@@ -303,18 +311,37 @@ fn a_syn_flood_at_a_denied_port_stays_in_the_kernel() {
     let target = SocketAddr::new(IpAddr::from(lab.node_addr("client")), PORT);
     const SYNS: u32 = 500;
     let queued_with = |args: &[&str]| {
-        let mut agent = lab.start_agent(lab.agent_options().args(args));
+        let options = lab.agent_options().args(args);
+        let socket = options.status_socket.clone();
+        let mut agent = lab.start_agent(options);
         agent.wait_generation(1);
         let n = flood(&lab, target, SYNS);
+        // What the kernel answered is counted as hits (read at the drift
+        // check, every second here), in status and metrics alike.
+        let hits = poll_until(AGENT_WAIT, || {
+            cache_hits(&socket).filter(|&hits| hits + n >= u64::from(SYNS) * 9 / 10)
+        });
         agent.stop();
         assert!(lab.tollgate_cleanup().success());
-        n
+        (n, hits)
     };
-    let on = queued_with(&[]);
-    let off = queued_with(&["--verdict-cache", "off"]);
-    println!("VERDICT-CACHE-FLOOD {SYNS} SYNs at a dropped port: {on} queued to userspace with the cache, {off} without");
+    let (on, hits) = queued_with(&["--drift-check-seconds", "1"]);
+    let (off, _) = queued_with(&["--verdict-cache", "off"]);
+    println!("VERDICT-CACHE-FLOOD {SYNS} SYNs at a dropped port: {on} queued to userspace with the cache ({hits:?} cache hits), {off} without");
     assert!(off >= u64::from(SYNS) * 9 / 10, "without the cache: {off}");
     assert!(on <= 20, "with the cache: {on} of {SYNS} queued");
+    assert!(hits.is_some(), "the cache's hits were not counted");
+}
+
+/// `verdictCacheHits` of the agent's `tollgate status --output json`.
+fn cache_hits(socket: &std::path::Path) -> Option<u64> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["status", "--output", "json", "--socket"])
+        .arg(socket)
+        .output()
+        .ok()?;
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    status["verdictCacheHits"].as_u64()
 }
 
 #[test]
