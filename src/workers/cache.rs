@@ -4,8 +4,10 @@
 //! milliseconds after its first entry). The workers hand entries over
 //! without waiting; when the writer falls behind, entries are dropped and
 //! counted (a missing entry only means the next connection with its key
-//! is decided by a worker again). It never decides anything and never
-//! writes a set of another generation than the decision's.
+//! is decided by a worker again). A tuple is written at its second
+//! decision: one met once (a scan, a one-off client) would cost an insert
+//! and save nothing. It never decides anything and never writes a set of
+//! another generation than the decision's.
 
 use std::collections::HashSet;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
