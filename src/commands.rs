@@ -611,42 +611,28 @@ pub fn render_endpoints(
         GetOutput::Table => false,
         GetOutput::Wide => true,
     };
-    if wide {
-        let mut rows = vec![[
-            "ENDPOINT".to_string(),
-            "KIND".to_string(),
-            "ADDRESSES".to_string(),
-            "POLICIES".to_string(),
-            "FQDN".to_string(),
-        ]];
-        for e in endpoints {
+    let header = ["ENDPOINT", "KIND", "ADDRESSES", "POLICIES", "FQDN"].map(String::from);
+    let rows: Vec<[String; 5]> = std::iter::once(header)
+        .chain(endpoints.iter().map(|e| {
             let addresses: Vec<String> = e.addresses.iter().map(ToString::to_string).collect();
-            rows.push([
+            [
                 e.endpoint.clone(),
                 e.kind.clone(),
                 cell(&addresses, true, "<none>"),
-                cell(&e.policies, true, "<none>"),
+                cell(&e.policies, wide, "<none>"),
                 cell(&e.fqdn, true, "<none>"),
-            ]);
-        }
+            ]
+        }))
+        .collect();
+    if wide {
         return Ok(table(&rows));
     }
-    let mut rows = vec![[
-        "ENDPOINT".to_string(),
-        "KIND".to_string(),
-        "ADDRESSES".to_string(),
-        "POLICIES".to_string(),
-    ]];
-    for e in endpoints {
-        let addresses: Vec<String> = e.addresses.iter().map(ToString::to_string).collect();
-        rows.push([
-            e.endpoint.clone(),
-            e.kind.clone(),
-            cell(&addresses, true, "<none>"),
-            cell(&e.policies, false, "<none>"),
-        ]);
-    }
-    Ok(table(&rows))
+    // The table leaves the FQDN column to `-o wide`.
+    let narrow: Vec<[String; 4]> = rows
+        .into_iter()
+        .map(|[endpoint, kind, addresses, policies, _]| [endpoint, kind, addresses, policies])
+        .collect();
+    Ok(table(&narrow))
 }
 
 /// `tollgate get skipped`: one row per object, its problems joined; JSON

@@ -550,31 +550,7 @@ fn podman_network_reload_opens_nothing() {
         SocketAddr::new(IpAddr::from(open), 80),
         SocketAddr::new(IpAddr::from(open6), 80),
     ];
-    for target in denied.iter().chain(&allowed) {
-        let up = poll_until(AGENT_WAIT, || {
-            (lab.tcp("client", *target, ATTEMPT) == TcpOutcome::Connected).then_some(())
-        });
-        assert!(up.is_some(), "{target} not reachable before any policy");
-    }
-    lab.write_policy(
-        "web.yaml",
-        &format!(
-            "apiVersion: crd.antrea.io/v1beta1
-kind: ClusterNetworkPolicy
-metadata: {{name: web-from-client}}
-spec:
-  priority: 5
-  tier: securityops
-  appliedTo: [{{podSelector: {{matchLabels: {{app: web}}}}}}]
-  ingress:
-    - action: Reject
-      from: [{{ipBlock: {{cidr: {}}}}}, {{ipBlock: {{cidr: '{}/128'}}}}]
-      ports: [{{protocol: TCP, port: 80}}]
-",
-            lab.subnet("client"),
-            lab.addr6("client")
-        ),
-    );
+    reachable_then_reject_from_client(&lab, denied.iter().chain(&allowed).copied());
     let cni_before = cni_lines(&lab);
     assert!(
         cni_before
@@ -699,31 +675,7 @@ fn example_enforces(test: &'static str, how: Example) {
         SocketAddr::new(IpAddr::from(podman.addr("server")), 80),
         SocketAddr::new(IpAddr::from(podman.addr6("server")), 80),
     ];
-    for target in targets {
-        let up = poll_until(AGENT_WAIT, || {
-            (lab.tcp("client", target, ATTEMPT) == TcpOutcome::Connected).then_some(())
-        });
-        assert!(up.is_some(), "{target} not reachable before any policy");
-    }
-    lab.write_policy(
-        "web.yaml",
-        &format!(
-            "apiVersion: crd.antrea.io/v1beta1
-kind: ClusterNetworkPolicy
-metadata: {{name: web-from-client}}
-spec:
-  priority: 5
-  tier: securityops
-  appliedTo: [{{podSelector: {{matchLabels: {{app: web}}}}}}]
-  ingress:
-    - action: Reject
-      from: [{{ipBlock: {{cidr: {}}}}}, {{ipBlock: {{cidr: '{}/128'}}}}]
-      ports: [{{protocol: TCP, port: 80}}]
-",
-            lab.subnet("client"),
-            lab.addr6("client")
-        ),
-    );
+    reachable_then_reject_from_client(&lab, targets);
     let conf = lab.dir().join("containers.conf");
     std::fs::write(
         &conf,
@@ -904,5 +856,35 @@ fn compose_example_starts_the_image_and_enforces() {
     example_enforces(
         "compose_example_starts_the_image_and_enforces",
         Example::Compose,
+    );
+}
+
+/// Waits until every target is reachable from the client (no policy yet),
+/// then rejects TCP 80 from the client (both families) to `app: web`.
+fn reachable_then_reject_from_client(lab: &Lab, targets: impl IntoIterator<Item = SocketAddr>) {
+    for target in targets {
+        let up = poll_until(AGENT_WAIT, || {
+            (lab.tcp("client", target, ATTEMPT) == TcpOutcome::Connected).then_some(())
+        });
+        assert!(up.is_some(), "{target} not reachable before any policy");
+    }
+    lab.write_policy(
+        "web.yaml",
+        &format!(
+            "apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {{name: web-from-client}}
+spec:
+  priority: 5
+  tier: securityops
+  appliedTo: [{{podSelector: {{matchLabels: {{app: web}}}}}}]
+  ingress:
+    - action: Reject
+      from: [{{ipBlock: {{cidr: {}}}}}, {{ipBlock: {{cidr: '{}/128'}}}}]
+      ports: [{{protocol: TCP, port: 80}}]
+",
+            lab.subnet("client"),
+            lab.addr6("client")
+        ),
     );
 }
