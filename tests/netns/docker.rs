@@ -296,8 +296,8 @@ fn docker_containers_are_the_inventory_and_policies_hold_on_the_wire() {
         "{web_endpoint}"
     );
     assert_eq!(
-        web_endpoint["policies"][0],
-        "ClusterNetworkPolicy/web-ingress"
+        web_endpoint["policies"][0], "AntreaClusterNetworkPolicy:web-ingress",
+        "{web_endpoint}"
     );
     for client in ["client1", "client2"] {
         assert!(endpoint(&listed, &name(client)).is_some(), "{listed}");
@@ -335,6 +335,7 @@ fn docker_restart_is_followed_and_removal_leaves_no_address() {
     shop.podman.start_container("web");
     let new = shop.podman.addr("web");
     let enforced = shop.time_to_enforced(new.into(), started);
+    println!("DOCKER-START: web came back at {new} (was {old})");
     figure("docker_start_to_enforced_ms", enforced);
     assert!(
         enforced < EVENT_BOUND,
