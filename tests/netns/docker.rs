@@ -74,7 +74,7 @@ fn podman_harness_runs_labelled_containers_and_cleans_up() {
     let prefix = podman.name("");
     let network = podman.network();
     drop(podman);
-    let left = lab.node().ok("podman --runtime runc --cgroup-manager cgroupfs ps -a --format '{{.Names}}'; podman network ls --format '{{.Name}}'");
+    let left = lab.node().ok("podman --runtime runc --cgroup-manager cgroupfs ps -a --format '{{.Names}}'; podman --network-backend=netavark network ls --format '{{.Name}}'");
     assert!(
         !left.contains(&prefix),
         "containers or network {network} left behind: {left}"
