@@ -14,6 +14,10 @@
 #   NAME            the container's name [tollgate]
 #   RUN_DIR         host directory for the status socket [/run/tollgate]
 #
+# The socket is mounted read-only, which does not restrict the API: any
+# client of it is root on the host. A read-only socket proxy in front of it
+# limits tollgate to what it reads (docs/docker.md, Configuration).
+#
 # /run/tollgate is shared so that `tollgate status` works on the host;
 # /run/xtables.lock is the host's, so that with the legacy iptables
 # backend tollgate's and dockerd's writes take the same lock.

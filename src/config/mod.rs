@@ -854,7 +854,7 @@ pub struct DockerConfig {
     pub namespace_label: String,
     /// The container label naming its ports, `name=port/PROTOCOL,...`
     /// (default `tollgate.io/ports`); without it, the image's exposed
-    /// ports, unnamed.
+    /// ports, named `<protocol>-<port>` (`tcp-80`).
     #[arg(skip)]
     pub ports_label: String,
 }

@@ -497,6 +497,116 @@ COMMIT
         );
     }
 
+    fn forward_jump() -> (String, String) {
+        ("FORWARD".into(), "-j TOLLGATE-FORWARD".into())
+    }
+
+    /// FORWARD as netavark 1.4's iptables driver leaves it (podman with
+    /// `--network-backend netavark`, captured from `iptables-save`), with
+    /// tollgate's jump on top; netavark inserts its own jump at the top
+    /// when it is missing (its first network in the namespace, or after a
+    /// flush), which buries tollgate's.
+    const NETAVARK: &str = "\
+*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:NETAVARK_FORWARD - [0:0]
+:TOLLGATE-FORWARD - [0:0]
+-A FORWARD -j TOLLGATE-FORWARD
+-A FORWARD -m comment --comment \"netavark firewall plugin rules\" -j NETAVARK_FORWARD
+-A NETAVARK_FORWARD -d 10.88.0.0/16 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
+-A NETAVARK_FORWARD -s 10.88.0.0/16 -j ACCEPT
+-A TOLLGATE-FORWARD -j RETURN
+COMMIT
+";
+
+    #[test]
+    fn netavark_forward_layout() {
+        let installed = Table::parse(NETAVARK);
+        assert!(!installed.docker_user, "no DOCKER-USER on a podman host");
+        assert!(installed.buried.is_empty());
+        assert!(
+            TableChanges::between(&forward_plan(), &installed).is_empty(),
+            "on top of netavark's jump: nothing to do, DOCKER-USER not created"
+        );
+        let buried = NETAVARK.replace(
+            "-A FORWARD -j TOLLGATE-FORWARD\n-A FORWARD -m comment --comment \"netavark firewall plugin rules\" -j NETAVARK_FORWARD\n",
+            "-A FORWARD -m comment --comment \"netavark firewall plugin rules\" -j NETAVARK_FORWARD\n-A FORWARD -j TOLLGATE-FORWARD\n",
+        );
+        let installed = Table::parse(&buried);
+        assert_eq!(installed.buried, vec![forward_jump()]);
+        assert_eq!(
+            TableChanges::between(&forward_plan(), &installed)
+                .restore_text()
+                .unwrap(),
+            "*filter\n-D FORWARD -j TOLLGATE-FORWARD\n-I FORWARD 1 -j TOLLGATE-FORWARD\nCOMMIT\n",
+            "moved back above NETAVARK_FORWARD in one batch, netavark's chain not declared"
+        );
+    }
+
+    /// FORWARD as Docker 28 lays it out (moby 28's `DOCKER-FORWARD`, with
+    /// `DOCKER-CT` and `DOCKER-BRIDGE` under it; `DOCKER-USER` first),
+    /// after a dockerd restart that found tollgate's jumps: its two jumps
+    /// back at the top of FORWARD.
+    const DOCKER_28_RESTARTED: &str = "\
+*filter
+:INPUT ACCEPT [0:0]
+:FORWARD DROP [0:0]
+:OUTPUT ACCEPT [0:0]
+:DOCKER - [0:0]
+:DOCKER-BRIDGE - [0:0]
+:DOCKER-CT - [0:0]
+:DOCKER-FORWARD - [0:0]
+:DOCKER-ISOLATION-STAGE-1 - [0:0]
+:DOCKER-ISOLATION-STAGE-2 - [0:0]
+:DOCKER-USER - [0:0]
+:TOLLGATE-FORWARD - [0:0]
+-A FORWARD -j DOCKER-USER
+-A FORWARD -j DOCKER-FORWARD
+-A FORWARD -j TOLLGATE-FORWARD
+-A DOCKER ! -i docker0 -o docker0 -j DROP
+-A DOCKER-BRIDGE -o docker0 -j DOCKER
+-A DOCKER-CT -o docker0 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
+-A DOCKER-FORWARD -j DOCKER-CT
+-A DOCKER-FORWARD -j DOCKER-ISOLATION-STAGE-1
+-A DOCKER-FORWARD -j DOCKER-BRIDGE
+-A DOCKER-FORWARD -i docker0 -j ACCEPT
+-A DOCKER-ISOLATION-STAGE-1 -i docker0 ! -o docker0 -j DOCKER-ISOLATION-STAGE-2
+-A DOCKER-ISOLATION-STAGE-2 -o docker0 -j DROP
+-A DOCKER-USER -j TOLLGATE-FORWARD
+-A TOLLGATE-FORWARD -j RETURN
+COMMIT
+";
+
+    #[test]
+    fn docker_28_forward_layout() {
+        let installed = Table::parse(DOCKER_28_RESTARTED);
+        assert!(installed.docker_user);
+        assert_eq!(
+            installed.buried,
+            vec![forward_jump()],
+            "below DOCKER-USER and DOCKER-FORWARD"
+        );
+        let changes = TableChanges::between(&forward_plan(), &installed);
+        assert_eq!(
+            changes.restore_text().unwrap(),
+            "*filter\n-D FORWARD -j TOLLGATE-FORWARD\n-I FORWARD 1 -j TOLLGATE-FORWARD\nCOMMIT\n",
+            "one batch; DOCKER-USER keeps its jump, no Docker chain declared"
+        );
+        let repaired = DOCKER_28_RESTARTED.replace(
+            "-A FORWARD -j DOCKER-USER\n-A FORWARD -j DOCKER-FORWARD\n-A FORWARD -j TOLLGATE-FORWARD\n",
+            "-A FORWARD -j TOLLGATE-FORWARD\n-A FORWARD -j DOCKER-USER\n-A FORWARD -j DOCKER-FORWARD\n",
+        );
+        let installed = Table::parse(&repaired);
+        assert!(installed.buried.is_empty());
+        assert!(TableChanges::between(&forward_plan(), &installed).is_empty());
+        // Only DOCKER-FORWARD above tollgate's jump (a Docker 28 host whose
+        // DOCKER-USER jump was deleted by hand) buries it too.
+        let only_forward = DOCKER_28_RESTARTED.replace("-A FORWARD -j DOCKER-USER\n", "");
+        assert_eq!(Table::parse(&only_forward).buried, vec![forward_jump()]);
+    }
+
     #[test]
     fn membership_change_swaps_and_stale_sets_are_destroyed() {
         let set = |members: &[&str]| IpSet {

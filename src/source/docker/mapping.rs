@@ -8,8 +8,9 @@
 //! label (else `default`), labels = the container's labels (image labels
 //! included, as the API merges them), addresses = every network's IPv4 and
 //! global IPv6 address, named ports = the ports label
-//! (`name=port[/PROTOCOL],...`) or else the image's exposed ports without
-//! names. No `nodeName`: the Pod is local to the host, which is the Node.
+//! (`name=port[/PROTOCOL],...`) or else the image's exposed ports, each
+//! named `<protocol>-<port>` (`EXPOSE 80/tcp` is `tcp-80`: Docker has no
+//! port names, and an unnamed port would match no rule). No `nodeName`: the Pod is local to the host, which is the Node.
 //! Containers without an address of their own (`--network host`, `none`)
 //! share the host's and are not Pods.
 
@@ -174,13 +175,14 @@ pub fn parse_ports(text: &str) -> Result<Vec<ContainerPort>, String> {
     Ok(out)
 }
 
-/// The image's exposed ports (`80/tcp`), unnamed; unreadable ones skipped.
+/// The image's exposed ports (`80/tcp`), named by [`exposed_port_name`];
+/// unreadable ones skipped.
 fn exposed_ports(ports: &[String]) -> Vec<ContainerPort> {
     let mut out: Vec<ContainerPort> = ports
         .iter()
         .filter_map(|p| split_protocol(p))
         .map(|(port, protocol)| ContainerPort {
-            name: None,
+            name: Some(exposed_port_name(port, protocol)),
             container_port: port,
             protocol,
         })
@@ -188,6 +190,17 @@ fn exposed_ports(ports: &[String]) -> Vec<ContainerPort> {
     out.sort_by_key(|p| (p.container_port, p.protocol as u8));
     out.dedup();
     out
+}
+
+/// The name of an exposed port: `<protocol>-<port>` in lowercase
+/// (`tcp-80`, `udp-53`, `sctp-9`), a valid port name for every port.
+pub fn exposed_port_name(port: i32, protocol: PortProtocol) -> String {
+    let protocol = match protocol {
+        PortProtocol::Tcp => "tcp",
+        PortProtocol::Udp => "udp",
+        PortProtocol::Sctp => "sctp",
+    };
+    format!("{protocol}-{port}")
 }
 
 /// `port[/protocol]` with a port in 1-65535.

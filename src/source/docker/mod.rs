@@ -5,15 +5,22 @@
 //! the agent enforces.
 //!
 //! It owns one OS thread running a single-threaded tokio runtime (the
-//! packet path never runs on it). The thread subscribes to `/events`
-//! (container and network events), lists the running containers and
-//! inspects each, publishes the inventory, and lists again [`super::DEBOUNCE`]
-//! after a burst of relevant events (start, die, destroy, rename, network
-//! connect and disconnect, …) settles, and every [`RESYNC`] in case an
-//! event was lost. An API that cannot be reached when the agent starts is
-//! an error; lost later, the last inventory published stays enforced, the
-//! failure is counted and said in `status` ([`DockerHealth`]), and the
-//! thread reconnects with a doubling wait up to [`BACKOFF_MAX`].
+//! packet path never runs on it). On each connection the thread agrees on
+//! the API version with the server (`/version`: the lower of the server's
+//! and bollard's), subscribes to `/events` (container and network
+//! events), lists the running containers and inspects each, publishes the
+//! inventory, and lists again [`super::DEBOUNCE`] after a burst of
+//! relevant events (start, die, destroy, rename, network connect and
+//! disconnect, …) settles, and every [`RESYNC`] in case an event was lost.
+//!
+//! Like the Kubernetes source, it is not complete until its first
+//! successful list: until then [`Source::latest`] says `None` (the agent
+//! keeps its `startupPolicy`), and an API that cannot be reached is
+//! retried with a doubling wait up to [`BACKOFF_MAX_UNLISTED`]. Lost
+//! later, the last inventory published stays enforced and the wait grows
+//! up to [`BACKOFF_MAX`]. Each change of state (never reached, connected,
+//! lost, back) is logged once; failures are counted and said in `status`
+//! ([`DockerHealth`]).
 //!
 //! It must never block the agent nor write to Docker: it publishes the
 //! latest inventory in a slot and calls a notifier; the agent takes the
@@ -38,17 +45,16 @@ use crate::telemetry::Metrics;
 use crate::validate::Problem;
 use mapping::{Mapped, Mapping};
 
-/// The API version tollgate speaks: Docker 20.10's, which current Docker
-/// engines and podman's service (4.x) both serve.
-const API_VERSION: bollard::ClientVersion = bollard::ClientVersion {
-    major_version: 1,
-    minor_version: 41,
-};
 /// Longest a single API request may take.
 const REQUEST_TIMEOUT_SECS: u64 = 10;
 /// First wait before reconnecting to an API that failed.
 pub const BACKOFF_START: Duration = Duration::from_millis(500);
-/// Longest wait between reconnection attempts.
+/// Longest wait between attempts before the first list: the agent holds
+/// its `startupPolicy` meanwhile, so an engine that starts after tollgate
+/// is picked up within this.
+pub const BACKOFF_MAX_UNLISTED: Duration = Duration::from_secs(2);
+/// Longest wait between reconnection attempts once an inventory is
+/// enforced.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// A full list this often even without events (an event may be lost).
 pub const RESYNC: Duration = Duration::from_secs(60);
@@ -73,21 +79,14 @@ const RELEVANT_ACTIONS: &[&str] = &[
     "init",
 ];
 
-/// Why the Docker source could not start.
+/// Why the Docker source could not start. An API that cannot be reached is
+/// not one of them: it is retried (see the module doc).
 #[derive(Debug, thiserror::Error)]
 pub enum DockerError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error("docker.enabled needs --policies DIR: policies come from the directory, the inventory from Docker")]
     NoPolicies,
-    #[error(
-        "Docker API at {host} cannot be reached (is the daemon running and the socket mounted?)"
-    )]
-    Unreachable {
-        host: String,
-        #[source]
-        source: bollard::errors::Error,
-    },
     #[error("starting the docker thread")]
     Thread(#[source] std::io::Error),
 }
@@ -96,26 +95,38 @@ pub enum DockerError {
 #[derive(Debug)]
 pub struct DockerHealth {
     host: String,
+    started: Instant,
     state: Mutex<HealthState>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct HealthState {
-    containers: usize,
+    /// Containers of the last inventory; `None` before the first list.
+    containers: Option<usize>,
+    /// The API version agreed on the current (or last) connection.
+    version: Option<String>,
     /// Since when the API fails, and the last error.
     failing: Option<(Instant, String)>,
     errors: u64,
+}
+
+/// A change of the API's state worth one log line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Change {
+    /// The first failure before any list.
+    NotReached,
+    /// The first failure after an inventory was published.
+    Lost,
+    /// A failure of an outage already logged.
+    Same,
 }
 
 impl DockerHealth {
     fn new(host: String) -> DockerHealth {
         DockerHealth {
             host,
-            state: Mutex::new(HealthState {
-                containers: 0,
-                failing: None,
-                errors: 0,
-            }),
+            started: Instant::now(),
+            state: Mutex::new(HealthState::default()),
         }
     }
 
@@ -123,37 +134,60 @@ impl DockerHealth {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn negotiated(&self, version: String) {
+        self.state().version = Some(version);
+    }
+
     fn published(&self, containers: usize) {
         let mut state = self.state();
-        state.containers = containers;
+        state.containers = Some(containers);
         state.failing = None;
     }
 
-    /// Returns whether this failure starts an outage.
-    fn failed(&self, error: &str) -> bool {
+    /// Counts a failure; says whether it starts an outage, and which.
+    fn failed(&self, error: &str) -> Change {
         let mut state = self.state();
         state.errors += 1;
-        let new = state.failing.is_none();
+        let change = match (&state.failing, state.containers) {
+            (Some(_), _) => Change::Same,
+            (None, None) => Change::NotReached,
+            (None, Some(_)) => Change::Lost,
+        };
         let since = state.failing.take().map_or_else(Instant::now, |(at, _)| at);
         state.failing = Some((since, error.to_string()));
-        new
+        change
     }
 
-    /// One line for `status`: connected with how many containers, or
-    /// unreachable since when, keeping the last inventory.
+    /// One line for `status`: connected with how many containers;
+    /// unreachable since when, keeping the last inventory; or not reached
+    /// yet, with the startup policy holding.
     pub fn describe(&self) -> String {
         let state = self.state();
-        match &state.failing {
-            None => format!(
-                "docker {}: connected, {} containers",
-                self.host, state.containers
+        let api = state
+            .version
+            .as_deref()
+            .map_or_else(String::new, |v| format!(" (API {v})"));
+        match (&state.failing, state.containers) {
+            (None, Some(containers)) => format!(
+                "docker {}{api}: connected, {containers} containers",
+                self.host
             ),
-            Some((since, error)) => format!(
-                "docker {}: UNREACHABLE for {}s ({} failed requests), keeping the last inventory of {} containers, retrying: {error}",
+            (None, None) => format!(
+                "docker {}: connecting for {}s, no inventory yet (the startup policy holds)",
+                self.host,
+                self.started.elapsed().as_secs()
+            ),
+            (Some((_, error)), None) => format!(
+                "docker {}: NOT REACHED YET for {}s ({} failed requests), no inventory: the startup policy holds until the first list; retrying: {error}",
+                self.host,
+                self.started.elapsed().as_secs(),
+                state.errors
+            ),
+            (Some((since, error)), Some(containers)) => format!(
+                "docker {}{api}: UNREACHABLE for {}s ({} failed requests), keeping the last inventory of {containers} containers, retrying: {error}",
                 self.host,
                 since.elapsed().as_secs(),
-                state.errors,
-                state.containers
+                state.errors
             ),
         }
     }
@@ -165,7 +199,8 @@ struct Inventory {
     pods: Vec<Pod>,
 }
 
-type Slot = Arc<Mutex<Arc<Inventory>>>;
+/// The last inventory listed; `None` before the first list.
+type Slot = Arc<Mutex<Option<Arc<Inventory>>>>;
 
 /// A running Docker source. Dropping it stops the thread.
 pub struct DockerSource {
@@ -181,10 +216,11 @@ pub struct DockerSource {
 }
 
 impl DockerSource {
-    /// Connects to the API, lists the containers once (an error when the
-    /// API cannot be reached), then follows its events on a thread of its
-    /// own. `notify` is called after each inventory that differs from the
-    /// one before; it must not block.
+    /// Starts the thread that connects to the API, lists the containers
+    /// and follows the events; it does not wait for the API (until its
+    /// first list the source is incomplete). `notify` is called after each
+    /// inventory that differs from the one before (the first included); it
+    /// must not block.
     pub fn spawn(
         config: &DockerConfig,
         policies: Directory,
@@ -193,36 +229,16 @@ impl DockerSource {
     ) -> Result<DockerSource, DockerError> {
         let socket = config.socket()?;
         let host = config.host.clone();
-        let unreachable = |source| DockerError::Unreachable {
-            host: host.clone(),
-            source,
-        };
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(DockerError::Thread)?;
-        let client = Docker::connect_with_unix(
-            &socket.to_string_lossy(),
-            REQUEST_TIMEOUT_SECS,
-            &API_VERSION,
-        )
-        .map_err(unreachable)?;
-        let labels = Labels::from(config);
-        let first = runtime
-            .block_on(list(&client, &labels))
-            .map_err(unreachable)?;
         let health = Arc::new(DockerHealth::new(host.clone()));
         let inventory: Slot = Arc::default();
-        publish(&inventory, &health, &metrics, first);
-        tracing::info!(
-            host = %host,
-            containers = inventory.lock().unwrap_or_else(|e| e.into_inner()).pods.len(),
-            "docker source started"
-        );
         let (stop, stopped) = tokio::sync::oneshot::channel();
         let follower = Follower {
-            client,
-            labels,
+            socket: socket.to_string_lossy().into_owned(),
+            labels: Labels::from(config),
             inventory: Arc::clone(&inventory),
             health: Arc::clone(&health),
             metrics,
@@ -231,6 +247,7 @@ impl DockerSource {
             .name("docker".into())
             .spawn(move || runtime.block_on(follower.run(notify, stopped)))
             .map_err(DockerError::Thread)?;
+        tracing::info!(host = %host, "docker source started; no decision before its first list");
         Ok(DockerSource {
             policies,
             origin: PathBuf::from(format!("docker {host}")),
@@ -248,16 +265,24 @@ impl DockerSource {
     }
 }
 
-/// The policy directory's snapshot with the containers added as Pods. A
-/// container whose `namespace/name` a policy file already uses as a Pod
-/// is left out (logged once). Policy problems refuse the whole reload, as
-/// with the directory alone.
+/// The policy directory's snapshot with the containers added as Pods;
+/// `None` until the containers were listed once. A container whose
+/// `namespace/name` a policy file already uses as a Pod is left out
+/// (logged once). Policy problems refuse the whole reload, as with the
+/// directory alone.
 impl Source for DockerSource {
     fn latest(&mut self) -> Result<Option<Arc<Snapshot>>, Vec<Problem>> {
         let Some(policies) = self.policies.latest()? else {
             return Ok(None);
         };
-        let inventory = Arc::clone(&self.inventory.lock().unwrap_or_else(|e| e.into_inner()));
+        let Some(inventory) = self
+            .inventory
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        else {
+            return Ok(None);
+        };
         let taken: HashSet<ObjectRef> = policies.iter().map(Object::object_ref).collect();
         let mut snapshot = Snapshot::clone(&policies);
         let mut shadowed = HashSet::new();
@@ -360,23 +385,33 @@ async fn list(client: &Docker, labels: &Labels) -> Result<Listing, bollard::erro
     Ok(Listing { pods, problems })
 }
 
-/// Puts `listing` in the slot; returns whether the inventory changed.
+/// Puts `listing` in the slot; returns whether the inventory changed (the
+/// first one always does).
 fn publish(slot: &Slot, health: &DockerHealth, metrics: &Metrics, listing: Listing) -> bool {
     let count = listing.pods.len();
     health.published(count);
     metrics.docker_inventory(count);
     let inventory = Inventory { pods: listing.pods };
     let mut current = slot.lock().unwrap_or_else(|e| e.into_inner());
-    if **current == inventory {
+    if current.as_deref() == Some(&inventory) {
         return false;
     }
-    *current = Arc::new(inventory);
+    *current = Some(Arc::new(inventory));
     true
 }
 
-/// The thread's side: follows the API's events and republishes.
+/// A client for one connection, speaking the lower of the server's API
+/// version (its `/version` answer) and bollard's own: Docker 29 refuses
+/// clients below 1.44, podman 4.3 serves 1.41.
+async fn connect(socket: &str) -> Result<Docker, bollard::errors::Error> {
+    Docker::connect_with_unix(socket, REQUEST_TIMEOUT_SECS, bollard::API_DEFAULT_VERSION)?
+        .negotiate_version()
+        .await
+}
+
+/// The thread's side: connects, follows the API's events and republishes.
 struct Follower {
-    client: Docker,
+    socket: String,
     labels: Labels,
     inventory: Slot,
     health: Arc<DockerHealth>,
@@ -409,32 +444,56 @@ impl Follower {
                 }
             };
             self.metrics.docker_api_error();
-            if self.health.failed(&error) {
-                tracing::warn!(%error, "Docker API lost: the last inventory stays enforced; reconnecting");
-            } else {
-                tracing::debug!(%error, "Docker API still unreachable");
+            match self.health.failed(&error) {
+                Change::NotReached => tracing::warn!(
+                    %error,
+                    host = %self.health.host,
+                    "Docker API not reachable: no inventory yet, the startup policy holds; retrying"
+                ),
+                Change::Lost => tracing::warn!(
+                    %error,
+                    "Docker API lost: the last inventory stays enforced; reconnecting"
+                ),
+                Change::Same => tracing::debug!(%error, "Docker API still unreachable"),
             }
             tokio::select! {
                 _ = &mut stopped => return,
                 _ = tokio::time::sleep(backoff) => {}
             }
-            backoff = (backoff * 2).min(BACKOFF_MAX);
+            let listed = self.health.state().containers.is_some();
+            let max = if listed {
+                BACKOFF_MAX
+            } else {
+                BACKOFF_MAX_UNLISTED
+            };
+            backoff = (backoff * 2).min(max);
         }
     }
 
-    /// Subscribes to the events, lists, and relists after each settled
-    /// burst of relevant events, until the stream or a listing fails.
+    /// Connects, subscribes to the events, lists, and relists after each
+    /// settled burst of relevant events, until the stream or a request
+    /// fails.
     async fn follow(
         &self,
         notify: &impl Fn(),
         stopped: &mut tokio::sync::oneshot::Receiver<()>,
         reported: &mut BTreeSet<String>,
     ) -> Ended {
+        let client = tokio::select! {
+            _ = &mut *stopped => return Ended::Stopped,
+            client = connect(&self.socket) => match client {
+                Ok(client) => client,
+                Err(error) => return Ended::Failed { error: error.to_string(), listed: false },
+            },
+        };
+        let version = client.client_version().to_string();
+        tracing::debug!(version, "Docker API version agreed");
+        self.health.negotiated(version);
         let filters = HashMap::from([(
             "type".to_string(),
             vec!["container".to_string(), "network".to_string()],
         )]);
-        let mut events = self.client.events(Some(EventsOptions {
+        let mut events = client.events(Some(EventsOptions {
             filters: Some(filters),
             ..Default::default()
         }));
@@ -450,19 +509,28 @@ impl Follower {
                 _ = tokio::time::sleep_until(due.into()) => {
                     debounce = Debounce::default();
                     resync_at = Instant::now() + RESYNC;
-                    let listing = match list(&self.client, &self.labels).await {
+                    let listing = match list(&client, &self.labels).await {
                         Ok(listing) => listing,
                         Err(error) => return Ended::Failed { error: error.to_string(), listed },
                     };
                     listed = true;
-                    let was_failing = self.health.state().failing.is_some();
+                    let (first, was_failing) = {
+                        let state = self.health.state();
+                        (state.containers.is_none(), state.failing.is_some())
+                    };
                     report(&listing.problems, reported);
                     let count = listing.pods.len();
                     if publish(&self.inventory, &self.health, &self.metrics, listing) {
                         tracing::info!(containers = count, "docker inventory changed");
                         notify();
                     }
-                    if was_failing {
+                    if first {
+                        tracing::info!(
+                            containers = count,
+                            api = %client.client_version(),
+                            "Docker API reached: first inventory listed"
+                        );
+                    } else if was_failing {
                         tracing::info!(containers = count, "Docker API reachable again");
                     }
                 }
@@ -495,41 +563,4 @@ fn report(problems: &[String], reported: &mut BTreeSet<String>) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_api_missing_at_start_is_a_clear_error() {
-        let dir = tempfile::tempdir().unwrap();
-        let policies = Directory::start(dir.path(), Default::default(), || {}).unwrap();
-        let config = DockerConfig {
-            enabled: true,
-            host: format!("unix://{}/docker.sock", dir.path().display()),
-            ..DockerConfig::default()
-        };
-        let Err(error) = DockerSource::spawn(&config, policies, Arc::default(), || {}) else {
-            panic!("started without an API");
-        };
-        let message = error.to_string();
-        assert!(message.contains("cannot be reached"), "{message}");
-        assert!(message.contains(&config.host), "{message}");
-    }
-
-    #[test]
-    fn health_says_connected_or_unreachable_keeping_the_inventory() {
-        let health = DockerHealth::new("unix:///run/docker.sock".into());
-        health.published(3);
-        assert_eq!(
-            health.describe(),
-            "docker unix:///run/docker.sock: connected, 3 containers"
-        );
-        assert!(health.failed("connection refused"), "an outage starts");
-        assert!(!health.failed("connection refused"), "the same outage");
-        let down = health.describe();
-        assert!(down.contains("UNREACHABLE"), "{down}");
-        assert!(down.contains("2 failed requests"), "{down}");
-        assert!(down.contains("last inventory of 3 containers"), "{down}");
-        health.published(2);
-        assert!(health.describe().ends_with("connected, 2 containers"));
-    }
-}
+mod tests;

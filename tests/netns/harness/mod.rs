@@ -185,6 +185,13 @@ pub const TEST_IDS: &[&str] = &[
     "one_stuck_l7_queue_stops_every_l7_request",
     "a_tiny_receive_buffer_overflows_and_is_counted",
     "idle_l7_flows_are_forgotten_on_time_without_traffic",
+    "docker_fresh_container_is_enforced_within_a_bound",
+    "docker_podman_restart_is_covered_within_a_bound",
+    "docker_network_connect_adds_the_new_address",
+    "docker_rename_is_followed_by_get_and_trace",
+    "docker_api_absent_at_start_holds_the_startup_policy",
+    "docker_exposed_port_is_a_named_port_on_the_wire",
+    "podman_network_reload_opens_nothing_with_cni",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".

@@ -1,40 +1,53 @@
 //! Containers inside a lab, as on a Docker host: podman's Docker-compatible
-//! API service and a bridge network, both living in the lab's node
-//! namespace. It owns only the service, network and containers it creates
-//! (named with the lab's prefix `tg<I>-<tag>-`) and the local test image;
-//! it must never touch containers, networks or images of anyone else, nor
-//! the root namespace's firewall.
+//! API service and bridge networks, all living in the lab's node
+//! namespace. It owns only the service, networks and containers it creates
+//! (named with the lab's prefix `tg<I>-<tag>-`), the namespace handles it
+//! attaches to its containers, and the local test image; it must never
+//! touch containers, networks or images of anyone else, nor the root
+//! namespace's firewall.
 //!
 //! ```text
 //!   [node ns]  podman system service (unix socket in the lab directory)
-//!      └─ bridge of network `tg<I>-<tag>-net`  10.I.250.1/24, fd00:I:250::1/64
-//!           ├─ container tg<I>-<tag>-client1   10.I.250.x, fd00:I:250::x
-//!           └─ container tg<I>-<tag>-server    ...
+//!      ├─ bridge of network `tg<I>-<tag>-net`  10.I.250.1/24, fd00:I:250::1/64
+//!      │    ├─ container tg<I>-<tag>-client1   10.I.250.x, fd00:I:250::x
+//!      │    └─ container tg<I>-<tag>-server    ...
+//!      └─ more networks on request ([`Podman::create_network`]), 10.I.<link>.0/24
 //! ```
+//!
+//! The network backend is netavark (Debian 12's 1.4, with its own
+//! iptables rules: `NETAVARK_FORWARD` in filter, `NETAVARK-*` in nat), as
+//! podman 5 and Docker-like hosts have it; [`Backend::Cni`] keeps podman
+//! 4.3's older default (CNI's `CNI-FORWARD`) for a test that compares
+//! both. Every podman command passes `--network-backend`, so the machine's
+//! default (fixed in podman's storage at its first use) does not matter.
+//! Networks are created with `--disable-dns`: the tests serve DNS
+//! themselves (aardvark-dns would hold port 53 on the bridge).
 //!
 //! Every podman command runs as `nsenter --net=/run/netns/<node> podman
 //! --runtime runc --cgroup-manager cgroupfs ...` (not `ip netns exec`,
 //! which remounts /sys and hides the cgroup mounts runc needs), and `run`
 //! passes explicit ulimits: see `../shared/notes/containers.md`. Podman's
-//! storage and CNI configuration are shared by every test on the machine,
-//! hence the prefixed names. The API service therefore lists every
+//! storage and network configuration are shared by every test on the
+//! machine, hence the prefixed names. The API service therefore lists every
 //! container on the machine, concurrent tests' included: a test selects
 //! its own by a label value of its own (e.g. the Compose project
-//! `podman.name("shop")` as the namespace). [`Podman`]'s drop removes its containers and
-//! network (also while a failing test unwinds), and [`Podman::start`] first
-//! removes those left by test processes that are gone (same liveness locks
-//! as the labs).
+//! `podman.name("shop")` as the namespace). [`Podman`]'s drop removes its
+//! containers and networks (also while a failing test unwinds), and
+//! [`Podman::start`] first removes those left by test processes that are
+//! gone (same liveness locks as the labs).
 //!
 //! No registry is reachable: the image is built locally, once per machine,
 //! from Debian's archive with mmdebstrap (curl, nginx-light, dnsmasq-base,
 //! netcat-openbsd, iproute2), cached as a tarball under
-//! `/var/cache/tollgate-image/` and imported under a tag that hashes its
-//! recipe; a file lock makes parallel tests build it once.
+//! `/var/cache/tollgate-image/` and imported with `EXPOSE 80/tcp` under a
+//! tag that hashes its recipe; a file lock makes parallel tests build it
+//! once.
 //!
 //! Bridged container-to-container traffic reaches iptables only with
-//! `net.bridge.bridge-nf-call-iptables=1`, which is per network namespace
-//! on this kernel: [`Podman::start`] sets it (and the IPv6 twin) in the
-//! node namespace.
+//! `br_netfilter` loaded and `net.bridge.bridge-nf-call-iptables=1`, which
+//! is per network namespace on this kernel: [`Podman::start`] loads the
+//! module when its sysctls are missing (failing with a clear message when
+//! it cannot) and sets both sysctls in the node namespace.
 //!
 //! ```ignore
 //! let Some(lab) = Lab::builder("my_test").require(PODMAN_TOOLS).build() else { return };
@@ -52,11 +65,52 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use super::lab::{lab_tag, Lab, LOCK_DIR};
-use super::netns::{run_with_timeout, CmdOutput};
+use super::netns::{run_with_timeout, CmdOutput, Netns};
 use super::poll_until;
 
 /// The tools a podman lab needs besides [`super::BASE_TOOLS`].
-pub const PODMAN_TOOLS: &[&str] = &["podman", "runc", "nsenter", "mmdebstrap", "curl"];
+pub const PODMAN_TOOLS: &[&str] = &[
+    "podman",
+    "runc",
+    "nsenter",
+    "mmdebstrap",
+    "curl",
+    "/usr/lib/podman/netavark",
+];
+
+/// Podman's network backend for a lab.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// netavark 1.4 with its iptables driver (the default here).
+    Netavark,
+    /// The CNI plugins, podman 4.3's default on Debian 12.
+    Cni,
+}
+
+impl Backend {
+    fn flag(self) -> &'static str {
+        match self {
+            Backend::Netavark => "--network-backend=netavark",
+            Backend::Cni => "--network-backend=cni",
+        }
+    }
+
+    /// The prefix of the backend's own filter chains.
+    pub fn chain_prefix(self) -> &'static str {
+        match self {
+            Backend::Netavark => "NETAVARK",
+            Backend::Cni => "CNI-",
+        }
+    }
+
+    /// The backend's jump from FORWARD into its chain.
+    pub fn forward_jump(self) -> &'static str {
+        match self {
+            Backend::Netavark => "-j NETAVARK_FORWARD",
+            Backend::Cni => "-j CNI-FORWARD",
+        }
+    }
+}
 
 /// The third octet (and IPv6 group) of the container network's subnet,
 /// inside the test's own `10.<index>.0.0/16` range; peer links use 1, 2, …
@@ -64,6 +118,10 @@ pub const NETWORK_LINK: u8 = 250;
 
 /// Packages of the test image, from Debian's archive.
 const IMAGE_PACKAGES: &str = "curl,nginx-light,dnsmasq-base,netcat-openbsd,iproute2";
+/// The image's configuration: what runs by default, and nginx's port
+/// exposed (a container without the ports label has the named port
+/// `tcp-80`).
+const IMAGE_CHANGES: &[&str] = &["CMD [\"sleep\",\"infinity\"]", "EXPOSE 80/tcp"];
 const IMAGE_SUITE: &str = "bookworm";
 const IMAGE_CACHE: &str = "/var/cache/tollgate-image";
 /// Deadline of a podman command (the first `run` on a loaded machine can
@@ -122,19 +180,49 @@ pub struct Podman {
     node: String,
     prefix: String,
     index: u8,
+    backend: Backend,
     socket: PathBuf,
     log: PathBuf,
     service: Mutex<Option<Child>>,
     image: String,
     containers: Mutex<Vec<String>>,
+    networks: Mutex<Vec<String>>,
+}
+
+/// A container's network namespace under `/run/netns` (`ip netns
+/// attach`), for probes that run in-process ([`super::probe::Prober`]);
+/// dropping it removes the name, not the namespace.
+pub struct ContainerNetns {
+    netns: Netns,
+}
+
+impl std::ops::Deref for ContainerNetns {
+    type Target = Netns;
+    fn deref(&self) -> &Netns {
+        &self.netns
+    }
+}
+
+impl Drop for ContainerNetns {
+    fn drop(&mut self) {
+        let mut c = Command::new("ip");
+        c.args(["netns", "delete", self.netns.name()]);
+        let _ = run_with_timeout(c, Duration::from_secs(10));
+    }
 }
 
 impl Podman {
+    /// [`Podman::start_with`] netavark.
+    pub fn start(lab: &Lab) -> Podman {
+        Podman::start_with(lab, Backend::Netavark)
+    }
+
     /// Builds the test image if this machine lacks it, starts the API
     /// service on `<lab dir>/podman.sock`, creates the network
-    /// `<prefix>net` (`10.I.250.0/24`, `fd00:I:250::/64`) and turns on
-    /// bridge netfilter in the node namespace. Panics when any step fails.
-    pub fn start(lab: &Lab) -> Podman {
+    /// `<prefix>net` (`10.I.250.0/24`, `fd00:I:250::/64`) with `backend`
+    /// and turns on bridge netfilter in the node namespace. Panics when any
+    /// step fails.
+    pub fn start_with(lab: &Lab, backend: Backend) -> Podman {
         let node = lab.node().name().to_string();
         let prefix = node
             .strip_suffix(super::lab::NODE)
@@ -144,25 +232,45 @@ impl Podman {
             node,
             prefix,
             index: lab.index(),
+            backend,
             socket: lab.dir().join("podman.sock"),
             log: lab.dir().join("podman-service.log"),
             service: Mutex::new(None),
             image: image().to_string(),
             containers: Mutex::new(Vec::new()),
+            networks: Mutex::new(Vec::new()),
         };
         reap_stale(&podman);
+        bridge_netfilter();
         for key in ["bridge-nf-call-iptables", "bridge-nf-call-ip6tables"] {
             lab.node()
                 .run(&["sysctl", "-qw", &format!("net.bridge.{key}=1")]);
         }
-        let network = podman.network();
-        let created = podman.podman(&[
+        podman.create_network("net", NETWORK_LINK);
+        podman.start_service();
+        podman.wait_service();
+        podman
+    }
+
+    /// Creates the network `<prefix><short>` on `10.I.<link>.0/24` and
+    /// `fd00:I:<link>::/64` (its gateway, the node, is `.1`); returns its
+    /// full name. `link` must be free in the lab (peer links use 1, 2, …).
+    pub fn create_network(&self, short: &str, link: u8) -> String {
+        let network = self.name(short);
+        self.networks
+            .lock()
+            .expect("network list")
+            .push(network.clone());
+        let subnet = format!("10.{}.{link}.0/24", self.index);
+        let subnet6 = format!("fd00:{}:{link}::/64", self.index);
+        let created = self.podman(&[
             "network",
             "create",
+            "--disable-dns",
             "--subnet",
-            &podman.subnet(),
+            &subnet,
             "--subnet",
-            &podman.subnet6(),
+            &subnet6,
             &network,
         ]);
         // Subnets are checked against every network on the machine: the
@@ -173,9 +281,52 @@ impl Podman {
             created.stderr.trim()
         );
         created.expect_success("podman network create");
-        podman.start_service();
-        podman.wait_service();
-        podman
+        network
+    }
+
+    /// Connects the running container `short` to `network` (a full name,
+    /// from [`Podman::create_network`]).
+    pub fn connect(&self, short: &str, network: &str) {
+        self.podman(&["network", "connect", network, &self.name(short)])
+            .expect_success(&format!("podman network connect {network} {short}"));
+    }
+
+    /// Renames container `short` to `new` (short names); returns the new
+    /// full name.
+    pub fn rename(&self, short: &str, new: &str) -> String {
+        let name = self.name(new);
+        self.containers
+            .lock()
+            .expect("container list")
+            .push(name.clone());
+        self.podman(&["rename", &self.name(short), &name])
+            .expect_success(&format!("podman rename {short} {new}"));
+        name
+    }
+
+    /// `podman restart` of container `short` (stop without grace, start).
+    pub fn restart(&self, short: &str) {
+        self.podman(&["restart", "-t", "0", &self.name(short)])
+            .expect_success(&format!("podman restart {short}"));
+    }
+
+    /// The network namespace of the running container `short`, named
+    /// `<its full name>.ns` under `/run/netns` while the handle lives.
+    pub fn netns(&self, short: &str) -> ContainerNetns {
+        let pid = self
+            .podman(&["inspect", "--format", "{{.State.Pid}}", &self.name(short)])
+            .expect_success(&format!("podman inspect {short}"))
+            .stdout
+            .trim()
+            .to_string();
+        let name = format!("{}.ns", self.name(short));
+        let mut c = Command::new("ip");
+        c.args(["netns", "attach", &name, &pid]);
+        run_with_timeout(c, Duration::from_secs(10))
+            .expect_success(&format!("ip netns attach {name} {pid}"));
+        ContainerNetns {
+            netns: Netns::new(name),
+        }
     }
 
     /// The service's socket, e.g. for `--docker-host`.
@@ -196,16 +347,6 @@ impl Podman {
     /// The test network's name.
     pub fn network(&self) -> String {
         self.name("net")
-    }
-
-    /// The test network's IPv4 subnet, `10.I.250.0/24`.
-    pub fn subnet(&self) -> String {
-        format!("10.{}.{NETWORK_LINK}.0/24", self.index)
-    }
-
-    /// The test network's IPv6 subnet, `fd00:I:250::/64`.
-    pub fn subnet6(&self) -> String {
-        format!("fd00:{}:{NETWORK_LINK}::/64", self.index)
     }
 
     /// The node's (the bridge's) IPv4 address on the network.
@@ -250,23 +391,27 @@ impl Podman {
 
     /// The IPv4 address of container `short` on the test network.
     pub fn addr(&self, short: &str) -> Ipv4Addr {
-        let out = self.inspect(short, "{{.IPAddress}}");
-        out.parse()
-            .unwrap_or_else(|_| panic!("container {short} has no IPv4 address: {out:?}"))
+        self.addr_on(short, &self.network())
+    }
+
+    /// The IPv4 address of container `short` on `network` (a full name).
+    pub fn addr_on(&self, short: &str, network: &str) -> Ipv4Addr {
+        let out = self.inspect(short, network, "{{.IPAddress}}");
+        out.parse().unwrap_or_else(|_| {
+            panic!("container {short} has no IPv4 address on {network}: {out:?}")
+        })
     }
 
     /// The IPv6 address of container `short` on the test network.
     pub fn addr6(&self, short: &str) -> Ipv6Addr {
-        let out = self.inspect(short, "{{.GlobalIPv6Address}}");
+        let out = self.inspect(short, &self.network(), "{{.GlobalIPv6Address}}");
         out.parse()
             .unwrap_or_else(|_| panic!("container {short} has no IPv6 address: {out:?}"))
     }
 
-    fn inspect(&self, short: &str, field: &str) -> String {
-        let format = format!(
-            "{{{{with index .NetworkSettings.Networks \"{}\"}}}}{field}{{{{end}}}}",
-            self.network()
-        );
+    fn inspect(&self, short: &str, network: &str, field: &str) -> String {
+        let format =
+            format!("{{{{with index .NetworkSettings.Networks \"{network}\"}}}}{field}{{{{end}}}}");
         self.podman(&["inspect", "--format", &format, &self.name(short)])
             .expect_success(&format!("podman inspect {short}"))
             .stdout
@@ -390,7 +535,7 @@ impl Podman {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        podman_command(&self.node, args)
+        podman_command(&self.node, self.backend, args)
     }
 }
 
@@ -401,7 +546,11 @@ impl Drop for Podman {
             .lock()
             .map(|c| c.clone())
             .unwrap_or_default();
-        names.extend(list(&self.node, &["ps", "-a", "--format", "{{.Names}}"]));
+        names.extend(list(
+            &self.node,
+            self.backend,
+            &["ps", "-a", "--format", "{{.Names}}"],
+        ));
         names.retain(|n| n.starts_with(&self.prefix));
         names.sort();
         names.dedup();
@@ -410,12 +559,15 @@ impl Drop for Podman {
             args.extend(names.iter().map(String::as_str));
             let _ = self.podman(&args);
         }
-        let _ = self.podman(&["network", "rm", "-f", &self.network()]);
+        let networks = self.networks.lock().map(|n| n.clone()).unwrap_or_default();
+        for network in networks.iter().rev() {
+            let _ = self.podman(&["network", "rm", "-f", network]);
+        }
         self.stop_service();
     }
 }
 
-fn podman_command(node: &str, args: &[&str]) -> Command {
+fn podman_command(node: &str, backend: Backend, args: &[&str]) -> Command {
     let mut c = Command::new("nsenter");
     c.arg(format!("--net=/run/netns/{node}"))
         .args([
@@ -424,13 +576,14 @@ fn podman_command(node: &str, args: &[&str]) -> Command {
             "runc",
             "--cgroup-manager",
             "cgroupfs",
+            backend.flag(),
         ])
         .args(args);
     c
 }
 
-fn list(node: &str, args: &[&str]) -> Vec<String> {
-    run_with_timeout(podman_command(node, args), PODMAN_WAIT)
+fn list(node: &str, backend: Backend, args: &[&str]) -> Vec<String> {
+    run_with_timeout(podman_command(node, backend, args), PODMAN_WAIT)
         .stdout
         .lines()
         .map(|l| l.trim().to_string())
@@ -450,20 +603,53 @@ fn reap_stale(podman: &Podman) {
             Err(_) => true,
         }
     };
-    let containers: Vec<String> = list(&podman.node, &["ps", "-a", "--format", "{{.Names}}"])
-        .into_iter()
-        .filter(|n| gone(n))
-        .collect();
+    let containers: Vec<String> = list(
+        &podman.node,
+        podman.backend,
+        &["ps", "-a", "--format", "{{.Names}}"],
+    )
+    .into_iter()
+    .filter(|n| gone(n))
+    .collect();
     if !containers.is_empty() {
         let mut args = vec!["rm", "-f", "-t", "0", "--ignore"];
         args.extend(containers.iter().map(String::as_str));
         let _ = podman.podman(&args);
     }
-    for network in list(&podman.node, &["network", "ls", "--format", "{{.Name}}"]) {
-        if gone(&network) {
-            let _ = podman.podman(&["network", "rm", "-f", &network]);
+    // Each backend keeps its own network list.
+    for backend in [Backend::Netavark, Backend::Cni] {
+        for network in list(
+            &podman.node,
+            backend,
+            &["network", "ls", "--format", "{{.Name}}"],
+        ) {
+            if gone(&network) {
+                let _ = run_with_timeout(
+                    podman_command(&podman.node, backend, &["network", "rm", "-f", &network]),
+                    PODMAN_WAIT,
+                );
+            }
         }
     }
+}
+
+/// Loads `br_netfilter` when its sysctls are missing; panics with what to
+/// do when that fails (the bridged tests would otherwise see nothing).
+fn bridge_netfilter() {
+    let sysctl = Path::new("/proc/sys/net/bridge/bridge-nf-call-iptables");
+    if sysctl.exists() {
+        return;
+    }
+    let said = match Command::new("modprobe").arg("br_netfilter").output() {
+        Ok(out) => String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        Err(e) => format!("modprobe: {e}"),
+    };
+    assert!(
+        sysctl.exists(),
+        "br_netfilter is not loaded and `modprobe br_netfilter` failed ({said}): \
+         bridged container traffic would bypass iptables; load it on the host \
+         (scripts/install-deps.sh does)"
+    );
 }
 
 /// The test image's tag, built on first use (once per machine: cached
@@ -472,12 +658,20 @@ fn image() -> &'static str {
     static IMAGE: OnceLock<String> = OnceLock::new();
     IMAGE.get_or_init(|| {
         use sha1::Digest;
+        let hash = |text: &str| -> String {
+            sha1::Sha1::digest(text.as_bytes())[..8]
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect()
+        };
+        // The tarball hashes what mmdebstrap makes; the tag adds the
+        // image's configuration.
         let recipe = format!("{IMAGE_SUITE} minbase {IMAGE_PACKAGES} no-docs");
-        let key: String = sha1::Sha1::digest(recipe.as_bytes())[..8]
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        let tag = format!("localhost/tollgate-e2e-containers:{key}");
+        let key = hash(&recipe);
+        let tag = format!(
+            "localhost/tollgate-e2e-containers:{}",
+            hash(&format!("{recipe} {}", IMAGE_CHANGES.join(" ")))
+        );
         std::fs::create_dir_all(IMAGE_CACHE).expect("create the image cache");
         let lock = File::create(Path::new(IMAGE_CACHE).join("e2e-containers.lock"))
             .expect("create the image lock");
@@ -509,14 +703,11 @@ fn image() -> &'static str {
             }
             let mut c = Command::new("podman");
             c.args(["--runtime", "runc", "--cgroup-manager", "cgroupfs"])
-                .args([
-                    "import",
-                    "--quiet",
-                    "--change",
-                    "CMD [\"sleep\",\"infinity\"]",
-                ])
-                .arg(&tar)
-                .arg(&tag);
+                .args(["import", "--quiet"]);
+            for change in IMAGE_CHANGES {
+                c.args(["--change", change]);
+            }
+            c.arg(&tar).arg(&tag);
             run_with_timeout(c, Duration::from_secs(300)).expect_success("podman import");
         }
         tag

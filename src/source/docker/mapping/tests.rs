@@ -74,9 +74,10 @@ fn docker_compose_container_on_two_networks_with_exposed_ports() {
     assert_eq!(
         pod.spec.containers[0].ports,
         [
-            port(None, 80, PortProtocol::Tcp),
-            port(None, 443, PortProtocol::Tcp)
-        ]
+            port(Some("tcp-80"), 80, PortProtocol::Tcp),
+            port(Some("tcp-443"), 443, PortProtocol::Tcp)
+        ],
+        "the image's exposed ports, named <protocol>-<port>"
     );
 }
 
@@ -141,6 +142,27 @@ fn a_bad_ports_label_keeps_the_endpoint_without_named_ports() {
         assert!(problem.contains("tollgate.io/ports"), "{problem}");
         assert_eq!(pod.ips().len(), 2, "still enforced: {bad}");
     }
+}
+
+#[test]
+fn exposed_port_names_are_valid_port_names() {
+    for (port, protocol, name) in [
+        (80, PortProtocol::Tcp, "tcp-80"),
+        (53, PortProtocol::Udp, "udp-53"),
+        (65535, PortProtocol::Sctp, "sctp-65535"),
+    ] {
+        assert_eq!(exposed_port_name(port, protocol), name);
+        assert!(is_port_name(name), "{name}");
+    }
+    // The ports label wins over the exposed ports.
+    let mut container = inspect(DOCKER);
+    let labels = container.config.as_mut().unwrap().labels.as_mut().unwrap();
+    labels.insert("tollgate.io/ports".into(), "web=8080".into());
+    let (pod, _) = pod(endpoint(&container, MAPPING));
+    assert_eq!(
+        pod.spec.containers[0].ports,
+        [port(Some("web"), 8080, PortProtocol::Tcp)]
+    );
 }
 
 #[test]
