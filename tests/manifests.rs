@@ -949,7 +949,7 @@ fn daemonset_runs_on_linux_under_the_default_seccomp_profile_with_its_configmap(
     );
 
     // The audit log is written under a hostPath.
-    let audit = config.audit.file.expect("audit log on");
+    let audit = config.audit.file.clone().expect("audit log on");
     let audit_mount = mounts
         .iter()
         .find(|m| audit.starts_with(&m.mount_path))

@@ -185,6 +185,7 @@ pub const TEST_IDS: &[&str] = &[
     "one_stuck_l7_queue_stops_every_l7_request",
     "a_tiny_receive_buffer_overflows_and_is_counted",
     "idle_l7_flows_are_forgotten_on_time_without_traffic",
+    "privileged_ssh_covers_the_node_not_routed_pods",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
