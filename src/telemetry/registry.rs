@@ -45,7 +45,9 @@ struct Entry {
     sets: Vec<Arc<dyn CounterSet>>,
 }
 
-/// Every queue's counter sets, in the order they were registered.
+/// Every queue's counter sets, by queue number (the connection queues,
+/// the DNS queue and the L7 queues are each a range of their own, so a
+/// worker's queues stay together).
 #[derive(Default)]
 pub struct Registry {
     entries: RwLock<Vec<Entry>>,
@@ -77,7 +79,10 @@ impl Registry {
                     }
                 }
             }
-            None => entries.push(Entry { queue, name, sets }),
+            None => {
+                let at = entries.partition_point(|e| e.queue <= queue);
+                entries.insert(at, Entry { queue, name, sets });
+            }
         }
     }
 
@@ -131,7 +136,7 @@ mod tests {
     use crate::telemetry::counters::tests::TestCounters;
 
     #[test]
-    fn snapshots_list_queues_in_order_with_their_kernel_counters() {
+    fn snapshots_list_queues_by_number_with_their_kernel_counters() {
         let registry = Registry::default();
         let first = Arc::new(TestCounters::default());
         first.failed.fetch_add(2, Ordering::Relaxed);
@@ -140,17 +145,17 @@ mod tests {
         let kernel = kernel::parse("   53  1 4 2 65535 0 1 9 1\n  999 0 0 2 128 0 0 1 1\n");
         let snapshot = registry.snapshot_with(&kernel);
         assert_eq!(snapshot.len(), 2);
-        assert_eq!(snapshot[0].samples.len(), 6, "two sets, no kernel line");
         assert_eq!(
             snapshot[0].line(),
-            "queue stats queue=100 parsed=0 failed=2 current=0 parsed=0 failed=0 current=0"
-        );
-        assert_eq!(
-            snapshot[1].line(),
             "dns stats queue=53 parsed=0 failed=0 current=0 kernel_waiting=4 \
              kernel_queue_dropped=0 kernel_user_dropped=1 kernel_queued=9"
         );
-        assert_eq!(snapshot[1].samples[3].scope, Scope::Queue);
+        assert_eq!(snapshot[0].samples[3].scope, Scope::Queue);
+        assert_eq!(snapshot[1].samples.len(), 6, "two sets, no kernel line");
+        assert_eq!(
+            snapshot[1].line(),
+            "queue stats queue=100 parsed=0 failed=2 current=0 parsed=0 failed=0 current=0"
+        );
     }
 
     #[test]
@@ -162,11 +167,11 @@ mod tests {
         early.failed.fetch_add(4, Ordering::Relaxed);
         let loop_counters = Arc::new(TestCounters::default());
         registry.register(53, "dns", vec![early, loop_counters]);
-        registry.register(100, "queue", vec![Arc::new(TestCounters::default())]);
+        registry.register(10, "queue", vec![Arc::new(TestCounters::default())]);
         let snapshot = registry.snapshot_with(&[]);
         assert_eq!(snapshot.len(), 2);
         assert_eq!(
-            snapshot[0].line(),
+            snapshot[1].line(),
             "dns stats queue=53 parsed=0 failed=4 current=0 parsed=0 failed=0 current=0"
         );
     }

@@ -412,9 +412,8 @@ fn live_trace_and_endpoints_name_what_the_wire_enforces() {
     assert_eq!(files.as_array().unwrap()[1..], all.as_array().unwrap()[1..]);
     live_examples.push((
         "get-endpoints",
-        "tollgate get endpoints".into(),
-        String::from_utf8_lossy(&tollgate(&["get", "endpoints", "--socket", &socket]).stdout)
-            .into_owned(),
+        "tollgate get endpoints -n apps".into(),
+        text.into_owned(),
     ));
 
     // status once the first drift check has read the verdict cache's
@@ -604,11 +603,34 @@ fn readme_live(examples: &[(&str, String, String)]) {
     );
 }
 
-/// What stays the same from run to run: every number (times, counts,
-/// addresses, ports) is `N`, the commit is `C`, runs of spaces are one
-/// space and lines end without them.
+/// What stays the same from run to run: an IPv6 address (a run of hex
+/// digits, dots and at least two colons: link-local ones change with every
+/// interface) is `A`, every other number (times, counts, IPv4 addresses,
+/// ports) `N`, the commit `C`; runs of spaces are one space and lines end
+/// without them.
 fn mask(text: &str) -> String {
     let mut out = String::new();
+    let mut rest = text;
+    // IPv6 addresses first.
+    while let Some(start) = rest.find(|c: char| c.is_ascii_hexdigit() || c == ':') {
+        let run = rest[start..]
+            .find(|c: char| !(c.is_ascii_hexdigit() || c == ':' || c == '.'))
+            .map_or(rest.len(), |n| start + n);
+        let word_start = rest[..start]
+            .chars()
+            .next_back()
+            .is_none_or(|c| !c.is_ascii_alphanumeric());
+        out.push_str(&rest[..start]);
+        let token = &rest[start..run];
+        if word_start && token.matches(':').count() >= 2 {
+            out.push('A');
+        } else {
+            out.push_str(token);
+        }
+        rest = &rest[run..];
+    }
+    out.push_str(rest);
+    let text = std::mem::take(&mut out);
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
         if c.is_ascii_digit() {
@@ -643,6 +665,10 @@ fn masking_keeps_words_and_drops_numbers_commits_and_alignment() {
         mask("version:  0.1.0 (commit 0079d4d)\nuptime:   12s\n100   3     2\n"),
         mask("version: 0.1.0 (commit unknown)\nuptime: 7s\n100 30 2   \n"),
     );
-    assert_eq!(mask("10.104.1.2:40000 fd00:104:1::2"), "N:N fdN:N:N::N");
+    assert_eq!(
+        mask("10.104.1.2:40000 fd00:104:1::2,fe80::5c39:1fff:fe4c:f333 ::1"),
+        "N:N A,A A"
+    );
+    assert_eq!(mask("node: ops, ad:be"), "node: ops, ad:be");
     assert_ne!(mask("verdict: Allow"), mask("verdict: Drop"));
 }
