@@ -125,8 +125,9 @@ fn skipped_tier_is_listed_and_reported(api: &FakeApi, socket: &std::path::Path, 
             .starts_with("spec.priority"),
         "{listed:#}"
     );
-    let out = tollgate(&["get", "skipped", "--socket", socket]);
+    let out = tollgate(&["get", "skipped", "--socket", socket, "-p", "bad"]);
     let table = String::from_utf8_lossy(&out.stdout);
+    eprintln!("tollgate get skipped -p bad:\n{table}");
     assert!(table.starts_with("KIND"), "{table}");
     assert!(
         table
