@@ -270,6 +270,8 @@ pub enum GetCommand {
     Skipped {
         #[command(flatten)]
         socket: SocketArgs,
+        #[command(flatten)]
+        filter: SkippedFilter,
         /// `table` (default), `wide` (the same), `json` or `yaml` (every
         /// field: uid, generation, resourceVersion).
         #[command(flatten)]
@@ -288,6 +290,19 @@ pub struct GetFilter {
     /// it.
     #[arg(short = 'p', long, value_name = "POD")]
     pub pod: Option<String>,
+}
+
+/// `-n`/`-p` of `get skipped`: a skipped object is a policy, group or
+/// Tier, often cluster-scoped, not an endpoint, so `-p` names the object.
+#[derive(Args, Clone, Debug, Default)]
+pub struct SkippedFilter {
+    /// Only objects in this Namespace (cluster-scoped ones are left out).
+    #[arg(short = 'n', long, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Only objects of this name: in `-n` when given, else in any
+    /// Namespace or cluster-scoped.
+    #[arg(short = 'p', long = "name", value_name = "NAME")]
+    pub name: Option<String>,
 }
 
 /// `-o` of `get`.
@@ -369,8 +384,10 @@ pub struct TraceArgs {
     pub http_path: Option<String>,
     #[arg(short = 'o', long, value_enum, default_value = "text")]
     pub output: OutputFormat,
-    /// List every rule consulted, in evaluation order, not only the
-    /// deciding one.
+    /// For each direction, list every rule consulted in evaluation order
+    /// up to the deciding one (matched or not), and the Kubernetes
+    /// NetworkPolicies that isolate the endpoint (a deny-all has no rule
+    /// to consult). `-o json` always carries both.
     #[arg(short, long)]
     pub verbose: bool,
     /// Exit 0 when the flow is allowed, 1 when it is denied, 2 on error.
@@ -517,6 +534,42 @@ mod tests {
         assert!(Run::try_parse_from(["tollgate", "--kubernetes", "--policies", "/p"]).is_err());
         assert!(
             Run::try_parse_from(["tollgate", "--policies", "/p", "--kubeconfig", "/k"]).is_err()
+        );
+    }
+
+    #[test]
+    fn get_skipped_takes_a_namespace_and_an_object_name() {
+        let cli = Cli::try_parse_from([
+            "tollgate",
+            "get",
+            "skipped",
+            "-n",
+            "shop",
+            "-p",
+            "web-policy",
+            "-o",
+            "json",
+        ])
+        .unwrap();
+        let Command::Get {
+            what: GetCommand::Skipped { filter, output, .. },
+        } = cli.command
+        else {
+            panic!("not get skipped");
+        };
+        assert_eq!(filter.namespace.as_deref(), Some("shop"));
+        assert_eq!(filter.name.as_deref(), Some("web-policy"));
+        assert_eq!(output.output, GetOutput::Json);
+        let cli = Cli::try_parse_from(["tollgate", "get", "skipped", "--name", "bad"]).unwrap();
+        let Command::Get {
+            what: GetCommand::Skipped { filter, .. },
+        } = cli.command
+        else {
+            panic!("not get skipped");
+        };
+        assert_eq!(
+            (filter.namespace, filter.name.as_deref()),
+            (None, Some("bad"))
         );
     }
 

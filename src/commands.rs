@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use crate::cli::{GetFilter, GetOutput, NodeArgs, OutputFormat};
+use crate::cli::{GetFilter, GetOutput, NodeArgs, OutputFormat, SkippedFilter};
 use crate::compile::{compile, LocalNode};
 use crate::explain::{DirectionReport, EndpointReport, TraceEndpoint, TraceReport};
 use crate::model::{Kind, Object, Snapshot};
@@ -213,8 +213,9 @@ pub fn inventory_warnings(directories: &[PathBuf], snapshot: &Snapshot) -> Vec<S
     warnings
 }
 
-/// `tollgate trace` as text (`verbose`: every rule consulted) or JSON
-/// (everything, the consulted rules included).
+/// `tollgate trace` as text (`verbose`: every rule consulted and the K8s
+/// NetworkPolicies isolating each side) or JSON (everything, the
+/// consulted rules and isolating policies included).
 pub fn render_trace(
     report: &TraceReport,
     format: OutputFormat,
@@ -258,6 +259,13 @@ pub fn render_trace(
                         .unwrap_or_default(),
                     if c.matched { "matched" } else { "no match" },
                     c.action
+                );
+            }
+            if !d.isolated_by.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "    isolated by {}: past the Antrea tiers, only their rules allow",
+                    d.isolated_by.join(", ")
                 );
             }
         }
@@ -304,6 +312,10 @@ fn direction_text(d: &DirectionReport) -> String {
     let what = match d.outcome.as_str() {
         "NotEnforced" => "no policy applies".to_string(),
         "NoRuleMatched" => "no rule matched (allowed)".to_string(),
+        "K8sDefaultDeny" if !d.isolated_by.is_empty() => format!(
+            "Drop: isolated by {} and no rule allows it",
+            d.isolated_by.join(", ")
+        ),
         "K8sDefaultDeny" => {
             "Drop: isolated by a K8s NetworkPolicy and no rule allows it".to_string()
         }
@@ -635,15 +647,31 @@ pub fn render_endpoints(
     Ok(table(&narrow))
 }
 
-/// `tollgate get skipped`: one row per object, its problems joined; JSON
-/// and YAML carry every field.
+impl SkippedFilter {
+    /// Whether a skipped object is asked for: in the Namespace (`-n`),
+    /// of the name (`-p`).
+    fn object(&self, refused: &crate::source::kube::Refusal) -> bool {
+        let namespace = self
+            .namespace
+            .as_deref()
+            .is_none_or(|ns| refused.namespace.as_deref() == Some(ns));
+        let name = self.name.as_deref().is_none_or(|n| refused.name == n);
+        namespace && name
+    }
+}
+
+/// `tollgate get skipped`: one row per object `filter` asks for, its
+/// problems joined; JSON and YAML carry every field.
 pub fn render_skipped(
     refused: &[crate::source::kube::Refusal],
+    filter: &SkippedFilter,
     format: GetOutput,
 ) -> Result<String, CommandError> {
+    let refused: Vec<&crate::source::kube::Refusal> =
+        refused.iter().filter(|r| filter.object(r)).collect();
     let encoding = |e: &dyn std::fmt::Display| CommandError::Usage(format!("encoding: {e}"));
     match format {
-        GetOutput::Json => serde_json::to_string_pretty(refused)
+        GetOutput::Json => serde_json::to_string_pretty(&refused)
             .map(|s| s + "\n")
             .map_err(|e| encoding(&e)),
         GetOutput::Yaml => serde_saphyr::to_string(&refused).map_err(|e| encoding(&e)),
@@ -658,7 +686,7 @@ pub fn render_skipped(
                 "REASON".to_string(),
                 "MESSAGE".to_string(),
             ]];
-            for r in refused {
+            for r in &refused {
                 rows.push([
                     r.kind.clone(),
                     r.namespace.clone().unwrap_or_else(|| "-".into()),
@@ -695,25 +723,122 @@ mod tests {
             reason: Reason::PolicySkipped,
             problems: vec!["spec.tier: no Tier `bad`".into()],
         }];
-        let text = render_skipped(&refused, GetOutput::Table).unwrap();
+        let all = SkippedFilter::default();
+        let text = render_skipped(&refused, &all, GetOutput::Table).unwrap();
         assert_eq!(
             text,
             "KIND                 NAMESPACE NAME        REASON        MESSAGE\n\
              ClusterNetworkPolicy -         in-bad-tier PolicySkipped spec.tier: no Tier `bad`\n"
         );
-        let json = render_skipped(&refused, GetOutput::Json).unwrap();
+        let json = render_skipped(&refused, &all, GetOutput::Json).unwrap();
         let back: Vec<Refusal> = serde_json::from_str(&json).unwrap();
         assert_eq!(back, refused);
         assert!(json.contains(r#""resourceVersion": "41""#), "{json}");
-        let yaml = render_skipped(&refused, GetOutput::Yaml).unwrap();
+        let yaml = render_skipped(&refused, &all, GetOutput::Yaml).unwrap();
         assert!(
             yaml.contains("uid: u-1") && yaml.contains("generation: 2"),
             "{yaml}"
         );
         assert_eq!(
-            render_skipped(&[], GetOutput::Table).unwrap(),
+            render_skipped(&[], &all, GetOutput::Table).unwrap(),
             "no object skipped or partly enforced\n"
         );
+    }
+
+    /// `-n` keeps the objects of a Namespace, `-p` those of a name (in any
+    /// Namespace, or cluster-scoped, without `-n`), in every format.
+    #[test]
+    fn skipped_objects_filter_by_namespace_and_name() {
+        use crate::source::kube::{Identity, Reason, Refusal};
+        let refusal = |kind: &str, namespace: Option<&str>, name: &str| Refusal {
+            kind: kind.into(),
+            namespace: namespace.map(str::to_string),
+            name: name.into(),
+            id: Identity {
+                api_version: "v1".into(),
+                api_kind: kind.into(),
+                uid: format!("u-{name}"),
+                generation: None,
+                resource_version: "1".into(),
+            },
+            reason: Reason::PolicyPartiallyEnforced,
+            problems: vec!["spec.appliedTo[0].group: no group".into()],
+        };
+        let refused = [
+            refusal("ClusterNetworkPolicy", None, "web"),
+            refusal("NetworkPolicy", Some("shop"), "web"),
+            refusal("NetworkPolicy", Some("shop"), "db"),
+            refusal("NetworkPolicy", Some("bank"), "web"),
+        ];
+        let filter = |namespace: Option<&str>, name: Option<&str>| SkippedFilter {
+            namespace: namespace.map(str::to_string),
+            name: name.map(str::to_string),
+        };
+        let shown = |filter: SkippedFilter| -> Vec<String> {
+            let json = render_skipped(&refused, &filter, GetOutput::Json).unwrap();
+            let back: Vec<Refusal> = serde_json::from_str(&json).unwrap();
+            back.iter()
+                .map(|r| format!("{}/{}", r.namespace.as_deref().unwrap_or("-"), r.name))
+                .collect()
+        };
+        assert_eq!(shown(filter(Some("shop"), None)), ["shop/web", "shop/db"]);
+        assert_eq!(
+            shown(filter(None, Some("web"))),
+            ["-/web", "shop/web", "bank/web"]
+        );
+        assert_eq!(shown(filter(Some("bank"), Some("web"))), ["bank/web"]);
+        assert!(shown(filter(Some("shop"), Some("nobody"))).is_empty());
+        let table =
+            render_skipped(&refused, &filter(Some("shop"), Some("db")), GetOutput::Wide).unwrap();
+        assert_eq!(table.lines().count(), 2, "{table}");
+        assert!(
+            table
+                .lines()
+                .nth(1)
+                .unwrap()
+                .starts_with("NetworkPolicy shop      db "),
+            "{table}"
+        );
+        assert_eq!(
+            render_skipped(&refused, &filter(Some("none"), None), GetOutput::Table).unwrap(),
+            "no object skipped or partly enforced\n"
+        );
+    }
+
+    /// A long applied-to list is summarised in the table (how many, the
+    /// first three) and whole in `-o wide` and JSON.
+    #[test]
+    fn policies_summarise_long_applied_to_lists_in_the_table_only() {
+        use crate::ruleset::{PolicyKind, PolicyRef};
+        let summary = PolicySummary {
+            policy: PolicyRef {
+                kind: PolicyKind::AntreaClusterNetworkPolicy,
+                namespace: None,
+                name: "wide-net".into(),
+            },
+            tier: Some("application".into()),
+            tier_priority: Some(250),
+            priority: Some(5.0),
+            rules: 1,
+            rule_names: vec!["allow-all".into()],
+            applied_to: ["a", "b", "c", "d", "e"].map(String::from).to_vec(),
+        };
+        let all = GetFilter::default();
+        let cell = |output: GetOutput| -> String {
+            let text = render_policies(std::slice::from_ref(&summary), &all, output).unwrap();
+            let row: Vec<&str> = text.lines().nth(1).unwrap().split_whitespace().collect();
+            row[5..row.len() - 1].join(" ")
+        };
+        assert_eq!(cell(GetOutput::Table), "5: a,b,c,...");
+        assert_eq!(cell(GetOutput::Wide), "a,b,c,d,e");
+        let json = render_policies(std::slice::from_ref(&summary), &all, GetOutput::Json).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(
+            v[0]["appliedTo"],
+            serde_json::json!(["a", "b", "c", "d", "e"])
+        );
+        let yaml = render_policies(&[summary], &all, GetOutput::Yaml).unwrap();
+        assert!(yaml.contains("- e"), "{yaml}");
     }
 
     #[test]

@@ -13,7 +13,9 @@ use crate::fqdn::{FqdnLookup, FqdnPattern, StaticFqdn};
 use crate::http::{self, HttpEvent, RequestHead, RequestTracker, DEFAULT_MAX_HEAD};
 use crate::model::PortProtocol;
 use crate::packet::flow::{Flow, Transport, Verdict};
-use crate::ruleset::{Consulted, Decision, DirectionDecision, Endpoint, Outcome, Ruleset};
+use crate::ruleset::{
+    Consulted, Decision, DirectionDecision, Endpoint, Outcome, PolicyRef, Ruleset,
+};
 
 /// Why a flow could not be traced.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -124,6 +126,11 @@ pub struct DirectionReport {
     /// Every rule met, in order, up to the one that decided.
     #[serde(default)]
     pub consulted: Vec<ConsultedRule>,
+    /// The Kubernetes NetworkPolicies that isolate the endpoint in this
+    /// direction (a deny-all among them, which has no rule to consult):
+    /// when no Antrea rule decides, only their rules can allow.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub isolated_by: Vec<String>,
 }
 
 /// The answer of `tollgate trace`, offline or from the agent.
@@ -192,6 +199,7 @@ pub fn trace(
     let fqdn = Either(learned, StaticFqdn(given.collect()));
     let decision = ruleset.classify(&flow, &fqdn);
     let [egress, ingress] = ruleset.consulted(&flow, &fqdn);
+    let isolating = ruleset.isolating(&flow);
     let head = http_request(request)?;
     let http_allowed = match (head, decision.l7.is_empty()) {
         (Some(head), false) => Some(decision.l7.iter().all(|protocols| {
@@ -206,6 +214,7 @@ pub fn trace(
         &fqdn,
         &decision,
         [egress, ingress],
+        isolating,
         http_allowed,
     ))
 }
@@ -216,6 +225,7 @@ fn report(
     fqdn: &dyn FqdnLookup,
     decision: &Decision,
     [egress, ingress]: [Vec<Consulted>; 2],
+    [egress_isolation, ingress_isolation]: [&[PolicyRef]; 2],
     http_allowed: Option<bool>,
 ) -> TraceReport {
     let verdict = match http_allowed {
@@ -243,8 +253,8 @@ fn report(
         dst: side(flow.dst),
         src_port,
         dst_port,
-        egress: direction(&decision.egress, egress),
-        ingress: direction(&decision.ingress, ingress),
+        egress: direction(&decision.egress, egress, egress_isolation),
+        ingress: direction(&decision.ingress, ingress, ingress_isolation),
         fqdn: ruleset
             .fqdn_patterns()
             .iter()
@@ -257,7 +267,11 @@ fn report(
     }
 }
 
-fn direction(d: &DirectionDecision, consulted: Vec<Consulted>) -> DirectionReport {
+fn direction(
+    d: &DirectionDecision,
+    consulted: Vec<Consulted>,
+    isolated_by: &[PolicyRef],
+) -> DirectionReport {
     let rule = d.rule();
     DirectionReport {
         direction: d.direction.as_str().to_string(),
@@ -285,6 +299,7 @@ fn direction(d: &DirectionDecision, consulted: Vec<Consulted>) -> DirectionRepor
                 matched: c.matched,
             })
             .collect(),
+        isolated_by: isolated_by.iter().map(ToString::to_string).collect(),
     }
 }
 

@@ -153,10 +153,18 @@ fn run(command: Command) -> Result<ExitCode, CommandError> {
             print!("{}", commands::render_fqdn(&rows, output.output)?);
         }
         Command::Get {
-            what: GetCommand::Skipped { socket, output },
+            what:
+                GetCommand::Skipped {
+                    socket,
+                    filter,
+                    output,
+                },
         } => match commands::ask(&socket.socket, &Request::Skipped)? {
             Response::Skipped(refused) => {
-                print!("{}", commands::render_skipped(&refused, output.output)?)
+                print!(
+                    "{}",
+                    commands::render_skipped(&refused, &filter, output.output)?
+                )
             }
             Response::Error(error) => return Err(CommandError::Usage(error)),
             other => return Err(unexpected(&other)),

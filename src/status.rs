@@ -41,31 +41,13 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Privileged, PrivilegedProtocol};
+use crate::config::{Privileged, PrivilegedHook, PrivilegedProtocol};
 use crate::explain::{self, EndpointReport, TraceReport, TraceRequest};
 use crate::fqdn::{FqdnTable, NoFqdn};
 use crate::marks::FailMode;
 use crate::ruleset::{Endpoint, PolicySummary, Ruleset};
 use crate::source::kube::{Reason, Refusal, SourceState};
-use crate::telemetry::{Check, Health, Probes, Registry};
-
-/// An entry as `--privileged` takes it: `CIDR[,proto[/port]]`.
-fn privileged_text(entry: &Privileged) -> String {
-    let mut text = entry.cidr.to_string();
-    if let Some(protocol) = entry.protocol {
-        let name = match protocol {
-            PrivilegedProtocol::Tcp => "tcp",
-            PrivilegedProtocol::Udp => "udp",
-            PrivilegedProtocol::Sctp => "sctp",
-            PrivilegedProtocol::Icmp => "icmp",
-        };
-        text.push_str(&format!(",{name}"));
-        if let Some(port) = entry.port {
-            text.push_str(&format!("/{port}"));
-        }
-    }
-    text
-}
+use crate::telemetry::{Check, Metrics, Probes};
 
 /// Where `tollgate run` listens and the CLI connects unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/tollgate/tollgate.sock";
@@ -219,6 +201,11 @@ pub struct StatusReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict_cache_hits: Option<u64>,
     pub queues: Vec<QueueReport>,
+    /// The agent-level series of the metrics (reloads, kernel writes,
+    /// audit lines, Kubernetes watch errors and Events), read from the
+    /// same counters.
+    #[serde(default)]
+    pub agent_series: Vec<AgentSeries>,
     pub audit_log: Option<PathBuf>,
     pub metrics_address: Option<String>,
     /// The Kubernetes source; `None` with a policy directory.
@@ -247,6 +234,14 @@ pub struct ReloadReport {
     pub seconds_ago: u64,
     /// `None` when it was applied.
     pub error: Option<String>,
+}
+
+/// One agent-level series: its name as `/metrics` exports it, labels
+/// included, and its value.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AgentSeries {
+    pub series: String,
+    pub value: f64,
 }
 
 /// One queue's counters: its worker's, then the kernel's.
@@ -314,8 +309,9 @@ pub struct AgentStatus {
     audit_log: Option<PathBuf>,
     metrics_address: Option<String>,
     ruleset: Arc<ArcSwap<Ruleset>>,
-    counters: Arc<Registry>,
-    health: Arc<Health>,
+    /// The agent's metrics: the queues' counter sets, the workers'
+    /// heartbeats and the agent-level series.
+    metrics: Arc<Metrics>,
     /// The source's snapshot in force is complete (files loaded, or every
     /// Kubernetes kind listed once); false at start.
     snapshot_complete: AtomicBool,
@@ -359,8 +355,7 @@ impl AgentStatus {
     pub fn new(
         facts: AgentFacts,
         ruleset: Arc<ArcSwap<Ruleset>>,
-        counters: Arc<Registry>,
-        health: Arc<Health>,
+        metrics: Arc<Metrics>,
     ) -> AgentStatus {
         AgentStatus {
             started: Instant::now(),
@@ -370,8 +365,7 @@ impl AgentStatus {
             audit_log: facts.audit_log,
             metrics_address: facts.metrics_address,
             ruleset,
-            counters,
-            health,
+            metrics,
             snapshot_complete: AtomicBool::new(false),
             state: Mutex::new(State::default()),
             fqdn: OnceLock::new(),
@@ -486,7 +480,8 @@ impl AgentStatus {
         let ruleset = self.ruleset.load();
         let state = self.state();
         let queues = self
-            .counters
+            .metrics
+            .counters()
             .snapshot()
             .into_iter()
             .map(|queue| QueueReport {
@@ -528,6 +523,12 @@ impl AgentStatus {
             bridged_traffic_unseen: state.bridged_traffic_unseen.clone(),
             verdict_cache_hits: state.verdict_cache_hits,
             queues,
+            agent_series: self
+                .metrics
+                .agent_series()
+                .into_iter()
+                .map(|(series, value)| AgentSeries { series, value })
+                .collect(),
             audit_log: self.audit_log.clone(),
             metrics_address: self.metrics_address.clone(),
             kubernetes: self.kubernetes_report(),
@@ -563,7 +564,7 @@ impl AgentStatus {
         match traced {
             Ok(mut report) => {
                 if let Some(entry) = self.privileged_for(&ruleset, &report) {
-                    report.privileged = Some(privileged_text(entry));
+                    report.privileged = Some(entry.to_string());
                     report.verdict = crate::packet::flow::Verdict::Allow.to_string();
                 }
                 Response::Trace(Box::new(report))
@@ -573,17 +574,24 @@ impl AgentStatus {
     }
 
     /// The `datapath.privileged` entry the datapath accepts a traced flow
-    /// by before any policy, as its rules do: to the Node from the entry's
-    /// range, from the Node to it, routed from or to it; on the entry's
-    /// protocol and destination port when it names them.
+    /// by before any policy, as its rules do: on its hook (input to the
+    /// Node, output from it, forward when routed) if the entry lists it,
+    /// from the entry's range (input), to it (output), from or to it
+    /// (forward); on the entry's protocol and destination port when it
+    /// names them.
     fn privileged_for(&self, ruleset: &Ruleset, report: &TraceReport) -> Option<&Privileged> {
         let node = |ip| matches!(ruleset.endpoint_of(ip), Some(Endpoint::Node { .. }));
         let (src, dst) = (report.src.address, report.dst.address);
+        let hook = match (node(src), node(dst)) {
+            (_, true) => PrivilegedHook::Input,
+            (true, false) => PrivilegedHook::Output,
+            (false, false) => PrivilegedHook::Forward,
+        };
         self.privileged.iter().find(|entry| {
-            let range = match (node(src), node(dst)) {
-                (_, true) => entry.cidr.contains(&src),
-                (true, false) => entry.cidr.contains(&dst),
-                (false, false) => entry.cidr.contains(&src) || entry.cidr.contains(&dst),
+            let range = match hook {
+                PrivilegedHook::Input => entry.cidr.contains(&src),
+                PrivilegedHook::Output => entry.cidr.contains(&dst),
+                PrivilegedHook::Forward => entry.cidr.contains(&src) || entry.cidr.contains(&dst),
             };
             let protocol = entry.protocol.is_none_or(|p| {
                 let name = match p {
@@ -595,7 +603,7 @@ impl AgentStatus {
                 report.protocol == name
             });
             let port = entry.port.is_none_or(|p| report.dst_port == Some(p));
-            range && protocol && port
+            entry.on(hook) && range && protocol && port
         })
     }
 }
@@ -605,7 +613,7 @@ impl Probes for AgentStatus {
     /// [`AgentStatus::ready`].
     fn check(&self, check: Check) -> Result<(), String> {
         match check {
-            Check::Live => self.health.live(),
+            Check::Live => self.metrics.health().live(),
             Check::Ready => self.ready(),
         }
     }
@@ -995,6 +1003,20 @@ pub fn render_status(report: &StatusReport) -> String {
         "metrics:            {}",
         report.metrics_address.as_deref().unwrap_or("off")
     );
+    // The agent-level series, as /metrics names them.
+    if !report.agent_series.is_empty() {
+        let width = report
+            .agent_series
+            .iter()
+            .map(|row| row.series.len())
+            .max()
+            .unwrap_or(0);
+        let _ = writeln!(out);
+        let _ = writeln!(out, "{:<width$} VALUE", "METRIC");
+        for row in &report.agent_series {
+            let _ = writeln!(out, "{:<width$} {}", row.series, row.value);
+        }
+    }
     // One table per kind of worker, every counter any of its queues has
     // as a column (the kernel lists only the queues bound now): `-` where
     // a queue has no such counter.
@@ -1042,26 +1064,31 @@ mod tests {
     use crate::workers::ConnectionCounters;
 
     fn status() -> Arc<AgentStatus> {
-        status_with(Arc::new(Health::default()))
+        status_with(Arc::new(Metrics::new()))
     }
 
-    fn status_with(health: Arc<Health>) -> Arc<AgentStatus> {
+    fn facts() -> AgentFacts {
+        AgentFacts {
+            node_name: "n1".into(),
+            fail_mode: FailMode::Closed,
+            privileged: Vec::new(),
+            audit_log: None,
+            metrics_address: None,
+        }
+    }
+
+    fn status_with(metrics: Arc<Metrics>) -> Arc<AgentStatus> {
         let ruleset = Arc::new(ArcSwap::from_pointee(Ruleset::default()));
         let stats = Arc::new(ConnectionCounters::default());
         stats.allowed.fetch_add(2, Ordering::Relaxed);
-        let counters = Arc::new(Registry::default());
-        counters.register(100, "queue", vec![stats]);
+        metrics.counters().register(100, "queue", vec![stats]);
         Arc::new(AgentStatus::new(
             AgentFacts {
-                node_name: "n1".into(),
-                fail_mode: FailMode::Closed,
-                privileged: Vec::new(),
-                audit_log: None,
                 metrics_address: Some("127.0.0.1:9100".into()),
+                ..facts()
             },
             ruleset,
-            counters,
-            health,
+            metrics,
         ))
     }
 
@@ -1074,8 +1101,8 @@ mod tests {
 
     #[test]
     fn ready_once_a_complete_snapshot_is_in_the_kernel_live_while_workers_run() {
-        let health = Arc::new(Health::default());
-        let s = status_with(Arc::clone(&health));
+        let metrics = Arc::new(Metrics::new());
+        let s = status_with(Arc::clone(&metrics));
         let not = |why: &str| CheckReport {
             ok: false,
             reason: Some(why.into()),
@@ -1104,7 +1131,7 @@ mod tests {
         assert_eq!(check(&s, Check::Ready), ok);
         // Liveness follows the heartbeats.
         assert_eq!(check(&s, Check::Live), ok);
-        let beat = health.register(100, "queue");
+        let beat = metrics.health().register(100, "queue");
         beat.down("panicked: boom; restarting in 1s".into());
         assert_eq!(
             check(&s, Check::Live),
@@ -1203,7 +1230,8 @@ mod tests {
         use crate::telemetry::counters::{CounterSet, Series};
         use crate::telemetry::kernel::KernelCounters;
         use crate::workers::{DnsCounters, L7Counters, QueueCounters};
-        let counters = Arc::new(Registry::default());
+        let metrics = Arc::new(Metrics::new());
+        let counters = metrics.counters();
         let connection = |kernel: bool| {
             // In the agent's order: the worker's own set, then the queue's.
             let mut sets: Vec<Arc<dyn CounterSet>> = vec![
@@ -1231,16 +1259,9 @@ mod tests {
         ];
         counters.register(102, "L7 queue", l7);
         let s = AgentStatus::new(
-            AgentFacts {
-                node_name: "n1".into(),
-                fail_mode: FailMode::Closed,
-                privileged: Vec::new(),
-                audit_log: None,
-                metrics_address: None,
-            },
+            facts(),
             Arc::new(ArcSwap::from_pointee(Ruleset::default())),
-            counters,
-            Arc::new(Health::default()),
+            Arc::clone(&metrics),
         );
         let report = s.report();
         let text = render_status(&report);
@@ -1310,6 +1331,93 @@ mod tests {
         }
     }
 
+    /// The agent-level rows of `status` are the agent-level series of
+    /// `/metrics`, by name and value, read from the same counters: what
+    /// moves one moves the other.
+    #[test]
+    fn status_shows_the_agent_series_of_the_metrics() {
+        use crate::telemetry::{AuditSkip, KubeEvent, ReloadResult};
+        let metrics = Arc::new(Metrics::new());
+        let s = status_with(Arc::clone(&metrics));
+        metrics.reload(ReloadResult::Rejected);
+        metrics.reload(ReloadResult::Applied);
+        metrics.datapath_applied(Duration::from_millis(250));
+        metrics.datapath_apply_failed(&crate::datapath::ApplyError::Write {
+            step: crate::datapath::Step::Table(crate::datapath::Family::V4),
+            source: crate::datapath::DatapathError::UnknownBackend {
+                version: String::new(),
+            },
+        });
+        metrics.datapath_drift_repaired();
+        metrics.audit_written(7);
+        metrics.audit_skipped(AuditSkip::Queue, 2);
+        metrics.kubernetes_watch_error();
+        metrics.kubernetes_event(KubeEvent::Created);
+        metrics.kubernetes_event(KubeEvent::Failed);
+        let report = s.report();
+        let rendered = metrics.render();
+        let exposition: std::collections::BTreeMap<&str, f64> = rendered
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| {
+                let (key, value) = l.rsplit_once(' ')?;
+                Some((key, value.parse().ok()?))
+            })
+            .collect();
+        assert_eq!(report.agent_series.len(), 20);
+        for row in &report.agent_series {
+            assert_eq!(
+                exposition.get(row.series.as_str()),
+                Some(&row.value),
+                "{} in status, not so in /metrics",
+                row.series
+            );
+        }
+        // Every family the rows come from, each label value included.
+        let names: Vec<&str> = report
+            .agent_series
+            .iter()
+            .map(|r| r.series.as_str())
+            .collect();
+        for expected in [
+            "tollgate_reloads_total{result=\"applied\"}",
+            "tollgate_reloads_total{result=\"rejected\"}",
+            "tollgate_reloads_total{result=\"failed\"}",
+            "tollgate_last_reload_success",
+            "tollgate_datapath_last_apply_duration_seconds",
+            "tollgate_datapath_apply_failures_total{step=\"iptables\"}",
+            "tollgate_datapath_drift_repairs_total",
+            "tollgate_audit_lines_written_total",
+            "tollgate_audit_lines_skipped_total{reason=\"queue_full\"}",
+            "tollgate_kubernetes_watch_errors_total",
+            "tollgate_kubernetes_events_total{result=\"dropped\"}",
+        ] {
+            assert!(names.contains(&expected), "{expected} not in status");
+        }
+        let text = render_status(&report);
+        for line in [
+            "tollgate_reloads_total{result=\"rejected\"}",
+            "tollgate_datapath_last_apply_duration_seconds",
+            "tollgate_audit_lines_written_total",
+            "tollgate_kubernetes_events_total{result=\"created\"}",
+        ] {
+            let row = text
+                .lines()
+                .find(|l| l.split_whitespace().next() == Some(line))
+                .unwrap_or_else(|| panic!("{line} missing in\n{text}"));
+            let shown: f64 = row.split_whitespace().nth(1).unwrap().parse().unwrap();
+            assert_eq!(Some(&shown), exposition.get(line), "{row}");
+        }
+        assert!(text.contains("\nMETRIC "), "{text}");
+        // JSON carries the rows too.
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(
+            json["agentSeries"][0]["series"],
+            "tollgate_reloads_total{result=\"applied\"}"
+        );
+        assert_eq!(json["agentSeries"][0]["value"], 1.0);
+    }
+
     #[test]
     fn trace_answers_with_the_live_ruleset_and_says_when_privileged_accepts() {
         let yaml = "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: {addresses: [{type: InternalIP, address: 10.0.0.1}]}\n---\napiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {name: lock}\nspec:\n  priority: 1\n  tier: securityops\n  appliedTo: [{nodeSelector: {}}]\n  ingress: [{name: drop-all, action: Drop, from: [{ipBlock: {cidr: 0.0.0.0/0}}]}]\n";
@@ -1324,18 +1432,23 @@ mod tests {
             AgentFacts {
                 node_name: "n1".into(),
                 fail_mode: FailMode::Closed,
-                privileged: vec!["10.9.0.0/16,tcp/22".parse().unwrap()],
+                privileged: vec![
+                    "10.9.0.0/16,tcp/22".parse().unwrap(),
+                    Privileged {
+                        hooks: vec![PrivilegedHook::Forward],
+                        .."10.7.0.0/16,tcp/22".parse::<Privileged>().unwrap()
+                    },
+                ],
                 audit_log: None,
                 metrics_address: None,
             },
             Arc::new(ArcSwap::from_pointee(ruleset)),
-            Arc::new(Registry::default()),
-            Arc::new(Health::default()),
+            Arc::new(Metrics::new()),
         );
-        let trace = |src: &str, port: &str| {
+        let trace_to = |src: &str, dst: &str, port: &str| {
             let request = TraceRequest {
                 src: src.into(),
-                dst: "node:n1".into(),
+                dst: dst.into(),
                 protocol: explain::TraceProtocol::Tcp,
                 src_port: 40000,
                 dst_port: Some(port.into()),
@@ -1353,6 +1466,7 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         };
+        let trace = |src: &str, port: &str| trace_to(src, "node:n1", port);
         let ssh = trace("10.9.3.4", "22");
         assert_eq!(ssh.privileged.as_deref(), Some("10.9.0.0/16,tcp/22"));
         assert_eq!(ssh.verdict, "Allow");
@@ -1365,6 +1479,18 @@ mod tests {
             let denied = trace(src, port);
             assert_eq!((denied.verdict.as_str(), denied.privileged), ("Drop", None));
         }
+        // Routed traffic: only the entry that lists `forward` accepts it,
+        // and the Node's entry accepts nothing routed (the trace has no
+        // policy for these addresses, so their verdict is Allow anyway).
+        let routed = trace_to("10.9.3.4", "10.9.3.5", "22");
+        assert_eq!(routed.privileged, None);
+        let routed = trace_to("10.6.0.1", "10.7.3.5", "22");
+        assert_eq!(
+            routed.privileged.as_deref(),
+            Some("10.7.0.0/16,tcp/22 on forward")
+        );
+        // The entry does not reach the Node.
+        assert_eq!(trace("10.7.3.4", "22").privileged, None);
         let unknown = Request::Trace(Box::new(TraceRequest {
             src: "ns/nobody".into(),
             ..match serde_json::from_str::<Request>(

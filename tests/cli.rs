@@ -315,6 +315,7 @@ fn trace_verbose_lists_every_rule_consulted_in_order() {
             "1. AntreaNetworkPolicy:backend/web-read-only-and-api rule allow-read-and-api (tier securityops): no match (Allow)",
             "2. AntreaClusterNetworkPolicy:tenant-isolation rule pass-from-prod (tier securityops): no match (Pass)",
             "3. AntreaClusterNetworkPolicy:tenant-isolation rule reject-from-dev (tier securityops): matched (Reject)",
+            "isolated by K8sNetworkPolicy:backend/web-from-prod-clients: past the Antrea tiers, only their rules allow",
         ],
         "{text}"
     );
@@ -739,4 +740,111 @@ fn validate_warns_on_empty_directories_missing_inventory_and_policies_selecting_
     // The examples of rules/ select something each: no warning.
     let out = tollgate(&["validate", "rules/"]);
     assert_eq!(stderr(&out), "", "{}", stderr(&out));
+}
+
+/// An ACNP naming a ClusterGroup that is not defined (yet) is valid, as
+/// Antrea admits it, and enforced in part: `validate` exits 0 and says so
+/// in a `warning:` line on stderr.
+#[test]
+fn validate_warns_on_a_reference_to_a_missing_cluster_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dangling.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {name: to-db}\nspec:\n  priority: 5\n  tier: application\n  appliedTo: [{podSelector: {}}]\n  egress:\n  - action: Allow\n    to: [{group: db-servers}]\n",
+    )
+    .unwrap();
+    let out = tollgate(&["validate", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let warnings = stderr(&out);
+    let lines: Vec<&str> = warnings.lines().collect();
+    assert_eq!(lines.len(), 1, "{warnings}");
+    assert!(
+        lines[0].starts_with("warning: ")
+            && lines[0].contains("ClusterNetworkPolicy to-db")
+            && lines[0].contains("spec.egress[0].to[0].group")
+            && lines[0].contains("db-servers"),
+        "{warnings}"
+    );
+    assert!(
+        stdout(&out).starts_with("valid: 1 object(s)"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+/// Without `--policies` and `--socket`, `trace` asks the agent at the
+/// default socket; with none there it says which path it tried, exit 2.
+#[test]
+fn trace_without_policies_asks_the_default_socket() {
+    let default = tollgate::status::DEFAULT_SOCKET;
+    if Path::new(default).exists() {
+        eprintln!("{default} exists on this host: an agent may answer; not checked");
+        return;
+    }
+    let out = tollgate(&[
+        "trace",
+        "--src",
+        "10.0.0.1",
+        "--dst",
+        "10.0.0.2",
+        "--protocol",
+        "udp",
+        "--dst-port",
+        "53",
+        "--exit-code",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = stderr(&out);
+    assert!(
+        stderr.contains(&format!("status socket {default}: "))
+            && stderr.contains("is `tollgate run` running?"),
+        "{stderr}"
+    );
+}
+
+/// A Kubernetes deny-all has no rule: `trace -v` names it as the policy
+/// isolating the endpoint, in text and JSON.
+#[test]
+fn trace_verbose_names_a_deny_all_that_isolates_without_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("deny-all.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: db, namespace: bank, labels: {app: db}}\nstatus: {podIP: 10.1.0.5}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: app, namespace: bank, labels: {app: app}}\nstatus: {podIP: 10.1.0.6}\n---\napiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: deny-all, namespace: bank}\nspec:\n  podSelector: {}\n  policyTypes: [Ingress]\n",
+    )
+    .unwrap();
+    let path = dir.path().to_str().unwrap();
+    let flags = [
+        "trace",
+        "--policies",
+        path,
+        "--src",
+        "bank/app",
+        "--dst",
+        "bank/db",
+        "--protocol",
+        "tcp",
+        "--dst-port",
+        "5432",
+    ];
+    let text = stdout(&tollgate(&[&flags[..], &["-v"]].concat()));
+    assert_eq!(
+        text.lines().collect::<Vec<_>>(),
+        [
+            "verdict: Drop",
+            "  flow: TCP 10.1.0.6:40000 (bank/app) -> 10.1.0.5:5432 (bank/db)",
+            "  Egress [bank/app]: no policy applies",
+            "    no rule consulted",
+            "  Ingress [bank/db]: Drop: isolated by K8sNetworkPolicy:bank/deny-all and no rule allows it",
+            "    no rule consulted",
+            "    isolated by K8sNetworkPolicy:bank/deny-all: past the Antrea tiers, only their rules allow",
+        ],
+        "{text}"
+    );
+    let v = json(&tollgate(&[&flags[..], &["-o", "json"]].concat()));
+    assert_eq!(
+        v["ingress"]["isolatedBy"],
+        serde_json::json!(["K8sNetworkPolicy:bank/deny-all"])
+    );
+    assert_eq!(v["ingress"]["outcome"], "K8sDefaultDeny");
 }

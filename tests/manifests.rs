@@ -949,7 +949,7 @@ fn daemonset_runs_on_linux_under_the_default_seccomp_profile_with_its_configmap(
     );
 
     // The audit log is written under a hostPath.
-    let audit = config.audit.file.expect("audit log on");
+    let audit = config.audit.file.clone().expect("audit log on");
     let audit_mount = mounts
         .iter()
         .find(|m| audit.starts_with(&m.mount_path))
@@ -962,7 +962,29 @@ fn daemonset_runs_on_linux_under_the_default_seccomp_profile_with_its_configmap(
     assert_ne!(audit_mount.read_only, Some(true));
 
     // The no-lock-out set: SSH, the kubelet and the API server, IPv4 and
-    // IPv6, ahead of every policy.
+    // IPv6, ahead of every policy, for the node's own traffic only: no
+    // shipped entry exempts routed (Pod) traffic, and the plan puts none
+    // of them on the FORWARD hook.
+    for entry in &config.datapath.privileged {
+        assert_eq!(
+            entry.hooks,
+            tollgate::config::NODE_HOOKS,
+            "{entry} reaches beyond the node"
+        );
+    }
+    let plan = tollgate::datapath::plan::desired(
+        &config.datapath,
+        &config.queue_numbers(),
+        &tollgate::ruleset::Enforced::default(),
+        &[],
+    );
+    for table in [&plan.v4, &plan.v6] {
+        let forward = &table.chains["TOLLGATE-FORWARD"];
+        assert!(
+            !forward.iter().any(|r| r.contains("--dport")),
+            "privileged rules on FORWARD: {forward:#?}"
+        );
+    }
     for port in [22, 10250, 6443] {
         for any in ["0.0.0.0/0", "::/0"] {
             assert!(

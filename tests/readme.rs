@@ -17,7 +17,10 @@
 //!
 //! It owns only the marked blocks; it must never run a command that needs
 //! root, the network or a running agent (the marker's command is checked
-//! to be one of the offline subcommands).
+//! to be one of the offline subcommands). Blocks marked `<!-- readme-live:
+//! NAME -->` are a running agent's output: the end-to-end test
+//! `tests/netns/ops.rs` compares and rewrites them; this file only checks
+//! that each is where that test looks for it.
 
 use std::path::Path;
 use std::process::Command;
@@ -167,4 +170,39 @@ fn markers_are_found_and_a_stale_block_is_reported() {
         "{fresh}"
     );
     assert_ne!(lines[3..5].join("\n") + "\n", fresh);
+}
+
+/// The live blocks `tests/netns/ops.rs` fills: each marked once, fenced,
+/// opening with the command it shows.
+#[test]
+fn live_blocks_are_marked_once_and_fenced() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let lines: Vec<&str> = readme.lines().collect();
+    let mut names = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let Some(rest) = line.trim().strip_prefix("<!-- readme-live: ") else {
+            continue;
+        };
+        let name = rest
+            .strip_suffix(" -->")
+            .expect("marker closed on its line");
+        assert!(
+            lines
+                .get(i + 1)
+                .is_some_and(|l| l.trim_start().starts_with("```")),
+            "README.md:{}: a fenced block must follow the marker",
+            i + 1
+        );
+        assert!(
+            lines
+                .get(i + 2)
+                .is_some_and(|l| l.starts_with("$ tollgate ")),
+            "README.md:{}: the block opens with the command",
+            i + 2
+        );
+        names.push(name);
+    }
+    names.sort_unstable();
+    assert_eq!(names, ["get-endpoints", "status", "trace-verbose"]);
 }

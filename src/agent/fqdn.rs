@@ -1,6 +1,9 @@
-//! The agent's FQDN side: the table seeded from what the kernel's FQDN sets
-//! still hold at start, the DNS reply worker, started (once) before the
-//! first ruleset whose DNS rules would queue replies is installed, and with
+//! The agent's FQDN side: the DNS counters, registered at the agent's
+//! start (so every `tollgate_dns_*`/`tollgate_fqdn_*` series is exported,
+//! at zero, before any FQDN policy exists), the table seeded from what the
+//! kernel's FQDN sets still hold at start, the DNS reply worker, started
+//! (once) before the first ruleset whose DNS rules would queue replies is
+//! installed, and with
 //! it the resolve-ahead thread (`fqdn.resolve: exact`), told the selectors
 //! of each ruleset once its sets exist. Its resolvers: `fqdn.resolvers`,
 //! else the cluster DNS (Service `kube-system/kube-dns` in the inventory),
@@ -21,7 +24,7 @@ use crate::ruleset::Ruleset;
 use crate::telemetry::Metrics;
 use crate::workers::fqdn_sets::restored_entries;
 use crate::workers::resolver::{nameservers, Resolver};
-use crate::workers::DnsWorker;
+use crate::workers::{DnsCounters, DnsWorker};
 
 /// Where the node's resolvers are listed (default `fqdn.resolvers` without
 /// a cluster DNS).
@@ -43,7 +46,19 @@ pub(super) struct Fqdn {
     resolver: Option<Resolver>,
     /// The cluster DNS the first snapshot named (empty: none).
     cluster_dns: Vec<IpAddr>,
+    /// The DNS worker's counters, registered since the agent's start.
+    stats: Arc<DnsCounters>,
     metrics: Arc<Metrics>,
+}
+
+/// The DNS worker's counters, registered for `config`'s DNS queue before
+/// any worker runs: the worker counts into them once it starts.
+pub(super) fn register_dns_counters(config: &AgentConfig, metrics: &Metrics) -> Arc<DnsCounters> {
+    let stats = Arc::new(DnsCounters::default());
+    metrics
+        .counters()
+        .register(config.fqdn.dns_queue, "dns", vec![Arc::clone(&stats) as _]);
+    stats
 }
 
 impl Fqdn {
@@ -55,6 +70,7 @@ impl Fqdn {
         ruleset: &Ruleset,
         snapshot: &Snapshot,
         config: &Arc<AgentConfig>,
+        stats: &Arc<DnsCounters>,
         metrics: &Arc<Metrics>,
     ) -> Result<Fqdn, AgentError> {
         let learned: Vec<_> = kernel
@@ -80,6 +96,7 @@ impl Fqdn {
             dns: None,
             resolver: None,
             cluster_dns: cluster_dns(snapshot),
+            stats: Arc::clone(stats),
             metrics: Arc::clone(metrics),
         })
     }
@@ -97,6 +114,7 @@ impl Fqdn {
         let worker = DnsWorker::spawn(
             &self.config.fqdn,
             Arc::clone(&self.mirror),
+            Arc::clone(&self.stats),
             Arc::clone(&self.metrics),
         )?;
         tracing::info!(queue = worker.queue, "dns worker started");

@@ -89,6 +89,8 @@ struct Base {
     _status_server: Option<StatusServer>,
     /// The verdict cache generation of each ruleset put in force.
     generations: Generations,
+    /// The DNS worker's counters, registered at the start.
+    dns_counters: Arc<crate::workers::DnsCounters>,
 }
 
 /// The agent before its source's first complete snapshot. No queue is
@@ -158,6 +160,7 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
     );
 
     let metrics = Arc::new(Metrics::new());
+    let dns_counters = fqdn::register_dns_counters(&config, &metrics);
     let (events, inbox) = mpsc::channel();
     signals::listen(events.clone()).map_err(AgentError::Signals)?;
     let (source, kubernetes, docker) = open_source(args, &config, events, &metrics)?;
@@ -180,8 +183,7 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
             metrics_address: config.metrics.address.map(|a| a.to_string()),
         },
         Arc::clone(&policy),
-        Arc::clone(metrics.counters()),
-        Arc::clone(metrics.health()),
+        Arc::clone(&metrics),
     ));
     if let Some(state) = kubernetes {
         status.kubernetes_source(state);
@@ -215,6 +217,7 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
             audit,
             _status_server: status_server,
             generations,
+            dns_counters,
         },
         policy,
         startup_done: found,
@@ -277,7 +280,14 @@ impl Starting {
             .generations
             .stamp(compile(snapshot, &node), snapshot, &node);
         let installed = adopted(&base.kernel.installed()?);
-        let mut fqdn = Fqdn::restore(&base.kernel, &ruleset, snapshot, config, &base.metrics)?;
+        let mut fqdn = Fqdn::restore(
+            &base.kernel,
+            &ruleset,
+            snapshot,
+            config,
+            &base.dns_counters,
+            &base.metrics,
+        )?;
         let mirror = Arc::clone(&fqdn.mirror);
         base.status.fqdn_table(Arc::clone(&mirror));
         let patterns = ruleset.fqdn_patterns().to_vec();

@@ -120,6 +120,7 @@ impl Compiler<'_> {
             for &endpoint in &selected {
                 let lists = &mut self.lists[endpoint as usize][dir_index(direction)];
                 lists.k8s.get_or_insert_with(Vec::new).extend(&ids);
+                self.isolated_by[endpoint as usize][dir_index(direction)].push(reference.clone());
             }
         }
         self.policies.push(PolicySummary {

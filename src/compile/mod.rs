@@ -24,7 +24,7 @@ use std::sync::Arc;
 use crate::fqdn::FqdnPattern;
 use crate::model::{Direction, PolicyPort, PolicyProtocol, PortProtocol, PortValue, Snapshot};
 use crate::ruleset::{
-    CompiledRule, Endpoint, Parts, PolicySummary, RuleLists, Ruleset, ServiceMatch,
+    CompiledRule, Endpoint, Parts, PolicyRef, PolicySummary, RuleLists, Ruleset, ServiceMatch,
 };
 
 use inventory::{Inventory, PodIdx};
@@ -60,6 +60,9 @@ struct Compiler<'a> {
     rules: Vec<CompiledRule>,
     /// Per endpoint (index into `endpoints`), per direction.
     lists: Vec<[RuleLists; 2]>,
+    /// Per endpoint, per direction: the Kubernetes NetworkPolicies that
+    /// isolate it (`tollgate trace` names them; a deny-all has no rule).
+    isolated_by: Vec<[Vec<PolicyRef>; 2]>,
     endpoints: Vec<Endpoint>,
     endpoint_of_target: HashMap<Target, u32>,
     address_sets: HashMap<String, Arc<HashSet<IpAddr>>>,
@@ -96,12 +99,14 @@ impl<'a> Compiler<'a> {
             }
         }
         let lists = vec![Default::default(); endpoints.len()];
+        let isolated_by = vec![Default::default(); endpoints.len()];
         Compiler {
             inv,
             snapshot,
             tiers: tier_priorities(snapshot),
             rules: Vec::new(),
             lists,
+            isolated_by,
             endpoints,
             endpoint_of_target,
             address_sets: HashMap::new(),
@@ -188,6 +193,7 @@ impl<'a> Compiler<'a> {
             rules: self.rules,
             endpoints: self.endpoints,
             lists: self.lists,
+            isolated_by: self.isolated_by,
             addresses,
             named_ports,
             names,

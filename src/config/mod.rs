@@ -27,7 +27,9 @@ mod values;
 
 pub use layers::{flags, Flag, Loaded, MachineDefaults, Setting};
 use values::{labels, privileged, seconds};
-pub use values::{parse_labels, Interface, Privileged, PrivilegedProtocol};
+pub use values::{
+    parse_labels, Interface, Privileged, PrivilegedHook, PrivilegedProtocol, NODE_HOOKS,
+};
 
 /// Why a configuration cannot be used. The agent exits with status 2.
 #[derive(Debug, thiserror::Error)]
@@ -298,7 +300,9 @@ pub struct DatapathConfig {
     #[arg(long = "fail-mode", value_name = "MODE")]
     pub fail_mode: FailMode,
     /// Traffic always allowed, ahead of every policy: `{cidr, protocol,
-    /// port}` or `CIDR[,proto[/port]]`.
+    /// port, hooks}` or `CIDR[,proto[/port]]`; `hooks` (input, output,
+    /// forward) defaults to the Node's own traffic, input and output, and
+    /// `CIDR[,proto[/port]]` always means that.
     #[arg(long = "privileged", value_name = "CIDR[,proto[/port]]")]
     #[serde(deserialize_with = "privileged")]
     pub privileged: Vec<Privileged>,

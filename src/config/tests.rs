@@ -189,7 +189,8 @@ fn file_keys_are_camel_case_and_settings_override() {
         vec![Privileged {
             cidr: "10.0.0.0/24".parse().unwrap(),
             protocol: Some(PrivilegedProtocol::Tcp),
-            port: Some(22)
+            port: Some(22),
+            hooks: NODE_HOOKS.to_vec(),
         }]
     );
     assert_eq!(config.audit.file, Some(PathBuf::from("/var/log/np.log")));
@@ -458,6 +459,57 @@ fn every_flag_sets_a_key_of_its_section() {
         .unwrap()
         .config;
     assert_eq!(config.node.name, "1.5");
+}
+
+/// An entry's hooks default to the Node's own traffic; `forward` only
+/// when listed; the text form always means the Node's own.
+#[test]
+fn privileged_hooks_default_to_the_node_and_forward_is_explicit() {
+    use PrivilegedHook::{Forward, Input, Output};
+    let config = config(
+        "datapath:\n  privileged:\n\
+         \x20 - {cidr: 10.0.0.0/8, protocol: TCP, port: 22}\n\
+         \x20 - {cidr: 10.1.0.0/16, hooks: [forward, INPUT, forward]}\n\
+         \x20 - '10.2.0.0/16,udp/53'\n",
+    );
+    let hooks: Vec<&[PrivilegedHook]> = config
+        .datapath
+        .privileged
+        .iter()
+        .map(|p| p.hooks.as_slice())
+        .collect();
+    assert_eq!(
+        hooks,
+        [&[Input, Output][..], &[Input, Forward], &[Input, Output]]
+    );
+    assert!(!config.datapath.privileged[0].on(Forward));
+    let shown: Vec<String> = config
+        .datapath
+        .privileged
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            "10.0.0.0/8,tcp/22",
+            "10.1.0.0/16 on input,forward",
+            "10.2.0.0/16,udp/53"
+        ]
+    );
+    for (bad, expected) in [
+        (
+            "datapath: {privileged: [{cidr: 10.0.0.0/8, hooks: []}]}",
+            "hooks must name at least one of input, output, forward",
+        ),
+        (
+            "datapath: {privileged: [{cidr: 10.0.0.0/8, hooks: [prerouting]}]}",
+            "unknown variant `prerouting`",
+        ),
+    ] {
+        let message = error(bad);
+        assert!(message.contains(expected), "{bad}: {message}");
+    }
 }
 
 #[test]

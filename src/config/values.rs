@@ -80,15 +80,59 @@ impl PrivilegedProtocol {
         }
     }
 
+    /// As `--privileged` spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PrivilegedProtocol::Tcp => "tcp",
+            PrivilegedProtocol::Udp => "udp",
+            PrivilegedProtocol::Sctp => "sctp",
+            PrivilegedProtocol::Icmp => "icmp",
+        }
+    }
+
     pub fn carries_ports(self) -> bool {
         !matches!(self, PrivilegedProtocol::Icmp)
     }
 }
 
+/// A hook a privileged entry is accepted on: `input` (connections to
+/// the Node), `output` (from the Node), `forward` (routed through the
+/// Node: Pods, containers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PrivilegedHook {
+    #[serde(alias = "INPUT")]
+    Input,
+    #[serde(alias = "OUTPUT")]
+    Output,
+    #[serde(alias = "FORWARD")]
+    Forward,
+}
+
+impl PrivilegedHook {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PrivilegedHook::Input => "input",
+            PrivilegedHook::Output => "output",
+            PrivilegedHook::Forward => "forward",
+        }
+    }
+}
+
+/// The hooks of an entry that does not name them: the Node's own
+/// traffic. Routed traffic is privileged only when `forward` is listed.
+pub const NODE_HOOKS: [PrivilegedHook; 2] = [PrivilegedHook::Input, PrivilegedHook::Output];
+
+fn node_hooks() -> Vec<PrivilegedHook> {
+    NODE_HOOKS.to_vec()
+}
+
 /// Traffic that is always allowed, ahead of any policy, so that a deny-all
-/// cannot cut the operator off: to the node from `cidr` (INPUT), from the
-/// node to `cidr` (OUTPUT), and routed from or to `cidr` (FORWARD), on the
-/// given destination port when one is set.
+/// cannot cut the operator off, on the given destination port when one is
+/// set: on `input` to the Node from `cidr`, on `output` from the Node to
+/// `cidr`, on `forward` routed from or to `cidr`. `hooks` defaults to
+/// the Node's own traffic ([`NODE_HOOKS`]); it is kept sorted, each hook
+/// once.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Privileged {
@@ -97,10 +141,13 @@ pub struct Privileged {
     pub protocol: Option<PrivilegedProtocol>,
     #[serde(default)]
     pub port: Option<u16>,
+    #[serde(default = "node_hooks")]
+    pub hooks: Vec<PrivilegedHook>,
 }
 
-/// An entry written as a map (`{cidr, protocol, port}`) or as text
-/// (`CIDR[,proto[/port]]`, as `--privileged` takes it).
+/// An entry written as a map (`{cidr, protocol, port, hooks}`) or as text
+/// (`CIDR[,proto[/port]]`, as `--privileged` takes it: the Node's own
+/// traffic only).
 pub(super) fn privileged<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Vec<Privileged>, D::Error> {
@@ -110,7 +157,10 @@ pub(super) fn privileged<'de, D: Deserializer<'de>>(
         .map(|entry| match entry {
             Value::String(text) => text.parse().map_err(D::Error::custom),
             entry => {
-                let entry: Privileged = serde_json::from_value(entry).map_err(D::Error::custom)?;
+                let mut entry: Privileged =
+                    serde_json::from_value(entry).map_err(D::Error::custom)?;
+                entry.hooks.sort();
+                entry.hooks.dedup();
                 match entry.problem() {
                     Some(reason) => Err(D::Error::custom(ConfigError::Privileged {
                         value: entry.cidr.to_string(),
@@ -130,14 +180,42 @@ impl Privileged {
             (None, Some(_)) => Some("a port needs a protocol"),
             (Some(p), Some(_)) if !p.carries_ports() => Some("ICMP has no ports"),
             (_, Some(0)) => Some("port 0 is not a port"),
+            _ if self.hooks.is_empty() => {
+                Some("hooks must name at least one of input, output, forward")
+            }
             _ => None,
         }
+    }
+
+    /// Whether the entry is accepted on `hook`.
+    pub fn on(&self, hook: PrivilegedHook) -> bool {
+        self.hooks.contains(&hook)
+    }
+}
+
+impl std::fmt::Display for Privileged {
+    /// As `--privileged` takes it, `CIDR[,proto[/port]]`, followed by
+    /// ` on HOOK,...` when the hooks are not the Node's own ([`NODE_HOOKS`]).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.cidr)?;
+        if let Some(protocol) = self.protocol {
+            write!(f, ",{}", protocol.as_str())?;
+            if let Some(port) = self.port {
+                write!(f, "/{port}")?;
+            }
+        }
+        if self.hooks != NODE_HOOKS {
+            let hooks: Vec<&str> = self.hooks.iter().map(|h| h.as_str()).collect();
+            write!(f, " on {}", hooks.join(","))?;
+        }
+        Ok(())
     }
 }
 
 impl FromStr for Privileged {
     type Err = ConfigError;
-    /// `CIDR[,proto[/port]]`, e.g. `10.0.0.0/24,tcp/22`.
+    /// `CIDR[,proto[/port]]`, e.g. `10.0.0.0/24,tcp/22`, for the Node's own
+    /// traffic ([`NODE_HOOKS`]).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let err = |reason| ConfigError::Privileged {
             value: s.into(),
@@ -167,6 +245,7 @@ impl FromStr for Privileged {
             cidr,
             protocol,
             port,
+            hooks: node_hooks(),
         };
         match entry.problem() {
             Some(reason) => Err(err(reason)),

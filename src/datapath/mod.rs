@@ -145,8 +145,8 @@
 //! rule; a single queue is `--queue-num N`; configured interfaces put
 //! `-i IF` (INPUT), `-o IF` (OUTPUT) or both (FORWARD) on the NFQUEUE
 //! rules; privileged entries become `-s CIDR [-p P [-m P --dport N]] -j
-//! ACCEPT` on INPUT, `-d …` on OUTPUT and both on FORWARD, before the
-//! NFQUEUE rules. Everything not matched falls off the end of the owned
+//! ACCEPT` on INPUT, `-d …` on OUTPUT and, only for an entry whose `hooks`
+//! lists `forward`, both on FORWARD, before the NFQUEUE rules. Everything not matched falls off the end of the owned
 //! chain and continues in the built-in chain untouched.
 
 pub mod cache;

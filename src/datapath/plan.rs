@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 
 use sha1::{Digest, Sha1};
 
-use crate::config::{DatapathConfig, Privileged, PrivilegedProtocol, QueueNumbers, QueueRange};
+use crate::config::{
+    DatapathConfig, Privileged, PrivilegedHook, PrivilegedProtocol, QueueNumbers, QueueRange,
+};
 use crate::fqdn::FqdnPattern;
 use crate::marks::{FailMode, MarkLayout};
 use crate::ruleset::{Enforced, VerdictCache};
@@ -277,16 +279,19 @@ fn chain_rules(
                 .map(|t| format!("-p ipv6-icmp -m icmp6 --icmpv6-type {t} -j ACCEPT")),
         );
     }
+    // Privileged entries, each on the hooks it names (by default only the
+    // Node's own traffic: an entry for SSH must not exempt every routed
+    // connection to port 22 from policy).
+    let (privileged_hook, directions): (_, &[&str]) = match hook {
+        Hook::Input => (PrivilegedHook::Input, &["-s"]),
+        Hook::Output => (PrivilegedHook::Output, &["-d"]),
+        Hook::Forward => (PrivilegedHook::Forward, &["-s", "-d"]),
+    };
     for entry in config
         .privileged
         .iter()
-        .filter(|p| Family::of(&p.cidr.addr()) == family)
+        .filter(|p| Family::of(&p.cidr.addr()) == family && p.on(privileged_hook))
     {
-        let directions: &[&str] = match hook {
-            Hook::Input => &["-s"],
-            Hook::Output => &["-d"],
-            Hook::Forward => &["-s", "-d"],
-        };
         for dir in directions {
             if snoop_dns {
                 rules.extend(privileged_dns_query_rules(entry, dir, &dns_queue));

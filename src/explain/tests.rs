@@ -334,3 +334,47 @@ fn the_rules_consulted_end_at_the_deciding_rule() {
     }
     assert!(checked > 100, "{checked}");
 }
+
+/// A Kubernetes deny-all (a podSelector and no rule) isolates without a
+/// rule to consult: the report names it, in the direction it isolates,
+/// and only there.
+#[test]
+fn a_deny_all_kubernetes_policy_is_named_as_isolating() {
+    let yaml = format!(
+        "{OBJECTS}---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {{name: deny-all, namespace: shop}}
+spec:
+  podSelector: {{matchLabels: {{app: client}}}}
+  policyTypes: [Ingress]
+"
+    );
+    let (objects, problems) = crate::source::parse_documents("test.yaml".as_ref(), &yaml);
+    assert!(problems.is_empty(), "{problems:?}");
+    let local = LocalNode {
+        name: "n1".into(),
+        ..LocalNode::default()
+    };
+    let ruleset = compile(&Snapshot { objects }, &local);
+    let to_client = request("shop/web", "shop/client", TraceProtocol::Tcp, Some("80"));
+    let report = trace(&ruleset, &NoFqdn, &to_client).unwrap();
+    assert_eq!(report.verdict, "Drop");
+    assert_eq!(report.ingress.outcome, "K8sDefaultDeny");
+    assert!(report.ingress.consulted.is_empty(), "{report:?}");
+    assert_eq!(
+        report.ingress.isolated_by,
+        ["K8sNetworkPolicy:shop/deny-all"]
+    );
+    assert!(report.egress.isolated_by.is_empty());
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(
+        json["ingress"]["isolatedBy"],
+        serde_json::json!(["K8sNetworkPolicy:shop/deny-all"])
+    );
+    assert!(json["egress"].get("isolatedBy").is_none());
+    // The client's own egress is not isolated by an Ingress-only policy.
+    let from_client = request("shop/client", "shop/web", TraceProtocol::Tcp, Some("http"));
+    let report = trace(&ruleset, &NoFqdn, &from_client).unwrap();
+    assert!(report.egress.isolated_by.is_empty(), "{report:?}");
+}

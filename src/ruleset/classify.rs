@@ -16,7 +16,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::index::DirectionTable;
-use super::rule::{port_protocol, CompiledRule, RuleRef, ServiceMatch};
+use super::rule::{port_protocol, CompiledRule, PolicyRef, RuleRef, ServiceMatch};
 use super::{Endpoint, Ruleset};
 use crate::fqdn::FqdnLookup;
 use crate::model::{Direction, L7Protocol, PortProtocol, RuleAction};
@@ -210,6 +210,28 @@ impl Ruleset {
             self.consult(src, Direction::Egress, flow, flow.dst, fqdn),
             self.consult(dst, Direction::Ingress, flow, flow.src, fqdn),
         ]
+    }
+
+    /// The Kubernetes NetworkPolicies that isolate the sides of `flow` in
+    /// its directions (egress of the source, ingress of the destination),
+    /// each in the order they were compiled: the policies behind a
+    /// [`Outcome::K8sDefaultDeny`], which a deny-all names with no rule to
+    /// consult. Empty for a side no K8s policy selects, and for traffic
+    /// from the Node to its own Pods (always allowed).
+    pub fn isolating(&self, flow: &Flow) -> [&[PolicyRef]; 2] {
+        let (src, dst) = self.sides(flow);
+        if self.node_to_local_pod(src, dst) {
+            return [&[], &[]];
+        }
+        let of = |endpoint: Option<u32>, direction: Direction| match endpoint {
+            Some(e) => self.isolated_by[e as usize][match direction {
+                Direction::Ingress => 0,
+                Direction::Egress => 1,
+            }]
+            .as_slice(),
+            None => &[],
+        };
+        [of(src, Direction::Egress), of(dst, Direction::Ingress)]
     }
 
     fn consult(

@@ -100,6 +100,9 @@ pub(crate) struct Parts<'a> {
     pub(crate) endpoints: Vec<Endpoint>,
     /// Per endpoint, its ingress and egress rule lists.
     pub(crate) lists: Vec<[RuleLists; 2]>,
+    /// Per endpoint, ingress then egress: the Kubernetes NetworkPolicies
+    /// that isolate it.
+    pub(crate) isolated_by: Vec<[Vec<PolicyRef>; 2]>,
     /// Endpoint ids with their addresses. An address listed for two
     /// endpoints belongs to the later one.
     pub(crate) addresses: Vec<(u32, &'a [IpAddr])>,
@@ -128,6 +131,8 @@ pub struct Ruleset {
     endpoint_by_ip: HashMap<IpAddr, u32>,
     endpoint_tables: Vec<u32>,
     tables: Vec<EndpointTable>,
+    /// Per endpoint, ingress then egress: the isolating K8s policies.
+    isolated_by: Vec<[Vec<PolicyRef>; 2]>,
     local_node_endpoint: u32,
     /// Named container ports of every Pod in the inventory, by address.
     named_ports: HashMap<IpAddr, Vec<(String, PortProtocol, u16)>>,
@@ -168,6 +173,7 @@ impl Ruleset {
             endpoint_by_ip,
             endpoint_tables,
             tables,
+            isolated_by: parts.isolated_by,
             local_node_endpoint: LOCAL_NODE,
             named_ports: parts.named_ports,
             names: parts.names,
@@ -215,6 +221,12 @@ impl Ruleset {
     /// different `Self` contexts counts once per context).
     pub fn rule_count(&self) -> usize {
         self.rules.len()
+    }
+
+    /// The reference of every compiled rule instance, in compilation order
+    /// (a rule compiled for several `Self` contexts appears once each).
+    pub fn rule_refs(&self) -> impl Iterator<Item = &RuleRef> {
+        self.rules.iter().map(|rule| &*rule.reference)
     }
 
     /// Endpoints this node enforces for.

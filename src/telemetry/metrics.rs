@@ -2,7 +2,9 @@
 //! [`MAX_RULE_SERIES`]), the verdict latency histogram, agent-level events
 //! (build, reloads and their time, datapath apply durations, enforced
 //! endpoints, Kubernetes sync), one collector over every registered counter
-//! set, read at scrape time, and the `process_*` metrics. Never blocks a
+//! set, read at scrape time, and the `process_*` metrics; `tollgate status`
+//! reads the agent-level series from the same counters
+//! ([`Metrics::agent_series`]). Never blocks a
 //! packet on I/O; label values come from bounded sets, and the families of
 //! known label values are exported at zero from the start.
 #![allow(clippy::disallowed_methods)] // stamps the last successful reload with the wall clock.
@@ -25,6 +27,7 @@ use super::counters::{Kind, Scope, Series};
 use super::health::Health;
 use super::process::ProcessCollector;
 use super::registry::Registry;
+use crate::model::RuleAction;
 use crate::packet::flow::Verdict;
 use crate::ruleset::DecidedBy;
 use crate::ruleset::{RuleRef, Ruleset};
@@ -165,6 +168,7 @@ pub struct Metrics {
     last_reload_ok: Gauge,
     last_reload_ok_time: Gauge<f64, std::sync::atomic::AtomicU64>,
     apply_duration: Histogram,
+    last_apply_duration: Gauge<f64, std::sync::atomic::AtomicU64>,
     enforced_endpoints: Gauge,
     kubernetes_synced: Gauge,
     datapath_apply_failures: Family<StepLabels, Counter>,
@@ -219,6 +223,7 @@ impl Metrics {
             last_reload_ok: Gauge::default(),
             last_reload_ok_time: Gauge::default(),
             apply_duration: apply_histogram(),
+            last_apply_duration: Gauge::default(),
             enforced_endpoints: Gauge::default(),
             kubernetes_synced: Gauge::default(),
             datapath_apply_failures: Family::default(),
@@ -297,6 +302,11 @@ impl Metrics {
             "datapath_apply_duration_seconds",
             "Time of each kernel write (reconcile) that changed the kernel or failed",
             m.apply_duration.clone(),
+        );
+        r.register(
+            "datapath_last_apply_duration_seconds",
+            "Time of the last kernel write (reconcile) that changed the kernel or failed",
+            m.last_apply_duration.clone(),
         );
         r.register(
             "enforced_endpoints",
@@ -399,11 +409,7 @@ impl Metrics {
                 });
             }
         }
-        for result in [
-            ReloadResult::Applied,
-            ReloadResult::Rejected,
-            ReloadResult::Failed,
-        ] {
+        for result in ReloadResult::ALL {
             let _ = self.reloads.get_or_create(&ResultLabels {
                 result: result.label().into(),
             });
@@ -434,6 +440,91 @@ impl Metrics {
         let _ = text::encode_registry(&mut out, &self.process);
         let _ = text::encode_eof(&mut out);
         out
+    }
+
+    /// The agent-level series `tollgate status` shows, each as the
+    /// exposition names it (`tollgate_reloads_total{result="applied"}`)
+    /// with the value read from the same counter or gauge the exposition
+    /// reads: reloads by result and the last one's success, the last
+    /// kernel write's duration, failed kernel writes by step, drift
+    /// repairs, audit lines written and skipped by reason, Kubernetes
+    /// watch errors and Events by result.
+    pub fn agent_series(&self) -> Vec<(String, f64)> {
+        let counter = |name: &str, label: Option<(&str, &str)>, value: u64| {
+            let labels = label.map_or(String::new(), |(k, v)| format!("{{{k}=\"{v}\"}}"));
+            (format!("tollgate_{name}_total{labels}"), value as f64)
+        };
+        let mut rows = Vec::new();
+        for result in ReloadResult::ALL {
+            let value = self
+                .reloads
+                .get_or_create(&ResultLabels {
+                    result: result.label().into(),
+                })
+                .get();
+            rows.push(counter("reloads", Some(("result", result.label())), value));
+        }
+        rows.push((
+            "tollgate_last_reload_success".into(),
+            self.last_reload_ok.get() as f64,
+        ));
+        rows.push((
+            "tollgate_datapath_last_apply_duration_seconds".into(),
+            self.last_apply_duration.get(),
+        ));
+        for step in APPLY_STEPS {
+            let value = self
+                .datapath_apply_failures
+                .get_or_create(&StepLabels { step: step.into() })
+                .get();
+            rows.push(counter(
+                "datapath_apply_failures",
+                Some(("step", step)),
+                value,
+            ));
+        }
+        rows.push(counter(
+            "datapath_drift_repairs",
+            None,
+            self.datapath_drift_repairs.get(),
+        ));
+        rows.push(counter(
+            "audit_lines_written",
+            None,
+            self.audit_written.get(),
+        ));
+        for reason in AuditSkip::ALL {
+            let value = self
+                .audit_skipped
+                .get_or_create(&ReasonLabels {
+                    reason: reason.label().into(),
+                })
+                .get();
+            rows.push(counter(
+                "audit_lines_skipped",
+                Some(("reason", reason.label())),
+                value,
+            ));
+        }
+        rows.push(counter(
+            "kubernetes_watch_errors",
+            None,
+            self.kubernetes_watch_errors.get(),
+        ));
+        for event in KubeEvent::ALL {
+            let value = self
+                .kubernetes_events
+                .get_or_create(&ResultLabels {
+                    result: event.label().into(),
+                })
+                .get();
+            rows.push(counter(
+                "kubernetes_events",
+                Some(("result", event.label())),
+                value,
+            ));
+        }
+        rows
     }
 
     // ------------------------------------------------------------ workers
@@ -479,31 +570,35 @@ impl Metrics {
             action: action.clone(),
             tier: tier.to_string(),
         });
-        let by_rule = rule.map(|rule| {
-            let labels = RuleLabels {
-                policy: rule.policy.to_string(),
-                rule: rule
-                    .name
-                    .clone()
-                    .unwrap_or_else(|| format!("{}[{}]", rule.direction.as_str(), rule.index)),
-                action,
-            };
-            if let Some(counter) = self.rule_hits.get(&labels) {
-                return counter.clone();
-            }
-            let labels = if self.rule_series.fetch_add(1, Ordering::Relaxed) < MAX_RULE_SERIES {
-                labels
-            } else {
-                self.rule_series.fetch_sub(1, Ordering::Relaxed);
-                RuleLabels {
-                    policy: "_other".into(),
-                    rule: "_other".into(),
-                    action: labels.action,
-                }
-            };
-            self.rule_hits.get_or_create_owned(&labels)
-        });
+        let by_rule = rule.map(|rule| self.rule_hits_of(rule, action));
         (by_tier, by_rule)
+    }
+
+    /// The rule-hit counter of `rule` deciding `action`: its own while
+    /// fewer than [`MAX_RULE_SERIES`] exist, else the `_other` one.
+    fn rule_hits_of(&self, rule: &RuleRef, action: String) -> Counter {
+        let labels = RuleLabels {
+            policy: rule.policy.to_string(),
+            rule: rule
+                .name
+                .clone()
+                .unwrap_or_else(|| format!("{}[{}]", rule.direction.as_str(), rule.index)),
+            action,
+        };
+        if let Some(counter) = self.rule_hits.get(&labels) {
+            return counter.clone();
+        }
+        let labels = if self.rule_series.fetch_add(1, Ordering::Relaxed) < MAX_RULE_SERIES {
+            labels
+        } else {
+            self.rule_series.fetch_sub(1, Ordering::Relaxed);
+            RuleLabels {
+                policy: "_other".into(),
+                rule: "_other".into(),
+                action: labels.action,
+            }
+        };
+        self.rule_hits.get_or_create_owned(&labels)
     }
 
     /// The histogram of the time a queued packet of `queue` waits in
@@ -516,7 +611,11 @@ impl Metrics {
 
     // ------------------------------------------------------------ agent
 
-    /// `ruleset` was put in force as `generation`.
+    /// `ruleset` was put in force as `generation`. The verdict series of
+    /// each of its Tiers (custom ones included) and the rule-hit series of
+    /// each of its Allow, Drop and Reject rules (up to [`MAX_RULE_SERIES`]
+    /// in all) are created at zero, so the first decision of a rule is a
+    /// change a rate sees. A `Pass` rule decides nothing: it has none.
     pub fn ruleset_applied(&self, generation: u64, ruleset: &Ruleset) {
         let count = |n: usize| saturating_i64(n as u64);
         self.generation.set(saturating_i64(generation));
@@ -524,11 +623,34 @@ impl Metrics {
         self.rules.set(count(ruleset.rule_count()));
         self.enforced_endpoints
             .set(count(ruleset.endpoints().len()));
+        let tiers: std::collections::BTreeSet<&str> = ruleset
+            .policies()
+            .iter()
+            .filter_map(|p| p.tier.as_deref())
+            .collect();
+        for tier in tiers {
+            for verdict in [Verdict::Allow, Verdict::Drop, Verdict::Reject] {
+                let _ = self.verdicts.get_or_create(&VerdictLabels {
+                    action: verdict.to_string(),
+                    tier: tier.into(),
+                });
+            }
+        }
+        for rule in ruleset.rule_refs() {
+            let verdict = match rule.action {
+                RuleAction::Allow => Verdict::Allow,
+                RuleAction::Drop => Verdict::Drop,
+                RuleAction::Reject => Verdict::Reject,
+                RuleAction::Pass => continue,
+            };
+            let _ = self.rule_hits_of(rule, verdict.to_string());
+        }
     }
 
     /// A kernel write (reconcile) took `took`.
     pub fn datapath_applied(&self, took: Duration) {
         self.apply_duration.observe(took.as_secs_f64());
+        self.last_apply_duration.set(took.as_secs_f64());
     }
 
     /// Stamps the last successful start or reload with the wall clock.
@@ -730,6 +852,12 @@ pub enum ReloadResult {
 }
 
 impl ReloadResult {
+    const ALL: [ReloadResult; 3] = [
+        ReloadResult::Applied,
+        ReloadResult::Rejected,
+        ReloadResult::Failed,
+    ];
+
     fn label(self) -> &'static str {
         match self {
             ReloadResult::Applied => "applied",

@@ -45,7 +45,9 @@ struct Entry {
     sets: Vec<Arc<dyn CounterSet>>,
 }
 
-/// Every queue's counter sets, in the order they were registered.
+/// Every queue's counter sets, by queue number (the connection queues,
+/// the DNS queue and the L7 queues are each a range of their own, so a
+/// worker's queues stay together).
 #[derive(Default)]
 pub struct Registry {
     entries: RwLock<Vec<Entry>>,
@@ -59,9 +61,29 @@ impl std::fmt::Debug for Registry {
 
 impl Registry {
     /// Registers the counter sets of `queue`, whose worker is called `name`.
+    /// A queue registered before under the same name keeps its place and
+    /// gains the sets it does not hold yet (the same `Arc`), after its own:
+    /// the agent registers the DNS counters at its start, so they are
+    /// exported at zero, and the DNS worker registers them again with its
+    /// queue's loop counters when it starts.
     pub fn register(&self, queue: u16, name: &'static str, sets: Vec<Arc<dyn CounterSet>>) {
         let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
-        entries.push(Entry { queue, name, sets });
+        match entries
+            .iter_mut()
+            .find(|e| e.queue == queue && e.name == name)
+        {
+            Some(entry) => {
+                for set in sets {
+                    if !entry.sets.iter().any(|held| same_set(held, &set)) {
+                        entry.sets.push(set);
+                    }
+                }
+            }
+            None => {
+                let at = entries.partition_point(|e| e.queue <= queue);
+                entries.insert(at, Entry { queue, name, sets });
+            }
+        }
     }
 
     /// The current values of every registered queue, each followed by the
@@ -100,6 +122,12 @@ impl Registry {
     }
 }
 
+/// Whether two handles point at the same set (by address; the vtables of
+/// one type may differ between codegen units).
+fn same_set(a: &Arc<dyn CounterSet>, b: &Arc<dyn CounterSet>) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::Ordering;
@@ -108,7 +136,7 @@ mod tests {
     use crate::telemetry::counters::tests::TestCounters;
 
     #[test]
-    fn snapshots_list_queues_in_order_with_their_kernel_counters() {
+    fn snapshots_list_queues_by_number_with_their_kernel_counters() {
         let registry = Registry::default();
         let first = Arc::new(TestCounters::default());
         first.failed.fetch_add(2, Ordering::Relaxed);
@@ -117,16 +145,34 @@ mod tests {
         let kernel = kernel::parse("   53  1 4 2 65535 0 1 9 1\n  999 0 0 2 128 0 0 1 1\n");
         let snapshot = registry.snapshot_with(&kernel);
         assert_eq!(snapshot.len(), 2);
-        assert_eq!(snapshot[0].samples.len(), 6, "two sets, no kernel line");
         assert_eq!(
             snapshot[0].line(),
-            "queue stats queue=100 parsed=0 failed=2 current=0 parsed=0 failed=0 current=0"
-        );
-        assert_eq!(
-            snapshot[1].line(),
             "dns stats queue=53 parsed=0 failed=0 current=0 kernel_waiting=4 \
              kernel_queue_dropped=0 kernel_user_dropped=1 kernel_queued=9"
         );
-        assert_eq!(snapshot[1].samples[3].scope, Scope::Queue);
+        assert_eq!(snapshot[0].samples[3].scope, Scope::Queue);
+        assert_eq!(snapshot[1].samples.len(), 6, "two sets, no kernel line");
+        assert_eq!(
+            snapshot[1].line(),
+            "queue stats queue=100 parsed=0 failed=2 current=0 parsed=0 failed=0 current=0"
+        );
+    }
+
+    #[test]
+    fn a_queue_registered_again_gains_only_the_sets_it_lacks() {
+        let registry = Registry::default();
+        let early = Arc::new(TestCounters::default());
+        registry.register(53, "dns", vec![early.clone()]);
+        assert_eq!(registry.snapshot_with(&[])[0].samples.len(), 3);
+        early.failed.fetch_add(4, Ordering::Relaxed);
+        let loop_counters = Arc::new(TestCounters::default());
+        registry.register(53, "dns", vec![early, loop_counters]);
+        registry.register(10, "queue", vec![Arc::new(TestCounters::default())]);
+        let snapshot = registry.snapshot_with(&[]);
+        assert_eq!(snapshot.len(), 2);
+        assert_eq!(
+            snapshot[1].line(),
+            "dns stats queue=53 parsed=0 failed=4 current=0 parsed=0 failed=0 current=0"
+        );
     }
 }

@@ -101,10 +101,12 @@ pub struct DnsWorker {
 
 impl DnsWorker {
     /// Binds the queue and opens the ipset socket (errors are returned
-    /// here), then starts the thread.
+    /// here), then starts the thread, counting into `stats` (registered by
+    /// the agent at its start, so exported before this worker runs).
     pub fn spawn(
         config: &FqdnConfig,
         table: Arc<FqdnTable>,
+        stats: Arc<DnsCounters>,
         metrics: Arc<Metrics>,
     ) -> Result<DnsWorker, QueueError> {
         let queue = config.dns_queue;
@@ -120,7 +122,6 @@ impl DnsWorker {
         };
         let trusted = config.trusted_servers.clone();
         let bounds = config.query_bounds();
-        let stats = Arc::new(DnsCounters::default());
         let handler_stats = Arc::clone(&stats);
         let open = move || {
             let socket = Queue::open(spec)?;

@@ -101,8 +101,9 @@ fn tollgate(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-/// The invalid Tier `bad` is in `get skipped` (table and JSON), counted in
-/// `status`, and has its Event from this node.
+/// The invalid Tier `bad` is in `get skipped` (table and JSON, and with
+/// `-p bad`; not with `-n`, being cluster-scoped), counted in `status`,
+/// and has its Event from this node.
 fn skipped_tier_is_listed_and_reported(api: &FakeApi, socket: &std::path::Path, node: &str) {
     let socket = socket.to_str().unwrap();
     let out = tollgate(&["get", "skipped", "--socket", socket, "-o", "json"]);
@@ -124,8 +125,9 @@ fn skipped_tier_is_listed_and_reported(api: &FakeApi, socket: &std::path::Path, 
             .starts_with("spec.priority"),
         "{listed:#}"
     );
-    let out = tollgate(&["get", "skipped", "--socket", socket]);
+    let out = tollgate(&["get", "skipped", "--socket", socket, "-p", "bad"]);
     let table = String::from_utf8_lossy(&out.stdout);
+    eprintln!("tollgate get skipped -p bad:\n{table}");
     assert!(table.starts_with("KIND"), "{table}");
     assert!(
         table
@@ -133,6 +135,20 @@ fn skipped_tier_is_listed_and_reported(api: &FakeApi, socket: &std::path::Path, 
             .any(|l| l.starts_with("Tier") && l.contains("bad") && l.contains("PolicySkipped")),
         "{table}"
     );
+    // -p names the object (a Tier is cluster-scoped); -n a Namespace.
+    let count = |filter: &[&str]| {
+        let args = [
+            &["get", "skipped", "--socket", socket, "-o", "json"][..],
+            filter,
+        ]
+        .concat();
+        let v: Value = serde_json::from_slice(&tollgate(&args).stdout).unwrap();
+        v.as_array().unwrap().len()
+    };
+    assert_eq!(count(&["-p", "bad"]), 1);
+    assert_eq!(count(&["-p", "good"]), 0);
+    assert_eq!(count(&["-n", "default"]), 0);
+    assert_eq!(count(&["-n", "default", "-p", "bad"]), 0);
     let out = tollgate(&["status", "--socket", socket]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(

@@ -650,11 +650,14 @@ spec:
     );
 }
 
-/// The scrape-and-check test against a running agent with every worker (a
-/// connection queue, the L7 queue, and the DNS queue an FQDN rule starts):
-/// every counter any worker declares is exported, each queue's kernel
-/// counters too, with the agent-level families, build info and the
-/// `process_*` metrics; `tollgate status` shows the same rows.
+/// The scrape-and-check test against a running agent: before any FQDN
+/// policy exists the DNS and FQDN series are exported already (at zero),
+/// and `tollgate status` shows the agent-level series with the values of
+/// the scrape; then with every worker (a connection queue, the L7 queues,
+/// and the DNS queue an FQDN rule starts) every counter any worker declares
+/// is exported, each queue's kernel counters too, with the agent-level
+/// families, build info and the `process_*` metrics; `tollgate status`
+/// shows the same rows.
 #[test]
 fn every_declared_counter_is_scraped_from_a_running_agent() {
     use tollgate::telemetry::counters::{Kind, Scope, Series};
@@ -663,6 +666,62 @@ fn every_declared_counter_is_scraped_from_a_running_agent() {
     let Some(pair) = Pair::new("every_declared_counter_is_scraped_from_a_running_agent", 6) else {
         return;
     };
+    let socket: PathBuf = pair.lab.dir().join("run/tollgate.sock");
+    let mut options = options(
+        &pair.lab,
+        &[
+            "--metrics-address",
+            "127.0.0.1:9466",
+            "--log-format",
+            "json",
+        ],
+    );
+    options.status_socket = socket.clone();
+    let mut agent = pair.lab.start_agent(options);
+    agent.wait_for_log(r#""message":"ruleset applied","generation":1"#, AGENT_WAIT);
+
+    // No FQDN policy yet, so no DNS worker: its series are there, at 0.
+    let scrape_text = || {
+        pair.node
+            .ok("curl -sf --max-time 5 http://127.0.0.1:9466/metrics")
+    };
+    let early = scrape_text();
+    let m = parse_metrics(&early);
+    for series in DnsCounters::SERIES {
+        let name = match series.kind {
+            Kind::Counter => format!("tollgate_{}_total", series.metric),
+            Kind::Gauge => format!("tollgate_{}", series.metric),
+        };
+        let key = match series.label {
+            Some((k, v)) => format!("{name}{{{k}=\"{v}\"}}"),
+            None => name,
+        };
+        assert_eq!(
+            m.get(&key),
+            Some(&0.0),
+            "{key} before any FQDN policy:\n{early}"
+        );
+    }
+    // status shows the agent-level series of the metrics, same values.
+    let out = tollgate(&[
+        "status",
+        "--socket",
+        socket.to_str().unwrap(),
+        "--output",
+        "json",
+    ]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = report["agentSeries"].as_array().unwrap();
+    assert!(rows.len() >= 20, "{report}");
+    for row in rows {
+        let series = row["series"].as_str().unwrap();
+        assert_eq!(
+            m.get(series).copied(),
+            row["value"].as_f64(),
+            "{series}: status and /metrics differ"
+        );
+    }
+
     pair.lab.write_policy(
         "fqdn.yaml",
         "apiVersion: crd.antrea.io/v1beta1
@@ -683,23 +742,9 @@ spec:
         - fqdn: \"*.allowed.test\"
 ",
     );
-    let socket: PathBuf = pair.lab.dir().join("run/tollgate.sock");
-    let mut options = options(
-        &pair.lab,
-        &[
-            "--metrics-address",
-            "127.0.0.1:9466",
-            "--log-format",
-            "json",
-        ],
-    );
-    options.status_socket = socket.clone();
-    let mut agent = pair.lab.start_agent(options);
-    agent.wait_for_log(r#""message":"ruleset applied","generation":1"#, AGENT_WAIT);
+    agent.wait_for_log(r#""message":"ruleset applied","generation":2"#, AGENT_WAIT);
 
-    let text = pair
-        .node
-        .ok("curl -sf --max-time 5 http://127.0.0.1:9466/metrics");
+    let text = scrape_text();
     let sets: [(&str, Scope, &[Series]); 5] = [
         ("QueueCounters", Scope::Queue, QueueCounters::SERIES),
         (

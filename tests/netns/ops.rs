@@ -1,10 +1,18 @@
 //! The operator's commands against a running agent: `tollgate trace`
 //! without `--policies` asks the agent, so it knows the FQDN addresses the
 //! agent has learned (the offline trace cannot), resolves endpoint names
-//! and named ports against the agent's inventory, and names the rule the
-//! wire enforces; `tollgate get endpoints` lists the live endpoints with
-//! their policies. A flow the agent's `datapath.privileged` accepts is
-//! traced as such.
+//! (a Pod's, `node:NAME`) and named ports against the agent's inventory,
+//! and names the rule the wire enforces; `tollgate get endpoints` lists the
+//! live endpoints with their policies. A flow the agent's
+//! `datapath.privileged` accepts is traced as such, and the shipped kind
+//! of entry (SSH from anywhere) privileges the Node's own port, never a
+//! routed Pod's.
+//!
+//! The README's live examples (blocks marked `<!-- readme-live: NAME -->`)
+//! are this test's `status`, `get endpoints` and `trace -v` output,
+//! compared after masking what changes from run to run (every number,
+//! addresses included, the commit, runs of spaces); `UPDATE_README=1`
+//! writes the fresh output into README.md.
 //!
 //! Topology (lab links): pod `apps/client` 10.I.1.2, pod `apps/web`
 //! 10.I.2.2 (container port `http` = 8080; 8081 unnamed), server 10.I.3.2
@@ -131,9 +139,17 @@ fn live_trace_and_endpoints_name_what_the_wire_enforces() {
     );
     lab.write_policy("ops.yaml", &policies(&lab));
     lab.serve_tcp("server", 81, Service::Http);
-    let mut options = lab.agent_options().node_name("ops").queues(1);
-    // The operator's exception: port 81 of the server, ahead of policy.
-    options.privileged = vec![format!("{server}/32,tcp/81")];
+    lab.serve_tcp("node", 8080, Service::Http);
+    // The operator's exception: port 81 of the server, ahead of policy,
+    // for traffic routed through the node (`hooks: [forward]`).
+    let privileged = format!(
+        "datapath.privileged=[{{cidr: {server}/32, protocol: TCP, port: 81, hooks: [forward]}}]"
+    );
+    let options = lab
+        .agent_options()
+        .node_name("ops")
+        .queues(1)
+        .args(&["--set", &privileged]);
     let socket = options.status_socket.display().to_string();
     let mut agent = lab.start_agent(options);
     agent.wait_generation(1);
@@ -200,6 +216,30 @@ fn live_trace_and_endpoints_name_what_the_wire_enforces() {
         .collect();
     assert_eq!(consulted, ["dns", "api"]);
     lab.assert_tcp("pod", (server, 80), TcpOutcome::Connected);
+    // The same trace as text with -v: every rule consulted, the FQDN.
+    let verbose_args = [&to_api[..], &["-v"]].concat();
+    let out = tollgate(&[&["trace", "--socket", &socket][..], &verbose_args].concat());
+    let verbose = String::from_utf8_lossy(&out.stdout).into_owned();
+    let pod = lab.addr("pod");
+    assert_eq!(
+        verbose.lines().collect::<Vec<_>>(),
+        [
+            "verdict: Allow".to_string(),
+            format!("  flow: TCP {pod}:40000 (apps/client) -> {server}:80"),
+            "  Egress [apps/client]: Allow by AntreaClusterNetworkPolicy:client-egress rule api (tier securityops)".into(),
+            "    1. AntreaClusterNetworkPolicy:client-egress rule dns (tier securityops): no match (Allow)".into(),
+            "    2. AntreaClusterNetworkPolicy:client-egress rule api (tier securityops): matched (Allow)".into(),
+            "  Ingress [not an endpoint of this node]: no policy applies".into(),
+            "    no rule consulted".into(),
+            "  FQDN: the destination is an address of *.ops.test".into(),
+        ],
+        "{verbose}"
+    );
+    let mut live_examples = vec![(
+        "trace-verbose",
+        format!("tollgate trace {}", verbose_args.join(" ")),
+        verbose,
+    )];
     // get fqdn in the node: the agent names the set by its selector for
     // the Pod asked for, and says how it learned the address.
     let table = lab.node().ok(&format!(
@@ -270,12 +310,36 @@ fn live_trace_and_endpoints_name_what_the_wire_enforces() {
         lab.assert_tcp("pod", (web, 8081), TcpOutcome::TimedOut);
     }
 
+    // The Node by name: the agent's own addresses, the first IPv4 one
+    // that of the client's link; the client's egress drops it, as the
+    // wire does.
+    let node = [
+        "--src",
+        "apps/client",
+        "--dst",
+        "node:ops",
+        "--protocol",
+        "tcp",
+        "--dst-port",
+        "8080",
+    ];
+    let v = json(&live(&node));
+    assert_eq!(v["dst"]["address"], lab.node_addr("pod").to_string(), "{v}");
+    assert_eq!(v["dst"]["name"], "node:ops", "{v}");
+    assert_eq!(
+        (v["verdict"].as_str(), v["egress"]["rule"].as_str()),
+        (Some("Drop"), Some("drop-rest"))
+    );
+    assert_eq!(v["ingress"]["endpoint"], "ops", "{v}");
+    assert_eq!(exit(&node), Some(1));
+    lab.assert_tcp("pod", (lab.node_addr("pod"), 8080), TcpOutcome::TimedOut);
+
     // The agent's configuration: a privileged entry accepts what policy
     // drops; the live trace says so (offline has no such configuration).
     let port81 = [&to_api[..6], &["--dst-port", "81"]].concat();
     let v = json(&live(&port81));
     assert_eq!(v["verdict"], "Allow", "{v}");
-    assert_eq!(v["privileged"], format!("{server}/32,tcp/81"));
+    assert_eq!(v["privileged"], format!("{server}/32,tcp/81 on forward"));
     assert_eq!(v["egress"]["rule"], "drop-rest", "what policy alone says");
     lab.assert_tcp("pod", (server, 81), TcpOutcome::Connected);
     assert_eq!(json(&offline(&port81))["verdict"], "Drop");
@@ -346,5 +410,265 @@ fn live_trace_and_endpoints_name_what_the_wire_enforces() {
         "json",
     ]));
     assert_eq!(files.as_array().unwrap()[1..], all.as_array().unwrap()[1..]);
+    live_examples.push((
+        "get-endpoints",
+        "tollgate get endpoints -n apps".into(),
+        text.into_owned(),
+    ));
+
+    // status once the first drift check has read the verdict cache's
+    // counters (its line is there from then on).
+    let status = poll_until(Duration::from_secs(30), || {
+        let out = tollgate(&["status", "--socket", &socket]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.contains("\nverdict cache: ").then_some(text)
+    })
+    .expect("the verdict cache line in status");
+    for expected in [
+        "node:               ops\n",
+        "policy source:      complete snapshot\n",
+        "datapath:           in sync\n",
+        "\nMETRIC ",
+        "\nQUEUE ",
+        "\nDNS ",
+        "\nL7 QUEUE ",
+    ] {
+        assert!(
+            status.contains(expected),
+            "{expected:?} missing in\n{status}"
+        );
+    }
+    live_examples.push(("status", "tollgate status".into(), status));
+    readme_live(&live_examples);
     agent.stop();
+}
+
+/// The shipped kind of privileged entry, SSH from anywhere (as
+/// `docker/configmap.yaml` writes it, no `hooks`), privileges the Node's
+/// own SSH port and nothing routed: a Pod's connection to port 22 of
+/// another Pod is dropped by the policy that denies it, while the Node's
+/// port 22 stays reachable through a Node deny-all. The live trace agrees.
+#[test]
+fn privileged_ssh_covers_the_node_not_routed_pods() {
+    let Some(lab) = Lab::builder("privileged_ssh_covers_the_node_not_routed_pods")
+        .peer("pod")
+        .peer("web")
+        .build()
+    else {
+        return;
+    };
+    let (pod, web) = (lab.addr("pod"), lab.addr("web"));
+    for (role, port) in [("web", 22), ("node", 22), ("node", 2222)] {
+        lab.serve_tcp(role, port, Service::Echo);
+    }
+    lab.write_policy(
+        "ssh.yaml",
+        &format!(
+            "apiVersion: v1
+kind: Pod
+metadata: {{name: client, namespace: apps, labels: {{app: client}}}}
+spec: {{nodeName: ops}}
+status: {{podIP: {pod}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: web, namespace: apps, labels: {{app: web}}}}
+spec: {{nodeName: ops}}
+status: {{podIP: {web}}}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {{name: web-lockdown}}
+spec:
+  priority: 1
+  tier: securityops
+  appliedTo: [{{podSelector: {{matchLabels: {{app: web}}}}}}]
+  ingress:
+  - {{name: drop-all, action: Drop, from: [{{ipBlock: {{cidr: 0.0.0.0/0}}}}]}}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {{name: node-lockdown}}
+spec:
+  priority: 2
+  tier: securityops
+  appliedTo: [{{nodeSelector: {{}}}}]
+  ingress:
+  - {{name: drop-all, action: Drop, from: [{{ipBlock: {{cidr: 0.0.0.0/0}}}}]}}
+"
+        ),
+    );
+    let options = lab.agent_options().node_name("ops").queues(1).args(&[
+        "--set",
+        "datapath.privileged=[{cidr: 0.0.0.0/0, protocol: TCP, port: 22}, {cidr: '::/0', protocol: TCP, port: 22}]",
+    ]);
+    let socket = options.status_socket.display().to_string();
+    let mut agent = lab.start_agent(options);
+    agent.wait_generation(1);
+
+    let node = lab.node_addr("pod");
+    lab.assert_tcp("pod", (node, 22), TcpOutcome::Connected);
+    lab.assert_tcp("pod", (node, 2222), TcpOutcome::TimedOut);
+    lab.assert_tcp("pod", (web, 22), TcpOutcome::TimedOut);
+    // Nothing privileged on the forward hook.
+    let state = lab.firewall_state("node");
+    assert!(
+        !state
+            .rules()
+            .any(|r| r.starts_with("-A TOLLGATE-FORWARD") && r.contains("--dport 22")),
+        "a privileged rule on FORWARD:\n{state}"
+    );
+
+    let trace = |dst: &str| {
+        json(&tollgate(&[
+            "trace",
+            "--socket",
+            &socket,
+            "-o",
+            "json",
+            "--src",
+            "apps/client",
+            "--dst",
+            dst,
+            "--protocol",
+            "tcp",
+            "--dst-port",
+            "22",
+        ]))
+    };
+    let routed = trace("apps/web");
+    assert_eq!(routed["verdict"], "Drop", "{routed}");
+    assert_eq!(
+        routed["ingress"]["policy"],
+        "AntreaClusterNetworkPolicy:web-lockdown"
+    );
+    assert!(routed.get("privileged").is_none(), "{routed}");
+    let own = trace("node:ops");
+    assert_eq!(own["verdict"], "Allow", "{own}");
+    assert_eq!(own["privileged"], "0.0.0.0/0,tcp/22", "{own}");
+    assert_eq!(
+        own["ingress"]["policy"],
+        "AntreaClusterNetworkPolicy:node-lockdown"
+    );
+    agent.stop();
+}
+
+const LIVE_MARKER: &str = "<!-- readme-live: ";
+
+/// Compares each `(name, command, output)` with the README block marked
+/// `<!-- readme-live: name -->`, which holds `$ command` and the output,
+/// after [`mask`]ing both; with `UPDATE_README` set, writes the fresh
+/// output there instead.
+fn readme_live(examples: &[(&str, String, String)]) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    let readme = std::fs::read_to_string(&path).unwrap();
+    let mut lines: Vec<String> = readme.lines().map(str::to_string).collect();
+    let update = std::env::var_os("UPDATE_README").is_some();
+    let mut stale = Vec::new();
+    for (name, command, output) in examples {
+        let marker = format!("{LIVE_MARKER}{name} -->");
+        let at = lines
+            .iter()
+            .position(|l| l.trim() == marker)
+            .unwrap_or_else(|| panic!("README.md has no block marked {marker}"));
+        let open = at + 1;
+        assert!(
+            lines[open].trim_start().starts_with("```"),
+            "README.md:{}: no fence",
+            open + 1
+        );
+        let close = (open + 1..lines.len())
+            .find(|&j| lines[j].trim_start().starts_with("```"))
+            .expect("the block is closed");
+        let current = lines[open + 1..close].join("\n") + "\n";
+        let fresh = format!("$ {command}\n{output}");
+        if mask(&current) != mask(&fresh) {
+            stale.push(format!(
+                "README.md:{}: {name}\n--- README\n{current}+++ agent\n{fresh}",
+                open + 1
+            ));
+        }
+        if update {
+            lines.splice(open + 1..close, fresh.lines().map(str::to_string));
+        }
+    }
+    if update {
+        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+        return;
+    }
+    assert!(
+        stale.is_empty(),
+        "README live examples differ from the agent's output (UPDATE_README=1 rewrites them):\n{}",
+        stale.join("\n")
+    );
+}
+
+/// What stays the same from run to run: an IPv6 address (a run of hex
+/// digits, dots and at least two colons: link-local ones change with every
+/// interface) is `A`, every other number (times, counts, IPv4 addresses,
+/// ports) `N`, the commit `C`; runs of spaces are one space and lines end
+/// without them.
+fn mask(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    // IPv6 addresses first.
+    while let Some(start) = rest.find(|c: char| c.is_ascii_hexdigit() || c == ':') {
+        let run = rest[start..]
+            .find(|c: char| !(c.is_ascii_hexdigit() || c == ':' || c == '.'))
+            .map_or(rest.len(), |n| start + n);
+        let word_start = rest[..start]
+            .chars()
+            .next_back()
+            .is_none_or(|c| !c.is_ascii_alphanumeric());
+        out.push_str(&rest[..start]);
+        let token = &rest[start..run];
+        if word_start && token.matches(':').count() >= 2 {
+            out.push('A');
+        } else {
+            out.push_str(token);
+        }
+        rest = &rest[run..];
+    }
+    out.push_str(rest);
+    let text = std::mem::take(&mut out);
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() {
+            while chars
+                .peek()
+                .is_some_and(|d| d.is_ascii_digit() || *d == '.')
+            {
+                chars.next();
+            }
+            out.push('N');
+        } else if c == ' ' {
+            while chars.peek() == Some(&' ') {
+                chars.next();
+            }
+            out.push(' ');
+        } else {
+            out.push(c);
+        }
+    }
+    out.lines()
+        .map(|l| match l.find("(commit ") {
+            Some(at) => format!("{}(commit C)", &l[..at]),
+            None => l.trim_end().to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn masking_keeps_words_and_drops_numbers_commits_and_alignment() {
+    assert_eq!(
+        mask("version:  0.1.0 (commit 0079d4d)\nuptime:   12s\n100   3     2\n"),
+        mask("version: 0.1.0 (commit unknown)\nuptime: 7s\n100 30 2   \n"),
+    );
+    assert_eq!(
+        mask("10.104.1.2:40000 fd00:104:1::2,fe80::5c39:1fff:fe4c:f333 ::1"),
+        "N:N A,A A"
+    );
+    assert_eq!(mask("node: ops, ad:be"), "node: ops, ad:be");
+    assert_ne!(mask("verdict: Allow"), mask("verdict: Drop"));
 }

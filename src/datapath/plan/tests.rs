@@ -255,7 +255,7 @@ fn ipv6_table_allows_neighbour_discovery_and_uses_icmp6_reject() {
 fn open_mode_single_queue_interfaces_and_privileged_entries() {
     let yaml = "queues: {count: 1, base: 7}\n\
                 datapath:\n  failMode: open\n  interfaces: ['veth*', eth0]\n\
-                \x20 privileged: ['10.0.0.0/24,tcp/22', 'fd00::/64,icmp', 192.168.7.1]\n\
+                \x20 privileged: ['10.0.0.0/24,tcp/22', 'fd00::/64,icmp', {cidr: 192.168.7.1/32, hooks: [forward, input]}]\n\
                 \x20 markMask: '0x70000'\n";
     let desired = desired(&config(yaml), &targets(false, false, &[]), &[]);
     let forward = &desired.v4.chains["TOLLGATE-FORWARD"];
@@ -277,8 +277,8 @@ fn open_mode_single_queue_interfaces_and_privileged_entries() {
             "-p tcp -m connmark --mark 0x50000/0x70000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7",
             "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x10000/0x70000 -j ACCEPT",
             "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x50000/0x70000 -j ACCEPT",
-            "-s 10.0.0.0/24 -p tcp -m tcp --dport 22 -j ACCEPT",
-            "-d 10.0.0.0/24 -p tcp -m tcp --dport 22 -j ACCEPT",
+            // Only the entry that lists `forward`: the others are the
+            // Node's own traffic.
             "-s 192.168.7.1/32 -j ACCEPT",
             "-d 192.168.7.1/32 -j ACCEPT",
             "-i veth+ -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate NEW -j NFQUEUE --queue-num 7 --queue-bypass",
@@ -302,9 +302,20 @@ fn open_mode_single_queue_interfaces_and_privileged_entries() {
     let input_v6 = &desired.v6.chains["TOLLGATE-INPUT"];
     assert!(input_v6.contains(&"-s fd00::/64 -p ipv6-icmp -j ACCEPT".to_string()));
     assert!(!input_v6.iter().any(|r| r.contains("10.0.0.0")));
+    assert!(!desired.v6.chains["TOLLGATE-FORWARD"]
+        .iter()
+        .any(|r| r.contains("fd00::")));
     let output_v4 = &desired.v4.chains["TOLLGATE-OUTPUT"];
     assert!(output_v4.contains(&"-d 10.0.0.0/24 -p tcp -m tcp --dport 22 -j ACCEPT".to_string()));
     assert!(!output_v4.iter().any(|r| r.starts_with("-s 10.0.0.0")));
+    assert!(!output_v4.iter().any(|r| r.contains("192.168.7.1")));
+    let input_v4 = &desired.v4.chains["TOLLGATE-INPUT"];
+    for rule in [
+        "-s 10.0.0.0/24 -p tcp -m tcp --dport 22 -j ACCEPT",
+        "-s 192.168.7.1/32 -j ACCEPT",
+    ] {
+        assert!(input_v4.contains(&rule.to_string()), "{input_v4:#?}");
+    }
     let l7_v4 = &desired.v4.chains["TOLLGATE-L7"];
     assert_eq!(
         l7_v4[0],
@@ -453,7 +464,7 @@ fn fqdn_selectors_queue_dns_replies_before_the_shortcut_and_get_learned_sets() {
 fn queries_to_privileged_resolvers_go_to_the_dns_queue_first() {
     let patterns = [crate::fqdn::FqdnPattern::new("*.example.test")];
     let config = config(
-        "datapath:\n  privileged: [10.96.0.10/32, '10.0.0.0/8,udp/53', '10.1.0.0/16,tcp/22', 'fd00::/64,tcp']",
+        "datapath:\n  privileged: [10.96.0.10/32, '10.0.0.0/8,udp/53', '10.1.0.0/16,tcp/22', {cidr: 'fd00::/64', protocol: TCP, hooks: [FORWARD]}]",
     );
     let desired = desired(&config, &targets(false, true, &[]), &patterns);
     let output = &desired.v4.chains["TOLLGATE-OUTPUT"];
@@ -479,11 +490,57 @@ fn queries_to_privileged_resolvers_go_to_the_dns_queue_first() {
         let rule = format!("{dir} fd00::/64 -p tcp -m tcp --dport 53 {queue}");
         assert!(forward.contains(&rule), "{forward:#?}");
     }
+    assert!(!desired.v6.chains["TOLLGATE-OUTPUT"]
+        .iter()
+        .any(|r| r.contains("fd00::/64")));
     // Without selectors nothing is queued.
     let plain = self::desired(&config, &targets(false, true, &[]), &[]);
     assert!(!plain.v4.chains["TOLLGATE-OUTPUT"]
         .iter()
         .any(|r| r.contains("--dport 53 -j NFQUEUE")));
+}
+
+/// The shipped no-lock-out entries (TCP 22 from anywhere) exempt the
+/// Node's own SSH, on INPUT and OUTPUT, and nothing routed: a Pod's
+/// connection to port 22 of another Pod is still queued and decided.
+#[test]
+fn privileged_entries_default_to_the_nodes_own_traffic() {
+    let config = config(
+        "datapath:\n  privileged:\n  - {cidr: 0.0.0.0/0, protocol: TCP, port: 22}\n  - '::/0,tcp/22'\n",
+    );
+    let desired = desired(&config, &targets(true, true, &["10.0.0.5"]), &[]);
+    for (family, any) in [(&desired.v4, "0.0.0.0/0"), (&desired.v6, "::/0")] {
+        assert_eq!(
+            family.chains["TOLLGATE-INPUT"]
+                .iter()
+                .filter(|r| r.starts_with(&format!("-s {any} -p tcp")))
+                .count(),
+            1
+        );
+        assert!(family.chains["TOLLGATE-OUTPUT"]
+            .contains(&format!("-d {any} -p tcp -m tcp --dport 22 -j ACCEPT")));
+        let forward = &family.chains["TOLLGATE-FORWARD"];
+        assert!(
+            !forward.iter().any(|r| r.contains("--dport 22")),
+            "{forward:#?}"
+        );
+    }
+    // Listed explicitly, forward is privileged too, both ways.
+    let config = self::config(
+        "datapath:\n  privileged: [{cidr: 10.0.0.0/8, protocol: TCP, port: 22, hooks: [forward]}]\n",
+    );
+    let desired = self::desired(&config, &targets(true, true, &[]), &[]);
+    let v4 = &desired.v4.chains;
+    for dir in ["-s", "-d"] {
+        let rule = format!("{dir} 10.0.0.0/8 -p tcp -m tcp --dport 22 -j ACCEPT");
+        assert!(v4["TOLLGATE-FORWARD"].contains(&rule));
+    }
+    for chain in ["TOLLGATE-INPUT", "TOLLGATE-OUTPUT"] {
+        assert!(
+            !v4[chain].iter().any(|r| r.contains("10.0.0.0/8")),
+            "{chain}"
+        );
+    }
 }
 
 #[test]

@@ -360,6 +360,48 @@ fn agent_families_are_exported_from_the_start() {
     assert_eq!(value("tollgate_enforced_endpoints"), 1.0);
 }
 
+/// A ruleset with a custom Tier: its verdict series and the rule-hit
+/// series of each deciding rule exist at zero once it is applied; a Pass
+/// rule, which decides nothing, has none.
+#[test]
+fn a_rulesets_tiers_and_rules_are_exported_at_zero_when_applied() {
+    let yaml = "apiVersion: crd.antrea.io/v1beta1\nkind: Tier\nmetadata: {name: edge}\nspec: {priority: 20}\n---\n\
+apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: {addresses: [{type: InternalIP, address: 10.0.0.1}]}\n---\n\
+apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {name: guard}\nspec:\n  priority: 1\n  tier: edge\n  appliedTo: [{nodeSelector: {}}]\n  ingress:\n  - {name: let-admin, action: Allow, from: [{ipBlock: {cidr: 10.9.0.0/16}}]}\n  - {name: to-k8s, action: Pass, from: [{ipBlock: {cidr: 10.8.0.0/16}}]}\n  - {name: bounce, action: Reject, from: [{ipBlock: {cidr: 10.7.0.0/16}}]}\n  - {action: Drop, from: [{ipBlock: {cidr: 0.0.0.0/0}}]}\n";
+    let (objects, problems) = crate::source::parse_documents("t.yaml".as_ref(), yaml);
+    assert!(problems.is_empty(), "{problems:?}");
+    let local = crate::compile::LocalNode {
+        name: "n1".into(),
+        ..Default::default()
+    };
+    let ruleset = crate::compile::compile(&crate::model::Snapshot { objects }, &local);
+    let m = Metrics::new();
+    assert!(!m.render().contains("tier=\"edge\""));
+    m.ruleset_applied(1, &ruleset);
+    let text = m.render();
+    let policy = "policy=\"AntreaClusterNetworkPolicy:guard\"";
+    let generated = ruleset.policies()[0].rule_names[3].clone();
+    for line in [
+        "tollgate_verdicts_total{action=\"Allow\",tier=\"edge\"} 0".to_string(),
+        "tollgate_verdicts_total{action=\"Drop\",tier=\"edge\"} 0".into(),
+        "tollgate_verdicts_total{action=\"Reject\",tier=\"edge\"} 0".into(),
+        format!("tollgate_rule_hits_total{{{policy},rule=\"let-admin\",action=\"Allow\"}} 0"),
+        format!("tollgate_rule_hits_total{{{policy},rule=\"bounce\",action=\"Reject\"}} 0"),
+        format!("tollgate_rule_hits_total{{{policy},rule=\"{generated}\",action=\"Drop\"}} 0"),
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+    }
+    assert!(!text.contains("rule=\"to-k8s\""), "{text}");
+    // The first decision moves the series created at zero.
+    let r = ruleset
+        .rule_refs()
+        .find(|r| r.name.as_deref() == Some("bounce"))
+        .unwrap();
+    m.verdict(Verdict::Reject, Some(r), false);
+    assert!(m.render().lines().any(|l| l
+        == format!("tollgate_rule_hits_total{{{policy},rule=\"bounce\",action=\"Reject\"}} 1")));
+}
+
 #[test]
 fn worker_cache_counts_into_the_shared_series() {
     let m = Arc::new(Metrics::new());

@@ -192,6 +192,7 @@ pub const TEST_IDS: &[&str] = &[
     "docker_api_absent_at_start_holds_the_startup_policy",
     "docker_exposed_port_is_a_named_port_on_the_wire",
     "podman_network_reload_opens_nothing_with_cni",
+    "privileged_ssh_covers_the_node_not_routed_pods",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
