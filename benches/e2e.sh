@@ -36,6 +36,9 @@
 #          ESTABLISHED,RELATED accept), N in RULE_COUNTS. tollgate-N runs one
 #          ClusterNetworkPolicy of N ingress Drop rules on app=web from N
 #          /32s that never match, so each decision passes all N.
+#          Also `conntrack`: no filtering, only connection tracking turned
+#          on in the node (one ESTABLISHED,RELATED accept in FORWARD): the
+#          floor of any stateful firewall, which `none` does not pay.
 #   miss   the same, every connection from a new source address: wrk runs
 #          with an LD_PRELOAD shim (compiled here with cc) that binds each
 #          socket to the next address of 100.64.0.0/10 before connect, so
@@ -61,6 +64,11 @@
 # The verdict cache is turned on and off with `--set verdictCache.enabled=`
 # (or `--verdict-cache on|off`) when `tollgate run --help` offers it; else
 # "cache: unsupported by this binary" is printed and tollgate runs as is.
+# Every conn, miss and l7 measurement also records the CPU time the whole
+# machine spent per connection (or request) meanwhile (busy jiffies of
+# /proc/stat: client, server, kernel and agent together; run it on an
+# otherwise idle machine), so that what a firewall costs shows even where
+# the rate is bounded by something else (the load generator's one core).
 # Every tollgate measurement also logs (stderr) the packets queued to
 # userspace during it, and the agent's counters whose names hold `cache` or
 # `overflow` (its metrics on 127.0.0.1:9479 in the node namespace). The end is a summary table per figure: value, ratio
@@ -448,6 +456,19 @@ load_iptables() {
 
 flush_iptables() { nsx $NODE iptables -w -F FORWARD; }
 
+# Busy jiffies of the whole machine so far (/proc/stat: user, nice, system,
+# irq, softirq, steal; not idle or iowait).
+cpu_busy() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9; exit}' /proc/stat; }
+CLK_TCK=$(getconf CLK_TCK)
+
+# µs of CPU per unit of `value` (a rate per second) over a measurement of
+# DURATION seconds during which the machine was busy for `jiffies`.
+cpu_per_unit() {
+    local jiffies=$1 value=$2
+    awk -v j="$jiffies" -v v="$value" -v d="$DURATION" -v hz="$CLK_TCK" \
+        'BEGIN { if (v > 0) printf "%.1f\n", j / hz * 1e6 / (v * d); else print 0 }'
+}
+
 # Packets the node's kernel has queued to userspace so far, over every
 # queue (the id sequence, column 8, of nfnetlink_queue; queues come and go
 # with the agent, so only deltas within one agent's run mean anything).
@@ -565,11 +586,13 @@ configs_of() {
     case $scenario in
         conn)
             echo none
+            echo conntrack
             for n in "${RULE_COUNTS[@]}"; do cache_variants "tollgate-$n"; done
             for n in "${RULE_COUNTS[@]}"; do echo "iptables-$n"; done
             ;;
         miss)
             echo none
+            echo conntrack
             for n in "${RULE_COUNTS[@]}"; do cache_variants "tollgate-$n"; done
             ;;
         dns) echo none; shipped tollgate-fqdn ;;
@@ -577,7 +600,7 @@ configs_of() {
             echo none; shipped tollgate-l7
             [[ -z $L7_QUEUES ]] || echo "$(shipped tollgate-l7)-l7q1"
             ;;
-        bulk) echo none; shipped tollgate-1000 ;;
+        bulk) echo none; echo conntrack; shipped tollgate-1000 ;;
         flood) cache_variants tollgate-flood ;;
     esac
 }
@@ -599,6 +622,21 @@ warm_up() {
     fi
 }
 
+# Runs one measurement of `scenario`, prints its value(s), and leaves the
+# machine's CPU µs per connection or request meanwhile in $WORK/cpu (empty
+# for the scenarios whose value is not a rate of connections or requests).
+timed() {
+    local scenario=$1 busy value
+    busy=$(cpu_busy)
+    value=$("m_$scenario")
+    busy=$(($(cpu_busy) - busy))
+    case $scenario in
+        conn | miss | l7) cpu_per_unit "$busy" "${value%% *}" >"$WORK/cpu" ;;
+        *) : >"$WORK/cpu" ;;
+    esac
+    echo "$value"
+}
+
 # Measures one configuration once; prints the value(s).
 measure_config() {
     local scenario=$1 config=$2 value before after
@@ -607,11 +645,11 @@ measure_config() {
     # in TIME_WAIT for 2 minutes, and a full table drops new connections.
     nsx $NODE conntrack -F >/dev/null 2>&1 || true
     case $config in
-        none) warm_up "$scenario"; "m_$scenario" ;;
-        iptables-*)
-            load_iptables "${config#iptables-}"
+        none) warm_up "$scenario"; timed "$scenario" ;;
+        conntrack | iptables-*)
+            if [[ $config == conntrack ]]; then load_iptables 0; else load_iptables "${config#iptables-}"; fi
             warm_up "$scenario"
-            "m_$scenario"
+            timed "$scenario"
             flush_iptables
             ;;
         tollgate-*)
@@ -623,7 +661,7 @@ measure_config() {
             esac
             warm_up "$scenario"
             before=$(queued_total)
-            value=$("m_$scenario")
+            value=$(timed "$scenario")
             after=$(queued_total)
             echo "  $config: $((after - before)) packets queued to userspace" >&2
             agent_counters >&2
@@ -650,6 +688,9 @@ run_scenario() {
             [[ -n $value ]] || die "$scenario $config: no value"
             echo "  round $r $config: $value" >&2
             echo "$scenario $r $config $value" >>"$RESULTS"
+            if [[ -s $WORK/cpu ]]; then
+                echo "cpu:$scenario $r $config $(cat "$WORK/cpu")" >>"$RESULTS"
+            fi
             if [[ $config == tollgate-* ]]; then
                 echo "queued:$scenario $r $config $(cat "$WORK/queued")" >>"$RESULTS"
             fi

@@ -16,11 +16,18 @@ Scenarios and what their values are:
   flood    SYNs sent at a denied port, and packets queued to userspace
   queued:<scenario>   packets the kernel queued to userspace during a
            tollgate measurement (all queues), shown beside its figure
+  cpu:<scenario>      µs of CPU the whole machine spent per connection
+           (or request) during a conn, miss or l7 measurement
 
 Every scenario but flood has a configuration `none` (no firewall) measured
 in each of its rounds, interleaved with the others. A ratio is the median
 over rounds of (configuration / none of the same round); an added latency
 is the median over rounds of (configuration - none of the same round).
+conn, miss and bulk also measure `conntrack` (connection tracking on, no
+filtering): the ratio to it ("to ct") is printed beside the ratio to none.
+The CPU column is the median µs per connection (or request) of the whole
+machine, and `+cpu` what a configuration adds to none's (the median of the
+per-round differences).
 The last table holds each figure of issue 17's targets: met or missed.
 """
 
@@ -94,15 +101,33 @@ def main():
         unit = UNITS[scenario]
         print(f"\n{scenario} ({unit}; ratio = median of per-round ratios to none)")
         queued = rows.get(f"queued:{scenario}", {})
-        print(f"  {'configuration':28} {'median':>10} {'ratio':>7} {'queued':>9}   rounds")
+        cpu = rows.get(f"cpu:{scenario}", {})
+        print(
+            f"  {'configuration':28} {'median':>10} {'ratio':>7} {'to ct':>7} {'queued':>9}"
+            f" {'cpu µs':>8} {'+cpu':>7}   rounds"
+        )
         for config in order[scenario]:
             values = [v[0] for _, v in sorted(data[config].items())]
             med = statistics.median(values)
             ratios = paired(data, config, 0, lambda a, b: a / b if b else 0.0)
             ratio = statistics.median(ratios) if ratios and config != "none" else None
+            to_ct = None
+            if "conntrack" in data and config not in ("none", "conntrack"):
+                per_round = [
+                    v[0] / data["conntrack"][r][0]
+                    for r, v in data[config].items()
+                    if r in data["conntrack"] and data["conntrack"][r][0]
+                ]
+                to_ct = statistics.median(per_round) if per_round else None
             q = statistics.median(v[0] for v in queued[config].values()) if config in queued else None
+            c = statistics.median(v[0] for v in cpu[config].values()) if config in cpu else None
+            added = None
+            if config in cpu and "none" in cpu and config != "none":
+                diffs = paired(cpu, config, 0, lambda a, b: a - b)
+                added = statistics.median(diffs) if diffs else None
             print(
-                f"  {config:28} {med:10.{0 if unit != 'Gbit/s' else 2}f} {fmt(ratio, 3):>7} {fmt(q, 0):>9}   "
+                f"  {config:28} {med:10.{0 if unit != 'Gbit/s' else 2}f} {fmt(ratio, 3):>7} {fmt(to_ct, 3):>7}"
+                f" {fmt(q, 0):>9} {fmt(c, 1):>8} {fmt(added, 1):>7}   "
                 + " ".join(f"{x:.{0 if unit != 'Gbit/s' else 2}f}" for x in values)
             )
             if config == "none":

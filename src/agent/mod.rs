@@ -121,11 +121,14 @@ struct Running {
     base: Base,
     reconciler: Reconciler,
     fqdn: Fqdn,
-    /// When the kernel state is next compared with the desired one.
-    drift_due: Option<Instant>,
+    /// When the periodic checks are next due: drift (when on), bridged
+    /// traffic, the verdict cache's hits.
+    checks_due: Instant,
     /// Why bridged traffic bypasses iptables, as last seen
-    /// ([`bridge::unseen`]); checked at start and with every drift check.
+    /// ([`bridge::unseen`]); checked at start and with the periodic checks.
     bridged_unseen: Option<String>,
+    /// The verdict cache's hits counted from its lookup rules' counters.
+    cache_hits: datapath::cache::HitCount,
 }
 
 fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
@@ -320,16 +323,14 @@ impl Starting {
         )?;
         fqdn.start_dns_worker(&patterns)?;
         crate::workers::watchdog::spawn(Arc::clone(&base.metrics), config.health.stall_timeout())?;
-        let drift_due = config
-            .datapath
-            .drift_check()
-            .map(|every| Instant::now() + every);
+        let checks_due = Instant::now() + Running::checks_every(config);
         let mut running = Running {
             base,
             reconciler,
             fqdn,
-            drift_due,
+            checks_due,
             bridged_unseen: None,
+            cache_hits: datapath::cache::HitCount::default(),
         };
         running.check_bridges();
         running.put_in_force();

@@ -9,10 +9,15 @@ use std::time::{Duration, Instant};
 
 use crate::compile::compile;
 use crate::datapath;
+use crate::ruleset::Ruleset;
 use crate::telemetry::ReloadResult;
 
 use super::signals::{self, Event};
 use super::{bridge, host, Running};
+
+/// How often bridged traffic and the verdict cache's hits are checked
+/// when drift checks are off.
+const CHECKS_WITHOUT_DRIFT: Duration = Duration::from_secs(10);
 
 impl Running {
     /// Handles events until a shutdown is asked for; retries a failed
@@ -25,11 +30,8 @@ impl Running {
             let wait = self
                 .reconciler
                 .retry_in(now)
-                .or_else(|| self.drift_due.map(|due| due.saturating_duration_since(now)));
-            let received = match wait {
-                None => inbox.recv().map_err(|_| RecvTimeoutError::Disconnected),
-                Some(wait) => inbox.recv_timeout(wait),
-            };
+                .unwrap_or_else(|| self.checks_due.saturating_duration_since(now));
+            let received = inbox.recv_timeout(wait);
             let event = match received {
                 Ok(event) => event,
                 Err(RecvTimeoutError::Timeout) => {
@@ -39,7 +41,7 @@ impl Running {
                             self.sync();
                         }
                         Some(_) => {}
-                        None => self.check_drift(now),
+                        None => self.periodic_checks(now),
                     }
                     continue;
                 }
@@ -56,23 +58,29 @@ impl Running {
         }
     }
 
-    /// When due, compares the kernel with the state of the ruleset in
-    /// force and restores what differs (logged and counted); then
-    /// schedules the next check.
-    fn check_drift(&mut self, now: Instant) {
-        let Some(due) = self.drift_due else { return };
-        if due > now {
-            return;
-        }
-        let every = self
-            .base
-            .config
+    /// How often the periodic checks run: every drift check, or every
+    /// [`CHECKS_WITHOUT_DRIFT`] when drift checks are off.
+    pub(super) fn checks_every(config: &crate::config::AgentConfig) -> Duration {
+        config
             .datapath
             .drift_check()
-            .unwrap_or(Duration::MAX);
-        self.drift_due = now.checked_add(every);
+            .unwrap_or(CHECKS_WITHOUT_DRIFT)
+    }
+
+    /// When due: whether bridged traffic is seen, the verdict cache's
+    /// hits, and (when drift checks are on) the kernel compared with the
+    /// state of the ruleset in force, what differs restored (logged and
+    /// counted); then schedules the next round.
+    fn periodic_checks(&mut self, now: Instant) {
+        if self.checks_due > now {
+            return;
+        }
+        self.checks_due = now + Running::checks_every(&self.base.config);
         self.check_bridges();
         self.read_cache_hits();
+        if self.base.config.datapath.drift_check().is_none() {
+            return;
+        }
         let config = &self.base.config;
         let queues = config.queue_numbers();
         let found = self.reconciler.drift(&self.base.kernel, |enforced, fqdn| {
@@ -100,7 +108,8 @@ impl Running {
         }
         match self.base.kernel.cache_hits() {
             Ok(reading) => {
-                let hits = self.base.metrics.verdict_cache_hits_read(reading);
+                let gained = self.cache_hits.gained(reading);
+                let hits = self.base.metrics.verdict_cache_hits(gained);
                 self.base.status.verdict_cache_hits(hits);
             }
             Err(error) => tracing::debug!("reading the verdict cache's counters failed: {error}"),
@@ -145,6 +154,12 @@ impl Running {
                     self.base
                         .generations
                         .stamp(compile(&snapshot, &node), &snapshot, &node);
+                // A ruleset of another generation replaces the cache's
+                // lookup rules, and their counters with them.
+                let cached = |r: &Ruleset| r.enforced().verdict_cache.map(|c| c.generation);
+                if cached(&ruleset) != cached(&self.reconciler.in_force().load()) {
+                    self.read_cache_hits();
+                }
                 self.reconciler.offer(ruleset);
                 if let Some(error) = self.sync() {
                     self.reloaded(ReloadResult::Failed, Some(error));

@@ -934,11 +934,11 @@ impl Default for VerdictCacheConfig {
 
 impl VerdictCacheConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if !(1..=MAX_IPSET_TIMEOUT_SECS).contains(&self.timeout_seconds) {
+        if !(1..=MAX_CACHE_TIMEOUT_SECS).contains(&self.timeout_seconds) {
             return Err(ConfigError::Bound {
                 key: "verdictCache.timeoutSeconds",
                 value: self.timeout_seconds.into(),
-                reason: "must be between 1 and 2147483 (the kernel's largest ipset timeout)",
+                reason: "must be between 1 and 3600 (a cached Allow outlives a policy changed while no agent runs by up to this long)",
             });
         }
         if !(64..=MAX_CACHE_ENTRIES).contains(&self.max_entries) {
@@ -956,6 +956,13 @@ impl VerdictCacheConfig {
         self.enabled == Switch::On
     }
 }
+
+/// Largest `verdictCache.timeoutSeconds`. While an agent runs, a ruleset
+/// change replaces the cache at once; while none runs, a cached verdict
+/// keeps answering until its timeout, whatever the policy became
+/// meanwhile. An hour bounds that; re-deciding a busy tuple once a minute
+/// (the default) costs one worker decision.
+pub const MAX_CACHE_TIMEOUT_SECS: u32 = 3600;
 
 /// Largest `verdictCache.maxEntries`: 18 sets of this size are at most a
 /// few hundred MiB of kernel memory.

@@ -673,7 +673,9 @@ fn verdict_cache_is_on_by_default_switched_by_flag_or_file_and_bounded() {
         "verdictCache: {maxEntries: 0}\n",
         "verdictCache: {timeoutSeconds: 0}\n",
         "verdictCache: {timeoutSeconds: 3000000}\n",
+        "verdictCache: {timeoutSeconds: 3601}\n",
     ] {
         assert!(load(bad, &[]).is_err(), "{bad}");
     }
+    assert!(load("verdictCache: {timeoutSeconds: 3600}\n", &[]).is_ok());
 }

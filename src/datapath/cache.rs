@@ -130,23 +130,61 @@ pub fn set_of(entry: &CacheEntry, cache: &VerdictCache) -> String {
     )
 }
 
-/// New connections the cache answered, from `iptables-save -c` output:
-/// the packet counters (`[packets:bytes]`) of the rules that look a new
-/// connection up in a cache set. Those rules match only `ctstate NEW`, so
-/// each packet is a connection; the rules of one verdict are exclusive.
-pub fn hits(save_with_counters: &str) -> u64 {
+/// The packet counters (`[packets:bytes]`) of the rules that look a new
+/// connection up in a cache set, by rule, from `iptables-save -c` output
+/// of one family (`family` prefixes each rule's text, so the readings of
+/// both families can be joined). Those rules match only `ctstate NEW`, so
+/// each packet is a connection the cache answered; the rules of one
+/// verdict are exclusive.
+pub fn hit_counters(save_with_counters: &str, family: Family) -> HitReading {
     save_with_counters
         .lines()
         .filter(|line| line.contains(&format!("--match-set {CACHE_SET_PREFIX}")))
         .filter_map(|line| {
-            let (packets, _) = line.strip_prefix('[')?.split_once(':')?;
-            packets.parse::<u64>().ok()
+            let (packets, rest) = line.strip_prefix('[')?.split_once(':')?;
+            let (_, rule) = rest.split_once("] ")?;
+            Some((format!("{family:?} {rule}"), packets.parse::<u64>().ok()?))
         })
-        .fold(0, u64::saturating_add)
+        .collect()
+}
+
+/// The lookup rules' packet counters at one reading, by rule.
+pub type HitReading = std::collections::BTreeMap<String, u64>;
+
+/// Counts the connections the cache answered from successive readings of
+/// its lookup rules' counters. A rule's counter counts from zero when the
+/// rule is installed, so what a rule gained is its reading minus its last
+/// one, or its whole reading when it is new or was installed again
+/// (a drift repair, a generation that came back). A rule removed since the
+/// last reading takes the hits it counted after that reading with it: the
+/// agent reads just before it replaces a generation's rules.
+#[derive(Clone, Debug, Default)]
+pub struct HitCount {
+    last: HitReading,
+}
+
+impl HitCount {
+    /// Takes `reading`; returns the hits gained since the last one.
+    pub fn gained(&mut self, reading: HitReading) -> u64 {
+        let gained = reading
+            .iter()
+            .map(|(rule, &packets)| match self.last.get(rule) {
+                Some(&before) if before <= packets => packets - before,
+                _ => packets,
+            })
+            .fold(0, u64::saturating_add);
+        self.last = reading;
+        gained
+    }
 }
 
 /// The generation of the ruleset compiled from `snapshot` for `node`:
-/// 40 bits of the SHA-1 of everything its decisions are made from.
+/// 40 bits of the SHA-1 of everything its decisions are made from. The
+/// objects are digested in their serialized form, which leaves out what
+/// the API server changes without changing a decision (`resourceVersion`,
+/// `uid`, timestamps, a policy's `status`) and where a file put them: in
+/// Kubernetes mode every update of a watched object is a reload, and one
+/// that changed nothing tollgate reads must keep the cache's sets.
 pub fn generation_of(
     snapshot: &Snapshot,
     node: &LocalNode,
@@ -156,7 +194,12 @@ pub fn generation_of(
     let mut digest = Sha1::new();
     digest.update(env!("CARGO_PKG_VERSION").as_bytes());
     digest.update(format!("\0{node:?}\0{timeout_secs}\0{max_entries}\0").as_bytes());
-    digest.update(format!("{:?}", snapshot.objects).as_bytes());
+    for object in snapshot.iter() {
+        // Writing into a digest cannot fail, nor can serializing the
+        // model (plain data, string keys).
+        serde_json::to_writer(&mut digest, object).expect("the model serializes");
+        digest.update(b"\0");
+    }
     let bytes = digest.finalize();
     let mut first = [0u8; 8];
     first.copy_from_slice(&bytes[..8]);
@@ -213,12 +256,35 @@ mod tests {
 [5:300] -A TOLLGATE-INPUT -m set --match-set tollgate-endpoints-v4 dst -j TOLLGATE-INPUT
 COMMIT
 ";
-        assert_eq!(hits(save), 12);
-        assert_eq!(
-            hits("[x:1] -A X -m set --match-set tollgate-vc-a src -j DROP\n"),
-            0
-        );
-        assert_eq!(hits(""), 0);
+        let reading = hit_counters(save, Family::V4);
+        assert_eq!(reading.values().sum::<u64>(), 12);
+        assert_eq!(reading.len(), 3);
+        assert!(reading
+            .keys()
+            .all(|rule| rule.starts_with("V4 -A TOLLGATE-INPUT -i eth0 ")));
+        assert!(hit_counters(
+            "[x:1] -A X -m set --match-set tollgate-vc-a src -j DROP\n",
+            Family::V4
+        )
+        .is_empty());
+        assert!(hit_counters("", Family::V6).is_empty());
+    }
+
+    #[test]
+    fn hits_are_counted_across_rules_replaced_and_installed_again() {
+        let reading = |rules: &[(&str, u64)]| -> HitReading {
+            rules.iter().map(|(r, n)| (r.to_string(), *n)).collect()
+        };
+        let mut count = HitCount::default();
+        assert_eq!(count.gained(reading(&[("a", 5), ("b", 1)])), 6);
+        assert_eq!(count.gained(reading(&[("a", 9), ("b", 1)])), 4);
+        // A new generation: a's rules are gone, c's count from zero.
+        assert_eq!(count.gained(reading(&[("c", 3)])), 3);
+        // c installed again by a drift repair: its counter restarted.
+        assert_eq!(count.gained(reading(&[("c", 2)])), 2);
+        // a's generation came back: its rules count from zero again.
+        assert_eq!(count.gained(reading(&[("a", 1), ("c", 2)])), 1);
+        assert_eq!(count.gained(HitReading::new()), 0);
     }
 
     #[test]
@@ -273,6 +339,33 @@ COMMIT
             "same input, same sets"
         );
         assert_ne!(a, generation(&on, &pod("b"), &node), "a label changed");
+        // What the API server changes at every update of an object, and
+        // where the object was read from, change no decision.
+        let bookkeeping = parse(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: x, labels: {app: a}, \
+             resourceVersion: '81', uid: 0e7c, generation: 3, creationTimestamp: '2026-11-27T10:00:00Z'}\n\
+             status: {podIP: 10.1.0.1}\n",
+        );
+        assert_eq!(a, generation(&on, &bookkeeping, &node), "bookkeeping");
+        let mut elsewhere = pod("a");
+        elsewhere.objects[0].origin = "kubernetes:Pod".into();
+        assert_eq!(a, generation(&on, &elsewhere, &node), "origin");
+        let policy = |status: &str| {
+            parse(&format!(
+                "apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\n\
+                 metadata: {{name: c}}\nspec: {{priority: 1, tier: application, \
+                 appliedTo: [{{podSelector: {{}}}}], ingress: [{{action: Drop}}]}}\n{status}"
+            ))
+        };
+        assert_eq!(
+            generation(&on, &policy(""), &node),
+            generation(
+                &on,
+                &policy("status: {phase: Realized, observedGeneration: 2}\n"),
+                &node
+            ),
+            "a policy's status"
+        );
         let moved = LocalNode {
             addresses: vec!["10.0.0.9".parse().unwrap()],
             ..node.clone()

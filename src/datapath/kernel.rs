@@ -111,19 +111,19 @@ impl Iptables {
         self.backend
     }
 
-    /// New connections the verdict cache answered, both families: the
-    /// packet counters of its lookup rules since they were installed.
-    pub fn cache_hits(&self) -> Result<u64, DatapathError> {
-        let mut hits = 0u64;
+    /// The packet counters of the verdict cache's lookup rules, both
+    /// families, by rule ([`super::cache::hit_counters`]).
+    pub fn cache_hits(&self) -> Result<super::cache::HitReading, DatapathError> {
+        let mut reading = super::cache::HitReading::new();
         for family in Family::ALL {
             let save = run(
                 &self.backend.program(family, "save"),
                 &["-c", "-t", "filter"],
                 None,
             )?;
-            hits = hits.saturating_add(super::cache::hits(&save));
+            reading.extend(super::cache::hit_counters(&save, family));
         }
-        Ok(hits)
+        Ok(reading)
     }
 }
 

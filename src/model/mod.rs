@@ -120,8 +120,10 @@ impl fmt::Display for Kind {
     }
 }
 
-/// One decoded object.
-#[derive(Clone, Debug, PartialEq)]
+/// One decoded object. Its serialized form is what decisions are made
+/// from: the bookkeeping the API server adds (`resourceVersion`, `uid`,
+/// timestamps, a policy's `status`) is read but never serialized.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub enum Object {
     Tier(Tier),
     ClusterNetworkPolicy(AntreaPolicy),

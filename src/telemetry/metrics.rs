@@ -10,7 +10,7 @@
 #![allow(clippy::disallowed_methods)] // stamps the last successful reload with the wall clock.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -176,8 +176,6 @@ pub struct Metrics {
     datapath_drift_repairs: Counter,
     bridge_netfilter_off: Gauge,
     verdict_cache_hits: Counter,
-    /// The cache rules' packet counters at the last reading.
-    verdict_cache_hits_read: AtomicU64,
     audit_written: Counter,
     audit_skipped: Family<ReasonLabels, Counter>,
     kubernetes_skipped: Gauge,
@@ -231,7 +229,6 @@ impl Metrics {
             datapath_drift_repairs: Counter::default(),
             bridge_netfilter_off: Gauge::default(),
             verdict_cache_hits: Counter::default(),
-            verdict_cache_hits_read: AtomicU64::new(0),
             audit_written: Counter::default(),
             audit_skipped: Family::default(),
             kubernetes_skipped: Gauge::default(),
@@ -701,14 +698,9 @@ impl Metrics {
         self.bridge_netfilter_off.set(i64::from(off));
     }
 
-    /// The cache rules' packet counters, read now: what they gained since
-    /// the last reading is counted as hits (rules replaced at a generation
-    /// change count from zero again). Returns the hits counted so far.
-    pub fn verdict_cache_hits_read(&self, reading: u64) -> u64 {
-        let last = self
-            .verdict_cache_hits_read
-            .swap(reading, Ordering::Relaxed);
-        let gained = reading.checked_sub(last).unwrap_or(reading);
+    /// Counts `gained` more connections the verdict cache answered;
+    /// returns the hits counted so far.
+    pub fn verdict_cache_hits(&self, gained: u64) -> u64 {
         self.verdict_cache_hits.inc_by(gained);
         self.verdict_cache_hits.get()
     }

@@ -4,10 +4,10 @@
 //! milliseconds after its first entry). The workers hand entries over
 //! without waiting; when the writer falls behind, entries are dropped and
 //! counted (a missing entry only means the next connection with its key
-//! is decided by a worker again). A tuple is written at its second
-//! decision: one met once (a scan, a one-off client) would cost an insert
-//! and save nothing. It never decides anything and never writes a set of
-//! another generation than the decision's.
+//! is decided by a worker again). A worker offers a tuple from its second
+//! decision on ([`Sightings`]): one met once (a scan, a one-off client)
+//! would cost an insert and save nothing. It never decides anything and
+//! never writes a set of another generation than the decision's.
 
 use std::collections::HashSet;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
@@ -25,11 +25,11 @@ const BACKLOG: usize = 4096;
 const BATCH: usize = 256;
 /// How long the first entry of a batch waits for company.
 const FLUSH_AFTER: Duration = Duration::from_millis(2);
-/// Tuples decided once, remembered until decided again (least recent
-/// forgotten first). Only a tuple decided a second time is written: a
-/// tuple met once (a scan, a one-off client: every connection from a new
-/// address) would cost a kernel insert and a set entry and save nothing.
-const SIGHTINGS: usize = 65_536;
+/// Tuples one worker remembers having decided (least recent forgotten
+/// first). Only a tuple decided before is offered: a tuple met once (a
+/// scan, a one-off client: every connection from a new address) would cost
+/// a kernel insert and a set entry and save nothing.
+const SIGHTINGS: usize = 32_768;
 
 /// What became of an offered verdict.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,11 +95,7 @@ pub fn spawn() -> Result<CacheSink, NetlinkError> {
 fn write(mut socket: IpsetSocket, receiver: &Receiver<Offer>) {
     let mut batch: Vec<Offer> = Vec::with_capacity(BATCH);
     let mut seen = HashSet::with_capacity(BATCH);
-    let mut sightings = Sightings::new();
     while let Ok(first) = receiver.recv() {
-        if !sightings.second(&first) {
-            continue;
-        }
         let deadline = Instant::now() + FLUSH_AFTER;
         seen.clear();
         seen.insert((first.entry, first.cache.generation));
@@ -109,9 +105,7 @@ fn write(mut socket: IpsetSocket, receiver: &Receiver<Offer>) {
             match receiver.recv_timeout(wait) {
                 // A flood of one key before its entry lands: one write.
                 Ok(offer) => {
-                    if sightings.second(&offer)
-                        && seen.insert((offer.entry, offer.cache.generation))
-                    {
+                    if seen.insert((offer.entry, offer.cache.generation)) {
                         batch.push(offer);
                     }
                 }
@@ -122,25 +116,38 @@ fn write(mut socket: IpsetSocket, receiver: &Receiver<Offer>) {
     }
 }
 
-/// The tuples decided once and not yet again, per generation.
-struct Sightings(lru::LruCache<(CacheEntry, u64), ()>);
+/// The tuples one connection worker has decided, per generation: a
+/// worker offers a cacheable verdict only when its tuple was decided
+/// before. Kept in the worker, not the writer, so a connection whose tuple
+/// is new (every one of them, for a client that never repeats) costs the
+/// worker a map lookup and wakes no other thread. A tuple's connections
+/// always reach the same worker: the connection queues are balanced by
+/// the address pair, which is in the tuple.
+pub struct Sightings(lru::LruCache<(CacheEntry, u64), ()>);
 
 impl Sightings {
-    fn new() -> Sightings {
+    pub fn new() -> Sightings {
+        Sightings::with_capacity(SIGHTINGS)
+    }
+
+    fn with_capacity(capacity: usize) -> Sightings {
         Sightings(lru::LruCache::new(
-            std::num::NonZeroUsize::new(SIGHTINGS).expect("SIGHTINGS > 0"),
+            std::num::NonZeroUsize::new(capacity).expect("capacity > 0"),
         ))
     }
 
-    /// Whether `offer` is its tuple's second decision: then it is written
-    /// (and forgotten here); the first is only remembered.
-    fn second(&mut self, offer: &Offer) -> bool {
-        let key = (offer.entry, offer.cache.generation);
-        if self.0.pop(&key).is_some() {
-            return true;
-        }
-        self.0.put(key, ());
-        false
+    /// Records a decision of `entry` under `generation`; whether its tuple
+    /// was decided before (then it is worth caching). A tuple stays
+    /// remembered, so one whose entry timed out in the kernel is cached
+    /// again at its next decision.
+    pub fn seen_before(&mut self, entry: &CacheEntry, generation: u64) -> bool {
+        self.0.put((*entry, generation), ()).is_some()
+    }
+}
+
+impl Default for Sightings {
+    fn default() -> Self {
+        Sightings::new()
     }
 }
 
@@ -172,4 +179,51 @@ fn flush(socket: &mut IpsetSocket, batch: &mut Vec<Offer>) {
         }
     }
     batch.clear();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decide::CacheKey;
+    use crate::packet::flow::Verdict;
+
+    fn entry(last: u8) -> CacheEntry {
+        CacheEntry {
+            key: CacheKey {
+                local: None,
+                src: [10, 0, 0, last].into(),
+                dst: [10, 0, 1, 1].into(),
+                protocol: 6,
+                port: 80,
+            },
+            verdict: Verdict::Allow,
+        }
+    }
+
+    #[test]
+    fn a_tuple_is_offered_from_its_second_decision_on() {
+        let mut sightings = Sightings::new();
+        assert!(!sightings.seen_before(&entry(1), 7), "first decision");
+        assert!(sightings.seen_before(&entry(1), 7), "second");
+        assert!(
+            sightings.seen_before(&entry(1), 7),
+            "after its entry expired"
+        );
+        assert!(!sightings.seen_before(&entry(2), 7), "another tuple");
+        assert!(!sightings.seen_before(&entry(1), 8), "another generation");
+    }
+
+    #[test]
+    fn the_least_recently_decided_tuple_is_forgotten_first() {
+        let mut sightings = Sightings::with_capacity(2);
+        sightings.seen_before(&entry(1), 0);
+        sightings.seen_before(&entry(2), 0);
+        assert!(
+            sightings.seen_before(&entry(1), 0),
+            "1 is now the most recent"
+        );
+        sightings.seen_before(&entry(3), 0);
+        assert!(!sightings.seen_before(&entry(2), 0), "2 was forgotten");
+        assert!(sightings.seen_before(&entry(3), 0));
+    }
 }

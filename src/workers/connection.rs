@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use arc_swap::ArcSwap;
 
-use super::cache::{CacheSink, CountFate, Fate};
+use super::cache::{CacheSink, CountFate, Fate, Sightings};
 use super::runtime::{self, wall_clock, Handler, Queue, QueueError, QueueSpec, Verdicts};
 use crate::audit::AuditSink;
 use crate::config::DatapathConfig;
@@ -139,6 +139,7 @@ impl Worker {
                 metrics: WorkerMetrics::new(Arc::clone(&observers.metrics)),
                 audit: observers.audit.clone(),
                 cache: observers.cache.clone(),
+                sightings: Sightings::new(),
             };
             Ok((Queue::open(spec)?, handler))
         };
@@ -159,6 +160,8 @@ struct Connections<P> {
     metrics: WorkerMetrics,
     audit: Option<AuditSink>,
     cache: Option<CacheSink>,
+    /// The cacheable tuples this worker has decided.
+    sightings: Sightings,
 }
 
 impl<P: Policy> Handler for Connections<P> {
@@ -177,7 +180,9 @@ impl<P: Policy> Handler for Connections<P> {
         if let (Some(sink), Some(cache), true) = (&self.cache, policy.verdict_cache(), decided) {
             self.stats.cache_misses.fetch_add(1, Ordering::Relaxed);
             if let Some(entry) = step.cache {
-                sink.offer(entry, cache, Arc::clone(&self.stats) as Arc<dyn CountFate>);
+                if self.sightings.seen_before(&entry, cache.generation) {
+                    sink.offer(entry, cache, Arc::clone(&self.stats) as Arc<dyn CountFate>);
+                }
             }
         }
         self.stats.record(&step.outcome, step.action);

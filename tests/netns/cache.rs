@@ -9,8 +9,13 @@
 
 use std::net::{IpAddr, SocketAddr};
 
+use hickory_proto::rr::RecordType;
+
 use crate::harness::probe::total_queued;
-use crate::harness::{poll_until, Lab, Service, TcpOutcome, AGENT_WAIT};
+use crate::harness::{
+    metrics, poll_until, DnsRecord, Lab, PingOutcome, Resolution, Service, TcpOutcome, UdpOutcome,
+    AGENT_WAIT, ALLOW_WAIT, DENY_WAIT,
+};
 
 const PORT: u16 = 8080;
 /// A port no rule names: allowed, but never connected to before the
@@ -392,4 +397,288 @@ fn cached_allows_outlive_the_agent_but_not_a_changed_policy() {
         entries(&lab)
     );
     again.stop();
+}
+
+/// The cache counters of the agent whose metrics listen on `METRICS`.
+fn cache_counters(lab: &Lab) -> [f64; 6] {
+    let samples = metrics::scrape(lab.node(), METRICS);
+    ["misses", "inserts", "hits", "full", "failed", "dropped"]
+        .map(|what| metrics::family_sum(&samples, &format!("tollgate_verdict_cache_{what}_total")))
+}
+
+const METRICS: &str = "127.0.0.1:9466";
+
+/// Whether a set of the FORWARD hook for `verdict` holds an entry whose
+/// text contains `tuple` (`,udp:7,`, `,icmp:`…).
+fn forward_entry(lab: &Lab, verdict: char, family: &str, tuple: &str) -> bool {
+    let set = format!("-f{verdict}-{family} ");
+    entries(lab)
+        .iter()
+        .any(|e| e.contains(&set) && e.contains(tuple))
+}
+
+#[test]
+fn forwarded_udp_and_icmp_verdicts_are_cached_and_counted() {
+    let Some(lab) = Lab::builder("forwarded_udp_and_icmp_verdicts_are_cached_and_counted")
+        .peer("client")
+        .peer("server")
+        .ipv6()
+        .build()
+    else {
+        return;
+    };
+    lab.serve_udp_echo("server", 7);
+    let (client, client6) = (lab.addr("client"), lab.addr6("client"));
+    let (server, server6) = (lab.addr("server"), lab.addr6("server"));
+    // The server is a Pod of this node: routed client → server traffic is
+    // decided in FORWARD. UDP is allowed, ICMP rejected.
+    lab.write_policy(
+        "server.yaml",
+        &format!(
+            "apiVersion: v1
+kind: Namespace
+metadata: {{name: x}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: server, namespace: x, labels: {{app: server}}}}
+spec: {{nodeName: node}}
+status: {{podIP: '{server}', podIPs: [{{ip: '{server}'}}, {{ip: '{server6}'}}]}}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {{name: server-ingress}}
+spec:
+  priority: 5
+  tier: securityops
+  appliedTo: [{{podSelector: {{matchLabels: {{app: server}}}}}}]
+  ingress:
+    - action: Allow
+      from: [{{ipBlock: {{cidr: {client}/32}}}}, {{ipBlock: {{cidr: '{client6}/128'}}}}]
+      ports: [{{protocol: UDP, port: 7}}]
+    - action: Reject
+      from: [{{ipBlock: {{cidr: {client}/32}}}}, {{ipBlock: {{cidr: '{client6}/128'}}}}]
+      protocols: [{{icmp: {{}}}}]
+"
+        ),
+    );
+    let mut agent = lab.start_agent(lab.agent_options().args(&[
+        "--metrics-address",
+        METRICS,
+        "--drift-check-seconds",
+        "1",
+    ]));
+    agent.wait_generation(1);
+    for (to, family) in [(IpAddr::from(server), "v4"), (IpAddr::from(server6), "v6")] {
+        // UDP: a worker allows the first two flows (each from a new source
+        // port), the kernel the rest.
+        let echo = SocketAddr::new(to, 7);
+        for _ in 0..2 {
+            assert_eq!(lab.udp("client", echo, ALLOW_WAIT), UdpOutcome::Answered);
+        }
+        let cached = poll_until(AGENT_WAIT, || {
+            forward_entry(&lab, 'a', family, ",udp:7,").then_some(())
+        });
+        assert!(
+            cached.is_some(),
+            "{family}: no UDP entry: {:?}",
+            entries(&lab)
+        );
+        let before = queued(&lab);
+        assert_eq!(lab.udp("client", echo, ALLOW_WAIT), UdpOutcome::Answered);
+        assert_eq!(queued(&lab), before, "{echo}: queued to a worker");
+
+        // ICMP echo requests (a new identifier each): rejected, the
+        // rejection cached with the ICMP type and code as the port.
+        for _ in 0..2 {
+            assert_eq!(lab.ping("client", to, DENY_WAIT), PingOutcome::NoReply);
+        }
+        let cached = poll_until(AGENT_WAIT, || {
+            forward_entry(&lab, 'r', family, "icmp").then_some(())
+        });
+        assert!(
+            cached.is_some(),
+            "{family}: no ICMP entry: {:?}",
+            entries(&lab)
+        );
+        let before = queued(&lab);
+        assert_eq!(lab.ping("client", to, DENY_WAIT), PingOutcome::NoReply);
+        assert_eq!(queued(&lab), before, "ping {to}: queued to a worker");
+    }
+    // Every worker decision was a miss; each tuple was written once, at its
+    // second decision; the kernel answered the third connection of each of
+    // the four tuples (hits are read at the periodic check, every second).
+    let counted = poll_until(AGENT_WAIT, || {
+        let counters = cache_counters(&lab);
+        (counters[2] >= 4.0).then_some(counters)
+    });
+    let [misses, inserts, hits, full, failed, dropped] =
+        counted.unwrap_or_else(|| panic!("hits not counted: {:?}", cache_counters(&lab)));
+    println!("VERDICT-CACHE-COUNTERS misses={misses} inserts={inserts} hits={hits}");
+    assert_eq!(misses, 8.0);
+    assert_eq!(inserts, 4.0);
+    assert_eq!(hits, 4.0);
+    assert_eq!([full, failed, dropped], [0.0; 3]);
+    let status = cache_hits(&lab.agent_options().status_socket);
+    assert_eq!(status, Some(4), "status and metrics count the same hits");
+    agent.stop();
+}
+
+#[test]
+fn dns_queries_answered_from_the_cache_are_still_snooped() {
+    let Some(lab) = Lab::builder("dns_queries_answered_from_the_cache_are_still_snooped")
+        .peer("client")
+        .peer("server")
+        .ipv6()
+        .build()
+    else {
+        return;
+    };
+    let (client, client6) = (lab.addr("client"), lab.addr6("client"));
+    let (server, server6) = (lab.addr("server"), lab.addr6("server"));
+    // A second address of the server, named only by the last answer.
+    let mut octets = server6.octets();
+    octets[15] = 3;
+    let later = std::net::Ipv6Addr::from(octets);
+    lab.ns("server")
+        .ok(&format!("ip -6 addr add {later}/64 dev eth0 nodad"));
+    let zone = vec![
+        DnsRecord::address("n0.cache.test", server6, 300),
+        DnsRecord::address("n1.cache.test", server6, 300),
+        DnsRecord::address("n2.cache.test", later, 300),
+    ];
+    lab.serve_dns("server", 53, zone);
+    lab.serve_tcp("server", PORT, Service::Echo);
+    // The client Pod may ask the server for names and reach what the
+    // answers name; nothing else.
+    lab.write_policy(
+        "client.yaml",
+        &format!(
+            "apiVersion: v1
+kind: Namespace
+metadata: {{name: x}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: client, namespace: x, labels: {{app: client}}}}
+spec: {{nodeName: node}}
+status: {{podIP: '{client}', podIPs: [{{ip: '{client}'}}, {{ip: '{client6}'}}]}}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {{name: client-egress}}
+spec:
+  priority: 5
+  tier: securityops
+  appliedTo: [{{podSelector: {{matchLabels: {{app: client}}}}}}]
+  egress:
+    - action: Allow
+      to: [{{ipBlock: {{cidr: {server}/32}}}}]
+      ports: [{{protocol: UDP, port: 53}}]
+    - action: Allow
+      to: [{{fqdn: '*.cache.test'}}]
+      ports: [{{protocol: TCP, port: {PORT}}}]
+    - action: Drop
+      to: [{{ipBlock: {{cidr: 0.0.0.0/0}}}}, {{ipBlock: {{cidr: '::/0'}}}}]
+"
+        ),
+    );
+    let mut agent = lab.start_agent(lab.agent_options().args(&[
+        "--metrics-address",
+        METRICS,
+        "--fqdn-resolve",
+        "off",
+    ]));
+    agent.wait_generation(1);
+    let dns = SocketAddr::new(IpAddr::from(server), 53);
+    let lookup = |name: &str, answer: std::net::Ipv6Addr| {
+        let got = lab.resolve("client", dns, name, RecordType::AAAA, ALLOW_WAIT);
+        assert_eq!(
+            got,
+            Resolution::Addresses(vec![(IpAddr::from(answer), 300)]),
+            "{name}"
+        );
+    };
+    let queries = |lab: &Lab| {
+        metrics::family_sum(
+            &metrics::scrape(lab.node(), METRICS),
+            "tollgate_dns_queries_total",
+        )
+    };
+    // Two lookups: a worker allows both queries, the second one's tuple
+    // (client, udp:53, server) goes into the cache.
+    lookup("n0.cache.test", server6);
+    lookup("n1.cache.test", server6);
+    let cached = poll_until(AGENT_WAIT, || {
+        forward_entry(&lab, 'a', "v4", ",udp:53,").then_some(())
+    });
+    assert!(
+        cached.is_some(),
+        "the DNS tuple was not cached: {:?}",
+        entries(&lab)
+    );
+    let web = SocketAddr::new(IpAddr::from(later), PORT);
+    lab.assert_tcp("client", web, TcpOutcome::TimedOut);
+
+    // The third query is allowed by the kernel, and still reaches the DNS
+    // worker, which remembers it and learns its answer before the client
+    // has it: the address it names is reachable at once.
+    let (queued_before, queries_before) = (queued(&lab), queries(&lab));
+    lookup("n2.cache.test", later);
+    assert_eq!(
+        queued(&lab),
+        queued_before,
+        "the query was decided by a worker"
+    );
+    assert_eq!(
+        queries(&lab),
+        queries_before + 1.0,
+        "the DNS worker did not see the query the cache allowed"
+    );
+    lab.assert_tcp("client", web, TcpOutcome::Connected);
+    agent.stop();
+}
+
+#[test]
+fn a_full_cache_set_refuses_and_counts() {
+    let Some(lab) = lab("a_full_cache_set_refuses_and_counts") else {
+        return;
+    };
+    lab.write_policy("node.yaml", &node_policy("Allow"));
+    // The node allows TCP PORT only; every other port of the node is
+    // open too (no rule names it), so each port is its own tuple.
+    let mut agent = lab.start_agent(lab.agent_options().args(&[
+        "--metrics-address",
+        METRICS,
+        "--set",
+        "verdictCache.maxEntries=64",
+    ]));
+    agent.wait_generation(1);
+    // 80 tuples, each decided twice (nothing listens: a reset answers).
+    let node = IpAddr::from(lab.node_addr("client"));
+    for port in 20_000..20_080u16 {
+        for _ in 0..2 {
+            lab.assert_tcp("client", SocketAddr::new(node, port), TcpOutcome::Refused);
+        }
+    }
+    let counted = poll_until(AGENT_WAIT, || {
+        let counters = cache_counters(&lab);
+        (counters[1] + counters[3] >= 80.0).then_some(counters)
+    });
+    let [_, inserts, _, full, failed, dropped] =
+        counted.unwrap_or_else(|| panic!("writes not counted: {:?}", cache_counters(&lab)));
+    println!("VERDICT-CACHE-FULL inserts={inserts} full={full}");
+    assert_eq!(inserts, 64.0, "the set holds maxEntries");
+    assert_eq!(full, 16.0, "the rest is refused and counted");
+    assert_eq!([failed, dropped], [0.0; 2]);
+    let held = entries(&lab)
+        .iter()
+        .filter(|e| e.contains("-ia-v4 "))
+        .count();
+    assert_eq!(held, 64);
+    // A refused tuple is decided by a worker again, and still allowed.
+    let before = queued(&lab);
+    lab.assert_tcp("client", SocketAddr::new(node, 20_079), TcpOutcome::Refused);
+    assert!(queued(&lab) > before);
+    agent.stop();
 }

@@ -38,6 +38,7 @@ pub mod agent;
 pub mod dns;
 pub mod firewall;
 pub mod lab;
+pub mod metrics;
 pub mod netns;
 pub mod podman;
 pub mod probe;
@@ -181,6 +182,9 @@ pub const TEST_IDS: &[&str] = &[
     "verdict_cache_off_caches_nothing",
     "a_syn_flood_at_a_denied_port_stays_in_the_kernel",
     "cached_allows_outlive_the_agent_but_not_a_changed_policy",
+    "forwarded_udp_and_icmp_verdicts_are_cached_and_counted",
+    "dns_queries_answered_from_the_cache_are_still_snooped",
+    "a_full_cache_set_refuses_and_counts",
     "a_stuck_l7_worker_does_not_stop_the_other_l7_queues",
     "one_stuck_l7_queue_stops_every_l7_request",
     "a_tiny_receive_buffer_overflows_and_is_counted",
