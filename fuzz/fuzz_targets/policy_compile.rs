@@ -14,7 +14,11 @@
 //! - the verdict is the egress verdict unless egress allows, then the
 //!   ingress verdict; L7 constraints come only with an allow, and only
 //!   from rules that carry them;
-//! - every address `enforced()` lists is an endpoint of the ruleset.
+//! - every address `enforced()` lists is an endpoint of the ruleset;
+//! - the verdict cache's premise: a decision the classifier calls
+//!   `key_only` is the decision of every flow with its key (hook, source,
+//!   protocol, destination port or ICMP type/code, destination), whatever
+//!   the source port and whatever FQDN addresses are learned.
 #![no_main]
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -22,7 +26,7 @@ use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
 use tollgate::compile::{compile, LocalNode};
-use tollgate::packet::flow::{Flow, Transport, Verdict};
+use tollgate::packet::flow::{Flow, LocalSide, Transport, Verdict};
 use tollgate::fqdn::{FqdnLookup, NoFqdn, StaticFqdn};
 use tollgate::model::Snapshot;
 use tollgate::source::parse_documents;
@@ -65,15 +69,31 @@ fuzz_target!(|data: &[u8]| {
     );
     for &src in &addresses {
         for &dst in &addresses {
-            for transport in transports() {
+            for (transport, local) in transports().into_iter().flat_map(|t| {
+                [None, Some(LocalSide::Destination), Some(LocalSide::Source)].map(|l| (t, l))
+            }) {
                 let flow = Flow {
                     src,
                     dst,
                     transport,
-                    local: None,
+                    local,
                 };
                 for fqdn in [&NoFqdn as &dyn FqdnLookup, &learned] {
                     let decision = ruleset.classify(&flow, fqdn);
+                    if decision.key_only {
+                        for other in [&NoFqdn as &dyn FqdnLookup, &learned] {
+                            let same_key = Flow {
+                                transport: other_source_port(flow.transport),
+                                ..flow
+                            };
+                            let again = ruleset.classify(&same_key, other);
+                            assert_eq!(
+                                (again.verdict, again.key_only),
+                                (decision.verdict, true),
+                                "{flow:?}: a key-only decision differs for {same_key:?}"
+                            );
+                        }
+                    }
                     assert_eq!(decision, ruleset.classify(&flow, fqdn), "not deterministic");
                     let expected = match decision.egress.verdict() {
                         Verdict::Allow => decision.ingress.verdict(),
@@ -95,6 +115,25 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 });
+
+/// The same transport from another source port (the key leaves it out).
+fn other_source_port(transport: Transport) -> Transport {
+    match transport {
+        Transport::Tcp { dst_port, .. } => Transport::Tcp {
+            src_port: 51000,
+            dst_port,
+        },
+        Transport::Udp { dst_port, .. } => Transport::Udp {
+            src_port: 51000,
+            dst_port,
+        },
+        Transport::Sctp { dst_port, .. } => Transport::Sctp {
+            src_port: 51000,
+            dst_port,
+        },
+        other => other,
+    }
+}
 
 fn transports() -> [Transport; 7] {
     [
