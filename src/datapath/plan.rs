@@ -28,6 +28,16 @@ pub fn endpoints_set(family: Family) -> &'static str {
 /// The owned chain that sends client→server payload of L7 connections to
 /// the L7 queue; packets without payload return from it.
 pub const L7_CHAIN: &str = "TOLLGATE-L7";
+/// The owned chain that chooses a packet's L7 queue by its connection's
+/// client port, planned when there are several L7 queues: every rule that
+/// queues to L7 jumps here ([`l7_queue_rules`]).
+pub const L7_QUEUE_CHAIN: &str = "TOLLGATE-L7-QUEUE";
+/// Client-port buckets shared out among the L7 queues ([`l7_queue_of`]).
+const L7_BUCKETS: u16 = 64;
+/// Values one `u32` test may list (iptables refuses an 11th).
+const U32_VALUES: usize = 10;
+// Every L7 queue gets at least one bucket.
+const _: () = assert!(crate::config::MAX_L7_QUEUES <= L7_BUCKETS);
 /// Prefix of the FQDN sets' names.
 pub const FQDN_SET_PREFIX: &str = "tollgate-fqdn-";
 
@@ -143,6 +153,12 @@ fn family_table(
         })
         .collect();
     chains.insert(L7_CHAIN.to_string(), l7_rules(config, queues, family));
+    if queues.l7.first() != queues.l7.last() {
+        chains.insert(
+            L7_QUEUE_CHAIN.to_string(),
+            l7_queue_rules(config, queues.l7, family),
+        );
+    }
     if let Selection::Enforced(Enforced {
         verdict_cache: Some(_),
         ..
@@ -409,20 +425,86 @@ fn l7_rules(config: &DatapathConfig, queues: &QueueNumbers, family: Family) -> V
     rules
 }
 
-/// The L7 queues' target: with several, the kernel balances by a hash of
-/// the address pair and protocol, the same for both directions, so every
-/// packet of a connection reaches the same worker.
+/// Where a rule sends a packet to be inspected: the one L7 queue itself,
+/// or with several the chain that chooses among them.
 fn l7_queue_target(config: &DatapathConfig, queues: &QueueNumbers) -> String {
     let l7 = queues.l7;
-    let mut target = if l7.first() == l7.last() {
-        format!("NFQUEUE --queue-num {}", l7.first())
-    } else {
-        format!("NFQUEUE --queue-balance {}:{}", l7.first(), l7.last())
-    };
-    if config.fail_mode == FailMode::Open {
-        target.push_str(" --queue-bypass");
+    if l7.first() != l7.last() {
+        return L7_QUEUE_CHAIN.to_string();
     }
-    target
+    format!("NFQUEUE --queue-num {}{}", l7.first(), bypass(config))
+}
+
+/// ` --queue-bypass` when the datapath fails open: the kernel accepts what
+/// a queue without a reader would get.
+fn bypass(config: &DatapathConfig) -> &'static str {
+    match config.fail_mode {
+        FailMode::Open => " --queue-bypass",
+        FailMode::Closed => "",
+    }
+}
+
+/// The L7 queue of a connection whose client (the sender of its SYN) uses
+/// port `client_port`: its bucket, bits 1–6 of the port, modulo the number
+/// of queues. Bit 0 is left out because Linux's `connect()` picks even
+/// ports. The buckets are dealt out in turn rather than in ranges because
+/// consecutive connections of one client get ports a few apart: ranges
+/// would put a connection pool opened at once on one queue.
+pub fn l7_queue_of(queues: QueueRange, client_port: u16) -> u16 {
+    let bucket = (client_port >> 1) % L7_BUCKETS;
+    queues.first() + bucket % l7_count(queues)
+}
+
+fn l7_count(queues: QueueRange) -> u16 {
+    queues.last() - queues.first() + 1
+}
+
+/// The chain that sends each packet to the L7 queue of its connection
+/// ([`l7_queue_of`]), with several L7 queues: the client port is the TCP
+/// source port of packets in conntrack's ORIGINAL direction and the
+/// destination port in the REPLY direction (the filter table sees the
+/// original ports either way: NAT rewrites them after it and undoes that
+/// for replies before it), read by `u32` at the TCP header after the IPv4
+/// header's own length, or right after an IPv6 header whose next header is
+/// TCP. With a power of two of queues the low bits of the bucket are the
+/// queue, one value per rule; otherwise each rule lists at most
+/// [`U32_VALUES`] buckets of one queue. The first queue's buckets need no
+/// rule: it gets what no rule takes, which includes IPv6 segments with
+/// extension headers (their ports are out of `u32`'s reach).
+fn l7_queue_rules(config: &DatapathConfig, queues: QueueRange, family: Family) -> Vec<String> {
+    let count = l7_count(queues);
+    let mask = if count.is_power_of_two() {
+        count - 1
+    } else {
+        L7_BUCKETS - 1
+    };
+    let mut rules = Vec::new();
+    for (direction, shift) in [("ORIGINAL", 17u32), ("REPLY", 1)] {
+        let port = match family {
+            Family::V4 => format!("0x0>>0x16&0x3c@0x0>>{shift:#x}&{mask:#x}"),
+            Family::V6 => format!("0x4>>0x8&0xff=0x6&&0x28>>{shift:#x}&{mask:#x}"),
+        };
+        for queue in queues.iter().skip(1) {
+            let buckets: Vec<String> = (0..=mask)
+                .filter(|bucket| l7_queue_of(queues, bucket << 1) == queue)
+                .map(|bucket| format!("{bucket:#x}"))
+                .collect();
+            for values in buckets.chunks(U32_VALUES) {
+                rules.push(format!(
+                    "-m conntrack --ctdir {direction} -m u32 --u32 \"{port}={}\" \
+                     -j NFQUEUE --queue-num {queue}{}",
+                    values.join(","),
+                    bypass(config)
+                ));
+            }
+        }
+    }
+    rules.push(format!(
+        "-j NFQUEUE --queue-num {}{}",
+        queues.first(),
+        bypass(config)
+    ));
+    rules
 }
 
 /// `--mark value/mask` as iptables-save prints it.

@@ -185,6 +185,7 @@ pub const TEST_IDS: &[&str] = &[
     "one_stuck_l7_queue_stops_every_l7_request",
     "a_tiny_receive_buffer_overflows_and_is_counted",
     "idle_l7_flows_are_forgotten_on_time_without_traffic",
+    "a_stuck_l7_queue_leaves_other_connections_of_the_same_client_answered",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
