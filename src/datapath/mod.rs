@@ -32,8 +32,9 @@
 //! destination port in the REPLY direction, read by `u32`), so both
 //! directions of a connection reach one worker and two connections
 //! between the same two addresses usually reach different ones; what the
-//! tests cannot read (an IPv6 segment with extension headers) goes to the
-//! first L7 queue. A single L7 queue is queued to directly
+//! tests cannot read (an IPv6 segment with more than two extension
+//! headers, or others than hop-by-hop, routing and destination options)
+//! goes to the first L7 queue. A single L7 queue is queued to directly
 //! (`-j NFQUEUE --queue-num N`).
 //!
 //! # Kernel state
@@ -140,9 +141,14 @@
 //! neighbour discovery (types 133–137) accepted on INPUT and OUTPUT after
 //! the connmark rule, IPv6 `TOLLGATE-L7` tests
 //! `0x4>>0x8&0xff=0x6&&0x4>>0x10=<TCP header length>&&0x34>>0x1c=<data
-//! offset>` and IPv6 `TOLLGATE-L7-QUEUE` tests
-//! `0x4>>0x8&0xff=0x6&&0x28>>0x11&0x1=0x1` (ORIGINAL) and
-//! `0x4>>0x8&0xff=0x6&&0x28>>0x1&0x1=0x1` (REPLY). With a number of L7
+//! offset>`. IPv6 `TOLLGATE-L7-QUEUE` has three rules per IPv4 rule, one
+//! for each header layout `u32` follows to the ports: TCP right after the
+//! fixed header (`0x4>>0x8&0xff=0x6&&0x28>>0x11&0x1=0x1` in the ORIGINAL
+//! direction), after one extension header
+//! (`0x4>>0x8&0xff=0x0,0x2b,0x3c&&0x28>>0x18=0x6&&0x28>>0xd&0x7f8@0x30>>0x11&0x1=0x1`),
+//! after two
+//! (`0x4>>0x8&0xff=0x0,0x2b,0x3c&&0x28>>0x18=0x0,0x2b,0x3c&&0x28>>0xd&0x7f8@0x30>>0x18=0x6&&0x28>>0xd&0x7f8@0x30>>0xd&0x7f8@0x38>>0x11&0x1=0x1`);
+//! the REPLY rules shift by `0x1` instead of `0x11`. With a number of L7
 //! queues that is not a power of two, a `TOLLGATE-L7-QUEUE` test reads the
 //! whole 6-bit bucket (`&0x3f`) and lists up to ten buckets of one queue.
 //! With FQDN selectors in the ruleset, every owned chain of both

@@ -395,7 +395,7 @@ fn cached_verdict_rules(
 /// equals the IP plus TCP header length, for every TCP data offset (5–15
 /// words) of an IPv4 header without options or an IPv6 header followed
 /// directly by TCP. Anything else, including every segment with payload,
-/// goes to the L7 queue.
+/// goes to the L7 queue (its connection's, with several: [`l7_queue_target`]).
 fn l7_rules(config: &DatapathConfig, queues: &QueueNumbers, family: Family) -> Vec<String> {
     let mut rules: Vec<String> = ["FIN", "RST", "URG"]
         .iter()
@@ -464,13 +464,12 @@ fn l7_count(queues: QueueRange) -> u16 {
 /// source port of packets in conntrack's ORIGINAL direction and the
 /// destination port in the REPLY direction (the filter table sees the
 /// original ports either way: NAT rewrites them after it and undoes that
-/// for replies before it), read by `u32` at the TCP header after the IPv4
-/// header's own length, or right after an IPv6 header whose next header is
-/// TCP. With a power of two of queues the low bits of the bucket are the
-/// queue, one value per rule; otherwise each rule lists at most
-/// [`U32_VALUES`] buckets of one queue. The first queue's buckets need no
-/// rule: it gets what no rule takes, which includes IPv6 segments with
-/// extension headers (their ports are out of `u32`'s reach).
+/// for replies before it), read by `u32` where [`tcp_ports`] finds it.
+/// With a power of two of queues the low bits of the bucket are the queue,
+/// one value per rule; otherwise each rule lists at most [`U32_VALUES`]
+/// buckets of one queue. The first queue's buckets need no rule: it gets
+/// what no rule takes, including the IPv6 segments whose ports are out of
+/// reach.
 fn l7_queue_rules(config: &DatapathConfig, queues: QueueRange, family: Family) -> Vec<String> {
     let count = l7_count(queues);
     let mask = if count.is_power_of_two() {
@@ -480,22 +479,21 @@ fn l7_queue_rules(config: &DatapathConfig, queues: QueueRange, family: Family) -
     };
     let mut rules = Vec::new();
     for (direction, shift) in [("ORIGINAL", 17u32), ("REPLY", 1)] {
-        let port = match family {
-            Family::V4 => format!("0x0>>0x16&0x3c@0x0>>{shift:#x}&{mask:#x}"),
-            Family::V6 => format!("0x4>>0x8&0xff=0x6&&0x28>>{shift:#x}&{mask:#x}"),
-        };
-        for queue in queues.iter().skip(1) {
-            let buckets: Vec<String> = (0..=mask)
-                .filter(|bucket| l7_queue_of(queues, bucket << 1) == queue)
-                .map(|bucket| format!("{bucket:#x}"))
-                .collect();
-            for values in buckets.chunks(U32_VALUES) {
-                rules.push(format!(
-                    "-m conntrack --ctdir {direction} -m u32 --u32 \"{port}={}\" \
-                     -j NFQUEUE --queue-num {queue}{}",
-                    values.join(","),
-                    bypass(config)
-                ));
+        for (layout, ports) in tcp_ports(family) {
+            for queue in queues.iter().skip(1) {
+                let buckets: Vec<String> = (0..=mask)
+                    .filter(|bucket| l7_queue_of(queues, bucket << 1) == queue)
+                    .map(|bucket| format!("{bucket:#x}"))
+                    .collect();
+                for values in buckets.chunks(U32_VALUES) {
+                    rules.push(format!(
+                        "-m conntrack --ctdir {direction} -m u32 --u32 \
+                         \"{layout}{ports}>>{shift:#x}&{mask:#x}={}\" \
+                         -j NFQUEUE --queue-num {queue}{}",
+                        values.join(","),
+                        bypass(config)
+                    ));
+                }
             }
         }
     }
@@ -505,6 +503,38 @@ fn l7_queue_rules(config: &DatapathConfig, queues: QueueRange, family: Family) -
         bypass(config)
     ));
     rules
+}
+
+/// IPv6 extension headers whose length is `(second byte + 1) * 8`:
+/// hop-by-hop options, routing, destination options. (Fragment headers
+/// are gone: conntrack reassembles before the filter table.)
+const IPV6_EXTENSIONS: &str = "0x0,0x2b,0x3c";
+
+/// Where `u32` finds a TCP segment's ports, for each header layout it can
+/// follow: `u32` tests that the layout is the packet's (each ending in
+/// `&&`), and the location of the 32-bit word of source and destination
+/// port. IPv4: after the header's own length (options included). IPv6:
+/// right after the fixed header, or after one or two extension headers
+/// of [`IPV6_EXTENSIONS`] (`u32` takes at most 10 operators per test: a
+/// third would not fit).
+fn tcp_ports(family: Family) -> Vec<(String, &'static str)> {
+    match family {
+        Family::V4 => vec![(String::new(), "0x0>>0x16&0x3c@0x0")],
+        Family::V6 => vec![
+            ("0x4>>0x8&0xff=0x6&&".to_string(), "0x28"),
+            (
+                format!("0x4>>0x8&0xff={IPV6_EXTENSIONS}&&0x28>>0x18=0x6&&"),
+                "0x28>>0xd&0x7f8@0x30",
+            ),
+            (
+                format!(
+                    "0x4>>0x8&0xff={IPV6_EXTENSIONS}&&0x28>>0x18={IPV6_EXTENSIONS}&&\
+                     0x28>>0xd&0x7f8@0x30>>0x18=0x6&&"
+                ),
+                "0x28>>0xd&0x7f8@0x30>>0xd&0x7f8@0x38",
+            ),
+        ],
+    }
 }
 
 /// `--mark value/mask` as iptables-save prints it.

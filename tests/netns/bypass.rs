@@ -375,7 +375,7 @@ fn assert_families_mirror(state: &FirewallState, case: &str) {
     );
     let l7_rules = |dump: &str| {
         dump.lines()
-            .filter(|l| l.starts_with("-A TOLLGATE-L7"))
+            .filter(|l| l.starts_with("-A TOLLGATE-L7 "))
             .count()
     };
     assert_eq!(

@@ -275,6 +275,60 @@ fn keep_alive(lab: &Lab, base: &str, port: u16, requests: usize, max_time: u32) 
         .collect()
 }
 
+/// One `GET /api/x` from the client's port `port` to `server` (IPv6) with
+/// IPv6 extension headers on every segment: one header (a PadN option)
+/// for each socket option in `headers` (`IPV6_HOPOPTS`, `IPV6_DSTOPTS`).
+/// The answer's first line, or what went wrong.
+fn request_with_extension_headers(
+    lab: &Lab,
+    port: u16,
+    server: SocketAddr,
+    headers: &[libc::c_int],
+) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::fd::AsRawFd;
+    const PADN: [u8; 8] = [0, 0, 1, 4, 0, 0, 0, 0];
+    lab.ns("client").enter(|| {
+        let socket =
+            socket2::Socket::new(socket2::Domain::IPV6, socket2::Type::STREAM, None).unwrap();
+        for &header in headers {
+            // SAFETY: a valid socket and an 8-byte buffer that outlives the call.
+            let rc = unsafe {
+                libc::setsockopt(
+                    socket.as_raw_fd(),
+                    libc::IPPROTO_IPV6,
+                    header,
+                    PADN.as_ptr().cast(),
+                    PADN.len() as libc::socklen_t,
+                )
+            };
+            assert_eq!(
+                rc,
+                0,
+                "option {header}: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        let local = SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port));
+        socket.bind(&local.into()).unwrap();
+        if let Err(error) = socket.connect_timeout(&server.into(), Duration::from_secs(3)) {
+            return format!("connect: {error}");
+        }
+        let mut stream = std::net::TcpStream::from(socket);
+        stream
+            .set_read_timeout(Some(Duration::from_secs(3)))
+            .unwrap();
+        stream
+            .write_all(b"GET /api/x HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut line = String::new();
+        match BufReader::new(stream).read_line(&mut line) {
+            Ok(_) => line.trim_end().to_string(),
+            Err(error) => format!("read: {error}"),
+        }
+    })
+}
+
 /// `tollgate_l7_requests_total{queue, result="allowed"}` of each L7 queue.
 fn allowed_requests(lab: &Lab, port: u16) -> BTreeMap<u16, u64> {
     let metrics = lab.node().ok(&format!(
@@ -327,7 +381,8 @@ fn a_stuck_l7_queue_leaves_other_connections_of_the_same_client_answered() {
         .push(("TOLLGATE_FAULT_STALL".into(), "102:1".into()));
     let mut agent = lab.start_agent(options);
     agent.wait_generation(1);
-    let (on_103, stuck) = (ports_to(103, 3), ports_to(102, 1)[0]);
+    let (on_103, stuck) = (ports_to(103, 5), ports_to(102, 1)[0]);
+    let server6 = SocketAddr::from((lab.node_addr6("client"), 8080));
     let answered = ["200 1", "200 0", "200 0", "200 0", "200 0"];
 
     // Every packet of a connection, both ways, reaches the queue of its
@@ -339,9 +394,10 @@ fn a_stuck_l7_queue_leaves_other_connections_of_the_same_client_answered() {
     assert!(first[&103] >= 6, "the SYN-ACK and five requests: {first:?}");
 
     // A connection of the same client to the same server on queue 102:
-    // its SYN-ACK waits there. Meanwhile two more connections of that
-    // client (IPv4 and IPv6) on queue 103 are answered.
-    let (stuck_codes, during, during6, held) = std::thread::scope(|scope| {
+    // its SYN-ACK waits there. Meanwhile more connections of that client
+    // on queue 103 are answered: IPv4, IPv6, and IPv6 with one and two
+    // extension headers on the client's segments (not on the server's).
+    let (stuck_codes, during, during6, extended, held) = std::thread::scope(|scope| {
         let stuck_curl = scope.spawn(|| keep_alive(&lab, &base, stuck, 1, 8));
         let held = crate::harness::poll_until(Duration::from_secs(6), || {
             let now = queued(&lab);
@@ -349,24 +405,36 @@ fn a_stuck_l7_queue_leaves_other_connections_of_the_same_client_answered() {
         });
         let during = keep_alive(&lab, &base, on_103[1], 5, 6);
         let during6 = keep_alive(&lab, &base6, on_103[2], 5, 6);
-        (stuck_curl.join().unwrap(), during, during6, held)
+        let extended = [
+            request_with_extension_headers(&lab, on_103[3], server6, &[libc::IPV6_DSTOPTS]),
+            request_with_extension_headers(
+                &lab,
+                on_103[4],
+                server6,
+                &[libc::IPV6_HOPOPTS, libc::IPV6_DSTOPTS],
+            ),
+        ];
+        (stuck_curl.join().unwrap(), during, during6, extended, held)
     });
     let last = queued(&lab);
     let requests = allowed_requests(&lab, 9494);
     eprintln!(
-        "same client, same server: port {} (queue 103) {during:?}, IPv6 port {} (queue 103) \
-         {during6:?}, port {stuck} (queue 102, stuck) {stuck_codes:?}; packets queued {last:?}; \
+        "same client, same server: port {} (queue 103) alone: packets queued {first:?}; \
+         then port {} (queue 103) {during:?}, IPv6 port {} (queue 103) {during6:?}, \
+         IPv6 ports {} and {} with 1 and 2 extension headers {extended:?}, \
+         port {stuck} (queue 102, stuck) {stuck_codes:?}: packets queued {last:?}; \
          allowed requests by queue {requests:?}",
-        on_103[1], on_103[2]
+        on_103[0], on_103[1], on_103[2], on_103[3], on_103[4]
     );
     assert!(held.is_some(), "nothing reached queue 102: {last:?}");
     assert_eq!(during, answered);
     assert_eq!(during6, answered);
+    assert_eq!(extended, ["HTTP/1.1 200 OK"; 2]);
     assert!(
         stuck_codes.len() == 1 && stuck_codes[0].starts_with("000 "),
         "the connection on queue 102 was answered: {stuck_codes:?}"
     );
-    assert_eq!(requests.get(&103), Some(&15));
+    assert_eq!(requests.get(&103), Some(&17));
     assert_eq!(requests.get(&102).copied().unwrap_or(0), 0);
     agent.stop();
 }

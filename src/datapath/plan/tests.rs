@@ -253,16 +253,30 @@ fn ipv6_table_allows_neighbour_discovery_and_uses_icmp6_reject() {
         "-m u32 --u32 \"0x4>>0x8&0xff=0x6&&0x4>>0x10=0x20&&0x34>>0x1c=0x8\" -j RETURN"
     );
     assert_eq!(l7[14], "-j TOLLGATE-L7-QUEUE");
-    assert_eq!(
-        desired.v6.chains["TOLLGATE-L7-QUEUE"],
-        [
-            "-m conntrack --ctdir ORIGINAL -m u32 --u32 \"0x4>>0x8&0xff=0x6&&0x28>>0x11&0x1=0x1\" \
-             -j NFQUEUE --queue-num 104",
-            "-m conntrack --ctdir REPLY -m u32 --u32 \"0x4>>0x8&0xff=0x6&&0x28>>0x1&0x1=0x1\" \
-             -j NFQUEUE --queue-num 104",
-            "-j NFQUEUE --queue-num 103",
-        ]
-    );
+    let queue_rule = |direction: &str, shift: &str, layout: &str, ports: &str| {
+        format!(
+            "-m conntrack --ctdir {direction} -m u32 --u32 \"{layout}{ports}>>{shift}&0x1=0x1\" \
+             -j NFQUEUE --queue-num 104"
+        )
+    };
+    let one = "0x4>>0x8&0xff=0x0,0x2b,0x3c&&0x28>>0x18=0x6&&";
+    let two = "0x4>>0x8&0xff=0x0,0x2b,0x3c&&0x28>>0x18=0x0,0x2b,0x3c&&\
+               0x28>>0xd&0x7f8@0x30>>0x18=0x6&&";
+    let mut expected = Vec::new();
+    for (direction, shift) in [("ORIGINAL", "0x11"), ("REPLY", "0x1")] {
+        expected.extend([
+            queue_rule(direction, shift, "0x4>>0x8&0xff=0x6&&", "0x28"),
+            queue_rule(direction, shift, one, "0x28>>0xd&0x7f8@0x30"),
+            queue_rule(
+                direction,
+                shift,
+                two,
+                "0x28>>0xd&0x7f8@0x30>>0xd&0x7f8@0x38",
+            ),
+        ]);
+    }
+    expected.push("-j NFQUEUE --queue-num 103".to_string());
+    assert_eq!(desired.v6.chains["TOLLGATE-L7-QUEUE"], expected);
 }
 
 #[test]
@@ -409,8 +423,9 @@ fn chosen_l7_queue(rules: &[String], original: bool, packet: &[u8]) -> u16 {
 enum Ip {
     /// IPv4 with this many 4-byte words of options.
     V4 { option_words: u8 },
-    /// IPv6, with a destination options header before TCP or without.
-    V6 { extension: bool },
+    /// IPv6 with these extension headers before TCP: (next header value,
+    /// length in 8-byte units after the first).
+    V6 { extensions: &'static [(u8, u8)] },
 }
 
 /// A TCP segment (20-byte header, no payload) from `sport` to `dport`.
@@ -431,15 +446,27 @@ fn tcp_segment(ip: Ip, sport: u16, dport: u16) -> Vec<u8> {
             packet.extend_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
             packet.resize(header, 1); // NOP options
         }
-        Ip::V6 { extension } => {
-            let extra: u16 = if extension { 8 } else { 0 };
+        Ip::V6 { extensions } => {
+            let kinds: Vec<u8> = extensions
+                .iter()
+                .map(|(kind, _)| *kind)
+                .chain([6])
+                .collect();
+            let headers: Vec<u8> = extensions
+                .iter()
+                .zip(&kinds[1..])
+                .flat_map(|(&(_, units), &next)| {
+                    let mut header = vec![0u8; 8 * (usize::from(units) + 1)];
+                    header[..2].copy_from_slice(&[next, units]);
+                    header
+                })
+                .collect();
+            let length = u16::try_from(headers.len() + tcp.len()).unwrap();
             packet.extend_from_slice(&[0x60, 0, 0, 0]);
-            packet.extend_from_slice(&(20 + extra).to_be_bytes());
-            packet.extend_from_slice(&[if extension { 60 } else { 6 }, 64]);
+            packet.extend_from_slice(&length.to_be_bytes());
+            packet.extend_from_slice(&[kinds[0], 64]);
             packet.extend_from_slice(&[0xfd; 32]);
-            if extension {
-                packet.extend_from_slice(&[6, 0, 1, 4, 0, 0, 0, 0]);
-            }
+            packet.extend_from_slice(&headers);
         }
     }
     packet.extend_from_slice(&tcp);
@@ -470,16 +497,27 @@ fn the_l7_queue_chain_sends_both_directions_of_a_connection_to_its_client_port_s
                 let values = rule
                     .split('"')
                     .nth(1)
-                    .map_or(0, |e| e.matches(',').count() + 1);
+                    .and_then(|e| e.rsplit('=').next())
+                    .map_or(0, |values| values.matches(',').count() + 1);
                 assert!(values <= U32_VALUES, "{rule}");
             }
             let layouts = match family {
-                Family::V4 => [Ip::V4 { option_words: 0 }, Ip::V4 { option_words: 3 }],
-                Family::V6 => [Ip::V6 { extension: false }; 2],
+                Family::V4 => vec![Ip::V4 { option_words: 0 }, Ip::V4 { option_words: 3 }],
+                // None; destination options; hop-by-hop (16 bytes) then
+                // destination options.
+                Family::V6 => vec![
+                    Ip::V6 { extensions: &[] },
+                    Ip::V6 {
+                        extensions: &[(60, 0)],
+                    },
+                    Ip::V6 {
+                        extensions: &[(0, 1), (60, 0)],
+                    },
+                ],
             };
             for &port in &ports {
                 let queue = l7_queue_of(l7, port);
-                for ip in layouts {
+                for &ip in &layouts {
                     let client = tcp_segment(ip, port, 8080);
                     let server = tcp_segment(ip, 8080, port);
                     assert_eq!(
@@ -495,9 +533,14 @@ fn the_l7_queue_chain_sends_both_directions_of_a_connection_to_its_client_port_s
                 }
             }
             if family == Family::V6 {
-                // Ports behind an extension header are out of reach.
-                let hidden = tcp_segment(Ip::V6 { extension: true }, 3, 8080);
-                assert_eq!(chosen_l7_queue(rules, true, &hidden), l7.first());
+                // Ports behind three extension headers, or behind an
+                // authentication header, are out of reach.
+                for extensions in [&[(0, 0), (43, 1), (60, 0)][..], &[(51, 1)]] {
+                    for port in [2, 3] {
+                        let hidden = tcp_segment(Ip::V6 { extensions }, port, 8080);
+                        assert_eq!(chosen_l7_queue(rules, true, &hidden), l7.first());
+                    }
+                }
             }
         }
     }
