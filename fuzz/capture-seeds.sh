@@ -4,8 +4,11 @@
 #   seeds/packet_flow/  raw IP packets (DNS, HTTP, ICMP, ICMPv6/ND/MLD, IGMP, UDP)
 #   seeds/dns_learn/    8 control bytes + each DNS reply (UDP payloads, TCP-framed ones)
 #   seeds/http_stream/  8 control bytes + each client byte stream sent to port 80
-# Needs root, iproute2, tcpdump, dnsmasq, dig, curl, nc, python3. Touches
-# nothing outside its namespaces; removes them on exit.
+#   seeds/nfqueue_msg/  NFQUEUE netlink messages the kernel sent about the
+#                       same traffic, queued in the server namespace
+#                       (nfqueue-seeds.py)
+# Needs root, iproute2, iptables, tcpdump, dnsmasq, dig, curl, nc, python3.
+# Touches nothing outside its namespaces; removes them on exit.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 [[ $(id -u) -eq 0 ]] || { echo "capture-seeds.sh: needs root" >&2; exit 1; }
@@ -46,6 +49,15 @@ ip -n "$SRV" link set tgfz-s$$ up
 ip netns exec "$CLI" tcpdump -i tgfz-c$$ -U -s 0 -w "$WORK/cap.pcap" 2>"$WORK/tcpdump.log" &
 PIDS+=($!)
 wait_for grep -q "listening on" "$WORK/tcpdump.log"
+# Every packet the server namespace receives goes to queue 0, every packet
+# it sends to queue 1 (bypassed while no reader is bound).
+for tables in iptables ip6tables; do
+    ip netns exec "$SRV" "$tables" -A INPUT -j NFQUEUE --queue-num 0 --queue-bypass
+    ip netns exec "$SRV" "$tables" -A OUTPUT -j NFQUEUE --queue-num 1 --queue-bypass
+done
+ip netns exec "$SRV" python3 nfqueue-seeds.py seeds/nfqueue_msg "$WORK/nfqueue.ready" &
+PIDS+=($!)
+wait_for test -e "$WORK/nfqueue.ready"
 
 ip netns exec "$SRV" dnsmasq --no-daemon --no-resolv --no-hosts --bind-interfaces \
     --listen-address=10.231.0.2 --listen-address=fd31:231::2 --port=53 \
@@ -56,6 +68,7 @@ ip netns exec "$SRV" dnsmasq --no-daemon --no-resolv --no-hosts --bind-interface
 PIDS+=($!)
 mkdir -p "$WORK/www/api/v2"
 echo ok >"$WORK/www/api/v2/items"
+head -c 300000 /dev/zero >"$WORK/www/large"  # GSO packets on queue 1
 (cd "$WORK/www" && exec ip netns exec "$SRV" python3 -m http.server 80 --bind :: >/dev/null 2>&1) &
 PIDS+=($!)
 wait_for ip netns exec "$CLI" dig +short +time=1 +tries=1 @10.231.0.2 allowed.example
@@ -75,6 +88,7 @@ for base in http://10.231.0.2 "http://[fd31:231::2]"; do
     in_cli curl -s -m 2 -I --path-as-is "$base/api/v2/../v2/./items"
     in_cli curl -s -m 2 -d 'a=1&b=2' "$base/api/v2/items"
     in_cli curl -s -m 2 -H 'Transfer-Encoding: chunked' -d 'chunked body' "$base/api/v2/items"
+    in_cli curl -s -m 5 -o /dev/null "$base/large"
 done
 printf 'GET /api/v2/items HTTP/1.1\r\nHost: 10.231.0.2\r\n\r\nGET /admin HTTP/1.1\r\nHost: 10.231.0.2\r\nConnection: close\r\n\r\n' |
     ip netns exec "$CLI" nc -q 1 -w 2 10.231.0.2 80 >/dev/null 2>&1 || true

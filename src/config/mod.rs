@@ -553,8 +553,8 @@ pub struct L7Config {
     #[arg(skip)]
     pub queue: u16,
     /// Number of L7 queues from l7.queue on, one worker thread each
-    /// (default 2, at most 64): the kernel balances connections over them
-    /// by their address pair, both directions alike.
+    /// (default 2, at most 64): each connection goes to one of them by its
+    /// client port, both directions alike.
     #[arg(long = "l7-queues", value_name = "N")]
     pub queues: u16,
     /// Answer to a denied HTTP request: 403 (default) or reset.

@@ -17,15 +17,25 @@
 //! answers a queued packet with a mark and `NF_REPEAT`, and the rules
 //! below save it into the connmark and act on it.
 //!
-//! The L7 queue (default: the first queue after the connection queues that
-//! the DNS queue does not take, 103 here) receives
-//! only the client's FIN and RST (so the worker forgets closed connections)
+//! The L7 queues (default: two from the first queue after the connection
+//! queues that the DNS queue does not take, 103 and 104 here) receive
+//! only the client's FIN, RST and URG (so the worker forgets closed connections)
 //! and segments that may carry payload: the owned chain `TOLLGATE-L7`
 //! returns other segments whose IP length equals the IP plus TCP header length
 //! (`u32` tests for every TCP data offset, IPv4 without options and IPv6
 //! without extension headers; anything else is queued, so no payload ever
 //! bypasses it), and server→client packets of *L7 active* connections are
-//! never queued.
+//! never queued. With several L7 queues every rule that queues to L7 jumps
+//! to `TOLLGATE-L7-QUEUE`, which picks the queue of the packet's
+//! connection from its client port ([`plan::l7_queue_of`]: bits 1–6 of
+//! the TCP source port in conntrack's ORIGINAL direction, of the
+//! destination port in the REPLY direction, read by `u32`), so both
+//! directions of a connection reach one worker and two connections
+//! between the same two addresses usually reach different ones; what the
+//! tests cannot read (an IPv6 segment with more than two extension
+//! headers, or others than hop-by-hop, routing and destination options)
+//! goes to the first L7 queue. A single L7 queue is queued to directly
+//! (`-j NFQUEUE --queue-num N`).
 //!
 //! # Kernel state
 //!
@@ -41,6 +51,7 @@
 //! :TOLLGATE-FORWARD - [0:0]
 //! :TOLLGATE-INPUT - [0:0]
 //! :TOLLGATE-L7 - [0:0]
+//! :TOLLGATE-L7-QUEUE - [0:0]
 //! :TOLLGATE-OUTPUT - [0:0]
 //! -A INPUT -j TOLLGATE-INPUT
 //! -A FORWARD -j TOLLGATE-FORWARD
@@ -56,7 +67,7 @@
 //! -A TOLLGATE-FORWARD -p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset
 //! -A TOLLGATE-FORWARD -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp-admin-prohibited
 //! -A TOLLGATE-FORWARD -m connmark --mark 0x600000/0xf00000 -j DROP
-//! -A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 103
+//! -A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x400000/0xf00000 -j TOLLGATE-L7-QUEUE
 //! -A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 //! -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
@@ -76,15 +87,15 @@
 //! -A TOLLGATE-INPUT -p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset
 //! -A TOLLGATE-INPUT -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp-admin-prohibited
 //! -A TOLLGATE-INPUT -m connmark --mark 0x600000/0xf00000 -j DROP
-//! -A TOLLGATE-INPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 103
+//! -A TOLLGATE-INPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j TOLLGATE-L7-QUEUE
 //! -A TOLLGATE-INPUT -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 //! -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-INPUT -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 //! -A TOLLGATE-INPUT ! -p icmp -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
-//! -A TOLLGATE-L7 -p tcp -m tcp --tcp-flags FIN FIN -j NFQUEUE --queue-num 103
-//! -A TOLLGATE-L7 -p tcp -m tcp --tcp-flags RST RST -j NFQUEUE --queue-num 103
-//! -A TOLLGATE-L7 -p tcp -m tcp --tcp-flags URG URG -j NFQUEUE --queue-num 103
+//! -A TOLLGATE-L7 -p tcp -m tcp --tcp-flags FIN FIN -j TOLLGATE-L7-QUEUE
+//! -A TOLLGATE-L7 -p tcp -m tcp --tcp-flags RST RST -j TOLLGATE-L7-QUEUE
+//! -A TOLLGATE-L7 -p tcp -m tcp --tcp-flags URG URG -j TOLLGATE-L7-QUEUE
 //! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x28&&0x20>>0x1c=0x5" -j RETURN
 //! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x2c&&0x20>>0x1c=0x6" -j RETURN
 //! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x30&&0x20>>0x1c=0x7" -j RETURN
@@ -96,7 +107,10 @@
 //! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x48&&0x20>>0x1c=0xd" -j RETURN
 //! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x4c&&0x20>>0x1c=0xe" -j RETURN
 //! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x50&&0x20>>0x1c=0xf" -j RETURN
-//! -A TOLLGATE-L7 -j NFQUEUE --queue-num 103
+//! -A TOLLGATE-L7 -j TOLLGATE-L7-QUEUE
+//! -A TOLLGATE-L7-QUEUE -m conntrack --ctdir ORIGINAL -m u32 --u32 "0x0>>0x16&0x3c@0x0>>0x11&0x1=0x1" -j NFQUEUE --queue-num 104
+//! -A TOLLGATE-L7-QUEUE -m conntrack --ctdir REPLY -m u32 --u32 "0x0>>0x16&0x3c@0x0>>0x1&0x1=0x1" -j NFQUEUE --queue-num 104
+//! -A TOLLGATE-L7-QUEUE -j NFQUEUE --queue-num 103
 //! -A TOLLGATE-OUTPUT -o lo -j ACCEPT
 //! -A TOLLGATE-OUTPUT -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
 //! -A TOLLGATE-OUTPUT -m mark --mark 0x100000/0xf00000 -j ACCEPT
@@ -109,7 +123,7 @@
 //! -A TOLLGATE-OUTPUT -p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset
 //! -A TOLLGATE-OUTPUT -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp-admin-prohibited
 //! -A TOLLGATE-OUTPUT -m connmark --mark 0x600000/0xf00000 -j DROP
-//! -A TOLLGATE-OUTPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 103
+//! -A TOLLGATE-OUTPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j TOLLGATE-L7-QUEUE
 //! -A TOLLGATE-OUTPUT -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 //! -A TOLLGATE-OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
@@ -125,12 +139,22 @@
 //! `tollgate-endpoints-v6` (`family inet6`). `ip6tables-save` is the same
 //! with `tollgate-endpoints-v6`, `icmp6-adm-prohibited`, and ICMPv6
 //! neighbour discovery (types 133–137) accepted on INPUT and OUTPUT after
-//! the connmark rule, and IPv6 `TOLLGATE-L7` tests
+//! the connmark rule, IPv6 `TOLLGATE-L7` tests
 //! `0x4>>0x8&0xff=0x6&&0x4>>0x10=<TCP header length>&&0x34>>0x1c=<data
-//! offset>`. With FQDN selectors in the ruleset, every owned chain of both
+//! offset>`. IPv6 `TOLLGATE-L7-QUEUE` has three rules per IPv4 rule, one
+//! for each header layout `u32` follows to the ports: TCP right after the
+//! fixed header (`0x4>>0x8&0xff=0x6&&0x28>>0x11&0x1=0x1` in the ORIGINAL
+//! direction), after one extension header
+//! (`0x4>>0x8&0xff=0x0,0x2b,0x3c&&0x28>>0x18=0x6&&0x28>>0xd&0x7f8@0x30>>0x11&0x1=0x1`),
+//! after two
+//! (`0x4>>0x8&0xff=0x0,0x2b,0x3c&&0x28>>0x18=0x0,0x2b,0x3c&&0x28>>0xd&0x7f8@0x30>>0x18=0x6&&0x28>>0xd&0x7f8@0x30>>0xd&0x7f8@0x38>>0x11&0x1=0x1`);
+//! the REPLY rules shift by `0x1` instead of `0x11`. With a number of L7
+//! queues that is not a power of two, a `TOLLGATE-L7-QUEUE` test reads the
+//! whole 6-bit bucket (`&0x3f`) and lists up to ten buckets of one queue.
+//! With FQDN selectors in the ruleset, every owned chain of both
 //! families also gets, right after the L7 rules and before the connmark
 //! shortcut (queue 102 = the default DNS queue, after the connection
-//! queues; the L7 queue is then 103):
+//! queues; the L7 queues are then 103 and 104):
 //!
 //! ```text
 //! -A TOLLGATE-INPUT -p udp -m udp --sport 53 -m conntrack --ctstate ESTABLISHED --ctdir REPLY -j NFQUEUE --queue-num 102 --queue-bypass

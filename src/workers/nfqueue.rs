@@ -1,20 +1,23 @@
 //! One NFQUEUE queue on its own netlink socket ([`Queue`]): binds and
 //! configures the queue in one acknowledged request, receives every packet
 //! waiting in one `recvmmsg` after a `poll` with a timeout, and sends one
-//! round of verdicts in one `send`, as batch verdicts where the kernel's
-//! semantics allow them ([`nfqueue::plan_verdicts`]). The bytes are read
-//! and written by the pure [`crate::packet::nfqueue`]; the system calls
-//! `netlink-sys` lacks are in [`crate::sys`]. It never decides a verdict.
+//! round of verdicts in one `send` (or a few, 64 KiB each), as batch
+//! verdicts where the kernel's semantics allow them
+//! ([`nfqueue::plan_verdicts`]). When a send fails it sends nothing more
+//! of the round and hands the rest back to the loop, since a later batch
+//! would also cover the packets whose verdicts were lost. The bytes are
+//! read and written by the pure [`crate::packet::nfqueue`]; the system
+//! calls `netlink-sys` lacks are in [`crate::sys`]. It never decides a
+//! verdict.
 
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use netlink_sys::constants::NETLINK_NETFILTER;
 
-use super::runtime::{QueueError, QueueSpec, Socket};
+use super::runtime::{QueueError, QueueSpec, Receipt, Socket};
 use crate::packet::nfqueue::{
     self, Message, Outgoing, Plain, QueueConfig, Sequence, MESSAGE_OVERHEAD, NFQA_CFG_F_FAIL_OPEN,
     NFQA_CFG_F_GSO,
@@ -53,8 +56,11 @@ pub struct Queue {
     sequence: Sequence,
     /// Packets that arrived while binding waited for its answer.
     early: VecDeque<Packet>,
-    /// Received buffers that did not read as netlink: logged, not fatal.
-    unreadable: AtomicU64,
+    /// Received buffers that did not read as netlink to their end since
+    /// the last [`Socket::recv`] reported them, and ever (for the
+    /// rate-limited log).
+    unreadable: u64,
+    unreadable_ever: u64,
 }
 
 impl Queue {
@@ -85,7 +91,8 @@ impl Queue {
             seq: 0,
             sequence: Sequence::default(),
             early: VecDeque::new(),
-            unreadable: AtomicU64::new(0),
+            unreadable: 0,
+            unreadable_ever: 0,
         };
         queue.bind().map_err(|error| {
             // The kernel answers EPERM both without CAP_NET_ADMIN and when
@@ -188,7 +195,9 @@ impl Queue {
                     Ok(Message::Ack { seq, errno }) => acks.push((seq, errno)),
                     Ok(Message::Other) => {}
                     Err(error) => {
-                        let n = self.unreadable.fetch_add(1, Ordering::Relaxed) + 1;
+                        self.unreadable += 1;
+                        self.unreadable_ever += 1;
+                        let n = self.unreadable_ever;
                         if n.is_power_of_two() {
                             let QueueSpec { queue, name, .. } = self.spec;
                             tracing::warn!(queue, unreadable = n, cut, %error, "{name}: unreadable netlink from the kernel");
@@ -199,20 +208,6 @@ impl Queue {
         }
         Ok(())
     }
-
-    /// Sends what [`Queue::out`] holds; says how many verdict messages
-    /// were lost with it.
-    fn flush(&mut self, messages: u64) -> u64 {
-        if self.out.is_empty() {
-            return 0;
-        }
-        let sent = self.socket.send(&self.out, 0);
-        self.out.clear();
-        match sent {
-            Ok(_) => 0,
-            Err(_) => messages,
-        }
-    }
 }
 
 impl Socket for Queue {
@@ -222,16 +217,19 @@ impl Socket for Queue {
         &self.spec
     }
 
-    fn recv(&mut self, timeout: Duration, into: &mut Vec<Packet>) -> io::Result<u64> {
-        if !self.early.is_empty() {
-            into.extend(self.early.drain(..));
-            return Ok(0);
-        }
+    fn recv(&mut self, timeout: Duration, into: &mut Vec<Packet>) -> io::Result<Receipt> {
         let mut acks = Vec::new();
-        self.receive(timeout, into, &mut acks)?;
+        if self.early.is_empty() {
+            self.receive(timeout, into, &mut acks)?;
+        } else {
+            into.extend(self.early.drain(..));
+        }
         // Verdicts are sent without asking for an answer: the kernel
         // answers only those it refused.
-        Ok(acks.iter().filter(|(_, errno)| *errno != 0).count() as u64)
+        Ok(Receipt {
+            refused: acks.iter().filter(|(_, errno)| *errno != 0).count() as u64,
+            unreadable: std::mem::take(&mut self.unreadable),
+        })
     }
 
     fn key(message: &Packet) -> u64 {
@@ -248,58 +246,81 @@ impl Socket for Queue {
         }
     }
 
-    fn verdicts(&mut self, round: Vec<(Packet, Action)>, oldest_left: Option<u64>) -> u64 {
-        let mut round = round;
-        let plain: Vec<(u64, Option<Plain>)> = round
-            .iter()
-            .map(|(packet, action)| (packet.key, Plain::of(action)))
-            .collect();
-        let queue = self.spec.queue;
-        let (mut lost, mut pending) = (0, 0);
-        for send in nfqueue::plan_verdicts(&plain, oldest_left) {
-            let seq = self.next_seq();
-            match send {
-                Outgoing::Batch { last, .. } => {
-                    let (packet, action) = &round[last];
-                    let plain = Plain::of(action).unwrap_or(Plain::Drop);
-                    nfqueue::verdict_batch(&mut self.out, seq, queue, packet.id, plain);
-                }
-                Outgoing::One { index } => {
-                    let (packet, action) = &mut round[index];
-                    match *action {
-                        Action::AcceptRewritten(rewrite) => {
-                            match rewrite.apply(&mut packet.payload) {
-                                Ok(()) => nfqueue::verdict(
-                                    &mut self.out,
-                                    seq,
-                                    queue,
-                                    packet.id,
-                                    Plain::Accept,
-                                    Some(&packet.payload),
-                                ),
-                                Err(_) => nfqueue::verdict(
-                                    &mut self.out,
-                                    seq,
-                                    queue,
-                                    packet.id,
-                                    Plain::Drop,
-                                    None,
-                                ),
-                            }
-                        }
-                        ref plain => {
-                            let plain = Plain::of(plain).unwrap_or(Plain::Drop);
-                            nfqueue::verdict(&mut self.out, seq, queue, packet.id, plain, None);
-                        }
-                    }
-                }
-            }
-            pending += 1;
-            if self.out.len() >= SEND_BYTES {
-                lost += self.flush(pending);
-                pending = 0;
-            }
-        }
-        lost + self.flush(pending)
+    fn verdicts(
+        &mut self,
+        round: Vec<(Packet, Action)>,
+        oldest_left: Option<u64>,
+    ) -> Vec<(Packet, Action)> {
+        let socket = &self.socket;
+        deliver(
+            round,
+            oldest_left,
+            self.spec.queue,
+            &mut self.seq,
+            &mut self.out,
+            |bytes| socket.send(bytes, 0).map(drop),
+        )
     }
 }
+
+/// Encodes a round of verdicts (oldest packet first) as
+/// [`nfqueue::plan_verdicts`] plans them and hands them to `send` in
+/// pieces of about [`SEND_BYTES`]. At the first failing send it stops and
+/// returns the verdicts of that piece and every later one, unsent: the
+/// kernel still holds their packets, and a batch of a later piece would
+/// give them its verdict. (A rewritten payload stays rewritten in the
+/// returned packet; sending it again rewrites it again, which changes
+/// nothing: the rewrite is idempotent.)
+fn deliver(
+    mut round: Vec<(Packet, Action)>,
+    oldest_left: Option<u64>,
+    queue: u16,
+    seq: &mut u32,
+    out: &mut Vec<u8>,
+    mut send: impl FnMut(&[u8]) -> io::Result<()>,
+) -> Vec<(Packet, Action)> {
+    let plain: Vec<(u64, Option<Plain>)> = round
+        .iter()
+        .map(|(packet, action)| (packet.key, Plain::of(action)))
+        .collect();
+    let plan = nfqueue::plan_verdicts(&plain, oldest_left);
+    // round[..delivered] has reached the kernel.
+    let mut delivered = 0;
+    out.clear();
+    for (n, outgoing) in plan.iter().enumerate() {
+        *seq = seq.wrapping_add(1);
+        // round[..encoded] is sent or in `out`.
+        let encoded = match *outgoing {
+            Outgoing::Batch { last, .. } => {
+                let (packet, action) = &round[last];
+                let plain = Plain::of(action).unwrap_or(Plain::Drop);
+                nfqueue::verdict_batch(out, *seq, queue, packet.id, plain);
+                last + 1
+            }
+            Outgoing::One { index } => {
+                let (packet, action) = &mut round[index];
+                let (plain, payload) = match *action {
+                    Action::AcceptRewritten(rewrite) => match rewrite.apply(&mut packet.payload) {
+                        Ok(()) => (Plain::Accept, Some(packet.payload.as_slice())),
+                        Err(_) => (Plain::Drop, None),
+                    },
+                    ref action => (Plain::of(action).unwrap_or(Plain::Drop), None),
+                };
+                nfqueue::verdict(out, *seq, queue, packet.id, plain, payload);
+                index + 1
+            }
+        };
+        if out.len() >= SEND_BYTES || n + 1 == plan.len() {
+            let sent = send(out);
+            out.clear();
+            if sent.is_err() {
+                return round.split_off(delivered);
+            }
+            delivered = encoded;
+        }
+    }
+    Vec::new()
+}
+
+#[cfg(test)]
+mod tests;

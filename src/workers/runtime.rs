@@ -1,9 +1,12 @@
-//! The one NFQUEUE loop: binds a queue, owns each message until its verdict,
-//! asks a [`Handler`] by packet id, and counts packets, overflows, verdict
-//! errors and withheld packets once for every worker. It takes every packet
-//! one wake-up brings, hands the kernel each round of verdicts at once
-//! (oldest packet first, so the socket can batch them), and ticks the
-//! handler at least every [`TICK`], packets or not. It also supervises
+//! The one NFQUEUE loop: binds a queue, owns each message until its verdict
+//! has reached the kernel, asks a [`Handler`] by packet id, and counts
+//! packets, overflows, unreadable buffers, verdict errors and withheld
+//! packets once for every worker. It takes every packet one wake-up
+//! brings, hands the kernel each round of verdicts at once (oldest packet
+//! first, so the socket can batch them; verdicts whose send failed go
+//! again in the next round, so that a later batch never gives their
+//! packets another verdict, and count as withheld until then), and ticks
+//! the handler at least every [`TICK`], packets or not. It also supervises
 //! its worker: the loop beats the queue's [`Heartbeat`] with every batch,
 //! and a worker that panics (or whose receives keep failing) is restarted
 //! in-process after a back-off, on a new socket with a new handler, while
@@ -106,10 +109,20 @@ counters! {
     pub struct QueueCounters: one per queue {
         packets: Counter "queue_packets" = "Packets received from the queue by its worker",
         overflows: Counter "queue_overflows" = "Receive-buffer overflows of the worker socket (ENOBUFS): the kernel lost queued packets",
-        verdict_errors: Counter "queue_verdict_errors" = "Verdicts the kernel did not accept",
+        unreadable: Counter "queue_unreadable" = "Received buffers whose netlink messages could not be read to their end",
+        verdict_errors: Counter "queue_verdict_errors" = "Verdicts the kernel refused, and verdicts whose send failed (those are sent again)",
         withheld: Gauge "queue_withheld" = "Packets whose verdict the worker holds back",
         restarts: Counter "worker_restarts" = "Times the queue's worker was restarted after a panic or failing receives (the packets it held were dropped)",
     }
+}
+
+/// What one receive reports besides its packets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Receipt {
+    /// Earlier verdicts the kernel refused (its error answers).
+    pub refused: u64,
+    /// Received buffers that did not read as netlink to their end.
+    pub unreadable: u64,
 }
 
 /// A bound queue, as the loop needs it: [`Queue`] (tollgate's own
@@ -118,17 +131,28 @@ pub trait Socket {
     type Message;
     fn spec(&self) -> &QueueSpec;
     /// Waits up to `timeout` for packets and appends every one a single
-    /// wake-up brought (none when the wait timed out); returns how many
-    /// earlier verdicts the kernel refused since the last receive.
-    fn recv(&mut self, timeout: Duration, into: &mut Vec<Self::Message>) -> std::io::Result<u64>;
+    /// wake-up brought (none when the wait timed out); says what else it
+    /// met since the last receive.
+    fn recv(
+        &mut self,
+        timeout: Duration,
+        into: &mut Vec<Self::Message>,
+    ) -> std::io::Result<Receipt>;
     /// The message's place in the kernel's queue order (oldest first).
     fn key(message: &Self::Message) -> u64;
     /// The packet a message carries.
     fn packet(message: &Self::Message) -> Queued<'_>;
     /// Hands the kernel one round of verdicts, oldest packet first;
     /// `oldest_left` is the key of the oldest packet still held without a
-    /// verdict. Returns how many verdict messages could not be sent.
-    fn verdicts(&mut self, round: Vec<(Self::Message, Action)>, oldest_left: Option<u64>) -> u64;
+    /// verdict. Returns the verdicts that did not reach the kernel (a send
+    /// failed), in the round's order: their packets are still queued in
+    /// the kernel, so the loop sends them again with its next round and
+    /// counts them as held until then.
+    fn verdicts(
+        &mut self,
+        round: Vec<(Self::Message, Action)>,
+        oldest_left: Option<u64>,
+    ) -> Vec<(Self::Message, Action)>;
 }
 
 /// The verdicts a handler gives, by packet id, in the order the kernel is
@@ -284,15 +308,17 @@ pub(crate) fn wall_clock() -> Timestamp {
 }
 
 /// The messages waiting for their verdict, in the kernel's queue order,
-/// with when each was received; and the order key of each held id.
+/// with when each was received; the order key of each held id; and the
+/// verdicts given whose send failed, to be sent again.
 struct Held<M> {
     by_key: BTreeMap<u64, (M, Instant)>,
     keys: HashMap<PacketId, u64>,
+    undelivered: Vec<(M, Action, Instant)>,
 }
 
 impl<M> Held<M> {
     fn len(&self) -> usize {
-        self.by_key.len()
+        self.by_key.len() + self.undelivered.len()
     }
 }
 
@@ -311,17 +337,22 @@ fn run<S: Socket, H: Handler>(
     let mut held = Held {
         by_key: BTreeMap::new(),
         keys: HashMap::new(),
+        undelivered: Vec::new(),
     };
     let mut batch = Vec::new();
     let mut out = Verdicts::default();
     let mut consecutive_errors = 0;
     loop {
         match socket.recv(TICK, &mut batch) {
-            Ok(refused) => {
+            Ok(Receipt {
+                refused,
+                unreadable,
+            }) => {
                 consecutive_errors = 0;
                 counters
                     .verdict_errors
                     .fetch_add(refused, Ordering::Relaxed);
+                counters.unreadable.fetch_add(unreadable, Ordering::Relaxed);
             }
             Err(error) if error.raw_os_error() == Some(libc::ENOBUFS) => {
                 let lost = counters.overflows.fetch_add(1, Ordering::Relaxed) + 1;
@@ -359,8 +390,8 @@ fn run<S: Socket, H: Handler>(
     }
 }
 
-/// Hands the kernel the verdicts in `out` as one round, oldest packet
-/// first.
+/// Hands the kernel the verdicts in `out` and those whose send failed
+/// before as one round, oldest packet first; keeps what fails again.
 fn give<S: Socket>(
     socket: &mut S,
     out: &mut Verdicts,
@@ -368,10 +399,10 @@ fn give<S: Socket>(
     counters: &QueueCounters,
     latency: &Histogram,
 ) {
-    if out.0.is_empty() {
+    if out.0.is_empty() && held.undelivered.is_empty() {
         return;
     }
-    let mut round = Vec::with_capacity(out.0.len());
+    let mut round = std::mem::take(&mut held.undelivered);
     for (id, action) in out.0.drain(..) {
         let message = held
             .keys
@@ -388,14 +419,25 @@ fn give<S: Socket>(
     }
     round.sort_by_key(|(message, ..)| S::key(message));
     let oldest_left = held.by_key.keys().next().copied();
-    let received: Vec<Instant> = round.iter().map(|(.., at)| *at).collect();
+    let mut received: HashMap<u64, Instant> = round
+        .iter()
+        .map(|(message, _, at)| (S::key(message), *at))
+        .collect();
     let round = round
         .into_iter()
         .map(|(message, action, _)| (message, action))
         .collect();
-    let lost = socket.verdicts(round, oldest_left);
-    counters.verdict_errors.fetch_add(lost, Ordering::Relaxed);
-    for at in received {
+    let undelivered = socket.verdicts(round, oldest_left);
+    counters
+        .verdict_errors
+        .fetch_add(undelivered.len() as u64, Ordering::Relaxed);
+    for (message, action) in undelivered {
+        let at = received
+            .remove(&S::key(&message))
+            .unwrap_or_else(Instant::now);
+        held.undelivered.push((message, action, at));
+    }
+    for at in received.into_values() {
         latency.observe(at.elapsed().as_secs_f64());
     }
 }

@@ -358,7 +358,7 @@ fn assert_families_mirror(state: &FirewallState, case: &str) {
     );
     let comparable = |dump: &str, v6: bool| -> Vec<String> {
         dump.lines()
-            .filter(|l| l.starts_with("-A TOLLGATE-") && !l.starts_with("-A TOLLGATE-L7 "))
+            .filter(|l| l.starts_with("-A TOLLGATE-") && !l.starts_with("-A TOLLGATE-L7"))
             .filter(|l| !(v6 && l.contains("-p ipv6-icmp -m icmp6 --icmpv6-type 13")))
             .map(|l| {
                 l.replace("tollgate-endpoints-v6", "tollgate-endpoints-v4")

@@ -4,13 +4,15 @@
 //! prohibited) and drop, over IPv4 and IPv6 (10.77.0.0/24, fd77::/64).
 
 use crate::harness::{Lab, Service, TcpOutcome};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use std::time::Instant;
-use tollgate::config::{AgentConfig, MachineDefaults};
+use std::time::{Duration, Instant};
+use tollgate::config::{AgentConfig, L7Config, MachineDefaults, QueueRange};
+use tollgate::datapath::plan::l7_queue_of;
 use tollgate::datapath::{desired, reconcile, Iptables};
 use tollgate::decide::{Policy, Ruling};
 use tollgate::fqdn::{FqdnLookup, FqdnTable};
@@ -154,7 +156,8 @@ spec:
     - http: {method: GET, path: /api/*}
 ";
 
-/// Client source addresses: each connection pair hashes to one L7 queue.
+/// Client source addresses, one connection each (from an ephemeral port:
+/// its L7 queue follows the port).
 const SOURCES: u8 = 12;
 
 /// Runs an agent with `l7_queues` L7 queues (102 on) whose first L7 worker
@@ -206,8 +209,9 @@ fn answered_beside_a_stuck_l7_worker(test: &'static str, l7_queues: u16) -> Opti
 
 #[test]
 fn a_stuck_l7_worker_does_not_stop_the_other_l7_queues() {
-    // The kernel balances by address pair: with 12 sources, the chance that
-    // none hashes to the working queue 103 is 2^-12.
+    // Each connection's L7 queue follows its client port: with 12
+    // connections from ephemeral ports, none on the working queue 103 is
+    // as unlikely as 12 coin tosses alike.
     let Some(answered) =
         answered_beside_a_stuck_l7_worker("a_stuck_l7_worker_does_not_stop_the_other_l7_queues", 2)
     else {
@@ -226,6 +230,213 @@ fn one_stuck_l7_queue_stops_every_l7_request() {
         return;
     };
     assert_eq!(answered, 0);
+}
+
+/// The L7 queues of `--queues 1 --l7-queues 2`: 102 and 103.
+fn two_l7_queues() -> QueueRange {
+    L7Config {
+        queue: 102,
+        queues: 2,
+        ..L7Config::default()
+    }
+    .range()
+}
+
+/// `n` client ports from 20000 on whose connections go to L7 queue `queue`.
+fn ports_to(queue: u16, n: usize) -> Vec<u16> {
+    (20_000..u16::MAX)
+        .filter(|&port| l7_queue_of(two_l7_queues(), port) == queue)
+        .take(n)
+        .collect()
+}
+
+/// Packets the kernel ever queued to each bound queue (its id sequence).
+fn queued(lab: &Lab) -> BTreeMap<u32, u64> {
+    lab.queue_counters()
+        .iter()
+        .map(|c| (c.queue, c.id_sequence))
+        .collect()
+}
+
+/// One `curl` from the client's local port `port` asking `GET /api/1` …
+/// `/api/{requests}` of `base` on one kept-alive connection: per request,
+/// the status and whether it opened a connection (`200 1`, then `200 0`).
+fn keep_alive(lab: &Lab, base: &str, port: u16, requests: usize, max_time: u32) -> Vec<String> {
+    let urls: String = (1..=requests)
+        .map(|i| format!(" -o /dev/null {base}/api/{i}"))
+        .collect();
+    lab.ns("client")
+        .ok(&format!(
+            "curl -s -w '%{{http_code}} %{{num_connects}}\\n' --max-time {max_time} \
+             --local-port {port}{urls} || true"
+        ))
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// One `GET /api/x` from the client's port `port` to `server` (IPv6) with
+/// IPv6 extension headers on every segment: one header (a PadN option)
+/// for each socket option in `headers` (`IPV6_HOPOPTS`, `IPV6_DSTOPTS`).
+/// The answer's first line, or what went wrong.
+fn request_with_extension_headers(
+    lab: &Lab,
+    port: u16,
+    server: SocketAddr,
+    headers: &[libc::c_int],
+) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::fd::AsRawFd;
+    const PADN: [u8; 8] = [0, 0, 1, 4, 0, 0, 0, 0];
+    lab.ns("client").enter(|| {
+        let socket =
+            socket2::Socket::new(socket2::Domain::IPV6, socket2::Type::STREAM, None).unwrap();
+        for &header in headers {
+            // SAFETY: a valid socket and an 8-byte buffer that outlives the call.
+            let rc = unsafe {
+                libc::setsockopt(
+                    socket.as_raw_fd(),
+                    libc::IPPROTO_IPV6,
+                    header,
+                    PADN.as_ptr().cast(),
+                    PADN.len() as libc::socklen_t,
+                )
+            };
+            assert_eq!(
+                rc,
+                0,
+                "option {header}: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        let local = SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port));
+        socket.bind(&local.into()).unwrap();
+        if let Err(error) = socket.connect_timeout(&server.into(), Duration::from_secs(3)) {
+            return format!("connect: {error}");
+        }
+        let mut stream = std::net::TcpStream::from(socket);
+        stream
+            .set_read_timeout(Some(Duration::from_secs(3)))
+            .unwrap();
+        stream
+            .write_all(b"GET /api/x HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut line = String::new();
+        match BufReader::new(stream).read_line(&mut line) {
+            Ok(_) => line.trim_end().to_string(),
+            Err(error) => format!("read: {error}"),
+        }
+    })
+}
+
+/// `tollgate_l7_requests_total{queue, result="allowed"}` of each L7 queue.
+fn allowed_requests(lab: &Lab, port: u16) -> BTreeMap<u16, u64> {
+    let metrics = lab.node().ok(&format!(
+        "curl -sS --max-time 5 http://127.0.0.1:{port}/metrics"
+    ));
+    metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("tollgate_l7_requests_total{") && l.contains("result=\"allowed\"")
+        })
+        .filter_map(|l| {
+            let queue = l
+                .split("queue=\"")
+                .nth(1)?
+                .split('"')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((queue, l.rsplit_once(' ')?.1.parse::<f64>().ok()? as u64))
+        })
+        .collect()
+}
+
+#[test]
+fn a_stuck_l7_queue_leaves_other_connections_of_the_same_client_answered() {
+    let test = "a_stuck_l7_queue_leaves_other_connections_of_the_same_client_answered";
+    let Some(lab) = Lab::builder(test)
+        .peer("client")
+        .ipv6()
+        .require(&["curl"])
+        .build()
+    else {
+        return;
+    };
+    lab.serve_tcp("node", 8080, Service::Http);
+    lab.write_policy("node.yaml", L7_POLICY);
+    let base = format!("http://{}:8080", lab.node_addr("client"));
+    let base6 = format!("http://[{}]:8080", lab.node_addr6("client"));
+    let mut options = lab.agent_options().queues(1).args(&[
+        "--l7-queues",
+        "2",
+        "--stall-timeout",
+        "120",
+        "--metrics-address",
+        "127.0.0.1:9494",
+    ]);
+    // The worker of L7 queue 102 stops at its first packet.
+    options
+        .env
+        .push(("TOLLGATE_FAULT_STALL".into(), "102:1".into()));
+    let mut agent = lab.start_agent(options);
+    agent.wait_generation(1);
+    let (on_103, stuck) = (ports_to(103, 5), ports_to(102, 1)[0]);
+    let server6 = SocketAddr::from((lab.node_addr6("client"), 8080));
+    let answered = ["200 1", "200 0", "200 0", "200 0", "200 0"];
+
+    // Every packet of a connection, both ways, reaches the queue of its
+    // client port: five requests on one connection to queue 103 are
+    // answered and not one packet went to queue 102 (stuck for ever).
+    assert_eq!(keep_alive(&lab, &base, on_103[0], 5, 6), answered);
+    let first = queued(&lab);
+    assert_eq!(first.get(&102), Some(&0), "{first:?}");
+    assert!(first[&103] >= 6, "the SYN-ACK and five requests: {first:?}");
+
+    // A connection of the same client to the same server on queue 102:
+    // its SYN-ACK waits there. Meanwhile more connections of that client
+    // on queue 103 are answered: IPv4, IPv6, and IPv6 with one and two
+    // extension headers on the client's segments (not on the server's).
+    let (stuck_codes, during, during6, extended, held) = std::thread::scope(|scope| {
+        let stuck_curl = scope.spawn(|| keep_alive(&lab, &base, stuck, 1, 8));
+        let held = crate::harness::poll_until(Duration::from_secs(6), || {
+            let now = queued(&lab);
+            (now[&102] >= 1).then_some(now[&102])
+        });
+        let during = keep_alive(&lab, &base, on_103[1], 5, 6);
+        let during6 = keep_alive(&lab, &base6, on_103[2], 5, 6);
+        let extended = [
+            request_with_extension_headers(&lab, on_103[3], server6, &[libc::IPV6_DSTOPTS]),
+            request_with_extension_headers(
+                &lab,
+                on_103[4],
+                server6,
+                &[libc::IPV6_HOPOPTS, libc::IPV6_DSTOPTS],
+            ),
+        ];
+        (stuck_curl.join().unwrap(), during, during6, extended, held)
+    });
+    let last = queued(&lab);
+    let requests = allowed_requests(&lab, 9494);
+    eprintln!(
+        "same client, same server: port {} (queue 103) alone: packets queued {first:?}; \
+         then port {} (queue 103) {during:?}, IPv6 port {} (queue 103) {during6:?}, \
+         IPv6 ports {} and {} with 1 and 2 extension headers {extended:?}, \
+         port {stuck} (queue 102, stuck) {stuck_codes:?}: packets queued {last:?}; \
+         allowed requests by queue {requests:?}",
+        on_103[0], on_103[1], on_103[2], on_103[3], on_103[4]
+    );
+    assert!(held.is_some(), "nothing reached queue 102: {last:?}");
+    assert_eq!(during, answered);
+    assert_eq!(during6, answered);
+    assert_eq!(extended, ["HTTP/1.1 200 OK"; 2]);
+    assert!(
+        stuck_codes.len() == 1 && stuck_codes[0].starts_with("000 "),
+        "the connection on queue 102 was answered: {stuck_codes:?}"
+    );
+    assert_eq!(requests.get(&103), Some(&17));
+    assert_eq!(requests.get(&102).copied().unwrap_or(0), 0);
+    agent.stop();
 }
 
 #[test]
@@ -291,7 +502,6 @@ fn l7_flows_active(lab: &Lab, port: u16) -> u64 {
 #[test]
 fn idle_l7_flows_are_forgotten_on_time_without_traffic() {
     use std::io::{Read, Write};
-    use std::time::Duration;
     let Some(lab) = Lab::builder("idle_l7_flows_are_forgotten_on_time_without_traffic")
         .peer("client")
         .require(&["curl"])

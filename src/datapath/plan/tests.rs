@@ -39,6 +39,7 @@ const DEFAULT_V4_SAVE: &str = "\
 :TOLLGATE-FORWARD - [0:0]
 :TOLLGATE-INPUT - [0:0]
 :TOLLGATE-L7 - [0:0]
+:TOLLGATE-L7-QUEUE - [0:0]
 :TOLLGATE-OUTPUT - [0:0]
 -A INPUT -j TOLLGATE-INPUT
 -A FORWARD -j TOLLGATE-FORWARD
@@ -54,7 +55,7 @@ const DEFAULT_V4_SAVE: &str = "\
 -A TOLLGATE-FORWARD -p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset
 -A TOLLGATE-FORWARD -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp-admin-prohibited
 -A TOLLGATE-FORWARD -m connmark --mark 0x600000/0xf00000 -j DROP
--A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-balance 103:104
+-A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x400000/0xf00000 -j TOLLGATE-L7-QUEUE
 -A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
@@ -74,15 +75,15 @@ const DEFAULT_V4_SAVE: &str = "\
 -A TOLLGATE-INPUT -p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset
 -A TOLLGATE-INPUT -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp-admin-prohibited
 -A TOLLGATE-INPUT -m connmark --mark 0x600000/0xf00000 -j DROP
--A TOLLGATE-INPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-balance 103:104
+-A TOLLGATE-INPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j TOLLGATE-L7-QUEUE
 -A TOLLGATE-INPUT -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 -A TOLLGATE-INPUT -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 -A TOLLGATE-INPUT ! -p icmp -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
--A TOLLGATE-L7 -p tcp -m tcp --tcp-flags FIN FIN -j NFQUEUE --queue-balance 103:104
--A TOLLGATE-L7 -p tcp -m tcp --tcp-flags RST RST -j NFQUEUE --queue-balance 103:104
--A TOLLGATE-L7 -p tcp -m tcp --tcp-flags URG URG -j NFQUEUE --queue-balance 103:104
+-A TOLLGATE-L7 -p tcp -m tcp --tcp-flags FIN FIN -j TOLLGATE-L7-QUEUE
+-A TOLLGATE-L7 -p tcp -m tcp --tcp-flags RST RST -j TOLLGATE-L7-QUEUE
+-A TOLLGATE-L7 -p tcp -m tcp --tcp-flags URG URG -j TOLLGATE-L7-QUEUE
 -A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x28&&0x20>>0x1c=0x5\" -j RETURN
 -A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x2c&&0x20>>0x1c=0x6\" -j RETURN
 -A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x30&&0x20>>0x1c=0x7\" -j RETURN
@@ -94,7 +95,10 @@ const DEFAULT_V4_SAVE: &str = "\
 -A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x48&&0x20>>0x1c=0xd\" -j RETURN
 -A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x4c&&0x20>>0x1c=0xe\" -j RETURN
 -A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x50&&0x20>>0x1c=0xf\" -j RETURN
--A TOLLGATE-L7 -j NFQUEUE --queue-balance 103:104
+-A TOLLGATE-L7 -j TOLLGATE-L7-QUEUE
+-A TOLLGATE-L7-QUEUE -m conntrack --ctdir ORIGINAL -m u32 --u32 \"0x0>>0x16&0x3c@0x0>>0x11&0x1=0x1\" -j NFQUEUE --queue-num 104
+-A TOLLGATE-L7-QUEUE -m conntrack --ctdir REPLY -m u32 --u32 \"0x0>>0x16&0x3c@0x0>>0x1&0x1=0x1\" -j NFQUEUE --queue-num 104
+-A TOLLGATE-L7-QUEUE -j NFQUEUE --queue-num 103
 -A TOLLGATE-OUTPUT -o lo -j ACCEPT
 -A TOLLGATE-OUTPUT -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
 -A TOLLGATE-OUTPUT -m mark --mark 0x100000/0xf00000 -j ACCEPT
@@ -107,7 +111,7 @@ const DEFAULT_V4_SAVE: &str = "\
 -A TOLLGATE-OUTPUT -p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset
 -A TOLLGATE-OUTPUT -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp-admin-prohibited
 -A TOLLGATE-OUTPUT -m connmark --mark 0x600000/0xf00000 -j DROP
--A TOLLGATE-OUTPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-balance 103:104
+-A TOLLGATE-OUTPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j TOLLGATE-L7-QUEUE
 -A TOLLGATE-OUTPUT -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 -A TOLLGATE-OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 -A TOLLGATE-OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
@@ -203,7 +207,7 @@ fn ipv6_table_allows_neighbour_discovery_and_uses_icmp6_reject() {
             "-p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset",
             "-m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp6-adm-prohibited",
             "-m connmark --mark 0x600000/0xf00000 -j DROP",
-            "-p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-balance 103:104",
+            "-p tcp -m connmark --mark 0x400000/0xf00000 -j TOLLGATE-L7-QUEUE",
             "-p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7",
             "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT",
             "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT",
@@ -239,16 +243,40 @@ fn ipv6_table_allows_neighbour_discovery_and_uses_icmp6_reject() {
     assert_eq!(
         l7[..3],
         [
-            "-p tcp -m tcp --tcp-flags FIN FIN -j NFQUEUE --queue-balance 103:104",
-            "-p tcp -m tcp --tcp-flags RST RST -j NFQUEUE --queue-balance 103:104",
-            "-p tcp -m tcp --tcp-flags URG URG -j NFQUEUE --queue-balance 103:104"
+            "-p tcp -m tcp --tcp-flags FIN FIN -j TOLLGATE-L7-QUEUE",
+            "-p tcp -m tcp --tcp-flags RST RST -j TOLLGATE-L7-QUEUE",
+            "-p tcp -m tcp --tcp-flags URG URG -j TOLLGATE-L7-QUEUE"
         ]
     );
     assert_eq!(
         l7[6],
         "-m u32 --u32 \"0x4>>0x8&0xff=0x6&&0x4>>0x10=0x20&&0x34>>0x1c=0x8\" -j RETURN"
     );
-    assert_eq!(l7[14], "-j NFQUEUE --queue-balance 103:104");
+    assert_eq!(l7[14], "-j TOLLGATE-L7-QUEUE");
+    let queue_rule = |direction: &str, shift: &str, layout: &str, ports: &str| {
+        format!(
+            "-m conntrack --ctdir {direction} -m u32 --u32 \"{layout}{ports}>>{shift}&0x1=0x1\" \
+             -j NFQUEUE --queue-num 104"
+        )
+    };
+    let one = "0x4>>0x8&0xff=0x0,0x2b,0x3c&&0x28>>0x18=0x6&&";
+    let two = "0x4>>0x8&0xff=0x0,0x2b,0x3c&&0x28>>0x18=0x0,0x2b,0x3c&&\
+               0x28>>0xd&0x7f8@0x30>>0x18=0x6&&";
+    let mut expected = Vec::new();
+    for (direction, shift) in [("ORIGINAL", "0x11"), ("REPLY", "0x1")] {
+        expected.extend([
+            queue_rule(direction, shift, "0x4>>0x8&0xff=0x6&&", "0x28"),
+            queue_rule(direction, shift, one, "0x28>>0xd&0x7f8@0x30"),
+            queue_rule(
+                direction,
+                shift,
+                two,
+                "0x28>>0xd&0x7f8@0x30>>0xd&0x7f8@0x38",
+            ),
+        ]);
+    }
+    expected.push("-j NFQUEUE --queue-num 103".to_string());
+    assert_eq!(desired.v6.chains["TOLLGATE-L7-QUEUE"], expected);
 }
 
 #[test]
@@ -273,7 +301,7 @@ fn open_mode_single_queue_interfaces_and_privileged_entries() {
             "-p tcp -m mark --mark 0x20000/0x70000 -j REJECT --reject-with tcp-reset",
             "-m mark --mark 0x20000/0x70000 -j REJECT --reject-with icmp-admin-prohibited",
             "-m connmark --mark 0x60000/0x70000 -j DROP",
-            "-p tcp -m connmark --mark 0x40000/0x70000 -j NFQUEUE --queue-balance 9:10 --queue-bypass",
+            "-p tcp -m connmark --mark 0x40000/0x70000 -j TOLLGATE-L7-QUEUE",
             "-p tcp -m connmark --mark 0x50000/0x70000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7",
             "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x10000/0x70000 -j ACCEPT",
             "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x50000/0x70000 -j ACCEPT",
@@ -319,12 +347,239 @@ fn open_mode_single_queue_interfaces_and_privileged_entries() {
     let l7_v4 = &desired.v4.chains["TOLLGATE-L7"];
     assert_eq!(
         l7_v4[0],
-        "-p tcp -m tcp --tcp-flags FIN FIN -j NFQUEUE --queue-balance 9:10 --queue-bypass"
+        "-p tcp -m tcp --tcp-flags FIN FIN -j TOLLGATE-L7-QUEUE"
     );
+    assert_eq!(l7_v4.last().unwrap(), "-j TOLLGATE-L7-QUEUE");
     assert_eq!(
-        l7_v4.last().unwrap(),
-        "-j NFQUEUE --queue-balance 9:10 --queue-bypass"
+        desired.v4.chains["TOLLGATE-L7-QUEUE"],
+        [
+            "-m conntrack --ctdir ORIGINAL -m u32 --u32 \"0x0>>0x16&0x3c@0x0>>0x11&0x1=0x1\" \
+             -j NFQUEUE --queue-num 10 --queue-bypass",
+            "-m conntrack --ctdir REPLY -m u32 --u32 \"0x0>>0x16&0x3c@0x0>>0x1&0x1=0x1\" \
+             -j NFQUEUE --queue-num 10 --queue-bypass",
+            "-j NFQUEUE --queue-num 9 --queue-bypass",
+        ]
     );
+}
+
+/// Reads a `u32` match as `xt_u32` does: each `&&`-joined test reads the
+/// 32-bit word at its first number, then applies `&`, `<<`, `>>` and `@`
+/// (move on by the value so far, read the word at the next number) in
+/// turn, and passes when the result is one of its values or ranges; a read
+/// past the packet fails the test.
+fn u32_matches(expression: &str, packet: &[u8]) -> bool {
+    let number = |text: &str| u32::from_str_radix(text.strip_prefix("0x").unwrap(), 16).unwrap();
+    let word = |at: u64| -> Option<u32> {
+        let at = usize::try_from(at).ok()?;
+        let bytes = packet.get(at..at.checked_add(4)?)?;
+        Some(u32::from_be_bytes(bytes.try_into().ok()?))
+    };
+    expression.split("&&").all(|test| {
+        let (location, values) = test.split_once('=').unwrap();
+        let location = location.replace(">>", ">").replace("<<", "<");
+        let mut steps = Vec::new();
+        let (mut op, mut start) = (' ', 0);
+        for (i, c) in location.char_indices() {
+            if "&<>@".contains(c) {
+                steps.push((op, number(&location[start..i])));
+                (op, start) = (c, i + 1);
+            }
+        }
+        steps.push((op, number(&location[start..])));
+        let (mut base, mut value) = (0u64, 0u32);
+        for (op, n) in steps {
+            let next = match op {
+                ' ' => word(u64::from(n)),
+                '&' => Some(value & n),
+                '>' => Some(value >> n),
+                '<' => Some(value << n),
+                _ => {
+                    base += u64::from(value);
+                    word(base + u64::from(n))
+                }
+            };
+            match next {
+                Some(next) => value = next,
+                None => return false,
+            }
+        }
+        values.split(',').any(|range| {
+            let (low, high) = range.split_once(':').unwrap_or((range, range));
+            (number(low)..=number(high)).contains(&value)
+        })
+    })
+}
+
+/// The queue the L7 queue chain sends a TCP segment to: that of its first
+/// rule whose conntrack direction and `u32` test match.
+fn chosen_l7_queue(rules: &[String], original: bool, packet: &[u8]) -> u16 {
+    for rule in rules {
+        let (_, queue) = rule.split_once("--queue-num ").unwrap();
+        let queue: u16 = queue.split(' ').next().unwrap().parse().unwrap();
+        let Some(test) = rule.strip_prefix("-m conntrack --ctdir ") else {
+            assert!(rule.starts_with("-j NFQUEUE"), "{rule}");
+            return queue;
+        };
+        let (direction, test) = test.split_once(" -m u32 --u32 ").unwrap();
+        let expression = test.split('"').nth(1).unwrap();
+        if (direction == "ORIGINAL") == original && u32_matches(expression, packet) {
+            return queue;
+        }
+    }
+    panic!("the chain ended without queuing")
+}
+
+/// How a test segment's IP header is laid out.
+#[derive(Clone, Copy, Debug)]
+enum Ip {
+    /// IPv4 with this many 4-byte words of options.
+    V4 { option_words: u8 },
+    /// IPv6 with these extension headers before TCP: (next header value,
+    /// length in 8-byte units after the first).
+    V6 { extensions: &'static [(u8, u8)] },
+}
+
+/// A TCP segment (20-byte header, no payload) from `sport` to `dport`.
+fn tcp_segment(ip: Ip, sport: u16, dport: u16) -> Vec<u8> {
+    let mut tcp = [0u8; 20];
+    tcp[..2].copy_from_slice(&sport.to_be_bytes());
+    tcp[2..4].copy_from_slice(&dport.to_be_bytes());
+    tcp[12] = 0x50;
+    tcp[13] = 0x18;
+    let mut packet = Vec::new();
+    match ip {
+        Ip::V4 { option_words } => {
+            let header = 20 + 4 * usize::from(option_words);
+            let total = u16::try_from(header + tcp.len()).unwrap();
+            packet.extend_from_slice(&[0x45 + option_words, 0]);
+            packet.extend_from_slice(&total.to_be_bytes());
+            packet.extend_from_slice(&[0, 0, 0x40, 0, 64, 6, 0, 0]);
+            packet.extend_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+            packet.resize(header, 1); // NOP options
+        }
+        Ip::V6 { extensions } => {
+            let kinds: Vec<u8> = extensions
+                .iter()
+                .map(|(kind, _)| *kind)
+                .chain([6])
+                .collect();
+            let headers: Vec<u8> = extensions
+                .iter()
+                .zip(&kinds[1..])
+                .flat_map(|(&(_, units), &next)| {
+                    let mut header = vec![0u8; 8 * (usize::from(units) + 1)];
+                    header[..2].copy_from_slice(&[next, units]);
+                    header
+                })
+                .collect();
+            let length = u16::try_from(headers.len() + tcp.len()).unwrap();
+            packet.extend_from_slice(&[0x60, 0, 0, 0]);
+            packet.extend_from_slice(&length.to_be_bytes());
+            packet.extend_from_slice(&[kinds[0], 64]);
+            packet.extend_from_slice(&[0xfd; 32]);
+            packet.extend_from_slice(&headers);
+        }
+    }
+    packet.extend_from_slice(&tcp);
+    packet
+}
+
+#[test]
+fn the_l7_queue_chain_sends_both_directions_of_a_connection_to_its_client_port_s_queue() {
+    // Every bucket with both port parities, then ports across the range.
+    let ports: Vec<u16> = (0..128).chain((128..=u16::MAX).step_by(251)).collect();
+    for count in [2u16, 3, 4, 7, 64] {
+        let config = config(&format!("l7: {{queues: {count}}}\n"));
+        let l7 = config.queue_numbers().l7;
+        let desired = desired(&config, &targets(false, false, &[]), &[]);
+        let mut used = std::collections::BTreeMap::<u16, usize>::new();
+        for port in (0..128).step_by(2) {
+            *used.entry(l7_queue_of(l7, port)).or_default() += 1;
+        }
+        assert_eq!(
+            used.keys().copied().collect::<Vec<_>>(),
+            l7.iter().collect::<Vec<_>>()
+        );
+        let (fewest, most) = (used.values().min().unwrap(), used.values().max().unwrap());
+        assert!(most - fewest <= 1, "{count} queues: {used:?}");
+        for family in Family::ALL {
+            let rules = &desired.table(family).chains[L7_QUEUE_CHAIN];
+            for rule in rules {
+                let values = rule
+                    .split('"')
+                    .nth(1)
+                    .and_then(|e| e.rsplit('=').next())
+                    .map_or(0, |values| values.matches(',').count() + 1);
+                assert!(values <= U32_VALUES, "{rule}");
+            }
+            let layouts = match family {
+                Family::V4 => vec![Ip::V4 { option_words: 0 }, Ip::V4 { option_words: 3 }],
+                // None; destination options; hop-by-hop (16 bytes) then
+                // destination options.
+                Family::V6 => vec![
+                    Ip::V6 { extensions: &[] },
+                    Ip::V6 {
+                        extensions: &[(60, 0)],
+                    },
+                    Ip::V6 {
+                        extensions: &[(0, 1), (60, 0)],
+                    },
+                ],
+            };
+            for &port in &ports {
+                let queue = l7_queue_of(l7, port);
+                for &ip in &layouts {
+                    let client = tcp_segment(ip, port, 8080);
+                    let server = tcp_segment(ip, 8080, port);
+                    assert_eq!(
+                        chosen_l7_queue(rules, true, &client),
+                        queue,
+                        "{ip:?} {port}"
+                    );
+                    assert_eq!(
+                        chosen_l7_queue(rules, false, &server),
+                        queue,
+                        "{ip:?} {port}"
+                    );
+                }
+            }
+            if family == Family::V6 {
+                // Ports behind three extension headers, or behind an
+                // authentication header, are out of reach.
+                for extensions in [&[(0, 0), (43, 1), (60, 0)][..], &[(51, 1)]] {
+                    for port in [2, 3] {
+                        let hidden = tcp_segment(Ip::V6 { extensions }, port, 8080);
+                        assert_eq!(chosen_l7_queue(rules, true, &hidden), l7.first());
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn one_l7_queue_is_queued_to_directly() {
+    let desired = desired(
+        &config("l7: {queues: 1}\n"),
+        &targets(true, false, &[]),
+        &[],
+    );
+    for family in Family::ALL {
+        let table = desired.table(family);
+        assert!(!table.chains.contains_key(L7_QUEUE_CHAIN));
+        assert!(table
+            .chains
+            .values()
+            .flatten()
+            .all(|r| !r.contains(L7_QUEUE_CHAIN)));
+        assert_eq!(
+            table.chains[L7_CHAIN].last().unwrap(),
+            "-j NFQUEUE --queue-num 103"
+        );
+        assert!(table.chains[Hook::Input.chain()].contains(
+            &"-p tcp -m connmark --mark 0x400000/0xf00000 -j NFQUEUE --queue-num 103".to_string()
+        ));
+    }
 }
 
 #[test]
@@ -375,9 +630,10 @@ fn teardown_removes_everything_owned_and_nothing_else() {
     assert_eq!(
         changes.v4.restore_text().unwrap(),
         "*filter\n:TOLLGATE-FORWARD - [0:0]\n:TOLLGATE-INPUT - [0:0]\n:TOLLGATE-L7 - [0:0]\n\
-         :TOLLGATE-OUTPUT - [0:0]\n\
+         :TOLLGATE-L7-QUEUE - [0:0]\n:TOLLGATE-OUTPUT - [0:0]\n\
          -D INPUT -j TOLLGATE-INPUT\n-D FORWARD -j TOLLGATE-FORWARD\n-D OUTPUT -j TOLLGATE-OUTPUT\n\
-         -X TOLLGATE-FORWARD\n-X TOLLGATE-INPUT\n-X TOLLGATE-L7\n-X TOLLGATE-OUTPUT\nCOMMIT\n"
+         -X TOLLGATE-FORWARD\n-X TOLLGATE-INPUT\n-X TOLLGATE-L7\n-X TOLLGATE-L7-QUEUE\n\
+         -X TOLLGATE-OUTPUT\nCOMMIT\n"
     );
     assert_eq!(
         changes.ipset_cleanup_text().unwrap(),

@@ -197,6 +197,7 @@ pub const TEST_IDS: &[&str] = &[
     "docker_exposed_port_is_a_named_port_on_the_wire",
     "podman_network_reload_opens_nothing_with_cni",
     "privileged_ssh_covers_the_node_not_routed_pods",
+    "a_stuck_l7_queue_leaves_other_connections_of_the_same_client_answered",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
