@@ -184,11 +184,12 @@ fn a_cached_verdict_is_answered_by_the_kernel_and_a_policy_change_replaces_it() 
     );
 }
 
-/// The node's ingress on `PORT`: allowed from Pods labelled `app: a`,
-/// dropped from everyone else; the client is a Pod of another node
-/// labelled `app: <app>`.
-fn pod_policy(lab: &Lab, app: &str) -> String {
-    let (v4, v6) = (lab.addr("client"), lab.addr6("client"));
+/// Namespace `x` and in it Pod `role` labelled `app: <app>`, on `node`,
+/// with `addresses` (the first is `podIP`), then a ClusterNetworkPolicy
+/// named `<role>-policy` of priority 5 in securityops, whose `spec` goes on
+/// with `rest` (appliedTo and rules, indented by two spaces).
+fn pod_and_policy(role: &str, app: &str, node: &str, addresses: &[IpAddr], rest: &str) -> String {
+    let ips: Vec<String> = addresses.iter().map(|a| format!("{{ip: '{a}'}}")).collect();
     format!(
         "apiVersion: v1
 kind: Namespace
@@ -196,17 +197,34 @@ metadata: {{name: x, labels: {{ns: x}}}}
 ---
 apiVersion: v1
 kind: Pod
-metadata: {{name: client, namespace: x, labels: {{app: {app}}}}}
-spec: {{nodeName: other}}
-status: {{podIP: '{v4}', podIPs: [{{ip: '{v4}'}}, {{ip: '{v6}'}}]}}
+metadata: {{name: {role}, namespace: x, labels: {{app: {app}}}}}
+spec: {{nodeName: {node}}}
+status: {{podIP: '{}', podIPs: [{}]}}
 ---
 apiVersion: crd.antrea.io/v1beta1
 kind: ClusterNetworkPolicy
-metadata: {{name: node-ingress}}
+metadata: {{name: {role}-policy}}
 spec:
   priority: 5
   tier: securityops
-  appliedTo: [{{nodeSelector: {{matchLabels: {{kubernetes.io/os: linux}}}}}}]
+{rest}",
+        addresses[0],
+        ips.join(", ")
+    )
+}
+
+/// The node's ingress on `PORT`: allowed from Pods labelled `app: a`,
+/// dropped from everyone else; the client is a Pod of another node
+/// labelled `app: <app>`.
+fn pod_policy(lab: &Lab, app: &str) -> String {
+    let addresses = [lab.addr("client").into(), lab.addr6("client").into()];
+    pod_and_policy(
+        "client",
+        app,
+        "other",
+        &addresses,
+        &format!(
+            "  appliedTo: [{{nodeSelector: {{matchLabels: {{kubernetes.io/os: linux}}}}}}]
   ingress:
     - action: Allow
       from: [{{podSelector: {{matchLabels: {{app: a}}}}}}]
@@ -214,6 +232,7 @@ spec:
     - action: Drop
       ports: [{{protocol: TCP, port: {PORT}}}]
 "
+        ),
     )
 }
 
@@ -434,24 +453,13 @@ fn forwarded_udp_and_icmp_verdicts_are_cached_and_counted() {
     // decided in FORWARD. UDP is allowed, ICMP rejected.
     lab.write_policy(
         "server.yaml",
-        &format!(
-            "apiVersion: v1
-kind: Namespace
-metadata: {{name: x}}
----
-apiVersion: v1
-kind: Pod
-metadata: {{name: server, namespace: x, labels: {{app: server}}}}
-spec: {{nodeName: node}}
-status: {{podIP: '{server}', podIPs: [{{ip: '{server}'}}, {{ip: '{server6}'}}]}}
----
-apiVersion: crd.antrea.io/v1beta1
-kind: ClusterNetworkPolicy
-metadata: {{name: server-ingress}}
-spec:
-  priority: 5
-  tier: securityops
-  appliedTo: [{{podSelector: {{matchLabels: {{app: server}}}}}}]
+        &pod_and_policy(
+            "server",
+            "server",
+            "node",
+            &[server.into(), server6.into()],
+            &format!(
+                "  appliedTo: [{{podSelector: {{matchLabels: {{app: server}}}}}}]
   ingress:
     - action: Allow
       from: [{{ipBlock: {{cidr: {client}/32}}}}, {{ipBlock: {{cidr: '{client6}/128'}}}}]
@@ -460,6 +468,7 @@ spec:
       from: [{{ipBlock: {{cidr: {client}/32}}}}, {{ipBlock: {{cidr: '{client6}/128'}}}}]
       protocols: [{{icmp: {{}}}}]
 "
+            ),
         ),
     );
     let mut agent = lab.start_agent(lab.agent_options().args(&[
@@ -553,24 +562,13 @@ fn dns_queries_answered_from_the_cache_are_still_snooped() {
     // answers name; nothing else.
     lab.write_policy(
         "client.yaml",
-        &format!(
-            "apiVersion: v1
-kind: Namespace
-metadata: {{name: x}}
----
-apiVersion: v1
-kind: Pod
-metadata: {{name: client, namespace: x, labels: {{app: client}}}}
-spec: {{nodeName: node}}
-status: {{podIP: '{client}', podIPs: [{{ip: '{client}'}}, {{ip: '{client6}'}}]}}
----
-apiVersion: crd.antrea.io/v1beta1
-kind: ClusterNetworkPolicy
-metadata: {{name: client-egress}}
-spec:
-  priority: 5
-  tier: securityops
-  appliedTo: [{{podSelector: {{matchLabels: {{app: client}}}}}}]
+        &pod_and_policy(
+            "client",
+            "client",
+            "node",
+            &[client.into(), client6.into()],
+            &format!(
+                "  appliedTo: [{{podSelector: {{matchLabels: {{app: client}}}}}}]
   egress:
     - action: Allow
       to: [{{ipBlock: {{cidr: {server}/32}}}}]
@@ -581,6 +579,7 @@ spec:
     - action: Drop
       to: [{{ipBlock: {{cidr: 0.0.0.0/0}}}}, {{ipBlock: {{cidr: '::/0'}}}}]
 "
+            ),
         ),
     );
     let mut agent = lab.start_agent(lab.agent_options().args(&[
