@@ -56,6 +56,7 @@
 //! -A INPUT -j TOLLGATE-INPUT
 //! -A FORWARD -j TOLLGATE-FORWARD
 //! -A OUTPUT -j TOLLGATE-OUTPUT
+//! -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-FORWARD -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
 //! -A TOLLGATE-FORWARD -m mark --mark 0x100000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-FORWARD -m mark --mark 0x400000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
@@ -69,13 +70,13 @@
 //! -A TOLLGATE-FORWARD -m connmark --mark 0x600000/0xf00000 -j DROP
 //! -A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x400000/0xf00000 -j TOLLGATE-L7-QUEUE
 //! -A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
-//! -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-FORWARD -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 //! -A TOLLGATE-FORWARD ! -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
 //! -A TOLLGATE-FORWARD -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 //! -A TOLLGATE-FORWARD ! -p icmp -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
 //! -A TOLLGATE-INPUT -i lo -j ACCEPT
+//! -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-INPUT -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
 //! -A TOLLGATE-INPUT -m mark --mark 0x100000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-INPUT -m mark --mark 0x400000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
@@ -89,7 +90,6 @@
 //! -A TOLLGATE-INPUT -m connmark --mark 0x600000/0xf00000 -j DROP
 //! -A TOLLGATE-INPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j TOLLGATE-L7-QUEUE
 //! -A TOLLGATE-INPUT -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
-//! -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-INPUT -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 //! -A TOLLGATE-INPUT ! -p icmp -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
@@ -112,6 +112,7 @@
 //! -A TOLLGATE-L7-QUEUE -m conntrack --ctdir REPLY -m u32 --u32 "0x0>>0x16&0x3c@0x0>>0x1&0x1=0x1" -j NFQUEUE --queue-num 104
 //! -A TOLLGATE-L7-QUEUE -j NFQUEUE --queue-num 103
 //! -A TOLLGATE-OUTPUT -o lo -j ACCEPT
+//! -A TOLLGATE-OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-OUTPUT -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
 //! -A TOLLGATE-OUTPUT -m mark --mark 0x100000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-OUTPUT -m mark --mark 0x400000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
@@ -125,7 +126,6 @@
 //! -A TOLLGATE-OUTPUT -m connmark --mark 0x600000/0xf00000 -j DROP
 //! -A TOLLGATE-OUTPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j TOLLGATE-L7-QUEUE
 //! -A TOLLGATE-OUTPUT -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
-//! -A TOLLGATE-OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-OUTPUT -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 //! -A TOLLGATE-OUTPUT ! -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
@@ -151,14 +151,24 @@
 //! the REPLY rules shift by `0x1` instead of `0x11`. With a number of L7
 //! queues that is not a power of two, a `TOLLGATE-L7-QUEUE` test reads the
 //! whole 6-bit bucket (`&0x3f`) and lists up to ten buckets of one queue.
-//! With FQDN selectors in the ruleset, every owned chain of both
-//! families also gets, right after the L7 rules and before the connmark
-//! shortcut (queue 102 = the default DNS queue, after the connection
-//! queues; the L7 queues are then 103 and 104):
+//! The first rule after loopback accepts the packets of connections a
+//! worker or the cache allowed (most packets), so they meet one rule. With
+//! FQDN selectors in the ruleset, DNS must still reach the DNS queue: that
+//! first rule becomes two, for TCP and UDP on any port but 53, and every
+//! owned chain of both families also gets, right after the L7 rules, the
+//! DNS rules, then the same connmark shortcut for the rest (queue 102 =
+//! the default DNS queue, after the connection queues; the L7 queues are
+//! then 103 and 104):
 //!
 //! ```text
+//! -A TOLLGATE-INPUT -p tcp -m multiport ! --ports 53 -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
+//! -A TOLLGATE-INPUT -p udp -m multiport ! --ports 53 -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
+//! …
 //! -A TOLLGATE-INPUT -p udp -m udp --sport 53 -m conntrack --ctstate ESTABLISHED --ctdir REPLY -j NFQUEUE --queue-num 102 --queue-bypass
 //! -A TOLLGATE-INPUT -p tcp -m tcp --sport 53 -m conntrack --ctstate ESTABLISHED --ctdir REPLY -j NFQUEUE --queue-num 102 --queue-bypass
+//! -A TOLLGATE-INPUT -p udp -m udp --dport 53 -m conntrack --ctstate ESTABLISHED --ctdir ORIGINAL -m connmark --mark 0x100000/0xf00000 -j NFQUEUE --queue-num 102 --queue-bypass
+//! -A TOLLGATE-INPUT -p tcp -m tcp --dport 53 -m conntrack --ctstate ESTABLISHED --ctdir ORIGINAL -m connmark --mark 0x100000/0xf00000 -j NFQUEUE --queue-num 102 --queue-bypass
+//! -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 //! ```
 //!
 //! and `ipset save` shows one timeout set per selector and family, whose

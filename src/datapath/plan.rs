@@ -211,6 +211,21 @@ fn chain_rules(
         Hook::Output => rules.push("-o lo -j ACCEPT".to_string()),
         Hook::Forward => {}
     }
+    // Connections a worker or the cache allowed, first: they are most of
+    // the packets, and no rule below is for them (verdict marks are set on
+    // new connections and on L7 connections only, whose connmarks differ).
+    // With FQDN selectors, DNS (port 53 either way) goes on to the DNS
+    // rules below, and so does any protocol without ports, to the same
+    // shortcut further down.
+    let allowed =
+        format!("-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark {allow} -j ACCEPT");
+    if snoop_dns {
+        for protocol in ["tcp", "udp"] {
+            rules.push(format!("-p {protocol} -m multiport ! --ports 53 {allowed}"));
+        }
+    } else {
+        rules.push(allowed.clone());
+    }
     // Verdicts the queue handed back with a mark and NF_REPEAT.
     rules.push(format!(
         "-m mark --mark {allow} -j CONNMARK --save-mark --nfmask {mask:#x} --ctmask {mask:#x}",
@@ -282,12 +297,15 @@ fn chain_rules(
             ));
         }
     }
-    // Connections already decided stay in the kernel.
-    for code in [&allow, &l7_active] {
-        rules.push(format!(
-            "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark {code} -j ACCEPT"
-        ));
+    // Connections already decided stay in the kernel: the allowed ones the
+    // first rules did not take (DNS, and protocols without ports, with
+    // FQDN selectors), and L7 connections' packets the L7 rules return.
+    if snoop_dns {
+        rules.push(allowed);
     }
+    rules.push(format!(
+        "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark {l7_active} -j ACCEPT"
+    ));
     if family == Family::V6 && hook != Hook::Forward {
         rules.extend(
             NEIGHBOUR_DISCOVERY

@@ -44,6 +44,7 @@ const DEFAULT_V4_SAVE: &str = "\
 -A INPUT -j TOLLGATE-INPUT
 -A FORWARD -j TOLLGATE-FORWARD
 -A OUTPUT -j TOLLGATE-OUTPUT
+-A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 -A TOLLGATE-FORWARD -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
 -A TOLLGATE-FORWARD -m mark --mark 0x100000/0xf00000 -j ACCEPT
 -A TOLLGATE-FORWARD -m mark --mark 0x400000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
@@ -57,13 +58,13 @@ const DEFAULT_V4_SAVE: &str = "\
 -A TOLLGATE-FORWARD -m connmark --mark 0x600000/0xf00000 -j DROP
 -A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x400000/0xf00000 -j TOLLGATE-L7-QUEUE
 -A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
--A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 -A TOLLGATE-FORWARD -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 -A TOLLGATE-FORWARD ! -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
 -A TOLLGATE-FORWARD -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 -A TOLLGATE-FORWARD ! -p icmp -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
 -A TOLLGATE-INPUT -i lo -j ACCEPT
+-A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 -A TOLLGATE-INPUT -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
 -A TOLLGATE-INPUT -m mark --mark 0x100000/0xf00000 -j ACCEPT
 -A TOLLGATE-INPUT -m mark --mark 0x400000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
@@ -77,7 +78,6 @@ const DEFAULT_V4_SAVE: &str = "\
 -A TOLLGATE-INPUT -m connmark --mark 0x600000/0xf00000 -j DROP
 -A TOLLGATE-INPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j TOLLGATE-L7-QUEUE
 -A TOLLGATE-INPUT -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
--A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 -A TOLLGATE-INPUT -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 -A TOLLGATE-INPUT ! -p icmp -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
@@ -100,6 +100,7 @@ const DEFAULT_V4_SAVE: &str = "\
 -A TOLLGATE-L7-QUEUE -m conntrack --ctdir REPLY -m u32 --u32 \"0x0>>0x16&0x3c@0x0>>0x1&0x1=0x1\" -j NFQUEUE --queue-num 104
 -A TOLLGATE-L7-QUEUE -j NFQUEUE --queue-num 103
 -A TOLLGATE-OUTPUT -o lo -j ACCEPT
+-A TOLLGATE-OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 -A TOLLGATE-OUTPUT -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
 -A TOLLGATE-OUTPUT -m mark --mark 0x100000/0xf00000 -j ACCEPT
 -A TOLLGATE-OUTPUT -m mark --mark 0x400000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
@@ -113,7 +114,6 @@ const DEFAULT_V4_SAVE: &str = "\
 -A TOLLGATE-OUTPUT -m connmark --mark 0x600000/0xf00000 -j DROP
 -A TOLLGATE-OUTPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j TOLLGATE-L7-QUEUE
 -A TOLLGATE-OUTPUT -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
--A TOLLGATE-OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 -A TOLLGATE-OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 -A TOLLGATE-OUTPUT -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 -A TOLLGATE-OUTPUT ! -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
@@ -196,6 +196,7 @@ fn ipv6_table_allows_neighbour_discovery_and_uses_icmp6_reject() {
         desired.v6.chains["TOLLGATE-INPUT"],
         [
             "-i lo -j ACCEPT",
+            "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT",
             "-m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000",
             "-m mark --mark 0x100000/0xf00000 -j ACCEPT",
             "-m mark --mark 0x400000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000",
@@ -209,7 +210,6 @@ fn ipv6_table_allows_neighbour_discovery_and_uses_icmp6_reject() {
             "-m connmark --mark 0x600000/0xf00000 -j DROP",
             "-p tcp -m connmark --mark 0x400000/0xf00000 -j TOLLGATE-L7-QUEUE",
             "-p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7",
-            "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT",
             "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT",
             "-p ipv6-icmp -m icmp6 --icmpv6-type 133 -j ACCEPT",
             "-p ipv6-icmp -m icmp6 --icmpv6-type 134 -j ACCEPT",
@@ -290,6 +290,7 @@ fn open_mode_single_queue_interfaces_and_privileged_entries() {
     assert_eq!(
         forward,
         &[
+            "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x10000/0x70000 -j ACCEPT",
             "-m mark --mark 0x10000/0x70000 -j CONNMARK --save-mark --nfmask 0x70000 --ctmask 0x70000",
             "-m mark --mark 0x10000/0x70000 -j ACCEPT",
             "-m mark --mark 0x40000/0x70000 -j CONNMARK --save-mark --nfmask 0x70000 --ctmask 0x70000",
@@ -303,7 +304,6 @@ fn open_mode_single_queue_interfaces_and_privileged_entries() {
             "-m connmark --mark 0x60000/0x70000 -j DROP",
             "-p tcp -m connmark --mark 0x40000/0x70000 -j TOLLGATE-L7-QUEUE",
             "-p tcp -m connmark --mark 0x50000/0x70000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7",
-            "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x10000/0x70000 -j ACCEPT",
             "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x50000/0x70000 -j ACCEPT",
             // Only the entry that lists `forward`: the others are the
             // Node's own traffic.
@@ -675,9 +675,25 @@ fn fqdn_selectors_queue_dns_replies_before_the_shortcut_and_get_learned_sets() {
                     )
                 );
             }
+            // Allowed connections are accepted first, but for DNS (either
+            // port 53) and protocols without ports, which meet the shortcut
+            // after the DNS rules.
+            let first = usize::from(hook != Hook::Forward);
+            for (i, protocol) in ["tcp", "udp"].iter().enumerate() {
+                assert_eq!(
+                    rules[first + i],
+                    format!(
+                        "-p {protocol} -m multiport ! --ports 53 -m conntrack --ctstate \
+                         RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT"
+                    )
+                );
+            }
             let shortcut = rules
                 .iter()
-                .position(|r| r.contains("RELATED,ESTABLISHED -m connmark"))
+                .position(|r| {
+                    r == "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark \
+                          --mark 0x100000/0xf00000 -j ACCEPT"
+                })
                 .unwrap();
             assert_eq!(shortcut, udp + 4, "{rules:#?}");
             // The first query of a connection a worker has just allowed:
