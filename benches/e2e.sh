@@ -701,30 +701,43 @@ run_scenario() {
 # Interleaved rounds of none / base / new at one rule count (A/B mode).
 compare_builds() {
     local rounds=${ROUNDS:-5} n=${RULES:-1000} r
-    local -a none base new
+    local -a none base new cpu_none cpu_base cpu_new
     write_policies "$n" "$WORK/policies-ab"
+    # conn/s of one measurement; the machine's CPU µs per connection in $WORK/cpu.
     measure_with() {
-        BIN=$1
-        start_tollgate "$WORK/policies-ab" "$WORK/tollgate-ab.log"
-        measure_conns
-        stop_tollgate
+        if [[ $1 != none ]]; then
+            BIN=$1
+            start_tollgate "$WORK/policies-ab" "$WORK/tollgate-ab.log"
+        fi
+        timed conn
+        if [[ $1 != none ]]; then stop_tollgate; fi
     }
     for ((r = 1; r <= rounds; r++)); do
-        none+=("$(measure_conns)")
+        none+=("$(measure_with none)")
+        cpu_none+=("$(cat "$WORK/cpu")")
         base+=("$(measure_with "$TOLLGATE_BASE")")
+        cpu_base+=("$(cat "$WORK/cpu")")
         new+=("$(measure_with "$NEW_BIN")")
-        echo "round $r: none ${none[-1]} base ${base[-1]} new ${new[-1]} conn/s" >&2
+        cpu_new+=("$(cat "$WORK/cpu")")
+        echo "round $r: none ${none[-1]} base ${base[-1]} new ${new[-1]} conn/s;" \
+            "CPU µs/conn ${cpu_none[-1]} ${cpu_base[-1]} ${cpu_new[-1]}" >&2
     done
-    python3 - "$n" "$DURATION" "${none[*]}" "${base[*]}" "${new[*]}" <<'PY'
+    python3 - "$n" "$DURATION" "${none[*]}" "${base[*]}" "${new[*]}" \
+        "${cpu_none[*]}" "${cpu_base[*]}" "${cpu_new[*]}" <<'PY'
 import statistics, sys
 n, duration = sys.argv[1], sys.argv[2]
-rows = {k: [float(x) for x in v.split()] for k, v in zip(("none", "base", "new"), sys.argv[3:])}
+names = ("none", "base", "new")
+rows = {k: [float(x) for x in v.split()] for k, v in zip(names, sys.argv[3:6])}
+cpu = {k: [float(x) for x in v.split()] for k, v in zip(names, sys.argv[6:9])}
 ref = statistics.median(rows["none"])
-print(f"\n{n} rules, {len(rows['none'])} interleaved rounds of {duration}s, conn/s (ratio to the median of none)")
+print(f"\n{n} rules, {len(rows['none'])} interleaved rounds of {duration}s, conn/s (ratio to the median of none), CPU µs per connection")
 for k, v in rows.items():
     m = statistics.median(v)
-    print(f"{k:5} median {m:9.0f} ({m / ref:.3f})   rounds: " + " ".join(f"{x:.0f}" for x in v))
+    print(f"{k:5} median {m:9.0f} ({m / ref:.3f})  cpu {statistics.median(cpu[k]):6.1f} µs   rounds: " + " ".join(f"{x:.0f}" for x in v))
 print(f"new/base, median of the per-round ratios: {statistics.median(b / a for a, b in zip(rows['base'], rows['new'])):.3f}")
+for k in ("base", "new"):
+    print(f"{k} CPU µs per connection above none, median of the per-round differences: "
+          f"{statistics.median(c - z for c, z in zip(cpu[k], cpu['none'])):.1f}")
 PY
 }
 
