@@ -197,7 +197,8 @@ pub struct StatusReport {
     #[serde(default)]
     pub bridged_traffic_unseen: Option<String>,
     /// New connections the kernel answered from the verdict cache (read
-    /// at every drift check); `None` while the cache is off or unread.
+    /// at every periodic check and before a ruleset change replaces the
+    /// lookup rules); `None` while the cache is off or unread.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict_cache_hits: Option<u64>,
     pub queues: Vec<QueueReport>,
@@ -973,7 +974,7 @@ pub fn render_status(report: &StatusReport) -> String {
     if let Some(hits) = report.verdict_cache_hits {
         let _ = writeln!(
             out,
-            "verdict cache:      {hits} connections answered by the kernel (read at every drift check)"
+            "verdict cache:      {hits} connections answered by the kernel (read every drift check, or 10 s)"
         );
     }
     if let Some(why) = &report.bridged_traffic_unseen {

@@ -337,7 +337,7 @@ impl Metrics {
         );
         r.register(
             "verdict_cache_hits",
-            "New connections the kernel answered from the verdict cache without a worker (the cache rules' packet counters, read at every drift check)",
+            "New connections the kernel answered from the verdict cache without a worker (the cache rules' packet counters, read at every drift check, every 10 s without them, and before a ruleset change replaces the rules)",
             m.verdict_cache_hits.clone(),
         );
         r.register(
