@@ -436,6 +436,33 @@ fn forward_entry(lab: &Lab, verdict: char, family: &str, tuple: &str) -> bool {
         .any(|e| e.contains(&set) && e.contains(tuple))
 }
 
+/// Makes a new flow of one tuple twice with `probe` (a worker decides
+/// both), waits until a FORWARD set of `verdict` and `family` holds an
+/// entry containing `tuple`, then checks that a third flow is answered by
+/// the kernel (no packet queued to a worker).
+#[track_caller]
+fn cached_after_two_decisions(
+    lab: &Lab,
+    verdict: char,
+    family: &str,
+    tuple: &str,
+    probe: impl Fn(),
+) {
+    probe();
+    probe();
+    let cached = poll_until(AGENT_WAIT, || {
+        forward_entry(lab, verdict, family, tuple).then_some(())
+    });
+    assert!(
+        cached.is_some(),
+        "{family}: no {tuple} entry: {:?}",
+        entries(lab)
+    );
+    let before = queued(lab);
+    probe();
+    assert_eq!(queued(lab), before, "{family} {tuple}: queued to a worker");
+}
+
 #[test]
 fn forwarded_udp_and_icmp_verdicts_are_cached_and_counted() {
     let Some(lab) = Lab::builder("forwarded_udp_and_icmp_verdicts_are_cached_and_counted")
@@ -482,37 +509,14 @@ fn forwarded_udp_and_icmp_verdicts_are_cached_and_counted() {
         // UDP: a worker allows the first two flows (each from a new source
         // port), the kernel the rest.
         let echo = SocketAddr::new(to, 7);
-        for _ in 0..2 {
+        cached_after_two_decisions(&lab, 'a', family, ",udp:7,", || {
             assert_eq!(lab.udp("client", echo, ALLOW_WAIT), UdpOutcome::Answered);
-        }
-        let cached = poll_until(AGENT_WAIT, || {
-            forward_entry(&lab, 'a', family, ",udp:7,").then_some(())
         });
-        assert!(
-            cached.is_some(),
-            "{family}: no UDP entry: {:?}",
-            entries(&lab)
-        );
-        let before = queued(&lab);
-        assert_eq!(lab.udp("client", echo, ALLOW_WAIT), UdpOutcome::Answered);
-        assert_eq!(queued(&lab), before, "{echo}: queued to a worker");
-
         // ICMP echo requests (a new identifier each): rejected, the
         // rejection cached with the ICMP type and code as the port.
-        for _ in 0..2 {
+        cached_after_two_decisions(&lab, 'r', family, "icmp", || {
             assert_eq!(lab.ping("client", to, DENY_WAIT), PingOutcome::NoReply);
-        }
-        let cached = poll_until(AGENT_WAIT, || {
-            forward_entry(&lab, 'r', family, "icmp").then_some(())
         });
-        assert!(
-            cached.is_some(),
-            "{family}: no ICMP entry: {:?}",
-            entries(&lab)
-        );
-        let before = queued(&lab);
-        assert_eq!(lab.ping("client", to, DENY_WAIT), PingOutcome::NoReply);
-        assert_eq!(queued(&lab), before, "ping {to}: queued to a worker");
     }
     // Every worker decision was a miss; each tuple was written once, at its
     // second decision; the kernel answered the third connection of each of

@@ -81,6 +81,15 @@ fn podman_harness_runs_labelled_containers_and_cleans_up() {
     );
 }
 
+/// Starts the agent with the containers of `podman`'s API as its
+/// inventory (it may not have listed them yet).
+fn docker_agent(lab: &Lab, podman: &Podman) -> Agent {
+    lab.start_agent(
+        lab.agent_options()
+            .args(&["--docker", "--docker-host", &podman.docker_host()]),
+    )
+}
+
 /// Web (app=web) in the test's project takes HTTP from its app=client
 /// containers only; everything else to it is dropped. The port is the
 /// named port `http` of the ports label, so the label mapping is exercised
@@ -162,11 +171,7 @@ fn shop(test: &'static str) -> Option<Shop> {
         );
     }
     lab.write_policy("web.yaml", &web_policy(&project));
-    let mut agent = lab.start_agent(lab.agent_options().args(&[
-        "--docker",
-        "--docker-host",
-        &podman.docker_host(),
-    ]));
+    let mut agent = docker_agent(&lab, &podman);
     agent.wait_generation(1);
     Some(Shop {
         clients: [podman.netns("client1"), podman.netns("client2")],
@@ -529,11 +534,7 @@ fn docker_api_absent_at_start_holds_the_startup_policy() {
     }
     lab.write_policy("web.yaml", &web_policy(&project));
     podman.stop_service();
-    let mut agent = lab.start_agent(lab.agent_options().args(&[
-        "--docker",
-        "--docker-host",
-        &podman.docker_host(),
-    ]));
+    let mut agent = docker_agent(&lab, &podman);
     agent.wait_for_log("startup policy closed", AGENT_WAIT);
     agent.wait_for_log("Docker API not reachable", AGENT_WAIT);
     for client in &clients {
@@ -628,11 +629,7 @@ spec:
 "
         ),
     );
-    let mut agent = lab.start_agent(lab.agent_options().args(&[
-        "--docker",
-        "--docker-host",
-        &podman.docker_host(),
-    ]));
+    let mut agent = docker_agent(&lab, &podman);
     agent.wait_generation(1);
     for api in [
         format!("http://{}/", podman.addr("api")),
@@ -743,11 +740,7 @@ spec:
 "
         ),
     );
-    let mut agent = lab.start_agent(lab.agent_options().args(&[
-        "--docker",
-        "--docker-host",
-        &podman.docker_host(),
-    ]));
+    let mut agent = docker_agent(&lab, &podman);
     agent.wait_generation(1);
     wait_until("client reaches allowed.test", ALLOW_WAIT, || {
         podman.curl("client", "http://allowed.test/", PROBE) == Ok(200)
