@@ -45,7 +45,7 @@ trap 'rm -f "$results"' EXIT
 status=0
 cargo test --locked --no-fail-fast 2>&1 | tee "$results" || status=$?
 
-# Fuzz smoke (about 15 minutes on a fresh 2-core machine, most of it the
+# Fuzz smoke (about 14 minutes on a fresh 2-core machine, most of it the
 # cold build): in CI, or on request.
 if [[ $ci == true || ${FUZZ_SMOKE:-} == 1 ]]; then
     scripts/fuzz-smoke.sh || status=1
