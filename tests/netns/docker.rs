@@ -158,9 +158,11 @@ fn web(name: &str, project: &str) -> Container {
         .command(NGINX)
 }
 
-fn shop(test: &'static str) -> Option<Shop> {
-    let lab = Lab::builder(test).require(PODMAN_TOOLS).build()?;
-    let podman = Podman::start(&lab);
+/// The shop's containers, before any agent: podman's service and the
+/// web server, client1 (app=client) and client2 (app=other) in one
+/// Compose project, which is returned.
+fn shop_containers(lab: &Lab) -> (Podman, String) {
+    let podman = Podman::start(lab);
     let project = podman.name("shop");
     podman.run(&web("web", &project));
     for (name, app) in [("client1", "client"), ("client2", "other")] {
@@ -170,6 +172,12 @@ fn shop(test: &'static str) -> Option<Shop> {
                 .label("app", app),
         );
     }
+    (podman, project)
+}
+
+fn shop(test: &'static str) -> Option<Shop> {
+    let lab = Lab::builder(test).require(PODMAN_TOOLS).build()?;
+    let (podman, project) = shop_containers(&lab);
     lab.write_policy("web.yaml", &web_policy(&project));
     let mut agent = docker_agent(&lab, &podman);
     agent.wait_generation(1);
@@ -512,16 +520,7 @@ fn docker_api_absent_at_start_holds_the_startup_policy() {
     else {
         return;
     };
-    let podman = Podman::start(&lab);
-    let project = podman.name("shop");
-    podman.run(&web("web", &project));
-    for (name, app) in [("client1", "client"), ("client2", "other")] {
-        podman.run(
-            &Container::new(name)
-                .label(COMPOSE_PROJECT, &project)
-                .label("app", app),
-        );
-    }
+    let (podman, project) = shop_containers(&lab);
     let web_addr = IpAddr::from(podman.addr("web"));
     let target = SocketAddr::new(web_addr, 80);
     let clients = [podman.netns("client1"), podman.netns("client2")];

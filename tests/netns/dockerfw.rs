@@ -268,14 +268,7 @@ fn dockerd_restart_opens_nothing_and_the_buried_jump_is_restored() {
     let prober = Prober::start(lab.ns("client"), &targets, EVERY, ATTEMPT, PROBE_LIMIT);
     // Three dockerd restarts, each while the client keeps connecting.
     for round in 0..3 {
-        let since = prober.now();
-        let seen = poll_until(AGENT_WAIT, || {
-            targets
-                .iter()
-                .all(|t| prober.attempts(*t).iter().filter(|a| a.at >= since).count() >= 5)
-                .then_some(())
-        });
-        assert!(seen.is_some(), "the prober stalled");
+        prober.wait_attempts(&targets, prober.now(), 5);
         for (table, server) in [
             ("iptables", IpAddr::from(lab.addr("server"))),
             ("ip6tables", IpAddr::from(lab.addr6("server"))),
@@ -651,14 +644,7 @@ spec:
     let bridged = Prober::start(&peer, &targets, EVERY, ATTEMPT, PROBE_LIMIT);
     for round in 0..3 {
         for prober in [&routed, &bridged] {
-            let since = prober.now();
-            let seen = poll_until(AGENT_WAIT, || {
-                targets
-                    .iter()
-                    .all(|t| prober.attempts(*t).iter().filter(|a| a.at >= since).count() >= 5)
-                    .then_some(())
-            });
-            assert!(seen.is_some(), "the prober stalled");
+            prober.wait_attempts(&targets, prober.now(), 5);
         }
         let started = Instant::now();
         // `--all` would also reload other tests' containers (the storage

@@ -113,13 +113,7 @@ fn wait_allowed(lab: &Lab, prober: &Prober, since: Duration, n: usize) {
 /// Waits until every denied target was attempted `n` times after `since`.
 #[track_caller]
 fn wait_denied_attempts(lab: &Lab, prober: &Prober, since: Duration, n: usize) {
-    let done = poll_until(AGENT_WAIT, || {
-        at(lab, DENIED)
-            .iter()
-            .all(|t| prober.attempts(*t).iter().filter(|a| a.at >= since).count() >= n)
-            .then_some(())
-    });
-    assert!(done.is_some(), "the prober stalled");
+    prober.wait_attempts(&at(lab, DENIED), since, n);
 }
 
 fn describe(attempts: &[Attempt]) -> String {

@@ -17,6 +17,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::netns::Netns;
+use super::{poll_until, AGENT_WAIT};
 
 /// How a new TCP connection attempt ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -322,6 +323,19 @@ impl Prober {
             .position(|t| *t == target)
             .expect("a probed target");
         sorted(&self.attempts[i])
+    }
+
+    /// Waits (at most [`AGENT_WAIT`]) until each of `targets` was attempted
+    /// `n` times after `since`; fails the test if the prober stalled.
+    #[track_caller]
+    pub fn wait_attempts(&self, targets: &[SocketAddr], since: Duration, n: usize) {
+        let done = poll_until(AGENT_WAIT, || {
+            targets
+                .iter()
+                .all(|t| self.attempts(*t).iter().filter(|a| a.at >= since).count() >= n)
+                .then_some(())
+        });
+        assert!(done.is_some(), "the prober stalled");
     }
 
     /// Connections to `target` that succeeded after `since`.
