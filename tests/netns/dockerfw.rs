@@ -306,14 +306,10 @@ fn dockerd_restart_opens_nothing_and_the_buried_jump_is_restored() {
         });
         assert!(counted.is_some(), "round {round}: repair not counted");
     }
-    let since = prober.now();
-    let resumed = poll_until(AGENT_WAIT, || {
-        at(&lab, ALLOWED)
-            .iter()
-            .all(|t| prober.connected_since(*t, since) >= 3)
-            .then_some(())
-    });
-    assert!(resumed.is_some(), "allowed connections did not resume");
+    assert!(
+        prober.wait_connected(&at(&lab, ALLOWED), prober.now(), 3),
+        "allowed connections did not resume"
+    );
     let attempts = prober.finish();
     for (target, attempts) in &attempts {
         if target.port() != DENIED {
@@ -674,15 +670,8 @@ spec:
     let open_ns = podman.netns("open");
     open_ns.run(&["ip", "-6", "neigh", "flush", "all"]);
     for (path, prober) in [("routed", &routed), ("bridged", &bridged)] {
-        let since = prober.now();
-        let resumed = poll_until(AGENT_WAIT, || {
-            allowed
-                .iter()
-                .all(|t| prober.connected_since(*t, since) >= 3)
-                .then_some(())
-        });
         assert!(
-            resumed.is_some(),
+            prober.wait_connected(&allowed, prober.now(), 3),
             "{path}: the open container stopped answering: {:?}",
             allowed.map(|t| (t, prober.attempts(t).last().map(|a| a.outcome)))
         );

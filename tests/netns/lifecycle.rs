@@ -97,14 +97,8 @@ fn start_prober(lab: &Lab) -> Prober {
 /// Waits until every allowed target connected `n` times after `since`.
 #[track_caller]
 fn wait_allowed(lab: &Lab, prober: &Prober, since: Duration, n: usize) {
-    let done = poll_until(AGENT_WAIT, || {
-        at(lab, ALLOWED)
-            .iter()
-            .all(|t| prober.connected_since(*t, since) >= n)
-            .then_some(())
-    });
     assert!(
-        done.is_some(),
+        prober.wait_connected(&at(lab, ALLOWED), since, n),
         "allowed connections did not resume: {:?}",
         at(lab, ALLOWED).map(|t| prober.attempts(t).last().copied())
     );

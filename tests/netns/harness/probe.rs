@@ -338,6 +338,18 @@ impl Prober {
         assert!(done.is_some(), "the prober stalled");
     }
 
+    /// Waits (at most [`AGENT_WAIT`]) until each of `targets` connected `n`
+    /// times after `since`; false if one did not (the caller says why).
+    pub fn wait_connected(&self, targets: &[SocketAddr], since: Duration, n: usize) -> bool {
+        poll_until(AGENT_WAIT, || {
+            targets
+                .iter()
+                .all(|t| self.connected_since(*t, since) >= n)
+                .then_some(())
+        })
+        .is_some()
+    }
+
     /// Connections to `target` that succeeded after `since`.
     pub fn connected_since(&self, target: SocketAddr, since: Duration) -> usize {
         self.attempts(target)
