@@ -182,7 +182,7 @@ spec:
     ports: [{protocol: TCP, port: 443}]
 ";
     let (objects, problems) =
-        tollgate::source::parse_documents(std::path::Path::new("bench.yaml"), yaml);
+        tollgate::decode::parse_documents(std::path::Path::new("bench.yaml"), yaml);
     assert!(problems.is_empty(), "{problems:?}");
     let node = LocalNode {
         name: "n".into(),

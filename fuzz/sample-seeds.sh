@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Turns the repository's recorded samples into fuzz seeds (no root needed):
-#   seeds/dns_learn/       8 control bytes + each tests/data/dns/*.bin
-#   seeds/http_stream/     8 control bytes + each tests/data/http/* stream
+#   seeds/dns_learn/       8 control bytes + each core/tests/data/dns/*.bin
+#   seeds/http_stream/     8 control bytes + each core/tests/data/http/* stream
 #   seeds/policy_compile/  rules/inventory.yaml + each rules/*.yaml and
 #                          tests/data/spec/*.yaml policy file
 #   seeds/l7_urgent/       client TCP segments with and without urgent
@@ -11,10 +11,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 root=..
 mkdir -p seeds/dns_learn seeds/http_stream seeds/policy_compile
-for f in "$root"/tests/data/dns/*.bin; do
+for f in "$root"/core/tests/data/dns/*.bin; do
     { head -c 8 /dev/zero; cat "$f"; } >"seeds/dns_learn/sample-$(basename "$f" .bin)"
 done
-for f in "$root"/tests/data/http/*.http "$root"/tests/data/http/*.bin; do
+for f in "$root"/core/tests/data/http/*.http "$root"/core/tests/data/http/*.bin; do
     { head -c 8 /dev/zero; cat "$f"; } >"seeds/http_stream/sample-$(basename "${f%.*}")"
 done
 for f in "$root"/rules/*.yaml "$root"/tests/data/spec/*.yaml; do

@@ -22,7 +22,7 @@ else
 fi
 
 cargo fmt --all -- --check
-cargo clippy --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets --locked -- -D warnings
 
 # Shell scripts and the Dockerfile: shellcheck is a Debian package
 # (install-deps.sh); hadolint is not, so it runs only where installed.

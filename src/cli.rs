@@ -353,7 +353,7 @@ pub struct TraceArgs {
     /// Destination, as `--src`.
     #[arg(long)]
     pub dst: String,
-    #[arg(long, value_enum, ignore_case = true)]
+    #[arg(long, ignore_case = true, value_parser = trace_protocol())]
     pub protocol: TraceProtocol,
     #[arg(long, default_value_t = 40000)]
     pub src_port: u16,
@@ -432,6 +432,18 @@ fn parse_u8(s: &str) -> Result<u8, String> {
 pub enum OutputFormat {
     Text,
     Json,
+}
+
+/// `--protocol`: one of [`TraceProtocol::ALL`] by name, listed in the help.
+fn trace_protocol() -> impl clap::builder::TypedValueParser<Value = TraceProtocol> {
+    use clap::builder::TypedValueParser;
+    let names = TraceProtocol::ALL.map(TraceProtocol::as_str);
+    clap::builder::PossibleValuesParser::new(names).map(|name| {
+        TraceProtocol::ALL
+            .into_iter()
+            .find(|p| p.as_str().eq_ignore_ascii_case(&name))
+            .expect("a possible value")
+    })
 }
 
 #[cfg(test)]

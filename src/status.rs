@@ -1228,7 +1228,7 @@ mod tests {
     /// the kernel does not list shows `-` there.
     #[test]
     fn status_shows_every_declared_counter_of_every_queue() {
-        use crate::telemetry::counters::{CounterSet, Series};
+        use crate::counters::{CounterSet, Series};
         use crate::telemetry::kernel::KernelCounters;
         use crate::workers::{DnsCounters, L7Counters, QueueCounters};
         let metrics = Arc::new(Metrics::new());
@@ -1422,7 +1422,7 @@ mod tests {
     #[test]
     fn trace_answers_with_the_live_ruleset_and_says_when_privileged_accepts() {
         let yaml = "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: {addresses: [{type: InternalIP, address: 10.0.0.1}]}\n---\napiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {name: lock}\nspec:\n  priority: 1\n  tier: securityops\n  appliedTo: [{nodeSelector: {}}]\n  ingress: [{name: drop-all, action: Drop, from: [{ipBlock: {cidr: 0.0.0.0/0}}]}]\n";
-        let (objects, problems) = crate::source::parse_documents("t.yaml".as_ref(), yaml);
+        let (objects, problems) = crate::decode::parse_documents("t.yaml".as_ref(), yaml);
         assert!(problems.is_empty(), "{problems:?}");
         let local = crate::compile::LocalNode {
             name: "n1".into(),

@@ -7,7 +7,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use tollgate::source::{load_and_validate, load_paths, parse_documents};
+use tollgate::decode::parse_documents;
+use tollgate::source::{load_and_validate, load_paths};
 use tollgate::validate::{check, validate, Problem};
 
 fn spec_dir() -> PathBuf {

@@ -1,5 +1,5 @@
 //! DNS reply bytes → learned addresses, through every path a reply takes:
-//! `tollgate::dns::parse_reply` and `resolved`, the `FqdnLearner`, the TCP
+//! `tollgate_core::dns::parse_reply` and `resolved`, the `FqdnLearner`, the TCP
 //! framing of `TcpStreamReassembler`, and the `DnsSnooper` reading UDP and
 //! TCP packets from a DNS server.
 //!
@@ -31,8 +31,8 @@ use etherparse::PacketBuilder;
 use hickory_proto::op::Message;
 use hickory_proto::rr::{DNSClass, Name, RData};
 use libfuzzer_sys::fuzz_target;
-use tollgate::dns::{parse_reply, Framed, TcpStreamReassembler, MAX_CNAME_CHAIN};
-use tollgate::fqdn::{
+use tollgate_core::dns::{parse_reply, Framed, TcpStreamReassembler, MAX_CNAME_CHAIN};
+use tollgate_core::fqdn::{
     DnsSnooper, FqdnLearner, FqdnPattern, IpsetChange, LearnerConfig, Release, SnoopEvent,
     MAX_IPSET_TIMEOUT_SECS,
 };

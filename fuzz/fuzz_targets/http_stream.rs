@@ -1,4 +1,4 @@
-//! HTTP client byte streams → request decisions: `tollgate::http`
+//! HTTP client byte streams → request decisions: `tollgate_core::http`
 //! `RequestTracker` fed in arbitrary segments, the Antrea `http` rule
 //! matcher on every request it finds, and the TLS ClientHello reader on
 //! the same stream.
@@ -24,9 +24,9 @@
 
 use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use tollgate::http::{decide, matches, FramingPolicy, HttpEvent, RequestHead, RequestTracker};
-use tollgate::model::HttpProtocol;
-use tollgate::tls::{client_hello_sni, TlsError};
+use tollgate_core::http::{decide, matches, FramingPolicy, HttpEvent, RequestHead, RequestTracker};
+use tollgate_core::model::HttpProtocol;
+use tollgate_core::tls::{client_hello_sni, TlsError};
 
 const CONTROL: usize = 8;
 const MAX_HEAD: usize = 1024;

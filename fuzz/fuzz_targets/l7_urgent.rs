@@ -1,4 +1,4 @@
-//! TCP urgent-data normalisation on the L7 queue: `tollgate::packet`
+//! TCP urgent-data normalisation on the L7 queue: `tollgate_core::packet`
 //! `Rewrite::ClearUrgent` on hostile packets, and the L7 `Gate`'s verdicts
 //! for segments carrying urgent data in both modes (`reset`, `strip`).
 //!
@@ -29,11 +29,11 @@ use std::time::{Duration, Instant};
 use arbitrary::{Arbitrary, Unstructured};
 use etherparse::{IpSlice, PacketBuilder, TcpSlice};
 use libfuzzer_sys::fuzz_target;
-use tollgate::fqdn::{FqdnLookup, NoFqdn};
-use tollgate::http::{FramingPolicy, DEFAULT_MAX_HEAD};
-use tollgate::l7::{Admission, DenyResponse, Gate, Inspector, L7Policy, UrgentData};
-use tollgate::marks::MarkLayout;
-use tollgate::packet::{parse_segment, Action, Flow, Queued, Rewrite, Segment};
+use tollgate_core::fqdn::{FqdnLookup, NoFqdn};
+use tollgate_core::http::{FramingPolicy, DEFAULT_MAX_HEAD};
+use tollgate_core::l7::{Admission, DenyResponse, Gate, Inspector, L7Policy, UrgentData};
+use tollgate_core::marks::MarkLayout;
+use tollgate_core::packet::{parse_segment, Action, Flow, Queued, Rewrite, Segment};
 
 #[derive(Arbitrary, Debug)]
 struct Built {

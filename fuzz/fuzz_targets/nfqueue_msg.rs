@@ -1,4 +1,4 @@
-//! Netlink bytes → NFQUEUE messages: `tollgate::packet::nfqueue::messages`
+//! Netlink bytes → NFQUEUE messages: `tollgate_core::packet::nfqueue::messages`
 //! on hostile and truncated buffers, as a queue's socket could receive
 //! them. Walking must not panic, must end, must be deterministic, every
 //! packet's payload must lie inside the buffer, and a buffer cut short
@@ -8,7 +8,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tollgate::packet::nfqueue::{messages, plan_verdicts, Message, Outgoing, Plain};
+use tollgate_core::packet::nfqueue::{messages, plan_verdicts, Message, Outgoing, Plain};
 
 fuzz_target!(|data: &[u8]| {
     walk(data);

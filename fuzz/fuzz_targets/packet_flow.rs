@@ -1,4 +1,4 @@
-//! Packet bytes → flow: `tollgate::packet::parse_flow` (and the DNS snooper's
+//! Packet bytes → flow: `tollgate_core::packet::parse_flow` (and the DNS snooper's
 //! packet slicing) on hostile and truncated IP packets.
 //!
 //! Every input is used twice:
@@ -18,10 +18,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use arbitrary::{Arbitrary, Unstructured};
 use etherparse::{IpNumber, PacketBuilder};
 use libfuzzer_sys::fuzz_target;
-use tollgate::packet::flow::{Flow, Transport};
-use tollgate::fqdn::DnsSnooper;
-use tollgate::packet::packet_length;
-use tollgate::packet::parse_flow;
+use tollgate_core::packet::flow::{Flow, Transport};
+use tollgate_core::fqdn::DnsSnooper;
+use tollgate_core::packet::packet_length;
+use tollgate_core::packet::parse_flow;
 
 #[derive(Arbitrary, Debug)]
 struct Built {

@@ -1,4 +1,4 @@
-//! Policy YAML → `source::parse_documents` → `validate` → `compile::compile`
+//! Policy YAML → `decode::parse_documents` → `validate` → `compile::compile`
 //! → `classify`, the path every policy file takes in `tollgate run`.
 //!
 //! Input: the text of one policy file (the seed corpus holds the lab's
@@ -25,12 +25,12 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use tollgate::compile::{compile, LocalNode};
-use tollgate::packet::flow::{Flow, LocalSide, Transport, Verdict};
-use tollgate::fqdn::{FqdnLookup, NoFqdn, StaticFqdn};
-use tollgate::model::Snapshot;
-use tollgate::source::parse_documents;
-use tollgate::validate::validate;
+use tollgate_core::compile::{compile, LocalNode};
+use tollgate_core::packet::flow::{Flow, LocalSide, Transport, Verdict};
+use tollgate_core::fqdn::{FqdnLookup, NoFqdn, StaticFqdn};
+use tollgate_core::model::Snapshot;
+use tollgate_core::decode::parse_documents;
+use tollgate_core::validate::validate;
 
 const MAX_ADDRESSES: usize = 6;
 

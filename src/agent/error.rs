@@ -35,7 +35,7 @@ pub enum AgentError {
     #[error("installing signal handlers: {0}")]
     Signals(std::io::Error),
     #[error(transparent)]
-    Audit(#[from] crate::audit::AuditError),
+    Audit(#[from] crate::workers::audit::AuditError),
     #[error(transparent)]
     Metrics(#[from] crate::telemetry::http::ListenError),
     #[error(transparent)]

@@ -2,6 +2,7 @@
 //! host name and core count (the configuration's machine defaults) and
 //! the addresses on the namespace's interfaces (`ip -j addr show`, at
 //! start and on every reload). It reads; it never changes the host.
+#![allow(clippy::disallowed_methods)] // reads the Node's addresses with `ip -j addr show`.
 
 use std::net::IpAddr;
 

@@ -8,7 +8,6 @@
 //! decides nothing: what is in force and what the kernel gets is
 //! `converge`'s, host facts `host`'s, events `signals`', the FQDN
 //! table and DNS worker `fqdn`'s.
-#![allow(clippy::disallowed_methods)] // the agent wires the edge: it reads the clock and starts threads.
 
 mod bridge;
 mod converge;
@@ -26,7 +25,6 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 
-use crate::audit::AuditSink;
 use crate::cli::RunArgs;
 use crate::compile::compile;
 use crate::config::{AgentConfig, ConfigError, Loaded, StartupPolicy};
@@ -42,6 +40,7 @@ use crate::source::watch::Directory;
 use crate::source::Source;
 use crate::status::{AgentFacts, AgentStatus, StatusServer};
 use crate::telemetry::Metrics;
+use crate::workers::audit::AuditSink;
 use crate::workers::{Observers, Worker};
 
 pub use error::AgentError;
@@ -170,7 +169,7 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
 
     let audit = match &config.audit.file {
         Some(path) => {
-            let sink = crate::audit::writer::spawn(path, &config.audit, Arc::clone(&metrics))?;
+            let sink = crate::workers::audit::spawn(path, &config.audit, Arc::clone(&metrics))?;
             tracing::info!(path = %path.display(), rate = config.audit.rate, burst = config.audit.burst, "audit log");
             Some(sink)
         }
@@ -323,6 +322,7 @@ impl Starting {
         )?;
         fqdn.start_dns_worker(&patterns)?;
         crate::workers::watchdog::spawn(Arc::clone(&base.metrics), config.health.stall_timeout())?;
+        #[allow(clippy::disallowed_methods)] // the first drift check is due one interval from now.
         let checks_due = Instant::now() + Running::checks_every(config);
         let mut running = Running {
             base,
@@ -386,7 +386,7 @@ fn open_source(
             .policies
             .as_deref()
             .ok_or(crate::source::docker::DockerError::NoPolicies)?;
-        let policies = Directory::start(dir, config.policy_files.limits(), changed)?;
+        let policies = Directory::start(dir, config.policy_files, changed)?;
         let source =
             DockerSource::spawn(&config.docker, policies, Arc::clone(metrics), move || {
                 let _ = docker_events.send(Event::PolicyChanged);
@@ -396,11 +396,7 @@ fn open_source(
     }
     Ok(match &args.policies {
         Some(dir) => (
-            Box::new(Directory::start(
-                dir,
-                config.policy_files.limits(),
-                changed,
-            )?) as Box<dyn Source>,
+            Box::new(Directory::start(dir, config.policy_files, changed)?) as Box<dyn Source>,
             None,
             None,
         ),

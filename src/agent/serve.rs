@@ -3,6 +3,7 @@
 //! convergence attempts out. It logs and meters what the
 //! [`Reconciler`](super::converge::Reconciler) reports and decides nothing
 //! itself.
+#![allow(clippy::disallowed_methods)] // the serve loop times its drift checks and reloads on the clock.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};

@@ -2,6 +2,7 @@
 //! SIGTERM and SIGINT for a shutdown, a source's notifier for a policy
 //! change, settled by the sources' [`Debounce`]. It only turns signals
 //! into events; it never acts on them.
+#![allow(clippy::disallowed_methods)] // policy-change events are debounced on the clock.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};

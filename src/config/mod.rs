@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::audit::AuditFormat;
+use crate::decode::DEFAULT_OBJECTS_PER_FILE;
 use crate::fqdn::{
     FqdnResolve, LearnerConfig, QueryBounds, ResolveBounds, DEFAULT_MAX_OUTSTANDING_QUERIES,
     DEFAULT_MAX_TTL_SECS, DEFAULT_QUERY_TIMEOUT_SECS, MAX_IPSET_TIMEOUT_SECS,
@@ -18,9 +19,6 @@ use crate::fqdn::{
 use crate::http::{FramingPolicy, BODYLESS_METHODS};
 use crate::l7::{DenyResponse, UrgentData};
 use crate::marks::{FailMode, MarkLayout};
-use crate::source::files::{
-    Limits, DEFAULT_FILE_BYTES, DEFAULT_OBJECTS_PER_FILE, DEFAULT_TOTAL_BYTES,
-};
 
 mod layers;
 mod values;
@@ -740,6 +738,15 @@ pub struct MetricsConfig {
     pub address: Option<SocketAddr>,
 }
 
+/// Default [`PolicyFilesConfig::max_file_bytes`]: 4 MiB. The API server
+/// refuses objects above ~1.5 MiB (etcd's request limit), so this holds the
+/// largest single object with room, or thousands of ordinary policies.
+pub const DEFAULT_FILE_BYTES: u64 = 4 * 1024 * 1024;
+/// Default [`PolicyFilesConfig::max_total_bytes`]: 16 MiB, four full files,
+/// some 40,000 ordinary policies (each file is also held to the parser's
+/// budget of 250,000 YAML nodes, some 6,000 ordinary policies).
+pub const DEFAULT_TOTAL_BYTES: u64 = 16 * 1024 * 1024;
+
 /// Bounds on the files of the policy directory (`--policies`): a file or
 /// directory over them is a reload error, refused before it is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, clap::Args)]
@@ -787,15 +794,6 @@ impl PolicyFilesConfig {
             });
         }
         Ok(())
-    }
-
-    /// The bounds the policy directory is read within.
-    pub fn limits(&self) -> Limits {
-        Limits {
-            file_bytes: self.max_file_bytes,
-            total_bytes: self.max_total_bytes,
-            objects_per_file: self.max_objects_per_file,
-        }
     }
 }
 

@@ -312,7 +312,7 @@ COMMIT
     #[test]
     fn the_generation_follows_policies_inventory_node_and_bounds_and_off_stamps_none() {
         let parse = |yaml: &str| {
-            let (objects, problems) = crate::source::parse_documents("a.yaml".as_ref(), yaml);
+            let (objects, problems) = crate::decode::parse_documents("a.yaml".as_ref(), yaml);
             assert!(problems.is_empty(), "{problems:?}");
             Snapshot { objects }
         };

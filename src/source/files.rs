@@ -11,7 +11,7 @@
 //! Every policy-named entry counts: one that cannot be read (a dangling or
 //! looping symlink, no permission, a directory or FIFO called `x.yaml`, an
 //! I/O error) is a problem naming it, never skipped. Sizes are bounded
-//! ([`Limits`]) from the metadata before anything is read, and again while
+//! ([`PolicyFilesConfig`]) from the metadata before anything is read, and again while
 //! reading, so a huge or sparse file is refused without being read.
 
 use std::collections::BTreeMap;
@@ -20,9 +20,9 @@ use std::io::{self, Read};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
-
-use crate::model::{DecodeError, Kind, Object, ObjectRef, Snapshot, Sourced};
+use crate::config::PolicyFilesConfig;
+use crate::decode::parse_documents_within;
+use crate::model::{ObjectRef, Snapshot};
 use crate::validate::{validate, Problem};
 
 /// Why a file or directory could not be read or parsed.
@@ -44,14 +44,6 @@ pub enum SourceError {
     Grew { max: u64 },
     #[error("the policy files hold {total} bytes, more than the limit of {max} bytes in all")]
     TotalTooLarge { total: u64, max: u64 },
-    #[error("more than {max} objects in one file")]
-    TooManyObjects { max: usize },
-    #[error("YAML syntax: {message}")]
-    Syntax {
-        message: String,
-        line: Option<u64>,
-        column: Option<u64>,
-    },
     #[error("held {objects} object(s) and now holds none, as a half-written file would; refused (delete the file to remove its policies)")]
     Emptied { objects: usize },
     #[error("still being written: a policy file changed within the last {quiet_ms} ms for {waited_ms} ms")]
@@ -61,69 +53,29 @@ pub enum SourceError {
 impl SourceError {
     /// The problem of `origin` (a file or the directory) this error is.
     pub fn into_problem(self, origin: &Path) -> Problem {
-        let field = match &self {
-            SourceError::Syntax {
-                line: Some(line),
-                column,
-                ..
-            } => match column {
-                Some(column) => format!("line {line}, column {column}"),
-                None => format!("line {line}"),
-            },
-            _ => String::new(),
-        };
         Problem {
             origin: origin.to_path_buf(),
             object: ObjectRef::default(),
-            field,
+            field: String::new(),
             reason: self.to_string(),
         }
     }
 }
 
-/// Bounds on what policy files may hold, checked before a file is parsed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limits {
-    /// Largest file read, in bytes.
-    pub file_bytes: u64,
-    /// Largest sum of the sizes of the files of one load, in bytes.
-    pub total_bytes: u64,
-    /// Most objects one file may hold (documents, and items of a `List`).
-    pub objects_per_file: usize,
-}
-
-/// Default [`Limits::file_bytes`]: 4 MiB. The API server refuses objects
-/// above ~1.5 MiB (etcd's request limit), so this holds the largest single
-/// object with room, or thousands of ordinary policies.
-pub const DEFAULT_FILE_BYTES: u64 = 4 * 1024 * 1024;
-/// Default [`Limits::total_bytes`]: 16 MiB, four full files, some 40,000
-/// ordinary policies (each file is also held to the parser's budget of
-/// 250,000 YAML nodes, some 6,000 ordinary policies).
-pub const DEFAULT_TOTAL_BYTES: u64 = 16 * 1024 * 1024;
-/// Default [`Limits::objects_per_file`].
-pub const DEFAULT_OBJECTS_PER_FILE: usize = 10_000;
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            file_bytes: DEFAULT_FILE_BYTES,
-            total_bytes: DEFAULT_TOTAL_BYTES,
-            objects_per_file: DEFAULT_OBJECTS_PER_FILE,
-        }
-    }
-}
-
-/// [`load_paths_within`] at the default [`Limits`].
+/// [`load_paths_within`] at the default bounds.
 pub fn load_paths(paths: &[PathBuf]) -> (Snapshot, Vec<Problem>) {
-    load_paths_within(paths, &Limits::default())
+    load_paths_within(paths, &PolicyFilesConfig::default())
 }
 
 /// Reads every path (a file, or a directory of files) into one snapshot, in
 /// path order then file order then document order. Problems are collected,
 /// not fatal: every readable object is still returned. Files over the
 /// limits are not read; when all files together are over
-/// [`Limits::total_bytes`], none is.
-pub fn load_paths_within(paths: &[PathBuf], limits: &Limits) -> (Snapshot, Vec<Problem>) {
+/// [`PolicyFilesConfig::max_total_bytes`], none is.
+pub fn load_paths_within(
+    paths: &[PathBuf],
+    limits: &PolicyFilesConfig,
+) -> (Snapshot, Vec<Problem>) {
     let mut snapshot = Snapshot::default();
     let mut problems = Vec::new();
     let mut files = Vec::new();
@@ -149,33 +101,34 @@ pub fn load_paths_within(paths: &[PathBuf], limits: &Limits) -> (Snapshot, Vec<P
     }
     // A file over the limit is refused alone; the others count in all.
     files.retain(|(file, meta)| {
-        let fits = meta.len() <= limits.file_bytes;
+        let fits = meta.len() <= limits.max_file_bytes;
         if !fits {
             let e = SourceError::TooLarge {
                 size: meta.len(),
-                max: limits.file_bytes,
+                max: limits.max_file_bytes,
             };
             problems.push(e.into_problem(file));
         }
         fits
     });
     let total: u64 = files.iter().map(|(_, meta)| meta.len()).sum();
-    if total > limits.total_bytes {
+    if total > limits.max_total_bytes {
         let origin = match paths {
             [one] => one.as_path(),
             _ => Path::new("policy files"),
         };
         let e = SourceError::TotalTooLarge {
             total,
-            max: limits.total_bytes,
+            max: limits.max_total_bytes,
         };
         problems.push(e.into_problem(origin));
         return (snapshot, problems);
     }
     for (file, _) in files {
-        match read_text(&file, limits.file_bytes) {
+        match read_text(&file, limits.max_file_bytes) {
             Ok(text) => {
-                let (objects, file_problems) = parse_documents_within(&file, &text, limits);
+                let (objects, file_problems) =
+                    parse_documents_within(&file, &text, limits.max_objects_per_file);
                 snapshot.objects.extend(objects);
                 problems.extend(file_problems);
             }
@@ -195,62 +148,6 @@ pub fn load_and_validate(paths: &[PathBuf]) -> Result<Snapshot, Vec<Problem>> {
     } else {
         Err(problems)
     }
-}
-
-/// [`parse_documents_within`] at the default [`Limits`].
-pub fn parse_documents(origin: &Path, text: &str) -> (Vec<Sourced>, Vec<Problem>) {
-    parse_documents_within(origin, text, &Limits::default())
-}
-
-/// Decodes the documents of one file's text, at most
-/// [`Limits::objects_per_file`] objects. Pure; `origin` only labels the
-/// results.
-pub fn parse_documents_within(
-    origin: &Path,
-    text: &str,
-    limits: &Limits,
-) -> (Vec<Sourced>, Vec<Problem>) {
-    // YAML 1.2 booleans only: a Namespace called `no` or a label value `on`
-    // stays a string. Duplicate keys are errors (the library default).
-    // The library's hostile-input budget (depth 64, 250,000 nodes, 1M
-    // events counting replayed aliases, alias/anchor ratio) stays; its
-    // 1,024 documents per file becomes the object limit.
-    let mut budget = serde_saphyr::Budget::default();
-    budget.max_documents = limits.objects_per_file;
-    let options = serde_saphyr::options! {
-        strict_booleans: true,
-        budget: Some(budget),
-    };
-    let documents = match serde_saphyr::from_multiple_with_options::<Value>(text, options) {
-        Ok(documents) => documents,
-        Err(e) => return (Vec::new(), vec![syntax_error(&e).into_problem(origin)]),
-    };
-    let mut objects = Vec::new();
-    let mut problems = Vec::new();
-    let mut index = 0;
-    for document in documents {
-        if document.is_null() {
-            continue;
-        }
-        for value in expand_list(document) {
-            index += 1;
-            if index > limits.objects_per_file {
-                let e = SourceError::TooManyObjects {
-                    max: limits.objects_per_file,
-                };
-                return (Vec::new(), vec![e.into_problem(origin)]);
-            }
-            let object_ref = readable_ref(&value, index);
-            match Object::from_value(value) {
-                Ok(object) => objects.push(Sourced {
-                    origin: origin.to_path_buf(),
-                    object,
-                }),
-                Err(e) => problems.push(decode_problem(origin, object_ref, e)),
-            }
-        }
-    }
-    (objects, problems)
 }
 
 /// A policy file of a directory with its metadata (symlinks followed), or
@@ -423,95 +320,11 @@ fn read_text(file: &Path, max: u64) -> Result<String, SourceError> {
     String::from_utf8(bytes).map_err(|_| SourceError::NotUtf8)
 }
 
-fn syntax_error(e: &serde_saphyr::Error) -> SourceError {
-    let location = e.location();
-    let options = serde_saphyr::render_options! {
-        snippets: serde_saphyr::SnippetMode::Off,
-    };
-    let mut message = e.without_snippet().render_with_options(options);
-    // The position goes into the problem's field; drop it from the text.
-    if let Some(l) = location {
-        let suffix = format!(" at line {}, column {}", l.line(), l.column());
-        if let Some(stripped) = message.strip_suffix(&suffix) {
-            message = stripped.to_string();
-        }
-    }
-    SourceError::Syntax {
-        message,
-        line: location.map(|l| l.line()),
-        column: location.map(|l| l.column()),
-    }
-}
-
-/// A `v1` `List` (what `kubectl get -o yaml` prints) becomes its items.
-fn expand_list(document: Value) -> Vec<Value> {
-    let is_list = document.get("apiVersion").and_then(Value::as_str) == Some("v1")
-        && document.get("kind").and_then(Value::as_str) == Some("List");
-    match document {
-        Value::Object(mut map) if is_list => match map.remove("items") {
-            Some(Value::Array(items)) => items,
-            Some(other) => vec![other],
-            None => Vec::new(),
-        },
-        other => vec![other],
-    }
-}
-
-/// As much of `Kind namespace/name` as can be read from an undecodable
-/// document; an unnamed document is called `#N` (its position in the file).
-fn readable_ref(value: &Value, index: usize) -> ObjectRef {
-    let kind = match (
-        value.get("apiVersion").and_then(Value::as_str),
-        value.get("kind").and_then(Value::as_str),
-    ) {
-        (Some(api_version), Some(kind)) => Kind::from_type(api_version, kind),
-        _ => None,
-    };
-    let metadata = value.get("metadata");
-    let name = metadata
-        .and_then(|m| m.get("name"))
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty())
-        .map_or_else(|| format!("#{index}"), str::to_string);
-    let namespace = metadata
-        .and_then(|m| m.get("namespace"))
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    let namespace = match kind {
-        Some(k) if k.is_namespaced() => Some(namespace.unwrap_or_else(|| "default".into())),
-        Some(_) => None,
-        None => namespace,
-    };
-    ObjectRef {
-        kind,
-        namespace,
-        name,
-    }
-}
-
-fn decode_problem(origin: &Path, object: ObjectRef, e: DecodeError) -> Problem {
-    let (field, reason) = match e {
-        DecodeError::MissingType(field) => (field.to_string(), "missing or not a string".into()),
-        DecodeError::UnknownKind { api_version, kind } => (
-            "kind".to_string(),
-            format!("{api_version} {kind} is not a kind tollgate reads"),
-        ),
-        DecodeError::Field { path, reason } => (path, reason),
-    };
-    Problem {
-        origin: origin.to_path_buf(),
-        object,
-        field,
-        reason,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::fs;
 
     use super::*;
-    use crate::model::Kind;
 
     const TIER: &str = "apiVersion: crd.antrea.io/v1beta1
 kind: Tier
@@ -519,15 +332,6 @@ metadata:
   name: mytier
 spec:
   priority: 10
-";
-
-    const POD: &str = "apiVersion: v1
-kind: Pod
-metadata:
-  name: web
-  namespace: shop
-status:
-  podIP: 10.0.0.5
 ";
 
     fn write(dir: &Path, name: &str, text: &str) {
@@ -562,7 +366,7 @@ status:
     }
 
     /// The one problem of loading `dir`, shown.
-    fn only_problem(dir: &Path, limits: &Limits) -> String {
+    fn only_problem(dir: &Path, limits: &PolicyFilesConfig) -> String {
         let (_, problems) = load_paths_within(&[dir.to_path_buf()], limits);
         assert_eq!(problems.len(), 1, "{problems:?}");
         problems[0].to_string()
@@ -610,7 +414,7 @@ status:
         let dir = tempfile::tempdir().unwrap();
         let huge = fs::File::create(dir.path().join("huge.yaml")).unwrap();
         huge.set_len(2 << 30).unwrap();
-        let shown = only_problem(dir.path(), &Limits::default());
+        let shown = only_problem(dir.path(), &PolicyFilesConfig::default());
         assert!(
             shown.ends_with(
                 "huge.yaml: 2147483648 bytes, more than the limit of 4194304 bytes per file"
@@ -634,9 +438,9 @@ status:
         let dir = tempfile::tempdir().unwrap();
         write(dir.path(), "a.yaml", TIER);
         write(dir.path(), "b.yaml", TIER);
-        let limits = Limits {
-            total_bytes: TIER.len() as u64 * 2 - 1,
-            ..Limits::default()
+        let limits = PolicyFilesConfig {
+            max_total_bytes: TIER.len() as u64 * 2 - 1,
+            ..PolicyFilesConfig::default()
         };
         let (snapshot, problems) = load_paths_within(&[dir.path().to_path_buf()], &limits);
         assert!(snapshot.objects.is_empty(), "nothing read");
@@ -648,55 +452,6 @@ status:
                 TIER.len() * 2,
                 TIER.len() * 2 - 1
             )
-        );
-    }
-
-    #[test]
-    fn objects_per_file_are_bounded_lists_included() {
-        let limits = Limits {
-            objects_per_file: 2,
-            ..Limits::default()
-        };
-        let two = format!("{TIER}---\n{POD}");
-        let (objects, problems) = parse_documents_within(Path::new("two.yaml"), &two, &limits);
-        assert_eq!((objects.len(), problems.len()), (2, 0));
-        let three = format!("{two}---\n{TIER}");
-        let (objects, problems) = parse_documents_within(Path::new("t.yaml"), &three, &limits);
-        assert!(objects.is_empty());
-        assert!(problems[0].reason.contains("documents"), "{}", problems[0]);
-        let list = "apiVersion: v1\nkind: List\nitems:\n".to_string()
-            + &"- {apiVersion: v1, kind: Namespace, metadata: {name: n}}\n".repeat(3);
-        let (objects, problems) = parse_documents_within(Path::new("l.yaml"), &list, &limits);
-        assert!(objects.is_empty());
-        assert_eq!(
-            problems[0].to_string(),
-            "l.yaml: more than 2 objects in one file"
-        );
-    }
-
-    #[test]
-    fn alias_bombs_and_deep_nesting_stop_at_the_budget() {
-        // Nine levels of ten aliases: a billion leaves if expanded.
-        let mut bomb = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
-        for level in 1..10 {
-            let refs = vec![format!("*a{}", level - 1); 10].join(", ");
-            bomb += &format!("a{level}: &a{level} [{refs}]\n");
-        }
-        let started = std::time::Instant::now();
-        let (objects, problems) = parse_documents(Path::new("bomb.yaml"), &bomb);
-        assert!(objects.is_empty());
-        assert!(
-            problems[0].reason.starts_with("YAML syntax: "),
-            "{}",
-            problems[0]
-        );
-        assert!(started.elapsed() < std::time::Duration::from_secs(5));
-        let deep = "[".repeat(10_000) + &"]".repeat(10_000);
-        let (_, problems) = parse_documents(Path::new("deep.yaml"), &deep);
-        assert!(
-            problems[0].reason.starts_with("YAML syntax: "),
-            "{}",
-            problems[0]
         );
     }
 
@@ -746,28 +501,6 @@ status:
     }
 
     #[test]
-    fn multi_document_files_skip_empty_documents() {
-        let text = format!("---\n# only a comment\n---\n{TIER}---\n---\n{POD}...\n");
-        let (objects, problems) = parse_documents(Path::new("m.yaml"), &text);
-        assert!(problems.is_empty(), "{problems:?}");
-        let kinds: Vec<Kind> = objects.iter().map(|s| s.object.kind()).collect();
-        assert_eq!(kinds, [Kind::Tier, Kind::Pod]);
-    }
-
-    #[test]
-    fn a_v1_list_contributes_its_items() {
-        let text = "apiVersion: v1
-kind: List
-items:
-- {apiVersion: v1, kind: Namespace, metadata: {name: one}}
-- {apiVersion: v1, kind: Namespace, metadata: {name: two}}
-";
-        let (objects, problems) = parse_documents(Path::new("l.yaml"), text);
-        assert!(problems.is_empty(), "{problems:?}");
-        assert_eq!(objects.len(), 2);
-    }
-
-    #[test]
     fn yaml_syntax_errors_name_the_file_and_line() {
         let dir = tempfile::tempdir().unwrap();
         write(
@@ -787,106 +520,6 @@ items:
             !p.reason.contains(" at line "),
             "position is in the field only: {p}"
         );
-    }
-
-    #[test]
-    fn unknown_kind_is_a_problem_naming_the_object() {
-        let text =
-            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: shop}\n";
-        let (objects, problems) = parse_documents(Path::new("k.yaml"), text);
-        assert!(objects.is_empty());
-        assert_eq!(
-            problems[0].to_string(),
-            "k.yaml: document shop/web: kind: apps/v1 Deployment is not a kind tollgate reads"
-        );
-    }
-
-    #[test]
-    fn unknown_field_is_a_problem_with_its_path() {
-        let text = "apiVersion: crd.antrea.io/v1beta1
-kind: ClusterNetworkPolicy
-metadata: {name: p}
-spec:
-  priority: 1
-  appliedTo: [{podSelector: {}}]
-  ingress:
-  - action: Allow
-  - action: Drop
-    form: [{podSelector: {}}]
-";
-        let (objects, problems) = parse_documents(Path::new("u.yaml"), text);
-        assert!(objects.is_empty());
-        assert_eq!(problems.len(), 1);
-        let p = &problems[0];
-        assert_eq!(p.object.kind, Some(Kind::ClusterNetworkPolicy));
-        assert_eq!(p.object.name, "p");
-        assert_eq!(p.field, "spec.ingress[1].form");
-        assert!(p.reason.contains("unknown field `form`"), "{p}");
-    }
-
-    #[test]
-    fn bad_value_names_the_field_and_unnamed_documents_get_their_position() {
-        let text = format!("{TIER}---\napiVersion: v1\nkind: Namespace\nmetadata: {{labels: 3}}\n");
-        let (objects, problems) = parse_documents(Path::new("v.yaml"), &text);
-        assert_eq!(objects.len(), 1);
-        assert_eq!(problems.len(), 1);
-        let shown = problems[0].to_string();
-        assert!(
-            shown.starts_with("v.yaml: Namespace #2: metadata.labels: "),
-            "{shown}"
-        );
-    }
-
-    #[test]
-    fn yaml_1_1_booleans_stay_strings() {
-        let text =
-            "apiVersion: v1\nkind: Pod\nmetadata: {name: y, namespace: no, labels: {on: off}}\n";
-        let (objects, problems) = parse_documents(Path::new("b.yaml"), text);
-        assert!(problems.is_empty(), "{problems:?}");
-        let meta = objects[0].object.metadata();
-        assert_eq!(
-            (meta.name.as_str(), meta.namespace.as_deref()),
-            ("y", Some("no"))
-        );
-        assert_eq!(meta.labels.get("on").map(String::as_str), Some("off"));
-    }
-
-    #[test]
-    fn duplicate_keys_are_syntax_errors() {
-        let text = "apiVersion: v1\nkind: Pod\nkind: Node\nmetadata: {name: a}\n";
-        let (objects, problems) = parse_documents(Path::new("d.yaml"), text);
-        assert!(objects.is_empty());
-        assert!(problems[0].reason.contains("duplicate"), "{}", problems[0]);
-    }
-
-    #[test]
-    fn missing_api_version_is_reported() {
-        let (_, problems) =
-            parse_documents(Path::new("x.yaml"), "kind: Pod\nmetadata: {name: a}\n");
-        assert_eq!(problems[0].field, "apiVersion");
-        assert_eq!(problems[0].reason, "missing or not a string");
-    }
-
-    #[test]
-    fn hex_igmp_type_parses_as_an_integer() {
-        let text = "apiVersion: crd.antrea.io/v1beta1
-kind: ClusterNetworkPolicy
-metadata: {name: igmp}
-spec:
-  priority: 5
-  appliedTo: [{podSelector: {}}]
-  ingress:
-  - action: Drop
-    protocols:
-    - igmp: {igmpType: 0x11, groupAddress: 224.0.0.1}
-";
-        let (objects, problems) = parse_documents(Path::new("h.yaml"), text);
-        assert!(problems.is_empty(), "{problems:?}");
-        let Object::ClusterNetworkPolicy(policy) = &objects[0].object else {
-            panic!("not an ACNP");
-        };
-        let igmp = policy.spec.ingress[0].protocols[0].igmp.as_ref().unwrap();
-        assert_eq!(igmp.igmp_type, Some(0x11));
     }
 
     #[test]

@@ -3,7 +3,6 @@
 //! bursts of changes are settled by one [`Debounce`]; a directory's files
 //! are read only once [`Settling`] finds them still. Sources decode
 //! objects; they never judge them ([`crate::validate`]) nor touch the kernel.
-#![allow(clippy::disallowed_methods)] // sources watch files and the API server over time.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,9 +15,7 @@ pub mod files;
 pub mod kube;
 pub mod watch;
 
-pub use files::{
-    load_and_validate, load_paths, load_paths_within, parse_documents, Limits, SourceError,
-};
+pub use files::{load_and_validate, load_paths, load_paths_within, SourceError};
 
 /// Quiet time after the last change before it is acted on: editors,
 /// `kubectl cp` and the API server change things in several steps.

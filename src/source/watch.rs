@@ -5,10 +5,11 @@
 //! policies itself.
 //!
 //! A reload is refused (the ruleset in force stays) when a file cannot be
-//! read, is over the [`Limits`], is still being written after
+//! read, is over the [`PolicyFilesConfig`] bounds, is still being written after
 //! [`super::DEBOUNCE_MAX`], or held objects at the last accepted load and
 //! holds none now: a writer that truncates a file and then pauses must not
 //! remove its policies. Deleting the file removes them.
+#![allow(clippy::disallowed_methods)] // the directory watch waits for files to settle, on the clock and the files' times.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
@@ -19,7 +20,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 
 use super::files::{self, Stamps};
-use super::{load_paths_within, Limits, Settled, Settling, Source, SourceError};
+use super::{load_paths_within, Settled, Settling, Source, SourceError};
+use crate::config::PolicyFilesConfig;
 use crate::model::Snapshot;
 use crate::validate::{check, Problem};
 
@@ -55,7 +57,7 @@ pub enum Refresh {
 pub struct Directory {
     /// As given (problems name files under it).
     dir: PathBuf,
-    limits: Limits,
+    limits: PolicyFilesConfig,
     watch: PolicyWatch,
     /// Objects per file at the last load handed out.
     accepted: BTreeMap<PathBuf, usize>,
@@ -66,7 +68,7 @@ impl Directory {
     /// watcher's thread) for every change in or of it.
     pub fn start(
         dir: &Path,
-        limits: Limits,
+        limits: PolicyFilesConfig,
         changed: impl Fn() + Send + 'static,
     ) -> Result<Directory, WatchError> {
         Ok(Directory {
@@ -278,7 +280,7 @@ mod tests {
         let dir = root.join("policies");
         let file = dir.join("a.yaml");
         std::fs::write(&file, TIER).unwrap();
-        let mut source = Directory::start(&dir, Limits::default(), || {}).unwrap();
+        let mut source = Directory::start(&dir, PolicyFilesConfig::default(), || {}).unwrap();
         assert_eq!(source.latest().unwrap().unwrap().objects.len(), 1);
 
         // Truncated (a writer that then pauses): refused, however long.

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::AtomicU64;
 
-use super::counters::counters;
+use crate::counters;
 
 /// Path of the kernel's per-queue counters in the current namespace.
 pub const PROC_QUEUES: &str = "/proc/net/netfilter/nfnetlink_queue";

@@ -23,10 +23,10 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::metrics::MetricType;
 
-use super::counters::{Kind, Scope, Series};
 use super::health::Health;
 use super::process::ProcessCollector;
 use super::registry::Registry;
+use crate::counters::{Kind, Scope, Series};
 use crate::model::RuleAction;
 use crate::packet::flow::Verdict;
 use crate::ruleset::DecidedBy;

@@ -5,7 +5,6 @@
 //! `/livez` and `/readyz` ([`http`]), the process's own figures ([`process`]). It decides nothing
 //! and imports no worker: workers hand their counters in.
 
-pub mod counters;
 pub mod health;
 pub mod http;
 pub mod kernel;
@@ -13,7 +12,7 @@ pub mod metrics;
 pub mod process;
 pub mod registry;
 
-pub use counters::CounterSet;
+pub use crate::counters::CounterSet;
 pub use health::{Check, Health, Heartbeat, Probes};
 pub use metrics::{
     AuditSkip, KubeEvent, Metrics, ReloadResult, WorkerMetrics, MAX_RULE_SERIES, TIER_K8S,

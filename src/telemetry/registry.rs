@@ -5,8 +5,8 @@
 
 use std::sync::{Arc, RwLock};
 
-use super::counters::{CounterSet, Scope, Series};
 use super::kernel;
+use crate::counters::{CounterSet, Scope, Series};
 
 /// One value read from a set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,11 +129,20 @@ fn same_set(a: &Arc<dyn CounterSet>, b: &Arc<dyn CounterSet>) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::atomic::Ordering;
 
     use super::*;
-    use crate::telemetry::counters::tests::TestCounters;
+    use crate::counters;
+
+    counters! {
+        /// A set for the tests.
+        pub struct TestCounters: one per agent {
+            parsed: Counter "test_replies" { result = "parsed" } = "Replies, by result",
+            failed: Counter "test_replies" { result = "failed" } = "Replies, by result",
+            current: Gauge "test_current" = "Something current",
+        }
+    }
 
     #[test]
     fn snapshots_list_queues_by_number_with_their_kernel_counters() {

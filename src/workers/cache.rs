@@ -8,6 +8,7 @@
 //! decision on ([`Sightings`]): one met once (a scan, a one-off client)
 //! would cost an insert and save nothing. It never decides anything and
 //! never writes a set of another generation than the decision's.
+#![allow(clippy::disallowed_methods)] // the cache writer flushes batches on a deadline.
 
 use std::collections::HashSet;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};

@@ -11,16 +11,16 @@ use std::time::Instant;
 
 use arc_swap::ArcSwap;
 
+use super::audit::AuditSink;
 use super::cache::{CacheSink, CountFate, Fate, Sightings};
 use super::runtime::{self, wall_clock, Handler, Queue, QueueError, QueueSpec, Verdicts};
-use crate::audit::AuditSink;
 use crate::config::DatapathConfig;
+use crate::counters;
 use crate::decide::{step, Outcome, Policy, StepConfig};
 use crate::fqdn::FqdnTable;
 use crate::marks::FailMode;
 use crate::packet::flow::Verdict;
 use crate::packet::{Action, Queued};
-use crate::telemetry::counters::counters;
 use crate::telemetry::{Metrics, WorkerMetrics};
 
 /// Bytes of each packet copied to userspace: IPv4/IPv6 header with

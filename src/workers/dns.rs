@@ -5,6 +5,7 @@
 //! addresses and of unanswered queries) runs on [`Handler::tick`]. It never
 //! drops a packet except a TCP segment after a gap, and never logs per
 //! packet.
+#![allow(clippy::disallowed_methods)] // the DNS worker expires learned addresses on the clock.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -14,12 +15,12 @@ use super::fqdn_sets::FqdnSets;
 use super::route::RouteSocket;
 use super::runtime::{self, Handler, Queue, QueueError, QueueSpec, Verdicts};
 use crate::config::FqdnConfig;
+use crate::counters;
 use crate::fqdn::{
     DnsSnooper, DnsStep, FqdnTable, OutstandingQueries, Release, ReplyPath, DEFAULT_MAX_TCP_FLOWS,
     DEFAULT_MAX_TCP_MESSAGE,
 };
 use crate::packet::{Action, Queued};
-use crate::telemetry::counters::counters;
 use crate::telemetry::Metrics;
 
 /// Bytes copied per queued reply: a whole packet (the kernel segments

@@ -10,18 +10,19 @@ use std::time::Instant;
 
 use arc_swap::ArcSwap;
 
+use super::audit::AuditSink;
 use super::inject::Injector;
 use super::runtime::{self, wall_clock, Handler, Queue, QueueError, QueueSpec, Verdicts};
 use super::Observers;
-use crate::audit::{AuditSink, Subject};
+use crate::audit::Subject;
 use crate::config::{DatapathConfig, L7Config};
+use crate::counters;
 use crate::fqdn::FqdnTable;
 use crate::http::DEFAULT_MAX_HEAD;
 use crate::l7::{Detail, Gate, Inspector, L7Policy, RequestRecord, Tally, MAX_DEFERRED_TOTAL};
 use crate::marks::FailMode;
 use crate::packet::flow::Verdict;
 use crate::packet::{FlowKey, Queued};
-use crate::telemetry::counters::counters;
 
 /// Whole packets: a request head must be read from the segment itself.
 const COPY_RANGE: u16 = 0xffff;

@@ -1,12 +1,14 @@
 //! NFQUEUE workers: one OS thread per queue, each the [`runtime`] loop with
 //! a handler: [`connection`] (new connections), [`dns`] (learn FQDN answers
 //! before the release) and [`l7`] (request by request); and the
-//! [`resolver`] thread that asks for exact FQDN names ahead. The runtime
+//! [`resolver`] thread that asks for exact FQDN names ahead; the threads
+//! the workers hand writes to without waiting ([`cache`]: verdict-cache
+//! entries, [`fqdn_sets`]: learned addresses, [`audit`]: the audit log). The runtime
 //! restarts a worker that panics; the [`watchdog`] ends the process when
 //! one stops draining. Workers never block on I/O and never log per
 //! packet: they count and hand audit records on.
-#![allow(clippy::disallowed_methods)] // workers are the packet edge: they stamp each packet with the clock.
 
+pub mod audit;
 pub mod cache;
 pub mod connection;
 pub mod dns;

@@ -9,6 +9,7 @@
 //! read and written by the pure [`crate::packet::nfqueue`]; the system
 //! calls `netlink-sys` lacks are in [`crate::sys`]. It never decides a
 //! verdict.
+#![allow(clippy::disallowed_methods)] // the socket's setup waits for the kernel's answers with a deadline.
 
 use std::collections::VecDeque;
 use std::io;

@@ -27,6 +27,7 @@
 //! unwinding, Rust's default: a build with `panic = "abort"` would end the
 //! process at a worker's panic, leaving the restart to the service
 //! manager.)
+#![allow(clippy::disallowed_methods)] // the runtime stamps each received packet with the clock.
 
 use std::collections::{BTreeMap, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -40,7 +41,8 @@ use crate::audit::Timestamp;
 use crate::packet::{Action, PacketId, Queued};
 
 pub use super::nfqueue::Queue;
-use crate::telemetry::counters::{counters, CounterSet};
+use crate::counters;
+use crate::counters::CounterSet;
 use crate::telemetry::{Heartbeat, Metrics};
 
 /// Consecutive receive errors after which a worker is restarted.

@@ -6,6 +6,7 @@
 //! socket, so the queue cannot be re-bound in-process; the service manager
 //! (kubelet, systemd) restarts the agent, and the kernel rules stay. It
 //! never touches a queue or a packet.
+#![allow(clippy::disallowed_methods)] // the watchdog measures stalls on the clock.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

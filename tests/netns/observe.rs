@@ -660,7 +660,7 @@ spec:
 /// shows the same rows.
 #[test]
 fn every_declared_counter_is_scraped_from_a_running_agent() {
-    use tollgate::telemetry::counters::{Kind, Scope, Series};
+    use tollgate::counters::{Kind, Scope, Series};
     use tollgate::telemetry::kernel::KernelCounters;
     use tollgate::workers::{ConnectionCounters, DnsCounters, L7Counters, QueueCounters};
     let Some(pair) = Pair::new("every_declared_counter_is_scraped_from_a_running_agent", 6) else {

@@ -37,7 +37,7 @@ metadata: {name: node1, labels: {role: cp}}
 ---
 ";
     let yaml = format!("{inventory}{policies}");
-    let (objects, problems) = crate::source::parse_documents("t.yaml".as_ref(), &yaml);
+    let (objects, problems) = crate::decode::parse_documents("t.yaml".as_ref(), &yaml);
     assert!(problems.is_empty(), "{problems:?}");
     let node = LocalNode {
         name: "node1".into(),

@@ -28,6 +28,7 @@
 //! It must never block the agent: it publishes the latest admitted
 //! snapshot in a slot and calls a notifier; the agent takes the snapshot
 //! when it reloads.
+#![allow(clippy::disallowed_methods)] // the Kubernetes source times absences and debouncing on the clock.
 
 pub mod events;
 pub mod optional;

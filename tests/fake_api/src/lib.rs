@@ -12,6 +12,7 @@
 //!
 //! Used by the no-root watcher tests (`tests/kube_watch.rs`) and by the
 //! Kubernetes-mode test of the netns suite (`tests/netns/kube.rs`).
+#![allow(clippy::disallowed_methods)] // a test server: its watch streams wait on the clock.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};

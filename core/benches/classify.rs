@@ -24,10 +24,10 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use tollgate::compile::LocalNode;
-use tollgate::fqdn::NoFqdn;
-use tollgate::model::{Object, Snapshot, Sourced};
-use tollgate::packet::flow::{Flow, Transport};
+use tollgate_core::compile::LocalNode;
+use tollgate_core::fqdn::NoFqdn;
+use tollgate_core::model::{Object, Snapshot, Sourced};
+use tollgate_core::packet::flow::{Flow, Transport};
 
 /// Counts live heap bytes, to report the compiled ruleset's memory.
 struct Counting;
@@ -140,14 +140,14 @@ fn classify(c: &mut Criterion) {
     let flows = flows(1000, 4096);
     for rules in [10usize, 100, 1000, 10_000] {
         // Each policy has two rules.
-        let ruleset = tollgate::compile::compile(&synthetic(1000, rules / 2), &local());
+        let ruleset = tollgate_core::compile::compile(&synthetic(1000, rules / 2), &local());
         group.throughput(Throughput::Elements(flows.len() as u64));
         group.bench_with_input(BenchmarkId::from_parameter(rules), &ruleset, |b, rs| {
             b.iter(|| {
                 let mut allowed = 0usize;
                 for flow in &flows {
                     if rs.classify(black_box(flow), &NoFqdn).verdict
-                        == tollgate::packet::flow::Verdict::Allow
+                        == tollgate_core::packet::flow::Verdict::Allow
                     {
                         allowed += 1;
                     }
@@ -200,7 +200,7 @@ fn classify_same_port(c: &mut Criterion) {
         local: None,
     };
     for rules in [10usize, 1000, 10_000] {
-        let ruleset = tollgate::compile::compile(&same_port(rules), &local());
+        let ruleset = tollgate_core::compile::compile(&same_port(rules), &local());
         group.throughput(Throughput::Elements(1));
         group.bench_with_input(BenchmarkId::from_parameter(rules), &ruleset, |b, rs| {
             b.iter(|| rs.classify(black_box(&flow), &NoFqdn).verdict)
@@ -228,7 +228,7 @@ fn classify_same_port_new_sources(c: &mut Criterion) {
         })
         .collect();
     for rules in [10usize, 1000, 10_000] {
-        let ruleset = tollgate::compile::compile(&same_port(rules), &local());
+        let ruleset = tollgate_core::compile::compile(&same_port(rules), &local());
         group.throughput(Throughput::Elements(flows.len() as u64));
         group.bench_with_input(BenchmarkId::from_parameter(rules), &ruleset, |b, rs| {
             b.iter(|| {
@@ -236,7 +236,7 @@ fn classify_same_port_new_sources(c: &mut Criterion) {
                     .iter()
                     .filter(|flow| {
                         rs.classify(black_box(flow), &NoFqdn).verdict
-                            == tollgate::packet::flow::Verdict::Allow
+                            == tollgate_core::packet::flow::Verdict::Allow
                     })
                     .count()
             })
@@ -249,7 +249,7 @@ fn compile(c: &mut Criterion) {
     let snapshot = synthetic(10_000, 5_000);
     let before = LIVE.load(Ordering::Relaxed);
     let started = Instant::now();
-    let ruleset = tollgate::compile::compile(&snapshot, &local());
+    let ruleset = tollgate_core::compile::compile(&snapshot, &local());
     let elapsed = started.elapsed();
     let bytes = LIVE.load(Ordering::Relaxed) - before;
     println!(
@@ -263,7 +263,7 @@ fn compile(c: &mut Criterion) {
     let mut group = c.benchmark_group("compile");
     group.sample_size(10);
     group.bench_function("10000-rules-10000-pods", |b| {
-        b.iter(|| tollgate::compile::compile(black_box(&snapshot), &local()))
+        b.iter(|| tollgate_core::compile::compile(black_box(&snapshot), &local()))
     });
     group.finish();
 }

@@ -73,7 +73,7 @@ spec:
 "#;
 
 fn ruleset() -> Ruleset {
-    let (objects, problems) = crate::source::parse_documents("test.yaml".as_ref(), OBJECTS);
+    let (objects, problems) = crate::decode::parse_documents("test.yaml".as_ref(), OBJECTS);
     assert!(problems.is_empty(), "{problems:?}");
     let snapshot = Snapshot { objects };
     let local = LocalNode {
@@ -350,7 +350,7 @@ spec:
   policyTypes: [Ingress]
 "
     );
-    let (objects, problems) = crate::source::parse_documents("test.yaml".as_ref(), &yaml);
+    let (objects, problems) = crate::decode::parse_documents("test.yaml".as_ref(), &yaml);
     assert!(problems.is_empty(), "{problems:?}");
     let local = LocalNode {
         name: "n1".into(),

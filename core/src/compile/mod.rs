@@ -265,7 +265,7 @@ fn services_of(ports: &[PolicyPort], protocols: &[PolicyProtocol]) -> Vec<Servic
 /// anywhere in the crate; panics on a document that does not decode.
 #[cfg(test)]
 pub(crate) fn compile_yaml(yaml: &str, local: &LocalNode) -> Ruleset {
-    let (objects, problems) = crate::source::parse_documents("test.yaml".as_ref(), yaml);
+    let (objects, problems) = crate::decode::parse_documents("test.yaml".as_ref(), yaml);
     assert!(problems.is_empty(), "{problems:?}");
     compile(&Snapshot { objects }, local)
 }

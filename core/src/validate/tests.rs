@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use super::*;
+use crate::decode::parse_documents;
 use crate::model::{Direction, Kind, RuleAction};
-use crate::source::parse_documents;
 
 fn snapshot(yaml: &str) -> Snapshot {
     let (objects, problems) = parse_documents(Path::new("t.yaml"), yaml);
@@ -1281,7 +1281,7 @@ fn problems_carry_origin_and_object() {
 #[test]
 fn a_given_name_equal_to_antreas_generated_name_conflicts() {
     // `ingress-allow-216bba8` is the name Antrea's webhook gives `{action:
-    // Allow}` (tests/data/antrea-rule-names/cases.json, first vector).
+    // Allow}` (core/tests/data/antrea-rule-names/cases.json, first vector).
     assert_problem(
         &acnp("priority: 1\nappliedTo: [{podSelector: {}}]\ningress:\n- {action: Allow}\n- {action: Drop, name: ingress-allow-216bba8}\n"),
         "spec.ingress[1].name",

@@ -41,7 +41,7 @@ fn inventory(orgs: [&str; 3]) -> String {
 }
 
 fn snapshot(yaml: &str) -> Snapshot {
-    let (objects, problems) = crate::source::parse_documents("test.yaml".as_ref(), yaml);
+    let (objects, problems) = crate::decode::parse_documents("test.yaml".as_ref(), yaml);
     assert!(problems.is_empty(), "{problems:?}");
     Snapshot { objects }
 }
@@ -934,7 +934,7 @@ fn source_ports_truth_table() {
 
 #[test]
 fn decisions_carry_antreas_generated_names() {
-    // Names from tests/data/antrea-rule-names/cases.json (Antrea's webhook).
+    // Names from core/tests/data/antrea-rule-names/cases.json (Antrea's webhook).
     let rs = one_policy(
         "  ingress:\n  - action: Drop\n    ports: [{protocol: TCP, sourcePort: 32768, sourceEndPort: 60999}]\n  - action: Allow\n",
     );
@@ -1136,7 +1136,7 @@ fn applied_to_an_external_entity_of_this_node() {
 #[test]
 fn policy_summaries_list_rule_names_as_antrea_shows_them() {
     // `tollgate get policies`: given names, and Antrea's generated ones
-    // (tests/data/antrea-rule-names/cases.json).
+    // (core/tests/data/antrea-rule-names/cases.json).
     let rs = one_policy(
         "  ingress:\n  - action: Allow\n  - {action: Drop, name: given}\n  egress:\n  - action: Drop\n",
     );

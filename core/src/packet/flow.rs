@@ -95,6 +95,12 @@ pub enum LocalSide {
     Destination,
 }
 
+/// Netfilter's hook numbers (`enum nf_inet_hooks` in
+/// `linux/netfilter.h`), as NFQUEUE reports them.
+pub const NF_INET_LOCAL_IN: u8 = 1;
+pub const NF_INET_FORWARD: u8 = 2;
+pub const NF_INET_LOCAL_OUT: u8 = 3;
+
 impl LocalSide {
     /// The same side, for the flow named the other way round.
     pub fn opposite(self) -> LocalSide {
@@ -107,9 +113,9 @@ impl LocalSide {
     /// The Node's side of a packet queued from netfilter hook `hook`: the
     /// destination in INPUT, the source in OUTPUT, neither in FORWARD.
     pub fn of_hook(hook: u8) -> Option<LocalSide> {
-        match i32::from(hook) {
-            libc::NF_INET_LOCAL_IN => Some(LocalSide::Destination),
-            libc::NF_INET_LOCAL_OUT => Some(LocalSide::Source),
+        match hook {
+            NF_INET_LOCAL_IN => Some(LocalSide::Destination),
+            NF_INET_LOCAL_OUT => Some(LocalSide::Source),
             _ => None,
         }
     }
@@ -140,14 +146,14 @@ mod tests {
     #[test]
     fn hooks_name_the_local_side() {
         assert_eq!(
-            LocalSide::of_hook(libc::NF_INET_LOCAL_IN as u8),
+            LocalSide::of_hook(NF_INET_LOCAL_IN),
             Some(LocalSide::Destination)
         );
         assert_eq!(
-            LocalSide::of_hook(libc::NF_INET_LOCAL_OUT as u8),
+            LocalSide::of_hook(NF_INET_LOCAL_OUT),
             Some(LocalSide::Source)
         );
-        assert_eq!(LocalSide::of_hook(libc::NF_INET_FORWARD as u8), None);
+        assert_eq!(LocalSide::of_hook(NF_INET_FORWARD), None);
         assert_eq!(LocalSide::Source.opposite(), LocalSide::Destination);
     }
 }

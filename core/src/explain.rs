@@ -41,7 +41,7 @@ pub enum TraceError {
 }
 
 /// Transport of a traced flow (the command line takes any case).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TraceProtocol {
     Tcp,
@@ -49,6 +49,28 @@ pub enum TraceProtocol {
     Sctp,
     Icmp,
     Igmp,
+}
+
+impl TraceProtocol {
+    /// Every protocol, as the command line lists them.
+    pub const ALL: [TraceProtocol; 5] = [
+        TraceProtocol::Tcp,
+        TraceProtocol::Udp,
+        TraceProtocol::Sctp,
+        TraceProtocol::Icmp,
+        TraceProtocol::Igmp,
+    ];
+
+    /// The lower-case name, as JSON and the command line spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TraceProtocol::Tcp => "tcp",
+            TraceProtocol::Udp => "udp",
+            TraceProtocol::Sctp => "sctp",
+            TraceProtocol::Icmp => "icmp",
+            TraceProtocol::Igmp => "igmp",
+        }
+    }
 }
 
 /// What to trace. Endpoints are addresses or inventory names; the

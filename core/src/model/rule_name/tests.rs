@@ -1,6 +1,6 @@
 use super::*;
 
-/// One vector of `tests/data/antrea-rule-names/cases.json`.
+/// One vector of `core/tests/data/antrea-rule-names/cases.json`.
 #[derive(serde::Deserialize)]
 struct Case {
     direction: String,

@@ -10,11 +10,11 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::rdata::{A, CNAME};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
-use tollgate::dns::parse_reply;
-use tollgate::fqdn::{
+use tollgate_core::dns::parse_reply;
+use tollgate_core::fqdn::{
     DnsSnooper, FqdnLearner, FqdnPattern, LearnerConfig, OutstandingQueries, QueryBounds, ReplyPath,
 };
-use tollgate::fqdn::{FqdnLookup, FqdnTable};
+use tollgate_core::fqdn::{FqdnLookup, FqdnTable};
 
 fn name(text: &str) -> Name {
     Name::from_ascii(text).expect("bench names are valid")

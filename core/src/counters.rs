@@ -1,7 +1,8 @@
 //! Counters declared once: `counters!` makes a struct of atomics and its
 //! visitor ([`CounterSet`]), which metrics, `tollgate status` and the
-//! shutdown log all read through [`super::Registry`]. Nothing here names a
-//! counter; counting never blocks a packet.
+//! shutdown log all read through the agent's telemetry registry. Nothing
+//! here names a counter or a Prometheus type; counting never blocks a
+//! packet.
 
 /// How a value behaves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,6 +60,7 @@ pub trait CounterSet: Send + Sync {
 /// AtomicU64 }` (`Default`), its [`Series`] as `DnsCounters::SERIES`, and
 /// its [`CounterSet`] implementation. `one per queue` or `one per agent`
 /// is its [`Scope`]; `Counter` or `Gauge` each field's [`Kind`].
+#[macro_export]
 macro_rules! counters {
     (
         $(#[$meta:meta])*
@@ -79,27 +81,27 @@ macro_rules! counters {
 
         impl $name {
             /// Every counter of the set, in declaration order.
-            pub const SERIES: &'static [$crate::telemetry::counters::Series] = &[
+            pub const SERIES: &'static [$crate::counters::Series] = &[
                 $(
-                    $crate::telemetry::counters::Series {
+                    $crate::counters::Series {
                         key: stringify!($field),
                         metric: $metric,
-                        label: $crate::telemetry::counters::counters!(@label $($lk = $lv)?),
+                        label: $crate::counters!(@label $($lk = $lv)?),
                         help: $help,
-                        kind: $crate::telemetry::counters::Kind::$kind,
+                        kind: $crate::counters::Kind::$kind,
                     },
                 )*
             ];
         }
 
-        impl $crate::telemetry::counters::CounterSet for $name {
-            fn scope(&self) -> $crate::telemetry::counters::Scope {
-                $crate::telemetry::counters::counters!(@scope $scope)
+        impl $crate::counters::CounterSet for $name {
+            fn scope(&self) -> $crate::counters::Scope {
+                $crate::counters!(@scope $scope)
             }
 
             fn visit(
                 &self,
-                f: &mut dyn FnMut(&'static $crate::telemetry::counters::Series, u64),
+                f: &mut dyn FnMut(&'static $crate::counters::Series, u64),
             ) {
                 let values = [$(self.$field.load(::std::sync::atomic::Ordering::Relaxed)),*];
                 for (series, value) in Self::SERIES.iter().zip(values) {
@@ -110,44 +112,42 @@ macro_rules! counters {
     };
     (@label) => { None };
     (@label $lk:ident = $lv:literal) => { Some((stringify!($lk), $lv)) };
-    (@scope queue) => { $crate::telemetry::counters::Scope::Queue };
-    (@scope agent) => { $crate::telemetry::counters::Scope::Agent };
+    (@scope queue) => { $crate::counters::Scope::Queue };
+    (@scope agent) => { $crate::counters::Scope::Agent };
 }
 
-pub(crate) use counters;
-
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use std::sync::atomic::Ordering;
 
     use super::*;
 
     counters! {
         /// A set for the tests.
-        pub struct TestCounters: one per agent {
-            parsed: Counter "test_replies" { result = "parsed" } = "Replies, by result",
-            failed: Counter "test_replies" { result = "failed" } = "Replies, by result",
-            current: Gauge "test_current" = "Something current",
+        pub struct MacroCounters: one per agent {
+            parsed: Counter "macro_replies" { result = "parsed" } = "Replies, by result",
+            failed: Counter "macro_replies" { result = "failed" } = "Replies, by result",
+            current: Gauge "macro_current" = "Something current",
         }
     }
 
     #[test]
     fn the_macro_declares_the_struct_its_series_and_its_visitor() {
-        let c = TestCounters::default();
+        let c = MacroCounters::default();
         c.parsed.fetch_add(3, Ordering::Relaxed);
         c.current.store(7, Ordering::Relaxed);
         assert_eq!(
-            TestCounters::SERIES[0],
+            MacroCounters::SERIES[0],
             Series {
                 key: "parsed",
-                metric: "test_replies",
+                metric: "macro_replies",
                 label: Some(("result", "parsed")),
                 help: "Replies, by result",
                 kind: Kind::Counter,
             }
         );
-        assert_eq!(TestCounters::SERIES[2].label, None);
-        assert_eq!(TestCounters::SERIES[2].kind, Kind::Gauge);
+        assert_eq!(MacroCounters::SERIES[2].label, None);
+        assert_eq!(MacroCounters::SERIES[2].kind, Kind::Gauge);
         assert_eq!(c.scope(), Scope::Agent);
         let mut seen = Vec::new();
         c.visit(&mut |series, value| seen.push((series.key, value)));

@@ -4,8 +4,8 @@
 
 use std::path::Path;
 
+use crate::decode::parse_documents;
 use crate::model::Snapshot;
-use crate::source::parse_documents;
 use crate::validate::{validate, Problem};
 
 use super::{BANP_NAMED_PORT_PEERS, BANP_SINGLETON, INVALID_CIDR, NAMED_PORT_PEERS, RANGE_ORDER};

@@ -27,10 +27,8 @@ use crate::model::Direction;
 use crate::packet::flow::{Flow, Verdict};
 
 mod subject;
-pub mod writer;
 
 pub use subject::Subject;
-pub use writer::{AuditError, AuditSink};
 
 /// A point in time as the audit log prints it: civil UTC date and time with
 /// microseconds. Built from a Unix timestamp so the format is pure.

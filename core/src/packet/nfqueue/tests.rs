@@ -7,6 +7,10 @@ use proptest::prelude::*;
 
 use super::*;
 
+/// `ENOENT` (Linux): the error a verdict for a packet the kernel no
+/// longer holds is answered with.
+const ENOENT: i32 = 2;
+
 /// A netlink message of `kind` with `body` (host byte order header).
 fn message(kind: u16, seq: u32, body: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
@@ -71,7 +75,7 @@ fn a_packet_message_is_read_with_its_attributes() {
 #[test]
 fn several_messages_in_one_buffer_are_read_in_order() {
     let mut buffer = packet_message(1, b"one");
-    buffer.extend(message(NLMSG_ERROR, 9, &(-libc::ENOENT).to_ne_bytes()));
+    buffer.extend(message(NLMSG_ERROR, 9, &(-ENOENT).to_ne_bytes()));
     buffer.extend(message(NLMSG_ERROR, 10, &0i32.to_ne_bytes()));
     buffer.extend(message(NLMSG_DONE, 0, &[]));
     buffer.extend(packet_message(2, b"two"));
@@ -88,7 +92,7 @@ fn several_messages_in_one_buffer_are_read_in_order() {
         ids,
         [
             "packet 1",
-            &format!("ack 9 {}", libc::ENOENT),
+            &format!("ack 9 {}", ENOENT),
             "ack 10 0",
             "other",
             "packet 2"

@@ -4,8 +4,8 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use tollgate::http::{decide, HttpEvent, HttpRule, RequestTracker};
-use tollgate::model::HttpProtocol;
+use tollgate_core::http::{decide, HttpEvent, HttpRule, RequestTracker};
+use tollgate_core::model::HttpProtocol;
 
 const REQUEST: &[u8] = b"GET /api/v2/users/42?fields=name,email HTTP/1.1\r\n\
 Host: foo.bar.com\r\n\

@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::config::AuditConfig;
 use crate::telemetry::{AuditSkip, Metrics};
 
-use super::{AuditFormat, AuditRecord, Deduplicator, RateLimiter, Timestamp};
+use crate::audit::{AuditFormat, AuditRecord, Deduplicator, RateLimiter, Timestamp};
 use crate::packet::flow::Verdict;
 
 /// Records in flight between the workers and the writer.
