@@ -49,7 +49,7 @@ pub trait CounterSet: Send + Sync {
 /// ```text
 /// counters! {
 ///     /// What the DNS worker saw.
-///     pub struct DnsCounters: one per agent {
+///     pub struct DnsCounters: one per agent, counted in DnsCounts {
 ///         parsed: Counter "dns_replies" { result = "parsed" } = "DNS replies inspected, by result",
 ///         untrusted: Counter "dns_untrusted" = "Replies from servers outside dnsTrustedServers",
 ///     }
@@ -60,8 +60,45 @@ pub trait CounterSet: Send + Sync {
 /// AtomicU64 }` (`Default`), its [`Series`] as `DnsCounters::SERIES`, and
 /// its [`CounterSet`] implementation. `one per queue` or `one per agent`
 /// is its [`Scope`]; `Counter` or `Gauge` each field's [`Kind`].
+///
+/// With `counted in DnsCounts`, also its plain twin: `pub struct DnsCounts`
+/// with a `u64` per counter and an `Option<u64>` per gauge (`Default`:
+/// nothing counted), which a pure step returns and the edge adds to the
+/// set with `DnsCounts::add_to` (counters are added, gauges that are
+/// `Some` are set).
 #[macro_export]
 macro_rules! counters {
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident: one per $scope:ident, counted in $counts:ident {
+            $(
+                $field:ident: $kind:ident $metric:literal $({ $lk:ident = $lv:literal })? = $help:literal
+            ),* $(,)?
+        }
+    ) => {
+        $crate::counters! {
+            $(#[$meta])*
+            $vis struct $name: one per $scope {
+                $($field: $kind $metric $({ $lk = $lv })? = $help),*
+            }
+        }
+
+        #[doc = concat!("What one step counted, added to [`", stringify!($name), "`] by the edge.")]
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        $vis struct $counts {
+            $(
+                #[doc = $help]
+                pub $field: $crate::counters!(@plain $kind),
+            )*
+        }
+
+        impl $counts {
+            /// Adds the counts to `set`: counters grow, gauges counted are set.
+            pub fn add_to(&self, set: &$name) {
+                $($crate::counters!(@add $kind, self.$field, set.$field);)*
+            }
+        }
+    };
     (
         $(#[$meta:meta])*
         $vis:vis struct $name:ident: one per $scope:ident {
@@ -114,6 +151,18 @@ macro_rules! counters {
     (@label $lk:ident = $lv:literal) => { Some((stringify!($lk), $lv)) };
     (@scope queue) => { $crate::counters::Scope::Queue };
     (@scope agent) => { $crate::counters::Scope::Agent };
+    (@plain Counter) => { u64 };
+    (@plain Gauge) => { Option<u64> };
+    (@add Counter, $count:expr, $counter:expr) => {
+        if $count != 0 {
+            $counter.fetch_add($count, ::std::sync::atomic::Ordering::Relaxed);
+        }
+    };
+    (@add Gauge, $count:expr, $gauge:expr) => {
+        if let Some(value) = $count {
+            $gauge.store(value, ::std::sync::atomic::Ordering::Relaxed);
+        }
+    };
 }
 
 #[cfg(test)]
@@ -124,7 +173,7 @@ mod tests {
 
     counters! {
         /// A set for the tests.
-        pub struct MacroCounters: one per agent {
+        pub struct MacroCounters: one per agent, counted in MacroCounts {
             parsed: Counter "macro_replies" { result = "parsed" } = "Replies, by result",
             failed: Counter "macro_replies" { result = "failed" } = "Replies, by result",
             current: Gauge "macro_current" = "Something current",
@@ -152,5 +201,27 @@ mod tests {
         let mut seen = Vec::new();
         c.visit(&mut |series, value| seen.push((series.key, value)));
         assert_eq!(seen, [("parsed", 3), ("failed", 0), ("current", 7)]);
+    }
+
+    #[test]
+    fn the_plain_twin_adds_counters_and_sets_the_gauges_it_counted() {
+        let c = MacroCounters::default();
+        c.current.store(7, Ordering::Relaxed);
+        let mut counts = MacroCounts {
+            parsed: 2,
+            ..MacroCounts::default()
+        };
+        counts.add_to(&c);
+        counts.add_to(&c);
+        assert_eq!(c.parsed.load(Ordering::Relaxed), 4);
+        assert_eq!(
+            c.current.load(Ordering::Relaxed),
+            7,
+            "a gauge not counted stays"
+        );
+        counts.current = Some(0);
+        counts.add_to(&c);
+        assert_eq!(c.current.load(Ordering::Relaxed), 0);
+        assert_eq!(c.failed.load(Ordering::Relaxed), 0);
     }
 }

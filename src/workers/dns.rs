@@ -15,10 +15,9 @@ use super::fqdn_sets::FqdnSets;
 use super::route::RouteSocket;
 use super::runtime::{self, Handler, Queue, QueueError, QueueSpec, Verdicts};
 use crate::config::FqdnConfig;
-use crate::counters;
 use crate::fqdn::{
-    DnsSnooper, DnsStep, FqdnTable, OutstandingQueries, Release, ReplyPath, DEFAULT_MAX_TCP_FLOWS,
-    DEFAULT_MAX_TCP_MESSAGE,
+    DnsCounters, DnsSnooper, FqdnTable, OutstandingQueries, Release, ReplyPath,
+    DEFAULT_MAX_TCP_FLOWS, DEFAULT_MAX_TCP_MESSAGE,
 };
 use crate::packet::{Action, Queued};
 use crate::telemetry::Metrics;
@@ -34,64 +33,6 @@ const DNS_QUEUE_MAX_LEN: u32 = 4096;
 const LOOPBACK_INDEX: u32 = 1;
 /// How often the table forgets timed-out entries.
 const EXPIRE_EVERY: Duration = Duration::from_secs(1);
-
-counters! {
-    /// What the DNS reply worker saw and did.
-    pub struct DnsCounters: one per agent {
-        parsed: Counter "dns_replies" { result = "parsed" } = "DNS replies inspected, by result (parsed or failed)",
-        failed: Counter "dns_replies" { result = "failed" } = "DNS replies inspected, by result (parsed or failed)",
-        untrusted: Counter "dns_untrusted" = "Replies from servers outside dnsTrustedServers (released unlearned)",
-        wrong_interface: Counter "dns_wrong_interface" = "Replies that came in on another interface than the route to their server (released unlearned)",
-        unasked: Counter "dns_unasked" = "Parsed replies that answer no outstanding query: never asked, answered already or timed out (released unlearned)",
-        other_question: Counter "dns_other_question" = "Parsed replies whose id is outstanding on their flow with another question (released unlearned)",
-        queries: Counter "dns_queries" { result = "remembered" } = "DNS queries seen, by result (remembered or failed)",
-        queries_failed: Counter "dns_queries" { result = "failed" } = "DNS queries seen, by result (remembered or failed)",
-        queries_evicted: Counter "dns_queries_evicted" = "Outstanding queries forgotten to stay within fqdn.maxOutstandingQueries",
-        queries_unanswered: Counter "dns_queries_unanswered" = "Queries forgotten unanswered after fqdn.queryTimeout",
-        outstanding: Gauge "dns_queries_outstanding" = "DNS queries waiting for their answer",
-        tcp_untracked: Counter "dns_tcp_untracked" = "DNS-over-TCP data on connections whose start was not seen (released unlearned)",
-        tcp_gaps: Counter "dns_tcp_gaps" = "DNS-over-TCP segments after a gap (dropped for retransmission)",
-        oversized: Counter "dns_oversized" = "DNS-over-TCP messages above the buffer bound (released unlearned)",
-        learned: Counter "fqdn_addresses_learned" = "Addresses added to FQDN sets from DNS answers",
-        refreshed: Counter "fqdn_addresses_refreshed" = "FQDN set entries whose timeout a DNS answer extended",
-        evicted: Counter "fqdn_addresses_evicted" = "FQDN set entries removed to stay within the address bounds",
-        expired: Counter "fqdn_addresses_expired" = "FQDN set addresses whose TTL passed",
-        addresses: Gauge "fqdn_addresses" = "Addresses currently in FQDN sets",
-        ipset_errors: Counter "dns_ipset_errors" = "Batches of FQDN set writes the kernel refused (the table still learned)",
-        resolved: Counter "fqdn_resolutions" { result = "answered" } = "Exact FQDN selectors tollgate resolved itself, by result (answered or failed)",
-        resolve_failed: Counter "fqdn_resolutions" { result = "failed" } = "Exact FQDN selectors tollgate resolved itself, by result (answered or failed)",
-        resolve_learned: Counter "fqdn_addresses_resolved" = "Addresses added to FQDN sets from answers tollgate asked for (also in fqdn_addresses_learned)",
-        resolve_mismatched: Counter "fqdn_resolve_mismatched" = "Messages on a resolve socket that answer none of its queries (ignored)",
-    }
-}
-
-impl DnsCounters {
-    fn stepped(&self, step: &DnsStep) {
-        for (counter, n) in [
-            (&self.parsed, step.parsed),
-            (&self.failed, step.failed),
-            (&self.untrusted, step.untrusted),
-            (&self.wrong_interface, step.wrong_interface),
-            (&self.unasked, step.unasked),
-            (&self.other_question, step.other_question),
-            (&self.queries, step.queries),
-            (&self.queries_failed, step.queries_failed),
-            (&self.queries_evicted, step.queries_evicted),
-            (&self.tcp_untracked, step.tcp_untracked),
-            (&self.tcp_gaps, step.tcp_gaps),
-            (&self.oversized, step.oversized),
-            (&self.learned, step.learned),
-            (&self.refreshed, step.refreshed),
-            (&self.evicted, step.evicted),
-        ] {
-            counter.fetch_add(n, Ordering::Relaxed);
-        }
-        if let Some(addresses) = step.addresses {
-            self.addresses.store(addresses, Ordering::Relaxed);
-        }
-        self.outstanding.store(step.outstanding, Ordering::Relaxed);
-    }
-}
 
 /// The running DNS worker thread (detached, like the connection workers).
 pub struct DnsWorker {
@@ -178,7 +119,7 @@ impl Handler for Replies {
         let step = self
             .table
             .on_packet(&snooped, &mut self.queries, self.table.millis(now));
-        self.stats.stepped(&step);
+        step.counts.add_to(&self.stats);
         if self.sets.write(&step.writes).is_err() {
             self.stats.ipset_errors.fetch_add(1, Ordering::Relaxed);
         }

@@ -23,7 +23,8 @@ mod route;
 pub mod runtime;
 pub mod watchdog;
 
+pub use crate::fqdn::DnsCounters;
 pub use connection::{ConnectionCounters, Observers, Worker};
-pub use dns::{DnsCounters, DnsWorker};
+pub use dns::DnsWorker;
 pub use l7::L7Counters;
 pub use runtime::{Handler, Queue, QueueCounters, QueueError, QueueSpec, Verdicts};

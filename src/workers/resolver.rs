@@ -25,9 +25,9 @@ use std::time::{Duration, Instant};
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{Name, RecordType};
 
-use super::dns::DnsCounters;
 use super::fqdn_sets::FqdnSets;
 use crate::dns::{self, DnsQuery, Resolution};
+use crate::fqdn::DnsCounters;
 use crate::fqdn::{FqdnPattern, FqdnTable, ResolveBounds, ResolveOutcome, ResolveSchedule, Source};
 
 /// How long one resolver has to answer both queries of a name.

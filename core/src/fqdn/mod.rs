@@ -30,7 +30,7 @@ pub use learner::{
 };
 
 pub use resolve::{FqdnResolve, ResolveBounds, ResolveOutcome, ResolveSchedule, UnknownResolve};
-pub use step::{DnsStep, Learned, SetWrite};
+pub use step::{DnsCounters, DnsCounts, DnsStep, Learned, SetWrite};
 pub use table::{Expired, FqdnTable, TableLookup};
 
 pub(crate) use pattern::glob_match;

@@ -11,7 +11,39 @@ use super::queries::{Answered, Direction, OutstandingQueries};
 use super::{
     FqdnPattern, FqdnTable, IpsetChange, LearnerCounters, Release, SnoopEvent, Snooped, Source,
 };
+use crate::counters;
 use crate::dns;
+
+counters! {
+    /// What the DNS reply worker saw and did: [`FqdnTable::on_packet`]
+    /// counts each packet in a [`DnsCounts`], the worker adds it here.
+    pub struct DnsCounters: one per agent, counted in DnsCounts {
+        parsed: Counter "dns_replies" { result = "parsed" } = "DNS replies inspected, by result (parsed or failed)",
+        failed: Counter "dns_replies" { result = "failed" } = "DNS replies inspected, by result (parsed or failed)",
+        untrusted: Counter "dns_untrusted" = "Replies from servers outside dnsTrustedServers (released unlearned)",
+        wrong_interface: Counter "dns_wrong_interface" = "Replies that came in on another interface than the route to their server (released unlearned)",
+        unasked: Counter "dns_unasked" = "Parsed replies that answer no outstanding query: never asked, answered already or timed out (released unlearned)",
+        other_question: Counter "dns_other_question" = "Parsed replies whose id is outstanding on their flow with another question (released unlearned)",
+        queries: Counter "dns_queries" { result = "remembered" } = "DNS queries seen, by result (remembered or failed)",
+        queries_failed: Counter "dns_queries" { result = "failed" } = "DNS queries seen, by result (remembered or failed)",
+        queries_evicted: Counter "dns_queries_evicted" = "Outstanding queries forgotten to stay within fqdn.maxOutstandingQueries",
+        queries_unanswered: Counter "dns_queries_unanswered" = "Queries forgotten unanswered after fqdn.queryTimeout",
+        outstanding: Gauge "dns_queries_outstanding" = "DNS queries waiting for their answer",
+        tcp_untracked: Counter "dns_tcp_untracked" = "DNS-over-TCP data on connections whose start was not seen (released unlearned)",
+        tcp_gaps: Counter "dns_tcp_gaps" = "DNS-over-TCP segments after a gap (dropped for retransmission)",
+        oversized: Counter "dns_oversized" = "DNS-over-TCP messages above the buffer bound (released unlearned)",
+        learned: Counter "fqdn_addresses_learned" = "Addresses added to FQDN sets from DNS answers",
+        refreshed: Counter "fqdn_addresses_refreshed" = "FQDN set entries whose timeout a DNS answer extended",
+        evicted: Counter "fqdn_addresses_evicted" = "FQDN set entries removed to stay within the address bounds",
+        expired: Counter "fqdn_addresses_expired" = "FQDN set addresses whose TTL passed",
+        addresses: Gauge "fqdn_addresses" = "Addresses currently in FQDN sets",
+        ipset_errors: Counter "dns_ipset_errors" = "Batches of FQDN set writes the kernel refused (the table still learned)",
+        resolved: Counter "fqdn_resolutions" { result = "answered" } = "Exact FQDN selectors tollgate resolved itself, by result (answered or failed)",
+        resolve_failed: Counter "fqdn_resolutions" { result = "failed" } = "Exact FQDN selectors tollgate resolved itself, by result (answered or failed)",
+        resolve_learned: Counter "fqdn_addresses_resolved" = "Addresses added to FQDN sets from answers tollgate asked for (also in fqdn_addresses_learned)",
+        resolve_mismatched: Counter "fqdn_resolve_mismatched" = "Messages on a resolve socket that answer none of its queries (ignored)",
+    }
+}
 
 /// One write to the kernel set of `pattern` for the address family of
 /// `address`.
@@ -36,34 +68,11 @@ pub struct DnsStep {
     /// To apply, in order, before the reply is released.
     pub writes: Vec<SetWrite>,
     pub release: Release,
-    /// DNS messages parsed and learned from.
-    pub parsed: u64,
-    /// Packets or DNS messages that could not be read (released unchanged).
-    pub failed: u64,
-    /// Queries remembered, queries that could not be read, and outstanding
-    /// queries forgotten to stay within the bound.
-    pub queries: u64,
-    pub queries_failed: u64,
-    pub queries_evicted: u64,
-    /// Queries outstanding after the packet.
-    pub outstanding: u64,
-    /// Parsed replies not learned from: no outstanding query on their flow
-    /// with their id, or one that asked another question.
-    pub unasked: u64,
-    pub other_question: u64,
-    /// Why the packet was not learned from, when it was not (see
-    /// [`SnoopEvent`]).
-    pub untrusted: u64,
-    pub wrong_interface: u64,
-    pub tcp_untracked: u64,
-    pub tcp_gaps: u64,
-    pub oversized: u64,
-    /// Set entries created, refreshed and evicted by this reply.
-    pub learned: u64,
-    pub refreshed: u64,
-    pub evicted: u64,
-    /// Entries in the table after the reply, if it learned anything.
-    pub addresses: Option<u64>,
+    /// What the packet showed: messages parsed and learned from, queries
+    /// remembered, why it was not learned from, set entries created,
+    /// refreshed and evicted, and the gauges after it (queries
+    /// outstanding; entries in the table if it learned anything).
+    pub counts: DnsCounts,
 }
 
 impl FqdnTable {
@@ -82,32 +91,17 @@ impl FqdnTable {
         let mut step = DnsStep {
             writes: Vec::new(),
             release: snooped.release,
-            parsed: 0,
-            failed: 0,
-            queries: 0,
-            queries_failed: 0,
-            queries_evicted: 0,
-            outstanding: 0,
-            unasked: 0,
-            other_question: 0,
-            untrusted: 0,
-            wrong_interface: 0,
-            tcp_untracked: 0,
-            tcp_gaps: 0,
-            oversized: 0,
-            learned: 0,
-            refreshed: 0,
-            evicted: 0,
-            addresses: None,
+            counts: DnsCounts::default(),
         };
+        let counts = &mut step.counts;
         for event in &snooped.events {
             *match event {
-                SnoopEvent::Malformed => &mut step.failed,
-                SnoopEvent::Untrusted => &mut step.untrusted,
-                SnoopEvent::WrongInterface => &mut step.wrong_interface,
-                SnoopEvent::TcpUntracked => &mut step.tcp_untracked,
-                SnoopEvent::TcpGap => &mut step.tcp_gaps,
-                SnoopEvent::Oversized => &mut step.oversized,
+                SnoopEvent::Malformed => &mut counts.failed,
+                SnoopEvent::Untrusted => &mut counts.untrusted,
+                SnoopEvent::WrongInterface => &mut counts.wrong_interface,
+                SnoopEvent::TcpUntracked => &mut counts.tcp_untracked,
+                SnoopEvent::TcpGap => &mut counts.tcp_gaps,
+                SnoopEvent::Oversized => &mut counts.oversized,
             } += 1;
         }
         let mut resolutions = Vec::new();
@@ -116,37 +110,37 @@ impl FqdnTable {
                 match flow.direction {
                     Direction::Query => match dns::parse_query(message) {
                         Ok(query) => {
-                            step.queries += 1;
+                            counts.queries += 1;
                             if queries.asked(flow, query, now_ms) {
-                                step.queries_evicted += 1;
+                                counts.queries_evicted += 1;
                             }
                         }
-                        Err(_) => step.queries_failed += 1,
+                        Err(_) => counts.queries_failed += 1,
                     },
                     Direction::Reply => match dns::parse_reply(message) {
                         Ok(reply) => {
-                            step.parsed += 1;
+                            counts.parsed += 1;
                             match queries.answered(flow, reply.query(), now_ms) {
                                 Answered::Matched => resolutions.extend(reply.resolved()),
-                                Answered::Unasked => step.unasked += 1,
-                                Answered::OtherQuestion => step.other_question += 1,
+                                Answered::Unasked => counts.unasked += 1,
+                                Answered::OtherQuestion => counts.other_question += 1,
                             }
                         }
-                        Err(_) => step.failed += 1,
+                        Err(_) => counts.failed += 1,
                     },
                 }
             }
         }
-        step.outstanding = queries.len() as u64;
+        counts.outstanding = Some(queries.len() as u64);
         if resolutions.is_empty() {
             return step;
         }
         let learned = self.learn_answers(&resolutions, Source::Snooped, now_ms);
+        step.counts.learned = learned.learned;
+        step.counts.refreshed = learned.refreshed;
+        step.counts.evicted = learned.evicted;
+        step.counts.addresses = Some(learned.addresses);
         step.writes = learned.writes;
-        step.learned = learned.learned;
-        step.refreshed = learned.refreshed;
-        step.evicted = learned.evicted;
-        step.addresses = Some(learned.addresses);
         step
     }
 

@@ -84,23 +84,13 @@ fn a_recorded_answer_becomes_the_writes_of_the_selectors_it_matches() {
         DnsStep {
             writes: vec![add("*github.com", "192.0.2.44", 60)],
             release: Release::Accept,
-            parsed: 1,
-            failed: 0,
-            queries: 0,
-            queries_failed: 0,
-            queries_evicted: 0,
-            outstanding: 0,
-            unasked: 0,
-            other_question: 0,
-            untrusted: 0,
-            wrong_interface: 0,
-            tcp_untracked: 0,
-            tcp_gaps: 0,
-            oversized: 0,
-            learned: 1,
-            refreshed: 0,
-            evicted: 0,
-            addresses: Some(1),
+            counts: DnsCounts {
+                parsed: 1,
+                outstanding: Some(0),
+                learned: 1,
+                addresses: Some(1),
+                ..DnsCounts::default()
+            },
         }
     );
     let github = FqdnPattern::new("*github.com");
@@ -130,7 +120,7 @@ fn a_repeated_answer_refreshes_only_after_a_second() {
     assert!(soon.writes.is_empty(), "{soon:?}");
     let later = answered(&t, &udp("dnsmasq-www-github-a.bin"), 3_000);
     assert_eq!(later.writes, [add("*github.com", "192.0.2.44", 60)]);
-    assert_eq!((later.learned, later.refreshed), (0, 1));
+    assert_eq!((later.counts.learned, later.counts.refreshed), (0, 1));
 }
 
 #[test]
@@ -138,12 +128,17 @@ fn answers_no_selector_wants_and_nxdomain_write_nothing() {
     let t = table(&["*github.com"], LearnerConfig::default());
     let cdn = answered(&t, &udp("dnsmasq-cdn-cname-two-a.bin"), 0);
     assert_eq!(
-        (cdn.writes.len(), cdn.parsed, cdn.addresses),
+        (cdn.writes.len(), cdn.counts.parsed, cdn.counts.addresses),
         (0, 1, Some(0))
     );
     let nx = answered(&t, &udp("dnsmasq-nxdomain.bin"), 0);
     assert_eq!(
-        (nx.writes.len(), nx.parsed, nx.addresses, nx.release),
+        (
+            nx.writes.len(),
+            nx.counts.parsed,
+            nx.counts.addresses,
+            nx.release
+        ),
         (0, 1, None, Release::Accept)
     );
 }
@@ -158,11 +153,17 @@ fn replies_the_snooper_cannot_learn_from_are_counted() {
         .write(&mut packet, &recorded("dnsmasq-www-github-a.bin"))
         .unwrap();
     let step = answered(&t, &untrusted.snoop(&packet), 0);
-    assert_eq!((step.untrusted, step.parsed, step.writes.len()), (1, 0, 0));
+    assert_eq!(
+        (step.counts.untrusted, step.counts.parsed, step.writes.len()),
+        (1, 0, 0)
+    );
     let garbage = answered(&t, &snooper().snoop(&[0x45, 0, 0]), 0);
-    assert_eq!((garbage.failed, garbage.release), (1, Release::Accept));
+    assert_eq!(
+        (garbage.counts.failed, garbage.release),
+        (1, Release::Accept)
+    );
     let untracked = answered(&t, &snooper().snoop(&tcp(5, false, b"data")), 0);
-    assert_eq!(untracked.tcp_untracked, 1);
+    assert_eq!(untracked.counts.tcp_untracked, 1);
 }
 
 #[test]
@@ -176,7 +177,12 @@ fn malformed_replies_are_released_unchanged_and_counted() {
     ] {
         let step = answered(&t, &udp(file), 0);
         assert_eq!(
-            (step.writes.len(), step.release, step.parsed, step.failed),
+            (
+                step.writes.len(),
+                step.release,
+                step.counts.parsed,
+                step.counts.failed
+            ),
             (0, Release::Accept, 0, 1),
             "{file}"
         );
@@ -203,7 +209,11 @@ fn eviction_removes_what_the_kernel_holds() {
         ]
     );
     assert_eq!(
-        (step.learned, step.evicted, step.addresses),
+        (
+            step.counts.learned,
+            step.counts.evicted,
+            step.counts.addresses
+        ),
         (1, 1, Some(1))
     );
 }
@@ -222,7 +232,7 @@ fn two_replies_on_one_tcp_connection_and_a_gap() {
     );
     let stream = recorded("dnsmasq-tcp-two-replies.bin");
     let step = answered(&t, &s.snoop(&tcp(1001, false, &stream)), 0);
-    assert_eq!(step.parsed, 2);
+    assert_eq!(step.counts.parsed, 2);
     assert_eq!(
         step.writes,
         [
@@ -286,7 +296,11 @@ fn a_reply_teaches_only_as_the_answer_to_an_outstanding_query() {
     // Unasked: parsed, counted, not learned.
     let unasked = t.on_packet(&reply, &mut queries, 0);
     assert_eq!(
-        (unasked.parsed, unasked.unasked, unasked.writes.len()),
+        (
+            unasked.counts.parsed,
+            unasked.counts.unasked,
+            unasked.writes.len()
+        ),
         (1, 1, 0)
     );
     // Another id on the same flow is still unasked.
@@ -295,8 +309,11 @@ fn a_reply_teaches_only_as_the_answer_to_an_outstanding_query() {
         &mut queries,
         0,
     );
-    assert_eq!((other.queries, other.outstanding), (1, 1));
-    assert_eq!(t.on_packet(&reply, &mut queries, 0).unasked, 1);
+    assert_eq!(
+        (other.counts.queries, other.counts.outstanding),
+        (1, Some(1))
+    );
+    assert_eq!(t.on_packet(&reply, &mut queries, 0).counts.unasked, 1);
     // Asked: the reply teaches once.
     let asked = t.on_packet(
         &query_for("dnsmasq-www-github-a.bin", None),
@@ -304,13 +321,17 @@ fn a_reply_teaches_only_as_the_answer_to_an_outstanding_query() {
         0,
     );
     assert_eq!(
-        (asked.queries, asked.outstanding, asked.writes.len()),
-        (1, 2, 0)
+        (
+            asked.counts.queries,
+            asked.counts.outstanding,
+            asked.writes.len()
+        ),
+        (1, Some(2), 0)
     );
     let answer = t.on_packet(&reply, &mut queries, 10);
     assert_eq!(answer.writes, [add("*github.com", "192.0.2.44", 60)]);
-    assert_eq!(answer.outstanding, 1);
-    assert_eq!(t.on_packet(&reply, &mut queries, 20).unasked, 1);
+    assert_eq!(answer.counts.outstanding, Some(1));
+    assert_eq!(t.on_packet(&reply, &mut queries, 20).counts.unasked, 1);
     // The same id asking another question: not the answer.
     let a = recorded("dnsmasq-www-github-a.bin");
     let aaaa = t.on_packet(
@@ -321,9 +342,9 @@ fn a_reply_teaches_only_as_the_answer_to_an_outstanding_query() {
         &mut queries,
         30,
     );
-    assert_eq!(aaaa.queries, 1);
+    assert_eq!(aaaa.counts.queries, 1);
     let step = t.on_packet(&reply, &mut queries, 40);
-    assert_eq!((step.other_question, step.writes.len()), (1, 0));
+    assert_eq!((step.counts.other_question, step.writes.len()), (1, 0));
     // A query that is not one is counted, nothing remembered.
     let mut garbage = Vec::new();
     PacketBuilder::ipv4(CLIENT, SERVER, 64)
@@ -331,7 +352,7 @@ fn a_reply_teaches_only_as_the_answer_to_an_outstanding_query() {
         .write(&mut garbage, &recorded("dnsmasq-www-github-a.bin"))
         .unwrap();
     let step = t.on_packet(&snooper().snoop(&garbage), &mut queries, 50);
-    assert_eq!((step.queries, step.queries_failed), (0, 1));
+    assert_eq!((step.counts.queries, step.counts.queries_failed), (0, 1));
 }
 
 #[test]
@@ -355,8 +376,8 @@ fn a_reply_on_the_wrong_path_is_counted_and_leaves_its_query_outstanding() {
     let step = t.on_packet(&forged, &mut queries, 1);
     assert_eq!(
         (
-            step.wrong_interface,
-            step.parsed,
+            step.counts.wrong_interface,
+            step.counts.parsed,
             step.writes.len(),
             step.release
         ),
