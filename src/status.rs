@@ -1337,24 +1337,27 @@ mod tests {
     /// moves one moves the other.
     #[test]
     fn status_shows_the_agent_series_of_the_metrics() {
-        use crate::telemetry::{AuditSkip, KubeEvent, ReloadResult};
+        use crate::agent::{ReloadResult, Sets};
+        use std::sync::atomic::Ordering::Relaxed;
         let metrics = Arc::new(Metrics::new());
+        let sets = Sets::registered(&metrics);
         let s = status_with(Arc::clone(&metrics));
-        metrics.reload(ReloadResult::Rejected);
-        metrics.reload(ReloadResult::Applied);
+        sets.agent.reload(ReloadResult::Rejected);
+        sets.agent.reload(ReloadResult::Applied);
         metrics.datapath_applied(Duration::from_millis(250));
-        metrics.datapath_apply_failed(&crate::datapath::ApplyError::Write {
-            step: crate::datapath::Step::Table(crate::datapath::Family::V4),
-            source: crate::datapath::DatapathError::UnknownBackend {
-                version: String::new(),
-            },
-        });
-        metrics.datapath_drift_repaired();
-        metrics.audit_written(7);
-        metrics.audit_skipped(AuditSkip::Queue, 2);
-        metrics.kubernetes_watch_error();
-        metrics.kubernetes_event(KubeEvent::Created);
-        metrics.kubernetes_event(KubeEvent::Failed);
+        sets.agent
+            .apply_failed(&crate::datapath::ApplyError::Write {
+                step: crate::datapath::Step::Table(crate::datapath::Family::V4),
+                source: crate::datapath::DatapathError::UnknownBackend {
+                    version: String::new(),
+                },
+            });
+        sets.agent.drift_repairs.fetch_add(1, Relaxed);
+        sets.audit.written.fetch_add(7, Relaxed);
+        sets.audit.skipped_queue_full.fetch_add(2, Relaxed);
+        sets.kube.watch_errors.fetch_add(1, Relaxed);
+        sets.kube.events_created.fetch_add(1, Relaxed);
+        sets.kube.events_failed.fetch_add(1, Relaxed);
         let report = s.report();
         let rendered = metrics.render();
         let exposition: std::collections::BTreeMap<&str, f64> = rendered
@@ -1365,7 +1368,12 @@ mod tests {
                 Some((key, value.parse().ok()?))
             })
             .collect();
-        assert_eq!(report.agent_series.len(), 20);
+        // Every series of the subsystems' sets, and the last apply's time.
+        let declared = crate::agent::AgentCounters::SERIES.len()
+            + crate::source::kube::KubeCounters::SERIES.len()
+            + crate::source::docker::DockerCounters::SERIES.len()
+            + crate::workers::audit::AuditCounters::SERIES.len();
+        assert_eq!(report.agent_series.len(), declared + 1);
         for row in &report.agent_series {
             assert_eq!(
                 exposition.get(row.series.as_str()),

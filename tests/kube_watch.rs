@@ -21,7 +21,9 @@ use tollgate::compile::{compile, LocalNode};
 use tollgate::fqdn::NoFqdn;
 use tollgate::packet::flow::{Flow, Transport, Verdict};
 use tollgate::ruleset::Ruleset;
-use tollgate::source::kube::{Admitted, Connection, KubeSource, Latest, Reason, SourceState};
+use tollgate::source::kube::{
+    Admitted, Connection, KubeCounters, KubeSource, Latest, Reason, SourceState,
+};
 use tollgate::telemetry::Metrics;
 
 use tollgate_fake_api::{collection, FakeApi};
@@ -81,11 +83,11 @@ impl Harness {
     fn start(api: FakeApi) -> Harness {
         let config = kube::Config::new(api.url().parse().unwrap());
         let (tx, notified) = mpsc::channel();
-        let metrics = Arc::new(Metrics::new());
+        let (metrics, counters) = registered();
         let source = KubeSource::spawn(
             Connection::Config(Box::new(config)),
             Some(NODE.into()),
-            Arc::clone(&metrics),
+            counters,
             move || {
                 let _ = tx.send(());
             },
@@ -144,6 +146,14 @@ fn poll_until(what: &str, ok: impl Fn() -> bool, context: impl Fn() -> String) {
 }
 
 /// The value of a metric (its name with labels, if any).
+/// Metrics with the source's counter set registered, as the agent has them.
+fn registered() -> (Arc<Metrics>, Arc<KubeCounters>) {
+    let metrics = Arc::new(Metrics::new());
+    let counters = Arc::new(KubeCounters::default());
+    metrics.counters().register_set(counters.clone());
+    (metrics, counters)
+}
+
 fn metric(metrics: &Metrics, name: &str) -> u64 {
     let text = metrics.render();
     text.lines()
@@ -274,11 +284,11 @@ fn unreachable_server_is_retried_until_it_answers() {
     let address = reserved.local_addr().unwrap().as_socket().unwrap();
     let config = kube::Config::new(format!("http://{address}").parse().unwrap());
     let (tx, notified) = mpsc::channel();
-    let metrics = Arc::new(Metrics::new());
+    let (metrics, counters) = registered();
     let source = KubeSource::spawn(
         Connection::Config(Box::new(config)),
         None,
-        Arc::clone(&metrics),
+        counters,
         move || {
             let _ = tx.send(());
         },

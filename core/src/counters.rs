@@ -35,6 +35,21 @@ pub struct Series {
     pub kind: Kind,
 }
 
+impl Series {
+    /// The name `/metrics` exports the series under, with its label:
+    /// `tollgate_reloads_total{result="applied"}`, `tollgate_policies`.
+    pub fn exposed_name(&self) -> String {
+        let suffix = match self.kind {
+            Kind::Counter => "_total",
+            Kind::Gauge => "",
+        };
+        let label = self
+            .label
+            .map_or(String::new(), |(k, v)| format!("{{{k}=\"{v}\"}}"));
+        format!("tollgate_{}{suffix}{label}", self.metric)
+    }
+}
+
 /// A set of counters declared with `counters!`.
 pub trait CounterSet: Send + Sync {
     fn scope(&self) -> Scope;

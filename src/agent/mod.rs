@@ -11,6 +11,7 @@
 
 mod bridge;
 mod converge;
+mod counters;
 mod error;
 mod fqdn;
 mod host;
@@ -43,6 +44,7 @@ use crate::telemetry::Metrics;
 use crate::workers::audit::AuditSink;
 use crate::workers::{Observers, Worker};
 
+pub use counters::{AgentCounters, ReloadResult, Sets};
 pub use error::AgentError;
 pub use lock::{LockError, NamespaceLock};
 
@@ -82,6 +84,8 @@ struct Base {
     source: Box<dyn Source>,
     kernel: Iptables,
     metrics: Arc<Metrics>,
+    /// The agent's own counters (registered with `metrics`).
+    counters: Arc<AgentCounters>,
     status: Arc<AgentStatus>,
     audit: Option<AuditSink>,
     /// Removes the socket when the agent stops.
@@ -162,14 +166,15 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
     );
 
     let metrics = Arc::new(Metrics::new());
+    let sets = Sets::registered(&metrics);
     let dns_counters = fqdn::register_dns_counters(&config, &metrics);
     let (events, inbox) = mpsc::channel();
     signals::listen(events.clone()).map_err(AgentError::Signals)?;
-    let (source, kubernetes, docker) = open_source(args, &config, events, &metrics)?;
+    let (source, kubernetes, docker) = open_source(args, &config, events, &sets)?;
 
     let audit = match &config.audit.file {
         Some(path) => {
-            let sink = crate::workers::audit::spawn(path, &config.audit, Arc::clone(&metrics))?;
+            let sink = crate::workers::audit::spawn(path, &config.audit, sets.audit)?;
             tracing::info!(path = %path.display(), rate = config.audit.rate, burst = config.audit.burst, "audit log");
             Some(sink)
         }
@@ -215,6 +220,7 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
             source,
             kernel,
             metrics,
+            counters: sets.agent,
             status,
             audit,
             _status_server: status_server,
@@ -375,7 +381,7 @@ fn open_source(
     args: &RunArgs,
     config: &AgentConfig,
     events: Sender<Event>,
-    metrics: &Arc<Metrics>,
+    sets: &Sets,
 ) -> Result<Opened, AgentError> {
     let docker_events = events.clone();
     let changed = move || {
@@ -387,10 +393,14 @@ fn open_source(
             .as_deref()
             .ok_or(crate::source::docker::DockerError::NoPolicies)?;
         let policies = Directory::start(dir, config.policy_files, changed)?;
-        let source =
-            DockerSource::spawn(&config.docker, policies, Arc::clone(metrics), move || {
+        let source = DockerSource::spawn(
+            &config.docker,
+            policies,
+            Arc::clone(&sets.docker),
+            move || {
                 let _ = docker_events.send(Event::PolicyChanged);
-            })?;
+            },
+        )?;
         let health = source.health();
         return Ok((Box::new(source), None, Some(health)));
     }
@@ -404,7 +414,7 @@ fn open_source(
             let source = KubeSource::spawn(
                 args.kube.connection(),
                 Some(config.node.name.clone()),
-                Arc::clone(metrics),
+                Arc::clone(&sets.kube),
                 changed,
             )?;
             tracing::info!(

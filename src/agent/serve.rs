@@ -5,13 +5,14 @@
 //! itself.
 #![allow(clippy::disallowed_methods)] // the serve loop times its drift checks and reloads on the clock.
 
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+use super::ReloadResult;
 use crate::compile::compile;
 use crate::datapath;
 use crate::ruleset::Ruleset;
-use crate::telemetry::ReloadResult;
 
 use super::signals::{self, Event};
 use super::{bridge, host, Running};
@@ -94,7 +95,10 @@ impl Running {
                     "datapath drift: the kernel state changed behind the agent ({}); restoring it",
                     changes.summary()
                 );
-                self.base.metrics.datapath_drift_repaired();
+                self.base
+                    .counters
+                    .drift_repairs
+                    .fetch_add(1, Ordering::Relaxed);
                 self.sync();
             }
             Err(error) => tracing::warn!("datapath drift check failed: {error}"),
@@ -110,7 +114,12 @@ impl Running {
         match self.base.kernel.cache_hits() {
             Ok(reading) => {
                 let gained = self.cache_hits.gained(reading);
-                let hits = self.base.metrics.verdict_cache_hits(gained);
+                let hits = self
+                    .base
+                    .counters
+                    .verdict_cache_hits
+                    .fetch_add(gained, Ordering::Relaxed)
+                    + gained;
                 self.base.status.verdict_cache_hits(hits);
             }
             Err(error) => tracing::debug!("reading the verdict cache's counters failed: {error}"),
@@ -128,7 +137,10 @@ impl Running {
             Some(why) => tracing::warn!("bridged traffic is not seen by iptables: {why}"),
             None => tracing::info!("bridged traffic is seen by iptables again"),
         }
-        self.base.metrics.bridge_netfilter_off(unseen.is_some());
+        self.base
+            .counters
+            .bridge_netfilter_off
+            .store(u64::from(unseen.is_some()), Ordering::Relaxed);
         self.base.status.bridged_traffic(unseen.clone());
         self.bridged_unseen = unseen;
     }
@@ -204,13 +216,20 @@ impl Running {
                     recovered.attempts
                 );
             }
-            self.base.metrics.datapath_behind(false);
+            self.base
+                .counters
+                .datapath_behind
+                .store(0, Ordering::Relaxed);
             self.base.status.datapath(None);
             if done.realized {
                 self.fqdn
                     .realized(self.reconciler.in_force().load().fqdn_patterns());
                 if done.generation == 1 {
-                    self.base.metrics.started();
+                    self.base
+                        .counters
+                        .last_reload_success
+                        .store(1, Ordering::Relaxed);
+                    self.base.metrics.reload_succeeded();
                 }
                 let (generation, changed) = (done.generation, done.changed);
                 tracing::info!(generation, changed, "ruleset applied");
@@ -218,8 +237,11 @@ impl Running {
             return None;
         };
         tracing::error!("datapath apply failed: {error}; retrying in {delay:?}");
-        self.base.metrics.datapath_apply_failed(&error);
-        self.base.metrics.datapath_behind(true);
+        self.base.counters.apply_failed(&error);
+        self.base
+            .counters
+            .datapath_behind
+            .store(1, Ordering::Relaxed);
         self.base.status.datapath(Some(error.to_string()));
         done.pending.then(|| error.to_string())
     }
@@ -228,13 +250,17 @@ impl Running {
     pub(super) fn put_in_force(&self) {
         let ruleset = self.reconciler.in_force().load();
         let generation = self.reconciler.generation();
-        self.base.metrics.ruleset_applied(generation, &ruleset);
+        self.base.metrics.ruleset_applied(&ruleset);
+        self.base.counters.ruleset_applied(generation, &ruleset);
         self.base.status.applied(generation);
     }
 
     /// Records how a reload ended.
     fn reloaded(&self, result: ReloadResult, error: Option<String>) {
-        self.base.metrics.reload(result);
+        self.base.counters.reload(result);
+        if result == ReloadResult::Applied {
+            self.base.metrics.reload_succeeded();
+        }
         self.base.status.reloaded(error);
     }
 }

@@ -213,7 +213,8 @@ mod tests {
     #[test]
     fn serves_over_tcp() {
         let (a, probes) = answers();
-        a.metrics.ruleset_applied(
+        let sets = crate::agent::Sets::registered(&a.metrics);
+        sets.agent.ruleset_applied(
             3,
             &crate::compile::compile(&Default::default(), &Default::default()),
         );

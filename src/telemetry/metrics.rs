@@ -1,12 +1,13 @@
-//! The Prometheus metrics: verdicts by Tier, rule hits (capped, see
-//! [`MAX_RULE_SERIES`]), the verdict latency histogram, agent-level events
-//! (build, reloads and their time, datapath apply durations, enforced
-//! endpoints, Kubernetes sync), one collector over every registered counter
-//! set, read at scrape time, and the `process_*` metrics; `tollgate status`
-//! reads the agent-level series from the same counters
-//! ([`Metrics::agent_series`]). Never blocks a
-//! packet on I/O; label values come from bounded sets, and the families of
-//! known label values are exported at zero from the start.
+//! The Prometheus metrics: what needs Prometheus's own types — verdicts by
+//! Tier and rule hits (labels from the ruleset; rule hits capped, see
+//! [`MAX_RULE_SERIES`]), the verdict latency and kernel-write histograms,
+//! the last reload's wall-clock time, build info and the `process_*`
+//! metrics — and one collector over every counter set registered in the
+//! [`Registry`] (queues and subsystems, each declared once by its owner
+//! with `counters!`), read at scrape time; `tollgate status` reads the
+//! subsystems' series from the same counters ([`Metrics::agent_series`]).
+//! Never blocks a packet on I/O; label values come from bounded sets, and
+//! the families of known label values are exported at zero from the start.
 #![allow(clippy::disallowed_methods)] // stamps the last successful reload with the wall clock.
 
 use std::collections::HashMap;
@@ -62,21 +63,6 @@ struct QueueLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResultLabels {
-    result: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct StepLabels {
-    step: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ReasonLabels {
-    reason: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: String,
     commit: String,
@@ -84,69 +70,6 @@ struct BuildLabels {
 
 /// The commit the binary was built from (`build.rs`), `unknown` outside git.
 pub const COMMIT: &str = env!("TOLLGATE_COMMIT");
-
-/// Every `step` label of `datapath_apply_failures`.
-const APPLY_STEPS: [&str; 5] = [
-    "read",
-    "ipset_prepare",
-    "iptables",
-    "ip6tables",
-    "ipset_cleanup",
-];
-
-/// Why an audit line was not written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AuditSkip {
-    /// The channel to the writer was full (workers never wait for it).
-    Queue,
-    /// The rate limit was exhausted.
-    Rate,
-    /// Writing the file failed.
-    Io,
-}
-
-impl AuditSkip {
-    const ALL: [AuditSkip; 3] = [AuditSkip::Queue, AuditSkip::Rate, AuditSkip::Io];
-
-    fn label(self) -> &'static str {
-        match self {
-            AuditSkip::Queue => "queue_full",
-            AuditSkip::Rate => "rate_limit",
-            AuditSkip::Io => "io_error",
-        }
-    }
-}
-
-/// What became of one Kubernetes Event report.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KubeEvent {
-    /// A new Event was created.
-    Created,
-    /// An Event's count was raised.
-    Updated,
-    /// The API server refused or did not answer.
-    Failed,
-    /// The queue to the Event writer was full (the watch never waits).
-    Dropped,
-}
-
-impl KubeEvent {
-    const ALL: [KubeEvent; 4] = [
-        KubeEvent::Created,
-        KubeEvent::Updated,
-        KubeEvent::Failed,
-        KubeEvent::Dropped,
-    ];
-
-    fn label(self) -> &'static str {
-        match self {
-            KubeEvent::Created => "created",
-            KubeEvent::Updated => "updated",
-            KubeEvent::Failed => "failed",
-            KubeEvent::Dropped => "dropped",
-        }
-    }
-}
 
 /// The latency histogram of one queue.
 type LatencyFamily = Family<QueueLabels, Histogram, fn() -> Histogram>;
@@ -161,29 +84,9 @@ pub struct Metrics {
     rule_hits: Family<RuleLabels, Counter>,
     rule_series: AtomicUsize,
     latency: LatencyFamily,
-    generation: Gauge,
-    policies: Gauge,
-    rules: Gauge,
-    reloads: Family<ResultLabels, Counter>,
-    last_reload_ok: Gauge,
     last_reload_ok_time: Gauge<f64, std::sync::atomic::AtomicU64>,
     apply_duration: Histogram,
     last_apply_duration: Gauge<f64, std::sync::atomic::AtomicU64>,
-    enforced_endpoints: Gauge,
-    kubernetes_synced: Gauge,
-    datapath_apply_failures: Family<StepLabels, Counter>,
-    datapath_behind: Gauge,
-    datapath_drift_repairs: Counter,
-    bridge_netfilter_off: Gauge,
-    verdict_cache_hits: Counter,
-    audit_written: Counter,
-    audit_skipped: Family<ReasonLabels, Counter>,
-    kubernetes_skipped: Gauge,
-    kubernetes_watch_errors: Counter,
-    kubernetes_events: Family<ResultLabels, Counter>,
-    docker_api_errors: Counter,
-    docker_containers: Gauge,
-    docker_connected: Gauge,
     counters: Arc<Registry>,
     health: Arc<Health>,
 }
@@ -214,29 +117,9 @@ impl Metrics {
             rule_hits: Family::default(),
             rule_series: AtomicUsize::new(0),
             latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
-            generation: Gauge::default(),
-            policies: Gauge::default(),
-            rules: Gauge::default(),
-            reloads: Family::default(),
-            last_reload_ok: Gauge::default(),
             last_reload_ok_time: Gauge::default(),
             apply_duration: apply_histogram(),
             last_apply_duration: Gauge::default(),
-            enforced_endpoints: Gauge::default(),
-            kubernetes_synced: Gauge::default(),
-            datapath_apply_failures: Family::default(),
-            datapath_behind: Gauge::default(),
-            datapath_drift_repairs: Counter::default(),
-            bridge_netfilter_off: Gauge::default(),
-            verdict_cache_hits: Counter::default(),
-            audit_written: Counter::default(),
-            audit_skipped: Family::default(),
-            kubernetes_skipped: Gauge::default(),
-            kubernetes_watch_errors: Counter::default(),
-            kubernetes_events: Family::default(),
-            docker_api_errors: Counter::default(),
-            docker_containers: Gauge::default(),
-            docker_connected: Gauge::default(),
             counters: Arc::new(Registry::default()),
             health: Arc::new(Health::default()),
         };
@@ -266,31 +149,6 @@ impl Metrics {
             m.latency.clone(),
         );
         r.register(
-            "ruleset_generation",
-            "Generation of the ruleset in force (1 at start, +1 per applied reload)",
-            m.generation.clone(),
-        );
-        r.register(
-            "policies",
-            "Policies in the ruleset in force",
-            m.policies.clone(),
-        );
-        r.register(
-            "rules",
-            "Compiled rule instances in the ruleset in force",
-            m.rules.clone(),
-        );
-        r.register(
-            "reloads",
-            "Reloads of the policy directory, by result (applied, rejected, failed)",
-            m.reloads.clone(),
-        );
-        r.register(
-            "last_reload_success",
-            "1 when the last reload (or the start) applied, 0 when it was rejected or failed",
-            m.last_reload_ok.clone(),
-        );
-        r.register(
             "last_reload_success_timestamp_seconds",
             "Unix time of the last start or reload that applied",
             m.last_reload_ok_time.clone(),
@@ -304,81 +162,6 @@ impl Metrics {
             "datapath_last_apply_duration_seconds",
             "Time of the last kernel write (reconcile) that changed the kernel or failed",
             m.last_apply_duration.clone(),
-        );
-        r.register(
-            "enforced_endpoints",
-            "Endpoints this node enforces policy for in the ruleset in force (the Node and its local Pods and ExternalEntities)",
-            m.enforced_endpoints.clone(),
-        );
-        r.register(
-            "kubernetes_synced",
-            "1 while the Kubernetes source is in step with the API server (a complete snapshot published, no list or watch failing since), 0 before, while a watch fails until its kind is listed again, and in standalone mode",
-            m.kubernetes_synced.clone(),
-        );
-        r.register(
-            "datapath_apply_failures",
-            "Kernel writes (reconciles) that failed, by the step that failed; each is retried with backoff",
-            m.datapath_apply_failures.clone(),
-        );
-        r.register(
-            "datapath_behind",
-            "1 while the kernel does not match the desired state (the last apply failed and a retry is scheduled)",
-            m.datapath_behind.clone(),
-        );
-        r.register(
-            "datapath_drift_repairs",
-            "Times the periodic check found the kernel state changed behind the agent's back (datapath.driftCheckSeconds) and restored it",
-            m.datapath_drift_repairs.clone(),
-        );
-        r.register(
-            "bridge_netfilter_off",
-            "1 while the namespace has a Linux bridge whose internal traffic bypasses iptables (br_netfilter not loaded, or net.bridge.bridge-nf-call-ip(6)tables = 0): container-to-container traffic on one bridge is not enforced",
-            m.bridge_netfilter_off.clone(),
-        );
-        r.register(
-            "verdict_cache_hits",
-            "New connections the kernel answered from the verdict cache without a worker (the cache rules' packet counters, read at every drift check, every 10 s without them, and before a ruleset change replaces the rules)",
-            m.verdict_cache_hits.clone(),
-        );
-        r.register(
-            "audit_lines_written",
-            "Audit log lines written",
-            m.audit_written.clone(),
-        );
-        r.register(
-            "audit_lines_skipped",
-            "Audit log lines not written, by reason",
-            m.audit_skipped.clone(),
-        );
-        r.register(
-            "kubernetes_objects_skipped",
-            "Objects from the API server left out of the last snapshot because they are invalid",
-            m.kubernetes_skipped.clone(),
-        );
-        r.register(
-            "kubernetes_watch_errors",
-            "Failed list or watch requests to the API server (each is retried)",
-            m.kubernetes_watch_errors.clone(),
-        );
-        r.register(
-            "kubernetes_events",
-            "Kubernetes Events on skipped or partly enforced objects, by result (created, updated: count raised, failed: refused by the API server, dropped: queue full)",
-            m.kubernetes_events.clone(),
-        );
-        r.register(
-            "docker_api_errors",
-            "Failed list, inspect or event-stream requests to the Docker API (docker.enabled); the last inventory stays enforced and the request is retried with backoff",
-            m.docker_api_errors.clone(),
-        );
-        r.register(
-            "docker_containers",
-            "Containers in the last Docker inventory published (docker.enabled)",
-            m.docker_containers.clone(),
-        );
-        r.register(
-            "docker_connected",
-            "1 while the Docker API answers (docker.enabled), 0 while it is unreachable and the last inventory stays enforced",
-            m.docker_connected.clone(),
         );
         r.register_collector(Box::new(CounterCollector(Arc::clone(&m.counters))));
         let mut process = m.process;
@@ -406,26 +189,6 @@ impl Metrics {
                 });
             }
         }
-        for result in ReloadResult::ALL {
-            let _ = self.reloads.get_or_create(&ResultLabels {
-                result: result.label().into(),
-            });
-        }
-        for step in APPLY_STEPS {
-            let _ = self
-                .datapath_apply_failures
-                .get_or_create(&StepLabels { step: step.into() });
-        }
-        for event in KubeEvent::ALL {
-            let _ = self.kubernetes_events.get_or_create(&ResultLabels {
-                result: event.label().into(),
-            });
-        }
-        for reason in AuditSkip::ALL {
-            let _ = self.audit_skipped.get_or_create(&ReasonLabels {
-                reason: reason.label().into(),
-            });
-        }
     }
 
     /// The exposition text (OpenMetrics, which Prometheus scrapes natively).
@@ -439,88 +202,22 @@ impl Metrics {
         out
     }
 
-    /// The agent-level series `tollgate status` shows, each as the
-    /// exposition names it (`tollgate_reloads_total{result="applied"}`)
-    /// with the value read from the same counter or gauge the exposition
-    /// reads: reloads by result and the last one's success, the last
-    /// kernel write's duration, failed kernel writes by step, drift
-    /// repairs, audit lines written and skipped by reason, Kubernetes
-    /// watch errors and Events by result.
+    /// The series `tollgate status` shows: every subsystem set's (the
+    /// agent's, the sources', the audit writer's), each as the exposition
+    /// names it (`tollgate_reloads_total{result="applied"}`) with the value
+    /// read from the same counter the exposition reads, then the last
+    /// kernel write's duration.
     pub fn agent_series(&self) -> Vec<(String, f64)> {
-        let counter = |name: &str, label: Option<(&str, &str)>, value: u64| {
-            let labels = label.map_or(String::new(), |(k, v)| format!("{{{k}=\"{v}\"}}"));
-            (format!("tollgate_{name}_total{labels}"), value as f64)
-        };
-        let mut rows = Vec::new();
-        for result in ReloadResult::ALL {
-            let value = self
-                .reloads
-                .get_or_create(&ResultLabels {
-                    result: result.label().into(),
-                })
-                .get();
-            rows.push(counter("reloads", Some(("result", result.label())), value));
-        }
-        rows.push((
-            "tollgate_last_reload_success".into(),
-            self.last_reload_ok.get() as f64,
-        ));
+        let mut rows: Vec<(String, f64)> = self
+            .counters
+            .subsystem_samples()
+            .into_iter()
+            .map(|sample| (sample.series.exposed_name(), sample.value as f64))
+            .collect();
         rows.push((
             "tollgate_datapath_last_apply_duration_seconds".into(),
             self.last_apply_duration.get(),
         ));
-        for step in APPLY_STEPS {
-            let value = self
-                .datapath_apply_failures
-                .get_or_create(&StepLabels { step: step.into() })
-                .get();
-            rows.push(counter(
-                "datapath_apply_failures",
-                Some(("step", step)),
-                value,
-            ));
-        }
-        rows.push(counter(
-            "datapath_drift_repairs",
-            None,
-            self.datapath_drift_repairs.get(),
-        ));
-        rows.push(counter(
-            "audit_lines_written",
-            None,
-            self.audit_written.get(),
-        ));
-        for reason in AuditSkip::ALL {
-            let value = self
-                .audit_skipped
-                .get_or_create(&ReasonLabels {
-                    reason: reason.label().into(),
-                })
-                .get();
-            rows.push(counter(
-                "audit_lines_skipped",
-                Some(("reason", reason.label())),
-                value,
-            ));
-        }
-        rows.push(counter(
-            "kubernetes_watch_errors",
-            None,
-            self.kubernetes_watch_errors.get(),
-        ));
-        for event in KubeEvent::ALL {
-            let value = self
-                .kubernetes_events
-                .get_or_create(&ResultLabels {
-                    result: event.label().into(),
-                })
-                .get();
-            rows.push(counter(
-                "kubernetes_events",
-                Some(("result", event.label())),
-                value,
-            ));
-        }
         rows
     }
 
@@ -608,18 +305,12 @@ impl Metrics {
 
     // ------------------------------------------------------------ agent
 
-    /// `ruleset` was put in force as `generation`. The verdict series of
-    /// each of its Tiers (custom ones included) and the rule-hit series of
-    /// each of its Allow, Drop and Reject rules (up to [`MAX_RULE_SERIES`]
-    /// in all) are created at zero, so the first decision of a rule is a
-    /// change a rate sees. A `Pass` rule decides nothing: it has none.
-    pub fn ruleset_applied(&self, generation: u64, ruleset: &Ruleset) {
-        let count = |n: usize| saturating_i64(n as u64);
-        self.generation.set(saturating_i64(generation));
-        self.policies.set(count(ruleset.policies().len()));
-        self.rules.set(count(ruleset.rule_count()));
-        self.enforced_endpoints
-            .set(count(ruleset.endpoints().len()));
+    /// `ruleset` was put in force. The verdict series of each of its
+    /// Tiers (custom ones included) and the rule-hit series of each of its
+    /// Allow, Drop and Reject rules (up to [`MAX_RULE_SERIES`] in all) are
+    /// created at zero, so the first decision of a rule is a change a rate
+    /// sees. A `Pass` rule decides nothing: it has none.
+    pub fn ruleset_applied(&self, ruleset: &Ruleset) {
         let tiers: std::collections::BTreeSet<&str> = ruleset
             .policies()
             .iter()
@@ -650,120 +341,12 @@ impl Metrics {
         self.last_apply_duration.set(took.as_secs_f64());
     }
 
-    /// Stamps the last successful start or reload with the wall clock.
-    fn reload_succeeded(&self) {
+    /// Stamps a start or reload that applied with the wall clock.
+    pub fn reload_succeeded(&self) {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
         self.last_reload_ok_time.set(now);
-    }
-
-    /// A reload (not the start) ended: `applied`, `rejected` (invalid
-    /// policies) or `failed` (datapath or node lookup).
-    pub fn reload(&self, result: ReloadResult) {
-        self.reloads
-            .get_or_create(&ResultLabels {
-                result: result.label().into(),
-            })
-            .inc();
-        self.last_reload_ok
-            .set(i64::from(result == ReloadResult::Applied));
-        if result == ReloadResult::Applied {
-            self.reload_succeeded();
-        }
-    }
-
-    /// The start applied its ruleset.
-    pub fn started(&self) {
-        self.last_reload_ok.set(1);
-        self.reload_succeeded();
-    }
-
-    /// A reconcile failed.
-    pub fn datapath_apply_failed(&self, error: &crate::datapath::ApplyError) {
-        self.datapath_apply_failures
-            .get_or_create(&StepLabels {
-                step: error.label().into(),
-            })
-            .inc();
-    }
-
-    /// The drift check found the kernel changed and a repair was started.
-    pub fn datapath_drift_repaired(&self) {
-        self.datapath_drift_repairs.inc();
-    }
-
-    /// Whether traffic inside a bridge bypasses iptables.
-    pub fn bridge_netfilter_off(&self, off: bool) {
-        self.bridge_netfilter_off.set(i64::from(off));
-    }
-
-    /// Counts `gained` more connections the verdict cache answered;
-    /// returns the hits counted so far.
-    pub fn verdict_cache_hits(&self, gained: u64) -> u64 {
-        self.verdict_cache_hits.inc_by(gained);
-        self.verdict_cache_hits.get()
-    }
-
-    /// Whether the kernel is behind the desired state.
-    pub fn datapath_behind(&self, behind: bool) {
-        self.datapath_behind.set(i64::from(behind));
-    }
-
-    // ------------------------------------------------------------ kubernetes
-
-    /// The Kubernetes source published a snapshot without `skipped` objects.
-    pub fn kubernetes_snapshot(&self, skipped: usize) {
-        self.kubernetes_skipped.set(saturating_i64(skipped as u64));
-    }
-
-    /// Whether the Kubernetes source is in step with the API server: a
-    /// complete snapshot published and no watch failing since.
-    pub fn kubernetes_synced(&self, synced: bool) {
-        self.kubernetes_synced.set(i64::from(synced));
-    }
-
-    /// What became of a Kubernetes Event report.
-    pub fn kubernetes_event(&self, event: KubeEvent) {
-        self.kubernetes_events
-            .get_or_create(&ResultLabels {
-                result: event.label().into(),
-            })
-            .inc();
-    }
-
-    /// A list or watch request to the API server failed.
-    pub fn kubernetes_watch_error(&self) {
-        self.kubernetes_watch_errors.inc();
-    }
-
-    // ------------------------------------------------------------ docker
-
-    /// The Docker source published an inventory of `containers`.
-    pub fn docker_inventory(&self, containers: usize) {
-        self.docker_connected.set(1);
-        self.docker_containers
-            .set(saturating_i64(containers as u64));
-    }
-
-    /// A request to the Docker API failed.
-    pub fn docker_api_error(&self) {
-        self.docker_api_errors.inc();
-        self.docker_connected.set(0);
-    }
-
-    // ------------------------------------------------------------ audit
-
-    pub fn audit_written(&self, n: u64) {
-        self.audit_written.inc_by(n);
-    }
-
-    pub fn audit_skipped(&self, reason: AuditSkip, n: u64) {
-        self.audit_skipped
-            .get_or_create(&ReasonLabels {
-                reason: reason.label().into(),
-            })
-            .inc_by(n);
     }
 }
 
@@ -835,30 +418,6 @@ fn saturating_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// How a reload ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReloadResult {
-    Applied,
-    Rejected,
-    Failed,
-}
-
-impl ReloadResult {
-    const ALL: [ReloadResult; 3] = [
-        ReloadResult::Applied,
-        ReloadResult::Rejected,
-        ReloadResult::Failed,
-    ];
-
-    fn label(self) -> &'static str {
-        match self {
-            ReloadResult::Applied => "applied",
-            ReloadResult::Rejected => "rejected",
-            ReloadResult::Failed => "failed",
-        }
-    }
-}
-
 /// Every registered counter set, read at scrape time (no second copy to
 /// keep in sync): one family per metric name, a `queue` label on the series
 /// of per-queue sets.
@@ -876,11 +435,17 @@ type Rows = Vec<(Vec<(&'static str, String)>, u64)>;
 impl Collector for CounterCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let mut families: Vec<(&'static Series, Rows)> = Vec::new();
-        for queue in self.0.snapshot() {
-            for sample in queue.samples {
+        let subsystems = std::iter::once((None, self.0.subsystem_samples()));
+        let queues = self
+            .0
+            .snapshot()
+            .into_iter()
+            .map(|q| (Some(q.queue), q.samples));
+        for (queue, samples) in subsystems.chain(queues) {
+            for sample in samples {
                 let mut labels = Vec::new();
-                if sample.scope == Scope::Queue {
-                    labels.push(("queue", queue.queue.to_string()));
+                if let (Scope::Queue, Some(queue)) = (sample.scope, queue) {
+                    labels.push(("queue", queue.to_string()));
                 }
                 if let Some((key, value)) = sample.series.label {
                     labels.push((key, value.to_string()));

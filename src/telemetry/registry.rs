@@ -1,7 +1,10 @@
-//! Every queue's counter sets, registered once by their workers, read as
-//! one [`QueueSnapshot`] per queue (the worker's sets, then the kernel's
-//! counters of that queue) by metrics, `tollgate status` and the shutdown
-//! log. It counts nothing itself.
+//! Every counter set of the agent, registered once: each queue's sets by
+//! their workers, read as one [`QueueSnapshot`] per queue (the worker's
+//! sets, then the kernel's counters of that queue), and the sets of the
+//! agent's other subsystems (the agent itself, the Kubernetes and Docker
+//! sources, the audit writer), read as one list of [`Sample`]s. Metrics,
+//! `tollgate status` and the shutdown log all read them here. It counts
+//! nothing itself.
 
 use std::sync::{Arc, RwLock};
 
@@ -51,6 +54,8 @@ struct Entry {
 #[derive(Default)]
 pub struct Registry {
     entries: RwLock<Vec<Entry>>,
+    /// The subsystems' sets, in the order registered.
+    sets: RwLock<Vec<Arc<dyn CounterSet>>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -84,6 +89,32 @@ impl Registry {
                 entries.insert(at, Entry { queue, name, sets });
             }
         }
+    }
+
+    /// Registers the counter set of a subsystem that is not a queue (one
+    /// per agent: its series carry no `queue` label).
+    pub fn register_set(&self, set: Arc<dyn CounterSet>) {
+        let mut sets = self.sets.write().unwrap_or_else(|e| e.into_inner());
+        if !sets.iter().any(|held| same_set(held, &set)) {
+            sets.push(set);
+        }
+    }
+
+    /// The current values of the subsystems' sets, in the order registered.
+    pub fn subsystem_samples(&self) -> Vec<Sample> {
+        let sets = self.sets.read().unwrap_or_else(|e| e.into_inner());
+        let mut samples = Vec::new();
+        for set in sets.iter() {
+            let scope = set.scope();
+            set.visit(&mut |series, value| {
+                samples.push(Sample {
+                    series,
+                    scope,
+                    value,
+                })
+            });
+        }
+        samples
     }
 
     /// The current values of every registered queue, each followed by the

@@ -10,15 +10,27 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::config::AuditConfig;
-use crate::telemetry::{AuditSkip, Metrics};
+use crate::counters;
 
 use crate::audit::{AuditFormat, AuditRecord, Deduplicator, RateLimiter, Timestamp};
 use crate::packet::flow::Verdict;
+
+counters! {
+    /// What became of the audit lines. Registered by the agent in every
+    /// mode (zero with the audit log off).
+    pub struct AuditCounters: one per agent {
+        written: Counter "audit_lines_written" = "Audit log lines written",
+        skipped_queue_full: Counter "audit_lines_skipped" { reason = "queue_full" } = "Audit log lines not written, by reason",
+        skipped_rate_limit: Counter "audit_lines_skipped" { reason = "rate_limit" } = "Audit log lines not written, by reason",
+        skipped_io_error: Counter "audit_lines_skipped" { reason = "io_error" } = "Audit log lines not written, by reason",
+    }
+}
 
 /// Records in flight between the workers and the writer.
 pub const CHANNEL_CAPACITY: usize = 4096;
@@ -50,7 +62,7 @@ enum Message {
 #[derive(Clone)]
 pub struct AuditSink {
     tx: SyncSender<Message>,
-    metrics: Arc<Metrics>,
+    counters: Arc<AuditCounters>,
 }
 
 impl AuditSink {
@@ -60,7 +72,9 @@ impl AuditSink {
         match self.tx.try_send(Message::Record(Box::new(record))) {
             Ok(()) => {}
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                self.metrics.audit_skipped(AuditSkip::Queue, 1);
+                self.counters
+                    .skipped_queue_full
+                    .fetch_add(1, Ordering::Relaxed);
             }
         }
     }
@@ -80,9 +94,9 @@ impl AuditSink {
 pub fn spawn(
     path: &Path,
     config: &AuditConfig,
-    metrics: Arc<Metrics>,
+    counters: Arc<AuditCounters>,
 ) -> Result<AuditSink, AuditError> {
-    spawn_with_clock(path, config, metrics, now)
+    spawn_with_clock(path, config, counters, now)
 }
 
 /// [`spawn`] with the clock the writer reads for its dedup windows and its
@@ -90,7 +104,7 @@ pub fn spawn(
 fn spawn_with_clock(
     path: &Path,
     config: &AuditConfig,
-    metrics: Arc<Metrics>,
+    counters: Arc<AuditCounters>,
     clock: fn() -> Timestamp,
 ) -> Result<AuditSink, AuditError> {
     let file = RotatingFile::open(path, config.max_bytes, config.max_files)?;
@@ -100,14 +114,14 @@ fn spawn_with_clock(
         dedup: Deduplicator::new(Duration::from_secs(1), MAX_DEDUP_KEYS, config.format),
         format: config.format,
         limiter: RateLimiter::new(config.rate, config.burst),
-        metrics: Arc::clone(&metrics),
+        counters: Arc::clone(&counters),
         clock,
     };
     std::thread::Builder::new()
         .name("audit".into())
         .spawn(move || writer.run(&rx))
         .map_err(AuditError::Spawn)?;
-    Ok(AuditSink { tx, metrics })
+    Ok(AuditSink { tx, counters })
 }
 
 fn now() -> Timestamp {
@@ -122,7 +136,7 @@ struct Writer {
     format: AuditFormat,
     dedup: Deduplicator,
     limiter: RateLimiter,
-    metrics: Arc<Metrics>,
+    counters: Arc<AuditCounters>,
     clock: fn() -> Timestamp,
 }
 
@@ -169,7 +183,9 @@ impl Writer {
                 if self.limiter.admit(now) {
                     self.append(&record.render(self.format, record.time, None));
                 } else {
-                    self.metrics.audit_skipped(AuditSkip::Rate, 1);
+                    self.counters
+                        .skipped_rate_limit
+                        .fetch_add(1, Ordering::Relaxed);
                 }
             }
             Message::Record(record) => {
@@ -191,7 +207,9 @@ impl Writer {
             if self.limiter.admit(now) {
                 self.append(&line);
             } else {
-                self.metrics.audit_skipped(AuditSkip::Rate, 1);
+                self.counters
+                    .skipped_rate_limit
+                    .fetch_add(1, Ordering::Relaxed);
             }
         }
     }
@@ -199,9 +217,13 @@ impl Writer {
     /// Appends an admitted line.
     fn append(&mut self, line: &str) {
         match self.file.write_line(line) {
-            Ok(()) => self.metrics.audit_written(1),
+            Ok(()) => {
+                self.counters.written.fetch_add(1, Ordering::Relaxed);
+            }
             Err(error) => {
-                self.metrics.audit_skipped(AuditSkip::Io, 1);
+                self.counters
+                    .skipped_io_error
+                    .fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(%error, "audit log write failed");
             }
         }
@@ -308,6 +330,7 @@ mod tests {
     use crate::audit::Decider;
     use crate::model::Direction;
     use crate::packet::flow::{Flow, Transport};
+    use crate::telemetry::Metrics;
 
     fn record(verdict: Verdict, src_port: u16, micros: u64) -> AuditRecord {
         AuditRecord {
@@ -341,7 +364,9 @@ mod tests {
     fn writer_thread_dedups_limits_and_flushes() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("np.log");
-        let metrics = Arc::new(Metrics::new());
+        let metrics = Metrics::new();
+        let counters = Arc::new(AuditCounters::default());
+        metrics.counters().register_set(counters.clone());
         let config = AuditConfig {
             burst: 4,
             rate: 1,
@@ -352,7 +377,7 @@ mod tests {
         fn frozen() -> Timestamp {
             Timestamp::from_unix_micros(1_700_000_000_000_000)
         }
-        let sink = spawn_with_clock(&path, &config, Arc::clone(&metrics), frozen).unwrap();
+        let sink = spawn_with_clock(&path, &config, counters, frozen).unwrap();
         let t = frozen().unix_micros;
         for i in 0..10 {
             sink.offer(record(Verdict::Drop, 1000, t + i));
@@ -392,12 +417,11 @@ mod tests {
 
     #[test]
     fn a_full_channel_skips_and_counts() {
-        let metrics = Arc::new(Metrics::new());
+        let metrics = Metrics::new();
+        let counters = Arc::new(AuditCounters::default());
+        metrics.counters().register_set(counters.clone());
         let (tx, _rx) = mpsc::sync_channel(1);
-        let sink = AuditSink {
-            tx,
-            metrics: Arc::clone(&metrics),
-        };
+        let sink = AuditSink { tx, counters };
         sink.offer(record(Verdict::Allow, 1, 1));
         sink.offer(record(Verdict::Allow, 2, 1));
         sink.offer(record(Verdict::Allow, 3, 1));

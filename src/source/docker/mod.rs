@@ -31,6 +31,7 @@ pub mod mapping;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -39,12 +40,22 @@ use bollard::Docker;
 use futures::StreamExt;
 
 use crate::config::{ConfigError, DockerConfig};
+use crate::counters;
 use crate::model::{Object, ObjectRef, Pod, Snapshot, Sourced};
 use crate::source::watch::Directory;
 use crate::source::{Debounce, Source};
-use crate::telemetry::Metrics;
 use crate::validate::Problem;
 use mapping::{Mapped, Mapping};
+
+counters! {
+    /// How the Docker API is doing (`docker.enabled`). Registered by the
+    /// agent in every mode.
+    pub struct DockerCounters: one per agent {
+        api_errors: Counter "docker_api_errors" = "Failed list, inspect or event-stream requests to the Docker API (docker.enabled); the last inventory stays enforced and the request is retried with backoff",
+        containers: Gauge "docker_containers" = "Containers in the last Docker inventory published (docker.enabled)",
+        connected: Gauge "docker_connected" = "1 while the Docker API answers (docker.enabled), 0 while it is unreachable and the last inventory stays enforced",
+    }
+}
 
 /// Longest a single API request may take.
 const REQUEST_TIMEOUT_SECS: u64 = 10;
@@ -225,7 +236,7 @@ impl DockerSource {
     pub fn spawn(
         config: &DockerConfig,
         policies: Directory,
-        metrics: Arc<Metrics>,
+        counters: Arc<DockerCounters>,
         notify: impl Fn() + Send + 'static,
     ) -> Result<DockerSource, DockerError> {
         let socket = config.socket()?;
@@ -242,7 +253,7 @@ impl DockerSource {
             labels: Labels::from(config),
             inventory: Arc::clone(&inventory),
             health: Arc::clone(&health),
-            metrics,
+            counters,
         };
         let thread = std::thread::Builder::new()
             .name("docker".into())
@@ -388,10 +399,16 @@ async fn list(client: &Docker, labels: &Labels) -> Result<Listing, bollard::erro
 
 /// Puts `listing` in the slot; returns whether the inventory changed (the
 /// first one always does).
-fn publish(slot: &Slot, health: &DockerHealth, metrics: &Metrics, listing: Listing) -> bool {
+fn publish(
+    slot: &Slot,
+    health: &DockerHealth,
+    counters: &DockerCounters,
+    listing: Listing,
+) -> bool {
     let count = listing.pods.len();
     health.published(count);
-    metrics.docker_inventory(count);
+    counters.connected.store(1, Ordering::Relaxed);
+    counters.containers.store(count as u64, Ordering::Relaxed);
     let inventory = Inventory { pods: listing.pods };
     let mut current = slot.lock().unwrap_or_else(|e| e.into_inner());
     if current.as_deref() == Some(&inventory) {
@@ -416,7 +433,7 @@ struct Follower {
     labels: Labels,
     inventory: Slot,
     health: Arc<DockerHealth>,
-    metrics: Arc<Metrics>,
+    counters: Arc<DockerCounters>,
 }
 
 /// How one connection to the event stream ended.
@@ -444,7 +461,8 @@ impl Follower {
                     error
                 }
             };
-            self.metrics.docker_api_error();
+            self.counters.api_errors.fetch_add(1, Ordering::Relaxed);
+            self.counters.connected.store(0, Ordering::Relaxed);
             match self.health.failed(&error) {
                 Change::NotReached => tracing::warn!(
                     %error,
@@ -521,7 +539,7 @@ impl Follower {
                     };
                     report(&listing.problems, reported);
                     let count = listing.pods.len();
-                    if publish(&self.inventory, &self.health, &self.metrics, listing) {
+                    if publish(&self.inventory, &self.health, &self.counters, listing) {
                         tracing::info!(containers = count, "docker inventory changed");
                         notify();
                     }

@@ -18,6 +18,7 @@
 #![allow(clippy::disallowed_methods)] // Event timestamps are wall-clock times.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{EventSource, ObjectReference};
@@ -28,7 +29,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use tokio::sync::mpsc;
 
 use super::store::{Reason, Refusal};
-use crate::telemetry::{KubeEvent, Metrics};
+use super::KubeCounters;
 
 /// `reportingController` and source component of every Event.
 pub const CONTROLLER: &str = "tollgate";
@@ -134,19 +135,19 @@ impl Ledger {
 pub struct Events {
     ledger: Ledger,
     queue: mpsc::Sender<Report>,
-    metrics: Arc<Metrics>,
+    counters: Arc<KubeCounters>,
 }
 
 impl Events {
     /// Starts the publishing task on the current tokio runtime; it ends
     /// when the `Events` is dropped.
-    pub fn spawn(client: kube::Client, node: String, metrics: Arc<Metrics>) -> Events {
+    pub fn spawn(client: kube::Client, node: String, counters: Arc<KubeCounters>) -> Events {
         let (queue, reports) = mpsc::channel(QUEUE);
-        tokio::spawn(publish(client, node, reports, Arc::clone(&metrics)));
+        tokio::spawn(publish(client, node, reports, Arc::clone(&counters)));
         Events {
             ledger: Ledger::default(),
             queue,
-            metrics,
+            counters,
         }
     }
 
@@ -158,7 +159,7 @@ impl Events {
         let mut dropped = false;
         for report in self.ledger.update(refused) {
             if let Err(error) = self.queue.try_send(report) {
-                self.metrics.kubernetes_event(KubeEvent::Dropped);
+                self.counters.events_dropped.fetch_add(1, Ordering::Relaxed);
                 dropped = true;
                 if let Report::New(r) | Report::Again(r) = error.into_inner() {
                     self.ledger.forget(&Subject::of(&r));
@@ -180,7 +181,7 @@ async fn publish(
     client: kube::Client,
     node: String,
     mut reports: mpsc::Receiver<Report>,
-    metrics: Arc<Metrics>,
+    counters: Arc<KubeCounters>,
 ) {
     let mut posted: HashMap<Subject, Posted> = HashMap::new();
     let mut failing = false;
@@ -209,16 +210,16 @@ async fn publish(
             Ok(created) => {
                 if let Some(created) = created {
                     posted.insert(subject, created);
-                    metrics.kubernetes_event(KubeEvent::Created);
+                    counters.events_created.fetch_add(1, Ordering::Relaxed);
                 } else {
-                    metrics.kubernetes_event(KubeEvent::Updated);
+                    counters.events_updated.fetch_add(1, Ordering::Relaxed);
                 }
                 if std::mem::take(&mut failing) {
                     tracing::info!("kubernetes events: the API server takes them again");
                 }
             }
             Err(error) => {
-                metrics.kubernetes_event(KubeEvent::Failed);
+                counters.events_failed.fetch_add(1, Ordering::Relaxed);
                 if !std::mem::replace(&mut failing, true) {
                     tracing::warn!(%error, object = %refusal.name, "kubernetes event not written (RBAC: create/patch on events.events.k8s.io); the policy's problem is still logged");
                 } else {

@@ -22,7 +22,8 @@
 //! skipped. No snapshot is published before every kind has been listed
 //! once. Skipped and partly enforced objects are kept for `tollgate get
 //! skipped` and reported on the object as Kubernetes Events ([`events`]);
-//! skipped objects, failed requests and Events are counted in [`Metrics`].
+//! skipped objects, failed requests and Events are counted in
+//! [`KubeCounters`].
 //! Besides those Events the agent only reads.
 //!
 //! It must never block the agent: it publishes the latest admitted
@@ -46,13 +47,27 @@ use kube::runtime::watcher::{self, DefaultBackoff, Event};
 use serde_json::Value;
 use std::time::Instant;
 
+use crate::counters;
 use crate::model::{Kind, Snapshot};
 use crate::source::{Debounce, Source};
-use crate::telemetry::Metrics;
 use crate::validate::Problem;
 use events::Events;
 use optional::Presence;
 pub use store::{Admitted, Change, Identity, Reason, Refusal, Store, ORIGIN};
+
+counters! {
+    /// How the Kubernetes source is doing. Registered by the agent in
+    /// every mode, so `kubernetes_synced` reads 0 in standalone mode.
+    pub struct KubeCounters: one per agent {
+        synced: Gauge "kubernetes_synced" = "1 while the Kubernetes source is in step with the API server (a complete snapshot published, no list or watch failing since), 0 before, while a watch fails until its kind is listed again, and in standalone mode",
+        skipped: Gauge "kubernetes_objects_skipped" = "Objects from the API server left out of the last snapshot because they are invalid",
+        watch_errors: Counter "kubernetes_watch_errors" = "Failed list or watch requests to the API server (each is retried)",
+        events_created: Counter "kubernetes_events" { result = "created" } = "Kubernetes Events on skipped or partly enforced objects, by result (created, updated: count raised, failed: refused by the API server, dropped: queue full)",
+        events_updated: Counter "kubernetes_events" { result = "updated" } = "Kubernetes Events on skipped or partly enforced objects, by result (created, updated: count raised, failed: refused by the API server, dropped: queue full)",
+        events_failed: Counter "kubernetes_events" { result = "failed" } = "Kubernetes Events on skipped or partly enforced objects, by result (created, updated: count raised, failed: refused by the API server, dropped: queue full)",
+        events_dropped: Counter "kubernetes_events" { result = "dropped" } = "Kubernetes Events on skipped or partly enforced objects, by result (created, updated: count raised, failed: refused by the API server, dropped: queue full)",
+    }
+}
 
 /// Why the Kubernetes source could not start. The causes are kept as
 /// sources (not repeated in the message): `{:#}` prints the chain.
@@ -296,7 +311,7 @@ impl KubeSource {
     pub fn spawn(
         connection: Connection,
         node: Option<String>,
-        metrics: Arc<Metrics>,
+        counters: Arc<KubeCounters>,
         notify: impl Fn() + Send + 'static,
     ) -> Result<KubeSource, KubeError> {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -315,8 +330,8 @@ impl KubeSource {
             .spawn(move || {
                 runtime.block_on(async move {
                     let events =
-                        node.map(|node| Events::spawn(client.clone(), node, Arc::clone(&metrics)));
-                    watch_all(client, published, events, &metrics, notify, stopped).await;
+                        node.map(|node| Events::spawn(client.clone(), node, Arc::clone(&counters)));
+                    watch_all(client, published, events, &counters, notify, stopped).await;
                 });
             })
             .map_err(KubeError::Thread)?;
@@ -501,7 +516,7 @@ async fn watch_all(
     client: kube::Client,
     state: SourceState,
     mut events_out: Option<Events>,
-    metrics: &Metrics,
+    counters: &KubeCounters,
     notify: impl Fn(),
     mut stopped: tokio::sync::oneshot::Receiver<()>,
 ) {
@@ -544,7 +559,9 @@ async fn watch_all(
                         report_again = Some(tokio::time::Instant::now() + events::RETRY);
                     }
                 }
-                metrics.kubernetes_snapshot(admitted.skipped.len());
+                counters
+                    .skipped
+                    .store(admitted.skipped.len() as u64, Ordering::Relaxed);
                 tracing::info!(
                     objects = admitted.snapshot.objects.len(),
                     skipped = admitted.skipped.len(),
@@ -553,7 +570,7 @@ async fn watch_all(
                 state.latest.set(admitted);
                 let synced = failing.is_empty();
                 state.synced.store(synced, Ordering::SeqCst);
-                metrics.kubernetes_synced(synced);
+                counters.synced.store(u64::from(synced), Ordering::Relaxed);
                 notify();
             }
             event = events.next() => {
@@ -568,14 +585,14 @@ async fn watch_all(
                         store.apply(resource.kind, change)
                     }
                     Err(error) => {
-                        metrics.kubernetes_watch_error();
+                        counters.watch_errors.fetch_add(1, Ordering::Relaxed);
                         // The kind is listed again after a backoff
                         // (`kind_events`); until then it may miss changes.
                         if is_gone(&error) {
                             tracing::debug!(kind = %resource.kind, "kubernetes watch expired (410 Gone), listing again");
                         } else if failing.insert(resource.kind) {
                             state.synced.store(false, Ordering::SeqCst);
-                            metrics.kubernetes_synced(false);
+                            counters.synced.store(0, Ordering::Relaxed);
                             tracing::warn!(kind = %resource.kind, %error, "kubernetes watch failed, retrying");
                         } else {
                             tracing::debug!(kind = %resource.kind, %error, "kubernetes watch failed again");

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::*;
+use crate::agent::{ReloadResult, Sets};
 use crate::counters;
 use crate::ruleset::{PolicyKind, PolicyRef};
 
@@ -128,18 +129,23 @@ fn the_other_families() {
     ] {
         counter.fetch_add(n, Ordering::Relaxed);
     }
-    m.ruleset_applied(2, &empty_ruleset());
-    m.reload(ReloadResult::Rejected);
-    m.datapath_apply_failed(&crate::datapath::ApplyError::Write {
-        step: crate::datapath::Step::Table(crate::datapath::Family::V6),
-        source: crate::datapath::DatapathError::UnknownBackend {
-            version: String::new(),
-        },
-    });
-    m.datapath_behind(true);
-    m.bridge_netfilter_off(true);
-    m.audit_written(5);
-    m.audit_skipped(AuditSkip::Rate, 2);
+    let sets = Sets::registered(&m);
+    m.ruleset_applied(&empty_ruleset());
+    sets.agent.ruleset_applied(2, &empty_ruleset());
+    sets.agent.reload(ReloadResult::Rejected);
+    sets.agent
+        .apply_failed(&crate::datapath::ApplyError::Write {
+            step: crate::datapath::Step::Table(crate::datapath::Family::V6),
+            source: crate::datapath::DatapathError::UnknownBackend {
+                version: String::new(),
+            },
+        });
+    sets.agent.datapath_behind.store(1, Ordering::Relaxed);
+    sets.agent.bridge_netfilter_off.store(1, Ordering::Relaxed);
+    sets.audit.written.fetch_add(5, Ordering::Relaxed);
+    sets.audit
+        .skipped_rate_limit
+        .fetch_add(2, Ordering::Relaxed);
     let text = m.render();
     for line in [
         "tollgate_verdict_latency_seconds_count{queue=\"100\"} 1",
@@ -207,6 +213,65 @@ fn declared_sets() -> Vec<String> {
     out
 }
 
+/// Every set the product declares with `counters!`, by name.
+fn product_sets() -> Vec<(&'static str, &'static [Series])> {
+    use crate::agent::AgentCounters;
+    use crate::source::docker::DockerCounters;
+    use crate::source::kube::KubeCounters;
+    use crate::telemetry::kernel::KernelCounters;
+    use crate::workers::audit::AuditCounters;
+    use crate::workers::{ConnectionCounters, DnsCounters, L7Counters, QueueCounters};
+    vec![
+        ("QueueCounters", QueueCounters::SERIES),
+        ("ConnectionCounters", ConnectionCounters::SERIES),
+        ("DnsCounters", DnsCounters::SERIES),
+        ("L7Counters", L7Counters::SERIES),
+        ("KernelCounters", KernelCounters::SERIES),
+        ("AgentCounters", AgentCounters::SERIES),
+        ("KubeCounters", KubeCounters::SERIES),
+        ("DockerCounters", DockerCounters::SERIES),
+        ("AuditCounters", AuditCounters::SERIES),
+    ]
+}
+
+/// Every `tollgate_*` metric has one declaration: a metric name belongs to
+/// one counter set or one family of [`Metrics`], and no set declares a
+/// series (name and label) twice. The one declaration is what metrics,
+/// status and the shutdown log all read.
+#[test]
+fn every_metric_is_declared_once() {
+    let mut owner: std::collections::BTreeMap<&str, String> = Default::default();
+    for (set, series) in product_sets() {
+        let mut seen = std::collections::BTreeSet::new();
+        for s in series {
+            assert!(
+                seen.insert((s.metric, s.label)),
+                "{set} declares {s:?} twice"
+            );
+            if let Some(other) = owner.insert(s.metric, set.to_string()) {
+                assert_eq!(
+                    other, set,
+                    "tollgate_{} is declared by {other} and {set}",
+                    s.metric
+                );
+            }
+        }
+    }
+    // The families Metrics registers itself (no set registered here).
+    let text = Metrics::new().render();
+    let families: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE tollgate_")?.split(' ').next())
+        .collect();
+    assert!(families.contains(&"verdicts"), "{text}");
+    for family in families {
+        let metric = family.strip_suffix("_total").unwrap_or(family);
+        if let Some(set) = owner.get(metric) {
+            panic!("tollgate_{family} is declared by Metrics and by {set}");
+        }
+    }
+}
+
 /// The scrape-and-check test: every counter declared with `counters!` is
 /// exported by `/metrics` with its label, and none is forgotten here (a
 /// new set fails the test until it is added).
@@ -214,12 +279,8 @@ fn declared_sets() -> Vec<String> {
 fn every_declared_counter_is_exported() {
     use crate::telemetry::kernel::KernelCounters;
     use crate::workers::{ConnectionCounters, DnsCounters, L7Counters, QueueCounters};
-    let mut sets: Vec<(&str, &[Series])> = vec![
-        ("QueueCounters", QueueCounters::SERIES),
-        ("ConnectionCounters", ConnectionCounters::SERIES),
-        ("DnsCounters", DnsCounters::SERIES),
-        ("L7Counters", L7Counters::SERIES),
-        ("KernelCounters", KernelCounters::SERIES),
+    let mut sets = product_sets();
+    sets.extend([
         // The test sets of the telemetry tests.
         (
             "TestCounters",
@@ -227,13 +288,15 @@ fn every_declared_counter_is_exported() {
         ),
         ("QueueSet", QueueSet::SERIES),
         ("AgentSet", AgentSet::SERIES),
-    ];
+    ]);
     sets.sort_by_key(|(name, _)| *name);
     let names: Vec<String> = sets.iter().map(|(name, _)| name.to_string()).collect();
     assert_eq!(declared_sets(), names, "a counters! set is missing here");
 
-    // Registered as the agent does: each worker's queue set and its own.
+    // Registered as the agent does: its subsystems' sets, each worker's
+    // queue set and its own.
     let m = Metrics::new();
+    Sets::registered(&m);
     m.counters().register(
         100,
         "queue",
@@ -299,6 +362,7 @@ fn every_declared_counter_is_exported() {
 #[test]
 fn agent_families_are_exported_from_the_start() {
     let m = Metrics::new();
+    let sets = Sets::registered(&m);
     let text = m.render();
     for line in [
         "tollgate_verdicts_total{action=\"Drop\",tier=\"securityops\"} 0",
@@ -345,11 +409,13 @@ fn agent_families_are_exported_from_the_start() {
     assert!(text.ends_with("# EOF\n"));
 
     // The events that move them.
-    m.started();
+    sets.agent.last_reload_success.store(1, Ordering::Relaxed);
+    m.reload_succeeded();
     m.datapath_applied(Duration::from_millis(3));
-    m.kubernetes_snapshot(0);
-    m.kubernetes_synced(true);
-    m.ruleset_applied(1, &empty_ruleset());
+    sets.kube.skipped.store(0, Ordering::Relaxed);
+    sets.kube.synced.store(1, Ordering::Relaxed);
+    m.ruleset_applied(&empty_ruleset());
+    sets.agent.ruleset_applied(1, &empty_ruleset());
     let text = m.render();
     let value = |name: &str| -> f64 {
         text.lines()
@@ -379,7 +445,7 @@ apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {name: 
     let ruleset = crate::compile::compile(&crate::model::Snapshot { objects }, &local);
     let m = Metrics::new();
     assert!(!m.render().contains("tier=\"edge\""));
-    m.ruleset_applied(1, &ruleset);
+    m.ruleset_applied(&ruleset);
     let text = m.render();
     let policy = "policy=\"AntreaClusterNetworkPolicy:guard\"";
     let generated = ruleset.policies()[0].rule_names[3].clone();
