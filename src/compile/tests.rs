@@ -1419,3 +1419,4 @@ spec:
 
 mod conformance;
 mod npapi;
+mod priority;

@@ -198,6 +198,7 @@ pub const TEST_IDS: &[&str] = &[
     "podman_network_reload_opens_nothing_with_cni",
     "privileged_ssh_covers_the_node_not_routed_pods",
     "a_stuck_l7_queue_leaves_other_connections_of_the_same_client_answered",
+    "equal_priority_policies_interleave_rules_by_index_on_the_wire",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
