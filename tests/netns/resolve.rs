@@ -120,19 +120,27 @@ impl ResolveLab {
             .collect()
     }
 
-    /// Resolutions that failed so far (the DNS worker's counters in
-    /// `tollgate status`).
-    fn resolve_failures(&self) -> u64 {
+    /// The DNS worker's counter `key` in `tollgate status` (0 while the
+    /// agent does not answer).
+    fn counter(&self, key: &str) -> u64 {
         let socket = self.lab.agent_options().status_socket;
         match tollgate::status::request(&socket, &Request::Status) {
             Ok(Response::Status(report)) => report
                 .queues
                 .iter()
                 .find(|q| q.worker == "dns")
-                .and_then(|q| q.counters.get("resolve_failed"))
+                .and_then(|q| q.counters.get(key))
                 .unwrap_or(0),
             _ => 0,
         }
+    }
+
+    /// Queries that got no usable answer so far.
+    fn resolve_failures(&self) -> u64 {
+        ["resolve_timeout", "resolve_failed", "resolve_refused"]
+            .iter()
+            .map(|key| self.counter(key))
+            .sum()
     }
 
     /// The names the pod asked the server for so far.
@@ -481,9 +489,10 @@ fn a_dead_resolver_delays_neither_policy_nor_snooping() {
     eprintln!("two snooped lookups took {:?}", lookup.elapsed());
     lab.expect("10.62.9.30", TcpOutcome::Connected);
     lab.expect("10.62.9.10", TcpOutcome::TimedOut);
-    // Each name fails, is retried with backoff, and is logged once.
-    wait_until("every name failed twice", Duration::from_secs(30), || {
-        lab.resolve_failures() >= 6
+    // Each query (name and type) fails, is retried with backoff, and is
+    // logged once.
+    wait_until("every query failed twice", Duration::from_secs(30), || {
+        lab.resolve_failures() >= 12
     });
     let log = agent.stop();
     for name in [
@@ -491,11 +500,17 @@ fn a_dead_resolver_delays_neither_policy_nor_snooping() {
         "reject.resolve.test",
         "allow.resolve.test",
     ] {
-        let lines = log
+        let lines: Vec<&str> = log
             .lines()
             .filter(|l| l.contains("resolving an fqdn selector failed") && l.contains(name))
-            .count();
-        assert_eq!(lines, 1, "{name}:\n{log}");
+            .collect();
+        assert_eq!(lines.len(), 2, "{name}:\n{log}");
+        assert_eq!(
+            lines.iter().filter(|l| l.contains("AAAA")).count(),
+            1,
+            "{name}:\n{log}"
+        );
     }
     assert!(lab.node_asked().is_empty());
 }
+
