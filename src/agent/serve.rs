@@ -206,8 +206,7 @@ impl Running {
             self.base.metrics.datapath_behind(false);
             self.base.status.datapath(None);
             if done.realized {
-                self.fqdn
-                    .realized(self.reconciler.in_force().load().fqdn_patterns());
+                self.fqdn.realized(&self.reconciler.in_force().load());
                 if done.generation == 1 {
                     self.base.metrics.started();
                 }
