@@ -4,8 +4,8 @@
 //! kernel's FQDN sets still hold at start, the DNS reply worker, started
 //! (once) before the first ruleset whose DNS rules would queue replies is
 //! installed, and with
-//! it the resolve-ahead thread (`fqdn.resolve: exact`), told the selectors
-//! of each ruleset once its sets exist. Its resolvers: `fqdn.resolvers`,
+//! it the resolve-ahead threads (`fqdn.resolve: exact`), told the selectors
+//! of each ruleset, and the policies using them, once its sets exist. Its resolvers: `fqdn.resolvers`,
 //! else the cluster DNS (Service `kube-system/kube-dns` in the inventory),
 //! else the node's resolv.conf. It decides no verdict and writes no kernel
 //! rule.
@@ -42,7 +42,7 @@ pub(super) struct Fqdn {
     /// The DNS reply worker, started with the first ruleset that has FQDN
     /// selectors (its queue is not bound before).
     dns: Option<DnsWorker>,
-    /// The resolve-ahead thread, started with the DNS worker unless
+    /// The resolve-ahead threads, started with the DNS worker unless
     /// `fqdn.resolve` is off or no resolver is known.
     resolver: Option<Resolver>,
     /// The cluster DNS the first snapshot named (empty: none).
@@ -124,11 +124,12 @@ impl Fqdn {
         Ok(())
     }
 
-    /// The ruleset with `selectors` is realized (its FQDN sets exist):
-    /// resolve its exact names ahead from now on.
-    pub(super) fn realized(&self, selectors: &[FqdnPattern]) {
+    /// `ruleset` is realized (its FQDN sets exist): resolve its exact
+    /// names ahead from now on, fairly across the policies that select
+    /// them.
+    pub(super) fn realized(&self, ruleset: &Ruleset) {
         if let Some(resolver) = &self.resolver {
-            resolver.reselect(selectors);
+            resolver.reselect(&ruleset.fqdn_owners());
         }
     }
 }
@@ -170,7 +171,7 @@ fn resolvers(
     })
 }
 
-/// The resolve-ahead thread for `config`, adding to `worker`'s counters;
+/// The resolve-ahead threads for `config`, adding to `worker`'s counters;
 /// none when it is off, no resolver is known or it cannot start (logged:
 /// snooping goes on alone).
 fn start_resolver(

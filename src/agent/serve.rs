@@ -222,8 +222,7 @@ impl Running {
                 .store(0, Ordering::Relaxed);
             self.base.status.datapath(None);
             if done.realized {
-                self.fqdn
-                    .realized(self.reconciler.in_force().load().fqdn_patterns());
+                self.fqdn.realized(&self.reconciler.in_force().load());
                 if done.generation == 1 {
                     self.base
                         .counters

@@ -14,7 +14,8 @@ use crate::audit::AuditFormat;
 use crate::decode::DEFAULT_OBJECTS_PER_FILE;
 use crate::fqdn::{
     FqdnResolve, LearnerConfig, QueryBounds, ResolveBounds, DEFAULT_MAX_OUTSTANDING_QUERIES,
-    DEFAULT_MAX_TTL_SECS, DEFAULT_QUERY_TIMEOUT_SECS, MAX_IPSET_TIMEOUT_SECS,
+    DEFAULT_MAX_TTL_SECS, DEFAULT_QUERY_TIMEOUT_SECS, DEFAULT_RESOLVE_BACKOFF_CAP_SECS,
+    DEFAULT_RESOLVE_CONCURRENCY, MAX_IPSET_TIMEOUT_SECS,
 };
 use crate::http::{FramingPolicy, BODYLESS_METHODS};
 use crate::l7::{DenyResponse, UrgentData};
@@ -441,6 +442,16 @@ pub struct FqdnConfig {
     /// empty: the nameservers of the node's /etc/resolv.conf.
     #[arg(long = "fqdn-resolver", value_name = "IP")]
     pub resolvers: Vec<IpAddr>,
+    /// Queries for exact names in flight at once, one thread each
+    /// (default 8, 2 to 64): each policy gets its share, names that got
+    /// no answer at most half.
+    #[arg(skip)]
+    pub resolve_concurrency: usize,
+    /// Longest wait, seconds, before a name that keeps failing (no answer,
+    /// NXDOMAIN, no record of the type) is asked again (default 300, 1 to
+    /// 86400).
+    #[arg(skip)]
+    pub resolve_backoff_cap: u32,
 }
 
 impl Default for FqdnConfig {
@@ -456,6 +467,8 @@ impl Default for FqdnConfig {
             max_addresses: MAX_FQDN_ADDRESSES,
             resolve: FqdnResolve::default(),
             resolvers: Vec::new(),
+            resolve_concurrency: DEFAULT_RESOLVE_CONCURRENCY,
+            resolve_backoff_cap: DEFAULT_RESOLVE_BACKOFF_CAP_SECS,
         }
     }
 }
@@ -509,6 +522,20 @@ impl FqdnConfig {
         if self.query_timeout == 0 {
             return Err(bound("fqdn.queryTimeout", 0, "must be at least 1"));
         }
+        if !(2..=64).contains(&self.resolve_concurrency) {
+            return Err(bound(
+                "fqdn.resolveConcurrency",
+                self.resolve_concurrency,
+                "must be between 2 and 64",
+            ));
+        }
+        if !(1..=86_400).contains(&self.resolve_backoff_cap) {
+            return Err(ConfigError::Bound {
+                key: "fqdn.resolveBackoffCap",
+                value: u64::from(self.resolve_backoff_cap),
+                reason: "must be between 1 and 86400 seconds",
+            });
+        }
         Ok(())
     }
 
@@ -520,17 +547,19 @@ impl FqdnConfig {
         }
     }
 
-    /// The learner's bounds.
-    /// The timing of resolving ahead: the learner's TTL bounds and the
-    /// default rate and backoff.
+    /// The timing of resolving ahead: the learner's TTL bounds, the
+    /// concurrency and backoff cap set here, the default rates.
     pub fn resolve_bounds(&self) -> ResolveBounds {
         ResolveBounds {
             min_ttl_secs: self.min_ttl,
             max_ttl_secs: self.max_ttl,
+            concurrency: self.resolve_concurrency,
+            max_backoff_ms: u64::from(self.resolve_backoff_cap) * 1000,
             ..ResolveBounds::default()
         }
     }
 
+    /// The learner's bounds.
     pub fn learner(&self) -> LearnerConfig {
         LearnerConfig {
             min_ttl_secs: self.min_ttl,

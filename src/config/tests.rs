@@ -54,6 +54,8 @@ fn empty_settings_resolve_to_defaults() {
             max_addresses: 65_536,
             resolve: FqdnResolve::Exact,
             resolvers: vec![],
+            resolve_concurrency: 8,
+            resolve_backoff_cap: 300,
         }
     );
     assert_eq!(marks.l7, 0x40_0000);
@@ -138,9 +140,15 @@ fn fqdn_keys_and_bounds() {
     assert_eq!(config.fqdn.resolve, FqdnResolve::Exact);
     assert_eq!(config.fqdn.resolve_bounds().min_ttl_secs, 10);
     assert_eq!(config.fqdn.resolve_bounds().max_ttl_secs, 600);
-    let resolving = self::config("fqdn: {resolve: off, resolvers: [10.0.0.53, 'fd00::53']}");
+    assert_eq!(config.fqdn.resolve_bounds().concurrency, 8);
+    assert_eq!(config.fqdn.resolve_bounds().max_backoff_ms, 300_000);
+    let resolving = self::config(
+        "fqdn: {resolve: off, resolvers: [10.0.0.53, 'fd00::53'], resolveConcurrency: 2, resolveBackoffCap: 60}",
+    );
     assert_eq!(resolving.fqdn.resolve, FqdnResolve::Off);
     assert_eq!(resolving.fqdn.resolvers.len(), 2);
+    assert_eq!(resolving.fqdn.resolve_bounds().concurrency, 2);
+    assert_eq!(resolving.fqdn.resolve_bounds().max_backoff_ms, 60_000);
     assert_eq!(
         config.fqdn.query_bounds(),
         QueryBounds {
@@ -159,6 +167,10 @@ fn fqdn_keys_and_bounds() {
         ("fqdn: {queryTimeout: 0}", "fqdn.queryTimeout"),
         ("fqdn: {resolve: wildcard}", "resolve"),
         ("fqdn: {resolvers: [not-an-address]}", "resolvers"),
+        ("fqdn: {resolveConcurrency: 1}", "fqdn.resolveConcurrency"),
+        ("fqdn: {resolveConcurrency: 65}", "between 2 and 64"),
+        ("fqdn: {resolveBackoffCap: 0}", "fqdn.resolveBackoffCap"),
+        ("fqdn: {resolveBackoffCap: 86401}", "between 1 and 86400"),
     ] {
         let message = error(bad);
         assert!(message.contains(expected), "{bad}: {message}");

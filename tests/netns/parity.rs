@@ -194,3 +194,68 @@ spec:
         }
     }
 }
+
+/// Antrea's `testACNPRulePriority` on the wire: two ClusterNetworkPolicies
+/// of one Tier and priority have their rules evaluated by index, so rule 0
+/// of `acnp-deny` (Drop 8080) beats rule 1 of `acnp-allow` (Allow 8080),
+/// and rule 0 of `acnp-allow` (Allow 8081) beats rule 1 of `acnp-deny`
+/// (Drop 8081, the positive control). By name alone `acnp-allow` would
+/// come first and allow both. IPv4 and IPv6; every probe is a new
+/// connection from a fresh client port.
+///
+/// Mutation: order the rules of policies that share Tier and priority
+/// policy by policy (in `compile::priority::interleave`, swap the loops
+/// over rule index and policy): 8080 connects and the test fails.
+#[test]
+fn equal_priority_policies_interleave_rules_by_index_on_the_wire() {
+    let Some(lab) = Lab::builder("equal_priority_policies_interleave_rules_by_index_on_the_wire")
+        .peer("client")
+        .ipv6()
+        .build()
+    else {
+        return;
+    };
+    for port in [8080, 8081, 8082] {
+        lab.serve_tcp("node", port, Service::Echo);
+    }
+    let policy = |name: &str, rules: &str| {
+        format!(
+            "apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata:
+  name: {name}
+spec:
+  priority: 5
+  tier: application
+  appliedTo:
+    - nodeSelector:
+        matchLabels:
+          kubernetes.io/os: linux
+  ingress:
+{rules}"
+        )
+    };
+    let rule = |action: &str, port: u16| {
+        format!("    - action: {action}\n      ports: [{{protocol: TCP, port: {port}}}]\n")
+    };
+    lab.write_policy(
+        "rule-priority.yaml",
+        &format!(
+            "{}---\n{}",
+            policy("acnp-deny", &(rule("Drop", 8080) + &rule("Drop", 8081))),
+            policy("acnp-allow", &(rule("Allow", 8081) + &rule("Allow", 8080))),
+        ),
+    );
+    let v4: IpAddr = lab.node_addr("client").into();
+    let v6: IpAddr = lab.node_addr6("client").into();
+    for node in [v4, v6] {
+        lab.assert_tcp("client", SocketAddr::new(node, 8080), TcpOutcome::Connected);
+    }
+    let mut agent = lab.start_agent(lab.agent_options());
+    agent.wait_generation(1);
+    for node in [v4, v6] {
+        lab.assert_tcp("client", SocketAddr::new(node, 8081), TcpOutcome::Connected);
+        lab.assert_tcp("client", SocketAddr::new(node, 8082), TcpOutcome::Connected);
+        lab.assert_tcp("client", SocketAddr::new(node, 8080), TcpOutcome::TimedOut);
+    }
+}

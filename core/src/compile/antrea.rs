@@ -4,7 +4,9 @@
 //! to the local Node),
 //! one rule instance per Namespace context where peers depend on it, and
 //! each instance appended to the lists of the endpoints it applies to.
-//! Never orders policies itself: it is handed them in priority order.
+//! Never orders policies itself: it is handed them in priority order, a
+//! group sharing Tier and priority at a time, and adds their rules in the
+//! order [`interleave`] gives.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -12,7 +14,7 @@ use std::sync::Arc;
 use crate::model::{AntreaPolicy, AppliedTo, Direction, PortProtocol};
 use crate::ruleset::{CompiledRule, PolicySummary, RuleRef};
 
-use super::priority::OrderedPolicy;
+use super::priority::{interleave, OrderedPolicy};
 use super::{dir_index, services_of, Compiler, Target};
 
 /// A rule instance is shared by endpoints with the same Namespace context
@@ -22,117 +24,160 @@ type ContextKey = (Option<String>, Option<NodePorts>);
 /// The node ports a NodePort-Service appliedTo restricts a rule to.
 type NodePorts = Vec<(PortProtocol, u16)>;
 
+/// What every rule of one policy shares while the rules of its group are
+/// added.
+struct PolicyState {
+    /// The policy's appliedTo, resolved.
+    targets: Vec<(Target, Option<NodePorts>)>,
+    same_label_keys: BTreeSet<String>,
+    /// Endpoints some rule was applied to.
+    applied: BTreeSet<u32>,
+}
+
 impl Compiler<'_> {
-    pub(super) fn add_antrea_policy(&mut self, ordered: &OrderedPolicy, baseline: bool) {
+    /// Adds `group`, policies that share Tier and priority in tie-break
+    /// order, their rules interleaved by index ([`interleave`]).
+    pub(super) fn add_antrea_policies(&mut self, group: &[&OrderedPolicy], baseline: bool) {
+        let mut states: Vec<PolicyState> = group
+            .iter()
+            .map(|ordered| PolicyState {
+                targets: self.resolve_applied_to(
+                    &ordered.policy.spec.applied_to,
+                    ordered.reference.namespace.as_deref(),
+                ),
+                same_label_keys: same_label_keys(ordered.policy),
+                applied: BTreeSet::new(),
+            })
+            .collect();
+        let counts: Vec<[usize; 2]> = group
+            .iter()
+            .map(|o| [o.policy.spec.ingress.len(), o.policy.spec.egress.len()])
+            .collect();
+        for (at, direction, index) in interleave(&counts) {
+            self.add_antrea_rule(group[at], &mut states[at], direction, index, baseline);
+        }
+        for (ordered, state) in group.iter().zip(states) {
+            let policy = ordered.policy;
+            self.policies.push(PolicySummary {
+                policy: ordered.reference.clone(),
+                tier: Some(ordered.tier.clone()),
+                tier_priority: Some(ordered.tier_priority),
+                priority: Some(policy.spec.priority),
+                rules: policy.spec.ingress.len() + policy.spec.egress.len(),
+                rule_names: (policy.spec.ingress.iter().map(|r| (Direction::Ingress, r)))
+                    .chain(policy.spec.egress.iter().map(|r| (Direction::Egress, r)))
+                    .map(|(direction, rule)| rule.effective_name(direction))
+                    .collect(),
+                applied_to: state
+                    .applied
+                    .into_iter()
+                    .map(|e| self.endpoints[e as usize].to_string())
+                    .collect(),
+            });
+        }
+    }
+
+    /// Adds rule `index` of `direction` of `ordered` to the lists of the
+    /// endpoints it applies to.
+    fn add_antrea_rule(
+        &mut self,
+        ordered: &OrderedPolicy,
+        state: &mut PolicyState,
+        direction: Direction,
+        index: usize,
+        baseline: bool,
+    ) {
         let policy = ordered.policy;
         let policy_ns = ordered.reference.namespace.as_deref();
-        let policy_targets = self.resolve_applied_to(&policy.spec.applied_to, policy_ns);
-        let same_label_keys = same_label_keys(policy);
-        let mut applied: BTreeSet<u32> = BTreeSet::new();
-        for (direction, rules) in [
-            (Direction::Ingress, &policy.spec.ingress),
-            (Direction::Egress, &policy.spec.egress),
-        ] {
-            for (index, rule) in rules.iter().enumerate() {
-                let targets = if rule.applied_to.is_empty() {
-                    policy_targets.clone()
-                } else {
-                    self.resolve_applied_to(&rule.applied_to, policy_ns)
-                };
-                let reference = Arc::new(RuleRef {
-                    policy: ordered.reference.clone(),
-                    tier: Some(ordered.tier.clone()),
-                    tier_priority: Some(ordered.tier_priority),
-                    policy_priority: Some(policy.spec.priority),
-                    name: Some(rule.effective_name(direction)),
-                    index,
-                    direction,
-                    action: rule.action,
-                    enable_logging: rule.enable_logging,
-                    log_label: rule.log_label.clone().filter(|l| !l.is_empty()),
-                    rank: self.next_rank(),
-                    l7: rule.l7_protocols.clone().into(),
-                });
-                let services = services_of(&rule.ports, &rule.protocols);
-                let peers_list = match direction {
-                    Direction::Ingress => &rule.from,
-                    Direction::Egress => &rule.to,
-                };
-                // One instance per Namespace context when peers depend on it.
-                let context_dependent = peers_list.iter().any(|p| p.namespaces.is_some());
-                let mut instance_by_context: HashMap<ContextKey, u32> = HashMap::new();
-                for (target, node_ports) in &targets {
-                    let Some(&endpoint) = self.endpoint_of_target.get(target) else {
-                        continue;
-                    };
-                    let endpoint_ns = match target {
-                        Target::Pod(idx) => Some(self.inv.pods[*idx as usize].namespace.clone()),
-                        Target::LocalNode => None,
-                    };
-                    if !same_label_keys.is_empty()
-                        && !endpoint_ns
-                            .as_deref()
-                            .and_then(|ns| self.inv.namespace_labels(ns))
-                            .is_some_and(|l| same_label_keys.iter().all(|k| l.contains_key(k)))
-                    {
-                        // The spec: a policy with sameLabels is a no-op on
-                        // Namespaces lacking any of those label keys.
-                        continue;
-                    }
-                    let context = if context_dependent {
-                        endpoint_ns.clone()
-                    } else {
-                        None
-                    };
-                    let key = (context, node_ports.clone());
-                    let instance = match instance_by_context.get(&key) {
-                        Some(&id) => id,
-                        None => {
-                            let peers = self.resolve_peers(
-                                peers_list,
-                                &rule.to_services,
-                                policy_ns,
-                                key.0.as_deref(),
-                            );
-                            self.rules.push(CompiledRule {
-                                reference: reference.clone(),
-                                peers,
-                                services: services.clone(),
-                                node_ports: node_ports.clone(),
-                            });
-                            let id = (self.rules.len() - 1) as u32;
-                            instance_by_context.insert(key, id);
-                            id
-                        }
-                    };
-                    let lists = &mut self.lists[endpoint as usize][dir_index(direction)];
-                    let list = if baseline {
-                        &mut lists.baseline
-                    } else {
-                        &mut lists.antrea
-                    };
-                    if list.last() != Some(&instance) {
-                        list.push(instance);
-                    }
-                    applied.insert(endpoint);
-                }
-            }
-        }
-        self.policies.push(PolicySummary {
+        let rules = match direction {
+            Direction::Ingress => &policy.spec.ingress,
+            Direction::Egress => &policy.spec.egress,
+        };
+        let Some(rule) = rules.get(index) else {
+            return;
+        };
+        let targets = if rule.applied_to.is_empty() {
+            state.targets.clone()
+        } else {
+            self.resolve_applied_to(&rule.applied_to, policy_ns)
+        };
+        let reference = Arc::new(RuleRef {
             policy: ordered.reference.clone(),
             tier: Some(ordered.tier.clone()),
             tier_priority: Some(ordered.tier_priority),
-            priority: Some(policy.spec.priority),
-            rules: policy.spec.ingress.len() + policy.spec.egress.len(),
-            rule_names: (policy.spec.ingress.iter().map(|r| (Direction::Ingress, r)))
-                .chain(policy.spec.egress.iter().map(|r| (Direction::Egress, r)))
-                .map(|(direction, rule)| rule.effective_name(direction))
-                .collect(),
-            applied_to: applied
-                .into_iter()
-                .map(|e| self.endpoints[e as usize].to_string())
-                .collect(),
+            policy_priority: Some(policy.spec.priority),
+            name: Some(rule.effective_name(direction)),
+            index,
+            direction,
+            action: rule.action,
+            enable_logging: rule.enable_logging,
+            log_label: rule.log_label.clone().filter(|l| !l.is_empty()),
+            rank: self.next_rank(),
+            l7: rule.l7_protocols.clone().into(),
         });
+        let services = services_of(&rule.ports, &rule.protocols);
+        let peers_list = match direction {
+            Direction::Ingress => &rule.from,
+            Direction::Egress => &rule.to,
+        };
+        // One instance per Namespace context when peers depend on it.
+        let context_dependent = peers_list.iter().any(|p| p.namespaces.is_some());
+        let mut instance_by_context: HashMap<ContextKey, u32> = HashMap::new();
+        for (target, node_ports) in &targets {
+            let Some(&endpoint) = self.endpoint_of_target.get(target) else {
+                continue;
+            };
+            let endpoint_ns = match target {
+                Target::Pod(idx) => Some(self.inv.pods[*idx as usize].namespace.clone()),
+                Target::LocalNode => None,
+            };
+            if !state.same_label_keys.is_empty()
+                && !endpoint_ns
+                    .as_deref()
+                    .and_then(|ns| self.inv.namespace_labels(ns))
+                    .is_some_and(|l| state.same_label_keys.iter().all(|k| l.contains_key(k)))
+            {
+                // The spec: a policy with sameLabels is a no-op on
+                // Namespaces lacking any of those label keys.
+                continue;
+            }
+            let context = if context_dependent {
+                endpoint_ns.clone()
+            } else {
+                None
+            };
+            let key = (context, node_ports.clone());
+            let instance = match instance_by_context.get(&key) {
+                Some(&id) => id,
+                None => {
+                    let peers = self.resolve_peers(
+                        peers_list,
+                        &rule.to_services,
+                        policy_ns,
+                        key.0.as_deref(),
+                    );
+                    self.rules.push(CompiledRule {
+                        reference: reference.clone(),
+                        peers,
+                        services: services.clone(),
+                        node_ports: node_ports.clone(),
+                    });
+                    let id = (self.rules.len() - 1) as u32;
+                    instance_by_context.insert(key, id);
+                    id
+                }
+            };
+            let lists = &mut self.lists[endpoint as usize][dir_index(direction)];
+            let list = if baseline {
+                &mut lists.baseline
+            } else {
+                &mut lists.antrea
+            };
+            if list.last() != Some(&instance) {
+                list.push(instance);
+            }
+            state.applied.insert(endpoint);
+        }
     }
 
     /// Resolves appliedTo entries to local endpoints; NodePort Services

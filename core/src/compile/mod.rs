@@ -2,7 +2,8 @@
 //! immutable [`Ruleset`]. It resolves selectors, groups, ServiceAccounts,
 //! `namespaces` (`Self`, `sameLabels`), nodeSelectors, externalEntitySelectors
 //! and named ports against the inventory, and orders every rule by effective priority (Tier priority,
-//! policy priority, rule order; ACNP and ANNP interleaved; Admin-tier
+//! policy priority, then rule index across the policies that share both,
+//! ACNP and ANNP alike; Admin-tier
 //! ClusterNetworkPolicies as a Tier of priority 220, AdminNetworkPolicies
 //! after every non-baseline Antrea Tier; Kubernetes NetworkPolicies next;
 //! Antrea's baseline Tier, then the network-policy-api Baseline tier, last)
@@ -125,26 +126,27 @@ impl<'a> Compiler<'a> {
         let (before_cnp, after_cnp): (Vec<_>, Vec<_>) = regular
             .iter()
             .partition(|p| p.tier_priority <= crate::model::CNP_ADMIN_TIER_PRIORITY);
-        for ordered in before_cnp {
-            self.add_antrea_policy(ordered, false);
+        let baseline: Vec<_> = baseline.iter().collect();
+        for group in priority::same_priority(&before_cnp) {
+            self.add_antrea_policies(group, false);
         }
-        for policy in &np.cnp_admin {
-            self.add_np_policy(policy);
+        for group in priority::same_np_priority(&np.cnp_admin) {
+            self.add_np_policies(group);
         }
-        for ordered in after_cnp {
-            self.add_antrea_policy(ordered, false);
+        for group in priority::same_priority(&after_cnp) {
+            self.add_antrea_policies(group, false);
         }
-        for policy in &np.anp {
-            self.add_np_policy(policy);
+        for group in priority::same_np_priority(&np.anp) {
+            self.add_np_policies(group);
         }
         for policy in priority::k8s_policies(self.snapshot) {
             self.add_k8s_policy(policy);
         }
-        for ordered in &baseline {
-            self.add_antrea_policy(ordered, true);
+        for group in priority::same_priority(&baseline) {
+            self.add_antrea_policies(group, true);
         }
-        for policy in &np.baseline {
-            self.add_np_policy(policy);
+        for group in priority::same_np_priority(&np.baseline) {
+            self.add_np_policies(group);
         }
         self.finish()
     }

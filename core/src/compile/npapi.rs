@@ -5,8 +5,9 @@
 //! `domainNames` as FQDN selectors learned by DNS snooping), ports and
 //! named ports to match entries, and each rule appended to the list of the
 //! Pods it applies to: the Antrea Tiers' list for the Admin tier (where the
-//! compiler's order puts it), the baseline list for the Baseline tier. Never orders policies itself
-//! (`priority.rs` does), never decides a flow.
+//! compiler's order puts it), the baseline list for the Baseline tier.
+//! Never orders policies itself (`priority.rs` does: it hands them over a
+//! group sharing a priority at a time), never decides a flow.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,6 +24,7 @@ use crate::ruleset::{
 
 use super::inventory::PodIdx;
 use super::k8s::K8S_LOGGING_ANNOTATION;
+use super::priority::interleave;
 use super::{dir_index, Compiler, Target};
 
 /// The policy kind an [`NpKind`] is reported as.
@@ -50,91 +52,139 @@ fn tier_priority(policy: &NpPolicy<'_>) -> Option<i32> {
         .then_some(crate::model::CNP_ADMIN_TIER_PRIORITY)
 }
 
+/// What every rule of one policy shares while the rules of its group are
+/// added.
+struct NpState {
+    reference: PolicyRef,
+    /// The subject's local endpoints.
+    subject: Vec<u32>,
+    /// Whether the policy's rules are audited.
+    logged: bool,
+}
+
 impl Compiler<'_> {
-    pub(super) fn add_np_policy(&mut self, policy: &NpPolicy<'_>) {
-        let reference = PolicyRef {
-            kind: policy_kind(policy.kind),
-            namespace: None,
-            name: policy.name.to_string(),
-        };
-        let subject: Vec<u32> = self
-            .np_subject_pods(policy)
-            .into_iter()
-            .filter_map(|p| self.endpoint_of_target.get(&Target::Pod(p)).copied())
+    /// Adds `group`, policies of one kind and tier that share a priority,
+    /// in name order, their rules interleaved by index ([`interleave`]),
+    /// as Antrea orders the rules it translates them into.
+    pub(super) fn add_np_policies(&mut self, group: &[NpPolicy<'_>]) {
+        let states: Vec<NpState> = group
+            .iter()
+            .map(|policy| NpState {
+                reference: PolicyRef {
+                    kind: policy_kind(policy.kind),
+                    namespace: None,
+                    name: policy.name.to_string(),
+                },
+                subject: self
+                    .np_subject_pods(policy)
+                    .into_iter()
+                    .filter_map(|p| self.endpoint_of_target.get(&Target::Pod(p)).copied())
+                    .collect(),
+                // No field turns on audit logging in this API: the
+                // annotation Antrea reads on Namespaces for K8s
+                // NetworkPolicies, here on the policy object itself.
+                logged: policy
+                    .metadata
+                    .annotations
+                    .get(K8S_LOGGING_ANNOTATION)
+                    .is_some_and(|v| v == "true"),
+            })
             .collect();
-        // No field turns on audit logging in this API: the annotation
-        // Antrea reads on Namespaces for K8s NetworkPolicies, here on the
-        // policy object itself.
-        let logged = policy
-            .metadata
-            .annotations
-            .get(K8S_LOGGING_ANNOTATION)
-            .is_some_and(|v| v == "true");
-        let mut rule_names = Vec::new();
-        for direction in [Direction::Ingress, Direction::Egress] {
-            for (index, rule) in policy.rules(direction).iter().enumerate() {
-                let name = rule_name(rule.name, direction, index);
-                rule_names.push(name.clone());
-                let rank = self.next_rank();
-                let reference = Arc::new(RuleRef {
-                    policy: reference.clone(),
-                    tier: Some(policy.tier.as_str().to_string()),
-                    tier_priority: tier_priority(policy),
-                    policy_priority: policy.priority.map(f64::from),
-                    name: Some(name),
-                    index,
-                    direction,
-                    action: rule.action.rule_action(),
-                    enable_logging: logged,
-                    log_label: None,
-                    rank,
-                    l7: Arc::new([]),
-                });
-                // One instance per subject Namespace when peers depend on
-                // it (`sameLabels` / `notSameLabels`), else one for all;
-                // none without a local subject (no names to learn then).
-                let mut contexts: BTreeMap<Option<String>, Vec<u32>> = BTreeMap::new();
-                let context_dependent = rule.peers.iter().any(NpPeer::depends_on_namespace);
-                for &endpoint in &subject {
-                    let context = match &self.endpoints[endpoint as usize] {
-                        Endpoint::Pod { namespace, .. } if context_dependent => {
-                            Some(namespace.clone())
-                        }
-                        _ => None,
-                    };
-                    contexts.entry(context).or_default().push(endpoint);
-                }
-                for (context, endpoints) in contexts {
-                    let peers = self.resolve_np_peers(rule.peers, context.as_deref());
-                    self.rules.push(CompiledRule {
-                        reference: reference.clone(),
-                        peers,
-                        services: np_services(rule.ports.as_deref()),
-                        node_ports: None,
-                    });
-                    let id = (self.rules.len() - 1) as u32;
-                    for endpoint in endpoints {
-                        let lists = &mut self.lists[endpoint as usize][dir_index(direction)];
-                        match policy.tier {
-                            NpTier::Admin => lists.antrea.push(id),
-                            NpTier::Baseline => lists.baseline.push(id),
-                        }
-                    }
+        let counts: Vec<[usize; 2]> = group
+            .iter()
+            .map(|p| {
+                [
+                    p.rules(Direction::Ingress).len(),
+                    p.rules(Direction::Egress).len(),
+                ]
+            })
+            .collect();
+        for (at, direction, index) in interleave(&counts) {
+            self.add_np_rule(&group[at], &states[at], direction, index);
+        }
+        for (policy, state) in group.iter().zip(states) {
+            let rule_names: Vec<String> = [Direction::Ingress, Direction::Egress]
+                .into_iter()
+                .flat_map(|direction| {
+                    policy
+                        .rules(direction)
+                        .iter()
+                        .enumerate()
+                        .map(move |(index, rule)| rule_name(rule.name, direction, index))
+                })
+                .collect();
+            self.policies.push(PolicySummary {
+                policy: state.reference,
+                tier: Some(policy.tier.as_str().to_string()),
+                tier_priority: tier_priority(policy),
+                priority: policy.priority.map(f64::from),
+                rules: rule_names.len(),
+                rule_names,
+                applied_to: state
+                    .subject
+                    .into_iter()
+                    .map(|e| self.endpoints[e as usize].to_string())
+                    .collect(),
+            });
+        }
+    }
+
+    /// Adds rule `index` of `direction` of `policy` to the lists of its
+    /// subject's endpoints.
+    fn add_np_rule(
+        &mut self,
+        policy: &NpPolicy<'_>,
+        state: &NpState,
+        direction: Direction,
+        index: usize,
+    ) {
+        let Some(rule) = policy.rules(direction).get(index) else {
+            return;
+        };
+        let rank = self.next_rank();
+        let reference = Arc::new(RuleRef {
+            policy: state.reference.clone(),
+            tier: Some(policy.tier.as_str().to_string()),
+            tier_priority: tier_priority(policy),
+            policy_priority: policy.priority.map(f64::from),
+            name: Some(rule_name(rule.name, direction, index)),
+            index,
+            direction,
+            action: rule.action.rule_action(),
+            enable_logging: state.logged,
+            log_label: None,
+            rank,
+            l7: Arc::new([]),
+        });
+        // One instance per subject Namespace when peers depend on it
+        // (`sameLabels` / `notSameLabels`), else one for all; none without
+        // a local subject (no names to learn then).
+        let mut contexts: BTreeMap<Option<String>, Vec<u32>> = BTreeMap::new();
+        let context_dependent = rule.peers.iter().any(NpPeer::depends_on_namespace);
+        for &endpoint in &state.subject {
+            let context = match &self.endpoints[endpoint as usize] {
+                Endpoint::Pod { namespace, .. } if context_dependent => Some(namespace.clone()),
+                _ => None,
+            };
+            contexts.entry(context).or_default().push(endpoint);
+        }
+        for (context, endpoints) in contexts {
+            let peers = self.resolve_np_peers(rule.peers, context.as_deref());
+            self.rules.push(CompiledRule {
+                reference: reference.clone(),
+                peers,
+                services: np_services(rule.ports.as_deref()),
+                node_ports: None,
+            });
+            let id = (self.rules.len() - 1) as u32;
+            for endpoint in endpoints {
+                let lists = &mut self.lists[endpoint as usize][dir_index(direction)];
+                match policy.tier {
+                    NpTier::Admin => lists.antrea.push(id),
+                    NpTier::Baseline => lists.baseline.push(id),
                 }
             }
         }
-        self.policies.push(PolicySummary {
-            policy: reference,
-            tier: Some(policy.tier.as_str().to_string()),
-            tier_priority: tier_priority(policy),
-            priority: policy.priority.map(f64::from),
-            rules: rule_names.len(),
-            rule_names,
-            applied_to: subject
-                .into_iter()
-                .map(|e| self.endpoints[e as usize].to_string())
-                .collect(),
-        });
     }
 
     /// The Pods a `subject` selects (never the Node: subjects are Pods).

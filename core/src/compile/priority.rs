@@ -4,14 +4,17 @@
 //! interleaved), with the Admin tier of `v1alpha2` ClusterNetworkPolicies
 //! at Tier priority 220; then AdminNetworkPolicies; then Kubernetes
 //! NetworkPolicies; then Antrea's baseline Tier; then the
-//! network-policy-api Baseline tier.
-//! Each rule gets its rank here. Decides order only, never what matches.
+//! network-policy-api Baseline tier. Policies that share a Tier and a
+//! priority are evaluated together, their rules by index ([`interleave`]):
+//! Antrea's order is (Tier priority, policy priority, rule index) for every
+//! kind it translates. Each rule gets its rank here. Decides order only,
+//! never what matches.
 
 use std::collections::HashMap;
 
 use crate::model::{
-    effective_tier, AntreaPolicy, K8sNetworkPolicy, NpKind, NpPolicy, NpTier, Object, Snapshot,
-    BASELINE_TIER, STATIC_TIERS,
+    effective_tier, AntreaPolicy, Direction, K8sNetworkPolicy, NpKind, NpPolicy, NpTier, Object,
+    Snapshot, BASELINE_TIER, STATIC_TIERS,
 };
 use crate::ruleset::{PolicyKind, PolicyRef};
 
@@ -34,7 +37,8 @@ pub(super) fn tier_priorities(snapshot: &Snapshot) -> HashMap<String, i32> {
 }
 
 /// Orders policies: Tier priority, then policy priority, then kind and name
-/// so that equal priorities still compile deterministically.
+/// (the tie-break within [`interleave`]: rules of one index of policies
+/// that share Tier and priority are in no order Antrea defines).
 pub(super) struct OrderedPolicy<'a> {
     pub(super) tier: String,
     pub(super) tier_priority: i32,
@@ -138,6 +142,60 @@ pub(super) fn np_policies(snapshot: &Snapshot) -> NpPolicies<'_> {
         }
     }
     groups
+}
+
+/// Runs of `sorted` policies that share Tier priority and policy priority:
+/// each run is evaluated as one ([`interleave`]).
+pub(super) fn same_priority<'s, 'a>(
+    sorted: &'s [&'s OrderedPolicy<'a>],
+) -> impl Iterator<Item = &'s [&'s OrderedPolicy<'a>]> {
+    sorted.chunk_by(|a, b| {
+        a.tier_priority == b.tier_priority
+            && a.policy
+                .spec
+                .priority
+                .total_cmp(&b.policy.spec.priority)
+                .is_eq()
+    })
+}
+
+/// Runs of `sorted` network-policy-api policies of one group
+/// ([`NpPolicies`]) that share a priority (the BaselineAdminNetworkPolicy,
+/// which has none, is alone).
+pub(super) fn same_np_priority<'s, 'a>(
+    sorted: &'s [NpPolicy<'a>],
+) -> impl Iterator<Item = &'s [NpPolicy<'a>]> {
+    sorted.chunk_by(|a, b| a.kind == b.kind && a.priority == b.priority)
+}
+
+/// The rules of policies that share Tier and priority, in evaluation
+/// order, given each policy's `[ingress, egress]` rule counts in the
+/// policies' order: by rule index, then by policy (the kind-and-name
+/// tie-break), each index's ingress rule before its egress rule (the two
+/// directions never meet: they are separate lists). Antrea gives a rule
+/// the priority (Tier priority, policy priority, rule index), so rule 0 of
+/// every such policy comes before any rule 1 (`testACNPRulePriority`).
+/// Yields (policy position, direction, rule index).
+pub(super) fn interleave(rule_counts: &[[usize; 2]]) -> Vec<(usize, Direction, usize)> {
+    let longest = rule_counts
+        .iter()
+        .flat_map(|counts| counts.iter().copied())
+        .max()
+        .unwrap_or(0);
+    let mut order = Vec::new();
+    for index in 0..longest {
+        for (policy, counts) in rule_counts.iter().enumerate() {
+            for (direction, &count) in [Direction::Ingress, Direction::Egress]
+                .into_iter()
+                .zip(counts)
+            {
+                if index < count {
+                    order.push((policy, direction, index));
+                }
+            }
+        }
+    }
+    order
 }
 
 impl Compiler<'_> {

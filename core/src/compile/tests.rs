@@ -642,6 +642,54 @@ fn fqdn_peers_match_learned_addresses_only() {
 }
 
 #[test]
+fn fqdn_selectors_are_listed_with_every_policy_that_uses_them() {
+    let rs = ruleset(
+        r#"apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: cluster}
+spec:
+  priority: 1
+  appliedTo: [{podSelector: {matchLabels: {app: a}}}]
+  egress:
+  - action: Allow
+    to: [{fqdn: shared.test}, {fqdn: "*.wild.test"}]
+  - action: Drop
+    to: [{fqdn: shared.test}]
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: NetworkPolicy
+metadata: {name: admin, namespace: x}
+spec:
+  priority: 1
+  appliedTo: [{podSelector: {}}]
+  egress:
+  - action: Allow
+    to: [{fqdn: shared.test}, {fqdn: own.test}]
+"#,
+    );
+    let owners: Vec<(String, &str)> = rs
+        .fqdn_owners()
+        .into_iter()
+        .map(|(owner, pattern)| (owner, pattern.as_str()))
+        .collect();
+    assert_eq!(
+        owners,
+        [
+            (
+                "AntreaClusterNetworkPolicy:cluster".to_string(),
+                "shared.test"
+            ),
+            (
+                "AntreaClusterNetworkPolicy:cluster".to_string(),
+                "*.wild.test"
+            ),
+            ("AntreaNetworkPolicy:x/admin".to_string(), "shared.test"),
+            ("AntreaNetworkPolicy:x/admin".to_string(), "own.test"),
+        ]
+    );
+}
+
+#[test]
 fn node_policies_apply_to_the_local_node() {
     let rs = ruleset(
         r#"apiVersion: crd.antrea.io/v1beta1
@@ -1419,3 +1467,4 @@ spec:
 
 mod conformance;
 mod npapi;
+mod priority;

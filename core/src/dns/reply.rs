@@ -50,12 +50,19 @@ pub struct DnsQuery {
 }
 
 /// A response reduced to its question names and answer-section records of
-/// class IN (authority and additional sections are never trusted).
-/// Names are lower-case ASCII (IDNs stay in punycode) without the trailing dot.
+/// class IN (authority and additional sections are never learned from:
+/// only the negative TTL of an SOA there is read, which can only delay a
+/// question). Names are lower-case ASCII (IDNs stay in punycode) without
+/// the trailing dot.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DnsReply {
     query: DnsQuery,
     questions: Vec<String>,
+    /// The response code is NXDOMAIN.
+    nxdomain: bool,
+    /// RFC 2308 §5: the smaller of the TTL and the MINIMUM field of the
+    /// first SOA record in the authority section.
+    negative_ttl: Option<u32>,
     /// Answer-section A/AAAA records: owner, address, TTL.
     addresses: Vec<(String, IpAddr, u32)>,
     /// Answer-section CNAME records: owner → target (first one per owner).
@@ -124,9 +131,18 @@ pub fn parse_reply(bytes: &[u8]) -> Result<DnsReply, DnsError> {
             _ => {}
         }
     }
+    let negative_ttl = message
+        .authorities
+        .iter()
+        .find_map(|record| match &record.data {
+            RData::SOA(soa) => Some(rfc2181_ttl(record.ttl).min(rfc2181_ttl(soa.minimum))),
+            _ => None,
+        });
     Ok(DnsReply {
         query,
         questions,
+        nxdomain: meta.response_code == ResponseCode::NXDomain,
+        negative_ttl,
         addresses,
         aliases,
     })
@@ -176,6 +192,17 @@ impl DnsReply {
     /// The question names, normalized.
     pub fn questions(&self) -> &[String] {
         &self.questions
+    }
+
+    /// Whether the response code is NXDOMAIN (the name does not exist).
+    pub fn nxdomain(&self) -> bool {
+        self.nxdomain
+    }
+
+    /// How long a resolver may cache the absence of an answer (RFC 2308):
+    /// the SOA of the authority section, when there is one.
+    pub fn negative_ttl(&self) -> Option<u32> {
+        self.negative_ttl
     }
 
     /// Every A/AAAA answer reachable from a question name through at most

@@ -204,6 +204,43 @@ fn nxdomain_is_accepted_other_rcodes_are_not() {
 }
 
 #[test]
+fn negative_answers_carry_nxdomain_and_the_soa_negative_ttl() {
+    use hickory_proto::rr::rdata::SOA;
+    let soa = |ttl, minimum| {
+        Record::from_rdata(
+            name("test."),
+            ttl,
+            RData::SOA(SOA::new(
+                name("ns.test."),
+                name("admin.test."),
+                1,
+                3600,
+                600,
+                86_400,
+                minimum,
+            )),
+        )
+    };
+    let mut msg = response("gone.test.", vec![]);
+    msg.metadata.response_code = ResponseCode::NXDomain;
+    let reply = parse_reply(&wire(&msg)).unwrap();
+    assert!(reply.nxdomain());
+    assert_eq!(reply.negative_ttl(), None);
+    // RFC 2308 §5: the smaller of the SOA's TTL and its MINIMUM field.
+    msg.add_authority(soa(900, 60));
+    assert_eq!(parse_reply(&wire(&msg)).unwrap().negative_ttl(), Some(60));
+    let mut nodata = response("a-only.test.", vec![]);
+    nodata.add_authority(soa(30, 3600));
+    nodata.add_authority(soa(5, 5));
+    let reply = parse_reply(&wire(&nodata)).unwrap();
+    assert!(!reply.nxdomain());
+    assert_eq!(reply.negative_ttl(), Some(30));
+    assert!(!parse_reply(&wire(&response("x.test.", vec![])))
+        .unwrap()
+        .nxdomain());
+}
+
+#[test]
 fn queries_and_other_opcodes_are_refused() {
     let mut msg = response("q.test.", vec![a("q.test.", 60, [192, 0, 2, 1])]);
     msg.metadata.message_type = MessageType::Query;

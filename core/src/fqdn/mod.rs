@@ -29,7 +29,10 @@ pub use learner::{
     DEFAULT_MAX_TTL_SECS, MAX_IPSET_TIMEOUT_SECS,
 };
 
-pub use resolve::{FqdnResolve, ResolveBounds, ResolveOutcome, ResolveSchedule, UnknownResolve};
+pub use resolve::{
+    FqdnResolve, QueryType, ResolveBounds, ResolveOutcome, ResolveQuery, ResolveSchedule,
+    UnknownResolve, DEFAULT_RESOLVE_BACKOFF_CAP_SECS, DEFAULT_RESOLVE_CONCURRENCY,
+};
 pub use step::{DnsCounters, DnsCounts, DnsStep, Learned, SetWrite};
 pub use table::{Expired, FqdnTable, TableLookup};
 

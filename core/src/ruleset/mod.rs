@@ -210,6 +210,24 @@ impl Ruleset {
         &self.fqdn_patterns
     }
 
+    /// Every FQDN selector with each policy whose rules use it, as
+    /// (`Kind:namespace/name` of the policy, selector) pairs, once each,
+    /// by policy: whom resolving a name ahead serves.
+    pub fn fqdn_owners(&self) -> Vec<(String, &FqdnPattern)> {
+        let pairs: BTreeSet<(String, u32)> = self
+            .rules
+            .iter()
+            .flat_map(|rule| {
+                let owner = rule.reference.policy.to_string();
+                rule.peers.fqdns.iter().map(move |&i| (owner.clone(), i))
+            })
+            .collect();
+        pairs
+            .into_iter()
+            .filter_map(|(owner, i)| Some((owner, self.fqdn_patterns.get(i as usize)?)))
+            .collect()
+    }
+
     /// Policies sorted by effective priority (as `antctl get netpol
     /// --sort-by=effectivePriority`): Tier priority, policy priority, then
     /// Kubernetes NetworkPolicies before the baseline Tier.

@@ -6,7 +6,8 @@
 //! Names are matched case-insensitively without the trailing dot; an entry
 //! `*.example.test` answers every name under `example.test`. Unknown names
 //! get NXDOMAIN; a known name without a record of the asked type gets an
-//! empty NOERROR answer. A [`LiveZone`] server ([`DnsServer`]) lets the test
+//! empty NOERROR answer, unless the zone says to refuse that type or leave
+//! it unanswered. A [`LiveZone`] server ([`DnsServer`]) lets the test
 //! change the records while it serves and tells who asked for what.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, UdpSocket};
@@ -33,6 +34,17 @@ pub enum DnsRecord {
         target: String,
         ttl: u32,
     },
+    /// Queries of `record_type` for `name` are answered REFUSED (dnsmasq
+    /// without an upstream does so for a type it has no record of).
+    Refused {
+        name: String,
+        record_type: RecordType,
+    },
+    /// Queries of `record_type` for `name` get no answer at all.
+    Silent {
+        name: String,
+        record_type: RecordType,
+    },
 }
 
 impl DnsRecord {
@@ -52,9 +64,26 @@ impl DnsRecord {
         }
     }
 
+    pub fn refused(name: &str, record_type: RecordType) -> Self {
+        DnsRecord::Refused {
+            name: normalize(name),
+            record_type,
+        }
+    }
+
+    pub fn silent(name: &str, record_type: RecordType) -> Self {
+        DnsRecord::Silent {
+            name: normalize(name),
+            record_type,
+        }
+    }
+
     fn owner(&self) -> &str {
         match self {
-            DnsRecord::Address { name, .. } | DnsRecord::Cname { name, .. } => name,
+            DnsRecord::Address { name, .. }
+            | DnsRecord::Cname { name, .. }
+            | DnsRecord::Refused { name, .. }
+            | DnsRecord::Silent { name, .. } => name,
         }
     }
 }
@@ -176,7 +205,8 @@ fn serve_live_dns(ns: &Netns, port: u16, zone: LiveZone, stop: Arc<AtomicBool>) 
     })
 }
 
-/// The wire reply to query `bytes`, or `None` for something unparseable.
+/// The wire reply to query `bytes`, or `None` for something unparseable
+/// or a question to leave unanswered.
 fn answer(zone: &[DnsRecord], bytes: &[u8]) -> Option<Vec<u8>> {
     let query = Message::from_vec(bytes).ok()?;
     let question = query.queries.first()?.clone();
@@ -187,6 +217,18 @@ fn answer(zone: &[DnsRecord], bytes: &[u8]) -> Option<Vec<u8>> {
     reply.add_query(question.clone());
 
     let mut name = normalize(&question.name.to_ascii());
+    for record in zone.iter().filter(|r| covers(r.owner(), &name)) {
+        match record {
+            DnsRecord::Silent { record_type, .. } if *record_type == question.query_type => {
+                return None;
+            }
+            DnsRecord::Refused { record_type, .. } if *record_type == question.query_type => {
+                reply.metadata.response_code = ResponseCode::Refused;
+                return reply.to_vec().ok();
+            }
+            _ => {}
+        }
+    }
     let mut known = false;
     // Follow CNAMEs within the zone; bounded against loops.
     for _ in 0..8 {

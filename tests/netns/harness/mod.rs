@@ -198,6 +198,10 @@ pub const TEST_IDS: &[&str] = &[
     "podman_network_reload_opens_nothing_with_cni",
     "privileged_ssh_covers_the_node_not_routed_pods",
     "a_stuck_l7_queue_leaves_other_connections_of_the_same_client_answered",
+    "equal_priority_policies_interleave_rules_by_index_on_the_wire",
+    "slow_names_of_one_policy_do_not_delay_another_policys_refresh",
+    "a_thousand_missing_names_cost_the_resolver_little",
+    "each_record_type_is_learned_alone_when_the_other_is_refused_or_silent",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
