@@ -1,5 +1,5 @@
 #!/bin/sh
-# Runs tollgate as a container on a Docker host (docs/docker-firewall.md):
+# Runs tollgate as a container on a Docker host (docs/guide/docker.md):
 # the node image (scripts/image.sh) in the host's network namespace with
 # only NET_ADMIN and NET_RAW, the Docker socket read-only as its inventory
 # (`--docker`), and policies from a host directory.
@@ -16,7 +16,7 @@
 #
 # The socket is mounted read-only, which does not restrict the API: any
 # client of it is root on the host. A read-only socket proxy in front of it
-# limits tollgate to what it reads (docs/docker.md, Configuration).
+# limits tollgate to what it reads (docs/guide/docker.md, "The socket is root on the host").
 #
 # /run/tollgate is shared so that `tollgate status` works on the host;
 # /run/xtables.lock is the host's, so that with the legacy iptables

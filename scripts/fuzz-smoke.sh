@@ -5,7 +5,7 @@
 # seeds. Fails on any crash, assertion or leak; the input that failed is
 # left in fuzz/artifacts/<target>/.
 #
-# The long runs of docs/notes-fuzz.md: FUZZ_RUNS=N runs each target for N
+# The long runs of docs/dev/fuzz.md: FUZZ_RUNS=N runs each target for N
 # executions instead of a time, FUZZ_SANITIZER=none builds without ASan
 # (about 5x the executions per second), e.g.
 #   FUZZ_RUNS=10000000 FUZZ_SANITIZER=none scripts/fuzz-smoke.sh
@@ -14,7 +14,7 @@
 # rustc accepts with RUSTC_BOOTSTRAP=1 (the toolchain's own switch for
 # unstable flags; nothing is downloaded). Targets are built optimized with
 # debug assertions and overflow checks, as the long runs were
-# (docs/notes-fuzz.md).
+# (docs/dev/fuzz.md).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

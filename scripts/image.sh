@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the tollgate node image from docker/Dockerfile with podman, on a
 # machine that has no Docker engine and reaches no image registry (only
-# Debian's package archive). See docs/image.md.
+# Debian's package archive). See docs/guide/kubernetes.md.
 #
 #   scripts/image.sh [--binary PATH] [--tag NAME]
 #

@@ -1,5 +1,5 @@
 //! Operational logs: the `tracing` subscriber of `tollgate run`, writing to
-//! stderr as plain text (the lines docs/run-contract.md promises) or as
+//! stderr as plain text (the lines docs/design/run-contract.md promises) or as
 //! one JSON object per line. The level comes from `--log-level`, else
 //! `RUST_LOG`, else `info`. Audit lines never go here: they have their own
 //! file (`crate::audit`).

@@ -5,7 +5,7 @@
 //! `tests/data/antrea/webhook-cases.json`) goes through tollgate's decoder
 //! and validator, and tollgate must admit exactly what Antrea's webhook
 //! admits, except for the differences listed in `KNOWN_DIFFERENCES` (each
-//! one a row of docs/antrea-compat.md).
+//! one a row of docs/guide/antrea-compat.md).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -21,7 +21,7 @@ fn data(name: &str) -> PathBuf {
 }
 
 /// Cases where tollgate deliberately decides otherwise, with the reason
-/// (docs/antrea-compat.md).
+/// (docs/guide/antrea-compat.md).
 const KNOWN_DIFFERENCES: &[(&str, &str)] = &[];
 
 /// Whether tollgate refused only because it does not read a field yet.

@@ -2,7 +2,7 @@
 //! deserializes into its k8s-openapi type and serializes back to the same
 //! JSON (so no field is misspelt or misplaced: the types would drop it).
 //! `docker/crds.yaml` is rendered from `manifests/crds.rs`; its schemas are
-//! structural, and every example policy the project ships (rules/, docs/,
+//! structural, and every example policy the project ships (rules/, docs/**,
 //! README.md, the Antrea cases tollgate admits) passes them, while objects
 //! Antrea refuses for a reason a schema can state are refused by them.
 
@@ -510,6 +510,18 @@ fn markdown_objects(path: &Path) -> Vec<Value> {
     objects
 }
 
+/// Every `*.md` under `dir`, in its subdirectories too (docs/ is a book).
+fn markdown_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            markdown_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "md") {
+            out.push(path);
+        }
+    }
+}
+
 fn yaml_files(dir: &Path) -> Vec<PathBuf> {
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
@@ -547,12 +559,7 @@ fn shipped_examples() -> Vec<(String, Value)> {
         add(file.display().to_string(), yaml_documents(&file, &text));
     }
     let mut markdown = vec![root().join("README.md")];
-    markdown.extend(
-        std::fs::read_dir(root().join("docs"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|e| e == "md")),
-    );
+    markdown_files(&root().join("docs"), &mut markdown);
     markdown.sort();
     for file in markdown {
         add(file.display().to_string(), markdown_objects(&file));

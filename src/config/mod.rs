@@ -863,7 +863,7 @@ impl HealthConfig {
     }
 }
 
-/// The Docker inventory (`docs/docker.md`): with `enabled`, the
+/// The Docker inventory (`docs/guide/docker.md`): with `enabled`, the
 /// endpoints are the running containers the Docker Engine API lists (or
 /// podman's Docker-compatible service), and policies still come from
 /// `--policies`.

@@ -1,7 +1,7 @@
 //! Kernel datapath: owns the `TOLLGATE-*` chains of the filter table (IPv4
 //! and IPv6), one jump into each from INPUT, FORWARD and OUTPUT (and, on a
 //! Docker host, a second jump into `TOLLGATE-FORWARD` from Docker's
-//! `DOCKER-USER`; see [`diff`] and `docs/docker-firewall.md`), and the
+//! `DOCKER-USER`; see [`diff`] and `docs/guide/docker.md`), and the
 //! `tollgate-*` ipsets. It must never modify a rule, chain or set it does
 //! not own (Docker's chains included: it never creates, flushes or
 //! reorders them), nor an entry of a learned (FQDN) set: those belong to

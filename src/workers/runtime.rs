@@ -100,7 +100,7 @@ pub struct QueueSpec {
     pub fail_open: bool,
     /// The kernel may queue GSO packets whole, checksum not computed
     /// (`NFQA_CFG_F_GSO`): only for a worker that reads headers and never
-    /// rewrites (see `docs/notes-queue.md`).
+    /// rewrites (see `docs/design/queue.md`).
     pub gso: bool,
     /// Bytes of socket receive buffer; 0 keeps the system's default.
     pub receive_buffer: usize,

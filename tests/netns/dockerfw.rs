@@ -852,7 +852,7 @@ fn example_enforces(test: &'static str, how: Example) {
         caps, "0000000000003000",
         "{how:?}: NET_ADMIN and NET_RAW only:\n{status}"
     );
-    // The README's last step: `docker exec tollgate tollgate status`.
+    // The Docker guide's last step (docs/guide/docker.md): `docker exec tollgate tollgate status`.
     let status = podman
         .podman(&["exec", &name, "tollgate", "status"])
         .expect_success("tollgate status in the container")

@@ -386,7 +386,7 @@ fn failing_iptables_restore_keeps_previous_policy() {
     assert_eq!(status(&lab).datapath_behind, None);
     assert_clean(&lab);
     // The retry schedule, shown with `-- --nocapture` (the figure in
-    // docs/notes-faults.md comes from this).
+    // docs/design/lifecycle.md comes from this).
     for line in agent.log().lines().filter(|l| {
         l.contains("retrying in") || l.contains("recovered after") || l.contains("generation=2")
     }) {

@@ -8,11 +8,12 @@
 //! of entry (SSH from anywhere) privileges the Node's own port, never a
 //! routed Pod's.
 //!
-//! The README's live examples (blocks marked `<!-- readme-live: NAME -->`)
-//! are this test's `status`, `get endpoints` and `trace -v` output,
-//! compared after masking what changes from run to run (every number,
-//! addresses included, the commit, runs of spaces); `UPDATE_README=1`
-//! writes the fresh output into README.md.
+//! The docs' live examples (blocks marked `<!-- readme-live: NAME -->`,
+//! each once in README.md or a file under docs/) are this test's
+//! `status`, `get endpoints` and `trace -v` output, compared after masking
+//! what changes from run to run (every number, addresses included, the
+//! commit, runs of spaces); `UPDATE_README=1` writes the fresh output into
+//! the file that holds each block.
 //!
 //! Topology (lab links): pod `apps/client` 10.I.1.2, pod `apps/web`
 //! 10.I.2.2 (container port `http` = 8080; 8081 unnamed), server 10.I.3.2
@@ -555,26 +556,72 @@ spec:
 
 const LIVE_MARKER: &str = "<!-- readme-live: ";
 
-/// Compares each `(name, command, output)` with the README block marked
-/// `<!-- readme-live: name -->`, which holds `$ command` and the output,
-/// after [`mask`]ing both; with `UPDATE_README` set, writes the fresh
-/// output there instead.
+/// `README.md` and every Markdown file under `docs/`: where the live
+/// blocks may be.
+fn doc_files() -> Vec<std::path::PathBuf> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![root.join("README.md")];
+    let mut todo = vec![root.join("docs")];
+    while let Some(dir) = todo.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                todo.push(path);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// Compares each `(name, command, output)` with the docs' block marked
+/// `<!-- readme-live: name -->` (in `README.md` or a file under `docs/`),
+/// which holds `$ command` and the output, after [`mask`]ing both; with
+/// `UPDATE_README` set, writes the fresh output there instead.
 fn readme_live(examples: &[(&str, String, String)]) {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
-    let readme = std::fs::read_to_string(&path).unwrap();
-    let mut lines: Vec<String> = readme.lines().map(str::to_string).collect();
+    let mut docs: Vec<(std::path::PathBuf, Vec<String>)> = doc_files()
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let lines = text.lines().map(str::to_string).collect();
+            (path, lines)
+        })
+        .collect();
     let update = std::env::var_os("UPDATE_README").is_some();
     let mut stale = Vec::new();
+    let mut changed = std::collections::BTreeSet::new();
     for (name, command, output) in examples {
         let marker = format!("{LIVE_MARKER}{name} -->");
-        let at = lines
+        let found: Vec<(usize, usize)> = docs
             .iter()
-            .position(|l| l.trim() == marker)
-            .unwrap_or_else(|| panic!("README.md has no block marked {marker}"));
+            .enumerate()
+            .flat_map(|(f, (_, lines))| {
+                let marker = &marker;
+                lines
+                    .iter()
+                    .enumerate()
+                    .filter(move |(_, l)| l.trim() == marker)
+                    .map(move |(at, _)| (f, at))
+            })
+            .collect();
+        let [(file, at)] = found[..] else {
+            panic!(
+                "{} blocks marked {marker} in the docs, not one",
+                found.len()
+            );
+        };
+        let (path, lines) = &mut docs[file];
+        let shown = path
+            .strip_prefix(env!("CARGO_MANIFEST_DIR"))
+            .unwrap_or(path)
+            .display()
+            .to_string();
         let open = at + 1;
         assert!(
             lines[open].trim_start().starts_with("```"),
-            "README.md:{}: no fence",
+            "{shown}:{}: no fence",
             open + 1
         );
         let close = (open + 1..lines.len())
@@ -584,21 +631,25 @@ fn readme_live(examples: &[(&str, String, String)]) {
         let fresh = format!("$ {command}\n{output}");
         if mask(&current) != mask(&fresh) {
             stale.push(format!(
-                "README.md:{}: {name}\n--- README\n{current}+++ agent\n{fresh}",
+                "{shown}:{}: {name}\n--- docs\n{current}+++ agent\n{fresh}",
                 open + 1
             ));
         }
         if update {
             lines.splice(open + 1..close, fresh.lines().map(str::to_string));
+            changed.insert(file);
         }
     }
     if update {
-        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+        for file in changed {
+            let (path, lines) = &docs[file];
+            std::fs::write(path, lines.join("\n") + "\n").unwrap();
+        }
         return;
     }
     assert!(
         stale.is_empty(),
-        "README live examples differ from the agent's output (UPDATE_README=1 rewrites them):\n{}",
+        "live examples in the docs differ from the agent's output (UPDATE_README=1 rewrites them):\n{}",
         stale.join("\n")
     );
 }

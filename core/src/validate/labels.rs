@@ -2,7 +2,7 @@
 //! names (`[prefix/]name`), values are label values, and expressions use
 //! their operator's shape. Antrea's webhook checks `matchLabels` and
 //! `sameLabels` keys; tollgate also checks `matchExpressions`, which
-//! Antrea's controller cannot turn into a selector (docs/antrea-compat.md).
+//! Antrea's controller cannot turn into a selector (docs/guide/antrea-compat.md).
 //! Syntax only: never evaluates a selector.
 
 use crate::model::{LabelSelector, SelectorOperator};
