@@ -15,7 +15,7 @@ use crate::model::{AntreaPolicy, AppliedTo, Direction, PortProtocol};
 use crate::ruleset::{CompiledRule, PolicySummary, RuleRef};
 
 use super::priority::{interleave, OrderedPolicy};
-use super::{dir_index, services_of, Compiler, Target};
+use super::{services_of, Compiler, List, Target};
 
 /// A rule instance is shared by endpoints with the same Namespace context
 /// (only for `namespaces` peers) and the same NodePort restriction.
@@ -156,26 +156,22 @@ impl Compiler<'_> {
                         policy_ns,
                         key.0.as_deref(),
                     );
-                    self.rules.push(CompiledRule {
+                    let id = self.append(CompiledRule {
                         reference: reference.clone(),
                         peers,
                         services: services.clone(),
                         node_ports: node_ports.clone(),
                     });
-                    let id = (self.rules.len() - 1) as u32;
                     instance_by_context.insert(key, id);
                     id
                 }
             };
-            let lists = &mut self.lists[endpoint as usize][dir_index(direction)];
             let list = if baseline {
-                &mut lists.baseline
+                List::Baseline
             } else {
-                &mut lists.antrea
+                List::Tiered
             };
-            if list.last() != Some(&instance) {
-                list.push(instance);
-            }
+            self.enlist(instance, endpoint, direction, list);
             state.applied.insert(endpoint);
         }
     }

@@ -15,7 +15,7 @@ use crate::ruleset::{
     Block, CompiledRule, PeerMatch, PolicyKind, PolicyRef, PolicySummary, RuleRef,
 };
 
-use super::{dir_index, services_of, Compiler, Target};
+use super::{dir_index, services_of, Compiler, List, Target};
 
 /// The Namespace annotation that turns on audit logging for the
 /// Kubernetes NetworkPolicies of a Namespace and their default drop.
@@ -96,7 +96,7 @@ impl Compiler<'_> {
                     })
                     .collect();
                 let rank = self.next_rank();
-                self.rules.push(CompiledRule {
+                let id = self.append(CompiledRule {
                     reference: Arc::new(RuleRef {
                         policy: reference.clone(),
                         tier: None,
@@ -115,11 +115,16 @@ impl Compiler<'_> {
                     services: services_of(&ports, &[]),
                     node_ports: None,
                 });
-                ids.push((self.rules.len() - 1) as u32);
+                ids.push(id);
             }
             for &endpoint in &selected {
-                let lists = &mut self.lists[endpoint as usize][dir_index(direction)];
-                lists.k8s.get_or_insert_with(Vec::new).extend(&ids);
+                // Isolated even by a policy of no rule in this direction.
+                self.lists[endpoint as usize][dir_index(direction)]
+                    .k8s
+                    .get_or_insert_with(Vec::new);
+                for &id in &ids {
+                    self.enlist(id, endpoint, direction, List::K8s);
+                }
                 self.isolated_by[endpoint as usize][dir_index(direction)].push(reference.clone());
             }
         }

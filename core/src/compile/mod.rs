@@ -82,6 +82,41 @@ fn dir_index(direction: Direction) -> usize {
     }
 }
 
+/// Which of an endpoint's rule lists (see [`RuleLists`]) a rule joins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum List {
+    /// Antrea's Tiers but baseline, the Admin-tier network-policy-api kinds.
+    Tiered,
+    /// Kubernetes NetworkPolicy (joining it isolates the endpoint).
+    K8s,
+    /// Antrea's baseline Tier, the network-policy-api Baseline tier.
+    Baseline,
+}
+
+impl Compiler<'_> {
+    /// The one door by which a pass adds a compiled rule instance: stored
+    /// once, its id returned for [`Compiler::enlist`].
+    fn append(&mut self, rule: CompiledRule) -> u32 {
+        self.rules.push(rule);
+        (self.rules.len() - 1) as u32
+    }
+
+    /// Puts rule `id` at the end of `endpoint`'s `list` in `direction`
+    /// (once: an instance shared by several targets of one endpoint is
+    /// listed once).
+    fn enlist(&mut self, id: u32, endpoint: u32, direction: Direction, list: List) {
+        let lists = &mut self.lists[endpoint as usize][dir_index(direction)];
+        let list = match list {
+            List::Tiered => &mut lists.antrea,
+            List::K8s => lists.k8s.get_or_insert_with(Vec::new),
+            List::Baseline => &mut lists.baseline,
+        };
+        if list.last() != Some(&id) {
+            list.push(id);
+        }
+    }
+}
+
 impl<'a> Compiler<'a> {
     fn new(snapshot: &'a Snapshot, local: &LocalNode) -> Compiler<'a> {
         let inv = Inventory::build(snapshot, local);

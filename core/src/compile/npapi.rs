@@ -25,7 +25,7 @@ use crate::ruleset::{
 use super::inventory::PodIdx;
 use super::k8s::K8S_LOGGING_ANNOTATION;
 use super::priority::interleave;
-use super::{dir_index, Compiler, Target};
+use super::{Compiler, List, Target};
 
 /// The policy kind an [`NpKind`] is reported as.
 pub(super) fn policy_kind(kind: NpKind) -> PolicyKind {
@@ -170,19 +170,18 @@ impl Compiler<'_> {
         }
         for (context, endpoints) in contexts {
             let peers = self.resolve_np_peers(rule.peers, context.as_deref());
-            self.rules.push(CompiledRule {
+            let id = self.append(CompiledRule {
                 reference: reference.clone(),
                 peers,
                 services: np_services(rule.ports.as_deref()),
                 node_ports: None,
             });
-            let id = (self.rules.len() - 1) as u32;
+            let list = match policy.tier {
+                NpTier::Admin => List::Tiered,
+                NpTier::Baseline => List::Baseline,
+            };
             for endpoint in endpoints {
-                let lists = &mut self.lists[endpoint as usize][dir_index(direction)];
-                match policy.tier {
-                    NpTier::Admin => lists.antrea.push(id),
-                    NpTier::Baseline => lists.baseline.push(id),
-                }
+                self.enlist(id, endpoint, direction, list);
             }
         }
     }
