@@ -42,8 +42,8 @@
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
 pub use tollgate_core::{
-    audit, compile, counters, decide, decode, dns, explain, fqdn, http, l7, marks, model, packet,
-    ruleset, tls, validate,
+    audit, compile, counters, decide, decode, dns, explain, fqdn, http, l7, marks, model, netlink,
+    packet, ruleset, tls, validate,
 };
 
 pub mod agent;

@@ -35,6 +35,8 @@
 //! - [`http`], [`tls`], [`l7`]: every request on an L7 connection decided,
 //!   segments withheld until their head is complete; never lets an
 //!   uninspected byte through, never buffers a body.
+//! - [`netlink`]: the netlink wire format (messages, attributes, errors)
+//!   of the NFQUEUE, ipset and route sockets; never opens a socket.
 //! - [`audit`]: the `np.log` line format, dedup and rate limit; never
 //!   writes a file.
 //! - [`counters`]: counter sets declared once (the `counters!` macro), read
@@ -54,6 +56,7 @@ pub mod http;
 pub mod l7;
 pub mod marks;
 pub mod model;
+pub mod netlink;
 pub mod packet;
 pub mod ruleset;
 pub mod tls;

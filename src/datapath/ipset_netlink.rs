@@ -30,6 +30,9 @@
 //! `-exist`: the timeout is refreshed. A delete of an absent entry is
 //! answered `IPSET_ERR_EXIST`, which [`IpsetSocket::apply`] accepts.
 
+use crate::netlink::{
+    self, attribute, nest_end, nest_start, NLA_F_NET_BYTEORDER, NLM_F_ACK, NLM_F_REQUEST,
+};
 use std::io::Read;
 use std::net::IpAddr;
 use std::time::Duration;
@@ -53,16 +56,12 @@ const IPSET_ATTR_PROTO: u16 = 7;
 const IPSET_ATTR_IP2: u16 = 20;
 const IPSET_ATTR_IPADDR_IPV4: u16 = 1;
 const IPSET_ATTR_IPADDR_IPV6: u16 = 2;
-const NLA_F_NESTED: u16 = 0x8000;
-const NLA_F_NET_BYTEORDER: u16 = 0x4000;
 const NFPROTO_IPV4: u8 = 2;
 const NFPROTO_IPV6: u8 = 10;
 /// Longest set name the kernel accepts, without the NUL.
 pub const MAX_SET_NAME: usize = 31;
 /// `IPSET_ERR_EXIST`: deleting an entry that is not there.
 const IPSET_ERR_EXIST: i32 = 4103;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_HDRLEN: usize = 16;
 
 /// One entry write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -148,22 +147,21 @@ pub fn encode(op: &EntryOp<'_>, seq: u32, out: &mut Vec<u8>) -> Result<(), Netli
     if set.len() > MAX_SET_NAME || set.as_bytes().contains(&0) {
         return Err(NetlinkError::SetName { name: set.into() });
     }
-    let start = out.len();
-    out.extend_from_slice(&[0; 4]); // length, patched below
-    out.extend_from_slice(&((NFNL_SUBSYS_IPSET << 8) | cmd).to_ne_bytes());
-    let flags = (libc::NLM_F_REQUEST | libc::NLM_F_ACK) as u16;
-    out.extend_from_slice(&flags.to_ne_bytes());
-    out.extend_from_slice(&seq.to_ne_bytes());
-    out.extend_from_slice(&0u32.to_ne_bytes());
+    let start = netlink::begin(
+        out,
+        (NFNL_SUBSYS_IPSET << 8) | cmd,
+        NLM_F_REQUEST | NLM_F_ACK,
+        seq,
+    );
     let family = match address {
         IpAddr::V4(_) => NFPROTO_IPV4,
         IpAddr::V6(_) => NFPROTO_IPV6,
     };
     out.extend_from_slice(&[family, 0, 0, 0]);
-    attr(out, IPSET_ATTR_PROTOCOL, &[IPSET_PROTOCOL]);
+    attribute(out, IPSET_ATTR_PROTOCOL, &[IPSET_PROTOCOL]);
     let mut name = set.as_bytes().to_vec();
     name.push(0);
-    attr(out, IPSET_ATTR_SETNAME, &name);
+    attribute(out, IPSET_ATTR_SETNAME, &name);
     let data = nest_start(out, IPSET_ATTR_DATA);
     address_attr(out, IPSET_ATTR_IP, address);
     if let EntryOp::AddTuple {
@@ -176,24 +174,23 @@ pub fn encode(op: &EntryOp<'_>, seq: u32, out: &mut Vec<u8>) -> Result<(), Netli
         if dst.is_ipv4() != address.is_ipv4() {
             return Err(NetlinkError::MixedFamilies);
         }
-        attr(
+        attribute(
             out,
             IPSET_ATTR_PORT | NLA_F_NET_BYTEORDER,
             &port.to_be_bytes(),
         );
-        attr(out, IPSET_ATTR_PROTO, &[protocol]);
+        attribute(out, IPSET_ATTR_PROTO, &[protocol]);
         address_attr(out, IPSET_ATTR_IP2, dst);
     }
     if let Some(timeout) = timeout {
-        attr(
+        attribute(
             out,
             IPSET_ATTR_TIMEOUT | NLA_F_NET_BYTEORDER,
             &timeout.to_be_bytes(),
         );
     }
     nest_end(out, data);
-    let len = u32::try_from(out.len() - start).map_err(|_| NetlinkError::BadReply)?;
-    out[start..start + 4].copy_from_slice(&len.to_ne_bytes());
+    netlink::end(out, start);
     Ok(())
 }
 
@@ -201,12 +198,12 @@ pub fn encode(op: &EntryOp<'_>, seq: u32, out: &mut Vec<u8>) -> Result<(), Netli
 fn address_attr(out: &mut Vec<u8>, kind: u16, address: IpAddr) {
     let ip = nest_start(out, kind);
     match address {
-        IpAddr::V4(v4) => attr(
+        IpAddr::V4(v4) => attribute(
             out,
             IPSET_ATTR_IPADDR_IPV4 | NLA_F_NET_BYTEORDER,
             &v4.octets(),
         ),
-        IpAddr::V6(v6) => attr(
+        IpAddr::V6(v6) => attribute(
             out,
             IPSET_ATTR_IPADDR_IPV6 | NLA_F_NET_BYTEORDER,
             &v6.octets(),
@@ -215,49 +212,18 @@ fn address_attr(out: &mut Vec<u8>, kind: u16, address: IpAddr) {
     nest_end(out, ip);
 }
 
-/// One attribute, padded to 4 bytes.
-fn attr(out: &mut Vec<u8>, kind: u16, payload: &[u8]) {
-    let len = 4 + payload.len();
-    out.extend_from_slice(&(len as u16).to_ne_bytes());
-    out.extend_from_slice(&kind.to_ne_bytes());
-    out.extend_from_slice(payload);
-    out.resize(out.len() + (len.next_multiple_of(4) - len), 0);
-}
-
-fn nest_start(out: &mut Vec<u8>, kind: u16) -> usize {
-    let at = out.len();
-    out.extend_from_slice(&[0, 0]);
-    out.extend_from_slice(&(kind | NLA_F_NESTED).to_ne_bytes());
-    at
-}
-
-fn nest_end(out: &mut [u8], at: usize) {
-    let len = (out.len() - at) as u16;
-    out[at..at + 2].copy_from_slice(&len.to_ne_bytes());
-}
-
 /// The acknowledgements in one datagram from the kernel: `(seq, error)`
 /// per `NLMSG_ERROR` message (error 0 is success, otherwise a negated
 /// code).
-pub fn parse_acks(mut bytes: &[u8]) -> Result<Vec<(u32, i32)>, NetlinkError> {
+pub fn parse_acks(bytes: &[u8]) -> Result<Vec<(u32, i32)>, NetlinkError> {
     let mut acks = Vec::new();
-    while bytes.len() >= NLMSG_HDRLEN {
-        let u32_at = |b: &[u8], i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-        let len = u32_at(bytes, 0) as usize;
-        if len < NLMSG_HDRLEN || len > bytes.len() {
-            return Err(NetlinkError::BadReply);
+    for message in netlink::messages(bytes) {
+        let message = message.map_err(|_| NetlinkError::BadReply)?;
+        if let Some(errno) = message.errno() {
+            // The original request header follows the code; its seq is ours.
+            let seq = message.request_seq().ok_or(NetlinkError::BadReply)?;
+            acks.push((seq, -errno));
         }
-        let kind = u16::from_ne_bytes([bytes[4], bytes[5]]);
-        if kind == NLMSG_ERROR {
-            if len < NLMSG_HDRLEN + 4 + NLMSG_HDRLEN {
-                return Err(NetlinkError::BadReply);
-            }
-            let error = u32_at(bytes, NLMSG_HDRLEN) as i32;
-            // The original request header follows; its seq is ours.
-            let seq = u32_at(bytes, NLMSG_HDRLEN + 4 + 8);
-            acks.push((seq, error));
-        }
-        bytes = &bytes[len.next_multiple_of(4).min(bytes.len())..];
     }
     Ok(acks)
 }
@@ -381,6 +347,7 @@ fn kernel_error(op: &EntryOp<'_>, code: i32) -> NetlinkError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::netlink::NLMSG_ERROR;
 
     #[test]
     fn add_v4_with_timeout_encodes_like_libipset() {

@@ -20,11 +20,11 @@ use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
+use crate::netlink::{self, NLM_F_REQUEST};
+
 const NETLINK_ROUTE: libc::c_int = 0;
 const RTM_NEWROUTE: u16 = 24;
 const RTM_GETROUTE: u16 = 26;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_HDRLEN: usize = 16;
 const RTMSG_LEN: usize = 12;
 const RTA_DST: u16 = 1;
 const RTA_OIF: u16 = 4;
@@ -76,18 +76,13 @@ pub fn encode(to: IpAddr, seq: u32) -> Vec<u8> {
         IpAddr::V4(v4) => (libc::AF_INET as u8, 32, v4.octets().to_vec()),
         IpAddr::V6(v6) => (libc::AF_INET6 as u8, 128, v6.octets().to_vec()),
     };
-    let len = NLMSG_HDRLEN + RTMSG_LEN + 4 + address.len();
-    let mut out = Vec::with_capacity(len);
-    out.extend_from_slice(&(len as u32).to_ne_bytes());
-    out.extend_from_slice(&RTM_GETROUTE.to_ne_bytes());
-    out.extend_from_slice(&(libc::NLM_F_REQUEST as u16).to_ne_bytes());
-    out.extend_from_slice(&seq.to_ne_bytes());
-    out.extend_from_slice(&0u32.to_ne_bytes());
+    let mut out = Vec::with_capacity(netlink::NLMSG_HDRLEN + RTMSG_LEN + 4 + address.len());
+    let start = netlink::begin(&mut out, RTM_GETROUTE, NLM_F_REQUEST, seq);
+    // rtmsg: family, destination prefix length, the rest zero.
     out.extend_from_slice(&[family, bits, 0, 0, 0, 0, 0, 0]);
     out.extend_from_slice(&0u32.to_ne_bytes());
-    out.extend_from_slice(&((4 + address.len()) as u16).to_ne_bytes());
-    out.extend_from_slice(&RTA_DST.to_ne_bytes());
-    out.extend_from_slice(&address);
+    netlink::attribute(&mut out, RTA_DST, &address);
+    netlink::end(&mut out, start);
     out
 }
 
@@ -103,39 +98,25 @@ pub enum Answer {
 
 /// Reads the answer to request `seq` out of `bytes`.
 pub fn parse(bytes: &[u8], seq: u32) -> Answer {
-    let u16_at = |i: usize| {
-        bytes
-            .get(i..i + 2)
-            .map(|b| u16::from_ne_bytes([b[0], b[1]]))
-    };
-    let u32_at = |i: usize| {
-        bytes
-            .get(i..i + 4)
-            .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
-    };
-    let (Some(len), Some(kind), Some(got)) = (u32_at(0), u16_at(4), u32_at(8)) else {
+    let Some(Ok(message)) = netlink::messages(bytes).next() else {
         return Answer::Stale;
     };
-    let len = (len as usize).min(bytes.len());
-    if got != seq {
+    if message.seq != seq {
         return Answer::Stale;
     }
-    if kind == NLMSG_ERROR || kind != RTM_NEWROUTE {
+    // An error (no route) or anything but a route.
+    if message.kind != RTM_NEWROUTE {
         return Answer::Route(None);
     }
-    let mut at = NLMSG_HDRLEN + RTMSG_LEN;
-    while at + 4 <= len {
-        let (Some(attr_len), Some(attr_kind)) = (u16_at(at), u16_at(at + 2)) else {
+    let attributes = netlink::attributes(message.body.get(RTMSG_LEN..).unwrap_or_default());
+    for attribute in attributes {
+        // A lying attribute length ends the walk.
+        let Ok((kind, value)) = attribute else {
             break;
         };
-        let attr_len = usize::from(attr_len);
-        if attr_len < 4 || at + attr_len > len {
-            break;
+        if let (RTA_OIF, Some(oif)) = (kind, value.get(..4)) {
+            return Answer::Route(Some(u32::from_ne_bytes([oif[0], oif[1], oif[2], oif[3]])));
         }
-        if attr_kind == RTA_OIF && attr_len >= 8 {
-            return Answer::Route(u32_at(at + 4));
-        }
-        at += attr_len.next_multiple_of(4);
     }
     Answer::Route(None)
 }
@@ -143,6 +124,7 @@ pub fn parse(bytes: &[u8], seq: u32) -> Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::netlink::{NLMSG_ERROR, NLMSG_HDRLEN};
 
     fn answer(kind: u16, seq: u32, attrs: &[(u16, &[u8])]) -> Vec<u8> {
         let mut out = vec![0u8; NLMSG_HDRLEN + RTMSG_LEN];

@@ -16,20 +16,9 @@
 //! network byte order).
 
 use super::queued::{Action, PacketId};
+use crate::netlink::{self, attribute, NLMSG_ERROR, NLMSG_OVERRUN, NLM_F_ACK, NLM_F_REQUEST};
 
-const NLMSG_HDRLEN: usize = 16;
 const NFGEN_HDRLEN: usize = 4;
-const NLA_HDRLEN: usize = 4;
-/// The attribute type without the nested and byte-order flags.
-const NLA_TYPE_MASK: u16 = 0x3fff;
-
-const NLMSG_NOOP: u16 = 1;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
-const NLMSG_OVERRUN: u16 = 4;
-
-const NLM_F_REQUEST: u16 = 0x1;
-const NLM_F_ACK: u16 = 0x4;
 
 const NFNL_SUBSYS_QUEUE: u16 = 3;
 const NFNETLINK_V0: u8 = 0;
@@ -89,6 +78,26 @@ pub enum WireError {
     Overrun,
 }
 
+impl From<netlink::MessageError> for WireError {
+    fn from(error: netlink::MessageError) -> WireError {
+        match error {
+            netlink::MessageError::ShortHeader(left) => WireError::ShortHeader(left),
+            netlink::MessageError::BadLength { length, left } => {
+                WireError::BadLength { length, left }
+            }
+        }
+    }
+}
+
+impl From<netlink::AttributeError> for WireError {
+    fn from(error: netlink::AttributeError) -> WireError {
+        WireError::BadAttribute {
+            kind: error.kind,
+            length: error.length,
+        }
+    }
+}
+
 /// One queued packet as its message carries it, borrowed from the buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PacketMessage<'a> {
@@ -124,72 +133,50 @@ pub enum Message<'a> {
     Other,
 }
 
-/// Walks the netlink messages of one received buffer, in order. After the
+/// Walks the NFQUEUE messages of one received buffer, in order. After the
 /// first error the walk ends (a bad length leaves no way to the next
 /// message).
 pub fn messages(buffer: &[u8]) -> Messages<'_> {
-    Messages { rest: buffer }
+    Messages {
+        inner: netlink::messages(buffer),
+    }
 }
 
 /// The iterator of [`messages`].
 #[derive(Clone, Debug)]
 pub struct Messages<'a> {
-    rest: &'a [u8],
+    inner: netlink::Messages<'a>,
 }
 
 impl<'a> Iterator for Messages<'a> {
     type Item = Result<Message<'a>, WireError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.rest.is_empty() {
-            return None;
+        let item = match self.inner.next()? {
+            Ok(message) => message_of(message),
+            Err(error) => Err(error.into()),
+        };
+        if item.is_err() {
+            self.inner = netlink::messages(&[]);
         }
-        let item = next_message(self.rest);
-        match item {
-            Ok((message, used)) => {
-                self.rest = self.rest.get(used..).unwrap_or_default();
-                Some(Ok(message))
-            }
-            Err(error) => {
-                self.rest = &[];
-                Some(Err(error))
-            }
-        }
+        Some(item)
     }
 }
 
-/// The first message of `buffer` and the bytes it takes with its padding.
-fn next_message(buffer: &[u8]) -> Result<(Message<'_>, usize), WireError> {
-    let left = buffer.len();
-    if left < NLMSG_HDRLEN {
-        return Err(WireError::ShortHeader(left));
-    }
-    let length = u32_ne(buffer, 0) as usize;
-    if !(NLMSG_HDRLEN..=left).contains(&length) {
-        return Err(WireError::BadLength { length, left });
-    }
-    let kind = u16_ne(buffer, 4);
-    let seq = u32_ne(buffer, 8);
-    let body = &buffer[NLMSG_HDRLEN..length];
-    let used = align(length).min(left);
-    let message = match kind {
-        NLMSG_ERROR => {
-            let errno = if body.len() >= 4 {
-                // The kernel sends minus the errno.
-                i32::from_ne_bytes([body[0], body[1], body[2], body[3]]).saturating_neg()
-            } else {
-                return Err(WireError::BadLength { length, left });
-            };
-            Message::Ack { seq, errno }
-        }
+/// What one netlink message is to a queue.
+fn message_of(message: netlink::Message<'_>) -> Result<Message<'_>, WireError> {
+    Ok(match message.kind {
+        NLMSG_ERROR => Message::Ack {
+            seq: message.seq,
+            errno: message.errno().unwrap_or_default(),
+        },
         NLMSG_OVERRUN => return Err(WireError::Overrun),
-        NLMSG_NOOP | NLMSG_DONE => Message::Other,
         kind if kind == (NFNL_SUBSYS_QUEUE << 8 | NFQNL_MSG_PACKET) => {
-            Message::Packet(packet(body)?)
+            Message::Packet(packet(message.body)?)
         }
+        // NLMSG_NOOP, NLMSG_DONE, other subsystems' types.
         _ => Message::Other,
-    };
-    Ok((message, used))
+    })
 }
 
 /// Reads an NFQUEUE packet message's body (after the netlink header).
@@ -210,7 +197,7 @@ fn packet(body: &[u8]) -> Result<PacketMessage<'_>, WireError> {
         cap_len: None,
         skb_info: 0,
     };
-    for attribute in Attributes(attributes) {
+    for attribute in netlink::attributes(attributes) {
         let (kind, value) = attribute?;
         match kind {
             NFQA_PACKET_HDR if value.len() >= 7 => {
@@ -239,35 +226,6 @@ fn packet(body: &[u8]) -> Result<PacketMessage<'_>, WireError> {
     message.hw_protocol = hw_protocol;
     message.hook = hook;
     Ok(message)
-}
-
-/// The attributes of one message body: (type without flags, value).
-struct Attributes<'a>(&'a [u8]);
-
-impl<'a> Iterator for Attributes<'a> {
-    type Item = Result<(u16, &'a [u8]), WireError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        let rest = self.0;
-        if rest.is_empty() {
-            return None;
-        }
-        if rest.len() < NLA_HDRLEN {
-            self.0 = &[];
-            return Some(Err(WireError::BadAttribute {
-                kind: 0,
-                length: rest.len(),
-            }));
-        }
-        let length = usize::from(u16_ne(rest, 0));
-        let kind = u16_ne(rest, 2) & NLA_TYPE_MASK;
-        if !(NLA_HDRLEN..=rest.len()).contains(&length) {
-            self.0 = &[];
-            return Some(Err(WireError::BadAttribute { kind, length }));
-        }
-        self.0 = rest.get(align(length)..).unwrap_or_default();
-        Some(Ok((kind, &rest[NLA_HDRLEN..length])))
-    }
 }
 
 /// What a queue is bound with.
@@ -315,7 +273,7 @@ pub fn config(out: &mut Vec<u8>, seq: u32, config: &QueueConfig) {
         NFQA_CFG_FLAGS,
         &(config.flags & QueueConfig::MASK).to_be_bytes(),
     );
-    end(out, start);
+    netlink::end(out, start);
 }
 
 /// A verdict without a new payload, as a batch can carry it.
@@ -368,7 +326,7 @@ pub fn verdict(
     if let Some(payload) = payload {
         attribute(out, NFQA_PAYLOAD, payload);
     }
-    end(out, start);
+    netlink::end(out, start);
 }
 
 /// Appends an `NFQNL_MSG_VERDICT_BATCH`: the kernel gives `plain` to every
@@ -376,7 +334,7 @@ pub fn verdict(
 pub fn verdict_batch(out: &mut Vec<u8>, seq: u32, queue: u16, id: PacketId, plain: Plain) {
     let start = begin(out, NFQNL_MSG_VERDICT_BATCH, NLM_F_REQUEST, seq, queue);
     verdict_attributes(out, id, plain);
-    end(out, start);
+    netlink::end(out, start);
 }
 
 fn verdict_attributes(out: &mut Vec<u8>, id: PacketId, plain: Plain) {
@@ -389,46 +347,13 @@ fn verdict_attributes(out: &mut Vec<u8>, id: PacketId, plain: Plain) {
     }
 }
 
-/// Starts a message: netlink header (length filled by [`end`]) and
-/// `nfgenmsg`; returns where it starts.
+/// Starts a message: netlink header (length filled by [`netlink::end`])
+/// and `nfgenmsg`; returns where it starts.
 fn begin(out: &mut Vec<u8>, kind: u16, flags: u16, seq: u32, queue: u16) -> usize {
-    let start = out.len();
-    out.extend_from_slice(&0u32.to_ne_bytes());
-    out.extend_from_slice(&(NFNL_SUBSYS_QUEUE << 8 | kind).to_ne_bytes());
-    out.extend_from_slice(&flags.to_ne_bytes());
-    out.extend_from_slice(&seq.to_ne_bytes());
-    out.extend_from_slice(&0u32.to_ne_bytes());
+    let start = netlink::begin(out, NFNL_SUBSYS_QUEUE << 8 | kind, flags, seq);
     out.extend_from_slice(&[0, NFNETLINK_V0]);
     out.extend_from_slice(&queue.to_be_bytes());
     start
-}
-
-fn end(out: &mut [u8], start: usize) {
-    let length = u32::try_from(out.len() - start).unwrap_or(u32::MAX);
-    out[start..start + 4].copy_from_slice(&length.to_ne_bytes());
-}
-
-/// Appends one attribute and its padding. A value longer than an
-/// attribute can say (64 KiB) is cut: NFQUEUE payloads never are.
-fn attribute(out: &mut Vec<u8>, kind: u16, value: &[u8]) {
-    let value = &value[..value.len().min(usize::from(u16::MAX) - NLA_HDRLEN)];
-    let length = NLA_HDRLEN + value.len();
-    out.extend_from_slice(&(length as u16).to_ne_bytes());
-    out.extend_from_slice(&kind.to_ne_bytes());
-    out.extend_from_slice(value);
-    out.resize(out.len() + align(length) - length, 0);
-}
-
-fn align(length: usize) -> usize {
-    length.saturating_add(3) & !3
-}
-
-fn u16_ne(bytes: &[u8], at: usize) -> u16 {
-    u16::from_ne_bytes([bytes[at], bytes[at + 1]])
-}
-
-fn u32_ne(bytes: &[u8], at: usize) -> u32 {
-    u32::from_ne_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
 }
 
 fn u32_be(bytes: &[u8], at: usize) -> u32 {

@@ -6,6 +6,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::netlink::{align, NLMSG_DONE, NLMSG_HDRLEN};
 
 /// `ENOENT` (Linux): the error a verdict for a packet the kernel no
 /// longer holds is answered with.
@@ -254,7 +255,7 @@ fn verdicts_carry_their_mark_and_payload() {
     let mut at = 0;
     while at < expected.len() {
         expected[at + 6..at + 8].copy_from_slice(&NLM_F_REQUEST.to_ne_bytes());
-        at += align(u32_ne(&expected, at) as usize);
+        at += align(u32::from_ne_bytes(expected[at..at + 4].try_into().unwrap()) as usize);
     }
     assert_eq!(out, expected);
 }
