@@ -1,8 +1,16 @@
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use super::layers::{camel_case, FLAT_KEYS};
 use super::*;
+use crate::audit::AuditFormat;
+use crate::fqdn::FqdnResolve;
 use crate::fqdn::QueryBounds;
+use crate::http::FramingPolicy;
+use crate::l7::DenyResponse;
+use crate::l7::UrgentData;
+use crate::marks::FailMode;
+use crate::marks::MarkLayout;
 
 fn machine() -> MachineDefaults {
     MachineDefaults {
