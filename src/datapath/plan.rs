@@ -315,22 +315,29 @@ fn chain_rules(
     }
     // Privileged entries, each on the hooks it names (by default only the
     // Node's own traffic: an entry for SSH must not exempt every routed
-    // connection to port 22 from policy).
-    let (privileged_hook, directions): (_, &[&str]) = match hook {
-        Hook::Input => (PrivilegedHook::Input, &["-s"]),
-        Hook::Output => (PrivilegedHook::Output, &["-d"]),
-        Hook::Forward => (PrivilegedHook::Forward, &["-s", "-d"]),
+    // connection to port 22 from policy). On the Node's own hooks an entry
+    // never matches an enforced endpoint's address (the source on INPUT,
+    // the destination on OUTPUT): a Pod's connection to its own Node meets
+    // its policy and the Node's, not the entry meant for the operator.
+    let set = endpoints_set(family);
+    let (privileged_hook, directions): (_, &[(&str, Option<&str>)]) = match hook {
+        Hook::Input => (PrivilegedHook::Input, &[("-s", Some("src"))]),
+        Hook::Output => (PrivilegedHook::Output, &[("-d", Some("dst"))]),
+        Hook::Forward => (PrivilegedHook::Forward, &[("-s", None), ("-d", None)]),
     };
     for entry in config
         .privileged
         .iter()
         .filter(|p| Family::of(&p.cidr.addr()) == family && p.on(privileged_hook))
     {
-        for dir in directions {
+        for (dir, endpoint) in directions {
+            let except = endpoint
+                .map(|side| format!("-m set ! --match-set {set} {side} "))
+                .unwrap_or_default();
             if snoop_dns {
-                rules.extend(privileged_dns_query_rules(entry, dir, &dns_queue));
+                rules.extend(privileged_dns_query_rules(entry, dir, &except, &dns_queue));
             }
-            rules.push(privileged_rule(entry, dir, family));
+            rules.push(privileged_rule(entry, dir, &except, family));
         }
     }
     rules.extend(queue_rules(
@@ -565,29 +572,50 @@ fn mark_match(marks: &MarkLayout, value: u32) -> String {
     format!("{value:#x}/{:#x}", marks.mask)
 }
 
-fn privileged_rule(entry: &Privileged, dir: &str, family: Family) -> String {
-    let mut rule = format!("{dir} {}", entry.cidr);
-    if let Some(protocol) = entry.protocol {
-        let name = match (protocol, family) {
-            (PrivilegedProtocol::Tcp, _) => "tcp",
-            (PrivilegedProtocol::Udp, _) => "udp",
-            (PrivilegedProtocol::Sctp, _) => "sctp",
-            (PrivilegedProtocol::Icmp, Family::V4) => "icmp",
-            (PrivilegedProtocol::Icmp, Family::V6) => "ipv6-icmp",
-        };
-        rule.push_str(&format!(" -p {name}"));
-        if let Some(port) = entry.port {
-            rule.push_str(&format!(" -m {name} --dport {port}"));
+/// A privileged entry's rule on one side (`dir`: `-s` or `-d`): its range,
+/// protocol and port, then `except` (the endpoints it never matches, or
+/// nothing), accepted.
+fn privileged_rule(entry: &Privileged, dir: &str, except: &str, family: Family) -> String {
+    let mut rule = privileged_range(entry, dir);
+    match entry.protocol {
+        Some(protocol) => {
+            let name = match (protocol, family) {
+                (PrivilegedProtocol::Tcp, _) => "tcp",
+                (PrivilegedProtocol::Udp, _) => "udp",
+                (PrivilegedProtocol::Sctp, _) => "sctp",
+                (PrivilegedProtocol::Icmp, Family::V4) => "icmp",
+                (PrivilegedProtocol::Icmp, Family::V6) => "ipv6-icmp",
+            };
+            rule.push_str(&format!("-p {name} {except}"));
+            if let Some(port) = entry.port {
+                rule.push_str(&format!("-m {name} --dport {port} "));
+            }
         }
+        None => rule.push_str(except),
     }
-    rule.push_str(" -j ACCEPT");
+    rule.push_str("-j ACCEPT");
     rule
+}
+
+/// `-s CIDR ` or `-d CIDR ` as iptables-save prints it: the network
+/// address of the range, and nothing for a range of every address
+/// (`0.0.0.0/0`, `::/0`), which it leaves out.
+fn privileged_range(entry: &Privileged, dir: &str) -> String {
+    if entry.cidr.prefix_len() == 0 {
+        return String::new();
+    }
+    format!("{dir} {} ", entry.cidr.trunc())
 }
 
 /// The DNS queries a privileged entry accepts, sent to the DNS queue
 /// first (whose worker accepts them too) so that their replies can be
 /// learned from: the entry's match narrowed to UDP and TCP port 53.
-fn privileged_dns_query_rules(entry: &Privileged, dir: &str, dns_queue: &str) -> Vec<String> {
+fn privileged_dns_query_rules(
+    entry: &Privileged,
+    dir: &str,
+    except: &str,
+    dns_queue: &str,
+) -> Vec<String> {
     if entry.port.is_some_and(|port| port != 53) {
         return Vec::new();
     }
@@ -599,8 +627,8 @@ fn privileged_dns_query_rules(entry: &Privileged, dir: &str, dns_queue: &str) ->
     .filter(|(protocol, _)| entry.protocol.is_none_or(|p| p == *protocol))
     .map(|(_, name)| {
         format!(
-            "{dir} {} -p {name} -m {name} --dport 53 -j {dns_queue}",
-            entry.cidr
+            "{}-p {name} {except}-m {name} --dport 53 -j {dns_queue}",
+            privileged_range(entry, dir)
         )
     })
     .collect()

@@ -27,6 +27,7 @@ mod observe;
 mod ops;
 mod overload;
 mod parity;
+mod privileged;
 mod queue;
 mod resolve;
 mod run;

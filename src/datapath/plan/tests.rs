@@ -305,7 +305,8 @@ fn open_mode_single_queue_interfaces_and_privileged_entries() {
             "-p tcp -m connmark --mark 0x40000/0x70000 -j TOLLGATE-L7-QUEUE",
             "-p tcp -m connmark --mark 0x50000/0x70000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7",
             "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x50000/0x70000 -j ACCEPT",
-            // Only the entry that lists `forward`: the others are the
+            // Only the entry that lists `forward`, not excepting endpoints
+            // (routed traffic is exempted on purpose): the others are the
             // Node's own traffic.
             "-s 192.168.7.1/32 -j ACCEPT",
             "-d 192.168.7.1/32 -j ACCEPT",
@@ -328,19 +329,25 @@ fn open_mode_single_queue_interfaces_and_privileged_entries() {
         ]
     );
     let input_v6 = &desired.v6.chains["TOLLGATE-INPUT"];
-    assert!(input_v6.contains(&"-s fd00::/64 -p ipv6-icmp -j ACCEPT".to_string()));
+    assert!(input_v6.contains(
+        &"-s fd00::/64 -p ipv6-icmp -m set ! --match-set tollgate-endpoints-v6 src -j ACCEPT"
+            .to_string()
+    ));
     assert!(!input_v6.iter().any(|r| r.contains("10.0.0.0")));
     assert!(!desired.v6.chains["TOLLGATE-FORWARD"]
         .iter()
         .any(|r| r.contains("fd00::")));
     let output_v4 = &desired.v4.chains["TOLLGATE-OUTPUT"];
-    assert!(output_v4.contains(&"-d 10.0.0.0/24 -p tcp -m tcp --dport 22 -j ACCEPT".to_string()));
+    assert!(output_v4.contains(
+        &"-d 10.0.0.0/24 -p tcp -m set ! --match-set tollgate-endpoints-v4 dst -m tcp --dport 22 -j ACCEPT"
+            .to_string()
+    ));
     assert!(!output_v4.iter().any(|r| r.starts_with("-s 10.0.0.0")));
     assert!(!output_v4.iter().any(|r| r.contains("192.168.7.1")));
     let input_v4 = &desired.v4.chains["TOLLGATE-INPUT"];
     for rule in [
-        "-s 10.0.0.0/24 -p tcp -m tcp --dport 22 -j ACCEPT",
-        "-s 192.168.7.1/32 -j ACCEPT",
+        "-s 10.0.0.0/24 -p tcp -m set ! --match-set tollgate-endpoints-v4 src -m tcp --dport 22 -j ACCEPT",
+        "-s 192.168.7.1/32 -m set ! --match-set tollgate-endpoints-v4 src -j ACCEPT",
     ] {
         assert!(input_v4.contains(&rule.to_string()), "{input_v4:#?}");
     }
@@ -742,20 +749,29 @@ fn queries_to_privileged_resolvers_go_to_the_dns_queue_first() {
     let output = &desired.v4.chains["TOLLGATE-OUTPUT"];
     let at = |rule: &str| output.iter().position(|r| r == rule);
     let queue = "-j NFQUEUE --queue-num 102 --queue-bypass";
-    let any = at("-d 10.96.0.10/32 -j ACCEPT").unwrap();
+    // On the Node's own hooks, queries of enforced endpoints are not the
+    // entry's: they go to the workers like any connection of theirs.
+    let except = "-m set ! --match-set tollgate-endpoints-v4 dst";
+    let any = at(&format!("-d 10.96.0.10/32 {except} -j ACCEPT")).unwrap();
     assert_eq!(
         output[any - 2..any],
         [
-            format!("-d 10.96.0.10/32 -p udp -m udp --dport 53 {queue}"),
-            format!("-d 10.96.0.10/32 -p tcp -m tcp --dport 53 {queue}"),
+            format!("-d 10.96.0.10/32 -p udp {except} -m udp --dport 53 {queue}"),
+            format!("-d 10.96.0.10/32 -p tcp {except} -m tcp --dport 53 {queue}"),
         ]
     );
-    let dns = at("-d 10.0.0.0/8 -p udp -m udp --dport 53 -j ACCEPT").unwrap();
+    let dns = at(&format!(
+        "-d 10.0.0.0/8 -p udp {except} -m udp --dport 53 -j ACCEPT"
+    ))
+    .unwrap();
     assert_eq!(
         output[dns - 1],
-        format!("-d 10.0.0.0/8 -p udp -m udp --dport 53 {queue}")
+        format!("-d 10.0.0.0/8 -p udp {except} -m udp --dport 53 {queue}")
     );
-    let ssh = at("-d 10.1.0.0/16 -p tcp -m tcp --dport 22 -j ACCEPT").unwrap();
+    let ssh = at(&format!(
+        "-d 10.1.0.0/16 -p tcp {except} -m tcp --dport 22 -j ACCEPT"
+    ))
+    .unwrap();
     assert!(!output[ssh - 1].ends_with(queue), "{output:#?}");
     let forward = &desired.v6.chains["TOLLGATE-FORWARD"];
     for dir in ["-s", "-d"] {
@@ -773,31 +789,45 @@ fn queries_to_privileged_resolvers_go_to_the_dns_queue_first() {
 }
 
 /// The shipped no-lock-out entries (TCP 22 from anywhere) exempt the
-/// Node's own SSH, on INPUT and OUTPUT, and nothing routed: a Pod's
-/// connection to port 22 of another Pod is still queued and decided.
+/// Node's own SSH, on INPUT and OUTPUT, for every peer but an enforced
+/// endpoint (a Pod's connection to its own Node meets its policy and the
+/// Node's, a worker decides it), and nothing routed: a Pod's connection to
+/// port 22 of another Pod is still queued and decided. A range of every
+/// address is written as iptables-save prints it (no `-s 0.0.0.0/0`),
+/// others as their network address.
 #[test]
-fn privileged_entries_default_to_the_nodes_own_traffic() {
+fn privileged_entries_never_exempt_an_enforced_endpoint() {
     let config = config(
-        "datapath:\n  privileged:\n  - {cidr: 0.0.0.0/0, protocol: TCP, port: 22}\n  - '::/0,tcp/22'\n",
+        "datapath:\n  privileged:\n  - {cidr: 0.0.0.0/0, protocol: TCP, port: 22}\n  - '::/0,tcp/22'\n  - {cidr: 10.1.2.3/8, protocol: UDP}\n",
     );
     let desired = desired(&config, &targets(true, true, &["10.0.0.5"]), &[]);
-    for (family, any) in [(&desired.v4, "0.0.0.0/0"), (&desired.v6, "::/0")] {
-        assert_eq!(
-            family.chains["TOLLGATE-INPUT"]
-                .iter()
-                .filter(|r| r.starts_with(&format!("-s {any} -p tcp")))
-                .count(),
-            1
-        );
-        assert!(family.chains["TOLLGATE-OUTPUT"]
-            .contains(&format!("-d {any} -p tcp -m tcp --dport 22 -j ACCEPT")));
+    for (family, set) in [
+        (&desired.v4, "tollgate-endpoints-v4"),
+        (&desired.v6, "tollgate-endpoints-v6"),
+    ] {
+        let input = &family.chains["TOLLGATE-INPUT"];
+        let entry = format!("-p tcp -m set ! --match-set {set} src -m tcp --dport 22 -j ACCEPT");
+        let at = input.iter().position(|r| *r == entry).expect("INPUT entry");
+        // Behind it, the whole hook goes to the workers: the enforced
+        // endpoint's connection is queued there.
+        assert!(input[at + 1..]
+            .iter()
+            .any(|r| r == "-m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101"));
+        assert!(family.chains["TOLLGATE-OUTPUT"].contains(&format!(
+            "-p tcp -m set ! --match-set {set} dst -m tcp --dport 22 -j ACCEPT"
+        )));
         let forward = &family.chains["TOLLGATE-FORWARD"];
         assert!(
             !forward.iter().any(|r| r.contains("--dport 22")),
             "{forward:#?}"
         );
     }
-    // Listed explicitly, forward is privileged too, both ways.
+    assert!(desired.v4.chains["TOLLGATE-INPUT"].contains(
+        &"-s 10.0.0.0/8 -p udp -m set ! --match-set tollgate-endpoints-v4 src -j ACCEPT"
+            .to_string()
+    ));
+    // Listed explicitly, forward is privileged too, both ways, for routed
+    // traffic of endpoints as well: that is what listing it asks for.
     let config = self::config(
         "datapath:\n  privileged: [{cidr: 10.0.0.0/8, protocol: TCP, port: 22, hooks: [forward]}]\n",
     );

@@ -198,6 +198,7 @@ pub const TEST_IDS: &[&str] = &[
     "podman_network_reload_opens_nothing_with_cni",
     "privileged_ssh_covers_the_node_not_routed_pods",
     "a_stuck_l7_queue_leaves_other_connections_of_the_same_client_answered",
+    "privileged_entries_never_exempt_a_pod_reaching_its_node",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
