@@ -17,6 +17,7 @@ mod files;
 mod forgery;
 mod fqdn;
 mod health;
+mod icmp;
 pub(crate) mod image;
 mod kernel;
 mod kube;

@@ -199,6 +199,8 @@ pub const TEST_IDS: &[&str] = &[
     "privileged_ssh_covers_the_node_not_routed_pods",
     "a_stuck_l7_queue_leaves_other_connections_of_the_same_client_answered",
     "privileged_entries_never_exempt_a_pod_reaching_its_node",
+    "unsolicited_icmp_crosses_no_policy",
+    "bridged_neighbour_discovery_between_enforced_pods",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
