@@ -123,7 +123,8 @@ pub fn desired(
 /// `startupPolicy` is closed, until its first complete snapshot: that of
 /// an empty ruleset, except that the queue rules select every new
 /// connection through INPUT and FORWARD (on the configured interfaces)
-/// and never carry `--queue-bypass`. No worker reads the queues yet, so
+/// and never carry `--queue-bypass`, and ICMP without a connection is
+/// dropped there alike. No worker reads the queues yet, so
 /// those connections are dropped whatever the fail mode; loopback,
 /// privileged entries, OUTPUT (the agent must reach its API server) and
 /// established connections pass.
