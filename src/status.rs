@@ -578,10 +578,11 @@ impl AgentStatus {
     /// by before any policy, as its rules do: on its hook (input to the
     /// Node, output from it, forward when routed) if the entry lists it,
     /// from the entry's range (input), to it (output), from or to it
-    /// (forward); on the entry's protocol and destination port when it
-    /// names them.
+    /// (forward); never from (input) or to (output) an enforced endpoint;
+    /// on the entry's protocol and destination port when it names them.
     fn privileged_for(&self, ruleset: &Ruleset, report: &TraceReport) -> Option<&Privileged> {
         let node = |ip| matches!(ruleset.endpoint_of(ip), Some(Endpoint::Node { .. }));
+        let enforced = |ip| ruleset.enforced().endpoints.contains(&ip);
         let (src, dst) = (report.src.address, report.dst.address);
         let hook = match (node(src), node(dst)) {
             (_, true) => PrivilegedHook::Input,
@@ -590,8 +591,8 @@ impl AgentStatus {
         };
         self.privileged.iter().find(|entry| {
             let range = match hook {
-                PrivilegedHook::Input => entry.cidr.contains(&src),
-                PrivilegedHook::Output => entry.cidr.contains(&dst),
+                PrivilegedHook::Input => entry.cidr.contains(&src) && !enforced(src),
+                PrivilegedHook::Output => entry.cidr.contains(&dst) && !enforced(dst),
                 PrivilegedHook::Forward => entry.cidr.contains(&src) || entry.cidr.contains(&dst),
             };
             let protocol = entry.protocol.is_none_or(|p| {
@@ -1421,7 +1422,7 @@ mod tests {
 
     #[test]
     fn trace_answers_with_the_live_ruleset_and_says_when_privileged_accepts() {
-        let yaml = "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: {addresses: [{type: InternalIP, address: 10.0.0.1}]}\n---\napiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {name: lock}\nspec:\n  priority: 1\n  tier: securityops\n  appliedTo: [{nodeSelector: {}}]\n  ingress: [{name: drop-all, action: Drop, from: [{ipBlock: {cidr: 0.0.0.0/0}}]}]\n";
+        let yaml = "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: {addresses: [{type: InternalIP, address: 10.0.0.1}]}\n---\napiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {name: lock}\nspec:\n  priority: 1\n  tier: securityops\n  appliedTo: [{nodeSelector: {}}]\n  ingress: [{name: drop-all, action: Drop, from: [{ipBlock: {cidr: 0.0.0.0/0}}]}]\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: locked, namespace: apps, labels: {app: locked}}\nspec: {nodeName: n1}\nstatus: {podIP: 10.9.5.5}\n---\napiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {name: pod-lock}\nspec:\n  priority: 2\n  tier: securityops\n  appliedTo: [{podSelector: {matchLabels: {app: locked}}}]\n  egress: [{name: no-nodes, action: Drop, to: [{nodeSelector: {}}]}]\n";
         let (objects, problems) = crate::source::parse_documents("t.yaml".as_ref(), yaml);
         assert!(problems.is_empty(), "{problems:?}");
         let local = crate::compile::LocalNode {
@@ -1492,6 +1493,16 @@ mod tests {
         );
         // The entry does not reach the Node.
         assert_eq!(trace("10.7.3.4", "22").privileged, None);
+        // An enforced Pod in an entry's range meets its own policy: the
+        // entry matches no enforced endpoint, to the Node or from it.
+        let pod = trace("apps/locked", "22");
+        assert_eq!((pod.verdict.as_str(), pod.privileged), ("Drop", None));
+        assert_eq!(pod.egress.rule.as_deref(), Some("no-nodes"));
+        let to_pod = trace_to("node:n1", "apps/locked", "22");
+        assert_eq!(
+            (to_pod.verdict.as_str(), to_pod.privileged),
+            ("Allow", None)
+        );
         let unknown = Request::Trace(Box::new(TraceRequest {
             src: "ns/nobody".into(),
             ..match serde_json::from_str::<Request>(
