@@ -183,6 +183,7 @@
 //! lists `forward`, both on FORWARD, before the NFQUEUE rules. Everything not matched falls off the end of the owned
 //! chain and continues in the built-in chain untouched.
 
+pub mod antispoof;
 pub mod cache;
 pub mod diff;
 #[cfg(any(test, feature = "test-util"))]
