@@ -71,7 +71,9 @@ impl AntiSpoof {
             addresses.sort();
             addresses.dedup();
             match super::links::read(&addresses, kernel.bridge_guards()) {
-                Ok(facts) => antispoof::attach(&self.endpoints, &facts, &self.allowed),
+                Ok(facts) => {
+                    antispoof::attach(&self.endpoints, &facts, &self.allowed, &self.guards)
+                }
                 Err(error) => {
                     tracing::warn!(%error, "anti-spoofing: reading the interfaces failed; the guards stay as they are");
                     return false;

@@ -219,6 +219,11 @@ pub struct Unguarded {
 pub struct Guards {
     pub guarded: Vec<Guarded>,
     pub unguarded: Vec<Unguarded>,
+    /// Addresses that several bridge ports hold at their far end with no
+    /// earlier binding to tell the endpoint's own: nobody may send from
+    /// them (the endpoint's owner, its own included, until the other
+    /// lets it go), with the endpoint they belong to.
+    pub held: Vec<(IpAddr, String)>,
     /// Prefixes every endpoint may send from: addresses in them are bound
     /// to nobody.
     pub shared: Vec<IpNet>,
@@ -228,9 +233,19 @@ pub struct Guards {
 /// the interface the inventory names, else the route's output interface
 /// for each address — a veth is the endpoint's own; for a bridge, the
 /// port whose veth peer holds the address. Anything else (no route, the
-/// node's own address, an uplink, a port nobody or two peers hold) leaves
-/// the address unguarded, with the reason.
-pub fn attach(endpoints: &[Endpoint], facts: &Facts, allowed: &[AllowedSource]) -> Guards {
+/// node's own address, an uplink, a port nobody holds it at) leaves the
+/// address unguarded, with the reason. The far end of a port is the
+/// endpoint's to configure: one that adds its neighbour's address there
+/// does not move the neighbour's binding (`previous`, the last guards,
+/// keeps it on its port while that port still holds it), and an address
+/// several ports hold with no earlier binding is held: dropped from every
+/// port.
+pub fn attach(
+    endpoints: &[Endpoint],
+    facts: &Facts,
+    allowed: &[AllowedSource],
+    previous: &Guards,
+) -> Guards {
     let shared: Vec<IpNet> = allowed
         .iter()
         .filter(|a| a.endpoint == SourceEndpoint::Any)
@@ -262,19 +277,28 @@ pub fn attach(endpoints: &[Endpoint], facts: &Facts, allowed: &[AllowedSource]) 
                 continue;
             }
             let found = if owners.get(&address).copied().unwrap_or(0) > 1 {
-                Err(format!("{address} belongs to more than one endpoint"))
+                Err(Unplaced::Reason(format!(
+                    "{address} belongs to more than one endpoint"
+                )))
             } else {
                 match &named {
-                    Some(found) => found.clone(),
-                    None => routed_attachment(address, facts),
+                    Some(found) => found.clone().map_err(Unplaced::Reason),
+                    None => routed_attachment(address, facts, previous),
                 }
             };
             match found {
                 Ok(attachment) => placed.entry(attachment).or_default().push(address),
-                Err(reason) => guards.unguarded.push(Unguarded {
+                Err(Unplaced::Reason(reason)) => guards.unguarded.push(Unguarded {
                     endpoint: id.clone(),
                     reason,
                 }),
+                Err(Unplaced::Held(reason)) => {
+                    guards.held.push((address, id.clone()));
+                    guards.unguarded.push(Unguarded {
+                        endpoint: id.clone(),
+                        reason,
+                    });
+                }
             }
         }
         for (attachment, addresses) in placed {
@@ -297,6 +321,13 @@ pub fn attach(endpoints: &[Endpoint], facts: &Facts, allowed: &[AllowedSource]) 
         }
     }
     guards
+}
+
+/// Why an address has no attachment.
+enum Unplaced {
+    Reason(String),
+    /// Several bridge ports hold it: nobody may send from it.
+    Held(String),
 }
 
 fn link_local(address: IpAddr) -> bool {
@@ -325,7 +356,9 @@ fn named_attachment(name: &str, endpoint: &Endpoint, facts: &Facts) -> Result<At
             .copied()
             .find(|a| !link_local(*a))
             .ok_or_else(|| format!("no address to find its port of bridge {name} by"))?;
-        return bridge_port(link, address, facts);
+        return bridge_port(link, address, facts, &Guards::default()).map_err(|e| match e {
+            Unplaced::Reason(reason) | Unplaced::Held(reason) => reason,
+        });
     }
     Ok(attachment_of(link, facts))
 }
@@ -347,31 +380,45 @@ fn attachment_of(link: &Link, facts: &Facts) -> Attachment {
 }
 
 /// The attachment of an address by the node's route to it.
-fn routed_attachment(address: IpAddr, facts: &Facts) -> Result<Attachment, String> {
+fn routed_attachment(
+    address: IpAddr,
+    facts: &Facts,
+    previous: &Guards,
+) -> Result<Attachment, Unplaced> {
+    let reason = |text: String| Unplaced::Reason(text);
     let index = facts
         .routes
         .get(&address)
         .copied()
         .flatten()
-        .ok_or_else(|| format!("the node has no route to {address}"))?;
-    let link = link_indexed(facts, index)
-        .ok_or_else(|| format!("the route to {address} leaves by an unknown interface"))?;
+        .ok_or_else(|| reason(format!("the node has no route to {address}")))?;
+    let link = link_indexed(facts, index).ok_or_else(|| {
+        reason(format!(
+            "the route to {address} leaves by an unknown interface"
+        ))
+    })?;
     match link.kind.as_deref() {
-        _ if link.name == "lo" => Err(format!(
+        _ if link.name == "lo" => Err(reason(format!(
             "{address} is the node's own address (host network)"
-        )),
-        Some("bridge") => bridge_port(link, address, facts),
+        ))),
+        Some("bridge") => bridge_port(link, address, facts, previous),
         Some("veth") => Ok(attachment_of(link, facts)),
-        kind => Err(format!(
+        kind => Err(reason(format!(
             "the route to {address} leaves by {} ({}), not a veth or bridge of the endpoint's own",
             link.name,
             kind.unwrap_or("a device")
-        )),
+        ))),
     }
 }
 
-/// The port of `bridge` whose veth peer holds `address`.
-fn bridge_port(bridge: &Link, address: IpAddr, facts: &Facts) -> Result<Attachment, String> {
+/// The port of `bridge` whose veth peer holds `address` (of several, the
+/// one `previous` bound it to).
+fn bridge_port(
+    bridge: &Link,
+    address: IpAddr,
+    facts: &Facts,
+    previous: &Guards,
+) -> Result<Attachment, Unplaced> {
     let ports: Vec<&Link> = facts
         .links
         .iter()
@@ -388,18 +435,33 @@ fn bridge_port(bridge: &Link, address: IpAddr, facts: &Facts) -> Result<Attachme
             port: port.name.clone(),
             mac: port.peer.as_ref().and_then(|p| p.mac),
         }),
-        [] => Err(format!(
+        [] => Err(Unplaced::Reason(format!(
             "no port of bridge {} holds {address} at its far end",
             bridge.name
-        )),
-        many => Err(format!(
-            "ports {} of bridge {} all hold {address}",
-            many.iter()
-                .map(|p| p.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", "),
-            bridge.name
-        )),
+        ))),
+        many => {
+            let bound = previous.guarded.iter().find_map(|g| match &g.attachment {
+                Attachment::Bridged {
+                    bridge: b, port, ..
+                } if *b == bridge.name && g.addresses.contains(&address) => Some(port),
+                _ => None,
+            });
+            if let Some(port) = many.iter().find(|p| Some(&p.name) == bound) {
+                return Ok(Attachment::Bridged {
+                    bridge: bridge.name.clone(),
+                    port: port.name.clone(),
+                    mac: port.peer.as_ref().and_then(|p| p.mac),
+                });
+            }
+            Err(Unplaced::Held(format!(
+                "ports {} of bridge {} all hold {address}: it is dropped from every port until one lets it go",
+                many.iter()
+                    .map(|p| p.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                bridge.name
+            )))
+        }
     }
 }
 
@@ -464,7 +526,7 @@ pub fn rule_key(place: Place, chain: &str, rule: &str) -> String {
 /// print them, so the installed state parses back equal.
 pub fn plan(guards: &Guards) -> Planned {
     let mut planned = Planned::default();
-    if guards.guarded.is_empty() {
+    if guards.guarded.is_empty() && guards.held.is_empty() {
         return planned;
     }
     for family in Family::ALL {
@@ -474,10 +536,11 @@ pub fn plan(guards: &Guards) -> Planned {
             Family::V6 => planned.raw_v6 = table,
         }
     }
-    if guards
-        .guarded
-        .iter()
-        .any(|g| matches!(g.attachment, Attachment::Bridged { .. }))
+    if !guards.held.is_empty()
+        || guards
+            .guarded
+            .iter()
+            .any(|g| matches!(g.attachment, Attachment::Bridged { .. }))
     {
         planned.bridge = bridge_table(guards, &mut planned.drops);
     }
@@ -539,6 +602,16 @@ fn bound(guards: &Guards, family: Family) -> Vec<(IpAddr, &Guarded)> {
     out
 }
 
+/// The held addresses of a family, with the endpoint each belongs to.
+fn held(guards: &Guards, family: Family) -> Vec<(IpAddr, String)> {
+    guards
+        .held
+        .iter()
+        .filter(|(a, _)| Family::of(a) == family)
+        .cloned()
+        .collect()
+}
+
 fn raw_table(
     guards: &Guards,
     family: Family,
@@ -583,6 +656,14 @@ fn raw_table(
             &mut rules,
             format!("-s {host} ! -i {} -j DROP", owner.attachment.layer3()),
             owner.endpoint.clone(),
+            Reason::Address,
+        );
+    }
+    for (address, owner) in held(guards, family) {
+        drop(
+            &mut rules,
+            format!("-s {} -j DROP", IpNet::from(address)),
+            owner,
             Reason::Address,
         );
     }
@@ -818,7 +899,11 @@ fn bridge_table(guards: &Guards, drops: &mut BTreeMap<String, (String, Reason)>)
         );
     }
     for family in Family::ALL {
-        for (address, owner) in bound(guards, family) {
+        let owners = bound(guards, family)
+            .into_iter()
+            .map(|(address, owner)| (address, owner.endpoint.clone()))
+            .chain(held(guards, family));
+        for (address, owner) in owners {
             let matches: &[&str] = match family {
                 Family::V4 => &["-p IPv4 --ip-src", "-p ARP --arp-ip-src"],
                 Family::V6 => &["-p IPv6 --ip6-src"],
@@ -827,7 +912,7 @@ fn bridge_table(guards: &Guards, drops: &mut BTreeMap<String, (String, Reason)>)
                 drop(
                     &mut rules,
                     format!("{m} {address} -j DROP"),
-                    owner.endpoint.clone(),
+                    owner.clone(),
                     Reason::Address,
                 );
             }

@@ -31,4 +31,5 @@ mod queue;
 mod resolve;
 mod run;
 mod smuggle;
+mod spoof;
 mod warnings;

@@ -80,7 +80,7 @@ fn routed_veths_and_bridge_ports_are_found_the_rest_is_named_unguarded() {
         endpoint("apps/gone", &["10.9.9.9"]),
         endpoint("apps/silent", &["10.2.0.9"]),
     ];
-    let guards = attach(&endpoints, &facts(), &[]);
+    let guards = attach(&endpoints, &facts(), &[], &Guards::default());
     assert_eq!(
         guards.guarded,
         vec![
@@ -128,12 +128,24 @@ fn ambiguous_addresses_a_missing_ebtables_and_named_interfaces() {
     let mut facts = facts();
     // A second port claims b's address at its far end.
     facts.links[6].peer = peer(MAC_A, &["10.2.0.2"]);
-    let guards = attach(&[endpoint("apps/b", &["10.2.0.2"])], &facts, &[]);
+    let b = [endpoint("apps/b", &["10.2.0.2"])];
+    let guards = attach(&b, &facts, &[], &Guards::default());
     assert!(guards.guarded.is_empty());
     assert_eq!(
         guards.unguarded[0].reason,
-        "ports vb, vd of bridge br0 all hold 10.2.0.2"
+        "ports vb, vd of bridge br0 all hold 10.2.0.2: it is dropped from every port until one lets it go"
     );
+    // Held: dropped from every interface and port, b's own included.
+    let planned = plan(&guards);
+    assert!(planned.raw_v4.chains[CHAIN].contains(&"-s 10.2.0.2/32 -j DROP".to_string()));
+    assert!(
+        planned.bridge.chains[CHAIN].contains(&"-p ARP --arp-ip-src 10.2.0.2 -j DROP".to_string())
+    );
+    // Bound before the second port claimed it: it stays with b's port.
+    let earlier = attach(&b, &self::facts(), &[], &Guards::default());
+    let guards = attach(&b, &facts, &[], &earlier);
+    assert_eq!(guards.guarded, earlier.guarded);
+    assert!(guards.held.is_empty() && guards.unguarded.is_empty());
     let twice = attach(
         &[
             endpoint("apps/a", &["10.1.0.2"]),
@@ -141,11 +153,17 @@ fn ambiguous_addresses_a_missing_ebtables_and_named_interfaces() {
         ],
         &facts,
         &[],
+        &Guards::default(),
     );
     assert!(twice.guarded.is_empty());
     assert_eq!(twice.unguarded.len(), 2);
     facts.bridge_guards = false;
-    let guards = attach(&[endpoint("apps/c", &["10.2.0.3"])], &facts, &[]);
+    let guards = attach(
+        &[endpoint("apps/c", &["10.2.0.3"])],
+        &facts,
+        &[],
+        &Guards::default(),
+    );
     assert!(guards.guarded.is_empty());
     assert!(
         guards.unguarded[0].reason.contains("needs ebtables-nft"),
@@ -161,7 +179,7 @@ fn ambiguous_addresses_a_missing_ebtables_and_named_interfaces() {
     let mut missing = endpoint("apps/m", &["10.9.0.1"]);
     missing.interface = Some("nope0".into());
     facts.bridge_guards = true;
-    let guards = attach(&[named, port, missing], &facts, &[]);
+    let guards = attach(&[named, port, missing], &facts, &[], &Guards::default());
     assert_eq!(
         guards
             .guarded
@@ -189,6 +207,7 @@ fn allowed_sources_widen_one_endpoint_or_unbind_a_shared_prefix() {
         ],
         &facts(),
         &allowed,
+        &Guards::default(),
     );
     let a = &guards.guarded[0];
     assert_eq!(
@@ -217,7 +236,7 @@ fn the_raw_chains_bind_each_veth_to_its_sources_and_each_address_to_its_interfac
         endpoint("apps/a", &["10.1.0.2", "fd01::2"]),
         endpoint("apps/b", &["10.2.0.2", "fd02::2"]),
     ];
-    let planned = plan(&attach(&endpoints, &facts(), &[]));
+    let planned = plan(&attach(&endpoints, &facts(), &[], &Guards::default()));
     assert_eq!(
         planned.raw_v4.jumps,
         vec![("PREROUTING".to_string(), format!("-j {CHAIN}"))]
@@ -311,7 +330,7 @@ fn the_bridge_chain_holds_each_port_to_its_mac_addresses_and_arp_claims() {
         endpoint("apps/a", &["10.1.0.2"]),
         endpoint("apps/b", &["10.2.0.2", "fd02::2"]),
     ];
-    let planned = plan(&attach(&endpoints, &facts(), &[]));
+    let planned = plan(&attach(&endpoints, &facts(), &[], &Guards::default()));
     let from = "-s 0a:00:00:00:00:0b -i vb";
     assert_eq!(
         planned.bridge.chains[CHAIN],
@@ -337,7 +356,7 @@ fn the_bridge_chain_holds_each_port_to_its_mac_addresses_and_arp_claims() {
         ]
     );
     // Only routed endpoints: no bridge table at all.
-    let routed = plan(&attach(&endpoints[..1], &facts(), &[]));
+    let routed = plan(&attach(&endpoints[..1], &facts(), &[], &Guards::default()));
     assert_eq!(routed.bridge, Table::default());
     assert_eq!(plan(&Guards::default()), Planned::default());
 }
@@ -348,7 +367,7 @@ fn drop_counters_are_read_by_rule_and_counted_per_endpoint() {
         endpoint("apps/a", &["10.1.0.2"]),
         endpoint("apps/b", &["10.2.0.2"]),
     ];
-    let planned = plan(&attach(&endpoints, &facts(), &[]));
+    let planned = plan(&attach(&endpoints, &facts(), &[], &Guards::default()));
     let reading = |a: u64, b: u64, arp: u64| {
         let raw = format!(
             "*raw\n:PREROUTING ACCEPT [0:0]\n[9:900] -A PREROUTING -j TOLLGATE-ANTISPOOF\n\

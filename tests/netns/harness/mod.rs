@@ -198,6 +198,10 @@ pub const TEST_IDS: &[&str] = &[
     "podman_network_reload_opens_nothing_with_cni",
     "privileged_ssh_covers_the_node_not_routed_pods",
     "a_stuck_l7_queue_leaves_other_connections_of_the_same_client_answered",
+    "routed_pod_cannot_send_as_its_neighbour_ipv4",
+    "routed_pod_cannot_send_as_its_neighbour_ipv6",
+    "bridged_container_cannot_claim_its_neighbours_address_ipv4",
+    "bridged_container_cannot_claim_its_neighbours_address_ipv6",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
