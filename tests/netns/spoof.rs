@@ -341,16 +341,21 @@ fn routed_lab(test: &'static str) -> Option<(Lab, &'static str)> {
 /// still reaches its own port, and a datagram from the spoofer's allowed
 /// prefix passes.
 ///
-/// Mutation: in `raw_table` (src/datapath/antispoof.rs) skip the
-/// `-i <veth> -j DROP` rule of routed veths — the spoofed datagram reaches
-/// the server.
+/// The guards outlive the agent like its other chains (a stopped agent
+/// leaves them enforcing) and `tollgate cleanup` removes them.
+///
+/// Mutation: in `raw_table` (src/datapath/antispoof.rs) plan the IPv4
+/// chain with only its `-i lo -j RETURN` rule — the spoofed datagram
+/// reaches the server. Mutation: `Iptables::installed` (src/datapath/kernel.rs)
+/// does not read the raw tables — the drift check finds the guards
+/// missing and rewrites them every second (and cleanup would leave them).
 #[test]
 fn routed_pod_cannot_send_as_its_neighbour_ipv4() {
     let Some((lab, python)) = routed_lab("routed_pod_cannot_send_as_its_neighbour_ipv4") else {
         return;
     };
     let inbox = Inbox::open(lab.ns("server"), 5353);
-    let agent = start_agent(&lab);
+    let mut agent = start_agent(&lab);
     let (victim, server) = (
         lab.addr("victim").to_string(),
         lab.addr("server").to_string(),
@@ -411,6 +416,21 @@ fn routed_pod_cannot_send_as_its_neighbour_ipv4() {
     assert_eq!(dropped(&report, "apps/victim", "source"), 0, "{report:#?}");
     assert_eq!(dropped(&report, "apps/server", "source"), 0, "{report:#?}");
     no_drift(&agent);
+    // Stopped, the agent leaves the guards enforcing.
+    agent.stop();
+    scapy(
+        lab.ns("spoofer"),
+        python,
+        SEND_UDP,
+        &[&victim, &server, "5353", "spoof-stopped", &node_mac, "3"],
+    );
+    inbox.expect_none("spoof-stopped");
+    let cleanup = lab.tollgate_cleanup();
+    assert!(cleanup.success(), "{}", cleanup.stderr);
+    for save in ["iptables-save -t raw", "ip6tables-save -t raw"] {
+        let raw = lab.node().ok(save);
+        assert!(!raw.contains("TOLLGATE"), "{save} after cleanup:\n{raw}");
+    }
 }
 
 /// Routed veths, IPv6 (no `rp_filter` at all): the same forgery, and a
@@ -576,9 +596,10 @@ fn curl_from(lab: &Lab, role: &str, source: &str, url: &str) -> String {
 /// own connections still get 200, and so does the spoofer from its
 /// allowed prefix.
 ///
-/// Mutation: in `bridge_table` (src/datapath/antispoof.rs) match ports with
-/// `--logical-in` instead of `-i` (no port's rule ever matches) — the
-/// spoofer gets HTTP 200 as the victim.
+/// `tollgate cleanup` removes the ebtables chain.
+///
+/// Mutation: in `plan` (src/datapath/antispoof.rs) leave the bridge table
+/// out — the spoofer gets HTTP 200 as the victim.
 #[test]
 fn bridged_container_cannot_claim_its_neighbours_address_ipv4() {
     let Some((lab, python)) =
@@ -587,7 +608,7 @@ fn bridged_container_cannot_claim_its_neighbours_address_ipv4() {
         return;
     };
     let i = lab.index();
-    let agent = start_agent(&lab);
+    let mut agent = start_agent(&lab);
     let (victim, server) = (format!("10.{i}.5.2"), format!("10.{i}.5.4"));
     let url = format!("http://{server}:8080/");
     // Positive control: the spoofer's own address reaches its own port.
@@ -633,6 +654,11 @@ fn bridged_container_cannot_claim_its_neighbours_address_ipv4() {
     spoofer.ok(&format!("ip addr add {allowed}/32 dev eth0"));
     assert_eq!(curl_from(&lab, "spoofer", &allowed, &url), "200");
     no_drift(&agent);
+    agent.stop();
+    let cleanup = lab.tollgate_cleanup();
+    assert!(cleanup.success(), "{}", cleanup.stderr);
+    let bridge = lab.node().ok("ebtables-nft-save -t nat");
+    assert!(!bridge.contains("TOLLGATE"), "after cleanup:\n{bridge}");
 }
 
 /// A Linux bridge, IPv6: the spoofer puts the victim's address on its own
