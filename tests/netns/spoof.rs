@@ -721,3 +721,120 @@ fn bridged_container_cannot_claim_its_neighbours_address_ipv6() {
     assert_eq!(curl_from(&lab, "spoofer", &allowed, &url), "200");
     no_drift(&agent);
 }
+
+/// Podman's bridge network (netavark), the containers as the inventory
+/// (`--docker`): a container puts its neighbour's address on its own
+/// interface, claims it to the web server in ARP and connects from it to
+/// the port only the neighbour may reach — without guards HTTP 200 as the
+/// neighbour. With them: the connection fails, the claim is counted for
+/// the spoofing container, the neighbour still gets 200 and the spoofer
+/// still reaches the neighbour's own server from its own address.
+///
+/// Mutation: in `attach` (src/datapath/antispoof.rs) report every bridged
+/// address unguarded ("no port") — the spoofer gets HTTP 200 as its
+/// neighbour.
+#[test]
+fn podman_container_cannot_claim_its_neighbours_address() {
+    use crate::harness::podman::{Container, Podman, PODMAN_TOOLS};
+    const TEST: &str = "podman_container_cannot_claim_its_neighbours_address";
+    let Some(lab) = Lab::builder(TEST)
+        .require(PODMAN_TOOLS)
+        .require(&["python3"])
+        .build()
+    else {
+        return;
+    };
+    let Some(python) = scapy_python(&lab, TEST) else {
+        return;
+    };
+    let podman = Podman::start(&lab);
+    let project = podman.name("spoof");
+    let nginx = ["nginx", "-g", "daemon off;"];
+    for (name, app) in [("web", "web"), ("victim", "victim"), ("spoofer", "spoofer")] {
+        let container = Container::new(name)
+            .label("com.docker.compose.project", &project)
+            .label("app", app);
+        podman.run(&if name == "spoofer" {
+            container
+        } else {
+            container.command(&nginx)
+        });
+    }
+    lab.write_policy(
+        "web.yaml",
+        &format!(
+            "apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {{name: web-ingress}}
+spec:
+  priority: 5
+  tier: application
+  appliedTo: [{{podSelector: {{matchLabels: {{app: web}}}}, namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {project}}}}}}}]
+  ingress:
+  - {{name: victim-only, action: Allow, from: [{{podSelector: {{matchLabels: {{app: victim}}}}, namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {project}}}}}}}], ports: [{{protocol: TCP, port: 80}}]}}
+  - {{name: drop-rest, action: Drop}}
+"
+        ),
+    );
+    let mut agent = lab.start_agent(lab.agent_options().args(&[
+        "--docker",
+        "--docker-host",
+        &podman.docker_host(),
+        "--drift-check-seconds",
+        "1",
+    ]));
+    agent.wait_generation(1);
+    let (web, victim) = (podman.addr("web"), podman.addr("victim"));
+    let url = format!("http://{web}/");
+    // The inventory holds the containers once the victim is let in.
+    wait_until("the victim reaches the web server", ALLOW_WAIT, || {
+        podman.curl("victim", &url, Duration::from_secs(2)) == Ok(200)
+    });
+    let spoofer = podman.netns("spoofer");
+    // Positive control: the spoofer reaches the victim's own server.
+    let own = podman.addr("spoofer").to_string();
+    let curl = |source: &str, url: &str| {
+        spoofer
+            .sh(&format!(
+                "curl -s -o /dev/null -w '%{{http_code}}' --interface {source} \
+                 --connect-timeout 2 --max-time 4 '{url}'"
+            ))
+            .stdout
+            .trim()
+            .to_string()
+    };
+    assert_eq!(curl(&own, &format!("http://{victim}/")), "200");
+    spoofer.ok(&format!("ip addr add {victim}/32 dev eth0"));
+    let web_mac = podman
+        .exec("web", &["cat", "/sys/class/net/eth0/address"], ALLOW_WAIT)
+        .stdout
+        .trim()
+        .to_string();
+    scapy(
+        &spoofer,
+        python,
+        CLAIM,
+        &[&victim.to_string(), &web.to_string(), &web_mac, "3"],
+    );
+    assert_eq!(
+        curl(&victim.to_string(), &url),
+        "000",
+        "the spoofer reached the victim's port as the victim"
+    );
+    let spoofer_id = format!("{project}/{}", podman.name("spoofer"));
+    expect_dropped(&lab, &spoofer_id, "neighbour", 3);
+    let report = report(&lab);
+    for name in ["web", "victim", "spoofer"] {
+        let id = format!("{project}/{}", podman.name(name));
+        assert!(
+            report
+                .guarded
+                .iter()
+                .any(|g| g.endpoint == id && g.interface.contains(" port ")),
+            "{id} not guarded on a bridge port: {report:#?}"
+        );
+    }
+    // Positive control: the victim still gets in.
+    assert_eq!(podman.curl("victim", &url, ALLOW_WAIT), Ok(200));
+    no_drift(&agent);
+}

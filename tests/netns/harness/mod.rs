@@ -202,6 +202,7 @@ pub const TEST_IDS: &[&str] = &[
     "routed_pod_cannot_send_as_its_neighbour_ipv6",
     "bridged_container_cannot_claim_its_neighbours_address_ipv4",
     "bridged_container_cannot_claim_its_neighbours_address_ipv6",
+    "podman_container_cannot_claim_its_neighbours_address",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
