@@ -27,9 +27,10 @@ mod layers;
 mod values;
 
 pub use layers::{flags, Flag, Loaded, MachineDefaults, Setting};
-use values::{labels, privileged, seconds};
+use values::{allowed_sources, labels, privileged, seconds};
 pub use values::{
-    parse_labels, Interface, Privileged, PrivilegedHook, PrivilegedProtocol, NODE_HOOKS,
+    parse_labels, AllowedSource, Interface, Privileged, PrivilegedHook, PrivilegedProtocol,
+    SourceEndpoint, NODE_HOOKS,
 };
 
 /// Why a configuration cannot be used. The agent exits with status 2.
@@ -55,6 +56,8 @@ pub enum ConfigError {
     Interface { glob: String },
     #[error("privileged {value:?}: {reason}")]
     Privileged { value: String, reason: &'static str },
+    #[error("antiSpoofing.allowedSourcePrefixes {value:?}: {reason}")]
+    AllowedSource { value: String, reason: &'static str },
     #[error("labels {value:?}: expected key=value")]
     Label { value: String },
     #[error("node.name: must not be empty")]
@@ -102,6 +105,7 @@ pub struct AgentConfig {
     pub health: HealthConfig,
     pub docker: DockerConfig,
     pub verdict_cache: VerdictCacheConfig,
+    pub anti_spoofing: AntiSpoofingConfig,
 }
 
 impl AgentConfig {
@@ -996,6 +1000,42 @@ pub const MAX_CACHE_TIMEOUT_SECS: u32 = 3600;
 /// Largest `verdictCache.maxEntries`: 18 sets of this size are at most a
 /// few hundred MiB of kernel memory.
 pub const MAX_CACHE_ENTRIES: u32 = 4_194_304;
+
+/// Anti-spoofing (`docs/notes-bypass.md`, issue 27): every endpoint whose
+/// interface the node can see (a routed veth, a Linux bridge port) may
+/// send only from its own addresses and claim only them in ARP and
+/// neighbour discovery, and nobody else may send from them.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, clap::Args)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct AntiSpoofingConfig {
+    /// Whether endpoints are held to their own source addresses: on
+    /// (default) or off.
+    #[arg(long = "anti-spoofing", value_name = "on|off")]
+    pub enabled: Switch,
+    /// Sources an endpoint may send from besides its own addresses (a
+    /// router, a VM, a shared address): `{endpoint: NAMESPACE/NAME or *,
+    /// cidr}` or `NAMESPACE/NAME=CIDR`, `*=CIDR`; without a CIDR the
+    /// endpoint may send from any source (default none).
+    #[arg(long = "allowed-source-prefix", value_name = "NS/NAME=CIDR")]
+    #[serde(deserialize_with = "allowed_sources")]
+    pub allowed_source_prefixes: Vec<AllowedSource>,
+}
+
+impl Default for AntiSpoofingConfig {
+    fn default() -> Self {
+        AntiSpoofingConfig {
+            enabled: Switch::On,
+            allowed_source_prefixes: Vec::new(),
+        }
+    }
+}
+
+impl AntiSpoofingConfig {
+    /// Whether endpoints are guarded.
+    pub fn enabled(&self) -> bool {
+        self.enabled == Switch::On
+    }
+}
 
 /// `on` or `off` (also `true` or `false` in the file).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -1,13 +1,15 @@
 //! Kernel datapath: owns the `TOLLGATE-*` chains of the filter table (IPv4
 //! and IPv6), one jump into each from INPUT, FORWARD and OUTPUT (and, on a
 //! Docker host, a second jump into `TOLLGATE-FORWARD` from Docker's
-//! `DOCKER-USER`; see [`diff`] and `docs/docker-firewall.md`), and the
-//! `tollgate-*` ipsets. It must never modify a rule, chain or set it does
-//! not own (Docker's chains included: it never creates, flushes or
-//! reorders them), nor an entry of a learned (FQDN) set: those belong to
-//! the DNS worker. The desired state is planned by pure functions ([`plan`]),
-//! compared with what is installed ([`state`], [`diff`]), and only the
-//! difference is written, in one batch per table ([`kernel`]), in the
+//! `DOCKER-USER`; see [`diff`] and `docs/docker-firewall.md`), the
+//! anti-spoofing chains of the raw table and of ebtables' nat table with
+//! their jumps from `PREROUTING` ([`antispoof`]), and the `tollgate-*`
+//! ipsets. It must never modify a rule, chain or set it does not own
+//! (Docker's chains included: it never creates, flushes or reorders them),
+//! nor an entry of a learned (FQDN) set: those belong to the DNS worker.
+//! The desired state is planned by pure functions ([`plan`]), compared
+//! with what is installed ([`state`], [`diff`]), and only the difference
+//! is written, in one batch per table ([`kernel`]), in the
 //! order [`transition`] explains: a failing write leaves the previous or
 //! the next ruleset enforced, and is retried with backoff ([`retry`]).
 //!
@@ -194,6 +196,7 @@
 //! iptables-save omits). Everything not matched falls off the end of the
 //! owned chain and continues in the built-in chain untouched.
 
+pub mod antispoof;
 pub mod cache;
 pub mod diff;
 #[cfg(any(test, feature = "test-util"))]

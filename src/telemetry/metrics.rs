@@ -77,6 +77,12 @@ struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SpoofLabels {
+    endpoint: String,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: String,
     commit: String,
@@ -86,11 +92,12 @@ struct BuildLabels {
 pub const COMMIT: &str = env!("TOLLGATE_COMMIT");
 
 /// Every `step` label of `datapath_apply_failures`.
-const APPLY_STEPS: [&str; 5] = [
+const APPLY_STEPS: [&str; 6] = [
     "read",
     "ipset_prepare",
     "iptables",
     "ip6tables",
+    "ebtables",
     "ipset_cleanup",
 ];
 
@@ -175,6 +182,11 @@ pub struct Metrics {
     datapath_behind: Gauge,
     datapath_drift_repairs: Counter,
     bridge_netfilter_off: Gauge,
+    antispoof_dropped: Family<SpoofLabels, Counter>,
+    antispoof_guarded: Gauge,
+    antispoof_unguarded: Gauge,
+    /// The endpoints whose `antispoof_dropped` series exist.
+    antispoof_known: std::sync::Mutex<Vec<String>>,
     verdict_cache_hits: Counter,
     audit_written: Counter,
     audit_skipped: Family<ReasonLabels, Counter>,
@@ -228,6 +240,10 @@ impl Metrics {
             datapath_behind: Gauge::default(),
             datapath_drift_repairs: Counter::default(),
             bridge_netfilter_off: Gauge::default(),
+            antispoof_dropped: Family::default(),
+            antispoof_guarded: Gauge::default(),
+            antispoof_unguarded: Gauge::default(),
+            antispoof_known: std::sync::Mutex::new(Vec::new()),
             verdict_cache_hits: Counter::default(),
             audit_written: Counter::default(),
             audit_skipped: Family::default(),
@@ -334,6 +350,21 @@ impl Metrics {
             "bridge_netfilter_off",
             "1 while the namespace has a Linux bridge whose internal traffic bypasses iptables (br_netfilter not loaded, or net.bridge.bridge-nf-call-ip(6)tables = 0): container-to-container traffic on one bridge is not enforced",
             m.bridge_netfilter_off.clone(),
+        );
+        r.register(
+            "antispoof_dropped_packets",
+            "Packets the anti-spoofing guards dropped, by endpoint and reason: source (it sent from a source, IP or MAC, not its own), neighbour (it claimed an address not its own in ARP or neighbour discovery, or sent a router advertisement or redirect), address (someone else sent from its address); read from the guards' rule counters at every drift check, every 10 s without them, and before the guards change",
+            m.antispoof_dropped.clone(),
+        );
+        r.register(
+            "antispoof_guarded_endpoints",
+            "Local endpoints whose interface (routed veth or bridge port) the anti-spoofing guards hold to their addresses",
+            m.antispoof_guarded.clone(),
+        );
+        r.register(
+            "antispoof_unguarded_endpoints",
+            "Local endpoints (or some of their addresses) left unguarded because their interface is unknown or not their own; tollgate status names them and why",
+            m.antispoof_unguarded.clone(),
         );
         r.register(
             "verdict_cache_hits",
@@ -696,6 +727,68 @@ impl Metrics {
     /// Whether traffic inside a bridge bypasses iptables.
     pub fn bridge_netfilter_off(&self, off: bool) {
         self.bridge_netfilter_off.set(i64::from(off));
+    }
+
+    /// The anti-spoofing guards hold `endpoints` (their series exported
+    /// from zero, those of endpoints no longer guarded removed) and leave
+    /// `unguarded` endpoints unguarded.
+    pub fn antispoof_endpoints(&self, endpoints: &[String], unguarded: usize) {
+        self.antispoof_guarded.set(endpoints.len() as i64);
+        self.antispoof_unguarded.set(unguarded as i64);
+        let reasons = crate::datapath::antispoof::Reason::ALL;
+        let wanted: Vec<SpoofLabels> = endpoints
+            .iter()
+            .flat_map(|endpoint| {
+                reasons.iter().map(|reason| SpoofLabels {
+                    endpoint: endpoint.clone(),
+                    reason: reason.label().into(),
+                })
+            })
+            .collect();
+        let mut known = self
+            .antispoof_known
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for endpoint in known.iter().filter(|e| !endpoints.contains(e)) {
+            for reason in reasons {
+                self.antispoof_dropped.remove(&SpoofLabels {
+                    endpoint: endpoint.clone(),
+                    reason: reason.label().into(),
+                });
+            }
+        }
+        *known = endpoints.to_vec();
+        for labels in &wanted {
+            let _ = self.antispoof_dropped.get_or_create(labels);
+        }
+    }
+
+    /// Counts `gained` packets the guards dropped for `endpoint` and
+    /// `reason`.
+    pub fn antispoof_dropped(&self, endpoint: &str, reason: &str, gained: u64) {
+        self.antispoof_dropped
+            .get_or_create(&SpoofLabels {
+                endpoint: endpoint.into(),
+                reason: reason.into(),
+            })
+            .inc_by(gained);
+    }
+
+    /// The drops counted for `endpoint`, by reason label.
+    pub fn antispoof_dropped_of(&self, endpoint: &str) -> Vec<(&'static str, u64)> {
+        crate::datapath::antispoof::Reason::ALL
+            .iter()
+            .map(|reason| {
+                let labels = SpoofLabels {
+                    endpoint: endpoint.into(),
+                    reason: reason.label().into(),
+                };
+                (
+                    reason.label(),
+                    self.antispoof_dropped.get_or_create(&labels).get(),
+                )
+            })
+            .collect()
     }
 
     /// Counts `gained` more connections the verdict cache answered;

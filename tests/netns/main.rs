@@ -33,4 +33,5 @@ mod queue;
 mod resolve;
 mod run;
 mod smuggle;
+mod spoof;
 mod warnings;
