@@ -232,7 +232,7 @@ demo() {
     outcome "client1 -> web    HTTP POST foo.bar.com/api/v2/items" nsx tg-client1 \
         sh -c "curl -sS --max-time 2 -o /dev/null -w '%{http_code}' -X POST -H 'Host: foo.bar.com' http://10.99.3.2/api/v2/items | grep -qx 501"
     echo "node:"
-    outcome "client1 -> node   TCP 22 (privileged)" nsx tg-client1 nc -z -w 2 10.99.1.1 22
+    outcome "client1 -> node   TCP 22 (its egress allows the Node)" nsx tg-client1 nc -z -w 2 10.99.1.1 22
     outcome "client2 -> node   TCP 22" nsx tg-client2 nc -z -w 2 10.99.2.1 22
     outcome "client1 -> node   HTTP :8080" nsx tg-client1 curl -fsS --max-time 2 http://10.99.1.1:8080/
     outcome "client2 -> node   HTTP :8080" nsx tg-client2 curl -fsS --max-time 2 http://10.99.2.1:8080/

@@ -30,6 +30,7 @@
 //! ```
 #![allow(clippy::disallowed_methods)] // the status server reports uptime.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -201,6 +202,9 @@ pub struct StatusReport {
     /// lookup rules); `None` while the cache is off or unread.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict_cache_hits: Option<u64>,
+    /// The anti-spoofing guards; `None` before the first snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anti_spoofing: Option<AntiSpoofReport>,
     pub queues: Vec<QueueReport>,
     /// The agent-level series of the metrics (reloads, kernel writes,
     /// audit lines, Kubernetes watch errors and Events), read from the
@@ -216,6 +220,37 @@ pub struct StatusReport {
     /// (`docker.enabled`: connected or unreachable, how many containers).
     #[serde(default)]
     pub inventory: Option<String>,
+}
+
+/// The anti-spoofing guards (`tollgate_antispoof_*` metrics).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AntiSpoofReport {
+    /// `antiSpoofing.enabled`.
+    pub enabled: bool,
+    pub guarded: Vec<GuardedReport>,
+    /// Endpoints (or some of their addresses) left unguarded, and why.
+    pub unguarded: Vec<UnguardedReport>,
+}
+
+/// One guarded endpoint: where its packets enter and what was dropped.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GuardedReport {
+    /// `namespace/name`.
+    pub endpoint: String,
+    /// Its veth, or `bridge port PORT`.
+    pub interface: String,
+    /// Packets dropped, by reason (`source`, `neighbour`, `address`).
+    pub dropped: BTreeMap<String, u64>,
+}
+
+/// One unguarded endpoint.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnguardedReport {
+    pub endpoint: String,
+    pub reason: String,
 }
 
 /// The agent process's own figures (the `process_*` metrics).
@@ -337,6 +372,7 @@ struct State {
     datapath_behind: Option<String>,
     bridged_traffic_unseen: Option<String>,
     verdict_cache_hits: Option<u64>,
+    anti_spoofing: Option<AntiSpoofReport>,
     /// The kernel was written to match the ruleset in force and the last
     /// attempt did not fail; false until the first install succeeds.
     datapath_synced: bool,
@@ -442,6 +478,11 @@ impl AgentStatus {
         self.state().verdict_cache_hits = Some(hits);
     }
 
+    /// The anti-spoofing guards as last planned and counted.
+    pub fn anti_spoofing(&self, report: Option<AntiSpoofReport>) {
+        self.state().anti_spoofing = report;
+    }
+
     /// Why bridged traffic bypasses iptables (`None`: it is seen).
     pub fn bridged_traffic(&self, unseen: Option<String>) {
         self.state().bridged_traffic_unseen = unseen;
@@ -523,6 +564,7 @@ impl AgentStatus {
             datapath_behind: state.datapath_behind.clone(),
             bridged_traffic_unseen: state.bridged_traffic_unseen.clone(),
             verdict_cache_hits: state.verdict_cache_hits,
+            anti_spoofing: state.anti_spoofing.clone(),
             queues,
             agent_series: self
                 .metrics
@@ -578,10 +620,11 @@ impl AgentStatus {
     /// by before any policy, as its rules do: on its hook (input to the
     /// Node, output from it, forward when routed) if the entry lists it,
     /// from the entry's range (input), to it (output), from or to it
-    /// (forward); on the entry's protocol and destination port when it
-    /// names them.
+    /// (forward); never from (input) or to (output) an enforced endpoint;
+    /// on the entry's protocol and destination port when it names them.
     fn privileged_for(&self, ruleset: &Ruleset, report: &TraceReport) -> Option<&Privileged> {
         let node = |ip| matches!(ruleset.endpoint_of(ip), Some(Endpoint::Node { .. }));
+        let enforced = |ip| ruleset.enforced().endpoints.contains(&ip);
         let (src, dst) = (report.src.address, report.dst.address);
         let hook = match (node(src), node(dst)) {
             (_, true) => PrivilegedHook::Input,
@@ -590,8 +633,8 @@ impl AgentStatus {
         };
         self.privileged.iter().find(|entry| {
             let range = match hook {
-                PrivilegedHook::Input => entry.cidr.contains(&src),
-                PrivilegedHook::Output => entry.cidr.contains(&dst),
+                PrivilegedHook::Input => entry.cidr.contains(&src) && !enforced(src),
+                PrivilegedHook::Output => entry.cidr.contains(&dst) && !enforced(dst),
                 PrivilegedHook::Forward => entry.cidr.contains(&src) || entry.cidr.contains(&dst),
             };
             let protocol = entry.protocol.is_none_or(|p| {
@@ -910,6 +953,47 @@ fn connect(path: &Path, deadline: Instant) -> std::io::Result<UnixStream> {
     Ok(UnixStream::from(socket))
 }
 
+/// The anti-spoofing rows: a summary, each unguarded endpoint with the
+/// reason, each guarded one that had packets dropped.
+fn render_anti_spoofing(out: &mut String, report: Option<&AntiSpoofReport>) {
+    use std::fmt::Write as _;
+    let Some(report) = report else {
+        return;
+    };
+    if !report.enabled {
+        let _ = writeln!(out, "anti-spoofing:      off (antiSpoofing.enabled)");
+        return;
+    }
+    let total = |g: &GuardedReport| g.dropped.values().sum::<u64>();
+    let _ = writeln!(
+        out,
+        "anti-spoofing:      {} endpoints guarded, {} dropped packets; {}",
+        report.guarded.len(),
+        report.guarded.iter().map(total).sum::<u64>(),
+        match report.unguarded.len() {
+            0 => "none unguarded".to_string(),
+            n => format!("{n} UNGUARDED"),
+        }
+    );
+    for u in &report.unguarded {
+        let _ = writeln!(out, "  {:<30} UNGUARDED: {}", u.endpoint, u.reason);
+    }
+    for g in report.guarded.iter().filter(|g| total(g) > 0) {
+        let dropped: Vec<String> = g
+            .dropped
+            .iter()
+            .map(|(reason, n)| format!("{reason} {n}"))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  {:<30} {}: dropped {}",
+            g.endpoint,
+            g.interface,
+            dropped.join(", ")
+        );
+    }
+}
+
 /// `tollgate status` as text.
 pub fn render_status(report: &StatusReport) -> String {
     use std::fmt::Write as _;
@@ -980,6 +1064,7 @@ pub fn render_status(report: &StatusReport) -> String {
     if let Some(why) = &report.bridged_traffic_unseen {
         let _ = writeln!(out, "bridged traffic:    NOT SEEN: {why}");
     }
+    render_anti_spoofing(&mut out, report.anti_spoofing.as_ref());
     let _ = writeln!(out, "fail mode:          {}", report.fail_mode);
     let unknown = |v: Option<String>| v.unwrap_or_else(|| "?".into());
     let p = &report.process;
@@ -1333,6 +1418,67 @@ mod tests {
     }
 
     /// The agent-level rows of `status` are the agent-level series of
+    #[test]
+    fn anti_spoofing_rows_name_the_unguarded_and_the_drops_the_metrics_count() {
+        let metrics = Arc::new(Metrics::new());
+        let s = status_with(Arc::clone(&metrics));
+        assert!(!render_status(&s.report()).contains("anti-spoofing"));
+        metrics.antispoof_endpoints(
+            &["apps/a".into(), "apps/b".into()],
+            1,
+            &crate::datapath::antispoof::Reason::LABELS,
+        );
+        metrics.antispoof_dropped("apps/a", "source", 3);
+        let guarded = |endpoint: &str, interface: &str| GuardedReport {
+            endpoint: endpoint.into(),
+            interface: interface.into(),
+            dropped: metrics
+                .antispoof_dropped_of(endpoint, &crate::datapath::antispoof::Reason::LABELS)
+                .into_iter()
+                .map(|(r, n)| (r.to_string(), n))
+                .collect(),
+        };
+        s.anti_spoofing(Some(AntiSpoofReport {
+            enabled: true,
+            guarded: vec![
+                guarded("apps/a", "veth-a"),
+                guarded("apps/b", "br0 port vb"),
+            ],
+            unguarded: vec![UnguardedReport {
+                endpoint: "apps/x".into(),
+                reason: "the node has no route to 10.9.9.9".into(),
+            }],
+        }));
+        let text = render_status(&s.report());
+        assert!(
+            text.contains(
+                "\nanti-spoofing:      2 endpoints guarded, 3 dropped packets; 1 UNGUARDED\n  \
+                 apps/x                         UNGUARDED: the node has no route to 10.9.9.9\n  \
+                 apps/a                         veth-a: dropped address 0, neighbour 0, source 3\n"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("apps/b "), "no drops, no row: {text}");
+        let exposition = metrics.render();
+        assert!(exposition.contains(
+            "tollgate_antispoof_dropped_packets_total{endpoint=\"apps/a\",reason=\"source\"} 3\n"
+        ));
+        assert!(exposition.contains(
+            "tollgate_antispoof_dropped_packets_total{endpoint=\"apps/b\",reason=\"address\"} 0\n"
+        ));
+        assert!(exposition.contains("tollgate_antispoof_unguarded_endpoints 1\n"));
+        // An endpoint no longer guarded leaves the exposition.
+        metrics.antispoof_endpoints(
+            &["apps/b".into()],
+            0,
+            &crate::datapath::antispoof::Reason::LABELS,
+        );
+        assert!(!metrics.render().contains("endpoint=\"apps/a\""));
+        s.anti_spoofing(Some(AntiSpoofReport::default()));
+        assert!(render_status(&s.report())
+            .contains("\nanti-spoofing:      off (antiSpoofing.enabled)\n"));
+    }
+
     /// `/metrics`, by name and value, read from the same counters: what
     /// moves one moves the other.
     #[test]
@@ -1429,7 +1575,7 @@ mod tests {
 
     #[test]
     fn trace_answers_with_the_live_ruleset_and_says_when_privileged_accepts() {
-        let yaml = "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: {addresses: [{type: InternalIP, address: 10.0.0.1}]}\n---\napiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {name: lock}\nspec:\n  priority: 1\n  tier: securityops\n  appliedTo: [{nodeSelector: {}}]\n  ingress: [{name: drop-all, action: Drop, from: [{ipBlock: {cidr: 0.0.0.0/0}}]}]\n";
+        let yaml = "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: {addresses: [{type: InternalIP, address: 10.0.0.1}]}\n---\napiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {name: lock}\nspec:\n  priority: 1\n  tier: securityops\n  appliedTo: [{nodeSelector: {}}]\n  ingress: [{name: drop-all, action: Drop, from: [{ipBlock: {cidr: 0.0.0.0/0}}]}]\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: locked, namespace: apps, labels: {app: locked}}\nspec: {nodeName: n1}\nstatus: {podIP: 10.9.5.5}\n---\napiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {name: pod-lock}\nspec:\n  priority: 2\n  tier: securityops\n  appliedTo: [{podSelector: {matchLabels: {app: locked}}}]\n  egress: [{name: no-nodes, action: Drop, to: [{nodeSelector: {}}]}]\n";
         let (objects, problems) = crate::decode::parse_documents("t.yaml".as_ref(), yaml);
         assert!(problems.is_empty(), "{problems:?}");
         let local = crate::compile::LocalNode {
@@ -1500,6 +1646,16 @@ mod tests {
         );
         // The entry does not reach the Node.
         assert_eq!(trace("10.7.3.4", "22").privileged, None);
+        // An enforced Pod in an entry's range meets its own policy: the
+        // entry matches no enforced endpoint, to the Node or from it.
+        let pod = trace("apps/locked", "22");
+        assert_eq!((pod.verdict.as_str(), pod.privileged), ("Drop", None));
+        assert_eq!(pod.egress.rule.as_deref(), Some("no-nodes"));
+        let to_pod = trace_to("node:n1", "apps/locked", "22");
+        assert_eq!(
+            (to_pod.verdict.as_str(), to_pod.privileged),
+            ("Allow", None)
+        );
         let unknown = Request::Trace(Box::new(TraceRequest {
             src: "ns/nobody".into(),
             ..match serde_json::from_str::<Request>(

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::counters;
-use crate::datapath::ApplyError;
+use crate::datapath::{ApplyError, Family, Step};
 use crate::ruleset::Ruleset;
 use crate::source::docker::DockerCounters;
 use crate::source::kube::KubeCounters;
@@ -26,6 +26,7 @@ counters! {
         apply_failed_ipset_prepare: Counter "datapath_apply_failures" { step = "ipset_prepare" } = "Kernel writes (reconciles) that failed, by the step that failed; each is retried with backoff",
         apply_failed_iptables: Counter "datapath_apply_failures" { step = "iptables" } = "Kernel writes (reconciles) that failed, by the step that failed; each is retried with backoff",
         apply_failed_ip6tables: Counter "datapath_apply_failures" { step = "ip6tables" } = "Kernel writes (reconciles) that failed, by the step that failed; each is retried with backoff",
+        apply_failed_ebtables: Counter "datapath_apply_failures" { step = "ebtables" } = "Kernel writes (reconciles) that failed, by the step that failed; each is retried with backoff",
         apply_failed_ipset_cleanup: Counter "datapath_apply_failures" { step = "ipset_cleanup" } = "Kernel writes (reconciles) that failed, by the step that failed; each is retried with backoff",
         drift_repairs: Counter "datapath_drift_repairs" = "Times the periodic check found the kernel state changed behind the agent's back (datapath.driftCheckSeconds) and restored it",
         datapath_behind: Gauge "datapath_behind" = "1 while the kernel does not match the desired state (the last apply failed and a retry is scheduled)",
@@ -75,12 +76,15 @@ impl AgentCounters {
 
     /// A kernel write failed, at the step `error` names.
     pub fn apply_failed(&self, error: &ApplyError) {
-        let counter = match error.label() {
-            "read" => &self.apply_failed_read,
-            "ipset_prepare" => &self.apply_failed_ipset_prepare,
-            "iptables" => &self.apply_failed_iptables,
-            "ip6tables" => &self.apply_failed_ip6tables,
-            _ => &self.apply_failed_ipset_cleanup,
+        let counter = match error {
+            ApplyError::Read(_) => &self.apply_failed_read,
+            ApplyError::Write { step, .. } => match step {
+                Step::PrepareSets => &self.apply_failed_ipset_prepare,
+                Step::Table(Family::V4) => &self.apply_failed_iptables,
+                Step::Table(Family::V6) => &self.apply_failed_ip6tables,
+                Step::Bridge => &self.apply_failed_ebtables,
+                Step::DestroySets => &self.apply_failed_ipset_cleanup,
+            },
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }

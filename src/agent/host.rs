@@ -1,7 +1,8 @@
 //! Facts about the host the agent runs on, read in this one place: the
 //! host name and core count (the configuration's machine defaults) and
 //! the addresses on the namespace's interfaces (`ip -j addr show`, at
-//! start and on every reload). It reads; it never changes the host.
+//! start and on every reload); the interfaces behind the endpoints, for
+//! anti-spoofing, are `super::links`'. It reads; it never changes the host.
 #![allow(clippy::disallowed_methods)] // reads the Node's addresses with `ip -j addr show`.
 
 use std::net::IpAddr;

@@ -9,12 +9,14 @@
 //! `converge`'s, host facts `host`'s, events `signals`', the FQDN
 //! table and DNS worker `fqdn`'s.
 
+mod antispoof;
 mod bridge;
 mod converge;
 mod counters;
 mod error;
 mod fqdn;
 mod host;
+mod links;
 mod lock;
 mod serve;
 mod signals;
@@ -94,6 +96,8 @@ struct Base {
     generations: Generations,
     /// The DNS worker's counters, registered at the start.
     dns_counters: Arc<crate::workers::DnsCounters>,
+    /// The anti-spoofing guards.
+    antispoof: Box<antispoof::AntiSpoof>,
 }
 
 /// The agent before its source's first complete snapshot. No queue is
@@ -213,6 +217,10 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
     }
     let cache = &config.verdict_cache;
     let generations = Generations::new(cache.enabled(), cache.timeout_seconds, cache.max_entries);
+    // Files mode: the inventory is the operator's, so it may name an
+    // endpoint's interface (a Pod's owner writes its annotations).
+    let named_interfaces = args.policies.is_some() && !config.docker.enabled;
+    let antispoof = Box::new(antispoof::AntiSpoof::new(&config, named_interfaces));
     let starting = Starting {
         base: Base {
             _lock: lock,
@@ -226,6 +234,7 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
             _status_server: status_server,
             generations,
             dns_counters,
+            antispoof,
         },
         policy,
         startup_done: found,
@@ -281,7 +290,12 @@ impl Starting {
     /// deciding by it, and the kernel moves to it from what it holds by
     /// the bridge of both.
     fn enforce(self, snapshot: &Snapshot) -> Result<Running, AgentError> {
-        let Starting { base, policy, .. } = self;
+        let Starting {
+            mut base, policy, ..
+        } = self;
+        base.antispoof.inventory(snapshot);
+        base.antispoof
+            .refresh(&base.kernel, &base.metrics, &base.status);
         let config = &base.config;
         let node = host::local_node(&config.node)?;
         let ruleset = base

@@ -80,13 +80,25 @@ impl Running {
         self.checks_due = now + Running::checks_every(&self.base.config);
         self.check_bridges();
         self.read_cache_hits();
+        let base = &mut self.base;
+        base.antispoof
+            .count(&base.kernel, &base.metrics, &base.status);
+        if base
+            .antispoof
+            .refresh(&base.kernel, &base.metrics, &base.status)
+        {
+            self.sync();
+        }
         if self.base.config.datapath.drift_check().is_none() {
             return;
         }
         let config = &self.base.config;
         let queues = config.queue_numbers();
+        let guards = &self.base.antispoof;
         let found = self.reconciler.drift(&self.base.kernel, |enforced, fqdn| {
-            datapath::desired(&config.datapath, &queues, enforced, fqdn)
+            let mut state = datapath::desired(&config.datapath, &queues, enforced, fqdn);
+            guards.install(&mut state);
+            state
         });
         match found {
             Ok(changes) if changes.is_empty() => {}
@@ -173,6 +185,10 @@ impl Running {
                 if cached(&ruleset) != cached(&self.reconciler.in_force().load()) {
                     self.read_cache_hits();
                 }
+                let base = &mut self.base;
+                base.antispoof.inventory(&snapshot);
+                base.antispoof
+                    .refresh(&base.kernel, &base.metrics, &base.status);
                 self.reconciler.offer(ruleset);
                 if let Some(error) = self.sync() {
                     self.reloaded(ReloadResult::Failed, Some(error));
@@ -196,9 +212,14 @@ impl Running {
         let config = &self.base.config;
         let queues = config.queue_numbers();
         let started = Instant::now();
+        let guards = &self.base.antispoof;
         let done = self.reconciler.converge(
             &mut self.base.kernel,
-            |enforced, fqdn| datapath::desired(&config.datapath, &queues, enforced, fqdn),
+            |enforced, fqdn| {
+                let mut state = datapath::desired(&config.datapath, &queues, enforced, fqdn);
+                guards.install(&mut state);
+                state
+            },
             &mut self.fqdn,
             started,
         );

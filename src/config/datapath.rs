@@ -1,13 +1,14 @@
-//! `datapath` and `verdictCache`: which packets go to the queues, what is
-//! always accepted, the fail and startup modes, marks, and the kernel
-//! verdict cache. Keys, defaults and checks; pure.
+//! `datapath`, `verdictCache` and `antiSpoofing`: which packets go to the
+//! queues, what is always accepted, the fail and startup modes, marks, the
+//! kernel verdict cache and the endpoints' source-address guards. Keys,
+//! defaults and checks; pure.
 
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::values::privileged;
-use super::{ConfigError, Interface, Privileged};
+use super::values::{allowed_sources, privileged};
+use super::{AllowedSource, ConfigError, Interface, Privileged};
 use crate::marks::{FailMode, MarkLayout};
 
 /// The kernel rules: which packets go to the queues and what is always
@@ -180,6 +181,42 @@ pub const MAX_CACHE_TIMEOUT_SECS: u32 = 3600;
 /// Largest `verdictCache.maxEntries`: 18 sets of this size are at most a
 /// few hundred MiB of kernel memory.
 pub const MAX_CACHE_ENTRIES: u32 = 4_194_304;
+
+/// Anti-spoofing (`docs/guide/security-model.md`): every endpoint whose
+/// interface the node can see (a routed veth, a Linux bridge port) may
+/// send only from its own addresses and claim only them in ARP and
+/// neighbour discovery, and nobody else may send from them.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, clap::Args)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct AntiSpoofingConfig {
+    /// Whether endpoints are held to their own source addresses: on
+    /// (default) or off.
+    #[arg(long = "anti-spoofing", value_name = "on|off")]
+    pub enabled: Switch,
+    /// Sources an endpoint may send from besides its own addresses (a
+    /// router, a VM, a shared address): `{endpoint: NAMESPACE/NAME or *,
+    /// cidr}` or `NAMESPACE/NAME=CIDR`, `*=CIDR`; without a CIDR the
+    /// endpoint may send from any source (default none).
+    #[arg(long = "allowed-source-prefix", value_name = "NS/NAME=CIDR")]
+    #[serde(deserialize_with = "allowed_sources")]
+    pub allowed_source_prefixes: Vec<AllowedSource>,
+}
+
+impl Default for AntiSpoofingConfig {
+    fn default() -> Self {
+        AntiSpoofingConfig {
+            enabled: Switch::On,
+            allowed_source_prefixes: Vec::new(),
+        }
+    }
+}
+
+impl AntiSpoofingConfig {
+    /// Whether endpoints are guarded.
+    pub fn enabled(&self) -> bool {
+        self.enabled == Switch::On
+    }
+}
 
 /// `on` or `off` (also `true` or `false` in the file).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -10,8 +10,9 @@ use std::str::FromStr;
 use serde_json::{Map, Value};
 
 use super::{
-    AgentConfig, AuditConfig, ConfigError, DatapathConfig, DockerConfig, FqdnConfig, HealthConfig,
-    L7Config, MetricsConfig, NodeConfig, QueuesConfig, StatusConfig, VerdictCacheConfig,
+    AgentConfig, AntiSpoofingConfig, AuditConfig, ConfigError, DatapathConfig, DockerConfig,
+    FqdnConfig, HealthConfig, L7Config, MetricsConfig, NodeConfig, QueuesConfig, StatusConfig,
+    VerdictCacheConfig,
 };
 
 /// Defaults that depend on the machine the agent runs on.
@@ -202,6 +203,10 @@ pub fn flags() -> Vec<Flag> {
         (
             "verdictCache",
             VerdictCacheConfig::augment_args(Command::new("verdictCache")),
+        ),
+        (
+            "antiSpoofing",
+            AntiSpoofingConfig::augment_args(Command::new("antiSpoofing")),
         ),
     ];
     sections

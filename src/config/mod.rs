@@ -18,7 +18,8 @@ mod values;
 pub use layers::{flags, Flag, Loaded, MachineDefaults, Setting};
 use values::labels;
 pub use values::{
-    parse_labels, Interface, Privileged, PrivilegedHook, PrivilegedProtocol, NODE_HOOKS,
+    parse_labels, AllowedSource, Interface, Privileged, PrivilegedHook, PrivilegedProtocol,
+    SourceEndpoint, NODE_HOOKS,
 };
 
 /// Why a configuration cannot be used. The agent exits with status 2.
@@ -44,6 +45,8 @@ pub enum ConfigError {
     Interface { glob: String },
     #[error("privileged {value:?}: {reason}")]
     Privileged { value: String, reason: &'static str },
+    #[error("antiSpoofing.allowedSourcePrefixes {value:?}: {reason}")]
+    AllowedSource { value: String, reason: &'static str },
     #[error("labels {value:?}: expected key=value")]
     Label { value: String },
     #[error("node.name: must not be empty")]
@@ -91,6 +94,7 @@ pub struct AgentConfig {
     pub health: HealthConfig,
     pub docker: DockerConfig,
     pub verdict_cache: VerdictCacheConfig,
+    pub anti_spoofing: AntiSpoofingConfig,
 }
 
 impl AgentConfig {

@@ -378,6 +378,8 @@ fn every_flag_sets_a_key_of_its_section() {
             "docker-host",
             "docker-namespace-label",
             "verdict-cache",
+            "anti-spoofing",
+            "allowed-source-prefix",
         ]
     );
     let value = |name: &str| match name {
@@ -403,7 +405,8 @@ fn every_flag_sets_a_key_of_its_section() {
         "l7-urgent-data" => "strip",
         "audit-log" | "status-socket" | "docker-host" => "/tmp/x",
         "stall-timeout" => "3",
-        "verdict-cache" => "off",
+        "verdict-cache" | "anti-spoofing" => "off",
+        "allowed-source-prefix" => "apps/router=10.9.0.0/16",
         _ => "127.0.0.1:9100",
     };
     let settings: Vec<Setting> = flags
@@ -461,6 +464,10 @@ fn every_flag_sets_a_key_of_its_section() {
         verdict_cache: VerdictCacheConfig {
             enabled: Switch::Off,
             ..defaults.verdict_cache
+        },
+        anti_spoofing: AntiSpoofingConfig {
+            enabled: Switch::Off,
+            allowed_source_prefixes: vec!["apps/router=10.9.0.0/16".parse().unwrap()],
         },
         health: HealthConfig {
             stall_timeout_seconds: 3,
@@ -698,4 +705,55 @@ fn verdict_cache_is_on_by_default_switched_by_flag_or_file_and_bounded() {
         assert!(load(bad, &[]).is_err(), "{bad}");
     }
     assert!(load("verdictCache: {timeoutSeconds: 3600}\n", &[]).is_ok());
+}
+
+#[test]
+fn anti_spoofing_is_on_by_default_and_allowed_sources_read_as_maps_or_text() {
+    let defaults = AgentConfig::default().anti_spoofing;
+    assert!(defaults.enabled());
+    assert!(defaults.allowed_source_prefixes.is_empty());
+    let config = load(
+        "antiSpoofing:\n  allowedSourcePrefixes:\n\
+         \x20 - {endpoint: apps/router, cidr: 10.9.0.0/16}\n\
+         \x20 - {cidr: 'fd09::/64'}\n\
+         \x20 - {endpoint: apps/vm}\n\
+         \x20 - 'apps/web=10.1.2.3'\n",
+        &[],
+    )
+    .unwrap()
+    .config
+    .anti_spoofing;
+    let text: Vec<String> = config
+        .allowed_source_prefixes
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    assert_eq!(
+        text,
+        [
+            "apps/router=10.9.0.0/16",
+            "*=fd09::/64",
+            "apps/vm",
+            "apps/web=10.1.2.3/32"
+        ]
+    );
+    let router = &config.allowed_source_prefixes[0];
+    assert!(router.endpoint.covers("apps", "router"));
+    assert!(!router.endpoint.covers("apps", "web"));
+    assert!(config.allowed_source_prefixes[1]
+        .endpoint
+        .covers("any", "thing"));
+    let off = load("antiSpoofing: {enabled: off}\n", &[]).unwrap().config;
+    assert!(!off.anti_spoofing.enabled());
+    for bad in [
+        "antiSpoofing: {allowedSourcePrefixes: ['*']}\n",
+        "antiSpoofing: {allowedSourcePrefixes: [{endpoint: '*'}]}\n",
+        "antiSpoofing: {allowedSourcePrefixes: ['apps=10.0.0.0/8']}\n",
+        "antiSpoofing: {allowedSourcePrefixes: ['apps/x/y=10.0.0.0/8']}\n",
+        "antiSpoofing: {allowedSourcePrefixes: ['apps/x=10.0.0.300/8']}\n",
+        "antiSpoofing: {allowedSourcePrefixes: [{endpoint: apps/x, prefix: 10.0.0.0/8}]}\n",
+    ] {
+        let error = load(bad, &[]).unwrap_err().to_string();
+        assert!(error.contains("allowedSourcePrefixes"), "{bad}: {error}");
+    }
 }

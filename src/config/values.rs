@@ -254,6 +254,145 @@ impl FromStr for Privileged {
     }
 }
 
+/// Which endpoints an [`AllowedSource`] is for.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SourceEndpoint {
+    /// Every endpoint (`*`).
+    Any,
+    /// One endpoint, `namespace/name` (a container: `project/name`).
+    Named { namespace: String, name: String },
+}
+
+impl SourceEndpoint {
+    /// Whether the endpoint `namespace/name` is one of these.
+    pub fn covers(&self, namespace: &str, name: &str) -> bool {
+        match self {
+            SourceEndpoint::Any => true,
+            SourceEndpoint::Named {
+                namespace: ns,
+                name: n,
+            } => ns == namespace && n == name,
+        }
+    }
+}
+
+impl std::fmt::Display for SourceEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SourceEndpoint::Any => f.write_str("*"),
+            SourceEndpoint::Named { namespace, name } => write!(f, "{namespace}/{name}"),
+        }
+    }
+}
+
+impl FromStr for SourceEndpoint {
+    type Err = &'static str;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "*" {
+            return Ok(SourceEndpoint::Any);
+        }
+        match s.split_once('/') {
+            Some((namespace, name))
+                if !namespace.is_empty() && !name.is_empty() && !name.contains('/') =>
+            {
+                Ok(SourceEndpoint::Named {
+                    namespace: namespace.into(),
+                    name: name.into(),
+                })
+            }
+            _ => Err("the endpoint must be namespace/name or *"),
+        }
+    }
+}
+
+/// A source address an endpoint may send from besides its own, as
+/// Calico's `allowedSourcePrefixes` (a router, a VM, an address several
+/// endpoints share): `cidr` for `endpoint`, or, without `cidr`, any
+/// source at all (the endpoint's interface is not checked; its own
+/// addresses stay its own). Written `{endpoint, cidr}` or as text
+/// `NAMESPACE/NAME=CIDR`, `*=CIDR` (every endpoint) or `NAMESPACE/NAME`
+/// (any source).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AllowedSource {
+    pub endpoint: SourceEndpoint,
+    pub cidr: Option<IpNet>,
+}
+
+impl AllowedSource {
+    fn checked(self, value: &str) -> Result<AllowedSource, ConfigError> {
+        if self.endpoint == SourceEndpoint::Any && self.cidr.is_none() {
+            return Err(ConfigError::AllowedSource {
+                value: value.into(),
+                reason: "every endpoint from any source is antiSpoofing.enabled: off",
+            });
+        }
+        Ok(self)
+    }
+}
+
+impl std::fmt::Display for AllowedSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.cidr {
+            Some(cidr) => write!(f, "{}={cidr}", self.endpoint),
+            None => write!(f, "{}", self.endpoint),
+        }
+    }
+}
+
+impl FromStr for AllowedSource {
+    type Err = ConfigError;
+    /// `NAMESPACE/NAME=CIDR`, `*=CIDR` or `NAMESPACE/NAME`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = |reason| ConfigError::AllowedSource {
+            value: s.into(),
+            reason,
+        };
+        let (endpoint, cidr) = match s.split_once('=') {
+            Some((endpoint, cidr)) => (
+                endpoint,
+                Some(parse_cidr(cidr).ok_or_else(|| err("expected a CIDR after ="))?),
+            ),
+            None => (s, None),
+        };
+        AllowedSource {
+            endpoint: endpoint.trim().parse().map_err(err)?,
+            cidr,
+        }
+        .checked(s)
+    }
+}
+
+/// Entries written as maps (`{endpoint, cidr}`; `endpoint` defaults to
+/// `*`) or as text ([`AllowedSource::from_str`]).
+pub(super) fn allowed_sources<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<AllowedSource>, D::Error> {
+    use serde::de::Error;
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Entry {
+        #[serde(default)]
+        endpoint: Option<String>,
+        #[serde(default)]
+        cidr: Option<String>,
+    }
+    Vec::<Value>::deserialize(deserializer)?
+        .into_iter()
+        .map(|entry| match entry {
+            Value::String(text) => text.parse().map_err(D::Error::custom),
+            entry => {
+                let Entry { endpoint, cidr } =
+                    serde_json::from_value(entry).map_err(D::Error::custom)?;
+                let text = match &cidr {
+                    Some(cidr) => format!("{}={cidr}", endpoint.as_deref().unwrap_or("*")),
+                    None => endpoint.unwrap_or_else(|| "*".into()),
+                };
+                text.parse().map_err(D::Error::custom)
+            }
+        })
+        .collect()
+}
+
 /// A bare address is a host prefix.
 fn parse_cidr(s: &str) -> Option<IpNet> {
     s.parse::<IpNet>()

@@ -14,7 +14,7 @@ use std::fmt::Write;
 
 #[cfg(test)]
 use super::state::LearnedSet;
-use super::state::{CacheSet, Family, IpSet, State, Table, CACHE_SET_TYPE, DOCKER_USER};
+use super::state::{CacheSet, Family, IpSet, State, Table, TableKind, CACHE_SET_TYPE, DOCKER_USER};
 
 /// Suffix of the temporary set a membership change is built in.
 const NEXT_SUFFIX: &str = "-next";
@@ -89,14 +89,21 @@ impl TableChanges {
         }
     }
 
-    /// Input for `iptables-restore --noflush`, or `None` when nothing changes.
+    /// Input for `iptables-restore --noflush` (the filter table), or
+    /// `None` when nothing changes.
     pub fn restore_text(&self) -> Option<String> {
+        self.restore_text_in(TableKind::Filter)
+    }
+
+    /// Input for `iptables-restore --noflush` or `ebtables-restore
+    /// --noflush` of table `kind`, or `None` when nothing changes.
+    pub fn restore_text_in(&self, kind: TableKind) -> Option<String> {
         if self.is_empty() {
             return None;
         }
-        let mut out = String::from("*filter\n");
+        let mut out = format!("*{}\n", kind.name());
         for name in self.write.keys().chain(&self.remove) {
-            writeln!(out, ":{name} - [0:0]").expect("write to String");
+            writeln!(out, "{}", kind.declare(name)).expect("write to String");
         }
         for (name, rules) in &self.write {
             for rule in rules {
@@ -139,6 +146,12 @@ pub struct Changes {
     pub create_cache: BTreeMap<String, CacheSet>,
     pub v4: TableChanges,
     pub v6: TableChanges,
+    /// The raw tables (anti-spoofing), written with the filter table of
+    /// their family.
+    pub raw_v4: TableChanges,
+    pub raw_v6: TableChanges,
+    /// ebtables' nat table (anti-spoofing on bridge ports).
+    pub bridge: TableChanges,
     /// Owned sets to destroy.
     pub destroy_sets: Vec<String>,
 }
@@ -195,6 +208,9 @@ impl Changes {
             create_cache,
             v4: TableChanges::between(&desired.v4, &installed.v4),
             v6: TableChanges::between(&desired.v6, &installed.v6),
+            raw_v4: TableChanges::between(&desired.raw_v4, &installed.raw_v4),
+            raw_v6: TableChanges::between(&desired.raw_v6, &installed.raw_v6),
+            bridge: TableChanges::between(&desired.bridge, &installed.bridge),
             destroy_sets,
         }
     }
@@ -205,6 +221,9 @@ impl Changes {
             && self.create_cache.is_empty()
             && self.v4.is_empty()
             && self.v6.is_empty()
+            && self.raw_v4.is_empty()
+            && self.raw_v6.is_empty()
+            && self.bridge.is_empty()
             && self.destroy_sets.is_empty()
     }
 
@@ -213,9 +232,16 @@ impl Changes {
     /// refilled`).
     pub fn summary(&self) -> String {
         let mut parts = Vec::new();
-        for family in Family::ALL {
-            let table = self.table(family);
-            let command = family.command();
+        let tables = Family::ALL
+            .iter()
+            .map(|&family| (self.table(family), family.command().to_string()))
+            .chain(
+                Family::ALL
+                    .iter()
+                    .map(|&family| (self.raw(family), format!("{} -t raw", family.command()))),
+            )
+            .chain([(&self.bridge, "ebtables -t nat".to_string())]);
+        for (table, command) in tables {
             for name in table.write.keys() {
                 parts.push(format!("{command}: chain {name} rewritten"));
             }
@@ -246,6 +272,25 @@ impl Changes {
         match family {
             Family::V4 => &self.v4,
             Family::V6 => &self.v6,
+        }
+    }
+
+    /// The changes to a family's raw table.
+    pub fn raw(&self, family: Family) -> &TableChanges {
+        match family {
+            Family::V4 => &self.raw_v4,
+            Family::V6 => &self.raw_v6,
+        }
+    }
+
+    /// Input for one `iptables-restore --noflush` of a family: its raw
+    /// table, then its filter table, each one transaction.
+    pub fn iptables_restore_text(&self, family: Family) -> Option<String> {
+        let raw = self.raw(family).restore_text_in(TableKind::Raw);
+        let filter = self.table(family).restore_text_in(TableKind::Filter);
+        match (raw, filter) {
+            (None, None) => None,
+            (raw, filter) => Some(raw.unwrap_or_default() + &filter.unwrap_or_default()),
         }
     }
 

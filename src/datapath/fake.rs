@@ -6,10 +6,10 @@
 use crate::fqdn::FqdnPattern;
 use crate::ruleset::Enforced;
 
-use super::diff::Changes;
+use super::diff::{Changes, TableChanges};
 use super::kernel::Kernel;
 use super::plan::{endpoints_set, fqdn_set, Hook};
-use super::state::{Family, LearnedSet, State};
+use super::state::{Family, LearnedSet, State, Table};
 use super::transition::Step;
 use super::DatapathError;
 
@@ -77,27 +77,10 @@ fn apply(changes: &Changes, step: Step, state: &mut State) {
             }
         }
         Step::Table(family) => {
-            let changes = changes.table(family);
-            let table = state.table_mut(family);
-            for (name, rules) in &changes.write {
-                table.chains.insert(name.clone(), rules.clone());
-            }
-            for jump in &changes.delete_jumps {
-                if let Some(i) = table.jumps.iter().position(|j| j == jump) {
-                    table.jumps.remove(i);
-                }
-                if !table.jumps.contains(jump) {
-                    table.buried.retain(|j| j != jump);
-                }
-            }
-            for name in &changes.remove {
-                table.chains.remove(name);
-            }
-            for jump in changes.insert_jumps.iter().rev() {
-                table.jumps.insert(0, jump.clone());
-                table.buried.retain(|j| j != jump);
-            }
+            apply_table(changes.raw(family), state.raw_mut(family));
+            apply_table(changes.table(family), state.table_mut(family));
         }
+        Step::Bridge => apply_table(&changes.bridge, &mut state.bridge),
         Step::DestroySets => {
             for name in &changes.destroy_sets {
                 state.sets.remove(name);
@@ -105,6 +88,28 @@ fn apply(changes: &Changes, step: Step, state: &mut State) {
                 state.cache.remove(name);
             }
         }
+    }
+}
+
+/// What the changes to one table do to it.
+fn apply_table(changes: &TableChanges, table: &mut Table) {
+    for (name, rules) in &changes.write {
+        table.chains.insert(name.clone(), rules.clone());
+    }
+    for jump in &changes.delete_jumps {
+        if let Some(i) = table.jumps.iter().position(|j| j == jump) {
+            table.jumps.remove(i);
+        }
+        if !table.jumps.contains(jump) {
+            table.buried.retain(|j| j != jump);
+        }
+    }
+    for name in &changes.remove {
+        table.chains.remove(name);
+    }
+    for jump in changes.insert_jumps.iter().rev() {
+        table.jumps.insert(0, jump.clone());
+        table.buried.retain(|j| j != jump);
     }
 }
 

@@ -11,7 +11,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 use super::diff::Changes;
-use super::state::{parse_ipset_save, Family, LearnedSet, State};
+use super::state::{parse_ipset_save, Family, LearnedSet, State, Table, TableKind};
 use super::transition::{input, steps, Step};
 use super::{ApplyError, DatapathError};
 
@@ -90,11 +90,22 @@ impl Backend {
     }
 }
 
-/// The netfilter state of the current namespace, through the iptables
-/// and ipset commands.
+/// The ebtables flavour tollgate writes bridge-port guards with: the nf_tables
+/// one, which Debian's `iptables` package ships beside `iptables-nft`
+/// whichever backend `iptables` uses. Its tables are the kernel's bridge
+/// family, separate from every iptables table of either backend, so it
+/// works the same on a legacy-iptables host; `ebtables-legacy` is a
+/// package of its own that most hosts lack.
+const EBTABLES: &str = "ebtables-nft";
+
+/// The netfilter state of the current namespace, through the iptables,
+/// ebtables and ipset commands.
 #[derive(Clone, Copy, Debug)]
 pub struct Iptables {
     backend: Backend,
+    /// Whether [`EBTABLES`] is installed: without it no bridge port is
+    /// guarded (and nothing of tollgate's can be in its tables).
+    ebtables: bool,
 }
 
 impl Iptables {
@@ -104,11 +115,43 @@ impl Iptables {
             Backend::from_version(&version).ok_or_else(|| DatapathError::UnknownBackend {
                 version: version.trim().to_string(),
             })?;
-        Ok(Iptables { backend })
+        let ebtables = run(EBTABLES, &["-V"], None).is_ok();
+        Ok(Iptables { backend, ebtables })
     }
 
     pub fn backend(&self) -> Backend {
         self.backend
+    }
+
+    /// Whether bridge ports can be guarded (`ebtables-nft` is installed).
+    pub fn bridge_guards(&self) -> bool {
+        self.ebtables
+    }
+
+    /// `iptables-save -c -t raw` of both families and `ebtables-save -c`:
+    /// the anti-spoofing rules with their packet counters
+    /// ([`super::antispoof::drop_counters`]).
+    pub fn antispoof_counters(&self) -> Result<super::antispoof::Reading, DatapathError> {
+        let mut reading = super::antispoof::Reading::new();
+        for family in Family::ALL {
+            let save = run(
+                &self.backend.program(family, "save"),
+                &["-c", "-t", "raw"],
+                None,
+            )?;
+            reading.extend(super::antispoof::drop_counters(
+                &save,
+                super::antispoof::Place::Raw(family),
+            ));
+        }
+        if self.ebtables {
+            let save = run(&format!("{EBTABLES}-save"), &["-c", "-t", "nat"], None)?;
+            reading.extend(super::antispoof::drop_counters(
+                &save,
+                super::antispoof::Place::Bridge,
+            ));
+        }
+        Ok(reading)
     }
 
     /// The packet counters of the verdict cache's lookup rules, both
@@ -136,11 +179,20 @@ impl Kernel for Iptables {
                 None,
             )
         };
-        Ok(State::parse(
+        let mut state = State::parse(
             &save(Family::V4)?,
             &save(Family::V6)?,
             &run("ipset", &["save"], None)?,
-        ))
+        );
+        for family in Family::ALL {
+            let raw = run(&self.backend.program(family, "save"), &["-t", "raw"], None)?;
+            *state.raw_mut(family) = Table::parse_in(&raw, TableKind::Raw);
+        }
+        if self.ebtables {
+            let save = run(&format!("{EBTABLES}-save"), &["-t", "nat"], None)?;
+            state.bridge = Table::parse_in(&save, TableKind::BridgeNat);
+        }
+        Ok(state)
     }
 
     fn write(&mut self, step: Step, changes: &Changes) -> Result<(), DatapathError> {
@@ -154,6 +206,7 @@ impl Kernel for Iptables {
                 &["--noflush", "-w"],
                 Some(&input),
             ),
+            Step::Bridge => run(&format!("{EBTABLES}-restore"), &["--noflush"], Some(&input)),
         }
         .map(drop)
     }

@@ -1,13 +1,15 @@
 //! Kernel datapath: owns the `TOLLGATE-*` chains of the filter table (IPv4
 //! and IPv6), one jump into each from INPUT, FORWARD and OUTPUT (and, on a
 //! Docker host, a second jump into `TOLLGATE-FORWARD` from Docker's
-//! `DOCKER-USER`; see [`diff`] and `docs/guide/docker.md`), and the
-//! `tollgate-*` ipsets. It must never modify a rule, chain or set it does
-//! not own (Docker's chains included: it never creates, flushes or
-//! reorders them), nor an entry of a learned (FQDN) set: those belong to
-//! the DNS worker. The desired state is planned by pure functions ([`plan`]),
-//! compared with what is installed ([`state`], [`diff`]), and only the
-//! difference is written, in one batch per table ([`kernel`]), in the
+//! `DOCKER-USER`; see [`diff`] and `docs/guide/docker.md`), the
+//! anti-spoofing chains of the raw table and of ebtables' nat table with
+//! their jumps from `PREROUTING` ([`antispoof`]), and the `tollgate-*`
+//! ipsets. It must never modify a rule, chain or set it does not own
+//! (Docker's chains included: it never creates, flushes or reorders them),
+//! nor an entry of a learned (FQDN) set: those belong to the DNS worker.
+//! The desired state is planned by pure functions ([`plan`]), compared
+//! with what is installed ([`state`], [`diff`]), and only the difference
+//! is written, in one batch per table ([`kernel`]), in the
 //! order [`transition`] explains: a failing write leaves the previous or
 //! the next ruleset enforced, and is retried with backoff ([`retry`]).
 //!
@@ -71,6 +73,8 @@
 //! -A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x400000/0xf00000 -j TOLLGATE-L7-QUEUE
 //! -A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 //! -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
+//! -A TOLLGATE-FORWARD -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID,UNTRACKED -j DROP
+//! -A TOLLGATE-FORWARD -p icmp -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate INVALID,UNTRACKED -j DROP
 //! -A TOLLGATE-FORWARD -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 //! -A TOLLGATE-FORWARD ! -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
 //! -A TOLLGATE-FORWARD -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
@@ -91,6 +95,7 @@
 //! -A TOLLGATE-INPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j TOLLGATE-L7-QUEUE
 //! -A TOLLGATE-INPUT -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 //! -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
+//! -A TOLLGATE-INPUT -p icmp -m conntrack --ctstate INVALID,UNTRACKED -j DROP
 //! -A TOLLGATE-INPUT -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 //! -A TOLLGATE-INPUT ! -p icmp -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
 //! -A TOLLGATE-L7 -p tcp -m tcp --tcp-flags FIN FIN -j TOLLGATE-L7-QUEUE
@@ -127,6 +132,8 @@
 //! -A TOLLGATE-OUTPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j TOLLGATE-L7-QUEUE
 //! -A TOLLGATE-OUTPUT -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 //! -A TOLLGATE-OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
+//! -A TOLLGATE-OUTPUT -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID,UNTRACKED -j DROP
+//! -A TOLLGATE-OUTPUT -p icmp -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate INVALID,UNTRACKED -j DROP
 //! -A TOLLGATE-OUTPUT -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 //! -A TOLLGATE-OUTPUT ! -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
 //! -A TOLLGATE-OUTPUT -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
@@ -138,8 +145,10 @@
 //! …`, `add tollgate-endpoints-v4 10.0.0.5` and an empty
 //! `tollgate-endpoints-v6` (`family inet6`). `ip6tables-save` is the same
 //! with `tollgate-endpoints-v6`, `icmp6-adm-prohibited`, and ICMPv6
-//! neighbour discovery (types 133–137) accepted on INPUT and OUTPUT after
-//! the connmark rule, IPv6 `TOLLGATE-L7` tests
+//! neighbour discovery (types 133–137) with hop limit 255 accepted on INPUT
+//! and OUTPUT after the connmark rule (returned on FORWARD), MLD (130–132,
+//! 143) from `fe80::/10` returned, both ahead of the drops of ICMPv6
+//! without a connection, IPv6 `TOLLGATE-L7` tests
 //! `0x4>>0x8&0xff=0x6&&0x4>>0x10=<TCP header length>&&0x34>>0x1c=<data
 //! offset>`. IPv6 `TOLLGATE-L7-QUEUE` has three rules per IPv4 rule, one
 //! for each header layout `u32` follows to the ports: TCP right after the
@@ -178,11 +187,16 @@
 //! timeout 287`. Fail-open adds `--queue-bypass` to every NFQUEUE
 //! rule; a single queue is `--queue-num N`; configured interfaces put
 //! `-i IF` (INPUT), `-o IF` (OUTPUT) or both (FORWARD) on the NFQUEUE
-//! rules; privileged entries become `-s CIDR [-p P [-m P --dport N]] -j
-//! ACCEPT` on INPUT, `-d …` on OUTPUT and, only for an entry whose `hooks`
-//! lists `forward`, both on FORWARD, before the NFQUEUE rules. Everything not matched falls off the end of the owned
-//! chain and continues in the built-in chain untouched.
+//! rules, and on the ICMP drops; privileged entries become `-s CIDR [-p P]
+//! -m set ! --match-set tollgate-endpoints-v4 src [-m P --dport N] -j
+//! ACCEPT` on INPUT (never an enforced endpoint), `-d … dst …` on OUTPUT
+//! and, only for an entry whose `hooks` lists `forward`, `-s CIDR …` and
+//! `-d CIDR …` without the set on FORWARD, after the ICMP drops and before
+//! the NFQUEUE rules (no `-s`/`-d` for `0.0.0.0/0` and `::/0`, which
+//! iptables-save omits). Everything not matched falls off the end of the
+//! owned chain and continues in the built-in chain untouched.
 
+pub mod antispoof;
 pub mod cache;
 pub mod diff;
 #[cfg(any(test, feature = "test-util"))]

@@ -58,8 +58,15 @@ pub fn fqdn_set(pattern: &FqdnPattern, family: Family) -> String {
 }
 
 /// ICMPv6 neighbour discovery (router solicitation/advertisement, neighbour
-/// solicitation/advertisement, redirect): always allowed on the node.
+/// solicitation/advertisement, redirect): allowed on the link it was sent
+/// on, which its hop limit of 255 proves (a router lowers it; receivers
+/// discard neighbour discovery with any other, RFC 4861).
 const NEIGHBOUR_DISCOVERY: [u8; 5] = [133, 134, 135, 136, 137];
+
+/// ICMPv6 multicast listener discovery (MLDv1 query, report, done; MLDv2
+/// report): allowed from a link-local source, which no router forwards
+/// (receivers ignore MLD from any other, RFC 2710 and 3810).
+const LISTENER_DISCOVERY: [u8; 4] = [130, 131, 132, 143];
 
 /// The full desired state: what `config`, the `queues`, the endpoints the
 /// compiled ruleset enforces and its FQDN selectors require. With any selector, DNS
@@ -116,7 +123,8 @@ pub fn desired(
 /// `startupPolicy` is closed, until its first complete snapshot: that of
 /// an empty ruleset, except that the queue rules select every new
 /// connection through INPUT and FORWARD (on the configured interfaces)
-/// and never carry `--queue-bypass`. No worker reads the queues yet, so
+/// and never carry `--queue-bypass`, and ICMP without a connection is
+/// dropped there alike. No worker reads the queues yet, so
 /// those connections are dropped whatever the fail mode; loopback,
 /// privileged entries, OUTPUT (the agent must reach its API server) and
 /// established connections pass.
@@ -306,40 +314,52 @@ fn chain_rules(
     rules.push(format!(
         "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark {l7_active} -j ACCEPT"
     ));
+    let scope = enforced_scope(config, selection, family, hook);
     if family == Family::V6 && hook != Hook::Forward {
-        rules.extend(
-            NEIGHBOUR_DISCOVERY
-                .iter()
-                .map(|t| format!("-p ipv6-icmp -m icmp6 --icmpv6-type {t} -j ACCEPT")),
-        );
+        rules.extend(NEIGHBOUR_DISCOVERY.iter().map(|t| {
+            format!("-p ipv6-icmp -m icmp6 --icmpv6-type {t} -m hl --hl-eq 255 -j ACCEPT")
+        }));
+    }
+    if let Some(scope) = &scope {
+        rules.extend(unrelated_icmp_rules(scope, family, hook));
     }
     // Privileged entries, each on the hooks it names (by default only the
     // Node's own traffic: an entry for SSH must not exempt every routed
-    // connection to port 22 from policy).
-    let (privileged_hook, directions): (_, &[&str]) = match hook {
-        Hook::Input => (PrivilegedHook::Input, &["-s"]),
-        Hook::Output => (PrivilegedHook::Output, &["-d"]),
-        Hook::Forward => (PrivilegedHook::Forward, &["-s", "-d"]),
+    // connection to port 22 from policy). On the Node's own hooks an entry
+    // never matches an enforced endpoint's address (the source on INPUT,
+    // the destination on OUTPUT): a Pod's connection to its own Node meets
+    // its policy and the Node's, not the entry meant for the operator.
+    let set = endpoints_set(family);
+    let (privileged_hook, directions): (_, &[(&str, Option<&str>)]) = match hook {
+        Hook::Input => (PrivilegedHook::Input, &[("-s", Some("src"))]),
+        Hook::Output => (PrivilegedHook::Output, &[("-d", Some("dst"))]),
+        Hook::Forward => (PrivilegedHook::Forward, &[("-s", None), ("-d", None)]),
     };
     for entry in config
         .privileged
         .iter()
         .filter(|p| Family::of(&p.cidr.addr()) == family && p.on(privileged_hook))
     {
-        for dir in directions {
+        for (dir, endpoint) in directions {
+            let except = endpoint
+                .map(|side| format!("-m set ! --match-set {set} {side} "))
+                .unwrap_or_default();
             if snoop_dns {
-                rules.extend(privileged_dns_query_rules(entry, dir, &dns_queue));
+                rules.extend(privileged_dns_query_rules(entry, dir, &except, &dns_queue));
             }
-            rules.push(privileged_rule(entry, dir, family));
+            rules.push(privileged_rule(entry, dir, &except, family));
         }
     }
-    rules.extend(queue_rules(
-        config,
-        queues.connection,
-        selection,
-        family,
-        hook,
-    ));
+    if let Some(scope) = &scope {
+        rules.extend(queue_rules(
+            config,
+            queues.connection,
+            selection,
+            scope,
+            family,
+            hook,
+        ));
+    }
     rules
 }
 
@@ -565,29 +585,50 @@ fn mark_match(marks: &MarkLayout, value: u32) -> String {
     format!("{value:#x}/{:#x}", marks.mask)
 }
 
-fn privileged_rule(entry: &Privileged, dir: &str, family: Family) -> String {
-    let mut rule = format!("{dir} {}", entry.cidr);
-    if let Some(protocol) = entry.protocol {
-        let name = match (protocol, family) {
-            (PrivilegedProtocol::Tcp, _) => "tcp",
-            (PrivilegedProtocol::Udp, _) => "udp",
-            (PrivilegedProtocol::Sctp, _) => "sctp",
-            (PrivilegedProtocol::Icmp, Family::V4) => "icmp",
-            (PrivilegedProtocol::Icmp, Family::V6) => "ipv6-icmp",
-        };
-        rule.push_str(&format!(" -p {name}"));
-        if let Some(port) = entry.port {
-            rule.push_str(&format!(" -m {name} --dport {port}"));
+/// A privileged entry's rule on one side (`dir`: `-s` or `-d`): its range,
+/// protocol and port, then `except` (the endpoints it never matches, or
+/// nothing), accepted.
+fn privileged_rule(entry: &Privileged, dir: &str, except: &str, family: Family) -> String {
+    let mut rule = privileged_range(entry, dir);
+    match entry.protocol {
+        Some(protocol) => {
+            let name = match (protocol, family) {
+                (PrivilegedProtocol::Tcp, _) => "tcp",
+                (PrivilegedProtocol::Udp, _) => "udp",
+                (PrivilegedProtocol::Sctp, _) => "sctp",
+                (PrivilegedProtocol::Icmp, Family::V4) => "icmp",
+                (PrivilegedProtocol::Icmp, Family::V6) => "ipv6-icmp",
+            };
+            rule.push_str(&format!("-p {name} {except}"));
+            if let Some(port) = entry.port {
+                rule.push_str(&format!("-m {name} --dport {port} "));
+            }
         }
+        None => rule.push_str(except),
     }
-    rule.push_str(" -j ACCEPT");
+    rule.push_str("-j ACCEPT");
     rule
+}
+
+/// `-s CIDR ` or `-d CIDR ` as iptables-save prints it: the network
+/// address of the range, and nothing for a range of every address
+/// (`0.0.0.0/0`, `::/0`), which it leaves out.
+fn privileged_range(entry: &Privileged, dir: &str) -> String {
+    if entry.cidr.prefix_len() == 0 {
+        return String::new();
+    }
+    format!("{dir} {} ", entry.cidr.trunc())
 }
 
 /// The DNS queries a privileged entry accepts, sent to the DNS queue
 /// first (whose worker accepts them too) so that their replies can be
 /// learned from: the entry's match narrowed to UDP and TCP port 53.
-fn privileged_dns_query_rules(entry: &Privileged, dir: &str, dns_queue: &str) -> Vec<String> {
+fn privileged_dns_query_rules(
+    entry: &Privileged,
+    dir: &str,
+    except: &str,
+    dns_queue: &str,
+) -> Vec<String> {
     if entry.port.is_some_and(|port| port != 53) {
         return Vec::new();
     }
@@ -599,54 +640,41 @@ fn privileged_dns_query_rules(entry: &Privileged, dir: &str, dns_queue: &str) ->
     .filter(|(protocol, _)| entry.protocol.is_none_or(|p| p == *protocol))
     .map(|(_, name)| {
         format!(
-            "{dir} {} -p {name} -m {name} --dport 53 -j {dns_queue}",
-            entry.cidr
+            "{}-p {name} {except}-m {name} --dport 53 -j {dns_queue}",
+            privileged_range(entry, dir)
         )
     })
     .collect()
 }
 
-/// New connections to hand to the workers, and packets conntrack could not
-/// place (`INVALID`: a TCP FIN, NULL or XMAS probe without a connection,
-/// an out-of-window segment), which would otherwise fall through the owned
-/// chain unjudged: a closed port answering them with a reset would show
-/// through a policy that drops everything. The workers decide them like a
-/// first packet. ICMP is left out: unrelated ICMP errors, the errors the
-/// kernel itself sends for REJECT, and neighbour discovery are `INVALID`
-/// too, and are the kernel's business.
-fn queue_rules(
+/// Where a hook enforces policy: the interface matches (`-i IF `, `-o IF `,
+/// both on FORWARD; one empty match when every interface is enforced) and
+/// the address selections (one empty match when the whole hook is
+/// enforced, else the endpoints set as source and as destination).
+struct Scope {
+    interfaces: Vec<String>,
+    selections: Vec<String>,
+}
+
+/// The [`Scope`] of `hook`, or `None` where it enforces nothing (OUTPUT
+/// before the first snapshot: the agent must reach its API server).
+fn enforced_scope(
     config: &DatapathConfig,
-    queues: QueueRange,
     selection: Selection,
     family: Family,
     hook: Hook,
-) -> Vec<String> {
-    let (whole_hook, bypass) = match selection {
-        Selection::Enforced(enforced) => (
-            match hook {
-                Hook::Input => enforced.node_ingress,
-                Hook::Output => enforced.node_egress,
-                Hook::Forward => false,
-            },
-            config.fail_mode == FailMode::Open,
-        ),
-        Selection::Startup if hook == Hook::Output => return Vec::new(),
-        Selection::Startup => (true, false),
+) -> Option<Scope> {
+    let whole_hook = match selection {
+        Selection::Enforced(enforced) => match hook {
+            Hook::Input => enforced.node_ingress,
+            Hook::Output => enforced.node_egress,
+            Hook::Forward => false,
+        },
+        Selection::Startup if hook == Hook::Output => return None,
+        Selection::Startup => true,
     };
-    let mut target = if queues.first() == queues.last() {
-        format!("NFQUEUE --queue-num {}", queues.first())
-    } else {
-        format!(
-            "NFQUEUE --queue-balance {}:{}",
-            queues.first(),
-            queues.last()
-        )
-    };
-    if bypass {
-        target.push_str(" --queue-bypass");
-    }
     let set = endpoints_set(family);
-    let selections: Vec<String> = if whole_hook {
+    let selections = if whole_hook {
         vec![String::new()]
     } else {
         ["src", "dst"]
@@ -654,7 +682,7 @@ fn queue_rules(
             .map(|dir| format!("-m set --match-set {set} {dir} "))
             .collect()
     };
-    let interfaces: Vec<String> = if config.interfaces.is_empty() {
+    let interfaces = if config.interfaces.is_empty() {
         vec![String::new()]
     } else {
         let flags: &[&str] = match hook {
@@ -672,12 +700,87 @@ fn queue_rules(
             })
             .collect()
     };
+    Some(Scope {
+        interfaces,
+        selections,
+    })
+}
+
+/// ICMP that belongs to no connection conntrack knows, from or to what
+/// `scope` enforces, is dropped: conntrack calls it `INVALID` (an echo or
+/// timestamp reply nobody asked for, an error whose inner header names no
+/// connection) or `UNTRACKED` (ICMPv6 neighbour and listener discovery),
+/// and a policy can neither allow nor deny it, so accepting it would give
+/// any endpoint a channel through every policy, both ways. Errors of real
+/// connections are `RELATED` and pass, the kernel's own (REJECT's answer,
+/// "fragmentation needed") included: it attaches them to the connection
+/// that caused them. ICMPv6 discovery on the link passes first: neighbour
+/// discovery with hop limit 255 (accepted above on INPUT and OUTPUT;
+/// returned here on FORWARD, where only a bridge can carry it, hop limit
+/// intact) and listener discovery from a link-local source. Nothing here
+/// accepts: what passes returns to the built-in chain as before.
+fn unrelated_icmp_rules(scope: &Scope, family: Family, hook: Hook) -> Vec<String> {
+    let mut rules = Vec::new();
+    let icmp = match family {
+        Family::V4 => "icmp",
+        Family::V6 => "ipv6-icmp",
+    };
+    if family == Family::V6 {
+        if hook == Hook::Forward {
+            rules.extend(NEIGHBOUR_DISCOVERY.iter().map(|t| {
+                format!("-p ipv6-icmp -m icmp6 --icmpv6-type {t} -m hl --hl-eq 255 -j RETURN")
+            }));
+        }
+        rules.extend(
+            LISTENER_DISCOVERY
+                .iter()
+                .map(|t| format!("-s fe80::/10 -p ipv6-icmp -m icmp6 --icmpv6-type {t} -j RETURN")),
+        );
+    }
+    for interface in &scope.interfaces {
+        for selection in &scope.selections {
+            rules.push(format!(
+                "{interface}-p {icmp} {selection}-m conntrack --ctstate INVALID,UNTRACKED -j DROP"
+            ));
+        }
+    }
+    rules
+}
+
+/// New connections to hand to the workers, and packets conntrack could not
+/// place (`INVALID`: a TCP FIN, NULL or XMAS probe without a connection,
+/// an out-of-window segment), which would otherwise fall through the owned
+/// chain unjudged: a closed port answering them with a reset would show
+/// through a policy that drops everything. The workers decide them like a
+/// first packet. ICMP is left out: what conntrack cannot place of it is
+/// dropped before ([`unrelated_icmp_rules`]).
+fn queue_rules(
+    config: &DatapathConfig,
+    queues: QueueRange,
+    selection: Selection,
+    scope: &Scope,
+    family: Family,
+    hook: Hook,
+) -> Vec<String> {
+    let bypass = matches!(selection, Selection::Enforced(_)) && config.fail_mode == FailMode::Open;
+    let mut target = if queues.first() == queues.last() {
+        format!("NFQUEUE --queue-num {}", queues.first())
+    } else {
+        format!(
+            "NFQUEUE --queue-balance {}:{}",
+            queues.first(),
+            queues.last()
+        )
+    };
+    if bypass {
+        target.push_str(" --queue-bypass");
+    }
     let icmp = match family {
         Family::V4 => "icmp",
         Family::V6 => "ipv6-icmp",
     };
     let mut rules = Vec::new();
-    for interface in &interfaces {
+    for interface in &scope.interfaces {
         if let Selection::Enforced(Enforced {
             verdict_cache: Some(cache),
             ..
@@ -687,7 +790,7 @@ fn queue_rules(
                 rules.extend(cached_verdict_rules(cache, family, hook, interface));
             }
         }
-        for selection in &selections {
+        for selection in &scope.selections {
             rules.push(format!(
                 "{interface}{selection}-m conntrack --ctstate NEW -j {target}"
             ));

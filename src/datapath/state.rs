@@ -1,6 +1,8 @@
 //! The netfilter state tollgate owns, as one value: the `TOLLGATE-*` chains
 //! and the jumps into them per address family (from the built-in chains
-//! and from Docker's `DOCKER-USER`), and the `tollgate-*` ipsets; plus the
+//! and from Docker's `DOCKER-USER`) in the filter table, the anti-spoofing
+//! chains of the raw table and of ebtables' nat table ([`TableKind`]), and
+//! the `tollgate-*` ipsets; plus the
 //! two facts about foreign chains the plan depends on (whether
 //! `DOCKER-USER` exists, which jumps a foreign rule precedes), never their
 //! rules.
@@ -59,6 +61,47 @@ pub const RUNTIME_CHAINS: [&str; 4] = [
     "CNI-FORWARD",
     "NETAVARK_FORWARD",
 ];
+
+/// Which netfilter table a [`Table`] holds the owned part of, and how its
+/// `*-save`/`*-restore` spell it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableKind {
+    /// iptables' and ip6tables' filter table: the policy chains.
+    Filter,
+    /// iptables' and ip6tables' raw table: anti-spoofing, before conntrack.
+    Raw,
+    /// ebtables' nat table (the bridge family's prerouting hook):
+    /// anti-spoofing per bridge port.
+    BridgeNat,
+}
+
+impl TableKind {
+    /// The table's name after `*`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TableKind::Filter => "filter",
+            TableKind::Raw => "raw",
+            TableKind::BridgeNat => "nat",
+        }
+    }
+
+    /// The built-in chains that may jump into owned chains.
+    pub fn builtins(self) -> &'static [&'static str] {
+        match self {
+            TableKind::Filter => &BUILTIN_CHAINS,
+            TableKind::Raw | TableKind::BridgeNat => &["PREROUTING"],
+        }
+    }
+
+    /// The line that declares (and so flushes) an owned chain in restore
+    /// input: user chains of ebtables carry a policy, RETURN for ours.
+    pub fn declare(self, chain: &str) -> String {
+        match self {
+            TableKind::Filter | TableKind::Raw => format!(":{chain} - [0:0]"),
+            TableKind::BridgeNat => format!(":{chain} RETURN"),
+        }
+    }
+}
 
 /// IP family: one iptables table per family, one ipset per family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -147,8 +190,14 @@ pub struct CacheSet {
 /// Everything tollgate owns in one network namespace.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct State {
+    /// The filter tables.
     pub v4: Table,
     pub v6: Table,
+    /// The raw tables (anti-spoofing).
+    pub raw_v4: Table,
+    pub raw_v6: Table,
+    /// ebtables' nat table (anti-spoofing on bridge ports).
+    pub bridge: Table,
     pub sets: BTreeMap<String, IpSet>,
     /// Sets with timeouts (`create … timeout N`), by name.
     pub learned: BTreeMap<String, LearnedSet>,
@@ -171,8 +220,24 @@ impl State {
         }
     }
 
+    /// The raw table of a family.
+    pub fn raw(&self, family: Family) -> &Table {
+        match family {
+            Family::V4 => &self.raw_v4,
+            Family::V6 => &self.raw_v6,
+        }
+    }
+
+    pub fn raw_mut(&mut self, family: Family) -> &mut Table {
+        match family {
+            Family::V4 => &mut self.raw_v4,
+            Family::V6 => &mut self.raw_v6,
+        }
+    }
+
     /// The installed state from `iptables-save -t filter`,
-    /// `ip6tables-save -t filter` and `ipset save` output.
+    /// `ip6tables-save -t filter` and `ipset save` output (the raw and
+    /// bridge tables empty: [`Table::parse_in`] reads them).
     pub fn parse(iptables_save: &str, ip6tables_save: &str, ipset_save: &str) -> State {
         let (sets, learned) = parse_ipset_save(ipset_save);
         State {
@@ -181,6 +246,7 @@ impl State {
             sets,
             learned,
             cache: parse_cache_sets(ipset_save),
+            ..State::default()
         }
     }
 }
@@ -195,6 +261,12 @@ impl Table {
     /// tollgate owns and the foreign facts of [`Table`]. Lines of other
     /// tables are ignored.
     pub fn parse(save: &str) -> Table {
+        Table::parse_in(save, TableKind::Filter)
+    }
+
+    /// Parses table `kind` of `iptables-save` (or `ebtables-save`) output,
+    /// as [`Table::parse`] does the filter table.
+    pub fn parse_in(save: &str, kind: TableKind) -> Table {
         let mut table = Table::default();
         let mut in_filter = false;
         // A jump to a runtime chain seen in FORWARD; any rule seen in
@@ -202,7 +274,7 @@ impl Table {
         let (mut runtime_above, mut docker_user_rule) = (false, false);
         for line in save.lines() {
             if let Some(name) = line.strip_prefix('*') {
-                in_filter = name == "filter";
+                in_filter = name == kind.name();
                 continue;
             }
             if !in_filter {
@@ -213,7 +285,7 @@ impl Table {
                 if name.starts_with(CHAIN_PREFIX) {
                     table.chains.entry(name.to_string()).or_default();
                 }
-                table.docker_user |= name == DOCKER_USER;
+                table.docker_user |= kind == TableKind::Filter && name == DOCKER_USER;
             } else if let Some(rule) = line.strip_prefix("-A ") {
                 let Some((chain, spec)) = rule.split_once(' ') else {
                     continue;
@@ -224,7 +296,8 @@ impl Table {
                         .entry(chain.to_string())
                         .or_default()
                         .push(spec.to_string());
-                } else if (BUILTIN_CHAINS.contains(&chain) || chain == DOCKER_USER)
+                } else if (kind.builtins().contains(&chain)
+                    || (kind == TableKind::Filter && chain == DOCKER_USER))
                     && targets_owned_chain(spec)
                 {
                     let jump = (chain.to_string(), spec.to_string());
@@ -240,7 +313,7 @@ impl Table {
                 } else if chain == "FORWARD" {
                     runtime_above |= jump_target(spec).is_some_and(|t| RUNTIME_CHAINS.contains(&t));
                 }
-                if chain == DOCKER_USER {
+                if kind == TableKind::Filter && chain == DOCKER_USER {
                     table.docker_user = true;
                     docker_user_rule = true;
                 }

@@ -72,8 +72,10 @@ use super::state::{Family, State};
 pub enum Step {
     /// `ipset restore`: create sets and refill changed ones.
     PrepareSets,
-    /// `iptables-restore` or `ip6tables-restore`.
+    /// `iptables-restore` or `ip6tables-restore` (raw, then filter).
     Table(Family),
+    /// `ebtables-restore`: anti-spoofing on bridge ports.
+    Bridge,
     /// `ipset restore`: destroy sets nothing refers to any more.
     DestroySets,
 }
@@ -83,6 +85,7 @@ impl fmt::Display for Step {
         match self {
             Step::PrepareSets => f.write_str("ipset restore (create and refill sets)"),
             Step::Table(family) => write!(f, "{}-restore", family.command()),
+            Step::Bridge => f.write_str("ebtables-restore"),
             Step::DestroySets => f.write_str("ipset restore (destroy stale sets)"),
         }
     }
@@ -95,6 +98,7 @@ impl Step {
             Step::PrepareSets => "ipset_prepare",
             Step::Table(Family::V4) => "iptables",
             Step::Table(Family::V6) => "ip6tables",
+            Step::Bridge => "ebtables",
             Step::DestroySets => "ipset_cleanup",
         }
     }
@@ -111,9 +115,12 @@ pub fn steps(changes: &Changes) -> Vec<Step> {
         out.push(Step::PrepareSets);
     }
     for family in Family::ALL {
-        if !changes.table(family).is_empty() {
+        if !changes.table(family).is_empty() || !changes.raw(family).is_empty() {
             out.push(Step::Table(family));
         }
+    }
+    if !changes.bridge.is_empty() {
+        out.push(Step::Bridge);
     }
     if !changes.destroy_sets.is_empty() {
         out.push(Step::DestroySets);
@@ -126,7 +133,10 @@ pub fn steps(changes: &Changes) -> Vec<Step> {
 pub fn input(changes: &Changes, step: Step) -> Option<String> {
     match step {
         Step::PrepareSets => changes.ipset_prepare_text(),
-        Step::Table(family) => changes.table(family).restore_text(),
+        Step::Table(family) => changes.iptables_restore_text(family),
+        Step::Bridge => changes
+            .bridge
+            .restore_text_in(super::state::TableKind::BridgeNat),
         Step::DestroySets => changes.ipset_cleanup_text(),
     }
 }
@@ -233,6 +243,9 @@ pub fn adopted(installed: &State) -> Enforced {
 pub fn owns_anything(installed: &State) -> bool {
     !(installed.v4.owns_nothing()
         && installed.v6.owns_nothing()
+        && installed.raw_v4.owns_nothing()
+        && installed.raw_v6.owns_nothing()
+        && installed.bridge.owns_nothing()
         && installed.sets.is_empty()
         && installed.learned.is_empty())
 }

@@ -63,6 +63,12 @@ struct QueueLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SpoofLabels {
+    endpoint: String,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: String,
     commit: String,
@@ -87,6 +93,11 @@ pub struct Metrics {
     last_reload_ok_time: Gauge<f64, std::sync::atomic::AtomicU64>,
     apply_duration: Histogram,
     last_apply_duration: Gauge<f64, std::sync::atomic::AtomicU64>,
+    antispoof_dropped: Family<SpoofLabels, Counter>,
+    antispoof_guarded: Gauge,
+    antispoof_unguarded: Gauge,
+    /// The endpoints whose `antispoof_dropped` series exist.
+    antispoof_known: std::sync::Mutex<Vec<String>>,
     counters: Arc<Registry>,
     health: Arc<Health>,
 }
@@ -120,6 +131,10 @@ impl Metrics {
             last_reload_ok_time: Gauge::default(),
             apply_duration: apply_histogram(),
             last_apply_duration: Gauge::default(),
+            antispoof_dropped: Family::default(),
+            antispoof_guarded: Gauge::default(),
+            antispoof_unguarded: Gauge::default(),
+            antispoof_known: std::sync::Mutex::new(Vec::new()),
             counters: Arc::new(Registry::default()),
             health: Arc::new(Health::default()),
         };
@@ -162,6 +177,21 @@ impl Metrics {
             "datapath_last_apply_duration_seconds",
             "Time of the last kernel write (reconcile) that changed the kernel or failed",
             m.last_apply_duration.clone(),
+        );
+        r.register(
+            "antispoof_dropped_packets",
+            "Packets the anti-spoofing guards dropped, by endpoint and reason: source (it sent from a source, IP or MAC, not its own), neighbour (it claimed an address not its own in ARP or neighbour discovery, or sent a router advertisement or redirect), address (someone else sent from its address); read from the guards' rule counters at every drift check, every 10 s without them, and before the guards change",
+            m.antispoof_dropped.clone(),
+        );
+        r.register(
+            "antispoof_guarded_endpoints",
+            "Local endpoints whose interface (routed veth or bridge port) the anti-spoofing guards hold to their addresses",
+            m.antispoof_guarded.clone(),
+        );
+        r.register(
+            "antispoof_unguarded_endpoints",
+            "Local endpoints (or some of their addresses) left unguarded because their interface is unknown or not their own; tollgate status names them and why",
+            m.antispoof_unguarded.clone(),
         );
         r.register_collector(Box::new(CounterCollector(Arc::clone(&m.counters))));
         let mut process = m.process;
@@ -347,6 +377,72 @@ impl Metrics {
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
         self.last_reload_ok_time.set(now);
+    }
+    /// The anti-spoofing guards hold `endpoints` (their series exported
+    /// from zero, one per drop reason of `reasons`; those of endpoints no
+    /// longer guarded removed) and leave `unguarded` endpoints unguarded.
+    pub fn antispoof_endpoints(
+        &self,
+        endpoints: &[String],
+        unguarded: usize,
+        reasons: &[&'static str],
+    ) {
+        self.antispoof_guarded.set(endpoints.len() as i64);
+        self.antispoof_unguarded.set(unguarded as i64);
+        let wanted: Vec<SpoofLabels> = endpoints
+            .iter()
+            .flat_map(|endpoint| {
+                reasons.iter().map(|reason| SpoofLabels {
+                    endpoint: endpoint.clone(),
+                    reason: (*reason).into(),
+                })
+            })
+            .collect();
+        let mut known = self
+            .antispoof_known
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for endpoint in known.iter().filter(|e| !endpoints.contains(e)) {
+            for reason in reasons {
+                self.antispoof_dropped.remove(&SpoofLabels {
+                    endpoint: endpoint.clone(),
+                    reason: (*reason).into(),
+                });
+            }
+        }
+        *known = endpoints.to_vec();
+        for labels in &wanted {
+            let _ = self.antispoof_dropped.get_or_create(labels);
+        }
+    }
+
+    /// Counts `gained` packets the guards dropped for `endpoint` and
+    /// `reason`.
+    pub fn antispoof_dropped(&self, endpoint: &str, reason: &str, gained: u64) {
+        self.antispoof_dropped
+            .get_or_create(&SpoofLabels {
+                endpoint: endpoint.into(),
+                reason: reason.into(),
+            })
+            .inc_by(gained);
+    }
+
+    /// The drops counted for `endpoint`, by reason label (of `reasons`).
+    pub fn antispoof_dropped_of(
+        &self,
+        endpoint: &str,
+        reasons: &[&'static str],
+    ) -> Vec<(&'static str, u64)> {
+        reasons
+            .iter()
+            .map(|reason| {
+                let labels = SpoofLabels {
+                    endpoint: endpoint.into(),
+                    reason: (*reason).into(),
+                };
+                (*reason, self.antispoof_dropped.get_or_create(&labels).get())
+            })
+            .collect()
     }
 }
 

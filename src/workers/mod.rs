@@ -19,7 +19,7 @@ pub mod inject;
 pub mod l7;
 pub mod nfqueue;
 pub mod resolver;
-mod route;
+pub(crate) mod route;
 pub mod runtime;
 pub mod watchdog;
 

@@ -449,6 +449,9 @@ fn live_trace_and_endpoints_name_what_the_wire_enforces() {
 /// own SSH port and nothing routed: a Pod's connection to port 22 of
 /// another Pod is dropped by the policy that denies it, while the Node's
 /// port 22 stays reachable through a Node deny-all. The live trace agrees.
+/// (The client Pod has no policy of its own, so it is no enforced
+/// endpoint and the entry takes it like any host; an enforced Pod meets
+/// its own policy and the Node's: `privileged::` tests that.)
 #[test]
 fn privileged_ssh_covers_the_node_not_routed_pods() {
     let Some(lab) = Lab::builder("privileged_ssh_covers_the_node_not_routed_pods")

@@ -121,7 +121,7 @@ fn run_enforces_reloads_and_cleans_up() {
         ":TOLLGATE-FORWARD - [0:0]",
         ":TOLLGATE-OUTPUT - [0:0]",
         "-A INPUT -j TOLLGATE-INPUT",
-        "-A TOLLGATE-INPUT -s 10.78.0.9/32 -p tcp -m tcp --dport 22 -j ACCEPT",
+        "-A TOLLGATE-INPUT -s 10.78.0.9/32 -p tcp -m set ! --match-set tollgate-endpoints-v4 src -m tcp --dport 22 -j ACCEPT",
         "-A TOLLGATE-INPUT -m conntrack --ctstate NEW -j NFQUEUE --queue-num 100",
         "tollgate-endpoints-v4",
         "tollgate-endpoints-v6",

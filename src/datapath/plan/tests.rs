@@ -59,6 +59,8 @@ const DEFAULT_V4_SAVE: &str = "\
 -A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x400000/0xf00000 -j TOLLGATE-L7-QUEUE
 -A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
+-A TOLLGATE-FORWARD -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID,UNTRACKED -j DROP
+-A TOLLGATE-FORWARD -p icmp -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate INVALID,UNTRACKED -j DROP
 -A TOLLGATE-FORWARD -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 -A TOLLGATE-FORWARD ! -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
 -A TOLLGATE-FORWARD -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
@@ -79,6 +81,7 @@ const DEFAULT_V4_SAVE: &str = "\
 -A TOLLGATE-INPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j TOLLGATE-L7-QUEUE
 -A TOLLGATE-INPUT -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
+-A TOLLGATE-INPUT -p icmp -m conntrack --ctstate INVALID,UNTRACKED -j DROP
 -A TOLLGATE-INPUT -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 -A TOLLGATE-INPUT ! -p icmp -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
 -A TOLLGATE-L7 -p tcp -m tcp --tcp-flags FIN FIN -j TOLLGATE-L7-QUEUE
@@ -115,6 +118,8 @@ const DEFAULT_V4_SAVE: &str = "\
 -A TOLLGATE-OUTPUT -p tcp -m connmark --mark 0x400000/0xf00000 -j TOLLGATE-L7-QUEUE
 -A TOLLGATE-OUTPUT -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 -A TOLLGATE-OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
+-A TOLLGATE-OUTPUT -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID,UNTRACKED -j DROP
+-A TOLLGATE-OUTPUT -p icmp -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate INVALID,UNTRACKED -j DROP
 -A TOLLGATE-OUTPUT -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 -A TOLLGATE-OUTPUT ! -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
 -A TOLLGATE-OUTPUT -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
@@ -211,11 +216,17 @@ fn ipv6_table_allows_neighbour_discovery_and_uses_icmp6_reject() {
             "-p tcp -m connmark --mark 0x400000/0xf00000 -j TOLLGATE-L7-QUEUE",
             "-p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7",
             "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT",
-            "-p ipv6-icmp -m icmp6 --icmpv6-type 133 -j ACCEPT",
-            "-p ipv6-icmp -m icmp6 --icmpv6-type 134 -j ACCEPT",
-            "-p ipv6-icmp -m icmp6 --icmpv6-type 135 -j ACCEPT",
-            "-p ipv6-icmp -m icmp6 --icmpv6-type 136 -j ACCEPT",
-            "-p ipv6-icmp -m icmp6 --icmpv6-type 137 -j ACCEPT",
+            "-p ipv6-icmp -m icmp6 --icmpv6-type 133 -m hl --hl-eq 255 -j ACCEPT",
+            "-p ipv6-icmp -m icmp6 --icmpv6-type 134 -m hl --hl-eq 255 -j ACCEPT",
+            "-p ipv6-icmp -m icmp6 --icmpv6-type 135 -m hl --hl-eq 255 -j ACCEPT",
+            "-p ipv6-icmp -m icmp6 --icmpv6-type 136 -m hl --hl-eq 255 -j ACCEPT",
+            "-p ipv6-icmp -m icmp6 --icmpv6-type 137 -m hl --hl-eq 255 -j ACCEPT",
+            "-s fe80::/10 -p ipv6-icmp -m icmp6 --icmpv6-type 130 -j RETURN",
+            "-s fe80::/10 -p ipv6-icmp -m icmp6 --icmpv6-type 131 -j RETURN",
+            "-s fe80::/10 -p ipv6-icmp -m icmp6 --icmpv6-type 132 -j RETURN",
+            "-s fe80::/10 -p ipv6-icmp -m icmp6 --icmpv6-type 143 -j RETURN",
+            "-p ipv6-icmp -m set --match-set tollgate-endpoints-v6 src -m conntrack --ctstate INVALID,UNTRACKED -j DROP",
+            "-p ipv6-icmp -m set --match-set tollgate-endpoints-v6 dst -m conntrack --ctstate INVALID,UNTRACKED -j DROP",
             "-m set --match-set tollgate-endpoints-v6 src -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101",
             "! -p ipv6-icmp -m set --match-set tollgate-endpoints-v6 src -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101",
             "-m set --match-set tollgate-endpoints-v6 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101",
@@ -305,7 +316,17 @@ fn open_mode_single_queue_interfaces_and_privileged_entries() {
             "-p tcp -m connmark --mark 0x40000/0x70000 -j TOLLGATE-L7-QUEUE",
             "-p tcp -m connmark --mark 0x50000/0x70000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7",
             "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x50000/0x70000 -j ACCEPT",
-            // Only the entry that lists `forward`: the others are the
+            // ICMP without a connection, on the enforced interfaces.
+            "-i veth+ -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID,UNTRACKED -j DROP",
+            "-i veth+ -p icmp -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate INVALID,UNTRACKED -j DROP",
+            "-i eth0 -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID,UNTRACKED -j DROP",
+            "-i eth0 -p icmp -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate INVALID,UNTRACKED -j DROP",
+            "-o veth+ -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID,UNTRACKED -j DROP",
+            "-o veth+ -p icmp -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate INVALID,UNTRACKED -j DROP",
+            "-o eth0 -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID,UNTRACKED -j DROP",
+            "-o eth0 -p icmp -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate INVALID,UNTRACKED -j DROP",
+            // Only the entry that lists `forward`, not excepting endpoints
+            // (routed traffic is exempted on purpose): the others are the
             // Node's own traffic.
             "-s 192.168.7.1/32 -j ACCEPT",
             "-d 192.168.7.1/32 -j ACCEPT",
@@ -328,19 +349,25 @@ fn open_mode_single_queue_interfaces_and_privileged_entries() {
         ]
     );
     let input_v6 = &desired.v6.chains["TOLLGATE-INPUT"];
-    assert!(input_v6.contains(&"-s fd00::/64 -p ipv6-icmp -j ACCEPT".to_string()));
+    assert!(input_v6.contains(
+        &"-s fd00::/64 -p ipv6-icmp -m set ! --match-set tollgate-endpoints-v6 src -j ACCEPT"
+            .to_string()
+    ));
     assert!(!input_v6.iter().any(|r| r.contains("10.0.0.0")));
     assert!(!desired.v6.chains["TOLLGATE-FORWARD"]
         .iter()
         .any(|r| r.contains("fd00::")));
     let output_v4 = &desired.v4.chains["TOLLGATE-OUTPUT"];
-    assert!(output_v4.contains(&"-d 10.0.0.0/24 -p tcp -m tcp --dport 22 -j ACCEPT".to_string()));
+    assert!(output_v4.contains(
+        &"-d 10.0.0.0/24 -p tcp -m set ! --match-set tollgate-endpoints-v4 dst -m tcp --dport 22 -j ACCEPT"
+            .to_string()
+    ));
     assert!(!output_v4.iter().any(|r| r.starts_with("-s 10.0.0.0")));
     assert!(!output_v4.iter().any(|r| r.contains("192.168.7.1")));
     let input_v4 = &desired.v4.chains["TOLLGATE-INPUT"];
     for rule in [
-        "-s 10.0.0.0/24 -p tcp -m tcp --dport 22 -j ACCEPT",
-        "-s 192.168.7.1/32 -j ACCEPT",
+        "-s 10.0.0.0/24 -p tcp -m set ! --match-set tollgate-endpoints-v4 src -m tcp --dport 22 -j ACCEPT",
+        "-s 192.168.7.1/32 -m set ! --match-set tollgate-endpoints-v4 src -j ACCEPT",
     ] {
         assert!(input_v4.contains(&rule.to_string()), "{input_v4:#?}");
     }
@@ -742,20 +769,29 @@ fn queries_to_privileged_resolvers_go_to_the_dns_queue_first() {
     let output = &desired.v4.chains["TOLLGATE-OUTPUT"];
     let at = |rule: &str| output.iter().position(|r| r == rule);
     let queue = "-j NFQUEUE --queue-num 102 --queue-bypass";
-    let any = at("-d 10.96.0.10/32 -j ACCEPT").unwrap();
+    // On the Node's own hooks, queries of enforced endpoints are not the
+    // entry's: they go to the workers like any connection of theirs.
+    let except = "-m set ! --match-set tollgate-endpoints-v4 dst";
+    let any = at(&format!("-d 10.96.0.10/32 {except} -j ACCEPT")).unwrap();
     assert_eq!(
         output[any - 2..any],
         [
-            format!("-d 10.96.0.10/32 -p udp -m udp --dport 53 {queue}"),
-            format!("-d 10.96.0.10/32 -p tcp -m tcp --dport 53 {queue}"),
+            format!("-d 10.96.0.10/32 -p udp {except} -m udp --dport 53 {queue}"),
+            format!("-d 10.96.0.10/32 -p tcp {except} -m tcp --dport 53 {queue}"),
         ]
     );
-    let dns = at("-d 10.0.0.0/8 -p udp -m udp --dport 53 -j ACCEPT").unwrap();
+    let dns = at(&format!(
+        "-d 10.0.0.0/8 -p udp {except} -m udp --dport 53 -j ACCEPT"
+    ))
+    .unwrap();
     assert_eq!(
         output[dns - 1],
-        format!("-d 10.0.0.0/8 -p udp -m udp --dport 53 {queue}")
+        format!("-d 10.0.0.0/8 -p udp {except} -m udp --dport 53 {queue}")
     );
-    let ssh = at("-d 10.1.0.0/16 -p tcp -m tcp --dport 22 -j ACCEPT").unwrap();
+    let ssh = at(&format!(
+        "-d 10.1.0.0/16 -p tcp {except} -m tcp --dport 22 -j ACCEPT"
+    ))
+    .unwrap();
     assert!(!output[ssh - 1].ends_with(queue), "{output:#?}");
     let forward = &desired.v6.chains["TOLLGATE-FORWARD"];
     for dir in ["-s", "-d"] {
@@ -773,31 +809,45 @@ fn queries_to_privileged_resolvers_go_to_the_dns_queue_first() {
 }
 
 /// The shipped no-lock-out entries (TCP 22 from anywhere) exempt the
-/// Node's own SSH, on INPUT and OUTPUT, and nothing routed: a Pod's
-/// connection to port 22 of another Pod is still queued and decided.
+/// Node's own SSH, on INPUT and OUTPUT, for every peer but an enforced
+/// endpoint (a Pod's connection to its own Node meets its policy and the
+/// Node's, a worker decides it), and nothing routed: a Pod's connection to
+/// port 22 of another Pod is still queued and decided. A range of every
+/// address is written as iptables-save prints it (no `-s 0.0.0.0/0`),
+/// others as their network address.
 #[test]
-fn privileged_entries_default_to_the_nodes_own_traffic() {
+fn privileged_entries_never_exempt_an_enforced_endpoint() {
     let config = config(
-        "datapath:\n  privileged:\n  - {cidr: 0.0.0.0/0, protocol: TCP, port: 22}\n  - '::/0,tcp/22'\n",
+        "datapath:\n  privileged:\n  - {cidr: 0.0.0.0/0, protocol: TCP, port: 22}\n  - '::/0,tcp/22'\n  - {cidr: 10.1.2.3/8, protocol: UDP}\n",
     );
     let desired = desired(&config, &targets(true, true, &["10.0.0.5"]), &[]);
-    for (family, any) in [(&desired.v4, "0.0.0.0/0"), (&desired.v6, "::/0")] {
-        assert_eq!(
-            family.chains["TOLLGATE-INPUT"]
-                .iter()
-                .filter(|r| r.starts_with(&format!("-s {any} -p tcp")))
-                .count(),
-            1
-        );
-        assert!(family.chains["TOLLGATE-OUTPUT"]
-            .contains(&format!("-d {any} -p tcp -m tcp --dport 22 -j ACCEPT")));
+    for (family, set) in [
+        (&desired.v4, "tollgate-endpoints-v4"),
+        (&desired.v6, "tollgate-endpoints-v6"),
+    ] {
+        let input = &family.chains["TOLLGATE-INPUT"];
+        let entry = format!("-p tcp -m set ! --match-set {set} src -m tcp --dport 22 -j ACCEPT");
+        let at = input.iter().position(|r| *r == entry).expect("INPUT entry");
+        // Behind it, the whole hook goes to the workers: the enforced
+        // endpoint's connection is queued there.
+        assert!(input[at + 1..]
+            .iter()
+            .any(|r| r == "-m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101"));
+        assert!(family.chains["TOLLGATE-OUTPUT"].contains(&format!(
+            "-p tcp -m set ! --match-set {set} dst -m tcp --dport 22 -j ACCEPT"
+        )));
         let forward = &family.chains["TOLLGATE-FORWARD"];
         assert!(
             !forward.iter().any(|r| r.contains("--dport 22")),
             "{forward:#?}"
         );
     }
-    // Listed explicitly, forward is privileged too, both ways.
+    assert!(desired.v4.chains["TOLLGATE-INPUT"].contains(
+        &"-s 10.0.0.0/8 -p udp -m set ! --match-set tollgate-endpoints-v4 src -j ACCEPT"
+            .to_string()
+    ));
+    // Listed explicitly, forward is privileged too, both ways, for routed
+    // traffic of endpoints as well: that is what listing it asks for.
     let config = self::config(
         "datapath:\n  privileged: [{cidr: 10.0.0.0/8, protocol: TCP, port: 22, hooks: [forward]}]\n",
     );
@@ -813,6 +863,184 @@ fn privileged_entries_default_to_the_nodes_own_traffic() {
             "{chain}"
         );
     }
+}
+
+/// Whether `rule` can take a packet conntrack places in no connection
+/// (`INVALID`, `UNTRACKED`) out of the chain: everything but the drops
+/// themselves, the rules that need a connection or a worker's verdict
+/// (ctstate, connmark, packet mark), loopback, and neighbour discovery
+/// with hop limit 255 (on-link, excepted on purpose).
+fn can_pass_unconnected(rule: &str) -> bool {
+    let leaves = [" -j ACCEPT", " -j NFQUEUE", " -j TOLLGATE-", " -j RETURN"]
+        .iter()
+        .any(|t| rule.contains(t));
+    let needs_state = rule.contains("--ctstate NEW")
+        || rule.contains("--ctstate RELATED,ESTABLISHED")
+        || rule.contains("--ctstate ESTABLISHED")
+        || rule.contains("-m connmark")
+        || rule.contains("-m mark")
+        || rule.starts_with("-i lo ")
+        || rule.starts_with("-o lo ")
+        || rule.contains("--hl-eq 255")
+        || rule.contains("! -p icmp")
+        || rule.contains("! -p ipv6-icmp");
+    leaves && !needs_state
+}
+
+/// ICMP that belongs to no connection is dropped for what each hook
+/// enforces (the endpoints as source and as destination; the whole hook
+/// where a Node policy applies; every interface configured), IPv4 and
+/// IPv6, ahead of the privileged entries and the verdict cache, and no rule
+/// above the drops lets such a packet out of the chain but on-link
+/// neighbour discovery (hop limit 255) and listener discovery from a
+/// link-local source.
+#[test]
+fn icmp_without_a_connection_is_dropped_before_any_rule_could_pass_it() {
+    let config = config(
+        "datapath:\n  interfaces: [eth0]\n  privileged: ['0.0.0.0/0', '::/0', {cidr: 10.0.0.0/8, hooks: [forward]}, {cidr: 'fd00::/8', hooks: [forward]}]\n",
+    );
+    let cache = VerdictCache {
+        generation: 7,
+        timeout_secs: 30,
+        max_entries: 1000,
+        lookup: true,
+    };
+    let patterns = [FqdnPattern::new("*.example.test")];
+    for (ingress, egress) in [(true, false), (false, true)] {
+        let enforced = Enforced {
+            verdict_cache: Some(cache),
+            ..targets(ingress, egress, &["10.0.0.5", "fd00::5"])
+        };
+        let state = desired(&config, &enforced, &patterns);
+        for family in Family::ALL {
+            let (icmp, set) = match family {
+                Family::V4 => ("icmp", "tollgate-endpoints-v4"),
+                Family::V6 => ("ipv6-icmp", "tollgate-endpoints-v6"),
+            };
+            for hook in Hook::ALL {
+                let rules = &state.table(family).chains[hook.chain()];
+                let whole = match hook {
+                    Hook::Input => ingress,
+                    Hook::Output => egress,
+                    Hook::Forward => false,
+                };
+                let flags: &[&str] = match hook {
+                    Hook::Input => &["-i"],
+                    Hook::Output => &["-o"],
+                    Hook::Forward => &["-i", "-o"],
+                };
+                let mut drops = Vec::new();
+                for flag in flags {
+                    let selections: Vec<String> = if whole {
+                        vec![String::new()]
+                    } else {
+                        ["src", "dst"]
+                            .iter()
+                            .map(|d| format!("-m set --match-set {set} {d} "))
+                            .collect()
+                    };
+                    for selection in selections {
+                        drops.push(format!(
+                            "{flag} eth0 -p {icmp} {selection}-m conntrack --ctstate INVALID,UNTRACKED -j DROP"
+                        ));
+                    }
+                }
+                let first = rules
+                    .iter()
+                    .position(|r| *r == drops[0])
+                    .unwrap_or_else(|| panic!("{family:?} {hook:?}: {rules:#?}"));
+                assert_eq!(rules[first..first + drops.len()], drops[..]);
+                let before: Vec<&String> = rules[..first]
+                    .iter()
+                    .filter(|r| can_pass_unconnected(r))
+                    .collect();
+                let discovery: Vec<String> = match family {
+                    Family::V4 => Vec::new(),
+                    Family::V6 => [130, 131, 132, 143]
+                        .iter()
+                        .map(|t| {
+                            format!(
+                                "-s fe80::/10 -p ipv6-icmp -m icmp6 --icmpv6-type {t} -j RETURN"
+                            )
+                        })
+                        .collect(),
+                };
+                assert_eq!(
+                    before.iter().map(|r| r.as_str()).collect::<Vec<_>>(),
+                    discovery,
+                    "{family:?} {hook:?}"
+                );
+                // The privileged entries and the cache come after.
+                let later = |r: &String| {
+                    r.contains("! --match-set")
+                        || r.contains("0.0.0/8 -j ACCEPT")
+                        || r.contains("fd00::/8 -j ACCEPT")
+                        || r.contains("tollgate-vc-")
+                };
+                assert!(rules.iter().any(later), "{family:?} {hook:?}: {rules:#?}");
+                assert!(
+                    !rules[..first].iter().any(later),
+                    "{family:?} {hook:?}: {rules:#?}"
+                );
+            }
+        }
+    }
+    // Before the first snapshot: INPUT and FORWARD whole, OUTPUT nothing.
+    let held = startup(&config.datapath, &config.queue_numbers());
+    for family in Family::ALL {
+        let icmp = match family {
+            Family::V4 => "icmp",
+            Family::V6 => "ipv6-icmp",
+        };
+        let chains = &held.table(family).chains;
+        assert!(chains["TOLLGATE-INPUT"].contains(&format!(
+            "-i eth0 -p {icmp} -m conntrack --ctstate INVALID,UNTRACKED -j DROP"
+        )));
+        assert!(chains["TOLLGATE-FORWARD"].contains(&format!(
+            "-o eth0 -p {icmp} -m conntrack --ctstate INVALID,UNTRACKED -j DROP"
+        )));
+        assert!(!chains["TOLLGATE-OUTPUT"]
+            .iter()
+            .any(|r| r.contains("INVALID,UNTRACKED") || r.contains("--icmpv6-type 130")));
+    }
+}
+
+/// Neighbour discovery in FORWARD is exempt only with hop limit 255: a
+/// bridge carries it intact, a router lowers it (and receivers discard it
+/// then). On the Node's own hooks it is accepted with that hop limit, as
+/// before, whatever the policy.
+#[test]
+fn only_on_link_neighbour_discovery_passes_the_icmp_drops() {
+    let state = desired(&config(""), &targets(false, false, &["fd00::5"]), &[]);
+    let forward = &state.v6.chains["TOLLGATE-FORWARD"];
+    let nd: Vec<String> = [133, 134, 135, 136, 137]
+        .iter()
+        .map(|t| format!("-p ipv6-icmp -m icmp6 --icmpv6-type {t} -m hl --hl-eq 255 -j RETURN"))
+        .collect();
+    let at = forward
+        .iter()
+        .position(|r| *r == nd[0])
+        .expect("ND on FORWARD");
+    assert_eq!(forward[at..at + 5], nd[..]);
+    let drop = forward
+        .iter()
+        .position(|r| r.contains("INVALID,UNTRACKED -j DROP"))
+        .unwrap();
+    assert!(at < drop);
+    for chain in ["TOLLGATE-INPUT", "TOLLGATE-OUTPUT"] {
+        let rules = &state.v6.chains[chain];
+        assert!(rules.contains(
+            &"-p ipv6-icmp -m icmp6 --icmpv6-type 135 -m hl --hl-eq 255 -j ACCEPT".to_string()
+        ));
+        assert!(!rules.iter().any(|r| r.contains("--icmpv6-type 135 -j")));
+    }
+    // IPv4 has no discovery in ICMP (ARP is not IP).
+    assert!(!state
+        .v4
+        .chains
+        .values()
+        .flatten()
+        .any(|r| r.contains("RETURN") && r.contains("icmp")));
 }
 
 #[test]

@@ -79,7 +79,9 @@ fn partial_states(installed: &State, target: &State) -> Vec<State> {
             }
             Step::Table(family) => {
                 *state.table_mut(*family) = target.table(*family).clone();
+                *state.raw_mut(*family) = target.raw(*family).clone();
             }
+            Step::Bridge => state.bridge = target.bridge.clone(),
             Step::DestroySets => {
                 for name in &changes.destroy_sets {
                     state.sets.remove(name);

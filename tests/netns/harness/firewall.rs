@@ -81,17 +81,32 @@ impl fmt::Display for FirewallState {
 }
 
 /// Drops comment lines and turns `:CHAIN POLICY [p:b]` into `:CHAIN POLICY`.
+///
+/// A table that holds nothing but its built-in chains, empty and
+/// accepting, is left out: it filters nothing, and the nf_tables backend
+/// keeps a table a tool once created (the raw table tollgate's
+/// anti-spoofing chain lived in) after its last chain is gone.
 fn normalize_save(dump: &str) -> String {
     let mut out = String::new();
+    let mut table: Vec<String> = Vec::new();
     for line in dump.lines().filter(|l| !l.starts_with('#')) {
         let line = if line.starts_with(':') {
             line.rsplit_once(" [").map_or(line, |(head, _)| head)
         } else {
             line
         };
-        out.push_str(line);
-        out.push('\n');
+        table.push(line.to_string());
+        if line == "COMMIT" {
+            let empty = table[1..table.len() - 1]
+                .iter()
+                .all(|l| l.starts_with(':') && l.ends_with(" ACCEPT"));
+            if !empty {
+                out.extend(table.iter().map(|l| format!("{l}\n")));
+            }
+            table.clear();
+        }
     }
+    out.extend(table.iter().map(|l| format!("{l}\n")));
     out
 }
 

@@ -202,6 +202,14 @@ pub const TEST_IDS: &[&str] = &[
     "slow_names_of_one_policy_do_not_delay_another_policys_refresh",
     "a_thousand_missing_names_cost_the_resolver_little",
     "each_record_type_is_learned_alone_when_the_other_is_refused_or_silent",
+    "privileged_entries_never_exempt_a_pod_reaching_its_node",
+    "unsolicited_icmp_crosses_no_policy",
+    "bridged_neighbour_discovery_between_enforced_pods",
+    "routed_pod_cannot_send_as_its_neighbour_ipv4",
+    "routed_pod_cannot_send_as_its_neighbour_ipv6",
+    "bridged_container_cannot_claim_its_neighbours_address_ipv4",
+    "bridged_container_cannot_claim_its_neighbours_address_ipv6",
+    "podman_container_cannot_claim_its_neighbours_address",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
