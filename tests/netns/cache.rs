@@ -92,19 +92,7 @@ fn wait_cached(lab: &Lab, target: SocketAddr, verdict: char) {
         _ => TcpOutcome::Refused,
     };
     lab.assert_tcp("client", target, outcome);
-    let tuple = format!(",tcp:{},{} ", target.port(), target.ip());
-    let set = format!("-i{verdict}-v");
-    let found = poll_until(AGENT_WAIT, || {
-        entries(lab)
-            .iter()
-            .any(|e| e.contains(&tuple) && e.split(' ').nth(1).is_some_and(|s| s.contains(&set)))
-            .then_some(())
-    });
-    assert!(
-        found.is_some(),
-        "no {verdict} entry for {target}: {:?}",
-        entries(lab)
-    );
+    lab.wait_cached("client", &[(target, verdict)]);
 }
 
 /// The connection to `target` ends as `expected` and no packet reached a
@@ -153,7 +141,7 @@ fn a_cached_verdict_is_answered_by_the_kernel_and_a_policy_change_replaces_it() 
     assert!(
         entries(&lab)
             .iter()
-            .all(|e| !e.contains("a4 ") && !e.contains("a6 ")),
+            .all(|e| !e.split(' ').nth(1).is_some_and(|set| set.contains("-ia-v"))),
         "an allow outlived the change: {:?}",
         entries(&lab)
     );
