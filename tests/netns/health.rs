@@ -50,11 +50,11 @@ spec:
           port: 8002
 ";
 
-/// A node serving TCP 8001 and 8002 and a client routed to it, with
-/// [`NODE_POLICY`].
+/// A node serving TCP 8001–8003 (8003 under no rule) and a client routed
+/// to it, with [`NODE_POLICY`].
 fn node_lab(test: &'static str) -> Option<Lab> {
     let lab = Lab::builder(test).peer("client").ipv6().build()?;
-    for port in [8001, 8002] {
+    for port in [8001, 8002, 8003] {
         lab.serve_tcp("node", port, Service::Echo);
     }
     lab.write_policy("node.yaml", NODE_POLICY);
@@ -198,8 +198,26 @@ fn a_panicking_worker_is_restarted_and_livez_is_red_meanwhile() {
     })
     .unwrap_or_else(|| panic!("/livez stayed red; log:\n{}", agent.log()));
     assert_eq!(check(&lab, "live").0, Some(0));
+    // 8001's tuple was decided more than twice before the panic: the
+    // verdict cache answers it. 8002 and 8003 were never probed: the
+    // restarted worker decides them (the client's connections to the node
+    // all go to one queue, the one that panicked: balanced by address
+    // pair), and its queue's counter moves.
     lab.assert_tcp("client", sock(node, 8001), TcpOutcome::Connected);
+    let queued = || {
+        lab.queue_counters()
+            .iter()
+            .find(|c| c.queue == 100)
+            .map_or(0, |c| c.id_sequence)
+    };
+    let before = queued();
+    lab.assert_tcp("client", sock(node, 8003), TcpOutcome::Connected);
     lab.assert_tcp("client", sock(node, 8002), TcpOutcome::TimedOut);
+    assert!(
+        queued() >= before + 3,
+        "the restarted worker of queue 100 did not decide 8002 and 8003: {:?}",
+        lab.queue_counters()
+    );
     let (_, metrics) = get(&lab, 9471, "/metrics");
     assert_eq!(
         metric(&metrics, "tollgate_worker_restarts_total{queue=\"100\"}"),
