@@ -409,7 +409,9 @@ fn docker_fresh_container_is_enforced_within_a_bound() {
 /// are printed as `DOCKER-RESTART`.
 ///
 /// Mutation (tried, issue 29): an agent that ignores the API's events
-/// (only its 60 s resync would notice) fails it: no new generation.
+/// (only its 60 s resync would notice) fails it: web came back at a new
+/// address and the policy never held there; at the same address, no new
+/// generation would be logged.
 #[test]
 fn docker_podman_restart_is_covered_within_a_bound() {
     let Some(shop) = shop("docker_podman_restart_is_covered_within_a_bound") else {

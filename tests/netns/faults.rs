@@ -538,8 +538,8 @@ spec:
 }
 
 /// Mutation (tried, issue 29): an adopting agent whose workers decide by
-/// an empty ruleset fails it (the fresh connection to the dropped 8003
-/// connects).
+/// an empty ruleset fails it (a connection to the dropped 8003, which no
+/// worker had decided, connects).
 #[test]
 fn kill_during_reload_fails_closed_and_restart_converges() {
     let Some(lab) = node_lab("kill_during_reload_fails_closed_and_restart_converges") else {

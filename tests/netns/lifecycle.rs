@@ -174,13 +174,12 @@ fn end(agent: &mut crate::harness::Agent, how: End) {
 
 /// The file-mode restart under probing (see the module doc).
 ///
-/// Mutation (tried, issue 29): an adopting agent whose workers keep
-/// deciding by the empty ruleset it starts with (the first snapshot put in
-/// force for the kernel only) fails both tests: the fresh denied attempts
-/// connect after the restart, while the cached ones are still refused by
-/// the kernel. (Binding the queues before the first snapshot does not fail
-/// them: in file mode the snapshot is read within milliseconds; that
-/// mutation is the Kubernetes test's.)
+/// Mutations (tried, issue 29), each failing both tests on the fresh
+/// denied attempts, which connect after the restart while the cached ones
+/// are still refused by the kernel: an adopting agent that binds its
+/// connection queues at start and decides by its empty ruleset until its
+/// first snapshot is in force (a window of 100–250 ms in a debug build);
+/// an adopting agent whose workers keep deciding by that empty ruleset.
 fn restart_under_probing(test: &'static str, how: End, label: &str) {
     let Some(lab) = node_lab(test) else {
         return;
@@ -388,8 +387,8 @@ fn kube_restart(
 ///
 /// Mutation (tried, issue 29): an adopting agent that binds its connection
 /// queues at start and decides by its empty ruleset until the first
-/// complete snapshot fails it: a queue is bound while the lists are held,
-/// and the fresh denied attempts connect.
+/// complete snapshot fails it: a queue is bound while the lists are held
+/// (`nfnetlink_queue`), and the fresh denied attempts would connect.
 #[test]
 fn kubernetes_restart_with_a_slow_first_list_never_opens() {
     let Some(lab) = node_lab("kubernetes_restart_with_a_slow_first_list_never_opens") else {
