@@ -186,10 +186,13 @@ fn metrics(lab: &Lab) -> String {
     out.stdout
 }
 
+/// The value of `series` (name and labels, as exported); panics when it is
+/// not exported, so a renamed series cannot read as 0.
+#[track_caller]
 fn metric_value(text: &str, series: &str) -> f64 {
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0.0)
+        .unwrap_or_else(|| panic!("{series} is not exported:\n{text}"))
 }
 
 /// Waits until the agent has logged `pattern` at least `n` times.

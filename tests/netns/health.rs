@@ -351,12 +351,14 @@ fn readyz_is_red_until_the_first_kubernetes_snapshot_is_applied() {
         return;
     };
     lab.serve_tcp("server", 8080, Service::Echo);
+    let server: IpAddr = lab.addr("server").into();
+    // The link the later denial is seen on works (audit 3, L3).
+    lab.assert_tcp("client", sock(server, 8080), TcpOutcome::Connected);
     let listener = lab
         .node()
         .enter(|| TcpListener::bind("127.0.0.1:0").expect("bind in node namespace"));
     let api = FakeApi::serve(listener);
     api.hold_lists();
-    let server: IpAddr = lab.addr("server").into();
     api.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod"}}));
     api.apply(json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "web", "namespace": "prod", "labels": {"app": "web"}},
