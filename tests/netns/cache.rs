@@ -1,7 +1,12 @@
 //! The kernel verdict cache on the wire (issue 17 item 1): a decided tuple
 //! is answered by the kernel without a worker (the connection queues'
 //! packet counter stays still), a policy or inventory change invalidates
-//! it before the new ruleset's first verdict (IPv4 and IPv6), cached allows
+//! it (IPv4 and IPv6: the wire checks run once the new generation is
+//! applied; that the change removes the lookups before the new ruleset's
+//! first verdict is shown at plan level:
+//! `a_bridge_answers_nothing_from_the_cache_and_writes_no_cache_set`, and
+//! on the wire by `faults::kill_during_reload_fails_closed_and_restart_converges`,
+//! where a half-written bridge answers not even a cached tuple), cached allows
 //! keep working while the agent is down and not past a restart with a
 //! changed policy, `--verdict-cache off` caches nothing, and a SYN flood at
 //! a denied port stays out of userspace after its first packets (the counts
