@@ -682,7 +682,9 @@ status:
             let refs = vec![format!("*a{}", level - 1); 10].join(", ");
             bomb += &format!("a{level}: &a{level} [{refs}]\n");
         }
-        let started = std::time::Instant::now();
+        // The budget's error is the proof that expansion stopped (without
+        // it this would not finish); no wall-clock bound, which a loaded
+        // machine exceeded (issue 29).
         let (objects, problems) = parse_documents(Path::new("bomb.yaml"), &bomb);
         assert!(objects.is_empty());
         assert!(
@@ -690,7 +692,6 @@ status:
             "{}",
             problems[0]
         );
-        assert!(started.elapsed() < std::time::Duration::from_secs(5));
         let deep = "[".repeat(10_000) + &"]".repeat(10_000);
         let (_, problems) = parse_documents(Path::new("deep.yaml"), &deep);
         assert!(
