@@ -151,6 +151,9 @@ fn metric(text: &str, series: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
+/// Mutation (tried, issue 29): a restarted worker that holds its queue and
+/// never reads it fails it (8001 times out, and the queue's counter would
+/// not move).
 #[test]
 fn a_panicking_worker_is_restarted_and_livez_is_red_meanwhile() {
     let Some(lab) = node_lab("a_panicking_worker_is_restarted_and_livez_is_red_meanwhile") else {

@@ -178,7 +178,7 @@ fn end(agent: &mut crate::harness::Agent, how: End) {
 /// denied attempts, which connect after the restart while the cached ones
 /// are still refused by the kernel: an adopting agent that binds its
 /// connection queues at start and decides by its empty ruleset until its
-/// first snapshot is in force (a window of 100–250 ms in a debug build);
+/// first snapshot is in force (150–250 ms in the runs tried, debug build);
 /// an adopting agent whose workers keep deciding by that empty ruleset.
 fn restart_under_probing(test: &'static str, how: End, label: &str) {
     let Some(lab) = node_lab(test) else {
