@@ -1,9 +1,13 @@
 //! Forged "trusted" DNS replies (issue 13, item 2), on the wire against
 //! `tollgate run`: a Pod that owns a conntrack entry towards a resolver
-//! forges a reply "from" resolver:53 to itself out of its own interface;
-//! the node routes it back, conntrack calls it a reply. It must not teach
-//! the FQDN sets anything, whatever `rp_filter` says (IPv4 0 and 2; IPv6 has
-//! none). Replies that come the server's way must answer an outstanding
+//! forges a reply "from" resolver:53 to itself out of its own interface.
+//! Since issue 27 the Pod's anti-spoofing guard drops it (its source is not
+//! the Pod's) and counts it; with `--anti-spoofing off` (or an endpoint the
+//! guards leave unguarded) the node routes it back, conntrack calls it a
+//! reply, and the DNS worker must judge it to have come the wrong way.
+//! Either way it must not teach the FQDN sets anything, whatever
+//! `rp_filter` says (IPv4 0 and 2; IPv6 has none). Replies that come the
+//! server's way must answer an outstanding
 //! query (id, question, addresses and ports) once, and their TTL is bounded
 //! by `fqdn.maxTtl`. scapy forges the packets.
 //!
@@ -230,15 +234,37 @@ impl ForgeryLab {
     /// Starts the agent (node `fq`, one queue, metrics on [`METRICS`]) and
     /// waits for its first ruleset.
     fn agent(&self) -> Agent {
+        self.agent_with(&[])
+    }
+
+    /// [`ForgeryLab::agent`] with extra arguments.
+    fn agent_with(&self, args: &[&str]) -> Agent {
         let options = self
             .lab
             .agent_options()
             .node_name("fq")
             .queues(1)
-            .args(&["--metrics-address", METRICS]);
+            .args(&["--metrics-address", METRICS])
+            .args(args);
         let mut agent = self.lab.start_agent(options);
         agent.wait_generation(1);
         agent
+    }
+
+    /// The anti-spoofing guards' drops of packets with a source not their
+    /// sender's (`reason="source"`), all endpoints: read from the guards'
+    /// counters at each drift check.
+    fn spoofed_sources(&self) -> f64 {
+        let samples = scrape(&self.node, METRICS);
+        family_sum(&samples, "tollgate_antispoof_dropped_packets_total");
+        samples
+            .iter()
+            .filter(|(k, _)| {
+                k.starts_with("tollgate_antispoof_dropped_packets_total{")
+                    && k.contains("reason=\"source\"")
+            })
+            .map(|(_, v)| *v)
+            .sum()
     }
 
     /// The agent's `tollgate_dns_wrong_interface_total` now (panics when
@@ -342,20 +368,41 @@ fn log_value(log: &str, line: &str, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {key} in {text}"))
 }
 
+/// What stops a reply forged out of the Pod's own interface.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stop {
+    /// The anti-spoofing guard of the Pod's veth (the default since issue
+    /// 27): the reply's source is not the Pod's, it is dropped before
+    /// conntrack, and the Pod never receives it.
+    Guard,
+    /// With `--anti-spoofing off` (or an endpoint left unguarded), the DNS
+    /// worker: the reply passes conntrack as a reply, is judged to have
+    /// come the wrong way and released unlearned.
+    DnsWorker,
+}
+
 /// The attack of the issue from the Pod over `family`: a query to the
 /// silent resolver, the forged reply claiming `claim` for a name the policy
-/// allows, with a TTL of ~25 days. The reply must have been judged as
-/// having come the wrong way exactly once: `tollgate_dns_wrong_interface_total`
-/// moves by one across the round (`round` names it when it does not, with
-/// the node's conntrack table and the DNS queue's counters).
+/// allows, with a TTL of ~25 days. With [`Stop::DnsWorker`] the reply must
+/// come back through the node and have been judged as having come the
+/// wrong way exactly once (`tollgate_dns_wrong_interface_total` moves by
+/// one across the round); with [`Stop::Guard`] it must not come back, the
+/// guard must count it, and the DNS worker never see it. `round` names
+/// the round when it fails, with the node's conntrack table and the DNS
+/// queue's counters.
 fn forge_from_pod(
     lab: &ForgeryLab,
-    round: &str,
+    (round, stop): (&str, Stop),
     (server, me, port): (&str, &str, u16),
     rtype: &str,
     claim: &str,
 ) {
     let before = lab.wrong_interface();
+    // Exported only while a guard holds an endpoint.
+    let spoofed = match stop {
+        Stop::Guard => lab.spoofed_sources(),
+        Stop::DnsWorker => 0.0,
+    };
     let mac = lab.node_mac("vp");
     let go = std::env::temp_dir().join(format!("{}-forge-{port}", lab.node.name()));
     let _ = std::fs::remove_file(&go);
@@ -406,6 +453,24 @@ fn forge_from_pod(
         forger.join().unwrap()
     });
     let _ = std::fs::remove_file(&go);
+    if stop == Stop::Guard {
+        assert_eq!(out, "nothing", "{round}: the forged reply came back");
+        let counted = poll_until(AGENT_WAIT, || {
+            (lab.spoofed_sources() > spoofed).then_some(())
+        });
+        assert!(
+            counted.is_some(),
+            "{round}: the guard did not count the forged reply\n{}",
+            lab.diagnosis()
+        );
+        assert_eq!(lab.spoofed_sources() - spoofed, 1.0, "{round}");
+        assert_eq!(
+            lab.wrong_interface(),
+            before,
+            "{round}: the DNS worker saw it"
+        );
+        return;
+    }
     // The forged reply went through the node (conntrack passed it as a
     // reply and the DNS worker released it): the attack was real.
     assert_eq!(
@@ -424,6 +489,9 @@ fn forge_from_pod(
     );
 }
 
+/// The issue's attack over IPv4, stopped twice over: by the DNS worker
+/// with anti-spoofing off (node `rp_filter` 0, then 2: it does not
+/// matter), then by the Pod's anti-spoofing guard (the default).
 #[test]
 fn forged_reply_from_the_pods_own_interface_is_not_learned_ipv4() {
     let Some(lab) =
@@ -431,14 +499,14 @@ fn forged_reply_from_the_pods_own_interface_is_not_learned_ipv4() {
     else {
         return;
     };
-    let mut agent = lab.agent();
+    let mut agent = lab.agent_with(&["--anti-spoofing", "off"]);
     for (rp_filter, port, claim) in [(0, 33301, "10.62.1.66"), (2, 33302, "10.62.1.67")] {
         lab.node.ok(&format!(
             "sysctl -qw net.ipv4.conf.all.rp_filter={rp_filter} net.ipv4.conf.vp.rp_filter={rp_filter}"
         ));
         forge_from_pod(
             &lab,
-            &format!("IPv4 rp_filter={rp_filter}"),
+            (&format!("IPv4 rp_filter={rp_filter}"), Stop::DnsWorker),
             (SILENT_V4, "10.62.5.2", port),
             "A",
             claim,
@@ -459,8 +527,22 @@ fn forged_reply_from_the_pods_own_interface_is_not_learned_ipv4() {
     assert_eq!(log_value(&log, "dns stats", "wrong_interface"), 2, "{log}");
     // Every genuine reply answered a query the worker had seen.
     assert_eq!(log_value(&log, "dns stats", "unasked"), 0, "{log}");
+
+    let mut guarded = lab.agent_with(&["--drift-check-seconds", "1"]);
+    forge_from_pod(
+        &lab,
+        ("IPv4 guarded", Stop::Guard),
+        (SILENT_V4, "10.62.5.2", 33304),
+        "A",
+        "10.62.1.69",
+    );
+    lab.genuine_lookup_teaches("-4");
+    assert!(!lab.has_learned("10.62.1.69"), "{:?}", lab.learned());
+    let log = guarded.stop();
+    assert_eq!(log_value(&log, "dns stats", "wrong_interface"), 0, "{log}");
 }
 
+/// The same over IPv6 (`rp_filter` is IPv4's only).
 #[test]
 fn forged_reply_from_the_pods_own_interface_is_not_learned_ipv6() {
     let Some(lab) =
@@ -468,10 +550,10 @@ fn forged_reply_from_the_pods_own_interface_is_not_learned_ipv6() {
     else {
         return;
     };
-    let mut agent = lab.agent();
+    let mut agent = lab.agent_with(&["--anti-spoofing", "off"]);
     forge_from_pod(
         &lab,
-        "IPv6",
+        ("IPv6", Stop::DnsWorker),
         (SILENT_V6, "fd62:5::2", 33303),
         "AAAA",
         "fd62:1::66",
@@ -483,6 +565,19 @@ fn forged_reply_from_the_pods_own_interface_is_not_learned_ipv6() {
     assert_eq!(log_value(&log, "dns stats", "wrong_interface"), 1, "{log}");
     // Every genuine reply answered a query the worker had seen.
     assert_eq!(log_value(&log, "dns stats", "unasked"), 0, "{log}");
+
+    let mut guarded = lab.agent_with(&["--drift-check-seconds", "1"]);
+    forge_from_pod(
+        &lab,
+        ("IPv6 guarded", Stop::Guard),
+        (SILENT_V6, "fd62:5::2", 33305),
+        "AAAA",
+        "fd62:1::69",
+    );
+    lab.genuine_lookup_teaches("-6");
+    assert!(!lab.has_learned("fd62:1::69"), "{:?}", lab.learned());
+    let log = guarded.stop();
+    assert_eq!(log_value(&log, "dns stats", "wrong_interface"), 0, "{log}");
 }
 
 #[test]
