@@ -1,4 +1,4 @@
-//! The subcommands that read — `validate`, `trace`, `get` — as functions
+//! The subcommands that read — `validate`, `trace`, `get`, `status` — as functions
 //! from a loaded snapshot or the agent's answer to the text they print
 //! (tables, JSON, YAML). File reading is delegated to `source`, the
 //! evaluation to `explain`; printing and exit codes belong to `main.rs`.
@@ -14,7 +14,10 @@ use crate::explain::{DirectionReport, EndpointReport, TraceEndpoint, TraceReport
 use crate::model::{Kind, Object, Snapshot};
 use crate::ruleset::{PolicySummary, Ruleset};
 use crate::source;
-use crate::status::{self, Request, Response, StatusError};
+use crate::status::{
+    self, AntiSpoofReport, GuardedReport, ReloadReport, Request, Response, StatusError,
+    StatusReport,
+};
 use crate::telemetry::Check;
 use crate::validate::Problem;
 
@@ -550,13 +553,17 @@ fn sorted(entries: &[(IpAddr, u32)]) -> Vec<(IpAddr, u32)> {
     entries
 }
 
-fn table<const N: usize>(rows: &[[String; N]]) -> String {
-    let widths: Vec<usize> = (0..N)
-        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
+/// Rows as a table, the first the header: each column as wide as its
+/// widest cell, one space between columns, no trailing blanks.
+fn table<R: AsRef<[String]>>(rows: &[R]) -> String {
+    let columns = rows.first().map_or(0, |r| r.as_ref().len());
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| rows.iter().map(|r| r.as_ref()[c].len()).max().unwrap_or(0))
         .collect();
     let mut out = String::new();
     for row in rows {
         let line: Vec<String> = row
+            .as_ref()
             .iter()
             .zip(&widths)
             .map(|(cell, w)| format!("{cell:<w$}"))
@@ -698,6 +705,183 @@ pub fn render_skipped(
             Ok(table(&rows))
         }
     }
+}
+
+/// The anti-spoofing rows: a summary, each unguarded endpoint with the
+/// reason, each guarded one that had packets dropped.
+fn render_anti_spoofing(out: &mut String, report: Option<&AntiSpoofReport>) {
+    let Some(report) = report else {
+        return;
+    };
+    if !report.enabled {
+        let _ = writeln!(out, "anti-spoofing:      off (antiSpoofing.enabled)");
+        return;
+    }
+    let total = |g: &GuardedReport| g.dropped.values().sum::<u64>();
+    let _ = writeln!(
+        out,
+        "anti-spoofing:      {} endpoints guarded, {} dropped packets; {}",
+        report.guarded.len(),
+        report.guarded.iter().map(total).sum::<u64>(),
+        match report.unguarded.len() {
+            0 => "none unguarded".to_string(),
+            n => format!("{n} UNGUARDED"),
+        }
+    );
+    for u in &report.unguarded {
+        let _ = writeln!(out, "  {:<30} UNGUARDED: {}", u.endpoint, u.reason);
+    }
+    for g in report.guarded.iter().filter(|g| total(g) > 0) {
+        let dropped: Vec<String> = g
+            .dropped
+            .iter()
+            .map(|(reason, n)| format!("{reason} {n}"))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  {:<30} {}: dropped {}",
+            g.endpoint,
+            g.interface,
+            dropped.join(", ")
+        );
+    }
+}
+
+/// `tollgate status` as text.
+pub fn render_status(report: &StatusReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "node:               {}", report.node_name);
+    let _ = writeln!(
+        out,
+        "version:            {} (commit {})",
+        report.version, report.commit
+    );
+    let _ = writeln!(out, "uptime:             {}s", report.uptime_seconds);
+    let _ = writeln!(out, "ruleset generation: {}", report.ruleset_generation);
+    let _ = writeln!(
+        out,
+        "policies loaded:    {} ({} rules)",
+        report.policies, report.rules
+    );
+    let reload = match &report.last_reload {
+        None => "none since start".to_string(),
+        Some(ReloadReport {
+            seconds_ago,
+            error: None,
+        }) => format!("applied {seconds_ago}s ago"),
+        Some(ReloadReport {
+            seconds_ago,
+            error: Some(error),
+        }) => format!("FAILED {seconds_ago}s ago: {error}"),
+    };
+    let _ = writeln!(out, "enforced endpoints: {}", report.enforced_endpoints);
+    let source = if report.snapshot_complete {
+        "complete snapshot"
+    } else {
+        "waiting for a complete snapshot"
+    };
+    let _ = writeln!(out, "policy source:      {source}");
+    if let Some(k) = &report.kubernetes {
+        let _ = writeln!(
+            out,
+            "kubernetes:         {}, {} skipped, {} partly enforced (tollgate get skipped)",
+            if k.synced {
+                "synced"
+            } else {
+                "NOT SYNCED (first list pending, or a watch failed: listing again)"
+            },
+            k.skipped,
+            k.partly_enforced
+        );
+    }
+    if let Some(inventory) = &report.inventory {
+        let _ = writeln!(out, "inventory:          {inventory}");
+    }
+    let applied = report
+        .last_applied_seconds_ago
+        .map_or("never".to_string(), |s| format!("{s}s ago"));
+    let _ = writeln!(out, "last applied:       {applied}");
+    let _ = writeln!(out, "last reload:        {reload}");
+    let datapath = match &report.datapath_behind {
+        None => "in sync".to_string(),
+        Some(error) => format!("BEHIND, retrying: {error}"),
+    };
+    let _ = writeln!(out, "datapath:           {datapath}");
+    if let Some(hits) = report.verdict_cache_hits {
+        let _ = writeln!(
+            out,
+            "verdict cache:      {hits} connections answered by the kernel (read every drift check, or 10 s)"
+        );
+    }
+    if let Some(why) = &report.bridged_traffic_unseen {
+        let _ = writeln!(out, "bridged traffic:    NOT SEEN: {why}");
+    }
+    render_anti_spoofing(&mut out, report.anti_spoofing.as_ref());
+    let _ = writeln!(out, "fail mode:          {}", report.fail_mode);
+    let unknown = |v: Option<String>| v.unwrap_or_else(|| "?".into());
+    let p = &report.process;
+    let _ = writeln!(
+        out,
+        "process:            cpu {}s, resident {} MiB, fds {}/{}",
+        unknown(p.cpu_seconds.map(|s| format!("{s:.2}"))),
+        unknown(p.resident_bytes.map(|b| (b / (1024 * 1024)).to_string())),
+        unknown(p.open_fds.map(|n| n.to_string())),
+        unknown(p.max_fds.map(|n| n.to_string())),
+    );
+    let _ = writeln!(
+        out,
+        "audit log:          {}",
+        report
+            .audit_log
+            .as_ref()
+            .map_or("off".to_string(), |p| p.display().to_string())
+    );
+    let _ = writeln!(
+        out,
+        "metrics:            {}",
+        report.metrics_address.as_deref().unwrap_or("off")
+    );
+    // The agent-level series, as /metrics names them.
+    if !report.agent_series.is_empty() {
+        let header = ["METRIC", "VALUE"].map(String::from);
+        let rows: Vec<[String; 2]> = std::iter::once(header)
+            .chain(
+                report
+                    .agent_series
+                    .iter()
+                    .map(|row| [row.series.clone(), row.value.to_string()]),
+            )
+            .collect();
+        let _ = writeln!(out);
+        out += &table(&rows);
+    }
+    // One table per kind of worker, every counter any of its queues has
+    // as a column (the kernel lists only the queues bound now): `-` where
+    // a queue has no such counter.
+    for group in report.queues.chunk_by(|a, b| a.worker == b.worker) {
+        let mut keys: Vec<&str> = Vec::new();
+        for (key, _) in group.iter().flat_map(|q| &q.counters.0) {
+            if !keys.contains(&key.as_str()) {
+                keys.push(key);
+            }
+        }
+        let header = std::iter::once(group[0].worker.to_uppercase())
+            .chain(keys.iter().map(|k| k.to_uppercase().replace('_', "-")))
+            .collect();
+        let rows: Vec<Vec<String>> = std::iter::once(header)
+            .chain(group.iter().map(|q| {
+                std::iter::once(q.queue.to_string())
+                    .chain(
+                        keys.iter()
+                            .map(|k| q.counters.get(k).map_or("-".into(), |v| v.to_string())),
+                    )
+                    .collect()
+            }))
+            .collect();
+        let _ = writeln!(out);
+        out += &table(&rows);
+    }
+    out
 }
 
 #[cfg(test)]

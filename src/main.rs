@@ -15,7 +15,7 @@ use tollgate::cli::{Cli, Command, GetCommand, OutputFormat, RunArgs, TraceArgs};
 use tollgate::commands::{self, CommandError, NodeIdentity};
 use tollgate::explain;
 use tollgate::fqdn::NoFqdn;
-use tollgate::status::{self, Request, Response};
+use tollgate::status::{Request, Response};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -200,7 +200,7 @@ fn run(command: Command) -> Result<ExitCode, CommandError> {
             check: None,
         } => match commands::ask(&socket.socket, &Request::Status)? {
             Response::Status(report) => match output {
-                OutputFormat::Text => print!("{}", status::render_status(&report)),
+                OutputFormat::Text => print!("{}", commands::render_status(&report)),
                 OutputFormat::Json => println!(
                     "{}",
                     serde_json::to_string_pretty(&report).unwrap_or_default()
