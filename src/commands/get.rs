@@ -1,14 +1,77 @@
-//! What `tollgate get` selects: the endpoints and policies `-n`/`-p` ask
-//! for, the skipped objects `-n`/`-p` ask for, and the rows of `get fqdn`
-//! joined from the kernel's FQDN sets, the selectors and the agent's
-//! sources. Pure: it never asks the agent, reads the kernel or renders.
+//! `tollgate get`: what it lists (policies, endpoints, the FQDN sets'
+//! addresses, skipped objects), read through the [`View`] (the agent or
+//! the policies given); which of them `-n`/`-p` ask for; and the rows of
+//! `get fqdn`, joined from the kernel's FQDN sets, the selectors and the
+//! agent's sources. Rendering is `render.rs`'s; nothing here writes the
+//! kernel or the agent's state.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::process::ExitCode;
 
-use crate::cli::{GetFilter, SkippedFilter};
+use super::render::{render_endpoints, render_fqdn, render_policies, render_skipped};
+use super::{ask, unexpected, CommandError, View};
+use crate::cli::{GetCommand, GetFilter, SkippedFilter};
 use crate::explain::EndpointReport;
 use crate::ruleset::PolicySummary;
+use crate::status::{Request, Response};
+
+/// `tollgate get`: policies, endpoints and FQDN sets of the running agent
+/// or of the policies given; the objects the agent skipped.
+pub fn get(what: &GetCommand) -> Result<ExitCode, CommandError> {
+    match what {
+        GetCommand::Policies {
+            policies,
+            node,
+            socket,
+            filter,
+            output,
+            ..
+        } => {
+            let list = View::new(policies, node, &socket.socket)?.policies()?;
+            print!("{}", render_policies(&list, filter, output.output)?);
+        }
+        GetCommand::Endpoints {
+            policies,
+            node,
+            socket,
+            filter,
+            output,
+        } => {
+            let list = View::new(policies, node, &socket.socket)?.endpoints()?;
+            print!("{}", render_endpoints(&list, filter, output.output)?);
+        }
+        GetCommand::Fqdn {
+            policies,
+            node,
+            socket,
+            filter,
+            output,
+        } => {
+            let patterns = View::new(policies, node, &socket.socket)?.fqdn_selectors(filter);
+            let sets = crate::datapath::learned_sets()
+                .map_err(|e| CommandError::Usage(format!("reading the FQDN sets: {e}")))?;
+            // Sources are the agent's to tell; without it the sets still show.
+            let sources = match ask(&socket.socket, &Request::Fqdn) {
+                Ok(Response::Fqdn(sources)) => sources,
+                _ => Vec::new(),
+            };
+            let rows = filter_fqdn_rows(fqdn_rows(&sets, &patterns, &sources), filter);
+            print!("{}", render_fqdn(&rows, output.output)?);
+        }
+        GetCommand::Skipped {
+            socket,
+            filter,
+            output,
+        } => match ask(&socket.socket, &Request::Skipped)? {
+            Response::Skipped(refused) => {
+                print!("{}", render_skipped(&refused, filter, output.output)?)
+            }
+            other => return Err(unexpected(&other)),
+        },
+    }
+    Ok(ExitCode::SUCCESS)
+}
 
 impl GetFilter {
     /// The Namespace asked for (`-p` without `-n` means `default`).

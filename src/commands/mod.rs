@@ -1,38 +1,41 @@
-//! The subcommands that read — `validate`, `trace`, `get`, `status` — as
-//! functions from a loaded snapshot or the agent's answer to the text they
-//! print (tables, JSON, YAML). File reading is delegated to `source`, the
-//! evaluation to `explain`, the asking to `status`'s client; printing and
-//! exit codes belong to `main.rs`. Nothing here decides a verdict or
-//! touches the kernel's tables.
+//! The subcommands that read — `validate`, `trace`, `get`, `status` — and
+//! `cleanup`, each a function from its arguments to what it prints and its
+//! exit code. File reading is delegated to `source`, the evaluation to
+//! `explain`, the asking to `status`'s client, the uninstall to `agent`;
+//! `main.rs` only dispatches and turns a [`CommandError`] into its message
+//! and exit code. Nothing here decides a verdict.
 //!
 //! - this file: the errors, the local Node's identity, loading policies,
-//!   asking the agent, `validate`'s summary and warnings;
-//! - `get.rs`: what `get` selects (its filters, the FQDN rows);
+//!   asking the agent, and `validate`, `trace`, `status`, `cleanup`;
+//! - `view.rs`: [`View`], the running agent or the policies given, picked
+//!   in one place;
+//! - `get.rs`: `get`, and what its filters select;
 //! - `render.rs`: every rendering, and the one `table()`.
 
 mod get;
 mod render;
 #[cfg(test)]
 mod tests;
+mod view;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
-pub use get::{filter_fqdn_rows, fqdn_rows, fqdn_selectors, FqdnRow};
-pub use render::{
-    render_endpoints, render_fqdn, render_policies, render_skipped, render_status, render_trace,
-    TABLE_LIST,
-};
+pub use get::get;
+pub(crate) use render::render_status;
+pub use view::View;
 
-use crate::cli::NodeArgs;
+use crate::cli::{NodeArgs, OutputFormat, TraceArgs};
 use crate::compile::{compile, LocalNode};
 use crate::model::{Kind, Object, Snapshot};
 use crate::ruleset::Ruleset;
 use crate::source;
-use crate::status::{self, Request, Response, StatusError};
+use crate::status::{Request, Response, StatusError};
 use crate::telemetry::Check;
 use crate::validate::Problem;
+use render::render_trace;
 
 /// Why an offline command could not produce its answer.
 #[derive(Debug, thiserror::Error)]
@@ -94,14 +97,14 @@ impl From<&NodeArgs> for NodeIdentity {
 
 /// Asks the running agent listening on `socket`.
 pub fn ask(socket: &Path, request: &Request) -> Result<Response, CommandError> {
-    status::request(socket, request).map_err(|e| match e {
+    crate::status::request(socket, request).map_err(|e| match e {
         StatusError::Agent(message) => CommandError::Usage(message),
         e => CommandError::Usage(format!("{e} (is `tollgate run` running?)")),
     })
 }
 
 /// A probe's name as the command line spells it.
-pub fn check_name(check: Check) -> &'static str {
+fn check_name(check: Check) -> &'static str {
     match check {
         Check::Live => "live",
         Check::Ready => "ready",
@@ -227,4 +230,105 @@ pub fn inventory_warnings(directories: &[PathBuf], snapshot: &Snapshot) -> Vec<S
         }
     }
     warnings
+}
+
+/// `tollgate validate`: the summary of valid policies on stdout and what
+/// is probably not meant as warnings on stderr, or the problems.
+pub fn validate(paths: &[PathBuf]) -> Result<ExitCode, CommandError> {
+    let snapshot = source::load_and_validate(paths).map_err(CommandError::Invalid)?;
+    for warning in crate::validate::check(&snapshot).warnings {
+        eprintln!("warning: {warning}");
+    }
+    let directories: Vec<PathBuf> = paths.iter().filter(|p| p.is_dir()).cloned().collect();
+    for warning in inventory_warnings(&directories, &snapshot) {
+        eprintln!("warning: {warning}");
+    }
+    println!("{}", validate_summary(&snapshot));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tollgate trace`: offline against `--policies`, else asked of the
+/// agent. With `--exit-code`: 0 allowed, 1 denied, 2 any error (invalid
+/// policies included).
+pub fn trace(args: &TraceArgs) -> Result<ExitCode, CommandError> {
+    let node = &args.node;
+    let identity = node.node_name.is_some() || node.node_labels.is_some();
+    if args.policies.is_empty() && (identity || !node.node_addresses.is_empty()) {
+        return Err(CommandError::Usage(
+            "--node-name, --node-labels and --node-address describe the Node for --policies; the agent traces as its own Node".into(),
+        ));
+    }
+    let view = match View::new(&args.policies, node, &args.socket.socket) {
+        Ok(view) => view,
+        Err(CommandError::Invalid(problems)) if args.exit_code => {
+            for problem in &problems {
+                eprintln!("{problem}");
+            }
+            eprintln!("{} problem(s) found", problems.len());
+            return Ok(ExitCode::from(2));
+        }
+        Err(error) => return Err(error),
+    };
+    let report = view.trace(args.request())?;
+    print!("{}", render_trace(&report, args.output, args.verbose)?);
+    Ok(if args.exit_code && !report.allowed() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// `tollgate status`: the agent's report as text or JSON; with `check`,
+/// the probe's name when it passes, else exit 1 with the reason.
+pub fn status(
+    socket: &Path,
+    output: OutputFormat,
+    check: Option<Check>,
+) -> Result<ExitCode, CommandError> {
+    if let Some(check) = check {
+        return match ask(socket, &Request::Check { probe: check })? {
+            Response::Check(report) if report.ok => {
+                println!("{}", check_name(check));
+                Ok(ExitCode::SUCCESS)
+            }
+            Response::Check(report) => {
+                eprintln!(
+                    "not {}: {}",
+                    check_name(check),
+                    report.reason.as_deref().unwrap_or("no reason given")
+                );
+                Ok(ExitCode::from(1))
+            }
+            other => Err(unexpected(&other)),
+        };
+    }
+    match ask(socket, &Request::Status)? {
+        Response::Status(report) => match output {
+            OutputFormat::Text => print!("{}", render_status(&report)),
+            OutputFormat::Json => println!(
+                "{}",
+                serde_json::to_string_pretty(&report).unwrap_or_default()
+            ),
+        },
+        other => return Err(unexpected(&other)),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tollgate cleanup`: removes what tollgate installed in this network
+/// namespace and says what it removed.
+pub fn cleanup() -> Result<ExitCode, CommandError> {
+    let removed =
+        crate::agent::cleanup().map_err(|e| CommandError::Usage(format!("cleanup: {e}")))?;
+    if removed.is_empty() {
+        println!("nothing of tollgate's is installed in this network namespace");
+    } else {
+        println!("removed: {}", removed.summary());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// An answer that does not fit the request.
+fn unexpected(response: &Response) -> CommandError {
+    CommandError::Usage(format!("the agent answered unexpectedly: {response:?}"))
 }

@@ -1,7 +1,7 @@
 //! Every rendering of the reading subcommands: `trace` as text, the `get`
 //! tables (policies, endpoints, FQDN rows, skipped objects) and `status`
 //! as text, and JSON or YAML where asked; every table drawn by the one
-//! [`table`]. Pure: from the answer to a string; it never asks the agent,
+//! `table()`. Pure: from the answer to a string; it never asks the agent,
 //! reads a file or prints.
 
 use std::fmt::Write as _;

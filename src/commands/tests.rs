@@ -1,6 +1,7 @@
 use std::collections::BTreeMap;
 
-use super::*;
+use super::get::{filter_fqdn_rows, fqdn_rows, fqdn_selectors, FqdnRow};
+use super::render::{render_fqdn, render_policies, render_skipped};
 use crate::cli::{GetFilter, GetOutput, SkippedFilter};
 use crate::datapath::{plan::fqdn_set, Family, LearnedSet};
 use crate::explain::EndpointReport;
