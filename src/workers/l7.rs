@@ -12,7 +12,8 @@ use arc_swap::ArcSwap;
 
 use super::audit::AuditSink;
 use super::inject::Injector;
-use super::runtime::{self, wall_clock, Handler, Queue, QueueError, QueueSpec, Verdicts};
+use super::nfqueue::Queue;
+use super::runtime::{self, wall_clock, Handler, QueueError, QueueSpec, Verdicts};
 use super::Observers;
 use crate::audit::Subject;
 use crate::config::{DatapathConfig, L7Config};
