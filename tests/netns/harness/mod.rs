@@ -198,6 +198,8 @@ pub const TEST_IDS: &[&str] = &[
     "podman_network_reload_opens_nothing_with_cni",
     "privileged_ssh_covers_the_node_not_routed_pods",
     "a_stuck_l7_queue_leaves_other_connections_of_the_same_client_answered",
+    "segments_the_server_discards_cannot_rewrite_an_l7_request",
+    "a_withheld_client_hello_cannot_be_rewritten_to_a_denied_name",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
