@@ -448,6 +448,7 @@ impl FlowState {
             self.acked = segment.ack;
         }
     }
+
     /// The rule an urgent-data event is audited under: the first L7 rule
     /// of the connection.
     fn first_rule(&self) -> Option<(Arc<RuleRef>, Option<Endpoint>)> {
