@@ -35,9 +35,9 @@ if [[ $(cargo fuzz --version 2>/dev/null) != "cargo-fuzz $CARGO_FUZZ_VERSION" ]]
 fi
 
 # Longest input per target: a truncated packet copy, one DNS message, a
-# few pipelined requests, one policy file, one L7 client segment, a few
-# NFQUEUE netlink messages.
-declare -A MAX_LEN=([packet_flow]=512 [dns_learn]=2048 [http_stream]=4096 [policy_compile]=8192 [l7_urgent]=1600 [nfqueue_msg]=4096)
+# few pipelined requests, one policy file, one L7 client segment, an L7
+# connection's segments (or one segment), a few NFQUEUE netlink messages.
+declare -A MAX_LEN=([packet_flow]=512 [dns_learn]=2048 [http_stream]=4096 [policy_compile]=8192 [l7_urgent]=1600 [l7_normalise]=2048 [nfqueue_msg]=4096)
 
 cargo fuzz build -O --debug-assertions --sanitizer "$FUZZ_SANITIZER"
 for target in $(cargo fuzz list); do

@@ -149,6 +149,21 @@ for spec in sys.argv[5:]:
     sock.send(ip / UDP(sport=53, dport=int(port)) / reply)
 "#;
 
+/// A python3 that imports scapy, or `None` after printing the skip line.
+/// The Debian package installs scapy for the system interpreter, which a
+/// python3 earlier on PATH (pyenv) may not be.
+pub(crate) fn scapy_python(lab: &Lab, test: &str) -> Option<&'static str> {
+    let python = ["python3", "/usr/bin/python3"].into_iter().find(|p| {
+        lab.node()
+            .sh(&format!("{p} -c 'import scapy.all'"))
+            .success()
+    });
+    if python.is_none() {
+        skip(test, "python3-scapy is missing (scripts/install-deps.sh)");
+    }
+    python
+}
+
 struct ForgeryLab {
     lab: Lab,
     /// A python3 that imports scapy.
@@ -165,16 +180,7 @@ impl ForgeryLab {
             .unlinked("pod")
             .require(&["curl", "python3"])
             .build()?;
-        // The Debian package installs scapy for the system interpreter,
-        // which a python3 earlier on PATH (pyenv) may not be.
-        let Some(python) = ["python3", "/usr/bin/python3"].into_iter().find(|p| {
-            lab.node()
-                .sh(&format!("{p} -c 'import scapy.all'"))
-                .success()
-        }) else {
-            skip(test, "python3-scapy is missing (scripts/install-deps.sh)");
-            return None;
-        };
+        let python = scapy_python(&lab, test)?;
         let (node, server, pod) = (
             lab.node().clone(),
             lab.ns("server").clone(),

@@ -91,15 +91,15 @@ http {{
 
 /// One lab: the node (nginx, a raw TLS listener on 8443 per family, the
 /// agent with `args` and an audit log) and a client on link `n`.
-struct Setup {
+pub(crate) struct Setup {
     /// Stopped before the lab is torn down.
     _agent: Agent,
-    lab: Lab,
-    v4: (SocketAddr, TcpListener),
-    v6: (SocketAddr, TcpListener),
+    pub(crate) lab: Lab,
+    pub(crate) v4: (SocketAddr, TcpListener),
+    pub(crate) v6: (SocketAddr, TcpListener),
 }
 
-fn setup(test: &'static str, n: u8, args: &[&str]) -> Option<Setup> {
+pub(crate) fn setup(test: &'static str, n: u8, args: &[&str]) -> Option<Setup> {
     let lab = l7_lab(test, "client", &[], &[])?;
     link(lab.node(), lab.ns("client"), n);
     nginx(&lab);
@@ -152,8 +152,20 @@ fn urgent_counts(lab: &Lab) -> (f64, f64) {
     (count("reset"), count("stripped"))
 }
 
+/// The sum over queues of the agent's counter `name` whose series carry
+/// `label` (0 before its first increment).
+pub(crate) fn l7_count(lab: &Lab, name: &str, label: &str) -> f64 {
+    let text = lab
+        .node()
+        .ok(&format!("curl -sf --max-time 5 http://{METRICS}/metrics"));
+    text.lines()
+        .filter(|l| l.contains(name) && l.contains(label) && !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
 /// The HTTP servers of link `n`.
-fn web(n: u8) -> [(&'static str, SocketAddr); 2] {
+pub(crate) fn web(n: u8) -> [(&'static str, SocketAddr); 2] {
     [
         ("v4", format!("10.79.{n}.1:80").parse().unwrap()),
         ("v6", format!("[fd79:{n}::1]:80").parse().unwrap()),

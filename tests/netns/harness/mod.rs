@@ -210,6 +210,8 @@ pub const TEST_IDS: &[&str] = &[
     "bridged_container_cannot_claim_its_neighbours_address_ipv4",
     "bridged_container_cannot_claim_its_neighbours_address_ipv6",
     "podman_container_cannot_claim_its_neighbours_address",
+    "segments_the_server_discards_cannot_rewrite_an_l7_request",
+    "a_withheld_client_hello_cannot_be_rewritten_to_a_denied_name",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
