@@ -59,5 +59,6 @@ pub mod model;
 pub mod netlink;
 pub mod packet;
 pub mod ruleset;
+pub mod selection;
 pub mod tls;
 pub mod validate;

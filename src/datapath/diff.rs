@@ -17,7 +17,6 @@ use super::state::LearnedSet;
 use super::state::{CacheSet, Family, IpSet, State, Table, TableKind, CACHE_SET_TYPE, DOCKER_USER};
 
 /// Suffix of the temporary set a membership change is built in.
-const NEXT_SUFFIX: &str = "-next";
 /// Default timeout of a learned set; every entry is written with its own.
 const LEARNED_DEFAULT_TIMEOUT: u32 = 300;
 
@@ -124,20 +123,27 @@ impl TableChanges {
     }
 }
 
-/// The desired content of a set and whether it exists already (then it is
-/// refilled through a temporary set and `swap`).
+/// The desired content of a set and whether it exists already: a new set
+/// is created with its members; an existing one gets the members it lacks
+/// added, then those it must lose deleted (never refilled): every state on
+/// the way holds the installed members until the deletions begin, and the
+/// desired ones from then on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SetWrite {
     pub set: IpSet,
     pub exists: bool,
+    /// Members to add: all of them for a new set.
+    pub add: Vec<IpAddr>,
+    /// Members to delete (an existing set's only).
+    pub remove: Vec<IpAddr>,
 }
 
 /// Everything to change, in the order [`super::kernel`] runs it: sets are
-/// created or refilled first (rules may refer to them), then the tables,
+/// created or changed first (rules may refer to them), then the tables,
 /// then sets no longer referenced are destroyed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Changes {
-    /// Sets to create or refill, by name.
+    /// Sets to create or change, by name.
     pub sets: BTreeMap<String, SetWrite>,
     /// Timeout sets to create (empty), by name. Existing ones are kept
     /// with their entries.
@@ -163,11 +169,22 @@ impl Changes {
             .iter()
             .filter_map(|(name, set)| match installed.sets.get(name) {
                 Some(current) if current.members == set.members => None,
-                current => Some((
+                Some(current) => Some((
                     name.clone(),
                     SetWrite {
                         set: set.clone(),
-                        exists: current.is_some(),
+                        exists: true,
+                        add: set.members.difference(&current.members).copied().collect(),
+                        remove: current.members.difference(&set.members).copied().collect(),
+                    },
+                )),
+                None => Some((
+                    name.clone(),
+                    SetWrite {
+                        set: set.clone(),
+                        exists: false,
+                        add: set.members.iter().copied().collect(),
+                        remove: Vec::new(),
                     },
                 )),
             })
@@ -229,7 +246,7 @@ impl Changes {
 
     /// What the changes repair, in a few words per part, for a log line
     /// (`iptables: chain TOLLGATE-INPUT rewritten; ipset: tollgate-endpoints-v4
-    /// refilled`).
+    /// changed`).
     pub fn summary(&self) -> String {
         let mut parts = Vec::new();
         let tables = Family::ALL
@@ -256,7 +273,7 @@ impl Changes {
             }
         }
         for (name, write) in &self.sets {
-            let verb = if write.exists { "refilled" } else { "created" };
+            let verb = if write.exists { "changed" } else { "created" };
             parts.push(format!("ipset: {name} {verb}"));
         }
         for name in self.create_learned.keys().chain(self.create_cache.keys()) {
@@ -294,7 +311,7 @@ impl Changes {
         }
     }
 
-    /// Input for `ipset restore -exist` that creates and refills sets.
+    /// Input for `ipset restore -exist` that creates and changes sets.
     pub fn ipset_prepare_text(&self) -> Option<String> {
         if self.sets.is_empty() && self.create_learned.is_empty() && self.create_cache.is_empty() {
             return None;
@@ -318,23 +335,14 @@ impl Changes {
             )
             .expect("write to String");
         }
-        for (name, SetWrite { set, exists }) in &self.sets {
-            let family = set.family.ipset_family();
+        for (name, write) in &self.sets {
+            let family = write.set.family.ipset_family();
             writeln!(out, "create {name} hash:ip family {family}").expect("write to String");
-            let fill = if *exists {
-                let next = format!("{name}{NEXT_SUFFIX}");
-                writeln!(out, "create {next} hash:ip family {family}").expect("write to String");
-                writeln!(out, "flush {next}").expect("write to String");
-                next
-            } else {
-                name.clone()
-            };
-            for member in &set.members {
-                writeln!(out, "add {fill} {member}").expect("write to String");
+            for member in &write.add {
+                writeln!(out, "add {name} {member}").expect("write to String");
             }
-            if *exists {
-                writeln!(out, "swap {fill} {name}").expect("write to String");
-                writeln!(out, "destroy {fill}").expect("write to String");
+            for member in &write.remove {
+                writeln!(out, "del {name} {member}").expect("write to String");
             }
         }
         Some(out)
@@ -393,7 +401,7 @@ mod tests {
             Changes::between(&desired, &installed).summary(),
             "iptables: chain TOLLGATE-INPUT rewritten; \
              iptables: jump `-A INPUT -j TOLLGATE-INPUT` restored; \
-             ipset: tollgate-endpoints-v4 refilled"
+             ipset: tollgate-endpoints-v4 changed"
         );
         assert_eq!(Changes::between(&desired, &desired).summary(), "");
     }
@@ -653,7 +661,7 @@ COMMIT
     }
 
     #[test]
-    fn membership_change_swaps_and_stale_sets_are_destroyed() {
+    fn membership_change_adds_then_deletes_the_difference_and_stale_sets_are_destroyed() {
         let set = |members: &[&str]| IpSet {
             family: Family::V4,
             members: members.iter().map(|m| m.parse().unwrap()).collect(),
@@ -666,15 +674,14 @@ COMMIT
         let mut installed = State::default();
         installed
             .sets
-            .insert("tollgate-a".into(), set(&["10.0.0.1"]));
+            .insert("tollgate-a".into(), set(&["10.0.0.1", "10.0.0.9"]));
         installed.sets.insert("tollgate-old".into(), set(&[]));
         let changes = Changes::between(&desired, &installed);
+        // Only the difference, additions first.
         assert_eq!(
             changes.ipset_prepare_text().unwrap(),
             "create tollgate-a hash:ip family inet\n\
-             create tollgate-a-next hash:ip family inet\nflush tollgate-a-next\n\
-             add tollgate-a-next 10.0.0.1\nadd tollgate-a-next 10.0.0.2\n\
-             swap tollgate-a-next tollgate-a\ndestroy tollgate-a-next\n\
+             add tollgate-a 10.0.0.2\ndel tollgate-a 10.0.0.9\n\
              create tollgate-b hash:ip family inet\nadd tollgate-b 10.0.0.3\n"
         );
         assert_eq!(

@@ -27,8 +27,9 @@
 //!    needed, destroys A's stale FQDN sets).
 //!
 //! Each reconcile runs its writes in the order of [`steps`]: (1) one
-//! `ipset restore` that creates sets and refills changed ones (a refill is
-//! built in `<set>-next` and `swap`ped in, which is atomic per set),
+//! `ipset restore` that creates sets and changes the members of existing
+//! ones by difference, each set's additions before its deletions (never a
+//! refill: a change of one member is one `add` or `del`),
 //! (2) `iptables-restore`, (3) `ip6tables-restore` (each one atomic
 //! transaction for its table), (4) one `ipset restore` that destroys sets
 //! no rule refers to any more (the tables stopped referring to them in
@@ -39,7 +40,10 @@
 //! table old or bridge) queues at least what A needs, and A is in force;
 //! while narrowing, every such state queues at least what B needs, and B is
 //! in force. `ipset restore` stops at its first failing line, so step 1
-//! leaves some sets refilled (each whole) and others not; steps 2–3 are
+//! leaves a prefix of its additions and deletions: while widening the
+//! sets only gain (the bridge is a union) or lose members neither ruleset
+//! has, while narrowing they lose only what the new ruleset does not need,
+//! after gaining what it does; steps 2–3 are
 //! all-or-nothing per table; step 4 only removes unreferenced sets. The
 //! failed reconcile is then retried from scratch ([`super::retry`]): it
 //! reads the kernel again and diffs, so whatever part did land is not
@@ -70,7 +74,7 @@ use super::state::{Family, State};
 /// One write of an apply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
-    /// `ipset restore`: create sets and refill changed ones.
+    /// `ipset restore`: create sets and change their members.
     PrepareSets,
     /// `iptables-restore` or `ip6tables-restore` (raw, then filter).
     Table(Family),
@@ -83,7 +87,7 @@ pub enum Step {
 impl fmt::Display for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Step::PrepareSets => f.write_str("ipset restore (create and refill sets)"),
+            Step::PrepareSets => f.write_str("ipset restore (create and change sets)"),
             Step::Table(family) => write!(f, "{}-restore", family.command()),
             Step::Bridge => f.write_str("ebtables-restore"),
             Step::DestroySets => f.write_str("ipset restore (destroy stale sets)"),

@@ -492,7 +492,7 @@ spec:
     faults.fail(Tool::Ipset);
     lab.write_policy("web.yaml", &b);
     agent.wait_for_log(
-        "datapath apply failed: ipset restore (create and refill sets): ",
+        "datapath apply failed: ipset restore (create and change sets): ",
         AGENT_WAIT,
     );
     wait_count(&agent, "datapath apply failed: ipset restore", 2);
@@ -721,7 +721,7 @@ spec:
     faults.fail(Tool::Ipset);
     lab.write_policy("egress.yaml", &policy(true));
     agent.wait_for_log(
-        "datapath apply failed: ipset restore (create and refill sets): ",
+        "datapath apply failed: ipset restore (create and change sets): ",
         AGENT_WAIT,
     );
     assert!(matches!(

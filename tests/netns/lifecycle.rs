@@ -533,7 +533,7 @@ spec:
 const METRICS: &str = "127.0.0.1:9491";
 
 /// The node's firewall without the sets' hash seeds (`initval`): a set
-/// refilled through a swap gets a new one.
+/// created again (a restarted agent's adoption) gets a new one.
 fn firewall(lab: &Lab) -> crate::harness::FirewallState {
     let mut state = lab.firewall_state("node");
     state.ipsets = state

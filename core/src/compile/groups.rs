@@ -1,18 +1,18 @@
 //! Group membership: what a ClusterGroup or Group selects — Pods, Nodes
 //! (`nodeSelector`), ExternalEntities (`externalEntitySelector`), Service
-//! backends and IP blocks, following child groups one level deep — and
+//! backends and IP blocks, following child groups one level deep — among
+//! the local endpoints (an appliedTo) or as selections (a peer), and
 //! ExternalEntity selection shared with stand-alone peers. Reads the
 //! inventory only; a group that does not exist selects nothing.
 
-use std::net::IpAddr;
-
-use crate::model::{GroupSpec, LabelSelector};
+use crate::model::{GroupSpec, LabelSelector, NamespacedName};
 use crate::ruleset::Block;
+use crate::selection::{NamespaceScope, Selection};
 
 use super::inventory::PodIdx;
 use super::Compiler;
 
-/// The members of a group.
+/// The local members of a group (an appliedTo; its IP blocks do not count).
 #[derive(Debug, Default)]
 pub(super) struct Members {
     pub pods: Vec<PodIdx>,
@@ -20,7 +20,6 @@ pub(super) struct Members {
     pub nodes: Vec<usize>,
     /// Indices into the inventory's ExternalEntities.
     pub external: Vec<usize>,
-    pub blocks: Vec<Block>,
 }
 
 impl Compiler<'_> {
@@ -76,16 +75,12 @@ impl Compiler<'_> {
         if let Some(reference) = &spec.service_reference {
             members.pods.extend(self.inv.service_backends(reference));
         }
-        for block in spec.ip_block.iter().chain(&spec.ip_blocks) {
-            members.blocks.push(Block::new(block.cidr, &block.except));
-        }
         if depth == 0 {
             for child in &spec.child_groups {
                 let child = self.group_members(child, policy_ns, 1);
                 members.pods.extend(child.pods);
                 members.nodes.extend(child.nodes);
                 members.external.extend(child.external);
-                members.blocks.extend(child.blocks);
             }
         }
         for list in [&mut members.nodes, &mut members.external] {
@@ -97,26 +92,94 @@ impl Compiler<'_> {
         members
     }
 
-    /// Addresses of a group's Pods, Nodes and ExternalEntities.
-    pub(super) fn member_ips(&self, members: &Members) -> Vec<IpAddr> {
-        let mut ips = self.pod_ips(&members.pods);
-        ips.extend(self.node_ips(&members.nodes));
-        ips.extend(self.external_ips(&members.external));
-        ips
+    /// The selection of an `externalEntitySelector` as a peer: in the
+    /// Namespaces of the `namespaceSelector` beside it, else in the
+    /// policy's Namespace, else in every Namespace.
+    pub(super) fn entities_selection(
+        selector: &LabelSelector,
+        namespace_selector: Option<&LabelSelector>,
+        policy_ns: Option<&str>,
+    ) -> Selection {
+        let namespaces = match (namespace_selector, policy_ns) {
+            (Some(ns_sel), _) => NamespaceScope::Selector(ns_sel.clone()),
+            (None, Some(ns)) => NamespaceScope::named(ns),
+            (None, None) => NamespaceScope::All,
+        };
+        Selection::ExternalEntities {
+            namespaces,
+            selector: selector.clone(),
+        }
     }
 
-    pub(super) fn node_ips(&self, nodes: &[usize]) -> Vec<IpAddr> {
-        nodes
-            .iter()
-            .flat_map(|&n| self.inv.nodes[n].ips.iter().copied())
-            .collect()
+    /// What a ClusterGroup or Group selects as a peer: the selections of
+    /// its Pods, Nodes, ExternalEntities and Service backends, and its IP
+    /// blocks, child groups followed one level deep. A group that does not
+    /// exist selects nothing.
+    pub(super) fn group_selections(
+        &self,
+        name: &str,
+        policy_ns: Option<&str>,
+        depth: u8,
+    ) -> (Vec<Selection>, Vec<Block>) {
+        let group = match policy_ns {
+            None => self.inv.cluster_groups.get(name).copied(),
+            Some(ns) => self.inv.groups.get(&(ns, name)).copied(),
+        };
+        let Some(group) = group else {
+            return (Vec::new(), Vec::new());
+        };
+        let spec: &GroupSpec = &group.spec;
+        let mut selections = Vec::new();
+        let mut blocks = Vec::new();
+        if let Some(selector) = &spec.external_entity_selector {
+            selections.push(Self::entities_selection(
+                selector,
+                spec.namespace_selector.as_ref(),
+                policy_ns,
+            ));
+        } else if spec.pod_selector.is_some() || spec.namespace_selector.is_some() {
+            selections.extend(Self::pods_selection(
+                spec.pod_selector.as_ref(),
+                spec.namespace_selector.as_ref(),
+                policy_ns,
+            ));
+        }
+        if let Some(selector) = spec.node_selector.as_ref().filter(|_| policy_ns.is_none()) {
+            selections.push(Selection::Nodes(selector.clone()));
+        }
+        if let Some(reference) = &spec.service_reference {
+            selections.extend(self.backends_selection(reference));
+        }
+        for block in spec.ip_block.iter().chain(&spec.ip_blocks) {
+            blocks.push(Block::new(block.cidr, &block.except));
+        }
+        if depth == 0 {
+            for child in &spec.child_groups {
+                let (child_selections, child_blocks) = self.group_selections(child, policy_ns, 1);
+                selections.extend(child_selections);
+                blocks.extend(child_blocks);
+            }
+        }
+        selections.sort();
+        selections.dedup();
+        (selections, blocks)
     }
 
-    pub(super) fn external_ips(&self, entities: &[usize]) -> Vec<IpAddr> {
-        entities
-            .iter()
-            .flat_map(|&e| self.inv.external_entities[e].ips.iter().copied())
-            .collect()
+    /// The backends of a Service as a selection (none for a missing or
+    /// selector-less Service).
+    fn backends_selection(&self, reference: &NamespacedName) -> Option<Selection> {
+        let service = self
+            .inv
+            .services
+            .get(&(reference.namespace.clone(), reference.name.clone()))?;
+        let selector = service.spec.selector.as_ref().filter(|s| !s.is_empty())?;
+        Some(Selection::Pods {
+            namespaces: NamespaceScope::named(&reference.namespace),
+            pods: Some(LabelSelector {
+                match_labels: selector.clone(),
+                match_expressions: Vec::new(),
+            }),
+        })
     }
 
     /// Whether an ExternalEntity's interfaces are the local Node's: it names

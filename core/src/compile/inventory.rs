@@ -1,43 +1,52 @@
-//! The inventory as the compiler queries it: Pods, ExternalEntities,
-//! Namespaces, Nodes, Services and Groups from a snapshot, indexed so that label selectors
-//! resolve without scanning every Pod for every selector.
+//! The inventory as the rule assembly queries it: the *local* endpoints
+//! (Pods of this Node, the Node itself, the ExternalEntities of this
+//! ExternalNode), every Namespace, and the Services and Groups of a
+//! snapshot. Peers are never resolved here but by selection
+//! ([`crate::selection`]), so nothing here grows with the cluster's Pods.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::IpAddr;
 
-use crate::model::{
-    AntreaGroup, LabelSelector, NamespacedName, Object, PortProtocol, Service, Snapshot,
-};
+use crate::model::{AntreaGroup, LabelSelector, NamespacedName, Object, Service, Snapshot};
+use crate::selection::{name_label, ExternalEntry, Labels, NodeEntry, PodEntry, Selections};
 
-use super::LocalNode;
-
-/// One Pod, reduced to what policy needs.
+/// The local endpoints and the Namespaces, as the rule assembly reads them.
 #[derive(Clone, Debug)]
-pub struct PodEntry {
-    pub namespace: String,
-    pub name: String,
-    pub labels: BTreeMap<String, String>,
-    pub ips: Vec<IpAddr>,
-    pub service_account: String,
-    pub node_name: Option<String>,
-    pub named_ports: Vec<(String, PortProtocol, u16)>,
+pub struct LocalView {
+    /// Pods enforced on this Node (scheduled here, or unscheduled).
+    pub pods: Vec<PodEntry>,
+    /// This Node, with the configured labels and the host's addresses.
+    pub node: NodeEntry,
+    /// The ExternalEntities of this ExternalNode.
+    pub entities: Vec<ExternalEntry>,
+    /// Every Namespace with its labels (with `kubernetes.io/metadata.name`).
+    pub namespaces: BTreeMap<String, Labels>,
 }
 
-/// One Node: its labels and addresses.
-#[derive(Clone, Debug)]
-pub struct NodeEntry {
-    pub name: String,
-    pub labels: BTreeMap<String, String>,
-    pub ips: Vec<IpAddr>,
-}
-
-/// One ExternalEntity: matched like a Pod, by labels within a Namespace.
-#[derive(Clone, Debug)]
-pub struct ExternalEntry {
-    pub namespace: String,
-    pub labels: BTreeMap<String, String>,
-    pub ips: Vec<IpAddr>,
-    pub external_node: Option<String>,
+impl LocalView {
+    /// The local part of a whole inventory.
+    pub fn of(selections: &Selections) -> LocalView {
+        let local = &selections.local().name;
+        let node = selections
+            .effective_node(local)
+            .unwrap_or_else(|| NodeEntry {
+                name: local.clone(),
+                labels: Labels::new(),
+                ips: Vec::new(),
+            });
+        LocalView {
+            pods: selections.local_pods().cloned().collect(),
+            node,
+            entities: selections
+                .entities()
+                .filter(|e| e.external_node.as_deref() == Some(local.as_str()))
+                .cloned()
+                .collect(),
+            namespaces: selections
+                .namespaces()
+                .map(|(n, l)| (n.to_string(), l.clone()))
+                .collect(),
+        }
+    }
 }
 
 pub type PodIdx = u32;
@@ -59,52 +68,12 @@ pub struct Inventory<'a> {
 }
 
 impl<'a> Inventory<'a> {
-    pub fn build(snapshot: &'a Snapshot, local: &LocalNode) -> Inventory<'a> {
-        let mut pods = Vec::new();
-        let mut nodes = Vec::new();
-        let mut external_entities = Vec::new();
-        let mut namespaces = BTreeMap::new();
+    pub fn build(snapshot: &'a Snapshot, view: LocalView) -> Inventory<'a> {
         let mut services = HashMap::new();
         let mut cluster_groups = HashMap::new();
         let mut groups = HashMap::new();
         for object in snapshot.iter() {
             match object {
-                Object::Pod(pod) => {
-                    let named_ports = pod
-                        .spec
-                        .containers
-                        .iter()
-                        .flat_map(|c| c.ports.iter())
-                        .filter_map(|p| {
-                            let name = p.name.clone()?;
-                            let port = u16::try_from(p.container_port).ok()?;
-                            Some((name, p.protocol, port))
-                        })
-                        .collect();
-                    pods.push(PodEntry {
-                        namespace: pod.namespace().to_string(),
-                        name: pod.metadata.name.clone(),
-                        labels: pod.metadata.labels.clone(),
-                        ips: pod.ips(),
-                        service_account: pod.service_account().to_string(),
-                        node_name: pod.spec.node_name.clone().filter(|n| !n.is_empty()),
-                        named_ports,
-                    });
-                }
-                Object::Node(node) => nodes.push(NodeEntry {
-                    name: node.metadata.name.clone(),
-                    labels: node.metadata.labels.clone(),
-                    ips: node.ips(),
-                }),
-                Object::ExternalEntity(ee) => external_entities.push(ExternalEntry {
-                    namespace: ee.namespace().to_string(),
-                    labels: ee.metadata.labels.clone(),
-                    ips: ee.ips(),
-                    external_node: ee.spec.external_node.clone().filter(|n| !n.is_empty()),
-                }),
-                Object::Namespace(ns) => {
-                    namespaces.insert(ns.metadata.name.clone(), ns.effective_labels());
-                }
                 Object::Service(svc) => {
                     services.insert(
                         (svc.namespace().to_string(), svc.metadata.name.clone()),
@@ -121,8 +90,12 @@ impl<'a> Inventory<'a> {
                 _ => {}
             }
         }
-        // Namespaces a Pod or ExternalEntity lives in exist even when no
-        // Namespace object says so.
+        let LocalView {
+            pods,
+            node,
+            entities: external_entities,
+            mut namespaces,
+        } = view;
         for namespace in pods
             .iter()
             .map(|p| &p.namespace)
@@ -132,33 +105,6 @@ impl<'a> Inventory<'a> {
                 .entry(namespace.clone())
                 .or_insert_with(|| name_label(namespace));
         }
-        // The local Node: the inventory's object of that name, merged with the
-        // configured labels and the addresses found on the host.
-        let local_node = match nodes.iter().position(|n| n.name == local.name) {
-            Some(i) => i,
-            None => {
-                nodes.push(NodeEntry {
-                    name: local.name.clone(),
-                    labels: BTreeMap::new(),
-                    ips: Vec::new(),
-                });
-                nodes.len() - 1
-            }
-        };
-        let node = &mut nodes[local_node];
-        node.labels
-            .extend(local.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-        // An ExternalEntity of this ExternalNode is one of its interfaces.
-        let local_entities = external_entities
-            .iter()
-            .filter(|e| e.external_node.as_deref() == Some(local.name.as_str()))
-            .flat_map(|e| e.ips.iter());
-        for ip in local.addresses.iter().chain(local_entities) {
-            if !node.ips.contains(ip) {
-                node.ips.push(*ip);
-            }
-        }
-
         let mut pods_by_label: HashMap<String, HashMap<String, Vec<PodIdx>>> = HashMap::new();
         for (idx, pod) in pods.iter().enumerate() {
             for (k, v) in &pod.labels {
@@ -179,9 +125,9 @@ impl<'a> Inventory<'a> {
         }
         Inventory {
             pods,
-            nodes,
+            nodes: vec![node],
             external_entities,
-            local_node,
+            local_node: 0,
             namespaces,
             pods_by_label,
             pods_by_namespace,
@@ -306,19 +252,4 @@ impl<'a> Inventory<'a> {
             .collect()
     }
 
-    /// Whether a Pod is enforced on this node: scheduled here, or unscheduled
-    /// (standalone inventories usually leave `nodeName` out).
-    pub fn pod_is_local(&self, idx: PodIdx) -> bool {
-        let pod = &self.pods[idx as usize];
-        pod.node_name
-            .as_deref()
-            .is_none_or(|n| n == self.nodes[self.local_node].name)
-    }
-}
-
-fn name_label(namespace: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([(
-        "kubernetes.io/metadata.name".to_string(),
-        namespace.to_string(),
-    )])
 }

@@ -14,6 +14,7 @@ use crate::model::{
 use crate::ruleset::{
     Block, CompiledRule, PeerMatch, PolicyKind, PolicyRef, PolicySummary, RuleRef,
 };
+use crate::selection::{NamespaceScope, Selection};
 
 use super::{dir_index, services_of, Compiler, List, Target};
 
@@ -152,26 +153,15 @@ impl Compiler<'_> {
                 result.blocks.push(Block::new(block.cidr, &block.except));
                 continue;
             }
-            let key = format!(
-                "k8s|{}|{}|{}",
-                serde_json::to_string(&peer.pod_selector).unwrap_or_default(),
-                serde_json::to_string(&peer.namespace_selector).unwrap_or_default(),
-                ns
-            );
-            let pod_selector = peer.pod_selector.clone();
-            let namespace_selector = peer.namespace_selector.clone();
-            let set = self.address_set(key, |c| {
-                let pods = match &namespace_selector {
-                    Some(sel) => {
-                        let namespaces = c.inv.namespaces_matching(sel);
-                        c.inv
-                            .pods_matching(pod_selector.as_ref(), Some(&namespaces))
-                    }
-                    None => c.inv.pods_matching(pod_selector.as_ref(), Some(&[ns])),
-                };
-                c.pod_ips(&pods)
-            });
-            result.addresses.push(set);
+            let namespaces = match &peer.namespace_selector {
+                Some(selector) => NamespaceScope::Selector(selector.clone()),
+                None => NamespaceScope::named(ns),
+            };
+            let selection = Selection::Pods {
+                namespaces,
+                pods: peer.pod_selector.clone(),
+            };
+            self.add_selection(&mut result, selection);
         }
         result
     }

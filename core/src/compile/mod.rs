@@ -1,17 +1,24 @@
 //! The compiler: [`compile`] turns a validated [`Snapshot`] into an
-//! immutable [`Ruleset`]. It resolves selectors, groups, ServiceAccounts,
-//! `namespaces` (`Self`, `sameLabels`), nodeSelectors, externalEntitySelectors
-//! and named ports against the inventory, and orders every rule by effective priority (Tier priority,
+//! immutable [`Ruleset`]. It is two parts: the peer sets, one per
+//! [`Selection`] a rule uses, kept by a [`PeerSets`] (the whole inventory's
+//! [`Selections`] in the agent's watch mode, the controller's address
+//! groups in controller mode), and the rule assembly ([`assemble`]), which
+//! resolves appliedTo, groups, ServiceAccounts, `namespaces` (`Self`,
+//! `sameLabels`), nodeSelectors, externalEntitySelectors and named ports
+//! against the *local* endpoints and normalises peers to selections, and
+//! orders every rule by effective priority (Tier priority,
 //! policy priority, then rule index across the policies that share both,
 //! ACNP and ANNP alike; Admin-tier
 //! ClusterNetworkPolicies as a Tier of priority 220, AdminNetworkPolicies
 //! after every non-baseline Antrea Tier; Kubernetes NetworkPolicies next;
 //! Antrea's baseline Tier, then the network-policy-api Baseline tier, last)
-//! into the per-endpoint lists the ruleset indexes. Pure: no I/O, no clock; it never
-//! decides a flow.
+//! into the per-endpoint lists the ruleset indexes. [`Incremental`] keeps
+//! both parts across changes. Pure: no I/O, no clock; it never decides a
+//! flow.
 
 mod antrea;
 mod groups;
+mod incremental;
 mod inventory;
 mod k8s;
 mod npapi;
@@ -23,11 +30,14 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::fqdn::FqdnPattern;
-use crate::model::{Direction, PolicyPort, PolicyProtocol, PortProtocol, PortValue, Snapshot};
+use crate::model::{Direction, PolicyPort, PolicyProtocol, PortValue, Snapshot};
 use crate::ruleset::{
     CompiledRule, Endpoint, Parts, PolicyRef, PolicySummary, RuleLists, Ruleset, ServiceMatch,
 };
+use crate::selection::{NamedPorts, Names, Selection, Selections};
 
+pub use incremental::{policy_side, Incremental, Update};
+pub use inventory::LocalView;
 use inventory::{Inventory, PodIdx};
 use k8s::logged_namespaces;
 use priority::tier_priorities;
@@ -41,10 +51,42 @@ pub struct LocalNode {
     pub addresses: Vec<IpAddr>,
 }
 
+/// Where the rule assembly gets the addresses of a selection, and the
+/// named ports and names of the inventory.
+pub trait PeerSets {
+    /// The members' addresses of `selection`, shared by every rule that
+    /// uses it.
+    fn addresses(&mut self, selection: &Selection) -> Arc<HashSet<IpAddr>>;
+    fn named_ports(&self) -> NamedPorts;
+    fn names(&self) -> Names;
+}
+
+impl PeerSets for Selections {
+    fn addresses(&mut self, selection: &Selection) -> Arc<HashSet<IpAddr>> {
+        Selections::addresses(self, selection)
+    }
+
+    fn named_ports(&self) -> NamedPorts {
+        Selections::named_ports(self).clone()
+    }
+
+    fn names(&self) -> Names {
+        Selections::names(self).clone()
+    }
+}
+
 /// Compiles a snapshot that passed validation. Objects that validation
 /// would reject are skipped rather than guessed at.
 pub fn compile(snapshot: &Snapshot, local: &LocalNode) -> Ruleset {
-    Compiler::new(snapshot, local).run()
+    let mut selections = Selections::new(snapshot, local);
+    let view = LocalView::of(&selections);
+    assemble(snapshot, view, &mut selections)
+}
+
+/// The rule assembly: the policies of `snapshot` applied to the local
+/// endpoints of `view`, their peers' addresses asked of `peers`.
+pub fn assemble(snapshot: &Snapshot, view: LocalView, peers: &mut dyn PeerSets) -> Ruleset {
+    Compiler::new(snapshot, view, peers).run()
 }
 
 /// An appliedTo resolved: a local endpoint, optionally only for node ports.
@@ -56,6 +98,7 @@ enum Target {
 
 struct Compiler<'a> {
     inv: Inventory<'a>,
+    peers: &'a mut dyn PeerSets,
     snapshot: &'a Snapshot,
     tiers: HashMap<String, i32>,
     rules: Vec<CompiledRule>,
@@ -66,7 +109,6 @@ struct Compiler<'a> {
     isolated_by: Vec<[Vec<PolicyRef>; 2]>,
     endpoints: Vec<Endpoint>,
     endpoint_of_target: HashMap<Target, u32>,
-    address_sets: HashMap<String, Arc<HashSet<IpAddr>>>,
     fqdn_patterns: BTreeMap<FqdnPattern, u32>,
     policies: Vec<PolicySummary>,
     /// Rules ranked so far (see [`crate::ruleset::RuleRef::rank`]).
@@ -118,14 +160,14 @@ impl Compiler<'_> {
 }
 
 impl<'a> Compiler<'a> {
-    fn new(snapshot: &'a Snapshot, local: &LocalNode) -> Compiler<'a> {
-        let inv = Inventory::build(snapshot, local);
+    fn new(snapshot: &'a Snapshot, view: LocalView, peers: &'a mut dyn PeerSets) -> Compiler<'a> {
+        let inv = Inventory::build(snapshot, view);
         let mut endpoints = vec![Endpoint::Node {
-            name: local.name.clone(),
+            name: inv.nodes[inv.local_node].name.clone(),
         }];
         let mut endpoint_of_target = HashMap::from([(Target::LocalNode, 0u32)]);
         for idx in 0..inv.pods.len() as PodIdx {
-            if inv.pod_is_local(idx) && !inv.pods[idx as usize].ips.is_empty() {
+            if !inv.pods[idx as usize].ips.is_empty() {
                 let pod = &inv.pods[idx as usize];
                 endpoint_of_target.insert(Target::Pod(idx), endpoints.len() as u32);
                 endpoints.push(Endpoint::Pod {
@@ -138,6 +180,7 @@ impl<'a> Compiler<'a> {
         let isolated_by = vec![Default::default(); endpoints.len()];
         Compiler {
             inv,
+            peers,
             snapshot,
             tiers: tier_priorities(snapshot),
             rules: Vec::new(),
@@ -145,7 +188,6 @@ impl<'a> Compiler<'a> {
             isolated_by,
             endpoints,
             endpoint_of_target,
-            address_sets: HashMap::new(),
             fqdn_patterns: BTreeMap::new(),
             policies: Vec::new(),
             ranked: 0,
@@ -187,7 +229,8 @@ impl<'a> Compiler<'a> {
     }
 
     fn finish(self) -> Ruleset {
-        let addresses = self
+        // In endpoint order: an address two endpoints share is the later's.
+        let mut addresses: Vec<(u32, &[IpAddr])> = self
             .endpoint_of_target
             .iter()
             .map(|(target, &endpoint)| {
@@ -198,27 +241,9 @@ impl<'a> Compiler<'a> {
                 (endpoint, ips.as_slice())
             })
             .collect();
-        let mut named_ports: HashMap<IpAddr, Vec<(String, PortProtocol, u16)>> = HashMap::new();
-        for pod in &self.inv.pods {
-            if !pod.named_ports.is_empty() {
-                for ip in &pod.ips {
-                    named_ports.insert(*ip, pod.named_ports.clone());
-                }
-            }
-        }
-        let mut names: BTreeMap<String, Vec<IpAddr>> = BTreeMap::new();
-        for pod in &self.inv.pods {
-            names.insert(format!("{}/{}", pod.namespace, pod.name), pod.ips.clone());
-        }
-        for node in &self.inv.nodes {
-            names.insert(format!("node:{}", node.name), node.ips.clone());
-        }
-        for object in self.snapshot.iter() {
-            if let crate::model::Object::ExternalEntity(ee) = object {
-                let name = format!("{}/{}", ee.namespace(), ee.metadata.name);
-                names.entry(name).or_insert_with(|| ee.ips());
-            }
-        }
+        addresses.sort_by_key(|(endpoint, _)| *endpoint);
+        let named_ports = self.peers.named_ports();
+        let names = self.peers.names();
         let mut fqdn_patterns: Vec<(u32, FqdnPattern)> = self
             .fqdn_patterns
             .into_iter()

@@ -18,6 +18,7 @@ use crate::model::{
     NpTier, PortProtocol,
 };
 use crate::ruleset::ServiceMatch;
+use crate::selection::{NamespaceScope, Selection};
 use crate::ruleset::{
     Block, CompiledRule, Endpoint, PeerMatch, PolicyKind, PolicyRef, PolicySummary, RuleRef,
 };
@@ -227,23 +228,23 @@ impl Compiler<'_> {
                 continue;
             }
             let context = context.filter(|_| peer.depends_on_namespace());
-            let key = format!(
-                "npapi|{}|{}",
-                serde_json::to_string(peer).unwrap_or_default(),
-                context.unwrap_or("")
-            );
-            let set = self.address_set(key, |c| {
-                if let Some(nodes) = &peer.nodes {
-                    return c.node_ips(&c.inv.nodes_matching(nodes));
-                }
-                let Some(Some(namespaces)) = peer.namespace_match() else {
-                    return Vec::new(); // refused by validation
-                };
-                let names = c.np_namespaces(namespaces, context);
-                let pod_selector = peer.pods.as_ref().map(|p| &p.pod_selector);
-                c.pod_ips(&c.inv.pods_matching(pod_selector, Some(&names)))
-            });
-            result.addresses.push(set);
+            let selection = match &peer.nodes {
+                Some(nodes) => Some(Selection::Nodes(nodes.clone())),
+                None => match peer.namespace_match() {
+                    Some(Some(namespaces)) => {
+                        self.np_namespaces(namespaces, context)
+                            .map(|scope| Selection::Pods {
+                                namespaces: scope,
+                                pods: peer.pods.as_ref().map(|p| p.pod_selector.clone()),
+                            })
+                    }
+                    _ => None, // refused by validation
+                },
+            };
+            // A peer that selects nothing adds no address.
+            if let Some(selection) = selection {
+                self.add_selection(&mut result, selection);
+            }
         }
         result
     }
@@ -252,7 +253,11 @@ impl Compiler<'_> {
     /// `context` (none for a selector; `sameLabels` without a context or
     /// whose keys the context lacks selects nothing, `notSameLabels` then
     /// selects every Namespace).
-    fn np_namespaces(&self, selection: NamespaceMatch<'_>, context: Option<&str>) -> Vec<&str> {
+    fn np_namespaces(
+        &self,
+        selection: NamespaceMatch<'_>,
+        context: Option<&str>,
+    ) -> Option<NamespaceScope> {
         let own = context.and_then(|ns| self.inv.namespace_labels(ns));
         let same = |keys: &[String]| -> Option<LabelSelector> {
             let own = own?;
@@ -266,20 +271,18 @@ impl Compiler<'_> {
             })
         };
         match selection {
-            NamespaceMatch::Selector(selector) => self.inv.namespaces_matching(selector),
-            NamespaceMatch::SameLabels(keys) => same(keys)
-                .map(|s| self.inv.namespaces_matching(&s))
-                .unwrap_or_default(),
-            NamespaceMatch::NotSameLabels(keys) => {
-                let all = self.inv.namespaces_matching(&LabelSelector::default());
-                match same(keys) {
-                    Some(s) => {
-                        let excluded = self.inv.namespaces_matching(&s);
-                        all.into_iter().filter(|n| !excluded.contains(n)).collect()
-                    }
-                    None => all,
+            NamespaceMatch::Selector(selector) => Some(NamespaceScope::Selector(selector.clone())),
+            NamespaceMatch::SameLabels(keys) => same(keys).map(NamespaceScope::Selector),
+            NamespaceMatch::NotSameLabels(keys) => match same(keys) {
+                Some(s) => {
+                    let excluded = self.inv.namespaces_matching(&s);
+                    let all = self.inv.namespaces_matching(&LabelSelector::default());
+                    Some(NamespaceScope::names(
+                        all.into_iter().filter(|n| !excluded.contains(n)),
+                    ))
                 }
-            }
+                None => Some(NamespaceScope::All),
+            },
         }
     }
 }

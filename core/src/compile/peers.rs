@@ -1,9 +1,12 @@
 //! Peer resolution: selectors (Pods, ExternalEntities), groups (see
 //! `groups`), ServiceAccounts, `namespaces` (`Self`, `sameLabels`), nodeSelectors,
-//! `toServices` and FQDN selectors turned into the addresses, blocks and
+//! `toServices` and FQDN selectors turned into the selections, blocks and
 //! selector ids a rule matches; of a peer setting several, only the first of
-//! ipBlock > group > fqdn > serviceAccount > nodeSelector > selectors counts. Address sets are computed once per distinct
-//! peer and shared between rules. Reads the inventory only.
+//! ipBlock > group > fqdn > serviceAccount > nodeSelector > selectors counts.
+//! A peer is normalised to [`Selection`]s here and their addresses asked of
+//! the [`PeerSets`](super::PeerSets), which shares one set per selection
+//! between rules. Reads the inventory only for what the normal form needs
+//! (Namespace labels, Services, group definitions).
 
 use std::collections::HashSet;
 use std::net::IpAddr;
@@ -12,13 +15,15 @@ use std::sync::Arc;
 use crate::fqdn::FqdnPattern;
 use crate::model::{LabelSelector, Peer};
 use crate::ruleset::{Block, PeerMatch};
+use crate::selection::{NamespaceScope, Selection};
 
 use super::inventory::PodIdx;
 use super::Compiler;
 
 impl Compiler<'_> {
-    /// Pods selected by a podSelector / namespaceSelector pair. In a
-    /// namespaced policy a lone podSelector selects in the policy's Namespace.
+    /// Local Pods selected by a podSelector / namespaceSelector pair (an
+    /// appliedTo). In a namespaced policy a lone podSelector selects in
+    /// the policy's Namespace.
     pub(super) fn select_pods(
         &self,
         pod_selector: Option<&LabelSelector>,
@@ -36,24 +41,31 @@ impl Compiler<'_> {
         }
     }
 
-    /// A shared address set for a cache key, computed once.
-    pub(super) fn address_set(
-        &mut self,
-        key: String,
-        make: impl FnOnce(&Self) -> Vec<IpAddr>,
-    ) -> Arc<HashSet<IpAddr>> {
-        if let Some(set) = self.address_sets.get(&key) {
-            return set.clone();
-        }
-        let set = Arc::new(make(self).into_iter().collect::<HashSet<IpAddr>>());
-        self.address_sets.insert(key, set.clone());
-        set
+    /// The selection of the same podSelector / namespaceSelector pair as a
+    /// peer; `None` when it selects nothing.
+    pub(super) fn pods_selection(
+        pod_selector: Option<&LabelSelector>,
+        namespace_selector: Option<&LabelSelector>,
+        policy_ns: Option<&str>,
+    ) -> Option<Selection> {
+        let namespaces = match (namespace_selector, policy_ns) {
+            (Some(ns_sel), _) => NamespaceScope::Selector(ns_sel.clone()),
+            (None, Some(ns)) => NamespaceScope::named(ns),
+            (None, None) if pod_selector.is_some() => NamespaceScope::All,
+            (None, None) => return None,
+        };
+        Some(Selection::Pods {
+            namespaces,
+            pods: pod_selector.cloned(),
+        })
     }
 
-    pub(super) fn pod_ips(&self, pods: &[PodIdx]) -> Vec<IpAddr> {
-        pods.iter()
-            .flat_map(|&i| self.inv.pods[i as usize].ips.iter().copied())
-            .collect()
+    /// The addresses of `selection`, shared by every rule that uses it;
+    /// recorded in `peers` beside its set.
+    pub(super) fn add_selection(&mut self, peers: &mut PeerMatch, selection: Selection) {
+        let set: Arc<HashSet<IpAddr>> = self.peers.addresses(&selection);
+        peers.addresses.push(set);
+        peers.selections.push(selection);
     }
 
     /// Resolves `from`/`to` peers (and `toServices`) to a [`PeerMatch`].
@@ -100,79 +112,70 @@ impl Compiler<'_> {
                 result.fqdns.push(id);
                 continue;
             }
-            let key = format!(
-                "{}|{}|{}",
-                serde_json::to_string(peer).unwrap_or_default(),
-                policy_ns.unwrap_or(""),
-                if peer.namespaces.is_some() {
-                    context_ns.unwrap_or("")
-                } else {
-                    ""
-                }
-            );
             if let Some(group) = &peer.group {
-                let mut members = self.group_members(group, policy_ns, 0);
-                result.blocks.extend(std::mem::take(&mut members.blocks));
-                let set = self.address_set(key, |c| c.member_ips(&members));
-                result.addresses.push(set);
+                let (selections, blocks) = self.group_selections(group, policy_ns, 0);
+                result.blocks.extend(blocks);
+                for selection in selections {
+                    self.add_selection(&mut result, selection);
+                }
                 continue;
             }
-            let set = self.address_set(key, |c| c.peer_addresses(peer, policy_ns, context_ns));
-            result.addresses.push(set);
+            // A peer that selects nothing adds no address.
+            if let Some(selection) = self.peer_selection(peer, policy_ns, context_ns) {
+                self.add_selection(&mut result, selection);
+            }
         }
         result
     }
 
-    /// Addresses of the Pods or Nodes a selector peer picks.
-    fn peer_addresses(
+    /// The selection of a selector peer; `None` when it selects nothing.
+    fn peer_selection(
         &self,
         peer: &Peer,
         policy_ns: Option<&str>,
         context_ns: Option<&str>,
-    ) -> Vec<IpAddr> {
+    ) -> Option<Selection> {
         if let Some(sa) = &peer.service_account {
-            return self.pod_ips(&self.inv.pods_with_service_account(sa));
+            return Some(Selection::ServiceAccount {
+                namespace: sa.namespace.clone(),
+                name: sa.name.clone(),
+            });
         }
         if let Some(selector) = &peer.node_selector {
-            return self.node_ips(&self.inv.nodes_matching(selector));
+            return Some(Selection::Nodes(selector.clone()));
         }
         if let Some(namespaces) = &peer.namespaces {
-            let Some(context) = context_ns else {
-                return Vec::new(); // Self/sameLabels for a Node: nothing
-            };
-            let selected: Vec<&str> = if namespaces.match_.is_some() {
-                vec![context]
+            // Self/sameLabels for a Node: nothing.
+            let context = context_ns?;
+            let scope = if namespaces.match_.is_some() {
+                NamespaceScope::named(context)
             } else {
-                let Some(own) = self.inv.namespace_labels(context) else {
-                    return Vec::new();
-                };
+                let own = self.inv.namespace_labels(context)?;
                 let keys = &namespaces.same_labels;
                 if !keys.iter().all(|k| own.contains_key(k)) {
-                    return Vec::new();
+                    return None;
                 }
-                let wanted = LabelSelector {
+                NamespaceScope::Selector(LabelSelector {
                     match_labels: keys.iter().map(|k| (k.clone(), own[k].clone())).collect(),
                     match_expressions: Vec::new(),
-                };
-                self.inv.namespaces_matching(&wanted)
+                })
             };
-            let pods = self
-                .inv
-                .pods_matching(peer.pod_selector.as_ref(), Some(&selected));
-            return self.pod_ips(&pods);
+            return Some(Selection::Pods {
+                namespaces: scope,
+                pods: peer.pod_selector.clone(),
+            });
         }
         if let Some(selector) = &peer.external_entity_selector {
-            return self.external_ips(&self.select_external_entities(
+            return Some(Self::entities_selection(
                 selector,
                 peer.namespace_selector.as_ref(),
                 policy_ns,
             ));
         }
-        let pods = self.select_pods(
+        Self::pods_selection(
             peer.pod_selector.as_ref(),
             peer.namespace_selector.as_ref(),
             policy_ns,
-        );
-        self.pod_ips(&pods)
+        )
     }
 }

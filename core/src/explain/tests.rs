@@ -267,15 +267,16 @@ fn endpoints_carry_their_policies_in_order() {
         shown,
         [
             ("n1", "Node", vec![]),
-            (
-                "shop/web",
-                "Pod",
-                vec!["AntreaClusterNetworkPolicy:web-port"]
-            ),
+            // Pods by Namespace and name.
             (
                 "shop/client",
                 "Pod",
                 vec!["AntreaClusterNetworkPolicy:client-out"]
+            ),
+            (
+                "shop/web",
+                "Pod",
+                vec!["AntreaClusterNetworkPolicy:web-port"]
             ),
         ]
     );
@@ -283,9 +284,9 @@ fn endpoints_carry_their_policies_in_order() {
         endpoints[0].addresses,
         ["10.0.0.1".parse::<IpAddr>().unwrap()]
     );
-    assert_eq!(endpoints[1].addresses.len(), 2);
-    assert_eq!(endpoints[2].fqdn, ["*.example.test"]);
-    assert!(endpoints[1].fqdn.is_empty());
+    assert_eq!(endpoints[2].addresses.len(), 2);
+    assert_eq!(endpoints[1].fqdn, ["*.example.test"]);
+    assert!(endpoints[2].fqdn.is_empty());
 }
 
 /// The consulted list and the decision come from two walks of the same

@@ -366,14 +366,7 @@ impl Ruleset {
             }
         }
         if !rule.services.is_empty() {
-            let named = |name: &str, proto: PortProtocol| {
-                self.named_ports.get(&flow.dst).and_then(|ports| {
-                    ports
-                        .iter()
-                        .find(|(n, p, _)| n == name && *p == proto)
-                        .map(|(_, _, port)| *port)
-                })
-            };
+            let named = |name: &str, proto: PortProtocol| self.named_ports.get(flow.dst, name, proto);
             if !rule.services.iter().any(|s| s.matches(flow, named)) {
                 return false;
             }

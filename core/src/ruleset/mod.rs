@@ -8,13 +8,15 @@ mod classify;
 mod index;
 mod rule;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use serde::Serialize;
 
 use crate::fqdn::FqdnPattern;
 use crate::model::PortProtocol;
+use crate::selection::{NamedPorts, Names, Selection};
 
 pub use classify::{Consulted, DecidedBy, Decision, DirectionDecision, Outcome};
 pub(crate) use index::RuleLists;
@@ -107,10 +109,10 @@ pub(crate) struct Parts<'a> {
     /// endpoints belongs to the later one.
     pub(crate) addresses: Vec<(u32, &'a [IpAddr])>,
     /// Named container ports of every Pod in the inventory, by address.
-    pub(crate) named_ports: HashMap<IpAddr, Vec<(String, PortProtocol, u16)>>,
+    pub(crate) named_ports: NamedPorts,
     /// Every endpoint of the inventory by name (`namespace/name` of a Pod
     /// or ExternalEntity, `node:name` of a Node) with its addresses.
-    pub(crate) names: BTreeMap<String, Vec<IpAddr>>,
+    pub(crate) names: Names,
     /// Every distinct FQDN selector, indexed by [`PeerMatch::fqdns`].
     pub(crate) fqdn_patterns: Vec<FqdnPattern>,
     /// In effective-priority order.
@@ -131,13 +133,15 @@ pub struct Ruleset {
     endpoint_by_ip: HashMap<IpAddr, u32>,
     endpoint_tables: Vec<u32>,
     tables: Vec<EndpointTable>,
+    /// Per endpoint, ingress then egress: the rule lists `tables` index.
+    lists: Vec<[RuleLists; 2]>,
     /// Per endpoint, ingress then egress: the isolating K8s policies.
     isolated_by: Vec<[Vec<PolicyRef>; 2]>,
     local_node_endpoint: u32,
     /// Named container ports of every Pod in the inventory, by address.
-    named_ports: HashMap<IpAddr, Vec<(String, PortProtocol, u16)>>,
+    named_ports: NamedPorts,
     /// Every endpoint of the inventory by name, with its addresses.
-    names: BTreeMap<String, Vec<IpAddr>>,
+    names: Names,
     fqdn_patterns: Vec<FqdnPattern>,
     enforced: Enforced,
     policies: Vec<PolicySummary>,
@@ -173,6 +177,7 @@ impl Ruleset {
             endpoint_by_ip,
             endpoint_tables,
             tables,
+            lists: parts.lists,
             isolated_by: parts.isolated_by,
             local_node_endpoint: LOCAL_NODE,
             named_ports: parts.named_ports,
@@ -189,6 +194,48 @@ impl Ruleset {
     pub fn with_verdict_cache(mut self, cache: VerdictCache) -> Ruleset {
         self.enforced.verdict_cache = Some(cache);
         self
+    }
+
+    /// This ruleset with the peer sets of `changed` selections replaced
+    /// and the inventory's named ports and names: the rules that use them
+    /// get the new sets and the index is built again; endpoints, lists and
+    /// policies are the same.
+    pub(crate) fn patched(
+        &self,
+        changed: &HashMap<Selection, Arc<HashSet<IpAddr>>>,
+        named_ports: NamedPorts,
+        names: Names,
+    ) -> Ruleset {
+        let rules: Vec<CompiledRule> = self
+            .rules
+            .iter()
+            .map(|rule| {
+                let mut rule = rule.clone();
+                for (i, selection) in rule.peers.selections.iter().enumerate() {
+                    if let Some(set) = changed.get(selection) {
+                        rule.peers.addresses[i] = Arc::clone(set);
+                    }
+                }
+                rule
+            })
+            .collect();
+        let (tables, endpoint_tables) = build_tables(&self.lists, &rules);
+        Ruleset {
+            rules,
+            endpoints: self.endpoints.clone(),
+            endpoint_by_ip: self.endpoint_by_ip.clone(),
+            endpoint_tables,
+            tables,
+            lists: self.lists.clone(),
+            isolated_by: self.isolated_by.clone(),
+            local_node_endpoint: self.local_node_endpoint,
+            named_ports,
+            names,
+            fqdn_patterns: self.fqdn_patterns.clone(),
+            enforced: self.enforced.clone(),
+            policies: self.policies.clone(),
+            logged_namespaces: self.logged_namespaces.clone(),
+        }
     }
 
     /// Whether the implicit default drop of a Kubernetes NetworkPolicy for
@@ -262,15 +309,12 @@ impl Ruleset {
     /// Addresses of the inventory endpoint `name`: `namespace/name` of a
     /// Pod or ExternalEntity, `node:name` of a Node.
     pub fn addresses_of(&self, name: &str) -> Option<&[IpAddr]> {
-        self.names.get(name).map(Vec::as_slice)
+        self.names.addresses_of(name)
     }
 
     /// The inventory endpoint an address belongs to, by name.
     pub fn name_of(&self, ip: IpAddr) -> Option<&str> {
-        self.names
-            .iter()
-            .find(|(_, ips)| ips.contains(&ip))
-            .map(|(name, _)| name.as_str())
+        self.names.name_of(ip)
     }
 
     /// The FQDN selectors of the egress rules applied to the endpoint at
@@ -299,10 +343,54 @@ impl Ruleset {
 
     /// The port a container of the Pod at `ip` names `name` for `protocol`.
     pub fn named_port(&self, ip: IpAddr, name: &str, protocol: PortProtocol) -> Option<u16> {
-        self.named_ports
-            .get(&ip)?
-            .iter()
-            .find(|(n, p, _)| n == name && *p == protocol)
-            .map(|(_, _, port)| *port)
+        self.named_ports.get(ip, name, protocol)
+    }
+}
+
+#[cfg(test)]
+impl Ruleset {
+    /// Everything the ruleset decides by, in a stable text form: two
+    /// rulesets with the same fingerprint decide every flow alike.
+    pub(crate) fn fingerprint(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        for rule in &self.rules {
+            let mut sets: Vec<String> = rule
+                .peers
+                .addresses
+                .iter()
+                .zip(&rule.peers.selections)
+                .map(|(set, selection)| {
+                    let mut ips: Vec<&IpAddr> = set.iter().collect();
+                    ips.sort();
+                    format!("{selection:?}={ips:?}")
+                })
+                .collect();
+            sets.sort();
+            writeln!(
+                out,
+                "rule {:?} any={} sets={sets:?} blocks={:?} fqdns={:?} services={:?} svc={:?} np={:?}",
+                rule.reference,
+                rule.peers.any,
+                rule.peers.blocks,
+                rule.peers.fqdns,
+                rule.peers.services,
+                rule.services,
+                rule.node_ports
+            )
+            .unwrap();
+        }
+        writeln!(out, "endpoints {:?}", self.endpoints).unwrap();
+        writeln!(out, "lists {:?}", self.lists).unwrap();
+        writeln!(out, "isolated {:?}", self.isolated_by).unwrap();
+        let by_ip: std::collections::BTreeMap<_, _> = self.endpoint_by_ip.iter().collect();
+        writeln!(out, "by_ip {by_ip:?}").unwrap();
+        writeln!(out, "enforced {:?}", self.enforced).unwrap();
+        writeln!(out, "policies {:?}", self.policies).unwrap();
+        writeln!(out, "logged {:?}", self.logged_namespaces).unwrap();
+        writeln!(out, "fqdn {:?}", self.fqdn_patterns).unwrap();
+        writeln!(out, "names {}", self.names.fingerprint()).unwrap();
+        writeln!(out, "ports {}", self.named_ports.fingerprint()).unwrap();
+        out
     }
 }

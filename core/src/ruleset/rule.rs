@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{Direction, L7Protocol, PortProtocol, RuleAction};
 use crate::packet::flow::{Flow, Transport};
+use crate::selection::Selection;
 
 /// The kind of policy a rule belongs to, spelled as the audit log spells it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -146,6 +147,8 @@ pub(crate) struct PeerMatch {
     /// True when the rule has no peers: it matches every address.
     pub any: bool,
     pub addresses: Vec<Arc<HashSet<IpAddr>>>,
+    /// The selection each of `addresses` holds the members of.
+    pub selections: Vec<Selection>,
     pub blocks: Vec<Block>,
     /// Indices into `Ruleset::fqdn_patterns`.
     pub fqdns: Vec<u32>,

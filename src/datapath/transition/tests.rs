@@ -46,8 +46,7 @@ fn covers(state: &State, needs: &Needs) -> bool {
 
 /// Every state the kernel can be left in when a reconcile from `installed`
 /// to `target` stops after some of its steps (the failing step itself
-/// leaving nothing, or for `ipset restore` any subset of its set refills,
-/// each whole).
+/// leaving nothing, or for `ipset restore` any prefix of its lines).
 fn partial_states(installed: &State, target: &State) -> Vec<State> {
     let changes = Changes::between(target, installed);
     let steps = steps(&changes);
@@ -56,17 +55,26 @@ fn partial_states(installed: &State, target: &State) -> Vec<State> {
     for step in &steps {
         match step {
             Step::PrepareSets => {
-                let refills: Vec<&String> = changes.sets.keys().collect();
-                for mask in 0..(1u32 << refills.len()) {
-                    let mut partial = state.clone();
-                    for (i, name) in refills.iter().enumerate() {
-                        if mask & (1 << i) != 0 {
-                            partial
-                                .sets
-                                .insert((*name).clone(), changes.sets[*name].set.clone());
-                        }
+                // `ipset restore` stops at its first failing line: any
+                // prefix of each set's creation, additions and deletions.
+                let mut partial = state.clone();
+                for (name, write) in &changes.sets {
+                    partial
+                        .sets
+                        .entry(name.clone())
+                        .or_insert_with(|| crate::datapath::state::IpSet {
+                            family: write.set.family,
+                            members: Default::default(),
+                        });
+                    out.push(partial.clone());
+                    for member in &write.add {
+                        partial.sets.get_mut(name).unwrap().members.insert(*member);
+                        out.push(partial.clone());
                     }
-                    out.push(partial);
+                    for member in &write.remove {
+                        partial.sets.get_mut(name).unwrap().members.remove(member);
+                        out.push(partial.clone());
+                    }
                 }
                 for (name, write) in &changes.sets {
                     state.sets.insert(name.clone(), write.set.clone());

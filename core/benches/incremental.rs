@@ -1,0 +1,243 @@
+//! The cost of one change to the incremental compiler
+//! (`compile::Incremental`) at cluster scale: 150,000 Pods in 1,500
+//! Namespaces on 5,000 Nodes (30 on the local one), 500
+//! ClusterNetworkPolicies (policy k applies to `app-<k % 100>`, allows from
+//! `app-<(k+1) % 100>` in the Namespaces of team `t<k % 10>`, egress to
+//! `app-<(k+2) % 100>` of its own Namespace (`Self`); every 50th also
+//! allows from every Pod: a selection of all 150,000).
+//!
+//! Each benchmark is one change and the ruleset after it:
+//! - `remote-status`: a Pod of another Node written again unchanged (a
+//!   status write): nothing to do;
+//! - `remote-address`: a Pod of another Node changes address: the sets
+//!   that hold it are patched (the all-Pods set among them);
+//! - `remote-label`: a Pod of another Node changes `app` label;
+//! - `local-label`: a local Pod changes `app` label: the rules are
+//!   assembled again over the local endpoints;
+//! - `namespace-label`: a Namespace changes its team label.
+//!
+//! `cargo bench -p tollgate-core --bench incremental`; a smoke run
+//! (`cargo test --bench incremental`) uses 1/100 of the cluster.
+#![allow(clippy::disallowed_methods)] // benches read the clock.
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Instant;
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use tollgate_core::compile::{policy_side, Incremental, LocalNode};
+use tollgate_core::model::{Snapshot, Sourced};
+use tollgate_core::selection::{Delta, PodEntry};
+
+struct Cluster {
+    pods: usize,
+    namespaces: usize,
+    nodes: usize,
+    policies: usize,
+}
+
+const FULL: Cluster = Cluster {
+    pods: 150_000,
+    namespaces: 1_500,
+    nodes: 5_000,
+    policies: 500,
+};
+
+const SMOKE: Cluster = Cluster {
+    pods: 1_500,
+    namespaces: 15,
+    nodes: 50,
+    policies: 50,
+};
+
+fn pod_ip(i: usize, generation: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(
+        10 + generation,
+        (i / 65536) as u8,
+        ((i / 256) % 256) as u8,
+        (i % 256) as u8,
+    ))
+}
+
+fn pod(cluster: &Cluster, i: usize, app: usize, generation: u8) -> PodEntry {
+    PodEntry {
+        namespace: format!("ns-{}", i % cluster.namespaces),
+        name: format!("pod-{i}"),
+        labels: BTreeMap::from([
+            ("app".to_string(), format!("app-{app}")),
+            ("tier".to_string(), ["fe", "be"][i % 2].to_string()),
+        ]),
+        ips: vec![pod_ip(i, generation)],
+        service_account: "default".into(),
+        node_name: Some(format!("node-{}", i % cluster.nodes)),
+        named_ports: Vec::new(),
+    }
+}
+
+fn parse(yaml: &str) -> Vec<Sourced> {
+    let (objects, problems) =
+        tollgate_core::decode::parse_documents("bench.yaml".as_ref(), yaml);
+    assert!(problems.is_empty(), "{problems:?}");
+    objects
+}
+
+fn namespace(n: usize, team: usize) -> String {
+    format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ns-{n}\n  labels: {{team: t{team}}}\n---\n"
+    )
+}
+
+/// Policies, Namespaces and Nodes (the Pods come as deltas).
+fn policy_side_yaml(cluster: &Cluster, renamed_team: Option<usize>) -> String {
+    let mut yaml = String::new();
+    for n in 0..cluster.namespaces {
+        let team = if Some(n) == renamed_team { 99 } else { n % 10 };
+        yaml.push_str(&namespace(n, team));
+    }
+    for k in 0..cluster.nodes {
+        yaml.push_str(&format!(
+            "apiVersion: v1\nkind: Node\nmetadata:\n  name: node-{k}\nstatus:\n  addresses: [{{type: InternalIP, address: 172.16.{}.{}}}]\n---\n",
+            k / 256,
+            k % 256
+        ));
+    }
+    for k in 0..cluster.policies {
+        let everyone = if k % 50 == 0 {
+            "\n  - action: Allow\n    from: [{namespaceSelector: {}}]"
+        } else {
+            ""
+        };
+        yaml.push_str(&format!(
+            "apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {{name: p-{k}}}
+spec:
+  priority: {}
+  appliedTo: [{{podSelector: {{matchLabels: {{app: app-{}}}}}}}]
+  ingress:
+  - action: Allow
+    from: [{{podSelector: {{matchLabels: {{app: app-{}}}}}, namespaceSelector: {{matchLabels: {{team: t{}}}}}}}]{everyone}
+  egress:
+  - action: Allow
+    to: [{{namespaces: {{match: Self}}, podSelector: {{matchLabels: {{app: app-{}}}}}}}]
+---
+",
+            1 + k,
+            k % 100,
+            (k + 1) % 100,
+            k % 10,
+            (k + 2) % 100
+        ));
+    }
+    yaml
+}
+
+fn local() -> LocalNode {
+    LocalNode {
+        name: "node-0".into(),
+        ..LocalNode::default()
+    }
+}
+
+fn built(cluster: &Cluster) -> Incremental {
+    let started = Instant::now();
+    let snapshot = Snapshot {
+        objects: parse(&policy_side_yaml(cluster, None)),
+    };
+    let mut incremental = Incremental::new(&snapshot, &local());
+    for i in 0..cluster.pods {
+        let pod = pod(cluster, i, i % 100, 0);
+        incremental.apply(Delta::Pod {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            pod: Some(pod),
+        });
+    }
+    let ruleset = incremental.ruleset().expect("the first ruleset");
+    eprintln!(
+        "incremental: {} Pods, {} policies: first ruleset in {:?} ({} rule instances, {} endpoints, {} selections)",
+        cluster.pods,
+        cluster.policies,
+        started.elapsed(),
+        ruleset.rule_count(),
+        ruleset.endpoints().len(),
+        incremental.selections().selections().count()
+    );
+    incremental
+}
+
+fn apply(incremental: &mut Incremental, pod: PodEntry) {
+    incremental.apply(Delta::Pod {
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        pod: Some(pod),
+    });
+    black_box(incremental.ruleset());
+}
+
+fn changes(c: &mut Criterion) {
+    let cluster = if smoke() { &SMOKE } else { &FULL };
+    let mut incremental = built(cluster);
+    // Pod 1 is on node-1 (remote), pod 0 on node-0 (local); app-1 is a
+    // peer of policy 0 (ingress) and every 50th policy takes all Pods.
+    let remote = 1;
+    let local = cluster.nodes;
+    let mut group = c.benchmark_group("incremental");
+    group.sample_size(20);
+    group.bench_function("remote-status", |b| {
+        b.iter(|| apply(&mut incremental, pod(cluster, remote, 1, 0)))
+    });
+    let mut flip = 0u8;
+    group.bench_function("remote-address", |b| {
+        b.iter(|| {
+            flip ^= 1;
+            apply(&mut incremental, pod(cluster, remote, 1, flip))
+        })
+    });
+    apply(&mut incremental, pod(cluster, remote, 1, 0));
+    let mut app = 1;
+    group.bench_function("remote-label", |b| {
+        b.iter(|| {
+            app = if app == 1 { 3 } else { 1 };
+            apply(&mut incremental, pod(cluster, remote, app, 0))
+        })
+    });
+    apply(&mut incremental, pod(cluster, remote, 1, 0));
+    let mut app = local % 100;
+    group.bench_function("local-label", |b| {
+        b.iter(|| {
+            app = if app == local % 100 { 7 } else { local % 100 };
+            apply(&mut incremental, pod(cluster, local, app, 0))
+        })
+    });
+    let sides = [None, Some(1)].map(|renamed| {
+        policy_side(&Snapshot {
+            objects: parse(&policy_side_yaml(cluster, renamed)),
+        })
+    });
+    let mut which = 0;
+    group.bench_function("namespace-label", |b| {
+        b.iter_batched(
+            || {
+                which ^= 1;
+                sides[which].clone()
+            },
+            |side| {
+                incremental.set_policies(side);
+                black_box(incremental.ruleset())
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    group.finish();
+}
+
+/// Whether this is `cargo test --bench incremental` (CI's smoke run: no
+/// `--bench` argument) rather than `cargo bench`.
+fn smoke() -> bool {
+    !std::env::args().any(|a| a == "--bench")
+}
+
+criterion_group!(benches, changes);
+criterion_main!(benches);

@@ -1,0 +1,241 @@
+//! [`Incremental`]: the compiler kept across changes. It holds the policy
+//! side of the last snapshot (everything but Pods, Nodes and
+//! ExternalEntities), the inventory as [`Selections`], and the ruleset last
+//! built. A change is sorted by what it can touch:
+//!
+//! - a Pod, Node or ExternalEntity of another Node only moves peer
+//!   addresses: the selections whose members changed get new sets, and the
+//!   last ruleset is patched (its rules that use them, then the index);
+//! - a local one, a Namespace's labels or any policy-side object changes
+//!   what applies where: the rules are assembled again over the local
+//!   endpoints, reading every peer set from the selections (none is
+//!   recomputed from the Pods);
+//! - a change that moves no member, name or endpoint (a status write)
+//!   changes nothing and yields no ruleset.
+//!
+//! The result always equals [`super::compile`] of the same objects (a
+//! property test checks it). Pure: no I/O, no clock.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use crate::model::{Kind, Object, Snapshot, Sourced};
+use crate::ruleset::Ruleset;
+use crate::selection::{Delta, Labels, Selections};
+
+use super::{assemble, LocalNode, LocalView};
+
+/// What a change touched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Update {
+    /// Nothing any rule, set or endpoint reads.
+    Unchanged,
+    /// Peer addresses (or names) only.
+    Peers,
+    /// What applies where: the rules are assembled again.
+    Rules,
+}
+
+/// The compiler's state between changes.
+pub struct Incremental {
+    /// The policy side: every object but Pods, Nodes and ExternalEntities.
+    policies: Arc<Snapshot>,
+    /// Namespace labels as last applied to `selections`.
+    namespaces: BTreeMap<String, Labels>,
+    selections: Selections,
+    last: Option<Arc<Ruleset>>,
+    pending: Update,
+    /// `selections.directory_version()` when `last` was built.
+    directory: u64,
+}
+
+/// Whether objects of `kind` are inventory the selections keep (and not
+/// part of the policy side).
+fn is_member_kind(kind: Kind) -> bool {
+    matches!(kind, Kind::Pod | Kind::Node | Kind::ExternalEntity)
+}
+
+impl Incremental {
+    /// The compiler of `snapshot` for `local`; the first
+    /// [`Incremental::ruleset`] assembles everything.
+    pub fn new(snapshot: &Snapshot, local: &LocalNode) -> Incremental {
+        let selections = Selections::new(snapshot, local);
+        let mut incremental = Incremental {
+            policies: Arc::new(Snapshot::default()),
+            namespaces: BTreeMap::new(),
+            selections,
+            last: None,
+            pending: Update::Rules,
+            directory: 0,
+        };
+        incremental.set_policies(policy_side(snapshot));
+        incremental.pending = Update::Rules;
+        incremental
+    }
+
+    /// The inventory as the selections hold it.
+    pub fn selections(&self) -> &Selections {
+        &self.selections
+    }
+
+    /// Replaces the policy side (every object of `snapshot` but Pods,
+    /// Nodes and ExternalEntities, which come as deltas). Namespace label
+    /// changes are applied to the selections.
+    pub fn set_policies(&mut self, snapshot: Snapshot) -> Update {
+        let namespaces: BTreeMap<String, Labels> = snapshot
+            .iter()
+            .filter_map(|o| match o {
+                Object::Namespace(ns) => Some((ns.metadata.name.clone(), ns.effective_labels())),
+                _ => None,
+            })
+            .collect();
+        let gone: Vec<String> = self
+            .namespaces
+            .keys()
+            .filter(|n| !namespaces.contains_key(*n))
+            .cloned()
+            .collect();
+        for name in gone {
+            self.selections.apply(Delta::Namespace { name, labels: None });
+        }
+        for (name, labels) in &namespaces {
+            if self.namespaces.get(name) != Some(labels) {
+                self.selections.apply(Delta::Namespace {
+                    name: name.clone(),
+                    labels: Some(labels.clone()),
+                });
+            }
+        }
+        self.namespaces = namespaces;
+        if self.policies.objects == snapshot.objects {
+            return Update::Unchanged;
+        }
+        self.policies = Arc::new(snapshot);
+        self.pending = Update::Rules;
+        Update::Rules
+    }
+
+    /// Applies an inventory change (a Pod, Node or ExternalEntity; a
+    /// Namespace comes with the policy side).
+    pub fn apply(&mut self, delta: Delta) -> Update {
+        let local = &self.selections.local().name;
+        let touches_local = match &delta {
+            Delta::Pod {
+                namespace,
+                name,
+                pod,
+            } => {
+                self.selections.is_local_pod(namespace, name)
+                    || pod.as_ref().is_some_and(|p| p.is_on(local))
+            }
+            Delta::Node { name, .. } => name == local,
+            Delta::Entity {
+                namespace,
+                name,
+                entity,
+            } => {
+                let was = self
+                    .selections
+                    .entities()
+                    .find(|e| e.namespace == *namespace && e.name == *name)
+                    .and_then(|e| e.external_node.clone());
+                was.as_deref() == Some(local)
+                    || entity
+                        .as_ref()
+                        .is_some_and(|e| e.external_node.as_deref() == Some(local))
+            }
+            Delta::Namespace { .. } => true,
+        };
+        let local_before = touches_local.then(|| {
+            (
+                self.selections.local_pods().cloned().collect::<Vec<_>>(),
+                self.selections.effective_node(local),
+                self.selections.entities().cloned().collect::<Vec<_>>(),
+            )
+        });
+        self.selections.apply(delta);
+        let update = match local_before {
+            Some((pods, node, entities)) => {
+                let local = self.selections.local().name.clone();
+                let same = pods.iter().eq(self.selections.local_pods())
+                    && node == self.selections.effective_node(&local)
+                    && entities.iter().eq(self.selections.entities());
+                if same {
+                    Update::Unchanged
+                } else {
+                    Update::Rules
+                }
+            }
+            None if self.selections.has_changes()
+                || self.selections.directory_version() != self.directory =>
+            {
+                Update::Peers
+            }
+            None => Update::Unchanged,
+        };
+        self.pending = self.pending.max(update);
+        update
+    }
+
+    /// The local Node changed (labels, addresses).
+    pub fn set_local(&mut self, local: &LocalNode) -> Update {
+        if self.selections.local() == local {
+            return Update::Unchanged;
+        }
+        self.selections.set_local(local);
+        self.pending = Update::Rules;
+        Update::Rules
+    }
+
+    /// What changed since the last ruleset.
+    pub fn pending(&self) -> Update {
+        self.pending
+    }
+
+    /// The ruleset of the objects now, if anything changed since the last
+    /// one (the first call always builds one).
+    pub fn ruleset(&mut self) -> Option<Arc<Ruleset>> {
+        let update = std::mem::replace(&mut self.pending, Update::Unchanged);
+        let ruleset = match (&self.last, update) {
+            (Some(_), Update::Unchanged) => return None,
+            (Some(last), Update::Peers) => {
+                let changed: HashMap<_, _> = self.selections.take_changed().into_iter().collect();
+                if changed.is_empty() && self.selections.directory_version() == self.directory {
+                    return None;
+                }
+                last.patched(
+                    &changed,
+                    self.selections.named_ports().clone(),
+                    self.selections.names().clone(),
+                )
+            }
+            _ => {
+                self.selections.begin();
+                let view = LocalView::of(&self.selections);
+                let ruleset = assemble(&self.policies, view, &mut self.selections);
+                self.selections.end();
+                self.selections.take_changed();
+                ruleset
+            }
+        };
+        self.directory = self.selections.directory_version();
+        let ruleset = Arc::new(ruleset);
+        self.last = Some(Arc::clone(&ruleset));
+        Some(ruleset)
+    }
+}
+
+/// The objects of `snapshot` that are not inventory members.
+pub fn policy_side(snapshot: &Snapshot) -> Snapshot {
+    Snapshot {
+        objects: snapshot
+            .objects
+            .iter()
+            .filter(|s| !is_member_kind(s.object.kind()))
+            .cloned()
+            .collect::<Vec<Sourced>>(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

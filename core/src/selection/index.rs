@@ -1,0 +1,1009 @@
+//! [`Selections`]: the inventory (Pods, Namespaces, Nodes,
+//! ExternalEntities) indexed by label and Namespace, and the address set
+//! of each selection in use, kept up to date by [`Delta`]s. A delta is
+//! matched against the selections in use (those of its Namespace first),
+//! never the other way round; a delta that changes nothing a selection or
+//! a name reads changes nothing. Address sets are handed out as `Arc`s and
+//! patched copy-on-write, so a ruleset holding one keeps what it was
+//! compiled with.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use crate::compile::LocalNode;
+use crate::model::{Object, PortProtocol, Snapshot};
+
+use super::{
+    name_label, ExternalEntry, Labels, MemberKind, NamedPort, NamespaceScope, NodeEntry, PodEntry,
+    Selection,
+};
+
+/// One change of the inventory. `None` deletes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Delta {
+    Pod {
+        namespace: String,
+        name: String,
+        pod: Option<PodEntry>,
+    },
+    /// A Namespace object: its labels (with `kubernetes.io/metadata.name`).
+    Namespace {
+        name: String,
+        labels: Option<Labels>,
+    },
+    Node {
+        name: String,
+        node: Option<NodeEntry>,
+    },
+    Entity {
+        namespace: String,
+        name: String,
+        entity: Option<ExternalEntry>,
+    },
+}
+
+impl Delta {
+    /// The delta that puts an inventory object in place; `None` for a
+    /// kind that is not inventory.
+    pub fn apply(object: &Object) -> Option<Delta> {
+        Some(match object {
+            Object::Pod(pod) => Delta::Pod {
+                namespace: pod.namespace().to_string(),
+                name: pod.metadata.name.clone(),
+                pod: Some(PodEntry::of(pod)),
+            },
+            Object::Namespace(ns) => Delta::Namespace {
+                name: ns.metadata.name.clone(),
+                labels: Some(ns.effective_labels()),
+            },
+            Object::Node(node) => Delta::Node {
+                name: node.metadata.name.clone(),
+                node: Some(NodeEntry::of(node)),
+            },
+            Object::ExternalEntity(ee) => Delta::Entity {
+                namespace: ee.namespace().to_string(),
+                name: ee.metadata.name.clone(),
+                entity: Some(ExternalEntry::of(ee)),
+            },
+            _ => return None,
+        })
+    }
+
+    /// The delta that removes an inventory object.
+    pub fn delete(object: &Object) -> Option<Delta> {
+        Some(match Delta::apply(object)? {
+            Delta::Pod {
+                namespace, name, ..
+            } => Delta::Pod {
+                namespace,
+                name,
+                pod: None,
+            },
+            Delta::Namespace { name, .. } => Delta::Namespace { name, labels: None },
+            Delta::Node { name, .. } => Delta::Node { name, node: None },
+            Delta::Entity {
+                namespace, name, ..
+            } => Delta::Entity {
+                namespace,
+                name,
+                entity: None,
+            },
+        })
+    }
+}
+
+/// Named container ports by address, for rules with named ports: the
+/// ports of the Pod at that address (of several, the last by
+/// `namespace/name`). Cheap to clone (a persistent map).
+#[derive(Clone, Debug, Default)]
+pub struct NamedPorts(imbl::HashMap<IpAddr, Arc<[NamedPort]>>);
+
+impl NamedPorts {
+    /// The port the Pod at `ip` names `name` for `protocol`.
+    pub fn get(&self, ip: IpAddr, name: &str, protocol: PortProtocol) -> Option<u16> {
+        self.0
+            .get(&ip)?
+            .iter()
+            .find(|(n, p, _)| n == name && *p == protocol)
+            .map(|(_, _, port)| *port)
+    }
+
+    /// Sets the ports at `ip` (`None` forgets them).
+    pub fn set(&mut self, ip: IpAddr, ports: Option<Arc<[NamedPort]>>) {
+        match ports {
+            Some(ports) => {
+                self.0.insert(ip, ports);
+            }
+            None => {
+                self.0.remove(&ip);
+            }
+        }
+    }
+}
+
+/// Every inventory endpoint by name (`namespace/name` of a Pod or
+/// ExternalEntity, `node:name` of a Node) with its addresses; a Pod hides
+/// an ExternalEntity of the same name. Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct Names {
+    main: imbl::OrdMap<String, Arc<[IpAddr]>>,
+    entities: imbl::OrdMap<String, Arc<[IpAddr]>>,
+}
+
+impl Names {
+    pub fn addresses_of(&self, name: &str) -> Option<&[IpAddr]> {
+        self.main
+            .get(name)
+            .or_else(|| self.entities.get(name))
+            .map(|ips| &ips[..])
+    }
+
+    /// The first name, in name order, whose addresses hold `ip`.
+    pub fn name_of(&self, ip: IpAddr) -> Option<&str> {
+        let main = self
+            .main
+            .iter()
+            .find(|(_, ips)| ips.contains(&ip))
+            .map(|(n, _)| n.as_str());
+        let entity = self
+            .entities
+            .iter()
+            .find(|(n, ips)| ips.contains(&ip) && !self.main.contains_key(*n))
+            .map(|(n, _)| n.as_str());
+        match (main, entity) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn set(map: &mut imbl::OrdMap<String, Arc<[IpAddr]>>, name: String, ips: Option<&[IpAddr]>) {
+        match ips {
+            Some(ips) => {
+                map.insert(name, ips.into());
+            }
+            None => {
+                map.remove(&name);
+            }
+        }
+    }
+}
+
+/// A selection in use and its members' addresses, counted (two Pods may
+/// share one: host-network Pods).
+#[derive(Debug)]
+struct Membership {
+    selection: Selection,
+    counts: HashMap<IpAddr, u32>,
+    set: Arc<HashSet<IpAddr>>,
+    /// Addresses whose count went to or from zero since the set was made.
+    touched: Vec<IpAddr>,
+    used: bool,
+}
+
+impl Membership {
+    fn add(&mut self, ips: &[IpAddr]) {
+        for ip in ips {
+            let count = self.counts.entry(*ip).or_insert(0);
+            *count += 1;
+            if *count == 1 {
+                self.touched.push(*ip);
+            }
+        }
+    }
+
+    fn remove(&mut self, ips: &[IpAddr]) {
+        for ip in ips {
+            if let Some(count) = self.counts.get_mut(ip) {
+                *count -= 1;
+                if *count == 0 {
+                    self.counts.remove(ip);
+                    self.touched.push(*ip);
+                }
+            }
+        }
+    }
+
+    /// Moves a member from `old` addresses (when it matched before) to
+    /// `new` ones (when it matches now).
+    fn moved(&mut self, old: Option<&[IpAddr]>, new: Option<&[IpAddr]>) {
+        if old == new {
+            return;
+        }
+        if let Some(old) = old {
+            self.remove(old);
+        }
+        if let Some(new) = new {
+            self.add(new);
+        }
+    }
+
+    /// Brings the shared set up to date; whether it changed.
+    fn settle(&mut self) -> bool {
+        if self.touched.is_empty() {
+            return false;
+        }
+        let mut changed = false;
+        let touched = std::mem::take(&mut self.touched);
+        for ip in touched {
+            let want = self.counts.contains_key(&ip);
+            if want != self.set.contains(&ip) {
+                let set = Arc::make_mut(&mut self.set);
+                if want {
+                    set.insert(ip);
+                } else {
+                    set.remove(&ip);
+                }
+                changed = true;
+            }
+        }
+        changed
+    }
+}
+
+/// A Namespace: its object's labels, if any, and how many Pods and
+/// ExternalEntities live in it (a Namespace with members exists even
+/// without an object, labelled with its name alone).
+#[derive(Debug, Default)]
+struct NamespaceState {
+    object: Option<Labels>,
+    implicit: Labels,
+    members: usize,
+}
+
+impl NamespaceState {
+    fn labels(&self) -> &Labels {
+        self.object.as_ref().unwrap_or(&self.implicit)
+    }
+}
+
+type PodId = u32;
+
+/// The inventory and the address sets of the selections in use.
+#[derive(Debug, Default)]
+pub struct Selections {
+    local: LocalNode,
+    pods: Vec<Option<PodEntry>>,
+    free: Vec<PodId>,
+    pod_ids: HashMap<(String, String), PodId>,
+    pods_by_namespace: HashMap<String, BTreeSet<PodId>>,
+    /// Pods enforced on the local Node, by `(namespace, name)`.
+    local_pods: BTreeMap<(String, String), PodId>,
+    /// label key → value → Pods carrying it.
+    pods_by_label: HashMap<String, HashMap<String, HashSet<PodId>>>,
+    namespaces: HashMap<String, NamespaceState>,
+    /// Node objects (the local Node's merge is made when read).
+    nodes: HashMap<String, NodeEntry>,
+    entities: BTreeMap<(String, String), ExternalEntry>,
+    memberships: Vec<Option<Membership>>,
+    ids: HashMap<Selection, u32>,
+    /// Pod selections by the one Namespace they look in.
+    pod_scoped: HashMap<String, BTreeSet<u32>>,
+    /// Pod selections that look in more than one Namespace.
+    pod_unscoped: BTreeSet<u32>,
+    node_selections: BTreeSet<u32>,
+    entity_selections: BTreeSet<u32>,
+    named: HashMap<IpAddr, BTreeMap<(String, String), Arc<[NamedPort]>>>,
+    named_ports: NamedPorts,
+    names: Names,
+    /// Bumped whenever `named_ports` or `names` changes.
+    directory_changes: u64,
+}
+
+impl Selections {
+    /// The inventory of `snapshot`, seen from `local`.
+    pub fn new(snapshot: &Snapshot, local: &LocalNode) -> Selections {
+        let mut selections = Selections {
+            local: local.clone(),
+            ..Selections::default()
+        };
+        for object in snapshot.iter() {
+            if let Some(delta) = Delta::apply(object) {
+                selections.apply(delta);
+            }
+        }
+        selections.refresh_local_node(None);
+        selections
+    }
+
+    /// The Node the sets are seen from.
+    pub fn local(&self) -> &LocalNode {
+        &self.local
+    }
+
+    /// Labels of Namespace `name` (with `kubernetes.io/metadata.name`), if known.
+    pub fn namespace_labels(&self, name: &str) -> Option<&Labels> {
+        self.namespaces.get(name).map(NamespaceState::labels)
+    }
+
+    /// Every known Namespace, by name, with its labels.
+    pub fn namespaces(&self) -> impl Iterator<Item = (&str, &Labels)> {
+        self.namespaces
+            .iter()
+            .map(|(name, state)| (name.as_str(), state.labels()))
+    }
+
+    /// Every Pod.
+    pub fn pods(&self) -> impl Iterator<Item = &PodEntry> {
+        self.pods.iter().flatten()
+    }
+
+    /// The Pods enforced on the local Node (or unscheduled), by
+    /// Namespace and name.
+    pub fn local_pods(&self) -> impl Iterator<Item = &PodEntry> {
+        self.local_pods
+            .values()
+            .filter_map(|&id| self.pods[id as usize].as_ref())
+    }
+
+    /// Whether a Pod of that name is enforced on the local Node.
+    pub fn is_local_pod(&self, namespace: &str, name: &str) -> bool {
+        self.local_pods
+            .contains_key(&(namespace.to_string(), name.to_string()))
+    }
+
+    /// Every ExternalEntity.
+    pub fn entities(&self) -> impl Iterator<Item = &ExternalEntry> {
+        self.entities.values()
+    }
+
+    /// Every Node, the local one merged with what `LocalNode` adds.
+    pub fn nodes(&self) -> Vec<NodeEntry> {
+        let mut names: BTreeSet<&str> = self.nodes.keys().map(String::as_str).collect();
+        names.insert(&self.local.name);
+        names
+            .into_iter()
+            .filter_map(|n| self.effective_node(n))
+            .collect()
+    }
+
+    pub fn named_ports(&self) -> &NamedPorts {
+        &self.named_ports
+    }
+
+    pub fn names(&self) -> &Names {
+        &self.names
+    }
+
+    /// Changes whenever [`Selections::named_ports`] or
+    /// [`Selections::names`] does.
+    pub fn directory_version(&self) -> u64 {
+        self.directory_changes
+    }
+
+    /// Node `name` as selections see it: the local Node has the
+    /// configured labels and the host's addresses and those of the
+    /// ExternalEntities of this ExternalNode added.
+    pub fn effective_node(&self, name: &str) -> Option<NodeEntry> {
+        let object = self.nodes.get(name);
+        if name != self.local.name {
+            return object.cloned();
+        }
+        let mut node = object.cloned().unwrap_or_else(|| NodeEntry {
+            name: name.to_string(),
+            labels: Labels::new(),
+            ips: Vec::new(),
+        });
+        node.labels.extend(
+            self.local
+                .labels
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone())),
+        );
+        let local_entities = self
+            .entities
+            .values()
+            .filter(|e| e.external_node.as_deref() == Some(name))
+            .flat_map(|e| e.ips.iter());
+        for ip in self.local.addresses.iter().chain(local_entities) {
+            if !node.ips.contains(ip) {
+                node.ips.push(*ip);
+            }
+        }
+        Some(node)
+    }
+
+    /// Applies one change to the inventory and the sets in use.
+    pub fn apply(&mut self, delta: Delta) {
+        match delta {
+            Delta::Pod {
+                namespace,
+                name,
+                pod,
+            } => self.set_pod(namespace, name, pod),
+            Delta::Namespace { name, labels } => self.set_namespace(name, labels),
+            Delta::Node { name, node } => {
+                let before = self.effective_node(&name);
+                match node {
+                    Some(node) => self.nodes.insert(name.clone(), node),
+                    None => self.nodes.remove(&name),
+                };
+                self.node_moved(&name, before);
+            }
+            Delta::Entity {
+                namespace,
+                name,
+                entity,
+            } => self.set_entity(namespace, name, entity),
+        }
+    }
+
+    /// The local Node changed (a reload reads its labels and addresses
+    /// again).
+    pub fn set_local(&mut self, local: &LocalNode) {
+        if *local == self.local {
+            return;
+        }
+        let old_name = self.local.name.clone();
+        let before_old = self.effective_node(&old_name);
+        let before_new = self.effective_node(&local.name);
+        self.local = local.clone();
+        self.local_pods = self
+            .pod_ids
+            .iter()
+            .filter(|(_, &id)| {
+                self.pods[id as usize]
+                    .as_ref()
+                    .is_some_and(|p| p.is_on(&local.name))
+            })
+            .map(|(key, &id)| (key.clone(), id))
+            .collect();
+        self.node_moved(&old_name, before_old);
+        if local.name != old_name {
+            self.node_moved(&local.name, before_new);
+        }
+    }
+
+    fn refresh_local_node(&mut self, before: Option<NodeEntry>) {
+        let name = self.local.name.clone();
+        self.node_moved(&name, before);
+    }
+
+    /// The address set of `selection`, computed on first use; marks it
+    /// used (see [`Selections::begin`]).
+    pub fn addresses(&mut self, selection: &Selection) -> Arc<HashSet<IpAddr>> {
+        let id = match self.ids.get(selection) {
+            Some(&id) => id,
+            None => self.start(selection.clone()),
+        };
+        let membership = self.memberships[id as usize]
+            .as_mut()
+            .expect("an id names a membership");
+        membership.used = true;
+        membership.settle();
+        Arc::clone(&membership.set)
+    }
+
+    /// Whether `selection` is in use (its set kept up to date).
+    pub fn in_use(&self, selection: &Selection) -> bool {
+        self.ids.contains_key(selection)
+    }
+
+    /// Every selection in use.
+    pub fn selections(&self) -> impl Iterator<Item = &Selection> {
+        self.memberships.iter().flatten().map(|m| &m.selection)
+    }
+
+    /// Starts a pass of [`Selections::addresses`] calls: selections not
+    /// asked for again before [`Selections::end`] are dropped.
+    pub fn begin(&mut self) {
+        for membership in self.memberships.iter_mut().flatten() {
+            membership.used = false;
+        }
+    }
+
+    /// Drops the selections not used since [`Selections::begin`].
+    pub fn end(&mut self) {
+        let unused: Vec<Selection> = self
+            .memberships
+            .iter()
+            .flatten()
+            .filter(|m| !m.used)
+            .map(|m| m.selection.clone())
+            .collect();
+        for selection in unused {
+            self.stop(&selection);
+        }
+    }
+
+    /// Stops keeping `selection`.
+    pub fn stop(&mut self, selection: &Selection) {
+        let Some(id) = self.ids.remove(selection) else {
+            return;
+        };
+        self.memberships[id as usize] = None;
+        self.pod_unscoped.remove(&id);
+        self.node_selections.remove(&id);
+        self.entity_selections.remove(&id);
+        if let Some(ns) = single_namespace(selection) {
+            if let Some(ids) = self.pod_scoped.get_mut(ns) {
+                ids.remove(&id);
+                if ids.is_empty() {
+                    self.pod_scoped.remove(ns);
+                }
+            }
+        }
+    }
+
+    /// The selections whose address sets changed since last asked, with
+    /// their new sets.
+    pub fn take_changed(&mut self) -> Vec<(Selection, Arc<HashSet<IpAddr>>)> {
+        self.memberships
+            .iter_mut()
+            .flatten()
+            .filter_map(|m| m.settle().then(|| (m.selection.clone(), Arc::clone(&m.set))))
+            .collect()
+    }
+
+    /// Whether any set has changes not yet taken.
+    pub fn has_changes(&self) -> bool {
+        self.memberships
+            .iter()
+            .flatten()
+            .any(|m| !m.touched.is_empty())
+    }
+
+    fn start(&mut self, selection: Selection) -> u32 {
+        let id = match self.memberships.iter().position(Option::is_none) {
+            Some(free) => free as u32,
+            None => {
+                self.memberships.push(None);
+                (self.memberships.len() - 1) as u32
+            }
+        };
+        let mut membership = Membership {
+            selection: selection.clone(),
+            counts: HashMap::new(),
+            set: Arc::new(HashSet::new()),
+            touched: Vec::new(),
+            used: true,
+        };
+        match selection.member_kind() {
+            MemberKind::Pod => {
+                for pod in self.pod_candidates(&selection) {
+                    let Some(pod) = self.pods[pod as usize].as_ref() else {
+                        continue;
+                    };
+                    if selection.matches_pod(pod, self.namespace_labels(&pod.namespace)) {
+                        membership.add(&pod.ips);
+                    }
+                }
+                match single_namespace(&selection) {
+                    Some(ns) => {
+                        self.pod_scoped.entry(ns.to_string()).or_default().insert(id);
+                    }
+                    None => {
+                        self.pod_unscoped.insert(id);
+                    }
+                }
+            }
+            MemberKind::Node => {
+                for node in self.nodes() {
+                    if selection.matches_node(&node) {
+                        membership.add(&node.ips);
+                    }
+                }
+                self.node_selections.insert(id);
+            }
+            MemberKind::Entity => {
+                for entity in self.entities.values() {
+                    if selection.matches_entity(entity, self.namespace_labels(&entity.namespace)) {
+                        membership.add(&entity.ips);
+                    }
+                }
+                self.entity_selections.insert(id);
+            }
+        }
+        membership.settle();
+        self.memberships[id as usize] = Some(membership);
+        self.ids.insert(selection, id);
+        id
+    }
+
+    /// Pods that may match a Pod selection: those of its Namespaces, or
+    /// of its rarest `matchLabels` pair, or all.
+    fn pod_candidates(&self, selection: &Selection) -> Vec<PodId> {
+        let in_namespaces = |names: &[&str]| -> Vec<PodId> {
+            names
+                .iter()
+                .filter_map(|n| self.pods_by_namespace.get(*n))
+                .flatten()
+                .copied()
+                .collect()
+        };
+        match selection {
+            Selection::ServiceAccount { namespace, .. } => in_namespaces(&[namespace]),
+            Selection::Pods {
+                namespaces: NamespaceScope::Names(names),
+                ..
+            } => in_namespaces(&names.iter().map(String::as_str).collect::<Vec<_>>()),
+            Selection::Pods {
+                pods: Some(selector),
+                ..
+            } if !selector.match_labels.is_empty() => {
+                let mut best: Option<&HashSet<PodId>> = None;
+                let empty = HashSet::new();
+                for (k, v) in &selector.match_labels {
+                    let posting = self
+                        .pods_by_label
+                        .get(k)
+                        .and_then(|values| values.get(v))
+                        .unwrap_or(&empty);
+                    if best.is_none_or(|b| posting.len() < b.len()) {
+                        best = Some(posting);
+                    }
+                }
+                best.map(|b| b.iter().copied().collect()).unwrap_or_default()
+            }
+            _ => (0..self.pods.len() as PodId).collect(),
+        }
+    }
+
+    /// The ids of the Pod selections a Pod of Namespace `ns` may change.
+    fn pod_selections_for(&self, ns: &str) -> Vec<u32> {
+        self.pod_scoped
+            .get(ns)
+            .into_iter()
+            .flatten()
+            .chain(&self.pod_unscoped)
+            .copied()
+            .collect()
+    }
+
+    fn set_pod(&mut self, namespace: String, name: String, pod: Option<PodEntry>) {
+        let key = (namespace, name);
+        let old = self
+            .pod_ids
+            .get(&key)
+            .and_then(|&id| self.pods[id as usize].clone());
+        if old == pod {
+            return;
+        }
+        let old_labels = old
+            .as_ref()
+            .and_then(|o| self.namespace_labels(&o.namespace).cloned());
+        if let Some(old) = &old {
+            self.unindex_pod(&key, old);
+        }
+        if let Some(new) = &pod {
+            self.index_pod(&key, new.clone());
+        }
+        // Membership of every selection that may have seen either version.
+        let mut candidates: BTreeSet<u32> = BTreeSet::new();
+        for version in old.iter().chain(pod.iter()) {
+            candidates.extend(self.pod_selections_for(&version.namespace));
+        }
+        for id in candidates {
+            let Some(membership) = self.memberships[id as usize].as_mut() else {
+                continue;
+            };
+            let was = old
+                .as_ref()
+                .filter(|o| membership.selection.matches_pod(o, old_labels.as_ref()));
+            let now = pod.as_ref().filter(|p| {
+                let labels = self
+                    .namespaces
+                    .get(&p.namespace)
+                    .map(NamespaceState::labels);
+                membership.selection.matches_pod(p, labels)
+            });
+            membership.moved(
+                was.map(|o| o.ips.as_slice()),
+                now.map(|p| p.ips.as_slice()),
+            );
+        }
+        self.directory_pod(&key, old.as_ref(), pod.as_ref());
+    }
+
+    fn index_pod(&mut self, key: &(String, String), pod: PodEntry) {
+        let id = match self.pod_ids.get(key) {
+            Some(&id) => id,
+            None => {
+                let id = self.free.pop().unwrap_or_else(|| {
+                    self.pods.push(None);
+                    (self.pods.len() - 1) as PodId
+                });
+                self.pod_ids.insert(key.clone(), id);
+                id
+            }
+        };
+        self.pods_by_namespace
+            .entry(pod.namespace.clone())
+            .or_default()
+            .insert(id);
+        for (k, v) in &pod.labels {
+            self.pods_by_label
+                .entry(k.clone())
+                .or_default()
+                .entry(v.clone())
+                .or_default()
+                .insert(id);
+        }
+        self.join_namespace(&pod.namespace);
+        if pod.is_on(&self.local.name) {
+            self.local_pods.insert(key.clone(), id);
+        }
+        self.pods[id as usize] = Some(pod);
+    }
+
+    fn unindex_pod(&mut self, key: &(String, String), pod: &PodEntry) {
+        let Some(id) = self.pod_ids.remove(key) else {
+            return;
+        };
+        if let Some(ids) = self.pods_by_namespace.get_mut(&pod.namespace) {
+            ids.remove(&id);
+            if ids.is_empty() {
+                self.pods_by_namespace.remove(&pod.namespace);
+            }
+        }
+        for (k, v) in &pod.labels {
+            if let Some(values) = self.pods_by_label.get_mut(k) {
+                if let Some(ids) = values.get_mut(v) {
+                    ids.remove(&id);
+                    if ids.is_empty() {
+                        values.remove(v);
+                    }
+                }
+                if values.is_empty() {
+                    self.pods_by_label.remove(k);
+                }
+            }
+        }
+        self.pods[id as usize] = None;
+        self.local_pods.remove(key);
+        self.free.push(id);
+        self.leave_namespace(&pod.namespace);
+    }
+
+    fn join_namespace(&mut self, ns: &str) {
+        let state = self
+            .namespaces
+            .entry(ns.to_string())
+            .or_insert_with(|| NamespaceState {
+                implicit: name_label(ns),
+                ..NamespaceState::default()
+            });
+        state.members += 1;
+    }
+
+    fn leave_namespace(&mut self, ns: &str) {
+        if let Some(state) = self.namespaces.get_mut(ns) {
+            state.members -= 1;
+            if state.members == 0 && state.object.is_none() {
+                self.namespaces.remove(ns);
+            }
+        }
+    }
+
+    /// Names and named ports follow a Pod's addresses.
+    fn directory_pod(&mut self, key: &(String, String), old: Option<&PodEntry>, new: Option<&PodEntry>) {
+        let name = format!("{}/{}", key.0, key.1);
+        let old_ips = old.map(|p| p.ips.as_slice());
+        let new_ips = new.map(|p| p.ips.as_slice());
+        if old_ips != new_ips {
+            Names::set(&mut self.names.main, name, new_ips);
+            self.directory_changes += 1;
+        }
+        let ports = |p: Option<&PodEntry>| {
+            p.filter(|p| !p.named_ports.is_empty())
+                .map(|p| (p.ips.clone(), p.named_ports.clone()))
+        };
+        let (before, after) = (ports(old), ports(new));
+        if before == after {
+            return;
+        }
+        let mut touched = Vec::new();
+        if let Some((ips, _)) = &before {
+            for ip in ips {
+                if let Some(by_pod) = self.named.get_mut(ip) {
+                    by_pod.remove(key);
+                    if by_pod.is_empty() {
+                        self.named.remove(ip);
+                    }
+                }
+                touched.push(*ip);
+            }
+        }
+        if let Some((ips, named)) = &after {
+            let named: Arc<[NamedPort]> = named.clone().into();
+            for ip in ips {
+                self.named
+                    .entry(*ip)
+                    .or_default()
+                    .insert(key.clone(), Arc::clone(&named));
+                touched.push(*ip);
+            }
+        }
+        for ip in touched {
+            let ports = self
+                .named
+                .get(&ip)
+                .and_then(|by_pod| by_pod.values().next_back().cloned());
+            self.named_ports.set(ip, ports);
+        }
+        self.directory_changes += 1;
+    }
+
+    fn set_namespace(&mut self, name: String, labels: Option<Labels>) {
+        let before = self.namespace_labels(&name).cloned();
+        let state = self
+            .namespaces
+            .entry(name.clone())
+            .or_insert_with(|| NamespaceState {
+                implicit: name_label(&name),
+                ..NamespaceState::default()
+            });
+        state.object = labels;
+        if state.object.is_none() && state.members == 0 {
+            self.namespaces.remove(&name);
+        }
+        let after = self.namespace_labels(&name).cloned();
+        if before == after {
+            return;
+        }
+        // Only selections that read Namespace labels can change.
+        let readers: Vec<u32> = self
+            .memberships
+            .iter()
+            .flatten()
+            .filter(|m| m.selection.reads_namespace_labels())
+            .map(|m| self.ids[&m.selection])
+            .collect();
+        if readers.is_empty() {
+            return;
+        }
+        let pods: Vec<PodEntry> = self
+            .pods_by_namespace
+            .get(&name)
+            .into_iter()
+            .flatten()
+            .filter_map(|&id| self.pods[id as usize].clone())
+            .collect();
+        let entities: Vec<ExternalEntry> = self
+            .entities
+            .values()
+            .filter(|e| e.namespace == name)
+            .cloned()
+            .collect();
+        for id in readers {
+            let Some(membership) = self.memberships[id as usize].as_mut() else {
+                continue;
+            };
+            for pod in &pods {
+                let was = membership.selection.matches_pod(pod, before.as_ref());
+                let now = membership.selection.matches_pod(pod, after.as_ref());
+                membership.moved(
+                    was.then_some(pod.ips.as_slice()),
+                    now.then_some(pod.ips.as_slice()),
+                );
+            }
+            for entity in &entities {
+                let was = membership.selection.matches_entity(entity, before.as_ref());
+                let now = membership.selection.matches_entity(entity, after.as_ref());
+                membership.moved(
+                    was.then_some(entity.ips.as_slice()),
+                    now.then_some(entity.ips.as_slice()),
+                );
+            }
+        }
+    }
+
+    fn set_entity(&mut self, namespace: String, name: String, entity: Option<ExternalEntry>) {
+        let key = (namespace, name);
+        let old = self.entities.get(&key).cloned();
+        if old == entity {
+            return;
+        }
+        let local = self.local.name.clone();
+        let touches_local = old
+            .iter()
+            .chain(entity.iter())
+            .any(|e| e.external_node.as_deref() == Some(local.as_str()));
+        let local_before = touches_local.then(|| self.effective_node(&local)).flatten();
+        let old_labels = old
+            .as_ref()
+            .and_then(|o| self.namespace_labels(&o.namespace).cloned());
+        if let Some(old) = &old {
+            self.entities.remove(&key);
+            self.leave_namespace(&old.namespace);
+        }
+        if let Some(new) = &entity {
+            self.join_namespace(&new.namespace);
+            self.entities.insert(key.clone(), new.clone());
+        }
+        let ids: Vec<u32> = self.entity_selections.iter().copied().collect();
+        for id in ids {
+            let Some(membership) = self.memberships[id as usize].as_mut() else {
+                continue;
+            };
+            let was = old
+                .as_ref()
+                .filter(|o| membership.selection.matches_entity(o, old_labels.as_ref()));
+            let now = entity.as_ref().filter(|e| {
+                let labels = self
+                    .namespaces
+                    .get(&e.namespace)
+                    .map(NamespaceState::labels);
+                membership.selection.matches_entity(e, labels)
+            });
+            membership.moved(
+                was.map(|o| o.ips.as_slice()),
+                now.map(|e| e.ips.as_slice()),
+            );
+        }
+        let name = format!("{}/{}", key.0, key.1);
+        let ips = |e: Option<&ExternalEntry>| e.map(|e| e.ips.clone());
+        if ips(old.as_ref()) != ips(entity.as_ref()) {
+            Names::set(
+                &mut self.names.entities,
+                name,
+                entity.as_ref().map(|e| e.ips.as_slice()),
+            );
+            self.directory_changes += 1;
+        }
+        if touches_local {
+            self.node_moved(&local, local_before);
+        }
+    }
+
+    /// Node `name` was `before`: moves it in the Node selections and the
+    /// names.
+    fn node_moved(&mut self, name: &str, before: Option<NodeEntry>) {
+        let after = self.effective_node(name);
+        if before == after {
+            return;
+        }
+        let ids: Vec<u32> = self.node_selections.iter().copied().collect();
+        for id in ids {
+            let Some(membership) = self.memberships[id as usize].as_mut() else {
+                continue;
+            };
+            let was = before
+                .as_ref()
+                .filter(|n| membership.selection.matches_node(n));
+            let now = after
+                .as_ref()
+                .filter(|n| membership.selection.matches_node(n));
+            membership.moved(
+                was.map(|n| n.ips.as_slice()),
+                now.map(|n| n.ips.as_slice()),
+            );
+        }
+        let ips = |n: &Option<NodeEntry>| n.as_ref().map(|n| n.ips.clone());
+        if ips(&before) != ips(&after) {
+            Names::set(
+                &mut self.names.main,
+                format!("node:{name}"),
+                after.as_ref().map(|n| n.ips.as_slice()),
+            );
+            self.directory_changes += 1;
+        }
+    }
+}
+
+/// The one Namespace a Pod selection looks in, if it looks in one.
+fn single_namespace(selection: &Selection) -> Option<&str> {
+    match selection {
+        Selection::ServiceAccount { namespace, .. } => Some(namespace),
+        Selection::Pods {
+            namespaces: NamespaceScope::Names(names),
+            ..
+        } if names.len() == 1 => Some(&names[0]),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+impl NamedPorts {
+    pub(crate) fn fingerprint(&self) -> String {
+        let sorted: BTreeMap<_, _> = self.0.iter().collect();
+        format!("{sorted:?}")
+    }
+}
+
+#[cfg(test)]
+impl Names {
+    pub(crate) fn fingerprint(&self) -> String {
+        format!("{:?} {:?}", self.main, self.entities)
+    }
+}
