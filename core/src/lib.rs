@@ -58,6 +58,7 @@ pub mod marks;
 pub mod model;
 pub mod netlink;
 pub mod packet;
+pub mod review;
 pub mod ruleset;
 pub mod tls;
 pub mod validate;

@@ -99,6 +99,33 @@ impl Kind {
         }
     }
 
+    /// The `apiVersion` and `kind` a document of this kind is written
+    /// with (the newest version [`Kind::from_type`] reads).
+    pub fn type_meta(self) -> (&'static str, &'static str) {
+        match self {
+            Kind::Tier => ("crd.antrea.io/v1beta1", "Tier"),
+            Kind::ClusterNetworkPolicy => ("crd.antrea.io/v1beta1", "ClusterNetworkPolicy"),
+            Kind::AntreaNetworkPolicy => ("crd.antrea.io/v1beta1", "NetworkPolicy"),
+            Kind::ClusterGroup => ("crd.antrea.io/v1beta1", "ClusterGroup"),
+            Kind::Group => ("crd.antrea.io/v1beta1", "Group"),
+            Kind::K8sNetworkPolicy => ("networking.k8s.io/v1", "NetworkPolicy"),
+            Kind::Node => ("v1", "Node"),
+            Kind::Namespace => ("v1", "Namespace"),
+            Kind::Pod => ("v1", "Pod"),
+            Kind::Service => ("v1", "Service"),
+            Kind::ServiceAccount => ("v1", "ServiceAccount"),
+            Kind::ExternalEntity => ("crd.antrea.io/v1alpha2", "ExternalEntity"),
+            Kind::AdminNetworkPolicy => ("policy.networking.k8s.io/v1alpha1", "AdminNetworkPolicy"),
+            Kind::BaselineAdminNetworkPolicy => (
+                "policy.networking.k8s.io/v1alpha1",
+                "BaselineAdminNetworkPolicy",
+            ),
+            Kind::NpClusterNetworkPolicy => {
+                ("policy.networking.k8s.io/v1alpha2", "ClusterNetworkPolicy")
+            }
+        }
+    }
+
     pub fn is_namespaced(self) -> bool {
         !matches!(
             self,
@@ -143,6 +170,28 @@ pub enum Object {
 }
 
 impl Object {
+    /// The object as a document [`crate::decode::parse_documents`] reads
+    /// back to an equal object: its serialized form with `apiVersion` and
+    /// `kind` (how the status API hands the agent's snapshot to `tollgate
+    /// diff live`).
+    pub fn to_document(&self) -> serde_json::Value {
+        let (api_version, kind) = self.kind().type_meta();
+        let mut document = match serde_json::to_value(self) {
+            // Externally tagged: `{"Pod": {...}}`.
+            Ok(serde_json::Value::Object(tagged)) => tagged
+                .into_iter()
+                .next()
+                .map(|(_, body)| body)
+                .unwrap_or_default(),
+            _ => serde_json::Value::Null,
+        };
+        if let serde_json::Value::Object(map) = &mut document {
+            map.insert("apiVersion".into(), api_version.into());
+            map.insert("kind".into(), kind.into());
+        }
+        document
+    }
+
     pub fn kind(&self) -> Kind {
         match self {
             Object::Tier(_) => Kind::Tier,

@@ -114,6 +114,35 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// The decision of both directions: the egress verdict unless egress
+    /// allows, then the ingress verdict; when allowed, the `l7Protocols`
+    /// of each deciding rule that has them. [`Ruleset::classify`] decides
+    /// by it, and so does a decision whose directions were evaluated by
+    /// the rulesets of two Nodes (the source's and the destination's).
+    pub fn of(egress: DirectionDecision, ingress: DirectionDecision, key_only: bool) -> Decision {
+        let verdict = match (egress.verdict(), ingress.verdict()) {
+            (Verdict::Allow, v) => v,
+            (v, _) => v,
+        };
+        let l7 = if verdict == Verdict::Allow {
+            [&egress, &ingress]
+                .iter()
+                .filter_map(|d| d.rule())
+                .filter(|r| !r.l7.is_empty())
+                .map(|r| r.l7.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Decision {
+            verdict,
+            egress,
+            ingress,
+            l7,
+            key_only,
+        }
+    }
+
     /// The direction that settled the verdict: a denying one (egress
     /// first), else the one whose rule allowed (ingress first).
     pub fn deciding(&self) -> &DirectionDecision {
@@ -154,27 +183,7 @@ impl Ruleset {
         let beyond_key = Cell::new(false);
         let egress = self.evaluate(src, Direction::Egress, flow, flow.dst, fqdn, &beyond_key);
         let ingress = self.evaluate(dst, Direction::Ingress, flow, flow.src, fqdn, &beyond_key);
-        let verdict = match (egress.verdict(), ingress.verdict()) {
-            (Verdict::Allow, v) => v,
-            (v, _) => v,
-        };
-        let l7 = if verdict == Verdict::Allow {
-            [&egress, &ingress]
-                .iter()
-                .filter_map(|d| d.rule())
-                .filter(|r| !r.l7.is_empty())
-                .map(|r| r.l7.clone())
-                .collect()
-        } else {
-            Vec::new()
-        };
-        Decision {
-            verdict,
-            egress,
-            ingress,
-            l7,
-            key_only: !beyond_key.get(),
-        }
+        Decision::of(egress, ingress, !beyond_key.get())
     }
 
     /// The endpoints of the flow's source and destination, if enforced.
@@ -355,39 +364,9 @@ impl Ruleset {
         if !rule.peers.fqdns.is_empty() || rule.services.iter().any(ServiceMatch::has_source) {
             beyond_key.set(true);
         }
-        let protocol = port_protocol(&flow.transport);
-        let dst_port = flow.transport.dst_port();
-        if let Some(node_ports) = &rule.node_ports {
-            let hit = protocol
-                .zip(dst_port)
-                .is_some_and(|key| node_ports.contains(&key));
-            if !hit {
-                return false;
-            }
-        }
-        if !rule.services.is_empty() {
-            let named = |name: &str, proto: PortProtocol| {
-                self.named_ports.get(&flow.dst).and_then(|ports| {
-                    ports
-                        .iter()
-                        .find(|(n, p, _)| n == name && *p == proto)
-                        .map(|(_, _, port)| *port)
-                })
-            };
-            if !rule.services.iter().any(|s| s.matches(flow, named)) {
-                return false;
-            }
-        }
-        let peers = &rule.peers;
-        peers.any
-            || peers.addresses.iter().any(|set| set.contains(&peer))
-            || peers.blocks.iter().any(|b| b.contains(peer))
-            || peers
-                .fqdns
-                .iter()
-                .any(|&i| fqdn.resolves_to(&self.fqdn_patterns[i as usize], peer))
-            || peers.services.iter().any(|&(ip, proto, port)| {
-                ip == flow.dst && protocol == Some(proto) && dst_port == Some(port)
-            })
+        let named = |name: &str, proto: PortProtocol| self.named_port(flow.dst, name, proto);
+        rule.transport_matches(flow, named)
+            && (rule.peers.matches_address(peer, fqdn, &self.fqdn_patterns)
+                || rule.peers.matches_service(flow))
     }
 }

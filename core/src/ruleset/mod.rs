@@ -5,6 +5,7 @@
 //! resolves a selector, and it does no I/O and reads no clock.
 
 mod classify;
+mod facts;
 mod index;
 mod rule;
 
@@ -19,7 +20,7 @@ use crate::model::PortProtocol;
 pub use classify::{Consulted, DecidedBy, Decision, DirectionDecision, Outcome};
 pub(crate) use index::RuleLists;
 use index::{build_tables, EndpointTable};
-pub(crate) use rule::{Block, CompiledRule, PeerMatch, ServiceMatch};
+pub(crate) use rule::{Block, CompiledRule, FieldRange, PeerMatch, ServiceMatch};
 pub use rule::{PolicyKind, PolicyRef, RuleRef};
 
 /// What the datapath must send to userspace: new connections from or to

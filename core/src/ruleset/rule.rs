@@ -10,6 +10,7 @@ use std::sync::Arc;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+use crate::fqdn::{FqdnLookup, FqdnPattern};
 use crate::model::{Direction, L7Protocol, PortProtocol, RuleAction};
 use crate::packet::flow::{Flow, Transport};
 
@@ -153,6 +154,48 @@ pub(crate) struct PeerMatch {
     pub services: Vec<(IpAddr, PortProtocol, u16)>,
 }
 
+impl PeerMatch {
+    /// Whether `peer` is one of the addresses the peers name: any, an
+    /// address set, a block, or an address `fqdn` says one of the rule's
+    /// FQDN selectors (indices into `patterns`) resolved to.
+    pub fn matches_address(
+        &self,
+        peer: IpAddr,
+        fqdn: &dyn FqdnLookup,
+        patterns: &[FqdnPattern],
+    ) -> bool {
+        self.any
+            || self.addresses.iter().any(|set| set.contains(&peer))
+            || self.blocks.iter().any(|b| b.contains(peer))
+            || self
+                .fqdns
+                .iter()
+                .any(|&i| fqdn.resolves_to(&patterns[i as usize], peer))
+    }
+
+    /// Whether the flow goes to one of the `toServices` (ClusterIP,
+    /// protocol and port together).
+    pub fn matches_service(&self, flow: &Flow) -> bool {
+        let protocol = port_protocol(&flow.transport);
+        let dst_port = flow.transport.dst_port();
+        self.services.iter().any(|&(ip, proto, port)| {
+            ip == flow.dst && protocol == Some(proto) && dst_port == Some(port)
+        })
+    }
+}
+
+/// A range of one field of a flow that a rule's match reads: where,
+/// along that field, whether the rule matches can change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum FieldRange {
+    DstPort(PortProtocol, u16, u16),
+    SrcPort(PortProtocol, u16, u16),
+    IcmpType(u8),
+    IcmpCode(u8),
+    IgmpType(u8),
+    IgmpGroup(Ipv4Addr),
+}
+
 /// A rule ready to be matched against flows.
 #[derive(Clone, Debug)]
 pub(crate) struct CompiledRule {
@@ -168,6 +211,47 @@ impl CompiledRule {
     /// The rule's action (`Pass` included).
     pub fn action(&self) -> RuleAction {
         self.reference.action
+    }
+
+    /// Whether the flow's protocol and ports are the rule's: its NodePort
+    /// restriction and its `ports`/`protocols` (a named port resolved by
+    /// `named` on the destination).
+    pub fn transport_matches(
+        &self,
+        flow: &Flow,
+        named: impl Fn(&str, PortProtocol) -> Option<u16>,
+    ) -> bool {
+        if let Some(node_ports) = &self.node_ports {
+            let key = port_protocol(&flow.transport).zip(flow.transport.dst_port());
+            if !key.is_some_and(|key| node_ports.contains(&key)) {
+                return false;
+            }
+        }
+        self.services.is_empty() || self.services.iter().any(|s| s.matches(flow, &named))
+    }
+
+    /// Every range of a flow's fields that [`CompiledRule::transport_matches`]
+    /// and [`PeerMatch::matches_service`] read for flows to `dst` (a named
+    /// port resolved by `named`): between two consecutive boundaries of
+    /// these ranges, the rule matches every value or none.
+    pub fn field_ranges(
+        &self,
+        dst: IpAddr,
+        named: impl Fn(&str, PortProtocol) -> Option<u16>,
+    ) -> Vec<FieldRange> {
+        let mut out = Vec::new();
+        for &(protocol, port) in self.node_ports.iter().flatten() {
+            out.push(FieldRange::DstPort(protocol, port, port));
+        }
+        for &(ip, protocol, port) in &self.peers.services {
+            if ip == dst {
+                out.push(FieldRange::DstPort(protocol, port, port));
+            }
+        }
+        for service in &self.services {
+            service.field_ranges(&named, &mut out);
+        }
+        out
     }
 }
 
@@ -197,6 +281,54 @@ impl ServiceMatch {
                 ..
             }
         )
+    }
+
+    /// The ranges of a flow's fields this entry reads (see
+    /// [`CompiledRule::field_ranges`]); a named port that `named` does
+    /// not resolve reads none (it matches nothing).
+    fn field_ranges(
+        &self,
+        named: impl Fn(&str, PortProtocol) -> Option<u16>,
+        out: &mut Vec<FieldRange>,
+    ) {
+        let (protocol, source) = match self {
+            ServiceMatch::Protocol { protocol, source } => (*protocol, source),
+            ServiceMatch::Ports {
+                protocol,
+                first,
+                last,
+                source,
+            } => {
+                out.push(FieldRange::DstPort(*protocol, *first, *last));
+                (*protocol, source)
+            }
+            ServiceMatch::Named {
+                protocol,
+                name,
+                source,
+            } => {
+                if let Some(port) = named(name, *protocol) {
+                    out.push(FieldRange::DstPort(*protocol, port, port));
+                }
+                (*protocol, source)
+            }
+            ServiceMatch::Icmp {
+                icmp_type,
+                icmp_code,
+            } => {
+                out.extend(icmp_type.map(FieldRange::IcmpType));
+                out.extend(icmp_code.map(FieldRange::IcmpCode));
+                return;
+            }
+            ServiceMatch::Igmp { igmp_type, group } => {
+                out.extend(igmp_type.map(FieldRange::IgmpType));
+                out.extend(group.map(FieldRange::IgmpGroup));
+                return;
+            }
+        };
+        if let Some((first, last)) = source {
+            out.push(FieldRange::SrcPort(protocol, *first, *last));
+        }
     }
 
     /// Whether the flow's transport matches; `named` resolves a named port on
