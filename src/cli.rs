@@ -43,6 +43,10 @@ pub enum Command {
     },
     /// Show which rule decides a flow, and why.
     Trace(TraceArgs),
+    /// Every connection a policy change opens, closes or otherwise
+    /// changes: all (source, destination, protocol, port) the two sides
+    /// tell apart, each row with the deciding rule before and after.
+    Diff(DiffArgs),
     /// List objects.
     Get {
         #[command(subcommand)]
@@ -265,6 +269,11 @@ pub enum GetCommand {
         #[command(flatten)]
         output: GetOutputArgs,
     },
+    /// Who can reach whom: endpoint × endpoint, one column per port, each
+    /// cell A (Allow), D (Drop), R (Reject), L (allowed subject to L7
+    /// rules), ~ (not all alike), - (no such named port): of the running
+    /// agent, or of the given files with `--policies`.
+    Matrix(MatrixArgs),
     /// Objects the running agent skips or enforces only in part in
     /// Kubernetes mode, with the reasons its Kubernetes Events give.
     Skipped {
@@ -425,6 +434,100 @@ fn parse_u8(s: &str) -> Result<u8, String> {
         None => s.parse(),
     };
     parsed.map_err(|e| format!("{s:?}: {e}"))
+}
+
+/// Options of `tollgate diff`.
+#[derive(Args, Clone, Debug)]
+pub struct DiffArgs {
+    /// The policies before: a directory, `git:REV:PATH` (a directory of
+    /// the repository at a revision, read with `git`), or `live` (the
+    /// running agent's).
+    #[arg(value_name = "OLD")]
+    pub old: String,
+    /// The policies after, as OLD.
+    #[arg(value_name = "NEW")]
+    pub new: String,
+    /// Take the inventory (Nodes, Namespaces, Pods, Services, service
+    /// accounts, ExternalEntities) of both sides from here, a directory,
+    /// `git:REV:PATH` or `live`, so that only the policies change.
+    #[arg(long, value_name = "DIR|git:REV:PATH|live")]
+    pub inventory: Option<String>,
+    /// `text` (default), `json` (the documented contract), `yaml`, `csv`,
+    /// `md` (a pull-request comment), `dot` (a graph), `matrix` (the
+    /// `get matrix` table with the changed cells marked `before>after`).
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
+    pub output: DiffOutput,
+    /// One row per pair of endpoints instead of per class.
+    #[arg(long)]
+    pub expand: bool,
+    /// Exit 1 when there are changes (of the `--fail-on` kind), 0 when
+    /// none, 2 on any error.
+    #[arg(long)]
+    pub exit_code: bool,
+    /// What `--exit-code` counts: `opened`, `closed` or `any` (default).
+    #[arg(long, value_enum, default_value = "any", requires = "exit_code")]
+    pub fail_on: FailOn,
+    #[command(flatten)]
+    pub socket: SocketArgs,
+    /// The default Node of a directory or revision (Pods without
+    /// `nodeName` run there).
+    #[command(flatten)]
+    pub node: NodeArgs,
+}
+
+/// `-o` of `tollgate diff`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DiffOutput {
+    Text,
+    Json,
+    Yaml,
+    Csv,
+    Md,
+    Dot,
+    Matrix,
+}
+
+/// `--fail-on` of `tollgate diff`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FailOn {
+    Opened,
+    Closed,
+    Any,
+}
+
+/// Options of `tollgate get matrix`.
+#[derive(Args, Clone, Debug)]
+pub struct MatrixArgs {
+    /// Policy files or directories (offline); default: ask the agent.
+    #[arg(long)]
+    pub policies: Vec<PathBuf>,
+    #[command(flatten)]
+    pub socket: SocketArgs,
+    #[command(flatten)]
+    pub node: NodeArgs,
+    /// Only the endpoints of this Namespace.
+    #[arg(short = 'n', long, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+    /// The columns, comma-separated: `80` (TCP), `53/udp`, `http` (a named
+    /// container port), `icmp` (echo). Default: every port the rules name.
+    #[arg(long, value_name = "PORTS", value_delimiter = ',')]
+    pub ports: Vec<String>,
+    /// Group the endpoints of a Namespace by the value of this label.
+    #[arg(long, value_name = "LABEL")]
+    pub group_by: Option<String>,
+    /// `table` (default), `md`, `csv`, `json`, `dot`.
+    #[arg(short = 'o', long, value_enum, default_value = "table")]
+    pub output: MatrixOutput,
+}
+
+/// `-o` of `tollgate get matrix`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum MatrixOutput {
+    Table,
+    Md,
+    Csv,
+    Json,
+    Dot,
 }
 
 /// Output format of `trace` and `status`.

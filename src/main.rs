@@ -53,6 +53,7 @@ fn run(command: Command) -> Result<ExitCode, CommandError> {
         Command::Run(args) => Ok(run_agent(args)),
         Command::Validate { paths } => commands::validate(&paths),
         Command::Trace(args) => commands::trace(&args),
+        Command::Diff(args) => commands::diff(&args),
         Command::Get { what } => commands::get(&what),
         Command::Cleanup => commands::cleanup(),
         Command::Status {

@@ -320,6 +320,7 @@ impl Starting {
         let ruleset = base
             .generations
             .stamp(compile(snapshot, &node), snapshot, &node);
+        base.status.compiled(Arc::new(snapshot.clone()), &node);
         let found = base.kernel.installed()?;
         let crossed = datapath::roles::crossed(&found, &config.queue_numbers());
         let installed = adopted(&found);

@@ -7,6 +7,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{AgentError, ReloadResult};
@@ -191,6 +192,7 @@ impl Running {
                 }
                 let base = &mut self.base;
                 base.antispoof.inventory(&snapshot);
+                base.status.compiled(Arc::clone(&snapshot), &node);
                 base.antispoof
                     .refresh(&base.kernel, &base.metrics, &base.status);
                 self.reconciler.offer(ruleset);

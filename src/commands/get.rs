@@ -59,6 +59,7 @@ pub fn get(what: &GetCommand) -> Result<ExitCode, CommandError> {
             let rows = filter_fqdn_rows(fqdn_rows(&sets, &patterns, &sources), filter);
             print!("{}", render_fqdn(&rows, output.output)?);
         }
+        GetCommand::Matrix(args) => return super::matrix(args),
         GetCommand::Skipped {
             socket,
             filter,

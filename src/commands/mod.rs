@@ -10,10 +10,14 @@
 //! - `view.rs`: [`View`], the running agent or the policies given, picked
 //!   in one place;
 //! - `get.rs`: `get`, and what its filters select;
-//! - `render.rs`: every rendering, and the one `table()`.
+//! - `render.rs`: every rendering, and the one `table()`;
+//! - `review.rs`: `diff` and `get matrix`, and where their sides are read;
+//!   `review_render.rs`: how they print.
 
 mod get;
 mod render;
+mod review;
+mod review_render;
 #[cfg(test)]
 mod tests;
 mod view;
@@ -25,6 +29,7 @@ use std::process::ExitCode;
 
 pub use get::get;
 pub(crate) use render::render_status;
+pub use review::{diff, live_objects, matrix, Input};
 pub use view::View;
 
 use crate::cli::{NodeArgs, OutputFormat, TraceArgs};

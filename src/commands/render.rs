@@ -151,11 +151,11 @@ fn rest_rule(passed_by: &str) -> &str {
     passed_by.split_once(' ').map_or("<nil>", |(_, r)| r)
 }
 
-fn json<T: serde::Serialize>(value: &T) -> Result<String, CommandError> {
+pub(super) fn json<T: serde::Serialize>(value: &T) -> Result<String, CommandError> {
     serde_json::to_string_pretty(value).map_err(|e| CommandError::Usage(e.to_string()))
 }
 
-fn yaml<T: serde::Serialize>(value: &T) -> Result<String, CommandError> {
+pub(super) fn yaml<T: serde::Serialize>(value: &T) -> Result<String, CommandError> {
     serde_saphyr::to_string(value).map_err(|e| CommandError::Usage(e.to_string()))
 }
 
@@ -203,7 +203,7 @@ pub fn render_fqdn(rows: &[FqdnRow], output: GetOutput) -> Result<String, Comman
 
 /// Rows as a table, the first the header: each column as wide as its
 /// widest cell, one space between columns, no trailing blanks.
-fn table<R: AsRef<[String]>>(rows: &[R]) -> String {
+pub(super) fn table<R: AsRef<[String]>>(rows: &[R]) -> String {
     let columns = rows.first().map_or(0, |r| r.as_ref().len());
     let widths: Vec<usize> = (0..columns)
         .map(|c| rows.iter().map(|r| r.as_ref()[c].len()).max().unwrap_or(0))

@@ -283,7 +283,7 @@ pub fn emptied(before: &BTreeMap<PathBuf, usize>, now: &BTreeMap<PathBuf, usize>
 }
 
 /// `*.yaml`, `*.yml` or `*.json`, not hidden, not an editor backup or lock.
-fn is_policy_file_name(name: &str) -> bool {
+pub(crate) fn is_policy_file_name(name: &str) -> bool {
     if name.starts_with('.') || name.starts_with('#') || name.ends_with('~') {
         return false;
     }

@@ -26,6 +26,8 @@
 //! ← {"trace":{"verdict":"Allow","protocol":"TCP",…,"egress":{…,"consulted":[…]},…}}
 //! → {"request":"endpoints"}
 //! ← {"endpoints":[{"endpoint":"node-1","kind":"Node","addresses":[…],"policies":[…]},…]}
+//! → {"request":"snapshot"}
+//! ← {"snapshot":{"nodeName":"node-1","nodeLabels":{},"nodeAddresses":[…],"objects":[{"apiVersion":"v1","kind":"Pod",…},…]}}
 //! ← {"error":"unknown request"}
 //! ```
 #![allow(clippy::disallowed_methods)] // the agent reports its uptime and the age of its reloads.
@@ -46,15 +48,17 @@ use arc_swap::ArcSwap;
 pub use client::request;
 pub use protocol::{
     AgentSeries, AntiSpoofReport, CheckReport, Counts, FqdnSource, GuardedReport, KubernetesReport,
-    ProcessReport, QueueReport, ReloadReport, Request, Response, StatusError, StatusReport,
-    UnguardedReport, DEFAULT_SOCKET, TIMEOUT,
+    ProcessReport, QueueReport, ReloadReport, Request, Response, SnapshotReport, StatusError,
+    StatusReport, UnguardedReport, DEFAULT_SOCKET, TIMEOUT,
 };
 pub use server::{serve, StatusServer, MAX_CLIENTS, REQUEST_TIMEOUT};
 
+use crate::compile::LocalNode;
 use crate::config::{Privileged, PrivilegedHook, PrivilegedProtocol};
 use crate::explain::{self, TraceReport, TraceRequest};
 use crate::fqdn::{FqdnTable, NoFqdn};
 use crate::marks::FailMode;
+use crate::model::{Object, Snapshot};
 use crate::ruleset::{Endpoint, Ruleset};
 use crate::source::kube::{Reason, SourceState};
 use crate::telemetry::{Check, Metrics, Probes};
@@ -99,6 +103,8 @@ struct State {
     /// The kernel was written to match the ruleset in force and the last
     /// attempt did not fail; false until the first install succeeds.
     datapath_synced: bool,
+    /// The snapshot the latest ruleset was compiled from, and its Node.
+    compiled: Option<(Arc<Snapshot>, Arc<LocalNode>)>,
 }
 
 /// The fixed facts of an agent, for [`AgentStatus::new`].
@@ -194,6 +200,25 @@ impl AgentStatus {
         let mut state = self.state();
         state.datapath_synced = behind.is_none();
         state.datapath_behind = behind;
+    }
+
+    /// The latest ruleset was compiled from `snapshot` for `node`.
+    pub fn compiled(&self, snapshot: Arc<Snapshot>, node: &LocalNode) {
+        self.state().compiled = Some((snapshot, Arc::new(node.clone())));
+    }
+
+    /// The snapshot the latest ruleset was compiled from, as documents.
+    fn snapshot(&self) -> Response {
+        let Some(compiled) = self.state().compiled.clone() else {
+            return Response::Error("no policy snapshot compiled yet".into());
+        };
+        let (snapshot, node) = &compiled;
+        Response::Snapshot(Box::new(SnapshotReport {
+            node_name: node.name.clone(),
+            node_labels: node.labels.clone(),
+            node_addresses: node.addresses.clone(),
+            objects: snapshot.iter().map(Object::to_document).collect(),
+        }))
     }
 
     /// The verdict cache's hits counted so far.
@@ -317,6 +342,7 @@ impl AgentStatus {
             },
             Request::Trace(request) => self.trace(request),
             Request::Endpoints => Response::Endpoints(explain::endpoints(&self.ruleset.load())),
+            Request::Snapshot => self.snapshot(),
         }
     }
 

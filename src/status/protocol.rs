@@ -61,6 +61,9 @@ pub enum Request {
     Trace(Box<TraceRequest>),
     /// `tollgate get endpoints`: the enforced endpoints and their policies.
     Endpoints,
+    /// `tollgate diff … live` and `get matrix`: the objects the latest
+    /// ruleset was compiled from, and the Node it was compiled for.
+    Snapshot,
 }
 
 /// What the agent answers.
@@ -74,7 +77,22 @@ pub enum Response {
     Skipped(Vec<Refusal>),
     Trace(Box<TraceReport>),
     Endpoints(Vec<EndpointReport>),
+    Snapshot(Box<SnapshotReport>),
     Error(String),
+}
+
+/// The objects the agent's latest ruleset was compiled from, each a
+/// document as a policy file would hold it (`apiVersion`, `kind`, and the
+/// fields tollgate reads), and the Node it compiled them for.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotReport {
+    pub node_name: String,
+    #[serde(default)]
+    pub node_labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub node_addresses: Vec<std::net::IpAddr>,
+    pub objects: Vec<serde_json::Value>,
 }
 
 /// The Kubernetes source in `tollgate status`.

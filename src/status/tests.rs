@@ -751,3 +751,39 @@ fn binding_leaves_nothing_behind_even_after_a_crashed_bind() {
     assert_eq!(names, ["t.sock"]);
     assert!(request(&path, &Request::Status).is_ok());
 }
+
+/// `tollgate diff live` reads the snapshot the latest ruleset was compiled
+/// from: none before the first, then its objects (decoded by the CLI back
+/// to the same objects) and the Node with its labels and addresses.
+#[test]
+fn the_snapshot_answer_is_the_compiled_snapshot_and_its_node() {
+    let s = status();
+    assert!(matches!(s.answer(&Request::Snapshot), Response::Error(_)));
+    let yaml = "apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: apps, labels: {app: web}}\nspec: {nodeName: n1}\nstatus: {podIP: 10.9.5.5}\n---\napiVersion: crd.antrea.io/v1beta1\nkind: NetworkPolicy\nmetadata: {name: p, namespace: apps}\nspec:\n  priority: 1\n  tier: application\n  appliedTo: [{podSelector: {}}]\n  ingress: [{action: Drop, from: [{ipBlock: {cidr: 10.0.0.0/8}}]}]\n";
+    let (objects, problems) = crate::decode::parse_documents("t.yaml".as_ref(), yaml);
+    assert!(problems.is_empty(), "{problems:?}");
+    let snapshot = Arc::new(Snapshot { objects });
+    let node = LocalNode {
+        name: "n1".into(),
+        labels: [("zone".to_string(), "a".to_string())].into(),
+        addresses: vec!["10.0.0.1".parse().unwrap()],
+    };
+    s.compiled(Arc::clone(&snapshot), &node);
+    let answer = s.answer(&Request::Snapshot);
+    // Through the wire's JSON, as the client reads it.
+    let answer: Response = serde_json::from_str(&serde_json::to_string(&answer).unwrap()).unwrap();
+    let Response::Snapshot(report) = answer else {
+        panic!("{answer:?}")
+    };
+    assert_eq!(report.node_name, "n1");
+    assert_eq!(report.node_labels, node.labels);
+    assert_eq!(report.node_addresses, node.addresses);
+    let (read, problems) = crate::commands::live_objects(&report);
+    assert!(problems.is_empty(), "{problems:?}");
+    let objects = |list: &[crate::model::Sourced]| -> Vec<serde_json::Value> {
+        list.iter()
+            .map(|o| serde_json::to_value(&o.object).unwrap())
+            .collect()
+    };
+    assert_eq!(objects(&read), objects(&snapshot.objects));
+}
