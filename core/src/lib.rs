@@ -25,6 +25,9 @@
 //!   classifier (also behind `tollgate trace`); never mutated once built.
 //! - [`explain`]: what `trace` and `get endpoints` answer, one function for
 //!   the offline command and the running agent; never reads a file.
+//! - [`review`]: `tollgate diff` and `get matrix`, every flow whose
+//!   verdict two snapshots decide differently, found exhaustively and
+//!   decided by the classifier; never samples, never matches a rule itself.
 //! - [`packet`]: bytes to [`packet::Flow`] and TCP segments, and the
 //!   NFQUEUE netlink wire format; never panics on any input.
 //! - [`marks`]: the mark bits and the fail mode; never reads configuration.

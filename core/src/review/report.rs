@@ -1,5 +1,6 @@
 //! What `tollgate diff` reports — its JSON contract, which scripts and CI
-//! jobs read (documented in `docs/guide/review.md`; keep it stable: add
+//! jobs read (documented in `docs/guide/running.md`, "Reviewing a change";
+//! keep it stable: add
 //! optional fields, never change or remove one).
 //!
 //! ```json
