@@ -33,6 +33,7 @@ mod parity;
 mod privileged;
 mod queue;
 mod resolve;
+mod review;
 mod run;
 mod smuggle;
 mod spoof;

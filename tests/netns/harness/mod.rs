@@ -214,6 +214,7 @@ pub const TEST_IDS: &[&str] = &[
     "a_withheld_client_hello_cannot_be_rewritten_to_a_denied_name",
     "l7_denied_requests_stay_denied_across_restarts_that_change_l7_queues",
     "renumbered_queues_never_hand_an_l7_connection_to_another_worker",
+    "diff_live_compares_the_agents_snapshot_and_the_wire_agrees",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
