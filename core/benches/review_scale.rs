@@ -3,9 +3,12 @@
 //! their Namespaces `team=t<ns % 5>`), 1,000 Antrea NetworkPolicies, two
 //! per Namespace: policy k applies to `app-<k % 10>`, allows TCP port
 //! `1000 + k % 50` from `app-<(k + 1) % 10>` of the Namespace and from the
-//! Namespaces of one team, and drops one ipBlock. The change: policy 0
-//! drops 192.168.0.0/23 instead of 192.168.0.0/24 (its 20 Pods no longer
-//! take anything from 192.168.1.0/24).
+//! Namespaces of one team, and drops one ipBlock; and one cluster-wide
+//! ClusterNetworkPolicy applied to every Pod, dropping 172.16.0.0/24. Two
+//! changes, measured apart: `namespaced`, policy 0 drops 192.168.0.0/23
+//! instead of 192.168.0.0/24 (its 20 Pods no longer take anything from
+//! 192.168.1.0/24); `cluster-wide`, the ClusterNetworkPolicy drops
+//! 172.16.0.0/23 (every Pod's ingress changes).
 //!
 //! `cargo bench -p tollgate-core --bench review_scale` prints the time to
 //! compile both sides, the time of the diff, the number of rows, and the
@@ -57,7 +60,14 @@ fn pod_ip(i: usize) -> Ipv4Addr {
     )
 }
 
-fn snapshot(changed: bool) -> Snapshot {
+/// Which policy the change is made to.
+#[derive(Clone, Copy, PartialEq)]
+enum Change {
+    Namespaced,
+    ClusterWide,
+}
+
+fn snapshot(change: Option<Change>) -> Snapshot {
     let mut docs: Vec<String> = Vec::new();
     for ns in 0..NAMESPACES {
         docs.push(format!(
@@ -75,7 +85,11 @@ fn snapshot(changed: bool) -> Snapshot {
     }
     for k in 0..POLICIES {
         let port = 1000 + k % 50;
-        let prefix = if changed && k == 0 { 23 } else { 24 };
+        let prefix = if change == Some(Change::Namespaced) && k == 0 {
+            23
+        } else {
+            24
+        };
         docs.push(format!(
             "apiVersion: crd.antrea.io/v1beta1\nkind: NetworkPolicy\nmetadata: {{name: pol-{k}, namespace: ns-{}}}\nspec:\n  priority: {}\n  tier: {}\n  appliedTo: [{{podSelector: {{matchLabels: {{app: app-{}}}}}}}]\n  ingress:\n  - action: Allow\n    from:\n    - podSelector: {{matchLabels: {{app: app-{}}}}}\n    - namespaceSelector: {{matchLabels: {{team: t{}}}}}\n    ports: [{{protocol: TCP, port: {port}}}]\n  - action: Drop\n    from: [{{ipBlock: {{cidr: 192.168.{}.0/{prefix}}}}}]\n",
             k % NAMESPACES,
@@ -87,6 +101,14 @@ fn snapshot(changed: bool) -> Snapshot {
             k % 256
         ));
     }
+    let prefix = if change == Some(Change::ClusterWide) {
+        23
+    } else {
+        24
+    };
+    docs.push(format!(
+        "apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {{name: wide}}\nspec:\n  priority: 1\n  tier: securityops\n  appliedTo: [{{podSelector: {{}}}}]\n  ingress:\n  - action: Drop\n    from: [{{ipBlock: {{cidr: 172.16.0.0/{prefix}}}}}]\n"
+    ));
     Snapshot {
         objects: docs
             .iter()
@@ -105,30 +127,36 @@ fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return;
     }
-    let (before, after) = (snapshot(false), snapshot(true));
     let local = LocalNode {
         name: "node".into(),
         ..LocalNode::default()
     };
-    let base = LIVE.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
-    let started = Instant::now();
-    let (old, new) = (
-        Side::compile(&before, &local),
-        Side::compile(&after, &local),
-    );
-    let compiled = started.elapsed();
-    let started = Instant::now();
-    let report = diff(&old, &new, false);
-    let diffed = started.elapsed();
-    let peak = PEAK.load(Ordering::Relaxed) - base;
-    println!(
-        "review_scale: {PODS} Pods, {NAMESPACES} Namespaces, {POLICIES} policies, one changed: compile both sides {:.2} s, diff {:.2} s, {} rows ({} opened, {} closed), peak heap {:.0} MiB",
-        compiled.as_secs_f64(),
-        diffed.as_secs_f64(),
-        report.changes.len(),
-        report.summary.opened,
-        report.summary.closed,
-        peak as f64 / (1024.0 * 1024.0)
-    );
+    let before = snapshot(None);
+    for (name, change) in [
+        ("namespaced", Change::Namespaced),
+        ("cluster-wide", Change::ClusterWide),
+    ] {
+        let after = snapshot(Some(change));
+        let base = LIVE.load(Ordering::Relaxed);
+        PEAK.store(base, Ordering::Relaxed);
+        let started = Instant::now();
+        let (old, new) = (
+            Side::compile(&before, &local),
+            Side::compile(&after, &local),
+        );
+        let compiled = started.elapsed();
+        let started = Instant::now();
+        let report = diff(&old, &new, false);
+        let diffed = started.elapsed();
+        let peak = PEAK.load(Ordering::Relaxed) - base;
+        println!(
+            "review_scale/{name}: {PODS} Pods, {NAMESPACES} Namespaces, {POLICIES} policies, one changed: compile both sides {:.2} s, diff {:.2} s, {} rows ({} opened, {} closed), peak heap {:.0} MiB",
+            compiled.as_secs_f64(),
+            diffed.as_secs_f64(),
+            report.changes.len(),
+            report.summary.opened,
+            report.summary.closed,
+            peak as f64 / (1024.0 * 1024.0)
+        );
+    }
 }

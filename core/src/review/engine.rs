@@ -47,6 +47,9 @@ pub(crate) struct Engine<'a> {
     pub sides: [&'a Side; 2],
     pub universe: Universe,
     keys: Keys,
+    /// Per side and point: the host enforcing for it and whether it is
+    /// that host's own Node (`None`: no host enforces for it).
+    hosts: [Vec<Option<(usize, bool)>>; 2],
     /// Point sets the cells name (sorted).
     pub sets: Vec<Vec<PointId>>,
     pub cells: Vec<Cell>,
@@ -66,8 +69,25 @@ impl<'a> Engine<'a> {
             universe,
             keys,
             sets: Vec::new(),
+            hosts: [Vec::new(), Vec::new()],
             cells: Vec::new(),
         };
+        engine.hosts = [0, 1].map(|side| {
+            let s = engine.sides[side];
+            engine
+                .universe
+                .points
+                .iter()
+                .map(|point| {
+                    s.ruleset_of(point.rep).map(|(host, ruleset)| {
+                        let node = ruleset
+                            .lists_of(point.rep, Direction::Egress)
+                            .is_some_and(|l| l.local_node);
+                        (host, node)
+                    })
+                })
+                .collect()
+        });
         let count = engine.universe.points.len() as PointId;
         let egress_changed: Vec<PointId> = (0..count)
             .filter(|&p| engine.sends(p) && engine.keys.changed(p, Direction::Egress))
@@ -122,22 +142,11 @@ impl<'a> Engine<'a> {
     /// on side `side` (the Node to its own Pod): part of what tells two
     /// pairs apart.
     fn node_to_own_pod(&self, side: usize, src: PointId, dst: PointId) -> bool {
-        let s = self.sides[side];
-        let (src, dst) = (
-            self.universe.points[src as usize].rep,
-            self.universe.points[dst as usize].rep,
-        );
-        match (s.ruleset_of(src), s.ruleset_of(dst)) {
-            (Some((a, ruleset)), Some((b, _))) if a == b => {
-                ruleset
-                    .lists_of(src, Direction::Egress)
-                    .is_some_and(|l| l.local_node)
-                    && !ruleset
-                        .lists_of(dst, Direction::Egress)
-                        .is_some_and(|l| l.local_node)
-            }
-            _ => false,
-        }
+        let hosts = &self.hosts[side];
+        matches!(
+            (hosts[src as usize], hosts[dst as usize]),
+            (Some((a, true)), Some((b, false))) if a == b
+        )
     }
 
     /// Named ports of `point` on both sides, as a number (only read when
@@ -159,8 +168,8 @@ impl<'a> Engine<'a> {
     }
 
     /// `points` split by `key`, in key order.
-    fn split(points: &[PointId], key: impl Fn(PointId) -> Key) -> Vec<Vec<PointId>> {
-        let mut groups: BTreeMap<Key, Vec<PointId>> = BTreeMap::new();
+    fn split<K: Ord>(points: &[PointId], key: impl Fn(PointId) -> K) -> Vec<Vec<PointId>> {
+        let mut groups: BTreeMap<K, Vec<PointId>> = BTreeMap::new();
         for &p in points {
             groups.entry(key(p)).or_default().push(p);
         }
@@ -199,13 +208,17 @@ impl<'a> Engine<'a> {
     /// One end changed (`direction`'s lists of each of `changed`),
     /// against every point at the other end whose lists did not
     /// (`other_changed` marks those that did).
+    ///
+    /// Neither end is split by Namespace here, only by what decides: the
+    /// pairs found changed are split by Namespace for the report in
+    /// [`Engine::pieces`], so the work follows the distinct rule lists and
+    /// peer sets, not the Namespaces.
     fn one_end(&mut self, changed: &[PointId], other_changed: &[bool], direction: Direction) {
         let groups = Self::split(changed, |p| {
             vec![
                 u64::from(self.v6(p)),
                 self.keys.list(0, p, direction) as u64,
                 self.keys.list(1, p, direction) as u64,
-                self.namespace(p),
             ]
         });
         for group in groups {
@@ -228,17 +241,12 @@ impl<'a> Engine<'a> {
                     Direction::Egress => (rep, p),
                     Direction::Ingress => (p, rep),
                 };
-                let mut key: Key = bits
-                    .get(&p)
-                    .map(|b| b.iter().map(|&x| u64::from(x) + 16).collect())
-                    .unwrap_or_default();
-                key.push(self.namespace(p));
-                key.push(u64::from(self.node_to_own_pod(0, src, dst)));
-                key.push(u64::from(self.node_to_own_pod(1, src, dst)));
-                if names_ports {
-                    key.push(self.named_ports(p));
-                }
-                key
+                (
+                    bits.get(&p),
+                    self.node_to_own_pod(0, src, dst),
+                    self.node_to_own_pod(1, src, dst),
+                    if names_ports { self.named_ports(p) } else { 0 },
+                )
             });
             for other in others {
                 let (src, dst) = match direction {
