@@ -161,6 +161,27 @@ fn diff_live_compares_the_agents_snapshot_and_the_wire_agrees() {
         "AntreaClusterNetworkPolicy:web-ingress rule http-port (tier securityops)"
     );
 
+    // The agent against itself, and its inventory under both directories.
+    let out = tollgate(&["diff", "--socket", &socket, "--exit-code", "live", "live"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let with_live_inventory = json(&tollgate(&[
+        "diff",
+        "--socket",
+        &socket,
+        "--inventory",
+        "live",
+        "-o",
+        "json",
+        &dir,
+        &new,
+    ]));
+    assert_eq!(with_live_inventory, live);
+
     // The live matrix is the directory's.
     let matrix = |source: &[&str]| {
         let args = [

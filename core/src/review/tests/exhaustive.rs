@@ -423,8 +423,8 @@ proptest! {
     })]
 
     /// Mutation: leaving the source ports out of the transport cuts
-    /// (`FieldRange::SrcPort` never added) makes a `sourcePort` change
-    /// invisible: the test reports a missed change.
+    /// (`FieldRange::SrcPort` never added) merges flows a `sourcePort`
+    /// tells apart: the test reports a false change (tried: it fails).
     #[test]
     fn the_diff_holds_every_changed_flow_and_no_other((a, b) in sides()) {
         let (Some(before), Some(after)) = (side(&a), side(&b)) else {
