@@ -14,7 +14,7 @@ use crate::http::{self, HttpEvent, RequestHead, RequestTracker, DEFAULT_MAX_HEAD
 use crate::model::PortProtocol;
 use crate::packet::flow::{Flow, Transport, Verdict};
 use crate::ruleset::{
-    Consulted, Decision, DirectionDecision, Endpoint, Outcome, PolicyRef, Ruleset,
+    Consulted, Decision, DirectionDecision, DryRunCause, Endpoint, Outcome, PolicyRef, Ruleset,
 };
 
 /// Why a flow could not be traced.
@@ -184,6 +184,36 @@ pub struct TraceReport {
     /// of any policy (the decision above is what policy alone would say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub privileged: Option<String>,
+    /// What the dry-run policies would decide, when a side of the flow
+    /// carries any (the verdict above never counts them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dry_run: Option<DryRunReport>,
+}
+
+/// What the dry-run policies (`tollgate.io/dry-run: "true"`) would decide
+/// about a traced flow: the verdict with all of them enforced, and the
+/// dry-run rule (or Kubernetes NetworkPolicy isolation) it comes from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DryRunReport {
+    pub verdict: String,
+    /// It differs from the enforced verdict: the datapath writes a
+    /// `DryRun<verdict>` audit line for such a connection and counts it.
+    pub changed: bool,
+    /// The direction, policy and rule it comes from; `None` when no
+    /// dry-run rule decided (the enforced outcome stands).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direction: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
+    /// The rule's name; `None` for a Kubernetes rule, or the isolation of a
+    /// Kubernetes NetworkPolicy (its default drop).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
 }
 
 impl TraceReport {
@@ -286,7 +316,43 @@ fn report(
         http: http_allowed.map(|a| if a { "Allow" } else { "Drop" }.to_string()),
         l7,
         privileged: None,
+        dry_run: dry_run_report(decision),
     }
+}
+
+/// The dry-run part of a trace: attributed as the audit line of a changed
+/// connection is, else to the direction that settles the dry-run verdict.
+fn dry_run_report(decision: &Decision) -> Option<DryRunReport> {
+    let outcome = decision.dry_run.as_deref()?;
+    let change = outcome.change(decision);
+    let attributed = match change {
+        Some(change) => Some((change.direction, change.cause)),
+        None => outcome.attributed(),
+    };
+    let mut report = DryRunReport {
+        verdict: outcome.verdict.to_string(),
+        changed: change.is_some(),
+        direction: None,
+        policy: None,
+        tier: None,
+        rule: None,
+        action: None,
+    };
+    if let Some((direction, cause)) = attributed {
+        report.direction = Some(direction.direction.as_str().to_string());
+        report.policy = Some(cause.policy().to_string());
+        match cause {
+            DryRunCause::Rule { rule } => {
+                report.tier = rule.tier.clone();
+                report.rule = rule.name.clone();
+                report.action = Some(format!("{:?}", rule.action));
+            }
+            DryRunCause::Isolation { .. } => {
+                report.action = Some(Verdict::Drop.to_string());
+            }
+        }
+    }
+    Some(report)
 }
 
 fn direction(

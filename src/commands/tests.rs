@@ -124,6 +124,7 @@ fn policies_summarise_long_applied_to_lists_in_the_table_only() {
         rules: 1,
         rule_names: vec!["allow-all".into()],
         applied_to: ["a", "b", "c", "d", "e"].map(String::from).to_vec(),
+        dry_run: false,
     };
     let all = GetFilter::default();
     let cell = |output: GetOutput| -> String {

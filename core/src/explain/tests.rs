@@ -378,3 +378,74 @@ spec:
     let report = trace(&ruleset, &NoFqdn, &from_client).unwrap();
     assert!(report.egress.isolated_by.is_empty(), "{report:?}");
 }
+
+#[test]
+fn trace_shows_the_dry_run_verdict_beside_the_enforced_one() {
+    let yaml = format!(
+        "{OBJECTS}---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata:
+  name: lockdown
+  annotations: {{tollgate.io/dry-run: \"true\"}}
+spec:
+  priority: 1
+  tier: securityops
+  appliedTo: [{{podSelector: {{matchLabels: {{app: web}}}}}}]
+  ingress:
+  - name: no-client
+    action: Drop
+    from: [{{podSelector: {{matchLabels: {{app: client}}}}}}]
+"
+    );
+    let (objects, problems) = crate::decode::parse_documents("test.yaml".as_ref(), &yaml);
+    assert!(problems.is_empty(), "{problems:?}");
+    let local = LocalNode {
+        name: "n1".into(),
+        ..LocalNode::default()
+    };
+    let ruleset = compile(&Snapshot { objects }, &local);
+    let to_web = request("shop/client", "shop/web", TraceProtocol::Tcp, Some("http"));
+    let report = trace(&ruleset, &NoFqdn, &to_web).unwrap();
+    // Enforced: as without the dry-run policy.
+    assert_eq!(report.verdict, "Allow");
+    assert_eq!(report.ingress.rule.as_deref(), Some("http-from-client"));
+    assert!(
+        report
+            .ingress
+            .consulted
+            .iter()
+            .all(|c| c.policy != "AntreaClusterNetworkPolicy:lockdown"),
+        "{report:?}"
+    );
+    assert_eq!(
+        report.dry_run,
+        Some(DryRunReport {
+            verdict: "Drop".into(),
+            changed: true,
+            direction: Some("Ingress".into()),
+            policy: Some("AntreaClusterNetworkPolicy:lockdown".into()),
+            tier: Some("securityops".into()),
+            rule: Some("no-client".into()),
+            action: Some("Drop".into()),
+        })
+    );
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["dryRun"]["verdict"], "Drop");
+    assert_eq!(json["dryRun"]["changed"], true);
+    // Its rule does not match the remote Pod: an unchanged dry-run verdict
+    // (the enforced rule decides it).
+    let far = request("shop/far", "shop/web", TraceProtocol::Tcp, Some("80"));
+    let report = trace(&ruleset, &NoFqdn, &far).unwrap();
+    let dry = report.dry_run.expect("web carries a dry-run rule");
+    assert_eq!((dry.verdict.as_str(), dry.changed), ("Drop", false));
+    assert_eq!(dry.policy, None);
+    // Flows between sides without dry-run rules have none.
+    let out = request("shop/client", "shop/far", TraceProtocol::Tcp, Some("80"));
+    let report = trace(&ruleset, &NoFqdn, &out).unwrap();
+    assert_eq!(report.dry_run, None);
+    assert!(serde_json::to_value(&report)
+        .unwrap()
+        .get("dryRun")
+        .is_none());
+}

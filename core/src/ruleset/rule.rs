@@ -84,6 +84,10 @@ pub struct RuleRef {
     /// `l7Protocols` of the rule; empty for L3/L4 rules.
     #[serde(skip)]
     pub l7: Arc<[L7Protocol]>,
+    /// The rule's policy carries [`crate::model::DRY_RUN_ANNOTATION`]: the
+    /// classifier's enforced outcome never sees it, its dry-run outcome
+    /// does.
+    pub dry_run: bool,
 }
 
 /// One entry of a rule's `ports`/`protocols`, resolved. `source` is the

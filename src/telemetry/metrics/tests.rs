@@ -50,6 +50,7 @@ fn rule(name: &str, tier: Option<&str>) -> RuleRef {
         log_label: None,
         rank: 1,
         l7: Arc::new([]),
+        dry_run: false,
     }
 }
 
