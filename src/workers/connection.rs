@@ -190,8 +190,12 @@ impl<P: Policy> Handler for Connections<P> {
         if let Outcome::Decided { verdict, by } = &step.outcome {
             self.metrics.decided(*verdict, by);
         }
+        if let Some(dry_run) = &step.dry_run {
+            self.metrics.dry_run(dry_run.verdict, &dry_run.cause);
+        }
         if let Some(audit) = &self.audit {
-            for record in step.audit {
+            let dry_run = step.dry_run.map(|d| d.record);
+            for record in step.audit.into_iter().chain(dry_run) {
                 audit.offer(record);
             }
         }

@@ -549,3 +549,35 @@ fn worker_cache_is_bounded() {
         .sum();
     assert_eq!(total, rules.len() as f64);
 }
+
+#[test]
+fn dry_run_verdicts_by_rule_and_isolation_apart_from_rule_hits() {
+    let m = Arc::new(Metrics::new());
+    let mut w = WorkerMetrics::new(Arc::clone(&m));
+    let mut r = rule("deny-web", None);
+    r.dry_run = true;
+    let r = DryRunCause::Rule { rule: Arc::new(r) };
+    let isolation = DryRunCause::Isolation {
+        policy: Arc::new(PolicyRef {
+            kind: PolicyKind::K8sNetworkPolicy,
+            namespace: Some("shop".into()),
+            name: "deny-all".into(),
+        }),
+    };
+    w.dry_run(Verdict::Drop, &r);
+    w.dry_run(Verdict::Drop, &r);
+    w.dry_run(Verdict::Drop, &isolation);
+    let text = m.render();
+    for line in [
+        "tollgate_dry_run_verdicts_total{policy=\"AntreaClusterNetworkPolicy:p\",rule=\"deny-web\",action=\"Drop\"} 2",
+        "tollgate_dry_run_verdicts_total{policy=\"K8sNetworkPolicy:shop/deny-all\",rule=\"default-drop\",action=\"Drop\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+    }
+    // Never a rule hit nor a verdict: the enforced policy decided those.
+    let counted = |l: &&str| {
+        (l.starts_with("tollgate_rule_hits_total{") || l.starts_with("tollgate_verdicts_total{"))
+            && !l.ends_with("} 0")
+    };
+    assert!(!text.lines().any(|l| counted(&l)), "{text}");
+}
