@@ -212,6 +212,8 @@ pub const TEST_IDS: &[&str] = &[
     "podman_container_cannot_claim_its_neighbours_address",
     "segments_the_server_discards_cannot_rewrite_an_l7_request",
     "a_withheld_client_hello_cannot_be_rewritten_to_a_denied_name",
+    "l7_denied_requests_stay_denied_across_restarts_that_change_l7_queues",
+    "renumbered_queues_never_hand_an_l7_connection_to_another_worker",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
