@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use super::get::FqdnRow;
 use super::CommandError;
 use crate::cli::{GetFilter, GetOutput, OutputFormat, SkippedFilter};
-use crate::explain::{DirectionReport, EndpointReport, TraceEndpoint, TraceReport};
+use crate::explain::{DirectionReport, DryRunReport, EndpointReport, TraceEndpoint, TraceReport};
 use crate::ruleset::PolicySummary;
 use crate::status::{AntiSpoofReport, GuardedReport, ReloadReport, StatusReport};
 
@@ -70,6 +70,9 @@ pub fn render_trace(
             }
         }
     }
+    if let Some(dry_run) = &report.dry_run {
+        let _ = writeln!(out, "  {}", dry_run_text(dry_run));
+    }
     if let Some(entry) = &report.privileged {
         let _ = writeln!(
             out,
@@ -102,6 +105,34 @@ pub fn render_trace(
         None => {}
     }
     Ok(out)
+}
+
+/// The dry-run line of a trace: what the dry-run policies would decide,
+/// never what is enforced.
+pub(super) fn dry_run_text(d: &DryRunReport) -> String {
+    let by = match (&d.direction, &d.policy) {
+        (Some(direction), Some(policy)) => {
+            let what = match &d.rule {
+                Some(rule) => format!("rule {rule}"),
+                None if d.action.as_deref() == Some("Drop") && d.tier.is_none() => {
+                    "isolation".to_string()
+                }
+                None => "rule <nil>".to_string(),
+            };
+            let tier = d
+                .tier
+                .as_deref()
+                .map(|t| format!(" (tier {t})"))
+                .unwrap_or_default();
+            format!(" by {direction} {policy} {what}{tier}")
+        }
+        _ => String::new(),
+    };
+    if d.changed {
+        format!("dry-run: would {}{by} (not enforced)", d.verdict)
+    } else {
+        format!("dry-run: {}{by}, as enforced", d.verdict)
+    }
 }
 
 fn direction_text(d: &DirectionReport) -> String {
@@ -246,7 +277,11 @@ pub fn render_policies(
     ]];
     for p in policies {
         rows.push([
-            p.policy.to_string(),
+            if p.dry_run {
+                format!("{} (dry-run)", p.policy)
+            } else {
+                p.policy.to_string()
+            },
             p.tier.clone().unwrap_or_else(|| "<NONE>".into()),
             p.tier_priority
                 .map_or_else(|| "<NONE>".into(), |t| t.to_string()),

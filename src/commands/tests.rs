@@ -1,10 +1,10 @@
 use std::collections::BTreeMap;
 
 use super::get::{filter_fqdn_rows, fqdn_rows, fqdn_selectors, FqdnRow};
-use super::render::{render_fqdn, render_policies, render_skipped};
+use super::render::{dry_run_text, render_fqdn, render_policies, render_skipped};
 use crate::cli::{GetFilter, GetOutput, SkippedFilter};
 use crate::datapath::{plan::fqdn_set, Family, LearnedSet};
-use crate::explain::EndpointReport;
+use crate::explain::{DryRunReport, EndpointReport};
 use crate::fqdn::FqdnPattern;
 use crate::ruleset::PolicySummary;
 
@@ -251,4 +251,75 @@ fn fqdn_table_names_sets_by_selector() {
             vec!["-", "tollgate-fqdn-stale-v4", "10.0.0.2", "3", "-"],
         ]
     );
+}
+
+/// `get policies` marks a dry-run policy in the table and as `dryRun` in
+/// JSON (absent for an enforced one).
+#[test]
+fn dry_run_policies_are_marked() {
+    use crate::ruleset::{PolicyKind, PolicyRef};
+    let summary = |name: &str, dry_run: bool| PolicySummary {
+        policy: PolicyRef {
+            kind: PolicyKind::K8sNetworkPolicy,
+            namespace: Some("shop".into()),
+            name: name.into(),
+        },
+        tier: None,
+        tier_priority: None,
+        priority: None,
+        rules: 0,
+        rule_names: Vec::new(),
+        applied_to: vec!["shop/web".into()],
+        dry_run,
+    };
+    let policies = [summary("deny-all", true), summary("allow-web", false)];
+    let all = GetFilter::default();
+    let text = render_policies(&policies, &all, GetOutput::Table).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[1].starts_with("K8sNetworkPolicy:shop/deny-all (dry-run) "),
+        "{text}"
+    );
+    assert!(
+        lines[2].starts_with("K8sNetworkPolicy:shop/allow-web "),
+        "{text}"
+    );
+    assert!(!lines[2].contains("dry-run"), "{text}");
+    let json = render_policies(&policies, &all, GetOutput::Json).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v[0]["dryRun"], true);
+    assert!(v[1].get("dryRun").is_none(), "{json}");
+}
+
+/// `trace`'s dry-run line: a change is said to be not enforced; an
+/// unchanged verdict is said to be the enforced one; a dry-run Kubernetes
+/// NetworkPolicy's isolation is named as such.
+#[test]
+fn trace_text_shows_the_dry_run_verdict_beside_the_enforced_one() {
+    let report =
+        |verdict: &str, changed: bool, rule: Option<&str>, tier: Option<&str>| DryRunReport {
+            verdict: verdict.into(),
+            changed,
+            direction: Some("Ingress".into()),
+            policy: Some("AntreaClusterNetworkPolicy:dry-web".into()),
+            tier: tier.map(str::to_string),
+            rule: rule.map(str::to_string),
+            action: Some("Drop".into()),
+        };
+    assert_eq!(
+        dry_run_text(&report("Drop", true, Some("drop-web"), Some("securityops"))),
+        "dry-run: would Drop by Ingress AntreaClusterNetworkPolicy:dry-web rule drop-web (tier securityops) (not enforced)"
+    );
+    let mut isolation = report("Drop", true, None, None);
+    isolation.policy = Some("K8sNetworkPolicy:shop/deny-all".into());
+    assert_eq!(
+        dry_run_text(&isolation),
+        "dry-run: would Drop by Ingress K8sNetworkPolicy:shop/deny-all isolation (not enforced)"
+    );
+    let unchanged = DryRunReport {
+        direction: None,
+        policy: None,
+        ..report("Allow", false, None, None)
+    };
+    assert_eq!(dry_run_text(&unchanged), "dry-run: Allow, as enforced");
 }

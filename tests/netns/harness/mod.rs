@@ -214,6 +214,8 @@ pub const TEST_IDS: &[&str] = &[
     "a_withheld_client_hello_cannot_be_rewritten_to_a_denied_name",
     "l7_denied_requests_stay_denied_across_restarts_that_change_l7_queues",
     "renumbered_queues_never_hand_an_l7_connection_to_another_worker",
+    "a_dry_run_drop_lets_traffic_flow_logs_and_counts_it_until_promoted",
+    "a_dry_run_kubernetes_isolation_follows_the_annotation_through_watch_events",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
