@@ -119,12 +119,14 @@ fn dry_run_count(m: &BTreeMap<String, f64>, policy: &str, rule: &str, action: &s
 /// `DryRunAllow` while the connection stays dropped; `trace` and
 /// `get policies` say the same; removing the annotation enforces both.
 ///
-/// Mutations tried: counting dry-run rules in the enforced outcome
-/// (`Mode::Enforced => (false, table.isolated)` in ruleset/classify.rs)
-/// drops the WEB connections at the first assertion; caching a tuple the
-/// dry-run outcome decides otherwise (`dry_run_agrees = true` in
-/// decide.rs) leaves the dry-run count short (later connections are
-/// answered by the kernel unseen).
+/// Mutations tried, each failing the test: counting dry-run rules in the
+/// enforced outcome (`Mode::Enforced => (false, table.isolated)` in
+/// core/src/ruleset/classify.rs) drops the first WEB connection; caching a
+/// tuple the dry-run outcome decides otherwise (`dry_run_agrees` always
+/// true in core/src/decide.rs) leaves the count at 8 of 10 (the later
+/// connections of each tuple answered by the kernel unseen); not handing
+/// the dry-run record to the audit log (src/workers/connection.rs) leaves
+/// the log empty.
 #[test]
 fn a_dry_run_drop_lets_traffic_flow_logs_and_counts_it_until_promoted() {
     const TEST: &str = "a_dry_run_drop_lets_traffic_flow_logs_and_counts_it_until_promoted";
@@ -328,7 +330,7 @@ fn a_dry_run_drop_lets_traffic_flow_logs_and_counts_it_until_promoted() {
 ///
 /// Mutation tried: counting a dry-run policy's isolation as enforced
 /// (`lists.isolated |= true` in core/src/compile/k8s.rs) drops the first
-/// connection.
+/// connection: the test fails.
 #[test]
 fn a_dry_run_kubernetes_isolation_follows_the_annotation_through_watch_events() {
     const TEST: &str = "a_dry_run_kubernetes_isolation_follows_the_annotation_through_watch_events";

@@ -581,3 +581,28 @@ fn dry_run_verdicts_by_rule_and_isolation_apart_from_rule_hits() {
     };
     assert!(!text.lines().any(|l| counted(&l)), "{text}");
 }
+
+/// A dry-run policy's rules are exported at zero under
+/// `tollgate_dry_run_verdicts_total` when the ruleset is applied, never
+/// under rule hits (they decide no connection).
+#[test]
+fn a_dry_run_policys_rules_are_exported_at_zero_as_dry_run_verdicts() {
+    let yaml = "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: {addresses: [{type: InternalIP, address: 10.0.0.1}]}\n---\n\
+apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {name: trial, annotations: {tollgate.io/dry-run: 'true'}}\nspec:\n  priority: 1\n  appliedTo: [{nodeSelector: {}}]\n  ingress:\n  - {name: drop-web, action: Drop, ports: [{protocol: TCP, port: 80}]}\n";
+    let (objects, problems) = crate::decode::parse_documents("t.yaml".as_ref(), yaml);
+    assert!(problems.is_empty(), "{problems:?}");
+    let local = crate::compile::LocalNode {
+        name: "n1".into(),
+        ..Default::default()
+    };
+    let ruleset = crate::compile::compile(&crate::model::Snapshot { objects }, &local);
+    let m = Metrics::new();
+    m.ruleset_applied(&ruleset);
+    let text = m.render();
+    let line = "tollgate_dry_run_verdicts_total{policy=\"AntreaClusterNetworkPolicy:trial\",rule=\"drop-web\",action=\"Drop\"} 0";
+    assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+    assert!(
+        !text.contains("tollgate_rule_hits_total{policy=\"AntreaClusterNetworkPolicy:trial\""),
+        "{text}"
+    );
+}
