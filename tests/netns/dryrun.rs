@@ -4,7 +4,7 @@
 //! new connection it would decide otherwise is written to the audit log as
 //! `DryRun<Verdict>` and counted in `tollgate_dry_run_verdicts_total`;
 //! `trace` and `get policies` show it; removing the annotation (a hot
-//! reload, or a watch event) enforces it. IPv4 and IPv6 in files mode.
+//! reload, or a watch event) enforces it. IPv4 and IPv6.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr, TcpListener};
@@ -326,7 +326,8 @@ fn a_dry_run_drop_lets_traffic_flow_logs_and_counts_it_until_promoted() {
 /// in dry-run, isolates nothing — the connection works and each one is
 /// logged as its default drop (`IngressDefaultRule … DryRunDrop`) and
 /// counted under `rule="default-drop"`; the annotation removed by a watch
-/// event enforces the isolation, added back it lifts it again.
+/// event enforces the isolation, added back it lifts it again. IPv4 and
+/// IPv6 (the Pods are dual-stack).
 ///
 /// Mutation tried: counting a dry-run policy's isolation as enforced
 /// (`lists.isolated |= true` in core/src/compile/k8s.rs) drops the first
@@ -337,6 +338,7 @@ fn a_dry_run_kubernetes_isolation_follows_the_annotation_through_watch_events() 
     let Some(lab) = Lab::builder(TEST)
         .peer("client")
         .peer("server")
+        .ipv6()
         .require(&["curl"])
         .build()
     else {
@@ -349,11 +351,11 @@ fn a_dry_run_kubernetes_isolation_follows_the_annotation_through_watch_events() 
     let api = FakeApi::serve(listener);
     api.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod"}}));
     for (name, role) in [("web", "server"), ("client", "client")] {
-        let ip = lab.addr(role).to_string();
+        let (ip, ip6) = (lab.addr(role).to_string(), lab.addr6(role).to_string());
         api.apply(json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": "prod", "labels": {"app": name}},
             "spec": {"nodeName": "node", "containers": [{"name": "main"}]},
-            "status": {"podIP": ip, "podIPs": [{"ip": ip}]}}));
+            "status": {"podIP": ip, "podIPs": [{"ip": ip}, {"ip": ip6}]}}));
     }
     let isolate = |dry_run: bool| {
         let annotations = if dry_run {
@@ -380,47 +382,60 @@ fn a_dry_run_kubernetes_isolation_follows_the_annotation_through_watch_events() 
     let mut agent = lab.start_agent(options);
     agent.wait_generation(1);
 
-    let web = SocketAddr::new(lab.addr("server").into(), WEB);
+    let webs = [
+        SocketAddr::new(lab.addr("server").into(), WEB),
+        SocketAddr::new(lab.addr6("server").into(), WEB),
+    ];
     let isolation =
         "{policy=\"K8sNetworkPolicy:prod/deny-web\",rule=\"default-drop\",action=\"Drop\"}";
     let key = format!("tollgate_dry_run_verdicts_total{isolation}");
-    let counted = |n: f64| {
+    let counted = |n: usize| {
         poll_until(AGENT_WAIT, || {
             let got = scrape(lab.node(), metrics)
                 .get(&key)
                 .copied()
                 .unwrap_or(0.0);
-            (got >= n).then_some(got)
+            (got >= n as f64).then_some(got as usize)
         })
     };
     const REPEATS: usize = 3;
-    for _ in 0..REPEATS {
-        lab.assert_tcp("client", web, TcpOutcome::Connected);
+    for web in webs {
+        for _ in 0..REPEATS {
+            lab.assert_tcp("client", web, TcpOutcome::Connected);
+        }
     }
-    assert_eq!(counted(REPEATS as f64), Some(REPEATS as f64));
-    let line = &[
-        " IngressDefaultRule K8sNetworkPolicy:prod/deny-web <nil> Ingress DryRunDrop <nil> prod/web ",
-        &format!(" {WEB} TCP "),
-    ];
-    let logged = poll_until(AGENT_WAIT, || {
-        let n = audit_lines(&log, line);
-        (n >= REPEATS).then_some(n)
-    });
-    assert_eq!(
-        logged,
-        Some(REPEATS),
-        "{}",
-        std::fs::read_to_string(&log).unwrap_or_default()
-    );
+    assert_eq!(counted(2 * REPEATS), Some(2 * REPEATS));
+    let logged = |web: SocketAddr| {
+        let line = &[
+            " IngressDefaultRule K8sNetworkPolicy:prod/deny-web <nil> Ingress DryRunDrop <nil> prod/web ",
+            &format!(" {} {WEB} TCP ", web.ip()),
+        ];
+        poll_until(AGENT_WAIT, || {
+            let n = audit_lines(&log, line);
+            (n >= REPEATS).then_some(n)
+        })
+    };
+    for web in webs {
+        assert_eq!(
+            logged(web),
+            Some(REPEATS),
+            "{web}: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+    }
 
     // The annotation removed (a MODIFIED event): enforced.
     api.apply(isolate(false));
     agent.wait_generation(2);
-    lab.assert_tcp("client", web, TcpOutcome::TimedOut);
+    for web in webs {
+        lab.assert_tcp("client", web, TcpOutcome::TimedOut);
+    }
     // Added back: dry-run again, the connection works and is counted.
     api.apply(isolate(true));
     agent.wait_generation(3);
-    lab.assert_tcp("client", web, TcpOutcome::Connected);
-    assert_eq!(counted(REPEATS as f64 + 1.0), Some(REPEATS as f64 + 1.0));
+    for web in webs {
+        lab.assert_tcp("client", web, TcpOutcome::Connected);
+    }
+    assert_eq!(counted(2 * REPEATS + 2), Some(2 * REPEATS + 2));
     agent.stop();
 }
