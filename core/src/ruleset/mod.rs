@@ -16,7 +16,7 @@ use serde::Serialize;
 use crate::fqdn::FqdnPattern;
 use crate::model::PortProtocol;
 
-pub use classify::{Consulted, DecidedBy, Decision, DirectionDecision, Outcome};
+pub use classify::{Consulted, DecidedBy, Decision, DirectionDecision, Miss, NoMatch, Outcome};
 pub(crate) use index::RuleLists;
 use index::{build_tables, EndpointTable};
 pub(crate) use rule::{Block, CompiledRule, PeerMatch, ServiceMatch};
