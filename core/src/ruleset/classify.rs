@@ -115,6 +115,15 @@ pub enum Miss {
     Peer,
 }
 
+/// The part of a rule a flow failed, as the classifier finds it without
+/// spending time on which entry of `ports` came closest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Failed {
+    NodePort,
+    Services,
+    Peer,
+}
+
 /// Why a consulted rule did not match: the condition missed and what the
 /// rule takes there (its ports, or its peers), for `trace -v`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -289,7 +298,13 @@ impl Ruleset {
         };
         let meet = |id: &u32, met: &mut Vec<Consulted>| {
             let rule = &self.rules[*id as usize];
-            let miss = self.miss(rule, flow, peer, fqdn, &Cell::new(false));
+            let miss = self
+                .failed(rule, flow, peer, fqdn, &Cell::new(false))
+                .map(|failed| match failed {
+                    Failed::NodePort => Miss::NodePort,
+                    Failed::Services => self.service_miss(rule, flow),
+                    Failed::Peer => Miss::Peer,
+                });
             met.push(Consulted {
                 rule: rule.reference.clone(),
                 matched: miss.is_none(),
@@ -389,19 +404,20 @@ impl Ruleset {
         fqdn: &dyn FqdnLookup,
         beyond_key: &Cell<bool>,
     ) -> bool {
-        self.miss(rule, flow, peer, fqdn, beyond_key).is_none()
+        self.failed(rule, flow, peer, fqdn, beyond_key).is_none()
     }
 
-    /// The first condition of `rule` the flow fails (`None`: it matches).
-    /// The one definition of a match: the workers and `trace` both read it.
-    fn miss(
+    /// The first part of `rule` the flow fails (`None`: it matches). The
+    /// one definition of a match: the workers and `trace` both read it;
+    /// only `trace` asks which part of the ports failed.
+    fn failed(
         &self,
         rule: &CompiledRule,
         flow: &Flow,
         peer: IpAddr,
         fqdn: &dyn FqdnLookup,
         beyond_key: &Cell<bool>,
-    ) -> Option<Miss> {
+    ) -> Option<Failed> {
         // Whether this rule matches can depend on the FQDN table or the
         // source port: the flow's verdict may then differ from that of
         // another flow with the same cache key.
@@ -415,13 +431,13 @@ impl Ruleset {
                 .zip(dst_port)
                 .is_some_and(|key| node_ports.contains(&key));
             if !hit {
-                return Some(Miss::NodePort);
+                return Some(Failed::NodePort);
             }
         }
         if !rule.services.is_empty() {
             let named = |name: &str, proto: PortProtocol| self.named_port_of(flow.dst, name, proto);
             if !rule.services.iter().any(|s| s.matches(flow, named)) {
-                return Some(self.service_miss(rule, flow));
+                return Some(Failed::Services);
             }
         }
         let peers = &rule.peers;
@@ -435,7 +451,7 @@ impl Ruleset {
             || peers.services.iter().any(|&(ip, proto, port)| {
                 ip == flow.dst && protocol == Some(proto) && dst_port == Some(port)
             });
-        (!hit).then_some(Miss::Peer)
+        (!hit).then_some(Failed::Peer)
     }
 
     /// The port the destination's container port `name` of `protocol` is.
