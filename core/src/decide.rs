@@ -150,6 +150,9 @@ pub struct Step {
     pub audit: Vec<AuditRecord>,
     /// Set when the verdict holds for every flow with the packet's key.
     pub cache: Option<CacheEntry>,
+    /// The flow decided (`None`: the packet could not be parsed), for
+    /// `tollgate observe`.
+    pub flow: Option<Flow>,
 }
 
 /// How the step turns verdicts into kernel actions.
@@ -224,6 +227,7 @@ pub fn step<P: Policy + ?Sized>(
                 },
                 audit,
                 cache,
+                flow: Some(flow),
             }
         }
         Err(error) => Step {
@@ -234,6 +238,7 @@ pub fn step<P: Policy + ?Sized>(
             outcome: Outcome::Malformed(error),
             audit: Vec::new(),
             cache: None,
+            flow: None,
         },
     }
 }

@@ -2,11 +2,14 @@
 //! Drop lines, one line per allowed connection, a rate limit that skips
 //! lines but never packets, Kubernetes NetworkPolicy lines, L7 request
 //! lines in text and JSON), the metrics endpoint as traffic flows, every
-//! declared counter scraped, and `tollgate status` / `get policies`.
+//! declared counter scraped, and `tollgate status` / `get policies`;
+//! `tollgate observe`, `log-level`, `bundle` and `status --watch` against
+//! a running agent.
 //!
-//! Addresses: 10.61.1-7.0/24 (10.61.9.0/24 is benches/audit_overload.sh).
+//! Addresses: 10.61.1-8.0/24, 10.61.10-11.0/24 (10.61.9.0/24 is
+//! benches/audit_overload.sh).
 
-use crate::harness::{wait_until, AgentOptions, Lab, Netns, AGENT_WAIT};
+use crate::harness::{poll_until, wait_until, AgentOptions, Lab, Netns, AGENT_WAIT};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -495,7 +498,7 @@ fn metrics_move_with_traffic_and_status_answers() {
     let meta = std::fs::metadata(&socket).unwrap();
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
-    let out = tollgate(&["status", "--socket", socket_arg]);
+    let out = tollgate(&["status", "--socket", socket_arg, "-o", "wide"]);
     assert!(
         out.status.success(),
         "{}",
@@ -512,7 +515,9 @@ fn metrics_move_with_traffic_and_status_answers() {
     ] {
         assert!(text.contains(expected), "{expected:?} missing in\n{text}");
     }
-    let queue_line = text.lines().find(|l| l.starts_with("100 ")).unwrap();
+    // The queue's row in the counters table (the health table comes first).
+    let (_, counters) = text.split_once("\nQUEUE ALLOWED ").unwrap();
+    let queue_line = counters.lines().find(|l| l.starts_with("100 ")).unwrap();
     let allowed: u64 = queue_line
         .split_whitespace()
         .nth(1)
@@ -813,7 +818,7 @@ spec:
         "{build}"
     );
 
-    let out = tollgate(&["status", "--socket", socket.to_str().unwrap()]);
+    let out = tollgate(&["status", "--socket", socket.to_str().unwrap(), "-o", "wide"]);
     assert!(
         out.status.success(),
         "{}",
@@ -982,4 +987,245 @@ spec:
         }
         agent.stop();
     }
+}
+
+/// `tollgate observe` over the status socket: the agent's latest
+/// decisions, each naming the deciding policy and rule (an allowed TCP
+/// connection, a dropped ping); `--verdict drop` keeps only the drops; and
+/// `-f` prints a decision made after it started, within seconds, from a
+/// fresh source port (a flow the agent decides, not the kernel's cache).
+/// Mutation: the `observe.offer` of the connection worker removed
+/// (src/workers/connection.rs) — no decision reaches the agent's history
+/// and the first assertion fails.
+#[test]
+fn observe_shows_the_agents_decisions_and_follows_new_ones() {
+    use std::io::BufRead;
+    let Some(pair) = Pair::new(
+        "observe_shows_the_agents_decisions_and_follows_new_ones",
+        10,
+    ) else {
+        return;
+    };
+    let socket: PathBuf = pair.lab.dir().join("run/tollgate.sock");
+    let mut options = options(&pair.lab, &["--verdict-cache", "off"]);
+    options.status_socket = socket.clone();
+    let _server = serve(&pair, 8080);
+    let mut agent = pair.lab.start_agent(options);
+    agent.wait_generation(1);
+    let socket_arg = socket.to_str().unwrap();
+    connect_n(&pair, 8080, 2);
+    pair.client
+        .sh(&format!("ping -c 1 -W 1 {}", pair.node_ip()));
+    let observe = |args: &[&str]| {
+        let out = tollgate(&[&["observe", "--socket", socket_arg], args].concat());
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // The node's address is named by the ruleset: `node:obs`.
+    let node = "node:obs";
+    let client = format!("10.61.{}.2", pair.subnet);
+    // The hub copies each decision from a channel: poll until both are in.
+    let all = poll_until(AGENT_WAIT, || {
+        let text = observe(&[]);
+        (text.contains(" Allow ") && text.contains(" Drop ")).then_some(text)
+    })
+    .unwrap_or_else(|| panic!("no decisions observed:\n{}", observe(&[])));
+    let allowed = lines_with(&all, &format!(" -> {node}:8080 TCP Allow "));
+    assert_eq!(allowed.len(), 2, "{all}");
+    assert!(
+        allowed[0].starts_with("20")
+            && allowed[0].contains(&format!(" {client}:"))
+            && allowed[0]
+                .ends_with(" by AntreaClusterNetworkPolicy:observe rule allow-web (Ingress)"),
+        "{all}"
+    );
+    let drops = lines_with(&all, " Drop ");
+    assert_eq!(drops.len(), 1, "{all}");
+    assert!(
+        drops[0].contains(&format!(" {client} -> {node} ICMP Drop "))
+            && drops[0].ends_with(" rule drop-ping (Ingress)"),
+        "{all}"
+    );
+    let only = observe(&["--verdict", "drop"]);
+    assert_eq!(
+        only.lines().collect::<Vec<_>>(),
+        [drops[0].as_str()],
+        "{only}"
+    );
+    let json = observe(&["-o", "json", "--last", "1", "--verdict", "drop"]);
+    let event: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+    assert_eq!(event["verdict"], "Drop");
+    assert_eq!(event["rule"], "drop-ping");
+
+    // -f: nothing old (--last 0), then the next allowed connection.
+    let mut follow = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["observe", "-f", "--last", "0", "--socket", socket_arg])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = follow.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    // The follower is registered once the agent counts it.
+    wait_until("the follower", AGENT_WAIT, || {
+        value(&agent_series(&socket), "tollgate_observe_followers") == 1.0
+    });
+    connect_n(&pair, 8080, 1);
+    let line = rx.recv_timeout(AGENT_WAIT).expect("a followed decision");
+    let _ = follow.kill();
+    let _ = follow.wait();
+    assert!(line.contains(" -> node:obs:8080 TCP Allow by "), "{line}");
+    agent.stop();
+}
+
+/// The agent-level series of `status -o json`, by name, as /metrics has
+/// them.
+fn agent_series(socket: &Path) -> BTreeMap<String, f64> {
+    let out = tollgate(&["status", "-o", "json", "--socket", socket.to_str().unwrap()]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    report["agentSeries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            (
+                row["series"].as_str().unwrap().to_string(),
+                row["value"].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// `tollgate log-level` changes the running agent's filter at once (a
+/// debug line appears only after), and `tollgate bundle`, run outside the
+/// agent's network namespace, holds what only the agent can see: its
+/// namespace's tollgate chains and sets, its log tail, its configuration,
+/// the decisions, the status; as a private directory and as a `.tar.gz`.
+/// Mutation: `logging::set` not calling `reload` (it answers the filter
+/// but changes nothing) — no `status request` line appears and the test
+/// fails.
+#[test]
+fn log_level_changes_at_once_and_bundle_holds_the_agents_state() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(pair) = Pair::new(
+        "log_level_changes_at_once_and_bundle_holds_the_agents_state",
+        11,
+    ) else {
+        return;
+    };
+    let socket: PathBuf = pair.lab.dir().join("run/tollgate.sock");
+    let mut options = options(&pair.lab, &["--log-level", "info"]);
+    options.status_socket = socket.clone();
+    let _server = serve(&pair, 8080);
+    let mut agent = pair.lab.start_agent(options);
+    agent.wait_generation(1);
+    connect_n(&pair, 8080, 1);
+    let s = socket.to_str().unwrap();
+    let ok = |args: &[&str]| {
+        let out = tollgate(args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+
+    assert_eq!(ok(&["log-level", "--socket", s]), "info");
+    ok(&["status", "--socket", s]);
+    assert_eq!(agent.count_log("status request"), 0, "{}", agent.log());
+    assert_eq!(ok(&["log-level", "debug", "--socket", s]), "debug");
+    ok(&["status", "--socket", s]);
+    agent.wait_for_log("status request", AGENT_WAIT);
+    let bad = tollgate(&["log-level", "tollgate=loud", "--socket", s]);
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    assert_eq!(ok(&["log-level", "info", "--socket", s]), "info");
+
+    let dir = pair.lab.dir().join("bundle");
+    ok(&["bundle", dir.to_str().unwrap(), "--socket", s]);
+    let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+    let file = |name: &str| read(&dir.join(name));
+    for (name, expected) in [
+        ("status.txt", "node:               obs"),
+        ("status.json", "\"rulesetGeneration\": 1"),
+        ("policies.txt", "AntreaClusterNetworkPolicy:observe"),
+        ("endpoints.json", "\"endpoint\""),
+        (
+            "decisions.txt",
+            " TCP Allow by AntreaClusterNetworkPolicy:observe rule allow-web",
+        ),
+        ("config.txt", "obs"),
+        ("command-line.txt", " run "),
+        ("log.txt", "ruleset applied"),
+        ("iptables-save.txt", ":TOLLGATE-INPUT"),
+        ("ip6tables-save.txt", ":TOLLGATE-INPUT"),
+        ("ipset-list.txt", "Name: tollgate-"),
+        ("versions.txt", "kernel "),
+        ("skipped.json", "skips nothing"),
+    ] {
+        assert!(
+            file(name).contains(expected),
+            "{name}: {expected:?} missing in\n{}",
+            file(name)
+        );
+    }
+    // The log tail holds the debug line logged while the filter allowed it.
+    assert!(file("log.txt").contains("status request"));
+
+    // --watch: status again and again until interrupted.
+    // Mutation: `repeat` returning after the first answer — one `node:`.
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["status", "-w", "--interval", "0.2", "--socket", s])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = watch.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.starts_with("node:") && tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    for n in 0..3 {
+        rx.recv_timeout(AGENT_WAIT)
+            .unwrap_or_else(|e| panic!("status -w answer {n}: {e}"));
+    }
+    let _ = watch.kill();
+    let _ = watch.wait();
+
+    let archive = pair.lab.dir().join("b.tar.gz");
+    ok(&["bundle", archive.to_str().unwrap(), "--socket", s]);
+    let mode = std::fs::metadata(&archive).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let list = Command::new("tar")
+        .arg("-tzf")
+        .arg(&archive)
+        .output()
+        .unwrap();
+    let list = String::from_utf8_lossy(&list.stdout);
+    for name in [
+        "status.txt",
+        "iptables-save.txt",
+        "ipset-list.txt",
+        "log.txt",
+    ] {
+        assert!(
+            list.lines()
+                .any(|l| l.starts_with("tollgate-bundle-obs-") && l.ends_with(name)),
+            "{name} not in\n{list}"
+        );
+    }
+    agent.stop();
 }

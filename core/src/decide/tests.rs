@@ -67,6 +67,7 @@ fn allow_and_reject_repeat_with_a_mark_that_keeps_foreign_bits() {
             },
             audit: Vec::new(),
             cache: None,
+            flow: parse_flow(&syn(80)).ok(),
         }
     );
     let rejected = step(
