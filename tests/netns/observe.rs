@@ -4,7 +4,8 @@
 //! lines in text and JSON), the metrics endpoint as traffic flows, every
 //! declared counter scraped, and `tollgate status` / `get policies`;
 //! `tollgate observe`, `log-level`, `bundle` and `status --watch` against
-//! a running agent.
+//! a running agent; a real Prometheus scraping it with the shipped
+//! dashboard's queries and alert rules.
 //!
 //! Addresses: 10.61.1-8.0/24, 10.61.10-11.0/24 (10.61.9.0/24 is
 //! benches/audit_overload.sh).
@@ -40,9 +41,15 @@ struct Pair {
 
 impl Pair {
     fn new(test: &'static str, subnet: u8) -> Option<Pair> {
+        Pair::requiring(test, subnet, &[])
+    }
+
+    /// As [`Pair::new`], the test needing `tools` too.
+    fn requiring(test: &'static str, subnet: u8, tools: &[&'static str]) -> Option<Pair> {
         let lab = Lab::builder(test)
             .unlinked("client")
             .require(&["curl", "ping", "timeout"])
+            .require(tools)
             .build()?;
         let (node, client) = (lab.node().clone(), lab.ns("client").clone());
         node.ok(&format!(
@@ -987,6 +994,171 @@ spec:
         }
         agent.stop();
     }
+}
+
+/// Runs a PromQL `query` against the Prometheus listening on `port` in
+/// `ns`; returns its result vector (an error answer fails the test).
+fn promql(ns: &Netns, port: u16, query: &str) -> Vec<serde_json::Value> {
+    let url = format!("http://127.0.0.1:{port}/api/v1/query");
+    let out = ns.run(&[
+        "curl",
+        "-sfG",
+        "--max-time",
+        "5",
+        "--data-urlencode",
+        &format!("query={query}"),
+        &url,
+    ]);
+    let answer: serde_json::Value = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("{query}: {e}: {}", out.stdout));
+    assert_eq!(answer["status"], "success", "{query}: {answer}");
+    answer["data"]["result"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// A real Prometheus (Debian's `prometheus`) in the node namespace scrapes
+/// a running agent every second with `docker/monitoring/alerts.yaml`
+/// loaded, while allowed and dropped traffic flows: every query of
+/// `docker/monitoring/dashboard.json` (its variables as Grafana fills
+/// them) returns data, every alert rule is evaluated without error, and
+/// every metric an alert expression names is scraped — so a dashboard or
+/// rule naming a metric the agent does not export fails here. None of the
+/// alerts fires on the healthy agent.
+/// Mutation: `tollgate_ready` renamed in `alerts.yaml`
+/// (`tollgate_readyy == 0`) — the metric is not scraped and the test fails
+/// naming it; likewise a dashboard query naming `tollgate_verdict_total`.
+#[test]
+fn prometheus_scrapes_an_agent_and_every_dashboard_query_returns_data() {
+    const METRICS: &str = "127.0.0.1:9468";
+    const PROMETHEUS: u16 = 9098;
+    let Some(pair) = Pair::requiring(
+        "prometheus_scrapes_an_agent_and_every_dashboard_query_returns_data",
+        8,
+        &["prometheus"],
+    ) else {
+        return;
+    };
+    let _server = serve(&pair, 8080);
+    let mut agent = pair
+        .lab
+        .start_agent(options(&pair.lab, &["--metrics-address", METRICS]));
+    agent.wait_generation(1);
+    let monitoring = Path::new(env!("CARGO_MANIFEST_DIR")).join("docker/monitoring");
+    let config = pair.lab.dir().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+             rule_files:\n  - {}\n\
+             scrape_configs:\n  - job_name: tollgate\n    static_configs:\n      - targets: ['{METRICS}']\n",
+            monitoring.join("alerts.yaml").display()
+        ),
+    )
+    .unwrap();
+    let storage = pair.lab.dir().join("prometheus-data");
+    pair.lab.spawn(
+        "node",
+        &[
+            "prometheus",
+            &format!("--config.file={}", config.display()),
+            &format!("--storage.tsdb.path={}", storage.display()),
+            &format!("--web.listen-address=127.0.0.1:{PROMETHEUS}"),
+        ],
+    );
+    // Traffic for the verdict, rule-hit and latency series: allowed
+    // connections and dropped pings, again while Prometheus scrapes.
+    let traffic = || {
+        connect_n(&pair, 8080, 3);
+        pair.client
+            .sh(&format!("ping -c 1 -W 1 {}", pair.node_ip()));
+    };
+    traffic();
+
+    let text = std::fs::read_to_string(monitoring.join("dashboard.json")).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let queries: Vec<(String, String)> = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|panel| {
+            let title = panel["title"].as_str().unwrap().to_string();
+            panel["targets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(move |t| {
+                    let expr = t["expr"]
+                        .as_str()
+                        .unwrap()
+                        .replace("$__rate_interval", "30s")
+                        .replace("$instance", ".+");
+                    (title.clone(), expr)
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(queries.len() >= 12);
+    // Rates need two scrapes: poll until every query answers, or name
+    // those that never did.
+    let mut empty: Vec<String> = queries.iter().map(|(_, q)| q.clone()).collect();
+    poll_until(Duration::from_secs(90), || {
+        traffic();
+        empty.retain(|query| promql(&pair.node, PROMETHEUS, query).is_empty());
+        empty.is_empty().then_some(())
+    });
+    assert!(
+        empty.is_empty(),
+        "dashboard queries without data: {empty:#?}\nprometheus log:\n{}",
+        read(&pair.lab.dir().join("prometheus-0.log"))
+    );
+    let verdicts = promql(
+        &pair.node,
+        PROMETHEUS,
+        "sum by (action) (tollgate_verdicts_total{action=\"Drop\"})",
+    );
+    let dropped: f64 = verdicts[0]["value"][1].as_str().unwrap().parse().unwrap();
+    assert!(dropped >= 1.0, "the pings were dropped: {verdicts:?}");
+
+    // The alert rules: each evaluated, healthy, none firing; every metric
+    // they name is scraped.
+    let url = format!("http://127.0.0.1:{PROMETHEUS}/api/v1/rules");
+    let rules = poll_until(Duration::from_secs(30), || {
+        let out = pair.node.run(&["curl", "-sf", "--max-time", "5", &url]);
+        let answer: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+        let rules = answer["data"]["groups"][0]["rules"].as_array()?.clone();
+        let evaluated = rules.iter().all(|r| {
+            r["lastEvaluation"]
+                .as_str()
+                .is_some_and(|t| !t.starts_with("0001-"))
+        });
+        (rules.len() == 6 && evaluated).then_some(rules)
+    })
+    .expect("the six alert rules evaluated");
+    for rule in &rules {
+        let (name, expr) = (
+            rule["name"].as_str().unwrap(),
+            rule["query"].as_str().unwrap(),
+        );
+        assert_eq!(rule["health"], "ok", "{name}: {rule}");
+        assert_eq!(
+            rule["state"], "inactive",
+            "{name} on a healthy agent: {rule}"
+        );
+        let names: Vec<&str> = expr
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| w.starts_with("tollgate_"))
+            .collect();
+        assert!(!names.is_empty(), "{name}: {expr}");
+        for metric in names {
+            assert!(
+                !promql(&pair.node, PROMETHEUS, metric).is_empty(),
+                "{name}: {metric} is not scraped"
+            );
+        }
+    }
+    agent.stop();
 }
 
 /// `tollgate observe` over the status socket: the agent's latest

@@ -214,6 +214,7 @@ pub const TEST_IDS: &[&str] = &[
     "a_withheld_client_hello_cannot_be_rewritten_to_a_denied_name",
     "observe_shows_the_agents_decisions_and_follows_new_ones",
     "log_level_changes_at_once_and_bundle_holds_the_agents_state",
+    "prometheus_scrapes_an_agent_and_every_dashboard_query_returns_data",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
