@@ -1,6 +1,7 @@
 //! Why `tollgate run` stops with an error: one variant per part of the
 //! agent that can fail to start or to stop, each carrying its cause.
-//! Errors after the start are logged and retried, never returned.
+//! Errors after the start (the workers started) are logged and retried,
+//! never returned.
 
 use crate::config::ConfigError;
 use crate::datapath::{ApplyError, DatapathError};

@@ -61,8 +61,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let (starting, inbox) = start(&args)?;
     match starting.wait_for_snapshot(&inbox)? {
         Waited::Ready(mut running) => {
-            running.serve(&inbox);
-            Ok(running.stop()?)
+            let served = running.serve(&inbox);
+            running.stop()?;
+            Ok(served?)
         }
         Waited::Stopped(starting) => Ok(starting.stop()?),
     }
@@ -139,6 +140,18 @@ struct Running {
     bridged_unseen: Option<String>,
     /// The verdict cache's hits counted from its lookup rules' counters.
     cache_hits: datapath::cache::HitCount,
+    /// The workers, until their queues are bound ([`Running::bind`]).
+    unbound: Option<Workers>,
+    /// Why the workers could not be started after the agent's start: the
+    /// run loop stops with it.
+    fatal: Option<AgentError>,
+}
+
+/// What the workers decide by and report to, until they are started.
+struct Workers {
+    policy: Arc<ArcSwap<Ruleset>>,
+    mirror: Arc<crate::fqdn::FqdnTable>,
+    observers: Observers,
 }
 
 fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
@@ -297,7 +310,13 @@ impl Starting {
 
     /// Puts the first complete snapshot in force: the workers start
     /// deciding by it, and the kernel moves to it from what it holds by
-    /// the bridge of both.
+    /// the bridge of both. The workers bind their queues first, so that
+    /// they read what the kernel already queues — unless the kernel an
+    /// earlier agent left sends packets to one of those queues in another
+    /// role (a changed queue layout: `queues`, `fqdn.dnsQueue`,
+    /// `l7.queue`); then no queue is bound until the kernel is rewritten
+    /// to this agent's layout, and its queues have no reader meanwhile,
+    /// as while no agent ran.
     fn enforce(self, snapshot: &Snapshot) -> Result<Running, AgentError> {
         let Starting {
             mut base, policy, ..
@@ -310,8 +329,10 @@ impl Starting {
         let ruleset = base
             .generations
             .stamp(compile(snapshot, &node), snapshot, &node);
-        let installed = adopted(&base.kernel.installed()?);
-        let mut fqdn = Fqdn::restore(
+        let found = base.kernel.installed()?;
+        let crossed = datapath::roles::crossed(&found, &config.queue_numbers());
+        let installed = adopted(&found);
+        let fqdn = Fqdn::restore(
             &base.kernel,
             &ruleset,
             snapshot,
@@ -321,7 +342,6 @@ impl Starting {
         )?;
         let mirror = Arc::clone(&fqdn.mirror);
         base.status.fqdn_table(Arc::clone(&mirror));
-        let patterns = ruleset.fqdn_patterns().to_vec();
         let reconciler = Reconciler::adopting(policy, ruleset, installed, Backoff::DEFAULT);
         let policy = Arc::clone(reconciler.in_force());
         let cache = match config.verdict_cache.enabled() {
@@ -334,24 +354,6 @@ impl Starting {
             audit: base.audit.clone(),
             cache,
         };
-        for queue in config.queues.range().iter() {
-            Worker::spawn(
-                queue,
-                &config.datapath,
-                Arc::clone(&policy),
-                Arc::clone(&mirror),
-                observers.clone(),
-            )?;
-        }
-        crate::workers::l7::spawn(
-            &config.datapath,
-            &config.l7,
-            Arc::clone(&policy),
-            Arc::clone(&mirror),
-            observers,
-        )?;
-        fqdn.start_dns_worker(&patterns)?;
-        crate::workers::watchdog::spawn(Arc::clone(&base.metrics), config.health.stall_timeout())?;
         #[allow(clippy::disallowed_methods)] // the first drift check is due one interval from now.
         let checks_due = Instant::now() + Running::checks_every(config);
         let mut running = Running {
@@ -361,14 +363,32 @@ impl Starting {
             checks_due,
             bridged_unseen: None,
             cache_hits: datapath::cache::HitCount::default(),
+            unbound: Some(Workers {
+                policy,
+                mirror,
+                observers,
+            }),
+            fatal: None,
         };
+        if crossed.is_empty() {
+            running.bind()?;
+        } else {
+            let crossed: Vec<String> = crossed.iter().map(ToString::to_string).collect();
+            tracing::warn!(
+                "the kernel state an earlier agent left queues packets to this agent's queues in another role ({}): no queue is bound until it is rewritten",
+                crossed.join("; ")
+            );
+        }
         running.check_bridges();
         running.put_in_force();
         running.base.status.set_snapshot_complete(true);
         // A failed install is retried from the run loop: tearing down here
         // would remove what an earlier agent left enforcing.
         running.sync();
-        Ok(running)
+        match running.fatal.take() {
+            Some(error) => Err(error),
+            None => Ok(running),
+        }
     }
 
     fn stop(self) -> Result<(), AgentError> {
@@ -475,6 +495,38 @@ fn serve_status(
 }
 
 impl Running {
+    /// Starts the workers, once: the connection and L7 queues' (bound
+    /// here, errors returned), the DNS worker when the ruleset in force
+    /// has FQDN selectors, and the watchdog over them.
+    fn bind(&mut self) -> Result<(), AgentError> {
+        let Some(Workers {
+            policy,
+            mirror,
+            observers,
+        }) = self.unbound.take()
+        else {
+            return Ok(());
+        };
+        let config = &self.base.config;
+        for queue in config.queues.range().iter() {
+            Worker::spawn(
+                queue,
+                &config.datapath,
+                Arc::clone(&policy),
+                Arc::clone(&mirror),
+                observers.clone(),
+            )?;
+        }
+        crate::workers::l7::spawn(&config.datapath, &config.l7, policy, mirror, observers)?;
+        let patterns = self.reconciler.in_force().load().fqdn_patterns().to_vec();
+        self.fqdn.bind(&patterns)?;
+        crate::workers::watchdog::spawn(
+            Arc::clone(&self.base.metrics),
+            config.health.stall_timeout(),
+        )?;
+        Ok(())
+    }
+
     fn stop(self) -> Result<(), AgentError> {
         self.base.stop()
     }

@@ -22,6 +22,7 @@ pub(crate) mod image;
 mod kernel;
 mod kube;
 mod l7;
+mod l7restart;
 mod lifecycle;
 mod normalise;
 mod npapi;

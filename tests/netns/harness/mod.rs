@@ -212,6 +212,8 @@ pub const TEST_IDS: &[&str] = &[
     "podman_container_cannot_claim_its_neighbours_address",
     "segments_the_server_discards_cannot_rewrite_an_l7_request",
     "a_withheld_client_hello_cannot_be_rewritten_to_a_denied_name",
+    "l7_denied_requests_stay_denied_across_restarts_that_change_l7_queues",
+    "renumbered_queues_never_hand_an_l7_connection_to_another_worker",
     "observe_shows_the_agents_decisions_and_follows_new_ones",
     "log_level_changes_at_once_and_bundle_holds_the_agents_state",
     "prometheus_scrapes_an_agent_and_every_dashboard_query_returns_data",
