@@ -1282,9 +1282,9 @@ fn agent_series(socket: &Path) -> BTreeMap<String, f64> {
 /// agent's network namespace, holds what only the agent can see: its
 /// namespace's tollgate chains and sets, its log tail, its configuration,
 /// the decisions, the status; as a private directory and as a `.tar.gz`.
-/// Mutation: `logging::set` not calling `reload` (it answers the filter
-/// but changes nothing) — no `status request` line appears and the test
-/// fails.
+/// Mutation: `logging::set` not calling `reload` — the agent answers the
+/// filter still in force (`info`) and no `status request` line appears:
+/// the test fails.
 #[test]
 fn log_level_changes_at_once_and_bundle_holds_the_agents_state() {
     use std::os::unix::fs::PermissionsExt;
