@@ -1163,7 +1163,7 @@ fn prometheus_scrapes_an_agent_and_every_dashboard_query_returns_data() {
 
 /// `tollgate observe` over the status socket: the agent's latest
 /// decisions, each naming the deciding policy and rule (an allowed TCP
-/// connection, a dropped ping); `--verdict drop` keeps only the drops; and
+/// connection, a dropped ping; an IPv6 connection no rule decides); `--verdict drop` keeps only the drops; and
 /// `-f` prints a decision made after it started, within seconds, from a
 /// fresh source port (a flow the agent decides, not the kernel's cache).
 /// Mutation: the `observe.offer` of the connection worker removed
@@ -1182,10 +1182,21 @@ fn observe_shows_the_agents_decisions_and_follows_new_ones() {
     let mut options = options(&pair.lab, &["--verdict-cache", "off"]);
     options.status_socket = socket.clone();
     let _server = serve(&pair, 8080);
+    // IPv6 beside: the link's v6 addresses and a listener on the node's
+    // (no rule matches IPv6 from the client: allowed, no rule).
+    pair.node.ok("ip addr add fd61:a::1/64 dev va nodad");
+    pair.client.ok("ip addr add fd61:a::2/64 dev vb nodad");
+    let _v6 = pair
+        .node
+        .enter(|| TcpListener::bind("[fd61:a::1]:8080").unwrap());
     let mut agent = pair.lab.start_agent(options);
     agent.wait_generation(1);
     let socket_arg = socket.to_str().unwrap();
     connect_n(&pair, 8080, 2);
+    pair.client.enter(|| {
+        TcpStream::connect_timeout(&"[fd61:a::1]:8080".parse().unwrap(), Duration::from_secs(3))
+            .expect("the IPv6 connection")
+    });
     pair.client
         .sh(&format!("ping -c 1 -W 1 {}", pair.node_ip()));
     let observe = |args: &[&str]| {
@@ -1199,11 +1210,21 @@ fn observe_shows_the_agents_decisions_and_follows_new_ones() {
     // The hub copies each decision from a channel: poll until both are in.
     let all = poll_until(AGENT_WAIT, || {
         let text = observe(&[]);
-        (text.contains(" Allow ") && text.contains(" Drop ")).then_some(text)
+        (text.contains(" Allow ") && text.contains(" Drop ") && text.contains("[fd61:a::2]:"))
+            .then_some(text)
     })
     .unwrap_or_else(|| panic!("no decisions observed:\n{}", observe(&[])));
-    let allowed = lines_with(&all, &format!(" -> {node}:8080 TCP Allow "));
+    let allowed: Vec<String> = lines_with(&all, &format!(" -> {node}:8080 TCP Allow "))
+        .into_iter()
+        .filter(|l| l.contains(&format!(" {client}:")))
+        .collect();
     assert_eq!(allowed.len(), 2, "{all}");
+    let v6 = lines_with(&all, " [fd61:a::2]:");
+    assert_eq!(v6.len(), 1, "{all}");
+    assert!(
+        v6[0].contains(":8080 TCP Allow ") && v6[0].ends_with(" (no rule)"),
+        "{all}"
+    );
     assert!(
         allowed[0].starts_with("20")
             && allowed[0].contains(&format!(" {client}:"))
