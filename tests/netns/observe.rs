@@ -861,7 +861,8 @@ spec:
 /// An L7 rule with `enableLogging`: each HTTP request decision is an
 /// audit line carrying the request's method, host (lower-cased, without
 /// port) and path after the spec's columns; with `audit.format: json` the
-/// same record is one JSON object per line.
+/// same record is one JSON object per line. `tollgate observe` shows the
+/// same decisions with their request.
 #[test]
 fn l7_audit_lines_carry_method_host_and_path_in_text_and_json() {
     let Some(pair) = Pair::new(
@@ -965,6 +966,22 @@ spec:
                 reject[0].ends_with(" api method=\"POST\" host=\"shop.example\" path=\"/admin\""),
                 "{text}"
             );
+            // `tollgate observe` shows the L7 worker's decisions with the
+            // request. Mutation: the `observe.offer` of src/workers/l7.rs
+            // removed — no request line.
+            let socket = pair.lab.agent_options().status_socket;
+            let observe = || {
+                let out = tollgate(&["observe", "--socket", socket.to_str().unwrap()]);
+                String::from_utf8_lossy(&out.stdout).into_owned()
+            };
+            let rule = "by AntreaClusterNetworkPolicy:observe-l7 rule api-get (Ingress)";
+            let get = format!(" TCP Allow GET shop.example/api/items?id=7 {rule}");
+            let post = format!(" TCP Reject POST shop.example/admin {rule}");
+            let seen = poll_until(AGENT_WAIT, || {
+                let lines = observe();
+                (lines.contains(&get) && lines.contains(&post)).then_some(())
+            });
+            assert!(seen.is_some(), "{get:?} and {post:?} not in\n{}", observe());
         } else {
             let records: Vec<serde_json::Value> = text
                 .lines()
