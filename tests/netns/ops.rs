@@ -217,6 +217,31 @@ fn live_trace_and_endpoints_name_what_the_wire_enforces() {
         .collect();
     assert_eq!(consulted, ["dns", "api"]);
     lab.assert_tcp("pod", (server, 80), TcpOutcome::Connected);
+    // `observe -n apps -p client` shows the Pod's decisions by name, and
+    // only those; another Pod or Namespace asks for none of them.
+    // Mutation: `ObserveFilter::matches` ignoring `pod` — the web Pod's
+    // answer holds the client's lines.
+    let observed = |filter: &[&str]| {
+        let out = tollgate(&[&["observe", "--socket", &socket][..], filter].concat());
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let client_lines = poll_until(AGENT_WAIT, || {
+        let text = observed(&["-n", "apps", "-p", "client"]);
+        text.lines()
+            .any(|l| {
+                l.contains(" apps/client:") && l.contains(&format!(" -> {server}:80 TCP Allow "))
+            })
+            .then_some(text)
+    })
+    .unwrap_or_else(|| panic!("{}", observed(&[])));
+    assert!(
+        client_lines.lines().all(|l| l.contains(" apps/client")),
+        "{client_lines}"
+    );
+    let web_lines = observed(&["-n", "apps", "-p", "web"]);
+    assert!(!web_lines.contains("apps/client"), "{web_lines}");
+    assert_eq!(observed(&["-n", "elsewhere"]), "");
     // The same trace as text with -v: every rule consulted, why the
     // first did not match, the FQDN.
     let verbose_args = [&to_api[..], &["-v"]].concat();
