@@ -191,6 +191,9 @@ pub struct Step {
     pub dry_run: Option<DryRunStep>,
     /// Set when the verdict holds for every flow with the packet's key.
     pub cache: Option<CacheEntry>,
+    /// The flow decided (`None`: the packet could not be parsed), for
+    /// `tollgate observe`.
+    pub flow: Option<Flow>,
 }
 
 /// A dry-run policy's different verdict on the connection: counted by the
@@ -283,6 +286,7 @@ pub fn step<P: Policy + ?Sized>(
                 audit,
                 dry_run,
                 cache,
+                flow: Some(flow),
             }
         }
         Err(error) => Step {
@@ -294,6 +298,7 @@ pub fn step<P: Policy + ?Sized>(
             audit: Vec::new(),
             dry_run: None,
             cache: None,
+            flow: None,
         },
     }
 }

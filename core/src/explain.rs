@@ -14,8 +14,11 @@ use crate::http::{self, HttpEvent, RequestHead, RequestTracker, DEFAULT_MAX_HEAD
 use crate::model::PortProtocol;
 use crate::packet::flow::{Flow, Transport, Verdict};
 use crate::ruleset::{
-    Consulted, Decision, DirectionDecision, DryRunCause, Endpoint, Outcome, PolicyRef, Ruleset,
+    Consulted, Decision, DirectionDecision, DryRunCause, Endpoint, Miss, Outcome, PolicyRef,
+    Ruleset,
 };
+
+mod why;
 
 /// Why a flow could not be traced.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -124,6 +127,14 @@ pub struct ConsultedRule {
     pub rule: Option<String>,
     pub action: String,
     pub matched: bool,
+    /// The condition it missed when it did not match: `peer`, `protocol`,
+    /// `port`, `sourcePort`, `nodePort`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub miss: Option<Miss>,
+    /// Why it did not match, one sentence (`destination port 80: the rule
+    /// takes TCP/53`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
 }
 
 /// How one direction was decided.
@@ -176,6 +187,10 @@ pub struct TraceReport {
     /// `Allow` or `Drop`: the HTTP request given, against the L7 rules.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<String>,
+    /// Why the HTTP request given fails the deciding rules'
+    /// `l7Protocols`: one sentence per entry.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub http_why: Vec<String>,
     /// Set when the flow is allowed subject to L7 inspection and no
     /// request was given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -253,14 +268,14 @@ pub fn trace(
     let [egress, ingress] = ruleset.consulted(&flow, &fqdn);
     let isolating = ruleset.isolating(&flow);
     let head = http_request(request)?;
-    let http_allowed = match (head, decision.l7.is_empty()) {
+    let http_allowed = match (&head, decision.l7.is_empty()) {
         (Some(head), false) => Some(decision.l7.iter().all(|protocols| {
             let alternatives: Vec<_> = protocols.iter().filter_map(|p| p.http.clone()).collect();
-            http::decide(&alternatives, &head)
+            http::decide(&alternatives, head)
         })),
         _ => None,
     };
-    Ok(report(
+    let mut report = report(
         ruleset,
         &flow,
         &fqdn,
@@ -268,7 +283,15 @@ pub fn trace(
         [egress, ingress],
         isolating,
         http_allowed,
-    ))
+    );
+    if let (Some(head), Some(false)) = (&head, http_allowed) {
+        report.http_why = decision
+            .l7
+            .iter()
+            .flat_map(|protocols| why::http(protocols, head))
+            .collect();
+    }
+    Ok(report)
 }
 
 fn report(
@@ -305,8 +328,8 @@ fn report(
         dst: side(flow.dst),
         src_port,
         dst_port,
-        egress: direction(&decision.egress, egress, egress_isolation),
-        ingress: direction(&decision.ingress, ingress, ingress_isolation),
+        egress: direction(flow, &decision.egress, egress, egress_isolation),
+        ingress: direction(flow, &decision.ingress, ingress, ingress_isolation),
         fqdn: ruleset
             .fqdn_patterns()
             .iter()
@@ -314,6 +337,7 @@ fn report(
             .map(ToString::to_string)
             .collect(),
         http: http_allowed.map(|a| if a { "Allow" } else { "Drop" }.to_string()),
+        http_why: Vec::new(),
         l7,
         privileged: None,
         dry_run: dry_run_report(decision),
@@ -356,6 +380,7 @@ fn dry_run_report(decision: &Decision) -> Option<DryRunReport> {
 }
 
 fn direction(
+    flow: &Flow,
     d: &DirectionDecision,
     consulted: Vec<Consulted>,
     isolated_by: &[PolicyRef],
@@ -385,6 +410,8 @@ fn direction(
                 rule: c.rule.name.clone(),
                 action: format!("{:?}", c.rule.action),
                 matched: c.matched,
+                miss: c.why.as_ref().map(|w| w.miss),
+                why: c.why.as_ref().map(|w| why::rule(flow, d.direction, w)),
             })
             .collect(),
         isolated_by: isolated_by.iter().map(ToString::to_string).collect(),

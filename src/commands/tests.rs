@@ -1,12 +1,14 @@
-use std::collections::BTreeMap;
-
 use super::get::{filter_fqdn_rows, fqdn_rows, fqdn_selectors, FqdnRow};
-use super::render::{dry_run_text, render_fqdn, render_policies, render_skipped};
+use super::render::{
+    dry_run_text, render_endpoints, render_event, render_fqdn, render_policies, render_skipped,
+    select_json,
+};
 use crate::cli::{GetFilter, GetOutput, SkippedFilter};
-use crate::datapath::{plan::fqdn_set, Family, LearnedSet};
+use crate::datapath::{plan::fqdn_set, Family};
 use crate::explain::{DryRunReport, EndpointReport};
 use crate::fqdn::FqdnPattern;
 use crate::ruleset::PolicySummary;
+use crate::status::LearnedSetReport;
 
 #[test]
 fn skipped_objects_render_as_a_table_json_and_yaml() {
@@ -209,26 +211,19 @@ fn fqdn_selectors_follow_the_endpoints_asked_for() {
 fn fqdn_table_names_sets_by_selector() {
     let allowed = FqdnPattern::new("*.allowed.test");
     let empty = FqdnPattern::new("quiet.test");
-    let sets: BTreeMap<String, LearnedSet> = [
-        (
-            fqdn_set(&allowed, Family::V4),
-            LearnedSet {
-                family: Family::V4,
-                entries: vec![
-                    ("10.0.0.9".parse().unwrap(), 20),
-                    ("10.0.0.1".parse().unwrap(), 7),
-                ],
-            },
-        ),
-        (
-            "tollgate-fqdn-stale-v4".to_string(),
-            LearnedSet {
-                family: Family::V4,
-                entries: vec![("10.0.0.2".parse().unwrap(), 3)],
-            },
-        ),
-    ]
-    .into();
+    let sets = [
+        LearnedSetReport {
+            name: fqdn_set(&allowed, Family::V4),
+            entries: vec![
+                ("10.0.0.9".parse().unwrap(), 20),
+                ("10.0.0.1".parse().unwrap(), 7),
+            ],
+        },
+        LearnedSetReport {
+            name: "tollgate-fqdn-stale-v4".to_string(),
+            entries: vec![("10.0.0.2".parse().unwrap(), 3)],
+        },
+    ];
     let sources = [crate::status::FqdnSource {
         selector: "*.allowed.test".into(),
         address: "10.0.0.9".parse().unwrap(),
@@ -251,6 +246,125 @@ fn fqdn_table_names_sets_by_selector() {
             vec!["-", "tollgate-fqdn-stale-v4", "10.0.0.2", "3", "-"],
         ]
     );
+}
+
+fn node_with_addresses(n: usize) -> EndpointReport {
+    EndpointReport {
+        endpoint: "node:n1".into(),
+        kind: "Node".into(),
+        namespace: None,
+        addresses: (1..=n)
+            .map(|i| format!("10.0.0.{i}").parse().unwrap())
+            .collect(),
+        policies: vec!["AntreaClusterNetworkPolicy:node".into()],
+        fqdn: vec![],
+    }
+}
+
+/// A Node's many addresses are summarised in the table (count and the
+/// first two) and whole with `-o wide`; the row fits a terminal.
+#[test]
+fn endpoint_addresses_are_summarised_in_the_table_only() {
+    let list = [node_with_addresses(12)];
+    let table = render_endpoints(&list, &GetFilter::default(), GetOutput::Table).unwrap();
+    let row = table.lines().nth(1).unwrap();
+    assert!(row.contains(" 12: 10.0.0.1,10.0.0.2,... "), "{table}");
+    assert!(row.len() <= super::render::COLUMNS, "{row}");
+    let wide = render_endpoints(&list, &GetFilter::default(), GetOutput::Wide).unwrap();
+    assert!(wide.contains("10.0.0.1,10.0.0.2,10.0.0.3,"), "{wide}");
+    assert!(wide.contains(",10.0.0.12 "), "{wide}");
+    let two = render_endpoints(
+        &[node_with_addresses(2)],
+        &GetFilter::default(),
+        GetOutput::Table,
+    )
+    .unwrap();
+    assert!(two.contains(" 10.0.0.1,10.0.0.2 "), "{two}");
+}
+
+/// `-o jsonpath=`: kubectl's braces or RFC 9535's `$`, values joined by
+/// spaces, strings bare and other values as JSON.
+#[test]
+fn jsonpath_selects_values_of_the_json_rendering() {
+    use crate::cli::{Cli, Command, GetCommand, GetFormat};
+    use clap::Parser;
+    let json = render_endpoints(
+        &[node_with_addresses(2)],
+        &GetFilter::default(),
+        GetOutput::Json,
+    )
+    .unwrap();
+    for (asked, path) in [
+        ("jsonpath={[*].endpoint}", "$[*].endpoint"),
+        ("jsonpath=$[*].endpoint", "$[*].endpoint"),
+        ("jsonpath={ [0].addresses }", "$[0].addresses"),
+    ] {
+        let cli = Cli::try_parse_from(["tollgate", "get", "endpoints", "-o", asked]).unwrap();
+        let Command::Get {
+            what: GetCommand::Endpoints { output, .. },
+        } = cli.command
+        else {
+            panic!()
+        };
+        assert_eq!(output.output, GetFormat::JsonPath(path.into()), "{asked}");
+    }
+    assert_eq!(select_json(&json, "$[*].endpoint").unwrap(), "node:n1\n");
+    assert_eq!(
+        select_json(&json, "$[0].addresses").unwrap(),
+        "[\"10.0.0.1\",\"10.0.0.2\"]\n"
+    );
+    assert_eq!(
+        select_json(&json, "$[*].addresses[*]").unwrap(),
+        "10.0.0.1 10.0.0.2\n"
+    );
+    assert_eq!(select_json(&json, "$[*].nothing").unwrap(), "\n");
+}
+
+/// An observed decision as a line: names where the ruleset knows them,
+/// IPv6 addresses with a port in brackets, the deciding rule or `(no
+/// rule)`, the HTTP request of an L7 decision.
+#[test]
+fn observe_lines_name_endpoints_rules_and_requests() {
+    use crate::observe::{FlowEvent, FlowSide, HttpSummary};
+    let side = |address: &str, port: Option<u16>, name: Option<&str>| FlowSide {
+        address: address.parse().unwrap(),
+        port,
+        name: name.map(str::to_string),
+    };
+    let mut event = FlowEvent {
+        time: "2026-11-28T13:00:00.000001Z".into(),
+        verdict: "Drop".into(),
+        protocol: "TCP".into(),
+        src: side("fd00::2", Some(40000), None),
+        dst: side("fd00::3", Some(80), Some("apps/web")),
+        policy: Some("AntreaClusterNetworkPolicy:web".into()),
+        rule: Some("deny".into()),
+        tier: Some("securityops".into()),
+        direction: Some("Ingress".into()),
+        http: None,
+    };
+    assert_eq!(
+        render_event(&event),
+        "2026-11-28T13:00:00.000001Z [fd00::2]:40000 -> apps/web:80 TCP Drop \
+         by AntreaClusterNetworkPolicy:web rule deny (Ingress)"
+    );
+    event.verdict = "Allow".into();
+    event.src = side("10.0.0.2", None, None);
+    event.dst = side("10.0.0.3", None, None);
+    event.protocol = "ICMP".into();
+    event.policy = None;
+    event.rule = None;
+    event.direction = None;
+    assert_eq!(
+        render_event(&event),
+        "2026-11-28T13:00:00.000001Z 10.0.0.2 -> 10.0.0.3 ICMP Allow (no rule)"
+    );
+    event.http = Some(HttpSummary {
+        method: "GET".into(),
+        host: Some("shop.test".into()),
+        path: "/api".into(),
+    });
+    assert!(render_event(&event).contains(" ICMP Allow GET shop.test/api (no rule)"));
 }
 
 /// `get policies` marks a dry-run policy in the table and as `dryRun` in

@@ -68,6 +68,7 @@ fn allow_and_reject_repeat_with_a_mark_that_keeps_foreign_bits() {
             audit: Vec::new(),
             dry_run: None,
             cache: None,
+            flow: parse_flow(&syn(80)).ok(),
         }
     );
     let rejected = step(

@@ -21,7 +21,7 @@ use std::cell::Cell;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::index::DirectionTable;
 use super::rule::{port_protocol, CompiledRule, PolicyRef, RuleRef, ServiceMatch};
@@ -98,6 +98,51 @@ impl DirectionDecision {
 pub struct Consulted {
     pub rule: Arc<RuleRef>,
     pub matched: bool,
+    /// Why it did not match, when it did not.
+    pub why: Option<NoMatch>,
+}
+
+/// The first condition of a rule a flow fails, in the order the
+/// classifier checks them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Miss {
+    /// The rule is applied to a NodePort Service and the flow is not to
+    /// one of its ports.
+    NodePort,
+    /// No entry of the rule's `ports`/`protocols` has the flow's protocol.
+    Protocol,
+    /// Entries of the protocol exist; none has the destination port (a
+    /// named port: the destination has no such port), ICMP type and code,
+    /// or IGMP type and group.
+    Port,
+    /// An entry takes the destination port, but not the client's port
+    /// (`sourcePort`).
+    SourcePort,
+    /// The other side of the flow is none of the rule's peers.
+    Peer,
+}
+
+/// The part of a rule a flow failed, as the classifier finds it without
+/// spending time on which entry of `ports` came closest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Failed {
+    NodePort,
+    Services,
+    Peer,
+}
+
+/// Why a consulted rule did not match: the condition missed and what the
+/// rule takes there (its ports, or its peers), for `trace -v`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct NoMatch {
+    pub miss: Miss,
+    /// What the rule takes in that condition: `TCP/53`, `UDP/5000-5010
+    /// from ports 1000-2000`, `ICMP type 8`; `10.0.0.0/24 except
+    /// 10.0.0.128/25`, `2 selected addresses (10.0.0.5, 10.0.0.6)`,
+    /// `FQDN *.example.com (not resolved to the address)`, `Service
+    /// 10.96.0.10 UDP/53`.
+    pub wanted: Vec<String>,
 }
 
 /// The verdict on a flow, with the rules that made it.
@@ -437,12 +482,22 @@ impl Ruleset {
             if rule.reference.dry_run {
                 return false;
             }
-            let matched = self.rule_matches(rule, flow, peer, fqdn, &Cell::new(false));
+            let miss = self
+                .failed(rule, flow, peer, fqdn, &Cell::new(false))
+                .map(|failed| match failed {
+                    Failed::NodePort => Miss::NodePort,
+                    Failed::Services => self.service_miss(rule, flow),
+                    Failed::Peer => Miss::Peer,
+                });
             met.push(Consulted {
                 rule: rule.reference.clone(),
-                matched,
+                matched: miss.is_none(),
+                why: miss.map(|miss| NoMatch {
+                    miss,
+                    wanted: self.wanted(rule, miss, peer, fqdn),
+                }),
             });
-            matched
+            miss.is_none()
         };
         for id in table.antrea.rules() {
             if meet(id, &mut met) {
@@ -538,6 +593,20 @@ impl Ruleset {
         fqdn: &dyn FqdnLookup,
         beyond_key: &Cell<bool>,
     ) -> bool {
+        self.failed(rule, flow, peer, fqdn, beyond_key).is_none()
+    }
+
+    /// The first part of `rule` the flow fails (`None`: it matches). The
+    /// one definition of a match: the workers and `trace` both read it;
+    /// only `trace` asks which part of the ports failed.
+    fn failed(
+        &self,
+        rule: &CompiledRule,
+        flow: &Flow,
+        peer: IpAddr,
+        fqdn: &dyn FqdnLookup,
+        beyond_key: &Cell<bool>,
+    ) -> Option<Failed> {
         // Whether this rule matches can depend on the FQDN table or the
         // source port: the flow's verdict may then differ from that of
         // another flow with the same cache key.
@@ -551,24 +620,17 @@ impl Ruleset {
                 .zip(dst_port)
                 .is_some_and(|key| node_ports.contains(&key));
             if !hit {
-                return false;
+                return Some(Failed::NodePort);
             }
         }
         if !rule.services.is_empty() {
-            let named = |name: &str, proto: PortProtocol| {
-                self.named_ports.get(&flow.dst).and_then(|ports| {
-                    ports
-                        .iter()
-                        .find(|(n, p, _)| n == name && *p == proto)
-                        .map(|(_, _, port)| *port)
-                })
-            };
+            let named = |name: &str, proto: PortProtocol| self.named_port_of(flow.dst, name, proto);
             if !rule.services.iter().any(|s| s.matches(flow, named)) {
-                return false;
+                return Some(Failed::Services);
             }
         }
         let peers = &rule.peers;
-        peers.any
+        let hit = peers.any
             || peers.addresses.iter().any(|set| set.contains(&peer))
             || peers.blocks.iter().any(|b| b.contains(peer))
             || peers
@@ -577,7 +639,107 @@ impl Ruleset {
                 .any(|&i| fqdn.resolves_to(&self.fqdn_patterns[i as usize], peer))
             || peers.services.iter().any(|&(ip, proto, port)| {
                 ip == flow.dst && protocol == Some(proto) && dst_port == Some(port)
-            })
+            });
+        (!hit).then_some(Failed::Peer)
+    }
+
+    /// The port the destination's container port `name` of `protocol` is.
+    fn named_port_of(&self, dst: IpAddr, name: &str, protocol: PortProtocol) -> Option<u16> {
+        self.named_ports.get(&dst).and_then(|ports| {
+            ports
+                .iter()
+                .find(|(n, p, _)| n == name && *p == protocol)
+                .map(|(_, _, port)| *port)
+        })
+    }
+
+    /// Which part of `ports`/`protocols` a flow no entry takes fails.
+    fn service_miss(&self, rule: &CompiledRule, flow: &Flow) -> Miss {
+        let named = |name: &str, proto: PortProtocol| self.named_port_of(flow.dst, name, proto);
+        if !rule
+            .services
+            .iter()
+            .any(|s| s.matches_protocol(&flow.transport))
+        {
+            Miss::Protocol
+        } else if rule
+            .services
+            .iter()
+            .any(|s| s.matches_destination(flow, named))
+        {
+            Miss::SourcePort
+        } else {
+            Miss::Port
+        }
+    }
+
+    /// What `rule` takes where a flow to or from `peer` missed it (see
+    /// [`NoMatch::wanted`]).
+    fn wanted(
+        &self,
+        rule: &CompiledRule,
+        miss: Miss,
+        peer: IpAddr,
+        fqdn: &dyn FqdnLookup,
+    ) -> Vec<String> {
+        match miss {
+            Miss::NodePort => rule
+                .node_ports
+                .iter()
+                .flatten()
+                .map(|(protocol, port)| format!("{}/{port}", protocol.as_str()))
+                .collect(),
+            Miss::Protocol | Miss::Port | Miss::SourcePort => {
+                rule.services.iter().map(ToString::to_string).collect()
+            }
+            Miss::Peer => {
+                let peers = &rule.peers;
+                let mut wanted: Vec<String> = peers
+                    .blocks
+                    .iter()
+                    .map(|b| match b.except.as_slice() {
+                        [] => b.cidr.to_string(),
+                        holes => {
+                            let holes: Vec<String> =
+                                holes.iter().map(ToString::to_string).collect();
+                            format!("{} except {}", b.cidr, holes.join(", "))
+                        }
+                    })
+                    .collect();
+                let mut selected: Vec<IpAddr> = peers
+                    .addresses
+                    .iter()
+                    .flat_map(|set| set.iter().copied())
+                    .collect();
+                selected.sort();
+                selected.dedup();
+                match selected.len() {
+                    0 if !peers.addresses.is_empty() => {
+                        wanted.push("selectors that select no address".into())
+                    }
+                    0 => {}
+                    n => {
+                        let shown: Vec<String> =
+                            selected.iter().take(3).map(ToString::to_string).collect();
+                        let more = if n > 3 { ", ..." } else { "" };
+                        let noun = if n == 1 { "address" } else { "addresses" };
+                        wanted.push(format!("{n} selected {noun} ({}{more})", shown.join(", ")));
+                    }
+                }
+                for &i in &peers.fqdns {
+                    let pattern = &self.fqdn_patterns[i as usize];
+                    let learned = fqdn.resolves_to(pattern, peer);
+                    wanted.push(match learned {
+                        true => format!("FQDN {pattern}"),
+                        false => format!("FQDN {pattern} (not known to resolve to {peer})"),
+                    });
+                }
+                for (ip, protocol, port) in &peers.services {
+                    wanted.push(format!("Service {ip} {}/{port}", protocol.as_str()));
+                }
+                wanted
+            }
+        }
     }
 }
 

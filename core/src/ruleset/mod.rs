@@ -19,7 +19,7 @@ use crate::model::PortProtocol;
 
 pub use classify::{
     Consulted, DecidedBy, Decision, DirectionDecision, DryRunCause, DryRunChange, DryRunOutcome,
-    Outcome,
+    Miss, NoMatch, Outcome,
 };
 pub(crate) use index::RuleLists;
 use index::{build_tables, EndpointTable};

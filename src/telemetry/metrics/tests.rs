@@ -219,8 +219,10 @@ fn product_sets() -> Vec<(&'static str, &'static [Series])> {
     use crate::agent::AgentCounters;
     use crate::source::docker::DockerCounters;
     use crate::source::kube::KubeCounters;
+    use crate::status::ReadinessCounters;
     use crate::telemetry::kernel::KernelCounters;
     use crate::workers::audit::AuditCounters;
+    use crate::workers::observe::ObserveCounters;
     use crate::workers::{ConnectionCounters, DnsCounters, L7Counters, QueueCounters};
     vec![
         ("QueueCounters", QueueCounters::SERIES),
@@ -232,6 +234,8 @@ fn product_sets() -> Vec<(&'static str, &'static [Series])> {
         ("KubeCounters", KubeCounters::SERIES),
         ("DockerCounters", DockerCounters::SERIES),
         ("AuditCounters", AuditCounters::SERIES),
+        ("ObserveCounters", ObserveCounters::SERIES),
+        ("ReadinessCounters", ReadinessCounters::SERIES),
     ]
 }
 
@@ -298,6 +302,9 @@ fn every_declared_counter_is_exported() {
     // queue set and its own.
     let m = Metrics::new();
     Sets::registered(&m);
+    // As the status API registers it.
+    m.counters()
+        .register_set(Arc::new(crate::status::ReadinessCounters::default()));
     m.counters().register(
         100,
         "queue",
