@@ -18,6 +18,7 @@ PACKAGES=(
     netavark aardvark-dns                # podman's netavark backend (tests/netns/harness/podman.rs)
     kmod                                 # modprobe (br_netfilter, below)
     iperf3 gcc libc6-dev                 # benches/e2e.sh: bulk throughput, its all-miss bind shim
+    prometheus                           # promtool and a real Prometheus (tests/monitoring.rs, tests/netns/observe.rs)
 )
 
 missing=()

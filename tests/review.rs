@@ -435,3 +435,46 @@ fn get_matrix_shows_who_reaches_whom_in_every_format() {
     let bad = tollgate(&["get", "matrix", "--policies", &lab, "--ports", "80/xyz"]);
     assert_eq!(bad.status.code(), Some(2));
 }
+
+/// A policy put in dry-run stops deciding enforced traffic: the diff
+/// shows what enforcement does without it (tenant isolation's Reject
+/// gives way to the Drop of the isolation below), and promoting it back
+/// the reverse.
+/// Mutation: the review's rule contents ignoring `dry_run` (keys.rs) make
+/// both report no change.
+#[test]
+fn a_policy_put_in_dry_run_shows_as_its_removal_from_enforcement() {
+    let dir = tempfile::tempdir().unwrap();
+    let dry = lab_copy(dir.path(), "dry", |file, text| match file {
+        "tenant-isolation.yaml" => text.replacen(
+            "metadata:\n  name: tenant-isolation\n",
+            "metadata:\n  name: tenant-isolation\n  annotations: {tollgate.io/dry-run: \"true\"}\n",
+            1,
+        ),
+        _ => text,
+    });
+    let report = json(&tollgate(&[
+        "diff",
+        path(&rules()),
+        path(&dry),
+        "-o",
+        "json",
+    ]));
+    assert_eq!(
+        report["summary"],
+        serde_json::json!({"opened": 0, "closed": 0, "changed": 2}),
+        "{report:#}"
+    );
+    for change in report["changes"].as_array().unwrap() {
+        assert_eq!(change["before"]["verdict"], "Reject");
+        assert_eq!(change["after"]["verdict"], "Drop");
+    }
+    let back = json(&tollgate(&[
+        "diff",
+        path(&dry),
+        path(&rules()),
+        "-o",
+        "json",
+    ]));
+    assert_eq!(back["summary"]["changed"], 2, "{back:#}");
+}

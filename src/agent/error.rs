@@ -35,6 +35,8 @@ pub enum AgentError {
     VerdictCache(crate::datapath::ipset_netlink::NetlinkError),
     #[error("installing signal handlers: {0}")]
     Signals(std::io::Error),
+    #[error("starting the observe hub thread: {0}")]
+    Observe(std::io::Error),
     #[error(transparent)]
     Audit(#[from] crate::workers::audit::AuditError),
     #[error(transparent)]

@@ -44,6 +44,7 @@ use crate::source::Source;
 use crate::status::{AgentFacts, AgentStatus, StatusServer};
 use crate::telemetry::Metrics;
 use crate::workers::audit::AuditSink;
+use crate::workers::observe::ObserveSink;
 use crate::workers::{Observers, Worker};
 
 pub use counters::{AgentCounters, ReloadResult, Sets};
@@ -91,6 +92,8 @@ struct Base {
     counters: Arc<AgentCounters>,
     status: Arc<AgentStatus>,
     audit: Option<AuditSink>,
+    /// Where the workers hand their decisions for `tollgate observe`.
+    observe: ObserveSink,
     /// Removes the socket when the agent stops.
     _status_server: Option<StatusServer>,
     /// The verdict cache generation of each ruleset put in force.
@@ -198,6 +201,8 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
         None => None,
     };
     let policy = Arc::new(ArcSwap::from_pointee(compile(&Snapshot::default(), &node)));
+    let (observe, hub) =
+        crate::workers::observe::spawn(Arc::clone(&sets.observe)).map_err(AgentError::Observe)?;
     let status = Arc::new(AgentStatus::new(
         AgentFacts {
             node_name: config.node.name.clone(),
@@ -205,10 +210,13 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
             privileged: config.datapath.privileged.clone(),
             audit_log: config.audit.file.clone(),
             metrics_address: config.metrics.address.map(|a| a.to_string()),
+            config: format!("{config:#?}"),
+            kernel: Some(kernel),
         },
         Arc::clone(&policy),
         Arc::clone(&metrics),
     ));
+    status.observe_hub(hub);
     if let Some(state) = kubernetes {
         status.kubernetes_source(state);
     }
@@ -244,6 +252,7 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
             counters: sets.agent,
             status,
             audit,
+            observe,
             _status_server: status_server,
             generations,
             dns_counters,
@@ -342,6 +351,7 @@ impl Starting {
         };
         let observers = Observers {
             metrics: Arc::clone(&base.metrics),
+            observe: base.observe.clone(),
             audit: base.audit.clone(),
             cache,
         };
@@ -446,6 +456,9 @@ fn open_source(
             None,
         ),
         None => {
+            sets.kube
+                .enabled
+                .store(1, std::sync::atomic::Ordering::Relaxed);
             let source = KubeSource::spawn(
                 args.kube.connection(),
                 Some(config.node.name.clone()),

@@ -12,6 +12,7 @@ mod cache;
 mod datapath;
 mod docker;
 mod dockerfw;
+mod dryrun;
 mod faults;
 mod files;
 mod forgery;

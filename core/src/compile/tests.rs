@@ -1466,5 +1466,6 @@ spec:
 }
 
 mod conformance;
+mod dry_run;
 mod npapi;
 mod priority;

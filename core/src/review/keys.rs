@@ -36,6 +36,8 @@ struct RuleContent {
     index: usize,
     direction: Direction,
     action: RuleAction,
+    /// In dry-run: never decides the enforced outcome the review compares.
+    dry_run: bool,
     l7: Arc<[L7Protocol]>,
     any: bool,
     sets: Vec<u32>,
@@ -62,6 +64,7 @@ struct Enforced {
     local_node: bool,
     antrea: Vec<u32>,
     k8s: Option<Vec<u32>>,
+    isolated: bool,
     baseline: Vec<u32>,
     isolated_by: Vec<PolicyRef>,
 }
@@ -148,6 +151,7 @@ fn content(
         index: r.index,
         direction: r.direction,
         action: r.action,
+        dry_run: r.dry_run,
         l7: r.l7.clone(),
         any: peers.any,
         sets: peers
@@ -190,6 +194,7 @@ fn list_content(side: &Side, ids: &[Vec<u32>], ip: IpAddr, direction: Direction)
             local_node: lists.local_node,
             antrea: map(lists.antrea),
             k8s: lists.k8s.map(map),
+            isolated: lists.isolated,
             baseline: map(lists.baseline),
             isolated_by: lists.isolated_by.to_vec(),
         })

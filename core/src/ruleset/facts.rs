@@ -20,6 +20,8 @@ pub(crate) struct EnforcedLists<'a> {
     pub antrea: &'a [u32],
     /// `Some` when Kubernetes NetworkPolicies isolate the endpoint.
     pub k8s: Option<&'a [u32]>,
+    /// An enforced (not dry-run) Kubernetes NetworkPolicy isolates it.
+    pub isolated: bool,
     pub baseline: &'a [u32],
     pub isolated_by: &'a [PolicyRef],
 }
@@ -54,6 +56,7 @@ impl Ruleset {
             local_node: endpoint == self.local_node_endpoint,
             antrea: table.antrea.rules(),
             k8s: table.k8s.as_ref().map(|k| k.rules()),
+            isolated: table.isolated,
             baseline: table.baseline.rules(),
             isolated_by: &self.isolated_by[endpoint as usize][side],
         })

@@ -214,6 +214,11 @@ pub const TEST_IDS: &[&str] = &[
     "a_withheld_client_hello_cannot_be_rewritten_to_a_denied_name",
     "l7_denied_requests_stay_denied_across_restarts_that_change_l7_queues",
     "renumbered_queues_never_hand_an_l7_connection_to_another_worker",
+    "a_dry_run_drop_lets_traffic_flow_logs_and_counts_it_until_promoted",
+    "a_dry_run_kubernetes_isolation_follows_the_annotation_through_watch_events",
+    "observe_shows_the_agents_decisions_and_follows_new_ones",
+    "log_level_changes_at_once_and_bundle_holds_the_agents_state",
+    "prometheus_scrapes_an_agent_and_every_dashboard_query_returns_data",
     "diff_live_compares_the_agents_snapshot_and_the_wire_agrees",
 ];
 

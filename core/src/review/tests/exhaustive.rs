@@ -388,13 +388,23 @@ fn check(before: &Side, after: &Side, texts: &[String]) -> Result<usize, TestCas
     Ok(changed)
 }
 
-/// Side B from side A: independent, or A with one policy removed and/or
-/// one added.
+/// A policy's dry-run annotation added, or removed.
+fn toggle_dry_run(policy: &str) -> String {
+    const ANNOTATION: &str = "annotations: {tollgate.io/dry-run: \"true\"}, ";
+    if policy.contains(ANNOTATION) {
+        policy.replacen(ANNOTATION, "", 1)
+    } else {
+        policy.replacen("metadata: {", &format!("metadata: {{{ANNOTATION}"), 1)
+    }
+}
+
+/// Side B from side A: independent, A with one policy removed and/or one
+/// added, or A with one policy put in or taken out of dry-run.
 fn sides() -> impl Strategy<Value = (Vec<String>, Vec<String>)> {
     (
         prop::collection::vec(policy(), 0..4),
         prop::collection::vec(policy(), 0..3),
-        0..3u8,
+        0..4u8,
         any::<prop::sample::Index>(),
     )
         .prop_map(|(a, extra, mode, drop)| {
@@ -402,6 +412,12 @@ fn sides() -> impl Strategy<Value = (Vec<String>, Vec<String>)> {
             let extra = named(&extra, "b");
             let b = match mode {
                 0 => extra,
+                3 if !a.is_empty() => {
+                    let mut b = a.clone();
+                    let i = drop.index(b.len());
+                    b[i] = toggle_dry_run(&b[i]);
+                    b
+                }
                 _ => {
                     let mut b = a.clone();
                     if mode == 1 && !b.is_empty() {

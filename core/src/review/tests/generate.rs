@@ -572,12 +572,27 @@ fn cnp() -> impl Strategy<Value = String> {
 
 /// One policy of any kind, its name `NAME`.
 pub fn policy() -> impl Strategy<Value = String> {
-    prop_oneof![
-        4 => antrea(true),
-        2 => antrea(false),
-        3 => k8s(),
-        1 => anp(false),
-        1 => anp(true),
-        1 => cnp(),
-    ]
+    (
+        prop_oneof![
+            4 => antrea(true),
+            2 => antrea(false),
+            3 => k8s(),
+            1 => anp(false),
+            1 => anp(true),
+            1 => cnp(),
+        ],
+        prop::bool::weighted(0.2),
+    )
+        .prop_map(|(policy, dry_run)| {
+            // One in five in dry-run: compiled, never enforced.
+            if dry_run {
+                policy.replacen(
+                    "metadata: {",
+                    "metadata: {annotations: {tollgate.io/dry-run: \"true\"}, ",
+                    1,
+                )
+            } else {
+                policy
+            }
+        })
 }
