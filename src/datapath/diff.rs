@@ -14,7 +14,10 @@ use std::fmt::Write;
 
 #[cfg(test)]
 use super::state::LearnedSet;
-use super::state::{CacheSet, Family, IpSet, State, Table, TableKind, CACHE_SET_TYPE, DOCKER_USER};
+use super::state::{
+    CacheSet, Family, IpSet, RangeSet, State, Table, TableKind, CACHE_SET_TYPE, DOCKER_USER,
+    RANGE_SET_TYPE,
+};
 
 /// Suffix of the temporary set a membership change is built in.
 const NEXT_SUFFIX: &str = "-next";
@@ -132,6 +135,14 @@ pub struct SetWrite {
     pub exists: bool,
 }
 
+/// The desired content of a range set and whether it exists already
+/// (refilled through a temporary set and `swap`, as [`SetWrite`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RangeSetWrite {
+    pub set: RangeSet,
+    pub exists: bool,
+}
+
 /// Everything to change, in the order [`super::kernel`] runs it: sets are
 /// created or refilled first (rules may refer to them), then the tables,
 /// then sets no longer referenced are destroyed.
@@ -139,6 +150,8 @@ pub struct SetWrite {
 pub struct Changes {
     /// Sets to create or refill, by name.
     pub sets: BTreeMap<String, SetWrite>,
+    /// Range sets to create or refill, by name.
+    pub ranges: BTreeMap<String, RangeSetWrite>,
     /// Timeout sets to create (empty), by name. Existing ones are kept
     /// with their entries.
     pub create_learned: BTreeMap<String, Family>,
@@ -150,6 +163,10 @@ pub struct Changes {
     /// their family.
     pub raw_v4: TableChanges,
     pub raw_v6: TableChanges,
+    /// The mangle tables (the forward hook), written with the filter
+    /// table of their family, before it.
+    pub mangle_v4: TableChanges,
+    pub mangle_v6: TableChanges,
     /// ebtables' nat table (anti-spoofing on bridge ports).
     pub bridge: TableChanges,
     /// Owned sets to destroy.
@@ -166,6 +183,20 @@ impl Changes {
                 current => Some((
                     name.clone(),
                     SetWrite {
+                        set: set.clone(),
+                        exists: current.is_some(),
+                    },
+                )),
+            })
+            .collect();
+        let ranges = desired
+            .ranges
+            .iter()
+            .filter_map(|(name, set)| match installed.ranges.get(name) {
+                Some(current) if current == set => None,
+                current => Some((
+                    name.clone(),
+                    RangeSetWrite {
                         set: set.clone(),
                         exists: current.is_some(),
                     },
@@ -200,16 +231,25 @@ impl Changes {
                     .keys()
                     .filter(|name| !desired.cache.contains_key(*name)),
             )
+            .chain(
+                installed
+                    .ranges
+                    .keys()
+                    .filter(|name| !desired.ranges.contains_key(*name)),
+            )
             .cloned()
             .collect();
         Changes {
             sets,
+            ranges,
             create_learned,
             create_cache,
             v4: TableChanges::between(&desired.v4, &installed.v4),
             v6: TableChanges::between(&desired.v6, &installed.v6),
             raw_v4: TableChanges::between(&desired.raw_v4, &installed.raw_v4),
             raw_v6: TableChanges::between(&desired.raw_v6, &installed.raw_v6),
+            mangle_v4: TableChanges::between(&desired.mangle_v4, &installed.mangle_v4),
+            mangle_v6: TableChanges::between(&desired.mangle_v6, &installed.mangle_v6),
             bridge: TableChanges::between(&desired.bridge, &installed.bridge),
             destroy_sets,
         }
@@ -217,12 +257,15 @@ impl Changes {
 
     pub fn is_empty(&self) -> bool {
         self.sets.is_empty()
+            && self.ranges.is_empty()
             && self.create_learned.is_empty()
             && self.create_cache.is_empty()
             && self.v4.is_empty()
             && self.v6.is_empty()
             && self.raw_v4.is_empty()
             && self.raw_v6.is_empty()
+            && self.mangle_v4.is_empty()
+            && self.mangle_v6.is_empty()
             && self.bridge.is_empty()
             && self.destroy_sets.is_empty()
     }
@@ -240,6 +283,12 @@ impl Changes {
                     .iter()
                     .map(|&family| (self.raw(family), format!("{} -t raw", family.command()))),
             )
+            .chain(Family::ALL.iter().map(|&family| {
+                (
+                    self.mangle(family),
+                    format!("{} -t mangle", family.command()),
+                )
+            }))
             .chain([(&self.bridge, "ebtables -t nat".to_string())]);
         for (table, command) in tables {
             for name in table.write.keys() {
@@ -255,8 +304,13 @@ impl Changes {
                 parts.push(format!("{command}: jump `-A {chain} {rule}` deleted"));
             }
         }
-        for (name, write) in &self.sets {
-            let verb = if write.exists { "refilled" } else { "created" };
+        let written = self
+            .sets
+            .iter()
+            .map(|(name, write)| (name, write.exists))
+            .chain(self.ranges.iter().map(|(name, write)| (name, write.exists)));
+        for (name, exists) in written {
+            let verb = if exists { "refilled" } else { "created" };
             parts.push(format!("ipset: {name} {verb}"));
         }
         for name in self.create_learned.keys().chain(self.create_cache.keys()) {
@@ -283,20 +337,39 @@ impl Changes {
         }
     }
 
-    /// Input for one `iptables-restore --noflush` of a family: its raw
-    /// table, then its filter table, each one transaction.
-    pub fn iptables_restore_text(&self, family: Family) -> Option<String> {
-        let raw = self.raw(family).restore_text_in(TableKind::Raw);
-        let filter = self.table(family).restore_text_in(TableKind::Filter);
-        match (raw, filter) {
-            (None, None) => None,
-            (raw, filter) => Some(raw.unwrap_or_default() + &filter.unwrap_or_default()),
+    /// The changes to a family's mangle table.
+    pub fn mangle(&self, family: Family) -> &TableChanges {
+        match family {
+            Family::V4 => &self.mangle_v4,
+            Family::V6 => &self.mangle_v6,
         }
+    }
+
+    /// Input for one `iptables-restore --noflush` of a family: its raw
+    /// table, its mangle table, then its filter table, each one
+    /// transaction. The mangle table decides forwarded connections and the
+    /// filter table only carries out its rejects: written in this order,
+    /// a batch that stops after the mangle table leaves both decision
+    /// points in place, never neither.
+    pub fn iptables_restore_text(&self, family: Family) -> Option<String> {
+        let texts: Vec<String> = [
+            self.raw(family).restore_text_in(TableKind::Raw),
+            self.mangle(family).restore_text_in(TableKind::Mangle),
+            self.table(family).restore_text_in(TableKind::Filter),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        (!texts.is_empty()).then(|| texts.concat())
     }
 
     /// Input for `ipset restore -exist` that creates and refills sets.
     pub fn ipset_prepare_text(&self) -> Option<String> {
-        if self.sets.is_empty() && self.create_learned.is_empty() && self.create_cache.is_empty() {
+        if self.sets.is_empty()
+            && self.ranges.is_empty()
+            && self.create_learned.is_empty()
+            && self.create_cache.is_empty()
+        {
             return None;
         }
         let mut out = String::new();
@@ -331,6 +404,28 @@ impl Changes {
             };
             for member in &set.members {
                 writeln!(out, "add {fill} {member}").expect("write to String");
+            }
+            if *exists {
+                writeln!(out, "swap {fill} {name}").expect("write to String");
+                writeln!(out, "destroy {fill}").expect("write to String");
+            }
+        }
+        for (name, RangeSetWrite { set, exists }) in &self.ranges {
+            let create = format!("{RANGE_SET_TYPE} family {}", set.family.ipset_family());
+            writeln!(out, "create {name} {create}").expect("write to String");
+            let fill = if *exists {
+                let next = format!("{name}{NEXT_SUFFIX}");
+                writeln!(out, "create {next} {create}").expect("write to String");
+                writeln!(out, "flush {next}").expect("write to String");
+                next
+            } else {
+                name.clone()
+            };
+            for range in &set.ranges {
+                writeln!(out, "add {fill} {range}").expect("write to String");
+            }
+            for address in &set.except {
+                writeln!(out, "add {fill} {address} nomatch").expect("write to String");
             }
             if *exists {
                 writeln!(out, "swap {fill} {name}").expect("write to String");

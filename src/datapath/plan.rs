@@ -3,21 +3,37 @@
 //! selectors: rule text exactly as
 //! `iptables-save` prints it, so that the installed state parses back to an
 //! equal value. Pure.
+//!
+//! INPUT and OUTPUT are decided in the filter table. FORWARD is decided in
+//! the mangle table, which runs before the filter table on the same hook
+//! and where no container runtime writes (Docker, netavark, CNI and
+//! firewalld's reloads insert their ACCEPTs at the top of the filter
+//! table's FORWARD): a runtime rule can never decide a forwarded
+//! connection before tollgate. REJECT is valid only in the filter table,
+//! so the mangle chain marks a rejected connection and passes it on; the
+//! filter table's `TOLLGATE-FORWARD` rejects it and accepts what tollgate
+//! allowed, and should a runtime's ACCEPT come first there, the mangle
+//! table's POSTROUTING drops what still carries the reject mark.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 
 use sha1::{Digest, Sha1};
 
 use crate::config::{
     DatapathConfig, Privileged, PrivilegedHook, PrivilegedProtocol, QueueNumbers, QueueRange,
+    StartupPolicy,
 };
 use crate::fqdn::FqdnPattern;
 use crate::marks::{FailMode, MarkLayout};
+use crate::model::PortProtocol;
 use crate::ruleset::{Enforced, VerdictCache};
 
 use super::cache::{cache_set, CachedVerdict, CACHED_ALLOW_CHAIN};
 pub use super::state::Hook;
-use super::state::{CacheSet, Family, IpSet, LearnedSet, State, Table, DOCKER_USER};
+use super::state::{
+    CacheSet, Family, IpSet, LearnedSet, RangeSet, State, Table, TableKind, DOCKER_USER,
+};
 
 /// Name of the ipset of enforced endpoint addresses of a family.
 pub fn endpoints_set(family: Family) -> &'static str {
@@ -26,6 +42,24 @@ pub fn endpoints_set(family: Family) -> &'static str {
         Family::V6 => "tollgate-endpoints-v6",
     }
 }
+
+/// Name of the range set of a family's unknown addresses: the local
+/// endpoint ranges with every known address as an exception
+/// ([`Enforced::is_unknown`]).
+pub fn unknown_set(family: Family) -> String {
+    match family {
+        Family::V4 => "tollgate-unknown-v4".into(),
+        Family::V6 => "tollgate-unknown-v6".into(),
+    }
+}
+
+/// The mangle table's chain on POSTROUTING: drops what still carries the
+/// reject mark, which only a foreign ACCEPT ahead of the filter table's
+/// `TOLLGATE-FORWARD` can have let through.
+pub const POSTROUTING_CHAIN: &str = "TOLLGATE-POSTROUTING";
+/// The mangle table's chain a cached Reject jumps to: the reject mark,
+/// then on to the filter table, which rejects.
+pub const CACHED_REJECT_CHAIN: &str = "TOLLGATE-CACHED-REJECT";
 
 /// The owned chain that sends client→server payload of L7 connections to
 /// the L7 queue; packets without payload return from it.
@@ -71,18 +105,18 @@ const LISTENER_DISCOVERY: [u8; 4] = [130, 131, 132, 143];
 /// The full desired state: what `config`, the `queues`, the endpoints the
 /// compiled ruleset enforces and its FQDN selectors require. With any selector, DNS
 /// replies are queued to the DNS queue and each selector has one empty
-/// learned set per family (reconcile never touches their entries).
+/// learned set per family (reconcile never touches their entries). With
+/// a closed `startupPolicy`, new connections from and to the unknown
+/// addresses of the local endpoint ranges are dropped (their set per
+/// family; [`Enforced::is_unknown`]).
 pub fn desired(
     config: &DatapathConfig,
     queues: &QueueNumbers,
     enforced: &Enforced,
     fqdn: &[FqdnPattern],
 ) -> State {
-    let mut state = State::default();
-    let selection = Selection::Enforced(enforced);
+    let mut state = planned(config, queues, Selection::Enforced(enforced), fqdn);
     for family in Family::ALL {
-        let table = state.table_mut(family);
-        *table = family_table(config, queues, selection, !fqdn.is_empty(), family);
         for pattern in fqdn {
             state.learned.insert(
                 fqdn_set(pattern, family),
@@ -101,6 +135,9 @@ pub fn desired(
         state
             .sets
             .insert(endpoints_set(family).into(), IpSet { family, members });
+        if let Some(set) = unknown_addresses(config, Selection::Enforced(enforced), family) {
+            state.ranges.insert(unknown_set(family), set);
+        }
         if let Some(cache) = &enforced.verdict_cache {
             for hook in Hook::ALL {
                 for verdict in CachedVerdict::ALL {
@@ -129,11 +166,76 @@ pub fn desired(
 /// privileged entries, OUTPUT (the agent must reach its API server) and
 /// established connections pass.
 pub fn startup(config: &DatapathConfig, queues: &QueueNumbers) -> State {
-    let mut state = desired(config, queues, &Enforced::default(), &[]);
+    let mut state = planned(config, queues, Selection::Startup, &[]);
     for family in Family::ALL {
-        *state.table_mut(family) = family_table(config, queues, Selection::Startup, false, family);
+        state.sets.insert(
+            endpoints_set(family).into(),
+            IpSet {
+                family,
+                members: Default::default(),
+            },
+        );
     }
     state
+}
+
+/// The tables of both families for `selection`: the filter tables
+/// (INPUT and OUTPUT decided, FORWARD completed) and the mangle tables
+/// (FORWARD decided).
+fn planned(
+    config: &DatapathConfig,
+    queues: &QueueNumbers,
+    selection: Selection,
+    fqdn: &[FqdnPattern],
+) -> State {
+    let mut state = State::default();
+    let snoop_dns = !fqdn.is_empty();
+    for family in Family::ALL {
+        let unknown = unknown_addresses(config, selection, family).is_some();
+        let plan = Plan {
+            config,
+            queues,
+            selection,
+            snoop_dns,
+            unknown,
+            family,
+        };
+        *state.table_mut(family) = plan.filter_table();
+        *state.mangle_mut(family) = plan.mangle_table();
+    }
+    state
+}
+
+/// The unknown addresses of a family's local endpoint ranges, when the
+/// closed `startupPolicy` drops their connections.
+fn unknown_addresses(
+    config: &DatapathConfig,
+    selection: Selection,
+    family: Family,
+) -> Option<RangeSet> {
+    let Selection::Enforced(enforced) = selection else {
+        return None;
+    };
+    if config.startup_policy != StartupPolicy::Closed {
+        return None;
+    }
+    let of_family = |ip: &IpAddr| Family::of(ip) == family;
+    let ranges: std::collections::BTreeSet<_> = enforced
+        .ranges
+        .iter()
+        .filter(|r| of_family(&r.addr()))
+        .copied()
+        .collect();
+    (!ranges.is_empty()).then(|| RangeSet {
+        family,
+        ranges,
+        except: enforced
+            .known
+            .iter()
+            .filter(|ip| of_family(ip))
+            .copied()
+            .collect(),
+    })
 }
 
 /// What the connection queue rules select.
@@ -146,221 +248,395 @@ enum Selection<'a> {
     Startup,
 }
 
-fn family_table(
-    config: &DatapathConfig,
-    queues: &QueueNumbers,
-    selection: Selection,
+/// What one family's tables are planned from.
+#[derive(Clone, Copy)]
+struct Plan<'a> {
+    config: &'a DatapathConfig,
+    queues: &'a QueueNumbers,
+    selection: Selection<'a>,
     snoop_dns: bool,
+    /// Whether the family's unknown addresses are dropped.
+    unknown: bool,
     family: Family,
-) -> Table {
-    let mut chains: BTreeMap<String, Vec<String>> = Hook::ALL
-        .iter()
-        .map(|&hook| {
+}
+
+impl Plan<'_> {
+    /// The filter table: INPUT and OUTPUT decided, FORWARD (and Docker's
+    /// `DOCKER-USER`) completing what the mangle table decided.
+    fn filter_table(&self) -> Table {
+        let mut chains: BTreeMap<String, Vec<String>> = [Hook::Input, Hook::Output]
+            .iter()
+            .map(|&hook| {
+                (
+                    hook.chain().to_string(),
+                    self.chain_rules(hook, TableKind::Filter),
+                )
+            })
+            .collect();
+        chains.insert(Hook::Forward.chain().to_string(), self.forward_completion());
+        self.helper_chains(&mut chains, TableKind::Filter);
+        let mut jumps: Vec<(String, String)> = Hook::ALL
+            .iter()
+            .map(|hook| (hook.builtin().to_string(), format!("-j {}", hook.chain())))
+            .collect();
+        // On a Docker host the forward hook is also Docker's place for user
+        // policy (planned only where that chain exists, see `diff`).
+        jumps.push((
+            DOCKER_USER.to_string(),
+            format!("-j {}", Hook::Forward.chain()),
+        ));
+        Table {
+            chains,
+            jumps,
+            ..Table::default()
+        }
+    }
+
+    /// The mangle table: FORWARD decided, and on POSTROUTING the drop of
+    /// rejected packets a foreign ACCEPT let through.
+    fn mangle_table(&self) -> Table {
+        let mut chains = BTreeMap::from([
             (
-                hook.chain().to_string(),
-                chain_rules(config, queues, selection, snoop_dns, family, hook),
-            )
-        })
-        .collect();
-    chains.insert(L7_CHAIN.to_string(), l7_rules(config, queues, family));
-    if queues.l7.first() != queues.l7.last() {
-        chains.insert(
-            L7_QUEUE_CHAIN.to_string(),
-            l7_queue_rules(config, queues.l7, family),
-        );
+                Hook::Forward.chain().to_string(),
+                self.chain_rules(Hook::Forward, TableKind::Mangle),
+            ),
+            (
+                POSTROUTING_CHAIN.to_string(),
+                vec![format!(
+                    "-m mark --mark {} -j DROP",
+                    mark_match(&self.config.mark_mask, self.config.mark_mask.reject)
+                )],
+            ),
+        ]);
+        self.helper_chains(&mut chains, TableKind::Mangle);
+        Table {
+            chains,
+            jumps: vec![
+                (
+                    "FORWARD".to_string(),
+                    format!("-j {}", Hook::Forward.chain()),
+                ),
+                ("POSTROUTING".to_string(), format!("-j {POSTROUTING_CHAIN}")),
+            ],
+            ..Table::default()
+        }
     }
-    if let Selection::Enforced(Enforced {
-        verdict_cache: Some(_),
-        ..
-    }) = selection
-    {
-        chains.insert(
-            CACHED_ALLOW_CHAIN.to_string(),
-            cached_allow_rules(config, queues, snoop_dns),
-        );
+
+    /// The chains the hook chains of `table` jump to: L7 inspection, and
+    /// the verdict cache's answers.
+    fn helper_chains(&self, chains: &mut BTreeMap<String, Vec<String>>, table: TableKind) {
+        let (config, queues) = (self.config, self.queues);
+        chains.insert(L7_CHAIN.to_string(), l7_rules(config, queues, self.family));
+        if queues.l7.first() != queues.l7.last() {
+            chains.insert(
+                L7_QUEUE_CHAIN.to_string(),
+                l7_queue_rules(config, queues.l7, self.family),
+            );
+        }
+        if let Selection::Enforced(Enforced {
+            verdict_cache: Some(_),
+            ..
+        }) = self.selection
+        {
+            chains.insert(
+                CACHED_ALLOW_CHAIN.to_string(),
+                cached_allow_rules(config, queues, self.snoop_dns),
+            );
+            if table == TableKind::Mangle {
+                let marks = &config.mark_mask;
+                chains.insert(
+                    CACHED_REJECT_CHAIN.to_string(),
+                    vec![
+                        format!("-j MARK --set-xmark {:#x}/{:#x}", marks.reject, marks.mask),
+                        "-j ACCEPT".to_string(),
+                    ],
+                );
+            }
+        }
     }
-    let mut jumps: Vec<(String, String)> = Hook::ALL
-        .iter()
-        .map(|hook| (hook.builtin().to_string(), format!("-j {}", hook.chain())))
-        .collect();
-    // On a Docker host the forward hook is also Docker's place for user
-    // policy (planned only where that chain exists, see `diff`).
-    jumps.push((
-        DOCKER_USER.to_string(),
-        format!("-j {}", Hook::Forward.chain()),
-    ));
-    Table {
-        chains,
-        jumps,
-        ..Table::default()
+
+    /// The filter table's `TOLLGATE-FORWARD`: what the mangle table passed
+    /// on is accepted when tollgate allowed it (a verdict mark; a packet
+    /// of an allowed or inspected connection; a privileged entry), so that
+    /// the runtimes' rules further down do not undo it, and rejected when
+    /// it carries the reject mark. Everything else falls through to the
+    /// rest of FORWARD.
+    fn forward_completion(&self) -> Vec<String> {
+        let marks = &self.config.mark_mask;
+        let allow = mark_match(marks, marks.allow);
+        let reject = mark_match(marks, marks.reject);
+        let l7 = mark_match(marks, marks.l7);
+        let l7_active = mark_match(marks, marks.l7_active());
+        let mut rules = vec![
+            format!(
+                "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark {allow} -j ACCEPT"
+            ),
+            format!("-m mark --mark {allow} -j ACCEPT"),
+            format!("-m mark --mark {l7} -j ACCEPT"),
+            format!("-m mark --mark {l7_active} -j ACCEPT"),
+        ];
+        rules.extend(reject_rules(&reject, self.family));
+        rules.push(format!("-m connmark --mark {l7} -j ACCEPT"));
+        rules.push(format!(
+            "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark {l7_active} -j ACCEPT"
+        ));
+        rules.extend(
+            self.config
+                .privileged
+                .iter()
+                .filter(|p| {
+                    Family::of(&p.cidr.addr()) == self.family && p.on(PrivilegedHook::Forward)
+                })
+                .flat_map(|entry| {
+                    ["-s", "-d"].map(|dir| privileged_rule(entry, dir, "", self.family))
+                }),
+        );
+        rules
     }
 }
 
-/// The rules of one owned chain, top to bottom.
-fn chain_rules(
-    config: &DatapathConfig,
-    queues: &QueueNumbers,
-    selection: Selection,
-    snoop_dns: bool,
-    family: Family,
-    hook: Hook,
-) -> Vec<String> {
-    let marks = &config.mark_mask;
-    let allow = mark_match(marks, marks.allow);
-    let reject = mark_match(marks, marks.reject);
-    let l7 = mark_match(marks, marks.l7);
-    let l7_active = mark_match(marks, marks.l7_active());
-    let l7_denied = mark_match(marks, marks.l7_denied());
-    let mut rules = Vec::new();
+/// The two rules that reject what carries the `reject` mark.
+fn reject_rules(reject: &str, family: Family) -> [String; 2] {
+    [
+        format!("-p tcp -m mark --mark {reject} -j REJECT --reject-with tcp-reset"),
+        format!(
+            "-m mark --mark {reject} -j REJECT --reject-with {}",
+            match family {
+                Family::V4 => "icmp-admin-prohibited",
+                Family::V6 => "icmp6-adm-prohibited",
+            }
+        ),
+    ]
+}
 
-    // Privileged: loopback.
-    match hook {
-        Hook::Input => rules.push("-i lo -j ACCEPT".to_string()),
-        Hook::Output => rules.push("-o lo -j ACCEPT".to_string()),
-        Hook::Forward => {}
-    }
-    // Connections a worker or the cache allowed, first: they are most of
-    // the packets, and no rule below is for them (verdict marks are set on
-    // new connections and on L7 connections only, whose connmarks differ).
-    // With FQDN selectors, DNS (port 53 either way) goes on to the DNS
-    // rules below, and so does any protocol without ports, to the same
-    // shortcut further down.
-    let allowed =
-        format!("-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark {allow} -j ACCEPT");
-    if snoop_dns {
-        for protocol in ["tcp", "udp"] {
-            rules.push(format!("-p {protocol} -m multiport ! --ports 53 {allowed}"));
+impl Plan<'_> {
+    /// The rules of the owned chain of `hook` in `table` (the filter table
+    /// for INPUT and OUTPUT, the mangle table for FORWARD), top to bottom.
+    fn chain_rules(&self, hook: Hook, table: TableKind) -> Vec<String> {
+        let Plan {
+            config,
+            queues,
+            selection,
+            snoop_dns,
+            family,
+            ..
+        } = *self;
+        let marks = &config.mark_mask;
+        let allow = mark_match(marks, marks.allow);
+        let reject = mark_match(marks, marks.reject);
+        let l7 = mark_match(marks, marks.l7);
+        let l7_active = mark_match(marks, marks.l7_active());
+        let l7_denied = mark_match(marks, marks.l7_denied());
+        let mut rules = Vec::new();
+
+        // Privileged: loopback.
+        match hook {
+            Hook::Input => rules.push("-i lo -j ACCEPT".to_string()),
+            Hook::Output => rules.push("-o lo -j ACCEPT".to_string()),
+            Hook::Forward => {}
         }
-    } else {
-        rules.push(allowed.clone());
-    }
-    // Verdicts the queue handed back with a mark and NF_REPEAT.
-    rules.push(format!(
-        "-m mark --mark {allow} -j CONNMARK --save-mark --nfmask {mask:#x} --ctmask {mask:#x}",
-        mask = marks.mask
-    ));
-    let dns_queue = format!("NFQUEUE --queue-num {} --queue-bypass", queues.dns);
-    // DNS queries a worker has just allowed go to the DNS queue before they
-    // are accepted: the DNS worker remembers them (a reply is learned from
-    // only if it answers one) and accepts them, as the next rule would.
-    if snoop_dns {
-        for protocol in ["udp", "tcp"] {
-            rules.push(format!(
-                "-p {protocol} -m {protocol} --dport 53 -m mark --mark {allow} -j {dns_queue}"
-            ));
+        // Connections a worker or the cache allowed, first: they are most of
+        // the packets, and no rule below is for them (verdict marks are set on
+        // new connections and on L7 connections only, whose connmarks differ).
+        // With FQDN selectors, DNS (port 53 either way) goes on to the DNS
+        // rules below, and so does any protocol without ports, to the same
+        // shortcut further down.
+        let allowed = format!(
+            "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark {allow} -j ACCEPT"
+        );
+        if snoop_dns {
+            for protocol in ["tcp", "udp"] {
+                rules.push(format!("-p {protocol} -m multiport ! --ports 53 {allowed}"));
+            }
+        } else {
+            rules.push(allowed.clone());
         }
-    }
-    rules.push(format!("-m mark --mark {allow} -j ACCEPT"));
-    for (code, last) in [
-        (&l7, "ACCEPT"),
-        (&l7_active, "ACCEPT"),
-        (&l7_denied, "DROP"),
-    ] {
+        // Verdicts the queue handed back with a mark and NF_REPEAT.
         rules.push(format!(
+            "-m mark --mark {allow} -j CONNMARK --save-mark --nfmask {mask:#x} --ctmask {mask:#x}",
+            mask = marks.mask
+        ));
+        let dns_queue = format!("NFQUEUE --queue-num {} --queue-bypass", queues.dns);
+        // DNS queries a worker has just allowed go to the DNS queue before they
+        // are accepted: the DNS worker remembers them (a reply is learned from
+        // only if it answers one) and accepts them, as the next rule would.
+        if snoop_dns {
+            for protocol in ["udp", "tcp"] {
+                rules.push(format!(
+                    "-p {protocol} -m {protocol} --dport 53 -m mark --mark {allow} -j {dns_queue}"
+                ));
+            }
+        }
+        rules.push(format!("-m mark --mark {allow} -j ACCEPT"));
+        for (code, last) in [
+            (&l7, "ACCEPT"),
+            (&l7_active, "ACCEPT"),
+            (&l7_denied, "DROP"),
+        ] {
+            rules.push(format!(
             "-m mark --mark {code} -j CONNMARK --save-mark --nfmask {mask:#x} --ctmask {mask:#x}",
             mask = marks.mask
         ));
-        rules.push(format!("-m mark --mark {code} -j {last}"));
-    }
-    rules.push(format!(
-        "-p tcp -m mark --mark {reject} -j REJECT --reject-with tcp-reset"
-    ));
-    rules.push(format!(
-        "-m mark --mark {reject} -j REJECT --reject-with {}",
-        match family {
-            Family::V4 => "icmp-admin-prohibited",
-            Family::V6 => "icmp6-adm-prohibited",
+            rules.push(format!("-m mark --mark {code} -j {last}"));
         }
-    ));
-    // L7 connections: denied ones end here; until the worker has seen the
-    // server's SYN-ACK every packet goes to it, then client→server packets
-    // are inspected (those without payload return).
-    rules.push(format!("-m connmark --mark {l7_denied} -j DROP"));
-    rules.push(format!(
-        "-p tcp -m connmark --mark {l7} -j {}",
-        l7_queue_target(config, queues)
-    ));
-    rules.push(format!(
-        "-p tcp -m connmark --mark {l7_active} -m conntrack --ctdir ORIGINAL -j {L7_CHAIN}"
-    ));
-    // DNS replies to learn from, ahead of the decided-connection shortcut
-    // (the query's connection is usually decided already). Only the reply
-    // direction of a tracked connection: a reply nobody asked for is NEW
-    // and never reaches the learner. The worker learns from a reply only
-    // if it came in on the interface of the route to its server and
-    // answers a query it saw; the later queries of allowed connections
-    // reach it here, where the shortcut below would accept them. Always
-    // `--queue-bypass`: skipping learning can only deny more, never allow.
-    if snoop_dns {
-        for protocol in ["udp", "tcp"] {
-            rules.push(format!(
-                "-p {protocol} -m {protocol} --sport 53 -m conntrack --ctstate ESTABLISHED \
-                 --ctdir REPLY -j {dns_queue}"
-            ));
+        // REJECT is the filter table's: the mangle table passes a rejected
+        // connection on to it (see the module doc).
+        match table {
+            TableKind::Mangle => rules.push(format!("-m mark --mark {reject} -j ACCEPT")),
+            _ => rules.extend(reject_rules(&reject, family)),
         }
-        for protocol in ["udp", "tcp"] {
-            rules.push(format!(
-                "-p {protocol} -m {protocol} --dport 53 -m conntrack --ctstate ESTABLISHED \
-                 --ctdir ORIGINAL -m connmark --mark {allow} -j {dns_queue}"
-            ));
-        }
-    }
-    // Connections already decided stay in the kernel: the allowed ones the
-    // first rules did not take (DNS, and protocols without ports, with
-    // FQDN selectors), and L7 connections' packets the L7 rules return.
-    if snoop_dns {
-        rules.push(allowed);
-    }
-    rules.push(format!(
-        "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark {l7_active} -j ACCEPT"
-    ));
-    let scope = enforced_scope(config, selection, family, hook);
-    if family == Family::V6 && hook != Hook::Forward {
-        rules.extend(NEIGHBOUR_DISCOVERY.iter().map(|t| {
-            format!("-p ipv6-icmp -m icmp6 --icmpv6-type {t} -m hl --hl-eq 255 -j ACCEPT")
-        }));
-    }
-    if let Some(scope) = &scope {
-        rules.extend(unrelated_icmp_rules(scope, family, hook));
-    }
-    // Privileged entries, each on the hooks it names (by default only the
-    // Node's own traffic: an entry for SSH must not exempt every routed
-    // connection to port 22 from policy). On the Node's own hooks an entry
-    // never matches an enforced endpoint's address (the source on INPUT,
-    // the destination on OUTPUT): a Pod's connection to its own Node meets
-    // its policy and the Node's, not the entry meant for the operator.
-    let set = endpoints_set(family);
-    let (privileged_hook, directions): (_, &[(&str, Option<&str>)]) = match hook {
-        Hook::Input => (PrivilegedHook::Input, &[("-s", Some("src"))]),
-        Hook::Output => (PrivilegedHook::Output, &[("-d", Some("dst"))]),
-        Hook::Forward => (PrivilegedHook::Forward, &[("-s", None), ("-d", None)]),
-    };
-    for entry in config
-        .privileged
-        .iter()
-        .filter(|p| Family::of(&p.cidr.addr()) == family && p.on(privileged_hook))
-    {
-        for (dir, endpoint) in directions {
-            let except = endpoint
-                .map(|side| format!("-m set ! --match-set {set} {side} "))
-                .unwrap_or_default();
-            if snoop_dns {
-                rules.extend(privileged_dns_query_rules(entry, dir, &except, &dns_queue));
-            }
-            rules.push(privileged_rule(entry, dir, &except, family));
-        }
-    }
-    if let Some(scope) = &scope {
-        rules.extend(queue_rules(
-            config,
-            queues.connection,
-            selection,
-            scope,
-            family,
-            hook,
+        // L7 connections: denied ones end here; until the worker has seen the
+        // server's SYN-ACK every packet goes to it, then client→server packets
+        // are inspected (those without payload return).
+        rules.push(format!("-m connmark --mark {l7_denied} -j DROP"));
+        rules.push(format!(
+            "-p tcp -m connmark --mark {l7} -j {}",
+            l7_queue_target(config, queues)
         ));
+        rules.push(format!(
+            "-p tcp -m connmark --mark {l7_active} -m conntrack --ctdir ORIGINAL -j {L7_CHAIN}"
+        ));
+        // DNS replies to learn from, ahead of the decided-connection shortcut
+        // (the query's connection is usually decided already). Only the reply
+        // direction of a tracked connection: a reply nobody asked for is NEW
+        // and never reaches the learner. The worker learns from a reply only
+        // if it came in on the interface of the route to its server and
+        // answers a query it saw; the later queries of allowed connections
+        // reach it here, where the shortcut below would accept them. Always
+        // `--queue-bypass`: skipping learning can only deny more, never allow.
+        if snoop_dns {
+            for protocol in ["udp", "tcp"] {
+                rules.push(format!(
+                    "-p {protocol} -m {protocol} --sport 53 -m conntrack --ctstate ESTABLISHED \
+                 --ctdir REPLY -j {dns_queue}"
+                ));
+            }
+            for protocol in ["udp", "tcp"] {
+                rules.push(format!(
+                    "-p {protocol} -m {protocol} --dport 53 -m conntrack --ctstate ESTABLISHED \
+                 --ctdir ORIGINAL -m connmark --mark {allow} -j {dns_queue}"
+                ));
+            }
+        }
+        // Connections already decided stay in the kernel: the allowed ones the
+        // first rules did not take (DNS, and protocols without ports, with
+        // FQDN selectors), and L7 connections' packets the L7 rules return.
+        if snoop_dns {
+            rules.push(allowed);
+        }
+        rules.push(format!(
+            "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark {l7_active} -j ACCEPT"
+        ));
+        let scope = enforced_scope(config, selection, family, hook);
+        if family == Family::V6 && hook != Hook::Forward {
+            rules.extend(NEIGHBOUR_DISCOVERY.iter().map(|t| {
+                format!("-p ipv6-icmp -m icmp6 --icmpv6-type {t} -m hl --hl-eq 255 -j ACCEPT")
+            }));
+        }
+        if let Some(scope) = &scope {
+            rules.extend(unrelated_icmp_rules(scope, family, hook));
+            // Addresses of local endpoints the inventory does not know yet
+            // cannot ride the privileged entries nor the cache either.
+            if self.unknown {
+                rules.extend(unknown_rules(scope, family, hook));
+            }
+        }
+        // Privileged entries, each on the hooks it names (by default only the
+        // Node's own traffic: an entry for SSH must not exempt every routed
+        // connection to port 22 from policy). On the Node's own hooks an entry
+        // never matches an enforced endpoint's address (the source on INPUT,
+        // the destination on OUTPUT): a Pod's connection to its own Node meets
+        // its policy and the Node's, not the entry meant for the operator.
+        let set = endpoints_set(family);
+        let (privileged_hook, directions): (_, &[(&str, Option<&str>)]) = match hook {
+            Hook::Input => (PrivilegedHook::Input, &[("-s", Some("src"))]),
+            Hook::Output => (PrivilegedHook::Output, &[("-d", Some("dst"))]),
+            Hook::Forward => (PrivilegedHook::Forward, &[("-s", None), ("-d", None)]),
+        };
+        for entry in config
+            .privileged
+            .iter()
+            .filter(|p| Family::of(&p.cidr.addr()) == family && p.on(privileged_hook))
+        {
+            for (dir, endpoint) in directions {
+                let except = endpoint
+                    .map(|side| format!("-m set ! --match-set {set} {side} "))
+                    .unwrap_or_default();
+                if snoop_dns {
+                    rules.extend(privileged_dns_query_rules(entry, dir, &except, &dns_queue));
+                }
+                rules.push(privileged_rule(entry, dir, &except, family));
+            }
+        }
+        if let Some(scope) = &scope {
+            rules.extend(queue_rules(
+                config,
+                queues.connection,
+                selection,
+                scope,
+                (family, hook, table),
+            ));
+        }
+        rules
+    }
+}
+
+/// New connections from or to the unknown addresses of the local endpoint
+/// ranges (their set, see [`unknown_set`]) are dropped: on INPUT from
+/// them, on OUTPUT to them, on FORWARD both ways. Packets conntrack cannot
+/// place are too; discovery (`UNTRACKED`) passes as for any endpoint.
+fn unknown_rules(scope: &Scope, family: Family, hook: Hook) -> Vec<String> {
+    let set = unknown_set(family);
+    let sides: &[&str] = match hook {
+        Hook::Input => &["src"],
+        Hook::Output => &["dst"],
+        Hook::Forward => &["src", "dst"],
+    };
+    let mut rules = Vec::new();
+    for interface in &scope.interfaces {
+        for side in sides {
+            rules.push(format!(
+                "{interface}-m set --match-set {set} {side} -m conntrack --ctstate NEW,INVALID -j DROP"
+            ));
+        }
     }
     rules
+}
+
+/// The rule that queues new connections to a Node port published for an
+/// enforced endpoint (on INPUT, where a userland proxy receives them).
+fn published_rule(interface: &str, (protocol, port): (PortProtocol, u16), target: &str) -> String {
+    let name = match protocol {
+        PortProtocol::Tcp => "tcp",
+        PortProtocol::Udp => "udp",
+        PortProtocol::Sctp => "sctp",
+    };
+    format!("{interface}-p {name} -m {name} --dport {port} -m conntrack --ctstate NEW -j {target}")
+}
+
+/// The published port a rule of [`published_rule`]'s form queues, read
+/// back from the installed state.
+pub fn published_port(rule: &str) -> Option<(PortProtocol, u16)> {
+    if !rule.contains(" -m conntrack --ctstate NEW -j NFQUEUE") || rule.contains("--match-set") {
+        return None;
+    }
+    let mut words = rule.split(' ');
+    let (mut protocol, mut port) = (None, None);
+    while let Some(word) = words.next() {
+        match word {
+            "-p" => {
+                protocol = match words.next()? {
+                    "tcp" => Some(PortProtocol::Tcp),
+                    "udp" => Some(PortProtocol::Udp),
+                    "sctp" => Some(PortProtocol::Sctp),
+                    _ => None,
+                }
+            }
+            "--dport" => port = words.next()?.parse().ok(),
+            _ => {}
+        }
+    }
+    Some((protocol?, port?))
 }
 
 /// What a cached Allow does, as the rules at the top of the hook chains do
@@ -398,8 +674,7 @@ fn cached_allow_rules(
 /// of its hook, family and verdict.
 fn cached_verdict_rules(
     cache: &VerdictCache,
-    family: Family,
-    hook: Hook,
+    (family, hook, table): (Family, Hook, TableKind),
     prefix: &str,
 ) -> Vec<String> {
     let set = |verdict| cache_set(cache.generation, hook, verdict, family);
@@ -413,21 +688,29 @@ fn cached_verdict_rules(
         Family::V4 => "icmp-admin-prohibited",
         Family::V6 => "icmp6-adm-prohibited",
     };
-    vec![
+    let mut rules = vec![
         format!(
             "{prefix}{} -j {CACHED_ALLOW_CHAIN}",
             matching(CachedVerdict::Allow)
         ),
         format!("{prefix}{} -j DROP", matching(CachedVerdict::Drop)),
-        format!(
-            "{prefix}-p tcp {} -j REJECT --reject-with tcp-reset",
+    ];
+    if table == TableKind::Mangle {
+        rules.push(format!(
+            "{prefix}{} -j {CACHED_REJECT_CHAIN}",
             matching(CachedVerdict::Reject)
-        ),
-        format!(
-            "{prefix}{} -j REJECT --reject-with {reject_with}",
-            matching(CachedVerdict::Reject)
-        ),
-    ]
+        ));
+        return rules;
+    }
+    rules.push(format!(
+        "{prefix}-p tcp {} -j REJECT --reject-with tcp-reset",
+        matching(CachedVerdict::Reject)
+    ));
+    rules.push(format!(
+        "{prefix}{} -j REJECT --reject-with {reject_with}",
+        matching(CachedVerdict::Reject)
+    ));
+    rules
 }
 
 /// The L7 chain: the client's FIN and RST go to the L7 queue (the worker
@@ -759,8 +1042,7 @@ fn queue_rules(
     queues: QueueRange,
     selection: Selection,
     scope: &Scope,
-    family: Family,
-    hook: Hook,
+    (family, hook, table): (Family, Hook, TableKind),
 ) -> Vec<String> {
     let bypass = matches!(selection, Selection::Enforced(_)) && config.fail_mode == FailMode::Open;
     let mut target = if queues.first() == queues.last() {
@@ -787,7 +1069,11 @@ fn queue_rules(
         }) = selection
         {
             if cache.lookup {
-                rules.extend(cached_verdict_rules(cache, family, hook, interface));
+                rules.extend(cached_verdict_rules(
+                    cache,
+                    (family, hook, table),
+                    interface,
+                ));
             }
         }
         for selection in &scope.selections {
@@ -797,6 +1083,16 @@ fn queue_rules(
             rules.push(format!(
                 "{interface}! -p {icmp} {selection}-m conntrack --ctstate INVALID -j {target}"
             ));
+        }
+        if let Selection::Enforced(enforced) = selection {
+            if hook == Hook::Input && !enforced.node_ingress {
+                rules.extend(
+                    enforced
+                        .published
+                        .iter()
+                        .map(|port| published_rule(interface, *port, &target)),
+                );
+            }
         }
     }
     rules

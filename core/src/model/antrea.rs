@@ -241,7 +241,9 @@ pub struct IpBlock {
 }
 
 /// Transport protocols usable in `ports`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, Serialize,
+)]
 pub enum PortProtocol {
     #[default]
     #[serde(rename = "TCP")]
