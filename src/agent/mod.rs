@@ -262,7 +262,7 @@ impl Starting {
             }
             match inbox.recv() {
                 Ok(Event::Shutdown) | Err(_) => return Ok(Waited::Stopped(self)),
-                Ok(Event::PolicyChanged | Event::Reload) => {}
+                Ok(Event::PolicyChanged | Event::InventoryChanged | Event::Reload) => {}
             }
         }
     }
@@ -409,10 +409,11 @@ fn open_source(
         let policies = Directory::start(dir, config.policy_files, changed)?;
         let source = DockerSource::spawn(
             &config.docker,
+            &config.node.name,
             policies,
             Arc::clone(&sets.docker),
             move || {
-                let _ = docker_events.send(Event::PolicyChanged);
+                let _ = docker_events.send(Event::InventoryChanged);
             },
         )?;
         let health = source.health();

@@ -51,11 +51,12 @@ impl Running {
             };
             let event = match event {
                 Event::PolicyChanged => signals::settle(inbox),
+                Event::InventoryChanged => signals::drain(inbox),
                 other => other,
             };
             match event {
                 Event::Shutdown => return,
-                Event::Reload | Event::PolicyChanged => self.reload(),
+                Event::Reload | Event::PolicyChanged | Event::InventoryChanged => self.reload(),
             }
         }
     }
