@@ -74,12 +74,12 @@ counters! {
 /// Longest a single API request may take.
 const REQUEST_TIMEOUT_SECS: u64 = 10;
 /// First wait before reconnecting to an API that failed.
-pub const BACKOFF_START: Duration = Duration::from_millis(250);
+pub const BACKOFF_START: Duration = Duration::from_millis(100);
 /// Longest wait between reconnection attempts: while the API is away the
 /// containers' addresses are unknown (closed by default), so an engine
 /// that starts or comes back is picked up within this. An attempt is one
 /// `connect` on a unix socket.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(1);
+pub const BACKOFF_MAX: Duration = Duration::from_millis(500);
 /// A full list this often even without events (an event may be lost).
 pub const RESYNC: Duration = Duration::from_secs(60);
 
