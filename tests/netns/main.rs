@@ -11,6 +11,7 @@ mod bypass;
 mod cache;
 mod datapath;
 mod docker;
+mod dockerd;
 mod dockerfw;
 mod faults;
 mod files;
