@@ -595,8 +595,9 @@ fn unknown_rules(scope: &Scope, family: Family, hook: Hook) -> Vec<String> {
     let mut rules = Vec::new();
     for interface in &scope.interfaces {
         for side in sides {
+            // `INVALID,NEW`: the order iptables-save prints them in.
             rules.push(format!(
-                "{interface}-m set --match-set {set} {side} -m conntrack --ctstate NEW,INVALID -j DROP"
+                "{interface}-m set --match-set {set} {side} -m conntrack --ctstate INVALID,NEW -j DROP"
             ));
         }
     }

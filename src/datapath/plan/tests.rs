@@ -243,6 +243,52 @@ fn first_install_renders_the_whole_ruleset_in_one_batch() {
     assert!(changes.ipset_cleanup_text().is_none());
 }
 
+/// Every rule of every table of a state planned with everything a
+/// ruleset can need (node hooks, endpoints, published ports, unknown
+/// ranges, FQDN selectors, the verdict cache, privileged entries, L7
+/// queues), written the way iptables-save prints it: the rules the kernel
+/// reads back must be the planned text, or every drift check rewrites
+/// them. The spellings iptables-save normalizes are checked here.
+#[test]
+fn every_planned_rule_is_spelled_as_iptables_save_prints_it() {
+    let enforced = Enforced {
+        ranges: vec![
+            "10.1.0.0/24".parse().unwrap(),
+            "fd00:1::/64".parse().unwrap(),
+        ],
+        known: vec!["10.1.0.5".parse().unwrap()],
+        published: vec![(PortProtocol::Tcp, 8080)],
+        verdict_cache: Some(crate::ruleset::VerdictCache {
+            generation: 0xab,
+            timeout_secs: 60,
+            max_entries: 1024,
+            lookup: true,
+        }),
+        ..targets(false, true, &["10.1.0.5", "fd00:1::5"])
+    };
+    let yaml = "datapath:\n  privileged: ['10.0.0.0/8,udp/53', {cidr: '::/0', hooks: [forward]}]\n";
+    let fqdn = [crate::fqdn::FqdnPattern::new("*.example.test")];
+    let state = desired(&config(yaml), &enforced, &fqdn);
+    for family in Family::ALL {
+        for table in [state.table(family), state.mangle(family)] {
+            for rule in table.chains.values().flatten() {
+                let order = ["INVALID", "NEW", "RELATED", "ESTABLISHED", "UNTRACKED"];
+                for word in rule.split(' ') {
+                    let listed: Vec<&str> = word.split(',').collect();
+                    if listed.len() > 1 && listed.iter().all(|s| order.contains(s)) {
+                        let mut sorted = listed.clone();
+                        sorted.sort_by_key(|s| order.iter().position(|o| o == s));
+                        assert_eq!(
+                            listed, sorted,
+                            "{rule}: conntrack states out of iptables-save's order"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn installed_state_parses_back_to_an_empty_diff() {
     let desired = desired(&config(""), &targets(true, false, &["10.0.0.5"]), &[]);
@@ -1371,7 +1417,7 @@ fn unknown_addresses_of_the_endpoint_ranges_are_dropped_ahead_of_everything_that
                 .iter()
                 .map(|side| {
                     let rule = format!(
-                        "-m set --match-set {set} {side} -m conntrack --ctstate NEW,INVALID -j DROP"
+                        "-m set --match-set {set} {side} -m conntrack --ctstate INVALID,NEW -j DROP"
                     );
                     rules
                         .iter()
