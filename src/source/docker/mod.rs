@@ -7,9 +7,9 @@
 //! It owns one OS thread running a single-threaded tokio runtime (the
 //! packet path never runs on it). On each connection the thread agrees on
 //! the API version with the server (`/version`: the lower of the server's
-//! and bollard's), subscribes to `/events` (container and network
-//! events), lists the running containers and inspects each, publishes the
-//! inventory, and lists again [`super::DEBOUNCE`] after a burst of
+//! and bollard's), subscribes to `/events` (container, network and daemon
+//! events), lists the running containers and inspects each and the
+//! networks, publishes the inventory, and lists again [`super::DEBOUNCE`] after a burst of
 //! relevant events (start, die, destroy, rename, network connect and
 //! disconnect, …) settles, and every [`RESYNC`] in case an event was lost.
 //!
