@@ -35,19 +35,24 @@ if [[ $(cargo fuzz --version 2>/dev/null) != "cargo-fuzz $CARGO_FUZZ_VERSION" ]]
 fi
 
 # Longest input per target: a truncated packet copy, one DNS message, a
-# few pipelined requests, one policy file, one L7 client segment, a few
-# NFQUEUE netlink messages.
-declare -A MAX_LEN=([packet_flow]=512 [dns_learn]=2048 [http_stream]=4096 [policy_compile]=8192 [l7_urgent]=1600 [nfqueue_msg]=4096)
+# few pipelined requests, one policy file, one L7 client segment, an L7
+# connection's segments (or one segment), a few NFQUEUE netlink messages.
+declare -A MAX_LEN=([packet_flow]=512 [dns_learn]=2048 [http_stream]=4096 [policy_compile]=8192 [l7_urgent]=1600 [l7_normalise]=2048 [nfqueue_msg]=4096)
 
 cargo fuzz build -O --debug-assertions --sanitizer "$FUZZ_SANITIZER"
 for target in $(cargo fuzz list); do
     max_len=${MAX_LEN[$target]:?"fuzz-smoke.sh: no max_len for target $target"}
     mkdir -p "fuzz/corpus/$target" "fuzz/artifacts/$target"
+    # A target's dictionary, when it has one.
+    dict=()
+    if [[ -f fuzz/dicts/$target.dict ]]; then
+        dict=(-dict="fuzz/dicts/$target.dict")
+    fi
     echo "fuzz-smoke: $target for $what" >&2
     log="fuzz/artifacts/$target/smoke.log"
     if ! cargo fuzz run -O --debug-assertions --sanitizer "$FUZZ_SANITIZER" "$target" \
         "fuzz/corpus/$target" "fuzz/seeds/$target" -- \
-        "${limit[@]}" -max_len="$max_len" -print_final_stats=1 \
+        "${limit[@]}" "${dict[@]}" -max_len="$max_len" -print_final_stats=1 \
         -artifact_prefix="fuzz/artifacts/$target/" >"$log" 2>&1; then
         tail -n 80 "$log" >&2
         echo "fuzz-smoke: $target failed; input and full log in fuzz/artifacts/$target/" >&2

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: system packages, formatting, lints
 # (Rust; shell scripts with shellcheck; the Dockerfile with hadolint where
-# installed), unit tests, CLI tests and the network-namespace end-to-end
-# tests (tests/netns). Run as root for the end-to-end tests: not root,
+# installed; the Python helpers compiled), unit tests, CLI tests, the
+# network-namespace end-to-end tests (tests/netns) and a smoke run of the
+# benches. Run as root for the end-to-end tests: not root,
 # they are skipped, and the closing line says how many. With CI=true a
 # skip is a failure (the harness panics instead of skipping, and this
 # script refuses any skip it counts).
@@ -40,10 +41,20 @@ else
     echo "test.sh: hadolint not installed (not packaged in Debian): docker/Dockerfile not checked" >&2
 fi
 
+# The Python helpers of the benches and the fuzz seeds compile (byte code
+# to a temporary directory: no __pycache__ left in the tree).
+pycache=$(mktemp -d)
 results=$(mktemp)
-trap 'rm -f "$results"' EXIT
+trap 'rm -rf "$results" "$pycache"' EXIT
+PYTHONPYCACHEPREFIX=$pycache python3 -m py_compile benches/*.py fuzz/*.py
+
 status=0
 cargo test --locked --no-fail-fast 2>&1 | tee "$results" || status=$?
+# The benches build, link and run once each (criterion's test mode; the
+# benches' own smoke sizes), in the test profile the suite already built
+# (`cargo bench --no-run` would build every dependency again, optimized).
+# A failing bench fails the run; they print no `test result:` line.
+cargo test --locked --no-fail-fast --bench '*' 2>&1 | tee -a "$results" || status=$?
 
 # Fuzz smoke (about 14 minutes on a fresh 2-core machine, most of it the
 # cold build): in CI, or on request.

@@ -33,7 +33,8 @@
 //!   reconciler over a `Kernel` trait; never writes the kernel but through
 //!   `datapath`.
 //! - [`config`]: the agent configuration in sections; [`cli`]: every clap
-//!   type; [`commands`]: the reading subcommands rendered; [`status`]: the status API;
+//!   type; [`commands`]: every subcommand but `run`, and its rendering;
+//!   [`status`]: the status API (protocol, server, client);
 //!   [`telemetry`]: counters declared once, metrics and their endpoint;
 //!   [`logging`]; [`privilege`]: drops every capability but `CAP_NET_ADMIN`
 //!   and `CAP_NET_RAW` before any thread starts.

@@ -143,8 +143,21 @@ fn tollgate_admits_what_antreas_webhook_admits() {
             .join("\n")
     );
     assert_eq!(disagreements.len(), KNOWN_DIFFERENCES.len());
-    assert!(checked >= 90, "only {checked} cases");
+    // The data file is fixed: every case with its feature gates on is
+    // checked (audit 3, L10).
+    assert_eq!(checked, 91, "cases checked");
+    // Both refusing counts as agreement whatever the reasons; agreements
+    // only because tollgate does not read a field (`decode: unknown
+    // field`) are listed here, none today: a new one must be looked at.
+    assert_eq!(
+        by_unknown_field, UNKNOWN_FIELD_AGREEMENTS,
+        "agreements only because tollgate does not read a field"
+    );
 }
+
+/// Cases where Antrea and tollgate both refuse, tollgate only because it
+/// does not read a field yet.
+const UNKNOWN_FIELD_AGREEMENTS: &[&str] = &[];
 
 /// The published YAML examples of Antrea's docs/antrea-network-policy.md.
 const DOCS_EXAMPLES: &str = "docs-antrea-network-policy.yaml";

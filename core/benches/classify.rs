@@ -138,7 +138,7 @@ fn flows(pods: usize, count: usize) -> Vec<Flow> {
 fn classify(c: &mut Criterion) {
     let mut group = c.benchmark_group("classify");
     let flows = flows(1000, 4096);
-    for rules in [10usize, 100, 1000, 10_000] {
+    for &rules in sizes(&[10, 100, 1000, 10_000]) {
         // Each policy has two rules.
         let ruleset = tollgate_core::compile::compile(&synthetic(1000, rules / 2), &local());
         group.throughput(Throughput::Elements(flows.len() as u64));
@@ -199,7 +199,7 @@ fn classify_same_port(c: &mut Criterion) {
         },
         local: None,
     };
-    for rules in [10usize, 1000, 10_000] {
+    for &rules in sizes(&[10, 1000, 10_000]) {
         let ruleset = tollgate_core::compile::compile(&same_port(rules), &local());
         group.throughput(Throughput::Elements(1));
         group.bench_with_input(BenchmarkId::from_parameter(rules), &ruleset, |b, rs| {
@@ -227,7 +227,7 @@ fn classify_same_port_new_sources(c: &mut Criterion) {
             local: None,
         })
         .collect();
-    for rules in [10usize, 1000, 10_000] {
+    for &rules in sizes(&[10, 1000, 10_000]) {
         let ruleset = tollgate_core::compile::compile(&same_port(rules), &local());
         group.throughput(Throughput::Elements(flows.len() as u64));
         group.bench_with_input(BenchmarkId::from_parameter(rules), &ruleset, |b, rs| {
@@ -246,14 +246,18 @@ fn classify_same_port_new_sources(c: &mut Criterion) {
 }
 
 fn compile(c: &mut Criterion) {
-    let snapshot = synthetic(10_000, 5_000);
+    let (pods, policies, shape) = match smoke() {
+        true => (100, 50, "100 rules x 100 Pods"),
+        false => (10_000, 5_000, "10,000 rules x 10,000 Pods"),
+    };
+    let snapshot = synthetic(pods, policies);
     let before = LIVE.load(Ordering::Relaxed);
     let started = Instant::now();
     let ruleset = tollgate_core::compile::compile(&snapshot, &local());
     let elapsed = started.elapsed();
     let bytes = LIVE.load(Ordering::Relaxed) - before;
     println!(
-        "compile: 10,000 rules x 10,000 Pods: {:?} once, ruleset live heap {:.1} MiB ({} rule instances, {} endpoints)",
+        "compile: {shape}: {:?} once, ruleset live heap {:.1} MiB ({} rule instances, {} endpoints)",
         elapsed,
         bytes as f64 / (1024.0 * 1024.0),
         ruleset.rule_count(),
@@ -262,10 +266,25 @@ fn compile(c: &mut Criterion) {
     drop(ruleset);
     let mut group = c.benchmark_group("compile");
     group.sample_size(10);
-    group.bench_function("10000-rules-10000-pods", |b| {
+    group.bench_function(format!("{}-rules-{pods}-pods", policies * 2), |b| {
         b.iter(|| tollgate_core::compile::compile(black_box(&snapshot), &local()))
     });
     group.finish();
+}
+
+/// Whether this is `cargo test --bench classify` (CI's smoke run: no
+/// `--bench` argument, each benchmark run once) rather than `cargo bench`.
+fn smoke() -> bool {
+    !std::env::args().any(|a| a == "--bench")
+}
+
+/// `full`, or only its smallest size in a smoke run (the large rulesets'
+/// setup takes minutes in a debug build).
+fn sizes(full: &'static [usize]) -> &'static [usize] {
+    match smoke() {
+        true => &full[..1],
+        false => full,
+    }
 }
 
 criterion_group!(

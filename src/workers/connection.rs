@@ -13,7 +13,8 @@ use arc_swap::ArcSwap;
 
 use super::audit::AuditSink;
 use super::cache::{CacheSink, CountFate, Fate, Sightings};
-use super::runtime::{self, wall_clock, Handler, Queue, QueueError, QueueSpec, Verdicts};
+use super::nfqueue::Queue;
+use super::runtime::{self, wall_clock, Handler, QueueError, QueueSpec, Verdicts};
 use crate::config::DatapathConfig;
 use crate::counters;
 use crate::decide::{step, Outcome, Policy, StepConfig};

@@ -12,8 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::fqdn_sets::FqdnSets;
+use super::nfqueue::Queue;
 use super::route::RouteSocket;
-use super::runtime::{self, Handler, Queue, QueueError, QueueSpec, Verdicts};
+use super::runtime::{self, Handler, QueueError, QueueSpec, Verdicts};
 use crate::config::FqdnConfig;
 use crate::fqdn::{
     DnsCounters, DnsSnooper, FqdnTable, OutstandingQueries, Release, ReplyPath,

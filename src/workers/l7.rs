@@ -12,7 +12,8 @@ use arc_swap::ArcSwap;
 
 use super::audit::AuditSink;
 use super::inject::Injector;
-use super::runtime::{self, wall_clock, Handler, Queue, QueueError, QueueSpec, Verdicts};
+use super::nfqueue::Queue;
+use super::runtime::{self, wall_clock, Handler, QueueError, QueueSpec, Verdicts};
 use super::Observers;
 use crate::audit::Subject;
 use crate::config::{DatapathConfig, L7Config};
@@ -22,7 +23,7 @@ use crate::http::DEFAULT_MAX_HEAD;
 use crate::l7::{Detail, Gate, Inspector, L7Policy, RequestRecord, Tally, MAX_DEFERRED_TOTAL};
 use crate::marks::FailMode;
 use crate::packet::flow::Verdict;
-use crate::packet::{FlowKey, Queued};
+use crate::packet::{Discard, FlowKey, Queued};
 
 /// Whole packets: a request head must be read from the segment itself.
 const COPY_RANGE: u16 = 0xffff;
@@ -43,6 +44,12 @@ counters! {
         urgent_reset: Counter "l7_urgent_data" { action = "reset" } = "Client segments with TCP urgent data, by what they got (reset: the connection; stripped: URG and the urgent pointer cleared)",
         urgent_stripped: Counter "l7_urgent_data" { action = "stripped" } = "Client segments with TCP urgent data, by what they got (reset: the connection; stripped: URG and the urgent pointer cleared)",
         framing_denied: Counter "l7_strict_framing_denied" = "Requests denied by strict framing (also counted in l7_requests{result=\"denied\"})",
+        discarded_checksum: Counter "l7_discarded" { reason = "checksum" } = "Client segments (and server SYN-ACKs) dropped unread because their receiver would discard them, by reason",
+        discarded_tcp_option: Counter "l7_discarded" { reason = "tcp_option" } = "Client segments (and server SYN-ACKs) dropped unread because their receiver would discard them, by reason",
+        discarded_ip_extension: Counter "l7_discarded" { reason = "ip_extension" } = "Client segments (and server SYN-ACKs) dropped unread because their receiver would discard them, by reason",
+        discarded_flags: Counter "l7_discarded" { reason = "flags" } = "Client segments (and server SYN-ACKs) dropped unread because their receiver would discard them, by reason",
+        discarded_paws: Counter "l7_discarded" { reason = "paws" } = "Client segments (and server SYN-ACKs) dropped unread because their receiver would discard them, by reason",
+        discarded_stale_ack: Counter "l7_discarded" { reason = "stale_ack" } = "Client segments (and server SYN-ACKs) dropped unread because their receiver would discard them, by reason",
         flows: Gauge "l7_flows_active" = "Connections under L7 inspection",
     }
 }
@@ -61,6 +68,17 @@ impl L7Counters {
             if happened {
                 counter.fetch_add(1, Ordering::Relaxed);
             }
+        }
+        if let Some(reason) = tally.discarded {
+            let counter = match reason {
+                Discard::Checksum => &self.discarded_checksum,
+                Discard::TcpOption => &self.discarded_tcp_option,
+                Discard::IpExtension => &self.discarded_ip_extension,
+                Discard::Flags => &self.discarded_flags,
+                Discard::Paws => &self.discarded_paws,
+                Discard::StaleAck => &self.discarded_stale_ack,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
         }
     }
 }

@@ -27,4 +27,5 @@ pub use crate::fqdn::DnsCounters;
 pub use connection::{ConnectionCounters, Observers, Worker};
 pub use dns::DnsWorker;
 pub use l7::L7Counters;
-pub use runtime::{Handler, Queue, QueueCounters, QueueError, QueueSpec, Verdicts};
+pub use nfqueue::Queue;
+pub use runtime::{Handler, QueueCounters, QueueError, QueueSpec, Verdicts};

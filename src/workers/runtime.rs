@@ -40,7 +40,6 @@ use prometheus_client::metrics::histogram::Histogram;
 use crate::audit::Timestamp;
 use crate::packet::{Action, PacketId, Queued};
 
-pub use super::nfqueue::Queue;
 use crate::counters;
 use crate::counters::CounterSet;
 use crate::telemetry::{Heartbeat, Metrics};
@@ -127,7 +126,7 @@ pub struct Receipt {
     pub unreadable: u64,
 }
 
-/// A bound queue, as the loop needs it: [`Queue`] (tollgate's own
+/// A bound queue, as the loop needs it: `workers::nfqueue::Queue` (tollgate's own
 /// netlink queue) or a fake in tests.
 pub trait Socket {
     type Message;

@@ -732,13 +732,17 @@ fn bulk_transfer_queues_only_first_packets() {
     );
 }
 
-/// Starts an agent with `mode`, opens a decided connection, kills the agent
-/// with SIGKILL and returns what a new connection does afterwards. A
-/// privileged port stays reachable in every case, and the owned chains
-/// stay installed with their queue rules: with `--queue-bypass` on every
-/// rule queueing new connections in fail-open, on none in fail-closed.
+/// Starts an agent with `mode`, opens a decided connection, makes the
+/// client's own tuple to the allowed port cached, kills the agent with
+/// SIGKILL and returns what a new connection from a fresh source address
+/// (a tuple no worker decided: it meets the queue nobody reads) does
+/// afterwards. A privileged port stays reachable in every case, the
+/// cached tuple is answered by the kernel (allowed, in both modes), and
+/// the owned chains stay installed with their queue rules: with
+/// `--queue-bypass` on every rule queueing new connections in fail-open,
+/// on none in fail-closed.
 fn outcome_after_kill(test: &'static str, mode: FailMode) -> Option<TcpOutcome> {
-    let lab = Lab::builder(test).peer("client").build()?;
+    let lab = Lab::builder(test).peer("client").fresh_sources().build()?;
     lab.serve_tcp("node", 8080, Service::Echo);
     lab.serve_tcp("node", 2222, Service::Echo);
     lab.write_policy(
@@ -773,6 +777,9 @@ fn outcome_after_kill(test: &'static str, mode: FailMode) -> Option<TcpOutcome> 
     lab.assert_tcp("client", sock(node, 2222), TcpOutcome::Connected);
     let mut established = lab.tcp_stream("client", sock(node, 8080));
     assert!(echo_roundtrip(&mut established, b"alive", ALLOW_WAIT).expect("echo"));
+    // A second decision of the client's own tuple: the kernel caches it.
+    lab.assert_tcp("client", sock(node, 8080), TcpOutcome::Connected);
+    lab.wait_cached("client", &[(sock(node, 8080), 'a')]);
 
     agent.kill9();
 
@@ -799,13 +806,20 @@ fn outcome_after_kill(test: &'static str, mode: FailMode) -> Option<TcpOutcome> 
     // Decided connections are accepted in the kernel, with or without us.
     assert!(echo_roundtrip(&mut established, b"still", ALLOW_WAIT).expect("established after kill"));
     lab.assert_tcp("client", sock(node, 2222), TcpOutcome::Connected);
+    // A recently seen tuple: the cache answers as the dead agent decided.
+    lab.assert_tcp("client", sock(node, 8080), TcpOutcome::Connected);
     let wait = match mode {
         FailMode::Open => ALLOW_WAIT,
         FailMode::Closed => DENY_WAIT,
     };
-    Some(lab.tcp("client", sock(node, 8080), wait))
+    Some(lab.tcp_fresh("client", sock(node, 8080), wait))
 }
 
+/// Mutation (tried, issue 29): fail-closed queue rules written with
+/// `--queue-bypass` fail it (the rule check, and the fresh connection
+/// gets through); before issue 29 its new connection was fresh only by
+/// chance (the tuple had been decided once, and is cached at its second
+/// decision).
 #[test]
 fn fail_closed_after_kill() {
     if let Some(outcome) = outcome_after_kill("fail_closed_after_kill", FailMode::Closed) {
@@ -969,11 +983,15 @@ fn clean_shutdown_restores_firewall() {
     assert_eq!(after, before, "left behind:\n{after}\nexpected:\n{before}");
 }
 
+/// Mutation (tried, issue 29): an adopting agent whose workers decide by
+/// an empty ruleset fails it (the fresh connection to the dropped 8001
+/// connects).
 #[test]
 fn restart_after_kill_leaves_no_duplicates() {
     let Some(lab) = Lab::builder("restart_after_kill_leaves_no_duplicates")
         .peer("client")
         .peer("server")
+        .fresh_sources()
         .build()
     else {
         return;
@@ -987,6 +1005,16 @@ fn restart_after_kill_leaves_no_duplicates() {
     let mut first = lab.start_agent(lab.agent_options());
     first.wait_generation(1);
     let installed = lab.firewall_state("node");
+    let node = lab.node_addr("client");
+    // The client's own tuples, decided twice: cached.
+    for _ in 0..2 {
+        lab.assert_tcp("client", sock(node, 8080), TcpOutcome::Connected);
+    }
+    lab.assert_tcp("client", sock(node, 8001), TcpOutcome::TimedOut);
+    lab.wait_cached(
+        "client",
+        &[(sock(node, 8080), 'a'), (sock(node, 8001), 'd')],
+    );
     first.kill9();
     let mut second = lab.start_agent(lab.agent_options());
     second.wait_generation(1);
@@ -1014,7 +1042,10 @@ fn restart_after_kill_leaves_no_duplicates() {
         installed.set_names(),
         "ipsets after restart differ"
     );
-    let node = lab.node_addr("client");
+    // The new agent decides fresh tuples by the policy; the kernel answers
+    // the cached ones alike.
+    lab.assert_tcp_fresh("client", sock(node, 8001), TcpOutcome::TimedOut);
+    lab.assert_tcp_fresh("client", sock(node, 8080), TcpOutcome::Connected);
     lab.assert_tcp("client", sock(node, 8001), TcpOutcome::TimedOut);
     lab.assert_tcp("client", sock(node, 8080), TcpOutcome::Connected);
 
@@ -1027,10 +1058,15 @@ fn restart_after_kill_leaves_no_duplicates() {
     );
 }
 
+/// Mutation (tried, issue 29): a reload that changes nothing (here: a
+/// rejected one) leaving the workers an empty ruleset fails it (the fresh
+/// connection to the dropped 8001 connects; the client's own tuple is
+/// still dropped by the cache).
 #[test]
 fn reload_rejects_invalid_and_applies_valid() {
     let Some(lab) = Lab::builder("reload_rejects_invalid_and_applies_valid")
         .peer("client")
+        .fresh_sources()
         .build()
     else {
         return;
@@ -1079,8 +1115,12 @@ fn reload_rejects_invalid_and_applies_valid() {
     ] {
         assert!(line.contains(part), "{part:?} missing from {line:?}");
     }
+    // The client's own tuples (8001 cached by now) and fresh ones, which
+    // only the workers can decide: by the ruleset in force.
     lab.assert_tcp("client", sock(node, 8001), TcpOutcome::TimedOut);
     lab.assert_tcp("client", sock(node, 8002), TcpOutcome::Connected);
+    lab.assert_tcp_fresh("client", sock(node, 8001), TcpOutcome::TimedOut);
+    lab.assert_tcp_fresh("client", sock(node, 8002), TcpOutcome::Connected);
     assert_eq!(agent.count_log("ruleset applied generation="), 1);
 
     lab.write_policy("node.yaml", &drop_port(8002));
@@ -1089,6 +1129,9 @@ fn reload_rejects_invalid_and_applies_valid() {
     lab.assert_tcp("client", sock(node, 8002), TcpOutcome::TimedOut);
 }
 
+/// Mutation (tried, issue 29): a SIGHUP that changes nothing leaving the
+/// workers an empty ruleset fails it (client2's connection to 8081
+/// connects; its cached tuple to 8080 is still dropped by the kernel).
 #[test]
 fn inventory_change_and_sighup_reload() {
     let Some(lab) = Lab::builder("inventory_change_and_sighup_reload")
@@ -1100,6 +1143,8 @@ fn inventory_change_and_sighup_reload() {
         return;
     };
     lab.serve_tcp("server", 8080, Service::Echo);
+    // Probed only after the SIGHUP: tuples no worker decided before.
+    lab.serve_tcp("server", 8081, Service::Echo);
     // client2 stays an app=client Pod throughout: the denied probe.
     let inventory = |client_app: &str| {
         docs(&[
@@ -1159,12 +1204,18 @@ fn inventory_change_and_sighup_reload() {
     lab.assert_tcp("client2", web, TcpOutcome::TimedOut);
 
     // SIGHUP reloads the same directory: a new generation, nothing to
-    // change in the kernel, same verdicts (the denial included).
+    // change in the kernel, same verdicts (the denial included). The
+    // verdict cache keeps its sets (same inputs), so client2's tuple to
+    // 8080 (two decisions: the SYN and its retransmission) is answered by
+    // the kernel; port 8081, never probed, is decided by the workers.
     agent.reload();
     let line = agent.wait_generation(3);
     assert!(line.contains("changed=false"), "{line}");
+    let fresh = sock(lab.addr("server"), 8081);
     lab.assert_tcp("client", web, TcpOutcome::Connected);
     lab.assert_tcp("client2", web, TcpOutcome::TimedOut);
+    lab.assert_tcp("client", fresh, TcpOutcome::Connected);
+    lab.assert_tcp("client2", fresh, TcpOutcome::TimedOut);
 }
 
 #[test]

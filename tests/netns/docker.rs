@@ -462,7 +462,17 @@ fn docker_fresh_container_is_enforced_within_a_bound_on(kind: Kind, test: &'stat
 }
 
 /// One `podman restart` (die, then start: the address may change) is
-/// covered on the wire within [`EVENT_BOUND`].
+/// covered on the wire within [`EVENT_BOUND`], and was followed: the
+/// agent applied a new generation for it. When web comes back at the same
+/// address, the wire alone cannot tell "followed" from "never noticed"
+/// (the old ruleset and its cached verdicts hold the same address), so
+/// the generation is what shows it (issue 29, audit L1); the addresses
+/// are printed as `DOCKER-RESTART`.
+///
+/// Mutation (tried, issue 29): an agent that ignores the API's events
+/// (only its 60 s resync would notice) fails it: web came back at a new
+/// address and the policy never held there; at the same address, no new
+/// generation would be logged.
 #[test]
 fn docker_podman_restart_is_covered_within_a_bound() {
     docker_podman_restart_is_covered_within_a_bound_on(
@@ -483,11 +493,26 @@ fn docker_podman_restart_is_covered_within_a_bound_on(kind: Kind, test: &'static
     let Some(shop) = shop(test, kind) else {
         return;
     };
-    shop.assert_enforced(shop.engine.addr("web").into());
+    let old = shop.engine.addr("web");
+    shop.assert_enforced(old.into());
+    let generations = shop.agent.count_log("ruleset applied generation=");
     let started = Instant::now();
     shop.engine.restart("web");
     let web = shop.engine.addr("web");
     let enforced = shop.time_to_enforced(web.into(), started);
+    // Both events applied: die (web's addresses leave) and start.
+    let followed = poll_until(AGENT_WAIT, || {
+        (shop.agent.count_log("ruleset applied generation=") > generations).then_some(())
+    });
+    println!(
+        "DOCKER-RESTART: web at {old} before, {web} after; {} new generations",
+        shop.agent.count_log("ruleset applied generation=") - generations
+    );
+    assert!(
+        followed.is_some(),
+        "the restart was not followed (no new generation):\n{}",
+        shop.agent.log()
+    );
     figure("docker_restart_to_enforced_ms", enforced);
     assert!(
         enforced < EVENT_BOUND,

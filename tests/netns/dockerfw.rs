@@ -15,7 +15,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use crate::harness::podman::{Backend, Container, Podman, PODMAN_TOOLS};
-use crate::harness::probe::{tcp_connect, Prober};
+use crate::harness::probe::{tcp_connect, Probed, Prober};
 use crate::harness::{poll_until, Lab, Service, TcpOutcome, AGENT_WAIT};
 
 const ALLOWED: u16 = 80;
@@ -178,6 +178,7 @@ fn docker_lab(test: &'static str) -> Option<Lab> {
         .peer("client")
         .peer("server")
         .ipv6()
+        .fresh_sources()
         .build()?;
     for port in [ALLOWED, DENIED] {
         lab.serve_tcp("server", port, Service::Echo);
@@ -261,11 +262,26 @@ fn dockerd_restart_opens_nothing_and_the_buried_jump_is_restored() {
     }
     let before = docker_state(&lab);
     let repairs = drift_repairs(&lab);
-    let targets: Vec<SocketAddr> = at(&lab, DENIED)
+    // From the client's own address (tuples the verdict cache answers)
+    // and from fresh sources (tuples the workers decide).
+    let targets: Vec<Probed> = at(&lab, DENIED)
         .into_iter()
         .chain(at(&lab, ALLOWED))
+        .flat_map(|t| [Probed::from(t), Probed::fresh(t)])
         .collect();
-    let prober = Prober::start(lab.ns("client"), &targets, EVERY, ATTEMPT, PROBE_LIMIT);
+    let allowed: Vec<Probed> = targets
+        .iter()
+        .copied()
+        .filter(|t| t.to.port() == ALLOWED)
+        .collect();
+    let prober = Prober::start_with(
+        lab.ns("client"),
+        &targets,
+        Some(&lab.fresh_sources("client")),
+        EVERY,
+        ATTEMPT,
+        PROBE_LIMIT,
+    );
     // Three dockerd restarts, each while the client keeps connecting.
     for round in 0..3 {
         prober.wait_attempts(&targets, prober.now(), 5);
@@ -307,14 +323,20 @@ fn dockerd_restart_opens_nothing_and_the_buried_jump_is_restored() {
         assert!(counted.is_some(), "round {round}: repair not counted");
     }
     assert!(
-        prober.wait_connected(&at(&lab, ALLOWED), prober.now(), 3),
+        prober.wait_connected(&allowed, prober.now(), 3),
         "allowed connections did not resume"
     );
     let attempts = prober.finish();
     for (target, attempts) in &attempts {
-        if target.port() != DENIED {
+        if target.to.port() != DENIED {
             continue;
         }
+        // The workers answered the fresh tuples (a rejection is their
+        // verdict), not only the kernel the cached ones.
+        assert!(
+            attempts.iter().any(|a| a.outcome == TcpOutcome::Refused),
+            "{target}: never refused"
+        );
         let passed = attempts
             .iter()
             .filter(|a| a.outcome == TcpOutcome::Connected)
@@ -540,6 +562,7 @@ fn network_reload_opens_nothing(test: &'static str, backend: Backend) {
     let Some(lab) = Lab::builder(test)
         .peer("client")
         .ipv6()
+        .fresh_sources()
         .require(PODMAN_TOOLS)
         .build()
     else {
@@ -576,6 +599,9 @@ fn network_reload_opens_nothing(test: &'static str, backend: Backend) {
             );
         }
     }
+    // The client connects from its own address and from fresh sources.
+    let (fresh4, fresh6) = lab.fresh_sources("client").networks();
+    let fresh6 = fresh6.expect("IPv6");
     lab.write_policy(
         "web.yaml",
         &format!(
@@ -591,6 +617,8 @@ spec:
       from:
         - ipBlock: {{cidr: {}}}
         - ipBlock: {{cidr: '{}/128'}}
+        - ipBlock: {{cidr: {fresh4}}}
+        - ipBlock: {{cidr: '{fresh6}'}}
         - podSelector: {{matchLabels: {{app: {peer_app}}}}}
       ports: [{{protocol: TCP, port: 80}}]
 ",
@@ -642,12 +670,24 @@ spec:
         "{backend:?}'s nat rules untouched"
     );
     let repairs = drift_repairs(&lab);
-    let routed = Prober::start(lab.ns("client"), &targets, EVERY, ATTEMPT, PROBE_LIMIT);
+    // Routed: from the client's own address (tuples the verdict cache
+    // answers) and from fresh sources (tuples the workers decide).
+    let routed_targets: Vec<Probed> = targets
+        .iter()
+        .flat_map(|t| [Probed::from(*t), Probed::fresh(*t)])
+        .collect();
+    let routed = Prober::start_with(
+        lab.ns("client"),
+        &routed_targets,
+        Some(&lab.fresh_sources("client")),
+        EVERY,
+        ATTEMPT,
+        PROBE_LIMIT,
+    );
     let bridged = Prober::start(&peer, &targets, EVERY, ATTEMPT, PROBE_LIMIT);
     for round in 0..3 {
-        for prober in [&routed, &bridged] {
-            prober.wait_attempts(&targets, prober.now(), 5);
-        }
+        routed.wait_attempts(&routed_targets, routed.now(), 5);
+        bridged.wait_attempts(&targets, bridged.now(), 5);
         let started = Instant::now();
         // `--all` would also reload other tests' containers (the storage
         // is the machine's): the lab's own, by name, do the same here.
@@ -675,13 +715,24 @@ spec:
     // this test is about, so the open container forgets its neighbours.
     let open_ns = podman.netns("open");
     open_ns.run(&["ip", "-6", "neigh", "flush", "all"]);
-    for (path, prober) in [("routed", &routed), ("bridged", &bridged)] {
-        assert!(
-            prober.wait_connected(&allowed, prober.now(), 3),
-            "{path}: the open container stopped answering: {:?}",
-            allowed.map(|t| (t, prober.attempts(t).last().map(|a| a.outcome)))
-        );
-    }
+    let routed_allowed: Vec<Probed> = routed_targets
+        .iter()
+        .copied()
+        .filter(|t| allowed.contains(&t.to))
+        .collect();
+    assert!(
+        routed.wait_connected(&routed_allowed, routed.now(), 3),
+        "routed: the open container stopped answering: {:?}",
+        routed_allowed
+            .iter()
+            .map(|t| (t.to_string(), routed.attempts(*t).last().map(|a| a.outcome)))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        bridged.wait_connected(&allowed, bridged.now(), 3),
+        "bridged: the open container stopped answering: {:?}",
+        allowed.map(|t| (t, bridged.attempts(t).last().map(|a| a.outcome)))
+    );
     // A reload that buried the jump either shows in the sample taken
     // right after it, or was repaired before the sample, and counted.
     assert_eq!(
@@ -693,7 +744,7 @@ spec:
     assert_eq!(agent.count_log("datapath drift:"), 0, "{}", agent.log());
     for (path, prober) in [("routed", routed), ("bridged", bridged)] {
         for (target, attempts) in prober.finish() {
-            if !denied.contains(&target) {
+            if !denied.contains(&target.to) {
                 continue;
             }
             let passed = attempts

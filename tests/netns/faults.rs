@@ -186,10 +186,13 @@ fn metrics(lab: &Lab) -> String {
     out.stdout
 }
 
+/// The value of `series` (name and labels, as exported); panics when it is
+/// not exported, so a renamed series cannot read as 0.
+#[track_caller]
 fn metric_value(text: &str, series: &str) -> f64 {
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0.0)
+        .unwrap_or_else(|| panic!("{series} is not exported:\n{text}"))
 }
 
 /// Waits until the agent has logged `pattern` at least `n` times.
@@ -311,9 +314,14 @@ spec:
     )
 }
 
+/// A node serving 8001–8003 and a client with fresh source addresses
+/// (probes after a failure, a kill or a reload that applies nothing are
+/// made from both: the client's own tuples, which the verdict cache may
+/// answer, and fresh ones, which only the workers decide).
 fn node_lab(test: &'static str) -> Option<Lab> {
     let lab = Lab::builder(test)
         .peer("client")
+        .fresh_sources()
         .require(&["curl"])
         .build()?;
     for port in [8001, 8002, 8003] {
@@ -322,6 +330,10 @@ fn node_lab(test: &'static str) -> Option<Lab> {
     Some(lab)
 }
 
+/// Mutation (tried, issue 29): workers that take a pending ruleset
+/// before the kernel is ready for it fail it (the fresh connection to
+/// 8002 connects while B waits; the client's own tuple is still dropped
+/// by the cache).
 #[test]
 fn failing_iptables_restore_keeps_previous_policy() {
     let Some(lab) = node_lab("failing_iptables_restore_keeps_previous_policy") else {
@@ -343,9 +355,9 @@ fn failing_iptables_restore_keeps_previous_policy() {
     let line = agent.wait_for_log("retrying in", AGENT_WAIT);
     assert!(line.contains("injected fault"), "{line}");
 
-    // A is still enforced, B is not.
-    lab.assert_tcp("client", sock(node, 8001), TcpOutcome::Connected);
-    lab.assert_tcp("client", sock(node, 8002), TcpOutcome::TimedOut);
+    // A is still enforced, B is not: by the kernel and by the workers.
+    lab.assert_tcp_both("client", sock(node, 8001), TcpOutcome::Connected);
+    lab.assert_tcp_both("client", sock(node, 8002), TcpOutcome::TimedOut);
     let text = metrics(&lab);
     assert!(
         metric_value(
@@ -372,14 +384,14 @@ fn failing_iptables_restore_keeps_previous_policy() {
     let failed = agent.count_log("datapath apply failed: ");
     lab.write_policy("node.yaml", &node_policy(&[8003], true));
     wait_count(&agent, "datapath apply failed: ", failed + 1);
-    lab.assert_tcp("client", sock(node, 8003), TcpOutcome::TimedOut);
+    lab.assert_tcp_both("client", sock(node, 8003), TcpOutcome::TimedOut);
 
     // The fault clears: the retry re-diffs and C, not B, takes over.
     faults.heal(Tool::Iptables);
     agent.wait_for_log("datapath apply recovered after ", AGENT_WAIT);
     agent.wait_generation(2);
-    lab.assert_tcp("client", sock(node, 8003), TcpOutcome::Connected);
-    lab.assert_tcp("client", sock(node, 8002), TcpOutcome::TimedOut);
+    lab.assert_tcp_both("client", sock(node, 8003), TcpOutcome::Connected);
+    lab.assert_tcp_both("client", sock(node, 8002), TcpOutcome::TimedOut);
     assert_eq!(generation(&agent), 2, "B was never put in force");
     let text = metrics(&lab);
     assert_eq!(metric_value(&text, "tollgate_datapath_behind"), 0.0);
@@ -395,12 +407,16 @@ fn failing_iptables_restore_keeps_previous_policy() {
     assert!(agent.terminate().success());
 }
 
+/// Mutation (tried, issue 29): as
+/// [`failing_iptables_restore_keeps_previous_policy`]'s (the fresh
+/// connection to web1's 9090 connects while B waits).
 #[test]
 fn failing_ipset_keeps_previous_membership() {
     let Some(lab) = Lab::builder("failing_ipset_keeps_previous_membership")
         .peer("client")
         .peer("web1")
         .peer("web2")
+        .fresh_sources()
         .require(&["curl"])
         .build()
     else {
@@ -480,9 +496,9 @@ spec:
         AGENT_WAIT,
     );
     wait_count(&agent, "datapath apply failed: ipset restore", 2);
-    lab.assert_tcp("client", sock(web1, 8080), TcpOutcome::Connected);
-    lab.assert_tcp("client", sock(web1, 9090), TcpOutcome::TimedOut);
-    lab.assert_tcp("client", sock(web2, 7070), TcpOutcome::Connected);
+    lab.assert_tcp_both("client", sock(web1, 8080), TcpOutcome::Connected);
+    lab.assert_tcp_both("client", sock(web1, 9090), TcpOutcome::TimedOut);
+    lab.assert_tcp_both("client", sock(web2, 7070), TcpOutcome::Connected);
     let text = metrics(&lab);
     assert!(
         metric_value(
@@ -495,9 +511,9 @@ spec:
     faults.heal(Tool::Ipset);
     agent.wait_for_log("datapath apply recovered after ", AGENT_WAIT);
     agent.wait_generation(2);
-    lab.assert_tcp("client", sock(web1, 9090), TcpOutcome::Connected);
-    lab.assert_tcp("client", sock(web2, 9090), TcpOutcome::Connected);
-    lab.assert_tcp("client", sock(web2, 7070), TcpOutcome::TimedOut);
+    lab.assert_tcp_both("client", sock(web1, 9090), TcpOutcome::Connected);
+    lab.assert_tcp_both("client", sock(web2, 9090), TcpOutcome::Connected);
+    lab.assert_tcp_both("client", sock(web2, 7070), TcpOutcome::TimedOut);
     assert!(lab.firewall_state("node").ipsets.contains(&member));
 
     // B → A while `ipset restore` fails: A needs nothing the kernel lacks
@@ -511,8 +527,8 @@ spec:
     });
     assert!(in_force.is_some(), "A in force as generation 3");
     assert_eq!(generation(&agent), 2, "logged once the kernel matches");
-    lab.assert_tcp("client", sock(web1, 9090), TcpOutcome::TimedOut);
-    lab.assert_tcp("client", sock(web2, 7070), TcpOutcome::Connected);
+    lab.assert_tcp_both("client", sock(web1, 9090), TcpOutcome::TimedOut);
+    lab.assert_tcp_both("client", sock(web2, 7070), TcpOutcome::Connected);
     assert!(lab.firewall_state("node").ipsets.contains(&member));
     assert!(status(&lab).datapath_behind.is_some());
     faults.heal(Tool::Ipset);
@@ -524,6 +540,9 @@ spec:
     assert!(agent.terminate().success());
 }
 
+/// Mutation (tried, issue 29): an adopting agent whose workers decide by
+/// an empty ruleset fails it (a connection to the dropped 8003, which no
+/// worker had decided, connects).
 #[test]
 fn kill_during_reload_fails_closed_and_restart_converges() {
     let Some(lab) = node_lab("kill_during_reload_fails_closed_and_restart_converges") else {
@@ -536,6 +555,9 @@ fn kill_during_reload_fails_closed_and_restart_converges() {
     agent.wait_generation(1);
     let mut established = lab.tcp_stream("client", sock(node, 8001));
     assert!(echo_roundtrip(&mut established, b"before", ALLOW_WAIT).unwrap());
+    // The client's own tuple to 8001, decided a second time: cached.
+    lab.assert_tcp("client", sock(node, 8001), TcpOutcome::Connected);
+    lab.wait_cached("client", &[(sock(node, 8001), 'a')]);
 
     // The reload hangs after the sets and the IPv4 table were written,
     // before the IPv6 table: the agent is killed right there.
@@ -550,10 +572,14 @@ fn kill_during_reload_fails_closed_and_restart_converges() {
 
     // Nobody reads the queues: established flows continue in the kernel,
     // no new connection gets through, whatever the half-written state.
+    // Not even the cached tuple: the IPv4 table written is the bridge to
+    // B, a ruleset of another generation, and the bridge has no cache
+    // lookups (they come back with the narrowing).
     assert!(echo_roundtrip(&mut established, b"orphaned", ALLOW_WAIT).unwrap());
     for port in [8001, 8002, 8003] {
-        lab.assert_tcp("client", sock(node, port), TcpOutcome::TimedOut);
+        lab.assert_tcp_fresh("client", sock(node, port), TcpOutcome::TimedOut);
     }
+    lab.assert_tcp("client", sock(node, 8001), TcpOutcome::TimedOut);
 
     // A new agent whose kernel writes fail at start neither exits nor
     // tears down what it found: its workers bind the same queues and
@@ -565,17 +591,17 @@ fn kill_during_reload_fails_closed_and_restart_converges() {
     wait_count(&second, "datapath apply failed: ", 2);
     assert!(second.exited().is_none(), "{}", second.log());
     assert_eq!(generation(&second), 0);
-    lab.assert_tcp("client", sock(node, 8002), TcpOutcome::Connected);
-    lab.assert_tcp("client", sock(node, 8003), TcpOutcome::TimedOut);
+    lab.assert_tcp_both("client", sock(node, 8002), TcpOutcome::Connected);
+    lab.assert_tcp_both("client", sock(node, 8003), TcpOutcome::TimedOut);
 
     // Once the writes work it converges to B.
     faults.heal(Tool::Iptables);
     faults.heal(Tool::Ip6tables);
     second.wait_for_log("datapath apply recovered after ", AGENT_WAIT);
     second.wait_generation(1);
-    lab.assert_tcp("client", sock(node, 8001), TcpOutcome::Connected);
-    lab.assert_tcp("client", sock(node, 8002), TcpOutcome::Connected);
-    lab.assert_tcp("client", sock(node, 8003), TcpOutcome::TimedOut);
+    lab.assert_tcp_both("client", sock(node, 8001), TcpOutcome::Connected);
+    lab.assert_tcp_both("client", sock(node, 8002), TcpOutcome::Connected);
+    lab.assert_tcp_both("client", sock(node, 8003), TcpOutcome::TimedOut);
     assert!(echo_roundtrip(&mut established, b"after", ALLOW_WAIT).unwrap());
     assert_clean(&lab);
     let state = lab.firewall_state("node");
@@ -730,6 +756,10 @@ fn put_policy_dir(lab: &Lab, files: &[(&str, String)]) {
     std::fs::rename(&staged, lab.policy_dir()).expect("rename policies into place");
 }
 
+/// Mutation (tried, issue 29): a reload that changes nothing (rejected,
+/// or a SIGHUP with the same files) leaving the workers an empty ruleset
+/// fails it (fresh connections to the dropped ports connect; the
+/// client's own tuples are still dropped by the cache).
 #[test]
 fn vanishing_policy_directory_keeps_last_good_ruleset() {
     let Some(lab) = node_lab("vanishing_policy_directory_keeps_last_good_ruleset") else {
@@ -748,8 +778,8 @@ fn vanishing_policy_directory_keeps_last_good_ruleset() {
         AGENT_WAIT,
     );
     agent.wait_for_log("reload rejected: ", AGENT_WAIT);
-    lab.assert_tcp("client", sock(node, 8001), TcpOutcome::Connected);
-    lab.assert_tcp("client", sock(node, 8002), TcpOutcome::TimedOut);
+    lab.assert_tcp_both("client", sock(node, 8001), TcpOutcome::Connected);
+    lab.assert_tcp_both("client", sock(node, 8002), TcpOutcome::TimedOut);
     assert_eq!(generation(&agent), 1);
 
     // It comes back with a new policy: picked up by the re-established
@@ -767,8 +797,8 @@ fn vanishing_policy_directory_keeps_last_good_ruleset() {
     wait_count(&agent, "policy directory missing", 2);
     std::fs::write(away.join("node.yaml"), node_policy(&[8002, 8003], false)).unwrap();
     wait_count(&agent, "reload rejected: ", 2);
-    lab.assert_tcp("client", sock(node, 8002), TcpOutcome::Connected);
-    lab.assert_tcp("client", sock(node, 8003), TcpOutcome::TimedOut);
+    lab.assert_tcp_both("client", sock(node, 8002), TcpOutcome::Connected);
+    lab.assert_tcp_both("client", sock(node, 8003), TcpOutcome::TimedOut);
     assert_eq!(generation(&agent), g);
 
     // Renamed back (now opening 8003): picked up; then edits inside it are
@@ -782,9 +812,9 @@ fn vanishing_policy_directory_keeps_last_good_ruleset() {
     lab.assert_tcp("client", sock(node, 8003), TcpOutcome::TimedOut);
     agent.reload();
     wait_newer_generation(&agent, g);
-    lab.assert_tcp("client", sock(node, 8001), TcpOutcome::Connected);
-    lab.assert_tcp("client", sock(node, 8002), TcpOutcome::TimedOut);
-    lab.assert_tcp("client", sock(node, 8003), TcpOutcome::TimedOut);
+    lab.assert_tcp_both("client", sock(node, 8001), TcpOutcome::Connected);
+    lab.assert_tcp_both("client", sock(node, 8002), TcpOutcome::TimedOut);
+    lab.assert_tcp_both("client", sock(node, 8003), TcpOutcome::TimedOut);
     assert!(agent.terminate().success());
 
     // An agent started without its policy directory refuses to run.

@@ -151,6 +151,9 @@ fn metric(text: &str, series: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
+/// Mutation (tried, issue 29): a restarted worker that holds its queue and
+/// never reads it fails it (8001 times out, and the queue's counter would
+/// not move).
 #[test]
 fn a_panicking_worker_is_restarted_and_livez_is_red_meanwhile() {
     let Some(lab) = node_lab("a_panicking_worker_is_restarted_and_livez_is_red_meanwhile") else {
@@ -198,8 +201,24 @@ fn a_panicking_worker_is_restarted_and_livez_is_red_meanwhile() {
     })
     .unwrap_or_else(|| panic!("/livez stayed red; log:\n{}", agent.log()));
     assert_eq!(check(&lab, "live").0, Some(0));
+    // The verdict cache is off here (every connection meets the queue):
+    // the restarted worker of the one queue decides both, and its
+    // counter moves by their three packets (8002: the SYN and its
+    // retransmission).
+    let queued = || {
+        lab.queue_counters()
+            .iter()
+            .find(|c| c.queue == 100)
+            .map_or(0, |c| c.id_sequence)
+    };
+    let before = queued();
     lab.assert_tcp("client", sock(node, 8001), TcpOutcome::Connected);
     lab.assert_tcp("client", sock(node, 8002), TcpOutcome::TimedOut);
+    assert!(
+        queued() >= before + 3,
+        "the restarted worker of queue 100 did not decide 8001 and 8002: {:?}",
+        lab.queue_counters()
+    );
     let (_, metrics) = get(&lab, 9471, "/metrics");
     assert_eq!(
         metric(&metrics, "tollgate_worker_restarts_total{queue=\"100\"}"),
@@ -335,12 +354,14 @@ fn readyz_is_red_until_the_first_kubernetes_snapshot_is_applied() {
         return;
     };
     lab.serve_tcp("server", 8080, Service::Echo);
+    let server: IpAddr = lab.addr("server").into();
+    // The link the later denial is seen on works (audit 3, L3).
+    lab.assert_tcp("client", sock(server, 8080), TcpOutcome::Connected);
     let listener = lab
         .node()
         .enter(|| TcpListener::bind("127.0.0.1:0").expect("bind in node namespace"));
     let api = FakeApi::serve(listener);
     api.hold_lists();
-    let server: IpAddr = lab.addr("server").into();
     api.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod"}}));
     api.apply(json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "web", "namespace": "prod", "labels": {"app": "web"}},

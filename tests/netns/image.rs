@@ -21,15 +21,14 @@
 //! `net.ipv4.ping_group_range` sysctl. The image is built once per test
 //! process (and its inputs are cached across runs, see `scripts/image.sh`).
 
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use crate::harness::netns::{run_with_timeout, CmdOutput};
-use crate::harness::probe::{echo_roundtrip, tcp_connect};
+use crate::harness::probe::{echo_roundtrip, judge_restart, Probed, Prober, Restart};
 use crate::harness::{poll_until, Lab, Netns, Service, TcpOutcome, AGENT_WAIT, ALLOW_WAIT};
 
 /// podman's global flags on these machines (`../shared/notes/containers.md`).
@@ -130,21 +129,25 @@ spec:
     )
 }
 
-/// A lab with one IPv4+IPv6 client, the node serving echo on every test
-/// port and the policy written.
+/// A lab with one IPv4+IPv6 client (with fresh source addresses), the
+/// node serving echo on every test port and the policy written.
 fn image_lab(test: &'static str) -> Option<Lab> {
     let lab = Lab::builder(test)
         .peer("client")
         .ipv6()
+        .fresh_sources()
         .require(&["podman", "runc", "mmdebstrap"])
         .build()?;
     for port in [ALLOWED, REJECTED, DROPPED] {
         lab.serve_tcp("node", port, Service::Echo);
     }
+    // The client's link and its fresh sources (`10.I.0.0/16`,
+    // `fd00:I:1::/48`).
+    let v4 = Ipv4Addr::new(10, lab.index(), 0, 0);
     let v6 = Ipv6Addr::new(0xfd00, u16::from(lab.index()), 1, 0, 0, 0, 0, 0);
     lab.write_policy(
         "node.yaml",
-        &node_policy(&lab.subnet("client"), &format!("{v6}/64")),
+        &node_policy(&format!("{v4}/16"), &format!("{v6}/48")),
     );
     std::fs::create_dir_all(lab.dir().join("run-tollgate")).expect("create run-tollgate");
     Some(lab)
@@ -162,8 +165,8 @@ struct NodeContainer {
 
 impl NodeContainer {
     /// Starts container `<node namespace>-<suffix>` running `tollgate run`
-    /// on the lab's policy directory.
-    fn start(lab: &Lab, suffix: &str) -> NodeContainer {
+    /// on the lab's policy directory, with `extra` arguments.
+    fn start(lab: &Lab, suffix: &str, extra: &[&str]) -> NodeContainer {
         let name = format!("{}-{suffix}", lab.node().name());
         let log = lab.dir().join(format!("container-{suffix}.log"));
         let container = NodeContainer { name, log };
@@ -237,6 +240,7 @@ impl NodeContainer {
         for address in lab.node_addresses() {
             args.extend(["--node-address".into(), address.to_string()]);
         }
+        args.extend(extra.iter().map(|a| a.to_string()));
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         podman(&argv, Duration::from_secs(60)).expect_success("podman run");
         container
@@ -247,22 +251,41 @@ impl NodeContainer {
         String::from_utf8_lossy(&std::fs::read(&self.log).unwrap_or_default()).into_owned()
     }
 
-    /// Waits until the log holds `pattern`; returns that line.
+    /// Waits until the log holds `pattern`; returns that line. Fails as
+    /// soon as the container is gone (`--rm`: it exited).
     #[track_caller]
     fn wait_for_log(&self, pattern: &str) -> String {
-        poll_until(AGENT_WAIT, || {
-            self.logs()
+        let found = poll_until(AGENT_WAIT, || {
+            let line = self
+                .logs()
                 .lines()
                 .find(|l| l.contains(pattern))
-                .map(str::to_string)
-        })
-        .unwrap_or_else(|| {
-            panic!(
+                .map(|l| Some(l.to_string()));
+            line.or_else(|| (!self.running()).then_some(None))
+        });
+        match found {
+            Some(Some(line)) => line,
+            Some(None) => panic!(
+                "container {} exited before logging {pattern:?}; log:\n{}",
+                self.name,
+                self.logs()
+            ),
+            None => panic!(
                 "container {} did not log {pattern:?}; log:\n{}",
                 self.name,
                 self.logs()
-            )
-        })
+            ),
+        }
+    }
+
+    /// Whether the container runs (`podman inspect`; one that exited is
+    /// gone, `--rm`).
+    fn running(&self) -> bool {
+        let out = podman(
+            &["inspect", "--format", "{{.State.Running}}", &self.name],
+            Duration::from_secs(30),
+        );
+        out.success() && out.stdout.trim() == "true"
     }
 
     /// Ends the container as `how` says; `--rm` removes it.
@@ -314,7 +337,7 @@ fn enforce_with_backend(test: &'static str, foreign_legacy_rule: bool) {
     } else {
         host_backend(node)
     };
-    let container = NodeContainer::start(&lab, "a");
+    let container = NodeContainer::start(&lab, "a", &[]);
     let line = container.wait_for_log("tollgate-entrypoint: iptables backend");
     assert!(
         line.contains(&format!("iptables backend {expected} ")),
@@ -405,51 +428,6 @@ fn image_follows_a_legacy_iptables_host() {
     enforce_with_backend("image_follows_a_legacy_iptables_host", true);
 }
 
-/// One probe of a connection loop: when it started and how it ended.
-type Probe = (Instant, TcpOutcome);
-
-/// Starts a connection attempt to `to` from `ns` every ~20 ms, each on its
-/// own thread and waiting at most 250 ms (so a dropped attempt does not slow
-/// the pace), until `stop` is set, at most for `AGENT_WAIT` × 4; every
-/// outcome is recorded with the attempt's start.
-fn probe_loop(ns: &Netns, to: SocketAddr, stop: &AtomicBool, out: &Mutex<Vec<Probe>>) {
-    let deadline = Instant::now() + AGENT_WAIT * 4;
-    std::thread::scope(|scope| {
-        while !stop.load(Ordering::SeqCst) && Instant::now() < deadline {
-            let at = Instant::now();
-            scope.spawn(move || {
-                let outcome = tcp_connect(ns, to, Duration::from_millis(250));
-                out.lock().expect("probe list").push((at, outcome));
-            });
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    });
-    out.lock().expect("probe list").sort_by_key(|(at, _)| *at);
-}
-
-/// The longest time in which attempts failed, from the start of the first
-/// failing attempt to the start of the next successful one (or the last
-/// attempt), and how many failed.
-fn longest_refusal(probes: &[Probe]) -> (Duration, usize) {
-    let mut longest = Duration::ZERO;
-    let mut failed = 0;
-    let mut since: Option<Instant> = None;
-    for (at, outcome) in probes {
-        if *outcome == TcpOutcome::Connected {
-            if let Some(start) = since.take() {
-                longest = longest.max(at.duration_since(start));
-            }
-        } else {
-            failed += 1;
-            since.get_or_insert(*at);
-        }
-    }
-    if let (Some(start), Some((last, _))) = (since, probes.last()) {
-        longest = longest.max(last.duration_since(start));
-    }
-    (longest, failed)
-}
-
 /// How the old container ends.
 #[derive(Clone, Copy, Debug)]
 enum Ending {
@@ -461,125 +439,135 @@ enum Ending {
 
 /// The rolling update of a DaemonSet: the old container is stopped
 /// (SIGTERM) and removed, then a new one starts. See [`restart`].
+///
+/// Mutation (tried, issue 29): a new container that exits at start (an
+/// unknown flag) fails it: the new container never logs "adopting the
+/// kernel state" (before, the kernel's cached verdicts met every check
+/// for their 60 s).
 #[test]
 fn image_restart_never_opens_the_node() {
     restart("image_restart_never_opens_the_node", Ending::Stop);
 }
 
 /// The same when the old container is killed (SIGKILL) instead.
+///
+/// Mutation (tried, issue 29): as [`image_restart_never_opens_the_node`].
 #[test]
 fn image_crash_never_opens_the_node() {
     restart("image_crash_never_opens_the_node", Ending::Kill);
 }
 
+/// Between two attempts of the prober, and how long one waits.
+const EVERY: Duration = Duration::from_millis(20);
+const ATTEMPT: Duration = Duration::from_millis(250);
+
+/// Arguments the new container gets besides the old one's (empty; the
+/// mutation check of issue 29 puts an unknown flag here).
+const NEW_CONTAINER_EXTRA: &[&str] = &[];
+
 /// The old container ends as `how` says, then a new one starts.
-/// Throughout, a client retries a rejected connection over IPv4 and over
-/// IPv6 and an allowed one over IPv4, each every ~20 ms: no rejected
-/// attempt may connect (the kernel state outlives the agent, fail-closed
-/// drops what nobody decides, the new agent adopts it), the established
-/// connection keeps working, and the longest window in which allowed
-/// connections failed is printed.
+/// Throughout, a client connects every 20 ms to the allowed and the
+/// rejected port, over IPv4 and IPv6, each from its own address (tuples
+/// the kernel verdict cache holds and answers while no agent runs) and
+/// from a fresh source address per attempt (tuples only an agent can
+/// answer). The new container must log its own "adopting the kernel
+/// state" and "ruleset applied generation=1", and still run at the end;
+/// [`judge_restart`] checks the probes (no rejected attempt connects;
+/// while no agent runs the cache answers the cached tuples and nobody the
+/// fresh ones; from the new ruleset on, the new agent decides the fresh
+/// ones); the established connection keeps working. The windows are
+/// printed as `LIFECYCLE-WINDOW image-<how>` lines.
 fn restart(test: &'static str, how: Ending) {
     let Some(lab) = image_lab(test) else {
         return;
     };
-    let client = lab.ns("client").clone();
+    let label = match how {
+        Ending::Stop => "image-stop",
+        Ending::Kill => "image-kill",
+    };
     let to = |port| SocketAddr::new(IpAddr::from(lab.node_addr("client")), port);
     let to6 = |port| SocketAddr::new(IpAddr::from(lab.node_addr6("client")), port);
-    let old = NodeContainer::start(&lab, "old");
+    let old = NodeContainer::start(&lab, "old", &[]);
     old.wait_for_log("ruleset applied generation=1");
-    lab.assert_tcp("client", to(ALLOWED), TcpOutcome::Connected);
-    lab.assert_tcp("client", to(REJECTED), TcpOutcome::Refused);
+    for addr in [to(ALLOWED), to6(ALLOWED)] {
+        lab.assert_tcp("client", addr, TcpOutcome::Connected);
+    }
+    for addr in [to(REJECTED), to6(REJECTED)] {
+        lab.assert_tcp("client", addr, TcpOutcome::Refused);
+    }
     let mut established = lab.tcp_stream("client", to(ALLOWED));
     assert!(echo_roundtrip(&mut established, b"before", ALLOW_WAIT).expect("echo before"));
 
-    let stop = AtomicBool::new(false);
-    let denied = Mutex::new(Vec::new());
-    let allowed = Mutex::new(Vec::new());
-    let restart = std::thread::scope(|scope| {
-        scope.spawn(|| probe_loop(&client, to(REJECTED), &stop, &denied));
-        scope.spawn(|| probe_loop(&client, to6(REJECTED), &stop, &denied));
-        scope.spawn(|| probe_loop(&client, to(ALLOWED), &stop, &allowed));
-        let probed = |list: &Mutex<Vec<Probe>>, since: Instant, want: TcpOutcome| {
-            list.lock()
-                .expect("probe list")
-                .iter()
-                .any(|(at, o)| *at >= since && *o == want)
-        };
-        // Both loops run before the old agent goes.
-        let began = Instant::now();
-        let running = poll_until(AGENT_WAIT, || {
-            (probed(&denied, began, TcpOutcome::Refused)
-                && probed(&allowed, began, TcpOutcome::Connected))
-            .then_some(())
-        });
-        let restart = running.map(|()| {
-            let stopping = Instant::now();
-            old.end(how);
-            let new = NodeContainer::start(&lab, "new");
-            let started = Instant::now();
-            // The new agent decides again: a rejection needs its verdict.
-            let serving = poll_until(AGENT_WAIT, || {
-                (probed(&denied, started, TcpOutcome::Refused)
-                    && probed(&allowed, started, TcpOutcome::Connected))
-                .then_some(())
-            });
-            (stopping, started, serving, new)
-        });
-        stop.store(true, Ordering::SeqCst);
-        restart
-    });
-    let (stopping, started, serving, _new) =
-        restart.expect("the probe loops saw the old agent enforce");
-    let denied = denied.into_inner().expect("probe list");
-    let allowed = allowed.into_inner().expect("probe list");
-
-    let through: Vec<f64> = denied
+    let targets: Vec<Probed> = [to(ALLOWED), to6(ALLOWED), to(REJECTED), to6(REJECTED)]
+        .into_iter()
+        .flat_map(|t| [Probed::from(t), Probed::fresh(t)])
+        .collect();
+    let prober = Prober::start_with(
+        lab.ns("client"),
+        &targets,
+        Some(&lab.fresh_sources("client")),
+        EVERY,
+        ATTEMPT,
+        AGENT_WAIT * 4,
+    );
+    // The old agent decided every target, and the kernel holds the
+    // client's own tuples.
+    let allowed: Vec<Probed> = targets
         .iter()
-        .filter(|(_, o)| *o == TcpOutcome::Connected)
-        .map(|(at, _)| at.saturating_duration_since(stopping).as_secs_f64() * 1000.0)
+        .copied()
+        .filter(|t| t.to.port() == ALLOWED)
         .collect();
     assert!(
-        through.is_empty(),
-        "{} of {} rejected attempts connected during the restart (ms after stop: {through:?})",
-        through.len(),
-        denied.len()
+        prober.wait_connected(&allowed, Duration::ZERO, 3),
+        "the old container does not let allowed connections through"
     );
+    prober.wait_attempts(&targets, Duration::ZERO, 3);
+    lab.wait_cached(
+        "client",
+        &[
+            (to(ALLOWED), 'a'),
+            (to6(ALLOWED), 'a'),
+            (to(REJECTED), 'r'),
+            (to6(REJECTED), 'r'),
+        ],
+    );
+
+    let down = prober.now();
+    old.end(how);
+    let gone = prober.now();
+    let new = NodeContainer::start(&lab, "new", NEW_CONTAINER_EXTRA);
+    let restarted = prober.now();
+    new.wait_for_log("adopting the kernel state");
+    new.wait_for_log("ruleset applied generation=1");
+    let ready = prober.now();
     assert!(
-        serving.is_some(),
-        "the new container did not enforce within {AGENT_WAIT:?}"
+        prober.wait_connected(&allowed, ready, 3),
+        "allowed connections did not resume"
     );
+    prober.wait_attempts(&targets, ready, 5);
+    let results = prober.finish();
+    let restart = Restart {
+        down,
+        gone,
+        restarted,
+        // The new agent reads its policy files at once: it may decide
+        // from its start on.
+        quiet_until: restarted,
+        ready,
+        attempt: ATTEMPT,
+    };
+    let windows = judge_restart(&results, restart, REJECTED, label);
     assert!(
         echo_roundtrip(&mut established, b"after", ALLOW_WAIT).expect("echo after"),
         "the established connection broke"
     );
-    let (window, failed) = longest_refusal(&allowed);
+    assert!(new.running(), "the new container stopped:\n{}", new.logs());
     report(&format!(
-        "{how:?} and restart: ending the old container and starting the new took {} ms, {} rejected and {} allowed attempts, \
-         longest window without allowed connections {} ms ({failed} attempts failed)",
-        started.duration_since(stopping).as_millis(),
-        denied.len(),
-        allowed.len(),
-        window.as_millis()
+        "{how:?} and restart: ending the old container took {} ms, starting the new one {} ms; \
+         from its start to the next allowed connection {} ms for cached tuples, {} ms for fresh ones",
+        (gone - down).as_millis(),
+        (restarted - gone).as_millis(),
+        windows.cached.as_millis(),
+        windows.fresh.as_millis(),
     ));
-}
-
-#[test]
-fn longest_refusal_measures_from_first_failure_to_next_success() {
-    let t0 = Instant::now();
-    let at = |ms| t0 + Duration::from_millis(ms);
-    let probes = [
-        (at(0), TcpOutcome::Connected),
-        (at(20), TcpOutcome::TimedOut),
-        (at(290), TcpOutcome::TimedOut),
-        (at(560), TcpOutcome::Connected),
-        (at(580), TcpOutcome::Refused),
-        (at(600), TcpOutcome::Connected),
-    ];
-    assert_eq!(longest_refusal(&probes), (Duration::from_millis(540), 3));
-    assert_eq!(longest_refusal(&[]), (Duration::ZERO, 0));
-    assert_eq!(
-        longest_refusal(&probes[..3]),
-        (Duration::from_millis(270), 2)
-    );
 }

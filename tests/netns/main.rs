@@ -24,6 +24,7 @@ mod kernel;
 mod kube;
 mod l7;
 mod lifecycle;
+mod normalise;
 mod npapi;
 mod observe;
 mod ops;

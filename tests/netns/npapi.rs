@@ -59,6 +59,8 @@ fn admin_deny_holds_against_application_allow_not_securityops_allow() {
         return;
     };
     lab.serve_tcp("server", 8080, Service::Echo);
+    // Under no rule: client1's allow probe (audit 3, L3).
+    lab.serve_tcp("server", 8081, Service::Echo);
     let ips = |role: &str| -> Vec<IpAddr> { vec![lab.addr(role).into(), lab.addr6(role).into()] };
     lab.write_policy(
         "inventory.yaml",
@@ -121,6 +123,7 @@ spec:
     agent.wait_generation(1);
     for web in [IpAddr::from(lab.addr("server")), lab.addr6("server").into()] {
         lab.assert_tcp("client1", sock(web, 8080), TcpOutcome::TimedOut);
+        lab.assert_tcp("client1", sock(web, 8081), TcpOutcome::Connected);
         lab.assert_tcp("client2", sock(web, 8080), TcpOutcome::Connected);
     }
     // `trace` names the deciding object and its tier.
@@ -152,6 +155,8 @@ fn admin_pass_goes_to_network_policy_and_baseline_deny_is_undone_by_it() {
     for role in ["web", "db"] {
         lab.serve_tcp(role, 8080, Service::Echo);
     }
+    // No policy selects the node: client2's allow probe (audit 3, L3).
+    lab.serve_tcp("node", 9999, Service::Echo);
     let ip = |role: &str| -> Vec<IpAddr> { vec![lab.addr(role).into()] };
     lab.write_policy(
         "inventory.yaml",
@@ -229,6 +234,11 @@ spec:
         TcpOutcome::Connected,
     );
     lab.assert_tcp("client2", sock(lab.addr("web"), 8080), TcpOutcome::TimedOut);
+    lab.assert_tcp(
+        "client2",
+        sock(lab.node_addr("client2"), 9999),
+        TcpOutcome::Connected,
+    );
     // db: the NetworkPolicy selects it, so the Baseline Deny never applies
     // to one; two is dropped by the NetworkPolicy's isolation.
     lab.assert_tcp("client1", sock(lab.addr("db"), 8080), TcpOutcome::Connected);
@@ -364,33 +374,54 @@ spec:
     );
     let mut agent = lab.start_agent(lab.agent_options());
     agent.wait_generation(1);
+    // curl's own exit codes: 28, its timeout (a dropped connection); a
+    // name that does not resolve would be 6, and must not pass for a
+    // denial (audit 3, L2).
+    const TIMED_OUT: Result<u16, i32> = Err(28);
     let curl = |url: &str| lab.curl("pod", url, Duration::from_secs(3));
+    // Each name the Pod asks for resolves (through the node: the answers
+    // are snooped, the resolver itself allowed).
+    let resolves = |name: &str, rtype: &str, address: &str| {
+        let answer = pod_ns.ok(&format!(
+            "dig +short +time=2 +tries=2 @10.62.0.2 {name} {rtype}"
+        ));
+        assert_eq!(answer.trim(), address, "{name} {rtype}");
+    };
     // Never resolved: the address alone is denied.
-    assert!(curl("http://10.62.1.10/").is_err());
+    assert_eq!(curl("http://10.62.1.10/"), TIMED_OUT);
     // Resolved through the snooped answer: allowed, then by address too.
     assert_eq!(curl("http://www.allowed.test/"), Ok(200));
     assert_eq!(curl("http://10.62.1.10/"), Ok(200));
     assert_eq!(curl("http://a.b.allowed.test/"), Ok(200));
     // `*.` is one or more whole labels: not the apex, not another name.
-    assert!(curl("http://allowed.test/").is_err());
-    assert!(curl("http://other.test/").is_err());
-    // IPv6: AAAA answers are learned the same way.
-    let curl6 = |url: &str| {
-        pod_ns
-            .sh(&format!(
-                "curl -6 -s -o /dev/null -w '%{{http_code}}' --max-time 3 {url}"
-            ))
-            .stdout
-    };
-    assert_ne!(curl6("http://[fd62:1::10]/"), "200");
-    assert_eq!(curl6("http://six.allowed.test/"), "200");
-    assert_eq!(curl6("http://[fd62:1::10]/"), "200");
-    assert_ne!(curl6("http://six.other.test/"), "200");
+    resolves("allowed.test", "A", "10.62.1.12");
+    assert_eq!(curl("http://allowed.test/"), TIMED_OUT);
+    resolves("other.test", "A", "10.62.1.20");
+    assert_eq!(curl("http://other.test/"), TIMED_OUT);
+    // IPv6: AAAA answers are learned the same way (the names have AAAA
+    // records only: curl connects over IPv6).
+    assert_eq!(curl("http://[fd62:1::10]/"), TIMED_OUT);
+    assert_eq!(curl("http://six.allowed.test/"), Ok(200));
+    assert_eq!(curl("http://[fd62:1::10]/"), Ok(200));
+    resolves("six.other.test", "AAAA", "fd62:1::20");
+    assert_eq!(curl("http://six.other.test/"), TIMED_OUT);
+    // The running agent's sets hold what the answers taught, and only
+    // that.
     let learned = node.ok(&format!(
-        "{} get fqdn --policies {} --node-name node --node-labels kubernetes.io/os=linux",
+        "{} get fqdn -o wide --socket {} --policies {} --node-name node --node-labels kubernetes.io/os=linux",
         env!("CARGO_BIN_EXE_tollgate"),
+        lab.agent_options().status_socket.display(),
         lab.policy_dir().display()
     ));
     assert!(learned.contains("*.allowed.test"), "{learned}");
+    for address in ["10.62.1.10", "10.62.1.11", "fd62:1::10"] {
+        assert!(
+            learned.contains(address),
+            "{address} not learned:\n{learned}"
+        );
+    }
+    for address in ["10.62.1.12", "10.62.1.20", "fd62:1::20"] {
+        assert!(!learned.contains(address), "{address} learned:\n{learned}");
+    }
     agent.stop();
 }

@@ -465,6 +465,9 @@ fn privileged_ssh_covers_the_node_not_routed_pods() {
     for (role, port) in [("web", 22), ("node", 22), ("node", 2222)] {
         lab.serve_tcp(role, port, Service::Echo);
     }
+    // Before any policy, the Pod reaches web's SSH port: the link the
+    // later denial is seen on works (audit 3, L3).
+    lab.assert_tcp("pod", (web, 22), TcpOutcome::Connected);
     lab.write_policy(
         "ssh.yaml",
         &format!(

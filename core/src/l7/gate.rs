@@ -1,19 +1,24 @@
 //! The L7 queue's decisions by packet id: the [`Inspector`]'s action on a
 //! segment becomes verdicts for it and for what [`Deferred`] withholds,
 //! plus the packets closing a denied connection; a segment to rewrite
-//! (urgent data stripped) is accepted rewritten, also when released later.
+//! (urgent data stripped) is accepted rewritten, also when released later;
+//! a segment its receiver would discard (a server's SYN-ACK included) is
+//! dropped unread.
 //! Pure: time is passed in; the worker sends the injections, then gives the
 //! verdicts in order.
 
 use std::collections::HashMap;
 use std::time::Instant;
 
+use super::admission::L7Policy;
 use super::defer::Deferred;
-use super::inspect::{DenyReason, Inspector, L7Action, L7Policy, RequestRecord};
+use super::inspect::{DenyReason, Inspector, L7Action, RequestRecord};
 use super::response::{deny_packets, Injection};
 use crate::fqdn::FqdnLookup;
 use crate::marks::MarkLayout;
-use crate::packet::{parse_segment, Action, FlowKey, LocalSide, PacketId, Queued, Rewrite};
+use crate::packet::{
+    parse_segment, Action, Discard, FlowKey, LocalSide, PacketId, Queued, Rewrite,
+};
 
 /// Most segments withheld at once over all connections: well below the L7
 /// queue's length (16,384), so clients that send part of a head and
@@ -53,6 +58,8 @@ pub struct Tally {
     pub urgent_reset: bool,
     /// Carried urgent data, cleared before the segment is accepted.
     pub urgent_stripped: bool,
+    /// Dropped unread: its receiver would discard it, for this reason.
+    pub discarded: Option<Discard>,
 }
 
 /// The L7 state of one queue: connections followed, segments withheld.
@@ -94,13 +101,18 @@ impl Gate {
             }
         };
         if segment.syn_ack {
+            if let Some(reason) = segment.discard {
+                // The client would discard it too; the server retransmits.
+                step.tally.discarded = Some(reason);
+                step.verdicts.push((id, Action::Drop));
+                return step;
+            }
             // The SYN-ACK runs server→client: the Node's side of it is the
             // opposite side of the client→server flow.
             let local = packet.local.map(LocalSide::opposite);
-            let key = segment.key.reversed();
             let replaced = self
                 .inspector
-                .handshake(key, segment.ack, local, (policy, fqdn), now);
+                .handshake(&segment, local, (policy, fqdn), now);
             if let Some(old) = replaced {
                 self.drop_withheld(&old, &mut step.verdicts);
             }
@@ -145,6 +157,12 @@ impl Gate {
             L7Action::Hold => {
                 step.tally.held = true;
                 step.verdicts.push((id, Action::Drop));
+            }
+            L7Action::Discard(reason) => {
+                step.tally.discarded = Some(reason);
+                step.verdicts.push((id, Action::Drop));
+                // A discarded RST closes nothing.
+                return step;
             }
             L7Action::Deny(denial) => {
                 step.tally.urgent_reset = denial.reason == DenyReason::UrgentData;

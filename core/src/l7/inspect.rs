@@ -13,6 +13,22 @@
 //! the pointer cleared ([`UrgentData::Strip`], [`Inspection::rewrite`]), so
 //! the server reads exactly the stream inspected.
 //!
+//! Normalisation: tollgate judges the bytes the server will accept and
+//! nothing else. Before anything of a segment is read, one the receiver
+//! would throw away is dropped, the connection left as it was
+//! ([`L7Action::Discard`]): what the segment alone shows
+//! ([`Segment::discard`]: checksum, TCP options, IP extensions, flags),
+//! and, on a connection with state, a timestamp older than the newest its
+//! client sent (PAWS; the first is the one the server's SYN-ACK echoes) or
+//! an acknowledgment older than the newest (the first: the SYN-ACK's
+//! sequence number + 1), both counted only from segments let through. A
+//! RST is not held to the last two (a receiver judges it by its sequence
+//! number). What the receiver decides from state tollgate never sees (the
+//! timestamp of a pure ACK kept in the kernel, an acknowledgment of data
+//! the server never sent, a full receive window) is covered by pinning:
+//! every byte already judged, passed or withheld, may only come again
+//! unchanged, so whichever copy the server keeps is the judged one.
+//!
 //! Segment handling (the stream is only ever advanced in order):
 //! - in order: fed to the tracker. A segment that leaves a request head
 //!   incomplete is *deferred* (its verdict withheld) until the head is
@@ -23,18 +39,21 @@
 //!   partial head reaches it) as long as the client can send the whole
 //!   head without acknowledgments (its congestion window: 10 segments on
 //!   a new Linux connection);
-//! - entirely before the expected sequence number: a retransmission of
-//!   bytes already passed is passed without being fed again, if it repeats
+//! - entirely before the expected sequence number: a copy of bytes
+//!   already judged (passed or deferred) is not fed again, and must repeat
 //!   them: Content-Length body bytes may differ (their content changes
 //!   nothing), any other byte must come in a remembered segment repeated
 //!   whole and unchanged (keyed hash), or the connection is reset. (The
-//!   server may never have received the original, e.g. beyond its window:
-//!   an altered copy would be a request tollgate never saw.) One of bytes
-//!   still deferred is dropped when it comes soon (a tail loss probe); after
-//!   [`STALL`] it means the client is stalled waiting for their
-//!   acknowledgment, and the deferred segments are released (a partial
-//!   head holds no request; the rest is still decided before it passes);
-//! - overlapping the expected sequence number: only the new bytes are fed;
+//!   server may never have kept the original: beyond its window, or a
+//!   segment it discarded for a reason tollgate cannot see; an altered copy
+//!   would be a request tollgate never judged.) A faithful copy of passed
+//!   bytes passes. One of bytes still deferred is dropped when it comes
+//!   soon (a tail loss probe); after [`STALL`] it means the client is
+//!   stalled waiting for their acknowledgment, and the deferred segments
+//!   are released with it (a partial head holds no request; the rest is
+//!   still decided before it passes);
+//! - overlapping the expected sequence number: the old bytes are checked as
+//!   above, only the new ones are fed;
 //! - after a gap: dropped without closing, so the client retransmits and
 //!   the bytes arrive in order.
 //!
@@ -51,7 +70,7 @@
 //! ever inspected.
 
 use std::collections::VecDeque;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::RandomState;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -59,94 +78,18 @@ use std::time::{Duration, Instant};
 use lru::LruCache;
 
 use crate::fqdn::FqdnLookup;
-use crate::http::{
-    Ambiguity, FramingPolicy, HttpEvent, HttpRule, Malformed, RequestHead, RequestTracker,
-};
+use crate::http::{Ambiguity, FramingPolicy, HttpEvent, Malformed, RequestHead, RequestTracker};
 use crate::l7::DenyResponse as L7DenyResponse;
 use crate::l7::UrgentData;
-use crate::model::TlsProtocol;
-use crate::packet::flow::{Flow, LocalSide, Verdict};
-use crate::ruleset::{Endpoint, RuleRef, Ruleset};
+use crate::packet::flow::{Flow, LocalSide};
+use crate::ruleset::{Endpoint, RuleRef};
 use crate::tls::{client_hello_sni, TlsError, MAX_CLIENT_HELLO};
 
-use crate::packet::segment::{FlowKey, Rewrite, Segment};
+use crate::packet::segment::{Discard, FlowKey, Rewrite, Segment};
 
-/// One L7 rule that decided the connection: every HTTP request must match
-/// one of its `http` alternatives, a TLS connection's ClientHello one of
-/// its `tls` alternatives.
-#[derive(Clone, Debug)]
-pub struct Requirement {
-    pub rule: Arc<RuleRef>,
-    /// The endpoint the rule applies to, for the audit log.
-    pub endpoint: Option<Endpoint>,
-    http: Vec<HttpRule>,
-    tls: Vec<TlsProtocol>,
-}
-
-impl Requirement {
-    pub fn new(rule: Arc<RuleRef>, endpoint: Option<Endpoint>) -> Requirement {
-        let http = rule
-            .l7
-            .iter()
-            .filter_map(|p| p.http.as_ref().map(HttpRule::new))
-            .collect();
-        let tls = rule.l7.iter().filter_map(|p| p.tls.clone()).collect();
-        Requirement {
-            rule,
-            endpoint,
-            http,
-            tls,
-        }
-    }
-
-    fn allows(&self, request: &RequestHead) -> bool {
-        self.http.iter().any(|rule| rule.matches(request))
-    }
-
-    fn allows_sni(&self, sni: Option<&str>) -> bool {
-        self.tls.iter().any(|rule| crate::tls::matches(rule, sni))
-    }
-}
-
-/// What the policy says about a connection when its first request arrives.
-#[derive(Clone, Debug)]
-pub enum Admission {
-    /// Allowed subject to these L7 rules (at least one).
-    Inspect(Vec<Requirement>),
-    /// Allowed with no L7 rule deciding (the policy changed since the SYN).
-    Allow,
-    /// Not allowed any more.
-    Deny,
-}
-
-/// The policy as the L7 worker asks it. Implemented by the ruleset.
-pub trait L7Policy {
-    fn admission(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> Admission;
-}
-
-impl L7Policy for Ruleset {
-    fn admission(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> Admission {
-        let decision = self.classify(flow, fqdn);
-        if decision.verdict != Verdict::Allow {
-            return Admission::Deny;
-        }
-        let rules: Vec<Requirement> = [&decision.egress, &decision.ingress]
-            .into_iter()
-            .filter_map(|direction| {
-                let rule = direction.rule().filter(|rule| !rule.l7.is_empty())?;
-                Some(Requirement::new(
-                    Arc::clone(rule),
-                    direction.endpoint.clone(),
-                ))
-            })
-            .collect();
-        if rules.is_empty() {
-            Admission::Allow
-        } else {
-            Admission::Inspect(rules)
-        }
-    }
-}
+use super::admission::{Admission, L7Policy, Requirement};
+use super::judged::Judged;
+pub use super::judged::{BODY_RANGES_KEPT, SENSITIVE_KEPT};
 
 /// Why a connection is closed.
 #[derive(Clone, Debug, PartialEq)]
@@ -172,8 +115,9 @@ pub enum DenyReason {
     },
     /// A TLS stream whose ClientHello cannot be read.
     Tls(TlsError),
-    /// A retransmission of passed bytes that are not Content-Length body
-    /// does not repeat them exactly (or cannot be checked).
+    /// A copy of judged bytes (passed or deferred) that are not
+    /// Content-Length body does not repeat them exactly (or cannot be
+    /// checked).
     Retransmission,
     /// The policy no longer allows the connection.
     Policy,
@@ -211,6 +155,9 @@ pub enum L7Action {
     Release,
     /// Drop it, leaving the connection open (bytes after a gap).
     Hold,
+    /// Drop it unread, leaving the connection as it was: its receiver
+    /// would throw it away.
+    Discard(Discard),
     /// Drop it and every deferred segment, answer as
     /// [`Denial::response`] says, and close.
     Deny(Denial),
@@ -301,78 +248,19 @@ enum Stream {
 /// TLS record type of a handshake: how a TLS client stream starts.
 const TLS_HANDSHAKE: u8 = 22;
 
-/// Passed segments a retransmission is checked against: hashes of the
-/// last [`SENSITIVE_KEPT`] segments that carried head (or ClientHello, or
-/// chunked framing) bytes, and the last [`BODY_RANGES_KEPT`] sequence
-/// ranges of Content-Length body, whose content does not matter.
-#[derive(Debug, Default)]
-struct Passed {
-    /// `(seq, len, hash)` of whole segments.
-    sensitive: VecDeque<(u32, u32, u64)>,
-    /// `(start, end)` sequence ranges.
-    body: VecDeque<(u32, u32)>,
-}
-
-/// Sensitive segments remembered per connection.
-pub const SENSITIVE_KEPT: usize = 32;
-/// Body ranges remembered per connection.
-pub const BODY_RANGES_KEPT: usize = 64;
-
-impl Passed {
-    fn record_sensitive(&mut self, seq: u32, bytes: &[u8], hasher: &RandomState) {
-        if self.sensitive.len() == SENSITIVE_KEPT {
-            self.sensitive.pop_front();
-        }
-        self.sensitive
-            .push_back((seq, bytes.len() as u32, hasher.hash_one(bytes)));
-    }
-
-    fn record_body(&mut self, start: u32, end: u32) {
-        if let Some(last) = self.body.back_mut() {
-            if last.1 == start {
-                last.1 = end;
-                return;
-            }
-        }
-        if self.body.len() == BODY_RANGES_KEPT {
-            self.body.pop_front();
-        }
-        self.body.push_back((start, end));
-    }
-
-    /// Whether `bytes` at `seq` repeat what passed: every byte lies in a
-    /// body range or in a remembered segment repeated whole and unchanged.
-    fn repeats(&self, mut seq: u32, mut bytes: &[u8], hasher: &RandomState) -> bool {
-        while !bytes.is_empty() {
-            let in_body = self.body.iter().find(|(start, end)| {
-                seq.wrapping_sub(*start) as i32 >= 0 && end.wrapping_sub(seq) as i32 > 0
-            });
-            if let Some((_, end)) = in_body {
-                let take = (end.wrapping_sub(seq) as usize).min(bytes.len());
-                seq = seq.wrapping_add(take as u32);
-                bytes = &bytes[take..];
-                continue;
-            }
-            let Some(&(_, len, hash)) = self.sensitive.iter().find(|(s, _, _)| *s == seq) else {
-                return false;
-            };
-            let len = len as usize;
-            if len > bytes.len() || hasher.hash_one(&bytes[..len]) != hash {
-                return false;
-            }
-            seq = seq.wrapping_add(len as u32);
-            bytes = &bytes[len..];
-        }
-        true
-    }
-}
-
 #[derive(Debug)]
 struct FlowState {
-    passed: Passed,
+    judged: Judged,
     stream: Stream,
     access: Access,
     next_seq: u32,
+    /// The newest acknowledgment the client sent on a segment let through
+    /// (at first the SYN-ACK's sequence number + 1).
+    acked: u32,
+    /// The newest timestamp (`TSval`) the client sent on a segment let
+    /// through (at first its SYN's, which the SYN-ACK echoes); `None`: the
+    /// connection does not use timestamps.
+    timestamp: Option<u32>,
     last_seen: Instant,
     /// When the client's FIN was seen.
     closed_at: Option<Instant>,
@@ -382,6 +270,41 @@ struct FlowState {
 }
 
 impl FlowState {
+    /// Why the receiver would discard `segment` given what the client
+    /// sent before: a timestamp or an acknowledgment older than the
+    /// newest. A RST is judged by its sequence number alone.
+    fn stale(&self, segment: &Segment<'_>) -> Option<Discard> {
+        if segment.rst {
+            return None;
+        }
+        let older = |newest: u32, value: u32| newest.wrapping_sub(value) as i32 > 0;
+        let paws = match (self.timestamp, segment.timestamp) {
+            (Some(newest), Some(ts)) => older(newest, ts.value),
+            _ => false,
+        };
+        if paws {
+            Some(Discard::Paws)
+        } else if older(self.acked, segment.ack) {
+            Some(Discard::StaleAck)
+        } else {
+            None
+        }
+    }
+
+    /// Notes what a segment let through shows: its client's newest
+    /// timestamp and acknowledgment.
+    fn let_through(&mut self, segment: &Segment<'_>) {
+        let newer = |newest: u32, value: u32| value.wrapping_sub(newest) as i32 > 0;
+        if let (Some(newest), Some(ts)) = (self.timestamp, segment.timestamp) {
+            if newer(newest, ts.value) {
+                self.timestamp = Some(ts.value);
+            }
+        }
+        if newer(self.acked, segment.ack) {
+            self.acked = segment.ack;
+        }
+    }
+
     /// The rule an urgent-data event is audited under: the first L7 rule
     /// of the connection.
     fn first_rule(&self) -> Option<(Arc<RuleRef>, Option<Endpoint>)> {
@@ -454,22 +377,23 @@ impl Inspector {
     /// The server's SYN-ACK of a connection under L7 rules (`local`: the
     /// side of the client→server flow that is the Node itself): state is
     /// created fresh (replacing any left by an earlier connection with the
-    /// same addresses and ports), expecting the client's first byte at
-    /// `client_next_seq` (the SYN-ACK's acknowledgment number). The
-    /// policy (with the FQDN names learned so far) is asked here, once per
-    /// connection. The client cannot send
-    /// an acceptable byte before this SYN-ACK reaches it, so no payload of
-    /// this connection can be seen before its state exists.
+    /// same addresses and ports), expecting the client's first byte at the
+    /// SYN-ACK's acknowledgment number, acknowledgments from its sequence
+    /// number + 1 on, and timestamps from the one it echoes (if it carries
+    /// one: the connection uses them). The policy (with the FQDN names
+    /// learned so far) is asked here, once per connection. The client
+    /// cannot send an acceptable byte before this SYN-ACK reaches it, so no
+    /// payload of this connection can be seen before its state exists.
     /// Returns the connection whose state was dropped to make room, or
     /// replaced (its deferred segments must be dropped).
     pub fn handshake<P: L7Policy + ?Sized>(
         &mut self,
-        key: FlowKey,
-        client_next_seq: u32,
+        syn_ack: &Segment<'_>,
         local: Option<LocalSide>,
         (policy, fqdn): (&P, &dyn FqdnLookup),
         now: Instant,
     ) -> Option<FlowKey> {
+        let key = syn_ack.key.reversed();
         let flow = Flow {
             local,
             ..key.flow()
@@ -480,10 +404,12 @@ impl Inspector {
             Admission::Inspect(rules) => Access::Rules(Arc::from(rules)),
         };
         let state = FlowState {
-            passed: Passed::default(),
+            judged: Judged::default(),
             stream: Stream::Unknown,
             access,
-            next_seq: client_next_seq,
+            next_seq: syn_ack.ack,
+            acked: syn_ack.seq.wrapping_add(1),
+            timestamp: syn_ack.timestamp.map(|ts| ts.echo),
             last_seen: now,
             closed_at: None,
             deferred: None,
@@ -493,6 +419,14 @@ impl Inspector {
 
     /// Decides one client→server segment.
     pub fn inspect(&mut self, segment: &Segment<'_>, now: Instant) -> Inspection {
+        let stale = || self.flows.peek(&segment.key)?.stale(segment);
+        if let Some(reason) = segment.discard.or_else(stale) {
+            return Inspection {
+                action: L7Action::Discard(reason),
+                requests: Vec::new(),
+                rewrite: None,
+            };
+        }
         let mut requests = Vec::new();
         let mut rewrite = None;
         if segment.urgent {
@@ -525,12 +459,13 @@ impl Inspector {
         };
         if matches!(action, L7Action::Deny(_)) || segment.rst {
             self.flows.pop(&segment.key);
-        } else if segment.fin {
-            if let Some(state) = self.flows.peek_mut(&segment.key) {
-                if state.closed_at.is_none() {
-                    state.closed_at = Some(now);
-                    self.closing.push_back((now, segment.key));
-                }
+        } else if let Some(state) = self.flows.peek_mut(&segment.key) {
+            if matches!(action, L7Action::Pass | L7Action::Defer | L7Action::Release) {
+                state.let_through(segment);
+            }
+            if segment.fin && state.closed_at.is_none() {
+                state.closed_at = Some(now);
+                self.closing.push_back((now, segment.key));
             }
         }
         Inspection {
@@ -582,14 +517,19 @@ impl Inspector {
         // Signed distances in sequence space (RFC 1982 style).
         let start = segment.seq.wrapping_sub(state.next_seq) as i32;
         let end = segment.seq.wrapping_add(len).wrapping_sub(state.next_seq) as i32;
-        // Bytes before the deferred ones (or before the expected sequence
-        // number) have passed: a copy must repeat them. Deferred bytes need
-        // no check: their originals reach the server first, or nothing does.
-        let passed_end = state.deferred.map_or(state.next_seq, |(from, _, _)| from);
-        let passed_len = (passed_end.wrapping_sub(segment.seq) as i32).clamp(0, len as i32);
-        let old_passed = &segment.payload[..passed_len as usize];
-        if !old_passed.is_empty() && !state.passed.repeats(segment.seq, old_passed, &self.hasher) {
-            return self.deny(DenyReason::Retransmission);
+        // Bytes before the expected sequence number were judged (passed,
+        // or deferred): a copy must repeat them. A deferred original may
+        // never reach the server (it may discard it for a reason tollgate
+        // cannot see), so its copy is held to it like a passed one.
+        let old_len = (state.next_seq.wrapping_sub(segment.seq) as i32).clamp(0, len as i32);
+        let old = &segment.payload[..old_len as usize];
+        if !old.is_empty() && !state.judged.repeats(segment.seq, old, &self.hasher) {
+            // The server expects the first deferred byte (or the next).
+            let unsent_from = state.deferred.map_or(state.next_seq, |(from, _, _)| from);
+            return L7Action::Deny(Denial {
+                unsent_from: Some(unsent_from),
+                ..self.reset(DenyReason::Retransmission)
+            });
         }
         let action = if start > 0 {
             L7Action::Hold
@@ -634,10 +574,10 @@ impl Inspector {
             state.next_seq = state.next_seq.wrapping_add(end as u32);
             if sensitive {
                 state
-                    .passed
+                    .judged
                     .record_sensitive(segment.seq, segment.payload, &self.hasher);
             } else {
-                state.passed.record_body(fresh_seq, state.next_seq);
+                state.judged.record_body(fresh_seq, state.next_seq);
             }
             if incomplete {
                 // Part of a head is still missing: keep this segment back.

@@ -9,8 +9,8 @@ use crate::compile::{compile_yaml, LocalNode};
 use crate::fqdn::NoFqdn;
 use crate::http::FramingPolicy;
 use crate::l7::DenyResponse as L7DenyResponse;
-use crate::packet::segment::Rewrite;
 use crate::packet::segment::{parse_segment, tcp_payload_len, FlowKey, Segment, SegmentError};
+use crate::packet::segment::{Discard, Rewrite, Timestamp};
 use crate::ruleset::Ruleset;
 
 const POLICY: &str = "apiVersion: crd.antrea.io/v1beta1
@@ -67,16 +67,33 @@ fn key(client_port: u16, server_port: u16) -> FlowKey {
     }
 }
 
+/// What the segments below acknowledge: the server's first byte.
+const SERVER_NEXT: u32 = 7000;
+
 fn segment(key: FlowKey, seq: u32, payload: &[u8]) -> Segment<'_> {
     Segment {
         key,
         seq,
-        ack: 7000,
+        ack: SERVER_NEXT,
         syn_ack: false,
         fin: false,
         rst: false,
         urgent: false,
+        timestamp: None,
+        discard: None,
         payload,
+    }
+}
+
+/// The server's SYN-ACK of connection `key` (named from the client), the
+/// client's first byte at `seq`; without timestamps.
+fn syn_ack(key: FlowKey, seq: u32) -> Segment<'static> {
+    Segment {
+        key: key.reversed(),
+        seq: SERVER_NEXT - 1,
+        ack: seq,
+        syn_ack: true,
+        ..segment(key, 0, b"")
     }
 }
 
@@ -97,7 +114,7 @@ fn start(
     payload: &[u8],
     now: Instant,
 ) -> Inspection {
-    inspector.handshake(key, seq, None, (policy, &NoFqdn), now);
+    inspector.handshake(&syn_ack(key, seq), None, (policy, &NoFqdn), now);
     inspector.inspect(&segment(key, seq, payload), now)
 }
 
@@ -111,7 +128,7 @@ fn feed(
     piece: usize,
     now: Instant,
 ) -> Vec<L7Action> {
-    inspector.handshake(key, seq, None, (policy, &NoFqdn), now);
+    inspector.handshake(&syn_ack(key, seq), None, (policy, &NoFqdn), now);
     let mut seq = seq;
     let mut actions = Vec::new();
     for chunk in bytes.chunks(piece) {
@@ -260,9 +277,10 @@ fn retransmissions_overlaps_and_gaps() {
     // Bytes after a gap are dropped; nothing is fed.
     let gap = inspector.inspect(&segment(k, seq.wrapping_add(25), &head[25..]), now);
     assert_eq!(gap.action, L7Action::Hold);
-    // An overlapping segment feeds only its new bytes: the head completes
-    // once, and the deferred segment is released with it.
-    let overlap = inspector.inspect(&segment(k, seq.wrapping_add(10), &head[10..]), now);
+    // An overlapping segment repeats the deferred bytes and feeds only its
+    // new ones: the head completes once, and the deferred segment is
+    // released with it.
+    let overlap = inspector.inspect(&segment(k, seq, head), now);
     assert_eq!(overlap.action, L7Action::Release);
     assert_eq!(overlap.requests.len(), 1);
     assert!(overlap.requests[0].allowed);
@@ -520,7 +538,7 @@ fn segments_without_payload_pass() {
         inspector.inspect(&segment(key(22, 80), 1, b""), now).action,
         L7Action::Pass
     );
-    inspector.handshake(key(22, 80), 1, None, (&policy, &NoFqdn), now);
+    inspector.handshake(&syn_ack(key(22, 80), 1), None, (&policy, &NoFqdn), now);
     assert_eq!(
         inspector.inspect(&segment(key(22, 80), 1, b""), now).action,
         L7Action::Pass
@@ -643,16 +661,14 @@ fn forbidden_and_reset_packets_carry_the_right_numbers() {
         };
         let payload = b"GET /admin HTTP/1.1\r\nHost: a\r\n\r\n";
         let seg = Segment {
-            key: k,
-            seq: 1000,
             ack: 5000,
-            syn_ack: false,
-            fin: false,
-            rst: false,
-            urgent: false,
-            payload,
+            ..segment(k, 1000, payload)
         };
-        inspector.handshake(k, 1000, None, (&policy, &NoFqdn), Instant::now());
+        let answer = Segment {
+            seq: 4999,
+            ..syn_ack(k, 1000)
+        };
+        inspector.handshake(&answer, None, (&policy, &NoFqdn), Instant::now());
         let L7Action::Deny(denial) = inspector.inspect(&seg, Instant::now()).action else {
             panic!("not denied");
         };
@@ -844,7 +860,7 @@ fn urgent_data_resets_by_default_even_without_payload() {
     let mut inspector = strict_inspector(UrgentData::Reset);
     // The issue's case: one urgent byte inside Content-Length.
     let k = key(60, 80);
-    inspector.handshake(k, 1, None, (&policy, &NoFqdn), now);
+    inspector.handshake(&syn_ack(k, 1), None, (&policy, &NoFqdn), now);
     let first = b"GET /api/v2/x HTTP/1.1\r\nHost: a\r\nContent-Length: 1";
     assert_eq!(
         inspector.inspect(&segment(k, 1, first), now).action,
@@ -871,12 +887,12 @@ fn urgent_data_resets_by_default_even_without_payload() {
 
     // A pure ACK whose urgent pointer names a later byte.
     let k = key(61, 80);
-    inspector.handshake(k, 1, None, (&policy, &NoFqdn), now);
+    inspector.handshake(&syn_ack(k, 1), None, (&policy, &NoFqdn), now);
     let ack = inspector.inspect(&urgent(k, 1, b""), now);
     assert_eq!(reset_reason(&ack.action), DenyReason::UrgentData);
     // Over TLS as over HTTP.
     let k = key(62, 443);
-    inspector.handshake(k, 1, None, (&policy, &NoFqdn), now);
+    inspector.handshake(&syn_ack(k, 1), None, (&policy, &NoFqdn), now);
     let hello = inspector.inspect(&urgent(k, 1, &[22, 3, 1, 0, 5]), now);
     assert_eq!(reset_reason(&hello.action), DenyReason::UrgentData);
 }
@@ -887,7 +903,7 @@ fn stripped_urgent_data_is_inspected_in_band_and_rewritten() {
     let now = Instant::now();
     let mut inspector = strict_inspector(UrgentData::Strip);
     let k = key(63, 80);
-    inspector.handshake(k, 1, None, (&policy, &NoFqdn), now);
+    inspector.handshake(&syn_ack(k, 1), None, (&policy, &NoFqdn), now);
     let first = b"GET /api/v2/x HTTP/1.1\r\nHost: a\r\nContent-Length: 1";
     assert_eq!(
         inspector.inspect(&segment(k, 1, first), now).action,
@@ -922,7 +938,7 @@ fn stripped_urgent_data_is_inspected_in_band_and_rewritten() {
     // An allowed request with an urgent byte passes, rewritten.
     let k = key(64, 80);
     let get = b"GET /api/v2/y HTTP/1.1\r\nHost: a\r\n\r\n";
-    inspector.handshake(k, 1, None, (&policy, &NoFqdn), now);
+    inspector.handshake(&syn_ack(k, 1), None, (&policy, &NoFqdn), now);
     let passed = inspector.inspect(&urgent(k, 1, get), now);
     assert_eq!(passed.action, L7Action::Pass);
     assert_eq!(passed.rewrite, Some(Rewrite::ClearUrgent));
@@ -930,7 +946,7 @@ fn stripped_urgent_data_is_inspected_in_band_and_rewritten() {
     // `../../admin` with an urgent byte in front of it is read in-band:
     // `/api/v2/x/../../admin` is `/admin`, and denied.
     let k = key(65, 80);
-    inspector.handshake(k, 1, None, (&policy, &NoFqdn), now);
+    inspector.handshake(&syn_ack(k, 1), None, (&policy, &NoFqdn), now);
     let dots = inspector.inspect(
         &urgent(
             k,
@@ -977,4 +993,189 @@ fn strict_framing_denies_with_a_403_naming_the_reason() {
         assert_eq!(record.detail.as_ref().unwrap().to_string(), why);
         assert!(record.rule.is_some());
     }
+}
+
+/// `segment` carrying timestamp `value` (echoing the server's 1).
+fn stamped(segment: Segment<'_>, value: u32) -> Segment<'_> {
+    Segment {
+        timestamp: Some(Timestamp { value, echo: 1 }),
+        ..segment
+    }
+}
+
+/// The server's SYN-ACK of a connection that uses timestamps: the client's
+/// SYN carried `value`.
+fn syn_ack_stamped(key: FlowKey, seq: u32, value: u32) -> Segment<'static> {
+    Segment {
+        timestamp: Some(Timestamp {
+            value: 1,
+            echo: value,
+        }),
+        ..syn_ack(key, seq)
+    }
+}
+
+/// An allowed head and a denied one of the same length.
+const ALLOWED: &[u8] = b"GET /api/v2/x HTTP/1.1\r\nHost: a\r\n\r\n";
+const HIDDEN: &[u8] = b"GET /admin/xx HTTP/1.1\r\nHost: a\r\n\r\n";
+
+#[test]
+fn withheld_bytes_are_pinned_like_passed_ones() {
+    let policy = ruleset();
+    let now = Instant::now();
+    let mut inspector = inspector(16, L7DenyResponse::Forbidden);
+    let first = &ALLOWED[..16];
+    // The issue's attack: the first part of an allowed head in a segment
+    // the server discards for a reason tollgate cannot see, then other
+    // bytes of the same length and the rest of the head.
+    let k = key(80, 80);
+    assert_eq!(
+        start(&mut inspector, &policy, (k, 1), first, now).action,
+        L7Action::Defer
+    );
+    let rewrite = inspector.inspect(&segment(k, 1, HIDDEN), now);
+    let L7Action::Deny(denial) = &rewrite.action else {
+        panic!("{rewrite:?}");
+    };
+    assert_eq!(denial.reason, DenyReason::Retransmission);
+    assert_eq!(denial.response, L7DenyResponse::Reset);
+    assert_eq!(
+        denial.unsent_from,
+        Some(1),
+        "the server lacks the first byte"
+    );
+    assert!(rewrite.requests.is_empty(), "no request judged");
+    assert!(inspector.is_empty());
+    // With a stall between the copies: the rewrite alone, then the rest.
+    let k = key(81, 80);
+    start(&mut inspector, &policy, (k, 1), first, now);
+    let stalled = inspector.inspect(&segment(k, 1, &HIDDEN[..16]), now + STALL);
+    assert_eq!(
+        reset_reason(&stalled.action),
+        DenyReason::Retransmission,
+        "the stall releases only a faithful copy"
+    );
+    // A faithful copy after the stall releases; the rest is still decided.
+    let k = key(82, 80);
+    start(&mut inspector, &policy, (k, 1), first, now);
+    let copy = inspector.inspect(&segment(k, 1, first), now + STALL);
+    assert_eq!(copy.action, L7Action::Release);
+    let rest = inspector.inspect(&segment(k, 17, &ALLOWED[16..]), now + STALL);
+    assert_eq!(rest.action, L7Action::Pass);
+    assert!(rest.requests[0].allowed);
+    // A copy of withheld bytes followed by new ones, faithful: released.
+    let k = key(83, 80);
+    start(&mut inspector, &policy, (k, 1), first, now);
+    let whole = inspector.inspect(&segment(k, 1, ALLOWED), now);
+    assert_eq!(whole.action, L7Action::Release);
+    // A copy starting inside a withheld segment cannot be checked: reset.
+    let k = key(84, 80);
+    start(&mut inspector, &policy, (k, 1), first, now);
+    let inside = inspector.inspect(&segment(k, 5, &ALLOWED[4..]), now);
+    assert_eq!(reset_reason(&inside.action), DenyReason::Retransmission);
+    // A withheld ClientHello is held to the same rule under `tls: {sni}`.
+    let (hello, other) = (client_hello("api.bar.com"), client_hello("api.baz.com"));
+    assert_eq!(hello.len(), other.len());
+    let k = key(85, 443);
+    let most = &hello[..hello.len() - 2];
+    assert_eq!(
+        start(&mut inspector, &policy, (k, 1), most, now).action,
+        L7Action::Defer
+    );
+    let rewritten = inspector.inspect(&segment(k, 1, &other), now + STALL);
+    assert_eq!(reset_reason(&rewritten.action), DenyReason::Retransmission);
+}
+
+#[test]
+fn segments_the_receiver_discards_are_dropped_unread() {
+    let policy = ruleset();
+    let now = Instant::now();
+    let mut inspector = inspector(16, L7DenyResponse::Forbidden);
+    // The issue's attack with a PAWS-old first copy (older than the SYN's
+    // timestamp, which the SYN-ACK echoes): dropped unread, so the rewrite
+    // is judged as what it is.
+    let k = key(90, 80);
+    inspector.handshake(&syn_ack_stamped(k, 1, 1000), None, (&policy, &NoFqdn), now);
+    let old = inspector.inspect(&stamped(segment(k, 1, &ALLOWED[..16]), 999), now);
+    assert_eq!(old.action, L7Action::Discard(Discard::Paws));
+    assert!(old.requests.is_empty());
+    let rewrite = inspector.inspect(&stamped(segment(k, 1, HIDDEN), 1000), now);
+    assert!(denied_request(&rewrite.action).is_some(), "{rewrite:?}");
+
+    // Timestamps only rise; a segment dropped for a gap raises nothing.
+    let k = key(91, 80);
+    inspector.handshake(&syn_ack_stamped(k, 1, 1000), None, (&policy, &NoFqdn), now);
+    let len = ALLOWED.len() as u32;
+    let at = |n: u32| 1 + n * len;
+    let mut send = |seq, ts| {
+        let seg = stamped(segment(k, seq, ALLOWED), ts);
+        inspector.inspect(&seg, now).action
+    };
+    assert_eq!(send(at(0), 1000), L7Action::Pass, "as old as the SYN's");
+    assert_eq!(send(at(1), 1500), L7Action::Pass);
+    assert_eq!(send(at(2), 1499), L7Action::Discard(Discard::Paws));
+    assert_eq!(send(at(3), 9000), L7Action::Hold, "after a gap");
+    assert_eq!(send(at(2), 1600), L7Action::Pass);
+    // The sequence space of timestamps wraps.
+    assert_eq!(
+        send(at(3), 1600u32.wrapping_add(1 << 31) - 1),
+        L7Action::Pass
+    );
+
+    // Acknowledgments only rise, from the SYN-ACK's sequence number + 1.
+    let k = key(92, 80);
+    inspector.handshake(&syn_ack(k, 1), None, (&policy, &NoFqdn), now);
+    let mut send = |seq, ack| {
+        let seg = Segment {
+            ack,
+            ..segment(k, seq, ALLOWED)
+        };
+        inspector.inspect(&seg, now).action
+    };
+    assert_eq!(
+        send(at(0), SERVER_NEXT - 1),
+        L7Action::Discard(Discard::StaleAck)
+    );
+    assert_eq!(send(at(0), SERVER_NEXT), L7Action::Pass);
+    assert_eq!(send(at(1), SERVER_NEXT + 900), L7Action::Pass);
+    assert_eq!(
+        send(at(2), SERVER_NEXT + 899),
+        L7Action::Discard(Discard::StaleAck)
+    );
+    // Without timestamps in the SYN-ACK, a segment's timestamp means nothing.
+    assert_eq!(
+        inspector
+            .inspect(&stamped(segment(k, at(2), ALLOWED), 0), now)
+            .action,
+        L7Action::Discard(Discard::StaleAck),
+        "still judged by its acknowledgment"
+    );
+    let fresh = Segment {
+        ack: SERVER_NEXT + 900,
+        ..stamped(segment(k, at(2), ALLOWED), 0)
+    };
+    assert_eq!(inspector.inspect(&fresh, now).action, L7Action::Pass);
+
+    // What the segment alone shows, also on a RST: dropped, nothing
+    // forgotten; a RST with old numbers still closes the connection.
+    let k = key(93, 80);
+    inspector.handshake(&syn_ack_stamped(k, 1, 1000), None, (&policy, &NoFqdn), now);
+    let flows = inspector.len();
+    let corrupt_rst = Segment {
+        rst: true,
+        discard: Some(Discard::Checksum),
+        ..segment(k, 1, b"")
+    };
+    assert_eq!(
+        inspector.inspect(&corrupt_rst, now).action,
+        L7Action::Discard(Discard::Checksum)
+    );
+    assert_eq!(inspector.len(), flows, "kept");
+    let rst = Segment {
+        rst: true,
+        ack: 0,
+        ..stamped(segment(k, 1, b""), 1)
+    };
+    assert_eq!(inspector.inspect(&rst, now).action, L7Action::Pass);
+    assert_eq!(inspector.len(), flows - 1, "forgotten");
 }

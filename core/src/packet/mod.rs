@@ -12,4 +12,6 @@ pub mod segment;
 pub use flow::{Flow, LocalSide, Transport, Verdict};
 pub use parse::{packet_length, parse_flow, PacketError};
 pub use queued::{Action, PacketId, Queued};
-pub use segment::{parse_segment, tcp_payload_len, FlowKey, Rewrite, Segment, SegmentError};
+pub use segment::{
+    parse_segment, tcp_payload_len, Discard, FlowKey, Rewrite, Segment, SegmentError, Timestamp,
+};

@@ -1,4 +1,5 @@
 use super::*;
+use crate::datapath::state::{Family, Table};
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()

@@ -1,3 +1,4 @@
+use super::l7::U32_VALUES;
 use super::*;
 use crate::config::{AgentConfig, MachineDefaults};
 use crate::datapath::diff::Changes;

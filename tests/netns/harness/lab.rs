@@ -52,6 +52,7 @@ pub struct LabBuilder {
     peers: Vec<String>,
     unlinked: Vec<String>,
     ipv6: bool,
+    fresh: bool,
     tools: Vec<&'static str>,
 }
 
@@ -66,6 +67,9 @@ pub struct Lab {
     peers: Vec<(String, Netns)>,
     unlinked: Vec<(String, Netns)>,
     ipv6: bool,
+    /// The fresh source pools of the peers, by link (see
+    /// [`LabBuilder::fresh_sources`]).
+    fresh: Vec<FreshSources>,
     dir: PathBuf,
     stop: Arc<AtomicBool>,
     servers: Mutex<Vec<std::thread::JoinHandle<()>>>,
@@ -86,6 +90,7 @@ impl Lab {
             peers: Vec::new(),
             unlinked: Vec::new(),
             ipv6: false,
+            fresh: false,
             tools: Vec::new(),
         }
     }
@@ -123,6 +128,15 @@ impl LabBuilder {
         self
     }
 
+    /// Gives every peer a pool of fresh source addresses
+    /// ([`Lab::fresh_sources`]): addresses no packet came from before, so
+    /// a probe from one meets a tuple the kernel verdict cache has never
+    /// answered and that no worker has decided.
+    pub fn fresh_sources(mut self) -> Self {
+        self.fresh = true;
+        self
+    }
+
     /// Requires extra tools (besides [`super::BASE_TOOLS`]).
     pub fn require(mut self, tools: &[&'static str]) -> Self {
         self.tools.extend_from_slice(tools);
@@ -148,6 +162,7 @@ impl LabBuilder {
             peers: Vec::new(),
             unlinked: Vec::new(),
             ipv6: self.ipv6,
+            fresh: Vec::new(),
             prefix,
             dir,
             stop: Arc::new(AtomicBool::new(false)),
@@ -167,6 +182,10 @@ impl LabBuilder {
             lab.peers.push((role.clone(), ns.clone()));
             lab.create_ns(&ns);
             lab.connect_peer(&ns, role, link);
+            if self.fresh {
+                let pool = lab.route_fresh_sources(&ns, role, link);
+                lab.fresh.push(pool);
+            }
         }
         for role in &self.unlinked {
             let ns = Netns::new(format!("{}{role}", lab.prefix));
@@ -247,6 +266,32 @@ impl Lab {
                 &self.v6(link, 1).to_string(),
             ]);
         }
+    }
+
+    /// Routes peer `role`'s pool of fresh sources: the peer takes every
+    /// address of the pool as its own (a `local` route, and
+    /// `ip_nonlocal_bind` so that a socket may bind one), the node routes
+    /// the pool through the peer. Nothing is added to an interface, so
+    /// the node's addresses (which an agent watches) stay as they are.
+    fn route_fresh_sources(&self, ns: &Netns, role: &str, link: u8) -> FreshSources {
+        assert!(link <= 4, "fresh sources for the first four peers only");
+        let pool = FreshSources::new(self.index, link, self.ipv6);
+        let peer4 = self.v4(link, 2).to_string();
+        let node_if = node_ifname(role);
+        let (net4, net6) = pool.networks();
+        self.node
+            .run(&["ip", "route", "add", &net4, "via", &peer4, "dev", &node_if]);
+        ns.run(&["ip", "route", "add", "local", &net4, "dev", "lo"]);
+        ns.run(&["sysctl", "-qw", "net.ipv4.ip_nonlocal_bind=1"]);
+        if let Some(net6) = net6 {
+            let peer6 = self.v6(link, 2).to_string();
+            self.node.run(&[
+                "ip", "-6", "route", "add", &net6, "via", &peer6, "dev", &node_if,
+            ]);
+            ns.run(&["ip", "-6", "route", "add", "local", &net6, "dev", "lo"]);
+            ns.run(&["sysctl", "-qw", "net.ipv6.ip_nonlocal_bind=1"]);
+        }
+        pool
     }
 
     fn v4(&self, link: u8, host: u8) -> Ipv4Addr {
@@ -337,6 +382,54 @@ impl Lab {
             out.extend(links.map(|l| IpAddr::from(self.v6(l, 1))));
         }
         out
+    }
+
+    /// Peer `role`'s pool of fresh source addresses (the lab was built
+    /// with [`LabBuilder::fresh_sources`]).
+    pub fn fresh_sources(&self, role: &str) -> FreshSources {
+        let link = usize::from(self.link_of(role));
+        self.fresh
+            .get(link - 1)
+            .cloned()
+            .unwrap_or_else(|| panic!("the lab was built without .fresh_sources()"))
+    }
+
+    /// Opens a TCP connection to `to` from the next fresh source address
+    /// of peer `role` (a tuple no worker has decided and the verdict cache
+    /// has never answered) and classifies the result.
+    pub fn tcp_fresh(
+        &self,
+        role: &str,
+        to: impl Into<SocketAddr>,
+        timeout: Duration,
+    ) -> TcpOutcome {
+        let to = to.into();
+        let from = self.fresh_sources(role).next(to.is_ipv6());
+        probe::tcp_connect_from(self.ns(role), from, to, timeout)
+    }
+
+    /// [`Lab::tcp_fresh`], asserting the outcome as [`Lab::assert_tcp`]
+    /// does.
+    #[track_caller]
+    pub fn assert_tcp_fresh(&self, role: &str, to: impl Into<SocketAddr>, expected: TcpOutcome) {
+        let to = to.into();
+        let wait = if expected == TcpOutcome::TimedOut {
+            super::DENY_WAIT
+        } else {
+            super::ALLOW_WAIT
+        };
+        let got = self.tcp_fresh(role, to, wait);
+        assert_eq!(got, expected, "TCP {role} (a fresh source) -> {to}");
+    }
+
+    /// Asserts the outcome of a new connection from `role` to `to` twice:
+    /// from `role`'s own address (a tuple the verdict cache may hold) and
+    /// from a fresh source (one only the agent's queues can answer).
+    #[track_caller]
+    pub fn assert_tcp_both(&self, role: &str, to: impl Into<SocketAddr>, expected: TcpOutcome) {
+        let to = to.into();
+        self.assert_tcp(role, to, expected);
+        self.assert_tcp_fresh(role, to, expected);
     }
 
     /// The lab's private scratch directory (removed on drop).
@@ -497,6 +590,54 @@ impl Lab {
         probe::queue_counters(&self.node)
     }
 
+    /// Waits (at most [`super::AGENT_WAIT`]) until the node's verdict
+    /// cache holds peer `role`'s own tuple to each `(target, verdict)`
+    /// in a set of the INPUT hook (`verdict`: `'a'` Allow, `'d'` Drop,
+    /// `'r'` Reject); panics with the cache's entries otherwise. From then
+    /// on the kernel answers those tuples, with or without an agent.
+    #[track_caller]
+    pub fn wait_cached(&self, role: &str, tuples: &[(SocketAddr, char)]) {
+        let wanted: Vec<(String, String)> = tuples
+            .iter()
+            .map(|(to, verdict)| {
+                let from = match to {
+                    SocketAddr::V4(_) => IpAddr::from(self.addr(role)),
+                    SocketAddr::V6(_) => IpAddr::from(self.addr6(role)),
+                };
+                (
+                    format!(" {from},tcp:{},{} ", to.port(), to.ip()),
+                    format!("-i{verdict}-v"),
+                )
+            })
+            .collect();
+        let entries = || {
+            let save = self.node.run(&["ipset", "save"]).stdout;
+            save.lines()
+                .filter(|l| l.starts_with("add tollgate-vc-"))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        let cached = poll_until(super::AGENT_WAIT, || {
+            let entries = entries();
+            wanted
+                .iter()
+                .all(|(tuple, set)| {
+                    entries.iter().any(|e| {
+                        e.contains(tuple.as_str())
+                            && e.split(' ')
+                                .nth(1)
+                                .is_some_and(|s| s.contains(set.as_str()))
+                    })
+                })
+                .then_some(())
+        });
+        assert!(
+            cached.is_some(),
+            "not cached: {wanted:?}; the cache holds {:?}",
+            entries()
+        );
+    }
+
     /// The firewall state of `role`'s namespace (counters stripped).
     pub fn firewall_state(&self, role: &str) -> FirewallState {
         FirewallState::capture(self.ns(role))
@@ -550,6 +691,59 @@ pub(super) fn destroy_ns(ns: &Netns) {
     let mut cmd = std::process::Command::new("ip");
     cmd.args(["netns", "delete", ns.name()]);
     let _ = run_with_timeout(cmd, Duration::from_secs(10));
+}
+
+/// Fresh source addresses per peer link: at most this many per family.
+const FRESH_PER_LINK: u32 = 8190;
+
+/// A peer's pool of source addresses that nothing used before, handed out
+/// once each (cheap to clone; clones share what was handed out): IPv4
+/// `10.I.(128 + 32·(k−1)).0/19` and IPv6 `fd00:I:k:1::/64` for link `k`,
+/// inside the test's own range. Every connection from one of them is a
+/// tuple (source, protocol, port, destination) no worker has decided, so
+/// the kernel verdict cache cannot answer it: the agent's queues must.
+#[derive(Clone, Debug)]
+pub struct FreshSources {
+    v4: Ipv4Addr,
+    v6: Option<Ipv6Addr>,
+    handed: Arc<[std::sync::atomic::AtomicU32; 2]>,
+}
+
+impl FreshSources {
+    fn new(index: u8, link: u8, ipv6: bool) -> FreshSources {
+        FreshSources {
+            v4: Ipv4Addr::new(10, index, 128 + 32 * (link - 1), 0),
+            v6: ipv6
+                .then(|| Ipv6Addr::new(0xfd00, u16::from(index), u16::from(link), 1, 0, 0, 0, 0)),
+            handed: Arc::new(Default::default()),
+        }
+    }
+
+    /// The pool's IPv4 and (with IPv6) IPv6 network, as `ip route` takes it.
+    pub fn networks(&self) -> (String, Option<String>) {
+        (
+            format!("{}/19", self.v4),
+            self.v6.map(|v6| format!("{v6}/64")),
+        )
+    }
+
+    /// The next address never handed out (IPv6 when `v6`); panics when the
+    /// pool is used up.
+    pub fn next(&self, v6: bool) -> IpAddr {
+        let n = self.handed[usize::from(v6)].fetch_add(1, Ordering::SeqCst);
+        assert!(n < FRESH_PER_LINK, "the fresh source pool is used up");
+        if v6 {
+            let base = self.v6.expect("the lab was built without .ipv6()");
+            IpAddr::from(Ipv6Addr::from(u128::from(base) + 1 + u128::from(n)))
+        } else {
+            IpAddr::from(Ipv4Addr::from(u32::from(self.v4) + 1 + n))
+        }
+    }
+
+    /// How many addresses of each family (IPv4, IPv6) were handed out.
+    pub fn handed_out(&self) -> [u32; 2] {
+        [0, 1].map(|i| self.handed[i].load(Ordering::SeqCst))
+    }
 }
 
 /// The interface name on the node for the link to `role` (at most 15 bytes).

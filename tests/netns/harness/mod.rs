@@ -212,6 +212,8 @@ pub const TEST_IDS: &[&str] = &[
     "bridged_container_cannot_claim_its_neighbours_address_ipv4",
     "bridged_container_cannot_claim_its_neighbours_address_ipv6",
     "podman_container_cannot_claim_its_neighbours_address",
+    "segments_the_server_discards_cannot_rewrite_an_l7_request",
+    "a_withheld_client_hello_cannot_be_rewritten_to_a_denied_name",
     "docker_containers_are_the_inventory_and_policies_hold_on_the_wire_with_docker",
     "docker_restart_is_followed_and_removal_leaves_no_address_with_docker",
     "docker_api_gone_closes_the_container_addresses_until_listed_with_docker",

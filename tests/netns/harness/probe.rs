@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::lab::FreshSources;
 use super::netns::Netns;
 use super::{poll_until, AGENT_WAIT};
 
@@ -111,6 +112,28 @@ pub fn tcp_connect(ns: &Netns, to: SocketAddr, timeout: Duration) -> TcpOutcome 
         Ok(_) => TcpOutcome::Connected,
         Err(e) => classify_connect(&e),
     }
+}
+
+/// Connects from `ns` to `to` from the source address `from` (a fresh
+/// source of the lab: [`super::FreshSources`]).
+pub fn tcp_connect_from(ns: &Netns, from: IpAddr, to: SocketAddr, timeout: Duration) -> TcpOutcome {
+    match ns.enter(move || connect_from(from, to, timeout)) {
+        Ok(_) => TcpOutcome::Connected,
+        Err(e) => classify_connect(&e),
+    }
+}
+
+/// A TCP connection bound to `from` before it connects (in the calling
+/// thread's namespace).
+fn connect_from(from: IpAddr, to: SocketAddr, timeout: Duration) -> std::io::Result<TcpStream> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(to),
+        socket2::Type::STREAM,
+        None,
+    )?;
+    socket.bind(&SocketAddr::new(from, 0).into())?;
+    socket.connect_timeout(&to.into(), timeout)?;
+    Ok(socket.into())
 }
 
 /// Connects from `ns` to `to` and returns the stream (it stays in `ns`).
@@ -236,11 +259,45 @@ pub fn total_queued(counters: &[QueueCounters]) -> u64 {
 }
 
 /// One connection attempt of a [`Prober`]: when it started (from the
-/// prober's start) and how it ended.
+/// prober's start), how it ended, and the fresh source it came from (none:
+/// the namespace's own address).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Attempt {
     pub at: Duration,
     pub outcome: TcpOutcome,
+    pub from: Option<IpAddr>,
+}
+
+/// What a [`Prober`] connects to, and from where: the namespace's own
+/// address (the same tuple every time: from its second decision on, the
+/// kernel verdict cache answers it) or a fresh source address per attempt
+/// (a tuple no worker has decided: the agent's queues must answer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Probed {
+    pub to: SocketAddr,
+    pub fresh: bool,
+}
+
+impl Probed {
+    /// `to` from a fresh source address per attempt.
+    pub fn fresh(to: SocketAddr) -> Probed {
+        Probed { to, fresh: true }
+    }
+}
+
+impl From<SocketAddr> for Probed {
+    fn from(to: SocketAddr) -> Probed {
+        Probed { to, fresh: false }
+    }
+}
+
+impl std::fmt::Display for Probed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.fresh {
+            true => write!(f, "{} (fresh sources)", self.to),
+            false => write!(f, "{} (cached tuple)", self.to),
+        }
+    }
 }
 
 /// Continuous probing: for each target, a thread in a namespace starts a
@@ -249,19 +306,34 @@ pub struct Attempt {
 /// a change on the wire is seen within `every` — until [`Prober::finish`]
 /// or the `limit` passes, and records every attempt (a connection is
 /// closed at once). For watching what new connections meet while
-/// something (an agent restart) happens.
+/// something (an agent restart) happens. A fresh target's attempts each
+/// come from the next address of a [`FreshSources`] pool.
 pub struct Prober {
     started: Instant,
     stop: Arc<AtomicBool>,
-    targets: Vec<SocketAddr>,
+    targets: Vec<Probed>,
     attempts: Vec<Arc<Mutex<Vec<Attempt>>>>,
     threads: Vec<JoinHandle<()>>,
 }
 
 impl Prober {
+    /// Probes `targets` from the namespace's own address.
     pub fn start(
         ns: &Netns,
         targets: &[SocketAddr],
+        every: Duration,
+        timeout: Duration,
+        limit: Duration,
+    ) -> Prober {
+        let targets: Vec<Probed> = targets.iter().map(|t| Probed::from(*t)).collect();
+        Prober::start_with(ns, &targets, None, every, timeout, limit)
+    }
+
+    /// Probes `targets`, the fresh ones from `sources`.
+    pub fn start_with(
+        ns: &Netns,
+        targets: &[Probed],
+        sources: Option<&FreshSources>,
         every: Duration,
         timeout: Duration,
         limit: Duration,
@@ -274,20 +346,30 @@ impl Prober {
             let record = Arc::new(Mutex::new(Vec::new()));
             attempts.push(Arc::clone(&record));
             let stop = Arc::clone(&stop);
+            let sources = match target.fresh {
+                true => Some(sources.expect("fresh targets need a pool").clone()),
+                false => None,
+            };
             // Threads started from a thread inside the namespace are in it.
             threads.push(ns.spawn(move || {
                 let mut attempts = Vec::new();
                 while !stop.load(Ordering::SeqCst) && started.elapsed() < limit {
                     let begun = Instant::now();
                     let record = Arc::clone(&record);
+                    let from = sources.as_ref().map(|s| s.next(target.to.is_ipv6()));
                     attempts.push(std::thread::spawn(move || {
-                        let outcome = match TcpStream::connect_timeout(&target, timeout) {
+                        let connected = match from {
+                            Some(from) => connect_from(from, target.to, timeout),
+                            None => TcpStream::connect_timeout(&target.to, timeout),
+                        };
+                        let outcome = match connected {
                             Ok(_) => TcpOutcome::Connected,
                             Err(e) => classify_connect(&e),
                         };
                         record.lock().unwrap().push(Attempt {
                             at: begun - started,
                             outcome,
+                            from,
                         });
                     }));
                     attempts.retain(|a: &JoinHandle<()>| !a.is_finished());
@@ -316,19 +398,20 @@ impl Prober {
     }
 
     /// Attempts to `target` that ended so far, by start time.
-    pub fn attempts(&self, target: SocketAddr) -> Vec<Attempt> {
+    pub fn attempts(&self, target: impl Into<Probed>) -> Vec<Attempt> {
+        let target = target.into();
         let i = self
             .targets
             .iter()
             .position(|t| *t == target)
-            .expect("a probed target");
+            .unwrap_or_else(|| panic!("{target} is not probed"));
         sorted(&self.attempts[i])
     }
 
     /// Waits (at most [`AGENT_WAIT`]) until each of `targets` was attempted
     /// `n` times after `since`; fails the test if the prober stalled.
     #[track_caller]
-    pub fn wait_attempts(&self, targets: &[SocketAddr], since: Duration, n: usize) {
+    pub fn wait_attempts<T: Into<Probed> + Copy>(&self, targets: &[T], since: Duration, n: usize) {
         let done = poll_until(AGENT_WAIT, || {
             targets
                 .iter()
@@ -340,7 +423,12 @@ impl Prober {
 
     /// Waits (at most [`AGENT_WAIT`]) until each of `targets` connected `n`
     /// times after `since`; false if one did not (the caller says why).
-    pub fn wait_connected(&self, targets: &[SocketAddr], since: Duration, n: usize) -> bool {
+    pub fn wait_connected<T: Into<Probed> + Copy>(
+        &self,
+        targets: &[T],
+        since: Duration,
+        n: usize,
+    ) -> bool {
         poll_until(AGENT_WAIT, || {
             targets
                 .iter()
@@ -351,7 +439,7 @@ impl Prober {
     }
 
     /// Connections to `target` that succeeded after `since`.
-    pub fn connected_since(&self, target: SocketAddr, since: Duration) -> usize {
+    pub fn connected_since(&self, target: impl Into<Probed>, since: Duration) -> usize {
         self.attempts(target)
             .iter()
             .filter(|a| a.at >= since && a.outcome == TcpOutcome::Connected)
@@ -360,7 +448,7 @@ impl Prober {
 
     /// Stops probing, waits for the attempts under way; returns every
     /// target's attempts by start time, in target order.
-    pub fn finish(mut self) -> Vec<(SocketAddr, Vec<Attempt>)> {
+    pub fn finish(mut self) -> Vec<(Probed, Vec<Attempt>)> {
         self.stop.store(true, Ordering::SeqCst);
         for thread in self.threads.drain(..) {
             thread.join().expect("prober thread");
@@ -414,4 +502,153 @@ pub fn longest_failure(attempts: &[Attempt]) -> Option<(Duration, Attempt, Attem
         }
     }
     longest
+}
+
+fn describe(attempts: &[Attempt]) -> String {
+    let mut counts = std::collections::BTreeMap::new();
+    for a in attempts {
+        *counts.entry(format!("{:?}", a.outcome)).or_insert(0) += 1;
+    }
+    format!("{counts:?}")
+}
+
+/// The moments of one agent restart (or container restart), on a
+/// [`Prober`]'s clock.
+#[derive(Clone, Copy, Debug)]
+pub struct Restart {
+    /// The old agent was told to stop (or killed).
+    pub down: Duration,
+    /// It had exited: nothing reads the queues from here on.
+    pub gone: Duration,
+    /// The new agent was started (or, to measure from there, the API
+    /// server answered its lists).
+    pub restarted: Duration,
+    /// Until then no agent decides: the old one is gone, the new one has
+    /// no complete snapshot yet (file mode: its start; Kubernetes mode:
+    /// the lists' answer).
+    pub quiet_until: Duration,
+    /// The new agent logged `ruleset applied generation=1`.
+    pub ready: Duration,
+    /// The prober's attempt timeout.
+    pub attempt: Duration,
+}
+
+/// What [`judge_restart`] measured: the longest time from the new agent's
+/// start to the next allowed connection, for cached tuples and for fresh
+/// ones.
+#[derive(Clone, Copy, Debug)]
+pub struct Windows {
+    pub cached: Duration,
+    pub fresh: Duration,
+}
+
+/// Checks the probing of a restart, whose targets at port `denied` are
+/// rejected by the policy and the others allowed: no denied connection
+/// succeeded; allowed ones failed only between the stop and the new
+/// agent's ruleset; while no agent decided, the kernel verdict cache
+/// answered the cached tuples as the policy says (allowed connected,
+/// denied refused) and nobody answered the fresh ones (every attempt
+/// timed out: fail-closed, no queue read); from the new agent's ruleset
+/// on, every tuple gets the policy's verdict (fresh ones from the new
+/// agent). Prints a `LIFECYCLE-WINDOW <label> <target>` line per allowed
+/// target, with the window from the new agent's start to the next allowed
+/// connection and the longest failure run (which includes the time the
+/// agent was kept down); returns the windows.
+#[track_caller]
+pub fn judge_restart(
+    results: &[(Probed, Vec<Attempt>)],
+    restart: Restart,
+    denied: u16,
+    label: &str,
+) -> Windows {
+    let Restart {
+        down,
+        gone,
+        restarted,
+        quiet_until,
+        ready,
+        attempt,
+    } = restart;
+    let mut windows = Windows {
+        cached: Duration::ZERO,
+        fresh: Duration::ZERO,
+    };
+    for (target, attempts) in results {
+        assert!(attempts.len() > 5, "{target}: {}", describe(attempts));
+        let denied = target.to.port() == denied;
+        let through: Vec<_> = attempts
+            .iter()
+            .filter(|a| denied && a.outcome == TcpOutcome::Connected)
+            .collect();
+        assert!(
+            through.is_empty(),
+            "{label}: denied {target} connected {} times ({restart:?}): {through:?}",
+            through.len()
+        );
+        // While no agent decides: the cache answers, or nobody does.
+        let expected_quiet = match (target.fresh, denied) {
+            (true, _) => TcpOutcome::TimedOut,
+            (false, true) => TcpOutcome::Refused,
+            (false, false) => TcpOutcome::Connected,
+        };
+        let quiet: Vec<_> = attempts
+            .iter()
+            .filter(|a| a.at >= gone && a.at + attempt <= quiet_until)
+            .collect();
+        let wrong: Vec<_> = quiet
+            .iter()
+            .filter(|a| a.outcome != expected_quiet)
+            .collect();
+        assert!(
+            wrong.is_empty(),
+            "{label}: {target} while no agent decided ({gone:?}..{quiet_until:?}) must be {expected_quiet:?}: {wrong:?}"
+        );
+        // The new agent's verdicts, from its ruleset on.
+        let expected_after = match denied {
+            true => TcpOutcome::Refused,
+            false => TcpOutcome::Connected,
+        };
+        let wrong: Vec<_> = attempts
+            .iter()
+            .filter(|a| a.at >= ready && a.outcome != expected_after)
+            .collect();
+        assert!(
+            wrong.is_empty(),
+            "{label}: {target} after the new agent's ruleset ({ready:?}) must be {expected_after:?}: {wrong:?}"
+        );
+        if denied {
+            continue;
+        }
+        for a in attempts
+            .iter()
+            .filter(|a| a.outcome != TcpOutcome::Connected)
+        {
+            assert!(
+                a.at + attempt >= down && a.at <= ready,
+                "{label}: allowed {target} failed outside the restart ({down:?}..{ready:?}): {a:?}"
+            );
+        }
+        let back = attempts
+            .iter()
+            .find(|a| a.at >= restarted && a.outcome == TcpOutcome::Connected)
+            .unwrap_or_else(|| panic!("{label}: {target} never allowed again after the restart"));
+        let window = back.at - restarted;
+        let run = longest_failure(attempts).map_or(Duration::ZERO, |(w, _, _)| w);
+        println!(
+            "LIFECYCLE-WINDOW {label} {target}: {} ms from the start (of the new agent; of the list's answer for \
+             *-after-list) to the next allowed connection; longest failure run {} ms incl. the time kept down \
+             (stop at {down:?}, exited at {gone:?}, start at {restarted:?}, in force at {ready:?}; \
+             {quiet} attempts while no agent decided; {})",
+            window.as_millis(),
+            run.as_millis(),
+            describe(attempts),
+            quiet = quiet.len(),
+        );
+        let longest = match target.fresh {
+            true => &mut windows.fresh,
+            false => &mut windows.cached,
+        };
+        *longest = (*longest).max(window);
+    }
+    windows
 }

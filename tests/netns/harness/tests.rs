@@ -20,6 +20,7 @@ fn harness_probes_classify_outcomes() {
         .peer("client")
         .peer("server")
         .ipv6()
+        .fresh_sources()
         .require(&["ping"])
         .build()
     else {
@@ -47,6 +48,27 @@ fn harness_probes_classify_outcomes() {
     }
     let mut stream = lab.tcp_stream("client", sock(srv4, 8080));
     assert!(super::probe::echo_roundtrip(&mut stream, b"hello", ALLOW_WAIT).unwrap());
+
+    // Fresh sources: each connection comes from a new address of the
+    // client's pool, routed both ways; a rule on the node for the pool
+    // (and only the pool) tells them from the client's own address.
+    let pool = lab.fresh_sources("client");
+    let (net4, net6) = pool.networks();
+    for ip in [IpAddr::from(srv4), IpAddr::from(srv6)] {
+        lab.assert_tcp_fresh("client", sock(ip, 8080), TcpOutcome::Connected);
+    }
+    for (table, net) in [("iptables", net4), ("ip6tables", net6.expect("IPv6"))] {
+        lab.node().ok(&format!(
+            "{table} -w -A FORWARD -s {net} -p tcp --dport 8080 -j REJECT --reject-with tcp-reset"
+        ));
+    }
+    for ip in [IpAddr::from(srv4), IpAddr::from(srv6)] {
+        lab.assert_tcp_fresh("client", sock(ip, 8080), TcpOutcome::Refused);
+        lab.assert_tcp("client", sock(ip, 8080), TcpOutcome::Connected);
+    }
+    assert_eq!(pool.handed_out(), [2, 2]);
+    lab.node()
+        .ok("iptables -w -D FORWARD 1 && ip6tables -w -D FORWARD 1");
 
     // The node's own firewall shapes what the probes see.
     let node = lab.node();
@@ -234,6 +256,7 @@ fn longest_failure_spans_from_a_failed_attempt_to_the_next_success() {
     let attempt = |at: u64, outcome| Attempt {
         at: ms(at),
         outcome,
+        from: None,
     };
     let (ok, lost) = (TcpOutcome::Connected, TcpOutcome::TimedOut);
     assert!(longest_failure(&[attempt(0, ok), attempt(20, ok)]).is_none());

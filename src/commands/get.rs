@@ -1,0 +1,236 @@
+//! `tollgate get`: what it lists (policies, endpoints, the FQDN sets'
+//! addresses, skipped objects), read through the [`View`] (the agent or
+//! the policies given); which of them `-n`/`-p` ask for; and the rows of
+//! `get fqdn`, joined from the kernel's FQDN sets, the selectors and the
+//! agent's sources. Rendering is `render.rs`'s; nothing here writes the
+//! kernel or the agent's state.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::process::ExitCode;
+
+use super::render::{render_endpoints, render_fqdn, render_policies, render_skipped};
+use super::{ask, unexpected, CommandError, View};
+use crate::cli::{GetCommand, GetFilter, SkippedFilter};
+use crate::explain::EndpointReport;
+use crate::ruleset::PolicySummary;
+use crate::status::{Request, Response};
+
+/// `tollgate get`: policies, endpoints and FQDN sets of the running agent
+/// or of the policies given; the objects the agent skipped.
+pub fn get(what: &GetCommand) -> Result<ExitCode, CommandError> {
+    match what {
+        GetCommand::Policies {
+            policies,
+            node,
+            socket,
+            filter,
+            output,
+            ..
+        } => {
+            let list = View::new(policies, node, &socket.socket)?.policies()?;
+            print!("{}", render_policies(&list, filter, output.output)?);
+        }
+        GetCommand::Endpoints {
+            policies,
+            node,
+            socket,
+            filter,
+            output,
+        } => {
+            let list = View::new(policies, node, &socket.socket)?.endpoints()?;
+            print!("{}", render_endpoints(&list, filter, output.output)?);
+        }
+        GetCommand::Fqdn {
+            policies,
+            node,
+            socket,
+            filter,
+            output,
+        } => {
+            let patterns = View::new(policies, node, &socket.socket)?.fqdn_selectors(filter);
+            let sets = crate::datapath::learned_sets()
+                .map_err(|e| CommandError::Usage(format!("reading the FQDN sets: {e}")))?;
+            // Sources are the agent's to tell; without it the sets still show.
+            let sources = match ask(&socket.socket, &Request::Fqdn) {
+                Ok(Response::Fqdn(sources)) => sources,
+                _ => Vec::new(),
+            };
+            let rows = filter_fqdn_rows(fqdn_rows(&sets, &patterns, &sources), filter);
+            print!("{}", render_fqdn(&rows, output.output)?);
+        }
+        GetCommand::Skipped {
+            socket,
+            filter,
+            output,
+        } => match ask(&socket.socket, &Request::Skipped)? {
+            Response::Skipped(refused) => {
+                print!("{}", render_skipped(&refused, filter, output.output)?)
+            }
+            other => return Err(unexpected(&other)),
+        },
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+impl GetFilter {
+    /// The Namespace asked for (`-p` without `-n` means `default`).
+    pub(super) fn namespace(&self) -> Option<&str> {
+        match (&self.namespace, &self.pod) {
+            (Some(ns), _) => Some(ns),
+            (None, Some(_)) => Some("default"),
+            (None, None) => None,
+        }
+    }
+
+    /// Whether an endpoint (`namespace/name`, or a Node's name) is asked for.
+    pub(super) fn endpoint(&self, endpoint: &str) -> bool {
+        match (self.namespace(), &self.pod) {
+            (Some(ns), Some(pod)) => endpoint == format!("{ns}/{pod}"),
+            (Some(ns), None) => endpoint
+                .strip_prefix(ns)
+                .is_some_and(|r| r.starts_with('/')),
+            _ => true,
+        }
+    }
+
+    /// Whether a policy is asked for: in the Namespace, or applied to an
+    /// endpoint asked for.
+    pub(super) fn policy(&self, policy: &PolicySummary) -> bool {
+        let applied = || policy.applied_to.iter().any(|e| self.endpoint(e));
+        match (self.namespace(), &self.pod) {
+            (None, _) => true,
+            (Some(_), Some(_)) => applied(),
+            (Some(ns), None) => policy.policy.namespace.as_deref() == Some(ns) || applied(),
+        }
+    }
+}
+
+/// One row of `tollgate get fqdn`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct FqdnRow {
+    pub selector: Option<String>,
+    pub set: Option<String>,
+    pub address: Option<IpAddr>,
+    pub ttl: Option<u32>,
+    pub source: Option<String>,
+}
+
+/// `tollgate get fqdn`: what a running agent has learned, from the kernel's
+/// FQDN sets — one row per selector, set and address with the remaining
+/// TTL in seconds and how the agent learned it (`sources`, from the agent:
+/// `snooped` or `resolved`; `-` when it did not say). Selectors of
+/// `patterns` name their sets; a set no selector maps to shows `-`; a
+/// selector with nothing learned shows one row without address.
+pub fn fqdn_rows(
+    sets: &BTreeMap<String, crate::datapath::LearnedSet>,
+    patterns: &[crate::fqdn::FqdnPattern],
+    sources: &[crate::status::FqdnSource],
+) -> Vec<FqdnRow> {
+    use crate::datapath::{plan::fqdn_set, Family};
+    let source = |selector: &str, address: &std::net::IpAddr| {
+        sources
+            .iter()
+            .find(|s| s.selector == selector && s.address == *address)
+            .map(|s| s.source.clone())
+    };
+    let mut rows = Vec::new();
+    let mut named = std::collections::BTreeSet::new();
+    for pattern in patterns {
+        let mut any = false;
+        for family in Family::ALL {
+            let name = fqdn_set(pattern, family);
+            if let Some(set) = sets.get(&name) {
+                for (address, ttl) in sorted(&set.entries) {
+                    rows.push(FqdnRow {
+                        selector: Some(pattern.to_string()),
+                        set: Some(name.clone()),
+                        address: Some(address),
+                        ttl: Some(ttl),
+                        source: source(pattern.as_str(), &address),
+                    });
+                    any = true;
+                }
+            }
+            named.insert(name);
+        }
+        if !any {
+            rows.push(FqdnRow {
+                selector: Some(pattern.to_string()),
+                set: None,
+                address: None,
+                ttl: None,
+                source: None,
+            });
+        }
+    }
+    for (name, set) in sets.iter().filter(|(n, _)| !named.contains(*n)) {
+        for (address, ttl) in sorted(&set.entries) {
+            rows.push(FqdnRow {
+                selector: None,
+                set: Some(name.clone()),
+                address: Some(address),
+                ttl: Some(ttl),
+                source: None,
+            });
+        }
+    }
+    rows
+}
+
+/// The FQDN selectors `get fqdn` names sets by: those of `all` (the
+/// policies given) or, without them, every selector of the endpoints'
+/// egress rules; with `-n`/`-p` only those of the endpoints asked for.
+pub fn fqdn_selectors(
+    all: &[crate::fqdn::FqdnPattern],
+    endpoints: &[EndpointReport],
+    filter: &GetFilter,
+) -> Vec<crate::fqdn::FqdnPattern> {
+    let asked: Vec<&str> = endpoints
+        .iter()
+        .filter(|e| filter.namespace().is_none() || filter.endpoint(&e.endpoint))
+        .flat_map(|e| e.fqdn.iter().map(String::as_str))
+        .collect();
+    if all.is_empty() {
+        let mut patterns: Vec<crate::fqdn::FqdnPattern> = Vec::new();
+        for selector in asked {
+            let pattern = crate::fqdn::FqdnPattern::new(selector);
+            if !patterns.contains(&pattern) {
+                patterns.push(pattern);
+            }
+        }
+        return patterns;
+    }
+    all.iter()
+        .filter(|p| filter.namespace().is_none() || asked.contains(&p.as_str()))
+        .cloned()
+        .collect()
+}
+
+/// Rows of the selectors `filter` asks for: sets no selector names are
+/// left out once `-n`/`-p` is given.
+pub fn filter_fqdn_rows(rows: Vec<FqdnRow>, filter: &GetFilter) -> Vec<FqdnRow> {
+    match filter.namespace() {
+        None => rows,
+        Some(_) => rows.into_iter().filter(|r| r.selector.is_some()).collect(),
+    }
+}
+
+fn sorted(entries: &[(IpAddr, u32)]) -> Vec<(IpAddr, u32)> {
+    let mut entries = entries.to_vec();
+    entries.sort();
+    entries
+}
+
+impl SkippedFilter {
+    /// Whether a skipped object is asked for: in the Namespace (`-n`),
+    /// of the name (`-p`).
+    pub(super) fn object(&self, refused: &crate::source::kube::Refusal) -> bool {
+        let namespace = self
+            .namespace
+            .as_deref()
+            .is_none_or(|ns| refused.namespace.as_deref() == Some(ns));
+        let name = self.name.as_deref().is_none_or(|n| refused.name == n);
+        namespace && name
+    }
+}

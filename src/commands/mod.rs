@@ -1,0 +1,334 @@
+//! The subcommands that read — `validate`, `trace`, `get`, `status` — and
+//! `cleanup`, each a function from its arguments to what it prints and its
+//! exit code. File reading is delegated to `source`, the evaluation to
+//! `explain`, the asking to `status`'s client, the uninstall to `agent`;
+//! `main.rs` only dispatches and turns a [`CommandError`] into its message
+//! and exit code. Nothing here decides a verdict.
+//!
+//! - this file: the errors, the local Node's identity, loading policies,
+//!   asking the agent, and `validate`, `trace`, `status`, `cleanup`;
+//! - `view.rs`: [`View`], the running agent or the policies given, picked
+//!   in one place;
+//! - `get.rs`: `get`, and what its filters select;
+//! - `render.rs`: every rendering, and the one `table()`.
+
+mod get;
+mod render;
+#[cfg(test)]
+mod tests;
+mod view;
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+pub use get::get;
+pub(crate) use render::render_status;
+pub use view::View;
+
+use crate::cli::{NodeArgs, OutputFormat, TraceArgs};
+use crate::compile::{compile, LocalNode};
+use crate::model::{Kind, Object, Snapshot};
+use crate::ruleset::Ruleset;
+use crate::source;
+use crate::status::{Request, Response, StatusError};
+use crate::telemetry::Check;
+use crate::validate::Problem;
+use render::render_trace;
+
+/// Why an offline command could not produce its answer.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    /// The policies did not validate; one entry per problem.
+    #[error("{} problem(s) in the policies", .0.len())]
+    Invalid(Vec<Problem>),
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// The local Node's identity given on the command line; unset parts come
+/// from the single `v1 Node` of the snapshot, if there is one.
+#[derive(Clone, Debug, Default)]
+pub struct NodeIdentity {
+    pub name: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    pub addresses: Vec<IpAddr>,
+}
+
+impl NodeIdentity {
+    /// Resolves the identity against a snapshot's Node objects.
+    pub fn resolve(&self, snapshot: &Snapshot) -> Result<LocalNode, CommandError> {
+        let nodes: Vec<&str> = snapshot
+            .iter()
+            .filter_map(|o| match o {
+                Object::Node(n) => Some(n.metadata.name.as_str()),
+                _ => None,
+            })
+            .collect();
+        let name = match (&self.name, nodes.as_slice()) {
+            (Some(name), _) => name.clone(),
+            (None, [only]) => only.to_string(),
+            (None, []) => DEFAULT_NODE_NAME.to_string(),
+            (None, several) => {
+                return Err(CommandError::Usage(format!(
+                    "the policies hold several Nodes ({}); say which is local with --node-name",
+                    several.join(", ")
+                )))
+            }
+        };
+        Ok(LocalNode {
+            name,
+            labels: self.labels.clone(),
+            addresses: self.addresses.clone(),
+        })
+    }
+}
+
+impl From<&NodeArgs> for NodeIdentity {
+    fn from(args: &NodeArgs) -> NodeIdentity {
+        NodeIdentity {
+            name: args.node_name.clone(),
+            labels: args.node_labels.clone().unwrap_or_default(),
+            addresses: args.node_addresses.clone(),
+        }
+    }
+}
+
+/// Asks the running agent listening on `socket`.
+pub fn ask(socket: &Path, request: &Request) -> Result<Response, CommandError> {
+    crate::status::request(socket, request).map_err(|e| match e {
+        StatusError::Agent(message) => CommandError::Usage(message),
+        e => CommandError::Usage(format!("{e} (is `tollgate run` running?)")),
+    })
+}
+
+/// A probe's name as the command line spells it.
+fn check_name(check: Check) -> &'static str {
+    match check {
+        Check::Live => "live",
+        Check::Ready => "ready",
+    }
+}
+
+/// The local Node's name when neither the command line nor the policies name it.
+pub const DEFAULT_NODE_NAME: &str = "local-node";
+
+/// Loads, validates and compiles the policies at `paths`.
+pub fn load_ruleset(
+    paths: &[PathBuf],
+    node: &NodeIdentity,
+) -> Result<(Snapshot, Ruleset), CommandError> {
+    let snapshot = source::load_and_validate(paths).map_err(CommandError::Invalid)?;
+    let local = node.resolve(&snapshot)?;
+    let ruleset = compile(&snapshot, &local);
+    Ok((snapshot, ruleset))
+}
+
+/// `tollgate validate`: the one-line summary of a valid set of objects.
+pub fn validate_summary(snapshot: &Snapshot) -> String {
+    let mut counts: BTreeMap<Kind, usize> = BTreeMap::new();
+    for object in snapshot.iter() {
+        *counts.entry(object.kind()).or_default() += 1;
+    }
+    let files: std::collections::BTreeSet<_> = snapshot.objects.iter().map(|s| &s.origin).collect();
+    let parts: Vec<String> = counts
+        .iter()
+        .map(|(kind, n)| format!("{n} {kind}"))
+        .collect();
+    format!(
+        "valid: {} object(s) in {} file(s){}{}",
+        snapshot.objects.len(),
+        files.len(),
+        if parts.is_empty() { "" } else { ": " },
+        parts.join(", ")
+    )
+}
+
+/// `tollgate validate`: what is valid but probably not what the author
+/// meant (printed as warnings, exit 0). For a policy directory (among
+/// `directories`, the paths given that are directories, as the agent reads
+/// them): no objects at all, or no inventory (no Pod, Namespace or Node, so
+/// no selector can be checked; a policy file validated alone is not
+/// warned about). For any input with inventory: policies whose appliedTo
+/// selects nothing on any Node of the inventory. Each Node named in the
+/// inventory (by a Node, a Pod's `nodeName` or an ExternalEntity's
+/// `externalNode`) is compiled as the local one; a policy that applies on
+/// none of them selects nothing.
+pub fn inventory_warnings(directories: &[PathBuf], snapshot: &Snapshot) -> Vec<String> {
+    let origin = directories
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let inventory = snapshot
+        .iter()
+        .any(|o| matches!(o, Object::Pod(_) | Object::Namespace(_) | Object::Node(_)));
+    if directories.is_empty() && !inventory {
+        return Vec::new();
+    }
+    if snapshot.objects.is_empty() {
+        return vec![format!("{origin}: no objects found")];
+    }
+    if !inventory {
+        return vec![format!(
+            "{origin}: no inventory (no Pod, Namespace or Node): appliedTo and peer selectors cannot be checked"
+        )];
+    }
+    let mut nodes: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
+    for object in snapshot.iter() {
+        let name = match object {
+            Object::Node(node) => Some(node.metadata.name.as_str()),
+            Object::Pod(pod) => pod.spec.node_name.as_deref(),
+            Object::ExternalEntity(ee) => ee.spec.external_node.as_deref(),
+            _ => None,
+        };
+        nodes.extend(name.filter(|n| !n.is_empty()));
+    }
+    if nodes.is_empty() {
+        // Pods without a nodeName are local to any Node.
+        nodes.insert(DEFAULT_NODE_NAME);
+    }
+    let mut applied: std::collections::BTreeSet<(Option<String>, String)> = Default::default();
+    let mut listed: std::collections::BTreeSet<(Option<String>, String)> = Default::default();
+    for node in nodes {
+        let local = LocalNode {
+            name: node.to_string(),
+            ..LocalNode::default()
+        };
+        for summary in compile(snapshot, &local).policies() {
+            let key = (
+                summary.policy.namespace.clone(),
+                format!("{}:{}", summary.policy.kind.as_str(), summary.policy.name),
+            );
+            if !summary.applied_to.is_empty() {
+                applied.insert(key.clone());
+            }
+            listed.insert(key);
+        }
+    }
+    let mut warnings = Vec::new();
+    for sourced in &snapshot.objects {
+        let kind = match sourced.object {
+            Object::ClusterNetworkPolicy(_) => {
+                crate::ruleset::PolicyKind::AntreaClusterNetworkPolicy
+            }
+            Object::AntreaNetworkPolicy(_) => crate::ruleset::PolicyKind::AntreaNetworkPolicy,
+            Object::K8sNetworkPolicy(_) => crate::ruleset::PolicyKind::K8sNetworkPolicy,
+            _ => continue,
+        };
+        let object = sourced.object.object_ref();
+        let key = (
+            object.namespace.clone(),
+            format!("{}:{}", kind.as_str(), object.name),
+        );
+        if listed.contains(&key) && !applied.contains(&key) {
+            warnings.push(format!(
+                "{}: {object}: spec: selects no endpoint of the inventory (appliedTo or podSelector matches no Pod, Node or ExternalEntity)",
+                sourced.origin.display()
+            ));
+        }
+    }
+    warnings
+}
+
+/// `tollgate validate`: the summary of valid policies on stdout and what
+/// is probably not meant as warnings on stderr, or the problems.
+pub fn validate(paths: &[PathBuf]) -> Result<ExitCode, CommandError> {
+    let snapshot = source::load_and_validate(paths).map_err(CommandError::Invalid)?;
+    for warning in crate::validate::check(&snapshot).warnings {
+        eprintln!("warning: {warning}");
+    }
+    let directories: Vec<PathBuf> = paths.iter().filter(|p| p.is_dir()).cloned().collect();
+    for warning in inventory_warnings(&directories, &snapshot) {
+        eprintln!("warning: {warning}");
+    }
+    println!("{}", validate_summary(&snapshot));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tollgate trace`: offline against `--policies`, else asked of the
+/// agent. With `--exit-code`: 0 allowed, 1 denied, 2 any error (invalid
+/// policies included).
+pub fn trace(args: &TraceArgs) -> Result<ExitCode, CommandError> {
+    let node = &args.node;
+    let identity = node.node_name.is_some() || node.node_labels.is_some();
+    if args.policies.is_empty() && (identity || !node.node_addresses.is_empty()) {
+        return Err(CommandError::Usage(
+            "--node-name, --node-labels and --node-address describe the Node for --policies; the agent traces as its own Node".into(),
+        ));
+    }
+    let view = match View::new(&args.policies, node, &args.socket.socket) {
+        Ok(view) => view,
+        Err(CommandError::Invalid(problems)) if args.exit_code => {
+            for problem in &problems {
+                eprintln!("{problem}");
+            }
+            eprintln!("{} problem(s) found", problems.len());
+            return Ok(ExitCode::from(2));
+        }
+        Err(error) => return Err(error),
+    };
+    let report = view.trace(args.request())?;
+    print!("{}", render_trace(&report, args.output, args.verbose)?);
+    Ok(if args.exit_code && !report.allowed() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// `tollgate status`: the agent's report as text or JSON; with `check`,
+/// the probe's name when it passes, else exit 1 with the reason.
+pub fn status(
+    socket: &Path,
+    output: OutputFormat,
+    check: Option<Check>,
+) -> Result<ExitCode, CommandError> {
+    if let Some(check) = check {
+        return match ask(socket, &Request::Check { probe: check })? {
+            Response::Check(report) if report.ok => {
+                println!("{}", check_name(check));
+                Ok(ExitCode::SUCCESS)
+            }
+            Response::Check(report) => {
+                eprintln!(
+                    "not {}: {}",
+                    check_name(check),
+                    report.reason.as_deref().unwrap_or("no reason given")
+                );
+                Ok(ExitCode::from(1))
+            }
+            other => Err(unexpected(&other)),
+        };
+    }
+    match ask(socket, &Request::Status)? {
+        Response::Status(report) => match output {
+            OutputFormat::Text => print!("{}", render_status(&report)),
+            OutputFormat::Json => println!(
+                "{}",
+                serde_json::to_string_pretty(&report).unwrap_or_default()
+            ),
+        },
+        other => return Err(unexpected(&other)),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tollgate cleanup`: removes what tollgate installed in this network
+/// namespace and says what it removed.
+pub fn cleanup() -> Result<ExitCode, CommandError> {
+    let removed =
+        crate::agent::cleanup().map_err(|e| CommandError::Usage(format!("cleanup: {e}")))?;
+    if removed.is_empty() {
+        println!("nothing of tollgate's is installed in this network namespace");
+    } else {
+        println!("removed: {}", removed.summary());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// An answer that does not fit the request.
+fn unexpected(response: &Response) -> CommandError {
+    CommandError::Usage(format!("the agent answered unexpectedly: {response:?}"))
+}
