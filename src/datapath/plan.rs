@@ -16,17 +16,12 @@
 //! table's POSTROUTING drops what still carries the reject mark.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 
 use sha1::{Digest, Sha1};
 
-use crate::config::{
-    DatapathConfig, Privileged, PrivilegedHook, PrivilegedProtocol, QueueNumbers, QueueRange,
-    StartupPolicy,
-};
+use crate::config::{DatapathConfig, PrivilegedHook, QueueNumbers, QueueRange};
 use crate::fqdn::FqdnPattern;
 use crate::marks::{FailMode, MarkLayout};
-use crate::model::PortProtocol;
 use crate::ruleset::{Enforced, VerdictCache};
 
 use super::cache::{cache_set, CachedVerdict, CACHED_ALLOW_CHAIN};
@@ -36,25 +31,20 @@ use super::state::{
 };
 
 mod l7;
+mod local;
+mod privileged;
 
 pub use l7::{l7_queue_of, L7_CHAIN, L7_QUEUE_CHAIN};
 use l7::{l7_queue_rules, l7_queue_target, l7_rules};
+pub use local::{published_port, unknown_set};
+use local::{published_rule, unknown_addresses, unknown_rules};
+use privileged::{privileged_dns_query_rules, privileged_rule};
 
 /// Name of the ipset of enforced endpoint addresses of a family.
 pub fn endpoints_set(family: Family) -> &'static str {
     match family {
         Family::V4 => "tollgate-endpoints-v4",
         Family::V6 => "tollgate-endpoints-v6",
-    }
-}
-
-/// Name of the range set of a family's unknown addresses: the local
-/// endpoint ranges with every known address as an exception
-/// ([`Enforced::is_unknown`]).
-pub fn unknown_set(family: Family) -> String {
-    match family {
-        Family::V4 => "tollgate-unknown-v4".into(),
-        Family::V6 => "tollgate-unknown-v6".into(),
     }
 }
 
@@ -196,38 +186,6 @@ fn planned(
         *state.mangle_mut(family) = plan.mangle_table();
     }
     state
-}
-
-/// The unknown addresses of a family's local endpoint ranges, when the
-/// closed `startupPolicy` drops their connections.
-fn unknown_addresses(
-    config: &DatapathConfig,
-    selection: Selection,
-    family: Family,
-) -> Option<RangeSet> {
-    let Selection::Enforced(enforced) = selection else {
-        return None;
-    };
-    if config.startup_policy != StartupPolicy::Closed {
-        return None;
-    }
-    let of_family = |ip: &IpAddr| Family::of(ip) == family;
-    let ranges: std::collections::BTreeSet<_> = enforced
-        .ranges
-        .iter()
-        .filter(|r| of_family(&r.addr()))
-        .copied()
-        .collect();
-    (!ranges.is_empty()).then(|| RangeSet {
-        family,
-        ranges,
-        except: enforced
-            .known
-            .iter()
-            .filter(|ip| of_family(ip))
-            .copied()
-            .collect(),
-    })
 }
 
 /// What the connection queue rules select.
@@ -573,65 +531,6 @@ impl Plan<'_> {
     }
 }
 
-/// New connections from or to the unknown addresses of the local endpoint
-/// ranges (their set, see [`unknown_set`]) are dropped: on INPUT from
-/// them, on OUTPUT to them, on FORWARD both ways. Packets conntrack cannot
-/// place are too; discovery (`UNTRACKED`) passes as for any endpoint.
-fn unknown_rules(scope: &Scope, family: Family, hook: Hook) -> Vec<String> {
-    let set = unknown_set(family);
-    let sides: &[&str] = match hook {
-        Hook::Input => &["src"],
-        Hook::Output => &["dst"],
-        Hook::Forward => &["src", "dst"],
-    };
-    let mut rules = Vec::new();
-    for interface in &scope.interfaces {
-        for side in sides {
-            // `INVALID,NEW`: the order iptables-save prints them in.
-            rules.push(format!(
-                "{interface}-m set --match-set {set} {side} -m conntrack --ctstate INVALID,NEW -j DROP"
-            ));
-        }
-    }
-    rules
-}
-
-/// The rule that queues new connections to a Node port published for an
-/// enforced endpoint (on INPUT, where a userland proxy receives them).
-fn published_rule(interface: &str, (protocol, port): (PortProtocol, u16), target: &str) -> String {
-    let name = match protocol {
-        PortProtocol::Tcp => "tcp",
-        PortProtocol::Udp => "udp",
-        PortProtocol::Sctp => "sctp",
-    };
-    format!("{interface}-p {name} -m {name} --dport {port} -m conntrack --ctstate NEW -j {target}")
-}
-
-/// The published port a rule of [`published_rule`]'s form queues, read
-/// back from the installed state.
-pub fn published_port(rule: &str) -> Option<(PortProtocol, u16)> {
-    if !rule.contains(" -m conntrack --ctstate NEW -j NFQUEUE") || rule.contains("--match-set") {
-        return None;
-    }
-    let mut words = rule.split(' ');
-    let (mut protocol, mut port) = (None, None);
-    while let Some(word) = words.next() {
-        match word {
-            "-p" => {
-                protocol = match words.next()? {
-                    "tcp" => Some(PortProtocol::Tcp),
-                    "udp" => Some(PortProtocol::Udp),
-                    "sctp" => Some(PortProtocol::Sctp),
-                    _ => None,
-                }
-            }
-            "--dport" => port = words.next()?.parse().ok(),
-            _ => {}
-        }
-    }
-    Some((protocol?, port?))
-}
-
 /// What a cached Allow does, as the rules at the top of the hook chains do
 /// for a worker's Allow: the allow mark, saved into the connmark, DNS
 /// queries through the DNS queue (which remembers them, so that their
@@ -709,68 +608,6 @@ fn cached_verdict_rules(
 /// `--mark value/mask` as iptables-save prints it.
 fn mark_match(marks: &MarkLayout, value: u32) -> String {
     format!("{value:#x}/{:#x}", marks.mask)
-}
-
-/// A privileged entry's rule on one side (`dir`: `-s` or `-d`): its range,
-/// protocol and port, then `except` (the endpoints it never matches, or
-/// nothing), accepted.
-fn privileged_rule(entry: &Privileged, dir: &str, except: &str, family: Family) -> String {
-    let mut rule = privileged_range(entry, dir);
-    match entry.protocol {
-        Some(protocol) => {
-            let name = match (protocol, family) {
-                (PrivilegedProtocol::Tcp, _) => "tcp",
-                (PrivilegedProtocol::Udp, _) => "udp",
-                (PrivilegedProtocol::Sctp, _) => "sctp",
-                (PrivilegedProtocol::Icmp, Family::V4) => "icmp",
-                (PrivilegedProtocol::Icmp, Family::V6) => "ipv6-icmp",
-            };
-            rule.push_str(&format!("-p {name} {except}"));
-            if let Some(port) = entry.port {
-                rule.push_str(&format!("-m {name} --dport {port} "));
-            }
-        }
-        None => rule.push_str(except),
-    }
-    rule.push_str("-j ACCEPT");
-    rule
-}
-
-/// `-s CIDR ` or `-d CIDR ` as iptables-save prints it: the network
-/// address of the range, and nothing for a range of every address
-/// (`0.0.0.0/0`, `::/0`), which it leaves out.
-fn privileged_range(entry: &Privileged, dir: &str) -> String {
-    if entry.cidr.prefix_len() == 0 {
-        return String::new();
-    }
-    format!("{dir} {} ", entry.cidr.trunc())
-}
-
-/// The DNS queries a privileged entry accepts, sent to the DNS queue
-/// first (whose worker accepts them too) so that their replies can be
-/// learned from: the entry's match narrowed to UDP and TCP port 53.
-fn privileged_dns_query_rules(
-    entry: &Privileged,
-    dir: &str,
-    except: &str,
-    dns_queue: &str,
-) -> Vec<String> {
-    if entry.port.is_some_and(|port| port != 53) {
-        return Vec::new();
-    }
-    [
-        (PrivilegedProtocol::Udp, "udp"),
-        (PrivilegedProtocol::Tcp, "tcp"),
-    ]
-    .into_iter()
-    .filter(|(protocol, _)| entry.protocol.is_none_or(|p| p == *protocol))
-    .map(|(_, name)| {
-        format!(
-            "{}-p {name} {except}-m {name} --dport 53 -j {dns_queue}",
-            privileged_range(entry, dir)
-        )
-    })
-    .collect()
 }
 
 /// Where a hook enforces policy: the interface matches (`-i IF `, `-o IF `,

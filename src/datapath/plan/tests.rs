@@ -3,6 +3,7 @@ use super::*;
 use crate::config::{AgentConfig, MachineDefaults};
 use crate::datapath::diff::Changes;
 use crate::datapath::state::State;
+use crate::model::PortProtocol;
 
 /// The configuration `yaml` gives on a machine with two cores.
 fn config(yaml: &str) -> AgentConfig {

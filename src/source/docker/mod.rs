@@ -39,6 +39,7 @@
 //! merged snapshot when it reloads.
 #![allow(clippy::disallowed_methods)] // the Docker source times resyncs, failures and debouncing on the clock.
 
+mod health;
 pub mod mapping;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -59,6 +60,8 @@ use crate::model::{Node, NodeSpec, Object, ObjectMeta, ObjectRef, Pod, Snapshot,
 use crate::source::watch::Directory;
 use crate::source::{Debounce, Source};
 use crate::validate::Problem;
+use health::Change;
+pub use health::DockerHealth;
 use mapping::{Mapped, Mapping};
 
 counters! {
@@ -122,108 +125,6 @@ pub enum DockerError {
     NoPolicies,
     #[error("starting the docker thread")]
     Thread(#[source] std::io::Error),
-}
-
-/// What the source knows about the API, for `status`.
-#[derive(Debug)]
-pub struct DockerHealth {
-    host: String,
-    started: Instant,
-    state: Mutex<HealthState>,
-}
-
-#[derive(Debug, Default)]
-struct HealthState {
-    /// Containers of the last inventory; `None` before the first list.
-    containers: Option<usize>,
-    /// The API version agreed on the current (or last) connection.
-    version: Option<String>,
-    /// Since when the API fails, and the last error.
-    failing: Option<(Instant, String)>,
-    errors: u64,
-}
-
-/// A change of the API's state worth one log line.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Change {
-    /// The first failure before any list.
-    NotReached,
-    /// The first failure after an inventory was published.
-    Lost,
-    /// A failure of an outage already logged.
-    Same,
-}
-
-impl DockerHealth {
-    fn new(host: String) -> DockerHealth {
-        DockerHealth {
-            host,
-            started: Instant::now(),
-            state: Mutex::new(HealthState::default()),
-        }
-    }
-
-    fn state(&self) -> std::sync::MutexGuard<'_, HealthState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn negotiated(&self, version: String) {
-        self.state().version = Some(version);
-    }
-
-    fn published(&self, containers: usize) {
-        let mut state = self.state();
-        state.containers = Some(containers);
-        state.failing = None;
-    }
-
-    /// Counts a failure; says whether it starts an outage, and which.
-    fn failed(&self, error: &str) -> Change {
-        let mut state = self.state();
-        state.errors += 1;
-        let change = match (&state.failing, state.containers) {
-            (Some(_), _) => Change::Same,
-            (None, None) => Change::NotReached,
-            (None, Some(_)) => Change::Lost,
-        };
-        let since = state.failing.take().map_or_else(Instant::now, |(at, _)| at);
-        state.failing = Some((since, error.to_string()));
-        change
-    }
-
-    /// One line for `status`: connected with how many containers;
-    /// unreachable since when, the containers' addresses unknown; or not
-    /// reached yet, with the startup policy holding.
-    pub fn describe(&self) -> String {
-        let state = self.state();
-        let api = state
-            .version
-            .as_deref()
-            .map_or_else(String::new, |v| format!(" (API {v})"));
-        match (&state.failing, state.containers) {
-            (None, Some(containers)) => format!(
-                "docker {}{api}: connected, {containers} containers",
-                self.host
-            ),
-            (None, None) => format!(
-                "docker {}: connecting for {}s, no inventory yet (the startup policy holds)",
-                self.host,
-                self.started.elapsed().as_secs()
-            ),
-            (Some((_, error)), None) => format!(
-                "docker {}: NOT REACHED YET for {}s ({} failed requests), no inventory: the startup policy holds until the first list; retrying: {error}",
-                self.host,
-                self.started.elapsed().as_secs(),
-                state.errors
-            ),
-            (Some((since, error)), Some(containers)) => format!(
-                "docker {}{api}: UNREACHABLE for {}s ({} failed requests), the addresses of the {containers} containers last listed are unknown until the next list (the startup policy holds for them), retrying: {error}",
-                self.host,
-                since.elapsed().as_secs(),
-                state.errors
-            ),
-        }
-    }
 }
 
 /// The containers as endpoints, as last listed and followed since, and
