@@ -145,6 +145,7 @@ struct Shop {
     /// client1's and client2's network namespaces, for in-process probes.
     clients: [ContainerNetns; 2],
     engine: Box<dyn Engine>,
+    kind: Kind,
     agent: Agent,
     /// The Compose project of the test's containers: their namespace.
     project: String,
@@ -180,17 +181,17 @@ fn shop_containers(engine: &dyn Engine) -> String {
 fn shop(test: &'static str, kind: Kind) -> Option<Shop> {
     let lab = Lab::builder(test).require(kind.tools()).build()?;
     let engine = kind.start(&lab);
-    Some(shop_in(lab, engine))
+    Some(shop_in(lab, engine, kind))
 }
 
 /// [`shop`] with an engine whose containers outlive its API.
 fn shop_keeping(test: &'static str, kind: Kind) -> Option<Shop> {
     let lab = Lab::builder(test).require(kind.tools()).build()?;
     let engine = kind.start_keeping_containers(&lab);
-    Some(shop_in(lab, engine))
+    Some(shop_in(lab, engine, kind))
 }
 
-fn shop_in(lab: Lab, engine: Box<dyn Engine>) -> Shop {
+fn shop_in(lab: Lab, engine: Box<dyn Engine>, kind: Kind) -> Shop {
     let project = shop_containers(engine.as_ref());
     lab.write_policy("web.yaml", &web_policy(&project));
     let mut agent = docker_agent(&lab, engine.as_ref());
@@ -198,6 +199,7 @@ fn shop_in(lab: Lab, engine: Box<dyn Engine>) -> Shop {
     Shop {
         clients: [engine.netns("client1"), engine.netns("client2")],
         engine,
+        kind,
         agent,
         project,
         lab,
@@ -225,6 +227,16 @@ fn held_since(allowed: &[Attempt], denied: &[Attempt], settled: usize) -> Option
 }
 
 impl Shop {
+    /// A `FIGURE` line for this shop's engine: `<name>_podman` or
+    /// `<name>_docker`.
+    fn figure(&self, name: &str, took: Duration) {
+        let engine = match self.kind {
+            Kind::Podman => "podman",
+            Kind::Docker => "docker",
+        };
+        figure(&format!("{name}_{engine}"), took);
+    }
+
     /// The time from `t0` until client1 reaches `web:80` and client2's
     /// connections to it are dropped, on the wire (in-process connects
     /// every [`EVERY`] from both clients' namespaces, until 25 denied
@@ -395,7 +407,7 @@ fn docker_restart_is_followed_and_removal_leaves_no_address_on(kind: Kind, test:
     let new = shop.engine.addr("web");
     let enforced = shop.time_to_enforced(new.into(), started);
     println!("DOCKER-START: web came back at {new} (was {old})");
-    figure("docker_start_to_enforced_ms", enforced);
+    shop.figure("docker_start_to_enforced_ms", enforced);
     assert!(
         enforced < EVENT_BOUND,
         "took {enforced:?} from podman start to the policy holding on the wire"
@@ -453,7 +465,7 @@ fn docker_fresh_container_is_enforced_within_a_bound_on(kind: Kind, test: &'stat
             .run(&web("fresh", &shop.project).option(&format!("--ip={fresh}")));
         timing.join().expect("timing the fresh container")
     });
-    figure("docker_run_to_enforced_ms", run);
+    shop.figure("docker_run_to_enforced_ms", run);
     assert!(
         run < EVENT_BOUND,
         "took {run:?} from podman run to the policy holding on the wire"
@@ -513,7 +525,7 @@ fn docker_podman_restart_is_covered_within_a_bound_on(kind: Kind, test: &'static
         "the restart was not followed (no new generation):\n{}",
         shop.agent.log()
     );
-    figure("docker_restart_to_enforced_ms", enforced);
+    shop.figure("docker_restart_to_enforced_ms", enforced);
     assert!(
         enforced < EVENT_BOUND,
         "took {enforced:?} from podman restart to the policy holding on the wire"
@@ -550,7 +562,7 @@ fn docker_network_connect_adds_the_new_address_on(kind: Kind, test: &'static str
     shop.engine.connect("web", &second);
     let added = shop.engine.addr_on("web", &second);
     let enforced = shop.time_to_enforced(added.into(), started);
-    figure("docker_connect_to_enforced_ms", enforced);
+    shop.figure("docker_connect_to_enforced_ms", enforced);
     assert!(
         enforced < EVENT_BOUND,
         "took {enforced:?} from podman network connect to the policy holding on {added}"
@@ -702,6 +714,7 @@ fn docker_api_absent_at_start_holds_the_startup_policy_on(kind: Kind, test: &'st
     let shop = Shop {
         clients,
         engine,
+        kind,
         agent,
         project,
         lab,
