@@ -829,9 +829,10 @@ spec:
 /// addresses unknown until the next complete list: the closed startup
 /// policy drops new connections to web from both clients, the allowed one
 /// included, and `status` says why; when the API answers again the policy
-/// holds as before. Mutation: keeping the last inventory while the API is
-/// lost (not clearing the containers in the Docker source's `run`) lets
-/// client1 through during the outage, and the test fails.
+/// holds as before. Mutation (tried, both engines): keeping the last
+/// inventory while the API is lost (not clearing the containers in the
+/// Docker source's `run`) lets client1 through during the outage, and the
+/// test fails (never closed within 30 s).
 #[test]
 fn docker_api_gone_closes_the_container_addresses_until_listed() {
     docker_api_gone_closes_the_container_addresses_until_listed_on(

@@ -276,8 +276,9 @@ fn kubernetes_external_entity_crd_missing_then_installed_then_removed() {
 /// arrives (no policy applies to it) both directions connect. The gap
 /// between the Pod event and the first connection is printed as `FIGURE`.
 ///
-/// Mutation: not dropping unknown addresses (`plan::unknown_addresses`
-/// always `None`) lets the connections through before the Pod is known.
+/// Mutation (tried): not dropping unknown addresses
+/// (`plan::local::unknown_addresses` always `None`) lets the connections
+/// through before the Pod is known (every attempt connected).
 #[test]
 fn kubernetes_pod_addresses_are_closed_until_the_pod_is_known() {
     use crate::harness::probe::Prober;
