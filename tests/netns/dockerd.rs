@@ -610,9 +610,9 @@ spec:
 /// `<project>/<project>_web_1`…, selected by the Compose labels, and its
 /// policy holds on the wire.
 ///
-/// Mutation: naming the Pod after the Compose service label instead of the
-/// container name (in `mapping::endpoint`) makes `get endpoints` list
-/// `<project>/web`, and the test fails.
+/// Mutation (tried): naming the Pod after the Compose service label
+/// instead of the container name (in `mapping::endpoint`) makes `get
+/// endpoints` list `<project>/web`, and the test fails.
 #[test]
 fn docker_compose_v1_underscore_names_are_the_pods() {
     let test = "docker_compose_v1_underscore_names_are_the_pods";
