@@ -19,7 +19,8 @@
 # is the reference the example rules follow):
 #   Node       tg-node, labels kubernetes.io/os=linux, role=lab-node
 #              (also given on the command line), addresses 10.99.{1,2,3,4}.1
-#   Namespace  frontend (env=prod), untrusted (env=dev), backend (env=prod),
+#   Namespace  frontend (env=prod), untrusted (env=dev,
+#              egress=open), backend (env=prod),
 #              infra (env=infra)
 #   Pod        frontend/client1  app=client   10.99.1.2
 #   Pod        untrusted/client2 app=client   10.99.2.2

@@ -51,7 +51,7 @@ fn run_agent(args: RunArgs) -> ExitCode {
 fn run(command: Command) -> Result<ExitCode, CommandError> {
     match command {
         Command::Run(args) => Ok(run_agent(args)),
-        Command::Validate { paths } => commands::validate(&paths),
+        Command::Validate { paths, limits } => commands::validate(&paths, &limits),
         Command::Trace(args) => commands::trace(&args),
         Command::Get { what } => commands::get(&what),
         Command::Cleanup => commands::cleanup(),

@@ -41,6 +41,8 @@
 //!   writes a file.
 //! - [`counters`]: counter sets declared once (the `counters!` macro), read
 //!   by metrics, status and the shutdown log; never names a Prometheus type.
+//! - [`suggest`]: the known name nearest to a misspelt one, for "did you
+//!   mean" hints; never changes a name.
 #![forbid(unsafe_code)]
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
@@ -59,5 +61,6 @@ pub mod model;
 pub mod netlink;
 pub mod packet;
 pub mod ruleset;
+pub mod suggest;
 pub mod tls;
 pub mod validate;

@@ -20,6 +20,7 @@ mod links;
 mod lock;
 mod serve;
 mod signals;
+mod warnings;
 
 use std::path::Path;
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -98,6 +99,8 @@ struct Base {
     dns_counters: Arc<crate::workers::DnsCounters>,
     /// The anti-spoofing guards.
     antispoof: Box<antispoof::AntiSpoof>,
+    /// What the policies probably do not mean, logged and published.
+    warnings: warnings::Warnings,
 }
 
 /// The agent before its source's first complete snapshot. No queue is
@@ -221,6 +224,10 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
     // endpoint's interface (a Pod's owner writes its annotations).
     let named_interfaces = args.policies.is_some() && !config.docker.enabled;
     let antispoof = Box::new(antispoof::AntiSpoof::new(&config, named_interfaces));
+    let warnings = match &args.policies {
+        Some(dir) => warnings::Warnings::new(dir.clone(), !config.docker.enabled),
+        None => warnings::Warnings::new("kubernetes".into(), false),
+    };
     let starting = Starting {
         base: Base {
             _lock: lock,
@@ -235,6 +242,7 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
             generations,
             dns_counters,
             antispoof,
+            warnings,
         },
         policy,
         startup_done: found,
@@ -298,9 +306,10 @@ impl Starting {
             .refresh(&base.kernel, &base.metrics, &base.status);
         let config = &base.config;
         let node = host::local_node(&config.node)?;
-        let ruleset = base
-            .generations
-            .stamp(compile(snapshot, &node), snapshot, &node);
+        let compiled = compile(snapshot, &node);
+        base.warnings
+            .reloaded(snapshot, &node, &compiled, &base.counters, &base.status);
+        let ruleset = base.generations.stamp(compiled, snapshot, &node);
         let installed = adopted(&base.kernel.installed()?);
         let mut fqdn = Fqdn::restore(
             &base.kernel,

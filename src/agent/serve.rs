@@ -175,10 +175,11 @@ impl Running {
             // Once complete, a source stays complete.
             Ok(None) => {}
             Ok(Some(snapshot)) => {
-                let ruleset =
-                    self.base
-                        .generations
-                        .stamp(compile(&snapshot, &node), &snapshot, &node);
+                let compiled = compile(&snapshot, &node);
+                let base = &mut self.base;
+                base.warnings
+                    .reloaded(&snapshot, &node, &compiled, &base.counters, &base.status);
+                let ruleset = base.generations.stamp(compiled, &snapshot, &node);
                 // A ruleset of another generation replaces the cache's
                 // lookup rules, and their counters with them.
                 let cached = |r: &Ruleset| r.enforced().verdict_cache.map(|c| c.generation);

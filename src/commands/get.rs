@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use std::process::ExitCode;
 
 use super::render::{render_endpoints, render_fqdn, render_policies, render_skipped};
-use super::{ask, unexpected, CommandError, View};
+use super::{ask, policy_files, unexpected, CommandError, View};
 use crate::cli::{GetCommand, GetFilter, SkippedFilter};
 use crate::explain::EndpointReport;
 use crate::ruleset::PolicySummary;
@@ -22,33 +22,43 @@ pub fn get(what: &GetCommand) -> Result<ExitCode, CommandError> {
     match what {
         GetCommand::Policies {
             policies,
+            limits,
             node,
             socket,
             filter,
             output,
             ..
         } => {
-            let list = View::new(policies, node, &socket.socket)?.policies()?;
+            let view = View::new(policies, &policy_files(limits)?, node, &socket.socket)?;
+            let list = view.policies()?;
+            if filter.pod.is_some() {
+                warn_unknown(filter, &view.endpoints()?);
+            }
             print!("{}", render_policies(&list, filter, output.output)?);
         }
         GetCommand::Endpoints {
             policies,
+            limits,
             node,
             socket,
             filter,
             output,
         } => {
-            let list = View::new(policies, node, &socket.socket)?.endpoints()?;
+            let view = View::new(policies, &policy_files(limits)?, node, &socket.socket)?;
+            let list = view.endpoints()?;
+            warn_unknown(filter, &list);
             print!("{}", render_endpoints(&list, filter, output.output)?);
         }
         GetCommand::Fqdn {
             policies,
+            limits,
             node,
             socket,
             filter,
             output,
         } => {
-            let patterns = View::new(policies, node, &socket.socket)?.fqdn_selectors(filter);
+            let view = View::new(policies, &policy_files(limits)?, node, &socket.socket)?;
+            let patterns = view.fqdn_selectors(filter);
             let sets = crate::datapath::learned_sets()
                 .map_err(|e| CommandError::Usage(format!("reading the FQDN sets: {e}")))?;
             // Sources are the agent's to tell; without it the sets still show.
@@ -73,7 +83,41 @@ pub fn get(what: &GetCommand) -> Result<ExitCode, CommandError> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Says on stderr when `-n`/`-p` name no endpoint this node enforces for,
+/// with the nearest name that it does: a typo must not read as "no
+/// policy applies".
+fn warn_unknown(filter: &GetFilter, endpoints: &[EndpointReport]) {
+    if let Some(missing) = filter.unknown(endpoints) {
+        eprintln!("warning: {missing}");
+    }
+}
+
 impl GetFilter {
+    /// What `-n`/`-p` ask for that no endpoint of `endpoints` is, and the
+    /// nearest that is; `None` when something matches or nothing is asked.
+    pub(super) fn unknown(&self, endpoints: &[EndpointReport]) -> Option<String> {
+        let ns = self.namespace()?;
+        if endpoints.iter().any(|e| self.endpoint(&e.endpoint)) {
+            return None;
+        }
+        let names = endpoints.iter().map(|e| e.endpoint.as_str());
+        Some(match &self.pod {
+            Some(pod) => {
+                let asked = format!("{ns}/{pod}");
+                let hint = crate::suggest::did_you_mean(&asked, names);
+                format!("no endpoint {asked} on this node{hint}")
+            }
+            None => {
+                let namespaces: std::collections::BTreeSet<&str> = endpoints
+                    .iter()
+                    .filter_map(|e| e.namespace.as_deref())
+                    .collect();
+                let hint = crate::suggest::did_you_mean(ns, namespaces);
+                format!("no endpoint in Namespace {ns} on this node{hint}")
+            }
+        })
+    }
+
     /// The Namespace asked for (`-p` without `-n` means `default`).
     pub(super) fn namespace(&self) -> Option<&str> {
         match (&self.namespace, &self.pod) {

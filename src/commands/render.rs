@@ -383,6 +383,27 @@ fn render_anti_spoofing(out: &mut String, report: Option<&AntiSpoofReport>) {
 }
 
 /// `tollgate status` as text.
+/// Most policy warnings `status` prints; `-o json` lists them all.
+const STATUS_WARNINGS: usize = 5;
+
+/// `policy warnings:  N`, then the first few, one a line.
+fn render_policy_warnings(out: &mut String, warnings: &[String]) {
+    if warnings.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "policy warnings:    {}", warnings.len());
+    for warning in warnings.iter().take(STATUS_WARNINGS) {
+        let _ = writeln!(out, "  {warning}");
+    }
+    if warnings.len() > STATUS_WARNINGS {
+        let _ = writeln!(
+            out,
+            "  … {} more (tollgate status -o json lists them)",
+            warnings.len() - STATUS_WARNINGS
+        );
+    }
+}
+
 pub fn render_status(report: &StatusReport) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "node:               {}", report.node_name);
@@ -451,6 +472,7 @@ pub fn render_status(report: &StatusReport) -> String {
     if let Some(why) = &report.bridged_traffic_unseen {
         let _ = writeln!(out, "bridged traffic:    NOT SEEN: {why}");
     }
+    render_policy_warnings(&mut out, &report.policy_warnings);
     render_anti_spoofing(&mut out, report.anti_spoofing.as_ref());
     let _ = writeln!(out, "fail mode:          {}", report.fail_mode);
     let unknown = |v: Option<String>| v.unwrap_or_else(|| "?".into());

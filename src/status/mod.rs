@@ -94,6 +94,7 @@ struct State {
     last_reload: Option<(Instant, Option<String>)>,
     datapath_behind: Option<String>,
     bridged_traffic_unseen: Option<String>,
+    policy_warnings: Vec<String>,
     verdict_cache_hits: Option<u64>,
     anti_spoofing: Option<AntiSpoofReport>,
     /// The kernel was written to match the ruleset in force and the last
@@ -196,6 +197,11 @@ impl AgentStatus {
         state.datapath_behind = behind;
     }
 
+    /// The warnings about the policies in force (admission and intent).
+    pub fn policy_warnings(&self, warnings: Vec<String>) {
+        self.state().policy_warnings = warnings;
+    }
+
     /// The verdict cache's hits counted so far.
     pub fn verdict_cache_hits(&self, hits: u64) {
         self.state().verdict_cache_hits = Some(hits);
@@ -286,6 +292,7 @@ impl AgentStatus {
             }),
             datapath_behind: state.datapath_behind.clone(),
             bridged_traffic_unseen: state.bridged_traffic_unseen.clone(),
+            policy_warnings: state.policy_warnings.clone(),
             verdict_cache_hits: state.verdict_cache_hits,
             anti_spoofing: state.anti_spoofing.clone(),
             queues,

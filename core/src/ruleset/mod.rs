@@ -7,6 +7,7 @@
 mod classify;
 mod index;
 mod rule;
+mod ties;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -21,6 +22,7 @@ pub(crate) use index::RuleLists;
 use index::{build_tables, EndpointTable};
 pub(crate) use rule::{Block, CompiledRule, PeerMatch, ServiceMatch};
 pub use rule::{PolicyKind, PolicyRef, RuleRef};
+pub use ties::Tie;
 
 /// What the datapath must send to userspace: new connections from or to
 /// these addresses.
@@ -263,6 +265,12 @@ impl Ruleset {
     /// Pod or ExternalEntity, `node:name` of a Node.
     pub fn addresses_of(&self, name: &str) -> Option<&[IpAddr]> {
         self.names.get(name).map(Vec::as_slice)
+    }
+
+    /// Every endpoint name of the inventory, as [`Ruleset::addresses_of`]
+    /// takes them.
+    pub fn endpoint_names(&self) -> impl Iterator<Item = &str> {
+        self.names.keys().map(String::as_str)
     }
 
     /// The inventory endpoint an address belongs to, by name.
