@@ -1050,3 +1050,24 @@ fn kustomization_lists_every_install_manifest_and_they_exist() {
         );
     }
 }
+
+/// The Docker host's two ways to start the image read the directory the
+/// walkthrough (docs/guide/docker.md, step 3) writes the policies to.
+/// Mutation: compose.yaml's default back to `./policies` fails it.
+#[test]
+fn compose_and_run_read_the_policy_directory_the_walkthrough_writes() {
+    let dir = "/etc/tollgate/policies";
+    let text = |p: &str| std::fs::read_to_string(root().join(p)).unwrap();
+    assert!(text("docs/guide/docker.md").contains(&format!("Write the policies to `{dir}/`")));
+    assert!(text("docker/run.sh").contains(&format!("POLICIES=${{POLICIES:-{dir}}}")));
+    let compose = &documents("compose.yaml")[0];
+    let volumes = compose["services"]["tollgate"]["volumes"]
+        .as_array()
+        .unwrap();
+    assert!(
+        volumes
+            .iter()
+            .any(|v| v.as_str() == Some(&format!("${{TOLLGATE_POLICIES:-{dir}}}:{dir}:ro"))),
+        "{volumes:?}"
+    );
+}

@@ -212,6 +212,8 @@ pub const TEST_IDS: &[&str] = &[
     "podman_container_cannot_claim_its_neighbours_address",
     "segments_the_server_discards_cannot_rewrite_an_l7_request",
     "a_withheld_client_hello_cannot_be_rewritten_to_a_denied_name",
+    "a_label_key_typo_in_a_peer_warns_on_each_reload_and_in_status",
+    "an_empty_policy_directory_says_everything_is_allowed",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
