@@ -53,8 +53,14 @@ pub enum Command {
     /// Remove everything tollgate owns in this network namespace (its
     /// chains, the jumps into them, the endpoint and learned ipsets) and
     /// nothing else. An agent that stops leaves its rules enforcing; this
-    /// is the uninstall step. Refused while an agent runs here.
-    Cleanup,
+    /// is the uninstall step. Refused while an agent runs here, unless
+    /// `--wait`.
+    Cleanup {
+        /// Wait for the running agent to stop (however it stops), then
+        /// remove its state at once: start this first when uninstalling.
+        #[arg(long)]
+        wait: bool,
+    },
     /// Health of the running agent: uptime, ruleset generation, policies,
     /// last reload, queues and their counters, fail mode.
     Status {

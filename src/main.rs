@@ -54,7 +54,7 @@ fn run(command: Command) -> Result<ExitCode, CommandError> {
         Command::Validate { paths, limits } => commands::validate(&paths, &limits),
         Command::Trace(args) => commands::trace(&args),
         Command::Get { what } => commands::get(&what),
-        Command::Cleanup => commands::cleanup(),
+        Command::Cleanup { wait } => commands::cleanup(wait),
         Command::Status {
             socket,
             output,

@@ -122,7 +122,7 @@ fn crds_are_custom_resource_definitions_for_every_kind_tollgate_watches() {
 
 #[test]
 fn rbac_grants_list_and_watch_of_every_watched_resource_and_writes_only_events() {
-    let docs = documents("rbac.yaml");
+    let docs = documents("base/rbac.yaml");
     assert_eq!(docs.len(), 3);
     let account: ServiceAccount = roundtrip(&docs[0]);
     let role: ClusterRole = roundtrip(&docs[1]);
@@ -163,7 +163,7 @@ fn rbac_grants_list_and_watch_of_every_watched_resource_and_writes_only_events()
 
 #[test]
 fn daemonset_runs_on_the_host_network_with_two_capabilities() {
-    let docs = documents("daemonset.yaml");
+    let docs = documents("base/daemonset.yaml");
     assert_eq!(docs.len(), 1);
     let ds: DaemonSet = roundtrip(&docs[0]);
     let pod = ds.spec.unwrap().template.spec.unwrap();
@@ -218,10 +218,10 @@ fn daemonset_runs_on_the_host_network_with_two_capabilities() {
 
 #[test]
 fn cleanup_daemonset_runs_tollgate_cleanup_where_the_agent_ran() {
-    let docs = documents("cleanup.yaml");
+    let docs = documents("cleanup/cleanup.yaml");
     assert_eq!(docs.len(), 1);
     let ds: DaemonSet = roundtrip(&docs[0]);
-    let agent: DaemonSet = roundtrip(&documents("daemonset.yaml")[0]);
+    let agent: DaemonSet = roundtrip(&documents("base/daemonset.yaml")[0]);
     let pod = ds.spec.unwrap().template.spec.unwrap();
     let agent_pod = agent.spec.unwrap().template.spec.unwrap();
     assert_eq!(
@@ -235,7 +235,7 @@ fn cleanup_daemonset_runs_tollgate_cleanup_where_the_agent_ran() {
     );
     let init = &pod.init_containers.as_ref().unwrap()[0];
     let agent_container = &agent_pod.containers[0];
-    assert_eq!(init.args.as_deref().unwrap(), ["cleanup"]);
+    assert_eq!(init.args.as_deref().unwrap(), ["cleanup", "--wait"]);
     assert_eq!(init.image, agent_container.image);
     assert_eq!(init.security_context, agent_container.security_context);
     for mount in ["/run/xtables.lock", "/lib/modules"] {
@@ -861,13 +861,13 @@ fn crd_schemas_refuse_what_antrea_refuses_where_a_schema_can_say_it() {
 }
 
 fn agent_pod() -> k8s_openapi::api::core::v1::PodSpec {
-    let ds: DaemonSet = roundtrip(&documents("daemonset.yaml")[0]);
+    let ds: DaemonSet = roundtrip(&documents("base/daemonset.yaml")[0]);
     ds.spec.unwrap().template.spec.unwrap()
 }
 
 #[test]
 fn daemonset_runs_on_linux_under_the_default_seccomp_profile_with_its_configmap() {
-    let ds: DaemonSet = roundtrip(&documents("daemonset.yaml")[0]);
+    let ds: DaemonSet = roundtrip(&documents("base/daemonset.yaml")[0]);
     let template = ds.spec.unwrap().template;
     let pod = template.spec.unwrap();
     assert_eq!(
@@ -885,7 +885,7 @@ fn daemonset_runs_on_linux_under_the_default_seccomp_profile_with_its_configmap(
 
     // The ConfigMap is mounted where --config points, and reads as a
     // tollgate configuration.
-    let config_map: ConfigMap = roundtrip(&documents("configmap.yaml")[0]);
+    let config_map: ConfigMap = roundtrip(&documents("base/configmap.yaml")[0]);
     let volumes = pod.volumes.unwrap();
     let config_volume = volumes
         .iter()
@@ -1015,39 +1015,134 @@ fn daemonset_runs_on_linux_under_the_default_seccomp_profile_with_its_configmap(
     assert!(requests.contains_key("memory") && requests.contains_key("cpu"));
 }
 
+/// `kubectl kustomize DIR` (kustomize's own load restrictions), as the
+/// documents it renders; None when kubectl is missing outside CI.
+#[allow(clippy::disallowed_methods)] // runs kubectl.
+fn kustomize(dir: &Path) -> Option<Vec<Value>> {
+    let out = match std::process::Command::new("kubectl")
+        .args(["kustomize"])
+        .arg(dir)
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) if std::env::var_os("CI").is_none() => {
+            eprintln!("SKIPPED: kubectl kustomize: {e}");
+            return None;
+        }
+        Err(e) => panic!("kubectl kustomize: {e}"),
+    };
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(yaml_documents(dir, &String::from_utf8(out.stdout).unwrap()))
+}
+
+fn kinds(docs: &[Value]) -> Vec<String> {
+    let mut kinds: Vec<String> = docs
+        .iter()
+        .map(|d| {
+            format!(
+                "{}/{}",
+                d["kind"].as_str().unwrap(),
+                d["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    kinds.sort();
+    kinds
+}
+
+/// Every image of every container (init containers too).
+fn images(docs: &[Value]) -> Vec<String> {
+    docs.iter()
+        .filter(|d| d["kind"] == "DaemonSet")
+        .flat_map(|d| {
+            let spec = &d["spec"]["template"]["spec"];
+            ["containers", "initContainers"]
+                .iter()
+                .flat_map(|k| spec[*k].as_array().cloned().unwrap_or_default())
+                .map(|c| c["image"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// `kubectl apply -k docker/` installs the CRDs and the base,
+/// `docker/base` the same without a CRD (clusters that run Antrea),
+/// `docker/cleanup` the cleanup; every manifest of docker/ is in one of
+/// them; an image set in `docker/image` reaches the agent and the cleanup.
+///
+/// Mutation: the cleanup kustomization without the image component — the
+/// overridden image does not reach it and the test fails.
 #[test]
-fn kustomization_lists_every_install_manifest_and_they_exist() {
-    let docs = documents("kustomization.yaml");
-    assert_eq!(docs.len(), 1);
-    let kustomization = &docs[0];
-    assert_eq!(kustomization["kind"], "Kustomization");
-    let listed: Vec<&str> = kustomization["resources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r.as_str().unwrap())
-        .collect();
-    for file in &listed {
-        assert!(root().join("docker").join(file).is_file(), "{file} missing");
+fn kustomizations_build_with_and_without_crds_and_the_image_reaches_the_cleanup() {
+    let docker = root().join("docker");
+    let Some(all) = kustomize(&docker) else {
+        return;
+    };
+    let base = kustomize(&docker.join("base")).unwrap();
+    let cleanup = kustomize(&docker.join("cleanup")).unwrap();
+    let mut manifests: Vec<Value> = Vec::new();
+    for file in [
+        "crds.yaml",
+        "base/rbac.yaml",
+        "base/configmap.yaml",
+        "base/daemonset.yaml",
+    ] {
+        manifests.extend(documents(file));
     }
-    // Every Kubernetes manifest of docker/ but the uninstall step is
-    // installed (compose.yaml is the Docker host's, not Kubernetes').
-    let mut manifests: Vec<String> = yaml_files(&root().join("docker"))
+    assert_eq!(kinds(&all), kinds(&manifests));
+    assert!(kinds(&base)
         .iter()
-        .map(|p| p.file_name().unwrap().to_str().unwrap().to_string())
-        .filter(|f| !["kustomization.yaml", "cleanup.yaml", "compose.yaml"].contains(&f.as_str()))
-        .collect();
-    manifests.sort();
-    let mut sorted: Vec<String> = listed.iter().map(|s| s.to_string()).collect();
-    sorted.sort();
-    assert_eq!(sorted, manifests);
-    // The image override names the image the DaemonSet runs.
-    let image = &agent_pod().containers[0].image.clone().unwrap();
-    for entry in kustomization["images"].as_array().unwrap() {
-        assert_eq!(
-            Some(entry["name"].as_str().unwrap()),
-            image.split(':').next()
-        );
+        .all(|k| !k.starts_with("CustomResourceDefinition/")));
+    assert_eq!(
+        kinds(&base),
+        kinds(&all)
+            .into_iter()
+            .filter(|k| !k.starts_with("CustomResourceDefinition/"))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(kinds(&cleanup), ["DaemonSet/tollgate-cleanup"]);
+    assert_eq!(
+        images(&all),
+        [agent_pod().containers[0].image.clone().unwrap()]
+    );
+
+    // An image set once, in the component, reaches every container.
+    let copy = tempfile::tempdir().unwrap();
+    for file in [
+        "crds.yaml",
+        "kustomization.yaml",
+        "base/kustomization.yaml",
+        "base/rbac.yaml",
+        "base/configmap.yaml",
+        "base/daemonset.yaml",
+        "cleanup/kustomization.yaml",
+        "cleanup/cleanup.yaml",
+    ] {
+        let to = copy.path().join(file);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(docker.join(file), to).unwrap();
+    }
+    std::fs::create_dir_all(copy.path().join("image")).unwrap();
+    std::fs::write(
+        copy.path().join("image/kustomization.yaml"),
+        std::fs::read_to_string(docker.join("image/kustomization.yaml"))
+            .unwrap()
+            .replace(
+                "newTag: dev",
+                "newName: registry.example/tollgate\n    newTag: \"0.2\"",
+            ),
+    )
+    .unwrap();
+    let wanted = "registry.example/tollgate:0.2";
+    for dir in ["", "base", "cleanup"] {
+        let images = images(&kustomize(&copy.path().join(dir)).unwrap());
+        assert!(!images.is_empty());
+        assert!(images.iter().all(|i| i == wanted), "{dir}: {images:?}");
     }
 }
 

@@ -70,12 +70,24 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
 
 /// `tollgate cleanup`: removes every chain, jump and set tollgate owns in
 /// the current network namespace, learned sets included, and nothing
-/// else; refused while an agent holds the namespace's lock. Returns what
-/// was removed.
-pub fn cleanup() -> Result<Changes, AgentError> {
-    let _lock = NamespaceLock::acquire()?;
+/// else. While an agent holds the namespace's lock it is refused, or with
+/// `wait` it waits for the agent to end (told its pid through `waiting`)
+/// and removes the state the moment it has. Returns what was removed and
+/// how long the removal took from the moment the lock was free.
+pub fn cleanup(
+    wait: bool,
+    waiting: impl FnMut(Option<u32>),
+) -> Result<(Changes, std::time::Duration), AgentError> {
+    let _lock = if wait {
+        NamespaceLock::acquire_waiting(waiting)?
+    } else {
+        NamespaceLock::acquire()?
+    };
+    #[allow(clippy::disallowed_methods)] // how long the removal took, reported.
+    let free = std::time::Instant::now();
     let mut kernel = Iptables::detect()?;
-    Ok(teardown(&mut kernel)?)
+    let removed = teardown(&mut kernel)?;
+    Ok((removed, free.elapsed()))
 }
 
 /// What every phase of the agent holds: the lock, the configuration, the

@@ -281,13 +281,21 @@ pub fn status(
 
 /// `tollgate cleanup`: removes what tollgate installed in this network
 /// namespace and says what it removed.
-pub fn cleanup() -> Result<ExitCode, CommandError> {
-    let removed =
-        crate::agent::cleanup().map_err(|e| CommandError::Usage(format!("cleanup: {e}")))?;
+pub fn cleanup(wait: bool) -> Result<ExitCode, CommandError> {
+    let waiting = |pid: Option<u32>| {
+        let pid = pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
+        eprintln!("waiting for the agent{pid} to stop; its rules enforce until then");
+    };
+    let (removed, took) = crate::agent::cleanup(wait, waiting)
+        .map_err(|e| CommandError::Usage(format!("cleanup: {e}")))?;
     if removed.is_empty() {
         println!("nothing of tollgate's is installed in this network namespace");
     } else {
-        println!("removed: {}", removed.summary());
+        println!(
+            "removed: {} (in {} ms)",
+            removed.summary(),
+            took.as_millis()
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -164,7 +164,7 @@ fn a_label_key_typo_in_a_peer_warns_on_each_reload_and_in_status() {
         lab.policy_dir().join("policy.yaml").display()
     );
     assert_eq!(agent.count_log(&expected), 1, "{}", agent.log());
-    assert_eq!(status_warnings(&lab), [expected.clone()]);
+    assert_eq!(status_warnings(&lab), std::slice::from_ref(&expected));
 
     agent.reload();
     agent.wait_generation(2);
@@ -202,7 +202,7 @@ fn an_empty_policy_directory_says_everything_is_allowed() {
         lab.policy_dir().display()
     );
     assert_eq!(agent.count_log(&expected), 1, "{}", agent.log());
-    assert_eq!(status_warnings(&lab), [expected.clone()]);
+    assert_eq!(status_warnings(&lab), std::slice::from_ref(&expected));
     agent.reload();
     agent.wait_generation(2);
     assert_eq!(agent.count_log(&expected), 2, "{}", agent.log());

@@ -214,6 +214,7 @@ pub const TEST_IDS: &[&str] = &[
     "a_withheld_client_hello_cannot_be_rewritten_to_a_denied_name",
     "a_label_key_typo_in_a_peer_warns_on_each_reload_and_in_status",
     "an_empty_policy_directory_says_everything_is_allowed",
+    "uninstall_cleans_up_the_moment_the_agent_stops_and_leaves_a_foreign_ruleset_untouched",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
