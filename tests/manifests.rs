@@ -17,7 +17,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 #[path = "manifests/crds.rs"]
 mod crds;
@@ -1164,5 +1164,267 @@ fn compose_and_run_read_the_policy_directory_the_walkthrough_writes() {
             .iter()
             .any(|v| v.as_str() == Some(&format!("${{TOLLGATE_POLICIES:-{dir}}}:{dir}:ro"))),
         "{volumes:?}"
+    );
+}
+
+/// Value checks `docker/crds.yaml` adds to Antrea's schemas: (check, field
+/// path suffix, why Antrea refuses such a value anyway, in its webhook or
+/// Kubernetes' own validation; `crd_schemas_refuse_what_antrea_refuses_…`
+/// holds the cases).
+const STRICTER: &[(&str, &str, &str)] = &[
+    (
+        "required key, operator",
+        "matchExpressions[]",
+        "a label selector requirement needs both (Kubernetes' LabelSelector validation)",
+    ),
+    (
+        "maxLength",
+        "matchExpressions[].values[]",
+        "label values are at most 63 characters",
+    ),
+    (
+        "pattern",
+        "matchExpressions[].values[]",
+        "label value syntax",
+    ),
+    ("type", "matchLabels", "label values are strings"),
+    (
+        "required cidr",
+        "ipBlock",
+        "validateIPBlock: \"field 'cidr' is required in an ipBlock\"",
+    ),
+    ("required cidr", "ipBlocks[]", "validateIPBlock"),
+    (
+        "required name, namespace",
+        "serviceReference",
+        "a ServiceReference names a Service in a Namespace",
+    ),
+    (
+        "pattern",
+        "ports[].port",
+        "a named port is an IANA service name",
+    ),
+    (
+        "maxLength",
+        "ports[].port",
+        "a named port is at most 15 characters",
+    ),
+    (
+        "anyOf",
+        "ports[].port",
+        "int-or-string, stated as JSON Schema",
+    ),
+    ("minimum", "port", "ports are 1-65535"),
+    ("maximum", "port", "ports are 1-65535"),
+    ("minimum", "Port", "ports are 1-65535"),
+    ("maximum", "Port", "ports are 1-65535"),
+    ("pattern", "fqdn", "validateFQDNSelectors: allowedFQDNChars"),
+    ("maxLength", "fqdn", "a DNS name is at most 253 characters"),
+    (
+        "pattern",
+        "ports[].name",
+        "a port name is an IANA service name",
+    ),
+    (
+        "maxLength",
+        "ports[].name",
+        "a port name is at most 15 characters",
+    ),
+    ("minimum", "ports[].port", "ports are 1-65535"),
+    ("maximum", "ports[].port", "ports are 1-65535"),
+    (
+        "format",
+        "status.observedGeneration",
+        "written by Antrea's controller, an int64",
+    ),
+    (
+        "format",
+        "status.currentNodesRealized",
+        "written by Antrea's controller, an int32",
+    ),
+    (
+        "format",
+        "status.desiredNodesRealized",
+        "written by Antrea's controller, an int32",
+    ),
+];
+
+/// Names `docker/crds.yaml` gives differently: (CRD, names key, why).
+const NAMES_DIFFER: &[(&str, &str, &str)] = &[(
+    "networkpolicies.crd.antrea.io",
+    "shortNames",
+    "`anp` is also AdminNetworkPolicy's short name (network-policy-api), which tollgate reads too; a cluster with Antrea applies docker/base and keeps Antrea's CRDs",
+)];
+
+/// Where `ours` accepts less than `antrea` at `path`, as "check path".
+fn narrower(antrea: &Value, ours: &Value, path: &str, out: &mut Vec<(String, String)>) {
+    let mut say = |check: String| out.push((check, path.to_string()));
+    // A map (`additionalProperties`) keeps its keys as preserving would.
+    if antrea.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true))
+        && ours.get("x-kubernetes-preserve-unknown-fields") != Some(&Value::Bool(true))
+        && ours.get("additionalProperties").is_none()
+    {
+        say("prunes unknown fields".into());
+    }
+    if ours.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true)) {
+        return;
+    }
+    if antrea.get("type") != ours.get("type") {
+        say("type".into());
+    }
+    let set = |v: &Value, key: &str| -> BTreeSet<String> {
+        v.get(key)
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .map(|x| x.to_string().trim_matches('"').to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let extra: Vec<String> = set(ours, "required")
+        .difference(&set(antrea, "required"))
+        .cloned()
+        .collect();
+    if !extra.is_empty() {
+        say(format!("required {}", extra.join(", ")));
+    }
+    if ours.get("enum").is_some() && !set(antrea, "enum").is_subset(&set(ours, "enum")) {
+        say("enum".into());
+    }
+    if ours.get("enum").is_some() && antrea.get("enum").is_none() {
+        say("enum".into());
+    }
+    for check in [
+        "pattern",
+        "minimum",
+        "maximum",
+        "maxLength",
+        "minLength",
+        "minItems",
+        "maxItems",
+        "format",
+        "anyOf",
+        "oneOf",
+    ] {
+        if ours.get(check).is_some()
+            && numbers_as_floats(&ours[check]) != numbers_as_floats(&antrea[check])
+        {
+            say(check.into());
+        }
+    }
+    if let Some(fields) = antrea.get("properties").and_then(Value::as_object) {
+        for (name, schema) in fields {
+            let at = format!("{path}.{name}");
+            match ours.get("properties").and_then(|p| p.get(name)) {
+                Some(mine) => narrower(schema, mine, &at, out),
+                None => out.push(("missing: the API server would prune it".into(), at)),
+            }
+        }
+    }
+    if let Some(items) = antrea.get("items") {
+        narrower(items, &ours["items"], &format!("{path}[]"), out);
+    }
+}
+
+/// `docker/crds.yaml` applied over Antrea's own CRDs
+/// (`tests/data/antrea-crds`, with their origin) changes nothing Antrea's
+/// API accepts: same group, scope and names, every version Antrea serves,
+/// every field Antrea defines (none pruned), nothing more required, no
+/// enum narrower, and a value check beyond Antrea's only where
+/// [`STRICTER`] says why Antrea refuses the value anyway.
+///
+/// Mutation: `toServices[].scope` left out of the schema (as it was) or
+/// `namespace` required in the namespaced NetworkPolicy's `toServices`
+/// (as it was) — the test names the field.
+#[test]
+fn crds_accept_what_antreas_crds_accept_field_by_field() {
+    let ours: Vec<Value> = documents("crds.yaml");
+    let dir = root().join("tests/data/antrea-crds");
+    let mut problems = Vec::new();
+    let mut compared = 0;
+    for path in yaml_files(&dir) {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let antrea = &yaml_documents(&path, &text)[0];
+        let name = antrea["metadata"]["name"].as_str().unwrap();
+        let mine = ours
+            .iter()
+            .find(|c| c["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("{name}: not in crds.yaml"));
+        for key in ["group", "scope"] {
+            if mine["spec"][key] != antrea["spec"][key] {
+                problems.push(format!("{name}: spec.{key}"));
+            }
+        }
+        // The API server's defaults for what a definition leaves out.
+        let names = |crd: &Value, key: &str| match (&crd["spec"]["names"][key], key) {
+            (Value::Null, "listKind") => json!(format!(
+                "{}List",
+                crd["spec"]["names"]["kind"].as_str().unwrap()
+            )),
+            (Value::Null, "singular") => json!(crd["spec"]["names"]["kind"]
+                .as_str()
+                .unwrap()
+                .to_lowercase()),
+            (value, _) => value.clone(),
+        };
+        for key in [
+            "kind",
+            "plural",
+            "singular",
+            "listKind",
+            "shortNames",
+            "categories",
+        ] {
+            let explained = NAMES_DIFFER
+                .iter()
+                .any(|(crd, k, _)| *crd == name && *k == key);
+            if names(mine, key) != names(antrea, key) && !explained {
+                problems.push(format!(
+                    "{name}: names.{key} {} (Antrea: {})",
+                    names(mine, key),
+                    names(antrea, key)
+                ));
+            }
+        }
+        for version in antrea["spec"]["versions"].as_array().unwrap() {
+            let v = version["name"].as_str().unwrap();
+            let Some(served) = mine["spec"]["versions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|m| m["name"] == v)
+            else {
+                problems.push(format!("{name} {v}: version not served"));
+                continue;
+            };
+            for key in ["served", "storage"] {
+                if served[key] != version[key] {
+                    problems.push(format!("{name} {v}: {key}"));
+                }
+            }
+            let mut found = Vec::new();
+            narrower(
+                &version["schema"]["openAPIV3Schema"],
+                &served["schema"]["openAPIV3Schema"],
+                "",
+                &mut found,
+            );
+            compared += 1;
+            for (check, at) in found {
+                let explained = STRICTER
+                    .iter()
+                    .any(|(c, suffix, _)| *c == check && at.ends_with(suffix));
+                if !explained {
+                    problems.push(format!("{name} {v}: {at}: {check}"));
+                }
+            }
+        }
+    }
+    assert_eq!(compared, 6, "one version of each of the six kinds");
+    assert!(
+        problems.is_empty(),
+        "narrower than Antrea's:\n{}",
+        problems.join("\n")
     );
 }
