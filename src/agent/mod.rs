@@ -315,7 +315,7 @@ impl Starting {
         } = self;
         base.antispoof.inventory(snapshot);
         base.antispoof
-            .refresh(&base.kernel, &base.metrics, &base.status);
+            .refresh(&base.kernel, &base.metrics, &base.counters, &base.status);
         let config = &base.config;
         let node = host::local_node(&config.node)?;
         let compiled = compile(snapshot, &node);

@@ -85,7 +85,7 @@ impl Running {
             .count(&base.kernel, &base.metrics, &base.status);
         if base
             .antispoof
-            .refresh(&base.kernel, &base.metrics, &base.status)
+            .refresh(&base.kernel, &base.metrics, &base.counters, &base.status)
         {
             self.sync();
         }
@@ -189,7 +189,7 @@ impl Running {
                 let base = &mut self.base;
                 base.antispoof.inventory(&snapshot);
                 base.antispoof
-                    .refresh(&base.kernel, &base.metrics, &base.status);
+                    .refresh(&base.kernel, &base.metrics, &base.counters, &base.status);
                 self.reconciler.offer(ruleset);
                 if let Some(error) = self.sync() {
                     self.reloaded(ReloadResult::Failed, Some(error));

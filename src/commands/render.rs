@@ -472,6 +472,16 @@ pub fn render_status(report: &StatusReport) -> String {
     if let Some(why) = &report.bridged_traffic_unseen {
         let _ = writeln!(out, "bridged traffic:    NOT SEEN: {why}");
     }
+    if !report.endpoint_traffic_unseen.is_empty() {
+        let _ = writeln!(
+            out,
+            "endpoint traffic:   NOT SEEN for {} endpoint addresses (not enforced):",
+            report.endpoint_traffic_unseen.len()
+        );
+        for line in &report.endpoint_traffic_unseen {
+            let _ = writeln!(out, "  {line}");
+        }
+    }
     render_policy_warnings(&mut out, &report.policy_warnings);
     render_anti_spoofing(&mut out, report.anti_spoofing.as_ref());
     let _ = writeln!(out, "fail mode:          {}", report.fail_mode);

@@ -207,6 +207,7 @@ pub mod plan;
 pub mod retry;
 pub mod state;
 pub mod transition;
+pub mod visibility;
 
 pub use diff::Changes;
 pub use kernel::{learned_sets, reconcile, teardown, Backend, Iptables, Kernel};

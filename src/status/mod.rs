@@ -94,6 +94,7 @@ struct State {
     last_reload: Option<(Instant, Option<String>)>,
     datapath_behind: Option<String>,
     bridged_traffic_unseen: Option<String>,
+    endpoint_traffic_unseen: Vec<String>,
     policy_warnings: Vec<String>,
     verdict_cache_hits: Option<u64>,
     anti_spoofing: Option<AntiSpoofReport>,
@@ -217,6 +218,12 @@ impl AgentStatus {
         self.state().bridged_traffic_unseen = unseen;
     }
 
+    /// Local endpoint addresses whose traffic does not cross netfilter,
+    /// each with the path that bypasses it.
+    pub fn endpoint_traffic(&self, unseen: Vec<String>) {
+        self.state().endpoint_traffic_unseen = unseen;
+    }
+
     /// Whether the snapshot the agent has applied is complete: files
     /// loaded, or every Kubernetes kind listed once. Call it after the
     /// snapshot was offered and synced, so that readiness never runs ahead
@@ -292,6 +299,7 @@ impl AgentStatus {
             }),
             datapath_behind: state.datapath_behind.clone(),
             bridged_traffic_unseen: state.bridged_traffic_unseen.clone(),
+            endpoint_traffic_unseen: state.endpoint_traffic_unseen.clone(),
             policy_warnings: state.policy_warnings.clone(),
             verdict_cache_hits: state.verdict_cache_hits,
             anti_spoofing: state.anti_spoofing.clone(),

@@ -156,6 +156,11 @@ pub struct StatusReport {
     /// (`br_netfilter`), or `None` when it is seen or there is no bridge.
     #[serde(default)]
     pub bridged_traffic_unseen: Option<String>,
+    /// Local endpoint addresses whose traffic never crosses the node's
+    /// netfilter (Open vSwitch, macvlan, ipvlan, …), as `namespace/name
+    /// address: why` (`datapath::visibility`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endpoint_traffic_unseen: Vec<String>,
     /// What the policies in force probably do not mean: valid and
     /// enforced, but a label key no object carries, no policy at all,
     /// rules in no defined order (as `tollgate validate` warns).

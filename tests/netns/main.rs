@@ -35,4 +35,5 @@ mod resolve;
 mod run;
 mod smuggle;
 mod spoof;
+mod visibility;
 mod warnings;

@@ -215,6 +215,7 @@ pub const TEST_IDS: &[&str] = &[
     "a_label_key_typo_in_a_peer_warns_on_each_reload_and_in_status",
     "an_empty_policy_directory_says_everything_is_allowed",
     "uninstall_cleans_up_the_moment_the_agent_stops_and_leaves_a_foreign_ruleset_untouched",
+    "a_macvlan_endpoint_is_reported_as_bypassing_and_a_routed_one_is_not",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
