@@ -704,9 +704,10 @@ fn install_antrea_like(lab: &Lab) {
 /// --wait` starts while the agent enforces and waits for it; the agent is
 /// stopped; the cleanup removes tollgate's state the moment the agent is
 /// gone. Probed every 20 ms from the client (IPv4 and IPv6, cached and
-/// fresh tuples): the denied port never connects while tollgate is
-/// installed, the allowed one fails only between the agent's stop and the
-/// cleanup's end (that window is printed as `UNINSTALL-WINDOW` and
+/// fresh tuples), to the node and to an enforced Pod routed through it
+/// (`shop/web`, the server): the denied port never connects while
+/// tollgate is installed, the allowed one fails only between the agent's
+/// stop and the cleanup's end (that window is printed as `UNINSTALL-WINDOW` and
 /// bounded at 3 s, well under what the waiting cleanup takes), the other
 /// firewall's drop holds throughout (installing and uninstalling never
 /// opens it), and its rules and set are byte-identical afterwards.
@@ -718,15 +719,63 @@ fn install_antrea_like(lab: &Lab) {
 fn uninstall_cleans_up_the_moment_the_agent_stops_and_leaves_a_foreign_ruleset_untouched() {
     use std::io::BufRead;
     use std::process::Stdio;
-    let Some(lab) = node_lab(
+    let Some(lab) = Lab::builder(
         "uninstall_cleans_up_the_moment_the_agent_stops_and_leaves_a_foreign_ruleset_untouched",
-    ) else {
+    )
+    .peer("client")
+    .peer("server")
+    .ipv6()
+    .fresh_sources()
+    .build() else {
         return;
     };
-    lab.serve_tcp("node", FOREIGN, Service::Echo);
+    for port in [ALLOWED, DENIED, FOREIGN] {
+        lab.serve_tcp("node", port, Service::Echo);
+    }
+    for port in [ALLOWED, DENIED] {
+        lab.serve_tcp("server", port, Service::Echo);
+    }
     install_antrea_like(&lab);
     let pristine = lab.firewall_state("node");
-    lab.write_policy("policy.yaml", &node_policy(&[DENIED]));
+    // The node rejects DENIED; so does the Pod `shop/web` (the server).
+    lab.write_policy(
+        "policy.yaml",
+        &format!(
+            "{}---
+apiVersion: v1
+kind: Pod
+metadata: {{name: web, namespace: shop, labels: {{app: web}}}}
+status: {{podIPs: [{{ip: {v4}}}, {{ip: \"{v6}\"}}]}}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {{name: web}}
+spec:
+  priority: 6
+  tier: application
+  appliedTo: [{{podSelector: {{matchLabels: {{app: web}}}}}}]
+  ingress:
+    - action: Reject
+      ports: [{{protocol: TCP, port: {DENIED}}}]
+",
+            node_policy(&[DENIED]),
+            v4 = lab.addr("server"),
+            v6 = lab.addr6("server"),
+        ),
+    );
+    let pod = |port: u16| -> [SocketAddr; 2] {
+        [
+            SocketAddr::new(lab.addr("server").into(), port),
+            SocketAddr::new(lab.addr6("server").into(), port),
+        ]
+    };
+    let targets = |port: u16| -> Vec<Probed> {
+        at(&lab, port)
+            .into_iter()
+            .chain(pod(port))
+            .flat_map(|t| [Probed::from(t), Probed::fresh(t)])
+            .collect()
+    };
     let mut agent = lab.start_agent(lab.agent_options());
     agent.wait_generation(1);
     let running = lab.firewall_state("node");
@@ -740,8 +789,19 @@ fn uninstall_cleans_up_the_moment_the_agent_stops_and_leaves_a_foreign_ruleset_u
         lab.assert_tcp_fresh("client", to, TcpOutcome::TimedOut);
     }
 
-    let prober = start_prober(&lab);
-    wait_allowed(&lab, &prober, Duration::ZERO, 2);
+    let all: Vec<Probed> = targets(ALLOWED)
+        .into_iter()
+        .chain(targets(DENIED))
+        .collect();
+    let prober = Prober::start_with(
+        lab.ns("client"),
+        &all,
+        Some(&lab.fresh_sources("client")),
+        EVERY,
+        ATTEMPT,
+        PROBE_LIMIT,
+    );
+    assert!(prober.wait_connected(&targets(ALLOWED), Duration::ZERO, 2));
     let mut cleanup = lab
         .node()
         .command(&[env!("CARGO_BIN_EXE_tollgate"), "cleanup", "--wait"])
@@ -786,8 +846,8 @@ fn uninstall_cleans_up_the_moment_the_agent_stops_and_leaves_a_foreign_ruleset_u
     assert!(window < Duration::from_secs(3), "{window:?}");
 
     // Uninstalled: the denied port is tollgate's no more, the foreign drop holds.
-    assert!(prober.wait_connected(&probed(&lab, DENIED), clean, 1));
-    wait_allowed(&lab, &prober, clean, 2);
+    assert!(prober.wait_connected(&targets(DENIED), clean, 1));
+    assert!(prober.wait_connected(&targets(ALLOWED), clean, 2));
     for to in at(&lab, FOREIGN) {
         lab.assert_tcp_fresh("client", to, TcpOutcome::TimedOut);
     }
