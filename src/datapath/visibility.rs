@@ -2,7 +2,7 @@
 //! tollgate sees an endpoint's connections only where the node's own IP
 //! stack carries them: a routed veth (ptp and routed CNIs), a Linux bridge
 //! port (bridge CNIs, Docker and podman; same-bridge traffic only with
-//! `br_netfilter`, which [`crate::agent`]'s bridge check reports), or the
+//! `br_netfilter`, which the agent's bridge check reports), or the
 //! node's own addresses (host network). Behind Open vSwitch (Antrea,
 //! OVN-Kubernetes), on a macvlan or ipvlan of an uplink, or beyond a veth
 //! whose far end does not hold the address, traffic between endpoints is

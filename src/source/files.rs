@@ -429,7 +429,7 @@ spec:
         let shown = only_problem(dir.path(), &PolicyFilesConfig::default());
         assert!(
             shown.ends_with(
-                "huge.yaml: 2147483648 bytes, more than the limit of 4194304 bytes per file"
+                "huge.yaml: 2147483648 bytes, more than the limit of 4194304 bytes per file (policyFiles.maxFileBytes)"
             ),
             "{shown}"
         );
@@ -441,7 +441,10 @@ spec:
         let file = dir.path().join("a.yaml");
         fs::write(&file, "0123456789").unwrap();
         let shown = read_text(&file, 5).unwrap_err().to_string();
-        assert_eq!(shown, "10 bytes, more than the limit of 5 bytes per file");
+        assert_eq!(
+            shown,
+            "10 bytes, more than the limit of 5 bytes per file (policyFiles.maxFileBytes)"
+        );
         assert_eq!(read_text(&file, 10).unwrap(), "0123456789");
     }
 
@@ -459,7 +462,7 @@ spec:
         assert_eq!(
             problems[0].to_string(),
             format!(
-                "{}: the policy files hold {} bytes, more than the limit of {} bytes in all",
+                "{}: the policy files hold {} bytes, more than the limit of {} bytes in all (policyFiles.maxTotalBytes)",
                 dir.path().display(),
                 TIER.len() * 2,
                 TIER.len() * 2 - 1
