@@ -34,6 +34,7 @@ PACKAGES=(
     netavark aardvark-dns                # podman's netavark backend (tests/netns/harness/podman.rs)
     kmod                                 # modprobe (br_netfilter, below)
     iperf3                               # benches/e2e.sh: bulk throughput
+    prometheus                           # promtool and a real Prometheus (tests/monitoring.rs, tests/netns/observe.rs)
 )
 
 demo=false

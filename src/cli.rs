@@ -16,7 +16,13 @@ use crate::explain::TraceRequest;
 use crate::logging::LogError;
 use crate::source::kube::Connection;
 use crate::status;
-use crate::telemetry::Check;
+
+mod ops;
+
+pub use ops::{
+    BundleArgs, LogLevelArgs, ManArgs, ObserveArgs, StatusArgs, StatusOutput, StatusPart,
+    VerdictFilter, WatchArgs,
+};
 
 #[derive(Parser)]
 #[command(
@@ -62,19 +68,26 @@ pub enum Command {
         wait: bool,
     },
     /// Health of the running agent: uptime, ruleset generation, policies,
-    /// last reload, queues and their counters, fail mode.
-    Status {
-        #[command(flatten)]
-        socket: SocketArgs,
-        #[arg(long, value_enum, default_value = "text")]
-        output: OutputFormat,
-        /// Probe instead: exit 0 when the agent is live (every worker
-        /// running and draining) or ready (a complete policy snapshot
-        /// applied and the kernel matching it), 1 when not (the reason on
-        /// stderr), 2 when the agent cannot be reached.
-        #[arg(long, value_enum, value_name = "live|ready", conflicts_with = "output")]
-        check: Option<Check>,
+    /// last reload, datapath, fail mode, one line per queue (`-o wide`:
+    /// the metrics and every queue's counters too).
+    Status(StatusArgs),
+    /// The running agent's decisions: the latest, then (`-f`) each as it
+    /// is made, like `hubble observe`.
+    Observe(ObserveArgs),
+    /// Collect what a bug report needs from the running agent (status,
+    /// policies in force, endpoints, configuration, log tail, iptables
+    /// and ipset state, versions) into a .tar.gz or a directory.
+    Bundle(BundleArgs),
+    /// Show or change the running agent's log filter, without a restart.
+    LogLevel(LogLevelArgs),
+    /// Print the completion script of a shell (`source <(tollgate
+    /// completion bash)`).
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
     },
+    /// Write the man pages, generated from this command line.
+    Man(ManArgs),
 }
 
 /// Options of `tollgate run`. Configuration keys are set, from lowest to
@@ -293,6 +306,8 @@ pub enum GetCommand {
         filter: GetFilter,
         #[command(flatten)]
         output: GetOutputArgs,
+        #[command(flatten)]
+        watch: WatchArgs,
     },
     /// Objects the running agent skips or enforces only in part in
     /// Kubernetes mode, with the reasons its Kubernetes Events give.
@@ -335,12 +350,55 @@ pub struct SkippedFilter {
 }
 
 /// `-o` of `get`.
-#[derive(Args, Clone, Copy, Debug)]
+#[derive(Args, Clone, Debug)]
 pub struct GetOutputArgs {
     /// `table` (default; long lists summarised), `wide` (every column,
-    /// lists whole), `json` or `yaml` (everything).
-    #[arg(short = 'o', long, value_enum, default_value = "table")]
-    pub output: GetOutput,
+    /// lists whole), `json` or `yaml` (everything), or `jsonpath=PATH`:
+    /// the values an RFC 9535 JSONPath selects in the `-o json` document
+    /// (`$[*].endpoint`; kubectl's `{[*].endpoint}` is read too).
+    #[arg(short = 'o', long, default_value = "table", value_parser = parse_get_format, value_name = "FORMAT")]
+    pub output: GetFormat,
+}
+
+/// What `-o` of `get` asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GetFormat {
+    Plain(GetOutput),
+    /// An RFC 9535 JSONPath (`$…`), checked when parsed.
+    JsonPath(String),
+}
+
+impl GetFormat {
+    /// The rendering the answer starts from: JSON for a JSONPath.
+    pub fn plain(&self) -> GetOutput {
+        match self {
+            GetFormat::Plain(output) => *output,
+            GetFormat::JsonPath(_) => GetOutput::Json,
+        }
+    }
+}
+
+/// `table`, `wide`, `json`, `yaml`, or `jsonpath=…` (`jsonpath={.x}`,
+/// kubectl's form, is read as `$.x`).
+fn parse_get_format(s: &str) -> Result<GetFormat, String> {
+    use clap::ValueEnum;
+    if let Some(path) = s.strip_prefix("jsonpath=") {
+        let path = path.trim();
+        let inner = path
+            .strip_prefix('{')
+            .and_then(|p| p.strip_suffix('}'))
+            .unwrap_or(path)
+            .trim();
+        let path = match inner.starts_with('$') {
+            true => inner.to_string(),
+            false => format!("${inner}"),
+        };
+        serde_json_path::JsonPath::parse(&path).map_err(|e| format!("jsonpath {path:?}: {e}"))?;
+        return Ok(GetFormat::JsonPath(path));
+    }
+    GetOutput::from_str(s, true)
+        .map(GetFormat::Plain)
+        .map_err(|_| format!("{s:?}: expected table, wide, json, yaml or jsonpath=PATH"))
 }
 
 /// Output format of `get`.
@@ -602,7 +660,7 @@ mod tests {
         };
         assert_eq!(filter.namespace.as_deref(), Some("shop"));
         assert_eq!(filter.name.as_deref(), Some("web-policy"));
-        assert_eq!(output.output, GetOutput::Json);
+        assert_eq!(output.output, GetFormat::Plain(GetOutput::Json));
         let cli = Cli::try_parse_from(["tollgate", "get", "skipped", "--name", "bad"]).unwrap();
         let Command::Get {
             what: GetCommand::Skipped { filter, .. },

@@ -55,10 +55,11 @@ fn run(command: Command) -> Result<ExitCode, CommandError> {
         Command::Trace(args) => commands::trace(&args),
         Command::Get { what } => commands::get(&what),
         Command::Cleanup { wait } => commands::cleanup(wait),
-        Command::Status {
-            socket,
-            output,
-            check,
-        } => commands::status(&socket.socket, output, check),
+        Command::Status(args) => commands::status(&args),
+        Command::Observe(args) => commands::observe(&args),
+        Command::Bundle(args) => commands::bundle(&args),
+        Command::LogLevel(args) => commands::log_level(&args),
+        Command::Completion { shell } => commands::completion(shell),
+        Command::Man(args) => commands::man(&args),
     }
 }

@@ -14,6 +14,7 @@ use crate::source::docker::DockerCounters;
 use crate::source::kube::KubeCounters;
 use crate::telemetry::Metrics;
 use crate::workers::audit::AuditCounters;
+use crate::workers::observe::ObserveCounters;
 
 counters! {
     /// What the agent did with its rulesets and the kernel.
@@ -100,6 +101,7 @@ pub struct Sets {
     pub kube: Arc<KubeCounters>,
     pub docker: Arc<DockerCounters>,
     pub audit: Arc<AuditCounters>,
+    pub observe: Arc<ObserveCounters>,
 }
 
 impl Sets {
@@ -109,12 +111,14 @@ impl Sets {
             kube: Arc::default(),
             docker: Arc::default(),
             audit: Arc::default(),
+            observe: Arc::default(),
         };
         let registry = metrics.counters();
         registry.register_set(sets.agent.clone());
         registry.register_set(sets.kube.clone());
         registry.register_set(sets.docker.clone());
         registry.register_set(sets.audit.clone());
+        registry.register_set(sets.observe.clone());
         sets
     }
 }

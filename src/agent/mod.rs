@@ -45,6 +45,7 @@ use crate::source::Source;
 use crate::status::{AgentFacts, AgentStatus, StatusServer};
 use crate::telemetry::Metrics;
 use crate::workers::audit::AuditSink;
+use crate::workers::observe::ObserveSink;
 use crate::workers::{Observers, Worker};
 
 pub use counters::{AgentCounters, ReloadResult, Sets};
@@ -61,8 +62,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let (starting, inbox) = start(&args)?;
     match starting.wait_for_snapshot(&inbox)? {
         Waited::Ready(mut running) => {
-            running.serve(&inbox);
-            Ok(running.stop()?)
+            let served = running.serve(&inbox);
+            running.stop()?;
+            Ok(served?)
         }
         Waited::Stopped(starting) => Ok(starting.stop()?),
     }
@@ -103,6 +105,8 @@ struct Base {
     counters: Arc<AgentCounters>,
     status: Arc<AgentStatus>,
     audit: Option<AuditSink>,
+    /// Where the workers hand their decisions for `tollgate observe`.
+    observe: ObserveSink,
     /// Removes the socket when the agent stops.
     _status_server: Option<StatusServer>,
     /// The verdict cache generation of each ruleset put in force.
@@ -135,7 +139,7 @@ struct Starting {
 /// How waiting for the first snapshot ended.
 enum Waited {
     Ready(Box<Running>),
-    Stopped(Starting),
+    Stopped(Box<Starting>),
 }
 
 /// The running agent.
@@ -151,6 +155,18 @@ struct Running {
     bridged_unseen: Option<String>,
     /// The verdict cache's hits counted from its lookup rules' counters.
     cache_hits: datapath::cache::HitCount,
+    /// The workers, until their queues are bound ([`Running::bind`]).
+    unbound: Option<Workers>,
+    /// Why the workers could not be started after the agent's start: the
+    /// run loop stops with it.
+    fatal: Option<AgentError>,
+}
+
+/// What the workers decide by and report to, until they are started.
+struct Workers {
+    policy: Arc<ArcSwap<Ruleset>>,
+    mirror: Arc<crate::fqdn::FqdnTable>,
+    observers: Observers,
 }
 
 fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
@@ -200,6 +216,8 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
         None => None,
     };
     let policy = Arc::new(ArcSwap::from_pointee(compile(&Snapshot::default(), &node)));
+    let (observe, hub) =
+        crate::workers::observe::spawn(Arc::clone(&sets.observe)).map_err(AgentError::Observe)?;
     let status = Arc::new(AgentStatus::new(
         AgentFacts {
             node_name: config.node.name.clone(),
@@ -207,10 +225,13 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
             privileged: config.datapath.privileged.clone(),
             audit_log: config.audit.file.clone(),
             metrics_address: config.metrics.address.map(|a| a.to_string()),
+            config: format!("{config:#?}"),
+            kernel: Some(kernel),
         },
         Arc::clone(&policy),
         Arc::clone(&metrics),
     ));
+    status.observe_hub(hub);
     if let Some(state) = kubernetes {
         status.kubernetes_source(state);
     }
@@ -250,6 +271,7 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
             counters: sets.agent,
             status,
             audit,
+            observe,
             _status_server: status_server,
             generations,
             dns_counters,
@@ -281,7 +303,7 @@ impl Starting {
                 self.install_startup_state();
             }
             match inbox.recv() {
-                Ok(Event::Shutdown) | Err(_) => return Ok(Waited::Stopped(self)),
+                Ok(Event::Shutdown) | Err(_) => return Ok(Waited::Stopped(Box::new(self))),
                 Ok(Event::PolicyChanged | Event::Reload) => {}
             }
         }
@@ -308,7 +330,13 @@ impl Starting {
 
     /// Puts the first complete snapshot in force: the workers start
     /// deciding by it, and the kernel moves to it from what it holds by
-    /// the bridge of both.
+    /// the bridge of both. The workers bind their queues first, so that
+    /// they read what the kernel already queues — unless the kernel an
+    /// earlier agent left sends packets to one of those queues in another
+    /// role (a changed queue layout: `queues`, `fqdn.dnsQueue`,
+    /// `l7.queue`); then no queue is bound until the kernel is rewritten
+    /// to this agent's layout, and its queues have no reader meanwhile,
+    /// as while no agent ran.
     fn enforce(self, snapshot: &Snapshot) -> Result<Running, AgentError> {
         let Starting {
             mut base, policy, ..
@@ -322,8 +350,10 @@ impl Starting {
         base.warnings
             .reloaded(snapshot, &node, &compiled, &base.counters, &base.status);
         let ruleset = base.generations.stamp(compiled, snapshot, &node);
-        let installed = adopted(&base.kernel.installed()?);
-        let mut fqdn = Fqdn::restore(
+        let found = base.kernel.installed()?;
+        let crossed = datapath::roles::crossed(&found, &config.queue_numbers());
+        let installed = adopted(&found);
+        let fqdn = Fqdn::restore(
             &base.kernel,
             &ruleset,
             snapshot,
@@ -333,7 +363,6 @@ impl Starting {
         )?;
         let mirror = Arc::clone(&fqdn.mirror);
         base.status.fqdn_table(Arc::clone(&mirror));
-        let patterns = ruleset.fqdn_patterns().to_vec();
         let reconciler = Reconciler::adopting(policy, ruleset, installed, Backoff::DEFAULT);
         let policy = Arc::clone(reconciler.in_force());
         let cache = match config.verdict_cache.enabled() {
@@ -342,27 +371,10 @@ impl Starting {
         };
         let observers = Observers {
             metrics: Arc::clone(&base.metrics),
+            observe: base.observe.clone(),
             audit: base.audit.clone(),
             cache,
         };
-        for queue in config.queues.range().iter() {
-            Worker::spawn(
-                queue,
-                &config.datapath,
-                Arc::clone(&policy),
-                Arc::clone(&mirror),
-                observers.clone(),
-            )?;
-        }
-        crate::workers::l7::spawn(
-            &config.datapath,
-            &config.l7,
-            Arc::clone(&policy),
-            Arc::clone(&mirror),
-            observers,
-        )?;
-        fqdn.start_dns_worker(&patterns)?;
-        crate::workers::watchdog::spawn(Arc::clone(&base.metrics), config.health.stall_timeout())?;
         #[allow(clippy::disallowed_methods)] // the first drift check is due one interval from now.
         let checks_due = Instant::now() + Running::checks_every(config);
         let mut running = Running {
@@ -372,14 +384,32 @@ impl Starting {
             checks_due,
             bridged_unseen: None,
             cache_hits: datapath::cache::HitCount::default(),
+            unbound: Some(Workers {
+                policy,
+                mirror,
+                observers,
+            }),
+            fatal: None,
         };
+        if crossed.is_empty() {
+            running.bind()?;
+        } else {
+            let crossed: Vec<String> = crossed.iter().map(ToString::to_string).collect();
+            tracing::warn!(
+                "the kernel state an earlier agent left queues packets to this agent's queues in another role ({}): no queue is bound until it is rewritten",
+                crossed.join("; ")
+            );
+        }
         running.check_bridges();
         running.put_in_force();
         running.base.status.set_snapshot_complete(true);
         // A failed install is retried from the run loop: tearing down here
         // would remove what an earlier agent left enforcing.
         running.sync();
-        Ok(running)
+        match running.fatal.take() {
+            Some(error) => Err(error),
+            None => Ok(running),
+        }
     }
 
     fn stop(self) -> Result<(), AgentError> {
@@ -446,6 +476,9 @@ fn open_source(
             None,
         ),
         None => {
+            sets.kube
+                .enabled
+                .store(1, std::sync::atomic::Ordering::Relaxed);
             let source = KubeSource::spawn(
                 args.kube.connection(),
                 Some(config.node.name.clone()),
@@ -483,6 +516,38 @@ fn serve_status(
 }
 
 impl Running {
+    /// Starts the workers, once: the connection and L7 queues' (bound
+    /// here, errors returned), the DNS worker when the ruleset in force
+    /// has FQDN selectors, and the watchdog over them.
+    fn bind(&mut self) -> Result<(), AgentError> {
+        let Some(Workers {
+            policy,
+            mirror,
+            observers,
+        }) = self.unbound.take()
+        else {
+            return Ok(());
+        };
+        let config = &self.base.config;
+        for queue in config.queues.range().iter() {
+            Worker::spawn(
+                queue,
+                &config.datapath,
+                Arc::clone(&policy),
+                Arc::clone(&mirror),
+                observers.clone(),
+            )?;
+        }
+        crate::workers::l7::spawn(&config.datapath, &config.l7, policy, mirror, observers)?;
+        let patterns = self.reconciler.in_force().load().fqdn_patterns().to_vec();
+        self.fqdn.bind(&patterns)?;
+        crate::workers::watchdog::spawn(
+            Arc::clone(&self.base.metrics),
+            config.health.stall_timeout(),
+        )?;
+        Ok(())
+    }
+
     fn stop(self) -> Result<(), AgentError> {
         self.base.stop()
     }

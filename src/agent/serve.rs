@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use super::ReloadResult;
+use super::{AgentError, ReloadResult};
 use crate::compile::compile;
 use crate::datapath;
 use crate::ruleset::Ruleset;
@@ -22,10 +22,14 @@ use super::{bridge, host, Running};
 const CHECKS_WITHOUT_DRIFT: Duration = Duration::from_secs(10);
 
 impl Running {
-    /// Handles events until a shutdown is asked for; retries a failed
-    /// apply and checks for drift when due.
-    pub(super) fn serve(&mut self, inbox: &Receiver<Event>) {
+    /// Handles events until a shutdown is asked for, or the workers held
+    /// back at the start cannot be started; retries a failed apply and
+    /// checks for drift when due.
+    pub(super) fn serve(&mut self, inbox: &Receiver<Event>) -> Result<(), AgentError> {
         loop {
+            if let Some(error) = self.fatal.take() {
+                return Err(error);
+            }
             let now = Instant::now();
             // A pending retry rewrites the kernel anyway: the drift check
             // waits for it.
@@ -47,14 +51,14 @@ impl Running {
                     }
                     continue;
                 }
-                Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Disconnected) => return Ok(()),
             };
             let event = match event {
                 Event::PolicyChanged => signals::settle(inbox),
                 other => other,
             };
             match event {
-                Event::Shutdown => return,
+                Event::Shutdown => return Ok(()),
                 Event::Reload | Event::PolicyChanged => self.reload(),
             }
         }
@@ -232,6 +236,15 @@ impl Running {
             self.reloaded(ReloadResult::Applied, None);
         }
         let Some((error, delay)) = done.failed else {
+            // The kernel is this agent's: its queues get what they expect.
+            if self.unbound.is_some() {
+                if let Err(error) = self.bind() {
+                    tracing::error!(%error, "starting the workers failed");
+                    self.fatal = Some(error);
+                    return None;
+                }
+                tracing::info!("kernel state rewritten: queues bound");
+            }
             if let Some(recovered) = done.recovered {
                 tracing::info!(
                     "datapath apply recovered after {} attempts",

@@ -1,19 +1,28 @@
-//! The subcommands that read — `validate`, `trace`, `get`, `status` — and
-//! `cleanup`, each a function from its arguments to what it prints and its
-//! exit code. File reading is delegated to `source`, the evaluation to
-//! `explain`, the asking to `status`'s client, the uninstall to `agent`;
-//! `main.rs` only dispatches and turns a [`CommandError`] into its message
-//! and exit code. Nothing here decides a verdict.
+//! The subcommands that read — `validate`, `trace`, `get`, `status`,
+//! `observe`, `bundle` — `log-level`, `cleanup`, and the shell's
+//! `completion` and `man`, each a function from its arguments to what it
+//! prints and its exit code. File reading is delegated to `source`, the
+//! evaluation to `explain`, the asking to `status`'s client, the
+//! uninstall to `agent`; `main.rs` only dispatches and turns a
+//! [`CommandError`] into its message and exit code. Nothing here decides
+//! a verdict.
 //!
 //! - this file: the errors, the local Node's identity, loading policies,
-//!   asking the agent, and `validate`, `trace`, `status`, `cleanup`;
+//!   asking the agent, `--watch`, and `validate`, `trace`, `status`,
+//!   `log-level`, `cleanup`;
 //! - `view.rs`: [`View`], the running agent or the policies given, picked
 //!   in one place;
 //! - `get.rs`: `get`, and what its filters select;
+//! - `observe.rs`: `observe`;
+//! - `bundle.rs`: `bundle`, the files it writes;
+//! - `shell.rs`: `completion` and `man`, from the clap definition;
 //! - `render.rs`: every rendering, and the one `table()`.
 
+mod bundle;
 mod get;
+mod observe;
 mod render;
+mod shell;
 #[cfg(test)]
 mod tests;
 mod view;
@@ -23,11 +32,16 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+pub use bundle::bundle;
 pub use get::get;
-pub(crate) use render::render_status;
+pub use observe::observe;
+pub(crate) use render::{render_queues, render_status};
+pub use shell::{completion, man};
 pub use view::View;
 
-use crate::cli::{LimitArgs, NodeArgs, OutputFormat, TraceArgs};
+use crate::cli::{
+    LimitArgs, LogLevelArgs, NodeArgs, StatusArgs, StatusOutput, StatusPart, TraceArgs, WatchArgs,
+};
 use crate::compile::{compile, LocalNode};
 use crate::config::{AgentConfig, MachineDefaults, PolicyFilesConfig};
 use crate::model::{Kind, Object, Snapshot};
@@ -242,14 +256,13 @@ pub fn trace(args: &TraceArgs) -> Result<ExitCode, CommandError> {
     })
 }
 
-/// `tollgate status`: the agent's report as text or JSON; with `check`,
-/// the probe's name when it passes, else exit 1 with the reason.
-pub fn status(
-    socket: &Path,
-    output: OutputFormat,
-    check: Option<Check>,
-) -> Result<ExitCode, CommandError> {
-    if let Some(check) = check {
+/// `tollgate status`: the agent's report as text (a summary and a line per
+/// queue), wide (every metric and counter too), the queues' tables alone,
+/// or JSON; with `check`, the probe's name when it passes, else exit 1
+/// with the reason.
+pub fn status(args: &StatusArgs) -> Result<ExitCode, CommandError> {
+    let socket = args.socket.socket.as_path();
+    if let Some(check) = args.check {
         return match ask(socket, &Request::Check { probe: check })? {
             Response::Check(report) if report.ok => {
                 println!("{}", check_name(check));
@@ -266,21 +279,78 @@ pub fn status(
             other => Err(unexpected(&other)),
         };
     }
-    match ask(socket, &Request::Status)? {
-        Response::Status(report) => match output {
-            OutputFormat::Text => print!("{}", render_status(&report)),
-            OutputFormat::Json => println!(
-                "{}",
-                serde_json::to_string_pretty(&report).unwrap_or_default()
-            ),
-        },
+    repeat(&args.watch, true, || {
+        let report = match ask(socket, &Request::Status)? {
+            Response::Status(report) => report,
+            other => return Err(unexpected(&other)),
+        };
+        Ok(match (args.part, args.output) {
+            (_, StatusOutput::Json) => {
+                serde_json::to_string_pretty(&report)
+                    .map_err(|e| CommandError::Usage(e.to_string()))?
+                    + "\n"
+            }
+            (Some(StatusPart::Queues), _) => render_queues(&report),
+            (None, StatusOutput::Wide) => render_status(&report, true),
+            (None, StatusOutput::Text) => render_status(&report, false),
+        })
+    })
+}
+
+/// Prints `answer()`; with `--watch`, asks again every interval and
+/// prints each answer that differs from the last one printed (`every`:
+/// each answer), after a blank line, until interrupted, the agent's error
+/// (exit 2) or a closed stdout.
+pub fn repeat(
+    watch: &WatchArgs,
+    every: bool,
+    mut answer: impl FnMut() -> Result<String, CommandError>,
+) -> Result<ExitCode, CommandError> {
+    use std::io::Write as _;
+    let mut last = answer()?;
+    let mut out = std::io::stdout();
+    if out
+        .write_all(last.as_bytes())
+        .and_then(|()| out.flush())
+        .is_err()
+        || !watch.watch
+    {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let interval = std::time::Duration::from_secs_f64(watch.interval.clamp(0.1, 3600.0));
+    loop {
+        std::thread::sleep(interval);
+        let next = answer()?;
+        if every || next != last {
+            let written = write!(out, "\n{next}").and_then(|()| out.flush());
+            if written.is_err() {
+                return Ok(ExitCode::SUCCESS);
+            }
+            last = next;
+        }
+    }
+}
+
+/// `tollgate log-level`: the running agent's log filter, changed first
+/// when one is given.
+pub fn log_level(args: &LogLevelArgs) -> Result<ExitCode, CommandError> {
+    if let Some(filter) = &args.filter {
+        // Refused here with the flag's own message rather than the agent's.
+        crate::logging::filter(Some(filter)).map_err(|e| CommandError::Usage(e.to_string()))?;
+    }
+    let request = Request::LogLevel {
+        filter: args.filter.clone(),
+    };
+    match ask(&args.socket.socket, &request)? {
+        Response::LogLevel(filter) => println!("{filter}"),
         other => return Err(unexpected(&other)),
     }
     Ok(ExitCode::SUCCESS)
 }
 
 /// `tollgate cleanup`: removes what tollgate installed in this network
-/// namespace and says what it removed.
+/// namespace and says what it removed, one item per line, and how long
+/// after the agent's lock was free.
 pub fn cleanup(wait: bool) -> Result<ExitCode, CommandError> {
     let waiting = |pid: Option<u32>| {
         let pid = pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
@@ -291,11 +361,11 @@ pub fn cleanup(wait: bool) -> Result<ExitCode, CommandError> {
     if removed.is_empty() {
         println!("nothing of tollgate's is installed in this network namespace");
     } else {
-        println!(
-            "removed: {} (in {} ms)",
-            removed.summary(),
-            took.as_millis()
-        );
+        println!("removed:");
+        for item in removed.items() {
+            println!("  {item}");
+        }
+        println!("in {} ms", took.as_millis());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -231,6 +231,11 @@ impl Changes {
     /// (`iptables: chain TOLLGATE-INPUT rewritten; ipset: tollgate-endpoints-v4
     /// refilled`).
     pub fn summary(&self) -> String {
+        self.items().join("; ")
+    }
+
+    /// The parts of [`Changes::summary`], one each.
+    pub fn items(&self) -> Vec<String> {
         let mut parts = Vec::new();
         let tables = Family::ALL
             .iter()
@@ -265,7 +270,7 @@ impl Changes {
         for name in &self.destroy_sets {
             parts.push(format!("ipset: {name} destroyed"));
         }
-        parts.join("; ")
+        parts
     }
 
     pub fn table(&self, family: Family) -> &TableChanges {

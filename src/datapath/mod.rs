@@ -205,6 +205,7 @@ pub mod ipset_netlink;
 pub mod kernel;
 pub mod plan;
 pub mod retry;
+pub mod roles;
 pub mod state;
 pub mod transition;
 pub mod visibility;

@@ -837,7 +837,7 @@ spec:
     let mut out = String::new();
     std::io::Read::read_to_string(&mut cleanup.stdout.take().unwrap(), &mut out).unwrap();
     assert!(status.success(), "{status}: {out}");
-    assert!(out.starts_with("removed: "), "{out}");
+    assert!(out.starts_with("removed:\n  "), "{out}");
     let window = clean - stopped;
     eprintln!(
         "UNINSTALL-WINDOW agent exit -> state removed {window:?} (the cleanup: {})",

@@ -1518,5 +1518,6 @@ spec:
 }
 
 mod conformance;
+mod dry_run;
 mod npapi;
 mod priority;

@@ -252,6 +252,17 @@ pub enum PortProtocol {
     Sctp,
 }
 
+impl PortProtocol {
+    /// The name as policies spell it: `TCP`, `UDP`, `SCTP`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PortProtocol::Tcp => "TCP",
+            PortProtocol::Udp => "UDP",
+            PortProtocol::Sctp => "SCTP",
+        }
+    }
+}
+
 /// A port given as a number or as a container port name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
 #[serde(untagged)]

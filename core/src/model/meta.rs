@@ -42,6 +42,21 @@ pub struct ObjectMeta {
     pub self_link: Option<String>,
 }
 
+/// The annotation that puts a policy of any kind in dry-run: with the value
+/// `"true"` the policy is compiled and evaluated on every new connection it
+/// would decide, and never enforced (see `ruleset`'s dry-run outcome).
+/// Removing it (or any other value) enforces the policy.
+pub const DRY_RUN_ANNOTATION: &str = "tollgate.io/dry-run";
+
+impl ObjectMeta {
+    /// Whether the object carries [`DRY_RUN_ANNOTATION`]` = "true"`.
+    pub fn dry_run(&self) -> bool {
+        self.annotations
+            .get(DRY_RUN_ANNOTATION)
+            .is_some_and(|v| v == "true")
+    }
+}
+
 /// A Kubernetes label selector. An empty selector (`{}`) selects everything.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -11,13 +11,17 @@ mod ties;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use serde::Serialize;
 
 use crate::fqdn::FqdnPattern;
 use crate::model::PortProtocol;
 
-pub use classify::{Consulted, DecidedBy, Decision, DirectionDecision, Outcome};
+pub use classify::{
+    Consulted, DecidedBy, Decision, DirectionDecision, DryRunCause, DryRunChange, DryRunOutcome,
+    Miss, NoMatch, Outcome,
+};
 pub(crate) use index::RuleLists;
 use index::{build_tables, EndpointTable};
 pub(crate) use rule::{Block, CompiledRule, PeerMatch, ServiceMatch};
@@ -92,6 +96,10 @@ pub struct PolicySummary {
     pub rule_names: Vec<String>,
     /// Endpoints on this node the policy applies to.
     pub applied_to: Vec<String>,
+    /// The policy is in dry-run ([`crate::model::DRY_RUN_ANNOTATION`]):
+    /// evaluated, never enforced.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
 }
 
 /// What the compiler resolved, for [`Ruleset::new`] to index. Rule ids
@@ -102,9 +110,11 @@ pub(crate) struct Parts<'a> {
     pub(crate) endpoints: Vec<Endpoint>,
     /// Per endpoint, its ingress and egress rule lists.
     pub(crate) lists: Vec<[RuleLists; 2]>,
-    /// Per endpoint, ingress then egress: the Kubernetes NetworkPolicies
-    /// that isolate it.
+    /// Per endpoint, ingress then egress: the enforced Kubernetes
+    /// NetworkPolicies that isolate it.
     pub(crate) isolated_by: Vec<[Vec<PolicyRef>; 2]>,
+    /// The same for dry-run Kubernetes NetworkPolicies.
+    pub(crate) dry_run_isolated_by: Vec<[Vec<Arc<PolicyRef>>; 2]>,
     /// Endpoint ids with their addresses. An address listed for two
     /// endpoints belongs to the later one.
     pub(crate) addresses: Vec<(u32, &'a [IpAddr])>,
@@ -133,8 +143,10 @@ pub struct Ruleset {
     endpoint_by_ip: HashMap<IpAddr, u32>,
     endpoint_tables: Vec<u32>,
     tables: Vec<EndpointTable>,
-    /// Per endpoint, ingress then egress: the isolating K8s policies.
+    /// Per endpoint, ingress then egress: the isolating K8s policies,
+    /// enforced ones, then dry-run ones.
     isolated_by: Vec<[Vec<PolicyRef>; 2]>,
+    dry_run_isolated_by: Vec<[Vec<Arc<PolicyRef>>; 2]>,
     local_node_endpoint: u32,
     /// Named container ports of every Pod in the inventory, by address.
     named_ports: HashMap<IpAddr, Vec<(String, PortProtocol, u16)>>,
@@ -176,6 +188,7 @@ impl Ruleset {
             endpoint_tables,
             tables,
             isolated_by: parts.isolated_by,
+            dry_run_isolated_by: parts.dry_run_isolated_by,
             local_node_endpoint: LOCAL_NODE,
             named_ports: parts.named_ports,
             names: parts.names,

@@ -152,12 +152,45 @@ fn walk(snapshot: &Snapshot) -> (Findings, Vec<SelectorSite>) {
             | Object::ServiceAccount(_)
             | Object::ExternalEntity(_) => {}
         }
+        check_dry_run_annotation(&mut report, object);
     }
     let findings = Findings {
         errors: problems,
         warnings,
     };
     (findings, sites)
+}
+
+/// [`crate::model::DRY_RUN_ANNOTATION`] with another value than `"true"`
+/// (a `True` or `yes` meant as dry-run would enforce the policy), or on an
+/// object that is not a policy, is warned about: the object is admitted,
+/// and enforced.
+fn check_dry_run_annotation(report: &mut Report<'_>, object: &Object) {
+    let field = format!("metadata.annotations.{}", crate::model::DRY_RUN_ANNOTATION);
+    let Some(value) = object
+        .metadata()
+        .annotations
+        .get(crate::model::DRY_RUN_ANNOTATION)
+    else {
+        return;
+    };
+    let policy = matches!(
+        object,
+        Object::ClusterNetworkPolicy(_)
+            | Object::AntreaNetworkPolicy(_)
+            | Object::K8sNetworkPolicy(_)
+            | Object::AdminNetworkPolicy(_)
+            | Object::BaselineAdminNetworkPolicy(_)
+            | Object::NpClusterNetworkPolicy(_)
+    );
+    if !policy {
+        report.warn(field, "only policies can be dry-run: ignored");
+    } else if value != "true" {
+        report.warn(
+            field,
+            format!("{value:?} is not \"true\": the policy is enforced (remove the annotation, or set it to \"true\" for a dry-run)"),
+        );
+    }
 }
 
 /// Collects problems for one object.

@@ -1615,3 +1615,27 @@ fn log_labels_have_the_shape_of_a_label_value() {
         "must be no more than 63 characters",
     );
 }
+
+#[test]
+fn dry_run_annotation_values_other_than_true_are_warnings() {
+    let acnp = |value: &str| {
+        format!(
+            "apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata:\n  name: p\n  annotations: {{tollgate.io/dry-run: '{value}'}}\nspec:\n  priority: 1\n  appliedTo: [{{podSelector: {{}}}}]\n  ingress: [{{action: Drop}}]\n"
+        )
+    };
+    assert_warning(
+        &acnp("True"),
+        "metadata.annotations.tollgate.io/dry-run",
+        "\"True\" is not \"true\": the policy is enforced",
+    );
+    assert_warning(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: x\n  annotations: {tollgate.io/dry-run: 'true'}\n",
+        "metadata.annotations.tollgate.io/dry-run",
+        "only policies can be dry-run",
+    );
+    let findings = check(&snapshot(&acnp("true")));
+    assert!(
+        findings.errors.is_empty() && findings.warnings.is_empty(),
+        "{findings:?}"
+    );
+}
