@@ -39,8 +39,13 @@
 //!   of the NFQUEUE, ipset and route sockets; never opens a socket.
 //! - [`audit`]: the `np.log` line format, dedup and rate limit; never
 //!   writes a file.
+//! - [`observe`]: the decisions `tollgate observe` shows (the record a
+//!   worker hands over, the event, the filter, the bounded history);
+//!   never holds more than its capacity.
 //! - [`counters`]: counter sets declared once (the `counters!` macro), read
 //!   by metrics, status and the shutdown log; never names a Prometheus type.
+//! - [`suggest`]: the known name nearest to a misspelt one, for "did you
+//!   mean" hints; never changes a name.
 #![forbid(unsafe_code)]
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
@@ -57,7 +62,9 @@ pub mod l7;
 pub mod marks;
 pub mod model;
 pub mod netlink;
+pub mod observe;
 pub mod packet;
 pub mod ruleset;
+pub mod suggest;
 pub mod tls;
 pub mod validate;

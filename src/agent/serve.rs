@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use super::ReloadResult;
+use super::{AgentError, ReloadResult};
 use crate::compile::compile;
 use crate::datapath;
 use crate::ruleset::Ruleset;
@@ -22,10 +22,14 @@ use super::{bridge, host, Running};
 const CHECKS_WITHOUT_DRIFT: Duration = Duration::from_secs(10);
 
 impl Running {
-    /// Handles events until a shutdown is asked for; retries a failed
-    /// apply and checks for drift when due.
-    pub(super) fn serve(&mut self, inbox: &Receiver<Event>) {
+    /// Handles events until a shutdown is asked for, or the workers held
+    /// back at the start cannot be started; retries a failed apply and
+    /// checks for drift when due.
+    pub(super) fn serve(&mut self, inbox: &Receiver<Event>) -> Result<(), AgentError> {
         loop {
+            if let Some(error) = self.fatal.take() {
+                return Err(error);
+            }
             let now = Instant::now();
             // A pending retry rewrites the kernel anyway: the drift check
             // waits for it.
@@ -47,7 +51,7 @@ impl Running {
                     }
                     continue;
                 }
-                Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Disconnected) => return Ok(()),
             };
             let event = match event {
                 Event::PolicyChanged => signals::settle(inbox),
@@ -55,7 +59,7 @@ impl Running {
                 other => other,
             };
             match event {
-                Event::Shutdown => return,
+                Event::Shutdown => return Ok(()),
                 Event::Reload | Event::PolicyChanged | Event::InventoryChanged => self.reload(),
             }
         }
@@ -86,7 +90,7 @@ impl Running {
             .count(&base.kernel, &base.metrics, &base.status);
         if base
             .antispoof
-            .refresh(&base.kernel, &base.metrics, &base.status)
+            .refresh(&base.kernel, &base.metrics, &base.counters, &base.status)
         {
             self.sync();
         }
@@ -176,10 +180,11 @@ impl Running {
             // Once complete, a source stays complete.
             Ok(None) => {}
             Ok(Some(snapshot)) => {
-                let ruleset =
-                    self.base
-                        .generations
-                        .stamp(compile(&snapshot, &node), &snapshot, &node);
+                let compiled = compile(&snapshot, &node);
+                let base = &mut self.base;
+                base.warnings
+                    .reloaded(&snapshot, &node, &compiled, &base.counters, &base.status);
+                let ruleset = base.generations.stamp(compiled, &snapshot, &node);
                 // A ruleset of another generation replaces the cache's
                 // lookup rules, and their counters with them.
                 let cached = |r: &Ruleset| r.enforced().verdict_cache.map(|c| c.generation);
@@ -189,7 +194,7 @@ impl Running {
                 let base = &mut self.base;
                 base.antispoof.inventory(&snapshot);
                 base.antispoof
-                    .refresh(&base.kernel, &base.metrics, &base.status);
+                    .refresh(&base.kernel, &base.metrics, &base.counters, &base.status);
                 self.reconciler.offer(ruleset);
                 if let Some(error) = self.sync() {
                     self.reloaded(ReloadResult::Failed, Some(error));
@@ -232,6 +237,15 @@ impl Running {
             self.reloaded(ReloadResult::Applied, None);
         }
         let Some((error, delay)) = done.failed else {
+            // The kernel is this agent's: its queues get what they expect.
+            if self.unbound.is_some() {
+                if let Err(error) = self.bind() {
+                    tracing::error!(%error, "starting the workers failed");
+                    self.fatal = Some(error);
+                    return None;
+                }
+                tracing::info!("kernel state rewritten: queues bound");
+            }
             if let Some(recovered) = done.recovered {
                 tracing::info!(
                     "datapath apply recovered after {} attempts",

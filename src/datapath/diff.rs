@@ -274,6 +274,11 @@ impl Changes {
     /// (`iptables: chain TOLLGATE-INPUT rewritten; ipset: tollgate-endpoints-v4
     /// refilled`).
     pub fn summary(&self) -> String {
+        self.items().join("; ")
+    }
+
+    /// The parts of [`Changes::summary`], one each.
+    pub fn items(&self) -> Vec<String> {
         let mut parts = Vec::new();
         let tables = Family::ALL
             .iter()
@@ -319,7 +324,7 @@ impl Changes {
         for name in &self.destroy_sets {
             parts.push(format!("ipset: {name} destroyed"));
         }
-        parts.join("; ")
+        parts
     }
 
     pub fn table(&self, family: Family) -> &TableChanges {

@@ -247,8 +247,10 @@ pub mod ipset_netlink;
 pub mod kernel;
 pub mod plan;
 pub mod retry;
+pub mod roles;
 pub mod state;
 pub mod transition;
+pub mod visibility;
 
 pub use diff::Changes;
 pub use kernel::{learned_sets, reconcile, teardown, Backend, Iptables, Kernel};

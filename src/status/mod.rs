@@ -7,7 +7,9 @@
 //!
 //! - `protocol.rs`: the requests, the answers and the reports in them;
 //! - `server.rs`: the socket, its clients and their limits;
-//! - `client.rs`: [`request`], as the CLI asks;
+//! - `client.rs`: [`request`] and [`stream`], as the CLI asks;
+//! - `observe.rs`: the `observe` answer, a line per decision;
+//! - `support.rs`: what `tollgate bundle` asks the agent;
 //! - this file: [`AgentStatus`], what the agent knows about itself and how
 //!   it answers each request.
 //!
@@ -26,13 +28,22 @@
 //! ← {"trace":{"verdict":"Allow","protocol":"TCP",…,"egress":{…,"consulted":[…]},…}}
 //! → {"request":"endpoints"}
 //! ← {"endpoints":[{"endpoint":"node-1","kind":"Node","addresses":[…],"policies":[…]},…]}
+//! → {"request":"observe","filter":{"verdicts":["drop"]},"follow":true,"last":20}
+//! ← {"event":{"time":"…","verdict":"Drop","protocol":"TCP","src":{…},"dst":{…},…}}
+//! ← {"lost":12}
+//! → {"request":"logLevel","filter":"debug"}
+//! ← {"logLevel":"debug"}
+//! → {"request":"support"}
+//! ← {"support":{"commandLine":[…],"config":"…","log":[…],"iptablesSave":"…",…}}
 //! ← {"error":"unknown request"}
 //! ```
 #![allow(clippy::disallowed_methods)] // the agent reports its uptime and the age of its reloads.
 
 mod client;
+mod observe;
 mod protocol;
 mod server;
+mod support;
 #[cfg(test)]
 mod tests;
 
@@ -43,21 +54,32 @@ use std::time::Instant;
 
 use arc_swap::ArcSwap;
 
-pub use client::request;
+pub use client::{request, stream};
 pub use protocol::{
-    AgentSeries, AntiSpoofReport, CheckReport, Counts, FqdnSource, GuardedReport, KubernetesReport,
-    ProcessReport, QueueReport, ReloadReport, Request, Response, StatusError, StatusReport,
-    UnguardedReport, DEFAULT_SOCKET, TIMEOUT,
+    AgentSeries, AntiSpoofReport, CheckReport, Counts, FqdnReport, FqdnSource, GuardedReport,
+    KubernetesReport, LearnedSetReport, ProcessReport, QueueReport, ReloadReport, Request,
+    Response, StatusError, StatusReport, SupportReport, UnguardedReport, DEFAULT_SOCKET, TIMEOUT,
 };
 pub use server::{serve, StatusServer, MAX_CLIENTS, REQUEST_TIMEOUT};
 
 use crate::config::{Privileged, PrivilegedHook, PrivilegedProtocol};
+use crate::counters;
+use crate::datapath::Iptables;
 use crate::explain::{self, TraceReport, TraceRequest};
 use crate::fqdn::{FqdnTable, NoFqdn};
 use crate::marks::FailMode;
 use crate::ruleset::{Endpoint, Ruleset};
 use crate::source::kube::{Reason, SourceState};
 use crate::telemetry::{Check, Metrics, Probes};
+use crate::workers::observe::Hub;
+
+counters! {
+    /// Whether the agent is ready, for the alert rules (`/readyz` answers
+    /// the probes).
+    pub struct ReadinessCounters: one per agent {
+        ready: Gauge "ready" = "1 while the agent is ready (a complete policy snapshot applied and the kernel matching it, as /readyz answers), else 0",
+    }
+}
 
 /// What the agent knows about itself, shared with the status server.
 pub struct AgentStatus {
@@ -81,6 +103,14 @@ pub struct AgentStatus {
     kubernetes: OnceLock<SourceState>,
     /// Describes the inventory source (Docker), if separate.
     inventory: OnceLock<InventoryReporter>,
+    /// The decisions `tollgate observe` reads (set once).
+    observe: OnceLock<Hub>,
+    /// `ready` as a gauge, kept with the state it reads.
+    readiness: Arc<ReadinessCounters>,
+    /// The configuration in force, written out (`tollgate bundle`).
+    config: String,
+    /// The kernel's tools, to show its state (`tollgate bundle`).
+    kernel: Option<Iptables>,
 }
 
 /// Says in one line how the inventory source is doing.
@@ -94,6 +124,8 @@ struct State {
     last_reload: Option<(Instant, Option<String>)>,
     datapath_behind: Option<String>,
     bridged_traffic_unseen: Option<String>,
+    endpoint_traffic_unseen: Vec<String>,
+    policy_warnings: Vec<String>,
     verdict_cache_hits: Option<u64>,
     anti_spoofing: Option<AntiSpoofReport>,
     /// The kernel was written to match the ruleset in force and the last
@@ -109,6 +141,10 @@ pub struct AgentFacts {
     pub privileged: Vec<Privileged>,
     pub audit_log: Option<PathBuf>,
     pub metrics_address: Option<String>,
+    /// The configuration in force, written out for `tollgate bundle`.
+    pub config: String,
+    /// The kernel's tools, for `tollgate bundle` (`None`: not shown).
+    pub kernel: Option<Iptables>,
 }
 
 impl AgentStatus {
@@ -117,6 +153,8 @@ impl AgentStatus {
         ruleset: Arc<ArcSwap<Ruleset>>,
         metrics: Arc<Metrics>,
     ) -> AgentStatus {
+        let readiness = Arc::new(ReadinessCounters::default());
+        metrics.counters().register_set(Arc::clone(&readiness) as _);
         AgentStatus {
             started: Instant::now(),
             node_name: facts.node_name,
@@ -131,7 +169,16 @@ impl AgentStatus {
             fqdn: OnceLock::new(),
             kubernetes: OnceLock::new(),
             inventory: OnceLock::new(),
+            observe: OnceLock::new(),
+            readiness,
+            config: facts.config,
+            kernel: facts.kernel,
         }
+    }
+
+    /// The decisions `tollgate observe` reads (set once).
+    pub fn observe_hub(&self, hub: Hub) {
+        let _ = self.observe.set(hub);
     }
 
     /// The Kubernetes source to report on (set once, in Kubernetes mode).
@@ -163,6 +210,24 @@ impl AgentStatus {
         let _ = self.fqdn.set(table);
     }
 
+    /// The FQDN sets of the agent's namespace, as the kernel holds them,
+    /// and how each entry was learned.
+    fn fqdn_report(&self) -> Response {
+        match crate::datapath::learned_sets() {
+            Ok(sets) => Response::Fqdn(FqdnReport {
+                sets: sets
+                    .into_iter()
+                    .map(|(name, set)| LearnedSetReport {
+                        name,
+                        entries: set.entries,
+                    })
+                    .collect(),
+                sources: self.fqdn_sources(),
+            }),
+            Err(error) => Response::Error(format!("reading the FQDN sets: {error}")),
+        }
+    }
+
     fn fqdn_sources(&self) -> Vec<FqdnSource> {
         let Some(table) = self.fqdn.get() else {
             return Vec::new();
@@ -191,9 +256,23 @@ impl AgentStatus {
 
     /// The last kernel write failed (`Some(why)`), or the kernel matches.
     pub fn datapath(&self, behind: Option<String>) {
-        let mut state = self.state();
-        state.datapath_synced = behind.is_none();
-        state.datapath_behind = behind;
+        {
+            let mut state = self.state();
+            state.datapath_synced = behind.is_none();
+            state.datapath_behind = behind;
+        }
+        self.readiness_changed();
+    }
+
+    /// The `ready` gauge follows [`AgentStatus::ready`].
+    fn readiness_changed(&self) {
+        let ready = u64::from(self.ready().is_ok());
+        self.readiness.ready.store(ready, Ordering::Relaxed);
+    }
+
+    /// The warnings about the policies in force (admission and intent).
+    pub fn policy_warnings(&self, warnings: Vec<String>) {
+        self.state().policy_warnings = warnings;
     }
 
     /// The verdict cache's hits counted so far.
@@ -211,12 +290,19 @@ impl AgentStatus {
         self.state().bridged_traffic_unseen = unseen;
     }
 
+    /// Local endpoint addresses whose traffic does not cross netfilter,
+    /// each with the path that bypasses it.
+    pub fn endpoint_traffic(&self, unseen: Vec<String>) {
+        self.state().endpoint_traffic_unseen = unseen;
+    }
+
     /// Whether the snapshot the agent has applied is complete: files
     /// loaded, or every Kubernetes kind listed once. Call it after the
     /// snapshot was offered and synced, so that readiness never runs ahead
     /// of the kernel.
     pub fn set_snapshot_complete(&self, complete: bool) {
         self.snapshot_complete.store(complete, Ordering::SeqCst);
+        self.readiness_changed();
     }
 
     /// Ready: a complete snapshot is applied and the kernel matches it.
@@ -286,6 +372,8 @@ impl AgentStatus {
             }),
             datapath_behind: state.datapath_behind.clone(),
             bridged_traffic_unseen: state.bridged_traffic_unseen.clone(),
+            endpoint_traffic_unseen: state.endpoint_traffic_unseen.clone(),
+            policy_warnings: state.policy_warnings.clone(),
             verdict_cache_hits: state.verdict_cache_hits,
             anti_spoofing: state.anti_spoofing.clone(),
             queues,
@@ -308,7 +396,7 @@ impl AgentStatus {
             Request::Status => Response::Status(Box::new(self.report())),
             Request::Policies => Response::Policies(self.ruleset.load().policies().to_vec()),
             Request::Check { probe } => Response::Check(self.check(*probe).into()),
-            Request::Fqdn => Response::Fqdn(self.fqdn_sources()),
+            Request::Fqdn => self.fqdn_report(),
             Request::Skipped => match self.kubernetes.get() {
                 Some(state) => Response::Skipped(state.refused()),
                 None => Response::Error(
@@ -317,6 +405,23 @@ impl AgentStatus {
             },
             Request::Trace(request) => self.trace(request),
             Request::Endpoints => Response::Endpoints(explain::endpoints(&self.ruleset.load())),
+            Request::LogLevel { filter } => {
+                let changed = match filter {
+                    Some(filter) => crate::logging::set(filter).inspect(|now| {
+                        tracing::info!(filter = %now, "log filter changed");
+                    }),
+                    None => crate::logging::current(),
+                };
+                match changed {
+                    Ok(filter) => Response::LogLevel(filter),
+                    Err(error) => Response::Error(error.to_string()),
+                }
+            }
+            Request::Support => Response::Support(Box::new(self.support())),
+            // Streamed by the server, a line per event.
+            Request::Observe { .. } => {
+                Response::Error("observe is answered as a stream".into())
+            }
         }
     }
 

@@ -357,10 +357,10 @@ fn dockerd_restart_opens_nothing_and_the_buried_jump_is_restored() {
     agent.stop();
 }
 
-/// `tollgate status` of the lab's agent.
+/// `tollgate status -o wide` of the lab's agent (long reasons unwrapped).
 fn status(lab: &Lab) -> String {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args(["status", "--socket"])
+        .args(["status", "-o", "wide", "--socket"])
         .arg(&lab.agent_options().status_socket)
         .output()
         .expect("run tollgate status");

@@ -184,7 +184,7 @@ fn run_enforces_reloads_and_cleans_up() {
     // firewall is byte for byte what it was before the first start.
     let cleaned = lab.tollgate_cleanup();
     assert!(cleaned.success(), "{cleaned:?}");
-    assert!(cleaned.stdout.starts_with("removed: "), "{cleaned:?}");
+    assert!(cleaned.stdout.starts_with("removed:\n  "), "{cleaned:?}");
     assert_eq!(owned_state(node), "");
     assert_eq!(raw_firewall(node), pristine);
     let again = lab.tollgate_cleanup();

@@ -7,8 +7,12 @@
 //! ClusterNetworkPolicies as a Tier of priority 220, AdminNetworkPolicies
 //! after every non-baseline Antrea Tier; Kubernetes NetworkPolicies next;
 //! Antrea's baseline Tier, then the network-policy-api Baseline tier, last)
-//! into the per-endpoint lists the ruleset indexes. Pure: no I/O, no clock; it never
-//! decides a flow.
+//! into the per-endpoint lists the ruleset indexes. A policy annotated
+//! [`crate::model::DRY_RUN_ANNOTATION`]` = "true"` is compiled in its place
+//! like any other, its rules marked [`crate::ruleset::RuleRef::dry_run`]
+//! (and its isolation, for a Kubernetes NetworkPolicy, kept apart from the
+//! enforced one): the classifier decides whether they count. Pure: no I/O,
+//! no clock; it never decides a flow.
 
 mod antrea;
 mod groups;
@@ -62,9 +66,12 @@ struct Compiler<'a> {
     rules: Vec<CompiledRule>,
     /// Per endpoint (index into `endpoints`), per direction.
     lists: Vec<[RuleLists; 2]>,
-    /// Per endpoint, per direction: the Kubernetes NetworkPolicies that
-    /// isolate it (`tollgate trace` names them; a deny-all has no rule).
+    /// Per endpoint, per direction: the enforced Kubernetes
+    /// NetworkPolicies that isolate it (`tollgate trace` names them; a
+    /// deny-all has no rule).
     isolated_by: Vec<[Vec<PolicyRef>; 2]>,
+    /// The same for dry-run Kubernetes NetworkPolicies.
+    dry_run_isolated_by: Vec<[Vec<Arc<PolicyRef>>; 2]>,
     endpoints: Vec<Endpoint>,
     endpoint_of_target: HashMap<Target, u32>,
     address_sets: HashMap<String, Arc<HashSet<IpAddr>>>,
@@ -137,6 +144,7 @@ impl<'a> Compiler<'a> {
         }
         let lists = vec![Default::default(); endpoints.len()];
         let isolated_by = vec![Default::default(); endpoints.len()];
+        let dry_run_isolated_by = vec![Default::default(); endpoints.len()];
         Compiler {
             inv,
             snapshot,
@@ -144,6 +152,7 @@ impl<'a> Compiler<'a> {
             rules: Vec::new(),
             lists,
             isolated_by,
+            dry_run_isolated_by,
             endpoints,
             endpoint_of_target,
             address_sets: HashMap::new(),
@@ -268,6 +277,7 @@ impl<'a> Compiler<'a> {
             endpoints: self.endpoints,
             lists: self.lists,
             isolated_by: self.isolated_by,
+            dry_run_isolated_by: self.dry_run_isolated_by,
             addresses,
             named_ports,
             names,

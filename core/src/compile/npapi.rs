@@ -125,6 +125,7 @@ impl Compiler<'_> {
                     .into_iter()
                     .map(|e| self.endpoints[e as usize].to_string())
                     .collect(),
+                dry_run: policy.metadata.dry_run(),
             });
         }
     }
@@ -155,6 +156,7 @@ impl Compiler<'_> {
             log_label: None,
             rank,
             l7: Arc::new([]),
+            dry_run: policy.metadata.dry_run(),
         });
         // One instance per subject Namespace when peers depend on it
         // (`sameLabels` / `notSameLabels`), else one for all; none without

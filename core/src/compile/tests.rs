@@ -755,6 +755,58 @@ spec:
     assert_eq!(rs.classify(&udp(54), &NoFqdn).verdict, Verdict::Allow);
 }
 
+/// A namespaced policy's `toServices` without a namespace names a Service
+/// of the policy's own Namespace (Antrea's controller reads it so); a
+/// ClusterSet reference selects nothing here.
+#[test]
+fn to_services_default_to_the_policys_namespace_and_skip_cluster_set() {
+    let rs = ruleset(&format!(
+        r#"apiVersion: v1
+kind: Service
+metadata: {{name: svc, namespace: {x}}}
+spec:
+  clusterIP: 10.96.0.10
+  ports: [{{port: 53, protocol: UDP}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: svc, namespace: {y}}}
+spec:
+  clusterIP: 10.96.0.11
+  ports: [{{port: 53, protocol: UDP}}]
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: NetworkPolicy
+metadata: {{name: p, namespace: {x}}}
+spec:
+  priority: 1
+  appliedTo: [{{podSelector: {{matchLabels: {{app: a}}}}}}]
+  egress:
+  - action: Drop
+    toServices: [{{name: svc}}, {{name: svc, namespace: {y}, scope: ClusterSet}}]
+"#,
+        x = NAMESPACES[X],
+        y = NAMESPACES[Y],
+    ));
+    let udp = |dst: &str| Flow {
+        src: ip(X, A),
+        dst: dst.parse().unwrap(),
+        transport: Transport::Udp {
+            src_port: 1,
+            dst_port: 53,
+        },
+        local: None,
+    };
+    assert_eq!(
+        rs.classify(&udp("10.96.0.10"), &NoFqdn).verdict,
+        Verdict::Drop
+    );
+    assert_eq!(
+        rs.classify(&udp("10.96.0.11"), &NoFqdn).verdict,
+        Verdict::Allow
+    );
+}
+
 #[test]
 fn node_port_service_applied_to() {
     let rs = ruleset(
@@ -1466,6 +1518,7 @@ spec:
 }
 
 mod conformance;
+mod dry_run;
 mod npapi;
 mod priority;
 

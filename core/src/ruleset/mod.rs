@@ -7,9 +7,11 @@
 mod classify;
 mod index;
 mod rule;
+mod ties;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use ipnet::IpNet;
 use serde::Serialize;
@@ -17,11 +19,15 @@ use serde::Serialize;
 use crate::fqdn::FqdnPattern;
 use crate::model::PortProtocol;
 
-pub use classify::{Consulted, DecidedBy, Decision, DirectionDecision, Outcome};
+pub use classify::{
+    Consulted, DecidedBy, Decision, DirectionDecision, DryRunCause, DryRunChange, DryRunOutcome,
+    Miss, NoMatch, Outcome,
+};
 pub(crate) use index::RuleLists;
 use index::{build_tables, EndpointTable};
 pub(crate) use rule::{Block, CompiledRule, PeerMatch, ServiceMatch};
 pub use rule::{PolicyKind, PolicyRef, RuleRef};
+pub use ties::Tie;
 
 /// What the datapath must send to userspace: new connections from or to
 /// these addresses.
@@ -124,6 +130,10 @@ pub struct PolicySummary {
     pub rule_names: Vec<String>,
     /// Endpoints on this node the policy applies to.
     pub applied_to: Vec<String>,
+    /// The policy is in dry-run ([`crate::model::DRY_RUN_ANNOTATION`]):
+    /// evaluated, never enforced.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
 }
 
 /// What the compiler resolved, for [`Ruleset::new`] to index. Rule ids
@@ -134,9 +144,11 @@ pub(crate) struct Parts<'a> {
     pub(crate) endpoints: Vec<Endpoint>,
     /// Per endpoint, its ingress and egress rule lists.
     pub(crate) lists: Vec<[RuleLists; 2]>,
-    /// Per endpoint, ingress then egress: the Kubernetes NetworkPolicies
-    /// that isolate it.
+    /// Per endpoint, ingress then egress: the enforced Kubernetes
+    /// NetworkPolicies that isolate it.
     pub(crate) isolated_by: Vec<[Vec<PolicyRef>; 2]>,
+    /// The same for dry-run Kubernetes NetworkPolicies.
+    pub(crate) dry_run_isolated_by: Vec<[Vec<Arc<PolicyRef>>; 2]>,
     /// Endpoint ids with their addresses. An address listed for two
     /// endpoints belongs to the later one.
     pub(crate) addresses: Vec<(u32, &'a [IpAddr])>,
@@ -171,8 +183,10 @@ pub struct Ruleset {
     endpoint_by_ip: HashMap<IpAddr, u32>,
     endpoint_tables: Vec<u32>,
     tables: Vec<EndpointTable>,
-    /// Per endpoint, ingress then egress: the isolating K8s policies.
+    /// Per endpoint, ingress then egress: the isolating K8s policies,
+    /// enforced ones, then dry-run ones.
     isolated_by: Vec<[Vec<PolicyRef>; 2]>,
+    dry_run_isolated_by: Vec<[Vec<Arc<PolicyRef>>; 2]>,
     local_node_endpoint: u32,
     /// Named container ports of every Pod in the inventory, by address.
     named_ports: HashMap<IpAddr, Vec<(String, PortProtocol, u16)>>,
@@ -242,6 +256,7 @@ impl Ruleset {
             endpoint_tables,
             tables,
             isolated_by: parts.isolated_by,
+            dry_run_isolated_by: parts.dry_run_isolated_by,
             local_node_endpoint: LOCAL_NODE,
             named_ports: parts.named_ports,
             names: parts.names,
@@ -332,6 +347,12 @@ impl Ruleset {
     /// Pod or ExternalEntity, `node:name` of a Node.
     pub fn addresses_of(&self, name: &str) -> Option<&[IpAddr]> {
         self.names.get(name).map(Vec::as_slice)
+    }
+
+    /// Every endpoint name of the inventory, as [`Ruleset::addresses_of`]
+    /// takes them.
+    pub fn endpoint_names(&self) -> impl Iterator<Item = &str> {
+        self.names.keys().map(String::as_str)
     }
 
     /// The inventory endpoint an address belongs to, by name.

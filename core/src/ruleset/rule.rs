@@ -84,6 +84,10 @@ pub struct RuleRef {
     /// `l7Protocols` of the rule; empty for L3/L4 rules.
     #[serde(skip)]
     pub l7: Arc<[L7Protocol]>,
+    /// The rule's policy carries [`crate::model::DRY_RUN_ANNOTATION`]: the
+    /// classifier's enforced outcome never sees it, its dry-run outcome
+    /// does.
+    pub dry_run: bool,
 }
 
 /// One entry of a rule's `ports`/`protocols`, resolved. `source` is the
@@ -116,6 +120,72 @@ pub(crate) enum ServiceMatch {
         igmp_type: Option<u8>,
         group: Option<Ipv4Addr>,
     },
+}
+
+/// An entry as `trace -v` names what a rule takes: `TCP/80`,
+/// `UDP/53-54`, `TCP/http`, `SCTP` (every port), `ICMP type 8 code 0`,
+/// `IGMP type 0x16 group 224.0.0.1`; a `sourcePort` range is added as
+/// `from ports 1000-2000`.
+impl fmt::Display for ServiceMatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let source = |f: &mut fmt::Formatter<'_>, source: &Option<(u16, u16)>| match source {
+            Some((first, last)) if first == last => write!(f, " from port {first}"),
+            Some((first, last)) => write!(f, " from ports {first}-{last}"),
+            None => Ok(()),
+        };
+        match self {
+            ServiceMatch::Protocol {
+                protocol,
+                source: s,
+            } => {
+                write!(f, "{}", protocol.as_str())?;
+                source(f, s)
+            }
+            ServiceMatch::Ports {
+                protocol,
+                first,
+                last,
+                source: s,
+            } => {
+                match first == last {
+                    true => write!(f, "{}/{first}", protocol.as_str())?,
+                    false => write!(f, "{}/{first}-{last}", protocol.as_str())?,
+                }
+                source(f, s)
+            }
+            ServiceMatch::Named {
+                protocol,
+                name,
+                source: s,
+            } => {
+                write!(f, "{}/{name}", protocol.as_str())?;
+                source(f, s)
+            }
+            ServiceMatch::Icmp {
+                icmp_type,
+                icmp_code,
+            } => {
+                f.write_str("ICMP")?;
+                if let Some(t) = icmp_type {
+                    write!(f, " type {t}")?;
+                }
+                if let Some(c) = icmp_code {
+                    write!(f, " code {c}")?;
+                }
+                Ok(())
+            }
+            ServiceMatch::Igmp { igmp_type, group } => {
+                f.write_str("IGMP")?;
+                if let Some(t) = igmp_type {
+                    write!(f, " type {t:#04x}")?;
+                }
+                if let Some(g) = group {
+                    write!(f, " group {g}")?;
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 /// A CIDR minus its `except` holes.
@@ -202,41 +272,64 @@ impl ServiceMatch {
     /// Whether the flow's transport matches; `named` resolves a named port on
     /// the destination.
     pub fn matches(&self, flow: &Flow, named: impl Fn(&str, PortProtocol) -> Option<u16>) -> bool {
-        let source_matches = |source: &Option<(u16, u16)>| {
-            source.is_none_or(|(first, last)| {
-                flow.transport
-                    .src_port()
-                    .is_some_and(|p| (first..=last).contains(&p))
-            })
+        self.matches_destination(flow, named) && self.matches_source(flow)
+    }
+
+    /// Whether the flow's protocol is the entry's (any port).
+    pub fn matches_protocol(&self, transport: &Transport) -> bool {
+        match (self, transport) {
+            (
+                ServiceMatch::Protocol { protocol, .. }
+                | ServiceMatch::Ports { protocol, .. }
+                | ServiceMatch::Named { protocol, .. },
+                t,
+            ) => port_protocol(t) == Some(*protocol),
+            (ServiceMatch::Icmp { .. }, Transport::Icmp { .. }) => true,
+            (ServiceMatch::Igmp { .. }, Transport::Igmp { .. }) => true,
+            _ => false,
+        }
+    }
+
+    /// Whether the client's port is within the entry's `sourcePort` range
+    /// (always, without one).
+    pub fn matches_source(&self, flow: &Flow) -> bool {
+        let source = match self {
+            ServiceMatch::Protocol { source, .. }
+            | ServiceMatch::Ports { source, .. }
+            | ServiceMatch::Named { source, .. } => source,
+            ServiceMatch::Icmp { .. } | ServiceMatch::Igmp { .. } => &None,
         };
+        source.is_none_or(|(first, last)| {
+            flow.transport
+                .src_port()
+                .is_some_and(|p| (first..=last).contains(&p))
+        })
+    }
+
+    /// Whether the protocol and the destination port (ICMP type and code,
+    /// IGMP type and group) match, whatever the client's port.
+    pub fn matches_destination(
+        &self,
+        flow: &Flow,
+        named: impl Fn(&str, PortProtocol) -> Option<u16>,
+    ) -> bool {
         match (self, &flow.transport) {
-            (ServiceMatch::Protocol { protocol, source }, t) => {
-                port_protocol(t) == Some(*protocol) && source_matches(source)
-            }
+            (ServiceMatch::Protocol { protocol, .. }, t) => port_protocol(t) == Some(*protocol),
             (
                 ServiceMatch::Ports {
                     protocol,
                     first,
                     last,
-                    source,
+                    ..
                 },
                 t,
             ) => {
                 port_protocol(t) == Some(*protocol)
                     && t.dst_port().is_some_and(|p| (*first..=*last).contains(&p))
-                    && source_matches(source)
             }
-            (
-                ServiceMatch::Named {
-                    protocol,
-                    name,
-                    source,
-                },
-                t,
-            ) => {
+            (ServiceMatch::Named { protocol, name, .. }, t) => {
                 port_protocol(t) == Some(*protocol)
                     && named(name, *protocol).is_some_and(|p| t.dst_port() == Some(p))
-                    && source_matches(source)
             }
             (
                 ServiceMatch::Icmp {

@@ -231,6 +231,17 @@ pub const TEST_IDS: &[&str] = &[
     "published_ports_through_docker_proxy_are_judged_as_their_client",
     "docker_compose_v1_underscore_names_are_the_pods",
     "kubernetes_pod_addresses_are_closed_until_the_pod_is_known",
+    "a_label_key_typo_in_a_peer_warns_on_each_reload_and_in_status",
+    "an_empty_policy_directory_says_everything_is_allowed",
+    "uninstall_cleans_up_the_moment_the_agent_stops_and_leaves_a_foreign_ruleset_untouched",
+    "a_macvlan_endpoint_is_reported_as_bypassing_and_a_routed_one_is_not",
+    "l7_denied_requests_stay_denied_across_restarts_that_change_l7_queues",
+    "renumbered_queues_never_hand_an_l7_connection_to_another_worker",
+    "a_dry_run_drop_lets_traffic_flow_logs_and_counts_it_until_promoted",
+    "a_dry_run_kubernetes_isolation_follows_the_annotation_through_watch_events",
+    "observe_shows_the_agents_decisions_and_follows_new_ones",
+    "log_level_changes_at_once_and_bundle_holds_the_agents_state",
+    "prometheus_scrapes_an_agent_and_every_dashboard_query_returns_data",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
