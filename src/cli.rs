@@ -46,6 +46,8 @@ pub enum Command {
         /// Files or directories (their *.yaml, *.yml, *.json).
         #[arg(required = true)]
         paths: Vec<PathBuf>,
+        #[command(flatten)]
+        limits: LimitArgs,
     },
     /// Show which rule decides a flow, and why.
     Trace(TraceArgs),
@@ -61,8 +63,14 @@ pub enum Command {
     /// Remove everything tollgate owns in this network namespace (its
     /// chains, the jumps into them, the endpoint and learned ipsets) and
     /// nothing else. An agent that stops leaves its rules enforcing; this
-    /// is the uninstall step. Refused while an agent runs here.
-    Cleanup,
+    /// is the uninstall step. Refused while an agent runs here, unless
+    /// `--wait`.
+    Cleanup {
+        /// Wait for the running agent to stop (however it stops), then
+        /// remove its state at once: start this first when uninstalling.
+        #[arg(long)]
+        wait: bool,
+    },
     /// Health of the running agent: uptime, ruleset generation, policies,
     /// last reload, datapath, fail mode, one line per queue (`-o wide`:
     /// the metrics and every queue's counters too).
@@ -218,6 +226,21 @@ impl LogArgs {
     }
 }
 
+/// The agent's bounds on policy files (`policyFiles`), so that files the
+/// agent accepts (a large cluster export) are read offline as it reads
+/// them.
+#[derive(Args, Clone, Debug, Default)]
+pub struct LimitArgs {
+    /// The agent's configuration file: its `policyFiles` bounds apply (the
+    /// whole file is checked as `run` checks it).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Sets one configuration key as `run --set` does, e.g.
+    /// `--set policyFiles.maxFileBytes=8388608`; repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<Setting>,
+}
+
 /// Where the running agent's status API listens.
 #[derive(Args, Clone, Debug)]
 pub struct SocketArgs {
@@ -234,6 +257,8 @@ pub enum GetCommand {
         /// Policy files or directories (offline); default: ask the agent.
         #[arg(long)]
         policies: Vec<PathBuf>,
+        #[command(flatten)]
+        limits: LimitArgs,
         #[command(flatten)]
         socket: SocketArgs,
         /// Only `effectivePriority` is supported (and is the default).
@@ -256,6 +281,8 @@ pub enum GetCommand {
         #[arg(long)]
         policies: Vec<PathBuf>,
         #[command(flatten)]
+        limits: LimitArgs,
+        #[command(flatten)]
         node: NodeArgs,
         #[command(flatten)]
         socket: SocketArgs,
@@ -273,6 +300,8 @@ pub enum GetCommand {
         /// Policy files or directories (offline); default: ask the agent.
         #[arg(long)]
         policies: Vec<PathBuf>,
+        #[command(flatten)]
+        limits: LimitArgs,
         #[command(flatten)]
         socket: SocketArgs,
         #[command(flatten)]
@@ -411,6 +440,8 @@ pub struct TraceArgs {
     /// learned FQDN addresses).
     #[arg(long)]
     pub policies: Vec<PathBuf>,
+    #[command(flatten)]
+    pub limits: LimitArgs,
     #[command(flatten)]
     pub socket: SocketArgs,
     /// Source: an address, `namespace/name` of a Pod, ExternalEntity or

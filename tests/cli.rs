@@ -697,7 +697,12 @@ fn validate_warns_on_empty_directories_missing_inventory_and_policies_selecting_
     let path = dir.path().to_str().unwrap().to_string();
     let out = tollgate(&["validate", &path]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert_eq!(stderr(&out), format!("warning: {path}: no objects found\n"));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "warning: {path}: no objects found: no policy applies, every connection is allowed\n"
+        )
+    );
 
     let policies = dir.path().join("policies.yaml");
     std::fs::write(

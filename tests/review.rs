@@ -53,7 +53,7 @@ fn changed(dir: &Path) -> PathBuf {
     lab_copy(dir, "new", |file, text| match file {
         "tenant-isolation.yaml" => text.replace("action: Reject", "action: Drop"),
         "inventory.yaml" => text.replace(
-            "  name: untrusted\n  labels: {env: dev}",
+            "  name: untrusted\n  labels: {env: dev, egress: open}",
             "  name: untrusted\n  labels: {env: dev, egress: allowlist}",
         ),
         _ => text,

@@ -23,8 +23,12 @@ mod why;
 /// Why a flow could not be traced.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TraceError {
-    #[error("{given:?} is neither an address nor an endpoint of the inventory (namespace/name of a Pod, ExternalEntity or container, node:NAME of a Node)")]
-    UnknownEndpoint { given: String },
+    #[error("{given:?} is neither an address nor an endpoint of the inventory (namespace/name of a Pod, ExternalEntity or container, node:NAME of a Node){}", did_you_mean(.nearest))]
+    UnknownEndpoint {
+        given: String,
+        /// The inventory's name nearest to `given`, if one is near.
+        nearest: Option<String>,
+    },
     #[error("the endpoint {name} has no address")]
     NoAddress { name: String },
     #[error("--src and --dst have no address family in common")]
@@ -453,8 +457,15 @@ fn candidates(ruleset: &Ruleset, given: &str) -> Result<Vec<IpAddr>, TraceError>
         Some(ips) => Ok(ips.to_vec()),
         None => Err(TraceError::UnknownEndpoint {
             given: given.to_string(),
+            nearest: crate::suggest::nearest(given, ruleset.endpoint_names()).map(str::to_string),
         }),
     }
+}
+
+fn did_you_mean(nearest: &Option<String>) -> String {
+    nearest
+        .as_ref()
+        .map_or_else(String::new, |n| format!(": did you mean {n:?}?"))
 }
 
 fn transport(

@@ -47,6 +47,8 @@
 //!   never holds more than its capacity.
 //! - [`counters`]: counter sets declared once (the `counters!` macro), read
 //!   by metrics, status and the shutdown log; never names a Prometheus type.
+//! - [`suggest`]: the known name nearest to a misspelt one, for "did you
+//!   mean" hints; never changes a name.
 #![forbid(unsafe_code)]
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
@@ -67,5 +69,6 @@ pub mod observe;
 pub mod packet;
 pub mod review;
 pub mod ruleset;
+pub mod suggest;
 pub mod tls;
 pub mod validate;

@@ -20,6 +20,7 @@ mod links;
 mod lock;
 mod serve;
 mod signals;
+mod warnings;
 
 use std::path::Path;
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -71,12 +72,24 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
 
 /// `tollgate cleanup`: removes every chain, jump and set tollgate owns in
 /// the current network namespace, learned sets included, and nothing
-/// else; refused while an agent holds the namespace's lock. Returns what
-/// was removed.
-pub fn cleanup() -> Result<Changes, AgentError> {
-    let _lock = NamespaceLock::acquire()?;
+/// else. While an agent holds the namespace's lock it is refused, or with
+/// `wait` it waits for the agent to end (told its pid through `waiting`)
+/// and removes the state the moment it has. Returns what was removed and
+/// how long the removal took from the moment the lock was free.
+pub fn cleanup(
+    wait: bool,
+    waiting: impl FnMut(Option<u32>),
+) -> Result<(Changes, std::time::Duration), AgentError> {
+    let _lock = if wait {
+        NamespaceLock::acquire_waiting(waiting)?
+    } else {
+        NamespaceLock::acquire()?
+    };
+    #[allow(clippy::disallowed_methods)] // how long the removal took, reported.
+    let free = std::time::Instant::now();
     let mut kernel = Iptables::detect()?;
-    Ok(teardown(&mut kernel)?)
+    let removed = teardown(&mut kernel)?;
+    Ok((removed, free.elapsed()))
 }
 
 /// What every phase of the agent holds: the lock, the configuration, the
@@ -102,6 +115,8 @@ struct Base {
     dns_counters: Arc<crate::workers::DnsCounters>,
     /// The anti-spoofing guards.
     antispoof: Box<antispoof::AntiSpoof>,
+    /// What the policies probably do not mean, logged and published.
+    warnings: warnings::Warnings,
 }
 
 /// The agent before its source's first complete snapshot. No queue is
@@ -124,7 +139,7 @@ struct Starting {
 /// How waiting for the first snapshot ended.
 enum Waited {
     Ready(Box<Running>),
-    Stopped(Starting),
+    Stopped(Box<Starting>),
 }
 
 /// The running agent.
@@ -242,6 +257,10 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
     // endpoint's interface (a Pod's owner writes its annotations).
     let named_interfaces = args.policies.is_some() && !config.docker.enabled;
     let antispoof = Box::new(antispoof::AntiSpoof::new(&config, named_interfaces));
+    let warnings = match &args.policies {
+        Some(dir) => warnings::Warnings::new(dir.clone(), !config.docker.enabled),
+        None => warnings::Warnings::new("kubernetes".into(), false),
+    };
     let starting = Starting {
         base: Base {
             _lock: lock,
@@ -257,6 +276,7 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
             generations,
             dns_counters,
             antispoof,
+            warnings,
         },
         policy,
         startup_done: found,
@@ -283,8 +303,8 @@ impl Starting {
                 self.install_startup_state();
             }
             match inbox.recv() {
-                Ok(Event::Shutdown) | Err(_) => return Ok(Waited::Stopped(self)),
-                Ok(Event::PolicyChanged | Event::Reload) => {}
+                Ok(Event::Shutdown) | Err(_) => return Ok(Waited::Stopped(Box::new(self))),
+                Ok(Event::PolicyChanged | Event::InventoryChanged | Event::Reload) => {}
             }
         }
     }
@@ -323,12 +343,13 @@ impl Starting {
         } = self;
         base.antispoof.inventory(snapshot);
         base.antispoof
-            .refresh(&base.kernel, &base.metrics, &base.status);
+            .refresh(&base.kernel, &base.metrics, &base.counters, &base.status);
         let config = &base.config;
         let node = host::local_node(&config.node)?;
-        let ruleset = base
-            .generations
-            .stamp(compile(snapshot, &node), snapshot, &node);
+        let compiled = compile(snapshot, &node);
+        base.warnings
+            .reloaded(snapshot, &node, &compiled, &base.counters, &base.status);
+        let ruleset = base.generations.stamp(compiled, snapshot, &node);
         base.status.compiled(Arc::new(snapshot.clone()), &node);
         let found = base.kernel.installed()?;
         let crossed = datapath::roles::crossed(&found, &config.queue_numbers());
@@ -440,10 +461,11 @@ fn open_source(
         let policies = Directory::start(dir, config.policy_files, changed)?;
         let source = DockerSource::spawn(
             &config.docker,
+            &config.node.name,
             policies,
             Arc::clone(&sets.docker),
             move || {
-                let _ = docker_events.send(Event::PolicyChanged);
+                let _ = docker_events.send(Event::InventoryChanged);
             },
         )?;
         let health = source.health();

@@ -56,11 +56,12 @@ impl Running {
             };
             let event = match event {
                 Event::PolicyChanged => signals::settle(inbox),
+                Event::InventoryChanged => signals::drain(inbox),
                 other => other,
             };
             match event {
                 Event::Shutdown => return Ok(()),
-                Event::Reload | Event::PolicyChanged => self.reload(),
+                Event::Reload | Event::PolicyChanged | Event::InventoryChanged => self.reload(),
             }
         }
     }
@@ -90,7 +91,7 @@ impl Running {
             .count(&base.kernel, &base.metrics, &base.status);
         if base
             .antispoof
-            .refresh(&base.kernel, &base.metrics, &base.status)
+            .refresh(&base.kernel, &base.metrics, &base.counters, &base.status)
         {
             self.sync();
         }
@@ -180,10 +181,11 @@ impl Running {
             // Once complete, a source stays complete.
             Ok(None) => {}
             Ok(Some(snapshot)) => {
-                let ruleset =
-                    self.base
-                        .generations
-                        .stamp(compile(&snapshot, &node), &snapshot, &node);
+                let compiled = compile(&snapshot, &node);
+                let base = &mut self.base;
+                base.warnings
+                    .reloaded(&snapshot, &node, &compiled, &base.counters, &base.status);
+                let ruleset = base.generations.stamp(compiled, &snapshot, &node);
                 // A ruleset of another generation replaces the cache's
                 // lookup rules, and their counters with them.
                 let cached = |r: &Ruleset| r.enforced().verdict_cache.map(|c| c.generation);
@@ -194,7 +196,7 @@ impl Running {
                 base.antispoof.inventory(&snapshot);
                 base.status.compiled(Arc::clone(&snapshot), &node);
                 base.antispoof
-                    .refresh(&base.kernel, &base.metrics, &base.status);
+                    .refresh(&base.kernel, &base.metrics, &base.counters, &base.status);
                 self.reconciler.offer(ruleset);
                 if let Some(error) = self.sync() {
                     self.reloaded(ReloadResult::Failed, Some(error));

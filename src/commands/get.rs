@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use std::process::ExitCode;
 
 use super::render::{render_endpoints, render_fqdn, render_policies, render_skipped, select_json};
-use super::{ask, repeat, unexpected, CommandError, View};
+use super::{ask, policy_files, repeat, unexpected, CommandError, View};
 use crate::cli::{GetCommand, GetFilter, GetFormat, SkippedFilter};
 use crate::explain::EndpointReport;
 use crate::ruleset::PolicySummary;
@@ -22,25 +22,32 @@ pub fn get(what: &GetCommand) -> Result<ExitCode, CommandError> {
     match what {
         GetCommand::Policies {
             policies,
+            limits,
             node,
             socket,
             filter,
             output,
             ..
         } => {
-            let list = View::new(policies, node, &socket.socket)?.policies()?;
+            let view = View::new(policies, &policy_files(limits)?, node, &socket.socket)?;
+            let list = view.policies()?;
+            if filter.pod.is_some() {
+                warn_unknown(filter, &view.endpoints()?);
+            }
             let text = render_policies(&list, filter, output.output.plain())?;
             print!("{}", formatted(text, &output.output)?);
         }
         GetCommand::Endpoints {
             policies,
+            limits,
             node,
             socket,
             filter,
             output,
             watch,
         } => {
-            let view = View::new(policies, node, &socket.socket)?;
+            let view = View::new(policies, &policy_files(limits)?, node, &socket.socket)?;
+            warn_unknown(filter, &view.endpoints()?);
             return repeat(watch, false, || {
                 let list = view.endpoints()?;
                 let text = render_endpoints(&list, filter, output.output.plain())?;
@@ -49,12 +56,14 @@ pub fn get(what: &GetCommand) -> Result<ExitCode, CommandError> {
         }
         GetCommand::Fqdn {
             policies,
+            limits,
             node,
             socket,
             filter,
             output,
         } => {
-            let patterns = View::new(policies, node, &socket.socket)?.fqdn_selectors(filter);
+            let view = View::new(policies, &policy_files(limits)?, node, &socket.socket)?;
+            let patterns = view.fqdn_selectors(filter);
             let report = match ask(&socket.socket, &Request::Fqdn)? {
                 Response::Fqdn(report) => report,
                 other => return Err(unexpected(&other)),
@@ -80,6 +89,15 @@ pub fn get(what: &GetCommand) -> Result<ExitCode, CommandError> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Says on stderr when `-n`/`-p` name no endpoint this node enforces for,
+/// with the nearest name that it does: a typo must not read as "no
+/// policy applies".
+fn warn_unknown(filter: &GetFilter, endpoints: &[EndpointReport]) {
+    if let Some(missing) = filter.unknown(endpoints) {
+        eprintln!("warning: {missing}");
+    }
+}
+
 /// The rendering `format` asks for, from the table, JSON or YAML: a
 /// JSONPath's values are selected from the JSON.
 fn formatted(text: String, format: &GetFormat) -> Result<String, CommandError> {
@@ -90,6 +108,31 @@ fn formatted(text: String, format: &GetFormat) -> Result<String, CommandError> {
 }
 
 impl GetFilter {
+    /// What `-n`/`-p` ask for that no endpoint of `endpoints` is, and the
+    /// nearest that is; `None` when something matches or nothing is asked.
+    pub(super) fn unknown(&self, endpoints: &[EndpointReport]) -> Option<String> {
+        let ns = self.namespace()?;
+        if endpoints.iter().any(|e| self.endpoint(&e.endpoint)) {
+            return None;
+        }
+        let names = endpoints.iter().map(|e| e.endpoint.as_str());
+        Some(match &self.pod {
+            Some(pod) => {
+                let asked = format!("{ns}/{pod}");
+                let hint = crate::suggest::did_you_mean(&asked, names);
+                format!("no endpoint {asked} on this node{hint}")
+            }
+            None => {
+                let namespaces: std::collections::BTreeSet<&str> = endpoints
+                    .iter()
+                    .filter_map(|e| e.namespace.as_deref())
+                    .collect();
+                let hint = crate::suggest::did_you_mean(ns, namespaces);
+                format!("no endpoint in Namespace {ns} on this node{hint}")
+            }
+        })
+    }
+
     /// The Namespace asked for (`-p` without `-n` means `default`).
     pub(super) fn namespace(&self) -> Option<&str> {
         match (&self.namespace, &self.pod) {

@@ -45,15 +45,16 @@ pub use shell::{completion, man};
 pub use view::View;
 
 use crate::cli::{
-    LogLevelArgs, NodeArgs, StatusArgs, StatusOutput, StatusPart, TraceArgs, WatchArgs,
+    LimitArgs, LogLevelArgs, NodeArgs, StatusArgs, StatusOutput, StatusPart, TraceArgs, WatchArgs,
 };
 use crate::compile::{compile, LocalNode};
+use crate::config::{AgentConfig, MachineDefaults, PolicyFilesConfig};
 use crate::model::{Kind, Object, Snapshot};
 use crate::ruleset::Ruleset;
 use crate::source;
 use crate::status::{Request, Response, StatusError};
 use crate::telemetry::Check;
-use crate::validate::Problem;
+use crate::validate::{Problem, Whole};
 use render::render_trace;
 
 /// Why an offline command could not produce its answer.
@@ -131,14 +132,38 @@ fn check_name(check: Check) -> &'static str {
 }
 
 /// The local Node's name when neither the command line nor the policies name it.
-pub const DEFAULT_NODE_NAME: &str = "local-node";
+pub const DEFAULT_NODE_NAME: &str = crate::validate::DEFAULT_NODE;
 
-/// Loads, validates and compiles the policies at `paths`.
+/// The agent's `policyFiles` bounds as `limits` set them (its
+/// configuration file and `--set`), for reading files offline as the
+/// agent reads them.
+pub fn policy_files(limits: &LimitArgs) -> Result<PolicyFilesConfig, CommandError> {
+    let text = match &limits.config {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|e| CommandError::Usage(format!("reading {}: {e}", path.display())))?,
+        ),
+        None => None,
+    };
+    let file = limits.config.as_deref().zip(text.as_deref());
+    // Only `policyFiles` is used: the machine's facts do not matter here.
+    let machine = MachineDefaults {
+        node_name: DEFAULT_NODE_NAME.into(),
+        queues: 1,
+    };
+    AgentConfig::load(&machine, file, &limits.set)
+        .map(|loaded| loaded.config.policy_files)
+        .map_err(|e| CommandError::Usage(e.to_string()))
+}
+
+/// Loads, validates and compiles the policies at `paths`, within `limits`.
 pub fn load_ruleset(
     paths: &[PathBuf],
+    limits: &PolicyFilesConfig,
     node: &NodeIdentity,
 ) -> Result<(Snapshot, Ruleset), CommandError> {
-    let snapshot = source::load_and_validate(paths).map_err(CommandError::Invalid)?;
+    let snapshot =
+        source::load_and_validate_within(paths, limits).map_err(CommandError::Invalid)?;
     let local = node.resolve(&snapshot)?;
     let ruleset = compile(&snapshot, &local);
     Ok((snapshot, ruleset))
@@ -165,101 +190,39 @@ pub fn validate_summary(snapshot: &Snapshot) -> String {
 }
 
 /// `tollgate validate`: what is valid but probably not what the author
-/// meant (printed as warnings, exit 0). For a policy directory (among
-/// `directories`, the paths given that are directories, as the agent reads
-/// them): no objects at all, or no inventory (no Pod, Namespace or Node, so
-/// no selector can be checked; a policy file validated alone is not
-/// warned about). For any input with inventory: policies whose appliedTo
-/// selects nothing on any Node of the inventory. Each Node named in the
-/// inventory (by a Node, a Pod's `nodeName` or an ExternalEntity's
-/// `externalNode`) is compiled as the local one; a policy that applies on
-/// none of them selects nothing.
-pub fn inventory_warnings(directories: &[PathBuf], snapshot: &Snapshot) -> Vec<String> {
-    let origin = directories
-        .iter()
-        .map(|d| d.display().to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
-    let inventory = snapshot
-        .iter()
-        .any(|o| matches!(o, Object::Pod(_) | Object::Namespace(_) | Object::Node(_)));
-    if directories.is_empty() && !inventory {
-        return Vec::new();
-    }
-    if snapshot.objects.is_empty() {
-        return vec![format!("{origin}: no objects found")];
-    }
-    if !inventory {
-        return vec![format!(
-            "{origin}: no inventory (no Pod, Namespace or Node): appliedTo and peer selectors cannot be checked"
-        )];
-    }
-    let mut nodes: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
-    for object in snapshot.iter() {
-        let name = match object {
-            Object::Node(node) => Some(node.metadata.name.as_str()),
-            Object::Pod(pod) => pod.spec.node_name.as_deref(),
-            Object::ExternalEntity(ee) => ee.spec.external_node.as_deref(),
-            _ => None,
-        };
-        nodes.extend(name.filter(|n| !n.is_empty()));
-    }
-    if nodes.is_empty() {
-        // Pods without a nodeName are local to any Node.
-        nodes.insert(DEFAULT_NODE_NAME);
-    }
-    let mut applied: std::collections::BTreeSet<(Option<String>, String)> = Default::default();
-    let mut listed: std::collections::BTreeSet<(Option<String>, String)> = Default::default();
-    for node in nodes {
-        let local = LocalNode {
-            name: node.to_string(),
-            ..LocalNode::default()
-        };
-        for summary in compile(snapshot, &local).policies() {
-            let key = (
-                summary.policy.namespace.clone(),
-                format!("{}:{}", summary.policy.kind.as_str(), summary.policy.name),
-            );
-            if !summary.applied_to.is_empty() {
-                applied.insert(key.clone());
-            }
-            listed.insert(key);
-        }
-    }
-    let mut warnings = Vec::new();
-    for sourced in &snapshot.objects {
-        let kind = match sourced.object {
-            Object::ClusterNetworkPolicy(_) => {
-                crate::ruleset::PolicyKind::AntreaClusterNetworkPolicy
-            }
-            Object::AntreaNetworkPolicy(_) => crate::ruleset::PolicyKind::AntreaNetworkPolicy,
-            Object::K8sNetworkPolicy(_) => crate::ruleset::PolicyKind::K8sNetworkPolicy,
-            _ => continue,
-        };
-        let object = sourced.object.object_ref();
-        let key = (
-            object.namespace.clone(),
-            format!("{}:{}", kind.as_str(), object.name),
-        );
-        if listed.contains(&key) && !applied.contains(&key) {
-            warnings.push(format!(
-                "{}: {object}: spec: selects no endpoint of the inventory (appliedTo or podSelector matches no Pod, Node or ExternalEntity)",
-                sourced.origin.display()
-            ));
-        }
-    }
-    warnings
+/// meant ([`crate::validate::intent`]), with every Node of the inventory
+/// compiled as the local one. `directories` are the paths given that are
+/// directories: read whole, as the agent reads them, they are also warned
+/// about when they hold no objects, no policy or no inventory.
+pub fn intent_warnings(directories: &[PathBuf], snapshot: &Snapshot) -> Vec<Problem> {
+    let origin = PathBuf::from(
+        directories
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    let whole = match directories.is_empty() {
+        true => Whole::Files,
+        false => Whole::Source { origin: &origin },
+    };
+    let nodes = crate::validate::inventory_nodes(snapshot);
+    let rulesets: Vec<Ruleset> = nodes.iter().map(|node| compile(snapshot, node)).collect();
+    let compiled: Vec<(&LocalNode, &Ruleset)> = nodes.iter().zip(&rulesets).collect();
+    crate::validate::intent(snapshot, whole, &compiled)
 }
 
 /// `tollgate validate`: the summary of valid policies on stdout and what
 /// is probably not meant as warnings on stderr, or the problems.
-pub fn validate(paths: &[PathBuf]) -> Result<ExitCode, CommandError> {
-    let snapshot = source::load_and_validate(paths).map_err(CommandError::Invalid)?;
+pub fn validate(paths: &[PathBuf], limits: &LimitArgs) -> Result<ExitCode, CommandError> {
+    let limits = policy_files(limits)?;
+    let snapshot =
+        source::load_and_validate_within(paths, &limits).map_err(CommandError::Invalid)?;
     for warning in crate::validate::check(&snapshot).warnings {
         eprintln!("warning: {warning}");
     }
     let directories: Vec<PathBuf> = paths.iter().filter(|p| p.is_dir()).cloned().collect();
-    for warning in inventory_warnings(&directories, &snapshot) {
+    for warning in intent_warnings(&directories, &snapshot) {
         eprintln!("warning: {warning}");
     }
     println!("{}", validate_summary(&snapshot));
@@ -277,7 +240,8 @@ pub fn trace(args: &TraceArgs) -> Result<ExitCode, CommandError> {
             "--node-name, --node-labels and --node-address describe the Node for --policies; the agent traces as its own Node".into(),
         ));
     }
-    let view = match View::new(&args.policies, node, &args.socket.socket) {
+    let limits = policy_files(&args.limits)?;
+    let view = match View::new(&args.policies, &limits, node, &args.socket.socket) {
         Ok(view) => view,
         Err(CommandError::Invalid(problems)) if args.exit_code => {
             for problem in &problems {
@@ -390,10 +354,15 @@ pub fn log_level(args: &LogLevelArgs) -> Result<ExitCode, CommandError> {
 }
 
 /// `tollgate cleanup`: removes what tollgate installed in this network
-/// namespace and says what it removed, one item per line.
-pub fn cleanup() -> Result<ExitCode, CommandError> {
-    let removed =
-        crate::agent::cleanup().map_err(|e| CommandError::Usage(format!("cleanup: {e}")))?;
+/// namespace and says what it removed, one item per line, and how long
+/// after the agent's lock was free.
+pub fn cleanup(wait: bool) -> Result<ExitCode, CommandError> {
+    let waiting = |pid: Option<u32>| {
+        let pid = pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
+        eprintln!("waiting for the agent{pid} to stop; its rules enforce until then");
+    };
+    let (removed, took) = crate::agent::cleanup(wait, waiting)
+        .map_err(|e| CommandError::Usage(format!("cleanup: {e}")))?;
     if removed.is_empty() {
         println!("nothing of tollgate's is installed in this network namespace");
     } else {
@@ -401,6 +370,7 @@ pub fn cleanup() -> Result<ExitCode, CommandError> {
         for item in removed.items() {
             println!("  {item}");
         }
+        println!("in {} ms", took.as_millis());
     }
     Ok(ExitCode::SUCCESS)
 }

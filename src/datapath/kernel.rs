@@ -160,16 +160,18 @@ impl Iptables {
     }
 
     /// The packet counters of the verdict cache's lookup rules, both
-    /// families, by rule ([`super::cache::hit_counters`]).
+    /// families and both tables that decide (filter, mangle), by rule ([`super::cache::hit_counters`]).
     pub fn cache_hits(&self) -> Result<super::cache::HitReading, DatapathError> {
         let mut reading = super::cache::HitReading::new();
         for family in Family::ALL {
-            let save = run(
-                &self.backend.program(family, "save"),
-                &["-c", "-t", "filter"],
-                None,
-            )?;
-            reading.extend(super::cache::hit_counters(&save, family));
+            for table in ["filter", "mangle"] {
+                let save = run(
+                    &self.backend.program(family, "save"),
+                    &["-c", "-t", table],
+                    None,
+                )?;
+                reading.extend(super::cache::hit_counters(&save, family));
+            }
         }
         Ok(reading)
     }
@@ -192,6 +194,12 @@ impl Kernel for Iptables {
         for family in Family::ALL {
             let raw = run(&self.backend.program(family, "save"), &["-t", "raw"], None)?;
             *state.raw_mut(family) = Table::parse_in(&raw, TableKind::Raw);
+            let mangle = run(
+                &self.backend.program(family, "save"),
+                &["-t", "mangle"],
+                None,
+            )?;
+            *state.mangle_mut(family) = Table::parse_in(&mangle, TableKind::Mangle);
         }
         if self.ebtables {
             let save = run(&format!("{EBTABLES}-save"), &["-t", "nat"], None)?;

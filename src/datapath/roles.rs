@@ -60,13 +60,14 @@ impl std::fmt::Display for Crossed {
     }
 }
 
-/// Every queue an `NFQUEUE` rule of `installed`'s filter tables sends
+/// Every queue an `NFQUEUE` rule of `installed`'s filter and mangle tables sends
 /// packets to, with the roles of the rules that do (a queue fed by rules
 /// of two roles is listed with both).
 pub fn routed(installed: &State) -> BTreeMap<u16, Vec<Role>> {
     let mut queues: BTreeMap<u16, Vec<Role>> = BTreeMap::new();
     for family in Family::ALL {
-        for (chain, rules) in &installed.table(family).chains {
+        let tables = [installed.table(family), installed.mangle(family)];
+        for (chain, rules) in tables.into_iter().flat_map(|table| &table.chains) {
             for rule in rules {
                 let Some(target) = rule.split_once("-j NFQUEUE").map(|(_, t)| t) else {
                     continue;

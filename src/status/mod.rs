@@ -129,6 +129,8 @@ struct State {
     last_reload: Option<(Instant, Option<String>)>,
     datapath_behind: Option<String>,
     bridged_traffic_unseen: Option<String>,
+    endpoint_traffic_unseen: Vec<String>,
+    policy_warnings: Vec<String>,
     verdict_cache_hits: Option<u64>,
     anti_spoofing: Option<AntiSpoofReport>,
     /// The kernel was written to match the ruleset in force and the last
@@ -294,6 +296,11 @@ impl AgentStatus {
         }))
     }
 
+    /// The warnings about the policies in force (admission and intent).
+    pub fn policy_warnings(&self, warnings: Vec<String>) {
+        self.state().policy_warnings = warnings;
+    }
+
     /// The verdict cache's hits counted so far.
     pub fn verdict_cache_hits(&self, hits: u64) {
         self.state().verdict_cache_hits = Some(hits);
@@ -307,6 +314,12 @@ impl AgentStatus {
     /// Why bridged traffic bypasses iptables (`None`: it is seen).
     pub fn bridged_traffic(&self, unseen: Option<String>) {
         self.state().bridged_traffic_unseen = unseen;
+    }
+
+    /// Local endpoint addresses whose traffic does not cross netfilter,
+    /// each with the path that bypasses it.
+    pub fn endpoint_traffic(&self, unseen: Vec<String>) {
+        self.state().endpoint_traffic_unseen = unseen;
     }
 
     /// Whether the snapshot the agent has applied is complete: files
@@ -385,6 +398,8 @@ impl AgentStatus {
             }),
             datapath_behind: state.datapath_behind.clone(),
             bridged_traffic_unseen: state.bridged_traffic_unseen.clone(),
+            endpoint_traffic_unseen: state.endpoint_traffic_unseen.clone(),
+            policy_warnings: state.policy_warnings.clone(),
             verdict_cache_hits: state.verdict_cache_hits,
             anti_spoofing: state.anti_spoofing.clone(),
             queues,

@@ -261,6 +261,16 @@ pub struct StatusReport {
     /// (`br_netfilter`), or `None` when it is seen or there is no bridge.
     #[serde(default)]
     pub bridged_traffic_unseen: Option<String>,
+    /// Local endpoint addresses whose traffic never crosses the node's
+    /// netfilter (Open vSwitch, macvlan, ipvlan, …), as `namespace/name
+    /// address: why` (`datapath::visibility`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endpoint_traffic_unseen: Vec<String>,
+    /// What the policies in force probably do not mean: valid and
+    /// enforced, but a label key no object carries, no policy at all,
+    /// rules in no defined order (as `tollgate validate` warns).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policy_warnings: Vec<String>,
     /// New connections the kernel answered from the verdict cache (read
     /// at every periodic check and before a ruleset change replaces the
     /// lookup rules); `None` while the cache is off or unread.

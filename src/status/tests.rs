@@ -167,6 +167,18 @@ fn requests_and_responses_are_one_json_line_each() {
     assert!(render_status(&unseen, true)
         .contains("\nbridged traffic:    NOT SEEN: br_netfilter is not loaded\n"));
     s.bridged_traffic(None);
+    assert!(
+        !text.contains("endpoint traffic:"),
+        "no row while seen: {text}"
+    );
+    s.endpoint_traffic(vec!["lab/mac 10.0.1.3: reached over veth-b".into()]);
+    let Response::Status(unseen) = s.answer(&Request::Status) else {
+        panic!()
+    };
+    assert!(render_status(&unseen, false).contains(
+        "\nendpoint traffic:   NOT SEEN for 1 endpoint addresses (not enforced):\n  lab/mac 10.0.1.3: reached over veth-b\n"
+    ));
+    s.endpoint_traffic(Vec::new());
     assert!(text.contains("\n100   2       0       0 "), "{text}");
     let json = serde_json::to_string(&Response::Status(report.clone())).unwrap();
     assert!(json.starts_with(r#"{"status":{"version":"#), "{json}");

@@ -477,7 +477,7 @@ fn live_trace_and_endpoints_name_what_the_wire_enforces() {
 }
 
 /// The shipped kind of privileged entry, SSH from anywhere (as
-/// `docker/configmap.yaml` writes it, no `hooks`), privileges the Node's
+/// `docker/base/configmap.yaml` writes it, no `hooks`), privileges the Node's
 /// own SSH port and nothing routed: a Pod's connection to port 22 of
 /// another Pod is dropped by the policy that denies it, while the Node's
 /// port 22 stays reachable through a Node deny-all. The live trace agrees.

@@ -87,6 +87,7 @@ fn allow_reject_drop_through_the_queue() {
             node_egress: false,
             endpoints: vec![],
             verdict_cache: None,
+            ..Enforced::default()
         };
         let queues = config.queue_numbers();
         reconcile(

@@ -5,6 +5,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
+use ipnet::IpNet;
+
 use crate::model::{
     AntreaGroup, LabelSelector, NamespacedName, Object, PortProtocol, Service, Snapshot,
 };
@@ -21,14 +23,27 @@ pub struct PodEntry {
     pub service_account: String,
     pub node_name: Option<String>,
     pub named_ports: Vec<(String, PortProtocol, u16)>,
+    /// Ports published on the Node (`hostPort`).
+    pub host_ports: Vec<HostPort>,
 }
 
-/// One Node: its labels and addresses.
+/// A container port published on the Node's port `host` (Kubernetes
+/// `hostPort`, Docker's `-p`), on every Node address or on `address`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostPort {
+    pub protocol: PortProtocol,
+    pub host: u16,
+    pub address: Option<IpAddr>,
+    pub container: u16,
+}
+
+/// One Node: its labels, addresses and Pod address ranges.
 #[derive(Clone, Debug)]
 pub struct NodeEntry {
     pub name: String,
     pub labels: BTreeMap<String, String>,
     pub ips: Vec<IpAddr>,
+    pub pod_cidrs: Vec<IpNet>,
 }
 
 /// One ExternalEntity: matched like a Pod, by labels within a Namespace.
@@ -81,6 +96,26 @@ impl<'a> Inventory<'a> {
                             Some((name, p.protocol, port))
                         })
                         .collect();
+                    let host_ports = pod
+                        .spec
+                        .containers
+                        .iter()
+                        .flat_map(|c| c.ports.iter())
+                        .filter_map(|p| {
+                            Some(HostPort {
+                                protocol: p.protocol,
+                                host: u16::try_from(p.host_port?).ok().filter(|h| *h != 0)?,
+                                address: match p.host_ip.as_deref().map(str::parse::<IpAddr>) {
+                                    None => None,
+                                    Some(Ok(ip)) if ip.is_unspecified() => None,
+                                    Some(Ok(ip)) => Some(ip),
+                                    // Unreadable: published nowhere the agent can tell.
+                                    Some(Err(_)) => return None,
+                                },
+                                container: u16::try_from(p.container_port).ok()?,
+                            })
+                        })
+                        .collect();
                     pods.push(PodEntry {
                         namespace: pod.namespace().to_string(),
                         name: pod.metadata.name.clone(),
@@ -89,12 +124,14 @@ impl<'a> Inventory<'a> {
                         service_account: pod.service_account().to_string(),
                         node_name: pod.spec.node_name.clone().filter(|n| !n.is_empty()),
                         named_ports,
+                        host_ports,
                     });
                 }
                 Object::Node(node) => nodes.push(NodeEntry {
                     name: node.metadata.name.clone(),
                     labels: node.metadata.labels.clone(),
                     ips: node.ips(),
+                    pod_cidrs: node.pod_cidrs(),
                 }),
                 Object::ExternalEntity(ee) => external_entities.push(ExternalEntry {
                     namespace: ee.namespace().to_string(),
@@ -141,11 +178,24 @@ impl<'a> Inventory<'a> {
                     name: local.name.clone(),
                     labels: BTreeMap::new(),
                     ips: Vec::new(),
+                    pod_cidrs: Vec::new(),
                 });
                 nodes.len() - 1
             }
         };
+        // Every object of the local Node's name adds its Pod ranges (a
+        // policy file's Node and the Docker source's container networks).
+        let ranges: Vec<IpNet> = nodes
+            .iter()
+            .filter(|n| n.name == local.name)
+            .flat_map(|n| n.pod_cidrs.iter().copied())
+            .collect();
         let node = &mut nodes[local_node];
+        for range in ranges {
+            if !node.pod_cidrs.contains(&range) {
+                node.pod_cidrs.push(range);
+            }
+        }
         node.labels
             .extend(local.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
         // An ExternalEntity of this ExternalNode is one of its interfaces.

@@ -29,7 +29,8 @@ use std::sync::Arc;
 use crate::fqdn::FqdnPattern;
 use crate::model::{Direction, PolicyPort, PolicyProtocol, PortProtocol, PortValue, Snapshot};
 use crate::ruleset::{
-    CompiledRule, Endpoint, Parts, PolicyRef, PolicySummary, RuleLists, Ruleset, ServiceMatch,
+    CompiledRule, Endpoint, Parts, PolicyRef, PolicySummary, Published, RuleLists, Ruleset,
+    ServiceMatch,
 };
 
 use inventory::{Inventory, PodIdx};
@@ -234,6 +235,42 @@ impl<'a> Compiler<'a> {
             .map(|(p, i)| (i, p))
             .collect();
         fqdn_patterns.sort_by_key(|(i, _)| *i);
+        // The local Node's Pod ranges, and what in them the inventory
+        // knows: the local Pods' addresses and the Node's own.
+        let local = &self.inv.nodes[self.inv.local_node];
+        let ranges = local.pod_cidrs.clone();
+        let mut known: Vec<IpAddr> = local
+            .ips
+            .iter()
+            .chain(
+                (0..self.inv.pods.len() as PodIdx)
+                    .filter(|idx| self.inv.pod_is_local(*idx))
+                    .flat_map(|idx| self.inv.pods[idx as usize].ips.iter()),
+            )
+            .filter(|ip| ranges.iter().any(|r| r.contains(*ip)))
+            .copied()
+            .collect();
+        known.sort();
+        known.dedup();
+        let published = self
+            .endpoint_of_target
+            .iter()
+            .filter_map(|(target, &endpoint)| match target {
+                Target::Pod(idx) => Some((&self.inv.pods[*idx as usize], endpoint)),
+                Target::LocalNode => None,
+            })
+            .flat_map(|(pod, endpoint)| {
+                pod.host_ports.iter().map(move |p| Published {
+                    protocol: p.protocol,
+                    host: p.host,
+                    address: p.address,
+                    endpoint,
+                    container: p.container,
+                })
+            })
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
 
         Ruleset::new(Parts {
             rules: self.rules,
@@ -247,6 +284,9 @@ impl<'a> Compiler<'a> {
             fqdn_patterns: fqdn_patterns.into_iter().map(|(_, p)| p).collect(),
             policies: self.policies,
             logged_namespaces: self.logged_namespaces,
+            ranges,
+            known,
+            published,
         })
     }
 }

@@ -150,7 +150,8 @@ fn bad_endpoints_and_ports_are_clear_errors() {
             Some("80")
         )),
         TraceError::UnknownEndpoint {
-            given: "shop/nobody".into()
+            given: "shop/nobody".into(),
+            nearest: None,
         }
     );
     assert_eq!(

@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
-use super::meta::{LabelSelector, NamespacedName, ObjectMeta};
+use super::meta::{LabelSelector, NamespacedName, ObjectMeta, PeerService};
 
 /// The static Tiers Antrea creates, with their priorities.
 pub const STATIC_TIERS: [(&str, i32); 6] = [
@@ -179,7 +179,7 @@ pub struct Rule {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub to: Vec<Peer>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub to_services: Vec<NamespacedName>,
+    pub to_services: Vec<PeerService>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<PolicyPort>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

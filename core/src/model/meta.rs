@@ -116,6 +116,29 @@ pub struct NamespacedName {
     pub namespace: String,
 }
 
+/// A `toServices` entry (Antrea's `PeerService`): a Service by name, in
+/// `namespace` (a namespaced policy's own when empty), in this cluster or,
+/// with `scope: ClusterSet`, one Antrea Multicluster imports. The scope is
+/// a free string in the namespaced NetworkPolicy's CRD (Antrea's
+/// controller reads anything but `ClusterSet` as the cluster), an enum in
+/// the ClusterNetworkPolicy's (validate checks it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PeerService {
+    pub name: String,
+    #[serde(default)]
+    pub namespace: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+}
+
+impl PeerService {
+    /// A Service Antrea Multicluster imports (`scope: ClusterSet`).
+    pub fn cluster_set(&self) -> bool {
+        self.scope.as_deref() == Some("ClusterSet")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -69,34 +69,25 @@ impl Kind {
 
     /// Classifies an `apiVersion` / `kind` pair.
     pub fn from_type(api_version: &str, kind: &str) -> Option<Kind> {
-        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
-        let version = api_version.rsplit('/').next().unwrap_or("");
-        match (group, version, kind) {
-            ("crd.antrea.io", "v1beta1" | "v1alpha1", "Tier") => Some(Kind::Tier),
-            ("crd.antrea.io", "v1beta1" | "v1alpha1", "ClusterNetworkPolicy") => {
-                Some(Kind::ClusterNetworkPolicy)
-            }
-            ("crd.antrea.io", "v1beta1" | "v1alpha1", "NetworkPolicy") => {
-                Some(Kind::AntreaNetworkPolicy)
-            }
-            ("crd.antrea.io", "v1beta1" | "v1alpha1" | "v1alpha3", "ClusterGroup") => {
-                Some(Kind::ClusterGroup)
-            }
-            ("crd.antrea.io", "v1beta1" | "v1alpha1" | "v1alpha3", "Group") => Some(Kind::Group),
-            ("networking.k8s.io", "v1", "NetworkPolicy") => Some(Kind::K8sNetworkPolicy),
-            ("", "v1", "Node") => Some(Kind::Node),
-            ("", "v1", "Namespace") => Some(Kind::Namespace),
-            ("", "v1", "Pod") => Some(Kind::Pod),
-            ("", "v1", "Service") => Some(Kind::Service),
-            ("", "v1", "ServiceAccount") => Some(Kind::ServiceAccount),
-            ("crd.antrea.io", "v1alpha2", "ExternalEntity") => Some(Kind::ExternalEntity),
-            (NPAPI_GROUP, "v1alpha1", "AdminNetworkPolicy") => Some(Kind::AdminNetworkPolicy),
-            (NPAPI_GROUP, "v1alpha1", "BaselineAdminNetworkPolicy") => {
-                Some(Kind::BaselineAdminNetworkPolicy)
-            }
-            (NPAPI_GROUP, "v1alpha2", "ClusterNetworkPolicy") => Some(Kind::NpClusterNetworkPolicy),
-            _ => None,
+        TYPES
+            .iter()
+            .find(|(versions, name, _)| *name == kind && versions.contains(&api_version))
+            .map(|(_, _, k)| *k)
+    }
+
+    /// Words that help with a type not read: the versions tollgate reads
+    /// a known `kind` in, or the known kind nearest to a misspelt one.
+    pub fn unknown_type_hint(kind: &str) -> Option<String> {
+        let versions: Vec<&str> = TYPES
+            .iter()
+            .filter(|(_, name, _)| *name == kind)
+            .flat_map(|(versions, _, _)| versions.iter().copied())
+            .collect();
+        if !versions.is_empty() {
+            return Some(format!("tollgate reads {kind} as {}", versions.join(", ")));
         }
+        crate::suggest::nearest(kind, TYPES.iter().map(|(_, name, _)| *name))
+            .map(|near| format!("did you mean {near}?"))
     }
 
     /// The `apiVersion` and `kind` a document of this kind is written
@@ -140,6 +131,76 @@ impl Kind {
         )
     }
 }
+
+const NPAPI_V1ALPHA1: &str = "policy.networking.k8s.io/v1alpha1";
+const NPAPI_V1ALPHA2: &str = "policy.networking.k8s.io/v1alpha2";
+
+/// Every type tollgate reads: the `apiVersion`s, the `kind`, and what it is.
+const TYPES: &[(&[&str], &str, Kind)] = &[
+    (
+        &["crd.antrea.io/v1beta1", "crd.antrea.io/v1alpha1"],
+        "Tier",
+        Kind::Tier,
+    ),
+    (
+        &["crd.antrea.io/v1beta1", "crd.antrea.io/v1alpha1"],
+        "ClusterNetworkPolicy",
+        Kind::ClusterNetworkPolicy,
+    ),
+    (
+        &[NPAPI_V1ALPHA2],
+        "ClusterNetworkPolicy",
+        Kind::NpClusterNetworkPolicy,
+    ),
+    (
+        &["crd.antrea.io/v1beta1", "crd.antrea.io/v1alpha1"],
+        "NetworkPolicy",
+        Kind::AntreaNetworkPolicy,
+    ),
+    (
+        &["networking.k8s.io/v1"],
+        "NetworkPolicy",
+        Kind::K8sNetworkPolicy,
+    ),
+    (
+        &[
+            "crd.antrea.io/v1beta1",
+            "crd.antrea.io/v1alpha1",
+            "crd.antrea.io/v1alpha3",
+        ],
+        "ClusterGroup",
+        Kind::ClusterGroup,
+    ),
+    (
+        &[
+            "crd.antrea.io/v1beta1",
+            "crd.antrea.io/v1alpha1",
+            "crd.antrea.io/v1alpha3",
+        ],
+        "Group",
+        Kind::Group,
+    ),
+    (&["v1"], "Node", Kind::Node),
+    (&["v1"], "Namespace", Kind::Namespace),
+    (&["v1"], "Pod", Kind::Pod),
+    (&["v1"], "Service", Kind::Service),
+    (&["v1"], "ServiceAccount", Kind::ServiceAccount),
+    (
+        &["crd.antrea.io/v1alpha2"],
+        "ExternalEntity",
+        Kind::ExternalEntity,
+    ),
+    (
+        &[NPAPI_V1ALPHA1],
+        "AdminNetworkPolicy",
+        Kind::AdminNetworkPolicy,
+    ),
+    (
+        &[NPAPI_V1ALPHA1],
+        "BaselineAdminNetworkPolicy",
+        Kind::BaselineAdminNetworkPolicy,
+    ),
+];
 
 impl fmt::Display for Kind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -6,8 +6,12 @@
 //! skips the rest of them), then Kubernetes NetworkPolicies (an
 //! isolated endpoint with no allowing rule is dropped, and no baseline rule
 //! can undo that), then Antrea's baseline Tier and the network-policy-api
-//! Baseline tier; no match allows. Both directions must allow. Pure and lock-free: the
-//! datapath workers and `tollgate trace` call the same function.
+//! Baseline tier; no match allows. Both directions must allow. A connection
+//! that reached the Node on a port published for a local endpoint (a
+//! userland proxy such as `docker-proxy` relays it) is decided as the
+//! client's connection to that endpoint's port, never as the Node's own.
+//! Pure and lock-free: the datapath workers and `tollgate trace` call the
+//! same function.
 //!
 //! Dry-run policies: the enforced outcome ([`Decision`]'s verdict and
 //! directions) is decided as if they were absent — their rules are skipped,
@@ -28,7 +32,7 @@ use super::rule::{port_protocol, CompiledRule, PolicyRef, RuleRef, ServiceMatch}
 use super::{Endpoint, Ruleset};
 use crate::fqdn::FqdnLookup;
 use crate::model::{Direction, L7Protocol, PortProtocol, RuleAction};
-use crate::packet::flow::{Flow, Verdict};
+use crate::packet::flow::{Flow, Transport, Verdict};
 use crate::packet::LocalSide;
 
 /// What settled the verdict, for the metrics.
@@ -318,6 +322,7 @@ impl Ruleset {
     /// address), so policy applied to the Node covers every address it
     /// has, not only the ones known at compile time.
     pub fn classify(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> Decision {
+        let flow = &self.relayed(flow);
         let (src, dst) = self.sides(flow);
         if self.node_to_local_pod(src, dst) {
             let decided = |direction, endpoint: Option<u32>| DirectionDecision {
@@ -349,6 +354,61 @@ impl Ruleset {
             l7,
             key_only: !beyond_key.get(),
             dry_run,
+        }
+    }
+
+    /// `flow` as policy sees it. A connection to the Node on a port
+    /// published for a local endpoint is the client's connection to that
+    /// endpoint (an address of the client's family when it has one) at its
+    /// container port: the Node relays it, from its own address, and the
+    /// Node may always reach its own endpoints, so judging the relayed
+    /// connection instead would let every client through. Any other flow
+    /// is returned as it is.
+    fn relayed(&self, flow: &Flow) -> Flow {
+        let to_node = self
+            .endpoint_by_ip
+            .get(&flow.dst)
+            .is_none_or(|e| *e == self.local_node_endpoint);
+        if flow.local != Some(LocalSide::Destination) || !to_node {
+            return *flow;
+        }
+        let (Some(protocol), Some(port)) =
+            (port_protocol(&flow.transport), flow.transport.dst_port())
+        else {
+            return *flow;
+        };
+        let target = self.published.iter().find(|(p, _)| {
+            p.protocol == protocol
+                && p.host == port
+                && p.address.is_none_or(|address| address == flow.dst)
+        });
+        let Some((published, addresses)) = target else {
+            return *flow;
+        };
+        let family = |ip: &&IpAddr| ip.is_ipv4() == flow.src.is_ipv4();
+        let Some(dst) = addresses.iter().find(family).or(addresses.first()) else {
+            return *flow;
+        };
+        let transport = match flow.transport {
+            Transport::Tcp { src_port, .. } => Transport::Tcp {
+                src_port,
+                dst_port: published.container,
+            },
+            Transport::Udp { src_port, .. } => Transport::Udp {
+                src_port,
+                dst_port: published.container,
+            },
+            Transport::Sctp { src_port, .. } => Transport::Sctp {
+                src_port,
+                dst_port: published.container,
+            },
+            other => other,
+        };
+        Flow {
+            src: flow.src,
+            dst: *dst,
+            transport,
+            local: None,
         }
     }
 
@@ -452,6 +512,7 @@ impl Ruleset {
     /// rule applied to the endpoint in that direction, whether or not the
     /// index would have offered it.
     pub fn consulted(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> [Vec<Consulted>; 2] {
+        let flow = &self.relayed(flow);
         let (src, dst) = self.sides(flow);
         if self.node_to_local_pod(src, dst) {
             return [Vec::new(), Vec::new()];
@@ -469,6 +530,7 @@ impl Ruleset {
     /// consult. Empty for a side no K8s policy selects, and for traffic
     /// from the Node to its own Pods (always allowed).
     pub fn isolating(&self, flow: &Flow) -> [&[PolicyRef]; 2] {
+        let flow = &self.relayed(flow);
         let (src, dst) = self.sides(flow);
         if self.node_to_local_pod(src, dst) {
             return [&[], &[]];

@@ -8,11 +8,13 @@ mod classify;
 mod facts;
 mod index;
 mod rule;
+mod ties;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use ipnet::IpNet;
 use serde::Serialize;
 
 use crate::fqdn::FqdnPattern;
@@ -26,6 +28,7 @@ pub(crate) use index::RuleLists;
 use index::{build_tables, EndpointTable};
 pub(crate) use rule::{Block, CompiledRule, FieldRange, PeerMatch, ServiceMatch};
 pub use rule::{PolicyKind, PolicyRef, RuleRef};
+pub use ties::Tie;
 
 /// What the datapath must send to userspace: new connections from or to
 /// these addresses.
@@ -40,6 +43,39 @@ pub struct Enforced {
     /// The kernel verdict cache of the ruleset, when verdicts are cached.
     #[serde(skip)]
     pub verdict_cache: Option<VerdictCache>,
+    /// The address ranges the local Node's endpoints get their addresses
+    /// from: its `podCIDRs`, on a Docker host the container networks'
+    /// subnets.
+    pub ranges: Vec<IpNet>,
+    /// The addresses in `ranges` the inventory knows: every local Pod's
+    /// (enforced or not) and the Node's own. Any other address in them
+    /// belongs to an endpoint the inventory does not know yet.
+    pub known: Vec<IpAddr>,
+    /// The Node's ports published for enforced endpoints (`hostPort`,
+    /// Docker's `-p`): a connection to one that reaches the Node (a
+    /// userland proxy relays it) is decided as one to the endpoint.
+    pub published: Vec<(PortProtocol, u16)>,
+}
+
+impl Enforced {
+    /// Whether `ip` is in [`Enforced::ranges`] and not
+    /// [`Enforced::known`]: an address of a local endpoint the inventory
+    /// does not know yet.
+    pub fn is_unknown(&self, ip: IpAddr) -> bool {
+        self.ranges.iter().any(|r| r.contains(&ip)) && !self.known.contains(&ip)
+    }
+}
+
+/// A port of a local endpoint published on the Node: a connection to the
+/// Node's `host` port (on `address`, or on any Node address) is one to
+/// the endpoint's `container` port.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Published {
+    pub(crate) protocol: PortProtocol,
+    pub(crate) host: u16,
+    pub(crate) address: Option<IpAddr>,
+    pub(crate) endpoint: u32,
+    pub(crate) container: u16,
 }
 
 /// The kernel verdict cache of one ruleset: the generation naming its sets
@@ -128,6 +164,12 @@ pub(crate) struct Parts<'a> {
     pub(crate) policies: Vec<PolicySummary>,
     /// Namespaces whose Kubernetes NetworkPolicies are audited.
     pub(crate) logged_namespaces: BTreeSet<String>,
+    /// The local Node's Pod address ranges and the addresses in them the
+    /// inventory knows (see [`Enforced::ranges`]).
+    pub(crate) ranges: Vec<IpNet>,
+    pub(crate) known: Vec<IpAddr>,
+    /// Ports of local endpoints published on the Node.
+    pub(crate) published: Vec<Published>,
 }
 
 /// The endpoint id of the local Node (see [`Parts::endpoints`]).
@@ -156,6 +198,9 @@ pub struct Ruleset {
     policies: Vec<PolicySummary>,
     /// Namespaces whose Kubernetes NetworkPolicies are audited.
     logged_namespaces: BTreeSet<String>,
+    /// Ports of local endpoints published on the Node, with each
+    /// endpoint's addresses.
+    published: Vec<(Published, Vec<IpAddr>)>,
 }
 
 impl Ruleset {
@@ -180,6 +225,31 @@ impl Ruleset {
             }
         }
         enforced.endpoints = pod_addresses.into_iter().collect();
+        enforced.ranges = parts.ranges;
+        enforced.known = parts.known;
+        let addresses_of = |endpoint: u32| -> Vec<IpAddr> {
+            parts
+                .addresses
+                .iter()
+                .filter(|(e, _)| *e == endpoint)
+                .flat_map(|(_, ips)| ips.iter().copied())
+                .collect()
+        };
+        let mut published = Vec::new();
+        for port in parts.published {
+            let table = &tables[endpoint_tables[port.endpoint as usize] as usize];
+            let key = (port.protocol, port.host);
+            if (!table.ingress.is_empty() || !table.egress.is_empty())
+                && !enforced.published.contains(&key)
+            {
+                enforced.published.push(key);
+            }
+            let ips = addresses_of(port.endpoint);
+            published.push((port, ips));
+        }
+        enforced
+            .published
+            .sort_by_key(|(p, port)| (*port, *p as u8));
         Ruleset {
             rules: parts.rules,
             endpoints: parts.endpoints,
@@ -195,6 +265,7 @@ impl Ruleset {
             enforced,
             policies: parts.policies,
             logged_namespaces: parts.logged_namespaces,
+            published,
         }
     }
 
@@ -277,6 +348,12 @@ impl Ruleset {
     /// Pod or ExternalEntity, `node:name` of a Node.
     pub fn addresses_of(&self, name: &str) -> Option<&[IpAddr]> {
         self.names.get(name).map(Vec::as_slice)
+    }
+
+    /// Every endpoint name of the inventory, as [`Ruleset::addresses_of`]
+    /// takes them.
+    pub fn endpoint_names(&self) -> impl Iterator<Item = &str> {
+        self.names.keys().map(String::as_str)
     }
 
     /// The inventory endpoint an address belongs to, by name.

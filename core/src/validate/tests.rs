@@ -557,6 +557,45 @@ fn to_services_restrictions() {
     );
 }
 
+/// Antrea's CRDs: a namespaced policy's reference may leave `namespace`
+/// out (its own Namespace), a cluster-scoped one must name it; `scope` is
+/// `Cluster` or `ClusterSet` (admitted, a Multicluster Service tollgate
+/// cannot see: warned) in a ClusterNetworkPolicy, any string in a
+/// NetworkPolicy (read as Cluster unless ClusterSet: warned).
+#[test]
+fn to_services_namespace_and_scope_as_antreas_crds_have_them() {
+    let annp_egress = |services: &str| {
+        annp(&format!(
+            "priority: 1\nappliedTo: [{{podSelector: {{}}}}]\negress:\n  - action: Drop\n    toServices: {services}\n"
+        ))
+    };
+    assert_valid(&annp_egress("[{name: svc}]"));
+    assert_valid(&annp_egress("[{name: svc, scope: Cluster}]"));
+    assert_valid(&acnp_egress(
+        "action: Drop, toServices: [{name: svc, namespace: ns, scope: Cluster}]",
+    ));
+    assert_problem(
+        &acnp_egress("action: Drop, toServices: [{name: svc}]"),
+        "spec.egress[0].toServices[0].namespace",
+        "must not be empty in a cluster-scoped policy",
+    );
+    assert_warning(
+        &annp_egress("[{name: svc, scope: ClusterSet}]"),
+        "spec.egress[0].toServices[0].scope",
+        "Antrea Multicluster, which tollgate does not read",
+    );
+    assert_warning(
+        &annp_egress("[{name: svc, scope: Region}]"),
+        "spec.egress[0].toServices[0].scope",
+        "`Region` is neither Cluster nor ClusterSet: read as Cluster",
+    );
+    assert_problem(
+        &acnp_egress("action: Drop, toServices: [{name: svc, namespace: ns, scope: Region}]"),
+        "spec.egress[0].toServices[0].scope",
+        "must be Cluster or ClusterSet, got `Region`",
+    );
+}
+
 #[test]
 fn from_and_to_match_the_direction() {
     assert_valid(&acnp_ingress("action: Drop, from: [{podSelector: {}}]"));

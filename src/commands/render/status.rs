@@ -176,6 +176,17 @@ pub fn render_status(report: &StatusReport, wide: bool) -> String {
     if let Some(why) = &report.bridged_traffic_unseen {
         line("bridged traffic", format!("NOT SEEN: {why}"));
     }
+    if !report.endpoint_traffic_unseen.is_empty() {
+        let _ = writeln!(
+            out,
+            "endpoint traffic:   NOT SEEN for {} endpoint addresses (not enforced):",
+            report.endpoint_traffic_unseen.len()
+        );
+        for line in &report.endpoint_traffic_unseen {
+            let _ = writeln!(out, "  {line}");
+        }
+    }
+    render_policy_warnings(&mut out, &report.policy_warnings);
     render_anti_spoofing(&mut out, report.anti_spoofing.as_ref(), wide);
     let mut line = |label: &str, value: String| field(&mut out, label, &value, wide);
     line("fail mode", report.fail_mode.clone());
@@ -295,4 +306,25 @@ pub fn render_queues(report: &StatusReport) -> String {
         out += &table(&rows);
     }
     out
+}
+
+/// Most policy warnings `status` prints; `-o json` lists them all.
+const STATUS_WARNINGS: usize = 5;
+
+/// `policy warnings:  N`, then the first few, one a line.
+fn render_policy_warnings(out: &mut String, warnings: &[String]) {
+    if warnings.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "policy warnings:    {}", warnings.len());
+    for warning in warnings.iter().take(STATUS_WARNINGS) {
+        let _ = writeln!(out, "  {warning}");
+    }
+    if warnings.len() > STATUS_WARNINGS {
+        let _ = writeln!(
+            out,
+            "  … {} more (tollgate status -o json lists them)",
+            warnings.len() - STATUS_WARNINGS
+        );
+    }
 }

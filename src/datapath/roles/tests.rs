@@ -24,6 +24,9 @@ fn installed(yaml: &str) -> State {
         node_egress: false,
         endpoints: vec!["10.0.0.5".parse().unwrap(), "fd00::5".parse().unwrap()],
         verdict_cache: None,
+        ranges: Vec::new(),
+        known: Vec::new(),
+        published: Vec::new(),
     };
     let fqdn = [FqdnPattern::new("*.example.com")];
     desired(&config.datapath, &config.queue_numbers(), &enforced, &fqdn)

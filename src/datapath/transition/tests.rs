@@ -23,6 +23,23 @@ fn enforced(node_ingress: bool, endpoints: &[&str]) -> Enforced {
         node_egress: false,
         endpoints: endpoints.iter().map(|e| e.parse().unwrap()).collect(),
         verdict_cache: None,
+        ..Enforced::default()
+    }
+}
+
+/// An `enforced` with local endpoint ranges, the addresses known in them,
+/// and published ports.
+fn ranged(
+    endpoints: &[&str],
+    ranges: &[&str],
+    known: &[&str],
+    published: &[(PortProtocol, u16)],
+) -> Enforced {
+    Enforced {
+        ranges: ranges.iter().map(|r| r.parse().unwrap()).collect(),
+        known: known.iter().map(|k| k.parse().unwrap()).collect(),
+        published: published.to_vec(),
+        ..enforced(false, endpoints)
     }
 }
 
@@ -56,20 +73,27 @@ fn partial_states(installed: &State, target: &State) -> Vec<State> {
     for step in &steps {
         match step {
             Step::PrepareSets => {
-                let refills: Vec<&String> = changes.sets.keys().collect();
+                let refills: Vec<&String> =
+                    changes.sets.keys().chain(changes.ranges.keys()).collect();
                 for mask in 0..(1u32 << refills.len()) {
                     let mut partial = state.clone();
                     for (i, name) in refills.iter().enumerate() {
                         if mask & (1 << i) != 0 {
-                            partial
-                                .sets
-                                .insert((*name).clone(), changes.sets[*name].set.clone());
+                            if let Some(write) = changes.sets.get(*name) {
+                                partial.sets.insert((*name).clone(), write.set.clone());
+                            } else {
+                                let set = changes.ranges[*name].set.clone();
+                                partial.ranges.insert((*name).clone(), set);
+                            }
                         }
                     }
                     out.push(partial);
                 }
                 for (name, write) in &changes.sets {
                     state.sets.insert(name.clone(), write.set.clone());
+                }
+                for (name, write) in &changes.ranges {
+                    state.ranges.insert(name.clone(), write.set.clone());
                 }
                 for name in changes.create_learned.keys() {
                     state
@@ -80,12 +104,14 @@ fn partial_states(installed: &State, target: &State) -> Vec<State> {
             Step::Table(family) => {
                 *state.table_mut(*family) = target.table(*family).clone();
                 *state.raw_mut(*family) = target.raw(*family).clone();
+                *state.mangle_mut(*family) = target.mangle(*family).clone();
             }
             Step::Bridge => state.bridge = target.bridge.clone(),
             Step::DestroySets => {
                 for name in &changes.destroy_sets {
                     state.sets.remove(name);
                     state.learned.remove(name);
+                    state.ranges.remove(name);
                 }
             }
         }
@@ -179,6 +205,29 @@ fn any_failing_step_leaves_the_ruleset_in_force_covered() {
                 fqdn: vec![FqdnPattern::new("*.new.example")],
             },
         ),
+        // A container starts (its address becomes known and enforced, its
+        // published port queued) while another one's leaves, on two
+        // networks, one of which is new.
+        (
+            Needs {
+                enforced: ranged(
+                    &["10.0.0.5", "fd00::5"],
+                    &["10.0.0.0/24", "fd00::/64"],
+                    &["10.0.0.1", "10.0.0.5", "10.0.0.9", "fd00::5"],
+                    &[(PortProtocol::Tcp, 8080)],
+                ),
+                fqdn: vec![],
+            },
+            Needs {
+                enforced: ranged(
+                    &["10.0.0.6", "fd00::6"],
+                    &["10.0.0.0/24", "10.0.1.0/24", "fd00::/64"],
+                    &["10.0.0.1", "10.0.0.6", "10.0.1.6", "fd00::6"],
+                    &[(PortProtocol::Udp, 5353)],
+                ),
+                fqdn: vec![],
+            },
+        ),
     ];
     for (a, b) in cases.iter().flat_map(|(x, y)| [(x, y), (y, x)]) {
         let from = a.plan(&config);
@@ -223,7 +272,18 @@ fn adopted_reads_what_an_installed_state_enforces() {
     let config = config();
     let mut both = enforced(true, &["10.0.0.5", "fd00::5"]);
     both.node_egress = true;
-    for wanted in [enforced(false, &[]), enforced(true, &["10.0.0.5"]), both] {
+    let containers = ranged(
+        &["10.0.0.5"],
+        &["10.0.0.0/24", "fd00::/64"],
+        &["10.0.0.1", "10.0.0.5", "fd00::5"],
+        &[(PortProtocol::Tcp, 8080), (PortProtocol::Sctp, 9)],
+    );
+    for wanted in [
+        enforced(false, &[]),
+        enforced(true, &["10.0.0.5"]),
+        both,
+        containers,
+    ] {
         let installed = desired(&config, &wanted, &[]);
         assert_eq!(adopted(&installed), wanted);
         assert!(owns_anything(&installed));
@@ -242,8 +302,12 @@ fn startup_state_queues_input_and_forward_without_bypass_and_leaves_output_open(
     let state = crate::datapath::plan::startup(&config.datapath, &config.queue_numbers());
     for family in Family::ALL {
         let chains = &state.table(family).chains;
-        for chain in ["TOLLGATE-INPUT", "TOLLGATE-FORWARD"] {
-            let queued: Vec<_> = chains[chain]
+        let deciding = [
+            &chains["TOLLGATE-INPUT"],
+            &state.mangle(family).chains["TOLLGATE-FORWARD"],
+        ];
+        for (chain, rules) in ["INPUT", "FORWARD"].iter().zip(deciding) {
+            let queued: Vec<_> = rules
                 .iter()
                 .filter(|r| r.contains("--ctstate NEW"))
                 .collect();
@@ -259,4 +323,5 @@ fn startup_state_queues_input_and_forward_without_bypass_and_leaves_output_open(
         assert!(chains["TOLLGATE-INPUT"].contains(&"-i lo -j ACCEPT".to_string()));
     }
     assert!(state.sets.values().all(|s| s.members.is_empty()));
+    assert!(state.ranges.is_empty(), "nothing is known yet: no ranges");
 }

@@ -242,7 +242,7 @@ pub const RESOURCES: [Resource; 11] = [
 
 /// The kinds whose CRD a cluster may not have installed, one line each: a
 /// missing one counts as listed and empty until its CRD appears (see
-/// [`optional`]). The RBAC rules in `docker/rbac.yaml` must grant `list`
+/// [`optional`]). The RBAC rules in `docker/base/rbac.yaml` must grant `list`
 /// and `watch` on each (`tests/manifests.rs` checks it).
 #[rustfmt::skip]
 pub const OPTIONAL_RESOURCES: &[Resource] = &[
