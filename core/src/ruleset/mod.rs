@@ -37,8 +37,14 @@ pub struct Enforced {
     pub node_ingress: bool,
     /// Some rule applies to the local Node's outbound traffic.
     pub node_egress: bool,
-    /// Addresses of local Pods that some rule applies to (either direction).
+    /// Addresses of local Pods that some enforced rule or isolation
+    /// applies to (either direction).
     pub endpoints: Vec<IpAddr>,
+    /// Addresses of local Pods that only dry-run policies apply to: their
+    /// connections are sent to a worker for the dry-run outcome, but the
+    /// kernel accepts them when no worker reads the queue, whatever the
+    /// fail mode, as it would without those policies.
+    pub dry_run_endpoints: Vec<IpAddr>,
     /// The kernel verdict cache of the ruleset, when verdicts are cached.
     #[serde(skip)]
     pub verdict_cache: Option<VerdictCache>,
@@ -210,20 +216,23 @@ impl Ruleset {
         let (tables, endpoint_tables) = build_tables(&parts.lists, &parts.rules);
         let mut endpoint_by_ip = HashMap::new();
         let mut enforced = Enforced::default();
-        let mut pod_addresses = BTreeSet::new();
+        let (mut pod_addresses, mut dry_run_addresses) = (BTreeSet::new(), BTreeSet::new());
         for &(endpoint, ips) in &parts.addresses {
             let table = &tables[endpoint_tables[endpoint as usize] as usize];
             if endpoint == LOCAL_NODE {
                 enforced.node_ingress = !table.ingress.is_empty();
                 enforced.node_egress = !table.egress.is_empty();
-            } else if !table.ingress.is_empty() || !table.egress.is_empty() {
+            } else if table.ingress.enforced || table.egress.enforced {
                 pod_addresses.extend(ips.iter().copied());
+            } else if !table.ingress.is_empty() || !table.egress.is_empty() {
+                dry_run_addresses.extend(ips.iter().copied());
             }
             for ip in ips {
                 endpoint_by_ip.insert(*ip, endpoint);
             }
         }
         enforced.endpoints = pod_addresses.into_iter().collect();
+        enforced.dry_run_endpoints = dry_run_addresses.into_iter().collect();
         enforced.ranges = parts.ranges;
         enforced.known = parts.known;
         let addresses_of = |endpoint: u32| -> Vec<IpAddr> {
