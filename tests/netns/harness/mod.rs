@@ -242,6 +242,7 @@ pub const TEST_IDS: &[&str] = &[
     "observe_shows_the_agents_decisions_and_follows_new_ones",
     "log_level_changes_at_once_and_bundle_holds_the_agents_state",
     "prometheus_scrapes_an_agent_and_every_dashboard_query_returns_data",
+    "a_dry_run_only_pod_stays_open_without_an_agent_under_fail_closed",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
