@@ -171,6 +171,7 @@ pub fn covers(state: &State, enforced: &Enforced, fqdn: &[FqdnPattern]) -> bool 
         let published = enforced
             .published
             .iter()
+            .chain(&enforced.dry_run_published)
             .all(|port| input.iter().any(|r| published_port(r) == Some(*port)));
         let ranges: Vec<_> = enforced
             .ranges

@@ -687,7 +687,8 @@ fn unrelated_icmp_rules(scope: &Scope, family: Family, hook: Hook) -> Vec<String
 /// with no worker reading the queue the kernel accepts them, as it would
 /// without those policies, whatever the fail mode; a connection with an
 /// enforced side (an enforced endpoint, the Node's enforced hook or
-/// published port) is queued by the rules above, under the fail mode.
+/// published port) is queued by the rules above, under the fail mode. The
+/// Node ports published for them come last, with `--queue-bypass` too.
 fn queue_rules(
     config: &DatapathConfig,
     queues: QueueRange,
@@ -746,6 +747,12 @@ fn queue_rules(
                 );
             }
         }
+        let dry_run_published = match selection {
+            Selection::Enforced(enforced) if hook == Hook::Input && !enforced.node_ingress => {
+                &enforced.dry_run_published[..]
+            }
+            _ => &[],
+        };
         for selection in &scope.dry_run_selections {
             rules.push(format!(
                 "{interface}{selection}-m conntrack --ctstate NEW -j {bypassed}"
@@ -754,6 +761,11 @@ fn queue_rules(
                 "{interface}! -p {icmp} {selection}-m conntrack --ctstate INVALID -j {bypassed}"
             ));
         }
+        rules.extend(
+            dry_run_published
+                .iter()
+                .map(|port| published_rule(interface, *port, &bypassed)),
+        );
     }
     rules
 }

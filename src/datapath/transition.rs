@@ -183,6 +183,7 @@ pub fn bridge(
         ranges,
         known,
         published: union(&a.published, &b.published),
+        dry_run_published: union(&a.dry_run_published, &b.dry_run_published),
     };
     plan(&enforced, &union(from.1, to.1))
 }
@@ -265,6 +266,7 @@ pub fn adopted(installed: &State) -> Enforced {
         ranges.extend(set.ranges.iter().copied());
         known.extend(set.except.iter().copied());
     }
+    let (published, dry_run_published) = installed_published(installed);
     Enforced {
         node_ingress: whole_hook(Hook::Input),
         node_egress: whole_hook(Hook::Output),
@@ -273,27 +275,41 @@ pub fn adopted(installed: &State) -> Enforced {
         verdict_cache: installed_cache(installed),
         ranges,
         known,
-        published: installed_published(installed),
+        published,
+        dry_run_published,
     }
 }
 
+/// Published ports: (protocol, Node port).
+type Ports = Vec<(PortProtocol, u16)>;
+
 /// The published ports the installed INPUT chains queue
-/// ([`super::plan`]'s `published_rules`).
-fn installed_published(installed: &State) -> Vec<(PortProtocol, u16)> {
-    let mut out = Vec::new();
+/// ([`super::plan`]'s `published_rule`): those of enforced endpoints, then
+/// those of dry-run ones (below the dry-run set's rules; a port queued
+/// both ways counts as enforced).
+fn installed_published(installed: &State) -> (Ports, Ports) {
+    let (mut enforced, mut dry_run) = (Vec::new(), Vec::new());
     for family in Family::ALL {
         let Some(rules) = installed.table(family).chains.get(Hook::Input.chain()) else {
             continue;
         };
+        let mut below_dry_run = false;
         for rule in rules {
+            below_dry_run |= rule.contains(dry_run_set(family));
             if let Some(port) = published_port(rule) {
+                let out = if below_dry_run {
+                    &mut dry_run
+                } else {
+                    &mut enforced
+                };
                 if !out.contains(&port) {
                     out.push(port);
                 }
             }
         }
     }
-    out
+    dry_run.retain(|port| !enforced.contains(port));
+    (enforced, dry_run)
 }
 
 /// Whether `installed` holds anything tollgate owns.

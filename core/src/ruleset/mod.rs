@@ -60,6 +60,9 @@ pub struct Enforced {
     /// Docker's `-p`): a connection to one that reaches the Node (a
     /// userland proxy relays it) is decided as one to the endpoint.
     pub published: Vec<(PortProtocol, u16)>,
+    /// The same for endpoints only dry-run policies apply to (a port in
+    /// `published` is not here): sent to a worker as their addresses are.
+    pub dry_run_published: Vec<(PortProtocol, u16)>,
 }
 
 impl Enforced {
@@ -247,17 +250,24 @@ impl Ruleset {
         for port in parts.published {
             let table = &tables[endpoint_tables[port.endpoint as usize] as usize];
             let key = (port.protocol, port.host);
-            if (!table.ingress.is_empty() || !table.egress.is_empty())
-                && !enforced.published.contains(&key)
-            {
-                enforced.published.push(key);
+            let list = if table.ingress.enforced || table.egress.enforced {
+                &mut enforced.published
+            } else {
+                &mut enforced.dry_run_published
+            };
+            if (!table.ingress.is_empty() || !table.egress.is_empty()) && !list.contains(&key) {
+                list.push(key);
             }
             let ips = addresses_of(port.endpoint);
             published.push((port, ips));
         }
+        let enforced_ports = enforced.published.clone();
         enforced
-            .published
-            .sort_by_key(|(p, port)| (*port, *p as u8));
+            .dry_run_published
+            .retain(|key| !enforced_ports.contains(key));
+        for list in [&mut enforced.published, &mut enforced.dry_run_published] {
+            list.sort_by_key(|(p, port)| (*port, *p as u8));
+        }
         Ruleset {
             rules: parts.rules,
             endpoints: parts.endpoints,

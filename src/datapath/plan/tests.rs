@@ -1519,7 +1519,8 @@ fn published_ports_of_enforced_endpoints_are_queued_on_input() {
 
 /// An endpoint that only dry-run policies apply to is queued from its own
 /// set, below every rule that queues an enforced side (the enforced
-/// endpoints, a published port), and always with `--queue-bypass`: with
+/// endpoints, a published port), and always with `--queue-bypass` (its
+/// published ports too, last): with
 /// no worker reading the queue the kernel accepts its connections, as it
 /// would without those policies, while the enforced endpoints' rules keep
 /// `failMode: closed`. Its unrelated ICMP is not dropped either (a dry-run
@@ -1530,6 +1531,7 @@ fn dry_run_only_endpoints_are_queued_with_bypass_below_the_enforced_ones() {
     let enforced = Enforced {
         dry_run_endpoints: vec!["10.1.0.6".parse().unwrap(), "fd00::6".parse().unwrap()],
         published: vec![(PortProtocol::Tcp, 8080)],
+        dry_run_published: vec![(PortProtocol::Udp, 9090)],
         ..targets(false, false, &["10.1.0.5", "fd00::5"])
     };
     for (yaml, enforced_bypass) in [("", false), ("datapath: {failMode: open}\n", true)] {
@@ -1564,13 +1566,37 @@ fn dry_run_only_endpoints_are_queued_with_bypass_below_the_enforced_ones() {
                     .all(|&i| rules[i].ends_with(" --queue-bypass") == enforced_bypass));
                 let last_enforced = rules
                     .iter()
-                    .rposition(|r| r.contains("-j NFQUEUE") && !r.contains(dry))
+                    .rposition(|r| {
+                        r.contains("-j NFQUEUE")
+                            && !r.contains(dry)
+                            && published_port(r) != Some((PortProtocol::Udp, 9090))
+                    })
                     .unwrap();
                 assert!(last_enforced < dry_rules[0], "{hook:?} {rules:#?}");
                 assert!(rules
                     .iter()
                     .filter(|r| r.contains(dry))
                     .all(|r| r.contains("-j NFQUEUE")));
+                let published: Vec<_> = (0..rules.len())
+                    .filter_map(|i| published_port(&rules[i]).map(|port| (i, port)))
+                    .collect();
+                if hook != Hook::Input {
+                    assert!(published.is_empty(), "{hook:?} {rules:#?}");
+                    continue;
+                }
+                let [(enforced_at, enforced_port), (dry_at, dry_port)] = published[..] else {
+                    panic!("{rules:#?}");
+                };
+                assert_eq!(
+                    (enforced_port, dry_port),
+                    ((PortProtocol::Tcp, 8080), (PortProtocol::Udp, 9090))
+                );
+                assert!(enforced_at < dry_rules[0] && dry_at > dry_rules[3]);
+                assert!(rules[dry_at].ends_with(" --queue-bypass"));
+                assert_eq!(
+                    rules[enforced_at].ends_with(" --queue-bypass"),
+                    enforced_bypass
+                );
             }
         }
     }

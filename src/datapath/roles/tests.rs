@@ -29,6 +29,7 @@ fn installed(yaml: &str) -> State {
         ranges: Vec::new(),
         known: Vec::new(),
         published: Vec::new(),
+        dry_run_published: Vec::new(),
     };
     let fqdn = [FqdnPattern::new("*.example.com")];
     desired(&config.datapath, &config.queue_numbers(), &enforced, &fqdn)

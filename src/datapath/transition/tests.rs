@@ -240,11 +240,17 @@ fn any_failing_step_leaves_the_ruleset_in_force_covered() {
         // endpoint moves between the dry-run and the enforced sets.
         (
             Needs {
-                enforced: dry_run(&["10.0.0.6"], &["10.0.0.5", "fd00::5"]),
+                enforced: Enforced {
+                    dry_run_published: vec![(PortProtocol::Tcp, 8080)],
+                    ..dry_run(&["10.0.0.6"], &["10.0.0.5", "fd00::5"])
+                },
                 fqdn: vec![],
             },
             Needs {
-                enforced: enforced(false, &["10.0.0.5", "10.0.0.6", "fd00::5"]),
+                enforced: Enforced {
+                    published: vec![(PortProtocol::Tcp, 8080)],
+                    ..enforced(false, &["10.0.0.5", "10.0.0.6", "fd00::5"])
+                },
                 fqdn: vec![],
             },
         ),
@@ -304,6 +310,11 @@ fn adopted_reads_what_an_installed_state_enforces() {
         both,
         containers,
         dry_run(&["10.0.0.5"], &["10.0.0.6", "fd00::6"]),
+        Enforced {
+            published: vec![(PortProtocol::Tcp, 8080)],
+            dry_run_published: vec![(PortProtocol::Udp, 9090)],
+            ..dry_run(&["10.0.0.5"], &["10.0.0.6"])
+        },
     ] {
         let installed = desired(&config, &wanted, &[]);
         assert_eq!(adopted(&installed), wanted);
