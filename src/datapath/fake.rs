@@ -8,7 +8,7 @@ use crate::ruleset::Enforced;
 
 use super::diff::{Changes, TableChanges};
 use super::kernel::Kernel;
-use super::plan::{endpoints_set, fqdn_set, published_port, unknown_set, Hook};
+use super::plan::{dry_run_set, endpoints_set, fqdn_set, published_port, unknown_set, Hook};
 use super::state::{Family, LearnedSet, State, Table};
 use super::transition::Step;
 use super::DatapathError;
@@ -122,7 +122,8 @@ fn apply_table(changes: &TableChanges, table: &mut Table) {
 /// with these `enforced` endpoints and `fqdn` selectors requires, for both
 /// families: the endpoints are in the sets, the hooks jump to their
 /// chains (FORWARD's in the mangle table), the node hook queues
-/// everything when the ruleset isolates the node, the published ports
+/// everything when the ruleset isolates the node, the dry-run endpoints
+/// are in either set, the published ports
 /// are queued on INPUT, every address the ruleset calls unknown is in
 /// the unknown set (closed), DNS replies are queued and the FQDN sets
 /// exist when it has selectors.
@@ -135,6 +136,18 @@ pub fn covers(state: &State, enforced: &Enforced, fqdn: &[FqdnPattern]) -> bool 
             .iter()
             .filter(|a| Family::of(a) == family)
             .all(|a| set.is_some_and(|s| s.members.contains(a)));
+        // A dry-run endpoint is sent to a worker from either set.
+        let dry_run = state.sets.get(dry_run_set(family));
+        let dry_run_queued = enforced
+            .dry_run_endpoints
+            .iter()
+            .filter(|a| Family::of(a) == family)
+            .all(|a| {
+                [set, dry_run]
+                    .iter()
+                    .flatten()
+                    .any(|s| s.members.contains(a))
+            });
         let input = table
             .chains
             .get(Hook::Input.chain())
@@ -158,6 +171,7 @@ pub fn covers(state: &State, enforced: &Enforced, fqdn: &[FqdnPattern]) -> bool 
         let published = enforced
             .published
             .iter()
+            .chain(&enforced.dry_run_published)
             .all(|port| input.iter().any(|r| published_port(r) == Some(*port)));
         let ranges: Vec<_> = enforced
             .ranges
@@ -171,6 +185,7 @@ pub fn covers(state: &State, enforced: &Enforced, fqdn: &[FqdnPattern]) -> bool 
             });
         jumps
             && endpoints_queued
+            && dry_run_queued
             && (enforced.node_ingress || published)
             && unknown_closed
             && (!enforced.node_ingress || whole_input)

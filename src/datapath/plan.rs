@@ -22,7 +22,7 @@ use sha1::{Digest, Sha1};
 use crate::config::{DatapathConfig, PrivilegedHook, QueueNumbers, QueueRange};
 use crate::fqdn::FqdnPattern;
 use crate::marks::{FailMode, MarkLayout};
-use crate::ruleset::{Enforced, VerdictCache};
+use crate::ruleset::Enforced;
 
 use super::cache::{cache_set, CachedVerdict, CACHED_ALLOW_CHAIN};
 pub use super::state::Hook;
@@ -30,10 +30,12 @@ use super::state::{
     CacheSet, Family, IpSet, LearnedSet, RangeSet, State, Table, TableKind, DOCKER_USER,
 };
 
+mod cached;
 mod l7;
 mod local;
 mod privileged;
 
+use cached::{cached_allow_rules, cached_verdict_rules};
 pub use l7::{l7_queue_of, L7_CHAIN, L7_QUEUE_CHAIN};
 use l7::{l7_queue_rules, l7_queue_target, l7_rules};
 pub use local::{published_port, unknown_set};
@@ -45,6 +47,17 @@ pub fn endpoints_set(family: Family) -> &'static str {
     match family {
         Family::V4 => "tollgate-endpoints-v4",
         Family::V6 => "tollgate-endpoints-v6",
+    }
+}
+
+/// Name of the ipset of a family's addresses of endpoints that only
+/// dry-run policies apply to ([`Enforced::dry_run_endpoints`]): their
+/// queue rules always carry `--queue-bypass`, below those of the enforced
+/// endpoints, so a connection with an enforced side meets the fail mode.
+pub fn dry_run_set(family: Family) -> &'static str {
+    match family {
+        Family::V4 => "tollgate-dryrun-v4",
+        Family::V6 => "tollgate-dryrun-v6",
     }
 }
 
@@ -90,7 +103,10 @@ const LISTENER_DISCOVERY: [u8; 4] = [130, 131, 132, 143];
 /// learned set per family (reconcile never touches their entries). With
 /// a closed `startupPolicy`, new connections from and to the unknown
 /// addresses of the local endpoint ranges are dropped (their set per
-/// family; [`Enforced::is_unknown`]).
+/// family; [`Enforced::is_unknown`]). Endpoints that only dry-run
+/// policies apply to have their own set per family (planned when the
+/// ruleset has any), queued whatever the fail mode only while a worker
+/// reads the queue ([`dry_run_set`]).
 pub fn desired(
     config: &DatapathConfig,
     queues: &QueueNumbers,
@@ -117,6 +133,17 @@ pub fn desired(
         state
             .sets
             .insert(endpoints_set(family).into(), IpSet { family, members });
+        if !enforced.dry_run_endpoints.is_empty() {
+            let members = enforced
+                .dry_run_endpoints
+                .iter()
+                .filter(|a| Family::of(a) == family)
+                .copied()
+                .collect();
+            state
+                .sets
+                .insert(dry_run_set(family).into(), IpSet { family, members });
+        }
         if let Some(set) = unknown_addresses(config, Selection::Enforced(enforced), family) {
             state.ranges.insert(unknown_set(family), set);
         }
@@ -531,80 +558,6 @@ impl Plan<'_> {
     }
 }
 
-/// What a cached Allow does, as the rules at the top of the hook chains do
-/// for a worker's Allow: the allow mark, saved into the connmark, DNS
-/// queries through the DNS queue (which remembers them, so that their
-/// replies are learned from), then accept.
-fn cached_allow_rules(
-    config: &DatapathConfig,
-    queues: &QueueNumbers,
-    snoop_dns: bool,
-) -> Vec<String> {
-    let marks = &config.mark_mask;
-    let mut rules = vec![
-        format!("-j MARK --set-xmark {:#x}/{:#x}", marks.allow, marks.mask),
-        format!(
-            "-j CONNMARK --save-mark --nfmask {mask:#x} --ctmask {mask:#x}",
-            mask = marks.mask
-        ),
-    ];
-    if snoop_dns {
-        for protocol in ["udp", "tcp"] {
-            rules.push(format!(
-                "-p {protocol} -m {protocol} --dport 53 -j NFQUEUE --queue-num {} --queue-bypass",
-                queues.dns
-            ));
-        }
-    }
-    rules.push("-j ACCEPT".to_string());
-    rules
-}
-
-/// The rules that answer a new connection from the verdict cache, ahead
-/// of the rule that would queue it (`prefix` names its interface): an
-/// entry for (source, protocol:destination port, destination) in the set
-/// of its hook, family and verdict.
-fn cached_verdict_rules(
-    cache: &VerdictCache,
-    (family, hook, table): (Family, Hook, TableKind),
-    prefix: &str,
-) -> Vec<String> {
-    let set = |verdict| cache_set(cache.generation, hook, verdict, family);
-    let matching = |verdict| {
-        format!(
-            "-m conntrack --ctstate NEW -m set --match-set {} src,dst,dst",
-            set(verdict)
-        )
-    };
-    let reject_with = match family {
-        Family::V4 => "icmp-admin-prohibited",
-        Family::V6 => "icmp6-adm-prohibited",
-    };
-    let mut rules = vec![
-        format!(
-            "{prefix}{} -j {CACHED_ALLOW_CHAIN}",
-            matching(CachedVerdict::Allow)
-        ),
-        format!("{prefix}{} -j DROP", matching(CachedVerdict::Drop)),
-    ];
-    if table == TableKind::Mangle {
-        rules.push(format!(
-            "{prefix}{} -j {CACHED_REJECT_CHAIN}",
-            matching(CachedVerdict::Reject)
-        ));
-        return rules;
-    }
-    rules.push(format!(
-        "{prefix}-p tcp {} -j REJECT --reject-with tcp-reset",
-        matching(CachedVerdict::Reject)
-    ));
-    rules.push(format!(
-        "{prefix}{} -j REJECT --reject-with {reject_with}",
-        matching(CachedVerdict::Reject)
-    ));
-    rules
-}
-
 /// `--mark value/mask` as iptables-save prints it.
 fn mark_match(marks: &MarkLayout, value: u32) -> String {
     format!("{value:#x}/{:#x}", marks.mask)
@@ -613,10 +566,14 @@ fn mark_match(marks: &MarkLayout, value: u32) -> String {
 /// Where a hook enforces policy: the interface matches (`-i IF `, `-o IF `,
 /// both on FORWARD; one empty match when every interface is enforced) and
 /// the address selections (one empty match when the whole hook is
-/// enforced, else the endpoints set as source and as destination).
+/// enforced, else the endpoints set as source and as destination); then
+/// what it sends to a worker without enforcing (the dry-run set as source
+/// and as destination, when the ruleset has dry-run endpoints and the
+/// whole hook is not enforced).
 struct Scope {
     interfaces: Vec<String>,
     selections: Vec<String>,
+    dry_run_selections: Vec<String>,
 }
 
 /// The [`Scope`] of `hook`, or `None` where it enforces nothing (OUTPUT
@@ -636,14 +593,22 @@ fn enforced_scope(
         Selection::Startup if hook == Hook::Output => return None,
         Selection::Startup => true,
     };
-    let set = endpoints_set(family);
-    let selections = if whole_hook {
-        vec![String::new()]
-    } else {
+    let by_set = |set: &str| -> Vec<String> {
         ["src", "dst"]
             .iter()
             .map(|dir| format!("-m set --match-set {set} {dir} "))
             .collect()
+    };
+    let selections = if whole_hook {
+        vec![String::new()]
+    } else {
+        by_set(endpoints_set(family))
+    };
+    let dry_run_selections = match selection {
+        Selection::Enforced(enforced) if !whole_hook && !enforced.dry_run_endpoints.is_empty() => {
+            by_set(dry_run_set(family))
+        }
+        _ => Vec::new(),
     };
     let interfaces = if config.interfaces.is_empty() {
         vec![String::new()]
@@ -666,6 +631,7 @@ fn enforced_scope(
     Some(Scope {
         interfaces,
         selections,
+        dry_run_selections,
     })
 }
 
@@ -716,7 +682,13 @@ fn unrelated_icmp_rules(scope: &Scope, family: Family, hook: Hook) -> Vec<String
 /// chain unjudged: a closed port answering them with a reset would show
 /// through a policy that drops everything. The workers decide them like a
 /// first packet. ICMP is left out: what conntrack cannot place of it is
-/// dropped before ([`unrelated_icmp_rules`]).
+/// dropped before ([`unrelated_icmp_rules`]). Those of endpoints that only
+/// dry-run policies apply to come last and always carry `--queue-bypass`:
+/// with no worker reading the queue the kernel accepts them, as it would
+/// without those policies, whatever the fail mode; a connection with an
+/// enforced side (an enforced endpoint, the Node's enforced hook or
+/// published port) is queued by the rules above, under the fail mode. The
+/// Node ports published for them come last, with `--queue-bypass` too.
 fn queue_rules(
     config: &DatapathConfig,
     queues: QueueRange,
@@ -734,8 +706,9 @@ fn queue_rules(
             queues.last()
         )
     };
+    let bypassed = format!("{target} --queue-bypass");
     if bypass {
-        target.push_str(" --queue-bypass");
+        target = bypassed.clone();
     }
     let icmp = match family {
         Family::V4 => "icmp",
@@ -774,6 +747,25 @@ fn queue_rules(
                 );
             }
         }
+        let dry_run_published = match selection {
+            Selection::Enforced(enforced) if hook == Hook::Input && !enforced.node_ingress => {
+                &enforced.dry_run_published[..]
+            }
+            _ => &[],
+        };
+        for selection in &scope.dry_run_selections {
+            rules.push(format!(
+                "{interface}{selection}-m conntrack --ctstate NEW -j {bypassed}"
+            ));
+            rules.push(format!(
+                "{interface}! -p {icmp} {selection}-m conntrack --ctstate INVALID -j {bypassed}"
+            ));
+        }
+        rules.extend(
+            dry_run_published
+                .iter()
+                .map(|port| published_rule(interface, *port, &bypassed)),
+        );
     }
     rules
 }

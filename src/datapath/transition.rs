@@ -6,7 +6,8 @@
 //! # What enforces what
 //!
 //! The kernel decides *which* new connections a worker sees (the
-//! `tollgate-endpoints-*` sets, the whole-hook NFQUEUE rules of node
+//! `tollgate-endpoints-*` sets and, without enforcing, the
+//! `tollgate-dryrun-*` sets, the whole-hook NFQUEUE rules of node
 //! ingress/egress, the DNS rules of FQDN selectors); the ruleset in the
 //! workers decides *what happens* to them. A connection the kernel does not
 //! queue falls off the owned chains and is accepted, so the danger is a
@@ -65,7 +66,7 @@ use crate::ruleset::{Enforced, VerdictCache};
 
 use super::cache::CACHE_SET_PREFIX;
 use super::diff::Changes;
-use super::plan::{endpoints_set, published_port, unknown_set, Hook};
+use super::plan::{dry_run_set, endpoints_set, published_port, unknown_set, Hook};
 use super::state::{Family, State};
 
 /// One write of an apply.
@@ -147,8 +148,11 @@ pub fn input(changes: &Changes, step: Step) -> Option<String> {
 }
 
 /// The state that queues everything `from` and `to` need: the planned
-/// state of a ruleset whose enforced endpoints, published ports, node
-/// hooks and FQDN selectors are the union of both, and whose unknown
+/// state of a ruleset whose enforced endpoints, dry-run endpoints,
+/// published ports, node hooks and FQDN selectors are the union of both
+/// (an endpoint promoted from dry-run to enforced, or back, is in both
+/// sets, where the enforced set's rules, first, queue it under the fail
+/// mode), and whose unknown
 /// addresses are those unknown to either (closed while either ruleset
 /// does not know them). `plan` is [`super::plan::desired`] with the
 /// configuration bound.
@@ -174,10 +178,12 @@ pub fn bridge(
         node_ingress: a.node_ingress || b.node_ingress,
         node_egress: a.node_egress || b.node_egress,
         endpoints: union(&a.endpoints, &b.endpoints),
+        dry_run_endpoints: union(&a.dry_run_endpoints, &b.dry_run_endpoints),
         verdict_cache: bridged_cache(a.verdict_cache, b.verdict_cache),
         ranges,
         known,
         published: union(&a.published, &b.published),
+        dry_run_published: union(&a.dry_run_published, &b.dry_run_published),
     };
     plan(&enforced, &union(from.1, to.1))
 }
@@ -223,7 +229,7 @@ fn installed_cache(installed: &State) -> Option<VerdictCache> {
 }
 
 /// What an installed state enforces, as far as the kernel says: the
-/// members of the endpoint sets, the ranges and exceptions of the unknown
+/// members of the endpoint sets and of the dry-run sets, the ranges and exceptions of the unknown
 /// sets, the published ports the INPUT chains queue, and node ingress
 /// (egress) when an owned INPUT (OUTPUT) chain of either family queues
 /// every new connection. The state a starting agent adopts ([`bridge`]
@@ -245,11 +251,13 @@ pub fn adopted(installed: &State) -> Enforced {
                 })
         })
     };
-    let endpoints = Family::ALL
-        .iter()
-        .filter_map(|family| installed.sets.get(endpoints_set(*family)))
-        .flat_map(|set| set.members.iter().copied())
-        .collect();
+    let members = |set: fn(Family) -> &'static str| {
+        Family::ALL
+            .iter()
+            .filter_map(|family| installed.sets.get(set(*family)))
+            .flat_map(|set| set.members.iter().copied())
+            .collect()
+    };
     let unknown = Family::ALL
         .iter()
         .filter_map(|family| installed.ranges.get(&unknown_set(*family)));
@@ -258,34 +266,50 @@ pub fn adopted(installed: &State) -> Enforced {
         ranges.extend(set.ranges.iter().copied());
         known.extend(set.except.iter().copied());
     }
+    let (published, dry_run_published) = installed_published(installed);
     Enforced {
         node_ingress: whole_hook(Hook::Input),
         node_egress: whole_hook(Hook::Output),
-        endpoints,
+        endpoints: members(endpoints_set),
+        dry_run_endpoints: members(dry_run_set),
         verdict_cache: installed_cache(installed),
         ranges,
         known,
-        published: installed_published(installed),
+        published,
+        dry_run_published,
     }
 }
 
+/// Published ports: (protocol, Node port).
+type Ports = Vec<(PortProtocol, u16)>;
+
 /// The published ports the installed INPUT chains queue
-/// ([`super::plan`]'s `published_rules`).
-fn installed_published(installed: &State) -> Vec<(PortProtocol, u16)> {
-    let mut out = Vec::new();
+/// ([`super::plan`]'s `published_rule`): those of enforced endpoints, then
+/// those of dry-run ones (below the dry-run set's rules; a port queued
+/// both ways counts as enforced).
+fn installed_published(installed: &State) -> (Ports, Ports) {
+    let (mut enforced, mut dry_run) = (Vec::new(), Vec::new());
     for family in Family::ALL {
         let Some(rules) = installed.table(family).chains.get(Hook::Input.chain()) else {
             continue;
         };
+        let mut below_dry_run = false;
         for rule in rules {
+            below_dry_run |= rule.contains(dry_run_set(family));
             if let Some(port) = published_port(rule) {
+                let out = if below_dry_run {
+                    &mut dry_run
+                } else {
+                    &mut enforced
+                };
                 if !out.contains(&port) {
                     out.push(port);
                 }
             }
         }
     }
-    out
+    dry_run.retain(|port| !enforced.contains(port));
+    (enforced, dry_run)
 }
 
 /// Whether `installed` holds anything tollgate owns.

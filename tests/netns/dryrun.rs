@@ -14,6 +14,7 @@ use std::process::{Command, Output};
 use serde_json::json;
 use tollgate_fake_api::FakeApi;
 
+use crate::harness::agent::FailMode;
 use crate::harness::metrics::scrape;
 use crate::harness::{poll_until, Lab, Service, TcpOutcome, AGENT_WAIT};
 
@@ -437,5 +438,112 @@ fn a_dry_run_kubernetes_isolation_follows_the_annotation_through_watch_events() 
         lab.assert_tcp("client", web, TcpOutcome::Connected);
     }
     assert_eq!(counted(2 * REPEATS + 2), Some(2 * REPEATS + 2));
+    agent.stop();
+}
+
+/// A Pod that only a dry-run policy applies to is queued without being
+/// enforced: under `failMode: closed`, with the agent killed (`kill -9`,
+/// its rules left in the kernel, no worker reading the queue), a fresh
+/// connection to it connects, as it would without the policy, while one
+/// to a Pod an enforced policy applies to is dropped (fail-closed). The
+/// restarted agent adopts the rules; removing the annotation (a watch
+/// event) then moves the first Pod to the enforced set and drops its new
+/// connections. IPv4 and IPv6.
+///
+/// Mutation tried: no `--queue-bypass` on the dry-run set's queue rules
+/// (`bypassed` replaced by `target` in `queue_rules`,
+/// src/datapath/plan.rs) times out the fresh connection to the dry-run
+/// Pod once the agent is killed: the test fails.
+#[test]
+fn a_dry_run_only_pod_stays_open_without_an_agent_under_fail_closed() {
+    const TEST: &str = "a_dry_run_only_pod_stays_open_without_an_agent_under_fail_closed";
+    let Some(lab) = Lab::builder(TEST)
+        .peer("client")
+        .peer("web")
+        .peer("admin")
+        .ipv6()
+        .fresh_sources()
+        .build()
+    else {
+        return;
+    };
+    lab.serve_tcp("web", WEB, Service::Echo);
+    lab.serve_tcp("admin", WEB, Service::Echo);
+    let listener = lab
+        .node()
+        .enter(|| TcpListener::bind("127.0.0.1:0").expect("bind in node namespace"));
+    let api = FakeApi::serve(listener);
+    api.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod"}}));
+    // The client is no Pod: its fresh source addresses are not spoofing.
+    for name in ["web", "admin"] {
+        let (ip, ip6) = (lab.addr(name).to_string(), lab.addr6(name).to_string());
+        api.apply(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "prod", "labels": {"app": name}},
+            "spec": {"nodeName": "node", "containers": [{"name": "main"}]},
+            "status": {"podIP": ip, "podIPs": [{"ip": ip}, {"ip": ip6}]}}));
+    }
+    // `web`: isolated (every connection to it dropped) by a policy in
+    // dry-run. `admin`: isolated by an enforced policy that allows every
+    // source (the fresh ones included).
+    let deny_web = |dry_run: bool| {
+        let annotations = if dry_run {
+            json!({"tollgate.io/dry-run": "true"})
+        } else {
+            json!({})
+        };
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "deny-web", "namespace": "prod", "annotations": annotations},
+            "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "policyTypes": ["Ingress"]}})
+    };
+    api.apply(deny_web(true));
+    api.apply(
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": "admin-from-all", "namespace": "prod"},
+        "spec": {"podSelector": {"matchLabels": {"app": "admin"}}, "policyTypes": ["Ingress"],
+            "ingress": [{}]}}),
+    );
+    let kubeconfig = lab.dir().join("kubeconfig");
+    std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
+    let mut options = lab.agent_options().queues(1).fail_mode(FailMode::Closed);
+    options.kubeconfig = Some(kubeconfig);
+    let mut agent = lab.start_agent(options.clone());
+    agent.wait_generation(1);
+
+    let at = |role: &str| {
+        [
+            SocketAddr::new(lab.addr(role).into(), WEB),
+            SocketAddr::new(lab.addr6(role).into(), WEB),
+        ]
+    };
+    // The agent up: both Pods reachable from the client.
+    for to in at("web").into_iter().chain(at("admin")) {
+        lab.assert_tcp_fresh("client", to, TcpOutcome::Connected);
+    }
+
+    // No agent: the kernel accepts what it queues to the dry-run Pod and
+    // drops what it queues to the enforced one.
+    agent.kill9();
+    for to in at("web") {
+        lab.assert_tcp_fresh("client", to, TcpOutcome::Connected);
+    }
+    for to in at("admin") {
+        lab.assert_tcp_fresh("client", to, TcpOutcome::TimedOut);
+    }
+
+    // Restarted, it adopts the rules; promotion drops `web`'s new
+    // connections, `admin` stays allowed.
+    let mut agent = lab.start_agent(options);
+    agent.wait_generation(1);
+    for to in at("web").into_iter().chain(at("admin")) {
+        lab.assert_tcp_fresh("client", to, TcpOutcome::Connected);
+    }
+    api.apply(deny_web(false));
+    agent.wait_generation(2);
+    for to in at("web") {
+        lab.assert_tcp_fresh("client", to, TcpOutcome::TimedOut);
+    }
+    for to in at("admin") {
+        lab.assert_tcp_fresh("client", to, TcpOutcome::Connected);
+    }
     agent.stop();
 }

@@ -1566,7 +1566,8 @@ fn the_local_nodes_pod_ranges_and_the_addresses_known_in_them() {
 /// Pod (`hostPort`; on a Docker host `-p`, relayed by `docker-proxy`) is
 /// decided as the client's connection to the Pod's port, whichever family
 /// the client uses, and only on the address it is published on; the port
-/// of an enforced Pod is in `Enforced::published`.
+/// of an enforced Pod is in `Enforced::published`, that of a Pod only
+/// dry-run policies apply to in `Enforced::dry_run_published`.
 #[test]
 fn a_published_port_reached_on_the_node_is_decided_as_the_client_to_the_pod() {
     let pod =
@@ -1584,6 +1585,17 @@ fn a_published_port_reached_on_the_node_is_decided_as_the_client_to_the_pod() {
     use crate::model::PortProtocol;
     assert_eq!(
         rs.enforced().published,
+        [(PortProtocol::Udp, 5353), (PortProtocol::Tcp, 8080)]
+    );
+    // The policy in dry-run: the ports are the dry-run endpoint's.
+    let dry_run = policy.replace(
+        "{name: p}",
+        "{name: p, annotations: {tollgate.io/dry-run: 'true'}}",
+    );
+    let dry = ruleset(&format!("{pod}{dry_run}"));
+    assert!(dry.enforced().published.is_empty());
+    assert_eq!(
+        dry.enforced().dry_run_published,
         [(PortProtocol::Udp, 5353), (PortProtocol::Tcp, 8080)]
     );
     let to_node = |src: &str, node: &str, transport: Transport| {

@@ -38,8 +38,14 @@ pub struct Enforced {
     pub node_ingress: bool,
     /// Some rule applies to the local Node's outbound traffic.
     pub node_egress: bool,
-    /// Addresses of local Pods that some rule applies to (either direction).
+    /// Addresses of local Pods that some enforced rule or isolation
+    /// applies to (either direction).
     pub endpoints: Vec<IpAddr>,
+    /// Addresses of local Pods that only dry-run policies apply to: their
+    /// connections are sent to a worker for the dry-run outcome, but the
+    /// kernel accepts them when no worker reads the queue, whatever the
+    /// fail mode, as it would without those policies.
+    pub dry_run_endpoints: Vec<IpAddr>,
     /// The kernel verdict cache of the ruleset, when verdicts are cached.
     #[serde(skip)]
     pub verdict_cache: Option<VerdictCache>,
@@ -55,6 +61,9 @@ pub struct Enforced {
     /// Docker's `-p`): a connection to one that reaches the Node (a
     /// userland proxy relays it) is decided as one to the endpoint.
     pub published: Vec<(PortProtocol, u16)>,
+    /// The same for endpoints only dry-run policies apply to (a port in
+    /// `published` is not here): sent to a worker as their addresses are.
+    pub dry_run_published: Vec<(PortProtocol, u16)>,
 }
 
 impl Enforced {
@@ -211,20 +220,23 @@ impl Ruleset {
         let (tables, endpoint_tables) = build_tables(&parts.lists, &parts.rules);
         let mut endpoint_by_ip = HashMap::new();
         let mut enforced = Enforced::default();
-        let mut pod_addresses = BTreeSet::new();
+        let (mut pod_addresses, mut dry_run_addresses) = (BTreeSet::new(), BTreeSet::new());
         for &(endpoint, ips) in &parts.addresses {
             let table = &tables[endpoint_tables[endpoint as usize] as usize];
             if endpoint == LOCAL_NODE {
                 enforced.node_ingress = !table.ingress.is_empty();
                 enforced.node_egress = !table.egress.is_empty();
-            } else if !table.ingress.is_empty() || !table.egress.is_empty() {
+            } else if table.ingress.enforced || table.egress.enforced {
                 pod_addresses.extend(ips.iter().copied());
+            } else if !table.ingress.is_empty() || !table.egress.is_empty() {
+                dry_run_addresses.extend(ips.iter().copied());
             }
             for ip in ips {
                 endpoint_by_ip.insert(*ip, endpoint);
             }
         }
         enforced.endpoints = pod_addresses.into_iter().collect();
+        enforced.dry_run_endpoints = dry_run_addresses.into_iter().collect();
         enforced.ranges = parts.ranges;
         enforced.known = parts.known;
         let addresses_of = |endpoint: u32| -> Vec<IpAddr> {
@@ -239,17 +251,24 @@ impl Ruleset {
         for port in parts.published {
             let table = &tables[endpoint_tables[port.endpoint as usize] as usize];
             let key = (port.protocol, port.host);
-            if (!table.ingress.is_empty() || !table.egress.is_empty())
-                && !enforced.published.contains(&key)
-            {
-                enforced.published.push(key);
+            let list = if table.ingress.enforced || table.egress.enforced {
+                &mut enforced.published
+            } else {
+                &mut enforced.dry_run_published
+            };
+            if (!table.ingress.is_empty() || !table.egress.is_empty()) && !list.contains(&key) {
+                list.push(key);
             }
             let ips = addresses_of(port.endpoint);
             published.push((port, ips));
         }
+        let enforced_ports = enforced.published.clone();
         enforced
-            .published
-            .sort_by_key(|(p, port)| (*port, *p as u8));
+            .dry_run_published
+            .retain(|key| !enforced_ports.contains(key));
+        for list in [&mut enforced.published, &mut enforced.dry_run_published] {
+            list.sort_by_key(|(p, port)| (*port, *p as u8));
+        }
         Ruleset {
             rules: parts.rules,
             endpoints: parts.endpoints,

@@ -4,6 +4,7 @@ use crate::config::{AgentConfig, MachineDefaults};
 use crate::datapath::diff::Changes;
 use crate::datapath::state::State;
 use crate::model::PortProtocol;
+use crate::ruleset::VerdictCache;
 
 /// The configuration `yaml` gives on a machine with two cores.
 fn config(yaml: &str) -> AgentConfig {
@@ -1514,4 +1515,111 @@ fn published_ports_of_enforced_endpoints_are_queued_on_input() {
     assert!(whole.v4.chains["TOLLGATE-INPUT"]
         .iter()
         .all(|r| published_port(r).is_none()));
+}
+
+/// An endpoint that only dry-run policies apply to is queued from its own
+/// set, below every rule that queues an enforced side (the enforced
+/// endpoints, a published port), and always with `--queue-bypass` (its
+/// published ports too, last): with
+/// no worker reading the queue the kernel accepts its connections, as it
+/// would without those policies, while the enforced endpoints' rules keep
+/// `failMode: closed`. Its unrelated ICMP is not dropped either (a dry-run
+/// policy must not strengthen enforcement); a ruleset without dry-run
+/// endpoints plans neither the set nor its rules.
+#[test]
+fn dry_run_only_endpoints_are_queued_with_bypass_below_the_enforced_ones() {
+    let enforced = Enforced {
+        dry_run_endpoints: vec!["10.1.0.6".parse().unwrap(), "fd00::6".parse().unwrap()],
+        published: vec![(PortProtocol::Tcp, 8080)],
+        dry_run_published: vec![(PortProtocol::Udp, 9090)],
+        ..targets(false, false, &["10.1.0.5", "fd00::5"])
+    };
+    for (yaml, enforced_bypass) in [("", false), ("datapath: {failMode: open}\n", true)] {
+        let state = desired(&config(yaml), &enforced, &[]);
+        for family in Family::ALL {
+            let (dry, normal) = (dry_run_set(family), endpoints_set(family));
+            let members = &state.sets[dry].members;
+            assert_eq!(members.len(), 1, "{members:?}");
+            assert!(members
+                .iter()
+                .all(|a| enforced.dry_run_endpoints.contains(a) && Family::of(a) == family));
+            assert!(state.sets[normal]
+                .members
+                .iter()
+                .all(|a| !enforced.dry_run_endpoints.contains(a)));
+            for hook in Hook::ALL {
+                let rules = deciding(&state, family, hook);
+                let queued = |set: &str| -> Vec<usize> {
+                    (0..rules.len())
+                        .filter(|&i| rules[i].contains(&format!("--match-set {set} ")))
+                        .filter(|&i| rules[i].contains("-j NFQUEUE"))
+                        .collect()
+                };
+                let (dry_rules, normal_rules) = (queued(dry), queued(normal));
+                assert_eq!(dry_rules.len(), 4, "{hook:?} {rules:#?}");
+                assert_eq!(normal_rules.len(), 4, "{hook:?} {rules:#?}");
+                assert!(dry_rules
+                    .iter()
+                    .all(|&i| rules[i].ends_with(" --queue-bypass")));
+                assert!(normal_rules
+                    .iter()
+                    .all(|&i| rules[i].ends_with(" --queue-bypass") == enforced_bypass));
+                let last_enforced = rules
+                    .iter()
+                    .rposition(|r| {
+                        r.contains("-j NFQUEUE")
+                            && !r.contains(dry)
+                            && published_port(r) != Some((PortProtocol::Udp, 9090))
+                    })
+                    .unwrap();
+                assert!(last_enforced < dry_rules[0], "{hook:?} {rules:#?}");
+                assert!(rules
+                    .iter()
+                    .filter(|r| r.contains(dry))
+                    .all(|r| r.contains("-j NFQUEUE")));
+                let published: Vec<_> = (0..rules.len())
+                    .filter_map(|i| published_port(&rules[i]).map(|port| (i, port)))
+                    .collect();
+                if hook != Hook::Input {
+                    assert!(published.is_empty(), "{hook:?} {rules:#?}");
+                    continue;
+                }
+                let [(enforced_at, enforced_port), (dry_at, dry_port)] = published[..] else {
+                    panic!("{rules:#?}");
+                };
+                assert_eq!(
+                    (enforced_port, dry_port),
+                    ((PortProtocol::Tcp, 8080), (PortProtocol::Udp, 9090))
+                );
+                assert!(enforced_at < dry_rules[0] && dry_at > dry_rules[3]);
+                assert!(rules[dry_at].ends_with(" --queue-bypass"));
+                assert_eq!(
+                    rules[enforced_at].ends_with(" --queue-bypass"),
+                    enforced_bypass
+                );
+            }
+        }
+    }
+    let without = desired(&config(""), &targets(false, false, &["10.1.0.5"]), &[]);
+    for family in Family::ALL {
+        assert!(!without.sets.contains_key(dry_run_set(family)));
+        for hook in Hook::ALL {
+            assert!(deciding(&without, family, hook)
+                .iter()
+                .all(|r| !r.contains("tollgate-dryrun")));
+        }
+    }
+    // A Node whose ingress is queued whole queues the dry-run endpoints'
+    // connections to it under the fail mode, as any other.
+    let whole = desired(
+        &config(""),
+        &Enforced {
+            node_ingress: true,
+            ..enforced.clone()
+        },
+        &[],
+    );
+    assert!(whole.v4.chains["TOLLGATE-INPUT"]
+        .iter()
+        .all(|r| !r.contains("tollgate-dryrun")));
 }

@@ -15,18 +15,21 @@ fn config(yaml: &str) -> AgentConfig {
         .config
 }
 
-/// What an agent with `yaml` installs for node ingress, one Pod and one
-/// FQDN selector (every kind of queue rule the plan writes).
+/// What an agent with `yaml` installs for node ingress, one Pod, one Pod
+/// under dry-run policies only and one FQDN selector (every kind of queue
+/// rule the plan writes).
 fn installed(yaml: &str) -> State {
     let config = config(yaml);
     let enforced = Enforced {
         node_ingress: true,
         node_egress: false,
         endpoints: vec!["10.0.0.5".parse().unwrap(), "fd00::5".parse().unwrap()],
+        dry_run_endpoints: vec!["10.0.0.6".parse().unwrap(), "fd00::6".parse().unwrap()],
         verdict_cache: None,
         ranges: Vec::new(),
         known: Vec::new(),
         published: Vec::new(),
+        dry_run_published: Vec::new(),
     };
     let fqdn = [FqdnPattern::new("*.example.com")];
     desired(&config.datapath, &config.queue_numbers(), &enforced, &fqdn)

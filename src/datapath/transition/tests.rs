@@ -43,6 +43,14 @@ fn ranged(
     }
 }
 
+/// An `enforced` with endpoints that only dry-run policies apply to.
+fn dry_run(endpoints: &[&str], dry_run: &[&str]) -> Enforced {
+    Enforced {
+        dry_run_endpoints: dry_run.iter().map(|e| e.parse().unwrap()).collect(),
+        ..enforced(false, endpoints)
+    }
+}
+
 /// A ruleset's kernel-facing part.
 struct Needs {
     enforced: Enforced,
@@ -228,6 +236,24 @@ fn any_failing_step_leaves_the_ruleset_in_force_covered() {
                 fqdn: vec![],
             },
         ),
+        // A policy is promoted (one way) or put in dry-run (the other): the
+        // endpoint moves between the dry-run and the enforced sets.
+        (
+            Needs {
+                enforced: Enforced {
+                    dry_run_published: vec![(PortProtocol::Tcp, 8080)],
+                    ..dry_run(&["10.0.0.6"], &["10.0.0.5", "fd00::5"])
+                },
+                fqdn: vec![],
+            },
+            Needs {
+                enforced: Enforced {
+                    published: vec![(PortProtocol::Tcp, 8080)],
+                    ..enforced(false, &["10.0.0.5", "10.0.0.6", "fd00::5"])
+                },
+                fqdn: vec![],
+            },
+        ),
     ];
     for (a, b) in cases.iter().flat_map(|(x, y)| [(x, y), (y, x)]) {
         let from = a.plan(&config);
@@ -283,6 +309,12 @@ fn adopted_reads_what_an_installed_state_enforces() {
         enforced(true, &["10.0.0.5"]),
         both,
         containers,
+        dry_run(&["10.0.0.5"], &["10.0.0.6", "fd00::6"]),
+        Enforced {
+            published: vec![(PortProtocol::Tcp, 8080)],
+            dry_run_published: vec![(PortProtocol::Udp, 9090)],
+            ..dry_run(&["10.0.0.5"], &["10.0.0.6"])
+        },
     ] {
         let installed = desired(&config, &wanted, &[]);
         assert_eq!(adopted(&installed), wanted);

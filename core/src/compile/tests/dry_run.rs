@@ -197,9 +197,13 @@ fn dry_run_policies_and_rules_are_marked_and_left_out_of_trace_consulted() {
     let [_, ingress] = rs.consulted(&tcp(ip(Y, A), ip(X, A), 80), &NoFqdn);
     assert!(ingress.is_empty(), "{ingress:?}");
     // A side that only a dry-run policy applies to is still sent to a
-    // worker (the dry-run outcome needs its connections).
+    // worker (the dry-run outcome needs its connections), as a dry-run
+    // endpoint; one an enforced policy applies to as well is enforced.
     let only_dry = ruleset(&acnp("lockdown", true, &x_from_y("Drop")));
-    assert!(only_dry.enforced().endpoints.contains(&ip(X, A)));
+    assert!(only_dry.enforced().dry_run_endpoints.contains(&ip(X, A)));
+    assert!(!only_dry.enforced().endpoints.contains(&ip(X, A)));
+    assert!(rs.enforced().endpoints.contains(&ip(X, A)));
+    assert!(!rs.enforced().dry_run_endpoints.contains(&ip(X, A)));
 }
 
 // ------------------------------------------------------------ proptests
