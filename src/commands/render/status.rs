@@ -177,16 +177,18 @@ pub fn render_status(report: &StatusReport, wide: bool) -> String {
         line("bridged traffic", format!("NOT SEEN: {why}"));
     }
     if !report.endpoint_traffic_unseen.is_empty() {
-        let _ = writeln!(
-            out,
-            "endpoint traffic:   NOT SEEN for {} endpoint addresses (not enforced):",
-            report.endpoint_traffic_unseen.len()
+        line(
+            "endpoint traffic",
+            format!(
+                "NOT SEEN for {} endpoint addresses (not enforced):",
+                report.endpoint_traffic_unseen.len()
+            ),
         );
-        for line in &report.endpoint_traffic_unseen {
-            let _ = writeln!(out, "  {line}");
+        for unseen in &report.endpoint_traffic_unseen {
+            let _ = writeln!(out, "  {unseen}");
         }
     }
-    render_policy_warnings(&mut out, &report.policy_warnings);
+    render_policy_warnings(&mut out, &report.policy_warnings, wide);
     render_anti_spoofing(&mut out, report.anti_spoofing.as_ref(), wide);
     let mut line = |label: &str, value: String| field(&mut out, label, &value, wide);
     line("fail mode", report.fail_mode.clone());
@@ -311,12 +313,12 @@ pub fn render_queues(report: &StatusReport) -> String {
 /// Most policy warnings `status` prints; `-o json` lists them all.
 const STATUS_WARNINGS: usize = 5;
 
-/// `policy warnings:  N`, then the first few, one a line.
-fn render_policy_warnings(out: &mut String, warnings: &[String]) {
+/// `policy warnings:  N`, then the first few whole, one a line.
+fn render_policy_warnings(out: &mut String, warnings: &[String], wide: bool) {
     if warnings.is_empty() {
         return;
     }
-    let _ = writeln!(out, "policy warnings:    {}", warnings.len());
+    field(out, "policy warnings", &warnings.len().to_string(), wide);
     for warning in warnings.iter().take(STATUS_WARNINGS) {
         let _ = writeln!(out, "  {warning}");
     }
