@@ -337,7 +337,7 @@ impl Starting {
     /// `l7.queue`); then no queue is bound until the kernel is rewritten
     /// to this agent's layout, and its queues have no reader meanwhile,
     /// as while no agent ran.
-    fn enforce(self, snapshot: &Snapshot) -> Result<Running, AgentError> {
+    fn enforce(self, snapshot: &Arc<Snapshot>) -> Result<Running, AgentError> {
         let Starting {
             mut base, policy, ..
         } = self;
@@ -350,7 +350,7 @@ impl Starting {
         base.warnings
             .reloaded(snapshot, &node, &compiled, &base.counters, &base.status);
         let ruleset = base.generations.stamp(compiled, snapshot, &node);
-        base.status.compiled(Arc::new(snapshot.clone()), &node);
+        base.status.compiled(Arc::clone(snapshot), &node);
         let found = base.kernel.installed()?;
         let crossed = datapath::roles::crossed(&found, &config.queue_numbers());
         let installed = adopted(&found);
