@@ -6,6 +6,10 @@
 #   scripts/lab.sh demo    run a few probes and print ALLOWED / DENIED
 #   scripts/lab.sh down    remove everything (also after a crash)
 #   scripts/lab.sh status  list namespaces, tollgate's log tail, its chains
+#   scripts/lab.sh observe the audit log's last lines, a few metrics and
+#                          `tollgate status` (the agent runs with the audit
+#                          log $STATE/np.log, metrics on 127.0.0.1:9090 in
+#                          tg-node and the status socket $STATE/tollgate.sock)
 #
 # Topology (all addresses inside 10.99.0.0/16 and fd00:99::/32; nothing is
 # configured in the root namespace):
@@ -19,7 +23,8 @@
 # is the reference the example rules follow):
 #   Node       tg-node, labels kubernetes.io/os=linux, role=lab-node
 #              (also given on the command line), addresses 10.99.{1,2,3,4}.1
-#   Namespace  frontend (env=prod), untrusted (env=dev), backend (env=prod),
+#   Namespace  frontend (env=prod), untrusted (env=dev,
+#              egress=open), backend (env=prod),
 #              infra (env=infra)
 #   Pod        frontend/client1  app=client   10.99.1.2
 #   Pod        untrusted/client2 app=client   10.99.2.2
@@ -34,7 +39,7 @@
 # installed. Clients resolve through tg-dns (/etc/netns/<ns>/resolv.conf).
 #
 # The script installs nothing: it checks for the tools and says what to
-# install. tollgate is taken from $TOLLGATE, else target/release/tollgate,
+# install. tollgate is taken from $TOLLGATE, else target/dist/tollgate, target/release/tollgate,
 # else target/debug/tollgate (run `cargo build` first).
 set -euo pipefail
 
@@ -60,7 +65,7 @@ need_tools() {
 
 tollgate_bin() {
     local candidate
-    for candidate in "${TOLLGATE:-}" "$ROOT/target/release/tollgate" "$ROOT/target/debug/tollgate"; do
+    for candidate in "${TOLLGATE:-}" "$ROOT/target/dist/tollgate" "$ROOT/target/release/tollgate" "$ROOT/target/debug/tollgate"; do
         if [[ -n $candidate && -x $candidate ]]; then
             echo "$candidate"
             return
@@ -166,7 +171,10 @@ up() {
     for k in 1 2 3 4; do addrs+=(--node-address "10.99.$k.1" --node-address "fd00:99:$k::1"); done
     spawn "$NS_NODE" tollgate "$bin" run --policies "$RULES" --node-name tg-node \
         --node-labels kubernetes.io/os=linux,role=lab-node "${addrs[@]}" \
-        --privileged 10.99.1.0/24,tcp/22
+        --privileged 10.99.1.0/24,tcp/22 --audit-log "$STATE/np.log" \
+        --allowed-source-prefix backend/web=10.99.3.10/32 \
+        --allowed-source-prefix backend/web=10.99.3.20/32 \
+        --metrics-address 127.0.0.1:9090 --status-socket "$STATE/tollgate.sock"
     local i
     for i in $(seq 1 300); do
         grep -q "ruleset applied generation=" "$STATE/tollgate.log" 2>/dev/null && break
@@ -250,6 +258,20 @@ demo() {
     nsx "$NS_NODE" cat /proc/net/netfilter/nfnetlink_queue 2>/dev/null | sed 's/^/  /' || true
 }
 
+# What the agent reports about the probes: the audit log (rules with
+# enableLogging), its metrics and its status summary.
+observe() {
+    ns_exists "$NS_NODE" || die "lab is not up (run '$0 up')"
+    echo "== audit log ($STATE/np.log, last lines)"
+    tail -n 3 "$STATE/np.log" 2>/dev/null || echo "  (empty: no logged rule matched yet)"
+    echo "== metrics (ip netns exec $NS_NODE curl http://127.0.0.1:9090/metrics)"
+    nsx "$NS_NODE" curl -fsS --max-time 2 http://127.0.0.1:9090/metrics |
+        grep -E '^tollgate_(verdicts_total|rule_hits_total|policies|enforced_endpoints)' |
+        grep -v ' 0$' | head -n 8 || true
+    echo "== status ($(tollgate_bin) status --socket $STATE/tollgate.sock, the summary)"
+    "$(tollgate_bin)" status --socket "$STATE/tollgate.sock" | sed '/^METRIC/,$d' || true
+}
+
 status() {
     ip netns list | grep -E '^tg-' || echo "no lab namespaces"
     if [[ -f $STATE/tollgate.log ]]; then
@@ -267,6 +289,7 @@ case "${1:-}" in
     up) up ;;
     down) down ;;
     demo) demo ;;
+    observe) observe ;;
     status) status ;;
-    *) echo "usage: $0 up|demo|down|status" >&2; exit 2 ;;
+    *) echo "usage: $0 up|demo|observe|down|status" >&2; exit 2 ;;
 esac

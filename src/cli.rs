@@ -16,7 +16,13 @@ use crate::explain::TraceRequest;
 use crate::logging::LogError;
 use crate::source::kube::Connection;
 use crate::status;
-use crate::telemetry::Check;
+
+mod ops;
+
+pub use ops::{
+    BundleArgs, LogLevelArgs, ManArgs, ObserveArgs, StatusArgs, StatusOutput, StatusPart,
+    VerdictFilter, WatchArgs,
+};
 
 #[derive(Parser)]
 #[command(
@@ -40,9 +46,15 @@ pub enum Command {
         /// Files or directories (their *.yaml, *.yml, *.json).
         #[arg(required = true)]
         paths: Vec<PathBuf>,
+        #[command(flatten)]
+        limits: LimitArgs,
     },
     /// Show which rule decides a flow, and why.
     Trace(TraceArgs),
+    /// Every connection a policy change opens, closes or otherwise
+    /// changes: all (source, destination, protocol, port) the two sides
+    /// tell apart, each row with the deciding rule before and after.
+    Diff(DiffArgs),
     /// List objects.
     Get {
         #[command(subcommand)]
@@ -51,22 +63,35 @@ pub enum Command {
     /// Remove everything tollgate owns in this network namespace (its
     /// chains, the jumps into them, the endpoint and learned ipsets) and
     /// nothing else. An agent that stops leaves its rules enforcing; this
-    /// is the uninstall step. Refused while an agent runs here.
-    Cleanup,
-    /// Health of the running agent: uptime, ruleset generation, policies,
-    /// last reload, queues and their counters, fail mode.
-    Status {
-        #[command(flatten)]
-        socket: SocketArgs,
-        #[arg(long, value_enum, default_value = "text")]
-        output: OutputFormat,
-        /// Probe instead: exit 0 when the agent is live (every worker
-        /// running and draining) or ready (a complete policy snapshot
-        /// applied and the kernel matching it), 1 when not (the reason on
-        /// stderr), 2 when the agent cannot be reached.
-        #[arg(long, value_enum, value_name = "live|ready", conflicts_with = "output")]
-        check: Option<Check>,
+    /// is the uninstall step. Refused while an agent runs here, unless
+    /// `--wait`.
+    Cleanup {
+        /// Wait for the running agent to stop (however it stops), then
+        /// remove its state at once: start this first when uninstalling.
+        #[arg(long)]
+        wait: bool,
     },
+    /// Health of the running agent: uptime, ruleset generation, policies,
+    /// last reload, datapath, fail mode, one line per queue (`-o wide`:
+    /// the metrics and every queue's counters too).
+    Status(StatusArgs),
+    /// The running agent's decisions: the latest, then (`-f`) each as it
+    /// is made, like `hubble observe`.
+    Observe(ObserveArgs),
+    /// Collect what a bug report needs from the running agent (status,
+    /// policies in force, endpoints, configuration, log tail, iptables
+    /// and ipset state, versions) into a .tar.gz or a directory.
+    Bundle(BundleArgs),
+    /// Show or change the running agent's log filter, without a restart.
+    LogLevel(LogLevelArgs),
+    /// Print the completion script of a shell (`source <(tollgate
+    /// completion bash)`).
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages, generated from this command line.
+    Man(ManArgs),
 }
 
 /// Options of `tollgate run`. Configuration keys are set, from lowest to
@@ -201,6 +226,21 @@ impl LogArgs {
     }
 }
 
+/// The agent's bounds on policy files (`policyFiles`), so that files the
+/// agent accepts (a large cluster export) are read offline as it reads
+/// them.
+#[derive(Args, Clone, Debug, Default)]
+pub struct LimitArgs {
+    /// The agent's configuration file: its `policyFiles` bounds apply (the
+    /// whole file is checked as `run` checks it).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Sets one configuration key as `run --set` does, e.g.
+    /// `--set policyFiles.maxFileBytes=8388608`; repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<Setting>,
+}
+
 /// Where the running agent's status API listens.
 #[derive(Args, Clone, Debug)]
 pub struct SocketArgs {
@@ -217,6 +257,8 @@ pub enum GetCommand {
         /// Policy files or directories (offline); default: ask the agent.
         #[arg(long)]
         policies: Vec<PathBuf>,
+        #[command(flatten)]
+        limits: LimitArgs,
         #[command(flatten)]
         socket: SocketArgs,
         /// Only `effectivePriority` is supported (and is the default).
@@ -239,6 +281,8 @@ pub enum GetCommand {
         #[arg(long)]
         policies: Vec<PathBuf>,
         #[command(flatten)]
+        limits: LimitArgs,
+        #[command(flatten)]
         node: NodeArgs,
         #[command(flatten)]
         socket: SocketArgs,
@@ -257,6 +301,8 @@ pub enum GetCommand {
         #[arg(long)]
         policies: Vec<PathBuf>,
         #[command(flatten)]
+        limits: LimitArgs,
+        #[command(flatten)]
         socket: SocketArgs,
         #[command(flatten)]
         node: NodeArgs,
@@ -264,7 +310,14 @@ pub enum GetCommand {
         filter: GetFilter,
         #[command(flatten)]
         output: GetOutputArgs,
+        #[command(flatten)]
+        watch: WatchArgs,
     },
+    /// Who can reach whom: endpoint × endpoint, one column per port, each
+    /// cell A (Allow), D (Drop), R (Reject), L (allowed subject to L7
+    /// rules), ~ (not all alike), - (no such named port): of the running
+    /// agent, or of the given files with `--policies`.
+    Matrix(MatrixArgs),
     /// Objects the running agent skips or enforces only in part in
     /// Kubernetes mode, with the reasons its Kubernetes Events give.
     Skipped {
@@ -306,12 +359,55 @@ pub struct SkippedFilter {
 }
 
 /// `-o` of `get`.
-#[derive(Args, Clone, Copy, Debug)]
+#[derive(Args, Clone, Debug)]
 pub struct GetOutputArgs {
     /// `table` (default; long lists summarised), `wide` (every column,
-    /// lists whole), `json` or `yaml` (everything).
-    #[arg(short = 'o', long, value_enum, default_value = "table")]
-    pub output: GetOutput,
+    /// lists whole), `json` or `yaml` (everything), or `jsonpath=PATH`:
+    /// the values an RFC 9535 JSONPath selects in the `-o json` document
+    /// (`$[*].endpoint`; kubectl's `{[*].endpoint}` is read too).
+    #[arg(short = 'o', long, default_value = "table", value_parser = parse_get_format, value_name = "FORMAT")]
+    pub output: GetFormat,
+}
+
+/// What `-o` of `get` asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GetFormat {
+    Plain(GetOutput),
+    /// An RFC 9535 JSONPath (`$…`), checked when parsed.
+    JsonPath(String),
+}
+
+impl GetFormat {
+    /// The rendering the answer starts from: JSON for a JSONPath.
+    pub fn plain(&self) -> GetOutput {
+        match self {
+            GetFormat::Plain(output) => *output,
+            GetFormat::JsonPath(_) => GetOutput::Json,
+        }
+    }
+}
+
+/// `table`, `wide`, `json`, `yaml`, or `jsonpath=…` (`jsonpath={.x}`,
+/// kubectl's form, is read as `$.x`).
+fn parse_get_format(s: &str) -> Result<GetFormat, String> {
+    use clap::ValueEnum;
+    if let Some(path) = s.strip_prefix("jsonpath=") {
+        let path = path.trim();
+        let inner = path
+            .strip_prefix('{')
+            .and_then(|p| p.strip_suffix('}'))
+            .unwrap_or(path)
+            .trim();
+        let path = match inner.starts_with('$') {
+            true => inner.to_string(),
+            false => format!("${inner}"),
+        };
+        serde_json_path::JsonPath::parse(&path).map_err(|e| format!("jsonpath {path:?}: {e}"))?;
+        return Ok(GetFormat::JsonPath(path));
+    }
+    GetOutput::from_str(s, true)
+        .map(GetFormat::Plain)
+        .map_err(|_| format!("{s:?}: expected table, wide, json, yaml or jsonpath=PATH"))
 }
 
 /// Output format of `get`.
@@ -344,6 +440,8 @@ pub struct TraceArgs {
     /// learned FQDN addresses).
     #[arg(long)]
     pub policies: Vec<PathBuf>,
+    #[command(flatten)]
+    pub limits: LimitArgs,
     #[command(flatten)]
     pub socket: SocketArgs,
     /// Source: an address, `namespace/name` of a Pod, ExternalEntity or
@@ -425,6 +523,100 @@ fn parse_u8(s: &str) -> Result<u8, String> {
         None => s.parse(),
     };
     parsed.map_err(|e| format!("{s:?}: {e}"))
+}
+
+/// Options of `tollgate diff`.
+#[derive(Args, Clone, Debug)]
+pub struct DiffArgs {
+    /// The policies before: a directory, `git:REV:PATH` (a directory of
+    /// the repository at a revision, read with `git`), or `live` (the
+    /// running agent's).
+    #[arg(value_name = "OLD")]
+    pub old: String,
+    /// The policies after, as OLD.
+    #[arg(value_name = "NEW")]
+    pub new: String,
+    /// Take the inventory (Nodes, Namespaces, Pods, Services, service
+    /// accounts, ExternalEntities) of both sides from here, a directory,
+    /// `git:REV:PATH` or `live`, so that only the policies change.
+    #[arg(long, value_name = "DIR|git:REV:PATH|live")]
+    pub inventory: Option<String>,
+    /// `text` (default), `json` (the documented contract), `yaml`, `csv`,
+    /// `md` (a pull-request comment), `dot` (a graph), `matrix` (the
+    /// `get matrix` table with the changed cells marked `before>after`).
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
+    pub output: DiffOutput,
+    /// One row per pair of endpoints instead of per class.
+    #[arg(long)]
+    pub expand: bool,
+    /// Exit 1 when there are changes (of the `--fail-on` kind), 0 when
+    /// none, 2 on any error.
+    #[arg(long)]
+    pub exit_code: bool,
+    /// What `--exit-code` counts: `opened`, `closed` or `any` (default).
+    #[arg(long, value_enum, default_value = "any", requires = "exit_code")]
+    pub fail_on: FailOn,
+    #[command(flatten)]
+    pub socket: SocketArgs,
+    /// The default Node of a directory or revision (Pods without
+    /// `nodeName` run there).
+    #[command(flatten)]
+    pub node: NodeArgs,
+}
+
+/// `-o` of `tollgate diff`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DiffOutput {
+    Text,
+    Json,
+    Yaml,
+    Csv,
+    Md,
+    Dot,
+    Matrix,
+}
+
+/// `--fail-on` of `tollgate diff`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FailOn {
+    Opened,
+    Closed,
+    Any,
+}
+
+/// Options of `tollgate get matrix`.
+#[derive(Args, Clone, Debug)]
+pub struct MatrixArgs {
+    /// Policy files or directories (offline); default: ask the agent.
+    #[arg(long)]
+    pub policies: Vec<PathBuf>,
+    #[command(flatten)]
+    pub socket: SocketArgs,
+    #[command(flatten)]
+    pub node: NodeArgs,
+    /// Only the endpoints of this Namespace.
+    #[arg(short = 'n', long, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+    /// The columns, comma-separated: `80` (TCP), `53/udp`, `http` (a named
+    /// container port), `icmp` (echo). Default: every port the rules name.
+    #[arg(long, value_name = "PORTS", value_delimiter = ',')]
+    pub ports: Vec<String>,
+    /// Group the endpoints of a Namespace by the value of this label.
+    #[arg(long, value_name = "LABEL")]
+    pub group_by: Option<String>,
+    /// `table` (default), `md`, `csv`, `json`, `dot`.
+    #[arg(short = 'o', long, value_enum, default_value = "table")]
+    pub output: MatrixOutput,
+}
+
+/// `-o` of `tollgate get matrix`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum MatrixOutput {
+    Table,
+    Md,
+    Csv,
+    Json,
+    Dot,
 }
 
 /// Output format of `trace` and `status`.
@@ -571,7 +763,7 @@ mod tests {
         };
         assert_eq!(filter.namespace.as_deref(), Some("shop"));
         assert_eq!(filter.name.as_deref(), Some("web-policy"));
-        assert_eq!(output.output, GetOutput::Json);
+        assert_eq!(output.output, GetFormat::Plain(GetOutput::Json));
         let cli = Cli::try_parse_from(["tollgate", "get", "skipped", "--name", "bad"]).unwrap();
         let Command::Get {
             what: GetCommand::Skipped { filter, .. },

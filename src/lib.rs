@@ -44,7 +44,7 @@
 
 pub use tollgate_core::{
     audit, compile, counters, decide, decode, dns, explain, fqdn, http, l7, marks, model, netlink,
-    packet, ruleset, tls, validate,
+    observe, packet, review, ruleset, suggest, tls, validate,
 };
 
 pub mod agent;

@@ -51,14 +51,16 @@ fn run_agent(args: RunArgs) -> ExitCode {
 fn run(command: Command) -> Result<ExitCode, CommandError> {
     match command {
         Command::Run(args) => Ok(run_agent(args)),
-        Command::Validate { paths } => commands::validate(&paths),
+        Command::Validate { paths, limits } => commands::validate(&paths, &limits),
         Command::Trace(args) => commands::trace(&args),
+        Command::Diff(args) => commands::diff(&args),
         Command::Get { what } => commands::get(&what),
-        Command::Cleanup => commands::cleanup(),
-        Command::Status {
-            socket,
-            output,
-            check,
-        } => commands::status(&socket.socket, output, check),
+        Command::Cleanup { wait } => commands::cleanup(wait),
+        Command::Status(args) => commands::status(&args),
+        Command::Observe(args) => commands::observe(&args),
+        Command::Bundle(args) => commands::bundle(&args),
+        Command::LogLevel(args) => commands::log_level(&args),
+        Command::Completion { shell } => commands::completion(shell),
+        Command::Man(args) => commands::man(&args),
     }
 }

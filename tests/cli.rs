@@ -289,6 +289,7 @@ fn trace_takes_endpoint_names_named_ports_and_protocols_in_any_case() {
     assert_eq!(igmp["protocol"], "IGMP");
 }
 
+/// Each rule consulted that did not match says why, under it.
 #[test]
 fn trace_verbose_lists_every_rule_consulted_in_order() {
     let flags = [
@@ -313,7 +314,9 @@ fn trace_verbose_lists_every_rule_consulted_in_order() {
         [
             "no rule consulted",
             "1. AntreaNetworkPolicy:backend/web-read-only-and-api rule allow-read-and-api (tier securityops): no match (Allow)",
+            "source 10.99.2.2 is none of the rule's peers: 2 selected addresses (10.99.1.2, fd00:99:1::2)",
             "2. AntreaClusterNetworkPolicy:tenant-isolation rule pass-from-prod (tier securityops): no match (Pass)",
+            "source 10.99.2.2 is none of the rule's peers: 4 selected addresses (10.99.1.2, 10.99.3.2, fd00:99:1::2, ...)",
             "3. AntreaClusterNetworkPolicy:tenant-isolation rule reject-from-dev (tier securityops): matched (Reject)",
             "isolated by K8sNetworkPolicy:backend/web-from-prod-clients: past the Antrea tiers, only their rules allow",
         ],
@@ -694,7 +697,12 @@ fn validate_warns_on_empty_directories_missing_inventory_and_policies_selecting_
     let path = dir.path().to_str().unwrap().to_string();
     let out = tollgate(&["validate", &path]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert_eq!(stderr(&out), format!("warning: {path}: no objects found\n"));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "warning: {path}: no objects found: no policy applies, every connection is allowed\n"
+        )
+    );
 
     let policies = dir.path().join("policies.yaml");
     std::fs::write(

@@ -31,7 +31,7 @@
 //!
 //! It owns only the marked blocks; it must never run a command that needs
 //! root, the network or a running agent (the marker's command is checked
-//! to be one of the offline subcommands).
+//! to be one of the offline subcommands, reading directories).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -45,7 +45,7 @@ const CONFIG_MARKER: &str = "<!-- config-defaults -->";
 
 /// Subcommands that read only their arguments (a policy directory) and
 /// write nothing.
-const OFFLINE: &[&str] = &["validate", "trace", "get"];
+const OFFLINE: &[&str] = &["validate", "trace", "get", "diff"];
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -141,8 +141,14 @@ fn run(root: &Path, command: &str) -> String {
         OFFLINE.contains(&words[1]),
         "{command}: not an offline subcommand ({OFFLINE:?})"
     );
+    // `diff` reads two directories here: never `live`, nor a git
+    // revision (the history of the checkout is not the docs').
+    let diff_of_directories = words[1] == "diff"
+        && !words
+            .iter()
+            .any(|w| *w == "live" || w.starts_with("git:") || *w == "--inventory");
     assert!(
-        words.contains(&"--policies") || words[1] == "validate",
+        words.contains(&"--policies") || words[1] == "validate" || diff_of_directories,
         "{command}: must read a policy directory, not a running agent"
     );
     let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))

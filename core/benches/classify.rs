@@ -8,8 +8,10 @@
 //! port some rule names. `classify-same-port` is the end-to-end bench's
 //! shape instead: N rules on TCP 80 from N different /32s, one flow
 //! repeated; `classify-same-port-new-sources` the same rules with every flow
-//! from another source (the end-to-end all-miss scenario). Rule counts: 10,
-//! 100, 1,000 and 10,000 (`classify`), 10, 1,000 and 10,000 (the others).
+//! from another source (the end-to-end all-miss scenario);
+//! `classify-dry-run` the `classify` shape with every other policy in
+//! dry-run. Rule counts: 10, 100, 1,000 and 10,000 (`classify`,
+//! `classify-dry-run`), 10, 1,000 and 10,000 (the others).
 //!
 //! `cargo bench --bench classify` prints, per rule count, the time of one
 //! classification; the compile group prints compile time and the ruleset's
@@ -57,6 +59,12 @@ fn pod_ip(i: usize) -> Ipv4Addr {
 }
 
 fn synthetic(pods: usize, policies: usize) -> Snapshot {
+    synthetic_with(pods, policies, false)
+}
+
+/// [`synthetic`], with every other policy (odd `k`) in dry-run when
+/// `dry_run`.
+fn synthetic_with(pods: usize, policies: usize, dry_run: bool) -> Snapshot {
     let mut docs: Vec<String> = Vec::new();
     for ns in 0..20 {
         docs.push(format!(
@@ -73,8 +81,13 @@ fn synthetic(pods: usize, policies: usize) -> Snapshot {
         ));
     }
     for k in 0..policies {
+        let annotations = if dry_run && k % 2 == 1 {
+            ", annotations: {tollgate.io/dry-run: 'true'}"
+        } else {
+            ""
+        };
         docs.push(format!(
-            "apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {{name: pol-{k}}}\nspec:\n  priority: {}\n  tier: {}\n  appliedTo: [{{podSelector: {{matchLabels: {{app: app-{}}}}}}}]\n  ingress:\n  - action: Allow\n    from:\n    - podSelector: {{matchLabels: {{app: app-{}}}}}\n    - namespaceSelector: {{matchLabels: {{team: t{}}}}}\n    ports: [{{protocol: TCP, port: {}}}]\n  - action: Drop\n    from: [{{ipBlock: {{cidr: 192.168.{}.0/24}}}}]\n",
+            "apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {{name: pol-{k}{annotations}}}\nspec:\n  priority: {}\n  tier: {}\n  appliedTo: [{{podSelector: {{matchLabels: {{app: app-{}}}}}}}]\n  ingress:\n  - action: Allow\n    from:\n    - podSelector: {{matchLabels: {{app: app-{}}}}}\n    - namespaceSelector: {{matchLabels: {{team: t{}}}}}\n    ports: [{{protocol: TCP, port: {}}}]\n  - action: Drop\n    from: [{{ipBlock: {{cidr: 192.168.{}.0/24}}}}]\n",
             1 + k % 1000,
             ["securityops", "application", "platform"][k % 3],
             k % 100,
@@ -136,11 +149,19 @@ fn flows(pods: usize, count: usize) -> Vec<Flow> {
 }
 
 fn classify(c: &mut Criterion) {
-    let mut group = c.benchmark_group("classify");
+    classify_group(c, "classify", false);
+    classify_group(c, "classify-dry-run", true);
+}
+
+/// The `classify` bench; `dry_run`: half of the policies in dry-run (every
+/// flow to an endpoint they apply to decided twice: enforced and dry-run).
+fn classify_group(c: &mut Criterion, name: &str, dry_run: bool) {
+    let mut group = c.benchmark_group(name);
     let flows = flows(1000, 4096);
     for &rules in sizes(&[10, 100, 1000, 10_000]) {
         // Each policy has two rules.
-        let ruleset = tollgate_core::compile::compile(&synthetic(1000, rules / 2), &local());
+        let snapshot = synthetic_with(1000, rules / 2, dry_run);
+        let ruleset = tollgate_core::compile::compile(&snapshot, &local());
         group.throughput(Throughput::Elements(flows.len() as u64));
         group.bench_with_input(BenchmarkId::from_parameter(rules), &ruleset, |b, rs| {
             b.iter(|| {

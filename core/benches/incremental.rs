@@ -72,12 +72,12 @@ fn pod(cluster: &Cluster, i: usize, app: usize, generation: u8) -> PodEntry {
         service_account: "default".into(),
         node_name: Some(format!("node-{}", i % cluster.nodes)),
         named_ports: Vec::new(),
+        host_ports: Vec::new(),
     }
 }
 
 fn parse(yaml: &str) -> Vec<Sourced> {
-    let (objects, problems) =
-        tollgate_core::decode::parse_documents("bench.yaml".as_ref(), yaml);
+    let (objects, problems) = tollgate_core::decode::parse_documents("bench.yaml".as_ref(), yaml);
     assert!(problems.is_empty(), "{problems:?}");
     objects
 }

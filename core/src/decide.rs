@@ -1,9 +1,11 @@
 //! The connection worker's pure step: the first packet of a connection as
 //! the kernel queued it (bytes, mark, the Node's side) and the time in;
 //! the verdict to give the kernel, who decided, and the audit records to
-//! write out, and what the kernel may remember of the verdict (a
-//! [`CacheEntry`]: the decision held for every flow with its key). No I/O,
-//! no clock, no locks.
+//! write out, what a dry-run policy would have decided instead
+//! ([`DryRunStep`]: never the verdict given), and what the kernel may
+//! remember of the verdict (a [`CacheEntry`]: the decision held for every
+//! flow with its key, and no dry-run policy would decide any of them
+//! otherwise). No I/O, no clock, no locks.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -13,7 +15,7 @@ use crate::fqdn::FqdnLookup;
 use crate::marks::{FailMode, MarkLayout};
 use crate::packet::flow::{Flow, Transport, Verdict};
 use crate::packet::{packet_length, parse_flow, Action, LocalSide, PacketError, Queued};
-use crate::ruleset::{DecidedBy, Outcome as ClassifyOutcome, Ruleset, VerdictCache};
+use crate::ruleset::{DecidedBy, DryRunCause, Outcome as ClassifyOutcome, Ruleset, VerdictCache};
 
 /// What a worker asks the policy: the ruling on the first packet of a
 /// connection (whose [`Flow::local`] names the Node's side when the kernel
@@ -39,10 +41,25 @@ pub struct Ruling {
     /// The directions the audit log records (empty unless a logged rule,
     /// or a logged Kubernetes default drop, decided).
     pub audit: Vec<Subject>,
+    /// What the dry-run policies would have decided instead, when it
+    /// differs from `verdict`.
+    pub dry_run: Option<DryRunVerdict>,
     /// The ruling holds for every flow with the same [`CacheKey`]: it was
     /// reached without FQDN peers or `sourcePort` rules, and needs to see
-    /// no later connection (no L7 inspection, nothing audited).
+    /// no later connection (no L7 inspection, nothing audited, and the
+    /// dry-run policies decide every such flow as the enforced ones do).
     pub cacheable: bool,
+}
+
+/// A verdict the dry-run policies would have given a connection that the
+/// enforced policy decided otherwise.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DryRunVerdict {
+    pub verdict: Verdict,
+    /// The dry-run rule or isolation it comes from.
+    pub cause: DryRunCause,
+    /// What the audit log prints about it.
+    pub subject: Subject,
 }
 
 impl Ruling {
@@ -54,13 +71,17 @@ impl Ruling {
             inspect_l7: false,
             decided_by: DecidedBy::NoRule,
             audit: Vec::new(),
+            dry_run: None,
             cacheable: false,
         }
     }
 }
 
 impl Policy for Ruleset {
-    /// A connection allowed by L7 rules is marked for inspection.
+    /// A connection allowed by L7 rules is marked for inspection. The
+    /// dry-run outcome never changes the verdict: it is reported where it
+    /// differs, and a flow it might decide otherwise is not cached (the
+    /// kernel would answer its key's next connections unseen).
     fn decide(&self, flow: &Flow, fqdn: &dyn FqdnLookup) -> Ruling {
         let decision = self.classify(flow, fqdn);
         let verdict = decision.verdict;
@@ -72,12 +93,30 @@ impl Policy for Ruleset {
             _ => DecidedBy::NoRule,
         };
         let audit = Subject::of(&decision, verdict, self);
+        let dry_run = decision.dry_run.as_ref().and_then(|outcome| {
+            let change = outcome.change(&decision)?;
+            Some(DryRunVerdict {
+                verdict: change.verdict,
+                cause: change.cause.clone(),
+                subject: Subject::of_dry_run(&change),
+            })
+        });
+        // Cached, a key's later connections would reach no worker: only
+        // when the dry-run outcome is the enforced one for all of them.
+        let dry_run_agrees = decision
+            .dry_run
+            .as_ref()
+            .is_none_or(|d| d.key_only && d.verdict == verdict && !d.l7);
         Ruling {
             verdict,
             inspect_l7,
             decided_by,
-            cacheable: decision.key_only && decision.l7.is_empty() && audit.is_empty(),
+            cacheable: decision.key_only
+                && decision.l7.is_empty()
+                && audit.is_empty()
+                && dry_run_agrees,
             audit,
+            dry_run,
         }
     }
 
@@ -148,8 +187,23 @@ pub struct Step {
     pub outcome: Outcome,
     /// Lines for the audit log, stamped with `now` and the packet's length.
     pub audit: Vec<AuditRecord>,
+    /// What the dry-run policies would have decided instead.
+    pub dry_run: Option<DryRunStep>,
     /// Set when the verdict holds for every flow with the packet's key.
     pub cache: Option<CacheEntry>,
+    /// The flow decided (`None`: the packet could not be parsed), for
+    /// `tollgate observe`.
+    pub flow: Option<Flow>,
+}
+
+/// A dry-run policy's different verdict on the connection: counted by the
+/// worker, and its line (disposition `DryRun<Verdict>`) handed to the
+/// audit log when there is one.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DryRunStep {
+    pub verdict: Verdict,
+    pub cause: DryRunCause,
+    pub record: AuditRecord,
 }
 
 /// How the step turns verdicts into kernel actions.
@@ -184,6 +238,7 @@ pub fn step<P: Policy + ?Sized>(
                 inspect_l7,
                 decided_by,
                 audit,
+                dry_run,
                 cacheable,
             } = policy.decide(&flow, fqdn);
             let tcp = matches!(flow.transport, Transport::Tcp { .. });
@@ -207,15 +262,21 @@ pub fn step<P: Policy + ?Sized>(
                 .then(|| CacheKey::of(&flow))
                 .flatten()
                 .map(|key| CacheEntry { key, verdict });
+            let length = || packet_length(bytes);
             let audit = if audit.is_empty() {
                 Vec::new()
             } else {
-                let length = packet_length(bytes);
+                let length = length();
                 audit
                     .into_iter()
                     .map(|subject| subject.record(now, flow, length))
                     .collect()
             };
+            let dry_run = dry_run.map(|d| DryRunStep {
+                verdict: d.verdict,
+                cause: d.cause,
+                record: d.subject.record(now, flow, length()),
+            });
             Step {
                 action,
                 outcome: Outcome::Decided {
@@ -223,7 +284,9 @@ pub fn step<P: Policy + ?Sized>(
                     by: decided_by,
                 },
                 audit,
+                dry_run,
                 cache,
+                flow: Some(flow),
             }
         }
         Err(error) => Step {
@@ -233,7 +296,9 @@ pub fn step<P: Policy + ?Sized>(
             },
             outcome: Outcome::Malformed(error),
             audit: Vec::new(),
+            dry_run: None,
             cache: None,
+            flow: None,
         },
     }
 }

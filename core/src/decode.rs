@@ -24,13 +24,16 @@ pub const DEFAULT_OBJECTS_PER_FILE: usize = 10_000;
 /// Why a whole text could not be decoded.
 #[derive(Debug, thiserror::Error)]
 pub enum DocumentError {
-    #[error("YAML syntax: {message}")]
+    /// The message, then (when the position is known) the line it points
+    /// at with a caret under the column.
+    #[error("YAML syntax: {message}{excerpt}")]
     Syntax {
         message: String,
         line: Option<u64>,
         column: Option<u64>,
+        excerpt: String,
     },
-    #[error("more than {max} objects in one file")]
+    #[error("more than {max} objects in one file (the limit is policyFiles.maxObjectsPerFile)")]
     TooManyObjects { max: usize },
 }
 
@@ -84,7 +87,12 @@ pub fn parse_documents_within(
     };
     let documents = match serde_saphyr::from_multiple_with_options::<Value>(text, options) {
         Ok(documents) => documents,
-        Err(e) => return (Vec::new(), vec![syntax_error(&e).into_problem(origin)]),
+        Err(e) => {
+            return (
+                Vec::new(),
+                vec![syntax_error(&e, text).into_problem(origin)],
+            )
+        }
     };
     let mut objects = Vec::new();
     let mut problems = Vec::new();
@@ -112,7 +120,7 @@ pub fn parse_documents_within(
     (objects, problems)
 }
 
-fn syntax_error(e: &serde_saphyr::Error) -> DocumentError {
+fn syntax_error(e: &serde_saphyr::Error, text: &str) -> DocumentError {
     let location = e.location();
     let options = serde_saphyr::render_options! {
         snippets: serde_saphyr::SnippetMode::Off,
@@ -125,11 +133,47 @@ fn syntax_error(e: &serde_saphyr::Error) -> DocumentError {
             message = stripped.to_string();
         }
     }
+    let line = location.map(|l| l.line());
+    let column = location.map(|l| l.column());
     DocumentError::Syntax {
         message,
-        line: location.map(|l| l.line()),
-        column: location.map(|l| l.column()),
+        line,
+        column,
+        excerpt: excerpt(text, line, column),
     }
+}
+
+/// The line `line` (1-based) of `text` with a caret under `column`
+/// (1-based), on two lines of their own, as compilers show errors:
+///
+/// ```text
+///    5 |   labels: {app: web
+///      |           ^
+/// ```
+///
+/// Empty when the line is unknown or not in the text. Tabs are kept so
+/// the caret lines up; a very long line is cut around the column.
+fn excerpt(text: &str, line: Option<u64>, column: Option<u64>) -> String {
+    const WIDTH: usize = 100;
+    let Some(number) = line.filter(|&l| l > 0) else {
+        return String::new();
+    };
+    let Some(source) = text.lines().nth(number as usize - 1) else {
+        return String::new();
+    };
+    let chars: Vec<char> = source.chars().collect();
+    let column = column
+        .map_or(0, |c| (c.max(1) - 1) as usize)
+        .min(chars.len());
+    let start = column.saturating_sub(WIDTH / 2);
+    let end = (start + WIDTH).min(chars.len());
+    let shown: String = chars[start..end].iter().collect();
+    let pad: String = chars[start..column]
+        .iter()
+        .map(|c| if *c == '\t' { '\t' } else { ' ' })
+        .collect();
+    let gutter = number.to_string().len();
+    format!("\n{number:>gutter$} | {shown}\n{:gutter$} | {pad}^", "")
 }
 
 /// A `v1` `List` (what `kubectl get -o yaml` prints) becomes its items.
@@ -183,7 +227,10 @@ fn decode_problem(origin: &Path, object: ObjectRef, e: DecodeError) -> Problem {
         DecodeError::MissingType(field) => (field.to_string(), "missing or not a string".into()),
         DecodeError::UnknownKind { api_version, kind } => (
             "kind".to_string(),
-            format!("{api_version} {kind} is not a kind tollgate reads"),
+            match Kind::unknown_type_hint(&kind) {
+                Some(hint) => format!("{api_version} {kind} is not a kind tollgate reads: {hint}"),
+                None => format!("{api_version} {kind} is not a kind tollgate reads"),
+            },
         ),
         DecodeError::Field { path, reason } => (path, reason),
     };

@@ -14,14 +14,21 @@ use crate::http::{self, HttpEvent, RequestHead, RequestTracker, DEFAULT_MAX_HEAD
 use crate::model::PortProtocol;
 use crate::packet::flow::{Flow, Transport, Verdict};
 use crate::ruleset::{
-    Consulted, Decision, DirectionDecision, Endpoint, Outcome, PolicyRef, Ruleset,
+    Consulted, Decision, DirectionDecision, DryRunCause, Endpoint, Miss, Outcome, PolicyRef,
+    Ruleset,
 };
+
+mod why;
 
 /// Why a flow could not be traced.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TraceError {
-    #[error("{given:?} is neither an address nor an endpoint of the inventory (namespace/name of a Pod, ExternalEntity or container, node:NAME of a Node)")]
-    UnknownEndpoint { given: String },
+    #[error("{given:?} is neither an address nor an endpoint of the inventory (namespace/name of a Pod, ExternalEntity or container, node:NAME of a Node){}", did_you_mean(.nearest))]
+    UnknownEndpoint {
+        given: String,
+        /// The inventory's name nearest to `given`, if one is near.
+        nearest: Option<String>,
+    },
     #[error("the endpoint {name} has no address")]
     NoAddress { name: String },
     #[error("--src and --dst have no address family in common")]
@@ -124,6 +131,14 @@ pub struct ConsultedRule {
     pub rule: Option<String>,
     pub action: String,
     pub matched: bool,
+    /// The condition it missed when it did not match: `peer`, `protocol`,
+    /// `port`, `sourcePort`, `nodePort`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub miss: Option<Miss>,
+    /// Why it did not match, one sentence (`destination port 80: the rule
+    /// takes TCP/53`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
 }
 
 /// How one direction was decided.
@@ -176,6 +191,10 @@ pub struct TraceReport {
     /// `Allow` or `Drop`: the HTTP request given, against the L7 rules.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<String>,
+    /// Why the HTTP request given fails the deciding rules'
+    /// `l7Protocols`: one sentence per entry.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub http_why: Vec<String>,
     /// Set when the flow is allowed subject to L7 inspection and no
     /// request was given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -184,6 +203,36 @@ pub struct TraceReport {
     /// of any policy (the decision above is what policy alone would say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub privileged: Option<String>,
+    /// What the dry-run policies would decide, when a side of the flow
+    /// carries any (the verdict above never counts them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dry_run: Option<DryRunReport>,
+}
+
+/// What the dry-run policies (`tollgate.io/dry-run: "true"`) would decide
+/// about a traced flow: the verdict with all of them enforced, and the
+/// dry-run rule (or Kubernetes NetworkPolicy isolation) it comes from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DryRunReport {
+    pub verdict: String,
+    /// It differs from the enforced verdict: the datapath writes a
+    /// `DryRun<verdict>` audit line for such a connection and counts it.
+    pub changed: bool,
+    /// The direction, policy and rule it comes from; `None` when no
+    /// dry-run rule decided (the enforced outcome stands).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direction: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
+    /// The rule's name; `None` for a Kubernetes rule, or the isolation of a
+    /// Kubernetes NetworkPolicy (its default drop).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
 }
 
 impl TraceReport {
@@ -223,14 +272,14 @@ pub fn trace(
     let [egress, ingress] = ruleset.consulted(&flow, &fqdn);
     let isolating = ruleset.isolating(&flow);
     let head = http_request(request)?;
-    let http_allowed = match (head, decision.l7.is_empty()) {
+    let http_allowed = match (&head, decision.l7.is_empty()) {
         (Some(head), false) => Some(decision.l7.iter().all(|protocols| {
             let alternatives: Vec<_> = protocols.iter().filter_map(|p| p.http.clone()).collect();
-            http::decide(&alternatives, &head)
+            http::decide(&alternatives, head)
         })),
         _ => None,
     };
-    Ok(report(
+    let mut report = report(
         ruleset,
         &flow,
         &fqdn,
@@ -238,7 +287,15 @@ pub fn trace(
         [egress, ingress],
         isolating,
         http_allowed,
-    ))
+    );
+    if let (Some(head), Some(false)) = (&head, http_allowed) {
+        report.http_why = decision
+            .l7
+            .iter()
+            .flat_map(|protocols| why::http(protocols, head))
+            .collect();
+    }
+    Ok(report)
 }
 
 fn report(
@@ -275,8 +332,8 @@ fn report(
         dst: side(flow.dst),
         src_port,
         dst_port,
-        egress: direction(&decision.egress, egress, egress_isolation),
-        ingress: direction(&decision.ingress, ingress, ingress_isolation),
+        egress: direction(flow, &decision.egress, egress, egress_isolation),
+        ingress: direction(flow, &decision.ingress, ingress, ingress_isolation),
         fqdn: ruleset
             .fqdn_patterns()
             .iter()
@@ -284,12 +341,50 @@ fn report(
             .map(ToString::to_string)
             .collect(),
         http: http_allowed.map(|a| if a { "Allow" } else { "Drop" }.to_string()),
+        http_why: Vec::new(),
         l7,
         privileged: None,
+        dry_run: dry_run_report(decision),
     }
 }
 
+/// The dry-run part of a trace: attributed as the audit line of a changed
+/// connection is, else to the direction that settles the dry-run verdict.
+fn dry_run_report(decision: &Decision) -> Option<DryRunReport> {
+    let outcome = decision.dry_run.as_deref()?;
+    let change = outcome.change(decision);
+    let attributed = match change {
+        Some(change) => Some((change.direction, change.cause)),
+        None => outcome.attributed(),
+    };
+    let mut report = DryRunReport {
+        verdict: outcome.verdict.to_string(),
+        changed: change.is_some(),
+        direction: None,
+        policy: None,
+        tier: None,
+        rule: None,
+        action: None,
+    };
+    if let Some((direction, cause)) = attributed {
+        report.direction = Some(direction.direction.as_str().to_string());
+        report.policy = Some(cause.policy().to_string());
+        match cause {
+            DryRunCause::Rule { rule } => {
+                report.tier = rule.tier.clone();
+                report.rule = rule.name.clone();
+                report.action = Some(format!("{:?}", rule.action));
+            }
+            DryRunCause::Isolation { .. } => {
+                report.action = Some(Verdict::Drop.to_string());
+            }
+        }
+    }
+    Some(report)
+}
+
 fn direction(
+    flow: &Flow,
     d: &DirectionDecision,
     consulted: Vec<Consulted>,
     isolated_by: &[PolicyRef],
@@ -319,6 +414,8 @@ fn direction(
                 rule: c.rule.name.clone(),
                 action: format!("{:?}", c.rule.action),
                 matched: c.matched,
+                miss: c.why.as_ref().map(|w| w.miss),
+                why: c.why.as_ref().map(|w| why::rule(flow, d.direction, w)),
             })
             .collect(),
         isolated_by: isolated_by.iter().map(ToString::to_string).collect(),
@@ -360,8 +457,15 @@ fn candidates(ruleset: &Ruleset, given: &str) -> Result<Vec<IpAddr>, TraceError>
         Some(ips) => Ok(ips.to_vec()),
         None => Err(TraceError::UnknownEndpoint {
             given: given.to_string(),
+            nearest: crate::suggest::nearest(given, ruleset.endpoint_names()).map(str::to_string),
         }),
     }
+}
+
+fn did_you_mean(nearest: &Option<String>) -> String {
+    nearest
+        .as_ref()
+        .map_or_else(String::new, |n| format!(": did you mean {n:?}?"))
 }
 
 fn transport(

@@ -25,6 +25,9 @@
 //!   classifier (also behind `tollgate trace`); never mutated once built.
 //! - [`explain`]: what `trace` and `get endpoints` answer, one function for
 //!   the offline command and the running agent; never reads a file.
+//! - [`review`]: `tollgate diff` and `get matrix`, every flow whose
+//!   verdict two snapshots decide differently, found exhaustively and
+//!   decided by the classifier; never samples, never matches a rule itself.
 //! - [`packet`]: bytes to [`packet::Flow`] and TCP segments, and the
 //!   NFQUEUE netlink wire format; never panics on any input.
 //! - [`marks`]: the mark bits and the fail mode; never reads configuration.
@@ -39,8 +42,13 @@
 //!   of the NFQUEUE, ipset and route sockets; never opens a socket.
 //! - [`audit`]: the `np.log` line format, dedup and rate limit; never
 //!   writes a file.
+//! - [`observe`]: the decisions `tollgate observe` shows (the record a
+//!   worker hands over, the event, the filter, the bounded history);
+//!   never holds more than its capacity.
 //! - [`counters`]: counter sets declared once (the `counters!` macro), read
 //!   by metrics, status and the shutdown log; never names a Prometheus type.
+//! - [`suggest`]: the known name nearest to a misspelt one, for "did you
+//!   mean" hints; never changes a name.
 #![forbid(unsafe_code)]
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
@@ -57,8 +65,11 @@ pub mod l7;
 pub mod marks;
 pub mod model;
 pub mod netlink;
+pub mod observe;
 pub mod packet;
+pub mod review;
 pub mod ruleset;
 pub mod selection;
+pub mod suggest;
 pub mod tls;
 pub mod validate;

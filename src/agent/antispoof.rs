@@ -6,13 +6,16 @@
 //! is the reconciler's, with the guards laid into every planned state.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 
 use crate::config::{AgentConfig, AllowedSource};
-use crate::datapath::antispoof::{self, DropCount, Endpoint, Guards, Planned, Reason};
+use crate::datapath::antispoof::{self, DropCount, Endpoint, Facts, Guards, Planned, Reason};
 use crate::datapath::{Iptables, State};
 use crate::model::Snapshot;
 use crate::status::{AgentStatus, AntiSpoofReport, GuardedReport, UnguardedReport};
 use crate::telemetry::Metrics;
+
+use super::AgentCounters;
 
 pub(super) struct AntiSpoof {
     enabled: bool,
@@ -26,6 +29,8 @@ pub(super) struct AntiSpoof {
     count: DropCount,
     /// Whether the status has the guards yet.
     published: bool,
+    /// Endpoint addresses whose traffic bypasses netfilter, last read.
+    unseen: Vec<String>,
 }
 
 impl AntiSpoof {
@@ -40,6 +45,7 @@ impl AntiSpoof {
             planned: Planned::default(),
             count: DropCount::default(),
             published: false,
+            unseen: Vec::new(),
         }
     }
 
@@ -56,29 +62,36 @@ impl AntiSpoof {
     /// Reads the interfaces again and plans the guards; returns whether
     /// they changed (the caller then converges). The drops counted by the
     /// rules about to be replaced are read first.
+    /// Whether every endpoint's traffic crosses netfilter is checked from
+    /// the same facts, anti-spoofing on or off.
     pub(super) fn refresh(
         &mut self,
         kernel: &Iptables,
         metrics: &Metrics,
+        counters: &AgentCounters,
         status: &AgentStatus,
     ) -> bool {
-        let guards = if self.enabled {
-            let mut addresses: Vec<_> = self
-                .endpoints
-                .iter()
-                .flat_map(|e| e.addresses.iter().copied())
-                .collect();
-            addresses.sort();
-            addresses.dedup();
+        let mut addresses: Vec<_> = self
+            .endpoints
+            .iter()
+            .flat_map(|e| e.addresses.iter().copied())
+            .collect();
+        addresses.sort();
+        addresses.dedup();
+        let facts = if addresses.is_empty() {
+            Facts::default()
+        } else {
             match super::links::read(&addresses, kernel.bridge_guards()) {
-                Ok(facts) => {
-                    antispoof::attach(&self.endpoints, &facts, &self.allowed, &self.guards)
-                }
+                Ok(facts) => facts,
                 Err(error) => {
-                    tracing::warn!(%error, "anti-spoofing: reading the interfaces failed; the guards stay as they are");
+                    tracing::warn!(%error, "reading the interfaces failed; the anti-spoofing guards and the endpoint traffic check stay as they are");
                     return false;
                 }
             }
+        };
+        self.check_seen(&facts, counters, status);
+        let guards = if self.enabled {
+            antispoof::attach(&self.endpoints, &facts, &self.allowed, &self.guards)
         } else {
             Guards::default()
         };
@@ -120,6 +133,27 @@ impl AntiSpoof {
         metrics.antispoof_endpoints(&names, self.guards.unguarded.len(), &Reason::LABELS);
         self.publish(metrics, status);
         changed
+    }
+
+    /// Which endpoints' traffic bypasses netfilter: logged when it
+    /// changes (a warning per new address), published in the status and
+    /// the `endpoints_unseen` gauge.
+    fn check_seen(&mut self, facts: &Facts, counters: &AgentCounters, status: &AgentStatus) {
+        let unseen = crate::datapath::visibility::unseen(&self.endpoints, facts);
+        if unseen == self.unseen {
+            return;
+        }
+        for line in unseen.iter().filter(|l| !self.unseen.contains(l)) {
+            tracing::warn!("endpoint traffic not seen by netfilter, not enforced: {line}");
+        }
+        if unseen.is_empty() {
+            tracing::info!("every endpoint's traffic crosses netfilter again");
+        }
+        counters
+            .endpoints_unseen
+            .store(unseen.len() as u64, Ordering::Relaxed);
+        status.endpoint_traffic(unseen.clone());
+        self.unseen = unseen;
     }
 
     /// Reads the guards' drop counters into the metrics and the status.

@@ -14,6 +14,7 @@ use crate::source::docker::DockerCounters;
 use crate::source::kube::KubeCounters;
 use crate::telemetry::Metrics;
 use crate::workers::audit::AuditCounters;
+use crate::workers::observe::ObserveCounters;
 
 counters! {
     /// What the agent did with its rulesets and the kernel.
@@ -31,6 +32,8 @@ counters! {
         drift_repairs: Counter "datapath_drift_repairs" = "Times the periodic check found the kernel state changed behind the agent's back (datapath.driftCheckSeconds) and restored it",
         datapath_behind: Gauge "datapath_behind" = "1 while the kernel does not match the desired state (the last apply failed and a retry is scheduled)",
         bridge_netfilter_off: Gauge "bridge_netfilter_off" = "1 while the namespace has a Linux bridge whose internal traffic bypasses iptables (br_netfilter not loaded, or net.bridge.bridge-nf-call-ip(6)tables = 0): container-to-container traffic on one bridge is not enforced",
+        endpoints_unseen: Gauge "endpoints_unseen" = "Local endpoint addresses whose traffic never crosses this node's netfilter (behind Open vSwitch, on a macvlan or ipvlan, beyond a veth that does not hold them): not enforced; tollgate status names them and the path",
+        policy_warnings: Gauge "policy_warnings" = "Warnings about the policies in force: valid, enforced, but probably not meant (no policy at all, a label key no object carries, a policy that applies nowhere, rules of two policies in no defined order, a group not defined); tollgate status lists them",
         verdict_cache_hits: Counter "verdict_cache_hits" = "New connections the kernel answered from the verdict cache without a worker (the cache rules' packet counters, read at every drift check, every 10 s without them, and before a ruleset change replaces the rules)",
         generation: Gauge "ruleset_generation" = "Generation of the ruleset in force (1 at start, +1 per applied reload)",
         policies: Gauge "policies" = "Policies in the ruleset in force",
@@ -98,6 +101,7 @@ pub struct Sets {
     pub kube: Arc<KubeCounters>,
     pub docker: Arc<DockerCounters>,
     pub audit: Arc<AuditCounters>,
+    pub observe: Arc<ObserveCounters>,
 }
 
 impl Sets {
@@ -107,12 +111,14 @@ impl Sets {
             kube: Arc::default(),
             docker: Arc::default(),
             audit: Arc::default(),
+            observe: Arc::default(),
         };
         let registry = metrics.counters();
         registry.register_set(sets.agent.clone());
         registry.register_set(sets.kube.clone());
         registry.register_set(sets.docker.clone());
         registry.register_set(sets.audit.clone());
+        registry.register_set(sets.observe.clone());
         sets
     }
 }

@@ -1,6 +1,7 @@
 //! Why `tollgate run` stops with an error: one variant per part of the
 //! agent that can fail to start or to stop, each carrying its cause.
-//! Errors after the start are logged and retried, never returned.
+//! Errors after the start (the workers started) are logged and retried,
+//! never returned.
 
 use crate::config::ConfigError;
 use crate::datapath::{ApplyError, DatapathError};
@@ -34,6 +35,8 @@ pub enum AgentError {
     VerdictCache(crate::datapath::ipset_netlink::NetlinkError),
     #[error("installing signal handlers: {0}")]
     Signals(std::io::Error),
+    #[error("starting the observe hub thread: {0}")]
+    Observe(std::io::Error),
     #[error(transparent)]
     Audit(#[from] crate::workers::audit::AuditError),
     #[error(transparent)]

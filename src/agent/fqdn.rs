@@ -42,6 +42,9 @@ pub(super) struct Fqdn {
     /// The DNS reply worker, started with the first ruleset that has FQDN
     /// selectors (its queue is not bound before).
     dns: Option<DnsWorker>,
+    /// Whether the DNS worker may bind its queue: not before the agent
+    /// binds its other queues ([`Fqdn::bind`]).
+    bound: bool,
     /// The resolve-ahead threads, started with the DNS worker unless
     /// `fqdn.resolve` is off or no resolver is known.
     resolver: Option<Resolver>,
@@ -95,6 +98,7 @@ impl Fqdn {
             config: Arc::clone(config),
             mirror: Arc::new(table),
             dns: None,
+            bound: false,
             resolver: None,
             cluster_dns: cluster_dns(snapshot),
             stats: Arc::clone(stats),
@@ -102,14 +106,25 @@ impl Fqdn {
         })
     }
 
-    /// Starts the DNS reply worker if `selectors` (those the kernel is
-    /// about to snoop DNS for) is not empty and it is not running yet.
-    /// Called before the rules that queue DNS replies are installed.
-    pub(super) fn start_dns_worker(
+    /// From now on the DNS worker may bind its queue: starts it for
+    /// `selectors` (those of the ruleset in force).
+    pub(super) fn bind(
         &mut self,
         selectors: &[FqdnPattern],
     ) -> Result<(), crate::workers::QueueError> {
-        if self.dns.is_some() || selectors.is_empty() {
+        self.bound = true;
+        self.start_dns_worker(selectors)
+    }
+
+    /// Starts the DNS reply worker if `selectors` (those the kernel is
+    /// about to snoop DNS for) is not empty, it is not running yet and
+    /// the agent binds its queues. Called before the rules that queue DNS
+    /// replies are installed.
+    fn start_dns_worker(
+        &mut self,
+        selectors: &[FqdnPattern],
+    ) -> Result<(), crate::workers::QueueError> {
+        if self.dns.is_some() || selectors.is_empty() || !self.bound {
             return Ok(());
         }
         let worker = DnsWorker::spawn(

@@ -4,9 +4,13 @@
 //! state tollgate owns, whatever the queue numbers, and the kernel
 //! releases it when the process dies (no stale lock file after `kill -9`).
 //! The holder answers every connection with its pid, so a second agent or
-//! `tollgate cleanup` can name it. It never touches netfilter.
+//! `tollgate cleanup` can name it, and keeps the last few connections open
+//! until it dies: `tollgate cleanup --wait` ([`NamespaceLock::acquire_waiting`])
+//! blocks on one and wakes the moment the kernel closes it. It never
+//! touches netfilter.
 
-use std::io::{Read, Write};
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::time::Duration;
@@ -54,14 +58,54 @@ impl NamespaceLock {
             Err(error) => Err(LockError::Io(error)),
         }
     }
+
+    /// Takes the lock, waiting for the holder to end first if there is
+    /// one: `waiting` is told the holder's pid once. The wait is not a
+    /// poll: it blocks on a connection the holder keeps open, which the
+    /// kernel closes when the holder's process ends (`kill -9` too).
+    pub fn acquire_waiting(
+        mut waiting: impl FnMut(Option<u32>),
+    ) -> Result<NamespaceLock, LockError> {
+        let address = SocketAddr::from_abstract_name(LOCK_NAME).map_err(LockError::Io)?;
+        let mut told = false;
+        loop {
+            match NamespaceLock::acquire() {
+                Err(LockError::Held { pid }) => {
+                    if !told {
+                        waiting(pid);
+                        told = true;
+                    }
+                    if !wait_closed(&address) {
+                        // Between the holder's end and the kernel freeing
+                        // the name: the next bind succeeds within moments.
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
 }
 
-/// Tells everyone who connects the holder's pid.
+/// Connections the holder keeps open for waiters; beyond this the oldest
+/// is closed (its waiter finds the lock still held and waits again), so
+/// no local process can make the agent hold an unbounded number of
+/// descriptors.
+const WAITERS: usize = 8;
+
+/// Tells everyone who connects the holder's pid (one line) and keeps the
+/// connection open.
 fn answer(listener: &UnixListener) {
-    let pid = std::process::id().to_string();
+    let pid = format!("{}\n", std::process::id());
+    let mut open = VecDeque::with_capacity(WAITERS);
     for mut stream in listener.incoming().flatten() {
         let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
-        let _ = stream.write_all(pid.as_bytes());
+        if stream.write_all(pid.as_bytes()).is_ok() {
+            if open.len() == WAITERS {
+                open.pop_front();
+            }
+            open.push_back(stream);
+        }
     }
 }
 
@@ -69,14 +113,54 @@ fn answer(listener: &UnixListener) {
 fn holder_pid(address: &SocketAddr) -> Option<u32> {
     let stream = UnixStream::connect_addr(address).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
-    let mut text = String::new();
-    stream.take(16).read_to_string(&mut text).ok()?;
-    text.trim().parse().ok()
+    let mut line = String::new();
+    BufReader::new(stream.take(16)).read_line(&mut line).ok()?;
+    line.trim().parse().ok()
+}
+
+/// Blocks until the holder closes the connection (its process ended, or
+/// it let go of this waiter). False when there was no one to connect to.
+fn wait_closed(address: &SocketAddr) -> bool {
+    let Ok(mut stream) = UnixStream::connect_addr(address) else {
+        return false;
+    };
+    let mut sink = [0u8; 64];
+    while matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
+    true
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The waiter's side of the protocol against a holder thread on a
+    /// private abstract name (the real name is per network namespace, and
+    /// the unit tests share one): the pid line is read while the
+    /// connection stays open, and the wait ends when the holder closes it.
+    #[test]
+    fn a_waiter_wakes_when_the_holder_closes_and_reads_its_pid() {
+        let name = format!("tollgate-lock-test-{}", std::process::id());
+        let address = SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        let listener = UnixListener::bind_addr(&address).unwrap();
+        let answering = listener.try_clone().unwrap();
+        let holder = std::thread::spawn(move || {
+            // Answers two connections, then "dies": drops both.
+            let pid = format!("{}\n", std::process::id());
+            let mut kept = Vec::new();
+            for mut stream in answering.incoming().flatten().take(2) {
+                stream.write_all(pid.as_bytes()).unwrap();
+                kept.push(stream);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        });
+        assert_eq!(holder_pid(&address), Some(std::process::id()));
+        let started = std::time::Instant::now();
+        assert!(wait_closed(&address));
+        assert!(started.elapsed() >= Duration::from_millis(40));
+        holder.join().unwrap();
+        drop(listener);
+        assert!(!wait_closed(&address));
+    }
 
     #[test]
     fn held_error_names_the_holder() {

@@ -20,6 +20,7 @@ mod links;
 mod lock;
 mod serve;
 mod signals;
+mod warnings;
 
 use std::path::Path;
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -44,6 +45,7 @@ use crate::source::Source;
 use crate::status::{AgentFacts, AgentStatus, StatusServer};
 use crate::telemetry::Metrics;
 use crate::workers::audit::AuditSink;
+use crate::workers::observe::ObserveSink;
 use crate::workers::{Observers, Worker};
 
 pub use counters::{AgentCounters, ReloadResult, Sets};
@@ -60,8 +62,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let (starting, inbox) = start(&args)?;
     match starting.wait_for_snapshot(&inbox)? {
         Waited::Ready(mut running) => {
-            running.serve(&inbox);
-            Ok(running.stop()?)
+            let served = running.serve(&inbox);
+            running.stop()?;
+            Ok(served?)
         }
         Waited::Stopped(starting) => Ok(starting.stop()?),
     }
@@ -69,12 +72,24 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
 
 /// `tollgate cleanup`: removes every chain, jump and set tollgate owns in
 /// the current network namespace, learned sets included, and nothing
-/// else; refused while an agent holds the namespace's lock. Returns what
-/// was removed.
-pub fn cleanup() -> Result<Changes, AgentError> {
-    let _lock = NamespaceLock::acquire()?;
+/// else. While an agent holds the namespace's lock it is refused, or with
+/// `wait` it waits for the agent to end (told its pid through `waiting`)
+/// and removes the state the moment it has. Returns what was removed and
+/// how long the removal took from the moment the lock was free.
+pub fn cleanup(
+    wait: bool,
+    waiting: impl FnMut(Option<u32>),
+) -> Result<(Changes, std::time::Duration), AgentError> {
+    let _lock = if wait {
+        NamespaceLock::acquire_waiting(waiting)?
+    } else {
+        NamespaceLock::acquire()?
+    };
+    #[allow(clippy::disallowed_methods)] // how long the removal took, reported.
+    let free = std::time::Instant::now();
     let mut kernel = Iptables::detect()?;
-    Ok(teardown(&mut kernel)?)
+    let removed = teardown(&mut kernel)?;
+    Ok((removed, free.elapsed()))
 }
 
 /// What every phase of the agent holds: the lock, the configuration, the
@@ -90,6 +105,8 @@ struct Base {
     counters: Arc<AgentCounters>,
     status: Arc<AgentStatus>,
     audit: Option<AuditSink>,
+    /// Where the workers hand their decisions for `tollgate observe`.
+    observe: ObserveSink,
     /// Removes the socket when the agent stops.
     _status_server: Option<StatusServer>,
     /// The verdict cache generation of each ruleset put in force.
@@ -98,6 +115,8 @@ struct Base {
     dns_counters: Arc<crate::workers::DnsCounters>,
     /// The anti-spoofing guards.
     antispoof: Box<antispoof::AntiSpoof>,
+    /// What the policies probably do not mean, logged and published.
+    warnings: warnings::Warnings,
 }
 
 /// The agent before its source's first complete snapshot. No queue is
@@ -120,7 +139,7 @@ struct Starting {
 /// How waiting for the first snapshot ended.
 enum Waited {
     Ready(Box<Running>),
-    Stopped(Starting),
+    Stopped(Box<Starting>),
 }
 
 /// The running agent.
@@ -136,6 +155,18 @@ struct Running {
     bridged_unseen: Option<String>,
     /// The verdict cache's hits counted from its lookup rules' counters.
     cache_hits: datapath::cache::HitCount,
+    /// The workers, until their queues are bound ([`Running::bind`]).
+    unbound: Option<Workers>,
+    /// Why the workers could not be started after the agent's start: the
+    /// run loop stops with it.
+    fatal: Option<AgentError>,
+}
+
+/// What the workers decide by and report to, until they are started.
+struct Workers {
+    policy: Arc<ArcSwap<Ruleset>>,
+    mirror: Arc<crate::fqdn::FqdnTable>,
+    observers: Observers,
 }
 
 fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
@@ -185,6 +216,8 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
         None => None,
     };
     let policy = Arc::new(ArcSwap::from_pointee(compile(&Snapshot::default(), &node)));
+    let (observe, hub) =
+        crate::workers::observe::spawn(Arc::clone(&sets.observe)).map_err(AgentError::Observe)?;
     let status = Arc::new(AgentStatus::new(
         AgentFacts {
             node_name: config.node.name.clone(),
@@ -192,10 +225,13 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
             privileged: config.datapath.privileged.clone(),
             audit_log: config.audit.file.clone(),
             metrics_address: config.metrics.address.map(|a| a.to_string()),
+            config: format!("{config:#?}"),
+            kernel: Some(kernel),
         },
         Arc::clone(&policy),
         Arc::clone(&metrics),
     ));
+    status.observe_hub(hub);
     if let Some(state) = kubernetes {
         status.kubernetes_source(state);
     }
@@ -221,6 +257,10 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
     // endpoint's interface (a Pod's owner writes its annotations).
     let named_interfaces = args.policies.is_some() && !config.docker.enabled;
     let antispoof = Box::new(antispoof::AntiSpoof::new(&config, named_interfaces));
+    let warnings = match &args.policies {
+        Some(dir) => warnings::Warnings::new(dir.clone(), !config.docker.enabled),
+        None => warnings::Warnings::new("kubernetes".into(), false),
+    };
     let starting = Starting {
         base: Base {
             _lock: lock,
@@ -231,10 +271,12 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
             counters: sets.agent,
             status,
             audit,
+            observe,
             _status_server: status_server,
             generations,
             dns_counters,
             antispoof,
+            warnings,
         },
         policy,
         startup_done: found,
@@ -261,8 +303,8 @@ impl Starting {
                 self.install_startup_state();
             }
             match inbox.recv() {
-                Ok(Event::Shutdown) | Err(_) => return Ok(Waited::Stopped(self)),
-                Ok(Event::PolicyChanged | Event::Reload) => {}
+                Ok(Event::Shutdown) | Err(_) => return Ok(Waited::Stopped(Box::new(self))),
+                Ok(Event::PolicyChanged | Event::InventoryChanged | Event::Reload) => {}
             }
         }
     }
@@ -288,21 +330,31 @@ impl Starting {
 
     /// Puts the first complete snapshot in force: the workers start
     /// deciding by it, and the kernel moves to it from what it holds by
-    /// the bridge of both.
-    fn enforce(self, snapshot: &Snapshot) -> Result<Running, AgentError> {
+    /// the bridge of both. The workers bind their queues first, so that
+    /// they read what the kernel already queues — unless the kernel an
+    /// earlier agent left sends packets to one of those queues in another
+    /// role (a changed queue layout: `queues`, `fqdn.dnsQueue`,
+    /// `l7.queue`); then no queue is bound until the kernel is rewritten
+    /// to this agent's layout, and its queues have no reader meanwhile,
+    /// as while no agent ran.
+    fn enforce(self, snapshot: &Arc<Snapshot>) -> Result<Running, AgentError> {
         let Starting {
             mut base, policy, ..
         } = self;
         base.antispoof.inventory(snapshot);
         base.antispoof
-            .refresh(&base.kernel, &base.metrics, &base.status);
+            .refresh(&base.kernel, &base.metrics, &base.counters, &base.status);
         let config = &base.config;
         let node = host::local_node(&config.node)?;
-        let ruleset = base
-            .generations
-            .stamp(compile(snapshot, &node), snapshot, &node);
-        let installed = adopted(&base.kernel.installed()?);
-        let mut fqdn = Fqdn::restore(
+        let compiled = compile(snapshot, &node);
+        base.warnings
+            .reloaded(snapshot, &node, &compiled, &base.counters, &base.status);
+        let ruleset = base.generations.stamp(compiled, snapshot, &node);
+        base.status.compiled(Arc::clone(snapshot), &node);
+        let found = base.kernel.installed()?;
+        let crossed = datapath::roles::crossed(&found, &config.queue_numbers());
+        let installed = adopted(&found);
+        let fqdn = Fqdn::restore(
             &base.kernel,
             &ruleset,
             snapshot,
@@ -312,7 +364,6 @@ impl Starting {
         )?;
         let mirror = Arc::clone(&fqdn.mirror);
         base.status.fqdn_table(Arc::clone(&mirror));
-        let patterns = ruleset.fqdn_patterns().to_vec();
         let reconciler = Reconciler::adopting(policy, ruleset, installed, Backoff::DEFAULT);
         let policy = Arc::clone(reconciler.in_force());
         let cache = match config.verdict_cache.enabled() {
@@ -321,27 +372,10 @@ impl Starting {
         };
         let observers = Observers {
             metrics: Arc::clone(&base.metrics),
+            observe: base.observe.clone(),
             audit: base.audit.clone(),
             cache,
         };
-        for queue in config.queues.range().iter() {
-            Worker::spawn(
-                queue,
-                &config.datapath,
-                Arc::clone(&policy),
-                Arc::clone(&mirror),
-                observers.clone(),
-            )?;
-        }
-        crate::workers::l7::spawn(
-            &config.datapath,
-            &config.l7,
-            Arc::clone(&policy),
-            Arc::clone(&mirror),
-            observers,
-        )?;
-        fqdn.start_dns_worker(&patterns)?;
-        crate::workers::watchdog::spawn(Arc::clone(&base.metrics), config.health.stall_timeout())?;
         #[allow(clippy::disallowed_methods)] // the first drift check is due one interval from now.
         let checks_due = Instant::now() + Running::checks_every(config);
         let mut running = Running {
@@ -351,14 +385,32 @@ impl Starting {
             checks_due,
             bridged_unseen: None,
             cache_hits: datapath::cache::HitCount::default(),
+            unbound: Some(Workers {
+                policy,
+                mirror,
+                observers,
+            }),
+            fatal: None,
         };
+        if crossed.is_empty() {
+            running.bind()?;
+        } else {
+            let crossed: Vec<String> = crossed.iter().map(ToString::to_string).collect();
+            tracing::warn!(
+                "the kernel state an earlier agent left queues packets to this agent's queues in another role ({}): no queue is bound until it is rewritten",
+                crossed.join("; ")
+            );
+        }
         running.check_bridges();
         running.put_in_force();
         running.base.status.set_snapshot_complete(true);
         // A failed install is retried from the run loop: tearing down here
         // would remove what an earlier agent left enforcing.
         running.sync();
-        Ok(running)
+        match running.fatal.take() {
+            Some(error) => Err(error),
+            None => Ok(running),
+        }
     }
 
     fn stop(self) -> Result<(), AgentError> {
@@ -409,10 +461,11 @@ fn open_source(
         let policies = Directory::start(dir, config.policy_files, changed)?;
         let source = DockerSource::spawn(
             &config.docker,
+            &config.node.name,
             policies,
             Arc::clone(&sets.docker),
             move || {
-                let _ = docker_events.send(Event::PolicyChanged);
+                let _ = docker_events.send(Event::InventoryChanged);
             },
         )?;
         let health = source.health();
@@ -425,6 +478,9 @@ fn open_source(
             None,
         ),
         None => {
+            sets.kube
+                .enabled
+                .store(1, std::sync::atomic::Ordering::Relaxed);
             let source = KubeSource::spawn(
                 args.kube.connection(),
                 Some(config.node.name.clone()),
@@ -462,6 +518,38 @@ fn serve_status(
 }
 
 impl Running {
+    /// Starts the workers, once: the connection and L7 queues' (bound
+    /// here, errors returned), the DNS worker when the ruleset in force
+    /// has FQDN selectors, and the watchdog over them.
+    fn bind(&mut self) -> Result<(), AgentError> {
+        let Some(Workers {
+            policy,
+            mirror,
+            observers,
+        }) = self.unbound.take()
+        else {
+            return Ok(());
+        };
+        let config = &self.base.config;
+        for queue in config.queues.range().iter() {
+            Worker::spawn(
+                queue,
+                &config.datapath,
+                Arc::clone(&policy),
+                Arc::clone(&mirror),
+                observers.clone(),
+            )?;
+        }
+        crate::workers::l7::spawn(&config.datapath, &config.l7, policy, mirror, observers)?;
+        let patterns = self.reconciler.in_force().load().fqdn_patterns().to_vec();
+        self.fqdn.bind(&patterns)?;
+        crate::workers::watchdog::spawn(
+            Arc::clone(&self.base.metrics),
+            config.health.stall_timeout(),
+        )?;
+        Ok(())
+    }
+
     fn stop(self) -> Result<(), AgentError> {
         self.base.stop()
     }

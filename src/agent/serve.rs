@@ -7,9 +7,10 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::ReloadResult;
+use super::{AgentError, ReloadResult};
 use crate::compile::compile;
 use crate::datapath;
 use crate::ruleset::Ruleset;
@@ -22,10 +23,14 @@ use super::{bridge, host, Running};
 const CHECKS_WITHOUT_DRIFT: Duration = Duration::from_secs(10);
 
 impl Running {
-    /// Handles events until a shutdown is asked for; retries a failed
-    /// apply and checks for drift when due.
-    pub(super) fn serve(&mut self, inbox: &Receiver<Event>) {
+    /// Handles events until a shutdown is asked for, or the workers held
+    /// back at the start cannot be started; retries a failed apply and
+    /// checks for drift when due.
+    pub(super) fn serve(&mut self, inbox: &Receiver<Event>) -> Result<(), AgentError> {
         loop {
+            if let Some(error) = self.fatal.take() {
+                return Err(error);
+            }
             let now = Instant::now();
             // A pending retry rewrites the kernel anyway: the drift check
             // waits for it.
@@ -47,15 +52,16 @@ impl Running {
                     }
                     continue;
                 }
-                Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Disconnected) => return Ok(()),
             };
             let event = match event {
                 Event::PolicyChanged => signals::settle(inbox),
+                Event::InventoryChanged => signals::drain(inbox),
                 other => other,
             };
             match event {
-                Event::Shutdown => return,
-                Event::Reload | Event::PolicyChanged => self.reload(),
+                Event::Shutdown => return Ok(()),
+                Event::Reload | Event::PolicyChanged | Event::InventoryChanged => self.reload(),
             }
         }
     }
@@ -85,7 +91,7 @@ impl Running {
             .count(&base.kernel, &base.metrics, &base.status);
         if base
             .antispoof
-            .refresh(&base.kernel, &base.metrics, &base.status)
+            .refresh(&base.kernel, &base.metrics, &base.counters, &base.status)
         {
             self.sync();
         }
@@ -175,10 +181,11 @@ impl Running {
             // Once complete, a source stays complete.
             Ok(None) => {}
             Ok(Some(snapshot)) => {
-                let ruleset =
-                    self.base
-                        .generations
-                        .stamp(compile(&snapshot, &node), &snapshot, &node);
+                let compiled = compile(&snapshot, &node);
+                let base = &mut self.base;
+                base.warnings
+                    .reloaded(&snapshot, &node, &compiled, &base.counters, &base.status);
+                let ruleset = base.generations.stamp(compiled, &snapshot, &node);
                 // A ruleset of another generation replaces the cache's
                 // lookup rules, and their counters with them.
                 let cached = |r: &Ruleset| r.enforced().verdict_cache.map(|c| c.generation);
@@ -187,8 +194,9 @@ impl Running {
                 }
                 let base = &mut self.base;
                 base.antispoof.inventory(&snapshot);
+                base.status.compiled(Arc::clone(&snapshot), &node);
                 base.antispoof
-                    .refresh(&base.kernel, &base.metrics, &base.status);
+                    .refresh(&base.kernel, &base.metrics, &base.counters, &base.status);
                 self.reconciler.offer(ruleset);
                 if let Some(error) = self.sync() {
                     self.reloaded(ReloadResult::Failed, Some(error));
@@ -231,6 +239,15 @@ impl Running {
             self.reloaded(ReloadResult::Applied, None);
         }
         let Some((error, delay)) = done.failed else {
+            // The kernel is this agent's: its queues get what they expect.
+            if self.unbound.is_some() {
+                if let Err(error) = self.bind() {
+                    tracing::error!(%error, "starting the workers failed");
+                    self.fatal = Some(error);
+                    return None;
+                }
+                tracing::info!("kernel state rewritten: queues bound");
+            }
             if let Some(recovered) = done.recovered {
                 tracing::info!(
                     "datapath apply recovered after {} attempts",

@@ -1,7 +1,8 @@
 //! What wakes the run loop ([`Event`]): SIGHUP asks for a reload,
 //! SIGTERM and SIGINT for a shutdown, a source's notifier for a policy
-//! change, settled by the sources' [`Debounce`]. It only turns signals
-//! into events; it never acts on them.
+//! change, settled by the sources' [`Debounce`], and the Docker source's
+//! for an inventory change, acted on at once (the source settles its own
+//! bursts). It only turns signals into events; it never acts on them.
 #![allow(clippy::disallowed_methods)] // policy-change events are debounced on the clock.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -15,6 +16,10 @@ use crate::source::Debounce;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
     PolicyChanged,
+    /// The Docker inventory changed: a container's addresses came or went,
+    /// so the reload must not wait (an address no container holds is
+    /// closed until the inventory knows its new holder).
+    InventoryChanged,
     Reload,
     Shutdown,
 }
@@ -53,11 +58,27 @@ pub fn settle(inbox: &Receiver<Event>) -> Event {
         let wait = debounce.due().map_or(Duration::ZERO, |due| due - now);
         match inbox.recv_timeout(wait) {
             Ok(Event::PolicyChanged) => debounce.changed(Instant::now()),
+            Ok(Event::InventoryChanged) => return Event::InventoryChanged,
             Err(RecvTimeoutError::Timeout) => return Event::PolicyChanged,
             Ok(other) => return other,
             Err(RecvTimeoutError::Disconnected) => return Event::Shutdown,
         }
     }
+}
+
+/// After an inventory change, takes the events already waiting (one
+/// reload reads the latest inventory for all of them); a shutdown among
+/// them wins, a policy change is read by the same reload.
+pub fn drain(inbox: &Receiver<Event>) -> Event {
+    let mut event = Event::InventoryChanged;
+    while let Ok(next) = inbox.try_recv() {
+        match next {
+            Event::Shutdown => return Event::Shutdown,
+            Event::Reload => event = Event::Reload,
+            Event::PolicyChanged | Event::InventoryChanged => {}
+        }
+    }
+    event
 }
 
 #[cfg(test)]
@@ -74,5 +95,21 @@ mod tests {
         tx.send(Event::PolicyChanged).unwrap();
         tx.send(Event::Shutdown).unwrap();
         assert_eq!(settle(&rx), Event::Shutdown);
+    }
+
+    #[test]
+    fn an_inventory_change_is_not_held_back_and_drains_what_waits() {
+        let (tx, rx) = mpsc::channel();
+        tx.send(Event::PolicyChanged).unwrap();
+        tx.send(Event::InventoryChanged).unwrap();
+        assert_eq!(settle(&rx), Event::InventoryChanged, "acted on at once");
+        for event in [Event::InventoryChanged, Event::PolicyChanged] {
+            tx.send(event).unwrap();
+        }
+        assert_eq!(drain(&rx), Event::InventoryChanged);
+        assert!(rx.try_recv().is_err(), "drained");
+        tx.send(Event::InventoryChanged).unwrap();
+        tx.send(Event::Shutdown).unwrap();
+        assert_eq!(drain(&rx), Event::Shutdown);
     }
 }

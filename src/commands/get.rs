@@ -1,20 +1,20 @@
 //! `tollgate get`: what it lists (policies, endpoints, the FQDN sets'
 //! addresses, skipped objects), read through the [`View`] (the agent or
 //! the policies given); which of them `-n`/`-p` ask for; and the rows of
-//! `get fqdn`, joined from the kernel's FQDN sets, the selectors and the
-//! agent's sources. Rendering is `render.rs`'s; nothing here writes the
-//! kernel or the agent's state.
+//! `get fqdn`, joined from the agent's FQDN sets (read by the agent in its
+//! own namespace), the selectors and how the agent learned each address.
+//! Rendering is `render.rs`'s; nothing here writes the kernel or the
+//! agent's state.
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::process::ExitCode;
 
-use super::render::{render_endpoints, render_fqdn, render_policies, render_skipped};
-use super::{ask, unexpected, CommandError, View};
-use crate::cli::{GetCommand, GetFilter, SkippedFilter};
+use super::render::{render_endpoints, render_fqdn, render_policies, render_skipped, select_json};
+use super::{ask, policy_files, repeat, unexpected, CommandError, View};
+use crate::cli::{GetCommand, GetFilter, GetFormat, SkippedFilter};
 use crate::explain::EndpointReport;
 use crate::ruleset::PolicySummary;
-use crate::status::{Request, Response};
+use crate::status::{LearnedSetReport, Request, Response};
 
 /// `tollgate get`: policies, endpoints and FQDN sets of the running agent
 /// or of the policies given; the objects the agent skipped.
@@ -22,50 +22,66 @@ pub fn get(what: &GetCommand) -> Result<ExitCode, CommandError> {
     match what {
         GetCommand::Policies {
             policies,
+            limits,
             node,
             socket,
             filter,
             output,
             ..
         } => {
-            let list = View::new(policies, node, &socket.socket)?.policies()?;
-            print!("{}", render_policies(&list, filter, output.output)?);
+            let view = View::new(policies, &policy_files(limits)?, node, &socket.socket)?;
+            let list = view.policies()?;
+            if filter.pod.is_some() {
+                warn_unknown(filter, &view.endpoints()?);
+            }
+            let text = render_policies(&list, filter, output.output.plain())?;
+            print!("{}", formatted(text, &output.output)?);
         }
         GetCommand::Endpoints {
             policies,
+            limits,
             node,
             socket,
             filter,
             output,
+            watch,
         } => {
-            let list = View::new(policies, node, &socket.socket)?.endpoints()?;
-            print!("{}", render_endpoints(&list, filter, output.output)?);
+            let view = View::new(policies, &policy_files(limits)?, node, &socket.socket)?;
+            warn_unknown(filter, &view.endpoints()?);
+            return repeat(watch, false, || {
+                let list = view.endpoints()?;
+                let text = render_endpoints(&list, filter, output.output.plain())?;
+                formatted(text, &output.output)
+            });
         }
         GetCommand::Fqdn {
             policies,
+            limits,
             node,
             socket,
             filter,
             output,
         } => {
-            let patterns = View::new(policies, node, &socket.socket)?.fqdn_selectors(filter);
-            let sets = crate::datapath::learned_sets()
-                .map_err(|e| CommandError::Usage(format!("reading the FQDN sets: {e}")))?;
-            // Sources are the agent's to tell; without it the sets still show.
-            let sources = match ask(&socket.socket, &Request::Fqdn) {
-                Ok(Response::Fqdn(sources)) => sources,
-                _ => Vec::new(),
+            let view = View::new(policies, &policy_files(limits)?, node, &socket.socket)?;
+            let patterns = view.fqdn_selectors(filter);
+            let report = match ask(&socket.socket, &Request::Fqdn)? {
+                Response::Fqdn(report) => report,
+                other => return Err(unexpected(&other)),
             };
-            let rows = filter_fqdn_rows(fqdn_rows(&sets, &patterns, &sources), filter);
-            print!("{}", render_fqdn(&rows, output.output)?);
+            let rows = fqdn_rows(&report.sets, &patterns, &report.sources);
+            let rows = filter_fqdn_rows(rows, filter);
+            let text = render_fqdn(&rows, output.output.plain())?;
+            print!("{}", formatted(text, &output.output)?);
         }
+        GetCommand::Matrix(args) => return super::matrix(args),
         GetCommand::Skipped {
             socket,
             filter,
             output,
         } => match ask(&socket.socket, &Request::Skipped)? {
             Response::Skipped(refused) => {
-                print!("{}", render_skipped(&refused, filter, output.output)?)
+                let text = render_skipped(&refused, filter, output.output.plain())?;
+                print!("{}", formatted(text, &output.output)?);
             }
             other => return Err(unexpected(&other)),
         },
@@ -73,7 +89,50 @@ pub fn get(what: &GetCommand) -> Result<ExitCode, CommandError> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Says on stderr when `-n`/`-p` name no endpoint this node enforces for,
+/// with the nearest name that it does: a typo must not read as "no
+/// policy applies".
+fn warn_unknown(filter: &GetFilter, endpoints: &[EndpointReport]) {
+    if let Some(missing) = filter.unknown(endpoints) {
+        eprintln!("warning: {missing}");
+    }
+}
+
+/// The rendering `format` asks for, from the table, JSON or YAML: a
+/// JSONPath's values are selected from the JSON.
+fn formatted(text: String, format: &GetFormat) -> Result<String, CommandError> {
+    match format {
+        GetFormat::Plain(_) => Ok(text),
+        GetFormat::JsonPath(path) => select_json(&text, path),
+    }
+}
+
 impl GetFilter {
+    /// What `-n`/`-p` ask for that no endpoint of `endpoints` is, and the
+    /// nearest that is; `None` when something matches or nothing is asked.
+    pub(super) fn unknown(&self, endpoints: &[EndpointReport]) -> Option<String> {
+        let ns = self.namespace()?;
+        if endpoints.iter().any(|e| self.endpoint(&e.endpoint)) {
+            return None;
+        }
+        let names = endpoints.iter().map(|e| e.endpoint.as_str());
+        Some(match &self.pod {
+            Some(pod) => {
+                let asked = format!("{ns}/{pod}");
+                let hint = crate::suggest::did_you_mean(&asked, names);
+                format!("no endpoint {asked} on this node{hint}")
+            }
+            None => {
+                let namespaces: std::collections::BTreeSet<&str> = endpoints
+                    .iter()
+                    .filter_map(|e| e.namespace.as_deref())
+                    .collect();
+                let hint = crate::suggest::did_you_mean(ns, namespaces);
+                format!("no endpoint in Namespace {ns} on this node{hint}")
+            }
+        })
+    }
+
     /// The Namespace asked for (`-p` without `-n` means `default`).
     pub(super) fn namespace(&self) -> Option<&str> {
         match (&self.namespace, &self.pod) {
@@ -123,10 +182,12 @@ pub struct FqdnRow {
 /// `patterns` name their sets; a set no selector maps to shows `-`; a
 /// selector with nothing learned shows one row without address.
 pub fn fqdn_rows(
-    sets: &BTreeMap<String, crate::datapath::LearnedSet>,
+    sets: &[LearnedSetReport],
     patterns: &[crate::fqdn::FqdnPattern],
     sources: &[crate::status::FqdnSource],
 ) -> Vec<FqdnRow> {
+    let sets: std::collections::BTreeMap<&str, &LearnedSetReport> =
+        sets.iter().map(|s| (s.name.as_str(), s)).collect();
     use crate::datapath::{plan::fqdn_set, Family};
     let source = |selector: &str, address: &std::net::IpAddr| {
         sources
@@ -140,7 +201,7 @@ pub fn fqdn_rows(
         let mut any = false;
         for family in Family::ALL {
             let name = fqdn_set(pattern, family);
-            if let Some(set) = sets.get(&name) {
+            if let Some(set) = sets.get(name.as_str()) {
                 for (address, ttl) in sorted(&set.entries) {
                     rows.push(FqdnRow {
                         selector: Some(pattern.to_string()),
@@ -164,11 +225,11 @@ pub fn fqdn_rows(
             });
         }
     }
-    for (name, set) in sets.iter().filter(|(n, _)| !named.contains(*n)) {
+    for (name, set) in sets.iter().filter(|(n, _)| !named.contains(**n)) {
         for (address, ttl) in sorted(&set.entries) {
             rows.push(FqdnRow {
                 selector: None,
-                set: Some(name.clone()),
+                set: Some(name.to_string()),
                 address: Some(address),
                 ttl: Some(ttl),
                 source: None,

@@ -1,19 +1,32 @@
-//! The subcommands that read — `validate`, `trace`, `get`, `status` — and
-//! `cleanup`, each a function from its arguments to what it prints and its
-//! exit code. File reading is delegated to `source`, the evaluation to
-//! `explain`, the asking to `status`'s client, the uninstall to `agent`;
-//! `main.rs` only dispatches and turns a [`CommandError`] into its message
-//! and exit code. Nothing here decides a verdict.
+//! The subcommands that read — `validate`, `trace`, `get`, `status`,
+//! `observe`, `bundle` — `log-level`, `cleanup`, and the shell's
+//! `completion` and `man`, each a function from its arguments to what it
+//! prints and its exit code. File reading is delegated to `source`, the
+//! evaluation to `explain`, the asking to `status`'s client, the
+//! uninstall to `agent`; `main.rs` only dispatches and turns a
+//! [`CommandError`] into its message and exit code. Nothing here decides
+//! a verdict.
 //!
 //! - this file: the errors, the local Node's identity, loading policies,
-//!   asking the agent, and `validate`, `trace`, `status`, `cleanup`;
+//!   asking the agent, `--watch`, and `validate`, `trace`, `status`,
+//!   `log-level`, `cleanup`;
 //! - `view.rs`: [`View`], the running agent or the policies given, picked
 //!   in one place;
 //! - `get.rs`: `get`, and what its filters select;
+//! - `observe.rs`: `observe`;
+//! - `bundle.rs`: `bundle`, the files it writes;
+//! - `shell.rs`: `completion` and `man`, from the clap definition;
+//! - `review.rs`: `diff` and `get matrix`, and where their sides are read;
+//!   `review_render.rs`: how they print;
 //! - `render.rs`: every rendering, and the one `table()`.
 
+mod bundle;
 mod get;
+mod observe;
 mod render;
+mod review;
+mod review_render;
+mod shell;
 #[cfg(test)]
 mod tests;
 mod view;
@@ -23,18 +36,25 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+pub use bundle::bundle;
 pub use get::get;
-pub(crate) use render::render_status;
+pub use observe::observe;
+pub(crate) use render::{render_queues, render_status};
+pub use review::{diff, live_objects, matrix, Input};
+pub use shell::{completion, man};
 pub use view::View;
 
-use crate::cli::{NodeArgs, OutputFormat, TraceArgs};
+use crate::cli::{
+    LimitArgs, LogLevelArgs, NodeArgs, StatusArgs, StatusOutput, StatusPart, TraceArgs, WatchArgs,
+};
 use crate::compile::{compile, LocalNode};
+use crate::config::{AgentConfig, MachineDefaults, PolicyFilesConfig};
 use crate::model::{Kind, Object, Snapshot};
 use crate::ruleset::Ruleset;
 use crate::source;
 use crate::status::{Request, Response, StatusError};
 use crate::telemetry::Check;
-use crate::validate::Problem;
+use crate::validate::{Problem, Whole};
 use render::render_trace;
 
 /// Why an offline command could not produce its answer.
@@ -112,14 +132,38 @@ fn check_name(check: Check) -> &'static str {
 }
 
 /// The local Node's name when neither the command line nor the policies name it.
-pub const DEFAULT_NODE_NAME: &str = "local-node";
+pub const DEFAULT_NODE_NAME: &str = crate::validate::DEFAULT_NODE;
 
-/// Loads, validates and compiles the policies at `paths`.
+/// The agent's `policyFiles` bounds as `limits` set them (its
+/// configuration file and `--set`), for reading files offline as the
+/// agent reads them.
+pub fn policy_files(limits: &LimitArgs) -> Result<PolicyFilesConfig, CommandError> {
+    let text = match &limits.config {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|e| CommandError::Usage(format!("reading {}: {e}", path.display())))?,
+        ),
+        None => None,
+    };
+    let file = limits.config.as_deref().zip(text.as_deref());
+    // Only `policyFiles` is used: the machine's facts do not matter here.
+    let machine = MachineDefaults {
+        node_name: DEFAULT_NODE_NAME.into(),
+        queues: 1,
+    };
+    AgentConfig::load(&machine, file, &limits.set)
+        .map(|loaded| loaded.config.policy_files)
+        .map_err(|e| CommandError::Usage(e.to_string()))
+}
+
+/// Loads, validates and compiles the policies at `paths`, within `limits`.
 pub fn load_ruleset(
     paths: &[PathBuf],
+    limits: &PolicyFilesConfig,
     node: &NodeIdentity,
 ) -> Result<(Snapshot, Ruleset), CommandError> {
-    let snapshot = source::load_and_validate(paths).map_err(CommandError::Invalid)?;
+    let snapshot =
+        source::load_and_validate_within(paths, limits).map_err(CommandError::Invalid)?;
     let local = node.resolve(&snapshot)?;
     let ruleset = compile(&snapshot, &local);
     Ok((snapshot, ruleset))
@@ -146,101 +190,39 @@ pub fn validate_summary(snapshot: &Snapshot) -> String {
 }
 
 /// `tollgate validate`: what is valid but probably not what the author
-/// meant (printed as warnings, exit 0). For a policy directory (among
-/// `directories`, the paths given that are directories, as the agent reads
-/// them): no objects at all, or no inventory (no Pod, Namespace or Node, so
-/// no selector can be checked; a policy file validated alone is not
-/// warned about). For any input with inventory: policies whose appliedTo
-/// selects nothing on any Node of the inventory. Each Node named in the
-/// inventory (by a Node, a Pod's `nodeName` or an ExternalEntity's
-/// `externalNode`) is compiled as the local one; a policy that applies on
-/// none of them selects nothing.
-pub fn inventory_warnings(directories: &[PathBuf], snapshot: &Snapshot) -> Vec<String> {
-    let origin = directories
-        .iter()
-        .map(|d| d.display().to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
-    let inventory = snapshot
-        .iter()
-        .any(|o| matches!(o, Object::Pod(_) | Object::Namespace(_) | Object::Node(_)));
-    if directories.is_empty() && !inventory {
-        return Vec::new();
-    }
-    if snapshot.objects.is_empty() {
-        return vec![format!("{origin}: no objects found")];
-    }
-    if !inventory {
-        return vec![format!(
-            "{origin}: no inventory (no Pod, Namespace or Node): appliedTo and peer selectors cannot be checked"
-        )];
-    }
-    let mut nodes: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
-    for object in snapshot.iter() {
-        let name = match object {
-            Object::Node(node) => Some(node.metadata.name.as_str()),
-            Object::Pod(pod) => pod.spec.node_name.as_deref(),
-            Object::ExternalEntity(ee) => ee.spec.external_node.as_deref(),
-            _ => None,
-        };
-        nodes.extend(name.filter(|n| !n.is_empty()));
-    }
-    if nodes.is_empty() {
-        // Pods without a nodeName are local to any Node.
-        nodes.insert(DEFAULT_NODE_NAME);
-    }
-    let mut applied: std::collections::BTreeSet<(Option<String>, String)> = Default::default();
-    let mut listed: std::collections::BTreeSet<(Option<String>, String)> = Default::default();
-    for node in nodes {
-        let local = LocalNode {
-            name: node.to_string(),
-            ..LocalNode::default()
-        };
-        for summary in compile(snapshot, &local).policies() {
-            let key = (
-                summary.policy.namespace.clone(),
-                format!("{}:{}", summary.policy.kind.as_str(), summary.policy.name),
-            );
-            if !summary.applied_to.is_empty() {
-                applied.insert(key.clone());
-            }
-            listed.insert(key);
-        }
-    }
-    let mut warnings = Vec::new();
-    for sourced in &snapshot.objects {
-        let kind = match sourced.object {
-            Object::ClusterNetworkPolicy(_) => {
-                crate::ruleset::PolicyKind::AntreaClusterNetworkPolicy
-            }
-            Object::AntreaNetworkPolicy(_) => crate::ruleset::PolicyKind::AntreaNetworkPolicy,
-            Object::K8sNetworkPolicy(_) => crate::ruleset::PolicyKind::K8sNetworkPolicy,
-            _ => continue,
-        };
-        let object = sourced.object.object_ref();
-        let key = (
-            object.namespace.clone(),
-            format!("{}:{}", kind.as_str(), object.name),
-        );
-        if listed.contains(&key) && !applied.contains(&key) {
-            warnings.push(format!(
-                "{}: {object}: spec: selects no endpoint of the inventory (appliedTo or podSelector matches no Pod, Node or ExternalEntity)",
-                sourced.origin.display()
-            ));
-        }
-    }
-    warnings
+/// meant ([`crate::validate::intent`]), with every Node of the inventory
+/// compiled as the local one. `directories` are the paths given that are
+/// directories: read whole, as the agent reads them, they are also warned
+/// about when they hold no objects, no policy or no inventory.
+pub fn intent_warnings(directories: &[PathBuf], snapshot: &Snapshot) -> Vec<Problem> {
+    let origin = PathBuf::from(
+        directories
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    let whole = match directories.is_empty() {
+        true => Whole::Files,
+        false => Whole::Source { origin: &origin },
+    };
+    let nodes = crate::validate::inventory_nodes(snapshot);
+    let rulesets: Vec<Ruleset> = nodes.iter().map(|node| compile(snapshot, node)).collect();
+    let compiled: Vec<(&LocalNode, &Ruleset)> = nodes.iter().zip(&rulesets).collect();
+    crate::validate::intent(snapshot, whole, &compiled)
 }
 
 /// `tollgate validate`: the summary of valid policies on stdout and what
 /// is probably not meant as warnings on stderr, or the problems.
-pub fn validate(paths: &[PathBuf]) -> Result<ExitCode, CommandError> {
-    let snapshot = source::load_and_validate(paths).map_err(CommandError::Invalid)?;
+pub fn validate(paths: &[PathBuf], limits: &LimitArgs) -> Result<ExitCode, CommandError> {
+    let limits = policy_files(limits)?;
+    let snapshot =
+        source::load_and_validate_within(paths, &limits).map_err(CommandError::Invalid)?;
     for warning in crate::validate::check(&snapshot).warnings {
         eprintln!("warning: {warning}");
     }
     let directories: Vec<PathBuf> = paths.iter().filter(|p| p.is_dir()).cloned().collect();
-    for warning in inventory_warnings(&directories, &snapshot) {
+    for warning in intent_warnings(&directories, &snapshot) {
         eprintln!("warning: {warning}");
     }
     println!("{}", validate_summary(&snapshot));
@@ -258,7 +240,8 @@ pub fn trace(args: &TraceArgs) -> Result<ExitCode, CommandError> {
             "--node-name, --node-labels and --node-address describe the Node for --policies; the agent traces as its own Node".into(),
         ));
     }
-    let view = match View::new(&args.policies, node, &args.socket.socket) {
+    let limits = policy_files(&args.limits)?;
+    let view = match View::new(&args.policies, &limits, node, &args.socket.socket) {
         Ok(view) => view,
         Err(CommandError::Invalid(problems)) if args.exit_code => {
             for problem in &problems {
@@ -278,14 +261,13 @@ pub fn trace(args: &TraceArgs) -> Result<ExitCode, CommandError> {
     })
 }
 
-/// `tollgate status`: the agent's report as text or JSON; with `check`,
-/// the probe's name when it passes, else exit 1 with the reason.
-pub fn status(
-    socket: &Path,
-    output: OutputFormat,
-    check: Option<Check>,
-) -> Result<ExitCode, CommandError> {
-    if let Some(check) = check {
+/// `tollgate status`: the agent's report as text (a summary and a line per
+/// queue), wide (every metric and counter too), the queues' tables alone,
+/// or JSON; with `check`, the probe's name when it passes, else exit 1
+/// with the reason.
+pub fn status(args: &StatusArgs) -> Result<ExitCode, CommandError> {
+    let socket = args.socket.socket.as_path();
+    if let Some(check) = args.check {
         return match ask(socket, &Request::Check { probe: check })? {
             Response::Check(report) if report.ok => {
                 println!("{}", check_name(check));
@@ -302,28 +284,93 @@ pub fn status(
             other => Err(unexpected(&other)),
         };
     }
-    match ask(socket, &Request::Status)? {
-        Response::Status(report) => match output {
-            OutputFormat::Text => print!("{}", render_status(&report)),
-            OutputFormat::Json => println!(
-                "{}",
-                serde_json::to_string_pretty(&report).unwrap_or_default()
-            ),
-        },
+    repeat(&args.watch, true, || {
+        let report = match ask(socket, &Request::Status)? {
+            Response::Status(report) => report,
+            other => return Err(unexpected(&other)),
+        };
+        Ok(match (args.part, args.output) {
+            (_, StatusOutput::Json) => {
+                serde_json::to_string_pretty(&report)
+                    .map_err(|e| CommandError::Usage(e.to_string()))?
+                    + "\n"
+            }
+            (Some(StatusPart::Queues), _) => render_queues(&report),
+            (None, StatusOutput::Wide) => render_status(&report, true),
+            (None, StatusOutput::Text) => render_status(&report, false),
+        })
+    })
+}
+
+/// Prints `answer()`; with `--watch`, asks again every interval and
+/// prints each answer that differs from the last one printed (`every`:
+/// each answer), after a blank line, until interrupted, the agent's error
+/// (exit 2) or a closed stdout.
+pub fn repeat(
+    watch: &WatchArgs,
+    every: bool,
+    mut answer: impl FnMut() -> Result<String, CommandError>,
+) -> Result<ExitCode, CommandError> {
+    use std::io::Write as _;
+    let mut last = answer()?;
+    let mut out = std::io::stdout();
+    if out
+        .write_all(last.as_bytes())
+        .and_then(|()| out.flush())
+        .is_err()
+        || !watch.watch
+    {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let interval = std::time::Duration::from_secs_f64(watch.interval.clamp(0.1, 3600.0));
+    loop {
+        std::thread::sleep(interval);
+        let next = answer()?;
+        if every || next != last {
+            let written = write!(out, "\n{next}").and_then(|()| out.flush());
+            if written.is_err() {
+                return Ok(ExitCode::SUCCESS);
+            }
+            last = next;
+        }
+    }
+}
+
+/// `tollgate log-level`: the running agent's log filter, changed first
+/// when one is given.
+pub fn log_level(args: &LogLevelArgs) -> Result<ExitCode, CommandError> {
+    if let Some(filter) = &args.filter {
+        // Refused here with the flag's own message rather than the agent's.
+        crate::logging::filter(Some(filter)).map_err(|e| CommandError::Usage(e.to_string()))?;
+    }
+    let request = Request::LogLevel {
+        filter: args.filter.clone(),
+    };
+    match ask(&args.socket.socket, &request)? {
+        Response::LogLevel(filter) => println!("{filter}"),
         other => return Err(unexpected(&other)),
     }
     Ok(ExitCode::SUCCESS)
 }
 
 /// `tollgate cleanup`: removes what tollgate installed in this network
-/// namespace and says what it removed.
-pub fn cleanup() -> Result<ExitCode, CommandError> {
-    let removed =
-        crate::agent::cleanup().map_err(|e| CommandError::Usage(format!("cleanup: {e}")))?;
+/// namespace and says what it removed, one item per line, and how long
+/// after the agent's lock was free.
+pub fn cleanup(wait: bool) -> Result<ExitCode, CommandError> {
+    let waiting = |pid: Option<u32>| {
+        let pid = pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
+        eprintln!("waiting for the agent{pid} to stop; its rules enforce until then");
+    };
+    let (removed, took) = crate::agent::cleanup(wait, waiting)
+        .map_err(|e| CommandError::Usage(format!("cleanup: {e}")))?;
     if removed.is_empty() {
         println!("nothing of tollgate's is installed in this network namespace");
     } else {
-        println!("removed: {}", removed.summary());
+        println!("removed:");
+        for item in removed.items() {
+            println!("  {item}");
+        }
+        println!("in {} ms", took.as_millis());
     }
     Ok(ExitCode::SUCCESS)
 }

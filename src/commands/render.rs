@@ -1,17 +1,23 @@
 //! Every rendering of the reading subcommands: `trace` as text, the `get`
-//! tables (policies, endpoints, FQDN rows, skipped objects) and `status`
-//! as text, and JSON or YAML where asked; every table drawn by the one
-//! `table()`. Pure: from the answer to a string; it never asks the agent,
-//! reads a file or prints.
+//! tables (policies, endpoints, FQDN rows, skipped objects), `observe`'s
+//! lines and (in `status.rs`) `status` as text, and JSON, YAML or a
+//! JSONPath's values where asked; every table drawn by the one `table()`.
+//! Default output fits a terminal of [`COLUMNS`]; `-o wide` does not
+//! try. Pure: from the answer to a string; it never asks the agent, reads
+//! a file or prints.
 
 use std::fmt::Write as _;
 
 use super::get::FqdnRow;
 use super::CommandError;
 use crate::cli::{GetFilter, GetOutput, OutputFormat, SkippedFilter};
-use crate::explain::{DirectionReport, EndpointReport, TraceEndpoint, TraceReport};
+use crate::explain::{DirectionReport, DryRunReport, EndpointReport, TraceEndpoint, TraceReport};
+use crate::observe::{FlowEvent, FlowSide};
 use crate::ruleset::PolicySummary;
-use crate::status::{AntiSpoofReport, GuardedReport, ReloadReport, StatusReport};
+
+mod status;
+
+pub use status::{render_queues, render_status};
 
 /// `tollgate trace` as text (`verbose`: every rule consulted and the K8s
 /// NetworkPolicies isolating each side) or JSON (everything, the
@@ -60,6 +66,9 @@ pub fn render_trace(
                     if c.matched { "matched" } else { "no match" },
                     c.action
                 );
+                if let Some(why) = &c.why {
+                    let _ = writeln!(out, "       {why}");
+                }
             }
             if !d.isolated_by.is_empty() {
                 let _ = writeln!(
@@ -69,6 +78,9 @@ pub fn render_trace(
                 );
             }
         }
+    }
+    if let Some(dry_run) = &report.dry_run {
+        let _ = writeln!(out, "  {}", dry_run_text(dry_run));
     }
     if let Some(entry) = &report.privileged {
         let _ = writeln!(
@@ -92,6 +104,11 @@ pub fn render_trace(
                 out,
                 "  L7: the HTTP request matches no l7Protocols entry: denied"
             );
+            if verbose {
+                for why in &report.http_why {
+                    let _ = writeln!(out, "    {why}");
+                }
+            }
         }
         None if report.l7.is_some() => {
             let _ = writeln!(
@@ -102,6 +119,34 @@ pub fn render_trace(
         None => {}
     }
     Ok(out)
+}
+
+/// The dry-run line of a trace: what the dry-run policies would decide,
+/// never what is enforced.
+pub(super) fn dry_run_text(d: &DryRunReport) -> String {
+    let by = match (&d.direction, &d.policy) {
+        (Some(direction), Some(policy)) => {
+            let what = match &d.rule {
+                Some(rule) => format!("rule {rule}"),
+                None if d.action.as_deref() == Some("Drop") && d.tier.is_none() => {
+                    "isolation".to_string()
+                }
+                None => "rule <nil>".to_string(),
+            };
+            let tier = d
+                .tier
+                .as_deref()
+                .map(|t| format!(" (tier {t})"))
+                .unwrap_or_default();
+            format!(" by {direction} {policy} {what}{tier}")
+        }
+        _ => String::new(),
+    };
+    if d.changed {
+        format!("dry-run: would {}{by} (not enforced)", d.verdict)
+    } else {
+        format!("dry-run: {}{by}, as enforced", d.verdict)
+    }
 }
 
 fn direction_text(d: &DirectionReport) -> String {
@@ -151,11 +196,11 @@ fn rest_rule(passed_by: &str) -> &str {
     passed_by.split_once(' ').map_or("<nil>", |(_, r)| r)
 }
 
-fn json<T: serde::Serialize>(value: &T) -> Result<String, CommandError> {
+pub(super) fn json<T: serde::Serialize>(value: &T) -> Result<String, CommandError> {
     serde_json::to_string_pretty(value).map_err(|e| CommandError::Usage(e.to_string()))
 }
 
-fn yaml<T: serde::Serialize>(value: &T) -> Result<String, CommandError> {
+pub(super) fn yaml<T: serde::Serialize>(value: &T) -> Result<String, CommandError> {
     serde_saphyr::to_string(value).map_err(|e| CommandError::Usage(e.to_string()))
 }
 
@@ -171,6 +216,91 @@ fn cell(items: &[String], wide: bool, empty: &str) -> String {
         n if wide || n <= TABLE_LIST => items.join(","),
         n => format!("{n}: {},...", items[..TABLE_LIST].join(",")),
     }
+}
+
+/// Addresses shown whole in a table cell; a Node's many (every address
+/// of every interface) show how many there are and the first ones.
+pub const TABLE_ADDRESSES: usize = 2;
+
+/// The addresses of an endpoint in a table cell: whole when `wide` or at
+/// most [`TABLE_ADDRESSES`], else `N: first,second,...`.
+fn addresses_cell(addresses: &[String], wide: bool) -> String {
+    match addresses.len() {
+        0 => "<none>".to_string(),
+        n if wide || n <= TABLE_ADDRESSES => addresses.join(","),
+        n => format!("{n}: {},...", addresses[..TABLE_ADDRESSES].join(",")),
+    }
+}
+
+/// Columns default output fits in.
+pub const COLUMNS: usize = 120;
+
+/// The values an RFC 9535 JSONPath `path` selects in the JSON document
+/// `json`: strings as they are, other values as compact JSON, separated
+/// by spaces (as kubectl's `-o jsonpath` prints them), on one line.
+pub fn select_json(json: &str, path: &str) -> Result<String, CommandError> {
+    let path = serde_json_path::JsonPath::parse(path)
+        .map_err(|e| CommandError::Usage(format!("jsonpath {path:?}: {e}")))?;
+    let document: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| CommandError::Usage(e.to_string()))?;
+    let values: Vec<String> = path
+        .query(&document)
+        .all()
+        .into_iter()
+        .map(|value| match value {
+            serde_json::Value::String(text) => text.clone(),
+            other => other.to_string(),
+        })
+        .collect();
+    Ok(values.join(" ") + "\n")
+}
+
+/// One decision of `tollgate observe` as a line:
+/// `2026-11-22T00:53:26.178112Z apps/client:43936 -> 10.61.1.1:8080 TCP
+/// Drop by AntreaClusterNetworkPolicy:observe rule drop-web (Ingress)`;
+/// an L7 decision adds the request (`GET shop.test/api`).
+pub fn render_event(event: &FlowEvent) -> String {
+    let side = |s: &FlowSide| {
+        let at = match (&s.name, s.address) {
+            (Some(name), _) => name.clone(),
+            (None, std::net::IpAddr::V6(v6)) if s.port.is_some() => format!("[{v6}]"),
+            (None, ip) => ip.to_string(),
+        };
+        match s.port {
+            Some(port) => format!("{at}:{port}"),
+            None => at,
+        }
+    };
+    let mut line = format!(
+        "{} {} -> {} {} {}",
+        event.time,
+        side(&event.src),
+        side(&event.dst),
+        event.protocol,
+        event.verdict
+    );
+    if let Some(http) = &event.http {
+        let _ = write!(
+            line,
+            " {} {}{}",
+            http.method,
+            http.host.as_deref().unwrap_or(""),
+            http.path
+        );
+    }
+    match (&event.policy, &event.rule) {
+        (Some(policy), Some(rule)) => {
+            let _ = write!(line, " by {policy} rule {rule}");
+        }
+        (Some(policy), None) => {
+            let _ = write!(line, " by {policy}");
+        }
+        _ => line.push_str(" (no rule)"),
+    }
+    if let Some(direction) = &event.direction {
+        let _ = write!(line, " ({direction})");
+    }
+    line
 }
 
 /// `tollgate get fqdn` in the format asked for.
@@ -203,7 +333,7 @@ pub fn render_fqdn(rows: &[FqdnRow], output: GetOutput) -> Result<String, Comman
 
 /// Rows as a table, the first the header: each column as wide as its
 /// widest cell, one space between columns, no trailing blanks.
-fn table<R: AsRef<[String]>>(rows: &[R]) -> String {
+pub(super) fn table<R: AsRef<[String]>>(rows: &[R]) -> String {
     let columns = rows.first().map_or(0, |r| r.as_ref().len());
     let widths: Vec<usize> = (0..columns)
         .map(|c| rows.iter().map(|r| r.as_ref()[c].len()).max().unwrap_or(0))
@@ -246,7 +376,11 @@ pub fn render_policies(
     ]];
     for p in policies {
         rows.push([
-            p.policy.to_string(),
+            if p.dry_run {
+                format!("{} (dry-run)", p.policy)
+            } else {
+                p.policy.to_string()
+            },
             p.tier.clone().unwrap_or_else(|| "<NONE>".into()),
             p.tier_priority
                 .map_or_else(|| "<NONE>".into(), |t| t.to_string()),
@@ -285,7 +419,7 @@ pub fn render_endpoints(
             [
                 e.endpoint.clone(),
                 e.kind.clone(),
-                cell(&addresses, true, "<none>"),
+                addresses_cell(&addresses, wide),
                 cell(&e.policies, wide, "<none>"),
                 cell(&e.fqdn, true, "<none>"),
             ]
@@ -340,181 +474,4 @@ pub fn render_skipped(
             Ok(table(&rows))
         }
     }
-}
-
-/// The anti-spoofing rows: a summary, each unguarded endpoint with the
-/// reason, each guarded one that had packets dropped.
-fn render_anti_spoofing(out: &mut String, report: Option<&AntiSpoofReport>) {
-    let Some(report) = report else {
-        return;
-    };
-    if !report.enabled {
-        let _ = writeln!(out, "anti-spoofing:      off (antiSpoofing.enabled)");
-        return;
-    }
-    let total = |g: &GuardedReport| g.dropped.values().sum::<u64>();
-    let _ = writeln!(
-        out,
-        "anti-spoofing:      {} endpoints guarded, {} dropped packets; {}",
-        report.guarded.len(),
-        report.guarded.iter().map(total).sum::<u64>(),
-        match report.unguarded.len() {
-            0 => "none unguarded".to_string(),
-            n => format!("{n} UNGUARDED"),
-        }
-    );
-    for u in &report.unguarded {
-        let _ = writeln!(out, "  {:<30} UNGUARDED: {}", u.endpoint, u.reason);
-    }
-    for g in report.guarded.iter().filter(|g| total(g) > 0) {
-        let dropped: Vec<String> = g
-            .dropped
-            .iter()
-            .map(|(reason, n)| format!("{reason} {n}"))
-            .collect();
-        let _ = writeln!(
-            out,
-            "  {:<30} {}: dropped {}",
-            g.endpoint,
-            g.interface,
-            dropped.join(", ")
-        );
-    }
-}
-
-/// `tollgate status` as text.
-pub fn render_status(report: &StatusReport) -> String {
-    let mut out = String::new();
-    let _ = writeln!(out, "node:               {}", report.node_name);
-    let _ = writeln!(
-        out,
-        "version:            {} (commit {})",
-        report.version, report.commit
-    );
-    let _ = writeln!(out, "uptime:             {}s", report.uptime_seconds);
-    let _ = writeln!(out, "ruleset generation: {}", report.ruleset_generation);
-    let _ = writeln!(
-        out,
-        "policies loaded:    {} ({} rules)",
-        report.policies, report.rules
-    );
-    let reload = match &report.last_reload {
-        None => "none since start".to_string(),
-        Some(ReloadReport {
-            seconds_ago,
-            error: None,
-        }) => format!("applied {seconds_ago}s ago"),
-        Some(ReloadReport {
-            seconds_ago,
-            error: Some(error),
-        }) => format!("FAILED {seconds_ago}s ago: {error}"),
-    };
-    let _ = writeln!(out, "enforced endpoints: {}", report.enforced_endpoints);
-    let source = if report.snapshot_complete {
-        "complete snapshot"
-    } else {
-        "waiting for a complete snapshot"
-    };
-    let _ = writeln!(out, "policy source:      {source}");
-    if let Some(k) = &report.kubernetes {
-        let _ = writeln!(
-            out,
-            "kubernetes:         {}, {} skipped, {} partly enforced (tollgate get skipped)",
-            if k.synced {
-                "synced"
-            } else {
-                "NOT SYNCED (first list pending, or a watch failed: listing again)"
-            },
-            k.skipped,
-            k.partly_enforced
-        );
-    }
-    if let Some(inventory) = &report.inventory {
-        let _ = writeln!(out, "inventory:          {inventory}");
-    }
-    let applied = report
-        .last_applied_seconds_ago
-        .map_or("never".to_string(), |s| format!("{s}s ago"));
-    let _ = writeln!(out, "last applied:       {applied}");
-    let _ = writeln!(out, "last reload:        {reload}");
-    let datapath = match &report.datapath_behind {
-        None => "in sync".to_string(),
-        Some(error) => format!("BEHIND, retrying: {error}"),
-    };
-    let _ = writeln!(out, "datapath:           {datapath}");
-    if let Some(hits) = report.verdict_cache_hits {
-        let _ = writeln!(
-            out,
-            "verdict cache:      {hits} connections answered by the kernel (read every drift check, or 10 s)"
-        );
-    }
-    if let Some(why) = &report.bridged_traffic_unseen {
-        let _ = writeln!(out, "bridged traffic:    NOT SEEN: {why}");
-    }
-    render_anti_spoofing(&mut out, report.anti_spoofing.as_ref());
-    let _ = writeln!(out, "fail mode:          {}", report.fail_mode);
-    let unknown = |v: Option<String>| v.unwrap_or_else(|| "?".into());
-    let p = &report.process;
-    let _ = writeln!(
-        out,
-        "process:            cpu {}s, resident {} MiB, fds {}/{}",
-        unknown(p.cpu_seconds.map(|s| format!("{s:.2}"))),
-        unknown(p.resident_bytes.map(|b| (b / (1024 * 1024)).to_string())),
-        unknown(p.open_fds.map(|n| n.to_string())),
-        unknown(p.max_fds.map(|n| n.to_string())),
-    );
-    let _ = writeln!(
-        out,
-        "audit log:          {}",
-        report
-            .audit_log
-            .as_ref()
-            .map_or("off".to_string(), |p| p.display().to_string())
-    );
-    let _ = writeln!(
-        out,
-        "metrics:            {}",
-        report.metrics_address.as_deref().unwrap_or("off")
-    );
-    // The agent-level series, as /metrics names them.
-    if !report.agent_series.is_empty() {
-        let header = ["METRIC", "VALUE"].map(String::from);
-        let rows: Vec<[String; 2]> = std::iter::once(header)
-            .chain(
-                report
-                    .agent_series
-                    .iter()
-                    .map(|row| [row.series.clone(), row.value.to_string()]),
-            )
-            .collect();
-        let _ = writeln!(out);
-        out += &table(&rows);
-    }
-    // One table per kind of worker, every counter any of its queues has
-    // as a column (the kernel lists only the queues bound now): `-` where
-    // a queue has no such counter.
-    for group in report.queues.chunk_by(|a, b| a.worker == b.worker) {
-        let mut keys: Vec<&str> = Vec::new();
-        for (key, _) in group.iter().flat_map(|q| &q.counters.0) {
-            if !keys.contains(&key.as_str()) {
-                keys.push(key);
-            }
-        }
-        let header = std::iter::once(group[0].worker.to_uppercase())
-            .chain(keys.iter().map(|k| k.to_uppercase().replace('_', "-")))
-            .collect();
-        let rows: Vec<Vec<String>> = std::iter::once(header)
-            .chain(group.iter().map(|q| {
-                std::iter::once(q.queue.to_string())
-                    .chain(
-                        keys.iter()
-                            .map(|k| q.counters.get(k).map_or("-".into(), |v| v.to_string())),
-                    )
-                    .collect()
-            }))
-            .collect();
-        let _ = writeln!(out);
-        out += &table(&rows);
-    }
-    out
 }

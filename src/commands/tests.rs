@@ -1,12 +1,14 @@
-use std::collections::BTreeMap;
-
 use super::get::{filter_fqdn_rows, fqdn_rows, fqdn_selectors, FqdnRow};
-use super::render::{render_fqdn, render_policies, render_skipped};
+use super::render::{
+    dry_run_text, render_endpoints, render_event, render_fqdn, render_policies, render_skipped,
+    select_json,
+};
 use crate::cli::{GetFilter, GetOutput, SkippedFilter};
-use crate::datapath::{plan::fqdn_set, Family, LearnedSet};
-use crate::explain::EndpointReport;
+use crate::datapath::{plan::fqdn_set, Family};
+use crate::explain::{DryRunReport, EndpointReport};
 use crate::fqdn::FqdnPattern;
 use crate::ruleset::PolicySummary;
+use crate::status::LearnedSetReport;
 
 #[test]
 fn skipped_objects_render_as_a_table_json_and_yaml() {
@@ -124,6 +126,7 @@ fn policies_summarise_long_applied_to_lists_in_the_table_only() {
         rules: 1,
         rule_names: vec!["allow-all".into()],
         applied_to: ["a", "b", "c", "d", "e"].map(String::from).to_vec(),
+        dry_run: false,
     };
     let all = GetFilter::default();
     let cell = |output: GetOutput| -> String {
@@ -208,26 +211,19 @@ fn fqdn_selectors_follow_the_endpoints_asked_for() {
 fn fqdn_table_names_sets_by_selector() {
     let allowed = FqdnPattern::new("*.allowed.test");
     let empty = FqdnPattern::new("quiet.test");
-    let sets: BTreeMap<String, LearnedSet> = [
-        (
-            fqdn_set(&allowed, Family::V4),
-            LearnedSet {
-                family: Family::V4,
-                entries: vec![
-                    ("10.0.0.9".parse().unwrap(), 20),
-                    ("10.0.0.1".parse().unwrap(), 7),
-                ],
-            },
-        ),
-        (
-            "tollgate-fqdn-stale-v4".to_string(),
-            LearnedSet {
-                family: Family::V4,
-                entries: vec![("10.0.0.2".parse().unwrap(), 3)],
-            },
-        ),
-    ]
-    .into();
+    let sets = [
+        LearnedSetReport {
+            name: fqdn_set(&allowed, Family::V4),
+            entries: vec![
+                ("10.0.0.9".parse().unwrap(), 20),
+                ("10.0.0.1".parse().unwrap(), 7),
+            ],
+        },
+        LearnedSetReport {
+            name: "tollgate-fqdn-stale-v4".to_string(),
+            entries: vec![("10.0.0.2".parse().unwrap(), 3)],
+        },
+    ];
     let sources = [crate::status::FqdnSource {
         selector: "*.allowed.test".into(),
         address: "10.0.0.9".parse().unwrap(),
@@ -250,4 +246,194 @@ fn fqdn_table_names_sets_by_selector() {
             vec!["-", "tollgate-fqdn-stale-v4", "10.0.0.2", "3", "-"],
         ]
     );
+}
+
+fn node_with_addresses(n: usize) -> EndpointReport {
+    EndpointReport {
+        endpoint: "node:n1".into(),
+        kind: "Node".into(),
+        namespace: None,
+        addresses: (1..=n)
+            .map(|i| format!("10.0.0.{i}").parse().unwrap())
+            .collect(),
+        policies: vec!["AntreaClusterNetworkPolicy:node".into()],
+        fqdn: vec![],
+    }
+}
+
+/// A Node's many addresses are summarised in the table (count and the
+/// first two) and whole with `-o wide`; the row fits a terminal.
+#[test]
+fn endpoint_addresses_are_summarised_in_the_table_only() {
+    let list = [node_with_addresses(12)];
+    let table = render_endpoints(&list, &GetFilter::default(), GetOutput::Table).unwrap();
+    let row = table.lines().nth(1).unwrap();
+    assert!(row.contains(" 12: 10.0.0.1,10.0.0.2,... "), "{table}");
+    assert!(row.len() <= super::render::COLUMNS, "{row}");
+    let wide = render_endpoints(&list, &GetFilter::default(), GetOutput::Wide).unwrap();
+    assert!(wide.contains("10.0.0.1,10.0.0.2,10.0.0.3,"), "{wide}");
+    assert!(wide.contains(",10.0.0.12 "), "{wide}");
+    let two = render_endpoints(
+        &[node_with_addresses(2)],
+        &GetFilter::default(),
+        GetOutput::Table,
+    )
+    .unwrap();
+    assert!(two.contains(" 10.0.0.1,10.0.0.2 "), "{two}");
+}
+
+/// `-o jsonpath=`: kubectl's braces or RFC 9535's `$`, values joined by
+/// spaces, strings bare and other values as JSON.
+#[test]
+fn jsonpath_selects_values_of_the_json_rendering() {
+    use crate::cli::{Cli, Command, GetCommand, GetFormat};
+    use clap::Parser;
+    let json = render_endpoints(
+        &[node_with_addresses(2)],
+        &GetFilter::default(),
+        GetOutput::Json,
+    )
+    .unwrap();
+    for (asked, path) in [
+        ("jsonpath={[*].endpoint}", "$[*].endpoint"),
+        ("jsonpath=$[*].endpoint", "$[*].endpoint"),
+        ("jsonpath={ [0].addresses }", "$[0].addresses"),
+    ] {
+        let cli = Cli::try_parse_from(["tollgate", "get", "endpoints", "-o", asked]).unwrap();
+        let Command::Get {
+            what: GetCommand::Endpoints { output, .. },
+        } = cli.command
+        else {
+            panic!()
+        };
+        assert_eq!(output.output, GetFormat::JsonPath(path.into()), "{asked}");
+    }
+    assert_eq!(select_json(&json, "$[*].endpoint").unwrap(), "node:n1\n");
+    assert_eq!(
+        select_json(&json, "$[0].addresses").unwrap(),
+        "[\"10.0.0.1\",\"10.0.0.2\"]\n"
+    );
+    assert_eq!(
+        select_json(&json, "$[*].addresses[*]").unwrap(),
+        "10.0.0.1 10.0.0.2\n"
+    );
+    assert_eq!(select_json(&json, "$[*].nothing").unwrap(), "\n");
+}
+
+/// An observed decision as a line: names where the ruleset knows them,
+/// IPv6 addresses with a port in brackets, the deciding rule or `(no
+/// rule)`, the HTTP request of an L7 decision.
+#[test]
+fn observe_lines_name_endpoints_rules_and_requests() {
+    use crate::observe::{FlowEvent, FlowSide, HttpSummary};
+    let side = |address: &str, port: Option<u16>, name: Option<&str>| FlowSide {
+        address: address.parse().unwrap(),
+        port,
+        name: name.map(str::to_string),
+    };
+    let mut event = FlowEvent {
+        time: "2026-11-28T13:00:00.000001Z".into(),
+        verdict: "Drop".into(),
+        protocol: "TCP".into(),
+        src: side("fd00::2", Some(40000), None),
+        dst: side("fd00::3", Some(80), Some("apps/web")),
+        policy: Some("AntreaClusterNetworkPolicy:web".into()),
+        rule: Some("deny".into()),
+        tier: Some("securityops".into()),
+        direction: Some("Ingress".into()),
+        http: None,
+    };
+    assert_eq!(
+        render_event(&event),
+        "2026-11-28T13:00:00.000001Z [fd00::2]:40000 -> apps/web:80 TCP Drop \
+         by AntreaClusterNetworkPolicy:web rule deny (Ingress)"
+    );
+    event.verdict = "Allow".into();
+    event.src = side("10.0.0.2", None, None);
+    event.dst = side("10.0.0.3", None, None);
+    event.protocol = "ICMP".into();
+    event.policy = None;
+    event.rule = None;
+    event.direction = None;
+    assert_eq!(
+        render_event(&event),
+        "2026-11-28T13:00:00.000001Z 10.0.0.2 -> 10.0.0.3 ICMP Allow (no rule)"
+    );
+    event.http = Some(HttpSummary {
+        method: "GET".into(),
+        host: Some("shop.test".into()),
+        path: "/api".into(),
+    });
+    assert!(render_event(&event).contains(" ICMP Allow GET shop.test/api (no rule)"));
+}
+
+/// `get policies` marks a dry-run policy in the table and as `dryRun` in
+/// JSON (absent for an enforced one).
+#[test]
+fn dry_run_policies_are_marked() {
+    use crate::ruleset::{PolicyKind, PolicyRef};
+    let summary = |name: &str, dry_run: bool| PolicySummary {
+        policy: PolicyRef {
+            kind: PolicyKind::K8sNetworkPolicy,
+            namespace: Some("shop".into()),
+            name: name.into(),
+        },
+        tier: None,
+        tier_priority: None,
+        priority: None,
+        rules: 0,
+        rule_names: Vec::new(),
+        applied_to: vec!["shop/web".into()],
+        dry_run,
+    };
+    let policies = [summary("deny-all", true), summary("allow-web", false)];
+    let all = GetFilter::default();
+    let text = render_policies(&policies, &all, GetOutput::Table).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[1].starts_with("K8sNetworkPolicy:shop/deny-all (dry-run) "),
+        "{text}"
+    );
+    assert!(
+        lines[2].starts_with("K8sNetworkPolicy:shop/allow-web "),
+        "{text}"
+    );
+    assert!(!lines[2].contains("dry-run"), "{text}");
+    let json = render_policies(&policies, &all, GetOutput::Json).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v[0]["dryRun"], true);
+    assert!(v[1].get("dryRun").is_none(), "{json}");
+}
+
+/// `trace`'s dry-run line: a change is said to be not enforced; an
+/// unchanged verdict is said to be the enforced one; a dry-run Kubernetes
+/// NetworkPolicy's isolation is named as such.
+#[test]
+fn trace_text_shows_the_dry_run_verdict_beside_the_enforced_one() {
+    let report =
+        |verdict: &str, changed: bool, rule: Option<&str>, tier: Option<&str>| DryRunReport {
+            verdict: verdict.into(),
+            changed,
+            direction: Some("Ingress".into()),
+            policy: Some("AntreaClusterNetworkPolicy:dry-web".into()),
+            tier: tier.map(str::to_string),
+            rule: rule.map(str::to_string),
+            action: Some("Drop".into()),
+        };
+    assert_eq!(
+        dry_run_text(&report("Drop", true, Some("drop-web"), Some("securityops"))),
+        "dry-run: would Drop by Ingress AntreaClusterNetworkPolicy:dry-web rule drop-web (tier securityops) (not enforced)"
+    );
+    let mut isolation = report("Drop", true, None, None);
+    isolation.policy = Some("K8sNetworkPolicy:shop/deny-all".into());
+    assert_eq!(
+        dry_run_text(&isolation),
+        "dry-run: would Drop by Ingress K8sNetworkPolicy:shop/deny-all isolation (not enforced)"
+    );
+    let unchanged = DryRunReport {
+        direction: None,
+        policy: None,
+        ..report("Allow", false, None, None)
+    };
+    assert_eq!(dry_run_text(&unchanged), "dry-run: Allow, as enforced");
 }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use super::get::fqdn_selectors;
 use super::{ask, load_ruleset, unexpected, CommandError, NodeIdentity};
 use crate::cli::{GetFilter, NodeArgs};
+use crate::config::PolicyFilesConfig;
 use crate::explain::{self, EndpointReport, TraceReport, TraceRequest};
 use crate::fqdn::{FqdnPattern, NoFqdn};
 use crate::ruleset::{PolicySummary, Ruleset};
@@ -23,12 +24,18 @@ pub enum View {
 
 impl View {
     /// The agent at `socket` when no `policies` are given, else the
-    /// policies compiled for the Node `node` describes.
-    pub fn new(policies: &[PathBuf], node: &NodeArgs, socket: &Path) -> Result<View, CommandError> {
+    /// policies (read within `limits`) compiled for the Node `node`
+    /// describes.
+    pub fn new(
+        policies: &[PathBuf],
+        limits: &PolicyFilesConfig,
+        node: &NodeArgs,
+        socket: &Path,
+    ) -> Result<View, CommandError> {
         if policies.is_empty() {
             return Ok(View::Live(socket.to_path_buf()));
         }
-        let (_, ruleset) = load_ruleset(policies, &NodeIdentity::from(node))?;
+        let (_, ruleset) = load_ruleset(policies, limits, &NodeIdentity::from(node))?;
         Ok(View::Offline(Box::new(ruleset)))
     }
 

@@ -33,10 +33,14 @@ pub struct DatapathConfig {
     #[arg(long = "privileged", value_name = "CIDR[,proto[/port]]")]
     #[serde(deserialize_with = "privileged")]
     pub privileged: Vec<Privileged>,
-    /// Without earlier kernel state, what new connections meet before the
-    /// first complete snapshot: closed (default; node ingress and
-    /// forwarded traffic wait, privileged rules and the node's own egress
-    /// pass) or open (everything passes; unsafe).
+    /// What tollgate does with what the inventory does not know yet:
+    /// without earlier kernel state, new connections before the first
+    /// complete snapshot, and afterwards new connections from and to the
+    /// addresses of the local endpoint ranges (the Node's podCIDRs, a
+    /// Docker host's container networks) that no known endpoint holds.
+    /// closed (default; they are dropped; before the first snapshot
+    /// privileged rules and the node's own egress pass) or open
+    /// (everything passes; unsafe).
     #[arg(long = "startup-policy", value_name = "closed|open")]
     pub startup_policy: StartupPolicy,
     /// Seconds between checks that the kernel still holds the state of the
@@ -81,9 +85,13 @@ impl DatapathConfig {
     }
 }
 
-/// What a starting agent that finds no earlier kernel state does before
-/// its source has a complete snapshot (Kubernetes mode: every kind listed
-/// once).
+/// What is done with traffic the inventory cannot judge yet: a starting
+/// agent's that finds no earlier kernel state, before its source has a
+/// complete snapshot (Kubernetes mode: every kind listed once); and,
+/// once there is one, the new connections of addresses in the local
+/// endpoint ranges that no known endpoint holds (a Pod or container the
+/// inventory does not know yet; on a Docker host, every container address
+/// while the engine's API is away).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum StartupPolicy {
@@ -91,10 +99,12 @@ pub enum StartupPolicy {
     /// configured interfaces) are queued to queues nobody reads yet, so
     /// they are dropped; loopback, privileged entries, the node's own
     /// outgoing connections (the agent's to the API server) and
-    /// established connections pass.
+    /// established connections pass. Afterwards the unknown addresses
+    /// of the local endpoint ranges are dropped both ways.
     #[default]
     Closed,
-    /// Nothing is installed before the first snapshot: everything passes.
+    /// Nothing is installed before the first snapshot, and unknown
+    /// addresses are not closed: everything they send or receive passes.
     Open,
 }
 

@@ -8,7 +8,7 @@ use crate::ruleset::Enforced;
 
 use super::diff::{Changes, TableChanges};
 use super::kernel::Kernel;
-use super::plan::{endpoints_set, fqdn_set, Hook};
+use super::plan::{dry_run_set, endpoints_set, fqdn_set, published_port, unknown_set, Hook};
 use super::state::{Family, LearnedSet, State, Table};
 use super::transition::Step;
 use super::DatapathError;
@@ -72,12 +72,16 @@ fn apply(changes: &Changes, step: Step, state: &mut State) {
             for (name, write) in &changes.sets {
                 state.sets.insert(name.clone(), write.set.clone());
             }
+            for (name, write) in &changes.ranges {
+                state.ranges.insert(name.clone(), write.set.clone());
+            }
             for (name, set) in &changes.create_cache {
                 state.cache.insert(name.clone(), set.clone());
             }
         }
         Step::Table(family) => {
             apply_table(changes.raw(family), state.raw_mut(family));
+            apply_table(changes.mangle(family), state.mangle_mut(family));
             apply_table(changes.table(family), state.table_mut(family));
         }
         Step::Bridge => apply_table(&changes.bridge, &mut state.bridge),
@@ -86,6 +90,7 @@ fn apply(changes: &Changes, step: Step, state: &mut State) {
                 state.sets.remove(name);
                 state.learned.remove(name);
                 state.cache.remove(name);
+                state.ranges.remove(name);
             }
         }
     }
@@ -115,9 +120,13 @@ fn apply_table(changes: &TableChanges, table: &mut Table) {
 
 /// Whether the kernel in `state` queues every new connection a ruleset
 /// with these `enforced` endpoints and `fqdn` selectors requires, for both
-/// families: the endpoints are in the sets, the node hook queues
-/// everything when the ruleset isolates the node, DNS replies are queued
-/// and the FQDN sets exist when it has selectors.
+/// families: the endpoints are in the sets, the hooks jump to their
+/// chains (FORWARD's in the mangle table), the node hook queues
+/// everything when the ruleset isolates the node, the dry-run endpoints
+/// are in either set, the published ports
+/// are queued on INPUT, every address the ruleset calls unknown is in
+/// the unknown set (closed), DNS replies are queued and the FQDN sets
+/// exist when it has selectors.
 pub fn covers(state: &State, enforced: &Enforced, fqdn: &[FqdnPattern]) -> bool {
     Family::ALL.iter().all(|&family| {
         let table = state.table(family);
@@ -127,6 +136,18 @@ pub fn covers(state: &State, enforced: &Enforced, fqdn: &[FqdnPattern]) -> bool 
             .iter()
             .filter(|a| Family::of(a) == family)
             .all(|a| set.is_some_and(|s| s.members.contains(a)));
+        // A dry-run endpoint is sent to a worker from either set.
+        let dry_run = state.sets.get(dry_run_set(family));
+        let dry_run_queued = enforced
+            .dry_run_endpoints
+            .iter()
+            .filter(|a| Family::of(a) == family)
+            .all(|a| {
+                [set, dry_run]
+                    .iter()
+                    .flatten()
+                    .any(|s| s.members.contains(a))
+            });
         let input = table
             .chains
             .get(Hook::Input.chain())
@@ -139,13 +160,34 @@ pub fn covers(state: &State, enforced: &Enforced, fqdn: &[FqdnPattern]) -> bool 
         let fqdn_sets = fqdn
             .iter()
             .all(|p| state.learned.contains_key(&fqdn_set(p, family)));
-        let jumps = Hook::ALL.iter().all(|hook| {
+        let jumps = [Hook::Input, Hook::Output].iter().all(|hook| {
             table
                 .jumps
                 .contains(&(hook.builtin().into(), format!("-j {}", hook.chain())))
-        });
+        }) && state
+            .mangle(family)
+            .jumps
+            .contains(&("FORWARD".into(), format!("-j {}", Hook::Forward.chain())));
+        let published = enforced
+            .published
+            .iter()
+            .chain(&enforced.dry_run_published)
+            .all(|port| input.iter().any(|r| published_port(r) == Some(*port)));
+        let ranges: Vec<_> = enforced
+            .ranges
+            .iter()
+            .filter(|r| Family::of(&r.addr()) == family)
+            .collect();
+        let unknown_closed = ranges.is_empty()
+            || state.ranges.get(&unknown_set(family)).is_some_and(|set| {
+                ranges.iter().all(|r| set.ranges.contains(r))
+                    && set.except.iter().all(|ip| !enforced.is_unknown(*ip))
+            });
         jumps
             && endpoints_queued
+            && dry_run_queued
+            && (enforced.node_ingress || published)
+            && unknown_closed
             && (!enforced.node_ingress || whole_input)
             && (fqdn.is_empty() || (dns && fqdn_sets))
     })
@@ -170,6 +212,7 @@ mod tests {
             node_egress: false,
             endpoints: vec!["10.0.0.5".parse().unwrap()],
             verdict_cache: None,
+            ..Enforced::default()
         };
         let fqdn = [FqdnPattern::new("a.example")];
         let plan = desired(&config.datapath, &config.queue_numbers(), &enforced, &fqdn);

@@ -82,11 +82,16 @@ impl Backend {
     }
 
     fn program(self, family: Family, action: &str) -> String {
+        format!("{}-{action}", self.binary(family))
+    }
+
+    /// `iptables-nft`, `ip6tables-legacy`, …
+    fn binary(self, family: Family) -> String {
         let flavour = match self {
             Backend::Nft => "nft",
             Backend::Legacy => "legacy",
         };
-        format!("{}-{flavour}-{action}", family.command())
+        format!("{}-{flavour}", family.command())
     }
 }
 
@@ -155,16 +160,18 @@ impl Iptables {
     }
 
     /// The packet counters of the verdict cache's lookup rules, both
-    /// families, by rule ([`super::cache::hit_counters`]).
+    /// families and both tables that decide (filter, mangle), by rule ([`super::cache::hit_counters`]).
     pub fn cache_hits(&self) -> Result<super::cache::HitReading, DatapathError> {
         let mut reading = super::cache::HitReading::new();
         for family in Family::ALL {
-            let save = run(
-                &self.backend.program(family, "save"),
-                &["-c", "-t", "filter"],
-                None,
-            )?;
-            reading.extend(super::cache::hit_counters(&save, family));
+            for table in ["filter", "mangle"] {
+                let save = run(
+                    &self.backend.program(family, "save"),
+                    &["-c", "-t", table],
+                    None,
+                )?;
+                reading.extend(super::cache::hit_counters(&save, family));
+            }
         }
         Ok(reading)
     }
@@ -187,6 +194,12 @@ impl Kernel for Iptables {
         for family in Family::ALL {
             let raw = run(&self.backend.program(family, "save"), &["-t", "raw"], None)?;
             *state.raw_mut(family) = Table::parse_in(&raw, TableKind::Raw);
+            let mangle = run(
+                &self.backend.program(family, "save"),
+                &["-t", "mangle"],
+                None,
+            )?;
+            *state.mangle_mut(family) = Table::parse_in(&mangle, TableKind::Mangle);
         }
         if self.ebtables {
             let save = run(&format!("{EBTABLES}-save"), &["-t", "nat"], None)?;
@@ -209,6 +222,60 @@ impl Kernel for Iptables {
             Step::Bridge => run(&format!("{EBTABLES}-restore"), &["--noflush"], Some(&input)),
         }
         .map(drop)
+    }
+}
+
+/// The netfilter state of the namespace as `tollgate bundle` shows it:
+/// each dump as the tool prints it, or the error in its place.
+#[derive(Clone, Debug, Default)]
+pub struct KernelDump {
+    /// `iptables-save -c` and `ip6tables-save -c` of the backend in use.
+    pub iptables_save: String,
+    pub ip6tables_save: String,
+    /// `ebtables-nft-save -c` (the bridge-port guards).
+    pub ebtables_save: String,
+    /// `ipset list` of every set whose name starts with `tollgate-`.
+    pub ipsets: String,
+    /// `iptables -V`, `ipset version`, one line each.
+    pub versions: Vec<String>,
+}
+
+impl Iptables {
+    /// Reads the dumps; a tool that fails leaves its error in its place.
+    pub fn dump(&self) -> KernelDump {
+        let text = |result: Result<String, DatapathError>| {
+            result.unwrap_or_else(|error| format!("# {error}\n"))
+        };
+        let save = |family: Family| text(run(&self.backend.program(family, "save"), &["-c"], None));
+        let ebtables_save = match self.ebtables {
+            true => text(run(&format!("{EBTABLES}-save"), &["-c"], None)),
+            false => format!("# {EBTABLES} is not installed\n"),
+        };
+        let ipsets = match run("ipset", &["list", "-n"], None) {
+            Ok(names) => names
+                .lines()
+                .filter(|name| name.starts_with("tollgate-"))
+                .map(|name| text(run("ipset", &["list", name], None)))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            Err(error) => format!("# {error}\n"),
+        };
+        let version = |program: &str, args: &[&str]| {
+            run(program, args, None).map_or_else(
+                |error| format!("{program}: {error}"),
+                |out| out.trim().to_string(),
+            )
+        };
+        KernelDump {
+            iptables_save: save(Family::V4),
+            ip6tables_save: save(Family::V6),
+            ebtables_save,
+            ipsets,
+            versions: vec![
+                version(&self.backend.binary(Family::V4), &["-V"]),
+                version("ipset", &["version"]),
+            ],
+        }
     }
 }
 

@@ -1,7 +1,9 @@
 //! Kernel datapath: owns the `TOLLGATE-*` chains of the filter table (IPv4
 //! and IPv6), one jump into each from INPUT, FORWARD and OUTPUT (and, on a
 //! Docker host, a second jump into `TOLLGATE-FORWARD` from Docker's
-//! `DOCKER-USER`; see [`diff`] and `docs/guide/docker.md`), the
+//! `DOCKER-USER`; see [`diff`] and `docs/guide/docker.md`), the chains of
+//! the mangle table that decide forwarded connections, jumped to from its
+//! FORWARD and POSTROUTING ([`plan`] says why there), the
 //! anti-spoofing chains of the raw table and of ebtables' nat table with
 //! their jumps from `PREROUTING` ([`antispoof`]), and the `tollgate-*`
 //! ipsets. It must never modify a rule, chain or set it does not own
@@ -43,9 +45,62 @@
 //!
 //! With the default configuration (two queues, fail-closed, all
 //! interfaces), a rule applying to the Node's ingress and one enforced
-//! endpoint `10.0.0.5`, `iptables-save -t filter` shows:
+//! endpoint `10.0.0.5`, `iptables-save -t mangle` and `iptables-save -t filter`
+//! show:
 //!
 //! ```text
+//! *mangle
+//! :PREROUTING ACCEPT [0:0]
+//! :INPUT ACCEPT [0:0]
+//! :FORWARD ACCEPT [0:0]
+//! :OUTPUT ACCEPT [0:0]
+//! :POSTROUTING ACCEPT [0:0]
+//! :TOLLGATE-FORWARD - [0:0]
+//! :TOLLGATE-L7 - [0:0]
+//! :TOLLGATE-L7-QUEUE - [0:0]
+//! :TOLLGATE-POSTROUTING - [0:0]
+//! -A FORWARD -j TOLLGATE-FORWARD
+//! -A POSTROUTING -j TOLLGATE-POSTROUTING
+//! -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
+//! -A TOLLGATE-FORWARD -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
+//! -A TOLLGATE-FORWARD -m mark --mark 0x100000/0xf00000 -j ACCEPT
+//! -A TOLLGATE-FORWARD -m mark --mark 0x400000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
+//! -A TOLLGATE-FORWARD -m mark --mark 0x400000/0xf00000 -j ACCEPT
+//! -A TOLLGATE-FORWARD -m mark --mark 0x500000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
+//! -A TOLLGATE-FORWARD -m mark --mark 0x500000/0xf00000 -j ACCEPT
+//! -A TOLLGATE-FORWARD -m mark --mark 0x600000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
+//! -A TOLLGATE-FORWARD -m mark --mark 0x600000/0xf00000 -j DROP
+//! -A TOLLGATE-FORWARD -m mark --mark 0x200000/0xf00000 -j ACCEPT
+//! -A TOLLGATE-FORWARD -m connmark --mark 0x600000/0xf00000 -j DROP
+//! -A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x400000/0xf00000 -j TOLLGATE-L7-QUEUE
+//! -A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
+//! -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
+//! -A TOLLGATE-FORWARD -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID,UNTRACKED -j DROP
+//! -A TOLLGATE-FORWARD -p icmp -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate INVALID,UNTRACKED -j DROP
+//! -A TOLLGATE-FORWARD -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
+//! -A TOLLGATE-FORWARD ! -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
+//! -A TOLLGATE-FORWARD -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
+//! -A TOLLGATE-FORWARD ! -p icmp -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
+//! -A TOLLGATE-L7 -p tcp -m tcp --tcp-flags FIN FIN -j TOLLGATE-L7-QUEUE
+//! -A TOLLGATE-L7 -p tcp -m tcp --tcp-flags RST RST -j TOLLGATE-L7-QUEUE
+//! -A TOLLGATE-L7 -p tcp -m tcp --tcp-flags URG URG -j TOLLGATE-L7-QUEUE
+//! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x28&&0x20>>0x1c=0x5" -j RETURN
+//! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x2c&&0x20>>0x1c=0x6" -j RETURN
+//! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x30&&0x20>>0x1c=0x7" -j RETURN
+//! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x34&&0x20>>0x1c=0x8" -j RETURN
+//! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x38&&0x20>>0x1c=0x9" -j RETURN
+//! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x3c&&0x20>>0x1c=0xa" -j RETURN
+//! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x40&&0x20>>0x1c=0xb" -j RETURN
+//! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x44&&0x20>>0x1c=0xc" -j RETURN
+//! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x48&&0x20>>0x1c=0xd" -j RETURN
+//! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x4c&&0x20>>0x1c=0xe" -j RETURN
+//! -A TOLLGATE-L7 -m u32 --u32 "0x0>>0x18=0x45&&0x0&0xffff=0x50&&0x20>>0x1c=0xf" -j RETURN
+//! -A TOLLGATE-L7 -j TOLLGATE-L7-QUEUE
+//! -A TOLLGATE-L7-QUEUE -m conntrack --ctdir ORIGINAL -m u32 --u32 "0x0>>0x16&0x3c@0x0>>0x11&0x1=0x1" -j NFQUEUE --queue-num 104
+//! -A TOLLGATE-L7-QUEUE -m conntrack --ctdir REPLY -m u32 --u32 "0x0>>0x16&0x3c@0x0>>0x1&0x1=0x1" -j NFQUEUE --queue-num 104
+//! -A TOLLGATE-L7-QUEUE -j NFQUEUE --queue-num 103
+//! -A TOLLGATE-POSTROUTING -m mark --mark 0x200000/0xf00000 -j DROP
+//! COMMIT
 //! *filter
 //! :INPUT ACCEPT [0:0]
 //! :FORWARD ACCEPT [0:0]
@@ -59,26 +114,13 @@
 //! -A FORWARD -j TOLLGATE-FORWARD
 //! -A OUTPUT -j TOLLGATE-OUTPUT
 //! -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
-//! -A TOLLGATE-FORWARD -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
 //! -A TOLLGATE-FORWARD -m mark --mark 0x100000/0xf00000 -j ACCEPT
-//! -A TOLLGATE-FORWARD -m mark --mark 0x400000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
 //! -A TOLLGATE-FORWARD -m mark --mark 0x400000/0xf00000 -j ACCEPT
-//! -A TOLLGATE-FORWARD -m mark --mark 0x500000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
 //! -A TOLLGATE-FORWARD -m mark --mark 0x500000/0xf00000 -j ACCEPT
-//! -A TOLLGATE-FORWARD -m mark --mark 0x600000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
-//! -A TOLLGATE-FORWARD -m mark --mark 0x600000/0xf00000 -j DROP
 //! -A TOLLGATE-FORWARD -p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset
 //! -A TOLLGATE-FORWARD -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp-admin-prohibited
-//! -A TOLLGATE-FORWARD -m connmark --mark 0x600000/0xf00000 -j DROP
-//! -A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x400000/0xf00000 -j TOLLGATE-L7-QUEUE
-//! -A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
+//! -A TOLLGATE-FORWARD -m connmark --mark 0x400000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
-//! -A TOLLGATE-FORWARD -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID,UNTRACKED -j DROP
-//! -A TOLLGATE-FORWARD -p icmp -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate INVALID,UNTRACKED -j DROP
-//! -A TOLLGATE-FORWARD -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
-//! -A TOLLGATE-FORWARD ! -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
-//! -A TOLLGATE-FORWARD -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
-//! -A TOLLGATE-FORWARD ! -p icmp -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
 //! -A TOLLGATE-INPUT -i lo -j ACCEPT
 //! -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-INPUT -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
@@ -205,8 +247,10 @@ pub mod ipset_netlink;
 pub mod kernel;
 pub mod plan;
 pub mod retry;
+pub mod roles;
 pub mod state;
 pub mod transition;
+pub mod visibility;
 
 pub use diff::Changes;
 pub use kernel::{learned_sets, reconcile, teardown, Backend, Iptables, Kernel};

@@ -3,26 +3,44 @@
 //! selectors: rule text exactly as
 //! `iptables-save` prints it, so that the installed state parses back to an
 //! equal value. Pure.
+//!
+//! INPUT and OUTPUT are decided in the filter table. FORWARD is decided in
+//! the mangle table, which runs before the filter table on the same hook
+//! and where no container runtime writes (Docker, netavark, CNI and
+//! firewalld's reloads insert their ACCEPTs at the top of the filter
+//! table's FORWARD): a runtime rule can never decide a forwarded
+//! connection before tollgate. REJECT is valid only in the filter table,
+//! so the mangle chain marks a rejected connection and passes it on; the
+//! filter table's `TOLLGATE-FORWARD` rejects it and accepts what tollgate
+//! allowed, and should a runtime's ACCEPT come first there, the mangle
+//! table's POSTROUTING drops what still carries the reject mark.
 
 use std::collections::BTreeMap;
 
 use sha1::{Digest, Sha1};
 
-use crate::config::{
-    DatapathConfig, Privileged, PrivilegedHook, PrivilegedProtocol, QueueNumbers, QueueRange,
-};
+use crate::config::{DatapathConfig, PrivilegedHook, QueueNumbers, QueueRange};
 use crate::fqdn::FqdnPattern;
 use crate::marks::{FailMode, MarkLayout};
-use crate::ruleset::{Enforced, VerdictCache};
+use crate::ruleset::Enforced;
 
 use super::cache::{cache_set, CachedVerdict, CACHED_ALLOW_CHAIN};
 pub use super::state::Hook;
-use super::state::{CacheSet, Family, IpSet, LearnedSet, State, Table, DOCKER_USER};
+use super::state::{
+    CacheSet, Family, IpSet, LearnedSet, RangeSet, State, Table, TableKind, DOCKER_USER,
+};
 
+mod cached;
 mod l7;
+mod local;
+mod privileged;
 
+use cached::{cached_allow_rules, cached_verdict_rules};
 pub use l7::{l7_queue_of, L7_CHAIN, L7_QUEUE_CHAIN};
 use l7::{l7_queue_rules, l7_queue_target, l7_rules};
+pub use local::{published_port, unknown_set};
+use local::{published_rule, unknown_addresses, unknown_rules};
+use privileged::{privileged_dns_query_rules, privileged_rule};
 
 /// Name of the ipset of enforced endpoint addresses of a family.
 pub fn endpoints_set(family: Family) -> &'static str {
@@ -31,6 +49,25 @@ pub fn endpoints_set(family: Family) -> &'static str {
         Family::V6 => "tollgate-endpoints-v6",
     }
 }
+
+/// Name of the ipset of a family's addresses of endpoints that only
+/// dry-run policies apply to ([`Enforced::dry_run_endpoints`]): their
+/// queue rules always carry `--queue-bypass`, below those of the enforced
+/// endpoints, so a connection with an enforced side meets the fail mode.
+pub fn dry_run_set(family: Family) -> &'static str {
+    match family {
+        Family::V4 => "tollgate-dryrun-v4",
+        Family::V6 => "tollgate-dryrun-v6",
+    }
+}
+
+/// The mangle table's chain on POSTROUTING: drops what still carries the
+/// reject mark, which only a foreign ACCEPT ahead of the filter table's
+/// `TOLLGATE-FORWARD` can have let through.
+pub const POSTROUTING_CHAIN: &str = "TOLLGATE-POSTROUTING";
+/// The mangle table's chain a cached Reject jumps to: the reject mark,
+/// then on to the filter table, which rejects.
+pub const CACHED_REJECT_CHAIN: &str = "TOLLGATE-CACHED-REJECT";
 
 /// Prefix of the FQDN sets' names.
 pub const FQDN_SET_PREFIX: &str = "tollgate-fqdn-";
@@ -63,18 +100,21 @@ const LISTENER_DISCOVERY: [u8; 4] = [130, 131, 132, 143];
 /// The full desired state: what `config`, the `queues`, the endpoints the
 /// compiled ruleset enforces and its FQDN selectors require. With any selector, DNS
 /// replies are queued to the DNS queue and each selector has one empty
-/// learned set per family (reconcile never touches their entries).
+/// learned set per family (reconcile never touches their entries). With
+/// a closed `startupPolicy`, new connections from and to the unknown
+/// addresses of the local endpoint ranges are dropped (their set per
+/// family; [`Enforced::is_unknown`]). Endpoints that only dry-run
+/// policies apply to have their own set per family (planned when the
+/// ruleset has any), queued whatever the fail mode only while a worker
+/// reads the queue ([`dry_run_set`]).
 pub fn desired(
     config: &DatapathConfig,
     queues: &QueueNumbers,
     enforced: &Enforced,
     fqdn: &[FqdnPattern],
 ) -> State {
-    let mut state = State::default();
-    let selection = Selection::Enforced(enforced);
+    let mut state = planned(config, queues, Selection::Enforced(enforced), fqdn);
     for family in Family::ALL {
-        let table = state.table_mut(family);
-        *table = family_table(config, queues, selection, !fqdn.is_empty(), family);
         for pattern in fqdn {
             state.learned.insert(
                 fqdn_set(pattern, family),
@@ -93,6 +133,20 @@ pub fn desired(
         state
             .sets
             .insert(endpoints_set(family).into(), IpSet { family, members });
+        if !enforced.dry_run_endpoints.is_empty() {
+            let members = enforced
+                .dry_run_endpoints
+                .iter()
+                .filter(|a| Family::of(a) == family)
+                .copied()
+                .collect();
+            state
+                .sets
+                .insert(dry_run_set(family).into(), IpSet { family, members });
+        }
+        if let Some(set) = unknown_addresses(config, Selection::Enforced(enforced), family) {
+            state.ranges.insert(unknown_set(family), set);
+        }
         if let Some(cache) = &enforced.verdict_cache {
             for hook in Hook::ALL {
                 for verdict in CachedVerdict::ALL {
@@ -121,9 +175,42 @@ pub fn desired(
 /// privileged entries, OUTPUT (the agent must reach its API server) and
 /// established connections pass.
 pub fn startup(config: &DatapathConfig, queues: &QueueNumbers) -> State {
-    let mut state = desired(config, queues, &Enforced::default(), &[]);
+    let mut state = planned(config, queues, Selection::Startup, &[]);
     for family in Family::ALL {
-        *state.table_mut(family) = family_table(config, queues, Selection::Startup, false, family);
+        state.sets.insert(
+            endpoints_set(family).into(),
+            IpSet {
+                family,
+                members: Default::default(),
+            },
+        );
+    }
+    state
+}
+
+/// The tables of both families for `selection`: the filter tables
+/// (INPUT and OUTPUT decided, FORWARD completed) and the mangle tables
+/// (FORWARD decided).
+fn planned(
+    config: &DatapathConfig,
+    queues: &QueueNumbers,
+    selection: Selection,
+    fqdn: &[FqdnPattern],
+) -> State {
+    let mut state = State::default();
+    let snoop_dns = !fqdn.is_empty();
+    for family in Family::ALL {
+        let unknown = unknown_addresses(config, selection, family).is_some();
+        let plan = Plan {
+            config,
+            queues,
+            selection,
+            snoop_dns,
+            unknown,
+            family,
+        };
+        *state.table_mut(family) = plan.filter_table();
+        *state.mangle_mut(family) = plan.mangle_table();
     }
     state
 }
@@ -138,288 +225,337 @@ enum Selection<'a> {
     Startup,
 }
 
-fn family_table(
-    config: &DatapathConfig,
-    queues: &QueueNumbers,
-    selection: Selection,
+/// What one family's tables are planned from.
+#[derive(Clone, Copy)]
+struct Plan<'a> {
+    config: &'a DatapathConfig,
+    queues: &'a QueueNumbers,
+    selection: Selection<'a>,
     snoop_dns: bool,
+    /// Whether the family's unknown addresses are dropped.
+    unknown: bool,
     family: Family,
-) -> Table {
-    let mut chains: BTreeMap<String, Vec<String>> = Hook::ALL
-        .iter()
-        .map(|&hook| {
+}
+
+impl Plan<'_> {
+    /// The filter table: INPUT and OUTPUT decided, FORWARD (and Docker's
+    /// `DOCKER-USER`) completing what the mangle table decided.
+    fn filter_table(&self) -> Table {
+        let mut chains: BTreeMap<String, Vec<String>> = [Hook::Input, Hook::Output]
+            .iter()
+            .map(|&hook| {
+                (
+                    hook.chain().to_string(),
+                    self.chain_rules(hook, TableKind::Filter),
+                )
+            })
+            .collect();
+        chains.insert(Hook::Forward.chain().to_string(), self.forward_completion());
+        self.helper_chains(&mut chains, TableKind::Filter);
+        let mut jumps: Vec<(String, String)> = Hook::ALL
+            .iter()
+            .map(|hook| (hook.builtin().to_string(), format!("-j {}", hook.chain())))
+            .collect();
+        // On a Docker host the forward hook is also Docker's place for user
+        // policy (planned only where that chain exists, see `diff`).
+        jumps.push((
+            DOCKER_USER.to_string(),
+            format!("-j {}", Hook::Forward.chain()),
+        ));
+        Table {
+            chains,
+            jumps,
+            ..Table::default()
+        }
+    }
+
+    /// The mangle table: FORWARD decided, and on POSTROUTING the drop of
+    /// rejected packets a foreign ACCEPT let through.
+    fn mangle_table(&self) -> Table {
+        let mut chains = BTreeMap::from([
             (
-                hook.chain().to_string(),
-                chain_rules(config, queues, selection, snoop_dns, family, hook),
-            )
-        })
-        .collect();
-    chains.insert(L7_CHAIN.to_string(), l7_rules(config, queues, family));
-    if queues.l7.first() != queues.l7.last() {
-        chains.insert(
-            L7_QUEUE_CHAIN.to_string(),
-            l7_queue_rules(config, queues.l7, family),
-        );
+                Hook::Forward.chain().to_string(),
+                self.chain_rules(Hook::Forward, TableKind::Mangle),
+            ),
+            (
+                POSTROUTING_CHAIN.to_string(),
+                vec![format!(
+                    "-m mark --mark {} -j DROP",
+                    mark_match(&self.config.mark_mask, self.config.mark_mask.reject)
+                )],
+            ),
+        ]);
+        self.helper_chains(&mut chains, TableKind::Mangle);
+        Table {
+            chains,
+            jumps: vec![
+                (
+                    "FORWARD".to_string(),
+                    format!("-j {}", Hook::Forward.chain()),
+                ),
+                ("POSTROUTING".to_string(), format!("-j {POSTROUTING_CHAIN}")),
+            ],
+            ..Table::default()
+        }
     }
-    if let Selection::Enforced(Enforced {
-        verdict_cache: Some(_),
-        ..
-    }) = selection
-    {
-        chains.insert(
-            CACHED_ALLOW_CHAIN.to_string(),
-            cached_allow_rules(config, queues, snoop_dns),
-        );
+
+    /// The chains the hook chains of `table` jump to: L7 inspection, and
+    /// the verdict cache's answers.
+    fn helper_chains(&self, chains: &mut BTreeMap<String, Vec<String>>, table: TableKind) {
+        let (config, queues) = (self.config, self.queues);
+        chains.insert(L7_CHAIN.to_string(), l7_rules(config, queues, self.family));
+        if queues.l7.first() != queues.l7.last() {
+            chains.insert(
+                L7_QUEUE_CHAIN.to_string(),
+                l7_queue_rules(config, queues.l7, self.family),
+            );
+        }
+        if let Selection::Enforced(Enforced {
+            verdict_cache: Some(_),
+            ..
+        }) = self.selection
+        {
+            chains.insert(
+                CACHED_ALLOW_CHAIN.to_string(),
+                cached_allow_rules(config, queues, self.snoop_dns),
+            );
+            if table == TableKind::Mangle {
+                let marks = &config.mark_mask;
+                chains.insert(
+                    CACHED_REJECT_CHAIN.to_string(),
+                    vec![
+                        format!("-j MARK --set-xmark {:#x}/{:#x}", marks.reject, marks.mask),
+                        "-j ACCEPT".to_string(),
+                    ],
+                );
+            }
+        }
     }
-    let mut jumps: Vec<(String, String)> = Hook::ALL
-        .iter()
-        .map(|hook| (hook.builtin().to_string(), format!("-j {}", hook.chain())))
-        .collect();
-    // On a Docker host the forward hook is also Docker's place for user
-    // policy (planned only where that chain exists, see `diff`).
-    jumps.push((
-        DOCKER_USER.to_string(),
-        format!("-j {}", Hook::Forward.chain()),
-    ));
-    Table {
-        chains,
-        jumps,
-        ..Table::default()
+
+    /// The filter table's `TOLLGATE-FORWARD`: what the mangle table passed
+    /// on is accepted when tollgate allowed it (a verdict mark; a packet
+    /// of an allowed or inspected connection; a privileged entry), so that
+    /// the runtimes' rules further down do not undo it, and rejected when
+    /// it carries the reject mark. Everything else falls through to the
+    /// rest of FORWARD.
+    fn forward_completion(&self) -> Vec<String> {
+        let marks = &self.config.mark_mask;
+        let allow = mark_match(marks, marks.allow);
+        let reject = mark_match(marks, marks.reject);
+        let l7 = mark_match(marks, marks.l7);
+        let l7_active = mark_match(marks, marks.l7_active());
+        let mut rules = vec![
+            format!(
+                "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark {allow} -j ACCEPT"
+            ),
+            format!("-m mark --mark {allow} -j ACCEPT"),
+            format!("-m mark --mark {l7} -j ACCEPT"),
+            format!("-m mark --mark {l7_active} -j ACCEPT"),
+        ];
+        rules.extend(reject_rules(&reject, self.family));
+        rules.push(format!("-m connmark --mark {l7} -j ACCEPT"));
+        rules.push(format!(
+            "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark {l7_active} -j ACCEPT"
+        ));
+        rules.extend(
+            self.config
+                .privileged
+                .iter()
+                .filter(|p| {
+                    Family::of(&p.cidr.addr()) == self.family && p.on(PrivilegedHook::Forward)
+                })
+                .flat_map(|entry| {
+                    ["-s", "-d"].map(|dir| privileged_rule(entry, dir, "", self.family))
+                }),
+        );
+        rules
     }
 }
 
-/// The rules of one owned chain, top to bottom.
-fn chain_rules(
-    config: &DatapathConfig,
-    queues: &QueueNumbers,
-    selection: Selection,
-    snoop_dns: bool,
-    family: Family,
-    hook: Hook,
-) -> Vec<String> {
-    let marks = &config.mark_mask;
-    let allow = mark_match(marks, marks.allow);
-    let reject = mark_match(marks, marks.reject);
-    let l7 = mark_match(marks, marks.l7);
-    let l7_active = mark_match(marks, marks.l7_active());
-    let l7_denied = mark_match(marks, marks.l7_denied());
-    let mut rules = Vec::new();
+/// The two rules that reject what carries the `reject` mark.
+fn reject_rules(reject: &str, family: Family) -> [String; 2] {
+    [
+        format!("-p tcp -m mark --mark {reject} -j REJECT --reject-with tcp-reset"),
+        format!(
+            "-m mark --mark {reject} -j REJECT --reject-with {}",
+            match family {
+                Family::V4 => "icmp-admin-prohibited",
+                Family::V6 => "icmp6-adm-prohibited",
+            }
+        ),
+    ]
+}
 
-    // Privileged: loopback.
-    match hook {
-        Hook::Input => rules.push("-i lo -j ACCEPT".to_string()),
-        Hook::Output => rules.push("-o lo -j ACCEPT".to_string()),
-        Hook::Forward => {}
-    }
-    // Connections a worker or the cache allowed, first: they are most of
-    // the packets, and no rule below is for them (verdict marks are set on
-    // new connections and on L7 connections only, whose connmarks differ).
-    // With FQDN selectors, DNS (port 53 either way) goes on to the DNS
-    // rules below, and so does any protocol without ports, to the same
-    // shortcut further down.
-    let allowed =
-        format!("-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark {allow} -j ACCEPT");
-    if snoop_dns {
-        for protocol in ["tcp", "udp"] {
-            rules.push(format!("-p {protocol} -m multiport ! --ports 53 {allowed}"));
+impl Plan<'_> {
+    /// The rules of the owned chain of `hook` in `table` (the filter table
+    /// for INPUT and OUTPUT, the mangle table for FORWARD), top to bottom.
+    fn chain_rules(&self, hook: Hook, table: TableKind) -> Vec<String> {
+        let Plan {
+            config,
+            queues,
+            selection,
+            snoop_dns,
+            family,
+            ..
+        } = *self;
+        let marks = &config.mark_mask;
+        let allow = mark_match(marks, marks.allow);
+        let reject = mark_match(marks, marks.reject);
+        let l7 = mark_match(marks, marks.l7);
+        let l7_active = mark_match(marks, marks.l7_active());
+        let l7_denied = mark_match(marks, marks.l7_denied());
+        let mut rules = Vec::new();
+
+        // Privileged: loopback.
+        match hook {
+            Hook::Input => rules.push("-i lo -j ACCEPT".to_string()),
+            Hook::Output => rules.push("-o lo -j ACCEPT".to_string()),
+            Hook::Forward => {}
         }
-    } else {
-        rules.push(allowed.clone());
-    }
-    // Verdicts the queue handed back with a mark and NF_REPEAT.
-    rules.push(format!(
-        "-m mark --mark {allow} -j CONNMARK --save-mark --nfmask {mask:#x} --ctmask {mask:#x}",
-        mask = marks.mask
-    ));
-    let dns_queue = format!("NFQUEUE --queue-num {} --queue-bypass", queues.dns);
-    // DNS queries a worker has just allowed go to the DNS queue before they
-    // are accepted: the DNS worker remembers them (a reply is learned from
-    // only if it answers one) and accepts them, as the next rule would.
-    if snoop_dns {
-        for protocol in ["udp", "tcp"] {
-            rules.push(format!(
-                "-p {protocol} -m {protocol} --dport 53 -m mark --mark {allow} -j {dns_queue}"
-            ));
+        // Connections a worker or the cache allowed, first: they are most of
+        // the packets, and no rule below is for them (verdict marks are set on
+        // new connections and on L7 connections only, whose connmarks differ).
+        // With FQDN selectors, DNS (port 53 either way) goes on to the DNS
+        // rules below, and so does any protocol without ports, to the same
+        // shortcut further down.
+        let allowed = format!(
+            "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark {allow} -j ACCEPT"
+        );
+        if snoop_dns {
+            for protocol in ["tcp", "udp"] {
+                rules.push(format!("-p {protocol} -m multiport ! --ports 53 {allowed}"));
+            }
+        } else {
+            rules.push(allowed.clone());
         }
-    }
-    rules.push(format!("-m mark --mark {allow} -j ACCEPT"));
-    for (code, last) in [
-        (&l7, "ACCEPT"),
-        (&l7_active, "ACCEPT"),
-        (&l7_denied, "DROP"),
-    ] {
+        // Verdicts the queue handed back with a mark and NF_REPEAT.
         rules.push(format!(
+            "-m mark --mark {allow} -j CONNMARK --save-mark --nfmask {mask:#x} --ctmask {mask:#x}",
+            mask = marks.mask
+        ));
+        let dns_queue = format!("NFQUEUE --queue-num {} --queue-bypass", queues.dns);
+        // DNS queries a worker has just allowed go to the DNS queue before they
+        // are accepted: the DNS worker remembers them (a reply is learned from
+        // only if it answers one) and accepts them, as the next rule would.
+        if snoop_dns {
+            for protocol in ["udp", "tcp"] {
+                rules.push(format!(
+                    "-p {protocol} -m {protocol} --dport 53 -m mark --mark {allow} -j {dns_queue}"
+                ));
+            }
+        }
+        rules.push(format!("-m mark --mark {allow} -j ACCEPT"));
+        for (code, last) in [
+            (&l7, "ACCEPT"),
+            (&l7_active, "ACCEPT"),
+            (&l7_denied, "DROP"),
+        ] {
+            rules.push(format!(
             "-m mark --mark {code} -j CONNMARK --save-mark --nfmask {mask:#x} --ctmask {mask:#x}",
             mask = marks.mask
         ));
-        rules.push(format!("-m mark --mark {code} -j {last}"));
-    }
-    rules.push(format!(
-        "-p tcp -m mark --mark {reject} -j REJECT --reject-with tcp-reset"
-    ));
-    rules.push(format!(
-        "-m mark --mark {reject} -j REJECT --reject-with {}",
-        match family {
-            Family::V4 => "icmp-admin-prohibited",
-            Family::V6 => "icmp6-adm-prohibited",
+            rules.push(format!("-m mark --mark {code} -j {last}"));
         }
-    ));
-    // L7 connections: denied ones end here; until the worker has seen the
-    // server's SYN-ACK every packet goes to it, then client→server packets
-    // are inspected (those without payload return).
-    rules.push(format!("-m connmark --mark {l7_denied} -j DROP"));
-    rules.push(format!(
-        "-p tcp -m connmark --mark {l7} -j {}",
-        l7_queue_target(config, queues)
-    ));
-    rules.push(format!(
-        "-p tcp -m connmark --mark {l7_active} -m conntrack --ctdir ORIGINAL -j {L7_CHAIN}"
-    ));
-    // DNS replies to learn from, ahead of the decided-connection shortcut
-    // (the query's connection is usually decided already). Only the reply
-    // direction of a tracked connection: a reply nobody asked for is NEW
-    // and never reaches the learner. The worker learns from a reply only
-    // if it came in on the interface of the route to its server and
-    // answers a query it saw; the later queries of allowed connections
-    // reach it here, where the shortcut below would accept them. Always
-    // `--queue-bypass`: skipping learning can only deny more, never allow.
-    if snoop_dns {
-        for protocol in ["udp", "tcp"] {
-            rules.push(format!(
-                "-p {protocol} -m {protocol} --sport 53 -m conntrack --ctstate ESTABLISHED \
-                 --ctdir REPLY -j {dns_queue}"
-            ));
+        // REJECT is the filter table's: the mangle table passes a rejected
+        // connection on to it (see the module doc).
+        match table {
+            TableKind::Mangle => rules.push(format!("-m mark --mark {reject} -j ACCEPT")),
+            _ => rules.extend(reject_rules(&reject, family)),
         }
-        for protocol in ["udp", "tcp"] {
-            rules.push(format!(
-                "-p {protocol} -m {protocol} --dport 53 -m conntrack --ctstate ESTABLISHED \
-                 --ctdir ORIGINAL -m connmark --mark {allow} -j {dns_queue}"
-            ));
-        }
-    }
-    // Connections already decided stay in the kernel: the allowed ones the
-    // first rules did not take (DNS, and protocols without ports, with
-    // FQDN selectors), and L7 connections' packets the L7 rules return.
-    if snoop_dns {
-        rules.push(allowed);
-    }
-    rules.push(format!(
-        "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark {l7_active} -j ACCEPT"
-    ));
-    let scope = enforced_scope(config, selection, family, hook);
-    if family == Family::V6 && hook != Hook::Forward {
-        rules.extend(NEIGHBOUR_DISCOVERY.iter().map(|t| {
-            format!("-p ipv6-icmp -m icmp6 --icmpv6-type {t} -m hl --hl-eq 255 -j ACCEPT")
-        }));
-    }
-    if let Some(scope) = &scope {
-        rules.extend(unrelated_icmp_rules(scope, family, hook));
-    }
-    // Privileged entries, each on the hooks it names (by default only the
-    // Node's own traffic: an entry for SSH must not exempt every routed
-    // connection to port 22 from policy). On the Node's own hooks an entry
-    // never matches an enforced endpoint's address (the source on INPUT,
-    // the destination on OUTPUT): a Pod's connection to its own Node meets
-    // its policy and the Node's, not the entry meant for the operator.
-    let set = endpoints_set(family);
-    let (privileged_hook, directions): (_, &[(&str, Option<&str>)]) = match hook {
-        Hook::Input => (PrivilegedHook::Input, &[("-s", Some("src"))]),
-        Hook::Output => (PrivilegedHook::Output, &[("-d", Some("dst"))]),
-        Hook::Forward => (PrivilegedHook::Forward, &[("-s", None), ("-d", None)]),
-    };
-    for entry in config
-        .privileged
-        .iter()
-        .filter(|p| Family::of(&p.cidr.addr()) == family && p.on(privileged_hook))
-    {
-        for (dir, endpoint) in directions {
-            let except = endpoint
-                .map(|side| format!("-m set ! --match-set {set} {side} "))
-                .unwrap_or_default();
-            if snoop_dns {
-                rules.extend(privileged_dns_query_rules(entry, dir, &except, &dns_queue));
-            }
-            rules.push(privileged_rule(entry, dir, &except, family));
-        }
-    }
-    if let Some(scope) = &scope {
-        rules.extend(queue_rules(
-            config,
-            queues.connection,
-            selection,
-            scope,
-            family,
-            hook,
+        // L7 connections: denied ones end here; until the worker has seen the
+        // server's SYN-ACK every packet goes to it, then client→server packets
+        // are inspected (those without payload return).
+        rules.push(format!("-m connmark --mark {l7_denied} -j DROP"));
+        rules.push(format!(
+            "-p tcp -m connmark --mark {l7} -j {}",
+            l7_queue_target(config, queues)
         ));
-    }
-    rules
-}
-
-/// What a cached Allow does, as the rules at the top of the hook chains do
-/// for a worker's Allow: the allow mark, saved into the connmark, DNS
-/// queries through the DNS queue (which remembers them, so that their
-/// replies are learned from), then accept.
-fn cached_allow_rules(
-    config: &DatapathConfig,
-    queues: &QueueNumbers,
-    snoop_dns: bool,
-) -> Vec<String> {
-    let marks = &config.mark_mask;
-    let mut rules = vec![
-        format!("-j MARK --set-xmark {:#x}/{:#x}", marks.allow, marks.mask),
-        format!(
-            "-j CONNMARK --save-mark --nfmask {mask:#x} --ctmask {mask:#x}",
-            mask = marks.mask
-        ),
-    ];
-    if snoop_dns {
-        for protocol in ["udp", "tcp"] {
-            rules.push(format!(
-                "-p {protocol} -m {protocol} --dport 53 -j NFQUEUE --queue-num {} --queue-bypass",
-                queues.dns
+        rules.push(format!(
+            "-p tcp -m connmark --mark {l7_active} -m conntrack --ctdir ORIGINAL -j {L7_CHAIN}"
+        ));
+        // DNS replies to learn from, ahead of the decided-connection shortcut
+        // (the query's connection is usually decided already). Only the reply
+        // direction of a tracked connection: a reply nobody asked for is NEW
+        // and never reaches the learner. The worker learns from a reply only
+        // if it came in on the interface of the route to its server and
+        // answers a query it saw; the later queries of allowed connections
+        // reach it here, where the shortcut below would accept them. Always
+        // `--queue-bypass`: skipping learning can only deny more, never allow.
+        if snoop_dns {
+            for protocol in ["udp", "tcp"] {
+                rules.push(format!(
+                    "-p {protocol} -m {protocol} --sport 53 -m conntrack --ctstate ESTABLISHED \
+                 --ctdir REPLY -j {dns_queue}"
+                ));
+            }
+            for protocol in ["udp", "tcp"] {
+                rules.push(format!(
+                    "-p {protocol} -m {protocol} --dport 53 -m conntrack --ctstate ESTABLISHED \
+                 --ctdir ORIGINAL -m connmark --mark {allow} -j {dns_queue}"
+                ));
+            }
+        }
+        // Connections already decided stay in the kernel: the allowed ones the
+        // first rules did not take (DNS, and protocols without ports, with
+        // FQDN selectors), and L7 connections' packets the L7 rules return.
+        if snoop_dns {
+            rules.push(allowed);
+        }
+        rules.push(format!(
+            "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark {l7_active} -j ACCEPT"
+        ));
+        let scope = enforced_scope(config, selection, family, hook);
+        if family == Family::V6 && hook != Hook::Forward {
+            rules.extend(NEIGHBOUR_DISCOVERY.iter().map(|t| {
+                format!("-p ipv6-icmp -m icmp6 --icmpv6-type {t} -m hl --hl-eq 255 -j ACCEPT")
+            }));
+        }
+        if let Some(scope) = &scope {
+            rules.extend(unrelated_icmp_rules(scope, family, hook));
+            // Addresses of local endpoints the inventory does not know yet
+            // cannot ride the privileged entries nor the cache either.
+            if self.unknown {
+                rules.extend(unknown_rules(scope, family, hook));
+            }
+        }
+        // Privileged entries, each on the hooks it names (by default only the
+        // Node's own traffic: an entry for SSH must not exempt every routed
+        // connection to port 22 from policy). On the Node's own hooks an entry
+        // never matches an enforced endpoint's address (the source on INPUT,
+        // the destination on OUTPUT): a Pod's connection to its own Node meets
+        // its policy and the Node's, not the entry meant for the operator.
+        let set = endpoints_set(family);
+        let (privileged_hook, directions): (_, &[(&str, Option<&str>)]) = match hook {
+            Hook::Input => (PrivilegedHook::Input, &[("-s", Some("src"))]),
+            Hook::Output => (PrivilegedHook::Output, &[("-d", Some("dst"))]),
+            Hook::Forward => (PrivilegedHook::Forward, &[("-s", None), ("-d", None)]),
+        };
+        for entry in config
+            .privileged
+            .iter()
+            .filter(|p| Family::of(&p.cidr.addr()) == family && p.on(privileged_hook))
+        {
+            for (dir, endpoint) in directions {
+                let except = endpoint
+                    .map(|side| format!("-m set ! --match-set {set} {side} "))
+                    .unwrap_or_default();
+                if snoop_dns {
+                    rules.extend(privileged_dns_query_rules(entry, dir, &except, &dns_queue));
+                }
+                rules.push(privileged_rule(entry, dir, &except, family));
+            }
+        }
+        if let Some(scope) = &scope {
+            rules.extend(queue_rules(
+                config,
+                queues.connection,
+                selection,
+                scope,
+                (family, hook, table),
             ));
         }
+        rules
     }
-    rules.push("-j ACCEPT".to_string());
-    rules
-}
-
-/// The rules that answer a new connection from the verdict cache, ahead
-/// of the rule that would queue it (`prefix` names its interface): an
-/// entry for (source, protocol:destination port, destination) in the set
-/// of its hook, family and verdict.
-fn cached_verdict_rules(
-    cache: &VerdictCache,
-    family: Family,
-    hook: Hook,
-    prefix: &str,
-) -> Vec<String> {
-    let set = |verdict| cache_set(cache.generation, hook, verdict, family);
-    let matching = |verdict| {
-        format!(
-            "-m conntrack --ctstate NEW -m set --match-set {} src,dst,dst",
-            set(verdict)
-        )
-    };
-    let reject_with = match family {
-        Family::V4 => "icmp-admin-prohibited",
-        Family::V6 => "icmp6-adm-prohibited",
-    };
-    vec![
-        format!(
-            "{prefix}{} -j {CACHED_ALLOW_CHAIN}",
-            matching(CachedVerdict::Allow)
-        ),
-        format!("{prefix}{} -j DROP", matching(CachedVerdict::Drop)),
-        format!(
-            "{prefix}-p tcp {} -j REJECT --reject-with tcp-reset",
-            matching(CachedVerdict::Reject)
-        ),
-        format!(
-            "{prefix}{} -j REJECT --reject-with {reject_with}",
-            matching(CachedVerdict::Reject)
-        ),
-    ]
 }
 
 /// `--mark value/mask` as iptables-save prints it.
@@ -427,75 +563,17 @@ fn mark_match(marks: &MarkLayout, value: u32) -> String {
     format!("{value:#x}/{:#x}", marks.mask)
 }
 
-/// A privileged entry's rule on one side (`dir`: `-s` or `-d`): its range,
-/// protocol and port, then `except` (the endpoints it never matches, or
-/// nothing), accepted.
-fn privileged_rule(entry: &Privileged, dir: &str, except: &str, family: Family) -> String {
-    let mut rule = privileged_range(entry, dir);
-    match entry.protocol {
-        Some(protocol) => {
-            let name = match (protocol, family) {
-                (PrivilegedProtocol::Tcp, _) => "tcp",
-                (PrivilegedProtocol::Udp, _) => "udp",
-                (PrivilegedProtocol::Sctp, _) => "sctp",
-                (PrivilegedProtocol::Icmp, Family::V4) => "icmp",
-                (PrivilegedProtocol::Icmp, Family::V6) => "ipv6-icmp",
-            };
-            rule.push_str(&format!("-p {name} {except}"));
-            if let Some(port) = entry.port {
-                rule.push_str(&format!("-m {name} --dport {port} "));
-            }
-        }
-        None => rule.push_str(except),
-    }
-    rule.push_str("-j ACCEPT");
-    rule
-}
-
-/// `-s CIDR ` or `-d CIDR ` as iptables-save prints it: the network
-/// address of the range, and nothing for a range of every address
-/// (`0.0.0.0/0`, `::/0`), which it leaves out.
-fn privileged_range(entry: &Privileged, dir: &str) -> String {
-    if entry.cidr.prefix_len() == 0 {
-        return String::new();
-    }
-    format!("{dir} {} ", entry.cidr.trunc())
-}
-
-/// The DNS queries a privileged entry accepts, sent to the DNS queue
-/// first (whose worker accepts them too) so that their replies can be
-/// learned from: the entry's match narrowed to UDP and TCP port 53.
-fn privileged_dns_query_rules(
-    entry: &Privileged,
-    dir: &str,
-    except: &str,
-    dns_queue: &str,
-) -> Vec<String> {
-    if entry.port.is_some_and(|port| port != 53) {
-        return Vec::new();
-    }
-    [
-        (PrivilegedProtocol::Udp, "udp"),
-        (PrivilegedProtocol::Tcp, "tcp"),
-    ]
-    .into_iter()
-    .filter(|(protocol, _)| entry.protocol.is_none_or(|p| p == *protocol))
-    .map(|(_, name)| {
-        format!(
-            "{}-p {name} {except}-m {name} --dport 53 -j {dns_queue}",
-            privileged_range(entry, dir)
-        )
-    })
-    .collect()
-}
-
 /// Where a hook enforces policy: the interface matches (`-i IF `, `-o IF `,
 /// both on FORWARD; one empty match when every interface is enforced) and
 /// the address selections (one empty match when the whole hook is
-/// enforced, else the endpoints set as source and as destination).
+/// enforced, else the endpoints set as source and as destination); then
+/// what it sends to a worker without enforcing (the dry-run set as source
+/// and as destination, when the ruleset has dry-run endpoints and the
+/// whole hook is not enforced).
 struct Scope {
     interfaces: Vec<String>,
     selections: Vec<String>,
+    dry_run_selections: Vec<String>,
 }
 
 /// The [`Scope`] of `hook`, or `None` where it enforces nothing (OUTPUT
@@ -515,14 +593,22 @@ fn enforced_scope(
         Selection::Startup if hook == Hook::Output => return None,
         Selection::Startup => true,
     };
-    let set = endpoints_set(family);
-    let selections = if whole_hook {
-        vec![String::new()]
-    } else {
+    let by_set = |set: &str| -> Vec<String> {
         ["src", "dst"]
             .iter()
             .map(|dir| format!("-m set --match-set {set} {dir} "))
             .collect()
+    };
+    let selections = if whole_hook {
+        vec![String::new()]
+    } else {
+        by_set(endpoints_set(family))
+    };
+    let dry_run_selections = match selection {
+        Selection::Enforced(enforced) if !whole_hook && !enforced.dry_run_endpoints.is_empty() => {
+            by_set(dry_run_set(family))
+        }
+        _ => Vec::new(),
     };
     let interfaces = if config.interfaces.is_empty() {
         vec![String::new()]
@@ -545,6 +631,7 @@ fn enforced_scope(
     Some(Scope {
         interfaces,
         selections,
+        dry_run_selections,
     })
 }
 
@@ -595,14 +682,19 @@ fn unrelated_icmp_rules(scope: &Scope, family: Family, hook: Hook) -> Vec<String
 /// chain unjudged: a closed port answering them with a reset would show
 /// through a policy that drops everything. The workers decide them like a
 /// first packet. ICMP is left out: what conntrack cannot place of it is
-/// dropped before ([`unrelated_icmp_rules`]).
+/// dropped before ([`unrelated_icmp_rules`]). Those of endpoints that only
+/// dry-run policies apply to come last and always carry `--queue-bypass`:
+/// with no worker reading the queue the kernel accepts them, as it would
+/// without those policies, whatever the fail mode; a connection with an
+/// enforced side (an enforced endpoint, the Node's enforced hook or
+/// published port) is queued by the rules above, under the fail mode. The
+/// Node ports published for them come last, with `--queue-bypass` too.
 fn queue_rules(
     config: &DatapathConfig,
     queues: QueueRange,
     selection: Selection,
     scope: &Scope,
-    family: Family,
-    hook: Hook,
+    (family, hook, table): (Family, Hook, TableKind),
 ) -> Vec<String> {
     let bypass = matches!(selection, Selection::Enforced(_)) && config.fail_mode == FailMode::Open;
     let mut target = if queues.first() == queues.last() {
@@ -614,8 +706,9 @@ fn queue_rules(
             queues.last()
         )
     };
+    let bypassed = format!("{target} --queue-bypass");
     if bypass {
-        target.push_str(" --queue-bypass");
+        target = bypassed.clone();
     }
     let icmp = match family {
         Family::V4 => "icmp",
@@ -629,7 +722,11 @@ fn queue_rules(
         }) = selection
         {
             if cache.lookup {
-                rules.extend(cached_verdict_rules(cache, family, hook, interface));
+                rules.extend(cached_verdict_rules(
+                    cache,
+                    (family, hook, table),
+                    interface,
+                ));
             }
         }
         for selection in &scope.selections {
@@ -640,6 +737,35 @@ fn queue_rules(
                 "{interface}! -p {icmp} {selection}-m conntrack --ctstate INVALID -j {target}"
             ));
         }
+        if let Selection::Enforced(enforced) = selection {
+            if hook == Hook::Input && !enforced.node_ingress {
+                rules.extend(
+                    enforced
+                        .published
+                        .iter()
+                        .map(|port| published_rule(interface, *port, &target)),
+                );
+            }
+        }
+        let dry_run_published = match selection {
+            Selection::Enforced(enforced) if hook == Hook::Input && !enforced.node_ingress => {
+                &enforced.dry_run_published[..]
+            }
+            _ => &[],
+        };
+        for selection in &scope.dry_run_selections {
+            rules.push(format!(
+                "{interface}{selection}-m conntrack --ctstate NEW -j {bypassed}"
+            ));
+            rules.push(format!(
+                "{interface}! -p {icmp} {selection}-m conntrack --ctstate INVALID -j {bypassed}"
+            ));
+        }
+        rules.extend(
+            dry_run_published
+                .iter()
+                .map(|port| published_rule(interface, *port, &bypassed)),
+        );
     }
     rules
 }

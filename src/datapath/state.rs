@@ -1,6 +1,7 @@
 //! The netfilter state tollgate owns, as one value: the `TOLLGATE-*` chains
 //! and the jumps into them per address family (from the built-in chains
-//! and from Docker's `DOCKER-USER`) in the filter table, the anti-spoofing
+//! and from Docker's `DOCKER-USER`) in the filter table, the forward
+//! decisions in the mangle table, the anti-spoofing
 //! chains of the raw table and of ebtables' nat table ([`TableKind`]), and
 //! the `tollgate-*` ipsets; plus the
 //! two facts about foreign chains the plan depends on (whether
@@ -12,6 +13,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+
+use ipnet::IpNet;
 
 /// A built-in hook of the filter table and the owned chain it jumps to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -70,6 +73,9 @@ pub enum TableKind {
     Filter,
     /// iptables' and ip6tables' raw table: anti-spoofing, before conntrack.
     Raw,
+    /// iptables' and ip6tables' mangle table: the forward hook's decisions,
+    /// ahead of the filter table where container runtimes write.
+    Mangle,
     /// ebtables' nat table (the bridge family's prerouting hook):
     /// anti-spoofing per bridge port.
     BridgeNat,
@@ -81,6 +87,7 @@ impl TableKind {
         match self {
             TableKind::Filter => "filter",
             TableKind::Raw => "raw",
+            TableKind::Mangle => "mangle",
             TableKind::BridgeNat => "nat",
         }
     }
@@ -89,6 +96,7 @@ impl TableKind {
     pub fn builtins(self) -> &'static [&'static str] {
         match self {
             TableKind::Filter => &BUILTIN_CHAINS,
+            TableKind::Mangle => &["FORWARD", "POSTROUTING"],
             TableKind::Raw | TableKind::BridgeNat => &["PREROUTING"],
         }
     }
@@ -97,7 +105,7 @@ impl TableKind {
     /// input: user chains of ebtables carry a policy, RETURN for ours.
     pub fn declare(self, chain: &str) -> String {
         match self {
-            TableKind::Filter | TableKind::Raw => format!(":{chain} - [0:0]"),
+            TableKind::Filter | TableKind::Raw | TableKind::Mangle => format!(":{chain} - [0:0]"),
             TableKind::BridgeNat => format!(":{chain} RETURN"),
         }
     }
@@ -149,11 +157,13 @@ pub struct Table {
     /// Whether the table has Docker's `DOCKER-USER` chain (not owned).
     pub docker_user: bool,
     /// Jumps of `jumps` that must move back to the top of their chain,
-    /// once each: in FORWARD, one that a jump to a container runtime's
-    /// chain ([`RUNTIME_CHAINS`]) precedes (as after dockerd re-inserted
-    /// its `-j DOCKER-USER` at the top); in `DOCKER-USER`, one that any
-    /// rule precedes. Other foreign rules above a jump (Calico's,
-    /// kube-router's, which re-check their own position) are left alone.
+    /// once each: in the filter table's FORWARD, one that a jump to a
+    /// container runtime's chain ([`RUNTIME_CHAINS`]) precedes (as after
+    /// dockerd re-inserted its `-j DOCKER-USER` at the top); in
+    /// `DOCKER-USER` and in the mangle table's FORWARD (where no runtime
+    /// writes), one that any rule precedes. Other foreign rules above a
+    /// jump (Calico's, kube-router's, which re-check their own position)
+    /// are left alone.
     pub buried: Vec<(String, String)>,
 }
 
@@ -174,6 +184,20 @@ pub struct LearnedSet {
     /// `ipset save` lists them (always empty in a desired state).
     pub entries: Vec<(IpAddr, u32)>,
 }
+
+/// An owned `hash:net` ipset of address ranges with exceptions: an
+/// address matches when a range holds it and it is not an exception
+/// (`nomatch` entries). The unknown addresses of the local endpoint
+/// ranges ([`crate::ruleset::Enforced::is_unknown`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RangeSet {
+    pub family: Family,
+    pub ranges: BTreeSet<IpNet>,
+    pub except: BTreeSet<IpAddr>,
+}
+
+/// The ipset type of [`RangeSet`]s.
+pub const RANGE_SET_TYPE: &str = "hash:net";
 
 /// An owned `hash:ip,port,ip` ipset of the verdict cache (`src,proto:port,
 /// dst` with per-entry timeouts), whose members the connection workers
@@ -196,6 +220,9 @@ pub struct State {
     /// The raw tables (anti-spoofing).
     pub raw_v4: Table,
     pub raw_v6: Table,
+    /// The mangle tables (the forward hook's decisions).
+    pub mangle_v4: Table,
+    pub mangle_v6: Table,
     /// ebtables' nat table (anti-spoofing on bridge ports).
     pub bridge: Table,
     pub sets: BTreeMap<String, IpSet>,
@@ -203,6 +230,8 @@ pub struct State {
     pub learned: BTreeMap<String, LearnedSet>,
     /// Verdict cache sets, by name.
     pub cache: BTreeMap<String, CacheSet>,
+    /// Range sets, by name.
+    pub ranges: BTreeMap<String, RangeSet>,
 }
 
 impl State {
@@ -235,9 +264,24 @@ impl State {
         }
     }
 
+    /// The mangle table of a family.
+    pub fn mangle(&self, family: Family) -> &Table {
+        match family {
+            Family::V4 => &self.mangle_v4,
+            Family::V6 => &self.mangle_v6,
+        }
+    }
+
+    pub fn mangle_mut(&mut self, family: Family) -> &mut Table {
+        match family {
+            Family::V4 => &mut self.mangle_v4,
+            Family::V6 => &mut self.mangle_v6,
+        }
+    }
+
     /// The installed state from `iptables-save -t filter`,
     /// `ip6tables-save -t filter` and `ipset save` output (the raw and
-    /// bridge tables empty: [`Table::parse_in`] reads them).
+    /// raw, mangle and bridge tables empty: [`Table::parse_in`] reads them).
     pub fn parse(iptables_save: &str, ip6tables_save: &str, ipset_save: &str) -> State {
         let (sets, learned) = parse_ipset_save(ipset_save);
         State {
@@ -246,6 +290,7 @@ impl State {
             sets,
             learned,
             cache: parse_cache_sets(ipset_save),
+            ranges: parse_range_sets(ipset_save),
             ..State::default()
         }
     }
@@ -270,8 +315,8 @@ impl Table {
         let mut table = Table::default();
         let mut in_filter = false;
         // A jump to a runtime chain seen in FORWARD; any rule seen in
-        // DOCKER-USER.
-        let (mut runtime_above, mut docker_user_rule) = (false, false);
+        // DOCKER-USER; any foreign rule seen in the mangle table's FORWARD.
+        let (mut runtime_above, mut docker_user_rule, mut foreign_above) = (false, false, false);
         for line in save.lines() {
             if let Some(name) = line.strip_prefix('*') {
                 in_filter = name == kind.name();
@@ -302,6 +347,7 @@ impl Table {
                 {
                     let jump = (chain.to_string(), spec.to_string());
                     let buried = match chain {
+                        "FORWARD" if kind == TableKind::Mangle => foreign_above,
                         "FORWARD" => runtime_above,
                         DOCKER_USER => docker_user_rule,
                         _ => false,
@@ -312,6 +358,7 @@ impl Table {
                     table.jumps.push(jump);
                 } else if chain == "FORWARD" {
                     runtime_above |= jump_target(spec).is_some_and(|t| RUNTIME_CHAINS.contains(&t));
+                    foreign_above = true;
                 }
                 if kind == TableKind::Filter && chain == DOCKER_USER {
                     table.docker_user = true;
@@ -387,7 +434,8 @@ pub fn parse_ipset_save(save: &str) -> (BTreeMap<String, IpSet>, BTreeMap<String
         let mut words = line.split_whitespace();
         match (words.next(), words.next()) {
             (Some("create"), Some(name))
-                if name.starts_with(SET_PREFIX) && words.next() != Some(CACHE_SET_TYPE) =>
+                if name.starts_with(SET_PREFIX)
+                    && !matches!(words.next(), Some(CACHE_SET_TYPE | RANGE_SET_TYPE)) =>
             {
                 let family = if line.contains(" family inet6") {
                     Family::V6
@@ -434,6 +482,52 @@ pub fn parse_ipset_save(save: &str) -> (BTreeMap<String, IpSet>, BTreeMap<String
         }
     }
     (sets, learned)
+}
+
+/// The owned [`RangeSet`]s (`hash:net`) of `ipset save` output with
+/// their ranges and exceptions (`nomatch` entries; a single address is
+/// saved without its `/32` or `/128`).
+pub fn parse_range_sets(save: &str) -> BTreeMap<String, RangeSet> {
+    let mut out: BTreeMap<String, RangeSet> = BTreeMap::new();
+    for line in save.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["create", name, RANGE_SET_TYPE, options @ ..] if name.starts_with(SET_PREFIX) => {
+                let family = if options.windows(2).any(|p| p == ["family", "inet6"]) {
+                    Family::V6
+                } else {
+                    Family::V4
+                };
+                out.insert(
+                    name.to_string(),
+                    RangeSet {
+                        family,
+                        ranges: BTreeSet::new(),
+                        except: BTreeSet::new(),
+                    },
+                );
+            }
+            ["add", name, entry, rest @ ..] => {
+                let Some(set) = out.get_mut(*name) else {
+                    continue;
+                };
+                let net = entry
+                    .parse::<IpNet>()
+                    .ok()
+                    .or_else(|| entry.parse::<IpAddr>().ok().map(IpNet::from));
+                let Some(net) = net else {
+                    continue;
+                };
+                if rest.contains(&"nomatch") {
+                    set.except.insert(net.addr());
+                } else {
+                    set.ranges.insert(net);
+                }
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -510,5 +604,24 @@ create tollgate-fqdn-0123456789-v6 hash:ip family inet6 hashsize 1024 maxelem 65
             ["10.0.0.1", "10.0.0.2"]
         );
         assert_eq!(sets["tollgate-endpoints-v6"].family, Family::V6);
+    }
+
+    /// Nothing but tollgate writes the mangle table's FORWARD on a
+    /// container host: any rule above tollgate's jump there buries it,
+    /// while the filter table's FORWARD jump is buried only by a runtime's.
+    #[test]
+    fn any_rule_above_the_mangle_forward_jump_buries_it() {
+        let save = "*mangle\n:FORWARD ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n\
+                    -A FORWARD -i eth9 -j ACCEPT\n-A FORWARD -j TOLLGATE-FORWARD\n\
+                    -A POSTROUTING -j CALI-POSTROUTING\n-A POSTROUTING -j TOLLGATE-POSTROUTING\n\
+                    COMMIT\n";
+        let mangle = Table::parse_in(save, TableKind::Mangle);
+        assert_eq!(
+            mangle.buried,
+            [("FORWARD".to_string(), "-j TOLLGATE-FORWARD".to_string())]
+        );
+        assert_eq!(mangle.jumps.len(), 2);
+        let filter = Table::parse(&save.replace("*mangle", "*filter"));
+        assert!(filter.buried.is_empty(), "{filter:?}");
     }
 }

@@ -6,7 +6,8 @@
 //! # What enforces what
 //!
 //! The kernel decides *which* new connections a worker sees (the
-//! `tollgate-endpoints-*` sets, the whole-hook NFQUEUE rules of node
+//! `tollgate-endpoints-*` sets and, without enforcing, the
+//! `tollgate-dryrun-*` sets, the whole-hook NFQUEUE rules of node
 //! ingress/egress, the DNS rules of FQDN selectors); the ruleset in the
 //! workers decides *what happens* to them. A connection the kernel does not
 //! queue falls off the owned chains and is accepted, so the danger is a
@@ -64,11 +65,12 @@
 use std::fmt;
 
 use crate::fqdn::FqdnPattern;
+use crate::model::PortProtocol;
 use crate::ruleset::{Enforced, VerdictCache};
 
 use super::cache::CACHE_SET_PREFIX;
 use super::diff::Changes;
-use super::plan::{endpoints_set, Hook};
+use super::plan::{dry_run_set, endpoints_set, published_port, unknown_set, Hook};
 use super::state::{Family, State};
 
 /// One write of an apply.
@@ -113,13 +115,17 @@ impl Step {
 pub fn steps(changes: &Changes) -> Vec<Step> {
     let mut out = Vec::new();
     if !changes.sets.is_empty()
+        || !changes.ranges.is_empty()
         || !changes.create_learned.is_empty()
         || !changes.create_cache.is_empty()
     {
         out.push(Step::PrepareSets);
     }
     for family in Family::ALL {
-        if !changes.table(family).is_empty() || !changes.raw(family).is_empty() {
+        if !changes.table(family).is_empty()
+            || !changes.raw(family).is_empty()
+            || !changes.mangle(family).is_empty()
+        {
             out.push(Step::Table(family));
         }
     }
@@ -146,25 +152,42 @@ pub fn input(changes: &Changes, step: Step) -> Option<String> {
 }
 
 /// The state that queues everything `from` and `to` need: the planned
-/// state of a ruleset whose enforced endpoints, node hooks and FQDN
-/// selectors are the union of both. `plan` is [`super::plan::desired`]
-/// with the configuration bound.
+/// state of a ruleset whose enforced endpoints, dry-run endpoints,
+/// published ports, node hooks and FQDN selectors are the union of both
+/// (an endpoint promoted from dry-run to enforced, or back, is in both
+/// sets, where the enforced set's rules, first, queue it under the fail
+/// mode), and whose unknown
+/// addresses are those unknown to either (closed while either ruleset
+/// does not know them). `plan` is [`super::plan::desired`] with the
+/// configuration bound.
 pub fn bridge(
     plan: impl Fn(&Enforced, &[FqdnPattern]) -> State,
     from: (&Enforced, &[FqdnPattern]),
     to: (&Enforced, &[FqdnPattern]),
 ) -> State {
-    let mut endpoints = from.0.endpoints.clone();
-    for address in &to.0.endpoints {
-        if !endpoints.contains(address) {
-            endpoints.push(*address);
-        }
-    }
+    let (a, b) = (from.0, to.0);
+    let mut ranges = a.ranges.clone();
+    ranges.extend(b.ranges.iter().filter(|r| !a.ranges.contains(r)));
+    // Known in the bridge: an address neither ruleset calls unknown.
+    let mut known: Vec<_> = a
+        .known
+        .iter()
+        .chain(&b.known)
+        .filter(|ip| !a.is_unknown(**ip) && !b.is_unknown(**ip))
+        .copied()
+        .collect();
+    known.sort();
+    known.dedup();
     let enforced = Enforced {
-        node_ingress: from.0.node_ingress || to.0.node_ingress,
-        node_egress: from.0.node_egress || to.0.node_egress,
-        endpoints,
-        verdict_cache: bridged_cache(from.0.verdict_cache, to.0.verdict_cache),
+        node_ingress: a.node_ingress || b.node_ingress,
+        node_egress: a.node_egress || b.node_egress,
+        endpoints: union(&a.endpoints, &b.endpoints),
+        dry_run_endpoints: union(&a.dry_run_endpoints, &b.dry_run_endpoints),
+        verdict_cache: bridged_cache(a.verdict_cache, b.verdict_cache),
+        ranges,
+        known,
+        published: union(&a.published, &b.published),
+        dry_run_published: union(&a.dry_run_published, &b.dry_run_published),
     };
     plan(&enforced, &union(from.1, to.1))
 }
@@ -190,11 +213,10 @@ fn bridged_cache(from: Option<VerdictCache>, to: Option<VerdictCache>) -> Option
 /// The verdict cache an installed state answers from: the generation the
 /// owned chains' cache rules name, with the bounds of its sets.
 fn installed_cache(installed: &State) -> Option<VerdictCache> {
-    let name = installed
-        .v4
-        .chains
-        .values()
-        .chain(installed.v6.chains.values())
+    let name = Family::ALL
+        .iter()
+        .flat_map(|&f| [installed.table(f), installed.mangle(f)])
+        .flat_map(|table| table.chains.values())
         .flatten()
         .find_map(|rule| {
             rule.split(' ')
@@ -211,9 +233,11 @@ fn installed_cache(installed: &State) -> Option<VerdictCache> {
 }
 
 /// What an installed state enforces, as far as the kernel says: the
-/// members of the endpoint sets, and node ingress (egress) when an owned
-/// INPUT (OUTPUT) chain of either family queues every new connection.
-/// The state a starting agent adopts ([`bridge`] from it).
+/// members of the endpoint sets and of the dry-run sets, the ranges and exceptions of the unknown
+/// sets, the published ports the INPUT chains queue, and node ingress
+/// (egress) when an owned INPUT (OUTPUT) chain of either family queues
+/// every new connection. The state a starting agent adopts ([`bridge`]
+/// from it).
 pub fn adopted(installed: &State) -> Enforced {
     let whole_hook = |hook: Hook| {
         Family::ALL.iter().any(|family| {
@@ -226,21 +250,70 @@ pub fn adopted(installed: &State) -> Enforced {
                         rule.contains("--ctstate NEW")
                             && rule.contains("-j NFQUEUE")
                             && !rule.contains("--match-set")
+                            && published_port(rule).is_none()
                     })
                 })
         })
     };
-    let endpoints = Family::ALL
+    let members = |set: fn(Family) -> &'static str| {
+        Family::ALL
+            .iter()
+            .filter_map(|family| installed.sets.get(set(*family)))
+            .flat_map(|set| set.members.iter().copied())
+            .collect()
+    };
+    let unknown = Family::ALL
         .iter()
-        .filter_map(|family| installed.sets.get(endpoints_set(*family)))
-        .flat_map(|set| set.members.iter().copied())
-        .collect();
+        .filter_map(|family| installed.ranges.get(&unknown_set(*family)));
+    let (mut ranges, mut known) = (Vec::new(), Vec::new());
+    for set in unknown {
+        ranges.extend(set.ranges.iter().copied());
+        known.extend(set.except.iter().copied());
+    }
+    let (published, dry_run_published) = installed_published(installed);
     Enforced {
         node_ingress: whole_hook(Hook::Input),
         node_egress: whole_hook(Hook::Output),
-        endpoints,
+        endpoints: members(endpoints_set),
+        dry_run_endpoints: members(dry_run_set),
         verdict_cache: installed_cache(installed),
+        ranges,
+        known,
+        published,
+        dry_run_published,
     }
+}
+
+/// Published ports: (protocol, Node port).
+type Ports = Vec<(PortProtocol, u16)>;
+
+/// The published ports the installed INPUT chains queue
+/// ([`super::plan`]'s `published_rule`): those of enforced endpoints, then
+/// those of dry-run ones (below the dry-run set's rules; a port queued
+/// both ways counts as enforced).
+fn installed_published(installed: &State) -> (Ports, Ports) {
+    let (mut enforced, mut dry_run) = (Vec::new(), Vec::new());
+    for family in Family::ALL {
+        let Some(rules) = installed.table(family).chains.get(Hook::Input.chain()) else {
+            continue;
+        };
+        let mut below_dry_run = false;
+        for rule in rules {
+            below_dry_run |= rule.contains(dry_run_set(family));
+            if let Some(port) = published_port(rule) {
+                let out = if below_dry_run {
+                    &mut dry_run
+                } else {
+                    &mut enforced
+                };
+                if !out.contains(&port) {
+                    out.push(port);
+                }
+            }
+        }
+    }
+    dry_run.retain(|port| !enforced.contains(port));
+    (enforced, dry_run)
 }
 
 /// Whether `installed` holds anything tollgate owns.
@@ -249,17 +322,20 @@ pub fn owns_anything(installed: &State) -> bool {
         && installed.v6.owns_nothing()
         && installed.raw_v4.owns_nothing()
         && installed.raw_v6.owns_nothing()
+        && installed.mangle_v4.owns_nothing()
+        && installed.mangle_v6.owns_nothing()
+        && installed.ranges.is_empty()
         && installed.bridge.owns_nothing()
         && installed.sets.is_empty()
         && installed.learned.is_empty())
 }
 
-/// `a` then the patterns of `b` that `a` lacks.
-pub fn union(a: &[FqdnPattern], b: &[FqdnPattern]) -> Vec<FqdnPattern> {
+/// `a` then the items of `b` that `a` lacks.
+pub fn union<T: Clone + PartialEq>(a: &[T], b: &[T]) -> Vec<T> {
     let mut out = a.to_vec();
-    for pattern in b {
-        if !out.contains(pattern) {
-            out.push(pattern.clone());
+    for item in b {
+        if !out.contains(item) {
+            out.push(item.clone());
         }
     }
     out

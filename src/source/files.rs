@@ -38,11 +38,15 @@ pub enum SourceError {
     Symlink { target: PathBuf, source: io::Error },
     #[error("not a regular file but a {kind}")]
     NotAFile { kind: &'static str },
-    #[error("{size} bytes, more than the limit of {max} bytes per file")]
+    #[error(
+        "{size} bytes, more than the limit of {max} bytes per file (policyFiles.maxFileBytes)"
+    )]
     TooLarge { size: u64, max: u64 },
-    #[error("grew past the limit of {max} bytes per file while being read")]
+    #[error(
+        "grew past the limit of {max} bytes per file while being read (policyFiles.maxFileBytes)"
+    )]
     Grew { max: u64 },
-    #[error("the policy files hold {total} bytes, more than the limit of {max} bytes in all")]
+    #[error("the policy files hold {total} bytes, more than the limit of {max} bytes in all (policyFiles.maxTotalBytes)")]
     TotalTooLarge { total: u64, max: u64 },
     #[error("held {objects} object(s) and now holds none, as a half-written file would; refused (delete the file to remove its policies)")]
     Emptied { objects: usize },
@@ -138,10 +142,18 @@ pub fn load_paths_within(
     (snapshot, problems)
 }
 
-/// [`load_paths`] followed by [`validate`]: the snapshot only when there is
-/// no problem at all, otherwise every problem found.
+/// [`load_and_validate_within`] at the default bounds.
 pub fn load_and_validate(paths: &[PathBuf]) -> Result<Snapshot, Vec<Problem>> {
-    let (snapshot, mut problems) = load_paths(paths);
+    load_and_validate_within(paths, &PolicyFilesConfig::default())
+}
+
+/// [`load_paths_within`] followed by [`validate`]: the snapshot only when
+/// there is no problem at all, otherwise every problem found.
+pub fn load_and_validate_within(
+    paths: &[PathBuf],
+    limits: &PolicyFilesConfig,
+) -> Result<Snapshot, Vec<Problem>> {
+    let (snapshot, mut problems) = load_paths_within(paths, limits);
     problems.extend(validate(&snapshot));
     if problems.is_empty() {
         Ok(snapshot)
@@ -283,7 +295,7 @@ pub fn emptied(before: &BTreeMap<PathBuf, usize>, now: &BTreeMap<PathBuf, usize>
 }
 
 /// `*.yaml`, `*.yml` or `*.json`, not hidden, not an editor backup or lock.
-fn is_policy_file_name(name: &str) -> bool {
+pub(crate) fn is_policy_file_name(name: &str) -> bool {
     if name.starts_with('.') || name.starts_with('#') || name.ends_with('~') {
         return false;
     }
@@ -417,7 +429,7 @@ spec:
         let shown = only_problem(dir.path(), &PolicyFilesConfig::default());
         assert!(
             shown.ends_with(
-                "huge.yaml: 2147483648 bytes, more than the limit of 4194304 bytes per file"
+                "huge.yaml: 2147483648 bytes, more than the limit of 4194304 bytes per file (policyFiles.maxFileBytes)"
             ),
             "{shown}"
         );
@@ -429,7 +441,10 @@ spec:
         let file = dir.path().join("a.yaml");
         fs::write(&file, "0123456789").unwrap();
         let shown = read_text(&file, 5).unwrap_err().to_string();
-        assert_eq!(shown, "10 bytes, more than the limit of 5 bytes per file");
+        assert_eq!(
+            shown,
+            "10 bytes, more than the limit of 5 bytes per file (policyFiles.maxFileBytes)"
+        );
         assert_eq!(read_text(&file, 10).unwrap(), "0123456789");
     }
 
@@ -447,7 +462,7 @@ spec:
         assert_eq!(
             problems[0].to_string(),
             format!(
-                "{}: the policy files hold {} bytes, more than the limit of {} bytes in all",
+                "{}: the policy files hold {} bytes, more than the limit of {} bytes in all (policyFiles.maxTotalBytes)",
                 dir.path().display(),
                 TIER.len() * 2,
                 TIER.len() * 2 - 1

@@ -15,7 +15,9 @@ pub mod files;
 pub mod kube;
 pub mod watch;
 
-pub use files::{load_and_validate, load_paths, load_paths_within, SourceError};
+pub use files::{
+    load_and_validate, load_and_validate_within, load_paths, load_paths_within, SourceError,
+};
 
 /// Quiet time after the last change before it is acted on: editors,
 /// `kubectl cp` and the API server change things in several steps.

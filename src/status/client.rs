@@ -1,6 +1,7 @@
 //! The client the CLI uses (`tollgate status`, `tollgate get`, `tollgate
-//! trace`): one request per connection, each step bounded by [`TIMEOUT`],
-//! so a stuck or stopped agent is an error, never a hang. It never
+//! trace`, `tollgate observe`): one request per connection, each step
+//! bounded by [`TIMEOUT`] (but the wait for the next line of an answer
+//! that follows), so a stuck or stopped agent is an error, never a hang. It never
 //! interprets an answer beyond the protocol (an `error` answer becomes
 //! [`StatusError::Agent`]).
 #![allow(clippy::disallowed_methods)] // the connect deadline reads the clock.
@@ -61,6 +62,54 @@ pub(super) fn request_within(
             answer,
         }),
     }
+}
+
+/// Sends a request whose answer is several lines (`observe`) and hands
+/// each to `each` as it comes, until the agent closes or `each` fails (the
+/// caller's output closed: not an error). With `follow` the answer has no
+/// end and the agent may be silent for long: lines are waited for without
+/// a deadline; connecting and sending still have [`TIMEOUT`].
+pub fn stream(
+    path: &Path,
+    request: &Request,
+    follow: bool,
+    mut each: impl FnMut(Response) -> std::io::Result<()>,
+) -> Result<(), StatusError> {
+    let failed = |error: std::io::Error| match error.kind() {
+        ErrorKind::WouldBlock | ErrorKind::TimedOut => StatusError::Timeout {
+            path: path.to_path_buf(),
+            after: TIMEOUT,
+        },
+        _ => StatusError::Io {
+            path: path.to_path_buf(),
+            error,
+        },
+    };
+    let stream = connect(path, Instant::now() + TIMEOUT).map_err(failed)?;
+    let wait = (!follow).then_some(TIMEOUT);
+    stream.set_read_timeout(wait).map_err(failed)?;
+    stream.set_write_timeout(Some(TIMEOUT)).map_err(failed)?;
+    let mut text = serde_json::to_string(request).map_err(|e| failed(std::io::Error::other(e)))?;
+    text.push('\n');
+    (&stream).write_all(text.as_bytes()).map_err(failed)?;
+    for line in BufReader::new(&stream).lines() {
+        let line = line.map_err(failed)?;
+        match serde_json::from_str::<Response>(line.trim()) {
+            Ok(Response::Error(message)) => return Err(StatusError::Agent(message)),
+            Ok(response) => {
+                if each(response).is_err() {
+                    return Ok(());
+                }
+            }
+            Err(_) => {
+                return Err(StatusError::Protocol {
+                    path: path.to_path_buf(),
+                    answer: line,
+                })
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Connects by `deadline`: a listener whose queue is full (an agent that

@@ -7,7 +7,9 @@
 //!
 //! - `protocol.rs`: the requests, the answers and the reports in them;
 //! - `server.rs`: the socket, its clients and their limits;
-//! - `client.rs`: [`request`], as the CLI asks;
+//! - `client.rs`: [`request`] and [`stream`], as the CLI asks;
+//! - `observe.rs`: the `observe` answer, a line per decision;
+//! - `support.rs`: what `tollgate bundle` asks the agent;
 //! - this file: [`AgentStatus`], what the agent knows about itself and how
 //!   it answers each request.
 //!
@@ -26,13 +28,24 @@
 //! ← {"trace":{"verdict":"Allow","protocol":"TCP",…,"egress":{…,"consulted":[…]},…}}
 //! → {"request":"endpoints"}
 //! ← {"endpoints":[{"endpoint":"node-1","kind":"Node","addresses":[…],"policies":[…]},…]}
+//! → {"request":"observe","filter":{"verdicts":["drop"]},"follow":true,"last":20}
+//! ← {"event":{"time":"…","verdict":"Drop","protocol":"TCP","src":{…},"dst":{…},…}}
+//! ← {"lost":12}
+//! → {"request":"logLevel","filter":"debug"}
+//! ← {"logLevel":"debug"}
+//! → {"request":"support"}
+//! ← {"support":{"commandLine":[…],"config":"…","log":[…],"iptablesSave":"…",…}}
+//! → {"request":"snapshot"}
+//! ← {"snapshot":{"nodeName":"node-1","nodeLabels":{},"nodeAddresses":[…],"objects":[{"apiVersion":"v1","kind":"Pod",…},…]}}
 //! ← {"error":"unknown request"}
 //! ```
 #![allow(clippy::disallowed_methods)] // the agent reports its uptime and the age of its reloads.
 
 mod client;
+mod observe;
 mod protocol;
 mod server;
+mod support;
 #[cfg(test)]
 mod tests;
 
@@ -43,21 +56,35 @@ use std::time::Instant;
 
 use arc_swap::ArcSwap;
 
-pub use client::request;
+pub use client::{request, stream};
 pub use protocol::{
-    AgentSeries, AntiSpoofReport, CheckReport, Counts, FqdnSource, GuardedReport, KubernetesReport,
-    ProcessReport, QueueReport, ReloadReport, Request, Response, StatusError, StatusReport,
-    UnguardedReport, DEFAULT_SOCKET, TIMEOUT,
+    AgentSeries, AntiSpoofReport, CheckReport, Counts, FqdnReport, FqdnSource, GuardedReport,
+    KubernetesReport, LearnedSetReport, ProcessReport, QueueReport, ReloadReport, Request,
+    Response, SnapshotReport, StatusError, StatusReport, SupportReport, UnguardedReport,
+    DEFAULT_SOCKET, TIMEOUT,
 };
 pub use server::{serve, StatusServer, MAX_CLIENTS, REQUEST_TIMEOUT};
 
+use crate::compile::LocalNode;
 use crate::config::{Privileged, PrivilegedHook, PrivilegedProtocol};
+use crate::counters;
+use crate::datapath::Iptables;
 use crate::explain::{self, TraceReport, TraceRequest};
 use crate::fqdn::{FqdnTable, NoFqdn};
 use crate::marks::FailMode;
+use crate::model::{Object, Snapshot};
 use crate::ruleset::{Endpoint, Ruleset};
 use crate::source::kube::{Reason, SourceState};
 use crate::telemetry::{Check, Metrics, Probes};
+use crate::workers::observe::Hub;
+
+counters! {
+    /// Whether the agent is ready, for the alert rules (`/readyz` answers
+    /// the probes).
+    pub struct ReadinessCounters: one per agent {
+        ready: Gauge "ready" = "1 while the agent is ready (a complete policy snapshot applied and the kernel matching it, as /readyz answers), else 0",
+    }
+}
 
 /// What the agent knows about itself, shared with the status server.
 pub struct AgentStatus {
@@ -81,6 +108,14 @@ pub struct AgentStatus {
     kubernetes: OnceLock<SourceState>,
     /// Describes the inventory source (Docker), if separate.
     inventory: OnceLock<InventoryReporter>,
+    /// The decisions `tollgate observe` reads (set once).
+    observe: OnceLock<Hub>,
+    /// `ready` as a gauge, kept with the state it reads.
+    readiness: Arc<ReadinessCounters>,
+    /// The configuration in force, written out (`tollgate bundle`).
+    config: String,
+    /// The kernel's tools, to show its state (`tollgate bundle`).
+    kernel: Option<Iptables>,
 }
 
 /// Says in one line how the inventory source is doing.
@@ -94,11 +129,15 @@ struct State {
     last_reload: Option<(Instant, Option<String>)>,
     datapath_behind: Option<String>,
     bridged_traffic_unseen: Option<String>,
+    endpoint_traffic_unseen: Vec<String>,
+    policy_warnings: Vec<String>,
     verdict_cache_hits: Option<u64>,
     anti_spoofing: Option<AntiSpoofReport>,
     /// The kernel was written to match the ruleset in force and the last
     /// attempt did not fail; false until the first install succeeds.
     datapath_synced: bool,
+    /// The snapshot the latest ruleset was compiled from, and its Node.
+    compiled: Option<(Arc<Snapshot>, Arc<LocalNode>)>,
 }
 
 /// The fixed facts of an agent, for [`AgentStatus::new`].
@@ -109,6 +148,10 @@ pub struct AgentFacts {
     pub privileged: Vec<Privileged>,
     pub audit_log: Option<PathBuf>,
     pub metrics_address: Option<String>,
+    /// The configuration in force, written out for `tollgate bundle`.
+    pub config: String,
+    /// The kernel's tools, for `tollgate bundle` (`None`: not shown).
+    pub kernel: Option<Iptables>,
 }
 
 impl AgentStatus {
@@ -117,6 +160,8 @@ impl AgentStatus {
         ruleset: Arc<ArcSwap<Ruleset>>,
         metrics: Arc<Metrics>,
     ) -> AgentStatus {
+        let readiness = Arc::new(ReadinessCounters::default());
+        metrics.counters().register_set(Arc::clone(&readiness) as _);
         AgentStatus {
             started: Instant::now(),
             node_name: facts.node_name,
@@ -131,7 +176,16 @@ impl AgentStatus {
             fqdn: OnceLock::new(),
             kubernetes: OnceLock::new(),
             inventory: OnceLock::new(),
+            observe: OnceLock::new(),
+            readiness,
+            config: facts.config,
+            kernel: facts.kernel,
         }
+    }
+
+    /// The decisions `tollgate observe` reads (set once).
+    pub fn observe_hub(&self, hub: Hub) {
+        let _ = self.observe.set(hub);
     }
 
     /// The Kubernetes source to report on (set once, in Kubernetes mode).
@@ -163,6 +217,24 @@ impl AgentStatus {
         let _ = self.fqdn.set(table);
     }
 
+    /// The FQDN sets of the agent's namespace, as the kernel holds them,
+    /// and how each entry was learned.
+    fn fqdn_report(&self) -> Response {
+        match crate::datapath::learned_sets() {
+            Ok(sets) => Response::Fqdn(FqdnReport {
+                sets: sets
+                    .into_iter()
+                    .map(|(name, set)| LearnedSetReport {
+                        name,
+                        entries: set.entries,
+                    })
+                    .collect(),
+                sources: self.fqdn_sources(),
+            }),
+            Err(error) => Response::Error(format!("reading the FQDN sets: {error}")),
+        }
+    }
+
     fn fqdn_sources(&self) -> Vec<FqdnSource> {
         let Some(table) = self.fqdn.get() else {
             return Vec::new();
@@ -191,9 +263,42 @@ impl AgentStatus {
 
     /// The last kernel write failed (`Some(why)`), or the kernel matches.
     pub fn datapath(&self, behind: Option<String>) {
-        let mut state = self.state();
-        state.datapath_synced = behind.is_none();
-        state.datapath_behind = behind;
+        {
+            let mut state = self.state();
+            state.datapath_synced = behind.is_none();
+            state.datapath_behind = behind;
+        }
+        self.readiness_changed();
+    }
+
+    /// The `ready` gauge follows [`AgentStatus::ready`].
+    fn readiness_changed(&self) {
+        let ready = u64::from(self.ready().is_ok());
+        self.readiness.ready.store(ready, Ordering::Relaxed);
+    }
+
+    /// The latest ruleset was compiled from `snapshot` for `node`.
+    pub fn compiled(&self, snapshot: Arc<Snapshot>, node: &LocalNode) {
+        self.state().compiled = Some((snapshot, Arc::new(node.clone())));
+    }
+
+    /// The snapshot the latest ruleset was compiled from, as documents.
+    fn snapshot(&self) -> Response {
+        let Some(compiled) = self.state().compiled.clone() else {
+            return Response::Error("no policy snapshot compiled yet".into());
+        };
+        let (snapshot, node) = &compiled;
+        Response::Snapshot(Box::new(SnapshotReport {
+            node_name: node.name.clone(),
+            node_labels: node.labels.clone(),
+            node_addresses: node.addresses.clone(),
+            objects: snapshot.iter().map(Object::to_document).collect(),
+        }))
+    }
+
+    /// The warnings about the policies in force (admission and intent).
+    pub fn policy_warnings(&self, warnings: Vec<String>) {
+        self.state().policy_warnings = warnings;
     }
 
     /// The verdict cache's hits counted so far.
@@ -211,12 +316,19 @@ impl AgentStatus {
         self.state().bridged_traffic_unseen = unseen;
     }
 
+    /// Local endpoint addresses whose traffic does not cross netfilter,
+    /// each with the path that bypasses it.
+    pub fn endpoint_traffic(&self, unseen: Vec<String>) {
+        self.state().endpoint_traffic_unseen = unseen;
+    }
+
     /// Whether the snapshot the agent has applied is complete: files
     /// loaded, or every Kubernetes kind listed once. Call it after the
     /// snapshot was offered and synced, so that readiness never runs ahead
     /// of the kernel.
     pub fn set_snapshot_complete(&self, complete: bool) {
         self.snapshot_complete.store(complete, Ordering::SeqCst);
+        self.readiness_changed();
     }
 
     /// Ready: a complete snapshot is applied and the kernel matches it.
@@ -286,6 +398,8 @@ impl AgentStatus {
             }),
             datapath_behind: state.datapath_behind.clone(),
             bridged_traffic_unseen: state.bridged_traffic_unseen.clone(),
+            endpoint_traffic_unseen: state.endpoint_traffic_unseen.clone(),
+            policy_warnings: state.policy_warnings.clone(),
             verdict_cache_hits: state.verdict_cache_hits,
             anti_spoofing: state.anti_spoofing.clone(),
             queues,
@@ -308,7 +422,7 @@ impl AgentStatus {
             Request::Status => Response::Status(Box::new(self.report())),
             Request::Policies => Response::Policies(self.ruleset.load().policies().to_vec()),
             Request::Check { probe } => Response::Check(self.check(*probe).into()),
-            Request::Fqdn => Response::Fqdn(self.fqdn_sources()),
+            Request::Fqdn => self.fqdn_report(),
             Request::Skipped => match self.kubernetes.get() {
                 Some(state) => Response::Skipped(state.refused()),
                 None => Response::Error(
@@ -317,6 +431,24 @@ impl AgentStatus {
             },
             Request::Trace(request) => self.trace(request),
             Request::Endpoints => Response::Endpoints(explain::endpoints(&self.ruleset.load())),
+            Request::Snapshot => self.snapshot(),
+            Request::LogLevel { filter } => {
+                let changed = match filter {
+                    Some(filter) => crate::logging::set(filter).inspect(|now| {
+                        tracing::info!(filter = %now, "log filter changed");
+                    }),
+                    None => crate::logging::current(),
+                };
+                match changed {
+                    Ok(filter) => Response::LogLevel(filter),
+                    Err(error) => Response::Error(error.to_string()),
+                }
+            }
+            Request::Support => Response::Support(Box::new(self.support())),
+            // Streamed by the server, a line per event.
+            Request::Observe { .. } => {
+                Response::Error("observe is answered as a stream".into())
+            }
         }
     }
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::explain::{EndpointReport, TraceReport, TraceRequest};
+use crate::observe::{FlowEvent, ObserveFilter};
 use crate::ruleset::PolicySummary;
 use crate::source::kube::Refusal;
 use crate::telemetry::Check;
@@ -51,7 +52,8 @@ pub enum Request {
     Check {
         probe: Check,
     },
-    /// How each live FQDN set entry was learned (`tollgate get fqdn`).
+    /// The agent's FQDN sets as the kernel holds them, and how each entry
+    /// was learned (`tollgate get fqdn`).
     Fqdn,
     /// The objects skipped or partly enforced in Kubernetes mode
     /// (`tollgate get skipped`).
@@ -61,6 +63,50 @@ pub enum Request {
     Trace(Box<TraceRequest>),
     /// `tollgate get endpoints`: the enforced endpoints and their policies.
     Endpoints,
+    /// `tollgate observe`: the last `last` decisions `filter` asks for,
+    /// then, with `follow`, each new one as it is made. The answer is one
+    /// line per event (and a [`Response::Lost`] line when a follower read
+    /// too slowly), until the agent closes (without `follow`) or the
+    /// client does.
+    Observe {
+        #[serde(default)]
+        filter: ObserveFilter,
+        #[serde(default)]
+        follow: bool,
+        #[serde(default)]
+        last: usize,
+    },
+    /// `tollgate log-level`: the log filter in force, replaced first when
+    /// `filter` is given.
+    LogLevel {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        filter: Option<String>,
+    },
+    /// `tollgate bundle`: what only the agent can tell (its command line,
+    /// configuration, log tail, kernel state and tools).
+    Support,
+    /// `tollgate diff … live` and `get matrix`: the objects the latest
+    /// ruleset was compiled from, and the Node it was compiled for.
+    Snapshot,
+}
+
+impl Request {
+    /// The request's name as the protocol spells it (`status`, `trace`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Request::Status => "status",
+            Request::Policies => "policies",
+            Request::Check { .. } => "check",
+            Request::Fqdn => "fqdn",
+            Request::Skipped => "skipped",
+            Request::Trace(_) => "trace",
+            Request::Endpoints => "endpoints",
+            Request::Observe { .. } => "observe",
+            Request::LogLevel { .. } => "logLevel",
+            Request::Support => "support",
+            Request::Snapshot => "snapshot",
+        }
+    }
 }
 
 /// What the agent answers.
@@ -70,11 +116,70 @@ pub enum Response {
     Status(Box<StatusReport>),
     Policies(Vec<PolicySummary>),
     Check(CheckReport),
-    Fqdn(Vec<FqdnSource>),
+    Fqdn(FqdnReport),
     Skipped(Vec<Refusal>),
     Trace(Box<TraceReport>),
     Endpoints(Vec<EndpointReport>),
+    /// One decision, of an `observe` answer.
+    Event(Box<FlowEvent>),
+    /// Decisions an `observe -f` client lost since its last line by
+    /// reading too slowly.
+    Lost(u64),
+    LogLevel(String),
+    Support(Box<SupportReport>),
+    Snapshot(Box<SnapshotReport>),
     Error(String),
+}
+
+/// The FQDN sets of the agent's namespace, and how their entries were
+/// learned.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FqdnReport {
+    pub sets: Vec<LearnedSetReport>,
+    pub sources: Vec<FqdnSource>,
+}
+
+/// One FQDN set: its entries with their remaining timeout in seconds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LearnedSetReport {
+    pub name: String,
+    pub entries: Vec<(std::net::IpAddr, u32)>,
+}
+
+/// What `tollgate bundle` asks the agent for.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SupportReport {
+    /// The agent's command line.
+    pub command_line: Vec<String>,
+    /// The configuration in force, every key (defaults included).
+    pub config: String,
+    /// The last lines of its log, oldest first.
+    pub log: Vec<String>,
+    /// `iptables-save`, `ip6tables-save`, `ebtables-save` of the agent's
+    /// namespace (the backend it uses), `ipset list` of tollgate's sets.
+    pub iptables_save: String,
+    pub ip6tables_save: String,
+    pub ebtables_save: String,
+    pub ipsets: String,
+    /// The kernel release and the tools' versions, one per line.
+    pub versions: Vec<String>,
+}
+
+/// The objects the agent's latest ruleset was compiled from, each a
+/// document as a policy file would hold it (`apiVersion`, `kind`, and the
+/// fields tollgate reads), and the Node it compiled them for.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotReport {
+    pub node_name: String,
+    #[serde(default)]
+    pub node_labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub node_addresses: Vec<std::net::IpAddr>,
+    pub objects: Vec<serde_json::Value>,
 }
 
 /// The Kubernetes source in `tollgate status`.
@@ -156,6 +261,16 @@ pub struct StatusReport {
     /// (`br_netfilter`), or `None` when it is seen or there is no bridge.
     #[serde(default)]
     pub bridged_traffic_unseen: Option<String>,
+    /// Local endpoint addresses whose traffic never crosses the node's
+    /// netfilter (Open vSwitch, macvlan, ipvlan, …), as `namespace/name
+    /// address: why` (`datapath::visibility`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endpoint_traffic_unseen: Vec<String>,
+    /// What the policies in force probably do not mean: valid and
+    /// enforced, but a label key no object carries, no policy at all,
+    /// rules in no defined order (as `tollgate validate` warns).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policy_warnings: Vec<String>,
     /// New connections the kernel answered from the verdict cache (read
     /// at every periodic check and before a ruleset change replaces the
     /// lookup rules); `None` while the cache is off or unread.

@@ -5,7 +5,10 @@
 //! [`MAX_CLIENTS`] at once: one more is answered `busy` at once and
 //! closed, so idle or slow clients can hold neither the socket nor a
 //! probe. A client has [`REQUEST_TIMEOUT`] to send its request line (at
-//! most 4096 bytes) and [`TIMEOUT`] to take the whole answer.
+//! most 4096 bytes) and [`TIMEOUT`] to take the whole answer (an
+//! `observe` answer: each line; at most
+//! [`crate::workers::observe::MAX_FOLLOWERS`] clients follow at once).
+//! Each request is logged at `debug`.
 //!
 //! It only moves bytes: what to answer is [`AgentStatus::answer`]'s. It
 //! never holds state of its own beyond the clients being served, and never
@@ -195,7 +198,16 @@ fn bind_private(path: &Path) -> std::io::Result<UnixListener> {
 
 fn answer(stream: UnixStream, status: &AgentStatus) -> std::io::Result<()> {
     let line = read_request(&stream, Instant::now() + REQUEST_TIMEOUT)?;
-    let response = match serde_json::from_slice::<Request>(line.trim_ascii()) {
+    let request = serde_json::from_slice::<Request>(line.trim_ascii());
+    if let Ok(request) = &request {
+        tracing::debug!(request = request.name(), "status request");
+    }
+    let response = match request {
+        Ok(Request::Observe {
+            filter,
+            follow,
+            last,
+        }) => return super::observe::answer(&stream, status, &filter, follow, last),
         Ok(request) => status.answer(&request),
         Err(error) => Response::Error(format!("bad request: {error}")),
     };
@@ -205,7 +217,11 @@ fn answer(stream: UnixStream, status: &AgentStatus) -> std::io::Result<()> {
 }
 
 /// Writes the whole answer by `deadline`, however slowly the client reads.
-fn write_answer(stream: &UnixStream, mut bytes: &[u8], deadline: Instant) -> std::io::Result<()> {
+pub(super) fn write_answer(
+    stream: &UnixStream,
+    mut bytes: &[u8],
+    deadline: Instant,
+) -> std::io::Result<()> {
     while !bytes.is_empty() {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {

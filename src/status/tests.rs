@@ -22,6 +22,8 @@ fn facts() -> AgentFacts {
         privileged: Vec::new(),
         audit_log: None,
         metrics_address: None,
+        config: "AgentConfig { .. }".into(),
+        kernel: None,
     }
 }
 
@@ -68,15 +70,20 @@ fn ready_once_a_complete_snapshot_is_in_the_kernel_live_while_workers_run() {
     s.applied(1);
     s.datapath(None);
     assert!(!check(&s, Check::Ready).ok);
+    let gauge = || s.readiness.ready.load(Ordering::Relaxed);
+    assert_eq!(gauge(), 0);
     s.set_snapshot_complete(true);
     assert_eq!(check(&s, Check::Ready), ok);
+    assert_eq!(gauge(), 1, "tollgate_ready follows readiness");
     s.datapath(Some("iptables-restore: exited with 1".into()));
     assert_eq!(
         check(&s, Check::Ready),
         not("the kernel does not match the ruleset in force: iptables-restore: exited with 1")
     );
+    assert_eq!(gauge(), 0);
     s.datapath(None);
     assert_eq!(check(&s, Check::Ready), ok);
+    assert_eq!(gauge(), 1);
     // Liveness follows the heartbeats.
     assert_eq!(check(&s, Check::Live), ok);
     let beat = metrics.health().register(100, "queue");
@@ -120,7 +127,7 @@ fn requests_and_responses_are_one_json_line_each() {
     };
     assert_eq!(report.ruleset_generation, 1);
     assert_eq!(report.queues[0].counters.get("allowed"), Some(2));
-    let text = render_status(&report);
+    let text = render_status(&report, true);
     assert!(
         text.contains("last reload:        FAILED 0s ago: bad.yaml: nope"),
         "{text}"
@@ -146,7 +153,7 @@ fn requests_and_responses_are_one_json_line_each() {
     let Response::Status(behind) = s.answer(&Request::Status) else {
         panic!()
     };
-    assert!(render_status(&behind)
+    assert!(render_status(&behind, true)
         .contains("datapath:           BEHIND, retrying: iptables-restore: exited with 1"));
     s.datapath(None);
     assert!(
@@ -157,9 +164,21 @@ fn requests_and_responses_are_one_json_line_each() {
     let Response::Status(unseen) = s.answer(&Request::Status) else {
         panic!()
     };
-    assert!(render_status(&unseen)
+    assert!(render_status(&unseen, true)
         .contains("\nbridged traffic:    NOT SEEN: br_netfilter is not loaded\n"));
     s.bridged_traffic(None);
+    assert!(
+        !text.contains("endpoint traffic:"),
+        "no row while seen: {text}"
+    );
+    s.endpoint_traffic(vec!["lab/mac 10.0.1.3: reached over veth-b".into()]);
+    let Response::Status(unseen) = s.answer(&Request::Status) else {
+        panic!()
+    };
+    assert!(render_status(&unseen, false).contains(
+        "\nendpoint traffic:   NOT SEEN for 1 endpoint addresses (not enforced):\n  lab/mac 10.0.1.3: reached over veth-b\n"
+    ));
+    s.endpoint_traffic(Vec::new());
     assert!(text.contains("\n100   2       0       0 "), "{text}");
     let json = serde_json::to_string(&Response::Status(report.clone())).unwrap();
     assert!(json.starts_with(r#"{"status":{"version":"#), "{json}");
@@ -167,6 +186,86 @@ fn requests_and_responses_are_one_json_line_each() {
         serde_json::from_str::<Response>(&json).unwrap(),
         Response::Status(report)
     );
+}
+
+/// The default text fits a terminal: the summary, long values wrapped
+/// under themselves, and one health line per queue naming the problem
+/// counters above 0; the metrics and counter tables only with `wide`.
+#[test]
+fn default_status_is_a_summary_and_a_health_line_per_queue_within_120_columns() {
+    let metrics = Arc::new(Metrics::new());
+    let busy = Arc::new(ConnectionCounters::default());
+    busy.allowed.fetch_add(5, Ordering::Relaxed);
+    busy.malformed.fetch_add(2, Ordering::Relaxed);
+    let queue = Arc::new(crate::workers::QueueCounters::default());
+    queue.packets.fetch_add(7, Ordering::Relaxed);
+    queue.overflows.fetch_add(1, Ordering::Relaxed);
+    metrics.counters().register(100, "queue", vec![busy, queue]);
+    metrics.counters().register(
+        101,
+        "queue",
+        vec![
+            Arc::new(ConnectionCounters::default()),
+            Arc::new(crate::workers::QueueCounters::default()),
+        ],
+    );
+    let s = status_with(metrics);
+    let long = "iptables-restore: exited with 1: ".to_string() + &"word ".repeat(40);
+    s.datapath(Some(long.trim().into()));
+    let Response::Status(report) = s.answer(&Request::Status) else {
+        panic!()
+    };
+    let text = render_status(&report, false);
+    for line in text.lines() {
+        assert!(line.len() <= 120, "{} columns: {line:?}", line.len());
+    }
+    assert!(
+        text.contains(
+            "\ndatapath:           BEHIND, retrying: iptables-restore: exited with 1: word word"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("\n                    word word"),
+        "wrapped: {text}"
+    );
+    let health: Vec<Vec<&str>> = text
+        .split("\n\n")
+        .last()
+        .unwrap()
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        health,
+        [
+            vec!["QUEUE", "WORKER", "HEALTH", "PACKETS", "PROBLEMS"],
+            vec![
+                "100",
+                "queue",
+                "CHECK",
+                "7",
+                "overflows",
+                "1,",
+                "malformed",
+                "2"
+            ],
+            vec!["101", "queue", "ok", "0", "-"],
+        ]
+    );
+    assert!(!text.contains("METRIC "), "{text}");
+    assert!(!text.contains("ALLOWED"), "{text}");
+    let wide = render_status(&report, true);
+    assert!(
+        wide.contains("\nMETRIC ") && wide.contains("\nQUEUE ALLOWED "),
+        "{wide}"
+    );
+    assert!(
+        wide.contains(&format!("BEHIND, retrying: {}\n", long.trim())),
+        "{wide}"
+    );
+    let queues = crate::commands::render_queues(&report);
+    assert!(queues.starts_with("QUEUE ALLOWED "), "{queues}");
 }
 
 /// Status shows what metrics exports: every counter of every set a
@@ -212,10 +311,11 @@ fn status_shows_every_declared_counter_of_every_queue() {
         Arc::clone(&metrics),
     );
     let report = s.report();
-    let text = render_status(&report);
+    let text = render_status(&report, true);
     let table = |worker: &str| -> Vec<Vec<String>> {
         let header = worker.to_uppercase();
         text.split("\n\n")
+            .filter(|block| !block.split_whitespace().take(2).eq(["QUEUE", "WORKER"]))
             .find(|block| block.starts_with(&format!("{header} ")))
             .unwrap_or_else(|| panic!("no {worker} table in\n{text}"))
             .lines()
@@ -283,7 +383,7 @@ fn status_shows_every_declared_counter_of_every_queue() {
 fn anti_spoofing_rows_name_the_unguarded_and_the_drops_the_metrics_count() {
     let metrics = Arc::new(Metrics::new());
     let s = status_with(Arc::clone(&metrics));
-    assert!(!render_status(&s.report()).contains("anti-spoofing"));
+    assert!(!render_status(&s.report(), true).contains("anti-spoofing"));
     metrics.antispoof_endpoints(
         &["apps/a".into(), "apps/b".into()],
         1,
@@ -310,7 +410,7 @@ fn anti_spoofing_rows_name_the_unguarded_and_the_drops_the_metrics_count() {
             reason: "the node has no route to 10.9.9.9".into(),
         }],
     }));
-    let text = render_status(&s.report());
+    let text = render_status(&s.report(), true);
     assert!(
         text.contains(
             "\nanti-spoofing:      2 endpoints guarded, 3 dropped packets; 1 UNGUARDED\n  \
@@ -336,9 +436,8 @@ fn anti_spoofing_rows_name_the_unguarded_and_the_drops_the_metrics_count() {
     );
     assert!(!metrics.render().contains("endpoint=\"apps/a\""));
     s.anti_spoofing(Some(AntiSpoofReport::default()));
-    assert!(
-        render_status(&s.report()).contains("\nanti-spoofing:      off (antiSpoofing.enabled)\n")
-    );
+    assert!(render_status(&s.report(), true)
+        .contains("\nanti-spoofing:      off (antiSpoofing.enabled)\n"));
 }
 
 /// The agent-level rows of `status` are the agent-level series of
@@ -381,7 +480,9 @@ fn status_shows_the_agent_series_of_the_metrics() {
     let declared = crate::agent::AgentCounters::SERIES.len()
         + crate::source::kube::KubeCounters::SERIES.len()
         + crate::source::docker::DockerCounters::SERIES.len()
-        + crate::workers::audit::AuditCounters::SERIES.len();
+        + crate::workers::audit::AuditCounters::SERIES.len()
+        + crate::workers::observe::ObserveCounters::SERIES.len()
+        + ReadinessCounters::SERIES.len();
     assert_eq!(report.agent_series.len(), declared + 1);
     for row in &report.agent_series {
         assert_eq!(
@@ -412,7 +513,7 @@ fn status_shows_the_agent_series_of_the_metrics() {
     ] {
         assert!(names.contains(&expected), "{expected} not in status");
     }
-    let text = render_status(&report);
+    let text = render_status(&report, true);
     for line in [
         "tollgate_reloads_total{result=\"rejected\"}",
         "tollgate_datapath_last_apply_duration_seconds",
@@ -457,8 +558,7 @@ fn trace_answers_with_the_live_ruleset_and_says_when_privileged_accepts() {
                     .."10.7.0.0/16,tcp/22".parse::<Privileged>().unwrap()
                 },
             ],
-            audit_log: None,
-            metrics_address: None,
+            ..facts()
         },
         Arc::new(ArcSwap::from_pointee(ruleset)),
         Arc::new(Metrics::new()),
@@ -552,7 +652,7 @@ fn skipped_is_answered_in_kubernetes_mode_only() {
             partly_enforced: 0
         })
     );
-    assert!(render_status(&report).contains(
+    assert!(render_status(&report, true).contains(
         "kubernetes:         NOT SYNCED (first list pending, or a watch failed: listing again), 0 skipped, 0 partly enforced"
     ));
     assert_eq!(
@@ -566,7 +666,7 @@ fn fqdn_sources_come_from_the_table_once_it_is_set() {
     use crate::dns::Resolution;
     use crate::fqdn::{FqdnPattern, LearnerConfig, Source};
     let s = status();
-    assert_eq!(s.answer(&Request::Fqdn), Response::Fqdn(vec![]));
+    assert_eq!(s.fqdn_sources(), vec![]);
     let now = Instant::now();
     let selectors = vec![FqdnPattern::new("a.test")];
     let (table, _) = FqdnTable::restore(selectors, LearnerConfig::default(), &[], now);
@@ -578,14 +678,21 @@ fn fqdn_sources_come_from_the_table_once_it_is_set() {
     table.learn_answers(&[answer(1)], Source::Snooped, 0);
     table.learn_answers(&[answer(2)], Source::Resolved, 0);
     s.fqdn_table(Arc::new(table));
-    let Response::Fqdn(mut sources) = s.answer(&Request::Fqdn) else {
-        panic!()
-    };
+    let mut sources = s.fqdn_sources();
     sources.sort_by_key(|s| s.address);
-    let json = serde_json::to_string(&Response::Fqdn(sources)).unwrap();
+    // The sets are the kernel's, read by the agent in its namespace (the
+    // end-to-end tests read them): none here.
+    let report = FqdnReport {
+        sets: vec![LearnedSetReport {
+            name: "tollgate-fqdn-x-v4".into(),
+            entries: vec![("10.0.0.1".parse().unwrap(), 30)],
+        }],
+        sources,
+    };
+    let json = serde_json::to_string(&Response::Fqdn(report)).unwrap();
     assert_eq!(
         json,
-        r#"{"fqdn":[{"selector":"a.test","address":"10.0.0.1","source":"snooped"},{"selector":"a.test","address":"10.0.0.2","source":"resolved"}]}"#
+        r#"{"fqdn":{"sets":[{"name":"tollgate-fqdn-x-v4","entries":[["10.0.0.1",30]]}],"sources":[{"selector":"a.test","address":"10.0.0.1","source":"snooped"},{"selector":"a.test","address":"10.0.0.2","source":"resolved"}]}}"#
     );
     assert_eq!(
         serde_json::to_string(&Request::Fqdn).unwrap(),
@@ -750,4 +857,40 @@ fn binding_leaves_nothing_behind_even_after_a_crashed_bind() {
         .collect();
     assert_eq!(names, ["t.sock"]);
     assert!(request(&path, &Request::Status).is_ok());
+}
+
+/// `tollgate diff live` reads the snapshot the latest ruleset was compiled
+/// from: none before the first, then its objects (decoded by the CLI back
+/// to the same objects) and the Node with its labels and addresses.
+#[test]
+fn the_snapshot_answer_is_the_compiled_snapshot_and_its_node() {
+    let s = status();
+    assert!(matches!(s.answer(&Request::Snapshot), Response::Error(_)));
+    let yaml = "apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: apps, labels: {app: web}}\nspec: {nodeName: n1}\nstatus: {podIP: 10.9.5.5}\n---\napiVersion: crd.antrea.io/v1beta1\nkind: NetworkPolicy\nmetadata: {name: p, namespace: apps}\nspec:\n  priority: 1\n  tier: application\n  appliedTo: [{podSelector: {}}]\n  ingress: [{action: Drop, from: [{ipBlock: {cidr: 10.0.0.0/8}}]}]\n";
+    let (objects, problems) = crate::decode::parse_documents("t.yaml".as_ref(), yaml);
+    assert!(problems.is_empty(), "{problems:?}");
+    let snapshot = Arc::new(Snapshot { objects });
+    let node = LocalNode {
+        name: "n1".into(),
+        labels: [("zone".to_string(), "a".to_string())].into(),
+        addresses: vec!["10.0.0.1".parse().unwrap()],
+    };
+    s.compiled(Arc::clone(&snapshot), &node);
+    let answer = s.answer(&Request::Snapshot);
+    // Through the wire's JSON, as the client reads it.
+    let answer: Response = serde_json::from_str(&serde_json::to_string(&answer).unwrap()).unwrap();
+    let Response::Snapshot(report) = answer else {
+        panic!("{answer:?}")
+    };
+    assert_eq!(report.node_name, "n1");
+    assert_eq!(report.node_labels, node.labels);
+    assert_eq!(report.node_addresses, node.addresses);
+    let (read, problems) = crate::commands::live_objects(&report);
+    assert!(problems.is_empty(), "{problems:?}");
+    let objects = |list: &[crate::model::Sourced]| -> Vec<serde_json::Value> {
+        list.iter()
+            .map(|o| serde_json::to_value(&o.object).unwrap())
+            .collect()
+    };
+    assert_eq!(objects(&read), objects(&snapshot.objects));
 }

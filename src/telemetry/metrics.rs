@@ -1,6 +1,6 @@
 //! The Prometheus metrics: what needs Prometheus's own types — verdicts by
-//! Tier and rule hits (labels from the ruleset; rule hits capped, see
-//! [`MAX_RULE_SERIES`]), the verdict latency and kernel-write histograms,
+//! Tier, rule hits and dry-run verdicts (labels from the ruleset; rule hits
+//! and dry-run verdicts capped, see [`MAX_RULE_SERIES`]), the verdict latency and kernel-write histograms,
 //! the last reload's wall-clock time, build info and the `process_*`
 //! metrics — and one collector over every counter set registered in the
 //! [`Registry`] (queues and subsystems, each declared once by its owner
@@ -30,12 +30,17 @@ use super::registry::Registry;
 use crate::counters::{Kind, Scope, Series};
 use crate::model::RuleAction;
 use crate::packet::flow::Verdict;
-use crate::ruleset::DecidedBy;
+use crate::ruleset::{DecidedBy, DryRunCause, PolicyRef};
 use crate::ruleset::{RuleRef, Ruleset};
 
-/// At most this many distinct (policy, rule) series; hits of further rules
-/// are counted under `policy="_other", rule="_other"`.
+/// At most this many distinct (policy, rule) series of rule hits, and as
+/// many of dry-run verdicts; further ones are counted under
+/// `policy="_other", rule="_other"`.
 pub const MAX_RULE_SERIES: usize = 500;
+
+/// The `rule` label of a dry-run verdict that comes from the isolation a
+/// dry-run Kubernetes NetworkPolicy would add (its default drop).
+pub const DRY_RUN_ISOLATION_RULE: &str = "default-drop";
 
 /// The `tier` label of decisions no rule made (no policy applies, or the
 /// applied policies did not match: Antrea policies do not isolate).
@@ -89,6 +94,8 @@ pub struct Metrics {
     verdicts: Family<VerdictLabels, Counter>,
     rule_hits: Family<RuleLabels, Counter>,
     rule_series: AtomicUsize,
+    dry_run_verdicts: Family<RuleLabels, Counter>,
+    dry_run_series: AtomicUsize,
     latency: LatencyFamily,
     last_reload_ok_time: Gauge<f64, std::sync::atomic::AtomicU64>,
     apply_duration: Histogram,
@@ -127,6 +134,8 @@ impl Metrics {
             verdicts: Family::default(),
             rule_hits: Family::default(),
             rule_series: AtomicUsize::new(0),
+            dry_run_verdicts: Family::default(),
+            dry_run_series: AtomicUsize::new(0),
             latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
             last_reload_ok_time: Gauge::default(),
             apply_duration: apply_histogram(),
@@ -157,6 +166,11 @@ impl Metrics {
             "rule_hits",
             "New connections decided by each rule (at most 500 series, the rest under _other)",
             m.rule_hits.clone(),
+        );
+        r.register(
+            "dry_run_verdicts",
+            "New connections a dry-run policy would have decided otherwise than the enforced policy did, by the dry-run rule and the action it would have taken (at most 500 series, the rest under _other)",
+            m.dry_run_verdicts.clone(),
         );
         r.register(
             "verdict_latency_seconds",
@@ -301,28 +315,34 @@ impl Metrics {
     /// The rule-hit counter of `rule` deciding `action`: its own while
     /// fewer than [`MAX_RULE_SERIES`] exist, else the `_other` one.
     fn rule_hits_of(&self, rule: &RuleRef, action: String) -> Counter {
-        let labels = RuleLabels {
-            policy: rule.policy.to_string(),
-            rule: rule
-                .name
-                .clone()
-                .unwrap_or_else(|| format!("{}[{}]", rule.direction.as_str(), rule.index)),
-            action,
-        };
-        if let Some(counter) = self.rule_hits.get(&labels) {
-            return counter.clone();
-        }
-        let labels = if self.rule_series.fetch_add(1, Ordering::Relaxed) < MAX_RULE_SERIES {
-            labels
-        } else {
-            self.rule_series.fetch_sub(1, Ordering::Relaxed);
+        capped(
+            &self.rule_hits,
+            &self.rule_series,
             RuleLabels {
-                policy: "_other".into(),
-                rule: "_other".into(),
-                action: labels.action,
-            }
+                policy: rule.policy.to_string(),
+                rule: rule_label(rule),
+                action,
+            },
+        )
+    }
+
+    /// The dry-run counter of `cause` (a dry-run rule, or the isolation of
+    /// a dry-run policy) would-be deciding `verdict`, capped as rule hits
+    /// are.
+    fn dry_run_of(&self, cause: &DryRunCause, verdict: Verdict) -> Counter {
+        let (policy, rule) = match cause {
+            DryRunCause::Rule { rule } => (&rule.policy, rule_label(rule)),
+            DryRunCause::Isolation { policy } => (&**policy, DRY_RUN_ISOLATION_RULE.to_string()),
         };
-        self.rule_hits.get_or_create_owned(&labels)
+        capped(
+            &self.dry_run_verdicts,
+            &self.dry_run_series,
+            RuleLabels {
+                policy: policy.to_string(),
+                rule,
+                action: verdict.to_string(),
+            },
+        )
     }
 
     /// The histogram of the time a queued packet of `queue` waits in
@@ -361,7 +381,14 @@ impl Metrics {
                 RuleAction::Reject => Verdict::Reject,
                 RuleAction::Pass => continue,
             };
-            let _ = self.rule_hits_of(rule, verdict.to_string());
+            if rule.dry_run {
+                let cause = DryRunCause::Rule {
+                    rule: Arc::new(rule.clone()),
+                };
+                let _ = self.dry_run_of(&cause, verdict);
+            } else {
+                let _ = self.rule_hits_of(rule, verdict.to_string());
+            }
         }
     }
 
@@ -463,6 +490,36 @@ pub struct WorkerMetrics {
     metrics: Arc<Metrics>,
     rules: HashMap<(usize, Verdict), CachedRule>,
     unattributed: HashMap<(Verdict, bool), Counter>,
+    /// Dry-run counters by cause (its allocation) and verdict.
+    dry_runs: HashMap<(usize, Verdict), (DryRunHeld, Counter)>,
+}
+
+/// A cached dry-run cause, held weakly as a cached rule is.
+enum DryRunHeld {
+    Rule(Weak<RuleRef>),
+    Isolation(Weak<PolicyRef>),
+}
+
+impl DryRunHeld {
+    fn of(cause: &DryRunCause) -> (usize, DryRunHeld) {
+        match cause {
+            DryRunCause::Rule { rule } => (
+                Arc::as_ptr(rule) as usize,
+                DryRunHeld::Rule(Arc::downgrade(rule)),
+            ),
+            DryRunCause::Isolation { policy } => (
+                Arc::as_ptr(policy) as usize,
+                DryRunHeld::Isolation(Arc::downgrade(policy)),
+            ),
+        }
+    }
+
+    fn alive(&self) -> bool {
+        match self {
+            DryRunHeld::Rule(rule) => rule.strong_count() > 0,
+            DryRunHeld::Isolation(policy) => policy.strong_count() > 0,
+        }
+    }
 }
 
 impl WorkerMetrics {
@@ -473,7 +530,27 @@ impl WorkerMetrics {
             metrics,
             rules: HashMap::new(),
             unattributed: HashMap::new(),
+            dry_runs: HashMap::new(),
         }
+    }
+
+    /// A connection the dry-run policies would have decided `verdict`,
+    /// because of `cause`.
+    pub fn dry_run(&mut self, verdict: Verdict, cause: &DryRunCause) {
+        let (address, held) = DryRunHeld::of(cause);
+        let key = (address, verdict);
+        if !self.dry_runs.contains_key(&key) {
+            self.dry_runs.retain(|_, (held, _)| held.alive());
+            if self.dry_runs.len() >= Self::MAX_CACHED {
+                self.dry_runs.clear();
+            }
+        }
+        let metrics = &self.metrics;
+        self.dry_runs
+            .entry(key)
+            .or_insert_with(|| (held, metrics.dry_run_of(cause, verdict)))
+            .1
+            .inc();
     }
 
     /// A connection decided by `by`.
@@ -508,6 +585,38 @@ impl WorkerMetrics {
             }
         }
     }
+}
+
+/// A rule's `rule` label: its name, else `Direction[index]` (Kubernetes
+/// rules have none).
+fn rule_label(rule: &RuleRef) -> String {
+    rule.name
+        .clone()
+        .unwrap_or_else(|| format!("{}[{}]", rule.direction.as_str(), rule.index))
+}
+
+/// The counter of `labels` in `family`: its own while fewer than
+/// [`MAX_RULE_SERIES`] are counted in `series`, else the `_other` one of
+/// its action.
+fn capped(
+    family: &Family<RuleLabels, Counter>,
+    series: &AtomicUsize,
+    labels: RuleLabels,
+) -> Counter {
+    if let Some(counter) = family.get(&labels) {
+        return counter.clone();
+    }
+    let labels = if series.fetch_add(1, Ordering::Relaxed) < MAX_RULE_SERIES {
+        labels
+    } else {
+        series.fetch_sub(1, Ordering::Relaxed);
+        RuleLabels {
+            policy: "_other".into(),
+            rule: "_other".into(),
+            action: labels.action,
+        }
+    };
+    family.get_or_create_owned(&labels)
 }
 
 fn saturating_i64(n: u64) -> i64 {

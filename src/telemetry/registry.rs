@@ -30,12 +30,24 @@ pub struct QueueSnapshot {
 }
 
 impl QueueSnapshot {
-    /// `NAME stats queue=N key=value …`, the shutdown log line.
+    /// `NAME stats queue=N key=value … (other counters 0)`, the shutdown
+    /// log line: the counters above 0 only, so that it reads at a glance.
     pub fn line(&self) -> String {
         use std::fmt::Write as _;
         let mut line = format!("{} stats queue={}", self.name, self.queue);
+        let mut zero = 0;
         for sample in &self.samples {
-            let _ = write!(line, " {}={}", sample.series.key, sample.value);
+            match sample.value {
+                0 => zero += 1,
+                value => {
+                    let _ = write!(line, " {}={value}", sample.series.key);
+                }
+            }
+        }
+        match (zero, zero == self.samples.len()) {
+            (0, _) => {}
+            (_, true) => line.push_str(" (every counter 0)"),
+            (_, false) => line.push_str(" (other counters 0)"),
         }
         line
     }
@@ -187,14 +199,20 @@ pub(crate) mod tests {
         assert_eq!(snapshot.len(), 2);
         assert_eq!(
             snapshot[0].line(),
-            "dns stats queue=53 parsed=0 failed=0 current=0 kernel_waiting=4 \
-             kernel_queue_dropped=0 kernel_user_dropped=1 kernel_queued=9"
+            "dns stats queue=53 kernel_waiting=4 kernel_user_dropped=1 kernel_queued=9 \
+             (other counters 0)"
         );
         assert_eq!(snapshot[0].samples[3].scope, Scope::Queue);
         assert_eq!(snapshot[1].samples.len(), 6, "two sets, no kernel line");
         assert_eq!(
             snapshot[1].line(),
-            "queue stats queue=100 parsed=0 failed=2 current=0 parsed=0 failed=0 current=0"
+            "queue stats queue=100 failed=2 (other counters 0)"
+        );
+        let quiet = Registry::default();
+        quiet.register(7, "queue", vec![Arc::new(TestCounters::default())]);
+        assert_eq!(
+            quiet.snapshot_with(&[])[0].line(),
+            "queue stats queue=7 (every counter 0)"
         );
     }
 
@@ -212,7 +230,7 @@ pub(crate) mod tests {
         assert_eq!(snapshot.len(), 2);
         assert_eq!(
             snapshot[1].line(),
-            "dns stats queue=53 parsed=0 failed=4 current=0 parsed=0 failed=0 current=0"
+            "dns stats queue=53 failed=4 (other counters 0)"
         );
     }
 }

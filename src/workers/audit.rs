@@ -357,6 +357,7 @@ mod tests {
             log_label: None,
             reason: None,
             request: None,
+            dry_run: false,
         }
     }
 

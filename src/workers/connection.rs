@@ -1,8 +1,9 @@
 //! The connection queues' handler: the first packet of a connection goes
 //! through the pure [`crate::decide::step`] with the policy in force and the
-//! FQDN table; it counts, records verdict metrics and hands audit records
-//! and cacheable verdicts (to [`super::cache`], for the sets of the
-//! generation of the ruleset that decided) on without waiting. It never
+//! FQDN table; it counts, records verdict metrics and hands audit records,
+//! the decision (to [`super::observe`]) and cacheable verdicts (to
+//! [`super::cache`], for the sets of the generation of the ruleset that
+//! decided) on without waiting. It never
 //! blocks on I/O or logs per packet.
 
 use std::sync::atomic::Ordering;
@@ -14,12 +15,14 @@ use arc_swap::ArcSwap;
 use super::audit::AuditSink;
 use super::cache::{CacheSink, CountFate, Fate, Sightings};
 use super::nfqueue::Queue;
+use super::observe::ObserveSink;
 use super::runtime::{self, wall_clock, Handler, QueueError, QueueSpec, Verdicts};
 use crate::config::DatapathConfig;
 use crate::counters;
 use crate::decide::{step, Outcome, Policy, StepConfig};
 use crate::fqdn::FqdnTable;
 use crate::marks::FailMode;
+use crate::observe::Observed;
 use crate::packet::flow::Verdict;
 use crate::packet::{Action, Queued};
 use crate::telemetry::{Metrics, WorkerMetrics};
@@ -84,10 +87,12 @@ impl ConnectionCounters {
 }
 
 /// Where a worker reports what it decided: the metrics (and the counter
-/// registry in them), and the audit log when one is configured.
+/// registry in them), `tollgate observe`, and the audit log when one is
+/// configured.
 #[derive(Clone)]
 pub struct Observers {
     pub metrics: Arc<Metrics>,
+    pub observe: ObserveSink,
     pub audit: Option<AuditSink>,
     /// Where cacheable verdicts go; `None` when the cache is off.
     pub cache: Option<CacheSink>,
@@ -138,6 +143,7 @@ impl Worker {
                 config,
                 stats: Arc::clone(&handler_stats),
                 metrics: WorkerMetrics::new(Arc::clone(&observers.metrics)),
+                observe: observers.observe.clone(),
                 audit: observers.audit.clone(),
                 cache: observers.cache.clone(),
                 sightings: Sightings::new(),
@@ -159,6 +165,7 @@ struct Connections<P> {
     config: StepConfig,
     stats: Arc<ConnectionCounters>,
     metrics: WorkerMetrics,
+    observe: ObserveSink,
     audit: Option<AuditSink>,
     cache: Option<CacheSink>,
     /// The cacheable tuples this worker has decided.
@@ -168,12 +175,13 @@ struct Connections<P> {
 impl<P: Policy> Handler for Connections<P> {
     fn packet(&mut self, packet: Queued<'_>, now: Instant, out: &mut Verdicts) {
         let policy = self.policy.load();
+        let time = wall_clock();
         let step = step(
             &packet,
             &**policy,
             &self.fqdn.lookup(now),
             &self.config,
-            wall_clock(),
+            time,
         );
         out.give(packet.id, step.action);
         // The generation of the ruleset that decided, loaded once with it.
@@ -189,9 +197,22 @@ impl<P: Policy> Handler for Connections<P> {
         self.stats.record(&step.outcome, step.action);
         if let Outcome::Decided { verdict, by } = &step.outcome {
             self.metrics.decided(*verdict, by);
+            if let Some(flow) = step.flow {
+                self.observe.offer(Observed {
+                    time,
+                    flow,
+                    verdict: *verdict,
+                    by: by.clone(),
+                    request: None,
+                });
+            }
+        }
+        if let Some(dry_run) = &step.dry_run {
+            self.metrics.dry_run(dry_run.verdict, &dry_run.cause);
         }
         if let Some(audit) = &self.audit {
-            for record in step.audit {
+            let dry_run = step.dry_run.map(|d| d.record);
+            for record in step.audit.into_iter().chain(dry_run) {
                 audit.offer(record);
             }
         }

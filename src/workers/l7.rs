@@ -1,7 +1,8 @@
 //! The L7 queue's handler: each segment goes through the pure [`Gate`];
 //! its injections are sent before its verdicts are given, while the
 //! connection's mark still lets them pass. It counts and hands audit
-//! records on; it never decides anything itself or logs per packet.
+//! records and the requests decided (to `tollgate observe`) on; it never
+//! decides anything itself or logs per packet.
 
 use std::num::NonZeroUsize;
 use std::sync::atomic::Ordering;
@@ -13,6 +14,7 @@ use arc_swap::ArcSwap;
 use super::audit::AuditSink;
 use super::inject::Injector;
 use super::nfqueue::Queue;
+use super::observe::ObserveSink;
 use super::runtime::{self, wall_clock, Handler, QueueError, QueueSpec, Verdicts};
 use super::Observers;
 use crate::audit::Subject;
@@ -22,8 +24,10 @@ use crate::fqdn::FqdnTable;
 use crate::http::DEFAULT_MAX_HEAD;
 use crate::l7::{Detail, Gate, Inspector, L7Policy, RequestRecord, Tally, MAX_DEFERRED_TOTAL};
 use crate::marks::FailMode;
+use crate::observe::Observed;
 use crate::packet::flow::Verdict;
 use crate::packet::{Discard, FlowKey, Queued};
+use crate::ruleset::DecidedBy;
 
 /// Whole packets: a request head must be read from the segment itself.
 const COPY_RANGE: u16 = 0xffff;
@@ -152,6 +156,7 @@ where
             policy: Arc::clone(&policy),
             fqdn: Arc::clone(&fqdn),
             stats: Arc::clone(&handler_stats),
+            observe: observers.observe.clone(),
             audit: observers.audit.clone(),
         };
         Ok((socket, handler))
@@ -166,6 +171,7 @@ struct Segments<P> {
     policy: Arc<ArcSwap<P>>,
     fqdn: Arc<FqdnTable>,
     stats: Arc<L7Counters>,
+    observe: ObserveSink,
     audit: Option<AuditSink>,
 }
 
@@ -224,11 +230,23 @@ impl<P> Segments<P> {
                 self.stats.requests_allowed.fetch_add(1, Ordering::Relaxed);
             }
         }
+        let time = wall_clock();
+        if !matches!(record.detail, Some(Detail::UrgentData { .. })) {
+            self.observe.offer(Observed {
+                time,
+                flow: flow.flow(),
+                verdict,
+                by: record.rule.as_ref().map_or(DecidedBy::NoRule, |(rule, _)| {
+                    DecidedBy::Rule(Arc::clone(rule))
+                }),
+                request: record.request.clone().map(Box::new),
+            });
+        }
         let (Some(audit), Some((rule, Some(endpoint)))) = (&self.audit, &record.rule) else {
             return;
         };
         if let Some(subject) = Subject::of_rule(rule, endpoint, verdict) {
-            let mut line = subject.record(wall_clock(), flow.flow(), packet_length);
+            let mut line = subject.record(time, flow.flow(), packet_length);
             line.reason = record.detail.as_ref().map(ToString::to_string);
             line.request = record.request.clone();
             audit.offer(line);

@@ -3,7 +3,8 @@
 //! before the release) and [`l7`] (request by request); and the
 //! [`resolver`] thread that asks for exact FQDN names ahead; the threads
 //! the workers hand writes to without waiting ([`cache`]: verdict-cache
-//! entries, [`fqdn_sets`]: learned addresses, [`audit`]: the audit log). The runtime
+//! entries, [`fqdn_sets`]: learned addresses, [`audit`]: the audit log,
+//! [`observe`]: the decisions `tollgate observe` shows). The runtime
 //! restarts a worker that panics; the [`watchdog`] ends the process when
 //! one stops draining. Workers never block on I/O and never log per
 //! packet: they count and hand audit records on.
@@ -18,6 +19,7 @@ pub mod fqdn_sets;
 pub mod inject;
 pub mod l7;
 pub mod nfqueue;
+pub mod observe;
 pub mod resolver;
 pub(crate) mod route;
 pub mod runtime;

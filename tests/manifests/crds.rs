@@ -188,7 +188,28 @@ fn l7_protocols() -> Value {
     ))
 }
 
-fn rules(egress: bool) -> Value {
+/// A `toServices` entry (Antrea's PeerService): in a cluster-scoped
+/// policy `namespace` required and `scope` Cluster or ClusterSet, in a
+/// namespaced one neither (as Antrea's CRDs have them).
+fn peer_service(cluster: bool) -> Value {
+    if cluster {
+        with(
+            object(json!({
+                "name": string(),
+                "namespace": string(),
+                "scope": {"type": "string", "enum": ["Cluster", "ClusterSet"]},
+            })),
+            json!({"required": ["name", "namespace"]}),
+        )
+    } else {
+        with(
+            object(json!({"name": string(), "namespace": string(), "scope": string()})),
+            json!({"required": ["name"]}),
+        )
+    }
+}
+
+fn rules(egress: bool, cluster: bool) -> Value {
     let mut fields = json!({
         "name": string(),
         "action": {"type": "string", "enum": ["Allow", "Drop", "Reject", "Pass"]},
@@ -201,7 +222,7 @@ fn rules(egress: bool) -> Value {
     });
     if egress {
         fields["to"] = peer(true);
-        fields["toServices"] = array(named_ref());
+        fields["toServices"] = array(peer_service(cluster));
     } else {
         fields["from"] = peer(false);
     }
@@ -227,8 +248,8 @@ fn policy_spec(cluster: bool) -> Value {
             "tier": string(),
             "priority": {"type": "number", "format": "float", "minimum": 1.0, "maximum": 10000.0},
             "appliedTo": applied_to(cluster),
-            "ingress": rules(false),
-            "egress": rules(true),
+            "ingress": rules(false, cluster),
+            "egress": rules(true, cluster),
         })),
         json!({"required": ["priority"]}),
     )

@@ -34,7 +34,7 @@ fn sock(ip: impl Into<IpAddr>, port: u16) -> SocketAddr {
 /// A tool whose writes can be faulted: the `*-restore` of a family, or
 /// `ipset restore`.
 #[derive(Clone, Copy)]
-enum Tool {
+pub(crate) enum Tool {
     Iptables,
     Ip6tables,
     Ipset,
@@ -53,13 +53,13 @@ impl Tool {
 
 /// The wrapper directory and its control files, inside the lab directory
 /// (removed with the lab).
-struct Faults {
+pub(crate) struct Faults {
     bin: PathBuf,
     ctl: PathBuf,
 }
 
 impl Faults {
-    fn install(lab: &Lab) -> Faults {
+    pub(crate) fn install(lab: &Lab) -> Faults {
         let bin = lab.dir().join("fault-bin");
         let ctl = lab.dir().join("fault-ctl");
         std::fs::create_dir_all(&bin).expect("create fault-bin");
@@ -116,7 +116,7 @@ exec '{real}' "$@"
 
     /// Agent options with the wrappers first on `PATH`, a metrics endpoint
     /// and a status socket.
-    fn options(&self, lab: &Lab) -> AgentOptions {
+    pub(crate) fn options(&self, lab: &Lab) -> AgentOptions {
         let path = std::env::var("PATH").unwrap_or_default();
         let mut options = lab.agent_options();
         options.env.push((
@@ -145,16 +145,16 @@ exec '{real}' "$@"
         std::fs::remove_file(self.file(tool, "fail")).expect("clear fault");
     }
 
-    fn block(&self, tool: Tool) {
+    pub(crate) fn block(&self, tool: Tool) {
         std::fs::write(self.file(tool, "block"), "").expect("set block");
     }
 
-    fn unblock(&self, tool: Tool) {
+    pub(crate) fn unblock(&self, tool: Tool) {
         std::fs::remove_file(self.file(tool, "block")).expect("clear block");
     }
 
     /// The pid of the wrapper hanging in `tool`, once it hangs.
-    fn blocked(&self, tool: Tool) -> i32 {
+    pub(crate) fn blocked(&self, tool: Tool) -> i32 {
         let marker = self.file(tool, "blocked");
         poll_until(AGENT_WAIT, || {
             std::fs::read_to_string(&marker)

@@ -218,12 +218,13 @@ impl FqdnLab {
         self.curl(ns, url).0 == "200"
     }
 
-    /// `tollgate get fqdn` in the node namespace.
+    /// `tollgate get fqdn`, the agent reading its sets.
     fn learned(&self) -> String {
         self.node.ok(&format!(
-            "{} get fqdn --policies {} --node-name fq --node-labels role=fqdn",
+            "{} get fqdn --policies {} --node-name fq --node-labels role=fqdn --socket {}",
             env!("CARGO_BIN_EXE_tollgate"),
-            self.lab.policy_dir().display()
+            self.lab.policy_dir().display(),
+            self.lab.agent_options().status_socket.display()
         ))
     }
 }
@@ -234,9 +235,12 @@ fn log_value(log: &str, line: &str, key: &str) -> u64 {
         .lines()
         .find(|l| l.contains(line))
         .unwrap_or_else(|| panic!("no {line:?} in\n{log}"));
+    // The line names the counters above 0 only, and says so.
+    let zero = text.ends_with(" counters 0)") || text.ends_with(" counter 0)");
     text.split_whitespace()
         .find_map(|w| w.strip_prefix(&format!("{key}=")))
         .and_then(|v| v.parse().ok())
+        .or(zero.then_some(0))
         .unwrap_or_else(|| panic!("no {key} in {text}"))
 }
 

@@ -14,6 +14,7 @@ fn enforced(node_ingress: bool, endpoints: &[&str]) -> Enforced {
         node_egress: false,
         endpoints: endpoints.iter().map(|e| e.parse().unwrap()).collect(),
         verdict_cache: None,
+        ..Enforced::default()
     }
 }
 

@@ -267,3 +267,99 @@ fn kubernetes_external_entity_crd_missing_then_installed_then_removed() {
     );
     agent.stop();
 }
+
+/// The Node's `podCIDRs` in Kubernetes mode: an address in them that no
+/// known Pod holds is closed until the Pod is known. The `pod` peer stands
+/// for a Pod the CNI has wired (its address is in the Node's range) whose
+/// Pod object the fake API server has not sent yet: connections to it and
+/// from it, IPv4 and IPv6, tried every 20 ms, all fail; once the Pod
+/// arrives (no policy applies to it) both directions connect. The gap
+/// between the Pod event and the first connection is printed as `FIGURE`.
+///
+/// Mutation (tried): not dropping unknown addresses
+/// (`plan::local::unknown_addresses` always `None`) lets the connections
+/// through before the Pod is known (every attempt connected).
+#[test]
+fn kubernetes_pod_addresses_are_closed_until_the_pod_is_known() {
+    use crate::harness::probe::Prober;
+    let Some(lab) = Lab::builder("kubernetes_pod_addresses_are_closed_until_the_pod_is_known")
+        .peer("pod")
+        .peer("client")
+        .ipv6()
+        .build()
+    else {
+        return;
+    };
+    for role in ["pod", "client"] {
+        lab.serve_tcp(role, 8080, crate::harness::Service::Echo);
+    }
+    let listener = lab
+        .node()
+        .enter(|| TcpListener::bind("127.0.0.1:0").expect("bind in node namespace"));
+    let api = FakeApi::serve(listener);
+    let options = lab.agent_options();
+    api.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod"}}));
+    api.apply(json!({"apiVersion": "v1", "kind": "Node",
+                     "metadata": {"name": options.node_name},
+                     "spec": {"podCIDR": lab.subnet("pod"),
+                              "podCIDRs": [lab.subnet("pod"), format!("{}/64", lab.addr6("pod"))]}}));
+    let kubeconfig = lab.dir().join("kubeconfig");
+    std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
+    let mut options = options;
+    options.kubeconfig = Some(kubeconfig);
+    let mut agent = lab.start_agent(options);
+    agent.wait_generation(1);
+    let (pod4, pod6) = (
+        IpAddr::from(lab.addr("pod")),
+        IpAddr::from(lab.addr6("pod")),
+    );
+    let (client4, client6) = (
+        IpAddr::from(lab.addr("client")),
+        IpAddr::from(lab.addr6("client")),
+    );
+    let to_pod = [SocketAddr::new(pod4, 8080), SocketAddr::new(pod6, 8080)];
+    let from_pod = [
+        SocketAddr::new(client4, 8080),
+        SocketAddr::new(client6, 8080),
+    ];
+    let every = Duration::from_millis(20);
+    let attempt = Duration::from_millis(300);
+    let limit = Duration::from_secs(120);
+    let inbound = Prober::start(lab.ns("client"), &to_pod, every, attempt, limit);
+    let outbound = Prober::start(lab.ns("pod"), &from_pod, every, attempt, limit);
+    inbound.wait_attempts(&to_pod, Duration::ZERO, 25);
+    outbound.wait_attempts(&from_pod, Duration::ZERO, 25);
+    let known_at = inbound.now();
+    let known_out = outbound.now();
+    api.apply(dual_stack_pod([pod4, pod6]));
+    assert!(
+        inbound.wait_connected(&to_pod, known_at, 5)
+            && outbound.wait_connected(&from_pod, known_out, 5),
+        "the known Pod is not reachable:\n{}",
+        agent.log()
+    );
+    for (prober, known) in [(inbound, known_at), (outbound, known_out)] {
+        for (target, attempts) in prober.finish() {
+            let early: Vec<_> = attempts
+                .iter()
+                .filter(|a| a.at < known && a.outcome == TcpOutcome::Connected)
+                .collect();
+            assert!(
+                early.is_empty(),
+                "{target}: connected before the Pod was known: {early:?}\n{}",
+                agent.log()
+            );
+            let first = attempts
+                .iter()
+                .find(|a| a.at >= known && a.outcome == TcpOutcome::Connected)
+                .expect("connected once known");
+            let closed = attempts.iter().filter(|a| a.at < known).count();
+            println!(
+                "KUBE-UNKNOWN {target}: 0 of {closed} attempts before the Pod event connected; first connection {} ms after it",
+                (first.at - known).as_millis()
+            );
+            crate::docker::figure("kubernetes_pod_known_to_open_ms", first.at - known);
+        }
+    }
+    agent.stop();
+}

@@ -75,7 +75,7 @@ pub(crate) fn start_agent(lab: &Lab, labels: &[(&str, &str)], extra: &[&str]) ->
 /// nginx in `role`'s namespace answering `ok <uri>` to everything on port
 /// 80 (IPv4 and IPv6), logging `$host $request $status` to `access.log` in
 /// the lab directory.
-fn nginx(lab: &Lab, role: &str) {
+pub(crate) fn nginx(lab: &Lab, role: &str) {
     let d = lab.dir().display();
     let config = format!(
         "daemon off; master_process off; worker_processes 1;

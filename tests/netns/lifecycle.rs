@@ -660,3 +660,225 @@ fn cleanup_on_exit_removes_everything_at_the_stop() {
     assert_eq!(lab.firewall_state("node"), before);
     lab.assert_tcp("client", at(&lab, DENIED)[0], TcpOutcome::Connected);
 }
+
+/// Dropped by the other firewall, whatever tollgate's policy says.
+const FOREIGN: u16 = 83;
+
+/// An Antrea-like ruleset of another owner in the node namespace (IPv4
+/// and IPv6): a raw-table chain jumped to from PREROUTING dropping
+/// [`FOREIGN`] (Antrea keeps its `ANTREA-PREROUTING` there), a NAT chain
+/// and an ipset. (A drop in filter INPUT after tollgate's jump would not
+/// hold while tollgate runs: tollgate's allow accepts in that chain.)
+fn install_antrea_like(lab: &Lab) {
+    let node = lab.node();
+    let port = FOREIGN.to_string();
+    for iptables in ["iptables", "ip6tables"] {
+        for (table, chain, hook) in [
+            ("raw", "ANTREA-PREROUTING", "PREROUTING"),
+            ("nat", "ANTREA-POSTROUTING", "POSTROUTING"),
+        ] {
+            node.run(&[iptables, "-w", "-t", table, "-N", chain]);
+            node.run(&[iptables, "-w", "-t", table, "-A", hook, "-j", chain]);
+        }
+        node.run(&[
+            iptables,
+            "-w",
+            "-t",
+            "raw",
+            "-A",
+            "ANTREA-PREROUTING",
+            "-p",
+            "tcp",
+            "--dport",
+            &port,
+            "-j",
+            "DROP",
+        ]);
+    }
+    node.run(&["ipset", "create", "ANTREA-POD-IP", "hash:net"]);
+    node.run(&["ipset", "add", "ANTREA-POD-IP", "198.51.100.0/24"]);
+}
+
+/// Uninstall in the documented order (docs/guide/kubernetes.md,
+/// "Uninstall") next to another firewall's ruleset: `tollgate cleanup
+/// --wait` starts while the agent enforces and waits for it; the agent is
+/// stopped; the cleanup removes tollgate's state the moment the agent is
+/// gone. Probed every 20 ms from the client (IPv4 and IPv6, cached and
+/// fresh tuples), to the node and to an enforced Pod routed through it
+/// (`shop/web`, the server): the denied port never connects while
+/// tollgate is installed, the allowed one fails only between the agent's
+/// stop and the cleanup's end (that window is printed as `UNINSTALL-WINDOW` and
+/// bounded at 3 s, well under what the waiting cleanup takes), the other
+/// firewall's drop holds throughout (installing and uninstalling never
+/// opens it), and its rules and set are byte-identical afterwards.
+///
+/// Mutation: `NamespaceLock::acquire_waiting` returns the holder's error
+/// instead of waiting (src/agent/lock.rs) — `cleanup --wait` exits while
+/// the agent runs and the test fails.
+#[test]
+fn uninstall_cleans_up_the_moment_the_agent_stops_and_leaves_a_foreign_ruleset_untouched() {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    let Some(lab) = Lab::builder(
+        "uninstall_cleans_up_the_moment_the_agent_stops_and_leaves_a_foreign_ruleset_untouched",
+    )
+    .peer("client")
+    .peer("server")
+    .ipv6()
+    .fresh_sources()
+    .build() else {
+        return;
+    };
+    for port in [ALLOWED, DENIED, FOREIGN] {
+        lab.serve_tcp("node", port, Service::Echo);
+    }
+    for port in [ALLOWED, DENIED] {
+        lab.serve_tcp("server", port, Service::Echo);
+    }
+    install_antrea_like(&lab);
+    let pristine = lab.firewall_state("node");
+    // The node rejects DENIED; so does the Pod `shop/web` (the server).
+    lab.write_policy(
+        "policy.yaml",
+        &format!(
+            "{}---
+apiVersion: v1
+kind: Pod
+metadata: {{name: web, namespace: shop, labels: {{app: web}}}}
+status: {{podIPs: [{{ip: {v4}}}, {{ip: \"{v6}\"}}]}}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {{name: web}}
+spec:
+  priority: 6
+  tier: application
+  appliedTo: [{{podSelector: {{matchLabels: {{app: web}}}}}}]
+  ingress:
+    - action: Reject
+      ports: [{{protocol: TCP, port: {DENIED}}}]
+",
+            node_policy(&[DENIED]),
+            v4 = lab.addr("server"),
+            v6 = lab.addr6("server"),
+        ),
+    );
+    let pod = |port: u16| -> [SocketAddr; 2] {
+        [
+            SocketAddr::new(lab.addr("server").into(), port),
+            SocketAddr::new(lab.addr6("server").into(), port),
+        ]
+    };
+    let targets = |port: u16| -> Vec<Probed> {
+        at(&lab, port)
+            .into_iter()
+            .chain(pod(port))
+            .flat_map(|t| [Probed::from(t), Probed::fresh(t)])
+            .collect()
+    };
+    let mut agent = lab.start_agent(lab.agent_options());
+    agent.wait_generation(1);
+    let running = lab.firewall_state("node");
+    for line in pristine.rules() {
+        assert!(
+            running.rules().any(|l| l == line),
+            "{line:?} changed:\n{running}"
+        );
+    }
+    for to in at(&lab, FOREIGN) {
+        lab.assert_tcp_fresh("client", to, TcpOutcome::TimedOut);
+    }
+
+    let all: Vec<Probed> = targets(ALLOWED)
+        .into_iter()
+        .chain(targets(DENIED))
+        .collect();
+    let prober = Prober::start_with(
+        lab.ns("client"),
+        &all,
+        Some(&lab.fresh_sources("client")),
+        EVERY,
+        ATTEMPT,
+        PROBE_LIMIT,
+    );
+    assert!(prober.wait_connected(&targets(ALLOWED), Duration::ZERO, 2));
+    let mut cleanup = lab
+        .node()
+        .command(&[env!("CARGO_BIN_EXE_tollgate"), "cleanup", "--wait"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = cleanup.stderr.take().unwrap();
+    let (said, waiting) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = said.send(line);
+        }
+    });
+    let line = waiting
+        .recv_timeout(AGENT_WAIT)
+        .expect("cleanup --wait said nothing");
+    assert!(line.starts_with("waiting for the agent (pid "), "{line}");
+    assert!(
+        cleanup.try_wait().unwrap().is_none(),
+        "cleanup did not wait"
+    );
+
+    let down = prober.now();
+    assert!(agent.terminate().success(), "{}", agent.log());
+    let stopped = prober.now();
+    let status = poll_until(AGENT_WAIT, || cleanup.try_wait().unwrap())
+        .expect("cleanup still waiting after the agent stopped");
+    let clean = prober.now();
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut cleanup.stdout.take().unwrap(), &mut out).unwrap();
+    assert!(status.success(), "{status}: {out}");
+    assert!(out.starts_with("removed:\n  "), "{out}");
+    let window = clean - stopped;
+    eprintln!(
+        "UNINSTALL-WINDOW agent exit -> state removed {window:?} (the cleanup: {})",
+        out.trim()
+    );
+    assert!(window < Duration::from_secs(3), "{window:?}");
+
+    // Uninstalled: the denied port is tollgate's no more, the foreign drop holds.
+    assert!(prober.wait_connected(&targets(DENIED), clean, 1));
+    assert!(prober.wait_connected(&targets(ALLOWED), clean, 2));
+    for to in at(&lab, FOREIGN) {
+        lab.assert_tcp_fresh("client", to, TcpOutcome::TimedOut);
+    }
+    let results = prober.finish();
+    for (target, attempts) in &results {
+        if target.to.port() == DENIED {
+            let opened: Vec<_> = attempts
+                .iter()
+                .filter(|a| a.at < down && a.outcome == TcpOutcome::Connected)
+                .collect();
+            assert!(
+                opened.is_empty(),
+                "{target:?} connected while enforced: {opened:?}"
+            );
+        } else {
+            // Allowed: a failure only for attempts begun between the stop
+            // and the cleanup's end.
+            let failed: Vec<_> = attempts
+                .iter()
+                .filter(|a| a.outcome != TcpOutcome::Connected)
+                .filter(|a| a.at + ATTEMPT < down || a.at > clean)
+                .collect();
+            assert!(
+                failed.is_empty(),
+                "{target:?} failed outside the window: {failed:?}"
+            );
+        }
+    }
+    let after = lab.firewall_state("node");
+    assert_eq!(
+        after, pristine,
+        "left behind:\n{after}\nexpected:\n{pristine}"
+    );
+}

@@ -2,11 +2,15 @@
 //! Drop lines, one line per allowed connection, a rate limit that skips
 //! lines but never packets, Kubernetes NetworkPolicy lines, L7 request
 //! lines in text and JSON), the metrics endpoint as traffic flows, every
-//! declared counter scraped, and `tollgate status` / `get policies`.
+//! declared counter scraped, and `tollgate status` / `get policies`;
+//! `tollgate observe`, `log-level`, `bundle` and `status --watch` against
+//! a running agent; a real Prometheus scraping it with the shipped
+//! dashboard's queries and alert rules.
 //!
-//! Addresses: 10.61.1-7.0/24 (10.61.9.0/24 is benches/audit_overload.sh).
+//! Addresses: 10.61.1-8.0/24, 10.61.10-11.0/24 (10.61.9.0/24 is
+//! benches/audit_overload.sh).
 
-use crate::harness::{wait_until, AgentOptions, Lab, Netns, AGENT_WAIT};
+use crate::harness::{poll_until, wait_until, AgentOptions, Lab, Netns, AGENT_WAIT};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -37,9 +41,15 @@ struct Pair {
 
 impl Pair {
     fn new(test: &'static str, subnet: u8) -> Option<Pair> {
+        Pair::requiring(test, subnet, &[])
+    }
+
+    /// As [`Pair::new`], the test needing `tools` too.
+    fn requiring(test: &'static str, subnet: u8, tools: &[&'static str]) -> Option<Pair> {
         let lab = Lab::builder(test)
             .unlinked("client")
             .require(&["curl", "ping", "timeout"])
+            .require(tools)
             .build()?;
         let (node, client) = (lab.node().clone(), lab.ns("client").clone());
         node.ok(&format!(
@@ -495,7 +505,7 @@ fn metrics_move_with_traffic_and_status_answers() {
     let meta = std::fs::metadata(&socket).unwrap();
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
-    let out = tollgate(&["status", "--socket", socket_arg]);
+    let out = tollgate(&["status", "--socket", socket_arg, "-o", "wide"]);
     assert!(
         out.status.success(),
         "{}",
@@ -512,7 +522,9 @@ fn metrics_move_with_traffic_and_status_answers() {
     ] {
         assert!(text.contains(expected), "{expected:?} missing in\n{text}");
     }
-    let queue_line = text.lines().find(|l| l.starts_with("100 ")).unwrap();
+    // The queue's row in the counters table (the health table comes first).
+    let (_, counters) = text.split_once("\nQUEUE ALLOWED ").unwrap();
+    let queue_line = counters.lines().find(|l| l.starts_with("100 ")).unwrap();
     let allowed: u64 = queue_line
         .split_whitespace()
         .nth(1)
@@ -813,7 +825,7 @@ spec:
         "{build}"
     );
 
-    let out = tollgate(&["status", "--socket", socket.to_str().unwrap()]);
+    let out = tollgate(&["status", "--socket", socket.to_str().unwrap(), "-o", "wide"]);
     assert!(
         out.status.success(),
         "{}",
@@ -849,7 +861,8 @@ spec:
 /// An L7 rule with `enableLogging`: each HTTP request decision is an
 /// audit line carrying the request's method, host (lower-cased, without
 /// port) and path after the spec's columns; with `audit.format: json` the
-/// same record is one JSON object per line.
+/// same record is one JSON object per line. `tollgate observe` shows the
+/// same decisions with their request.
 #[test]
 fn l7_audit_lines_carry_method_host_and_path_in_text_and_json() {
     let Some(pair) = Pair::new(
@@ -953,6 +966,22 @@ spec:
                 reject[0].ends_with(" api method=\"POST\" host=\"shop.example\" path=\"/admin\""),
                 "{text}"
             );
+            // `tollgate observe` shows the L7 worker's decisions with the
+            // request. Mutation: the `observe.offer` of src/workers/l7.rs
+            // removed — no request line.
+            let socket = pair.lab.agent_options().status_socket;
+            let observe = || {
+                let out = tollgate(&["observe", "--socket", socket.to_str().unwrap()]);
+                String::from_utf8_lossy(&out.stdout).into_owned()
+            };
+            let rule = "by AntreaClusterNetworkPolicy:observe-l7 rule api-get (Ingress)";
+            let get = format!(" TCP Allow GET shop.example/api/items?id=7 {rule}");
+            let post = format!(" TCP Reject POST shop.example/admin {rule}");
+            let seen = poll_until(AGENT_WAIT, || {
+                let lines = observe();
+                (lines.contains(&get) && lines.contains(&post)).then_some(())
+            });
+            assert!(seen.is_some(), "{get:?} and {post:?} not in\n{}", observe());
         } else {
             let records: Vec<serde_json::Value> = text
                 .lines()
@@ -982,4 +1011,431 @@ spec:
         }
         agent.stop();
     }
+}
+
+/// Runs a PromQL `query` against the Prometheus listening on `port` in
+/// `ns`; returns its result vector (an error answer fails the test).
+fn promql(ns: &Netns, port: u16, query: &str) -> Vec<serde_json::Value> {
+    let url = format!("http://127.0.0.1:{port}/api/v1/query");
+    let out = ns.run(&[
+        "curl",
+        "-sfG",
+        "--max-time",
+        "5",
+        "--data-urlencode",
+        &format!("query={query}"),
+        &url,
+    ]);
+    let answer: serde_json::Value = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("{query}: {e}: {}", out.stdout));
+    assert_eq!(answer["status"], "success", "{query}: {answer}");
+    answer["data"]["result"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// A real Prometheus (Debian's `prometheus`) in the node namespace scrapes
+/// a running agent every second with `docker/monitoring/alerts.yaml`
+/// loaded, while allowed and dropped traffic flows: every query of
+/// `docker/monitoring/dashboard.json` (its variables as Grafana fills
+/// them) returns data, every alert rule is evaluated without error, and
+/// every metric an alert expression names is scraped — so a dashboard or
+/// rule naming a metric the agent does not export fails here. None of the
+/// alerts fires on the healthy agent.
+/// Mutation: `tollgate_ready` renamed in `alerts.yaml`
+/// (`tollgate_readyy == 0`) — the metric is not scraped and the test fails
+/// naming it; likewise a dashboard query naming `tollgate_verdict_total`.
+#[test]
+fn prometheus_scrapes_an_agent_and_every_dashboard_query_returns_data() {
+    const METRICS: &str = "127.0.0.1:9468";
+    const PROMETHEUS: u16 = 9098;
+    let Some(pair) = Pair::requiring(
+        "prometheus_scrapes_an_agent_and_every_dashboard_query_returns_data",
+        8,
+        &["prometheus"],
+    ) else {
+        return;
+    };
+    let _server = serve(&pair, 8080);
+    let mut agent = pair
+        .lab
+        .start_agent(options(&pair.lab, &["--metrics-address", METRICS]));
+    agent.wait_generation(1);
+    let monitoring = Path::new(env!("CARGO_MANIFEST_DIR")).join("docker/monitoring");
+    let config = pair.lab.dir().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+             rule_files:\n  - {}\n\
+             scrape_configs:\n  - job_name: tollgate\n    static_configs:\n      - targets: ['{METRICS}']\n",
+            monitoring.join("alerts.yaml").display()
+        ),
+    )
+    .unwrap();
+    let storage = pair.lab.dir().join("prometheus-data");
+    pair.lab.spawn(
+        "node",
+        &[
+            "prometheus",
+            &format!("--config.file={}", config.display()),
+            &format!("--storage.tsdb.path={}", storage.display()),
+            &format!("--web.listen-address=127.0.0.1:{PROMETHEUS}"),
+        ],
+    );
+    // Traffic for the verdict, rule-hit and latency series: allowed
+    // connections and dropped pings, again while Prometheus scrapes.
+    let traffic = || {
+        connect_n(&pair, 8080, 3);
+        pair.client
+            .sh(&format!("ping -c 1 -W 1 {}", pair.node_ip()));
+    };
+    traffic();
+
+    let text = std::fs::read_to_string(monitoring.join("dashboard.json")).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let queries: Vec<(String, String)> = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|panel| {
+            let title = panel["title"].as_str().unwrap().to_string();
+            panel["targets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(move |t| {
+                    let expr = t["expr"]
+                        .as_str()
+                        .unwrap()
+                        .replace("$__rate_interval", "30s")
+                        .replace("$instance", ".+");
+                    (title.clone(), expr)
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(queries.len() >= 12);
+    // Rates need two scrapes: poll until every query answers, or name
+    // those that never did.
+    let mut empty: Vec<String> = queries.iter().map(|(_, q)| q.clone()).collect();
+    poll_until(Duration::from_secs(90), || {
+        traffic();
+        empty.retain(|query| promql(&pair.node, PROMETHEUS, query).is_empty());
+        empty.is_empty().then_some(())
+    });
+    assert!(
+        empty.is_empty(),
+        "dashboard queries without data: {empty:#?}\nprometheus log:\n{}",
+        read(&pair.lab.dir().join("prometheus-0.log"))
+    );
+    let verdicts = promql(
+        &pair.node,
+        PROMETHEUS,
+        "sum by (action) (tollgate_verdicts_total{action=\"Drop\"})",
+    );
+    let dropped: f64 = verdicts[0]["value"][1].as_str().unwrap().parse().unwrap();
+    assert!(dropped >= 1.0, "the pings were dropped: {verdicts:?}");
+
+    // The alert rules: each evaluated, healthy, none firing; every metric
+    // they name is scraped.
+    let url = format!("http://127.0.0.1:{PROMETHEUS}/api/v1/rules");
+    let rules = poll_until(Duration::from_secs(30), || {
+        let out = pair.node.run(&["curl", "-sf", "--max-time", "5", &url]);
+        let answer: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+        let rules = answer["data"]["groups"][0]["rules"].as_array()?.clone();
+        let evaluated = rules.iter().all(|r| {
+            r["lastEvaluation"]
+                .as_str()
+                .is_some_and(|t| !t.starts_with("0001-"))
+        });
+        (rules.len() == 6 && evaluated).then_some(rules)
+    })
+    .expect("the six alert rules evaluated");
+    for rule in &rules {
+        let (name, expr) = (
+            rule["name"].as_str().unwrap(),
+            rule["query"].as_str().unwrap(),
+        );
+        assert_eq!(rule["health"], "ok", "{name}: {rule}");
+        assert_eq!(
+            rule["state"], "inactive",
+            "{name} on a healthy agent: {rule}"
+        );
+        let names: Vec<&str> = expr
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| w.starts_with("tollgate_"))
+            .collect();
+        assert!(!names.is_empty(), "{name}: {expr}");
+        for metric in names {
+            assert!(
+                !promql(&pair.node, PROMETHEUS, metric).is_empty(),
+                "{name}: {metric} is not scraped"
+            );
+        }
+    }
+    agent.stop();
+}
+
+/// `tollgate observe` over the status socket: the agent's latest
+/// decisions, each naming the deciding policy and rule (an allowed TCP
+/// connection, a dropped ping; an IPv6 connection no rule decides); `--verdict drop` keeps only the drops; and
+/// `-f` prints a decision made after it started, within seconds, from a
+/// fresh source port (a flow the agent decides, not the kernel's cache).
+/// Mutation: the `observe.offer` of the connection worker removed
+/// (src/workers/connection.rs) — no decision reaches the agent's history
+/// and the first assertion fails.
+#[test]
+fn observe_shows_the_agents_decisions_and_follows_new_ones() {
+    use std::io::BufRead;
+    let Some(pair) = Pair::new(
+        "observe_shows_the_agents_decisions_and_follows_new_ones",
+        10,
+    ) else {
+        return;
+    };
+    let socket: PathBuf = pair.lab.dir().join("run/tollgate.sock");
+    let mut options = options(&pair.lab, &["--verdict-cache", "off"]);
+    options.status_socket = socket.clone();
+    let _server = serve(&pair, 8080);
+    // IPv6 beside: the link's v6 addresses and a listener on the node's
+    // (no rule matches IPv6 from the client: allowed, no rule).
+    pair.node.ok("ip addr add fd61:a::1/64 dev va nodad");
+    pair.client.ok("ip addr add fd61:a::2/64 dev vb nodad");
+    let _v6 = pair
+        .node
+        .enter(|| TcpListener::bind("[fd61:a::1]:8080").unwrap());
+    let mut agent = pair.lab.start_agent(options);
+    agent.wait_generation(1);
+    let socket_arg = socket.to_str().unwrap();
+    connect_n(&pair, 8080, 2);
+    pair.client.enter(|| {
+        TcpStream::connect_timeout(&"[fd61:a::1]:8080".parse().unwrap(), Duration::from_secs(3))
+            .expect("the IPv6 connection")
+    });
+    pair.client
+        .sh(&format!("ping -c 1 -W 1 {}", pair.node_ip()));
+    let observe = |args: &[&str]| {
+        let out = tollgate(&[&["observe", "--socket", socket_arg], args].concat());
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // The node's address is named by the ruleset: `node:obs`.
+    let node = "node:obs";
+    let client = format!("10.61.{}.2", pair.subnet);
+    // The hub copies each decision from a channel: poll until both are in.
+    let all = poll_until(AGENT_WAIT, || {
+        let text = observe(&[]);
+        (text.contains(" Allow ") && text.contains(" Drop ") && text.contains("[fd61:a::2]:"))
+            .then_some(text)
+    })
+    .unwrap_or_else(|| panic!("no decisions observed:\n{}", observe(&[])));
+    let allowed: Vec<String> = lines_with(&all, &format!(" -> {node}:8080 TCP Allow "))
+        .into_iter()
+        .filter(|l| l.contains(&format!(" {client}:")))
+        .collect();
+    assert_eq!(allowed.len(), 2, "{all}");
+    let v6 = lines_with(&all, " [fd61:a::2]:");
+    assert_eq!(v6.len(), 1, "{all}");
+    assert!(
+        v6[0].contains(":8080 TCP Allow ") && v6[0].ends_with(" (no rule)"),
+        "{all}"
+    );
+    assert!(
+        allowed[0].starts_with("20")
+            && allowed[0].contains(&format!(" {client}:"))
+            && allowed[0]
+                .ends_with(" by AntreaClusterNetworkPolicy:observe rule allow-web (Ingress)"),
+        "{all}"
+    );
+    let drops = lines_with(&all, " Drop ");
+    assert_eq!(drops.len(), 1, "{all}");
+    assert!(
+        drops[0].contains(&format!(" {client} -> {node} ICMP Drop "))
+            && drops[0].ends_with(" rule drop-ping (Ingress)"),
+        "{all}"
+    );
+    let only = observe(&["--verdict", "drop"]);
+    assert_eq!(
+        only.lines().collect::<Vec<_>>(),
+        [drops[0].as_str()],
+        "{only}"
+    );
+    let json = observe(&["-o", "json", "--last", "1", "--verdict", "drop"]);
+    let event: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+    assert_eq!(event["verdict"], "Drop");
+    assert_eq!(event["rule"], "drop-ping");
+
+    // -f: nothing old (--last 0), then the next allowed connection.
+    let mut follow = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["observe", "-f", "--last", "0", "--socket", socket_arg])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = follow.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    // The follower is registered once the agent counts it.
+    wait_until("the follower", AGENT_WAIT, || {
+        value(&agent_series(&socket), "tollgate_observe_followers") == 1.0
+    });
+    connect_n(&pair, 8080, 1);
+    let line = rx.recv_timeout(AGENT_WAIT).expect("a followed decision");
+    let _ = follow.kill();
+    let _ = follow.wait();
+    assert!(line.contains(" -> node:obs:8080 TCP Allow by "), "{line}");
+    agent.stop();
+}
+
+/// The agent-level series of `status -o json`, by name, as /metrics has
+/// them.
+fn agent_series(socket: &Path) -> BTreeMap<String, f64> {
+    let out = tollgate(&["status", "-o", "json", "--socket", socket.to_str().unwrap()]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    report["agentSeries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            (
+                row["series"].as_str().unwrap().to_string(),
+                row["value"].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// `tollgate log-level` changes the running agent's filter at once (a
+/// debug line appears only after), and `tollgate bundle`, run outside the
+/// agent's network namespace, holds what only the agent can see: its
+/// namespace's tollgate chains and sets, its log tail, its configuration,
+/// the decisions, the status; as a private directory and as a `.tar.gz`.
+/// Mutation: `logging::set` not calling `reload` — the agent answers the
+/// filter still in force (`info`) and no `status request` line appears:
+/// the test fails.
+#[test]
+fn log_level_changes_at_once_and_bundle_holds_the_agents_state() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(pair) = Pair::new(
+        "log_level_changes_at_once_and_bundle_holds_the_agents_state",
+        11,
+    ) else {
+        return;
+    };
+    let socket: PathBuf = pair.lab.dir().join("run/tollgate.sock");
+    let mut options = options(&pair.lab, &["--log-level", "info"]);
+    options.status_socket = socket.clone();
+    let _server = serve(&pair, 8080);
+    let mut agent = pair.lab.start_agent(options);
+    agent.wait_generation(1);
+    connect_n(&pair, 8080, 1);
+    let s = socket.to_str().unwrap();
+    let ok = |args: &[&str]| {
+        let out = tollgate(args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+
+    assert_eq!(ok(&["log-level", "--socket", s]), "info");
+    ok(&["status", "--socket", s]);
+    assert_eq!(agent.count_log("status request"), 0, "{}", agent.log());
+    assert_eq!(ok(&["log-level", "debug", "--socket", s]), "debug");
+    ok(&["status", "--socket", s]);
+    agent.wait_for_log("status request", AGENT_WAIT);
+    let bad = tollgate(&["log-level", "tollgate=loud", "--socket", s]);
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    assert_eq!(ok(&["log-level", "info", "--socket", s]), "info");
+
+    let dir = pair.lab.dir().join("bundle");
+    ok(&["bundle", dir.to_str().unwrap(), "--socket", s]);
+    let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+    let file = |name: &str| read(&dir.join(name));
+    for (name, expected) in [
+        ("status.txt", "node:               obs"),
+        ("status.json", "\"rulesetGeneration\": 1"),
+        ("policies.txt", "AntreaClusterNetworkPolicy:observe"),
+        ("endpoints.json", "\"endpoint\""),
+        (
+            "decisions.txt",
+            " TCP Allow by AntreaClusterNetworkPolicy:observe rule allow-web",
+        ),
+        ("config.txt", "obs"),
+        ("command-line.txt", " run "),
+        ("log.txt", "ruleset applied"),
+        ("iptables-save.txt", ":TOLLGATE-INPUT"),
+        ("ip6tables-save.txt", ":TOLLGATE-INPUT"),
+        ("ipset-list.txt", "Name: tollgate-"),
+        ("versions.txt", "kernel "),
+        ("skipped.json", "skips nothing"),
+    ] {
+        assert!(
+            file(name).contains(expected),
+            "{name}: {expected:?} missing in\n{}",
+            file(name)
+        );
+    }
+    // The log tail holds the debug line logged while the filter allowed it.
+    assert!(file("log.txt").contains("status request"));
+
+    // --watch: status again and again until interrupted.
+    // Mutation: `repeat` returning after the first answer — one `node:`.
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["status", "-w", "--interval", "0.2", "--socket", s])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = watch.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.starts_with("node:") && tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    for n in 0..3 {
+        rx.recv_timeout(AGENT_WAIT)
+            .unwrap_or_else(|e| panic!("status -w answer {n}: {e}"));
+    }
+    let _ = watch.kill();
+    let _ = watch.wait();
+
+    let archive = pair.lab.dir().join("b.tar.gz");
+    ok(&["bundle", archive.to_str().unwrap(), "--socket", s]);
+    let mode = std::fs::metadata(&archive).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let list = Command::new("tar")
+        .arg("-tzf")
+        .arg(&archive)
+        .output()
+        .unwrap();
+    let list = String::from_utf8_lossy(&list.stdout);
+    for name in [
+        "status.txt",
+        "iptables-save.txt",
+        "ipset-list.txt",
+        "log.txt",
+    ] {
+        assert!(
+            list.lines()
+                .any(|l| l.starts_with("tollgate-bundle-obs-") && l.ends_with(name)),
+            "{name} not in\n{list}"
+        );
+    }
+    agent.stop();
 }

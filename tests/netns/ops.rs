@@ -217,7 +217,33 @@ fn live_trace_and_endpoints_name_what_the_wire_enforces() {
         .collect();
     assert_eq!(consulted, ["dns", "api"]);
     lab.assert_tcp("pod", (server, 80), TcpOutcome::Connected);
-    // The same trace as text with -v: every rule consulted, the FQDN.
+    // `observe -n apps -p client` shows the Pod's decisions by name, and
+    // only those; another Pod or Namespace asks for none of them.
+    // Mutation: `ObserveFilter::matches` ignoring `pod` — the web Pod's
+    // answer holds the client's lines.
+    let observed = |filter: &[&str]| {
+        let out = tollgate(&[&["observe", "--socket", &socket][..], filter].concat());
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let client_lines = poll_until(AGENT_WAIT, || {
+        let text = observed(&["-n", "apps", "-p", "client"]);
+        text.lines()
+            .any(|l| {
+                l.contains(" apps/client:") && l.contains(&format!(" -> {server}:80 TCP Allow "))
+            })
+            .then_some(text)
+    })
+    .unwrap_or_else(|| panic!("{}", observed(&[])));
+    assert!(
+        client_lines.lines().all(|l| l.contains(" apps/client")),
+        "{client_lines}"
+    );
+    let web_lines = observed(&["-n", "apps", "-p", "web"]);
+    assert!(!web_lines.contains("apps/client"), "{web_lines}");
+    assert_eq!(observed(&["-n", "elsewhere"]), "");
+    // The same trace as text with -v: every rule consulted, why the
+    // first did not match, the FQDN.
     let verbose_args = [&to_api[..], &["-v"]].concat();
     let out = tollgate(&[&["trace", "--socket", &socket][..], &verbose_args].concat());
     let verbose = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -229,6 +255,8 @@ fn live_trace_and_endpoints_name_what_the_wire_enforces() {
             format!("  flow: TCP {pod}:40000 (apps/client) -> {server}:80"),
             "  Egress [apps/client]: Allow by AntreaClusterNetworkPolicy:client-egress rule api (tier securityops)".into(),
             "    1. AntreaClusterNetworkPolicy:client-egress rule dns (tier securityops): no match (Allow)".into(),
+            // Why it did not match.
+            "       protocol TCP: the rule takes UDP/53".into(),
             "    2. AntreaClusterNetworkPolicy:client-egress rule api (tier securityops): matched (Allow)".into(),
             "  Ingress [not an endpoint of this node]: no policy applies".into(),
             "    no rule consulted".into(),
@@ -241,12 +269,16 @@ fn live_trace_and_endpoints_name_what_the_wire_enforces() {
         format!("tollgate trace {}", verbose_args.join(" ")),
         verbose,
     )];
-    // get fqdn in the node: the agent names the set by its selector for
-    // the Pod asked for, and says how it learned the address.
-    let table = lab.node().ok(&format!(
-        "{} get fqdn --socket {socket} -n apps -p client",
-        env!("CARGO_BIN_EXE_tollgate")
-    ));
+    // get fqdn from outside the node's namespace (the test's own, where
+    // no tollgate set exists): the agent reads its sets, names each by
+    // its selector for the Pod asked for, and says how it learned the
+    // address. Mutation: `get fqdn` reading the caller's namespace's sets
+    // (`crate::datapath::learned_sets()` in commands/get.rs) — no row.
+    let out = tollgate(&[
+        "get", "fqdn", "--socket", &socket, "-n", "apps", "-p", "client",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
     let row = table
         .lines()
         .map(|l| l.split_whitespace().collect::<Vec<_>>())
@@ -429,10 +461,10 @@ fn live_trace_and_endpoints_name_what_the_wire_enforces() {
         "node:               ops\n",
         "policy source:      complete snapshot\n",
         "datapath:           in sync\n",
-        "\nMETRIC ",
         "\nQUEUE ",
-        "\nDNS ",
-        "\nL7 QUEUE ",
+        " HEALTH ",
+        " dns ",
+        " L7 queue ",
     ] {
         assert!(
             status.contains(expected),
@@ -445,7 +477,7 @@ fn live_trace_and_endpoints_name_what_the_wire_enforces() {
 }
 
 /// The shipped kind of privileged entry, SSH from anywhere (as
-/// `docker/configmap.yaml` writes it, no `hooks`), privileges the Node's
+/// `docker/base/configmap.yaml` writes it, no `hooks`), privileges the Node's
 /// own SSH port and nothing routed: a Pod's connection to port 22 of
 /// another Pod is dropped by the policy that denies it, while the Node's
 /// port 22 stays reachable through a Node deny-all. The live trace agrees.

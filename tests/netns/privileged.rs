@@ -2,7 +2,7 @@
 //! the operator able to reach the Node through a Node deny-all, and they
 //! never exempt an enforced Pod: a Pod's connection to its own Node meets
 //! the Pod's egress policy and the Node's ingress policy, IPv4 and IPv6,
-//! with the entries `docker/configmap.yaml` ships (TCP 22, 10250 and 6443
+//! with the entries `docker/base/configmap.yaml` ships (TCP 22, 10250 and 6443
 //! from `0.0.0.0/0` and `::/0`).
 //!
 //! Topology (lab links, dual-stack): Pod `apps/locked` (egress: Drop to
@@ -18,11 +18,11 @@ use crate::harness::{poll_until, Lab, Service, TcpOutcome};
 /// The ports of the shipped no-lock-out entries.
 const SHIPPED_PORTS: [u16; 3] = [22, 10250, 6443];
 
-/// The `datapath.privileged` list of `docker/configmap.yaml`, as the flow
+/// The `datapath.privileged` list of `docker/base/configmap.yaml`, as the flow
 /// list `--set datapath.privileged=[...]` takes: its `- {cidr: ...}` lines.
 fn shipped_privileged() -> String {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docker/configmap.yaml");
-    let text = std::fs::read_to_string(&path).expect("docker/configmap.yaml");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docker/base/configmap.yaml");
+    let text = std::fs::read_to_string(&path).expect("docker/base/configmap.yaml");
     let entries: Vec<&str> = text
         .lines()
         .map(str::trim)

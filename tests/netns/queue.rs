@@ -75,6 +75,7 @@ fn allow_reject_drop_through_the_queue() {
             Arc::new(FqdnTable::restore(vec![], Default::default(), &[], Instant::now()).0),
             Observers {
                 metrics: Arc::new(Metrics::new()),
+                observe: tollgate::workers::observe::spawn(Arc::default()).unwrap().0,
                 audit: None,
                 cache: None,
             },
@@ -86,6 +87,7 @@ fn allow_reject_drop_through_the_queue() {
             node_egress: false,
             endpoints: vec![],
             verdict_cache: None,
+            ..Enforced::default()
         };
         let queues = config.queue_numbers();
         reconcile(

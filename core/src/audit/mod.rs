@@ -13,7 +13,11 @@
 //! request cannot forge a column or a line): `reason="…"` when more than
 //! the rule decided, and for an HTTP request decided by an L7 rule its
 //! `method="…" host="…" path="…"`. With `audit.format: json` each line is
-//! one JSON object with the same fields ([`AuditFormat`]).
+//! one JSON object with the same fields ([`AuditFormat`]). A dry-run
+//! policy's line ([`AuditRecord::dry_run`]) has the disposition
+//! `DryRun<Verdict>` (`DryRunDrop`) where the action goes: what the
+//! dry-run policy would have done to a connection the enforced policy
+//! decided otherwise.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -98,6 +102,9 @@ pub enum Decider {
     K8s { policy: String },
     /// Not allowed by any NetworkPolicy of an isolated Pod.
     K8sDefaultDrop,
+    /// The default drop of the isolation by `K8sNetworkPolicy:ns/name`:
+    /// a dry-run policy's line names the dry-run policy that would isolate.
+    K8sIsolation { policy: String },
 }
 
 /// One logged connection.
@@ -124,6 +131,10 @@ pub struct AuditRecord {
     /// The HTTP request an L7 rule decided: printed last as
     /// `method="…" host="…" path="…"` (an absent Host as `host=""`).
     pub request: Option<RequestHead>,
+    /// What a dry-run policy would have done (`verdict`) to a connection
+    /// the enforced policy decided otherwise: the action column reads
+    /// `DryRun<verdict>`.
+    pub dry_run: bool,
 }
 
 /// How the audit log writes a record: the spec's np.log line (`text`,
@@ -175,11 +186,15 @@ impl AuditRecord {
     fn table(&self) -> &'static str {
         match (&self.decider, self.direction) {
             (
-                Decider::K8sDefaultDrop | Decider::Antrea { baseline: true, .. },
+                Decider::K8sDefaultDrop
+                | Decider::K8sIsolation { .. }
+                | Decider::Antrea { baseline: true, .. },
                 Direction::Ingress,
             ) => "IngressDefaultRule",
             (
-                Decider::K8sDefaultDrop | Decider::Antrea { baseline: true, .. },
+                Decider::K8sDefaultDrop
+                | Decider::K8sIsolation { .. }
+                | Decider::Antrea { baseline: true, .. },
                 Direction::Egress,
             ) => "EgressDefaultRule",
             (Decider::K8s { .. }, Direction::Ingress) => "IngressRule",
@@ -194,11 +209,21 @@ impl AuditRecord {
         format!("{} {}", self.time.format(), self.fields())
     }
 
+    /// The action column: the verdict, `DryRun<verdict>` for a dry-run
+    /// policy's.
+    fn disposition(&self) -> String {
+        if self.dry_run {
+            format!("DryRun{}", self.verdict)
+        } else {
+            self.verdict.to_string()
+        }
+    }
+
     /// Every column after the date and time: what deduplication compares.
     fn fields(&self) -> String {
         let (policy, rule) = match &self.decider {
             Decider::Antrea { policy, rule, .. } => (policy.as_str(), rule.as_str()),
-            Decider::K8s { policy } => (policy.as_str(), NIL),
+            Decider::K8s { policy } | Decider::K8sIsolation { policy } => (policy.as_str(), NIL),
             Decider::K8sDefaultDrop => ("K8sNetworkPolicy", NIL),
         };
         let port = |p: Option<u16>| p.map_or_else(|| NIL.to_string(), |p| p.to_string());
@@ -210,7 +235,7 @@ impl AuditRecord {
             policy,
             rule,
             self.direction.as_str(),
-            self.verdict,
+            self.disposition(),
             self.priority
                 .map_or_else(|| NIL.to_string(), |p| p.to_string()),
             self.applied_to,
@@ -256,7 +281,7 @@ impl AuditRecord {
     fn json(&self, time: Timestamp, repeats: Option<Repeats>) -> Value {
         let (policy, rule) = match &self.decider {
             Decider::Antrea { policy, rule, .. } => (policy.as_str(), Some(rule.as_str())),
-            Decider::K8s { policy } => (policy.as_str(), None),
+            Decider::K8s { policy } | Decider::K8sIsolation { policy } => (policy.as_str(), None),
             Decider::K8sDefaultDrop => ("K8sNetworkPolicy", None),
         };
         let mut object = json!({
@@ -265,7 +290,7 @@ impl AuditRecord {
             "policy": policy,
             "rule": rule,
             "direction": self.direction.as_str(),
-            "action": self.verdict.to_string(),
+            "action": self.disposition(),
             "priority": self.priority,
             "appliedTo": self.applied_to,
             "srcIP": self.flow.src.to_string(),

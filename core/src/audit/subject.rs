@@ -1,19 +1,21 @@
 //! Which directions of a classifier [`Decision`] the audit log records, and
 //! what it prints about them: the deciding rule when it has
 //! `enableLogging` (or its Kubernetes NetworkPolicy's Namespace is
-//! annotated), and the implicit Kubernetes default drop of an annotated
-//! Namespace. Pure: the packet, its length and the time are added by
-//! [`Subject::record`].
+//! annotated), the implicit Kubernetes default drop of an annotated
+//! Namespace, and every change a dry-run policy would make (whatever its
+//! logging settings: that line is what dry-run is for). Pure: the packet,
+//! its length and the time are added by [`Subject::record`].
 
 use std::sync::Arc;
 
 use crate::model::Direction;
 use crate::packet::flow::{Flow, Verdict};
 use crate::ruleset::{
-    Decision, DirectionDecision, Endpoint, Outcome, PolicyKind, RuleRef, Ruleset,
+    Decision, DirectionDecision, DryRunCause, DryRunChange, Endpoint, Outcome, PolicyKind, RuleRef,
+    Ruleset,
 };
 
-use super::{AuditRecord, Decider, Timestamp};
+use super::{AuditRecord, Decider, Timestamp, NIL};
 
 /// What the audit log says about one direction of a decision, apart from
 /// the packet and the time.
@@ -25,6 +27,8 @@ pub struct Subject {
     pub priority: Option<u32>,
     pub applied_to: String,
     pub log_label: Option<String>,
+    /// A dry-run policy's verdict (see [`AuditRecord::dry_run`]).
+    pub dry_run: bool,
 }
 
 impl Subject {
@@ -57,7 +61,39 @@ impl Subject {
             priority: Some(rule.rank),
             applied_to: endpoint.to_string(),
             log_label: rule.log_label.clone(),
+            dry_run: false,
         })
+    }
+
+    /// The line of a dry-run `change`: its verdict, direction and cause
+    /// (the dry-run rule, or the dry-run Kubernetes NetworkPolicy that
+    /// would isolate the endpoint).
+    pub fn of_dry_run(change: &DryRunChange<'_>) -> Subject {
+        let (decider, priority, log_label) = match change.cause {
+            DryRunCause::Rule { rule } => {
+                (decider_of(rule), Some(rule.rank), rule.log_label.clone())
+            }
+            DryRunCause::Isolation { policy } => (
+                Decider::K8sIsolation {
+                    policy: policy.to_string(),
+                },
+                None,
+                None,
+            ),
+        };
+        Subject {
+            decider,
+            direction: change.direction.direction,
+            verdict: change.verdict,
+            priority,
+            applied_to: change
+                .direction
+                .endpoint
+                .as_ref()
+                .map_or_else(|| NIL.to_string(), ToString::to_string),
+            log_label,
+            dry_run: true,
+        }
     }
 
     fn of_direction(
@@ -75,6 +111,7 @@ impl Subject {
                 priority: None,
                 applied_to: endpoint.to_string(),
                 log_label: None,
+                dry_run: false,
             }),
             _ => None,
         }
@@ -94,6 +131,7 @@ impl Subject {
             log_label: self.log_label,
             reason: None,
             request: None,
+            dry_run: self.dry_run,
         }
     }
 }

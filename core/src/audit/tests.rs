@@ -43,6 +43,7 @@ fn reject_icmp(micros: u64) -> AuditRecord {
         log_label: Some("icmp-log-label".into()),
         reason: None,
         request: None,
+        dry_run: false,
     }
 }
 
@@ -80,6 +81,7 @@ fn reject_tcp_line_matches_the_spec() {
         log_label: Some("tcp-log-label".into()),
         reason: None,
         request: None,
+        dry_run: false,
     };
     assert_eq!(
         record.line(),
@@ -264,6 +266,7 @@ fn k8s_lines_match_the_spec() {
         log_label: None,
         reason: None,
         request: None,
+        dry_run: false,
     };
     assert_eq!(
         allow.line(),
@@ -281,11 +284,66 @@ fn k8s_lines_match_the_spec() {
         log_label: None,
         reason: None,
         request: None,
+        dry_run: false,
     };
     assert_eq!(
         default_drop.line(),
         "2023/07/04 12:33:26.221413 IngressDefaultRule K8sNetworkPolicy <nil> Ingress Drop <nil> default/nettool 10.10.1.13 <nil> 10.10.1.7 <nil> ICMP 84 <nil>"
     );
+}
+
+#[test]
+fn dry_run_lines_say_dry_run_in_the_action_column_in_text_and_json() {
+    let mut record = reject_icmp(1_688_474_721_804_416);
+    record.dry_run = true;
+    record.verdict = Verdict::Drop;
+    assert_eq!(
+        record.line(),
+        "2023/07/04 12:45:21.804416 AntreaPolicyEgressRule AntreaNetworkPolicy:default/reject-icmp-policy RejectICMPRequest Egress DryRunDrop 14500 default/nettool 10.10.1.7 <nil> 10.10.2.3 <nil> ICMP 84 icmp-log-label"
+    );
+    let json: Value =
+        serde_json::from_str(&record.render(AuditFormat::Json, record.time, None)).unwrap();
+    assert_eq!(json["action"], "DryRunDrop");
+    // The isolation a dry-run Kubernetes NetworkPolicy would add: the
+    // default-rule stage, naming the policy.
+    record.decider = Decider::K8sIsolation {
+        policy: "K8sNetworkPolicy:default/deny-all".into(),
+    };
+    record.direction = Direction::Ingress;
+    record.priority = None;
+    record.log_label = None;
+    assert!(
+        record.line().contains(
+            " IngressDefaultRule K8sNetworkPolicy:default/deny-all <nil> Ingress DryRunDrop <nil> default/nettool "
+        ),
+        "{}",
+        record.line()
+    );
+    let json: Value =
+        serde_json::from_str(&record.render(AuditFormat::Json, record.time, None)).unwrap();
+    assert_eq!(
+        (&json["table"], &json["policy"], &json["rule"]),
+        (
+            &Value::from("IngressDefaultRule"),
+            &Value::from("K8sNetworkPolicy:default/deny-all"),
+            &Value::Null
+        )
+    );
+    // A DryRunDrop is deduplicated as a Drop is, apart from it; a
+    // DryRunAllow, as an Allow, never.
+    let mut dedup = Deduplicator::new(Duration::from_secs(1), 1000, AuditFormat::Text);
+    let mut enforced = record.clone();
+    enforced.dry_run = false;
+    assert_eq!(dedup.offer(record.clone()).len(), 1);
+    assert_eq!(
+        dedup.offer(enforced).len(),
+        1,
+        "another line than the dry-run one"
+    );
+    assert_eq!(dedup.offer(record.clone()).len(), 0, "a repeat");
+    record.verdict = Verdict::Allow;
+    assert_eq!(dedup.offer(record.clone()).len(), 1);
+    assert_eq!(dedup.offer(record).len(), 1);
 }
 
 #[test]

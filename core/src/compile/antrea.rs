@@ -73,6 +73,7 @@ impl Compiler<'_> {
                     .into_iter()
                     .map(|e| self.endpoints[e as usize].to_string())
                     .collect(),
+                dry_run: policy.metadata.dry_run(),
             });
         }
     }
@@ -114,6 +115,7 @@ impl Compiler<'_> {
             log_label: rule.log_label.clone().filter(|l| !l.is_empty()),
             rank: self.next_rank(),
             l7: rule.l7_protocols.clone().into(),
+            dry_run: policy.metadata.dry_run(),
         });
         let services = services_of(&rule.ports, &rule.protocols);
         let peers_list = match direction {

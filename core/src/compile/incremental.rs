@@ -96,7 +96,8 @@ impl Incremental {
             .cloned()
             .collect();
         for name in gone {
-            self.selections.apply(Delta::Namespace { name, labels: None });
+            self.selections
+                .apply(Delta::Namespace { name, labels: None });
         }
         for (name, labels) in &namespaces {
             if self.namespaces.get(name) != Some(labels) {

@@ -32,6 +32,7 @@ impl LocalView {
                 name: local.clone(),
                 labels: Labels::new(),
                 ips: Vec::new(),
+                pod_cidrs: Vec::new(),
             });
         LocalView {
             pods: selections.local_pods().cloned().collect(),
@@ -251,5 +252,4 @@ impl<'a> Inventory<'a> {
             .filter(|&i| selector.matches(&self.nodes[i].labels))
             .collect()
     }
-
 }

@@ -60,6 +60,8 @@ impl Compiler<'_> {
             .filter_map(|p| self.endpoint_of_target.get(&Target::Pod(p)).copied())
             .collect();
         let logged = self.logged_namespaces.contains(&ns);
+        let dry_run = policy.metadata.dry_run();
+        let shared = Arc::new(reference.clone());
         let types = policy.spec.effective_policy_types();
         let mut rule_count = 0;
         for (direction, policy_type) in [
@@ -111,6 +113,7 @@ impl Compiler<'_> {
                         log_label: None,
                         rank,
                         l7: Arc::new([]),
+                        dry_run,
                     }),
                     peers,
                     services: services_of(&ports, &[]),
@@ -119,14 +122,19 @@ impl Compiler<'_> {
                 ids.push(id);
             }
             for &endpoint in &selected {
+                let (e, d) = (endpoint as usize, dir_index(direction));
                 // Isolated even by a policy of no rule in this direction.
-                self.lists[endpoint as usize][dir_index(direction)]
-                    .k8s
-                    .get_or_insert_with(Vec::new);
+                let lists = &mut self.lists[e][d];
+                lists.k8s.get_or_insert_with(Vec::new);
+                lists.isolated |= !dry_run;
                 for &id in &ids {
                     self.enlist(id, endpoint, direction, List::K8s);
                 }
-                self.isolated_by[endpoint as usize][dir_index(direction)].push(reference.clone());
+                if dry_run {
+                    self.dry_run_isolated_by[e][d].push(Arc::clone(&shared));
+                } else {
+                    self.isolated_by[e][d].push(reference.clone());
+                }
             }
         }
         self.policies.push(PolicySummary {
@@ -140,6 +148,7 @@ impl Compiler<'_> {
                 .into_iter()
                 .map(|e| self.endpoints[e as usize].to_string())
                 .collect(),
+            dry_run,
         });
     }
 

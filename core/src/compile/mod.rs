@@ -12,9 +12,13 @@
 //! ClusterNetworkPolicies as a Tier of priority 220, AdminNetworkPolicies
 //! after every non-baseline Antrea Tier; Kubernetes NetworkPolicies next;
 //! Antrea's baseline Tier, then the network-policy-api Baseline tier, last)
-//! into the per-endpoint lists the ruleset indexes. [`Incremental`] keeps
-//! both parts across changes. Pure: no I/O, no clock; it never decides a
-//! flow.
+//! into the per-endpoint lists the ruleset indexes. A policy annotated
+//! [`crate::model::DRY_RUN_ANNOTATION`]` = "true"` is compiled in its place
+//! like any other, its rules marked [`crate::ruleset::RuleRef::dry_run`]
+//! (and its isolation, for a Kubernetes NetworkPolicy, kept apart from the
+//! enforced one): the classifier decides whether they count. [`Incremental`]
+//! keeps both parts across changes. Pure: no I/O, no clock; it never
+//! decides a flow.
 
 mod antrea;
 mod groups;
@@ -32,7 +36,8 @@ use std::sync::Arc;
 use crate::fqdn::FqdnPattern;
 use crate::model::{Direction, PolicyPort, PolicyProtocol, PortValue, Snapshot};
 use crate::ruleset::{
-    CompiledRule, Endpoint, Parts, PolicyRef, PolicySummary, RuleLists, Ruleset, ServiceMatch,
+    CompiledRule, Endpoint, Parts, PolicyRef, PolicySummary, Published, RuleLists, Ruleset,
+    ServiceMatch,
 };
 use crate::selection::{NamedPorts, Names, Selection, Selections};
 
@@ -104,9 +109,12 @@ struct Compiler<'a> {
     rules: Vec<CompiledRule>,
     /// Per endpoint (index into `endpoints`), per direction.
     lists: Vec<[RuleLists; 2]>,
-    /// Per endpoint, per direction: the Kubernetes NetworkPolicies that
-    /// isolate it (`tollgate trace` names them; a deny-all has no rule).
+    /// Per endpoint, per direction: the enforced Kubernetes
+    /// NetworkPolicies that isolate it (`tollgate trace` names them; a
+    /// deny-all has no rule).
     isolated_by: Vec<[Vec<PolicyRef>; 2]>,
+    /// The same for dry-run Kubernetes NetworkPolicies.
+    dry_run_isolated_by: Vec<[Vec<Arc<PolicyRef>>; 2]>,
     endpoints: Vec<Endpoint>,
     endpoint_of_target: HashMap<Target, u32>,
     fqdn_patterns: BTreeMap<FqdnPattern, u32>,
@@ -178,6 +186,7 @@ impl<'a> Compiler<'a> {
         }
         let lists = vec![Default::default(); endpoints.len()];
         let isolated_by = vec![Default::default(); endpoints.len()];
+        let dry_run_isolated_by = vec![Default::default(); endpoints.len()];
         Compiler {
             inv,
             peers,
@@ -186,6 +195,7 @@ impl<'a> Compiler<'a> {
             rules: Vec::new(),
             lists,
             isolated_by,
+            dry_run_isolated_by,
             endpoints,
             endpoint_of_target,
             fqdn_patterns: BTreeMap::new(),
@@ -250,18 +260,54 @@ impl<'a> Compiler<'a> {
             .map(|(p, i)| (i, p))
             .collect();
         fqdn_patterns.sort_by_key(|(i, _)| *i);
+        // The local Node's Pod ranges, and what in them the inventory
+        // knows: the local Pods' addresses and the Node's own.
+        let local = &self.inv.nodes[self.inv.local_node];
+        let ranges = local.pod_cidrs.clone();
+        let mut known: Vec<IpAddr> = local
+            .ips
+            .iter()
+            .chain(self.inv.pods.iter().flat_map(|p| p.ips.iter()))
+            .filter(|ip| ranges.iter().any(|r| r.contains(*ip)))
+            .copied()
+            .collect();
+        known.sort();
+        known.dedup();
+        let published = self
+            .endpoint_of_target
+            .iter()
+            .filter_map(|(target, &endpoint)| match target {
+                Target::Pod(idx) => Some((&self.inv.pods[*idx as usize], endpoint)),
+                Target::LocalNode => None,
+            })
+            .flat_map(|(pod, endpoint)| {
+                pod.host_ports.iter().map(move |p| Published {
+                    protocol: p.protocol,
+                    host: p.host,
+                    address: p.address,
+                    endpoint,
+                    container: p.container,
+                })
+            })
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
 
         Ruleset::new(Parts {
             rules: self.rules,
             endpoints: self.endpoints,
             lists: self.lists,
             isolated_by: self.isolated_by,
+            dry_run_isolated_by: self.dry_run_isolated_by,
             addresses,
             named_ports,
             names,
             fqdn_patterns: fqdn_patterns.into_iter().map(|(_, p)| p).collect(),
             policies: self.policies,
             logged_namespaces: self.logged_namespaces,
+            ranges,
+            known,
+            published,
         })
     }
 }

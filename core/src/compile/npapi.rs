@@ -18,10 +18,10 @@ use crate::model::{
     NpTier, PortProtocol,
 };
 use crate::ruleset::ServiceMatch;
-use crate::selection::{NamespaceScope, Selection};
 use crate::ruleset::{
     Block, CompiledRule, Endpoint, PeerMatch, PolicyKind, PolicyRef, PolicySummary, RuleRef,
 };
+use crate::selection::{NamespaceScope, Selection};
 
 use super::inventory::PodIdx;
 use super::k8s::K8S_LOGGING_ANNOTATION;
@@ -126,6 +126,7 @@ impl Compiler<'_> {
                     .into_iter()
                     .map(|e| self.endpoints[e as usize].to_string())
                     .collect(),
+                dry_run: policy.metadata.dry_run(),
             });
         }
     }
@@ -156,6 +157,7 @@ impl Compiler<'_> {
             log_label: None,
             rank,
             l7: Arc::new([]),
+            dry_run: policy.metadata.dry_run(),
         });
         // One instance per subject Namespace when peers depend on it
         // (`sameLabels` / `notSameLabels`), else one for all; none without

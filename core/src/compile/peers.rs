@@ -74,7 +74,7 @@ impl Compiler<'_> {
     pub(super) fn resolve_peers(
         &mut self,
         peers: &[Peer],
-        to_services: &[crate::model::NamespacedName],
+        to_services: &[crate::model::PeerService],
         policy_ns: Option<&str>,
         context_ns: Option<&str>,
     ) -> PeerMatch {
@@ -83,10 +83,21 @@ impl Compiler<'_> {
             ..Default::default()
         };
         for service in to_services {
+            // A Multicluster Service: none is in the inventory (Antrea's
+            // controller skips it too without stretched policies).
+            if service.cluster_set() {
+                continue;
+            }
+            // A namespaced policy's reference without a namespace is to its
+            // own Namespace, as Antrea's controller reads it.
+            let namespace = match (service.namespace.as_str(), policy_ns) {
+                ("", Some(own)) => own,
+                (namespace, _) => namespace,
+            };
             if let Some(svc) = self
                 .inv
                 .services
-                .get(&(service.namespace.clone(), service.name.clone()))
+                .get(&(namespace.to_string(), service.name.clone()))
             {
                 for ip in svc.cluster_ips() {
                     for port in &svc.spec.ports {

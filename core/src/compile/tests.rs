@@ -755,6 +755,58 @@ spec:
     assert_eq!(rs.classify(&udp(54), &NoFqdn).verdict, Verdict::Allow);
 }
 
+/// A namespaced policy's `toServices` without a namespace names a Service
+/// of the policy's own Namespace (Antrea's controller reads it so); a
+/// ClusterSet reference selects nothing here.
+#[test]
+fn to_services_default_to_the_policys_namespace_and_skip_cluster_set() {
+    let rs = ruleset(&format!(
+        r#"apiVersion: v1
+kind: Service
+metadata: {{name: svc, namespace: {x}}}
+spec:
+  clusterIP: 10.96.0.10
+  ports: [{{port: 53, protocol: UDP}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: svc, namespace: {y}}}
+spec:
+  clusterIP: 10.96.0.11
+  ports: [{{port: 53, protocol: UDP}}]
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: NetworkPolicy
+metadata: {{name: p, namespace: {x}}}
+spec:
+  priority: 1
+  appliedTo: [{{podSelector: {{matchLabels: {{app: a}}}}}}]
+  egress:
+  - action: Drop
+    toServices: [{{name: svc}}, {{name: svc, namespace: {y}, scope: ClusterSet}}]
+"#,
+        x = NAMESPACES[X],
+        y = NAMESPACES[Y],
+    ));
+    let udp = |dst: &str| Flow {
+        src: ip(X, A),
+        dst: dst.parse().unwrap(),
+        transport: Transport::Udp {
+            src_port: 1,
+            dst_port: 53,
+        },
+        local: None,
+    };
+    assert_eq!(
+        rs.classify(&udp("10.96.0.10"), &NoFqdn).verdict,
+        Verdict::Drop
+    );
+    assert_eq!(
+        rs.classify(&udp("10.96.0.11"), &NoFqdn).verdict,
+        Verdict::Allow
+    );
+}
+
 #[test]
 fn node_port_service_applied_to() {
     let rs = ruleset(
@@ -1466,5 +1518,138 @@ spec:
 }
 
 mod conformance;
+mod dry_run;
 mod npapi;
 mod priority;
+
+/// The local Node's Pod ranges (`spec.podCIDRs`, every Node object of its
+/// name) and what in them the inventory knows: every local Pod's address,
+/// enforced or not, and the Node's own; a remote Pod's address is not
+/// known here, nor an address outside the ranges.
+#[test]
+fn the_local_nodes_pod_ranges_and_the_addresses_known_in_them() {
+    let yaml = format!(
+        "{}apiVersion: v1\nkind: Node\nmetadata: {{name: node1}}\nspec: {{podCIDR: 10.0.0.0/16, podCIDRs: [10.0.0.0/16, 'fd00::/64', not-a-cidr]}}\n---\n\
+         apiVersion: v1\nkind: Pod\nmetadata: {{name: remote, namespace: x}}\nspec: {{nodeName: node2}}\nstatus: {{podIP: 10.0.9.9}}\n---\n{}",
+        inventory(["", "", ""]),
+        "apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {name: p}\nspec:\n  priority: 1\n  appliedTo: [{podSelector: {matchLabels: {app: a}}}]\n  ingress:\n  - action: Drop\n"
+    );
+    let rs = compile(
+        &snapshot(&yaml),
+        &LocalNode {
+            name: "node1".into(),
+            addresses: vec!["10.0.255.1".parse().unwrap(), "192.0.2.1".parse().unwrap()],
+            ..Default::default()
+        },
+    );
+    let enforced = rs.enforced();
+    assert_eq!(
+        enforced.ranges,
+        ["10.0.0.0/16".parse().unwrap(), "fd00::/64".parse().unwrap()]
+    );
+    for n in 0..3 {
+        for pod in [A, B, C] {
+            assert!(enforced.known.contains(&ip(n, pod)), "{}", ip(n, pod));
+            assert!(!enforced.is_unknown(ip(n, pod)));
+        }
+    }
+    let known = |text: &str| enforced.known.contains(&text.parse().unwrap());
+    assert!(known("10.0.255.1"), "the Node's own address in the range");
+    assert!(!known("192.0.2.1"), "outside the ranges");
+    assert!(!known("10.0.9.9"), "a remote Pod");
+    assert!(enforced.is_unknown("10.0.9.9".parse().unwrap()));
+    assert!(enforced.is_unknown("fd00::99".parse().unwrap()));
+    assert!(!enforced.is_unknown("10.1.0.1".parse().unwrap()));
+}
+
+/// A connection that reaches the Node on a port published for a local
+/// Pod (`hostPort`; on a Docker host `-p`, relayed by `docker-proxy`) is
+/// decided as the client's connection to the Pod's port, whichever family
+/// the client uses, and only on the address it is published on; the port
+/// of an enforced Pod is in `Enforced::published`, that of a Pod only
+/// dry-run policies apply to in `Enforced::dry_run_published`.
+#[test]
+fn a_published_port_reached_on_the_node_is_decided_as_the_client_to_the_pod() {
+    let pod =
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: x, labels: {app: web}}\n\
+               spec:\n  containers:\n  - name: main\n    ports:\n\
+               \x20   - {containerPort: 80, hostPort: 8080}\n\
+               \x20   - {containerPort: 53, protocol: UDP, hostPort: 5353, hostIP: 10.255.0.1}\n\
+               status: {podIPs: [{ip: 10.0.7.1}, {ip: 'fd00::7:1'}]}\n---\n";
+    let policy = "apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {name: p}\n\
+                  spec:\n  priority: 1\n  appliedTo: [{podSelector: {matchLabels: {app: web}}}]\n  ingress:\n\
+                  \x20 - action: Allow\n    ports: [{protocol: TCP, port: 80}, {protocol: UDP, port: 53}]\n\
+                  \x20   from: [{ipBlock: {cidr: 192.0.2.0/24}}, {ipBlock: {cidr: '2001:db8::/32'}}]\n\
+                  \x20 - action: Drop\n";
+    let rs = ruleset(&format!("{pod}{policy}"));
+    use crate::model::PortProtocol;
+    assert_eq!(
+        rs.enforced().published,
+        [(PortProtocol::Udp, 5353), (PortProtocol::Tcp, 8080)]
+    );
+    // The policy in dry-run: the ports are the dry-run endpoint's.
+    let dry_run = policy.replace(
+        "{name: p}",
+        "{name: p, annotations: {tollgate.io/dry-run: 'true'}}",
+    );
+    let dry = ruleset(&format!("{pod}{dry_run}"));
+    assert!(dry.enforced().published.is_empty());
+    assert_eq!(
+        dry.enforced().dry_run_published,
+        [(PortProtocol::Udp, 5353), (PortProtocol::Tcp, 8080)]
+    );
+    let to_node = |src: &str, node: &str, transport: Transport| {
+        rs.classify(
+            &Flow {
+                src: src.parse().unwrap(),
+                dst: node.parse().unwrap(),
+                transport,
+                local: Some(crate::packet::LocalSide::Destination),
+            },
+            &NoFqdn,
+        )
+    };
+    let tcp = Transport::Tcp {
+        src_port: 40000,
+        dst_port: 8080,
+    };
+    for (client, node, verdict) in [
+        ("192.0.2.9", NODE_IP, Verdict::Allow),
+        ("198.51.100.9", NODE_IP, Verdict::Drop),
+        ("2001:db8::9", "fd00::1", Verdict::Allow),
+        ("2001:db9::9", "fd00::1", Verdict::Drop),
+    ] {
+        let decision = to_node(client, node, tcp);
+        assert_eq!(decision.verdict, verdict, "{client} -> {node}:8080");
+        assert_eq!(
+            decision.ingress.endpoint.as_ref().map(ToString::to_string),
+            Some("x/web".to_string())
+        );
+    }
+    let udp = |node| {
+        to_node(
+            "198.51.100.9",
+            node,
+            Transport::Udp {
+                src_port: 40000,
+                dst_port: 5353,
+            },
+        )
+        .verdict
+    };
+    assert_eq!(udp(NODE_IP), Verdict::Drop, "published on this address");
+    assert_eq!(
+        udp("10.255.0.2"),
+        Verdict::Allow,
+        "not on this one: the Node's"
+    );
+    // The Node itself, or a port nothing is published on, stays the Node's.
+    let other = Transport::Tcp {
+        src_port: 40000,
+        dst_port: 8081,
+    };
+    assert_eq!(
+        to_node("198.51.100.9", NODE_IP, other).verdict,
+        Verdict::Allow
+    );
+}

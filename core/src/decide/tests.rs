@@ -66,7 +66,9 @@ fn allow_and_reject_repeat_with_a_mark_that_keeps_foreign_bits() {
                 by: DecidedBy::NoRule
             },
             audit: Vec::new(),
+            dry_run: None,
             cache: None,
+            flow: parse_flow(&syn(80)).ok(),
         }
     );
     let rejected = step(
@@ -401,16 +403,58 @@ const CACHE_ADDRESSES: [&str; 10] = [
 ];
 const CACHE_PORTS: [u16; 8] = [22, 53, 80, 443, 8080, 9, 1500, 0];
 
-fn cache_ruleset() -> &'static Ruleset {
-    static RULESET: std::sync::OnceLock<Ruleset> = std::sync::OnceLock::new();
-    RULESET.get_or_init(|| {
+/// Dry-run policies over [`CACHE_POLICIES`]'s: a Drop and an Allow by
+/// address and port, an FQDN rule and a `sourcePort` rule (which make a
+/// dry-run outcome depend on more than the key), and a Kubernetes
+/// NetworkPolicy that would isolate `a`.
+const DRY_RUN_POLICIES: &str = "---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: dry, annotations: {tollgate.io/dry-run: 'true'}}
+spec:
+  priority: 1
+  tier: emergency
+  appliedTo: [{podSelector: {}}]
+  ingress:
+  - action: Drop
+    ports: [{protocol: TCP, port: 80}]
+    from: [{ipBlock: {cidr: 10.1.0.0/24}}]
+  - action: Allow
+    from: [{ipBlock: {cidr: 203.0.113.0/24}}]
+  egress:
+  - action: Drop
+    to: [{fqdn: '*.example.test'}]
+    ports: [{protocol: TCP, port: 8080}]
+  - action: Reject
+    ports: [{protocol: UDP, port: 53, sourcePort: 1000, sourceEndPort: 2000}]
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: isolate-a, namespace: x, annotations: {tollgate.io/dry-run: 'true'}}
+spec:
+  podSelector: {matchLabels: {app: a}}
+  policyTypes: [Ingress]
+  ingress:
+  - from: [{ipBlock: {cidr: 10.1.0.2/32}}]
+";
+
+/// [`CACHE_POLICIES`], and with `dry_run` [`DRY_RUN_POLICIES`] too.
+fn cache_ruleset_of(dry_run: bool) -> &'static Ruleset {
+    static RULESETS: [std::sync::OnceLock<Ruleset>; 2] =
+        [std::sync::OnceLock::new(), std::sync::OnceLock::new()];
+    RULESETS[usize::from(dry_run)].get_or_init(|| {
         let node = crate::compile::LocalNode {
             name: "n".into(),
             labels: Default::default(),
             addresses: vec!["10.0.0.1".parse().unwrap()],
         };
-        crate::compile::compile_yaml(CACHE_POLICIES, &node)
+        let extra = if dry_run { DRY_RUN_POLICIES } else { "" };
+        crate::compile::compile_yaml(&format!("{CACHE_POLICIES}{extra}"), &node)
     })
+}
+
+fn cache_ruleset() -> &'static Ruleset {
+    cache_ruleset_of(false)
 }
 
 /// A packet of `protocol` (0 TCP, 1 UDP, 2 ICMP echo or unreachable)
@@ -480,9 +524,12 @@ proptest::proptest! {
 
     /// A cacheable step's verdict is the verdict of every flow with its
     /// key, whatever the source port, the SYN's payload and the FQDN
-    /// table: the kernel may apply it without asking.
+    /// table: the kernel may apply it without asking. With dry-run
+    /// policies too, and then no flow with the key has a dry-run verdict
+    /// of its own (one the kernel answered would go unreported).
     #[test]
     fn a_cacheable_verdict_holds_for_every_flow_with_its_key(
+        dry_run in proptest::prelude::any::<bool>(),
         src in 0..CACHE_ADDRESSES.len(),
         dst in 0..CACHE_ADDRESSES.len(),
         protocol in 0u8..3,
@@ -503,7 +550,7 @@ proptest::proptest! {
             .filter(|a| a.is_ipv4() == src.is_ipv4())
             .collect();
         let dst = same_family[dst % same_family.len()];
-        let ruleset = cache_ruleset();
+        let ruleset = cache_ruleset_of(dry_run);
         let first_packet = cache_packet(src, dst, protocol, (ports[0], CACHE_PORTS[dst_port]), &payloads[0]);
         let first = step(
             &queued(&first_packet, 0, local_side(side)),
@@ -515,6 +562,7 @@ proptest::proptest! {
         let Some(entry) = first.cache else {
             return Ok(());
         };
+        proptest::prop_assert!(first.dry_run.is_none(), "cached with a dry-run verdict");
         let decided = matches!(first.outcome, Outcome::Decided { verdict, .. } if verdict == entry.verdict);
         proptest::prop_assert!(decided, "the entry carries the step's verdict");
         let fqdn = crate::fqdn::StaticFqdn(
@@ -533,7 +581,99 @@ proptest::proptest! {
         );
         proptest::prop_assert_eq!(other.cache, Some(entry));
         proptest::prop_assert_eq!(other.action, first.action);
+        proptest::prop_assert!(other.dry_run.is_none(), "a dry-run verdict under a cached key");
     }
+}
+
+#[test]
+fn dry_run_verdicts_are_reported_never_given_and_never_cached() {
+    let ruleset = cache_ruleset_of(true);
+    let plain = cache_ruleset_of(false);
+    let a: IpAddr = "10.1.0.1".parse().unwrap();
+    let b: IpAddr = "10.1.0.2".parse().unwrap();
+    let decide = |ruleset, src: IpAddr, dst: IpAddr, protocol, ports| {
+        let packet = cache_packet(src, dst, protocol, ports, &[]);
+        step(
+            &queued(&packet, 0, None),
+            ruleset,
+            &NoFqdn,
+            &config(FailMode::Closed),
+            NOW,
+        )
+    };
+    // b -> a on the named port: allowed and cached without dry-run; with
+    // it the dry-run Drop is reported, the connection still allowed, and
+    // not cached (the next connection must be seen too).
+    let without = decide(plain, b, a, 0, (4000, 80));
+    let with = decide(ruleset, b, a, 0, (4000, 80));
+    assert_eq!(with.action, without.action);
+    assert_eq!(with.outcome, without.outcome);
+    assert_eq!(
+        without.cache.map(|e| e.verdict),
+        Some(Verdict::Allow),
+        "cached without the dry-run policy"
+    );
+    assert_eq!(with.cache, None);
+    let dry = with.dry_run.expect("a dry-run Drop");
+    assert_eq!(dry.verdict, Verdict::Drop);
+    assert_eq!(
+        dry.cause.policy().to_string(),
+        "AntreaClusterNetworkPolicy:dry"
+    );
+    assert!(dry.record.dry_run);
+    assert_eq!(dry.record.verdict, Verdict::Drop);
+    assert!(
+        dry.record
+            .line()
+            .contains(" AntreaPolicyIngressRule AntreaClusterNetworkPolicy:dry ingress-drop-"),
+        "{}",
+        dry.record.line()
+    );
+    assert!(
+        dry.record.line().contains(" Ingress DryRunDrop "),
+        "{}",
+        dry.record.line()
+    );
+    // The ICMP reject from 203.0.113.5 to a: the dry-run Allow changes it.
+    let rejected = decide(ruleset, "203.0.113.5".parse().unwrap(), a, 2, (0, 8));
+    assert_eq!(
+        rejected.action,
+        decide(plain, "203.0.113.5".parse().unwrap(), a, 2, (0, 8)).action
+    );
+    assert_eq!(rejected.dry_run.map(|d| d.verdict), Some(Verdict::Allow));
+    assert_eq!(rejected.cache, None);
+    // A port no rule names: the dry-run isolation of a drops it, named
+    // by its policy.
+    let isolated = decide(ruleset, "10.0.0.9".parse().unwrap(), a, 0, (4000, 9));
+    let dry = isolated.dry_run.expect("isolation");
+    assert_eq!(
+        dry.cause.policy().to_string(),
+        "K8sNetworkPolicy:x/isolate-a"
+    );
+    assert!(
+        dry.record.line().contains(
+            " IngressDefaultRule K8sNetworkPolicy:x/isolate-a <nil> Ingress DryRunDrop <nil> x/a "
+        ),
+        "{}",
+        dry.record.line()
+    );
+    // Where the dry-run outcome agrees and only the key decides both,
+    // the verdict is cached as before: b -> b's own port from outside the
+    // dry-run Drop's block.
+    let agreed = decide(ruleset, "10.1.0.9".parse().unwrap(), b, 0, (4000, 8080));
+    assert!(agreed.dry_run.is_none());
+    assert_eq!(agreed.cache.map(|e| e.verdict), Some(Verdict::Allow));
+    // An FQDN rule of a dry-run policy keeps its flows out of the cache
+    // even where it agrees today (a learned address could change that).
+    let fqdn = decide(ruleset, a, "192.0.2.200".parse().unwrap(), 0, (4000, 8080));
+    assert!(fqdn.dry_run.is_none());
+    assert_eq!(fqdn.cache, None);
+    assert_eq!(
+        decide(plain, a, "192.0.2.200".parse().unwrap(), 0, (4000, 8080))
+            .cache
+            .map(|e| e.verdict),
+        Some(Verdict::Allow)
+    );
 }
 
 #[test]

@@ -35,7 +35,7 @@ fn objects_per_file_are_bounded_lists_included() {
     assert!(objects.is_empty());
     assert_eq!(
         problems[0].to_string(),
-        "l.yaml: more than 2 objects in one file"
+        "l.yaml: more than 2 objects in one file (the limit is policyFiles.maxObjectsPerFile)"
     );
 }
 
@@ -97,6 +97,29 @@ fn unknown_kind_is_a_problem_naming_the_object() {
     assert_eq!(
         problems[0].to_string(),
         "k.yaml: document shop/web: kind: apps/v1 Deployment is not a kind tollgate reads"
+    );
+}
+
+#[test]
+fn a_misspelt_kind_or_an_unknown_version_says_what_is_read() {
+    let problem = |text: &str| parse_documents(Path::new("k.yaml"), text).1[0].to_string();
+    assert_eq!(
+        problem("apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolcy\nmetadata: {name: p}\n"),
+        "k.yaml: document p: kind: crd.antrea.io/v1beta1 ClusterNetworkPolcy is not a kind tollgate reads: did you mean ClusterNetworkPolicy?"
+    );
+    assert_eq!(
+        problem("apiVersion: crd.antrea.io/v1beta3\nkind: Tier\nmetadata: {name: t}\n"),
+        "k.yaml: document t: kind: crd.antrea.io/v1beta3 Tier is not a kind tollgate reads: tollgate reads Tier as crd.antrea.io/v1beta1, crd.antrea.io/v1alpha1"
+    );
+}
+
+#[test]
+fn a_syntax_error_shows_its_line_with_a_caret_under_the_column() {
+    let text = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  labels: {app: web\n";
+    let (_, problems) = parse_documents(Path::new("s.yaml"), text);
+    assert_eq!(
+        problems[0].to_string(),
+        "s.yaml: line 5, column 11: YAML syntax: unclosed bracket '{'\n5 |   labels: {app: web\n  |           ^"
     );
 }
 

@@ -150,7 +150,8 @@ fn bad_endpoints_and_ports_are_clear_errors() {
             Some("80")
         )),
         TraceError::UnknownEndpoint {
-            given: "shop/nobody".into()
+            given: "shop/nobody".into(),
+            nearest: None,
         }
     );
     assert_eq!(
@@ -378,4 +379,263 @@ spec:
     let from_client = request("shop/client", "shop/web", TraceProtocol::Tcp, Some("http"));
     let report = trace(&ruleset, &NoFqdn, &from_client).unwrap();
     assert!(report.egress.isolated_by.is_empty(), "{report:?}");
+}
+
+#[test]
+fn trace_shows_the_dry_run_verdict_beside_the_enforced_one() {
+    let yaml = format!(
+        "{OBJECTS}---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata:
+  name: lockdown
+  annotations: {{tollgate.io/dry-run: \"true\"}}
+spec:
+  priority: 1
+  tier: securityops
+  appliedTo: [{{podSelector: {{matchLabels: {{app: web}}}}}}]
+  ingress:
+  - name: no-client
+    action: Drop
+    from: [{{podSelector: {{matchLabels: {{app: client}}}}}}]
+"
+    );
+    let (objects, problems) = crate::decode::parse_documents("test.yaml".as_ref(), &yaml);
+    assert!(problems.is_empty(), "{problems:?}");
+    let local = LocalNode {
+        name: "n1".into(),
+        ..LocalNode::default()
+    };
+    let ruleset = compile(&Snapshot { objects }, &local);
+    let to_web = request("shop/client", "shop/web", TraceProtocol::Tcp, Some("http"));
+    let report = trace(&ruleset, &NoFqdn, &to_web).unwrap();
+    // Enforced: as without the dry-run policy.
+    assert_eq!(report.verdict, "Allow");
+    assert_eq!(report.ingress.rule.as_deref(), Some("http-from-client"));
+    assert!(
+        report
+            .ingress
+            .consulted
+            .iter()
+            .all(|c| c.policy != "AntreaClusterNetworkPolicy:lockdown"),
+        "{report:?}"
+    );
+    assert_eq!(
+        report.dry_run,
+        Some(DryRunReport {
+            verdict: "Drop".into(),
+            changed: true,
+            direction: Some("Ingress".into()),
+            policy: Some("AntreaClusterNetworkPolicy:lockdown".into()),
+            tier: Some("securityops".into()),
+            rule: Some("no-client".into()),
+            action: Some("Drop".into()),
+        })
+    );
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["dryRun"]["verdict"], "Drop");
+    assert_eq!(json["dryRun"]["changed"], true);
+    // Its rule does not match the remote Pod: an unchanged dry-run verdict
+    // (the enforced rule decides it).
+    let far = request("shop/far", "shop/web", TraceProtocol::Tcp, Some("80"));
+    let report = trace(&ruleset, &NoFqdn, &far).unwrap();
+    let dry = report.dry_run.expect("web carries a dry-run rule");
+    assert_eq!((dry.verdict.as_str(), dry.changed), ("Drop", false));
+    assert_eq!(dry.policy, None);
+    // Flows between sides without dry-run rules have none.
+    let out = request("shop/client", "shop/far", TraceProtocol::Tcp, Some("80"));
+    let report = trace(&ruleset, &NoFqdn, &out).unwrap();
+    assert_eq!(report.dry_run, None);
+    assert!(serde_json::to_value(&report)
+        .unwrap()
+        .get("dryRun")
+        .is_none());
+}
+
+/// `trace -v`'s reasons: each rule that did not match says which of its
+/// conditions the flow missed (peer, port, protocol, FQDN, source port),
+/// the flow's value there and what the rule takes.
+#[test]
+fn each_rule_not_matched_says_why() {
+    let ruleset = ruleset();
+    let why = |report: &DirectionReport| -> Vec<(Option<Miss>, Option<String>)> {
+        report
+            .consulted
+            .iter()
+            .map(|c| (c.miss, c.why.clone()))
+            .collect()
+    };
+    let to_81 = request("shop/client", "shop/web", TraceProtocol::Tcp, Some("81"));
+    let report = trace(&ruleset, &NoFqdn, &to_81).unwrap();
+    assert_eq!(
+        why(&report.ingress),
+        [
+            (
+                Some(Miss::Peer),
+                Some(
+                    "source 10.0.0.2 is none of the rule's peers: 1 selected address (10.0.9.9)"
+                        .into()
+                )
+            ),
+            (
+                Some(Miss::Port),
+                Some("TCP destination port 81: the rule takes TCP/http".into())
+            ),
+            (None, None),
+        ]
+    );
+    let out = request("shop/client", "192.0.2.1", TraceProtocol::Udp, Some("53"));
+    let report = trace(&ruleset, &NoFqdn, &out).unwrap();
+    let reasons: Vec<String> = report
+        .egress
+        .consulted
+        .iter()
+        .filter_map(|c| c.why.clone())
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            "destination 192.0.2.1 is none of the rule's peers: FQDN *.example.test (not known to resolve to 192.0.2.1)",
+            "protocol UDP: the rule takes IGMP type 0x11",
+            "destination 192.0.2.1 is none of the rule's peers: 2 selected addresses (10.0.0.3, fd00::3)",
+        ]
+    );
+    // The name learned: the FQDN rule matches, nothing to explain.
+    let learned = StaticFqdn(vec![(
+        "www.example.test".into(),
+        "192.0.2.1".parse().unwrap(),
+    )]);
+    let tcp = request("shop/client", "192.0.2.1", TraceProtocol::Tcp, Some("443"));
+    let report = trace(&ruleset, &learned, &tcp).unwrap();
+    assert_eq!(why(&report.egress), [(None, None)]);
+    // JSON carries both.
+    let json = serde_json::to_value(trace(&ruleset, &NoFqdn, &to_81).unwrap()).unwrap();
+    assert_eq!(json["ingress"]["consulted"][1]["miss"], "port");
+    assert!(json["ingress"]["consulted"][2].get("why").is_none());
+}
+
+/// A `sourcePort` range, an ICMP type and a CIDR with a hole: the source
+/// port is named when only it fails, the ICMP type and code when they do,
+/// the hole with its block.
+#[test]
+fn source_port_icmp_type_and_ip_block_holes_are_explained() {
+    const POLICY: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: db, namespace: shop, labels: {app: db}}
+spec: {nodeName: n1}
+status: {podIP: 10.0.0.5}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: db-in}
+spec:
+  priority: 1
+  tier: application
+  appliedTo: [{podSelector: {matchLabels: {app: db}}}]
+  ingress:
+  - name: low-ports
+    action: Allow
+    from: [{ipBlock: {cidr: 10.0.0.0/16}}]
+    ports: [{protocol: TCP, port: 5432, sourcePort: 1000, sourceEndPort: 2000}]
+  - name: ping
+    action: Allow
+    from: [{ipBlock: {cidr: 10.0.0.0/16}}]
+    protocols: [{icmp: {icmpType: 0}}]
+  - name: lan
+    action: Allow
+    from: [{ipBlock: {cidr: 10.0.0.0/16, except: [10.0.7.0/24]}}]
+"#;
+    let (objects, problems) = crate::decode::parse_documents("t.yaml".as_ref(), POLICY);
+    assert!(problems.is_empty(), "{problems:?}");
+    let local = LocalNode {
+        name: "n1".into(),
+        ..LocalNode::default()
+    };
+    let ruleset = compile(&Snapshot { objects }, &local);
+    let reasons = |r: TraceRequest| -> Vec<String> {
+        let report = trace(&ruleset, &NoFqdn, &r).unwrap();
+        report
+            .ingress
+            .consulted
+            .iter()
+            .filter_map(|c| c.why.clone())
+            .collect()
+    };
+    assert_eq!(
+        reasons(request(
+            "10.0.7.9",
+            "shop/db",
+            TraceProtocol::Tcp,
+            Some("5432")
+        )),
+        [
+            "source port 40000: the rule takes TCP/5432 from ports 1000-2000",
+            "protocol TCP: the rule takes ICMP type 0",
+            "source 10.0.7.9 is none of the rule's peers: 10.0.0.0/16 except 10.0.7.0/24",
+        ]
+    );
+    let ping = request("10.0.1.1", "shop/db", TraceProtocol::Icmp, None);
+    assert_eq!(
+        reasons(ping)[..2],
+        [
+            "protocol ICMP: the rule takes TCP/5432 from ports 1000-2000",
+            "ICMP type 8 code 0: the rule takes ICMP type 0",
+        ]
+    );
+}
+
+/// An HTTP request denied by a rule's `l7Protocols` is explained entry by
+/// entry: the first field each entry refuses.
+#[test]
+fn an_http_request_denied_says_which_field_each_entry_refuses() {
+    const POLICY: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: api, namespace: shop, labels: {app: api}}
+spec: {nodeName: n1}
+status: {podIP: 10.0.0.6}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: api-in}
+spec:
+  priority: 1
+  tier: application
+  appliedTo: [{podSelector: {matchLabels: {app: api}}}]
+  ingress:
+  - name: reads
+    action: Allow
+    l7Protocols: [{http: {method: GET, path: "/api/*"}}, {http: {host: "*.shop.test"}}]
+"#;
+    let (objects, problems) = crate::decode::parse_documents("t.yaml".as_ref(), POLICY);
+    assert!(problems.is_empty(), "{problems:?}");
+    let local = LocalNode {
+        name: "n1".into(),
+        ..LocalNode::default()
+    };
+    let ruleset = compile(&Snapshot { objects }, &local);
+    let http = |method: &str, host: &str, path: &str| {
+        let mut r = request("10.0.1.1", "shop/api", TraceProtocol::Tcp, Some("80"));
+        r.http_method = Some(method.into());
+        r.http_host = Some(host.into());
+        r.http_path = Some(path.into());
+        trace(&ruleset, &NoFqdn, &r).unwrap()
+    };
+    let denied = http("POST", "api.other.test", "/api/x");
+    assert_eq!(denied.http.as_deref(), Some("Drop"));
+    assert_eq!(
+        denied.http_why,
+        [
+            "l7Protocols[0].http: method POST: the rule takes GET",
+            "l7Protocols[1].http: host api.other.test: the rule takes *.shop.test",
+        ]
+    );
+    assert_eq!(
+        http("GET", "api.other.test", "/admin").http_why[0],
+        "l7Protocols[0].http: path /admin: the rule takes /api/*"
+    );
+    let allowed = http("GET", "api.other.test", "/api/items");
+    assert_eq!(allowed.http.as_deref(), Some("Allow"));
+    assert!(allowed.http_why.is_empty());
 }

@@ -43,22 +43,57 @@ impl HttpRule {
 
     /// Whether `request` is allowed by this rule.
     pub fn matches(&self, request: &RequestHead) -> bool {
+        self.mismatch(request).is_none()
+    }
+
+    /// The first field (method, host, path) `request` fails, with what
+    /// the rule takes there; `None` when the rule allows it.
+    pub fn mismatch(&self, request: &RequestHead) -> Option<HttpMismatch> {
         let method = self
             .method
             .as_ref()
-            .is_none_or(|m| m.eq_ignore_ascii_case(&request.method));
-        let host = self.host.as_ref().is_none_or(|pattern| {
-            request.host.as_deref().is_some_and(|host| {
+            .filter(|m| !m.eq_ignore_ascii_case(&request.method));
+        if let Some(method) = method {
+            return Some(HttpMismatch {
+                field: "method",
+                wanted: method.clone(),
+            });
+        }
+        let host = self.host.as_ref().filter(|pattern| {
+            !request.host.as_deref().is_some_and(|host| {
                 glob_match(pattern.name.as_bytes(), host.as_bytes())
                     && pattern.port.is_none_or(|port| request.port == Some(port))
             })
         });
+        if let Some(pattern) = host {
+            let wanted = match pattern.port {
+                Some(port) => format!("{}:{port}", pattern.name),
+                None => pattern.name.clone(),
+            };
+            return Some(HttpMismatch {
+                field: "host",
+                wanted,
+            });
+        }
         let path = self
             .path
             .as_ref()
-            .is_none_or(|p| glob_match(p.as_bytes(), request.path.as_bytes()));
-        method && host && path
+            .filter(|p| !glob_match(p.as_bytes(), request.path.as_bytes()));
+        path.map(|path| HttpMismatch {
+            field: "path",
+            wanted: path.clone(),
+        })
     }
+}
+
+/// The field of an `http` entry a request fails, and the entry's value
+/// there (the pattern as it is matched: a host lower-case, without its
+/// trailing dot).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpMismatch {
+    /// `method`, `host` or `path`.
+    pub field: &'static str,
+    pub wanted: String,
 }
 
 impl HostPattern {

@@ -18,7 +18,7 @@ mod path;
 mod request;
 
 pub use error::{Ambiguity, Malformed};
-pub use matcher::{decide, matches, HttpRule};
+pub use matcher::{decide, matches, HttpMismatch, HttpRule};
 pub use request::{
     FramingPolicy, HttpEvent, RequestHead, RequestTracker, BODYLESS_METHODS, DEFAULT_MAX_HEAD,
     MAX_HEADERS,

@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
-use super::meta::{LabelSelector, NamespacedName, ObjectMeta};
+use super::meta::{LabelSelector, NamespacedName, ObjectMeta, PeerService};
 
 /// The static Tiers Antrea creates, with their priorities.
 pub const STATIC_TIERS: [(&str, i32); 6] = [
@@ -179,7 +179,7 @@ pub struct Rule {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub to: Vec<Peer>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub to_services: Vec<NamespacedName>,
+    pub to_services: Vec<PeerService>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<PolicyPort>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -241,7 +241,9 @@ pub struct IpBlock {
 }
 
 /// Transport protocols usable in `ports`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, Serialize,
+)]
 pub enum PortProtocol {
     #[default]
     #[serde(rename = "TCP")]
@@ -250,6 +252,17 @@ pub enum PortProtocol {
     Udp,
     #[serde(rename = "SCTP")]
     Sctp,
+}
+
+impl PortProtocol {
+    /// The name as policies spell it: `TCP`, `UDP`, `SCTP`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PortProtocol::Tcp => "TCP",
+            PortProtocol::Udp => "UDP",
+            PortProtocol::Sctp => "SCTP",
+        }
+    }
 }
 
 /// A port given as a number or as a container port name.

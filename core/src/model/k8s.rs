@@ -113,7 +113,19 @@ pub struct K8sPort {
 pub struct Node {
     pub metadata: ObjectMeta,
     #[serde(default)]
+    pub spec: NodeSpec,
+    #[serde(default)]
     pub status: NodeStatus,
+}
+
+/// What of a Node's spec policy needs: the address ranges its Pods get
+/// addresses from (on a Docker host, the container networks' subnets).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+pub struct NodeSpec {
+    #[serde(default, rename = "podCIDR", skip_serializing_if = "Option::is_none")]
+    pub pod_cidr: Option<String>,
+    #[serde(default, rename = "podCIDRs", skip_serializing_if = "Vec::is_empty")]
+    pub pod_cidrs: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
@@ -139,6 +151,21 @@ impl Node {
             .iter()
             .filter_map(|a| a.address.parse().ok())
             .collect()
+    }
+
+    /// `spec.podCIDRs` (with `spec.podCIDR`), each as its network;
+    /// unreadable ones and duplicates left out.
+    pub fn pod_cidrs(&self) -> Vec<IpNet> {
+        let mut out: Vec<IpNet> = Vec::new();
+        for text in self.spec.pod_cidr.iter().chain(&self.spec.pod_cidrs) {
+            if let Ok(net) = text.trim().parse::<IpNet>() {
+                let net = net.trunc();
+                if !out.contains(&net) {
+                    out.push(net);
+                }
+            }
+        }
+        out
     }
 }
 
@@ -199,6 +226,13 @@ pub struct ContainerPort {
     pub container_port: i32,
     #[serde(default)]
     pub protocol: PortProtocol,
+    /// The Node's port this one is published on (Kubernetes `hostPort`;
+    /// on a Docker host, `docker run -p HOST:CONTAINER`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_port: Option<i32>,
+    /// The Node's address it is published on; any when unset.
+    #[serde(default, rename = "hostIP", skip_serializing_if = "Option::is_none")]
+    pub host_ip: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]

@@ -42,6 +42,21 @@ pub struct ObjectMeta {
     pub self_link: Option<String>,
 }
 
+/// The annotation that puts a policy of any kind in dry-run: with the value
+/// `"true"` the policy is compiled and evaluated on every new connection it
+/// would decide, and never enforced (see `ruleset`'s dry-run outcome).
+/// Removing it (or any other value) enforces the policy.
+pub const DRY_RUN_ANNOTATION: &str = "tollgate.io/dry-run";
+
+impl ObjectMeta {
+    /// Whether the object carries [`DRY_RUN_ANNOTATION`]` = "true"`.
+    pub fn dry_run(&self) -> bool {
+        self.annotations
+            .get(DRY_RUN_ANNOTATION)
+            .is_some_and(|v| v == "true")
+    }
+}
+
 /// A Kubernetes label selector. An empty selector (`{}`) selects everything.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -99,6 +114,29 @@ pub struct NamespacedName {
     pub name: String,
     #[serde(default)]
     pub namespace: String,
+}
+
+/// A `toServices` entry (Antrea's `PeerService`): a Service by name, in
+/// `namespace` (a namespaced policy's own when empty), in this cluster or,
+/// with `scope: ClusterSet`, one Antrea Multicluster imports. The scope is
+/// a free string in the namespaced NetworkPolicy's CRD (Antrea's
+/// controller reads anything but `ClusterSet` as the cluster), an enum in
+/// the ClusterNetworkPolicy's (validate checks it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PeerService {
+    pub name: String,
+    #[serde(default)]
+    pub namespace: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+}
+
+impl PeerService {
+    /// A Service Antrea Multicluster imports (`scope: ClusterSet`).
+    pub fn cluster_set(&self) -> bool {
+        self.scope.as_deref() == Some("ClusterSet")
+    }
 }
 
 #[cfg(test)]

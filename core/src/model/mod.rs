@@ -69,33 +69,51 @@ impl Kind {
 
     /// Classifies an `apiVersion` / `kind` pair.
     pub fn from_type(api_version: &str, kind: &str) -> Option<Kind> {
-        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
-        let version = api_version.rsplit('/').next().unwrap_or("");
-        match (group, version, kind) {
-            ("crd.antrea.io", "v1beta1" | "v1alpha1", "Tier") => Some(Kind::Tier),
-            ("crd.antrea.io", "v1beta1" | "v1alpha1", "ClusterNetworkPolicy") => {
-                Some(Kind::ClusterNetworkPolicy)
+        TYPES
+            .iter()
+            .find(|(versions, name, _)| *name == kind && versions.contains(&api_version))
+            .map(|(_, _, k)| *k)
+    }
+
+    /// Words that help with a type not read: the versions tollgate reads
+    /// a known `kind` in, or the known kind nearest to a misspelt one.
+    pub fn unknown_type_hint(kind: &str) -> Option<String> {
+        let versions: Vec<&str> = TYPES
+            .iter()
+            .filter(|(_, name, _)| *name == kind)
+            .flat_map(|(versions, _, _)| versions.iter().copied())
+            .collect();
+        if !versions.is_empty() {
+            return Some(format!("tollgate reads {kind} as {}", versions.join(", ")));
+        }
+        crate::suggest::nearest(kind, TYPES.iter().map(|(_, name, _)| *name))
+            .map(|near| format!("did you mean {near}?"))
+    }
+
+    /// The `apiVersion` and `kind` a document of this kind is written
+    /// with (the newest version [`Kind::from_type`] reads).
+    pub fn type_meta(self) -> (&'static str, &'static str) {
+        match self {
+            Kind::Tier => ("crd.antrea.io/v1beta1", "Tier"),
+            Kind::ClusterNetworkPolicy => ("crd.antrea.io/v1beta1", "ClusterNetworkPolicy"),
+            Kind::AntreaNetworkPolicy => ("crd.antrea.io/v1beta1", "NetworkPolicy"),
+            Kind::ClusterGroup => ("crd.antrea.io/v1beta1", "ClusterGroup"),
+            Kind::Group => ("crd.antrea.io/v1beta1", "Group"),
+            Kind::K8sNetworkPolicy => ("networking.k8s.io/v1", "NetworkPolicy"),
+            Kind::Node => ("v1", "Node"),
+            Kind::Namespace => ("v1", "Namespace"),
+            Kind::Pod => ("v1", "Pod"),
+            Kind::Service => ("v1", "Service"),
+            Kind::ServiceAccount => ("v1", "ServiceAccount"),
+            Kind::ExternalEntity => ("crd.antrea.io/v1alpha2", "ExternalEntity"),
+            Kind::AdminNetworkPolicy => ("policy.networking.k8s.io/v1alpha1", "AdminNetworkPolicy"),
+            Kind::BaselineAdminNetworkPolicy => (
+                "policy.networking.k8s.io/v1alpha1",
+                "BaselineAdminNetworkPolicy",
+            ),
+            Kind::NpClusterNetworkPolicy => {
+                ("policy.networking.k8s.io/v1alpha2", "ClusterNetworkPolicy")
             }
-            ("crd.antrea.io", "v1beta1" | "v1alpha1", "NetworkPolicy") => {
-                Some(Kind::AntreaNetworkPolicy)
-            }
-            ("crd.antrea.io", "v1beta1" | "v1alpha1" | "v1alpha3", "ClusterGroup") => {
-                Some(Kind::ClusterGroup)
-            }
-            ("crd.antrea.io", "v1beta1" | "v1alpha1" | "v1alpha3", "Group") => Some(Kind::Group),
-            ("networking.k8s.io", "v1", "NetworkPolicy") => Some(Kind::K8sNetworkPolicy),
-            ("", "v1", "Node") => Some(Kind::Node),
-            ("", "v1", "Namespace") => Some(Kind::Namespace),
-            ("", "v1", "Pod") => Some(Kind::Pod),
-            ("", "v1", "Service") => Some(Kind::Service),
-            ("", "v1", "ServiceAccount") => Some(Kind::ServiceAccount),
-            ("crd.antrea.io", "v1alpha2", "ExternalEntity") => Some(Kind::ExternalEntity),
-            (NPAPI_GROUP, "v1alpha1", "AdminNetworkPolicy") => Some(Kind::AdminNetworkPolicy),
-            (NPAPI_GROUP, "v1alpha1", "BaselineAdminNetworkPolicy") => {
-                Some(Kind::BaselineAdminNetworkPolicy)
-            }
-            (NPAPI_GROUP, "v1alpha2", "ClusterNetworkPolicy") => Some(Kind::NpClusterNetworkPolicy),
-            _ => None,
         }
     }
 
@@ -113,6 +131,76 @@ impl Kind {
         )
     }
 }
+
+const NPAPI_V1ALPHA1: &str = "policy.networking.k8s.io/v1alpha1";
+const NPAPI_V1ALPHA2: &str = "policy.networking.k8s.io/v1alpha2";
+
+/// Every type tollgate reads: the `apiVersion`s, the `kind`, and what it is.
+const TYPES: &[(&[&str], &str, Kind)] = &[
+    (
+        &["crd.antrea.io/v1beta1", "crd.antrea.io/v1alpha1"],
+        "Tier",
+        Kind::Tier,
+    ),
+    (
+        &["crd.antrea.io/v1beta1", "crd.antrea.io/v1alpha1"],
+        "ClusterNetworkPolicy",
+        Kind::ClusterNetworkPolicy,
+    ),
+    (
+        &[NPAPI_V1ALPHA2],
+        "ClusterNetworkPolicy",
+        Kind::NpClusterNetworkPolicy,
+    ),
+    (
+        &["crd.antrea.io/v1beta1", "crd.antrea.io/v1alpha1"],
+        "NetworkPolicy",
+        Kind::AntreaNetworkPolicy,
+    ),
+    (
+        &["networking.k8s.io/v1"],
+        "NetworkPolicy",
+        Kind::K8sNetworkPolicy,
+    ),
+    (
+        &[
+            "crd.antrea.io/v1beta1",
+            "crd.antrea.io/v1alpha1",
+            "crd.antrea.io/v1alpha3",
+        ],
+        "ClusterGroup",
+        Kind::ClusterGroup,
+    ),
+    (
+        &[
+            "crd.antrea.io/v1beta1",
+            "crd.antrea.io/v1alpha1",
+            "crd.antrea.io/v1alpha3",
+        ],
+        "Group",
+        Kind::Group,
+    ),
+    (&["v1"], "Node", Kind::Node),
+    (&["v1"], "Namespace", Kind::Namespace),
+    (&["v1"], "Pod", Kind::Pod),
+    (&["v1"], "Service", Kind::Service),
+    (&["v1"], "ServiceAccount", Kind::ServiceAccount),
+    (
+        &["crd.antrea.io/v1alpha2"],
+        "ExternalEntity",
+        Kind::ExternalEntity,
+    ),
+    (
+        &[NPAPI_V1ALPHA1],
+        "AdminNetworkPolicy",
+        Kind::AdminNetworkPolicy,
+    ),
+    (
+        &[NPAPI_V1ALPHA1],
+        "BaselineAdminNetworkPolicy",
+        Kind::BaselineAdminNetworkPolicy,
+    ),
+];
 
 impl fmt::Display for Kind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -143,6 +231,28 @@ pub enum Object {
 }
 
 impl Object {
+    /// The object as a document [`crate::decode::parse_documents`] reads
+    /// back to an equal object: its serialized form with `apiVersion` and
+    /// `kind` (how the status API hands the agent's snapshot to `tollgate
+    /// diff live`).
+    pub fn to_document(&self) -> serde_json::Value {
+        let (api_version, kind) = self.kind().type_meta();
+        let mut document = match serde_json::to_value(self) {
+            // Externally tagged: `{"Pod": {...}}`.
+            Ok(serde_json::Value::Object(tagged)) => tagged
+                .into_iter()
+                .next()
+                .map(|(_, body)| body)
+                .unwrap_or_default(),
+            _ => serde_json::Value::Null,
+        };
+        if let serde_json::Value::Object(map) = &mut document {
+            map.insert("apiVersion".into(), api_version.into());
+            map.insert("kind".into(), kind.into());
+        }
+        document
+    }
+
     pub fn kind(&self) -> Kind {
         match self {
             Object::Tier(_) => Kind::Tier,

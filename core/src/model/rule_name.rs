@@ -17,7 +17,7 @@ use super::antrea::{
     AppliedTo, Direction, IpBlock, L7Protocol, NamespaceMatchType, Peer, PolicyPort,
     PolicyProtocol, PortProtocol, PortValue, Rule, RuleAction,
 };
-use super::meta::{LabelSelector, NamespacedName, SelectorOperator};
+use super::meta::{LabelSelector, NamespacedName, PeerService, SelectorOperator};
 
 impl Rule {
     /// The rule's name, or the `[ingress|egress]-[action]-[hash]` Antrea
@@ -52,7 +52,7 @@ fn antrea_json(rule: &Rule) -> String {
     o.list("l7Protocols", &rule.l7_protocols, l7);
     o.list("from", &rule.from, peer);
     o.list("to", &rule.to, peer);
-    o.list("toServices", &rule.to_services, namespaced_name);
+    o.list("toServices", &rule.to_services, peer_service);
     o.raw(
         "enableLogging",
         if rule.enable_logging { "true" } else { "false" },
@@ -191,6 +191,14 @@ fn namespaced_name(n: &NamespacedName) -> String {
     let mut o = GoObject::new();
     o.string("name", Some(&n.name));
     o.string("namespace", Some(&n.namespace));
+    o.finish()
+}
+
+fn peer_service(s: &PeerService) -> String {
+    let mut o = GoObject::new();
+    o.string("name", Some(&s.name));
+    o.string("namespace", Some(&s.namespace));
+    o.string("scope", s.scope.as_deref());
     o.finish()
 }
 

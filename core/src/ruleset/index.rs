@@ -19,8 +19,13 @@ pub(crate) struct RuleLists {
     /// ClusterNetworkPolicies among them (Tier priority 220), then the
     /// AdminNetworkPolicies: a `Pass` in any hands the flow to `k8s`.
     pub(crate) antrea: Vec<u32>,
-    /// Kubernetes NetworkPolicy rules; `Some` when the endpoint is isolated.
+    /// Kubernetes NetworkPolicy rules; `Some` when the endpoint is isolated
+    /// (by an enforced or a dry-run policy, see `isolated`).
     pub(crate) k8s: Option<Vec<u32>>,
+    /// An enforced Kubernetes NetworkPolicy isolates the endpoint. `k8s`
+    /// is `Some` without it when only dry-run policies do: then only the
+    /// dry-run outcome sees the isolation.
+    pub(crate) isolated: bool,
     /// Antrea's baseline Tier, then the network-policy-api Baseline tier
     /// (a `Pass` there allows).
     pub(crate) baseline: Vec<u32>,
@@ -260,11 +265,43 @@ pub(super) struct DirectionTable {
     pub(super) antrea: RuleIndex,
     pub(super) k8s: Option<RuleIndex>,
     pub(super) baseline: RuleIndex,
+    /// An enforced Kubernetes NetworkPolicy isolates the endpoint.
+    pub(super) isolated: bool,
+    /// Holds an enforced rule or is isolated by an enforced policy: the
+    /// enforced outcome evaluates it.
+    pub(super) enforced: bool,
+    /// Holds a dry-run rule or is isolated by dry-run policies only: the
+    /// dry-run outcome may differ from the enforced one.
+    pub(super) dry_run: bool,
 }
 
 impl DirectionTable {
+    /// No rule and no isolation of either kind: the datapath need not send
+    /// this direction's connections to a worker.
     pub(super) fn is_empty(&self) -> bool {
         self.antrea.rules.is_empty() && self.k8s.is_none() && self.baseline.rules.is_empty()
+    }
+
+    fn build(lists: &RuleLists, rules: &[CompiledRule]) -> DirectionTable {
+        let ids = || {
+            [
+                Some(&lists.antrea),
+                lists.k8s.as_ref(),
+                Some(&lists.baseline),
+            ]
+            .into_iter()
+            .flatten()
+            .flatten()
+        };
+        let dry_run = |id: &u32| rules[*id as usize].reference.dry_run;
+        DirectionTable {
+            antrea: RuleIndex::build(lists.antrea.clone(), rules),
+            k8s: lists.k8s.clone().map(|k| RuleIndex::build(k, rules)),
+            baseline: RuleIndex::build(lists.baseline.clone(), rules),
+            isolated: lists.isolated,
+            enforced: lists.isolated || ids().any(|id| !dry_run(id)),
+            dry_run: (lists.k8s.is_some() && !lists.isolated) || ids().any(dry_run),
+        }
     }
 }
 
@@ -287,14 +324,9 @@ pub(super) fn build_tables(
     let mut endpoint_tables = Vec::with_capacity(lists.len());
     for lists in lists {
         let id = *table_of.entry(lists.clone()).or_insert_with(|| {
-            let build = |l: &RuleLists| DirectionTable {
-                antrea: RuleIndex::build(l.antrea.clone(), rules),
-                k8s: l.k8s.clone().map(|k| RuleIndex::build(k, rules)),
-                baseline: RuleIndex::build(l.baseline.clone(), rules),
-            };
             tables.push(EndpointTable {
-                ingress: build(&lists[0]),
-                egress: build(&lists[1]),
+                ingress: DirectionTable::build(&lists[0], rules),
+                egress: DirectionTable::build(&lists[1], rules),
             });
             (tables.len() - 1) as u32
         });

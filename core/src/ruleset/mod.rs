@@ -5,24 +5,31 @@
 //! resolves a selector, and it does no I/O and reads no clock.
 
 mod classify;
+mod facts;
 mod index;
 mod rule;
+mod ties;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use ipnet::IpNet;
 use serde::Serialize;
 
 use crate::fqdn::FqdnPattern;
 use crate::model::PortProtocol;
 use crate::selection::{NamedPorts, Names, Selection};
 
-pub use classify::{Consulted, DecidedBy, Decision, DirectionDecision, Outcome};
+pub use classify::{
+    Consulted, DecidedBy, Decision, DirectionDecision, DryRunCause, DryRunChange, DryRunOutcome,
+    Miss, NoMatch, Outcome,
+};
 pub(crate) use index::RuleLists;
 use index::{build_tables, EndpointTable};
-pub(crate) use rule::{Block, CompiledRule, PeerMatch, ServiceMatch};
+pub(crate) use rule::{Block, CompiledRule, FieldRange, PeerMatch, ServiceMatch};
 pub use rule::{PolicyKind, PolicyRef, RuleRef};
+pub use ties::Tie;
 
 /// What the datapath must send to userspace: new connections from or to
 /// these addresses.
@@ -32,11 +39,53 @@ pub struct Enforced {
     pub node_ingress: bool,
     /// Some rule applies to the local Node's outbound traffic.
     pub node_egress: bool,
-    /// Addresses of local Pods that some rule applies to (either direction).
+    /// Addresses of local Pods that some enforced rule or isolation
+    /// applies to (either direction).
     pub endpoints: Vec<IpAddr>,
+    /// Addresses of local Pods that only dry-run policies apply to: their
+    /// connections are sent to a worker for the dry-run outcome, but the
+    /// kernel accepts them when no worker reads the queue, whatever the
+    /// fail mode, as it would without those policies.
+    pub dry_run_endpoints: Vec<IpAddr>,
     /// The kernel verdict cache of the ruleset, when verdicts are cached.
     #[serde(skip)]
     pub verdict_cache: Option<VerdictCache>,
+    /// The address ranges the local Node's endpoints get their addresses
+    /// from: its `podCIDRs`, on a Docker host the container networks'
+    /// subnets.
+    pub ranges: Vec<IpNet>,
+    /// The addresses in `ranges` the inventory knows: every local Pod's
+    /// (enforced or not) and the Node's own. Any other address in them
+    /// belongs to an endpoint the inventory does not know yet.
+    pub known: Vec<IpAddr>,
+    /// The Node's ports published for enforced endpoints (`hostPort`,
+    /// Docker's `-p`): a connection to one that reaches the Node (a
+    /// userland proxy relays it) is decided as one to the endpoint.
+    pub published: Vec<(PortProtocol, u16)>,
+    /// The same for endpoints only dry-run policies apply to (a port in
+    /// `published` is not here): sent to a worker as their addresses are.
+    pub dry_run_published: Vec<(PortProtocol, u16)>,
+}
+
+impl Enforced {
+    /// Whether `ip` is in [`Enforced::ranges`] and not
+    /// [`Enforced::known`]: an address of a local endpoint the inventory
+    /// does not know yet.
+    pub fn is_unknown(&self, ip: IpAddr) -> bool {
+        self.ranges.iter().any(|r| r.contains(&ip)) && !self.known.contains(&ip)
+    }
+}
+
+/// A port of a local endpoint published on the Node: a connection to the
+/// Node's `host` port (on `address`, or on any Node address) is one to
+/// the endpoint's `container` port.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Published {
+    pub(crate) protocol: PortProtocol,
+    pub(crate) host: u16,
+    pub(crate) address: Option<IpAddr>,
+    pub(crate) endpoint: u32,
+    pub(crate) container: u16,
 }
 
 /// The kernel verdict cache of one ruleset: the generation naming its sets
@@ -92,6 +141,10 @@ pub struct PolicySummary {
     pub rule_names: Vec<String>,
     /// Endpoints on this node the policy applies to.
     pub applied_to: Vec<String>,
+    /// The policy is in dry-run ([`crate::model::DRY_RUN_ANNOTATION`]):
+    /// evaluated, never enforced.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
 }
 
 /// What the compiler resolved, for [`Ruleset::new`] to index. Rule ids
@@ -102,9 +155,11 @@ pub(crate) struct Parts<'a> {
     pub(crate) endpoints: Vec<Endpoint>,
     /// Per endpoint, its ingress and egress rule lists.
     pub(crate) lists: Vec<[RuleLists; 2]>,
-    /// Per endpoint, ingress then egress: the Kubernetes NetworkPolicies
-    /// that isolate it.
+    /// Per endpoint, ingress then egress: the enforced Kubernetes
+    /// NetworkPolicies that isolate it.
     pub(crate) isolated_by: Vec<[Vec<PolicyRef>; 2]>,
+    /// The same for dry-run Kubernetes NetworkPolicies.
+    pub(crate) dry_run_isolated_by: Vec<[Vec<Arc<PolicyRef>>; 2]>,
     /// Endpoint ids with their addresses. An address listed for two
     /// endpoints belongs to the later one.
     pub(crate) addresses: Vec<(u32, &'a [IpAddr])>,
@@ -119,6 +174,12 @@ pub(crate) struct Parts<'a> {
     pub(crate) policies: Vec<PolicySummary>,
     /// Namespaces whose Kubernetes NetworkPolicies are audited.
     pub(crate) logged_namespaces: BTreeSet<String>,
+    /// The local Node's Pod address ranges and the addresses in them the
+    /// inventory knows (see [`Enforced::ranges`]).
+    pub(crate) ranges: Vec<IpNet>,
+    pub(crate) known: Vec<IpAddr>,
+    /// Ports of local endpoints published on the Node.
+    pub(crate) published: Vec<Published>,
 }
 
 /// The endpoint id of the local Node (see [`Parts::endpoints`]).
@@ -135,8 +196,10 @@ pub struct Ruleset {
     tables: Vec<EndpointTable>,
     /// Per endpoint, ingress then egress: the rule lists `tables` index.
     lists: Vec<[RuleLists; 2]>,
-    /// Per endpoint, ingress then egress: the isolating K8s policies.
+    /// Per endpoint, ingress then egress: the isolating K8s policies,
+    /// enforced ones, then dry-run ones.
     isolated_by: Vec<[Vec<PolicyRef>; 2]>,
+    dry_run_isolated_by: Vec<[Vec<Arc<PolicyRef>>; 2]>,
     local_node_endpoint: u32,
     /// Named container ports of every Pod in the inventory, by address.
     named_ports: NamedPorts,
@@ -147,6 +210,9 @@ pub struct Ruleset {
     policies: Vec<PolicySummary>,
     /// Namespaces whose Kubernetes NetworkPolicies are audited.
     logged_namespaces: BTreeSet<String>,
+    /// Ports of local endpoints published on the Node, with each
+    /// endpoint's addresses.
+    published: Vec<(Published, Vec<IpAddr>)>,
 }
 
 impl Ruleset {
@@ -157,20 +223,55 @@ impl Ruleset {
         let (tables, endpoint_tables) = build_tables(&parts.lists, &parts.rules);
         let mut endpoint_by_ip = HashMap::new();
         let mut enforced = Enforced::default();
-        let mut pod_addresses = BTreeSet::new();
+        let (mut pod_addresses, mut dry_run_addresses) = (BTreeSet::new(), BTreeSet::new());
         for &(endpoint, ips) in &parts.addresses {
             let table = &tables[endpoint_tables[endpoint as usize] as usize];
             if endpoint == LOCAL_NODE {
                 enforced.node_ingress = !table.ingress.is_empty();
                 enforced.node_egress = !table.egress.is_empty();
-            } else if !table.ingress.is_empty() || !table.egress.is_empty() {
+            } else if table.ingress.enforced || table.egress.enforced {
                 pod_addresses.extend(ips.iter().copied());
+            } else if !table.ingress.is_empty() || !table.egress.is_empty() {
+                dry_run_addresses.extend(ips.iter().copied());
             }
             for ip in ips {
                 endpoint_by_ip.insert(*ip, endpoint);
             }
         }
         enforced.endpoints = pod_addresses.into_iter().collect();
+        enforced.dry_run_endpoints = dry_run_addresses.into_iter().collect();
+        enforced.ranges = parts.ranges;
+        enforced.known = parts.known;
+        let addresses_of = |endpoint: u32| -> Vec<IpAddr> {
+            parts
+                .addresses
+                .iter()
+                .filter(|(e, _)| *e == endpoint)
+                .flat_map(|(_, ips)| ips.iter().copied())
+                .collect()
+        };
+        let mut published = Vec::new();
+        for port in parts.published {
+            let table = &tables[endpoint_tables[port.endpoint as usize] as usize];
+            let key = (port.protocol, port.host);
+            let list = if table.ingress.enforced || table.egress.enforced {
+                &mut enforced.published
+            } else {
+                &mut enforced.dry_run_published
+            };
+            if (!table.ingress.is_empty() || !table.egress.is_empty()) && !list.contains(&key) {
+                list.push(key);
+            }
+            let ips = addresses_of(port.endpoint);
+            published.push((port, ips));
+        }
+        let enforced_ports = enforced.published.clone();
+        enforced
+            .dry_run_published
+            .retain(|key| !enforced_ports.contains(key));
+        for list in [&mut enforced.published, &mut enforced.dry_run_published] {
+            list.sort_by_key(|(p, port)| (*port, *p as u8));
+        }
         Ruleset {
             rules: parts.rules,
             endpoints: parts.endpoints,
@@ -179,6 +280,7 @@ impl Ruleset {
             tables,
             lists: parts.lists,
             isolated_by: parts.isolated_by,
+            dry_run_isolated_by: parts.dry_run_isolated_by,
             local_node_endpoint: LOCAL_NODE,
             named_ports: parts.named_ports,
             names: parts.names,
@@ -186,6 +288,7 @@ impl Ruleset {
             enforced,
             policies: parts.policies,
             logged_namespaces: parts.logged_namespaces,
+            published,
         }
     }
 
@@ -228,6 +331,7 @@ impl Ruleset {
             tables,
             lists: self.lists.clone(),
             isolated_by: self.isolated_by.clone(),
+            dry_run_isolated_by: self.dry_run_isolated_by.clone(),
             local_node_endpoint: self.local_node_endpoint,
             named_ports,
             names,
@@ -235,6 +339,7 @@ impl Ruleset {
             enforced: self.enforced.clone(),
             policies: self.policies.clone(),
             logged_namespaces: self.logged_namespaces.clone(),
+            published: self.published.clone(),
         }
     }
 
@@ -312,6 +417,12 @@ impl Ruleset {
         self.names.addresses_of(name)
     }
 
+    /// Every endpoint name of the inventory, as [`Ruleset::addresses_of`]
+    /// takes them.
+    pub fn endpoint_names(&self) -> impl Iterator<Item = &str> {
+        self.names.keys()
+    }
+
     /// The inventory endpoint an address belongs to, by name.
     pub fn name_of(&self, ip: IpAddr) -> Option<&str> {
         self.names.name_of(ip)
@@ -383,6 +494,8 @@ impl Ruleset {
         writeln!(out, "endpoints {:?}", self.endpoints).unwrap();
         writeln!(out, "lists {:?}", self.lists).unwrap();
         writeln!(out, "isolated {:?}", self.isolated_by).unwrap();
+        writeln!(out, "dry-run isolated {:?}", self.dry_run_isolated_by).unwrap();
+        writeln!(out, "published {:?}", self.published).unwrap();
         let by_ip: std::collections::BTreeMap<_, _> = self.endpoint_by_ip.iter().collect();
         writeln!(out, "by_ip {by_ip:?}").unwrap();
         writeln!(out, "enforced {:?}", self.enforced).unwrap();

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+use crate::fqdn::{FqdnLookup, FqdnPattern};
 use crate::model::{Direction, L7Protocol, PortProtocol, RuleAction};
 use crate::packet::flow::{Flow, Transport};
 use crate::selection::Selection;
@@ -85,6 +86,10 @@ pub struct RuleRef {
     /// `l7Protocols` of the rule; empty for L3/L4 rules.
     #[serde(skip)]
     pub l7: Arc<[L7Protocol]>,
+    /// The rule's policy carries [`crate::model::DRY_RUN_ANNOTATION`]: the
+    /// classifier's enforced outcome never sees it, its dry-run outcome
+    /// does.
+    pub dry_run: bool,
 }
 
 /// One entry of a rule's `ports`/`protocols`, resolved. `source` is the
@@ -117,6 +122,72 @@ pub(crate) enum ServiceMatch {
         igmp_type: Option<u8>,
         group: Option<Ipv4Addr>,
     },
+}
+
+/// An entry as `trace -v` names what a rule takes: `TCP/80`,
+/// `UDP/53-54`, `TCP/http`, `SCTP` (every port), `ICMP type 8 code 0`,
+/// `IGMP type 0x16 group 224.0.0.1`; a `sourcePort` range is added as
+/// `from ports 1000-2000`.
+impl fmt::Display for ServiceMatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let source = |f: &mut fmt::Formatter<'_>, source: &Option<(u16, u16)>| match source {
+            Some((first, last)) if first == last => write!(f, " from port {first}"),
+            Some((first, last)) => write!(f, " from ports {first}-{last}"),
+            None => Ok(()),
+        };
+        match self {
+            ServiceMatch::Protocol {
+                protocol,
+                source: s,
+            } => {
+                write!(f, "{}", protocol.as_str())?;
+                source(f, s)
+            }
+            ServiceMatch::Ports {
+                protocol,
+                first,
+                last,
+                source: s,
+            } => {
+                match first == last {
+                    true => write!(f, "{}/{first}", protocol.as_str())?,
+                    false => write!(f, "{}/{first}-{last}", protocol.as_str())?,
+                }
+                source(f, s)
+            }
+            ServiceMatch::Named {
+                protocol,
+                name,
+                source: s,
+            } => {
+                write!(f, "{}/{name}", protocol.as_str())?;
+                source(f, s)
+            }
+            ServiceMatch::Icmp {
+                icmp_type,
+                icmp_code,
+            } => {
+                f.write_str("ICMP")?;
+                if let Some(t) = icmp_type {
+                    write!(f, " type {t}")?;
+                }
+                if let Some(c) = icmp_code {
+                    write!(f, " code {c}")?;
+                }
+                Ok(())
+            }
+            ServiceMatch::Igmp { igmp_type, group } => {
+                f.write_str("IGMP")?;
+                if let Some(t) = igmp_type {
+                    write!(f, " type {t:#04x}")?;
+                }
+                if let Some(g) = group {
+                    write!(f, " group {g}")?;
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 /// A CIDR minus its `except` holes.
@@ -156,6 +227,38 @@ pub(crate) struct PeerMatch {
     pub services: Vec<(IpAddr, PortProtocol, u16)>,
 }
 
+impl PeerMatch {
+    /// Whether `peer` is one of the addresses the peers name: any, an
+    /// address set, a block, or an address `fqdn` says one of the rule's
+    /// FQDN selectors (indices into `patterns`) resolved to.
+    pub fn matches_address(
+        &self,
+        peer: IpAddr,
+        fqdn: &dyn FqdnLookup,
+        patterns: &[FqdnPattern],
+    ) -> bool {
+        self.any
+            || self.addresses.iter().any(|set| set.contains(&peer))
+            || self.blocks.iter().any(|b| b.contains(peer))
+            || self
+                .fqdns
+                .iter()
+                .any(|&i| fqdn.resolves_to(&patterns[i as usize], peer))
+    }
+}
+
+/// A range of one field of a flow that a rule's match reads: where,
+/// along that field, whether the rule matches can change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum FieldRange {
+    DstPort(PortProtocol, u16, u16),
+    SrcPort(PortProtocol, u16, u16),
+    IcmpType(u8),
+    IcmpCode(u8),
+    IgmpType(u8),
+    IgmpGroup(Ipv4Addr),
+}
+
 /// A rule ready to be matched against flows.
 #[derive(Clone, Debug)]
 pub(crate) struct CompiledRule {
@@ -171,6 +274,31 @@ impl CompiledRule {
     /// The rule's action (`Pass` included).
     pub fn action(&self) -> RuleAction {
         self.reference.action
+    }
+
+    /// Every range of a flow's fields the classifier's match of this rule
+    /// reads for flows to `dst` (its NodePorts, `ports`/`protocols` with a
+    /// named port resolved by `named`, `toServices`): between two
+    /// consecutive boundaries of these ranges, the rule matches every
+    /// value or none.
+    pub fn field_ranges(
+        &self,
+        dst: IpAddr,
+        named: impl Fn(&str, PortProtocol) -> Option<u16>,
+    ) -> Vec<FieldRange> {
+        let mut out = Vec::new();
+        for &(protocol, port) in self.node_ports.iter().flatten() {
+            out.push(FieldRange::DstPort(protocol, port, port));
+        }
+        for &(ip, protocol, port) in &self.peers.services {
+            if ip == dst {
+                out.push(FieldRange::DstPort(protocol, port, port));
+            }
+        }
+        for service in &self.services {
+            service.field_ranges(&named, &mut out);
+        }
+        out
     }
 }
 
@@ -202,44 +330,115 @@ impl ServiceMatch {
         )
     }
 
+    /// The ranges of a flow's fields this entry reads (see
+    /// [`CompiledRule::field_ranges`]); a named port that `named` does
+    /// not resolve reads none (it matches nothing).
+    fn field_ranges(
+        &self,
+        named: impl Fn(&str, PortProtocol) -> Option<u16>,
+        out: &mut Vec<FieldRange>,
+    ) {
+        let (protocol, source) = match self {
+            ServiceMatch::Protocol { protocol, source } => (*protocol, source),
+            ServiceMatch::Ports {
+                protocol,
+                first,
+                last,
+                source,
+            } => {
+                out.push(FieldRange::DstPort(*protocol, *first, *last));
+                (*protocol, source)
+            }
+            ServiceMatch::Named {
+                protocol,
+                name,
+                source,
+            } => {
+                if let Some(port) = named(name, *protocol) {
+                    out.push(FieldRange::DstPort(*protocol, port, port));
+                }
+                (*protocol, source)
+            }
+            ServiceMatch::Icmp {
+                icmp_type,
+                icmp_code,
+            } => {
+                out.extend(icmp_type.map(FieldRange::IcmpType));
+                out.extend(icmp_code.map(FieldRange::IcmpCode));
+                return;
+            }
+            ServiceMatch::Igmp { igmp_type, group } => {
+                out.extend(igmp_type.map(FieldRange::IgmpType));
+                out.extend(group.map(FieldRange::IgmpGroup));
+                return;
+            }
+        };
+        if let Some((first, last)) = source {
+            out.push(FieldRange::SrcPort(protocol, *first, *last));
+        }
+    }
+
     /// Whether the flow's transport matches; `named` resolves a named port on
     /// the destination.
     pub fn matches(&self, flow: &Flow, named: impl Fn(&str, PortProtocol) -> Option<u16>) -> bool {
-        let source_matches = |source: &Option<(u16, u16)>| {
-            source.is_none_or(|(first, last)| {
-                flow.transport
-                    .src_port()
-                    .is_some_and(|p| (first..=last).contains(&p))
-            })
+        self.matches_destination(flow, named) && self.matches_source(flow)
+    }
+
+    /// Whether the flow's protocol is the entry's (any port).
+    pub fn matches_protocol(&self, transport: &Transport) -> bool {
+        match (self, transport) {
+            (
+                ServiceMatch::Protocol { protocol, .. }
+                | ServiceMatch::Ports { protocol, .. }
+                | ServiceMatch::Named { protocol, .. },
+                t,
+            ) => port_protocol(t) == Some(*protocol),
+            (ServiceMatch::Icmp { .. }, Transport::Icmp { .. }) => true,
+            (ServiceMatch::Igmp { .. }, Transport::Igmp { .. }) => true,
+            _ => false,
+        }
+    }
+
+    /// Whether the client's port is within the entry's `sourcePort` range
+    /// (always, without one).
+    pub fn matches_source(&self, flow: &Flow) -> bool {
+        let source = match self {
+            ServiceMatch::Protocol { source, .. }
+            | ServiceMatch::Ports { source, .. }
+            | ServiceMatch::Named { source, .. } => source,
+            ServiceMatch::Icmp { .. } | ServiceMatch::Igmp { .. } => &None,
         };
+        source.is_none_or(|(first, last)| {
+            flow.transport
+                .src_port()
+                .is_some_and(|p| (first..=last).contains(&p))
+        })
+    }
+
+    /// Whether the protocol and the destination port (ICMP type and code,
+    /// IGMP type and group) match, whatever the client's port.
+    pub fn matches_destination(
+        &self,
+        flow: &Flow,
+        named: impl Fn(&str, PortProtocol) -> Option<u16>,
+    ) -> bool {
         match (self, &flow.transport) {
-            (ServiceMatch::Protocol { protocol, source }, t) => {
-                port_protocol(t) == Some(*protocol) && source_matches(source)
-            }
+            (ServiceMatch::Protocol { protocol, .. }, t) => port_protocol(t) == Some(*protocol),
             (
                 ServiceMatch::Ports {
                     protocol,
                     first,
                     last,
-                    source,
+                    ..
                 },
                 t,
             ) => {
                 port_protocol(t) == Some(*protocol)
                     && t.dst_port().is_some_and(|p| (*first..=*last).contains(&p))
-                    && source_matches(source)
             }
-            (
-                ServiceMatch::Named {
-                    protocol,
-                    name,
-                    source,
-                },
-                t,
-            ) => {
+            (ServiceMatch::Named { protocol, name, .. }, t) => {
                 port_protocol(t) == Some(*protocol)
                     && named(name, *protocol).is_some_and(|p| t.dst_port() == Some(p))
-                    && source_matches(source)
             }
             (
                 ServiceMatch::Icmp {

@@ -12,234 +12,13 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::compile::LocalNode;
-use crate::model::{Object, PortProtocol, Snapshot};
+use crate::model::Snapshot;
 
+use super::membership::Membership;
 use super::{
-    name_label, ExternalEntry, Labels, MemberKind, NamedPort, NamespaceScope, NodeEntry, PodEntry,
-    Selection,
+    name_label, Delta, ExternalEntry, Labels, MemberKind, NamedPort, NamedPorts, Names,
+    NamespaceScope, NodeEntry, PodEntry, Selection,
 };
-
-/// One change of the inventory. `None` deletes.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Delta {
-    Pod {
-        namespace: String,
-        name: String,
-        pod: Option<PodEntry>,
-    },
-    /// A Namespace object: its labels (with `kubernetes.io/metadata.name`).
-    Namespace {
-        name: String,
-        labels: Option<Labels>,
-    },
-    Node {
-        name: String,
-        node: Option<NodeEntry>,
-    },
-    Entity {
-        namespace: String,
-        name: String,
-        entity: Option<ExternalEntry>,
-    },
-}
-
-impl Delta {
-    /// The delta that puts an inventory object in place; `None` for a
-    /// kind that is not inventory.
-    pub fn apply(object: &Object) -> Option<Delta> {
-        Some(match object {
-            Object::Pod(pod) => Delta::Pod {
-                namespace: pod.namespace().to_string(),
-                name: pod.metadata.name.clone(),
-                pod: Some(PodEntry::of(pod)),
-            },
-            Object::Namespace(ns) => Delta::Namespace {
-                name: ns.metadata.name.clone(),
-                labels: Some(ns.effective_labels()),
-            },
-            Object::Node(node) => Delta::Node {
-                name: node.metadata.name.clone(),
-                node: Some(NodeEntry::of(node)),
-            },
-            Object::ExternalEntity(ee) => Delta::Entity {
-                namespace: ee.namespace().to_string(),
-                name: ee.metadata.name.clone(),
-                entity: Some(ExternalEntry::of(ee)),
-            },
-            _ => return None,
-        })
-    }
-
-    /// The delta that removes an inventory object.
-    pub fn delete(object: &Object) -> Option<Delta> {
-        Some(match Delta::apply(object)? {
-            Delta::Pod {
-                namespace, name, ..
-            } => Delta::Pod {
-                namespace,
-                name,
-                pod: None,
-            },
-            Delta::Namespace { name, .. } => Delta::Namespace { name, labels: None },
-            Delta::Node { name, .. } => Delta::Node { name, node: None },
-            Delta::Entity {
-                namespace, name, ..
-            } => Delta::Entity {
-                namespace,
-                name,
-                entity: None,
-            },
-        })
-    }
-}
-
-/// Named container ports by address, for rules with named ports: the
-/// ports of the Pod at that address (of several, the last by
-/// `namespace/name`). Cheap to clone (a persistent map).
-#[derive(Clone, Debug, Default)]
-pub struct NamedPorts(imbl::HashMap<IpAddr, Arc<[NamedPort]>>);
-
-impl NamedPorts {
-    /// The port the Pod at `ip` names `name` for `protocol`.
-    pub fn get(&self, ip: IpAddr, name: &str, protocol: PortProtocol) -> Option<u16> {
-        self.0
-            .get(&ip)?
-            .iter()
-            .find(|(n, p, _)| n == name && *p == protocol)
-            .map(|(_, _, port)| *port)
-    }
-
-    /// Sets the ports at `ip` (`None` forgets them).
-    pub fn set(&mut self, ip: IpAddr, ports: Option<Arc<[NamedPort]>>) {
-        match ports {
-            Some(ports) => {
-                self.0.insert(ip, ports);
-            }
-            None => {
-                self.0.remove(&ip);
-            }
-        }
-    }
-}
-
-/// Every inventory endpoint by name (`namespace/name` of a Pod or
-/// ExternalEntity, `node:name` of a Node) with its addresses; a Pod hides
-/// an ExternalEntity of the same name. Cheap to clone.
-#[derive(Clone, Debug, Default)]
-pub struct Names {
-    main: imbl::OrdMap<String, Arc<[IpAddr]>>,
-    entities: imbl::OrdMap<String, Arc<[IpAddr]>>,
-}
-
-impl Names {
-    pub fn addresses_of(&self, name: &str) -> Option<&[IpAddr]> {
-        self.main
-            .get(name)
-            .or_else(|| self.entities.get(name))
-            .map(|ips| &ips[..])
-    }
-
-    /// The first name, in name order, whose addresses hold `ip`.
-    pub fn name_of(&self, ip: IpAddr) -> Option<&str> {
-        let main = self
-            .main
-            .iter()
-            .find(|(_, ips)| ips.contains(&ip))
-            .map(|(n, _)| n.as_str());
-        let entity = self
-            .entities
-            .iter()
-            .find(|(n, ips)| ips.contains(&ip) && !self.main.contains_key(*n))
-            .map(|(n, _)| n.as_str());
-        match (main, entity) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    fn set(map: &mut imbl::OrdMap<String, Arc<[IpAddr]>>, name: String, ips: Option<&[IpAddr]>) {
-        match ips {
-            Some(ips) => {
-                map.insert(name, ips.into());
-            }
-            None => {
-                map.remove(&name);
-            }
-        }
-    }
-}
-
-/// A selection in use and its members' addresses, counted (two Pods may
-/// share one: host-network Pods).
-#[derive(Debug)]
-struct Membership {
-    selection: Selection,
-    counts: HashMap<IpAddr, u32>,
-    set: Arc<HashSet<IpAddr>>,
-    /// Addresses whose count went to or from zero since the set was made.
-    touched: Vec<IpAddr>,
-    used: bool,
-}
-
-impl Membership {
-    fn add(&mut self, ips: &[IpAddr]) {
-        for ip in ips {
-            let count = self.counts.entry(*ip).or_insert(0);
-            *count += 1;
-            if *count == 1 {
-                self.touched.push(*ip);
-            }
-        }
-    }
-
-    fn remove(&mut self, ips: &[IpAddr]) {
-        for ip in ips {
-            if let Some(count) = self.counts.get_mut(ip) {
-                *count -= 1;
-                if *count == 0 {
-                    self.counts.remove(ip);
-                    self.touched.push(*ip);
-                }
-            }
-        }
-    }
-
-    /// Moves a member from `old` addresses (when it matched before) to
-    /// `new` ones (when it matches now).
-    fn moved(&mut self, old: Option<&[IpAddr]>, new: Option<&[IpAddr]>) {
-        if old == new {
-            return;
-        }
-        if let Some(old) = old {
-            self.remove(old);
-        }
-        if let Some(new) = new {
-            self.add(new);
-        }
-    }
-
-    /// Brings the shared set up to date; whether it changed.
-    fn settle(&mut self) -> bool {
-        if self.touched.is_empty() {
-            return false;
-        }
-        let mut changed = false;
-        let touched = std::mem::take(&mut self.touched);
-        for ip in touched {
-            let want = self.counts.contains_key(&ip);
-            if want != self.set.contains(&ip) {
-                let set = Arc::make_mut(&mut self.set);
-                if want {
-                    set.insert(ip);
-                } else {
-                    set.remove(&ip);
-                }
-                changed = true;
-            }
-        }
-        changed
-    }
-}
 
 /// A Namespace: its object's labels, if any, and how many Pods and
 /// ExternalEntities live in it (a Namespace with members exists even
@@ -258,6 +37,9 @@ impl NamespaceState {
 }
 
 type PodId = u32;
+
+/// A Pod's Namespace and name.
+type PodKey = (String, String);
 
 /// The inventory and the address sets of the selections in use.
 #[derive(Debug, Default)]
@@ -283,7 +65,9 @@ pub struct Selections {
     pod_unscoped: BTreeSet<u32>,
     node_selections: BTreeSet<u32>,
     entity_selections: BTreeSet<u32>,
-    named: HashMap<IpAddr, BTreeMap<(String, String), Arc<[NamedPort]>>>,
+    /// Per address, the named ports of each Pod (by Namespace and name)
+    /// that has it.
+    named: HashMap<IpAddr, BTreeMap<PodKey, Arc<[NamedPort]>>>,
     named_ports: NamedPorts,
     names: Names,
     /// Bumped whenever `named_ports` or `names` changes.
@@ -298,8 +82,27 @@ impl Selections {
             ..Selections::default()
         };
         for object in snapshot.iter() {
-            if let Some(delta) = Delta::apply(object) {
-                selections.apply(delta);
+            match Delta::apply(object) {
+                // Several sources may describe one Node (a policy file's
+                // Node, the Docker source's container networks): the
+                // first's labels and addresses, every one's Pod ranges.
+                Some(Delta::Node {
+                    name,
+                    node: Some(node),
+                }) if selections.nodes.contains_key(&name) => {
+                    let mut merged = selections.nodes[&name].clone();
+                    for range in node.pod_cidrs {
+                        if !merged.pod_cidrs.contains(&range) {
+                            merged.pod_cidrs.push(range);
+                        }
+                    }
+                    selections.apply(Delta::Node {
+                        name,
+                        node: Some(merged),
+                    });
+                }
+                Some(delta) => selections.apply(delta),
+                None => {}
             }
         }
         selections.refresh_local_node(None);
@@ -383,6 +186,7 @@ impl Selections {
             name: name.to_string(),
             labels: Labels::new(),
             ips: Vec::new(),
+            pod_cidrs: Vec::new(),
         });
         node.labels.extend(
             self.local
@@ -531,7 +335,10 @@ impl Selections {
         self.memberships
             .iter_mut()
             .flatten()
-            .filter_map(|m| m.settle().then(|| (m.selection.clone(), Arc::clone(&m.set))))
+            .filter_map(|m| {
+                m.settle()
+                    .then(|| (m.selection.clone(), Arc::clone(&m.set)))
+            })
             .collect()
     }
 
@@ -570,7 +377,10 @@ impl Selections {
                 }
                 match single_namespace(&selection) {
                     Some(ns) => {
-                        self.pod_scoped.entry(ns.to_string()).or_default().insert(id);
+                        self.pod_scoped
+                            .entry(ns.to_string())
+                            .or_default()
+                            .insert(id);
                     }
                     None => {
                         self.pod_unscoped.insert(id);
@@ -633,7 +443,8 @@ impl Selections {
                         best = Some(posting);
                     }
                 }
-                best.map(|b| b.iter().copied().collect()).unwrap_or_default()
+                best.map(|b| b.iter().copied().collect())
+                    .unwrap_or_default()
             }
             _ => (0..self.pods.len() as PodId).collect(),
         }
@@ -687,10 +498,7 @@ impl Selections {
                     .map(NamespaceState::labels);
                 membership.selection.matches_pod(p, labels)
             });
-            membership.moved(
-                was.map(|o| o.ips.as_slice()),
-                now.map(|p| p.ips.as_slice()),
-            );
+            membership.moved(was.map(|o| o.ips.as_slice()), now.map(|p| p.ips.as_slice()));
         }
         self.directory_pod(&key, old.as_ref(), pod.as_ref());
     }
@@ -776,7 +584,12 @@ impl Selections {
     }
 
     /// Names and named ports follow a Pod's addresses.
-    fn directory_pod(&mut self, key: &(String, String), old: Option<&PodEntry>, new: Option<&PodEntry>) {
+    fn directory_pod(
+        &mut self,
+        key: &(String, String),
+        old: Option<&PodEntry>,
+        new: Option<&PodEntry>,
+    ) {
         let name = format!("{}/{}", key.0, key.1);
         let old_ips = old.map(|p| p.ips.as_slice());
         let new_ips = new.map(|p| p.ips.as_slice());
@@ -926,10 +739,7 @@ impl Selections {
                     .map(NamespaceState::labels);
                 membership.selection.matches_entity(e, labels)
             });
-            membership.moved(
-                was.map(|o| o.ips.as_slice()),
-                now.map(|e| e.ips.as_slice()),
-            );
+            membership.moved(was.map(|o| o.ips.as_slice()), now.map(|e| e.ips.as_slice()));
         }
         let name = format!("{}/{}", key.0, key.1);
         let ips = |e: Option<&ExternalEntry>| e.map(|e| e.ips.clone());
@@ -964,10 +774,7 @@ impl Selections {
             let now = after
                 .as_ref()
                 .filter(|n| membership.selection.matches_node(n));
-            membership.moved(
-                was.map(|n| n.ips.as_slice()),
-                now.map(|n| n.ips.as_slice()),
-            );
+            membership.moved(was.map(|n| n.ips.as_slice()), now.map(|n| n.ips.as_slice()));
         }
         let ips = |n: &Option<NodeEntry>| n.as_ref().map(|n| n.ips.clone());
         if ips(&before) != ips(&after) {
@@ -990,20 +797,5 @@ fn single_namespace(selection: &Selection) -> Option<&str> {
             ..
         } if names.len() == 1 => Some(&names[0]),
         _ => None,
-    }
-}
-
-#[cfg(test)]
-impl NamedPorts {
-    pub(crate) fn fingerprint(&self) -> String {
-        let sorted: BTreeMap<_, _> = self.0.iter().collect();
-        format!("{sorted:?}")
-    }
-}
-
-#[cfg(test)]
-impl Names {
-    pub(crate) fn fingerprint(&self) -> String {
-        format!("{:?} {:?}", self.main, self.entities)
     }
 }

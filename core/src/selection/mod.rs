@@ -14,17 +14,23 @@
 //! same code, so agents and controller agree on the keys. Pure: no I/O, no
 //! clock; it never decides a flow and never reads a policy.
 
+mod delta;
+mod directory;
 mod index;
+mod membership;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
+use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 use sha1::{Digest, Sha1};
 
 use crate::model::{ExternalEntity, LabelSelector, Node, Pod, PortProtocol};
 
-pub use index::{Delta, NamedPorts, Names, Selections};
+pub use delta::Delta;
+pub use directory::{NamedPorts, Names};
+pub use index::Selections;
 
 /// Labels by key.
 pub type Labels = BTreeMap<String, String>;
@@ -64,7 +70,9 @@ impl NamespaceScope {
     pub fn contains(&self, name: &str, labels: Option<&Labels>) -> bool {
         match self {
             NamespaceScope::All => true,
-            NamespaceScope::Names(names) => names.binary_search_by(|n| n.as_str().cmp(name)).is_ok(),
+            NamespaceScope::Names(names) => {
+                names.binary_search_by(|n| n.as_str().cmp(name)).is_ok()
+            }
             NamespaceScope::Selector(selector) => labels.is_some_and(|l| selector.matches(l)),
         }
     }
@@ -160,7 +168,8 @@ impl Selection {
                 namespaces,
                 selector,
             } => {
-                namespaces.contains(&entity.namespace, ns_labels) && selector.matches(&entity.labels)
+                namespaces.contains(&entity.namespace, ns_labels)
+                    && selector.matches(&entity.labels)
             }
             _ => false,
         }
@@ -177,6 +186,18 @@ pub struct PodEntry {
     pub service_account: String,
     pub node_name: Option<String>,
     pub named_ports: Vec<NamedPort>,
+    /// Ports published on the Node (`hostPort`).
+    pub host_ports: Vec<HostPort>,
+}
+
+/// A container port published on the Node's port `host` (Kubernetes
+/// `hostPort`, Docker's `-p`), on every Node address or on `address`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostPort {
+    pub protocol: PortProtocol,
+    pub host: u16,
+    pub address: Option<IpAddr>,
+    pub container: u16,
 }
 
 impl PodEntry {
@@ -192,6 +213,26 @@ impl PodEntry {
                 Some((name, p.protocol, port))
             })
             .collect();
+        let host_ports = pod
+            .spec
+            .containers
+            .iter()
+            .flat_map(|c| c.ports.iter())
+            .filter_map(|p| {
+                Some(HostPort {
+                    protocol: p.protocol,
+                    host: u16::try_from(p.host_port?).ok().filter(|h| *h != 0)?,
+                    address: match p.host_ip.as_deref().map(str::parse::<IpAddr>) {
+                        None => None,
+                        Some(Ok(ip)) if ip.is_unspecified() => None,
+                        Some(Ok(ip)) => Some(ip),
+                        // Unreadable: published nowhere the agent can tell.
+                        Some(Err(_)) => return None,
+                    },
+                    container: u16::try_from(p.container_port).ok()?,
+                })
+            })
+            .collect();
         PodEntry {
             namespace: pod.namespace().to_string(),
             name: pod.metadata.name.clone(),
@@ -200,6 +241,7 @@ impl PodEntry {
             service_account: pod.service_account().to_string(),
             node_name: pod.spec.node_name.clone().filter(|n| !n.is_empty()),
             named_ports,
+            host_ports,
         }
     }
 
@@ -210,12 +252,13 @@ impl PodEntry {
     }
 }
 
-/// One Node: its labels and addresses.
+/// One Node: its labels, addresses and Pod address ranges.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeEntry {
     pub name: String,
     pub labels: Labels,
     pub ips: Vec<IpAddr>,
+    pub pod_cidrs: Vec<IpNet>,
 }
 
 impl NodeEntry {
@@ -224,6 +267,7 @@ impl NodeEntry {
             name: node.metadata.name.clone(),
             labels: node.metadata.labels.clone(),
             ips: node.ips(),
+            pod_cidrs: node.pod_cidrs(),
         }
     }
 }

@@ -16,6 +16,7 @@ const MAX_PREFIX: usize = 253;
 
 /// Every key, value and expression of `selector` (at `path`).
 pub(super) fn check_selector(report: &mut Report<'_>, path: &str, selector: &LabelSelector) {
+    report.selector(path, selector);
     for (key, value) in &selector.match_labels {
         if let Some(reason) = qualified_name_problem(key) {
             report.add(

@@ -7,6 +7,7 @@
 //! not); it never reads files or the clock, and never rewrites an object.
 
 mod group;
+mod intent;
 mod k8s;
 mod labels;
 mod npapi;
@@ -18,9 +19,12 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crate::model::{AntreaGroup, NamespacedName, Object, ObjectRef, Snapshot, Tier, STATIC_TIERS};
+use crate::model::{
+    AntreaGroup, LabelSelector, NamespacedName, Object, ObjectRef, Snapshot, Tier, STATIC_TIERS,
+};
 
 use group::check_group;
+pub use intent::{intent, inventory_nodes, Whole, DEFAULT_NODE};
 use k8s::check_k8s_policy;
 use npapi::{anp_ports, check_admin_tier_priority, check_np_policy, cnp_protocols};
 use policy::check_policy;
@@ -75,9 +79,25 @@ pub struct Findings {
 
 /// Checks every object of `snapshot` and returns errors and warnings.
 pub fn check(snapshot: &Snapshot) -> Findings {
+    walk(snapshot).0
+}
+
+/// A label selector met while checking: where it is, and the selector.
+struct SelectorSite {
+    origin: PathBuf,
+    object: ObjectRef,
+    /// Field path of the selector, e.g. `spec.ingress[0].from[0].podSelector`.
+    path: String,
+    selector: LabelSelector,
+}
+
+/// Checks every object of `snapshot`: the findings, and every label
+/// selector met on the way (for [`intent`]).
+fn walk(snapshot: &Snapshot) -> (Findings, Vec<SelectorSite>) {
     let index = Index::build(snapshot);
     let mut problems = Vec::new();
     let mut warnings = Vec::new();
+    let mut sites = Vec::new();
     let mut seen: HashMap<ObjectRef, &Path> = HashMap::new();
     for sourced in &snapshot.objects {
         let object = &sourced.object;
@@ -86,6 +106,7 @@ pub fn check(snapshot: &Snapshot) -> Findings {
             object: object.object_ref(),
             problems: &mut problems,
             warnings: &mut warnings,
+            sites: &mut sites,
         };
         let name = &object.metadata().name;
         if name.is_empty() {
@@ -131,10 +152,44 @@ pub fn check(snapshot: &Snapshot) -> Findings {
             | Object::ServiceAccount(_)
             | Object::ExternalEntity(_) => {}
         }
+        check_dry_run_annotation(&mut report, object);
     }
-    Findings {
+    let findings = Findings {
         errors: problems,
         warnings,
+    };
+    (findings, sites)
+}
+
+/// [`crate::model::DRY_RUN_ANNOTATION`] with another value than `"true"`
+/// (a `True` or `yes` meant as dry-run would enforce the policy), or on an
+/// object that is not a policy, is warned about: the object is admitted,
+/// and enforced.
+fn check_dry_run_annotation(report: &mut Report<'_>, object: &Object) {
+    let field = format!("metadata.annotations.{}", crate::model::DRY_RUN_ANNOTATION);
+    let Some(value) = object
+        .metadata()
+        .annotations
+        .get(crate::model::DRY_RUN_ANNOTATION)
+    else {
+        return;
+    };
+    let policy = matches!(
+        object,
+        Object::ClusterNetworkPolicy(_)
+            | Object::AntreaNetworkPolicy(_)
+            | Object::K8sNetworkPolicy(_)
+            | Object::AdminNetworkPolicy(_)
+            | Object::BaselineAdminNetworkPolicy(_)
+            | Object::NpClusterNetworkPolicy(_)
+    );
+    if !policy {
+        report.warn(field, "only policies can be dry-run: ignored");
+    } else if value != "true" {
+        report.warn(
+            field,
+            format!("{value:?} is not \"true\": the policy is enforced (remove the annotation, or set it to \"true\" for a dry-run)"),
+        );
     }
 }
 
@@ -144,6 +199,7 @@ struct Report<'a> {
     object: ObjectRef,
     problems: &'a mut Vec<Problem>,
     warnings: &'a mut Vec<Problem>,
+    sites: &'a mut Vec<SelectorSite>,
 }
 
 impl Report<'_> {
@@ -166,6 +222,17 @@ impl Report<'_> {
     fn warn(&mut self, field: impl Into<String>, reason: impl Into<String>) {
         let problem = self.problem(field.into(), reason.into());
         self.warnings.push(problem);
+    }
+
+    /// A label selector at `path`, for [`intent`] to compare with the
+    /// inventory.
+    fn selector(&mut self, path: &str, selector: &LabelSelector) {
+        self.sites.push(SelectorSite {
+            origin: self.origin.to_path_buf(),
+            object: self.object.clone(),
+            path: path.to_string(),
+            selector: selector.clone(),
+        });
     }
 }
 

@@ -59,8 +59,33 @@ pub(super) fn check_rule(
         );
     }
     for (i, service) in rule.to_services.iter().enumerate() {
+        let at = format!("{path}.toServices[{i}]");
         if service.name.is_empty() {
-            report.add(format!("{path}.toServices[{i}].name"), "must not be empty");
+            report.add(format!("{at}.name"), "must not be empty");
+        }
+        // Antrea's ClusterNetworkPolicy CRD requires it; a namespaced
+        // policy's reference defaults to the policy's Namespace.
+        if scope == Scope::Cluster && service.namespace.is_empty() {
+            report.add(
+                format!("{at}.namespace"),
+                "must not be empty in a cluster-scoped policy",
+            );
+        }
+        match service.scope.as_deref() {
+            None | Some("Cluster") => {}
+            Some("ClusterSet") => report.warn(
+                format!("{at}.scope"),
+                "a ClusterSet Service is imported by Antrea Multicluster, which tollgate does not read: this reference selects nothing",
+            ),
+            // The ClusterNetworkPolicy CRD's enum.
+            Some(other) if scope == Scope::Cluster => report.add(
+                format!("{at}.scope"),
+                format!("must be Cluster or ClusterSet, got `{other}`"),
+            ),
+            Some(other) => report.warn(
+                format!("{at}.scope"),
+                format!("`{other}` is neither Cluster nor ClusterSet: read as Cluster, as Antrea's controller reads it"),
+            ),
         }
     }
 

@@ -557,6 +557,45 @@ fn to_services_restrictions() {
     );
 }
 
+/// Antrea's CRDs: a namespaced policy's reference may leave `namespace`
+/// out (its own Namespace), a cluster-scoped one must name it; `scope` is
+/// `Cluster` or `ClusterSet` (admitted, a Multicluster Service tollgate
+/// cannot see: warned) in a ClusterNetworkPolicy, any string in a
+/// NetworkPolicy (read as Cluster unless ClusterSet: warned).
+#[test]
+fn to_services_namespace_and_scope_as_antreas_crds_have_them() {
+    let annp_egress = |services: &str| {
+        annp(&format!(
+            "priority: 1\nappliedTo: [{{podSelector: {{}}}}]\negress:\n  - action: Drop\n    toServices: {services}\n"
+        ))
+    };
+    assert_valid(&annp_egress("[{name: svc}]"));
+    assert_valid(&annp_egress("[{name: svc, scope: Cluster}]"));
+    assert_valid(&acnp_egress(
+        "action: Drop, toServices: [{name: svc, namespace: ns, scope: Cluster}]",
+    ));
+    assert_problem(
+        &acnp_egress("action: Drop, toServices: [{name: svc}]"),
+        "spec.egress[0].toServices[0].namespace",
+        "must not be empty in a cluster-scoped policy",
+    );
+    assert_warning(
+        &annp_egress("[{name: svc, scope: ClusterSet}]"),
+        "spec.egress[0].toServices[0].scope",
+        "Antrea Multicluster, which tollgate does not read",
+    );
+    assert_warning(
+        &annp_egress("[{name: svc, scope: Region}]"),
+        "spec.egress[0].toServices[0].scope",
+        "`Region` is neither Cluster nor ClusterSet: read as Cluster",
+    );
+    assert_problem(
+        &acnp_egress("action: Drop, toServices: [{name: svc, namespace: ns, scope: Region}]"),
+        "spec.egress[0].toServices[0].scope",
+        "must be Cluster or ClusterSet, got `Region`",
+    );
+}
+
 #[test]
 fn from_and_to_match_the_direction() {
     assert_valid(&acnp_ingress("action: Drop, from: [{podSelector: {}}]"));
@@ -1574,5 +1613,29 @@ fn log_labels_have_the_shape_of_a_label_value() {
         &acnp_ingress(&format!("action: Drop, logLabel: {}", "a".repeat(64))),
         "spec.ingress[0].logLabel",
         "must be no more than 63 characters",
+    );
+}
+
+#[test]
+fn dry_run_annotation_values_other_than_true_are_warnings() {
+    let acnp = |value: &str| {
+        format!(
+            "apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata:\n  name: p\n  annotations: {{tollgate.io/dry-run: '{value}'}}\nspec:\n  priority: 1\n  appliedTo: [{{podSelector: {{}}}}]\n  ingress: [{{action: Drop}}]\n"
+        )
+    };
+    assert_warning(
+        &acnp("True"),
+        "metadata.annotations.tollgate.io/dry-run",
+        "\"True\" is not \"true\": the policy is enforced",
+    );
+    assert_warning(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: x\n  annotations: {tollgate.io/dry-run: 'true'}\n",
+        "metadata.annotations.tollgate.io/dry-run",
+        "only policies can be dry-run",
+    );
+    let findings = check(&snapshot(&acnp("true")));
+    assert!(
+        findings.errors.is_empty() && findings.warnings.is_empty(),
+        "{findings:?}"
     );
 }

@@ -3,6 +3,8 @@ use super::*;
 use crate::config::{AgentConfig, MachineDefaults};
 use crate::datapath::diff::Changes;
 use crate::datapath::state::State;
+use crate::model::PortProtocol;
+use crate::ruleset::VerdictCache;
 
 /// The configuration `yaml` gives on a machine with two cores.
 fn config(yaml: &str) -> AgentConfig {
@@ -20,12 +22,22 @@ fn desired(config: &AgentConfig, enforced: &Enforced, fqdn: &[FqdnPattern]) -> S
     super::desired(&config.datapath, &config.queue_numbers(), enforced, fqdn)
 }
 
+/// The chain that decides `hook`: the filter table's for INPUT and
+/// OUTPUT, the mangle table's for FORWARD.
+fn deciding(state: &State, family: Family, hook: Hook) -> &Vec<String> {
+    match hook {
+        Hook::Forward => &state.mangle(family).chains[hook.chain()],
+        _ => &state.table(family).chains[hook.chain()],
+    }
+}
+
 fn targets(node_ingress: bool, node_egress: bool, endpoints: &[&str]) -> Enforced {
     Enforced {
         node_ingress,
         node_egress,
         endpoints: endpoints.iter().map(|e| e.parse().unwrap()).collect(),
         verdict_cache: None,
+        ..Enforced::default()
     }
 }
 
@@ -46,26 +58,13 @@ const DEFAULT_V4_SAVE: &str = "\
 -A FORWARD -j TOLLGATE-FORWARD
 -A OUTPUT -j TOLLGATE-OUTPUT
 -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
--A TOLLGATE-FORWARD -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
 -A TOLLGATE-FORWARD -m mark --mark 0x100000/0xf00000 -j ACCEPT
--A TOLLGATE-FORWARD -m mark --mark 0x400000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
 -A TOLLGATE-FORWARD -m mark --mark 0x400000/0xf00000 -j ACCEPT
--A TOLLGATE-FORWARD -m mark --mark 0x500000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
 -A TOLLGATE-FORWARD -m mark --mark 0x500000/0xf00000 -j ACCEPT
--A TOLLGATE-FORWARD -m mark --mark 0x600000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
--A TOLLGATE-FORWARD -m mark --mark 0x600000/0xf00000 -j DROP
 -A TOLLGATE-FORWARD -p tcp -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with tcp-reset
 -A TOLLGATE-FORWARD -m mark --mark 0x200000/0xf00000 -j REJECT --reject-with icmp-admin-prohibited
--A TOLLGATE-FORWARD -m connmark --mark 0x600000/0xf00000 -j DROP
--A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x400000/0xf00000 -j TOLLGATE-L7-QUEUE
--A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
+-A TOLLGATE-FORWARD -m connmark --mark 0x400000/0xf00000 -j ACCEPT
 -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
--A TOLLGATE-FORWARD -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID,UNTRACKED -j DROP
--A TOLLGATE-FORWARD -p icmp -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate INVALID,UNTRACKED -j DROP
--A TOLLGATE-FORWARD -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
--A TOLLGATE-FORWARD ! -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
--A TOLLGATE-FORWARD -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
--A TOLLGATE-FORWARD ! -p icmp -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
 -A TOLLGATE-INPUT -i lo -j ACCEPT
 -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 -A TOLLGATE-INPUT -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
@@ -128,6 +127,63 @@ const DEFAULT_V4_SAVE: &str = "\
 COMMIT
 ";
 
+/// The mangle table of the same installation (also in the module
+/// documentation): the forward hook decided.
+const DEFAULT_V4_MANGLE_SAVE: &str = "\
+*mangle
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+:TOLLGATE-FORWARD - [0:0]
+:TOLLGATE-L7 - [0:0]
+:TOLLGATE-L7-QUEUE - [0:0]
+:TOLLGATE-POSTROUTING - [0:0]
+-A FORWARD -j TOLLGATE-FORWARD
+-A POSTROUTING -j TOLLGATE-POSTROUTING
+-A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
+-A TOLLGATE-FORWARD -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
+-A TOLLGATE-FORWARD -m mark --mark 0x100000/0xf00000 -j ACCEPT
+-A TOLLGATE-FORWARD -m mark --mark 0x400000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
+-A TOLLGATE-FORWARD -m mark --mark 0x400000/0xf00000 -j ACCEPT
+-A TOLLGATE-FORWARD -m mark --mark 0x500000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
+-A TOLLGATE-FORWARD -m mark --mark 0x500000/0xf00000 -j ACCEPT
+-A TOLLGATE-FORWARD -m mark --mark 0x600000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
+-A TOLLGATE-FORWARD -m mark --mark 0x600000/0xf00000 -j DROP
+-A TOLLGATE-FORWARD -m mark --mark 0x200000/0xf00000 -j ACCEPT
+-A TOLLGATE-FORWARD -m connmark --mark 0x600000/0xf00000 -j DROP
+-A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x400000/0xf00000 -j TOLLGATE-L7-QUEUE
+-A TOLLGATE-FORWARD -p tcp -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
+-A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
+-A TOLLGATE-FORWARD -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID,UNTRACKED -j DROP
+-A TOLLGATE-FORWARD -p icmp -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate INVALID,UNTRACKED -j DROP
+-A TOLLGATE-FORWARD -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
+-A TOLLGATE-FORWARD ! -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
+-A TOLLGATE-FORWARD -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
+-A TOLLGATE-FORWARD ! -p icmp -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
+-A TOLLGATE-L7 -p tcp -m tcp --tcp-flags FIN FIN -j TOLLGATE-L7-QUEUE
+-A TOLLGATE-L7 -p tcp -m tcp --tcp-flags RST RST -j TOLLGATE-L7-QUEUE
+-A TOLLGATE-L7 -p tcp -m tcp --tcp-flags URG URG -j TOLLGATE-L7-QUEUE
+-A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x28&&0x20>>0x1c=0x5\" -j RETURN
+-A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x2c&&0x20>>0x1c=0x6\" -j RETURN
+-A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x30&&0x20>>0x1c=0x7\" -j RETURN
+-A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x34&&0x20>>0x1c=0x8\" -j RETURN
+-A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x38&&0x20>>0x1c=0x9\" -j RETURN
+-A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x3c&&0x20>>0x1c=0xa\" -j RETURN
+-A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x40&&0x20>>0x1c=0xb\" -j RETURN
+-A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x44&&0x20>>0x1c=0xc\" -j RETURN
+-A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x48&&0x20>>0x1c=0xd\" -j RETURN
+-A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x4c&&0x20>>0x1c=0xe\" -j RETURN
+-A TOLLGATE-L7 -m u32 --u32 \"0x0>>0x18=0x45&&0x0&0xffff=0x50&&0x20>>0x1c=0xf\" -j RETURN
+-A TOLLGATE-L7 -j TOLLGATE-L7-QUEUE
+-A TOLLGATE-L7-QUEUE -m conntrack --ctdir ORIGINAL -m u32 --u32 \"0x0>>0x16&0x3c@0x0>>0x11&0x1=0x1\" -j NFQUEUE --queue-num 104
+-A TOLLGATE-L7-QUEUE -m conntrack --ctdir REPLY -m u32 --u32 \"0x0>>0x16&0x3c@0x0>>0x1&0x1=0x1\" -j NFQUEUE --queue-num 104
+-A TOLLGATE-L7-QUEUE -j NFQUEUE --queue-num 103
+-A TOLLGATE-POSTROUTING -m mark --mark 0x200000/0xf00000 -j DROP
+COMMIT
+";
+
 const DEFAULT_IPSET_SAVE: &str = "\
 create tollgate-endpoints-v4 hash:ip family inet hashsize 1024 maxelem 65536 bucketsize 12 initval 0x5e1f2b1a
 add tollgate-endpoints-v4 10.0.0.5
@@ -158,6 +214,30 @@ fn first_install_renders_the_whole_ruleset_in_one_batch() {
         ])
         .collect();
     assert_eq!(changes.v4.restore_text().unwrap(), expected_v4);
+    let expected_mangle: String = DEFAULT_V4_MANGLE_SAVE
+        .lines()
+        .filter(|l| !l.ends_with(" ACCEPT [0:0]"))
+        .filter(|l| !l.starts_with("-A FORWARD") && !l.starts_with("-A POSTROUTING"))
+        .filter(|l| *l != "COMMIT")
+        .map(|l| format!("{l}\n"))
+        .chain([
+            "-I FORWARD 1 -j TOLLGATE-FORWARD\n".to_string(),
+            "-I POSTROUTING 1 -j TOLLGATE-POSTROUTING\n".to_string(),
+            "COMMIT\n".to_string(),
+        ])
+        .collect();
+    assert_eq!(
+        changes
+            .mangle_v4
+            .restore_text_in(TableKind::Mangle)
+            .unwrap(),
+        expected_mangle
+    );
+    assert_eq!(
+        changes.iptables_restore_text(Family::V4).unwrap(),
+        expected_mangle + &expected_v4,
+        "the mangle table first"
+    );
     assert_eq!(
         changes.ipset_prepare_text().unwrap(),
         "create tollgate-endpoints-v4 hash:ip family inet\nadd tollgate-endpoints-v4 10.0.0.5\n\
@@ -166,20 +246,78 @@ fn first_install_renders_the_whole_ruleset_in_one_batch() {
     assert!(changes.ipset_cleanup_text().is_none());
 }
 
+/// Every rule of every table of a state planned with everything a
+/// ruleset can need (node hooks, endpoints, published ports, unknown
+/// ranges, FQDN selectors, the verdict cache, privileged entries, L7
+/// queues), written the way iptables-save prints it: the rules the kernel
+/// reads back must be the planned text, or every drift check rewrites
+/// them. The spellings iptables-save normalizes are checked here.
+#[test]
+fn every_planned_rule_is_spelled_as_iptables_save_prints_it() {
+    let enforced = Enforced {
+        ranges: vec![
+            "10.1.0.0/24".parse().unwrap(),
+            "fd00:1::/64".parse().unwrap(),
+        ],
+        known: vec!["10.1.0.5".parse().unwrap()],
+        published: vec![(PortProtocol::Tcp, 8080)],
+        verdict_cache: Some(crate::ruleset::VerdictCache {
+            generation: 0xab,
+            timeout_secs: 60,
+            max_entries: 1024,
+            lookup: true,
+        }),
+        ..targets(false, true, &["10.1.0.5", "fd00:1::5"])
+    };
+    let yaml = "datapath:\n  privileged: ['10.0.0.0/8,udp/53', {cidr: '::/0', hooks: [forward]}]\n";
+    let fqdn = [crate::fqdn::FqdnPattern::new("*.example.test")];
+    let state = desired(&config(yaml), &enforced, &fqdn);
+    for family in Family::ALL {
+        for table in [state.table(family), state.mangle(family)] {
+            for rule in table.chains.values().flatten() {
+                let order = ["INVALID", "NEW", "RELATED", "ESTABLISHED", "UNTRACKED"];
+                for word in rule.split(' ') {
+                    let listed: Vec<&str> = word.split(',').collect();
+                    if listed.len() > 1 && listed.iter().all(|s| order.contains(s)) {
+                        let mut sorted = listed.clone();
+                        sorted.sort_by_key(|s| order.iter().position(|o| o == s));
+                        assert_eq!(
+                            listed, sorted,
+                            "{rule}: conntrack states out of iptables-save's order"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn installed_state_parses_back_to_an_empty_diff() {
     let desired = desired(&config(""), &targets(true, false, &["10.0.0.5"]), &[]);
     let v6_save = render_save(&desired, Family::V6);
-    let installed = State::parse(DEFAULT_V4_SAVE, &v6_save, DEFAULT_IPSET_SAVE);
+    let mut installed = State::parse(DEFAULT_V4_SAVE, &v6_save, DEFAULT_IPSET_SAVE);
+    installed.mangle_v4 = Table::parse_in(DEFAULT_V4_MANGLE_SAVE, TableKind::Mangle);
+    installed.mangle_v6 = Table::parse_in(
+        &render_save_in(desired.mangle(Family::V6), TableKind::Mangle),
+        TableKind::Mangle,
+    );
     let changes = Changes::between(&desired, &installed);
     assert!(changes.is_empty(), "{changes:#?}");
 }
 
-/// iptables-save text for a desired table, as the kernel would print it.
+/// iptables-save text for a desired filter table, as the kernel would
+/// print it.
 fn render_save(state: &State, family: Family) -> String {
-    let table = state.table(family);
-    let mut out =
-        String::from("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n");
+    render_save_in(state.table(family), TableKind::Filter)
+}
+
+/// iptables-save text for a desired table of `kind`.
+fn render_save_in(table: &Table, kind: TableKind) -> String {
+    let mut out = format!("*{}\n", kind.name());
+    for builtin in kind.builtins() {
+        out.push_str(&format!(":{builtin} ACCEPT [0:0]\n"));
+    }
     for name in table.chains.keys() {
         out.push_str(&format!(":{name} - [0:0]\n"));
     }
@@ -298,7 +436,27 @@ fn open_mode_single_queue_interfaces_and_privileged_entries() {
                 \x20 privileged: ['10.0.0.0/24,tcp/22', 'fd00::/64,icmp', {cidr: 192.168.7.1/32, hooks: [forward, input]}]\n\
                 \x20 markMask: '0x70000'\n";
     let desired = desired(&config(yaml), &targets(false, false, &[]), &[]);
-    let forward = &desired.v4.chains["TOLLGATE-FORWARD"];
+    // The filter table's FORWARD carries out what the mangle table decided.
+    assert_eq!(
+        desired.v4.chains["TOLLGATE-FORWARD"],
+        [
+            "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x10000/0x70000 -j ACCEPT",
+            "-m mark --mark 0x10000/0x70000 -j ACCEPT",
+            "-m mark --mark 0x40000/0x70000 -j ACCEPT",
+            "-m mark --mark 0x50000/0x70000 -j ACCEPT",
+            "-p tcp -m mark --mark 0x20000/0x70000 -j REJECT --reject-with tcp-reset",
+            "-m mark --mark 0x20000/0x70000 -j REJECT --reject-with icmp-admin-prohibited",
+            "-m connmark --mark 0x40000/0x70000 -j ACCEPT",
+            "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x50000/0x70000 -j ACCEPT",
+            "-s 192.168.7.1/32 -j ACCEPT",
+            "-d 192.168.7.1/32 -j ACCEPT",
+        ]
+    );
+    assert_eq!(
+        desired.mangle_v4.chains[POSTROUTING_CHAIN],
+        ["-m mark --mark 0x20000/0x70000 -j DROP"]
+    );
+    let forward = &desired.mangle_v4.chains["TOLLGATE-FORWARD"];
     assert_eq!(
         forward,
         &[
@@ -311,8 +469,7 @@ fn open_mode_single_queue_interfaces_and_privileged_entries() {
             "-m mark --mark 0x50000/0x70000 -j ACCEPT",
             "-m mark --mark 0x60000/0x70000 -j CONNMARK --save-mark --nfmask 0x70000 --ctmask 0x70000",
             "-m mark --mark 0x60000/0x70000 -j DROP",
-            "-p tcp -m mark --mark 0x20000/0x70000 -j REJECT --reject-with tcp-reset",
-            "-m mark --mark 0x20000/0x70000 -j REJECT --reject-with icmp-admin-prohibited",
+            "-m mark --mark 0x20000/0x70000 -j ACCEPT",
             "-m connmark --mark 0x60000/0x70000 -j DROP",
             "-p tcp -m connmark --mark 0x40000/0x70000 -j TOLLGATE-L7-QUEUE",
             "-p tcp -m connmark --mark 0x50000/0x70000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7",
@@ -355,7 +512,7 @@ fn open_mode_single_queue_interfaces_and_privileged_entries() {
             .to_string()
     ));
     assert!(!input_v6.iter().any(|r| r.contains("10.0.0.0")));
-    assert!(!desired.v6.chains["TOLLGATE-FORWARD"]
+    assert!(!desired.mangle_v6.chains["TOLLGATE-FORWARD"]
         .iter()
         .any(|r| r.contains("fd00::")));
     let output_v4 = &desired.v4.chains["TOLLGATE-OUTPUT"];
@@ -679,7 +836,7 @@ fn fqdn_selectors_queue_dns_replies_before_the_shortcut_and_get_learned_sets() {
     let desired = desired(&config(""), &targets(false, true, &[]), &patterns);
     for family in Family::ALL {
         for hook in Hook::ALL {
-            let rules = &desired.table(family).chains[hook.chain()];
+            let rules = deciding(&desired, family, hook);
             let udp = rules
                 .iter()
                 .position(|r| {
@@ -794,7 +951,7 @@ fn queries_to_privileged_resolvers_go_to_the_dns_queue_first() {
     ))
     .unwrap();
     assert!(!output[ssh - 1].ends_with(queue), "{output:#?}");
-    let forward = &desired.v6.chains["TOLLGATE-FORWARD"];
+    let forward = &desired.mangle_v6.chains["TOLLGATE-FORWARD"];
     for dir in ["-s", "-d"] {
         let rule = format!("{dir} fd00::/64 -p tcp -m tcp --dport 53 {queue}");
         assert!(forward.contains(&rule), "{forward:#?}");
@@ -919,7 +1076,7 @@ fn icmp_without_a_connection_is_dropped_before_any_rule_could_pass_it() {
                 Family::V6 => ("ipv6-icmp", "tollgate-endpoints-v6"),
             };
             for hook in Hook::ALL {
-                let rules = &state.table(family).chains[hook.chain()];
+                let rules = deciding(&state, family, hook);
                 let whole = match hook {
                     Hook::Input => ingress,
                     Hook::Output => egress,
@@ -997,7 +1154,7 @@ fn icmp_without_a_connection_is_dropped_before_any_rule_could_pass_it() {
         assert!(chains["TOLLGATE-INPUT"].contains(&format!(
             "-i eth0 -p {icmp} -m conntrack --ctstate INVALID,UNTRACKED -j DROP"
         )));
-        assert!(chains["TOLLGATE-FORWARD"].contains(&format!(
+        assert!(deciding(&held, family, Hook::Forward).contains(&format!(
             "-o eth0 -p {icmp} -m conntrack --ctstate INVALID,UNTRACKED -j DROP"
         )));
         assert!(!chains["TOLLGATE-OUTPUT"]
@@ -1013,7 +1170,7 @@ fn icmp_without_a_connection_is_dropped_before_any_rule_could_pass_it() {
 #[test]
 fn only_on_link_neighbour_discovery_passes_the_icmp_drops() {
     let state = desired(&config(""), &targets(false, false, &["fd00::5"]), &[]);
-    let forward = &state.v6.chains["TOLLGATE-FORWARD"];
+    let forward = &state.mangle_v6.chains["TOLLGATE-FORWARD"];
     let nd: Vec<String> = [133, 134, 135, 136, 137]
         .iter()
         .map(|t| format!("-p ipv6-icmp -m icmp6 --icmpv6-type {t} -m hl --hl-eq 255 -j RETURN"))
@@ -1083,12 +1240,22 @@ fn cached_verdicts_are_answered_ahead_of_the_queue_from_the_generations_sets() {
         input[at + 4],
         "-i eth0 -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101"
     );
+    // FORWARD's cache answers in the mangle table: a cached Reject is
+    // marked there and rejected by the filter table.
     assert_eq!(
-        state.v6.chains["TOLLGATE-FORWARD"]
+        state.mangle_v6.chains["TOLLGATE-FORWARD"]
             .iter()
             .rfind(|r| r.contains("tollgate-vc-00000000ab-fr-v6"))
             .unwrap(),
-        "-o eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-fr-v6 src,dst,dst -j REJECT --reject-with icmp6-adm-prohibited"
+        "-o eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-fr-v6 src,dst,dst -j TOLLGATE-CACHED-REJECT"
+    );
+    assert_eq!(
+        state.mangle_v6.chains[CACHED_REJECT_CHAIN],
+        ["-j MARK --set-xmark 0x200000/0xf00000", "-j ACCEPT"]
+    );
+    assert_eq!(
+        state.mangle_v4.chains[CACHED_ALLOW_CHAIN],
+        state.v4.chains[CACHED_ALLOW_CHAIN]
     );
     // A cached allow does what a worker's does, DNS snooping included.
     assert_eq!(
@@ -1209,4 +1376,250 @@ fn a_bridge_answers_nothing_from_the_cache_and_writes_no_cache_set() {
         crate::datapath::transition::adopted(&installed).verdict_cache,
         Some(cache(1))
     );
+}
+
+/// With a closed startup policy, the unknown addresses of the local
+/// endpoint ranges (ranges minus what the inventory knows) are one
+/// `hash:net` set per family, and new connections from and to them are
+/// dropped on every hook, ahead of the privileged entries and the queue;
+/// an open startup policy plans neither.
+#[test]
+fn unknown_addresses_of_the_endpoint_ranges_are_dropped_ahead_of_everything_that_accepts() {
+    let enforced = Enforced {
+        ranges: vec![
+            "10.1.0.0/24".parse().unwrap(),
+            "fd00:1::/64".parse().unwrap(),
+        ],
+        known: ["10.1.0.1", "10.1.0.5", "fd00:1::5"]
+            .iter()
+            .map(|ip| ip.parse().unwrap())
+            .collect(),
+        ..targets(false, false, &["10.1.0.5", "fd00:1::5"])
+    };
+    let yaml = "datapath:\n  privileged: ['0.0.0.0/0,tcp/22', {cidr: '::/0', hooks: [forward]}]\n";
+    let closed = desired(&config(yaml), &enforced, &[]);
+    let v4 = &closed.ranges["tollgate-unknown-v4"];
+    assert_eq!(v4.ranges, ["10.1.0.0/24".parse().unwrap()].into());
+    assert_eq!(
+        v4.except,
+        ["10.1.0.1".parse().unwrap(), "10.1.0.5".parse().unwrap()].into()
+    );
+    assert_eq!(
+        closed.ranges["tollgate-unknown-v6"].except,
+        ["fd00:1::5".parse().unwrap()].into()
+    );
+    for family in Family::ALL {
+        let set = unknown_set(family);
+        for (hook, sides) in [
+            (Hook::Input, &["src"][..]),
+            (Hook::Output, &["dst"][..]),
+            (Hook::Forward, &["src", "dst"][..]),
+        ] {
+            let rules = deciding(&closed, family, hook);
+            let drops: Vec<usize> = sides
+                .iter()
+                .map(|side| {
+                    let rule = format!(
+                        "-m set --match-set {set} {side} -m conntrack --ctstate INVALID,NEW -j DROP"
+                    );
+                    rules
+                        .iter()
+                        .position(|r| *r == rule)
+                        .unwrap_or_else(|| panic!("{hook:?} {family:?}: no {rule} in {rules:#?}"))
+                })
+                .collect();
+            assert_eq!(
+                rules.iter().filter(|r| r.contains(&set)).count(),
+                sides.len(),
+                "{hook:?}: only these sides"
+            );
+            let first_accepting = rules
+                .iter()
+                .position(|r| {
+                    // A privileged entry, or the connection queue (not
+                    // loopback, decided connections, on-link discovery).
+                    (r.ends_with("-j ACCEPT")
+                        && !r.contains("--mark")
+                        && !r.contains(" lo ")
+                        && !r.contains("--hl-eq 255"))
+                        || r.contains("-j NFQUEUE --queue-balance 100:101")
+                })
+                .unwrap();
+            assert!(
+                drops.iter().all(|d| *d < first_accepting),
+                "{hook:?} {family:?}: the drops come first\n{rules:#?}"
+            );
+        }
+    }
+    let open = desired(&config("datapath: {startupPolicy: open}\n"), &enforced, &[]);
+    assert!(open.ranges.is_empty());
+    for family in Family::ALL {
+        for hook in Hook::ALL {
+            assert!(!deciding(&open, family, hook)
+                .iter()
+                .any(|r| r.contains("tollgate-unknown")));
+        }
+    }
+    // Installed, the set parses back to the same value.
+    let changes = Changes::between(&closed, &State::default());
+    let text = changes.ipset_prepare_text().unwrap();
+    assert!(
+        text.contains(
+            "create tollgate-unknown-v4 hash:net family inet\n\
+             add tollgate-unknown-v4 10.1.0.0/24\n\
+             add tollgate-unknown-v4 10.1.0.1 nomatch\n\
+             add tollgate-unknown-v4 10.1.0.5 nomatch\n"
+        ),
+        "{text}"
+    );
+    let save = "create tollgate-unknown-v4 hash:net family inet hashsize 1024 maxelem 65536 bucketsize 12 initval 0x1\n\
+                add tollgate-unknown-v4 10.1.0.5 nomatch\n\
+                add tollgate-unknown-v4 10.1.0.0/24\n\
+                add tollgate-unknown-v4 10.1.0.1 nomatch\n\
+                create tollgate-unknown-v6 hash:net family inet6 hashsize 1024 maxelem 65536\n\
+                add tollgate-unknown-v6 fd00:1::/64\n\
+                add tollgate-unknown-v6 fd00:1::5 nomatch\n";
+    assert_eq!(
+        crate::datapath::state::parse_range_sets(save),
+        closed.ranges
+    );
+}
+
+/// A Node port published for an enforced endpoint is queued on INPUT
+/// (where a userland proxy receives it), read back from the installed
+/// rule; a Node whose ingress is queued whole needs no rule of its own.
+#[test]
+fn published_ports_of_enforced_endpoints_are_queued_on_input() {
+    let enforced = Enforced {
+        published: vec![(PortProtocol::Tcp, 8080), (PortProtocol::Udp, 5353)],
+        ..targets(false, false, &["10.1.0.5"])
+    };
+    let state = desired(&config(""), &enforced, &[]);
+    for family in Family::ALL {
+        let input = &state.table(family).chains["TOLLGATE-INPUT"];
+        let queued: Vec<_> = input.iter().filter_map(|r| published_port(r)).collect();
+        assert_eq!(queued, enforced.published, "{input:#?}");
+        assert!(input.contains(
+            &"-p tcp -m tcp --dport 8080 -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101"
+                .to_string()
+        ));
+    }
+    let whole = desired(
+        &config(""),
+        &Enforced {
+            node_ingress: true,
+            ..enforced
+        },
+        &[],
+    );
+    assert!(whole.v4.chains["TOLLGATE-INPUT"]
+        .iter()
+        .all(|r| published_port(r).is_none()));
+}
+
+/// An endpoint that only dry-run policies apply to is queued from its own
+/// set, below every rule that queues an enforced side (the enforced
+/// endpoints, a published port), and always with `--queue-bypass` (its
+/// published ports too, last): with
+/// no worker reading the queue the kernel accepts its connections, as it
+/// would without those policies, while the enforced endpoints' rules keep
+/// `failMode: closed`. Its unrelated ICMP is not dropped either (a dry-run
+/// policy must not strengthen enforcement); a ruleset without dry-run
+/// endpoints plans neither the set nor its rules.
+#[test]
+fn dry_run_only_endpoints_are_queued_with_bypass_below_the_enforced_ones() {
+    let enforced = Enforced {
+        dry_run_endpoints: vec!["10.1.0.6".parse().unwrap(), "fd00::6".parse().unwrap()],
+        published: vec![(PortProtocol::Tcp, 8080)],
+        dry_run_published: vec![(PortProtocol::Udp, 9090)],
+        ..targets(false, false, &["10.1.0.5", "fd00::5"])
+    };
+    for (yaml, enforced_bypass) in [("", false), ("datapath: {failMode: open}\n", true)] {
+        let state = desired(&config(yaml), &enforced, &[]);
+        for family in Family::ALL {
+            let (dry, normal) = (dry_run_set(family), endpoints_set(family));
+            let members = &state.sets[dry].members;
+            assert_eq!(members.len(), 1, "{members:?}");
+            assert!(members
+                .iter()
+                .all(|a| enforced.dry_run_endpoints.contains(a) && Family::of(a) == family));
+            assert!(state.sets[normal]
+                .members
+                .iter()
+                .all(|a| !enforced.dry_run_endpoints.contains(a)));
+            for hook in Hook::ALL {
+                let rules = deciding(&state, family, hook);
+                let queued = |set: &str| -> Vec<usize> {
+                    (0..rules.len())
+                        .filter(|&i| rules[i].contains(&format!("--match-set {set} ")))
+                        .filter(|&i| rules[i].contains("-j NFQUEUE"))
+                        .collect()
+                };
+                let (dry_rules, normal_rules) = (queued(dry), queued(normal));
+                assert_eq!(dry_rules.len(), 4, "{hook:?} {rules:#?}");
+                assert_eq!(normal_rules.len(), 4, "{hook:?} {rules:#?}");
+                assert!(dry_rules
+                    .iter()
+                    .all(|&i| rules[i].ends_with(" --queue-bypass")));
+                assert!(normal_rules
+                    .iter()
+                    .all(|&i| rules[i].ends_with(" --queue-bypass") == enforced_bypass));
+                let last_enforced = rules
+                    .iter()
+                    .rposition(|r| {
+                        r.contains("-j NFQUEUE")
+                            && !r.contains(dry)
+                            && published_port(r) != Some((PortProtocol::Udp, 9090))
+                    })
+                    .unwrap();
+                assert!(last_enforced < dry_rules[0], "{hook:?} {rules:#?}");
+                assert!(rules
+                    .iter()
+                    .filter(|r| r.contains(dry))
+                    .all(|r| r.contains("-j NFQUEUE")));
+                let published: Vec<_> = (0..rules.len())
+                    .filter_map(|i| published_port(&rules[i]).map(|port| (i, port)))
+                    .collect();
+                if hook != Hook::Input {
+                    assert!(published.is_empty(), "{hook:?} {rules:#?}");
+                    continue;
+                }
+                let [(enforced_at, enforced_port), (dry_at, dry_port)] = published[..] else {
+                    panic!("{rules:#?}");
+                };
+                assert_eq!(
+                    (enforced_port, dry_port),
+                    ((PortProtocol::Tcp, 8080), (PortProtocol::Udp, 9090))
+                );
+                assert!(enforced_at < dry_rules[0] && dry_at > dry_rules[3]);
+                assert!(rules[dry_at].ends_with(" --queue-bypass"));
+                assert_eq!(
+                    rules[enforced_at].ends_with(" --queue-bypass"),
+                    enforced_bypass
+                );
+            }
+        }
+    }
+    let without = desired(&config(""), &targets(false, false, &["10.1.0.5"]), &[]);
+    for family in Family::ALL {
+        assert!(!without.sets.contains_key(dry_run_set(family)));
+        for hook in Hook::ALL {
+            assert!(deciding(&without, family, hook)
+                .iter()
+                .all(|r| !r.contains("tollgate-dryrun")));
+        }
+    }
+    // A Node whose ingress is queued whole queues the dry-run endpoints'
+    // connections to it under the fail mode, as any other.
+    let whole = desired(
+        &config(""),
+        &Enforced {
+            node_ingress: true,
+            ..enforced.clone()
+        },
+        &[],
+    );
+    assert!(whole.v4.chains["TOLLGATE-INPUT"]
+        .iter()
+        .all(|r| !r.contains("tollgate-dryrun")));
 }

@@ -23,6 +23,31 @@ fn enforced(node_ingress: bool, endpoints: &[&str]) -> Enforced {
         node_egress: false,
         endpoints: endpoints.iter().map(|e| e.parse().unwrap()).collect(),
         verdict_cache: None,
+        ..Enforced::default()
+    }
+}
+
+/// An `enforced` with local endpoint ranges, the addresses known in them,
+/// and published ports.
+fn ranged(
+    endpoints: &[&str],
+    ranges: &[&str],
+    known: &[&str],
+    published: &[(PortProtocol, u16)],
+) -> Enforced {
+    Enforced {
+        ranges: ranges.iter().map(|r| r.parse().unwrap()).collect(),
+        known: known.iter().map(|k| k.parse().unwrap()).collect(),
+        published: published.to_vec(),
+        ..enforced(false, endpoints)
+    }
+}
+
+/// An `enforced` with endpoints that only dry-run policies apply to.
+fn dry_run(endpoints: &[&str], dry_run: &[&str]) -> Enforced {
+    Enforced {
+        dry_run_endpoints: dry_run.iter().map(|e| e.parse().unwrap()).collect(),
+        ..enforced(false, endpoints)
     }
 }
 
@@ -59,13 +84,12 @@ fn partial_states(installed: &State, target: &State) -> Vec<State> {
                 // prefix of each set's creation, additions and deletions.
                 let mut partial = state.clone();
                 for (name, write) in &changes.sets {
-                    partial
-                        .sets
-                        .entry(name.clone())
-                        .or_insert_with(|| crate::datapath::state::IpSet {
+                    partial.sets.entry(name.clone()).or_insert_with(|| {
+                        crate::datapath::state::IpSet {
                             family: write.set.family,
                             members: Default::default(),
-                        });
+                        }
+                    });
                     out.push(partial.clone());
                     for member in &write.add {
                         partial.sets.get_mut(name).unwrap().members.insert(*member);
@@ -76,8 +100,16 @@ fn partial_states(installed: &State, target: &State) -> Vec<State> {
                         out.push(partial.clone());
                     }
                 }
+                // Then each range set, swapped in whole.
+                for (name, write) in &changes.ranges {
+                    partial.ranges.insert(name.clone(), write.set.clone());
+                    out.push(partial.clone());
+                }
                 for (name, write) in &changes.sets {
                     state.sets.insert(name.clone(), write.set.clone());
+                }
+                for (name, write) in &changes.ranges {
+                    state.ranges.insert(name.clone(), write.set.clone());
                 }
                 for name in changes.create_learned.keys() {
                     state
@@ -88,12 +120,14 @@ fn partial_states(installed: &State, target: &State) -> Vec<State> {
             Step::Table(family) => {
                 *state.table_mut(*family) = target.table(*family).clone();
                 *state.raw_mut(*family) = target.raw(*family).clone();
+                *state.mangle_mut(*family) = target.mangle(*family).clone();
             }
             Step::Bridge => state.bridge = target.bridge.clone(),
             Step::DestroySets => {
                 for name in &changes.destroy_sets {
                     state.sets.remove(name);
                     state.learned.remove(name);
+                    state.ranges.remove(name);
                 }
             }
         }
@@ -187,6 +221,47 @@ fn any_failing_step_leaves_the_ruleset_in_force_covered() {
                 fqdn: vec![FqdnPattern::new("*.new.example")],
             },
         ),
+        // A container starts (its address becomes known and enforced, its
+        // published port queued) while another one's leaves, on two
+        // networks, one of which is new.
+        (
+            Needs {
+                enforced: ranged(
+                    &["10.0.0.5", "fd00::5"],
+                    &["10.0.0.0/24", "fd00::/64"],
+                    &["10.0.0.1", "10.0.0.5", "10.0.0.9", "fd00::5"],
+                    &[(PortProtocol::Tcp, 8080)],
+                ),
+                fqdn: vec![],
+            },
+            Needs {
+                enforced: ranged(
+                    &["10.0.0.6", "fd00::6"],
+                    &["10.0.0.0/24", "10.0.1.0/24", "fd00::/64"],
+                    &["10.0.0.1", "10.0.0.6", "10.0.1.6", "fd00::6"],
+                    &[(PortProtocol::Udp, 5353)],
+                ),
+                fqdn: vec![],
+            },
+        ),
+        // A policy is promoted (one way) or put in dry-run (the other): the
+        // endpoint moves between the dry-run and the enforced sets.
+        (
+            Needs {
+                enforced: Enforced {
+                    dry_run_published: vec![(PortProtocol::Tcp, 8080)],
+                    ..dry_run(&["10.0.0.6"], &["10.0.0.5", "fd00::5"])
+                },
+                fqdn: vec![],
+            },
+            Needs {
+                enforced: Enforced {
+                    published: vec![(PortProtocol::Tcp, 8080)],
+                    ..enforced(false, &["10.0.0.5", "10.0.0.6", "fd00::5"])
+                },
+                fqdn: vec![],
+            },
+        ),
     ];
     for (a, b) in cases.iter().flat_map(|(x, y)| [(x, y), (y, x)]) {
         let from = a.plan(&config);
@@ -231,7 +306,24 @@ fn adopted_reads_what_an_installed_state_enforces() {
     let config = config();
     let mut both = enforced(true, &["10.0.0.5", "fd00::5"]);
     both.node_egress = true;
-    for wanted in [enforced(false, &[]), enforced(true, &["10.0.0.5"]), both] {
+    let containers = ranged(
+        &["10.0.0.5"],
+        &["10.0.0.0/24", "fd00::/64"],
+        &["10.0.0.1", "10.0.0.5", "fd00::5"],
+        &[(PortProtocol::Tcp, 8080), (PortProtocol::Sctp, 9)],
+    );
+    for wanted in [
+        enforced(false, &[]),
+        enforced(true, &["10.0.0.5"]),
+        both,
+        containers,
+        dry_run(&["10.0.0.5"], &["10.0.0.6", "fd00::6"]),
+        Enforced {
+            published: vec![(PortProtocol::Tcp, 8080)],
+            dry_run_published: vec![(PortProtocol::Udp, 9090)],
+            ..dry_run(&["10.0.0.5"], &["10.0.0.6"])
+        },
+    ] {
         let installed = desired(&config, &wanted, &[]);
         assert_eq!(adopted(&installed), wanted);
         assert!(owns_anything(&installed));
@@ -250,8 +342,12 @@ fn startup_state_queues_input_and_forward_without_bypass_and_leaves_output_open(
     let state = crate::datapath::plan::startup(&config.datapath, &config.queue_numbers());
     for family in Family::ALL {
         let chains = &state.table(family).chains;
-        for chain in ["TOLLGATE-INPUT", "TOLLGATE-FORWARD"] {
-            let queued: Vec<_> = chains[chain]
+        let deciding = [
+            &chains["TOLLGATE-INPUT"],
+            &state.mangle(family).chains["TOLLGATE-FORWARD"],
+        ];
+        for (chain, rules) in ["INPUT", "FORWARD"].iter().zip(deciding) {
+            let queued: Vec<_> = rules
                 .iter()
                 .filter(|r| r.contains("--ctstate NEW"))
                 .collect();
@@ -267,4 +363,5 @@ fn startup_state_queues_input_and_forward_without_bypass_and_leaves_output_open(
         assert!(chains["TOLLGATE-INPUT"].contains(&"-i lo -j ACCEPT".to_string()));
     }
     assert!(state.sets.values().all(|s| s.members.is_empty()));
+    assert!(state.ranges.is_empty(), "nothing is known yet: no ranges");
 }

@@ -99,6 +99,8 @@ pub fn endpoint(container: &ContainerInspectResponse, mapping: Mapping<'_>) -> M
             None,
         ),
     };
+    let mut ports = ports;
+    ports.extend(published_ports(container));
     let pod = Pod {
         metadata: ObjectMeta {
             name: name.to_string(),
@@ -147,6 +149,55 @@ fn addresses(container: &ContainerInspectResponse) -> Vec<IpAddr> {
     out
 }
 
+/// The ports published on the host (`docker run -p`), as the
+/// `NetworkSettings.Ports` of the inspect answer lists them: one unnamed
+/// port per container port, host port and host address (`hostIP` unset
+/// for every address: `0.0.0.0`, `::` or none), without duplicates.
+fn published_ports(container: &ContainerInspectResponse) -> Vec<ContainerPort> {
+    let Some(ports) = container
+        .network_settings
+        .as_ref()
+        .and_then(|n| n.ports.as_ref())
+    else {
+        return Vec::new();
+    };
+    let mut out: Vec<ContainerPort> = Vec::new();
+    let mut keys: Vec<&String> = ports.keys().collect();
+    keys.sort();
+    for key in keys {
+        let Some((port, protocol)) = split_protocol(key) else {
+            continue;
+        };
+        for binding in ports[key].iter().flatten() {
+            let Some(host) = binding
+                .host_port
+                .as_deref()
+                .and_then(|p| p.parse::<u16>().ok())
+                .filter(|p| *p != 0)
+            else {
+                continue;
+            };
+            let host_ip = binding
+                .host_ip
+                .as_deref()
+                .and_then(|ip| ip.parse::<IpAddr>().ok())
+                .filter(|ip| !ip.is_unspecified())
+                .map(|ip| ip.to_string());
+            let published = ContainerPort {
+                name: None,
+                container_port: port,
+                protocol,
+                host_port: Some(i32::from(host)),
+                host_ip,
+            };
+            if !out.contains(&published) {
+                out.push(published);
+            }
+        }
+    }
+    out
+}
+
 /// `name=port[/PROTOCOL],...`: names as Kubernetes port names, protocol
 /// TCP (default), UDP or SCTP in any case.
 pub fn parse_ports(text: &str) -> Result<Vec<ContainerPort>, String> {
@@ -170,6 +221,8 @@ pub fn parse_ports(text: &str) -> Result<Vec<ContainerPort>, String> {
             name: Some(name.to_string()),
             container_port: port,
             protocol,
+            host_port: None,
+            host_ip: None,
         });
     }
     Ok(out)
@@ -185,6 +238,8 @@ fn exposed_ports(ports: &[String]) -> Vec<ContainerPort> {
             name: Some(exposed_port_name(port, protocol)),
             container_port: port,
             protocol,
+            host_port: None,
+            host_ip: None,
         })
         .collect();
     out.sort_by_key(|p| (p.container_port, p.protocol as u8));

@@ -7,72 +7,95 @@
 //! It owns one OS thread running a single-threaded tokio runtime (the
 //! packet path never runs on it). On each connection the thread agrees on
 //! the API version with the server (`/version`: the lower of the server's
-//! and bollard's), subscribes to `/events` (container and network
-//! events), lists the running containers and inspects each, publishes the
-//! inventory, and lists again [`super::DEBOUNCE`] after a burst of
+//! and bollard's), subscribes to `/events` (container, network and daemon
+//! events), lists the running containers and inspects each and the
+//! networks, publishes the inventory, and lists again [`super::DEBOUNCE`] after a burst of
 //! relevant events (start, die, destroy, rename, network connect and
 //! disconnect, …) settles, and every [`RESYNC`] in case an event was lost.
 //!
+//! Events that end a container's hold on its addresses (`die`, `destroy`,
+//! a network `disconnect`) take it out of the inventory at once, and
+//! events that give it addresses (`start`, `restart`, a network
+//! `connect`) inspect it at once, before the settled relist; network
+//! events (`create`, `destroy`, `connect`) read the networks again. The
+//! bridge networks' subnets are the local endpoint ranges (the local
+//! Node's `podCIDRs` in the snapshot): an address in them that no listed
+//! container holds is unknown, and the agent's `startupPolicy` decides it
+//! (see `docs/guide/security-model.md`).
+//!
 //! Like the Kubernetes source, it is not complete until its first
 //! successful list: until then [`Source::latest`] says `None` (the agent
-//! keeps its `startupPolicy`), and an API that cannot be reached is
-//! retried with a doubling wait up to [`BACKOFF_MAX_UNLISTED`]. Lost
-//! later, the last inventory published stays enforced and the wait grows
-//! up to [`BACKOFF_MAX`]. Each change of state (never reached, connected,
-//! lost, back) is logged once; failures are counted and said in `status`
-//! ([`DockerHealth`]).
+//! keeps its `startupPolicy`). An API that cannot be reached is retried
+//! with a doubling wait up to [`BACKOFF_MAX`]. Lost later (a daemon
+//! restart, the socket gone), the containers' addresses are unknown until
+//! the next complete list: the inventory keeps the networks' subnets and
+//! no container, so the last inventory can never give an address to a
+//! container that no longer holds it. Each change of state (never
+//! reached, connected, lost, back) is logged once; failures are counted
+//! and said in `status` ([`DockerHealth`]).
 //!
 //! It must never block the agent nor write to Docker: it publishes the
 //! latest inventory in a slot and calls a notifier; the agent takes the
 //! merged snapshot when it reloads.
 #![allow(clippy::disallowed_methods)] // the Docker source times resyncs, failures and debouncing on the clock.
 
+mod health;
 pub mod mapping;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bollard::models::{EventMessage, EventMessageTypeEnum};
 use bollard::query_parameters::{EventsOptions, ListContainersOptions};
 use bollard::Docker;
 use futures::StreamExt;
+use ipnet::IpNet;
 
 use crate::config::{ConfigError, DockerConfig};
 use crate::counters;
-use crate::model::{Object, ObjectRef, Pod, Snapshot, Sourced};
+use crate::model::{Node, NodeSpec, Object, ObjectMeta, ObjectRef, Pod, Snapshot, Sourced};
 use crate::source::watch::Directory;
 use crate::source::{Debounce, Source};
 use crate::validate::Problem;
+use health::Change;
+pub use health::DockerHealth;
 use mapping::{Mapped, Mapping};
 
 counters! {
     /// How the Docker API is doing (`docker.enabled`). Registered by the
     /// agent in every mode.
     pub struct DockerCounters: one per agent {
-        api_errors: Counter "docker_api_errors" = "Failed list, inspect or event-stream requests to the Docker API (docker.enabled); the last inventory stays enforced and the request is retried with backoff",
+        api_errors: Counter "docker_api_errors" = "Failed list, inspect or event-stream requests to the Docker API (docker.enabled); the containers' addresses are unknown (decided by the startup policy) until the next complete list, retried with backoff",
         containers: Gauge "docker_containers" = "Containers in the last Docker inventory published (docker.enabled)",
-        connected: Gauge "docker_connected" = "1 while the Docker API answers (docker.enabled), 0 while it is unreachable and the last inventory stays enforced",
+        connected: Gauge "docker_connected" = "1 while the Docker API answers (docker.enabled), 0 while it is unreachable and the containers' addresses are unknown",
     }
 }
 
 /// Longest a single API request may take.
 const REQUEST_TIMEOUT_SECS: u64 = 10;
 /// First wait before reconnecting to an API that failed.
-pub const BACKOFF_START: Duration = Duration::from_millis(500);
-/// Longest wait between attempts before the first list: the agent holds
-/// its `startupPolicy` meanwhile, so an engine that starts after tollgate
-/// is picked up within this.
-pub const BACKOFF_MAX_UNLISTED: Duration = Duration::from_secs(2);
-/// Longest wait between reconnection attempts once an inventory is
-/// enforced.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
+pub const BACKOFF_START: Duration = Duration::from_millis(100);
+/// Longest wait between reconnection attempts: while the API is away the
+/// containers' addresses are unknown (closed by default), so an engine
+/// that starts or comes back is picked up within this. An attempt is one
+/// `connect` on a unix socket.
+pub const BACKOFF_MAX: Duration = Duration::from_millis(500);
 /// A full list this often even without events (an event may be lost).
 pub const RESYNC: Duration = Duration::from_secs(60);
 
+/// Container event actions after which the container no longer holds its
+/// addresses: it leaves the inventory at once (Docker's names and
+/// podman's).
+const GONE_ACTIONS: &[&str] = &["die", "died", "destroy", "remove", "cleanup"];
+/// Container event actions after which the container may hold (new)
+/// addresses or labels: it is inspected at once.
+const CHANGED_ACTIONS: &[&str] = &["start", "restart", "unpause", "rename"];
+
 /// Event actions that can change a container's membership, labels or
-/// addresses (Docker's names and podman's).
+/// addresses (Docker's names and podman's), or a network's subnets.
 const RELEVANT_ACTIONS: &[&str] = &[
     "start",
     "restart",
@@ -89,6 +112,7 @@ const RELEVANT_ACTIONS: &[&str] = &[
     "disconnect",
     "cleanup",
     "init",
+    "create",
 ];
 
 /// Why the Docker source could not start. An API that cannot be reached is
@@ -103,121 +127,40 @@ pub enum DockerError {
     Thread(#[source] std::io::Error),
 }
 
-/// What the source knows about the API, for `status`.
-#[derive(Debug)]
-pub struct DockerHealth {
-    host: String,
-    started: Instant,
-    state: Mutex<HealthState>,
-}
-
-#[derive(Debug, Default)]
-struct HealthState {
-    /// Containers of the last inventory; `None` before the first list.
-    containers: Option<usize>,
-    /// The API version agreed on the current (or last) connection.
-    version: Option<String>,
-    /// Since when the API fails, and the last error.
-    failing: Option<(Instant, String)>,
-    errors: u64,
-}
-
-/// A change of the API's state worth one log line.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Change {
-    /// The first failure before any list.
-    NotReached,
-    /// The first failure after an inventory was published.
-    Lost,
-    /// A failure of an outage already logged.
-    Same,
-}
-
-impl DockerHealth {
-    fn new(host: String) -> DockerHealth {
-        DockerHealth {
-            host,
-            started: Instant::now(),
-            state: Mutex::new(HealthState::default()),
-        }
-    }
-
-    fn state(&self) -> std::sync::MutexGuard<'_, HealthState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn negotiated(&self, version: String) {
-        self.state().version = Some(version);
-    }
-
-    fn published(&self, containers: usize) {
-        let mut state = self.state();
-        state.containers = Some(containers);
-        state.failing = None;
-    }
-
-    /// Counts a failure; says whether it starts an outage, and which.
-    fn failed(&self, error: &str) -> Change {
-        let mut state = self.state();
-        state.errors += 1;
-        let change = match (&state.failing, state.containers) {
-            (Some(_), _) => Change::Same,
-            (None, None) => Change::NotReached,
-            (None, Some(_)) => Change::Lost,
-        };
-        let since = state.failing.take().map_or_else(Instant::now, |(at, _)| at);
-        state.failing = Some((since, error.to_string()));
-        change
-    }
-
-    /// One line for `status`: connected with how many containers;
-    /// unreachable since when, keeping the last inventory; or not reached
-    /// yet, with the startup policy holding.
-    pub fn describe(&self) -> String {
-        let state = self.state();
-        let api = state
-            .version
-            .as_deref()
-            .map_or_else(String::new, |v| format!(" (API {v})"));
-        match (&state.failing, state.containers) {
-            (None, Some(containers)) => format!(
-                "docker {}{api}: connected, {containers} containers",
-                self.host
-            ),
-            (None, None) => format!(
-                "docker {}: connecting for {}s, no inventory yet (the startup policy holds)",
-                self.host,
-                self.started.elapsed().as_secs()
-            ),
-            (Some((_, error)), None) => format!(
-                "docker {}: NOT REACHED YET for {}s ({} failed requests), no inventory: the startup policy holds until the first list; retrying: {error}",
-                self.host,
-                self.started.elapsed().as_secs(),
-                state.errors
-            ),
-            (Some((since, error)), Some(containers)) => format!(
-                "docker {}{api}: UNREACHABLE for {}s ({} failed requests), keeping the last inventory of {containers} containers, retrying: {error}",
-                self.host,
-                since.elapsed().as_secs(),
-                state.errors
-            ),
-        }
-    }
-}
-
-/// The containers as endpoints, as last listed.
+/// The containers as endpoints, as last listed and followed since, and
+/// the container networks' subnets.
 #[derive(Clone, Debug, Default, PartialEq)]
 struct Inventory {
-    pods: Vec<Pod>,
+    /// Endpoints by container ID.
+    containers: BTreeMap<String, Pod>,
+    /// The bridge networks' subnets: the local endpoint ranges.
+    ranges: Vec<IpNet>,
 }
 
-/// The last inventory listed; `None` before the first list.
+impl Inventory {
+    /// The endpoints in `namespace/name` order.
+    fn pods(&self) -> Vec<&Pod> {
+        let mut pods: Vec<&Pod> = self.containers.values().collect();
+        pods.sort_by(|a, b| {
+            (a.namespace(), &a.metadata.name).cmp(&(b.namespace(), &b.metadata.name))
+        });
+        // Two containers cannot share a name on one engine; keep the first
+        // if an API answers otherwise.
+        pods.dedup_by(|a, b| a.namespace() == b.namespace() && a.metadata.name == b.metadata.name);
+        pods
+    }
+}
+
+/// The last inventory; `None` before the first list.
 type Slot = Arc<Mutex<Option<Arc<Inventory>>>>;
 
 /// A running Docker source. Dropping it stops the thread.
 pub struct DockerSource {
     policies: Directory,
     origin: PathBuf,
+    /// The local Node's name: the container networks' subnets are its
+    /// `podCIDRs`.
+    node: String,
     inventory: Slot,
     health: Arc<DockerHealth>,
     /// Pods left out because a policy file holds an object of that name;
@@ -230,11 +173,12 @@ pub struct DockerSource {
 impl DockerSource {
     /// Starts the thread that connects to the API, lists the containers
     /// and follows the events; it does not wait for the API (until its
-    /// first list the source is incomplete). `notify` is called after each
-    /// inventory that differs from the one before (the first included); it
-    /// must not block.
+    /// first list the source is incomplete). `node` is the local Node's
+    /// name. `notify` is called after each inventory that differs from
+    /// the one before (the first included); it must not block.
     pub fn spawn(
         config: &DockerConfig,
+        node: &str,
         policies: Directory,
         counters: Arc<DockerCounters>,
         notify: impl Fn() + Send + 'static,
@@ -263,6 +207,7 @@ impl DockerSource {
         Ok(DockerSource {
             policies,
             origin: PathBuf::from(format!("docker {host}")),
+            node: node.to_string(),
             inventory,
             health,
             shadowed: HashSet::new(),
@@ -277,8 +222,9 @@ impl DockerSource {
     }
 }
 
-/// The policy directory's snapshot with the containers added as Pods;
-/// `None` until the containers were listed once. A container whose
+/// The policy directory's snapshot with the containers added as Pods and
+/// the container networks' subnets as the local Node's `podCIDRs`; `None`
+/// until the containers were listed once. A container whose
 /// `namespace/name` a policy file already uses as a Pod is left out
 /// (logged once). Policy problems refuse the whole reload, as with the
 /// directory alone.
@@ -298,7 +244,7 @@ impl Source for DockerSource {
         let taken: HashSet<ObjectRef> = policies.iter().map(Object::object_ref).collect();
         let mut snapshot = Snapshot::clone(&policies);
         let mut shadowed = HashSet::new();
-        for pod in &inventory.pods {
+        for pod in inventory.pods() {
             let object = Object::Pod(pod.clone());
             let key = object.object_ref();
             if taken.contains(&key) {
@@ -311,6 +257,22 @@ impl Source for DockerSource {
             snapshot.objects.push(Sourced {
                 origin: self.origin.clone(),
                 object,
+            });
+        }
+        if !inventory.ranges.is_empty() {
+            snapshot.objects.push(Sourced {
+                origin: self.origin.clone(),
+                object: Object::Node(Node {
+                    metadata: ObjectMeta {
+                        name: self.node.clone(),
+                        ..ObjectMeta::default()
+                    },
+                    spec: NodeSpec {
+                        pod_cidr: None,
+                        pod_cidrs: inventory.ranges.iter().map(IpNet::to_string).collect(),
+                    },
+                    status: Default::default(),
+                }),
             });
         }
         self.shadowed = shadowed;
@@ -345,77 +307,90 @@ impl From<&DockerConfig> for Labels {
     }
 }
 
-/// What one listing found: the endpoints and what was left out of them.
+impl Labels {
+    fn mapping(&self) -> Mapping<'_> {
+        Mapping {
+            namespace_label: &self.namespace,
+            ports_label: &self.ports,
+        }
+    }
+}
+
+/// What one listing found: the inventory and what was left out of it.
 struct Listing {
-    pods: Vec<Pod>,
+    inventory: Inventory,
     problems: Vec<String>,
 }
 
-/// Lists the running containers and inspects each. A container that goes
-/// away between the two is skipped; any other failure fails the listing.
+/// Lists the running containers and inspects each, and the networks. A
+/// container that goes away between the two is skipped; any other
+/// failure fails the listing.
 async fn list(client: &Docker, labels: &Labels) -> Result<Listing, bollard::errors::Error> {
-    let mapping = Mapping {
-        namespace_label: &labels.namespace,
-        ports_label: &labels.ports,
-    };
     let summaries = client
         .list_containers(Some(ListContainersOptions {
             all: false,
             ..Default::default()
         }))
         .await?;
-    let mut pods = Vec::new();
+    let mut containers = BTreeMap::new();
     let mut problems = Vec::new();
     for id in summaries.iter().filter_map(|s| s.id.as_deref()) {
-        let container = match client.inspect_container(id, None).await {
-            Ok(container) => container,
-            Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 404, ..
-            }) => continue,
-            Err(error) => return Err(error),
-        };
-        match mapping::endpoint(&container, mapping) {
-            Mapped::Pod { pod, problem } => {
-                if let Some(problem) = problem {
-                    problems.push(format!(
-                        "container {}/{}: {problem}",
-                        pod.namespace(),
-                        pod.metadata.name
-                    ));
-                }
-                pods.push(*pod);
+        if let Some(Mapped::Pod { pod, problem }) = inspect(client, id, labels).await? {
+            if let Some(problem) = problem {
+                problems.push(format!(
+                    "container {}/{}: {problem}",
+                    pod.namespace(),
+                    pod.metadata.name
+                ));
             }
-            Mapped::NotAnEndpoint(why) => {
-                tracing::debug!(container = %id, why, "container is not an endpoint");
-            }
+            containers.insert(id.to_string(), *pod);
         }
     }
-    pods.sort_by(|a, b| (a.namespace(), &a.metadata.name).cmp(&(b.namespace(), &b.metadata.name)));
-    // Two containers cannot share a name on one engine; keep the first if
-    // an API answers otherwise.
-    pods.dedup_by(|a, b| a.namespace() == b.namespace() && a.metadata.name == b.metadata.name);
-    Ok(Listing { pods, problems })
+    let ranges = networks(client).await?;
+    Ok(Listing {
+        inventory: Inventory { containers, ranges },
+        problems,
+    })
 }
 
-/// Puts `listing` in the slot; returns whether the inventory changed (the
-/// first one always does).
-fn publish(
-    slot: &Slot,
-    health: &DockerHealth,
-    counters: &DockerCounters,
-    listing: Listing,
-) -> bool {
-    let count = listing.pods.len();
-    health.published(count);
-    counters.connected.store(1, Ordering::Relaxed);
-    counters.containers.store(count as u64, Ordering::Relaxed);
-    let inventory = Inventory { pods: listing.pods };
-    let mut current = slot.lock().unwrap_or_else(|e| e.into_inner());
-    if current.as_deref() == Some(&inventory) {
-        return false;
+/// One container as the mapping sees it; `None` when it is gone.
+async fn inspect(
+    client: &Docker,
+    id: &str,
+    labels: &Labels,
+) -> Result<Option<Mapped>, bollard::errors::Error> {
+    match client.inspect_container(id, None).await {
+        Ok(container) => {
+            let mapped = mapping::endpoint(&container, labels.mapping());
+            if let Mapped::NotAnEndpoint(why) = &mapped {
+                tracing::debug!(container = %id, why, "container is not an endpoint");
+            }
+            Ok(Some(mapped))
+        }
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Ok(None),
+        Err(error) => Err(error),
     }
-    *current = Some(Arc::new(inventory));
-    true
+}
+
+/// The subnets of the bridge networks (Docker's and podman's `bridge`
+/// driver), both families, in order and once each. Other drivers'
+/// subnets (macvlan, ipvlan) are usually the host's own LAN, whose other
+/// hosts no container inventory knows: they are left out.
+async fn networks(client: &Docker) -> Result<Vec<IpNet>, bollard::errors::Error> {
+    let networks = client.list_networks(None).await?;
+    let mut ranges: Vec<IpNet> = networks
+        .iter()
+        .filter(|n| n.driver.as_deref() == Some("bridge"))
+        .filter_map(|n| n.ipam.as_ref()?.config.as_ref())
+        .flatten()
+        .filter_map(|c| c.subnet.as_deref()?.parse::<IpNet>().ok())
+        .map(|net| net.trunc())
+        .collect();
+    ranges.sort();
+    ranges.dedup();
+    Ok(ranges)
 }
 
 /// A client for one connection, speaking the lower of the server's API
@@ -446,6 +421,51 @@ enum Ended {
     },
 }
 
+/// What an event asks of the inventory before the settled relist.
+#[derive(Debug, PartialEq)]
+enum Step {
+    /// Nothing at once.
+    Nothing,
+    /// The container no longer holds its addresses.
+    Gone(String),
+    /// The container may hold (new) addresses: inspect it.
+    Inspect(String),
+    /// The networks changed; with a container connected or disconnected.
+    Networks(Option<String>),
+    /// The daemon says something changed: list everything now.
+    Relist,
+}
+
+/// What `message` asks of the inventory at once.
+fn step(message: &EventMessage) -> Step {
+    let action = message.action.as_deref().unwrap_or_default();
+    // `health_status: healthy`, `exec_start: sh`: the action's first word.
+    let verb = action.split([':', ' ']).next().unwrap_or_default();
+    let actor = message.actor.as_ref();
+    let id = actor.and_then(|a| a.id.clone()).unwrap_or_default();
+    match message.typ {
+        Some(EventMessageTypeEnum::CONTAINER) if id.is_empty() => Step::Nothing,
+        Some(EventMessageTypeEnum::CONTAINER) if GONE_ACTIONS.contains(&verb) => Step::Gone(id),
+        Some(EventMessageTypeEnum::CONTAINER) if CHANGED_ACTIONS.contains(&verb) => {
+            Step::Inspect(id)
+        }
+        Some(EventMessageTypeEnum::NETWORK)
+            if matches!(
+                verb,
+                "create" | "destroy" | "remove" | "connect" | "disconnect"
+            ) =>
+        {
+            let container = actor
+                .and_then(|a| a.attributes.as_ref())
+                .and_then(|a| a.get("container"))
+                .cloned();
+            Step::Networks(container)
+        }
+        Some(EventMessageTypeEnum::DAEMON) => Step::Relist,
+        _ => Step::Nothing,
+    }
+}
+
 impl Follower {
     async fn run(self, notify: impl Fn(), mut stopped: tokio::sync::oneshot::Receiver<()>) {
         let mut backoff = BACKOFF_START;
@@ -463,6 +483,11 @@ impl Follower {
             };
             self.counters.api_errors.fetch_add(1, Ordering::Relaxed);
             self.counters.connected.store(0, Ordering::Relaxed);
+            // No container holds an address for sure any more.
+            if self.update(|inventory| inventory.containers.clear()) {
+                self.counters.containers.store(0, Ordering::Relaxed);
+                notify();
+            }
             match self.health.failed(&error) {
                 Change::NotReached => tracing::warn!(
                     %error,
@@ -471,7 +496,7 @@ impl Follower {
                 ),
                 Change::Lost => tracing::warn!(
                     %error,
-                    "Docker API lost: the last inventory stays enforced; reconnecting"
+                    "Docker API lost: the containers' addresses are unknown until the next complete list, the startup policy decides them; reconnecting"
                 ),
                 Change::Same => tracing::debug!(%error, "Docker API still unreachable"),
             }
@@ -479,19 +504,101 @@ impl Follower {
                 _ = &mut stopped => return,
                 _ = tokio::time::sleep(backoff) => {}
             }
-            let listed = self.health.state().containers.is_some();
-            let max = if listed {
-                BACKOFF_MAX
-            } else {
-                BACKOFF_MAX_UNLISTED
-            };
-            backoff = (backoff * 2).min(max);
+            backoff = (backoff * 2).min(BACKOFF_MAX);
         }
     }
 
-    /// Connects, subscribes to the events, lists, and relists after each
-    /// settled burst of relevant events, until the stream or a request
-    /// fails.
+    /// Changes the inventory in the slot with `change`, once there is
+    /// one; returns whether it changed.
+    fn update(&self, change: impl FnOnce(&mut Inventory)) -> bool {
+        let mut slot = self.inventory.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(current) = slot.as_deref() else {
+            return false;
+        };
+        let mut next = current.clone();
+        change(&mut next);
+        if next == *current {
+            return false;
+        }
+        *slot = Some(Arc::new(next));
+        true
+    }
+
+    /// Puts a complete listing in the slot; returns whether the inventory
+    /// changed (the first one always does).
+    fn publish(&self, inventory: Inventory) -> bool {
+        let count = inventory.containers.len();
+        self.health.published(count);
+        self.counters.connected.store(1, Ordering::Relaxed);
+        self.counters
+            .containers
+            .store(count as u64, Ordering::Relaxed);
+        let mut current = self.inventory.lock().unwrap_or_else(|e| e.into_inner());
+        if current.as_deref() == Some(&inventory) {
+            return false;
+        }
+        *current = Some(Arc::new(inventory));
+        true
+    }
+
+    /// Carries out what an event asks at once (see [`Step`]); returns
+    /// whether the inventory changed, and whether everything must be
+    /// listed now.
+    async fn apply(
+        &self,
+        client: &Docker,
+        step: Step,
+    ) -> Result<(bool, bool), bollard::errors::Error> {
+        let mapped = |mapped: Option<Mapped>| match mapped {
+            Some(Mapped::Pod { pod, .. }) => Some(*pod),
+            _ => None,
+        };
+        let set = |inventory: &mut Inventory, id: String, pod: Option<Pod>| match pod {
+            Some(pod) => {
+                inventory.containers.insert(id, pod);
+            }
+            None => {
+                inventory.containers.remove(&id);
+            }
+        };
+        let changed = match step {
+            Step::Nothing => false,
+            Step::Relist => return Ok((false, true)),
+            Step::Gone(id) => self.update(|inventory| {
+                inventory.containers.remove(&id);
+            }),
+            Step::Inspect(id) => {
+                let pod = mapped(inspect(client, &id, &self.labels).await?);
+                self.update(|inventory| set(inventory, id, pod))
+            }
+            Step::Networks(container) => {
+                // A disconnected container's address goes before anything
+                // is asked of the API.
+                let gone = container.as_ref().is_some_and(|id| {
+                    self.update(|inventory| {
+                        inventory.containers.remove(id);
+                    })
+                });
+                let ranges = networks(client).await?;
+                let pod = match &container {
+                    Some(id) => mapped(inspect(client, id, &self.labels).await?),
+                    None => None,
+                };
+                let changed = self.update(|inventory| {
+                    inventory.ranges = ranges;
+                    if let Some(id) = container {
+                        set(inventory, id, pod);
+                    }
+                });
+                gone || changed
+            }
+        };
+        Ok((changed, false))
+    }
+
+    /// Connects, subscribes to the events, lists, follows each event at
+    /// once as far as it tells, and relists after each settled burst of
+    /// relevant events, until the stream or a request fails.
     async fn follow(
         &self,
         notify: &impl Fn(),
@@ -510,7 +617,11 @@ impl Follower {
         self.health.negotiated(version);
         let filters = HashMap::from([(
             "type".to_string(),
-            vec!["container".to_string(), "network".to_string()],
+            vec![
+                "container".to_string(),
+                "network".to_string(),
+                "daemon".to_string(),
+            ],
         )]);
         let mut events = client.events(Some(EventsOptions {
             filters: Some(filters),
@@ -538,8 +649,8 @@ impl Follower {
                         (state.containers.is_none(), state.failing.is_some())
                     };
                     report(&listing.problems, reported);
-                    let count = listing.pods.len();
-                    if publish(&self.inventory, &self.health, &self.counters, listing) {
+                    let count = listing.inventory.containers.len();
+                    if self.publish(listing.inventory) {
                         tracing::info!(containers = count, "docker inventory changed");
                         notify();
                     }
@@ -556,12 +667,28 @@ impl Follower {
                 event = events.next() => match event {
                     Some(Ok(message)) => {
                         let action = message.action.as_deref().unwrap_or_default();
-                        // `health_status: healthy`, `exec_start: sh`: the
-                        // action's first word.
                         let verb = action.split([':', ' ']).next().unwrap_or_default();
-                        if RELEVANT_ACTIONS.contains(&verb) {
-                            tracing::debug!(action, "docker event");
-                            debounce.changed(Instant::now());
+                        if !RELEVANT_ACTIONS.contains(&verb) && message.typ != Some(EventMessageTypeEnum::DAEMON) {
+                            continue;
+                        }
+                        tracing::debug!(action, "docker event");
+                        debounce.changed(Instant::now());
+                        // Before the first list of this connection, the
+                        // list itself is due at once.
+                        if !listed {
+                            continue;
+                        }
+                        match self.apply(&client, step(&message)).await {
+                            Ok((changed, relist)) => {
+                                if changed {
+                                    tracing::debug!(action, "docker inventory changed by an event");
+                                    notify();
+                                }
+                                if relist {
+                                    resync_at = Instant::now();
+                                }
+                            }
+                            Err(error) => return Ended::Failed { error: error.to_string(), listed },
                         }
                     }
                     Some(Err(error)) => return Ended::Failed { error: error.to_string(), listed },

@@ -13,9 +13,22 @@ const WAIT: Duration = Duration::from_secs(15);
 /// `/version` answers `api` (and `min`, the oldest version it serves),
 /// versioned requests below `min` are refused as Docker 29 refuses them,
 /// `/containers/json` lists one container whose inspect answer is
-/// podman's, `/events` stays open. Every request line is recorded.
+/// podman's (while it runs), `/networks` one bridge network, `/events`
+/// stays open and sends what [`FakeApi::event`] queues. While the API is
+/// [`FakeApi::down`], every connection is closed at once, the event
+/// stream included. Every request line is recorded.
 struct FakeApi {
     requests: Arc<Mutex<Vec<String>>>,
+    state: Arc<Engine>,
+}
+
+/// What the fake engine holds, shared with its connections.
+#[derive(Default)]
+struct Engine {
+    down: std::sync::atomic::AtomicBool,
+    /// Whether container c1 is gone.
+    gone: std::sync::atomic::AtomicBool,
+    events: Mutex<Vec<String>>,
 }
 
 /// `1.41` → (1, 41); `None` for anything else.
@@ -28,15 +41,35 @@ impl FakeApi {
     fn serve(socket: &Path, api: &'static str, min: &'static str) -> FakeApi {
         let listener = UnixListener::bind(socket).expect("bind the fake API");
         let requests: Arc<Mutex<Vec<String>>> = Arc::default();
-        let seen = Arc::clone(&requests);
+        let state: Arc<Engine> = Arc::default();
+        let (seen, engine) = (Arc::clone(&requests), Arc::clone(&state));
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { return };
-                let seen = Arc::clone(&seen);
-                std::thread::spawn(move || connection(stream, api, min, &seen));
+                if engine.down.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let (seen, engine) = (Arc::clone(&seen), Arc::clone(&engine));
+                std::thread::spawn(move || connection(stream, api, min, &seen, &engine));
             }
         });
-        FakeApi { requests }
+        FakeApi { requests, state }
+    }
+
+    /// The daemon stops (`true`) or is back (`false`).
+    fn down(&self, down: bool) {
+        self.state.down.store(down, Ordering::SeqCst);
+    }
+
+    /// Container c1 dies: it is no longer listed, and its `die` event is
+    /// sent.
+    fn c1_dies(&self) {
+        self.state.gone.store(true, Ordering::SeqCst);
+        self.event(r#"{"Type":"container","Action":"die","Actor":{"ID":"c1","Attributes":{}}}"#);
+    }
+
+    fn event(&self, json: &str) {
+        self.state.events.lock().unwrap().push(json.to_string());
     }
 
     /// The paths requested so far (without the query).
@@ -46,7 +79,13 @@ impl FakeApi {
 }
 
 /// Serves the requests of one keep-alive connection.
-fn connection(stream: UnixStream, api: &str, min: &str, seen: &Mutex<Vec<String>>) {
+fn connection(
+    stream: UnixStream,
+    api: &str,
+    min: &str,
+    seen: &Mutex<Vec<String>>,
+    engine: &Engine,
+) {
     let mut reader = BufReader::new(stream.try_clone().expect("clone the stream"));
     let mut writer = stream;
     loop {
@@ -93,15 +132,36 @@ fn connection(stream: UnixStream, api: &str, min: &str, seen: &Mutex<Vec<String>
                     asked.unwrap_or_default()
                 ),
             ),
+            _ if engine.down.load(Ordering::SeqCst) => return,
+            "/containers/json" if engine.gone.load(Ordering::SeqCst) => ("200 OK", "[]".into()),
             "/containers/json" => ("200 OK", r#"[{"Id":"c1","Names":["/web-1"]}]"#.into()),
+            "/containers/c1/json" if engine.gone.load(Ordering::SeqCst) => {
+                ("404 Not Found", r#"{"message":"no such container"}"#.into())
+            }
             "/containers/c1/json" => ("200 OK", PODMAN.to_string()),
+            "/networks" => (
+                "200 OK",
+                r#"[{"Name":"podman","Driver":"bridge","IPAM":{"Config":[{"Subnet":"10.88.0.0/16","Gateway":"10.88.0.1"}]}},
+                    {"Name":"lan","Driver":"macvlan","IPAM":{"Config":[{"Subnet":"192.168.1.0/24"}]}},
+                    {"Name":"host","Driver":"host","IPAM":{"Config":[]}}]"#
+                    .into(),
+            ),
             "/events" => {
                 let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
                 if writer.write_all(head.as_bytes()).is_err() {
                     return;
                 }
-                // Open until the client goes.
-                let _ = reader.read(&mut [0; 1]);
+                // Open, sending what is queued, until the daemon stops.
+                while !engine.down.load(Ordering::SeqCst) {
+                    let queued: Vec<String> = engine.events.lock().unwrap().drain(..).collect();
+                    for json in queued {
+                        let chunk = format!("{:x}\r\n{json}\n\r\n", json.len() + 1);
+                        if writer.write_all(chunk.as_bytes()).is_err() {
+                            return;
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
                 return;
             }
             _ => ("404 Not Found", r#"{"message":"not found"}"#.into()),
@@ -129,7 +189,7 @@ fn source(dir: &Path, socket: &Path) -> (DockerSource, Arc<AtomicUsize>) {
     };
     let notified = Arc::new(AtomicUsize::new(0));
     let count = Arc::clone(&notified);
-    let source = DockerSource::spawn(&config, policies, Arc::default(), move || {
+    let source = DockerSource::spawn(&config, "node-1", policies, Arc::default(), move || {
         count.fetch_add(1, Ordering::SeqCst);
     })
     .expect("the source starts");
@@ -233,7 +293,7 @@ fn an_api_missing_at_start_is_retried_and_nothing_is_complete_until_it_answers()
     let served = Instant::now();
     let snapshot = first_snapshot(&mut source);
     assert!(
-        served.elapsed() < BACKOFF_MAX_UNLISTED + Duration::from_secs(3),
+        served.elapsed() < BACKOFF_MAX + Duration::from_secs(3),
         "took {:?}",
         served.elapsed()
     );
@@ -270,7 +330,121 @@ fn health_says_connecting_connected_or_unreachable() {
     let down = health.describe();
     assert!(down.contains("UNREACHABLE"), "{down}");
     assert!(down.contains("4 failed requests"), "{down}");
-    assert!(down.contains("last inventory of 3 containers"), "{down}");
+    assert!(
+        down.contains("the 3 containers last listed are unknown"),
+        "{down}"
+    );
     health.published(2);
     assert!(health.describe().ends_with("connected, 2 containers"));
+}
+
+/// The local Node's `podCIDRs` in the snapshot: the bridge networks'
+/// subnets (not a macvlan network's, which is the host's LAN).
+fn pod_cidrs(snapshot: &Snapshot) -> Vec<String> {
+    snapshot
+        .iter()
+        .filter_map(|o| match o {
+            Object::Node(node) if node.metadata.name == "node-1" => {
+                Some(node.spec.pod_cidrs.clone())
+            }
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+/// Polls `latest` until `check` holds for it, within [`WAIT`].
+fn wait_for(source: &mut DockerSource, what: &str, check: impl Fn(&Snapshot) -> bool) -> Instant {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(snapshot) = source.latest().expect("no policy problems") {
+            if check(&snapshot) {
+                return Instant::now();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {}",
+            source.health().describe()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A container's `die` takes it out of the inventory at once (before the
+/// settled relist asks the API); an API that goes away leaves the
+/// networks' subnets and no container: no address is given to a
+/// container that may not hold it any more, until the next list.
+/// Mutation: keeping the last containers when the API is lost (not
+/// clearing them in `Follower::run`) fails the second half.
+#[test]
+fn containers_leave_at_once_and_nothing_is_known_while_the_api_is_away() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("docker.sock");
+    let server = FakeApi::serve(&socket, "1.41", "1.12");
+    let (mut source, _) = source(dir.path(), &socket);
+    let snapshot = first_snapshot(&mut source);
+    assert_eq!(pods(&snapshot), ["shop/web-1"]);
+    assert_eq!(pod_cidrs(&snapshot), ["10.88.0.0/16"]);
+    let lists = || {
+        server
+            .paths()
+            .iter()
+            .filter(|p| p.ends_with("/containers/json"))
+            .count()
+    };
+    let listed = lists();
+    server.c1_dies();
+    wait_for(&mut source, "the died container leaves", |s| {
+        pods(s).is_empty()
+    });
+    assert_eq!(lists(), listed, "left before any relist");
+    // Back, then the daemon goes: nothing is known but the ranges.
+    server.state.gone.store(false, Ordering::SeqCst);
+    server.event(r#"{"Type":"container","Action":"start","Actor":{"ID":"c1","Attributes":{}}}"#);
+    wait_for(&mut source, "the started container is back", |s| {
+        pods(s) == ["shop/web-1"]
+    });
+    server.down(true);
+    wait_for(&mut source, "no container while the API is away", |s| {
+        pods(s).is_empty() && pod_cidrs(s) == ["10.88.0.0/16"]
+    });
+    assert!(source.health().describe().contains("UNREACHABLE"));
+    server.down(false);
+    wait_for(&mut source, "listed again", |s| pods(s) == ["shop/web-1"]);
+}
+
+#[test]
+fn events_are_followed_at_once_as_far_as_they_tell() {
+    let event = |json: &str| step(&serde_json::from_str::<EventMessage>(json).unwrap());
+    let container = |action: &str| {
+        event(&format!(
+            r#"{{"Type":"container","Action":"{action}","Actor":{{"ID":"c1"}}}}"#
+        ))
+    };
+    for gone in ["die", "died", "destroy", "remove", "cleanup"] {
+        assert_eq!(container(gone), Step::Gone("c1".into()), "{gone}");
+    }
+    for changed in ["start", "restart", "unpause", "rename"] {
+        assert_eq!(container(changed), Step::Inspect("c1".into()), "{changed}");
+    }
+    for nothing in ["kill", "pause", "exec_start: sh", "health_status: healthy"] {
+        assert_eq!(container(nothing), Step::Nothing, "{nothing}");
+    }
+    assert_eq!(
+        event(
+            r#"{"Type":"network","Action":"disconnect","Actor":{"ID":"n1","Attributes":{"container":"c1"}}}"#
+        ),
+        Step::Networks(Some("c1".into()))
+    );
+    assert_eq!(
+        event(
+            r#"{"Type":"network","Action":"create","Actor":{"ID":"n1","Attributes":{"name":"n"}}}"#
+        ),
+        Step::Networks(None)
+    );
+    assert_eq!(
+        event(r#"{"Type":"daemon","Action":"reload","Actor":{"ID":"d"}}"#),
+        Step::Relist
+    );
 }

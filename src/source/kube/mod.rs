@@ -59,6 +59,7 @@ counters! {
     /// How the Kubernetes source is doing. Registered by the agent in
     /// every mode, so `kubernetes_synced` reads 0 in standalone mode.
     pub struct KubeCounters: one per agent {
+        enabled: Gauge "kubernetes_enabled" = "1 when the agent reads its policies and inventory from the Kubernetes API server (--kubernetes), 0 otherwise: kubernetes_synced means something only then",
         synced: Gauge "kubernetes_synced" = "1 while the Kubernetes source is in step with the API server (a complete snapshot published, no list or watch failing since), 0 before, while a watch fails until its kind is listed again, and in standalone mode",
         skipped: Gauge "kubernetes_objects_skipped" = "Objects from the API server left out of the last snapshot because they are invalid",
         watch_errors: Counter "kubernetes_watch_errors" = "Failed list or watch requests to the API server (each is retried)",
@@ -241,7 +242,7 @@ pub const RESOURCES: [Resource; 11] = [
 
 /// The kinds whose CRD a cluster may not have installed, one line each: a
 /// missing one counts as listed and empty until its CRD appears (see
-/// [`optional`]). The RBAC rules in `docker/rbac.yaml` must grant `list`
+/// [`optional`]). The RBAC rules in `docker/base/rbac.yaml` must grant `list`
 /// and `watch` on each (`tests/manifests.rs` checks it).
 #[rustfmt::skip]
 pub const OPTIONAL_RESOURCES: &[Resource] = &[

@@ -50,6 +50,7 @@ fn rule(name: &str, tier: Option<&str>) -> RuleRef {
         log_label: None,
         rank: 1,
         l7: Arc::new([]),
+        dry_run: false,
     }
 }
 
@@ -218,8 +219,10 @@ fn product_sets() -> Vec<(&'static str, &'static [Series])> {
     use crate::agent::AgentCounters;
     use crate::source::docker::DockerCounters;
     use crate::source::kube::KubeCounters;
+    use crate::status::ReadinessCounters;
     use crate::telemetry::kernel::KernelCounters;
     use crate::workers::audit::AuditCounters;
+    use crate::workers::observe::ObserveCounters;
     use crate::workers::{ConnectionCounters, DnsCounters, L7Counters, QueueCounters};
     vec![
         ("QueueCounters", QueueCounters::SERIES),
@@ -231,6 +234,8 @@ fn product_sets() -> Vec<(&'static str, &'static [Series])> {
         ("KubeCounters", KubeCounters::SERIES),
         ("DockerCounters", DockerCounters::SERIES),
         ("AuditCounters", AuditCounters::SERIES),
+        ("ObserveCounters", ObserveCounters::SERIES),
+        ("ReadinessCounters", ReadinessCounters::SERIES),
     ]
 }
 
@@ -297,6 +302,9 @@ fn every_declared_counter_is_exported() {
     // queue set and its own.
     let m = Metrics::new();
     Sets::registered(&m);
+    // As the status API registers it.
+    m.counters()
+        .register_set(Arc::new(crate::status::ReadinessCounters::default()));
     m.counters().register(
         100,
         "queue",
@@ -547,4 +555,61 @@ fn worker_cache_is_bounded() {
         .map(|l| l.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap())
         .sum();
     assert_eq!(total, rules.len() as f64);
+}
+
+#[test]
+fn dry_run_verdicts_by_rule_and_isolation_apart_from_rule_hits() {
+    let m = Arc::new(Metrics::new());
+    let mut w = WorkerMetrics::new(Arc::clone(&m));
+    let mut r = rule("deny-web", None);
+    r.dry_run = true;
+    let r = DryRunCause::Rule { rule: Arc::new(r) };
+    let isolation = DryRunCause::Isolation {
+        policy: Arc::new(PolicyRef {
+            kind: PolicyKind::K8sNetworkPolicy,
+            namespace: Some("shop".into()),
+            name: "deny-all".into(),
+        }),
+    };
+    w.dry_run(Verdict::Drop, &r);
+    w.dry_run(Verdict::Drop, &r);
+    w.dry_run(Verdict::Drop, &isolation);
+    let text = m.render();
+    for line in [
+        "tollgate_dry_run_verdicts_total{policy=\"AntreaClusterNetworkPolicy:p\",rule=\"deny-web\",action=\"Drop\"} 2",
+        "tollgate_dry_run_verdicts_total{policy=\"K8sNetworkPolicy:shop/deny-all\",rule=\"default-drop\",action=\"Drop\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+    }
+    // Never a rule hit nor a verdict: the enforced policy decided those.
+    let counted = |l: &&str| {
+        (l.starts_with("tollgate_rule_hits_total{") || l.starts_with("tollgate_verdicts_total{"))
+            && !l.ends_with("} 0")
+    };
+    assert!(!text.lines().any(|l| counted(&l)), "{text}");
+}
+
+/// A dry-run policy's rules are exported at zero under
+/// `tollgate_dry_run_verdicts_total` when the ruleset is applied, never
+/// under rule hits (they decide no connection).
+#[test]
+fn a_dry_run_policys_rules_are_exported_at_zero_as_dry_run_verdicts() {
+    let yaml = "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: {addresses: [{type: InternalIP, address: 10.0.0.1}]}\n---\n\
+apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {name: trial, annotations: {tollgate.io/dry-run: 'true'}}\nspec:\n  priority: 1\n  appliedTo: [{nodeSelector: {}}]\n  ingress:\n  - {name: drop-web, action: Drop, ports: [{protocol: TCP, port: 80}]}\n";
+    let (objects, problems) = crate::decode::parse_documents("t.yaml".as_ref(), yaml);
+    assert!(problems.is_empty(), "{problems:?}");
+    let local = crate::compile::LocalNode {
+        name: "n1".into(),
+        ..Default::default()
+    };
+    let ruleset = crate::compile::compile(&crate::model::Snapshot { objects }, &local);
+    let m = Metrics::new();
+    m.ruleset_applied(&ruleset);
+    let text = m.render();
+    let line = "tollgate_dry_run_verdicts_total{policy=\"AntreaClusterNetworkPolicy:trial\",rule=\"drop-web\",action=\"Drop\"} 0";
+    assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+    assert!(
+        !text.contains("tollgate_rule_hits_total{policy=\"AntreaClusterNetworkPolicy:trial\""),
+        "{text}"
+    );
 }

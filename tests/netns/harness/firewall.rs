@@ -31,13 +31,21 @@ impl FirewallState {
             .filter(|l| l.starts_with("-A "))
     }
 
-    /// Rules in built-in chain `chain` that jump to `target`: `[IPv4, IPv6]`.
+    /// Rules in built-in chain `chain` of the filter table that jump to
+    /// `target`: `[IPv4, IPv6]` (tollgate's forward decisions have a jump
+    /// of their own in the mangle table, not counted here).
     pub fn jumps(&self, chain: &str, target: &str) -> [usize; 2] {
         let prefix = format!("-A {chain} ");
         let suffix = format!("-j {target}");
         [&self.iptables, &self.ip6tables].map(|dump| {
+            let mut table = "";
             dump.lines()
-                .filter(|l| l.starts_with(&prefix) && l.ends_with(&suffix))
+                .filter(|l| {
+                    if let Some(t) = l.strip_prefix('*') {
+                        table = t;
+                    }
+                    table == "filter" && l.starts_with(&prefix) && l.ends_with(&suffix)
+                })
                 .count()
         })
     }

@@ -232,6 +232,17 @@ impl Lab {
             .run(&["ip", "addr", "add", &format!("{node4}/24"), "dev", &node_if]);
         ns.run(&["ip", "addr", "add", &format!("{peer4}/24"), "dev", "eth0"]);
         if self.ipv6 {
+            // No duplicate address detection on either end, link-local
+            // addresses included: while the link-local address is
+            // tentative, neighbour discovery waits, and the lab's first
+            // IPv6 connection took 1-2 s (its retransmitted SYNs decided,
+            // logged and counted again).
+            self.node.run(&[
+                "sysctl",
+                "-qw",
+                &format!("net.ipv6.conf.{node_if}.accept_dad=0"),
+            ]);
+            ns.run(&["sysctl", "-qw", "net.ipv6.conf.eth0.accept_dad=0"]);
             let (node6, peer6) = (self.v6(link, 1), self.v6(link, 2));
             self.node.run(&[
                 "ip",

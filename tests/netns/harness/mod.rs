@@ -36,6 +36,8 @@
 
 pub mod agent;
 pub mod dns;
+pub mod docker;
+pub mod engine;
 pub mod firewall;
 pub mod lab;
 pub mod metrics;
@@ -168,7 +170,7 @@ pub const TEST_IDS: &[&str] = &[
     "podman_harness_runs_labelled_containers_and_cleans_up",
     "docker_containers_are_the_inventory_and_policies_hold_on_the_wire",
     "docker_restart_is_followed_and_removal_leaves_no_address",
-    "docker_api_gone_keeps_the_last_inventory_enforced",
+    "docker_api_gone_closes_the_container_addresses_until_listed",
     "docker_fqdn_egress_from_a_container",
     "docker_user_hook_enforces_and_leaves_dockers_rules_alone",
     "dockerd_restart_opens_nothing_and_the_buried_jump_is_restored",
@@ -212,6 +214,36 @@ pub const TEST_IDS: &[&str] = &[
     "podman_container_cannot_claim_its_neighbours_address",
     "segments_the_server_discards_cannot_rewrite_an_l7_request",
     "a_withheld_client_hello_cannot_be_rewritten_to_a_denied_name",
+    "docker_containers_are_the_inventory_and_policies_hold_on_the_wire_with_docker",
+    "docker_restart_is_followed_and_removal_leaves_no_address_with_docker",
+    "docker_api_gone_closes_the_container_addresses_until_listed_with_docker",
+    "docker_fqdn_egress_from_a_container_with_docker",
+    "docker_fresh_container_is_enforced_within_a_bound_with_docker",
+    "docker_podman_restart_is_covered_within_a_bound_with_docker",
+    "docker_network_connect_adds_the_new_address_with_docker",
+    "docker_rename_is_followed_by_get_and_trace_with_docker",
+    "docker_api_absent_at_start_holds_the_startup_policy_with_docker",
+    "docker_exposed_port_is_a_named_port_on_the_wire_with_docker",
+    "tollgate_before_dockerd_and_a_network_created_while_it_runs_decide_first",
+    "dockerd_restart_without_live_restore_lets_no_denied_connection_through",
+    "dockerd_restart_with_live_restore_lets_no_denied_connection_through",
+    "a_new_container_is_closed_from_its_first_moment_both_ways",
+    "published_ports_through_docker_proxy_are_judged_as_their_client",
+    "docker_compose_v1_underscore_names_are_the_pods",
+    "kubernetes_pod_addresses_are_closed_until_the_pod_is_known",
+    "a_label_key_typo_in_a_peer_warns_on_each_reload_and_in_status",
+    "an_empty_policy_directory_says_everything_is_allowed",
+    "uninstall_cleans_up_the_moment_the_agent_stops_and_leaves_a_foreign_ruleset_untouched",
+    "a_macvlan_endpoint_is_reported_as_bypassing_and_a_routed_one_is_not",
+    "l7_denied_requests_stay_denied_across_restarts_that_change_l7_queues",
+    "renumbered_queues_never_hand_an_l7_connection_to_another_worker",
+    "a_dry_run_drop_lets_traffic_flow_logs_and_counts_it_until_promoted",
+    "a_dry_run_kubernetes_isolation_follows_the_annotation_through_watch_events",
+    "observe_shows_the_agents_decisions_and_follows_new_ones",
+    "log_level_changes_at_once_and_bundle_holds_the_agents_state",
+    "prometheus_scrapes_an_agent_and_every_dashboard_query_returns_data",
+    "diff_live_compares_the_agents_snapshot_and_the_wire_agrees",
+    "a_dry_run_only_pod_stays_open_without_an_agent_under_fail_closed",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".

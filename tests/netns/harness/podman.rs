@@ -123,7 +123,7 @@ const IMAGE_PACKAGES: &str = "curl,nginx-light,dnsmasq-base,netcat-openbsd,iprou
 /// `tcp-80`).
 const IMAGE_CHANGES: &[&str] = &["CMD [\"sleep\",\"infinity\"]", "EXPOSE 80/tcp"];
 const IMAGE_SUITE: &str = "bookworm";
-const IMAGE_CACHE: &str = "/var/cache/tollgate-image";
+pub(super) const IMAGE_CACHE: &str = "/var/cache/tollgate-image";
 /// Deadline of a podman command (the first `run` on a loaded machine can
 /// take a while; anything slower is a failure worth seeing).
 const PODMAN_WAIT: Duration = Duration::from_secs(60);
@@ -171,6 +171,26 @@ impl Container {
         self.command = argv.iter().map(|s| s.to_string()).collect();
         self
     }
+
+    /// The short name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The labels, in order.
+    pub fn labels(&self) -> &[(String, String)] {
+        &self.labels
+    }
+
+    /// The extra `run` options.
+    pub fn options(&self) -> &[String] {
+        &self.options
+    }
+
+    /// The command.
+    pub fn argv(&self) -> &[String] {
+        &self.command
+    }
 }
 
 /// Podman's API service and one dual-stack bridge network in a lab's node
@@ -200,6 +220,20 @@ impl std::ops::Deref for ContainerNetns {
     type Target = Netns;
     fn deref(&self) -> &Netns {
         &self.netns
+    }
+}
+
+impl ContainerNetns {
+    /// Names the network namespace of process `pid` `name` under
+    /// `/run/netns` (`ip netns attach`).
+    pub(super) fn attach(name: String, pid: &str) -> ContainerNetns {
+        let mut c = Command::new("ip");
+        c.args(["netns", "attach", &name, pid]);
+        run_with_timeout(c, Duration::from_secs(10))
+            .expect_success(&format!("ip netns attach {name} {pid}"));
+        ContainerNetns {
+            netns: Netns::new(name),
+        }
     }
 }
 
@@ -319,14 +353,7 @@ impl Podman {
             .stdout
             .trim()
             .to_string();
-        let name = format!("{}.ns", self.name(short));
-        let mut c = Command::new("ip");
-        c.args(["netns", "attach", &name, &pid]);
-        run_with_timeout(c, Duration::from_secs(10))
-            .expect_success(&format!("ip netns attach {name} {pid}"));
-        ContainerNetns {
-            netns: Netns::new(name),
-        }
+        ContainerNetns::attach(format!("{}.ns", self.name(short)), &pid)
     }
 
     /// The service's socket, e.g. for `--docker-host`.
@@ -447,11 +474,7 @@ impl Podman {
             ],
             timeout + Duration::from_secs(10),
         );
-        match out.code() {
-            Some(0) => Ok(out.stdout.trim().parse().unwrap_or(0)),
-            Some(code) => Err(code),
-            None => Err(-1),
-        }
+        super::engine::curl_outcome(&out)
     }
 
     /// Stops container `short` (its addresses are released).
@@ -635,7 +658,7 @@ fn reap_stale(podman: &Podman) {
 
 /// Loads `br_netfilter` when its sysctls are missing; panics with what to
 /// do when that fails (the bridged tests would otherwise see nothing).
-fn bridge_netfilter() {
+pub(super) fn bridge_netfilter() {
     let sysctl = Path::new("/proc/sys/net/bridge/bridge-nf-call-iptables");
     if sysctl.exists() {
         return;
@@ -652,11 +675,12 @@ fn bridge_netfilter() {
     );
 }
 
-/// The test image's tag, built on first use (once per machine: cached
-/// tarball, file lock, tag hashing the recipe).
-fn image() -> &'static str {
-    static IMAGE: OnceLock<String> = OnceLock::new();
-    IMAGE.get_or_init(|| {
+/// The test image's tarball, built on first use (once per machine, under
+/// a file lock), and the tag that names it with its configuration
+/// (`IMAGE_CHANGES`): both engines import it under that tag.
+pub(super) fn image_tarball() -> &'static (PathBuf, String) {
+    static TARBALL: OnceLock<(PathBuf, String)> = OnceLock::new();
+    TARBALL.get_or_init(|| {
         use sha1::Digest;
         let hash = |text: &str| -> String {
             sha1::Sha1::digest(text.as_bytes())[..8]
@@ -672,44 +696,67 @@ fn image() -> &'static str {
             "localhost/tollgate-e2e-containers:{}",
             hash(&format!("{recipe} {}", IMAGE_CHANGES.join(" ")))
         );
-        std::fs::create_dir_all(IMAGE_CACHE).expect("create the image cache");
-        let lock = File::create(Path::new(IMAGE_CACHE).join("e2e-containers.lock"))
-            .expect("create the image lock");
-        lock.lock().expect("lock the image cache");
+        let _lock = image_lock();
+        let tar = Path::new(IMAGE_CACHE).join(format!("e2e-containers-{key}.tar"));
+        if !tar.exists() {
+            let part = tar.with_extension("part");
+            let mut c = Command::new("mmdebstrap");
+            c.args([
+                "--variant=minbase",
+                &format!("--include={IMAGE_PACKAGES}"),
+                "--dpkgopt=path-exclude=/usr/share/man/*",
+                "--dpkgopt=path-exclude=/usr/share/doc/*",
+                "--dpkgopt=path-exclude=/usr/share/locale/*",
+                "--aptopt=APT::Install-Recommends \"false\"",
+                "--format=tar",
+                IMAGE_SUITE,
+            ])
+            .arg(&part);
+            run_with_timeout(c, Duration::from_secs(900))
+                .expect_success("mmdebstrap the container test image");
+            std::fs::rename(&part, &tar).expect("keep the image tarball");
+        }
+        (tar, tag)
+    })
+}
+
+/// The machine-wide lock of the image cache, held while it is returned.
+fn image_lock() -> File {
+    std::fs::create_dir_all(IMAGE_CACHE).expect("create the image cache");
+    let lock = File::create(Path::new(IMAGE_CACHE).join("e2e-containers.lock"))
+        .expect("create the image lock");
+    lock.lock().expect("lock the image cache");
+    lock
+}
+
+/// The image's configuration, as `--change` options of `import`.
+pub(super) fn image_changes() -> Vec<String> {
+    IMAGE_CHANGES
+        .iter()
+        .flat_map(|change| ["--change".to_string(), change.to_string()])
+        .collect()
+}
+
+/// The test image's tag in podman's storage, imported on first use (once
+/// per machine: a file lock, a tag hashing the recipe).
+fn image() -> &'static str {
+    static IMAGE: OnceLock<String> = OnceLock::new();
+    IMAGE.get_or_init(|| {
+        let (tar, tag) = image_tarball();
+        let _lock = image_lock();
         let exists = |tag: &str| {
             let mut c = Command::new("podman");
             c.args(["image", "exists", tag]);
             run_with_timeout(c, PODMAN_WAIT).success()
         };
-        if !exists(&tag) {
-            let tar = Path::new(IMAGE_CACHE).join(format!("e2e-containers-{key}.tar"));
-            if !tar.exists() {
-                let part = tar.with_extension("part");
-                let mut c = Command::new("mmdebstrap");
-                c.args([
-                    "--variant=minbase",
-                    &format!("--include={IMAGE_PACKAGES}"),
-                    "--dpkgopt=path-exclude=/usr/share/man/*",
-                    "--dpkgopt=path-exclude=/usr/share/doc/*",
-                    "--dpkgopt=path-exclude=/usr/share/locale/*",
-                    "--aptopt=APT::Install-Recommends \"false\"",
-                    "--format=tar",
-                    IMAGE_SUITE,
-                ])
-                .arg(&part);
-                run_with_timeout(c, Duration::from_secs(900))
-                    .expect_success("mmdebstrap the container test image");
-                std::fs::rename(&part, &tar).expect("keep the image tarball");
-            }
+        if !exists(tag) {
             let mut c = Command::new("podman");
             c.args(["--runtime", "runc", "--cgroup-manager", "cgroupfs"])
-                .args(["import", "--quiet"]);
-            for change in IMAGE_CHANGES {
-                c.args(["--change", change]);
-            }
-            c.arg(&tar).arg(&tag);
+                .args(["import", "--quiet"])
+                .args(image_changes());
+            c.arg(tar).arg(tag);
             run_with_timeout(c, Duration::from_secs(300)).expect_success("podman import");
         }
-        tag
+        tag.clone()
     })
 }

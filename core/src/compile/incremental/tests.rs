@@ -326,7 +326,11 @@ fn feed(incremental: &mut Incremental, world: &mut World, change: &Change) -> Up
         Change::Pod(index, pod) => {
             // A Pod never changes Namespace: that is another Pod.
             let mut update = Update::Unchanged;
-            if world.pods.get(index).is_some_and(|old| old.namespace != pod.namespace) {
+            if world
+                .pods
+                .get(index)
+                .is_some_and(|old| old.namespace != pod.namespace)
+            {
                 let object = world.pod_object(*index);
                 update = incremental.apply(Delta::delete(&object).unwrap());
             }

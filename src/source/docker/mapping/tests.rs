@@ -32,6 +32,8 @@ fn port(name: Option<&str>, number: i32, protocol: PortProtocol) -> ContainerPor
         name: name.map(str::to_string),
         container_port: number,
         protocol,
+        host_port: None,
+        host_ip: None,
     }
 }
 
@@ -75,9 +77,48 @@ fn docker_compose_container_on_two_networks_with_exposed_ports() {
         pod.spec.containers[0].ports,
         [
             port(Some("tcp-80"), 80, PortProtocol::Tcp),
-            port(Some("tcp-443"), 443, PortProtocol::Tcp)
+            port(Some("tcp-443"), 443, PortProtocol::Tcp),
+            published(80, 8080, None),
         ],
-        "the image's exposed ports, named <protocol>-<port>"
+        "the image's exposed ports, named <protocol>-<port>, and the published \
+         one (on 0.0.0.0 and ::, so on every address)"
+    );
+}
+
+/// A port published on the host: unnamed, `hostIP` unset for every address.
+fn published(container: i32, host: i32, address: Option<&str>) -> ContainerPort {
+    ContainerPort {
+        host_port: Some(host),
+        host_ip: address.map(str::to_string),
+        ..port(None, container, PortProtocol::Tcp)
+    }
+}
+
+/// Each binding of `NetworkSettings.Ports` is a published port; one on a
+/// single host address keeps it; a port without bindings (`null`, or an
+/// exposed port not published) and a host port 0 are none.
+#[test]
+fn published_ports_are_the_bindings_of_the_inspect_answer() {
+    let mut container = inspect(DOCKER);
+    let settings = container.network_settings.as_mut().unwrap();
+    let bindings: serde_json::Value = serde_json::json!({
+        "443/tcp": null,
+        "80/tcp": [{"HostIp": "127.0.0.1", "HostPort": "8081"}, {"HostIp": "", "HostPort": "8080"}],
+        "53/udp": [{"HostIp": "::1", "HostPort": "0"}],
+    });
+    settings.ports = Some(serde_json::from_value(bindings).unwrap());
+    let (pod, _) = pod(endpoint(&container, MAPPING));
+    let bound: Vec<&ContainerPort> = pod.spec.containers[0]
+        .ports
+        .iter()
+        .filter(|p| p.host_port.is_some())
+        .collect();
+    assert_eq!(
+        bound,
+        [
+            &published(80, 8081, Some("127.0.0.1")),
+            &published(80, 8080, None)
+        ]
     );
 }
 
@@ -161,7 +202,10 @@ fn exposed_port_names_are_valid_port_names() {
     let (pod, _) = pod(endpoint(&container, MAPPING));
     assert_eq!(
         pod.spec.containers[0].ports,
-        [port(Some("web"), 8080, PortProtocol::Tcp)]
+        [
+            port(Some("web"), 8080, PortProtocol::Tcp),
+            published(80, 8080, None)
+        ]
     );
 }
 

@@ -1,0 +1,77 @@
+//! The agent's side of "no silent mistakes": on the first snapshot and
+//! every reload, what the policies probably do not mean
+//! ([`crate::validate::intent`]: no policies, a label key no object
+//! carries, a policy that applies nowhere, rules in no defined order) is
+//! logged as `policy warning:` lines with file, object and field, counted
+//! in the `policy_warnings` gauge and listed in the status with the
+//! admission warnings. It judges nothing itself and refuses nothing.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+
+use crate::compile::LocalNode;
+use crate::model::Snapshot;
+use crate::ruleset::Ruleset;
+use crate::status::AgentStatus;
+use crate::validate::{check, intent, Whole};
+
+use super::AgentCounters;
+
+pub(super) struct Warnings {
+    /// What problems about the whole source name: the policy directory,
+    /// or `kubernetes`.
+    origin: PathBuf,
+    /// Log every warning at every reload (a policy directory: a reload is
+    /// an edit or SIGHUP); else only warnings not logged at the last one
+    /// (an API source reloads at every Pod or container change).
+    every_reload: bool,
+    /// The warnings of the last reload.
+    last: BTreeSet<String>,
+}
+
+impl Warnings {
+    pub(super) fn new(origin: PathBuf, every_reload: bool) -> Warnings {
+        Warnings {
+            origin,
+            every_reload,
+            last: BTreeSet::new(),
+        }
+    }
+
+    /// `snapshot`, compiled as `ruleset` for `node`, is about to be put in
+    /// force: logs its warnings and publishes them with the admission
+    /// warnings (which the source logs itself).
+    pub(super) fn reloaded(
+        &mut self,
+        snapshot: &Snapshot,
+        node: &LocalNode,
+        ruleset: &Ruleset,
+        counters: &AgentCounters,
+        status: &AgentStatus,
+    ) {
+        let whole = Whole::Source {
+            origin: &self.origin,
+        };
+        let found: Vec<String> = intent(snapshot, whole, &[(node, ruleset)])
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        for warning in &found {
+            if self.every_reload || !self.last.contains(warning) {
+                tracing::warn!("policy warning: {warning}");
+            }
+        }
+        self.last = found.iter().cloned().collect();
+        let mut listed: Vec<String> = check(snapshot)
+            .warnings
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        listed.extend(found);
+        counters
+            .policy_warnings
+            .store(listed.len() as u64, Ordering::Relaxed);
+        status.policy_warnings(listed);
+    }
+}
