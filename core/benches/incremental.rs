@@ -14,7 +14,10 @@
 //! - `remote-label`: a Pod of another Node changes `app` label;
 //! - `local-label`: a local Pod changes `app` label: the rules are
 //!   assembled again over the local endpoints;
-//! - `namespace-label`: a Namespace changes its team label.
+//! - `namespace-label`: a Namespace changes its team label;
+//! - `policy-edit`: one policy's `appliedTo` label changes;
+//! - `full-compile`: the baseline, `compile` of the same inventory as one
+//!   snapshot (what every change cost before).
 //!
 //! `cargo bench -p tollgate-core --bench incremental`; a smoke run
 //! (`cargo test --bench incremental`) uses 1/100 of the cluster.
@@ -26,7 +29,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
-use tollgate_core::compile::{policy_side, Incremental, LocalNode};
+use tollgate_core::compile::{compile, policy_side, Incremental, LocalNode};
 use tollgate_core::model::{Snapshot, Sourced};
 use tollgate_core::selection::{Delta, PodEntry};
 
@@ -89,7 +92,7 @@ fn namespace(n: usize, team: usize) -> String {
 }
 
 /// Policies, Namespaces and Nodes (the Pods come as deltas).
-fn policy_side_yaml(cluster: &Cluster, renamed_team: Option<usize>) -> String {
+fn policy_side_yaml(cluster: &Cluster, renamed_team: Option<usize>, edited: bool) -> String {
     let mut yaml = String::new();
     for n in 0..cluster.namespaces {
         let team = if Some(n) == renamed_team { 99 } else { n % 10 };
@@ -124,7 +127,7 @@ spec:
 ---
 ",
             1 + k,
-            k % 100,
+            if edited && k == 7 { 42 } else { k % 100 },
             (k + 1) % 100,
             k % 10,
             (k + 2) % 100
@@ -143,7 +146,7 @@ fn local() -> LocalNode {
 fn built(cluster: &Cluster) -> Incremental {
     let started = Instant::now();
     let snapshot = Snapshot {
-        objects: parse(&policy_side_yaml(cluster, None)),
+        objects: parse(&policy_side_yaml(cluster, None, false)),
     };
     let mut incremental = Incremental::new(&snapshot, &local());
     for i in 0..cluster.pods {
@@ -182,7 +185,7 @@ fn changes(c: &mut Criterion) {
     // Pod 1 is on node-1 (remote), pod 0 on node-0 (local); app-1 is a
     // peer of policy 0 (ingress) and every 50th policy takes all Pods.
     let remote = 1;
-    let local = cluster.nodes;
+    let local_pod = cluster.nodes;
     let mut group = c.benchmark_group("incremental");
     group.sample_size(20);
     group.bench_function("remote-status", |b| {
@@ -204,33 +207,73 @@ fn changes(c: &mut Criterion) {
         })
     });
     apply(&mut incremental, pod(cluster, remote, 1, 0));
-    let mut app = local % 100;
+    let mut app = local_pod % 100;
     group.bench_function("local-label", |b| {
         b.iter(|| {
-            app = if app == local % 100 { 7 } else { local % 100 };
-            apply(&mut incremental, pod(cluster, local, app, 0))
+            app = if app == local_pod % 100 {
+                7
+            } else {
+                local_pod % 100
+            };
+            apply(&mut incremental, pod(cluster, local_pod, app, 0))
         })
     });
-    let sides = [None, Some(1)].map(|renamed| {
-        policy_side(&Snapshot {
-            objects: parse(&policy_side_yaml(cluster, renamed)),
-        })
-    });
-    let mut which = 0;
-    group.bench_function("namespace-label", |b| {
-        b.iter_batched(
-            || {
-                which ^= 1;
-                sides[which].clone()
-            },
-            |side| {
-                incremental.set_policies(side);
-                black_box(incremental.ruleset())
-            },
-            BatchSize::LargeInput,
-        )
+    for (name, sides) in [
+        ("namespace-label", [(None, false), (Some(1), false)]),
+        ("policy-edit", [(None, false), (None, true)]),
+    ] {
+        let sides = sides.map(|(renamed, edited)| {
+            policy_side(&Snapshot {
+                objects: parse(&policy_side_yaml(cluster, renamed, edited)),
+            })
+        });
+        let mut which = 0;
+        group.bench_function(name, |b| {
+            b.iter_batched(
+                || {
+                    which ^= 1;
+                    sides[which].clone()
+                },
+                |side| {
+                    incremental.set_policies(side);
+                    black_box(incremental.ruleset())
+                },
+                BatchSize::LargeInput,
+            )
+        });
+        incremental.set_policies(sides[0].clone());
+    }
+    group.finish();
+    // The baseline: the same inventory compiled whole, as one snapshot.
+    let mut snapshot = Snapshot {
+        objects: parse(&policy_side_yaml(cluster, None, false)),
+    };
+    snapshot.objects.extend(parse(
+        &(0..cluster.pods)
+            .map(|i| pod_yaml(cluster, i))
+            .collect::<String>(),
+    ));
+    let node = local();
+    let mut group = c.benchmark_group("incremental");
+    group.sample_size(10);
+    group.bench_function("full-compile", |b| {
+        b.iter(|| black_box(compile(&snapshot, &node)))
     });
     group.finish();
+}
+
+/// Pod `i` as its object, as [`pod`] describes it (`app-<i % 100>`).
+fn pod_yaml(cluster: &Cluster, i: usize) -> String {
+    let entry = pod(cluster, i, i % 100, 0);
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {}\n  namespace: {}\n  labels: {{app: {}, tier: {}}}\nspec:\n  nodeName: {}\nstatus:\n  podIP: {}\n---\n",
+        entry.name,
+        entry.namespace,
+        entry.labels["app"],
+        entry.labels["tier"],
+        entry.node_name.as_deref().unwrap_or_default(),
+        entry.ips[0]
+    )
 }
 
 /// Whether this is `cargo test --bench incremental` (CI's smoke run: no

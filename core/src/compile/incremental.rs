@@ -188,11 +188,6 @@ impl Incremental {
         Update::Rules
     }
 
-    /// What changed since the last ruleset.
-    pub fn pending(&self) -> Update {
-        self.pending
-    }
-
     /// The ruleset of the objects now, if anything changed since the last
     /// one (the first call always builds one).
     pub fn ruleset(&mut self) -> Option<Arc<Ruleset>> {

@@ -1,8 +1,7 @@
 //! The compiler: [`compile`] turns a validated [`Snapshot`] into an
 //! immutable [`Ruleset`]. It is two parts: the peer sets, one per
-//! [`Selection`] a rule uses, kept by a [`PeerSets`] (the whole inventory's
-//! [`Selections`] in the agent's watch mode, the controller's address
-//! groups in controller mode), and the rule assembly ([`assemble`]), which
+//! [`crate::selection::Selection`] a rule uses, kept by the inventory's [`Selections`], and
+//! the rule assembly ([`assemble`]), which
 //! resolves appliedTo, groups, ServiceAccounts, `namespaces` (`Self`,
 //! `sameLabels`), nodeSelectors, externalEntitySelectors and named ports
 //! against the *local* endpoints and normalises peers to selections, and
@@ -29,7 +28,7 @@ mod npapi;
 mod peers;
 mod priority;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -39,7 +38,7 @@ use crate::ruleset::{
     CompiledRule, Endpoint, Parts, PolicyRef, PolicySummary, Published, RuleLists, Ruleset,
     ServiceMatch,
 };
-use crate::selection::{NamedPorts, Names, Selection, Selections};
+use crate::selection::Selections;
 
 pub use incremental::{policy_side, Incremental, Update};
 pub use inventory::LocalView;
@@ -56,30 +55,6 @@ pub struct LocalNode {
     pub addresses: Vec<IpAddr>,
 }
 
-/// Where the rule assembly gets the addresses of a selection, and the
-/// named ports and names of the inventory.
-pub trait PeerSets {
-    /// The members' addresses of `selection`, shared by every rule that
-    /// uses it.
-    fn addresses(&mut self, selection: &Selection) -> Arc<HashSet<IpAddr>>;
-    fn named_ports(&self) -> NamedPorts;
-    fn names(&self) -> Names;
-}
-
-impl PeerSets for Selections {
-    fn addresses(&mut self, selection: &Selection) -> Arc<HashSet<IpAddr>> {
-        Selections::addresses(self, selection)
-    }
-
-    fn named_ports(&self) -> NamedPorts {
-        Selections::named_ports(self).clone()
-    }
-
-    fn names(&self) -> Names {
-        Selections::names(self).clone()
-    }
-}
-
 /// Compiles a snapshot that passed validation. Objects that validation
 /// would reject are skipped rather than guessed at.
 pub fn compile(snapshot: &Snapshot, local: &LocalNode) -> Ruleset {
@@ -90,7 +65,7 @@ pub fn compile(snapshot: &Snapshot, local: &LocalNode) -> Ruleset {
 
 /// The rule assembly: the policies of `snapshot` applied to the local
 /// endpoints of `view`, their peers' addresses asked of `peers`.
-pub fn assemble(snapshot: &Snapshot, view: LocalView, peers: &mut dyn PeerSets) -> Ruleset {
+pub fn assemble(snapshot: &Snapshot, view: LocalView, peers: &mut Selections) -> Ruleset {
     Compiler::new(snapshot, view, peers).run()
 }
 
@@ -103,7 +78,7 @@ enum Target {
 
 struct Compiler<'a> {
     inv: Inventory<'a>,
-    peers: &'a mut dyn PeerSets,
+    peers: &'a mut Selections,
     snapshot: &'a Snapshot,
     tiers: HashMap<String, i32>,
     rules: Vec<CompiledRule>,
@@ -168,7 +143,7 @@ impl Compiler<'_> {
 }
 
 impl<'a> Compiler<'a> {
-    fn new(snapshot: &'a Snapshot, view: LocalView, peers: &'a mut dyn PeerSets) -> Compiler<'a> {
+    fn new(snapshot: &'a Snapshot, view: LocalView, peers: &'a mut Selections) -> Compiler<'a> {
         let inv = Inventory::build(snapshot, view);
         let mut endpoints = vec![Endpoint::Node {
             name: inv.nodes[inv.local_node].name.clone(),
@@ -252,8 +227,8 @@ impl<'a> Compiler<'a> {
             })
             .collect();
         addresses.sort_by_key(|(endpoint, _)| *endpoint);
-        let named_ports = self.peers.named_ports();
-        let names = self.peers.names();
+        let named_ports = self.peers.named_ports().clone();
+        let names = self.peers.names().clone();
         let mut fqdn_patterns: Vec<(u32, FqdnPattern)> = self
             .fqdn_patterns
             .into_iter()

@@ -126,11 +126,6 @@ impl Selections {
             .map(|(name, state)| (name.as_str(), state.labels()))
     }
 
-    /// Every Pod.
-    pub fn pods(&self) -> impl Iterator<Item = &PodEntry> {
-        self.pods.iter().flatten()
-    }
-
     /// The Pods enforced on the local Node (or unscheduled), by
     /// Namespace and name.
     pub fn local_pods(&self) -> impl Iterator<Item = &PodEntry> {
@@ -276,11 +271,6 @@ impl Selections {
         membership.used = true;
         membership.settle();
         Arc::clone(&membership.set)
-    }
-
-    /// Whether `selection` is in use (its set kept up to date).
-    pub fn in_use(&self, selection: &Selection) -> bool {
-        self.ids.contains_key(selection)
     }
 
     /// Every selection in use.

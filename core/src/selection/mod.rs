@@ -9,10 +9,8 @@
 //! Namespace by name, `sameLabels` to a Namespace selector on the
 //! context's values, a group's `serviceReference` to the Service's
 //! selector. Two peers that select the same members have the same
-//! selection and share one address set; the controller publishes one
-//! address group per selection under [`Selection::key`], computed by this
-//! same code, so agents and controller agree on the keys. Pure: no I/O, no
-//! clock; it never decides a flow and never reads a policy.
+//! selection and share one address set. Pure: no I/O, no clock; it never
+//! decides a flow and never reads a policy.
 
 mod delta;
 mod directory;
@@ -23,8 +21,6 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
-use serde::{Deserialize, Serialize};
-use sha1::{Digest, Sha1};
 
 use crate::model::{ExternalEntity, LabelSelector, Node, Pod, PortProtocol};
 
@@ -39,8 +35,7 @@ pub type Labels = BTreeMap<String, String>;
 pub type NamedPort = (String, PortProtocol, u16);
 
 /// Which Namespaces a selection looks in.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum NamespaceScope {
     /// Every Namespace.
     All,
@@ -84,15 +79,12 @@ impl NamespaceScope {
 }
 
 /// The members a peer selects, in normal form.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Selection {
     /// Pods in `namespaces` whose labels `pods` matches (every Pod there
     /// when `None`).
-    #[serde(rename_all = "camelCase")]
     Pods {
         namespaces: NamespaceScope,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pods: Option<LabelSelector>,
     },
     /// Pods running a ServiceAccount.
@@ -115,15 +107,6 @@ pub(crate) enum MemberKind {
 }
 
 impl Selection {
-    /// The selection's name as the controller publishes it: 20 hex digits
-    /// of the SHA-1 of its JSON (a label value: ≤ 63 characters).
-    pub fn key(&self) -> String {
-        // Plain data with string keys: serialising cannot fail.
-        let json = serde_json::to_vec(self).expect("a selection serializes");
-        let digest = Sha1::digest(&json);
-        digest[..10].iter().map(|b| format!("{b:02x}")).collect()
-    }
-
     pub(crate) fn member_kind(&self) -> MemberKind {
         match self {
             Selection::Pods { .. } | Selection::ServiceAccount { .. } => MemberKind::Pod,
