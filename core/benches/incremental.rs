@@ -1,6 +1,6 @@
 //! The cost of one change to the incremental compiler
 //! (`compile::Incremental`) at cluster scale: 150,000 Pods in 1,500
-//! Namespaces on 5,000 Nodes (30 on the local one), 500
+//! Namespaces on 5,000 Nodes (30 on the local one, of 30 apps), 500
 //! ClusterNetworkPolicies (policy k applies to `app-<k % 100>`, allows from
 //! `app-<(k+1) % 100>` in the Namespaces of team `t<k % 10>`, egress to
 //! `app-<(k+2) % 100>` of its own Namespace (`Self`); every 50th also
@@ -11,7 +11,8 @@
 //!   status write): nothing to do;
 //! - `remote-address`: a Pod of another Node changes address: the sets
 //!   that hold it are patched (the all-Pods set among them);
-//! - `remote-label`: a Pod of another Node changes `app` label;
+//! - `remote-label`: a Pod of another Node changes `app` label, into
+//!   and out of a set a rule here uses;
 //! - `local-label`: a local Pod changes `app` label: the rules are
 //!   assembled again over the local endpoints;
 //! - `namespace-label`: a Namespace changes its team label;
@@ -136,6 +137,13 @@ spec:
     yaml
 }
 
+/// Pod `i`'s `app` label: every app on every Node, and the local Node's
+/// 30 Pods (`i` a multiple of the Node count) `app-0` to `app-29`, so that
+/// the policies of 30 apps apply here.
+fn app_of(cluster: &Cluster, i: usize) -> usize {
+    (i + i / cluster.nodes) % 100
+}
+
 fn local() -> LocalNode {
     LocalNode {
         name: "node-0".into(),
@@ -150,7 +158,7 @@ fn built(cluster: &Cluster) -> Incremental {
     };
     let mut incremental = Incremental::new(&snapshot, &local());
     for i in 0..cluster.pods {
-        let pod = pod(cluster, i, i % 100, 0);
+        let pod = pod(cluster, i, app_of(cluster, i), 0);
         incremental.apply(Delta::Pod {
             namespace: pod.namespace.clone(),
             name: pod.name.clone(),
@@ -182,9 +190,11 @@ fn apply(incremental: &mut Incremental, pod: PodEntry) {
 fn changes(c: &mut Criterion) {
     let cluster = if smoke() { &SMOKE } else { &FULL };
     let mut incremental = built(cluster);
-    // Pod 1 is on node-1 (remote), pod 0 on node-0 (local); app-1 is a
-    // peer of policy 0 (ingress) and every 50th policy takes all Pods.
-    let remote = 1;
+    // Pod 10 is on node-10 (remote), in ns-10 (team t0): as app-1 it is a
+    // peer of policy 0 (ingress from app-1 in team t0's Namespaces), as
+    // app-3 of no rule here; every 50th policy takes all Pods, so its
+    // address is in that set. Pod `nodes` is local (`app-1`).
+    let remote = 10;
     let local_pod = cluster.nodes;
     let mut group = c.benchmark_group("incremental");
     group.sample_size(20);
@@ -248,11 +258,11 @@ fn changes(c: &mut Criterion) {
     let mut snapshot = Snapshot {
         objects: parse(&policy_side_yaml(cluster, None, false)),
     };
-    snapshot.objects.extend(parse(
-        &(0..cluster.pods)
-            .map(|i| pod_yaml(cluster, i))
-            .collect::<String>(),
-    ));
+    // In chunks: the decoder takes at most 10,000 documents at once.
+    for chunk in (0..cluster.pods).collect::<Vec<_>>().chunks(5_000) {
+        let yaml: String = chunk.iter().map(|&i| pod_yaml(cluster, i)).collect();
+        snapshot.objects.extend(parse(&yaml));
+    }
     let node = local();
     let mut group = c.benchmark_group("incremental");
     group.sample_size(10);
@@ -264,7 +274,7 @@ fn changes(c: &mut Criterion) {
 
 /// Pod `i` as its object, as [`pod`] describes it (`app-<i % 100>`).
 fn pod_yaml(cluster: &Cluster, i: usize) -> String {
-    let entry = pod(cluster, i, i % 100, 0);
+    let entry = pod(cluster, i, app_of(cluster, i), 0);
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {}\n  namespace: {}\n  labels: {{app: {}, tier: {}}}\nspec:\n  nodeName: {}\nstatus:\n  podIP: {}\n---\n",
         entry.name,

@@ -11,6 +11,7 @@
 
 mod antispoof;
 mod bridge;
+mod compiler;
 mod converge;
 mod counters;
 mod error;
@@ -117,6 +118,8 @@ struct Base {
     antispoof: Box<antispoof::AntiSpoof>,
     /// What the policies probably do not mean, logged and published.
     warnings: warnings::Warnings,
+    /// Kept across reloads: a change recompiles what it touches.
+    compiler: compiler::Compiler,
 }
 
 /// The agent before its source's first complete snapshot. No queue is
@@ -277,6 +280,7 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
             dns_counters,
             antispoof,
             warnings,
+            compiler: compiler::Compiler::default(),
         },
         policy,
         startup_done: found,
@@ -346,7 +350,7 @@ impl Starting {
             .refresh(&base.kernel, &base.metrics, &base.counters, &base.status);
         let config = &base.config;
         let node = host::local_node(&config.node)?;
-        let compiled = compile(snapshot, &node);
+        let compiled = base.compiler.compile(snapshot, &node, &base.counters);
         base.warnings
             .reloaded(snapshot, &node, &compiled, &base.counters, &base.status);
         let ruleset = base.generations.stamp(compiled, snapshot, &node);

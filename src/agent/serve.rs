@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{AgentError, ReloadResult};
-use crate::compile::compile;
 use crate::datapath;
 use crate::ruleset::Ruleset;
 
@@ -181,8 +180,8 @@ impl Running {
             // Once complete, a source stays complete.
             Ok(None) => {}
             Ok(Some(snapshot)) => {
-                let compiled = compile(&snapshot, &node);
                 let base = &mut self.base;
+                let compiled = base.compiler.compile(&snapshot, &node, &base.counters);
                 base.warnings
                     .reloaded(&snapshot, &node, &compiled, &base.counters, &base.status);
                 let ruleset = base.generations.stamp(compiled, &snapshot, &node);

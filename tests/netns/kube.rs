@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::harness::{Lab, TcpOutcome};
+use crate::harness::{Lab, TcpOutcome, AGENT_WAIT};
 use tollgate_fake_api::{collection, FakeApi};
 
 fn pod(name: &str, app: &str, ip: IpAddr) -> Value {
@@ -361,5 +361,172 @@ fn kubernetes_pod_addresses_are_closed_until_the_pod_is_known() {
             crate::docker::figure("kubernetes_pod_known_to_open_ms", first.at - known);
         }
     }
+    agent.stop();
+}
+
+const COMPILE_METRICS: &str = "127.0.0.1:9532";
+
+/// A remote Pod (another Node's) labelled `app`, with an address of each
+/// family.
+fn remote_pod(app: &str, ips: [IpAddr; 2]) -> Value {
+    let mut pod = pod("client", app, ips[0]);
+    pod["spec"]["nodeName"] = json!("other-node");
+    pod["status"]["podIPs"] = json!([{"ip": ips[0].to_string()}, {"ip": ips[1].to_string()}]);
+    pod
+}
+
+/// `web` Pods drop TCP from Pods labelled `app: bad`.
+fn drop_from_bad() -> Value {
+    json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "ClusterNetworkPolicy",
+           "metadata": {"name": "drop-bad"},
+           "spec": {"priority": 5, "tier": "application",
+                    "appliedTo": [{"podSelector": {"matchLabels": {"app": "web"}}}],
+                    "ingress": [{"name": "drop-bad", "action": "Drop",
+                                 "from": [{"podSelector": {"matchLabels": {"app": "bad"}}}]}]}})
+}
+
+/// Incremental compilation on the wire: a label change of a remote Pod
+/// flips its connections to a local Pod (allowed, dropped, allowed) by a
+/// patch of the address sets alone (`tollgate_compiles_total{how="patched"}`,
+/// the rules not assembled again), a status-only write of it (an
+/// annotation) changes nothing (`how="unchanged"`), and a new local Pod
+/// changes the kernel's endpoint set member by member: the set keeps its
+/// hash seed (`initval`, drawn anew for every set the kernel creates), so
+/// it was never refilled through a swap, and never lost its first member.
+/// IPv4 and IPv6; the verdict cache is off, so every probe is the agent's.
+///
+/// Mutation: `Incremental::update` assembling every change (`Update::Rules`
+/// for a remote Pod) fails the `patched` count (tried); the datapath's
+/// set change by `swap` from `<set>-next` (main's before) fails the
+/// `initval` check (tried).
+#[test]
+fn kubernetes_remote_label_change_is_patched_and_the_endpoint_set_changed_in_place() {
+    let Some(lab) = Lab::builder(
+        "kubernetes_remote_label_change_is_patched_and_the_endpoint_set_changed_in_place",
+    )
+    .peer("client")
+    .peer("server")
+    .ipv6()
+    .build() else {
+        return;
+    };
+    lab.serve_tcp("server", 8080, crate::harness::Service::Echo);
+    let listener = lab
+        .node()
+        .enter(|| TcpListener::bind("127.0.0.1:0").expect("bind in node namespace"));
+    let api = FakeApi::serve(listener);
+    let server: [IpAddr; 2] = [lab.addr("server").into(), lab.addr6("server").into()];
+    let client: [IpAddr; 2] = [lab.addr("client").into(), lab.addr6("client").into()];
+    api.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod"}}));
+    api.apply(dual_stack_pod(server));
+    api.apply(remote_pod("client", client));
+    api.apply(drop_from_bad());
+    let kubeconfig = lab.dir().join("kubeconfig");
+    std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
+    let mut options = lab.agent_options().args(&[
+        "--verdict-cache",
+        "off",
+        "--metrics-address",
+        COMPILE_METRICS,
+    ]);
+    options.kubeconfig = Some(kubeconfig);
+    let mut agent = lab.start_agent(options);
+    agent.wait_generation(1);
+    let assert_web = |outcome: TcpOutcome| {
+        for ip in server {
+            lab.assert_tcp("client", SocketAddr::new(ip, 8080), outcome);
+        }
+    };
+    let compiles = |how: &str| {
+        crate::harness::metrics::scrape(lab.node(), COMPILE_METRICS)
+            .get(&format!("tollgate_compiles_total{{how=\"{how}\"}}"))
+            .copied()
+            .unwrap_or_else(|| panic!("tollgate_compiles_total{{how={how:?}}} not exported"))
+    };
+    // Each change is waited for by its count, then by the ruleset it made
+    // being applied (the source may hand a snapshot more than once).
+    let applied = || agent.count_log("ruleset applied");
+    let wait = |what: &str, how: &str, count: f64, before: usize| {
+        crate::harness::wait_until(what, AGENT_WAIT, || {
+            compiles(how) >= count && applied() > before
+        });
+    };
+    // Positive control: not labelled bad, the client connects.
+    assert_web(TcpOutcome::Connected);
+    let assembled = compiles("assembled");
+    let patched = compiles("patched");
+
+    let before = applied();
+    api.apply(remote_pod("bad", client));
+    wait("the relabel patched", "patched", patched + 1.0, before);
+    assert_web(TcpOutcome::TimedOut);
+    assert_eq!(compiles("patched"), patched + 1.0, "{}", agent.log());
+    assert_eq!(
+        compiles("assembled"),
+        assembled,
+        "the rules were not assembled again"
+    );
+
+    // A status-only write: the same addresses and labels.
+    let unchanged = compiles("unchanged");
+    let mut status = remote_pod("bad", client);
+    status["metadata"]["annotations"] = json!({"ready": "true"});
+    let before = applied();
+    api.apply(status);
+    wait(
+        "the status write unchanged",
+        "unchanged",
+        unchanged + 1.0,
+        before,
+    );
+    assert_eq!(compiles("patched"), patched + 1.0);
+    assert_eq!(compiles("assembled"), assembled);
+    assert_web(TcpOutcome::TimedOut);
+
+    let before = applied();
+    api.apply(remote_pod("client", client));
+    wait("the relabel back patched", "patched", patched + 2.0, before);
+    assert_web(TcpOutcome::Connected);
+    assert_eq!(compiles("assembled"), assembled);
+
+    // A second local web Pod (an address of the server's link no
+    // interface holds) joins the endpoint sets in place.
+    let list = |set: &str| lab.node().ok(&format!("ipset list {set}"));
+    let sets = ["tollgate-endpoints-v4", "tollgate-endpoints-v6"];
+    let seed = |listing: &str| {
+        listing
+            .split_whitespace()
+            .skip_while(|w| *w != "initval")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no initval in {listing}"))
+            .to_string()
+    };
+    let before: Vec<String> = sets.iter().map(|set| list(set)).collect();
+    let mut second: [IpAddr; 2] = server;
+    if let (IpAddr::V4(v4), IpAddr::V6(v6)) = (server[0], server[1]) {
+        let (mut a, mut b) = (v4.octets(), v6.segments());
+        a[3] = 3;
+        b[7] = 3;
+        second = [a.into(), std::net::Ipv6Addr::from(b).into()];
+    }
+    let mut web2 = dual_stack_pod(second);
+    web2["metadata"]["name"] = json!("web2");
+    api.apply(web2);
+    crate::harness::wait_until("the second web Pod enforced", AGENT_WAIT, || {
+        sets.iter()
+            .zip(second)
+            .all(|(set, ip)| list(set).contains(&ip.to_string()))
+    });
+    for (family, set) in sets.iter().enumerate() {
+        let after = list(set);
+        assert_eq!(
+            seed(&before[family]),
+            seed(&after),
+            "{set} created anew:\n{}\n{after}",
+            before[family]
+        );
+        assert!(after.contains(&server[family].to_string()), "{after}");
+    }
+    assert_web(TcpOutcome::Connected);
     agent.stop();
 }

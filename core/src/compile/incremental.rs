@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use crate::model::{Kind, Object, Snapshot, Sourced};
 use crate::ruleset::Ruleset;
-use crate::selection::{Delta, Labels, Selections};
+use crate::selection::{members, Delta, Labels, Selections};
 
 use super::{assemble, LocalNode, LocalView};
 
@@ -154,7 +154,11 @@ impl Incremental {
                 self.selections.entities().cloned().collect::<Vec<_>>(),
             )
         });
+        let revision = self.selections.revision();
         self.selections.apply(delta);
+        if self.selections.revision() == revision {
+            return Update::Unchanged;
+        }
         let update = match local_before {
             Some((pods, node, entities)) => {
                 let local = self.selections.local().name.clone();
@@ -175,6 +179,24 @@ impl Incremental {
             None => Update::Unchanged,
         };
         self.pending = self.pending.max(update);
+        update
+    }
+
+    /// Brings the compiler to `snapshot` seen from `local`, as a source
+    /// that hands whole snapshots has them: each inventory member is
+    /// compared with what the selections hold and applied only where it
+    /// differs (a Pod no rule, set or name reads the changed part of costs
+    /// that comparison), the policy side is replaced.
+    pub fn update(&mut self, snapshot: &Snapshot, local: &LocalNode) -> Update {
+        let mut update = self.set_local(local);
+        update = update.max(self.set_policies(policy_side(snapshot)));
+        let members = members(snapshot);
+        for delta in self.selections.gone(&members) {
+            update = update.max(self.apply(delta));
+        }
+        for delta in members {
+            update = update.max(self.apply(delta));
+        }
         update
     }
 

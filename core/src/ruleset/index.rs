@@ -38,7 +38,7 @@ pub(crate) struct RuleLists {
 /// destination port) for rules pinned to a few ports, and a short list of
 /// the rest, checked for every flow. Candidates are always re-checked in
 /// full, so the index only has to never miss a rule.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(super) struct RuleIndex {
     rules: Vec<u32>,
     by_port: HashMap<(PortProtocol, u16), Vec<u32>>,
@@ -48,7 +48,7 @@ pub(super) struct RuleIndex {
 }
 
 /// Rules indexed by peer networks of one prefix length and family.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct PeerBucket {
     prefix_len: u8,
     v6: bool,
@@ -260,7 +260,7 @@ impl Iterator for MergeSorted<'_> {
 }
 
 /// Compiled rule lists of one direction of one endpoint.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(super) struct DirectionTable {
     pub(super) antrea: RuleIndex,
     pub(super) k8s: Option<RuleIndex>,
@@ -306,7 +306,7 @@ impl DirectionTable {
 }
 
 /// Both directions of an endpoint; shared by endpoints with equal lists.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(super) struct EndpointTable {
     pub(super) ingress: DirectionTable,
     pub(super) egress: DirectionTable,

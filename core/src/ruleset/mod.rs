@@ -187,7 +187,7 @@ const LOCAL_NODE: u32 = 0;
 
 /// The compiled, immutable policy of a node. Cheap to share (`Arc`) and
 /// swap; classification never blocks.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Ruleset {
     rules: Vec<CompiledRule>,
     endpoints: Vec<Endpoint>,

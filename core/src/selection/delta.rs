@@ -2,7 +2,9 @@
 //! ExternalEntity put in place or removed), as [`super::Selections`]
 //! applies it. Pure data; it never reads a policy.
 
-use crate::model::Object;
+use std::collections::BTreeMap;
+
+use crate::model::{Object, Snapshot};
 
 use super::{ExternalEntry, Labels, NodeEntry, PodEntry};
 
@@ -78,4 +80,40 @@ impl Delta {
             },
         })
     }
+}
+
+/// The deltas that put every inventory member of `snapshot` in place
+/// (Pods, Nodes, ExternalEntities; not Namespaces). Several sources may
+/// describe one Node (a policy file's Node, the Docker source's container
+/// networks): it is put once, with the first's labels and addresses and
+/// every one's Pod ranges.
+pub fn members(snapshot: &Snapshot) -> Vec<Delta> {
+    let mut out = Vec::new();
+    let mut nodes: BTreeMap<String, NodeEntry> = BTreeMap::new();
+    for object in snapshot.iter() {
+        match object {
+            Object::Namespace(_) => {}
+            Object::Node(node) => {
+                let entry = NodeEntry::of(node);
+                match nodes.get_mut(&entry.name) {
+                    Some(first) => {
+                        for range in entry.pod_cidrs {
+                            if !first.pod_cidrs.contains(&range) {
+                                first.pod_cidrs.push(range);
+                            }
+                        }
+                    }
+                    None => {
+                        nodes.insert(entry.name.clone(), entry);
+                    }
+                }
+            }
+            _ => out.extend(Delta::apply(object)),
+        }
+    }
+    out.extend(nodes.into_iter().map(|(name, node)| Delta::Node {
+        name,
+        node: Some(node),
+    }));
+    out
 }

@@ -12,11 +12,11 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::compile::LocalNode;
-use crate::model::Snapshot;
+use crate::model::{Object, Snapshot};
 
 use super::membership::Membership;
 use super::{
-    name_label, Delta, ExternalEntry, Labels, MemberKind, NamedPort, NamedPorts, Names,
+    members, name_label, Delta, ExternalEntry, Labels, MemberKind, NamedPort, NamedPorts, Names,
     NamespaceScope, NodeEntry, PodEntry, Selection,
 };
 
@@ -72,6 +72,8 @@ pub struct Selections {
     names: Names,
     /// Bumped whenever `named_ports` or `names` changes.
     directory_changes: u64,
+    /// Bumped whenever a member or a Namespace's labels change.
+    revision: u64,
 }
 
 impl Selections {
@@ -82,28 +84,12 @@ impl Selections {
             ..Selections::default()
         };
         for object in snapshot.iter() {
-            match Delta::apply(object) {
-                // Several sources may describe one Node (a policy file's
-                // Node, the Docker source's container networks): the
-                // first's labels and addresses, every one's Pod ranges.
-                Some(Delta::Node {
-                    name,
-                    node: Some(node),
-                }) if selections.nodes.contains_key(&name) => {
-                    let mut merged = selections.nodes[&name].clone();
-                    for range in node.pod_cidrs {
-                        if !merged.pod_cidrs.contains(&range) {
-                            merged.pod_cidrs.push(range);
-                        }
-                    }
-                    selections.apply(Delta::Node {
-                        name,
-                        node: Some(merged),
-                    });
-                }
-                Some(delta) => selections.apply(delta),
-                None => {}
+            if let Object::Namespace(_) = object {
+                selections.apply(Delta::apply(object).expect("a Namespace is inventory"));
             }
+        }
+        for delta in members(snapshot) {
+            selections.apply(delta);
         }
         selections.refresh_local_node(None);
         selections
@@ -169,6 +155,12 @@ impl Selections {
         self.directory_changes
     }
 
+    /// Changes whenever a member or a Namespace's labels do: a delta that
+    /// leaves it alone changed nothing.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
     /// Node `name` as selections see it: the local Node has the
     /// configured labels and the host's addresses and those of the
     /// ExternalEntities of this ExternalNode added.
@@ -225,6 +217,59 @@ impl Selections {
                 entity,
             } => self.set_entity(namespace, name, entity),
         }
+    }
+
+    /// The deltas that remove the members `members` (as
+    /// [`super::members`] makes them) no longer holds.
+    pub fn gone(&self, members: &[Delta]) -> Vec<Delta> {
+        let mut pods: HashSet<(&str, &str)> = HashSet::new();
+        let mut nodes: HashSet<&str> = HashSet::new();
+        let mut entities: HashSet<(&str, &str)> = HashSet::new();
+        for delta in members {
+            match delta {
+                Delta::Pod {
+                    namespace, name, ..
+                } => {
+                    pods.insert((namespace, name));
+                }
+                Delta::Node { name, .. } => {
+                    nodes.insert(name);
+                }
+                Delta::Entity {
+                    namespace, name, ..
+                } => {
+                    entities.insert((namespace, name));
+                }
+                Delta::Namespace { .. } => {}
+            }
+        }
+        let pods_gone = self
+            .pod_ids
+            .keys()
+            .filter(|(ns, n)| !pods.contains(&(ns.as_str(), n.as_str())))
+            .map(|(namespace, name)| Delta::Pod {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                pod: None,
+            });
+        let nodes_gone = self
+            .nodes
+            .keys()
+            .filter(|n| !nodes.contains(n.as_str()))
+            .map(|name| Delta::Node {
+                name: name.clone(),
+                node: None,
+            });
+        let entities_gone = self
+            .entities
+            .keys()
+            .filter(|(ns, n)| !entities.contains(&(ns.as_str(), n.as_str())))
+            .map(|(namespace, name)| Delta::Entity {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                entity: None,
+            });
+        pods_gone.chain(nodes_gone).chain(entities_gone).collect()
     }
 
     /// The local Node changed (a reload reads its labels and addresses
@@ -460,6 +505,7 @@ impl Selections {
         if old == pod {
             return;
         }
+        self.revision += 1;
         let old_labels = old
             .as_ref()
             .and_then(|o| self.namespace_labels(&o.namespace).cloned());
@@ -644,6 +690,7 @@ impl Selections {
         if before == after {
             return;
         }
+        self.revision += 1;
         // Only selections that read Namespace labels can change.
         let readers: Vec<u32> = self
             .memberships
@@ -697,6 +744,7 @@ impl Selections {
         if old == entity {
             return;
         }
+        self.revision += 1;
         let local = self.local.name.clone();
         let touches_local = old
             .iter()
@@ -753,6 +801,7 @@ impl Selections {
         if before == after {
             return;
         }
+        self.revision += 1;
         let ids: Vec<u32> = self.node_selections.iter().copied().collect();
         for id in ids {
             let Some(membership) = self.memberships[id as usize].as_mut() else {

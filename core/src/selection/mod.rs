@@ -24,7 +24,7 @@ use ipnet::IpNet;
 
 use crate::model::{ExternalEntity, LabelSelector, Node, Pod, PortProtocol};
 
-pub use delta::Delta;
+pub use delta::{members, Delta};
 pub use directory::{NamedPorts, Names};
 pub use index::Selections;
 

@@ -244,6 +244,7 @@ pub const TEST_IDS: &[&str] = &[
     "prometheus_scrapes_an_agent_and_every_dashboard_query_returns_data",
     "diff_live_compares_the_agents_snapshot_and_the_wire_agrees",
     "a_dry_run_only_pod_stays_open_without_an_agent_under_fail_closed",
+    "kubernetes_remote_label_change_is_patched_and_the_endpoint_set_changed_in_place",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".

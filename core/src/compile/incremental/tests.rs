@@ -388,7 +388,9 @@ proptest! {
     /// Pod (label, address, Namespace, Node, status-only rewrite),
     /// Namespace label, Node label and policy changes, the ruleset the
     /// incremental compiler holds equals `compile` of the same objects,
-    /// and a change it calls `Unchanged` builds no ruleset.
+    /// and a change it calls `Unchanged` builds no ruleset — fed deltas,
+    /// or fed the whole snapshot after each change
+    /// ([`Incremental::update`]).
     ///
     /// Mutation: `Selections::pod_selections_for` without the selections
     /// that look in several Namespaces (`.chain(&self.pod_unscoped)`
@@ -402,6 +404,10 @@ proptest! {
         let mut world = start;
         let mut incremental = Incremental::new(&world.snapshot(), &local());
         let mut current = incremental.ruleset().expect("the first ruleset");
+        // The same changes, handed as whole snapshots (as the agent's
+        // sources do).
+        let mut whole = Incremental::new(&world.snapshot(), &local());
+        let mut whole_current = whole.ruleset().expect("the first ruleset");
         prop_assert_eq!(
             current.fingerprint(),
             compile(&world.snapshot(), &local()).fingerprint()
@@ -415,11 +421,17 @@ proptest! {
             if let Some(next) = next {
                 current = next;
             }
-            prop_assert_eq!(
-                current.fingerprint(),
-                compile(&world.snapshot(), &local()).fingerprint(),
-                "after {:?}", change
-            );
+            let full = compile(&world.snapshot(), &local()).fingerprint();
+            prop_assert_eq!(current.fingerprint(), full.clone(), "after {:?}", change);
+            let whole_update = whole.update(&world.snapshot(), &local());
+            let next = whole.ruleset();
+            if whole_update == Update::Unchanged {
+                prop_assert!(next.is_none(), "{:?} built a ruleset", change);
+            }
+            if let Some(next) = next {
+                whole_current = next;
+            }
+            prop_assert_eq!(whole_current.fingerprint(), full, "snapshot after {:?}", change);
         }
     }
 }
