@@ -18,7 +18,10 @@
 //! - `namespace-label`: a Namespace changes its team label;
 //! - `policy-edit`: one policy's `appliedTo` label changes;
 //! - `full-compile`: the baseline, `compile` of the same inventory as one
-//!   snapshot (what every change cost before).
+//!   snapshot (what every change cost before);
+//! - `snapshot-remote-label`: the agent's path for `remote-label`, its
+//!   source handing the whole snapshot (`Incremental::update` compares
+//!   every member).
 //!
 //! `cargo bench -p tollgate-core --bench incremental`; a smoke run
 //! (`cargo test --bench incremental`) uses 1/100 of the cluster.
@@ -269,12 +272,33 @@ fn changes(c: &mut Criterion) {
     group.bench_function("full-compile", |b| {
         b.iter(|| black_box(compile(&snapshot, &node)))
     });
+    // The agent's path: its source hands whole snapshots, each compared
+    // member by member; the remote Pod's label flips between two.
+    let mut relabelled = snapshot.clone();
+    let at = relabelled.objects.len() - cluster.pods + remote;
+    relabelled.objects[at] = parse(&pod_yaml_with(cluster, remote, 3)).remove(0);
+    let snapshots = [snapshot, relabelled];
+    let mut incremental = Incremental::new(&snapshots[0], &node);
+    incremental.ruleset();
+    let mut which = 0;
+    group.bench_function("snapshot-remote-label", |b| {
+        b.iter(|| {
+            which ^= 1;
+            incremental.update(&snapshots[which], &node);
+            black_box(incremental.ruleset())
+        })
+    });
     group.finish();
 }
 
 /// Pod `i` as its object, as [`pod`] describes it (`app-<i % 100>`).
 fn pod_yaml(cluster: &Cluster, i: usize) -> String {
-    let entry = pod(cluster, i, app_of(cluster, i), 0);
+    pod_yaml_with(cluster, i, app_of(cluster, i))
+}
+
+/// Pod `i` as its object, labelled `app-<app>`.
+fn pod_yaml_with(cluster: &Cluster, i: usize, app: usize) -> String {
+    let entry = pod(cluster, i, app, 0);
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {}\n  namespace: {}\n  labels: {{app: {}, tier: {}}}\nspec:\n  nodeName: {}\nstatus:\n  podIP: {}\n---\n",
         entry.name,

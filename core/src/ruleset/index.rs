@@ -7,6 +7,8 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 
+use std::sync::Arc;
+
 use ipnet::IpNet;
 
 use super::rule::{CompiledRule, ServiceMatch};
@@ -318,19 +320,69 @@ pub(super) struct EndpointTable {
 pub(super) fn build_tables(
     lists: &[[RuleLists; 2]],
     rules: &[CompiledRule],
-) -> (Vec<EndpointTable>, Vec<u32>) {
-    let mut tables: Vec<EndpointTable> = Vec::new();
+) -> (Vec<Arc<EndpointTable>>, Vec<u32>) {
+    let mut tables: Vec<Arc<EndpointTable>> = Vec::new();
     let mut table_of: HashMap<[RuleLists; 2], u32> = HashMap::new();
     let mut endpoint_tables = Vec::with_capacity(lists.len());
     for lists in lists {
         let id = *table_of.entry(lists.clone()).or_insert_with(|| {
-            tables.push(EndpointTable {
-                ingress: DirectionTable::build(&lists[0], rules),
-                egress: DirectionTable::build(&lists[1], rules),
-            });
+            tables.push(Arc::new(EndpointTable::build(lists, rules)));
             (tables.len() - 1) as u32
         });
         endpoint_tables.push(id);
     }
     (tables, endpoint_tables)
+}
+
+impl EndpointTable {
+    /// The table of one endpoint's ingress and egress lists.
+    pub(super) fn build(lists: &[RuleLists; 2], rules: &[CompiledRule]) -> EndpointTable {
+        EndpointTable {
+            ingress: DirectionTable::build(&lists[0], rules),
+            egress: DirectionTable::build(&lists[1], rules),
+        }
+    }
+}
+
+impl RuleLists {
+    /// Every rule of the lists.
+    pub(super) fn rule_ids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.antrea
+            .iter()
+            .chain(self.k8s.iter().flatten())
+            .chain(&self.baseline)
+            .copied()
+    }
+}
+
+#[cfg(test)]
+impl EndpointTable {
+    /// The index in a stable text form (see `Ruleset::fingerprint`).
+    pub(super) fn fingerprint(&self) -> String {
+        let direction = |table: &DirectionTable| {
+            [&table.antrea, &table.baseline]
+                .into_iter()
+                .chain(table.k8s.as_ref())
+                .map(|index| {
+                    let ports: std::collections::BTreeMap<_, _> = index.by_port.iter().collect();
+                    let mut peers: Vec<_> = index
+                        .by_peer
+                        .iter()
+                        .map(|b| {
+                            let networks: std::collections::BTreeMap<_, _> =
+                                b.networks.iter().collect();
+                            format!("{}/{} {networks:?}", b.prefix_len, b.v6)
+                        })
+                        .collect();
+                    peers.sort();
+                    format!("{:?} {ports:?} {peers:?} {:?}", index.rules, index.generic)
+                })
+                .collect::<Vec<_>>()
+        };
+        format!(
+            "{:?} {:?}",
+            direction(&self.ingress),
+            direction(&self.egress)
+        )
+    }
 }

@@ -193,7 +193,8 @@ pub struct Ruleset {
     endpoints: Vec<Endpoint>,
     endpoint_by_ip: HashMap<IpAddr, u32>,
     endpoint_tables: Vec<u32>,
-    tables: Vec<EndpointTable>,
+    /// Shared with the ruleset a patch makes where no rule changed.
+    tables: Vec<Arc<EndpointTable>>,
     /// Per endpoint, ingress then egress: the rule lists `tables` index.
     lists: Vec<[RuleLists; 2]>,
     /// Per endpoint, ingress then egress: the isolating K8s policies,
@@ -322,12 +323,42 @@ impl Ruleset {
                 rule
             })
             .collect();
-        let (tables, endpoint_tables) = build_tables(&self.lists, &rules);
+        // The lists are the same, so is each endpoint's table: only the
+        // tables with a patched rule are built again.
+        let patched: Vec<bool> = rules
+            .iter()
+            .map(|rule| {
+                rule.peers
+                    .selections
+                    .iter()
+                    .any(|s| changed.contains_key(s))
+            })
+            .collect();
+        let mut lists_of: Vec<Option<&[RuleLists; 2]>> = vec![None; self.tables.len()];
+        for (lists, &table) in self.lists.iter().zip(&self.endpoint_tables) {
+            lists_of[table as usize].get_or_insert(lists);
+        }
+        let tables = self
+            .tables
+            .iter()
+            .zip(lists_of)
+            .map(|(table, lists)| match lists {
+                Some(lists)
+                    if lists
+                        .iter()
+                        .flat_map(RuleLists::rule_ids)
+                        .any(|id| patched[id as usize]) =>
+                {
+                    Arc::new(EndpointTable::build(lists, &rules))
+                }
+                _ => Arc::clone(table),
+            })
+            .collect();
         Ruleset {
             rules,
             endpoints: self.endpoints.clone(),
             endpoint_by_ip: self.endpoint_by_ip.clone(),
-            endpoint_tables,
+            endpoint_tables: self.endpoint_tables.clone(),
             tables,
             lists: self.lists.clone(),
             isolated_by: self.isolated_by.clone(),
@@ -493,6 +524,10 @@ impl Ruleset {
         }
         writeln!(out, "endpoints {:?}", self.endpoints).unwrap();
         writeln!(out, "lists {:?}", self.lists).unwrap();
+        for (endpoint, &table) in self.endpoint_tables.iter().enumerate() {
+            let table = self.tables[table as usize].fingerprint();
+            writeln!(out, "table {endpoint} {table}").unwrap();
+        }
         writeln!(out, "isolated {:?}", self.isolated_by).unwrap();
         writeln!(out, "dry-run isolated {:?}", self.dry_run_isolated_by).unwrap();
         writeln!(out, "published {:?}", self.published).unwrap();
