@@ -500,16 +500,17 @@ fn get_filters_by_namespace_and_pod_in_every_format() {
         yaml.starts_with("- policy:\n    kind: AntreaNetworkPolicy\n"),
         "{yaml}"
     );
-    // Endpoints: the Node and the local Pods with their policies.
+    // Endpoints: the Node, then the local Pods by Namespace and name, with
+    // their policies.
     let endpoints = get(&["endpoints"]);
     assert_eq!(
         first_column(&endpoints),
         [
             "tg-node",
-            "frontend/client1",
-            "untrusted/client2",
             "backend/web",
-            "infra/dns"
+            "frontend/client1",
+            "infra/dns",
+            "untrusted/client2"
         ]
     );
     let text = stdout(&endpoints);

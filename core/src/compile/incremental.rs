@@ -119,6 +119,9 @@ impl Incremental {
     /// Applies an inventory change (a Pod, Node or ExternalEntity; a
     /// Namespace comes with the policy side).
     pub fn apply(&mut self, delta: Delta) -> Update {
+        let Some(delta) = self.selections.changing(delta) else {
+            return Update::Unchanged;
+        };
         let local = &self.selections.local().name;
         let touches_local = match &delta {
             Delta::Pod {

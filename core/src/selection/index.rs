@@ -219,6 +219,52 @@ impl Selections {
         }
     }
 
+    /// `delta` back if it changes anything; `None` when the member it puts
+    /// is held as it is, or the one it removes is not held. A comparison,
+    /// no copy.
+    pub fn changing(&self, delta: Delta) -> Option<Delta> {
+        match delta {
+            Delta::Pod {
+                namespace,
+                name,
+                pod,
+            } => {
+                let key = (namespace, name);
+                let held = self
+                    .pod_ids
+                    .get(&key)
+                    .and_then(|&id| self.pods[id as usize].as_ref());
+                if held == pod.as_ref() {
+                    return None;
+                }
+                let (namespace, name) = key;
+                Some(Delta::Pod {
+                    namespace,
+                    name,
+                    pod,
+                })
+            }
+            Delta::Node { name, node } if self.nodes.get(&name) == node.as_ref() => None,
+            Delta::Entity {
+                namespace,
+                name,
+                entity,
+            } => {
+                let key = (namespace, name);
+                if self.entities.get(&key) == entity.as_ref() {
+                    return None;
+                }
+                let (namespace, name) = key;
+                Some(Delta::Entity {
+                    namespace,
+                    name,
+                    entity,
+                })
+            }
+            delta => Some(delta),
+        }
+    }
+
     /// The deltas that remove the members `members` (as
     /// [`super::members`] makes them) no longer holds.
     pub fn gone(&self, members: &[Delta]) -> Vec<Delta> {
@@ -498,13 +544,14 @@ impl Selections {
 
     fn set_pod(&mut self, namespace: String, name: String, pod: Option<PodEntry>) {
         let key = (namespace, name);
-        let old = self
+        let held = self
             .pod_ids
             .get(&key)
-            .and_then(|&id| self.pods[id as usize].clone());
-        if old == pod {
+            .and_then(|&id| self.pods[id as usize].as_ref());
+        if held == pod.as_ref() {
             return;
         }
+        let old = held.cloned();
         self.revision += 1;
         let old_labels = old
             .as_ref()
