@@ -30,6 +30,7 @@
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
@@ -277,7 +278,7 @@ fn changes(c: &mut Criterion) {
     let mut relabelled = snapshot.clone();
     let at = relabelled.objects.len() - cluster.pods + remote;
     relabelled.objects[at] = parse(&pod_yaml_with(cluster, remote, 3)).remove(0);
-    let snapshots = [snapshot, relabelled];
+    let snapshots = [Arc::new(snapshot), Arc::new(relabelled)];
     let mut incremental = Incremental::new(&snapshots[0], &node);
     incremental.ruleset();
     let mut which = 0;

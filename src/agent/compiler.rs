@@ -25,7 +25,7 @@ impl Compiler {
     /// assembled again otherwise.
     pub(super) fn compile(
         &mut self,
-        snapshot: &Snapshot,
+        snapshot: &Arc<Snapshot>,
         node: &LocalNode,
         counters: &AgentCounters,
     ) -> Ruleset {

@@ -5,7 +5,8 @@
 //!
 //! - a Pod, Node or ExternalEntity of another Node only moves peer
 //!   addresses: the selections whose members changed get new sets, and the
-//!   last ruleset is patched (its rules that use them, then the index);
+//!   last ruleset is patched (its rules that use them, then the index
+//!   tables that hold those);
 //! - a local one, a Namespace's labels or any policy-side object changes
 //!   what applies where: the rules are assembled again over the local
 //!   endpoints, reading every peer set from the selections (none is
@@ -47,6 +48,8 @@ pub struct Incremental {
     pending: Update,
     /// `selections.directory_version()` when `last` was built.
     directory: u64,
+    /// The last snapshot [`Incremental::update`] was handed.
+    snapshot: Option<Arc<Snapshot>>,
 }
 
 /// Whether objects of `kind` are inventory the selections keep (and not
@@ -67,6 +70,7 @@ impl Incremental {
             last: None,
             pending: Update::Rules,
             directory: 0,
+            snapshot: None,
         };
         incremental.set_policies(policy_side(snapshot));
         incremental.pending = Update::Rules;
@@ -186,13 +190,58 @@ impl Incremental {
     }
 
     /// Brings the compiler to `snapshot` seen from `local`, as a source
-    /// that hands whole snapshots has them: each inventory member is
-    /// compared with what the selections hold and applied only where it
-    /// differs (a Pod no rule, set or name reads the changed part of costs
-    /// that comparison), the policy side is replaced.
-    pub fn update(&mut self, snapshot: &Snapshot, local: &LocalNode) -> Update {
-        let mut update = self.set_local(local);
-        update = update.max(self.set_policies(policy_side(snapshot)));
+    /// that hands whole snapshots has them. Against the last snapshot
+    /// handed, when it has as many objects: only the objects that differ
+    /// at their place are applied (removed when another object took the
+    /// place), and the policy side is replaced only when one of its
+    /// objects differs. Otherwise, or when a Node differs (several
+    /// objects may describe one), each inventory member is compared with
+    /// what the selections hold and applied only where it differs, and
+    /// the policy side is replaced.
+    pub fn update(&mut self, snapshot: &Arc<Snapshot>, local: &LocalNode) -> Update {
+        let update = self.set_local(local);
+        let previous = self.snapshot.replace(Arc::clone(snapshot));
+        let differ: Option<Vec<usize>> = previous
+            .as_deref()
+            .filter(|p| p.objects.len() == snapshot.objects.len())
+            .map(|p| {
+                (0..p.objects.len())
+                    .filter(|&i| p.objects[i] != snapshot.objects[i])
+                    .collect()
+            });
+        let (Some(previous), Some(differ)) = (previous, differ) else {
+            return update.max(self.update_whole(snapshot));
+        };
+        let pairs = || {
+            differ
+                .iter()
+                .map(|&i| (&previous.objects[i].object, &snapshot.objects[i].object))
+        };
+        if pairs().any(|(a, b)| matches!(a, Object::Node(_)) || matches!(b, Object::Node(_))) {
+            return update.max(self.update_whole(snapshot));
+        }
+        let mut update = update;
+        if pairs().any(|(a, b)| !is_member_kind(a.kind()) || !is_member_kind(b.kind())) {
+            update = update.max(self.set_policies(policy_side(snapshot)));
+        }
+        for (old, new) in pairs() {
+            if is_member_kind(old.kind()) && old.object_ref() != new.object_ref() {
+                let delta = Delta::delete(old).expect("a member kind");
+                update = update.max(self.apply(delta));
+            }
+        }
+        for (_, new) in pairs() {
+            if is_member_kind(new.kind()) {
+                let delta = Delta::apply(new).expect("a member kind");
+                update = update.max(self.apply(delta));
+            }
+        }
+        update
+    }
+
+    /// [`Incremental::update`] member by member.
+    fn update_whole(&mut self, snapshot: &Snapshot) -> Update {
+        let mut update = self.set_policies(policy_side(snapshot));
         let members = members(snapshot);
         for delta in self.selections.gone(&members) {
             update = update.max(self.apply(delta));

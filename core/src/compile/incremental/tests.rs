@@ -3,6 +3,7 @@
 //! incremental compiler holds equals `compile` of the same objects.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use proptest::prelude::*;
 
@@ -423,7 +424,7 @@ proptest! {
             }
             let full = compile(&world.snapshot(), &local()).fingerprint();
             prop_assert_eq!(current.fingerprint(), full.clone(), "after {:?}", change);
-            let whole_update = whole.update(&world.snapshot(), &local());
+            let whole_update = whole.update(&Arc::new(world.snapshot()), &local());
             let next = whole.ruleset();
             if whole_update == Update::Unchanged {
                 prop_assert!(next.is_none(), "{:?} built a ruleset", change);
