@@ -395,10 +395,11 @@ fn drop_from_bad() -> Value {
 /// it was never refilled through a swap, and never lost its first member.
 /// IPv4 and IPv6; the verdict cache is off, so every probe is the agent's.
 ///
-/// Mutation: `Incremental::update` assembling every change (`Update::Rules`
-/// for a remote Pod) fails the `patched` count (tried); the datapath's
-/// set change by `swap` from `<set>-next` (main's before) fails the
-/// `initval` check (tried).
+/// Mutation: `Incremental::apply` calling a remote member's change
+/// `Update::Rules` (every change assembled again) fails the `patched`
+/// wait (tried); the datapath changing an existing set by `swap` from a
+/// refilled `<set>-next` (main's way before) fails the `initval` check
+/// (tried).
 #[test]
 fn kubernetes_remote_label_change_is_patched_and_the_endpoint_set_changed_in_place() {
     let Some(lab) = Lab::builder(
