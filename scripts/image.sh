@@ -23,7 +23,10 @@
 # keeps the Dockerfile's `apt-get install` layer, and when the image already
 # carries the label tollgate.inputs=<hash of binary, Dockerfile and
 # entrypoint> nothing is rebuilt at all. Concurrent runs are serialized by a
-# lock in the cache directory. Needs root; installs podman, buildah,
+# lock in the cache directory. Each image carries the label
+# tollgate.checkout=<this repository's path>; an image whose checkout no
+# longer exists (a CI clone that is gone) is removed here, so test runs do
+# not pile up images. Needs root; installs podman, buildah,
 # mmdebstrap, runc and uidmap with apt when they are missing.
 #
 # This machine kind needs runc, cgroupfs and explicit ulimits for every
@@ -135,10 +138,17 @@ else
     "${PODMAN[@]}" build "${BUILD_FLAGS[@]}" --quiet \
         -f "$context/docker/Dockerfile" --target prebuilt \
         --build-arg TOLLGATE_BINARY=tollgate \
-        --label "tollgate.inputs=$inputs" -t "$tag" "$context" >/dev/null
+        --label "tollgate.inputs=$inputs" --label "tollgate.checkout=$repo" \
+        -t "$tag" "$context" >/dev/null
     # The previous build of this tag, unless a container still uses it.
     if [[ -n $previous ]]; then
         "${PODMAN[@]}" rmi "$previous" >/dev/null 2>&1 || true
     fi
 fi
+# Images built for checkouts that no longer exist (unless a container still
+# uses one: rmi refuses).
+"${PODMAN[@]}" images --filter label=tollgate.checkout --format '{{.ID}} {{index .Labels "tollgate.checkout"}}' |
+    while read -r id checkout; do
+        [[ -d $checkout ]] || "${PODMAN[@]}" rmi "$id" >/dev/null 2>&1 || true
+    done
 echo "size=$("${PODMAN[@]}" image inspect --format '{{.Size}}' "$tag")"

@@ -252,7 +252,8 @@ demo() {
         outcome "client1 -> www.blocked.test HTTP" nsx tg-client1 curl -fsS --max-time 2 http://www.blocked.test/
         outcome "client1 -> 10.99.3.20 HTTP (no lookup)" nsx tg-client1 curl -fsS --max-time 2 http://10.99.3.20/
         echo "learned from DNS answers (tollgate get fqdn):"
-        nsx "$NS_NODE" "$(tollgate_bin)" get fqdn --policies "$(cat "$STATE/rules-dir" 2>/dev/null || echo "$RULES")" 2>&1 | sed 's/^/  /' || true
+        nsx "$NS_NODE" "$(tollgate_bin)" get fqdn --socket "$STATE/tollgate.sock" \
+            --policies "$(cat "$STATE/rules-dir" 2>/dev/null || echo "$RULES")" 2>&1 | sed 's/^/  /' || true
     fi
     echo "queues (node namespace):"
     nsx "$NS_NODE" cat /proc/net/netfilter/nfnetlink_queue 2>/dev/null | sed 's/^/  /' || true

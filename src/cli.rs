@@ -271,11 +271,11 @@ pub enum GetCommand {
         #[command(flatten)]
         output: GetOutputArgs,
     },
-    /// Addresses a running agent has learned for FQDN selectors, with their
-    /// remaining TTL, read from the kernel sets of this network namespace,
-    /// and how the agent learned each (snooped or resolved; `-` when it
-    /// does not answer). Sets are named by the selectors of the policies
-    /// given, else of the agent's.
+    /// Addresses the running agent has learned for FQDN selectors, with
+    /// their remaining TTL and how it learned each (snooped or resolved),
+    /// asked over its status socket: the agent reads its own kernel sets,
+    /// so this works from any network namespace. Sets are named by the
+    /// selectors of the policies given, else of the agent's.
     Fqdn {
         /// The agent's policies, to name each set by its selector.
         #[arg(long)]

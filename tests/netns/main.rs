@@ -10,6 +10,7 @@ mod harness;
 mod bypass;
 mod cache;
 mod datapath;
+mod demo;
 mod docker;
 mod dockerd;
 mod dockerfw;
