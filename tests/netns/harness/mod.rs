@@ -244,6 +244,8 @@ pub const TEST_IDS: &[&str] = &[
     "prometheus_scrapes_an_agent_and_every_dashboard_query_returns_data",
     "diff_live_compares_the_agents_snapshot_and_the_wire_agrees",
     "a_dry_run_only_pod_stays_open_without_an_agent_under_fail_closed",
+    "fresh_names_at_once_share_batches_and_no_reply_goes_before_its_write",
+    "a_full_write_queue_delays_replies_and_drops_none",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
