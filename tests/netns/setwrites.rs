@@ -50,7 +50,17 @@ fn addresses(index: u8, i: usize, k: u8) -> [IpAddr; 2] {
     let host = u8::try_from(i + 1).expect("at most 254 names");
     [
         Ipv4Addr::new(10, index, 100 + k, host).into(),
-        Ipv6Addr::new(0xfd00, u16::from(index), 0x100, 0, 0, 0, u16::from(k), u16::from(host)).into(),
+        Ipv6Addr::new(
+            0xfd00,
+            u16::from(index),
+            0x100,
+            0,
+            0,
+            0,
+            u16::from(k),
+            u16::from(host),
+        )
+        .into(),
     ]
 }
 
@@ -155,7 +165,7 @@ enum Outcome {
 
 fn lookup(server: SocketAddr, i: usize, kernel: &mut KernelSets) -> Outcome {
     let name = name(i);
-    let record_type = if i % 2 == 0 {
+    let record_type = if i.is_multiple_of(2) {
         RecordType::A
     } else {
         RecordType::AAAA
@@ -284,7 +294,12 @@ spec:
 fn assert_all_good(outcomes: &[Outcome]) {
     let bad: Vec<&Outcome> = outcomes.iter().filter(|o| **o != Outcome::Good).collect();
     assert_eq!(outcomes.len(), CLIENTS * NAMES_PER_CLIENT);
-    assert!(bad.is_empty(), "{} of {}: {bad:?}", bad.len(), outcomes.len());
+    assert!(
+        bad.is_empty(),
+        "{} of {}: {bad:?}",
+        bad.len(),
+        outcomes.len()
+    );
 }
 
 /// 8 clients × 25 fresh names, IPv4 and IPv6: every reply finds its
@@ -296,7 +311,9 @@ fn assert_all_good(outcomes: &[Outcome]) {
 /// Mutation: the worker releases each reply at once and writes the queue
 /// only on its once-a-second expiry tick (`Pushed::Held` replies given
 /// their verdict in `packet`, `flush` moved under the `EXPIRE_EVERY`
-/// check) — replies arrive before their addresses are in the kernel set.
+/// check) — replies arrive before their addresses are in the kernel set
+/// (200 of 200). Mutation: the queue written after every reply (`flush`
+/// at the end of `packet`) — 200 batches for 200 replies.
 #[test]
 fn fresh_names_at_once_share_batches_and_no_reply_goes_before_its_write() {
     let Some(lab) =
@@ -336,7 +353,7 @@ fn fresh_names_at_once_share_batches_and_no_reply_goes_before_its_write() {
 ///
 /// Mutation: a reply that finds the queue full is dropped instead of
 /// waiting (`out.give(packet.id, Action::Drop); return;` where
-/// `must_wait` is true) — lookups go unanswered.
+/// `must_wait` is true) — lookups go unanswered (16 of 200).
 #[test]
 fn a_full_write_queue_delays_replies_and_drops_none() {
     let Some(lab) = FreshLab::start("a_full_write_queue_delays_replies_and_drops_none") else {
