@@ -287,7 +287,10 @@ C
     echo 1 >"$WORK/miss-next"
 }
 
+# The Pods and Namespaces; the server Pod also holds the address given
+# (fresh-names: its responder's, which anti-spoofing would drop otherwise).
 inventory() {
+    local web_ips="[{ip: $SERVER_IP}${1:+, {ip: $1\}}]"
     cat <<INV
 apiVersion: v1
 kind: Namespace
@@ -301,7 +304,7 @@ apiVersion: v1
 kind: Pod
 metadata: {name: web, namespace: backend, labels: {app: web}}
 spec: {nodeName: bench-node}
-status: {podIP: $SERVER_IP}
+status: {podIP: $SERVER_IP, podIPs: $web_ips}
 ---
 apiVersion: v1
 kind: Pod
@@ -363,7 +366,7 @@ spec:
 EOP
 
     mkdir -p "$WORK/policies-fresh"
-    inventory >"$WORK/policies-fresh/inventory.yaml"
+    inventory $FRESH_DNS >"$WORK/policies-fresh/inventory.yaml"
     web_policy 10 >"$WORK/policies-fresh/bench.yaml"
     cat >"$WORK/policies-fresh/fqdn.yaml" <<EOP
 apiVersion: crd.antrea.io/v1beta1
@@ -462,7 +465,7 @@ start_tollgate() {
     ip netns exec $NODE "$BIN" run --policies "$dir" --node-name bench-node \
         --node-labels kubernetes.io/os=linux --node-address 10.98.1.1 \
         --node-address 10.98.2.1 --status-socket "$WORK/status.sock" \
-        --metrics-address $METRICS "$@" 2>"$log" &
+        --metrics-address $METRICS "$@" >/dev/null 2>"$log" &
     AGENT_PID=$!
     for i in $(seq 1 600); do
         grep -qs "ruleset applied generation=1" "$log" && return 0
@@ -658,8 +661,10 @@ check_dns_learned() {
 
 check_fresh_learned() {
     # A fresh name's reply is learned: the agent counts a learned address.
-    nsx $CLIENT dig +short +time=2 +tries=1 @$FRESH_DNS check.fresh.test | grep -q '^240\.' ||
-        die "fresh-names: no answer through tollgate"
+    local answer
+    answer=$(nsx $CLIENT dig +time=2 +tries=1 @$FRESH_DNS check.fresh.test 2>&1 || true)
+    grep -q $'IN\tA\t240\.' <<<"$answer" ||
+        die "fresh-names: no answer through tollgate: $answer$(tail -5 "$WORK/tollgate.log")"
     (($(agent_metric tollgate_fqdn_addresses_learned_total) > 0)) || die "fresh-names: the reply was not learned"
 }
 
