@@ -2,11 +2,11 @@
 //! mirror of the addresses learned for each selector from DNS answers
 //! ([`FqdnLearner`]), the turning of queued query and reply packets into
 //! DNS messages ([`DnsSnooper`]), and the queries still waiting for the
-//! answer they alone may teach ([`OutstandingQueries`]), and when exact
-//! names are resolved ahead ([`ResolveSchedule`]), and which learned set
-//! writes share a batch and which replies its acknowledgement releases
-//! ([`SetWriteQueue`]). Pure: no DNS traffic,
-//! no ipset writes, no clock reads.
+//! answer they alone may teach ([`OutstandingQueries`]), when exact names
+//! are resolved ahead ([`ResolveSchedule`]), and which learned set writes
+//! share a batch and which replies its acknowledgement releases
+//! ([`SetWriteQueue`]). Pure: no DNS traffic, no ipset writes, no clock
+//! reads.
 
 mod learner;
 mod pattern;
