@@ -10,6 +10,8 @@
 #                     built with 'cargo build --release' if absent)
 #   ROUNDS=5          interleaved rounds per scenario (medians of these)
 #   SCENARIOS="conn miss dns l7 bulk flood"   which scenarios, in this order
+#                     (fresh-names runs only when named here)
+#   FRESH_RATE=2000   names a second the fresh-names scenario offers
 #   RULE_COUNTS="10 1000 10000"               rule counts of conn and miss
 #   FLOOD_PPS=10000   SYN rate of the flood scenario (hping3 -i u<1e6/rate;
 #                     it reaches ~5,000/s on a 2-core machine); 0: --flood
@@ -61,6 +63,19 @@
 #          client's /24) for the measurement's seconds; counted: SYNs sent
 #          and packets the kernel queued to userspace (the id sequences of
 #          /proc/net/netfilter/nfnetlink_queue), with the cache on and off.
+#   fresh-names  FRESH_RATE distinct never-seen names a second for the
+#          measurement's seconds (benches/fresh_names.py: open loop, an A
+#          and an AAAA query per name over 256 client sockets), answered by
+#          a responder on the server (10.98.2.3) with 4 A or 4 AAAA records
+#          of addresses never given before, so every reply brings 4 new set
+#          elements. tollgate runs an FQDN egress policy on the client
+#          (`*.fresh.test`). Figures: answered names/s, set elements/s (the
+#          agent's fqdn_addresses_learned), lookup p50/p99 (send to the
+#          second reply) and what tollgate adds to none and to conntrack,
+#          CPU µs per name, the agent's RSS before and after the
+#          measurement; its write batches, replies held and delayed and
+#          set write errors on stderr. `SCENARIOS=fresh-names ROUNDS=1
+#          benches/e2e.sh 600` is issue 34's 10-minute run.
 # The verdict cache is turned on and off with `--set verdictCache.enabled=`
 # (or `--verdict-cache on|off`) when `tollgate run --help` offers it; else
 # "cache: unsupported by this binary" is printed and tollgate runs as is.
@@ -111,8 +126,11 @@ for n in "${RULE_COUNTS[@]}"; do
     [[ $n =~ ^[0-9]+$ && $n -ge 1 && $n -le 64000 ]] || die "RULE_COUNTS: '$n' is not 1..64000"
 done
 for s in "${SCENARIO_LIST[@]}"; do
-    case $s in conn | miss | dns | l7 | bulk | flood) ;; *) die "unknown scenario '$s'" ;; esac
+    case $s in conn | miss | dns | l7 | bulk | flood | fresh-names) ;; *) die "unknown scenario '$s'" ;; esac
 done
+FRESH_RATE=${FRESH_RATE:-2000}
+FRESH_DNS=10.98.2.3
+[[ $FRESH_RATE =~ ^[0-9]+$ && $FRESH_RATE -ge 1 ]] || die "FRESH_RATE must be a positive integer"
 
 ensure_tools() {
     local need=()
@@ -212,8 +230,14 @@ NGINX
     nsx $SERVER dnsmasq --no-resolv --no-hosts --user=root --listen-address=$SERVER_IP \
         --bind-interfaces --address=/bench.test/10.97.0.5 --local-ttl=300 \
         --dns-forward-max=1000 --pid-file="$WORK/dnsmasq.pid"
+    if [[ " ${SCENARIO_LIST[*]} " == *" fresh-names "* ]]; then
+        nsx $SERVER ip addr add $FRESH_DNS/24 dev eth0
+        nsx $SERVER python3 "$ROOT/benches/fresh_names.py" serve $FRESH_DNS &
+    fi
     local i
     for i in $(seq 1 100); do
+        [[ " ${SCENARIO_LIST[*]} " != *" fresh-names "* ]] ||
+            nsx $SERVER ss -Hlun "src = $FRESH_DNS and sport = :53" | grep -q . || { sleep 0.05; continue; }
         nsx $SERVER ss -Hltn 'sport = :80' | grep -q . &&
             nsx $SERVER ss -Hltn 'sport = :5201' | grep -q . &&
             nsx $SERVER ss -Hlun 'sport = :53' | grep -q . && return 0
@@ -263,7 +287,10 @@ C
     echo 1 >"$WORK/miss-next"
 }
 
+# The Pods and Namespaces; the server Pod also holds the address given
+# (fresh-names: its responder's, which anti-spoofing would drop otherwise).
 inventory() {
+    local web_ips="[{ip: $SERVER_IP}${1:+, {ip: $1\}}]"
     cat <<INV
 apiVersion: v1
 kind: Namespace
@@ -277,7 +304,7 @@ apiVersion: v1
 kind: Pod
 metadata: {name: web, namespace: backend, labels: {app: web}}
 spec: {nodeName: bench-node}
-status: {podIP: $SERVER_IP}
+status: {podIP: $SERVER_IP, podIPs: $web_ips}
 ---
 apiVersion: v1
 kind: Pod
@@ -316,7 +343,8 @@ write_policies() {
 }
 
 # The policy directories of the scenarios: conn/miss/bulk at N rules
-# (policies-N), dns (policies-fqdn), l7 (policies-l7), flood (policies-flood).
+# (policies-N), dns (policies-fqdn), l7 (policies-l7), flood (policies-flood),
+# fresh-names (policies-fresh).
 write_scenario_policies() {
     local n
     for n in "${RULE_COUNTS[@]}" 1000; do write_policies "$n" "$WORK/policies-$n"; done
@@ -335,6 +363,22 @@ spec:
   egress:
     - {name: dns, action: Allow, to: [{ipBlock: {cidr: $SERVER_IP/32}}], ports: [{protocol: UDP, port: 53}]}
     - {name: names, action: Allow, to: [{fqdn: '*.bench.test'}], ports: [{protocol: TCP, port: 80}]}
+EOP
+
+    mkdir -p "$WORK/policies-fresh"
+    inventory $FRESH_DNS >"$WORK/policies-fresh/inventory.yaml"
+    web_policy 10 >"$WORK/policies-fresh/bench.yaml"
+    cat >"$WORK/policies-fresh/fqdn.yaml" <<EOP
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: bench-fresh}
+spec:
+  priority: 4
+  tier: application
+  appliedTo: [{podSelector: {matchLabels: {app: client}}}]
+  egress:
+    - {name: dns, action: Allow, to: [{ipBlock: {cidr: $FRESH_DNS/32}}], ports: [{protocol: UDP, port: 53}]}
+    - {name: names, action: Allow, to: [{fqdn: '*.fresh.test'}], ports: [{protocol: TCP, port: 80}]}
 EOP
 
     mkdir -p "$WORK/policies-l7"
@@ -421,7 +465,7 @@ start_tollgate() {
     ip netns exec $NODE "$BIN" run --policies "$dir" --node-name bench-node \
         --node-labels kubernetes.io/os=linux --node-address 10.98.1.1 \
         --node-address 10.98.2.1 --status-socket "$WORK/status.sock" \
-        --metrics-address $METRICS "$@" 2>"$log" &
+        --metrics-address $METRICS "$@" >/dev/null 2>"$log" &
     AGENT_PID=$!
     for i in $(seq 1 600); do
         grep -qs "ruleset applied generation=1" "$log" && return 0
@@ -521,6 +565,42 @@ m_dns() {
     echo "$p50 $p99"
 }
 
+# One counter of the agent's metrics (0 without an agent).
+agent_metric() {
+    [[ -n $AGENT_PID ]] || { echo 0; return; }
+    nsx $NODE curl -sf --max-time 2 "http://$METRICS/metrics" |
+        awk -v m="$1" '$1 == m {print $2; found = 1} END {if (!found) print 0}'
+}
+
+# The agent's resident memory in MiB (0 without an agent).
+agent_rss() {
+    [[ -n $AGENT_PID ]] || { echo 0; return; }
+    awk '/^VmRSS:/ {printf "%.1f\n", $2 / 1024}' "/proc/$AGENT_PID/status"
+}
+
+m_fresh-names() {
+    local rss_before rss_after learned out names p50 p99 answered lost sent m
+    local -A before
+    local counters=(fqdn_addresses_learned_total fqdn_write_batches_total fqdn_write_entries_total
+        dns_replies_held_total dns_replies_delayed_total dns_ipset_errors_total)
+    rss_before=$(agent_rss)
+    for m in "${counters[@]}"; do before[$m]=$(agent_metric "tollgate_$m"); done
+    out=$(nsx $CLIENT python3 "$ROOT/benches/fresh_names.py" load $FRESH_DNS "$DURATION" "$FRESH_RATE" fresh.test)
+    read -r names p50 p99 answered lost sent <<<"$out"
+    rss_after=$(agent_rss)
+    local line="  fresh-names: $answered names answered, $lost lost, $sent names/s sent"
+    if [[ -n $AGENT_PID ]]; then
+        line+=";"
+        for m in "${counters[@]}"; do
+            line+=" ${m%_total}=+$(($(agent_metric "tollgate_$m") - ${before[$m]}))"
+        done
+    fi
+    echo "$line" >&2
+    ((answered > 0)) || die "fresh-names: no name answered"
+    learned=$(($(agent_metric tollgate_fqdn_addresses_learned_total) - before[fqdn_addresses_learned_total]))
+    echo "$names $p50 $p99 $(awk -v l="$learned" -v d="$DURATION" 'BEGIN {printf "%.1f", l / d}') $rss_before $rss_after"
+}
+
 m_l7() {
     wrk_rps nsx $CLIENT wrk -t2 -c16 -d"${DURATION}s" "http://$SERVER_IP/api/bench"
 }
@@ -579,6 +659,15 @@ check_dns_learned() {
     ((after > before)) || die "dns: the lookup did not reach the agent"
 }
 
+check_fresh_learned() {
+    # A fresh name's reply is learned: the agent counts a learned address.
+    local answer
+    answer=$(nsx $CLIENT dig +time=2 +tries=1 @$FRESH_DNS check.fresh.test 2>&1 || true)
+    grep -q $'IN\tA\t240\.' <<<"$answer" ||
+        die "fresh-names: no answer through tollgate: $answer$(tail -5 "$WORK/tollgate.log")"
+    (($(agent_metric tollgate_fqdn_addresses_learned_total) > 0)) || die "fresh-names: the reply was not learned"
+}
+
 # --- scenarios
 
 configs_of() {
@@ -602,6 +691,7 @@ configs_of() {
             ;;
         bulk) echo none; echo conntrack; shipped tollgate-1000 ;;
         flood) cache_variants tollgate-flood ;;
+        fresh-names) echo none; echo conntrack; shipped tollgate-fresh ;;
     esac
 }
 
@@ -631,7 +721,7 @@ timed() {
     value=$("m_$scenario")
     busy=$(($(cpu_busy) - busy))
     case $scenario in
-        conn | miss | l7) cpu_per_unit "$busy" "${value%% *}" >"$WORK/cpu" ;;
+        conn | miss | l7 | fresh-names) cpu_per_unit "$busy" "${value%% *}" >"$WORK/cpu" ;;
         *) : >"$WORK/cpu" ;;
     esac
     echo "$value"
@@ -658,6 +748,7 @@ measure_config() {
             case $scenario in
                 l7) check_l7 ;;
                 dns) check_dns_learned ;;
+                fresh-names) check_fresh_learned ;;
             esac
             warm_up "$scenario"
             before=$(queued_total)

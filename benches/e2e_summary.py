@@ -14,10 +14,13 @@ Scenarios and what their values are:
   l7       keep-alive HTTP requests/s through an L7 rule
   bulk     Gbit/s of one established TCP stream (iperf3)
   flood    SYNs sent at a denied port, and packets queued to userspace
+  fresh-names  answered names/s, lookup p50 and p99 µs, set elements/s
+           learned, the agent's RSS MiB before and after (0 without one)
   queued:<scenario>   packets the kernel queued to userspace during a
            tollgate measurement (all queues), shown beside its figure
   cpu:<scenario>      µs of CPU the whole machine spent per connection
-           (or request) during a conn, miss or l7 measurement
+           (or request, or name) during a conn, miss, l7 or fresh-names
+           measurement
 
 Every scenario but flood has a configuration `none` (no firewall) measured
 in each of its rounds, interleaved with the others. A ratio is the median
@@ -43,6 +46,8 @@ TARGETS = {
     "bulk": (0.98, ">= 0.98"),
 }
 DNS_TARGETS = {"p50": 50.0, "p99": 500.0}
+# issue 34: names/s, set elements/s, added p99 µs, RSS growth MiB
+FRESH_TARGETS = {"names": 2000.0, "elements": 16000.0, "p99": 1000.0, "rss": 10.0}
 UNITS = {"conn": "conn/s", "miss": "conn/s", "l7": "req/s", "bulk": "Gbit/s"}
 
 
@@ -168,6 +173,9 @@ def main():
                 else:
                     summary.append(row + ("(reference)", ""))
 
+    if "fresh-names" in rows:
+        fresh_names(rows, order, summary)
+
     if "flood" in rows:
         data = rows["flood"]
         print("\nflood (SYNs at a denied port; userspace = packets the NFQUEUE target handed to a queue, overflowed ones included)")
@@ -184,6 +192,56 @@ def main():
         print(f"  {'figure':40} {'value':>22} {'ratio':>7}  {'target':>12}  result")
         for figure, value, ratio, target, verdict in summary:
             print(f"  {figure:40} {value:>22} {ratio:>7}  {target:>12}  {verdict}")
+
+
+def fresh_names(rows, order, summary):
+    """The fresh-names table: each configuration's medians, what tollgate
+    adds to none and to conntrack (medians of per-round differences), and
+    issue 34's targets for the shipped configuration."""
+    data = rows["fresh-names"]
+    cpu = rows.get("cpu:fresh-names", {})
+    print("\nfresh-names (answered names/s, lookup µs from send to the second reply; added = median of per-round differences)")
+    print(
+        f"  {'configuration':24} {'names/s':>8} {'elem/s':>8} {'p50':>7} {'p99':>7} {'+p50 none/ct':>13}"
+        f" {'+p99 none/ct':>13} {'cpu µs':>7} {'RSS MiB before/after':>21}"
+    )
+
+    def added(config, ref, i):
+        diffs = [
+            v[i] - data[ref][r][i] for r, v in data[config].items() if r in data.get(ref, {})
+        ]
+        return statistics.median(diffs) if diffs else None
+
+    for config in order["fresh-names"]:
+        med = [statistics.median(v[i] for v in data[config].values()) for i in range(6)]
+        c = statistics.median(v[0] for v in cpu[config].values()) if config in cpu else None
+        add = {
+            i: (added(config, "none", i), added(config, "conntrack", i))
+            for i in (1, 2)
+        }
+        show = config not in ("none", "conntrack")
+        pair = lambda i: f"{fmt(add[i][0], 0)}/{fmt(add[i][1], 0)}" if show else "-"
+        rss = f"{med[4]:.1f}/{med[5]:.1f}" if med[5] else "-"
+        print(
+            f"  {config:24} {med[0]:8.0f} {med[3]:8.0f} {med[1]:7.0f} {med[2]:7.0f} {pair(1):>13}"
+            f" {pair(2):>13} {fmt(c, 1):>7} {rss:>21}"
+        )
+        if not show:
+            continue
+        growth = max(v[5] - v[4] for v in data[config].values())
+        for figure, value, met, target in (
+            # The last name of a run may be cut off: 15,999.6/s is 16,000.
+            ("names/s", f"{med[0]:.0f}", round(med[0]) >= FRESH_TARGETS["names"], ">= 2000"),
+            ("set elements/s", f"{med[3]:.0f}", round(med[3]) >= FRESH_TARGETS["elements"], ">= 16000"),
+            (
+                "added p99 (to none)",
+                f"{fmt(add[2][0], 0)} µs",
+                add[2][0] is not None and add[2][0] <= FRESH_TARGETS["p99"],
+                "<= 1000 µs",
+            ),
+            ("RSS growth", f"{growth:+.1f} MiB", abs(growth) <= FRESH_TARGETS["rss"], "± 10 MiB"),
+        ):
+            summary.append((f"fresh-names {figure} {config}", value, "-", target, "met" if met else "MISSED"))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ use super::ConfigError;
 use crate::fqdn::{
     FqdnResolve, LearnerConfig, QueryBounds, ResolveBounds, DEFAULT_MAX_OUTSTANDING_QUERIES,
     DEFAULT_MAX_TTL_SECS, DEFAULT_QUERY_TIMEOUT_SECS, DEFAULT_RESOLVE_BACKOFF_CAP_SECS,
-    DEFAULT_RESOLVE_CONCURRENCY, MAX_IPSET_TIMEOUT_SECS,
+    DEFAULT_RESOLVE_CONCURRENCY, DEFAULT_WRITE_QUEUE, MAX_IPSET_TIMEOUT_SECS,
 };
 
 /// Default floor on the TTL of learned addresses (seconds): covers the
@@ -55,6 +55,11 @@ pub struct FqdnConfig {
     /// Addresses remembered in all (default and at most 65536).
     #[arg(skip)]
     pub max_addresses: usize,
+    /// Learned set writes queued for the kernel before a reply whose
+    /// writes do not fit waits for the queue to be written (default 4096,
+    /// at least 1): replies are delayed, never dropped or released early.
+    #[arg(skip)]
+    pub write_queue: usize,
     /// Whether tollgate resolves exact FQDN selectors itself, when they
     /// appear and before their addresses time out: exact (default) or off
     /// (snooping only). Wildcards are always snoop-only.
@@ -87,6 +92,7 @@ impl Default for FqdnConfig {
             query_timeout: DEFAULT_QUERY_TIMEOUT_SECS,
             max_addresses_per_name: 128,
             max_addresses: MAX_FQDN_ADDRESSES,
+            write_queue: DEFAULT_WRITE_QUEUE,
             resolve: FqdnResolve::default(),
             resolvers: Vec::new(),
             resolve_concurrency: DEFAULT_RESOLVE_CONCURRENCY,
@@ -143,6 +149,9 @@ impl FqdnConfig {
         }
         if self.query_timeout == 0 {
             return Err(bound("fqdn.queryTimeout", 0, "must be at least 1"));
+        }
+        if self.write_queue == 0 {
+            return Err(bound("fqdn.writeQueue", 0, "must be at least 1"));
         }
         if !(2..=64).contains(&self.resolve_concurrency) {
             return Err(bound(

@@ -268,6 +268,42 @@ fn default_status_is_a_summary_and_a_health_line_per_queue_within_120_columns() 
     assert!(queues.starts_with("QUEUE ALLOWED "), "{queues}");
 }
 
+/// The DNS worker's sets and set writes are a summary line each, within
+/// 120 columns with the figures of an hour at 2,000 fresh names a second.
+#[test]
+fn fqdn_sets_and_set_writes_are_summary_lines_within_120_columns() {
+    let metrics = Arc::new(Metrics::new());
+    let dns = Arc::new(crate::workers::DnsCounters::default());
+    for (counter, value) in [
+        (&dns.addresses, 65_536),
+        (&dns.evicted, 1_234_567),
+        (&dns.write_entries, 57_600_000),
+        (&dns.write_batches, 1_000_000),
+        (&dns.write_queue, 0),
+        (&dns.write_queue_peak, 4096),
+        (&dns.replies_held, 7_200_000),
+        (&dns.held_micros, 612_000_000),
+        (&dns.replies_delayed, 0),
+    ] {
+        counter.store(value, Ordering::Relaxed);
+    }
+    metrics.counters().register(102, "dns", vec![dns]);
+    let Response::Status(report) = status_with(metrics).answer(&Request::Status) else {
+        panic!()
+    };
+    let text = render_status(&report, false);
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("fqdn set")).collect();
+    assert_eq!(
+        lines,
+        [
+            "fqdn sets:          65536 addresses, 1234567 evicted by fqdn.maxAddressesPerName/maxAddresses",
+            "fqdn set writes:    57600000 in 1000000 batches, queue 0 (peak 4096), 7200000 replies held 85 µs avg, 0 delayed",
+        ],
+        "{text}"
+    );
+    assert!(lines.iter().all(|l| l.chars().count() <= 120));
+}
+
 /// Status shows what metrics exports: every counter of every set a
 /// worker registers, and the kernel's counters of its queue, as a
 /// column of its worker's table with a value for each queue; a queue

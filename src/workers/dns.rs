@@ -1,10 +1,13 @@
 //! The DNS queue's handler: snoop (a reply's in-interface checked against
 //! the route to its server) → the pure [`FqdnTable::on_packet`] step, which
 //! remembers queries and learns from the replies that answer them → its set
-//! writes over netlink → only then the packet's release; expiry (of learned
-//! addresses and of unanswered queries) runs on [`Handler::tick`]. It never
-//! drops a packet except a TCP segment after a gap, and never logs per
-//! packet.
+//! writes into the [`SetWriteQueue`], which the handler writes over netlink
+//! in shared batches after every wake-up's packets (and sooner when it is
+//! full) → only then, at each batch's acknowledgement, the release of the
+//! replies it covers; expiry (of learned addresses and of unanswered
+//! queries) runs on [`Handler::tick`]. It never drops a packet except a TCP
+//! segment after a gap, never releases a reply before its writes are
+//! acknowledged, and never logs per packet.
 #![allow(clippy::disallowed_methods)] // the DNS worker expires learned addresses on the clock.
 
 use std::sync::atomic::Ordering;
@@ -17,10 +20,10 @@ use super::route::RouteSocket;
 use super::runtime::{self, Handler, QueueError, QueueSpec, Verdicts};
 use crate::config::FqdnConfig;
 use crate::fqdn::{
-    DnsCounters, DnsSnooper, FqdnTable, OutstandingQueries, Release, ReplyPath,
-    DEFAULT_MAX_TCP_FLOWS, DEFAULT_MAX_TCP_MESSAGE,
+    DnsCounters, DnsSnooper, FqdnTable, OutstandingQueries, Pushed, Release, ReplyPath,
+    SetWriteQueue, DEFAULT_MAX_TCP_FLOWS, DEFAULT_MAX_TCP_MESSAGE,
 };
-use crate::packet::{Action, Queued};
+use crate::packet::{Action, PacketId, Queued};
 use crate::telemetry::Metrics;
 
 /// Bytes copied per queued reply: a whole packet (the kernel segments
@@ -65,6 +68,7 @@ impl DnsWorker {
         };
         let trusted = config.trusted_servers.clone();
         let bounds = config.query_bounds();
+        let write_queue = config.write_queue;
         let handler_stats = Arc::clone(&stats);
         let open = move || {
             let socket = Queue::open(spec)?;
@@ -85,7 +89,9 @@ impl DnsWorker {
                 routes,
                 table: Arc::clone(&table),
                 sets,
+                writes: SetWriteQueue::new(write_queue),
                 stats: Arc::clone(&handler_stats),
+                epoch: Instant::now(),
                 last_expire: Instant::now(),
             };
             Ok((socket, handler))
@@ -102,8 +108,33 @@ struct Replies {
     routes: RouteSocket,
     table: Arc<FqdnTable>,
     sets: FqdnSets,
+    /// Replies held for their set writes, and the writes not yet written.
+    writes: SetWriteQueue<(PacketId, Action)>,
     stats: Arc<DnsCounters>,
+    /// Origin of the write queue's microseconds.
+    epoch: Instant,
     last_expire: Instant,
+}
+
+impl Replies {
+    fn micros(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.epoch).as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// Writes every queued set write, one batch per `sendmsg`, and
+    /// releases the replies each acknowledged batch covers.
+    fn flush(&mut self, out: &mut Verdicts) {
+        while let Some(batch) = self.writes.next_batch() {
+            if self.sets.write(&batch.writes).is_err() {
+                self.stats.ipset_errors.fetch_add(1, Ordering::Relaxed);
+            }
+            let now = self.micros(Instant::now());
+            for (id, action) in self.writes.acknowledged(batch, now) {
+                out.give(id, action);
+            }
+        }
+        self.writes.take_counts().add_to(&self.stats);
+    }
 }
 
 impl Handler for Replies {
@@ -121,17 +152,27 @@ impl Handler for Replies {
             .table
             .on_packet(&snooped, &mut self.queries, self.table.millis(now));
         step.counts.add_to(&self.stats);
-        if self.sets.write(&step.writes).is_err() {
-            self.stats.ipset_errors.fetch_add(1, Ordering::Relaxed);
-        }
         let action = match step.release {
             Release::Accept => Action::Accept,
             Release::Drop => Action::Drop,
         };
-        out.give(packet.id, action);
+        // Back-pressure: a reply whose writes do not fit waits for the
+        // queue to be written first.
+        if self.writes.must_wait(step.writes.len()) {
+            self.flush(out);
+        }
+        let held = self.micros(now);
+        if let Pushed::Release((id, action)) =
+            self.writes.push((packet.id, action), step.writes, held)
+        {
+            out.give(id, action);
+        }
     }
 
-    fn tick(&mut self, now: Instant, _out: &mut Verdicts) {
+    /// After every wake-up's packets: their writes, in shared batches,
+    /// then the release of the replies they cover.
+    fn tick(&mut self, now: Instant, out: &mut Verdicts) {
+        self.flush(out);
         if now.saturating_duration_since(self.last_expire) < EXPIRE_EVERY {
             return;
         }

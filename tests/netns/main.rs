@@ -38,6 +38,7 @@ mod queue;
 mod resolve;
 mod review;
 mod run;
+mod setwrites;
 mod smuggle;
 mod spoof;
 mod visibility;

@@ -2,9 +2,11 @@
 //! mirror of the addresses learned for each selector from DNS answers
 //! ([`FqdnLearner`]), the turning of queued query and reply packets into
 //! DNS messages ([`DnsSnooper`]), and the queries still waiting for the
-//! answer they alone may teach ([`OutstandingQueries`]), and when exact
-//! names are resolved ahead ([`ResolveSchedule`]). Pure: no DNS traffic,
-//! no ipset writes, no clock reads.
+//! answer they alone may teach ([`OutstandingQueries`]), when exact names
+//! are resolved ahead ([`ResolveSchedule`]), and which learned set writes
+//! share a batch and which replies its acknowledgement releases
+//! ([`SetWriteQueue`]). Pure: no DNS traffic, no ipset writes, no clock
+//! reads.
 
 mod learner;
 mod pattern;
@@ -13,6 +15,7 @@ mod resolve;
 mod snoop;
 mod step;
 mod table;
+mod writes;
 
 pub use snoop::{
     DnsSnooper, Release, ReplyPath, SnoopEvent, Snooped, DEFAULT_MAX_TCP_FLOWS,
@@ -35,6 +38,7 @@ pub use resolve::{
 };
 pub use step::{DnsCounters, DnsCounts, DnsStep, Learned, SetWrite};
 pub use table::{Expired, FqdnTable, TableLookup};
+pub use writes::{Pushed, SetWriteQueue, WriteBatch, DEFAULT_WRITE_QUEUE, MAX_WRITE_BATCH};
 
 pub(crate) use pattern::glob_match;
 pub use pattern::{FqdnLookup, FqdnPattern, NoFqdn, StaticFqdn};

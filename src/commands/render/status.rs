@@ -173,6 +173,18 @@ pub fn render_status(report: &StatusReport, wide: bool) -> String {
             format!("{hits} connections answered by the kernel (read every drift check, or 10 s)"),
         );
     }
+    if let Some(dns) = report.queues.iter().find(|q| q.worker == "dns") {
+        let n = |key: &str| dns.counters.get(key).unwrap_or(0);
+        line(
+            "fqdn sets",
+            format!(
+                "{} addresses, {} evicted by fqdn.maxAddressesPerName/maxAddresses",
+                n("addresses"),
+                n("evicted")
+            ),
+        );
+        line("fqdn set writes", fqdn_writes(dns));
+    }
     if let Some(why) = &report.bridged_traffic_unseen {
         line("bridged traffic", format!("NOT SEEN: {why}"));
     }
@@ -239,6 +251,23 @@ pub fn render_status(report: &StatusReport, wide: bool) -> String {
     }
     let _ = writeln!(out);
     out + &render_queues(report)
+}
+
+/// The DNS worker's set writes in one line: writes and the batches that
+/// carried them, the write queue now and at its peak, replies held for
+/// their writes (mean wait) and delayed by a full queue.
+fn fqdn_writes(dns: &QueueReport) -> String {
+    let n = |key: &str| dns.counters.get(key).unwrap_or(0);
+    let held = n("replies_held");
+    let wait = n("held_micros").checked_div(held).unwrap_or(0);
+    format!(
+        "{} in {} batches, queue {} (peak {}), {held} replies held {wait} µs avg, {} delayed",
+        n("write_entries"),
+        n("write_batches"),
+        n("write_queue"),
+        n("write_queue_peak"),
+        n("replies_delayed"),
+    )
 }
 
 /// One line per queue: its worker, `ok` or `CHECK` (a counter of

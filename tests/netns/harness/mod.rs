@@ -245,6 +245,8 @@ pub const TEST_IDS: &[&str] = &[
     "diff_live_compares_the_agents_snapshot_and_the_wire_agrees",
     "a_dry_run_only_pod_stays_open_without_an_agent_under_fail_closed",
     "kubernetes_remote_label_change_is_patched_and_the_endpoint_set_changed_in_place",
+    "fresh_names_at_once_share_batches_and_no_reply_goes_before_its_write",
+    "a_full_write_queue_delays_replies_and_drops_none",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
