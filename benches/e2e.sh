@@ -404,9 +404,10 @@ EOP
         >"$WORK/policies-flood/bench.yaml"
 }
 
-# What the binary supports: the verdict cache (CACHE_MODE key|flag|empty)
-# and the L7 queue count (L7_QUEUES 1|empty).
-CACHE_MODE='' L7_QUEUES=''
+# What the binary supports: the verdict cache (CACHE_MODE key|flag|empty),
+# the L7 queue count (L7_QUEUES 1|empty) and anti-spoofing's allowed
+# sources (ANTI_SPOOFING yes|empty).
+CACHE_MODE='' L7_QUEUES='' ANTI_SPOOFING=''
 detect_capabilities() {
     local help
     help=$("$BIN" run --help 2>&1) || true
@@ -425,6 +426,10 @@ detect_capabilities() {
         echo "l7.queues: supported (measured at 1 and the default)"
     else
         echo "l7.queues: unsupported by this binary"
+    fi
+    if grep -q -- '--allowed-source-prefix' <<<"$help"; then
+        ANTI_SPOOFING=yes
+        echo "anti-spoofing: on, the miss scenario's sources allowed for the client"
     fi
 }
 
@@ -455,6 +460,12 @@ config_args() {
         fi
     fi
     if [[ $config == *-l7q1 ]]; then TG_ARGS+=(--set l7.queues=1); fi
+    # The miss scenario's client sends from 100.64.0.0/10, addresses that
+    # are not its Pod address: anti-spoofing (binaries that have it) would
+    # drop them as spoofed, so they are the client's allowed sources.
+    if [[ $ANTI_SPOOFING == yes ]]; then
+        TG_ARGS+=(--allowed-source-prefix "frontend/client=$MISS_NET")
+    fi
     return 0
 }
 
