@@ -9,7 +9,9 @@
 use std::net::IpAddr;
 use std::process::ExitCode;
 
-use super::render::{render_endpoints, render_fqdn, render_policies, render_skipped, select_json};
+use super::render::{
+    render_endpoints, render_fqdn, render_policies, render_skipped, select_json, FqdnRow,
+};
 use super::{ask, policy_files, repeat, unexpected, CommandError, View};
 use crate::cli::{GetCommand, GetFilter, GetFormat, SkippedFilter};
 use crate::explain::EndpointReport;
@@ -163,16 +165,6 @@ impl GetFilter {
             (Some(ns), None) => policy.policy.namespace.as_deref() == Some(ns) || applied(),
         }
     }
-}
-
-/// One row of `tollgate get fqdn`.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct FqdnRow {
-    pub selector: Option<String>,
-    pub set: Option<String>,
-    pub address: Option<IpAddr>,
-    pub ttl: Option<u32>,
-    pub source: Option<String>,
 }
 
 /// `tollgate get fqdn`: what a running agent has learned, from the kernel's

@@ -8,7 +8,6 @@
 
 use std::fmt::Write as _;
 
-use super::get::FqdnRow;
 use super::CommandError;
 use crate::cli::{GetFilter, GetOutput, OutputFormat, SkippedFilter};
 use crate::explain::{DirectionReport, DryRunReport, EndpointReport, TraceEndpoint, TraceReport};
@@ -18,6 +17,16 @@ use crate::ruleset::PolicySummary;
 mod status;
 
 pub use status::{render_queues, render_status};
+
+/// One row of `tollgate get fqdn`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct FqdnRow {
+    pub selector: Option<String>,
+    pub set: Option<String>,
+    pub address: Option<std::net::IpAddr>,
+    pub ttl: Option<u32>,
+    pub source: Option<String>,
+}
 
 /// `tollgate trace` as text (`verbose`: every rule consulted and the K8s
 /// NetworkPolicies isolating each side) or JSON (everything, the

@@ -1,4 +1,5 @@
-use super::get::{filter_fqdn_rows, fqdn_rows, fqdn_selectors, FqdnRow};
+use super::get::{filter_fqdn_rows, fqdn_rows, fqdn_selectors};
+use super::render::FqdnRow;
 use super::render::{
     dry_run_text, render_endpoints, render_event, render_fqdn, render_policies, render_skipped,
     select_json,
