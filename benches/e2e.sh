@@ -87,7 +87,7 @@
 # Every tollgate measurement also logs (stderr) the packets queued to
 # userspace during it, and the agent's counters whose names hold `cache` or
 # `overflow` (its metrics on 127.0.0.1:9479 in the node namespace). The end is a summary table per figure: value, ratio
-# to none, issue 17's target, met or missed (benches/e2e_summary.py, which
+# to the target's basis, issue 34's target, met or missed (benches/e2e_summary.py, which
 # can be re-run on the results file that is kept).
 #
 # A/B mode, to compare two builds of tollgate in one run:
