@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 use hickory_proto::rr::RecordType;
 
 use crate::harness::dns::{DnsServer, LiveZone};
-use crate::harness::{wait_until, Agent, DnsRecord, Lab, Resolution, Service, TcpOutcome};
-use tollgate::status::{Request, Response};
+use crate::harness::{
+    wait_until, worker_counter, Agent, DnsRecord, Lab, Resolution, Service, TcpOutcome,
+};
 
 /// The web addresses the server answers on.
 const WEB4: &str = "10.62.9";
@@ -124,15 +125,7 @@ impl ResolveLab {
     /// agent does not answer).
     fn counter(&self, key: &str) -> u64 {
         let socket = self.lab.agent_options().status_socket;
-        match tollgate::status::request(&socket, &Request::Status) {
-            Ok(Response::Status(report)) => report
-                .queues
-                .iter()
-                .find(|q| q.worker == "dns")
-                .and_then(|q| q.counters.get(key))
-                .unwrap_or(0),
-            _ => 0,
-        }
+        worker_counter(&socket, "dns", key).unwrap_or(0)
     }
 
     /// Queries that got no usable answer so far.

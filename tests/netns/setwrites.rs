@@ -27,13 +27,12 @@ use hickory_proto::rr::{Name, RData, RecordType};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::harness::dns::{DnsServer, LiveZone};
-use crate::harness::{Agent, DnsRecord, Lab, Service};
+use crate::harness::{worker_counter, Agent, DnsRecord, Lab, Service};
 use tollgate::datapath::ipset_netlink::parse_acks;
 use tollgate::datapath::plan::fqdn_set;
 use tollgate::datapath::Family;
 use tollgate::fqdn::FqdnPattern;
 use tollgate::netlink::{self, NLA_F_NET_BYTEORDER, NLM_F_ACK, NLM_F_REQUEST};
-use tollgate::status::{Request, Response};
 
 /// Clients asking at once, and names each asks in turn.
 const CLIENTS: usize = 8;
@@ -111,15 +110,7 @@ impl FreshLab {
     /// The DNS worker's counters in `tollgate status`.
     fn counter(&self, key: &str) -> u64 {
         let socket = self.lab.agent_options().status_socket;
-        match tollgate::status::request(&socket, &Request::Status) {
-            Ok(Response::Status(report)) => report
-                .queues
-                .iter()
-                .find(|q| q.worker == "dns")
-                .and_then(|q| q.counters.get(key))
-                .unwrap_or(0),
-            other => panic!("status: {other:?}"),
-        }
+        worker_counter(&socket, "dns", key).expect("the agent answers status")
     }
 
     /// Every client looks its names up at once (A for even names, AAAA

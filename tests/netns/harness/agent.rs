@@ -347,3 +347,21 @@ impl Lab {
             .exec(&[env!("CARGO_BIN_EXE_tollgate"), "cleanup"], AGENT_WAIT)
     }
 }
+
+/// Counter `key` of the agent's `worker` queue (`dns`, `queue`, …) in its
+/// `tollgate status` answer on `socket` (0 when the worker does not count
+/// it); `None` while the agent does not answer.
+pub fn worker_counter(socket: &std::path::Path, worker: &str, key: &str) -> Option<u64> {
+    use tollgate::status::{Request, Response};
+    match tollgate::status::request(socket, &Request::Status) {
+        Ok(Response::Status(report)) => Some(
+            report
+                .queues
+                .iter()
+                .find(|q| q.worker == worker)
+                .and_then(|q| q.counters.get(key))
+                .unwrap_or(0),
+        ),
+        _ => None,
+    }
+}

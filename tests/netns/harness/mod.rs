@@ -48,7 +48,7 @@ pub mod server;
 #[cfg(test)]
 mod tests;
 
-pub use agent::{Agent, AgentOptions, FailMode};
+pub use agent::{worker_counter, Agent, AgentOptions, FailMode};
 pub use dns::{DnsRecord, Resolution};
 pub use firewall::FirewallState;
 pub use lab::Lab;
