@@ -14,6 +14,7 @@
 
 mod delta;
 mod directory;
+pub mod group;
 mod index;
 mod membership;
 
@@ -21,6 +22,8 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
+
+use serde::Serialize;
 
 use crate::model::{ExternalEntity, LabelSelector, Node, Pod, PortProtocol};
 
@@ -35,7 +38,7 @@ pub type Labels = BTreeMap<String, String>;
 pub type NamedPort = (String, PortProtocol, u16);
 
 /// Which Namespaces a selection looks in.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum NamespaceScope {
     /// Every Namespace.
     All,
@@ -78,8 +81,9 @@ impl NamespaceScope {
     }
 }
 
-/// The members a peer selects, in normal form.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// The members a peer selects, in normal form; its serialized form is the
+/// canonical one a published group's key is computed from ([`group::key`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum Selection {
     /// Pods in `namespaces` whose labels `pods` matches (every Pod there
     /// when `None`).
