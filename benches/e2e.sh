@@ -18,6 +18,13 @@
 #   WARMUP=1          seconds of unrecorded load before each measurement
 #                     (0: none; the flood has none)
 #   TOLLGATE_BASE=... A/B mode (below)
+#   CONFIGS=regex     measure only the scenario's configurations it matches
+#                     whole (e.g. 'tollgate-fresh.*' for the 10-minute RSS run;
+#                     the ratios then need none and conntrack in the same run)
+#   PERF=dir          also record a system-wide profile of every measurement
+#                     (perf record -a -g, 499 Hz) to dir/<scenario>-<config>-<n>.data,
+#                     to compare where a configuration's time goes with the
+#                     baselines' (perf report --sort comm,dso,sym -i ...)
 #
 # Topology (10.98.0.0/16 and 100.64.0.0/10, nothing in the root namespace):
 #   tgb-client 10.98.1.2 ── 10.98.1.1 [tgb-node, forwards] 10.98.2.1 ── 10.98.2.2 tgb-server
@@ -129,6 +136,11 @@ for s in "${SCENARIO_LIST[@]}"; do
     case $s in conn | miss | dns | l7 | bulk | flood | fresh-names) ;; *) die "unknown scenario '$s'" ;; esac
 done
 FRESH_RATE=${FRESH_RATE:-2000}
+PERF=${PERF:-}
+if [[ -n $PERF ]]; then
+    command -v perf >/dev/null || die "PERF: perf is not installed (apt-get install linux-perf)"
+    mkdir -p "$PERF"
+fi
 FRESH_DNS=10.98.2.3
 [[ $FRESH_RATE =~ ^[0-9]+$ && $FRESH_RATE -ge 1 ]] || die "FRESH_RATE must be a positive integer"
 
@@ -727,10 +739,20 @@ warm_up() {
 # machine's CPU µs per connection or request meanwhile in $WORK/cpu (empty
 # for the scenarios whose value is not a rate of connections or requests).
 timed() {
-    local scenario=$1 busy value
+    local scenario=$1 busy value perf_pid=
+    if [[ -n $PERF ]]; then
+        local n=0
+        while [[ -e $PERF/$scenario-$CONFIG-$n.data ]]; do n=$((n + 1)); done
+        perf record -a -g -F 499 -q -o "$PERF/$scenario-$CONFIG-$n.data" 2>/dev/null &
+        perf_pid=$!
+    fi
     busy=$(cpu_busy)
     value=$("m_$scenario")
     busy=$(($(cpu_busy) - busy))
+    if [[ -n $perf_pid ]]; then
+        kill -INT "$perf_pid" 2>/dev/null || true
+        wait "$perf_pid" 2>/dev/null || true
+    fi
     case $scenario in
         conn | miss | l7 | fresh-names) cpu_per_unit "$busy" "${value%% *}" >"$WORK/cpu" ;;
         *) : >"$WORK/cpu" ;;
@@ -741,6 +763,7 @@ timed() {
 # Measures one configuration once; prints the value(s).
 measure_config() {
     local scenario=$1 config=$2 value before after
+    CONFIG=$config # the profile's name (PERF)
     # Each measurement starts from an empty connection table on the node:
     # the miss scenario alone leaves ~150,000 entries (10 s at 15,000/s)
     # in TIME_WAIT for 2 minutes, and a full table drops new connections.
@@ -777,7 +800,8 @@ measure_config() {
 run_scenario() {
     local scenario=$1 r config value
     local -a configs
-    read -r -a configs <<<"$(configs_of "$scenario" | tr '\n' ' ')"
+    read -r -a configs <<<"$(configs_of "$scenario" | grep -E "^(${CONFIGS:-.*})\$" | tr '\n' ' ')"
+    ((${#configs[@]} > 0)) || die "CONFIGS='$CONFIGS' matches no configuration of $scenario"
     echo "== $scenario: ${configs[*]} ($ROUNDS rounds of ${DURATION}s)" >&2
     [[ $scenario != miss ]] || check_miss_sources
     local n=${#configs[@]} k
