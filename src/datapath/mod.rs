@@ -62,6 +62,8 @@
 //! -A FORWARD -j TOLLGATE-FORWARD
 //! -A POSTROUTING -j TOLLGATE-POSTROUTING
 //! -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
+//! -A TOLLGATE-FORWARD -p tcp -m mark --mark 0x0/0xf00000 -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
+//! -A TOLLGATE-FORWARD -m mark --mark 0x0/0xf00000 -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-FORWARD -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
 //! -A TOLLGATE-FORWARD -m mark --mark 0x100000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-FORWARD -m mark --mark 0x400000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
@@ -81,6 +83,7 @@
 //! -A TOLLGATE-FORWARD ! -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
 //! -A TOLLGATE-FORWARD -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 //! -A TOLLGATE-FORWARD ! -p icmp -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
+//! -A TOLLGATE-L7 -m length --length 81:65535 -j TOLLGATE-L7-QUEUE
 //! -A TOLLGATE-L7 -p tcp -m tcp --tcp-flags FIN FIN -j TOLLGATE-L7-QUEUE
 //! -A TOLLGATE-L7 -p tcp -m tcp --tcp-flags RST RST -j TOLLGATE-L7-QUEUE
 //! -A TOLLGATE-L7 -p tcp -m tcp --tcp-flags URG URG -j TOLLGATE-L7-QUEUE
@@ -114,6 +117,7 @@
 //! -A FORWARD -j TOLLGATE-FORWARD
 //! -A OUTPUT -j TOLLGATE-OUTPUT
 //! -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
+//! -A TOLLGATE-FORWARD -m mark --mark 0x0/0xf00000 -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-FORWARD -m mark --mark 0x100000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-FORWARD -m mark --mark 0x400000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-FORWARD -m mark --mark 0x500000/0xf00000 -j ACCEPT
@@ -123,6 +127,8 @@
 //! -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-INPUT -i lo -j ACCEPT
 //! -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
+//! -A TOLLGATE-INPUT -p tcp -m mark --mark 0x0/0xf00000 -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
+//! -A TOLLGATE-INPUT -m mark --mark 0x0/0xf00000 -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-INPUT -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
 //! -A TOLLGATE-INPUT -m mark --mark 0x100000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-INPUT -m mark --mark 0x400000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
@@ -140,6 +146,7 @@
 //! -A TOLLGATE-INPUT -p icmp -m conntrack --ctstate INVALID,UNTRACKED -j DROP
 //! -A TOLLGATE-INPUT -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 //! -A TOLLGATE-INPUT ! -p icmp -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
+//! -A TOLLGATE-L7 -m length --length 81:65535 -j TOLLGATE-L7-QUEUE
 //! -A TOLLGATE-L7 -p tcp -m tcp --tcp-flags FIN FIN -j TOLLGATE-L7-QUEUE
 //! -A TOLLGATE-L7 -p tcp -m tcp --tcp-flags RST RST -j TOLLGATE-L7-QUEUE
 //! -A TOLLGATE-L7 -p tcp -m tcp --tcp-flags URG URG -j TOLLGATE-L7-QUEUE
@@ -160,6 +167,8 @@
 //! -A TOLLGATE-L7-QUEUE -j NFQUEUE --queue-num 103
 //! -A TOLLGATE-OUTPUT -o lo -j ACCEPT
 //! -A TOLLGATE-OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
+//! -A TOLLGATE-OUTPUT -p tcp -m mark --mark 0x0/0xf00000 -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
+//! -A TOLLGATE-OUTPUT -m mark --mark 0x0/0xf00000 -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-OUTPUT -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
 //! -A TOLLGATE-OUTPUT -m mark --mark 0x100000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-OUTPUT -m mark --mark 0x400000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000

@@ -344,9 +344,16 @@ impl Plan<'_> {
         let reject = mark_match(marks, marks.reject);
         let l7 = mark_match(marks, marks.l7);
         let l7_active = mark_match(marks, marks.l7_active());
+        let unmarked = mark_match(marks, 0);
         let mut rules = vec![
             format!(
                 "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark {allow} -j ACCEPT"
+            ),
+            // Inspected connections' packets without a verdict mark, ahead
+            // of the rules for marks (the last rule takes the others).
+            format!(
+                "-m mark --mark {unmarked} -m conntrack --ctstate RELATED,ESTABLISHED \
+                 -m connmark --mark {l7_active} -j ACCEPT"
             ),
             format!("-m mark --mark {allow} -j ACCEPT"),
             format!("-m mark --mark {l7} -j ACCEPT"),
@@ -428,6 +435,28 @@ impl Plan<'_> {
         } else {
             rules.push(allowed.clone());
         }
+        // Packets of inspected connections without a verdict mark, next:
+        // client→server ones to the L7 chain, the rest accepted, ahead of the
+        // dozen rules below they cannot match (those for verdict marks, for
+        // denied and not yet inspected connections). Every other packet of
+        // such a connection (a verdict's NF_REPEAT, a foreign mark in the
+        // mask, DNS with FQDN selectors) meets the same two rules further
+        // down, where they have always been.
+        let unmarked = mark_match(marks, 0);
+        let (to_inspect, to_accept) = if snoop_dns {
+            let not_dns = "-p tcp -m multiport ! --ports 53 ";
+            (not_dns, not_dns)
+        } else {
+            ("-p tcp ", "")
+        };
+        rules.push(format!(
+            "{to_inspect}-m mark --mark {unmarked} -m connmark --mark {l7_active} \
+             -m conntrack --ctdir ORIGINAL -j {L7_CHAIN}"
+        ));
+        rules.push(format!(
+            "{to_accept}-m mark --mark {unmarked} -m conntrack --ctstate RELATED,ESTABLISHED \
+             -m connmark --mark {l7_active} -j ACCEPT"
+        ));
         // Verdicts the queue handed back with a mark and NF_REPEAT.
         rules.push(format!(
             "-m mark --mark {allow} -j CONNMARK --save-mark --nfmask {mask:#x} --ctmask {mask:#x}",

@@ -30,21 +30,31 @@ const _: () = assert!(crate::config::MAX_L7_QUEUES <= L7_BUCKETS);
 /// equals the IP plus TCP header length, for every TCP data offset (5–15
 /// words) of an IPv4 header without options or an IPv6 header followed
 /// directly by TCP. Anything else, including every segment with payload,
-/// goes to the L7 queue (its connection's, with several: [`l7_queue_target`]).
+/// goes to the L7 queue (its connection's, with several: [`l7_queue_target`]),
+/// a packet too long to be without payload by the first rule.
 pub(super) fn l7_rules(
     config: &DatapathConfig,
     queues: &QueueNumbers,
     family: Family,
 ) -> Vec<String> {
-    let mut rules: Vec<String> = ["FIN", "RST", "URG"]
-        .iter()
-        .map(|flag| {
-            format!(
-                "-p tcp -m tcp --tcp-flags {flag} {flag} -j {}",
-                l7_queue_target(config, queues)
-            )
-        })
-        .collect();
+    // A packet longer than the longest one without payload the tests
+    // below return (IPv4: a 20-byte header and at most 60 of TCP; IPv6:
+    // 40 and 60) is queued whatever its flags: the rules after it could
+    // only queue it too, and a request's segment skips them.
+    let has_payload = match family {
+        Family::V4 => 20 + 60 + 1,
+        Family::V6 => 40 + 60 + 1,
+    };
+    let mut rules = vec![format!(
+        "-m length --length {has_payload}:65535 -j {}",
+        l7_queue_target(config, queues)
+    )];
+    rules.extend(["FIN", "RST", "URG"].iter().map(|flag| {
+        format!(
+            "-p tcp -m tcp --tcp-flags {flag} {flag} -j {}",
+            l7_queue_target(config, queues)
+        )
+    }));
     rules.extend((5u32..=15).map(|words| {
         let tcp_header = words * 4;
         let test = match family {

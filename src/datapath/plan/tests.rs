@@ -58,6 +58,7 @@ const DEFAULT_V4_SAVE: &str = "\
 -A FORWARD -j TOLLGATE-FORWARD
 -A OUTPUT -j TOLLGATE-OUTPUT
 -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
+-A TOLLGATE-FORWARD -m mark --mark 0x0/0xf00000 -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 -A TOLLGATE-FORWARD -m mark --mark 0x100000/0xf00000 -j ACCEPT
 -A TOLLGATE-FORWARD -m mark --mark 0x400000/0xf00000 -j ACCEPT
 -A TOLLGATE-FORWARD -m mark --mark 0x500000/0xf00000 -j ACCEPT
@@ -67,6 +68,8 @@ const DEFAULT_V4_SAVE: &str = "\
 -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 -A TOLLGATE-INPUT -i lo -j ACCEPT
 -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
+-A TOLLGATE-INPUT -p tcp -m mark --mark 0x0/0xf00000 -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
+-A TOLLGATE-INPUT -m mark --mark 0x0/0xf00000 -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 -A TOLLGATE-INPUT -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
 -A TOLLGATE-INPUT -m mark --mark 0x100000/0xf00000 -j ACCEPT
 -A TOLLGATE-INPUT -m mark --mark 0x400000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
@@ -84,6 +87,7 @@ const DEFAULT_V4_SAVE: &str = "\
 -A TOLLGATE-INPUT -p icmp -m conntrack --ctstate INVALID,UNTRACKED -j DROP
 -A TOLLGATE-INPUT -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 -A TOLLGATE-INPUT ! -p icmp -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
+-A TOLLGATE-L7 -m length --length 81:65535 -j TOLLGATE-L7-QUEUE
 -A TOLLGATE-L7 -p tcp -m tcp --tcp-flags FIN FIN -j TOLLGATE-L7-QUEUE
 -A TOLLGATE-L7 -p tcp -m tcp --tcp-flags RST RST -j TOLLGATE-L7-QUEUE
 -A TOLLGATE-L7 -p tcp -m tcp --tcp-flags URG URG -j TOLLGATE-L7-QUEUE
@@ -104,6 +108,8 @@ const DEFAULT_V4_SAVE: &str = "\
 -A TOLLGATE-L7-QUEUE -j NFQUEUE --queue-num 103
 -A TOLLGATE-OUTPUT -o lo -j ACCEPT
 -A TOLLGATE-OUTPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
+-A TOLLGATE-OUTPUT -p tcp -m mark --mark 0x0/0xf00000 -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
+-A TOLLGATE-OUTPUT -m mark --mark 0x0/0xf00000 -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 -A TOLLGATE-OUTPUT -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
 -A TOLLGATE-OUTPUT -m mark --mark 0x100000/0xf00000 -j ACCEPT
 -A TOLLGATE-OUTPUT -m mark --mark 0x400000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
@@ -143,6 +149,8 @@ const DEFAULT_V4_MANGLE_SAVE: &str = "\
 -A FORWARD -j TOLLGATE-FORWARD
 -A POSTROUTING -j TOLLGATE-POSTROUTING
 -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
+-A TOLLGATE-FORWARD -p tcp -m mark --mark 0x0/0xf00000 -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
+-A TOLLGATE-FORWARD -m mark --mark 0x0/0xf00000 -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
 -A TOLLGATE-FORWARD -m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
 -A TOLLGATE-FORWARD -m mark --mark 0x100000/0xf00000 -j ACCEPT
 -A TOLLGATE-FORWARD -m mark --mark 0x400000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
@@ -162,6 +170,7 @@ const DEFAULT_V4_MANGLE_SAVE: &str = "\
 -A TOLLGATE-FORWARD ! -p icmp -m set --match-set tollgate-endpoints-v4 src -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
 -A TOLLGATE-FORWARD -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
 -A TOLLGATE-FORWARD ! -p icmp -m set --match-set tollgate-endpoints-v4 dst -m conntrack --ctstate INVALID -j NFQUEUE --queue-balance 100:101
+-A TOLLGATE-L7 -m length --length 81:65535 -j TOLLGATE-L7-QUEUE
 -A TOLLGATE-L7 -p tcp -m tcp --tcp-flags FIN FIN -j TOLLGATE-L7-QUEUE
 -A TOLLGATE-L7 -p tcp -m tcp --tcp-flags RST RST -j TOLLGATE-L7-QUEUE
 -A TOLLGATE-L7 -p tcp -m tcp --tcp-flags URG URG -j TOLLGATE-L7-QUEUE
@@ -341,6 +350,8 @@ fn ipv6_table_allows_neighbour_discovery_and_uses_icmp6_reject() {
         [
             "-i lo -j ACCEPT",
             "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT",
+            "-p tcp -m mark --mark 0x0/0xf00000 -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7",
+            "-m mark --mark 0x0/0xf00000 -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT",
             "-m mark --mark 0x100000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000",
             "-m mark --mark 0x100000/0xf00000 -j ACCEPT",
             "-m mark --mark 0x400000/0xf00000 -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000",
@@ -389,20 +400,21 @@ fn ipv6_table_allows_neighbour_discovery_and_uses_icmp6_reject() {
     );
     assert!(desired.sets["tollgate-endpoints-v4"].members.is_empty());
     let l7 = &desired.v6.chains["TOLLGATE-L7"];
-    assert_eq!(l7.len(), 15);
+    assert_eq!(l7.len(), 16);
     assert_eq!(
-        l7[..3],
+        l7[..4],
         [
+            "-m length --length 101:65535 -j TOLLGATE-L7-QUEUE",
             "-p tcp -m tcp --tcp-flags FIN FIN -j TOLLGATE-L7-QUEUE",
             "-p tcp -m tcp --tcp-flags RST RST -j TOLLGATE-L7-QUEUE",
             "-p tcp -m tcp --tcp-flags URG URG -j TOLLGATE-L7-QUEUE"
         ]
     );
     assert_eq!(
-        l7[6],
+        l7[7],
         "-m u32 --u32 \"0x4>>0x8&0xff=0x6&&0x4>>0x10=0x20&&0x34>>0x1c=0x8\" -j RETURN"
     );
-    assert_eq!(l7[14], "-j TOLLGATE-L7-QUEUE");
+    assert_eq!(l7[15], "-j TOLLGATE-L7-QUEUE");
     let queue_rule = |direction: &str, shift: &str, layout: &str, ports: &str| {
         format!(
             "-m conntrack --ctdir {direction} -m u32 --u32 \"{layout}{ports}>>{shift}&0x1=0x1\" \
@@ -441,6 +453,7 @@ fn open_mode_single_queue_interfaces_and_privileged_entries() {
         desired.v4.chains["TOLLGATE-FORWARD"],
         [
             "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x10000/0x70000 -j ACCEPT",
+            "-m mark --mark 0x0/0x70000 -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x50000/0x70000 -j ACCEPT",
             "-m mark --mark 0x10000/0x70000 -j ACCEPT",
             "-m mark --mark 0x40000/0x70000 -j ACCEPT",
             "-m mark --mark 0x50000/0x70000 -j ACCEPT",
@@ -461,6 +474,8 @@ fn open_mode_single_queue_interfaces_and_privileged_entries() {
         forward,
         &[
             "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x10000/0x70000 -j ACCEPT",
+            "-p tcp -m mark --mark 0x0/0x70000 -m connmark --mark 0x50000/0x70000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7",
+            "-m mark --mark 0x0/0x70000 -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x50000/0x70000 -j ACCEPT",
             "-m mark --mark 0x10000/0x70000 -j CONNMARK --save-mark --nfmask 0x70000 --ctmask 0x70000",
             "-m mark --mark 0x10000/0x70000 -j ACCEPT",
             "-m mark --mark 0x40000/0x70000 -j CONNMARK --save-mark --nfmask 0x70000 --ctmask 0x70000",
@@ -531,8 +546,11 @@ fn open_mode_single_queue_interfaces_and_privileged_entries() {
     }
     let l7_v4 = &desired.v4.chains["TOLLGATE-L7"];
     assert_eq!(
-        l7_v4[0],
-        "-p tcp -m tcp --tcp-flags FIN FIN -j TOLLGATE-L7-QUEUE"
+        l7_v4[..2],
+        [
+            "-m length --length 81:65535 -j TOLLGATE-L7-QUEUE",
+            "-p tcp -m tcp --tcp-flags FIN FIN -j TOLLGATE-L7-QUEUE"
+        ]
     );
     assert_eq!(l7_v4.last().unwrap(), "-j TOLLGATE-L7-QUEUE");
     assert_eq!(
