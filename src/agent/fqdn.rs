@@ -129,6 +129,7 @@ impl Fqdn {
         }
         let worker = DnsWorker::spawn(
             &self.config.fqdn,
+            self.config.datapath.fail_mode,
             Arc::clone(&self.mirror),
             Arc::clone(&self.stats),
             Arc::clone(&self.metrics),

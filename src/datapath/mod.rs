@@ -224,10 +224,10 @@
 //! -A TOLLGATE-INPUT -p tcp -m multiport ! --ports 53 -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-INPUT -p udp -m multiport ! --ports 53 -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 //! …
-//! -A TOLLGATE-INPUT -p udp -m udp --sport 53 -m conntrack --ctstate ESTABLISHED --ctdir REPLY -j NFQUEUE --queue-num 102 --queue-bypass
-//! -A TOLLGATE-INPUT -p tcp -m tcp --sport 53 -m conntrack --ctstate ESTABLISHED --ctdir REPLY -j NFQUEUE --queue-num 102 --queue-bypass
-//! -A TOLLGATE-INPUT -p udp -m udp --dport 53 -m conntrack --ctstate ESTABLISHED --ctdir ORIGINAL -m connmark --mark 0x100000/0xf00000 -j NFQUEUE --queue-num 102 --queue-bypass
-//! -A TOLLGATE-INPUT -p tcp -m tcp --dport 53 -m conntrack --ctstate ESTABLISHED --ctdir ORIGINAL -m connmark --mark 0x100000/0xf00000 -j NFQUEUE --queue-num 102 --queue-bypass
+//! -A TOLLGATE-INPUT -p udp -m udp --sport 53 -m conntrack --ctstate ESTABLISHED --ctdir REPLY -j NFQUEUE --queue-num 102
+//! -A TOLLGATE-INPUT -p tcp -m tcp --sport 53 -m conntrack --ctstate ESTABLISHED --ctdir REPLY -j NFQUEUE --queue-num 102
+//! -A TOLLGATE-INPUT -p udp -m udp --dport 53 -m conntrack --ctstate ESTABLISHED --ctdir ORIGINAL -m connmark --mark 0x100000/0xf00000 -j NFQUEUE --queue-num 102
+//! -A TOLLGATE-INPUT -p tcp -m tcp --dport 53 -m conntrack --ctstate ESTABLISHED --ctdir ORIGINAL -m connmark --mark 0x100000/0xf00000 -j NFQUEUE --queue-num 102
 //! -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 //! ```
 //!

@@ -36,8 +36,8 @@ mod local;
 mod privileged;
 
 use cached::{cached_allow_rules, cached_verdict_rules};
+use l7::{bypass, l7_queue_rules, l7_queue_target, l7_rules};
 pub use l7::{l7_queue_of, L7_CHAIN, L7_QUEUE_CHAIN};
-use l7::{l7_queue_rules, l7_queue_target, l7_rules};
 pub use local::{published_port, unknown_set};
 use local::{published_rule, unknown_addresses, unknown_rules};
 use privileged::{privileged_dns_query_rules, privileged_rule};
@@ -462,7 +462,7 @@ impl Plan<'_> {
             "-m mark --mark {allow} -j CONNMARK --save-mark --nfmask {mask:#x} --ctmask {mask:#x}",
             mask = marks.mask
         ));
-        let dns_queue = format!("NFQUEUE --queue-num {} --queue-bypass", queues.dns);
+        let dns_queue = format!("NFQUEUE --queue-num {}{}", queues.dns, bypass(config));
         // DNS queries a worker has just allowed go to the DNS queue before they
         // are accepted: the DNS worker remembers them (a reply is learned from
         // only if it answers one) and accepts them, as the next rule would.
@@ -508,8 +508,9 @@ impl Plan<'_> {
         // and never reaches the learner. The worker learns from a reply only
         // if it came in on the interface of the route to its server and
         // answers a query it saw; the later queries of allowed connections
-        // reach it here, where the shortcut below would accept them. Always
-        // `--queue-bypass`: skipping learning can only deny more, never allow.
+        // reach it here, where the shortcut below would accept them. The
+        // queue fails as `datapath.failMode` says: a reply let through
+        // unlearned would leave an FQDN Drop rule without its address.
         if snoop_dns {
             for protocol in ["udp", "tcp"] {
                 rules.push(format!(

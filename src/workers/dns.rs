@@ -23,14 +23,15 @@ use crate::fqdn::{
     DnsCounters, DnsSnooper, FqdnTable, OutstandingQueries, Pushed, Release, ReplyPath,
     SetWriteQueue, DEFAULT_MAX_TCP_FLOWS, DEFAULT_MAX_TCP_MESSAGE,
 };
+use crate::marks::FailMode;
 use crate::packet::{Action, PacketId, Queued};
 use crate::telemetry::Metrics;
 
 /// Bytes copied per queued reply: a whole packet (the kernel segments
 /// GSO packets for a queue without the GSO flag).
 const DNS_COPY_RANGE: u16 = u16::MAX;
-/// Replies the kernel holds before it lets new ones through unlearned
-/// (the DNS queue is always fail-open: skipping learning only denies).
+/// Replies the kernel holds; past them it drops new ones (fail-closed, the
+/// default) or lets them through unlearned (`datapath.failMode: open`).
 const DNS_QUEUE_MAX_LEN: u32 = 4096;
 /// Index of `lo` in every network namespace: what a reply made on the node
 /// is taken to come in on, and where the route to a local server leaves.
@@ -51,6 +52,7 @@ impl DnsWorker {
     /// the agent at its start, so exported before this worker runs).
     pub fn spawn(
         config: &FqdnConfig,
+        fail_mode: FailMode,
         table: Arc<FqdnTable>,
         stats: Arc<DnsCounters>,
         metrics: Arc<Metrics>,
@@ -61,7 +63,9 @@ impl DnsWorker {
             name: "dns",
             copy_range: DNS_COPY_RANGE,
             max_len: DNS_QUEUE_MAX_LEN,
-            fail_open: true,
+            // A reply let through unlearned leaves an FQDN Drop rule
+            // without its address: the queue fails as the datapath does.
+            fail_open: fail_mode == FailMode::Open,
             // One DNS message per datagram, read whole.
             gso: false,
             receive_buffer: 0,

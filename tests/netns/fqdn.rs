@@ -775,3 +775,120 @@ fn timeout_of(save: &str, set: &str, address: &str) -> Option<u32> {
         }
     })
 }
+
+/// A DNS query for `name` (A, recursion desired).
+fn query(id: u16, name: &str) -> Vec<u8> {
+    let mut message = Message::new(id, MessageType::Query, OpCode::Query);
+    message.metadata.recursion_desired = true;
+    message.add_query(Query::query(Name::from_ascii(name).unwrap(), RecordType::A));
+    message.to_vec().unwrap()
+}
+
+/// A full DNS queue never releases a reply unlearned, so flooding lookups
+/// cannot take an address past an FQDN Drop rule: `dropped.example.test`
+/// (10.61.1.60) is dropped by name ahead of an Allow of its address, and
+/// an answer let through unlearned would make that Allow apply. One UDP
+/// flow of the node to dnsmasq is answered (and learned) while the agent
+/// runs; the agent is stopped (SIGSTOP), the flow sends 4,300 lookups
+/// (more than the DNS queue's 4,096) paced for dnsmasq, then asks for
+/// `dropped.example.test`: no answer to it may arrive while the agent is
+/// stopped. After SIGCONT (positive controls) the held lookups are
+/// answered, and the name is learned and dropped.
+/// Mutation: the DNS queue fail-open again (`fail_open: true` in
+/// `workers::dns`, `--queue-bypass` on its rules) → the answer arrives
+/// while the agent is stopped.
+#[test]
+fn a_full_dns_queue_drops_replies_instead_of_releasing_them_unlearned() {
+    let Some(lab) = FqdnLab::start(
+        "a_full_dns_queue_drops_replies_instead_of_releasing_them_unlearned",
+        300,
+    ) else {
+        return;
+    };
+    let mut agent = lab.agent(&["--fqdn-resolve", "off"]);
+    let socket = lab.node.enter(|| {
+        let socket = UdpSocket::bind("10.61.0.1:0").unwrap();
+        socket.connect("10.61.0.2:53").unwrap();
+        socket
+    });
+    // The queries the kernel holds stay charged to the socket: room for
+    // all of them, or `send` would wait for the stopped agent.
+    let room: libc::c_int = 16 << 20;
+    // SAFETY: setsockopt on a socket this test owns, with a c_int value.
+    let rc = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&socket),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUFFORCE,
+            (&room as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "SO_SNDBUFFORCE: {}", std::io::Error::last_os_error());
+    socket.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 1500];
+    let id_of = |bytes: &[u8]| u16::from_be_bytes([bytes[0], bytes[1]]);
+    // The next datagram, waiting up to `wait` for it.
+    let receive = |buf: &mut [u8], wait: Duration| -> Option<usize> {
+        let end = Instant::now() + wait;
+        loop {
+            match socket.recv(buf) {
+                Ok(n) => return Some(n),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < end => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(_) => return None,
+            }
+        }
+    };
+    socket.send(&query(1, "www.example.test")).unwrap();
+    let n = receive(&mut buf, Duration::from_secs(3)).expect("the flow's first lookup is answered");
+    assert_eq!(id_of(&buf[..n]), 1);
+
+    agent.signal(libc::SIGSTOP);
+    const FLOOD: u16 = 4300;
+    const ASKED: u16 = FLOOD + 2;
+    let mut sent = 0;
+    for id in 2..=FLOOD + 1 {
+        sent += u32::from(socket.send(&query(id, "other.test")).is_ok());
+        if id % 50 == 0 {
+            // dnsmasq's receive buffer holds a few hundred queries.
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    socket.send(&query(ASKED, "dropped.example.test")).unwrap();
+    let stopped_until = Instant::now() + Duration::from_secs(3);
+    let mut answered_while_stopped = 0;
+    let mut asked_answered = false;
+    while let Some(n) = receive(
+        &mut buf,
+        stopped_until.saturating_duration_since(Instant::now()),
+    ) {
+        answered_while_stopped += 1;
+        asked_answered |= n >= 2 && id_of(&buf[..n]) == ASKED;
+    }
+    agent.signal(libc::SIGCONT);
+    assert!(
+        sent > 4096,
+        "only {sent} lookups sent: the DNS queue was not filled"
+    );
+    assert!(
+        !asked_answered,
+        "dropped.example.test was answered while the agent was stopped \
+         ({answered_while_stopped} answers came through unlearned)"
+    );
+    // The replies the queue held are learned and released once it runs.
+    let mut released = 0;
+    while receive(&mut buf, Duration::from_secs(2)).is_some() {
+        released += 1;
+    }
+    assert!(released > 0, "no held reply was released after SIGCONT");
+    assert_eq!(
+        lab.curl(&lab.node, "http://dropped.example.test/").1,
+        28,
+        "learned and dropped"
+    );
+    assert!(lab.learned().contains("10.61.1.60"));
+    let log = agent.stop();
+    assert!(log_value(&log, "dns stats", "learned") >= 1, "{log}");
+}

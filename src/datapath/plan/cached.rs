@@ -28,8 +28,9 @@ pub(super) fn cached_allow_rules(
     if snoop_dns {
         for protocol in ["udp", "tcp"] {
             rules.push(format!(
-                "-p {protocol} -m {protocol} --dport 53 -j NFQUEUE --queue-num {} --queue-bypass",
-                queues.dns
+                "-p {protocol} -m {protocol} --dport 53 -j NFQUEUE --queue-num {}{}",
+                queues.dns,
+                super::bypass(config)
             ));
         }
     }

@@ -86,7 +86,7 @@ pub(super) fn l7_queue_target(config: &DatapathConfig, queues: &QueueNumbers) ->
 
 /// ` --queue-bypass` when the datapath fails open: the kernel accepts what
 /// a queue without a reader would get.
-fn bypass(config: &DatapathConfig) -> &'static str {
+pub(super) fn bypass(config: &DatapathConfig) -> &'static str {
     match config.fail_mode {
         FailMode::Open => " --queue-bypass",
         FailMode::Closed => "",

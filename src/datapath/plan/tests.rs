@@ -859,13 +859,13 @@ fn fqdn_selectors_queue_dns_replies_before_the_shortcut_and_get_learned_sets() {
                 .iter()
                 .position(|r| {
                     r == "-p udp -m udp --sport 53 -m conntrack --ctstate ESTABLISHED \
-                          --ctdir REPLY -j NFQUEUE --queue-num 102 --queue-bypass"
+                          --ctdir REPLY -j NFQUEUE --queue-num 102"
                 })
                 .expect("UDP DNS rule");
             assert_eq!(
                 rules[udp + 1],
                 "-p tcp -m tcp --sport 53 -m conntrack --ctstate ESTABLISHED \
-                 --ctdir REPLY -j NFQUEUE --queue-num 102 --queue-bypass"
+                 --ctdir REPLY -j NFQUEUE --queue-num 102"
             );
             // Later queries of allowed connections, ahead of the shortcut.
             for (i, protocol) in ["udp", "tcp"].iter().enumerate() {
@@ -874,7 +874,7 @@ fn fqdn_selectors_queue_dns_replies_before_the_shortcut_and_get_learned_sets() {
                     format!(
                         "-p {protocol} -m {protocol} --dport 53 -m conntrack --ctstate ESTABLISHED \
                          --ctdir ORIGINAL -m connmark --mark 0x100000/0xf00000 \
-                         -j NFQUEUE --queue-num 102 --queue-bypass"
+                         -j NFQUEUE --queue-num 102"
                     )
                 );
             }
@@ -910,7 +910,7 @@ fn fqdn_selectors_queue_dns_replies_before_the_shortcut_and_get_learned_sets() {
                     rules[accept - 2 + i],
                     format!(
                         "-p {protocol} -m {protocol} --dport 53 -m mark --mark 0x100000/0xf00000 \
-                         -j NFQUEUE --queue-num 102 --queue-bypass"
+                         -j NFQUEUE --queue-num 102"
                     )
                 );
             }
@@ -944,7 +944,7 @@ fn queries_to_privileged_resolvers_go_to_the_dns_queue_first() {
     let desired = desired(&config, &targets(false, true, &[]), &patterns);
     let output = &desired.v4.chains["TOLLGATE-OUTPUT"];
     let at = |rule: &str| output.iter().position(|r| r == rule);
-    let queue = "-j NFQUEUE --queue-num 102 --queue-bypass";
+    let queue = "-j NFQUEUE --queue-num 102";
     // On the Node's own hooks, queries of enforced endpoints are not the
     // entry's: they go to the workers like any connection of theirs.
     let except = "-m set ! --match-set tollgate-endpoints-v4 dst";
@@ -1281,8 +1281,8 @@ fn cached_verdicts_are_answered_ahead_of_the_queue_from_the_generations_sets() {
         [
             "-j MARK --set-xmark 0x100000/0xf00000",
             "-j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000",
-            "-p udp -m udp --dport 53 -j NFQUEUE --queue-num 102 --queue-bypass",
-            "-p tcp -m tcp --dport 53 -j NFQUEUE --queue-num 102 --queue-bypass",
+            "-p udp -m udp --dport 53 -j NFQUEUE --queue-num 102",
+            "-p tcp -m tcp --dport 53 -j NFQUEUE --queue-num 102",
             "-j ACCEPT",
         ]
     );
