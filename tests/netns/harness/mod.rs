@@ -247,6 +247,8 @@ pub const TEST_IDS: &[&str] = &[
     "kubernetes_remote_label_change_is_patched_and_the_endpoint_set_changed_in_place",
     "fresh_names_at_once_share_batches_and_no_reply_goes_before_its_write",
     "a_full_write_queue_delays_replies_and_drops_none",
+    "queries_pass_unheld_and_their_copies_still_teach",
+    "a_reply_judged_before_its_querys_copy_is_read_is_released_unlearned",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
