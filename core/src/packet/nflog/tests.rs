@@ -139,6 +139,35 @@ fn the_configuration_binds_the_group_and_sends_each_copy_at_once() {
 }
 
 proptest! {
+    /// Well-framed messages of arbitrary attributes (the parser's own
+    /// kinds most of the time, values of any length, short ones
+    /// included) and an arbitrary group header: read or refused, never a
+    /// panic. Mutation: reading `NFULA_IFINDEX_INDEV` (or the packet
+    /// header) by index without its length checked panics here.
+    #[test]
+    fn arbitrary_attributes_never_panic(
+        header in proptest::collection::vec(any::<u8>(), 0..6),
+        attributes in proptest::collection::vec(
+            (
+                prop_oneof![Just(NFULA_PACKET_HDR), Just(NFULA_IFINDEX_INDEV), Just(NFULA_PAYLOAD), any::<u16>()],
+                proptest::collection::vec(any::<u8>(), 0..10),
+            ),
+            0..6,
+        ),
+    ) {
+        let mut body = header;
+        if body.len() >= NFGEN_HDRLEN {
+            body.truncate(NFGEN_HDRLEN);
+            for (kind, value) in &attributes {
+                body.extend(attr(*kind, value));
+            }
+        }
+        let buffer = message(PACKET, 0, &body);
+        for message in log_messages(&buffer).take(16) {
+            let _ = message;
+        }
+    }
+
     #[test]
     fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
         for message in log_messages(&bytes).take(400) {
