@@ -10,8 +10,8 @@
 //! through the same snoop and step. The kernel puts a query's copy in the
 //! socket before the query leaves, so before any reply to it is queued:
 //! the handler reads the copies waiting before it judges a reply whose id
-//! no outstanding query has (and on every tick, so that they do not pile
-//! up). A reply whose query's copy was lost (the socket was full) answers
+//! no outstanding query has (and at least every [`READ_EVERY`], so that
+//! they do not pile up). A reply whose query's copy was lost (the socket was full) answers
 //! no outstanding query: it is released unlearned, and counted apart
 //! while a loss is recent. It never drops a packet except a TCP segment
 //! after a gap, never releases a reply before its writes are
@@ -130,6 +130,7 @@ struct Replies {
     log: QueryLog,
     /// When the kernel last reported copies lost.
     lost_at: Option<Instant>,
+    /// When the copies were last read.
     last_read: Instant,
     /// How long a lost copy's query could still be answered.
     query_timeout: Duration,
@@ -180,6 +181,10 @@ impl Replies {
         self.stats
             .query_copies
             .fetch_add(drained.copies, Ordering::Relaxed);
+        // A copy that does not read as NFLOG is a query not understood.
+        self.stats
+            .queries_failed
+            .fetch_add(drained.unreadable, Ordering::Relaxed);
         if drained.lost {
             self.stats.query_copies_lost.fetch_add(1, Ordering::Relaxed);
             self.lost_at = Some(now);

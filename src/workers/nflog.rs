@@ -34,7 +34,7 @@ pub struct Drained {
     pub copies: u64,
     /// The kernel reported copies lost to a full socket buffer.
     pub lost: bool,
-    /// Received buffers that did not read as NFLOG to their end.
+    /// Messages that did not read as NFLOG (each ends its buffer's walk).
     pub unreadable: u64,
 }
 
