@@ -95,7 +95,10 @@ impl DnsWorker {
             let routes =
                 RouteSocket::open().map_err(QueueError::setup(queue, "route netlink socket"))?;
             let log = QueryLog::open(log_group, log_buffer)
-                .map_err(QueueError::setup(queue, "NFLOG socket of DNS query copies"))?;
+                .map_err(QueueError::setup(
+                    queue,
+                    "NFLOG group of DNS query copies (fqdn.dnsLogGroup; EPERM: held by another process, or no CAP_NET_ADMIN)",
+                ))?;
             let handler = Replies {
                 snooper: DnsSnooper::new(
                     trusted.clone(),

@@ -921,3 +921,42 @@ fn a_reply_judged_before_its_querys_copy_is_read_is_released_unlearned() {
         "{log}"
     );
 }
+
+/// A DNS worker restarted in-process binds its NFLOG group again: it
+/// panics at its first queued reply (`TOLLGATE_FAULT_PANIC`, debug
+/// builds), the restarted incarnation reads the copies of the queries
+/// sent after (the stub resolver's retry), and lookups teach again, IPv4
+/// and IPv6, every reply answering a query it saw through a copy.
+///
+/// Mutation: the worker's `QueryLog` outliving its incarnation (the
+/// handler's field a `std::mem::ManuallyDrop<QueryLog>` in
+/// src/workers/dns.rs): the old socket keeps the group, every new
+/// incarnation fails to bind it (EPERM), and nothing is learned; this
+/// test fails.
+#[test]
+fn a_restarted_dns_worker_binds_its_query_copies_again() {
+    let Some(lab) = ForgeryLab::start("a_restarted_dns_worker_binds_its_query_copies_again") else {
+        return;
+    };
+    let mut options = lab
+        .lab
+        .agent_options()
+        .node_name("fq")
+        .queues(1)
+        .args(&["--metrics-address", METRICS]);
+    options
+        .env
+        .push(("TOLLGATE_FAULT_PANIC".into(), format!("{DNS_QUEUE}:1")));
+    let mut agent = lab.lab.start_agent(options);
+    agent.wait_generation(1);
+    lab.genuine_lookup_teaches("-4");
+    lab.genuine_lookup_teaches("-6");
+    let log = agent.stop();
+    assert!(
+        log.contains("dns worker panicked: TOLLGATE_FAULT_PANIC"),
+        "{log}"
+    );
+    assert!(log.contains("dns worker restarted"), "{log}");
+    assert!(log_value(&log, "dns stats", "learned") >= 2, "{log}");
+    assert!(log_value(&log, "dns stats", "query_copies") >= 2, "{log}");
+}

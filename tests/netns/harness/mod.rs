@@ -249,6 +249,7 @@ pub const TEST_IDS: &[&str] = &[
     "a_full_write_queue_delays_replies_and_drops_none",
     "queries_pass_unheld_and_their_copies_still_teach",
     "a_reply_judged_before_its_querys_copy_is_read_is_released_unlearned",
+    "a_restarted_dns_worker_binds_its_query_copies_again",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
