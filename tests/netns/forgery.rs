@@ -21,7 +21,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use crate::harness::metrics::{family_sum, scrape};
-use crate::harness::{poll_until, skip, Agent, DnsRecord, Lab, Netns, Service, AGENT_WAIT};
+use crate::harness::{
+    poll_until, skip, worker_counter, Agent, DnsRecord, Lab, Netns, Service, AGENT_WAIT,
+};
 
 /// The agent's metrics listener, on the node namespace's loopback.
 const METRICS: &str = "127.0.0.1:9481";
@@ -826,7 +828,8 @@ fn queries_pass_unheld_and_their_copies_still_teach() {
 /// least one); the others are judged before any copy of their query is
 /// read (it never will be) and are released unlearned: the addresses
 /// learned are exactly the replies not counted `unasked_after_loss`, and
-/// every `unasked` reply is one of those.
+/// every `unasked` reply is one of those; `tollgate status` shows the
+/// loss and those replies.
 ///
 /// Mutation: releasing an unasked reply with `Action::Drop` while a loss
 /// is recent (src/workers/dns.rs, `Replies::packet`) makes the Pod miss
@@ -905,6 +908,11 @@ fn a_reply_judged_before_its_querys_copy_is_read_is_released_unlearned() {
         );
         unlearned += BURST - learned;
     }
+    // `tollgate status` shows the loss and the replies it left unlearned.
+    let socket = lab.lab.agent_options().status_socket;
+    let status = |key| worker_counter(&socket, "dns", key).expect("the agent answers status");
+    assert!(status("query_copies_lost") >= 1);
+    assert_eq!(status("unasked_after_loss"), unlearned as u64);
     let log = agent.stop();
     assert!(
         log_value(&log, "dns stats", "query_copies_lost") >= 1,
