@@ -37,7 +37,6 @@ mod local;
 mod privileged;
 
 use cached::{cached_allow_rules, cached_verdict_rules};
-use dns::dns_query_target;
 pub use l7::{l7_queue_of, L7_CHAIN, L7_QUEUE_CHAIN};
 use l7::{l7_queue_rules, l7_queue_target, l7_rules};
 pub use local::{published_port, unknown_set};
@@ -436,16 +435,14 @@ impl Plan<'_> {
             mask = marks.mask
         ));
         let dns_queue = format!("NFQUEUE --queue-num {} --queue-bypass", queues.dns);
-        // DNS queries a worker has just allowed are copied to the DNS worker
-        // (UDP) or go to the DNS queue (TCP) before they are accepted: the
-        // worker remembers them (a reply is learned from only if it answers
-        // one); the next rule accepts what was copied, the worker what was
-        // queued (see `dns_query_target`).
+        // DNS queries a worker has just allowed are shown to the DNS worker
+        // before they are accepted (`dns_query_target`: copied or queued): it
+        // remembers them (a reply is learned from only if it answers one).
         if snoop_dns {
             for protocol in ["udp", "tcp"] {
                 rules.push(format!(
                     "-p {protocol} -m {protocol} --dport 53 -m mark --mark {allow} -j {}",
-                    dns_query_target(queues, protocol)
+                    dns::dns_query_target(queues, protocol)
                 ));
             }
         }
@@ -484,9 +481,8 @@ impl Plan<'_> {
         // and never reaches the learner. The worker learns from a reply only
         // if it came in on the interface of the route to its server and
         // answers a query it saw; the later queries of allowed connections
-        // are shown to it here, where the shortcut below would accept them
-        // unseen. Always `--queue-bypass`: skipping learning can only deny
-        // more, never allow.
+        // are shown to it here, ahead of the shortcut below. Always
+        // `--queue-bypass`: skipping learning can only deny more, never allow.
         if snoop_dns {
             for protocol in ["udp", "tcp"] {
                 rules.push(format!(
@@ -498,7 +494,7 @@ impl Plan<'_> {
                 rules.push(format!(
                     "-p {protocol} -m {protocol} --dport 53 -m conntrack --ctstate ESTABLISHED \
                  --ctdir ORIGINAL -m connmark --mark {allow} -j {}",
-                    dns_query_target(queues, protocol)
+                    dns::dns_query_target(queues, protocol)
                 ));
             }
         }
