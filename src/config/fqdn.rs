@@ -15,6 +15,12 @@ use crate::fqdn::{
 /// Default floor on the TTL of learned addresses (seconds): covers the
 /// connect and its retries after a TTL-0 answer.
 pub const DEFAULT_FQDN_MIN_TTL: u32 = 5;
+/// Default NFLOG group of the copies of DNS queries.
+pub const DEFAULT_DNS_LOG_GROUP: u16 = 101;
+/// Default receive buffer of the query-copy socket: each copy takes
+/// about 8 KiB of it (the kernel's smallest NFLOG buffer is 4 KiB), so
+/// some 500 unanswered queries wait between two drains.
+pub const DEFAULT_QUERY_LOG_BUFFER: usize = 4 << 20;
 /// Smallest per-name bound accepted (the upstream FQDN selector proposal
 /// requires at least 100).
 pub const MIN_FQDN_MAX_PER_NAME: usize = 100;
@@ -26,10 +32,19 @@ pub const MAX_FQDN_ADDRESSES: usize = 65_536;
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, clap::Args)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct FqdnConfig {
-    /// NFQUEUE of DNS queries and replies (default: the first after the
-    /// connection queues).
+    /// NFQUEUE of DNS replies and of queries over TCP (default: the first
+    /// after the connection queues).
     #[arg(long = "dns-queue", value_name = "N")]
     pub dns_queue: u16,
+    /// NFLOG group of the copies of DNS queries over UDP (default 101):
+    /// the queries pass, their copies tell the DNS worker what was asked.
+    #[arg(skip)]
+    pub dns_log_group: u16,
+    /// Bytes of receive buffer of the DNS worker's NFLOG socket (default
+    /// 4194304; the kernel's floor applies): copies it cannot hold are
+    /// lost, and replies to their queries are released unlearned.
+    #[arg(skip)]
+    pub query_log_buffer: usize,
     /// Learn only from replies of these DNS servers; empty: from any.
     #[arg(long = "dns-trusted-server", value_name = "IP")]
     pub trusted_servers: Vec<IpAddr>,
@@ -85,6 +100,8 @@ impl Default for FqdnConfig {
     fn default() -> Self {
         FqdnConfig {
             dns_queue: 101,
+            dns_log_group: DEFAULT_DNS_LOG_GROUP,
+            query_log_buffer: DEFAULT_QUERY_LOG_BUFFER,
             trusted_servers: Vec::new(),
             min_ttl: DEFAULT_FQDN_MIN_TTL,
             max_ttl: DEFAULT_MAX_TTL_SECS,

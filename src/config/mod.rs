@@ -144,6 +144,7 @@ impl AgentConfig {
             connection,
             dns,
             l7,
+            ..
         } = self.queue_numbers();
         let (first, last) = (connection.first(), connection.last());
         if (first..=last).contains(&dns) {
@@ -169,6 +170,7 @@ impl AgentConfig {
         QueueNumbers {
             connection: self.queues.range(),
             dns: self.fqdn.dns_queue,
+            dns_log: self.fqdn.dns_log_group,
             l7: self.l7.range(),
         }
     }
@@ -275,6 +277,8 @@ impl QueueRange {
 pub struct QueueNumbers {
     pub connection: QueueRange,
     pub dns: u16,
+    /// The NFLOG group DNS queries over UDP are copied to.
+    pub dns_log: u16,
     pub l7: QueueRange,
 }
 

@@ -53,6 +53,8 @@ fn empty_settings_resolve_to_defaults() {
         config.fqdn,
         FqdnConfig {
             dns_queue: 102,
+            dns_log_group: 101,
+            query_log_buffer: 4 << 20,
             trusted_servers: vec![],
             min_ttl: 5,
             max_ttl: 86_400,

@@ -218,7 +218,8 @@
 //! owned chain of both families also gets, right after the L7 rules, the
 //! DNS rules, then the same connmark shortcut for the rest (queue 102 =
 //! the default DNS queue, after the connection queues; the L7 queues are
-//! then 103 and 104):
+//! then 103 and 104; UDP queries are copied to the DNS worker's NFLOG
+//! group 101 and go on, not queued):
 //!
 //! ```text
 //! -A TOLLGATE-INPUT -p tcp -m multiport ! --ports 53 -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
@@ -226,7 +227,7 @@
 //! …
 //! -A TOLLGATE-INPUT -p udp -m udp --sport 53 -m conntrack --ctstate ESTABLISHED --ctdir REPLY -j NFQUEUE --queue-num 102
 //! -A TOLLGATE-INPUT -p tcp -m tcp --sport 53 -m conntrack --ctstate ESTABLISHED --ctdir REPLY -j NFQUEUE --queue-num 102
-//! -A TOLLGATE-INPUT -p udp -m udp --dport 53 -m conntrack --ctstate ESTABLISHED --ctdir ORIGINAL -m connmark --mark 0x100000/0xf00000 -j NFQUEUE --queue-num 102
+//! -A TOLLGATE-INPUT -p udp -m udp --dport 53 -m conntrack --ctstate ESTABLISHED --ctdir ORIGINAL -m connmark --mark 0x100000/0xf00000 -j NFLOG --nflog-group 101 --nflog-threshold 1
 //! -A TOLLGATE-INPUT -p tcp -m tcp --dport 53 -m conntrack --ctstate ESTABLISHED --ctdir ORIGINAL -m connmark --mark 0x100000/0xf00000 -j NFQUEUE --queue-num 102
 //! -A TOLLGATE-INPUT -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 //! ```

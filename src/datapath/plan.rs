@@ -31,11 +31,14 @@ use super::state::{
 };
 
 mod cached;
+mod dns;
+mod forward;
 mod l7;
 mod local;
 mod privileged;
 
 use cached::{cached_allow_rules, cached_verdict_rules};
+use forward::reject_rules;
 use l7::{bypass, l7_queue_rules, l7_queue_target, l7_rules};
 pub use l7::{l7_queue_of, L7_CHAIN, L7_QUEUE_CHAIN};
 pub use local::{published_port, unknown_set};
@@ -331,66 +334,6 @@ impl Plan<'_> {
             }
         }
     }
-
-    /// The filter table's `TOLLGATE-FORWARD`: what the mangle table passed
-    /// on is accepted when tollgate allowed it (a verdict mark; a packet
-    /// of an allowed or inspected connection; a privileged entry), so that
-    /// the runtimes' rules further down do not undo it, and rejected when
-    /// it carries the reject mark. Everything else falls through to the
-    /// rest of FORWARD.
-    fn forward_completion(&self) -> Vec<String> {
-        let marks = &self.config.mark_mask;
-        let allow = mark_match(marks, marks.allow);
-        let reject = mark_match(marks, marks.reject);
-        let l7 = mark_match(marks, marks.l7);
-        let l7_active = mark_match(marks, marks.l7_active());
-        let unmarked = mark_match(marks, 0);
-        let mut rules = vec![
-            format!(
-                "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark {allow} -j ACCEPT"
-            ),
-            // Inspected connections' packets without a verdict mark, ahead
-            // of the rules for marks (the last rule takes the others).
-            format!(
-                "-m mark --mark {unmarked} -m conntrack --ctstate RELATED,ESTABLISHED \
-                 -m connmark --mark {l7_active} -j ACCEPT"
-            ),
-            format!("-m mark --mark {allow} -j ACCEPT"),
-            format!("-m mark --mark {l7} -j ACCEPT"),
-            format!("-m mark --mark {l7_active} -j ACCEPT"),
-        ];
-        rules.extend(reject_rules(&reject, self.family));
-        rules.push(format!("-m connmark --mark {l7} -j ACCEPT"));
-        rules.push(format!(
-            "-m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark {l7_active} -j ACCEPT"
-        ));
-        rules.extend(
-            self.config
-                .privileged
-                .iter()
-                .filter(|p| {
-                    Family::of(&p.cidr.addr()) == self.family && p.on(PrivilegedHook::Forward)
-                })
-                .flat_map(|entry| {
-                    ["-s", "-d"].map(|dir| privileged_rule(entry, dir, "", self.family))
-                }),
-        );
-        rules
-    }
-}
-
-/// The two rules that reject what carries the `reject` mark.
-fn reject_rules(reject: &str, family: Family) -> [String; 2] {
-    [
-        format!("-p tcp -m mark --mark {reject} -j REJECT --reject-with tcp-reset"),
-        format!(
-            "-m mark --mark {reject} -j REJECT --reject-with {}",
-            match family {
-                Family::V4 => "icmp-admin-prohibited",
-                Family::V6 => "icmp6-adm-prohibited",
-            }
-        ),
-    ]
 }
 
 impl Plan<'_> {
@@ -463,13 +406,14 @@ impl Plan<'_> {
             mask = marks.mask
         ));
         let dns_queue = format!("NFQUEUE --queue-num {}{}", queues.dns, bypass(config));
-        // DNS queries a worker has just allowed go to the DNS queue before they
-        // are accepted: the DNS worker remembers them (a reply is learned from
-        // only if it answers one) and accepts them, as the next rule would.
+        // DNS queries a worker has just allowed are shown to the DNS worker
+        // before they are accepted (`dns_query_target`: copied or queued): it
+        // remembers them (a reply is learned from only if it answers one).
         if snoop_dns {
             for protocol in ["udp", "tcp"] {
                 rules.push(format!(
-                    "-p {protocol} -m {protocol} --dport 53 -m mark --mark {allow} -j {dns_queue}"
+                    "-p {protocol} -m {protocol} --dport 53 -m mark --mark {allow} -j {}",
+                    dns::dns_query_target(config, queues, protocol)
                 ));
             }
         }
@@ -508,9 +452,9 @@ impl Plan<'_> {
         // and never reaches the learner. The worker learns from a reply only
         // if it came in on the interface of the route to its server and
         // answers a query it saw; the later queries of allowed connections
-        // reach it here, where the shortcut below would accept them. The
-        // queue fails as `datapath.failMode` says: a reply let through
-        // unlearned would leave an FQDN Drop rule without its address.
+        // are shown to it here, ahead of the shortcut below. The queue
+        // fails as `datapath.failMode` says: a reply let through unlearned
+        // would leave an FQDN Drop rule without its address.
         if snoop_dns {
             for protocol in ["udp", "tcp"] {
                 rules.push(format!(
@@ -521,7 +465,8 @@ impl Plan<'_> {
             for protocol in ["udp", "tcp"] {
                 rules.push(format!(
                     "-p {protocol} -m {protocol} --dport 53 -m conntrack --ctstate ESTABLISHED \
-                 --ctdir ORIGINAL -m connmark --mark {allow} -j {dns_queue}"
+                 --ctdir ORIGINAL -m connmark --mark {allow} -j {}",
+                    dns::dns_query_target(config, queues, protocol)
                 ));
             }
         }
@@ -570,7 +515,12 @@ impl Plan<'_> {
                     .map(|side| format!("-m set ! --match-set {set} {side} "))
                     .unwrap_or_default();
                 if snoop_dns {
-                    rules.extend(privileged_dns_query_rules(entry, dir, &except, &dns_queue));
+                    rules.extend(privileged_dns_query_rules(
+                        entry,
+                        dir,
+                        &except,
+                        (config, queues),
+                    ));
                 }
                 rules.push(privileged_rule(entry, dir, &except, family));
             }

@@ -5,8 +5,16 @@
 //! in shared batches after every wake-up's packets (and sooner when it is
 //! full) → only then, at each batch's acknowledgement, the release of the
 //! replies it covers; expiry (of learned addresses and of unanswered
-//! queries) runs on [`Handler::tick`]. It never drops a packet except a TCP
-//! segment after a gap, never releases a reply before its writes are
+//! queries) runs on [`Handler::tick`]. Queries over UDP are not queued:
+//! their copies arrive on the worker's NFLOG socket ([`QueryLog`]) and go
+//! through the same snoop and step. The kernel puts a query's copy in the
+//! socket before the query leaves, so before any reply to it is queued:
+//! the handler reads the copies waiting before it judges a reply whose id
+//! no outstanding query has (and at least every [`READ_EVERY`], so that
+//! they do not pile up). A reply whose query's copy was lost (the socket was full) answers
+//! no outstanding query: it is released unlearned, and counted apart
+//! while a loss is recent. It never drops a packet except a TCP segment
+//! after a gap, never releases a reply before its writes are
 //! acknowledged, and never logs per packet.
 #![allow(clippy::disallowed_methods)] // the DNS worker expires learned addresses on the clock.
 
@@ -15,12 +23,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::fqdn_sets::FqdnSets;
+use super::nflog::QueryLog;
 use super::nfqueue::Queue;
 use super::route::RouteSocket;
 use super::runtime::{self, Handler, QueueError, QueueSpec, Verdicts};
 use crate::config::FqdnConfig;
 use crate::fqdn::{
-    DnsCounters, DnsSnooper, FqdnTable, OutstandingQueries, Pushed, Release, ReplyPath,
+    Direction, DnsCounters, DnsSnooper, FqdnTable, OutstandingQueries, Pushed, Release, ReplyPath,
     SetWriteQueue, DEFAULT_MAX_TCP_FLOWS, DEFAULT_MAX_TCP_MESSAGE,
 };
 use crate::marks::FailMode;
@@ -36,6 +45,10 @@ const DNS_QUEUE_MAX_LEN: u32 = 4096;
 /// Index of `lo` in every network namespace: what a reply made on the node
 /// is taken to come in on, and where the route to a local server leaves.
 const LOOPBACK_INDEX: u32 = 1;
+/// How often the query copies are read at the latest (a reply whose
+/// query's copy is unread has them read at once): often enough that
+/// copies of unanswered queries do not fill the socket's buffer.
+const READ_EVERY: Duration = Duration::from_millis(100);
 /// How often the table forgets timed-out entries.
 const EXPIRE_EVERY: Duration = Duration::from_secs(1);
 
@@ -73,6 +86,8 @@ impl DnsWorker {
         let trusted = config.trusted_servers.clone();
         let bounds = config.query_bounds();
         let write_queue = config.write_queue;
+        let (log_group, log_buffer) = (config.dns_log_group, config.query_log_buffer);
+        let query_timeout = Duration::from_secs(u64::from(config.query_timeout));
         let handler_stats = Arc::clone(&stats);
         let open = move || {
             let socket = Queue::open(spec)?;
@@ -83,6 +98,11 @@ impl DnsWorker {
             })?;
             let routes =
                 RouteSocket::open().map_err(QueueError::setup(queue, "route netlink socket"))?;
+            let log = QueryLog::open(log_group, log_buffer)
+                .map_err(QueueError::setup(
+                    queue,
+                    "NFLOG group of DNS query copies (fqdn.dnsLogGroup; EPERM: held by another process, or no CAP_NET_ADMIN)",
+                ))?;
             let handler = Replies {
                 snooper: DnsSnooper::new(
                     trusted.clone(),
@@ -90,6 +110,10 @@ impl DnsWorker {
                     DEFAULT_MAX_TCP_MESSAGE,
                 ),
                 queries: OutstandingQueries::new(bounds),
+                log,
+                lost_at: None,
+                last_read: Instant::now(),
+                query_timeout,
                 routes,
                 table: Arc::clone(&table),
                 sets,
@@ -109,6 +133,14 @@ impl DnsWorker {
 struct Replies {
     snooper: DnsSnooper,
     queries: OutstandingQueries,
+    /// The copies of the queries over UDP.
+    log: QueryLog,
+    /// When the kernel last reported copies lost.
+    lost_at: Option<Instant>,
+    /// When the copies were last read.
+    last_read: Instant,
+    /// How long a lost copy's query could still be answered.
+    query_timeout: Duration,
     routes: RouteSocket,
     table: Arc<FqdnTable>,
     sets: FqdnSets,
@@ -123,6 +155,54 @@ struct Replies {
 impl Replies {
     fn micros(&self, at: Instant) -> u64 {
         u64::try_from(at.saturating_duration_since(self.epoch).as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// Reads the copies of the queries sent since the last read into the
+    /// outstanding queries, through the same snoop and step as a queued
+    /// query (only queries: a copy of anything else is ignored).
+    fn read_queries(&mut self, now: Instant) {
+        self.last_read = now;
+        let now_ms = self.table.millis(now);
+        let (snooper, queries, table, stats) = (
+            &mut self.snooper,
+            &mut self.queries,
+            &self.table,
+            &self.stats,
+        );
+        let drained = self.log.drain(|copy| {
+            // A query is never judged by its path: no route is asked.
+            let snooped = snooper.snoop_via(copy.payload, |_| ReplyPath {
+                arrived: copy.indev,
+                route: None,
+            });
+            if snooped
+                .flow
+                .is_some_and(|flow| flow.direction == Direction::Query)
+            {
+                table
+                    .on_packet(&snooped, queries, now_ms)
+                    .counts
+                    .add_to(stats);
+            }
+        });
+        self.stats
+            .query_copies
+            .fetch_add(drained.copies, Ordering::Relaxed);
+        // A copy that does not read as NFLOG is a query not understood.
+        self.stats
+            .queries_failed
+            .fetch_add(drained.unreadable, Ordering::Relaxed);
+        if drained.lost {
+            self.stats.query_copies_lost.fetch_add(1, Ordering::Relaxed);
+            self.lost_at = Some(now);
+        }
+    }
+
+    /// Whether copies were lost recently enough that a query among them
+    /// may still be answered.
+    fn recent_loss(&self, now: Instant) -> bool {
+        self.lost_at
+            .is_some_and(|at| now.saturating_duration_since(at) < self.query_timeout)
     }
 
     /// Writes every queued set write, one batch per `sendmsg`, and
@@ -152,10 +232,25 @@ impl Handler for Replies {
             },
             route: routes.output_interface(server),
         });
+        // A reply to a query whose copy is still unread: read the copies
+        // first (the kernel wrote it before the query left).
+        if let Some(flow) = snooped
+            .flow
+            .filter(|flow| flow.direction == Direction::Reply)
+        {
+            if !self.queries.awaits_all(&flow, &snooped.messages) {
+                self.read_queries(now);
+            }
+        }
         let step = self
             .table
             .on_packet(&snooped, &mut self.queries, self.table.millis(now));
         step.counts.add_to(&self.stats);
+        if step.counts.unasked > 0 && self.recent_loss(now) {
+            self.stats
+                .unasked_after_loss
+                .fetch_add(step.counts.unasked, Ordering::Relaxed);
+        }
         let action = match step.release {
             Release::Accept => Action::Accept,
             Release::Drop => Action::Drop,
@@ -177,6 +272,9 @@ impl Handler for Replies {
     /// then the release of the replies they cover.
     fn tick(&mut self, now: Instant, out: &mut Verdicts) {
         self.flush(out);
+        if now.saturating_duration_since(self.last_read) >= READ_EVERY {
+            self.read_queries(now);
+        }
         if now.saturating_duration_since(self.last_expire) < EXPIRE_EVERY {
             return;
         }

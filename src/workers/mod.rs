@@ -18,6 +18,7 @@ mod fault;
 pub mod fqdn_sets;
 pub mod inject;
 pub mod l7;
+pub mod nflog;
 pub mod nfqueue;
 pub mod observe;
 pub mod resolver;

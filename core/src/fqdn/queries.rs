@@ -150,6 +150,19 @@ impl OutstandingQueries {
         expired
     }
 
+    /// Whether every message of `replies` (carried on `flow`) has the id
+    /// of a query outstanding on its flow: if not, a query it answers may
+    /// not have been read yet. Changes nothing (the least recently asked
+    /// stays first).
+    pub fn awaits_all(&self, flow: &DnsFlow, replies: &[Vec<u8>]) -> bool {
+        replies.iter().all(|message| match message.as_slice() {
+            [high, low, ..] => self
+                .pending
+                .contains(&QueryKey::new(flow, u16::from_be_bytes([*high, *low]))),
+            _ => false,
+        })
+    }
+
     /// Whether `reply` (carried on `flow`) answers an outstanding query at
     /// `now_ms`; a matched query is forgotten, so a second reply to it is
     /// [`Answered::Unasked`].

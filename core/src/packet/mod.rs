@@ -4,6 +4,7 @@
 //! ([`segment`]). Pure and panic-free on any bytes; never touches a socket.
 
 pub mod flow;
+pub mod nflog;
 pub mod nfqueue;
 pub mod parse;
 pub mod queued;

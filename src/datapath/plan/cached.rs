@@ -6,12 +6,13 @@ use crate::config::{DatapathConfig, QueueNumbers};
 use crate::ruleset::VerdictCache;
 
 use super::super::cache::{cache_set, CachedVerdict, CACHED_ALLOW_CHAIN};
+use super::dns::dns_query_target;
 use super::{Family, Hook, TableKind, CACHED_REJECT_CHAIN};
 
 /// What a cached Allow does, as the rules at the top of the hook chains do
 /// for a worker's Allow: the allow mark, saved into the connmark, DNS
-/// queries through the DNS queue (which remembers them, so that their
-/// replies are learned from), then accept.
+/// queries shown to the DNS worker (which remembers them, so that their
+/// replies are learned from; [`dns_query_target`]), then accept.
 pub(super) fn cached_allow_rules(
     config: &DatapathConfig,
     queues: &QueueNumbers,
@@ -28,9 +29,8 @@ pub(super) fn cached_allow_rules(
     if snoop_dns {
         for protocol in ["udp", "tcp"] {
             rules.push(format!(
-                "-p {protocol} -m {protocol} --dport 53 -j NFQUEUE --queue-num {}{}",
-                queues.dns,
-                super::bypass(config)
+                "-p {protocol} -m {protocol} --dport 53 -j {}",
+                dns_query_target(config, queues, protocol)
             ));
         }
     }

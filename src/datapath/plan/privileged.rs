@@ -1,9 +1,10 @@
 //! The privileged entries' part of the plan: the rules that accept a
 //! `datapath.privileged` entry's traffic on the hooks it names, and the
-//! DNS queries among it sent to the DNS queue first. Pure.
+//! DNS queries among it shown to the DNS worker first. Pure.
 
-use crate::config::{Privileged, PrivilegedProtocol};
+use crate::config::{DatapathConfig, Privileged, PrivilegedProtocol, QueueNumbers};
 
+use super::dns::dns_query_target;
 use super::Family;
 
 /// A privileged entry's rule on one side (`dir`: `-s` or `-d`): its range,
@@ -46,14 +47,15 @@ fn privileged_range(entry: &Privileged, dir: &str) -> String {
     format!("{dir} {} ", entry.cidr.trunc())
 }
 
-/// The DNS queries a privileged entry accepts, sent to the DNS queue
-/// first (whose worker accepts them too) so that their replies can be
-/// learned from: the entry's match narrowed to UDP and TCP port 53.
+/// The DNS queries a privileged entry accepts, shown to the DNS worker
+/// first ([`dns_query_target`]: copied, or queued and accepted by the
+/// worker) so that their replies can be learned from: the entry's match
+/// narrowed to UDP and TCP port 53.
 pub(super) fn privileged_dns_query_rules(
     entry: &Privileged,
     dir: &str,
     except: &str,
-    dns_queue: &str,
+    (config, queues): (&DatapathConfig, &QueueNumbers),
 ) -> Vec<String> {
     if entry.port.is_some_and(|port| port != 53) {
         return Vec::new();
@@ -66,8 +68,9 @@ pub(super) fn privileged_dns_query_rules(
     .filter(|(protocol, _)| entry.protocol.is_none_or(|p| p == *protocol))
     .map(|(_, name)| {
         format!(
-            "{}-p {name} {except}-m {name} --dport 53 -j {dns_queue}",
-            privileged_range(entry, dir)
+            "{}-p {name} {except}-m {name} --dport 53 -j {}",
+            privileged_range(entry, dir),
+            dns_query_target(config, queues, name)
         )
     })
     .collect()

@@ -867,14 +867,20 @@ fn fqdn_selectors_queue_dns_replies_before_the_shortcut_and_get_learned_sets() {
                 "-p tcp -m tcp --sport 53 -m conntrack --ctstate ESTABLISHED \
                  --ctdir REPLY -j NFQUEUE --queue-num 102"
             );
-            // Later queries of allowed connections, ahead of the shortcut.
-            for (i, protocol) in ["udp", "tcp"].iter().enumerate() {
+            // Later queries of allowed connections, ahead of the shortcut:
+            // copied (UDP) or queued (TCP).
+            for (i, (protocol, target)) in [
+                ("udp", "NFLOG --nflog-group 101 --nflog-threshold 1"),
+                ("tcp", "NFQUEUE --queue-num 102"),
+            ]
+            .iter()
+            .enumerate()
+            {
                 assert_eq!(
                     rules[udp + 2 + i],
                     format!(
                         "-p {protocol} -m {protocol} --dport 53 -m conntrack --ctstate ESTABLISHED \
-                         --ctdir ORIGINAL -m connmark --mark 0x100000/0xf00000 \
-                         -j NFQUEUE --queue-num 102"
+                         --ctdir ORIGINAL -m connmark --mark 0x100000/0xf00000 -j {target}"
                     )
                 );
             }
@@ -905,12 +911,18 @@ fn fqdn_selectors_queue_dns_replies_before_the_shortcut_and_get_learned_sets() {
                 .iter()
                 .position(|r| r == "-m mark --mark 0x100000/0xf00000 -j ACCEPT")
                 .unwrap();
-            for (i, protocol) in ["udp", "tcp"].iter().enumerate() {
+            for (i, (protocol, target)) in [
+                ("udp", "NFLOG --nflog-group 101 --nflog-threshold 1"),
+                ("tcp", "NFQUEUE --queue-num 102"),
+            ]
+            .iter()
+            .enumerate()
+            {
                 assert_eq!(
                     rules[accept - 2 + i],
                     format!(
                         "-p {protocol} -m {protocol} --dport 53 -m mark --mark 0x100000/0xf00000 \
-                         -j NFQUEUE --queue-num 102"
+                         -j {target}"
                     )
                 );
             }
@@ -936,7 +948,7 @@ fn fqdn_selectors_queue_dns_replies_before_the_shortcut_and_get_learned_sets() {
 }
 
 #[test]
-fn queries_to_privileged_resolvers_go_to_the_dns_queue_first() {
+fn queries_to_privileged_resolvers_are_shown_to_the_dns_worker_first() {
     let patterns = [crate::fqdn::FqdnPattern::new("*.example.test")];
     let config = config(
         "datapath:\n  privileged: [10.96.0.10/32, '10.0.0.0/8,udp/53', '10.1.0.0/16,tcp/22', {cidr: 'fd00::/64', protocol: TCP, hooks: [FORWARD]}]",
@@ -945,6 +957,7 @@ fn queries_to_privileged_resolvers_go_to_the_dns_queue_first() {
     let output = &desired.v4.chains["TOLLGATE-OUTPUT"];
     let at = |rule: &str| output.iter().position(|r| r == rule);
     let queue = "-j NFQUEUE --queue-num 102";
+    let copy = "-j NFLOG --nflog-group 101 --nflog-threshold 1";
     // On the Node's own hooks, queries of enforced endpoints are not the
     // entry's: they go to the workers like any connection of theirs.
     let except = "-m set ! --match-set tollgate-endpoints-v4 dst";
@@ -952,7 +965,7 @@ fn queries_to_privileged_resolvers_go_to_the_dns_queue_first() {
     assert_eq!(
         output[any - 2..any],
         [
-            format!("-d 10.96.0.10/32 -p udp {except} -m udp --dport 53 {queue}"),
+            format!("-d 10.96.0.10/32 -p udp {except} -m udp --dport 53 {copy}"),
             format!("-d 10.96.0.10/32 -p tcp {except} -m tcp --dport 53 {queue}"),
         ]
     );
@@ -962,7 +975,7 @@ fn queries_to_privileged_resolvers_go_to_the_dns_queue_first() {
     .unwrap();
     assert_eq!(
         output[dns - 1],
-        format!("-d 10.0.0.0/8 -p udp {except} -m udp --dport 53 {queue}")
+        format!("-d 10.0.0.0/8 -p udp {except} -m udp --dport 53 {copy}")
     );
     let ssh = at(&format!(
         "-d 10.1.0.0/16 -p tcp {except} -m tcp --dport 22 -j ACCEPT"
@@ -1281,7 +1294,7 @@ fn cached_verdicts_are_answered_ahead_of_the_queue_from_the_generations_sets() {
         [
             "-j MARK --set-xmark 0x100000/0xf00000",
             "-j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000",
-            "-p udp -m udp --dport 53 -j NFQUEUE --queue-num 102",
+            "-p udp -m udp --dport 53 -j NFLOG --nflog-group 101 --nflog-threshold 1",
             "-p tcp -m tcp --dport 53 -j NFQUEUE --queue-num 102",
             "-j ACCEPT",
         ]

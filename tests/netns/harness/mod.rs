@@ -248,6 +248,9 @@ pub const TEST_IDS: &[&str] = &[
     "fresh_names_at_once_share_batches_and_no_reply_goes_before_its_write",
     "a_full_write_queue_delays_replies_and_drops_none",
     "a_full_dns_queue_drops_replies_instead_of_releasing_them_unlearned",
+    "queries_pass_unheld_and_their_copies_still_teach",
+    "a_reply_judged_before_its_querys_copy_is_read_is_released_unlearned",
+    "a_restarted_dns_worker_binds_its_query_copies_again",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".

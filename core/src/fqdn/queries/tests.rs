@@ -123,3 +123,25 @@ fn the_least_recently_asked_query_is_forgotten_at_the_bound() {
         Answered::Matched
     );
 }
+
+/// Mutation: `awaits_all` returning true for any message keeps the worker
+/// from reading the query copies again before judging a reply whose
+/// query it has not read yet; this test fails.
+#[test]
+fn awaits_all_says_whether_every_reply_has_an_outstanding_id_on_its_flow() {
+    let mut t = table(8);
+    t.asked(&flow(40000, Direction::Query), query(7, "a.test"), 0);
+    let reply = flow(40000, Direction::Reply);
+    let message = |id: u16| {
+        let mut m = id.to_be_bytes().to_vec();
+        m.extend_from_slice(&[0x81, 0x80]);
+        m
+    };
+    assert!(t.awaits_all(&reply, &[message(7)]));
+    assert!(t.awaits_all(&reply, &[]));
+    assert!(!t.awaits_all(&reply, &[message(7), message(8)]));
+    assert!(!t.awaits_all(&flow(40001, Direction::Reply), &[message(7)]));
+    assert!(!t.awaits_all(&reply, &[vec![0]]));
+    // Nothing was answered or forgotten.
+    assert_eq!(t.len(), 1);
+}
