@@ -685,7 +685,8 @@ fn skipped_is_answered_in_kubernetes_mode_only() {
         Some(KubernetesReport {
             synced: false,
             skipped: 0,
-            partly_enforced: 0
+            partly_enforced: 0,
+            peers: None
         })
     );
     assert!(render_status(&report, true).contains(

@@ -12,6 +12,7 @@
 //! "absent". This module owns the names, the key and the wire form; it
 //! never decides which selections exist nor talks to an API server.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
@@ -69,6 +70,9 @@ pub fn canonical(selection: &Selection) -> String {
 pub fn slice_name(key: &str, slice: u32) -> String {
     format!("{key}-{slice}")
 }
+
+/// The slices an agent holds, by object name ([`slice_name`]).
+pub type Slices = BTreeMap<String, AddressGroupSpec>;
 
 /// An AddressGroup's `spec`: one slice of one selection's members.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
