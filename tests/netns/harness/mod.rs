@@ -247,6 +247,7 @@ pub const TEST_IDS: &[&str] = &[
     "kubernetes_remote_label_change_is_patched_and_the_endpoint_set_changed_in_place",
     "fresh_names_at_once_share_batches_and_no_reply_goes_before_its_write",
     "a_full_write_queue_delays_replies_and_drops_none",
+    "kubernetes_controller_mode_enforces_remote_peers_from_an_address_group",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
