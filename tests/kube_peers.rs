@@ -6,7 +6,8 @@
 //! `Incremental::controller`, the needed keys back to the source): the
 //! agent lists only its own Pods, subscribes to exactly the keys its rules
 //! use, a new slice or a member change of a subscribed group changes the
-//! ruleset, a group of another key never reaches it, a status write of a
+//! ruleset (also after a 410 Gone and its relist), a group of another key
+//! never reaches it, a status write of a
 //! remote Pod sends it nothing, a missing group keeps the last ruleset
 //! and says it waits, and an absent controller Lease reads stale.
 #![allow(clippy::disallowed_methods)] // the test waits on the clock for the watcher.
@@ -351,6 +352,34 @@ fn controller_mode_hears_its_own_pods_and_exactly_the_groups_its_rules_use() {
         "three writes of subscribed slices: {:#?}",
         agent.api.watches()
     );
+
+    // History compacted: the group watch gets 410 Gone and lists again;
+    // the slices held stay, and a later change still arrives.
+    let lists = agent.api.lists(&groups_path);
+    let pods_path = collection("v1", "Pod");
+    let pod_watches = || {
+        agent
+            .api
+            .watches()
+            .iter()
+            .filter(|w| w.path == pods_path)
+            .count()
+    };
+    let before = pod_watches();
+    agent.api.compact();
+    // (The Pod watch is back before Pods are written again below.)
+    poll_until(
+        "the Pod watch again",
+        || pod_watches() > before,
+        String::new,
+    );
+    agent.api.apply(slice(&db(), 1, &["10.2.0.5"]));
+    agent.wait_for("a change after the relist", |r, a| {
+        a.api.lists(&groups_path) > lists
+            && r.is_some_and(|r| {
+                verdict(r, "10.2.0.5") == Verdict::Allow && verdict(r, "10.2.0.3") == Verdict::Drop
+            })
+    });
 
     // A status write of a remote Pod sends this agent nothing; a local
     // one does (the positive control).
