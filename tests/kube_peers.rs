@@ -9,7 +9,8 @@
 //! ruleset (also after a 410 Gone and its relist), a group of another key
 //! never reaches it, a status write of a
 //! remote Pod sends it nothing, a missing group keeps the last ruleset
-//! and says it waits, and an absent controller Lease reads stale.
+//! and says it waits, and the controller's Lease reads stale when absent
+//! or not renewed within its duration, fresh when renewed.
 #![allow(clippy::disallowed_methods)] // the test waits on the clock for the watcher.
 
 use std::collections::BTreeSet;
@@ -469,4 +470,42 @@ fn the_group_watch_follows_the_keys_the_rules_need() {
         })
         .unwrap();
     assert_eq!(verdict(&ruleset, "10.2.0.2"), Verdict::Drop);
+}
+
+/// The positive control of `tollgate_controller_stale`: a Lease renewed
+/// within its duration reads fresh; one renewed longer ago reads stale.
+///
+/// Mutation: `lease_stale` comparing against the renewal alone (without
+/// the duration added): the fresh Lease reads stale (tried: fails).
+#[test]
+fn a_renewed_controller_lease_reads_fresh_and_an_old_one_stale() {
+    for (age, stale) in [(0, false), (60, true)] {
+        let api = FakeApi::start("127.0.0.1:0");
+        setup(&api);
+        let renewed =
+            k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(age);
+        api.apply(
+            json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                         "metadata": {"name": "tollgate-controller", "namespace": "kube-system"},
+                         "spec": {"holderIdentity": "controller-0", "leaseDurationSeconds": 15,
+                                  "renewTime": renewed.to_string()}}),
+        );
+        let agent = Agent::start(api);
+        let lease =
+            "GET /apis/coordination.k8s.io/v1/namespaces/kube-system/leases/tollgate-controller";
+        poll_until(
+            "the Lease read",
+            || agent.api.log().iter().any(|r| r == lease),
+            || format!("{:#?}", agent.api.log()),
+        );
+        // Stale until a read says otherwise: the fresh case waits for it.
+        poll_until(
+            "its verdict",
+            || {
+                agent.peers.stale() == stale
+                    && metric(&agent.metrics, "tollgate_controller_stale") == u64::from(stale)
+            },
+            || format!("{age} s old: {}", agent.metrics.render()),
+        );
+    }
 }
