@@ -72,11 +72,6 @@ impl Selections {
         Selections::with(snapshot, local, Some(Published::default()))
     }
 
-    /// Whether Pod selections read published groups.
-    pub fn is_controller(&self) -> bool {
-        self.published.is_some()
-    }
-
     /// Puts slice `slice` of the selection keyed `key` in place (`None`
     /// removes it); whether a selection in use changed (its members or
     /// whether it is complete). The named ports of every slice held are
