@@ -44,7 +44,7 @@
 
 pub use tollgate_core::{
     audit, compile, counters, decide, decode, dns, explain, fqdn, http, l7, marks, model, netlink,
-    observe, packet, review, ruleset, suggest, tls, validate,
+    observe, packet, review, ruleset, selection, suggest, tls, validate,
 };
 
 pub mod agent;

@@ -87,6 +87,7 @@ impl Harness {
         let source = KubeSource::spawn(
             Connection::Config(Box::new(config)),
             Some(NODE.into()),
+            None,
             counters,
             move || {
                 let _ = tx.send(());
@@ -287,6 +288,7 @@ fn unreachable_server_is_retried_until_it_answers() {
     let (metrics, counters) = registered();
     let source = KubeSource::spawn(
         Connection::Config(Box::new(config)),
+        None,
         None,
         counters,
         move || {

@@ -131,9 +131,28 @@ fn rbac_grants_list_and_watch_of_every_watched_resource_and_writes_only_events()
     let is_events = |r: &&k8s_openapi::api::rbac::v1::PolicyRule| {
         r.api_groups.as_deref().unwrap_or_default() == ["events.k8s.io"]
     };
-    for rule in rules.iter().filter(|r| !is_events(r)) {
+    // Controller mode reads the controller's Lease, that one only.
+    let is_lease = |r: &&k8s_openapi::api::rbac::v1::PolicyRule| {
+        r.api_groups.as_deref().unwrap_or_default() == ["coordination.k8s.io"]
+    };
+    let lease: Vec<_> = rules.iter().filter(is_lease).collect();
+    assert_eq!(lease.len(), 1);
+    assert_eq!(
+        lease[0].resources.as_deref().unwrap_or_default(),
+        ["leases"]
+    );
+    assert_eq!(
+        lease[0].resource_names.as_deref().unwrap_or_default(),
+        [tollgate::source::kube::peers::LEASE_NAME]
+    );
+    assert_eq!(lease[0].verbs, ["get"]);
+    for rule in rules.iter().filter(|r| !is_events(r) && !is_lease(r)) {
         assert_eq!(rule.verbs, ["list", "watch"]);
     }
+    assert!(rules.iter().any(|r| {
+        r.api_groups.as_deref().unwrap_or_default() == [tollgate::selection::group::GROUP]
+            && r.resources.as_deref().unwrap_or_default() == [tollgate::selection::group::PLURAL]
+    }));
     let events: Vec<_> = rules.iter().filter(is_events).collect();
     assert_eq!(events.len(), 1);
     assert_eq!(

@@ -31,8 +31,8 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 
 use crate::cli::RunArgs;
-use crate::compile::compile;
-use crate::config::{AgentConfig, ConfigError, Loaded, StartupPolicy};
+use crate::compile::{compile, LocalNode};
+use crate::config::{AgentConfig, ConfigError, Loaded, Peers, StartupPolicy};
 use crate::datapath::cache::Generations;
 use crate::datapath::{
     self, adopted, owns_anything, reconcile, teardown, Backoff, Changes, Iptables, Kernel,
@@ -40,7 +40,7 @@ use crate::datapath::{
 use crate::model::Snapshot;
 use crate::ruleset::Ruleset;
 use crate::source::docker::{DockerHealth, DockerSource};
-use crate::source::kube::{KubeSource, SourceState};
+use crate::source::kube::{KubeSource, PeerGroups, SourceState};
 use crate::source::watch::Directory;
 use crate::source::Source;
 use crate::status::{AgentFacts, AgentStatus, StatusServer};
@@ -235,6 +235,10 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
         Arc::clone(&metrics),
     ));
     status.observe_hub(hub);
+    let compiler = match kubernetes.as_ref().and_then(|k| k.peers()) {
+        Some(peers) => compiler::Compiler::controller(peers.clone()),
+        None => compiler::Compiler::default(),
+    };
     if let Some(state) = kubernetes {
         status.kubernetes_source(state);
     }
@@ -280,7 +284,7 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
             dns_counters,
             antispoof,
             warnings,
-            compiler: compiler::Compiler::default(),
+            compiler,
         },
         policy,
         startup_done: found,
@@ -300,7 +304,15 @@ impl Starting {
                 .latest()
                 .map_err(AgentError::InvalidPolicies)?
             {
-                return self.enforce(&snapshot).map(|r| Waited::Ready(Box::new(r)));
+                // In controller mode the first ruleset also waits for
+                // every group its rules use.
+                let node = host::local_node(&self.base.config.node)?;
+                let base = &mut self.base;
+                if let Some(compiled) = base.compiler.compile(&snapshot, &node, &base.counters) {
+                    return self
+                        .enforce(&snapshot, node, compiled)
+                        .map(|r| Waited::Ready(Box::new(r)));
+                }
             }
             if !self.startup_done {
                 self.startup_done = true;
@@ -341,7 +353,12 @@ impl Starting {
     /// `l7.queue`); then no queue is bound until the kernel is rewritten
     /// to this agent's layout, and its queues have no reader meanwhile,
     /// as while no agent ran.
-    fn enforce(self, snapshot: &Arc<Snapshot>) -> Result<Running, AgentError> {
+    fn enforce(
+        self,
+        snapshot: &Arc<Snapshot>,
+        node: LocalNode,
+        compiled: Ruleset,
+    ) -> Result<Running, AgentError> {
         let Starting {
             mut base, policy, ..
         } = self;
@@ -349,11 +366,10 @@ impl Starting {
         base.antispoof
             .refresh(&base.kernel, &base.metrics, &base.counters, &base.status);
         let config = &base.config;
-        let node = host::local_node(&config.node)?;
-        let compiled = base.compiler.compile(snapshot, &node, &base.counters);
         base.warnings
             .reloaded(snapshot, &node, &compiled, &base.counters, &base.status);
-        let ruleset = base.generations.stamp(compiled, snapshot, &node);
+        let groups = base.compiler.groups();
+        let ruleset = base.generations.stamp(compiled, snapshot, groups, &node);
         base.status.compiled(Arc::clone(snapshot), &node);
         let found = base.kernel.installed()?;
         let crossed = datapath::roles::crossed(&found, &config.queue_numbers());
@@ -485,9 +501,12 @@ fn open_source(
             sets.kube
                 .enabled
                 .store(1, std::sync::atomic::Ordering::Relaxed);
+            let peers = (config.kubernetes.peers == Peers::Controller)
+                .then(|| PeerGroups::new(config.node.name.clone(), Arc::clone(&sets.kube)));
             let source = KubeSource::spawn(
                 args.kube.connection(),
                 Some(config.node.name.clone()),
+                peers,
                 Arc::clone(&sets.kube),
                 changed,
             )?;

@@ -181,10 +181,15 @@ impl Running {
             Ok(None) => {}
             Ok(Some(snapshot)) => {
                 let base = &mut self.base;
-                let compiled = base.compiler.compile(&snapshot, &node, &base.counters);
+                // Controller mode, a group missing: the ruleset in force
+                // stays (status and metrics say what it waits for).
+                let Some(compiled) = base.compiler.compile(&snapshot, &node, &base.counters) else {
+                    return;
+                };
                 base.warnings
                     .reloaded(&snapshot, &node, &compiled, &base.counters, &base.status);
-                let ruleset = base.generations.stamp(compiled, &snapshot, &node);
+                let groups = base.compiler.groups();
+                let ruleset = base.generations.stamp(compiled, &snapshot, groups, &node);
                 // A ruleset of another generation replaces the cache's
                 // lookup rules, and their counters with them.
                 let cached = |r: &Ruleset| r.enforced().verdict_cache.map(|c| c.generation);

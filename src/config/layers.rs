@@ -11,8 +11,8 @@ use serde_json::{Map, Value};
 
 use super::{
     AgentConfig, AntiSpoofingConfig, AuditConfig, ConfigError, DatapathConfig, DockerConfig,
-    FqdnConfig, HealthConfig, L7Config, MetricsConfig, NodeConfig, QueuesConfig, StatusConfig,
-    VerdictCacheConfig,
+    FqdnConfig, HealthConfig, KubernetesConfig, L7Config, MetricsConfig, NodeConfig, QueuesConfig,
+    StatusConfig, VerdictCacheConfig,
 };
 
 /// Defaults that depend on the machine the agent runs on.
@@ -200,6 +200,10 @@ pub fn flags() -> Vec<Flag> {
         ),
         ("health", HealthConfig::augment_args(Command::new("health"))),
         ("docker", DockerConfig::augment_args(Command::new("docker"))),
+        (
+            "kubernetes",
+            KubernetesConfig::augment_args(Command::new("kubernetes")),
+        ),
         (
             "verdictCache",
             VerdictCacheConfig::augment_args(Command::new("verdictCache")),

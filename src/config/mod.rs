@@ -93,6 +93,7 @@ pub struct AgentConfig {
     pub policy_files: PolicyFilesConfig,
     pub health: HealthConfig,
     pub docker: DockerConfig,
+    pub kubernetes: KubernetesConfig,
     pub verdict_cache: VerdictCacheConfig,
     pub anti_spoofing: AntiSpoofingConfig,
 }

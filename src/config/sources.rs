@@ -134,3 +134,26 @@ impl DockerConfig {
         }
     }
 }
+
+/// Where an agent in Kubernetes mode learns its peers' addresses
+/// (`docs/design/scale.md`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Peers {
+    /// Every Pod of the cluster is watched (the default: no controller).
+    #[default]
+    Watch,
+    /// Only this Node's Pods are watched; the members of Pod selections
+    /// come from the AddressGroups a `tollgate controller` publishes.
+    Controller,
+}
+
+/// The Kubernetes source (`--kubernetes`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::Args)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct KubernetesConfig {
+    /// `watch` (every Pod) or `controller` (this Node's Pods, peers from
+    /// the controller's AddressGroups).
+    #[arg(skip)]
+    pub peers: Peers,
+}

@@ -465,6 +465,7 @@ fn every_flag_sets_a_key_of_its_section() {
             address: Some("127.0.0.1:9100".parse().unwrap()),
         },
         policy_files: defaults.policy_files,
+        kubernetes: defaults.kubernetes,
         verdict_cache: VerdictCacheConfig {
             enabled: Switch::Off,
             ..defaults.verdict_cache
@@ -760,4 +761,24 @@ fn anti_spoofing_is_on_by_default_and_allowed_sources_read_as_maps_or_text() {
         let error = load(bad, &[]).unwrap_err().to_string();
         assert!(error.contains("allowedSourcePrefixes"), "{bad}: {error}");
     }
+}
+
+#[test]
+fn kubernetes_peers_is_watch_unless_set_to_controller() {
+    let peers =
+        |file: &str, settings: &[Setting]| load(file, settings).map(|l| l.config.kubernetes.peers);
+    assert_eq!(peers("", &[]).unwrap(), Peers::Watch);
+    assert_eq!(
+        peers("kubernetes: {peers: controller}", &[]).unwrap(),
+        Peers::Controller
+    );
+    assert_eq!(
+        peers(
+            "kubernetes: {peers: controller}",
+            &[set("kubernetes.peers=watch")]
+        )
+        .unwrap(),
+        Peers::Watch
+    );
+    assert!(peers("kubernetes: {peers: sometimes}", &[]).is_err());
 }

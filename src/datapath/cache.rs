@@ -29,6 +29,7 @@ use crate::decide::CacheEntry;
 use crate::model::Snapshot;
 use crate::packet::flow::{LocalSide, Verdict};
 use crate::ruleset::{Ruleset, VerdictCache};
+use crate::selection::group::Slices;
 
 use super::ipset_netlink::EntryOp;
 use super::state::{Family, Hook};
@@ -187,6 +188,7 @@ impl HitCount {
 /// that changed nothing tollgate reads must keep the cache's sets.
 pub fn generation_of(
     snapshot: &Snapshot,
+    groups: Option<&Slices>,
     node: &LocalNode,
     timeout_secs: u32,
     max_entries: u32,
@@ -198,6 +200,12 @@ pub fn generation_of(
         // Writing into a digest cannot fail, nor can serializing the
         // model (plain data, string keys).
         serde_json::to_writer(&mut digest, object).expect("the model serializes");
+        digest.update(b"\0");
+    }
+    // Controller mode: the peers' addresses come from the groups.
+    for (name, slice) in groups.into_iter().flatten() {
+        digest.update(name.as_bytes());
+        serde_json::to_writer(&mut digest, slice).expect("a slice serializes");
         digest.update(b"\0");
     }
     let bytes = digest.finalize();
@@ -223,14 +231,20 @@ impl Generations {
         }
     }
 
-    /// `ruleset`, compiled from `snapshot` for `node`, with its generation
-    /// when the cache is on.
-    pub fn stamp(&self, ruleset: Ruleset, snapshot: &Snapshot, node: &LocalNode) -> Ruleset {
+    /// `ruleset`, compiled from `snapshot` (and, in controller mode,
+    /// `groups`) for `node`, with its generation when the cache is on.
+    pub fn stamp(
+        &self,
+        ruleset: Ruleset,
+        snapshot: &Snapshot,
+        groups: Option<&Slices>,
+        node: &LocalNode,
+    ) -> Ruleset {
         if !self.enabled {
             return ruleset;
         }
         ruleset.with_verdict_cache(VerdictCache {
-            generation: generation_of(snapshot, node, self.timeout_secs, self.max_entries),
+            generation: generation_of(snapshot, groups, node, self.timeout_secs, self.max_entries),
             timeout_secs: self.timeout_secs,
             max_entries: self.max_entries,
             lookup: true,
@@ -327,7 +341,7 @@ COMMIT
         };
         let on = Generations::new(true, 60, 1024);
         let generation = |g: &Generations, snapshot: &Snapshot, node: &LocalNode| {
-            g.stamp(Ruleset::default(), snapshot, node)
+            g.stamp(Ruleset::default(), snapshot, None, node)
                 .enforced()
                 .verdict_cache
                 .map(|c| c.generation)

@@ -59,8 +59,8 @@ use arc_swap::ArcSwap;
 pub use client::{request, stream};
 pub use protocol::{
     AgentSeries, AntiSpoofReport, CheckReport, Counts, FqdnReport, FqdnSource, GuardedReport,
-    KubernetesReport, LearnedSetReport, ProcessReport, QueueReport, ReloadReport, Request,
-    Response, SnapshotReport, StatusError, StatusReport, SupportReport, UnguardedReport,
+    KubernetesReport, LearnedSetReport, PeersReport, ProcessReport, QueueReport, ReloadReport,
+    Request, Response, SnapshotReport, StatusError, StatusReport, SupportReport, UnguardedReport,
     DEFAULT_SOCKET, TIMEOUT,
 };
 pub use server::{serve, StatusServer, MAX_CLIENTS, REQUEST_TIMEOUT};
@@ -204,6 +204,12 @@ impl AgentStatus {
             synced: state.synced(),
             skipped,
             partly_enforced: refused.len() - skipped,
+            peers: state.peers().map(|peers| PeersReport {
+                needed: peers.needed(),
+                waiting: peers.waiting(),
+                slices: peers.held().len(),
+                controller_stale: peers.stale(),
+            }),
         })
     }
 

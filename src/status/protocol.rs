@@ -192,6 +192,24 @@ pub struct KubernetesReport {
     pub skipped: usize,
     /// Objects enforced only in part.
     pub partly_enforced: usize,
+    /// `kubernetes.peers: controller`: the groups of peers; absent in
+    /// watch mode.
+    #[serde(default)]
+    pub peers: Option<PeersReport>,
+}
+
+/// Controller mode's groups of peers (`tollgate_controller_*` metrics).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PeersReport {
+    /// AddressGroups the rules use.
+    pub needed: usize,
+    /// Of those, not received: no ruleset is built meanwhile.
+    pub waiting: usize,
+    /// AddressGroup slices held.
+    pub slices: usize,
+    /// The controller's Lease absent or not renewed in time.
+    pub controller_stale: bool,
 }
 
 /// One live FQDN set entry and how it was learned: `snooped` or

@@ -685,7 +685,8 @@ fn skipped_is_answered_in_kubernetes_mode_only() {
         Some(KubernetesReport {
             synced: false,
             skipped: 0,
-            partly_enforced: 0
+            partly_enforced: 0,
+            peers: None
         })
     );
     assert!(render_status(&report, true).contains(
@@ -929,4 +930,35 @@ fn the_snapshot_answer_is_the_compiled_snapshot_and_its_node() {
             .collect()
     };
     assert_eq!(objects(&read), objects(&snapshot.objects));
+}
+
+#[test]
+fn controller_mode_shows_its_groups_and_a_stale_controller() {
+    let s = status();
+    s.kubernetes_source(SourceState::default());
+    let mut report = s.report();
+    let peers = |waiting, controller_stale| PeersReport {
+        needed: 3,
+        waiting,
+        slices: 5,
+        controller_stale,
+    };
+    let line = |report: &StatusReport| {
+        render_status(report, true)
+            .lines()
+            .find(|l| l.starts_with("peers:"))
+            .map(str::to_string)
+    };
+    assert_eq!(line(&report), None, "watch mode has no peers line");
+    report.kubernetes.as_mut().unwrap().peers = Some(peers(0, false));
+    assert_eq!(
+        line(&report).unwrap(),
+        "peers:              controller, 3 groups in 5 slices"
+    );
+    report.kubernetes.as_mut().unwrap().peers = Some(peers(2, true));
+    let waiting = line(&report).unwrap();
+    assert!(
+        waiting.starts_with("peers:              waiting for 2 groups of 3 (the ruleset in force stays); controller STALE"),
+        "{waiting}"
+    );
 }

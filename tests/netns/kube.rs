@@ -531,3 +531,146 @@ fn kubernetes_remote_label_change_is_patched_and_the_endpoint_set_changed_in_pla
     assert_web(TcpOutcome::Connected);
     agent.stop();
 }
+
+/// `web` Pods take ingress from Pods labelled `app: client` only.
+fn allow_only_clients() -> Value {
+    json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "ClusterNetworkPolicy",
+           "metadata": {"name": "web-from-clients"},
+           "spec": {"priority": 5, "tier": "application",
+                    "appliedTo": [{"podSelector": {"matchLabels": {"app": "web"}}}],
+                    "ingress": [{"name": "clients", "action": "Allow",
+                                 "from": [{"podSelector": {"matchLabels": {"app": "client"}}}]},
+                                {"name": "rest", "action": "Drop"}]}})
+}
+
+/// Slice 0 of the AddressGroup of `app: client` Pods, as a `tollgate
+/// controller` publishes it (`core/src/selection/group.rs`).
+fn client_group(ips: &[IpAddr]) -> Value {
+    use tollgate::model::LabelSelector;
+    use tollgate::selection::group::{self, canonical, key, slice_name};
+    use tollgate::selection::{NamespaceScope, Selection};
+    let selection = Selection::Pods {
+        namespaces: NamespaceScope::All,
+        pods: Some(LabelSelector {
+            match_labels: [("app".to_string(), "client".to_string())].into(),
+            match_expressions: Vec::new(),
+        }),
+    };
+    let k = key(&selection);
+    let members: Vec<Value> = if ips.is_empty() {
+        Vec::new()
+    } else {
+        vec![json!({"ips": ips})]
+    };
+    json!({"apiVersion": group::API_VERSION, "kind": group::KIND,
+           "metadata": {"name": slice_name(&k, 0), "labels": {group::SELECTION_LABEL: k}},
+           "spec": {"selection": canonical(&selection), "slice": 0, "members": members}})
+}
+
+const PEERS_METRICS: &str = "127.0.0.1:9533";
+
+/// Controller mode on the wire (`kubernetes.peers: controller`): the peer
+/// Pod is on another Node, so the agent (watching its own Pods only)
+/// learns its addresses from a hand-applied AddressGroup alone. The group
+/// allows it (positive control); its address removed from the group, new
+/// connections are dropped; back, allowed. Then slice 0 deleted: the agent
+/// says it waits for the group, and the ruleset in force stays — the
+/// client still connects, nothing drops everything. No controller renews
+/// a Lease all along: status and `tollgate_controller_stale` say stale,
+/// and enforcement holds both ways meanwhile. IPv4 and IPv6; the verdict
+/// cache is off, so every probe is the agent's.
+///
+/// Mutation: the agent building a ruleset while a group is missing (the
+/// waiting checks of `Incremental::ruleset`'s patch path and of
+/// `agent::compiler::Compiler::compile` disabled): slice 0 deleted reads
+/// as an empty group (tried: fails — the agent never says it keeps the
+/// ruleset; before that wait was in the test, the probe after the
+/// deletion failed instead: the client dropped).
+#[test]
+fn kubernetes_controller_mode_enforces_remote_peers_from_an_address_group() {
+    let Some(lab) =
+        Lab::builder("kubernetes_controller_mode_enforces_remote_peers_from_an_address_group")
+            .peer("client")
+            .peer("server")
+            .ipv6()
+            .build()
+    else {
+        return;
+    };
+    lab.serve_tcp("server", 8080, crate::harness::Service::Echo);
+    let listener = lab
+        .node()
+        .enter(|| TcpListener::bind("127.0.0.1:0").expect("bind in node namespace"));
+    let api = FakeApi::serve(listener);
+    let server: [IpAddr; 2] = [lab.addr("server").into(), lab.addr6("server").into()];
+    let client: [IpAddr; 2] = [lab.addr("client").into(), lab.addr6("client").into()];
+    api.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod"}}));
+    api.apply(dual_stack_pod(server));
+    api.apply(remote_pod("client", client));
+    api.apply(allow_only_clients());
+    api.apply(client_group(&client));
+    let kubeconfig = lab.dir().join("kubeconfig");
+    std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
+    let mut options = lab.agent_options().args(&[
+        "--verdict-cache",
+        "off",
+        "--set",
+        "kubernetes.peers=controller",
+        "--metrics-address",
+        PEERS_METRICS,
+    ]);
+    options.kubeconfig = Some(kubeconfig);
+    let socket = options.status_socket.clone();
+    let mut agent = lab.start_agent(options);
+    let assert_web = |outcome: TcpOutcome| {
+        for ip in server {
+            lab.assert_tcp("client", SocketAddr::new(ip, 8080), outcome);
+        }
+    };
+    let status = || {
+        let out = tollgate(&["status", "--socket", socket.to_str().unwrap()]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let metric = |name: &str| {
+        crate::harness::metrics::scrape(lab.node(), PEERS_METRICS)
+            .get(name)
+            .copied()
+            .unwrap_or_else(|| panic!("{name} not exported"))
+    };
+
+    agent.wait_generation(1);
+    assert_web(TcpOutcome::Connected);
+
+    api.apply(client_group(&[]));
+    agent.wait_generation(2);
+    assert_web(TcpOutcome::TimedOut);
+
+    api.apply(client_group(&client));
+    agent.wait_generation(3);
+    assert_web(TcpOutcome::Connected);
+
+    // Slice 0 gone: waiting, the last ruleset in force. The agent logs
+    // that it keeps it (once at the start too: its first compile learns
+    // which groups to watch) as its reload ends.
+    let applied = agent.count_log("ruleset applied");
+    let waited = agent.count_log("peers: waiting for groups");
+    api.delete(&client_group(&[]));
+    crate::harness::wait_until("the agent waits for the group", AGENT_WAIT, || {
+        agent.count_log("peers: waiting for groups") > waited
+    });
+    assert!(status().contains("waiting for 1 groups"), "{}", status());
+    assert_eq!(metric("tollgate_controller_groups_waiting"), 1.0);
+    assert_web(TcpOutcome::Connected);
+    assert_eq!(
+        agent.count_log("ruleset applied"),
+        applied,
+        "{}",
+        agent.log()
+    );
+
+    // No Lease all along: stale, and enforced both ways meanwhile.
+    let text = status();
+    assert!(text.contains("controller STALE"), "{text}");
+    assert_eq!(metric("tollgate_controller_stale"), 1.0);
+    agent.stop();
+}

@@ -15,14 +15,26 @@
 //!   changes nothing and yields no ruleset.
 //!
 //! The result always equals [`super::compile`] of the same objects (a
-//! property test checks it). Pure: no I/O, no clock.
+//! property test checks it).
+//!
+//! In controller mode ([`Incremental::controller`]) the inventory holds
+//! the local Node's Pods only, and the members of Pod selections come from
+//! the published AddressGroup slices handed to [`Incremental::set_groups`].
+//! A ruleset is built only when every Pod selection it uses is complete
+//! (slice 0 received); until then [`Incremental::ruleset`] yields none,
+//! the last ruleset stays in force, and [`Incremental::waiting`] names the
+//! keys awaited: a group not received is never read as empty. With the
+//! groups a controller publishes for a snapshot, the ruleset equals the
+//! watch-mode one of that snapshot but for the names of remote Pods, which
+//! groups do not carry (a property test checks it). Pure: no I/O, no clock.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use crate::model::{Kind, Object, Snapshot, Sourced};
 use crate::ruleset::Ruleset;
-use crate::selection::{members, Delta, Labels, Selections};
+use crate::selection::group::{key_of, AddressGroupSpec, GroupMember};
+use crate::selection::{members, Delta, Labels, Selection, Selections};
 
 use super::{assemble, LocalNode, LocalView};
 
@@ -50,6 +62,9 @@ pub struct Incremental {
     directory: u64,
     /// The last snapshot [`Incremental::update`] was handed.
     snapshot: Option<Arc<Snapshot>>,
+    /// Controller mode: the last assembly used a Pod selection not yet
+    /// complete, so its ruleset was not taken (the last one stays).
+    blocked: bool,
 }
 
 /// Whether objects of `kind` are inventory the selections keep (and not
@@ -62,7 +77,18 @@ impl Incremental {
     /// The compiler of `snapshot` for `local`; the first
     /// [`Incremental::ruleset`] assembles everything.
     pub fn new(snapshot: &Snapshot, local: &LocalNode) -> Incremental {
-        let selections = Selections::new(snapshot, local);
+        Incremental::with(snapshot, Selections::new(snapshot, local))
+    }
+
+    /// The compiler in controller mode: `snapshot` holds the local Node's
+    /// Pods only, and Pod selections read the groups handed to
+    /// [`Incremental::set_groups`]. The first [`Incremental::ruleset`]
+    /// waits for them.
+    pub fn controller(snapshot: &Snapshot, local: &LocalNode) -> Incremental {
+        Incremental::with(snapshot, Selections::controller(snapshot, local))
+    }
+
+    fn with(snapshot: &Snapshot, selections: Selections) -> Incremental {
         let mut incremental = Incremental {
             policies: Arc::new(Snapshot::default()),
             namespaces: BTreeMap::new(),
@@ -71,6 +97,7 @@ impl Incremental {
             pending: Update::Rules,
             directory: 0,
             snapshot: None,
+            blocked: false,
         };
         incremental.set_policies(policy_side(snapshot));
         incremental.pending = Update::Rules;
@@ -252,6 +279,56 @@ impl Incremental {
         update
     }
 
+    /// Controller mode: brings the published groups held to `groups` (the
+    /// AddressGroup slices received, each slice once): the slices that
+    /// differ are put in place, those no longer there removed. A slice is
+    /// filed under the key of its `selection` ([`key_of`]).
+    pub fn set_groups<'a>(
+        &mut self,
+        groups: impl IntoIterator<Item = &'a AddressGroupSpec>,
+    ) -> Update {
+        let mut given: BTreeMap<(String, u32), &[GroupMember]> = BTreeMap::new();
+        for spec in groups {
+            given.insert((key_of(&spec.selection), spec.slice), &spec.members);
+        }
+        let gone: Vec<(String, u32)> = self
+            .selections
+            .slices()
+            .filter(|(key, slice)| !given.contains_key(&(key.to_string(), *slice)))
+            .map(|(key, slice)| (key.to_string(), slice))
+            .collect();
+        let mut changed = false;
+        for (key, slice) in gone {
+            changed |= self.selections.set_slice(&key, slice, None);
+        }
+        let directory = self.selections.directory_version();
+        for ((key, slice), members) in given {
+            changed |= self
+                .selections
+                .set_slice(&key, slice, Some(members.to_vec()));
+        }
+        let update = if changed || self.selections.directory_version() != directory {
+            Update::Peers
+        } else {
+            Update::Unchanged
+        };
+        self.pending = self.pending.max(update);
+        update
+    }
+
+    /// Controller mode: the keys of the groups the last assembly used and
+    /// has not received (slice 0 missing); while any is, no ruleset is
+    /// built.
+    pub fn waiting(&self) -> BTreeSet<String> {
+        self.selections.waiting()
+    }
+
+    /// Controller mode: the keys of the groups the last assembly used,
+    /// with their selections: what the source must subscribe to.
+    pub fn needed(&self) -> BTreeMap<String, Selection> {
+        self.selections.needed()
+    }
+
     /// The local Node changed (labels, addresses).
     pub fn set_local(&mut self, local: &LocalNode) -> Update {
         if self.selections.local() == local {
@@ -264,11 +341,31 @@ impl Incremental {
 
     /// The ruleset of the objects now, if anything changed since the last
     /// one (the first call always builds one).
+    ///
+    /// In controller mode, none while a Pod selection the rules use is
+    /// waiting for its group ([`Incremental::waiting`]): the last ruleset
+    /// stays, neither patched with an incomplete set nor assembled without
+    /// one.
     pub fn ruleset(&mut self) -> Option<Arc<Ruleset>> {
-        let update = std::mem::replace(&mut self.pending, Update::Unchanged);
+        let mut update = std::mem::replace(&mut self.pending, Update::Unchanged);
+        if self.blocked {
+            // The selections in use are the blocked assembly's: a change
+            // of peers alone completes it or leaves it waiting; anything
+            // else may change which selections the rules use.
+            match update {
+                Update::Unchanged => return None,
+                Update::Peers if !self.selections.waiting().is_empty() => return None,
+                _ => update = Update::Rules,
+            }
+        }
         let ruleset = match (&self.last, update) {
             (Some(_), Update::Unchanged) => return None,
             (Some(last), Update::Peers) => {
+                if !self.selections.waiting().is_empty() {
+                    // A group in use went away: keep the last ruleset.
+                    self.blocked = true;
+                    return None;
+                }
                 let changed: HashMap<_, _> = self.selections.take_changed().into_iter().collect();
                 if changed.is_empty() && self.selections.directory_version() == self.directory {
                     return None;
@@ -285,6 +382,10 @@ impl Incremental {
                 let ruleset = assemble(&self.policies, view, &mut self.selections);
                 self.selections.end();
                 self.selections.take_changed();
+                self.blocked = !self.selections.waiting().is_empty();
+                if self.blocked {
+                    return None;
+                }
                 ruleset
             }
         };

@@ -491,6 +491,13 @@ impl Ruleset {
 
 #[cfg(test)]
 impl Ruleset {
+    /// Every rule's peer selections with their sets.
+    pub(crate) fn peer_sets(&self) -> impl Iterator<Item = (&Selection, &Arc<HashSet<IpAddr>>)> {
+        self.rules
+            .iter()
+            .flat_map(|r| r.peers.selections.iter().zip(&r.peers.addresses))
+    }
+
     /// Everything the ruleset decides by, in a stable text form: two
     /// rulesets with the same fingerprint decide every flow alike.
     pub(crate) fn fingerprint(&self) -> String {

@@ -12,6 +12,7 @@
 //! "absent". This module owns the names, the key and the wire form; it
 //! never decides which selections exist nor talks to an API server.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
@@ -43,7 +44,13 @@ const KEY_BYTES: usize = 10;
 /// canonical JSON ([`canonical`]), in lower-case hex. A valid label value
 /// and the prefix of every slice's name.
 pub fn key(selection: &Selection) -> String {
-    let digest = Sha1::digest(canonical(selection).as_bytes());
+    key_of(&canonical(selection))
+}
+
+/// The key of the selection whose canonical JSON is `canonical` (a
+/// slice's [`AddressGroupSpec::selection`]): what [`key`] gives for it.
+pub fn key_of(canonical: &str) -> String {
+    let digest = Sha1::digest(canonical.as_bytes());
     digest[..KEY_BYTES]
         .iter()
         .map(|b| format!("{b:02x}"))
@@ -63,6 +70,9 @@ pub fn canonical(selection: &Selection) -> String {
 pub fn slice_name(key: &str, slice: u32) -> String {
     format!("{key}-{slice}")
 }
+
+/// The slices an agent holds, by object name ([`slice_name`]).
+pub type Slices = BTreeMap<String, AddressGroupSpec>;
 
 /// An AddressGroup's `spec`: one slice of one selection's members.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
@@ -120,6 +130,7 @@ mod tests {
         assert_eq!(key(&app("web")), key(&app("web")));
         assert_ne!(key(&app("web")), key(&app("db")));
         let k = key(&app("web"));
+        assert_eq!(key_of(&canonical(&app("web"))), k);
         assert_eq!(k.len(), 2 * KEY_BYTES);
         assert!(k
             .bytes()

@@ -37,10 +37,15 @@ impl NamespaceState {
 }
 
 mod compare;
+mod named;
+mod published;
+
+use published::Published;
 
 type PodId = u32;
 
-/// A Pod's Namespace and name.
+/// A Pod's Namespace and name (or, for a published group's members, the
+/// group's key after `~` and the slice: a name no Namespace has).
 type PodKey = (String, String);
 
 /// The inventory and the address sets of the selections in use.
@@ -72,6 +77,9 @@ pub struct Selections {
     named: HashMap<IpAddr, BTreeMap<PodKey, Arc<[NamedPort]>>>,
     named_ports: NamedPorts,
     names: Names,
+    /// In controller mode, the published groups Pod selections read their
+    /// members from (`None`: from the Pods, watch mode).
+    published: Option<Published>,
     /// Bumped whenever `named_ports` or `names` changes.
     directory_changes: u64,
     /// Bumped whenever a member or a Namespace's labels change.
@@ -81,8 +89,13 @@ pub struct Selections {
 impl Selections {
     /// The inventory of `snapshot`, seen from `local`.
     pub fn new(snapshot: &Snapshot, local: &LocalNode) -> Selections {
+        Selections::with(snapshot, local, None)
+    }
+
+    fn with(snapshot: &Snapshot, local: &LocalNode, published: Option<Published>) -> Selections {
         let mut selections = Selections {
             local: local.clone(),
+            published,
             ..Selections::default()
         };
         for object in snapshot.iter() {
@@ -300,6 +313,9 @@ impl Selections {
             return;
         };
         self.memberships[id as usize] = None;
+        if let Some(published) = &mut self.published {
+            published.stop(id);
+        }
         self.pod_unscoped.remove(&id);
         self.node_selections.remove(&id);
         self.entity_selections.remove(&id);
@@ -350,6 +366,10 @@ impl Selections {
             used: true,
         };
         match selection.member_kind() {
+            MemberKind::Pod if self.published.is_some() => {
+                let published = self.published.as_mut().expect("controller mode");
+                published.start(id, &selection, &mut membership);
+            }
             MemberKind::Pod => {
                 for pod in self.pod_candidates(&selection) {
                     let Some(pod) = self.pods[pod as usize].as_ref() else {
@@ -569,60 +589,6 @@ impl Selections {
         }
     }
 
-    /// Names and named ports follow a Pod's addresses.
-    fn directory_pod(
-        &mut self,
-        key: &(String, String),
-        old: Option<&PodEntry>,
-        new: Option<&PodEntry>,
-    ) {
-        let name = format!("{}/{}", key.0, key.1);
-        let old_ips = old.map(|p| p.ips.as_slice());
-        let new_ips = new.map(|p| p.ips.as_slice());
-        if old_ips != new_ips {
-            Names::set(&mut self.names.main, name, new_ips);
-            self.directory_changes += 1;
-        }
-        let ports = |p: Option<&PodEntry>| {
-            p.filter(|p| !p.named_ports.is_empty())
-                .map(|p| (p.ips.clone(), p.named_ports.clone()))
-        };
-        let (before, after) = (ports(old), ports(new));
-        if before == after {
-            return;
-        }
-        let mut touched = Vec::new();
-        if let Some((ips, _)) = &before {
-            for ip in ips {
-                if let Some(by_pod) = self.named.get_mut(ip) {
-                    by_pod.remove(key);
-                    if by_pod.is_empty() {
-                        self.named.remove(ip);
-                    }
-                }
-                touched.push(*ip);
-            }
-        }
-        if let Some((ips, named)) = &after {
-            let named: Arc<[NamedPort]> = named.clone().into();
-            for ip in ips {
-                self.named
-                    .entry(*ip)
-                    .or_default()
-                    .insert(key.clone(), Arc::clone(&named));
-                touched.push(*ip);
-            }
-        }
-        for ip in touched {
-            let ports = self
-                .named
-                .get(&ip)
-                .and_then(|by_pod| by_pod.values().next_back().cloned());
-            self.named_ports.set(ip, ports);
-        }
-        self.directory_changes += 1;
-    }
-
     fn set_namespace(&mut self, name: String, labels: Option<Labels>) {
         let before = self.namespace_labels(&name).cloned();
         let state = self
@@ -652,9 +618,11 @@ impl Selections {
         if readers.is_empty() {
             return;
         }
+        // In controller mode Pod selections read the published groups.
         let pods: Vec<PodEntry> = self
             .pods_by_namespace
             .get(&name)
+            .filter(|_| self.published.is_none())
             .into_iter()
             .flatten()
             .filter_map(|&id| self.pods[id as usize].clone())

@@ -142,6 +142,21 @@ pub fn render_status(report: &StatusReport, wide: bool) -> String {
                 k.partly_enforced
             ),
         );
+        if let Some(p) = &k.peers {
+            let groups = match p.waiting {
+                0 => format!("controller, {} groups in {} slices", p.needed, p.slices),
+                n => format!(
+                    "waiting for {n} groups of {} (the ruleset in force stays)",
+                    p.needed
+                ),
+            };
+            let lease = if p.controller_stale {
+                "; controller STALE (Lease kube-system/tollgate-controller absent or not renewed: the groups held stay enforced)"
+            } else {
+                ""
+            };
+            line("peers", format!("{groups}{lease}"));
+        }
     }
     if let Some(inventory) = &report.inventory {
         line("inventory", inventory.clone());

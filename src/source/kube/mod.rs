@@ -33,6 +33,7 @@
 
 pub mod events;
 pub mod optional;
+pub mod peers;
 pub mod store;
 
 use std::collections::HashSet;
@@ -53,6 +54,7 @@ use crate::source::{Debounce, Source};
 use crate::validate::Problem;
 use events::Events;
 use optional::Presence;
+pub use peers::PeerGroups;
 pub use store::{Admitted, Change, Identity, Reason, Refusal, Store, ORIGIN};
 
 counters! {
@@ -67,6 +69,8 @@ counters! {
         events_updated: Counter "kubernetes_events" { result = "updated" } = "Kubernetes Events on skipped or partly enforced objects, by result (created, updated: count raised, failed: refused by the API server, dropped: queue full)",
         events_failed: Counter "kubernetes_events" { result = "failed" } = "Kubernetes Events on skipped or partly enforced objects, by result (created, updated: count raised, failed: refused by the API server, dropped: queue full)",
         events_dropped: Counter "kubernetes_events" { result = "dropped" } = "Kubernetes Events on skipped or partly enforced objects, by result (created, updated: count raised, failed: refused by the API server, dropped: queue full)",
+        controller_stale: Gauge "controller_stale" = "kubernetes.peers: controller: 1 while the tollgate controller's Lease (kube-system/tollgate-controller) is absent or not renewed within its duration (read every 30 s); the groups held stay enforced. 0 in watch mode",
+        groups_waiting: Gauge "controller_groups_waiting" = "kubernetes.peers: controller: AddressGroups the rules use that have not been received (no slice 0); while above 0 the ruleset in force stays",
     }
 }
 
@@ -278,6 +282,7 @@ impl Latest {
 pub struct SourceState {
     latest: Latest,
     synced: Arc<AtomicBool>,
+    peers: Option<PeerGroups>,
 }
 
 impl SourceState {
@@ -285,6 +290,11 @@ impl SourceState {
     /// since (a kind that failed is in step again once listed again).
     pub fn synced(&self) -> bool {
         self.synced.load(Ordering::SeqCst)
+    }
+
+    /// In controller mode, the groups shared with the agent.
+    pub fn peers(&self) -> Option<&PeerGroups> {
+        self.peers.as_ref()
     }
 
     /// The objects the latest snapshot skipped or enforces only in part.
@@ -306,14 +316,18 @@ pub struct KubeSource {
 
 impl KubeSource {
     /// Connects (without contacting the API server yet) and starts the
-    /// watchers. `notify` is called after each published snapshot; it must
-    /// not block. With `node`, refused objects are reported as Kubernetes
-    /// Events from that node.
+    /// watchers. `notify` is called after each published snapshot (and,
+    /// with `peers`, each change of the groups held); it must not block.
+    /// With `node`, refused objects are reported as Kubernetes Events from
+    /// that node. With `peers` (controller mode) only the Pods of its Node
+    /// are watched, and the AddressGroups it needs and the controller's
+    /// Lease are followed ([`peers`]).
     pub fn spawn(
         connection: Connection,
         node: Option<String>,
+        peers: Option<PeerGroups>,
         counters: Arc<KubeCounters>,
-        notify: impl Fn() + Send + 'static,
+        notify: impl Fn() + Send + Sync + 'static,
     ) -> Result<KubeSource, KubeError> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -323,7 +337,11 @@ impl KubeSource {
             let config = connection.config().await?;
             Ok::<_, KubeError>(kube::Client::try_from(config)?)
         })?;
-        let state = SourceState::default();
+        let state = SourceState {
+            peers: peers.clone(),
+            ..SourceState::default()
+        };
+        let notify: Arc<dyn Fn() + Send + Sync> = Arc::new(notify);
         let (stop, stopped) = tokio::sync::oneshot::channel();
         let published = state.clone();
         let thread = std::thread::Builder::new()
@@ -332,7 +350,19 @@ impl KubeSource {
                 runtime.block_on(async move {
                     let events =
                         node.map(|node| Events::spawn(client.clone(), node, Arc::clone(&counters)));
-                    watch_all(client, published, events, &counters, notify, stopped).await;
+                    if let Some(peers) = &peers {
+                        tokio::spawn(peers::follow(
+                            client.clone(),
+                            peers.clone(),
+                            Arc::clone(&notify),
+                        ));
+                        tokio::spawn(peers::follow_lease(client.clone(), peers.clone()));
+                    }
+                    let pods = peers
+                        .as_ref()
+                        .map(|p| format!("spec.nodeName={}", p.node()));
+                    let notify = move || notify();
+                    watch_all(client, published, events, pods, &counters, notify, stopped).await;
                 });
             })
             .map_err(KubeError::Thread)?;
@@ -383,21 +413,21 @@ type KindEvents = Pin<Box<dyn Stream<Item = KindEvent> + Send>>;
 /// without errors), a new one lists the kind again: kube's watcher resumes
 /// a failed watch without a list and without an event, so nothing would
 /// tell when the kind is in step again; a completed list does.
-fn kind_events(client: &kube::Client, resource: Resource) -> KindEvents {
+fn kind_events(client: &kube::Client, resource: Resource, config: watcher::Config) -> KindEvents {
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource.api_resource());
     let api_version = resource.api_version();
     type Watch = Pin<Box<dyn Stream<Item = watcher::Result<Event<DynamicObject>>> + Send>>;
     let start = (None::<Watch>, DefaultBackoff::default(), false);
     stream::unfold(start, move |(watch, mut backoff, failed)| {
         let api = api.clone();
+        let config = config.clone();
         async move {
             if failed {
                 if let Some(wait) = backoff.next() {
                     tokio::time::sleep(wait).await;
                 }
             }
-            let mut watch =
-                watch.unwrap_or_else(|| watcher::watcher(api, watcher::Config::default()).boxed());
+            let mut watch = watch.unwrap_or_else(|| watcher::watcher(api, config).boxed());
             let event = watch.next().await?;
             let failed = event.is_err();
             let next = (!failed).then_some(watch);
@@ -445,7 +475,7 @@ async fn follow_optional(
 ) {
     let mut presence = Presence::default();
     loop {
-        let mut events = kind_events(&client, resource);
+        let mut events = kind_events(&client, resource, watcher::Config::default());
         loop {
             match events.next().await {
                 None => return,
@@ -517,11 +547,19 @@ async fn watch_all(
     client: kube::Client,
     state: SourceState,
     mut events_out: Option<Events>,
+    pods: Option<String>,
     counters: &KubeCounters,
     notify: impl Fn(),
     mut stopped: tokio::sync::oneshot::Receiver<()>,
 ) {
-    let required = RESOURCES.iter().map(|r| kind_events(&client, *r));
+    // In controller mode, Pods are this Node's only (`spec.nodeName=…`).
+    let required = RESOURCES.iter().map(|r| {
+        let config = match (&pods, r.kind) {
+            (Some(fields), Kind::Pod) => watcher::Config::default().fields(fields),
+            _ => watcher::Config::default(),
+        };
+        kind_events(&client, *r, config)
+    });
     let optional = OPTIONAL_RESOURCES
         .iter()
         .map(|r| optional_kind_events(&client, *r));

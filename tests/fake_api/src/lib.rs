@@ -7,8 +7,14 @@
 //! installed, or removed): it answers `404 NotFound` until installed
 //! again, or failing: `500` to every list and watch until healed. It
 //! keeps the `events.k8s.io/v1` Events posted (`POST`) and counted
-//! (merge `PATCH`), and can refuse them (`403`). Plain threads and std
-//! sockets: nothing of the client side is mocked.
+//! (merge `PATCH`), and can refuse them (`403`). Lists and watches honour
+//! `labelSelector` (`k=v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`, `k`,
+//! `!k`) and `fieldSelector` (`path=v`, `path!=v`, e.g. `spec.nodeName=n1`),
+//! matched against each event's object (a change in or out of the
+//! selection is not turned into ADDED/DELETED); each watch counts the
+//! events it sent ([`FakeApi::watches`]). A GET of one object
+//! (`…/namespaces/NS/PLURAL/NAME`, `…/PLURAL/NAME`) answers it or `404`.
+//! Plain threads and std sockets: nothing of the client side is mocked.
 //!
 //! Used by the no-root watcher tests (`tests/kube_watch.rs`) and by the
 //! Kubernetes-mode test of the netns suite (`tests/netns/kube.rs`).
@@ -39,6 +45,8 @@ pub fn collection(api_version: &str, kind: &str) -> String {
         "ExternalEntity" => "externalentities",
         "AdminNetworkPolicy" => "adminnetworkpolicies",
         "BaselineAdminNetworkPolicy" => "baselineadminnetworkpolicies",
+        "AddressGroup" => "addressgroups",
+        "Lease" => "leases",
         other => panic!("fake API server does not serve {other}"),
     };
     if api_version.contains('/') {
@@ -80,6 +88,20 @@ struct State {
     refuse_events: bool,
     /// Event requests received, answered or not.
     event_requests: u64,
+    /// Every watch request served: its collection, query and events sent.
+    watches: Vec<Watched>,
+}
+
+/// One watch request and what it was sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Watched {
+    /// The collection path.
+    pub path: String,
+    /// `labelSelector` and `fieldSelector`, decoded (empty when absent).
+    pub labels: String,
+    pub fields: String,
+    /// ADDED, MODIFIED and DELETED events sent (not BOOKMARKs).
+    pub events: u64,
 }
 
 struct Shared {
@@ -317,6 +339,11 @@ current-context: fake
         self.shared.state.lock().unwrap().refuse_events = refuse;
     }
 
+    /// Every watch request served so far, in order.
+    pub fn watches(&self) -> Vec<Watched> {
+        self.shared.state.lock().unwrap().watches.clone()
+    }
+
     /// List requests (not watches) served for `path`.
     pub fn lists(&self, path: &str) -> usize {
         self.log()
@@ -344,8 +371,131 @@ fn query(target: &str) -> BTreeMap<String, String> {
         .unwrap_or_default()
         .split('&')
         .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .map(|(k, v)| (k.to_string(), decode(v)))
         .collect()
+}
+
+/// A query value, `application/x-www-form-urlencoded`.
+fn decode(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                match u8::from_str_radix(hex, 16) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The requirements of a selector, split at the commas outside
+/// parentheses.
+fn requirements(selector: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0, 0);
+    for (i, c) in selector.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(selector[start..i].trim());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(selector[start..].trim());
+    out.into_iter().filter(|r| !r.is_empty()).collect()
+}
+
+/// Whether `value` (a label or field, `None` when absent) meets one
+/// requirement.
+fn meets(requirement: &str, value: impl Fn(&str) -> Option<String>) -> bool {
+    let set = |list: &str| -> BTreeSet<String> {
+        list.trim()
+            .trim_start_matches('(')
+            .trim_end_matches(')')
+            .split(',')
+            .map(|v| v.trim().to_string())
+            .collect()
+    };
+    if let Some((key, list)) = requirement.split_once(" notin ") {
+        return value(key.trim()).is_none_or(|v| !set(list).contains(&v));
+    }
+    if let Some((key, list)) = requirement.split_once(" in ") {
+        return value(key.trim()).is_some_and(|v| set(list).contains(&v));
+    }
+    if let Some((key, want)) = requirement.split_once("!=") {
+        return value(key.trim()).as_deref() != Some(want.trim());
+    }
+    if let Some((key, want)) = requirement
+        .split_once("==")
+        .or_else(|| requirement.split_once('='))
+    {
+        return value(key.trim()).as_deref() == Some(want.trim());
+    }
+    if let Some(key) = requirement.strip_prefix('!') {
+        return value(key.trim()).is_none();
+    }
+    value(requirement).is_some()
+}
+
+/// Whether `object` is selected by the request's `labelSelector` and
+/// `fieldSelector`.
+fn selected(object: &Value, labels: &str, fields: &str) -> bool {
+    let label = |key: &str| {
+        object["metadata"]["labels"][key]
+            .as_str()
+            .map(str::to_string)
+    };
+    let field = |path: &str| {
+        let mut at = object;
+        for part in path.split('.') {
+            at = &at[part];
+        }
+        match at {
+            Value::String(s) => Some(s.clone()),
+            Value::Null => None,
+            other => Some(other.to_string()),
+        }
+    };
+    requirements(labels).iter().all(|r| meets(r, label))
+        && requirements(fields).iter().all(|r| meets(r, field))
+}
+
+/// The path of `object` itself, as a GET of it names it.
+fn object_path(key: &(String, String, String)) -> String {
+    let (collection, namespace, name) = key;
+    if namespace.is_empty() {
+        return format!("{collection}/{name}");
+    }
+    // `/apis/G/V/PLURAL` → `/apis/G/V/namespaces/NS/PLURAL/NAME`.
+    let (base, plural) = collection.rsplit_once('/').unwrap();
+    format!("{base}/namespaces/{namespace}/{plural}/{name}")
+}
+
+/// Whether `path` names one object (not a collection): after `/api/V`
+/// or `/apis/G/V`, two or four segments.
+fn names_an_object(path: &str) -> bool {
+    let rest = match path.strip_prefix("/apis/") {
+        Some(rest) => rest.splitn(3, '/').nth(2),
+        None => path
+            .strip_prefix("/api/")
+            .and_then(|r| r.split_once('/').map(|(_, rest)| rest)),
+    };
+    rest.is_some_and(|r| matches!(r.split('/').count(), 2 | 4))
 }
 
 fn serve(stream: TcpStream, shared: &Shared) {
@@ -407,10 +557,12 @@ fn serve(stream: TcpStream, shared: &Shared) {
         let _ = respond(&mut stream, 500, &failure);
         return;
     }
-    if params.get("watch").map(String::as_str) == Some("true") {
+    if names_an_object(path) {
+        get(&mut stream, shared, path);
+    } else if params.get("watch").map(String::as_str) == Some("true") {
         watch(stream, shared, path, &params);
     } else {
-        list(&mut stream, shared, path);
+        list(&mut stream, shared, path, &params);
     }
 }
 
@@ -481,7 +633,32 @@ fn respond(stream: &mut TcpStream, code: u16, body: &Value) -> std::io::Result<(
     stream.flush()
 }
 
-fn list(stream: &mut TcpStream, shared: &Shared, path: &str) {
+fn get(stream: &mut TcpStream, shared: &Shared, path: &str) {
+    let state = shared.state.lock().unwrap();
+    let found = state
+        .objects
+        .iter()
+        .find(|(key, _)| object_path(key) == path)
+        .map(|(_, object)| object.clone());
+    drop(state);
+    let _ = match found {
+        Some(object) => respond(stream, 200, &object),
+        None => {
+            let not_found = json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                "status": "Failure", "message": "not found", "reason": "NotFound",
+                "details": {}, "code": 404});
+            respond(stream, 404, &not_found)
+        }
+    };
+}
+
+fn selectors(params: &BTreeMap<String, String>) -> (String, String) {
+    let get = |k: &str| params.get(k).cloned().unwrap_or_default();
+    (get("labelSelector"), get("fieldSelector"))
+}
+
+fn list(stream: &mut TcpStream, shared: &Shared, path: &str, params: &BTreeMap<String, String>) {
+    let (labels, fields) = selectors(params);
     let mut state = shared.state.lock().unwrap();
     while state.lists_held && !shared.stop.load(Ordering::SeqCst) {
         state = shared.changed.wait(state).unwrap();
@@ -490,7 +667,7 @@ fn list(stream: &mut TcpStream, shared: &Shared, path: &str) {
     let items: Vec<Value> = state
         .objects
         .iter()
-        .filter(|((p, _, _), _)| p == path)
+        .filter(|((p, _, _), object)| p == path && selected(object, &labels, &fields))
         .map(|(_, object)| {
             let mut item = object.clone();
             let map = item.as_object_mut().unwrap();
@@ -539,6 +716,14 @@ fn watch(mut stream: TcpStream, shared: &Shared, path: &str, params: &BTreeMap<S
         let _ = stream.write_all(b"0\r\n\r\n");
         return;
     }
+    let (labels, fields) = selectors(params);
+    let watch_id = state.watches.len();
+    state.watches.push(Watched {
+        path: path.to_string(),
+        labels: labels.clone(),
+        fields: fields.clone(),
+        events: 0,
+    });
     let epoch = state.epoch;
     let mut sent = from;
     loop {
@@ -546,12 +731,21 @@ fn watch(mut stream: TcpStream, shared: &Shared, path: &str, params: &BTreeMap<S
         {
             break;
         }
-        let lines: Vec<String> = state
+        let lines: Vec<(&str, String)> = state
             .events
             .iter()
             .filter(|e| e.rv > sent && e.path == path)
-            .map(|e| format!("{}\n", json!({"type": e.kind, "object": e.object})))
+            .filter(|e| e.kind == "BOOKMARK" || selected(&e.object, &labels, &fields))
+            .map(|e| {
+                (
+                    e.kind,
+                    format!("{}\n", json!({"type": e.kind, "object": e.object})),
+                )
+            })
             .collect();
+        state.watches[watch_id].events +=
+            lines.iter().filter(|(kind, _)| *kind != "BOOKMARK").count() as u64;
+        let lines: Vec<String> = lines.into_iter().map(|(_, line)| line).collect();
         if let Some(last) = state.events.last() {
             sent = sent.max(last.rv);
         }
@@ -574,3 +768,6 @@ fn watch(mut stream: TcpStream, shared: &Shared, path: &str, params: &BTreeMap<S
     drop(state);
     let _ = stream.write_all(b"0\r\n\r\n");
 }
+
+#[cfg(test)]
+mod tests;

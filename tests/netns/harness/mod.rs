@@ -251,6 +251,7 @@ pub const TEST_IDS: &[&str] = &[
     "queries_pass_unheld_and_their_copies_still_teach",
     "a_reply_judged_before_its_querys_copy_is_read_is_released_unlearned",
     "a_restarted_dns_worker_binds_its_query_copies_again",
+    "kubernetes_controller_mode_enforces_remote_peers_from_an_address_group",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".

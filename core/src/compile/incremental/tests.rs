@@ -481,3 +481,5 @@ fn a_status_write_of_a_remote_pod_costs_nothing_and_an_address_change_patches() 
     );
     assert!(incremental.ruleset().is_some());
 }
+
+mod controller;

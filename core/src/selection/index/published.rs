@@ -1,0 +1,175 @@
+//! Controller mode in [`Selections`]: the members of Pod selections
+//! ([`Selection::Pods`], [`Selection::ServiceAccount`]) come from the
+//! AddressGroup slices a `tollgate controller` published ([`super::super::group`]),
+//! not from the Pods, which in that mode are the local Node's alone. A
+//! selection's set is the union of the received slices of its key; a
+//! selection whose slice 0 has not been received is *waiting*: its set is
+//! not complete, and whoever compiles must not read it as empty. Nodes and
+//! ExternalEntities are still read from the inventory. Never talks to an
+//! API server.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::compile::LocalNode;
+use crate::model::Snapshot;
+
+use super::super::group::{self, GroupMember};
+use super::super::membership::Membership;
+use super::super::{MemberKind, NamedPort, Selection};
+use super::named::PortsAt;
+use super::Selections;
+
+/// The slices received, by selection key, and which Pod selection in use
+/// reads each key.
+#[derive(Debug, Default)]
+pub(super) struct Published {
+    slices: HashMap<String, BTreeMap<u32, Vec<GroupMember>>>,
+    /// Pod selections in use: id → key, key → id.
+    keys: HashMap<u32, String>,
+    ids: HashMap<String, u32>,
+}
+
+impl Published {
+    /// Selection `id` starts: its members are those of the slices held.
+    pub(super) fn start(&mut self, id: u32, selection: &Selection, membership: &mut Membership) {
+        let key = group::key(selection);
+        for member in self
+            .slices
+            .get(&key)
+            .into_iter()
+            .flat_map(|s| s.values())
+            .flatten()
+        {
+            membership.add(&member.ips);
+        }
+        self.ids.insert(key.clone(), id);
+        self.keys.insert(id, key);
+    }
+
+    /// Selection `id` is no longer kept.
+    pub(super) fn stop(&mut self, id: u32) {
+        if let Some(key) = self.keys.remove(&id) {
+            self.ids.remove(&key);
+        }
+    }
+}
+
+/// A group member's named ports, as the directory keeps them.
+fn ports(member: &GroupMember) -> PortsAt {
+    let named: Vec<NamedPort> = member
+        .named_ports
+        .iter()
+        .map(|p| (p.name.clone(), p.protocol, p.port))
+        .collect();
+    (!named.is_empty()).then(|| (member.ips.clone(), named))
+}
+
+impl Selections {
+    /// The inventory of `snapshot` (the local Node's Pods, every Node,
+    /// Namespace and ExternalEntity) seen from `local`, in controller mode:
+    /// Pod selections read the slices given to [`Selections::set_slice`].
+    pub fn controller(snapshot: &Snapshot, local: &LocalNode) -> Selections {
+        Selections::with(snapshot, local, Some(Published::default()))
+    }
+
+    /// Puts slice `slice` of the selection keyed `key` in place (`None`
+    /// removes it); whether a selection in use changed (its members or
+    /// whether it is complete). The named ports of every slice held are
+    /// kept, in use or not. Ignored in watch mode.
+    pub fn set_slice(&mut self, key: &str, slice: u32, members: Option<Vec<GroupMember>>) -> bool {
+        let Some(published) = self.published.as_mut() else {
+            return false;
+        };
+        let held = published.slices.get(key).and_then(|s| s.get(&slice));
+        if held == members.as_ref() {
+            return false;
+        }
+        let old = match &members {
+            Some(members) => published
+                .slices
+                .entry(key.to_string())
+                .or_default()
+                .insert(slice, members.clone()),
+            None => {
+                let slices = published.slices.get_mut(key).expect("held");
+                let old = slices.remove(&slice);
+                if slices.is_empty() {
+                    published.slices.remove(key);
+                }
+                old
+            }
+        };
+        // Named ports follow every slice held, in use or not.
+        let holder = format!("~{key}");
+        let count = old
+            .as_ref()
+            .map_or(0, Vec::len)
+            .max(members.as_ref().map_or(0, Vec::len));
+        for index in 0..count {
+            let at = |m: &Option<Vec<GroupMember>>| {
+                m.as_ref().and_then(|m| m.get(index)).and_then(ports)
+            };
+            let place = (holder.clone(), format!("{slice}/{index}"));
+            self.ports_moved(&place, at(&old), at(&members));
+        }
+        let published = self.published.as_ref().expect("controller mode");
+        let Some(&id) = published.ids.get(key) else {
+            return false;
+        };
+        self.revision += 1;
+        let membership = self.memberships[id as usize]
+            .as_mut()
+            .expect("a key in use names a membership");
+        for member in old.iter().flatten() {
+            membership.remove(&member.ips);
+        }
+        for member in members.iter().flatten() {
+            membership.add(&member.ips);
+        }
+        true
+    }
+
+    /// Every slice held, by key.
+    pub fn slices(&self) -> impl Iterator<Item = (&str, u32)> {
+        self.published
+            .iter()
+            .flat_map(|p| p.slices.iter())
+            .flat_map(|(key, slices)| slices.keys().map(move |s| (key.as_str(), *s)))
+    }
+
+    /// The keys of the Pod selections in use, each with its selection:
+    /// the groups this inventory needs (none in watch mode).
+    pub fn needed(&self) -> BTreeMap<String, Selection> {
+        let Some(published) = &self.published else {
+            return BTreeMap::new();
+        };
+        published
+            .ids
+            .iter()
+            .filter_map(|(key, &id)| {
+                let membership = self.memberships[id as usize].as_ref()?;
+                (membership.selection.member_kind() == MemberKind::Pod)
+                    .then(|| (key.clone(), membership.selection.clone()))
+            })
+            .collect()
+    }
+
+    /// The keys of the Pod selections in use whose slice 0 was not
+    /// received: their sets are not complete.
+    pub fn waiting(&self) -> BTreeSet<String> {
+        let Some(published) = &self.published else {
+            return BTreeSet::new();
+        };
+        published
+            .ids
+            .keys()
+            .filter(|key| {
+                !published
+                    .slices
+                    .get(*key)
+                    .is_some_and(|slices| slices.contains_key(&0))
+            })
+            .cloned()
+            .collect()
+    }
+}
