@@ -37,6 +37,7 @@ impl NamespaceState {
 }
 
 mod compare;
+mod pods;
 
 type PodId = u32;
 
