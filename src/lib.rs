@@ -44,13 +44,14 @@
 
 pub use tollgate_core::{
     audit, compile, counters, decide, decode, dns, explain, fqdn, http, l7, marks, model, netlink,
-    observe, packet, review, ruleset, suggest, tls, validate,
+    observe, packet, review, ruleset, selection, suggest, tls, validate,
 };
 
 pub mod agent;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod controller;
 pub mod datapath;
 pub mod logging;
 pub mod privilege;
