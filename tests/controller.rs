@@ -37,7 +37,7 @@ fn world(api: &FakeApi, db_pods: usize) {
 }
 
 fn db_ip(i: usize) -> String {
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         format!("10.2.{}.{}", i / 200, i % 200 + 1)
     } else {
         format!("fd00::2:{i:x}")
@@ -49,7 +49,25 @@ fn start(api: &FakeApi, identity: &str) -> Controller {
     let mut options = Options::new(Connection::Config(Box::new(config)), identity.into());
     options.lease_duration = Duration::from_secs(2);
     options.renew_every = Duration::from_millis(300);
+    options.listen = Some("127.0.0.1:0".parse().unwrap());
     Controller::spawn(options).expect("controller starts")
+}
+
+/// `GET path` of the controller's endpoint: status line and body.
+fn get(controller: &Controller, path: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(controller.listening().unwrap()).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    (
+        head.lines().next().unwrap_or_default().to_string(),
+        body.to_string(),
+    )
 }
 
 fn wait(what: &str, ok: impl Fn() -> bool) {
@@ -90,9 +108,13 @@ fn writes(api: &FakeApi) -> usize {
         .sum()
 }
 
-/// Mutation: `Publisher::writes` without the comparison with the
-/// server's copy and `Group::set` without its equality check rewrite the
-/// db slice for the status write, and the count of writes fails.
+/// Mutations (each makes the count of writes fail): the publisher
+/// without its three guards against a write that changes nothing
+/// (`Publisher::set_pod`'s early return for an equal Pod, `Group::set`'s
+/// equality check, `same` — each alone is covered by the others) rewrites
+/// the slice for the status write; `refresh_member` marking every slice
+/// of the group with `same` answering false rewrites both slices for the
+/// label change.
 #[test]
 fn the_controller_publishes_the_groups_and_a_label_change_rewrites_one_slice() {
     let api = FakeApi::start("127.0.0.1:0");
@@ -152,9 +174,9 @@ fn a_restarted_controller_rewrites_nothing_when_nothing_changed() {
     wait("the second leads and is ready", || {
         second.leader() && second.ready()
     });
-    // It listed the groups to adopt them, and wrote nothing.
-    assert!(api.lists(GROUPS) > lists);
+    // It wrote nothing, having listed the groups to adopt them.
     assert_eq!(writes(&api), before, "{:#?}", api.log());
+    assert!(api.lists(GROUPS) > lists);
     // Positive control: a change is still published.
     api.apply(pod("db-new", "db", "10.9.9.9", "Running"));
     wait("db-new published", || has(&api, "10.9.9.9"));
@@ -183,6 +205,21 @@ fn two_controllers_elect_one_leader_and_the_standby_takes_over() {
         ) >= renewals + 5
     });
     assert!(a.leader() && !b.leader());
+    // Both ready (a leader with a complete first sync, a healthy standby);
+    // the metric tells them apart.
+    for (controller, leader) in [(&a, 1), (&b, 0)] {
+        assert!(get(controller, "/readyz").0.contains("200"));
+        assert!(get(controller, "/livez").0.contains("200"));
+        let metrics = get(controller, "/metrics").1;
+        assert!(
+            metrics.contains(&format!("tollgate_controller_leader {leader}\n")),
+            "{metrics}"
+        );
+        assert!(
+            metrics.contains("tollgate_controller_selections 1\n"),
+            "{metrics}"
+        );
+    }
     let holder = |api: &FakeApi| {
         api.objects(&lease)["kube-system/tollgate-controller"]["spec"]["holderIdentity"].clone()
     };
