@@ -102,7 +102,7 @@ fn has(api: &FakeApi, ip: &str) -> bool {
 }
 
 fn writes(api: &FakeApi) -> usize {
-    ["POST", "PUT", "DELETE"]
+    ["POST", "PUT", "PATCH", "DELETE"]
         .iter()
         .map(|m| api.writes(m, GROUPS))
         .sum()
@@ -154,7 +154,7 @@ fn the_controller_publishes_the_groups_and_a_label_change_rewrites_one_slice() {
     // Positive control: the others stay.
     assert!(has(&api, &db_ip(3)) && has(&api, &db_ip(8)));
     assert_eq!(writes(&api) - before, 1, "{:#?}", api.log());
-    assert_eq!(api.writes("PUT", GROUPS), 1);
+    assert_eq!(api.writes("PATCH", GROUPS), 1);
 }
 
 /// Mutation: `Publisher::adopt` not called on taking the lead (the new

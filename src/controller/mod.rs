@@ -28,7 +28,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams,
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams,
 };
 use serde_json::json;
 
@@ -349,9 +350,16 @@ impl Loop {
             return;
         }
         let mut seen = HashSet::new();
+        let mut namespaces = HashSet::new();
         for object in snapshot.iter() {
-            if let Object::Pod(pod) = object {
-                seen.insert((pod.namespace().to_string(), pod.metadata.name.clone()));
+            match object {
+                Object::Pod(pod) => {
+                    seen.insert((pod.namespace().to_string(), pod.metadata.name.clone()));
+                }
+                Object::Namespace(ns) => {
+                    namespaces.insert(ns.metadata.name.clone());
+                }
+                _ => {}
             }
             if matches!(object, Object::Pod(_) | Object::Namespace(_)) {
                 if let Some(delta) = Delta::apply(object) {
@@ -364,9 +372,7 @@ impl Loop {
                 Object::Pod(pod) => {
                     !seen.contains(&(pod.namespace().to_string(), pod.metadata.name.clone()))
                 }
-                Object::Namespace(ns) => !snapshot.iter().any(
-                    |o| matches!(o, Object::Namespace(n) if n.metadata.name == ns.metadata.name),
-                ),
+                Object::Namespace(ns) => !namespaces.contains(&ns.metadata.name),
                 _ => false,
             };
             if gone {
@@ -427,15 +433,17 @@ impl Loop {
                     Ok(o) => api.create(&PostParams::default(), &o).await.map(|_| ()),
                     Err(e) => Err(kube::Error::SerdeError(e)),
                 },
-                Write::Update { name, key, spec } => match object(name, key, spec) {
-                    // Replaced whole, without a resourceVersion: the
-                    // leader is the one writer.
-                    Ok(o) => api
-                        .replace(name, &PostParams::default(), &o)
-                        .await
-                        .map(|_| ()),
-                    Err(e) => Err(kube::Error::SerdeError(e)),
-                },
+                // The spec replaced by a merge patch (its member list
+                // whole): the leader is the one writer, and a custom
+                // resource's update would need the resourceVersion.
+                Write::Update { name, spec, .. } => api
+                    .patch(
+                        name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({ "spec": spec })),
+                    )
+                    .await
+                    .map(|_| ()),
                 Write::Delete { name } => {
                     api.delete(name, &DeleteParams::default()).await.map(|_| ())
                 }

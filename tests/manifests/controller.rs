@@ -94,7 +94,7 @@ fn the_controller_rbac_grants_reads_of_what_it_watches_and_writes_of_its_groups_
         groups[0].resources.as_deref().unwrap_or_default(),
         [group::PLURAL]
     );
-    assert_eq!(groups[0].verbs, ["list", "create", "update", "delete"]);
+    assert_eq!(groups[0].verbs, ["list", "create", "patch", "delete"]);
     for resource in tollgate::source::kube::watched() {
         assert!(
             rules.iter().any(|r| {

@@ -10,8 +10,8 @@
 //! (merge `PATCH`), and can refuse them (`403`). Objects are also written
 //! by clients as a real server takes them: `GET` of one object, `POST` to
 //! a collection (`409` when it exists), `PUT` (`409` when its
-//! `resourceVersion` is not the stored one, `404` when absent) and
-//! `DELETE`, at cluster-scoped or `namespaces/NS/` paths — the
+//! `resourceVersion` is not the stored one, `404` when absent), merge
+//! `PATCH` and `DELETE`, at cluster-scoped or `namespaces/NS/` paths — the
 //! controller's Lease and AddressGroups. Plain threads and std sockets:
 //! nothing of the client side is mocked.
 //!
@@ -542,7 +542,7 @@ fn object_request(
     let held = state.objects.get(&key).cloned();
     let (code, event, object) = match (method, held) {
         ("GET", Some(object)) => return (200, object),
-        ("GET", None) | ("PUT", None) | ("DELETE", None) => return (404, status(404, "NotFound")),
+        ("GET" | "PUT" | "PATCH" | "DELETE", None) => return (404, status(404, "NotFound")),
         ("POST", Some(_)) => return (409, status(409, "AlreadyExists")),
         ("PUT", Some(old))
             if sent["metadata"]["resourceVersion"].is_string()
@@ -553,6 +553,10 @@ fn object_request(
         ("DELETE", Some(old)) => (200, "DELETED", old),
         ("POST", None) => (201, "ADDED", sent),
         ("PUT", Some(_)) => (200, "MODIFIED", sent),
+        ("PATCH", Some(mut old)) => {
+            merge(&mut old, &sent);
+            (200, "MODIFIED", old)
+        }
         _ => return (405, status(405, "MethodNotAllowed")),
     };
     let mut object = object;
