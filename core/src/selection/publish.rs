@@ -206,20 +206,6 @@ impl Publisher {
         std::mem::take(&mut self.shapes_changed)
     }
 
-    /// The selections published, by key.
-    pub fn selections(&self) -> impl Iterator<Item = (&str, &Selection)> {
-        self.groups.iter().map(|(k, g)| (k.as_str(), &g.selection))
-    }
-
-    /// The members of the selection keyed `key`, by slice (for tests and
-    /// `tollgate controller`'s figures).
-    pub fn slices(&self, key: &str) -> Vec<AddressGroupSpec> {
-        let Some(group) = self.groups.get(key) else {
-            return Vec::new();
-        };
-        group.slices.keys().filter_map(|&s| group.spec(s)).collect()
-    }
-
     /// Applies a Pod or Namespace change (others are ignored: Nodes and
     /// ExternalEntities are never published).
     pub fn apply(&mut self, delta: Delta) {
