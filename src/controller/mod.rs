@@ -93,8 +93,8 @@ impl Options {
 struct State {
     live: AtomicBool,
     leader: AtomicBool,
-    /// The leader adopted the API server's slices and wrote its first
-    /// complete batch; or a standby holds a complete snapshot.
+    /// The leader adopted the API server's slices and wrote its last
+    /// batch; or a standby holds a complete snapshot and no watch fails.
     ready: AtomicBool,
 }
 
@@ -107,9 +107,9 @@ impl Probes for ControllerProbes {
             Check::Live => Err("controller loop stopped".into()),
             Check::Ready if self.0.ready.load(Ordering::SeqCst) => Ok(()),
             Check::Ready if self.0.leader.load(Ordering::SeqCst) => {
-                Err("leader: first sync not complete".into())
+                Err("leader: groups not adopted, or the last batch failed".into())
             }
-            Check::Ready => Err("standby: no complete snapshot yet".into()),
+            Check::Ready => Err("standby: no complete snapshot, or a watch failing".into()),
         }
     }
 }
@@ -305,9 +305,8 @@ impl Loop {
             let leader = self.state.leader.load(Ordering::SeqCst);
             if !leader {
                 self.adopted = false;
-                self.state
-                    .ready
-                    .store(self.last.is_some(), Ordering::SeqCst);
+                let healthy = self.last.is_some() && self.source.state().synced();
+                self.state.ready.store(healthy, Ordering::SeqCst);
                 continue;
             }
             if self.last.is_none() {
