@@ -33,7 +33,7 @@ use kube::api::{
 };
 use serde_json::json;
 
-use crate::compile::{self, policy_side};
+use crate::compile::{self, policy_side, PodShape};
 use crate::counters;
 use crate::model::{Object, Snapshot};
 use crate::selection::group::{self, AddressGroupSpec};
@@ -178,7 +178,6 @@ impl Controller {
         let looping = Loop {
             client,
             source,
-            elector,
             renew_every,
             publisher: Publisher::new(),
             state: Arc::clone(&state),
@@ -189,7 +188,7 @@ impl Controller {
         };
         let thread = std::thread::Builder::new()
             .name("controller".into())
-            .spawn(move || runtime.block_on(looping.run(stopped)))
+            .spawn(move || runtime.block_on(looping.run(elector, stopped)))
             .map_err(KubeError::Thread)?;
         Ok(Controller {
             state,
@@ -254,7 +253,6 @@ pub enum ControllerError {
 struct Loop {
     client: kube::Client,
     source: KubeSource,
-    elector: lease::Elector,
     renew_every: Duration,
     publisher: Publisher,
     state: Arc<State>,
@@ -267,6 +265,41 @@ struct Loop {
     adopted: bool,
 }
 
+/// Takes or renews the Lease every `renew_every` until `quit` says to
+/// stop (`Some(release)`), then gives it up if asked to and held.
+async fn elect(
+    mut elector: lease::Elector,
+    renew_every: Duration,
+    state: Arc<State>,
+    counters: Arc<ControllerCounters>,
+    mut quit: tokio::sync::watch::Receiver<Option<bool>>,
+) {
+    loop {
+        let leader = match elector.try_acquire_or_renew().await {
+            Ok(leader) => leader,
+            Err(error) => {
+                counters.lease_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%error, "controller lease");
+                false
+            }
+        };
+        if leader != state.leader.swap(leader, Ordering::SeqCst) {
+            tracing::info!(leader, "controller leadership changed");
+        }
+        counters.leader.store(u64::from(leader), Ordering::Relaxed);
+        tokio::select! {
+            _ = quit.changed() => break,
+            _ = tokio::time::sleep(renew_every) => {}
+        }
+    }
+    let release = quit.borrow().unwrap_or(true);
+    if release && state.leader.swap(false, Ordering::SeqCst) {
+        if let Err(error) = elector.release().await {
+            tracing::warn!(%error, "releasing the controller lease");
+        }
+    }
+}
+
 fn address_groups() -> ApiResource {
     ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk(group::GROUP, group::VERSION, group::KIND),
@@ -275,8 +308,21 @@ fn address_groups() -> ApiResource {
 }
 
 impl Loop {
-    async fn run(mut self, mut stopped: tokio::sync::oneshot::Receiver<bool>) {
-        let mut next_lease = tokio::time::Instant::now();
+    async fn run(
+        mut self,
+        elector: lease::Elector,
+        mut stopped: tokio::sync::oneshot::Receiver<bool>,
+    ) {
+        // The election runs beside the loop, so that a long computation
+        // of the selections never delays a renewal.
+        let (quit, quitting) = tokio::sync::watch::channel(None);
+        let election = tokio::spawn(elect(
+            elector,
+            self.renew_every,
+            Arc::clone(&self.state),
+            Arc::clone(&self.counters),
+            quitting,
+        ));
         let mut tick = tokio::time::interval(BATCH);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let release = loop {
@@ -284,24 +330,7 @@ impl Loop {
                 release = &mut stopped => break release.unwrap_or(true),
                 _ = tick.tick() => {}
             }
-            if tokio::time::Instant::now() >= next_lease {
-                let leader = match self.elector.try_acquire_or_renew().await {
-                    Ok(leader) => leader,
-                    Err(error) => {
-                        self.counters.lease_errors.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(%error, "controller lease");
-                        false
-                    }
-                };
-                if leader != self.state.leader.swap(leader, Ordering::SeqCst) {
-                    tracing::info!(leader, "controller leadership changed");
-                }
-                self.counters
-                    .leader
-                    .store(u64::from(leader), Ordering::Relaxed);
-                next_lease = tokio::time::Instant::now() + self.renew_every;
-            }
-            self.take_snapshot();
+            self.take_snapshot().await;
             let leader = self.state.leader.load(Ordering::SeqCst);
             if !leader {
                 self.adopted = false;
@@ -327,17 +356,14 @@ impl Loop {
             self.adopted = self.write().await;
             self.state.ready.store(self.adopted, Ordering::SeqCst);
         };
-        if release && self.state.leader.load(Ordering::SeqCst) {
-            if let Err(error) = self.elector.release().await {
-                tracing::warn!(%error, "releasing the controller lease");
-            }
-        }
+        let _ = quit.send(Some(release));
+        let _ = election.await;
         self.state.live.store(false, Ordering::SeqCst);
     }
 
     /// Feeds a new snapshot to the publisher, and computes the selections
     /// again when the policy side or the Pod shapes changed.
-    fn take_snapshot(&mut self) {
+    async fn take_snapshot(&mut self) {
         let Some(snapshot) = self.source.latest().get().map(|a| Arc::clone(&a.snapshot)) else {
             return;
         };
@@ -382,15 +408,29 @@ impl Loop {
         }
         let policies = policy_side(&snapshot);
         let shapes = self.publisher.take_shapes_changed();
-        if shapes || self.policies.as_ref() != Some(&policies) {
-            let selections = compile::pod_selections(&policies, self.publisher.shapes());
-            self.counters
-                .selections
-                .store(selections.len() as u64, Ordering::Relaxed);
-            self.publisher.set_selections(selections);
-            self.policies = Some(policies);
-        }
         self.last = Some(snapshot);
+        if !shapes && self.policies.as_ref() == Some(&policies) {
+            return;
+        }
+        // Seconds at 150,000 Pods (docs/design/scale.md): off the loop's
+        // thread.
+        let shapes: Vec<PodShape> = self.publisher.shapes().cloned().collect();
+        let side = policies.clone();
+        let span = tokio::task::spawn_blocking(move || compile::pod_selections(&side, &shapes));
+        match span.await {
+            Ok(selections) => {
+                self.counters
+                    .selections
+                    .store(selections.len() as u64, Ordering::Relaxed);
+                self.publisher.set_selections(selections);
+                self.policies = Some(policies);
+            }
+            Err(error) => {
+                // Computed again with the next snapshot.
+                tracing::error!(%error, "computing the selections in use");
+                self.policies = None;
+            }
+        }
     }
 
     /// Lists the AddressGroups and hands them to the publisher.
