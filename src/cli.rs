@@ -92,6 +92,33 @@ pub enum Command {
     },
     /// Write the man pages, generated from this command line.
     Man(ManArgs),
+    /// Publish the members of every Pod selection the cluster's policies
+    /// use as AddressGroups, for agents in controller mode (run as a
+    /// Deployment: one replica leads, elected on the Lease
+    /// kube-system/tollgate-controller). Until SIGTERM/SIGINT.
+    Controller(ControllerArgs),
+}
+
+/// Options of `tollgate controller`.
+#[derive(Clone, Debug, Args)]
+pub struct ControllerArgs {
+    /// kubeconfig file to reach the API server with (in-cluster
+    /// configuration without it).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// This replica's name in the Lease (default: the host name, which
+    /// is the Pod's name).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Where `/livez`, `/readyz` and `/metrics` are served.
+    #[arg(long, value_name = "ADDRESS", default_value = "0.0.0.0:9091")]
+    pub listen: std::net::SocketAddr,
+    /// Log filter (`info`, `debug`, `tollgate=debug`, …).
+    #[arg(long)]
+    pub log_level: Option<String>,
+    /// Log as JSON lines.
+    #[arg(long)]
+    pub log_json: bool,
 }
 
 /// Options of `tollgate run`. Configuration keys are set, from lowest to

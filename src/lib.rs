@@ -51,6 +51,7 @@ pub mod agent;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod controller;
 pub mod datapath;
 pub mod logging;
 pub mod privilege;

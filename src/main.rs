@@ -62,5 +62,6 @@ fn run(command: Command) -> Result<ExitCode, CommandError> {
         Command::LogLevel(args) => commands::log_level(&args),
         Command::Completion { shell } => commands::completion(shell),
         Command::Man(args) => commands::man(&args),
+        Command::Controller(args) => commands::controller(&args),
     }
 }

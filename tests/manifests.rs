@@ -19,6 +19,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+#[path = "manifests/controller.rs"]
+mod controller;
 #[path = "manifests/crds.rs"]
 mod crds;
 

@@ -21,6 +21,7 @@
 //! - `render.rs`: every rendering, and the one `table()`.
 
 mod bundle;
+mod controller;
 mod get;
 mod observe;
 mod render;
@@ -37,6 +38,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 pub use bundle::bundle;
+pub use controller::controller;
 pub use get::get;
 pub use observe::observe;
 pub(crate) use render::{render_queues, render_status};

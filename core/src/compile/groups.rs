@@ -185,7 +185,8 @@ impl Compiler<'_> {
     /// Whether an ExternalEntity's interfaces are the local Node's: it names
     /// this Node as its ExternalNode, so policies applied to it apply here.
     pub(super) fn external_entity_is_local(&self, entity: usize) -> bool {
-        self.inv.external_entities[entity].external_node.as_deref()
-            == Some(self.inv.nodes[self.inv.local_node].name.as_str())
+        self.inv.every_node
+            || self.inv.external_entities[entity].external_node.as_deref()
+                == Some(self.inv.nodes[self.inv.local_node].name.as_str())
     }
 }

@@ -20,6 +20,10 @@ pub struct LocalView {
     pub entities: Vec<ExternalEntry>,
     /// Every Namespace with its labels (with `kubernetes.io/metadata.name`).
     pub namespaces: BTreeMap<String, Labels>,
+    /// The view stands for every Node at once (the controller's span,
+    /// `super::span`): `node` matches every nodeSelector and every
+    /// ExternalEntity of `entities` is local.
+    pub every_node: bool,
 }
 
 impl LocalView {
@@ -46,6 +50,7 @@ impl LocalView {
                 .namespaces()
                 .map(|(n, l)| (n.to_string(), l.clone()))
                 .collect(),
+            every_node: false,
         }
     }
 }
@@ -59,6 +64,8 @@ pub struct Inventory<'a> {
     pub external_entities: Vec<ExternalEntry>,
     /// The local Node's index in `nodes`.
     pub local_node: usize,
+    /// See [`LocalView::every_node`].
+    pub every_node: bool,
     namespaces: BTreeMap<String, BTreeMap<String, String>>,
     /// label key → value → Pods carrying it.
     pods_by_label: HashMap<String, HashMap<String, Vec<PodIdx>>>,
@@ -96,6 +103,7 @@ impl<'a> Inventory<'a> {
             node,
             entities: external_entities,
             mut namespaces,
+            every_node,
         } = view;
         for namespace in pods
             .iter()
@@ -129,6 +137,7 @@ impl<'a> Inventory<'a> {
             nodes: vec![node],
             external_entities,
             local_node: 0,
+            every_node,
             namespaces,
             pods_by_label,
             pods_by_namespace,
@@ -246,10 +255,11 @@ impl<'a> Inventory<'a> {
         self.pods_matching(Some(&selector), Some(&[reference.namespace.as_str()]))
     }
 
-    /// Nodes (including the local one) whose labels match.
+    /// Nodes (including the local one) whose labels match; every one
+    /// when the view stands for every Node.
     pub fn nodes_matching(&self, selector: &LabelSelector) -> Vec<usize> {
         (0..self.nodes.len())
-            .filter(|&i| selector.matches(&self.nodes[i].labels))
+            .filter(|&i| self.every_node || selector.matches(&self.nodes[i].labels))
             .collect()
     }
 }

@@ -27,6 +27,7 @@ mod k8s;
 mod npapi;
 mod peers;
 mod priority;
+mod span;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -45,6 +46,7 @@ pub use inventory::LocalView;
 use inventory::{Inventory, PodIdx};
 use k8s::logged_namespaces;
 use priority::tier_priorities;
+pub use span::{pod_selections, PodShape};
 
 /// The Node tollgate runs on.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -38,6 +38,7 @@ impl NamespaceState {
 
 mod compare;
 mod named;
+mod pods;
 mod published;
 
 use published::Published;
@@ -746,7 +747,7 @@ impl Selections {
 }
 
 /// The one Namespace a Pod selection looks in, if it looks in one.
-fn single_namespace(selection: &Selection) -> Option<&str> {
+pub(super) fn single_namespace(selection: &Selection) -> Option<&str> {
     match selection {
         Selection::ServiceAccount { namespace, .. } => Some(namespace),
         Selection::Pods {

@@ -17,6 +17,7 @@ mod directory;
 pub mod group;
 mod index;
 mod membership;
+mod publish;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -30,6 +31,7 @@ use crate::model::{ExternalEntity, LabelSelector, Node, Pod, PortProtocol};
 pub use delta::{members, Delta};
 pub use directory::{NamedPorts, Names};
 pub use index::Selections;
+pub use publish::{member_of, Publisher, Write};
 
 /// Labels by key.
 pub type Labels = BTreeMap<String, String>;

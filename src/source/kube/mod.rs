@@ -100,7 +100,7 @@ pub enum Connection {
 }
 
 impl Connection {
-    async fn config(self) -> Result<kube::Config, KubeError> {
+    pub(crate) async fn config(self) -> Result<kube::Config, KubeError> {
         match self {
             Connection::InCluster => Ok(kube::Config::incluster()?),
             Connection::Kubeconfig(path) => {

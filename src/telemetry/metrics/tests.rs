@@ -217,6 +217,7 @@ fn declared_sets() -> Vec<String> {
 /// Every set the product declares with `counters!`, by name.
 fn product_sets() -> Vec<(&'static str, &'static [Series])> {
     use crate::agent::AgentCounters;
+    use crate::controller::ControllerCounters;
     use crate::source::docker::DockerCounters;
     use crate::source::kube::KubeCounters;
     use crate::status::ReadinessCounters;
@@ -234,6 +235,7 @@ fn product_sets() -> Vec<(&'static str, &'static [Series])> {
         ("KubeCounters", KubeCounters::SERIES),
         ("DockerCounters", DockerCounters::SERIES),
         ("AuditCounters", AuditCounters::SERIES),
+        ("ControllerCounters", ControllerCounters::SERIES),
         ("ObserveCounters", ObserveCounters::SERIES),
         ("ReadinessCounters", ReadinessCounters::SERIES),
     ]
@@ -305,6 +307,9 @@ fn every_declared_counter_is_exported() {
     // As the status API registers it.
     m.counters()
         .register_set(Arc::new(crate::status::ReadinessCounters::default()));
+    // As `tollgate controller` registers it.
+    m.counters()
+        .register_set(Arc::new(crate::controller::ControllerCounters::default()));
     m.counters().register(
         100,
         "queue",

@@ -14,7 +14,12 @@
 //! selection is not turned into ADDED/DELETED); each watch counts the
 //! events it sent ([`FakeApi::watches`]). A GET of one object
 //! (`…/namespaces/NS/PLURAL/NAME`, `…/PLURAL/NAME`) answers it or `404`.
-//! Plain threads and std sockets: nothing of the client side is mocked.
+//! Objects are also written by clients as a real server takes them:
+//! `POST` to a collection (`409` when it exists), `PUT` (`409` when its
+//! `resourceVersion` is not the stored one, `404` when absent), merge
+//! `PATCH` and `DELETE`, at cluster-scoped or `namespaces/NS/` paths — the
+//! controller's Lease and AddressGroups. Plain threads and std sockets:
+//! nothing of the client side is mocked.
 //!
 //! Used by the no-root watcher tests (`tests/kube_watch.rs`) and by the
 //! Kubernetes-mode test of the netns suite (`tests/netns/kube.rs`).
@@ -344,6 +349,27 @@ current-context: fake
         self.shared.state.lock().unwrap().watches.clone()
     }
 
+    /// The objects of collection `path` (as [`collection`] names it), by
+    /// `namespace/name` (`/name` when cluster-scoped).
+    pub fn objects(&self, path: &str) -> BTreeMap<String, Value> {
+        self.shared
+            .state
+            .lock()
+            .unwrap()
+            .objects
+            .iter()
+            .filter(|((p, _, _), _)| p == path)
+            .map(|((_, ns, name), object)| (format!("{ns}/{name}"), object.clone()))
+            .collect()
+    }
+
+    /// Requests with `method` (`PUT`, `POST`, `DELETE`) whose path starts
+    /// with `prefix`, served so far.
+    pub fn writes(&self, method: &str, prefix: &str) -> usize {
+        let start = format!("{method} {prefix}");
+        self.log().iter().filter(|r| r.starts_with(&start)).count()
+    }
+
     /// List requests (not watches) served for `path`.
     pub fn lists(&self, path: &str) -> usize {
         self.log()
@@ -539,6 +565,14 @@ fn serve(stream: TcpStream, shared: &Shared) {
         let _ = respond(&mut stream, code, &answer);
         return;
     }
+    if let Some((collection, namespace, name)) = written_object(path) {
+        if method != "GET" || !name.is_empty() {
+            let (code, answer) =
+                object_request(shared, method, &collection, &namespace, &name, &body);
+            let _ = respond(&mut stream, code, &answer);
+            return;
+        }
+    }
     if method != "GET" {
         let _ = respond(&mut stream, 405, &json!({"kind": "Status", "code": 405}));
         return;
@@ -605,6 +639,95 @@ fn event_request(shared: &Shared, method: &str, path: &str, body: &[u8]) -> (u16
         }
         _ => (405, status(405, "MethodNotAllowed")),
     }
+}
+
+/// The collection, Namespace and name a path of a written kind (Lease,
+/// AddressGroup) names: `/apis/G/V[/namespaces/NS]/PLURAL[/NAME]`;
+/// `None` for every other path.
+fn written_object(path: &str) -> Option<(String, String, String)> {
+    let rest = path.strip_prefix("/apis/")?;
+    let parts: Vec<&str> = rest.split('/').collect();
+    let (group, version, rest) = match parts.as_slice() {
+        [group, version, rest @ ..] => (*group, *version, rest),
+        _ => return None,
+    };
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, rest @ ..] if !rest.is_empty() => (ns.to_string(), rest),
+        rest => (String::new(), rest),
+    };
+    let (plural, name) = match rest {
+        [plural] => (*plural, String::new()),
+        [plural, name] => (*plural, name.to_string()),
+        _ => return None,
+    };
+    if !matches!(plural, "leases" | "addressgroups") {
+        return None;
+    }
+    Some((format!("/apis/{group}/{version}/{plural}"), namespace, name))
+}
+
+/// A write (or a GET of one object) of a written kind.
+fn object_request(
+    shared: &Shared,
+    method: &str,
+    collection: &str,
+    namespace: &str,
+    name: &str,
+    body: &[u8],
+) -> (u16, Value) {
+    let status = |code: u16, reason: &str| {
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": reason, "reason": reason, "details": {}, "code": code})
+    };
+    let sent = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null);
+    let mut state = shared.state.lock().unwrap();
+    let name = match method {
+        "POST" => sent["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        _ => name.to_string(),
+    };
+    let key = (collection.to_string(), namespace.to_string(), name.clone());
+    let held = state.objects.get(&key).cloned();
+    let (code, event, object) = match (method, held) {
+        ("GET", Some(object)) => return (200, object),
+        ("GET" | "PUT" | "PATCH" | "DELETE", None) => return (404, status(404, "NotFound")),
+        ("POST", Some(_)) => return (409, status(409, "AlreadyExists")),
+        ("PUT", Some(old))
+            if sent["metadata"]["resourceVersion"].is_string()
+                && sent["metadata"]["resourceVersion"] != old["metadata"]["resourceVersion"] =>
+        {
+            return (409, status(409, "Conflict"));
+        }
+        ("DELETE", Some(old)) => (200, "DELETED", old),
+        ("POST", None) => (201, "ADDED", sent),
+        ("PUT", Some(_)) => (200, "MODIFIED", sent),
+        ("PATCH", Some(mut old)) => {
+            merge(&mut old, &sent);
+            (200, "MODIFIED", old)
+        }
+        _ => return (405, status(405, "MethodNotAllowed")),
+    };
+    let mut object = object;
+    state.rv += 1;
+    object["metadata"]["resourceVersion"] = json!(state.rv.to_string());
+    if event == "DELETED" {
+        state.objects.remove(&key);
+    } else {
+        object["metadata"]["uid"] = json!(format!("uid-{namespace}-{name}"));
+        state.objects.insert(key, object.clone());
+    }
+    let rv = state.rv;
+    state.events.push(WatchEvent {
+        rv,
+        path: collection.to_string(),
+        kind: event,
+        object: object.clone(),
+    });
+    drop(state);
+    shared.changed.notify_all();
+    (code, object)
 }
 
 /// JSON merge patch (RFC 7386).

@@ -1,0 +1,508 @@
+//! `tollgate controller`: publishes, for every Pod selection the cluster's
+//! policies use ([`crate::compile::pod_selections`]), its members as
+//! `AddressGroup` slices ([`crate::selection::group`]), so that agents in
+//! controller mode watch only the groups their own policies need
+//! (`docs/design/scale.md`).
+//!
+//! It reads the cluster through the Kubernetes source
+//! ([`crate::source::kube::KubeSource`]: the same watchers, store and
+//! admission as the agent's), feeds each new snapshot to a
+//! [`Publisher`] as Pod and Namespace deltas, and computes the selections
+//! again when the policy side or the set of Pod shapes changed. One
+//! replica leads, elected on the Lease `kube-system/tollgate-controller`
+//! ([`lease`]); only the leader writes, at most once per [`BATCH`], and
+//! only once it holds a complete snapshot. On taking the lead (and after
+//! a failed write) it lists the AddressGroups and adopts them, so a new
+//! leader rewrites only the slices that differ. Standbys keep their
+//! publisher up to date and are ready to take over. Serves `/livez`,
+//! `/readyz` and `/metrics` ([`ControllerCounters`]). It never touches a
+//! node's firewall.
+#![allow(clippy::disallowed_methods)] // batching and the Lease are timed on the clock.
+
+pub mod lease;
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams,
+};
+use serde_json::json;
+
+use crate::compile::{self, policy_side, PodShape};
+use crate::counters;
+use crate::model::{Object, Snapshot};
+use crate::selection::group::{self, AddressGroupSpec};
+use crate::selection::{Delta, Publisher, Write};
+use crate::source::kube::{Connection, KubeCounters, KubeError, KubeSource};
+use crate::telemetry::{Check, Metrics, Probes};
+
+/// Writes are made at most once per batch.
+pub const BATCH: Duration = Duration::from_millis(100);
+
+counters! {
+    /// What the controller publishes, and whether it leads.
+    pub struct ControllerCounters: one per agent {
+        leader: Gauge "controller_leader" = "1 while this tollgate controller holds the Lease kube-system/tollgate-controller and publishes AddressGroups, 0 on a standby",
+        selections: Gauge "controller_selections" = "Pod selections the cluster's policies use, each published as an AddressGroup of one or more slices",
+        creates: Counter "controller_group_writes" { op = "create" } = "AddressGroup slice writes made by the leader, by operation (create, update, delete)",
+        updates: Counter "controller_group_writes" { op = "update" } = "AddressGroup slice writes made by the leader, by operation (create, update, delete)",
+        deletes: Counter "controller_group_writes" { op = "delete" } = "AddressGroup slice writes made by the leader, by operation (create, update, delete)",
+        write_errors: Counter "controller_group_write_errors" = "AddressGroup writes refused or failed (each is followed by a fresh list and adoption)",
+        lease_errors: Counter "controller_lease_errors" = "Failed reads or writes of the Lease (the leader stops writing until it renews again)",
+    }
+}
+
+/// How the controller runs.
+pub struct Options {
+    pub connection: Connection,
+    /// This replica's name in the Lease (the Pod's name).
+    pub identity: String,
+    /// The Lease's namespace and name.
+    pub lease_namespace: String,
+    pub lease_name: String,
+    /// How long a Lease not renewed stays held (15 s).
+    pub lease_duration: Duration,
+    /// How often the leader renews and a standby tries (5 s).
+    pub renew_every: Duration,
+    /// Where `/livez`, `/readyz` and `/metrics` are served.
+    pub listen: Option<SocketAddr>,
+}
+
+impl Options {
+    /// The production timings, for `identity`.
+    pub fn new(connection: Connection, identity: String) -> Options {
+        Options {
+            connection,
+            identity,
+            lease_namespace: lease::NAMESPACE.into(),
+            lease_name: lease::NAME.into(),
+            lease_duration: Duration::from_secs(15),
+            renew_every: Duration::from_secs(5),
+            listen: None,
+        }
+    }
+}
+
+/// What the probes read.
+#[derive(Default)]
+struct State {
+    live: AtomicBool,
+    leader: AtomicBool,
+    /// The leader adopted the API server's slices and wrote its last
+    /// batch; or a standby holds a complete snapshot and no watch fails.
+    ready: AtomicBool,
+}
+
+struct ControllerProbes(Arc<State>);
+
+impl Probes for ControllerProbes {
+    fn check(&self, check: Check) -> Result<(), String> {
+        match check {
+            Check::Live if self.0.live.load(Ordering::SeqCst) => Ok(()),
+            Check::Live => Err("controller loop stopped".into()),
+            Check::Ready if self.0.ready.load(Ordering::SeqCst) => Ok(()),
+            Check::Ready if self.0.leader.load(Ordering::SeqCst) => {
+                Err("leader: groups not adopted, or the last batch failed".into())
+            }
+            Check::Ready => Err("standby: no complete snapshot, or a watch failing".into()),
+        }
+    }
+}
+
+/// A running controller; dropping it releases the Lease and stops.
+pub struct Controller {
+    state: Arc<State>,
+    counters: Arc<ControllerCounters>,
+    listening: Option<SocketAddr>,
+    stop: Option<tokio::sync::oneshot::Sender<bool>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Controller {
+    /// Connects, starts the watchers, the election and the endpoint.
+    pub fn spawn(options: Options) -> Result<Controller, ControllerError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(KubeError::Thread)?;
+        let Options {
+            connection,
+            identity,
+            lease_namespace,
+            lease_name,
+            lease_duration,
+            renew_every,
+            listen,
+        } = options;
+        let (config, client) = runtime.block_on(async {
+            let config = connection.config().await?;
+            let client = kube::Client::try_from(config.clone()).map_err(KubeError::Client)?;
+            Ok::<_, KubeError>((config, client))
+        })?;
+        let metrics = Arc::new(Metrics::new());
+        let kube_counters = Arc::new(KubeCounters::default());
+        let counters = Arc::new(ControllerCounters::default());
+        metrics.counters().register_set(kube_counters.clone());
+        metrics.counters().register_set(counters.clone());
+        let state = Arc::new(State {
+            live: AtomicBool::new(true),
+            ..State::default()
+        });
+        let listening = match listen {
+            Some(address) => Some(crate::telemetry::http::serve(
+                address,
+                Arc::clone(&metrics),
+                Arc::new(ControllerProbes(Arc::clone(&state))),
+            )?),
+            None => None,
+        };
+        let source = KubeSource::spawn(
+            Connection::Config(Box::new(config)),
+            None,
+            kube_counters,
+            || {},
+        )?;
+        let elector = lease::Elector::new(
+            client.clone(),
+            &lease_namespace,
+            &lease_name,
+            &identity,
+            lease_duration,
+        );
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let looping = Loop {
+            client,
+            source,
+            renew_every,
+            publisher: Publisher::new(),
+            state: Arc::clone(&state),
+            counters: Arc::clone(&counters),
+            last: None,
+            policies: None,
+            adopted: false,
+        };
+        let thread = std::thread::Builder::new()
+            .name("controller".into())
+            .spawn(move || runtime.block_on(looping.run(elector, stopped)))
+            .map_err(KubeError::Thread)?;
+        Ok(Controller {
+            state,
+            counters,
+            listening,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// Whether this replica leads.
+    pub fn leader(&self) -> bool {
+        self.state.leader.load(Ordering::SeqCst)
+    }
+
+    /// Whether `/readyz` answers 200.
+    pub fn ready(&self) -> bool {
+        self.state.ready.load(Ordering::SeqCst)
+    }
+
+    pub fn counters(&self) -> &ControllerCounters {
+        &self.counters
+    }
+
+    /// Where the endpoint listens, if it does.
+    pub fn listening(&self) -> Option<SocketAddr> {
+        self.listening
+    }
+
+    /// Stops without releasing the Lease, as a crashed replica would: a
+    /// standby takes over only once the Lease expires.
+    pub fn abandon(mut self) {
+        self.finish(false);
+    }
+
+    fn finish(&mut self, release: bool) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(release);
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        self.finish(true);
+    }
+}
+
+/// Why the controller could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    #[error(transparent)]
+    Kube(#[from] KubeError),
+    #[error(transparent)]
+    Listen(#[from] crate::telemetry::http::ListenError),
+}
+
+/// The controller's loop state.
+struct Loop {
+    client: kube::Client,
+    source: KubeSource,
+    renew_every: Duration,
+    publisher: Publisher,
+    state: Arc<State>,
+    counters: Arc<ControllerCounters>,
+    /// The last snapshot fed to the publisher.
+    last: Option<Arc<Snapshot>>,
+    /// Its policy side, as the selections were last computed from.
+    policies: Option<Snapshot>,
+    /// Whether the publisher holds what the API server holds.
+    adopted: bool,
+}
+
+/// Takes or renews the Lease every `renew_every` until `quit` says to
+/// stop (`Some(release)`), then gives it up if asked to and held.
+async fn elect(
+    mut elector: lease::Elector,
+    renew_every: Duration,
+    state: Arc<State>,
+    counters: Arc<ControllerCounters>,
+    mut quit: tokio::sync::watch::Receiver<Option<bool>>,
+) {
+    loop {
+        let leader = match elector.try_acquire_or_renew().await {
+            Ok(leader) => leader,
+            Err(error) => {
+                counters.lease_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%error, "controller lease");
+                false
+            }
+        };
+        if leader != state.leader.swap(leader, Ordering::SeqCst) {
+            tracing::info!(leader, "controller leadership changed");
+        }
+        counters.leader.store(u64::from(leader), Ordering::Relaxed);
+        tokio::select! {
+            _ = quit.changed() => break,
+            _ = tokio::time::sleep(renew_every) => {}
+        }
+    }
+    let release = quit.borrow().unwrap_or(true);
+    if release && state.leader.swap(false, Ordering::SeqCst) {
+        if let Err(error) = elector.release().await {
+            tracing::warn!(%error, "releasing the controller lease");
+        }
+    }
+}
+
+fn address_groups() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(group::GROUP, group::VERSION, group::KIND),
+        group::PLURAL,
+    )
+}
+
+impl Loop {
+    async fn run(
+        mut self,
+        elector: lease::Elector,
+        mut stopped: tokio::sync::oneshot::Receiver<bool>,
+    ) {
+        // The election runs beside the loop, so that a long computation
+        // of the selections never delays a renewal.
+        let (quit, quitting) = tokio::sync::watch::channel(None);
+        let election = tokio::spawn(elect(
+            elector,
+            self.renew_every,
+            Arc::clone(&self.state),
+            Arc::clone(&self.counters),
+            quitting,
+        ));
+        let mut tick = tokio::time::interval(BATCH);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let release = loop {
+            tokio::select! {
+                release = &mut stopped => break release.unwrap_or(true),
+                _ = tick.tick() => {}
+            }
+            self.take_snapshot().await;
+            let leader = self.state.leader.load(Ordering::SeqCst);
+            if !leader {
+                self.adopted = false;
+                let healthy = self.last.is_some() && self.source.state().synced();
+                self.state.ready.store(healthy, Ordering::SeqCst);
+                continue;
+            }
+            if self.last.is_none() {
+                self.state.ready.store(false, Ordering::SeqCst);
+                continue;
+            }
+            if !self.adopted {
+                self.state.ready.store(false, Ordering::SeqCst);
+                match self.adopt().await {
+                    Ok(()) => self.adopted = true,
+                    Err(error) => {
+                        self.counters.write_errors.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(%error, "listing AddressGroups");
+                        continue;
+                    }
+                }
+            }
+            self.adopted = self.write().await;
+            self.state.ready.store(self.adopted, Ordering::SeqCst);
+        };
+        let _ = quit.send(Some(release));
+        let _ = election.await;
+        self.state.live.store(false, Ordering::SeqCst);
+    }
+
+    /// Feeds a new snapshot to the publisher, and computes the selections
+    /// again when the policy side or the Pod shapes changed.
+    async fn take_snapshot(&mut self) {
+        let Some(snapshot) = self.source.latest().get().map(|a| Arc::clone(&a.snapshot)) else {
+            return;
+        };
+        if self
+            .last
+            .as_ref()
+            .is_some_and(|l| Arc::ptr_eq(l, &snapshot))
+        {
+            return;
+        }
+        let mut seen = HashSet::new();
+        let mut namespaces = HashSet::new();
+        for object in snapshot.iter() {
+            match object {
+                Object::Pod(pod) => {
+                    seen.insert((pod.namespace().to_string(), pod.metadata.name.clone()));
+                }
+                Object::Namespace(ns) => {
+                    namespaces.insert(ns.metadata.name.clone());
+                }
+                _ => {}
+            }
+            if matches!(object, Object::Pod(_) | Object::Namespace(_)) {
+                if let Some(delta) = Delta::apply(object) {
+                    self.publisher.apply(delta);
+                }
+            }
+        }
+        for object in self.last.iter().flat_map(|l| l.iter()) {
+            let gone = match object {
+                Object::Pod(pod) => {
+                    !seen.contains(&(pod.namespace().to_string(), pod.metadata.name.clone()))
+                }
+                Object::Namespace(ns) => !namespaces.contains(&ns.metadata.name),
+                _ => false,
+            };
+            if gone {
+                if let Some(delta) = Delta::delete(object) {
+                    self.publisher.apply(delta);
+                }
+            }
+        }
+        let policies = policy_side(&snapshot);
+        let shapes = self.publisher.take_shapes_changed();
+        self.last = Some(snapshot);
+        if !shapes && self.policies.as_ref() == Some(&policies) {
+            return;
+        }
+        // Seconds at 150,000 Pods (docs/design/scale.md): off the loop's
+        // thread.
+        let shapes: Vec<PodShape> = self.publisher.shapes().cloned().collect();
+        let side = policies.clone();
+        let span = tokio::task::spawn_blocking(move || compile::pod_selections(&side, &shapes));
+        match span.await {
+            Ok(selections) => {
+                self.counters
+                    .selections
+                    .store(selections.len() as u64, Ordering::Relaxed);
+                self.publisher.set_selections(selections);
+                self.policies = Some(policies);
+            }
+            Err(error) => {
+                // Computed again with the next snapshot.
+                tracing::error!(%error, "computing the selections in use");
+                self.policies = None;
+            }
+        }
+    }
+
+    /// Lists the AddressGroups and hands them to the publisher.
+    async fn adopt(&mut self) -> Result<(), kube::Error> {
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &address_groups());
+        let list = api.list(&ListParams::default()).await?;
+        let slices = list.items.into_iter().filter_map(|object| {
+            let name = object.metadata.name.clone()?;
+            let spec: AddressGroupSpec =
+                serde_json::from_value(object.data.get("spec")?.clone()).ok()?;
+            Some((name, spec))
+        });
+        self.publisher.adopt(slices);
+        Ok(())
+    }
+
+    /// Makes the publisher's writes; whether all succeeded.
+    async fn write(&mut self) -> bool {
+        let writes = self.publisher.writes();
+        if writes.is_empty() {
+            return true;
+        }
+        let resource = address_groups();
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        let object = |name: &str,
+                      key: &str,
+                      spec: &AddressGroupSpec|
+         -> Result<DynamicObject, serde_json::Error> {
+            serde_json::from_value(json!({
+                "apiVersion": group::API_VERSION,
+                "kind": group::KIND,
+                "metadata": {"name": name, "labels": {group::SELECTION_LABEL: key}},
+                "spec": spec,
+            }))
+        };
+        for write in writes {
+            let result = match &write {
+                Write::Create { name, key, spec } => match object(name, key, spec) {
+                    Ok(o) => api.create(&PostParams::default(), &o).await.map(|_| ()),
+                    Err(e) => Err(kube::Error::SerdeError(e)),
+                },
+                // The spec replaced by a merge patch (its member list
+                // whole): the leader is the one writer, and a custom
+                // resource's update would need the resourceVersion.
+                Write::Update { name, spec, .. } => api
+                    .patch(
+                        name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({ "spec": spec })),
+                    )
+                    .await
+                    .map(|_| ()),
+                Write::Delete { name } => {
+                    api.delete(name, &DeleteParams::default()).await.map(|_| ())
+                }
+            };
+            match result {
+                Ok(()) => {
+                    let counter = match write {
+                        Write::Create { .. } => &self.counters.creates,
+                        Write::Update { .. } => &self.counters.updates,
+                        Write::Delete { .. } => &self.counters.deletes,
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(error) => {
+                    self.counters.write_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(slice = write.name(), %error, "AddressGroup write failed: listing again");
+                    return false;
+                }
+            }
+        }
+        true
+    }
+}

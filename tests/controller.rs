@@ -1,0 +1,242 @@
+//! `tollgate controller` against the in-process fake API server: it
+//! publishes the AddressGroups of a policy set, a Pod status write writes
+//! nothing, a label change rewrites exactly the one slice of the Pod, a
+//! restarted controller rewrites nothing when nothing changed, and of two
+//! controllers one leads while the other takes over once the leader stops
+//! renewing its Lease.
+#![allow(clippy::disallowed_methods)] // the tests wait on the clock for the controller.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tollgate::controller::{Controller, Options};
+use tollgate::source::kube::Connection;
+
+use tollgate_fake_api::{collection, FakeApi};
+
+const GROUPS: &str = "/apis/tollgate.io/v1alpha1/addressgroups";
+
+fn pod(name: &str, app: &str, ip: &str, phase: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": "shop", "labels": {"app": app}},
+           "spec": {"nodeName": "node-a", "containers": [{"name": "c", "image": "nginx"}]},
+           "status": {"phase": phase, "podIP": ip, "podIPs": [{"ip": ip}]}})
+}
+
+fn world(api: &FakeApi, db_pods: usize) {
+    api.apply(json!({"apiVersion": "v1", "kind": "Namespace",
+                     "metadata": {"name": "shop", "labels": {"kubernetes.io/metadata.name": "shop"}}}));
+    api.apply(json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "ClusterNetworkPolicy",
+        "metadata": {"name": "web"},
+        "spec": {"priority": 5, "appliedTo": [{"podSelector": {"matchLabels": {"app": "web"}}}],
+                 "ingress": [{"action": "Allow", "from": [{"podSelector": {"matchLabels": {"app": "db"}}}]}]}}));
+    api.apply(pod("web", "web", "10.1.0.1", "Running"));
+    for i in 0..db_pods {
+        api.apply(pod(&format!("db-{i}"), "db", &db_ip(i), "Running"));
+    }
+}
+
+fn db_ip(i: usize) -> String {
+    if i.is_multiple_of(2) {
+        format!("10.2.{}.{}", i / 200, i % 200 + 1)
+    } else {
+        format!("fd00::2:{i:x}")
+    }
+}
+
+fn start(api: &FakeApi, identity: &str) -> Controller {
+    let config = kube::Config::new(api.url().parse().unwrap());
+    let mut options = Options::new(Connection::Config(Box::new(config)), identity.into());
+    options.lease_duration = Duration::from_secs(2);
+    options.renew_every = Duration::from_millis(300);
+    options.listen = Some("127.0.0.1:0".parse().unwrap());
+    Controller::spawn(options).expect("controller starts")
+}
+
+/// `GET path` of the controller's endpoint: status line and body.
+fn get(controller: &Controller, path: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(controller.listening().unwrap()).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    (
+        head.lines().next().unwrap_or_default().to_string(),
+        body.to_string(),
+    )
+}
+
+fn wait(what: &str, ok: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ok() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Every address published, by slice name.
+fn published(api: &FakeApi) -> Vec<(String, Vec<String>)> {
+    api.objects(GROUPS)
+        .into_iter()
+        .map(|(name, group)| {
+            let ips = group["spec"]["members"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|m| m["ips"].as_array().cloned().unwrap_or_default())
+                .map(|ip| ip.as_str().unwrap_or_default().to_string())
+                .collect();
+            (name, ips)
+        })
+        .collect()
+}
+
+fn has(api: &FakeApi, ip: &str) -> bool {
+    published(api)
+        .iter()
+        .any(|(_, ips)| ips.iter().any(|i| i == ip))
+}
+
+fn writes(api: &FakeApi) -> usize {
+    ["POST", "PUT", "PATCH", "DELETE"]
+        .iter()
+        .map(|m| api.writes(m, GROUPS))
+        .sum()
+}
+
+/// Mutations (each makes the count of writes fail): the publisher
+/// without its three guards against a write that changes nothing
+/// (`Publisher::set_pod`'s early return for an equal Pod, `Group::set`'s
+/// equality check, `same` — each alone is covered by the others) rewrites
+/// the slice for the status write; `refresh_member` marking every slice
+/// of the group with `same` answering false rewrites both slices for the
+/// label change.
+#[test]
+fn the_controller_publishes_the_groups_and_a_label_change_rewrites_one_slice() {
+    let api = FakeApi::start("127.0.0.1:0");
+    world(&api, 150);
+    let controller = start(&api, "a");
+    wait("the db Pods published", || {
+        controller.ready() && (0..150).all(|i| has(&api, &db_ip(i)))
+    });
+    let groups = api.objects(GROUPS);
+    // One selection (app=db in every Namespace): two slices of ≤ 100, labelled.
+    assert_eq!(groups.len(), 2, "{groups:#?}");
+    for group in groups.values() {
+        let name = group["metadata"]["name"].as_str().unwrap();
+        let key = group["metadata"]["labels"]["tollgate.io/selection"]
+            .as_str()
+            .unwrap();
+        assert!(name.starts_with(&format!("{key}-")), "{name}");
+        assert!(group["spec"]["members"].as_array().unwrap().len() <= 100);
+        assert_eq!(
+            group["spec"]["selection"],
+            r#"{"Pods":{"namespaces":"All","pods":{"matchLabels":{"app":"db"}}}}"#
+        );
+    }
+    assert!(!has(&api, "10.1.0.1"));
+    assert_eq!(
+        controller
+            .counters()
+            .selections
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    let before = writes(&api);
+    // A status write, then a label change that moves db-7 out.
+    api.apply(pod("db-3", "db", &db_ip(3), "Succeeded"));
+    api.apply(pod("db-7", "cache", &db_ip(7), "Running"));
+    wait("db-7 unpublished", || !has(&api, &db_ip(7)));
+    // Positive control: the others stay.
+    assert!(has(&api, &db_ip(3)) && has(&api, &db_ip(8)));
+    assert_eq!(writes(&api) - before, 1, "{:#?}", api.log());
+    assert_eq!(api.writes("PATCH", GROUPS), 1);
+}
+
+/// Mutation: `Publisher::adopt` not called on taking the lead (the new
+/// leader creates slices that exist) makes the second controller write.
+#[test]
+fn a_restarted_controller_rewrites_nothing_when_nothing_changed() {
+    let api = FakeApi::start("127.0.0.1:0");
+    world(&api, 120);
+    let first = start(&api, "a");
+    wait("published", || {
+        first.ready() && (0..120).all(|i| has(&api, &db_ip(i)))
+    });
+    drop(first);
+    let before = writes(&api);
+    let lists = api.lists(GROUPS);
+    let second = start(&api, "b");
+    wait("the second leads and is ready", || {
+        second.leader() && second.ready()
+    });
+    // It wrote nothing, having listed the groups to adopt them.
+    assert_eq!(writes(&api), before, "{:#?}", api.log());
+    assert!(api.lists(GROUPS) > lists);
+    // Positive control: a change is still published.
+    api.apply(pod("db-new", "db", "10.9.9.9", "Running"));
+    wait("db-new published", || has(&api, "10.9.9.9"));
+}
+
+/// Mutation: `Elector::try_acquire_or_renew` taking a Lease held by
+/// another without waiting for it to expire makes both lead.
+#[test]
+fn two_controllers_elect_one_leader_and_the_standby_takes_over() {
+    let api = FakeApi::start("127.0.0.1:0");
+    world(&api, 3);
+    let a = start(&api, "a");
+    wait("a leads", || a.leader() && a.ready());
+    let b = start(&api, "b");
+    wait("b is a ready standby", || b.ready());
+    // Several renewals later, still one leader.
+    let lease = collection("coordination.k8s.io/v1", "Lease");
+    let renewals = api.writes(
+        "PUT",
+        "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/",
+    );
+    wait("a renews", || {
+        api.writes(
+            "PUT",
+            "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/",
+        ) >= renewals + 5
+    });
+    assert!(a.leader() && !b.leader());
+    // Both ready (a leader with a complete first sync, a healthy standby);
+    // the metric tells them apart.
+    for (controller, leader) in [(&a, 1), (&b, 0)] {
+        assert!(get(controller, "/readyz").0.contains("200"));
+        assert!(get(controller, "/livez").0.contains("200"));
+        let metrics = get(controller, "/metrics").1;
+        assert!(
+            metrics.contains(&format!("tollgate_controller_leader {leader}\n")),
+            "{metrics}"
+        );
+        assert!(
+            metrics.contains("tollgate_controller_selections 1\n"),
+            "{metrics}"
+        );
+    }
+    let holder = |api: &FakeApi| {
+        api.objects(&lease)["kube-system/tollgate-controller"]["spec"]["holderIdentity"].clone()
+    };
+    assert_eq!(holder(&api), "a");
+    // a stops renewing without releasing: b takes over once the Lease
+    // expires (2 s unchanged), and publishes.
+    let stopped = Instant::now();
+    a.abandon();
+    wait("b leads", || b.leader() && b.ready());
+    // b counts the 2 s from when it first saw a's last renewal, at most
+    // one renewal period (300 ms) before a stopped.
+    assert!(
+        stopped.elapsed() >= Duration::from_millis(1_600),
+        "{:?}",
+        stopped.elapsed()
+    );
+    assert_eq!(holder(&api), "b");
+    api.apply(pod("db-new", "db", "10.9.9.9", "Running"));
+    wait("db-new published by b", || has(&api, "10.9.9.9"));
+}
