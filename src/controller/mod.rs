@@ -161,8 +161,10 @@ impl Controller {
             )?),
             None => None,
         };
+        // Every Pod, and no AddressGroup: the controller is what writes them.
         let source = KubeSource::spawn(
             Connection::Config(Box::new(config)),
+            None,
             None,
             kube_counters,
             || {},
