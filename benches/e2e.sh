@@ -800,7 +800,7 @@ measure_config() {
 run_scenario() {
     local scenario=$1 r config value
     local -a configs
-    read -r -a configs <<<"$(configs_of "$scenario" | grep -E "^(${CONFIGS:-.*})\$" | tr '\n' ' ')"
+    read -r -a configs <<<"$(configs_of "$scenario" | tr ' ' '\n' | grep -E "^(${CONFIGS:-.*})\$" | tr '\n' ' ')"
     ((${#configs[@]} > 0)) || die "CONFIGS='$CONFIGS' matches no configuration of $scenario"
     echo "== $scenario: ${configs[*]} ($ROUNDS rounds of ${DURATION}s)" >&2
     [[ $scenario != miss ]] || check_miss_sources
