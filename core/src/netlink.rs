@@ -224,6 +224,34 @@ impl<'a> Iterator for Attributes<'a> {
     }
 }
 
+/// Byte fixtures for the parsers' tests (NFQUEUE, NFLOG): a message and
+/// an attribute as the kernel lays them out.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use super::{align, attribute, NLMSG_HDRLEN};
+
+    /// A netlink message of `kind` with `body` (host byte order header).
+    pub(crate) fn message(kind: u16, seq: u32, body: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let length = (NLMSG_HDRLEN + body.len()) as u32;
+        out.extend_from_slice(&length.to_ne_bytes());
+        out.extend_from_slice(&kind.to_ne_bytes());
+        out.extend_from_slice(&0u16.to_ne_bytes());
+        out.extend_from_slice(&seq.to_ne_bytes());
+        out.extend_from_slice(&0u32.to_ne_bytes());
+        out.extend_from_slice(body);
+        out.resize(align(out.len()), 0);
+        out
+    }
+
+    /// One attribute of `kind` holding `value`.
+    pub(crate) fn attr(kind: u16, value: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        attribute(&mut out, kind, value);
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,28 +6,10 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::netlink::{align, NLMSG_DONE, NLMSG_HDRLEN};
+use crate::netlink::fixtures::{attr, message};
+use crate::netlink::{NLMSG_DONE, NLMSG_HDRLEN};
 
 const PACKET: u16 = NFNL_SUBSYS_ULOG << 8 | NFULNL_MSG_PACKET;
-
-fn message(kind: u16, seq: u32, body: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    let length = (NLMSG_HDRLEN + body.len()) as u32;
-    out.extend_from_slice(&length.to_ne_bytes());
-    out.extend_from_slice(&kind.to_ne_bytes());
-    out.extend_from_slice(&0u16.to_ne_bytes());
-    out.extend_from_slice(&seq.to_ne_bytes());
-    out.extend_from_slice(&0u32.to_ne_bytes());
-    out.extend_from_slice(body);
-    out.resize(align(out.len()), 0);
-    out
-}
-
-fn attr(kind: u16, value: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    attribute(&mut out, kind, value);
-    out
-}
 
 /// A logged packet's body for `group`: the packet header (hook 3, OUTPUT),
 /// a mark and a timestamp the parser skips, the in-interface when given,

@@ -6,31 +6,12 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::netlink::{align, NLMSG_DONE, NLMSG_HDRLEN};
+use crate::netlink::fixtures::{attr, message};
+use crate::netlink::{align, NLMSG_DONE};
 
 /// `ENOENT` (Linux): the error a verdict for a packet the kernel no
 /// longer holds is answered with.
 const ENOENT: i32 = 2;
-
-/// A netlink message of `kind` with `body` (host byte order header).
-fn message(kind: u16, seq: u32, body: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    let length = (NLMSG_HDRLEN + body.len()) as u32;
-    out.extend_from_slice(&length.to_ne_bytes());
-    out.extend_from_slice(&kind.to_ne_bytes());
-    out.extend_from_slice(&0u16.to_ne_bytes());
-    out.extend_from_slice(&seq.to_ne_bytes());
-    out.extend_from_slice(&0u32.to_ne_bytes());
-    out.extend_from_slice(body);
-    out.resize(align(out.len()), 0);
-    out
-}
-
-fn attr(kind: u16, value: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    attribute(&mut out, kind, value);
-    out
-}
 
 const PACKET: u16 = NFNL_SUBSYS_QUEUE << 8 | NFQNL_MSG_PACKET;
 
