@@ -17,9 +17,8 @@
 //! (`cargo test --bench controller`) uses 1/100 of the cluster.
 #![allow(clippy::disallowed_methods)] // benches read the clock.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::hint::black_box;
-use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -27,84 +26,16 @@ use tollgate_core::compile::{pod_selections, PodShape};
 use tollgate_core::model::Snapshot;
 use tollgate_core::selection::{Delta, PodEntry, Publisher};
 
-struct Cluster {
-    pods: usize,
-    namespaces: usize,
-    policies: usize,
-}
+#[path = "cluster/mod.rs"]
+mod cluster;
+use cluster::{app_of, of_this_run, parse, pod, policy_side_yaml, Cluster};
 
-const FULL: Cluster = Cluster {
-    pods: 150_000,
-    namespaces: 1_500,
-    policies: 500,
-};
-
-const SMOKE: Cluster = Cluster {
-    pods: 1_500,
-    namespaces: 15,
-    policies: 50,
-};
-
-fn pod(cluster: &Cluster, i: usize, app: usize) -> PodEntry {
-    PodEntry {
-        namespace: format!("ns-{}", i % cluster.namespaces),
-        name: format!("pod-{i}"),
-        labels: BTreeMap::from([
-            ("app".to_string(), format!("app-{app}")),
-            ("tier".to_string(), ["fe", "be"][i % 2].to_string()),
-        ]),
-        ips: vec![IpAddr::V4(Ipv4Addr::new(
-            10,
-            (i / 65536) as u8,
-            ((i / 256) % 256) as u8,
-            (i % 256) as u8,
-        ))],
-        service_account: "default".into(),
-        node_name: Some(format!("node-{}", i % 5_000)),
-        named_ports: Vec::new(),
-        host_ports: Vec::new(),
-    }
-}
-
+/// The Namespaces and policies of the cluster (no Nodes: the span reads
+/// none here).
 fn policies(cluster: &Cluster) -> Snapshot {
-    let mut yaml = String::new();
-    for n in 0..cluster.namespaces {
-        yaml.push_str(&format!(
-            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ns-{n}\n  labels: {{team: t{}}}\n---\n",
-            n % 10
-        ));
+    Snapshot {
+        objects: parse(&policy_side_yaml(cluster, false, None, false)),
     }
-    for k in 0..cluster.policies {
-        let everyone = if k % 50 == 0 {
-            "\n  - action: Allow\n    from: [{namespaceSelector: {}}]"
-        } else {
-            ""
-        };
-        yaml.push_str(&format!(
-            "apiVersion: crd.antrea.io/v1beta1
-kind: ClusterNetworkPolicy
-metadata: {{name: p-{k}}}
-spec:
-  priority: {}
-  appliedTo: [{{podSelector: {{matchLabels: {{app: app-{}}}}}}}]
-  ingress:
-  - action: Allow
-    from: [{{podSelector: {{matchLabels: {{app: app-{}}}}}, namespaceSelector: {{matchLabels: {{team: t{}}}}}}}]{everyone}
-  egress:
-  - action: Allow
-    to: [{{namespaces: {{match: Self}}, podSelector: {{matchLabels: {{app: app-{}}}}}}}]
----
-",
-            1 + k,
-            k % 100,
-            (k + 1) % 100,
-            k % 10,
-            (k + 2) % 100
-        ));
-    }
-    let (objects, problems) = tollgate_core::decode::parse_documents("bench.yaml".as_ref(), &yaml);
-    assert!(problems.is_empty(), "{problems:?}");
-    Snapshot { objects }
 }
 
 fn put(publisher: &mut Publisher, pod: PodEntry) {
@@ -116,7 +47,7 @@ fn put(publisher: &mut Publisher, pod: PodEntry) {
 }
 
 fn controller(c: &mut Criterion) {
-    let cluster = if smoke() { &SMOKE } else { &FULL };
+    let cluster = of_this_run();
     let snapshot = policies(cluster);
     let mut publisher = Publisher::new();
     for object in snapshot.iter() {
@@ -127,7 +58,7 @@ fn controller(c: &mut Criterion) {
     let started = Instant::now();
     for i in 0..cluster.pods {
         // Several apps in each Namespace (as the `incremental` bench).
-        put(&mut publisher, pod(cluster, i, (i + i / 5_000) % 100));
+        put(&mut publisher, pod(cluster, i, app_of(cluster, i), 0));
     }
     let shapes: BTreeSet<PodShape> = publisher.shapes().cloned().collect();
     let inventory = started.elapsed();
@@ -153,7 +84,7 @@ fn controller(c: &mut Criterion) {
     let remote = 10;
     group.bench_function("status-write", |b| {
         b.iter(|| {
-            let mut written = pod(cluster, remote, remote % 100);
+            let mut written = pod(cluster, remote, remote % 100, 0);
             written.node_name = Some("node-elsewhere".into());
             put(&mut publisher, written);
             black_box(publisher.writes())
@@ -163,17 +94,11 @@ fn controller(c: &mut Criterion) {
     group.bench_function("label-change", |b| {
         b.iter(|| {
             app = if app == remote % 100 { 3 } else { remote % 100 };
-            put(&mut publisher, pod(cluster, remote, app));
+            put(&mut publisher, pod(cluster, remote, app, 0));
             black_box(publisher.writes())
         })
     });
     group.finish();
-}
-
-/// Whether this is `cargo test --bench controller` (CI's smoke run: no
-/// `--bench` argument) rather than `cargo bench`.
-fn smoke() -> bool {
-    !std::env::args().any(|a| a == "--bench")
 }
 
 criterion_group!(benches, controller);

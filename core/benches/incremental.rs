@@ -27,126 +27,18 @@
 //! (`cargo test --bench incremental`) uses 1/100 of the cluster.
 #![allow(clippy::disallowed_methods)] // benches read the clock.
 
-use std::collections::BTreeMap;
 use std::hint::black_box;
-use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use tollgate_core::compile::{compile, policy_side, Incremental, LocalNode};
-use tollgate_core::model::{Snapshot, Sourced};
+use tollgate_core::model::Snapshot;
 use tollgate_core::selection::{Delta, PodEntry};
 
-struct Cluster {
-    pods: usize,
-    namespaces: usize,
-    nodes: usize,
-    policies: usize,
-}
-
-const FULL: Cluster = Cluster {
-    pods: 150_000,
-    namespaces: 1_500,
-    nodes: 5_000,
-    policies: 500,
-};
-
-const SMOKE: Cluster = Cluster {
-    pods: 1_500,
-    namespaces: 15,
-    nodes: 50,
-    policies: 50,
-};
-
-fn pod_ip(i: usize, generation: u8) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::new(
-        10 + generation,
-        (i / 65536) as u8,
-        ((i / 256) % 256) as u8,
-        (i % 256) as u8,
-    ))
-}
-
-fn pod(cluster: &Cluster, i: usize, app: usize, generation: u8) -> PodEntry {
-    PodEntry {
-        namespace: format!("ns-{}", i % cluster.namespaces),
-        name: format!("pod-{i}"),
-        labels: BTreeMap::from([
-            ("app".to_string(), format!("app-{app}")),
-            ("tier".to_string(), ["fe", "be"][i % 2].to_string()),
-        ]),
-        ips: vec![pod_ip(i, generation)],
-        service_account: "default".into(),
-        node_name: Some(format!("node-{}", i % cluster.nodes)),
-        named_ports: Vec::new(),
-        host_ports: Vec::new(),
-    }
-}
-
-fn parse(yaml: &str) -> Vec<Sourced> {
-    let (objects, problems) = tollgate_core::decode::parse_documents("bench.yaml".as_ref(), yaml);
-    assert!(problems.is_empty(), "{problems:?}");
-    objects
-}
-
-fn namespace(n: usize, team: usize) -> String {
-    format!(
-        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ns-{n}\n  labels: {{team: t{team}}}\n---\n"
-    )
-}
-
-/// Policies, Namespaces and Nodes (the Pods come as deltas).
-fn policy_side_yaml(cluster: &Cluster, renamed_team: Option<usize>, edited: bool) -> String {
-    let mut yaml = String::new();
-    for n in 0..cluster.namespaces {
-        let team = if Some(n) == renamed_team { 99 } else { n % 10 };
-        yaml.push_str(&namespace(n, team));
-    }
-    for k in 0..cluster.nodes {
-        yaml.push_str(&format!(
-            "apiVersion: v1\nkind: Node\nmetadata:\n  name: node-{k}\nstatus:\n  addresses: [{{type: InternalIP, address: 172.16.{}.{}}}]\n---\n",
-            k / 256,
-            k % 256
-        ));
-    }
-    for k in 0..cluster.policies {
-        let everyone = if k % 50 == 0 {
-            "\n  - action: Allow\n    from: [{namespaceSelector: {}}]"
-        } else {
-            ""
-        };
-        yaml.push_str(&format!(
-            "apiVersion: crd.antrea.io/v1beta1
-kind: ClusterNetworkPolicy
-metadata: {{name: p-{k}}}
-spec:
-  priority: {}
-  appliedTo: [{{podSelector: {{matchLabels: {{app: app-{}}}}}}}]
-  ingress:
-  - action: Allow
-    from: [{{podSelector: {{matchLabels: {{app: app-{}}}}}, namespaceSelector: {{matchLabels: {{team: t{}}}}}}}]{everyone}
-  egress:
-  - action: Allow
-    to: [{{namespaces: {{match: Self}}, podSelector: {{matchLabels: {{app: app-{}}}}}}}]
----
-",
-            1 + k,
-            if edited && k == 7 { 42 } else { k % 100 },
-            (k + 1) % 100,
-            k % 10,
-            (k + 2) % 100
-        ));
-    }
-    yaml
-}
-
-/// Pod `i`'s `app` label: every app on every Node, and the local Node's
-/// 30 Pods (`i` a multiple of the Node count) `app-0` to `app-29`, so that
-/// the policies of 30 apps apply here.
-fn app_of(cluster: &Cluster, i: usize) -> usize {
-    (i + i / cluster.nodes) % 100
-}
+#[path = "cluster/mod.rs"]
+mod cluster;
+use cluster::{app_of, of_this_run, parse, pod, policy_side_yaml, Cluster};
 
 fn local() -> LocalNode {
     LocalNode {
@@ -158,7 +50,7 @@ fn local() -> LocalNode {
 fn built(cluster: &Cluster) -> Incremental {
     let started = Instant::now();
     let snapshot = Snapshot {
-        objects: parse(&policy_side_yaml(cluster, None, false)),
+        objects: parse(&policy_side_yaml(cluster, true, None, false)),
     };
     let mut incremental = Incremental::new(&snapshot, &local());
     for i in 0..cluster.pods {
@@ -192,7 +84,7 @@ fn apply(incremental: &mut Incremental, pod: PodEntry) {
 }
 
 fn changes(c: &mut Criterion) {
-    let cluster = if smoke() { &SMOKE } else { &FULL };
+    let cluster = of_this_run();
     let mut incremental = built(cluster);
     // Pod 10 is on node-10 (remote), in ns-10 (team t0): as app-1 it is a
     // peer of policy 0 (ingress from app-1 in team t0's Namespaces), as
@@ -238,7 +130,7 @@ fn changes(c: &mut Criterion) {
     ] {
         let sides = sides.map(|(renamed, edited)| {
             policy_side(&Snapshot {
-                objects: parse(&policy_side_yaml(cluster, renamed, edited)),
+                objects: parse(&policy_side_yaml(cluster, true, renamed, edited)),
             })
         });
         let mut which = 0;
@@ -260,7 +152,7 @@ fn changes(c: &mut Criterion) {
     group.finish();
     // The baseline: the same inventory compiled whole, as one snapshot.
     let mut snapshot = Snapshot {
-        objects: parse(&policy_side_yaml(cluster, None, false)),
+        objects: parse(&policy_side_yaml(cluster, true, None, false)),
     };
     // In chunks: the decoder takes at most 10,000 documents at once.
     for chunk in (0..cluster.pods).collect::<Vec<_>>().chunks(5_000) {
@@ -309,12 +201,6 @@ fn pod_yaml_with(cluster: &Cluster, i: usize, app: usize) -> String {
         entry.node_name.as_deref().unwrap_or_default(),
         entry.ips[0]
     )
-}
-
-/// Whether this is `cargo test --bench incremental` (CI's smoke run: no
-/// `--bench` argument) rather than `cargo bench`.
-fn smoke() -> bool {
-    !std::env::args().any(|a| a == "--bench")
 }
 
 criterion_group!(benches, changes);
