@@ -13,6 +13,10 @@
 //! or not renewed within its duration, fresh when renewed.
 #![allow(clippy::disallowed_methods)] // the test waits on the clock for the watcher.
 
+#[path = "support/poll.rs"]
+mod poll;
+use poll::poll_until;
+
 use std::collections::BTreeSet;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -90,19 +94,6 @@ fn verdict(ruleset: &Ruleset, src: &str) -> Verdict {
         local: None,
     };
     ruleset.classify(&flow, &NoFqdn).verdict
-}
-
-/// Polls `ok` (at most 20 s).
-fn poll_until(what: &str, mut ok: impl FnMut() -> bool, context: impl Fn() -> String) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !ok() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}: {}",
-            context()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn metric(metrics: &Metrics, name: &str) -> u64 {

@@ -11,6 +11,10 @@
 //! is listed again.
 #![allow(clippy::disallowed_methods)] // the test waits on the clock for the watcher.
 
+#[path = "support/poll.rs"]
+mod poll;
+use poll::poll_until;
+
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -130,19 +134,6 @@ impl Harness {
 impl Drop for Harness {
     fn drop(&mut self) {
         self.source.take();
-    }
-}
-
-/// Polls `ok` (at most 20 s).
-fn poll_until(what: &str, ok: impl Fn() -> bool, context: impl Fn() -> String) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !ok() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}: {}",
-            context()
-        );
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
