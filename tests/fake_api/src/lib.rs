@@ -147,23 +147,17 @@ impl FakeApi {
             changed: Condvar::new(),
             stop: AtomicBool::new(false),
         });
-        let accept = Arc::clone(&shared);
-        // Polled, so that dropping the server ends the loop even when the
-        // listener lives in a namespace the test thread cannot connect into.
-        listener.set_nonblocking(true).unwrap();
-        std::thread::spawn(move || {
-            while !accept.stop.load(Ordering::SeqCst) {
-                match listener.accept() {
-                    Ok((stream, _)) => {
-                        stream.set_nonblocking(false).unwrap();
-                        let shared = Arc::clone(&accept);
-                        std::thread::spawn(move || serve(stream, &shared));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
-                }
-            }
-        });
+        accept(listener, Arc::clone(&shared));
         FakeApi { address, shared }
+    }
+
+    /// Serves the same objects on one more listener (e.g. bound in a
+    /// second lab's namespace, so that agents of two Nodes, each in its own
+    /// namespace, watch one API server); returns its address.
+    pub fn listen(&self, listener: TcpListener) -> SocketAddr {
+        let address = listener.local_addr().unwrap();
+        accept(listener, Arc::clone(&self.shared));
+        address
     }
 
     pub fn url(&self) -> String {
@@ -172,25 +166,7 @@ impl FakeApi {
 
     /// A kubeconfig pointing at this server, without credentials.
     pub fn kubeconfig(&self) -> String {
-        format!(
-            "apiVersion: v1
-kind: Config
-clusters:
-  - name: fake
-    cluster:
-      server: {}
-users:
-  - name: fake
-    user: {{}}
-contexts:
-  - name: fake
-    context:
-      cluster: fake
-      user: fake
-current-context: fake
-",
-            self.url()
-        )
+        kubeconfig_at(self.address)
     }
 
     fn record(&self, kind: &'static str, path: String, object: Value) {
@@ -388,6 +364,49 @@ impl Drop for FakeApi {
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.changed.notify_all();
     }
+}
+
+/// A kubeconfig pointing at `address` (one of a [`FakeApi`]'s listeners),
+/// without credentials.
+pub fn kubeconfig_at(address: SocketAddr) -> String {
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+  - name: fake
+    cluster:
+      server: http://{address}
+users:
+  - name: fake
+    user: {{}}
+contexts:
+  - name: fake
+    context:
+      cluster: fake
+      user: fake
+current-context: fake
+"
+    )
+}
+
+/// Accepts connections on `listener` until the server is dropped, one
+/// thread per connection. Polled, so that dropping the server ends the
+/// loop even when the listener lives in a namespace the test thread cannot
+/// connect into.
+fn accept(listener: TcpListener, shared: Arc<Shared>) {
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        while !shared.stop.load(Ordering::SeqCst) {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    stream.set_nonblocking(false).unwrap();
+                    let shared = Arc::clone(&shared);
+                    std::thread::spawn(move || serve(stream, &shared));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    });
 }
 
 fn query(target: &str) -> BTreeMap<String, String> {
