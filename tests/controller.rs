@@ -157,6 +157,60 @@ fn the_controller_publishes_the_groups_and_a_label_change_rewrites_one_slice() {
     assert_eq!(api.writes("PATCH", GROUPS), 1);
 }
 
+/// Under a steady churn of Pod writes (one every 50 ms, none of which
+/// moves a member) a label change is published at once, not when the
+/// source's debounce lets a snapshot out (`DEBOUNCE_MAX`, 3 s after the
+/// churn began): the controller takes Pod changes as they arrive. The
+/// bound (2 s after the change, 2.5 s after the churn began) is the
+/// property, ten times what it takes here. Mutation: the controller's
+/// source spawned with `KubeSource::spawn` and its Pods read from
+/// snapshots again → published only after ~3 s: fails.
+#[test]
+fn a_label_change_is_published_at_once_while_other_pods_keep_changing() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let api = Arc::new(FakeApi::start("127.0.0.1:0"));
+    world(&api, 150);
+    let controller = start(&api, "a");
+    wait("the db Pods published", || {
+        controller.ready() && (0..150).all(|i| has(&api, &db_ip(i)))
+    });
+    let before = writes(&api);
+    let stop = Arc::new(AtomicBool::new(false));
+    let churn = {
+        let (api, stop) = (Arc::clone(&api), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            // A label no policy reads flips on db-5: the Pod changes, no
+            // member does. Bounded: at most 200 writes.
+            for i in 0..200 {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                let mut pod = pod("db-5", "db", &db_ip(5), "Running");
+                pod["metadata"]["labels"]["rev"] = json!(i.to_string());
+                api.apply(pod);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let changed = Instant::now();
+    api.apply(pod("db-7", "cache", &db_ip(7), "Running"));
+    let deadline = changed + Duration::from_secs(2);
+    while has(&api, &db_ip(7)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let published = !has(&api, &db_ip(7));
+    let took = changed.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    churn.join().unwrap();
+    assert!(published, "db-7 still published {took:?} after its change");
+    // Positive control: the churned Pod stays, and only db-7's slice was
+    // written.
+    assert!(has(&api, &db_ip(5)));
+    assert_eq!(writes(&api) - before, 1, "{:#?}", api.log());
+}
+
 /// Mutation: `Publisher::adopt` not called on taking the lead (the new
 /// leader creates slices that exist) makes the second controller write.
 #[test]

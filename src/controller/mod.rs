@@ -6,9 +6,11 @@
 //!
 //! It reads the cluster through the Kubernetes source
 //! ([`crate::source::kube::KubeSource`]: the same watchers, store and
-//! admission as the agent's), feeds each new snapshot to a
-//! [`Publisher`] as Pod and Namespace deltas, and computes the selections
-//! again when the policy side or the set of Pod shapes changed. One
+//! admission as the agent's), feeds the [`Publisher`] each Pod change as
+//! it arrives ([`KubeSource::spawn_feeding_pods`]: Pods are not admitted
+//! again for each) and each new snapshot's Namespaces, and computes the
+//! selections again when the policy side or the set of Pod shapes
+//! changed. One
 //! replica leads, elected on the Lease `kube-system/tollgate-controller`
 //! ([`lease`]); only the leader writes, at most once per [`BATCH`], and
 //! only once it holds a complete snapshot. On taking the lead (and after
@@ -162,13 +164,8 @@ impl Controller {
             None => None,
         };
         // Every Pod, and no AddressGroup: the controller is what writes them.
-        let source = KubeSource::spawn(
-            Connection::Config(Box::new(config)),
-            None,
-            None,
-            kube_counters,
-            || {},
-        )?;
+        let source =
+            KubeSource::spawn_feeding_pods(Connection::Config(Box::new(config)), kube_counters)?;
         let elector = lease::Elector::new(
             client.clone(),
             &lease_namespace,
@@ -363,54 +360,47 @@ impl Loop {
         self.state.live.store(false, Ordering::SeqCst);
     }
 
-    /// Feeds a new snapshot to the publisher, and computes the selections
-    /// again when the policy side or the Pod shapes changed.
+    /// Feeds the Pod changes and a new snapshot's Namespaces to the
+    /// publisher, and computes the selections again when the policy side
+    /// or the Pod shapes changed.
     async fn take_snapshot(&mut self) {
-        let Some(snapshot) = self.source.latest().get().map(|a| Arc::clone(&a.snapshot)) else {
+        for delta in self.source.take_pod_deltas() {
+            self.publisher.apply(delta);
+        }
+        let latest = self.source.latest().get().map(|a| Arc::clone(&a.snapshot));
+        let new = latest.filter(|s| !self.last.as_ref().is_some_and(|l| Arc::ptr_eq(l, s)));
+        if let Some(snapshot) = &new {
+            // Pods come as they change, above: a snapshot's may be older.
+            let mut namespaces = HashSet::new();
+            for object in snapshot.iter() {
+                if let Object::Namespace(ns) = object {
+                    namespaces.insert(ns.metadata.name.clone());
+                    if let Some(delta) = Delta::apply(object) {
+                        self.publisher.apply(delta);
+                    }
+                }
+            }
+            for object in self.last.iter().flat_map(|l| l.iter()) {
+                if let Object::Namespace(ns) = object {
+                    if !namespaces.contains(&ns.metadata.name) {
+                        if let Some(delta) = Delta::delete(object) {
+                            self.publisher.apply(delta);
+                        }
+                    }
+                }
+            }
+            self.last = Some(Arc::clone(snapshot));
+        }
+        // Nothing is computed before the first complete snapshot.
+        let Some(last) = &self.last else {
             return;
         };
-        if self
-            .last
-            .as_ref()
-            .is_some_and(|l| Arc::ptr_eq(l, &snapshot))
-        {
-            return;
-        }
-        let mut seen = HashSet::new();
-        let mut namespaces = HashSet::new();
-        for object in snapshot.iter() {
-            match object {
-                Object::Pod(pod) => {
-                    seen.insert((pod.namespace().to_string(), pod.metadata.name.clone()));
-                }
-                Object::Namespace(ns) => {
-                    namespaces.insert(ns.metadata.name.clone());
-                }
-                _ => {}
-            }
-            if matches!(object, Object::Pod(_) | Object::Namespace(_)) {
-                if let Some(delta) = Delta::apply(object) {
-                    self.publisher.apply(delta);
-                }
-            }
-        }
-        for object in self.last.iter().flat_map(|l| l.iter()) {
-            let gone = match object {
-                Object::Pod(pod) => {
-                    !seen.contains(&(pod.namespace().to_string(), pod.metadata.name.clone()))
-                }
-                Object::Namespace(ns) => !namespaces.contains(&ns.metadata.name),
-                _ => false,
-            };
-            if gone {
-                if let Some(delta) = Delta::delete(object) {
-                    self.publisher.apply(delta);
-                }
-            }
-        }
-        let policies = policy_side(&snapshot);
         let shapes = self.publisher.take_shapes_changed();
-        self.last = Some(snapshot);
+        let policies = match (&new, &self.policies) {
+            (None, Some(_)) if !shapes => return,
+            (None, Some(policies)) => policies.clone(),
+            _ => policy_side(last),
+        };
         if !shapes && self.policies.as_ref() == Some(&policies) {
             return;
         }

@@ -50,6 +50,7 @@ use std::time::Instant;
 
 use crate::counters;
 use crate::model::{Kind, Snapshot};
+use crate::selection::Delta;
 use crate::source::{Debounce, Source};
 use crate::validate::Problem;
 use events::Events;
@@ -283,6 +284,9 @@ pub struct SourceState {
     latest: Latest,
     synced: Arc<AtomicBool>,
     peers: Option<PeerGroups>,
+    /// The controller's source: Pod changes as they arrive, not yet
+    /// taken ([`KubeSource::take_pod_deltas`]).
+    pod_deltas: Option<Arc<Mutex<Vec<Delta>>>>,
 }
 
 impl SourceState {
@@ -329,6 +333,45 @@ impl KubeSource {
         counters: Arc<KubeCounters>,
         notify: impl Fn() + Send + Sync + 'static,
     ) -> Result<KubeSource, KubeError> {
+        let state = SourceState {
+            peers,
+            ..SourceState::default()
+        };
+        KubeSource::start(connection, node, state, counters, Arc::new(notify))
+    }
+
+    /// The controller's source: every kind, and the Pods also as
+    /// [`Delta`]s as they arrive ([`KubeSource::take_pod_deltas`]); a
+    /// Pod change alone publishes no snapshot (see [`store`]).
+    pub fn spawn_feeding_pods(
+        connection: Connection,
+        counters: Arc<KubeCounters>,
+    ) -> Result<KubeSource, KubeError> {
+        let state = SourceState {
+            pod_deltas: Some(Arc::default()),
+            ..SourceState::default()
+        };
+        KubeSource::start(connection, None, state, counters, Arc::new(|| {}))
+    }
+
+    /// The Pod changes since the last call, in order (none unless spawned
+    /// with [`KubeSource::spawn_feeding_pods`]).
+    pub fn take_pod_deltas(&self) -> Vec<Delta> {
+        self.state
+            .pod_deltas
+            .as_ref()
+            .map(|d| std::mem::take(&mut *d.lock().unwrap_or_else(|e| e.into_inner())))
+            .unwrap_or_default()
+    }
+
+    fn start(
+        connection: Connection,
+        node: Option<String>,
+        state: SourceState,
+        counters: Arc<KubeCounters>,
+        notify: Arc<dyn Fn() + Send + Sync>,
+    ) -> Result<KubeSource, KubeError> {
+        let peers = state.peers.clone();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -337,11 +380,6 @@ impl KubeSource {
             let config = connection.config().await?;
             Ok::<_, KubeError>(kube::Client::try_from(config)?)
         })?;
-        let state = SourceState {
-            peers: peers.clone(),
-            ..SourceState::default()
-        };
-        let notify: Arc<dyn Fn() + Send + Sync> = Arc::new(notify);
         let (stop, stopped) = tokio::sync::oneshot::channel();
         let published = state.clone();
         let thread = std::thread::Builder::new()
@@ -565,6 +603,9 @@ async fn watch_all(
         .map(|r| optional_kind_events(&client, *r));
     let mut events = stream::select_all(required.chain(optional));
     let mut store = Store::new(watched().map(|r| r.kind));
+    if state.pod_deltas.is_some() {
+        store.feed(Kind::Pod);
+    }
     let mut reported: HashSet<String> = HashSet::new();
     // When the pending changes are published.
     let mut debounce = Debounce::default();
@@ -621,7 +662,14 @@ async fn watch_all(
                         }
                         // The first snapshot goes out once every kind is
                         // listed: the last InitDone counts as a change.
-                        store.apply(resource.kind, change)
+                        let due = store.apply(resource.kind, change);
+                        if let Some(fed) = &state.pod_deltas {
+                            let deltas = store.take_deltas();
+                            if !deltas.is_empty() {
+                                fed.lock().unwrap_or_else(|e| e.into_inner()).extend(deltas);
+                            }
+                        }
+                        due
                     }
                     Err(error) => {
                         counters.watch_errors.fetch_add(1, Ordering::Relaxed);

@@ -16,6 +16,16 @@
 //! naming the object as the API server knows it (uid, generation,
 //! resourceVersion): what `tollgate get skipped` lists and what the
 //! Kubernetes Events report ([`super::events`]).
+//!
+//! A kind can also be *fed* ([`Store::feed`]): its changes are handed out
+//! as inventory [`Delta`]s as they arrive ([`Store::take_deltas`]; a
+//! relist as the difference from what was held), and they do not make a
+//! snapshot due. The controller takes Pods this way: it needs each Pod
+//! change at once, and admitting 150,000 Pods again for each (a copy and
+//! a validation of every object, ~0.6 s) under a steady churn would hold
+//! its snapshots to the debounce's longest wait. Pods are never refused
+//! by validation (only by decoding), so a fed Pod is exactly the Pod an
+//! admitted snapshot would hold.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
@@ -25,6 +35,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::model::{Kind, Object, ObjectRef, Snapshot, Sourced};
+use crate::selection::Delta;
 use crate::validate::{check, Problem};
 
 /// The `origin` of every object and problem from the API server.
@@ -82,6 +93,9 @@ struct KindStore {
 #[derive(Debug)]
 pub struct Store {
     kinds: BTreeMap<Kind, KindStore>,
+    /// The kinds whose changes go out as [`Delta`]s, and those not taken.
+    fed: HashSet<Kind>,
+    deltas: Vec<Delta>,
 }
 
 /// The result of [`Store::admit`].
@@ -167,7 +181,21 @@ impl Store {
                 .into_iter()
                 .map(|k| (k, KindStore::default()))
                 .collect(),
+            fed: HashSet::new(),
+            deltas: Vec::new(),
         }
+    }
+
+    /// Feeds `kind`: from now on its changes go out as [`Delta`]s
+    /// ([`Store::take_deltas`]) and [`Store::apply`] no longer reports
+    /// them as due for a snapshot, but for a completed list.
+    pub fn feed(&mut self, kind: Kind) {
+        self.fed.insert(kind);
+    }
+
+    /// The deltas of the fed kinds since the last call, in order.
+    pub fn take_deltas(&mut self) -> Vec<Delta> {
+        std::mem::take(&mut self.deltas)
     }
 
     /// Applies one event of `kind`'s watch. Returns whether the store
@@ -176,15 +204,26 @@ impl Store {
         let Some(store) = self.kinds.get_mut(&kind) else {
             return false;
         };
+        let fed = self.fed.contains(&kind);
+        let deltas = &mut self.deltas;
+        let mut put = |old: Option<&Stored>, new: Option<&Stored>| {
+            if fed {
+                deltas.extend(delta(old, new));
+            }
+        };
         match change {
             Change::Apply(value) => {
                 let (key, object) = decode(kind, value);
+                let old = store.objects.remove(&key);
+                put(old.as_ref(), Some(&object));
                 store.objects.insert(key, object);
-                store.synced
+                store.synced && !fed
             }
             Change::Delete(value) => {
                 let (key, _) = decode(kind, value);
-                store.objects.remove(&key).is_some() && store.synced
+                let old = store.objects.remove(&key);
+                put(old.as_ref(), None);
+                old.is_some() && store.synced && !fed
             }
             Change::InitStart => {
                 store.listing = Some(BTreeMap::new());
@@ -199,7 +238,16 @@ impl Store {
                 false
             }
             Change::InitDone => {
-                store.objects = store.listing.take().unwrap_or_default();
+                let old =
+                    std::mem::replace(&mut store.objects, store.listing.take().unwrap_or_default());
+                for (key, object) in &store.objects {
+                    put(old.get(key), Some(object));
+                }
+                for (key, object) in &old {
+                    if !store.objects.contains_key(key) {
+                        put(Some(object), None);
+                    }
+                }
                 store.synced = true;
                 true
             }
@@ -358,6 +406,20 @@ fn slim(kind: Kind, value: &mut Value) {
 }
 
 /// The key of a watched object and its decoded form (or why it is not one).
+/// The inventory delta from `old` to `new` (absent or undecodable: no
+/// object), if the decoded objects differ: a write that changed nothing
+/// the model keeps (a Pod's status conditions) is none.
+fn delta(old: Option<&Stored>, new: Option<&Stored>) -> Option<Delta> {
+    fn object(stored: Option<&Stored>) -> Option<&Object> {
+        stored.and_then(|s| s.object.as_ref().ok())
+    }
+    match (object(old), object(new)) {
+        (old, Some(new)) if old != Some(new) => Delta::apply(new),
+        (Some(old), None) => Delta::delete(old),
+        _ => None,
+    }
+}
+
 fn decode(kind: Kind, mut value: Value) -> (Key, Stored) {
     slim(kind, &mut value);
     let meta = value.get("metadata");
@@ -445,6 +507,72 @@ mod tests {
             assert!(store.apply(kind, Change::InitDone));
         }
         store
+    }
+
+    /// The Pod (namespace, name) of each delta, and whether it puts the
+    /// Pod in place (`true`) or removes it.
+    fn fed(store: &mut Store) -> Vec<(String, bool)> {
+        store
+            .take_deltas()
+            .into_iter()
+            .map(|delta| match delta {
+                Delta::Pod { name, pod, .. } => (name, pod.is_some()),
+                other => panic!("not a Pod: {other:?}"),
+            })
+            .collect()
+    }
+
+    /// A fed kind's changes go out as deltas (a relist as its difference
+    /// from what was held), only when the decoded object changed, and
+    /// make no snapshot due but for a completed list; other kinds are not
+    /// fed. Mutation: `delta` put for every write (no comparison) → the
+    /// status-only write yields a delta.
+    #[test]
+    fn a_fed_kind_hands_its_changes_as_deltas_and_makes_no_snapshot_due() {
+        let mut store = Store::new(KINDS);
+        store.feed(Kind::Pod);
+        for kind in KINDS {
+            store.apply(kind, Change::InitStart);
+        }
+        store.apply(Kind::Pod, Change::InitApply(pod("a", "web")));
+        store.apply(Kind::Pod, Change::InitApply(pod("b", "web")));
+        assert!(store.apply(Kind::Pod, Change::InitDone), "a list is due");
+        assert_eq!(fed(&mut store), [("a".into(), true), ("b".into(), true)]);
+        store.apply(Kind::Tier, Change::InitDone);
+        store.apply(Kind::ClusterNetworkPolicy, Change::InitDone);
+        assert!(store.synced());
+        assert_eq!(names(&store.admit()).len(), 2, "fed Pods are admitted too");
+
+        // A status write that changes nothing the model keeps: no delta.
+        let mut status = pod("a", "web");
+        status["status"]["phase"] = json!("Succeeded");
+        status["status"]["conditions"] = json!([{"type": "Ready", "status": "False"}]);
+        assert!(!store.apply(Kind::Pod, Change::Apply(status)));
+        assert_eq!(fed(&mut store), []);
+        // A label change, a new Pod, a delete: deltas, no snapshot due.
+        assert!(!store.apply(Kind::Pod, Change::Apply(pod("a", "db"))));
+        assert!(!store.apply(Kind::Pod, Change::Apply(pod("c", "web"))));
+        assert!(!store.apply(Kind::Pod, Change::Delete(pod("b", "web"))));
+        assert_eq!(
+            fed(&mut store),
+            [("a".into(), true), ("c".into(), true), ("b".into(), false)]
+        );
+        // An undecodable version removes the Pod; a delete of it is none.
+        let mut bad = pod("c", "web");
+        bad["status"]["podIPs"] = json!([{"ip": "not-an-address"}]);
+        store.apply(Kind::Pod, Change::Apply(bad.clone()));
+        store.apply(Kind::Pod, Change::Delete(bad));
+        assert_eq!(fed(&mut store), [("c".into(), false)]);
+        // A relist: what changed, appeared or vanished since.
+        store.apply(Kind::Pod, Change::InitStart);
+        store.apply(Kind::Pod, Change::InitApply(pod("a", "db")));
+        store.apply(Kind::Pod, Change::InitApply(pod("d", "web")));
+        store.apply(Kind::Pod, Change::Apply(pod("a", "db")));
+        assert!(store.apply(Kind::Pod, Change::InitDone));
+        assert_eq!(fed(&mut store), [("d".into(), true)]);
+        // Other kinds are not fed, and still make a snapshot due.
+        assert!(store.apply(Kind::Tier, Change::Apply(tier("t", 10))));
+        assert_eq!(fed(&mut store), []);
     }
 
     #[test]
