@@ -320,7 +320,7 @@ impl Starting {
             }
             match inbox.recv() {
                 Ok(Event::Shutdown) | Err(_) => return Ok(Waited::Stopped(Box::new(self))),
-                Ok(Event::PolicyChanged | Event::InventoryChanged | Event::Reload) => {}
+                Ok(Event::PolicyChanged | Event::Settled | Event::Reload) => {}
             }
         }
     }
@@ -470,6 +470,7 @@ fn open_source(
     sets: &Sets,
 ) -> Result<Opened, AgentError> {
     let docker_events = events.clone();
+    let settled = events.clone();
     let changed = move || {
         let _ = events.send(Event::PolicyChanged);
     };
@@ -485,7 +486,7 @@ fn open_source(
             policies,
             Arc::clone(&sets.docker),
             move || {
-                let _ = docker_events.send(Event::InventoryChanged);
+                let _ = docker_events.send(Event::Settled);
             },
         )?;
         let health = source.health();
@@ -508,7 +509,11 @@ fn open_source(
                 Some(config.node.name.clone()),
                 peers,
                 Arc::clone(&sets.kube),
-                changed,
+                // The source settles its own bursts (`Debounce`), and a
+                // change of the groups held is whole: acted on at once.
+                move || {
+                    let _ = settled.send(Event::Settled);
+                },
             )?;
             tracing::info!(
                 "kubernetes source started; no decision before its first complete snapshot"

@@ -55,12 +55,12 @@ impl Running {
             };
             let event = match event {
                 Event::PolicyChanged => signals::settle(inbox),
-                Event::InventoryChanged => signals::drain(inbox),
+                Event::Settled => signals::drain(inbox),
                 other => other,
             };
             match event {
                 Event::Shutdown => return Ok(()),
-                Event::Reload | Event::PolicyChanged | Event::InventoryChanged => self.reload(),
+                Event::Reload | Event::PolicyChanged | Event::Settled => self.reload(),
             }
         }
     }

@@ -1,8 +1,9 @@
 //! What wakes the run loop ([`Event`]): SIGHUP asks for a reload,
-//! SIGTERM and SIGINT for a shutdown, a source's notifier for a policy
-//! change, settled by the sources' [`Debounce`], and the Docker source's
-//! for an inventory change, acted on at once (the source settles its own
-//! bursts). It only turns signals into events; it never acts on them.
+//! SIGTERM and SIGINT for a shutdown, the policy directory's notifier for
+//! a policy change, settled here by [`Debounce`], and the notifiers of the
+//! sources that settle their own bursts (the Docker inventory, the
+//! Kubernetes source's snapshots and AddressGroups) for a change acted on
+//! at once. It only turns signals into events; it never acts on them.
 #![allow(clippy::disallowed_methods)] // policy-change events are debounced on the clock.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -15,11 +16,15 @@ use crate::source::Debounce;
 /// What wakes the run loop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
+    /// A policy file changed: settled here before the reload.
     PolicyChanged,
-    /// The Docker inventory changed: a container's addresses came or went,
-    /// so the reload must not wait (an address no container holds is
-    /// closed until the inventory knows its new holder).
-    InventoryChanged,
+    /// A source that settles its own bursts changed: the Docker inventory
+    /// (a container's addresses came or went: an address no container
+    /// holds is closed until the inventory knows its new holder), a
+    /// Kubernetes snapshot (debounced by the source), the AddressGroups an
+    /// agent in controller mode holds (each slice whole). The reload must
+    /// not wait again.
+    Settled,
     Reload,
     Shutdown,
 }
@@ -58,7 +63,7 @@ pub fn settle(inbox: &Receiver<Event>) -> Event {
         let wait = debounce.due().map_or(Duration::ZERO, |due| due - now);
         match inbox.recv_timeout(wait) {
             Ok(Event::PolicyChanged) => debounce.changed(Instant::now()),
-            Ok(Event::InventoryChanged) => return Event::InventoryChanged,
+            Ok(Event::Settled) => return Event::Settled,
             Err(RecvTimeoutError::Timeout) => return Event::PolicyChanged,
             Ok(other) => return other,
             Err(RecvTimeoutError::Disconnected) => return Event::Shutdown,
@@ -66,16 +71,16 @@ pub fn settle(inbox: &Receiver<Event>) -> Event {
     }
 }
 
-/// After an inventory change, takes the events already waiting (one
+/// After a settled change, takes the events already waiting (one
 /// reload reads the latest inventory for all of them); a shutdown among
 /// them wins, a policy change is read by the same reload.
 pub fn drain(inbox: &Receiver<Event>) -> Event {
-    let mut event = Event::InventoryChanged;
+    let mut event = Event::Settled;
     while let Ok(next) = inbox.try_recv() {
         match next {
             Event::Shutdown => return Event::Shutdown,
             Event::Reload => event = Event::Reload,
-            Event::PolicyChanged | Event::InventoryChanged => {}
+            Event::PolicyChanged | Event::Settled => {}
         }
     }
     event
@@ -98,17 +103,17 @@ mod tests {
     }
 
     #[test]
-    fn an_inventory_change_is_not_held_back_and_drains_what_waits() {
+    fn a_settled_change_is_not_held_back_and_drains_what_waits() {
         let (tx, rx) = mpsc::channel();
         tx.send(Event::PolicyChanged).unwrap();
-        tx.send(Event::InventoryChanged).unwrap();
-        assert_eq!(settle(&rx), Event::InventoryChanged, "acted on at once");
-        for event in [Event::InventoryChanged, Event::PolicyChanged] {
+        tx.send(Event::Settled).unwrap();
+        assert_eq!(settle(&rx), Event::Settled, "acted on at once");
+        for event in [Event::Settled, Event::PolicyChanged] {
             tx.send(event).unwrap();
         }
-        assert_eq!(drain(&rx), Event::InventoryChanged);
+        assert_eq!(drain(&rx), Event::Settled);
         assert!(rx.try_recv().is_err(), "drained");
-        tx.send(Event::InventoryChanged).unwrap();
+        tx.send(Event::Settled).unwrap();
         tx.send(Event::Shutdown).unwrap();
         assert_eq!(drain(&rx), Event::Shutdown);
     }
