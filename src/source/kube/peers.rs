@@ -237,12 +237,21 @@ pub(super) async fn follow(
     }
 }
 
-/// Whether a Lease read at `now` is stale: absent, never renewed, or not
-/// renewed within its duration.
+/// Whether a Lease read at `now` is stale: absent, held by nobody (a
+/// leader that stopped gave it up), never renewed, or not renewed within
+/// its duration.
 pub fn lease_stale(spec: Option<&LeaseSpec>, now: k8s_openapi::jiff::Timestamp) -> bool {
     let Some(spec) = spec else {
         return true;
     };
+    if spec
+        .holder_identity
+        .as_deref()
+        .unwrap_or_default()
+        .is_empty()
+    {
+        return true;
+    }
     match (&spec.renew_time, spec.lease_duration_seconds) {
         (Some(renewed), Some(duration)) => {
             renewed.0.as_millisecond() + i64::from(duration) * 1000 < now.as_millisecond()
@@ -286,6 +295,7 @@ mod tests {
     fn a_lease_is_stale_when_absent_or_not_renewed_within_its_duration() {
         let at = |s: i64| Timestamp::from_second(s).unwrap();
         let lease = |renewed: Option<i64>, duration: Option<i32>| LeaseSpec {
+            holder_identity: Some("tollgate-controller-0".into()),
             renew_time: renewed.map(|s| MicroTime(at(s))),
             lease_duration_seconds: duration,
             ..LeaseSpec::default()
@@ -295,5 +305,11 @@ mod tests {
         assert!(!lease_stale(Some(&lease(Some(990), Some(15))), at(1000)));
         assert!(!lease_stale(Some(&lease(Some(985), Some(15))), at(1000)));
         assert!(lease_stale(Some(&lease(Some(984), Some(15))), at(1000)));
+        // Given up (a leader's graceful stop): stale at once.
+        let released = LeaseSpec {
+            holder_identity: None,
+            ..lease(Some(990), Some(15))
+        };
+        assert!(lease_stale(Some(&released), at(1000)));
     }
 }
