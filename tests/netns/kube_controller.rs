@@ -4,9 +4,11 @@
 //! (two node namespaces, an agent in each) watching one fake API server
 //! (`tests/fake_api`), served on a listener in each node namespace; the
 //! controller runs as a process in the first node's namespace (never in
-//! the root namespace): a process is what a Deployment runs, and its
-//! `kill -9` is a crash that releases nothing, which `Controller::spawn`
-//! in the test process could not be without ending the test. Also: an
+//! the root namespace). `Controller::spawn` in the test process could
+//! have run there too (from a thread entered into the namespace: the
+//! threads it starts inherit it), but a process is what a Deployment
+//! runs — the command line, its `/readyz` — and its `kill -9` is a crash:
+//! no code of it runs, no Lease is released. Also: an
 //! agent moved from watch mode to controller mode and back by restarts
 //! (a DaemonSet's rolling update) while a denied client probes.
 //!
@@ -198,6 +200,26 @@ fn controller_pod_events(api: &FakeApi) -> u64 {
         .sum()
 }
 
+/// AddressGroup events the API server sent to the watches that select
+/// the group `key` (an agent's subscription).
+fn group_events(api: &FakeApi, key: &str) -> u64 {
+    api.watches()
+        .iter()
+        .filter(|w| w.path == GROUPS && w.labels.contains(key))
+        .map(|w| w.events)
+        .sum()
+}
+
+/// The selection key of the group whose slice holds `ip`.
+fn key_of(api: &FakeApi, ip: IpAddr) -> String {
+    slices(api)
+        .values()
+        .find(|s| s["spec"].to_string().contains(&format!("\"{ip}\"")))
+        .and_then(|s| s["metadata"]["labels"]["tollgate.io/selection"].as_str())
+        .unwrap_or_else(|| panic!("no group holds {ip}"))
+        .to_string()
+}
+
 /// The agent's `peers` status: AddressGroups needed, waiting, and whether
 /// the controller is stale; `None` in watch mode or while it does not
 /// answer.
@@ -273,7 +295,9 @@ const SECOND_NODE: &str = "kubernetes_controller_and_two_node_agents_second_node
 /// write of `client-a` (phase, conditions, an annotation) reaches the
 /// controller and writes nothing: (b) relabelling `client-b` then writes
 /// exactly its group's slice (one write; `client-a`'s slice untouched),
-/// node-b closes it while node-a's client still connects. (d) The
+/// which the API server sends to node-b's agent and not to node-a's (their
+/// group watches' events); node-b closes it while node-a's client still
+/// connects. (d) The
 /// controller killed (`kill -9`): both agents keep enforcing as before
 /// (allowed, closed, refused), and both say the controller is stale in
 /// status and `tollgate_controller_stale` (0 before the kill); the
@@ -361,6 +385,11 @@ fn kubernetes_controller_and_two_node_agents_enforce_each_others_peers_and_outli
             .expect("client-a's slice")
     };
     let before_a = slice_a(&api);
+    let (key_a, key_b) = (
+        key_of(&api, a.addr("client").into()),
+        key_of(&api, b.addr("client").into()),
+    );
+    let heard = (group_events(&api, &key_a), group_events(&api, &key_b));
     let sent = controller_pod_events(&api);
     let mut status = pod("client-a", "client-a", "node-b", ips(&a, "client"));
     status["metadata"]["annotations"] = json!({"kubectl.kubernetes.io/restartedAt": "now"});
@@ -381,6 +410,10 @@ fn kubernetes_controller_and_two_node_agents_enforce_each_others_peers_and_outli
     wait_client(&b, TcpOutcome::TimedOut, "node-b closes client-b");
     assert_eq!(writes(&api) - written, 1, "{:#?}", api.log());
     assert_eq!(slice_a(&api), before_a, "client-a's slice was written");
+    // The slice went to node-b's agent, the one subscribed, and nothing to
+    // node-a's.
+    assert!(group_events(&api, &key_b) > heard.1, "{:#?}", api.watches());
+    assert_eq!(group_events(&api, &key_a), heard.0, "{:#?}", api.watches());
     check_both((&a, TcpOutcome::Connected), (&b, TcpOutcome::TimedOut));
 
     // (d) The controller killed: nothing changes on the wire, and both
