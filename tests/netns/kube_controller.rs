@@ -469,19 +469,26 @@ fn switch(
     label: &str,
 ) -> Agent {
     let targets = web(lab);
-    let prober = Prober::start(
-        lab.ns("intruder"),
-        &targets,
-        Duration::from_millis(20),
-        Duration::from_millis(300),
-        Duration::from_secs(120),
-    );
+    let probe = |role: &str| {
+        Prober::start(
+            lab.ns(role),
+            &targets,
+            Duration::from_millis(20),
+            Duration::from_millis(300),
+            Duration::from_secs(120),
+        )
+    };
+    let (prober, client) = (probe("intruder"), probe("client"));
     prober.wait_attempts(&targets, Duration::ZERO, 5);
+    assert!(client.wait_connected(&targets, Duration::ZERO, 3));
     if groups_fail {
         api.fail(GROUPS);
     }
     old.stop();
+    let gone = client.now();
     let mut new = lab.start_agent(options);
+    // It takes over the rules the other mode's agent left in the kernel.
+    new.wait_for_log("adopting the kernel state", AGENT_WAIT);
     if groups_fail {
         new.wait_for_log("peers: waiting for groups", AGENT_WAIT);
         prober.wait_attempts(&targets, prober.now(), 10);
@@ -489,7 +496,13 @@ fn switch(
         api.heal(GROUPS);
     }
     new.wait_generation(1);
+    let ready = client.now();
     prober.wait_attempts(&targets, prober.now(), 10);
+    assert!(
+        client.wait_connected(&targets, ready, 3),
+        "{label}: the client does not connect again\n{}",
+        new.log()
+    );
     for (target, attempts) in prober.finish() {
         let through: Vec<_> = attempts
             .iter()
@@ -501,9 +514,20 @@ fn switch(
             new.log()
         );
         println!(
-            "MODE-SWITCH {label} {}: 0 of {} attempts connected",
+            "MODE-SWITCH {label} intruder -> {}: 0 of {} attempts connected",
             target.to,
             attempts.len()
+        );
+    }
+    for (target, attempts) in client.finish() {
+        let again = attempts
+            .iter()
+            .find(|a| a.at >= gone && a.outcome == TcpOutcome::Connected)
+            .expect("connected again");
+        println!(
+            "MODE-SWITCH {label} client -> {}: first connection {} ms after the old agent exited",
+            target.to,
+            (again.at - gone).as_millis()
         );
     }
     new
@@ -514,11 +538,15 @@ fn switch(
 /// rest; the client (`app: client`, on another Node too) is its positive
 /// control. An agent in watch mode (the default) enforces it; the
 /// controller is deployed; the agent is restarted in controller mode (as
-/// a DaemonSet's rolling update: SIGTERM, then the new process), the
-/// AddressGroups' lists failing (500) as it starts, so that it must wait
-/// for the group; then restarted in watch mode again. During each switch
-/// the intruder probes continuously and never connects; after each, the
-/// client connects and the intruder is refused; status reports the
+/// a DaemonSet's rolling update: SIGTERM, then the new process, which
+/// adopts the kernel state), the AddressGroups' lists failing (500) as it
+/// starts, so that it must wait for the group; then restarted in watch
+/// mode again. During each switch the intruder and the client probe
+/// continuously (a new connection every 20 ms each); the intruder never
+/// connects, the client connects again once the new agent's ruleset is in
+/// force (its window printed as `MODE-SWITCH`; the first switch's holds
+/// the time the groups' lists are made to fail); after each, the client
+/// connects and the intruder is refused; status reports the
 /// controller's groups in controller mode only. IPv4 and IPv6.
 ///
 /// Mutation (tried): the agent building its ruleset while a group is
