@@ -24,6 +24,7 @@ mod icmp;
 pub(crate) mod image;
 mod kernel;
 mod kube;
+mod kube_controller;
 mod l7;
 mod l7restart;
 mod lifecycle;

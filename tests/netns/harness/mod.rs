@@ -252,6 +252,10 @@ pub const TEST_IDS: &[&str] = &[
     "a_reply_judged_before_its_querys_copy_is_read_is_released_unlearned",
     "a_restarted_dns_worker_binds_its_query_copies_again",
     "kubernetes_controller_mode_enforces_remote_peers_from_an_address_group",
+    "kubernetes_controller_and_two_node_agents_enforce_each_others_peers_and_outlive_the_controller",
+    // The second Node's lab of the test above (two labs, two ranges).
+    "kubernetes_controller_and_two_node_agents_second_node",
+    "kubernetes_moving_between_watch_and_controller_mode_never_lets_a_denied_client_through",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".

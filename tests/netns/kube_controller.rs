@@ -1,0 +1,627 @@
+//! The controller and the agents together on the wire (issue 32): a real
+//! `tollgate controller` publishes the AddressGroups and agents in
+//! `kubernetes.peers: controller` enforce them. Two Nodes are two labs
+//! (two node namespaces, an agent in each) watching one fake API server
+//! (`tests/fake_api`), served on a listener in each node namespace; the
+//! controller runs as a process in the first node's namespace (never in
+//! the root namespace). `Controller::spawn` in the test process could
+//! have run there too (from a thread entered into the namespace: the
+//! threads it starts inherit it), but a process is what a Deployment
+//! runs — the command line, its `/readyz` — and its `kill -9` is a crash:
+//! no code of it runs, no Lease is released. Also: an
+//! agent moved from watch mode to controller mode and back by restarts
+//! (a DaemonSet's rolling update) while a denied client probes.
+//!
+//! Every probe is a new connection from a new source port with the
+//! verdict cache off: the agent's queues decide each one.
+
+use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::harness::probe::Prober;
+use crate::harness::AGENT_WAIT;
+use crate::harness::{metrics, wait_until, Agent, AgentOptions, Lab, Service, TcpOutcome};
+use tollgate_fake_api::{kubeconfig_at, FakeApi};
+
+const GROUPS: &str = "/apis/tollgate.io/v1alpha1/addressgroups";
+const PORT: u16 = 8080;
+/// The agents' metrics, each on its own node namespace's loopback.
+const AGENT_METRICS: &str = "127.0.0.1:9534";
+/// The controller's `/livez`, `/readyz` and `/metrics`.
+const CONTROLLER_LISTEN: &str = "127.0.0.1:9535";
+/// The controller's name in the Lease: one replica, whose container is
+/// restarted in its Pod (the same name) after it is killed.
+const IDENTITY: &str = "tollgate-controller-0";
+/// The agents read the Lease every 30 s ± 20 % and the controller's
+/// Lease lasts 15 s: a kill is seen as stale within 51 s.
+const STALE_WAIT: Duration = Duration::from_secs(90);
+
+fn ips(lab: &Lab, role: &str) -> [IpAddr; 2] {
+    [lab.addr(role).into(), lab.addr6(role).into()]
+}
+
+/// A Pod in `prod` labelled `app`, on Node `node`, with `ips`.
+fn pod(name: &str, app: &str, node: &str, ips: [IpAddr; 2]) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": "prod", "labels": {"app": app}},
+           "spec": {"nodeName": node, "containers": [{"name": "main"}]},
+           "status": {"phase": "Running", "podIP": ips[0].to_string(),
+                      "podIPs": [{"ip": ips[0].to_string()}, {"ip": ips[1].to_string()}]}})
+}
+
+/// A lab with a client, a server (echo on [`PORT`]) and a stranger,
+/// IPv4 and IPv6.
+fn node_lab(test: &'static str, extra: &str) -> Option<Lab> {
+    let lab = Lab::builder(test)
+        .peer("client")
+        .peer(extra)
+        .peer("server")
+        .ipv6()
+        .build()?;
+    lab.serve_tcp("server", PORT, Service::Echo);
+    Some(lab)
+}
+
+/// The fake API server's listener in `lab`'s node namespace.
+fn listener(lab: &Lab) -> TcpListener {
+    lab.node()
+        .enter(|| TcpListener::bind("127.0.0.1:0").expect("bind in node namespace"))
+}
+
+fn write_kubeconfig(lab: &Lab, text: &str) -> PathBuf {
+    let path = lab.dir().join("kubeconfig");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Agent options with `kubeconfig`, the verdict cache off and metrics.
+fn kube_options(lab: &Lab, kubeconfig: &Path, node: &str, extra: &[&str]) -> AgentOptions {
+    let mut options = lab
+        .agent_options()
+        .node_name(node)
+        .args(&["--verdict-cache", "off", "--metrics-address", AGENT_METRICS])
+        .args(extra);
+    options.kubeconfig = Some(kubeconfig.to_path_buf());
+    options
+}
+
+/// `tollgate controller` in a lab's node namespace; killed when dropped.
+struct ControllerProcess {
+    child: Child,
+    log: PathBuf,
+}
+
+impl ControllerProcess {
+    fn start(lab: &Lab, kubeconfig: &Path) -> ControllerProcess {
+        let n = (0..100)
+            .find(|n| !lab.dir().join(format!("controller-{n}.log")).exists())
+            .expect("fewer than 100 controllers per lab");
+        let log = lab.dir().join(format!("controller-{n}.log"));
+        let out = std::fs::File::create(&log).expect("create controller log");
+        let err = out.try_clone().expect("clone log handle");
+        let argv = [
+            env!("CARGO_BIN_EXE_tollgate"),
+            "controller",
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--identity",
+            IDENTITY,
+            "--listen",
+            CONTROLLER_LISTEN,
+        ];
+        // `ip netns exec` execs the binary: the child is the controller.
+        let child = lab
+            .node()
+            .command(&argv)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .expect("spawn tollgate controller");
+        ControllerProcess { child, log }
+    }
+
+    /// Whether `/readyz` answers 200 (the leader adopted the groups and
+    /// made its last batch of writes).
+    fn ready(lab: &Lab) -> bool {
+        let url = format!("http://{CONTROLLER_LISTEN}/readyz");
+        let out = lab.node().exec(
+            &[
+                "curl",
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--max-time",
+                "5",
+                &url,
+            ],
+            Duration::from_secs(10),
+        );
+        out.stdout.trim() == "200"
+    }
+
+    /// SIGKILL: the Lease is neither renewed nor released.
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        self.kill9();
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            eprintln!("---- controller log {} ----\n{log}", self.log.display());
+        }
+    }
+}
+
+/// Every AddressGroup slice the API server holds, by name.
+fn slices(api: &FakeApi) -> std::collections::BTreeMap<String, Value> {
+    api.objects(GROUPS)
+}
+
+/// Whether some published slice holds every address of `ips`.
+fn published(api: &FakeApi, ips: [IpAddr; 2]) -> bool {
+    slices(api).values().any(|slice| {
+        let held: Vec<&str> = slice["spec"]["members"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|m| m["ips"].as_array().into_iter().flatten())
+            .filter_map(Value::as_str)
+            .collect();
+        ips.iter().all(|ip| held.contains(&ip.to_string().as_str()))
+    })
+}
+
+/// AddressGroup writes the API server received (create, update, delete).
+fn writes(api: &FakeApi) -> usize {
+    ["POST", "PUT", "PATCH", "DELETE"]
+        .iter()
+        .map(|m| api.writes(m, GROUPS))
+        .sum()
+}
+
+/// Pod events the API server sent to the controller's watch (the only
+/// Pod watch without a field selector).
+fn controller_pod_events(api: &FakeApi) -> u64 {
+    api.watches()
+        .iter()
+        .filter(|w| w.path == "/api/v1/pods" && w.fields.is_empty())
+        .map(|w| w.events)
+        .sum()
+}
+
+/// AddressGroup events the API server sent to the watches that select
+/// the group `key` (an agent's subscription).
+fn group_events(api: &FakeApi, key: &str) -> u64 {
+    api.watches()
+        .iter()
+        .filter(|w| w.path == GROUPS && w.labels.contains(key))
+        .map(|w| w.events)
+        .sum()
+}
+
+/// The selection key of the group whose slice holds `ip`.
+fn key_of(api: &FakeApi, ip: IpAddr) -> String {
+    slices(api)
+        .values()
+        .find(|s| s["spec"].to_string().contains(&format!("\"{ip}\"")))
+        .and_then(|s| s["metadata"]["labels"]["tollgate.io/selection"].as_str())
+        .unwrap_or_else(|| panic!("no group holds {ip}"))
+        .to_string()
+}
+
+/// The agent's `peers` status: AddressGroups needed, waiting, and whether
+/// the controller is stale; `None` in watch mode or while it does not
+/// answer.
+fn peers(options: &AgentOptions) -> Option<tollgate::status::PeersReport> {
+    use tollgate::status::{Request, Response};
+    match tollgate::status::request(&options.status_socket, &Request::Status) {
+        Ok(Response::Status(report)) => report.kubernetes.and_then(|k| k.peers),
+        _ => None,
+    }
+}
+
+fn stale_metric(lab: &Lab) -> f64 {
+    metrics::scrape(lab.node(), AGENT_METRICS)
+        .get("tollgate_controller_stale")
+        .copied()
+        .expect("tollgate_controller_stale exported")
+}
+
+/// The web server of `lab`, both families.
+fn web(lab: &Lab) -> [SocketAddr; 2] {
+    ips(lab, "server").map(|ip| SocketAddr::new(ip, PORT))
+}
+
+/// New connections to `lab`'s web server: from the client as `client`
+/// says, from `denied` always refused (dropped: timed out).
+fn check(lab: &Lab, client: TcpOutcome, denied: &str) {
+    for to in web(lab) {
+        lab.assert_tcp("client", to, client);
+        lab.assert_tcp(denied, to, TcpOutcome::TimedOut);
+    }
+}
+
+/// [`check`] of both labs at once.
+fn check_both(a: (&Lab, TcpOutcome), b: (&Lab, TcpOutcome)) {
+    std::thread::scope(|scope| {
+        let other = scope.spawn(|| check(b.0, b.1, "stranger"));
+        check(a.0, a.1, "stranger");
+        other.join().expect("the second lab's check");
+    });
+}
+
+/// Waits until `lab`'s client gets `outcome` (the agent applied a change).
+fn wait_client(lab: &Lab, outcome: TcpOutcome, what: &str) {
+    wait_until(what, AGENT_WAIT, || {
+        web(lab)
+            .iter()
+            .all(|to| lab.tcp("client", *to, Duration::from_millis(500)) == outcome)
+    });
+}
+
+/// `web-<me>` Pods take ingress from `client-<me>` Pods only.
+fn web_from_its_client(me: &str) -> Value {
+    json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "ClusterNetworkPolicy",
+           "metadata": {"name": format!("web-{me}")},
+           "spec": {"priority": 5, "tier": "application",
+                    "appliedTo": [{"podSelector": {"matchLabels": {"app": format!("web-{me}")}}}],
+                    "ingress": [{"name": "client", "action": "Allow",
+                                 "from": [{"podSelector": {"matchLabels": {"app": format!("client-{me}")}}}]},
+                                {"name": "rest", "action": "Drop"}]}})
+}
+
+/// The second Node's lab of
+/// [`kubernetes_controller_and_two_node_agents_enforce_each_others_peers_and_outlive_the_controller`].
+const SECOND_NODE: &str = "kubernetes_controller_and_two_node_agents_second_node";
+
+/// A controller and two node agents: Nodes `node-a` and `node-b`, one lab
+/// each. On each, the Pod `web-<x>` (the lab's server) takes TCP only from
+/// `client-<x>` — the lab's client, which the API server says runs on the
+/// OTHER Node, so the agent (watching its own Node's Pods) learns it only
+/// from the group the controller publishes; `stranger-<x>` (app
+/// `stranger`, also on the other Node) is a non-member and is refused.
+/// (a) Both clients connect, both strangers are refused. (c) A status
+/// write of `client-a` (phase, conditions, an annotation) reaches the
+/// controller and writes nothing: (b) relabelling `client-b` then writes
+/// exactly its group's slice (one write; `client-a`'s slice untouched),
+/// which the API server sends to node-b's agent and not to node-a's (their
+/// group watches' events); node-b closes it while node-a's client still
+/// connects. (d) The
+/// controller killed (`kill -9`): both agents keep enforcing as before
+/// (allowed, closed, refused), and both say the controller is stale in
+/// status and `tollgate_controller_stale` (0 before the kill); the
+/// controller restarted (same Pod name) adopts the groups and writes
+/// nothing, and a later change (`client-b` labelled back) is published
+/// and opens node-b again. IPv4 and IPv6.
+///
+/// Mutations (tried): the publisher writing on a status write (the three
+/// no-change guards of `core/src/selection/publish.rs` removed) fails the
+/// write count of (c); `Publisher::adopt` not called on taking the lead
+/// fails (d)'s "writes nothing".
+#[test]
+fn kubernetes_controller_and_two_node_agents_enforce_each_others_peers_and_outlive_the_controller()
+{
+    let Some(a) = node_lab(
+        "kubernetes_controller_and_two_node_agents_enforce_each_others_peers_and_outlive_the_controller",
+        "stranger",
+    ) else {
+        return;
+    };
+    let Some(b) = node_lab(SECOND_NODE, "stranger") else {
+        return;
+    };
+    // One API server, reachable in both node namespaces.
+    let api = FakeApi::serve(listener(&a));
+    let at_b = api.listen(listener(&b));
+    api.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod"}}));
+    for (lab, me, other) in [(&a, "a", "b"), (&b, "b", "a")] {
+        let (here, there) = (format!("node-{me}"), format!("node-{other}"));
+        api.apply(pod(
+            &format!("web-{me}"),
+            &format!("web-{me}"),
+            &here,
+            ips(lab, "server"),
+        ));
+        api.apply(pod(
+            &format!("client-{me}"),
+            &format!("client-{me}"),
+            &there,
+            ips(lab, "client"),
+        ));
+        api.apply(pod(
+            &format!("stranger-{me}"),
+            "stranger",
+            &there,
+            ips(lab, "stranger"),
+        ));
+        api.apply(web_from_its_client(me));
+    }
+    let kubeconfig_a = write_kubeconfig(&a, &api.kubeconfig());
+    let kubeconfig_b = write_kubeconfig(&b, &kubeconfig_at(at_b));
+
+    // The controller first, as deployed: it takes the Lease and publishes
+    // the two groups.
+    let mut controller = ControllerProcess::start(&a, &kubeconfig_a);
+    wait_until("the controller publishes both clients", AGENT_WAIT, || {
+        published(&api, ips(&a, "client"))
+            && published(&api, ips(&b, "client"))
+            && ControllerProcess::ready(&a)
+    });
+    assert!(!published(&api, ips(&a, "stranger")));
+    let controller_mode = ["--set", "kubernetes.peers=controller"];
+    let options_a = kube_options(&a, &kubeconfig_a, "node-a", &controller_mode);
+    let options_b = kube_options(&b, &kubeconfig_b, "node-b", &controller_mode);
+    let mut agent_a = a.start_agent(options_a.clone());
+    let mut agent_b = b.start_agent(options_b.clone());
+    agent_a.wait_generation(1);
+    agent_b.wait_generation(1);
+    // Each agent subscribes to one group, and its controller is alive.
+    for (lab, options) in [(&a, &options_a), (&b, &options_b)] {
+        wait_until("the agent reads the Lease as renewed", AGENT_WAIT, || {
+            peers(options).is_some_and(|p| !p.controller_stale && p.needed == 1 && p.waiting == 0)
+        });
+        assert_eq!(stale_metric(lab), 0.0);
+    }
+
+    // (a) Positive control.
+    check_both((&a, TcpOutcome::Connected), (&b, TcpOutcome::Connected));
+
+    // (c) A status write of client-a: the controller receives it...
+    let slice_a = |api: &FakeApi| {
+        slices(api)
+            .into_iter()
+            .find(|(_, s)| s.to_string().contains(&a.addr("client").to_string()))
+            .expect("client-a's slice")
+    };
+    let before_a = slice_a(&api);
+    let (key_a, key_b) = (
+        key_of(&api, a.addr("client").into()),
+        key_of(&api, b.addr("client").into()),
+    );
+    let heard = (group_events(&api, &key_a), group_events(&api, &key_b));
+    let sent = controller_pod_events(&api);
+    let mut status = pod("client-a", "client-a", "node-b", ips(&a, "client"));
+    status["metadata"]["annotations"] = json!({"kubectl.kubernetes.io/restartedAt": "now"});
+    status["status"]["conditions"] = json!([{"type": "Ready", "status": "True"}]);
+    api.apply(status);
+    wait_until(
+        "the controller receives the status write",
+        AGENT_WAIT,
+        || controller_pod_events(&api) > sent,
+    );
+    // ...(b) then client-b relabelled: its group's slice, and only it, is
+    // written.
+    let written = writes(&api);
+    api.apply(pod("client-b", "stranger", "node-a", ips(&b, "client")));
+    wait_until("client-b unpublished", AGENT_WAIT, || {
+        !published(&api, ips(&b, "client"))
+    });
+    wait_client(&b, TcpOutcome::TimedOut, "node-b closes client-b");
+    assert_eq!(writes(&api) - written, 1, "{:#?}", api.log());
+    assert_eq!(slice_a(&api), before_a, "client-a's slice was written");
+    // The slice went to node-b's agent, the one subscribed, and nothing to
+    // node-a's.
+    assert!(group_events(&api, &key_b) > heard.1, "{:#?}", api.watches());
+    assert_eq!(group_events(&api, &key_a), heard.0, "{:#?}", api.watches());
+    check_both((&a, TcpOutcome::Connected), (&b, TcpOutcome::TimedOut));
+
+    // (d) The controller killed: nothing changes on the wire, and both
+    // agents say it is stale once its Lease expires.
+    let written = writes(&api);
+    let lists = api.lists(GROUPS);
+    controller.kill9();
+    check_both((&a, TcpOutcome::Connected), (&b, TcpOutcome::TimedOut));
+    for options in [&options_a, &options_b] {
+        wait_until("the agent says the controller is stale", STALE_WAIT, || {
+            peers(options).is_some_and(|p| p.controller_stale && p.waiting == 0)
+        });
+    }
+    for lab in [&a, &b] {
+        assert_eq!(stale_metric(lab), 1.0);
+    }
+    check_both((&a, TcpOutcome::Connected), (&b, TcpOutcome::TimedOut));
+
+    // Restarted, it adopts the groups and rewrites nothing...
+    let mut controller = ControllerProcess::start(&a, &kubeconfig_a);
+    wait_until(
+        "the restarted controller adopts and is ready",
+        AGENT_WAIT,
+        || api.lists(GROUPS) > lists && ControllerProcess::ready(&a),
+    );
+    assert_eq!(writes(&api), written, "{:#?}", api.log());
+    // ...and publishes the next change.
+    api.apply(pod("client-b", "client-b", "node-a", ips(&b, "client")));
+    wait_until("client-b published again", AGENT_WAIT, || {
+        published(&api, ips(&b, "client"))
+    });
+    assert_eq!(writes(&api) - written, 1, "{:#?}", api.log());
+    wait_client(&b, TcpOutcome::Connected, "node-b opens client-b again");
+    check_both((&a, TcpOutcome::Connected), (&b, TcpOutcome::Connected));
+    controller.kill9();
+    agent_a.stop();
+    agent_b.stop();
+}
+
+/// An agent's restart into another mode (see
+/// [`kubernetes_moving_between_watch_and_controller_mode_never_lets_a_denied_client_through`]):
+/// the intruder probes the server (both families, a new connection every
+/// 20 ms) from before `old` stops until the new agent has decided for a
+/// while; none connects. With `groups_fail`, the AddressGroups' lists
+/// answer 500 while the new agent starts: it must hold (no ruleset) until
+/// they are served.
+fn switch(
+    lab: &Lab,
+    api: &FakeApi,
+    mut old: Agent,
+    options: AgentOptions,
+    groups_fail: bool,
+    label: &str,
+) -> Agent {
+    let targets = web(lab);
+    let probe = |role: &str| {
+        Prober::start(
+            lab.ns(role),
+            &targets,
+            Duration::from_millis(20),
+            Duration::from_millis(300),
+            Duration::from_secs(120),
+        )
+    };
+    let (prober, client) = (probe("intruder"), probe("client"));
+    prober.wait_attempts(&targets, Duration::ZERO, 5);
+    assert!(client.wait_connected(&targets, Duration::ZERO, 3));
+    if groups_fail {
+        api.fail(GROUPS);
+    }
+    old.stop();
+    let gone = client.now();
+    let mut new = lab.start_agent(options);
+    // It takes over the rules the other mode's agent left in the kernel.
+    new.wait_for_log("adopting the kernel state", AGENT_WAIT);
+    if groups_fail {
+        new.wait_for_log("peers: waiting for groups", AGENT_WAIT);
+        prober.wait_attempts(&targets, prober.now(), 10);
+        assert_eq!(new.count_log("ruleset applied"), 0, "{}", new.log());
+        api.heal(GROUPS);
+    }
+    new.wait_generation(1);
+    let ready = client.now();
+    prober.wait_attempts(&targets, prober.now(), 10);
+    assert!(
+        client.wait_connected(&targets, ready, 3),
+        "{label}: the client does not connect again\n{}",
+        new.log()
+    );
+    for (target, attempts) in prober.finish() {
+        let through: Vec<_> = attempts
+            .iter()
+            .filter(|a| a.outcome == TcpOutcome::Connected)
+            .collect();
+        assert!(
+            through.is_empty(),
+            "{label}: the intruder reached {target}: {through:?}\n{}",
+            new.log()
+        );
+        println!(
+            "MODE-SWITCH {label} intruder -> {}: 0 of {} attempts connected",
+            target.to,
+            attempts.len()
+        );
+    }
+    for (target, attempts) in client.finish() {
+        let again = attempts
+            .iter()
+            .find(|a| a.at >= gone && a.outcome == TcpOutcome::Connected)
+            .expect("connected again");
+        println!(
+            "MODE-SWITCH {label} client -> {}: first connection {} ms after the old agent exited",
+            target.to,
+            (again.at - gone).as_millis()
+        );
+    }
+    new
+}
+
+/// Moving between the modes without an open window. The server Pod
+/// drops TCP from `app: intruder` Pods (on another Node) and takes the
+/// rest; the client (`app: client`, on another Node too) is its positive
+/// control. An agent in watch mode (the default) enforces it; the
+/// controller is deployed; the agent is restarted in controller mode (as
+/// a DaemonSet's rolling update: SIGTERM, then the new process, which
+/// adopts the kernel state), the AddressGroups' lists failing (500) as it
+/// starts, so that it must wait for the group; then restarted in watch
+/// mode again. During each switch the intruder and the client probe
+/// continuously (a new connection every 20 ms each); the intruder never
+/// connects, the client connects again once the new agent's ruleset is in
+/// force (its window printed as `MODE-SWITCH`; the first switch's holds
+/// the time the groups' lists are made to fail); after each, the client
+/// connects and the intruder is refused; status reports the
+/// controller's groups in controller mode only. IPv4 and IPv6.
+///
+/// Mutation (tried): the agent building its ruleset while a group is
+/// missing (the waiting checks of `Incremental::ruleset` and
+/// `agent::compiler::Compiler::compile` disabled): the missing group reads
+/// as empty and the intruder connects during the switch to controller
+/// mode.
+#[test]
+fn kubernetes_moving_between_watch_and_controller_mode_never_lets_a_denied_client_through() {
+    let Some(lab) = node_lab(
+        "kubernetes_moving_between_watch_and_controller_mode_never_lets_a_denied_client_through",
+        "intruder",
+    ) else {
+        return;
+    };
+    let api = FakeApi::serve(listener(&lab));
+    api.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod"}}));
+    api.apply(pod("web", "web", "node", ips(&lab, "server")));
+    api.apply(pod("client", "client", "other-node", ips(&lab, "client")));
+    api.apply(pod(
+        "intruder",
+        "intruder",
+        "other-node",
+        ips(&lab, "intruder"),
+    ));
+    api.apply(
+        json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "ClusterNetworkPolicy",
+               "metadata": {"name": "drop-intruders"},
+               "spec": {"priority": 5, "tier": "application",
+                        "appliedTo": [{"podSelector": {"matchLabels": {"app": "web"}}}],
+                        "ingress": [{"name": "intruders", "action": "Drop",
+                                     "from": [{"podSelector": {"matchLabels": {"app": "intruder"}}}]}]}}),
+    );
+    let kubeconfig = write_kubeconfig(&lab, &api.kubeconfig());
+    let watch = kube_options(&lab, &kubeconfig, "node", &[]);
+    let controller_mode = kube_options(
+        &lab,
+        &kubeconfig,
+        "node",
+        &["--set", "kubernetes.peers=controller"],
+    );
+    let mut agent = lab.start_agent(watch.clone());
+    agent.wait_generation(1);
+    check(&lab, TcpOutcome::Connected, "intruder");
+    assert!(peers(&watch).is_none());
+
+    let _controller = ControllerProcess::start(&lab, &kubeconfig);
+    wait_until("the controller publishes the intruder", AGENT_WAIT, || {
+        published(&api, ips(&lab, "intruder")) && ControllerProcess::ready(&lab)
+    });
+
+    let agent = switch(
+        &lab,
+        &api,
+        agent,
+        controller_mode.clone(),
+        true,
+        "watch-to-controller",
+    );
+    check(&lab, TcpOutcome::Connected, "intruder");
+    assert!(
+        peers(&controller_mode).is_some_and(|p| p.needed == 1 && p.waiting == 0),
+        "{:?}",
+        peers(&controller_mode)
+    );
+
+    let mut agent = switch(
+        &lab,
+        &api,
+        agent,
+        watch.clone(),
+        false,
+        "controller-to-watch",
+    );
+    check(&lab, TcpOutcome::Connected, "intruder");
+    assert!(peers(&watch).is_none());
+    agent.stop();
+}
