@@ -14,9 +14,13 @@
 //!
 //! - A **routed veth** (the CNI's host side, the interface the node's
 //!   route to the endpoint leaves by): the raw table's `PREROUTING`, before
-//!   conntrack, jumps to [`CHAIN`]: `-s <own> -i <veth> -j RETURN` for each
-//!   of its sources (its addresses, its allowed prefixes, IPv6 link-local
-//!   and `::`), then `-i <veth> -j DROP`.
+//!   conntrack, jumps to [`CHAIN`], where one rule returns a packet whose
+//!   (source, incoming interface) is in the family's source set
+//!   ([`source_set`], `hash:net,iface`: each veth with each of its sources
+//!   — its addresses, its allowed prefixes, IPv6 link-local and `::`), so
+//!   every packet costs one lookup however many endpoints there are; a
+//!   packet from a veth that the set did not return meets `-i <veth> -j
+//!   DROP`.
 //! - A **Linux bridge port** (Docker's and podman's networks, bridge CNIs):
 //!   ebtables' nat `PREROUTING` (the bridge family's first hook: every frame
 //!   a port sends, before the bridge forwards it and before `br_netfilter`
@@ -54,7 +58,9 @@ use crate::model::{Object, Snapshot};
 
 mod rules;
 
-pub use rules::{drop_counters, plan, rule_key, DropCount, Place, Planned, Reading, Reason};
+pub use rules::{
+    drop_counters, plan, rule_key, source_set, DropCount, Place, Planned, Reading, Reason,
+};
 
 /// The owned chain of the raw tables (from `PREROUTING`) and of ebtables'
 /// nat table (from its `PREROUTING`).

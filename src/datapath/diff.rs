@@ -16,8 +16,8 @@ use std::net::IpAddr;
 #[cfg(test)]
 use super::state::LearnedSet;
 use super::state::{
-    CacheSet, Family, IpSet, RangeSet, State, Table, TableKind, CACHE_SET_TYPE, DOCKER_USER,
-    RANGE_SET_TYPE,
+    CacheSet, Family, IpSet, RangeSet, SourceSet, State, Table, TableKind, CACHE_SET_TYPE,
+    DOCKER_USER, RANGE_SET_TYPE, SOURCE_SET_TYPE,
 };
 
 /// Suffix of the temporary set a range set is refilled in.
@@ -151,6 +151,14 @@ pub struct RangeSetWrite {
     pub exists: bool,
 }
 
+/// The desired content of a source set and whether it exists already
+/// (refilled through a temporary set and `swap`, like a range set).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceSetWrite {
+    pub set: SourceSet,
+    pub exists: bool,
+}
+
 /// Everything to change, in the order [`super::kernel`] runs it: sets are
 /// created or changed first (rules may refer to them), then the tables,
 /// then sets no longer referenced are destroyed.
@@ -160,6 +168,8 @@ pub struct Changes {
     pub sets: BTreeMap<String, SetWrite>,
     /// Range sets to create or refill, by name.
     pub ranges: BTreeMap<String, RangeSetWrite>,
+    /// Source sets to create or refill, by name.
+    pub sources: BTreeMap<String, SourceSetWrite>,
     /// Timeout sets to create (empty), by name. Existing ones are kept
     /// with their entries.
     pub create_learned: BTreeMap<String, Family>,
@@ -222,6 +232,20 @@ impl Changes {
                 )),
             })
             .collect();
+        let sources = desired
+            .sources
+            .iter()
+            .filter_map(|(name, set)| match installed.sources.get(name) {
+                Some(current) if current == set => None,
+                current => Some((
+                    name.clone(),
+                    SourceSetWrite {
+                        set: set.clone(),
+                        exists: current.is_some(),
+                    },
+                )),
+            })
+            .collect();
         let create_learned = desired
             .learned
             .iter()
@@ -256,11 +280,18 @@ impl Changes {
                     .keys()
                     .filter(|name| !desired.ranges.contains_key(*name)),
             )
+            .chain(
+                installed
+                    .sources
+                    .keys()
+                    .filter(|name| !desired.sources.contains_key(*name)),
+            )
             .cloned()
             .collect();
         Changes {
             sets,
             ranges,
+            sources,
             create_learned,
             create_cache,
             v4: TableChanges::between(&desired.v4, &installed.v4),
@@ -277,6 +308,7 @@ impl Changes {
     pub fn is_empty(&self) -> bool {
         self.sets.is_empty()
             && self.ranges.is_empty()
+            && self.sources.is_empty()
             && self.create_learned.is_empty()
             && self.create_cache.is_empty()
             && self.v4.is_empty()
@@ -334,6 +366,11 @@ impl Changes {
             .map(|(name, write)| (name, write.exists, "changed"))
             .chain(
                 self.ranges
+                    .iter()
+                    .map(|(name, write)| (name, write.exists, "refilled")),
+            )
+            .chain(
+                self.sources
                     .iter()
                     .map(|(name, write)| (name, write.exists, "refilled")),
             );
@@ -395,6 +432,7 @@ impl Changes {
     pub fn ipset_prepare_text(&self) -> Option<String> {
         if self.sets.is_empty()
             && self.ranges.is_empty()
+            && self.sources.is_empty()
             && self.create_learned.is_empty()
             && self.create_cache.is_empty()
         {
@@ -445,6 +483,25 @@ impl Changes {
             }
             for address in &set.except {
                 writeln!(out, "add {fill} {address} nomatch").expect("write to String");
+            }
+            if *exists {
+                writeln!(out, "swap {fill} {name}").expect("write to String");
+                writeln!(out, "destroy {fill}").expect("write to String");
+            }
+        }
+        for (name, SourceSetWrite { set, exists }) in &self.sources {
+            let create = format!("{SOURCE_SET_TYPE} family {}", set.family.ipset_family());
+            writeln!(out, "create {name} {create}").expect("write to String");
+            let fill = if *exists {
+                let next = format!("{name}{NEXT_SUFFIX}");
+                writeln!(out, "create {next} {create}").expect("write to String");
+                writeln!(out, "flush {next}").expect("write to String");
+                next
+            } else {
+                name.clone()
+            };
+            for (net, interface) in &set.entries {
+                writeln!(out, "add {fill} {net},{interface}").expect("write to String");
             }
             if *exists {
                 writeln!(out, "swap {fill} {name}").expect("write to String");

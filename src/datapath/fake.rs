@@ -75,6 +75,9 @@ fn apply(changes: &Changes, step: Step, state: &mut State) {
             for (name, write) in &changes.ranges {
                 state.ranges.insert(name.clone(), write.set.clone());
             }
+            for (name, write) in &changes.sources {
+                state.sources.insert(name.clone(), write.set.clone());
+            }
             for (name, set) in &changes.create_cache {
                 state.cache.insert(name.clone(), set.clone());
             }
@@ -91,6 +94,7 @@ fn apply(changes: &Changes, step: Step, state: &mut State) {
                 state.learned.remove(name);
                 state.cache.remove(name);
                 state.ranges.remove(name);
+                state.sources.remove(name);
             }
         }
     }

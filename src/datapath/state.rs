@@ -199,6 +199,18 @@ pub struct RangeSet {
 /// The ipset type of [`RangeSet`]s.
 pub const RANGE_SET_TYPE: &str = "hash:net";
 
+/// An owned `hash:net,iface` ipset of (source, incoming interface) pairs:
+/// the sources each guarded interface may send from (anti-spoofing's one
+/// lookup, [`super::antispoof`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceSet {
+    pub family: Family,
+    pub entries: BTreeSet<(IpNet, String)>,
+}
+
+/// The ipset type of [`SourceSet`]s.
+pub const SOURCE_SET_TYPE: &str = "hash:net,iface";
+
 /// An owned `hash:ip,port,ip` ipset of the verdict cache (`src,proto:port,
 /// dst` with per-entry timeouts), whose members the connection workers
 /// write. Reconcile creates and destroys such sets but never touches
@@ -232,6 +244,8 @@ pub struct State {
     pub cache: BTreeMap<String, CacheSet>,
     /// Range sets, by name.
     pub ranges: BTreeMap<String, RangeSet>,
+    /// Anti-spoofing's source sets, by name.
+    pub sources: BTreeMap<String, SourceSet>,
 }
 
 impl State {
@@ -291,6 +305,7 @@ impl State {
             learned,
             cache: parse_cache_sets(ipset_save),
             ranges: parse_range_sets(ipset_save),
+            sources: parse_source_sets(ipset_save),
             ..State::default()
         }
     }
@@ -435,7 +450,10 @@ pub fn parse_ipset_save(save: &str) -> (BTreeMap<String, IpSet>, BTreeMap<String
         match (words.next(), words.next()) {
             (Some("create"), Some(name))
                 if name.starts_with(SET_PREFIX)
-                    && !matches!(words.next(), Some(CACHE_SET_TYPE | RANGE_SET_TYPE)) =>
+                    && !matches!(
+                        words.next(),
+                        Some(CACHE_SET_TYPE | RANGE_SET_TYPE | SOURCE_SET_TYPE)
+                    ) =>
             {
                 let family = if line.contains(" family inet6") {
                     Family::V6
@@ -522,6 +540,48 @@ pub fn parse_range_sets(save: &str) -> BTreeMap<String, RangeSet> {
                     set.except.insert(net.addr());
                 } else {
                     set.ranges.insert(net);
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The owned [`SourceSet`]s (`hash:net,iface`) of `ipset save` output
+/// (a single address is saved without its `/32` or `/128`).
+pub fn parse_source_sets(save: &str) -> BTreeMap<String, SourceSet> {
+    let mut out: BTreeMap<String, SourceSet> = BTreeMap::new();
+    for line in save.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["create", name, SOURCE_SET_TYPE, options @ ..] if name.starts_with(SET_PREFIX) => {
+                let family = if options.windows(2).any(|p| p == ["family", "inet6"]) {
+                    Family::V6
+                } else {
+                    Family::V4
+                };
+                out.insert(
+                    name.to_string(),
+                    SourceSet {
+                        family,
+                        entries: BTreeSet::new(),
+                    },
+                );
+            }
+            ["add", name, entry, ..] => {
+                let Some(set) = out.get_mut(*name) else {
+                    continue;
+                };
+                let Some((net, interface)) = entry.split_once(',') else {
+                    continue;
+                };
+                let net = net
+                    .parse::<IpNet>()
+                    .ok()
+                    .or_else(|| net.parse::<IpAddr>().ok().map(IpNet::from));
+                if let Some(net) = net {
+                    set.entries.insert((net, interface.to_string()));
                 }
             }
             _ => {}

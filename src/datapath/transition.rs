@@ -116,6 +116,7 @@ pub fn steps(changes: &Changes) -> Vec<Step> {
     let mut out = Vec::new();
     if !changes.sets.is_empty()
         || !changes.ranges.is_empty()
+        || !changes.sources.is_empty()
         || !changes.create_learned.is_empty()
         || !changes.create_cache.is_empty()
     {
@@ -325,6 +326,7 @@ pub fn owns_anything(installed: &State) -> bool {
         && installed.mangle_v4.owns_nothing()
         && installed.mangle_v6.owns_nothing()
         && installed.ranges.is_empty()
+        && installed.sources.is_empty()
         && installed.bridge.owns_nothing()
         && installed.sets.is_empty()
         && installed.learned.is_empty())

@@ -10,7 +10,18 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use ipnet::IpNet;
 
 use super::{Attachment, Guarded, Guards, Mac, CHAIN, ND_CHAIN};
-use crate::datapath::state::{Family, State, Table};
+use crate::datapath::state::{Family, SourceSet, State, Table};
+
+/// The source set of a family: (source, interface) for every source a
+/// routed endpoint may send from, matched by one rule (`src,src`: the
+/// packet's source and incoming interface) instead of a rule each, so a
+/// packet costs one lookup however many endpoints the node has.
+pub fn source_set(family: Family) -> &'static str {
+    match family {
+        Family::V4 => "tollgate-antispoof-v4",
+        Family::V6 => "tollgate-antispoof-v6",
+    }
+}
 
 /// Where a drop rule is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -52,6 +63,8 @@ pub struct Planned {
     pub raw_v4: Table,
     pub raw_v6: Table,
     pub bridge: Table,
+    /// The source sets ([`source_set`]) the raw tables match, by name.
+    pub sources: BTreeMap<String, SourceSet>,
     /// [`rule_key`] of each drop rule → (endpoint, reason).
     pub drops: BTreeMap<String, (String, Reason)>,
 }
@@ -62,6 +75,7 @@ impl Planned {
         state.raw_v4 = self.raw_v4.clone();
         state.raw_v6 = self.raw_v6.clone();
         state.bridge = self.bridge.clone();
+        state.sources.extend(self.sources.clone());
     }
 }
 
@@ -79,7 +93,12 @@ pub fn plan(guards: &Guards) -> Planned {
         return planned;
     }
     for family in Family::ALL {
-        let table = raw_table(guards, family, &mut planned.drops);
+        let (table, sources) = raw_table(guards, family, &mut planned.drops);
+        if let Some(sources) = sources {
+            planned
+                .sources
+                .insert(source_set(family).to_string(), sources);
+        }
         match family {
             Family::V4 => planned.raw_v4 = table,
             Family::V6 => planned.raw_v6 = table,
@@ -129,14 +148,6 @@ fn sources(group: &[&Guarded], family: Family) -> Vec<IpNet> {
     out.into_iter().collect()
 }
 
-/// `-s NET` as iptables-save prints it (nothing for a /0).
-fn iptables_source(net: &IpNet) -> String {
-    match net.prefix_len() {
-        0 => String::new(),
-        _ => format!("-s {net} "),
-    }
-}
-
 /// The addresses bound to an attachment: every guarded address outside
 /// the shared prefixes, with its owner.
 fn bound(guards: &Guards, family: Family) -> Vec<(IpAddr, &Guarded)> {
@@ -161,11 +172,17 @@ fn held(guards: &Guards, family: Family) -> Vec<(IpAddr, String)> {
         .collect()
 }
 
+/// A family's raw table, and its source set when a routed endpoint has
+/// sources to match. The set's lookup stands where each interface's
+/// `-s SOURCE -i IFACE -j RETURN` rules stood, ahead of every drop rule:
+/// a packet matched by a pair returns as it did, any other goes on to the
+/// same drop rules (one per interface, one per bound address), whose
+/// counters say whom a drop was for.
 fn raw_table(
     guards: &Guards,
     family: Family,
     drops: &mut BTreeMap<String, (String, Reason)>,
-) -> Table {
+) -> (Table, Option<SourceSet>) {
     let place = Place::Raw(family);
     let mut rules = vec!["-i lo -j RETURN".to_string()];
     let groups = by_attachment(guards);
@@ -174,30 +191,40 @@ fn raw_table(
         rules.push(format!("-p ipv6-icmp -j {ND_CHAIN}"));
         chains.insert(ND_CHAIN.to_string(), nd_rules(&groups, drops));
     }
-    let mut drop = |rules: &mut Vec<String>, rule: String, who: String, reason| {
-        drops.insert(rule_key(place, CHAIN, &rule), (who, reason));
-        rules.push(rule);
+    let mut pairs = SourceSet {
+        family,
+        entries: BTreeSet::new(),
     };
+    let mut unchecked = Vec::new();
+    let mut interface_drops = Vec::new();
     for (attachment, group) in &groups {
         let Attachment::Routed { interface, .. } = attachment else {
             continue;
         };
-        if group.iter().any(|g| g.any_source) {
-            rules.push(format!("-i {interface} -j RETURN"));
+        let allowed = sources(group, family);
+        // Any source (or a /0 allowed): the interface returns unchecked.
+        if group.iter().any(|g| g.any_source) || allowed.iter().any(|n| n.prefix_len() == 0) {
+            unchecked.push(format!("-i {interface} -j RETURN"));
             continue;
         }
-        for source in sources(group, family) {
-            rules.push(format!(
-                "{}-i {interface} -j RETURN",
-                iptables_source(&source)
-            ));
-        }
-        drop(
-            &mut rules,
-            format!("-i {interface} -j DROP"),
-            names(group),
-            Reason::Source,
-        );
+        pairs
+            .entries
+            .extend(allowed.into_iter().map(|net| (net, interface.clone())));
+        interface_drops.push((format!("-i {interface} -j DROP"), names(group)));
+    }
+    if !pairs.entries.is_empty() {
+        rules.push(format!(
+            "-m set --match-set {} src,src -j RETURN",
+            source_set(family)
+        ));
+    }
+    rules.extend(unchecked);
+    let mut drop = |rules: &mut Vec<String>, rule: String, who: String, reason| {
+        drops.insert(rule_key(place, CHAIN, &rule), (who, reason));
+        rules.push(rule);
+    };
+    for (rule, who) in interface_drops {
+        drop(&mut rules, rule, who, Reason::Source);
     }
     for (address, owner) in bound(guards, family) {
         let host = IpNet::from(address);
@@ -217,11 +244,12 @@ fn raw_table(
         );
     }
     chains.insert(CHAIN.to_string(), rules);
-    Table {
+    let table = Table {
         chains,
         jumps: vec![("PREROUTING".to_string(), format!("-j {CHAIN}"))],
         ..Table::default()
-    }
+    };
+    (table, (!pairs.entries.is_empty()).then_some(pairs))
 }
 
 /// `u32` tests that an IPv6 packet carries ICMPv6 right after its fixed

@@ -222,8 +222,14 @@ fn allowed_sources_widen_one_endpoint_or_unbind_a_shared_prefix() {
     assert!(guards.guarded[1].any_source);
     let planned = plan(&guards);
     let raw = &planned.raw_v4.chains[CHAIN];
-    assert!(raw.contains(&"-s 10.50.0.0/16 -i veth-a -j RETURN".to_string()));
-    assert!(raw.contains(&"-s 10.2.0.0/30 -i veth-a -j RETURN".to_string()));
+    let pairs = &planned.sources[source_set(Family::V4)].entries;
+    for net in ["10.1.0.2/32", "10.50.0.0/16", "10.2.0.0/30"] {
+        assert!(
+            pairs.contains(&(net.parse().unwrap(), "veth-a".into())),
+            "{pairs:?}"
+        );
+    }
+    assert_eq!(pairs.len(), 3, "{pairs:?}");
     // b's address is in the shared prefix: bound to nobody.
     assert!(raw.contains(&"-s 10.1.0.2/32 ! -i veth-a -j DROP".to_string()));
     assert!(!raw.iter().any(|r| r.contains("10.2.0.2/32 !")), "{raw:#?}");
@@ -246,7 +252,7 @@ fn the_raw_chains_bind_each_veth_to_its_sources_and_each_address_to_its_interfac
         planned.raw_v4.chains[CHAIN],
         [
             "-i lo -j RETURN",
-            "-s 10.1.0.2/32 -i veth-a -j RETURN",
+            "-m set --match-set tollgate-antispoof-v4 src,src -j RETURN",
             "-i veth-a -j DROP",
             "-s 10.1.0.2/32 ! -i veth-a -j DROP",
             "-s 10.2.0.2/32 ! -i br0 -j DROP",
@@ -257,13 +263,24 @@ fn the_raw_chains_bind_each_veth_to_its_sources_and_each_address_to_its_interfac
         [
             "-i lo -j RETURN",
             "-p ipv6-icmp -j TOLLGATE-ANTISPOOF-ND",
-            "-s ::/128 -i veth-a -j RETURN",
-            "-s fd01::2/128 -i veth-a -j RETURN",
-            "-s fe80::/10 -i veth-a -j RETURN",
+            "-m set --match-set tollgate-antispoof-v6 src,src -j RETURN",
             "-i veth-a -j DROP",
             "-s fd01::2/128 ! -i veth-a -j DROP",
             "-s fd02::2/128 ! -i br0 -j DROP",
         ]
+    );
+    // The routed veth's sources, one lookup for all of them.
+    let pairs = |family| {
+        planned.sources[source_set(family)]
+            .entries
+            .iter()
+            .map(|(net, interface)| format!("{net},{interface}"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(pairs(Family::V4), ["10.1.0.2/32,veth-a"]);
+    assert_eq!(
+        pairs(Family::V6),
+        ["::/128,veth-a", "fd01::2/128,veth-a", "fe80::/10,veth-a"]
     );
     let nd = &planned.raw_v6.chains[ND_CHAIN];
     let routed = "-i veth-a -p ipv6-icmp -m icmp6 --icmpv6-type";

@@ -360,3 +360,61 @@ fn learned_sets_are_created_empty_kept_with_entries_and_destroyed() {
     installed.learned.remove("tollgate-fqdn-old-v4");
     assert!(Changes::between(&desired, &installed).is_empty());
 }
+
+/// A source set is created filled, refilled whole through a temporary set
+/// and `swap` when it differs, parsed back from `ipset save` equal (hosts
+/// saved without their prefix length), and destroyed when no longer
+/// desired. Mutation: the entry written without `,interface` → ipset
+/// refuses it, and the parsed set differs.
+#[test]
+fn source_sets_are_refilled_whole_and_parse_back_equal() {
+    let set = SourceSet {
+        family: Family::V6,
+        entries: [
+            ("fd01::2/128".parse().unwrap(), "veth-a".to_string()),
+            ("fe80::/10".parse().unwrap(), "veth-a".to_string()),
+        ]
+        .into(),
+    };
+    let mut desired = State::default();
+    desired
+        .sources
+        .insert("tollgate-antispoof-v6".into(), set.clone());
+    let created = Changes::between(&desired, &State::default());
+    assert_eq!(
+        created.ipset_prepare_text().unwrap(),
+        "create tollgate-antispoof-v6 hash:net,iface family inet6\n\
+         add tollgate-antispoof-v6 fd01::2/128,veth-a\n\
+         add tollgate-antispoof-v6 fe80::/10,veth-a\n"
+    );
+    // As `ipset save` lists it.
+    let save = "create tollgate-antispoof-v6 hash:net,iface family inet6 hashsize 1024 maxelem 65536 bucketsize 12 initval 0x1\n\
+                add tollgate-antispoof-v6 fe80::/10,veth-a\n\
+                add tollgate-antispoof-v6 fd01::2,veth-a\n";
+    let installed = State::parse("", "", save);
+    assert_eq!(installed.sources, desired.sources);
+    assert!(installed.sets.is_empty(), "not read as a hash:ip set");
+    assert!(Changes::between(&desired, &installed).is_empty());
+    // One entry more: refilled whole.
+    let mut wider = desired.clone();
+    wider
+        .sources
+        .get_mut("tollgate-antispoof-v6")
+        .unwrap()
+        .entries
+        .insert(("::/128".parse().unwrap(), "veth-a".into()));
+    let refill = Changes::between(&wider, &installed);
+    let text = refill.ipset_prepare_text().unwrap();
+    assert!(
+        text.contains("swap tollgate-antispoof-v6-next tollgate-antispoof-v6\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("add tollgate-antispoof-v6-next ::/128,veth-a\n"),
+        "{text}"
+    );
+    assert_eq!(refill.summary(), "ipset: tollgate-antispoof-v6 refilled");
+    // Not desired any more: destroyed.
+    let gone = Changes::between(&State::default(), &installed);
+    assert_eq!(gone.destroy_sets, ["tollgate-antispoof-v6"]);
+}
