@@ -153,7 +153,7 @@ impl Agent {
             .compiler
             .get_or_insert_with(|| Incremental::controller(&snapshot, &local()));
         compiler.update(&snapshot, &local());
-        compiler.set_groups(self.peers.held().values());
+        compiler.set_groups(self.peers.held().values().map(|s| &**s));
         let built = compiler.ruleset();
         let waiting = compiler.waiting();
         self.peers

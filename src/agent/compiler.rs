@@ -52,7 +52,7 @@ impl Compiler {
                 let update = incremental.update(snapshot, node);
                 let held = self.peers.as_ref().map(|(peers, _)| peers.held());
                 let update = match &held {
-                    Some(held) => update.max(incremental.set_groups(held.values())),
+                    Some(held) => update.max(incremental.set_groups(held.values().map(|s| &**s))),
                     None => update,
                 };
                 let built = incremental.ruleset();
@@ -77,7 +77,7 @@ impl Compiler {
                     Some((peers, used)) => {
                         let mut incremental = Incremental::controller(snapshot, node);
                         *used = peers.held();
-                        incremental.set_groups(used.values());
+                        incremental.set_groups(used.values().map(|s| &**s));
                         incremental
                     }
                     None => Incremental::new(snapshot, node),

@@ -9,6 +9,7 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use crate::compile::LocalNode;
 use crate::model::Snapshot;
@@ -28,6 +29,11 @@ pub(super) struct Warnings {
     every_reload: bool,
     /// The warnings of the last reload.
     last: BTreeSet<String>,
+    /// The snapshot and Node they were found for: from an API source, a
+    /// reload of the same ones (an agent in controller mode, for its
+    /// groups: a ruleset only patched with peers' addresses) would find
+    /// the same, and is skipped.
+    judged: Option<(Arc<Snapshot>, LocalNode)>,
 }
 
 impl Warnings {
@@ -36,6 +42,7 @@ impl Warnings {
             origin,
             every_reload,
             last: BTreeSet::new(),
+            judged: None,
         }
     }
 
@@ -44,12 +51,17 @@ impl Warnings {
     /// warnings (which the source logs itself).
     pub(super) fn reloaded(
         &mut self,
-        snapshot: &Snapshot,
+        snapshot: &Arc<Snapshot>,
         node: &LocalNode,
         ruleset: &Ruleset,
         counters: &AgentCounters,
         status: &AgentStatus,
     ) {
+        let same = |(s, n): &(Arc<Snapshot>, LocalNode)| Arc::ptr_eq(s, snapshot) && n == node;
+        if !self.every_reload && self.judged.as_ref().is_some_and(same) {
+            return;
+        }
+        self.judged = Some((Arc::clone(snapshot), node.clone()));
         let whole = Whole::Source {
             origin: &self.origin,
         };

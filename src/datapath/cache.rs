@@ -22,6 +22,9 @@
 //! lands in sets no rule refers to (or that are already destroyed), or in
 //! those of a ruleset that decides the same.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
 use sha1::{Digest, Sha1};
 
 use crate::compile::LocalNode;
@@ -29,7 +32,7 @@ use crate::decide::CacheEntry;
 use crate::model::Snapshot;
 use crate::packet::flow::{LocalSide, Verdict};
 use crate::ruleset::{Ruleset, VerdictCache};
-use crate::selection::group::Slices;
+use crate::selection::group::{AddressGroupSpec, Slices};
 
 use super::ipset_netlink::EntryOp;
 use super::state::{Family, Hook};
@@ -193,6 +196,20 @@ pub fn generation_of(
     timeout_secs: u32,
     max_entries: u32,
 ) -> u64 {
+    let mut digest = snapshot_digest(snapshot, node, timeout_secs, max_entries);
+    for (name, slice) in groups.into_iter().flatten() {
+        digest_slice(&mut digest, name, &slice_digest(slice));
+    }
+    finish(digest)
+}
+
+/// The digest of everything but the groups.
+fn snapshot_digest(
+    snapshot: &Snapshot,
+    node: &LocalNode,
+    timeout_secs: u32,
+    max_entries: u32,
+) -> Sha1 {
     let mut digest = Sha1::new();
     digest.update(env!("CARGO_PKG_VERSION").as_bytes());
     digest.update(format!("\0{node:?}\0{timeout_secs}\0{max_entries}\0").as_bytes());
@@ -202,24 +219,44 @@ pub fn generation_of(
         serde_json::to_writer(&mut digest, object).expect("the model serializes");
         digest.update(b"\0");
     }
-    // Controller mode: the peers' addresses come from the groups.
-    for (name, slice) in groups.into_iter().flatten() {
-        digest.update(name.as_bytes());
-        serde_json::to_writer(&mut digest, slice).expect("a slice serializes");
-        digest.update(b"\0");
-    }
+    digest
+}
+
+/// One slice's own digest (controller mode: the peers' addresses come
+/// from the groups).
+fn slice_digest(slice: &AddressGroupSpec) -> [u8; 20] {
+    let mut digest = Sha1::new();
+    serde_json::to_writer(&mut digest, slice).expect("a slice serializes");
+    digest.finalize().into()
+}
+
+fn digest_slice(digest: &mut Sha1, name: &str, slice: &[u8; 20]) {
+    digest.update(name.as_bytes());
+    digest.update(b"\0");
+    digest.update(slice);
+}
+
+fn finish(digest: Sha1) -> u64 {
     let bytes = digest.finalize();
     let mut first = [0u8; 8];
     first.copy_from_slice(&bytes[..8]);
     u64::from_be_bytes(first) & mask()
 }
 
-/// Stamps each ruleset with its generation when the cache is on.
-#[derive(Clone, Copy, Debug)]
+/// Stamps each ruleset with its generation when the cache is on. It
+/// keeps what the last stamp digested, so that a stamp for the same
+/// snapshot (an agent in controller mode reloading for its groups)
+/// digests only the slices that changed: [`generation_of`] of the same
+/// inputs, at the cost of the change.
+#[derive(Clone, Debug)]
 pub struct Generations {
     timeout_secs: u32,
     max_entries: u32,
     enabled: bool,
+    /// The last snapshot and Node digested, and the digest after them.
+    snapshot: Option<(Arc<Snapshot>, LocalNode, Sha1)>,
+    /// Each slice digested, with its digest.
+    slices: BTreeMap<String, (Arc<AddressGroupSpec>, [u8; 20])>,
 }
 
 impl Generations {
@@ -228,23 +265,51 @@ impl Generations {
             timeout_secs,
             max_entries,
             enabled,
+            snapshot: None,
+            slices: BTreeMap::new(),
         }
     }
 
     /// `ruleset`, compiled from `snapshot` (and, in controller mode,
     /// `groups`) for `node`, with its generation when the cache is on.
     pub fn stamp(
-        &self,
+        &mut self,
         ruleset: Ruleset,
-        snapshot: &Snapshot,
+        snapshot: &Arc<Snapshot>,
         groups: Option<&Slices>,
         node: &LocalNode,
     ) -> Ruleset {
         if !self.enabled {
             return ruleset;
         }
+        let kept = self
+            .snapshot
+            .as_ref()
+            .filter(|(s, n, _)| Arc::ptr_eq(s, snapshot) && n == node);
+        let mut digest = match kept {
+            Some((_, _, digest)) => digest.clone(),
+            None => {
+                let digest = snapshot_digest(snapshot, node, self.timeout_secs, self.max_entries);
+                self.snapshot = Some((Arc::clone(snapshot), node.clone(), digest.clone()));
+                digest
+            }
+        };
+        let none = Slices::new();
+        let held = groups.unwrap_or(&none);
+        self.slices.retain(|name, _| held.contains_key(name));
+        for (name, slice) in held {
+            let same = self
+                .slices
+                .get(name)
+                .is_some_and(|(digested, _)| Arc::ptr_eq(digested, slice));
+            if !same {
+                self.slices
+                    .insert(name.clone(), (Arc::clone(slice), slice_digest(slice)));
+            }
+            digest_slice(&mut digest, name, &self.slices[name].1);
+        }
         ruleset.with_verdict_cache(VerdictCache {
-            generation: generation_of(snapshot, groups, node, self.timeout_secs, self.max_entries),
+            generation: finish(digest),
             timeout_secs: self.timeout_secs,
             max_entries: self.max_entries,
             lookup: true,
@@ -341,7 +406,8 @@ COMMIT
         };
         let on = Generations::new(true, 60, 1024);
         let generation = |g: &Generations, snapshot: &Snapshot, node: &LocalNode| {
-            g.stamp(Ruleset::default(), snapshot, None, node)
+            g.clone()
+                .stamp(Ruleset::default(), &Arc::new(snapshot.clone()), None, node)
                 .enforced()
                 .verdict_cache
                 .map(|c| c.generation)
@@ -396,6 +462,69 @@ COMMIT
         assert!(a.is_some_and(|g| g < 1 << 40));
         let off = Generations::new(false, 60, 1024);
         assert_eq!(generation(&off, &pod("a"), &node), None);
+    }
+
+    /// Stamps for one snapshot and a changing set of slices (changed,
+    /// added, removed) equal the whole digest of the same inputs, and
+    /// change with the groups. Mutation: a kept slice digest reused when
+    /// the slice's content changed (compared by name, not by pointer) →
+    /// the second stamp equals the first.
+    #[test]
+    fn stamps_for_one_snapshot_follow_the_groups_and_equal_the_whole_digest() {
+        let snapshot = Arc::new(Snapshot::default());
+        let node = LocalNode {
+            name: "n".into(),
+            ..Default::default()
+        };
+        let slice = |n: u32, ip: &str| {
+            Arc::new(AddressGroupSpec {
+                selection: "{}".into(),
+                slice: n,
+                members: vec![crate::selection::group::GroupMember {
+                    ips: vec![ip.parse().unwrap()],
+                    named_ports: Vec::new(),
+                }],
+            })
+        };
+        let mut generations = Generations::new(true, 60, 1024);
+        let mut stamps = Vec::new();
+        let mut groups = Slices::new();
+        groups.insert("k-0".into(), slice(0, "10.0.0.1"));
+        groups.insert("k-1".into(), slice(1, "10.0.0.2"));
+        let steps: [&dyn Fn(&mut Slices); 3] = [
+            &|g| {
+                g.insert("k-1".into(), slice(1, "10.0.0.3"));
+            },
+            &|g| {
+                g.insert("k-2".into(), slice(2, "10.0.0.4"));
+            },
+            &|g| {
+                g.remove("k-0");
+            },
+        ];
+        for step in [&(|_: &mut Slices| {}) as &dyn Fn(&mut Slices)]
+            .into_iter()
+            .chain(steps)
+        {
+            step(&mut groups);
+            let stamped = generations
+                .stamp(Ruleset::default(), &snapshot, Some(&groups), &node)
+                .enforced()
+                .verdict_cache
+                .map(|c| c.generation)
+                .unwrap();
+            assert_eq!(
+                stamped,
+                generation_of(&snapshot, Some(&groups), &node, 60, 1024)
+            );
+            stamps.push(stamped);
+        }
+        stamps.dedup();
+        assert_eq!(
+            stamps.len(),
+            4,
+            "each change of the groups a new generation"
+        );
     }
 
     #[test]

@@ -228,6 +228,11 @@ impl Incremental {
     pub fn update(&mut self, snapshot: &Arc<Snapshot>, local: &LocalNode) -> Update {
         let update = self.set_local(local);
         let previous = self.snapshot.replace(Arc::clone(snapshot));
+        // The same snapshot again (an agent in controller mode reloading
+        // for its groups): nothing of it to compare.
+        if previous.as_ref().is_some_and(|p| Arc::ptr_eq(p, snapshot)) {
+            return update;
+        }
         let differ: Option<Vec<usize>> = previous
             .as_deref()
             .filter(|p| p.objects.len() == snapshot.objects.len())
@@ -303,9 +308,7 @@ impl Incremental {
         }
         let directory = self.selections.directory_version();
         for ((key, slice), members) in given {
-            changed |= self
-                .selections
-                .set_slice(&key, slice, Some(members.to_vec()));
+            changed |= self.selections.set_slice(&key, slice, Some(members));
         }
         let update = if changed || self.selections.directory_version() != directory {
             Update::Peers

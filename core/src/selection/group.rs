@@ -71,8 +71,10 @@ pub fn slice_name(key: &str, slice: u32) -> String {
     format!("{key}-{slice}")
 }
 
-/// The slices an agent holds, by object name ([`slice_name`]).
-pub type Slices = BTreeMap<String, AddressGroupSpec>;
+/// The slices an agent holds, by object name ([`slice_name`]). Each is
+/// shared: a copy of the map (the compiler keeps the one it last built
+/// from while the watch writes the next) copies pointers, not members.
+pub type Slices = BTreeMap<String, std::sync::Arc<AddressGroupSpec>>;
 
 /// An AddressGroup's `spec`: one slice of one selection's members.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]

@@ -205,7 +205,7 @@ pub(super) async fn follow(
                         }
                         Some(Ok(Event::InitApply(object))) => {
                             if let (Some(list), Some((name, spec))) = (&mut listing, slice_of(&object)) {
-                                list.insert(name, spec);
+                                list.insert(name, Arc::new(spec));
                             }
                             false
                         }
@@ -214,7 +214,13 @@ pub(super) async fn follow(
                             None => false,
                         },
                         Some(Ok(Event::Apply(object))) => match slice_of(&object) {
-                            Some((name, spec)) => groups.edit(|held| held.insert(name, spec.clone()) != Some(spec)),
+                            Some((name, spec)) => groups.edit(|held| {
+                                if held.get(&name).is_some_and(|h| **h == spec) {
+                                    return false;
+                                }
+                                held.insert(name, Arc::new(spec));
+                                true
+                            }),
                             None => false,
                         },
                         Some(Ok(Event::Delete(object))) => {

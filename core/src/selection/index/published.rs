@@ -76,14 +76,17 @@ impl Selections {
     /// removes it); whether a selection in use changed (its members or
     /// whether it is complete). The named ports of every slice held are
     /// kept, in use or not. Ignored in watch mode.
-    pub fn set_slice(&mut self, key: &str, slice: u32, members: Option<Vec<GroupMember>>) -> bool {
+    pub fn set_slice(&mut self, key: &str, slice: u32, members: Option<&[GroupMember]>) -> bool {
         let Some(published) = self.published.as_mut() else {
             return false;
         };
         let held = published.slices.get(key).and_then(|s| s.get(&slice));
-        if held == members.as_ref() {
+        // Compared before anything is copied: most slices handed again
+        // are the ones held.
+        if held.map(Vec::as_slice) == members {
             return false;
         }
+        let members = members.map(<[GroupMember]>::to_vec);
         let old = match &members {
             Some(members) => published
                 .slices
