@@ -64,7 +64,10 @@ impl Tags {
         self.pending.insert(ip, (at, HashSet::new()));
     }
 
-    fn handed(&mut self, event: &Event, agent: usize, now: Instant) {
+    /// `event` was handed to `agent`, whose group subscription began at
+    /// `since` (a change written before it reached the agent with the
+    /// slices it listed, not as an event: not a pair).
+    fn handed(&mut self, event: &Event, agent: usize, since: Instant, now: Instant) {
         if self.last.0 != event.rv {
             let members = event.object["spec"]["members"].as_array();
             let fresh = members
@@ -81,7 +84,7 @@ impl Tags {
             let Some((at, agents)) = self.pending.get_mut(ip) else {
                 continue;
             };
-            if agents.insert(agent) {
+            if *at >= since && agents.insert(agent) {
                 let ms = now.duration_since(*at).as_secs_f64() * 1e3;
                 self.samples.push(ms);
                 let slowest = self.last_agent.entry(ip.clone()).or_insert(0.0);
@@ -104,7 +107,7 @@ pub struct SimAgent {
     keys: Mutex<BTreeSet<String>>,
     /// Every subscription it made, ended ones included (their counts).
     subscriptions: Mutex<Vec<Subscription>>,
-    groups: Mutex<Option<Subscription>>,
+    groups: Mutex<Option<(Subscription, Instant)>>,
     /// Pod events of status writes (own Pods, through the nodeName watch).
     pub status_events: AtomicU64,
     side: Arc<Side>,
@@ -153,7 +156,12 @@ impl Subscriber for SimAgent {
             }
             drop(store);
             let now = Instant::now();
-            self.side.tags.lock().unwrap().handed(event, self.id, now);
+            let since = self.groups.lock().unwrap().as_ref().map_or(now, |g| g.1);
+            self.side
+                .tags
+                .lock()
+                .unwrap()
+                .handed(event, self.id, since, now);
         } else if event.path != policy_paths()[0] {
             self.side.policies_changed.store(true, Ordering::Relaxed);
         }
@@ -330,9 +338,12 @@ impl Agents {
                 continue;
             }
             changed += 1;
-            if let Some(old) = agent.groups.lock().unwrap().take() {
+            // Not locked while the server is called: its deliveries lock it.
+            let old = agent.groups.lock().unwrap().take();
+            if let Some((old, _)) = old {
                 api.unsubscribe(&old);
             }
+            let since = Instant::now();
             let (subscription, held) = api.subscribe(
                 &groups_path(),
                 Select::Selections(keys.clone()),
@@ -353,7 +364,7 @@ impl Agents {
                 .lock()
                 .unwrap()
                 .push(subscription.clone());
-            *agent.groups.lock().unwrap() = Some(subscription);
+            *agent.groups.lock().unwrap() = Some((subscription, since));
             *agent.keys.lock().unwrap() = keys;
         }
         changed

@@ -41,6 +41,18 @@ pub struct Counts {
     pub policies: u64,
 }
 
+impl Counts {
+    pub fn add(&mut self, other: &Counts) {
+        self.creates += other.creates;
+        self.deletes += other.deletes;
+        self.addresses += other.addresses;
+        self.labels += other.labels;
+        self.statuses += other.statuses;
+        self.namespaces += other.namespaces;
+        self.policies += other.policies;
+    }
+}
+
 struct Live {
     app: usize,
     ip: String,

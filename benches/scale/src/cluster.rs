@@ -3,11 +3,11 @@
 //! Namespace), and two families of policies:
 //! - local: in each Namespace, an Antrea NetworkPolicy for each of the
 //!   apps 0..LOCAL_APPS applied to `app-a` and allowing ingress from
-//!   `app-(a+1)` of the same Namespace (a Node needs a few dozen small
-//!   groups);
+//!   `app-(a+1)` of the same Namespace, dropping the rest (a Node needs
+//!   a few dozen small groups);
 //! - wide: one ClusterNetworkPolicy applied to `app-9` in the Namespaces
 //!   labelled `role=edge` (every 50th: ingress controllers, monitoring)
-//!   allowing ingress from every Pod of the cluster.
+//!   allowing ingress from every Pod of the cluster, dropping the rest.
 //!
 //! Owns the objects' JSON and the fresh addresses; never talks to the
 //! server (the churn does, `churn.rs`).
@@ -110,7 +110,8 @@ pub fn local_policy(n: usize, app: usize, from: usize) -> Value {
            "spec": {"priority": 5, "tier": "application",
                     "appliedTo": [{"podSelector": {"matchLabels": {"app": format!("app-{app}")}}}],
                     "ingress": [{"action": "Allow",
-                                 "from": [{"podSelector": {"matchLabels": {"app": format!("app-{from}")}}}]}]}})
+                                 "from": [{"podSelector": {"matchLabels": {"app": format!("app-{from}")}}}]},
+                                {"action": "Drop"}]}})
 }
 
 /// The wide policy: the edge apps allow ingress from every Pod.
@@ -120,7 +121,8 @@ pub fn wide_policy() -> Value {
            "spec": {"priority": 5, "tier": "application",
                     "appliedTo": [{"podSelector": {"matchLabels": {"app": format!("app-{EDGE_APP}")}},
                                    "namespaceSelector": {"matchLabels": {"role": "edge"}}}],
-                    "ingress": [{"action": "Allow", "from": [{"namespaceSelector": {}}]}]}})
+                    "ingress": [{"action": "Allow", "from": [{"namespaceSelector": {}}]},
+                                {"action": "Drop"}]}})
 }
 
 /// The policy side: Namespaces, then every policy.

@@ -1,11 +1,12 @@
 //! The cluster-scale simulation of issue 32 (`benches/scale.sh`, which
 //! runs it inside a network namespace of its own): the fake API server
 //! with its indexed fan-out, a generated cluster of N Nodes and P Pods
-//! with churn, the real `tollgate controller` as a child process, and a
-//! simulated agent (watch and store) for every Node. Prints what each
-//! agent receives, what the server sends, the controller's memory and
-//! CPU, and the time from a Pod change until each affected agent has it;
-//! the last line is the issue's summary. Design and figures:
+//! with churn, the real `tollgate controller` as a child process, two
+//! real agents in network namespaces of their own, and a simulated agent
+//! (watch and store) for every other Node. Prints what each agent
+//! receives, what the server sends, the controller's and the real
+//! agents' memory and CPU, and the time from a Pod or policy change until
+//! each affected agent has it; the last line is the issue's summary. Design and figures:
 //! `docs/design/scale.md`; how to run: `docs/dev/bench.md`.
 #![allow(clippy::disallowed_methods)] // a bench: it reads the clock.
 
@@ -13,6 +14,7 @@ mod agents;
 mod churn;
 mod cluster;
 mod measure;
+mod real;
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -26,14 +28,17 @@ struct Args {
     rates: Rates,
     tollgate: String,
     work: std::path::PathBuf,
+    /// The network namespaces of the two real agents.
+    netns: [String; 2],
 }
 
 const USAGE: &str = "usage: tollgate-scale --nodes N --pods P --tollgate BIN --work DIR \
-[--churn-seconds S] [--pod-changes PER_S] [--status-writes PER_S]";
+--netns-wide NS --netns-local NS [--churn-seconds S] [--pod-changes PER_S] [--status-writes PER_S]";
 
 fn args() -> Result<Args, String> {
     let mut args = std::env::args().skip(1);
     let (mut nodes, mut pods, mut tollgate, mut work) = (None, None, None, None);
+    let (mut wide, mut local) = (None, None);
     let mut churn = 60.0;
     let mut rates = Rates {
         pod_changes: 30.0,
@@ -52,10 +57,13 @@ fn args() -> Result<Args, String> {
             "--status-writes" => rates.status_writes = number()?,
             "--tollgate" => tollgate = Some(value),
             "--work" => work = Some(value.into()),
+            "--netns-wide" => wide = Some(value),
+            "--netns-local" => local = Some(value),
             other => return Err(format!("unknown argument {other}")),
         }
     }
-    let (Some(nodes), Some(pods), Some(tollgate), Some(work)) = (nodes, pods, tollgate, work)
+    let (Some(nodes), Some(pods), Some(tollgate), Some(work), Some(wide), Some(local)) =
+        (nodes, pods, tollgate, work, wide, local)
     else {
         return Err(USAGE.into());
     };
@@ -68,6 +76,7 @@ fn args() -> Result<Args, String> {
         rates,
         tollgate,
         work,
+        netns: [wide, local],
     })
 }
 

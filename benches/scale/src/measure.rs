@@ -1,6 +1,8 @@
 //! One run: the cluster written, the simulated agents subscribed, the
-//! controller started and its groups received by every agent, then churn,
-//! measured, and the report. Owns the order of the run and the figures;
+//! controller started and its groups received by every agent, the two
+//! real agents started and idle for a baseline, then churn — its first
+//! half for the real agents' CPU, its second with probes — measured, and
+//! the report. Owns the order of the run and the figures;
 //! the agents, the world and the server count, this module reads them.
 
 use std::fs::File;
@@ -12,10 +14,11 @@ use tollgate_fake_api::{kubeconfig_at, FakeApi};
 use crate::agents::Agents;
 use crate::churn::World;
 use crate::cluster;
+use crate::real::{Probes, RealAgent};
 use crate::{step, Args};
 
-/// The controller's process, killed when dropped.
-struct Process(Child);
+/// A child process (the controller, an agent), killed when dropped.
+pub struct Process(pub Child);
 
 impl Drop for Process {
     fn drop(&mut self) {
@@ -131,6 +134,42 @@ pub fn run(args: &Args) -> Result<(), String> {
         cpu_seconds(pid)
     );
 
+    let mut real = Vec::new();
+    for (wide_agent, (netns, node)) in [
+        (true, (&args.netns[0], wide)),
+        (false, (&args.netns[1], local)),
+    ] {
+        real.push(RealAgent::start(
+            &api,
+            &size,
+            wide_agent,
+            netns,
+            node,
+            &args.tollgate,
+            &args.work,
+        )?);
+    }
+    let at = Instant::now();
+    while real.iter().any(|a| a.applied() == 0) {
+        for agent in &mut real {
+            agent.alive()?;
+        }
+        if at.elapsed() > Duration::from_secs(300) {
+            return Err("the real agents applied no ruleset in 300 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    step("the real agents applied their first ruleset", at);
+    // Idle baseline: no churn (the agents' timers, the Lease reads).
+    let idle = Duration::from_secs(5);
+    let cpu0: Vec<f64> = real.iter().map(RealAgent::cpu_seconds).collect();
+    std::thread::sleep(idle);
+    let idle_rate: Vec<f64> = real
+        .iter()
+        .zip(&cpu0)
+        .map(|(a, c)| (a.cpu_seconds() - c) / idle.as_secs_f64())
+        .collect();
+
     let received_before: Vec<(u64, u64)> = agents.agents.iter().map(|a| a.received()).collect();
     let status_before: Vec<u64> = agents
         .agents
@@ -141,9 +180,43 @@ pub fn run(args: &Args) -> Result<(), String> {
     let cpu_before = cpu_seconds(pid);
     let at = Instant::now();
     let side = std::sync::Arc::clone(&agents.side);
-    let counts = world.churn(&api, &side.tags, args.rates, args.churn, || {
+    // First half: the real agents' CPU per ruleset applied.
+    let half = args.churn / 2;
+    let real_cpu0: Vec<f64> = real.iter().map(RealAgent::cpu_seconds).collect();
+    let applied0: Vec<usize> = real.iter().map(RealAgent::applied).collect();
+    let mut counts = world.churn(&api, &side.tags, args.rates, half, || {
         agents.refresh(&api);
     });
+    let cpu_per_change: Vec<(f64, usize)> = real
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let applied = a.applied() - applied0[i];
+            let cpu = a.cpu_seconds() - real_cpu0[i] - idle_rate[i] * half.as_secs_f64();
+            (1e3 * cpu / applied.max(1) as f64, applied)
+        })
+        .collect();
+    // Second half: probes, one at a time, during the churn.
+    let peer_node = (0..size.nodes)
+        .find(|n| *n != wide && *n != local)
+        .expect("a simulated Node");
+    let mut probes = Probes::new(size, peer_node);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                probes.round(&api, &real);
+            }
+        });
+        let second = world.churn(&api, &side.tags, args.rates, args.churn - half, || {
+            agents.refresh(&api);
+        });
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        counts.add(&second);
+    });
+    for agent in &mut real {
+        agent.alive()?;
+    }
     // The changes of the last moments reach the agents.
     let settle = Instant::now();
     while settle.elapsed() < Duration::from_secs(2) {
@@ -155,6 +228,7 @@ pub fn run(args: &Args) -> Result<(), String> {
     let controller_cpu = cpu_seconds(pid) - cpu_before;
     let controller_rss = rss_mib(pid);
     let sent = api.sent();
+    let real_rss: Vec<f64> = real.iter().map(RealAgent::rss_mib).collect();
 
     let n = agents.agents.len().max(1) as f64;
     let mut events = Vec::new();
@@ -210,13 +284,46 @@ pub fn run(args: &Args) -> Result<(), String> {
         rss_mib(std::process::id()),
         agents.span_seconds
     );
+    let applied = sorted(probes.samples.iter().map(|(_, ms)| *ms).collect());
+    for (i, agent) in real.iter().enumerate() {
+        let own = sorted(
+            probes
+                .samples
+                .iter()
+                .filter(|(name, _)| *name == agent.name)
+                .map(|(_, ms)| *ms)
+                .collect(),
+        );
+        println!(
+            "real agent {} (node-{}): RSS {:.1} MiB after the churn; CPU {:.2} ms per ruleset applied ({} applied in the first {:.0} s of churn, idle baseline {:.1} % subtracted); probes applied: {}, p50 {:.0} ms, p99 {:.0} ms",
+            agent.name,
+            if i == 0 { wide } else { local },
+            real_rss[i],
+            cpu_per_change[i].0,
+            cpu_per_change[i].1,
+            half.as_secs_f64(),
+            100.0 * idle_rate[i],
+            own.len(),
+            percentile(&own, 50.0),
+            percentile(&own, 99.0),
+        );
+    }
+    println!(
+        "probes (one change at a time: a remote Pod's fresh address, a policy edit and its revert) until the real agent's ruleset in force decides by it: {} applied, {} not within 30 s",
+        applied.len(),
+        probes.missed
+    );
+    drop(real);
     drop(controller);
     println!(
-        "scale nodes={} pods={} agent_rss_mib=n/a agent_rss_local_mib=n/a p99_apply_ms={:.0} cluster_apply_ms={:.0} cpu_per_change_ms=n/a idle_status_events_per_agent={idle_status:.2}",
+        "scale nodes={} pods={} agent_rss_mib={:.1} agent_rss_local_mib={:.1} p99_apply_ms={:.0} cluster_apply_ms={:.0} cpu_per_change_ms={:.2} idle_status_events_per_agent={idle_status:.2}",
         size.nodes,
         size.pods,
-        percentile(&pairs, 99.0),
+        real_rss[0],
+        real_rss[1],
+        percentile(&applied, 99.0),
         percentile(&last, 99.0),
+        cpu_per_change.iter().map(|c| c.0).fold(0.0, f64::max),
     );
     Ok(())
 }
