@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -114,12 +114,13 @@ pub struct SimAgent {
 }
 
 /// What the simulated agents share: the latency tags, the agents to
-/// subscribe again, and whether the policies changed.
+/// subscribe again, and the Namespaces whose policies changed (`None`: a
+/// cluster-wide one).
 #[derive(Default)]
 pub struct Side {
     pub tags: Mutex<Tags>,
     dirty: Mutex<BTreeSet<usize>>,
-    policies_changed: AtomicBool,
+    policies_changed: Mutex<BTreeSet<Option<String>>>,
 }
 
 fn app_of(pod: &Value) -> Option<&str> {
@@ -163,7 +164,10 @@ impl Subscriber for SimAgent {
                 .unwrap()
                 .handed(event, self.id, since, now);
         } else if event.path != policy_paths()[0] {
-            self.side.policies_changed.store(true, Ordering::Relaxed);
+            let namespace = event.object["metadata"]["namespace"]
+                .as_str()
+                .map(str::to_string);
+            self.side.policies_changed.lock().unwrap().insert(namespace);
         }
     }
 }
@@ -205,7 +209,9 @@ pub struct Agents {
     pub side: Arc<Side>,
     /// (Namespace, app) → the keys of the selections its Pods need.
     shapes: HashMap<(String, String), BTreeSet<String>>,
-    /// Namespace → its policies, the cluster's, and every Namespace.
+    /// Namespace → itself, its policies and the cluster's: what decides
+    /// the selections of its Pods (a selection is a selector's normal
+    /// form, not the Namespaces it matches).
     policies: HashMap<String, Snapshot>,
     /// Time spent computing selections, for the report.
     pub span_seconds: f64,
@@ -245,7 +251,7 @@ impl Agents {
                 agent
             })
             .collect();
-        side.policies_changed.store(true, Ordering::Relaxed);
+        side.policies_changed.lock().unwrap().insert(None);
         Agents {
             agents,
             side,
@@ -256,8 +262,9 @@ impl Agents {
     }
 
     /// Reads the policy side again from the server (as every agent holds
-    /// it), per Namespace.
-    fn read_policies(&mut self, api: &FakeApi) {
+    /// it), per Namespace, and forgets the selections of the shapes of
+    /// the Namespaces in `changed` (`None`: all).
+    fn read_policies(&mut self, api: &FakeApi, changed: &BTreeSet<Option<String>>) {
         let [namespaces, local, cluster] = policy_paths();
         let decode = |value: Value| Sourced {
             origin: PathBuf::from("scale-sim"),
@@ -274,16 +281,21 @@ impl Agents {
                 .push(decode(value));
         }
         self.policies = namespaces
-            .iter()
+            .into_iter()
             .map(|ns| {
                 let name = ns.object.metadata().name.clone();
-                let mut objects = namespaces.clone();
+                let mut objects = vec![ns];
                 objects.extend(cluster.iter().cloned());
                 objects.extend(by_namespace.remove(&name).unwrap_or_default());
                 (name, Snapshot { objects })
             })
             .collect();
-        self.shapes.clear();
+        if changed.contains(&None) {
+            self.shapes.clear();
+        } else {
+            self.shapes
+                .retain(|(ns, _), _| !changed.contains(&Some(ns.clone())));
+        }
     }
 
     fn keys_of(&mut self, namespace: &str, app: &str) -> &BTreeSet<String> {
@@ -311,8 +323,9 @@ impl Agents {
     /// Subscribes again each agent whose needed selections changed (its
     /// Pods' shapes, or the policies); answers how many did.
     pub fn refresh(&mut self, api: &FakeApi) -> usize {
-        if self.side.policies_changed.swap(false, Ordering::Relaxed) {
-            self.read_policies(api);
+        let changed = std::mem::take(&mut *self.side.policies_changed.lock().unwrap());
+        if !changed.is_empty() {
+            self.read_policies(api, &changed);
             self.side.dirty.lock().unwrap().extend(0..self.agents.len());
         }
         let dirty = std::mem::take(&mut *self.side.dirty.lock().unwrap());

@@ -193,7 +193,8 @@ pub fn run(args: &Args) -> Result<(), String> {
         .map(|(i, a)| {
             let applied = a.applied() - applied0[i];
             let cpu = a.cpu_seconds() - real_cpu0[i] - idle_rate[i] * half.as_secs_f64();
-            (1e3 * cpu / applied.max(1) as f64, applied)
+            // The baseline is an estimate: a short phase can read below it.
+            (1e3 * cpu.max(0.0) / applied.max(1) as f64, applied)
         })
         .collect();
     // Second half: probes, one at a time, during the churn.
@@ -295,7 +296,7 @@ pub fn run(args: &Args) -> Result<(), String> {
                 .collect(),
         );
         println!(
-            "real agent {} (node-{}): RSS {:.1} MiB after the churn; CPU {:.2} ms per ruleset applied ({} applied in the first {:.0} s of churn, idle baseline {:.1} % subtracted); probes applied: {}, p50 {:.0} ms, p99 {:.0} ms",
+            "real agent {} (node-{}): RSS {:.1} MiB after the churn; CPU {:.2} ms per ruleset applied ({} applied in the first {:.0} s of churn, idle baseline {:.1} % subtracted{}); probes applied: {}, p50 {:.0} ms, p99 {:.0} ms",
             agent.name,
             if i == 0 { wide } else { local },
             real_rss[i],
@@ -303,6 +304,11 @@ pub fn run(args: &Args) -> Result<(), String> {
             cpu_per_change[i].1,
             half.as_secs_f64(),
             100.0 * idle_rate[i],
+            if cpu_per_change[i].1 == 0 {
+                "; none applied: not in the summary"
+            } else {
+                ""
+            },
             own.len(),
             percentile(&own, 50.0),
             percentile(&own, 99.0),
@@ -323,7 +329,11 @@ pub fn run(args: &Args) -> Result<(), String> {
         real_rss[1],
         percentile(&applied, 99.0),
         percentile(&last, 99.0),
-        cpu_per_change.iter().map(|c| c.0).fold(0.0, f64::max),
+        cpu_per_change
+            .iter()
+            .filter(|c| c.1 > 0)
+            .map(|c| c.0)
+            .fold(0.0, f64::max),
     );
     Ok(())
 }
