@@ -50,11 +50,10 @@ if ((${#need[@]})); then
 fi
 
 cd "$ROOT"
-if [[ $PROFILE == release ]]; then
-    cargo build --release --locked --bin tollgate -p tollgate -p tollgate-scale >&2
-else
-    cargo build --locked --bin tollgate -p tollgate -p tollgate-scale >&2
-fi
+build=(cargo build --locked)
+[[ $PROFILE == release ]] && build+=(--release)
+"${build[@]}" -p tollgate --bin tollgate >&2
+"${build[@]}" -p tollgate-scale >&2
 BIN=$ROOT/target/$PROFILE
 
 NS=(tgs-$$-sim tgs-$$-wide tgs-$$-local)
