@@ -62,6 +62,8 @@ struct Live {
 pub struct World {
     pub size: Size,
     pods: Vec<Option<Live>>,
+    /// The deleted Pods, to create again.
+    deleted: Vec<usize>,
     next_ip: u32,
     rng: u64,
     policy_flip: bool,
@@ -78,6 +80,7 @@ impl World {
         World {
             size,
             pods: Vec::new(),
+            deleted: Vec::new(),
             next_ip: 0,
             rng: 0x2545_f491_4f6c_dd1d,
             policy_flip: false,
@@ -126,22 +129,31 @@ impl World {
         }
     }
 
-    /// A Pod of the given liveness, at random (bounded tries).
-    fn pick(&mut self, live: bool) -> Option<usize> {
+    /// A live Pod, at random (bounded tries: most are live).
+    fn pick(&mut self) -> Option<usize> {
         for _ in 0..64 {
             let i = self.random(self.pods.len());
-            if self.pods[i].is_some() == live {
+            if self.pods[i].is_some() {
                 return Some(i);
             }
         }
         None
     }
 
+    /// A deleted Pod, at random, taken out of the deleted ones.
+    fn pick_deleted(&mut self) -> Option<usize> {
+        if self.deleted.is_empty() {
+            return None;
+        }
+        let at = self.random(self.deleted.len());
+        Some(self.deleted.swap_remove(at))
+    }
+
     fn pod_change(&mut self, api: &FakeApi, tags: &Mutex<Tags>, counts: &mut Counts) {
         match self.random(4) {
             0 => {
                 // With every Pod live, a create is an address change.
-                let Some(i) = self.pick(false) else {
+                let Some(i) = self.pick_deleted() else {
                     return self.address_change(api, tags, counts);
                 };
                 let ip = self.fresh(tags);
@@ -154,14 +166,15 @@ impl World {
                 counts.creates += 1;
             }
             1 => {
-                let Some(i) = self.pick(true) else { return };
+                let Some(i) = self.pick() else { return };
                 let live = self.pods[i].take().expect("live");
+                self.deleted.push(i);
                 api.delete(&cluster::pod(&self.size, i, live.app, &live.ip, 0));
                 counts.deletes += 1;
             }
             2 => self.address_change(api, tags, counts),
             _ => {
-                let Some(i) = self.pick(true) else { return };
+                let Some(i) = self.pick() else { return };
                 let app = self.random(APPS);
                 self.pods[i].as_mut().expect("live").app = app;
                 self.write(api, i, "label");
@@ -171,7 +184,7 @@ impl World {
     }
 
     fn address_change(&mut self, api: &FakeApi, tags: &Mutex<Tags>, counts: &mut Counts) {
-        let Some(i) = self.pick(true) else { return };
+        let Some(i) = self.pick() else { return };
         let ip = self.fresh(tags);
         self.pods[i].as_mut().expect("live").ip = ip;
         self.write(api, i, "address");
@@ -179,7 +192,7 @@ impl World {
     }
 
     fn status_write(&mut self, api: &FakeApi, counts: &mut Counts) {
-        let Some(i) = self.pick(true) else { return };
+        let Some(i) = self.pick() else { return };
         self.pods[i].as_mut().expect("live").restarts += 1;
         self.write(api, i, "status");
         counts.statuses += 1;
@@ -238,5 +251,40 @@ impl World {
             std::thread::sleep(Duration::from_millis(10));
         }
         counts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The server holds exactly the Pods the world says are live, and the
+    /// deleted ones are created again.
+    #[test]
+    fn churn_keeps_the_server_and_the_world_in_step() {
+        let api = FakeApi::start("127.0.0.1:0");
+        let size = Size {
+            nodes: 3,
+            pods: 300,
+        };
+        let mut world = World::new(size);
+        world.populate(&api);
+        let tags = Mutex::new(Tags::default());
+        let rates = Rates {
+            pod_changes: 2000.0,
+            status_writes: 100.0,
+            namespace_changes: 10.0,
+            policy_edits: 10.0,
+        };
+        let counts = world.churn(&api, &tags, rates, Duration::from_millis(300), || {});
+        assert!(counts.creates > 0 && counts.deletes > 0, "{counts:?}");
+        let live = world.pods.iter().filter(|p| p.is_some()).count();
+        assert_eq!(
+            live as u64,
+            300 + counts.creates - counts.deletes,
+            "{counts:?}"
+        );
+        assert_eq!(api.objects(&crate::agents::pods_path()).len(), live);
+        assert_eq!(world.deleted.len(), 300 - live);
     }
 }

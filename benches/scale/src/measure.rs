@@ -277,7 +277,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         last.last().copied().unwrap_or(f64::NAN)
     );
     println!(
-        "status writes that changed no address or label: {} written, {idle_status:.2} events per simulated agent over the churn (its own Pods' writes, through its spec.nodeName watch; none through the groups)",
+        "status writes that changed no address or label: {} written, {idle_status:.2} events per simulated agent over the churn (its own Pods' writes, through its spec.nodeName watch; a group slice event is not attributed to a write)",
         counts.statuses
     );
     println!(
