@@ -55,6 +55,16 @@ cargo test --locked --no-fail-fast 2>&1 | tee "$results" || status=$?
 # (`cargo bench --no-run` would build every dependency again, optimized).
 # A failing bench fails the run; they print no `test result:` line.
 cargo test --locked --no-fail-fast --bench '*' 2>&1 | tee -a "$results" || status=$?
+# The cluster-scale simulation at a tiny size (seconds; root: it runs in
+# network namespaces), so that it never rots: its summary line is checked.
+if [[ $(id -u) -eq 0 ]]; then
+    scale=$(benches/scale.sh --nodes 20 --pods 600 --churn-seconds 5 --debug | tail -n 1) || status=1
+    echo "$scale"
+    [[ $scale =~ ^scale\ nodes=20\ pods=600\ agent_rss_mib=[0-9.]+\ agent_rss_local_mib=[0-9.]+\ p99_apply_ms=[0-9]+\ cluster_apply_ms=[0-9]+\ cpu_per_change_ms=[0-9.]+\ idle_status_events_per_agent=[0-9.]+$ ]] || {
+        echo "test.sh: benches/scale.sh smoke: unexpected summary '$scale'" >&2
+        status=1
+    }
+fi
 
 # Fuzz smoke (about 14 minutes on a fresh 2-core machine, most of it the
 # cold build): in CI, or on request.

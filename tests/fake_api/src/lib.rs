@@ -21,8 +21,14 @@
 //! controller's Lease and AddressGroups. Plain threads and std sockets:
 //! nothing of the client side is mocked.
 //!
-//! Used by the no-root watcher tests (`tests/kube_watch.rs`) and by the
-//! Kubernetes-mode test of the netns suite (`tests/netns/kube.rs`).
+//! In-process subscribers (the simulated agents of `benches/scale/`) are
+//! handed each event as it is written, indexed by what they select
+//! ([`fanout`]); HTTP watches find their place in the history by binary
+//! search on the resourceVersion, and every event is serialized once.
+//!
+//! Used by the no-root watcher tests (`tests/kube_watch.rs`), by the
+//! Kubernetes-mode test of the netns suite (`tests/netns/kube.rs`) and by
+//! the scale simulation (`benches/scale/`).
 #![allow(clippy::disallowed_methods)] // a test server: its watch streams wait on the clock.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -33,6 +39,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+
+pub mod fanout;
+pub use fanout::{Event, Received, Select, Subscriber, Subscription};
 
 /// Collection path of a kind, e.g. `/apis/crd.antrea.io/v1beta1/tiers`.
 pub fn collection(api_version: &str, kind: &str) -> String {
@@ -61,19 +70,13 @@ pub fn collection(api_version: &str, kind: &str) -> String {
     }
 }
 
-struct WatchEvent {
-    rv: u64,
-    path: String,
-    kind: &'static str,
-    object: Value,
-}
-
 #[derive(Default)]
 struct State {
     rv: u64,
     /// (collection path, namespace, name) → object.
-    objects: BTreeMap<(String, String, String), Value>,
-    events: Vec<WatchEvent>,
+    objects: BTreeMap<(String, String, String), Arc<Value>>,
+    /// In resourceVersion order (a watch finds its place by binary search).
+    events: Vec<Arc<Event>>,
     /// Watches from a resourceVersion below this get 410 Gone.
     oldest: u64,
     /// Bumped to end every open watch stream.
@@ -95,6 +98,19 @@ struct State {
     event_requests: u64,
     /// Every watch request served: its collection, query and events sent.
     watches: Vec<Watched>,
+    /// The in-process subscriptions.
+    fanout: fanout::Fanout,
+}
+
+impl State {
+    /// Records an event at `rv` and hands it to the subscriptions; the
+    /// caller holds the lock (so events stay in resourceVersion order) and
+    /// notifies the HTTP watches once it has released it.
+    fn push(&mut self, rv: u64, kind: &'static str, path: String, object: Arc<Value>) {
+        let event = Arc::new(Event::new(rv, path, kind, object));
+        self.fanout.publish(&event);
+        self.events.push(event);
+    }
 }
 
 /// One watch request and what it was sent.
@@ -169,17 +185,43 @@ impl FakeApi {
         kubeconfig_at(self.address)
     }
 
-    fn record(&self, kind: &'static str, path: String, object: Value) {
+    /// Subscribes in-process to the collection `path` (the objects
+    /// `select` selects): answers the objects already held, then hands
+    /// every later event to `subscriber` as it is written (see
+    /// [`Subscriber`]).
+    pub fn subscribe(
+        &self,
+        path: &str,
+        select: Select,
+        subscriber: Arc<dyn Subscriber>,
+    ) -> (Subscription, Vec<Arc<Value>>) {
         let mut state = self.shared.state.lock().unwrap();
-        let rv = state.rv;
-        state.events.push(WatchEvent {
-            rv,
-            path,
-            kind,
-            object,
-        });
-        drop(state);
-        self.shared.changed.notify_all();
+        let start = (path.to_string(), String::new(), String::new());
+        let held = state
+            .objects
+            .range(start..)
+            .take_while(|((p, _, _), _)| p == path)
+            .filter(|(_, object)| select.selects(object))
+            .map(|(_, object)| Arc::clone(object))
+            .collect();
+        (state.fanout.subscribe(path, select, subscriber), held)
+    }
+
+    /// Ends an in-process subscription.
+    pub fn unsubscribe(&self, subscription: &Subscription) {
+        self.shared
+            .state
+            .lock()
+            .unwrap()
+            .fanout
+            .unsubscribe(subscription.id);
+    }
+
+    /// Events and bytes sent so far, to in-process subscriptions and HTTP
+    /// watches (not BOOKMARKs nor lists).
+    pub fn sent(&self) -> (u64, u64) {
+        let state = self.shared.state.lock().unwrap();
+        (state.fanout.sent_events, state.fanout.sent_bytes)
     }
 
     /// Creates or replaces an object (ADDED or MODIFIED).
@@ -201,39 +243,49 @@ impl FakeApi {
             .unwrap_or(0)
             + 1;
         object["metadata"]["generation"] = json!(generation);
-        let kind = if state.objects.insert(key.clone(), object.clone()).is_some() {
+        let object = Arc::new(object);
+        let kind = if state
+            .objects
+            .insert(key.clone(), Arc::clone(&object))
+            .is_some()
+        {
             "MODIFIED"
         } else {
             "ADDED"
         };
+        let rv = state.rv;
+        state.push(rv, kind, key.0, object);
         drop(state);
-        self.record(kind, key.0, object);
+        self.shared.changed.notify_all();
     }
 
     /// Deletes an object (DELETED); `object` needs only its type and metadata.
     pub fn delete(&self, object: &Value) {
         let key = object_key(object);
         let mut state = self.shared.state.lock().unwrap();
-        let Some(mut old) = state.objects.remove(&key) else {
+        let Some(old) = state.objects.remove(&key) else {
             panic!("delete of unknown object {key:?}")
         };
+        let mut old = Arc::unwrap_or_clone(old);
         state.rv += 1;
         old["metadata"]["resourceVersion"] = json!(state.rv.to_string());
+        let rv = state.rv;
+        state.push(rv, "DELETED", key.0, Arc::new(old));
         drop(state);
-        self.record("DELETED", key.0, old);
+        self.shared.changed.notify_all();
     }
 
     /// A BOOKMARK on every collection at the current resourceVersion.
     pub fn bookmark(&self, paths: &[String]) {
-        let rv = {
-            let mut state = self.shared.state.lock().unwrap();
-            state.rv += 1;
-            state.rv
-        };
+        let mut state = self.shared.state.lock().unwrap();
+        state.rv += 1;
+        let rv = state.rv;
         for path in paths {
             let object = json!({"metadata": {"resourceVersion": rv.to_string()}});
-            self.record("BOOKMARK", path.clone(), object);
+            state.push(rv, "BOOKMARK", path.clone(), Arc::new(object));
         }
+        drop(state);
+        self.shared.changed.notify_all();
     }
 
     /// Forgets the event history: every open watch ends and its client's
@@ -335,7 +387,7 @@ impl FakeApi {
             .objects
             .iter()
             .filter(|((p, _, _), _)| p == path)
-            .map(|((_, ns, name), object)| (format!("{ns}/{name}"), object.clone()))
+            .map(|((_, ns, name), object)| (format!("{ns}/{name}"), (**object).clone()))
             .collect()
     }
 
@@ -708,7 +760,7 @@ fn object_request(
         _ => name.to_string(),
     };
     let key = (collection.to_string(), namespace.to_string(), name.clone());
-    let held = state.objects.get(&key).cloned();
+    let held = state.objects.get(&key).map(|o| (**o).clone());
     let (code, event, object) = match (method, held) {
         ("GET", Some(object)) => return (200, object),
         ("GET" | "PUT" | "PATCH" | "DELETE", None) => return (404, status(404, "NotFound")),
@@ -731,20 +783,19 @@ fn object_request(
     let mut object = object;
     state.rv += 1;
     object["metadata"]["resourceVersion"] = json!(state.rv.to_string());
+    if event != "DELETED" {
+        object["metadata"]["uid"] = json!(format!("uid-{namespace}-{name}"));
+    }
+    let object = Arc::new(object);
     if event == "DELETED" {
         state.objects.remove(&key);
     } else {
-        object["metadata"]["uid"] = json!(format!("uid-{namespace}-{name}"));
-        state.objects.insert(key, object.clone());
+        state.objects.insert(key, Arc::clone(&object));
     }
     let rv = state.rv;
-    state.events.push(WatchEvent {
-        rv,
-        path: collection.to_string(),
-        kind: event,
-        object: object.clone(),
-    });
+    state.push(rv, event, collection.to_string(), Arc::clone(&object));
     drop(state);
+    let object = Arc::unwrap_or_clone(object);
     shared.changed.notify_all();
     (code, object)
 }
@@ -781,10 +832,10 @@ fn get(stream: &mut TcpStream, shared: &Shared, path: &str) {
         .objects
         .iter()
         .find(|(key, _)| object_path(key) == path)
-        .map(|(_, object)| object.clone());
+        .map(|(_, object)| Arc::clone(object));
     drop(state);
     let _ = match found {
-        Some(object) => respond(stream, 200, &object),
+        Some(object) => respond(stream, 200, object.as_ref()),
         None => {
             let not_found = json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
                 "status": "Failure", "message": "not found", "reason": "NotFound",
@@ -811,7 +862,7 @@ fn list(stream: &mut TcpStream, shared: &Shared, path: &str, params: &BTreeMap<S
         .iter()
         .filter(|((p, _, _), object)| p == path && selected(object, &labels, &fields))
         .map(|(_, object)| {
-            let mut item = object.clone();
+            let mut item = (**object).clone();
             let map = item.as_object_mut().unwrap();
             map.remove("apiVersion");
             map.remove("kind");
@@ -873,28 +924,27 @@ fn watch(mut stream: TcpStream, shared: &Shared, path: &str, params: &BTreeMap<S
         {
             break;
         }
-        let lines: Vec<(&str, String)> = state
-            .events
+        let start = state.events.partition_point(|e| e.rv <= sent);
+        let events: Vec<Arc<Event>> = state.events[start..]
             .iter()
-            .filter(|e| e.rv > sent && e.path == path)
+            .filter(|e| e.path == path)
             .filter(|e| e.kind == "BOOKMARK" || selected(&e.object, &labels, &fields))
-            .map(|e| {
-                (
-                    e.kind,
-                    format!("{}\n", json!({"type": e.kind, "object": e.object})),
-                )
-            })
+            .cloned()
             .collect();
-        state.watches[watch_id].events +=
-            lines.iter().filter(|(kind, _)| *kind != "BOOKMARK").count() as u64;
-        let lines: Vec<String> = lines.into_iter().map(|(_, line)| line).collect();
+        let (count, bytes) = events
+            .iter()
+            .filter(|e| e.kind != "BOOKMARK")
+            .fold((0, 0), |(n, b), e| (n + 1, b + e.line.len() as u64));
+        state.watches[watch_id].events += count;
+        state.fanout.sent_events += count;
+        state.fanout.sent_bytes += bytes;
         if let Some(last) = state.events.last() {
             sent = sent.max(last.rv);
         }
-        if !lines.is_empty() {
+        if !events.is_empty() {
             drop(state);
-            for line in &lines {
-                if chunk(&mut stream, line).is_err() {
+            for event in &events {
+                if chunk(&mut stream, &event.line).is_err() {
                     return;
                 }
             }

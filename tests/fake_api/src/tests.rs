@@ -40,3 +40,118 @@ fn one_object_is_told_from_a_collection() {
         "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/tollgate-controller"
     );
 }
+
+/// A subscriber that keeps the resourceVersions it was handed.
+#[derive(Default)]
+struct Kept(Mutex<Vec<u64>>);
+
+impl Subscriber for Kept {
+    fn deliver(&self, event: &Arc<Event>) {
+        self.0.lock().unwrap().push(event.rv);
+    }
+}
+
+impl Kept {
+    fn count(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+}
+
+fn node_pod(name: &str, node: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": "ns"}, "spec": {"nodeName": node}})
+}
+
+fn slice(name: &str, key: &str) -> Value {
+    json!({"apiVersion": "tollgate.io/v1alpha1", "kind": "AddressGroup",
+           "metadata": {"name": name, "labels": {"tollgate.io/selection": key}}})
+}
+
+/// Mutation: `Fanout::publish` handing every event to every subscription
+/// of the collection (a scan, not the index) fails the counts.
+#[test]
+fn fanout_hands_each_event_to_the_subscribers_it_selects_and_counts_it_once() {
+    let api = FakeApi::start("127.0.0.1:0");
+    let pods = collection("v1", "Pod");
+    let groups = collection("tollgate.io/v1alpha1", "AddressGroup");
+    let namespaces = collection("v1", "Namespace");
+    api.apply(node_pod("before", "n1"));
+    let (a, b, every, ns) = (
+        Arc::new(Kept::default()),
+        Arc::new(Kept::default()),
+        Arc::new(Kept::default()),
+        Arc::new(Kept::default()),
+    );
+    let (sub_a, held) = api.subscribe(&pods, Select::Node("n1".into()), a.clone());
+    assert_eq!(held.len(), 1, "the Pod already held is answered");
+    let (sub_b, held) = api.subscribe(&pods, Select::Node("n2".into()), b.clone());
+    assert!(held.is_empty());
+    let keys = |k: &[&str]| Select::Selections(k.iter().map(|s| s.to_string()).collect());
+    let (sub_g, _) = api.subscribe(&groups, keys(&["k1", "k2"]), every.clone());
+    let (sub_ns, _) = api.subscribe(&namespaces, Select::All, ns.clone());
+    let sent_before = api.sent();
+
+    api.apply(node_pod("p1", "n1"));
+    api.apply(node_pod("p2", "n2"));
+    api.apply(node_pod("p3", "n3"));
+    api.apply(slice("k1-0", "k1"));
+    api.apply(slice("k3-0", "k3"));
+    api.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}}));
+    api.delete(&node_pod("p1", "n1"));
+
+    assert_eq!(
+        (a.count(), b.count(), every.count(), ns.count()),
+        (2, 1, 1, 1)
+    );
+    assert_eq!(sub_a.received.events(), 2);
+    let kept = a.0.lock().unwrap().clone();
+    assert!(kept.windows(2).all(|w| w[0] < w[1]), "{kept:?}");
+    let (events, bytes) = api.sent();
+    assert_eq!(events - sent_before.0, 5);
+    let handed: u64 = [&sub_a, &sub_b, &sub_g, &sub_ns]
+        .iter()
+        .map(|s| s.received.bytes())
+        .sum();
+    assert_eq!(bytes - sent_before.1, handed);
+
+    // Ended, a subscription is handed nothing more.
+    api.unsubscribe(&sub_a);
+    api.apply(node_pod("p4", "n1"));
+    assert_eq!(a.count(), 2);
+}
+
+/// An HTTP watch from a resourceVersion is sent exactly the later events
+/// of its collection, counted in [`FakeApi::sent`].
+#[test]
+fn an_http_watch_resumes_after_its_resource_version() {
+    use std::io::Read;
+    let api = FakeApi::start("127.0.0.1:0");
+    let pods = collection("v1", "Pod");
+    for i in 0..50 {
+        api.apply(node_pod(&format!("p{i}"), "n1"));
+        api.apply(slice(&format!("k{i}-0"), "k"));
+    }
+    let from = api.shared.state.lock().unwrap().events[59].rv;
+    let mut stream = TcpStream::connect(api.address).unwrap();
+    write!(
+        stream,
+        "GET {pods}?watch=true&resourceVersion={from}&timeoutSeconds=1 HTTP/1.1\r\nHost: x\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let names: Vec<String> = answer
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(Value::is_object)
+        .map(|e| {
+            e["object"]["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let expected: Vec<String> = (30..50).map(|i| format!("p{i}")).collect();
+    assert_eq!(names, expected);
+    assert_eq!(api.sent().0, 20);
+}
