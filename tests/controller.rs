@@ -211,8 +211,10 @@ fn a_label_change_is_published_at_once_while_other_pods_keep_changing() {
     assert_eq!(writes(&api) - before, 1, "{:#?}", api.log());
 }
 
-/// Mutation: `Publisher::adopt` not called on taking the lead (the new
-/// leader creates slices that exist) makes the second controller write.
+/// Mutations: `Publisher::adopt` not called on taking the lead (the new
+/// leader creates slices that exist) makes the second controller write;
+/// so does writing before the first span of the selections is done (the
+/// publisher, with no selection yet, deletes every slice adopted).
 #[test]
 fn a_restarted_controller_rewrites_nothing_when_nothing_changed() {
     let api = FakeApi::start("127.0.0.1:0");

@@ -23,7 +23,7 @@
 
 pub mod lease;
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -39,7 +39,7 @@ use crate::compile::{self, policy_side, PodShape};
 use crate::counters;
 use crate::model::{Object, Snapshot};
 use crate::selection::group::{self, AddressGroupSpec};
-use crate::selection::{Delta, Publisher, Write};
+use crate::selection::{Delta, Publisher, Selection, Write};
 use crate::source::kube::{Connection, KubeCounters, KubeError, KubeSource};
 use crate::telemetry::{Check, Metrics, Probes};
 
@@ -183,6 +183,8 @@ impl Controller {
             counters: Arc::clone(&counters),
             last: None,
             policies: None,
+            span: None,
+            respan: false,
             adopted: false,
         };
         let thread = std::thread::Builder::new()
@@ -258,8 +260,16 @@ struct Loop {
     counters: Arc<ControllerCounters>,
     /// The last snapshot fed to the publisher.
     last: Option<Arc<Snapshot>>,
-    /// Its policy side, as the selections were last computed from.
+    /// Its policy side, as the selections were last computed from (none
+    /// before the first span: nothing is written until then).
     policies: Option<Snapshot>,
+    /// The span being computed, off the loop (seconds at 150,000 Pods),
+    /// and the policy side it is computed from. Pod changes keep being
+    /// published meanwhile, with the selections of the last span.
+    span: Option<(tokio::task::JoinHandle<BTreeSet<Selection>>, Snapshot)>,
+    /// The policy side or the Pod shapes changed since the span running
+    /// was started: another follows it.
+    respan: bool,
     /// Whether the publisher holds what the API server holds.
     adopted: bool,
 }
@@ -337,7 +347,9 @@ impl Loop {
                 self.state.ready.store(healthy, Ordering::SeqCst);
                 continue;
             }
-            if self.last.is_none() {
+            // Nothing is written before the selections are known: a
+            // publisher without them would delete every slice adopted.
+            if self.last.is_none() || self.policies.is_none() {
                 self.state.ready.store(false, Ordering::SeqCst);
                 continue;
             }
@@ -361,8 +373,9 @@ impl Loop {
     }
 
     /// Feeds the Pod changes and a new snapshot's Namespaces to the
-    /// publisher, and computes the selections again when the policy side
-    /// or the Pod shapes changed.
+    /// publisher; starts computing the selections again when the policy
+    /// side or the Pod shapes changed (one span at a time, beside the
+    /// loop), and hands the publisher those of a span that finished.
     async fn take_snapshot(&mut self) {
         for delta in self.source.take_pod_deltas() {
             self.publisher.apply(delta);
@@ -395,33 +408,45 @@ impl Loop {
         let Some(last) = &self.last else {
             return;
         };
-        let shapes = self.publisher.take_shapes_changed();
-        let policies = match (&new, &self.policies) {
-            (None, Some(_)) if !shapes => return,
-            (None, Some(policies)) => policies.clone(),
-            _ => policy_side(last),
-        };
-        if !shapes && self.policies.as_ref() == Some(&policies) {
-            return;
+        if self.publisher.take_shapes_changed() {
+            self.respan = true;
         }
-        // Seconds at 150,000 Pods (docs/design/scale.md): off the loop's
-        // thread.
-        let shapes: Vec<PodShape> = self.publisher.shapes().cloned().collect();
-        let side = policies.clone();
-        let span = tokio::task::spawn_blocking(move || compile::pod_selections(&side, &shapes));
-        match span.await {
-            Ok(selections) => {
-                self.counters
-                    .selections
-                    .store(selections.len() as u64, Ordering::Relaxed);
-                self.publisher.set_selections(selections);
-                self.policies = Some(policies);
+        // The policy side of a new snapshot, where it differs from the
+        // one being (or last) computed.
+        let mut side = new.as_ref().map(|s| policy_side(s)).filter(|side| {
+            let computing = self.span.as_ref().map(|(_, side)| side);
+            computing.or(self.policies.as_ref()) != Some(side)
+        });
+        self.respan |= side.is_some();
+        if self
+            .span
+            .as_ref()
+            .is_some_and(|(task, _)| task.is_finished())
+        {
+            let (task, side) = self.span.take().expect("a span");
+            match task.await {
+                Ok(selections) => {
+                    self.counters
+                        .selections
+                        .store(selections.len() as u64, Ordering::Relaxed);
+                    self.publisher.set_selections(selections);
+                    self.policies = Some(side);
+                }
+                Err(error) => {
+                    // Computed again at once.
+                    tracing::error!(%error, "computing the selections in use");
+                    self.respan = true;
+                }
             }
-            Err(error) => {
-                // Computed again with the next snapshot.
-                tracing::error!(%error, "computing the selections in use");
-                self.policies = None;
-            }
+        }
+        if self.span.is_none() && (self.respan || self.policies.is_none()) {
+            self.respan = false;
+            let side = side.take().unwrap_or_else(|| policy_side(last));
+            let shapes: Vec<PodShape> = self.publisher.shapes().cloned().collect();
+            let computed = side.clone();
+            let task =
+                tokio::task::spawn_blocking(move || compile::pod_selections(&computed, &shapes));
+            self.span = Some((task, side));
         }
     }
 
