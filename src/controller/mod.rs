@@ -383,7 +383,7 @@ impl Loop {
         let latest = self.source.latest().get().map(|a| Arc::clone(&a.snapshot));
         let new = latest.filter(|s| !self.last.as_ref().is_some_and(|l| Arc::ptr_eq(l, s)));
         if let Some(snapshot) = &new {
-            // Pods come as they change, above: a snapshot's may be older.
+            // Pods come as they change, above, and not in snapshots.
             let mut namespaces = HashSet::new();
             for object in snapshot.iter() {
                 if let Object::Namespace(ns) = object {

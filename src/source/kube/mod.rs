@@ -340,9 +340,9 @@ impl KubeSource {
         KubeSource::start(connection, node, state, counters, Arc::new(notify))
     }
 
-    /// The controller's source: every kind, and the Pods also as
-    /// [`Delta`]s as they arrive ([`KubeSource::take_pod_deltas`]); a
-    /// Pod change alone publishes no snapshot (see [`store`]).
+    /// The controller's source: every kind, the Pods as [`Delta`]s as
+    /// they arrive ([`KubeSource::take_pod_deltas`]) and not in its
+    /// snapshots (the `store` module says why).
     pub fn spawn_feeding_pods(
         connection: Connection,
         counters: Arc<KubeCounters>,
