@@ -468,45 +468,26 @@ impl Changes {
             }
         }
         for (name, RangeSetWrite { set, exists }) in &self.ranges {
-            let create = format!("{RANGE_SET_TYPE} family {}", set.family.ipset_family());
-            writeln!(out, "create {name} {create}").expect("write to String");
-            let fill = if *exists {
-                let next = format!("{name}{NEXT_SUFFIX}");
-                writeln!(out, "create {next} {create}").expect("write to String");
-                writeln!(out, "flush {next}").expect("write to String");
-                next
-            } else {
-                name.clone()
-            };
-            for range in &set.ranges {
-                writeln!(out, "add {fill} {range}").expect("write to String");
-            }
-            for address in &set.except {
-                writeln!(out, "add {fill} {address} nomatch").expect("write to String");
-            }
-            if *exists {
-                writeln!(out, "swap {fill} {name}").expect("write to String");
-                writeln!(out, "destroy {fill}").expect("write to String");
-            }
+            let entries = set.ranges.iter().map(ToString::to_string).chain(
+                set.except
+                    .iter()
+                    .map(|address| format!("{address} nomatch")),
+            );
+            refill(&mut out, name, RANGE_SET_TYPE, set.family, *exists, entries);
         }
         for (name, SourceSetWrite { set, exists }) in &self.sources {
-            let create = format!("{SOURCE_SET_TYPE} family {}", set.family.ipset_family());
-            writeln!(out, "create {name} {create}").expect("write to String");
-            let fill = if *exists {
-                let next = format!("{name}{NEXT_SUFFIX}");
-                writeln!(out, "create {next} {create}").expect("write to String");
-                writeln!(out, "flush {next}").expect("write to String");
-                next
-            } else {
-                name.clone()
-            };
-            for (net, interface) in &set.entries {
-                writeln!(out, "add {fill} {net},{interface}").expect("write to String");
-            }
-            if *exists {
-                writeln!(out, "swap {fill} {name}").expect("write to String");
-                writeln!(out, "destroy {fill}").expect("write to String");
-            }
+            let entries = set
+                .entries
+                .iter()
+                .map(|(net, interface)| format!("{net},{interface}"));
+            refill(
+                &mut out,
+                name,
+                SOURCE_SET_TYPE,
+                set.family,
+                *exists,
+                entries,
+            );
         }
         Some(out)
     }
@@ -522,6 +503,36 @@ impl Changes {
                 .map(|name| format!("destroy {name}\n"))
                 .collect(),
         )
+    }
+}
+
+/// `ipset restore` lines that create set `name` of `kind` filled with
+/// `entries`, or, when it `exists`, fill a temporary set and swap it in
+/// whole (no moment with a half-filled set).
+fn refill(
+    out: &mut String,
+    name: &str,
+    kind: &str,
+    family: Family,
+    exists: bool,
+    entries: impl Iterator<Item = String>,
+) {
+    let create = format!("{kind} family {}", family.ipset_family());
+    writeln!(out, "create {name} {create}").expect("write to String");
+    let fill = if exists {
+        let next = format!("{name}{NEXT_SUFFIX}");
+        writeln!(out, "create {next} {create}").expect("write to String");
+        writeln!(out, "flush {next}").expect("write to String");
+        next
+    } else {
+        name.to_string()
+    };
+    for entry in entries {
+        writeln!(out, "add {fill} {entry}").expect("write to String");
+    }
+    if exists {
+        writeln!(out, "swap {fill} {name}").expect("write to String");
+        writeln!(out, "destroy {fill}").expect("write to String");
     }
 }
 

@@ -511,11 +511,7 @@ pub fn parse_range_sets(save: &str) -> BTreeMap<String, RangeSet> {
         let words: Vec<&str> = line.split_whitespace().collect();
         match words.as_slice() {
             ["create", name, RANGE_SET_TYPE, options @ ..] if name.starts_with(SET_PREFIX) => {
-                let family = if options.windows(2).any(|p| p == ["family", "inet6"]) {
-                    Family::V6
-                } else {
-                    Family::V4
-                };
+                let family = family_option(options);
                 out.insert(
                     name.to_string(),
                     RangeSet {
@@ -548,6 +544,15 @@ pub fn parse_range_sets(save: &str) -> BTreeMap<String, RangeSet> {
     out
 }
 
+/// The family of a set from the options of its `create` line.
+fn family_option(options: &[&str]) -> Family {
+    if options.windows(2).any(|p| p == ["family", "inet6"]) {
+        Family::V6
+    } else {
+        Family::V4
+    }
+}
+
 /// The owned [`SourceSet`]s (`hash:net,iface`) of `ipset save` output
 /// (a single address is saved without its `/32` or `/128`).
 pub fn parse_source_sets(save: &str) -> BTreeMap<String, SourceSet> {
@@ -556,11 +561,7 @@ pub fn parse_source_sets(save: &str) -> BTreeMap<String, SourceSet> {
         let words: Vec<&str> = line.split_whitespace().collect();
         match words.as_slice() {
             ["create", name, SOURCE_SET_TYPE, options @ ..] if name.starts_with(SET_PREFIX) => {
-                let family = if options.windows(2).any(|p| p == ["family", "inet6"]) {
-                    Family::V6
-                } else {
-                    Family::V4
-                };
+                let family = family_option(options);
                 out.insert(
                     name.to_string(),
                     SourceSet {
