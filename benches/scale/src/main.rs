@@ -14,6 +14,7 @@ mod agents;
 mod churn;
 mod cluster;
 mod measure;
+mod process;
 mod real;
 
 use std::process::ExitCode;

@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 use tollgate_fake_api::{kubeconfig_at, FakeApi};
 
 use crate::cluster::{self, Size};
-use crate::measure::{cpu_seconds, rss_mib, Process};
+use crate::process::{cpu_seconds, rss_mib, Process};
 
 /// The Namespace of the local agent's probe Pods and policy (not one the
 /// churn edits); the wide agent's target is in Namespace 0, an edge one.
