@@ -41,6 +41,7 @@
 //! ```
 #![allow(clippy::disallowed_methods)] // the agent reports its uptime and the age of its reloads.
 
+mod answer;
 mod client;
 mod observe;
 mod protocol;

@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
-use super::server::write_answer;
+use super::answer::write_answer;
 use super::{AgentStatus, Response, TIMEOUT};
 use crate::observe::{FlowEvent, ObserveFilter};
 

@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::answer::write_answer;
 use super::{AgentStatus, Request, Response, StatusError, TIMEOUT};
 
 /// How long a client has to send its whole request line.
@@ -214,28 +215,6 @@ fn answer(stream: UnixStream, status: &AgentStatus) -> std::io::Result<()> {
     let mut text = serde_json::to_string(&response).map_err(std::io::Error::other)?;
     text.push('\n');
     write_answer(&stream, text.as_bytes(), Instant::now() + TIMEOUT)
-}
-
-/// Writes the whole answer by `deadline`, however slowly the client reads.
-pub(super) fn write_answer(
-    stream: &UnixStream,
-    mut bytes: &[u8],
-    deadline: Instant,
-) -> std::io::Result<()> {
-    while !bytes.is_empty() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(ErrorKind::TimedOut.into());
-        }
-        stream.set_write_timeout(Some(left))?;
-        match (&*stream).write(bytes) {
-            Ok(0) => return Err(ErrorKind::WriteZero.into()),
-            Ok(n) => bytes = &bytes[n..],
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 /// The request line, read by `deadline`: at most [`MAX_REQUEST`] bytes up
