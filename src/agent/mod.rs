@@ -469,8 +469,14 @@ fn open_source(
     events: Sender<Event>,
     sets: &Sets,
 ) -> Result<Opened, AgentError> {
-    let docker_events = events.clone();
-    let settled = events.clone();
+    // The Docker inventory and the Kubernetes source settle their own
+    // bursts (and a change of the groups held is whole): acted on at once.
+    let settled = {
+        let events = events.clone();
+        move || {
+            let _ = events.send(Event::Settled);
+        }
+    };
     let changed = move || {
         let _ = events.send(Event::PolicyChanged);
     };
@@ -485,9 +491,7 @@ fn open_source(
             &config.node.name,
             policies,
             Arc::clone(&sets.docker),
-            move || {
-                let _ = docker_events.send(Event::Settled);
-            },
+            settled,
         )?;
         let health = source.health();
         return Ok((Box::new(source), None, Some(health)));
@@ -509,11 +513,7 @@ fn open_source(
                 Some(config.node.name.clone()),
                 peers,
                 Arc::clone(&sets.kube),
-                // The source settles its own bursts (`Debounce`), and a
-                // change of the groups held is whole: acted on at once.
-                move || {
-                    let _ = settled.send(Event::Settled);
-                },
+                settled,
             )?;
             tracing::info!(
                 "kubernetes source started; no decision before its first complete snapshot"

@@ -143,20 +143,33 @@ pub struct SetWrite {
     pub remove: Vec<IpAddr>,
 }
 
-/// The desired content of a range set and whether it exists already
-/// (refilled through a temporary set and `swap`).
+/// The desired content of a set written whole (a range set, a source
+/// set) and whether it exists already (refilled through a temporary set
+/// and `swap`, [`refill`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RangeSetWrite {
-    pub set: RangeSet,
+pub struct Refill<S> {
+    pub set: S,
     pub exists: bool,
 }
 
-/// The desired content of a source set and whether it exists already
-/// (refilled through a temporary set and `swap`, like a range set).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SourceSetWrite {
-    pub set: SourceSet,
-    pub exists: bool,
+/// The sets of `desired` that `installed` lacks or holds otherwise.
+fn refills<S: Clone + PartialEq>(
+    desired: &BTreeMap<String, S>,
+    installed: &BTreeMap<String, S>,
+) -> BTreeMap<String, Refill<S>> {
+    desired
+        .iter()
+        .filter_map(|(name, set)| match installed.get(name) {
+            Some(current) if current == set => None,
+            current => Some((
+                name.clone(),
+                Refill {
+                    set: set.clone(),
+                    exists: current.is_some(),
+                },
+            )),
+        })
+        .collect()
 }
 
 /// Everything to change, in the order [`super::kernel`] runs it: sets are
@@ -167,9 +180,9 @@ pub struct Changes {
     /// Sets to create or change, by name.
     pub sets: BTreeMap<String, SetWrite>,
     /// Range sets to create or refill, by name.
-    pub ranges: BTreeMap<String, RangeSetWrite>,
+    pub ranges: BTreeMap<String, Refill<RangeSet>>,
     /// Source sets to create or refill, by name.
-    pub sources: BTreeMap<String, SourceSetWrite>,
+    pub sources: BTreeMap<String, Refill<SourceSet>>,
     /// Timeout sets to create (empty), by name. Existing ones are kept
     /// with their entries.
     pub create_learned: BTreeMap<String, Family>,
@@ -218,34 +231,8 @@ impl Changes {
                 )),
             })
             .collect();
-        let ranges = desired
-            .ranges
-            .iter()
-            .filter_map(|(name, set)| match installed.ranges.get(name) {
-                Some(current) if current == set => None,
-                current => Some((
-                    name.clone(),
-                    RangeSetWrite {
-                        set: set.clone(),
-                        exists: current.is_some(),
-                    },
-                )),
-            })
-            .collect();
-        let sources = desired
-            .sources
-            .iter()
-            .filter_map(|(name, set)| match installed.sources.get(name) {
-                Some(current) if current == set => None,
-                current => Some((
-                    name.clone(),
-                    SourceSetWrite {
-                        set: set.clone(),
-                        exists: current.is_some(),
-                    },
-                )),
-            })
-            .collect();
+        let ranges = refills(&desired.ranges, &installed.ranges);
+        let sources = refills(&desired.sources, &installed.sources);
         let create_learned = desired
             .learned
             .iter()
@@ -467,7 +454,7 @@ impl Changes {
                 writeln!(out, "del {name} {member}").expect("write to String");
             }
         }
-        for (name, RangeSetWrite { set, exists }) in &self.ranges {
+        for (name, Refill { set, exists }) in &self.ranges {
             let entries = set.ranges.iter().map(ToString::to_string).chain(
                 set.except
                     .iter()
@@ -475,7 +462,7 @@ impl Changes {
             );
             refill(&mut out, name, RANGE_SET_TYPE, set.family, *exists, entries);
         }
-        for (name, SourceSetWrite { set, exists }) in &self.sources {
+        for (name, Refill { set, exists }) in &self.sources {
             let entries = set
                 .entries
                 .iter()

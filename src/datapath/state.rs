@@ -525,11 +525,7 @@ pub fn parse_range_sets(save: &str) -> BTreeMap<String, RangeSet> {
                 let Some(set) = out.get_mut(*name) else {
                     continue;
                 };
-                let net = entry
-                    .parse::<IpNet>()
-                    .ok()
-                    .or_else(|| entry.parse::<IpAddr>().ok().map(IpNet::from));
-                let Some(net) = net else {
+                let Some(net) = net_entry(entry) else {
                     continue;
                 };
                 if rest.contains(&"nomatch") {
@@ -542,6 +538,15 @@ pub fn parse_range_sets(save: &str) -> BTreeMap<String, RangeSet> {
         }
     }
     out
+}
+
+/// A network entry of `ipset save` (a single address is saved without
+/// its `/32` or `/128`).
+fn net_entry(entry: &str) -> Option<IpNet> {
+    entry
+        .parse::<IpNet>()
+        .ok()
+        .or_else(|| entry.parse::<IpAddr>().ok().map(IpNet::from))
 }
 
 /// The family of a set from the options of its `create` line.
@@ -577,11 +582,7 @@ pub fn parse_source_sets(save: &str) -> BTreeMap<String, SourceSet> {
                 let Some((net, interface)) = entry.split_once(',') else {
                     continue;
                 };
-                let net = net
-                    .parse::<IpNet>()
-                    .ok()
-                    .or_else(|| net.parse::<IpAddr>().ok().map(IpNet::from));
-                if let Some(net) = net {
+                if let Some(net) = net_entry(net) {
                     set.entries.insert((net, interface.to_string()));
                 }
             }

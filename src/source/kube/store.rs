@@ -96,8 +96,9 @@ struct KindStore {
 #[derive(Debug)]
 pub struct Store {
     kinds: BTreeMap<Kind, KindStore>,
-    /// The kinds whose changes go out as [`Delta`]s, and those not taken.
+    /// The kinds whose changes go out as [`Delta`]s.
     fed: HashSet<Kind>,
+    /// Their deltas not taken yet.
     deltas: Vec<Delta>,
 }
 
