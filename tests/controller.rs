@@ -108,7 +108,8 @@ fn writes(api: &FakeApi) -> usize {
         .sum()
 }
 
-/// Mutations (each makes the count of writes fail): the publisher
+/// Mutations: the publisher's writes not sorted by phase → slice 0
+/// written first: fails. Each of these makes the count of writes fail: the publisher
 /// without its three guards against a write that changes nothing
 /// (`Publisher::set_pod`'s early return for an equal Pod, `Group::set`'s
 /// equality check, `same` — each alone is covered by the others) rewrites
@@ -138,6 +139,22 @@ fn the_controller_publishes_the_groups_and_a_label_change_rewrites_one_slice() {
             r#"{"Pods":{"namespaces":"All","pods":{"matchLabels":{"app":"db"}}}}"#
         );
     }
+    // Slice 0 lists slice 1 and was written after it: an agent never
+    // holds a slice 0 whose listed slice is still unwritten.
+    let (first, second) = {
+        let mut slices: Vec<&Value> = groups.values().collect();
+        slices.sort_by_key(|g| g["spec"]["slice"].as_u64());
+        (slices[0], slices[1])
+    };
+    assert_eq!(first["spec"]["slices"], json!([1]));
+    let version = |g: &Value| -> u64 {
+        g["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert!(version(first) > version(second), "{:#?}", api.log());
     assert!(!has(&api, "10.1.0.1"));
     assert_eq!(
         controller

@@ -29,6 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::stream::{self, StreamExt};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
     PatchParams, PostParams,
@@ -45,6 +46,12 @@ use crate::telemetry::{Check, Metrics, Probes};
 
 /// Writes are made at most once per batch.
 pub const BATCH: Duration = Duration::from_millis(100);
+
+/// AddressGroup writes of one phase made at once: the first publication
+/// of a large cluster is thousands of slices, which one at a time took
+/// minutes (~6,000 in 131 s in the simulation), and the API server
+/// serves concurrent requests of one client over its connections.
+const WRITES_IN_FLIGHT: usize = 16;
 
 counters! {
     /// What the controller publishes, and whether it leads.
@@ -464,62 +471,84 @@ impl Loop {
         Ok(())
     }
 
-    /// Makes the publisher's writes; whether all succeeded.
+    /// Makes the publisher's writes, phase by phase ([`Write::phase`]):
+    /// the writes of one phase at once (at most [`WRITES_IN_FLIGHT`]),
+    /// those of the next only once every one of them succeeded. Whether
+    /// all succeeded.
     async fn write(&mut self) -> bool {
         let writes = self.publisher.writes();
         if writes.is_empty() {
             return true;
         }
-        let resource = address_groups();
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
-        let object = |name: &str,
-                      key: &str,
-                      spec: &AddressGroupSpec|
-         -> Result<DynamicObject, serde_json::Error> {
-            serde_json::from_value(json!({
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &address_groups());
+        let counters = &self.counters;
+        let mut writes = writes.into_iter().peekable();
+        while let Some(first) = writes.next() {
+            let phase = first.phase();
+            let mut batch = vec![first];
+            while let Some(write) = writes.next_if(|w| w.phase() == phase) {
+                batch.push(write);
+            }
+            let results: Vec<(Write, Result<(), kube::Error>)> = stream::iter(batch)
+                .map(|write| async {
+                    let result = make(&api, &write).await;
+                    (write, result)
+                })
+                .buffer_unordered(WRITES_IN_FLIGHT)
+                .collect()
+                .await;
+            let mut failed = false;
+            for (write, result) in results {
+                match result {
+                    Ok(()) => {
+                        let counter = match write {
+                            Write::Create { .. } => &counters.creates,
+                            Write::Update { .. } => &counters.updates,
+                            Write::Delete { .. } => &counters.deletes,
+                        };
+                        counter.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(error) => {
+                        counters.write_errors.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(slice = write.name(), %error, "AddressGroup write failed: listing again");
+                        failed = true;
+                    }
+                }
+            }
+            if failed {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// One write to the API server.
+async fn make(api: &Api<DynamicObject>, write: &Write) -> Result<(), kube::Error> {
+    match write {
+        Write::Create { name, key, spec } => {
+            let object = serde_json::from_value(json!({
                 "apiVersion": group::API_VERSION,
                 "kind": group::KIND,
                 "metadata": {"name": name, "labels": {group::SELECTION_LABEL: key}},
                 "spec": spec,
             }))
-        };
-        for write in writes {
-            let result = match &write {
-                Write::Create { name, key, spec } => match object(name, key, spec) {
-                    Ok(o) => api.create(&PostParams::default(), &o).await.map(|_| ()),
-                    Err(e) => Err(kube::Error::SerdeError(e)),
-                },
-                // The spec replaced by a merge patch (its member list
-                // whole): the leader is the one writer, and a custom
-                // resource's update would need the resourceVersion.
-                Write::Update { name, spec, .. } => api
-                    .patch(
-                        name,
-                        &PatchParams::default(),
-                        &Patch::Merge(json!({ "spec": spec })),
-                    )
-                    .await
-                    .map(|_| ()),
-                Write::Delete { name } => {
-                    api.delete(name, &DeleteParams::default()).await.map(|_| ())
-                }
-            };
-            match result {
-                Ok(()) => {
-                    let counter = match write {
-                        Write::Create { .. } => &self.counters.creates,
-                        Write::Update { .. } => &self.counters.updates,
-                        Write::Delete { .. } => &self.counters.deletes,
-                    };
-                    counter.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(error) => {
-                    self.counters.write_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(slice = write.name(), %error, "AddressGroup write failed: listing again");
-                    return false;
-                }
-            }
+            .map_err(kube::Error::SerdeError)?;
+            api.create(&PostParams::default(), &object)
+                .await
+                .map(|_| ())
         }
-        true
+        // The spec replaced by a merge patch (its member list whole): the
+        // leader is the one writer, and a custom resource's update would
+        // need the resourceVersion.
+        Write::Update { name, spec, .. } => api
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": spec })),
+            )
+            .await
+            .map(|_| ()),
+        Write::Delete { name } => api.delete(name, &DeleteParams::default()).await.map(|_| ()),
     }
 }

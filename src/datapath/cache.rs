@@ -480,6 +480,7 @@ COMMIT
             Arc::new(AddressGroupSpec {
                 selection: "{}".into(),
                 slice: n,
+                slices: Vec::new(),
                 members: vec![crate::selection::group::GroupMember {
                     ips: vec![ip.parse().unwrap()],
                     named_ports: Vec::new(),

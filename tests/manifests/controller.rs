@@ -27,6 +27,7 @@ fn slice(members: usize) -> Value {
     let spec = AddressGroupSpec {
         selection: canonical(&selection),
         slice: 0,
+        slices: vec![1, 2],
         members: vec![member; members],
     };
     json!({"apiVersion": group::API_VERSION, "kind": group::KIND,

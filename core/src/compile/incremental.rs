@@ -21,7 +21,7 @@
 //! the local Node's Pods only, and the members of Pod selections come from
 //! the published AddressGroup slices handed to [`Incremental::set_groups`].
 //! A ruleset is built only when every Pod selection it uses is complete
-//! (slice 0 received); until then [`Incremental::ruleset`] yields none,
+//! (slice 0 and each slice it lists received); until then [`Incremental::ruleset`] yields none,
 //! the last ruleset stays in force, and [`Incremental::waiting`] names the
 //! keys awaited: a group not received is never read as empty. With the
 //! groups a controller publishes for a snapshot, the ruleset equals the
@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 use crate::model::{Kind, Object, Snapshot, Sourced};
 use crate::ruleset::Ruleset;
-use crate::selection::group::{key_of, AddressGroupSpec, GroupMember};
+use crate::selection::group::{key_of, AddressGroupSpec};
 use crate::selection::{members, Delta, Labels, Selection, Selections};
 
 use super::{assemble, LocalNode, LocalView};
@@ -292,9 +292,9 @@ impl Incremental {
         &mut self,
         groups: impl IntoIterator<Item = &'a AddressGroupSpec>,
     ) -> Update {
-        let mut given: BTreeMap<(String, u32), &[GroupMember]> = BTreeMap::new();
+        let mut given: BTreeMap<(String, u32), &AddressGroupSpec> = BTreeMap::new();
         for spec in groups {
-            given.insert((key_of(&spec.selection), spec.slice), &spec.members);
+            given.insert((key_of(&spec.selection), spec.slice), spec);
         }
         let gone: Vec<(String, u32)> = self
             .selections
@@ -307,8 +307,8 @@ impl Incremental {
             changed |= self.selections.set_slice(&key, slice, None);
         }
         let directory = self.selections.directory_version();
-        for ((key, slice), members) in given {
-            changed |= self.selections.set_slice(&key, slice, Some(members));
+        for ((key, slice), spec) in given {
+            changed |= self.selections.set_slice(&key, slice, Some(spec));
         }
         let update = if changed || self.selections.directory_version() != directory {
             Update::Peers

@@ -9,8 +9,15 @@
 //! same on the controller and on every agent because both compute it from
 //! the selection's normal form with this code. Slice 0 always exists once
 //! the selection is published, even empty: "present and empty" is not
-//! "absent". This module owns the names, the key and the wire form; it
-//! never decides which selections exist nor talks to an API server.
+//! "absent". Slice 0 also lists the selection's other slices
+//! ([`AddressGroupSpec::slices`]): a reader holds the whole selection only
+//! when it holds slice 0 and every slice it lists, so a selection being
+//! published (its slice 0 written, its slice 7 not yet) is never read as
+//! complete, which would let a Drop rule miss the members of slice 7. The
+//! controller writes a selection's other slices before its slice 0
+//! ([`crate::selection::publish::Write::phase`]). This module owns the
+//! names, the key and the wire form; it never decides which selections
+//! exist nor talks to an API server.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -84,6 +91,10 @@ pub struct AddressGroupSpec {
     pub selection: String,
     /// This slice's number; slice 0 always exists.
     pub slice: u32,
+    /// Slice 0 only: the numbers of the selection's other slices, in
+    /// order. The selection is complete when each of them is held.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slices: Vec<u32>,
     /// The members of this slice (at most [`SLICE_MEMBERS`]); a member
     /// stays in its slice for life.
     #[serde(default)]
@@ -153,6 +164,7 @@ mod tests {
         let spec = AddressGroupSpec {
             selection: canonical(&app("web")),
             slice: 0,
+            slices: vec![1, 3],
             members: vec![GroupMember {
                 ips: vec!["10.0.0.1".parse().unwrap(), "fd00::1".parse().unwrap()],
                 named_ports: vec![GroupNamedPort {
@@ -164,6 +176,7 @@ mod tests {
         };
         let json = serde_json::to_value(&spec).unwrap();
         assert_eq!(json["members"][0]["namedPorts"][0]["protocol"], "TCP");
+        assert_eq!(json["slices"], serde_json::json!([1, 3]));
         let back: AddressGroupSpec = serde_json::from_value(json).unwrap();
         assert_eq!(back, spec);
     }

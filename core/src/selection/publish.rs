@@ -50,6 +50,20 @@ pub enum Write {
 }
 
 impl Write {
+    /// When the write is made: every write of a phase before any of the
+    /// next, those of one phase in any order (at once). A selection's
+    /// other slices are created or updated first (phase 0), then its slice
+    /// 0, which lists them (1), then the slices no longer listed are
+    /// deleted (2): an agent that holds a slice 0 holds, or is waiting
+    /// for, every slice it lists, and never reads a selection as complete
+    /// while a listed slice is still unwritten.
+    pub fn phase(&self) -> u8 {
+        match self {
+            Write::Create { spec, .. } | Write::Update { spec, .. } => u8::from(spec.slice == 0),
+            Write::Delete { .. } => 2,
+        }
+    }
+
     /// The slice written.
     pub fn name(&self) -> &str {
         match self {
@@ -106,9 +120,19 @@ impl Group {
         let mut members: Vec<GroupMember> =
             keys.iter().map(|k| self.members[k].1.clone()).collect();
         members.sort_unstable();
+        let slices = if slice == 0 {
+            self.slices
+                .iter()
+                .filter(|(&n, keys)| n != 0 && !keys.is_empty())
+                .map(|(&n, _)| n)
+                .collect()
+        } else {
+            Vec::new()
+        };
         Some(AddressGroupSpec {
             selection: self.canonical.clone(),
             slice,
+            slices,
             members,
         })
     }
@@ -470,7 +494,17 @@ impl Publisher {
     /// not yet computed would be deleted.
     pub fn writes(&mut self) -> Vec<Write> {
         let mut writes = Vec::new();
-        for name in std::mem::take(&mut self.dirty) {
+        let mut dirty = std::mem::take(&mut self.dirty);
+        // A slice that comes or goes changes its selection's slice 0,
+        // which lists the others.
+        let firsts: Vec<String> = dirty
+            .iter()
+            .filter_map(|name| name.rsplit_once('-'))
+            .filter(|(_, n)| *n != "0")
+            .map(|(key, _)| slice_name(key, 0))
+            .collect();
+        dirty.extend(firsts);
+        for name in dirty {
             let want = name
                 .rsplit_once('-')
                 .and_then(|(k, n)| Some((self.groups.get(k)?, n.parse::<u32>().ok()?)))
@@ -504,6 +538,7 @@ impl Publisher {
                 }
             }
         }
+        writes.sort_by_key(Write::phase);
         writes
     }
 }
@@ -512,6 +547,7 @@ impl Publisher {
 fn same(held: &AddressGroupSpec, want: &AddressGroupSpec) -> bool {
     if held.selection != want.selection
         || held.slice != want.slice
+        || held.slices != want.slices
         || held.members.len() != want.members.len()
     {
         return false;

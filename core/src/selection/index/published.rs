@@ -3,8 +3,9 @@
 //! AddressGroup slices a `tollgate controller` published ([`super::super::group`]),
 //! not from the Pods, which in that mode are the local Node's alone. A
 //! selection's set is the union of the received slices of its key; a
-//! selection whose slice 0 has not been received is *waiting*: its set is
-//! not complete, and whoever compiles must not read it as empty. Nodes and
+//! selection whose slice 0, or a slice its slice 0 lists, has not been
+//! received is *waiting*: its set is not complete, and whoever compiles
+//! must not read it as empty, nor as holding only the slices received. Nodes and
 //! ExternalEntities are still read from the inventory. Never talks to an
 //! API server.
 
@@ -13,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use crate::compile::LocalNode;
 use crate::model::Snapshot;
 
-use super::super::group::{self, GroupMember};
+use super::super::group::{self, AddressGroupSpec, GroupMember};
 use super::super::membership::Membership;
 use super::super::{MemberKind, NamedPort, Selection};
 use super::named::PortsAt;
@@ -24,6 +25,8 @@ use super::Selections;
 #[derive(Debug, Default)]
 pub(super) struct Published {
     slices: HashMap<String, BTreeMap<u32, Vec<GroupMember>>>,
+    /// The other slices each slice 0 held lists, by key.
+    listed: HashMap<String, Vec<u32>>,
     /// Pod selections in use: id → key, key → id.
     keys: HashMap<u32, String>,
     ids: HashMap<String, u32>,
@@ -76,15 +79,24 @@ impl Selections {
     /// removes it); whether a selection in use changed (its members or
     /// whether it is complete). The named ports of every slice held are
     /// kept, in use or not. Ignored in watch mode.
-    pub fn set_slice(&mut self, key: &str, slice: u32, members: Option<&[GroupMember]>) -> bool {
+    pub fn set_slice(&mut self, key: &str, slice: u32, spec: Option<&AddressGroupSpec>) -> bool {
         let Some(published) = self.published.as_mut() else {
             return false;
         };
         let held = published.slices.get(key).and_then(|s| s.get(&slice));
+        let members = spec.map(|s| s.members.as_slice());
+        let listing = spec.filter(|_| slice == 0).map(|s| &s.slices);
+        let listed = (slice == 0).then(|| published.listed.get(key)).flatten();
         // Compared before anything is copied: most slices handed again
         // are the ones held.
-        if held.map(Vec::as_slice) == members {
+        if held.map(Vec::as_slice) == members && listed == listing {
             return false;
+        }
+        if slice == 0 {
+            match listing {
+                Some(listing) => published.listed.insert(key.to_string(), listing.clone()),
+                None => published.listed.remove(key),
+            };
         }
         let members = members.map(<[GroupMember]>::to_vec);
         let old = match &members {
@@ -157,8 +169,8 @@ impl Selections {
             .collect()
     }
 
-    /// The keys of the Pod selections in use whose slice 0 was not
-    /// received: their sets are not complete.
+    /// The keys of the Pod selections in use whose slice 0, or a slice
+    /// it lists, was not received: their sets are not complete.
     pub fn waiting(&self) -> BTreeSet<String> {
         let Some(published) = &self.published else {
             return BTreeSet::new();
@@ -167,10 +179,15 @@ impl Selections {
             .ids
             .keys()
             .filter(|key| {
-                !published
-                    .slices
-                    .get(*key)
-                    .is_some_and(|slices| slices.contains_key(&0))
+                let held = published.slices.get(*key);
+                let complete = held.is_some_and(|held| {
+                    held.contains_key(&0)
+                        && published
+                            .listed
+                            .get(*key)
+                            .is_none_or(|listed| listed.iter().all(|n| held.contains_key(n)))
+                });
+                !complete
             })
             .cloned()
             .collect()

@@ -56,8 +56,17 @@ fn app(scope: NamespaceScope, value: &str) -> Selection {
 struct Server(BTreeMap<String, AddressGroupSpec>);
 
 impl Server {
+    /// Makes `writes`, checking that they come in phase order and that at
+    /// the end of each phase (the controller makes a phase's writes at
+    /// once, in any order) every slice 0 held lists only slices held: a
+    /// reader never waits on a slice the controller has not written yet
+    /// nor holds a group that lacks one.
     fn take(&mut self, writes: &[Write]) {
-        for write in writes {
+        assert!(
+            writes.windows(2).all(|w| w[0].phase() <= w[1].phase()),
+            "{writes:?}"
+        );
+        for (at, write) in writes.iter().enumerate() {
             match write {
                 Write::Create { name, spec, .. } => {
                     assert!(
@@ -73,6 +82,18 @@ impl Server {
                 }
                 Write::Delete { name } => {
                     assert!(self.0.remove(name).is_some(), "{name} absent");
+                }
+            }
+            if writes
+                .get(at + 1)
+                .is_none_or(|next| next.phase() != write.phase())
+            {
+                for (name, spec) in &self.0 {
+                    let key = name.rsplit_once('-').unwrap().0;
+                    for n in &spec.slices {
+                        let listed = slice_name(key, *n);
+                        assert!(self.0.contains_key(&listed), "{name} lists {listed}");
+                    }
                 }
             }
         }
@@ -112,6 +133,7 @@ fn members_are_published_in_slice_0_and_a_status_write_writes_nothing() {
             spec: AddressGroupSpec {
                 selection: canonical(&web),
                 slice: 0,
+                slices: Vec::new(),
                 members: vec![member_of(&pod("a", "p", "web", Some(1))).unwrap()],
             },
         }]
@@ -152,8 +174,13 @@ fn a_label_change_rewrites_the_one_slice_of_the_pod_and_members_stay_in_their_sl
         );
     }
     publisher.set_selections([web.clone()]);
-    server.take(&publisher.writes());
+    let writes = publisher.writes();
+    // Slice 0, which lists the others, is written after them.
+    let names: Vec<&str> = writes.iter().map(Write::name).collect();
+    assert_eq!(names, [1, 2, 0].map(|n| slice_name(&k, n)), "{writes:?}");
+    server.take(&writes);
     assert_eq!(server.0.len(), 3);
+    assert_eq!(server.0[&slice_name(&k, 0)].slices, [1, 2]);
     assert!(server.0.values().all(|s| s.members.len() <= SLICE_MEMBERS));
     // p150 (slice 1) leaves: slice 1 alone is written.
     put(&mut publisher, pod("a", "p150", "db", Some(150)));
@@ -176,16 +203,23 @@ fn a_label_change_rewrites_the_one_slice_of_the_pod_and_members_stay_in_their_sl
     assert_eq!(writes.len(), 1);
     assert_eq!(writes[0].name(), slice_name(&k, 2));
     server.take(&writes);
-    // Slice 2 emptied: deleted. The selection no longer used: every slice.
+    // Slice 2 emptied: slice 0 no longer lists it, then it is deleted.
+    // The selection no longer used: every slice.
     for i in 200..250 {
         remove(&mut publisher, "a", &format!("p{i:03}"));
     }
     let writes = publisher.writes();
+    assert_eq!(writes.len(), 2, "{writes:?}");
+    assert!(
+        matches!(&writes[0], Write::Update { name, spec, .. }
+            if *name == slice_name(&k, 0) && spec.slices == [1]),
+        "{writes:?}"
+    );
     assert_eq!(
-        writes,
-        vec![Write::Delete {
+        writes[1],
+        Write::Delete {
             name: slice_name(&k, 2)
-        }]
+        }
     );
     server.take(&writes);
     publisher.set_selections([]);

@@ -84,10 +84,16 @@ fn publish<'a>(
         } else {
             members.chunks(SLICE).map(<[_]>::to_vec).collect()
         };
+        let others = (1..chunks.len() as u32).collect::<Vec<_>>();
         for (slice, members) in chunks.into_iter().enumerate() {
             out.push(AddressGroupSpec {
                 selection: canonical(selection),
                 slice: slice as u32,
+                slices: if slice == 0 {
+                    others.clone()
+                } else {
+                    Vec::new()
+                },
                 members,
             });
         }
@@ -313,6 +319,7 @@ fn a_group_without_slice_0_is_waited_for_never_read_as_empty() {
     unrelated.push(AddressGroupSpec {
         selection: r#"{"Pods":{"namespaces":"All","pods":null}}"#.into(),
         slice: 0,
+        slices: Vec::new(),
         members: vec![GroupMember {
             ips: vec!["10.7.7.7".parse().unwrap()],
             named_ports: Vec::new(),
@@ -320,6 +327,60 @@ fn a_group_without_slice_0_is_waited_for_never_read_as_empty() {
     });
     assert_eq!(controller.set_groups(&unrelated), Update::Unchanged);
     assert!(controller.ruleset().is_none());
+}
+
+/// A group being published (its slice 0 written, listing slice 1 that is
+/// not yet) is waited for: read as complete, a Drop rule on it would miss
+/// slice 1's members. A slice 0 that stops listing a slice (the controller
+/// deletes it next) completes the group again.
+///
+/// Mutation: `Selections::waiting` reading slice 0 alone (the listing
+/// ignored): a ruleset comes out without slice 1's members (tried:
+/// fails).
+#[test]
+fn a_group_missing_a_slice_its_slice_0_lists_is_waited_for() {
+    let world = web_world();
+    let watch = compile(&world.snapshot(), &local());
+    let selections = pod_selections(&watch);
+    let groups = publish(&world, &selections);
+    let db = key(selections
+        .iter()
+        .find(|s| matches!(s, Selection::Pods { pods: Some(_), .. }))
+        .unwrap());
+    let first = groups
+        .iter()
+        .find(|g| key_of(&g.selection) == db && g.slice == 0)
+        .unwrap();
+    assert_eq!(first.slices, [1], "db spans two slices, slice 0 lists 1");
+    let without_db_1: Vec<AddressGroupSpec> = groups
+        .iter()
+        .filter(|g| !(key_of(&g.selection) == db && g.slice == 1))
+        .cloned()
+        .collect();
+    let mut controller = Incremental::controller(&local_snapshot(&world), &local());
+    controller.set_groups(&without_db_1);
+    assert!(
+        controller.ruleset().is_none(),
+        "slice 1 is listed, not held"
+    );
+    assert_eq!(controller.waiting(), BTreeSet::from([db.clone()]));
+    assert_eq!(controller.set_groups(&groups), Update::Peers);
+    let complete = controller.ruleset().expect("complete");
+    assert_eq!(comparable(&complete), comparable(&watch));
+
+    // Slice 1 no longer listed, then gone: complete all along.
+    let mut unlisted = groups.clone();
+    for group in &mut unlisted {
+        if key_of(&group.selection) == db && group.slice == 0 {
+            group.slices.clear();
+        }
+    }
+    controller.set_groups(&unlisted);
+    assert!(controller.waiting().is_empty());
+    unlisted.retain(|g| !(key_of(&g.selection) == db && g.slice == 1));
+    controller.set_groups(&unlisted);
+    assert!(controller.waiting().is_empty());
+    assert!(controller.ruleset().is_some(), "slice 1's members are gone");
 }
 
 use crate::selection::group::key_of;
