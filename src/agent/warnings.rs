@@ -15,7 +15,7 @@ use crate::compile::LocalNode;
 use crate::model::Snapshot;
 use crate::ruleset::Ruleset;
 use crate::status::AgentStatus;
-use crate::validate::{check, intent, Whole};
+use crate::validate::{review, Whole};
 
 use super::AgentCounters;
 
@@ -65,21 +65,15 @@ impl Warnings {
         let whole = Whole::Source {
             origin: &self.origin,
         };
-        let found: Vec<String> = intent(snapshot, whole, &[(node, ruleset)])
-            .iter()
-            .map(ToString::to_string)
-            .collect();
+        let (admitted, found) = review(snapshot, whole, &[(node, ruleset)]);
+        let found: Vec<String> = found.iter().map(ToString::to_string).collect();
         for warning in &found {
             if self.every_reload || !self.last.contains(warning) {
                 tracing::warn!("policy warning: {warning}");
             }
         }
         self.last = found.iter().cloned().collect();
-        let mut listed: Vec<String> = check(snapshot)
-            .warnings
-            .iter()
-            .map(ToString::to_string)
-            .collect();
+        let mut listed: Vec<String> = admitted.iter().map(ToString::to_string).collect();
         listed.extend(found);
         counters
             .policy_warnings

@@ -5,6 +5,7 @@
 //! inventory object (`v1alpha2`), read leniently like the `v1` inventory.
 
 use std::net::IpAddr;
+use std::sync::OnceLock;
 
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
@@ -190,6 +191,37 @@ pub struct Rule {
     pub enable_logging: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_label: Option<String>,
+    /// Its generated names, once computed ([`Rule::generated_name`]).
+    #[serde(skip)]
+    pub generated: GeneratedNames,
+}
+
+/// A rule's generated names, ingress and egress, each computed at its
+/// first use and carried by every clone made after: a snapshot is
+/// validated, compiled and summarised from copies of the objects decoded
+/// once, and each of those reads every rule's name (a SHA-1 of its Go
+/// JSON). Not part of the rule's value: always equal, never serialized.
+/// A rule is never changed after it is decoded, so a name once computed
+/// stays its name; code that builds a rule sets its fields before asking
+/// its name.
+#[derive(Clone, Debug, Default)]
+pub struct GeneratedNames(pub(super) [OnceLock<String>; 2]);
+
+impl GeneratedNames {
+    /// The name of `direction`, computed by `compute` at the first call.
+    pub(super) fn get(&self, direction: Direction, compute: impl FnOnce() -> String) -> &str {
+        let at = match direction {
+            Direction::Ingress => 0,
+            Direction::Egress => 1,
+        };
+        self.0[at].get_or_init(compute)
+    }
+}
+
+impl PartialEq for GeneratedNames {
+    fn eq(&self, _: &GeneratedNames) -> bool {
+        true
+    }
 }
 
 /// A network peer in `from` / `to`.
@@ -473,6 +505,7 @@ mod tests {
             l7_protocols: vec![],
             enable_logging: false,
             log_label: None,
+            generated: Default::default(),
         }
     }
 
@@ -491,11 +524,13 @@ mod tests {
     #[test]
     fn generated_names_are_stable_and_content_addressed() {
         let a = rule(RuleAction::Drop);
-        let mut b = rule(RuleAction::Drop);
         assert_eq!(
             a.generated_name(Direction::Ingress),
-            b.generated_name(Direction::Ingress)
+            rule(RuleAction::Drop).generated_name(Direction::Ingress)
         );
+        // Changed before its name is first asked (a name once computed is
+        // kept: rules are not changed after decoding).
+        let mut b = rule(RuleAction::Drop);
         b.ports.push(PolicyPort {
             port: Some(PortValue::Number(80)),
             ..Default::default()

@@ -336,10 +336,17 @@ impl Object {
                 api_version: api_version.clone(),
                 kind: kind_str.clone(),
             })?;
+        // An Antrea policy's rules are named as they are decoded
+        // ([`antrea::GeneratedNames`]): every copy of the object made
+        // after carries the names.
+        let named = |policy: AntreaPolicy| {
+            policy.name_rules();
+            policy
+        };
         Ok(match kind {
             Kind::Tier => Object::Tier(decode(value)?),
-            Kind::ClusterNetworkPolicy => Object::ClusterNetworkPolicy(decode(value)?),
-            Kind::AntreaNetworkPolicy => Object::AntreaNetworkPolicy(decode(value)?),
+            Kind::ClusterNetworkPolicy => Object::ClusterNetworkPolicy(named(decode(value)?)),
+            Kind::AntreaNetworkPolicy => Object::AntreaNetworkPolicy(named(decode(value)?)),
             Kind::ClusterGroup => Object::ClusterGroup(decode(value)?),
             Kind::Group => Object::Group(decode(value)?),
             Kind::K8sNetworkPolicy => Object::K8sNetworkPolicy(decode(value)?),

@@ -14,10 +14,23 @@ use std::fmt::Write as _;
 use sha1::{Digest, Sha1};
 
 use super::antrea::{
-    AppliedTo, Direction, IpBlock, L7Protocol, NamespaceMatchType, Peer, PolicyPort,
+    AntreaPolicy, AppliedTo, Direction, IpBlock, L7Protocol, NamespaceMatchType, Peer, PolicyPort,
     PolicyProtocol, PortProtocol, PortValue, Rule, RuleAction,
 };
 use super::meta::{LabelSelector, NamespacedName, PeerService, SelectorOperator};
+
+impl AntreaPolicy {
+    /// Computes the generated name of each rule that has none, once.
+    pub fn name_rules(&self) {
+        let rules = (self.spec.ingress.iter().map(|r| (Direction::Ingress, r)))
+            .chain(self.spec.egress.iter().map(|r| (Direction::Egress, r)));
+        for (direction, rule) in rules {
+            if rule.name.as_deref().is_none_or(str::is_empty) {
+                rule.generated_name(direction);
+            }
+        }
+    }
+}
 
 impl Rule {
     /// The rule's name, or the `[ingress|egress]-[action]-[hash]` Antrea
@@ -30,15 +43,19 @@ impl Rule {
     }
 
     /// The name Antrea's mutating webhook gives this rule in `direction`,
-    /// ignoring any given name.
+    /// ignoring any given name; computed once per decoded rule.
     pub fn generated_name(&self, direction: Direction) -> String {
-        let digest = Sha1::digest(antrea_json(self).as_bytes());
-        let hex: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
-        let dir = match direction {
-            Direction::Ingress => "ingress",
-            Direction::Egress => "egress",
-        };
-        format!("{dir}-{}-{}", self.action.lowercase(), &hex[..7])
+        self.generated
+            .get(direction, || {
+                let digest = Sha1::digest(antrea_json(self).as_bytes());
+                let hex: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+                let dir = match direction {
+                    Direction::Ingress => "ingress",
+                    Direction::Egress => "egress",
+                };
+                format!("{dir}-{}-{}", self.action.lowercase(), &hex[..7])
+            })
+            .to_string()
     }
 }
 

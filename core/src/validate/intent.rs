@@ -84,6 +84,29 @@ pub fn intent(
     whole: Whole<'_>,
     compiled: &[(&LocalNode, &Ruleset)],
 ) -> Vec<Problem> {
+    intent_of(snapshot, whole, compiled, || walk(snapshot).1)
+}
+
+/// [`super::check`]'s warnings and [`intent`]'s about `snapshot`, from one
+/// walk of it: what an agent lists at each reload (a walk of a large
+/// cluster's policies is most of what a reload costs).
+pub fn review(
+    snapshot: &Snapshot,
+    whole: Whole<'_>,
+    compiled: &[(&LocalNode, &Ruleset)],
+) -> (Vec<Problem>, Vec<Problem>) {
+    let (findings, sites) = walk(snapshot);
+    let intent = intent_of(snapshot, whole, compiled, || sites);
+    (findings.warnings, intent)
+}
+
+/// [`intent`], with the selectors of `snapshot` as `sites` gives them.
+fn intent_of(
+    snapshot: &Snapshot,
+    whole: Whole<'_>,
+    compiled: &[(&LocalNode, &Ruleset)],
+    sites: impl FnOnce() -> Vec<SelectorSite>,
+) -> Vec<Problem> {
     let mut warnings = Vec::new();
     let inventory = snapshot
         .iter()
@@ -112,7 +135,7 @@ pub fn intent(
     if !inventory {
         return warnings;
     }
-    let (_, sites) = walk(snapshot);
+    let sites = sites();
     let labels = InventoryLabels::new(snapshot, compiled);
     for site in &sites {
         label_keys(&mut warnings, &labels, site);

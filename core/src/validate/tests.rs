@@ -898,6 +898,7 @@ fn rule_names_are_unique_within_a_policy() {
         l7_protocols: vec![],
         enable_logging: false,
         log_label: None,
+        generated: Default::default(),
     }
     .generated_name(Direction::Ingress);
     let spec = format!(

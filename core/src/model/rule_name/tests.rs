@@ -83,3 +83,39 @@ fn names_match_antreas_mutate_test() {
         assert_eq!(rule.generated_name(direction), expected);
     }
 }
+
+/// A decoded policy's copies carry its rules' generated names, computed
+/// once per direction, and the names are no part of a rule's value.
+/// Mutation: `GeneratedNames::get` ignoring the direction (one cell for
+/// both) names the egress rule `ingress-…`: fails.
+#[test]
+fn generated_names_are_computed_once_and_carried_by_copies() {
+    let object = crate::model::Object::from_value(serde_json::json!({
+        "apiVersion": "crd.antrea.io/v1beta1", "kind": "ClusterNetworkPolicy",
+        "metadata": {"name": "p"},
+        "spec": {"priority": 1, "appliedTo": [{"podSelector": {}}],
+                 "ingress": [{"action": "Drop", "from": [{"podSelector": {}}]}],
+                 "egress": [{"action": "Drop", "to": [{"podSelector": {}}]}]}
+    }))
+    .unwrap();
+    let crate::model::Object::ClusterNetworkPolicy(policy) = object.clone() else {
+        panic!("a ClusterNetworkPolicy");
+    };
+    let ingress = &policy.spec.ingress[0];
+    let egress = &policy.spec.egress[0];
+    assert!(ingress.generated.0[0].get().is_some(), "named when decoded");
+    assert!(egress.generated.0[1].get().is_some());
+    let fresh: Rule = serde_json::from_value(serde_json::to_value(ingress).unwrap()).unwrap();
+    assert!(fresh.generated.0[0].get().is_none());
+    assert_eq!(&fresh, ingress, "the cache is no part of the value");
+    assert_eq!(
+        ingress.generated_name(Direction::Ingress),
+        fresh.generated_name(Direction::Ingress)
+    );
+    assert!(ingress
+        .generated_name(Direction::Ingress)
+        .starts_with("ingress-drop-"));
+    assert!(egress
+        .generated_name(Direction::Egress)
+        .starts_with("egress-drop-"));
+}

@@ -34,7 +34,8 @@ fn snapshot(yaml: &str) -> Snapshot {
     Snapshot { objects }
 }
 
-/// The warnings of `yaml` read whole from `dir`, every Node compiled.
+/// The warnings of `yaml` read whole from `dir`, every Node compiled;
+/// [`review`] (the agent's one walk) finds the same and [`check`]'s.
 fn warnings(yaml: &str) -> Vec<String> {
     let snapshot = snapshot(yaml);
     let nodes = inventory_nodes(&snapshot);
@@ -43,10 +44,11 @@ fn warnings(yaml: &str) -> Vec<String> {
     let whole = Whole::Source {
         origin: Path::new("dir"),
     };
-    intent(&snapshot, whole, &compiled)
-        .iter()
-        .map(ToString::to_string)
-        .collect()
+    let found = intent(&snapshot, whole, &compiled);
+    let (admitted, reviewed) = review(&snapshot, whole, &compiled);
+    assert_eq!(reviewed, found);
+    assert_eq!(admitted, crate::validate::check(&snapshot).warnings);
+    found.iter().map(ToString::to_string).collect()
 }
 
 /// An ACNP in Tier `application` at `priority`, applied to `app: web`,
