@@ -163,6 +163,10 @@ struct Running {
     /// Why the workers could not be started after the agent's start: the
     /// run loop stops with it.
     fatal: Option<AgentError>,
+    /// A ruleset was replaced (or the first built) since the heap's free
+    /// pages were last handed back ([`crate::sys::release_free_memory`],
+    /// with the periodic checks).
+    replaced: bool,
 }
 
 /// What the workers decide by and report to, until they are started.
@@ -411,6 +415,7 @@ impl Starting {
                 observers,
             }),
             fatal: None,
+            replaced: true,
         };
         if crossed.is_empty() {
             running.bind()?;

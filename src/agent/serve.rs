@@ -74,7 +74,8 @@ impl Running {
             .unwrap_or(CHECKS_WITHOUT_DRIFT)
     }
 
-    /// When due: whether bridged traffic is seen, the verdict cache's
+    /// When due: the heap's free pages handed back after a ruleset was
+    /// replaced, whether bridged traffic is seen, the verdict cache's
     /// hits, and (when drift checks are on) the kernel compared with the
     /// state of the ruleset in force, what differs restored (logged and
     /// counted); then schedules the next round.
@@ -83,6 +84,11 @@ impl Running {
             return;
         }
         self.checks_due = now + Running::checks_every(&self.base.config);
+        if std::mem::take(&mut self.replaced) {
+            // What building the last rulesets allocated and freed, kept by
+            // the allocator: 114 MiB of an agent's 327 at 150,000 Pods.
+            crate::sys::release_free_memory();
+        }
         self.check_bridges();
         self.read_cache_hits();
         let base = &mut self.base;
@@ -239,6 +245,7 @@ impl Running {
             self.base.metrics.datapath_applied(started.elapsed());
         }
         if done.switched {
+            self.replaced = true;
             self.put_in_force();
             self.reloaded(ReloadResult::Applied, None);
         }
