@@ -52,10 +52,7 @@ fn run_case(case: &Value) -> Outcome {
             continue;
         }
         match Object::from_value(doc.clone()) {
-            Ok(object) => objects.push(Sourced {
-                origin: PathBuf::from(format!("{name}.yaml")),
-                object,
-            }),
+            Ok(object) => objects.push(Sourced::new(PathBuf::from(format!("{name}.yaml")), object)),
             Err(e) => reasons.push(format!("decode: {e}")),
         }
     }
@@ -252,10 +249,7 @@ fn antreas_e2e_admission_cases_agree() {
         let mut reasons = Vec::new();
         for doc in case["objects"].as_array().unwrap() {
             match Object::from_value(doc.clone()) {
-                Ok(object) => objects.push(Sourced {
-                    origin: PathBuf::from("e2e.yaml"),
-                    object,
-                }),
+                Ok(object) => objects.push(Sourced::new(PathBuf::from("e2e.yaml"), object)),
                 Err(e) => reasons.push(e.to_string()),
             }
         }

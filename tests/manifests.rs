@@ -848,10 +848,10 @@ fn crd_schemas_refuse_what_antrea_refuses_where_a_schema_can_say_it() {
             Err(_) => true,
             Ok(o) => {
                 let snapshot = tollgate::model::Snapshot {
-                    objects: vec![tollgate::model::Sourced {
-                        origin: PathBuf::from("negative.yaml"),
-                        object: o,
-                    }],
+                    objects: vec![tollgate::model::Sourced::new(
+                        PathBuf::from("negative.yaml"),
+                        o,
+                    )],
                 };
                 !tollgate::validate::check(&snapshot).errors.is_empty()
             }

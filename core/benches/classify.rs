@@ -100,10 +100,11 @@ fn synthetic_with(pods: usize, policies: usize, dry_run: bool) -> Snapshot {
     Snapshot {
         objects: docs
             .iter()
-            .map(|doc| Sourced {
-                origin: "bench.yaml".into(),
-                object: Object::from_value(serde_saphyr::from_str(doc).expect("yaml"))
-                    .expect("decode"),
+            .map(|doc| {
+                Sourced::new(
+                    "bench.yaml".into(),
+                    Object::from_value(serde_saphyr::from_str(doc).expect("yaml")).expect("decode"),
+                )
             })
             .collect(),
     }
@@ -200,10 +201,11 @@ fn same_port(rules: usize) -> Snapshot {
     Snapshot {
         objects: docs
             .iter()
-            .map(|doc| Sourced {
-                origin: "bench.yaml".into(),
-                object: Object::from_value(serde_saphyr::from_str(doc).expect("yaml"))
-                    .expect("decode"),
+            .map(|doc| {
+                Sourced::new(
+                    "bench.yaml".into(),
+                    Object::from_value(serde_saphyr::from_str(doc).expect("yaml")).expect("decode"),
+                )
             })
             .collect(),
     }

@@ -112,10 +112,11 @@ fn snapshot(change: Option<Change>) -> Snapshot {
     Snapshot {
         objects: docs
             .iter()
-            .map(|doc| Sourced {
-                origin: "bench.yaml".into(),
-                object: Object::from_value(serde_saphyr::from_str(doc).expect("yaml"))
-                    .expect("decode"),
+            .map(|doc| {
+                Sourced::new(
+                    "bench.yaml".into(),
+                    Object::from_value(serde_saphyr::from_str(doc).expect("yaml")).expect("decode"),
+                )
             })
             .collect(),
     }

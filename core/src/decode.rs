@@ -109,10 +109,7 @@ pub fn parse_documents_within(
             }
             let object_ref = readable_ref(&value, index);
             match Object::from_value(value) {
-                Ok(object) => objects.push(Sourced {
-                    origin: origin.to_path_buf(),
-                    object,
-                }),
+                Ok(object) => objects.push(Sourced::new(origin.to_path_buf(), object)),
                 Err(e) => problems.push(decode_problem(origin, object_ref, e)),
             }
         }

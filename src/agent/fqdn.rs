@@ -262,10 +262,10 @@ mod tests {
                     "metadata": {"name": name, "namespace": namespace},
                     "spec": {"clusterIP": ip, "clusterIPs": [ip]},
                 });
-                Sourced {
-                    origin: "inventory".into(),
-                    object: Object::Service(serde_json::from_value(json).unwrap()),
-                }
+                Sourced::new(
+                    "inventory".into(),
+                    Object::Service(serde_json::from_value(json).unwrap()),
+                )
             })
             .collect();
         Snapshot { objects }

@@ -266,9 +266,11 @@ impl Agents {
     /// the Namespaces in `changed` (`None`: all).
     fn read_policies(&mut self, api: &FakeApi, changed: &BTreeSet<Option<String>>) {
         let [namespaces, local, cluster] = policy_paths();
-        let decode = |value: Value| Sourced {
-            origin: PathBuf::from("scale-sim"),
-            object: Object::from_value(value).expect("a generated object decodes"),
+        let decode = |value: Value| {
+            Sourced::new(
+                PathBuf::from("scale-sim"),
+                Object::from_value(value).expect("a generated object decodes"),
+            )
         };
         let namespaces: Vec<Sourced> = api.objects(&namespaces).into_values().map(decode).collect();
         let cluster: Vec<Sourced> = api.objects(&cluster).into_values().map(decode).collect();

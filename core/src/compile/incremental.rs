@@ -247,7 +247,7 @@ impl Incremental {
         let pairs = || {
             differ
                 .iter()
-                .map(|&i| (&previous.objects[i].object, &snapshot.objects[i].object))
+                .map(|&i| (&*previous.objects[i].object, &*snapshot.objects[i].object))
         };
         if pairs().any(|(a, b)| matches!(a, Object::Node(_)) || matches!(b, Object::Node(_))) {
             return update.max(self.update_whole(snapshot));

@@ -202,7 +202,7 @@ spec:
 ";
     let (objects, problems) = parse_documents(Path::new("h.yaml"), text);
     assert!(problems.is_empty(), "{problems:?}");
-    let Object::ClusterNetworkPolicy(policy) = &objects[0].object else {
+    let Object::ClusterNetworkPolicy(policy) = &*objects[0].object else {
         panic!("not an ACNP");
     };
     let igmp = policy.spec.ingress[0].protocols[0].igmp.as_ref().unwrap();

@@ -88,7 +88,7 @@ impl Side {
             // default one only (each agent would enforce it otherwise).
             let mut copy = snapshot.clone();
             for sourced in &mut copy.objects {
-                if let Object::Pod(pod) = &mut sourced.object {
+                if let Object::Pod(pod) = Arc::make_mut(&mut sourced.object) {
                     if pod.spec.node_name.as_deref().is_none_or(str::is_empty) {
                         pod.spec.node_name = Some(local.name.clone());
                     }

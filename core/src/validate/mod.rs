@@ -100,7 +100,7 @@ fn walk(snapshot: &Snapshot) -> (Findings, Vec<SelectorSite>) {
     let mut sites = Vec::new();
     let mut seen: HashMap<ObjectRef, &Path> = HashMap::new();
     for sourced in &snapshot.objects {
-        let object = &sourced.object;
+        let object = &*sourced.object;
         let mut report = Report {
             origin: &sourced.origin,
             object: object.object_ref(),

@@ -254,15 +254,14 @@ impl Source for DockerSource {
                 shadowed.insert(key);
                 continue;
             }
-            snapshot.objects.push(Sourced {
-                origin: self.origin.clone(),
-                object,
-            });
+            snapshot
+                .objects
+                .push(Sourced::new(self.origin.clone(), object));
         }
         if !inventory.ranges.is_empty() {
-            snapshot.objects.push(Sourced {
-                origin: self.origin.clone(),
-                object: Object::Node(Node {
+            snapshot.objects.push(Sourced::new(
+                self.origin.clone(),
+                Object::Node(Node {
                     metadata: ObjectMeta {
                         name: self.node.clone(),
                         ..ObjectMeta::default()
@@ -273,7 +272,7 @@ impl Source for DockerSource {
                     },
                     status: Default::default(),
                 }),
-            });
+            ));
         }
         self.shadowed = shadowed;
         Ok(Some(Arc::new(snapshot)))

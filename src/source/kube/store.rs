@@ -66,7 +66,8 @@ type Key = (String, String);
 #[derive(Debug)]
 struct Stored {
     id: Identity,
-    object: Result<Object, Problem>,
+    /// Shared with the snapshots admitted ([`Sourced`]).
+    object: Result<Arc<Object>, Problem>,
 }
 
 /// Which version of which object: what a [`Refusal`] names beside the
@@ -287,7 +288,7 @@ impl Store {
                 match &object.object {
                     Ok(object) => objects.push(Sourced {
                         origin: PathBuf::from(ORIGIN),
-                        object: object.clone(),
+                        object: Arc::clone(object),
                     }),
                     Err(problem) => skipped.push(problem.clone()),
                 }
@@ -417,7 +418,7 @@ fn slim(kind: Kind, value: &mut Value) {
 /// the model keeps (a Pod's status conditions) is none.
 fn delta(old: Option<&Stored>, new: Option<&Stored>) -> Option<Delta> {
     fn object(stored: Option<&Stored>) -> Option<&Object> {
-        stored.and_then(|s| s.object.as_ref().ok())
+        stored.and_then(|s| s.object.as_deref().ok())
     }
     match (object(old), object(new)) {
         (old, Some(new)) if old != Some(new) => Delta::apply(new),
@@ -457,16 +458,18 @@ fn decode(kind: Kind, mut value: Value) -> (Key, Stored) {
         String::new()
     };
     let name = field("name");
-    let object = Object::from_value(value).map_err(|error| Problem {
-        origin: PathBuf::from(ORIGIN),
-        object: ObjectRef {
-            kind: Some(kind),
-            namespace: kind.is_namespaced().then(|| namespace.clone()),
-            name: name.clone(),
-        },
-        field: String::new(),
-        reason: error.to_string(),
-    });
+    let object = Object::from_value(value)
+        .map(Arc::new)
+        .map_err(|error| Problem {
+            origin: PathBuf::from(ORIGIN),
+            object: ObjectRef {
+                kind: Some(kind),
+                namespace: kind.is_namespaced().then(|| namespace.clone()),
+                name: name.clone(),
+            },
+            field: String::new(),
+            reason: error.to_string(),
+        });
     ((namespace, name), Stored { id, object })
 }
 
@@ -670,7 +673,7 @@ mod tests {
         big["metadata"]["ownerReferences"] = json!([{"kind": "ReplicaSet", "name": "rs"}]);
         store.apply(Kind::Pod, Change::Apply(big));
         let admitted = store.admit();
-        let Object::Pod(p) = &admitted.snapshot.objects[0].object else {
+        let Object::Pod(p) = &*admitted.snapshot.objects[0].object else {
             panic!("not a pod")
         };
         assert_eq!(p.metadata.labels["app"], "web");

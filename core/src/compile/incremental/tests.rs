@@ -216,6 +216,8 @@ impl World {
             .objects
             .remove(0)
             .object
+            .as_ref()
+            .clone()
     }
 
     fn yaml(&self) -> String {

@@ -149,9 +149,11 @@ fn ruleset(relabeled: &[(&str, &str)], docs: &[Value]) -> Ruleset {
     let objects = topology(relabeled)
         .into_iter()
         .chain(docs.iter().cloned())
-        .map(|value| Sourced {
-            origin: "conformance.json".into(),
-            object: Object::from_value(value).expect("decodes"),
+        .map(|value| {
+            Sourced::new(
+                "conformance.json".into(),
+                Object::from_value(value).expect("decodes"),
+            )
         })
         .collect();
     let snapshot = Snapshot { objects };

@@ -243,10 +243,10 @@ fn containers_are_named_project_slash_container_in_the_ruleset() {
     use crate::model::{Object, Snapshot, Sourced};
     let (pod, _) = pod(endpoint(&inspect(DOCKER), MAPPING));
     let snapshot = Snapshot {
-        objects: vec![Sourced {
-            origin: "docker unix:///var/run/docker.sock".into(),
-            object: Object::Pod(pod),
-        }],
+        objects: vec![Sourced::new(
+            "docker unix:///var/run/docker.sock".into(),
+            Object::Pod(pod),
+        )],
     };
     let node = LocalNode {
         name: "host".into(),

@@ -36,7 +36,7 @@ fn normalise(index: usize, pod: &mut PodSpec) {
 /// The local Node's part of `world`: what `spec.nodeName=<node>` lists.
 fn local_snapshot(world: &World) -> Snapshot {
     let mut snapshot = world.snapshot();
-    snapshot.objects.retain(|o| match &o.object {
+    snapshot.objects.retain(|o| match &*o.object {
         Object::Pod(pod) => pod.spec.node_name.as_deref() == Some(LOCAL),
         _ => true,
     });
