@@ -22,14 +22,14 @@
 //! lands in sets no rule refers to (or that are already destroyed), or in
 //! those of a ruleset that decides the same.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use sha1::{Digest, Sha1};
 
 use crate::compile::LocalNode;
 use crate::decide::CacheEntry;
-use crate::model::Snapshot;
+use crate::model::{Object, Snapshot};
 use crate::packet::flow::{LocalSide, Verdict};
 use crate::ruleset::{Ruleset, VerdictCache};
 use crate::selection::group::{AddressGroupSpec, Slices};
@@ -196,30 +196,41 @@ pub fn generation_of(
     timeout_secs: u32,
     max_entries: u32,
 ) -> u64 {
-    let mut digest = snapshot_digest(snapshot, node, timeout_secs, max_entries);
+    let mut digest = snapshot_digest(snapshot, node, timeout_secs, max_entries, |o| {
+        object_digest(o)
+    });
     for (name, slice) in groups.into_iter().flatten() {
         digest_slice(&mut digest, name, &slice_digest(slice));
     }
     finish(digest)
 }
 
-/// The digest of everything but the groups.
+/// The digest of everything but the groups: of each object's digest,
+/// as `digest_of` gives it ([`object_digest`], or a digest kept for the
+/// same object).
 fn snapshot_digest(
     snapshot: &Snapshot,
     node: &LocalNode,
     timeout_secs: u32,
     max_entries: u32,
+    mut digest_of: impl FnMut(&Arc<Object>) -> [u8; 20],
 ) -> Sha1 {
     let mut digest = Sha1::new();
     digest.update(env!("CARGO_PKG_VERSION").as_bytes());
     digest.update(format!("\0{node:?}\0{timeout_secs}\0{max_entries}\0").as_bytes());
-    for object in snapshot.iter() {
-        // Writing into a digest cannot fail, nor can serializing the
-        // model (plain data, string keys).
-        serde_json::to_writer(&mut digest, object).expect("the model serializes");
-        digest.update(b"\0");
+    for sourced in &snapshot.objects {
+        digest.update(digest_of(&sourced.object));
     }
     digest
+}
+
+/// One object's digest, of its serialized form.
+fn object_digest(object: &Object) -> [u8; 20] {
+    let mut digest = Sha1::new();
+    // Writing into a digest cannot fail, nor can serializing the model
+    // (plain data, string keys).
+    serde_json::to_writer(&mut digest, object).expect("the model serializes");
+    digest.finalize().into()
 }
 
 /// One slice's own digest (controller mode: the peers' addresses come
@@ -255,6 +266,12 @@ pub struct Generations {
     enabled: bool,
     /// The last snapshot and Node digested, and the digest after them.
     snapshot: Option<(Arc<Snapshot>, LocalNode, Sha1)>,
+    /// Each object of the last snapshot digested (by address, the object
+    /// held so that the address stays its own), with its digest: a
+    /// Kubernetes snapshot shares every unchanged object with the last
+    /// one, and serializing all of them again was a tenth of an agent's
+    /// CPU per change at 4,500 policies.
+    objects: HashMap<*const Object, (Arc<Object>, [u8; 20])>,
     /// Each slice digested, with its digest.
     slices: BTreeMap<String, (Arc<AddressGroupSpec>, [u8; 20])>,
 }
@@ -266,6 +283,7 @@ impl Generations {
             max_entries,
             enabled,
             snapshot: None,
+            objects: HashMap::new(),
             slices: BTreeMap::new(),
         }
     }
@@ -289,7 +307,23 @@ impl Generations {
         let mut digest = match kept {
             Some((_, _, digest)) => digest.clone(),
             None => {
-                let digest = snapshot_digest(snapshot, node, self.timeout_secs, self.max_entries);
+                let mut objects = HashMap::with_capacity(snapshot.objects.len());
+                let digest = snapshot_digest(
+                    snapshot,
+                    node,
+                    self.timeout_secs,
+                    self.max_entries,
+                    |object| {
+                        let at = Arc::as_ptr(object);
+                        let digest = match self.objects.get(&at) {
+                            Some((_, digest)) => *digest,
+                            None => object_digest(object),
+                        };
+                        objects.insert(at, (Arc::clone(object), digest));
+                        digest
+                    },
+                );
+                self.objects = objects;
                 self.snapshot = Some((Arc::clone(snapshot), node.clone(), digest.clone()));
                 digest
             }
@@ -526,6 +560,48 @@ COMMIT
             4,
             "each change of the groups a new generation"
         );
+    }
+
+    /// A snapshot that shares all but one object with the last one
+    /// stamps what the whole digest gives, and a different generation:
+    /// the digests kept for the shared objects never stand for the
+    /// changed one. Mutation: a kept digest looked up by the object's
+    /// position instead of its address → the changed Pod keeps the old
+    /// digest and the stamp the old generation: fails.
+    #[test]
+    fn a_snapshot_sharing_objects_reuses_their_digests_and_not_a_changed_ones() {
+        let (objects, problems) = crate::decode::parse_documents(
+            "a.yaml".as_ref(),
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: x}\n---\n\
+             apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: x, labels: {app: a}}\n\
+             status: {podIP: 10.1.0.1}\n",
+        );
+        assert!(problems.is_empty(), "{problems:?}");
+        let node = LocalNode::default();
+        let first = Arc::new(Snapshot { objects });
+        let mut next = (*first).clone();
+        let crate::model::Object::Pod(pod) = Arc::make_mut(&mut next.objects[1].object) else {
+            panic!("a Pod");
+        };
+        pod.metadata.labels.insert("app".into(), "b".into());
+        assert!(Arc::ptr_eq(
+            &first.objects[0].object,
+            &next.objects[0].object
+        ));
+        let next = Arc::new(next);
+        let mut generations = Generations::new(true, 60, 1024);
+        let stamp = |g: &mut Generations, s: &Arc<Snapshot>| {
+            g.stamp(Ruleset::default(), s, None, &node)
+                .enforced()
+                .verdict_cache
+                .map(|c| c.generation)
+                .unwrap()
+        };
+        let a = stamp(&mut generations, &first);
+        let b = stamp(&mut generations, &next);
+        assert_eq!(a, generation_of(&first, None, &node, 60, 1024));
+        assert_eq!(b, generation_of(&next, None, &node, 60, 1024));
+        assert_ne!(a, b, "the label change is a new generation");
     }
 
     #[test]
