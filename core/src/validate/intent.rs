@@ -84,7 +84,7 @@ pub fn intent(
     whole: Whole<'_>,
     compiled: &[(&LocalNode, &Ruleset)],
 ) -> Vec<Problem> {
-    intent_of(snapshot, whole, compiled, || walk(snapshot).1)
+    intent_of(snapshot, whole, compiled, || walk(snapshot, true).1)
 }
 
 /// [`super::check`]'s warnings and [`intent`]'s about `snapshot`, from one
@@ -95,7 +95,7 @@ pub fn review(
     whole: Whole<'_>,
     compiled: &[(&LocalNode, &Ruleset)],
 ) -> (Vec<Problem>, Vec<Problem>) {
-    let (findings, sites) = walk(snapshot);
+    let (findings, sites) = walk(snapshot, true);
     let intent = intent_of(snapshot, whole, compiled, || sites);
     (findings.warnings, intent)
 }

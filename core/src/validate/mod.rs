@@ -79,7 +79,7 @@ pub struct Findings {
 
 /// Checks every object of `snapshot` and returns errors and warnings.
 pub fn check(snapshot: &Snapshot) -> Findings {
-    walk(snapshot).0
+    walk(snapshot, false).0
 }
 
 /// A label selector met while checking: where it is, and the selector.
@@ -91,12 +91,14 @@ struct SelectorSite {
     selector: LabelSelector,
 }
 
-/// Checks every object of `snapshot`: the findings, and every label
-/// selector met on the way (for [`intent`]).
-fn walk(snapshot: &Snapshot) -> (Findings, Vec<SelectorSite>) {
+/// Checks every object of `snapshot`: the findings, and (when `sites`)
+/// every label selector met on the way (for [`intent`]; a copy of each,
+/// which an admission does not need).
+fn walk(snapshot: &Snapshot, sites: bool) -> (Findings, Vec<SelectorSite>) {
     let index = Index::build(snapshot);
     let mut problems = Vec::new();
     let mut warnings = Vec::new();
+    let collect = sites;
     let mut sites = Vec::new();
     let mut seen: HashMap<ObjectRef, &Path> = HashMap::new();
     for sourced in &snapshot.objects {
@@ -106,7 +108,7 @@ fn walk(snapshot: &Snapshot) -> (Findings, Vec<SelectorSite>) {
             object: object.object_ref(),
             problems: &mut problems,
             warnings: &mut warnings,
-            sites: &mut sites,
+            sites: collect.then_some(&mut sites),
         };
         let name = &object.metadata().name;
         if name.is_empty() {
@@ -199,7 +201,8 @@ struct Report<'a> {
     object: ObjectRef,
     problems: &'a mut Vec<Problem>,
     warnings: &'a mut Vec<Problem>,
-    sites: &'a mut Vec<SelectorSite>,
+    /// Where the selectors met go, when they are collected.
+    sites: Option<&'a mut Vec<SelectorSite>>,
 }
 
 impl Report<'_> {
@@ -227,7 +230,10 @@ impl Report<'_> {
     /// A label selector at `path`, for [`intent`] to compare with the
     /// inventory.
     fn selector(&mut self, path: &str, selector: &LabelSelector) {
-        self.sites.push(SelectorSite {
+        let Some(sites) = self.sites.as_deref_mut() else {
+            return;
+        };
+        sites.push(SelectorSite {
             origin: self.origin.to_path_buf(),
             object: self.object.clone(),
             path: path.to_string(),
