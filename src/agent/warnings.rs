@@ -15,7 +15,7 @@ use crate::compile::LocalNode;
 use crate::model::Snapshot;
 use crate::ruleset::Ruleset;
 use crate::status::AgentStatus;
-use crate::validate::{review, Whole};
+use crate::validate::{review, Checker, Whole};
 
 use super::AgentCounters;
 
@@ -34,6 +34,9 @@ pub(super) struct Warnings {
     /// groups: a ruleset only patched with peers' addresses) would find
     /// the same, and is skipped.
     judged: Option<(Arc<Snapshot>, LocalNode)>,
+    /// Validation kept between reloads (the objects a Kubernetes source's
+    /// snapshots share are not checked again).
+    checker: Checker,
 }
 
 impl Warnings {
@@ -43,6 +46,7 @@ impl Warnings {
             every_reload,
             last: BTreeSet::new(),
             judged: None,
+            checker: Checker::new(true),
         }
     }
 
@@ -65,7 +69,7 @@ impl Warnings {
         let whole = Whole::Source {
             origin: &self.origin,
         };
-        let (admitted, found) = review(snapshot, whole, &[(node, ruleset)]);
+        let (admitted, found) = review(&mut self.checker, snapshot, whole, &[(node, ruleset)]);
         let found: Vec<String> = found.iter().map(ToString::to_string).collect();
         for warning in &found {
             if self.every_reload || !self.last.contains(warning) {

@@ -25,7 +25,7 @@ use crate::model::{Kind, Object, ObjectRef, SelectorOperator, Snapshot};
 use crate::ruleset::{PolicyKind, PolicyRef, RuleRef, Ruleset, Tie};
 use crate::suggest::did_you_mean;
 
-use super::{walk, Problem, SelectorSite};
+use super::{Checker, Problem, SelectorSite};
 
 #[cfg(test)]
 mod tests;
@@ -84,28 +84,31 @@ pub fn intent(
     whole: Whole<'_>,
     compiled: &[(&LocalNode, &Ruleset)],
 ) -> Vec<Problem> {
-    intent_of(snapshot, whole, compiled, || walk(snapshot, true).1)
+    let mut checker = Checker::new(true);
+    let (_, sites) = checker.walk(snapshot);
+    intent_of(snapshot, whole, compiled, &sites)
 }
 
 /// [`super::check`]'s warnings and [`intent`]'s about `snapshot`, from one
-/// walk of it: what an agent lists at each reload (a walk of a large
-/// cluster's policies is most of what a reload costs).
+/// walk of it by `checker` (which collects the selectors, and keeps what
+/// it found for the next snapshot): what an agent lists at each reload.
 pub fn review(
+    checker: &mut Checker,
     snapshot: &Snapshot,
     whole: Whole<'_>,
     compiled: &[(&LocalNode, &Ruleset)],
 ) -> (Vec<Problem>, Vec<Problem>) {
-    let (findings, sites) = walk(snapshot, true);
-    let intent = intent_of(snapshot, whole, compiled, || sites);
+    let (findings, sites) = checker.walk(snapshot);
+    let intent = intent_of(snapshot, whole, compiled, &sites);
     (findings.warnings, intent)
 }
 
-/// [`intent`], with the selectors of `snapshot` as `sites` gives them.
+/// [`intent`], with the selectors of `snapshot`.
 fn intent_of(
     snapshot: &Snapshot,
     whole: Whole<'_>,
     compiled: &[(&LocalNode, &Ruleset)],
-    sites: impl FnOnce() -> Vec<SelectorSite>,
+    sites: &[&SelectorSite],
 ) -> Vec<Problem> {
     let mut warnings = Vec::new();
     let inventory = snapshot
@@ -135,9 +138,8 @@ fn intent_of(
     if !inventory {
         return warnings;
     }
-    let sites = sites();
     let labels = InventoryLabels::new(snapshot, compiled);
-    for site in &sites {
+    for site in sites {
         label_keys(&mut warnings, &labels, site);
     }
     if covers(snapshot, compiled) {

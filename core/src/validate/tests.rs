@@ -1640,3 +1640,58 @@ fn dry_run_annotation_values_other_than_true_are_warnings() {
         "{findings:?}"
     );
 }
+
+/// A checker kept across snapshots that share objects finds what a fresh
+/// check finds at each step: a policy that did not change is checked
+/// again when a Tier or group it is checked against came, changed or went
+/// (its findings depend on them), and an object read from elsewhere is
+/// checked again. Mutation: `Checker::walk` keeping the findings when the
+/// Tiers and groups changed (no `kept.clear()`): the policy keeps "Tier
+/// `mytier` does not exist" once the Tier exists: fails.
+#[test]
+fn a_kept_checker_finds_what_a_fresh_check_finds_as_tiers_and_groups_change() {
+    let policy = snapshot(&acnp(
+        "priority: 1\ntier: mytier\nappliedTo: [{group: g}]\ningress: [{action: Drop, from: [{group: h}]}]\n",
+    ));
+    let tier = snapshot(&tier("mytier", 10));
+    let g = snapshot(&cluster_group("g", "podSelector: {}\n"));
+    let h = |spec: &str| snapshot(&cluster_group("h", spec));
+    let (h_pods, h_block) = (
+        h("podSelector: {}\n"),
+        h("ipBlocks: [{cidr: 10.0.0.0/8}]\n"),
+    );
+    let with = |parts: &[&Snapshot]| Snapshot {
+        objects: parts
+            .iter()
+            .flat_map(|s| s.objects.iter().cloned())
+            .collect(),
+    };
+    let steps = [
+        with(&[&policy]),
+        with(&[&policy, &tier]),
+        with(&[&policy, &tier, &g]),
+        with(&[&policy, &tier, &g, &h_pods]),
+        with(&[&policy, &tier, &g, &h_block]),
+        with(&[&policy, &g, &h_block]),
+        with(&[&policy, &g, &h_block]),
+    ];
+    let mut checker = Checker::new(true);
+    let mut seen = Vec::new();
+    for step in &steps {
+        let kept = checker.check(step);
+        let fresh = check(step);
+        assert_eq!(render(&kept.errors), render(&fresh.errors));
+        assert_eq!(render(&kept.warnings), render(&fresh.warnings));
+        seen.push(render(&fresh.errors) + &render(&fresh.warnings));
+    }
+    seen.dedup();
+    assert!(
+        seen.len() >= 4,
+        "the steps find different things: {seen:#?}"
+    );
+    // The same object read from another file: checked again, named so.
+    let mut moved = steps[0].clone();
+    moved.objects[0].origin = "u.yaml".into();
+    let errors = render(&checker.check(&moved).errors);
+    assert!(errors.contains("u.yaml"), "{errors}");
+}

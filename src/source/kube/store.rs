@@ -39,7 +39,7 @@ use serde_json::Value;
 
 use crate::model::{Kind, Object, ObjectRef, Snapshot, Sourced};
 use crate::selection::Delta;
-use crate::validate::{check, Problem};
+use crate::validate::{Checker, Problem};
 
 /// The `origin` of every object and problem from the API server.
 pub const ORIGIN: &str = "kubernetes";
@@ -101,6 +101,9 @@ pub struct Store {
     fed: HashSet<Kind>,
     /// Their deltas not taken yet.
     deltas: Vec<Delta>,
+    /// Validation, kept between admissions: the objects that did not
+    /// change are not checked again.
+    checker: Checker,
 }
 
 /// The result of [`Store::admit`].
@@ -188,6 +191,7 @@ impl Store {
                 .collect(),
             fed: HashSet::new(),
             deltas: Vec::new(),
+            checker: Checker::new(false),
         }
     }
 
@@ -279,7 +283,7 @@ impl Store {
     /// removed and the rest validated again, so an object that only
     /// referred to a skipped one (a policy in a skipped Tier) is skipped
     /// too. Each round removes at least one object, so it ends.
-    pub fn admit(&self) -> Admitted {
+    pub fn admit(&mut self) -> Admitted {
         let mut skipped = Vec::new();
         let mut objects = Vec::new();
         let admitted = self.kinds.iter().filter(|(k, _)| !self.fed.contains(k));
@@ -297,7 +301,7 @@ impl Store {
         let mut snapshot = Snapshot { objects };
         let mut warnings = Vec::new();
         loop {
-            let findings = check(&snapshot);
+            let findings = self.checker.check(&snapshot);
             let problems = findings.errors;
             if problems.is_empty() {
                 warnings = findings.warnings;

@@ -45,9 +45,13 @@ fn warnings(yaml: &str) -> Vec<String> {
         origin: Path::new("dir"),
     };
     let found = intent(&snapshot, whole, &compiled);
-    let (admitted, reviewed) = review(&snapshot, whole, &compiled);
+    let mut checker = Checker::new(true);
+    let (admitted, reviewed) = review(&mut checker, &snapshot, whole, &compiled);
     assert_eq!(reviewed, found);
     assert_eq!(admitted, crate::validate::check(&snapshot).warnings);
+    // Again with what the checker kept.
+    let again = review(&mut checker, &snapshot, whole, &compiled);
+    assert_eq!(again, (admitted, reviewed));
     found.iter().map(ToString::to_string).collect()
 }
 
