@@ -21,7 +21,10 @@
 //!   snapshot (what every change cost before);
 //! - `snapshot-remote-label`: the agent's path for `remote-label`, its
 //!   source handing the whole snapshot (`Incremental::update` compares
-//!   every member).
+//!   every member);
+//! - `validate-whole`, `validate-kept`: an admission's validation of the
+//!   policy side after a policy edit, whole (`validate::check`) and by a
+//!   `validate::Checker` kept across admissions.
 //!
 //! `cargo bench -p tollgate-core --bench incremental`; a smoke run
 //! (`cargo test --bench incremental`) uses 1/100 of the cluster.
@@ -35,6 +38,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use tollgate_core::compile::{compile, policy_side, Incremental, LocalNode};
 use tollgate_core::model::Snapshot;
 use tollgate_core::selection::{Delta, PodEntry};
+use tollgate_core::validate::{check, Checker};
 
 #[path = "cluster/mod.rs"]
 mod cluster;
@@ -149,6 +153,36 @@ fn changes(c: &mut Criterion) {
         });
         incremental.set_policies(sides[0].clone());
     }
+    // An admission's validation of the policy side after one policy edit
+    // (the snapshots share every other object, as a Kubernetes source's
+    // do): checked whole, and by a checker that keeps what it found.
+    let side = Snapshot {
+        objects: parse(&policy_side_yaml(cluster, true, None, false)),
+    };
+    let mut edited = side.clone();
+    for (at, object) in parse(&policy_side_yaml(cluster, true, None, true))
+        .into_iter()
+        .enumerate()
+    {
+        if edited.objects[at] != object {
+            edited.objects[at] = object;
+        }
+    }
+    let sides = [side, edited];
+    let mut which = 0;
+    group.bench_function("validate-whole", |b| {
+        b.iter(|| {
+            which ^= 1;
+            black_box(check(&sides[which]))
+        })
+    });
+    let mut checker = Checker::new(false);
+    group.bench_function("validate-kept", |b| {
+        b.iter(|| {
+            which ^= 1;
+            black_box(checker.check(&sides[which]))
+        })
+    });
     group.finish();
     // The baseline: the same inventory compiled whole, as one snapshot.
     let mut snapshot = Snapshot {

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::model::{
-    AntreaGroup, LabelSelector, NamespacedName, Object, ObjectRef, Snapshot, Sourced, Tier,
+    AntreaGroup, Kind, LabelSelector, NamespacedName, Object, ObjectRef, Snapshot, Sourced, Tier,
     STATIC_TIERS,
 };
 
@@ -111,7 +111,7 @@ pub struct Checker {
     /// snapshot order.
     index: Vec<Arc<Object>>,
     /// Each object of the last snapshot checked, by address.
-    kept: HashMap<*const Object, Kept>,
+    kept: HashMap<*const Object, Box<Kept>>,
 }
 
 impl fmt::Debug for Checker {
@@ -175,30 +175,37 @@ impl Checker {
         let index = Index::build(snapshot);
         let mut problems = Vec::new();
         let mut warnings = Vec::new();
-        let mut seen: HashMap<ObjectRef, &Path> = HashMap::new();
+        // Kind, Namespace (as `object_ref` gives it) and name.
+        let mut seen: HashMap<(Kind, &str, &str), &Path> =
+            HashMap::with_capacity(snapshot.objects.len());
         let mut order = Vec::with_capacity(snapshot.objects.len());
+        self.kept.reserve(snapshot.objects.len());
         for sourced in &snapshot.objects {
             let object = &*sourced.object;
-            let object_ref = object.object_ref();
-            let name = &object.metadata().name;
+            let meta = object.metadata();
+            let kind = object.kind();
+            let namespace = match kind.is_namespaced() {
+                true => meta.namespace.as_deref().unwrap_or("default"),
+                false => "",
+            };
             let problem = |reason: String| Problem {
                 origin: sourced.origin.clone(),
-                object: object_ref.clone(),
+                object: object.object_ref(),
                 field: "metadata.name".into(),
                 reason,
             };
-            if name.is_empty() {
+            if meta.name.is_empty() {
                 problems.push(problem("must not be empty".into()));
-            } else if let Some(first) = seen.get(&object_ref) {
+            } else if let Some(first) = seen.get(&(kind, namespace, meta.name.as_str())) {
                 let reason = format!("duplicate object: already defined in {}", first.display());
                 problems.push(problem(reason));
             } else {
-                seen.insert(object_ref.clone(), &sourced.origin);
+                seen.insert((kind, namespace, &meta.name), &sourced.origin);
             }
             let at = Arc::as_ptr(&sourced.object);
             let own = match kept.remove(&at).filter(|k| k.origin == sourced.origin) {
                 Some(own) => own,
-                None => self.own(sourced, object_ref, &index),
+                None => Box::new(self.own(sourced, object.object_ref(), &index)),
             };
             problems.extend(own.problems.iter().cloned());
             warnings.extend(own.warnings.iter().cloned());
