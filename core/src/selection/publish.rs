@@ -488,7 +488,8 @@ impl Publisher {
     }
 
     /// The writes that bring the API server's slices to the groups' state,
-    /// taken as done: a write that fails must be followed by a fresh list
+    /// in phase order ([`Write::phase`]), taken as done: a write that
+    /// fails must be followed by a fresh list
     /// and [`Publisher::adopt`]. Only to be asked once the Pods,
     /// Namespaces and policies are completely known: before, a selection
     /// not yet computed would be deleted.
