@@ -150,26 +150,65 @@ struct Resolver {
     cluster_ips: BTreeSet<IpAddr>,
 }
 
-impl Resolver {
-    fn covers(&self, label: &str, ip: IpAddr, fqdn: Option<&str>) -> bool {
+/// A row's `from` or `to` label, read once per report (not per flow
+/// probed: a large case probes tens of thousands of flows).
+enum Label<'a> {
+    Fqdn(&'a str),
+    /// `name[address]`.
+    Address(&'a str, Option<IpAddr>),
+    Net(IpNet),
+    Name(&'a str),
+}
+
+impl<'a> Label<'a> {
+    fn of(label: &'a str) -> Label<'a> {
         if let Some(pattern) = label.strip_prefix("fqdn:") {
-            return fqdn == Some(pattern);
-        }
-        if fqdn.is_some() {
-            return false;
+            return Label::Fqdn(pattern);
         }
         if let Some((name, address)) = label.strip_suffix(']').and_then(|l| l.split_once('[')) {
-            return self.names.get(&ip).map(String::as_str) == Some(name)
-                && address.parse::<IpAddr>() == Ok(ip);
+            return Label::Address(name, address.parse().ok());
         }
-        if let Ok(net) = label.parse::<IpNet>() {
-            if !net.contains(&ip) || self.names.contains_key(&ip) {
-                return false;
+        match label.parse::<IpNet>() {
+            Ok(net) => Label::Net(net),
+            Err(_) => Label::Name(label),
+        }
+    }
+}
+
+/// A report row with its labels read.
+struct Row<'a> {
+    change: &'a Change,
+    from: Vec<Label<'a>>,
+    to: Vec<Label<'a>>,
+}
+
+impl<'a> Row<'a> {
+    fn of(change: &'a Change) -> Row<'a> {
+        Row {
+            change,
+            from: change.from.iter().map(|l| Label::of(l)).collect(),
+            to: change.to.iter().map(|l| Label::of(l)).collect(),
+        }
+    }
+}
+
+impl Resolver {
+    fn covers(&self, label: &Label<'_>, ip: IpAddr, fqdn: Option<&str>) -> bool {
+        match (label, fqdn) {
+            (Label::Fqdn(pattern), _) => fqdn == Some(*pattern),
+            (_, Some(_)) => false,
+            (Label::Address(name, address), None) => {
+                self.names.get(&ip).map(String::as_str) == Some(*name) && *address == Some(ip)
             }
-            let host = net.prefix_len() == net.max_prefix_len();
-            return !self.cluster_ips.contains(&ip) || host;
+            (Label::Net(net), None) => {
+                if !net.contains(&ip) || self.names.contains_key(&ip) {
+                    return false;
+                }
+                let host = net.prefix_len() == net.max_prefix_len();
+                !self.cluster_ips.contains(&ip) || host
+            }
+            (Label::Name(name), None) => self.names.get(&ip).map(String::as_str) == Some(*name),
         }
-        self.names.get(&ip).map(String::as_str) == Some(label)
     }
 }
 
@@ -208,14 +247,15 @@ fn port_entry(entry: &str, first: u32, second: u32, second_word: &str) -> bool {
     ok
 }
 
-fn row_covers(row: &Change, r: &Resolver, flow: &Flow, fqdn: Option<&str>) -> bool {
+fn row_covers(read: &Row<'_>, r: &Resolver, flow: &Flow, fqdn: Option<&str>) -> bool {
+    let row = read.change;
     if let Some(family) = &row.family {
         if (family == "IPv6") != flow.src.is_ipv6() {
             return false;
         }
     }
-    if !row.from.iter().any(|l| r.covers(l, flow.src, None))
-        || !row.to.iter().any(|l| r.covers(l, flow.dst, fqdn))
+    if !read.from.iter().any(|l| r.covers(l, flow.src, None))
+        || !read.to.iter().any(|l| r.covers(l, flow.dst, fqdn))
     {
         return false;
     }
@@ -277,6 +317,8 @@ fn check(before: &Side, after: &Side, texts: &[String]) -> Result<usize, TestCas
         }
     }
     let resolver = Resolver { names, cluster_ips };
+    let read_report: Vec<Row<'_>> = report.changes.iter().map(Row::of).collect();
+    let read_expanded: Vec<Row<'_>> = expanded.changes.iter().map(Row::of).collect();
     let mut universe = addresses(texts);
     universe.extend(resolver.names.keys().copied());
     universe.sort();
@@ -313,11 +355,11 @@ fn check(before: &Side, after: &Side, texts: &[String]) -> Result<usize, TestCas
     let mut probe = |flow: Flow, fqdn: Option<&str>, lookup: &dyn FqdnLookup| {
         let a: Verdicts = before.decide(&flow, lookup);
         let b: Verdicts = after.decide(&flow, lookup);
-        for report in [&report, &expanded] {
-            let rows: Vec<&Change> = report
-                .changes
+        for (report, read) in [(&report, &read_report), (&expanded, &read_expanded)] {
+            let rows: Vec<&Change> = read
                 .iter()
                 .filter(|row| row_covers(row, &resolver, &flow, fqdn))
+                .map(|row| row.change)
                 .collect();
             prop_assert!(
                 rows.len() <= 1,
