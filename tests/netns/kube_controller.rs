@@ -625,3 +625,137 @@ fn kubernetes_moving_between_watch_and_controller_mode_never_lets_a_denied_clien
     assert!(peers(&watch).is_none());
     agent.stop();
 }
+
+/// The members of a group published in two slices: slice 0 holds 100
+/// addresses that are nowhere on the wire (TEST-NET-2 and the IPv6
+/// documentation prefix) and lists slice 1, which holds the intruder.
+fn intruder_slices(lab: &Lab) -> (String, [Value; 2]) {
+    use tollgate_core::model::LabelSelector;
+    use tollgate_core::selection::group::{self, AddressGroupSpec, GroupMember};
+    use tollgate_core::selection::{NamespaceScope, Selection};
+    let selection = Selection::Pods {
+        namespaces: NamespaceScope::All,
+        pods: Some(LabelSelector {
+            match_labels: [("app".to_string(), "intruder".to_string())].into(),
+            match_expressions: Vec::new(),
+        }),
+    };
+    let key = group::key(&selection);
+    let decoys = (1..=100u8)
+        .map(|n| GroupMember {
+            ips: vec![
+                IpAddr::from([198, 51, 100, n]),
+                format!("2001:db8::{n:x}").parse().unwrap(),
+            ],
+            named_ports: Vec::new(),
+        })
+        .collect();
+    let slice = |number: u32, slices: Vec<u32>, members: Vec<GroupMember>| {
+        let spec = AddressGroupSpec {
+            selection: group::canonical(&selection),
+            slice: number,
+            slices,
+            members,
+        };
+        json!({"apiVersion": group::API_VERSION, "kind": group::KIND,
+               "metadata": {"name": group::slice_name(&key, number),
+                            "labels": {group::SELECTION_LABEL: key}},
+               "spec": spec})
+    };
+    let intruder = GroupMember {
+        ips: ips(lab, "intruder").to_vec(),
+        named_ports: Vec::new(),
+    };
+    (
+        key.clone(),
+        [
+            slice(0, vec![1], decoys),
+            slice(1, Vec::new(), vec![intruder]),
+        ],
+    )
+}
+
+/// A group published in more than one slice is enforced only once every
+/// slice its slice 0 lists is held. The server Pod drops TCP from
+/// `app: intruder` Pods and takes the rest (as in the mode switch above);
+/// the group of intruders is written here as a controller in the middle
+/// of a publication leaves it: slice 0 (100 members, none on the wire,
+/// listing slice 1) is in the API server, slice 1 (the intruder) not yet.
+/// An agent started in controller mode subscribes to the group's key,
+/// receives slice 0, says in status that it waits for one group, and
+/// applies no ruleset: the startup policy (`closed`) holds and the
+/// intruder does not connect. Slice 1 written: the ruleset is applied,
+/// the client connects (the positive control, which also proves the key
+/// the agent watches is this one) and the intruder is still refused.
+/// IPv4 and IPv6.
+///
+/// Mutation (tried): the completeness check reading slice 0 alone (the
+/// listed slices not required in `Published::waiting`,
+/// `core/src/selection/index.rs`): the agent applies a ruleset whose
+/// group lacks the intruder, and the intruder connects while slice 1 is
+/// missing.
+#[test]
+fn kubernetes_a_group_missing_a_listed_slice_is_waited_for_on_the_wire() {
+    let Some(lab) = node_lab(
+        "kubernetes_a_group_missing_a_listed_slice_is_waited_for_on_the_wire",
+        "intruder",
+    ) else {
+        return;
+    };
+    let api = FakeApi::serve(listener(&lab));
+    api.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod"}}));
+    api.apply(pod("web", "web", "node", ips(&lab, "server")));
+    api.apply(
+        json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "ClusterNetworkPolicy",
+               "metadata": {"name": "drop-intruders"},
+               "spec": {"priority": 5, "tier": "application",
+                        "appliedTo": [{"podSelector": {"matchLabels": {"app": "web"}}}],
+                        "ingress": [{"name": "intruders", "action": "Drop",
+                                     "from": [{"podSelector": {"matchLabels": {"app": "intruder"}}}]}]}}),
+    );
+    let (key, [slice0, slice1]) = intruder_slices(&lab);
+    api.apply(slice0);
+    let kubeconfig = write_kubeconfig(&lab, &api.kubeconfig());
+    let options = kube_options(
+        &lab,
+        &kubeconfig,
+        "node",
+        &["--set", "kubernetes.peers=controller"],
+    );
+    let mut agent = lab.start_agent(options.clone());
+
+    // Slice 0 received (and acted on: the agent waits, or, were it to read
+    // the group as whole, applies a ruleset), slice 1 awaited: no ruleset,
+    // the intruder refused.
+    wait_until("the agent receives slice 0", AGENT_WAIT, || {
+        api.watches()
+            .iter()
+            .any(|w| w.path == GROUPS && w.labels.contains(&key))
+            && peers(&options).is_some_and(|p| {
+                p.needed == 1
+                    && p.slices == 1
+                    && (p.waiting == 1 || agent.count_log("ruleset applied") > 0)
+            })
+    });
+    for to in web(&lab) {
+        lab.assert_tcp("intruder", to, TcpOutcome::TimedOut);
+    }
+    assert!(
+        peers(&options).is_some_and(|p| p.waiting == 1 && p.slices == 1),
+        "{:?}",
+        peers(&options)
+    );
+    assert_eq!(agent.count_log("ruleset applied"), 0, "{}", agent.log());
+
+    // Slice 1 written: the group is whole and enforced.
+    api.apply(slice1);
+    agent.wait_generation(1);
+    wait_client(&lab, TcpOutcome::Connected, "the client connects");
+    check(&lab, TcpOutcome::Connected, "intruder");
+    assert!(
+        peers(&options).is_some_and(|p| p.needed == 1 && p.waiting == 0 && p.slices == 2),
+        "{:?}",
+        peers(&options)
+    );
+    agent.stop();
+}
