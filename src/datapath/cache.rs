@@ -22,14 +22,14 @@
 //! lands in sets no rule refers to (or that are already destroyed), or in
 //! those of a ruleset that decides the same.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use sha1::{Digest, Sha1};
 
 use crate::compile::LocalNode;
 use crate::decide::CacheEntry;
-use crate::model::{Object, Snapshot};
+use crate::model::{Memo, Object, Snapshot};
 use crate::packet::flow::{LocalSide, Verdict};
 use crate::ruleset::{Ruleset, VerdictCache};
 use crate::selection::group::{AddressGroupSpec, Slices};
@@ -266,12 +266,11 @@ pub struct Generations {
     enabled: bool,
     /// The last snapshot and Node digested, and the digest after them.
     snapshot: Option<(Arc<Snapshot>, LocalNode, Sha1)>,
-    /// Each object of the last snapshot digested (by address, the object
-    /// held so that the address stays its own), with its digest: a
+    /// Each object of the last snapshot digested, with its digest: a
     /// Kubernetes snapshot shares every unchanged object with the last
     /// one, and serializing all of them again was a tenth of an agent's
     /// CPU per change at 4,500 policies.
-    objects: HashMap<*const Object, (Arc<Object>, [u8; 20])>,
+    objects: Memo<[u8; 20]>,
     /// Each slice digested, with its digest.
     slices: BTreeMap<String, (Arc<AddressGroupSpec>, [u8; 20])>,
 }
@@ -283,7 +282,7 @@ impl Generations {
             max_entries,
             enabled,
             snapshot: None,
-            objects: HashMap::new(),
+            objects: Memo::default(),
             slices: BTreeMap::new(),
         }
     }
@@ -307,19 +306,16 @@ impl Generations {
         let mut digest = match kept {
             Some((_, _, digest)) => digest.clone(),
             None => {
-                let mut objects = HashMap::with_capacity(snapshot.objects.len());
+                let mut last = std::mem::take(&mut self.objects);
+                let mut objects = Memo::with_capacity(snapshot.objects.len());
                 let digest = snapshot_digest(
                     snapshot,
                     node,
                     self.timeout_secs,
                     self.max_entries,
                     |object| {
-                        let at = Arc::as_ptr(object);
-                        let digest = match self.objects.get(&at) {
-                            Some((_, digest)) => *digest,
-                            None => object_digest(object),
-                        };
-                        objects.insert(at, (Arc::clone(object), digest));
+                        let digest = last.take(object).unwrap_or_else(|| object_digest(object));
+                        objects.insert(object, digest);
                         digest
                     },
                 );

@@ -5,6 +5,7 @@
 
 pub mod antrea;
 pub mod k8s;
+pub mod memo;
 pub mod meta;
 pub mod npapi;
 pub mod rule_name;
@@ -20,6 +21,7 @@ use serde::de::DeserializeOwned;
 
 pub use antrea::*;
 pub use k8s::*;
+pub use memo::Memo;
 pub use meta::*;
 pub use npapi::*;
 

@@ -23,8 +23,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::model::{
-    AntreaGroup, Kind, LabelSelector, NamespacedName, Object, ObjectRef, Snapshot, Sourced, Tier,
-    STATIC_TIERS,
+    AntreaGroup, Kind, LabelSelector, Memo, NamespacedName, Object, ObjectRef, Snapshot, Sourced,
+    Tier, STATIC_TIERS,
 };
 
 use group::check_group;
@@ -112,8 +112,8 @@ pub struct Checker {
     /// The Tiers and groups the kept findings were checked against, in
     /// snapshot order.
     index: Vec<Arc<Object>>,
-    /// Each object of the last snapshot checked, by address.
-    kept: HashMap<*const Object, Box<Kept>>,
+    /// Each object of the last snapshot checked.
+    kept: Memo<Box<Kept>>,
 }
 
 impl fmt::Debug for Checker {
@@ -127,8 +127,6 @@ impl fmt::Debug for Checker {
 
 /// One object's own findings.
 struct Kept {
-    /// Held so that its address stays its own.
-    _object: Arc<Object>,
     origin: PathBuf,
     problems: Vec<Problem>,
     warnings: Vec<Problem>,
@@ -141,7 +139,7 @@ impl Checker {
         Checker {
             sites,
             index: Vec::new(),
-            kept: HashMap::new(),
+            kept: Memo::default(),
         }
     }
 
@@ -180,8 +178,7 @@ impl Checker {
         // Kind, Namespace (as `object_ref` gives it) and name.
         let mut seen: HashMap<(Kind, &str, &str), &Path> =
             HashMap::with_capacity(snapshot.objects.len());
-        let mut order = Vec::with_capacity(snapshot.objects.len());
-        self.kept.reserve(snapshot.objects.len());
+        self.kept = Memo::with_capacity(snapshot.objects.len());
         for sourced in &snapshot.objects {
             let object = &*sourced.object;
             let meta = object.metadata();
@@ -204,19 +201,21 @@ impl Checker {
             } else {
                 seen.insert((kind, namespace, &meta.name), &sourced.origin);
             }
-            let at = Arc::as_ptr(&sourced.object);
-            let own = match kept.remove(&at).filter(|k| k.origin == sourced.origin) {
+            let own = match kept
+                .take(&sourced.object)
+                .filter(|k| k.origin == sourced.origin)
+            {
                 Some(own) => own,
                 None => Box::new(self.own(sourced, object.object_ref(), &index)),
             };
             problems.extend(own.problems.iter().cloned());
             warnings.extend(own.warnings.iter().cloned());
-            order.push(at);
-            self.kept.insert(at, own);
+            self.kept.insert(&sourced.object, own);
         }
-        let sites = order
+        let sites = snapshot
+            .objects
             .iter()
-            .filter_map(|at| self.kept.get(at))
+            .filter_map(|sourced| self.kept.get(&sourced.object))
             .flat_map(|own| &own.sites)
             .collect();
         let findings = Findings {
@@ -276,7 +275,6 @@ impl Checker {
         }
         check_dry_run_annotation(&mut report, object);
         Kept {
-            _object: Arc::clone(&sourced.object),
             origin: sourced.origin.clone(),
             problems,
             warnings,
