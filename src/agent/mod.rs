@@ -45,6 +45,7 @@ use crate::source::watch::Directory;
 use crate::source::Source;
 use crate::status::{AgentFacts, AgentStatus, StatusServer};
 use crate::telemetry::Metrics;
+use crate::validate::Inventory;
 use crate::workers::audit::AuditSink;
 use crate::workers::observe::ObserveSink;
 use crate::workers::{Observers, Worker};
@@ -269,8 +270,14 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
     let named_interfaces = args.policies.is_some() && !config.docker.enabled;
     let antispoof = Box::new(antispoof::AntiSpoof::new(&config, named_interfaces));
     let warnings = match &args.policies {
-        Some(dir) => warnings::Warnings::new(dir.clone(), !config.docker.enabled),
-        None => warnings::Warnings::new("kubernetes".into(), false),
+        Some(dir) => warnings::Warnings::new(dir.clone(), Inventory::Whole, !config.docker.enabled),
+        None => {
+            let inventory = match config.kubernetes.peers {
+                Peers::Watch => Inventory::Whole,
+                Peers::Controller => Inventory::Local,
+            };
+            warnings::Warnings::new("kubernetes".into(), inventory, false)
+        }
     };
     let starting = Starting {
         base: Base {

@@ -15,7 +15,7 @@ use crate::compile::LocalNode;
 use crate::model::Snapshot;
 use crate::ruleset::Ruleset;
 use crate::status::AgentStatus;
-use crate::validate::{review, Checker, Whole};
+use crate::validate::{review, Checker, Inventory, Whole};
 
 use super::AgentCounters;
 
@@ -23,6 +23,9 @@ pub(super) struct Warnings {
     /// What problems about the whole source name: the policy directory,
     /// or `kubernetes`.
     origin: PathBuf,
+    /// What of the Pods and Nodes the snapshots hold (the local Node's
+    /// only in controller mode).
+    inventory: Inventory,
     /// Log every warning at every reload (a policy directory: a reload is
     /// an edit or SIGHUP); else only warnings not logged at the last one
     /// (an API source reloads at every Pod or container change).
@@ -40,9 +43,10 @@ pub(super) struct Warnings {
 }
 
 impl Warnings {
-    pub(super) fn new(origin: PathBuf, every_reload: bool) -> Warnings {
+    pub(super) fn new(origin: PathBuf, inventory: Inventory, every_reload: bool) -> Warnings {
         Warnings {
             origin,
+            inventory,
             every_reload,
             last: BTreeSet::new(),
             judged: None,
@@ -68,6 +72,7 @@ impl Warnings {
         self.judged = Some((Arc::clone(snapshot), node.clone()));
         let whole = Whole::Source {
             origin: &self.origin,
+            inventory: self.inventory,
         };
         let (admitted, found) = review(&mut self.checker, snapshot, whole, &[(node, ruleset)]);
         let found: Vec<String> = found.iter().map(ToString::to_string).collect();

@@ -56,7 +56,7 @@ use crate::ruleset::Ruleset;
 use crate::source;
 use crate::status::{Request, Response, StatusError};
 use crate::telemetry::Check;
-use crate::validate::{Problem, Whole};
+use crate::validate::{Inventory, Problem, Whole};
 use render::render_trace;
 
 /// Why an offline command could not produce its answer.
@@ -206,7 +206,10 @@ pub fn intent_warnings(directories: &[PathBuf], snapshot: &Snapshot) -> Vec<Prob
     );
     let whole = match directories.is_empty() {
         true => Whole::Files,
-        false => Whole::Source { origin: &origin },
+        false => Whole::Source {
+            origin: &origin,
+            inventory: Inventory::Whole,
+        },
     };
     let nodes = crate::validate::inventory_nodes(snapshot);
     let rulesets: Vec<Ruleset> = nodes.iter().map(|node| compile(snapshot, node)).collect();

@@ -759,3 +759,72 @@ fn kubernetes_a_group_missing_a_listed_slice_is_waited_for_on_the_wire() {
     );
     agent.stop();
 }
+
+/// An agent in controller mode holds only its own Pods and Node, so what
+/// it cannot see is not a mistake: a policy for Pods of other Nodes
+/// (`web-elsewhere`, applied to `app: far`, none here) with a peer label
+/// key no local Pod carries (`tier`) is not warned about (neither "selects
+/// no endpoint" nor "label key `tier` is on no Pod"). The positive
+/// control: a Namespace label key typo (`enviroment`: every Namespace is
+/// held) is warned about, once.
+///
+/// Mutation (tried): the agent's warnings judging its snapshot as the
+/// whole inventory (`Inventory::Whole` in controller mode,
+/// `src/agent/mod.rs`) logs both warnings about `web-elsewhere`.
+#[test]
+fn kubernetes_controller_mode_warns_about_nothing_it_cannot_see() {
+    let Some(lab) = node_lab(
+        "kubernetes_controller_mode_warns_about_nothing_it_cannot_see",
+        "stranger",
+    ) else {
+        return;
+    };
+    let api = FakeApi::serve(listener(&lab));
+    api.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod"}}));
+    api.apply(pod("web", "web", "node", ips(&lab, "server")));
+    api.apply(
+        json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "ClusterNetworkPolicy",
+               "metadata": {"name": "web-elsewhere"},
+               "spec": {"priority": 5, "tier": "application",
+                        "appliedTo": [{"podSelector": {"matchLabels": {"app": "far"}}}],
+                        "ingress": [{"name": "db", "action": "Drop",
+                                     "from": [{"podSelector": {"matchLabels": {"tier": "db"}}}]}]}}),
+    );
+    api.apply(
+        json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "ClusterNetworkPolicy",
+               "metadata": {"name": "typo"},
+               "spec": {"priority": 6, "tier": "application",
+                        "appliedTo": [{"podSelector": {"matchLabels": {"app": "web"}},
+                                       "namespaceSelector": {"matchLabels": {"enviroment": "prod"}}}],
+                        "ingress": [{"name": "rest", "action": "Drop"}]}}),
+    );
+    let kubeconfig = write_kubeconfig(&lab, &api.kubeconfig());
+    let options = kube_options(
+        &lab,
+        &kubeconfig,
+        "node",
+        &["--set", "kubernetes.peers=controller"],
+    );
+    let mut agent = lab.start_agent(options.clone());
+    agent.wait_generation(1);
+    // Neither policy applies here: everyone connects.
+    for to in web(&lab) {
+        lab.assert_tcp("client", to, TcpOutcome::Connected);
+        lab.assert_tcp("stranger", to, TcpOutcome::Connected);
+    }
+    let warnings: Vec<String> = agent
+        .log()
+        .lines()
+        .filter(|l| l.contains("policy warning:"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    assert!(
+        warnings[0].contains(
+            "kubernetes: ClusterNetworkPolicy typo: spec.appliedTo[0].namespaceSelector.matchLabels.enviroment: label key `enviroment` is on no Namespace"
+        ),
+        "{}",
+        warnings[0]
+    );
+    agent.stop();
+}

@@ -10,6 +10,10 @@
 //!   peer selector or `appliedTo`: the selector selects nothing), with the
 //!   nearest key that does exist;
 //! - a policy whose `appliedTo` selects no endpoint of the inventory;
+//!
+//! (the last two only about what the snapshot holds whole: with
+//! [`Inventory::Local`] no Pod or Node label key is judged, nor where a
+//! policy applies);
 //! - rules of two policies at the same Tier, priority and rule index that
 //!   apply to the same endpoints with different actions and can match the
 //!   same traffic ([`Ruleset::ties`]): Antrea leaves their order undefined.
@@ -36,10 +40,27 @@ pub enum Whole<'a> {
     /// A policy source read whole, as the agent reads it (a policy
     /// directory, the Kubernetes API); `origin` names it in problems about
     /// the whole (no objects, no policies, no inventory).
-    Source { origin: &'a Path },
+    Source {
+        origin: &'a Path,
+        inventory: Inventory,
+    },
     /// Files checked on their own (a policy file without its inventory is
     /// not warned about).
     Files,
+}
+
+/// Which Pods and Nodes a source's snapshot holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Inventory {
+    /// Every one it knows of (a policy directory, Docker, Kubernetes in
+    /// watch mode).
+    Whole,
+    /// Only the local Node and its Pods (Kubernetes in controller mode:
+    /// the peers come as AddressGroups, without labels). A Pod or Node
+    /// label key no object here carries may be carried elsewhere, and a
+    /// policy applying to no endpoint here applies on other Nodes: neither
+    /// is warned about.
+    Local,
 }
 
 /// Most endpoints a tie names before "and N more".
@@ -114,7 +135,13 @@ fn intent_of(
     let inventory = snapshot
         .iter()
         .any(|o| matches!(o, Object::Pod(_) | Object::Namespace(_) | Object::Node(_)));
-    if let Whole::Source { origin } = whole {
+    let mut local = false;
+    if let Whole::Source {
+        origin,
+        inventory: held,
+    } = whole
+    {
+        local = held == Inventory::Local;
         let about = |reason: &str| Problem {
             origin: origin.to_path_buf(),
             object: ObjectRef::default(),
@@ -140,9 +167,9 @@ fn intent_of(
     }
     let labels = InventoryLabels::new(snapshot, compiled);
     for site in sites {
-        label_keys(&mut warnings, &labels, site);
+        label_keys(&mut warnings, &labels, site, local);
     }
-    if covers(snapshot, compiled) {
+    if !local && covers(snapshot, compiled) {
         applied_nowhere(&mut warnings, snapshot, compiled);
     }
     ties(&mut warnings, snapshot, compiled);
@@ -256,10 +283,20 @@ impl InventoryLabels {
 /// A key of `site` that no object of the selected kind carries: the
 /// selector selects nothing (`NotIn` and `DoesNotExist` on such a key
 /// select everything, and are left alone).
-fn label_keys(warnings: &mut Vec<Problem>, labels: &InventoryLabels, site: &SelectorSite) {
+/// With `local` (the snapshot holds only the local Node and its Pods),
+/// Pod and Node selectors are not judged.
+fn label_keys(
+    warnings: &mut Vec<Problem>,
+    labels: &InventoryLabels,
+    site: &SelectorSite,
+    local: bool,
+) {
     let Some(selects) = Selects::of(&site.path) else {
         return;
     };
+    if local && matches!(selects, Selects::Pod | Selects::Node) {
+        return;
+    }
     if labels.counts.get(&selects).copied().unwrap_or(0) == 0 {
         return;
     }

@@ -28,7 +28,7 @@ use crate::model::{
 };
 
 use group::check_group;
-pub use intent::{intent, inventory_nodes, review, Whole, DEFAULT_NODE};
+pub use intent::{intent, inventory_nodes, review, Inventory, Whole, DEFAULT_NODE};
 use k8s::check_k8s_policy;
 use npapi::{anp_ports, check_admin_tier_priority, check_np_policy, cnp_protocols};
 use policy::check_policy;

@@ -71,7 +71,7 @@ counters! {
         events_failed: Counter "kubernetes_events" { result = "failed" } = "Kubernetes Events on skipped or partly enforced objects, by result (created, updated: count raised, failed: refused by the API server, dropped: queue full)",
         events_dropped: Counter "kubernetes_events" { result = "dropped" } = "Kubernetes Events on skipped or partly enforced objects, by result (created, updated: count raised, failed: refused by the API server, dropped: queue full)",
         controller_stale: Gauge "controller_stale" = "kubernetes.peers: controller: 1 while the tollgate controller's Lease (kube-system/tollgate-controller) is absent or not renewed within its duration (read every 30 s); the groups held stay enforced. 0 in watch mode",
-        groups_waiting: Gauge "controller_groups_waiting" = "kubernetes.peers: controller: AddressGroups the rules use that have not been received (no slice 0); while above 0 the ruleset in force stays",
+        groups_waiting: Gauge "controller_groups_waiting" = "kubernetes.peers: controller: AddressGroups the rules use that are not complete (slice 0, or a slice it lists, not received); while above 0 the ruleset in force stays",
     }
 }
 

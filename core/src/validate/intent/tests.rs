@@ -43,6 +43,7 @@ fn warnings(yaml: &str) -> Vec<String> {
     let compiled: Vec<(&LocalNode, &Ruleset)> = nodes.iter().zip(&rulesets).collect();
     let whole = Whole::Source {
         origin: Path::new("dir"),
+        inventory: Inventory::Whole,
     };
     let found = intent(&snapshot, whole, &compiled);
     let mut checker = Checker::new(true);
@@ -196,7 +197,61 @@ status: {{podIP: 10.0.1.2}}
     let ruleset = compile(&snapshot, &local);
     let whole = Whole::Source {
         origin: Path::new("dir"),
+        inventory: Inventory::Whole,
     };
     let found = intent(&snapshot, whole, &[(&local, &ruleset)]);
     assert!(found.is_empty(), "applies on n2: {found:?}");
+}
+
+/// In controller mode an agent's snapshot holds only its own Node's Pods
+/// and its own Node: a label key no local Pod or Node carries may be on
+/// Pods and Nodes elsewhere, and a policy applying to no local endpoint
+/// applies on other Nodes. Neither is warned; a Namespace's label key
+/// (every Namespace is held) still is, and so is a Pod's key with the
+/// whole inventory. Mutation: the local inventory treated as whole →
+/// the remote `tier` key and the remote policy are warned.
+#[test]
+fn an_inventory_of_the_local_node_only_judges_no_pod_or_node_label_key_and_no_applied_nowhere() {
+    let remote = acnp("far", 5, "Allow", "{tier: db}")
+        .replace("matchLabels: {app: web}", "matchLabels: {app: far}")
+        .replace(
+            "  ingress:",
+            "  egress:\n  - name: to-zone\n    action: Allow\n    to: [{nodeSelector: {matchLabels: {zone: a}}}]\n  ingress:",
+        );
+    let namespace_typo = acnp("ns", 6, "Allow", "{app: client}").replace(
+        "from: [{podSelector: {matchLabels: {app: client}}}]",
+        "from: [{namespaceSelector: {matchLabels: {enviroment: prod}}}]",
+    );
+    let snapshot = snapshot(&format!("{INVENTORY}{remote}{namespace_typo}"));
+    let local = LocalNode {
+        name: "n1".into(),
+        ..LocalNode::default()
+    };
+    let ruleset = compile(&snapshot, &local);
+    let found = |inventory| -> Vec<String> {
+        let whole = Whole::Source {
+            origin: Path::new("kubernetes"),
+            inventory,
+        };
+        intent(&snapshot, whole, &[(&local, &ruleset)])
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    };
+    assert_eq!(
+        found(Inventory::Local),
+        ["t.yaml: ClusterNetworkPolicy ns: spec.ingress[0].from[0].namespaceSelector.matchLabels.enviroment: label key `enviroment` is on no Namespace of the inventory: the selector selects no Namespace"]
+    );
+    let whole = found(Inventory::Whole);
+    for expected in [
+        "label key `tier` is on no Pod",
+        "label key `zone` is on no Node",
+        "ClusterNetworkPolicy far: spec: selects no endpoint",
+        "label key `enviroment` is on no Namespace",
+    ] {
+        assert!(
+            whole.iter().any(|w| w.contains(expected)),
+            "{expected}: {whole:#?}"
+        );
+    }
 }
