@@ -320,7 +320,12 @@ impl FlowState {
 /// The L7 inspection state of one worker.
 pub struct Inspector {
     /// Least recently seen first: the order [`Inspector::sweep`] expires in.
+    /// Unbounded for the `lru` crate, which would allocate room for
+    /// `max_flows` up front (2 MiB per worker at the default 65,536, on
+    /// every node, L7 rules or none): [`Inspector::handshake`] keeps it at
+    /// `max_flows`, and it grows with the connections inspected.
     flows: LruCache<FlowKey, FlowState>,
+    max_flows: NonZeroUsize,
     /// Connections whose client sent FIN, in the order of their FIN (at
     /// most one entry per tracked connection).
     closing: VecDeque<(Instant, FlowKey)>,
@@ -341,7 +346,8 @@ impl Inspector {
         deny_response: L7DenyResponse,
     ) -> Inspector {
         Inspector {
-            flows: LruCache::new(max_flows),
+            flows: LruCache::unbounded(),
+            max_flows,
             closing: VecDeque::new(),
             hasher: RandomState::new(),
             idle_timeout,
@@ -414,7 +420,9 @@ impl Inspector {
             closed_at: None,
             deferred: None,
         };
-        self.flows.push(key, state).map(|(old, _)| old)
+        let full = !self.flows.contains(&key) && self.flows.len() >= self.max_flows.get();
+        let evicted = full.then(|| self.flows.pop_lru()).flatten();
+        self.flows.push(key, state).or(evicted).map(|(old, _)| old)
     }
 
     /// Decides one client→server segment.

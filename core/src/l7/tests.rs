@@ -474,11 +474,17 @@ fn lost_state_idle_flows_and_eviction_reset_the_connection() {
     );
     let later = now + Duration::from_secs(61);
     assert!(lost(inspector.inspect(&segment(k, 1 + len, get), later)));
-    // Capacity: the least recently used connection is forgotten.
-    for port in [15, 16, 17] {
+    // Capacity: the least recently used connection is forgotten, and
+    // named by the handshake that made room.
+    for port in [15, 16] {
         let first = start(&mut inspector, &policy, (key(port, 80), 1), get, now);
         assert_eq!(first.action, L7Action::Pass);
     }
+    let syn_ack_17 = syn_ack(key(17, 80), 1);
+    let evicted = inspector.handshake(&syn_ack_17, None, (&policy, &NoFqdn), now);
+    assert_eq!(evicted, Some(key(15, 80)));
+    let first = inspector.inspect(&segment(key(17, 80), 1, get), now);
+    assert_eq!(first.action, L7Action::Pass);
     assert_eq!(inspector.len(), 2);
     assert!(lost(
         inspector.inspect(&segment(key(15, 80), 1 + len, get), now)
