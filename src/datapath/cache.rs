@@ -306,20 +306,18 @@ impl Generations {
         let mut digest = match kept {
             Some((_, _, digest)) => digest.clone(),
             None => {
-                let mut last = std::mem::take(&mut self.objects);
-                let mut objects = Memo::with_capacity(snapshot.objects.len());
                 let digest = snapshot_digest(
                     snapshot,
                     node,
                     self.timeout_secs,
                     self.max_entries,
                     |object| {
-                        let digest = last.take(object).unwrap_or_else(|| object_digest(object));
-                        objects.insert(object, digest);
-                        digest
+                        *self
+                            .objects
+                            .visit(object, |_| false, || object_digest(object))
                     },
                 );
-                self.objects = objects;
+                self.objects.sweep();
                 self.snapshot = Some((Arc::clone(snapshot), node.clone(), digest.clone()));
                 digest
             }
@@ -561,9 +559,11 @@ COMMIT
     /// A snapshot that shares all but one object with the last one
     /// stamps what the whole digest gives, and a different generation:
     /// the digests kept for the shared objects never stand for the
-    /// changed one. Mutation: a kept digest looked up by the object's
-    /// position instead of its address → the changed Pod keeps the old
-    /// digest and the stamp the old generation: fails.
+    /// changed one. Mutations: a kept digest looked up by the object's
+    /// position instead of its address (before `Memo`) → the changed Pod
+    /// keeps the old digest and the stamp the old generation: fails; one
+    /// digest for every object → fails. (That `Memo` finds the object
+    /// itself only is `model::memo`'s test.)
     #[test]
     fn a_snapshot_sharing_objects_reuses_their_digests_and_not_a_changed_ones() {
         let (objects, problems) = crate::decode::parse_documents(

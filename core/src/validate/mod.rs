@@ -113,7 +113,7 @@ pub struct Checker {
     /// snapshot order.
     index: Vec<Arc<Object>>,
     /// Each object of the last snapshot checked.
-    kept: Memo<Box<Kept>>,
+    kept: Memo<Kept>,
 }
 
 impl fmt::Debug for Checker {
@@ -167,9 +167,8 @@ impl Checker {
                 .iter()
                 .zip(&self.index)
                 .all(|(a, b)| Arc::ptr_eq(a, b));
-        let mut kept = std::mem::take(&mut self.kept);
         if !same_index {
-            kept.clear();
+            self.kept.clear();
         }
         self.index = index_objects;
         let index = Index::build(snapshot);
@@ -178,7 +177,6 @@ impl Checker {
         // Kind, Namespace (as `object_ref` gives it) and name.
         let mut seen: HashMap<(Kind, &str, &str), &Path> =
             HashMap::with_capacity(snapshot.objects.len());
-        self.kept = Memo::with_capacity(snapshot.objects.len());
         for sourced in &snapshot.objects {
             let object = &*sourced.object;
             let meta = object.metadata();
@@ -201,17 +199,16 @@ impl Checker {
             } else {
                 seen.insert((kind, namespace, &meta.name), &sourced.origin);
             }
-            let own = match kept
-                .take(&sourced.object)
-                .filter(|k| k.origin == sourced.origin)
-            {
-                Some(own) => own,
-                None => Box::new(self.own(sourced, object.object_ref(), &index)),
-            };
+            // Origins compared as bytes: `Path`'s equality walks components.
+            let own = self.kept.visit(
+                &sourced.object,
+                |kept| kept.origin.as_os_str() != sourced.origin.as_os_str(),
+                || own(self.sites, sourced, object.object_ref(), &index),
+            );
             problems.extend(own.problems.iter().cloned());
             warnings.extend(own.warnings.iter().cloned());
-            self.kept.insert(&sourced.object, own);
         }
+        self.kept.sweep();
         let sites = snapshot
             .objects
             .iter()
@@ -224,62 +221,63 @@ impl Checker {
         };
         (findings, sites)
     }
+}
 
-    /// The object's own checks, against `index`.
-    fn own(&self, sourced: &Sourced, object_ref: ObjectRef, index: &Index<'_>) -> Kept {
-        let object = &*sourced.object;
-        let mut problems = Vec::new();
-        let mut warnings = Vec::new();
-        let mut sites = Vec::new();
-        let mut report = Report {
-            origin: &sourced.origin,
-            object: object_ref,
-            problems: &mut problems,
-            warnings: &mut warnings,
-            sites: self.sites.then_some(&mut sites),
-        };
-        match object {
-            Object::Tier(tier) => check_tier(&mut report, index, tier),
-            Object::ClusterNetworkPolicy(policy) => {
-                check_policy(&mut report, index, policy, Scope::Cluster)
-            }
-            Object::AntreaNetworkPolicy(policy) => {
-                let namespace = report.object.namespace.clone().unwrap_or_default();
-                check_policy(&mut report, index, policy, Scope::Namespace(&namespace))
-            }
-            Object::ClusterGroup(group) => check_group(&mut report, index, group, Scope::Cluster),
-            Object::Group(group) => {
-                let namespace = report.object.namespace.clone().unwrap_or_default();
-                check_group(&mut report, index, group, Scope::Namespace(&namespace))
-            }
-            Object::K8sNetworkPolicy(policy) => check_k8s_policy(&mut report, policy),
-            Object::AdminNetworkPolicy(policy) => {
-                let ports = anp_ports(&policy.spec.ingress, &policy.spec.egress);
-                check_np_policy(&mut report, &policy.view(), &ports, &[]);
-            }
-            Object::BaselineAdminNetworkPolicy(policy) => {
-                let ports = anp_ports(&policy.spec.ingress, &policy.spec.egress);
-                check_np_policy(&mut report, &policy.view(), &ports, &[]);
-            }
-            Object::NpClusterNetworkPolicy(policy) => {
-                let protocols = cnp_protocols(policy);
-                check_np_policy(&mut report, &policy.view(), &[], &protocols);
-                check_admin_tier_priority(&mut report, index, policy);
-            }
-            Object::Node(_)
-            | Object::Namespace(_)
-            | Object::Pod(_)
-            | Object::Service(_)
-            | Object::ServiceAccount(_)
-            | Object::ExternalEntity(_) => {}
+/// The object's own checks, against `index` (collecting the selectors met
+/// when `collect`).
+fn own(collect: bool, sourced: &Sourced, object_ref: ObjectRef, index: &Index<'_>) -> Kept {
+    let object = &*sourced.object;
+    let mut problems = Vec::new();
+    let mut warnings = Vec::new();
+    let mut sites = Vec::new();
+    let mut report = Report {
+        origin: &sourced.origin,
+        object: object_ref,
+        problems: &mut problems,
+        warnings: &mut warnings,
+        sites: collect.then_some(&mut sites),
+    };
+    match object {
+        Object::Tier(tier) => check_tier(&mut report, index, tier),
+        Object::ClusterNetworkPolicy(policy) => {
+            check_policy(&mut report, index, policy, Scope::Cluster)
         }
-        check_dry_run_annotation(&mut report, object);
-        Kept {
-            origin: sourced.origin.clone(),
-            problems,
-            warnings,
-            sites,
+        Object::AntreaNetworkPolicy(policy) => {
+            let namespace = report.object.namespace.clone().unwrap_or_default();
+            check_policy(&mut report, index, policy, Scope::Namespace(&namespace))
         }
+        Object::ClusterGroup(group) => check_group(&mut report, index, group, Scope::Cluster),
+        Object::Group(group) => {
+            let namespace = report.object.namespace.clone().unwrap_or_default();
+            check_group(&mut report, index, group, Scope::Namespace(&namespace))
+        }
+        Object::K8sNetworkPolicy(policy) => check_k8s_policy(&mut report, policy),
+        Object::AdminNetworkPolicy(policy) => {
+            let ports = anp_ports(&policy.spec.ingress, &policy.spec.egress);
+            check_np_policy(&mut report, &policy.view(), &ports, &[]);
+        }
+        Object::BaselineAdminNetworkPolicy(policy) => {
+            let ports = anp_ports(&policy.spec.ingress, &policy.spec.egress);
+            check_np_policy(&mut report, &policy.view(), &ports, &[]);
+        }
+        Object::NpClusterNetworkPolicy(policy) => {
+            let protocols = cnp_protocols(policy);
+            check_np_policy(&mut report, &policy.view(), &[], &protocols);
+            check_admin_tier_priority(&mut report, index, policy);
+        }
+        Object::Node(_)
+        | Object::Namespace(_)
+        | Object::Pod(_)
+        | Object::Service(_)
+        | Object::ServiceAccount(_)
+        | Object::ExternalEntity(_) => {}
+    }
+    check_dry_run_annotation(&mut report, object);
+    Kept {
+        origin: sourced.origin.clone(),
+        problems,
+        warnings,
+        sites,
     }
 }
 
