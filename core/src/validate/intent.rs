@@ -25,11 +25,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use crate::compile::LocalNode;
-use crate::model::{Kind, Object, ObjectRef, SelectorOperator, Snapshot};
+use crate::model::{Kind, Object, ObjectRef, Snapshot};
 use crate::ruleset::{PolicyKind, PolicyRef, RuleRef, Ruleset, Tie};
 use crate::suggest::did_you_mean;
 
-use super::{Checker, Problem, SelectorSite};
+use super::{Checker, Narrows, Problem, Site};
 
 #[cfg(test)]
 mod tests;
@@ -129,7 +129,7 @@ fn intent_of(
     snapshot: &Snapshot,
     whole: Whole<'_>,
     compiled: &[(&LocalNode, &Ruleset)],
-    sites: &[&SelectorSite],
+    sites: &[Site<'_>],
 ) -> Vec<Problem> {
     let mut warnings = Vec::new();
     let inventory = snapshot
@@ -167,7 +167,7 @@ fn intent_of(
     }
     let labels = InventoryLabels::new(snapshot, compiled);
     for site in sites {
-        label_keys(&mut warnings, &labels, site, local);
+        label_keys(&mut warnings, &labels, *site, local);
     }
     if !local && covers(snapshot, compiled) {
         applied_nowhere(&mut warnings, snapshot, compiled);
@@ -288,7 +288,7 @@ impl InventoryLabels {
 fn label_keys(
     warnings: &mut Vec<Problem>,
     labels: &InventoryLabels,
-    site: &SelectorSite,
+    (sourced, site): Site<'_>,
     local: bool,
 ) {
     let Some(selects) = Selects::of(&site.path) else {
@@ -302,31 +302,16 @@ fn label_keys(
     }
     let known = labels.keys.get(&selects);
     let carried = |key: &str| known.is_some_and(|k| k.contains(key));
-    let mut missing: Vec<(String, &str)> = site
-        .selector
-        .match_labels
-        .keys()
-        .filter(|key| !carried(key))
-        .map(|key| (format!("{}.matchLabels.{key}", site.path), key.as_str()))
-        .collect();
-    for (i, expression) in site.selector.match_expressions.iter().enumerate() {
-        let narrows = matches!(
-            expression.operator,
-            SelectorOperator::In | SelectorOperator::Exists
-        );
-        if narrows && !carried(&expression.key) {
-            missing.push((
-                format!("{}.matchExpressions[{i}].key", site.path),
-                &expression.key,
-            ));
-        }
-    }
-    for (field, key) in missing {
+    for (part, key) in site.keys.iter().filter(|(_, key)| !carried(key)) {
+        let field = match part {
+            Narrows::MatchLabels => format!("{}.matchLabels.{key}", site.path),
+            Narrows::Expression(i) => format!("{}.matchExpressions[{i}].key", site.path),
+        };
         let hint = did_you_mean(key, known.into_iter().flatten().map(String::as_str));
         let kind = selects.name();
         warnings.push(Problem {
-            origin: site.origin.clone(),
-            object: site.object.clone(),
+            origin: sourced.origin.clone(),
+            object: sourced.object.object_ref(),
             field,
             reason: format!(
                 "label key `{key}` is on no {kind} of the inventory: the selector selects no {kind}{hint}"

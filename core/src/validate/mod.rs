@@ -23,8 +23,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::model::{
-    AntreaGroup, Kind, LabelSelector, Memo, NamespacedName, Object, ObjectRef, Snapshot, Sourced,
-    Tier, STATIC_TIERS,
+    AntreaGroup, Kind, LabelSelector, Memo, NamespacedName, Object, ObjectRef, SelectorOperator,
+    Snapshot, Sourced, Tier, STATIC_TIERS,
 };
 
 use group::check_group;
@@ -86,14 +86,28 @@ pub fn check(snapshot: &Snapshot) -> Findings {
     Checker::new(false).check(snapshot)
 }
 
-/// A label selector met while checking: where it is, and the selector.
+/// A label selector met while checking, reduced to what [`intent`]
+/// judges: where it is in its object, and the keys that narrow it (the
+/// object and its origin are those it was met in: a [`Site`]).
 struct SelectorSite {
-    origin: PathBuf,
-    object: ObjectRef,
     /// Field path of the selector, e.g. `spec.ingress[0].from[0].podSelector`.
-    path: String,
-    selector: LabelSelector,
+    path: Box<str>,
+    /// The keys a selected object must carry: each `matchLabels` key, and
+    /// each `In` or `Exists` expression's (`NotIn` and `DoesNotExist` on a
+    /// key nobody carries select everything).
+    keys: Box<[(Narrows, Box<str>)]>,
 }
+
+/// Which part of a selector a key is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Narrows {
+    MatchLabels,
+    /// `matchExpressions[i]`.
+    Expression(usize),
+}
+
+/// A selector site with the object it was met in.
+type Site<'a> = (&'a Sourced, &'a SelectorSite);
 
 /// Validation kept between the snapshots of one source. What an object's
 /// own checks find (its problems, warnings and, for [`intent`], the
@@ -150,7 +164,7 @@ impl Checker {
 
     /// Checks every object of `snapshot`: the findings, and (when the
     /// checker collects them) every label selector met on the way.
-    fn walk(&mut self, snapshot: &Snapshot) -> (Findings, Vec<&SelectorSite>) {
+    fn walk<'a>(&'a mut self, snapshot: &'a Snapshot) -> (Findings, Vec<Site<'a>>) {
         let index_objects: Vec<Arc<Object>> = snapshot
             .objects
             .iter()
@@ -212,8 +226,8 @@ impl Checker {
         let sites = snapshot
             .objects
             .iter()
-            .filter_map(|sourced| self.kept.get(&sourced.object))
-            .flat_map(|own| &own.sites)
+            .filter_map(|sourced| Some((sourced, self.kept.get(&sourced.object)?)))
+            .flat_map(|(sourced, own)| own.sites.iter().map(move |site| (sourced, site)))
             .collect();
         let findings = Findings {
             errors: problems,
@@ -351,11 +365,19 @@ impl Report<'_> {
         let Some(sites) = self.sites.as_deref_mut() else {
             return;
         };
+        let labels = selector
+            .match_labels
+            .keys()
+            .map(|key| (Narrows::MatchLabels, key.as_str().into()));
+        let expressions = selector
+            .match_expressions
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| matches!(e.operator, SelectorOperator::In | SelectorOperator::Exists))
+            .map(|(i, e)| (Narrows::Expression(i), e.key.as_str().into()));
         sites.push(SelectorSite {
-            origin: self.origin.to_path_buf(),
-            object: self.object.clone(),
-            path: path.to_string(),
-            selector: selector.clone(),
+            path: path.into(),
+            keys: labels.chain(expressions).collect(),
         });
     }
 }
