@@ -102,6 +102,13 @@ impl Compiler<'_> {
         } else {
             self.resolve_applied_to(&rule.applied_to, policy_ns)
         };
+        // Ranked whether or not it applies here, so that a rule's rank
+        // depends on the policies alone.
+        let rank = self.next_rank();
+        if targets.is_empty() {
+            // Most policies of a cluster apply on other Nodes.
+            return;
+        }
         let reference = Arc::new(RuleRef {
             policy: ordered.reference.clone(),
             tier: Some(ordered.tier.clone()),
@@ -113,7 +120,7 @@ impl Compiler<'_> {
             action: rule.action,
             enable_logging: rule.enable_logging,
             log_label: rule.log_label.clone().filter(|l| !l.is_empty()),
-            rank: self.next_rank(),
+            rank,
             l7: rule.l7_protocols.clone().into(),
             dry_run: policy.metadata.dry_run(),
         });

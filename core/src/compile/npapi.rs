@@ -144,6 +144,10 @@ impl Compiler<'_> {
             return;
         };
         let rank = self.next_rank();
+        if state.subject.is_empty() {
+            // Applies on other Nodes only (ranked all the same).
+            return;
+        }
         let reference = Arc::new(RuleRef {
             policy: state.reference.clone(),
             tier: Some(policy.tier.as_str().to_string()),
