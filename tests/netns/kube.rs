@@ -251,12 +251,7 @@ fn kubernetes_external_entity_crd_missing_then_installed_then_removed() {
 
     // The dangling group is warned about once, not once per snapshot, with
     // the object and field; the policy applied all along.
-    let warnings: Vec<String> = agent
-        .log()
-        .lines()
-        .filter(|l| l.contains("policy warning:"))
-        .map(str::to_string)
-        .collect();
+    let warnings = agent.log_lines("policy warning:");
     assert_eq!(warnings.len(), 1, "{warnings:#?}");
     assert!(
         warnings[0].contains(

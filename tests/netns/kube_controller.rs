@@ -281,6 +281,37 @@ fn web_from_its_client(me: &str) -> Value {
                                 {"name": "rest", "action": "Drop"}]}})
 }
 
+/// The server Pod (`app: web`) drops TCP from `app: intruder` Pods and
+/// takes the rest.
+fn drop_intruders() -> Value {
+    json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "ClusterNetworkPolicy",
+           "metadata": {"name": "drop-intruders"},
+           "spec": {"priority": 5, "tier": "application",
+                    "appliedTo": [{"podSelector": {"matchLabels": {"app": "web"}}}],
+                    "ingress": [{"name": "intruders", "action": "Drop",
+                                 "from": [{"podSelector": {"matchLabels": {"app": "intruder"}}}]}]}})
+}
+
+/// A fake API server in `lab`'s node namespace holding Namespace `prod`
+/// and the Pod `web` (the lab's server) on Node `node`.
+fn api_with_web(lab: &Lab) -> FakeApi {
+    let api = FakeApi::serve(listener(lab));
+    api.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod"}}));
+    api.apply(pod("web", "web", "node", ips(lab, "server")));
+    api
+}
+
+/// Options of an agent on Node `node` in controller mode, reading `api`.
+fn controller_mode(lab: &Lab, api: &FakeApi) -> AgentOptions {
+    let kubeconfig = write_kubeconfig(lab, &api.kubeconfig());
+    kube_options(
+        lab,
+        &kubeconfig,
+        "node",
+        &["--set", "kubernetes.peers=controller"],
+    )
+}
+
 /// The second Node's lab of
 /// [`kubernetes_controller_and_two_node_agents_enforce_each_others_peers_and_outlive_the_controller`].
 const SECOND_NODE: &str = "kubernetes_controller_and_two_node_agents_second_node";
@@ -562,9 +593,7 @@ fn kubernetes_moving_between_watch_and_controller_mode_never_lets_a_denied_clien
     ) else {
         return;
     };
-    let api = FakeApi::serve(listener(&lab));
-    api.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod"}}));
-    api.apply(pod("web", "web", "node", ips(&lab, "server")));
+    let api = api_with_web(&lab);
     api.apply(pod("client", "client", "other-node", ips(&lab, "client")));
     api.apply(pod(
         "intruder",
@@ -572,22 +601,10 @@ fn kubernetes_moving_between_watch_and_controller_mode_never_lets_a_denied_clien
         "other-node",
         ips(&lab, "intruder"),
     ));
-    api.apply(
-        json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "ClusterNetworkPolicy",
-               "metadata": {"name": "drop-intruders"},
-               "spec": {"priority": 5, "tier": "application",
-                        "appliedTo": [{"podSelector": {"matchLabels": {"app": "web"}}}],
-                        "ingress": [{"name": "intruders", "action": "Drop",
-                                     "from": [{"podSelector": {"matchLabels": {"app": "intruder"}}}]}]}}),
-    );
+    api.apply(drop_intruders());
     let kubeconfig = write_kubeconfig(&lab, &api.kubeconfig());
     let watch = kube_options(&lab, &kubeconfig, "node", &[]);
-    let controller_mode = kube_options(
-        &lab,
-        &kubeconfig,
-        "node",
-        &["--set", "kubernetes.peers=controller"],
-    );
+    let controller_mode = controller_mode(&lab, &api);
     let mut agent = lab.start_agent(watch.clone());
     agent.wait_generation(1);
     check(&lab, TcpOutcome::Connected, "intruder");
@@ -677,7 +694,7 @@ fn intruder_slices(lab: &Lab) -> (String, [Value; 2]) {
 
 /// A group published in more than one slice is enforced only once every
 /// slice its slice 0 lists is held. The server Pod drops TCP from
-/// `app: intruder` Pods and takes the rest (as in the mode switch above);
+/// `app: intruder` Pods and takes the rest ([`drop_intruders`]);
 /// the group of intruders is written here as a controller in the middle
 /// of a publication leaves it: slice 0 (100 members, none on the wire,
 /// listing slice 1) is in the API server, slice 1 (the intruder) not yet.
@@ -691,7 +708,7 @@ fn intruder_slices(lab: &Lab) -> (String, [Value; 2]) {
 ///
 /// Mutation (tried): the completeness check reading slice 0 alone (the
 /// listed slices not required in `Published::waiting`,
-/// `core/src/selection/index.rs`): the agent applies a ruleset whose
+/// `core/src/selection/index/published.rs`): the agent applies a ruleset whose
 /// group lacks the intruder, and the intruder connects while slice 1 is
 /// missing.
 #[test]
@@ -702,26 +719,11 @@ fn kubernetes_a_group_missing_a_listed_slice_is_waited_for_on_the_wire() {
     ) else {
         return;
     };
-    let api = FakeApi::serve(listener(&lab));
-    api.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod"}}));
-    api.apply(pod("web", "web", "node", ips(&lab, "server")));
-    api.apply(
-        json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "ClusterNetworkPolicy",
-               "metadata": {"name": "drop-intruders"},
-               "spec": {"priority": 5, "tier": "application",
-                        "appliedTo": [{"podSelector": {"matchLabels": {"app": "web"}}}],
-                        "ingress": [{"name": "intruders", "action": "Drop",
-                                     "from": [{"podSelector": {"matchLabels": {"app": "intruder"}}}]}]}}),
-    );
+    let api = api_with_web(&lab);
+    api.apply(drop_intruders());
     let (key, [slice0, slice1]) = intruder_slices(&lab);
     api.apply(slice0);
-    let kubeconfig = write_kubeconfig(&lab, &api.kubeconfig());
-    let options = kube_options(
-        &lab,
-        &kubeconfig,
-        "node",
-        &["--set", "kubernetes.peers=controller"],
-    );
+    let options = controller_mode(&lab, &api);
     let mut agent = lab.start_agent(options.clone());
 
     // Slice 0 received (and acted on: the agent waits, or, were it to read
@@ -779,9 +781,7 @@ fn kubernetes_controller_mode_warns_about_nothing_it_cannot_see() {
     ) else {
         return;
     };
-    let api = FakeApi::serve(listener(&lab));
-    api.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod"}}));
-    api.apply(pod("web", "web", "node", ips(&lab, "server")));
+    let api = api_with_web(&lab);
     api.apply(
         json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "ClusterNetworkPolicy",
                "metadata": {"name": "web-elsewhere"},
@@ -798,26 +798,14 @@ fn kubernetes_controller_mode_warns_about_nothing_it_cannot_see() {
                                        "namespaceSelector": {"matchLabels": {"enviroment": "prod"}}}],
                         "ingress": [{"name": "rest", "action": "Drop"}]}}),
     );
-    let kubeconfig = write_kubeconfig(&lab, &api.kubeconfig());
-    let options = kube_options(
-        &lab,
-        &kubeconfig,
-        "node",
-        &["--set", "kubernetes.peers=controller"],
-    );
-    let mut agent = lab.start_agent(options.clone());
+    let mut agent = lab.start_agent(controller_mode(&lab, &api));
     agent.wait_generation(1);
     // Neither policy applies here: everyone connects.
     for to in web(&lab) {
         lab.assert_tcp("client", to, TcpOutcome::Connected);
         lab.assert_tcp("stranger", to, TcpOutcome::Connected);
     }
-    let warnings: Vec<String> = agent
-        .log()
-        .lines()
-        .filter(|l| l.contains("policy warning:"))
-        .map(str::to_string)
-        .collect();
+    let warnings = agent.log_lines("policy warning:");
     assert_eq!(warnings.len(), 1, "{warnings:#?}");
     assert!(
         warnings[0].contains(

@@ -222,6 +222,15 @@ impl Agent {
         self.log().lines().filter(|l| l.contains(pattern)).count()
     }
 
+    /// The log's lines that contain `pattern`.
+    pub fn log_lines(&self, pattern: &str) -> Vec<String> {
+        self.log()
+            .lines()
+            .filter(|l| l.contains(pattern))
+            .map(str::to_string)
+            .collect()
+    }
+
     #[track_caller]
     fn wait_for_line(
         &mut self,
