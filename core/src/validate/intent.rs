@@ -165,7 +165,7 @@ fn intent_of(
     if !inventory {
         return warnings;
     }
-    let labels = InventoryLabels::new(snapshot, compiled);
+    let labels = InventoryLabels::new(snapshot, compiled, local);
     for site in sites {
         label_keys(&mut warnings, &labels, *site, local);
     }
@@ -226,7 +226,13 @@ struct InventoryLabels {
 }
 
 impl InventoryLabels {
-    fn new(snapshot: &Snapshot, compiled: &[(&LocalNode, &Ruleset)]) -> InventoryLabels {
+    /// With `local`, the label keys of Pods and Nodes, which are not
+    /// judged, are not collected.
+    fn new(
+        snapshot: &Snapshot,
+        compiled: &[(&LocalNode, &Ruleset)],
+        local: bool,
+    ) -> InventoryLabels {
         let mut labels = InventoryLabels {
             keys: HashMap::new(),
             counts: HashMap::new(),
@@ -236,8 +242,12 @@ impl InventoryLabels {
             let (selects, keys): (Selects, Vec<&String>) = match object {
                 Object::Pod(pod) => {
                     namespaces.insert(pod.namespace().to_string());
+                    if local {
+                        continue;
+                    }
                     (Selects::Pod, pod.metadata.labels.keys().collect())
                 }
+                Object::Node(_) if local => continue,
                 Object::Namespace(ns) => {
                     namespaces.insert(ns.metadata.name.clone());
                     (Selects::Namespace, ns.metadata.labels.keys().collect())
