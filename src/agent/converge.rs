@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 
 use crate::datapath::{
-    reconcile, transition, ApplyError, Backoff, Changes, Kernel, Recovered, Retry, State,
+    reconcile, reconcile_from, transition, ApplyError, Backoff, Changes, Kernel, Recovered, Retry,
+    State,
 };
 use crate::fqdn::FqdnPattern;
 use crate::ruleset::{Enforced, Ruleset};
@@ -180,6 +181,8 @@ impl Reconciler {
         changed: &mut bool,
         switched: &mut bool,
     ) -> Result<(), ApplyError> {
+        // What this attempt last wrote: the state the kernel is in.
+        let mut written = None;
         if let Some(installed) = &self.adopting {
             let current = self.in_force.load_full();
             let bridge = transition::bridge(
@@ -189,6 +192,7 @@ impl Reconciler {
             );
             *changed |= reconcile(kernel, &bridge)?;
             self.adopting = None;
+            written = Some(bridge);
         }
         if let Some(next) = self.pending.clone() {
             let current = self.in_force.load_full();
@@ -203,7 +207,11 @@ impl Reconciler {
                 (current.enforced(), current.fqdn_patterns()),
                 (next.enforced(), next.fqdn_patterns()),
             );
-            *changed |= reconcile(kernel, &bridge)?;
+            *changed |= match &written {
+                Some(installed) => reconcile_from(kernel, installed, &bridge)?,
+                None => reconcile(kernel, &bridge)?,
+            };
+            written = Some(bridge);
             self.in_force.store(Arc::clone(&next));
             self.pending = None;
             self.generation += 1;
@@ -211,7 +219,11 @@ impl Reconciler {
             handover.switched(&next);
         }
         let ruleset = self.in_force.load();
-        *changed |= reconcile(kernel, &plan(ruleset.enforced(), ruleset.fqdn_patterns()))?;
+        let desired = plan(ruleset.enforced(), ruleset.fqdn_patterns());
+        *changed |= match &written {
+            Some(installed) => reconcile_from(kernel, installed, &desired)?,
+            None => reconcile(kernel, &desired)?,
+        };
         Ok(())
     }
 }

@@ -23,6 +23,8 @@ pub struct FakeKernel {
     /// The write (an index into `writes`) that fails, leaving the state
     /// as it was; `None`: every write succeeds.
     pub fail_at: Option<usize>,
+    /// How many times the installed state was read.
+    pub reads: std::cell::Cell<usize>,
 }
 
 impl FakeKernel {
@@ -32,12 +34,14 @@ impl FakeKernel {
             state,
             writes: Vec::new(),
             fail_at: Some(n),
+            reads: Default::default(),
         }
     }
 }
 
 impl Kernel for FakeKernel {
     fn installed(&self) -> Result<State, DatapathError> {
+        self.reads.set(self.reads.get() + 1);
         Ok(self.state.clone())
     }
 

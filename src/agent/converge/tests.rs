@@ -165,7 +165,11 @@ fn a_change_widens_switches_then_narrows() {
     let config = config();
     let (mut reconciler, mut kernel) = a_installed_b_offered(&config);
     let mut handover = Recorder::default();
+    let reads = kernel.reads.get();
     let done = reconciler.converge(&mut kernel, plan(&config), &mut handover, Instant::now());
+    // The kernel is read once, before the widening write; the narrowing
+    // write starts from what the widening one wrote.
+    assert_eq!(kernel.reads.get() - reads, 1);
     assert!(done.changed && done.switched && done.realized && !done.pending);
     assert!(done.failed.is_none());
     assert_eq!((done.generation, reconciler.generation()), (2, 2));
@@ -177,9 +181,12 @@ fn a_change_widens_switches_then_narrows() {
     let b = b();
     let target = plan(&config)(b.enforced(), b.fqdn_patterns());
     assert!(Changes::between(&target, &kernel.state).is_empty());
-    // Idempotent: nothing more to write, nothing new to announce.
+    // Idempotent: nothing more to write, nothing new to announce (and the
+    // kernel read again: drift is seen).
+    let reads = kernel.reads.get();
     let again = reconciler.converge(&mut kernel, plan(&config), &mut handover, Instant::now());
     assert!(!again.changed && !again.switched && !again.realized);
+    assert_eq!(kernel.reads.get() - reads, 1);
 }
 
 /// The agent-level form of the transition proof: whichever write of a
