@@ -10,13 +10,14 @@
 //!   peer selector or `appliedTo`: the selector selects nothing), with the
 //!   nearest key that does exist;
 //! - a policy whose `appliedTo` selects no endpoint of the inventory;
-//!
-//! (the last two only about what the snapshot holds whole: with
-//! [`Inventory::Local`] no Pod or Node label key is judged, nor where a
-//! policy applies);
 //! - rules of two policies at the same Tier, priority and rule index that
 //!   apply to the same endpoints with different actions and can match the
 //!   same traffic ([`Ruleset::ties`]): Antrea leaves their order undefined.
+//!
+//! Label keys and where a policy applies are judged only against what the
+//! snapshot holds whole: with [`Inventory::Local`] (the local Node and its
+//! Pods only) no Pod or Node label key is judged, nor where a policy
+//! applies.
 //!
 //! Pure: the snapshot and the rulesets compiled from it in, [`Problem`]s
 //! out; it never compiles a ruleset of its own nor refuses anything.
