@@ -27,7 +27,7 @@ use tollgate::fqdn::NoFqdn;
 use tollgate::model::LabelSelector;
 use tollgate::packet::flow::{Flow, Transport, Verdict};
 use tollgate::ruleset::Ruleset;
-use tollgate::selection::group::{self, canonical, key, slice_name};
+use tollgate::selection::group::{self, canonical, key, slice_name, AddressGroupSpec, GroupMember};
 use tollgate::selection::{NamespaceScope, Selection};
 use tollgate::source::kube::{Connection, KubeCounters, KubeSource, Latest, PeerGroups};
 use tollgate::telemetry::Metrics;
@@ -69,10 +69,19 @@ fn db() -> Selection {
 /// An AddressGroup slice as the controller publishes it.
 fn slice(selection: &Selection, number: u32, ips: &[&str]) -> Value {
     let k = key(selection);
-    let members: Vec<Value> = ips.iter().map(|ip| json!({"ips": [ip]})).collect();
-    json!({"apiVersion": group::API_VERSION, "kind": group::KIND,
-           "metadata": {"name": slice_name(&k, number), "labels": {group::SELECTION_LABEL: k}},
-           "spec": {"selection": canonical(selection), "slice": number, "members": members}})
+    let spec = AddressGroupSpec {
+        selection: canonical(selection),
+        slice: number,
+        slices: Vec::new(),
+        members: ips
+            .iter()
+            .map(|ip| GroupMember {
+                ips: vec![ip.parse().expect("an address")],
+                named_ports: Vec::new(),
+            })
+            .collect(),
+    };
+    group::object(&slice_name(&k, number), &k, &spec)
 }
 
 fn local() -> LocalNode {

@@ -527,13 +527,8 @@ impl Loop {
 async fn make(api: &Api<DynamicObject>, write: &Write) -> Result<(), kube::Error> {
     match write {
         Write::Create { name, key, spec } => {
-            let object = serde_json::from_value(json!({
-                "apiVersion": group::API_VERSION,
-                "kind": group::KIND,
-                "metadata": {"name": name, "labels": {group::SELECTION_LABEL: key}},
-                "spec": spec,
-            }))
-            .map_err(kube::Error::SerdeError)?;
+            let object = serde_json::from_value(group::object(name, key, spec))
+                .map_err(kube::Error::SerdeError)?;
             api.create(&PostParams::default(), &object)
                 .await
                 .map(|_| ())

@@ -30,9 +30,7 @@ fn slice(members: usize) -> Value {
         slices: vec![1, 2],
         members: vec![member; members],
     };
-    json!({"apiVersion": group::API_VERSION, "kind": group::KIND,
-           "metadata": {"name": "k-0", "labels": {group::SELECTION_LABEL: "k"}},
-           "spec": spec})
+    group::object("k-0", "k", &spec)
 }
 
 /// Mutation: `maxItems: 100` removed from the schema lets the slice of

@@ -542,7 +542,9 @@ fn allow_only_clients() -> Value {
 /// controller` publishes it (`core/src/selection/group.rs`).
 fn client_group(ips: &[IpAddr]) -> Value {
     use tollgate::model::LabelSelector;
-    use tollgate::selection::group::{self, canonical, key, slice_name};
+    use tollgate::selection::group::{
+        self, canonical, key, slice_name, AddressGroupSpec, GroupMember,
+    };
     use tollgate::selection::{NamespaceScope, Selection};
     let selection = Selection::Pods {
         namespaces: NamespaceScope::All,
@@ -552,14 +554,20 @@ fn client_group(ips: &[IpAddr]) -> Value {
         }),
     };
     let k = key(&selection);
-    let members: Vec<Value> = if ips.is_empty() {
-        Vec::new()
-    } else {
-        vec![json!({"ips": ips})]
+    let members = match ips.is_empty() {
+        true => Vec::new(),
+        false => vec![GroupMember {
+            ips: ips.to_vec(),
+            named_ports: Vec::new(),
+        }],
     };
-    json!({"apiVersion": group::API_VERSION, "kind": group::KIND,
-           "metadata": {"name": slice_name(&k, 0), "labels": {group::SELECTION_LABEL: k}},
-           "spec": {"selection": canonical(&selection), "slice": 0, "members": members}})
+    let spec = AddressGroupSpec {
+        selection: canonical(&selection),
+        slice: 0,
+        slices: Vec::new(),
+        members,
+    };
+    group::object(&slice_name(&k, 0), &k, &spec)
 }
 
 const PEERS_METRICS: &str = "127.0.0.1:9533";

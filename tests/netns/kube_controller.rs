@@ -674,10 +674,7 @@ fn intruder_slices(lab: &Lab) -> (String, [Value; 2]) {
             slices,
             members,
         };
-        json!({"apiVersion": group::API_VERSION, "kind": group::KIND,
-               "metadata": {"name": group::slice_name(&key, number),
-                            "labels": {group::SELECTION_LABEL: key}},
-               "spec": spec})
+        group::object(&group::slice_name(&key, number), &key, &spec)
     };
     let intruder = GroupMember {
         ips: ips(lab, "intruder").to_vec(),

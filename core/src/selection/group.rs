@@ -78,6 +78,18 @@ pub fn slice_name(key: &str, slice: u32) -> String {
     format!("{key}-{slice}")
 }
 
+/// Slice `name` ([`slice_name`]) of the selection keyed `key` as the
+/// API server holds it: an AddressGroup object labelled with the key,
+/// `spec` its members. What the controller creates.
+pub fn object(name: &str, key: &str, spec: &AddressGroupSpec) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": name, "labels": {SELECTION_LABEL: key}},
+        "spec": spec,
+    })
+}
+
 /// The slices an agent holds, by object name ([`slice_name`]). Each is
 /// shared: a copy of the map (the compiler keeps the one it last built
 /// from while the watch writes the next) copies pointers, not members.
