@@ -207,10 +207,7 @@ impl Reconciler {
                 (current.enforced(), current.fqdn_patterns()),
                 (next.enforced(), next.fqdn_patterns()),
             );
-            *changed |= match &written {
-                Some(installed) => reconcile_from(kernel, installed, &bridge)?,
-                None => reconcile(kernel, &bridge)?,
-            };
+            *changed |= reconcile_after(kernel, written.as_ref(), &bridge)?;
             written = Some(bridge);
             self.in_force.store(Arc::clone(&next));
             self.pending = None;
@@ -220,11 +217,21 @@ impl Reconciler {
         }
         let ruleset = self.in_force.load();
         let desired = plan(ruleset.enforced(), ruleset.fqdn_patterns());
-        *changed |= match &written {
-            Some(installed) => reconcile_from(kernel, installed, &desired)?,
-            None => reconcile(kernel, &desired)?,
-        };
+        *changed |= reconcile_after(kernel, written.as_ref(), &desired)?;
         Ok(())
+    }
+}
+
+/// Reconciles to `desired` from `written`, the state this attempt's last
+/// write brought, or from a read of the kernel when it wrote nothing yet.
+fn reconcile_after(
+    kernel: &mut impl Kernel,
+    written: Option<&State>,
+    desired: &State,
+) -> Result<bool, ApplyError> {
+    match written {
+        Some(installed) => reconcile_from(kernel, installed, desired),
+        None => reconcile(kernel, desired),
     }
 }
 

@@ -219,7 +219,7 @@ impl Agent {
 
     /// Number of log lines containing `pattern`.
     pub fn count_log(&self, pattern: &str) -> usize {
-        self.log().lines().filter(|l| l.contains(pattern)).count()
+        self.log_lines(pattern).len()
     }
 
     /// The log's lines that contain `pattern`.
