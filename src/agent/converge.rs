@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 
 use crate::datapath::{
-    reconcile, reconcile_from, transition, ApplyError, Backoff, Changes, Kernel, Recovered, Retry,
-    State,
+    reconcile_from, transition, ApplyError, Backoff, Changes, Kernel, Recovered, Retry, State,
 };
 use crate::fqdn::FqdnPattern;
 use crate::ruleset::{Enforced, Ruleset};
@@ -39,6 +38,12 @@ pub struct Reconciler {
     generation: u64,
     /// Last generation the kernel was seen to match in full.
     realized: u64,
+    /// The owned kernel state as this agent last wrote it, or read it when
+    /// a drift check found it changed: what the next attempt diffs from
+    /// without reading the kernel (every table and set, one `*-save`
+    /// process each). `None` until the first attempt succeeds and after a
+    /// failed one, whose retry reads.
+    known: Option<State>,
     retry: Retry,
 }
 
@@ -72,6 +77,7 @@ impl Reconciler {
             adopting: None,
             generation: 1,
             realized: 0,
+            known: None,
             retry: Retry::new(backoff),
         }
     }
@@ -93,6 +99,7 @@ impl Reconciler {
             adopting: Some(installed),
             generation: 1,
             realized: 0,
+            known: None,
             retry: Retry::new(backoff),
         }
     }
@@ -114,10 +121,13 @@ impl Reconciler {
 
     /// What the kernel lacks or holds beyond the state of the ruleset in
     /// force, once that state was realized and nothing waits (otherwise
-    /// the next attempt writes anyway): empty when it matches. The
-    /// attempt that repairs it is [`Reconciler::converge`].
+    /// the next attempt writes anyway): empty when it matches. While
+    /// attempts succeed this is the only read of the kernel, so the only
+    /// one that sees a change made by anyone else; the attempt that
+    /// repairs it is [`Reconciler::converge`], which diffs from the state
+    /// read here.
     pub fn drift(
-        &self,
+        &mut self,
         kernel: &impl Kernel,
         plan: impl Fn(&Enforced, &[FqdnPattern]) -> State,
     ) -> Result<Changes, ApplyError> {
@@ -126,10 +136,14 @@ impl Reconciler {
         }
         let installed = kernel.installed().map_err(ApplyError::Read)?;
         let ruleset = self.in_force.load();
-        Ok(Changes::between(
+        let drift = Changes::between(
             &plan(ruleset.enforced(), ruleset.fqdn_patterns()),
             &installed,
-        ))
+        );
+        if !drift.is_empty() {
+            self.known = Some(installed);
+        }
+        Ok(drift)
     }
 
     /// How long until a failed attempt is due again; `None` while the
@@ -140,9 +154,10 @@ impl Reconciler {
 
     /// Brings the kernel and the ruleset in force to the desired state: a
     /// pending ruleset is put in force once the bridge to it is installed,
-    /// then the kernel is narrowed to the ruleset in force. Every attempt
-    /// starts from the installed state, so it is also the retry. `plan` is
-    /// the desired kernel state of a ruleset's needs.
+    /// then the kernel is narrowed to the ruleset in force. An attempt
+    /// starts from the state the last one left (read from the kernel when
+    /// that one failed or none succeeded yet), so it is also the retry.
+    /// `plan` is the desired kernel state of a ruleset's needs.
     pub fn converge(
         &mut self,
         kernel: &mut impl Kernel,
@@ -155,7 +170,8 @@ impl Reconciler {
         let result = self.attempt(kernel, &plan, handover, &mut changed, &mut switched);
         let (mut realized, mut recovered, mut failed) = (false, None, None);
         match result {
-            Ok(()) => {
+            Ok(written) => {
+                self.known = Some(written);
                 recovered = self.retry.succeeded();
                 realized = self.realized != self.generation;
                 self.realized = self.generation;
@@ -180,9 +196,10 @@ impl Reconciler {
         handover: &mut impl Handover,
         changed: &mut bool,
         switched: &mut bool,
-    ) -> Result<(), ApplyError> {
-        // What this attempt last wrote: the state the kernel is in.
-        let mut written = None;
+    ) -> Result<State, ApplyError> {
+        // The state the kernel is in: what the last attempt or this one
+        // wrote (`None`, read first, after a failure).
+        let mut written = self.known.take();
         if let Some(installed) = &self.adopting {
             let current = self.in_force.load_full();
             let bridge = transition::bridge(
@@ -190,9 +207,10 @@ impl Reconciler {
                 (installed, &[]),
                 (current.enforced(), current.fqdn_patterns()),
             );
-            *changed |= reconcile(kernel, &bridge)?;
+            let done = reconcile_from(kernel, written, bridge)?;
+            *changed |= done.changed;
+            written = Some(done.state);
             self.adopting = None;
-            written = Some(bridge);
         }
         if let Some(next) = self.pending.clone() {
             let current = self.in_force.load_full();
@@ -207,8 +225,9 @@ impl Reconciler {
                 (current.enforced(), current.fqdn_patterns()),
                 (next.enforced(), next.fqdn_patterns()),
             );
-            *changed |= reconcile_after(kernel, written.as_ref(), &bridge)?;
-            written = Some(bridge);
+            let done = reconcile_from(kernel, written, bridge)?;
+            *changed |= done.changed;
+            written = Some(done.state);
             self.in_force.store(Arc::clone(&next));
             self.pending = None;
             self.generation += 1;
@@ -217,21 +236,9 @@ impl Reconciler {
         }
         let ruleset = self.in_force.load();
         let desired = plan(ruleset.enforced(), ruleset.fqdn_patterns());
-        *changed |= reconcile_after(kernel, written.as_ref(), &desired)?;
-        Ok(())
-    }
-}
-
-/// Reconciles to `desired` from `written`, the state this attempt's last
-/// write brought, or from a read of the kernel when it wrote nothing yet.
-fn reconcile_after(
-    kernel: &mut impl Kernel,
-    written: Option<&State>,
-    desired: &State,
-) -> Result<bool, ApplyError> {
-    match written {
-        Some(installed) => reconcile_from(kernel, installed, desired),
-        None => reconcile(kernel, desired),
+        let done = reconcile_from(kernel, written, desired)?;
+        *changed |= done.changed;
+        Ok(done.state)
     }
 }
 

@@ -44,8 +44,8 @@ pub struct DatapathConfig {
     #[arg(long = "startup-policy", value_name = "closed|open")]
     pub startup_policy: StartupPolicy,
     /// Seconds between checks that the kernel still holds the state of the
-    /// ruleset in force (repaired when not); 0 turns the check off
-    /// (default 10).
+    /// ruleset in force (repaired when not); 0 turns the check off, and
+    /// then nothing repairs what someone else changes (default 10).
     #[arg(long = "drift-check-seconds", value_name = "SECS")]
     pub drift_check_seconds: u64,
     /// Remove everything tollgate owns in the kernel when the agent stops

@@ -47,14 +47,7 @@ impl TableChanges {
     }
 
     fn between(desired: &Table, installed: &Table) -> TableChanges {
-        // A rule in DOCKER-USER means the chain exists, whatever else says.
-        let docker_user =
-            installed.docker_user || installed.jumps.iter().any(|(c, _)| c == DOCKER_USER);
-        let wanted: Vec<&(String, String)> = desired
-            .jumps
-            .iter()
-            .filter(|(chain, _)| chain != DOCKER_USER || docker_user)
-            .collect();
+        let wanted: Vec<&(String, String)> = wanted_jumps(desired, installed).collect();
         let write = desired
             .chains
             .iter()
@@ -202,6 +195,54 @@ pub struct Changes {
     pub bridge: TableChanges,
     /// Owned sets to destroy.
     pub destroy_sets: Vec<String>,
+}
+
+/// Whether `installed` has the `DOCKER-USER` chain: a rule in it means
+/// the chain exists, whatever else says.
+fn has_docker_user(installed: &Table) -> bool {
+    installed.docker_user || installed.jumps.iter().any(|(c, _)| c == DOCKER_USER)
+}
+
+/// The jumps of `desired` that go into a chain `installed` has: all but
+/// those into `DOCKER-USER` where that chain does not exist.
+fn wanted_jumps<'a>(
+    desired: &'a Table,
+    installed: &Table,
+) -> impl Iterator<Item = &'a (String, String)> {
+    let docker_user = has_docker_user(installed);
+    desired
+        .jumps
+        .iter()
+        .filter(move |(chain, _)| chain != DOCKER_USER || docker_user)
+}
+
+/// The owned state the kernel holds once the changes from `installed` to
+/// `desired` are written: `desired`, with each table's jumps only where
+/// their chain exists, each once and none buried. The entries of learned
+/// sets are not known (reconcile never touches them). What the next
+/// reconcile diffs from without reading the kernel.
+pub fn written(mut desired: State, installed: &State) -> State {
+    let tables = [
+        (&mut desired.v4, &installed.v4),
+        (&mut desired.v6, &installed.v6),
+        (&mut desired.raw_v4, &installed.raw_v4),
+        (&mut desired.raw_v6, &installed.raw_v6),
+        (&mut desired.mangle_v4, &installed.mangle_v4),
+        (&mut desired.mangle_v6, &installed.mangle_v6),
+        (&mut desired.bridge, &installed.bridge),
+    ];
+    for (table, installed) in tables {
+        let mut jumps: Vec<(String, String)> = Vec::new();
+        for jump in wanted_jumps(table, installed) {
+            if !jumps.contains(jump) {
+                jumps.push(jump.clone());
+            }
+        }
+        table.jumps = jumps;
+        table.docker_user = has_docker_user(installed);
+        table.buried.clear();
+    }
+    desired
 }
 
 impl Changes {

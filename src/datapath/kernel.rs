@@ -31,28 +31,43 @@ pub trait Kernel {
 /// simply called again.
 pub fn reconcile(kernel: &mut impl Kernel, desired: &State) -> Result<bool, ApplyError> {
     let installed = kernel.installed().map_err(ApplyError::Read)?;
-    reconcile_from(kernel, &installed, desired)
+    let changes = Changes::between(desired, &installed);
+    write_all(kernel, &changes)?;
+    Ok(!changes.is_empty())
 }
 
-/// [`reconcile`] from `installed` without reading it: for the write that
-/// follows one this agent has just made (`installed` is the state that
-/// write brought). Reading the kernel again (every table and set, each
-/// by a `*-save` process) was half the cost of switching rulesets.
-/// Reconcile never touches the members of learned sets, so what the
-/// workers add meanwhile does not make `installed` stale; a change made by
-/// anyone else in between is the drift the next reconcile that reads
-/// repairs, as after any write.
+/// What a [`reconcile_from`] did.
+#[derive(Debug)]
+pub struct Reconciled {
+    /// Whether anything was written.
+    pub changed: bool,
+    /// The owned state the kernel holds now ([`super::diff::written`]).
+    pub state: State,
+}
+
+/// [`reconcile`] from `installed`, the state this agent's last write left
+/// (read from the kernel when `None`), and returns the state this one
+/// leaves, for the next. Reading the kernel (every table and set, each by
+/// a `*-save` process) was most of the cost of a small change. Reconcile
+/// never touches the members of learned sets, so what the workers add
+/// meanwhile does not make `installed` stale; a change made by anyone
+/// else is drift, which only a read sees (the agent's drift check, and
+/// the retry of a failed write, which starts from `None`).
 pub fn reconcile_from(
     kernel: &mut impl Kernel,
-    installed: &State,
-    desired: &State,
-) -> Result<bool, ApplyError> {
-    let changes = Changes::between(desired, installed);
-    if changes.is_empty() {
-        return Ok(false);
-    }
+    installed: Option<State>,
+    desired: State,
+) -> Result<Reconciled, ApplyError> {
+    let installed = match installed {
+        Some(state) => state,
+        None => kernel.installed().map_err(ApplyError::Read)?,
+    };
+    let changes = Changes::between(&desired, &installed);
     write_all(kernel, &changes)?;
-    Ok(true)
+    Ok(Reconciled {
+        changed: !changes.is_empty(),
+        state: super::diff::written(desired, &installed),
+    })
 }
 
 /// Removes every chain, jump and set tollgate owns, the learned (FQDN)

@@ -142,6 +142,45 @@ fn docker_user_jump_only_where_docker_made_the_chain() {
     );
 }
 
+/// What the next reconcile diffs from without reading the kernel is what
+/// a read after the write would find: no jump into a `DOCKER-USER` that
+/// does not exist, none buried, and nothing left to write.
+#[test]
+fn the_state_written_is_what_a_read_would_find() {
+    let desired = State {
+        v4: forward_plan(),
+        ..State::default()
+    };
+    let without_forward = State::default();
+    let plain = State {
+        v4: Table::parse("*filter\n:FORWARD ACCEPT [0:0]\nCOMMIT\n"),
+        ..State::default()
+    };
+    let after = written(desired.clone(), &plain);
+    assert_eq!(after.v4.jumps, vec![forward_plan().jumps[0].clone()]);
+    assert!(!after.v4.docker_user);
+    assert!(Changes::between(&desired, &after).is_empty());
+    assert_eq!(
+        Changes::between(&without_forward, &after)
+            .v4
+            .restore_text()
+            .unwrap(),
+        "*filter\n:TOLLGATE-FORWARD - [0:0]\n-D FORWARD -j TOLLGATE-FORWARD\n\
+             -X TOLLGATE-FORWARD\nCOMMIT\n",
+        "no delete of a jump never written into a chain that does not exist"
+    );
+    // Docker's chain exists, and tollgate's jump was buried under it.
+    let docker = State {
+        v4: Table::parse(DOCKER_RESTARTED),
+        ..State::default()
+    };
+    assert!(!docker.v4.buried.is_empty());
+    let after = written(desired.clone(), &docker);
+    assert_eq!(after.v4.jumps, forward_plan().jumps);
+    assert!(after.v4.docker_user && after.v4.buried.is_empty());
+    assert!(Changes::between(&desired, &after).is_empty());
+}
+
 #[test]
 fn jump_buried_under_dockers_goes_back_to_the_top_in_one_batch() {
     let installed = Table::parse(DOCKER_RESTARTED);
