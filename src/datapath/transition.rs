@@ -200,6 +200,10 @@ pub fn bridge(
 /// verdict of the current ruleset outlives the switch; the next one's sets
 /// are created when the kernel narrows to it. A bridge needs no set
 /// written for the cache, so a failing `ipset` delays only what needs it.
+/// (A bridge naming the next generation's sets would spare the narrowing
+/// its `iptables-restore` per family, but a change that needs no set,
+/// such as closing a port, would then wait for a failing `ipset`:
+/// `faults::failing_ipset_keeps_previous_membership` fails.)
 fn bridged_cache(from: Option<VerdictCache>, to: Option<VerdictCache>) -> Option<VerdictCache> {
     match (from, to) {
         (Some(from), Some(to)) if from.generation == to.generation => Some(to),

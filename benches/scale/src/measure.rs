@@ -126,12 +126,17 @@ pub fn run(args: &Args) -> Result<(), String> {
     step("the real agents applied their first ruleset", at);
     // Idle baseline: no churn (the agents' timers, the Lease reads).
     let idle = Duration::from_secs(5);
-    let cpu0: Vec<f64> = real.iter().map(RealAgent::cpu_seconds).collect();
+    let cpu0: Vec<(f64, f64)> = real.iter().map(RealAgent::cpu_split).collect();
     std::thread::sleep(idle);
-    let idle_rate: Vec<f64> = real
+    // Per second: the agent's own, its child processes'.
+    let idle_rate: Vec<(f64, f64)> = real
         .iter()
         .zip(&cpu0)
-        .map(|(a, c)| (a.cpu_seconds() - c) / idle.as_secs_f64())
+        .map(|(a, c)| {
+            let now = a.cpu_split();
+            let per_second = |cpu: f64| cpu / idle.as_secs_f64();
+            (per_second(now.0 - c.0), per_second(now.1 - c.1))
+        })
         .collect();
 
     let received_before: Vec<(u64, u64)> = agents.agents.iter().map(|a| a.received()).collect();
@@ -146,19 +151,31 @@ pub fn run(args: &Args) -> Result<(), String> {
     let side = std::sync::Arc::clone(&agents.side);
     // First half: the real agents' CPU per ruleset applied.
     let half = args.churn / 2;
-    let real_cpu0: Vec<f64> = real.iter().map(RealAgent::cpu_seconds).collect();
+    let real_cpu0: Vec<(f64, f64)> = real.iter().map(RealAgent::cpu_split).collect();
     let applied0: Vec<usize> = real.iter().map(RealAgent::applied).collect();
     let mut counts = world.churn(&api, &side.tags, args.rates, half, || {
         agents.refresh(&api);
     });
-    let cpu_per_change: Vec<(f64, usize)> = real
+    // Milliseconds per ruleset applied: (the agent's own and its child
+    // processes', applied).
+    let cpu_per_change: Vec<((f64, f64), usize)> = real
         .iter()
         .enumerate()
         .map(|(i, a)| {
             let applied = a.applied() - applied0[i];
-            let cpu = a.cpu_seconds() - real_cpu0[i] - idle_rate[i] * half.as_secs_f64();
-            // The baseline is an estimate: a short phase can read below it.
-            (1e3 * cpu.max(0.0) / applied.max(1) as f64, applied)
+            let now = a.cpu_split();
+            let per_change = |now: f64, before: f64, idle: f64| {
+                let cpu = now - before - idle * half.as_secs_f64();
+                // The baseline is an estimate: a short phase can read below it.
+                1e3 * cpu.max(0.0) / applied.max(1) as f64
+            };
+            (
+                (
+                    per_change(now.0, real_cpu0[i].0, idle_rate[i].0),
+                    per_change(now.1, real_cpu0[i].1, idle_rate[i].1),
+                ),
+                applied,
+            )
         })
         .collect();
     // Second half: probes, one at a time, during the churn.
@@ -260,14 +277,16 @@ pub fn run(args: &Args) -> Result<(), String> {
                 .collect(),
         );
         println!(
-            "real agent {} (node-{}): RSS {:.1} MiB after the churn; CPU {:.2} ms per ruleset applied ({} applied in the first {:.0} s of churn, idle baseline {:.1} % subtracted{}); probes applied: {}, p50 {:.0} ms, p99 {:.0} ms",
+            "real agent {} (node-{}): RSS {:.1} MiB after the churn; CPU {:.2} ms per ruleset applied (the agent {:.2}, its iptables/ipset processes {:.2}; {} applied in the first {:.0} s of churn, idle baseline {:.1} % subtracted{}); probes applied: {}, p50 {:.0} ms, p99 {:.0} ms",
             agent.name,
             if i == 0 { wide } else { local },
             real_rss[i],
-            cpu_per_change[i].0,
+            cpu_per_change[i].0 .0 + cpu_per_change[i].0 .1,
+            cpu_per_change[i].0 .0,
+            cpu_per_change[i].0 .1,
             cpu_per_change[i].1,
             half.as_secs_f64(),
-            100.0 * idle_rate[i],
+            100.0 * (idle_rate[i].0 + idle_rate[i].1),
             if cpu_per_change[i].1 == 0 {
                 "; none applied: not in the summary"
             } else {
@@ -296,7 +315,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         cpu_per_change
             .iter()
             .filter(|c| c.1 > 0)
-            .map(|c| c.0)
+            .map(|c| c.0 .0 + c.0 .1)
             .fold(0.0, f64::max),
     );
     Ok(())

@@ -24,9 +24,15 @@ pub fn rss_mib(pid: u32) -> f64 {
 }
 
 /// utime + stime of `pid` and of the children it waited for (an agent's
-/// `iptables-save`/`-restore` and `ipset` processes), in seconds (clock
-/// ticks of 1/100 s, Linux's USER_HZ).
+/// `iptables-save`/`-restore` and `ipset` processes), in seconds.
 pub fn cpu_seconds(pid: u32) -> f64 {
+    let (own, children) = cpu_split(pid);
+    own + children
+}
+
+/// utime + stime of `pid`, and of the children it waited for, in seconds
+/// (clock ticks of 1/100 s, Linux's USER_HZ).
+pub fn cpu_split(pid: u32) -> (f64, f64) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the command name (which may hold spaces): state is the
     // first, utime the 12th, stime the 13th, cutime and cstime the next.
@@ -38,5 +44,8 @@ pub fn cpu_seconds(pid: u32) -> f64 {
             .and_then(|f| f.parse::<f64>().ok())
             .unwrap_or(0.0)
     };
-    (ticks(11) + ticks(12) + ticks(13) + ticks(14)) / 100.0
+    (
+        (ticks(11) + ticks(12)) / 100.0,
+        (ticks(13) + ticks(14)) / 100.0,
+    )
 }

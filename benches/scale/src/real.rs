@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 use tollgate_fake_api::{kubeconfig_at, FakeApi};
 
 use crate::cluster::{self, Size};
-use crate::process::{cpu_seconds, rss_mib, Process};
+use crate::process::{cpu_split, rss_mib, Process};
 
 /// The Namespace of the local agent's probe Pods and policy (not one the
 /// churn edits); the wide agent's target is in Namespace 0, an edge one.
@@ -180,8 +180,9 @@ impl RealAgent {
         rss_mib(self.pid())
     }
 
-    pub fn cpu_seconds(&self) -> f64 {
-        cpu_seconds(self.pid())
+    /// The agent's CPU seconds, and its child processes'.
+    pub fn cpu_split(&self) -> (f64, f64) {
+        cpu_split(self.pid())
     }
 }
 
