@@ -53,7 +53,7 @@ pub fn listen(events: Sender<Event>) -> Result<(), std::io::Error> {
 /// After a policy change, waits until the sources have been quiet for a
 /// while ([`Debounce`]); a shutdown or SIGHUP meanwhile wins.
 pub fn settle(inbox: &Receiver<Event>) -> Event {
-    let mut debounce = Debounce::default();
+    let mut debounce = Debounce::STEPS;
     debounce.changed(Instant::now());
     loop {
         let now = Instant::now();

@@ -34,20 +34,41 @@ pub trait Source {
     fn latest(&mut self) -> Result<Option<Arc<Snapshot>>, Vec<Problem>>;
 }
 
-/// When a burst of changes is acted on: [`DEBOUNCE`] after the last
-/// change, and at most [`DEBOUNCE_MAX`] after the first. Pure: the time is
+/// When a burst of changes is acted on: a quiet time after the last
+/// change, and at most a longer time after the first. Pure: the time is
 /// passed in.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Debounce {
+    quiet: Duration,
+    max: Duration,
     /// (quiet deadline, hard deadline) while changes are pending.
     pending: Option<(Instant, Instant)>,
 }
 
 impl Debounce {
+    /// Changes that come in steps: files (an editor or `kubectl cp`
+    /// writes one in several) and the Docker Engine's events (a container
+    /// starts in several): [`DEBOUNCE`], at most [`DEBOUNCE_MAX`].
+    pub const STEPS: Debounce = Debounce {
+        quiet: DEBOUNCE,
+        max: DEBOUNCE_MAX,
+        pending: None,
+    };
+
+    /// Whole objects: the Kubernetes API server's watch events, 100 ms, at
+    /// most 1 s. The quiet time only gathers a burst (one `kubectl apply`
+    /// of many objects, a rollout) into one reload; it was most of the
+    /// time from a policy edit to its enforcement.
+    pub const OBJECTS: Debounce = Debounce {
+        quiet: Duration::from_millis(100),
+        max: Duration::from_secs(1),
+        pending: None,
+    };
+
     /// Something changed at `now`.
     pub fn changed(&mut self, now: Instant) {
-        let hard = self.pending.map_or(now + DEBOUNCE_MAX, |(_, hard)| hard);
-        self.pending = Some((now + DEBOUNCE, hard));
+        let hard = self.pending.map_or(now + self.max, |(_, hard)| hard);
+        self.pending = Some((now + self.quiet, hard));
     }
 
     /// When the pending changes are due; `None` when nothing is pending.
@@ -63,6 +84,11 @@ impl Debounce {
             self.pending = None;
         }
         due
+    }
+
+    /// Forgets whatever is pending.
+    pub fn clear(&mut self) {
+        self.pending = None;
     }
 }
 
@@ -127,7 +153,7 @@ mod tests {
     fn debounce_waits_for_quiet_but_not_forever() {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
-        let mut debounce = Debounce::default();
+        let mut debounce = Debounce::STEPS;
         assert_eq!(debounce.due(), None);
         assert!(!debounce.take(t0));
         debounce.changed(t0);
@@ -142,6 +168,22 @@ mod tests {
         assert_eq!(debounce.due(), Some(t0 + DEBOUNCE_MAX));
         assert!(debounce.take(t0 + DEBOUNCE_MAX));
         assert_eq!(debounce.due(), None, "taken");
+    }
+
+    #[test]
+    fn the_api_servers_events_wait_100_ms_of_quiet_and_1_s_at_most() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut debounce = Debounce::OBJECTS;
+        debounce.changed(t0);
+        assert_eq!(debounce.due(), Some(t0 + ms(100)));
+        // A change every 50 ms is acted on after 1 s.
+        for step in 1..40 {
+            debounce.changed(t0 + ms(50) * step);
+        }
+        assert_eq!(debounce.due(), Some(t0 + ms(1000)));
+        debounce.clear();
+        assert_eq!(debounce.due(), None);
     }
 
     #[test]

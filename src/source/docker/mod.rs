@@ -626,7 +626,7 @@ impl Follower {
             filters: Some(filters),
             ..Default::default()
         }));
-        let mut debounce = Debounce::default();
+        let mut debounce = Debounce::STEPS;
         // The first listing of each connection happens at once: events
         // may have been missed while it was down.
         let mut resync_at = Instant::now();
@@ -636,7 +636,7 @@ impl Follower {
             tokio::select! {
                 _ = &mut *stopped => return Ended::Stopped,
                 _ = tokio::time::sleep_until(due.into()) => {
-                    debounce = Debounce::default();
+                    debounce.clear();
                     resync_at = Instant::now() + RESYNC;
                     let listing = match list(&client, &self.labels).await {
                         Ok(listing) => listing,

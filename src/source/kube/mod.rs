@@ -608,7 +608,7 @@ async fn watch_all(
     }
     let mut reported: HashSet<String> = HashSet::new();
     // When the pending changes are published.
-    let mut debounce = Debounce::default();
+    let mut debounce = Debounce::OBJECTS;
     let mut failing: HashSet<Kind> = HashSet::new();
     // When refusals whose Event reports were dropped are reported again.
     let mut report_again: Option<tokio::time::Instant> = None;
@@ -631,7 +631,7 @@ async fn watch_all(
             }
             _ = async { tokio::time::sleep_until(publish_at.unwrap_or_else(tokio::time::Instant::now)).await },
                 if publish_at.is_some() => {
-                debounce = Debounce::default();
+                debounce.clear();
                 let admitted = store.admit();
                 report(&admitted, &mut reported);
                 if let Some(events) = &mut events_out {
