@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 
 use crate::datapath::{
-    reconcile_from, transition, ApplyError, Backoff, Changes, Kernel, Recovered, Retry, State,
+    reconcile_from, transition, transition::NextCache, ApplyError, Backoff, Changes, Kernel,
+    Recovered, Retry, State, Step,
 };
 use crate::fqdn::FqdnPattern;
 use crate::ruleset::{Enforced, Ruleset};
@@ -206,6 +207,7 @@ impl Reconciler {
                 plan,
                 (installed, &[]),
                 (current.enforced(), current.fqdn_patterns()),
+                NextCache::Deferred,
             );
             let done = reconcile_from(kernel, written, bridge)?;
             *changed |= done.changed;
@@ -220,10 +222,14 @@ impl Reconciler {
                 current.fqdn_patterns(),
                 next.fqdn_patterns(),
             ));
+            let next_cache;
+            (written, next_cache) =
+                prepare_next_cache(kernel, written, current.enforced(), next.enforced())?;
             let bridge = transition::bridge(
                 plan,
                 (current.enforced(), current.fqdn_patterns()),
                 (next.enforced(), next.fqdn_patterns()),
+                next_cache,
             );
             let done = reconcile_from(kernel, written, bridge)?;
             *changed |= done.changed;
@@ -239,6 +245,40 @@ impl Reconciler {
         let done = reconcile_from(kernel, written, desired)?;
         *changed |= done.changed;
         Ok(done.state)
+    }
+}
+
+/// Creates the verdict cache sets of `next`'s generation ahead of the
+/// bridge, in an `ipset` write of their own, so that the bridge answers
+/// from them and the narrowing has no cache rule left to rewrite
+/// ([`transition::NextCache`]). A failure only defers them to the
+/// narrowing, which writes them like any set and fails and retries like
+/// any write: a change that needs no set is not held back by a failing
+/// `ipset`. Returns the state the kernel is in (`None`: unknown, after a
+/// failure) and whether the sets are ready.
+fn prepare_next_cache(
+    kernel: &mut impl Kernel,
+    written: Option<State>,
+    current: &Enforced,
+    next: &Enforced,
+) -> Result<(Option<State>, NextCache), ApplyError> {
+    let mut installed = match written {
+        Some(state) => state,
+        None => kernel.installed().map_err(ApplyError::Read)?,
+    };
+    let changes = Changes {
+        create_cache: transition::next_cache_sets(current, next, &installed),
+        ..Changes::default()
+    };
+    if changes.create_cache.is_empty() {
+        return Ok((Some(installed), NextCache::Ready));
+    }
+    match kernel.write(Step::PrepareSets, &changes) {
+        Ok(()) => {
+            installed.cache.extend(changes.create_cache);
+            Ok((Some(installed), NextCache::Ready))
+        }
+        Err(_) => Ok((None, NextCache::Deferred)),
     }
 }
 

@@ -14,13 +14,15 @@
 //! change gives a new generation; an unchanged one (a SIGHUP, a restart)
 //! the same, whose entries are still right. The rules that answer from the
 //! cache name the sets of the generation of the ruleset they are installed
-//! for; the bridge to a ruleset of another generation has none (it is
-//! installed by the same `iptables-restore` transaction that widens the
-//! queuing, which completes before the new ruleset decides its first
-//! connection), and the narrowing names the new generation's sets. A worker adds an entry only to the sets of the generation
-//! of the ruleset that made the decision, so an entry of an older ruleset
-//! lands in sets no rule refers to (or that are already destroyed), or in
-//! those of a ruleset that decides the same.
+//! for; the bridge to a ruleset of another generation (installed by the
+//! same `iptables-restore` transaction that widens the queuing, which
+//! completes before the new ruleset decides its first connection) names
+//! the new generation's sets when they were created ahead, none
+//! otherwise, and the narrowing names them. A worker adds an entry only
+//! to the sets of the generation of the ruleset that made the decision,
+//! so an entry of an older ruleset lands in sets no rule refers to (or
+//! that are already destroyed), or in those of a ruleset that decides the
+//! same; the new generation's sets answer nothing before it decides.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -22,7 +22,7 @@ use sha1::{Digest, Sha1};
 use crate::config::{DatapathConfig, PrivilegedHook, QueueNumbers, QueueRange};
 use crate::fqdn::FqdnPattern;
 use crate::marks::{FailMode, MarkLayout};
-use crate::ruleset::Enforced;
+use crate::ruleset::{Enforced, VerdictCache};
 
 use super::cache::{cache_set, CachedVerdict, CACHED_ALLOW_CHAIN};
 pub use super::state::Hook;
@@ -150,22 +150,29 @@ pub fn desired(
         if let Some(set) = unknown_addresses(config, Selection::Enforced(enforced), family) {
             state.ranges.insert(unknown_set(family), set);
         }
-        if let Some(cache) = &enforced.verdict_cache {
-            for hook in Hook::ALL {
-                for verdict in CachedVerdict::ALL {
-                    state.cache.insert(
-                        cache_set(cache.generation, hook, verdict, family),
-                        CacheSet {
-                            family,
-                            timeout_secs: cache.timeout_secs,
-                            max_entries: cache.max_entries,
-                        },
-                    );
-                }
-            }
-        }
+    }
+    if let Some(cache) = &enforced.verdict_cache {
+        state.cache.extend(cache_sets(cache));
     }
     state
+}
+
+/// The sets of a verdict cache: one per family, hook and verdict.
+pub fn cache_sets(cache: &VerdictCache) -> impl Iterator<Item = (String, CacheSet)> + '_ {
+    Family::ALL.into_iter().flat_map(move |family| {
+        Hook::ALL.into_iter().flat_map(move |hook| {
+            CachedVerdict::ALL.into_iter().map(move |verdict| {
+                (
+                    cache_set(cache.generation, hook, verdict, family),
+                    CacheSet {
+                        family,
+                        timeout_secs: cache.timeout_secs,
+                        max_entries: cache.max_entries,
+                    },
+                )
+            })
+        })
+    })
 }
 
 /// The state a starting agent installs when it finds none and its

@@ -62,6 +62,7 @@
 //! both the earlier agent's ruleset and B deny is queued in every
 //! intermediate state and denied by B.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::fqdn::FqdnPattern;
@@ -70,8 +71,8 @@ use crate::ruleset::{Enforced, VerdictCache};
 
 use super::cache::CACHE_SET_PREFIX;
 use super::diff::Changes;
-use super::plan::{dry_run_set, endpoints_set, published_port, unknown_set, Hook};
-use super::state::{Family, State};
+use super::plan::{cache_sets, dry_run_set, endpoints_set, published_port, unknown_set, Hook};
+use super::state::{CacheSet, Family, State};
 
 /// One write of an apply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -165,6 +166,7 @@ pub fn bridge(
     plan: impl Fn(&Enforced, &[FqdnPattern]) -> State,
     from: (&Enforced, &[FqdnPattern]),
     to: (&Enforced, &[FqdnPattern]),
+    next_cache: NextCache,
 ) -> State {
     let (a, b) = (from.0, to.0);
     let mut ranges = a.ranges.clone();
@@ -184,7 +186,7 @@ pub fn bridge(
         node_egress: a.node_egress || b.node_egress,
         endpoints: union(&a.endpoints, &b.endpoints),
         dry_run_endpoints: union(&a.dry_run_endpoints, &b.dry_run_endpoints),
-        verdict_cache: bridged_cache(a.verdict_cache, b.verdict_cache),
+        verdict_cache: bridged_cache(a.verdict_cache, b.verdict_cache, next_cache),
         ranges,
         known,
         published: union(&a.published, &b.published),
@@ -193,25 +195,65 @@ pub fn bridge(
     plan(&enforced, &union(from.1, to.1))
 }
 
+/// Whether the verdict cache sets of the next ruleset's generation were
+/// created before the bridge is written (an `ipset` write of their own,
+/// [`next_cache_sets`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NextCache {
+    /// They exist: the bridge answers from them.
+    Ready,
+    /// They do not (that write failed, or was not tried): they are created
+    /// when the kernel narrows.
+    Deferred,
+}
+
 /// The verdict cache while the kernel bridges two rulesets. Of one
-/// generation (the same inputs), it stays as it is. Otherwise the current
-/// one's sets stay but nothing is answered from them from the moment the
-/// bridge is installed (the same `iptables-restore` that widens), so no
-/// verdict of the current ruleset outlives the switch; the next one's sets
-/// are created when the kernel narrows to it. A bridge needs no set
-/// written for the cache, so a failing `ipset` delays only what needs it.
-/// (A bridge naming the next generation's sets would spare the narrowing
-/// its `iptables-restore` per family, but a change that needs no set,
-/// such as closing a port, would then wait for a failing `ipset`:
-/// `faults::failing_ipset_keeps_previous_membership` fails.)
-fn bridged_cache(from: Option<VerdictCache>, to: Option<VerdictCache>) -> Option<VerdictCache> {
+/// generation (the same inputs), it stays as it is. Otherwise nothing is
+/// answered from the current one's sets from the moment the bridge is
+/// installed (the same `iptables-restore` that widens), so no verdict of
+/// the current ruleset outlives the switch:
+/// - with the next one's sets [`NextCache::Ready`], the bridge answers
+///   from them. They hold only verdicts of their own generation (a worker
+///   adds an entry only to the sets of the generation that decided it):
+///   none until the next ruleset decides, and then its own. The
+///   narrowing has no cache rule left to rewrite (one `iptables-restore`
+///   per family per change instead of two).
+/// - [`NextCache::Deferred`]: the current one's sets stay, answered from
+///   no more, and the next one's are created when the kernel narrows.
+///   The bridge needs no set written for the cache, so a failing `ipset`
+///   delays only what needs it: a change that needs no set, such as
+///   closing a port, still goes into force
+///   (`faults::failing_ipset_keeps_previous_membership`).
+fn bridged_cache(
+    from: Option<VerdictCache>,
+    to: Option<VerdictCache>,
+    next_cache: NextCache,
+) -> Option<VerdictCache> {
     match (from, to) {
         (Some(from), Some(to)) if from.generation == to.generation => Some(to),
+        (_, Some(to)) if next_cache == NextCache::Ready => Some(to),
         (Some(from), _) => Some(VerdictCache {
             lookup: false,
             ..from
         }),
         (None, _) => None,
+    }
+}
+
+/// The verdict cache sets of `to`'s generation that `installed` lacks,
+/// when `to` caches under another generation than `from`: what is written
+/// (alone) before the bridge so that it can be [`NextCache::Ready`].
+pub fn next_cache_sets(
+    from: &Enforced,
+    to: &Enforced,
+    installed: &State,
+) -> BTreeMap<String, CacheSet> {
+    match (from.verdict_cache, to.verdict_cache) {
+        (Some(from), Some(to)) if from.generation == to.generation => BTreeMap::new(),
+        (_, Some(to)) => cache_sets(&to)
+            .filter(|(name, _)| !installed.cache.contains_key(name))
+            .collect(),
+        (_, None) => BTreeMap::new(),
     }
 }
 

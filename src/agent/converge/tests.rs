@@ -429,3 +429,124 @@ fn drift_is_seen_once_realized_and_the_next_attempt_repairs_it() {
     );
     assert!(reconciler.drift(&kernel, plan(&config)).unwrap().is_empty());
 }
+
+/// A and B of two verdict cache generations (1, 2).
+fn cached(ruleset: Ruleset, generation: u64) -> Ruleset {
+    ruleset.with_verdict_cache(crate::ruleset::VerdictCache {
+        generation,
+        timeout_secs: 30,
+        max_entries: 1000,
+        lookup: true,
+    })
+}
+
+/// The generations whose cache sets the kernel's rules answer from.
+fn answered_from(kernel: &FakeKernel) -> Vec<String> {
+    let state = &kernel.state;
+    let mut names: Vec<String> = [&state.v4, &state.v6, &state.mangle_v4, &state.mangle_v6]
+        .iter()
+        .flat_map(|table| table.chains.values().flatten())
+        .flat_map(|rule| rule.split(' '))
+        .filter_map(|word| word.strip_prefix("tollgate-vc-"))
+        .map(|rest| rest[..10].to_string())
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// A change of cache generation alone (a policy edit that moves no
+/// endpoint) creates the next generation's sets ahead of the bridge,
+/// which answers from them: each table is written once (the narrowing
+/// has no cache rule left), and no rule answers from the current
+/// generation's sets any more.
+#[test]
+fn a_change_of_cache_generation_writes_each_table_once() {
+    let config = config();
+    let mut reconciler = Reconciler::new(cached(a(), 1), Backoff::DEFAULT);
+    let mut kernel = FakeKernel::default();
+    let mut handover = Recorder::default();
+    reconciler.converge(&mut kernel, plan(&config), &mut handover, Instant::now());
+    assert_eq!(answered_from(&kernel), ["0000000001"]);
+    reconciler.offer(cached(a(), 2));
+    let before = kernel.writes.len();
+    let done = reconciler.converge(&mut kernel, plan(&config), &mut handover, Instant::now());
+    assert!(done.switched && done.realized && done.failed.is_none());
+    let writes = &kernel.writes[before..];
+    assert_eq!(
+        writes
+            .iter()
+            .filter(|step| matches!(step, Step::Table(_)))
+            .count(),
+        2,
+        "{writes:?}"
+    );
+    assert_eq!(writes[0], Step::PrepareSets, "the sets, ahead: {writes:?}");
+    assert_eq!(answered_from(&kernel), ["0000000002"]);
+    assert_eq!(kernel.state.cache.len(), 18, "generation 1's destroyed");
+}
+
+/// Creating the next generation's sets ahead is allowed to fail: at any
+/// failing write the ruleset in force is A or B, the kernel queues what it
+/// needs and answers from no cache of a ruleset not in force but B (whose
+/// sets hold only B's verdicts), and the change completes — a failure of
+/// that first write alone does not even delay it (the sets are then made
+/// when the kernel narrows).
+#[test]
+fn a_failing_write_of_the_next_caches_sets_defers_them_and_holds_nothing_back() {
+    let config = config();
+    let installed = || {
+        let mut reconciler = Reconciler::new(cached(a(), 1), Backoff::DEFAULT);
+        let mut kernel = FakeKernel::default();
+        reconciler.converge(
+            &mut kernel,
+            plan(&config),
+            &mut Recorder::default(),
+            Instant::now(),
+        );
+        reconciler.offer(cached(b(), 2));
+        (reconciler, kernel)
+    };
+    let probe = {
+        let (mut reconciler, mut kernel) = installed();
+        let before = kernel.writes.len();
+        reconciler.converge(
+            &mut kernel,
+            plan(&config),
+            &mut Recorder::default(),
+            Instant::now(),
+        );
+        kernel.writes.len() - before
+    };
+    for step in 0..probe {
+        let (mut reconciler, mut kernel) = installed();
+        kernel.fail_at = Some(kernel.writes.len() + step);
+        let now = Instant::now();
+        let first = reconciler.converge(&mut kernel, plan(&config), &mut Recorder::default(), now);
+        assert_eq!(first.failed.is_none(), step == 0, "step {step}");
+        let force = in_force(&reconciler);
+        assert!(kernel_covers_in_force(&kernel, &reconciler), "step {step}");
+        let answered = answered_from(&kernel);
+        if force == "new.example" {
+            assert!(
+                !answered.contains(&"0000000001".to_string()),
+                "step {step}: B in force, A's verdicts answered"
+            );
+        }
+        if step == 0 {
+            assert!(first.switched && first.realized, "not held back");
+        } else {
+            let (_, delay) = first.failed.as_ref().unwrap();
+            let retried = reconciler.converge(
+                &mut kernel,
+                plan(&config),
+                &mut Recorder::default(),
+                now + *delay,
+            );
+            assert!(retried.failed.is_none() && retried.realized, "step {step}");
+        }
+        assert_eq!(in_force(&reconciler), "new.example");
+        assert!(kernel_covers_in_force(&kernel, &reconciler));
+        assert_eq!(answered_from(&kernel), ["0000000002"], "step {step}");
+    }
+}

@@ -3,6 +3,7 @@ use super::*;
 use crate::config::{AgentConfig, MachineDefaults};
 use crate::datapath::diff::Changes;
 use crate::datapath::state::State;
+use crate::datapath::transition::{next_cache_sets, NextCache};
 use crate::model::PortProtocol;
 use crate::ruleset::VerdictCache;
 
@@ -1374,7 +1375,12 @@ fn a_bridge_answers_nothing_from_the_cache_and_writes_no_cache_set() {
     };
     let plan = |e: &Enforced, f: &[FqdnPattern]| desired(&config, e, f);
     let installed = plan(&with(1), &[]);
-    let bridge = crate::datapath::transition::bridge(plan, (&with(1), &[]), (&with(2), &[]));
+    let bridge = crate::datapath::transition::bridge(
+        plan,
+        (&with(1), &[]),
+        (&with(2), &[]),
+        NextCache::Deferred,
+    );
     assert!(bridge
         .v4
         .chains
@@ -1399,9 +1405,46 @@ fn a_bridge_answers_nothing_from_the_cache_and_writes_no_cache_set() {
         (narrow.create_cache.len(), narrow.destroy_sets.len()),
         (18, 18)
     );
+    // With the next generation's sets created ahead (their own `ipset`
+    // write), the bridge answers from them, destroys the current ones,
+    // and leaves the narrowing nothing to write.
+    let mut ahead = installed.clone();
+    ahead
+        .cache
+        .extend(next_cache_sets(&with(1), &with(2), &installed));
+    assert_eq!(ahead.cache.len(), 36);
+    assert!(next_cache_sets(&with(1), &with(2), &ahead).is_empty());
+    assert!(next_cache_sets(&with(1), &with(1), &installed).is_empty());
+    let bridge = crate::datapath::transition::bridge(
+        plan,
+        (&with(1), &[]),
+        (&with(2), &[]),
+        NextCache::Ready,
+    );
+    let rules = |state: &State| -> Vec<String> {
+        [&state.v4, &state.v6, &state.mangle_v4, &state.mangle_v6]
+            .iter()
+            .flat_map(|table| table.chains.values().flatten().cloned())
+            .collect()
+    };
+    assert!(rules(&bridge)
+        .iter()
+        .all(|r| !r.contains("tollgate-vc-0000000001")));
+    assert!(rules(&bridge)
+        .iter()
+        .any(|r| r.contains("tollgate-vc-0000000002")));
+    let widen = Changes::between(&bridge, &ahead);
+    assert!(widen.create_cache.is_empty(), "{widen:?}");
+    assert_eq!(widen.destroy_sets.len(), 18);
+    assert!(Changes::between(&plan(&with(2), &[]), &bridge).is_empty());
     // One generation (a restart or a reload with the same inputs): the
     // bridge is the installed state, entries and all.
-    let same = crate::datapath::transition::bridge(plan, (&with(1), &[]), (&with(1), &[]));
+    let same = crate::datapath::transition::bridge(
+        plan,
+        (&with(1), &[]),
+        (&with(1), &[]),
+        NextCache::Ready,
+    );
     assert_eq!(same, installed);
     assert_eq!(
         crate::datapath::transition::adopted(&installed).verdict_cache,

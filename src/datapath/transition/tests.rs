@@ -178,6 +178,7 @@ fn bridge_queues_the_union_and_creates_only() {
         |e, f| desired(&config, e, f),
         (&a.enforced, &a.fqdn),
         (&b.enforced, &b.fqdn),
+        NextCache::Deferred,
     );
     assert!(covers(&bridge, &a) && covers(&bridge, &b));
     assert_eq!(bridge.sets[endpoints_set(Family::V4)].members.len(), 2);
@@ -189,6 +190,7 @@ fn bridge_queues_the_union_and_creates_only() {
         |e, f| desired(&config, e, f),
         (&a.enforced, &a.fqdn),
         (&a.enforced, &a.fqdn),
+        NextCache::Deferred,
     );
     assert_eq!(same, a.plan(&config));
 }
@@ -263,12 +265,15 @@ fn any_failing_step_leaves_the_ruleset_in_force_covered() {
             },
         ),
     ];
-    for (a, b) in cases.iter().flat_map(|(x, y)| [(x, y), (y, x)]) {
+    let pairs = cases.iter().flat_map(|(x, y)| [(x, y), (y, x)]);
+    let caches = [NextCache::Deferred, NextCache::Ready];
+    for ((a, b), next_cache) in pairs.flat_map(|pair| caches.map(|c| (pair, c))) {
         let from = a.plan(&config);
         let bridge = bridge(
             |e, f| desired(&config, e, f),
             (&a.enforced, &a.fqdn),
             (&b.enforced, &b.fqdn),
+            next_cache,
         );
         for state in partial_states(&from, &bridge) {
             assert!(covers(&state, a), "widening uncovered A: {state:?}");
