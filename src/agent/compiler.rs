@@ -23,9 +23,37 @@ use super::counters::AgentCounters;
 #[derive(Default)]
 pub(super) struct Compiler {
     state: Option<(Incremental, Option<Arc<Ruleset>>)>,
-    /// Controller mode: the groups shared with the source, and those the
-    /// last ruleset was built from.
-    peers: Option<(PeerGroups, Arc<Slices>)>,
+    /// Controller mode: the groups shared with the source.
+    peers: Option<Peers>,
+}
+
+/// Controller mode: the groups shared with the source, those last handed
+/// to the compiler, and those the last ruleset was built from.
+struct Peers {
+    groups: PeerGroups,
+    handed: Arc<Slices>,
+    used: Arc<Slices>,
+}
+
+impl Peers {
+    /// The groups held now, handed to `incremental` by difference from
+    /// those handed last: the source shares every object it has not
+    /// replaced, so an unchanged one is the same `Arc`.
+    fn hand(&mut self, incremental: &mut Incremental) -> (Update, Arc<Slices>) {
+        let held = self.groups.held();
+        let last = &self.handed;
+        let gone = last
+            .iter()
+            .filter(|(name, _)| !held.contains_key(*name))
+            .map(|(_, was)| (Some(&**was), None));
+        let changed = held.iter().filter_map(|(name, is)| match last.get(name) {
+            Some(was) if Arc::ptr_eq(was, is) => None,
+            was => Some((was.map(|w| &**w), Some(&**is))),
+        });
+        let update = incremental.patch_groups(gone.chain(changed));
+        self.handed = Arc::clone(&held);
+        (update, held)
+    }
 }
 
 impl Compiler {
@@ -33,7 +61,11 @@ impl Compiler {
     pub(super) fn controller(peers: PeerGroups) -> Compiler {
         Compiler {
             state: None,
-            peers: Some((peers, Arc::default())),
+            peers: Some(Peers {
+                groups: peers,
+                handed: Arc::default(),
+                used: Arc::default(),
+            }),
         }
     }
 
@@ -49,12 +81,12 @@ impl Compiler {
     ) -> Option<Ruleset> {
         let (incremental, last) = match &mut self.state {
             Some((incremental, last)) => {
-                let update = incremental.update(snapshot, node);
-                let held = self.peers.as_ref().map(|(peers, _)| peers.held());
-                let update = match &held {
-                    Some(held) => update.max(incremental.set_groups(held.values().map(|s| &**s))),
-                    None => update,
-                };
+                let mut update = incremental.update(snapshot, node);
+                let held = self.peers.as_mut().map(|peers| {
+                    let (groups, held) = peers.hand(incremental);
+                    update = update.max(groups);
+                    held
+                });
                 let built = incremental.ruleset();
                 let counter = match (&built, update) {
                     (None, _) => &counters.compiles_unchanged,
@@ -62,8 +94,8 @@ impl Compiler {
                     (Some(_), Update::Rules | Update::Unchanged) => &counters.compiles_assembled,
                 };
                 if built.is_some() {
-                    if let (Some((_, used)), Some(held)) = (&mut self.peers, held) {
-                        *used = held;
+                    if let (Some(peers), Some(held)) = (&mut self.peers, held) {
+                        peers.used = held;
                     }
                 }
                 counter.fetch_add(1, Ordering::Relaxed);
@@ -74,10 +106,9 @@ impl Compiler {
             }
             None => {
                 let mut incremental = match &mut self.peers {
-                    Some((peers, used)) => {
+                    Some(peers) => {
                         let mut incremental = Incremental::controller(snapshot, node);
-                        *used = peers.held();
-                        incremental.set_groups(used.values().map(|s| &**s));
+                        peers.used = peers.hand(&mut incremental).1;
                         incremental
                     }
                     None => Incremental::new(snapshot, node),
@@ -90,7 +121,7 @@ impl Compiler {
                 (&*incremental, &*last)
             }
         };
-        if let Some((peers, _)) = &self.peers {
+        if let Some(Peers { groups: peers, .. }) = &self.peers {
             let waiting = incremental.waiting();
             peers.compiled(incremental.needed().into_keys().collect(), waiting.len());
             if !waiting.is_empty() {
@@ -107,6 +138,6 @@ impl Compiler {
     /// Controller mode: the AddressGroup slices the last ruleset was built
     /// from (its verdict cache generation covers them).
     pub(super) fn groups(&self) -> Option<&Slices> {
-        self.peers.as_ref().map(|(_, used)| &**used)
+        self.peers.as_ref().map(|peers| &*peers.used)
     }
 }

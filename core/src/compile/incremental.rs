@@ -19,7 +19,9 @@
 //!
 //! In controller mode ([`Incremental::controller`]) the inventory holds
 //! the local Node's Pods only, and the members of Pod selections come from
-//! the published AddressGroup slices handed to [`Incremental::set_groups`].
+//! the published AddressGroup slices handed to [`Incremental::set_groups`]
+//! (whole) or [`Incremental::patch_groups`] (by difference, as the agent
+//! does).
 //! A ruleset is built only when every Pod selection it uses is complete
 //! (slice 0 and each slice it lists received); until then [`Incremental::ruleset`] yields none,
 //! the last ruleset stays in force, and [`Incremental::waiting`] names the
@@ -82,7 +84,8 @@ impl Incremental {
 
     /// The compiler in controller mode: `snapshot` holds the local Node's
     /// Pods only, and Pod selections read the groups handed to
-    /// [`Incremental::set_groups`]. The first [`Incremental::ruleset`]
+    /// [`Incremental::set_groups`] or [`Incremental::patch_groups`]. The
+    /// first [`Incremental::ruleset`]
     /// waits for them.
     pub fn controller(snapshot: &Snapshot, local: &LocalNode) -> Incremental {
         Incremental::with(snapshot, Selections::controller(snapshot, local))
@@ -302,12 +305,51 @@ impl Incremental {
             .filter(|(key, slice)| !given.contains_key(&(key.to_string(), *slice)))
             .map(|(key, slice)| (key.to_string(), slice))
             .collect();
+        self.put_slices(
+            gone,
+            given
+                .into_iter()
+                .map(|((key, slice), spec)| (key, slice, spec)),
+        )
+    }
+
+    /// Controller mode: [`Incremental::set_groups`] by difference, for a
+    /// caller that knows which AddressGroups changed since the groups it
+    /// handed last: each as (what it was, what it is), `None` for absent.
+    /// Comparing every slice held at each reload was a tenth of a wide
+    /// agent's CPU at 150,000 Pods.
+    pub fn patch_groups<'a>(
+        &mut self,
+        changes: impl IntoIterator<Item = (Option<&'a AddressGroupSpec>, Option<&'a AddressGroupSpec>)>,
+    ) -> Update {
+        let place = |spec: &AddressGroupSpec| (key_of(&spec.selection), spec.slice);
+        let mut gone = Vec::new();
+        let mut put = Vec::new();
+        for (was, is) in changes {
+            let now = is.map(|spec| (place(spec), spec));
+            if let Some(was) = was.map(place) {
+                if now.as_ref().is_none_or(|(at, _)| *at != was) {
+                    gone.push(was);
+                }
+            }
+            put.extend(now.map(|((key, slice), spec)| (key, slice, spec)));
+        }
+        self.put_slices(gone, put)
+    }
+
+    /// Removes the slices `gone`, then puts those `put`; the update they
+    /// make.
+    fn put_slices<'a>(
+        &mut self,
+        gone: impl IntoIterator<Item = (String, u32)>,
+        put: impl IntoIterator<Item = (String, u32, &'a AddressGroupSpec)>,
+    ) -> Update {
         let mut changed = false;
         for (key, slice) in gone {
             changed |= self.selections.set_slice(&key, slice, None);
         }
         let directory = self.selections.directory_version();
-        for ((key, slice), spec) in given {
+        for (key, slice, spec) in put {
             changed |= self.selections.set_slice(&key, slice, Some(spec));
         }
         let update = if changed || self.selections.directory_version() != directory {

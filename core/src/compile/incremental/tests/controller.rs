@@ -138,18 +138,19 @@ fn converge(
     controller: &mut Incremental,
     world: &World,
     groups_first: bool,
+    handed: &mut Handed,
 ) -> Option<Arc<Ruleset>> {
     let watch = compile(&world.snapshot(), &local());
     let local_snapshot = Arc::new(local_snapshot(world));
     let mut newest = None;
     let mut published = pod_selections(&watch);
     if groups_first {
-        controller.set_groups(&publish(world, &published));
+        hand(controller, handed, publish(world, &published));
     }
     controller.update(&local_snapshot, &local());
     for _ in 0..3 {
         published.extend(controller.needed().into_values());
-        controller.set_groups(&publish(world, &published));
+        hand(controller, handed, publish(world, &published));
         if let Some(ruleset) = controller.ruleset() {
             newest = Some(ruleset);
         }
@@ -165,6 +166,34 @@ fn converge(
     newest
 }
 
+/// How the groups are handed to the compiler: whole ([`Incremental::set_groups`],
+/// `None`), or by difference from those handed last
+/// ([`Incremental::patch_groups`], as the agent does), by name (selection
+/// and slice, as the controller names them).
+type Handed = Option<BTreeMap<(String, u32), AddressGroupSpec>>;
+
+fn hand(controller: &mut Incremental, handed: &mut Handed, groups: Vec<AddressGroupSpec>) {
+    let Some(last) = handed else {
+        controller.set_groups(&groups);
+        return;
+    };
+    let now: BTreeMap<(String, u32), AddressGroupSpec> = groups
+        .into_iter()
+        .map(|g| ((g.selection.clone(), g.slice), g))
+        .collect();
+    let changes = last
+        .iter()
+        .filter(|(name, _)| !now.contains_key(*name))
+        .map(|(_, was)| (Some(was), None))
+        .chain(
+            now.iter()
+                .filter(|(name, is)| last.get(*name) != Some(*is))
+                .map(|(name, is)| (last.get(name), Some(is))),
+        );
+    controller.patch_groups(changes);
+    *last = now;
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
@@ -172,7 +201,8 @@ proptest! {
     /// controller-mode ruleset (local Pods only, peers from the groups'
     /// slices) equals the watch-mode ruleset of the same snapshot, after
     /// any sequence of Pod, label, status-only, Namespace, Node and
-    /// policy changes, groups received before or after the Pods.
+    /// policy changes, groups received before or after the Pods, whole or
+    /// by difference.
     ///
     /// Mutation: `Published::start` ignores the slices after slice 0
     /// (`.flat_map(|s| s.values())` → `.flat_map(|s| s.get(&0))`): a
@@ -181,10 +211,12 @@ proptest! {
     fn controller_mode_builds_the_watch_mode_ruleset(
         start in world(),
         changes in proptest::collection::vec((change(), any::<bool>()), 1..16),
+        by_difference in any::<bool>(),
     ) {
         let mut world = clustered(start);
         let mut controller = Incremental::controller(&local_snapshot(&world), &local());
-        let mut current = converge(&mut controller, &world, false)
+        let mut handed: Handed = by_difference.then(BTreeMap::new);
+        let mut current = converge(&mut controller, &world, false, &mut handed)
             .expect("the first ruleset, once its groups are in");
         prop_assert_eq!(comparable(&current), comparable(&compile(&world.snapshot(), &local())));
         for (change, groups_first) in &changes {
@@ -195,7 +227,7 @@ proptest! {
             // Brings `world` along; the compiler it feeds is a scratch one.
             let mut scratch = Incremental::new(&world.snapshot(), &local());
             feed(&mut scratch, &mut world, &change);
-            if let Some(next) = converge(&mut controller, &world, *groups_first) {
+            if let Some(next) = converge(&mut controller, &world, *groups_first, &mut handed) {
                 current = next;
             }
             prop_assert_eq!(
