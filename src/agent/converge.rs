@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 
 use crate::datapath::{
-    reconcile_from, transition, transition::NextCache, ApplyError, Backoff, Changes, Kernel,
-    Recovered, Retry, State, Step,
+    known_or_read, reconcile_from, transition, transition::NextCache, ApplyError, Backoff, Changes,
+    Kernel, Recovered, Retry, State, Step,
 };
 use crate::fqdn::FqdnPattern;
 use crate::ruleset::{Enforced, Ruleset};
@@ -262,10 +262,7 @@ fn prepare_next_cache(
     current: &Enforced,
     next: &Enforced,
 ) -> Result<(Option<State>, NextCache), ApplyError> {
-    let mut installed = match written {
-        Some(state) => state,
-        None => kernel.installed().map_err(ApplyError::Read)?,
-    };
+    let mut installed = known_or_read(kernel, written)?;
     let changes = Changes {
         create_cache: transition::next_cache_sets(current, next, &installed),
         ..Changes::default()

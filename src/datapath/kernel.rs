@@ -58,16 +58,22 @@ pub fn reconcile_from(
     installed: Option<State>,
     desired: State,
 ) -> Result<Reconciled, ApplyError> {
-    let installed = match installed {
-        Some(state) => state,
-        None => kernel.installed().map_err(ApplyError::Read)?,
-    };
+    let installed = known_or_read(kernel, installed)?;
     let changes = Changes::between(&desired, &installed);
     write_all(kernel, &changes)?;
     Ok(Reconciled {
         changed: !changes.is_empty(),
         state: super::diff::written(desired, &installed),
     })
+}
+
+/// `known`, the state this agent's last write left, or the kernel's
+/// state read now when that is unknown.
+pub fn known_or_read(kernel: &impl Kernel, known: Option<State>) -> Result<State, ApplyError> {
+    match known {
+        Some(state) => Ok(state),
+        None => kernel.installed().map_err(ApplyError::Read),
+    }
 }
 
 /// Removes every chain, jump and set tollgate owns, the learned (FQDN)

@@ -263,7 +263,9 @@ pub mod transition;
 pub mod visibility;
 
 pub use diff::Changes;
-pub use kernel::{learned_sets, reconcile, reconcile_from, teardown, Backend, Iptables, Kernel};
+pub use kernel::{
+    known_or_read, learned_sets, reconcile, reconcile_from, teardown, Backend, Iptables, Kernel,
+};
 pub use plan::{desired, startup, Hook};
 pub use retry::{Backoff, Recovered, Retry};
 pub use state::{Family, LearnedSet, State};

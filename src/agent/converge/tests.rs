@@ -138,7 +138,17 @@ fn in_force(reconciler: &Reconciler) -> String {
 /// A reconciler with A in force and installed, B offered, and the kernel
 /// the writes of the change from A to B will go to.
 fn a_installed_b_offered(config: &AgentConfig) -> (Reconciler, FakeKernel) {
-    let mut reconciler = Reconciler::new(a(), Backoff::DEFAULT);
+    installed_then_offered(config, a(), b())
+}
+
+/// A reconciler with `installed` in force and installed, `offered`
+/// offered, and the kernel the writes of the change will go to.
+fn installed_then_offered(
+    config: &AgentConfig,
+    installed: Ruleset,
+    offered: Ruleset,
+) -> (Reconciler, FakeKernel) {
+    let mut reconciler = Reconciler::new(installed, Backoff::DEFAULT);
     let mut kernel = FakeKernel::default();
     let first = reconciler.converge(
         &mut kernel,
@@ -147,7 +157,7 @@ fn a_installed_b_offered(config: &AgentConfig) -> (Reconciler, FakeKernel) {
         Instant::now(),
     );
     assert!(first.changed && first.realized && first.failed.is_none());
-    reconciler.offer(b());
+    reconciler.offer(offered);
     (reconciler, kernel)
 }
 
@@ -463,12 +473,10 @@ fn answered_from(kernel: &FakeKernel) -> Vec<String> {
 #[test]
 fn a_change_of_cache_generation_writes_each_table_once() {
     let config = config();
-    let mut reconciler = Reconciler::new(cached(a(), 1), Backoff::DEFAULT);
-    let mut kernel = FakeKernel::default();
+    let (mut reconciler, mut kernel) =
+        installed_then_offered(&config, cached(a(), 1), cached(a(), 2));
     let mut handover = Recorder::default();
-    reconciler.converge(&mut kernel, plan(&config), &mut handover, Instant::now());
     assert_eq!(answered_from(&kernel), ["0000000001"]);
-    reconciler.offer(cached(a(), 2));
     let before = kernel.writes.len();
     let done = reconciler.converge(&mut kernel, plan(&config), &mut handover, Instant::now());
     assert!(done.switched && done.realized && done.failed.is_none());
@@ -495,18 +503,7 @@ fn a_change_of_cache_generation_writes_each_table_once() {
 #[test]
 fn a_failing_write_of_the_next_caches_sets_defers_them_and_holds_nothing_back() {
     let config = config();
-    let installed = || {
-        let mut reconciler = Reconciler::new(cached(a(), 1), Backoff::DEFAULT);
-        let mut kernel = FakeKernel::default();
-        reconciler.converge(
-            &mut kernel,
-            plan(&config),
-            &mut Recorder::default(),
-            Instant::now(),
-        );
-        reconciler.offer(cached(b(), 2));
-        (reconciler, kernel)
-    };
+    let installed = || installed_then_offered(&config, cached(a(), 1), cached(b(), 2));
     let probe = {
         let (mut reconciler, mut kernel) = installed();
         let before = kernel.writes.len();
