@@ -14,13 +14,16 @@
 //!
 //! - A **routed veth** (the CNI's host side, the interface the node's
 //!   route to the endpoint leaves by): the raw table's `PREROUTING`, before
-//!   conntrack, jumps to [`CHAIN`], where one rule returns a packet whose
-//!   (source, incoming interface) is in the family's source set
-//!   ([`source_set`], `hash:net,iface`: each veth with each of its sources
-//!   — its addresses, its allowed prefixes, IPv6 link-local and `::`), so
-//!   every packet costs one lookup however many endpoints there are; a
-//!   packet from a veth that the set did not return meets `-i <veth> -j
-//!   DROP`.
+//!   conntrack, lets a packet whose (source, incoming interface) is in the
+//!   family's source set ([`source_set`], `hash:net,iface`: each veth with
+//!   each of its sources — its addresses, its allowed prefixes, IPv6
+//!   link-local and `::`) go on, so every packet costs one lookup however
+//!   many endpoints there are. For IPv4 the lookup is the condition of the
+//!   jump to [`CHAIN`] (`-m set ! --match-set … -j`), one rule a packet;
+//!   for IPv6 the jump is unconditional and the lookup is a `RETURN` rule
+//!   of the chain, after the neighbour discovery check below, which every
+//!   ICMPv6 packet must meet. A packet from a veth that the set did not
+//!   return meets `-i <veth> -j DROP`.
 //! - A **Linux bridge port** (Docker's and podman's networks, bridge CNIs):
 //!   ebtables' nat `PREROUTING` (the bridge family's first hook: every frame
 //!   a port sends, before the bridge forwards it and before `br_netfilter`

@@ -60,7 +60,7 @@
 //! :TOLLGATE-L7-QUEUE - [0:0]
 //! :TOLLGATE-POSTROUTING - [0:0]
 //! -A FORWARD -j TOLLGATE-FORWARD
-//! -A POSTROUTING -j TOLLGATE-POSTROUTING
+//! -A POSTROUTING -m mark --mark 0x200000/0xf00000 -j TOLLGATE-POSTROUTING
 //! -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 //! -A TOLLGATE-FORWARD -p tcp -m mark --mark 0x0/0xf00000 -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 //! -A TOLLGATE-FORWARD -m mark --mark 0x0/0xf00000 -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT

@@ -280,8 +280,15 @@ impl Plan<'_> {
     }
 
     /// The mangle table: FORWARD decided, and on POSTROUTING the drop of
-    /// rejected packets a foreign ACCEPT let through.
+    /// rejected packets a foreign ACCEPT let through. Only a packet with
+    /// the reject mark takes the POSTROUTING jump: every packet the node
+    /// sends meets that hook, and the others then cost one rule, not a
+    /// jump and a rule.
     fn mangle_table(&self) -> Table {
+        let rejected = format!(
+            "-m mark --mark {}",
+            mark_match(&self.config.mark_mask, self.config.mark_mask.reject)
+        );
         let mut chains = BTreeMap::from([
             (
                 Hook::Forward.chain().to_string(),
@@ -289,10 +296,7 @@ impl Plan<'_> {
             ),
             (
                 POSTROUTING_CHAIN.to_string(),
-                vec![format!(
-                    "-m mark --mark {} -j DROP",
-                    mark_match(&self.config.mark_mask, self.config.mark_mask.reject)
-                )],
+                vec![format!("{rejected} -j DROP")],
             ),
         ]);
         self.helper_chains(&mut chains, TableKind::Mangle);
@@ -303,7 +307,10 @@ impl Plan<'_> {
                     "FORWARD".to_string(),
                     format!("-j {}", Hook::Forward.chain()),
                 ),
-                ("POSTROUTING".to_string(), format!("-j {POSTROUTING_CHAIN}")),
+                (
+                    "POSTROUTING".to_string(),
+                    format!("{rejected} -j {POSTROUTING_CHAIN}"),
+                ),
             ],
             ..Table::default()
         }

@@ -174,10 +174,11 @@ fn held(guards: &Guards, family: Family) -> Vec<(IpAddr, String)> {
 
 /// A family's raw table, and its source set when a routed endpoint has
 /// sources to match. The set's lookup stands where each interface's
-/// `-s SOURCE -i IFACE -j RETURN` rules stood, ahead of every drop rule:
-/// a packet matched by a pair returns as it did, any other goes on to the
-/// same drop rules (one per interface, one per bound address), whose
-/// counters say whom a drop was for.
+/// `-s SOURCE -i IFACE -j RETURN` rules stood, ahead of every drop rule
+/// (for IPv4 as the jump's condition, for IPv6 after the neighbour
+/// discovery check): a packet matched by a pair goes on as it did, any
+/// other meets the same drop rules (one per interface, one per bound
+/// address), whose counters say whom a drop was for.
 fn raw_table(
     guards: &Guards,
     family: Family,
@@ -212,11 +213,15 @@ fn raw_table(
             .extend(allowed.into_iter().map(|net| (net, interface.clone())));
         interface_drops.push((format!("-i {interface} -j DROP"), names(group)));
     }
+    // IPv4: the lookup is the jump's condition, so a packet the set returns
+    // costs one rule. IPv6 checks neighbour discovery first, inside.
+    let mut jump = format!("-j {CHAIN}");
     if !pairs.entries.is_empty() {
-        rules.push(format!(
-            "-m set --match-set {} src,src -j RETURN",
-            source_set(family)
-        ));
+        let matched = format!("--match-set {} src,src", source_set(family));
+        match family {
+            Family::V4 => jump = format!("-m set ! {matched} {jump}"),
+            Family::V6 => rules.push(format!("-m set {matched} -j RETURN")),
+        }
     }
     rules.extend(unchecked);
     let mut drop = |rules: &mut Vec<String>, rule: String, who: String, reason| {
@@ -246,7 +251,7 @@ fn raw_table(
     chains.insert(CHAIN.to_string(), rules);
     let table = Table {
         chains,
-        jumps: vec![("PREROUTING".to_string(), format!("-j {CHAIN}"))],
+        jumps: vec![("PREROUTING".to_string(), jump)],
         ..Table::default()
     };
     (table, (!pairs.entries.is_empty()).then_some(pairs))

@@ -244,19 +244,27 @@ fn the_raw_chains_bind_each_veth_to_its_sources_and_each_address_to_its_interfac
         endpoint("apps/b", &["10.2.0.2", "fd02::2"]),
     ];
     let planned = plan(&attach(&endpoints, &facts(), &[], &Guards::default()));
+    // IPv4: a packet the set holds does not enter the chain.
     assert_eq!(
         planned.raw_v4.jumps,
-        vec![("PREROUTING".to_string(), format!("-j {CHAIN}"))]
+        vec![(
+            "PREROUTING".to_string(),
+            format!("-m set ! --match-set tollgate-antispoof-v4 src,src -j {CHAIN}")
+        )]
     );
     assert_eq!(
         planned.raw_v4.chains[CHAIN],
         [
             "-i lo -j RETURN",
-            "-m set --match-set tollgate-antispoof-v4 src,src -j RETURN",
             "-i veth-a -j DROP",
             "-s 10.1.0.2/32 ! -i veth-a -j DROP",
             "-s 10.2.0.2/32 ! -i br0 -j DROP",
         ]
+    );
+    // IPv6: every ICMPv6 packet meets the neighbour discovery check first.
+    assert_eq!(
+        planned.raw_v6.jumps,
+        vec![("PREROUTING".to_string(), format!("-j {CHAIN}"))]
     );
     assert_eq!(
         planned.raw_v6.chains[CHAIN],

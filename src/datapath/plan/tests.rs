@@ -148,7 +148,7 @@ const DEFAULT_V4_MANGLE_SAVE: &str = "\
 :TOLLGATE-L7-QUEUE - [0:0]
 :TOLLGATE-POSTROUTING - [0:0]
 -A FORWARD -j TOLLGATE-FORWARD
--A POSTROUTING -j TOLLGATE-POSTROUTING
+-A POSTROUTING -m mark --mark 0x200000/0xf00000 -j TOLLGATE-POSTROUTING
 -A TOLLGATE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x100000/0xf00000 -j ACCEPT
 -A TOLLGATE-FORWARD -p tcp -m mark --mark 0x0/0xf00000 -m connmark --mark 0x500000/0xf00000 -m conntrack --ctdir ORIGINAL -j TOLLGATE-L7
 -A TOLLGATE-FORWARD -m mark --mark 0x0/0xf00000 -m conntrack --ctstate RELATED,ESTABLISHED -m connmark --mark 0x500000/0xf00000 -j ACCEPT
@@ -232,7 +232,8 @@ fn first_install_renders_the_whole_ruleset_in_one_batch() {
         .map(|l| format!("{l}\n"))
         .chain([
             "-I FORWARD 1 -j TOLLGATE-FORWARD\n".to_string(),
-            "-I POSTROUTING 1 -j TOLLGATE-POSTROUTING\n".to_string(),
+            "-I POSTROUTING 1 -m mark --mark 0x200000/0xf00000 -j TOLLGATE-POSTROUTING\n"
+                .to_string(),
             "COMMIT\n".to_string(),
         ])
         .collect();
