@@ -138,20 +138,32 @@ pub fn set_of(entry: &CacheEntry, cache: &VerdictCache) -> String {
 
 /// The packet counters (`[packets:bytes]`) of the rules that look a new
 /// connection up in a cache set, by rule, from `iptables-save -c` output
-/// of one family (`family` prefixes each rule's text, so the readings of
-/// both families can be joined). Those rules match only `ctstate NEW`, so
-/// each packet is a connection the cache answered; the rules of one
-/// verdict are exclusive.
+/// of one family, every table of it in one reading (the family and the
+/// table prefix each rule's text, so readings of both families can be
+/// joined and the same rule in two tables is two). Those rules match only
+/// `ctstate NEW`, so each packet is a connection the cache answered; the
+/// rules of one verdict are exclusive.
 pub fn hit_counters(save_with_counters: &str, family: Family) -> HitReading {
-    save_with_counters
-        .lines()
-        .filter(|line| line.contains(&format!("--match-set {CACHE_SET_PREFIX}")))
-        .filter_map(|line| {
-            let (packets, rest) = line.strip_prefix('[')?.split_once(':')?;
-            let (_, rule) = rest.split_once("] ")?;
-            Some((format!("{family:?} {rule}"), packets.parse::<u64>().ok()?))
-        })
-        .collect()
+    let lookup = format!("--match-set {CACHE_SET_PREFIX}");
+    let mut table = "";
+    let mut reading = HitReading::new();
+    for line in save_with_counters.lines() {
+        if let Some(name) = line.strip_prefix('*') {
+            table = name;
+            continue;
+        }
+        if !line.contains(&lookup) {
+            continue;
+        }
+        let Some((packets, rest)) = line.strip_prefix('[').and_then(|l| l.split_once(':')) else {
+            continue;
+        };
+        let (Some((_, rule)), Ok(packets)) = (rest.split_once("] "), packets.parse::<u64>()) else {
+            continue;
+        };
+        reading.insert(format!("{family:?} {table} {rule}"), packets);
+    }
+    reading
 }
 
 /// The lookup rules' packet counters at one reading, by rule.
@@ -370,7 +382,13 @@ COMMIT
         assert_eq!(reading.len(), 3);
         assert!(reading
             .keys()
-            .all(|rule| rule.starts_with("V4 -A TOLLGATE-INPUT -i eth0 ")));
+            .all(|rule| rule.starts_with("V4 filter -A TOLLGATE-INPUT -i eth0 ")));
+        // One reading of every table: the same rule text in two tables
+        // is two rules.
+        let both = format!("{save}*mangle\n{}", save.replace("*filter\n", ""));
+        let reading = hit_counters(&both, Family::V4);
+        assert_eq!(reading.values().sum::<u64>(), 24);
+        assert_eq!(reading.len(), 6);
         assert!(hit_counters(
             "[x:1] -A X -m set --match-set tollgate-vc-a src -j DROP\n",
             Family::V4
