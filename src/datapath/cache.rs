@@ -144,24 +144,21 @@ pub fn set_of(entry: &CacheEntry, cache: &VerdictCache) -> String {
 /// `ctstate NEW`, so each packet is a connection the cache answered; the
 /// rules of one verdict are exclusive.
 pub fn hit_counters(save_with_counters: &str, family: Family) -> HitReading {
+    /// `[packets:bytes] rule` → (packets, rule).
+    fn counted(line: &str) -> Option<(u64, &str)> {
+        let (packets, rest) = line.strip_prefix('[')?.split_once(':')?;
+        let (_, rule) = rest.split_once("] ")?;
+        Some((packets.parse().ok()?, rule))
+    }
     let lookup = format!("--match-set {CACHE_SET_PREFIX}");
     let mut table = "";
     let mut reading = HitReading::new();
     for line in save_with_counters.lines() {
         if let Some(name) = line.strip_prefix('*') {
             table = name;
-            continue;
+        } else if let Some((packets, rule)) = counted(line).filter(|_| line.contains(&lookup)) {
+            reading.insert(format!("{family:?} {table} {rule}"), packets);
         }
-        if !line.contains(&lookup) {
-            continue;
-        }
-        let Some((packets, rest)) = line.strip_prefix('[').and_then(|l| l.split_once(':')) else {
-            continue;
-        };
-        let (Some((_, rule)), Ok(packets)) = (rest.split_once("] "), packets.parse::<u64>()) else {
-            continue;
-        };
-        reading.insert(format!("{family:?} {table} {rule}"), packets);
     }
     reading
 }
