@@ -2,12 +2,13 @@
 # The cluster-scale simulation of issue 32 (root; the design and figures
 # are in docs/design/scale.md, how to run in docs/dev/bench.md):
 #
-#   benches/scale.sh --nodes N --pods P [--churn-seconds S] [--debug]
+#   benches/scale.sh --nodes N --pods P [--churn-seconds S] [--debug | --bin-dir DIR]
 #                    [--pod-changes PER_S] [--status-writes PER_S]
 #
 # Builds the simulation (benches/scale/, crate tollgate-scale) and the
-# tollgate binary in release (--debug: the test profile's builds, as CI's
-# smoke run uses), creates three network namespaces of its own (tgs-<pid>-sim,
+# tollgate binary in release (--debug: in the dev profile; --bin-dir: no
+# build, the two executables already in DIR, as CI's smoke run uses those
+# `cargo test --workspace` built), creates three network namespaces of its own (tgs-<pid>-sim,
 # -wide, -local: loopback only, nothing in the root namespace), and runs
 # the simulation in the first: the fake API server, the controller (its
 # child, a daemon: never in the root namespace) and the simulated agents;
@@ -21,19 +22,24 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 die() { echo "scale.sh: $*" >&2; exit 1; }
 
 PROFILE=release
+BIN=
 ARGS=()
 while (($#)); do
     case $1 in
     --debug) PROFILE=debug; shift ;;
+    --bin-dir)
+        (($# >= 2)) || die "--bin-dir needs a directory"
+        BIN=$(cd "$2" && pwd) || die "--bin-dir: no directory '$2'"
+        shift 2 ;;
     --nodes | --pods | --churn-seconds | --pod-changes | --status-writes)
         (($# >= 2)) || die "$1 needs a value"
         [[ $2 =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "$1: '$2' is not a number"
         ARGS+=("$1" "$2"); shift 2 ;;
-    *) die "unknown argument '$1' (usage: benches/scale.sh --nodes N --pods P [--churn-seconds S] [--debug])" ;;
+    *) die "unknown argument '$1' (usage: benches/scale.sh --nodes N --pods P [--churn-seconds S] [--debug | --bin-dir DIR])" ;;
     esac
 done
 [[ " ${ARGS[*]} " == *" --nodes "* && " ${ARGS[*]} " == *" --pods "* ]] ||
-    die "usage: benches/scale.sh --nodes N --pods P [--churn-seconds S] [--debug]"
+    die "usage: benches/scale.sh --nodes N --pods P [--churn-seconds S] [--debug | --bin-dir DIR]"
 
 [[ $(id -u) -eq 0 ]] || die "must run as root (network namespaces)"
 command -v cargo >/dev/null ||
@@ -50,11 +56,16 @@ if ((${#need[@]})); then
 fi
 
 cd "$ROOT"
-build=(cargo build --locked)
-[[ $PROFILE == release ]] && build+=(--release)
-"${build[@]}" -p tollgate --bin tollgate >&2
-"${build[@]}" -p tollgate-scale >&2
-BIN=$ROOT/target/$PROFILE
+if [[ -z $BIN ]]; then
+    build=(cargo build --locked)
+    [[ $PROFILE == release ]] && build+=(--release)
+    "${build[@]}" -p tollgate --bin tollgate >&2
+    "${build[@]}" -p tollgate-scale >&2
+    BIN=$ROOT/target/$PROFILE
+fi
+for exe in tollgate tollgate-scale; do
+    [[ -x $BIN/$exe ]] || die "no executable $BIN/$exe"
+done
 
 NS=(tgs-$$-sim tgs-$$-wide tgs-$$-local)
 WORK=

@@ -48,17 +48,23 @@ results=$(mktemp)
 trap 'rm -rf "$results" "$pycache"' EXIT
 PYTHONPYCACHEPREFIX=$pycache python3 -m py_compile benches/*.py fuzz/*.py
 
+# Every crate of the workspace in one feature resolution: the tests, the
+# benches and the scale smoke below share one build of each dependency (a
+# `cargo build` of a single binary resolves features without the
+# dev-dependencies and would build some 40 crates again).
 status=0
-cargo test --locked --no-fail-fast 2>&1 | tee "$results" || status=$?
+cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$results" || status=$?
 # The benches build, link and run once each (criterion's test mode; the
 # benches' own smoke sizes), in the test profile the suite already built
 # (`cargo bench --no-run` would build every dependency again, optimized).
 # A failing bench fails the run; they print no `test result:` line.
-cargo test --locked --no-fail-fast --bench '*' 2>&1 | tee -a "$results" || status=$?
+cargo test --workspace --locked --no-fail-fast --bench '*' 2>&1 | tee -a "$results" || status=$?
 # The cluster-scale simulation at a tiny size (seconds; root: it runs in
 # network namespaces), so that it never rots: its summary line is checked.
+# It runs the executables the tests above built (tollgate for the netns
+# tests, tollgate-scale for its own CLI test).
 if [[ $(id -u) -eq 0 ]]; then
-    scale=$(benches/scale.sh --nodes 20 --pods 600 --churn-seconds 5 --debug | tail -n 1) || status=1
+    scale=$(benches/scale.sh --nodes 20 --pods 600 --churn-seconds 5 --bin-dir "${CARGO_TARGET_DIR:-target}/debug" | tail -n 1) || status=1
     echo "$scale"
     [[ $scale =~ ^scale\ nodes=20\ pods=600\ agent_rss_mib=[0-9.]+\ agent_rss_local_mib=[0-9.]+\ p99_apply_ms=[0-9]+\ cluster_apply_ms=[0-9]+\ cpu_per_change_ms=[0-9.]+\ idle_status_events_per_agent=[0-9.]+$ ]] || {
         echo "test.sh: benches/scale.sh smoke: unexpected summary '$scale'" >&2
