@@ -23,7 +23,9 @@
 //!   for IPv6 the jump is unconditional and the lookup is a `RETURN` rule
 //!   of the chain, after the neighbour discovery check below, which every
 //!   ICMPv6 packet must meet. A packet from a veth that the set did not
-//!   return meets `-i <veth> -j DROP`.
+//!   return meets `-i <veth> -j DROP`. The set also holds each bridged
+//!   endpoint's addresses with its bridge, the one interface they may
+//!   enter the raw table by.
 //! - A **Linux bridge port** (Docker's and podman's networks, bridge CNIs):
 //!   ebtables' nat `PREROUTING` (the bridge family's first hook: every frame
 //!   a port sends, before the bridge forwards it and before `br_netfilter`
@@ -37,6 +39,14 @@
 //!   source that enters by another interface (raw: `-s <addr> ! -i <its
 //!   veth or bridge> -j DROP`) or another bridge port (ebtables: IP source
 //!   or ARP sender) is dropped too, whoever sent it.
+//! - **Everyone else** (the uplink's packets, a tunnel's): in the raw
+//!   table, a packet that entered by no guarded veth (the `hash:net,iface`
+//!   set [`interface_set`], each veth with `/0`) and whose source is bound
+//!   to no endpoint (the `hash:ip` set [`bound_set`]) can match none of
+//!   the drop rules, and one rule with those two lookups returns it ahead
+//!   of them: a fixed cost a packet, however many endpoints the node has.
+//!   The drop rules stay one per interface and address, so that their
+//!   counters say whom each drop was for.
 //! - **Neighbour discovery** (raw, IPv6, [`ND_CHAIN`]): a neighbour
 //!   advertisement from a guarded veth (`-i`) or bridge port (`-m physdev
 //!   --physdev-in`, seen only with `br_netfilter`) must have ICMPv6 right
@@ -62,7 +72,8 @@ use crate::model::{Object, Snapshot};
 mod rules;
 
 pub use rules::{
-    drop_counters, plan, rule_key, source_set, DropCount, Place, Planned, Reading, Reason,
+    bound_set, drop_counters, interface_set, plan, rule_key, source_set, DropCount, Place, Planned,
+    Reading, Reason,
 };
 
 /// The owned chain of the raw tables (from `PREROUTING`) and of ebtables'

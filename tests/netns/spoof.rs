@@ -253,6 +253,23 @@ fn expect_guarded(lab: &Lab, attached: &[(&str, &str)]) {
     assert!(last.unguarded.is_empty(), "{last:#?}");
 }
 
+/// The packet counter of the IPv4 raw chain's rule that returns packets
+/// from no guarded veth with a source bound to no endpoint.
+#[track_caller]
+fn uplink_returns(lab: &Lab) -> u64 {
+    let save = lab.node().ok("iptables-save -c -t raw");
+    let line = save
+        .lines()
+        .find(|l| {
+            l.contains("-A TOLLGATE-ANTISPOOF ") && l.contains("tollgate-antispoof-ifaces-v4")
+        })
+        .unwrap_or_else(|| panic!("no uplink return rule:\n{save}"));
+    let packets = line.strip_prefix('[').and_then(|l| l.split(':').next());
+    packets
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no counter in {line}"))
+}
+
 /// The guards parse back as planned: no drift check found them changed.
 #[track_caller]
 fn no_drift(agent: &crate::harness::Agent) {
@@ -344,9 +361,14 @@ fn routed_lab(test: &'static str) -> Option<(Lab, &'static str)> {
 /// The guards outlive the agent like its other chains (a stopped agent
 /// leaves them enforcing) and `tollgate cleanup` removes them.
 ///
+/// An unbound source from the uplink passes, returned by the rule that
+/// spares it the drop rules (its counter read back).
+///
 /// Mutation: in `raw_table` (src/datapath/antispoof.rs) plan the IPv4
 /// chain with only its `-i lo -j RETURN` rule — the spoofed datagram
-/// reaches the server. Mutation: `Iptables::installed` (src/datapath/kernel.rs)
+/// reaches the server. Mutation: the uplink return rule without its
+/// bound-set lookup — the victim's address forged from outside reaches the
+/// server. Mutation: no uplink return rule — no such rule to count. Mutation: `Iptables::installed` (src/datapath/kernel.rs)
 /// does not read the raw tables — the drift check finds the guards
 /// missing and rewrites them every second (and cleanup would leave them).
 #[test]
@@ -412,6 +434,32 @@ fn routed_pod_cannot_send_as_its_neighbour_ipv4() {
         &[&allowed, &server, "5353", "allowed-prefix", &node_mac, "1"],
     );
     inbox.expect("allowed-prefix");
+    // From the uplink's side, a source bound to nobody (the spoofer's
+    // allowed prefix, routed to it: loose rp_filter passes it) is no one's
+    // forgery: it passes, returned ahead of the per-veth and per-address
+    // drop rules by the rule that looks it up in the interface and bound
+    // sets, which counts it.
+    let returned = uplink_returns(&lab);
+    let unbound = format!("10.{}.9.8", lab.index());
+    scapy(
+        lab.ns("outside"),
+        python,
+        SEND_UDP,
+        &[
+            &unbound,
+            &server,
+            "5353",
+            "uplink-unbound",
+            &outside_mac,
+            "2",
+        ],
+    );
+    inbox.expect("uplink-unbound");
+    let after = uplink_returns(&lab);
+    assert!(
+        after >= returned + 2,
+        "uplink packets returned: {returned} then {after}"
+    );
     let report = report(&lab);
     assert_eq!(dropped(&report, "apps/victim", "source"), 0, "{report:#?}");
     assert_eq!(dropped(&report, "apps/server", "source"), 0, "{report:#?}");

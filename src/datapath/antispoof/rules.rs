@@ -10,7 +10,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use ipnet::IpNet;
 
 use super::{Attachment, Guarded, Guards, Mac, CHAIN, ND_CHAIN};
-use crate::datapath::state::{Family, SourceSet, State, Table};
+use crate::datapath::state::{Family, IpSet, SourceSet, State, Table};
 
 /// The source set of a family: (source, interface) for every source a
 /// routed endpoint may send from, matched by one rule (`src,src`: the
@@ -20,6 +20,26 @@ pub fn source_set(family: Family) -> &'static str {
     match family {
         Family::V4 => "tollgate-antispoof-v4",
         Family::V6 => "tollgate-antispoof-v6",
+    }
+}
+
+/// The interface set of a family (`hash:net,iface`, each guarded veth
+/// with the whole family's prefix): a packet not in it entered by no
+/// guarded veth, so no `-i <veth> -j DROP` rule can match it.
+pub fn interface_set(family: Family) -> &'static str {
+    match family {
+        Family::V4 => "tollgate-antispoof-ifaces-v4",
+        Family::V6 => "tollgate-antispoof-ifaces-v6",
+    }
+}
+
+/// The bound set of a family (`hash:ip`): every address bound to an
+/// attachment or held. A packet whose source is not in it meets no
+/// `-s <address> …` drop rule.
+pub fn bound_set(family: Family) -> &'static str {
+    match family {
+        Family::V4 => "tollgate-antispoof-bound-v4",
+        Family::V6 => "tollgate-antispoof-bound-v6",
     }
 }
 
@@ -63,8 +83,11 @@ pub struct Planned {
     pub raw_v4: Table,
     pub raw_v6: Table,
     pub bridge: Table,
-    /// The source sets ([`source_set`]) the raw tables match, by name.
+    /// The source and interface sets ([`source_set`], [`interface_set`])
+    /// the raw tables match, by name.
     pub sources: BTreeMap<String, SourceSet>,
+    /// The bound sets ([`bound_set`]), by name.
+    pub bound: BTreeMap<String, IpSet>,
     /// [`rule_key`] of each drop rule → (endpoint, reason).
     pub drops: BTreeMap<String, (String, Reason)>,
 }
@@ -76,6 +99,7 @@ impl Planned {
         state.raw_v6 = self.raw_v6.clone();
         state.bridge = self.bridge.clone();
         state.sources.extend(self.sources.clone());
+        state.sets.extend(self.bound.clone());
     }
 }
 
@@ -93,11 +117,19 @@ pub fn plan(guards: &Guards) -> Planned {
         return planned;
     }
     for family in Family::ALL {
-        let (table, sources) = raw_table(guards, family, &mut planned.drops);
-        if let Some(sources) = sources {
+        let (table, sets) = raw_table(guards, family, &mut planned.drops);
+        for (name, set) in [
+            (source_set(family), sets.sources),
+            (interface_set(family), sets.interfaces),
+        ] {
+            if !set.entries.is_empty() {
+                planned.sources.insert(name.to_string(), set);
+            }
+        }
+        if !sets.bound.members.is_empty() {
             planned
-                .sources
-                .insert(source_set(family).to_string(), sources);
+                .bound
+                .insert(bound_set(family).to_string(), sets.bound);
         }
         match family {
             Family::V4 => planned.raw_v4 = table,
@@ -172,18 +204,35 @@ fn held(guards: &Guards, family: Family) -> Vec<(IpAddr, String)> {
         .collect()
 }
 
-/// A family's raw table, and its source set when a routed endpoint has
-/// sources to match. The set's lookup stands where each interface's
-/// `-s SOURCE -i IFACE -j RETURN` rules stood, ahead of every drop rule
-/// (for IPv4 as the jump's condition, for IPv6 after the neighbour
-/// discovery check): a packet matched by a pair goes on as it did, any
-/// other meets the same drop rules (one per interface, one per bound
-/// address), whose counters say whom a drop was for.
+/// The sets a family's raw table matches; an empty one is not created
+/// (nor is the rule that would match it written).
+struct RawSets {
+    /// (source, interface) pairs that go on unchecked ([`source_set`]).
+    sources: SourceSet,
+    /// The guarded veths ([`interface_set`]).
+    interfaces: SourceSet,
+    /// The bound and held addresses ([`bound_set`]).
+    bound: IpSet,
+}
+
+/// A family's raw table, and the sets it matches. The source set's
+/// lookup stands where each interface's `-s SOURCE -i IFACE -j RETURN`
+/// rules stood, ahead of every drop rule (for IPv4 as the jump's
+/// condition, for IPv6 after the neighbour discovery check): a packet
+/// matched by a pair goes on as it did. It holds each routed veth's
+/// sources and each bridged endpoint's own addresses with its bridge
+/// (the only interface the `-s <address> ! -i <bridge>` rule lets them
+/// in by). Any other packet meets the drop rules (one per interface, one
+/// per bound address), whose counters say whom a drop was for, unless it
+/// entered by no guarded veth and its source is bound to no one: then no
+/// drop rule can match it, and one rule with two set lookups returns it.
+/// So a packet from the uplink costs a fixed number of rules, however
+/// many endpoints the node has.
 fn raw_table(
     guards: &Guards,
     family: Family,
     drops: &mut BTreeMap<String, (String, Reason)>,
-) -> (Table, Option<SourceSet>) {
+) -> (Table, RawSets) {
     let place = Place::Raw(family);
     let mut rules = vec!["-i lo -j RETURN".to_string()];
     let groups = by_attachment(guards);
@@ -192,9 +241,21 @@ fn raw_table(
         rules.push(format!("-p ipv6-icmp -j {ND_CHAIN}"));
         chains.insert(ND_CHAIN.to_string(), nd_rules(&groups, drops));
     }
-    let mut pairs = SourceSet {
+    let empty = || SourceSet {
         family,
         entries: BTreeSet::new(),
+    };
+    let mut sets = RawSets {
+        sources: empty(),
+        interfaces: empty(),
+        bound: IpSet {
+            family,
+            members: BTreeSet::new(),
+        },
+    };
+    let whole = match family {
+        Family::V4 => IpNet::V4(ipnet::Ipv4Net::default()),
+        Family::V6 => IpNet::V6(ipnet::Ipv6Net::default()),
     };
     let mut unchecked = Vec::new();
     let mut interface_drops = Vec::new();
@@ -208,15 +269,33 @@ fn raw_table(
             unchecked.push(format!("-i {interface} -j RETURN"));
             continue;
         }
-        pairs
+        sets.sources
             .entries
             .extend(allowed.into_iter().map(|net| (net, interface.clone())));
+        sets.interfaces.entries.insert((whole, interface.clone()));
         interface_drops.push((format!("-i {interface} -j DROP"), names(group)));
     }
+    let bound = bound(guards, family);
+    let held = held(guards, family);
+    let held_addresses: BTreeSet<IpAddr> = held.iter().map(|(a, _)| *a).collect();
+    for (address, owner) in &bound {
+        if let Attachment::Bridged { bridge, .. } = &owner.attachment {
+            if !held_addresses.contains(address) {
+                sets.sources
+                    .entries
+                    .insert((IpNet::from(*address), bridge.clone()));
+            }
+        }
+    }
+    sets.bound.members = bound
+        .iter()
+        .map(|(a, _)| *a)
+        .chain(held_addresses)
+        .collect();
     // IPv4: the lookup is the jump's condition, so a packet the set returns
     // costs one rule. IPv6 checks neighbour discovery first, inside.
     let mut jump = format!("-j {CHAIN}");
-    if !pairs.entries.is_empty() {
+    if !sets.sources.entries.is_empty() {
         let matched = format!("--match-set {} src,src", source_set(family));
         match family {
             Family::V4 => jump = format!("-m set ! {matched} {jump}"),
@@ -224,6 +303,21 @@ fn raw_table(
         }
     }
     rules.extend(unchecked);
+    // Neither from a guarded veth nor from a bound address: no drop rule
+    // below can match.
+    let mut suspects = Vec::new();
+    if !sets.interfaces.entries.is_empty() {
+        suspects.push(format!(
+            "-m set ! --match-set {} src,src",
+            interface_set(family)
+        ));
+    }
+    if !sets.bound.members.is_empty() {
+        suspects.push(format!("-m set ! --match-set {} src", bound_set(family)));
+    }
+    if !suspects.is_empty() {
+        rules.push(format!("{} -j RETURN", suspects.join(" ")));
+    }
     let mut drop = |rules: &mut Vec<String>, rule: String, who: String, reason| {
         drops.insert(rule_key(place, CHAIN, &rule), (who, reason));
         rules.push(rule);
@@ -231,7 +325,7 @@ fn raw_table(
     for (rule, who) in interface_drops {
         drop(&mut rules, rule, who, Reason::Source);
     }
-    for (address, owner) in bound(guards, family) {
+    for (address, owner) in bound {
         let host = IpNet::from(address);
         drop(
             &mut rules,
@@ -240,7 +334,7 @@ fn raw_table(
             Reason::Address,
         );
     }
-    for (address, owner) in held(guards, family) {
+    for (address, owner) in held {
         drop(
             &mut rules,
             format!("-s {} -j DROP", IpNet::from(address)),
@@ -254,7 +348,7 @@ fn raw_table(
         jumps: vec![("PREROUTING".to_string(), jump)],
         ..Table::default()
     };
-    (table, (!pairs.entries.is_empty()).then_some(pairs))
+    (table, sets)
 }
 
 /// `u32` tests that an IPv6 packet carries ICMPv6 right after its fixed

@@ -252,10 +252,15 @@ fn the_raw_chains_bind_each_veth_to_its_sources_and_each_address_to_its_interfac
             format!("-m set ! --match-set tollgate-antispoof-v4 src,src -j {CHAIN}")
         )]
     );
+    // A packet from neither a guarded veth nor a bound address (the
+    // uplink's) returns after two lookups, whatever the number of
+    // endpoints; the drop rules below are for the rest.
     assert_eq!(
         planned.raw_v4.chains[CHAIN],
         [
             "-i lo -j RETURN",
+            "-m set ! --match-set tollgate-antispoof-ifaces-v4 src,src \
+             -m set ! --match-set tollgate-antispoof-bound-v4 src -j RETURN",
             "-i veth-a -j DROP",
             "-s 10.1.0.2/32 ! -i veth-a -j DROP",
             "-s 10.2.0.2/32 ! -i br0 -j DROP",
@@ -272,24 +277,46 @@ fn the_raw_chains_bind_each_veth_to_its_sources_and_each_address_to_its_interfac
             "-i lo -j RETURN",
             "-p ipv6-icmp -j TOLLGATE-ANTISPOOF-ND",
             "-m set --match-set tollgate-antispoof-v6 src,src -j RETURN",
+            "-m set ! --match-set tollgate-antispoof-ifaces-v6 src,src \
+             -m set ! --match-set tollgate-antispoof-bound-v6 src -j RETURN",
             "-i veth-a -j DROP",
             "-s fd01::2/128 ! -i veth-a -j DROP",
             "-s fd02::2/128 ! -i br0 -j DROP",
         ]
     );
-    // The routed veth's sources, one lookup for all of them.
-    let pairs = |family| {
-        planned.sources[source_set(family)]
+    // The routed veth's sources and the bridged endpoint's addresses on
+    // its bridge (what `-s … ! -i br0` lets in), one lookup for all.
+    let pairs = |set: fn(Family) -> &'static str, family| {
+        planned.sources[set(family)]
             .entries
             .iter()
             .map(|(net, interface)| format!("{net},{interface}"))
             .collect::<Vec<_>>()
     };
-    assert_eq!(pairs(Family::V4), ["10.1.0.2/32,veth-a"]);
     assert_eq!(
-        pairs(Family::V6),
-        ["::/128,veth-a", "fd01::2/128,veth-a", "fe80::/10,veth-a"]
+        pairs(source_set, Family::V4),
+        ["10.1.0.2/32,veth-a", "10.2.0.2/32,br0"]
     );
+    assert_eq!(
+        pairs(source_set, Family::V6),
+        [
+            "::/128,veth-a",
+            "fd01::2/128,veth-a",
+            "fd02::2/128,br0",
+            "fe80::/10,veth-a"
+        ]
+    );
+    assert_eq!(pairs(interface_set, Family::V4), ["0.0.0.0/0,veth-a"]);
+    assert_eq!(pairs(interface_set, Family::V6), ["::/0,veth-a"]);
+    let bound = |family| {
+        planned.bound[bound_set(family)]
+            .members
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(bound(Family::V4), ["10.1.0.2", "10.2.0.2"]);
+    assert_eq!(bound(Family::V6), ["fd01::2", "fd02::2"]);
     let nd = &planned.raw_v6.chains[ND_CHAIN];
     let routed = "-i veth-a -p ipv6-icmp -m icmp6 --icmpv6-type";
     let bridged = "-p ipv6-icmp -m physdev --physdev-in vb -m icmp6 --icmpv6-type";
