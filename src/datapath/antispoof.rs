@@ -39,14 +39,18 @@
 //!   source that enters by another interface (raw: `-s <addr> ! -i <its
 //!   veth or bridge> -j DROP`) or another bridge port (ebtables: IP source
 //!   or ARP sender) is dropped too, whoever sent it.
-//! - **Everyone else** (the uplink's packets, a tunnel's): in the raw
-//!   table, a packet that entered by no guarded veth (the `hash:net,iface`
-//!   set [`interface_set`], each veth with `/0`) and whose source is bound
-//!   to no endpoint (the `hash:ip` set [`bound_set`]) can match none of
-//!   the drop rules, and one rule with those two lookups returns it ahead
-//!   of them: a fixed cost a packet, however many endpoints the node has.
-//!   The drop rules stay one per interface and address, so that their
-//!   counters say whom each drop was for.
+//! - **Everyone else** (the uplink's packets, a tunnel's, another Node's
+//!   Pods'): in the raw table, a packet that entered by one of the node's
+//!   other interfaces ([`Guards::others`]: not a guarded veth, not a
+//!   bridge port) with a source bound to no endpoint (the `hash:ip` set
+//!   [`bound_set`]) can match none of the drop rules, and a rule per such
+//!   interface returns it ahead of them: a few rules a packet, however
+//!   many endpoints the node has. The drop rules stay one per interface
+//!   and address, so that their counters say whom each drop was for.
+//! - **Sources every veth may use** (IPv6 link-local and `::`, prefixes
+//!   allowed to every endpoint): a rule each, not a pair per veth in the
+//!   source set, whose hash ignores the interface: the kernel refuses a
+//!   65th interface for one prefix.
 //! - **Neighbour discovery** (raw, IPv6, [`ND_CHAIN`]): a neighbour
 //!   advertisement from a guarded veth (`-i`) or bridge port (`-m physdev
 //!   --physdev-in`, seen only with `br_netfilter`) must have ICMPv6 right
@@ -72,8 +76,8 @@ use crate::model::{Object, Snapshot};
 mod rules;
 
 pub use rules::{
-    bound_set, drop_counters, interface_set, plan, rule_key, source_set, DropCount, Place, Planned,
-    Reading, Reason,
+    bound_set, drop_counters, plan, rule_key, source_set, DropCount, Place, Planned, Reading,
+    Reason,
 };
 
 /// The owned chain of the raw tables (from `PREROUTING`) and of ebtables'
@@ -249,6 +253,12 @@ pub struct Guards {
     /// Prefixes every endpoint may send from: addresses in them are bound
     /// to nobody.
     pub shared: Vec<IpNet>,
+    /// The node's other interfaces that packets enter the raw table by
+    /// (the uplink, tunnels, bridges, veths of no endpoint; not loopback,
+    /// not a bridge's ports, not a guarded veth): a packet from one can
+    /// only meet the address drop rules. Names iptables could read as a
+    /// pattern (`+`) or an option are left out.
+    pub others: Vec<String>,
 }
 
 /// Where each endpoint is attached, from the node's interfaces and routes:
@@ -342,7 +352,34 @@ pub fn attach(
             });
         }
     }
+    let routed: BTreeSet<&str> = guards
+        .guarded
+        .iter()
+        .filter_map(|g| match &g.attachment {
+            Attachment::Routed { interface, .. } => Some(interface.as_str()),
+            Attachment::Bridged { .. } => None,
+        })
+        .collect();
+    guards.others = facts
+        .links
+        .iter()
+        .filter(|l| l.name != "lo" && l.master.is_none() && !routed.contains(l.name.as_str()))
+        .filter(|l| plain_name(&l.name))
+        .map(|l| l.name.clone())
+        .collect();
+    guards.others.sort();
+    guards.others.dedup();
     guards
+}
+
+/// Whether iptables reads `-i NAME` as exactly this interface: no
+/// wildcard (`+`), nothing an option could start with.
+fn plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with(['-', '!'])
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
 }
 
 /// Why an address has no attachment.

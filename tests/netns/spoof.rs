@@ -254,15 +254,14 @@ fn expect_guarded(lab: &Lab, attached: &[(&str, &str)]) {
 }
 
 /// The packet counter of the IPv4 raw chain's rule that returns packets
-/// from no guarded veth with a source bound to no endpoint.
+/// from the outside peer's interface (guarded by no endpoint) with a
+/// source bound to no endpoint.
 #[track_caller]
 fn uplink_returns(lab: &Lab) -> u64 {
     let save = lab.node().ok("iptables-save -c -t raw");
     let line = save
         .lines()
-        .find(|l| {
-            l.contains("-A TOLLGATE-ANTISPOOF ") && l.contains("tollgate-antispoof-ifaces-v4")
-        })
+        .find(|l| l.contains("-A TOLLGATE-ANTISPOOF -i n-outside ") && l.ends_with("-j RETURN"))
         .unwrap_or_else(|| panic!("no uplink return rule:\n{save}"));
     let packets = line.strip_prefix('[').and_then(|l| l.split(':').next());
     packets
@@ -364,13 +363,14 @@ fn routed_lab(test: &'static str) -> Option<(Lab, &'static str)> {
 /// An unbound source from the uplink passes, returned by the rule that
 /// spares it the drop rules (its counter read back).
 ///
-/// Mutation: in `raw_table` (src/datapath/antispoof.rs) plan the IPv4
-/// chain with only its `-i lo -j RETURN` rule — the spoofed datagram
-/// reaches the server. Mutation: the uplink return rule without its
-/// bound-set lookup — the victim's address forged from outside reaches the
-/// server. Mutation: no uplink return rule — no such rule to count. Mutation: `Iptables::installed` (src/datapath/kernel.rs)
-/// does not read the raw tables — the drift check finds the guards
-/// missing and rewrites them every second (and cleanup would leave them).
+/// Mutation: in `raw_table` (src/datapath/antispoof/rules.rs) plan the
+/// IPv4 chain with only its `-i lo -j RETURN` rule — the spoofed datagram
+/// reaches the server. Mutation: the other interfaces' return rules
+/// without the bound-set lookup — the victim's address forged from
+/// outside reaches the server. Mutation: no such return rules — none to
+/// count. Mutation: `Iptables::installed` (src/datapath/kernel.rs) does
+/// not read the raw tables — the drift check finds the guards missing and
+/// rewrites them every second (and cleanup would leave them).
 #[test]
 fn routed_pod_cannot_send_as_its_neighbour_ipv4() {
     let Some((lab, python)) = routed_lab("routed_pod_cannot_send_as_its_neighbour_ipv4") else {
@@ -434,11 +434,10 @@ fn routed_pod_cannot_send_as_its_neighbour_ipv4() {
         &[&allowed, &server, "5353", "allowed-prefix", &node_mac, "1"],
     );
     inbox.expect("allowed-prefix");
-    // From the uplink's side, a source bound to nobody (the spoofer's
+    // From the uplink's side, a source bound to nobody (in the spoofer's
     // allowed prefix, routed to it: loose rp_filter passes it) is no one's
     // forgery: it passes, returned ahead of the per-veth and per-address
-    // drop rules by the rule that looks it up in the interface and bound
-    // sets, which counts it.
+    // drop rules by the outside interface's rule, which counts it.
     let returned = uplink_returns(&lab);
     let unbound = format!("10.{}.9.8", lab.index());
     scapy(
@@ -479,6 +478,92 @@ fn routed_pod_cannot_send_as_its_neighbour_ipv4() {
         let raw = lab.node().ok(save);
         assert!(!raw.contains("TOLLGATE"), "{save} after cleanup:\n{raw}");
     }
+}
+
+/// A Node with more routed Pods than one `hash:net,iface` hash bucket
+/// holds for one prefix (64: the set hashes the address, not the
+/// interface): 100 more Pods, each on a veth of its own (their far ends in
+/// the outside peer's namespace) with an IPv4 and an IPv6 address, and a
+/// prefix allowed to every endpoint (`*=CIDR`). The agent applies its
+/// ruleset and every Pod is guarded; the spoofer's
+/// forgery of the victim's IPv6 address is still dropped, the victim's
+/// own datagram still arrives. (Until this test, each veth put IPv6's
+/// `fe80::/10` and `::` in the source set, and a shared prefix too, and
+/// the kernel refused the 65th veth's: no ruleset at all past 64 Pods
+/// with IPv6 or a shared prefix.)
+///
+/// Mutations: in `raw_table` (src/datapath/antispoof/rules.rs) keep the
+/// link-scoped prefixes, or the shared one, in every veth's pairs — the
+/// agent never applies its first ruleset ("Hash is full").
+#[test]
+fn a_hundred_routed_pods_are_guarded() {
+    let Some((lab, python)) = routed_lab("a_hundred_routed_pods_are_guarded") else {
+        return;
+    };
+    const PODS: usize = 100;
+    let i = lab.index();
+    let far = lab.ns("outside").name().to_string();
+    let (mut node, mut pods, mut inventory) = (String::new(), String::new(), String::new());
+    for k in 0..PODS {
+        let (v4, v6) = (
+            format!("10.{i}.200.{}", k + 1),
+            format!("fd00:{i}:200::{:x}", k + 1),
+        );
+        node.push_str(&format!(
+            "ip link add p{k} type veth peer name e{k} netns {far} && ip link set p{k} up && \
+             ip route add {v4}/32 dev p{k} && ip -6 route add {v6}/128 dev p{k}\n"
+        ));
+        pods.push_str(&format!(
+            "ip addr add {v4}/32 dev e{k} && ip -6 addr add {v6}/128 dev e{k} nodad && \
+             ip link set e{k} up\n"
+        ));
+        inventory.push_str(&format!(
+            "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: idle-{k}, namespace: apps, labels: {{app: idle}}}}\n\
+             spec: {{nodeName: node}}\nstatus: {{podIPs: [{{ip: '{v4}'}}, {{ip: '{v6}'}}]}}\n"
+        ));
+    }
+    lab.node().ok(&format!("set -e\n{node}"));
+    lab.ns("outside").ok(&format!("set -e\n{pods}"));
+    lab.write_policy("idle.yaml", &inventory);
+    let inbox = Inbox::open(lab.ns("server"), 5353);
+    // A prefix every endpoint may send from, as a router's node would list.
+    let options = lab
+        .agent_options()
+        .queues(1)
+        .args(&["--allowed-source-prefix", &format!("*=10.{i}.250.0/24")]);
+    let mut agent = lab.start_agent(options);
+    agent.wait_generation(1);
+    expect_guarded(
+        &lab,
+        &[
+            ("apps/victim", "n-victim"),
+            ("apps/spoofer", "n-spoofer"),
+            ("apps/idle-0", "p0"),
+            ("apps/idle-99", "p99"),
+        ],
+    );
+    assert_eq!(report(&lab).guarded.len(), PODS + 3);
+    let (victim, server) = (
+        lab.addr6("victim").to_string(),
+        lab.addr6("server").to_string(),
+    );
+    let node_mac = mac(lab.node(), "n-spoofer");
+    scapy(
+        lab.ns("spoofer"),
+        python,
+        SEND_UDP,
+        &[&victim, &server, "5353", "spoof-many", &node_mac, "2"],
+    );
+    inbox.expect_none("spoof-many");
+    expect_dropped(&lab, "apps/spoofer", "source", 2);
+    let victim_mac = mac(lab.node(), "n-victim");
+    scapy(
+        lab.ns("victim"),
+        python,
+        SEND_UDP,
+        &[&victim, &server, "5353", "real-many", &victim_mac, "1"],
+    );
+    inbox.expect("real-many");
 }
 
 /// Routed veths, IPv6 (no `rp_filter` at all): the same forgery, and a

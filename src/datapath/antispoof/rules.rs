@@ -23,16 +23,6 @@ pub fn source_set(family: Family) -> &'static str {
     }
 }
 
-/// The interface set of a family (`hash:net,iface`, each guarded veth
-/// with the whole family's prefix): a packet not in it entered by no
-/// guarded veth, so no `-i <veth> -j DROP` rule can match it.
-pub fn interface_set(family: Family) -> &'static str {
-    match family {
-        Family::V4 => "tollgate-antispoof-ifaces-v4",
-        Family::V6 => "tollgate-antispoof-ifaces-v6",
-    }
-}
-
 /// The bound set of a family (`hash:ip`): every address bound to an
 /// attachment or held. A packet whose source is not in it meets no
 /// `-s <address> …` drop rule.
@@ -83,8 +73,7 @@ pub struct Planned {
     pub raw_v4: Table,
     pub raw_v6: Table,
     pub bridge: Table,
-    /// The source and interface sets ([`source_set`], [`interface_set`])
-    /// the raw tables match, by name.
+    /// The source sets ([`source_set`]) the raw tables match, by name.
     pub sources: BTreeMap<String, SourceSet>,
     /// The bound sets ([`bound_set`]), by name.
     pub bound: BTreeMap<String, IpSet>,
@@ -118,13 +107,10 @@ pub fn plan(guards: &Guards) -> Planned {
     }
     for family in Family::ALL {
         let (table, sets) = raw_table(guards, family, &mut planned.drops);
-        for (name, set) in [
-            (source_set(family), sets.sources),
-            (interface_set(family), sets.interfaces),
-        ] {
-            if !set.entries.is_empty() {
-                planned.sources.insert(name.to_string(), set);
-            }
+        if !sets.sources.entries.is_empty() {
+            planned
+                .sources
+                .insert(source_set(family).to_string(), sets.sources);
         }
         if !sets.bound.members.is_empty() {
             planned
@@ -209,8 +195,6 @@ fn held(guards: &Guards, family: Family) -> Vec<(IpAddr, String)> {
 struct RawSets {
     /// (source, interface) pairs that go on unchecked ([`source_set`]).
     sources: SourceSet,
-    /// The guarded veths ([`interface_set`]).
-    interfaces: SourceSet,
     /// The bound and held addresses ([`bound_set`]).
     bound: IpSet,
 }
@@ -222,12 +206,18 @@ struct RawSets {
 /// matched by a pair goes on as it did. It holds each routed veth's
 /// sources and each bridged endpoint's own addresses with its bridge
 /// (the only interface the `-s <address> ! -i <bridge>` rule lets them
-/// in by). Any other packet meets the drop rules (one per interface, one
-/// per bound address), whose counters say whom a drop was for, unless it
-/// entered by no guarded veth and its source is bound to no one: then no
-/// drop rule can match it, and one rule with two set lookups returns it.
-/// So a packet from the uplink costs a fixed number of rules, however
-/// many endpoints the node has.
+/// in by). IPv6's link-local and unspecified sources, which every veth
+/// may send from and no endpoint is bound to, and the prefixes shared by
+/// every endpoint (`*=CIDR`), are returned by a rule each instead of a
+/// pair per veth: a `hash:net,iface` set hashes the address and not the
+/// interface, so one prefix with many interfaces fills a bucket (the
+/// kernel refuses a 65th). Any other packet meets the drop
+/// rules (one per interface, one per bound address), whose counters say
+/// whom a drop was for, unless it entered by one of the node's other
+/// interfaces (the uplink, a tunnel) from a source bound to no endpoint:
+/// no drop rule can match it, and a rule per such interface, with the
+/// bound set's lookup, returns it ahead of them. So a packet from another
+/// Node costs a few rules, however many endpoints this one has.
 fn raw_table(
     guards: &Guards,
     family: Family,
@@ -241,22 +231,24 @@ fn raw_table(
         rules.push(format!("-p ipv6-icmp -j {ND_CHAIN}"));
         chains.insert(ND_CHAIN.to_string(), nd_rules(&groups, drops));
     }
-    let empty = || SourceSet {
-        family,
-        entries: BTreeSet::new(),
-    };
     let mut sets = RawSets {
-        sources: empty(),
-        interfaces: empty(),
+        sources: SourceSet {
+            family,
+            entries: BTreeSet::new(),
+        },
         bound: IpSet {
             family,
             members: BTreeSet::new(),
         },
     };
-    let whole = match family {
-        Family::V4 => IpNet::V4(ipnet::Ipv4Net::default()),
-        Family::V6 => IpNet::V6(ipnet::Ipv6Net::default()),
-    };
+    // Prefixes every endpoint may send from: a rule each, not a pair per
+    // veth (a /0 makes every veth unchecked below instead).
+    let shared: Vec<IpNet> = guards
+        .shared
+        .iter()
+        .filter(|n| Family::of(&n.addr()) == family && n.prefix_len() > 0)
+        .copied()
+        .collect();
     let mut unchecked = Vec::new();
     let mut interface_drops = Vec::new();
     for (attachment, group) in &groups {
@@ -269,10 +261,12 @@ fn raw_table(
             unchecked.push(format!("-i {interface} -j RETURN"));
             continue;
         }
-        sets.sources
-            .entries
-            .extend(allowed.into_iter().map(|net| (net, interface.clone())));
-        sets.interfaces.entries.insert((whole, interface.clone()));
+        sets.sources.entries.extend(
+            allowed
+                .into_iter()
+                .filter(|net| !link_scoped(net) && !shared.contains(net))
+                .map(|net| (net, interface.clone())),
+        );
         interface_drops.push((format!("-i {interface} -j DROP"), names(group)));
     }
     let bound = bound(guards, family);
@@ -302,21 +296,26 @@ fn raw_table(
             Family::V6 => rules.push(format!("-m set {matched} -j RETURN")),
         }
     }
+    let unbound = if sets.bound.members.is_empty() {
+        String::new()
+    } else {
+        format!("-m set ! --match-set {} src ", bound_set(family))
+    };
+    if family == Family::V6 {
+        for net in LINK_SCOPED_V6 {
+            rules.push(format!("-s {net} -j RETURN"));
+        }
+    }
+    // A shared prefix's unbound sources (held ones are in the bound set):
+    // what the pairs of every veth returned, and nothing else could drop.
+    for net in &shared {
+        rules.push(format!("-s {net} {unbound}-j RETURN"));
+    }
     rules.extend(unchecked);
-    // Neither from a guarded veth nor from a bound address: no drop rule
+    // From another interface with a source bound to nobody: no drop rule
     // below can match.
-    let mut suspects = Vec::new();
-    if !sets.interfaces.entries.is_empty() {
-        suspects.push(format!(
-            "-m set ! --match-set {} src,src",
-            interface_set(family)
-        ));
-    }
-    if !sets.bound.members.is_empty() {
-        suspects.push(format!("-m set ! --match-set {} src", bound_set(family)));
-    }
-    if !suspects.is_empty() {
-        rules.push(format!("{} -j RETURN", suspects.join(" ")));
+    for interface in &guards.others {
+        rules.push(format!("-i {interface} {unbound}-j RETURN"));
     }
     let mut drop = |rules: &mut Vec<String>, rule: String, who: String, reason| {
         drops.insert(rule_key(place, CHAIN, &rule), (who, reason));
@@ -349,6 +348,17 @@ fn raw_table(
         ..Table::default()
     };
     (table, sets)
+}
+
+/// IPv6's link-local prefix and unspecified address, as ip6tables-save
+/// prints them: every interface's own, bound to no endpoint.
+const LINK_SCOPED_V6: [&str; 2] = ["fe80::/10", "::/128"];
+
+/// Whether `net` is one of [`LINK_SCOPED_V6`].
+fn link_scoped(net: &IpNet) -> bool {
+    LINK_SCOPED_V6
+        .iter()
+        .any(|s| s.parse::<IpNet>().ok() == Some(*net))
 }
 
 /// `u32` tests that an IPv6 packet carries ICMPv6 right after its fixed

@@ -258,6 +258,7 @@ pub const TEST_IDS: &[&str] = &[
     "kubernetes_moving_between_watch_and_controller_mode_never_lets_a_denied_client_through",
     "kubernetes_a_group_missing_a_listed_slice_is_waited_for_on_the_wire",
     "kubernetes_controller_mode_warns_about_nothing_it_cannot_see",
+    "a_hundred_routed_pods_are_guarded",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
