@@ -18,6 +18,13 @@
 #   WARMUP=1          seconds of unrecorded load before each measurement
 #                     (0: none; the flood has none)
 #   TOLLGATE_BASE=... A/B mode (below)
+#   ENDPOINTS=0       more local Pods (bench/pod-K, 10.97.0.0/16), each on a
+#                     veth of its own whose far end holds its address (one
+#                     namespace, tgb-pods), sending nothing: the node's
+#                     anti-spoofing guards grow with them
+#   CLIENT_NODE=bench-node  the client Pod's Node: another name makes it a
+#                     remote Pod, whose packets enter the node as a tunnel's
+#                     or the uplink's do (its veth is guarded by nobody)
 #   CONFIGS=regex     measure only the scenario's configurations it matches
 #                     whole (e.g. 'tollgate-fresh.*' for the 10-minute RSS run;
 #                     the ratios then need none and conntrack in the same run)
@@ -102,7 +109,9 @@
 # measures conn/s of none, base and new (this tree's or $TOLLGATE) in
 # ROUNDS interleaved rounds (none, base, new, none, base, new, ...) with
 # RULES rules, and prints every round and the medians, each as a ratio to
-# the median of none.
+# the median of none. With ENDPOINTS and CLIENT_NODE it measures what the
+# node's other Pods cost the packets of a remote one, e.g.
+#   ENDPOINTS=60 CLIENT_NODE=other-node TOLLGATE_BASE=old RULES=10 benches/e2e.sh 8
 #
 # Mechanics check (not a measurement): ROUNDS=1 benches/e2e.sh 1
 set -euo pipefail
@@ -114,7 +123,8 @@ read -r -a RULE_COUNTS <<<"${RULE_COUNTS:-10 1000 10000}"
 FLOOD_PPS=${FLOOD_PPS:-10000}
 WARMUP=${WARMUP:-1}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-NODE=tgb-node CLIENT=tgb-client SERVER=tgb-server
+NODE=tgb-node CLIENT=tgb-client SERVER=tgb-server PODS=tgb-pods
+ENDPOINTS=${ENDPOINTS:-0} CLIENT_NODE=${CLIENT_NODE:-bench-node}
 SERVER_IP=10.98.2.2 CLIENT_IP=10.98.1.2
 MISS_NET=100.64.0.0/10 MISS_BASE=$((100 << 24 | 64 << 16)) MISS_COUNT=$((1 << 22))
 DENIED_PORT=9
@@ -128,6 +138,7 @@ nsx() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
 [[ $ROUNDS =~ ^[0-9]+$ && $ROUNDS -ge 1 ]] || die "ROUNDS must be a positive integer"
 [[ $WARMUP =~ ^[0-9]+$ ]] || die "WARMUP must be a whole number of seconds"
 [[ $FLOOD_PPS =~ ^[0-9]+$ && $FLOOD_PPS -le 1000000 ]] || die "FLOOD_PPS must be 0..1000000"
+[[ $ENDPOINTS =~ ^[0-9]+$ && $ENDPOINTS -le 60000 ]] || die "ENDPOINTS must be 0..60000"
 for n in "${RULE_COUNTS[@]}"; do
     # the rules' /32s are 172.16.(i / 250).(i % 250 + 1)
     [[ $n =~ ^[0-9]+$ && $n -ge 1 && $n -le 64000 ]] || die "RULE_COUNTS: '$n' is not 1..64000"
@@ -175,7 +186,7 @@ tollgate_bin() {
     echo "$ROOT/target/release/tollgate"
 }
 
-for ns in $NODE $CLIENT $SERVER; do
+for ns in $NODE $CLIENT $SERVER $PODS; do
     [[ -e /run/netns/$ns ]] && die "namespace $ns exists: is another run going? (ip netns delete $ns)"
 done
 
@@ -183,7 +194,7 @@ AGENT_PID=
 cleanup() {
     if [[ -n $AGENT_PID ]]; then kill -TERM "$AGENT_PID" 2>/dev/null || true; fi
     local ns pid
-    for ns in $NODE $CLIENT $SERVER; do
+    for ns in $NODE $CLIENT $SERVER $PODS; do
         if [[ -e /run/netns/$ns ]]; then
             for pid in $(ip netns pids "$ns"); do kill -KILL "$pid" 2>/dev/null || true; done
             ip netns delete "$ns"
@@ -219,6 +230,18 @@ build_lab() {
     # node routes it back.
     nsx $CLIENT ip route add local $MISS_NET dev lo
     nsx $NODE ip route add $MISS_NET via $CLIENT_IP dev n1
+    # ENDPOINTS idle Pods, each with its veth and host route.
+    if ((ENDPOINTS > 0)); then
+        ip netns add $PODS
+        nsx $PODS ip link set lo up
+        for ((k = 0; k < ENDPOINTS; k++)); do
+            nsx $NODE ip link add "p$k" type veth peer name "e$k" netns $PODS
+            nsx $PODS ip addr add "$(endpoint_ip $k)/32" dev "e$k"
+            nsx $PODS ip link set "e$k" up
+            nsx $NODE ip link set "p$k" up
+            nsx $NODE ip route add "$(endpoint_ip $k)/32" dev "p$k"
+        done
+    fi
 
     mkdir -p "$WORK/nginx"
     cat >"$WORK/nginx/nginx.conf" <<NGINX
@@ -299,6 +322,9 @@ C
     echo 1 >"$WORK/miss-next"
 }
 
+# The address of idle endpoint K (ENDPOINTS).
+endpoint_ip() { echo "10.97.$(($1 / 250)).$(($1 % 250 + 1))"; }
+
 # The Pods and Namespaces; the server Pod also holds the address given
 # (fresh-names: its responder's, which anti-spoofing would drop otherwise).
 inventory() {
@@ -321,9 +347,14 @@ status: {podIP: $SERVER_IP, podIPs: $web_ips}
 apiVersion: v1
 kind: Pod
 metadata: {name: client, namespace: frontend, labels: {app: client}}
-spec: {nodeName: bench-node}
+spec: {nodeName: $CLIENT_NODE}
 status: {podIP: $CLIENT_IP}
 INV
+    local k
+    for ((k = 0; k < ENDPOINTS; k++)); do
+        printf -- '---\napiVersion: v1\nkind: Pod\nmetadata: {name: pod-%d, namespace: backend, labels: {app: idle}}\nspec: {nodeName: bench-node}\nstatus: {podIP: %s}\n' \
+            "$k" "$(endpoint_ip "$k")"
+    done
 }
 
 # One ClusterNetworkPolicy on app=web: N ingress Drop rules from /32s that
@@ -498,6 +529,7 @@ start_tollgate() {
         kill -0 "$AGENT_PID" 2>/dev/null || { cat "$log" >&2; die "tollgate exited"; }
         sleep 0.1
     done
+    tail -n 20 "$log" >&2
     die "tollgate did not apply its ruleset within 60 s"
 }
 
