@@ -16,14 +16,23 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 ci=${CI:-}
+# Wall time of each phase, printed before the closing line.
+phases=()
+lap_start=$SECONDS
+lap() {
+    phases+=("$1 $((SECONDS - lap_start))s")
+    lap_start=$SECONDS
+}
 if [[ $(id -u) -eq 0 ]]; then
     scripts/install-deps.sh
 else
     echo "test.sh: not root: the end-to-end tests will be SKIPPED" >&2
 fi
+lap packages
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+lap fmt+clippy
 
 # Shell scripts and the Dockerfile: shellcheck is a Debian package
 # (install-deps.sh); hadolint is not, so it runs only where installed.
@@ -47,6 +56,7 @@ pycache=$(mktemp -d)
 results=$(mktemp)
 trap 'rm -rf "$results" "$pycache"' EXIT
 PYTHONPYCACHEPREFIX=$pycache python3 -m py_compile benches/*.py fuzz/*.py
+lap scripts
 
 # Every crate of the workspace in one feature resolution: the tests, the
 # benches and the scale smoke below share one build of each dependency (a
@@ -54,11 +64,13 @@ PYTHONPYCACHEPREFIX=$pycache python3 -m py_compile benches/*.py fuzz/*.py
 # dev-dependencies and would build some 40 crates again).
 status=0
 cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$results" || status=$?
+lap tests
 # The benches build, link and run once each (criterion's test mode; the
 # benches' own smoke sizes), in the test profile the suite already built
 # (`cargo bench --no-run` would build every dependency again, optimized).
 # A failing bench fails the run; they print no `test result:` line.
 cargo test --workspace --locked --no-fail-fast --bench '*' 2>&1 | tee -a "$results" || status=$?
+lap benches
 # The cluster-scale simulation at a tiny size (seconds; root: it runs in
 # network namespaces), so that it never rots: its summary line is checked.
 # It runs the executables the tests above built (tollgate for the netns
@@ -70,12 +82,14 @@ if [[ $(id -u) -eq 0 ]]; then
         echo "test.sh: benches/scale.sh smoke: unexpected summary '$scale'" >&2
         status=1
     }
+    lap scale-smoke
 fi
 
-# Fuzz smoke (about 14 minutes on a fresh 2-core machine, most of it the
-# cold build): in CI, or on request.
+# Fuzz smoke (about 6–9 minutes on a fresh 2-core machine, most of it the
+# cold build; docs/dev/fuzz.md): in CI, or on request.
 if [[ $ci == true || ${FUZZ_SMOKE:-} == 1 ]]; then
     scripts/fuzz-smoke.sh || status=1
+    lap fuzz-smoke
 fi
 
 # One closing line for the whole suite (cargo prints one per test binary,
@@ -101,5 +115,6 @@ if ((skipped > 0)); then
         status=1
     fi
 fi
+echo "test.sh: wall time by phase: ${phases[*]} (total ${SECONDS}s)"
 echo "tests: $passed passed, $failed failed, $skipped skipped"
 exit "$status"
