@@ -527,10 +527,12 @@ fn a_hundred_routed_pods_are_guarded() {
     lab.write_policy("idle.yaml", &inventory);
     let inbox = Inbox::open(lab.ns("server"), 5353);
     // A prefix every endpoint may send from, as a router's node would list.
-    let options = lab
-        .agent_options()
-        .queues(1)
-        .args(&["--allowed-source-prefix", &format!("*=10.{i}.250.0/24")]);
+    let options = lab.agent_options().queues(1).args(&[
+        "--drift-check-seconds",
+        "1",
+        "--allowed-source-prefix",
+        &format!("*=10.{i}.250.0/24"),
+    ]);
     let mut agent = lab.start_agent(options);
     agent.wait_generation(1);
     expect_guarded(
@@ -564,6 +566,8 @@ fn a_hundred_routed_pods_are_guarded() {
         &[&victim, &server, "5353", "real-many", &victim_mac, "1"],
     );
     inbox.expect("real-many");
+    // The rules parse back as written (a drift check ran meanwhile).
+    no_drift(&agent);
 }
 
 /// Routed veths, IPv6 (no `rp_filter` at all): the same forgery, and a
