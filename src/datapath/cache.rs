@@ -37,7 +37,7 @@ use crate::ruleset::{Ruleset, VerdictCache};
 use crate::selection::group::{AddressGroupSpec, Slices};
 
 use super::ipset_netlink::EntryOp;
-use super::state::{Family, Hook};
+use super::state::{counted_rule, Family, Hook};
 
 /// Prefix of the verdict cache sets' names.
 pub const CACHE_SET_PREFIX: &str = "tollgate-vc-";
@@ -144,19 +144,14 @@ pub fn set_of(entry: &CacheEntry, cache: &VerdictCache) -> String {
 /// `ctstate NEW`, so each packet is a connection the cache answered; the
 /// rules of one verdict are exclusive.
 pub fn hit_counters(save_with_counters: &str, family: Family) -> HitReading {
-    /// `[packets:bytes] rule` → (packets, rule).
-    fn counted(line: &str) -> Option<(u64, &str)> {
-        let (packets, rest) = line.strip_prefix('[')?.split_once(':')?;
-        let (_, rule) = rest.split_once("] ")?;
-        Some((packets.parse().ok()?, rule))
-    }
     let lookup = format!("--match-set {CACHE_SET_PREFIX}");
     let mut table = "";
     let mut reading = HitReading::new();
     for line in save_with_counters.lines() {
         if let Some(name) = line.strip_prefix('*') {
             table = name;
-        } else if let Some((packets, rule)) = counted(line).filter(|_| line.contains(&lookup)) {
+        } else if let Some((packets, rule)) = counted_rule(line).filter(|_| line.contains(&lookup))
+        {
             reading.insert(format!("{family:?} {table} {rule}"), packets);
         }
     }

@@ -558,6 +558,15 @@ fn family_option(options: &[&str]) -> Family {
     }
 }
 
+/// One counted rule of `iptables-save -c` or `ebtables-save -c` output,
+/// `[packets:bytes] -A CHAIN rule`: its packet counter and the rule from
+/// `-A` on.
+pub fn counted_rule(line: &str) -> Option<(u64, &str)> {
+    let (packets, rest) = line.strip_prefix('[')?.split_once(':')?;
+    let (_, rule) = rest.split_once("] ")?;
+    Some((packets.parse().ok()?, rule))
+}
+
 /// The owned [`SourceSet`]s (`hash:net,iface`) of `ipset save` output
 /// (a single address is saved without its `/32` or `/128`).
 pub fn parse_source_sets(save: &str) -> BTreeMap<String, SourceSet> {

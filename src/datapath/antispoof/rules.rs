@@ -10,7 +10,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use ipnet::IpNet;
 
 use super::{Attachment, Guarded, Guards, Mac, CHAIN, ND_CHAIN};
-use crate::datapath::state::{Family, IpSet, SourceSet, State, Table};
+use crate::datapath::state::{counted_rule, Family, IpSet, SourceSet, State, Table};
 
 /// The source set of a family: (source, interface) for every source a
 /// routed endpoint may send from, matched by one rule (`src,src`: the
@@ -158,10 +158,7 @@ fn sources(group: &[&Guarded], family: Family) -> Vec<IpNet> {
         .filter(|n| Family::of(&n.addr()) == family)
         .collect();
     if family == Family::V6 {
-        out.insert(IpNet::V6(
-            ipnet::Ipv6Net::new(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0), 10).expect("/10"),
-        ));
-        out.insert(IpNet::from(IpAddr::V6(Ipv6Addr::UNSPECIFIED)));
+        out.extend(link_scoped_v6());
     }
     out.into_iter().collect()
 }
@@ -264,7 +261,7 @@ fn raw_table(
         sets.sources.entries.extend(
             allowed
                 .into_iter()
-                .filter(|net| !link_scoped(net) && !shared.contains(net))
+                .filter(|net| !link_scoped_v6().contains(net) && !shared.contains(net))
                 .map(|net| (net, interface.clone())),
         );
         interface_drops.push((format!("-i {interface} -j DROP"), names(group)));
@@ -302,7 +299,7 @@ fn raw_table(
         format!("-m set ! --match-set {} src ", bound_set(family))
     };
     if family == Family::V6 {
-        for net in LINK_SCOPED_V6 {
+        for net in link_scoped_v6() {
             rules.push(format!("-s {net} -j RETURN"));
         }
     }
@@ -350,15 +347,16 @@ fn raw_table(
     (table, sets)
 }
 
-/// IPv6's link-local prefix and unspecified address, as ip6tables-save
-/// prints them: every interface's own, bound to no endpoint.
-const LINK_SCOPED_V6: [&str; 2] = ["fe80::/10", "::/128"];
-
-/// Whether `net` is one of [`LINK_SCOPED_V6`].
-fn link_scoped(net: &IpNet) -> bool {
-    LINK_SCOPED_V6
-        .iter()
-        .any(|s| s.parse::<IpNet>().ok() == Some(*net))
+/// IPv6's link-local prefix and unspecified address (neighbour
+/// discovery, duplicate address detection, MLD): every interface's own,
+/// bound to no endpoint. Displayed as ip6tables-save prints them.
+fn link_scoped_v6() -> [IpNet; 2] {
+    [
+        IpNet::V6(
+            ipnet::Ipv6Net::new(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0), 10).expect("/10"),
+        ),
+        IpNet::from(IpAddr::V6(Ipv6Addr::UNSPECIFIED)),
+    ]
 }
 
 /// `u32` tests that an IPv6 packet carries ICMPv6 right after its fixed
@@ -621,13 +619,10 @@ pub fn drop_counters(save_with_counters: &str, place: Place) -> Reading {
     save_with_counters
         .lines()
         .filter_map(|line| {
-            let (packets, rest) = line.strip_prefix('[')?.split_once(':')?;
-            let (_, rule) = rest.split_once("] -A ")?;
-            let (chain, rule) = rule.split_once(' ')?;
-            (chain == CHAIN || chain == ND_CHAIN)
-                .then(|| (rule_key(place, chain, rule), packets.parse::<u64>().ok()))
+            let (packets, rule) = counted_rule(line)?;
+            let (chain, rule) = rule.strip_prefix("-A ")?.split_once(' ')?;
+            (chain == CHAIN || chain == ND_CHAIN).then(|| (rule_key(place, chain, rule), packets))
         })
-        .filter_map(|(key, packets)| Some((key, packets?)))
         .collect()
 }
 
