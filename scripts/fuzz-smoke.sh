@@ -6,6 +6,9 @@
 # crash, assertion or leak; the input that failed is left in
 # fuzz/artifacts/<target>/.
 #
+# `scripts/fuzz-smoke.sh --build-only` installs and builds, and runs
+# nothing (scripts/test.sh builds ahead this way, beside the tests).
+#
 # The long runs of docs/dev/fuzz.md: FUZZ_RUNS=N runs each target for N
 # executions instead of a time, FUZZ_SANITIZER=none builds without ASan
 # (about 5x the executions per second), e.g.
@@ -19,6 +22,15 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+build_only=false
+case ${1:-} in
+--build-only) build_only=true ;;
+'') ;;
+*)
+    echo "fuzz-smoke.sh: unknown argument '$1' (only --build-only)" >&2
+    exit 2
+    ;;
+esac
 FUZZ_SECONDS=${FUZZ_SECONDS:-30}
 FUZZ_SANITIZER=${FUZZ_SANITIZER:-address}
 if [[ -n ${FUZZ_RUNS:-} ]]; then
@@ -41,6 +53,9 @@ fi
 declare -A MAX_LEN=([packet_flow]=512 [dns_learn]=2048 [http_stream]=4096 [policy_compile]=8192 [l7_urgent]=1600 [l7_normalise]=2048 [nfqueue_msg]=4096)
 
 cargo fuzz build -O --debug-assertions --sanitizer "$FUZZ_SANITIZER"
+if [[ $build_only == true ]]; then
+    exit 0
+fi
 
 # One libFuzzer process per target (each single-threaded), FUZZ_JOBS of
 # them at a time (default: one per CPU), so each target still runs for its
