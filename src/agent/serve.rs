@@ -196,10 +196,11 @@ impl Running {
                     .reloaded(&snapshot, &node, &compiled, &base.counters, &base.status);
                 let groups = base.compiler.groups();
                 let ruleset = base.generations.stamp(compiled, &snapshot, groups, &node);
-                // A ruleset of another generation replaces the cache's
-                // lookup rules, and their counters with them.
-                let cached = |r: &Ruleset| r.enforced().verdict_cache.map(|c| c.generation);
-                if cached(&ruleset) != cached(&self.reconciler.in_force().load()) {
+                // The cached verdicts' chains, whose counters count the
+                // hits, outlive a generation; a cached Allow's is
+                // rewritten only when DNS snooping starts or stops.
+                let snooping = |r: &Ruleset| !r.fqdn_patterns().is_empty();
+                if snooping(&ruleset) != snooping(&self.reconciler.in_force().load()) {
                     self.read_cache_hits();
                 }
                 let base = &mut self.base;

@@ -43,6 +43,15 @@ use super::state::{counted_rule, Family, Hook};
 pub const CACHE_SET_PREFIX: &str = "tollgate-vc-";
 /// The owned chain a cached Allow jumps to (mark, connmark, accept).
 pub const CACHED_ALLOW_CHAIN: &str = "TOLLGATE-CACHED-ALLOW";
+/// The owned chain a cached Drop jumps to.
+pub const CACHED_DROP_CHAIN: &str = "TOLLGATE-CACHED-DROP";
+/// The owned chain a cached Reject jumps to: it rejects in the filter
+/// table; in the mangle table it sets the reject mark, and the filter
+/// table rejects.
+pub const CACHED_REJECT_CHAIN: &str = "TOLLGATE-CACHED-REJECT";
+/// Prefix of the chains above: the rules of these chains that carry out
+/// a verdict count the hits ([`hit_counters`]).
+const CACHED_CHAIN_PREFIX: &str = "TOLLGATE-CACHED-";
 /// Generations are this many bits (10 hex digits in a set name).
 const GENERATION_BITS: u32 = 40;
 
@@ -136,21 +145,25 @@ pub fn set_of(entry: &CacheEntry, cache: &VerdictCache) -> String {
     )
 }
 
-/// The packet counters (`[packets:bytes]`) of the rules that look a new
-/// connection up in a cache set, by rule, from `iptables-save -c` output
-/// of one family, every table of it in one reading (the family and the
-/// table prefix each rule's text, so readings of both families can be
-/// joined and the same rule in two tables is two). Those rules match only
-/// `ctstate NEW`, so each packet is a connection the cache answered; the
-/// rules of one verdict are exclusive.
+/// The packet counters (`[packets:bytes]`) of the rules that count the
+/// cache's answers, by rule, from `iptables-save -c` output of one
+/// family, every table of it in one reading (the family and the table
+/// prefix each rule's text, so readings of both families can be joined
+/// and the same rule in two tables is two). Only lookup rules (`ctstate
+/// NEW`) jump to the cached verdicts' chains, so each packet there is a
+/// connection the cache answered, and it meets exactly one of the rules
+/// counted: the first that carries the verdict out (a `MARK`, a `DROP`, a
+/// `REJECT`; a cached Allow's `CONNMARK`, DNS and `ACCEPT` rules come
+/// after its `MARK`). Those chains name no generation, so their counters
+/// run on across generations ([`super::plan`]'s cached chains).
 pub fn hit_counters(save_with_counters: &str, family: Family) -> HitReading {
-    let lookup = format!("--match-set {CACHE_SET_PREFIX}");
     let mut table = "";
     let mut reading = HitReading::new();
     for line in save_with_counters.lines() {
         if let Some(name) = line.strip_prefix('*') {
             table = name;
-        } else if let Some((packets, rule)) = counted_rule(line).filter(|_| line.contains(&lookup))
+        } else if let Some((packets, rule)) =
+            counted_rule(line).filter(|(_, rule)| counts_hits(rule))
         {
             reading.insert(format!("{family:?} {table} {rule}"), packets);
         }
@@ -158,16 +171,33 @@ pub fn hit_counters(save_with_counters: &str, family: Family) -> HitReading {
     reading
 }
 
-/// The lookup rules' packet counters at one reading, by rule.
+/// Whether `rule` (`-A CHAIN …`) is one of a cached verdict's chain that
+/// carries the verdict out.
+fn counts_hits(rule: &str) -> bool {
+    let Some(chain) = rule
+        .strip_prefix("-A ")
+        .and_then(|rest| rest.split(' ').next())
+    else {
+        return false;
+    };
+    let target = rule.rsplit_once(" -j ").map(|(_, target)| target);
+    chain.starts_with(CACHED_CHAIN_PREFIX)
+        && target.is_some_and(|target| {
+            ["MARK ", "REJECT"].iter().any(|t| target.starts_with(t)) || target == "DROP"
+        })
+}
+
+/// The hit-counting rules' packet counters at one reading, by rule.
 pub type HitReading = std::collections::BTreeMap<String, u64>;
 
 /// Counts the connections the cache answered from successive readings of
-/// its lookup rules' counters. A rule's counter counts from zero when the
-/// rule is installed, so what a rule gained is its reading minus its last
-/// one, or its whole reading when it is new or was installed again
-/// (a drift repair, a generation that came back). A rule removed since the
-/// last reading takes the hits it counted after that reading with it: the
-/// agent reads just before it replaces a generation's rules.
+/// the counters [`hit_counters`] reads. A rule's counter counts from zero
+/// when the rule is installed, so what a rule gained is its reading minus
+/// its last one, or its whole reading when it is new or was installed
+/// again (a drift repair, a chain rewritten because the marks or DNS
+/// snooping changed). A rule removed or rewritten since the last reading
+/// takes the hits it counted after that reading with it; a new generation
+/// rewrites none of them.
 #[derive(Clone, Debug, Default)]
 pub struct HitCount {
     last: HitReading,
@@ -357,35 +387,47 @@ mod tests {
     use crate::decide::CacheKey;
 
     #[test]
-    fn hits_are_the_packet_counters_of_the_cache_lookup_rules() {
+    fn hits_are_the_packet_counters_of_the_cached_verdicts_chains() {
         let save = "\
 *filter
 :TOLLGATE-INPUT - [0:0]
 [7:420] -A TOLLGATE-INPUT -i eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-ia-v4 src,dst,dst -j TOLLGATE-CACHED-ALLOW
-[3:180] -A TOLLGATE-INPUT -i eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-id-v4 src,dst,dst -j DROP
-[2:120] -A TOLLGATE-INPUT -i eth0 -p tcp -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-ir-v4 src,dst,dst -j REJECT --reject-with tcp-reset
+[3:180] -A TOLLGATE-INPUT -i eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-id-v4 src,dst,dst -j TOLLGATE-CACHED-DROP
 [40:2400] -A TOLLGATE-INPUT -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101
-[9:540] -A TOLLGATE-CACHED-ALLOW -j CONNMARK --save-mark
-[5:300] -A TOLLGATE-INPUT -m set --match-set tollgate-endpoints-v4 dst -j TOLLGATE-INPUT
+[9:540] -A TOLLGATE-CACHED-ALLOW -j MARK --set-xmark 0x100000/0xf00000
+[9:540] -A TOLLGATE-CACHED-ALLOW -j CONNMARK --save-mark --nfmask 0xf00000 --ctmask 0xf00000
+[2:120] -A TOLLGATE-CACHED-ALLOW -p udp -m udp --dport 53 -j NFLOG --nflog-group 101 --nflog-threshold 1
+[1:60] -A TOLLGATE-CACHED-ALLOW -p tcp -m tcp --dport 53 -j NFQUEUE --queue-num 102
+[6:360] -A TOLLGATE-CACHED-ALLOW -j ACCEPT
+[3:180] -A TOLLGATE-CACHED-DROP -j DROP
+[2:120] -A TOLLGATE-CACHED-REJECT -p tcp -j REJECT --reject-with tcp-reset
+[1:60] -A TOLLGATE-CACHED-REJECT -j REJECT --reject-with icmp-admin-prohibited
+[5:300] -A TOLLGATE-FORWARD -j MARK --set-xmark 0x100000/0xf00000
+COMMIT
+*mangle
+[4:240] -A TOLLGATE-CACHED-REJECT -j MARK --set-xmark 0x200000/0xf00000
+[4:240] -A TOLLGATE-CACHED-REJECT -j ACCEPT
 COMMIT
 ";
+        // Each answer once: an Allow at its MARK (not again at CONNMARK,
+        // DNS or ACCEPT), a Drop, a filter Reject at whichever REJECT
+        // took it, a mangle Reject at its MARK; no lookup rule (they are
+        // replaced by every generation) and no other chain.
         let reading = hit_counters(save, Family::V4);
-        assert_eq!(reading.values().sum::<u64>(), 12);
-        assert_eq!(reading.len(), 3);
+        assert_eq!(reading.values().sum::<u64>(), 9 + 3 + 2 + 1 + 4);
+        assert_eq!(reading.len(), 5);
+        assert_eq!(
+            reading["V4 mangle -A TOLLGATE-CACHED-REJECT -j MARK --set-xmark 0x200000/0xf00000"],
+            4
+        );
         assert!(reading
             .keys()
-            .all(|rule| rule.starts_with("V4 filter -A TOLLGATE-INPUT -i eth0 ")));
-        // One reading of every table: the same rule text in two tables
-        // is two rules.
-        let both = format!("{save}*mangle\n{}", save.replace("*filter\n", ""));
-        let reading = hit_counters(&both, Family::V4);
-        assert_eq!(reading.values().sum::<u64>(), 24);
-        assert_eq!(reading.len(), 6);
-        assert!(hit_counters(
-            "[x:1] -A X -m set --match-set tollgate-vc-a src -j DROP\n",
-            Family::V4
-        )
-        .is_empty());
+            .all(|rule| rule.contains(" -A TOLLGATE-CACHED-")));
+        // The same rule text in two tables is two rules.
+        let drop = "[3:180] -A TOLLGATE-CACHED-DROP -j DROP\nCOMMIT\n";
+        let both = hit_counters(&format!("*filter\n{drop}*mangle\n{drop}"), Family::V4);
+        assert_eq!(both.len(), 2);
+        assert!(hit_counters("[x:1] -A TOLLGATE-CACHED-DROP -j DROP\n", Family::V4).is_empty());
         assert!(hit_counters("", Family::V6).is_empty());
     }
 

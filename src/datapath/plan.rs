@@ -24,7 +24,9 @@ use crate::fqdn::FqdnPattern;
 use crate::marks::{FailMode, MarkLayout};
 use crate::ruleset::{Enforced, VerdictCache};
 
-use super::cache::{cache_set, CachedVerdict, CACHED_ALLOW_CHAIN};
+use super::cache::{
+    cache_set, CachedVerdict, CACHED_ALLOW_CHAIN, CACHED_DROP_CHAIN, CACHED_REJECT_CHAIN,
+};
 pub use super::state::Hook;
 use super::state::{
     CacheSet, Family, IpSet, LearnedSet, RangeSet, State, Table, TableKind, DOCKER_USER,
@@ -37,7 +39,7 @@ mod l7;
 mod local;
 mod privileged;
 
-use cached::{cached_allow_rules, cached_verdict_rules};
+use cached::{cached_allow_rules, cached_drop_rules, cached_reject_rules, cached_verdict_rules};
 use forward::reject_rules;
 use l7::{bypass, l7_queue_rules, l7_queue_target, l7_rules};
 pub use l7::{l7_queue_of, L7_CHAIN, L7_QUEUE_CHAIN};
@@ -68,9 +70,6 @@ pub fn dry_run_set(family: Family) -> &'static str {
 /// reject mark, which only a foreign ACCEPT ahead of the filter table's
 /// `TOLLGATE-FORWARD` can have let through.
 pub const POSTROUTING_CHAIN: &str = "TOLLGATE-POSTROUTING";
-/// The mangle table's chain a cached Reject jumps to: the reject mark,
-/// then on to the filter table, which rejects.
-pub const CACHED_REJECT_CHAIN: &str = "TOLLGATE-CACHED-REJECT";
 
 /// Prefix of the FQDN sets' names.
 pub const FQDN_SET_PREFIX: &str = "tollgate-fqdn-";
@@ -336,16 +335,11 @@ impl Plan<'_> {
                 CACHED_ALLOW_CHAIN.to_string(),
                 cached_allow_rules(config, queues, self.snoop_dns),
             );
-            if table == TableKind::Mangle {
-                let marks = &config.mark_mask;
-                chains.insert(
-                    CACHED_REJECT_CHAIN.to_string(),
-                    vec![
-                        format!("-j MARK --set-xmark {:#x}/{:#x}", marks.reject, marks.mask),
-                        "-j ACCEPT".to_string(),
-                    ],
-                );
-            }
+            chains.insert(CACHED_DROP_CHAIN.to_string(), cached_drop_rules());
+            chains.insert(
+                CACHED_REJECT_CHAIN.to_string(),
+                cached_reject_rules(config, self.family, table),
+            );
         }
     }
 }
@@ -545,7 +539,7 @@ impl Plan<'_> {
                 queues.connection,
                 selection,
                 scope,
-                (family, hook, table),
+                (family, hook),
             ));
         }
         rules
@@ -688,7 +682,7 @@ fn queue_rules(
     queues: QueueRange,
     selection: Selection,
     scope: &Scope,
-    (family, hook, table): (Family, Hook, TableKind),
+    (family, hook): (Family, Hook),
 ) -> Vec<String> {
     let bypass = matches!(selection, Selection::Enforced(_)) && config.fail_mode == FailMode::Open;
     let mut target = if queues.first() == queues.last() {
@@ -716,11 +710,7 @@ fn queue_rules(
         }) = selection
         {
             if cache.lookup {
-                rules.extend(cached_verdict_rules(
-                    cache,
-                    (family, hook, table),
-                    interface,
-                ));
+                rules.extend(cached_verdict_rules(cache, (family, hook), interface));
             }
         }
         for selection in &scope.selections {

@@ -117,7 +117,7 @@ fn a_cached_verdict_is_answered_by_the_kernel_and_a_policy_change_replaces_it() 
         return;
     };
     lab.write_policy("node.yaml", &node_policy("Allow"));
-    let mut agent = lab.start_agent(lab.agent_options());
+    let mut agent = lab.start_agent(lab.agent_options().args(&["--drift-check-seconds", "2"]));
     agent.wait_generation(1);
     for target in targets(&lab, PORT) {
         let before = queued(&lab);
@@ -134,15 +134,28 @@ fn a_cached_verdict_is_answered_by_the_kernel_and_a_policy_change_replaces_it() 
         }
     }
 
+    // The hits are the counters of the chain that carries out a cached
+    // Allow: three a family.
+    let allows = |lab: &Lab| hits(lab, "filter", "TOLLGATE-CACHED-ALLOW", "-j MARK");
+    assert_eq!(allows(&lab), [3, 3]);
+
     // Allow → Drop: the next new connection is dropped, the cache held
     // nothing of the old ruleset.
     lab.write_policy("node.yaml", &node_policy("Drop"));
     agent.wait_generation(2);
+    // The new generation's lookup rules replaced the old ones; the chains
+    // they jump to, and the hits they counted, are still there (no reading
+    // is needed before a switch).
+    assert_eq!(allows(&lab), [3, 3], "a new generation reset the hits");
     for target in targets(&lab, PORT) {
         lab.assert_tcp("client", target, TcpOutcome::TimedOut);
         wait_cached(&lab, target, 'd');
         assert_from_cache(&lab, target, TcpOutcome::TimedOut);
     }
+    // (A dropped SYN's retransmissions may be answered too: at least one.)
+    assert!(hits(&lab, "filter", "TOLLGATE-CACHED-DROP", "-j DROP")
+        .iter()
+        .all(|&n| n >= 1));
     assert!(
         entries(&lab)
             .iter()
@@ -159,11 +172,34 @@ fn a_cached_verdict_is_answered_by_the_kernel_and_a_policy_change_replaces_it() 
         wait_cached(&lab, target, 'r');
         assert_from_cache(&lab, target, TcpOutcome::Refused);
     }
+    assert_eq!(
+        hits(&lab, "filter", "TOLLGATE-CACHED-REJECT", "-p tcp"),
+        [1, 1]
+    );
+    assert_eq!(allows(&lab), [3, 3]);
     lab.write_policy("node.yaml", &node_policy("Allow"));
     agent.wait_generation(4);
     for target in targets(&lab, PORT) {
         lab.assert_tcp("client", target, TcpOutcome::Connected);
     }
+    // The agent counted every hit of the four generations: what the
+    // kernel's counters hold (read every drift check, every 2 s here).
+    let kernel: u64 = [
+        ("TOLLGATE-CACHED-ALLOW", "-j MARK"),
+        ("TOLLGATE-CACHED-DROP", "-j DROP"),
+        ("TOLLGATE-CACHED-REJECT", "-j REJECT"),
+    ]
+    .iter()
+    .flat_map(|(chain, rule)| hits(&lab, "filter", chain, rule))
+    .sum();
+    let socket = lab.agent_options().status_socket;
+    let counted = poll_until(AGENT_WAIT, || cache_hits(&socket).filter(|&n| n == kernel));
+    assert_eq!(
+        counted,
+        Some(kernel),
+        "status {:?}, kernel {kernel}",
+        cache_hits(&socket)
+    );
     agent.stop();
     // `tollgate cleanup` leaves none of the cache behind (stop keeps it).
     assert!(lab.tollgate_cleanup().success());
@@ -175,6 +211,22 @@ fn a_cached_verdict_is_answered_by_the_kernel_and_a_policy_change_replaces_it() 
         "{:?}",
         lab.firewall_state("node").set_names()
     );
+}
+
+/// Packets counted by the rules of `chain` in `table` of the node that
+/// contain `rule`, IPv4 and IPv6 (`*-save -c` counters).
+fn hits(lab: &Lab, table: &str, chain: &str, rule: &str) -> [u64; 2] {
+    ["iptables-save", "ip6tables-save"].map(|save| {
+        let out = lab.node().run(&[save, "-c", "-t", table]);
+        let head = format!("-A {chain} ");
+        out.stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix('['))
+            .filter_map(|l| l.split_once("] "))
+            .filter(|(_, text)| text.starts_with(&head) && text.contains(rule))
+            .filter_map(|(counts, _)| counts.split(':').next()?.parse::<u64>().ok())
+            .sum()
+    })
 }
 
 /// Namespace `x` and in it Pod `role` labelled `app: <app>`, on `node`,
@@ -367,7 +419,7 @@ fn cached_allows_outlive_the_agent_but_not_a_changed_policy() {
         return;
     };
     lab.write_policy("node.yaml", &node_policy("Allow"));
-    let mut agent = lab.start_agent(lab.agent_options());
+    let mut agent = lab.start_agent(lab.agent_options().args(&["--drift-check-seconds", "2"]));
     agent.wait_generation(1);
     for target in targets(&lab, PORT) {
         lab.assert_tcp("client", target, TcpOutcome::Connected);

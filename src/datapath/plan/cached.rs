@@ -1,13 +1,20 @@
 //! The verdict cache's part of the plan: the rules that answer a new
-//! connection from the cache's sets ahead of the queue rules, and what a
-//! cached Allow does. Pure.
+//! connection from the cache's sets ahead of the queue rules, and the
+//! chains that carry out each cached verdict. Pure.
+//!
+//! Every lookup rule jumps to one of those chains, whose rules name no
+//! generation: a new generation rewrites the lookup rules and leaves the
+//! chains, and with them the packet counters the hits are read from
+//! ([`super::super::cache::hit_counters`]), in place.
 
 use crate::config::{DatapathConfig, QueueNumbers};
 use crate::ruleset::VerdictCache;
 
-use super::super::cache::{cache_set, CachedVerdict, CACHED_ALLOW_CHAIN};
+use super::super::cache::{
+    cache_set, CachedVerdict, CACHED_ALLOW_CHAIN, CACHED_DROP_CHAIN, CACHED_REJECT_CHAIN,
+};
 use super::dns::dns_query_target;
-use super::{Family, Hook, TableKind, CACHED_REJECT_CHAIN};
+use super::{Family, Hook, TableKind};
 
 /// What a cached Allow does, as the rules at the top of the hook chains do
 /// for a worker's Allow: the allow mark, saved into the connmark, DNS
@@ -38,47 +45,57 @@ pub(super) fn cached_allow_rules(
     rules
 }
 
-/// The rules that answer a new connection from the verdict cache, ahead
-/// of the rule that would queue it (`prefix` names its interface): an
-/// entry for (source, protocol:destination port, destination) in the set
-/// of its hook, family and verdict.
-pub(super) fn cached_verdict_rules(
-    cache: &VerdictCache,
-    (family, hook, table): (Family, Hook, TableKind),
-    prefix: &str,
+/// What a cached Drop does: drop.
+pub(super) fn cached_drop_rules() -> Vec<String> {
+    vec!["-j DROP".to_string()]
+}
+
+/// What a cached Reject does in `table`: the filter table rejects (a TCP
+/// reset, or ICMP administratively prohibited); the mangle table, which
+/// decides forwarded connections, marks the packet for the filter table
+/// to reject, as a worker's Reject does.
+pub(super) fn cached_reject_rules(
+    config: &DatapathConfig,
+    family: Family,
+    table: TableKind,
 ) -> Vec<String> {
-    let set = |verdict| cache_set(cache.generation, hook, verdict, family);
-    let matching = |verdict| {
-        format!(
-            "-m conntrack --ctstate NEW -m set --match-set {} src,dst,dst",
-            set(verdict)
-        )
-    };
+    if table == TableKind::Mangle {
+        let marks = &config.mark_mask;
+        return vec![
+            format!("-j MARK --set-xmark {:#x}/{:#x}", marks.reject, marks.mask),
+            "-j ACCEPT".to_string(),
+        ];
+    }
     let reject_with = match family {
         Family::V4 => "icmp-admin-prohibited",
         Family::V6 => "icmp6-adm-prohibited",
     };
-    let mut rules = vec![
+    vec![
+        "-p tcp -j REJECT --reject-with tcp-reset".to_string(),
+        format!("-j REJECT --reject-with {reject_with}"),
+    ]
+}
+
+/// The rules that answer a new connection from the verdict cache, ahead
+/// of the rule that would queue it (`prefix` names its interface): an
+/// entry for (source, protocol:destination port, destination) in the set
+/// of its hook, family and verdict jumps to that verdict's chain.
+pub(super) fn cached_verdict_rules(
+    cache: &VerdictCache,
+    (family, hook): (Family, Hook),
+    prefix: &str,
+) -> Vec<String> {
+    [
+        (CachedVerdict::Allow, CACHED_ALLOW_CHAIN),
+        (CachedVerdict::Drop, CACHED_DROP_CHAIN),
+        (CachedVerdict::Reject, CACHED_REJECT_CHAIN),
+    ]
+    .into_iter()
+    .map(|(verdict, chain)| {
         format!(
-            "{prefix}{} -j {CACHED_ALLOW_CHAIN}",
-            matching(CachedVerdict::Allow)
-        ),
-        format!("{prefix}{} -j DROP", matching(CachedVerdict::Drop)),
-    ];
-    if table == TableKind::Mangle {
-        rules.push(format!(
-            "{prefix}{} -j {CACHED_REJECT_CHAIN}",
-            matching(CachedVerdict::Reject)
-        ));
-        return rules;
-    }
-    rules.push(format!(
-        "{prefix}-p tcp {} -j REJECT --reject-with tcp-reset",
-        matching(CachedVerdict::Reject)
-    ));
-    rules.push(format!(
-        "{prefix}{} -j REJECT --reject-with {reject_with}",
-        matching(CachedVerdict::Reject)
-    ));
-    rules
+            "{prefix}-m conntrack --ctstate NEW -m set --match-set {} src,dst,dst -j {chain}",
+            cache_set(cache.generation, hook, verdict, family)
+        )
+    })
+    .collect()
 }

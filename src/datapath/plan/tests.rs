@@ -1262,16 +1262,33 @@ fn cached_verdicts_are_answered_ahead_of_the_queue_from_the_generations_sets() {
     let cached = "-i eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-ia-v4 src,dst,dst -j TOLLGATE-CACHED-ALLOW";
     let at = input.iter().position(|r| r == cached).expect(cached);
     assert_eq!(
-        input[at + 1..at + 4],
+        input[at + 1..at + 3],
         [
-            "-i eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-id-v4 src,dst,dst -j DROP",
-            "-i eth0 -p tcp -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-ir-v4 src,dst,dst -j REJECT --reject-with tcp-reset",
-            "-i eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-ir-v4 src,dst,dst -j REJECT --reject-with icmp-admin-prohibited",
+            "-i eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-id-v4 src,dst,dst -j TOLLGATE-CACHED-DROP",
+            "-i eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-ir-v4 src,dst,dst -j TOLLGATE-CACHED-REJECT",
         ]
     );
     assert_eq!(
-        input[at + 4],
+        input[at + 3],
         "-i eth0 -m conntrack --ctstate NEW -j NFQUEUE --queue-balance 100:101"
+    );
+    // Each verdict is carried out by a chain that names no generation, so
+    // that its counters (the hits) run on across generations.
+    assert_eq!(state.v4.chains[CACHED_DROP_CHAIN], ["-j DROP"]);
+    assert_eq!(state.mangle_v6.chains[CACHED_DROP_CHAIN], ["-j DROP"]);
+    assert_eq!(
+        state.v4.chains[CACHED_REJECT_CHAIN],
+        [
+            "-p tcp -j REJECT --reject-with tcp-reset",
+            "-j REJECT --reject-with icmp-admin-prohibited"
+        ]
+    );
+    assert_eq!(
+        state.v6.chains[CACHED_REJECT_CHAIN],
+        [
+            "-p tcp -j REJECT --reject-with tcp-reset",
+            "-j REJECT --reject-with icmp6-adm-prohibited"
+        ]
     );
     // FORWARD's cache answers in the mangle table: a cached Reject is
     // marked there and rejected by the filter table.
@@ -1313,6 +1330,21 @@ fn cached_verdicts_are_answered_ahead_of_the_queue_from_the_generations_sets() {
     };
     let changes = Changes::between(&desired(&config, &next, &[pattern]), &state);
     assert_eq!(changes.create_cache.len(), 18);
+    for table in [
+        &changes.v4,
+        &changes.mangle_v4,
+        &changes.v6,
+        &changes.mangle_v6,
+    ] {
+        assert!(
+            table
+                .write
+                .keys()
+                .all(|chain| !chain.starts_with("TOLLGATE-CACHED-")),
+            "a new generation rewrote a cached verdict's chain: {:?}",
+            table.write.keys()
+        );
+    }
     assert_eq!(
         changes
             .destroy_sets
