@@ -50,7 +50,9 @@
 //! - **Sources every veth may use** (IPv6 link-local and `::`, prefixes
 //!   allowed to every endpoint): a rule each, not a pair per veth in the
 //!   source set, whose hash ignores the interface: the kernel refuses a
-//!   65th interface for one prefix.
+//!   65th interface for one prefix. A prefix allowed by name to more
+//!   than [`rules::INTERFACES_PER_SOURCE`] endpoints is likewise a rule
+//!   per veth.
 //! - **Neighbour discovery** (raw, IPv6, [`ND_CHAIN`]): a neighbour
 //!   advertisement from a guarded veth (`-i`) or bridge port (`-m physdev
 //!   --physdev-in`, seen only with `br_netfilter`) must have ICMPv6 right

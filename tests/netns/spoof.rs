@@ -484,17 +484,20 @@ fn routed_pod_cannot_send_as_its_neighbour_ipv4() {
 /// holds for one prefix (64: the set hashes the address, not the
 /// interface): 100 more Pods, each on a veth of its own (their far ends in
 /// the outside peer's namespace) with an IPv4 and an IPv6 address, and a
-/// prefix allowed to every endpoint (`*=CIDR`). The agent applies its
-/// ruleset and every Pod is guarded; the spoofer's
-/// forgery of the victim's IPv6 address is still dropped, the victim's
-/// own datagram still arrives. (Until this test, each veth put IPv6's
-/// `fe80::/10` and `::` in the source set, and a shared prefix too, and
-/// the kernel refused the 65th veth's: no ruleset at all past 64 Pods
-/// with IPv6 or a shared prefix.)
+/// prefix allowed to every endpoint (`*=CIDR`), and an IPv6 prefix
+/// allowed by name to the victim and each of the 100. The agent applies
+/// its ruleset and every Pod is guarded; the spoofer's forgery of the
+/// victim's IPv6 address is still dropped, the victim's own datagram
+/// still arrives; the victim may send from the named prefix, the spoofer
+/// may not. (Until this test, each veth put IPv6's `fe80::/10` and `::`
+/// in the source set, and a shared prefix too, and the kernel refused the
+/// 65th veth's: no ruleset at all past 64 Pods with IPv6 or a shared
+/// prefix; a prefix named for more than 64 endpoints did the same.)
 ///
 /// Mutations: in `raw_table` (src/datapath/antispoof/rules.rs) keep the
-/// link-scoped prefixes, or the shared one, in every veth's pairs — the
-/// agent never applies its first ruleset ("Hash is full").
+/// link-scoped prefixes, or the shared one, in every veth's pairs, or set
+/// `INTERFACES_PER_SOURCE` to `usize::MAX` — the agent never applies its
+/// first ruleset ("Hash is full").
 #[test]
 fn a_hundred_routed_pods_are_guarded() {
     let Some((lab, python)) = routed_lab("a_hundred_routed_pods_are_guarded") else {
@@ -526,13 +529,25 @@ fn a_hundred_routed_pods_are_guarded() {
     lab.ns("outside").ok(&format!("set -e\n{pods}"));
     lab.write_policy("idle.yaml", &inventory);
     let inbox = Inbox::open(lab.ns("server"), 5353);
-    // A prefix every endpoint may send from, as a router's node would list.
-    let options = lab.agent_options().queues(1).args(&[
-        "--drift-check-seconds",
-        "1",
-        "--allowed-source-prefix",
-        &format!("*=10.{i}.250.0/24"),
-    ]);
+    // A prefix every endpoint may send from, as a router's node would list,
+    // and the prefix the server's policy admits allowed by name to the
+    // victim and every idle Pod (101 veths: a RETURN rule each, the
+    // kernel's set would refuse the 65th pair).
+    let named = format!("fd00:{i}:9::/64");
+    let mut args = vec![
+        "--drift-check-seconds".to_string(),
+        "1".into(),
+        "--allowed-source-prefix".into(),
+        format!("*=10.{i}.250.0/24"),
+        "--allowed-source-prefix".into(),
+        format!("apps/victim={named}"),
+    ];
+    for k in 0..PODS {
+        args.push("--allowed-source-prefix".into());
+        args.push(format!("apps/idle-{k}={named}"));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let options = lab.agent_options().queues(1).args(&args);
     let mut agent = lab.start_agent(options);
     agent.wait_generation(1);
     expect_guarded(
@@ -566,6 +581,24 @@ fn a_hundred_routed_pods_are_guarded() {
         &[&victim, &server, "5353", "real-many", &victim_mac, "1"],
     );
     inbox.expect("real-many");
+    // The prefix named for 101 veths: the victim may send from it, the
+    // spoofer (not named) may not.
+    let in_named = format!("fd00:{i}:9::7");
+    scapy(
+        lab.ns("victim"),
+        python,
+        SEND_UDP,
+        &[&in_named, &server, "5353", "named-victim", &victim_mac, "1"],
+    );
+    inbox.expect("named-victim");
+    scapy(
+        lab.ns("spoofer"),
+        python,
+        SEND_UDP,
+        &[&in_named, &server, "5353", "named-spoofer", &node_mac, "2"],
+    );
+    inbox.expect_none("named-spoofer");
+    expect_dropped(&lab, "apps/spoofer", "source", 4);
     // The rules parse back as written (a drift check ran meanwhile).
     no_drift(&agent);
 }

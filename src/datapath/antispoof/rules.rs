@@ -208,7 +208,10 @@ struct RawSets {
 /// every endpoint (`*=CIDR`), are returned by a rule each instead of a
 /// pair per veth: a `hash:net,iface` set hashes the address and not the
 /// interface, so one prefix with many interfaces fills a bucket (the
-/// kernel refuses a 65th). Any other packet meets the drop
+/// kernel refuses a 65th); for the same reason a source named for more
+/// than [`INTERFACES_PER_SOURCE`] veths (a prefix allowed to that many
+/// endpoints by name) is a `RETURN` rule per veth, after those above.
+/// Any other packet meets the drop
 /// rules (one per interface, one per bound address), whose counters say
 /// whom a drop was for, unless it entered by one of the node's other
 /// interfaces (the uplink, a tunnel) from a source bound to no endpoint:
@@ -278,6 +281,9 @@ fn raw_table(
             }
         }
     }
+    // A source named for many interfaces (one prefix allowed to many
+    // endpoints by name) would fill its bucket: a rule per pair instead.
+    let crowded = crowded_pairs(&mut sets.sources.entries);
     sets.bound.members = bound
         .iter()
         .map(|(a, _)| *a)
@@ -314,6 +320,9 @@ fn raw_table(
     for interface in &guards.others {
         rules.push(format!("-i {interface} {unbound}-j RETURN"));
     }
+    for (net, interface) in crowded {
+        rules.push(format!("-s {net} -i {interface} -j RETURN"));
+    }
     let mut drop = |rules: &mut Vec<String>, rule: String, who: String, reason| {
         drops.insert(rule_key(place, CHAIN, &rule), (who, reason));
         rules.push(rule);
@@ -345,6 +354,31 @@ fn raw_table(
         ..Table::default()
     };
     (table, sets)
+}
+
+/// Most interfaces one source is paired with in a source set. The
+/// kernel hashes a `hash:net,iface` entry by its address alone, so the
+/// pairs of one source share a bucket, which holds 64 entries at most;
+/// half that leaves room for other sources hashed to the same bucket.
+pub(super) const INTERFACES_PER_SOURCE: usize = 32;
+
+/// Takes out of `entries` the pairs of every source paired with more than
+/// [`INTERFACES_PER_SOURCE`] interfaces, and returns them: each is then a
+/// `RETURN` rule of its own, ahead of the drop rules, as its lookup was.
+fn crowded_pairs(entries: &mut BTreeSet<(IpNet, String)>) -> Vec<(IpNet, String)> {
+    let mut per_source: BTreeMap<IpNet, usize> = BTreeMap::new();
+    for (net, _) in entries.iter() {
+        *per_source.entry(*net).or_default() += 1;
+    }
+    let crowded: Vec<(IpNet, String)> = entries
+        .iter()
+        .filter(|(net, _)| per_source[net] > INTERFACES_PER_SOURCE)
+        .cloned()
+        .collect();
+    for pair in &crowded {
+        entries.remove(pair);
+    }
+    crowded
 }
 
 /// IPv6's link-local prefix and unspecified address (neighbour

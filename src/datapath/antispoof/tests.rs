@@ -247,6 +247,58 @@ fn allowed_sources_widen_one_endpoint_or_unbind_a_shared_prefix() {
 }
 
 #[test]
+fn a_prefix_allowed_by_name_to_many_veths_is_a_rule_per_veth() {
+    // n routed Pods on veths of their own, each allowed 10.50.0.0/16 by
+    // name, and apps/p0 alone 10.60.0.0/16.
+    let pods = |n: u32| {
+        let mut facts = facts();
+        let mut endpoints = Vec::new();
+        let mut allowed: Vec<AllowedSource> = vec!["apps/p0=10.60.0.0/16".parse().unwrap()];
+        for i in 0..n {
+            let (index, address) = (100 + i, format!("10.9.{}.{}", i / 200, i % 200 + 2));
+            let mut veth = link(index, &format!("vp{i}"), Some("veth"), None);
+            veth.peer = peer(Mac([0x0a, 1, 0, 0, 0, i as u8]), &[&address]);
+            facts.links.push(veth);
+            facts.routes.insert(ip(&address), Some(index));
+            endpoints.push(endpoint(&format!("apps/p{i}"), &[&address]));
+            allowed.push(format!("apps/p{i}=10.50.0.0/16").parse().unwrap());
+        }
+        plan(&attach(&endpoints, &facts, &allowed, &Guards::default()))
+    };
+    let shared: IpNet = "10.50.0.0/16".parse().unwrap();
+    let returns = |planned: &Planned| {
+        planned.raw_v4.chains[CHAIN]
+            .iter()
+            .filter(|r| r.starts_with("-s 10.50.0.0/16 -i "))
+            .count()
+    };
+    // Up to the bound: pairs in the set, one lookup.
+    let few = pods(rules::INTERFACES_PER_SOURCE as u32);
+    let pairs = &few.sources[source_set(Family::V4)].entries;
+    assert_eq!(
+        pairs.iter().filter(|(net, _)| *net == shared).count(),
+        rules::INTERFACES_PER_SOURCE
+    );
+    assert_eq!(returns(&few), 0);
+    // Past it: no pair of that prefix in the set (the kernel would refuse
+    // a 65th), a RETURN rule per veth ahead of the drop rules; the other
+    // sources stay pairs.
+    let many = pods(100);
+    let pairs = &many.sources[source_set(Family::V4)].entries;
+    assert!(pairs.iter().all(|(net, _)| *net != shared), "{pairs:?}");
+    assert!(pairs.contains(&("10.60.0.0/16".parse().unwrap(), "vp0".into())));
+    assert!(pairs.contains(&("10.9.0.101/32".parse().unwrap(), "vp99".into())));
+    assert_eq!(returns(&many), 100);
+    let raw = &many.raw_v4.chains[CHAIN];
+    let rule = raw
+        .iter()
+        .position(|r| r == "-s 10.50.0.0/16 -i vp7 -j RETURN")
+        .expect("vp7's rule");
+    let first_drop = raw.iter().position(|r| r.ends_with("-j DROP")).unwrap();
+    assert!(rule < first_drop, "{raw:#?}");
+}
+
+#[test]
 fn the_raw_chains_bind_each_veth_to_its_sources_and_each_address_to_its_interface() {
     let endpoints = [
         endpoint("apps/a", &["10.1.0.2", "fd01::2"]),
