@@ -157,7 +157,8 @@ struct Running {
     /// Why bridged traffic bypasses iptables, as last seen
     /// ([`bridge::unseen`]); checked at start and with the periodic checks.
     bridged_unseen: Option<String>,
-    /// The verdict cache's hits counted from its lookup rules' counters.
+    /// The verdict cache's hits counted from the counters of the chains
+    /// that carry out cached verdicts ([`datapath::cache::hit_counters`]).
     cache_hits: datapath::cache::HitCount,
     /// The workers, until their queues are bound ([`Running::bind`]).
     unbound: Option<Workers>,

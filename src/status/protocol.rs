@@ -290,8 +290,7 @@ pub struct StatusReport {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub policy_warnings: Vec<String>,
     /// New connections the kernel answered from the verdict cache (read
-    /// at every periodic check and before a ruleset change replaces the
-    /// lookup rules); `None` while the cache is off or unread.
+    /// at every periodic check); `None` while the cache is off or unread.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict_cache_hits: Option<u64>,
     /// The anti-spoofing guards; `None` before the first snapshot.
