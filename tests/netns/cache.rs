@@ -15,6 +15,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use hickory_proto::rr::RecordType;
+use tollgate::datapath::state::counted_rule;
 
 use crate::harness::probe::total_queued;
 use crate::harness::{
@@ -221,10 +222,9 @@ fn hits(lab: &Lab, table: &str, chain: &str, rule: &str) -> [u64; 2] {
         let head = format!("-A {chain} ");
         out.stdout
             .lines()
-            .filter_map(|l| l.strip_prefix('['))
-            .filter_map(|l| l.split_once("] "))
+            .filter_map(counted_rule)
             .filter(|(_, text)| text.starts_with(&head) && text.contains(rule))
-            .filter_map(|(counts, _)| counts.split(':').next()?.parse::<u64>().ok())
+            .map(|(packets, _)| packets)
             .sum()
     })
 }

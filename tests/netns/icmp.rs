@@ -34,6 +34,8 @@ use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
+use tollgate::datapath::state::counted_rule;
+
 use crate::harness::{
     poll_until, skip, Lab, PingOutcome, Service, TcpOutcome, UdpOutcome, ALLOW_WAIT, DENY_WAIT,
 };
@@ -277,9 +279,9 @@ fn counted(lab: &Lab, role: &str, save: &str, matching: &str) -> u64 {
     let out = lab.ns(role).run(&[save, "-c"]);
     out.stdout
         .lines()
-        .filter(|l| l.contains("-A INPUT") && l.contains(matching))
-        .filter_map(|l| l.strip_prefix('['))
-        .filter_map(|l| l.split(':').next()?.parse::<u64>().ok())
+        .filter_map(counted_rule)
+        .filter(|(_, rule)| rule.starts_with("-A INPUT ") && rule.contains(matching))
+        .map(|(packets, _)| packets)
         .sum()
 }
 
