@@ -1,14 +1,21 @@
-//! A minimal ipset client over netfilter netlink, for the DNS path and the
-//! verdict cache: it adds addresses to (and removes them from) existing
-//! `hash:ip` sets, and `src,proto:port,dst` tuples to `hash:ip,port,ip`
-//! sets, with a per-entry timeout, several entries in one `sendmsg`, and
-//! waits for the
-//! kernel's acknowledgement of each. Spawning `ipset add` costs ~3 ms per
-//! call; one batch here costs tens of microseconds. It never creates or
-//! destroys sets (that is [`super::kernel`]'s `ipset restore`), and it is
-//! the only code in tollgate that speaks the ipset netlink protocol.
+//! A minimal ipset client over netfilter netlink, the only code in
+//! tollgate that speaks the ipset netlink protocol. Two users:
 //!
-//! Wire format of one request (all integers host order unless flagged):
+//! - the workers (the DNS path and the verdict cache) add addresses to
+//!   (and remove them from) existing `hash:ip` sets, and `src,proto:port,dst`
+//!   tuples to `hash:ip,port,ip` sets, with a per-entry timeout, several
+//!   entries in one `sendmsg`, waiting for the kernel's acknowledgement of
+//!   each ([`IpsetSocket::apply`]): spawning `ipset add` costs ~3 ms per
+//!   call, one batch here tens of microseconds;
+//! - the datapath's reconcile creates, fills, swaps and destroys sets
+//!   ([`SetCommand`]s, [`IpsetSocket::run`]), one command at a time, where
+//!   it ran `ipset restore` (a process, ~2.4 ms of CPU, up to three a
+//!   ruleset change).
+//!
+//! Reading sets (`ipset save`, `ipset list`) stays with the `ipset`
+//! command ([`super::kernel`]).
+//!
+//! Wire format of one entry request (all integers host order unless flagged):
 //!
 //! ```text
 //! nlmsghdr { len, type = NFNL_SUBSYS_IPSET << 8 | IPSET_CMD_ADD (9) / DEL (10),
@@ -39,6 +46,9 @@ use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
+mod sets;
+pub use sets::{Entry, Revisions, SetCommand, SetKind, SetWriteCause, SetWriteError};
+
 /// `NETLINK_NETFILTER` protocol of `AF_NETLINK` sockets.
 const NETLINK_NETFILTER: libc::c_int = 12;
 const NFNL_SUBSYS_IPSET: u16 = 6;
@@ -62,6 +72,8 @@ const NFPROTO_IPV6: u8 = 10;
 pub const MAX_SET_NAME: usize = 31;
 /// `IPSET_ERR_EXIST`: deleting an entry that is not there.
 const IPSET_ERR_EXIST: i32 = 4103;
+/// `IPSET_ERR_PROTOCOL`: a request or answer the other side cannot read.
+const IPSET_ERR_PROTOCOL: i32 = 4097;
 
 /// One entry write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,9 +156,7 @@ pub fn encode(op: &EntryOp<'_>, seq: u32, out: &mut Vec<u8>) -> Result<(), Netli
             ..
         } => (IPSET_CMD_ADD, set, src, Some(timeout_secs)),
     };
-    if set.len() > MAX_SET_NAME || set.as_bytes().contains(&0) {
-        return Err(NetlinkError::SetName { name: set.into() });
-    }
+    check_name(set)?;
     let start = netlink::begin(
         out,
         (NFNL_SUBSYS_IPSET << 8) | cmd,
@@ -194,6 +204,14 @@ pub fn encode(op: &EntryOp<'_>, seq: u32, out: &mut Vec<u8>) -> Result<(), Netli
     Ok(())
 }
 
+/// Refuses a set name the kernel would not take.
+fn check_name(set: &str) -> Result<(), NetlinkError> {
+    if set.len() > MAX_SET_NAME || set.as_bytes().contains(&0) {
+        return Err(NetlinkError::SetName { name: set.into() });
+    }
+    Ok(())
+}
+
 /// A nested address attribute (`IPSET_ATTR_IP` or `IPSET_ATTR_IP2`).
 fn address_attr(out: &mut Vec<u8>, kind: u16, address: IpAddr) {
     let ip = nest_start(out, kind);
@@ -228,12 +246,16 @@ pub fn parse_acks(bytes: &[u8]) -> Result<Vec<(u32, i32)>, NetlinkError> {
     Ok(acks)
 }
 
-/// A netfilter netlink socket for ipset entry writes. Not shared between
-/// threads: the DNS worker owns one.
+/// A netfilter netlink socket for ipset writes. Not shared between
+/// threads: each writer (the DNS worker, the verdict cache's writer, a
+/// reconcile) owns one.
 pub struct IpsetSocket {
     socket: Socket,
     seq: u32,
     buf: Vec<u8>,
+    /// The kernel's newest revision of each set type, once asked (by
+    /// [`SetKind`]).
+    revisions: [Option<u8>; 4],
 }
 
 impl IpsetSocket {
@@ -253,6 +275,7 @@ impl IpsetSocket {
             socket,
             seq: 0,
             buf: Vec::with_capacity(4096),
+            revisions: [None; 4],
         })
     }
 
