@@ -1,8 +1,11 @@
 //! What must change to turn the installed [`State`] into the desired one,
-//! rendered as input for `iptables-restore --noflush` and `ipset restore
-//! -exist`. Pure. Owned chains are rewritten whole (declaring `:CHAIN - [0:0]`
-//! flushes it inside the same atomic batch); set membership changes go
-//! through a temporary set and `swap`, so a set is never seen half-filled.
+//! rendered as input for `iptables-restore --noflush` and as the set
+//! writes of [`super::ipset_netlink`] (each an `ipset restore -exist`
+//! line). Pure. Owned chains are rewritten whole (declaring `:CHAIN - [0:0]`
+//! flushes it inside the same atomic batch); an address set changes by
+//! difference (its additions before its deletions), and a range or source
+//! set is refilled through a temporary set and `swap`, so it is never seen
+//! half-filled.
 //!
 //! Jumps into `DOCKER-USER` are planned only where that chain exists
 //! (tollgate never creates, flushes or reorders it, nor any rule but its
@@ -13,11 +16,11 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::net::IpAddr;
 
+use super::ipset_netlink::{Entry, SetCommand, SetKind};
 #[cfg(test)]
 use super::state::LearnedSet;
 use super::state::{
-    CacheSet, Family, IpSet, RangeSet, SourceSet, State, Table, TableKind, CACHE_SET_TYPE,
-    DOCKER_USER, RANGE_SET_TYPE, SOURCE_SET_TYPE,
+    CacheSet, Family, IpSet, RangeSet, SourceSet, State, Table, TableKind, DOCKER_USER,
 };
 
 /// Suffix of the temporary set a range set is refilled in.
@@ -456,112 +459,144 @@ impl Changes {
         (!texts.is_empty()).then(|| texts.concat())
     }
 
-    /// Input for `ipset restore -exist` that creates and changes sets.
-    pub fn ipset_prepare_text(&self) -> Option<String> {
-        if self.sets.is_empty()
-            && self.ranges.is_empty()
-            && self.sources.is_empty()
-            && self.create_learned.is_empty()
-            && self.create_cache.is_empty()
-        {
-            return None;
-        }
-        let mut out = String::new();
+    /// The set writes that create and change sets, in order: the
+    /// verdict cache's and the learned sets (empty), then each address
+    /// set created if missing, its additions, then its deletions (never a
+    /// refill: a change of one member is one `add` or `del`), then each
+    /// range and source set created, or refilled whole ([`refill`]).
+    pub fn ipset_prepare(&self) -> Vec<SetCommand> {
+        let mut out = Vec::new();
         for (name, set) in &self.create_cache {
-            writeln!(
-                out,
-                "create {name} {CACHE_SET_TYPE} family {} timeout {} maxelem {}",
-                set.family.ipset_family(),
-                set.timeout_secs,
-                set.max_entries
-            )
-            .expect("write to String");
+            out.push(SetCommand::Create {
+                set: name.clone(),
+                kind: SetKind::HashIpPortIp,
+                family: set.family,
+                timeout_secs: Some(set.timeout_secs),
+                max_entries: Some(set.max_entries),
+            });
         }
         for (name, family) in &self.create_learned {
-            let family = family.ipset_family();
-            writeln!(
-                out,
-                "create {name} hash:ip family {family} timeout {LEARNED_DEFAULT_TIMEOUT}"
-            )
-            .expect("write to String");
+            out.push(SetCommand::Create {
+                set: name.clone(),
+                kind: SetKind::HashIp,
+                family: *family,
+                timeout_secs: Some(LEARNED_DEFAULT_TIMEOUT),
+                max_entries: None,
+            });
         }
         for (name, write) in &self.sets {
-            let family = write.set.family.ipset_family();
-            writeln!(out, "create {name} hash:ip family {family}").expect("write to String");
-            for member in &write.add {
-                writeln!(out, "add {name} {member}").expect("write to String");
-            }
-            for member in &write.remove {
-                writeln!(out, "del {name} {member}").expect("write to String");
-            }
+            out.push(create(name, SetKind::HashIp, write.set.family));
+            let member = |address: &IpAddr| (name.clone(), Entry::Ip(*address));
+            out.extend(write.add.iter().map(member).map(add));
+            out.extend(
+                write
+                    .remove
+                    .iter()
+                    .map(member)
+                    .map(|(set, entry)| SetCommand::Del { set, entry }),
+            );
         }
         for (name, Refill { set, exists }) in &self.ranges {
-            let entries = set.ranges.iter().map(ToString::to_string).chain(
-                set.except
-                    .iter()
-                    .map(|address| format!("{address} nomatch")),
-            );
-            refill(&mut out, name, RANGE_SET_TYPE, set.family, *exists, entries);
-        }
-        for (name, Refill { set, exists }) in &self.sources {
             let entries = set
-                .entries
+                .ranges
                 .iter()
-                .map(|(net, interface)| format!("{net},{interface}"));
+                .map(|net| Entry::Net(*net))
+                .chain(set.except.iter().map(|address| Entry::Except(*address)));
             refill(
                 &mut out,
                 name,
-                SOURCE_SET_TYPE,
+                SetKind::HashNet,
                 set.family,
                 *exists,
                 entries,
             );
         }
-        Some(out)
+        for (name, Refill { set, exists }) in &self.sources {
+            let entries = set
+                .entries
+                .iter()
+                .map(|(net, interface)| Entry::NetIface(*net, interface.clone()));
+            refill(
+                &mut out,
+                name,
+                SetKind::HashNetIface,
+                set.family,
+                *exists,
+                entries,
+            );
+        }
+        out
     }
 
-    /// Input for `ipset restore -exist` that destroys stale sets.
-    pub fn ipset_cleanup_text(&self) -> Option<String> {
-        if self.destroy_sets.is_empty() {
-            return None;
-        }
-        Some(
-            self.destroy_sets
-                .iter()
-                .map(|name| format!("destroy {name}\n"))
-                .collect(),
-        )
+    /// The set writes that destroy stale sets.
+    pub fn ipset_cleanup(&self) -> Vec<SetCommand> {
+        self.destroy_sets
+            .iter()
+            .map(|name| SetCommand::Destroy { set: name.clone() })
+            .collect()
     }
 }
 
-/// `ipset restore` lines that create set `name` of `kind` filled with
-/// `entries`, or, when it `exists`, fill a temporary set and swap it in
-/// whole (no moment with a half-filled set).
+/// `create` of a set with the kernel's defaults.
+fn create(name: &str, kind: SetKind, family: Family) -> SetCommand {
+    SetCommand::Create {
+        set: name.to_string(),
+        kind,
+        family,
+        timeout_secs: None,
+        max_entries: None,
+    }
+}
+
+fn add((set, entry): (String, Entry)) -> SetCommand {
+    SetCommand::Add { set, entry }
+}
+
+/// The writes that create set `name` of `kind` filled with `entries`, or,
+/// when it `exists`, fill a temporary set and swap it in whole (no moment
+/// with a half-filled set).
 fn refill(
-    out: &mut String,
+    out: &mut Vec<SetCommand>,
     name: &str,
-    kind: &str,
+    kind: SetKind,
     family: Family,
     exists: bool,
-    entries: impl Iterator<Item = String>,
+    entries: impl Iterator<Item = Entry>,
 ) {
-    let create = format!("{kind} family {}", family.ipset_family());
-    writeln!(out, "create {name} {create}").expect("write to String");
+    out.push(create(name, kind, family));
     let fill = if exists {
         let next = format!("{name}{NEXT_SUFFIX}");
-        writeln!(out, "create {next} {create}").expect("write to String");
-        writeln!(out, "flush {next}").expect("write to String");
+        out.push(create(&next, kind, family));
+        out.push(SetCommand::Flush { set: next.clone() });
         next
     } else {
         name.to_string()
     };
-    for entry in entries {
-        writeln!(out, "add {fill} {entry}").expect("write to String");
-    }
+    out.extend(entries.map(|entry| add((fill.clone(), entry))));
     if exists {
-        writeln!(out, "swap {fill} {name}").expect("write to String");
-        writeln!(out, "destroy {fill}").expect("write to String");
+        out.push(SetCommand::Swap {
+            set: fill.clone(),
+            with: name.to_string(),
+        });
+        out.push(SetCommand::Destroy { set: fill });
     }
+}
+
+/// The set writes as `ipset restore` lines, for tests to read.
+#[cfg(test)]
+impl Changes {
+    pub fn ipset_prepare_text(&self) -> Option<String> {
+        lines(self.ipset_prepare())
+    }
+
+    pub fn ipset_cleanup_text(&self) -> Option<String> {
+        lines(self.ipset_cleanup())
+    }
+}
+
+#[cfg(test)]
+fn lines(commands: Vec<SetCommand>) -> Option<String> {
+    (!commands.is_empty()).then(|| commands.iter().map(|c| format!("{c}\n")).collect())
 }
 
 #[cfg(test)]

@@ -2,8 +2,9 @@
 //! and runs one write of a [`Changes`]; [`reconcile`] and [`teardown`] are
 //! the only write sequences (an agent that stops leaves its state in force;
 //! only `tollgate cleanup` and `run --cleanup-on-exit` tear down). [`Iptables`] and [`learned_sets`] are the only
-//! code that runs commands (`*-save`, `*-restore`, `ipset`); they never
-//! decide what to write.
+//! code that runs commands (`*-save`, `*-restore`, `ipset save`) and hands
+//! the set writes to [`super::ipset_netlink`]; they never decide what to
+//! write.
 #![allow(clippy::disallowed_methods)] // the one place that runs iptables-restore and ipset.
 
 use std::collections::BTreeMap;
@@ -11,8 +12,10 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 use super::diff::Changes;
+use super::ipset_netlink::{IpsetSocket, Revisions, SetCommand};
+use super::state::TableKind::BridgeNat;
 use super::state::{parse_ipset_save, Family, LearnedSet, State, Table, TableKind};
-use super::transition::{input, steps, Step};
+use super::transition::{steps, Step};
 use super::{ApplyError, DatapathError};
 
 /// Reads and writes tollgate's part of the netfilter state of one network
@@ -148,6 +151,8 @@ pub struct Iptables {
     /// Whether [`EBTABLES`] is installed: without it no bridge port is
     /// guarded (and nothing of tollgate's can be in its tables).
     ebtables: bool,
+    /// The set type revisions the `ipset` command knows (`ipset help`).
+    ipset: Revisions,
 }
 
 impl Iptables {
@@ -158,7 +163,16 @@ impl Iptables {
                 version: version.trim().to_string(),
             })?;
         let ebtables = run(EBTABLES, &["-V"], None).is_ok();
-        Ok(Iptables { backend, ebtables })
+        let ipset = Revisions::from_help(&run("ipset", &["help"], None)?).map_err(|kind| {
+            DatapathError::UnknownSetType {
+                kind: kind.to_string(),
+            }
+        })?;
+        Ok(Iptables {
+            backend,
+            ebtables,
+            ipset,
+        })
     }
 
     pub fn backend(&self) -> Backend {
@@ -210,6 +224,17 @@ impl Iptables {
     }
 }
 
+impl Iptables {
+    /// Runs set writes over a netlink socket of their own, in order,
+    /// stopping at the first the kernel refuses.
+    fn write_sets(&self, commands: &[SetCommand]) -> Result<(), DatapathError> {
+        let mut socket = IpsetSocket::open().map_err(DatapathError::SetSocket)?;
+        socket
+            .run(commands, self.ipset)
+            .map_err(DatapathError::Sets)
+    }
+}
+
 impl Kernel for Iptables {
     fn installed(&self) -> Result<State, DatapathError> {
         let save = |family| {
@@ -242,19 +267,21 @@ impl Kernel for Iptables {
     }
 
     fn write(&mut self, step: Step, changes: &Changes) -> Result<(), DatapathError> {
-        let input = input(changes, step).unwrap_or_default();
-        match step {
-            Step::PrepareSets | Step::DestroySets => {
-                run("ipset", &["restore", "-exist"], Some(&input))
-            }
-            Step::Table(family) => run(
-                &self.backend.program(family, "restore"),
-                &["--noflush", "-w"],
-                Some(&input),
+        let (program, args, input) = match step {
+            Step::PrepareSets => return self.write_sets(&changes.ipset_prepare()),
+            Step::DestroySets => return self.write_sets(&changes.ipset_cleanup()),
+            Step::Table(family) => (
+                self.backend.program(family, "restore"),
+                &["--noflush", "-w"][..],
+                changes.iptables_restore_text(family),
             ),
-            Step::Bridge => run(&format!("{EBTABLES}-restore"), &["--noflush"], Some(&input)),
-        }
-        .map(drop)
+            Step::Bridge => (
+                format!("{EBTABLES}-restore"),
+                &["--noflush"][..],
+                changes.bridge.restore_text_in(BridgeNat),
+            ),
+        };
+        run(&program, args, Some(&input.unwrap_or_default())).map(drop)
     }
 }
 

@@ -289,6 +289,15 @@ pub enum DatapathError {
     },
     #[error("cannot tell the iptables backend from `iptables -V`: {version:?}")]
     UnknownBackend { version: String },
+    /// `ipset help` does not list a set type tollgate creates.
+    #[error("`ipset help` lists no {kind} sets: ipset too old or incomplete")]
+    UnknownSetType { kind: String },
+    /// The netlink socket for set writes could not be opened.
+    #[error("ipset netlink socket: {0}")]
+    SetSocket(ipset_netlink::NetlinkError),
+    /// A set write the kernel refused (the writes before it stay).
+    #[error(transparent)]
+    Sets(ipset_netlink::SetWriteError),
 }
 
 /// A reconcile that did not complete. What earlier steps wrote stays (see

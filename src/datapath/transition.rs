@@ -27,20 +27,23 @@
 //! 3. **Narrow**: reconcile the kernel to B's own state (drops what only A
 //!    needed, destroys A's stale FQDN sets).
 //!
-//! Each reconcile runs its writes in the order of [`steps`]: (1) one
-//! `ipset restore` that creates sets and changes the members of existing
-//! ones by difference, each set's additions before its deletions (never a
-//! refill: a change of one member is one `add` or `del`),
+//! Each reconcile runs its writes in the order of [`steps`]: (1) the set
+//! writes that create sets and change the members of existing ones by
+//! difference, each set's additions before its deletions (never a refill:
+//! a change of one member is one `add` or `del`),
 //! (2) `iptables-restore`, (3) `ip6tables-restore` (each one atomic
-//! transaction for its table), (4) one `ipset restore` that destroys sets
-//! no rule refers to any more (the tables stopped referring to them in
-//! steps 2–3; destroying a set a rule uses would fail anyway).
+//! transaction for its table), (4) the set writes that destroy sets no
+//! rule refers to any more (the tables stopped referring to them in steps
+//! 2–3; destroying a set a rule uses would fail anyway). The set writes
+//! are netlink requests ([`super::ipset_netlink`]), run in order, each
+//! answered before the next; the first the kernel refuses ends the write,
+//! as `ipset restore` stops at its first failing line.
 //!
 //! Why any single failure is safe: while widening, every state the kernel
 //! can be in after a prefix of the steps (sets swapped or not, either
 //! table old or bridge) queues at least what A needs, and A is in force;
 //! while narrowing, every such state queues at least what B needs, and B is
-//! in force. `ipset restore` stops at its first failing line, so step 1
+//! in force. A set write stops at its first refused command, so step 1
 //! leaves a prefix of its additions and deletions: while widening the
 //! sets only gain (the bridge is a union) or lose members neither ruleset
 //! has, while narrowing they lose only what the new ruleset does not need,
@@ -77,23 +80,23 @@ use super::state::{CacheSet, Family, State};
 /// One write of an apply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
-    /// `ipset restore`: create sets and change their members.
+    /// Set writes (netlink): create sets and change their members.
     PrepareSets,
     /// `iptables-restore` or `ip6tables-restore` (raw, then filter).
     Table(Family),
     /// `ebtables-restore`: anti-spoofing on bridge ports.
     Bridge,
-    /// `ipset restore`: destroy sets nothing refers to any more.
+    /// Set writes (netlink): destroy sets nothing refers to any more.
     DestroySets,
 }
 
 impl fmt::Display for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Step::PrepareSets => f.write_str("ipset restore (create and change sets)"),
+            Step::PrepareSets => f.write_str("ipset (create and change sets)"),
             Step::Table(family) => write!(f, "{}-restore", family.command()),
             Step::Bridge => f.write_str("ebtables-restore"),
-            Step::DestroySets => f.write_str("ipset restore (destroy stale sets)"),
+            Step::DestroySets => f.write_str("ipset (destroy stale sets)"),
         }
     }
 }
@@ -138,19 +141,6 @@ pub fn steps(changes: &Changes) -> Vec<Step> {
         out.push(Step::DestroySets);
     }
     out
-}
-
-/// The input of one write of `changes` (`ipset restore` or
-/// `ip6?tables-restore` text), or `None` when the step has nothing to do.
-pub fn input(changes: &Changes, step: Step) -> Option<String> {
-    match step {
-        Step::PrepareSets => changes.ipset_prepare_text(),
-        Step::Table(family) => changes.iptables_restore_text(family),
-        Step::Bridge => changes
-            .bridge
-            .restore_text_in(super::state::TableKind::BridgeNat),
-        Step::DestroySets => changes.ipset_cleanup_text(),
-    }
 }
 
 /// The state that queues everything `from` and `to` need: the planned

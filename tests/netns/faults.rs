@@ -3,12 +3,16 @@
 //! directory; in every case the traffic stays enforced by the last good
 //! ruleset, and the agent converges once the fault is gone.
 //!
-//! Faults are injected with stand-ins for `iptables-*-restore`,
-//! `ip6tables-*-restore` and `ipset` put first on the agent's `PATH` (the
-//! agent runs them by name): shell scripts that fail while a control file
+//! Faults are injected with stand-ins for `iptables-*-restore` and
+//! `ip6tables-*-restore` put first on the agent's `PATH` (the agent runs
+//! them by name): shell scripts that fail while a control file
 //! `<tool>.fail` exists, hang while `<tool>.block` exists (writing their pid
-//! to `<tool>.blocked`), and otherwise exec the real binary. `ipset` is
-//! only faulted for `ipset restore`; `*-save` and `ipset save` always work.
+//! to `<tool>.blocked`), and otherwise exec the real binary. The agent
+//! writes sets over netlink, so their fault is an `LD_PRELOAD` shim
+//! (`faults/ipset_fault.c`, built with `cc`): while `ipset.fail` exists,
+//! each ipset write request its main thread (the reconcile) sends fails
+//! with `EPERM`; the workers' set writes and `ipset save` are untouched, as
+//! are `*-save`.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -32,7 +36,7 @@ fn sock(ip: impl Into<IpAddr>, port: u16) -> SocketAddr {
 }
 
 /// A tool whose writes can be faulted: the `*-restore` of a family, or
-/// `ipset restore`.
+/// the reconcile's set writes (failed only, never blocked).
 #[derive(Clone, Copy)]
 pub(crate) enum Tool {
     Iptables,
@@ -56,6 +60,8 @@ impl Tool {
 pub(crate) struct Faults {
     bin: PathBuf,
     ctl: PathBuf,
+    /// The set-write shim, when `cc` could build it.
+    shim: Option<PathBuf>,
 }
 
 impl Faults {
@@ -69,35 +75,26 @@ impl Faults {
             ("iptables-legacy-restore", Tool::Iptables),
             ("ip6tables-nft-restore", Tool::Ip6tables),
             ("ip6tables-legacy-restore", Tool::Ip6tables),
-            ("ipset", Tool::Ipset),
         ];
         for (name, tool) in wrapped {
             let Some(real) = crate::harness::find_in_path(name) else {
                 continue;
             };
-            // `ipset` is faulted only for `restore`; the restore tools always.
-            let faulted = if name == "ipset" {
-                r#"[ "$1" = restore ]"#
-            } else {
-                "true"
-            };
             let script = format!(
                 r#"#!/bin/sh
-# Fault-injecting stand-in for {real} (tests/faults_netns.rs).
+# Fault-injecting stand-in for {real} (tests/netns/faults.rs).
 ctl='{ctl}'
 stem='{stem}'
-if {faulted}; then
-  if [ -e "$ctl/$stem.block" ]; then
-    echo $$ > "$ctl/$stem.blocked"
-    i=0
-    while [ -e "$ctl/$stem.block" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done
-    [ -d "$ctl" ] || exit 1
-  fi
-  if [ -e "$ctl/$stem.fail" ]; then
-    cat > /dev/null
-    echo "$stem: injected fault" >&2
-    exit 1
-  fi
+if [ -e "$ctl/$stem.block" ]; then
+  echo $$ > "$ctl/$stem.blocked"
+  i=0
+  while [ -e "$ctl/$stem.block" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done
+  [ -d "$ctl" ] || exit 1
+fi
+if [ -e "$ctl/$stem.fail" ]; then
+  cat > /dev/null
+  echo "$stem: injected fault" >&2
+  exit 1
 fi
 exec '{real}' "$@"
 "#,
@@ -111,11 +108,25 @@ exec '{real}' "$@"
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
                 .expect("chmod wrapper");
         }
-        Faults { bin, ctl }
+        let shim = crate::harness::find_in_path("cc").map(|cc| {
+            let source = bin.join("ipset_fault.c");
+            std::fs::write(&source, include_str!("faults/ipset_fault.c")).expect("write shim");
+            let shim = bin.join("ipset_fault.so");
+            let built = std::process::Command::new(cc)
+                .args(["-shared", "-fPIC", "-O1", "-o"])
+                .arg(&shim)
+                .arg(&source)
+                .arg("-ldl")
+                .status()
+                .expect("run cc");
+            assert!(built.success(), "cc {}", source.display());
+            shim
+        });
+        Faults { bin, ctl, shim }
     }
 
-    /// Agent options with the wrappers first on `PATH`, a metrics endpoint
-    /// and a status socket.
+    /// Agent options with the wrappers first on `PATH`, the set-write shim
+    /// preloaded, a metrics endpoint and a status socket.
     pub(crate) fn options(&self, lab: &Lab) -> AgentOptions {
         let path = std::env::var("PATH").unwrap_or_default();
         let mut options = lab.agent_options();
@@ -126,6 +137,15 @@ exec '{real}' "$@"
                 self.bin.display()
             ),
         ));
+        if let Some(shim) = &self.shim {
+            options
+                .env
+                .push(("LD_PRELOAD".into(), shim.display().to_string()));
+            let flag = self.file(Tool::Ipset, "fail");
+            options
+                .env
+                .push(("TOLLGATE_FAULT_IPSET".into(), flag.display().to_string()));
+        }
         options
             .extra_args
             .extend(["--metrics-address".into(), METRICS.into()]);
@@ -138,6 +158,9 @@ exec '{real}' "$@"
     }
 
     fn fail(&self, tool: Tool) {
+        if matches!(tool, Tool::Ipset) {
+            assert!(self.shim.is_some(), "the set-write shim needs cc");
+        }
         std::fs::write(self.file(tool, "fail"), "").expect("set fault");
     }
 
@@ -146,6 +169,10 @@ exec '{real}' "$@"
     }
 
     pub(crate) fn block(&self, tool: Tool) {
+        assert!(
+            !matches!(tool, Tool::Ipset),
+            "set writes are failed, not blocked"
+        );
         std::fs::write(self.file(tool, "block"), "").expect("set block");
     }
 
@@ -417,7 +444,7 @@ fn failing_ipset_keeps_previous_membership() {
         .peer("web1")
         .peer("web2")
         .fresh_sources()
-        .require(&["curl"])
+        .require(&["curl", "cc"])
         .build()
     else {
         return;
@@ -486,16 +513,16 @@ spec:
     lab.assert_tcp("client", sock(web1, 9090), TcpOutcome::TimedOut);
     lab.assert_tcp("client", sock(web2, 7070), TcpOutcome::Connected);
 
-    // A → B while `ipset restore` fails: B cannot be enforced without
+    // A → B while the set writes fail: B cannot be enforced without
     // web2 in the set, so A stays whole (9090 on web1 stays closed, web2
     // stays unisolated).
     faults.fail(Tool::Ipset);
     lab.write_policy("web.yaml", &b);
     agent.wait_for_log(
-        "datapath apply failed: ipset restore (create and change sets): ",
+        "datapath apply failed: ipset (create and change sets): ",
         AGENT_WAIT,
     );
-    wait_count(&agent, "datapath apply failed: ipset restore", 2);
+    wait_count(&agent, "datapath apply failed: ipset (", 2);
     lab.assert_tcp_both("client", sock(web1, 8080), TcpOutcome::Connected);
     lab.assert_tcp_both("client", sock(web1, 9090), TcpOutcome::TimedOut);
     lab.assert_tcp_both("client", sock(web2, 7070), TcpOutcome::Connected);
@@ -516,12 +543,12 @@ spec:
     lab.assert_tcp_both("client", sock(web2, 7070), TcpOutcome::TimedOut);
     assert!(lab.firewall_state("node").ipsets.contains(&member));
 
-    // B → A while `ipset restore` fails: A needs nothing the kernel lacks
+    // B → A while the set writes fail: A needs nothing the kernel lacks
     // (web2 still queued is harmless), so A is in force at once; only the
     // narrowing of the set waits for the retry.
     faults.fail(Tool::Ipset);
     lab.write_policy("web.yaml", &a);
-    wait_count(&agent, "datapath apply failed: ipset restore", 3);
+    wait_count(&agent, "datapath apply failed: ipset (", 3);
     let in_force = poll_until(AGENT_WAIT, || {
         (status(&lab).ruleset_generation == 3).then_some(())
     });
@@ -619,6 +646,7 @@ fn restart_with_dns_down_keeps_learned_names() {
     let Some(lab) = Lab::builder("restart_with_dns_down_keeps_learned_names")
         .peer("dns")
         .peer("web")
+        .require(&["cc"])
         .build()
     else {
         return;
@@ -716,12 +744,12 @@ spec:
     assert!(answered.is_some(), "DNS server back");
     lab.assert_tcp("node", sock(web_later, 8080), TcpOutcome::Connected);
 
-    // A new FQDN selector while `ipset restore` fails: its sets cannot be
+    // A new FQDN selector while the set writes fail: its sets cannot be
     // created, so the change waits and the ruleset in force stays.
     faults.fail(Tool::Ipset);
     lab.write_policy("egress.yaml", &policy(true));
     agent.wait_for_log(
-        "datapath apply failed: ipset restore (create and change sets): ",
+        "datapath apply failed: ipset (create and change sets): ",
         AGENT_WAIT,
     );
     assert!(matches!(

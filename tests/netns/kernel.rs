@@ -5,7 +5,7 @@
 
 use crate::harness::Lab;
 use tollgate::config::{AgentConfig, MachineDefaults, Setting};
-use tollgate::datapath::{desired, reconcile, teardown, Changes, Iptables, Kernel};
+use tollgate::datapath::{desired, reconcile, teardown, Changes, Family, Iptables, Kernel};
 use tollgate::ruleset::Enforced;
 
 fn enforced(node_ingress: bool, endpoints: &[&str]) -> Enforced {
@@ -108,4 +108,201 @@ fn install_is_idempotent_and_teardown_leaves_foreign_rules() {
         assert!(v6.contains("-A OUTPUT -d 2001:db8::1/128 -j DROP"), "{v6}");
         assert_eq!(ns.ok("ipset list -n").trim(), "foreign");
     });
+}
+
+/// The datapath's set writes over netlink leave what `ipset restore
+/// -exist` of the same lines leaves: one of each command the reconcile
+/// sends, run both ways under different names and compared in `ipset
+/// save` (the header options that only later type revisions print, bucket
+/// size and hash seed, left out). Then a refused command stops the write
+/// with the kernel's reason, and what ran before it stays.
+///
+/// Mutation (tried): `nomatch` not flagged (`Entry::Except` encoded as
+/// `Entry::Ip`) → the saved line lacks `nomatch` → fails.
+#[test]
+fn netlink_set_writes_match_ipset_restore() {
+    use tollgate::datapath::ipset_netlink::{
+        Entry, IpsetSocket, Revisions, SetCommand, SetKind, SetWriteCause,
+    };
+
+    let Some(lab) = Lab::builder("netlink_set_writes_match_ipset_restore").build() else {
+        return;
+    };
+    let ns = lab.node();
+    let commands = |p: &str| {
+        let set = |name: &str| format!("{p}-{name}");
+        let create = |name: &str, kind, family, timeout_secs, max_entries| SetCommand::Create {
+            set: set(name),
+            kind,
+            family,
+            timeout_secs,
+            max_entries,
+        };
+        let add = |name: &str, entry| SetCommand::Add {
+            set: set(name),
+            entry,
+        };
+        let ip = |s: &str| s.parse().unwrap();
+        let net = |s: &str| s.parse().unwrap();
+        vec![
+            create("ep4", SetKind::HashIp, Family::V4, None, None),
+            add("ep4", Entry::Ip(ip("10.0.0.1"))),
+            add("ep4", Entry::Ip(ip("10.0.0.2"))),
+            SetCommand::Del {
+                set: set("ep4"),
+                entry: Entry::Ip(ip("10.0.0.2")),
+            },
+            SetCommand::Del {
+                set: set("ep4"),
+                entry: Entry::Ip(ip("10.0.0.9")),
+            },
+            // Again: exists with the same type and options.
+            create("ep4", SetKind::HashIp, Family::V4, None, None),
+            create("ep6", SetKind::HashIp, Family::V6, None, None),
+            add("ep6", Entry::Ip(ip("fd00::5"))),
+            create("learned", SetKind::HashIp, Family::V6, Some(300), None),
+            create(
+                "cache",
+                SetKind::HashIpPortIp,
+                Family::V4,
+                Some(60),
+                Some(4096),
+            ),
+            create("ranges", SetKind::HashNet, Family::V4, None, None),
+            add("ranges", Entry::Net(net("10.1.0.0/16"))),
+            add("ranges", Entry::Except(ip("10.1.2.3"))),
+            add("ranges", Entry::Net(net("192.0.2.7/32"))),
+            create("src", SetKind::HashNetIface, Family::V6, None, None),
+            create("src-next", SetKind::HashNetIface, Family::V6, None, None),
+            SetCommand::Flush {
+                set: set("src-next"),
+            },
+            add(
+                "src-next",
+                Entry::NetIface(net("fe80::/10"), "veth-a1".into()),
+            ),
+            add("src-next", Entry::NetIface(net("::/0"), "lo".into())),
+            SetCommand::Swap {
+                set: set("src-next"),
+                with: set("src"),
+            },
+            SetCommand::Destroy {
+                set: set("src-next"),
+            },
+            SetCommand::Destroy {
+                set: set("never-made"),
+            },
+        ]
+    };
+    let known = Revisions::from_help(&ns.ok("ipset help")).unwrap();
+    let by_netlink = commands("nl");
+    ns.enter(|| IpsetSocket::open().unwrap().run(&by_netlink, known))
+        .expect("netlink writes");
+    let lines: String = commands("rs").iter().map(|c| format!("{c}\n")).collect();
+    let restore = ns
+        .command(&["ipset", "restore", "-exist"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(lines.as_bytes())?;
+            child.wait_with_output()
+        })
+        .expect("ipset restore");
+    assert!(
+        restore.status.success(),
+        "{lines}{}",
+        String::from_utf8_lossy(&restore.stderr)
+    );
+    let save = ns.ok("ipset save");
+    // Each prefix's lines, named alike, without what only later
+    // revisions print.
+    let saved = |prefix: &str| -> Vec<String> {
+        let mut lines: Vec<String> = save
+            .lines()
+            .filter(|line| {
+                line.split_whitespace()
+                    .nth(1)
+                    .is_some_and(|name| name.starts_with(prefix))
+            })
+            .map(|line| {
+                let mut words = line.split_whitespace().peekable();
+                let mut out = Vec::new();
+                while let Some(word) = words.next() {
+                    if matches!(word, "bucketsize" | "initval") {
+                        words.next();
+                        continue;
+                    }
+                    out.push(word.replacen(prefix, "x-", 1));
+                }
+                out.join(" ")
+            })
+            .collect();
+        lines.sort();
+        lines
+    };
+    let (netlink, restored) = (saved("nl-"), saved("rs-"));
+    assert_eq!(netlink.len(), 13, "{save}");
+    assert_eq!(netlink, restored, "{save}");
+    assert!(
+        netlink.contains(&"add x-ranges 10.1.2.3 nomatch".to_string()),
+        "{netlink:#?}"
+    );
+    // Of the revision `ipset restore` chose: the newest the kernel and
+    // the command both know.
+    for name in ["ep4", "learned", "cache", "ranges", "src"] {
+        let revision = |p: &str| {
+            let listed = ns.ok(&format!("ipset list {p}-{name}"));
+            listed
+                .lines()
+                .find(|line| line.starts_with("Revision:"))
+                .map(str::to_string)
+                .unwrap_or_else(|| panic!("{listed}"))
+        };
+        assert_eq!(revision("nl"), revision("rs"), "{name}");
+    }
+
+    // A refused command ends the write: the set before it exists, the one
+    // after it does not; a set a rule uses is not destroyed.
+    ns.ok("iptables -A INPUT -m set --match-set nl-ep4 src -j ACCEPT");
+    let stopped = ns.enter(|| {
+        IpsetSocket::open().unwrap().run(
+            &[
+                SetCommand::Create {
+                    set: "nl-before".into(),
+                    kind: SetKind::HashIp,
+                    family: Family::V4,
+                    timeout_secs: None,
+                    max_entries: None,
+                },
+                SetCommand::Destroy {
+                    set: "nl-ep4".into(),
+                },
+                SetCommand::Flush {
+                    set: "nl-ep6".into(),
+                },
+            ],
+            known,
+        )
+    });
+    let error = stopped.expect_err("a set in use is not destroyed");
+    assert!(
+        matches!(error.cause, SetWriteCause::Refused(4100)),
+        "{error}"
+    );
+    assert_eq!(
+        error.to_string(),
+        "ipset destroy nl-ep4: the set is in use by a rule (kernel error 4100)"
+    );
+    let names = ns.ok("ipset list -n");
+    assert!(
+        names.contains("nl-before") && names.contains("nl-ep4"),
+        "{names}"
+    );
+    assert!(
+        ns.ok("ipset list nl-ep6").contains("fd00::5"),
+        "the flush after the refusal did not run"
+    );
 }

@@ -71,7 +71,7 @@ fn covers(state: &State, needs: &Needs) -> bool {
 
 /// Every state the kernel can be left in when a reconcile from `installed`
 /// to `target` stops after some of its steps (the failing step itself
-/// leaving nothing, or for `ipset restore` any prefix of its lines).
+/// leaving nothing, or for the set writes any prefix of their commands).
 fn partial_states(installed: &State, target: &State) -> Vec<State> {
     let changes = Changes::between(target, installed);
     let steps = steps(&changes);
@@ -80,7 +80,7 @@ fn partial_states(installed: &State, target: &State) -> Vec<State> {
     for step in &steps {
         match step {
             Step::PrepareSets => {
-                // `ipset restore` stops at its first failing line: any
+                // The set writes stop at the first refused command: any
                 // prefix of each set's creation, additions and deletions.
                 let mut partial = state.clone();
                 for (name, write) in &changes.sets {

@@ -259,6 +259,7 @@ pub const TEST_IDS: &[&str] = &[
     "kubernetes_a_group_missing_a_listed_slice_is_waited_for_on_the_wire",
     "kubernetes_controller_mode_warns_about_nothing_it_cannot_see",
     "a_hundred_routed_pods_are_guarded",
+    "netlink_set_writes_match_ipset_restore",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
