@@ -171,37 +171,46 @@ impl Netlink {
                 _ => None,
             });
         }
+        peer.addresses = self.addresses(Some((index, namespace)))?;
+        Ok(peer)
+    }
+
+    /// The addresses of interface `index` of namespace id `namespace`, or
+    /// of every interface of this namespace: each address's `IFA_LOCAL`,
+    /// else its `IFA_ADDRESS` (what `ip addr show` prints as its own).
+    fn addresses(&mut self, of: Option<(u32, i32)>) -> io::Result<Vec<IpAddr>> {
+        let mut out = Vec::new();
         for family in [AddressFamily::Inet, AddressFamily::Inet6] {
             let mut request = AddressMessage::default();
             request.header.family = family;
-            request.header.index = index;
-            request
-                .attributes
-                .push(AddressAttribute::TargetNetNsId(namespace));
+            if let Some((index, namespace)) = of {
+                request.header.index = index;
+                request
+                    .attributes
+                    .push(AddressAttribute::TargetNetNsId(namespace));
+            }
             for message in self.ask(RouteNetlinkMessage::GetAddress(request), true)? {
                 let RouteNetlinkMessage::NewAddress(address) = message else {
                     continue;
                 };
-                if address.header.index != index {
+                if of.is_some_and(|(index, _)| address.header.index != index) {
                     continue;
                 }
-                peer.addresses.extend(
-                    address
-                        .attributes
-                        .iter()
-                        .find_map(|a| match a {
-                            AddressAttribute::Local(ip) => Some(*ip),
-                            _ => None,
-                        })
-                        .or_else(|| {
-                            address.attributes.iter().find_map(|a| match a {
-                                AddressAttribute::Address(ip) => Some(*ip),
-                                _ => None,
-                            })
-                        }),
-                );
+                let attribute = |local: bool| {
+                    address.attributes.iter().find_map(|a| match a {
+                        AddressAttribute::Local(ip) if local => Some(*ip),
+                        AddressAttribute::Address(ip) if !local => Some(*ip),
+                        _ => None,
+                    })
+                };
+                out.extend(attribute(true).or_else(|| attribute(false)));
             }
         }
-        Ok(peer)
+        Ok(out)
     }
+}
+
+/// Every address on the interfaces of this namespace.
+pub fn namespace_addresses() -> io::Result<Vec<IpAddr>> {
+    Netlink::open()?.addresses(None)
 }

@@ -1264,9 +1264,13 @@ fn pod_egress_to_node_selector_dropped() {
             ),
         ),
     );
-    let options = lab
+    // No `--node-address`: the Node's addresses are the ones on its
+    // interfaces, which the agent reads itself (mutation, tried: that read
+    // returning none → the client connects to the Node's 6443 → fails).
+    let mut options = lab
         .agent_options()
         .label("node-role.kubernetes.io/control-plane", "");
+    options.node_addresses.clear();
     let mut agent = lab.start_agent(options);
     agent.wait_generation(1);
 
