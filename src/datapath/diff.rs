@@ -486,15 +486,14 @@ impl Changes {
         }
         for (name, write) in &self.sets {
             out.push(create(name, SetKind::HashIp, write.set.family));
-            let member = |address: &IpAddr| (name.clone(), Entry::Ip(*address));
-            out.extend(write.add.iter().map(member).map(add));
-            out.extend(
-                write
-                    .remove
-                    .iter()
-                    .map(member)
-                    .map(|(set, entry)| SetCommand::Del { set, entry }),
-            );
+            out.extend(write.add.iter().map(|address| SetCommand::Add {
+                set: name.clone(),
+                entry: Entry::Ip(*address),
+            }));
+            out.extend(write.remove.iter().map(|address| SetCommand::Del {
+                set: name.clone(),
+                entry: Entry::Ip(*address),
+            }));
         }
         for (name, Refill { set, exists }) in &self.ranges {
             let entries = set
@@ -548,10 +547,6 @@ fn create(name: &str, kind: SetKind, family: Family) -> SetCommand {
     }
 }
 
-fn add((set, entry): (String, Entry)) -> SetCommand {
-    SetCommand::Add { set, entry }
-}
-
 /// The writes that create set `name` of `kind` filled with `entries`, or,
 /// when it `exists`, fill a temporary set and swap it in whole (no moment
 /// with a half-filled set).
@@ -572,7 +567,10 @@ fn refill(
     } else {
         name.to_string()
     };
-    out.extend(entries.map(|entry| add((fill.clone(), entry))));
+    out.extend(entries.map(|entry| SetCommand::Add {
+        set: fill.clone(),
+        entry,
+    }));
     if exists {
         out.push(SetCommand::Swap {
             set: fill.clone(),
