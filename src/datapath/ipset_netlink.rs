@@ -169,9 +169,7 @@ pub fn encode(op: &EntryOp<'_>, seq: u32, out: &mut Vec<u8>) -> Result<(), Netli
     };
     out.extend_from_slice(&[family, 0, 0, 0]);
     attribute(out, IPSET_ATTR_PROTOCOL, &[IPSET_PROTOCOL]);
-    let mut name = set.as_bytes().to_vec();
-    name.push(0);
-    attribute(out, IPSET_ATTR_SETNAME, &name);
+    string_attr(out, IPSET_ATTR_SETNAME, set);
     let data = nest_start(out, IPSET_ATTR_DATA);
     address_attr(out, IPSET_ATTR_IP, address);
     if let EntryOp::AddTuple {
@@ -210,6 +208,11 @@ fn check_name(set: &str) -> Result<(), NetlinkError> {
         return Err(NetlinkError::SetName { name: set.into() });
     }
     Ok(())
+}
+
+/// A NUL-terminated string attribute (a set, type or interface name).
+fn string_attr(out: &mut Vec<u8>, kind: u16, value: &str) {
+    attribute(out, kind, &[value.as_bytes(), &[0]].concat());
 }
 
 /// A nested address attribute (`IPSET_ATTR_IP` or `IPSET_ATTR_IP2`).
@@ -321,6 +324,17 @@ impl IpsetSocket {
         Ok(codes)
     }
 
+    /// Reads one datagram from the kernel into `reply` (again when a
+    /// signal interrupted the read); its length.
+    fn receive(&self, reply: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            match (&self.socket).read(reply) {
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+                read => return read,
+            }
+        }
+    }
+
     /// Reads the acknowledgements of `ops` (sequence numbers from
     /// `first`), handing each refusal that matters to `refused`.
     fn acknowledged(
@@ -332,11 +346,7 @@ impl IpsetSocket {
         let mut pending = ops.len();
         let mut reply = [0u8; 8192];
         while pending > 0 {
-            let n = match (&self.socket).read(&mut reply) {
-                Ok(n) => n,
-                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(error) => return Err(NetlinkError::Socket(error)),
-            };
+            let n = self.receive(&mut reply).map_err(NetlinkError::Socket)?;
             for (seq, code) in parse_acks(&reply[..n])? {
                 let index = seq.wrapping_sub(first) as usize;
                 let Some(op) = ops.get(index) else {

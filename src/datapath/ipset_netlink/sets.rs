@@ -37,13 +37,12 @@
 //! accepted here, as `ipset restore -exist` accepts it.
 
 use std::fmt;
-use std::io::Read;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
 
 use super::{
-    address_attr, check_name, parse_acks, IpsetSocket, NetlinkError, IPSET_ATTR_DATA,
+    address_attr, check_name, parse_acks, string_attr, IpsetSocket, NetlinkError, IPSET_ATTR_DATA,
     IPSET_ATTR_PROTOCOL, IPSET_ATTR_SETNAME, IPSET_ATTR_TIMEOUT, IPSET_CMD_ADD, IPSET_CMD_DEL,
     IPSET_ERR_EXIST, IPSET_ERR_PROTOCOL, IPSET_PROTOCOL, NFNL_SUBSYS_IPSET, NFPROTO_IPV4,
     NFPROTO_IPV6,
@@ -357,9 +356,7 @@ pub fn encode(
                         return Err(SetWriteCause::InterfaceName(interface.clone()));
                     }
                     net_attrs(out, net);
-                    let mut name = interface.as_bytes().to_vec();
-                    name.push(0);
-                    attribute(out, IPSET_ATTR_IFACE, &name);
+                    string_attr(out, IPSET_ATTR_IFACE, interface);
                 }
             }
             nest_end(out, data);
@@ -412,17 +409,13 @@ pub fn parse_type_reply(bytes: &[u8], seq: u32) -> Option<Result<u8, i32>> {
 
 /// A type name attribute.
 fn type_name_attr(out: &mut Vec<u8>, kind: SetKind) {
-    let mut type_name = kind.name().as_bytes().to_vec();
-    type_name.push(0);
-    attribute(out, IPSET_ATTR_TYPENAME, &type_name);
+    string_attr(out, IPSET_ATTR_TYPENAME, kind.name());
 }
 
-/// A NUL-terminated set name attribute.
+/// A set name attribute, once the kernel would take the name.
 fn name_attr(out: &mut Vec<u8>, kind: u16, set: &str) -> Result<(), SetWriteCause> {
     check_name(set).map_err(SetWriteCause::Netlink)?;
-    let mut name = set.as_bytes().to_vec();
-    name.push(0);
-    attribute(out, kind, &name);
+    string_attr(out, kind, set);
     Ok(())
 }
 
@@ -505,11 +498,7 @@ impl IpsetSocket {
         self.socket.send(&self.buf).map_err(socket_error)?;
         let mut reply = [0u8; 1024];
         loop {
-            let n = match (&self.socket).read(&mut reply) {
-                Ok(n) => n,
-                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(error) => return Err(socket_error(error)),
-            };
+            let n = self.receive(&mut reply).map_err(socket_error)?;
             if let Some(found) = answer(&reply[..n], self.seq)? {
                 return Ok(found);
             }
