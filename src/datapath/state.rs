@@ -14,7 +14,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use super::ipset_netlink::SetKind;
 use ipnet::IpNet;
 
 /// A built-in hook of the filter table and the owned chain it jumps to.
@@ -198,7 +197,7 @@ pub struct RangeSet {
 }
 
 /// The ipset type of [`RangeSet`]s.
-pub const RANGE_SET_TYPE: &str = SetKind::HashNet.name();
+pub const RANGE_SET_TYPE: &str = "hash:net";
 
 /// An owned `hash:net,iface` ipset of (source, incoming interface) pairs:
 /// the sources each guarded interface may send from (anti-spoofing's one
@@ -210,7 +209,7 @@ pub struct SourceSet {
 }
 
 /// The ipset type of [`SourceSet`]s.
-pub const SOURCE_SET_TYPE: &str = SetKind::HashNetIface.name();
+pub const SOURCE_SET_TYPE: &str = "hash:net,iface";
 
 /// An owned `hash:ip,port,ip` ipset of the verdict cache (`src,proto:port,
 /// dst` with per-entry timeouts), whose members the connection workers
@@ -438,7 +437,7 @@ pub fn parse_cache_sets(save: &str) -> BTreeMap<String, CacheSet> {
 }
 
 /// The ipset type of the verdict cache sets.
-pub const CACHE_SET_TYPE: &str = SetKind::HashIpPortIp.name();
+pub const CACHE_SET_TYPE: &str = "hash:ip,port,ip";
 
 /// Parses `ipset save` output, keeping the owned `hash:ip` sets: plain
 /// sets, and sets created with a default `timeout` (whose entries carry

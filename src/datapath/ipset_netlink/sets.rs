@@ -47,7 +47,7 @@ use super::{
     IPSET_ERR_EXIST, IPSET_ERR_PROTOCOL, IPSET_PROTOCOL, NFNL_SUBSYS_IPSET, NFPROTO_IPV4,
     NFPROTO_IPV6,
 };
-use crate::datapath::state::Family;
+use crate::datapath::state::{Family, CACHE_SET_TYPE, RANGE_SET_TYPE, SOURCE_SET_TYPE};
 use crate::netlink::{
     self, attribute, nest_end, nest_start, NLA_F_NET_BYTEORDER, NLM_F_ACK, NLM_F_REQUEST,
 };
@@ -88,9 +88,9 @@ impl SetKind {
     pub const fn name(self) -> &'static str {
         match self {
             SetKind::HashIp => "hash:ip",
-            SetKind::HashNet => "hash:net",
-            SetKind::HashNetIface => "hash:net,iface",
-            SetKind::HashIpPortIp => "hash:ip,port,ip",
+            SetKind::HashNet => RANGE_SET_TYPE,
+            SetKind::HashNetIface => SOURCE_SET_TYPE,
+            SetKind::HashIpPortIp => CACHE_SET_TYPE,
         }
     }
 
