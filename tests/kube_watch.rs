@@ -8,7 +8,8 @@
 //! skipped or partly enforced object gets one Kubernetes Event from the
 //! node (counted again, never duplicated), and the Event API failing
 //! holds nothing back; a failing watch reads as not synced until its kind
-//! is listed again.
+//! is listed again; a write that changes nothing tollgate keeps (a status
+//! write, a Node's status report) publishes no snapshot.
 #![allow(clippy::disallowed_methods)] // the test waits on the clock for the watcher.
 
 #[path = "support/poll.rs"]
@@ -227,6 +228,63 @@ fn watched_objects_reach_the_ruleset_and_invalid_ones_are_skipped() {
     h.wait_for("deletes applied", |_, r| {
         enforced(r) == [ip("10.1.0.2")] && r.policies().len() == 1
     });
+}
+
+fn node(heartbeat: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Node",
+           "metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}},
+           "status": {"addresses": [{"type": "InternalIP", "address": "192.168.7.2"}],
+                      "conditions": [{"type": "Ready", "status": "True",
+                                      "lastHeartbeatTime": heartbeat}]}})
+}
+
+/// Writes that change nothing tollgate keeps of their object — a Node's
+/// status report, a Pod's status, Antrea's realization status on a
+/// policy — publish no snapshot (no agent reloads for them) and are
+/// counted; a change after them is published. The absence is watched for
+/// 1 s after the writes were received (ten times the source's quiet
+/// period before it publishes). Mutations (tried, both fail): the store
+/// reporting an unread write as due → a snapshot follows them; its
+/// `keep_if_same` always false → none is counted.
+#[test]
+fn status_writes_publish_no_snapshot() {
+    let api = FakeApi::start("127.0.0.1:0");
+    api.apply(namespace("shop"));
+    api.apply(node("2026-11-29T00:00:00Z"));
+    api.apply(pod("web-1", "web", "10.1.0.2"));
+    api.apply(tier("team", 10));
+    api.apply(acnp("deny-web", "team", "web"));
+    let h = Harness::start(api);
+    h.wait_for("initial snapshot", |a, r| {
+        a.snapshot.objects.len() == 5 && enforced(r) == [ip("10.1.0.2")]
+    });
+    let first = Arc::clone(&h.latest.get().unwrap().snapshot);
+    while h.notified.try_recv().is_ok() {}
+
+    for minute in 1..=3 {
+        h.api.apply(node(&format!("2026-11-29T00:0{minute}:00Z")));
+    }
+    let mut status = pod("web-1", "web", "10.1.0.2");
+    status["status"]["conditions"] = json!([{"type": "Ready", "status": "False"}]);
+    h.api.apply(status);
+    let mut realized = acnp("deny-web", "team", "web");
+    realized["status"] = json!({"phase": "Realized", "observedGeneration": 1,
+                                "currentNodesRealized": 1, "desiredNodesRealized": 1});
+    h.api.apply(realized);
+    poll_until(
+        "five unread writes counted",
+        || metric(&h.metrics, "tollgate_kubernetes_writes_unread_total") == 5,
+        || h.metrics.render(),
+    );
+    assert!(
+        h.notified.recv_timeout(Duration::from_secs(1)).is_err(),
+        "a snapshot was published for writes nothing reads"
+    );
+    assert!(Arc::ptr_eq(&first, &h.latest.get().unwrap().snapshot));
+
+    // Positive control: a label change is published.
+    h.api.apply(pod("web-1", "db", "10.1.0.2"));
+    h.wait_for("label change", |_, r| enforced(r).is_empty());
 }
 
 #[test]

@@ -66,6 +66,7 @@ counters! {
         synced: Gauge "kubernetes_synced" = "1 while the Kubernetes source is in step with the API server (a complete snapshot published, no list or watch failing since), 0 before, while a watch fails until its kind is listed again, and in standalone mode",
         skipped: Gauge "kubernetes_objects_skipped" = "Objects from the API server left out of the last snapshot because they are invalid",
         watch_errors: Counter "kubernetes_watch_errors" = "Failed list or watch requests to the API server (each is retried)",
+        writes_unread: Counter "kubernetes_writes_unread" = "Watch events that changed nothing tollgate keeps of their object (a status write, a Node's status report, another controller's status on a policy): no snapshot was made for them",
         events_created: Counter "kubernetes_events" { result = "created" } = "Kubernetes Events on skipped or partly enforced objects, by result (created, updated: count raised, failed: refused by the API server, dropped: queue full)",
         events_updated: Counter "kubernetes_events" { result = "updated" } = "Kubernetes Events on skipped or partly enforced objects, by result (created, updated: count raised, failed: refused by the API server, dropped: queue full)",
         events_failed: Counter "kubernetes_events" { result = "failed" } = "Kubernetes Events on skipped or partly enforced objects, by result (created, updated: count raised, failed: refused by the API server, dropped: queue full)",
@@ -662,7 +663,11 @@ async fn watch_all(
                         }
                         // The first snapshot goes out once every kind is
                         // listed: the last InitDone counts as a change.
+                        let unread = store.unread();
                         let due = store.apply(resource.kind, change);
+                        counters
+                            .writes_unread
+                            .fetch_add(store.unread() - unread, Ordering::Relaxed);
                         if let Some(fed) = &state.pod_deltas {
                             let deltas = store.take_deltas();
                             if !deltas.is_empty() {

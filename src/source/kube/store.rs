@@ -104,6 +104,8 @@ pub struct Store {
     /// Validation, kept between admissions: the objects that did not
     /// change are not checked again.
     checker: Checker,
+    /// [`Store::unread`].
+    unread: u64,
 }
 
 /// The result of [`Store::admit`].
@@ -192,6 +194,7 @@ impl Store {
             fed: HashSet::new(),
             deltas: Vec::new(),
             checker: Checker::new(false),
+            unread: 0,
         }
     }
 
@@ -223,11 +226,13 @@ impl Store {
         };
         match change {
             Change::Apply(value) => {
-                let (key, object) = decode(kind, value);
+                let (key, mut object) = decode(kind, value);
                 let old = store.objects.remove(&key);
+                let unread = keep_if_same(old.as_ref(), &mut object);
+                self.unread += u64::from(unread);
                 put(old.as_ref(), Some(&object));
                 store.objects.insert(key, object);
-                store.synced && !fed
+                store.synced && !fed && !unread
             }
             Change::Delete(value) => {
                 let (key, _) = decode(kind, value);
@@ -250,7 +255,8 @@ impl Store {
             Change::InitDone => {
                 let old =
                     std::mem::replace(&mut store.objects, store.listing.take().unwrap_or_default());
-                for (key, object) in &store.objects {
+                for (key, object) in &mut store.objects {
+                    keep_if_same(old.get(key), object);
                     put(old.get(key), Some(object));
                 }
                 for (key, object) in &old {
@@ -262,6 +268,13 @@ impl Store {
                 true
             }
         }
+    }
+
+    /// Writes so far that changed nothing tollgate keeps of their object
+    /// (a status write, a Node's status report, another controller's
+    /// status on a policy): they made no snapshot due.
+    pub fn unread(&self) -> u64 {
+        self.unread
     }
 
     /// Every kind has been listed once.
@@ -395,14 +408,38 @@ fn is_policy(kind: Kind) -> bool {
 }
 
 /// Metadata fields no part of tollgate reads; the model would keep them.
-const UNUSED_METADATA: [&str; 4] = ["managedFields", "ownerReferences", "finalizers", "selfLink"];
+/// The API server's bookkeeping (`resourceVersion` and the rest) is read
+/// into the [`Identity`] before they go: kept in the object, it would make
+/// every write of it a change, a Node's status report as much as a
+/// policy edit.
+const UNUSED_METADATA: [&str; 11] = [
+    "managedFields",
+    "ownerReferences",
+    "finalizers",
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "generateName",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+];
 
-/// Drops the metadata tollgate never reads before the object is stored:
+/// Drops the metadata tollgate never reads before the object is decoded:
 /// `managedFields` alone is often larger than everything else a Pod keeps.
 /// Annotations are only read on Namespaces (audit logging of Kubernetes
-/// NetworkPolicies) and policies, so inventory objects lose them too.
+/// NetworkPolicies) and policies, so inventory objects lose them too. Only
+/// a Pod's and a Node's `status` is read (addresses): the status other
+/// controllers write on policies (Antrea's realization, for one) goes too.
 fn slim(kind: Kind, value: &mut Value) {
-    let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) else {
+    let Some(object) = value.as_object_mut() else {
+        return;
+    };
+    if !matches!(kind, Kind::Pod | Kind::Node) {
+        object.remove("status");
+    }
+    let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
         return;
     };
     for field in UNUSED_METADATA {
@@ -416,7 +453,18 @@ fn slim(kind: Kind, value: &mut Value) {
     }
 }
 
-/// The key of a watched object and its decoded form (or why it is not one).
+/// Whether `new` decoded to what `old` holds (or failed to decode the same
+/// way): then `new` takes `old`'s shared object, so that what was kept by
+/// its identity (validation, the verdict cache's digest, the compiler's
+/// comparisons) still holds for it, and the write is one nothing reads.
+fn keep_if_same(old: Option<&Stored>, new: &mut Stored) -> bool {
+    let same = old.is_some_and(|old| old.object == new.object);
+    if let (true, Some(old)) = (same, old) {
+        new.object = old.object.clone();
+    }
+    same
+}
+
 /// The inventory delta from `old` to `new` (absent or undecodable: no
 /// object), if the decoded objects differ: a write that changed nothing
 /// the model keeps (a Pod's status conditions) is none.
@@ -431,8 +479,8 @@ fn delta(old: Option<&Stored>, new: Option<&Stored>) -> Option<Delta> {
     }
 }
 
+/// The key of a watched object and its decoded form (or why it is not one).
 fn decode(kind: Kind, mut value: Value) -> (Key, Stored) {
-    slim(kind, &mut value);
     let meta = value.get("metadata");
     let field = |name: &str| {
         meta.and_then(|m| m.get(name))
@@ -462,6 +510,7 @@ fn decode(kind: Kind, mut value: Value) -> (Key, Stored) {
         String::new()
     };
     let name = field("name");
+    slim(kind, &mut value);
     let object = Object::from_value(value)
         .map(Arc::new)
         .map_err(|error| Problem {
@@ -590,6 +639,66 @@ mod tests {
         // Other kinds are not fed, and still make a snapshot due.
         assert!(store.apply(Kind::Tier, Change::Apply(tier("t", 10))));
         assert_eq!(fed(&mut store), []);
+    }
+
+    /// A write that changes nothing tollgate keeps of its object — a Pod's
+    /// status and `resourceVersion`, another controller's status on a
+    /// policy — makes no snapshot due, is counted, and leaves the object
+    /// shared with the last snapshot (what is kept by its identity holds);
+    /// a relist keeps the unchanged objects shared too. Mutations:
+    /// `keep_if_same` always false → the status writes make a snapshot
+    /// due; `resourceVersion` kept in the object → the same; policy
+    /// `status` kept → the policy's write is due.
+    #[test]
+    fn a_write_that_changes_nothing_kept_makes_no_snapshot_due() {
+        let mut store = synced_store();
+        let versioned = |mut object: Value, version: &str| {
+            object["metadata"]["resourceVersion"] = json!(version);
+            object["metadata"]["uid"] = json!("u-1");
+            object
+        };
+        assert!(store.apply(Kind::Pod, Change::Apply(versioned(pod("a", "web"), "1"))));
+        assert!(store.apply(Kind::Tier, Change::Apply(tier("t", 10))));
+        let policy = versioned(acnp("p", "t"), "2");
+        assert!(store.apply(Kind::ClusterNetworkPolicy, Change::Apply(policy.clone())));
+        let first = store.admit().snapshot;
+
+        let mut status = versioned(pod("a", "web"), "3");
+        status["status"]["conditions"] = json!([{"type": "Ready", "status": "False"}]);
+        assert!(!store.apply(Kind::Pod, Change::Apply(status)));
+        let mut realized = versioned(policy, "4");
+        realized["status"] = json!({"phase": "Realized", "observedGeneration": 1,
+                                    "currentNodesRealized": 3, "desiredNodesRealized": 3});
+        assert!(!store.apply(Kind::ClusterNetworkPolicy, Change::Apply(realized)));
+        assert_eq!(store.unread(), 2);
+        let same = |a: &Snapshot, b: &Snapshot| {
+            a.objects.len() == b.objects.len()
+                && a.objects
+                    .iter()
+                    .zip(&b.objects)
+                    .all(|(a, b)| Arc::ptr_eq(&a.object, &b.object))
+        };
+        assert!(
+            same(&first, &store.admit().snapshot),
+            "the objects stay shared"
+        );
+
+        // A relist of the same objects: due (a list completed), shared.
+        store.apply(Kind::Pod, Change::InitStart);
+        store.apply(
+            Kind::Pod,
+            Change::InitApply(versioned(pod("a", "web"), "5")),
+        );
+        assert!(store.apply(Kind::Pod, Change::InitDone));
+        assert!(
+            same(&first, &store.admit().snapshot),
+            "a relist keeps them shared"
+        );
+
+        // A change the model keeps (a label): due, a new object.
+        assert!(store.apply(Kind::Pod, Change::Apply(versioned(pod("a", "db"), "6"))));
+        assert!(!same(&first, &store.admit().snapshot));
+        assert_eq!(store.unread(), 2);
     }
 
     #[test]
