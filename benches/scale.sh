@@ -3,7 +3,7 @@
 # are in docs/design/scale.md, how to run in docs/dev/bench.md):
 #
 #   benches/scale.sh --nodes N --pods P [--churn-seconds S] [--debug | --bin-dir DIR]
-#                    [--pod-changes PER_S] [--status-writes PER_S]
+#                    [--pod-changes PER_S] [--status-writes PER_S] [--node-reports PER_S]
 #
 # Builds the simulation (benches/scale/, crate tollgate-scale) and the
 # tollgate binary in release (--debug: in the dev profile; --bin-dir: no
@@ -31,7 +31,7 @@ while (($#)); do
         (($# >= 2)) || die "--bin-dir needs a directory"
         BIN=$(cd "$2" && pwd) || die "--bin-dir: no directory '$2'"
         shift 2 ;;
-    --nodes | --pods | --churn-seconds | --pod-changes | --status-writes)
+    --nodes | --pods | --churn-seconds | --pod-changes | --status-writes | --node-reports)
         (($# >= 2)) || die "$1 needs a value"
         [[ $2 =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "$1: '$2' is not a number"
         ARGS+=("$1" "$2"); shift 2 ;;

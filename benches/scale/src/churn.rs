@@ -2,8 +2,8 @@
 //! rates — Pods deleted and created again (with a fresh address), fresh
 //! addresses on live Pods, label changes (a Pod moves to another app),
 //! status writes that change no address and no label (a restart count),
-//! a Namespace label no policy reads, and a local policy's peer edited
-//! back and forth. Each fresh address is tagged before it is written
+//! Nodes' status reports (the kubelet's, a heartbeat time), a Namespace
+//! label no policy reads, and a local policy's peer edited back and forth. Each fresh address is tagged before it is written
 //! ([`Tags::written`]) so the simulated agents' latency is measured once
 //! per event. Owns the cluster's state and its pseudo-random choices.
 
@@ -27,6 +27,8 @@ pub struct Rates {
     pub namespace_changes: f64,
     /// Policy edits.
     pub policy_edits: f64,
+    /// Node status reports, cluster-wide.
+    pub node_reports: f64,
 }
 
 /// What the churn wrote.
@@ -39,6 +41,7 @@ pub struct Counts {
     pub statuses: u64,
     pub namespaces: u64,
     pub policies: u64,
+    pub node_reports: u64,
 }
 
 impl Counts {
@@ -50,6 +53,7 @@ impl Counts {
         self.statuses += other.statuses;
         self.namespaces += other.namespaces;
         self.policies += other.policies;
+        self.node_reports += other.node_reports;
     }
 }
 
@@ -68,6 +72,8 @@ pub struct World {
     rng: u64,
     policy_flip: bool,
     env_flip: bool,
+    /// Node status reports written: the next one's Node and heartbeat.
+    reports: usize,
 }
 
 fn marked(mut pod: Value, write: &str) -> Value {
@@ -85,6 +91,7 @@ impl World {
             rng: 0x2545_f491_4f6c_dd1d,
             policy_flip: false,
             env_flip: false,
+            reports: 0,
         }
     }
 
@@ -205,6 +212,18 @@ impl World {
         counts.namespaces += 1;
     }
 
+    /// The next Node, in turn, reports its status: nothing but the
+    /// heartbeat time changed.
+    fn node_report(&mut self, api: &FakeApi, counts: &mut Counts) {
+        let node = self.reports % self.size.nodes;
+        api.apply(cluster::node_report(
+            node,
+            self.reports / self.size.nodes + 1,
+        ));
+        self.reports += 1;
+        counts.node_reports += 1;
+    }
+
     /// The local policy of app 0 in Namespace 0 allows from app 2, then
     /// from app 1 again.
     pub fn policy_edit(&mut self, api: &FakeApi, counts: &mut Counts) {
@@ -227,7 +246,7 @@ impl World {
     ) -> Counts {
         let mut counts = Counts::default();
         let started = Instant::now();
-        let mut done = [0u64; 4];
+        let mut done = [0u64; 5];
         while started.elapsed() < length {
             let t = started.elapsed().as_secs_f64();
             let due = |rate: f64| (t * rate) as u64;
@@ -246,6 +265,10 @@ impl World {
             while done[3] < due(rates.policy_edits) {
                 self.policy_edit(api, &mut counts);
                 done[3] += 1;
+            }
+            while done[4] < due(rates.node_reports) {
+                self.node_report(api, &mut counts);
+                done[4] += 1;
             }
             between();
             std::thread::sleep(Duration::from_millis(10));
@@ -275,6 +298,7 @@ mod tests {
             status_writes: 100.0,
             namespace_changes: 10.0,
             policy_edits: 10.0,
+            node_reports: 10.0,
         };
         let counts = world.churn(&api, &tags, rates, Duration::from_millis(300), || {});
         assert!(counts.creates > 0 && counts.deletes > 0, "{counts:?}");

@@ -80,6 +80,23 @@ pub fn node(n: usize) -> Value {
                                      "address": format!("172.16.{}.{}", n / 256, n % 256)}]}})
 }
 
+/// Node `n`'s status report number `beat` (the kubelet's, every 5 min by
+/// default): the Node as [`node`] writes it with its `Ready` condition's
+/// heartbeat time, the only field that changes.
+pub fn node_report(n: usize, beat: usize) -> Value {
+    let mut node = node(n);
+    let at = beat * 300;
+    let time = format!(
+        "2026-01-01T{:02}:{:02}:{:02}Z",
+        at / 3600 % 24,
+        at / 60 % 60,
+        at % 60
+    );
+    node["status"]["conditions"] = json!([{"type": "Ready", "status": "True",
+        "reason": "KubeletReady", "lastHeartbeatTime": time}]);
+    node
+}
+
 /// Namespace `n`; `env` is the label the churn changes (no policy reads it).
 pub fn namespace(n: usize, env: &str) -> Value {
     let mut labels = json!({"kubernetes.io/metadata.name": namespace_name(n),

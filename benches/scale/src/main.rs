@@ -34,7 +34,7 @@ struct Args {
 }
 
 const USAGE: &str = "usage: tollgate-scale --nodes N --pods P --tollgate BIN --work DIR \
---netns-wide NS --netns-local NS [--churn-seconds S] [--pod-changes PER_S] [--status-writes PER_S]";
+--netns-wide NS --netns-local NS [--churn-seconds S] [--pod-changes PER_S] [--status-writes PER_S] [--node-reports PER_S]";
 
 fn args() -> Result<Args, String> {
     let mut args = std::env::args().skip(1);
@@ -46,6 +46,7 @@ fn args() -> Result<Args, String> {
         status_writes: 150.0,
         namespace_changes: 0.5,
         policy_edits: 0.2,
+        node_reports: f64::NAN,
     };
     while let Some(flag) = args.next() {
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
@@ -56,6 +57,7 @@ fn args() -> Result<Args, String> {
             "--churn-seconds" => churn = number()?,
             "--pod-changes" => rates.pod_changes = number()?,
             "--status-writes" => rates.status_writes = number()?,
+            "--node-reports" => rates.node_reports = number()?,
             "--tollgate" => tollgate = Some(value),
             "--work" => work = Some(value.into()),
             "--netns-wide" => wide = Some(value),
@@ -70,6 +72,10 @@ fn args() -> Result<Args, String> {
     };
     if nodes < 3 || pods < 2 * cluster::PODS_PER_NAMESPACE {
         return Err("at least 3 Nodes and 200 Pods".into());
+    }
+    if rates.node_reports.is_nan() {
+        // The kubelet's status report, every 5 min (`nodeStatusReportFrequency`).
+        rates.node_reports = nodes as f64 / 300.0;
     }
     Ok(Args {
         size: Size { nodes, pods },

@@ -230,8 +230,8 @@ pub fn run(args: &Args) -> Result<(), String> {
     let pairs = sorted(tags.samples.clone());
     let last = sorted(tags.last_agent.values().copied().collect());
     println!(
-        "churn: {seconds:.0} s: {} creates, {} deletes, {} address changes, {} label changes, {} status writes, {} Namespace label changes, {} policy edits",
-        counts.creates, counts.deletes, counts.addresses, counts.labels, counts.statuses, counts.namespaces, counts.policies
+        "churn: {seconds:.0} s: {} creates, {} deletes, {} address changes, {} label changes, {} status writes, {} Namespace label changes, {} policy edits, {} Node status reports",
+        counts.creates, counts.deletes, counts.addresses, counts.labels, counts.statuses, counts.namespaces, counts.policies, counts.node_reports
     );
     println!(
         "simulated agents: {}; events/s received per agent: {}; bytes/s: {}",
@@ -261,6 +261,13 @@ pub fn run(args: &Args) -> Result<(), String> {
         "status writes that changed no address or label: {} written, {idle_status:.2} events per simulated agent over the churn (its own Pods' writes, through its spec.nodeName watch; a group slice event is not attributed to a write)",
         counts.statuses
     );
+    let report = serde_json::to_vec(&cluster::node_report(0, 1)).map_or(0, |v| v.len());
+    println!(
+        "Node status reports: {:.1}/s, each to every agent (agents watch every Node; the simulated agents do not, so not in their figures above): {:.1} events/s and {:.0} bytes/s per agent (this simulation's Nodes, {report} bytes each; a real Node's status is larger)",
+        counts.node_reports as f64 / seconds,
+        counts.node_reports as f64 / seconds,
+        counts.node_reports as f64 / seconds * report as f64,
+    );
     println!(
         "simulation process RSS (fake API server and every simulated agent): {:.0} MiB; span per Pod shape: {:.1} s in all",
         rss_mib(std::process::id()),
@@ -277,7 +284,7 @@ pub fn run(args: &Args) -> Result<(), String> {
                 .collect(),
         );
         println!(
-            "real agent {} (node-{}): RSS {:.1} MiB after the churn; CPU {:.2} ms per ruleset applied (the agent {:.2}, its iptables/ipset processes {:.2}; {} applied in the first {:.0} s of churn, idle baseline {:.1} % subtracted{}); probes applied: {}, p50 {:.0} ms, p99 {:.0} ms",
+            "real agent {} (node-{}): RSS {:.1} MiB after the churn; CPU {:.2} ms per ruleset applied (the agent {:.2}, its iptables/ipset processes {:.2}; {} applied in the first {:.0} s of churn, idle baseline {:.1} % subtracted{}; {:.1} ms of CPU a second of that churn, reloads that applied no ruleset included); probes applied: {}, p50 {:.0} ms, p99 {:.0} ms",
             agent.name,
             if i == 0 { wide } else { local },
             real_rss[i],
@@ -292,6 +299,8 @@ pub fn run(args: &Args) -> Result<(), String> {
             } else {
                 ""
             },
+            (cpu_per_change[i].0 .0 + cpu_per_change[i].0 .1) * cpu_per_change[i].1.max(1) as f64
+                / half.as_secs_f64(),
             own.len(),
             percentile(&own, 50.0),
             percentile(&own, 99.0),
