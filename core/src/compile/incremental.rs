@@ -7,10 +7,14 @@
 //!   addresses: the selections whose members changed get new sets, and the
 //!   last ruleset is patched (its rules that use them, then the index
 //!   tables that hold those);
-//! - a local one, a Namespace's labels or any policy-side object changes
-//!   what applies where: the rules are assembled again over the local
-//!   endpoints, reading every peer set from the selections (none is
-//!   recomputed from the Pods);
+//! - a local one, the labels of a Namespace that holds a local endpoint,
+//!   the Namespace annotation that audits Kubernetes NetworkPolicies, or
+//!   any other policy-side object changes what applies where: the rules
+//!   are assembled again over the local endpoints, reading every peer set
+//!   from the selections (none is recomputed from the Pods);
+//! - the labels of a Namespace without a local endpoint only move peers
+//!   (the selections that look in it), as a remote Pod does: appliedTo,
+//!   `Self` and `sameLabels` read the Namespaces of local endpoints only;
 //! - a change that moves no member, name or endpoint (a status write)
 //!   changes nothing and yields no ruleset.
 //!
@@ -38,6 +42,7 @@ use crate::ruleset::Ruleset;
 use crate::selection::group::{key_of, AddressGroupSpec};
 use crate::selection::{members, Delta, Labels, Selection, Selections};
 
+use super::k8s::logged_namespaces;
 use super::{assemble, LocalNode, LocalView};
 
 /// What a change touched.
@@ -57,6 +62,9 @@ pub struct Incremental {
     policies: Arc<Snapshot>,
     /// Namespace labels as last applied to `selections`.
     namespaces: BTreeMap<String, Labels>,
+    /// The Namespaces whose Kubernetes NetworkPolicies are audited, in
+    /// `policies`.
+    logged: BTreeSet<String>,
     selections: Selections,
     last: Option<Arc<Ruleset>>,
     pending: Update,
@@ -95,6 +103,7 @@ impl Incremental {
         let mut incremental = Incremental {
             policies: Arc::new(Snapshot::default()),
             namespaces: BTreeMap::new(),
+            logged: BTreeSet::new(),
             selections,
             last: None,
             pending: Update::Rules,
@@ -114,7 +123,8 @@ impl Incremental {
 
     /// Replaces the policy side (every object of `snapshot` but Pods,
     /// Nodes and ExternalEntities, which come as deltas). Namespace label
-    /// changes are applied to the selections.
+    /// changes are applied to the selections; they assemble the rules
+    /// again only for a Namespace that holds a local endpoint.
     pub fn set_policies(&mut self, snapshot: Snapshot) -> Update {
         let namespaces: BTreeMap<String, Labels> = snapshot
             .iter()
@@ -129,12 +139,14 @@ impl Incremental {
             .filter(|n| !namespaces.contains_key(*n))
             .cloned()
             .collect();
+        let mut moved = gone.clone();
         for name in gone {
             self.selections
                 .apply(Delta::Namespace { name, labels: None });
         }
         for (name, labels) in &namespaces {
             if self.namespaces.get(name) != Some(labels) {
+                moved.push(name.clone());
                 self.selections.apply(Delta::Namespace {
                     name: name.clone(),
                     labels: Some(labels.clone()),
@@ -142,12 +154,38 @@ impl Incremental {
             }
         }
         self.namespaces = namespaces;
-        if self.policies.objects == snapshot.objects {
-            return Update::Unchanged;
-        }
+        let logged = logged_namespaces(&snapshot);
+        let rules = !same_without_namespaces(&self.policies, &snapshot)
+            || logged != self.logged
+            || moved.iter().any(|ns| self.holds_local(ns));
+        // Always: the next assembly reads the Namespaces held.
         self.policies = Arc::new(snapshot);
-        self.pending = Update::Rules;
-        Update::Rules
+        self.logged = logged;
+        let update = if rules {
+            Update::Rules
+        } else if self.selections.has_changes()
+            || self.selections.directory_version() != self.directory
+        {
+            Update::Peers
+        } else {
+            Update::Unchanged
+        };
+        self.pending = self.pending.max(update);
+        update
+    }
+
+    /// Whether Namespace `namespace` holds a local Pod or a local
+    /// ExternalEntity: what appliedTo, `Self` and `sameLabels` read its
+    /// labels for.
+    fn holds_local(&self, namespace: &str) -> bool {
+        let local = self.selections.local().name.as_str();
+        self.selections
+            .local_pods()
+            .any(|p| p.namespace == namespace)
+            || self
+                .selections
+                .entities()
+                .any(|e| e.namespace == namespace && e.external_node.as_deref() == Some(local))
     }
 
     /// Applies an inventory change (a Pod, Node or ExternalEntity; a
@@ -439,6 +477,23 @@ impl Incremental {
         self.last = Some(Arc::clone(&ruleset));
         Some(ruleset)
     }
+}
+
+/// Whether `a` and `b` hold the same objects but for their Namespaces
+/// (compared as shared objects first: a snapshot shares every unchanged
+/// object with the last one).
+fn same_without_namespaces(a: &Snapshot, b: &Snapshot) -> bool {
+    fn rest(s: &Snapshot) -> impl Iterator<Item = &Sourced> {
+        s.objects
+            .iter()
+            .filter(|o| o.object.kind() != Kind::Namespace)
+    }
+    let mut b_rest = rest(b);
+    rest(a).all(|a| {
+        b_rest.next().is_some_and(|b| {
+            a.origin == b.origin && (Arc::ptr_eq(&a.object, &b.object) || a.object == b.object)
+        })
+    }) && b_rest.next().is_none()
 }
 
 /// The objects of `snapshot` that are not inventory members.

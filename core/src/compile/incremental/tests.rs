@@ -484,4 +484,58 @@ fn a_status_write_of_a_remote_pod_costs_nothing_and_an_address_change_patches() 
     assert!(incremental.ruleset().is_some());
 }
 
+/// A Namespace's labels assemble the rules again only where a local
+/// endpoint lives: elsewhere they move peers (or nothing). Mutation:
+/// `holds_local` always true → the remote Namespaces' changes assemble
+/// (tried: fails).
+#[test]
+fn a_namespace_without_local_endpoints_moves_peers_only() {
+    let mut world = World {
+        pods: BTreeMap::new(),
+        namespaces: [Some(true), Some(false), None],
+        roles: [true, false],
+        policies: [true; POLICIES.len()],
+    };
+    let spec = |namespace, node, ip| PodSpec {
+        namespace,
+        app: 1,
+        tier: None,
+        ip,
+        v6: false,
+        account: false,
+        node,
+        port: None,
+    };
+    // A remote Pod in `a`, the local one in `b`; `c` holds none.
+    world.pods.insert(0, spec(0, 1, 0));
+    world.pods.insert(1, spec(1, 0, 1));
+    let mut incremental = Incremental::new(&world.snapshot(), &local());
+    incremental.ruleset().unwrap();
+    let full = |world: &World| compile(&world.snapshot(), &local()).fingerprint();
+
+    // `c` appears, then changes: no Pod of it is a peer, none local.
+    for env in [Some(true), Some(false)] {
+        let update = feed(&mut incremental, &mut world, &Change::Namespace(2, env));
+        assert_eq!(update, Update::Unchanged, "c {env:?}");
+        assert!(incremental.ruleset().is_none());
+    }
+    // `a` leaves `env: prod`: its remote Pod leaves the peers that
+    // select by it.
+    let update = feed(
+        &mut incremental,
+        &mut world,
+        &Change::Namespace(0, Some(false)),
+    );
+    assert_eq!(update, Update::Peers);
+    assert_eq!(incremental.ruleset().unwrap().fingerprint(), full(&world));
+    // `b` holds the local Pod: appliedTo by Namespace reads it.
+    let update = feed(
+        &mut incremental,
+        &mut world,
+        &Change::Namespace(1, Some(true)),
+    );
+    assert_eq!(update, Update::Rules);
+    assert_eq!(incremental.ruleset().unwrap().fingerprint(), full(&world));
+}
+
 mod controller;
