@@ -19,6 +19,16 @@ use crate::source::kube::PeerGroups;
 
 use super::counters::AgentCounters;
 
+/// What [`Compiler::compile`] hands the agent.
+pub(super) struct Compiled {
+    pub ruleset: Ruleset,
+    /// Built for this snapshot. `false`: nothing any rule, set or
+    /// endpoint reads changed since the last one, so this is the last
+    /// ruleset (the incremental compiler's property test: it equals the
+    /// full compile of the new snapshot), and every decision stays.
+    pub new: bool,
+}
+
 /// The incremental compiler and the ruleset it last built.
 #[derive(Default)]
 pub(super) struct Compiler {
@@ -78,8 +88,8 @@ impl Compiler {
         snapshot: &Arc<Snapshot>,
         node: &LocalNode,
         counters: &AgentCounters,
-    ) -> Option<Ruleset> {
-        let (incremental, last) = match &mut self.state {
+    ) -> Option<Compiled> {
+        let (incremental, last, new) = match &mut self.state {
             Some((incremental, last)) => {
                 let mut update = incremental.update(snapshot, node);
                 let held = self.peers.as_mut().map(|peers| {
@@ -99,10 +109,11 @@ impl Compiler {
                     }
                 }
                 counter.fetch_add(1, Ordering::Relaxed);
+                let new = built.is_some();
                 if let Some(built) = built {
                     *last = Some(built);
                 }
-                (&*incremental, &*last)
+                (&*incremental, &*last, new)
             }
             None => {
                 let mut incremental = match &mut self.peers {
@@ -118,7 +129,7 @@ impl Compiler {
                     counters.compiles_assembled.fetch_add(1, Ordering::Relaxed);
                 }
                 let (incremental, last) = self.state.insert((incremental, first));
-                (&*incremental, &*last)
+                (&*incremental, &*last, true)
             }
         };
         if let Some(Peers { groups: peers, .. }) = &self.peers {
@@ -132,7 +143,9 @@ impl Compiler {
                 return None;
             }
         }
-        last.as_deref().cloned()
+        last.as_deref()
+            .cloned()
+            .map(|ruleset| Compiled { ruleset, new })
     }
 
     /// Controller mode: the AddressGroup slices the last ruleset was built

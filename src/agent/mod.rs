@@ -322,7 +322,7 @@ impl Starting {
                 let base = &mut self.base;
                 if let Some(compiled) = base.compiler.compile(&snapshot, &node, &base.counters) {
                     return self
-                        .enforce(&snapshot, node, compiled)
+                        .enforce(&snapshot, node, compiled.ruleset)
                         .map(|r| Waited::Ready(Box::new(r)));
                 }
             }

@@ -14,6 +14,7 @@ use super::{AgentError, ReloadResult};
 use crate::datapath;
 use crate::ruleset::Ruleset;
 
+use super::compiler::Compiled;
 use super::signals::{self, Event};
 use super::{bridge, host, Running};
 
@@ -189,11 +190,34 @@ impl Running {
                 let base = &mut self.base;
                 // Controller mode, a group missing: the ruleset in force
                 // stays (status and metrics say what it waits for).
-                let Some(compiled) = base.compiler.compile(&snapshot, &node, &base.counters) else {
+                let Some(Compiled {
+                    ruleset: compiled,
+                    new,
+                }) = base.compiler.compile(&snapshot, &node, &base.counters)
+                else {
                     return;
                 };
                 base.warnings
                     .reloaded(&snapshot, &node, &compiled, &base.counters, &base.status);
+                if !new {
+                    // Nothing a decision reads changed (a Namespace label
+                    // no rule here reads, a Pod no selection holds): the
+                    // ruleset in force stays, and with it the verdict
+                    // cache's generation and its entries. The snapshot's
+                    // local Pods may still name other interfaces.
+                    base.antispoof.inventory(&snapshot);
+                    base.status.compiled(Arc::clone(&snapshot), &node);
+                    tracing::info!("reload changed nothing enforced; the ruleset in force stays");
+                    if base.antispoof.refresh(
+                        &base.kernel,
+                        &base.metrics,
+                        &base.counters,
+                        &base.status,
+                    ) {
+                        self.sync();
+                    }
+                    return;
+                }
                 let groups = base.compiler.groups();
                 let ruleset = base.generations.stamp(compiled, &snapshot, groups, &node);
                 // The cached verdicts' chains, whose counters count the

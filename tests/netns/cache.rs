@@ -309,6 +309,46 @@ fn a_pod_label_change_invalidates_cached_verdicts() {
     agent.stop();
 }
 
+/// A change no decision reads — the labels of the client's Namespace,
+/// which no selector here reads and which holds no local endpoint —
+/// reloads without a new ruleset: the generation and its cached verdicts
+/// stay (the tuples are still answered by the kernel). A change a rule
+/// reads (the client's label) then replaces them. Mutation: the agent
+/// offering a new ruleset at every reload (`Compiled::new` ignored) →
+/// generation 2 follows the Namespace label, the reload's line never
+/// comes → fails (tried).
+#[test]
+fn a_change_no_decision_reads_keeps_the_cached_verdicts() {
+    let Some(lab) = lab("a_change_no_decision_reads_keeps_the_cached_verdicts") else {
+        return;
+    };
+    lab.write_policy("node.yaml", &pod_policy(&lab, "a"));
+    let mut agent = lab.start_agent(lab.agent_options());
+    agent.wait_generation(1);
+    for target in targets(&lab, PORT) {
+        lab.assert_tcp("client", target, TcpOutcome::Connected);
+        wait_cached(&lab, target, 'a');
+    }
+    let relabelled = pod_policy(&lab, "a").replace("labels: {ns: x}", "labels: {ns: x, team: t}");
+    assert_ne!(relabelled, pod_policy(&lab, "a"));
+    lab.write_policy("node.yaml", &relabelled);
+    agent.wait_for_log("reload changed nothing enforced", AGENT_WAIT);
+    assert_eq!(agent.count_log("ruleset applied generation=2"), 0);
+    for target in targets(&lab, PORT) {
+        assert_from_cache(&lab, target, TcpOutcome::Connected);
+    }
+    // Positive control: the client loses its label.
+    lab.write_policy(
+        "node.yaml",
+        &pod_policy(&lab, "b").replace("labels: {ns: x}", "labels: {ns: x, team: t}"),
+    );
+    agent.wait_generation(2);
+    for target in targets(&lab, PORT) {
+        lab.assert_tcp("client", target, TcpOutcome::TimedOut);
+    }
+    agent.stop();
+}
+
 #[test]
 fn verdict_cache_off_caches_nothing() {
     let Some(lab) = lab("verdict_cache_off_caches_nothing") else {

@@ -260,6 +260,7 @@ pub const TEST_IDS: &[&str] = &[
     "kubernetes_controller_mode_warns_about_nothing_it_cannot_see",
     "a_hundred_routed_pods_are_guarded",
     "netlink_set_writes_match_ipset_restore",
+    "a_change_no_decision_reads_keeps_the_cached_verdicts",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
