@@ -384,7 +384,9 @@ fn drop_from_bad() -> Value {
 /// flips its connections to a local Pod (allowed, dropped, allowed) by a
 /// patch of the address sets alone (`tollgate_compiles_total{how="patched"}`,
 /// the rules not assembled again), a status-only write of it (an
-/// annotation) changes nothing (`how="unchanged"`), and a new local Pod
+/// annotation) reaches no compile at all (the source counts it in
+/// `tollgate_kubernetes_writes_unread_total` and makes no snapshot), and
+/// a new local Pod
 /// changes the kernel's endpoint set member by member: the set keeps its
 /// hash seed (`initval`, drawn anew for every set the kernel creates), so
 /// it was never refilled through a swap, and never lost its first member.
@@ -463,18 +465,22 @@ fn kubernetes_remote_label_change_is_patched_and_the_endpoint_set_changed_in_pla
         "the rules were not assembled again"
     );
 
-    // A status-only write: the same addresses and labels.
-    let unchanged = compiles("unchanged");
+    // A status-only write: the same addresses and labels. The source
+    // keeps nothing of it, so no snapshot and no compile follow.
+    let unread = || {
+        crate::harness::metrics::scrape(lab.node(), COMPILE_METRICS)
+            .get("tollgate_kubernetes_writes_unread_total")
+            .copied()
+            .unwrap_or_else(|| panic!("tollgate_kubernetes_writes_unread_total not exported"))
+    };
+    let (unchanged, written) = (compiles("unchanged"), unread());
     let mut status = remote_pod("bad", client);
     status["metadata"]["annotations"] = json!({"ready": "true"});
-    let before = applied();
     api.apply(status);
-    wait(
-        "the status write unchanged",
-        "unchanged",
-        unchanged + 1.0,
-        before,
-    );
+    crate::harness::wait_until("the status write counted unread", AGENT_WAIT, || {
+        unread() > written
+    });
+    assert_eq!(compiles("unchanged"), unchanged);
     assert_eq!(compiles("patched"), patched + 1.0);
     assert_eq!(compiles("assembled"), assembled);
     assert_web(TcpOutcome::TimedOut);
