@@ -121,6 +121,12 @@ struct Base {
     warnings: warnings::Warnings,
     /// Kept across reloads: a change recompiles what it touches.
     compiler: compiler::Compiler,
+    /// The source reloads at the cluster's or the engine's changes
+    /// (Kubernetes, the Docker Engine), most of which decide nothing here:
+    /// a reload the compiler builds no ruleset for offers none. A policy
+    /// directory's reloads are the operator's edits, each answered with
+    /// a ruleset applied.
+    keeps_unchanged: bool,
 }
 
 /// The agent before its source's first complete snapshot. No queue is
@@ -270,6 +276,7 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
     // endpoint's interface (a Pod's owner writes its annotations).
     let named_interfaces = args.policies.is_some() && !config.docker.enabled;
     let antispoof = Box::new(antispoof::AntiSpoof::new(&config, named_interfaces));
+    let keeps_unchanged = args.policies.is_none() || config.docker.enabled;
     let warnings = match &args.policies {
         Some(dir) => warnings::Warnings::new(dir.clone(), Inventory::Whole, !config.docker.enabled),
         None => {
@@ -297,6 +304,7 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
             antispoof,
             warnings,
             compiler,
+            keeps_unchanged,
         },
         policy,
         startup_done: found,

@@ -61,7 +61,8 @@ impl Running {
             };
             match event {
                 Event::Shutdown => return Ok(()),
-                Event::Reload | Event::PolicyChanged | Event::Settled => self.reload(),
+                Event::Reload => self.reload(true),
+                Event::PolicyChanged | Event::Settled => self.reload(false),
             }
         }
     }
@@ -172,8 +173,11 @@ impl Running {
     /// Reads the source again and converges to it: the new ruleset
     /// replaces any pending one and is tried at once (workers pick it up
     /// with their next packet once the kernel is ready for it). An invalid
-    /// or missing policy directory leaves everything as it was.
-    fn reload(&mut self) {
+    /// or missing policy directory leaves everything as it was. A change a
+    /// Kubernetes or Docker source reports (`asked` false) for which the
+    /// compiler built no ruleset offers nothing; a SIGHUP (`asked`) and a
+    /// policy directory's edit always offer one.
+    fn reload(&mut self, asked: bool) {
         let snapshot = self.base.source.latest();
         let node = match host::local_node(&self.base.config.node) {
             Ok(node) => node,
@@ -199,12 +203,14 @@ impl Running {
                 };
                 base.warnings
                     .reloaded(&snapshot, &node, &compiled, &base.counters, &base.status);
-                if !new {
+                if !new && !asked && base.keeps_unchanged {
                     // Nothing a decision reads changed (a Namespace label
                     // no rule here reads, a Pod no selection holds): the
                     // ruleset in force stays, and with it the verdict
                     // cache's generation and its entries. The snapshot's
-                    // local Pods may still name other interfaces.
+                    // local Pods may still name other interfaces. A
+                    // reload asked for (SIGHUP), or an edit of a policy
+                    // directory, always offers one.
                     base.antispoof.inventory(&snapshot);
                     base.status.compiled(Arc::clone(&snapshot), &node);
                     tracing::info!("reload changed nothing enforced; the ruleset in force stays");

@@ -12,10 +12,12 @@
 //! a denied port stays out of userspace after its first packets (the counts
 //! are printed as `VERDICT-CACHE-FLOOD`).
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, SocketAddr, TcpListener};
 
 use hickory_proto::rr::RecordType;
+use serde_json::{json, Value};
 use tollgate::datapath::state::counted_rule;
+use tollgate_fake_api::FakeApi;
 
 use crate::harness::probe::total_queued;
 use crate::harness::{
@@ -309,39 +311,79 @@ fn a_pod_label_change_invalidates_cached_verdicts() {
     agent.stop();
 }
 
-/// A change no decision reads — the labels of the client's Namespace,
-/// which no selector here reads and which holds no local endpoint —
-/// reloads without a new ruleset: the generation and its cached verdicts
-/// stay (the tuples are still answered by the kernel). A change a rule
-/// reads (the client's label) then replaces them. Mutation: the agent
-/// offering a new ruleset at every reload (`Compiled::new` ignored) →
-/// generation 2 follows the Namespace label, the reload's line never
-/// comes → fails (tried).
+/// The objects of [`pod_policy`] for the fake API server: the client's
+/// Namespace (`extra` labels beside `ns: x`), its Pod on another Node
+/// labelled `app: <app>`, and the Node's policy.
+fn pod_policy_objects(lab: &Lab, app: &str, extra: Value) -> Vec<Value> {
+    let mut labels = json!({"ns": "x"});
+    labels
+        .as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    let ips = [
+        lab.addr("client").to_string(),
+        lab.addr6("client").to_string(),
+    ];
+    vec![
+        json!({"apiVersion": "v1", "kind": "Namespace",
+               "metadata": {"name": "x", "labels": labels}}),
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "client", "namespace": "x", "labels": {"app": app}},
+               "spec": {"nodeName": "other"},
+               "status": {"podIP": ips[0], "podIPs": [{"ip": ips[0]}, {"ip": ips[1]}]}}),
+        json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "ClusterNetworkPolicy",
+               "metadata": {"name": "client-policy"},
+               "spec": {"priority": 5, "tier": "application",
+                        "appliedTo": [{"nodeSelector": {"matchLabels": {"kubernetes.io/os": "linux"}}}],
+                        "ingress": [
+                            {"action": "Allow", "from": [{"podSelector": {"matchLabels": {"app": "a"}}}],
+                             "ports": [{"protocol": "TCP", "port": PORT}]},
+                            {"action": "Drop", "ports": [{"protocol": "TCP", "port": PORT}]}]}}),
+    ]
+}
+
+/// Kubernetes mode, where reloads follow the cluster's changes: one no
+/// decision reads — the labels of the client's Namespace, which no
+/// selector here reads and which holds no local endpoint — reloads
+/// without a new ruleset: the generation and its cached verdicts stay
+/// (the tuples are still answered by the kernel). A change a rule reads
+/// (the client's label) then replaces them. Mutation: the agent offering
+/// a new ruleset at every reload (`Compiled::new` ignored) → generation 2
+/// follows the Namespace label, the reload's line never comes → fails
+/// (tried).
 #[test]
 fn a_change_no_decision_reads_keeps_the_cached_verdicts() {
     let Some(lab) = lab("a_change_no_decision_reads_keeps_the_cached_verdicts") else {
         return;
     };
-    lab.write_policy("node.yaml", &pod_policy(&lab, "a"));
-    let mut agent = lab.start_agent(lab.agent_options());
+    let listener = lab
+        .node()
+        .enter(|| TcpListener::bind("127.0.0.1:0").expect("bind in node namespace"));
+    let api = FakeApi::serve(listener);
+    for object in pod_policy_objects(&lab, "a", json!({})) {
+        api.apply(object);
+    }
+    let kubeconfig = lab.dir().join("kubeconfig");
+    std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
+    let mut options = lab.agent_options();
+    options.kubeconfig = Some(kubeconfig);
+    let mut agent = lab.start_agent(options);
     agent.wait_generation(1);
     for target in targets(&lab, PORT) {
         lab.assert_tcp("client", target, TcpOutcome::Connected);
         wait_cached(&lab, target, 'a');
     }
-    let relabelled = pod_policy(&lab, "a").replace("labels: {ns: x}", "labels: {ns: x, team: t}");
-    assert_ne!(relabelled, pod_policy(&lab, "a"));
-    lab.write_policy("node.yaml", &relabelled);
+    let [namespace, ..] = &pod_policy_objects(&lab, "a", json!({"team": "t"}))[..] else {
+        unreachable!()
+    };
+    api.apply(namespace.clone());
     agent.wait_for_log("reload changed nothing enforced", AGENT_WAIT);
     assert_eq!(agent.count_log("ruleset applied generation=2"), 0);
     for target in targets(&lab, PORT) {
         assert_from_cache(&lab, target, TcpOutcome::Connected);
     }
     // Positive control: the client loses its label.
-    lab.write_policy(
-        "node.yaml",
-        &pod_policy(&lab, "b").replace("labels: {ns: x}", "labels: {ns: x, team: t}"),
-    );
+    api.apply(pod_policy_objects(&lab, "b", json!({"team": "t"}))[1].clone());
     agent.wait_generation(2);
     for target in targets(&lab, PORT) {
         lab.assert_tcp("client", target, TcpOutcome::TimedOut);
