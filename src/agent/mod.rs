@@ -121,11 +121,12 @@ struct Base {
     warnings: warnings::Warnings,
     /// Kept across reloads: a change recompiles what it touches.
     compiler: compiler::Compiler,
-    /// The source reloads at the cluster's or the engine's changes
-    /// (Kubernetes, the Docker Engine), most of which decide nothing here:
-    /// a reload the compiler builds no ruleset for offers none. A policy
-    /// directory's reloads are the operator's edits, each answered with
-    /// a ruleset applied.
+    /// Kubernetes mode: the source reloads at the cluster's changes, most
+    /// of which decide nothing here, and never rejects a snapshot, so a
+    /// reload the compiler builds no ruleset for offers none. A policy
+    /// directory's reloads (the Docker Engine's inventory beside it
+    /// included) are the operator's edits: each is answered with a
+    /// ruleset applied, and one after a rejected edit clears the error.
     keeps_unchanged: bool,
 }
 
@@ -276,7 +277,7 @@ fn start(args: &RunArgs) -> Result<(Starting, Receiver<Event>), AgentError> {
     // endpoint's interface (a Pod's owner writes its annotations).
     let named_interfaces = args.policies.is_some() && !config.docker.enabled;
     let antispoof = Box::new(antispoof::AntiSpoof::new(&config, named_interfaces));
-    let keeps_unchanged = args.policies.is_none() || config.docker.enabled;
+    let keeps_unchanged = args.policies.is_none();
     let warnings = match &args.policies {
         Some(dir) => warnings::Warnings::new(dir.clone(), Inventory::Whole, !config.docker.enabled),
         None => {

@@ -173,8 +173,8 @@ impl Running {
     /// Reads the source again and converges to it: the new ruleset
     /// replaces any pending one and is tried at once (workers pick it up
     /// with their next packet once the kernel is ready for it). An invalid
-    /// or missing policy directory leaves everything as it was. A change a
-    /// Kubernetes or Docker source reports (`asked` false) for which the
+    /// or missing policy directory leaves everything as it was. A change
+    /// the Kubernetes source reports (`asked` false) for which the
     /// compiler built no ruleset offers nothing; a SIGHUP (`asked`) and a
     /// policy directory's edit always offer one.
     fn reload(&mut self, asked: bool) {
