@@ -439,16 +439,22 @@ proptest! {
     }
 }
 
-#[test]
-fn a_status_write_of_a_remote_pod_costs_nothing_and_an_address_change_patches() {
-    let mut world = World {
+/// Namespaces `a` (prod) and `b` (dev), no `c`, no Pods, every policy.
+fn bare_world() -> World {
+    World {
         pods: BTreeMap::new(),
         namespaces: [Some(true), Some(false), None],
         roles: [true, false],
         policies: [true; POLICIES.len()],
-    };
-    let spec = |node, ip| PodSpec {
-        namespace: 1,
+    }
+}
+
+/// An `app: db` Pod of Namespace `namespace` on `node` (0: local, 1:
+/// another Node), at pool address `ip`: IPv4, no tier, port or
+/// ServiceAccount of its own.
+fn db_pod(namespace: usize, node: u8, ip: u8) -> PodSpec {
+    PodSpec {
+        namespace,
         app: 1,
         tier: None,
         ip,
@@ -456,7 +462,13 @@ fn a_status_write_of_a_remote_pod_costs_nothing_and_an_address_change_patches() 
         account: false,
         node,
         port: None,
-    };
+    }
+}
+
+#[test]
+fn a_status_write_of_a_remote_pod_costs_nothing_and_an_address_change_patches() {
+    let mut world = bare_world();
+    let spec = |node, ip| db_pod(1, node, ip);
     world.pods.insert(0, spec(0, 0));
     world.pods.insert(1, spec(1, 1));
     let mut incremental = Incremental::new(&world.snapshot(), &local());
@@ -490,25 +502,10 @@ fn a_status_write_of_a_remote_pod_costs_nothing_and_an_address_change_patches() 
 /// (tried: fails).
 #[test]
 fn a_namespace_without_local_endpoints_moves_peers_only() {
-    let mut world = World {
-        pods: BTreeMap::new(),
-        namespaces: [Some(true), Some(false), None],
-        roles: [true, false],
-        policies: [true; POLICIES.len()],
-    };
-    let spec = |namespace, node, ip| PodSpec {
-        namespace,
-        app: 1,
-        tier: None,
-        ip,
-        v6: false,
-        account: false,
-        node,
-        port: None,
-    };
+    let mut world = bare_world();
     // A remote Pod in `a`, the local one in `b`; `c` holds none.
-    world.pods.insert(0, spec(0, 1, 0));
-    world.pods.insert(1, spec(1, 0, 1));
+    world.pods.insert(0, db_pod(0, 1, 0));
+    world.pods.insert(1, db_pod(1, 0, 1));
     let mut incremental = Incremental::new(&world.snapshot(), &local());
     incremental.ruleset().unwrap();
     let full = |world: &World| compile(&world.snapshot(), &local()).fingerprint();
