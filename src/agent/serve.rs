@@ -203,23 +203,24 @@ impl Running {
                 };
                 base.warnings
                     .reloaded(&snapshot, &node, &compiled, &base.counters, &base.status);
+                base.antispoof.inventory(&snapshot);
+                base.status.compiled(Arc::clone(&snapshot), &node);
+                let guards_changed = base.antispoof.refresh(
+                    &base.kernel,
+                    &base.metrics,
+                    &base.counters,
+                    &base.status,
+                );
                 if !new && !asked && base.keeps_unchanged {
                     // Nothing a decision reads changed (a Namespace label
                     // no rule here reads, a Pod no selection holds): the
                     // ruleset in force stays, and with it the verdict
-                    // cache's generation and its entries. The snapshot's
-                    // local Pods may still name other interfaces. A
-                    // reload asked for (SIGHUP), or an edit of a policy
-                    // directory, always offers one.
-                    base.antispoof.inventory(&snapshot);
-                    base.status.compiled(Arc::clone(&snapshot), &node);
+                    // cache's generation and its entries; only the guards
+                    // follow the snapshot's local Pods. A reload asked for
+                    // (SIGHUP), or an edit of a policy directory, always
+                    // offers one.
                     tracing::info!("reload changed nothing enforced; the ruleset in force stays");
-                    if base.antispoof.refresh(
-                        &base.kernel,
-                        &base.metrics,
-                        &base.counters,
-                        &base.status,
-                    ) {
+                    if guards_changed {
                         self.sync();
                     }
                     return;
@@ -233,11 +234,6 @@ impl Running {
                 if snooping(&ruleset) != snooping(&self.reconciler.in_force().load()) {
                     self.read_cache_hits();
                 }
-                let base = &mut self.base;
-                base.antispoof.inventory(&snapshot);
-                base.status.compiled(Arc::clone(&snapshot), &node);
-                base.antispoof
-                    .refresh(&base.kernel, &base.metrics, &base.counters, &base.status);
                 self.reconciler.offer(ruleset);
                 if let Some(error) = self.sync() {
                     self.reloaded(ReloadResult::Failed, Some(error));
