@@ -163,15 +163,19 @@ impl Incremental {
         self.logged = logged;
         let update = if rules {
             Update::Rules
-        } else if self.selections.has_changes()
-            || self.selections.directory_version() != self.directory
-        {
+        } else if self.peers_moved() {
             Update::Peers
         } else {
             Update::Unchanged
         };
         self.pending = self.pending.max(update);
         update
+    }
+
+    /// Whether a peer set or the directory of names moved since the last
+    /// ruleset: what a patch of it would carry.
+    fn peers_moved(&self) -> bool {
+        self.selections.has_changes() || self.selections.directory_version() != self.directory
     }
 
     /// Whether Namespace `namespace` holds a local Pod or a local
@@ -246,11 +250,7 @@ impl Incremental {
                     Update::Rules
                 }
             }
-            None if self.selections.has_changes()
-                || self.selections.directory_version() != self.directory =>
-            {
-                Update::Peers
-            }
+            None if self.peers_moved() => Update::Peers,
             None => Update::Unchanged,
         };
         self.pending = self.pending.max(update);
