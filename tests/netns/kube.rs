@@ -435,12 +435,13 @@ fn kubernetes_remote_label_change_is_patched_and_the_endpoint_set_changed_in_pla
             lab.assert_tcp("client", SocketAddr::new(ip, 8080), outcome);
         }
     };
-    let compiles = |how: &str| {
+    let metric = |name: &str| {
         crate::harness::metrics::scrape(lab.node(), COMPILE_METRICS)
-            .get(&format!("tollgate_compiles_total{{how=\"{how}\"}}"))
+            .get(name)
             .copied()
-            .unwrap_or_else(|| panic!("tollgate_compiles_total{{how={how:?}}} not exported"))
+            .unwrap_or_else(|| panic!("{name} not exported"))
     };
+    let compiles = |how: &str| metric(&format!("tollgate_compiles_total{{how=\"{how}\"}}"));
     // Each change is waited for by its count, then by the ruleset it made
     // being applied (the source may hand a snapshot more than once).
     let applied = || agent.count_log("ruleset applied");
@@ -467,12 +468,7 @@ fn kubernetes_remote_label_change_is_patched_and_the_endpoint_set_changed_in_pla
 
     // A status-only write: the same addresses and labels. The source
     // keeps nothing of it, so no snapshot and no compile follow.
-    let unread = || {
-        crate::harness::metrics::scrape(lab.node(), COMPILE_METRICS)
-            .get("tollgate_kubernetes_writes_unread_total")
-            .copied()
-            .unwrap_or_else(|| panic!("tollgate_kubernetes_writes_unread_total not exported"))
-    };
+    let unread = || metric("tollgate_kubernetes_writes_unread_total");
     let (unchanged, written) = (compiles("unchanged"), unread());
     let mut status = remote_pod("bad", client);
     status["metadata"]["annotations"] = json!({"ready": "true"});
