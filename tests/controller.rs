@@ -1,6 +1,7 @@
 //! `tollgate controller` against the in-process fake API server: it
 //! publishes the AddressGroups of a policy set, a Pod status write writes
 //! nothing, a label change rewrites exactly the one slice of the Pod, a
+//! `nodeSelector` peer is published from the Nodes, a
 //! restarted controller rewrites nothing when nothing changed, and of two
 //! controllers one leads while the other takes over once the leader stops
 //! renewing its Lease.
@@ -225,6 +226,61 @@ fn a_label_change_is_published_at_once_while_other_pods_keep_changing() {
     // Positive control: the churned Pod stays, and only db-7's slice was
     // written.
     assert!(has(&api, &db_ip(5)));
+    assert_eq!(writes(&api) - before, 1, "{:#?}", api.log());
+}
+
+fn node(name: &str, role: &str, ip: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Node",
+           "metadata": {"name": name, "labels": {"role": role}},
+           "status": {"addresses": [{"type": "InternalIP", "address": ip}]}})
+}
+
+/// A `nodeSelector` peer is published as a Node group (agents in
+/// controller mode watch their own Node only): a Node's status report
+/// writes nothing, its label change moves it in or out.
+///
+/// Mutation: the controller handing the publisher Namespaces only (its
+/// `held` filter without `Object::Node`): the group is published empty
+/// (tried: fails).
+#[test]
+fn a_node_selector_peer_is_published_as_a_node_group() {
+    let api = FakeApi::start("127.0.0.1:0");
+    world(&api, 2);
+    api.apply(json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "ClusterNetworkPolicy",
+        "metadata": {"name": "from-nodes"},
+        "spec": {"priority": 6, "appliedTo": [{"podSelector": {"matchLabels": {"app": "web"}}}],
+                 "ingress": [{"action": "Allow", "from": [{"nodeSelector": {"matchLabels": {"role": "db"}}}]}]}}));
+    api.apply(node("node-a", "web", "10.3.0.1"));
+    api.apply(node("node-b", "db", "10.3.0.2"));
+    api.apply(node("node-c", "db", "10.3.0.3"));
+    let controller = start(&api, "a");
+    wait("the db Nodes published", || {
+        controller.ready() && has(&api, "10.3.0.2") && has(&api, "10.3.0.3")
+    });
+    let groups = api.objects(GROUPS);
+    let nodes: Vec<&Value> = groups
+        .values()
+        .filter(|g| {
+            g["spec"]["selection"]
+                .as_str()
+                .unwrap()
+                .starts_with(r#"{"Nodes""#)
+        })
+        .collect();
+    assert_eq!(nodes.len(), 1, "{groups:#?}");
+    assert_eq!(
+        nodes[0]["spec"]["selection"],
+        r#"{"Nodes":{"matchLabels":{"role":"db"}}}"#
+    );
+    assert!(!has(&api, "10.3.0.1"));
+    let before = writes(&api);
+    // A status report of node-b, then node-c relabelled out of the group.
+    let mut report = node("node-b", "db", "10.3.0.2");
+    report["status"]["conditions"] = json!([{"type": "Ready", "status": "True"}]);
+    api.apply(report);
+    api.apply(node("node-c", "web", "10.3.0.3"));
+    wait("node-c unpublished", || !has(&api, "10.3.0.3"));
+    assert!(has(&api, "10.3.0.2"), "node-b stays");
     assert_eq!(writes(&api) - before, 1, "{:#?}", api.log());
 }
 

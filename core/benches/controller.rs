@@ -2,8 +2,8 @@
 //! `incremental` bench (150,000 Pods in 1,500 Namespaces, 500
 //! ClusterNetworkPolicies whose egress uses `Self`, every 50th allowing
 //! from every Pod):
-//! - `span`: every Pod selection the policies use on any Node
-//!   (`compile::pod_selections` over the Pods' shapes), what the
+//! - `span`: every Pod and Node selection the policies use on any Node
+//!   (`compile::published_selections` over the Pods' shapes), what the
 //!   controller computes again when a policy changes or a Pod of a new
 //!   shape appears;
 //! - `status-write`: a Pod written again with nothing a slice holds
@@ -22,7 +22,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use tollgate_core::compile::{pod_selections, PodShape};
+use tollgate_core::compile::{published_selections, PodShape};
 use tollgate_core::model::Snapshot;
 use tollgate_core::selection::{Delta, PodEntry, Publisher};
 
@@ -63,7 +63,7 @@ fn controller(c: &mut Criterion) {
     let shapes: BTreeSet<PodShape> = publisher.shapes().cloned().collect();
     let inventory = started.elapsed();
     let started = Instant::now();
-    let selections = pod_selections(&snapshot, &shapes);
+    let selections = published_selections(&snapshot, &shapes);
     let span = started.elapsed();
     let started = Instant::now();
     let count = selections.len();
@@ -79,7 +79,7 @@ fn controller(c: &mut Criterion) {
     let mut group = c.benchmark_group("controller");
     group.sample_size(10);
     group.bench_function("span", |b| {
-        b.iter(|| black_box(pod_selections(&snapshot, &shapes)))
+        b.iter(|| black_box(published_selections(&snapshot, &shapes)))
     });
     let remote = 10;
     group.bench_function("status-write", |b| {

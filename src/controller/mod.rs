@@ -1,16 +1,16 @@
-//! `tollgate controller`: publishes, for every Pod selection the cluster's
-//! policies use ([`crate::compile::pod_selections`]), its members as
-//! `AddressGroup` slices ([`crate::selection::group`]), so that agents in
-//! controller mode watch only the groups their own policies need
-//! (`docs/design/scale.md`).
+//! `tollgate controller`: publishes, for every Pod and Node selection the
+//! cluster's policies use ([`crate::compile::published_selections`]), its
+//! members as `AddressGroup` slices ([`crate::selection::group`]), so that
+//! agents in controller mode watch only the groups their own policies
+//! need, their own Pods and their own Node (`docs/design/scale.md`).
 //!
 //! It reads the cluster through the Kubernetes source
 //! ([`crate::source::kube::KubeSource`]: the same watchers, store and
 //! admission as the agent's), feeds the [`Publisher`] each Pod change as
 //! it arrives ([`KubeSource::spawn_feeding_pods`]: Pods are not admitted
-//! again for each) and each new snapshot's Namespaces, and computes the
-//! selections again when the policy side or the set of Pod shapes
-//! changed. One
+//! again for each) and each new snapshot's Namespaces and Nodes, and
+//! computes the selections again when the policy side or the set of Pod
+//! shapes changed. One
 //! replica leads, elected on the Lease `kube-system/tollgate-controller`
 //! ([`lease`]); only the leader writes, at most once per [`BATCH`], and
 //! only once it holds a complete snapshot. On taking the lead (and after
@@ -390,22 +390,23 @@ impl Loop {
         let latest = self.source.latest().get().map(|a| Arc::clone(&a.snapshot));
         let new = latest.filter(|s| !self.last.as_ref().is_some_and(|l| Arc::ptr_eq(l, s)));
         if let Some(snapshot) = &new {
-            // Pods come as they change, above, and not in snapshots.
-            let mut namespaces = HashSet::new();
-            for object in snapshot.iter() {
-                if let Object::Namespace(ns) = object {
-                    namespaces.insert(ns.metadata.name.clone());
-                    if let Some(delta) = Delta::apply(object) {
-                        self.publisher.apply(delta);
-                    }
+            // Pods come as they change, above, and not in snapshots; the
+            // Namespaces and Nodes held are handed again (the publisher
+            // skips what is unchanged), those gone deleted.
+            let held = |o: &Object| matches!(o, Object::Namespace(_) | Object::Node(_));
+            let mut present = HashSet::new();
+            for object in snapshot.iter().filter(|o| held(o)) {
+                present.insert((object.kind(), object.metadata().name.clone()));
+                if let Some(delta) = Delta::apply(object) {
+                    self.publisher.apply(delta);
                 }
             }
             for object in self.last.iter().flat_map(|l| l.iter()) {
-                if let Object::Namespace(ns) = object {
-                    if !namespaces.contains(&ns.metadata.name) {
-                        if let Some(delta) = Delta::delete(object) {
-                            self.publisher.apply(delta);
-                        }
+                if held(object)
+                    && !present.contains(&(object.kind(), object.metadata().name.clone()))
+                {
+                    if let Some(delta) = Delta::delete(object) {
+                        self.publisher.apply(delta);
                     }
                 }
             }
@@ -451,8 +452,9 @@ impl Loop {
             let side = side.take().unwrap_or_else(|| policy_side(last));
             let shapes: Vec<PodShape> = self.publisher.shapes().cloned().collect();
             let computed = side.clone();
-            let task =
-                tokio::task::spawn_blocking(move || compile::pod_selections(&computed, &shapes));
+            let task = tokio::task::spawn_blocking(move || {
+                compile::published_selections(&computed, &shapes)
+            });
             self.span = Some((task, side));
         }
     }

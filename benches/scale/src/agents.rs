@@ -6,7 +6,7 @@
 //! what it is handed (the server's objects, shared by `Arc`), and
 //! subscribes again when its Pods' shapes or the policies change. The
 //! selections are computed by the core's own code
-//! ([`compile::pod_selections`], keys by [`group::key`]), once per Pod
+//! ([`compile::published_selections`], keys by [`group::key`]), once per Pod
 //! shape (Namespace and app) and unioned per Node. Owns the stores and the
 //! latency samples of the simulated side; never writes to the server.
 
@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use serde_json::Value;
-use tollgate_core::compile::{pod_selections, PodShape};
+use tollgate_core::compile::{published_selections, PodShape};
 use tollgate_core::model::{Object, Snapshot, Sourced};
 use tollgate_core::selection::group;
 use tollgate_fake_api::{collection, Event, FakeApi, Select, Subscriber, Subscription};
@@ -310,7 +310,7 @@ impl Agents {
                 service_account: "default".to_string(),
             };
             let keys = match self.policies.get(namespace) {
-                Some(policies) => pod_selections(policies, [&shape])
+                Some(policies) => published_selections(policies, [&shape])
                     .iter()
                     .map(group::key)
                     .collect(),

@@ -1,6 +1,6 @@
-//! The span of the policies: every Pod [`Selection`] a rule of any policy
-//! or group could use on any Node — what the `tollgate controller`
-//! publishes as AddressGroups ([`crate::selection::group`]). It runs the
+//! The span of the policies: every Pod and Node [`Selection`] a rule of
+//! any policy or group could use on any Node — what the `tollgate
+//! controller` publishes as AddressGroups ([`crate::selection::group`]). It runs the
 //! rule assembly itself over a view that stands for every Node at once
 //! (every Pod shape local, the Node matching every nodeSelector, every
 //! ExternalEntity local), so each selection is normalised by the code
@@ -38,13 +38,15 @@ impl PodShape {
     }
 }
 
-/// Every Pod selection (`Pods`, `ServiceAccount`) the policies of
-/// `policies` use on some Node, for Pods of `shapes`. `policies` holds the
+/// Every Pod selection (`Pods`, `ServiceAccount`) and Node selection
+/// (`Nodes`) the policies of `policies` use on some Node, for Pods of
+/// `shapes`: what agents in controller mode read from AddressGroups
+/// instead of watching every Pod and every Node. `policies` holds the
 /// policy side (policies, groups, Tiers, Namespaces, Services,
 /// ExternalEntities); its Pods and Nodes are not read. A shape stands for
 /// a Pod whether or not it has an address yet, so a selection is
 /// published before the Pod that needs it is enforced.
-pub fn pod_selections<'a>(
+pub fn published_selections<'a>(
     policies: &Snapshot,
     shapes: impl IntoIterator<Item = &'a PodShape>,
 ) -> BTreeSet<Selection> {
@@ -97,7 +99,7 @@ pub fn pod_selections<'a>(
     assemble(policies, view, &mut peers);
     peers
         .selections()
-        .filter(|s| matches!(s, Selection::Pods { .. } | Selection::ServiceAccount { .. }))
+        .filter(|s| !matches!(s, Selection::ExternalEntities { .. }))
         .cloned()
         .collect()
 }

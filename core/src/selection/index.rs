@@ -220,7 +220,7 @@ impl Selections {
             } => self.set_pod(namespace, name, pod),
             Delta::Namespace { name, labels } => self.set_namespace(name, labels),
             Delta::Node { name, node } => {
-                let before = self.effective_node(&name);
+                let before = self.counted_node(&name);
                 match node {
                     Some(node) => self.nodes.insert(name.clone(), node),
                     None => self.nodes.remove(&name),
@@ -242,8 +242,8 @@ impl Selections {
             return;
         }
         let old_name = self.local.name.clone();
-        let before_old = self.effective_node(&old_name);
-        let before_new = self.effective_node(&local.name);
+        let before_old = self.counted_node(&old_name);
+        let before_new = self.counted_node(&local.name);
         self.local = local.clone();
         self.local_pods = self
             .pod_ids
@@ -393,7 +393,16 @@ impl Selections {
                 }
             }
             MemberKind::Node => {
-                for node in self.nodes() {
+                // In controller mode, the group and the local Node.
+                let nodes = match self.published.as_mut() {
+                    Some(published) => {
+                        published.start(id, &selection, &mut membership);
+                        let local = self.local.name.clone();
+                        self.counted_node(&local).into_iter().collect()
+                    }
+                    None => self.nodes(),
+                };
+                for node in nodes {
                     if selection.matches_node(&node) {
                         membership.add(&node.ips);
                     }
@@ -669,7 +678,7 @@ impl Selections {
             .iter()
             .chain(entity.iter())
             .any(|e| e.external_node.as_deref() == Some(local.as_str()));
-        let local_before = touches_local.then(|| self.effective_node(&local)).flatten();
+        let local_before = touches_local.then(|| self.counted_node(&local)).flatten();
         let old_labels = old
             .as_ref()
             .and_then(|o| self.namespace_labels(&o.namespace).cloned());
@@ -713,10 +722,21 @@ impl Selections {
         }
     }
 
-    /// Node `name` was `before`: moves it in the Node selections and the
-    /// names.
+    /// Node `name` as its selections count it: in controller mode only
+    /// the local Node is read from the inventory (the others' addresses
+    /// come from the groups the controller publishes, and the agent
+    /// watches its own Node alone); in watch mode, every Node.
+    fn counted_node(&self, name: &str) -> Option<NodeEntry> {
+        if self.published.is_some() && name != self.local.name {
+            return None;
+        }
+        self.effective_node(name)
+    }
+
+    /// Node `name` was `before` ([`Selections::counted_node`]): moves it
+    /// in the Node selections and the names.
     fn node_moved(&mut self, name: &str, before: Option<NodeEntry>) {
-        let after = self.effective_node(name);
+        let after = self.counted_node(name);
         if before == after {
             return;
         }

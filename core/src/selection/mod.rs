@@ -31,7 +31,7 @@ use crate::model::{ExternalEntity, LabelSelector, Node, Pod, PortProtocol};
 pub use delta::{members, Delta};
 pub use directory::{NamedPorts, Names};
 pub use index::Selections;
-pub use publish::{member_of, Publisher, Write};
+pub use publish::{member_of, node_member, Publisher, Write};
 
 /// Labels by key.
 pub type Labels = BTreeMap<String, String>;

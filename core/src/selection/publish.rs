@@ -1,6 +1,7 @@
 //! [`Publisher`]: the `tollgate controller`'s state between API writes —
-//! for each Pod selection the policies use, its members (Pods reduced to
-//! [`GroupMember`]s, kept as Pods and Namespaces change), their placement
+//! for each Pod and Node selection the policies use, its members (Pods
+//! and Nodes reduced to [`GroupMember`]s, kept as Pods, Namespaces and
+//! Nodes change), their placement
 //! in slices of at most [`SLICE_MEMBERS`], and what the API server holds,
 //! so that it hands out only the [`Write`]s that bring the API server's
 //! AddressGroups to that state.
@@ -8,13 +9,13 @@
 //! Placement is stable: a member stays in its slice while it is a member
 //! (a change of its addresses or named ports rewrites that slice alone); a
 //! new member goes to the first slice with room; slice 0 always exists. A
-//! Pod change that moves no address, named port or membership (a status
-//! write) changes no slice and writes nothing. After a restart or a change
+//! Pod or Node change that moves no address, named port or membership (a
+//! status write) changes no slice and writes nothing. After a restart or a change
 //! of leader, [`Publisher::adopt`] takes the slices the API server holds:
 //! members stay where they are found, and only the slices that differ are
 //! written. Pure: no I/O, no clock; it never decides which selections are
-//! in use (the compiler's span does, [`crate::compile::pod_selections`])
-//! and never reads a Node or an ExternalEntity.
+//! in use (the compiler's span does, [`crate::compile::published_selections`])
+//! and never reads an ExternalEntity.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -25,10 +26,16 @@ use super::group::{
     canonical, key, slice_name, AddressGroupSpec, GroupMember, GroupNamedPort, SLICE_MEMBERS,
 };
 use super::index::single_namespace;
-use super::{Delta, PodEntry, Selection, Selections};
+use super::{Delta, MemberKind, NodeEntry, PodEntry, Selection, Selections};
 
-/// A Pod's Namespace and name.
-type PodKey = (String, String);
+/// What a member stands for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Holder {
+    /// A Pod: its Namespace and name.
+    Pod(String, String),
+    /// A Node: its name.
+    Node(String),
+}
 
 /// One write to the API server: a whole AddressGroup slice.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,15 +105,36 @@ pub fn member_of(pod: &PodEntry) -> Option<GroupMember> {
     Some(GroupMember { ips, named_ports })
 }
 
+/// A Node as a member of a Node selection: its addresses, sorted; `None`
+/// for a Node without one.
+pub fn node_member(node: &NodeEntry) -> Option<GroupMember> {
+    if node.ips.is_empty() {
+        return None;
+    }
+    let mut ips = node.ips.clone();
+    ips.sort_unstable();
+    ips.dedup();
+    Some(GroupMember {
+        ips,
+        named_ports: Vec::new(),
+    })
+}
+
+/// Whether the publisher keeps groups of `selection`: Pod and Node
+/// selections (ExternalEntities are watched by every agent).
+fn published(selection: &Selection) -> bool {
+    selection.member_kind() != MemberKind::Entity
+}
+
 /// One published selection.
 #[derive(Debug)]
 struct Group {
     selection: Selection,
     canonical: String,
     /// Each member's slice and published form.
-    members: HashMap<PodKey, (u32, GroupMember)>,
+    members: HashMap<Holder, (u32, GroupMember)>,
     /// Each slice's members; slice 0 is always here.
-    slices: BTreeMap<u32, BTreeSet<PodKey>>,
+    slices: BTreeMap<u32, BTreeSet<Holder>>,
 }
 
 impl Group {
@@ -146,10 +174,10 @@ impl Group {
         (0..).find(|n| !self.slices.contains_key(n)).unwrap_or(0)
     }
 
-    /// Puts `pod` in or out of the group as `member` says; the slice
+    /// Puts `holder` in or out of the group as `member` says; the slice
     /// touched, if any.
-    fn set(&mut self, pod: &PodKey, member: Option<GroupMember>) -> Option<u32> {
-        match (self.members.get_mut(pod), member) {
+    fn set(&mut self, holder: &Holder, member: Option<GroupMember>) -> Option<u32> {
+        match (self.members.get_mut(holder), member) {
             (None, None) => None,
             (Some((slice, held)), Some(member)) => {
                 if *held == member {
@@ -159,9 +187,9 @@ impl Group {
                 Some(*slice)
             }
             (Some(_), None) => {
-                let (slice, _) = self.members.remove(pod)?;
+                let (slice, _) = self.members.remove(holder)?;
                 if let Some(keys) = self.slices.get_mut(&slice) {
-                    keys.remove(pod);
+                    keys.remove(holder);
                     if keys.is_empty() && slice != 0 {
                         self.slices.remove(&slice);
                     }
@@ -170,16 +198,16 @@ impl Group {
             }
             (None, Some(member)) => {
                 let slice = self.room();
-                self.slices.entry(slice).or_default().insert(pod.clone());
-                self.members.insert(pod.clone(), (slice, member));
+                self.slices.entry(slice).or_default().insert(holder.clone());
+                self.members.insert(holder.clone(), (slice, member));
                 Some(slice)
             }
         }
     }
 }
 
-/// The controller's publishing state: the Pods and Namespaces, the groups
-/// of the selections in use, and the slices the API server holds.
+/// The controller's publishing state: the Pods, Namespaces and Nodes, the
+/// groups of the selections in use, and the slices the API server holds.
 pub struct Publisher {
     inventory: Selections,
     /// How many Pods there are of each shape.
@@ -189,8 +217,10 @@ pub struct Publisher {
     groups: BTreeMap<String, Group>,
     /// Keys of the selections that look in one Namespace, by Namespace.
     scoped: HashMap<String, BTreeSet<String>>,
-    /// Keys of the selections that look in several.
+    /// Keys of the Pod selections that look in several.
     unscoped: BTreeSet<String>,
+    /// Keys of the Node selections.
+    nodes: BTreeSet<String>,
     /// The slices the API server holds, by name, as last read or written.
     remote: BTreeMap<String, AddressGroupSpec>,
     /// Slices to compare with the API server's at the next
@@ -214,12 +244,13 @@ impl Publisher {
             groups: BTreeMap::new(),
             scoped: HashMap::new(),
             unscoped: BTreeSet::new(),
+            nodes: BTreeSet::new(),
             remote: BTreeMap::new(),
             dirty: BTreeSet::new(),
         }
     }
 
-    /// The shapes of the Pods held, for [`crate::compile::pod_selections`].
+    /// The shapes of the Pods held, for [`crate::compile::published_selections`].
     pub fn shapes(&self) -> impl Iterator<Item = &PodShape> {
         self.shapes.keys()
     }
@@ -230,8 +261,8 @@ impl Publisher {
         std::mem::take(&mut self.shapes_changed)
     }
 
-    /// Applies a Pod or Namespace change (others are ignored: Nodes and
-    /// ExternalEntities are never published).
+    /// Applies a Pod, Namespace or Node change (ExternalEntities are
+    /// never published: theirs is ignored).
     pub fn apply(&mut self, delta: Delta) {
         match delta {
             Delta::Pod {
@@ -249,7 +280,33 @@ impl Publisher {
                     self.namespace_moved(&name);
                 }
             }
-            Delta::Node { .. } | Delta::Entity { .. } => {}
+            Delta::Node { name, node } => self.set_node(name, node),
+            Delta::Entity { .. } => {}
+        }
+    }
+
+    fn set_node(&mut self, name: String, node: Option<NodeEntry>) {
+        let before = self.inventory.effective_node(&name);
+        self.inventory.apply(Delta::Node {
+            name: name.clone(),
+            node,
+        });
+        let after = self.inventory.effective_node(&name);
+        if before == after {
+            return;
+        }
+        let holder = Holder::Node(name);
+        for group_key in &self.nodes {
+            let Some(group) = self.groups.get_mut(group_key) else {
+                continue;
+            };
+            let member = after
+                .as_ref()
+                .filter(|n| group.selection.matches_node(n))
+                .and_then(node_member);
+            if let Some(slice) = group.set(&holder, member) {
+                self.dirty.insert(slice_name(group_key, slice));
+            }
         }
     }
 
@@ -281,30 +338,30 @@ impl Publisher {
             name: name.clone(),
             pod: pod.clone(),
         });
-        let key = (namespace, name);
         let keys: Vec<String> = self
             .scoped
-            .get(&key.0)
+            .get(&namespace)
             .into_iter()
             .flatten()
             .chain(&self.unscoped)
             .cloned()
             .collect();
+        let holder = Holder::Pod(namespace, name);
         for group_key in keys {
-            self.refresh_member(&group_key, &key, pod.as_ref());
+            self.refresh_member(&group_key, &holder, pod.as_ref());
         }
     }
 
-    /// Puts Pod `key` (now `pod`) in or out of group `group_key`.
-    fn refresh_member(&mut self, group_key: &str, key: &PodKey, pod: Option<&PodEntry>) {
+    /// Puts the Pod `holder` (now `pod`) in or out of group `group_key`.
+    fn refresh_member(&mut self, group_key: &str, holder: &Holder, pod: Option<&PodEntry>) {
         let Some(group) = self.groups.get_mut(group_key) else {
             return;
         };
-        let labels = self.inventory.namespace_labels(&key.0);
+        let labels = pod.and_then(|p| self.inventory.namespace_labels(&p.namespace));
         let member = pod
             .filter(|p| group.selection.matches_pod(p, labels))
             .and_then(member_of);
-        if let Some(slice) = group.set(key, member) {
+        if let Some(slice) = group.set(holder, member) {
             self.dirty.insert(slice_name(group_key, slice));
         }
     }
@@ -324,20 +381,20 @@ impl Publisher {
         let pods: Vec<PodEntry> = self.inventory.pods_in(name).cloned().collect();
         for group_key in readers {
             for pod in &pods {
-                let key = (pod.namespace.clone(), pod.name.clone());
-                self.refresh_member(&group_key, &key, Some(pod));
+                let holder = Holder::Pod(pod.namespace.clone(), pod.name.clone());
+                self.refresh_member(&group_key, &holder, Some(pod));
             }
         }
     }
 
     /// Sets the selections in use: new ones are published (their members
     /// placed where the API server holds them, if it does), those no
-    /// longer in use are deleted. Selections of Nodes or ExternalEntities
-    /// are ignored.
+    /// longer in use are deleted. Selections of ExternalEntities are
+    /// ignored.
     pub fn set_selections(&mut self, selections: impl IntoIterator<Item = Selection>) {
         let wanted: BTreeMap<String, Selection> = selections
             .into_iter()
-            .filter(|s| matches!(s, Selection::Pods { .. } | Selection::ServiceAccount { .. }))
+            .filter(published)
             .map(|s| (key(&s), s))
             .collect();
         let gone: Vec<String> = self
@@ -358,6 +415,9 @@ impl Publisher {
 
     fn start(&mut self, group_key: String, selection: Selection) {
         match single_namespace(&selection) {
+            _ if selection.member_kind() == MemberKind::Node => {
+                self.nodes.insert(group_key.clone());
+            }
             Some(ns) => {
                 self.scoped
                     .entry(ns.to_string())
@@ -378,6 +438,9 @@ impl Publisher {
             return;
         };
         match single_namespace(&group.selection) {
+            _ if group.selection.member_kind() == MemberKind::Node => {
+                self.nodes.remove(group_key);
+            }
             Some(ns) => {
                 if let Some(keys) = self.scoped.get_mut(ns) {
                     keys.remove(group_key);
@@ -417,12 +480,24 @@ impl Publisher {
                 held.entry(member.clone()).or_default().push(spec.slice);
             }
         }
-        let mut members: Vec<(PodKey, GroupMember)> = self
-            .inventory
-            .pod_members(&group.selection)
-            .into_iter()
-            .filter_map(|p| Some(((p.namespace.clone(), p.name.clone()), member_of(p)?)))
-            .collect();
+        let mut members: Vec<(Holder, GroupMember)> = match group.selection.member_kind() {
+            MemberKind::Node => self
+                .inventory
+                .nodes()
+                .into_iter()
+                .filter(|n| group.selection.matches_node(n))
+                .filter_map(|n| Some((Holder::Node(n.name.clone()), node_member(&n)?)))
+                .collect(),
+            _ => self
+                .inventory
+                .pod_members(&group.selection)
+                .into_iter()
+                .filter_map(|p| {
+                    let holder = Holder::Pod(p.namespace.clone(), p.name.clone());
+                    Some((holder, member_of(p)?))
+                })
+                .collect(),
+        };
         members.sort();
         let mut unplaced = Vec::new();
         for (pod, member) in members {

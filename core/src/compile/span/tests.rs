@@ -119,6 +119,19 @@ spec:
   ingress:
   - action: Allow
     from: [{serviceAccount: {name: robot, namespace: z}}]
+  egress:
+  - action: Allow
+    to: [{nodeSelector: {matchLabels: {role: db}}}]
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: to-nodes}
+spec:
+  priority: 6
+  appliedTo: [{podSelector: {matchLabels: {app: api}}}]
+  egress:
+  - action: Allow
+    to: [{nodeSelector: {matchExpressions: [{key: role, operator: Exists}]}}]
 ---
 apiVersion: crd.antrea.io/v1beta1
 kind: ClusterNetworkPolicy
@@ -143,7 +156,7 @@ fn world() -> Snapshot {
     parse(&format!("{WORLD}{POLICIES}{pods}"))
 }
 
-/// The Pod selections the agent of `node` uses.
+/// The Pod and Node selections the agent of `node` uses.
 fn agent(snapshot: &Snapshot, node: &str) -> BTreeSet<Selection> {
     let local = LocalNode {
         name: node.to_string(),
@@ -153,7 +166,7 @@ fn agent(snapshot: &Snapshot, node: &str) -> BTreeSet<Selection> {
     assemble(snapshot, LocalView::of(&selections), &mut selections);
     selections
         .selections()
-        .filter(|s| matches!(s, Selection::Pods { .. } | Selection::ServiceAccount { .. }))
+        .filter(|s| !matches!(s, Selection::ExternalEntities { .. }))
         .cloned()
         .collect()
 }
@@ -166,6 +179,25 @@ fn shapes(snapshot: &Snapshot) -> BTreeSet<PodShape> {
             _ => None,
         })
         .collect()
+}
+
+/// The Nodes labelled `key` (`= value`, or with any value).
+fn nodes(key: &str, value: Option<&str>) -> Selection {
+    use crate::model::{LabelSelector, LabelSelectorRequirement, SelectorOperator};
+    Selection::Nodes(match value {
+        Some(value) => LabelSelector {
+            match_labels: [(key.to_string(), value.to_string())].into(),
+            match_expressions: Vec::new(),
+        },
+        None => LabelSelector {
+            match_labels: Default::default(),
+            match_expressions: vec![LabelSelectorRequirement {
+                key: key.to_string(),
+                operator: SelectorOperator::Exists,
+                values: Vec::new(),
+            }],
+        },
+    })
 }
 
 fn app_in(namespaces: NamespaceScope, app: &str) -> Selection {
@@ -184,7 +216,7 @@ fn app_in(namespaces: NamespaceScope, app: &str) -> Selection {
 #[test]
 fn the_span_is_the_union_of_every_agents_selections() {
     let snapshot = world();
-    let span = pod_selections(&snapshot, &shapes(&snapshot));
+    let span = published_selections(&snapshot, &shapes(&snapshot));
     let mut agents = BTreeSet::new();
     for node in ["n1", "n2", "n3"] {
         agents.extend(agent(&snapshot, node));
@@ -201,24 +233,28 @@ fn the_span_is_the_union_of_every_agents_selections() {
         namespace: "z".into(),
         name: "robot".into(),
     }));
+    // Node peers: of a Pod rule, and of the rule applied to the `role:
+    // web` Nodes.
+    assert!(span.contains(&nodes("role", Some("db"))));
+    assert!(span.contains(&nodes("role", None)));
     // A rule applied to no Pod needs nothing.
     assert!(!span.iter().any(|s| format!("{s:?}").contains("spirit")));
 }
 
-/// Mutation: `pod_selections` putting every shape's Pod in one Namespace
+/// Mutation: `published_selections` putting every shape's Pod in one Namespace
 /// loses the Self selection of Namespace z.
 #[test]
 fn a_new_namespace_of_applied_pods_adds_its_self_selection() {
     let snapshot = world();
     let mut shapes = shapes(&snapshot);
     shapes.retain(|s| s.namespace != "z");
-    let span = pod_selections(&snapshot, &shapes);
+    let span = published_selections(&snapshot, &shapes);
     assert!(!span.contains(&app_in(NamespaceScope::named("z"), "api")));
     shapes.insert(PodShape {
         namespace: "z".into(),
         labels: [("app".to_string(), "web".to_string())].into(),
         service_account: "default".into(),
     });
-    let span = pod_selections(&snapshot, &shapes);
+    let span = published_selections(&snapshot, &shapes);
     assert!(span.contains(&app_in(NamespaceScope::named("z"), "api")));
 }

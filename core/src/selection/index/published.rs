@@ -1,13 +1,15 @@
 //! Controller mode in [`Selections`]: the members of Pod selections
-//! ([`Selection::Pods`], [`Selection::ServiceAccount`]) come from the
-//! AddressGroup slices a `tollgate controller` published ([`super::super::group`]),
-//! not from the Pods, which in that mode are the local Node's alone. A
-//! selection's set is the union of the received slices of its key; a
-//! selection whose slice 0, or a slice its slice 0 lists, has not been
-//! received is *waiting*: its set is not complete, and whoever compiles
-//! must not read it as empty, nor as holding only the slices received. Nodes and
-//! ExternalEntities are still read from the inventory. Never talks to an
-//! API server.
+//! ([`Selection::Pods`], [`Selection::ServiceAccount`]) and Node
+//! selections ([`Selection::Nodes`]) come from the AddressGroup slices a
+//! `tollgate controller` published ([`super::super::group`]), not from
+//! the Pods and Nodes, which in that mode are the local Node's alone (the
+//! local Node also counts itself, with its configured labels and the
+//! host's addresses). A selection's set is the union of the received
+//! slices of its key; a selection whose slice 0, or a slice its slice 0
+//! lists, has not been received is *waiting*: its set is not complete,
+//! and whoever compiles must not read it as empty, nor as holding only
+//! the slices received. ExternalEntities are still read from the
+//! inventory. Never talks to an API server.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -20,14 +22,14 @@ use super::super::{MemberKind, NamedPort, Selection};
 use super::named::PortsAt;
 use super::Selections;
 
-/// The slices received, by selection key, and which Pod selection in use
+/// The slices received, by selection key, and which selection in use
 /// reads each key.
 #[derive(Debug, Default)]
 pub(super) struct Published {
     slices: HashMap<String, BTreeMap<u32, Vec<GroupMember>>>,
     /// The other slices each slice 0 held lists, by key.
     listed: HashMap<String, Vec<u32>>,
-    /// Pod selections in use: id → key, key → id.
+    /// Pod and Node selections in use: id → key, key → id.
     keys: HashMap<u32, String>,
     ids: HashMap<String, u32>,
 }
@@ -68,9 +70,11 @@ fn ports(member: &GroupMember) -> PortsAt {
 }
 
 impl Selections {
-    /// The inventory of `snapshot` (the local Node's Pods, every Node,
+    /// The inventory of `snapshot` (the local Node's Pods and Node, every
     /// Namespace and ExternalEntity) seen from `local`, in controller mode:
-    /// Pod selections read the slices given to [`Selections::set_slice`].
+    /// Pod and Node selections read the slices given to
+    /// [`Selections::set_slice`]; a Node of `snapshot` other than the
+    /// local one is not read.
     pub fn controller(snapshot: &Snapshot, local: &LocalNode) -> Selections {
         Selections::with(snapshot, local, Some(Published::default()))
     }
@@ -152,8 +156,8 @@ impl Selections {
             .flat_map(|(key, slices)| slices.keys().map(move |s| (key.as_str(), *s)))
     }
 
-    /// The keys of the Pod selections in use, each with its selection:
-    /// the groups this inventory needs (none in watch mode).
+    /// The keys of the Pod and Node selections in use, each with its
+    /// selection: the groups this inventory needs (none in watch mode).
     pub fn needed(&self) -> BTreeMap<String, Selection> {
         let Some(published) = &self.published else {
             return BTreeMap::new();
@@ -163,14 +167,14 @@ impl Selections {
             .iter()
             .filter_map(|(key, &id)| {
                 let membership = self.memberships[id as usize].as_ref()?;
-                (membership.selection.member_kind() == MemberKind::Pod)
+                (membership.selection.member_kind() != MemberKind::Entity)
                     .then(|| (key.clone(), membership.selection.clone()))
             })
             .collect()
     }
 
-    /// The keys of the Pod selections in use whose slice 0, or a slice
-    /// it lists, was not received: their sets are not complete.
+    /// The keys of the selections in use whose slice 0, or a slice it
+    /// lists, was not received: their sets are not complete.
     pub fn waiting(&self) -> BTreeSet<String> {
         let Some(published) = &self.published else {
             return BTreeSet::new();

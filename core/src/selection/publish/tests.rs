@@ -159,6 +159,78 @@ fn members_are_published_in_slice_0_and_a_status_write_writes_nothing() {
     );
 }
 
+fn node(name: &str, role: &str, ip: Option<u32>) -> NodeEntry {
+    NodeEntry {
+        name: name.into(),
+        labels: Labels::from([("role".into(), role.into())]),
+        ips: ip
+            .map(|i| vec![std::net::Ipv4Addr::from(0x0a09_0000 + i).into()])
+            .unwrap_or_default(),
+        pod_cidrs: Vec::new(),
+    }
+}
+
+fn put_node(publisher: &mut Publisher, entry: NodeEntry) {
+    publisher.apply(Delta::Node {
+        name: entry.name.clone(),
+        node: Some(entry),
+    });
+}
+
+/// A Node selection is published from the Nodes, as agents in controller
+/// mode watch only their own: a Node joins and leaves with its labels, an
+/// address change rewrites its slice, a Node without an address or a
+/// write that changes neither (a status report) writes nothing, and Pods
+/// are never members.
+///
+/// Mutation: `Publisher::apply` ignoring Node deltas (as before Node
+/// selections were published) publishes slice 0 empty (tried: fails).
+#[test]
+fn a_node_selection_is_published_from_the_nodes() {
+    let mut publisher = Publisher::new();
+    let web = Selection::Nodes(LabelSelector {
+        match_labels: [("role".to_string(), "web".to_string())].into(),
+        match_expressions: Vec::new(),
+    });
+    let k = key(&web);
+    let mut server = Server::default();
+    put_node(&mut publisher, node("n1", "web", Some(1)));
+    put_node(&mut publisher, node("n2", "db", Some(2)));
+    put_node(&mut publisher, node("n3", "web", None));
+    put(&mut publisher, pod("a", "p", "web", Some(9)));
+    publisher.set_selections([web.clone()]);
+    server.take(&publisher.writes());
+    let ips = |server: &Server| -> Vec<u32> {
+        server
+            .members(&k)
+            .iter()
+            .flat_map(|m| m.ips.iter())
+            .map(|ip| match ip {
+                std::net::IpAddr::V4(v4) => u32::from(*v4) - 0x0a09_0000,
+                std::net::IpAddr::V6(_) => unreachable!(),
+            })
+            .collect()
+    };
+    assert_eq!(ips(&server), vec![1]);
+    // A status report (the same Node again): nothing.
+    put_node(&mut publisher, node("n1", "web", Some(1)));
+    assert_eq!(publisher.writes(), vec![]);
+    // n2 labelled web, n3 given an address: both join.
+    put_node(&mut publisher, node("n2", "web", Some(2)));
+    put_node(&mut publisher, node("n3", "web", Some(3)));
+    server.take(&publisher.writes());
+    assert_eq!(ips(&server), vec![1, 2, 3]);
+    // n1's address changes; n2 leaves by its label, n3 by deletion.
+    put_node(&mut publisher, node("n1", "web", Some(4)));
+    put_node(&mut publisher, node("n2", "db", Some(2)));
+    publisher.apply(Delta::Node {
+        name: "n3".into(),
+        node: None,
+    });
+    server.take(&publisher.writes());
+    assert_eq!(ips(&server), vec![4]);
+}
+
 /// Mutation: `Group::room` choosing the last slice rather than the first
 /// with room puts the returning Pod in slice 2, and the test fails.
 #[test]

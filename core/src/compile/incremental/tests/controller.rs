@@ -11,7 +11,7 @@ use super::*;
 use crate::model::{Object, PortProtocol};
 use crate::ruleset::Ruleset;
 use crate::selection::group::{canonical, key, AddressGroupSpec, GroupMember, GroupNamedPort};
-use crate::selection::{PodEntry, Selection};
+use crate::selection::{node_member, NodeEntry, PodEntry, Selection};
 
 /// Members a slice in these tests (the product's limit is 100): small, so
 /// that selections span several slices.
@@ -33,19 +33,22 @@ fn normalise(index: usize, pod: &mut PodSpec) {
     pod.node = pod.node.min(1);
 }
 
-/// The local Node's part of `world`: what `spec.nodeName=<node>` lists.
+/// The local Node's part of `world`: what `spec.nodeName=<node>` lists
+/// of Pods and `metadata.name=<node>` of Nodes.
 fn local_snapshot(world: &World) -> Snapshot {
     let mut snapshot = world.snapshot();
     snapshot.objects.retain(|o| match &*o.object {
         Object::Pod(pod) => pod.spec.node_name.as_deref() == Some(LOCAL),
+        Object::Node(node) => node.metadata.name == LOCAL,
         _ => true,
     });
     snapshot
 }
 
 /// What a controller publishes for `selections` over the whole `world`:
-/// each selection's members (matched with the whole inventory's
-/// Namespace labels) in slices of [`SLICE`], slice 0 always.
+/// each selection's members (Pods matched with the whole inventory's
+/// Namespace labels, or Node objects) in slices of [`SLICE`], slice 0
+/// always.
 fn publish<'a>(
     world: &World,
     selections: impl IntoIterator<Item = &'a Selection>,
@@ -54,6 +57,11 @@ fn publish<'a>(
     let mut full = Selections::new(&snapshot, &local());
     let mut out = Vec::new();
     for selection in selections {
+        let nodes = snapshot.iter().filter_map(|o| match o {
+            Object::Node(node) => node_member(&NodeEntry::of(node))
+                .filter(|_| selection.matches_node(&NodeEntry::of(node))),
+            _ => None,
+        });
         let mut members: Vec<GroupMember> = snapshot
             .iter()
             .filter_map(|o| match o {
@@ -73,12 +81,20 @@ fn publish<'a>(
                     })
                     .collect(),
             })
+            .chain(nodes)
             .collect();
         members.sort();
-        // The controller's members are the index's.
+        // The controller's members are the index's, but for what the
+        // local Node adds to itself (its configured labels and the
+        // host's addresses), which the agent counts on its own.
         let ips: BTreeSet<IpAddr> = members.iter().flat_map(|m| m.ips.clone()).collect();
         let expected: BTreeSet<IpAddr> = full.addresses(selection).iter().copied().collect();
-        assert_eq!(ips, expected, "{selection:?}");
+        let own: BTreeSet<IpAddr> = full
+            .effective_node(LOCAL)
+            .filter(|n| selection.matches_node(n))
+            .map(|n| n.ips.into_iter().collect())
+            .unwrap_or_default();
+        assert_eq!(&ips | &own, expected, "{selection:?}");
         let chunks: Vec<Vec<GroupMember>> = if members.is_empty() {
             vec![Vec::new()]
         } else {
@@ -101,12 +117,12 @@ fn publish<'a>(
     out
 }
 
-/// Every Pod selection the watch-mode ruleset's rules use.
-fn pod_selections(ruleset: &Ruleset) -> BTreeSet<Selection> {
+/// Every Pod and Node selection the watch-mode ruleset's rules use.
+fn published_selections(ruleset: &Ruleset) -> BTreeSet<Selection> {
     ruleset
         .peer_sets()
         .map(|(s, _)| s)
-        .filter(|s| matches!(s, Selection::Pods { .. } | Selection::ServiceAccount { .. }))
+        .filter(|s| !matches!(s, Selection::ExternalEntities { .. }))
         .cloned()
         .collect()
 }
@@ -143,7 +159,7 @@ fn converge(
     let watch = compile(&world.snapshot(), &local());
     let local_snapshot = Arc::new(local_snapshot(world));
     let mut newest = None;
-    let mut published = pod_selections(&watch);
+    let mut published = published_selections(&watch);
     if groups_first {
         hand(controller, handed, publish(world, &published));
     }
@@ -287,7 +303,7 @@ fn web_world() -> World {
 fn a_group_without_slice_0_is_waited_for_never_read_as_empty() {
     let mut world = web_world();
     let watch = compile(&world.snapshot(), &local());
-    let selections = pod_selections(&watch);
+    let selections = published_selections(&watch);
     assert_eq!(selections.len(), 2, "{selections:?}");
     let keys: BTreeSet<String> = selections.iter().map(key).collect();
     let mut controller = Incremental::controller(&local_snapshot(&world), &local());
@@ -373,7 +389,7 @@ fn a_group_without_slice_0_is_waited_for_never_read_as_empty() {
 fn a_group_missing_a_slice_its_slice_0_lists_is_waited_for() {
     let world = web_world();
     let watch = compile(&world.snapshot(), &local());
-    let selections = pod_selections(&watch);
+    let selections = published_selections(&watch);
     let groups = publish(&world, &selections);
     let db = key(selections
         .iter()
