@@ -8,7 +8,7 @@
 //! use, a new slice or a member change of a subscribed group changes the
 //! ruleset (also after a 410 Gone and its relist), a group of another key
 //! never reaches it, a status write of a
-//! remote Pod sends it nothing, a missing group keeps the last ruleset
+//! remote Pod sends it nothing, other Nodes come only as Node groups, a missing group keeps the last ruleset
 //! and says it waits, and the controller's Lease reads stale when absent
 //! or not renewed within its duration, fresh when renewed.
 #![allow(clippy::disallowed_methods)] // the test waits on the clock for the watcher.
@@ -418,6 +418,107 @@ fn controller_mode_hears_its_own_pods_and_exactly_the_groups_its_rules_use() {
     // No Lease: the controller reads stale.
     assert!(agent.peers.stale());
     assert_eq!(metric(&agent.metrics, "tollgate_controller_stale"), 1);
+}
+
+fn node(name: &str, role: &str, ip: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Node",
+           "metadata": {"name": name, "labels": {"role": role}},
+           "status": {"addresses": [{"type": "InternalIP", "address": ip}]}})
+}
+
+/// Other Nodes reach an agent in controller mode only as the members of
+/// the Node groups its rules use: it lists and watches its own Node
+/// alone, waits for the group of a `nodeSelector` peer, and a remote
+/// Node's status report sends it nothing.
+///
+/// Mutations: the Node watch without its field selector (`Kind::Node`'s
+/// arm removed from `watch_all`): the remote Node is listed and its
+/// reports sent (tried: fails); `Selections::needed` keeping Pod
+/// selections only (`!= MemberKind::Entity` → `== MemberKind::Pod`): the
+/// Node group is never subscribed to and no ruleset comes (tried: fails).
+#[test]
+fn controller_mode_hears_its_own_node_and_the_others_as_a_node_group() {
+    let api = FakeApi::start("127.0.0.1:0");
+    setup(&api);
+    api.apply(node(NODE, "web", "10.3.0.1"));
+    api.apply(node("node-b", "db", "10.3.0.2"));
+    let mut from_nodes = policy();
+    from_nodes["spec"]["ingress"][0]["from"] =
+        json!([{"nodeSelector": {"matchLabels": {"role": "db"}}}]);
+    api.apply(from_nodes);
+    let mut agent = Agent::start(api);
+    poll_until(
+        "the first snapshot with its Node",
+        || {
+            agent.latest.get().is_some_and(|l| {
+                l.snapshot
+                    .iter()
+                    .any(|o| o.kind() == tollgate::model::Kind::Node)
+            })
+        },
+        || format!("{:#?}", agent.api.log()),
+    );
+    let nodes: Vec<String> = agent
+        .latest
+        .get()
+        .unwrap()
+        .snapshot
+        .iter()
+        .filter(|o| o.kind() == tollgate::model::Kind::Node)
+        .map(|o| o.metadata().name.clone())
+        .collect();
+    assert_eq!(nodes, [NODE], "only this Node");
+    let nodes_path = collection("v1", "Node");
+    assert!(
+        agent
+            .api
+            .log()
+            .iter()
+            .any(|r| r.starts_with(&format!("GET {nodes_path}?"))
+                && r.contains("fieldSelector=metadata.name%3Dnode-a")),
+        "{:#?}",
+        agent.api.log()
+    );
+
+    // The Node group is waited for, then read.
+    let role_db = Selection::Nodes(LabelSelector {
+        match_labels: [("role".to_string(), "db".to_string())].into(),
+        match_expressions: Vec::new(),
+    });
+    assert!(agent.compile().is_none());
+    assert_eq!(agent.peers.waiting(), 1);
+    agent.api.apply(slice(&role_db, 0, &["10.3.0.2"]));
+    let ruleset = agent
+        .wait_for("the ruleset with the Node group", |r, _| r.is_some())
+        .unwrap();
+    assert_eq!(verdict(&ruleset, "10.3.0.2"), Verdict::Allow, "node-b");
+    assert_eq!(verdict(&ruleset, "10.3.0.3"), Verdict::Drop, "control");
+
+    // node-b reports its status: nothing sent; this Node's report is
+    // (the positive control).
+    let node_events = || -> u64 {
+        agent
+            .api
+            .watches()
+            .iter()
+            .filter(|w| w.path == nodes_path)
+            .map(|w| w.events)
+            .sum()
+    };
+    let before = node_events();
+    let mut report = node("node-b", "db", "10.3.0.2");
+    report["status"]["conditions"] = json!([{"type": "Ready", "status": "True"}]);
+    agent.api.apply(report);
+    let mut own = node(NODE, "web", "10.3.0.1");
+    own["status"]["conditions"] = json!([{"type": "Ready", "status": "True"}]);
+    agent.api.apply(own);
+    poll_until(
+        "this Node's report",
+        || node_events() == before + 1,
+        || format!("{:#?}", agent.api.watches()),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(node_events(), before + 1, "node-b's report was not sent");
 }
 
 /// The keys follow the policies: a policy that stops using a selection and

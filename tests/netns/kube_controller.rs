@@ -813,3 +813,76 @@ fn kubernetes_controller_mode_warns_about_nothing_it_cannot_see() {
     );
     agent.stop();
 }
+
+/// A Node named `name`, labelled `role`, at `ips` (two InternalIPs).
+fn node(name: &str, role: &str, ips: [IpAddr; 2]) -> Value {
+    json!({"apiVersion": "v1", "kind": "Node",
+           "metadata": {"name": name, "labels": {"role": role}},
+           "status": {"addresses": [{"type": "InternalIP", "address": ips[0].to_string()},
+                                    {"type": "InternalIP", "address": ips[1].to_string()}]}})
+}
+
+/// Other Nodes reach an agent in controller mode only as the members of
+/// the controller's Node groups. The server Pod takes TCP from the Nodes
+/// labelled `role: db` and drops the rest; Node `node-b`, so labelled,
+/// has the client's addresses, and the stranger is no Node. The agent
+/// lists and watches its own Node alone (every Node watch but the
+/// controller's carries `metadata.name=node`), so it learns node-b's
+/// addresses from the group: (a) the client connects, the stranger is
+/// refused; (b) node-b relabelled `role: web` leaves the group, and the
+/// client is refused. IPv4 and IPv6.
+///
+/// Mutation (tried): Node selections read from the agent's own inventory
+/// in controller mode (`Published::start` not called for them in
+/// `Selections::start`, `core/src/selection/index.rs`): the group is
+/// never subscribed to, and the client is refused in (a).
+#[test]
+fn kubernetes_controller_mode_takes_other_nodes_from_a_node_group() {
+    let Some(lab) = node_lab(
+        "kubernetes_controller_mode_takes_other_nodes_from_a_node_group",
+        "stranger",
+    ) else {
+        return;
+    };
+    let api = api_with_web(&lab);
+    api.apply(node("node", "web", ips(&lab, "server")));
+    api.apply(node("node-b", "db", ips(&lab, "client")));
+    api.apply(
+        json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "ClusterNetworkPolicy",
+               "metadata": {"name": "web-from-db-nodes"},
+               "spec": {"priority": 5, "tier": "application",
+                        "appliedTo": [{"podSelector": {"matchLabels": {"app": "web"}}}],
+                        "ingress": [{"name": "db-nodes", "action": "Allow",
+                                     "from": [{"nodeSelector": {"matchLabels": {"role": "db"}}}]},
+                                    {"name": "rest", "action": "Drop"}]}}),
+    );
+    let kubeconfig = write_kubeconfig(&lab, &api.kubeconfig());
+    let _controller = ControllerProcess::start(&lab, &kubeconfig);
+    wait_until("the controller publishes node-b", AGENT_WAIT, || {
+        published(&api, ips(&lab, "client")) && ControllerProcess::ready(&lab)
+    });
+    let options = controller_mode(&lab, &api);
+    let mut agent = lab.start_agent(options.clone());
+    agent.wait_generation(1);
+
+    // (a) node-b from the group; the stranger refused.
+    wait_client(&lab, TcpOutcome::Connected, "the client connects");
+    check(&lab, TcpOutcome::Connected, "stranger");
+    let node_watches: Vec<String> = api
+        .watches()
+        .iter()
+        .filter(|w| w.path == "/api/v1/nodes")
+        .map(|w| w.fields.clone())
+        .collect();
+    assert!(
+        node_watches.iter().filter(|f| f.is_empty()).count() == 1
+            && node_watches.iter().any(|f| f == "metadata.name=node"),
+        "one watch of every Node (the controller's), the agent's of its own: {node_watches:?}"
+    );
+
+    // (b) node-b leaves the group: the client is refused.
+    api.apply(node("node-b", "web", ips(&lab, "client")));
+    wait_client(&lab, TcpOutcome::TimedOut, "the client is refused");
+    check(&lab, TcpOutcome::TimedOut, "stranger");
+    agent.stop();
+}

@@ -146,6 +146,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         .map(|a| a.status_events.load(std::sync::atomic::Ordering::Relaxed))
         .collect();
     let sent_before = api.sent();
+    let node_events_before = node_events(&api);
     let cpu_before = cpu_seconds(pid);
     let at = Instant::now();
     let side = std::sync::Arc::clone(&agents.side);
@@ -210,6 +211,7 @@ pub fn run(args: &Args) -> Result<(), String> {
     let controller_cpu = cpu_seconds(pid) - cpu_before;
     let controller_rss = rss_mib(pid);
     let sent = api.sent();
+    let node_events_after = node_events(&api);
     let real_rss: Vec<f64> = real.iter().map(RealAgent::rss_mib).collect();
 
     let n = agents.agents.len().max(1) as f64;
@@ -262,11 +264,21 @@ pub fn run(args: &Args) -> Result<(), String> {
         counts.statuses
     );
     let report = serde_json::to_vec(&cluster::node_report(0, 1)).map_or(0, |v| v.len());
+    let rate = |watch: &str| {
+        let events = node_events_after.get(watch).copied().unwrap_or(0)
+            - node_events_before.get(watch).copied().unwrap_or(0);
+        events as f64 / seconds
+    };
+    let every = rate("");
+    let own: Vec<String> = node_events_after
+        .keys()
+        .filter(|w| !w.is_empty())
+        .map(|w| format!("{:.2}/s ({w})", rate(w)))
+        .collect();
     println!(
-        "Node status reports: {:.1}/s, each to every agent (agents watch every Node; the simulated agents do not, so not in their figures above): {:.1} events/s and {:.0} bytes/s per agent (this simulation's Nodes, {report} bytes each; a real Node's status is larger)",
+        "Node status reports: {:.1}/s ({report} bytes each here; a real Node's status is larger); Node events sent: {every:.1}/s to the watches of every Node (the controller's), {} to the real agents' watches of their own Node (the simulated agents watch none)",
         counts.node_reports as f64 / seconds,
-        counts.node_reports as f64 / seconds,
-        counts.node_reports as f64 / seconds * report as f64,
+        own.join(", "),
     );
     println!(
         "simulation process RSS (fake API server and every simulated agent): {:.0} MiB; span per Pod shape: {:.1} s in all",
@@ -328,4 +340,15 @@ pub fn run(args: &Args) -> Result<(), String> {
             .fold(0.0, f64::max),
     );
     Ok(())
+}
+
+/// Events sent on Node watches, by field selector (empty: every Node).
+fn node_events(api: &FakeApi) -> std::collections::BTreeMap<String, u64> {
+    let mut by = std::collections::BTreeMap::new();
+    for watch in api.watches() {
+        if watch.path == "/api/v1/nodes" {
+            *by.entry(watch.fields.clone()).or_insert(0) += watch.events;
+        }
+    }
+    by
 }

@@ -397,11 +397,9 @@ impl KubeSource {
                         ));
                         tokio::spawn(peers::follow_lease(client.clone(), peers.clone()));
                     }
-                    let pods = peers
-                        .as_ref()
-                        .map(|p| format!("spec.nodeName={}", p.node()));
+                    let own = peers.as_ref().map(|p| p.node().to_string());
                     let notify = move || notify();
-                    watch_all(client, published, events, pods, &counters, notify, stopped).await;
+                    watch_all(client, published, events, own, &counters, notify, stopped).await;
                 });
             })
             .map_err(KubeError::Thread)?;
@@ -586,15 +584,22 @@ async fn watch_all(
     client: kube::Client,
     state: SourceState,
     mut events_out: Option<Events>,
-    pods: Option<String>,
+    own: Option<String>,
     counters: &KubeCounters,
     notify: impl Fn(),
     mut stopped: tokio::sync::oneshot::Receiver<()>,
 ) {
-    // In controller mode, Pods are this Node's only (`spec.nodeName=…`).
+    // In controller mode (`own`: this Node's name) the Pods and the Node
+    // watched are this Node's only; the others' addresses come in the
+    // controller's groups.
     let required = RESOURCES.iter().map(|r| {
-        let config = match (&pods, r.kind) {
-            (Some(fields), Kind::Pod) => watcher::Config::default().fields(fields),
+        let config = match (&own, r.kind) {
+            (Some(node), Kind::Pod) => {
+                watcher::Config::default().fields(&format!("spec.nodeName={node}"))
+            }
+            (Some(node), Kind::Node) => {
+                watcher::Config::default().fields(&format!("metadata.name={node}"))
+            }
             _ => watcher::Config::default(),
         };
         kind_events(&client, *r, config)

@@ -261,6 +261,7 @@ pub const TEST_IDS: &[&str] = &[
     "a_hundred_routed_pods_are_guarded",
     "netlink_set_writes_match_ipset_restore",
     "a_change_no_decision_reads_keeps_the_cached_verdicts",
+    "kubernetes_controller_mode_takes_other_nodes_from_a_node_group",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
