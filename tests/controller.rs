@@ -239,9 +239,11 @@ fn node(name: &str, role: &str, ip: &str) -> Value {
 /// controller mode watch their own Node only): a Node's status report
 /// writes nothing, its label change moves it in or out.
 ///
-/// Mutation: the controller handing the publisher Namespaces only (its
-/// `held` filter without `Object::Node`): the group is published empty
-/// (tried: fails).
+/// Mutations (tried, each fails): the controller handing the publisher
+/// Namespaces only (its `held` filter without `Object::Node`): the group
+/// is published empty; the controller skipping every Node it held before
+/// (`same` by name alone, not by the object): node-c's relabel is never
+/// published.
 #[test]
 fn a_node_selector_peer_is_published_as_a_node_group() {
     let api = FakeApi::start("127.0.0.1:0");

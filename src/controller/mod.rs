@@ -23,7 +23,7 @@
 
 pub mod lease;
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -390,24 +390,32 @@ impl Loop {
         let latest = self.source.latest().get().map(|a| Arc::clone(&a.snapshot));
         let new = latest.filter(|s| !self.last.as_ref().is_some_and(|l| Arc::ptr_eq(l, s)));
         if let Some(snapshot) = &new {
-            // Pods come as they change, above, and not in snapshots; the
-            // Namespaces and Nodes held are handed again (the publisher
-            // skips what is unchanged), those gone deleted.
+            // Pods come as they change, above, and not in snapshots. Of
+            // the Namespaces and Nodes, those the source handed again
+            // (the same object: a write that changed nothing it keeps, or
+            // none) are skipped, the others handed, those gone deleted.
             let held = |o: &Object| matches!(o, Object::Namespace(_) | Object::Node(_));
-            let mut present = HashSet::new();
-            for object in snapshot.iter().filter(|o| held(o)) {
-                present.insert((object.kind(), object.metadata().name.clone()));
-                if let Some(delta) = Delta::apply(object) {
-                    self.publisher.apply(delta);
-                }
-            }
-            for object in self.last.iter().flat_map(|l| l.iter()) {
-                if held(object)
-                    && !present.contains(&(object.kind(), object.metadata().name.clone()))
-                {
-                    if let Some(delta) = Delta::delete(object) {
+            let key = |o: &Object| (o.kind(), o.metadata().name.clone());
+            let mut before: HashMap<_, &Arc<Object>> = self
+                .last
+                .iter()
+                .flat_map(|l| l.objects.iter())
+                .filter(|o| held(&o.object))
+                .map(|o| (key(&o.object), &o.object))
+                .collect();
+            for sourced in snapshot.objects.iter().filter(|o| held(&o.object)) {
+                let same = before
+                    .remove(&key(&sourced.object))
+                    .is_some_and(|was| Arc::ptr_eq(was, &sourced.object));
+                if !same {
+                    if let Some(delta) = Delta::apply(&sourced.object) {
                         self.publisher.apply(delta);
                     }
+                }
+            }
+            for gone in before.into_values() {
+                if let Some(delta) = Delta::delete(gone) {
+                    self.publisher.apply(delta);
                 }
             }
             self.last = Some(Arc::clone(snapshot));

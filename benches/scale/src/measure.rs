@@ -264,21 +264,25 @@ pub fn run(args: &Args) -> Result<(), String> {
         counts.statuses
     );
     let report = serde_json::to_vec(&cluster::node_report(0, 1)).map_or(0, |v| v.len());
-    let rate = |watch: &str| {
-        let events = node_events_after.get(watch).copied().unwrap_or(0)
-            - node_events_before.get(watch).copied().unwrap_or(0);
-        events as f64 / seconds
-    };
-    let every = rate("");
-    let own: Vec<String> = node_events_after
-        .keys()
-        .filter(|w| !w.is_empty())
-        .map(|w| format!("{:.2}/s ({w})", rate(w)))
+    let sent: Vec<String> = node_events_after
+        .iter()
+        .map(|(fields, (watches, after))| {
+            let before = node_events_before.get(fields).map_or(0, |(_, e)| *e);
+            let fields = if fields.is_empty() {
+                "every Node"
+            } else {
+                fields
+            };
+            format!(
+                "{:.2}/s to {watches} watch(es) of {fields}",
+                (after - before) as f64 / seconds
+            )
+        })
         .collect();
     println!(
-        "Node status reports: {:.1}/s ({report} bytes each here; a real Node's status is larger); Node events sent: {every:.1}/s to the watches of every Node (the controller's), {} to the real agents' watches of their own Node (the simulated agents watch none)",
+        "Node status reports: {:.1}/s ({report} bytes each here; a real Node's status is larger); Node events sent (the controller and the real agents watch Nodes, the simulated agents none): {}",
         counts.node_reports as f64 / seconds,
-        own.join(", "),
+        sent.join(", "),
     );
     println!(
         "simulation process RSS (fake API server and every simulated agent): {:.0} MiB; span per Pod shape: {:.1} s in all",
@@ -342,12 +346,15 @@ pub fn run(args: &Args) -> Result<(), String> {
     Ok(())
 }
 
-/// Events sent on Node watches, by field selector (empty: every Node).
-fn node_events(api: &FakeApi) -> std::collections::BTreeMap<String, u64> {
+/// Node watches and the events sent on them, by field selector (empty:
+/// every Node).
+fn node_events(api: &FakeApi) -> std::collections::BTreeMap<String, (usize, u64)> {
     let mut by = std::collections::BTreeMap::new();
     for watch in api.watches() {
         if watch.path == "/api/v1/nodes" {
-            *by.entry(watch.fields.clone()).or_insert(0) += watch.events;
+            let (watches, events) = by.entry(watch.fields.clone()).or_insert((0, 0));
+            *watches += 1;
+            *events += watch.events;
         }
     }
     by
