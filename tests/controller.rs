@@ -7,6 +7,10 @@
 //! renewing its Lease.
 #![allow(clippy::disallowed_methods)] // the tests wait on the clock for the controller.
 
+#[path = "support/nodes.rs"]
+mod nodes;
+use nodes::node;
+
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -227,12 +231,6 @@ fn a_label_change_is_published_at_once_while_other_pods_keep_changing() {
     // written.
     assert!(has(&api, &db_ip(5)));
     assert_eq!(writes(&api) - before, 1, "{:#?}", api.log());
-}
-
-fn node(name: &str, role: &str, ip: &str) -> Value {
-    json!({"apiVersion": "v1", "kind": "Node",
-           "metadata": {"name": name, "labels": {"role": role}},
-           "status": {"addresses": [{"type": "InternalIP", "address": ip}]}})
 }
 
 /// A `nodeSelector` peer is published as a Node group (agents in

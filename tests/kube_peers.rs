@@ -13,8 +13,11 @@
 //! or not renewed within its duration, fresh when renewed.
 #![allow(clippy::disallowed_methods)] // the test waits on the clock for the watcher.
 
+#[path = "support/nodes.rs"]
+mod nodes;
 #[path = "support/poll.rs"]
 mod poll;
+use nodes::node;
 use poll::poll_until;
 
 use std::collections::BTreeSet;
@@ -418,12 +421,6 @@ fn controller_mode_hears_its_own_pods_and_exactly_the_groups_its_rules_use() {
     // No Lease: the controller reads stale.
     assert!(agent.peers.stale());
     assert_eq!(metric(&agent.metrics, "tollgate_controller_stale"), 1);
-}
-
-fn node(name: &str, role: &str, ip: &str) -> Value {
-    json!({"apiVersion": "v1", "kind": "Node",
-           "metadata": {"name": name, "labels": {"role": role}},
-           "status": {"addresses": [{"type": "InternalIP", "address": ip}]}})
 }
 
 /// Other Nodes reach an agent in controller mode only as the members of

@@ -18,6 +18,7 @@
 //! and never reads an ExternalEntity.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
 
 use crate::compile::{LocalNode, PodShape};
 use crate::model::Snapshot;
@@ -85,13 +86,7 @@ impl Write {
 /// the normal form (sorted); `None` for a Pod without an address (it
 /// adds nothing to a peer).
 pub fn member_of(pod: &PodEntry) -> Option<GroupMember> {
-    if pod.ips.is_empty() {
-        return None;
-    }
-    let mut ips = pod.ips.clone();
-    ips.sort_unstable();
-    ips.dedup();
-    let mut named_ports: Vec<GroupNamedPort> = pod
+    let named_ports = pod
         .named_ports
         .iter()
         .map(|(name, protocol, port)| GroupNamedPort {
@@ -100,24 +95,27 @@ pub fn member_of(pod: &PodEntry) -> Option<GroupMember> {
             port: *port,
         })
         .collect();
-    named_ports.sort_unstable();
-    named_ports.dedup();
-    Some(GroupMember { ips, named_ports })
+    member(&pod.ips, named_ports)
 }
 
 /// A Node as a member of a Node selection: its addresses, sorted; `None`
 /// for a Node without one.
 pub fn node_member(node: &NodeEntry) -> Option<GroupMember> {
-    if node.ips.is_empty() {
+    member(&node.ips, Vec::new())
+}
+
+/// A member in the normal form: addresses and named ports sorted, each
+/// once; `None` without an address.
+fn member(ips: &[IpAddr], mut named_ports: Vec<GroupNamedPort>) -> Option<GroupMember> {
+    if ips.is_empty() {
         return None;
     }
-    let mut ips = node.ips.clone();
+    let mut ips = ips.to_vec();
     ips.sort_unstable();
     ips.dedup();
-    Some(GroupMember {
-        ips,
-        named_ports: Vec::new(),
-    })
+    named_ports.sort_unstable();
+    named_ports.dedup();
+    Some(GroupMember { ips, named_ports })
 }
 
 /// Whether the publisher keeps groups of `selection`: Pod and Node
