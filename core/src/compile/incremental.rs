@@ -126,34 +126,49 @@ impl Incremental {
     /// changes are applied to the selections; they assemble the rules
     /// again only for a Namespace that holds a local endpoint.
     pub fn set_policies(&mut self, snapshot: Snapshot) -> Update {
-        let namespaces: BTreeMap<String, Labels> = snapshot
+        // The Namespaces of the last policy side, by name: one handed
+        // again (the same object, as a Kubernetes source hands what did
+        // not change) keeps its labels unread.
+        let mut before: HashMap<&str, &Arc<Object>> = self
+            .policies
+            .objects
             .iter()
-            .filter_map(|o| match o {
-                Object::Namespace(ns) => Some((ns.metadata.name.clone(), ns.effective_labels())),
+            .filter_map(|o| match &*o.object {
+                Object::Namespace(ns) => Some((ns.metadata.name.as_str(), &o.object)),
                 _ => None,
             })
             .collect();
-        let gone: Vec<String> = self
-            .namespaces
-            .keys()
-            .filter(|n| !namespaces.contains_key(*n))
-            .cloned()
-            .collect();
-        let mut moved = gone.clone();
-        for name in gone {
-            self.selections
-                .apply(Delta::Namespace { name, labels: None });
-        }
-        for (name, labels) in &namespaces {
-            if self.namespaces.get(name) != Some(labels) {
-                moved.push(name.clone());
+        let mut moved = Vec::new();
+        for sourced in &snapshot.objects {
+            let Object::Namespace(ns) = &*sourced.object else {
+                continue;
+            };
+            let name = ns.metadata.name.as_str();
+            if before
+                .remove(name)
+                .is_some_and(|was| Arc::ptr_eq(was, &sourced.object))
+            {
+                continue;
+            }
+            let labels = ns.effective_labels();
+            if self.namespaces.get(name) != Some(&labels) {
+                moved.push(name.to_string());
                 self.selections.apply(Delta::Namespace {
-                    name: name.clone(),
+                    name: name.to_string(),
                     labels: Some(labels.clone()),
+                });
+                self.namespaces.insert(name.to_string(), labels);
+            }
+        }
+        for name in before.into_keys() {
+            if self.namespaces.remove(name).is_some() {
+                moved.push(name.to_string());
+                self.selections.apply(Delta::Namespace {
+                    name: name.to_string(),
+                    labels: None,
                 });
             }
         }
-        self.namespaces = namespaces;
         let logged = logged_namespaces(&snapshot);
         let rules = !same_without_namespaces(&self.policies, &snapshot)
             || logged != self.logged
