@@ -197,13 +197,13 @@ impl Agent {
         }
     }
 
-    /// Events the API server sent on Pod watches so far.
-    fn pod_events(&self) -> u64 {
-        let pods = collection("v1", "Pod");
+    /// Events the API server sent so far on the watches of `kind`.
+    fn events(&self, api_version: &str, kind: &str) -> u64 {
+        let path = collection(api_version, kind);
         self.api
             .watches()
             .iter()
-            .filter(|w| w.path == pods)
+            .filter(|w| w.path == path)
             .map(|w| w.events)
             .sum()
     }
@@ -387,7 +387,8 @@ fn controller_mode_hears_its_own_pods_and_exactly_the_groups_its_rules_use() {
 
     // A status write of a remote Pod sends this agent nothing; a local
     // one does (the positive control).
-    let before = agent.pod_events();
+    let pod_events = || agent.events("v1", "Pod");
+    let before = pod_events();
     let mut remote = pod("db-remote", "node-b", "db", "10.2.0.2");
     remote["status"]["conditions"] = json!([{"type": "Ready", "status": "True"}]);
     agent.api.apply(remote);
@@ -396,12 +397,12 @@ fn controller_mode_hears_its_own_pods_and_exactly_the_groups_its_rules_use() {
     agent.api.apply(web);
     poll_until(
         "the local Pod's write",
-        || agent.pod_events() == before + 1,
+        || pod_events() == before + 1,
         || format!("{:#?}", agent.api.watches()),
     );
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(
-        agent.pod_events(),
+        pod_events(),
         before + 1,
         "the remote Pod's write was not sent"
     );
@@ -430,9 +431,9 @@ fn controller_mode_hears_its_own_pods_and_exactly_the_groups_its_rules_use() {
 ///
 /// Mutations: the Node watch without its field selector (`Kind::Node`'s
 /// arm removed from `watch_all`): the remote Node is listed and its
-/// reports sent (tried: fails); `Selections::needed` keeping Pod
-/// selections only (`!= MemberKind::Entity` → `== MemberKind::Pod`): the
-/// Node group is never subscribed to and no ruleset comes (tried: fails).
+/// reports sent (tried: fails); `Selections::needed` leaving Node
+/// selections out: the Node group is never subscribed to and no ruleset
+/// comes (tried: fails).
 #[test]
 fn controller_mode_hears_its_own_node_and_the_others_as_a_node_group() {
     let api = FakeApi::start("127.0.0.1:0");
@@ -493,15 +494,7 @@ fn controller_mode_hears_its_own_node_and_the_others_as_a_node_group() {
 
     // node-b reports its status: nothing sent; this Node's report is
     // (the positive control).
-    let node_events = || -> u64 {
-        agent
-            .api
-            .watches()
-            .iter()
-            .filter(|w| w.path == nodes_path)
-            .map(|w| w.events)
-            .sum()
-    };
+    let node_events = || agent.events("v1", "Node");
     let before = node_events();
     let mut report = node("node-b", "db", "10.3.0.2");
     report["status"]["conditions"] = json!([{"type": "Ready", "status": "True"}]);

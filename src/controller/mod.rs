@@ -38,7 +38,7 @@ use serde_json::json;
 
 use crate::compile::{self, policy_side, PodShape};
 use crate::counters;
-use crate::model::{Object, Snapshot};
+use crate::model::{Kind, Object, Snapshot};
 use crate::selection::group::{self, AddressGroupSpec};
 use crate::selection::{Delta, Publisher, Selection, Write};
 use crate::source::kube::{Connection, KubeCounters, KubeError, KubeSource};
@@ -395,7 +395,9 @@ impl Loop {
             // (the same object: a write that changed nothing it keeps, or
             // none) are skipped, the others handed, those gone deleted.
             let held = |o: &Object| matches!(o, Object::Namespace(_) | Object::Node(_));
-            let key = |o: &Object| (o.kind(), o.metadata().name.clone());
+            fn key(o: &Object) -> (Kind, &str) {
+                (o.kind(), o.metadata().name.as_str())
+            }
             let mut before: HashMap<_, &Arc<Object>> = self
                 .last
                 .iter()

@@ -397,8 +397,7 @@ impl Selections {
                 let nodes = match self.published.as_mut() {
                     Some(published) => {
                         published.start(id, &selection, &mut membership);
-                        let local = self.local.name.clone();
-                        self.counted_node(&local).into_iter().collect()
+                        self.effective_node(&self.local.name).into_iter().collect()
                     }
                     None => self.nodes(),
                 };

@@ -412,17 +412,17 @@ impl Publisher {
     }
 
     fn start(&mut self, group_key: String, selection: Selection) {
-        match single_namespace(&selection) {
-            _ if selection.member_kind() == MemberKind::Node => {
+        match (selection.member_kind(), single_namespace(&selection)) {
+            (MemberKind::Node, _) => {
                 self.nodes.insert(group_key.clone());
             }
-            Some(ns) => {
+            (_, Some(ns)) => {
                 self.scoped
                     .entry(ns.to_string())
                     .or_default()
                     .insert(group_key.clone());
             }
-            None => {
+            (_, None) => {
                 self.unscoped.insert(group_key.clone());
             }
         }
@@ -435,11 +435,14 @@ impl Publisher {
         let Some(group) = self.groups.remove(group_key) else {
             return;
         };
-        match single_namespace(&group.selection) {
-            _ if group.selection.member_kind() == MemberKind::Node => {
+        match (
+            group.selection.member_kind(),
+            single_namespace(&group.selection),
+        ) {
+            (MemberKind::Node, _) => {
                 self.nodes.remove(group_key);
             }
-            Some(ns) => {
+            (_, Some(ns)) => {
                 if let Some(keys) = self.scoped.get_mut(ns) {
                     keys.remove(group_key);
                     if keys.is_empty() {
@@ -447,7 +450,7 @@ impl Publisher {
                     }
                 }
             }
-            None => {
+            (_, None) => {
                 self.unscoped.remove(group_key);
             }
         }

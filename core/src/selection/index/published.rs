@@ -18,7 +18,7 @@ use crate::model::Snapshot;
 
 use super::super::group::{self, AddressGroupSpec, GroupMember};
 use super::super::membership::Membership;
-use super::super::{MemberKind, NamedPort, Selection};
+use super::super::{NamedPort, Selection};
 use super::named::PortsAt;
 use super::Selections;
 
@@ -167,8 +167,7 @@ impl Selections {
             .iter()
             .filter_map(|(key, &id)| {
                 let membership = self.memberships[id as usize].as_ref()?;
-                (membership.selection.member_kind() != MemberKind::Entity)
-                    .then(|| (key.clone(), membership.selection.clone()))
+                Some((key.clone(), membership.selection.clone()))
             })
             .collect()
     }

@@ -57,11 +57,14 @@ fn publish<'a>(
     let mut full = Selections::new(&snapshot, &local());
     let mut out = Vec::new();
     for selection in selections {
-        let nodes = snapshot.iter().filter_map(|o| match o {
-            Object::Node(node) => node_member(&NodeEntry::of(node))
-                .filter(|_| selection.matches_node(&NodeEntry::of(node))),
-            _ => None,
-        });
+        let nodes = snapshot
+            .iter()
+            .filter_map(|o| match o {
+                Object::Node(node) => Some(NodeEntry::of(node)),
+                _ => None,
+            })
+            .filter(|n| selection.matches_node(n))
+            .filter_map(|n| node_member(&n));
         let mut members: Vec<GroupMember> = snapshot
             .iter()
             .filter_map(|o| match o {
