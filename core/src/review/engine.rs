@@ -110,7 +110,7 @@ impl<'a> Engine<'a> {
     }
 
     fn sends(&self, point: PointId) -> bool {
-        self.universe.points[point as usize].sends(&self.universe)
+        self.universe.points[point as usize].sends()
     }
 
     fn v6(&self, point: PointId) -> bool {

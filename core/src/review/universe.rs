@@ -43,14 +43,13 @@ pub(crate) struct Point {
 }
 
 impl Point {
-    /// Whether the point can send a connection (a ClusterIP and an FQDN
-    /// selector only receive them).
-    pub fn sends(&self, universe: &Universe) -> bool {
-        match self.kind {
-            PointKind::Fqdn(_) => false,
-            PointKind::Address => !universe.cluster_ips.contains(&self.rep),
-            PointKind::External(_) => true,
-        }
+    /// Whether the point can send a connection: an FQDN selector only
+    /// receives them. A ClusterIP sends like any address outside the
+    /// endpoints (kube-proxy never makes it a new connection's source, but
+    /// a forged packet or an IPVS node's own traffic can), in its own rows:
+    /// a rule may name it apart from the piece around it.
+    pub fn sends(&self) -> bool {
+        !matches!(self.kind, PointKind::Fqdn(_))
     }
 }
 
@@ -69,7 +68,6 @@ impl FqdnLookup for PointLookup<'_> {
 pub(crate) struct Universe {
     pub points: Vec<Point>,
     pub by_address: HashMap<IpAddr, PointId>,
-    pub cluster_ips: BTreeSet<IpAddr>,
     /// Every point's representative address with its id, sorted (for the
     /// points inside a block).
     sorted: Vec<(IpAddr, PointId)>,
@@ -168,7 +166,6 @@ impl Universe {
         Universe {
             points,
             by_address,
-            cluster_ips,
             sorted,
         }
     }

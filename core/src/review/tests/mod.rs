@@ -71,5 +71,53 @@ fn the_lab_with_tenant_isolation_dropping_instead_of_rejecting() {
         .is_empty());
 }
 
+/// A Service's ClusterIP named by a `toServices` rule is a point of its
+/// own; a flow from it (forged, or an IPVS node's own traffic) is still
+/// decided by the ingress rules, so when those change the report holds it
+/// in a row of its own. Found by the property test in CI: the ClusterIP
+/// was taken for a receiver only, so when a policy went into dry-run the
+/// flows from it opened and no row held them.
+///
+/// Mutation: `Point::sends` false for ClusterIPs → no row from
+/// `10.96.0.10/32` (tried: it fails).
+#[test]
+fn a_clusterip_named_by_a_rule_is_reviewed_as_a_source() {
+    let policy = |annotations: &str| {
+        format!(
+            "{}\n---\napiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {{{annotations}name: a0}}
+spec:
+  priority: 13
+  tier: securityops
+  appliedTo: [{{namespaceSelector: {{matchLabels: {{env: dev}}}}}}]
+  ingress:
+  - action: Drop
+    name: r1
+  egress:
+  - action: Allow
+    name: r0
+    toServices: [{{name: web, namespace: ns-a}}]
+",
+            generate::INVENTORY
+        )
+    };
+    let report = diff(
+        &side(&policy("")),
+        &side(&policy("annotations: {tollgate.io/dry-run: \"true\"}, ")),
+        false,
+    );
+    let from_clusterip: Vec<&Change> = report
+        .changes
+        .iter()
+        .filter(|c| c.from.iter().any(|f| f == "10.96.0.10/32"))
+        .collect();
+    assert!(!from_clusterip.is_empty(), "{report:#?}");
+    for change in from_clusterip {
+        assert_eq!(change.before.verdict, "Drop");
+        assert_eq!(change.after.verdict, "Allow");
+    }
+}
+
 mod exhaustive;
 mod generate;
