@@ -213,6 +213,7 @@ pub fn run(args: &Args) -> Result<(), String> {
     let sent = api.sent();
     let node_events_after = node_events(&api);
     let real_rss: Vec<f64> = real.iter().map(RealAgent::rss_mib).collect();
+    let real_parts: Vec<(f64, f64)> = real.iter().map(RealAgent::rss_parts_mib).collect();
 
     let n = agents.agents.len().max(1) as f64;
     let mut events = Vec::new();
@@ -300,10 +301,12 @@ pub fn run(args: &Args) -> Result<(), String> {
                 .collect(),
         );
         println!(
-            "real agent {} (node-{}): RSS {:.1} MiB after the churn; CPU {:.2} ms per ruleset applied (the agent {:.2}, its iptables/ipset processes {:.2}; {} applied in the first {:.0} s of churn, idle baseline {:.1} % subtracted{}; {:.1} ms of CPU a second of that churn, reloads that applied no ruleset included); probes applied: {}, p50 {:.0} ms, p99 {:.0} ms",
+            "real agent {} (node-{}): RSS {:.1} MiB after the churn ({:.1} its own, {:.1} pages of its executable and libraries, shared); CPU {:.2} ms per ruleset applied (the agent {:.2}, its iptables/ipset processes {:.2}; {} applied in the first {:.0} s of churn, idle baseline {:.1} % subtracted{}; {:.1} ms of CPU a second of that churn, reloads that applied no ruleset included); probes applied: {}, p50 {:.0} ms, p99 {:.0} ms",
             agent.name,
             if i == 0 { wide } else { local },
             real_rss[i],
+            real_parts[i].0,
+            real_parts[i].1,
             cpu_per_change[i].0 .0 + cpu_per_change[i].0 .1,
             cpu_per_change[i].0 .0,
             cpu_per_change[i].0 .1,

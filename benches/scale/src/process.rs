@@ -15,10 +15,23 @@ impl Drop for Process {
 
 /// VmRSS of `pid`, in MiB.
 pub fn rss_mib(pid: u32) -> f64 {
+    status_mib(pid, "VmRSS:")
+}
+
+/// What VmRSS is made of, in MiB: the process's own memory (RssAnon:
+/// heap, stacks) and the pages of files it maps (RssFile: the
+/// executable's code and data, the libraries; shared with every process
+/// mapping them, and the kernel may drop them under pressure).
+pub fn rss_parts_mib(pid: u32) -> (f64, f64) {
+    (status_mib(pid, "RssAnon:"), status_mib(pid, "RssFile:"))
+}
+
+/// A `kB` line of `/proc/<pid>/status`, in MiB (0 when unreadable).
+fn status_mib(pid: u32, key: &str) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(key))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map_or(0.0, |kb| kb / 1024.0)
 }

@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 use tollgate_fake_api::{kubeconfig_at, FakeApi};
 
 use crate::cluster::{self, Size};
-use crate::process::{cpu_split, rss_mib, Process};
+use crate::process::{cpu_split, rss_mib, rss_parts_mib, Process};
 
 /// The Namespace of the local agent's probe Pods and policy (not one the
 /// churn edits); the wide agent's target is in Namespace 0, an edge one.
@@ -178,6 +178,11 @@ impl RealAgent {
 
     pub fn rss_mib(&self) -> f64 {
         rss_mib(self.pid())
+    }
+
+    /// Its RSS as its own memory and mapped files' pages, in MiB.
+    pub fn rss_parts_mib(&self) -> (f64, f64) {
+        rss_parts_mib(self.pid())
     }
 
     /// The agent's CPU seconds, and its child processes'.
