@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 
 /// `metadata` of any object. Unknown keys are rejected so that a typo such as
@@ -18,28 +19,34 @@ pub struct ObjectMeta {
     pub labels: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
+    // The API server's bookkeeping: accepted (a manifest saved with
+    // `kubectl get -o yaml` loads) and dropped as it is read, so no object
+    // carries it (kept, it made ObjectMeta 384 bytes where it is 96, in
+    // every object, and made every write of an object a change). Nothing
+    // decides by it; the Kubernetes source reads uid, generation and
+    // resourceVersion from the raw object for what it reports.
     #[serde(default, skip_serializing)]
-    pub uid: Option<String>,
+    pub uid: IgnoredAny,
     #[serde(default, skip_serializing)]
-    pub resource_version: Option<String>,
+    pub resource_version: IgnoredAny,
     #[serde(default, skip_serializing)]
-    pub generation: Option<i64>,
+    pub generation: IgnoredAny,
     #[serde(default, skip_serializing)]
-    pub generate_name: Option<String>,
+    pub generate_name: IgnoredAny,
     #[serde(default, skip_serializing)]
-    pub creation_timestamp: Option<serde_json::Value>,
+    pub creation_timestamp: IgnoredAny,
     #[serde(default, skip_serializing)]
-    pub deletion_timestamp: Option<serde_json::Value>,
+    pub deletion_timestamp: IgnoredAny,
     #[serde(default, skip_serializing)]
-    pub deletion_grace_period_seconds: Option<i64>,
+    pub deletion_grace_period_seconds: IgnoredAny,
     #[serde(default, skip_serializing)]
-    pub managed_fields: Option<serde_json::Value>,
+    pub managed_fields: IgnoredAny,
     #[serde(default, skip_serializing)]
-    pub owner_references: Option<serde_json::Value>,
+    pub owner_references: IgnoredAny,
     #[serde(default, skip_serializing)]
-    pub finalizers: Option<serde_json::Value>,
+    pub finalizers: IgnoredAny,
     #[serde(default, skip_serializing)]
-    pub self_link: Option<String>,
+    pub self_link: IgnoredAny,
 }
 
 /// The annotation that puts a policy of any kind in dry-run: with the value

@@ -212,8 +212,9 @@ impl fmt::Display for Kind {
 }
 
 /// One decoded object. Its serialized form is what decisions are made
-/// from: the bookkeeping the API server adds (`resourceVersion`, `uid`,
-/// timestamps, a policy's `status`) is read but never serialized.
+/// from: the bookkeeping the API server adds to metadata
+/// (`resourceVersion`, `uid`, timestamps) is accepted and dropped as it is
+/// read, and a policy's `status` is read but never serialized.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub enum Object {
     Tier(Tier),

@@ -315,3 +315,41 @@ fn every_object_written_as_a_document_reads_back_equal() {
         );
     }
 }
+
+/// The API server's bookkeeping in metadata (uid, resourceVersion,
+/// timestamps, managedFields, …) is accepted and dropped as it is read:
+/// every kind decodes to the object its example makes without it, so a
+/// write that changes only bookkeeping is no change, and no object carries
+/// its bytes.
+///
+/// Mutation: `uid` kept as `Option<String>` → the objects differ (tried:
+/// it fails).
+#[test]
+fn metadata_bookkeeping_is_dropped_as_it_is_read() {
+    const BOOKKEEPING: [&str; 11] = [
+        "uid",
+        "resourceVersion",
+        "generation",
+        "generateName",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "managedFields",
+        "ownerReferences",
+        "finalizers",
+        "selfLink",
+    ];
+    for full in full_examples() {
+        let mut bare = full.clone();
+        let meta = bare["metadata"].as_object_mut().unwrap();
+        for key in BOOKKEEPING {
+            assert!(meta.remove(key).is_some(), "the example sets {key}");
+        }
+        let full = Object::from_value(full).unwrap();
+        assert_eq!(full, Object::from_value(bare).unwrap());
+        let document = full.to_document();
+        for key in BOOKKEEPING {
+            assert!(document["metadata"].get(key).is_none(), "{key} written");
+        }
+    }
+}

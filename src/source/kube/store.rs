@@ -407,31 +407,14 @@ fn is_policy(kind: Kind) -> bool {
     )
 }
 
-/// Metadata fields no part of tollgate reads; the model would keep them.
-/// The API server's bookkeeping (`resourceVersion` and the rest) is read
-/// into the [`Identity`] before they go: kept in the object, it would make
-/// every write of it a change, a Node's status report as much as a
-/// policy edit.
-const UNUSED_METADATA: [&str; 11] = [
-    "managedFields",
-    "ownerReferences",
-    "finalizers",
-    "selfLink",
-    "uid",
-    "resourceVersion",
-    "generation",
-    "generateName",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-];
-
-/// Drops the metadata tollgate never reads before the object is decoded:
-/// `managedFields` alone is often larger than everything else a Pod keeps.
-/// Annotations are only read on Namespaces (audit logging of Kubernetes
-/// NetworkPolicies) and policies, so inventory objects lose them too. Only
-/// a Pod's and a Node's `status` is read (addresses): the status other
-/// controllers write on policies (Antrea's realization, for one) goes too.
+/// Drops what the model would keep but tollgate never reads, before the
+/// object is decoded (the API server's bookkeeping, `managedFields` and
+/// the rest, the model drops itself: [`crate::model::ObjectMeta`]; the
+/// [`Identity`] is read from the raw object first). Annotations are only
+/// read on Namespaces (audit logging of Kubernetes NetworkPolicies) and
+/// policies, so inventory objects lose them. Only a Pod's and a Node's
+/// `status` is read (addresses): the status other controllers write on
+/// policies (Antrea's realization, for one) goes.
 fn slim(kind: Kind, value: &mut Value) {
     let Some(object) = value.as_object_mut() else {
         return;
@@ -442,9 +425,6 @@ fn slim(kind: Kind, value: &mut Value) {
     let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
         return;
     };
-    for field in UNUSED_METADATA {
-        meta.remove(field);
-    }
     if matches!(
         kind,
         Kind::Pod | Kind::Node | Kind::Service | Kind::ServiceAccount | Kind::ExternalEntity
@@ -794,7 +774,7 @@ mod tests {
         // Unknown fields (resources, phase, image) are not kept anywhere.
         let debug = format!("{p:?}");
         assert!(!debug.contains("Running") && !debug.contains("limits"));
-        assert!(p.metadata.managed_fields.is_none() && p.metadata.owner_references.is_none());
+        assert!(!debug.contains("kubelet") && !debug.contains("ReplicaSet"));
         assert!(p.metadata.annotations.is_empty());
     }
 

@@ -355,7 +355,6 @@ fn feed(incremental: &mut Incremental, world: &mut World, change: &Change) -> Up
             // What a status write changes and policy never reads.
             let mut object = world.pod_object(*index);
             if let crate::model::Object::Pod(pod) = &mut object {
-                pod.metadata.resource_version = Some(format!("{index}-next"));
                 pod.metadata
                     .annotations
                     .insert("ready".into(), "true".into());
