@@ -60,7 +60,7 @@ fn policy() -> Value {
 /// The selection of the policy's peer, as the agent normalises it.
 fn db() -> Selection {
     let selector = |k: &str, v: &str| LabelSelector {
-        match_labels: [(k.to_string(), v.to_string())].into(),
+        match_labels: [(k.to_string(), v.to_string())].into_iter().collect(),
         match_expressions: Vec::new(),
     };
     Selection::Pods {
@@ -480,7 +480,9 @@ fn controller_mode_hears_its_own_node_and_the_others_as_a_node_group() {
 
     // The Node group is waited for, then read.
     let role_db = Selection::Nodes(LabelSelector {
-        match_labels: [("role".to_string(), "db".to_string())].into(),
+        match_labels: [("role".to_string(), "db".to_string())]
+            .into_iter()
+            .collect(),
         match_expressions: Vec::new(),
     });
     assert!(agent.compile().is_none());

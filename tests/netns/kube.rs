@@ -551,7 +551,9 @@ fn client_group(ips: &[IpAddr]) -> Value {
     let selection = Selection::Pods {
         namespaces: NamespaceScope::All,
         pods: Some(LabelSelector {
-            match_labels: [("app".to_string(), "client".to_string())].into(),
+            match_labels: [("app".to_string(), "client".to_string())]
+                .into_iter()
+                .collect(),
             match_expressions: Vec::new(),
         }),
     };

@@ -653,7 +653,9 @@ fn intruder_slices(lab: &Lab) -> (String, [Value; 2]) {
     let selection = Selection::Pods {
         namespaces: NamespaceScope::All,
         pods: Some(LabelSelector {
-            match_labels: [("app".to_string(), "intruder".to_string())].into(),
+            match_labels: [("app".to_string(), "intruder".to_string())]
+                .into_iter()
+                .collect(),
             match_expressions: Vec::new(),
         }),
     };

@@ -176,7 +176,10 @@ impl Compiler<'_> {
         Some(Selection::Pods {
             namespaces: NamespaceScope::named(&reference.namespace),
             pods: Some(LabelSelector {
-                match_labels: selector.clone(),
+                match_labels: selector
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
                 match_expressions: Vec::new(),
             }),
         })

@@ -249,7 +249,10 @@ impl<'a> Inventory<'a> {
             return Vec::new();
         };
         let selector = LabelSelector {
-            match_labels: selector.clone(),
+            match_labels: selector
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
             match_expressions: Vec::new(),
         };
         self.pods_matching(Some(&selector), Some(&[reference.namespace.as_str()]))

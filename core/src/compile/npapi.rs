@@ -9,6 +9,7 @@
 //! Never orders policies itself (`priority.rs` does: it hands them over a
 //! group sharing a priority at a time), never decides a flow.
 
+use litemap::LiteMap;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -270,7 +271,7 @@ impl Compiler<'_> {
             let pairs = keys
                 .iter()
                 .map(|k| Some((k.clone(), own.get(k)?.clone())))
-                .collect::<Option<BTreeMap<_, _>>>()?;
+                .collect::<Option<LiteMap<_, _>>>()?;
             Some(LabelSelector {
                 match_labels: pairs,
                 match_expressions: Vec::new(),

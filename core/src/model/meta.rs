@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use litemap::LiteMap;
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 
@@ -68,8 +69,8 @@ impl ObjectMeta {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct LabelSelector {
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub match_labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "LiteMap::is_empty")]
+    pub match_labels: LiteMap<String, String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub match_expressions: Vec<LabelSelectorRequirement>,
 }
@@ -159,7 +160,7 @@ mod tests {
 
     fn expr(key: &str, operator: SelectorOperator, values: &[&str]) -> LabelSelector {
         LabelSelector {
-            match_labels: BTreeMap::new(),
+            match_labels: LiteMap::new(),
             match_expressions: vec![LabelSelectorRequirement {
                 key: key.into(),
                 operator,
@@ -177,7 +178,9 @@ mod tests {
     #[test]
     fn match_labels_needs_every_pair() {
         let sel = LabelSelector {
-            match_labels: labels(&[("app", "web"), ("tier", "fe")]),
+            match_labels: labels(&[("app", "web"), ("tier", "fe")])
+                .into_iter()
+                .collect(),
             ..Default::default()
         };
         assert!(sel.matches(&labels(&[("app", "web"), ("tier", "fe"), ("x", "y")])));

@@ -8,9 +8,9 @@
 //! Known limit: CIDRs and IGMP group addresses are kept parsed, so a
 //! non-canonical spelling (`FD00::/64`) hashes as its canonical form.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use litemap::LiteMap;
 use sha1::{Digest, Sha1};
 
 use super::antrea::{
@@ -291,7 +291,7 @@ impl GoObject {
     }
 
     /// `map[string]string,omitempty`: keys sorted, as Go sorts them.
-    fn map(&mut self, key: &str, map: &BTreeMap<String, String>) {
+    fn map(&mut self, key: &str, map: &LiteMap<String, String>) {
         if !map.is_empty() {
             let parts: Vec<String> = map
                 .iter()

@@ -144,7 +144,9 @@ mod tests {
         Selection::Pods {
             namespaces: NamespaceScope::names(["b", "a"]),
             pods: Some(LabelSelector {
-                match_labels: [("app".to_string(), value.to_string())].into(),
+                match_labels: [("app".to_string(), value.to_string())]
+                    .into_iter()
+                    .collect(),
                 match_expressions: Vec::new(),
             }),
         }

@@ -41,7 +41,7 @@ fn by_app(app: &str) -> Selection {
     Selection::Pods {
         namespaces: NamespaceScope::All,
         pods: Some(LabelSelector {
-            match_labels: [("app".to_string(), app.to_string())].into(),
+            match_labels: [("app".to_string(), app.to_string())].into_iter().collect(),
             match_expressions: Vec::new(),
         }),
     }
@@ -101,7 +101,9 @@ fn a_namespace_label_change_moves_its_pods_in_namespace_selector_sets() {
     let mut selections = Selections::new(&snapshot, &LocalNode::default());
     let prod = Selection::Pods {
         namespaces: NamespaceScope::Selector(LabelSelector {
-            match_labels: [("env".to_string(), "prod".to_string())].into(),
+            match_labels: [("env".to_string(), "prod".to_string())]
+                .into_iter()
+                .collect(),
             match_expressions: Vec::new(),
         }),
         pods: None,

@@ -186,7 +186,7 @@ fn nodes(key: &str, value: Option<&str>) -> Selection {
     use crate::model::{LabelSelector, LabelSelectorRequirement, SelectorOperator};
     Selection::Nodes(match value {
         Some(value) => LabelSelector {
-            match_labels: [(key.to_string(), value.to_string())].into(),
+            match_labels: [(key.to_string(), value.to_string())].into_iter().collect(),
             match_expressions: Vec::new(),
         },
         None => LabelSelector {
@@ -204,7 +204,7 @@ fn app_in(namespaces: NamespaceScope, app: &str) -> Selection {
     Selection::Pods {
         namespaces,
         pods: Some(crate::model::LabelSelector {
-            match_labels: [("app".to_string(), app.to_string())].into(),
+            match_labels: [("app".to_string(), app.to_string())].into_iter().collect(),
             match_expressions: Vec::new(),
         }),
     }

@@ -45,7 +45,9 @@ fn app(scope: NamespaceScope, value: &str) -> Selection {
     Selection::Pods {
         namespaces: scope,
         pods: Some(LabelSelector {
-            match_labels: [("app".to_string(), value.to_string())].into(),
+            match_labels: [("app".to_string(), value.to_string())]
+                .into_iter()
+                .collect(),
             match_expressions: Vec::new(),
         }),
     }
@@ -189,7 +191,9 @@ fn put_node(publisher: &mut Publisher, entry: NodeEntry) {
 fn a_node_selection_is_published_from_the_nodes() {
     let mut publisher = Publisher::new();
     let web = Selection::Nodes(LabelSelector {
-        match_labels: [("role".to_string(), "web".to_string())].into(),
+        match_labels: [("role".to_string(), "web".to_string())]
+            .into_iter()
+            .collect(),
         match_expressions: Vec::new(),
     });
     let k = key(&web);
@@ -324,7 +328,9 @@ fn a_namespace_label_change_moves_its_pods_in_and_out() {
     let mut publisher = Publisher::new();
     let prod = Selection::Pods {
         namespaces: NamespaceScope::Selector(LabelSelector {
-            match_labels: [("env".to_string(), "prod".to_string())].into(),
+            match_labels: [("env".to_string(), "prod".to_string())]
+                .into_iter()
+                .collect(),
             match_expressions: Vec::new(),
         }),
         pods: None,
@@ -448,7 +454,9 @@ fn change() -> impl Strategy<Value = Change> {
 
 fn world_selections() -> Vec<Selection> {
     let prod = NamespaceScope::Selector(LabelSelector {
-        match_labels: [("env".to_string(), "prod".to_string())].into(),
+        match_labels: [("env".to_string(), "prod".to_string())]
+            .into_iter()
+            .collect(),
         match_expressions: Vec::new(),
     });
     vec![
