@@ -60,6 +60,7 @@ use signals::Event;
 
 /// Runs the agent until SIGTERM or SIGINT.
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    crate::sys::return_large_allocations();
     args.log.install()?;
     let (starting, inbox) = start(&args)?;
     match starting.wait_for_snapshot(&inbox)? {

@@ -11,6 +11,7 @@ use crate::cli::ControllerArgs;
 use crate::controller::{Controller, Options};
 
 pub fn controller(args: &ControllerArgs) -> Result<ExitCode, CommandError> {
+    crate::sys::return_large_allocations();
     let usage = |e: &dyn std::fmt::Display| CommandError::Usage(format!("{e:#}"));
     crate::logging::install(args.log_level.as_deref(), args.log_json).map_err(|e| usage(&e))?;
     let identity = args
