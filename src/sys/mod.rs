@@ -132,9 +132,9 @@ pub fn set_receive_buffer(fd: std::os::fd::BorrowedFd<'_>, bytes: usize) -> std:
 /// the C library is not glibc, or where the operator set
 /// `MALLOC_MMAP_THRESHOLD_` (glibc's own setting wins).
 pub fn return_large_allocations() {
-    const BYTES: libc::c_int = 1024 * 1024;
     #[cfg(target_env = "gnu")]
     if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none() {
+        const BYTES: libc::c_int = 1024 * 1024;
         // SAFETY: mallopt takes two integers and only sets the
         // allocator's parameters; called before any thread is started.
         unsafe {

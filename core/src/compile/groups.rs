@@ -172,16 +172,9 @@ impl Compiler<'_> {
             .inv
             .services
             .get(&(reference.namespace.clone(), reference.name.clone()))?;
-        let selector = service.spec.selector.as_ref().filter(|s| !s.is_empty())?;
         Some(Selection::Pods {
             namespaces: NamespaceScope::named(&reference.namespace),
-            pods: Some(LabelSelector {
-                match_labels: selector
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect(),
-                match_expressions: Vec::new(),
-            }),
+            pods: Some(service.backends_selector()?),
         })
     }
 

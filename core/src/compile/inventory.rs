@@ -245,15 +245,8 @@ impl<'a> Inventory<'a> {
         else {
             return Vec::new();
         };
-        let Some(selector) = service.spec.selector.as_ref().filter(|s| !s.is_empty()) else {
+        let Some(selector) = service.backends_selector() else {
             return Vec::new();
-        };
-        let selector = LabelSelector {
-            match_labels: selector
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-            match_expressions: Vec::new(),
         };
         self.pods_matching(Some(&selector), Some(&[reference.namespace.as_str()]))
     }

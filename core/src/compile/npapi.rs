@@ -9,9 +9,10 @@
 //! Never orders policies itself (`priority.rs` does: it hands them over a
 //! group sharing a priority at a time), never decides a flow.
 
-use litemap::LiteMap;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+use litemap::LiteMap;
 
 use crate::fqdn::FqdnPattern;
 use crate::model::{

@@ -316,6 +316,20 @@ impl Service {
         self.metadata.namespace.as_deref().unwrap_or("default")
     }
 
+    /// Its backends' labels as a selector of Pods in its Namespace; none
+    /// for a Service without a selector (or with an empty one: its
+    /// endpoints are managed by hand).
+    pub fn backends_selector(&self) -> Option<LabelSelector> {
+        let selector = self.spec.selector.as_ref().filter(|s| !s.is_empty())?;
+        Some(LabelSelector {
+            match_labels: selector
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            match_expressions: Vec::new(),
+        })
+    }
+
     /// ClusterIPs that are addresses (`None` for headless Services is skipped).
     pub fn cluster_ips(&self) -> Vec<IpAddr> {
         let mut ips: Vec<IpAddr> = self
