@@ -9,7 +9,7 @@
 //! ruleset (also after a 410 Gone and its relist), a group of another key
 //! never reaches it, a status write of a
 //! remote Pod sends it nothing, other Nodes come only as Node groups, a missing group keeps the last ruleset
-//! and says it waits, and the controller's Lease reads stale when absent
+//! and says it waits, an unreadable slice is skipped alone, and the controller's Lease reads stale when absent
 //! or not renewed within its duration, fresh when renewed.
 #![allow(clippy::disallowed_methods)] // the test waits on the clock for the watcher.
 
@@ -563,6 +563,47 @@ fn the_group_watch_follows_the_keys_the_rules_need() {
         })
         .unwrap();
     assert_eq!(verdict(&ruleset, "10.2.0.2"), Verdict::Drop);
+}
+
+/// A slice that cannot be read (an address that is not one) is skipped
+/// on its own: the slices listed with it are held, its group waits (never
+/// read as empty or as the slices received), no request fails, and the
+/// slice written again readable completes the group on the same watch.
+///
+/// Mutation: `peers::Received` decoding the spec directly
+/// (`AddressGroupSpec::deserialize`, an error fails the whole list): the
+/// list fails and is retried, a watch error is counted and no ruleset is
+/// built (tried: fails).
+#[test]
+fn an_unreadable_slice_is_skipped_alone_and_its_group_waits_for_it() {
+    let api = FakeApi::start("127.0.0.1:0");
+    setup(&api);
+    let mut first = slice(&db(), 0, &["10.2.0.2"]);
+    first["spec"]["slices"] = json!([1]);
+    api.apply(first);
+    let mut unreadable = slice(&db(), 1, &["10.2.0.3"]);
+    unreadable["spec"]["members"][0]["ips"][0] = json!("not-an-address");
+    api.apply(unreadable);
+    let mut agent = Agent::start(api);
+    agent.wait_for("slice 0 held, the group waiting", |r, a| {
+        assert!(r.is_none(), "a ruleset built without slice 1");
+        a.peers.held().len() == 1 && a.peers.waiting() == 1
+    });
+    assert_eq!(
+        metric(&agent.metrics, "tollgate_kubernetes_watch_errors_total"),
+        0
+    );
+    agent.api.apply(slice(&db(), 1, &["10.2.0.3"]));
+    let ruleset = agent
+        .wait_for("the group complete", |r, _| r.is_some())
+        .unwrap();
+    assert_eq!(verdict(&ruleset, "10.2.0.2"), Verdict::Allow);
+    assert_eq!(verdict(&ruleset, "10.2.0.3"), Verdict::Allow);
+    assert_eq!(verdict(&ruleset, "10.2.0.9"), Verdict::Drop);
+    assert_eq!(
+        metric(&agent.metrics, "tollgate_kubernetes_watch_errors_total"),
+        0
+    );
 }
 
 /// The positive control of `tollgate_controller_stale`: a Lease renewed
