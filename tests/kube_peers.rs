@@ -165,7 +165,7 @@ impl Agent {
             .compiler
             .get_or_insert_with(|| Incremental::controller(&snapshot, &local()));
         compiler.update(&snapshot, &local());
-        compiler.set_groups(self.peers.held().values().map(|s| &**s));
+        compiler.set_groups(self.peers.held().values());
         let built = compiler.ruleset();
         let waiting = compiler.waiting();
         self.peers

@@ -55,10 +55,10 @@ impl Peers {
         let gone = last
             .iter()
             .filter(|(name, _)| !held.contains_key(*name))
-            .map(|(_, was)| (Some(&**was), None));
+            .map(|(_, was)| (Some(was), None));
         let changed = held.iter().filter_map(|(name, is)| match last.get(name) {
             Some(was) if Arc::ptr_eq(was, is) => None,
-            was => Some((was.map(|w| &**w), Some(&**is))),
+            was => Some((was, Some(is))),
         });
         let update = incremental.patch_groups(gone.chain(changed));
         self.handed = Arc::clone(&held);

@@ -346,9 +346,9 @@ impl Incremental {
     /// filed under the key of its `selection` ([`key_of`]).
     pub fn set_groups<'a>(
         &mut self,
-        groups: impl IntoIterator<Item = &'a AddressGroupSpec>,
+        groups: impl IntoIterator<Item = &'a Arc<AddressGroupSpec>>,
     ) -> Update {
-        let mut given: BTreeMap<(String, u32), &AddressGroupSpec> = BTreeMap::new();
+        let mut given: BTreeMap<(String, u32), &Arc<AddressGroupSpec>> = BTreeMap::new();
         for spec in groups {
             given.insert((key_of(&spec.selection), spec.slice), spec);
         }
@@ -373,14 +373,19 @@ impl Incremental {
     /// agent's CPU at 150,000 Pods.
     pub fn patch_groups<'a>(
         &mut self,
-        changes: impl IntoIterator<Item = (Option<&'a AddressGroupSpec>, Option<&'a AddressGroupSpec>)>,
+        changes: impl IntoIterator<
+            Item = (
+                Option<&'a Arc<AddressGroupSpec>>,
+                Option<&'a Arc<AddressGroupSpec>>,
+            ),
+        >,
     ) -> Update {
         let place = |spec: &AddressGroupSpec| (key_of(&spec.selection), spec.slice);
         let mut gone = Vec::new();
         let mut put = Vec::new();
         for (was, is) in changes {
             let now = is.map(|spec| (place(spec), spec));
-            if let Some(was) = was.map(place) {
+            if let Some(was) = was.map(|was| place(was)) {
                 if now.as_ref().is_none_or(|(at, _)| *at != was) {
                     gone.push(was);
                 }
@@ -395,7 +400,7 @@ impl Incremental {
     fn put_slices<'a>(
         &mut self,
         gone: impl IntoIterator<Item = (String, u32)>,
-        put: impl IntoIterator<Item = (String, u32, &'a AddressGroupSpec)>,
+        put: impl IntoIterator<Item = (String, u32, &'a Arc<AddressGroupSpec>)>,
     ) -> Update {
         let mut changed = false;
         for (key, slice) in gone {

@@ -12,6 +12,7 @@
 //! inventory. Never talks to an API server.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use crate::compile::LocalNode;
 use crate::model::Snapshot;
@@ -26,7 +27,9 @@ use super::Selections;
 /// reads each key.
 #[derive(Debug, Default)]
 pub(super) struct Published {
-    slices: HashMap<String, BTreeMap<u32, Vec<GroupMember>>>,
+    /// Shared with whoever handed them (the agent's source holds the
+    /// same slices: at 150,000 Pods a copy was ~9 MiB).
+    slices: HashMap<String, BTreeMap<u32, Arc<AddressGroupSpec>>>,
     /// The other slices each slice 0 held lists, by key.
     listed: HashMap<String, Vec<u32>>,
     /// Pod and Node selections in use: id → key, key → id.
@@ -43,7 +46,7 @@ impl Published {
             .get(&key)
             .into_iter()
             .flat_map(|s| s.values())
-            .flatten()
+            .flat_map(|s| &s.members)
         {
             membership.add(&member.ips);
         }
@@ -83,32 +86,42 @@ impl Selections {
     /// removes it); whether a selection in use changed (its members or
     /// whether it is complete). The named ports of every slice held are
     /// kept, in use or not. Ignored in watch mode.
-    pub fn set_slice(&mut self, key: &str, slice: u32, spec: Option<&AddressGroupSpec>) -> bool {
+    pub fn set_slice(
+        &mut self,
+        key: &str,
+        slice: u32,
+        spec: Option<&Arc<AddressGroupSpec>>,
+    ) -> bool {
         let Some(published) = self.published.as_mut() else {
             return false;
         };
         let held = published.slices.get(key).and_then(|s| s.get(&slice));
-        let members = spec.map(|s| s.members.as_slice());
-        let listing = spec.filter(|_| slice == 0).map(|s| &s.slices);
-        let listed = (slice == 0).then(|| published.listed.get(key)).flatten();
-        // Compared before anything is copied: most slices handed again
-        // are the ones held.
-        if held.map(Vec::as_slice) == members && listed == listing {
+        // Compared before anything changes: most slices handed again are
+        // the ones held (the same, or equal).
+        let same = match (held, spec) {
+            (Some(held), Some(spec)) => {
+                Arc::ptr_eq(held, spec)
+                    || (held.members == spec.members && (slice != 0 || held.slices == spec.slices))
+            }
+            (held, spec) => held.is_none() && spec.is_none(),
+        };
+        if same {
             return false;
         }
         if slice == 0 {
-            match listing {
-                Some(listing) => published.listed.insert(key.to_string(), listing.clone()),
+            match spec {
+                Some(spec) => published
+                    .listed
+                    .insert(key.to_string(), spec.slices.clone()),
                 None => published.listed.remove(key),
             };
         }
-        let members = members.map(<[GroupMember]>::to_vec);
-        let old = match &members {
-            Some(members) => published
+        let old = match spec {
+            Some(spec) => published
                 .slices
                 .entry(key.to_string())
                 .or_default()
-                .insert(slice, members.clone()),
+                .insert(slice, Arc::clone(spec)),
             None => {
                 let slices = published.slices.get_mut(key).expect("held");
                 let old = slices.remove(&slice);
@@ -118,18 +131,19 @@ impl Selections {
                 old
             }
         };
+        fn members(spec: Option<&Arc<AddressGroupSpec>>) -> &[GroupMember] {
+            spec.map_or(&[], |s| &s.members)
+        }
+        let (old, new) = (members(old.as_ref()), members(spec));
         // Named ports follow every slice held, in use or not.
         let holder = format!("~{key}");
-        let count = old
-            .as_ref()
-            .map_or(0, Vec::len)
-            .max(members.as_ref().map_or(0, Vec::len));
-        for index in 0..count {
-            let at = |m: &Option<Vec<GroupMember>>| {
-                m.as_ref().and_then(|m| m.get(index)).and_then(ports)
-            };
+        for index in 0..old.len().max(new.len()) {
             let place = (holder.clone(), format!("{slice}/{index}"));
-            self.ports_moved(&place, at(&old), at(&members));
+            self.ports_moved(
+                &place,
+                old.get(index).and_then(ports),
+                new.get(index).and_then(ports),
+            );
         }
         let published = self.published.as_ref().expect("controller mode");
         let Some(&id) = published.ids.get(key) else {
@@ -139,10 +153,10 @@ impl Selections {
         let membership = self.memberships[id as usize]
             .as_mut()
             .expect("a key in use names a membership");
-        for member in old.iter().flatten() {
+        for member in old {
             membership.remove(&member.ips);
         }
-        for member in members.iter().flatten() {
+        for member in new {
             membership.add(&member.ips);
         }
         true
