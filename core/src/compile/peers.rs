@@ -8,14 +8,12 @@
 //! between rules. Reads the inventory only for what the normal form needs
 //! (Namespace labels, Services, group definitions).
 
-use std::collections::HashSet;
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::fqdn::FqdnPattern;
 use crate::model::{LabelSelector, Peer};
 use crate::ruleset::{Block, PeerMatch};
-use crate::selection::{NamespaceScope, Selection};
+use crate::selection::{AddressSet, NamespaceScope, Selection};
 
 use super::inventory::PodIdx;
 use super::Compiler;
@@ -63,7 +61,7 @@ impl Compiler<'_> {
     /// The addresses of `selection`, shared by every rule that uses it;
     /// recorded in `peers` beside its set.
     pub(super) fn add_selection(&mut self, peers: &mut PeerMatch, selection: Selection) {
-        let set: Arc<HashSet<IpAddr>> = self.peers.addresses(&selection);
+        let set: Arc<AddressSet> = self.peers.addresses(&selection);
         peers.addresses.push(set);
         peers.selections.push(selection);
     }

@@ -160,8 +160,7 @@ fn content(
             .map(|set| {
                 let key = Arc::as_ptr(set) as usize;
                 *sets.entry(key).or_insert_with(|| {
-                    let mut members: Vec<IpAddr> = set.iter().copied().collect();
-                    members.sort_unstable();
+                    let members: Vec<IpAddr> = set.iter().collect();
                     let next = set_contents.len() as u32;
                     *set_contents.entry(members).or_insert(next)
                 })
@@ -266,7 +265,7 @@ pub(crate) fn peer_bits(
         if !peers.any {
             for members in &peers.addresses {
                 for ip in members.iter() {
-                    if let Some(&point) = universe.by_address.get(ip) {
+                    if let Some(&point) = universe.by_address.get(&ip) {
                         check(point);
                     }
                 }

@@ -774,11 +774,8 @@ impl Ruleset {
                         }
                     })
                     .collect();
-                let mut selected: Vec<IpAddr> = peers
-                    .addresses
-                    .iter()
-                    .flat_map(|set| set.iter().copied())
-                    .collect();
+                let mut selected: Vec<IpAddr> =
+                    peers.addresses.iter().flat_map(|set| set.iter()).collect();
                 selected.sort();
                 selected.dedup();
                 match selected.len() {

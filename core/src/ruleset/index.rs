@@ -208,7 +208,7 @@ fn peer_networks(rule: &CompiledRule) -> Option<Vec<IpNet>> {
         .addresses
         .iter()
         .flat_map(|set| set.iter())
-        .map(|&ip| IpNet::from(ip));
+        .map(IpNet::from);
     Some(peers.blocks.iter().map(|b| b.cidr).chain(hosts).collect())
 }
 

@@ -10,7 +10,7 @@ mod index;
 mod rule;
 mod ties;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use crate::fqdn::FqdnPattern;
 use crate::model::PortProtocol;
-use crate::selection::{NamedPorts, Names, Selection};
+use crate::selection::{AddressSet, NamedPorts, Names, Selection};
 
 pub use classify::{
     Consulted, DecidedBy, Decision, DirectionDecision, DryRunCause, DryRunChange, DryRunOutcome,
@@ -306,7 +306,7 @@ impl Ruleset {
     /// policies are the same.
     pub(crate) fn patched(
         &self,
-        changed: &HashMap<Selection, Arc<HashSet<IpAddr>>>,
+        changed: &HashMap<Selection, Arc<AddressSet>>,
         named_ports: NamedPorts,
         names: Names,
     ) -> Ruleset {
@@ -492,7 +492,7 @@ impl Ruleset {
 #[cfg(test)]
 impl Ruleset {
     /// Every rule's peer selections with their sets.
-    pub(crate) fn peer_sets(&self) -> impl Iterator<Item = (&Selection, &Arc<HashSet<IpAddr>>)> {
+    pub(crate) fn peer_sets(&self) -> impl Iterator<Item = (&Selection, &Arc<AddressSet>)> {
         self.rules
             .iter()
             .flat_map(|r| r.peers.selections.iter().zip(&r.peers.addresses))
@@ -510,8 +510,7 @@ impl Ruleset {
                 .iter()
                 .zip(&rule.peers.selections)
                 .map(|(set, selection)| {
-                    let mut ips: Vec<&IpAddr> = set.iter().collect();
-                    ips.sort();
+                    let ips: Vec<IpAddr> = set.iter().collect();
                     format!("{selection:?}={ips:?}")
                 })
                 .collect();

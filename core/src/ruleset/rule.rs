@@ -2,7 +2,6 @@
 //! selectors are resolved to addresses, and the reference that names it in
 //! verdicts, `trace` output and audit lines.
 
-use std::collections::HashSet;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -13,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::fqdn::{FqdnLookup, FqdnPattern};
 use crate::model::{Direction, L7Protocol, PortProtocol, RuleAction};
 use crate::packet::flow::{Flow, Transport};
-use crate::selection::Selection;
+use crate::selection::{AddressSet, Selection};
 
 /// The kind of policy a rule belongs to, spelled as the audit log spells it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -217,7 +216,7 @@ impl Block {
 pub(crate) struct PeerMatch {
     /// True when the rule has no peers: it matches every address.
     pub any: bool,
-    pub addresses: Vec<Arc<HashSet<IpAddr>>>,
+    pub addresses: Vec<Arc<AddressSet>>,
     /// The selection each of `addresses` holds the members of.
     pub selections: Vec<Selection>,
     pub blocks: Vec<Block>,

@@ -117,15 +117,15 @@ fn peers_overlap(a: &PeerMatch, b: &PeerMatch) -> bool {
     }
     let addresses = a.addresses.iter().any(|set| {
         set.iter().any(|ip| {
-            b.addresses.iter().any(|other| other.contains(ip))
-                || b.blocks.iter().any(|block| block.contains(*ip))
-                || b.services.iter().any(|(cluster_ip, ..)| cluster_ip == ip)
+            b.addresses.iter().any(|other| other.contains(&ip))
+                || b.blocks.iter().any(|block| block.contains(ip))
+                || b.services.iter().any(|(cluster_ip, ..)| *cluster_ip == ip)
         })
     });
     let reverse = b.addresses.iter().any(|set| {
         set.iter().any(|ip| {
-            a.blocks.iter().any(|block| block.contains(*ip))
-                || a.services.iter().any(|(cluster_ip, ..)| cluster_ip == ip)
+            a.blocks.iter().any(|block| block.contains(ip))
+                || a.services.iter().any(|(cluster_ip, ..)| *cluster_ip == ip)
         })
     });
     let blocks = a.blocks.iter().any(|x| {

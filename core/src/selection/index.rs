@@ -16,8 +16,8 @@ use crate::model::{Object, Snapshot};
 
 use super::membership::Membership;
 use super::{
-    members, name_label, Delta, ExternalEntry, Labels, MemberKind, NamedPort, NamedPorts, Names,
-    NamespaceScope, NodeEntry, PodEntry, Selection,
+    members, name_label, AddressSet, Delta, ExternalEntry, Labels, MemberKind, NamedPort,
+    NamedPorts, Names, NamespaceScope, NodeEntry, PodEntry, Selection,
 };
 
 /// A Namespace: its object's labels, if any, and how many Pods and
@@ -268,7 +268,7 @@ impl Selections {
 
     /// The address set of `selection`, computed on first use; marks it
     /// used (see [`Selections::begin`]).
-    pub fn addresses(&mut self, selection: &Selection) -> Arc<HashSet<IpAddr>> {
+    pub fn addresses(&mut self, selection: &Selection) -> Arc<AddressSet> {
         let id = match self.ids.get(selection) {
             Some(&id) => id,
             None => self.start(selection.clone()),
@@ -332,7 +332,7 @@ impl Selections {
 
     /// The selections whose address sets changed since last asked, with
     /// their new sets.
-    pub fn take_changed(&mut self) -> Vec<(Selection, Arc<HashSet<IpAddr>>)> {
+    pub fn take_changed(&mut self) -> Vec<(Selection, Arc<AddressSet>)> {
         self.memberships
             .iter_mut()
             .flatten()
@@ -348,7 +348,7 @@ impl Selections {
         self.memberships
             .iter()
             .flatten()
-            .any(|m| !m.touched.is_empty())
+            .any(Membership::has_pending)
     }
 
     fn start(&mut self, selection: Selection) -> u32 {
@@ -359,13 +359,7 @@ impl Selections {
                 (self.memberships.len() - 1) as u32
             }
         };
-        let mut membership = Membership {
-            selection: selection.clone(),
-            counts: HashMap::new(),
-            set: Arc::new(HashSet::new()),
-            touched: Vec::new(),
-            used: true,
-        };
+        let mut membership = Membership::new(selection.clone());
         match selection.member_kind() {
             MemberKind::Pod if self.published.is_some() => {
                 let published = self.published.as_mut().expect("controller mode");

@@ -12,6 +12,7 @@
 //! selection and share one address set. Pure: no I/O, no clock; it never
 //! decides a flow and never reads a policy.
 
+mod addresses;
 mod delta;
 mod directory;
 pub mod group;
@@ -28,6 +29,7 @@ use serde::Serialize;
 
 use crate::model::{ExternalEntity, LabelSelector, Node, Pod, PortProtocol};
 
+pub use addresses::AddressSet;
 pub use delta::{members, Delta};
 pub use directory::{NamedPorts, Names};
 pub use index::Selections;

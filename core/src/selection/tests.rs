@@ -1,4 +1,3 @@
-use std::collections::HashSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -25,8 +24,8 @@ fn pod(name: &str, ns: &str, app: &str, ip: &str) -> PodEntry {
     }
 }
 
-fn set(ips: &[&str]) -> HashSet<IpAddr> {
-    ips.iter().map(|ip| ip.parse().unwrap()).collect()
+fn set(ips: &[&str]) -> AddressSet {
+    ips.iter().map(|ip| ip.parse::<IpAddr>().unwrap()).collect()
 }
 
 fn apply_pod(selections: &mut Selections, entry: PodEntry) {

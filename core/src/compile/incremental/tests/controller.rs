@@ -91,7 +91,7 @@ fn publish<'a>(
         // local Node adds to itself (its configured labels and the
         // host's addresses), which the agent counts on its own.
         let ips: BTreeSet<IpAddr> = members.iter().flat_map(|m| m.ips.clone()).collect();
-        let expected: BTreeSet<IpAddr> = full.addresses(selection).iter().copied().collect();
+        let expected: BTreeSet<IpAddr> = full.addresses(selection).iter().collect();
         let own: BTreeSet<IpAddr> = full
             .effective_node(LOCAL)
             .filter(|n| selection.matches_node(n))
@@ -143,7 +143,7 @@ fn comparable(ruleset: &Ruleset) -> (String, BTreeMap<IpAddr, Option<u16>>) {
         .join("\n");
     let ports = ruleset
         .peer_sets()
-        .flat_map(|(_, set)| set.iter().copied())
+        .flat_map(|(_, set)| set.iter())
         .map(|ip| (ip, ruleset.named_port(ip, "http", PortProtocol::Tcp)))
         .collect();
     (fingerprint, ports)
