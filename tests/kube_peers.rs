@@ -79,8 +79,8 @@ fn slice(selection: &Selection, number: u32, ips: &[&str]) -> Value {
         members: ips
             .iter()
             .map(|ip| GroupMember {
-                ips: vec![ip.parse().expect("an address")],
-                named_ports: Vec::new(),
+                ips: [ip.parse().expect("an address")].into(),
+                named_ports: Box::default(),
             })
             .collect(),
     };

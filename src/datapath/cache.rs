@@ -564,8 +564,8 @@ COMMIT
                 slice: n,
                 slices: Vec::new(),
                 members: vec![crate::selection::group::GroupMember {
-                    ips: vec![ip.parse().unwrap()],
-                    named_ports: Vec::new(),
+                    ips: [ip.parse().unwrap()].into(),
+                    named_ports: Box::default(),
                 }],
             })
         };

@@ -17,12 +17,15 @@ fn slice(members: usize) -> Value {
         pods: None,
     };
     let member = GroupMember {
-        ips: vec!["10.0.0.1".parse().unwrap(), "fd00::1".parse().unwrap()],
-        named_ports: vec![GroupNamedPort {
+        ips: ["10.0.0.1".parse().unwrap(), "fd00::1".parse().unwrap()]
+            .as_slice()
+            .into(),
+        named_ports: [GroupNamedPort {
             name: "http".into(),
             protocol: tollgate::model::PortProtocol::Tcp,
             port: 80,
-        }],
+        }]
+        .into(),
     };
     let spec = AddressGroupSpec {
         selection: canonical(&selection),

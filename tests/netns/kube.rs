@@ -561,8 +561,8 @@ fn client_group(ips: &[IpAddr]) -> Value {
     let members = match ips.is_empty() {
         true => Vec::new(),
         false => vec![GroupMember {
-            ips: ips.to_vec(),
-            named_ports: Vec::new(),
+            ips: ips.into(),
+            named_ports: Box::default(),
         }],
     };
     let spec = AddressGroupSpec {

@@ -662,11 +662,13 @@ fn intruder_slices(lab: &Lab) -> (String, [Value; 2]) {
     let key = group::key(&selection);
     let decoys = (1..=100u8)
         .map(|n| GroupMember {
-            ips: vec![
+            ips: [
                 IpAddr::from([198, 51, 100, n]),
                 format!("2001:db8::{n:x}").parse().unwrap(),
-            ],
-            named_ports: Vec::new(),
+            ]
+            .as_slice()
+            .into(),
+            named_ports: Box::default(),
         })
         .collect();
     let slice = |number: u32, slices: Vec<u32>, members: Vec<GroupMember>| {
@@ -679,8 +681,8 @@ fn intruder_slices(lab: &Lab) -> (String, [Value; 2]) {
         group::object(&group::slice_name(&key, number), &key, &spec)
     };
     let intruder = GroupMember {
-        ips: ips(lab, "intruder").to_vec(),
-        named_ports: Vec::new(),
+        ips: ips(lab, "intruder").as_slice().into(),
+        named_ports: Box::default(),
     };
     (
         key.clone(),

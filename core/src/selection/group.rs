@@ -24,6 +24,7 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 use sha1::{Digest, Sha1};
+use smallvec::SmallVec;
 
 use crate::model::PortProtocol;
 
@@ -114,15 +115,17 @@ pub struct AddressGroupSpec {
 }
 
 /// One member of a selection: a Pod, Node or ExternalEntity reduced to
-/// what a peer needs. Never its name, labels or status.
+/// what a peer needs. Never its name, labels or status. 48 bytes and no
+/// allocation of its own for a member of one address and no named port
+/// (80 as two vectors: an agent holds 150,000 of them in a wide group).
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GroupMember {
     /// Its addresses.
-    pub ips: Vec<IpAddr>,
+    pub ips: SmallVec<[IpAddr; 1]>,
     /// Its named container ports (Pods only), for rules with named ports.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub named_ports: Vec<GroupNamedPort>,
+    #[serde(default, skip_serializing_if = "<[_]>::is_empty")]
+    pub named_ports: Box<[GroupNamedPort]>,
 }
 
 /// A named container port of a member.
@@ -180,12 +183,15 @@ mod tests {
             slice: 0,
             slices: vec![1, 3],
             members: vec![GroupMember {
-                ips: vec!["10.0.0.1".parse().unwrap(), "fd00::1".parse().unwrap()],
-                named_ports: vec![GroupNamedPort {
+                ips: ["10.0.0.1".parse().unwrap(), "fd00::1".parse().unwrap()]
+                    .as_slice()
+                    .into(),
+                named_ports: [GroupNamedPort {
                     name: "http".into(),
                     protocol: PortProtocol::Tcp,
                     port: 80,
-                }],
+                }]
+                .into(),
             }],
         };
         let json = serde_json::to_value(&spec).unwrap();

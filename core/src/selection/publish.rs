@@ -20,6 +20,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 
+use smallvec::SmallVec;
+
 use crate::compile::{LocalNode, PodShape};
 use crate::model::Snapshot;
 
@@ -110,12 +112,15 @@ fn member(ips: &[IpAddr], mut named_ports: Vec<GroupNamedPort>) -> Option<GroupM
     if ips.is_empty() {
         return None;
     }
-    let mut ips = ips.to_vec();
+    let mut ips = SmallVec::from_slice(ips);
     ips.sort_unstable();
     ips.dedup();
     named_ports.sort_unstable();
     named_ports.dedup();
-    Some(GroupMember { ips, named_ports })
+    Some(GroupMember {
+        ips,
+        named_ports: named_ports.into(),
+    })
 }
 
 /// Whether the publisher keeps groups of `selection`: Pod and Node

@@ -69,7 +69,7 @@ fn ports(member: &GroupMember) -> PortsAt {
         .iter()
         .map(|p| (p.name.clone(), p.protocol, p.port))
         .collect();
-    (!named.is_empty()).then(|| (member.ips.clone(), named))
+    (!named.is_empty()).then(|| (member.ips.to_vec(), named))
 }
 
 impl Selections {

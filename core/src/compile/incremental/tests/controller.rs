@@ -73,7 +73,7 @@ fn publish<'a>(
             })
             .filter(|p| selection.matches_pod(p, full.namespace_labels(&p.namespace)))
             .map(|p| GroupMember {
-                ips: p.ips.clone(),
+                ips: p.ips.as_slice().into(),
                 named_ports: p
                     .named_ports
                     .iter()
@@ -372,8 +372,8 @@ fn a_group_without_slice_0_is_waited_for_never_read_as_empty() {
         slice: 0,
         slices: Vec::new(),
         members: vec![GroupMember {
-            ips: vec!["10.7.7.7".parse().unwrap()],
-            named_ports: Vec::new(),
+            ips: ["10.7.7.7".parse().unwrap()].into(),
+            named_ports: Box::default(),
         }],
     }));
     assert_eq!(controller.set_groups(&unrelated), Update::Unchanged);
