@@ -3,9 +3,9 @@
 //! of each selection in use, kept up to date by [`Delta`]s. A delta is
 //! matched against the selections in use (those of its Namespace first),
 //! never the other way round; a delta that changes nothing a selection or
-//! a name reads changes nothing. Address sets are handed out as `Arc`s and
-//! patched copy-on-write, so a ruleset holding one keeps what it was
-//! compiled with.
+//! a name reads changes nothing. Address sets ([`AddressSet`]) are
+//! handed out as `Arc`s and replaced, never changed in place, so a
+//! ruleset holding one keeps what it was compiled with.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
