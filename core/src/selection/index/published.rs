@@ -106,6 +106,17 @@ impl Selections {
             (held, spec) => held.is_none() && spec.is_none(),
         };
         if same {
+            // Equal but handed anew (a list after the watch started
+            // again): hold the new one, or both would stay alive.
+            if let Some(spec) = spec {
+                if let Some(held) = published
+                    .slices
+                    .get_mut(key)
+                    .and_then(|s| s.get_mut(&slice))
+                {
+                    *held = Arc::clone(spec);
+                }
+            }
             return false;
         }
         if slice == 0 {

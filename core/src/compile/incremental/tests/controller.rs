@@ -436,10 +436,13 @@ fn a_group_missing_a_slice_its_slice_0_lists_is_waited_for() {
 
 /// The slices handed are held as they are, not copied: the agent's
 /// source holds the same ones (at 150,000 Pods a copy was ~9 MiB of a
-/// wide agent's heap).
+/// wide agent's heap). Equal slices handed anew (the source's list after
+/// its watch started again) replace those held, which are let go.
 ///
-/// Mutation: `Selections::set_slice` holding a copy
-/// (`Arc::new((**spec).clone())`): each count stays 1 (tried: fails).
+/// Mutations: `Selections::set_slice` holding a copy
+/// (`Arc::new((**spec).clone())`): each count stays 1; keeping the slice
+/// held when an equal one is handed: the new ones' counts stay 1 (tried:
+/// both fail).
 #[test]
 fn the_slices_handed_are_shared_not_copied() {
     let world = web_world();
@@ -449,6 +452,11 @@ fn the_slices_handed_are_shared_not_copied() {
     controller.set_groups(&groups);
     assert!(controller.ruleset().is_some());
     assert!(groups.iter().all(|g| Arc::strong_count(g) == 2));
+    let again: Vec<Arc<AddressGroupSpec>> =
+        groups.iter().map(|g| Arc::new((**g).clone())).collect();
+    assert_eq!(controller.set_groups(&again), Update::Unchanged);
+    assert!(groups.iter().all(|g| Arc::strong_count(g) == 1));
+    assert!(again.iter().all(|g| Arc::strong_count(g) == 2));
 }
 
 use crate::selection::group::key_of;
