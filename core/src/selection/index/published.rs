@@ -95,28 +95,27 @@ impl Selections {
         let Some(published) = self.published.as_mut() else {
             return false;
         };
-        let held = published.slices.get(key).and_then(|s| s.get(&slice));
-        // Compared before anything changes: most slices handed again are
+        let held = published
+            .slices
+            .get_mut(key)
+            .and_then(|s| s.get_mut(&slice));
+        // Compared first: most slices handed again are
         // the ones held (the same, or equal).
         let same = match (held, spec) {
             (Some(held), Some(spec)) => {
-                Arc::ptr_eq(held, spec)
-                    || (held.members == spec.members && (slice != 0 || held.slices == spec.slices))
+                let same = Arc::ptr_eq(held, spec)
+                    || (held.members == spec.members && (slice != 0 || held.slices == spec.slices));
+                if same {
+                    // Equal but handed anew (a list after the watch
+                    // started again): hold the new one, or both would
+                    // stay alive.
+                    *held = Arc::clone(spec);
+                }
+                same
             }
             (held, spec) => held.is_none() && spec.is_none(),
         };
         if same {
-            // Equal but handed anew (a list after the watch started
-            // again): hold the new one, or both would stay alive.
-            if let Some(spec) = spec {
-                if let Some(held) = published
-                    .slices
-                    .get_mut(key)
-                    .and_then(|s| s.get_mut(&slice))
-                {
-                    *held = Arc::clone(spec);
-                }
-            }
             return false;
         }
         if slice == 0 {
