@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use super::fqdn_sets::FqdnSets;
 use super::nflog::QueryLog;
 use super::nfqueue::Queue;
-use super::route::RouteSocket;
+use super::route::Routes;
 use super::runtime::{self, Handler, QueueError, QueueSpec, Verdicts};
 use crate::config::FqdnConfig;
 use crate::fqdn::{
@@ -96,8 +96,10 @@ impl DnsWorker {
                 step: "ipset netlink socket",
                 source: std::io::Error::other(e.to_string()),
             })?;
-            let routes =
-                RouteSocket::open().map_err(QueueError::setup(queue, "route netlink socket"))?;
+            let routes = Routes::open().map_err(QueueError::setup(
+                queue,
+                "route netlink sockets (a request and a subscription)",
+            ))?;
             let log = QueryLog::open(log_group, log_buffer)
                 .map_err(QueueError::setup(
                     queue,
@@ -141,7 +143,7 @@ struct Replies {
     last_read: Instant,
     /// How long a lost copy's query could still be answered.
     query_timeout: Duration,
-    routes: RouteSocket,
+    routes: Routes,
     table: Arc<FqdnTable>,
     sets: FqdnSets,
     /// Replies held for their set writes, and the writes not yet written.

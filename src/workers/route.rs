@@ -1,7 +1,11 @@
 //! The Node's route to a DNS server, for the DNS worker's reverse-path
-//! check ([`crate::fqdn::ReplyPath`]): one `RTM_GETROUTE` request on a
-//! `NETLINK_ROUTE` socket per lookup, what `ip route get ADDR` asks, and
-//! the output interface of the answer. It decides nothing and writes no
+//! check ([`crate::fqdn::ReplyPath`]): an `RTM_GETROUTE` request on a
+//! `NETLINK_ROUTE` socket, what `ip route get ADDR` asks, and the output
+//! interface of the answer ([`RouteSocket`]). The DNS worker keeps the
+//! answers ([`Routes`]) until the kernel announces a change that could
+//! alter one: it reads the announcements waiting before every answer it
+//! uses, so a reply queued after a route change is judged by the new
+//! route, as when it asked each time. It decides nothing and writes no
 //! route.
 //!
 //! Wire format (host order):
@@ -14,8 +18,10 @@
 //!        or nlmsghdr { type = NLMSG_ERROR (2) } -errno (e.g. ENETUNREACH)
 //! ```
 
+use std::collections::HashMap;
 use std::io::Read;
 use std::net::IpAddr;
+use std::os::fd::AsFd;
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
@@ -52,6 +58,12 @@ impl RouteSocket {
     /// `None` when there is no route (or no answer: the caller then learns
     /// nothing, which only denies more).
     pub fn output_interface(&mut self, to: IpAddr) -> Option<u32> {
+        self.ask(to).flatten()
+    }
+
+    /// The kernel's answer for `to`: `None` when none came (the request or
+    /// the read failed, or timed out).
+    fn ask(&mut self, to: IpAddr) -> Option<Option<u32>> {
         self.seq = self.seq.wrapping_add(1);
         // An unconnected netlink socket sends to the kernel (port id 0).
         self.socket.send(&encode(to, self.seq)).ok()?;
@@ -64,9 +76,103 @@ impl RouteSocket {
             };
             match parse(&answer[..n], self.seq) {
                 Answer::Stale => continue,
-                Answer::Route(oif) => return oif,
+                Answer::Route(oif) => return Some(oif),
             }
         }
+    }
+}
+
+/// The `rtnetlink` groups whose announcements can change the answer for
+/// some address: routes and rules of both families, next-hop objects,
+/// and links and addresses (an IPv4 route that goes with its link or its
+/// address is removed without an announcement of its own).
+const ROUTE_GROUPS: [libc::c_uint; 8] = [
+    libc::RTNLGRP_LINK,
+    libc::RTNLGRP_IPV4_IFADDR,
+    libc::RTNLGRP_IPV4_ROUTE,
+    libc::RTNLGRP_IPV4_RULE,
+    libc::RTNLGRP_IPV6_IFADDR,
+    libc::RTNLGRP_IPV6_ROUTE,
+    libc::RTNLGRP_IPV6_RULE,
+    libc::RTNLGRP_NEXTHOP,
+];
+/// Answers kept at most; past it they are all forgotten (replies "from"
+/// many forged sources must not grow the worker).
+const MAX_KNOWN: usize = 256;
+/// Announcements read per system call, and system calls per check (what
+/// is left is read at the next check, which forgets again).
+const CHANGE_BUFFERS: usize = 8;
+const MAX_CHANGE_READS: usize = 16;
+
+/// [`RouteSocket`]'s answers, kept until an announcement on a socket
+/// subscribed to [`ROUTE_GROUPS`] says a route, rule, next hop, link or
+/// address changed. The kernel queues an announcement on the socket before
+/// the change's request returns, so a packet that arrives after a change
+/// finds it waiting; a lost announcement (the socket's buffer was full)
+/// or an unreadable socket forgets everything, as an announcement does.
+/// Unanswered requests are not kept.
+pub struct Routes {
+    ask: RouteSocket,
+    changes: netlink_sys::Socket,
+    buffers: Vec<Vec<u8>>,
+    lengths: Vec<(usize, bool)>,
+    known: HashMap<IpAddr, Option<u32>>,
+}
+
+impl Routes {
+    /// Opens both sockets in the caller's network namespace (the
+    /// subscription first: a change made while the first answer is being
+    /// asked for is then announced).
+    pub fn open() -> std::io::Result<Routes> {
+        let mut changes = netlink_sys::Socket::new(netlink_sys::constants::NETLINK_ROUTE)?;
+        changes.bind_auto()?;
+        for group in ROUTE_GROUPS {
+            changes.add_membership(group)?;
+        }
+        Ok(Routes {
+            ask: RouteSocket::open()?,
+            changes,
+            buffers: vec![vec![0; 4096]; CHANGE_BUFFERS],
+            lengths: Vec::with_capacity(CHANGE_BUFFERS),
+            known: HashMap::new(),
+        })
+    }
+
+    /// [`RouteSocket::output_interface`], asked only when no answer is kept
+    /// since the last announced change.
+    pub fn output_interface(&mut self, to: IpAddr) -> Option<u32> {
+        if self.changed() {
+            self.known.clear();
+        }
+        if let Some(&oif) = self.known.get(&to) {
+            return oif;
+        }
+        let oif = self.ask.ask(to)?;
+        if self.known.len() >= MAX_KNOWN {
+            self.known.clear();
+        }
+        self.known.insert(to, oif);
+        oif
+    }
+
+    /// Reads every announcement waiting; whether there was any (or any
+    /// was lost, or the socket could not be read).
+    fn changed(&mut self) -> bool {
+        let mut changed = false;
+        for _ in 0..MAX_CHANGE_READS {
+            match crate::sys::recv_many(self.changes.as_fd(), &mut self.buffers, &mut self.lengths)
+            {
+                Ok(received) if received < self.buffers.len() => return changed || received > 0,
+                Ok(_) => changed = true,
+                // Announcements were lost: forget, and read on.
+                Err(error) if error.raw_os_error() == Some(libc::ENOBUFS) => changed = true,
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                // The socket says nothing reliable: forget.
+                Err(_) => return true,
+            }
+        }
+        // Still more waiting: forget, and read the rest next time.
+        true
     }
 }
 

@@ -180,7 +180,7 @@ impl ForgeryLab {
         let lab = Lab::builder(test)
             .unlinked("server")
             .unlinked("pod")
-            .require(&["curl", "python3"])
+            .require(&["curl", "python3", "dig"])
             .build()?;
         let python = scapy_python(&lab, test)?;
         let (node, server, pod) = (
@@ -589,6 +589,62 @@ fn forged_reply_from_the_pods_own_interface_is_not_learned_ipv6() {
     assert!(!lab.has_learned("fd62:1::69"), "{:?}", lab.learned());
     let log = guarded.stop();
     assert_eq!(log_value(&log, "dns stats", "wrong_interface"), 0, "{log}");
+}
+
+/// The DNS worker keeps the node's route to a resolver between replies
+/// (`workers::route::Routes`): the reply after a route change is judged by
+/// the new route, with no wait, whether the change was announced as a
+/// route's (a host route to the resolver by another link) or only as a
+/// link's (that link set down takes its IPv4 route with it, announced by
+/// no route message). The Pod's queries keep the resolver's path through
+/// a rule for their source, so only the node's own route changes.
+/// Mutations: answers never forgotten → the first reply after the change
+/// is not judged the wrong way; links not subscribed → the reply after the
+/// link went down is judged by the route it took with it.
+#[test]
+fn the_resolvers_route_is_asked_again_after_a_route_or_link_change() {
+    let Some(lab) =
+        ForgeryLab::start("the_resolvers_route_is_asked_again_after_a_route_or_link_change")
+    else {
+        return;
+    };
+    // IPv6 off on the other link: its own routes' announcements would
+    // otherwise tell of the link's changes too.
+    lab.node.ok("ip link add tgr0 type veth peer name tgr1 && \
+         sysctl -qw net.ipv6.conf.tgr0.disable_ipv6=1 net.ipv6.conf.tgr1.disable_ipv6=1 && \
+         ip link set tgr1 up && ip link set tgr0 up && \
+         ip rule add from 10.62.5.2 lookup 162 pref 162 && \
+         ip route add 10.62.0.0/24 dev vs table 162");
+    let mut agent = lab.agent();
+    // The worker has asked for the route to the resolver: `vs`.
+    lab.genuine_lookup_teaches("-4");
+    let lookup = |round: &str| {
+        let answer = lab
+            .pod
+            .sh("dig +short +time=2 +tries=1 @10.62.0.2 www.example.test A")
+            .stdout;
+        assert_eq!(
+            answer.trim(),
+            "10.62.1.10",
+            "{round}: the reply was not released"
+        );
+        lab.wrong_interface()
+    };
+    let before = lookup("before any change");
+    lab.node.ok("ip route add 10.62.0.2/32 dev tgr0");
+    assert_eq!(
+        lookup("host route by tgr0") - before,
+        1.0,
+        "the reply after the route change was judged by the route kept before it"
+    );
+    lab.node.ok("ip link set tgr0 down");
+    assert_eq!(
+        lookup("tgr0 down") - before,
+        1.0,
+        "the reply after the link went down was judged by the route it took with it"
+    );
+    let log = agent.stop();
+    assert_eq!(log_value(&log, "dns stats", "wrong_interface"), 1, "{log}");
 }
 
 #[test]

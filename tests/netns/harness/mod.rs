@@ -262,6 +262,7 @@ pub const TEST_IDS: &[&str] = &[
     "netlink_set_writes_match_ipset_restore",
     "a_change_no_decision_reads_keeps_the_cached_verdicts",
     "kubernetes_controller_mode_takes_other_nodes_from_a_node_group",
+    "the_resolvers_route_is_asked_again_after_a_route_or_link_change",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
