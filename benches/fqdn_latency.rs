@@ -1,15 +1,27 @@
 //! End-to-end cost of FQDN learning on the wire (root only): DNS query →
 //! reply round trips from a node namespace to a responder in a server
-//! namespace, first without a firewall, then with `tollgate run` enforcing
-//! an FQDN egress policy on the node, in the same run. Every answer gives a
-//! new address for a name the selector matches, so every reply is queued,
-//! parsed, learned and written to the kernel set (the worst case: no
-//! refresh short-cut). The client keeps one socket, so only the reply path
-//! is measured (its query connection is decided once, by the first query).
+//! namespace, in four configurations measured in interleaved rounds:
+//! - `none`: no firewall;
+//! - `conntrack`: connection tracking only (one ESTABLISHED accept);
+//! - `queue`: conntrack, and every reply through an NFQUEUE whose worker
+//!   (tollgate's own queue runtime and socket) accepts it at once: the
+//!   floor of any design that holds a reply in userspace until it is
+//!   learned;
+//! - `tollgate`: `tollgate run` enforcing an FQDN egress policy on the node.
 //!
-//! `cargo bench --bench fqdn_latency` (prints p50/p90/p99 and the added
-//! latency; `FQDN_BENCH_QUERIES` sets the count, default 20000); `cargo
-//! test --bench fqdn_latency` is a smoke run of 200 queries.
+//! Every answer gives a new address for a name the selector matches, so
+//! every reply tollgate holds is parsed, learned and written to the kernel
+//! set before it is released (the worst case: no refresh short-cut). The
+//! client keeps one socket, so only the reply path is measured (its query
+//! connection is decided once, by the first query).
+//!
+//! `cargo bench --bench fqdn_latency` (`FQDN_BENCH_QUERIES` queries per
+//! measurement, default 20000; `FQDN_BENCH_ROUNDS` rounds, default 5, each
+//! measuring every configuration once, starting one later each round)
+//! prints each configuration's medians over the rounds of p50/p90/p99,
+//! and tollgate's added latency against each baseline (the medians of the
+//! per-round differences); `cargo test --bench fqdn_latency` is a smoke run
+//! of one round of 200 queries.
 #![allow(unsafe_code)] // the bench enters a namespace (setns) and checks its uid.
 #![allow(clippy::disallowed_methods)] // benches run programs and read the clock.
 
@@ -18,11 +30,16 @@ use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::rdata::A;
 use hickory_proto::rr::{Name, RData, Record, RecordType};
+use tollgate::packet::{Action, Queued};
+use tollgate::telemetry::Metrics;
+use tollgate::workers::runtime::{self, Handler, QueueCounters, QueueSpec, Verdicts};
+use tollgate::workers::Queue;
 
 const POLICY: &str = "apiVersion: crd.antrea.io/v1beta1
 kind: ClusterNetworkPolicy
@@ -111,40 +128,163 @@ fn responder(server: &Ns) {
     });
 }
 
-/// Round-trip times of `count` queries from one socket in `node`.
-fn measure(node: &Ns, count: usize) -> Vec<Duration> {
+/// Round-trip times of `count` queries from one socket in `node`, and how
+/// many were not answered within a second (not timed; a late reply is
+/// told from the next one's by its id).
+fn measure(node: &Ns, count: usize) -> (Vec<Duration>, usize) {
     std::thread::scope(|s| {
         s.spawn(|| {
             node.enter();
             let socket = UdpSocket::bind("10.62.0.1:0").expect("client socket");
             socket.connect("10.62.0.2:53").expect("connect");
             socket
-                .set_read_timeout(Some(Duration::from_secs(2)))
+                .set_read_timeout(Some(Duration::from_secs(1)))
                 .expect("timeout");
             let mut buf = [0u8; 512];
             let mut times = Vec::with_capacity(count);
+            let mut lost = 0;
             for i in 0..count {
+                let id = (i & 0xffff) as u16;
                 let name = Name::from_ascii(format!("n{i}.bench.test.")).expect("name");
-                let mut query =
-                    Message::new((i & 0xffff) as u16, MessageType::Query, OpCode::Query);
+                let mut query = Message::new(id, MessageType::Query, OpCode::Query);
                 query.add_query(Query::query(name, RecordType::A));
                 let bytes = query.to_vec().expect("query");
                 let start = Instant::now();
                 socket.send(&bytes).expect("send");
-                socket.recv(&mut buf).expect("reply within 2 s");
-                times.push(start.elapsed());
+                loop {
+                    match socket.recv(&mut buf) {
+                        Ok(n) if n >= 2 && u16::from_be_bytes([buf[0], buf[1]]) == id => {
+                            times.push(start.elapsed());
+                            break;
+                        }
+                        Ok(_) => continue,
+                        Err(_) => {
+                            lost += 1;
+                            break;
+                        }
+                    }
+                }
             }
-            times
+            (times, lost)
         })
         .join()
         .expect("client thread")
     })
 }
 
-fn percentiles(mut times: Vec<Duration>) -> [Duration; 3] {
+/// The `queue` configuration's queue: far from tollgate's (100 and up).
+const FLOOR_QUEUE: u16 = 150;
+
+/// The `queue` configuration's worker: every packet accepted at once.
+struct AcceptAll;
+
+impl Handler for AcceptAll {
+    fn packet(&mut self, packet: Queued<'_>, _now: Instant, out: &mut Verdicts) {
+        out.give(packet.id, Action::Accept);
+    }
+}
+
+/// Binds [`FLOOR_QUEUE`] in `node` and starts its worker, which runs until
+/// the bench exits (no packet reaches it outside the `queue`
+/// configuration).
+fn floor_worker(node: &Ns, metrics: &Metrics) {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            node.enter();
+            let spec = QueueSpec {
+                queue: FLOOR_QUEUE,
+                name: "floor",
+                copy_range: u16::MAX,
+                max_len: 4096,
+                fail_open: false,
+                gso: false,
+                receive_buffer: 0,
+            };
+            // The worker thread is started from this one, in `node`.
+            runtime::spawn(
+                move || Ok((Queue::open(spec)?, AcceptAll)),
+                Arc::new(QueueCounters::default()),
+                metrics,
+            )
+            .expect("bind the floor queue");
+        })
+        .join()
+        .expect("floor worker thread")
+    });
+}
+
+/// The configurations, in the order of the first round.
+const CONFIGS: [&str; 4] = ["none", "conntrack", "queue", "tollgate"];
+
+/// A running `tollgate run` on `node` with [`POLICY`], once its first
+/// ruleset is applied.
+struct Agent {
+    child: Child,
+    lines: std::io::Lines<BufReader<std::process::ChildStderr>>,
+}
+
+impl Agent {
+    fn start(node: &Ns, policies: &std::path::Path) -> Agent {
+        let mut child: Child = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &node.0,
+                env!("CARGO_BIN_EXE_tollgate"),
+                "run",
+            ])
+            .args(["--policies", policies.to_str().expect("utf-8 path")])
+            .args(["--node-name", "bench", "--queues", "1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tollgate run");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        for line in lines.by_ref() {
+            if line.expect("agent log").contains("ruleset applied") {
+                break;
+            }
+        }
+        Agent { child, lines }
+    }
+
+    /// Stops the agent and removes what it leaves in the kernel (its
+    /// rules outlive it by design: `tollgate cleanup`).
+    fn stop(mut self, node: &Ns) -> Vec<String> {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let stats = self
+            .lines
+            .map_while(Result::ok)
+            .filter(|l| l.contains("dns stats"))
+            .collect();
+        let _ = self.child.wait();
+        let cleaned = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &node.0,
+                env!("CARGO_BIN_EXE_tollgate"),
+                "cleanup",
+            ])
+            .stdout(Stdio::null())
+            .status()
+            .expect("tollgate cleanup");
+        assert!(cleaned.success(), "tollgate cleanup");
+        stats
+    }
+}
+
+fn percentiles(mut times: Vec<Duration>) -> [f64; 3] {
     times.sort();
     let at = |p: f64| times[((times.len() as f64 * p) as usize).min(times.len() - 1)];
-    [at(0.50), at(0.90), at(0.99)]
+    [at(0.50), at(0.90), at(0.99)].map(|d| d.as_secs_f64() * 1e6)
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
 }
 
 fn main() {
@@ -157,15 +297,21 @@ fn main() {
         return;
     }
     // `cargo bench` passes `--bench`; `cargo test --bench fqdn_latency`
-    // (CI's smoke run) does not: then a few queries only, the whole path
-    // all the same.
+    // (CI's smoke run) does not: then one round of a few queries, the
+    // whole path all the same.
     let smoke = !std::env::args().any(|a| a == "--bench");
-    let count: usize = match smoke {
-        true => 200,
-        false => std::env::var("FQDN_BENCH_QUERIES")
+    let setting = |name: &str, default: usize| {
+        std::env::var(name)
             .ok()
             .and_then(|v| v.parse().ok())
-            .unwrap_or(20_000),
+            .unwrap_or(default)
+    };
+    let (count, rounds) = match smoke {
+        true => (200, 1),
+        false => (
+            setting("FQDN_BENCH_QUERIES", 20_000),
+            setting("FQDN_BENCH_ROUNDS", 5).max(1),
+        ),
     };
     let node = Ns::new("n");
     let server = Ns::new("s");
@@ -177,62 +323,83 @@ fn main() {
     node.exec("ip link set lo up && ip addr add 10.62.0.1/24 dev ve && ip link set ve up");
     server.exec("ip link set lo up && ip addr add 10.62.0.2/24 dev ve && ip link set ve up");
     responder(&server);
-    // Warm up neighbours and caches.
-    measure(&node, 200);
-
-    let baseline = percentiles(measure(&node, count));
-
+    let metrics = Metrics::new();
+    floor_worker(&node, &metrics);
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("bench.yaml"), POLICY).expect("policy");
-    let mut agent: Child = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &node.0,
-            env!("CARGO_BIN_EXE_tollgate"),
-            "run",
-        ])
-        .args(["--policies", dir.path().to_str().expect("utf-8 path")])
-        .args(["--node-name", "bench", "--queues", "1"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("tollgate run");
-    let stderr = agent.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    for line in lines.by_ref() {
-        let line = line.expect("agent log");
-        if line.contains("ruleset applied") {
-            break;
+    const CONNTRACK: &str =
+        "iptables -w -A INPUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT";
+
+    // results[config][round] = [p50, p90, p99]
+    let mut results = vec![Vec::new(); CONFIGS.len()];
+    let mut lost_by = [0; CONFIGS.len()];
+    let mut stats = Vec::new();
+    for round in 0..rounds {
+        for k in 0..CONFIGS.len() {
+            let config = (round + k) % CONFIGS.len();
+            let agent = match CONFIGS[config] {
+                "conntrack" => {
+                    node.exec(CONNTRACK);
+                    None
+                }
+                "queue" => {
+                    node.exec(&format!(
+                        "iptables -w -A INPUT -p udp --sport 53 -j NFQUEUE --queue-num {FLOOR_QUEUE} && {CONNTRACK}"
+                    ));
+                    None
+                }
+                "tollgate" => Some(Agent::start(&node, dir.path())),
+                _ => None,
+            };
+            // Warm up neighbours, caches and the worker.
+            measure(&node, 200);
+            let (times, lost) = measure(&node, count);
+            results[config].push(percentiles(times));
+            lost_by[config] += lost;
+            match agent {
+                Some(agent) => stats.extend(agent.stop(&node)),
+                None => node.exec("iptables -w -F INPUT"),
+            }
         }
     }
-    measure(&node, 200);
-    let firewalled = percentiles(measure(&node, count));
-    let _ = Command::new("kill")
-        .args(["-TERM", &agent.id().to_string()])
-        .status();
-    let stats: Vec<String> = lines
-        .map_while(Result::ok)
-        .filter(|l| l.contains("dns stats"))
-        .collect();
-    let _ = agent.wait();
 
-    let us = |d: Duration| d.as_secs_f64() * 1e6;
-    println!("fqdn_latency: {count} queries per phase, one reply = one new set entry");
-    for (label, [p50, p90, p99]) in [("no firewall", baseline), ("tollgate", firewalled)] {
+    println!(
+        "fqdn_latency: {count} queries per measurement, {rounds} interleaved rounds, \
+         medians; tollgate: one reply = one new set entry"
+    );
+    let column = |config: usize, i: usize| median(results[config].iter().map(|r| r[i]).collect());
+    for (config, name) in CONFIGS.iter().enumerate() {
         println!(
-            "  {label:<12} p50 {:>7.1} µs  p90 {:>7.1} µs  p99 {:>7.1} µs",
-            us(p50),
-            us(p90),
-            us(p99)
+            "  {name:<10} p50 {:>7.1} µs  p90 {:>7.1} µs  p99 {:>7.1} µs  lost {}",
+            column(config, 0),
+            column(config, 1),
+            column(config, 2),
+            lost_by[config]
         );
     }
-    println!(
-        "  added        p50 {:>7.1} µs  p90 {:>7.1} µs  p99 {:>7.1} µs",
-        us(firewalled[0]) - us(baseline[0]),
-        us(firewalled[1]) - us(baseline[1]),
-        us(firewalled[2]) - us(baseline[2])
-    );
+    // Added latency: the median over rounds of (config − baseline).
+    let added = |config: usize, base: usize, i: usize| {
+        median(
+            results[config]
+                .iter()
+                .zip(&results[base])
+                .map(|(c, b)| c[i] - b[i])
+                .collect(),
+        )
+    };
+    for (label, config, base) in [
+        ("tollgate − none", 3, 0),
+        ("tollgate − conntrack", 3, 1),
+        ("queue − conntrack", 2, 1),
+        ("tollgate − queue", 3, 2),
+    ] {
+        println!(
+            "  {label:<21} p50 {:>+7.1} µs  p90 {:>+7.1} µs  p99 {:>+7.1} µs",
+            added(config, base, 0),
+            added(config, base, 1),
+            added(config, base, 2)
+        );
+    }
     for line in stats {
         println!("  {line}");
     }
