@@ -67,7 +67,8 @@
 #          for distinct names, each from a new UDP socket) from the client
 #          to dnsmasq on the server, through the node; tollgate runs with an
 #          FQDN egress policy on the client (`*.bench.test`, so each reply is
-#          learned). Added µs = tollgate - none of the same round.
+#          learned); also `conntrack` (as in conn). Added µs = tollgate -
+#          none of the same round, and tollgate - conntrack.
 #   l7     keep-alive HTTP requests/s (wrk -t2 -c16, no 'Connection: close')
 #          through an L7 rule (GET /api/*) on app=web; with `l7.queues` 1
 #          as well when the binary has that key.
@@ -742,7 +743,7 @@ configs_of() {
             echo conntrack
             for n in "${RULE_COUNTS[@]}"; do cache_variants "tollgate-$n"; done
             ;;
-        dns) echo none; shipped tollgate-fqdn ;;
+        dns) echo none; echo conntrack; shipped tollgate-fqdn ;;
         l7)
             echo none; shipped tollgate-l7
             [[ -z $L7_QUEUES ]] || echo "$(shipped tollgate-l7)-l7q1"

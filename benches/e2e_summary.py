@@ -84,9 +84,9 @@ def load(path):
     return rows, order
 
 
-def paired(rows, config, index, op):
-    """Per round: op(config's value, none's value); rounds where both exist."""
-    none = rows["none"]
+def paired(rows, config, index, op, base="none"):
+    """Per round: op(config's value, base's value); rounds where both exist."""
+    none = rows[base]
     return [
         op(v[index], none[r][index])
         for r, v in rows[config].items()
@@ -151,8 +151,8 @@ def main():
 
     if "dns" in rows:
         data = rows["dns"]
-        print("\ndns (per-query RTT of the timing client, µs; added = median of per-round differences to none)")
-        print(f"  {'configuration':28} {'p50':>8} {'p99':>8} {'added p50':>10} {'added p99':>10}")
+        print("\ndns (per-query RTT of the timing client, µs; added = median of per-round differences to none; to ct: to conntrack only)")
+        print(f"  {'configuration':28} {'p50':>8} {'p99':>8} {'added p50':>10} {'added p99':>10} {'to ct p50':>10} {'to ct p99':>10}")
         for config in order["dns"]:
             p50 = statistics.median(v[0] for v in data[config].values())
             p99 = statistics.median(v[1] for v in data[config].values())
@@ -165,8 +165,13 @@ def main():
                 added[q] = statistics.median(diffs) if diffs else None
                 ratios = paired(data, config, i, lambda a, b: a / b if b else 0.0)
                 ratio[q] = statistics.median(ratios) if ratios else None
+            to_ct = {}
+            for i, q in enumerate(("p50", "p99")):
+                diffs = paired(data, config, i, lambda a, b: a - b, "conntrack") if "conntrack" in data and config != "conntrack" else []
+                to_ct[q] = statistics.median(diffs) if diffs else None
             print(
                 f"  {config:28} {p50:8.0f} {p99:8.0f} {fmt(added['p50'], 0):>10} {fmt(added['p99'], 0):>10}"
+                f" {fmt(to_ct['p50'], 0):>10} {fmt(to_ct['p99'], 0):>10}"
                 f"   (RTT ratio to none: p50 {fmt(ratio['p50'], 3)}, p99 {fmt(ratio['p99'], 3)})"
             )
             for q in ("p50", "p99"):
