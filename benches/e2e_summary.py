@@ -86,11 +86,11 @@ def load(path):
 
 def paired(rows, config, index, op, base="none"):
     """Per round: op(config's value, base's value); rounds where both exist."""
-    none = rows[base]
+    baseline = rows[base]
     return [
-        op(v[index], none[r][index])
+        op(v[index], baseline[r][index])
         for r, v in rows[config].items()
-        if r in none and len(v) > index and len(none[r]) > index
+        if r in baseline and len(v) > index and len(baseline[r]) > index
     ]
 
 
@@ -159,15 +159,14 @@ def main():
             if config == "none":
                 print(f"  {config:28} {p50:8.0f} {p99:8.0f}")
                 continue
-            added, ratio = {}, {}
+            added, ratio, to_ct = {}, {}, {}
+            against_ct = "conntrack" in data and config != "conntrack"
             for i, q in enumerate(("p50", "p99")):
                 diffs = paired(data, config, i, lambda a, b: a - b)
                 added[q] = statistics.median(diffs) if diffs else None
                 ratios = paired(data, config, i, lambda a, b: a / b if b else 0.0)
                 ratio[q] = statistics.median(ratios) if ratios else None
-            to_ct = {}
-            for i, q in enumerate(("p50", "p99")):
-                diffs = paired(data, config, i, lambda a, b: a - b, "conntrack") if "conntrack" in data and config != "conntrack" else []
+                diffs = paired(data, config, i, lambda a, b: a - b, "conntrack") if against_ct else []
                 to_ct[q] = statistics.median(diffs) if diffs else None
             print(
                 f"  {config:28} {p50:8.0f} {p99:8.0f} {fmt(added['p50'], 0):>10} {fmt(added['p99'], 0):>10}"
