@@ -9,7 +9,8 @@
 //! node (counted again, never duplicated), and the Event API failing
 //! holds nothing back; a failing watch reads as not synced until its kind
 //! is listed again; a write that changes nothing tollgate keeps (a status
-//! write, a Node's status report) publishes no snapshot.
+//! write, a Node's status report) publishes no snapshot; a collection of
+//! several pages is read whole.
 #![allow(clippy::disallowed_methods)] // the test waits on the clock for the watcher.
 
 #[path = "support/poll.rs"]
@@ -320,6 +321,33 @@ fn gone_forces_a_relist_and_bookmarks_are_harmless() {
     // Watching goes on after the relist.
     h.api.apply(pod("web-1", "other", "10.2.0.2"));
     h.wait_for("label change after relist", |_, r| enforced(r).is_empty());
+}
+
+/// A collection larger than a page (kube's watcher asks for 500 items at
+/// a time) is read whole: every page is taken before the kind counts as
+/// listed, and the snapshot holds every Pod.
+#[test]
+fn a_collection_of_many_pages_is_read_whole() {
+    const PODS: usize = 1_201;
+    let api = FakeApi::start("127.0.0.1:0");
+    api.apply(namespace("shop"));
+    for i in 0..PODS {
+        let address = format!("10.3.{}.{}", i / 250, i % 250 + 1);
+        api.apply(pod(&format!("web-{i}"), "web", &address));
+    }
+    let h = Harness::start(api);
+    h.wait_for("every Pod", |a, _| a.snapshot.objects.len() == PODS + 1);
+    let pods = collection("v1", "Pod");
+    let pages: Vec<String> = h
+        .api
+        .log()
+        .into_iter()
+        .filter(|r| r.starts_with(&format!("GET {pods}?")) && !r.contains("watch=true"))
+        .collect();
+    assert_eq!(pages.len(), 3, "{pages:#?}");
+    assert!(pages.iter().all(|p| p.contains("limit=500")), "{pages:#?}");
+    assert_eq!(pages.iter().filter(|p| p.contains("continue=")).count(), 2);
+    assert_eq!(h.api.lists(&pods), 1);
 }
 
 #[test]

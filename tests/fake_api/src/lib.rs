@@ -1,6 +1,9 @@
 //! An in-process fake Kubernetes API server speaking the real list and
 //! watch protocol over HTTP/1.1: collection GETs answer a JSON `List` with
-//! `metadata.resourceVersion`; `?watch=true` answers a chunked stream of
+//! `metadata.resourceVersion`, in pages of `limit` items when asked (as
+//! kube's watcher does, 500 at a time: `metadata.continue` names the rest,
+//! served as the collection was at the first page, or `410 Gone` once
+//! [`MAX_CONTINUED`] later lists have left it behind); `?watch=true` answers a chunked stream of
 //! `ADDED`/`MODIFIED`/`DELETED`/`BOOKMARK` events after the given
 //! resourceVersion, or a `410 Gone` `ERROR` event when that version has
 //! been compacted away. A collection can be made absent (a CRD not
@@ -100,7 +103,18 @@ struct State {
     watches: Vec<Watched>,
     /// The in-process subscriptions.
     fanout: fanout::Fanout,
+    /// Paginated lists not read to their end, by continue token: the
+    /// list's resourceVersion and the items of its later pages, as they
+    /// were at its first page (oldest first; at most [`MAX_CONTINUED`]).
+    continued: BTreeMap<u64, (u64, std::collections::VecDeque<Arc<Value>>)>,
+    /// The last continue token handed out.
+    last_token: u64,
 }
+
+/// Paginated lists whose rest is kept for a `continue`; an older one is
+/// dropped and its token answered `410 Gone` (`Expired`), as a real
+/// server answers a token whose resourceVersion was compacted.
+pub const MAX_CONTINUED: usize = 64;
 
 impl State {
     /// Records an event at `rv` and hands it to the subscriptions; the
@@ -398,14 +412,15 @@ impl FakeApi {
         self.log().iter().filter(|r| r.starts_with(&start)).count()
     }
 
-    /// List requests (not watches) served for `path`.
+    /// Lists (not watches) started for `path`: the later pages of a
+    /// paginated list (`continue=`) are not counted again.
     pub fn lists(&self, path: &str) -> usize {
         self.log()
             .iter()
             .filter(|r| {
                 let target = r.trim_start_matches("GET ");
                 let (p, q) = target.split_once('?').unwrap_or((target, ""));
-                p == path && !q.contains("watch=true")
+                p == path && !q.contains("watch=true") && !q.contains("continue=")
             })
             .count()
     }
@@ -852,16 +867,59 @@ fn selectors(params: &BTreeMap<String, String>) -> (String, String) {
 
 fn list(stream: &mut TcpStream, shared: &Shared, path: &str, params: &BTreeMap<String, String>) {
     let (labels, fields) = selectors(params);
+    let limit = params
+        .get("limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .filter(|&l| l > 0);
     let mut state = shared.state.lock().unwrap();
     while state.lists_held && !shared.stop.load(Ordering::SeqCst) {
         state = shared.changed.wait(state).unwrap();
     }
+    let (rv, mut rest) = match params.get("continue") {
+        Some(token) => {
+            let Some(kept) = token
+                .parse::<u64>()
+                .ok()
+                .and_then(|t| state.continued.remove(&t))
+            else {
+                drop(state);
+                let expired = json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                    "status": "Failure", "message": "the provided continue parameter is too old",
+                    "reason": "Expired", "details": {}, "code": 410});
+                let _ = respond(stream, 410, &expired);
+                return;
+            };
+            kept
+        }
+        None => (
+            state.rv,
+            state
+                .objects
+                .iter()
+                .filter(|((p, _, _), object)| p == path && selected(object, &labels, &fields))
+                .map(|(_, object)| Arc::clone(object))
+                .collect(),
+        ),
+    };
+    let page: Vec<Arc<Value>> = rest
+        .drain(..limit.unwrap_or(usize::MAX).min(rest.len()))
+        .collect();
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if !rest.is_empty() {
+        state.last_token += 1;
+        let token = state.last_token;
+        metadata["continue"] = json!(token.to_string());
+        metadata["remainingItemCount"] = json!(rest.len());
+        state.continued.insert(token, (rv, rest));
+        while state.continued.len() > MAX_CONTINUED {
+            state.continued.pop_first();
+        }
+    }
+    drop(state);
     // List items come without apiVersion and kind, as from a real server.
-    let items: Vec<Value> = state
-        .objects
+    let items: Vec<Value> = page
         .iter()
-        .filter(|((p, _, _), object)| p == path && selected(object, &labels, &fields))
-        .map(|(_, object)| {
+        .map(|object| {
             let mut item = (**object).clone();
             let map = item.as_object_mut().unwrap();
             map.remove("apiVersion");
@@ -872,10 +930,9 @@ fn list(stream: &mut TcpStream, shared: &Shared, path: &str, params: &BTreeMap<S
     let body = json!({
         "kind": "List",
         "apiVersion": "v1",
-        "metadata": {"resourceVersion": state.rv.to_string()},
+        "metadata": metadata,
         "items": items,
     });
-    drop(state);
     let _ = respond(stream, 200, &body);
 }
 

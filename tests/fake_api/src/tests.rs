@@ -155,3 +155,70 @@ fn an_http_watch_resumes_after_its_resource_version() {
     assert_eq!(names, expected);
     assert_eq!(api.sent().0, 20);
 }
+
+/// A list asked for in pages is served as the collection was at its first
+/// page: a Pod written between two pages is not in the list (its watch
+/// from the list's resourceVersion brings it), one deleted meanwhile still
+/// is; a continue token left behind by [`MAX_CONTINUED`] later lists is
+/// answered `410 Gone`. A list without `limit` is one page.
+#[test]
+fn a_paginated_list_is_served_as_the_collection_was_at_its_first_page() {
+    use std::io::Read;
+    let api = FakeApi::start("127.0.0.1:0");
+    let pods = collection("v1", "Pod");
+    for i in 0..5 {
+        api.apply(node_pod(&format!("p{i}"), "n1"));
+    }
+    let get = |query: &str| -> (u16, Value) {
+        let mut stream = TcpStream::connect(api.address).unwrap();
+        write!(stream, "GET {pods}?{query} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        let code = answer[9..12].parse().unwrap();
+        let body = answer.split_once("\r\n\r\n").unwrap().1;
+        (code, serde_json::from_str(body).unwrap())
+    };
+    let names = |list: &Value| -> Vec<String> {
+        let items = list["items"].as_array().unwrap();
+        items
+            .iter()
+            .map(|i| i["metadata"]["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+
+    let (code, first) = get("limit=2");
+    assert_eq!(code, 200);
+    assert_eq!(names(&first), ["p0", "p1"]);
+    assert_eq!(first["metadata"]["remainingItemCount"], 3);
+    let rv = first["metadata"]["resourceVersion"].clone();
+    let token = first["metadata"]["continue"].as_str().unwrap().to_string();
+
+    api.apply(node_pod("p5", "n1"));
+    api.delete(&node_pod("p3", "n1"));
+    let (_, second) = get(&format!("limit=2&continue={token}"));
+    assert_eq!(names(&second), ["p2", "p3"]);
+    assert_eq!(second["metadata"]["resourceVersion"], rv);
+    let token = second["metadata"]["continue"].as_str().unwrap().to_string();
+    let (_, last) = get(&format!("limit=2&continue={token}"));
+    assert_eq!(names(&last), ["p4"]);
+    assert!(last["metadata"].get("continue").is_none());
+    assert_eq!(
+        api.lists(&pods),
+        1,
+        "later pages are not lists of their own"
+    );
+
+    // Positive control: a list without limit has every Pod as it is now.
+    let (_, whole) = get("");
+    assert_eq!(names(&whole), ["p0", "p1", "p2", "p4", "p5"]);
+
+    // A token left behind answers 410 Gone.
+    let (_, kept) = get("limit=1");
+    let stale = kept["metadata"]["continue"].as_str().unwrap().to_string();
+    for _ in 0..MAX_CONTINUED {
+        get("limit=1");
+    }
+    let (code, gone) = get(&format!("limit=1&continue={stale}"));
+    assert_eq!(code, 410);
+    assert_eq!(gone["reason"], "Expired");
+}
