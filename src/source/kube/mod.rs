@@ -571,8 +571,8 @@ fn is_gone(error: &watcher::Error) -> bool {
 
 /// The object as JSON with `apiVersion` and `kind` set: list items come
 /// without them. Its fields are moved, not copied (only `metadata` is
-/// written out again): a page of 500 policies is a large tree, and a copy
-/// of each beside it was a peak the allocator kept.
+/// written out again): each list item and event is a tree of its own,
+/// which writing the whole object out copied for nothing.
 fn typed(object: DynamicObject, api_version: &str, kind: &str) -> Value {
     let DynamicObject { metadata, data, .. } = object;
     let mut map = match data {

@@ -3,22 +3,22 @@
 //! `metadata.resourceVersion`, in pages of `limit` items when asked (as
 //! kube's watcher does, 500 at a time: `metadata.continue` names the rest,
 //! served as the collection was at the first page, or `410 Gone` once
-//! [`MAX_CONTINUED`] later lists have left it behind); `?watch=true` answers a chunked stream of
-//! `ADDED`/`MODIFIED`/`DELETED`/`BOOKMARK` events after the given
-//! resourceVersion, or a `410 Gone` `ERROR` event when that version has
-//! been compacted away. A collection can be made absent (a CRD not
-//! installed, or removed): it answers `404 NotFound` until installed
-//! again, or failing: `500` to every list and watch until healed. It
-//! keeps the `events.k8s.io/v1` Events posted (`POST`) and counted
-//! (merge `PATCH`), and can refuse them (`403`). Lists and watches honour
-//! `labelSelector` (`k=v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`, `k`,
-//! `!k`) and `fieldSelector` (`path=v`, `path!=v`, e.g. `spec.nodeName=n1`),
-//! matched against each event's object (a change in or out of the
-//! selection is not turned into ADDED/DELETED); each watch counts the
-//! events it sent ([`FakeApi::watches`]). A GET of one object
+//! [`MAX_CONTINUED`] later lists have left it behind); `?watch=true`
+//! answers a chunked stream of `ADDED`/`MODIFIED`/`DELETED`/`BOOKMARK`
+//! events after the given resourceVersion, or a `410 Gone` `ERROR` event
+//! when that version has been compacted away. A collection can be made
+//! absent (a CRD not installed, or removed): it answers `404 NotFound`
+//! until installed again, or failing: `500` to every list and watch until
+//! healed. It keeps the `events.k8s.io/v1` Events posted (`POST`) and
+//! counted (merge `PATCH`), and can refuse them (`403`). Lists and watches
+//! honour `labelSelector` (`k=v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`,
+//! `k`, `!k`) and `fieldSelector` (`path=v`, `path!=v`, e.g.
+//! `spec.nodeName=n1`), matched against each event's object (a change in or
+//! out of the selection is not turned into ADDED/DELETED); each watch
+//! counts the events it sent ([`FakeApi::watches`]). A GET of one object
 //! (`…/namespaces/NS/PLURAL/NAME`, `…/PLURAL/NAME`) answers it or `404`.
-//! Objects are also written by clients as a real server takes them:
-//! `POST` to a collection (`409` when it exists), `PUT` (`409` when its
+//! Objects are also written by clients as a real server takes them: `POST`
+//! to a collection (`409` when it exists), `PUT` (`409` when its
 //! `resourceVersion` is not the stored one, `404` when absent), merge
 //! `PATCH` and `DELETE`, at cluster-scoped or `namespaces/NS/` paths — the
 //! controller's Lease and AddressGroups. Plain threads and std sockets:
