@@ -664,17 +664,17 @@ fn serve(stream: TcpStream, shared: &Shared) {
         return;
     }
     if shared.state.lock().unwrap().absent.contains(path) {
-        let not_found = json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
-            "status": "Failure", "message": "the server could not find the requested resource",
-            "reason": "NotFound", "details": {}, "code": 404});
+        let not_found = failure(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        );
         let _ = respond(&mut stream, 404, &not_found);
         return;
     }
     if shared.state.lock().unwrap().failing.contains(path) {
-        let failure = json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
-            "status": "Failure", "message": "etcdserver: request timed out",
-            "reason": "InternalError", "details": {}, "code": 500});
-        let _ = respond(&mut stream, 500, &failure);
+        let timed_out = failure(500, "InternalError", "etcdserver: request timed out");
+        let _ = respond(&mut stream, 500, &timed_out);
         return;
     }
     if names_an_object(path) {
@@ -689,10 +689,7 @@ fn serve(stream: TcpStream, shared: &Shared) {
 /// `POST …/namespaces/NS/events` creates an Event, `PATCH
 /// …/namespaces/NS/events/NAME` merges a patch into one.
 fn event_request(shared: &Shared, method: &str, path: &str, body: &[u8]) -> (u16, Value) {
-    let status = |code: u16, reason: &str| {
-        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-               "message": reason, "reason": reason, "details": {}, "code": code})
-    };
+    let status = |code: u16, reason: &str| failure(code, reason, reason);
     let mut state = shared.state.lock().unwrap();
     state.event_requests += 1;
     if state.refuse_events {
@@ -761,10 +758,7 @@ fn object_request(
     name: &str,
     body: &[u8],
 ) -> (u16, Value) {
-    let status = |code: u16, reason: &str| {
-        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-               "message": reason, "reason": reason, "details": {}, "code": code})
-    };
+    let status = |code: u16, reason: &str| failure(code, reason, reason);
     let sent = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null);
     let mut state = shared.state.lock().unwrap();
     let name = match method {
@@ -851,12 +845,7 @@ fn get(stream: &mut TcpStream, shared: &Shared, path: &str) {
     drop(state);
     let _ = match found {
         Some(object) => respond(stream, 200, object.as_ref()),
-        None => {
-            let not_found = json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
-                "status": "Failure", "message": "not found", "reason": "NotFound",
-                "details": {}, "code": 404});
-            respond(stream, 404, &not_found)
-        }
+        None => respond(stream, 404, &failure(404, "NotFound", "not found")),
     };
 }
 
@@ -883,10 +872,8 @@ fn list(stream: &mut TcpStream, shared: &Shared, path: &str, params: &BTreeMap<S
                 .and_then(|t| state.continued.remove(&t))
             else {
                 drop(state);
-                let expired = json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
-                    "status": "Failure", "message": "the provided continue parameter is too old",
-                    "reason": "Expired", "details": {}, "code": 410});
-                let _ = respond(stream, 410, &expired);
+                let too_old = "the provided continue parameter is too old";
+                let _ = respond(stream, 410, &failure(410, "Expired", too_old));
                 return;
             };
             kept
@@ -934,6 +921,12 @@ fn list(stream: &mut TcpStream, shared: &Shared, path: &str, params: &BTreeMap<S
         "items": items,
     });
     let _ = respond(stream, 200, &body);
+}
+
+/// A `Status` answering a request that failed, as the API server writes it.
+fn failure(code: u16, reason: &str, message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "message": message, "reason": reason, "details": {}, "code": code})
 }
 
 fn chunk(stream: &mut TcpStream, line: &str) -> std::io::Result<()> {
