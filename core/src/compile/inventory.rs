@@ -89,11 +89,11 @@ impl<'a> Inventory<'a> {
                     );
                 }
                 Object::ClusterGroup(g) => {
-                    cluster_groups.insert(g.metadata.name.as_str(), g);
+                    cluster_groups.insert(g.metadata.name.as_str(), &**g);
                 }
                 Object::Group(g) => {
                     let ns = g.metadata.namespace.as_deref().unwrap_or("default");
-                    groups.insert((ns, g.metadata.name.as_str()), g);
+                    groups.insert((ns, g.metadata.name.as_str()), &**g);
                 }
                 _ => {}
             }

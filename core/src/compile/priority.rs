@@ -96,7 +96,7 @@ pub(super) fn k8s_policies(snapshot: &Snapshot) -> Vec<&K8sNetworkPolicy> {
     let mut k8s: Vec<&K8sNetworkPolicy> = snapshot
         .iter()
         .filter_map(|o| match o {
-            Object::K8sNetworkPolicy(p) => Some(p),
+            Object::K8sNetworkPolicy(p) => Some(&**p),
             _ => None,
         })
         .collect();

@@ -8,6 +8,7 @@ use std::net::IpAddr;
 use std::sync::OnceLock;
 
 use ipnet::IpNet;
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 
 use super::meta::{LabelSelector, NamespacedName, ObjectMeta, PeerService};
@@ -79,8 +80,11 @@ pub struct AntreaPolicy {
     pub kind: String,
     pub metadata: ObjectMeta,
     pub spec: PolicySpec,
+    // Written by the controller that enforces the policy (Antrea's: its
+    // phase, realized Nodes and conditions); nothing decides by it, so it
+    // is accepted and dropped as it is read, as metadata's bookkeeping is.
     #[serde(default, skip_serializing)]
-    pub status: Option<serde_json::Value>,
+    pub status: IgnoredAny,
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
@@ -396,8 +400,11 @@ pub struct AntreaGroup {
     pub kind: String,
     pub metadata: ObjectMeta,
     pub spec: GroupSpec,
+    // Written by the controller that enforces the policy (Antrea's: its
+    // phase, realized Nodes and conditions); nothing decides by it, so it
+    // is accepted and dropped as it is read, as metadata's bookkeeping is.
     #[serde(default, skip_serializing)]
-    pub status: Option<serde_json::Value>,
+    pub status: IgnoredAny,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Deserialize, Serialize)]

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 
 use super::antrea::{PortProtocol, PortValue};
@@ -22,8 +23,11 @@ pub struct K8sNetworkPolicy {
     /// Optional as in the API server: absent, it is the zero spec.
     #[serde(default)]
     pub spec: K8sPolicySpec,
+    // Written by the controller that enforces the policy (Antrea's: its
+    // phase, realized Nodes and conditions); nothing decides by it, so it
+    // is accepted and dropped as it is read, as metadata's bookkeeping is.
     #[serde(default, skip_serializing)]
-    pub status: Option<serde_json::Value>,
+    pub status: IgnoredAny,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]

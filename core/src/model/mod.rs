@@ -78,6 +78,16 @@ impl Kind {
             .map(|(_, _, k)| *k)
     }
 
+    /// The `apiVersion` and `kind` tollgate reads that are spelled
+    /// `api_version` and `kind`, as static strings: what keeps them per
+    /// object without a copy.
+    pub fn spelling(api_version: &str, kind: &str) -> Option<(&'static str, &'static str)> {
+        TYPES.iter().find_map(|(versions, name, _)| {
+            let version = versions.iter().find(|v| **v == api_version)?;
+            (*name == kind).then_some((*version, *name))
+        })
+    }
+
     /// Words that help with a type not read: the versions tollgate reads
     /// a known `kind` in, or the known kind nearest to a misspelt one.
     pub fn unknown_type_hint(kind: &str) -> Option<String> {
@@ -214,24 +224,31 @@ impl fmt::Display for Kind {
 /// One decoded object. Its serialized form is what decisions are made
 /// from: the bookkeeping the API server adds to metadata
 /// (`resourceVersion`, `uid`, timestamps) is accepted and dropped as it is
-/// read, and a policy's `status` is read but never serialized.
+/// read, and so is a policy's `status`.
+///
+/// The policy and group kinds are boxed: an enum is as large as its
+/// largest variant, and unboxed they made every object 520 bytes: every
+/// Pod a watch-mode agent or the controller holds (150,000 at the scale
+/// `docs/design/scale.md` aims for) carried 300 bytes it never used.
+/// Objects of the inventory kinds (Pods, Namespaces, Nodes, Services) are
+/// the many; they stay inline.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub enum Object {
     Tier(Tier),
-    ClusterNetworkPolicy(AntreaPolicy),
-    AntreaNetworkPolicy(AntreaPolicy),
-    ClusterGroup(AntreaGroup),
-    Group(AntreaGroup),
-    K8sNetworkPolicy(K8sNetworkPolicy),
+    ClusterNetworkPolicy(Box<AntreaPolicy>),
+    AntreaNetworkPolicy(Box<AntreaPolicy>),
+    ClusterGroup(Box<AntreaGroup>),
+    Group(Box<AntreaGroup>),
+    K8sNetworkPolicy(Box<K8sNetworkPolicy>),
     Node(Node),
     Namespace(Namespace),
     Pod(Pod),
     Service(Service),
     ServiceAccount(ServiceAccount),
     ExternalEntity(ExternalEntity),
-    AdminNetworkPolicy(AdminNetworkPolicy),
-    BaselineAdminNetworkPolicy(BaselineAdminNetworkPolicy),
-    NpClusterNetworkPolicy(NpClusterNetworkPolicy),
+    AdminNetworkPolicy(Box<AdminNetworkPolicy>),
+    BaselineAdminNetworkPolicy(Box<BaselineAdminNetworkPolicy>),
+    NpClusterNetworkPolicy(Box<NpClusterNetworkPolicy>),
 }
 
 impl Object {
@@ -343,7 +360,7 @@ impl Object {
         // An Antrea policy's rules are named as they are decoded
         // ([`antrea::GeneratedNames`]): every copy of the object made
         // after carries the names.
-        let named = |policy: AntreaPolicy| {
+        let named = |policy: Box<AntreaPolicy>| {
             policy.name_rules();
             policy
         };

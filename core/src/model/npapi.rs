@@ -9,6 +9,7 @@
 use std::net::IpAddr;
 
 use ipnet::IpNet;
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 
 use super::antrea::{Direction, PortProtocol, RuleAction};
@@ -34,8 +35,11 @@ pub struct AdminNetworkPolicy {
     pub kind: String,
     pub metadata: ObjectMeta,
     pub spec: AnpSpec,
+    // Written by the controller that enforces the policy (Antrea's: its
+    // phase, realized Nodes and conditions); nothing decides by it, so it
+    // is accepted and dropped as it is read, as metadata's bookkeeping is.
     #[serde(default, skip_serializing)]
-    pub status: Option<serde_json::Value>,
+    pub status: IgnoredAny,
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
@@ -57,8 +61,11 @@ pub struct BaselineAdminNetworkPolicy {
     pub kind: String,
     pub metadata: ObjectMeta,
     pub spec: BanpSpec,
+    // Written by the controller that enforces the policy (Antrea's: its
+    // phase, realized Nodes and conditions); nothing decides by it, so it
+    // is accepted and dropped as it is read, as metadata's bookkeeping is.
     #[serde(default, skip_serializing)]
-    pub status: Option<serde_json::Value>,
+    pub status: IgnoredAny,
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
@@ -132,8 +139,11 @@ pub struct NpClusterNetworkPolicy {
     pub kind: String,
     pub metadata: ObjectMeta,
     pub spec: CnpSpec,
+    // Written by the controller that enforces the policy (Antrea's: its
+    // phase, realized Nodes and conditions); nothing decides by it, so it
+    // is accepted and dropped as it is read, as metadata's bookkeeping is.
     #[serde(default, skip_serializing)]
-    pub status: Option<serde_json::Value>,
+    pub status: IgnoredAny,
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
