@@ -61,7 +61,7 @@ fn skipped_objects_filter_by_namespace_and_name() {
         name: name.into(),
         id: Identity {
             api_version: "v1".into(),
-            api_kind: kind.into(),
+            api_kind: kind.to_string().into(),
             uid: format!("u-{name}"),
             generation: None,
             resource_version: "1".into(),

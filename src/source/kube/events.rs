@@ -295,8 +295,8 @@ pub fn event(node: &str, refusal: &Refusal, now: Timestamp) -> Event {
         note: Some(note),
         type_: Some("Warning".into()),
         regarding: Some(ObjectReference {
-            api_version: Some(refusal.id.api_version.clone()),
-            kind: Some(refusal.id.api_kind.clone()),
+            api_version: Some(refusal.id.api_version.to_string()),
+            kind: Some(refusal.id.api_kind.to_string()),
             namespace: refusal.namespace.clone(),
             name: Some(refusal.name.clone()),
             uid: Some(refusal.id.uid.clone()).filter(|u| !u.is_empty()),
