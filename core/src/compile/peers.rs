@@ -151,7 +151,7 @@ impl Compiler<'_> {
             });
         }
         if let Some(selector) = &peer.node_selector {
-            return Some(Selection::Nodes(selector.clone()));
+            return Some(Selection::Nodes(LabelSelector::clone(selector)));
         }
         if let Some(namespaces) = &peer.namespaces {
             // Self/sameLabels for a Node: nothing.

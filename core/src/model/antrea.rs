@@ -110,16 +110,16 @@ pub struct AppliedTo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_selector: Option<LabelSelector>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node_selector: Option<LabelSelector>,
+    pub node_selector: Option<Box<LabelSelector>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub external_entity_selector: Option<LabelSelector>,
+    pub external_entity_selector: Option<Box<LabelSelector>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub service_account: Option<NamespacedName>,
+    pub service_account: Option<Box<NamespacedName>>,
     /// A NodePort Service: the rule applies to external traffic to its node port.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub service: Option<NamespacedName>,
+    pub service: Option<Box<NamespacedName>>,
 }
 
 /// The action of an Antrea-native rule. Any other value is refused when
@@ -237,17 +237,17 @@ pub struct Peer {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_selector: Option<LabelSelector>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespaces: Option<PeerNamespaces>,
+    pub namespaces: Option<Box<PeerNamespaces>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node_selector: Option<LabelSelector>,
+    pub node_selector: Option<Box<LabelSelector>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub external_entity_selector: Option<LabelSelector>,
+    pub external_entity_selector: Option<Box<LabelSelector>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub service_account: Option<NamespacedName>,
+    pub service_account: Option<Box<NamespacedName>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ip_block: Option<IpBlock>,
+    pub ip_block: Option<Box<IpBlock>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fqdn: Option<String>,
 }

@@ -167,14 +167,14 @@ fn peer(p: &Peer) -> String {
     }
     o.selector(
         "externalEntitySelector",
-        p.external_entity_selector.as_ref(),
+        p.external_entity_selector.as_deref(),
     );
     o.string("group", p.group.as_deref());
     o.string("fqdn", p.fqdn.as_deref());
     if let Some(sa) = &p.service_account {
         o.raw("serviceAccount", &namespaced_name(sa));
     }
-    o.selector("nodeSelector", p.node_selector.as_ref());
+    o.selector("nodeSelector", p.node_selector.as_deref());
     o.finish()
 }
 
@@ -184,7 +184,7 @@ fn applied_to(a: &AppliedTo) -> String {
     o.selector("namespaceSelector", a.namespace_selector.as_ref());
     o.selector(
         "externalEntitySelector",
-        a.external_entity_selector.as_ref(),
+        a.external_entity_selector.as_deref(),
     );
     o.string("group", a.group.as_deref());
     if let Some(sa) = &a.service_account {
@@ -193,7 +193,7 @@ fn applied_to(a: &AppliedTo) -> String {
     if let Some(svc) = &a.service {
         o.raw("service", &namespaced_name(svc));
     }
-    o.selector("nodeSelector", a.node_selector.as_ref());
+    o.selector("nodeSelector", a.node_selector.as_deref());
     o.finish()
 }
 

@@ -219,9 +219,9 @@ fn check_applied_to(
         }
     }
     for (field, selector) in [
-        ("podSelector", &entry.pod_selector),
-        ("namespaceSelector", &entry.namespace_selector),
-        ("nodeSelector", &entry.node_selector),
+        ("podSelector", entry.pod_selector.as_ref()),
+        ("namespaceSelector", entry.namespace_selector.as_ref()),
+        ("nodeSelector", entry.node_selector.as_deref()),
     ] {
         if let Some(selector) = selector {
             check_selector(report, &format!("{path}.{field}"), selector);

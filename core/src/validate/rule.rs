@@ -231,9 +231,9 @@ fn check_peer(
         }
     }
     for (field, selector) in [
-        ("podSelector", &peer.pod_selector),
-        ("namespaceSelector", &peer.namespace_selector),
-        ("nodeSelector", &peer.node_selector),
+        ("podSelector", peer.pod_selector.as_ref()),
+        ("namespaceSelector", peer.namespace_selector.as_ref()),
+        ("nodeSelector", peer.node_selector.as_deref()),
     ] {
         if let Some(selector) = selector {
             check_selector(report, &format!("{path}.{field}"), selector);
