@@ -227,8 +227,8 @@ fn pod_yaml_with(cluster: &Cluster, i: usize, app: usize) -> String {
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {}\n  namespace: {}\n  labels: {{app: {}, tier: {}}}\nspec:\n  nodeName: {}\nstatus:\n  podIP: {}\n---\n",
         entry.name,
         entry.namespace,
-        entry.labels["app"],
-        entry.labels["tier"],
+        entry.labels.get("app").unwrap(),
+        entry.labels.get("tier").unwrap(),
         entry.node_name.as_deref().unwrap_or_default(),
         entry.ips[0]
     )

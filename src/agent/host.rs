@@ -37,7 +37,7 @@ pub fn local_node(node: &NodeConfig) -> Result<LocalNode, HostError> {
     }
     Ok(LocalNode {
         name: node.name.clone(),
-        labels: node.labels.clone(),
+        labels: node.labels.clone().into_iter().collect(),
         addresses,
     })
 }

@@ -101,7 +101,7 @@ impl NodeIdentity {
         };
         Ok(LocalNode {
             name,
-            labels: self.labels.clone(),
+            labels: self.labels.clone().into_iter().collect(),
             addresses: self.addresses.clone(),
         })
     }

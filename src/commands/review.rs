@@ -95,7 +95,7 @@ fn read(input: &Input, socket: &Path) -> Result<Read, CommandError> {
             let (objects, problems) = live_objects(&report);
             let node = LocalNode {
                 name: report.node_name.clone(),
-                labels: report.node_labels.clone(),
+                labels: report.node_labels.clone().into_iter().collect(),
                 addresses: report.node_addresses.clone(),
             };
             (objects, problems, Some(node))

@@ -297,7 +297,7 @@ impl AgentStatus {
         let (snapshot, node) = &compiled;
         Response::Snapshot(Box::new(SnapshotReport {
             node_name: node.name.clone(),
-            node_labels: node.labels.clone(),
+            node_labels: node.labels.clone().into_iter().collect(),
             node_addresses: node.addresses.clone(),
             objects: snapshot.iter().map(Object::to_document).collect(),
         }))

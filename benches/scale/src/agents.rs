@@ -306,7 +306,10 @@ impl Agents {
             let started = Instant::now();
             let shape = PodShape {
                 namespace: namespace.to_string(),
-                labels: BTreeMap::from([("app".to_string(), app.to_string())]),
+                labels: tollgate_core::model::Labels::from_iter([(
+                    "app".to_string(),
+                    app.to_string(),
+                )]),
                 service_account: "default".to_string(),
             };
             let keys = match self.policies.get(namespace) {

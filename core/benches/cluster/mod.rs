@@ -6,7 +6,6 @@
 //! 1/100 of it for CI's smoke run. Included by each bench with `#[path]`.
 #![allow(dead_code)] // each bench uses its part.
 
-use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 
 use tollgate_core::model::Sourced;
@@ -46,7 +45,7 @@ pub fn pod(cluster: &Cluster, i: usize, app: usize, generation: u8) -> PodEntry 
     PodEntry {
         namespace: format!("ns-{}", i % cluster.namespaces),
         name: format!("pod-{i}"),
-        labels: BTreeMap::from([
+        labels: tollgate_core::model::Labels::from_iter([
             ("app".to_string(), format!("app-{app}")),
             ("tier".to_string(), ["fe", "be"][i % 2].to_string()),
         ]),

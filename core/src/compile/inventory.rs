@@ -66,7 +66,7 @@ pub struct Inventory<'a> {
     pub local_node: usize,
     /// See [`LocalView::every_node`].
     pub every_node: bool,
-    namespaces: BTreeMap<String, BTreeMap<String, String>>,
+    namespaces: BTreeMap<String, Labels>,
     /// label key → value → Pods carrying it.
     pods_by_label: HashMap<String, HashMap<String, Vec<PodIdx>>>,
     pods_by_namespace: HashMap<String, Vec<PodIdx>>,
@@ -148,7 +148,7 @@ impl<'a> Inventory<'a> {
     }
 
     /// Labels of a Namespace (with `kubernetes.io/metadata.name`), if known.
-    pub fn namespace_labels(&self, namespace: &str) -> Option<&BTreeMap<String, String>> {
+    pub fn namespace_labels(&self, namespace: &str) -> Option<&Labels> {
         self.namespaces.get(namespace)
     }
 

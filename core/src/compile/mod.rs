@@ -52,7 +52,7 @@ pub use span::{published_selections, PodShape};
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LocalNode {
     pub name: String,
-    pub labels: BTreeMap<String, String>,
+    pub labels: crate::model::Labels,
     /// Addresses found on the host or configured; added to the Node's own.
     pub addresses: Vec<IpAddr>,
 }

@@ -112,7 +112,7 @@ spec:
 ";
     let node = crate::compile::LocalNode {
         name: "n".into(),
-        labels: [("role".to_string(), "cp".to_string())].into(),
+        labels: crate::model::Labels::from_iter([("role".to_string(), "cp".to_string())]),
         addresses: vec!["10.0.0.2".parse().unwrap()],
     };
     let ruleset = crate::compile::compile_yaml(yaml, &node);

@@ -4,7 +4,6 @@
 //! objects keep only the fields policy needs and ignore the rest of their
 //! spec/status, so `kubectl get -o yaml` dumps load as they are.
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
@@ -12,7 +11,7 @@ use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 
 use super::antrea::{PortProtocol, PortValue};
-use super::meta::{LabelSelector, ObjectMeta};
+use super::meta::{LabelSelector, Labels, ObjectMeta};
 
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -182,7 +181,7 @@ pub struct Namespace {
 impl Namespace {
     /// Labels including `kubernetes.io/metadata.name`, which the API server
     /// always sets.
-    pub fn effective_labels(&self) -> BTreeMap<String, String> {
+    pub fn effective_labels(&self) -> Labels {
         let mut labels = self.metadata.labels.clone();
         labels.insert(
             "kubernetes.io/metadata.name".into(),
@@ -292,7 +291,7 @@ pub struct ServiceSpec {
     #[serde(default, rename = "type")]
     pub type_: Option<String>,
     #[serde(default)]
-    pub selector: Option<BTreeMap<String, String>>,
+    pub selector: Option<Labels>,
     #[serde(default, rename = "clusterIP")]
     pub cluster_ip: Option<String>,
     #[serde(default, rename = "clusterIPs")]

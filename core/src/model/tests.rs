@@ -479,3 +479,47 @@ fn applied_to_and_peers_keep_their_rare_fields_boxed() {
     let peer = 2 * selector + 2 * name + 5 * boxed;
     assert!(size_of::<Peer>() <= peer, "{}", size_of::<Peer>());
 }
+
+/// Labels are kept as a sorted vector ([`Labels`]): written in any order,
+/// they read to the same object and match the same selectors, and are
+/// written back sorted (what the verdict cache's digest and the rule names
+/// hash), as a tree kept them. Documents reach the model through
+/// `serde_json::Value`, whose maps are sorted today (it would keep the
+/// written order if any crate turned on `serde_json/preserve_order`), so
+/// the metadata is also read straight from YAML, in the written order.
+///
+/// Mutation: the labels kept in the order they are read
+/// (`LiteMap::from_sorted_store_unchecked`) → the metadata read from YAML
+/// holds them unsorted, where a lookup by key misses (tried: it fails).
+#[test]
+fn labels_written_in_any_order_read_the_same() {
+    let pod = |labels: &str| {
+        let yaml = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: a, labels: {{{labels}}}}}\nspec: {{nodeName: n}}\n"
+        );
+        let (objects, problems) =
+            crate::decode::parse_documents(std::path::Path::new("p.yaml"), &yaml);
+        assert!(problems.is_empty(), "{problems:?}");
+        objects[0].object.clone()
+    };
+    let unsorted = pod("zone: z1, app: web, tier: fe");
+    let sorted = pod("app: web, tier: fe, zone: z1");
+    assert_eq!(unsorted, sorted);
+    let Object::Pod(p) = &*unsorted else {
+        panic!("{unsorted:?}")
+    };
+    let keys: Vec<&str> = p.metadata.labels.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, ["app", "tier", "zone"]);
+    let selector: LabelSelector =
+        serde_json::from_value(json!({"matchLabels": {"zone": "z1", "app": "web"}})).unwrap();
+    assert!(selector.matches(&p.metadata.labels));
+    let meta: ObjectMeta =
+        serde_saphyr::from_str("name: p\nlabels: {zone: z1, app: web, tier: fe}\n").unwrap();
+    assert_eq!(meta.labels, p.metadata.labels);
+    assert!(selector.matches(&meta.labels));
+    let document = serde_json::to_string(&unsorted.to_document()).unwrap();
+    assert!(
+        document.contains(r#""labels":{"app":"web","tier":"fe","zone":"z1"}"#),
+        "{document}"
+    );
+}

@@ -27,7 +27,7 @@ pub struct EndpointInfo {
     pub addresses: Vec<IpAddr>,
     /// `None` for a Node.
     pub namespace: Option<String>,
-    pub labels: BTreeMap<String, String>,
+    pub labels: crate::model::Labels,
 }
 
 /// One side of a review (the policies before or after a change, or the

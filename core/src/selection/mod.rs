@@ -20,7 +20,6 @@ mod index;
 mod membership;
 mod publish;
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
@@ -35,8 +34,7 @@ pub use directory::{NamedPorts, Names};
 pub use index::Selections;
 pub use publish::{member_of, node_member, Publisher, Write};
 
-/// Labels by key.
-pub type Labels = BTreeMap<String, String>;
+pub use crate::model::Labels;
 
 /// A named container port: name, protocol, number.
 pub type NamedPort = (String, PortProtocol, u16);
@@ -288,7 +286,7 @@ impl ExternalEntry {
 /// The labels of a Namespace no Namespace object describes (a Pod or
 /// ExternalEntity lives there): its name label alone.
 pub fn name_label(namespace: &str) -> Labels {
-    Labels::from([(
+    Labels::from_iter([(
         "kubernetes.io/metadata.name".to_string(),
         namespace.to_string(),
     )])

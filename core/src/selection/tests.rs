@@ -15,7 +15,7 @@ fn pod(name: &str, ns: &str, app: &str, ip: &str) -> PodEntry {
     PodEntry {
         namespace: ns.into(),
         name: name.into(),
-        labels: Labels::from([("app".into(), app.into())]),
+        labels: Labels::from_iter([("app".into(), app.into())]),
         ips: vec![ip.parse().unwrap()],
         service_account: "default".into(),
         node_name: Some("n2".into()),
@@ -110,7 +110,7 @@ fn a_namespace_label_change_moves_its_pods_in_namespace_selector_sets() {
     assert_eq!(*selections.addresses(&prod), set(&["10.0.0.1"]));
     selections.apply(Delta::Namespace {
         name: "a".into(),
-        labels: Some(Labels::from([("env".into(), "dev".into())])),
+        labels: Some(Labels::from_iter([("env".into(), "dev".into())])),
     });
     assert!(selections.addresses(&prod).is_empty());
     // Deleted, the Namespace still exists for its Pod, with its name

@@ -14,13 +14,12 @@
 //! Containers without an address of their own (`--network host`, `none`)
 //! share the host's and are not Pods.
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use bollard::models::ContainerInspectResponse;
 
 use crate::model::{
-    Container, ContainerPort, ObjectMeta, Pod, PodIp, PodSpec, PodStatus, PortProtocol,
+    Container, ContainerPort, Labels, ObjectMeta, Pod, PodIp, PodSpec, PodStatus, PortProtocol,
 };
 
 /// Namespace of a container without the namespace label.
@@ -71,7 +70,7 @@ pub fn endpoint(container: &ContainerInspectResponse, mapping: Mapping<'_>) -> M
         return Mapped::NotAnEndpoint("no address of its own (host or no network)");
     }
     let config = container.config.as_ref();
-    let labels: BTreeMap<String, String> = config
+    let labels: Labels = config
         .and_then(|c| c.labels.as_ref())
         .map(|l| l.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
         .unwrap_or_default();

@@ -778,7 +778,7 @@ mod tests {
         let Object::Pod(p) = &*admitted.snapshot.objects[0].object else {
             panic!("not a pod")
         };
-        assert_eq!(p.metadata.labels["app"], "web");
+        assert_eq!(p.metadata.labels.get("app").unwrap(), "web");
         assert_eq!(p.ips(), ["10.1.0.2".parse::<std::net::IpAddr>().unwrap()]);
         // Unknown fields (resources, phase, image) are not kept anywhere.
         let debug = format!("{p:?}");

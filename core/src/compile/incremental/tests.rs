@@ -266,7 +266,7 @@ fn parse(yaml: &str) -> Snapshot {
 fn local() -> LocalNode {
     LocalNode {
         name: LOCAL.into(),
-        labels: BTreeMap::from([("zone".into(), "z1".into())]),
+        labels: Labels::from_iter([("zone".into(), "z1".into())]),
         addresses: vec!["10.9.9.9".parse().unwrap()],
     }
 }

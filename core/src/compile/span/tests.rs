@@ -252,7 +252,7 @@ fn a_new_namespace_of_applied_pods_adds_its_self_selection() {
     assert!(!span.contains(&app_in(NamespaceScope::named("z"), "api")));
     shapes.insert(PodShape {
         namespace: "z".into(),
-        labels: [("app".to_string(), "web".to_string())].into(),
+        labels: Labels::from_iter([("app".to_string(), "web".to_string())]),
         service_account: "default".into(),
     });
     let span = published_selections(&snapshot, &shapes);

@@ -14,7 +14,7 @@ fn pod(ns: &str, name: &str, app: &str, ip: Option<u32>) -> PodEntry {
     PodEntry {
         namespace: ns.into(),
         name: name.into(),
-        labels: Labels::from([("app".into(), app.into())]),
+        labels: Labels::from_iter([("app".into(), app.into())]),
         ips: ip
             .map(|i| vec![std::net::Ipv4Addr::from(0x0a00_0000 + i).into()])
             .unwrap_or_default(),
@@ -164,7 +164,7 @@ fn members_are_published_in_slice_0_and_a_status_write_writes_nothing() {
 fn node(name: &str, role: &str, ip: Option<u32>) -> NodeEntry {
     NodeEntry {
         name: name.into(),
-        labels: Labels::from([("role".into(), role.into())]),
+        labels: Labels::from_iter([("role".into(), role.into())]),
         ips: ip
             .map(|i| vec![std::net::Ipv4Addr::from(0x0a09_0000 + i).into()])
             .unwrap_or_default(),

@@ -43,7 +43,7 @@ fn podman_container_with_the_ports_label() {
     assert_eq!(problem, None);
     assert_eq!(pod.metadata.name, "web-1");
     assert_eq!(pod.namespace(), "shop");
-    assert_eq!(pod.metadata.labels["app"], "web");
+    assert_eq!(pod.metadata.labels.get("app").unwrap(), "web");
     assert_eq!(
         ips(&pod),
         ["10.251.3.2", "fd00:251:3::2"].map(|a| a.parse::<IpAddr>().unwrap())
@@ -64,10 +64,10 @@ fn docker_compose_container_on_two_networks_with_exposed_ports() {
     assert_eq!(problem, None);
     assert_eq!(pod.metadata.name, "shop-web-1");
     assert_eq!(pod.namespace(), "shop");
-    assert_eq!(pod.metadata.labels["tier"], "frontend");
+    assert_eq!(pod.metadata.labels.get("tier").unwrap(), "frontend");
     // Image labels whose values are no Kubernetes label values are kept:
     // they are never selectable, and harm nothing.
-    assert!(pod.metadata.labels["maintainer"].contains('<'));
+    assert!(pod.metadata.labels.get("maintainer").unwrap().contains('<'));
     assert_eq!(
         ips(&pod),
         ["172.20.0.2", "fd12:3456:789a::2", "172.19.0.3"].map(|a| a.parse::<IpAddr>().unwrap()),
