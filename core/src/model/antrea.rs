@@ -400,9 +400,9 @@ pub struct AntreaGroup {
     pub kind: String,
     pub metadata: ObjectMeta,
     pub spec: GroupSpec,
-    // Written by the controller that enforces the policy (Antrea's: its
-    // phase, realized Nodes and conditions); nothing decides by it, so it
-    // is accepted and dropped as it is read, as metadata's bookkeeping is.
+    // Written by the controller that computes the group (Antrea's: its
+    // conditions); nothing decides by it, so it is accepted and dropped
+    // as it is read, as metadata's bookkeeping is.
     #[serde(default, skip_serializing)]
     pub status: IgnoredAny,
 }

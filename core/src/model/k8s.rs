@@ -22,9 +22,9 @@ pub struct K8sNetworkPolicy {
     /// Optional as in the API server: absent, it is the zero spec.
     #[serde(default)]
     pub spec: K8sPolicySpec,
-    // Written by the controller that enforces the policy (Antrea's: its
-    // phase, realized Nodes and conditions); nothing decides by it, so it
-    // is accepted and dropped as it is read, as metadata's bookkeeping is.
+    // Written by the implementation that enforces the policy (its
+    // conditions); nothing decides by it, so it is accepted and dropped
+    // as it is read, as metadata's bookkeeping is.
     #[serde(default, skip_serializing)]
     pub status: IgnoredAny,
 }

@@ -35,9 +35,9 @@ pub struct AdminNetworkPolicy {
     pub kind: String,
     pub metadata: ObjectMeta,
     pub spec: AnpSpec,
-    // Written by the controller that enforces the policy (Antrea's: its
-    // phase, realized Nodes and conditions); nothing decides by it, so it
-    // is accepted and dropped as it is read, as metadata's bookkeeping is.
+    // Written by the implementation that enforces the policy (its
+    // conditions); nothing decides by it, so it is accepted and dropped
+    // as it is read, as metadata's bookkeeping is.
     #[serde(default, skip_serializing)]
     pub status: IgnoredAny,
 }
@@ -61,9 +61,9 @@ pub struct BaselineAdminNetworkPolicy {
     pub kind: String,
     pub metadata: ObjectMeta,
     pub spec: BanpSpec,
-    // Written by the controller that enforces the policy (Antrea's: its
-    // phase, realized Nodes and conditions); nothing decides by it, so it
-    // is accepted and dropped as it is read, as metadata's bookkeeping is.
+    // Written by the implementation that enforces the policy (its
+    // conditions); nothing decides by it, so it is accepted and dropped
+    // as it is read, as metadata's bookkeeping is.
     #[serde(default, skip_serializing)]
     pub status: IgnoredAny,
 }
@@ -139,9 +139,9 @@ pub struct NpClusterNetworkPolicy {
     pub kind: String,
     pub metadata: ObjectMeta,
     pub spec: CnpSpec,
-    // Written by the controller that enforces the policy (Antrea's: its
-    // phase, realized Nodes and conditions); nothing decides by it, so it
-    // is accepted and dropped as it is read, as metadata's bookkeeping is.
+    // Written by the implementation that enforces the policy (its
+    // conditions); nothing decides by it, so it is accepted and dropped
+    // as it is read, as metadata's bookkeeping is.
     #[serde(default, skip_serializing)]
     pub status: IgnoredAny,
 }
