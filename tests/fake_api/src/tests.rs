@@ -120,11 +120,21 @@ fn fanout_hands_each_event_to_the_subscribers_it_selects_and_counts_it_once() {
     assert_eq!(a.count(), 2);
 }
 
+/// The whole answer (status line, headers, body) to `GET target`, read
+/// until the server closes the connection.
+fn http_get(api: &FakeApi, target: &str) -> String {
+    use std::io::Read;
+    let mut stream = TcpStream::connect(api.address).unwrap();
+    write!(stream, "GET {target} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
+}
+
 /// An HTTP watch from a resourceVersion is sent exactly the later events
 /// of its collection, counted in [`FakeApi::sent`].
 #[test]
 fn an_http_watch_resumes_after_its_resource_version() {
-    use std::io::Read;
     let api = FakeApi::start("127.0.0.1:0");
     let pods = collection("v1", "Pod");
     for i in 0..50 {
@@ -132,14 +142,10 @@ fn an_http_watch_resumes_after_its_resource_version() {
         api.apply(slice(&format!("k{i}-0"), "k"));
     }
     let from = api.shared.state.lock().unwrap().events[59].rv;
-    let mut stream = TcpStream::connect(api.address).unwrap();
-    write!(
-        stream,
-        "GET {pods}?watch=true&resourceVersion={from}&timeoutSeconds=1 HTTP/1.1\r\nHost: x\r\n\r\n"
-    )
-    .unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).unwrap();
+    let answer = http_get(
+        &api,
+        &format!("{pods}?watch=true&resourceVersion={from}&timeoutSeconds=1"),
+    );
     let names: Vec<String> = answer
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
@@ -163,17 +169,13 @@ fn an_http_watch_resumes_after_its_resource_version() {
 /// answered `410 Gone`. A list without `limit` is one page.
 #[test]
 fn a_paginated_list_is_served_as_the_collection_was_at_its_first_page() {
-    use std::io::Read;
     let api = FakeApi::start("127.0.0.1:0");
     let pods = collection("v1", "Pod");
     for i in 0..5 {
         api.apply(node_pod(&format!("p{i}"), "n1"));
     }
     let get = |query: &str| -> (u16, Value) {
-        let mut stream = TcpStream::connect(api.address).unwrap();
-        write!(stream, "GET {pods}?{query} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer).unwrap();
+        let answer = http_get(&api, &format!("{pods}?{query}"));
         let code = answer[9..12].parse().unwrap();
         let body = answer.split_once("\r\n\r\n").unwrap().1;
         (code, serde_json::from_str(body).unwrap())
