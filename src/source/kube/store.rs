@@ -506,9 +506,10 @@ fn decode(kind: Kind, mut value: Value) -> (Key, Stored) {
             .unwrap_or_default()
             .to_string()
     };
-    let (api_version, api_kind) = match Kind::spelling(&text("apiVersion"), &text("kind")) {
+    let (written_version, written_kind) = (text("apiVersion"), text("kind"));
+    let (api_version, api_kind) = match Kind::spelling(&written_version, &written_kind) {
         Some((version, kind)) => (Cow::Borrowed(version), Cow::Borrowed(kind)),
-        None => (Cow::Owned(text("apiVersion")), Cow::Owned(text("kind"))),
+        None => (Cow::Owned(written_version), Cow::Owned(written_kind)),
     };
     let id = Identity {
         api_version,
