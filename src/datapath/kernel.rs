@@ -190,18 +190,14 @@ impl Iptables {
     pub fn antispoof_counters(&self) -> Result<super::antispoof::Reading, DatapathError> {
         let mut reading = super::antispoof::Reading::new();
         for family in Family::ALL {
-            let save = run(
-                &self.backend.program(family, "save"),
-                &["-c", "-t", "raw"],
-                None,
-            )?;
+            let save = read_save(&self.backend.program(family, "save"), &["-c", "-t", "raw"])?;
             reading.extend(super::antispoof::drop_counters(
                 &save,
                 super::antispoof::Place::Raw(family),
             ));
         }
         if self.ebtables {
-            let save = run(&format!("{EBTABLES}-save"), &["-c", "-t", "nat"], None)?;
+            let save = read_save(&format!("{EBTABLES}-save"), &["-c", "-t", "nat"])?;
             reading.extend(super::antispoof::drop_counters(
                 &save,
                 super::antispoof::Place::Bridge,
@@ -217,7 +213,7 @@ impl Iptables {
     pub fn cache_hits(&self) -> Result<super::cache::HitReading, DatapathError> {
         let mut reading = super::cache::HitReading::new();
         for family in Family::ALL {
-            let save = run(&self.backend.program(family, "save"), &["-c"], None)?;
+            let save = read_save(&self.backend.program(family, "save"), &["-c"])?;
             reading.extend(super::cache::hit_counters(&save, family));
         }
         Ok(reading)
@@ -237,30 +233,20 @@ impl Iptables {
 
 impl Kernel for Iptables {
     fn installed(&self) -> Result<State, DatapathError> {
-        let save = |family| {
-            run(
-                &self.backend.program(family, "save"),
-                &["-t", "filter"],
-                None,
-            )
-        };
+        let save = |family| read_save(&self.backend.program(family, "save"), &["-t", "filter"]);
         let mut state = State::parse(
             &save(Family::V4)?,
             &save(Family::V6)?,
             &run("ipset", &["save"], None)?,
         );
         for family in Family::ALL {
-            let raw = run(&self.backend.program(family, "save"), &["-t", "raw"], None)?;
+            let raw = read_save(&self.backend.program(family, "save"), &["-t", "raw"])?;
             *state.raw_mut(family) = Table::parse_in(&raw, TableKind::Raw);
-            let mangle = run(
-                &self.backend.program(family, "save"),
-                &["-t", "mangle"],
-                None,
-            )?;
+            let mangle = read_save(&self.backend.program(family, "save"), &["-t", "mangle"])?;
             *state.mangle_mut(family) = Table::parse_in(&mangle, TableKind::Mangle);
         }
         if self.ebtables {
-            let save = run(&format!("{EBTABLES}-save"), &["-t", "nat"], None)?;
+            let save = read_save(&format!("{EBTABLES}-save"), &["-t", "nat"])?;
             state.bridge = Table::parse_in(&save, TableKind::BridgeNat);
         }
         Ok(state)
@@ -306,9 +292,9 @@ impl Iptables {
         let text = |result: Result<String, DatapathError>| {
             result.unwrap_or_else(|error| format!("# {error}\n"))
         };
-        let save = |family: Family| text(run(&self.backend.program(family, "save"), &["-c"], None));
+        let save = |family: Family| text(read_save(&self.backend.program(family, "save"), &["-c"]));
         let ebtables_save = match self.ebtables {
-            true => text(run(&format!("{EBTABLES}-save"), &["-c"], None)),
+            true => text(read_save(&format!("{EBTABLES}-save"), &["-c"])),
             false => format!("# {EBTABLES} is not installed\n"),
         };
         let ipsets = match run("ipset", &["list", "-n"], None) {
@@ -343,6 +329,38 @@ impl Iptables {
 /// remaining timeouts, from `ipset save` (no iptables needed).
 pub fn learned_sets() -> Result<BTreeMap<String, LearnedSet>, DatapathError> {
     Ok(parse_ipset_save(&run("ipset", &["save"], None)?).1)
+}
+
+/// How many times a `*-save` is read before its error stands.
+const SAVE_READS: usize = 3;
+
+/// Runs a `*-save` (no input); returns its dump. A dump whose rules named
+/// a set that was destroyed before the tool asked the kernel for its name
+/// is read again, up to [`SAVE_READS`] times: the tool reads the rules
+/// first and each `--match-set`'s name afterwards, by the set's index, so
+/// a generation switch that replaces a rule and destroys its set in
+/// between (this agent's own, seen from the status server's bundle, or
+/// another instance's) fails the whole dump, and a new one sees the rules
+/// without that set. Any other failure is returned at once.
+fn read_save(program: &str, args: &[&str]) -> Result<String, DatapathError> {
+    let mut reads = 1;
+    loop {
+        match run(program, args, None) {
+            Err(DatapathError::Failed { ref stderr, .. })
+                if reads < SAVE_READS && raced_a_set(stderr) =>
+            {
+                reads += 1;
+            }
+            result => return result,
+        }
+    }
+}
+
+/// Whether a `*-save` failed because a set one of its rules names was
+/// destroyed while it ran (libxt_set: `Set with index 15 in kernel
+/// doesn't exist.`).
+fn raced_a_set(stderr: &str) -> bool {
+    stderr.contains("Set with index") && stderr.contains("in kernel doesn't exist")
 }
 
 /// Runs a command to completion, feeding `stdin`; returns its stdout.
@@ -398,6 +416,58 @@ fn failing_line(stderr: &str, input: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_save_raced_a_set_only_when_the_set_it_names_vanished() {
+        assert!(raced_a_set(
+            "ip6tables-save v1.8.9 (nf_tables): Set with index 15 in kernel doesn't exist.\n\nTry `ip6tables-save -h' or 'ip6tables-save --help' for more information."
+        ));
+        assert!(!raced_a_set(
+            "iptables-save v1.8.9 (nf_tables): table `nat' does not exist"
+        ));
+        assert!(!raced_a_set(
+            "ipset v7.19: The set with the given name does not exist"
+        ));
+    }
+
+    /// A stand-in for a `*-save` that counts its runs in a file and fails
+    /// the first `fails` of them with `message`.
+    fn flaky_save(
+        dir: &std::path::Path,
+        fails: usize,
+        message: &str,
+    ) -> (String, std::path::PathBuf) {
+        let count = dir.join("runs");
+        let script = format!(
+            "n=$(cat {c} 2>/dev/null || echo 0); echo $((n+1)) > {c}; \
+             if [ $n -lt {fails} ]; then echo \"{message}\" >&2; exit 2; fi; echo dump",
+            c = count.display()
+        );
+        (script, count)
+    }
+
+    fn runs(count: &std::path::Path) -> String {
+        std::fs::read_to_string(count).unwrap().trim().to_string()
+    }
+
+    #[test]
+    fn read_save_reads_again_after_a_race_and_gives_up_after_its_bound() {
+        let raced = "Set with index 3 in kernel doesn't exist.";
+        let dir = tempfile::tempdir().unwrap();
+        let (script, count) = flaky_save(dir.path(), 1, raced);
+        assert_eq!(read_save("sh", &["-c", &script]).unwrap(), "dump\n");
+        assert_eq!(runs(&count), "2");
+
+        let dir = tempfile::tempdir().unwrap();
+        let (script, count) = flaky_save(dir.path(), 99, raced);
+        assert!(read_save("sh", &["-c", &script]).is_err());
+        assert_eq!(runs(&count), SAVE_READS.to_string());
+
+        let dir = tempfile::tempdir().unwrap();
+        let (script, count) = flaky_save(dir.path(), 1, "Table does not exist");
+        assert!(read_save("sh", &["-c", &script]).is_err());
+        assert_eq!(runs(&count), "1");
+    }
 
     #[test]
     fn failing_line_from_restore_errors() {

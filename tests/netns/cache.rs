@@ -220,10 +220,9 @@ fn a_cached_verdict_is_answered_by_the_kernel_and_a_policy_change_replaces_it() 
 /// contain `rule`, IPv4 and IPv6 (`*-save -c` counters).
 fn hits(lab: &Lab, table: &str, chain: &str, rule: &str) -> [u64; 2] {
     ["iptables-save", "ip6tables-save"].map(|save| {
-        let out = lab.node().run(&[save, "-c", "-t", table]);
+        let out = lab.node().dump(&format!("{save} -c -t {table}"));
         let head = format!("-A {chain} ");
-        out.stdout
-            .lines()
+        out.lines()
             .filter_map(counted_rule)
             .filter(|(_, text)| text.starts_with(&head) && text.contains(rule))
             .map(|(packets, _)| packets)

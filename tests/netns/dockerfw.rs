@@ -107,7 +107,7 @@ fn docker_lines(save: &str) -> Vec<String> {
 }
 
 fn docker_state(lab: &Lab) -> [Vec<String>; 2] {
-    ["iptables-save", "ip6tables-save"].map(|save| docker_lines(&lab.node().ok(save)))
+    ["iptables-save", "ip6tables-save"].map(|save| docker_lines(&lab.node().dump(save)))
 }
 
 /// The first rule of `chain` in both families.
@@ -237,7 +237,7 @@ fn docker_user_hook_enforces_and_leaves_dockers_rules_alone() {
     agent.stop();
     let cleanup = lab.tollgate_cleanup();
     assert!(cleanup.success(), "{cleanup:?}");
-    let after = ["iptables-save", "ip6tables-save"].map(|s| lab.node().ok(s));
+    let after = ["iptables-save", "ip6tables-save"].map(|s| lab.node().dump(s));
     assert!(after.iter().all(|s| !s.contains("TOLLGATE-")), "{after:?}");
     assert_eq!(docker_state(&lab), before, "Docker's rules untouched");
 }
@@ -533,7 +533,7 @@ fn firewall_flush_is_repaired_within_the_drift_interval() {
 /// jumps, counters stripped, tollgate's left out.
 fn runtime_lines(lab: &Lab, backend: Backend, table: &str) -> [Vec<String>; 2] {
     ["iptables-save", "ip6tables-save"].map(|save| {
-        let text = lab.node().ok(&format!("{save} -t {table}"));
+        let text = lab.node().dump(&format!("{save} -t {table}"));
         text.lines()
             .filter(|l| !l.starts_with('#') && !l.contains("TOLLGATE-"))
             .filter(|l| l.contains(backend.chain_prefix()))

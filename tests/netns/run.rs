@@ -38,7 +38,7 @@ spec:
 }
 
 fn owned_state(ns: &Netns) -> String {
-    ns.ok("iptables-save -t filter; ip6tables-save -t filter; ipset list -n")
+    ns.dump("iptables-save -t filter; ip6tables-save -t filter; ipset list -n")
         .lines()
         .filter(|l| l.contains("TOLLGATE") || l.starts_with("tollgate-"))
         .collect::<Vec<_>>()
@@ -58,7 +58,7 @@ const FOREIGN: &str = "iptables -N OPERATOR && iptables -A OPERATOR -s 192.0.2.1
 /// counters, which change without anyone changing a rule, and the tables
 /// that filter nothing (see below).
 fn raw_firewall(ns: &Netns) -> String {
-    let text = ns.ok("iptables-save; echo ====; ip6tables-save; echo ====; ipset list");
+    let text = ns.dump("iptables-save; echo ====; ip6tables-save; echo ====; ipset list");
     let lines: Vec<String> = text
         .lines()
         .filter(|l| !l.starts_with('#'))

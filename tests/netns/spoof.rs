@@ -258,7 +258,7 @@ fn expect_guarded(lab: &Lab, attached: &[(&str, &str)]) {
 /// source bound to no endpoint.
 #[track_caller]
 fn uplink_returns(lab: &Lab) -> u64 {
-    let save = lab.node().ok("iptables-save -c -t raw");
+    let save = lab.node().dump("iptables-save -c -t raw");
     let line = save
         .lines()
         .find(|l| l.contains("-A TOLLGATE-ANTISPOOF -i n-outside ") && l.ends_with("-j RETURN"))

@@ -17,8 +17,8 @@ pub struct FirewallState {
 impl FirewallState {
     pub fn capture(ns: &Netns) -> Self {
         FirewallState {
-            iptables: normalize_save(&ns.run(&["iptables-save"]).stdout),
-            ip6tables: normalize_save(&ns.run(&["ip6tables-save"]).stdout),
+            iptables: normalize_save(&ns.dump("iptables-save")),
+            ip6tables: normalize_save(&ns.dump("ip6tables-save")),
             ipsets: normalize_ipset(&ns.run(&["ipset", "save"]).stdout),
         }
     }

@@ -134,6 +134,27 @@ impl Netns {
             .stdout
     }
 
+    /// Runs a `sh -c` script of read-only netfilter dumps (`*-save`,
+    /// `ipset list`) that must succeed; returns its stdout. A run that
+    /// failed because an `*-save` raced an agent's generation switch (the
+    /// tool reads the rules, then each `--match-set`'s name by index, and
+    /// the set was destroyed in between: "Set with index 15 in kernel
+    /// doesn't exist") is run again, at most three times in all, as the
+    /// agent's own reads do.
+    #[track_caller]
+    pub fn dump(&self, script: &str) -> String {
+        let mut output = self.sh(script);
+        for _ in 1..3 {
+            if output.success() || !output.stderr.contains("in kernel doesn't exist") {
+                break;
+            }
+            output = self.sh(script);
+        }
+        output
+            .expect_success(&format!("[{}] {script}", self.name))
+            .stdout
+    }
+
     /// Pids of the processes living in this namespace.
     pub fn pids(&self) -> Vec<i32> {
         let out = run_with_timeout(
