@@ -15,7 +15,7 @@ use crate::agents::Agents;
 use crate::churn::World;
 use crate::cluster;
 use crate::process::{cpu_seconds, rss_mib, Process};
-use crate::real::{Probes, RealAgent};
+use crate::real::{Probe, Probes, RealAgent};
 use crate::{step, Args};
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -290,18 +290,39 @@ pub fn run(args: &Args) -> Result<(), String> {
         rss_mib(std::process::id()),
         agents.span_seconds
     );
-    let applied = sorted(probes.samples.iter().map(|(_, ms)| *ms).collect());
+    let applied = sorted(probes.samples.iter().map(|(_, _, ms)| *ms).collect());
     for (i, agent) in real.iter().enumerate() {
-        let own = sorted(
-            probes
-                .samples
-                .iter()
-                .filter(|(name, _)| *name == agent.name)
-                .map(|(_, ms)| *ms)
-                .collect(),
-        );
+        let of = |kind: Option<Probe>| {
+            sorted(
+                probes
+                    .samples
+                    .iter()
+                    .filter(|(name, probe, _)| {
+                        *name == agent.name && kind.is_none_or(|kind| kind == *probe)
+                    })
+                    .map(|(_, _, ms)| *ms)
+                    .collect(),
+            )
+        };
+        let own = of(None);
+        let by_kind: Vec<String> = [
+            (Probe::Address, "a fresh address"),
+            (Probe::PolicyEdit, "a policy edit"),
+        ]
+        .into_iter()
+        .map(|(kind, what)| (of(Some(kind)), what))
+        .filter(|(samples, _)| !samples.is_empty())
+        .map(|(samples, what)| {
+            format!(
+                "{what}: {}, p50 {:.0} ms, p99 {:.0} ms",
+                samples.len(),
+                percentile(&samples, 50.0),
+                percentile(&samples, 99.0)
+            )
+        })
+        .collect();
         println!(
-            "real agent {} (node-{}): RSS {:.1} MiB after the churn ({:.1} its own, {:.1} pages of its executable and libraries, shared); CPU {:.2} ms per ruleset applied (the agent {:.2}, its iptables/ipset processes {:.2}; {} applied in the first {:.0} s of churn, idle baseline {:.1} % subtracted{}; {:.1} ms of CPU a second of that churn, reloads that applied no ruleset included); probes applied: {}, p50 {:.0} ms, p99 {:.0} ms",
+            "real agent {} (node-{}): RSS {:.1} MiB after the churn ({:.1} its own, {:.1} pages of its executable and libraries, shared); CPU {:.2} ms per ruleset applied (the agent {:.2}, its iptables/ipset processes {:.2}; {} applied in the first {:.0} s of churn, idle baseline {:.1} % subtracted{}; {:.1} ms of CPU a second of that churn, reloads that applied no ruleset included); probes applied: {}, p50 {:.0} ms, p99 {:.0} ms ({})",
             agent.name,
             if i == 0 { wide } else { local },
             real_rss[i],
@@ -323,6 +344,7 @@ pub fn run(args: &Args) -> Result<(), String> {
             own.len(),
             percentile(&own, 50.0),
             percentile(&own, 99.0),
+            by_kind.join("; "),
         );
     }
     println!(

@@ -191,6 +191,16 @@ impl RealAgent {
     }
 }
 
+/// What a probe changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Probe {
+    /// A remote Pod's fresh address (through the controller's groups).
+    Address,
+    /// The local policy edited, or the edit reverted (the agent's own
+    /// policy watch).
+    PolicyEdit,
+}
+
 /// The probes, one change at a time: a peer Pod (app 1 of the probes'
 /// Namespace, on a simulated Node) given a fresh address, which both
 /// agents must come to allow — the local agent's target is app 0, whose
@@ -202,8 +212,8 @@ pub struct Probes {
     size: Size,
     peer_node: usize,
     next: u32,
-    /// Milliseconds, by agent name, one per (probe, agent).
-    pub samples: Vec<(&'static str, f64)>,
+    /// Milliseconds, by agent name and probe kind, one per (probe, agent).
+    pub samples: Vec<(&'static str, Probe, f64)>,
     /// Probes not applied within 30 s.
     pub missed: usize,
 }
@@ -219,9 +229,9 @@ impl Probes {
         }
     }
 
-    fn record(&mut self, agent: &RealAgent, ms: Option<f64>) {
+    fn record(&mut self, agent: &RealAgent, probe: Probe, ms: Option<f64>) {
         match ms {
-            Some(ms) => self.samples.push((agent.name, ms)),
+            Some(ms) => self.samples.push((agent.name, probe, ms)),
             None => self.missed += 1,
         }
     }
@@ -243,7 +253,7 @@ impl Probes {
         api.apply(peer);
         for agent in agents {
             let ms = agent.until(&ip, true, since);
-            self.record(agent, ms);
+            self.record(agent, Probe::Address, ms);
         }
         let Some(local) = agents.iter().find(|a| a.name == "local") else {
             return;
@@ -252,7 +262,7 @@ impl Probes {
             let since = Instant::now();
             api.apply(cluster::local_policy(PROBE_NAMESPACE, 0, from));
             let ms = local.until(&ip, allowed, since);
-            self.record(local, ms);
+            self.record(local, Probe::PolicyEdit, ms);
         }
     }
 }
