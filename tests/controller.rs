@@ -233,6 +233,39 @@ fn a_label_change_is_published_at_once_while_other_pods_keep_changing() {
     assert_eq!(writes(&api) - before, 1, "{:#?}", api.log());
 }
 
+/// A policy change is published as soon as its selections are computed:
+/// with a batch of an hour (the loop's tick comes once, at the start,
+/// before any snapshot), the first publication and a policy edit's new
+/// group are written all the same, woken by the snapshot and by the
+/// computation's end.
+///
+/// Mutation (tried, fails): the loop going on only at its tick (the
+/// wake-up's branch skipping everything): nothing is ever published.
+#[test]
+fn a_policy_change_is_published_without_waiting_for_the_batch() {
+    let api = FakeApi::start("127.0.0.1:0");
+    world(&api, 2);
+    api.apply(pod("cache-0", "cache", "10.3.0.1", "Running"));
+    let config = kube::Config::new(api.url().parse().unwrap());
+    let mut options = Options::new(Connection::Config(Box::new(config)), "a".into());
+    options.batch = Duration::from_secs(3600);
+    let _controller = Controller::spawn(options).expect("controller starts");
+    wait("the db Pods published", || {
+        (0..2).all(|i| has(&api, &db_ip(i)))
+    });
+    assert!(
+        !has(&api, "10.3.0.1"),
+        "no policy selects the cache Pod yet"
+    );
+    api.apply(json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "ClusterNetworkPolicy",
+        "metadata": {"name": "web"},
+        "spec": {"priority": 5, "appliedTo": [{"podSelector": {"matchLabels": {"app": "web"}}}],
+                 "ingress": [{"action": "Allow", "from": [{"podSelector": {"matchLabels": {"app": "cache"}}}]}]}}));
+    wait("the edited policy's group published", || {
+        has(&api, "10.3.0.1")
+    });
+}
+
 /// A `nodeSelector` peer is published as a Node group (agents in
 /// controller mode watch their own Node only): a Node's status report
 /// writes nothing, its label change moves it in or out.

@@ -12,8 +12,10 @@
 //! computes the selections again when the policy side or the set of Pod
 //! shapes changed. One
 //! replica leads, elected on the Lease `kube-system/tollgate-controller`
-//! ([`lease`]); only the leader writes, at most once per [`BATCH`], and
-//! only once it holds a complete snapshot. On taking the lead (and after
+//! ([`lease`]); only the leader writes, and only once it holds a complete
+//! snapshot: Pod changes at most once per [`BATCH`], a policy change's
+//! selections as soon as they are computed (a new snapshot and a finished
+//! computation wake the loop; neither waits for the batch). On taking the lead (and after
 //! a failed write) it lists the AddressGroups and adopts them, so a new
 //! leader rewrites only the slices that differ. Standbys keep their
 //! publisher up to date and are ready to take over. Serves `/livez`,
@@ -35,6 +37,7 @@ use kube::api::{
     PatchParams, PostParams,
 };
 use serde_json::json;
+use tokio::sync::oneshot::{self, error::TryRecvError};
 
 use crate::compile::{self, policy_side, PodShape};
 use crate::counters;
@@ -44,7 +47,7 @@ use crate::selection::{Delta, Publisher, Selection, Write};
 use crate::source::kube::{Connection, KubeCounters, KubeError, KubeSource};
 use crate::telemetry::{Check, Metrics, Probes};
 
-/// Writes are made at most once per batch.
+/// Pod changes are written at most once per batch.
 pub const BATCH: Duration = Duration::from_millis(100);
 
 /// AddressGroup writes of one phase made at once: the first publication
@@ -78,6 +81,8 @@ pub struct Options {
     pub lease_duration: Duration,
     /// How often the leader renews and a standby tries (5 s).
     pub renew_every: Duration,
+    /// How often Pod changes are written ([`BATCH`]).
+    pub batch: Duration,
     /// Where `/livez`, `/readyz` and `/metrics` are served.
     pub listen: Option<SocketAddr>,
 }
@@ -92,6 +97,7 @@ impl Options {
             lease_name: lease::NAME.into(),
             lease_duration: Duration::from_secs(15),
             renew_every: Duration::from_secs(5),
+            batch: BATCH,
             listen: None,
         }
     }
@@ -128,7 +134,7 @@ pub struct Controller {
     state: Arc<State>,
     counters: Arc<ControllerCounters>,
     listening: Option<SocketAddr>,
-    stop: Option<tokio::sync::oneshot::Sender<bool>>,
+    stop: Option<oneshot::Sender<bool>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -146,6 +152,7 @@ impl Controller {
             lease_name,
             lease_duration,
             renew_every,
+            batch,
             listen,
         } = options;
         let (config, client) = runtime.block_on(async {
@@ -171,8 +178,13 @@ impl Controller {
             None => None,
         };
         // Every Pod, and no AddressGroup: the controller is what writes them.
-        let source =
-            KubeSource::spawn_feeding_pods(Connection::Config(Box::new(config)), kube_counters)?;
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let woken = Arc::clone(&wake);
+        let source = KubeSource::spawn_feeding_pods(
+            Connection::Config(Box::new(config)),
+            kube_counters,
+            move || woken.notify_one(),
+        )?;
         let elector = lease::Elector::new(
             client.clone(),
             &lease_namespace,
@@ -180,11 +192,12 @@ impl Controller {
             &identity,
             lease_duration,
         );
-        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let (stop, stopped) = oneshot::channel();
         let looping = Loop {
             client,
             source,
             renew_every,
+            batch,
             publisher: Publisher::new(),
             state: Arc::clone(&state),
             counters: Arc::clone(&counters),
@@ -193,6 +206,7 @@ impl Controller {
             span: None,
             respan: false,
             adopted: false,
+            wake,
         };
         let thread = std::thread::Builder::new()
             .name("controller".into())
@@ -262,6 +276,7 @@ struct Loop {
     client: kube::Client,
     source: KubeSource,
     renew_every: Duration,
+    batch: Duration,
     publisher: Publisher,
     state: Arc<State>,
     counters: Arc<ControllerCounters>,
@@ -273,12 +288,15 @@ struct Loop {
     /// The span being computed, off the loop (seconds at 150,000 Pods),
     /// and the policy side it is computed from. Pod changes keep being
     /// published meanwhile, with the selections of the last span.
-    span: Option<(tokio::task::JoinHandle<BTreeSet<Selection>>, Snapshot)>,
+    span: Option<(oneshot::Receiver<BTreeSet<Selection>>, Snapshot)>,
     /// The policy side or the Pod shapes changed since the span running
     /// was started: another follows it.
     respan: bool,
     /// Whether the publisher holds what the API server holds.
     adopted: bool,
+    /// Notified when the source hands a new snapshot and when a span
+    /// finishes, so that neither waits for the next batch's tick.
+    wake: Arc<tokio::sync::Notify>,
 }
 
 /// Takes or renews the Lease every `renew_every` until `quit` says to
@@ -324,11 +342,7 @@ fn address_groups() -> ApiResource {
 }
 
 impl Loop {
-    async fn run(
-        mut self,
-        elector: lease::Elector,
-        mut stopped: tokio::sync::oneshot::Receiver<bool>,
-    ) {
+    async fn run(mut self, elector: lease::Elector, mut stopped: oneshot::Receiver<bool>) {
         // The election runs beside the loop, so that a long computation
         // of the selections never delays a renewal.
         let (quit, quitting) = tokio::sync::watch::channel(None);
@@ -339,14 +353,21 @@ impl Loop {
             Arc::clone(&self.counters),
             quitting,
         ));
-        let mut tick = tokio::time::interval(BATCH);
+        let mut tick = tokio::time::interval(self.batch);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let release = loop {
-            tokio::select! {
+            let ticked = tokio::select! {
                 release = &mut stopped => break release.unwrap_or(true),
-                _ = tick.tick() => {}
+                _ = tick.tick() => true,
+                () = self.wake.notified() => false,
+            };
+            // A policy change's selections are written as soon as they are
+            // computed; every other write (Pod changes above all) waits for
+            // the batch's tick.
+            let selections_changed = self.take_snapshot();
+            if !ticked && !selections_changed {
+                continue;
             }
-            self.take_snapshot().await;
             let leader = self.state.leader.load(Ordering::SeqCst);
             if !leader {
                 self.adopted = false;
@@ -382,8 +403,9 @@ impl Loop {
     /// Feeds the Pod changes and a new snapshot's Namespaces to the
     /// publisher; starts computing the selections again when the policy
     /// side or the Pod shapes changed (one span at a time, beside the
-    /// loop), and hands the publisher those of a span that finished.
-    async fn take_snapshot(&mut self) {
+    /// loop, which it wakes when done), and hands the publisher those of
+    /// a span that finished: whether it did.
+    fn take_snapshot(&mut self) -> bool {
         for delta in self.source.take_pod_deltas() {
             self.publisher.apply(delta);
         }
@@ -424,7 +446,7 @@ impl Loop {
         }
         // Nothing is computed before the first complete snapshot.
         let Some(last) = &self.last else {
-            return;
+            return false;
         };
         if self.publisher.take_shapes_changed() {
             self.respan = true;
@@ -436,23 +458,25 @@ impl Loop {
             computing.or(self.policies.as_ref()) != Some(side)
         });
         self.respan |= side.is_some();
-        if self
-            .span
-            .as_ref()
-            .is_some_and(|(task, _)| task.is_finished())
-        {
-            let (task, side) = self.span.take().expect("a span");
-            match task.await {
+        let mut handed = false;
+        let finished = match &mut self.span {
+            Some((computing, _)) => computing.try_recv(),
+            None => Err(TryRecvError::Empty),
+        };
+        if !matches!(finished, Err(TryRecvError::Empty)) {
+            let (_, side) = self.span.take().expect("a finished span");
+            match finished {
                 Ok(selections) => {
                     self.counters
                         .selections
                         .store(selections.len() as u64, Ordering::Relaxed);
                     self.publisher.set_selections(selections);
                     self.policies = Some(side);
+                    handed = true;
                 }
-                Err(error) => {
-                    // Computed again at once.
-                    tracing::error!(%error, "computing the selections in use");
+                Err(_) => {
+                    // The computation panicked; computed again at once.
+                    tracing::error!("computing the selections in use failed");
                     self.respan = true;
                 }
             }
@@ -462,11 +486,17 @@ impl Loop {
             let side = side.take().unwrap_or_else(|| policy_side(last));
             let shapes: Vec<PodShape> = self.publisher.shapes().cloned().collect();
             let computed = side.clone();
-            let task = tokio::task::spawn_blocking(move || {
-                compile::published_selections(&computed, &shapes)
+            let (sender, computing) = oneshot::channel();
+            let done = Arc::clone(&self.wake);
+            tokio::task::spawn_blocking(move || {
+                let selections = compile::published_selections(&computed, &shapes);
+                // Sent before the wake-up, so the loop it wakes finds it.
+                let _ = sender.send(selections);
+                done.notify_one();
             });
-            self.span = Some((task, side));
+            self.span = Some((computing, side));
         }
+        handed
     }
 
     /// Lists the AddressGroups and hands them to the publisher.

@@ -343,16 +343,18 @@ impl KubeSource {
 
     /// The controller's source: every kind, the Pods as [`Delta`]s as
     /// they arrive ([`KubeSource::take_pod_deltas`]) and not in its
-    /// snapshots (the `store` module says why).
+    /// snapshots (the `store` module says why). `notify` is called after
+    /// each new snapshot; it must not block.
     pub fn spawn_feeding_pods(
         connection: Connection,
         counters: Arc<KubeCounters>,
+        notify: impl Fn() + Send + Sync + 'static,
     ) -> Result<KubeSource, KubeError> {
         let state = SourceState {
             pod_deltas: Some(Arc::default()),
             ..SourceState::default()
         };
-        KubeSource::start(connection, None, state, counters, Arc::new(|| {}))
+        KubeSource::start(connection, None, state, counters, Arc::new(notify))
     }
 
     /// The Pod changes since the last call, in order (none unless spawned
