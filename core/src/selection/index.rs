@@ -66,6 +66,11 @@ pub struct Selections {
     nodes: HashMap<String, NodeEntry>,
     entities: BTreeMap<(String, String), ExternalEntry>,
     memberships: Vec<Option<Membership>>,
+    /// The ids of `memberships` left free by a stopped selection; the
+    /// lowest is taken first. A scan for a free slot at each start made
+    /// a pass that starts n selections cost n²/2 slot reads: 40 % of the
+    /// controller's span at 150,000 Pods.
+    free_ids: BTreeSet<u32>,
     ids: HashMap<Selection, u32>,
     /// Pod selections by the one Namespace they look in.
     pod_scoped: HashMap<String, BTreeSet<u32>>,
@@ -281,6 +286,12 @@ impl Selections {
         Arc::clone(&membership.set)
     }
 
+    /// The slot `selection` is kept in, and how many slots there are.
+    #[cfg(test)]
+    pub(crate) fn slot(&self, selection: &Selection) -> (Option<u32>, usize) {
+        (self.ids.get(selection).copied(), self.memberships.len())
+    }
+
     /// Every selection in use.
     pub fn selections(&self) -> impl Iterator<Item = &Selection> {
         self.memberships.iter().flatten().map(|m| &m.selection)
@@ -314,6 +325,7 @@ impl Selections {
             return;
         };
         self.memberships[id as usize] = None;
+        self.free_ids.insert(id);
         if let Some(published) = &mut self.published {
             published.stop(id);
         }
@@ -352,8 +364,8 @@ impl Selections {
     }
 
     fn start(&mut self, selection: Selection) -> u32 {
-        let id = match self.memberships.iter().position(Option::is_none) {
-            Some(free) => free as u32,
+        let id = match self.free_ids.pop_first() {
+            Some(free) => free,
             None => {
                 self.memberships.push(None);
                 (self.memberships.len() - 1) as u32

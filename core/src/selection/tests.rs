@@ -73,6 +73,35 @@ fn a_label_change_moves_a_pod_between_sets_and_a_rewrite_changes_nothing() {
     assert_eq!(*web_set, set(&["10.0.0.1"]));
 }
 
+/// Slots of stopped selections are reused, lowest first, and a reused
+/// slot answers for its new selection only.
+///
+/// Mutation (tried, fails): `stop` not freeing the slot (the vector only
+/// grows: the second check's ids).
+#[test]
+fn a_stopped_selections_slot_is_reused_for_the_next_one_started() {
+    let mut selections = Selections::new(&Snapshot::default(), &LocalNode::default());
+    for (i, app) in ["a", "b", "c", "d"].into_iter().enumerate() {
+        apply_pod(
+            &mut selections,
+            pod(app, "x", app, &format!("10.0.0.{}", i + 1)),
+        );
+    }
+    for app in ["a", "b", "c"] {
+        selections.addresses(&by_app(app));
+    }
+    assert_eq!(selections.slot(&by_app("c")), (Some(2), 3));
+    selections.stop(&by_app("a"));
+    selections.stop(&by_app("c"));
+    assert_eq!(*selections.addresses(&by_app("d")), set(&["10.0.0.4"]));
+    assert_eq!(selections.slot(&by_app("d")), (Some(0), 3));
+    assert_eq!(*selections.addresses(&by_app("c")), set(&["10.0.0.3"]));
+    assert_eq!(selections.slot(&by_app("c")), (Some(2), 3));
+    assert_eq!(*selections.addresses(&by_app("a")), set(&["10.0.0.1"]));
+    assert_eq!(selections.slot(&by_app("a")), (Some(3), 4));
+    assert_eq!(*selections.addresses(&by_app("b")), set(&["10.0.0.2"]));
+}
+
 #[test]
 fn two_pods_sharing_an_address_keep_it_until_both_leave() {
     let mut selections = Selections::new(&Snapshot::default(), &LocalNode::default());
