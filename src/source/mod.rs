@@ -65,6 +65,17 @@ impl Debounce {
         pending: None,
     };
 
+    /// The controller's snapshots (the policy side, Namespaces and Nodes;
+    /// its Pods come as deltas and make none): 20 ms, at most 1 s. It
+    /// computes the selections one span at a time and gathers what
+    /// changes meanwhile into the next, so a longer quiet time would only
+    /// delay each policy change's group.
+    pub const POLICY_SIDE: Debounce = Debounce {
+        quiet: Duration::from_millis(20),
+        max: Duration::from_secs(1),
+        pending: None,
+    };
+
     /// Something changed at `now`.
     pub fn changed(&mut self, now: Instant) {
         let hard = self.pending.map_or(now + self.max, |(_, hard)| hard);

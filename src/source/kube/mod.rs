@@ -622,7 +622,10 @@ async fn watch_all(
     }
     let mut reported: HashSet<String> = HashSet::new();
     // When the pending changes are published.
-    let mut debounce = Debounce::OBJECTS;
+    let mut debounce = match state.pod_deltas {
+        Some(_) => Debounce::POLICY_SIDE,
+        None => Debounce::OBJECTS,
+    };
     let mut failing: HashSet<Kind> = HashSet::new();
     // When refusals whose Event reports were dropped are reported again.
     let mut report_again: Option<tokio::time::Instant> = None;
