@@ -10,14 +10,14 @@
 //! it arrives ([`KubeSource::spawn_feeding_pods`]: Pods are not admitted
 //! again for each) and each new snapshot's Namespaces and Nodes, and
 //! computes the selections again when the policy side or the set of Pod
-//! shapes changed. One
-//! replica leads, elected on the Lease `kube-system/tollgate-controller`
-//! ([`lease`]); only the leader writes, and only once it holds a complete
-//! snapshot: Pod changes at most once per [`BATCH`], a policy change's
-//! selections as soon as they are computed (a new snapshot and a finished
-//! computation wake the loop; neither waits for the batch). On taking the lead (and after
-//! a failed write) it lists the AddressGroups and adopts them, so a new
-//! leader rewrites only the slices that differ. Standbys keep their
+//! shapes changed. One replica leads, elected on the Lease
+//! `kube-system/tollgate-controller` ([`lease`]); only the leader writes,
+//! and only once it holds a complete snapshot: Pod changes at most once
+//! per [`BATCH`], a policy change's selections as soon as they are
+//! computed (a new snapshot and a finished computation wake the loop;
+//! neither waits for the batch). On taking the lead (and after a failed
+//! write) it lists the AddressGroups and adopts them, so a new leader
+//! rewrites only the slices that differ. Standbys keep their
 //! publisher up to date and are ready to take over. Serves `/livez`,
 //! `/readyz` and `/metrics` ([`ControllerCounters`]). It never touches a
 //! node's firewall.
