@@ -1,9 +1,10 @@
 //! The kernel verdict cache's names and generations: which
 //! `hash:ip,port,ip` set (`src,proto:port,dst`) holds a cached verdict of
-//! one hook, family and verdict, and the generation each ruleset the agent
-//! puts in force caches under. Pure: it never writes the kernel (the
-//! connection workers add entries through `workers::cache`, reconcile
-//! creates and destroys the sets) and never reads a clock.
+//! one hook, family and verdict, the `list:set` the rules look it up
+//! through, and the generation each ruleset the agent puts in force caches
+//! under. Pure: it never writes the kernel (the connection workers add
+//! entries through `workers::cache`, reconcile creates and destroys the
+//! sets) and never reads a clock.
 //!
 //! # Why a stale verdict cannot outlive a change
 //!
@@ -13,16 +14,19 @@
 //! cache's timeout and bound ([`generation_of`]). Any policy or inventory
 //! change gives a new generation; an unchanged one (a SIGHUP, a restart)
 //! the same, whose entries are still right. The rules that answer from the
-//! cache name the sets of the generation of the ruleset they are installed
-//! for; the bridge to a ruleset of another generation (installed by the
-//! same `iptables-restore` transaction that widens the queuing, which
-//! completes before the new ruleset decides its first connection) names
-//! the new generation's sets when they were created ahead, none
-//! otherwise, and the narrowing names them. A worker adds an entry only
-//! to the sets of the generation of the ruleset that made the decision,
-//! so an entry of an older ruleset lands in sets no rule refers to (or
-//! that are already destroyed), or in those of a ruleset that decides the
-//! same; the new generation's sets answer nothing before it decides.
+//! cache name a lookup set per hook, family and verdict ([`cache_list`]),
+//! which names no generation; each holds the set of the generation of the
+//! ruleset it is installed for. The bridge to a ruleset of another
+//! generation (written before the tables that widen the queuing, all of
+//! it before the new ruleset decides its first connection) takes the
+//! current generation's sets out of the lookups and puts the new one's
+//! in when they were created ahead, none otherwise, and the narrowing
+//! puts them in. A worker adds an entry only to the sets of the generation
+//! of the ruleset that made the decision, so an entry of an older ruleset
+//! lands in sets no lookup holds (or that are already destroyed), or in
+//! those of a ruleset that decides the same; the new generation's sets
+//! answer nothing before it decides. A new generation writes no rule: it
+//! costs set writes only.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -41,6 +45,8 @@ use super::state::{counted_rule, Family, Hook};
 
 /// Prefix of the verdict cache sets' names.
 pub const CACHE_SET_PREFIX: &str = "tollgate-vc-";
+/// Prefix of the verdict cache's lookup sets' names.
+pub const CACHE_LIST_PREFIX: &str = "tollgate-vcl-";
 /// The owned chain a cached Allow jumps to (mark, connmark, accept).
 pub const CACHED_ALLOW_CHAIN: &str = "TOLLGATE-CACHED-ALLOW";
 /// The owned chain a cached Drop jumps to.
@@ -92,6 +98,31 @@ impl From<Verdict> for CachedVerdict {
 /// `tollgate-vc-<generation, 10 hex digits>-<hook><verdict>-<family>`,
 /// e.g. `tollgate-vc-00000000ab-ia-v4` (28 bytes; the kernel allows 31).
 pub fn cache_set(generation: u64, hook: Hook, verdict: CachedVerdict, family: Family) -> String {
+    format!(
+        "{CACHE_SET_PREFIX}{:010x}-{}",
+        generation & mask(),
+        suffix(hook, verdict, family)
+    )
+}
+
+/// The lookup set of one hook, verdict and family, which the rules name:
+/// `tollgate-vcl-<hook><verdict>-<family>`, e.g. `tollgate-vcl-ia-v4`. It
+/// holds the set of the generation answered from ([`cache_set`]), or
+/// none.
+pub fn cache_list(hook: Hook, verdict: CachedVerdict, family: Family) -> String {
+    format!("{CACHE_LIST_PREFIX}{}", suffix(hook, verdict, family))
+}
+
+/// The generation a set named by [`cache_set`] belongs to.
+pub fn generation_of_set(name: &str) -> Option<u64> {
+    let hex = name.strip_prefix(CACHE_SET_PREFIX)?.split('-').next()?;
+    (hex.len() == 10)
+        .then(|| u64::from_str_radix(hex, 16).ok())
+        .flatten()
+}
+
+/// `<hook><verdict>-<family>`.
+fn suffix(hook: Hook, verdict: CachedVerdict, family: Family) -> String {
     let hook = match hook {
         Hook::Input => 'i',
         Hook::Forward => 'f',
@@ -101,11 +132,7 @@ pub fn cache_set(generation: u64, hook: Hook, verdict: CachedVerdict, family: Fa
         Family::V4 => "v4",
         Family::V6 => "v6",
     };
-    format!(
-        "{CACHE_SET_PREFIX}{:010x}-{hook}{}-{family}",
-        generation & mask(),
-        verdict.letter()
-    )
+    format!("{hook}{}-{family}", verdict.letter())
 }
 
 fn mask() -> u64 {

@@ -168,6 +168,15 @@ fn refills<S: Clone + PartialEq>(
         .collect()
 }
 
+/// The writes to one `list:set`: created when it does not exist, the sets
+/// it should no longer hold taken out, then those it lacks put in.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListWrite {
+    pub exists: bool,
+    pub add: Vec<String>,
+    pub remove: Vec<String>,
+}
+
 /// Everything to change, in the order [`super::kernel`] runs it: sets are
 /// created or changed first (rules may refer to them), then the tables,
 /// then sets no longer referenced are destroyed.
@@ -184,6 +193,8 @@ pub struct Changes {
     pub create_learned: BTreeMap<String, Family>,
     /// Verdict cache sets to create (empty), by name.
     pub create_cache: BTreeMap<String, CacheSet>,
+    /// The verdict cache's lookup sets to create or change, by name.
+    pub cache_lists: BTreeMap<String, ListWrite>,
     pub v4: TableChanges,
     pub v6: TableChanges,
     /// The raw tables (anti-spoofing), written with the filter table of
@@ -289,10 +300,41 @@ impl Changes {
             .filter(|(name, _)| !installed.cache.contains_key(*name))
             .map(|(name, set)| (name.clone(), set.clone()))
             .collect();
+        let cache_lists = desired
+            .cache_lists
+            .iter()
+            .filter_map(|(name, held)| {
+                let installed = installed.cache_lists.get(name);
+                let write = ListWrite {
+                    exists: installed.is_some(),
+                    add: held
+                        .iter()
+                        .filter(|set| !installed.is_some_and(|i| i.contains(*set)))
+                        .cloned()
+                        .collect(),
+                    remove: installed
+                        .into_iter()
+                        .flatten()
+                        .filter(|set| !held.contains(*set))
+                        .cloned()
+                        .collect(),
+                };
+                (!write.exists || !write.add.is_empty() || !write.remove.is_empty())
+                    .then(|| (name.clone(), write))
+            })
+            .collect();
+        // A lookup set first: the sets it holds cannot be destroyed
+        // before it.
         let destroy_sets = installed
-            .sets
+            .cache_lists
             .keys()
-            .filter(|name| !desired.sets.contains_key(*name))
+            .filter(|name| !desired.cache_lists.contains_key(*name))
+            .chain(
+                installed
+                    .sets
+                    .keys()
+                    .filter(|name| !desired.sets.contains_key(*name)),
+            )
             .chain(
                 installed
                     .learned
@@ -325,6 +367,7 @@ impl Changes {
             sources,
             create_learned,
             create_cache,
+            cache_lists,
             v4: TableChanges::between(&desired.v4, &installed.v4),
             v6: TableChanges::between(&desired.v6, &installed.v6),
             raw_v4: TableChanges::between(&desired.raw_v4, &installed.raw_v4),
@@ -342,6 +385,7 @@ impl Changes {
             && self.sources.is_empty()
             && self.create_learned.is_empty()
             && self.create_cache.is_empty()
+            && self.cache_lists.is_empty()
             && self.v4.is_empty()
             && self.v6.is_empty()
             && self.raw_v4.is_empty()
@@ -412,6 +456,10 @@ impl Changes {
         for name in self.create_learned.keys().chain(self.create_cache.keys()) {
             parts.push(format!("ipset: {name} created"));
         }
+        for (name, write) in &self.cache_lists {
+            let verb = if write.exists { "changed" } else { "created" };
+            parts.push(format!("ipset: {name} {verb}"));
+        }
         for name in &self.destroy_sets {
             parts.push(format!("ipset: {name} destroyed"));
         }
@@ -460,7 +508,10 @@ impl Changes {
     }
 
     /// The set writes that create and change sets, in order: the
-    /// verdict cache's and the learned sets (empty), then each address
+    /// verdict cache's and the learned sets (empty), then the cache's
+    /// lookup sets, each created if missing, the sets it should no longer
+    /// hold taken out before those it lacks are put in (never two
+    /// generations answered at once), then each address
     /// set created if missing, its additions, then its deletions (never a
     /// refill: a change of one member is one `add` or `del`), then each
     /// range and source set created, or refilled whole ([`refill`]).
@@ -483,6 +534,20 @@ impl Changes {
                 timeout_secs: Some(LEARNED_DEFAULT_TIMEOUT),
                 max_entries: None,
             });
+        }
+        for (name, write) in &self.cache_lists {
+            if !write.exists {
+                out.push(create(name, SetKind::ListSet, Family::V4));
+            }
+            let held = |set: &String| Entry::Set(set.clone());
+            out.extend(write.remove.iter().map(|set| SetCommand::Del {
+                set: name.clone(),
+                entry: held(set),
+            }));
+            out.extend(write.add.iter().map(|set| SetCommand::Add {
+                set: name.clone(),
+                entry: held(set),
+            }));
         }
         for (name, write) in &self.sets {
             out.push(create(name, SetKind::HashIp, write.set.family));

@@ -85,6 +85,13 @@ fn apply(changes: &Changes, step: Step, state: &mut State) {
             for (name, set) in &changes.create_cache {
                 state.cache.insert(name.clone(), set.clone());
             }
+            for (name, write) in &changes.cache_lists {
+                let held = state.cache_lists.entry(name.clone()).or_default();
+                for set in &write.remove {
+                    held.remove(set);
+                }
+                held.extend(write.add.iter().cloned());
+            }
         }
         Step::Table(family) => {
             apply_table(changes.raw(family), state.raw_mut(family));
@@ -97,6 +104,7 @@ fn apply(changes: &Changes, step: Step, state: &mut State) {
                 state.sets.remove(name);
                 state.learned.remove(name);
                 state.cache.remove(name);
+                state.cache_lists.remove(name);
                 state.ranges.remove(name);
                 state.sources.remove(name);
             }

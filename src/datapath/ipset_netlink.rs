@@ -258,7 +258,7 @@ pub struct IpsetSocket {
     buf: Vec<u8>,
     /// The kernel's newest revision of each set type, once asked (by
     /// [`SetKind`]).
-    revisions: [Option<u8>; 4],
+    revisions: [Option<u8>; 5],
 }
 
 impl IpsetSocket {
@@ -278,7 +278,7 @@ impl IpsetSocket {
             socket,
             seq: 0,
             buf: Vec::with_capacity(4096),
-            revisions: [None; 4],
+            revisions: [None; 5],
         })
     }
 

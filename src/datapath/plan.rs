@@ -15,7 +15,7 @@
 //! allowed, and should a runtime's ACCEPT come first there, the mangle
 //! table's POSTROUTING drops what still carries the reject mark.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use sha1::{Digest, Sha1};
 
@@ -25,7 +25,8 @@ use crate::marks::{FailMode, MarkLayout};
 use crate::ruleset::{Enforced, VerdictCache};
 
 use super::cache::{
-    cache_set, CachedVerdict, CACHED_ALLOW_CHAIN, CACHED_DROP_CHAIN, CACHED_REJECT_CHAIN,
+    cache_list, cache_set, CachedVerdict, CACHED_ALLOW_CHAIN, CACHED_DROP_CHAIN,
+    CACHED_REJECT_CHAIN,
 };
 pub use super::state::Hook;
 use super::state::{
@@ -152,8 +153,27 @@ pub fn desired(
     }
     if let Some(cache) = &enforced.verdict_cache {
         state.cache.extend(cache_sets(cache));
+        state.cache_lists.extend(cache_lists(cache));
     }
     state
+}
+
+/// The lookup sets of a verdict cache, each holding the set of its hook,
+/// verdict and family of the cache's generation. Whether the kernel
+/// answers from them is the lookup rules' (`lookup`): a bridge that
+/// answers from no cache removes the rules and leaves the lookup sets as
+/// they are, so that it needs no set write.
+pub fn cache_lists(cache: &VerdictCache) -> impl Iterator<Item = (String, BTreeSet<String>)> + '_ {
+    Family::ALL.into_iter().flat_map(move |family| {
+        Hook::ALL.into_iter().flat_map(move |hook| {
+            CachedVerdict::ALL.into_iter().map(move |verdict| {
+                (
+                    cache_list(hook, verdict, family),
+                    BTreeSet::from([cache_set(cache.generation, hook, verdict, family)]),
+                )
+            })
+        })
+    })
 }
 
 /// The sets of a verdict cache: one per family, hook and verdict.
@@ -710,7 +730,7 @@ fn queue_rules(
         }) = selection
         {
             if cache.lookup {
-                rules.extend(cached_verdict_rules(cache, (family, hook), interface));
+                rules.extend(cached_verdict_rules((family, hook), interface));
             }
         }
         for selection in &scope.selections {

@@ -242,6 +242,10 @@ pub struct State {
     pub learned: BTreeMap<String, LearnedSet>,
     /// Verdict cache sets, by name.
     pub cache: BTreeMap<String, CacheSet>,
+    /// The verdict cache's lookup sets (`list:set`), by name, with the
+    /// names of the sets each holds: the rules name these, and a new
+    /// generation changes only what they hold.
+    pub cache_lists: BTreeMap<String, BTreeSet<String>>,
     /// Range sets, by name.
     pub ranges: BTreeMap<String, RangeSet>,
     /// Anti-spoofing's source sets, by name.
@@ -304,6 +308,7 @@ impl State {
             sets,
             learned,
             cache: parse_cache_sets(ipset_save),
+            cache_lists: parse_cache_lists(ipset_save),
             ranges: parse_range_sets(ipset_save),
             sources: parse_source_sets(ipset_save),
             ..State::default()
@@ -439,6 +444,30 @@ pub fn parse_cache_sets(save: &str) -> BTreeMap<String, CacheSet> {
 /// The ipset type of the verdict cache sets.
 pub const CACHE_SET_TYPE: &str = "hash:ip,port,ip";
 
+/// The ipset type of the verdict cache's lookup sets.
+pub const CACHE_LIST_TYPE: &str = "list:set";
+
+/// The owned `list:set` sets of `ipset save` output (the verdict cache's
+/// lookups) with the names of the sets they hold.
+pub fn parse_cache_lists(save: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for line in save.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["create", name, CACHE_LIST_TYPE, ..] if name.starts_with(SET_PREFIX) => {
+                out.insert(name.to_string(), BTreeSet::new());
+            }
+            ["add", name, member, ..] => {
+                if let Some(members) = out.get_mut(*name) {
+                    members.insert(member.to_string());
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
 /// Parses `ipset save` output, keeping the owned `hash:ip` sets: plain
 /// sets, and sets created with a default `timeout` (whose entries carry
 /// theirs).
@@ -452,7 +481,7 @@ pub fn parse_ipset_save(save: &str) -> (BTreeMap<String, IpSet>, BTreeMap<String
                 if name.starts_with(SET_PREFIX)
                     && !matches!(
                         words.next(),
-                        Some(CACHE_SET_TYPE | RANGE_SET_TYPE | SOURCE_SET_TYPE)
+                        Some(CACHE_SET_TYPE | CACHE_LIST_TYPE | RANGE_SET_TYPE | SOURCE_SET_TYPE)
                     ) =>
             {
                 let family = if line.contains(" family inet6") {

@@ -47,7 +47,9 @@
 //! leaves a prefix of its additions and deletions: while widening the
 //! sets only gain (the bridge is a union) or lose members neither ruleset
 //! has, while narrowing they lose only what the new ruleset does not need,
-//! after gaining what it does; steps 2–3 are
+//! after gaining what it does (the verdict cache's lookup sets lose the
+//! current generation's sets before they gain the next one's: a cache that
+//! answers less only sends more to the workers); steps 2–3 are
 //! all-or-nothing per table; step 4 only removes unreferenced sets. The
 //! failed reconcile is then retried from scratch ([`super::retry`]): it
 //! reads the kernel again and diffs, so whatever part did land is not
@@ -72,7 +74,7 @@ use crate::fqdn::FqdnPattern;
 use crate::model::PortProtocol;
 use crate::ruleset::{Enforced, VerdictCache};
 
-use super::cache::CACHE_SET_PREFIX;
+use super::cache::generation_of_set;
 use super::diff::Changes;
 use super::plan::{cache_sets, dry_run_set, endpoints_set, published_port, unknown_set, Hook};
 use super::state::{CacheSet, Family, State};
@@ -123,6 +125,7 @@ pub fn steps(changes: &Changes) -> Vec<Step> {
         || !changes.sources.is_empty()
         || !changes.create_learned.is_empty()
         || !changes.create_cache.is_empty()
+        || !changes.cache_lists.is_empty()
     {
         out.push(Step::PrepareSets);
     }
@@ -199,21 +202,22 @@ pub enum NextCache {
 
 /// The verdict cache while the kernel bridges two rulesets. Of one
 /// generation (the same inputs), it stays as it is. Otherwise nothing is
-/// answered from the current one's sets from the moment the bridge is
-/// installed (the same `iptables-restore` that widens), so no verdict of
-/// the current ruleset outlives the switch:
+/// answered from the current one's sets once the bridge is installed, so
+/// no verdict of the current ruleset outlives the switch:
 /// - with the next one's sets [`NextCache::Ready`], the bridge answers
-///   from them. They hold only verdicts of their own generation (a worker
-///   adds an entry only to the sets of the generation that decided it):
-///   none until the next ruleset decides, and then its own. The
-///   narrowing has no cache rule left to rewrite (one `iptables-restore`
-///   per family per change instead of two).
-/// - [`NextCache::Deferred`]: the current one's sets stay, answered from
-///   no more, and the next one's are created when the kernel narrows.
-///   The bridge needs no set written for the cache, so a failing `ipset`
-///   delays only what needs it: a change that needs no set, such as
-///   closing a port, still goes into force
-///   (`faults::failing_ipset_keeps_previous_membership`).
+///   from them: its set writes, which run before its tables, take the
+///   current one's sets out of the lookup sets and put the next one's in
+///   (no rule changes). They hold only verdicts of their own generation
+///   (a worker adds an entry only to the sets of the generation that
+///   decided it): none until the next ruleset decides, and then its own.
+///   The narrowing has nothing of the cache left to write.
+/// - [`NextCache::Deferred`]: the bridge removes the lookup rules (the
+///   same `iptables-restore` that widens) and leaves every set of the
+///   cache, lookup sets included, as it is; the next one's are created and
+///   put in the lookup sets when the kernel narrows. The bridge needs no
+///   set written for the cache, so a failing `ipset` delays only what
+///   needs it: a change that needs no set, such as closing a port, still
+///   goes into force (`faults::failing_ipset_keeps_previous_membership`).
 fn bridged_cache(
     from: Option<VerdictCache>,
     to: Option<VerdictCache>,
@@ -247,22 +251,13 @@ pub fn next_cache_sets(
     }
 }
 
-/// The verdict cache an installed state answers from: the generation the
-/// owned chains' cache rules name, with the bounds of its sets.
+/// The verdict cache an installed state answers from: the generation of
+/// the sets its lookup sets hold, with the bounds of those sets.
 fn installed_cache(installed: &State) -> Option<VerdictCache> {
-    let name = Family::ALL
-        .iter()
-        .flat_map(|&f| [installed.table(f), installed.mangle(f)])
-        .flat_map(|table| table.chains.values())
-        .flatten()
-        .find_map(|rule| {
-            rule.split(' ')
-                .find(|word| word.starts_with(CACHE_SET_PREFIX))
-        })?;
+    let name = installed.cache_lists.values().flatten().next()?;
     let set = installed.cache.get(name)?;
-    let hex = name.strip_prefix(CACHE_SET_PREFIX)?.split('-').next()?;
     Some(VerdictCache {
-        generation: u64::from_str_radix(hex, 16).ok()?,
+        generation: generation_of_set(name)?,
         timeout_secs: set.timeout_secs,
         max_entries: set.max_entries,
         lookup: true,

@@ -413,7 +413,7 @@ fn verdict_cache_off_caches_nothing() {
         state
             .set_names()
             .iter()
-            .all(|s| !s.starts_with("tollgate-vc-")),
+            .all(|s| !s.starts_with("tollgate-vc")),
         "{:?}",
         state.set_names()
     );

@@ -168,6 +168,22 @@ fn netlink_set_writes_match_ipset_restore() {
                 Some(60),
                 Some(4096),
             ),
+            // The cache's lookup set: holds a set, then a second one,
+            // which it lets go again.
+            create("list", SetKind::ListSet, Family::V4, None, None),
+            add("list", Entry::Set(set("cache"))),
+            create(
+                "cache6",
+                SetKind::HashIpPortIp,
+                Family::V6,
+                Some(60),
+                Some(4096),
+            ),
+            add("list", Entry::Set(set("cache6"))),
+            SetCommand::Del {
+                set: set("list"),
+                entry: Entry::Set(set("cache6")),
+            },
             create("ranges", SetKind::HashNet, Family::V4, None, None),
             add("ranges", Entry::Net(net("10.1.0.0/16"))),
             add("ranges", Entry::Except(ip("10.1.2.3"))),
@@ -244,15 +260,19 @@ fn netlink_set_writes_match_ipset_restore() {
         lines
     };
     let (netlink, restored) = (saved("nl-"), saved("rs-"));
-    assert_eq!(netlink.len(), 13, "{save}");
+    assert_eq!(netlink.len(), 16, "{save}");
     assert_eq!(netlink, restored, "{save}");
     assert!(
         netlink.contains(&"add x-ranges 10.1.2.3 nomatch".to_string()),
         "{netlink:#?}"
     );
+    assert!(
+        netlink.contains(&"add x-list x-cache".to_string()),
+        "{netlink:#?}"
+    );
     // Of the revision `ipset restore` chose: the newest the kernel and
     // the command both know.
-    for name in ["ep4", "learned", "cache", "ranges", "src"] {
+    for name in ["ep4", "learned", "cache", "list", "ranges", "src"] {
         let revision = |p: &str| {
             let listed = ns.ok(&format!("ipset list {p}-{name}"));
             listed

@@ -450,14 +450,18 @@ fn cached(ruleset: Ruleset, generation: u64) -> Ruleset {
     })
 }
 
-/// The generations whose cache sets the kernel's rules answer from.
+/// The generations whose cache sets the kernel's rules answer from: the
+/// sets held by the lookup sets the rules name.
 fn answered_from(kernel: &FakeKernel) -> Vec<String> {
     let state = &kernel.state;
     let mut names: Vec<String> = [&state.v4, &state.v6, &state.mangle_v4, &state.mangle_v6]
         .iter()
         .flat_map(|table| table.chains.values().flatten())
         .flat_map(|rule| rule.split(' '))
-        .filter_map(|word| word.strip_prefix("tollgate-vc-"))
+        .filter(|word| word.starts_with("tollgate-vcl-"))
+        .filter_map(|list| state.cache_lists.get(list))
+        .flatten()
+        .filter_map(|set| set.strip_prefix("tollgate-vc-"))
         .map(|rest| rest[..10].to_string())
         .collect();
     names.sort();
@@ -466,12 +470,16 @@ fn answered_from(kernel: &FakeKernel) -> Vec<String> {
 }
 
 /// A change of cache generation alone (a policy edit that moves no
-/// endpoint) creates the next generation's sets ahead of the bridge,
-/// which answers from them: each table is written once (the narrowing
-/// has no cache rule left), and no rule answers from the current
-/// generation's sets any more.
+/// endpoint) creates the next generation's sets ahead of the bridge; the
+/// bridge's set writes take the current generation's sets out of the
+/// lookup sets and put the next one's in, then destroy the current
+/// one's. No table is written: the rules name the lookup sets.
+///
+/// Mutation (tried): the lookup rules naming the generation's sets again
+/// (`cached_verdict_rules` given the generation) → two table writes →
+/// fails.
 #[test]
-fn a_change_of_cache_generation_writes_each_table_once() {
+fn a_change_of_cache_generation_writes_no_table() {
     let config = config();
     let (mut reconciler, mut kernel) =
         installed_then_offered(&config, cached(a(), 1), cached(a(), 2));
@@ -482,16 +490,101 @@ fn a_change_of_cache_generation_writes_each_table_once() {
     assert!(done.switched && done.realized && done.failed.is_none());
     let writes = &kernel.writes[before..];
     assert_eq!(
-        writes
-            .iter()
-            .filter(|step| matches!(step, Step::Table(_)))
-            .count(),
-        2,
-        "{writes:?}"
+        writes,
+        [Step::PrepareSets, Step::PrepareSets, Step::DestroySets],
+        "the sets ahead, the lookups switched, the last generation's destroyed"
     );
-    assert_eq!(writes[0], Step::PrepareSets, "the sets, ahead: {writes:?}");
     assert_eq!(answered_from(&kernel), ["0000000002"]);
     assert_eq!(kernel.state.cache.len(), 18, "generation 1's destroyed");
+    assert_eq!(kernel.state.cache_lists.len(), 18);
+}
+
+/// An agent from before the lookup sets left rules that name its
+/// generation's sets themselves. The next agent reads no generation from
+/// them (none is answered from a lookup set), so it bridges as from an
+/// unknown cache: the lookup sets are made holding the new generation's
+/// sets, the rules are rewritten to name them, and the old generation's
+/// sets are destroyed once no rule names them, whichever write fails
+/// first.
+///
+/// Mutation (tried): `Changes::between` not destroying sets the desired
+/// state lacks from `installed.cache` → the old generation's sets stay →
+/// fails.
+#[test]
+fn adopting_rules_that_name_a_generations_sets_moves_them_to_lookup_sets() {
+    let config = config();
+    let (_, mut left) = installed_then_offered(&config, cached(a(), 1), cached(a(), 1));
+    // The earlier layout: each lookup set's name in a rule replaced by
+    // the set it holds, and no lookup set.
+    let lists = std::mem::take(&mut left.state.cache_lists);
+    for table in [
+        &mut left.state.v4,
+        &mut left.state.v6,
+        &mut left.state.mangle_v4,
+        &mut left.state.mangle_v6,
+    ] {
+        for rule in table.chains.values_mut().flatten() {
+            for (list, held) in &lists {
+                let set = held.iter().next().unwrap();
+                *rule = rule.replace(&format!(" {list} "), &format!(" {set} "));
+            }
+        }
+    }
+    let named_directly = |state: &State| {
+        [&state.v4, &state.v6, &state.mangle_v4, &state.mangle_v6]
+            .iter()
+            .flat_map(|table| table.chains.values().flatten())
+            .filter(|rule| rule.contains(" tollgate-vc-0000000001-"))
+            .count()
+    };
+    assert_eq!(named_directly(&left.state), 2 * 3 * 3, "the old layout");
+    let adopted = crate::datapath::adopted(&left.state);
+    assert_eq!(adopted.verdict_cache, None);
+    let adopt = || {
+        Reconciler::adopting(
+            Arc::new(ArcSwap::from_pointee(c())),
+            cached(b(), 2),
+            adopted.clone(),
+            Backoff::DEFAULT,
+        )
+    };
+    let b = cached(b(), 2);
+    let target = plan(&config)(b.enforced(), b.fqdn_patterns());
+    let done = |kernel: &FakeKernel| {
+        Changes::between(&target, &kernel.state).is_empty()
+            && named_directly(&kernel.state) == 0
+            && kernel
+                .state
+                .cache
+                .keys()
+                .all(|set| set.contains("-0000000002-"))
+            && answered_from(kernel) == ["0000000002"]
+    };
+    let writes = {
+        let (mut reconciler, mut kernel) = (adopt(), left.clone());
+        let before = kernel.writes.len();
+        let first = reconciler.converge(
+            &mut kernel,
+            plan(&config),
+            &mut Recorder::default(),
+            Instant::now(),
+        );
+        assert!(first.realized && first.failed.is_none());
+        assert!(done(&kernel), "{:?}", kernel.state);
+        kernel.writes.len() - before
+    };
+    for step in 0..writes {
+        let (mut reconciler, mut kernel) = (adopt(), left.clone());
+        kernel.fail_at = Some(kernel.writes.len() + step);
+        let now = Instant::now();
+        let failed = reconciler.converge(&mut kernel, plan(&config), &mut Recorder::default(), now);
+        assert!(failed.failed.is_some(), "step {step}");
+        kernel.fail_at = None;
+        let retried =
+            reconciler.converge(&mut kernel, plan(&config), &mut Recorder::default(), now);
+        assert!(retried.failed.is_none() && retried.realized, "step {step}");
+        assert!(done(&kernel), "step {step}: {:?}", kernel.state);
+    }
 }
 
 /// Creating the next generation's sets ahead is allowed to fail: at any

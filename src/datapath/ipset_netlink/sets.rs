@@ -16,8 +16,10 @@
 //!   IPSET_ATTR_REVISION (4) u8, IPSET_ATTR_FAMILY (5) u8 NFPROTO_*,
 //!   IPSET_ATTR_DATA (7 | NESTED) { IPSET_ATTR_TIMEOUT (6 | NBO) u32,
 //!                                  IPSET_ATTR_MAXELEM (19 | NBO) u32 }
+//!   (a `list:set`: IPSET_ATTR_FAMILY NFPROTO_UNSPEC (0), no DATA options)
 //! ADD (9) / DEL (10): IPSET_ATTR_SETNAME, IPSET_ATTR_DATA {
 //!   IPSET_ATTR_IP (1 | NESTED) { IPADDR_IPV4 / IPV6 },
+//!   or IPSET_ATTR_NAME (18) "member-set\0"          (list:set)
 //!   IPSET_ATTR_CIDR (3) u8                       (hash:net, hash:net,iface)
 //!   IPSET_ATTR_CADT_FLAGS (8 | NBO) u32 = NOMATCH (4)   (exceptions)
 //!   IPSET_ATTR_IFACE (23) "veth1\0"              (hash:net,iface) }
@@ -47,7 +49,9 @@ use super::{
     IPSET_ERR_EXIST, IPSET_ERR_PROTOCOL, IPSET_PROTOCOL, NFNL_SUBSYS_IPSET, NFPROTO_IPV4,
     NFPROTO_IPV6,
 };
-use crate::datapath::state::{Family, CACHE_SET_TYPE, RANGE_SET_TYPE, SOURCE_SET_TYPE};
+use crate::datapath::state::{
+    Family, CACHE_LIST_TYPE, CACHE_SET_TYPE, RANGE_SET_TYPE, SOURCE_SET_TYPE,
+};
 use crate::netlink::{
     self, attribute, nest_end, nest_start, NLA_F_NET_BYTEORDER, NLM_F_ACK, NLM_F_REQUEST,
 };
@@ -65,6 +69,10 @@ const IPSET_ATTR_CIDR: u16 = 3;
 const IPSET_ATTR_CADT_FLAGS: u16 = 8;
 const IPSET_ATTR_MAXELEM: u16 = 19;
 const IPSET_ATTR_IFACE: u16 = 23;
+/// A member set's name (the entry of a `list:set`).
+const IPSET_ATTR_NAME: u16 = 18;
+/// The family of a set that holds sets (`list:set`): none of its own.
+const NFPROTO_UNSPEC: u8 = 0;
 const IPSET_FLAG_NOMATCH: u32 = 1 << 2;
 const NLM_F_CREATE: u16 = 0x400;
 /// Longest interface name, without the NUL (`IFNAMSIZ` less one).
@@ -81,6 +89,9 @@ pub enum SetKind {
     HashNetIface,
     /// (source, protocol:port, destination) tuples: the verdict cache.
     HashIpPortIp,
+    /// Sets: the verdict cache's lookups, holding the sets of the
+    /// generation they answer from.
+    ListSet,
 }
 
 impl SetKind {
@@ -91,14 +102,16 @@ impl SetKind {
             SetKind::HashNet => RANGE_SET_TYPE,
             SetKind::HashNetIface => SOURCE_SET_TYPE,
             SetKind::HashIpPortIp => CACHE_SET_TYPE,
+            SetKind::ListSet => CACHE_LIST_TYPE,
         }
     }
 
-    const ALL: [SetKind; 4] = [
+    const ALL: [SetKind; 5] = [
         SetKind::HashIp,
         SetKind::HashNet,
         SetKind::HashNetIface,
         SetKind::HashIpPortIp,
+        SetKind::ListSet,
     ];
 }
 
@@ -111,14 +124,14 @@ impl SetKind {
 /// newest revision of a type). Every feature tollgate uses (timeouts,
 /// `nomatch`, `/0` with an interface) is older than Linux 3.19.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Revisions([u8; 4]);
+pub struct Revisions([u8; 5]);
 
 impl Revisions {
     /// Reads the "Supported set types" of `ipset help`
     /// (`    hash:ip\t\t6\tbitmask support`, newest first); `Err` names a
     /// type the command does not list.
     pub fn from_help(help: &str) -> Result<Revisions, &'static str> {
-        let mut newest = [None; 4];
+        let mut newest = [None; 5];
         for line in help.lines() {
             let mut words = line.split_whitespace();
             let (Some(name), Some(revision)) = (words.next(), words.next()) else {
@@ -132,7 +145,7 @@ impl Revisions {
                 *slot = Some(slot.map_or(revision, |known| known.max(revision)));
             }
         }
-        let mut out = [0; 4];
+        let mut out = [0; 5];
         for kind in SetKind::ALL {
             out[kind as usize] = newest[kind as usize].ok_or(kind.name())?;
         }
@@ -157,6 +170,8 @@ pub enum Entry {
     Except(IpAddr),
     /// A prefix arriving on an interface (`hash:net,iface`).
     NetIface(IpNet, String),
+    /// A set, by name (`list:set`).
+    Set(String),
 }
 
 impl fmt::Display for Entry {
@@ -166,6 +181,7 @@ impl fmt::Display for Entry {
             Entry::Net(net) => write!(f, "{net}"),
             Entry::Except(address) => write!(f, "{address} nomatch"),
             Entry::NetIface(net, interface) => write!(f, "{net},{interface}"),
+            Entry::Set(name) => f.write_str(name),
         }
     }
 }
@@ -213,12 +229,11 @@ impl fmt::Display for SetCommand {
                 timeout_secs,
                 max_entries,
             } => {
-                write!(
-                    f,
-                    "create {set} {} family {}",
-                    kind.name(),
-                    family.ipset_family()
-                )?;
+                write!(f, "create {set} {}", kind.name())?;
+                // A `list:set` takes no family: it holds sets of either.
+                if *kind != SetKind::ListSet {
+                    write!(f, " family {}", family.ipset_family())?;
+                }
                 if let Some(timeout) = timeout_secs {
                     write!(f, " timeout {timeout}")?;
                 }
@@ -316,9 +331,10 @@ pub fn encode(
         } => {
             type_name_attr(out, *kind);
             attribute(out, IPSET_ATTR_REVISION, &[revision]);
-            let family = match family {
-                Family::V4 => NFPROTO_IPV4,
-                Family::V6 => NFPROTO_IPV6,
+            let family = match (kind, family) {
+                (SetKind::ListSet, _) => NFPROTO_UNSPEC,
+                (_, Family::V4) => NFPROTO_IPV4,
+                (_, Family::V6) => NFPROTO_IPV6,
             };
             attribute(out, IPSET_ATTR_FAMILY, &[family]);
             let data = nest_start(out, IPSET_ATTR_DATA);
@@ -358,6 +374,7 @@ pub fn encode(
                     net_attrs(out, net);
                     string_attr(out, IPSET_ATTR_IFACE, interface);
                 }
+                Entry::Set(name) => name_attr(out, IPSET_ATTR_NAME, name)?,
             }
             nest_end(out, data);
         }

@@ -1,17 +1,17 @@
 //! The verdict cache's part of the plan: the rules that answer a new
-//! connection from the cache's sets ahead of the queue rules, and the
-//! chains that carry out each cached verdict. Pure.
+//! connection from the cache's lookup sets ahead of the queue rules, and
+//! the chains that carry out each cached verdict. Pure.
 //!
-//! Every lookup rule jumps to one of those chains, whose rules name no
-//! generation: a new generation rewrites the lookup rules and leaves the
-//! chains, and with them the packet counters the hits are read from
-//! ([`super::super::cache::hit_counters`]), in place.
+//! No rule names a generation: the lookup rules name the `list:set` of
+//! their hook, family and verdict, which holds the generation's set, and
+//! jump to one of those chains. A new generation changes what the lookup
+//! sets hold and leaves every rule, and with them the packet counters the
+//! hits are read from ([`super::super::cache::hit_counters`]), in place.
 
 use crate::config::{DatapathConfig, QueueNumbers};
-use crate::ruleset::VerdictCache;
 
 use super::super::cache::{
-    cache_set, CachedVerdict, CACHED_ALLOW_CHAIN, CACHED_DROP_CHAIN, CACHED_REJECT_CHAIN,
+    cache_list, CachedVerdict, CACHED_ALLOW_CHAIN, CACHED_DROP_CHAIN, CACHED_REJECT_CHAIN,
 };
 use super::dns::dns_query_target;
 use super::{Family, Hook, TableKind};
@@ -78,13 +78,10 @@ pub(super) fn cached_reject_rules(
 
 /// The rules that answer a new connection from the verdict cache, ahead
 /// of the rule that would queue it (`prefix` names its interface): an
-/// entry for (source, protocol:destination port, destination) in the set
-/// of its hook, family and verdict jumps to that verdict's chain.
-pub(super) fn cached_verdict_rules(
-    cache: &VerdictCache,
-    (family, hook): (Family, Hook),
-    prefix: &str,
-) -> Vec<String> {
+/// entry for (source, protocol:destination port, destination) in a set
+/// the lookup set of its hook, family and verdict holds jumps to that
+/// verdict's chain.
+pub(super) fn cached_verdict_rules((family, hook): (Family, Hook), prefix: &str) -> Vec<String> {
     [
         (CachedVerdict::Allow, CACHED_ALLOW_CHAIN),
         (CachedVerdict::Drop, CACHED_DROP_CHAIN),
@@ -94,7 +91,7 @@ pub(super) fn cached_verdict_rules(
     .map(|(verdict, chain)| {
         format!(
             "{prefix}-m conntrack --ctstate NEW -m set --match-set {} src,dst,dst -j {chain}",
-            cache_set(cache.generation, hook, verdict, family)
+            cache_list(hook, verdict, family)
         )
     })
     .collect()

@@ -3,7 +3,7 @@ use super::*;
 use crate::config::{AgentConfig, MachineDefaults};
 use crate::datapath::diff::Changes;
 use crate::datapath::state::State;
-use crate::datapath::transition::{next_cache_sets, NextCache};
+use crate::datapath::transition::{next_cache_sets, steps, NextCache, Step};
 use crate::model::PortProtocol;
 use crate::ruleset::VerdictCache;
 
@@ -1258,14 +1258,21 @@ fn cached_verdicts_are_answered_ahead_of_the_queue_from_the_generations_sets() {
             max_entries: 1000
         }
     );
+    // The rules name a lookup set per hook, verdict and family, which
+    // holds the generation's set.
+    assert_eq!(state.cache_lists.len(), 18);
+    assert_eq!(
+        state.cache_lists["tollgate-vcl-fr-v6"],
+        BTreeSet::from(["tollgate-vc-00000000ab-fr-v6".to_string()])
+    );
     let input = &state.v4.chains["TOLLGATE-INPUT"];
-    let cached = "-i eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-ia-v4 src,dst,dst -j TOLLGATE-CACHED-ALLOW";
+    let cached = "-i eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vcl-ia-v4 src,dst,dst -j TOLLGATE-CACHED-ALLOW";
     let at = input.iter().position(|r| r == cached).expect(cached);
     assert_eq!(
         input[at + 1..at + 3],
         [
-            "-i eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-id-v4 src,dst,dst -j TOLLGATE-CACHED-DROP",
-            "-i eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-ir-v4 src,dst,dst -j TOLLGATE-CACHED-REJECT",
+            "-i eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vcl-id-v4 src,dst,dst -j TOLLGATE-CACHED-DROP",
+            "-i eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vcl-ir-v4 src,dst,dst -j TOLLGATE-CACHED-REJECT",
         ]
     );
     assert_eq!(
@@ -1295,9 +1302,9 @@ fn cached_verdicts_are_answered_ahead_of_the_queue_from_the_generations_sets() {
     assert_eq!(
         state.mangle_v6.chains["TOLLGATE-FORWARD"]
             .iter()
-            .rfind(|r| r.contains("tollgate-vc-00000000ab-fr-v6"))
+            .rfind(|r| r.contains("tollgate-vcl-fr-v6"))
             .unwrap(),
-        "-o eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vc-00000000ab-fr-v6 src,dst,dst -j TOLLGATE-CACHED-REJECT"
+        "-o eth0 -m conntrack --ctstate NEW -m set --match-set tollgate-vcl-fr-v6 src,dst,dst -j TOLLGATE-CACHED-REJECT"
     );
     assert_eq!(
         state.mangle_v6.chains[CACHED_REJECT_CHAIN],
@@ -1319,8 +1326,9 @@ fn cached_verdicts_are_answered_ahead_of_the_queue_from_the_generations_sets() {
         ]
     );
 
-    // The next generation: new empty sets, the old ones destroyed after
-    // the tables stopped naming them; the rules change in one restore.
+    // The next generation: new empty sets, the lookup sets holding them
+    // instead of the old ones (taken out first), the old ones destroyed
+    // after; no rule changes.
     let next = Enforced {
         verdict_cache: Some(VerdictCache {
             generation: 0xac,
@@ -1330,20 +1338,14 @@ fn cached_verdicts_are_answered_ahead_of_the_queue_from_the_generations_sets() {
     };
     let changes = Changes::between(&desired(&config, &next, &[pattern]), &state);
     assert_eq!(changes.create_cache.len(), 18);
+    assert_eq!(changes.cache_lists.len(), 18);
     for table in [
         &changes.v4,
         &changes.mangle_v4,
         &changes.v6,
         &changes.mangle_v6,
     ] {
-        assert!(
-            table
-                .write
-                .keys()
-                .all(|chain| !chain.starts_with("TOLLGATE-CACHED-")),
-            "a new generation rewrote a cached verdict's chain: {:?}",
-            table.write.keys()
-        );
+        assert!(table.is_empty(), "a new generation wrote rules: {table:?}");
     }
     assert_eq!(
         changes
@@ -1353,15 +1355,24 @@ fn cached_verdicts_are_answered_ahead_of_the_queue_from_the_generations_sets() {
             .count(),
         18
     );
+    assert_eq!(changes.destroy_sets.len(), 18, "the lookup sets stay");
     let prepare = changes.ipset_prepare_text().unwrap();
-    assert!(
-        prepare.contains("create tollgate-vc-00000000ac-oa-v4 hash:ip,port,ip family inet timeout 30 maxelem 1000\n"),
-        "{prepare}"
+    let created =
+        "create tollgate-vc-00000000ac-oa-v4 hash:ip,port,ip family inet timeout 30 maxelem 1000\n";
+    let (out, put) = (
+        "del tollgate-vcl-oa-v4 tollgate-vc-00000000ab-oa-v4\n",
+        "add tollgate-vcl-oa-v4 tollgate-vc-00000000ac-oa-v4\n",
     );
+    let at = |line: &str| {
+        prepare
+            .find(line)
+            .unwrap_or_else(|| panic!("{line}{prepare}"))
+    };
+    assert!(at(created) < at(out) && at(out) < at(put), "{prepare}");
 
     // Off: nothing of the cache.
     let off = desired(&config, &targets(true, false, &["10.0.0.5"]), &[]);
-    assert!(off.cache.is_empty());
+    assert!(off.cache.is_empty() && off.cache_lists.is_empty());
     assert!(!off.v4.chains.contains_key(CACHED_ALLOW_CHAIN));
     assert!(off
         .v4
@@ -1378,9 +1389,22 @@ create tollgate-vc-00000000ab-ia-v4 hash:ip,port,ip family inet hashsize 1024 ma
 add tollgate-vc-00000000ab-ia-v4 10.0.0.1,tcp:80,10.0.0.2 timeout 60
 create tollgate-vc-00000000ab-ia-v6 hash:ip,port,ip family inet6 hashsize 1024 maxelem 1000 timeout 30
 create tollgate-fqdn-0123456789-v4 hash:ip family inet hashsize 1024 maxelem 65536 timeout 300
+create tollgate-vcl-ia-v4 list:set size 8
+add tollgate-vcl-ia-v4 tollgate-vc-00000000ab-ia-v4
+create tollgate-vcl-ia-v6 list:set size 8
 ";
     let state = State::parse("", "", save);
     assert_eq!(state.cache.len(), 2);
+    assert_eq!(
+        state.cache_lists,
+        BTreeMap::from([
+            (
+                "tollgate-vcl-ia-v4".to_string(),
+                BTreeSet::from(["tollgate-vc-00000000ab-ia-v4".to_string()])
+            ),
+            ("tollgate-vcl-ia-v6".to_string(), BTreeSet::new()),
+        ])
+    );
     assert_eq!(
         state.cache["tollgate-vc-00000000ab-ia-v6"],
         CacheSet {
@@ -1414,22 +1438,29 @@ fn a_bridge_answers_nothing_from_the_cache_and_writes_no_cache_set() {
         (&with(2), &[]),
         NextCache::Deferred,
     );
-    assert!(bridge
-        .v4
-        .chains
-        .values()
-        .flatten()
-        .all(|r| !r.contains("tollgate-vc-")));
-    assert!(bridge
-        .v6
-        .chains
-        .values()
-        .flatten()
-        .all(|r| !r.contains("tollgate-vc-")));
+    // No rule looks up the cache; its sets, lookup sets included, stay
+    // as they are: the bridge writes no set.
+    let rules = |state: &State| -> Vec<String> {
+        [&state.v4, &state.v6, &state.mangle_v4, &state.mangle_v6]
+            .iter()
+            .flat_map(|table| table.chains.values().flatten().cloned())
+            .collect()
+    };
+    assert!(rules(&installed)
+        .iter()
+        .any(|r| r.contains("tollgate-vcl-")));
+    assert!(rules(&bridge).iter().all(|r| !r.contains("tollgate-vcl-")));
+    assert_eq!(bridge.cache_lists, installed.cache_lists);
     let changes = Changes::between(&bridge, &installed);
     assert!(
-        changes.create_cache.is_empty() && changes.destroy_sets.is_empty(),
+        changes.create_cache.is_empty()
+            && changes.cache_lists.is_empty()
+            && changes.destroy_sets.is_empty(),
         "{changes:?}"
+    );
+    assert_eq!(
+        steps(&changes),
+        [Step::Table(Family::V4), Step::Table(Family::V6)]
     );
     // The narrowing creates the next generation's sets and destroys the
     // current one's.
@@ -1454,18 +1485,12 @@ fn a_bridge_answers_nothing_from_the_cache_and_writes_no_cache_set() {
         (&with(2), &[]),
         NextCache::Ready,
     );
-    let rules = |state: &State| -> Vec<String> {
-        [&state.v4, &state.v6, &state.mangle_v4, &state.mangle_v6]
-            .iter()
-            .flat_map(|table| table.chains.values().flatten().cloned())
-            .collect()
-    };
-    assert!(rules(&bridge)
+    assert!(rules(&bridge) == rules(&installed), "no rule changes");
+    let held: Vec<&String> = bridge.cache_lists.values().flatten().collect();
+    assert_eq!(held.len(), 18);
+    assert!(held
         .iter()
-        .all(|r| !r.contains("tollgate-vc-0000000001")));
-    assert!(rules(&bridge)
-        .iter()
-        .any(|r| r.contains("tollgate-vc-0000000002")));
+        .all(|s| s.starts_with("tollgate-vc-0000000002-")));
     let widen = Changes::between(&bridge, &ahead);
     assert!(widen.create_cache.is_empty(), "{widen:?}");
     assert_eq!(widen.destroy_sets.len(), 18);
