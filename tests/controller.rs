@@ -266,6 +266,42 @@ fn a_policy_change_is_published_without_waiting_for_the_batch() {
     });
 }
 
+/// A standby's selections are written as soon as it takes the Lease, not
+/// at the batch's next tick: with a batch of an hour, a controller that
+/// finds the Lease held by another (which never renews it) computes the
+/// selections as a standby, takes the Lease once it expired (2 s), and
+/// publishes them at once. (The test above raced the same way: a span that
+/// finished before the first Lease write was published at the next tick
+/// only, an hour later; it failed once in CI.)
+///
+/// Mutation (tried, fails): taking the Lease not waking the loop (the
+/// `notify_one` in `elect` left out): nothing is published.
+#[test]
+fn a_standby_publishes_as_soon_as_it_takes_the_lease() {
+    let api = FakeApi::start("127.0.0.1:0");
+    world(&api, 2);
+    api.apply(
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "tollgate-controller", "namespace": "kube-system"},
+        "spec": {"holderIdentity": "gone", "leaseDurationSeconds": 2,
+                 "renewTime": "2026-01-01T00:00:00.000000Z"}}),
+    );
+    let config = kube::Config::new(api.url().parse().unwrap());
+    let mut options = Options::new(Connection::Config(Box::new(config)), "b".into());
+    options.batch = Duration::from_secs(3600);
+    options.lease_duration = Duration::from_secs(2);
+    options.renew_every = Duration::from_millis(300);
+    let controller = Controller::spawn(options).expect("controller starts");
+    wait("a ready standby", || {
+        controller.ready() && !controller.leader()
+    });
+    assert!(!has(&api, &db_ip(0)), "a standby wrote");
+    wait("b leads", || controller.leader());
+    wait("the db Pods published", || {
+        (0..2).all(|i| has(&api, &db_ip(i)))
+    });
+}
+
 /// A `nodeSelector` peer is published as a Node group (agents in
 /// controller mode watch their own Node only): a Node's status report
 /// writes nothing, its label change moves it in or out.

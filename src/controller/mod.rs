@@ -14,8 +14,8 @@
 //! `kube-system/tollgate-controller` ([`lease`]); only the leader writes,
 //! and only once it holds a complete snapshot: Pod changes at most once
 //! per [`BATCH`], a policy change's selections as soon as they are
-//! computed (a new snapshot and a finished computation wake the loop;
-//! neither waits for the batch). On taking the lead (and after a failed
+//! computed (a new snapshot, a finished computation and taking the
+//! Lease wake the loop; none waits for the batch). On taking the lead (and after a failed
 //! write) it lists the AddressGroups and adopts them, so a new leader
 //! rewrites only the slices that differ. Standbys keep their
 //! publisher up to date and are ready to take over. Serves `/livez`,
@@ -207,6 +207,7 @@ impl Controller {
             respan: false,
             adopted: false,
             wake,
+            unwritten: false,
         };
         let thread = std::thread::Builder::new()
             .name("controller".into())
@@ -294,18 +295,26 @@ struct Loop {
     respan: bool,
     /// Whether the publisher holds what the API server holds.
     adopted: bool,
-    /// Notified when the source hands a new snapshot and when a span
-    /// finishes, so that neither waits for the next batch's tick.
+    /// Notified when the source hands a new snapshot, when a span
+    /// finishes and when the Lease is taken, so that none waits for the
+    /// next batch's tick.
     wake: Arc<tokio::sync::Notify>,
+    /// A span's selections were handed to the publisher and not written
+    /// yet (this controller was a standby, or had nothing to write them
+    /// over): they are written at the next wake-up that can.
+    unwritten: bool,
 }
 
 /// Takes or renews the Lease every `renew_every` until `quit` says to
-/// stop (`Some(release)`), then gives it up if asked to and held.
+/// stop (`Some(release)`), then gives it up if asked to and held. Taking
+/// it wakes the loop (`wake`), so that a standby's selections are written
+/// at once.
 async fn elect(
     mut elector: lease::Elector,
     renew_every: Duration,
     state: Arc<State>,
     counters: Arc<ControllerCounters>,
+    wake: Arc<tokio::sync::Notify>,
     mut quit: tokio::sync::watch::Receiver<Option<bool>>,
 ) {
     loop {
@@ -319,6 +328,9 @@ async fn elect(
         };
         if leader != state.leader.swap(leader, Ordering::SeqCst) {
             tracing::info!(leader, "controller leadership changed");
+            if leader {
+                wake.notify_one();
+            }
         }
         counters.leader.store(u64::from(leader), Ordering::Relaxed);
         tokio::select! {
@@ -351,6 +363,7 @@ impl Loop {
             self.renew_every,
             Arc::clone(&self.state),
             Arc::clone(&self.counters),
+            Arc::clone(&self.wake),
             quitting,
         ));
         let mut tick = tokio::time::interval(self.batch);
@@ -362,10 +375,10 @@ impl Loop {
                 () = self.wake.notified() => false,
             };
             // A policy change's selections are written as soon as they are
-            // computed; every other write (Pod changes above all) waits for
-            // the batch's tick.
-            let selections_changed = self.take_snapshot();
-            if !ticked && !selections_changed {
+            // computed (or, on a standby, as soon as it leads); every other
+            // write (Pod changes above all) waits for the batch's tick.
+            self.unwritten |= self.take_snapshot();
+            if !ticked && !self.unwritten {
                 continue;
             }
             let leader = self.state.leader.load(Ordering::SeqCst);
@@ -393,6 +406,7 @@ impl Loop {
                 }
             }
             self.adopted = self.write().await;
+            self.unwritten = false;
             self.state.ready.store(self.adopted, Ordering::SeqCst);
         };
         let _ = quit.send(Some(release));
