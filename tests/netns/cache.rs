@@ -8,10 +8,13 @@
 //! on the wire by `faults::kill_during_reload_fails_closed_and_restart_converges`,
 //! where a half-written bridge answers not even a cached tuple), cached allows
 //! keep working while the agent is down and not past a restart with a
-//! changed policy, `--verdict-cache off` caches nothing, and a SYN flood at
+//! changed policy, a new generation changes what the lookup sets hold and
+//! no rule, rules an earlier version left naming a generation's sets are
+//! moved to the lookup sets at an upgrade, `--verdict-cache off` caches nothing, and a SYN flood at
 //! a denied port stays out of userspace after its first packets (the counts
 //! are printed as `VERDICT-CACHE-FLOOD`).
 
+use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr, TcpListener};
 
 use hickory_proto::rr::RecordType;
@@ -88,6 +91,34 @@ fn entries(lab: &Lab) -> Vec<String> {
         .collect()
 }
 
+/// The verdict cache's lookup rules of the node, both families, every
+/// table, without counters.
+fn lookup_rules(lab: &Lab) -> Vec<String> {
+    ["iptables-save", "ip6tables-save"]
+        .iter()
+        .flat_map(|save| {
+            lab.node()
+                .dump(save)
+                .lines()
+                .filter(|l| l.contains("--match-set tollgate-vc"))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The sets the verdict cache's lookup sets hold (`ipset save`'s `add
+/// tollgate-vcl-ia-v4 tollgate-vc-…-ia-v4`).
+fn held(lab: &Lab) -> BTreeSet<String> {
+    lab.node()
+        .dump("ipset save")
+        .lines()
+        .filter(|l| l.starts_with("add tollgate-vcl-"))
+        .filter_map(|l| l.split(' ').nth(2))
+        .map(str::to_string)
+        .collect()
+}
+
 /// Decides `target` a second time (a tuple is cached at its second
 /// decision) and waits until the cache holds its entry in a set of
 /// `verdict` (`a`, `d` or `r`) of the INPUT hook.
@@ -144,11 +175,26 @@ fn a_cached_verdict_is_answered_by_the_kernel_and_a_policy_change_replaces_it() 
 
     // Allow → Drop: the next new connection is dropped, the cache held
     // nothing of the old ruleset.
+    let (rules, first) = (lookup_rules(&lab), held(&lab));
+    assert_eq!(rules.len(), 2 * 3 * 3, "{rules:#?}");
+    assert!(
+        rules.iter().all(|r| r.contains(" tollgate-vcl-")),
+        "{rules:#?}"
+    );
+    assert_eq!(first.len(), 18, "{first:?}");
     lab.write_policy("node.yaml", &node_policy("Drop"));
     agent.wait_generation(2);
-    // The new generation's lookup rules replaced the old ones; the chains
-    // they jump to, and the hits they counted, are still there (no reading
-    // is needed before a switch).
+    // The lookup sets hold the new generation's sets instead, and no rule
+    // changed: not the lookup rules, not the chains they jump to, nor the
+    // hits those counted (no reading is needed before a switch).
+    let second = held(&lab);
+    assert_eq!(second.len(), 18, "{second:?}");
+    assert!(second.is_disjoint(&first), "{first:?} {second:?}");
+    assert_eq!(
+        lookup_rules(&lab),
+        rules,
+        "a new generation rewrote the rules"
+    );
     assert_eq!(allows(&lab), [3, 3], "a new generation reset the hits");
     for target in targets(&lab, PORT) {
         lab.assert_tcp("client", target, TcpOutcome::TimedOut);
@@ -542,6 +588,95 @@ fn cached_allows_outlive_the_agent_but_not_a_changed_policy() {
         entries(&lab)
     );
     again.stop();
+}
+
+/// An agent of a version before the lookup sets left rules that name its
+/// generation's sets; the policy changed while no agent ran. The next
+/// agent (an upgrade) answers no cached verdict of the old policy once its
+/// ruleset is in force, rewrites the rules to name the lookup sets, and
+/// destroys the old generation's sets. The hand-made old layout is live
+/// first: a cached tuple connects from the kernel while no agent runs.
+///
+/// Mutation (tried): `Changes::between` not destroying the old
+/// generation's sets → they outlive the upgrade → fails.
+#[test]
+fn an_upgrade_moves_the_rules_naming_a_generations_sets_to_the_lookup_sets() {
+    let Some(lab) = lab("an_upgrade_moves_the_rules_naming_a_generations_sets_to_the_lookup_sets")
+    else {
+        return;
+    };
+    lab.write_policy("node.yaml", &node_policy("Allow"));
+    let mut agent = lab.start_agent(lab.agent_options());
+    agent.wait_generation(1);
+    for target in targets(&lab, PORT) {
+        lab.assert_tcp("client", target, TcpOutcome::Connected);
+        wait_cached(&lab, target, 'a');
+    }
+    agent.kill9();
+    let old = held(&lab);
+    let generation = old
+        .iter()
+        .next()
+        .and_then(|set| set.strip_prefix("tollgate-vc-"))
+        .map(|rest| rest[..10].to_string())
+        .expect("a generation held");
+    // The earlier layout: the rules name the sets, no lookup set exists.
+    for (save, restore) in [
+        ("iptables-save", "iptables-restore"),
+        ("ip6tables-save", "ip6tables-restore"),
+    ] {
+        lab.node().ok(&format!(
+            "{save} | sed -E 's/ tollgate-vcl-([ifo][adr]-v[46]) / tollgate-vc-{generation}-\\1 /g' | {restore}"
+        ));
+    }
+    for line in lab.node().dump("ipset save").lines() {
+        if let Some(list) = line
+            .strip_prefix("create ")
+            .and_then(|rest| rest.split(' ').next())
+            .filter(|name| name.starts_with("tollgate-vcl-"))
+        {
+            lab.node().ok(&format!("ipset destroy {list}"));
+        }
+    }
+    let rules = lookup_rules(&lab);
+    assert_eq!(rules.len(), 2 * 3 * 3, "{rules:#?}");
+    assert!(
+        rules
+            .iter()
+            .all(|r| r.contains(&format!(" tollgate-vc-{generation}-"))),
+        "{rules:#?}"
+    );
+    assert!(held(&lab).is_empty());
+    for target in targets(&lab, PORT) {
+        assert_from_cache(&lab, target, TcpOutcome::Connected);
+    }
+
+    lab.write_policy("node.yaml", &node_policy("Drop"));
+    let mut upgraded = lab.start_agent(lab.agent_options());
+    upgraded.wait_generation(1);
+    for target in targets(&lab, PORT) {
+        lab.assert_tcp("client", target, TcpOutcome::TimedOut);
+    }
+    let rules = lookup_rules(&lab);
+    assert_eq!(rules.len(), 2 * 3 * 3, "{rules:#?}");
+    assert!(
+        rules.iter().all(|r| r.contains(" tollgate-vcl-")),
+        "{rules:#?}"
+    );
+    let new = held(&lab);
+    assert_eq!(new.len(), 18, "{new:?}");
+    let state = lab.firewall_state("node");
+    let sets = state.set_names();
+    assert!(
+        sets.iter().all(|s| !s.contains(&generation)),
+        "the old generation's sets outlived the upgrade: {sets:?}"
+    );
+    // The new generation answers from the kernel.
+    for target in targets(&lab, PORT) {
+        wait_cached(&lab, target, 'd');
+        assert_from_cache(&lab, target, TcpOutcome::TimedOut);
+    }
+    upgraded.stop();
 }
 
 /// The cache counters of the agent whose metrics listen on `METRICS`.
