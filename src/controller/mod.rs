@@ -14,10 +14,10 @@
 //! `kube-system/tollgate-controller` ([`lease`]); only the leader writes,
 //! and only once it holds a complete snapshot: Pod changes at most once
 //! per [`BATCH`], a policy change's selections as soon as they are
-//! computed (a new snapshot, a finished computation and taking the
-//! Lease wake the loop; none waits for the batch). On taking the lead (and after a failed
-//! write) it lists the AddressGroups and adopts them, so a new leader
-//! rewrites only the slices that differ. Standbys keep their
+//! computed (a new snapshot, a finished computation and taking the Lease
+//! wake the loop; none waits for the batch). On taking the lead (and
+//! after a failed write) it lists the AddressGroups and adopts them, so a
+//! new leader rewrites only the slices that differ. Standbys keep their
 //! publisher up to date and are ready to take over. Serves `/livez`,
 //! `/readyz` and `/metrics` ([`ControllerCounters`]). It never touches a
 //! node's firewall.

@@ -10,9 +10,9 @@
 //! keep working while the agent is down and not past a restart with a
 //! changed policy, a new generation changes what the lookup sets hold and
 //! no rule, rules an earlier version left naming a generation's sets are
-//! moved to the lookup sets at an upgrade, `--verdict-cache off` caches nothing, and a SYN flood at
-//! a denied port stays out of userspace after its first packets (the counts
-//! are printed as `VERDICT-CACHE-FLOOD`).
+//! moved to the lookup sets at an upgrade, `--verdict-cache off` caches
+//! nothing, and a SYN flood at a denied port stays out of userspace after
+//! its first packets (the counts are printed as `VERDICT-CACHE-FLOOD`).
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr, TcpListener};
