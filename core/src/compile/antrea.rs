@@ -29,7 +29,9 @@ type NodePorts = Vec<(PortProtocol, u16)>;
 struct PolicyState {
     /// The policy's appliedTo, resolved.
     targets: Vec<(Target, Option<NodePorts>)>,
-    same_label_keys: BTreeSet<String>,
+    /// The keys of its `sameLabels`, read once a rule of it applies here
+    /// (most policies of a cluster apply on other Nodes).
+    same_label_keys: Option<BTreeSet<String>>,
     /// Endpoints some rule was applied to.
     applied: BTreeSet<u32>,
 }
@@ -45,7 +47,7 @@ impl Compiler<'_> {
                     &ordered.policy.spec.applied_to,
                     ordered.reference.namespace.as_deref(),
                 ),
-                same_label_keys: same_label_keys(ordered.policy),
+                same_label_keys: None,
                 applied: BTreeSet::new(),
             })
             .collect();
@@ -140,11 +142,14 @@ impl Compiler<'_> {
                 Target::Pod(idx) => Some(self.inv.pods[*idx as usize].namespace.clone()),
                 Target::LocalNode => None,
             };
-            if !state.same_label_keys.is_empty()
+            let keys = state
+                .same_label_keys
+                .get_or_insert_with(|| same_label_keys(policy));
+            if !keys.is_empty()
                 && !endpoint_ns
                     .as_deref()
                     .and_then(|ns| self.inv.namespace_labels(ns))
-                    .is_some_and(|l| state.same_label_keys.iter().all(|k| l.contains_key(k)))
+                    .is_some_and(|l| keys.iter().all(|k| l.contains_key(k)))
             {
                 // The spec: a policy with sameLabels is a no-op on
                 // Namespaces lacking any of those label keys.
