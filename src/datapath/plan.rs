@@ -158,39 +158,42 @@ pub fn desired(
     state
 }
 
+/// Every (family, hook, verdict) the verdict cache has a set for.
+fn cache_slots() -> impl Iterator<Item = (Family, Hook, CachedVerdict)> {
+    Family::ALL.into_iter().flat_map(|family| {
+        Hook::ALL.into_iter().flat_map(move |hook| {
+            CachedVerdict::ALL
+                .into_iter()
+                .map(move |verdict| (family, hook, verdict))
+        })
+    })
+}
+
 /// The lookup sets of a verdict cache, each holding the set of its hook,
 /// verdict and family of the cache's generation. Whether the kernel
 /// answers from them is the lookup rules' (`lookup`): a bridge that
 /// answers from no cache removes the rules and leaves the lookup sets as
 /// they are, so that it needs no set write.
-pub fn cache_lists(cache: &VerdictCache) -> impl Iterator<Item = (String, BTreeSet<String>)> + '_ {
-    Family::ALL.into_iter().flat_map(move |family| {
-        Hook::ALL.into_iter().flat_map(move |hook| {
-            CachedVerdict::ALL.into_iter().map(move |verdict| {
-                (
-                    cache_list(hook, verdict, family),
-                    BTreeSet::from([cache_set(cache.generation, hook, verdict, family)]),
-                )
-            })
-        })
+fn cache_lists(cache: &VerdictCache) -> impl Iterator<Item = (String, BTreeSet<String>)> + '_ {
+    cache_slots().map(|(family, hook, verdict)| {
+        (
+            cache_list(hook, verdict, family),
+            BTreeSet::from([cache_set(cache.generation, hook, verdict, family)]),
+        )
     })
 }
 
 /// The sets of a verdict cache: one per family, hook and verdict.
 pub fn cache_sets(cache: &VerdictCache) -> impl Iterator<Item = (String, CacheSet)> + '_ {
-    Family::ALL.into_iter().flat_map(move |family| {
-        Hook::ALL.into_iter().flat_map(move |hook| {
-            CachedVerdict::ALL.into_iter().map(move |verdict| {
-                (
-                    cache_set(cache.generation, hook, verdict, family),
-                    CacheSet {
-                        family,
-                        timeout_secs: cache.timeout_secs,
-                        max_entries: cache.max_entries,
-                    },
-                )
-            })
-        })
+    cache_slots().map(|(family, hook, verdict)| {
+        (
+            cache_set(cache.generation, hook, verdict, family),
+            CacheSet {
+                family,
+                timeout_secs: cache.timeout_secs,
+                max_entries: cache.max_entries,
+            },
+        )
     })
 }
 
