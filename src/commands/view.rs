@@ -46,7 +46,9 @@ impl View {
                 Response::Policies(list) => Ok(list),
                 other => Err(unexpected(&other)),
             },
-            View::Offline(ruleset) => Ok(ruleset.policies().to_vec()),
+            View::Offline(ruleset) => {
+                Ok(ruleset.policies().iter().map(|p| (**p).clone()).collect())
+            }
         }
     }
 

@@ -124,8 +124,11 @@ pub fn run(args: &Args) -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(100));
     }
     step("the real agents applied their first ruleset", at);
-    // Idle baseline: no churn (the agents' timers, the Lease reads).
-    let idle = Duration::from_secs(5);
+    // Idle baseline: no churn (the agents' timers, the Lease reads). Two
+    // whole rounds of the agents' periodic checks (every 10 s, ~10
+    // `*-save` processes reading the kernel): a 5 s window held one round
+    // or none, and the child processes' baseline was 0 or twice the rate.
+    let idle = Duration::from_secs(20);
     let cpu0: Vec<(f64, f64)> = real.iter().map(RealAgent::cpu_split).collect();
     std::thread::sleep(idle);
     // Per second: the agent's own, its child processes'.

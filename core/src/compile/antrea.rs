@@ -7,10 +7,16 @@
 //! Never orders policies itself: it is handed them in priority order, a
 //! group sharing Tier and priority at a time, and adds their rules in the
 //! order [`interleave`] gives.
+//!
+//! Most policies of a cluster apply on other Nodes. An assembly kept
+//! across changes ([`Placements`]) remembers the policies it placed on no
+//! local endpoint, by object, and adds only their ranks and their summary
+//! until the policy object or what placement reads changes.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
+use crate::model::memo::Memo;
 use crate::model::{AntreaPolicy, AppliedTo, Direction, PortProtocol};
 use crate::ruleset::{CompiledRule, PolicySummary, RuleRef};
 
@@ -24,9 +30,79 @@ type ContextKey = (Option<String>, Option<NodePorts>);
 /// The node ports a NodePort-Service appliedTo restricts a rule to.
 type NodePorts = Vec<(PortProtocol, u16)>;
 
+/// The Antrea policies an [`super::Incremental`] assembly placed on no
+/// local endpoint, by policy object: their summaries, valid while the
+/// context placement reads (the local endpoints and their labels, the
+/// Namespaces of local endpoints, the local Node, groups, Services, Tiers)
+/// is the one they were found in. The holder says when that context
+/// changed ([`Placements::context_changed`]); a policy edited is another
+/// object, found again. Holds nothing the ruleset does not: the objects
+/// and the summaries are the snapshot's and the ruleset's.
+#[derive(Debug, Default)]
+pub(super) struct Placements {
+    memo: Memo<Placed>,
+    /// Bumped at every change of context: entries of an earlier one are
+    /// stale.
+    context: u64,
+}
+
+#[derive(Debug)]
+struct Placed {
+    context: u64,
+    /// Placed nowhere here, with its summary; `None`: placed somewhere,
+    /// or not known in this context.
+    nowhere: Option<Arc<PolicySummary>>,
+}
+
+impl Placements {
+    /// What placement reads changed: every policy is placed again at the
+    /// next assembly.
+    pub(super) fn context_changed(&mut self) {
+        self.context += 1;
+    }
+
+    /// The summary of `object` if it was placed nowhere in this context;
+    /// marks it seen in this assembly either way.
+    fn nowhere(&mut self, object: &Arc<crate::model::Object>) -> Option<Arc<PolicySummary>> {
+        let context = self.context;
+        self.memo
+            .visit(
+                object,
+                |p| p.context != context,
+                || Placed {
+                    context,
+                    nowhere: None,
+                },
+            )
+            .nowhere
+            .clone()
+    }
+
+    /// Remembers that `object` was placed nowhere, with its summary.
+    fn placed_nowhere(&mut self, object: &Arc<crate::model::Object>, summary: &Arc<PolicySummary>) {
+        let context = self.context;
+        self.memo.visit(
+            object,
+            |_| true,
+            || Placed {
+                context,
+                nowhere: Some(Arc::clone(summary)),
+            },
+        );
+    }
+
+    /// Ends an assembly: forgets the policies it did not see.
+    pub(super) fn sweep(&mut self) {
+        self.memo.sweep();
+    }
+}
+
 /// What every rule of one policy shares while the rules of its group are
 /// added.
 struct PolicyState {
+    /// Placed on no local endpoint, as the [`Placements`] knew: its rules
+    /// are only ranked, and this is its summary.
+    nowhere: Option<Arc<PolicySummary>>,
     /// The policy's appliedTo, resolved.
     targets: Vec<(Target, Option<NodePorts>)>,
     /// The keys of its `sameLabels`, read once a rule of it applies here
@@ -42,13 +118,23 @@ impl Compiler<'_> {
     pub(super) fn add_antrea_policies(&mut self, group: &[&OrderedPolicy], baseline: bool) {
         let mut states: Vec<PolicyState> = group
             .iter()
-            .map(|ordered| PolicyState {
-                targets: self.resolve_applied_to(
-                    &ordered.policy.spec.applied_to,
-                    ordered.reference.namespace.as_deref(),
-                ),
-                same_label_keys: None,
-                applied: BTreeSet::new(),
+            .map(|ordered| {
+                let nowhere = self
+                    .placements
+                    .as_deref_mut()
+                    .and_then(|p| p.nowhere(ordered.object));
+                let targets = match nowhere {
+                    Some(_) => Vec::new(),
+                    None => {
+                        self.resolve_applied_to(&ordered.policy.spec.applied_to, ordered.namespace)
+                    }
+                };
+                PolicyState {
+                    nowhere,
+                    targets,
+                    same_label_keys: None,
+                    applied: BTreeSet::new(),
+                }
             })
             .collect();
         let counts: Vec<[usize; 2]> = group
@@ -59,10 +145,14 @@ impl Compiler<'_> {
             self.add_antrea_rule(group[at], &mut states[at], direction, index, baseline);
         }
         for (ordered, state) in group.iter().zip(states) {
+            if let Some(summary) = state.nowhere {
+                self.policies.push(summary);
+                continue;
+            }
             let policy = ordered.policy;
-            self.policies.push(PolicySummary {
-                policy: ordered.reference.clone(),
-                tier: Some(ordered.tier.clone()),
+            let summary = Arc::new(PolicySummary {
+                policy: ordered.reference(),
+                tier: Some(ordered.tier.to_string()),
                 tier_priority: Some(ordered.tier_priority),
                 priority: Some(policy.spec.priority),
                 rules: policy.spec.ingress.len() + policy.spec.egress.len(),
@@ -72,11 +162,19 @@ impl Compiler<'_> {
                     .collect(),
                 applied_to: state
                     .applied
-                    .into_iter()
-                    .map(|e| self.endpoints[e as usize].to_string())
+                    .iter()
+                    .map(|&e| self.endpoints[e as usize].to_string())
                     .collect(),
                 dry_run: policy.metadata.dry_run(),
             });
+            if state.applied.is_empty() {
+                // No rule instance was added: the policy adds only its
+                // ranks while nothing placement reads changes.
+                if let Some(placements) = self.placements.as_deref_mut() {
+                    placements.placed_nowhere(ordered.object, &summary);
+                }
+            }
+            self.policies.push(summary);
         }
     }
 
@@ -91,7 +189,7 @@ impl Compiler<'_> {
         baseline: bool,
     ) {
         let policy = ordered.policy;
-        let policy_ns = ordered.reference.namespace.as_deref();
+        let policy_ns = ordered.namespace;
         let rules = match direction {
             Direction::Ingress => &policy.spec.ingress,
             Direction::Egress => &policy.spec.egress,
@@ -99,6 +197,10 @@ impl Compiler<'_> {
         let Some(rule) = rules.get(index) else {
             return;
         };
+        if state.nowhere.is_some() {
+            self.next_rank();
+            return;
+        }
         let targets = if rule.applied_to.is_empty() {
             state.targets.clone()
         } else {
@@ -112,8 +214,8 @@ impl Compiler<'_> {
             return;
         }
         let reference = Arc::new(RuleRef {
-            policy: ordered.reference.clone(),
-            tier: Some(ordered.tier.clone()),
+            policy: ordered.reference(),
+            tier: Some(ordered.tier.to_string()),
             tier_priority: Some(ordered.tier_priority),
             policy_priority: Some(policy.spec.priority),
             name: Some(rule.effective_name(direction)),

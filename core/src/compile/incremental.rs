@@ -43,7 +43,7 @@ use crate::selection::group::{key_of, AddressGroupSpec};
 use crate::selection::{members, Delta, Labels, Selection, Selections};
 
 use super::k8s::logged_namespaces;
-use super::{assemble, LocalNode, LocalView};
+use super::{assemble_placed, LocalNode, LocalView, Placements};
 
 /// What a change touched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -75,12 +75,23 @@ pub struct Incremental {
     /// Controller mode: the last assembly used a Pod selection not yet
     /// complete, so its ruleset was not taken (the last one stays).
     blocked: bool,
+    /// The Antrea policies the last assemblies placed on no local
+    /// endpoint. Told of every change but an edit of Antrea policies
+    /// alone: a policy edit anywhere in the cluster assembles again, and
+    /// the policies it did not touch are then only ranked.
+    placements: Placements,
 }
 
 /// Whether objects of `kind` are inventory the selections keep (and not
 /// part of the policy side).
 fn is_member_kind(kind: Kind) -> bool {
     matches!(kind, Kind::Pod | Kind::Node | Kind::ExternalEntity)
+}
+
+/// Whether objects of `kind` are Antrea policies, which [`Placements`]
+/// keeps by object.
+fn is_antrea_policy(kind: Kind) -> bool {
+    matches!(kind, Kind::ClusterNetworkPolicy | Kind::AntreaNetworkPolicy)
 }
 
 impl Incremental {
@@ -110,6 +121,7 @@ impl Incremental {
             directory: 0,
             snapshot: None,
             blocked: false,
+            placements: Placements::default(),
         };
         incremental.set_policies(policy_side(snapshot));
         incremental.pending = Update::Rules;
@@ -170,9 +182,17 @@ impl Incremental {
             }
         }
         let logged = logged_namespaces(&snapshot);
-        let rules = !same_without_namespaces(&self.policies, &snapshot)
-            || logged != self.logged
-            || moved.iter().any(|ns| self.holds_local(ns));
+        let context = logged != self.logged || moved.iter().any(|ns| self.holds_local(ns));
+        let rules = context || !same_except(&self.policies, &snapshot, |k| k == Kind::Namespace);
+        if context
+            || !same_except(&self.policies, &snapshot, |k| {
+                k == Kind::Namespace || is_antrea_policy(k)
+            })
+        {
+            // Something placement reads (a group, a Service, a Tier, the
+            // labels of a Namespace with local endpoints) may differ.
+            self.placements.context_changed();
+        }
         // Always: the next assembly reads the Namespaces held.
         self.policies = Arc::new(snapshot);
         self.logged = logged;
@@ -262,6 +282,7 @@ impl Incremental {
                 if same {
                     Update::Unchanged
                 } else {
+                    self.placements.context_changed();
                     Update::Rules
                 }
             }
@@ -438,6 +459,7 @@ impl Incremental {
             return Update::Unchanged;
         }
         self.selections.set_local(local);
+        self.placements.context_changed();
         self.pending = Update::Rules;
         Update::Rules
     }
@@ -482,7 +504,12 @@ impl Incremental {
             _ => {
                 self.selections.begin();
                 let view = LocalView::of(&self.selections);
-                let ruleset = assemble(&self.policies, view, &mut self.selections);
+                let ruleset = assemble_placed(
+                    &self.policies,
+                    view,
+                    &mut self.selections,
+                    &mut self.placements,
+                );
                 self.selections.end();
                 self.selections.take_changed();
                 self.blocked = !self.selections.waiting().is_empty();
@@ -499,17 +526,15 @@ impl Incremental {
     }
 }
 
-/// Whether `a` and `b` hold the same objects but for their Namespaces
-/// (compared as shared objects first: a snapshot shares every unchanged
-/// object with the last one).
-fn same_without_namespaces(a: &Snapshot, b: &Snapshot) -> bool {
-    fn rest(s: &Snapshot) -> impl Iterator<Item = &Sourced> {
-        s.objects
-            .iter()
-            .filter(|o| o.object.kind() != Kind::Namespace)
+/// Whether `a` and `b` hold the same objects but for those of the kinds
+/// `skip` names (compared as shared objects first: a snapshot shares
+/// every unchanged object with the last one).
+fn same_except(a: &Snapshot, b: &Snapshot, skip: fn(Kind) -> bool) -> bool {
+    fn rest(s: &Snapshot, skip: fn(Kind) -> bool) -> impl Iterator<Item = &Sourced> {
+        s.objects.iter().filter(move |o| !skip(o.object.kind()))
     }
-    let mut b_rest = rest(b);
-    rest(a).all(|a| {
+    let mut b_rest = rest(b, skip);
+    rest(a, skip).all(|a| {
         b_rest.next().is_some_and(|b| {
             a.origin == b.origin && (Arc::ptr_eq(&a.object, &b.object) || a.object == b.object)
         })

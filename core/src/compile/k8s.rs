@@ -137,7 +137,7 @@ impl Compiler<'_> {
                 }
             }
         }
-        self.policies.push(PolicySummary {
+        self.policies.push(Arc::new(PolicySummary {
             policy: reference,
             tier: None,
             tier_priority: None,
@@ -149,7 +149,7 @@ impl Compiler<'_> {
                 .map(|e| self.endpoints[e as usize].to_string())
                 .collect(),
             dry_run,
-        });
+        }));
     }
 
     fn resolve_k8s_peers(&mut self, peers: &[K8sPeer], ns: &str) -> PeerMatch {

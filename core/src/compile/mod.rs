@@ -41,6 +41,7 @@ use crate::ruleset::{
 };
 use crate::selection::Selections;
 
+use antrea::Placements;
 pub use incremental::{policy_side, Incremental, Update};
 pub use inventory::LocalView;
 use inventory::{Inventory, PodIdx};
@@ -68,7 +69,21 @@ pub fn compile(snapshot: &Snapshot, local: &LocalNode) -> Ruleset {
 /// The rule assembly: the policies of `snapshot` applied to the local
 /// endpoints of `view`, their peers' addresses asked of `peers`.
 pub fn assemble(snapshot: &Snapshot, view: LocalView, peers: &mut Selections) -> Ruleset {
-    Compiler::new(snapshot, view, peers).run()
+    Compiler::new(snapshot, view, peers, None).run()
+}
+
+/// [`assemble`] kept across changes: the Antrea policies `placements`
+/// knows to be placed on no local endpoint are only ranked and
+/// summarised.
+fn assemble_placed(
+    snapshot: &Snapshot,
+    view: LocalView,
+    peers: &mut Selections,
+    placements: &mut Placements,
+) -> Ruleset {
+    let ruleset = Compiler::new(snapshot, view, peers, Some(placements)).run();
+    placements.sweep();
+    ruleset
 }
 
 /// An appliedTo resolved: a local endpoint, optionally only for node ports.
@@ -95,9 +110,12 @@ struct Compiler<'a> {
     endpoints: Vec<Endpoint>,
     endpoint_of_target: HashMap<Target, u32>,
     fqdn_patterns: BTreeMap<FqdnPattern, u32>,
-    policies: Vec<PolicySummary>,
+    policies: Vec<Arc<PolicySummary>>,
     /// Rules ranked so far (see [`crate::ruleset::RuleRef::rank`]).
     ranked: u32,
+    /// Kept across assemblies by [`Incremental`]; none for a whole
+    /// compile.
+    placements: Option<&'a mut Placements>,
     /// Namespaces annotated [`k8s::K8S_LOGGING_ANNOTATION`]` = "true"`.
     logged_namespaces: BTreeSet<String>,
 }
@@ -145,7 +163,12 @@ impl Compiler<'_> {
 }
 
 impl<'a> Compiler<'a> {
-    fn new(snapshot: &'a Snapshot, view: LocalView, peers: &'a mut Selections) -> Compiler<'a> {
+    fn new(
+        snapshot: &'a Snapshot,
+        view: LocalView,
+        peers: &'a mut Selections,
+        placements: Option<&'a mut Placements>,
+    ) -> Compiler<'a> {
         let inv = Inventory::build(snapshot, view);
         let mut endpoints = vec![Endpoint::Node {
             name: inv.nodes[inv.local_node].name.clone(),
@@ -178,6 +201,7 @@ impl<'a> Compiler<'a> {
             fqdn_patterns: BTreeMap::new(),
             policies: Vec::new(),
             ranked: 0,
+            placements,
             logged_namespaces: logged_namespaces(snapshot),
         }
     }

@@ -116,7 +116,7 @@ impl Compiler<'_> {
                         .map(move |(index, rule)| rule_name(rule.name, direction, index))
                 })
                 .collect();
-            self.policies.push(PolicySummary {
+            self.policies.push(Arc::new(PolicySummary {
                 policy: state.reference,
                 tier: Some(policy.tier.as_str().to_string()),
                 tier_priority: tier_priority(policy),
@@ -129,7 +129,7 @@ impl Compiler<'_> {
                     .map(|e| self.endpoints[e as usize].to_string())
                     .collect(),
                 dry_run: policy.metadata.dry_run(),
-            });
+            }));
         }
     }
 

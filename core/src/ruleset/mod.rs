@@ -171,7 +171,7 @@ pub(crate) struct Parts<'a> {
     /// Every distinct FQDN selector, indexed by [`PeerMatch::fqdns`].
     pub(crate) fqdn_patterns: Vec<FqdnPattern>,
     /// In effective-priority order.
-    pub(crate) policies: Vec<PolicySummary>,
+    pub(crate) policies: Vec<Arc<PolicySummary>>,
     /// Namespaces whose Kubernetes NetworkPolicies are audited.
     pub(crate) logged_namespaces: BTreeSet<String>,
     /// The local Node's Pod address ranges and the addresses in them the
@@ -208,7 +208,9 @@ pub struct Ruleset {
     names: Names,
     fqdn_patterns: Vec<FqdnPattern>,
     enforced: Enforced,
-    policies: Vec<PolicySummary>,
+    /// Shared: the summary of a policy placed on no local endpoint is the
+    /// same object from one assembly to the next.
+    policies: Vec<Arc<PolicySummary>>,
     /// Namespaces whose Kubernetes NetworkPolicies are audited.
     logged_namespaces: BTreeSet<String>,
     /// Ports of local endpoints published on the Node, with each
@@ -414,7 +416,7 @@ impl Ruleset {
     /// Policies sorted by effective priority (as `antctl get netpol
     /// --sort-by=effectivePriority`): Tier priority, policy priority, then
     /// Kubernetes NetworkPolicies before the baseline Tier.
-    pub fn policies(&self) -> &[PolicySummary] {
+    pub fn policies(&self) -> &[Arc<PolicySummary>] {
         &self.policies
     }
 

@@ -208,6 +208,11 @@ struct World {
     namespaces: [Option<bool>; 3],
     roles: [bool; 2],
     policies: [bool; POLICIES.len()],
+    /// Snapshots share each object equal to one of the last snapshot's
+    /// (as a Kubernetes source hands what did not change), so that what
+    /// is kept by object ([`super::Placements`]) is found again; without,
+    /// every object is new (as a policy directory reads them).
+    shared: Option<std::rc::Rc<std::cell::RefCell<Vec<Arc<crate::model::Object>>>>>,
 }
 
 impl World {
@@ -253,8 +258,29 @@ impl World {
     }
 
     fn snapshot(&self) -> Snapshot {
-        parse(&self.yaml())
+        let snapshot = parse(&self.yaml());
+        match &self.shared {
+            Some(last) => share(&mut last.borrow_mut(), snapshot),
+            None => snapshot,
+        }
     }
+}
+
+/// `snapshot` with each object equal to one of `last` replaced by that
+/// one, as a Kubernetes source shares what did not change; `last`
+/// becomes its objects.
+fn share(last: &mut Vec<Arc<crate::model::Object>>, mut snapshot: Snapshot) -> Snapshot {
+    for sourced in &mut snapshot.objects {
+        if let Some(same) = last.iter().find(|o| **o == sourced.object) {
+            sourced.object = Arc::clone(same);
+        }
+    }
+    *last = snapshot
+        .objects
+        .iter()
+        .map(|s| Arc::clone(&s.object))
+        .collect();
+    snapshot
 }
 
 fn parse(yaml: &str) -> Snapshot {
@@ -313,12 +339,14 @@ fn world() -> impl Strategy<Value = World> {
         proptest::array::uniform3(proptest::option::of(any::<bool>())),
         proptest::array::uniform2(any::<bool>()),
         proptest::array::uniform8(any::<bool>()),
+        any::<bool>(),
     )
-        .prop_map(|(pods, namespaces, roles, policies)| World {
+        .prop_map(|(pods, namespaces, roles, policies, shared)| World {
             pods,
             namespaces,
             roles,
             policies,
+            shared: shared.then(Default::default),
         })
 }
 
@@ -397,7 +425,10 @@ proptest! {
     /// Mutation: `Selections::pod_selections_for` without the selections
     /// that look in several Namespaces (`.chain(&self.pod_unscoped)`
     /// dropped) — a relabelled Pod no longer moves in a
-    /// namespaceSelector set; fails within a few cases (tried).
+    /// namespaceSelector set; fails within a few cases (tried). So does
+    /// a change of a local Pod not telling the [`super::Placements`]
+    /// (a policy placed nowhere stays so when a Pod it applies to
+    /// arrives), or placements kept whatever the context (tried).
     #[test]
     fn incremental_result_is_the_full_compile(
         start in world(),
@@ -445,6 +476,7 @@ fn bare_world() -> World {
         namespaces: [Some(true), Some(false), None],
         roles: [true, false],
         policies: [true; POLICIES.len()],
+        shared: None,
     }
 }
 
@@ -532,6 +564,118 @@ fn a_namespace_without_local_endpoints_moves_peers_only() {
     );
     assert_eq!(update, Update::Rules);
     assert_eq!(incremental.ruleset().unwrap().fingerprint(), full(&world));
+}
+
+/// A local `web` Pod and a remote `db` Pod in Namespace `a`, ClusterGroup
+/// `g` of the Pods `app: {group}`, and ClusterNetworkPolicies `on-group`
+/// (applied to `g`) and `on-db` (applied to `app: db`, allowing from
+/// `app: {peer}`).
+fn placed_yaml(group: &str, peer: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Namespace
+metadata: {{name: a}}
+---
+apiVersion: v1
+kind: Node
+metadata: {{name: {LOCAL}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: web, namespace: a, labels: {{app: web}}}}
+spec: {{nodeName: {LOCAL}}}
+status: {{podIPs: [{{ip: 10.0.0.1}}]}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: db, namespace: a, labels: {{app: db}}}}
+spec: {{nodeName: n2}}
+status: {{podIPs: [{{ip: 10.0.0.2}}]}}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {{name: g}}
+spec:
+  podSelector: {{matchLabels: {{app: {group}}}}}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {{name: on-group}}
+spec:
+  priority: 1
+  appliedTo: [{{group: g}}]
+  ingress: [{{action: Drop, from: [{{podSelector: {{}}}}]}}]
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {{name: on-db}}
+spec:
+  priority: 2
+  appliedTo: [{{podSelector: {{matchLabels: {{app: db}}}}}}]
+  ingress: [{{action: Allow, from: [{{podSelector: {{matchLabels: {{app: {peer}}}}}}}]}}]
+---
+"
+    )
+}
+
+/// The summary of policy `name` in `ruleset`.
+fn summary<'r>(ruleset: &'r Ruleset, name: &str) -> &'r Arc<crate::ruleset::PolicySummary> {
+    ruleset
+        .policies()
+        .iter()
+        .find(|p| p.policy.name == name)
+        .expect("the policy")
+}
+
+/// An edit of an Antrea policy assembles again, and a policy placed on
+/// no local endpoint that the edit left alone is only ranked: its
+/// summary is the last ruleset's. Mutation: `Placements::placed_nowhere`
+/// remembering nothing → the summary is made again → fails.
+#[test]
+fn an_edit_of_one_policy_leaves_the_others_placed_nowhere_as_they_were() {
+    let mut last = Vec::new();
+    let mut snapshot =
+        |group: &str, peer: &str| Arc::new(share(&mut last, parse(&placed_yaml(group, peer))));
+    let mut incremental = Incremental::new(&snapshot("db", "web"), &local());
+    let first = incremental.ruleset().unwrap();
+    assert!(summary(&first, "on-db").applied_to.is_empty());
+    assert!(summary(&first, "on-group").applied_to.is_empty());
+
+    let edited = snapshot("db", "api");
+    assert_eq!(incremental.update(&edited, &local()), Update::Rules);
+    let next = incremental.ruleset().unwrap();
+    assert_eq!(next.fingerprint(), compile(&edited, &local()).fingerprint());
+    assert!(Arc::ptr_eq(
+        summary(&first, "on-group"),
+        summary(&next, "on-group")
+    ));
+    assert!(!Arc::ptr_eq(
+        summary(&first, "on-db"),
+        summary(&next, "on-db")
+    ));
+}
+
+/// A change of what placement reads but the policy itself (here the
+/// group it is applied to) places the policy again. Mutation: only a
+/// change of Namespaces holding local endpoints (or of the audited
+/// Namespaces) counting as a change of context in `set_policies` → the
+/// policy stays placed nowhere → fails.
+#[test]
+fn an_edit_of_a_group_places_its_policies_again() {
+    let mut last = Vec::new();
+    let mut snapshot = |group: &str| Arc::new(share(&mut last, parse(&placed_yaml(group, "web"))));
+    let mut incremental = Incremental::new(&snapshot("db"), &local());
+    let first = incremental.ruleset().unwrap();
+    assert!(summary(&first, "on-group").applied_to.is_empty());
+
+    let regrouped = snapshot("web");
+    assert_eq!(incremental.update(&regrouped, &local()), Update::Rules);
+    let next = incremental.ruleset().unwrap();
+    assert_eq!(summary(&next, "on-group").applied_to, ["a/web"]);
+    assert_eq!(
+        next.fingerprint(),
+        compile(&regrouped, &local()).fingerprint()
+    );
 }
 
 mod controller;

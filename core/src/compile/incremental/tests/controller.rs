@@ -277,6 +277,7 @@ fn web_world() -> World {
         namespaces: [Some(true), Some(false), None],
         roles: [true, false],
         policies: [false; POLICIES.len()],
+        shared: None,
     };
     world.policies[0] = true;
     for (index, spec) in [
