@@ -232,18 +232,17 @@ impl Iptables {
 }
 
 impl Kernel for Iptables {
+    /// One `*-save` of every table a family (each table parsed from its
+    /// section), `ipset save`, and the bridge's table: four processes
+    /// where a save a table made eight. The drift check runs this every
+    /// `datapath.driftCheckSeconds`.
     fn installed(&self) -> Result<State, DatapathError> {
-        let save = |family| read_save(&self.backend.program(family, "save"), &["-t", "filter"]);
-        let mut state = State::parse(
-            &save(Family::V4)?,
-            &save(Family::V6)?,
-            &run("ipset", &["save"], None)?,
-        );
-        for family in Family::ALL {
-            let raw = read_save(&self.backend.program(family, "save"), &["-t", "raw"])?;
-            *state.raw_mut(family) = Table::parse_in(&raw, TableKind::Raw);
-            let mangle = read_save(&self.backend.program(family, "save"), &["-t", "mangle"])?;
-            *state.mangle_mut(family) = Table::parse_in(&mangle, TableKind::Mangle);
+        let save = |family| read_save(&self.backend.program(family, "save"), &[]);
+        let (v4, v6) = (save(Family::V4)?, save(Family::V6)?);
+        let mut state = State::parse(&v4, &v6, &run("ipset", &["save"], None)?);
+        for (family, save) in [(Family::V4, &v4), (Family::V6, &v6)] {
+            *state.raw_mut(family) = Table::parse_in(save, TableKind::Raw);
+            *state.mangle_mut(family) = Table::parse_in(save, TableKind::Mangle);
         }
         if self.ebtables {
             let save = read_save(&format!("{EBTABLES}-save"), &["-t", "nat"])?;
