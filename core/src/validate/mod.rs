@@ -17,6 +17,7 @@ mod policy;
 mod rule;
 mod tier;
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -207,11 +208,21 @@ impl Checker {
             };
             if meta.name.is_empty() {
                 problems.push(problem("must not be empty".into()));
-            } else if let Some(first) = seen.get(&(kind, namespace, meta.name.as_str())) {
-                let reason = format!("duplicate object: already defined in {}", first.display());
-                problems.push(problem(reason));
             } else {
-                seen.insert((kind, namespace, &meta.name), &sourced.origin);
+                // One hash of the key: a look-up and an insert hashed it
+                // twice, 7 % of the local agent's samples at 6,000 objects.
+                match seen.entry((kind, namespace, meta.name.as_str())) {
+                    Entry::Occupied(first) => {
+                        let reason = format!(
+                            "duplicate object: already defined in {}",
+                            first.get().display()
+                        );
+                        problems.push(problem(reason));
+                    }
+                    Entry::Vacant(vacant) => {
+                        vacant.insert(&sourced.origin);
+                    }
+                }
             }
             // Origins compared as bytes: `Path`'s equality walks components.
             let own = self.kept.visit(
