@@ -102,7 +102,7 @@ fn synthetic_with(pods: usize, policies: usize, dry_run: bool) -> Snapshot {
             .iter()
             .map(|doc| {
                 Sourced::new(
-                    "bench.yaml".into(),
+                    std::path::Path::new("bench.yaml"),
                     Object::from_value(serde_saphyr::from_str(doc).expect("yaml")).expect("decode"),
                 )
             })
@@ -203,7 +203,7 @@ fn same_port(rules: usize) -> Snapshot {
             .iter()
             .map(|doc| {
                 Sourced::new(
-                    "bench.yaml".into(),
+                    std::path::Path::new("bench.yaml"),
                     Object::from_value(serde_saphyr::from_str(doc).expect("yaml")).expect("decode"),
                 )
             })

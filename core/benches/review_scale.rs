@@ -114,7 +114,7 @@ fn snapshot(change: Option<Change>) -> Snapshot {
             .iter()
             .map(|doc| {
                 Sourced::new(
-                    "bench.yaml".into(),
+                    std::path::Path::new("bench.yaml"),
                     Object::from_value(serde_saphyr::from_str(doc).expect("yaml")).expect("decode"),
                 )
             })

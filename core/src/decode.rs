@@ -97,6 +97,7 @@ pub fn parse_documents_within(
     let mut objects = Vec::new();
     let mut problems = Vec::new();
     let mut index = 0;
+    let shared: std::sync::Arc<Path> = origin.into();
     for document in documents {
         if document.is_null() {
             continue;
@@ -109,7 +110,7 @@ pub fn parse_documents_within(
             }
             let object_ref = readable_ref(&value, index);
             match Object::from_value(value) {
-                Ok(object) => objects.push(Sourced::new(origin.to_path_buf(), object)),
+                Ok(object) => objects.push(Sourced::new(shared.clone(), object)),
                 Err(e) => problems.push(decode_problem(origin, object_ref, e)),
             }
         }

@@ -263,7 +263,7 @@ mod tests {
                     "spec": {"clusterIP": ip, "clusterIPs": [ip]},
                 });
                 Sourced::new(
-                    "inventory".into(),
+                    std::path::Path::new("inventory"),
                     Object::Service(serde_json::from_value(json).unwrap()),
                 )
             })

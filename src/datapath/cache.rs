@@ -537,7 +537,7 @@ COMMIT
         );
         assert_eq!(a, generation(&on, &bookkeeping, &node), "bookkeeping");
         let mut elsewhere = pod("a");
-        elsewhere.objects[0].origin = "kubernetes:Pod".into();
+        elsewhere.objects[0].origin = std::path::Path::new("kubernetes:Pod").into();
         assert_eq!(a, generation(&on, &elsewhere, &node), "origin");
         let policy = |status: &str| {
             parse(&format!(

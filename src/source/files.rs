@@ -260,7 +260,7 @@ impl Stamps {
         let mut counts: BTreeMap<PathBuf, usize> =
             self.files.keys().map(|f| (f.clone(), 0)).collect();
         for sourced in &snapshot.objects {
-            if let Some(n) = counts.get_mut(&sourced.origin) {
+            if let Some(n) = counts.get_mut(&*sourced.origin) {
                 *n += 1;
             }
         }
@@ -374,7 +374,7 @@ spec:
         let (snapshot, problems) = load_paths(&[d.to_path_buf()]);
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(names(&snapshot), ["a", "b", "c"]);
-        assert_eq!(snapshot.objects[0].origin, d.join("a.yml"));
+        assert_eq!(*snapshot.objects[0].origin, *d.join("a.yml"));
     }
 
     /// The one problem of loading `dir`, shown.

@@ -14,7 +14,7 @@ pub mod rule_name;
 mod tests;
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
@@ -452,14 +452,16 @@ impl fmt::Display for ObjectRef {
 /// equal without comparing it.
 #[derive(Clone, Debug)]
 pub struct Sourced {
-    pub origin: PathBuf,
+    /// Shared by the objects of one file (or one source): copying a
+    /// snapshot's objects copies no path.
+    pub origin: Arc<Path>,
     pub object: Arc<Object>,
 }
 
 impl Sourced {
-    pub fn new(origin: PathBuf, object: Object) -> Sourced {
+    pub fn new(origin: impl Into<Arc<Path>>, object: Object) -> Sourced {
         Sourced {
-            origin,
+            origin: origin.into(),
             object: Arc::new(object),
         }
     }
@@ -467,7 +469,7 @@ impl Sourced {
 
 impl PartialEq for Sourced {
     fn eq(&self, other: &Sourced) -> bool {
-        self.origin == other.origin
+        (Arc::ptr_eq(&self.origin, &other.origin) || self.origin == other.origin)
             && (Arc::ptr_eq(&self.object, &other.object) || self.object == other.object)
     }
 }

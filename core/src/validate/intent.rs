@@ -321,7 +321,7 @@ fn label_keys(
         let hint = did_you_mean(key, known.into_iter().flatten().map(String::as_str));
         let kind = selects.name();
         warnings.push(Problem {
-            origin: sourced.origin.clone(),
+            origin: sourced.origin.to_path_buf(),
             object: sourced.object.object_ref(),
             field,
             reason: format!(
@@ -376,7 +376,7 @@ fn applied_nowhere(
         }
         if listed.contains(&policy) && !applied.contains(&policy) {
             warnings.push(Problem {
-                origin: sourced.origin.clone(),
+                origin: sourced.origin.to_path_buf(),
                 object: sourced.object.object_ref(),
                 field: "spec".into(),
                 reason: "selects no endpoint of the inventory (appliedTo or podSelector matches no Pod, Node or ExternalEntity)".into(),
@@ -432,7 +432,7 @@ fn ties(warnings: &mut Vec<Problem>, snapshot: &Snapshot, compiled: &[(&LocalNod
         .filter_map(|s| {
             Some((
                 policy_ref(&s.object)?,
-                (s.origin.clone(), s.object.object_ref()),
+                (s.origin.to_path_buf(), s.object.object_ref()),
             ))
         })
         .collect();

@@ -142,7 +142,7 @@ impl fmt::Debug for Checker {
 
 /// One object's own findings.
 struct Kept {
-    origin: PathBuf,
+    origin: Arc<Path>,
     problems: Vec<Problem>,
     warnings: Vec<Problem>,
     sites: Vec<SelectorSite>,
@@ -201,7 +201,7 @@ impl Checker {
                 false => "",
             };
             let problem = |reason: String| Problem {
-                origin: sourced.origin.clone(),
+                origin: sourced.origin.to_path_buf(),
                 object: object.object_ref(),
                 field: "metadata.name".into(),
                 reason,

@@ -1695,7 +1695,7 @@ fn a_kept_checker_finds_what_a_fresh_check_finds_as_tiers_and_groups_change() {
     // the last check): checked again, named so.
     checker.check(&steps[0]);
     let mut moved = steps[0].clone();
-    moved.objects[0].origin = "u.yaml".into();
+    moved.objects[0].origin = Path::new("u.yaml").into();
     let errors = render(&checker.check(&moved).errors);
     assert!(errors.contains("u.yaml"), "{errors}");
 }

@@ -43,7 +43,7 @@ mod health;
 pub mod mapping;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -157,7 +157,7 @@ type Slot = Arc<Mutex<Option<Arc<Inventory>>>>;
 /// A running Docker source. Dropping it stops the thread.
 pub struct DockerSource {
     policies: Directory,
-    origin: PathBuf,
+    origin: std::sync::Arc<Path>,
     /// The local Node's name: the container networks' subnets are its
     /// `podCIDRs`.
     node: String,
@@ -206,7 +206,7 @@ impl DockerSource {
         tracing::info!(host = %host, "docker source started; no decision before its first list");
         Ok(DockerSource {
             policies,
-            origin: PathBuf::from(format!("docker {host}")),
+            origin: Path::new(&format!("docker {host}")).into(),
             node: node.to_string(),
             inventory,
             health,

@@ -32,7 +32,7 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -126,6 +126,8 @@ pub struct Store {
     checker: Checker,
     /// [`Store::unread`].
     unread: u64,
+    /// [`ORIGIN`], shared by every object admitted.
+    origin: Arc<Path>,
 }
 
 /// The result of [`Store::admit`].
@@ -215,6 +217,7 @@ impl Store {
             deltas: Vec::new(),
             checker: Checker::new(false),
             unread: 0,
+            origin: Path::new(ORIGIN).into(),
         }
     }
 
@@ -324,7 +327,7 @@ impl Store {
             for object in store.objects.values() {
                 match &object.object {
                     Ok(object) => objects.push(Sourced {
-                        origin: PathBuf::from(ORIGIN),
+                        origin: Arc::clone(&self.origin),
                         object: Arc::clone(object),
                     }),
                     Err(problem) => skipped.push(Problem::clone(problem)),

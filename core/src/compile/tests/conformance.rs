@@ -151,7 +151,7 @@ fn ruleset(relabeled: &[(&str, &str)], docs: &[Value]) -> Ruleset {
         .chain(docs.iter().cloned())
         .map(|value| {
             Sourced::new(
-                "conformance.json".into(),
+                std::path::Path::new("conformance.json"),
                 Object::from_value(value).expect("decodes"),
             )
         })

@@ -244,7 +244,7 @@ fn containers_are_named_project_slash_container_in_the_ruleset() {
     let (pod, _) = pod(endpoint(&inspect(DOCKER), MAPPING));
     let snapshot = Snapshot {
         objects: vec![Sourced::new(
-            "docker unix:///var/run/docker.sock".into(),
+            std::path::Path::new("docker unix:///var/run/docker.sock"),
             Object::Pod(pod),
         )],
     };
