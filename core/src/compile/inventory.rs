@@ -5,6 +5,7 @@
 //! ([`crate::selection`]), so nothing here grows with the cluster's Pods.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use crate::model::{AntreaGroup, LabelSelector, NamespacedName, Object, Service, Snapshot};
 use crate::selection::{name_label, ExternalEntry, Labels, NodeEntry, PodEntry, Selections};
@@ -18,8 +19,9 @@ pub struct LocalView {
     pub node: NodeEntry,
     /// The ExternalEntities of this ExternalNode.
     pub entities: Vec<ExternalEntry>,
-    /// Every Namespace with its labels (with `kubernetes.io/metadata.name`).
-    pub namespaces: BTreeMap<String, Labels>,
+    /// Every Namespace with its labels (with `kubernetes.io/metadata.name`),
+    /// shared with the selections that keep them.
+    pub namespaces: Arc<BTreeMap<String, Labels>>,
     /// The view stands for every Node at once (the controller's span,
     /// `super::span`): `node` matches every nodeSelector and every
     /// ExternalEntity of `entities` is local.
@@ -46,10 +48,7 @@ impl LocalView {
                 .filter(|e| e.external_node.as_deref() == Some(local.as_str()))
                 .cloned()
                 .collect(),
-            namespaces: selections
-                .namespaces()
-                .map(|(n, l)| (n.to_string(), l.clone()))
-                .collect(),
+            namespaces: selections.namespace_view(),
             every_node: false,
         }
     }
@@ -66,7 +65,10 @@ pub struct Inventory<'a> {
     pub local_node: usize,
     /// See [`LocalView::every_node`].
     pub every_node: bool,
-    namespaces: BTreeMap<String, Labels>,
+    namespaces: Arc<BTreeMap<String, Labels>>,
+    /// The Namespaces of local endpoints that `namespaces` lacks, with
+    /// their name label only.
+    unlisted: BTreeMap<String, Labels>,
     /// label key → value → Pods carrying it.
     pods_by_label: HashMap<String, HashMap<String, Vec<PodIdx>>>,
     pods_by_namespace: HashMap<String, Vec<PodIdx>>,
@@ -102,17 +104,20 @@ impl<'a> Inventory<'a> {
             pods,
             node,
             entities: external_entities,
-            mut namespaces,
+            namespaces,
             every_node,
         } = view;
+        let mut unlisted = BTreeMap::new();
         for namespace in pods
             .iter()
             .map(|p| &p.namespace)
             .chain(external_entities.iter().map(|e| &e.namespace))
         {
-            namespaces
-                .entry(namespace.clone())
-                .or_insert_with(|| name_label(namespace));
+            if !namespaces.contains_key(namespace) {
+                unlisted
+                    .entry(namespace.clone())
+                    .or_insert_with(|| name_label(namespace));
+            }
         }
         let mut pods_by_label: HashMap<String, HashMap<String, Vec<PodIdx>>> = HashMap::new();
         for (idx, pod) in pods.iter().enumerate() {
@@ -139,6 +144,7 @@ impl<'a> Inventory<'a> {
             local_node: 0,
             every_node,
             namespaces,
+            unlisted,
             pods_by_label,
             pods_by_namespace,
             services,
@@ -149,13 +155,16 @@ impl<'a> Inventory<'a> {
 
     /// Labels of a Namespace (with `kubernetes.io/metadata.name`), if known.
     pub fn namespace_labels(&self, namespace: &str) -> Option<&Labels> {
-        self.namespaces.get(namespace)
+        self.namespaces
+            .get(namespace)
+            .or_else(|| self.unlisted.get(namespace))
     }
 
     /// Names of the Namespaces a selector picks.
     pub fn namespaces_matching(&self, selector: &LabelSelector) -> Vec<&str> {
         self.namespaces
             .iter()
+            .chain(&self.unlisted)
             .filter(|(_, labels)| selector.matches(labels))
             .map(|(name, _)| name.as_str())
             .collect()

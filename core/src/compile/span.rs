@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
 
 use crate::model::{Object, Snapshot};
 use crate::selection::{
@@ -91,7 +92,7 @@ pub fn published_selections<'a>(
             pod_cidrs: Vec::new(),
         },
         entities,
-        namespaces,
+        namespaces: Arc::new(namespaces),
         every_node: true,
     };
     // No member is held: asking for a selection's addresses costs nothing.

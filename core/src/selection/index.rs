@@ -62,6 +62,11 @@ pub struct Selections {
     /// label key → value → Pods carrying it.
     pods_by_label: HashMap<String, HashMap<String, HashSet<PodId>>>,
     namespaces: HashMap<String, NamespaceState>,
+    /// The labels of `namespaces`, by name, kept in step with it and
+    /// shared with each rule assembly ([`Selections::namespace_view`]):
+    /// an assembly copied the labels of every Namespace (1,500 of them at
+    /// the local agent of the simulation).
+    namespace_view: Arc<BTreeMap<String, Labels>>,
     /// Node objects (the local Node's merge is made when read).
     nodes: HashMap<String, NodeEntry>,
     entities: BTreeMap<(String, String), ExternalEntry>,
@@ -126,11 +131,28 @@ impl Selections {
         self.namespaces.get(name).map(NamespaceState::labels)
     }
 
-    /// Every known Namespace, by name, with its labels.
-    pub fn namespaces(&self) -> impl Iterator<Item = (&str, &Labels)> {
-        self.namespaces
-            .iter()
-            .map(|(name, state)| (name.as_str(), state.labels()))
+    /// Every known Namespace's labels, by name (shared: the next change
+    /// of a Namespace copies the map only while a reader still holds it).
+    pub fn namespace_view(&self) -> Arc<BTreeMap<String, Labels>> {
+        Arc::clone(&self.namespace_view)
+    }
+
+    /// Brings [`Selections::namespace_view`] to what `namespaces` holds for
+    /// `name`.
+    fn view_namespace(&mut self, name: &str) {
+        let now = self.namespaces.get(name).map(NamespaceState::labels);
+        if self.namespace_view.get(name) == now {
+            return;
+        }
+        let view = Arc::make_mut(&mut self.namespace_view);
+        match now {
+            Some(labels) => {
+                view.insert(name.to_string(), labels.clone());
+            }
+            None => {
+                view.remove(name);
+            }
+        }
     }
 
     /// The Pods enforced on the local Node (or unscheduled), by
@@ -593,6 +615,9 @@ impl Selections {
                 ..NamespaceState::default()
             });
         state.members += 1;
+        if state.members == 1 {
+            self.view_namespace(ns);
+        }
     }
 
     fn leave_namespace(&mut self, ns: &str) {
@@ -600,6 +625,7 @@ impl Selections {
             state.members -= 1;
             if state.members == 0 && state.object.is_none() {
                 self.namespaces.remove(ns);
+                self.view_namespace(ns);
             }
         }
     }
@@ -617,6 +643,7 @@ impl Selections {
         if state.object.is_none() && state.members == 0 {
             self.namespaces.remove(&name);
         }
+        self.view_namespace(&name);
         let after = self.namespace_labels(&name).cloned();
         if before == after {
             return;
