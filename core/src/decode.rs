@@ -9,6 +9,7 @@
 //! 1.2 booleans and the parser's hostile-input budget.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -97,7 +98,7 @@ pub fn parse_documents_within(
     let mut objects = Vec::new();
     let mut problems = Vec::new();
     let mut index = 0;
-    let shared: std::sync::Arc<Path> = origin.into();
+    let shared: Arc<Path> = origin.into();
     for document in documents {
         if document.is_null() {
             continue;

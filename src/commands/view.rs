@@ -46,9 +46,7 @@ impl View {
                 Response::Policies(list) => Ok(list),
                 other => Err(unexpected(&other)),
             },
-            View::Offline(ruleset) => {
-                Ok(ruleset.policies().iter().map(|p| (**p).clone()).collect())
-            }
+            View::Offline(ruleset) => Ok(ruleset.policy_summaries()),
         }
     }
 

@@ -240,9 +240,9 @@ impl Kernel for Iptables {
         let save = |family| read_save(&self.backend.program(family, "save"), &[]);
         let (v4, v6) = (save(Family::V4)?, save(Family::V6)?);
         let mut state = State::parse(&v4, &v6, &run("ipset", &["save"], None)?);
-        for (family, save) in [(Family::V4, &v4), (Family::V6, &v6)] {
-            *state.raw_mut(family) = Table::parse_in(save, TableKind::Raw);
-            *state.mangle_mut(family) = Table::parse_in(save, TableKind::Mangle);
+        for (family, dump) in [(Family::V4, &v4), (Family::V6, &v6)] {
+            *state.raw_mut(family) = Table::parse_in(dump, TableKind::Raw);
+            *state.mangle_mut(family) = Table::parse_in(dump, TableKind::Mangle);
         }
         if self.ebtables {
             let save = read_save(&format!("{EBTABLES}-save"), &["-t", "nat"])?;

@@ -427,7 +427,7 @@ impl AgentStatus {
     pub fn answer(&self, request: &Request) -> Response {
         match request {
             Request::Status => Response::Status(Box::new(self.report())),
-            Request::Policies => Response::Policies(self.ruleset.load().policies().iter().map(|p| (**p).clone()).collect()),
+            Request::Policies => Response::Policies(self.ruleset.load().policy_summaries()),
             Request::Check { probe } => Response::Check(self.check(*probe).into()),
             Request::Fqdn => self.fqdn_report(),
             Request::Skipped => match self.kubernetes.get() {

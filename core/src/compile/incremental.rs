@@ -183,11 +183,15 @@ impl Incremental {
         }
         let logged = logged_namespaces(&snapshot);
         let context = logged != self.logged || moved.iter().any(|ns| self.holds_local(ns));
-        let rules = context || !same_except(&self.policies, &snapshot, |k| k == Kind::Namespace);
+        let same = same_except(&self.policies, &snapshot, |k| k == Kind::Namespace);
+        let rules = context || !same;
+        // Only when more than Namespaces changed: whether it was more
+        // than Antrea policies.
         if context
-            || !same_except(&self.policies, &snapshot, |k| {
-                k == Kind::Namespace || is_antrea_policy(k)
-            })
+            || (!same
+                && !same_except(&self.policies, &snapshot, |k| {
+                    k == Kind::Namespace || is_antrea_policy(k)
+                }))
         {
             // Something placement reads (a group, a Service, a Tier, the
             // labels of a Namespace with local endpoints) may differ.

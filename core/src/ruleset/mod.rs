@@ -420,6 +420,15 @@ impl Ruleset {
         &self.policies
     }
 
+    /// [`Ruleset::policies`] as owned summaries, as `tollgate get
+    /// policies` and the status socket hand them out.
+    pub fn policy_summaries(&self) -> Vec<PolicySummary> {
+        self.policies
+            .iter()
+            .map(|p| PolicySummary::clone(p))
+            .collect()
+    }
+
     /// Number of compiled rule instances (a rule applied to Namespaces with
     /// different `Self` contexts counts once per context).
     pub fn rule_count(&self) -> usize {

@@ -157,7 +157,7 @@ type Slot = Arc<Mutex<Option<Arc<Inventory>>>>;
 /// A running Docker source. Dropping it stops the thread.
 pub struct DockerSource {
     policies: Directory,
-    origin: std::sync::Arc<Path>,
+    origin: Arc<Path>,
     /// The local Node's name: the container networks' subnets are its
     /// `podCIDRs`.
     node: String,
