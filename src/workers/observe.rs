@@ -2,8 +2,8 @@
 //! workers: a worker hands each decision ([`Observed`]) to an
 //! [`ObserveSink`] — a bounded channel; when it is full the decision is
 //! skipped and counted, a packet never waits — and one thread (the hub),
-//! which takes them every [`DRAIN_INTERVAL`] instead of being woken for
-//! each, keeps the latest [`HISTORY`] in a [`History`] and copies each to the
+//! which takes them at most every [`DRAIN_INTERVAL`] instead of being
+//! woken for each (and sleeps without waking while none come), keeps the latest [`HISTORY`] in a [`History`] and copies each to the
 //! clients following, at most [`MAX_FOLLOWERS`], each through a bounded
 //! queue of its own: a client that reads too slowly loses decisions
 //! (counted, and told how many), never slows the hub or a worker. Nothing
@@ -31,13 +31,17 @@ counters! {
 
 /// Decisions in flight between the workers and the hub.
 pub const CHANNEL_CAPACITY: usize = 4096;
-/// How often the hub takes the decisions handed to it. It is never woken
-/// for one, so a worker's [`ObserveSink::offer`] is a push without a
-/// wake-up: woken per decision, the hub cost the L7 workers a futex wake
-/// and two context switches a request (keep-alive requests/s 0.44 of no
-/// firewall instead of ~0.7). `observe -f` shows a decision at most this
-/// much later; the channel holds [`CHANNEL_CAPACITY`] decisions an
-/// interval (over 200,000 a second) before it skips any.
+/// How long the hub lets decisions gather after the first one it waits
+/// for. While decisions flow it is never woken for one, so a worker's
+/// [`ObserveSink::offer`] is a push without a wake-up: woken per
+/// decision, the hub cost the L7 workers a futex wake and two context
+/// switches a request (keep-alive requests/s 0.44 of no firewall instead
+/// of ~0.7). Only the first decision after an interval that brought none
+/// wakes it, so an idle agent's hub does not wake at all (it woke every
+/// interval, 50 times a second, 13 % of an idle Kubernetes agent's CPU
+/// samples). `observe -f` shows a decision at most this much later; the
+/// channel holds [`CHANNEL_CAPACITY`] decisions an interval (over 200,000
+/// a second) before it skips any.
 pub const DRAIN_INTERVAL: Duration = Duration::from_millis(20);
 /// Decisions the hub keeps for `tollgate observe` without `-f`.
 pub const HISTORY: usize = 4096;
@@ -124,13 +128,22 @@ pub fn spawn(counters: Arc<ObserveCounters>) -> std::io::Result<(ObserveSink, Hu
     Ok((ObserveSink { tx, counters }, hub))
 }
 
-/// The hub: every [`DRAIN_INTERVAL`], the decisions handed to it, each
-/// into the history and to every follower, under one lock, so a new
-/// follower's history and its first copies neither overlap nor leave a
-/// gap. Ends when every worker's sink is gone.
+/// The hub: it waits for a decision, lets more gather for
+/// [`DRAIN_INTERVAL`], and puts them, each into the history and to every
+/// follower, under one lock, so a new follower's history and its first
+/// copies neither overlap nor leave a gap. Ends when every worker's sink
+/// is gone.
 fn run(rx: &Receiver<Observed>, shared: &Mutex<Shared>, counters: &ObserveCounters) {
     let mut batch = Vec::new();
     loop {
+        // Idle, this blocks without waking. While decisions flow, the
+        // first of an interval wakes it (a worker pays at most one wake-up
+        // an interval), or the last interval left some and it returns at
+        // once.
+        match rx.recv() {
+            Ok(observed) => batch.push(observed),
+            Err(_) => return,
+        }
         std::thread::sleep(DRAIN_INTERVAL);
         let disconnected = loop {
             match rx.try_recv() {
@@ -291,6 +304,64 @@ mod tests {
         assert_eq!(counters.dropped_slow_reader.load(Ordering::Relaxed), 100);
         assert_eq!(follow.decisions.try_iter().count(), FOLLOWER_QUEUE);
         assert_eq!(hub.history().len(), sent.min(HISTORY));
+    }
+
+    /// The voluntary context switches of thread `tid` of this process.
+    fn switches(tid: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap();
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap()
+    }
+
+    /// Mutation: `run` sleeping [`DRAIN_INTERVAL`] before it waits (the
+    /// hub of before, woken 50 times a second) — ~15 switches in the
+    /// 300 ms, and the test fails.
+    #[test]
+    fn an_idle_hub_sleeps_without_waking_and_wakes_for_a_decision() {
+        let counters = Arc::new(ObserveCounters::default());
+        let (tx, rx) = mpsc::sync_channel(CHANNEL_CAPACITY);
+        let shared = Arc::new(Mutex::new(Shared {
+            history: History::new(HISTORY),
+            followers: Vec::new(),
+        }));
+        let (tid_tx, tid_rx) = mpsc::channel();
+        let hub = {
+            let (shared, counters) = (Arc::clone(&shared), Arc::clone(&counters));
+            std::thread::spawn(move || {
+                let me = std::fs::read_link("/proc/thread-self").unwrap();
+                let tid = me.file_name().unwrap().to_string_lossy().into_owned();
+                tid_tx.send(tid).unwrap();
+                run(&rx, &shared, &counters);
+            })
+        };
+        let tid = tid_rx.recv().unwrap();
+        let sink = ObserveSink {
+            tx,
+            counters: Arc::clone(&counters),
+        };
+        // Positive control first: the hub takes a decision, then idles.
+        sink.offer(observed(1));
+        wait("the first decision", || {
+            counters.recorded.load(Ordering::Relaxed) == 1
+        });
+        wait("the hub to wait again", || {
+            let before = switches(&tid);
+            std::thread::sleep(DRAIN_INTERVAL * 2);
+            switches(&tid) == before
+        });
+        let before = switches(&tid);
+        std::thread::sleep(Duration::from_millis(300));
+        let idle = switches(&tid) - before;
+        assert!(idle <= 2, "an idle hub woke {idle} times in 300 ms");
+        sink.offer(observed(2));
+        wait("the next decision", || {
+            counters.recorded.load(Ordering::Relaxed) == 2
+        });
+        drop(sink);
+        hub.join().unwrap();
     }
 
     #[test]
