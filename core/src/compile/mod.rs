@@ -97,7 +97,7 @@ struct Compiler<'a> {
     inv: Inventory<'a>,
     peers: &'a mut Selections,
     snapshot: &'a Snapshot,
-    tiers: HashMap<String, i32>,
+    tiers: priority::TierPriorities,
     rules: Vec<CompiledRule>,
     /// Per endpoint (index into `endpoints`), per direction.
     lists: Vec<[RuleLists; 2]>,

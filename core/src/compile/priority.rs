@@ -21,9 +21,13 @@ use crate::ruleset::{PolicyKind, PolicyRef};
 
 use super::Compiler;
 
+/// Tier priority by Tier name, looked up once for each Antrea policy of
+/// every assembly (a fast hash: SipHash of the name was most of the cost).
+pub(super) type TierPriorities = HashMap<String, i32, foldhash::fast::RandomState>;
+
 /// Tier priority of a static or custom Tier.
-pub(super) fn tier_priorities(snapshot: &Snapshot) -> HashMap<String, i32> {
-    let mut tiers: HashMap<String, i32> = STATIC_TIERS
+pub(super) fn tier_priorities(snapshot: &Snapshot) -> TierPriorities {
+    let mut tiers: TierPriorities = STATIC_TIERS
         .iter()
         .map(|(n, p)| (n.to_string(), *p))
         .collect();
@@ -74,7 +78,7 @@ impl OrderedPolicy<'_> {
 /// those of the regular Tiers and those of the baseline Tier.
 pub(super) fn antrea_policies<'a>(
     snapshot: &'a Snapshot,
-    tiers: &HashMap<String, i32>,
+    tiers: &TierPriorities,
 ) -> (Vec<OrderedPolicy<'a>>, Vec<OrderedPolicy<'a>>) {
     let mut antrea: Vec<OrderedPolicy> = Vec::new();
     for sourced in &snapshot.objects {
@@ -99,7 +103,8 @@ pub(super) fn antrea_policies<'a>(
             namespace,
         });
     }
-    antrea.sort_by(|a, b| {
+    // Unstable: no two policies share a tie-break (kind, Namespace, name).
+    antrea.sort_unstable_by(|a, b| {
         a.tier_priority
             .cmp(&b.tier_priority)
             .then(a.policy.spec.priority.total_cmp(&b.policy.spec.priority))

@@ -221,46 +221,48 @@ impl Selects {
 
 /// The label keys the inventory's objects carry, by kind, and how many
 /// objects of each kind there are.
-struct InventoryLabels {
-    keys: HashMap<Selects, BTreeSet<String>>,
-    counts: HashMap<Selects, usize>,
+struct InventoryLabels<'a> {
+    /// Borrowed from the snapshot: collecting 1,500 Namespaces' keys at
+    /// each reload copied every key.
+    keys: BTreeMap<Selects, BTreeSet<&'a str>>,
+    counts: BTreeMap<Selects, usize>,
 }
 
-impl InventoryLabels {
+impl<'a> InventoryLabels<'a> {
     /// With `local`, the label keys of Pods and Nodes, which are not
     /// judged, are not collected.
     fn new(
-        snapshot: &Snapshot,
-        compiled: &[(&LocalNode, &Ruleset)],
+        snapshot: &'a Snapshot,
+        compiled: &[(&'a LocalNode, &Ruleset)],
         local: bool,
-    ) -> InventoryLabels {
+    ) -> InventoryLabels<'a> {
         let mut labels = InventoryLabels {
-            keys: HashMap::new(),
-            counts: HashMap::new(),
+            keys: BTreeMap::new(),
+            counts: BTreeMap::new(),
         };
-        let mut namespaces = BTreeSet::new();
+        let mut namespaces: BTreeSet<&str> = BTreeSet::new();
         for object in snapshot.iter() {
-            let (selects, keys): (Selects, Vec<&String>) = match object {
+            let (selects, keys) = match object {
                 Object::Pod(pod) => {
-                    namespaces.insert(pod.namespace().to_string());
+                    namespaces.insert(pod.namespace());
                     if local {
                         continue;
                     }
-                    (Selects::Pod, pod.metadata.labels.keys().collect())
+                    (Selects::Pod, &pod.metadata.labels)
                 }
                 Object::Node(_) if local => continue,
                 Object::Namespace(ns) => {
-                    namespaces.insert(ns.metadata.name.clone());
-                    (Selects::Namespace, ns.metadata.labels.keys().collect())
+                    namespaces.insert(&ns.metadata.name);
+                    (Selects::Namespace, &ns.metadata.labels)
                 }
-                Object::Node(node) => (Selects::Node, node.metadata.labels.keys().collect()),
+                Object::Node(node) => (Selects::Node, &node.metadata.labels),
                 Object::ExternalEntity(ee) => {
-                    namespaces.insert(ee.namespace().to_string());
-                    (Selects::ExternalEntity, ee.metadata.labels.keys().collect())
+                    namespaces.insert(ee.namespace());
+                    (Selects::ExternalEntity, &ee.metadata.labels)
                 }
                 _ => continue,
             };
-            labels.add(selects, keys);
+            labels.add(selects, keys.keys().map(String::as_str));
         }
         // Namespaces a Pod lives in exist without an object, and every
         // Namespace carries its name as a label.
@@ -271,23 +273,20 @@ impl InventoryLabels {
                 .keys
                 .entry(named)
                 .or_default()
-                .insert("kubernetes.io/metadata.name".into());
+                .insert("kubernetes.io/metadata.name");
         }
         // The local Nodes compiled for carry the labels configured too.
         for (node, _) in compiled {
-            labels.add(Selects::Node, node.labels.keys().collect());
+            labels.add(Selects::Node, node.labels.keys().map(String::as_str));
         }
         labels
     }
 
-    fn add(&mut self, selects: Selects, keys: Vec<&String>) {
+    fn add(&mut self, selects: Selects, keys: impl Iterator<Item = &'a str>) {
         if selects != Selects::Namespace {
             *self.counts.entry(selects).or_default() += 1;
         }
-        self.keys
-            .entry(selects)
-            .or_default()
-            .extend(keys.into_iter().cloned());
+        self.keys.entry(selects).or_default().extend(keys);
     }
 }
 
@@ -298,7 +297,7 @@ impl InventoryLabels {
 /// Pod and Node selectors are not judged.
 fn label_keys(
     warnings: &mut Vec<Problem>,
-    labels: &InventoryLabels,
+    labels: &InventoryLabels<'_>,
     (sourced, site): Site<'_>,
     local: bool,
 ) {
@@ -318,7 +317,7 @@ fn label_keys(
             Narrows::MatchLabels => format!("{}.matchLabels.{key}", site.path),
             Narrows::Expression(i) => format!("{}.matchExpressions[{i}].key", site.path),
         };
-        let hint = did_you_mean(key, known.into_iter().flatten().map(String::as_str));
+        let hint = did_you_mean(key, known.into_iter().flatten().copied());
         let kind = selects.name();
         warnings.push(Problem {
             origin: sourced.origin.to_path_buf(),
