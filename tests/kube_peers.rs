@@ -10,7 +10,8 @@
 //! never reaches it, a status write of a
 //! remote Pod sends it nothing, other Nodes come only as Node groups, a missing group keeps the last ruleset
 //! and says it waits, an unreadable slice is skipped alone, and the controller's Lease reads stale when absent
-//! or not renewed within its duration, fresh when renewed.
+//! or not renewed within its duration, fresh when renewed; a Namespace none
+//! of its Pods lives in waits for the next change or the bound.
 #![allow(clippy::disallowed_methods)] // the test waits on the clock for the watcher.
 
 #[path = "support/nodes.rs"]
@@ -642,4 +643,87 @@ fn a_renewed_controller_lease_reads_fresh_and_an_old_one_stale() {
             || format!("{age} s old: {}", agent.metrics.render()),
         );
     }
+}
+
+/// The `team` label of Namespace `name` in the latest snapshot.
+fn team(agent: &Agent, name: &str) -> Option<String> {
+    let admitted = agent.latest.get()?;
+    let team = admitted.snapshot.iter().find_map(|o| match o {
+        tollgate::model::Object::Namespace(ns) if ns.metadata.name == name => {
+            ns.metadata.labels.get("team").cloned()
+        }
+        _ => None,
+    });
+    team
+}
+
+fn namespace(name: &str, team: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace",
+           "metadata": {"name": name, "labels": {"team": team}}})
+}
+
+/// A Namespace none of the agent's Pods lives in is read by no decision
+/// of an agent in controller mode: its changes wait for the next change
+/// that cannot (a policy edit carries them at once), or
+/// `DEFERRED_AT_MOST`; a change of the Namespace of a local Pod goes out
+/// at once (the positive control).
+///
+/// Mutation: `defer_namespaces_without_pods` not called in `watch_all`
+/// (tried: the first deferred change comes at once and the test fails);
+/// `Due::Later` taken as `Due::Not` (tried: the change alone never comes,
+/// the test times out).
+#[test]
+fn controller_mode_defers_a_namespace_none_of_its_pods_lives_in() {
+    let api = FakeApi::start("127.0.0.1:0");
+    setup(&api);
+    let agent = Agent::start(api);
+    poll_until(
+        "the first snapshot",
+        || agent.latest.get().is_some(),
+        || format!("{:#?}", agent.api.log()),
+    );
+    let log = || format!("{:#?}", agent.api.log());
+
+    // Deferred alone: within the bound, not at once.
+    let started = Instant::now();
+    agent.api.apply(namespace("quiet", "a"));
+    poll_until(
+        "the deferred Namespace",
+        || team(&agent, "quiet").as_deref() == Some("a"),
+        log,
+    );
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(3),
+        "a Namespace without a local Pod went out after {waited:?}, at once"
+    );
+
+    // Carried by a change that cannot wait.
+    let started = Instant::now();
+    agent.api.apply(namespace("quiet", "b"));
+    let mut edited = policy();
+    edited["spec"]["priority"] = json!(6);
+    agent.api.apply(edited);
+    poll_until(
+        "the policy edit",
+        || team(&agent, "quiet").as_deref() == Some("b"),
+        log,
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "the policy edit did not carry the deferred change"
+    );
+
+    // The Namespace of a local Pod: at once.
+    let started = Instant::now();
+    agent.api.apply(namespace("shop", "c"));
+    poll_until(
+        "the local Pod's Namespace",
+        || team(&agent, "shop").as_deref() == Some("c"),
+        log,
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "the local Pod's Namespace was deferred"
+    );
 }

@@ -78,8 +78,20 @@ impl Debounce {
 
     /// Something changed at `now`.
     pub fn changed(&mut self, now: Instant) {
-        let hard = self.pending.map_or(now + self.max, |(_, hard)| hard);
+        // A change that could wait ([`Debounce::changed_within`]) does
+        // not stretch the longest wait of one that cannot.
+        let hard = self
+            .pending
+            .map_or(now + self.max, |(_, hard)| hard.min(now + self.max));
         self.pending = Some((now + self.quiet, hard));
+    }
+
+    /// Something changed at `now` that may wait up to `within`: due then,
+    /// or sooner with a change that cannot wait (or one already pending).
+    pub fn changed_within(&mut self, now: Instant, within: Duration) {
+        if self.pending.is_none() {
+            self.pending = Some((now + within, now + within));
+        }
     }
 
     /// When the pending changes are due; `None` when nothing is pending.
@@ -195,6 +207,37 @@ mod tests {
         assert_eq!(debounce.due(), Some(t0 + ms(1000)));
         debounce.clear();
         assert_eq!(debounce.due(), None);
+    }
+
+    /// Mutations: `changed` keeping the deferred hard deadline (the
+    /// second half fails: due 10 s later), `changed_within` replacing a
+    /// pending change's deadlines (the last assertion fails).
+    #[test]
+    fn a_change_that_can_wait_goes_out_with_the_next_or_within_its_bound() {
+        let t0 = Instant::now();
+        let within = Duration::from_secs(10);
+        let mut debounce = Debounce::OBJECTS;
+        debounce.changed_within(t0, within);
+        assert_eq!(debounce.due(), Some(t0 + within));
+        debounce.changed_within(t0 + Duration::from_secs(3), within);
+        assert_eq!(debounce.due(), Some(t0 + within), "not pushed back");
+        // A change that cannot wait takes it along, after 100 ms of quiet.
+        let t1 = t0 + Duration::from_secs(4);
+        debounce.changed(t1);
+        assert_eq!(debounce.due(), Some(t1 + Duration::from_millis(100)));
+        // And, under a steady stream, at most 1 s after the first of them.
+        for ms in (50..2000).step_by(50) {
+            debounce.changed(t1 + Duration::from_millis(ms));
+        }
+        assert_eq!(debounce.due(), Some(t1 + Duration::from_secs(1)));
+        assert!(debounce.take(t1 + Duration::from_secs(1)));
+        // A pending change that cannot wait is not delayed by one that can.
+        debounce.changed(t1 + Duration::from_secs(5));
+        debounce.changed_within(t1 + Duration::from_secs(5), within);
+        assert_eq!(
+            debounce.due(),
+            Some(t1 + Duration::from_secs(5) + Duration::from_millis(100))
+        );
     }
 
     #[test]

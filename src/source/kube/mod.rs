@@ -46,7 +46,7 @@ use futures::stream::{self, Stream, StreamExt};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::watcher::{self, DefaultBackoff, Event};
 use serde_json::Value;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::counters;
 use crate::model::{Kind, Snapshot};
@@ -56,7 +56,7 @@ use crate::validate::Problem;
 use events::Events;
 use optional::Presence;
 pub use peers::PeerGroups;
-pub use store::{Admitted, Change, Identity, Reason, Refusal, Store, ORIGIN};
+pub use store::{Admitted, Change, Due, Identity, Reason, Refusal, Store, ORIGIN};
 
 counters! {
     /// How the Kubernetes source is doing. Registered by the agent in
@@ -163,6 +163,12 @@ impl Resource {
         )
     }
 }
+
+/// Longest a change that only the agent's warnings and status read
+/// ([`Due::Later`]: a Namespace holding none of an agent's Pods, in
+/// controller mode) waits for a snapshot, when no other change carries it
+/// sooner.
+pub const DEFERRED_AT_MOST: Duration = Duration::from_secs(10);
 
 /// The kinds tollgate always watches: the first snapshot waits for each
 /// to be listed, and a `404` for one is an error (retried).
@@ -620,6 +626,9 @@ async fn watch_all(
     if state.pod_deltas.is_some() {
         store.feed(Kind::Pod);
     }
+    if own.is_some() {
+        store.defer_namespaces_without_pods();
+    }
     let mut reported: HashSet<String> = HashSet::new();
     // When the pending changes are published.
     let mut debounce = match state.pod_deltas {
@@ -672,7 +681,7 @@ async fn watch_all(
             }
             event = events.next() => {
                 let Some((resource, change)) = event else { return };
-                let changed = match change {
+                let due = match change {
                     Ok(change) => {
                         if matches!(change, Change::InitDone) && failing.remove(&resource.kind) {
                             tracing::info!(kind = %resource.kind, "kubernetes watch recovered: listed again");
@@ -705,11 +714,15 @@ async fn watch_all(
                         } else {
                             tracing::debug!(kind = %resource.kind, %error, "kubernetes watch failed again");
                         }
-                        false
+                        Due::Not
                     }
                 };
-                if changed && store.synced() {
-                    debounce.changed(Instant::now());
+                if store.synced() {
+                    match due {
+                        Due::Not => {}
+                        Due::Now => debounce.changed(Instant::now()),
+                        Due::Later => debounce.changed_within(Instant::now(), DEFERRED_AT_MOST),
+                    }
                 }
             }
         }

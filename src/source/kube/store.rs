@@ -1,6 +1,11 @@
 //! What the watchers have seen, per kind, and how it becomes a [`Snapshot`].
 //! Pure: watch events in, snapshots and problems out; no I/O, no clock.
 //!
+//! [`Store::apply`] says when each change is due in a snapshot ([`Due`]):
+//! not at all when it changed nothing tollgate keeps (a status write), at
+//! once, or later for what only the agent's warnings and status read (in
+//! controller mode, a Namespace none of the agent's Pods lives in).
+//!
 //! Objects are decoded with [`Object::from_value`] as they arrive, so the
 //! store keeps only the fields tollgate's model has (a Pod keeps its name,
 //! namespace, labels, IPs, node, service account and container ports, not
@@ -128,6 +133,22 @@ pub struct Store {
     unread: u64,
     /// [`ORIGIN`], shared by every object admitted.
     origin: Arc<Path>,
+    /// [`Store::defer_namespaces_without_pods`].
+    defer_namespaces: bool,
+}
+
+/// When a change [`Store::apply`] took is to be published in a snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Due {
+    /// Nothing a snapshot holds changed (a status write, a fed kind's
+    /// change, a list still in progress).
+    Not,
+    /// With the next snapshot, as soon as the debounce allows.
+    Now,
+    /// Only what the agent reports reads it (a Namespace that holds none
+    /// of the Pods held, in controller mode): it goes out with the next
+    /// change due now, or within [`super::DEFERRED_AT_MOST`].
+    Later,
 }
 
 /// The result of [`Store::admit`].
@@ -218,7 +239,21 @@ impl Store {
             checker: Checker::new(false),
             unread: 0,
             origin: Path::new(ORIGIN).into(),
+            defer_namespaces: false,
         }
+    }
+
+    /// The agent in controller mode: the Pods held are the local Node's,
+    /// and the others come as the controller's groups. A Namespace that
+    /// holds none of them (nor an ExternalEntity) is read by no decision
+    /// of the agent's (its labels select the local endpoints it holds, and
+    /// the controller resolves every peer), only by the warnings and the
+    /// status, so its changes are [`Due::Later`]. At 5,000 Nodes, most
+    /// Namespaces hold no Pod of a given Node, and each change of one
+    /// cost every agent an admission and a reload of the whole policy
+    /// side that applied nothing.
+    pub fn defer_namespaces_without_pods(&mut self) {
+        self.defer_namespaces = true;
     }
 
     /// Feeds `kind`: from now on its changes go out as [`Delta`]s
@@ -234,9 +269,45 @@ impl Store {
         std::mem::take(&mut self.deltas)
     }
 
-    /// Applies one event of `kind`'s watch. Returns whether the store
-    /// changed in a way a snapshot can see.
-    pub fn apply(&mut self, kind: Kind, change: Change) -> bool {
+    /// Applies one event of `kind`'s watch. Returns whether, and when,
+    /// the store changed in a way a snapshot can see.
+    pub fn apply(&mut self, kind: Kind, change: Change) -> Due {
+        let namespace = match (&change, kind, self.defer_namespaces) {
+            (Change::Apply(value) | Change::Delete(value), Kind::Namespace, true) => value
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            _ => None,
+        };
+        if !self.changed(kind, change) {
+            return Due::Not;
+        }
+        match namespace {
+            Some(name) if !self.holds_in(Kind::Pod, &name) => {
+                match self.holds_in(Kind::ExternalEntity, &name) {
+                    true => Due::Now,
+                    false => Due::Later,
+                }
+            }
+            _ => Due::Now,
+        }
+    }
+
+    /// Whether an object of `kind` lives in Namespace `namespace`.
+    fn holds_in(&self, kind: Kind, namespace: &str) -> bool {
+        let Some(store) = self.kinds.get(&kind) else {
+            return false;
+        };
+        let from = (namespace.to_string(), String::new());
+        store
+            .objects
+            .range(from..)
+            .next()
+            .is_some_and(|((held, _), _)| held == namespace)
+    }
+
+    /// [`Store::apply`]: whether a snapshot can see the change.
+    fn changed(&mut self, kind: Kind, change: Change) -> bool {
         let Some(store) = self.kinds.get_mut(&kind) else {
             return false;
         };
@@ -586,7 +657,7 @@ mod tests {
         let mut store = Store::new(KINDS);
         for kind in KINDS {
             store.apply(kind, Change::InitStart);
-            assert!(store.apply(kind, Change::InitDone));
+            assert_eq!(store.apply(kind, Change::InitDone), Due::Now);
         }
         store
     }
@@ -618,7 +689,11 @@ mod tests {
         }
         store.apply(Kind::Pod, Change::InitApply(pod("a", "web")));
         store.apply(Kind::Pod, Change::InitApply(pod("b", "web")));
-        assert!(store.apply(Kind::Pod, Change::InitDone), "a list is due");
+        assert_eq!(
+            store.apply(Kind::Pod, Change::InitDone),
+            Due::Now,
+            "a list is due"
+        );
         assert_eq!(fed(&mut store), [("a".into(), true), ("b".into(), true)]);
         store.apply(Kind::Tier, Change::InitDone);
         store.apply(Kind::ClusterNetworkPolicy, Change::InitDone);
@@ -633,12 +708,21 @@ mod tests {
         let mut status = pod("a", "web");
         status["status"]["phase"] = json!("Succeeded");
         status["status"]["conditions"] = json!([{"type": "Ready", "status": "False"}]);
-        assert!(!store.apply(Kind::Pod, Change::Apply(status)));
+        assert_eq!(store.apply(Kind::Pod, Change::Apply(status)), Due::Not);
         assert_eq!(fed(&mut store), []);
         // A label change, a new Pod, a delete: deltas, no snapshot due.
-        assert!(!store.apply(Kind::Pod, Change::Apply(pod("a", "db"))));
-        assert!(!store.apply(Kind::Pod, Change::Apply(pod("c", "web"))));
-        assert!(!store.apply(Kind::Pod, Change::Delete(pod("b", "web"))));
+        assert_eq!(
+            store.apply(Kind::Pod, Change::Apply(pod("a", "db"))),
+            Due::Not
+        );
+        assert_eq!(
+            store.apply(Kind::Pod, Change::Apply(pod("c", "web"))),
+            Due::Not
+        );
+        assert_eq!(
+            store.apply(Kind::Pod, Change::Delete(pod("b", "web"))),
+            Due::Not
+        );
         assert_eq!(
             fed(&mut store),
             [("a".into(), true), ("c".into(), true), ("b".into(), false)]
@@ -654,10 +738,13 @@ mod tests {
         store.apply(Kind::Pod, Change::InitApply(pod("a", "db")));
         store.apply(Kind::Pod, Change::InitApply(pod("d", "web")));
         store.apply(Kind::Pod, Change::Apply(pod("a", "db")));
-        assert!(store.apply(Kind::Pod, Change::InitDone));
+        assert_eq!(store.apply(Kind::Pod, Change::InitDone), Due::Now);
         assert_eq!(fed(&mut store), [("d".into(), true)]);
         // Other kinds are not fed, and still make a snapshot due.
-        assert!(store.apply(Kind::Tier, Change::Apply(tier("t", 10))));
+        assert_eq!(
+            store.apply(Kind::Tier, Change::Apply(tier("t", 10))),
+            Due::Now
+        );
         assert_eq!(fed(&mut store), []);
     }
 
@@ -677,19 +764,31 @@ mod tests {
             object["metadata"]["uid"] = json!("u-1");
             object
         };
-        assert!(store.apply(Kind::Pod, Change::Apply(versioned(pod("a", "web"), "1"))));
-        assert!(store.apply(Kind::Tier, Change::Apply(tier("t", 10))));
+        assert_eq!(
+            store.apply(Kind::Pod, Change::Apply(versioned(pod("a", "web"), "1"))),
+            Due::Now
+        );
+        assert_eq!(
+            store.apply(Kind::Tier, Change::Apply(tier("t", 10))),
+            Due::Now
+        );
         let policy = versioned(acnp("p", "t"), "2");
-        assert!(store.apply(Kind::ClusterNetworkPolicy, Change::Apply(policy.clone())));
+        assert_eq!(
+            store.apply(Kind::ClusterNetworkPolicy, Change::Apply(policy.clone())),
+            Due::Now
+        );
         let first = store.admit().snapshot;
 
         let mut status = versioned(pod("a", "web"), "3");
         status["status"]["conditions"] = json!([{"type": "Ready", "status": "False"}]);
-        assert!(!store.apply(Kind::Pod, Change::Apply(status)));
+        assert_eq!(store.apply(Kind::Pod, Change::Apply(status)), Due::Not);
         let mut realized = versioned(policy, "4");
         realized["status"] = json!({"phase": "Realized", "observedGeneration": 1,
                                     "currentNodesRealized": 3, "desiredNodesRealized": 3});
-        assert!(!store.apply(Kind::ClusterNetworkPolicy, Change::Apply(realized)));
+        assert_eq!(
+            store.apply(Kind::ClusterNetworkPolicy, Change::Apply(realized)),
+            Due::Not
+        );
         assert_eq!(store.unread(), 2);
         let same = |a: &Snapshot, b: &Snapshot| {
             a.objects.len() == b.objects.len()
@@ -709,14 +808,17 @@ mod tests {
             Kind::Pod,
             Change::InitApply(versioned(pod("a", "web"), "5")),
         );
-        assert!(store.apply(Kind::Pod, Change::InitDone));
+        assert_eq!(store.apply(Kind::Pod, Change::InitDone), Due::Now);
         assert!(
             same(&first, &store.admit().snapshot),
             "a relist keeps them shared"
         );
 
         // A change the model keeps (a label): due, a new object.
-        assert!(store.apply(Kind::Pod, Change::Apply(versioned(pod("a", "db"), "6"))));
+        assert_eq!(
+            store.apply(Kind::Pod, Change::Apply(versioned(pod("a", "db"), "6"))),
+            Due::Now
+        );
         assert!(!same(&first, &store.admit().snapshot));
         assert_eq!(store.unread(), 2);
     }
@@ -726,7 +828,10 @@ mod tests {
         let mut store = Store::new(KINDS);
         store.apply(Kind::Tier, Change::InitStart);
         store.apply(Kind::Tier, Change::InitApply(tier("t", 10)));
-        assert!(!store.apply(Kind::Tier, Change::Apply(tier("u", 11))));
+        assert_eq!(
+            store.apply(Kind::Tier, Change::Apply(tier("u", 11))),
+            Due::Not
+        );
         store.apply(Kind::Tier, Change::InitDone);
         assert!(!store.synced());
         for kind in [Kind::ClusterNetworkPolicy, Kind::Pod] {
@@ -747,7 +852,7 @@ mod tests {
         store.apply(Kind::Pod, Change::InitApply(pod("b", "db")));
         // Until the list is done the old objects stay.
         assert_eq!(store.len(), 2);
-        assert!(store.apply(Kind::Pod, Change::InitDone));
+        assert_eq!(store.apply(Kind::Pod, Change::InitDone), Due::Now);
         assert_eq!(names(&store.admit()), ["Pod default/b"]);
     }
 
@@ -824,6 +929,87 @@ mod tests {
                "spec": {"endpoints": [{"ip": "192.168.1.1"}]}})
     }
 
+    fn namespace(name: &str, team: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "Namespace",
+               "metadata": {"name": name, "labels": {"team": team}}})
+    }
+
+    /// In controller mode a Namespace none of the Pods held (nor an
+    /// ExternalEntity) lives in is due later; one they live in, and every
+    /// Namespace in watch mode, at once. Mutations: `apply` answering
+    /// `Due::Later` for every Namespace change (the `default` cases fail),
+    /// or never (the `shop` cases fail); `holds_in` ignoring
+    /// ExternalEntities (the last case fails).
+    #[test]
+    fn a_namespace_no_pod_held_lives_in_is_due_later_in_controller_mode() {
+        let kinds = [Kind::Namespace, Kind::Pod, Kind::ExternalEntity];
+        let mut store = Store::new(kinds);
+        store.defer_namespaces_without_pods();
+        for kind in kinds {
+            store.apply(kind, Change::InitStart);
+            assert_eq!(store.apply(kind, Change::InitDone), Due::Now, "a list");
+        }
+        // The Pods held live in `default`.
+        assert_eq!(
+            store.apply(Kind::Pod, Change::Apply(pod("a", "web"))),
+            Due::Now
+        );
+        let shop = namespace("shop", "x");
+        assert_eq!(
+            store.apply(Kind::Namespace, Change::Apply(shop.clone())),
+            Due::Later
+        );
+        assert_eq!(
+            store.apply(Kind::Namespace, Change::Apply(namespace("shop", "y"))),
+            Due::Later
+        );
+        assert_eq!(
+            store.apply(Kind::Namespace, Change::Apply(namespace("shop", "y"))),
+            Due::Not
+        );
+        assert_eq!(
+            store.apply(Kind::Namespace, Change::Delete(shop)),
+            Due::Later
+        );
+        assert_eq!(
+            store.apply(Kind::Namespace, Change::Apply(namespace("default", "x"))),
+            Due::Now
+        );
+        // Held, a deferred Namespace is admitted with the next snapshot.
+        store.apply(Kind::Namespace, Change::Apply(namespace("shop", "z")));
+        assert!(names(&store.admit()).contains(&"Namespace shop".to_string()));
+        // An ExternalEntity's Namespace is read (its selections are the
+        // agent's own) even without a Pod.
+        assert_eq!(
+            store.apply(Kind::Pod, Change::Delete(pod("a", "web"))),
+            Due::Now
+        );
+        assert_eq!(
+            store.apply(Kind::ExternalEntity, Change::Apply(entity("vm-1"))),
+            Due::Now
+        );
+        assert_eq!(
+            store.apply(Kind::Namespace, Change::Apply(namespace("default", "y"))),
+            Due::Now
+        );
+        store.apply(Kind::ExternalEntity, Change::Delete(entity("vm-1")));
+        assert_eq!(
+            store.apply(Kind::Namespace, Change::Apply(namespace("default", "z"))),
+            Due::Later
+        );
+
+        // Watch mode: every Namespace change is due at once.
+        let mut store = Store::new(kinds);
+        for kind in kinds {
+            store.apply(kind, Change::InitStart);
+            store.apply(kind, Change::InitDone);
+        }
+        assert_eq!(
+            store.apply(Kind::Namespace, Change::Apply(namespace("shop", "x"))),
+            Due::Now
+        );
+    }
+
     /// What the watch of an optional kind sends when its CRD is missing: an
     /// empty list. It lets the first snapshot out and, later, drops what
     /// the kind held.
@@ -842,15 +1028,24 @@ mod tests {
         // Installed: listed and watched like any kind.
         store.apply(Kind::ExternalEntity, Change::InitStart);
         store.apply(Kind::ExternalEntity, Change::InitApply(entity("vm-1")));
-        assert!(store.apply(Kind::ExternalEntity, Change::InitDone));
-        assert!(store.apply(Kind::ExternalEntity, Change::Apply(entity("vm-2"))));
+        assert_eq!(
+            store.apply(Kind::ExternalEntity, Change::InitDone),
+            Due::Now
+        );
+        assert_eq!(
+            store.apply(Kind::ExternalEntity, Change::Apply(entity("vm-2"))),
+            Due::Now
+        );
         assert_eq!(
             names(&store.admit()),
             ["ExternalEntity default/vm-1", "ExternalEntity default/vm-2"]
         );
         // Removed: the empty list drops them.
         store.apply(Kind::ExternalEntity, Change::InitStart);
-        assert!(store.apply(Kind::ExternalEntity, Change::InitDone));
+        assert_eq!(
+            store.apply(Kind::ExternalEntity, Change::InitDone),
+            Due::Now
+        );
         assert!(store.is_empty());
     }
 
@@ -987,7 +1182,10 @@ mod tests {
     #[test]
     fn unwatched_kind_is_ignored() {
         let mut store = Store::new([Kind::Tier]);
-        assert!(!store.apply(Kind::Pod, Change::Apply(pod("a", "web"))));
+        assert_eq!(
+            store.apply(Kind::Pod, Change::Apply(pod("a", "web"))),
+            Due::Not
+        );
         assert!(store.is_empty());
     }
 }
