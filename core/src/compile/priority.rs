@@ -103,14 +103,20 @@ pub(super) fn antrea_policies<'a>(
             namespace,
         });
     }
-    // Unstable: no two policies share a tie-break (kind, Namespace, name).
+    // The baseline Tier's policies last, then split off (no copy of the
+    // others). Unstable: no two policies share a tie-break (kind,
+    // Namespace, name).
+    let baseline = |p: &OrderedPolicy| p.tier == BASELINE_TIER;
     antrea.sort_unstable_by(|a, b| {
-        a.tier_priority
-            .cmp(&b.tier_priority)
+        baseline(a)
+            .cmp(&baseline(b))
+            .then(a.tier_priority.cmp(&b.tier_priority))
             .then(a.policy.spec.priority.total_cmp(&b.policy.spec.priority))
             .then_with(|| a.tie_break().cmp(&b.tie_break()))
     });
-    antrea.into_iter().partition(|p| p.tier != BASELINE_TIER)
+    let regular = antrea.partition_point(|p| !baseline(p));
+    let baseline = antrea.split_off(regular);
+    (antrea, baseline)
 }
 
 /// Kubernetes NetworkPolicies by Namespace and name. They only allow, so

@@ -45,6 +45,11 @@ pub const LEGACY_STATIC_TIERS: [&str; 6] = [
 /// empty, a legacy capitalised static name read as the lowercase Tier.
 pub fn effective_tier(tier: Option<&str>) -> &str {
     let name = tier.filter(|t| !t.is_empty()).unwrap_or(DEFAULT_TIER);
+    // Every legacy name is capitalised; most names are not (each
+    // assembly asks this of every Antrea policy).
+    if !name.starts_with(|c: char| c.is_ascii_uppercase()) {
+        return name;
+    }
     match LEGACY_STATIC_TIERS
         .iter()
         .position(|legacy| *legacy == name)

@@ -107,7 +107,7 @@ pub fn intent(
     compiled: &[(&LocalNode, &Ruleset)],
 ) -> Vec<Problem> {
     let mut checker = Checker::new(true);
-    let (_, sites) = checker.walk(snapshot);
+    let (_, sites) = checker.walk(snapshot, false);
     intent_of(snapshot, whole, compiled, &sites)
 }
 
@@ -120,7 +120,7 @@ pub fn review(
     whole: Whole<'_>,
     compiled: &[(&LocalNode, &Ruleset)],
 ) -> (Vec<Problem>, Vec<Problem>) {
-    let (findings, sites) = checker.walk(snapshot);
+    let (findings, sites) = checker.walk(snapshot, false);
     let intent = intent_of(snapshot, whole, compiled, &sites);
     (findings.warnings, intent)
 }
