@@ -196,7 +196,7 @@ impl Checker {
         // Kind, Namespace (as `object_ref` gives it) and name. Hashed
         // with foldhash (seeded per process), not SipHash: SipHash of
         // these keys was 7 % of the local agent's samples at 6,000
-        // objects, over its two walks a change (admission and review).
+        // objects.
         let mut seen: HashMap<(Kind, &str, &str), &Path, foldhash::fast::RandomState> =
             HashMap::with_capacity_and_hasher(
                 if errors { snapshot.objects.len() } else { 0 },
