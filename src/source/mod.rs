@@ -209,9 +209,10 @@ mod tests {
         assert_eq!(debounce.due(), None);
     }
 
-    /// Mutations: `changed` keeping the deferred hard deadline (the
-    /// second half fails: due 10 s later), `changed_within` replacing a
-    /// pending change's deadlines (the last assertion fails).
+    /// Mutations (tried, both fail): `changed` keeping the deferred hard
+    /// deadline (a steady stream is due 10 s later), `changed_within`
+    /// replacing a pending change's deadlines (a deferred change is pushed
+    /// back, and so is one that cannot wait).
     #[test]
     fn a_change_that_can_wait_goes_out_with_the_next_or_within_its_bound() {
         let t0 = Instant::now();
