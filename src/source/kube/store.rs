@@ -283,11 +283,11 @@ impl Store {
             return Due::Not;
         }
         match namespace {
-            Some(name) if !self.holds_in(Kind::Pod, &name) => {
-                match self.holds_in(Kind::ExternalEntity, &name) {
-                    true => Due::Now,
-                    false => Due::Later,
-                }
+            Some(name)
+                if !self.holds_in(Kind::Pod, &name)
+                    && !self.holds_in(Kind::ExternalEntity, &name) =>
+            {
+                Due::Later
             }
             _ => Due::Now,
         }
