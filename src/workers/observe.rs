@@ -3,8 +3,9 @@
 //! [`ObserveSink`] — a bounded channel; when it is full the decision is
 //! skipped and counted, a packet never waits — and one thread (the hub),
 //! which takes them at most every [`DRAIN_INTERVAL`] instead of being
-//! woken for each (and sleeps without waking while none come), keeps the latest [`HISTORY`] in a [`History`] and copies each to the
-//! clients following, at most [`MAX_FOLLOWERS`], each through a bounded
+//! woken for each (and sleeps without waking while none come), keeps the
+//! latest [`HISTORY`] in a [`History`] and copies each to the clients
+//! following, at most [`MAX_FOLLOWERS`], each through a bounded
 //! queue of its own: a client that reads too slowly loses decisions
 //! (counted, and told how many), never slows the hub or a worker. Nothing
 //! here formats an event or touches a socket (that is the status
@@ -38,8 +39,8 @@ pub const CHANNEL_CAPACITY: usize = 4096;
 /// switches a request (keep-alive requests/s 0.44 of no firewall instead
 /// of ~0.7). Only the first decision after an interval that brought none
 /// wakes it, so an idle agent's hub does not wake at all (it woke every
-/// interval, 50 times a second, 13 % of an idle Kubernetes agent's CPU
-/// samples). `observe -f` shows a decision at most this much later; the
+/// interval, 50 times a second: 12–13 % of the samples of the scale
+/// simulation's local agent). `observe -f` shows a decision at most this much later; the
 /// channel holds [`CHANNEL_CAPACITY`] decisions an interval (over 200,000
 /// a second) before it skips any.
 pub const DRAIN_INTERVAL: Duration = Duration::from_millis(20);
@@ -316,9 +317,10 @@ mod tests {
             .unwrap()
     }
 
-    /// Mutation: `run` sleeping [`DRAIN_INTERVAL`] before it waits (the
-    /// hub of before, woken 50 times a second) — ~15 switches in the
-    /// 300 ms, and the test fails.
+    /// Mutation (tried): `run` sleeping [`DRAIN_INTERVAL`] before it
+    /// waits, as the hub did before (woken 50 times a second) — the hub
+    /// never stays 40 ms without a switch, and the test fails waiting
+    /// for it.
     #[test]
     fn an_idle_hub_sleeps_without_waking_and_wakes_for_a_decision() {
         let counters = Arc::new(ObserveCounters::default());
