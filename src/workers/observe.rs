@@ -79,6 +79,16 @@ struct Shared {
     followers: Vec<Follower>,
 }
 
+impl Shared {
+    /// No decision yet, no follower.
+    fn new() -> Shared {
+        Shared {
+            history: History::new(HISTORY),
+            followers: Vec::new(),
+        }
+    }
+}
+
 struct Follower {
     tx: SyncSender<Observed>,
     lost: Arc<AtomicU64>,
@@ -115,10 +125,7 @@ impl Drop for Follow {
 pub fn spawn(counters: Arc<ObserveCounters>) -> std::io::Result<(ObserveSink, Hub)> {
     let (tx, rx) = mpsc::sync_channel(CHANNEL_CAPACITY);
     let hub = Hub {
-        shared: Arc::new(Mutex::new(Shared {
-            history: History::new(HISTORY),
-            followers: Vec::new(),
-        })),
+        shared: Arc::new(Mutex::new(Shared::new())),
         counters: Arc::clone(&counters),
     };
     let shared = Arc::clone(&hub.shared);
@@ -325,10 +332,7 @@ mod tests {
     fn an_idle_hub_sleeps_without_waking_and_wakes_for_a_decision() {
         let counters = Arc::new(ObserveCounters::default());
         let (tx, rx) = mpsc::sync_channel(CHANNEL_CAPACITY);
-        let shared = Arc::new(Mutex::new(Shared {
-            history: History::new(HISTORY),
-            followers: Vec::new(),
-        }));
+        let shared = Arc::new(Mutex::new(Shared::new()));
         let (tid_tx, tid_rx) = mpsc::channel();
         let hub = {
             let (shared, counters) = (Arc::clone(&shared), Arc::clone(&counters));
