@@ -132,6 +132,23 @@ fn bench(c: &mut Criterion) {
     );
     group.finish();
 
+    // The DNS worker's once-a-second expiry with the learner at its bound
+    // (65,536 records, 4 per name as in the fresh-names scenario), none due.
+    let mut full = FqdnLearner::new(selectors(), LearnerConfig::default());
+    for i in 0..16_384u32 {
+        let resolutions: Vec<tollgate_core::dns::Resolution> = (0..4u32)
+            .map(|k| tollgate_core::dns::Resolution {
+                names: vec![format!("n{i}.service1.example.com")],
+                address: std::net::IpAddr::V4(Ipv4Addr::from(0x0a00_0000 | (i * 4 + k))),
+                ttl: 300,
+            })
+            .collect();
+        full.learn_from(&resolutions, tollgate_core::fqdn::Source::Snooped, 0);
+    }
+    c.bench_function("expire (65,536 records, none due)", |b| {
+        b.iter(|| full.expire(black_box(1_000)))
+    });
+
     // What a connection worker pays per FQDN peer: the mirror's read lock
     // and one lookup (uncontended).
     let (mirror, _) =
