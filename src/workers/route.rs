@@ -156,8 +156,16 @@ impl Routes {
     }
 
     /// Reads every announcement waiting; whether there was any (or any
-    /// was lost, or the socket could not be read).
+    /// was lost, or the socket could not be read). Asked before every
+    /// reply is judged, and nearly always with nothing waiting: a `poll`
+    /// that does not wait says so at less than half a `recvmmsg`'s cost.
     fn changed(&mut self) -> bool {
+        match crate::sys::wait_readable(self.changes.as_fd(), Duration::ZERO) {
+            Ok(false) => return false,
+            Ok(true) => {}
+            // The socket says nothing reliable: forget.
+            Err(_) => return true,
+        }
         let mut changed = false;
         for _ in 0..MAX_CHANGE_READS {
             match crate::sys::recv_many(self.changes.as_fd(), &mut self.buffers, &mut self.lengths)
