@@ -3,11 +3,12 @@
 //! packets, overflows, unreadable buffers, verdict errors and withheld
 //! packets once for every worker. It waits on the queue (and on one
 //! socket of the handler's own, when it names one: [`Handler::wakes_on`]),
-//! takes every packet one wake-up brings, hands the kernel each round of verdicts at once (oldest packet
-//! first, so the socket can batch them; verdicts whose send failed go
-//! again in the next round, so that a later batch never gives their
-//! packets another verdict, and count as withheld until then), and ticks
-//! the handler at least every [`TICK`], packets or not. It also supervises
+//! takes every packet one wake-up brings, hands the kernel each round of
+//! verdicts at once (oldest packet first, so the socket can batch them;
+//! verdicts whose send failed go again in the next round, so that a later
+//! batch never gives their packets another verdict, and count as withheld
+//! until then), and ticks the handler at least every [`TICK`], packets or
+//! not. It also supervises
 //! its worker: the loop beats the queue's [`Heartbeat`] with every batch,
 //! and a worker that panics (or whose receives keep failing) is restarted
 //! in-process after a back-off, on a new socket with a new handler, while
