@@ -851,8 +851,8 @@ for spec in sys.argv[5:]:
 /// replies, the worker reads the queries' NFLOG copies, and genuine
 /// lookups still teach, over IPv4 and IPv6, every reply answering a query
 /// the worker saw. The copies wake the worker, so it reads each while its
-/// query travels: a reply that finds its query's copy unread (and has the
-/// copies read for it) is the exception, never every reply.
+/// query travels: at most one reply of the test finds its query's copy
+/// unread and has the copies read for it.
 ///
 /// Mutations: `dns_query_target` (src/datapath/plan/dns.rs) queueing UDP
 /// queries again (`NFQUEUE --queue-num` for "udp"): the queue gets the
@@ -882,9 +882,9 @@ fn queries_pass_unheld_and_their_copies_still_teach() {
 /// The race of a reply with its query's copy, every time: with the worker
 /// not waking for copies (`TOLLGATE_FAULT_LATE_COPIES`, debug builds),
 /// every reply is judged before its query's copy has been read (at least
-/// one per lookup), and finds it by reading the copies waiting first. Genuine lookups still teach,
-/// IPv4 and IPv6: no reply is learned unasked, dropped or released
-/// unlearned.
+/// one per lookup), and finds it by reading the copies waiting first.
+/// Genuine lookups still teach, IPv4 and IPv6: no reply is learned
+/// unasked, dropped or released unlearned.
 ///
 /// Mutation: `Replies::packet` not reading the copies for a reply that
 /// answers no outstanding query (src/workers/dns.rs): every reply is
