@@ -20,34 +20,23 @@ pub fn wait_readable(
     fd: std::os::fd::BorrowedFd<'_>,
     timeout: std::time::Duration,
 ) -> std::io::Result<bool> {
-    wait_any_readable([fd], timeout).map(|[readable]| readable)
-}
-
-/// Waits until any of `fds` is readable or `timeout` passes; says which
-/// are, in order. An interrupted wait counts as a timeout (none is).
-pub fn wait_any_readable<const N: usize>(
-    fds: [std::os::fd::BorrowedFd<'_>; N],
-    timeout: std::time::Duration,
-) -> std::io::Result<[bool; N]> {
     use std::os::fd::AsRawFd;
-    let mut pollfds = fds.map(|fd| libc::pollfd {
+    let mut pollfd = libc::pollfd {
         fd: fd.as_raw_fd(),
         events: libc::POLLIN,
         revents: 0,
-    });
+    };
     let millis = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
-    let count = libc::nfds_t::try_from(N).unwrap_or(libc::nfds_t::MAX);
-    // SAFETY: `count` valid pollfds; the fds are borrowed for the call.
-    let ready = unsafe { libc::poll(pollfds.as_mut_ptr(), count, millis) };
+    // SAFETY: one valid pollfd, its count 1; the fd is borrowed for the call.
+    let ready = unsafe { libc::poll(&mut pollfd, 1, millis) };
     if ready < 0 {
         let error = std::io::Error::last_os_error();
         if error.kind() == std::io::ErrorKind::Interrupted {
-            return Ok([false; N]);
+            return Ok(false);
         }
         return Err(error);
     }
-    // Readable, or in a state a read reports (an error, a hang-up).
-    Ok(pollfds.map(|pollfd| pollfd.revents != 0))
+    Ok(ready > 0)
 }
 
 /// Receives up to `buffers.len()` datagrams from `fd` in one call, without

@@ -7,20 +7,17 @@
 //! replies it covers; expiry (of learned addresses and of unanswered
 //! queries) runs on [`Handler::tick`]. Queries over UDP are not queued:
 //! their copies arrive on the worker's NFLOG socket ([`QueryLog`]) and go
-//! through the same snoop and step. The loop waits on that socket too
-//! ([`Handler::wakes_on`]), so a copy is read when it arrives, while its
-//! query travels, and not on its reply's path. The kernel puts a query's
-//! copy in the socket before the query leaves, so before any reply to it
-//! is queued: a reply whose id no outstanding query has (its copy came
-//! after the wait ended) has the copies waiting read before it is judged.
-//! A reply whose query's copy was lost (the socket was full) answers
+//! through the same snoop and step. The kernel puts a query's copy in the
+//! socket before the query leaves, so before any reply to it is queued:
+//! the handler reads the copies waiting before it judges a reply whose id
+//! no outstanding query has (and at least every [`READ_EVERY`], so that
+//! they do not pile up). A reply whose query's copy was lost (the socket was full) answers
 //! no outstanding query: it is released unlearned, and counted apart
 //! while a loss is recent. It never drops a packet except a TCP segment
 //! after a gap, never releases a reply before its writes are
 //! acknowledged, and never logs per packet.
 #![allow(clippy::disallowed_methods)] // the DNS worker expires learned addresses on the clock.
 
-use std::os::fd::BorrowedFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -48,6 +45,10 @@ const DNS_QUEUE_MAX_LEN: u32 = 4096;
 /// Index of `lo` in every network namespace: what a reply made on the node
 /// is taken to come in on, and where the route to a local server leaves.
 const LOOPBACK_INDEX: u32 = 1;
+/// How often the query copies are read at the latest (a reply whose
+/// query's copy is unread has them read at once): often enough that
+/// copies of unanswered queries do not fill the socket's buffer.
+const READ_EVERY: Duration = Duration::from_millis(100);
 /// How often the table forgets timed-out entries.
 const EXPIRE_EVERY: Duration = Duration::from_secs(1);
 
@@ -113,6 +114,7 @@ impl DnsWorker {
                 queries: OutstandingQueries::new(bounds),
                 log,
                 lost_at: None,
+                last_read: Instant::now(),
                 query_timeout,
                 routes,
                 table: Arc::clone(&table),
@@ -137,6 +139,8 @@ struct Replies {
     log: QueryLog,
     /// When the kernel last reported copies lost.
     lost_at: Option<Instant>,
+    /// When the copies were last read.
+    last_read: Instant,
     /// How long a lost copy's query could still be answered.
     query_timeout: Duration,
     routes: Routes,
@@ -159,6 +163,7 @@ impl Replies {
     /// outstanding queries, through the same snoop and step as a queued
     /// query (only queries: a copy of anything else is ignored).
     fn read_queries(&mut self, now: Instant) {
+        self.last_read = now;
         let now_ms = self.table.millis(now);
         let (snooper, queries, table, stats) = (
             &mut self.snooper,
@@ -236,9 +241,6 @@ impl Handler for Replies {
             .filter(|flow| flow.direction == Direction::Reply)
         {
             if !self.queries.awaits_all(&flow, &snooped.messages) {
-                self.stats
-                    .copy_reads_for_replies
-                    .fetch_add(1, Ordering::Relaxed);
                 self.read_queries(now);
             }
         }
@@ -268,24 +270,13 @@ impl Handler for Replies {
         }
     }
 
-    /// The copies of queries (over UDP) wake the loop.
-    fn wakes_on(&self) -> Option<BorrowedFd<'_>> {
-        #[cfg(debug_assertions)]
-        if super::fault::late_copies() {
-            return None;
-        }
-        Some(self.log.fd())
-    }
-
-    /// Copies arrived: read while their queries travel.
-    fn readable(&mut self, now: Instant) {
-        self.read_queries(now);
-    }
-
     /// After every wake-up's packets: their writes, in shared batches,
     /// then the release of the replies they cover.
     fn tick(&mut self, now: Instant, out: &mut Verdicts) {
         self.flush(out);
+        if now.saturating_duration_since(self.last_read) >= READ_EVERY {
+            self.read_queries(now);
+        }
         if now.saturating_duration_since(self.last_expire) < EXPIRE_EVERY {
             return;
         }

@@ -6,10 +6,7 @@
 //!   panics when its `n`-th packet arrives (once: the packet count goes on
 //!   across restarts);
 //! - `TOLLGATE_FAULT_STALL=<queue>:<n>`: it stops taking packets at its
-//!   `n`-th, for ever (a stuck worker);
-//! - `TOLLGATE_FAULT_LATE_COPIES=1`: the DNS worker does not wake for the
-//!   copies of queries, so each is read only when a reply finds no
-//!   outstanding query (the race of a reply with its query's copy, forced).
+//!   `n`-th, for ever (a stuck worker).
 //!
 //! It never acts unless one of these variables is set.
 
@@ -19,7 +16,6 @@ use std::sync::OnceLock;
 struct Switches {
     panic: Option<(u16, u64)>,
     stall: Option<(u16, u64)>,
-    late_copies: bool,
 }
 
 fn switches() -> &'static Switches {
@@ -27,13 +23,7 @@ fn switches() -> &'static Switches {
     SWITCHES.get_or_init(|| Switches {
         panic: parse(std::env::var("TOLLGATE_FAULT_PANIC").ok().as_deref()),
         stall: parse(std::env::var("TOLLGATE_FAULT_STALL").ok().as_deref()),
-        late_copies: std::env::var_os("TOLLGATE_FAULT_LATE_COPIES").is_some(),
     })
-}
-
-/// Whether the DNS worker reads query copies only for replies.
-pub(crate) fn late_copies() -> bool {
-    switches().late_copies
 }
 
 /// `<queue>:<n>`.

@@ -9,7 +9,7 @@
 #![allow(clippy::disallowed_methods)] // binding waits for the kernel's answer with a deadline.
 
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use netlink_sys::constants::NETLINK_NETFILTER;
@@ -89,11 +89,6 @@ impl QueryLog {
                 }
             }
         }
-    }
-
-    /// The socket, for a wait that also ends when copies arrive.
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.socket.as_fd()
     }
 
     /// Hands `each` every copy waiting (up to a bound), oldest first,

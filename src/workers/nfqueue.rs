@@ -147,7 +147,7 @@ impl Queue {
             }
             let mut acks = Vec::new();
             let mut packets = Vec::new();
-            self.receive(left, None, &mut packets, &mut acks)?;
+            self.receive(left, &mut packets, &mut acks)?;
             self.early.extend(packets);
             if let Some((_, errno)) = acks.iter().find(|(s, _)| *s == seq) {
                 return match errno {
@@ -167,26 +167,17 @@ impl Queue {
         self.socket.as_fd()
     }
 
-    /// Waits up to `timeout` (or until `also` is readable), then takes
-    /// every datagram waiting (up to the buffers' count): packets to
-    /// `into`, answers to our requests (sequence, errno) to `acks`. Says
-    /// whether `also` was readable.
+    /// Waits up to `timeout`, then takes every datagram waiting (up to the
+    /// buffers' count): packets to `into`, answers to our requests
+    /// (sequence, errno) to `acks`.
     fn receive(
         &mut self,
         timeout: Duration,
-        also: Option<BorrowedFd<'_>>,
         into: &mut Vec<Packet>,
         acks: &mut Vec<(u32, i32)>,
-    ) -> io::Result<bool> {
-        let (readable, also_readable) = match also {
-            None => (crate::sys::wait_readable(self.fd(), timeout)?, false),
-            Some(also) => {
-                let [queue, also] = crate::sys::wait_any_readable([self.fd(), also], timeout)?;
-                (queue, also)
-            }
-        };
-        if !readable {
-            return Ok(also_readable);
+    ) -> io::Result<()> {
+        if !crate::sys::wait_readable(self.fd(), timeout)? {
+            return Ok(());
         }
         let fd = self.socket.as_fd();
         let received = crate::sys::recv_many(fd, &mut self.buffers, &mut self.lengths)?;
@@ -216,7 +207,7 @@ impl Queue {
                 }
             }
         }
-        Ok(also_readable)
+        Ok(())
     }
 }
 
@@ -227,16 +218,10 @@ impl Socket for Queue {
         &self.spec
     }
 
-    fn recv(
-        &mut self,
-        timeout: Duration,
-        also: Option<BorrowedFd<'_>>,
-        into: &mut Vec<Packet>,
-    ) -> io::Result<Receipt> {
+    fn recv(&mut self, timeout: Duration, into: &mut Vec<Packet>) -> io::Result<Receipt> {
         let mut acks = Vec::new();
-        let mut also_readable = false;
         if self.early.is_empty() {
-            also_readable = self.receive(timeout, also, into, &mut acks)?;
+            self.receive(timeout, into, &mut acks)?;
         } else {
             into.extend(self.early.drain(..));
         }
@@ -245,7 +230,6 @@ impl Socket for Queue {
         Ok(Receipt {
             refused: acks.iter().filter(|(_, errno)| *errno != 0).count() as u64,
             unreadable: std::mem::take(&mut self.unreadable),
-            also_readable,
         })
     }
 

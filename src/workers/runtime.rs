@@ -1,14 +1,12 @@
 //! The one NFQUEUE loop: binds a queue, owns each message until its verdict
 //! has reached the kernel, asks a [`Handler`] by packet id, and counts
 //! packets, overflows, unreadable buffers, verdict errors and withheld
-//! packets once for every worker. It waits on the queue (and on one
-//! socket of the handler's own, when it names one: [`Handler::wakes_on`]),
-//! takes every packet one wake-up brings, hands the kernel each round of
-//! verdicts at once (oldest packet first, so the socket can batch them;
-//! verdicts whose send failed go again in the next round, so that a later
-//! batch never gives their packets another verdict, and count as withheld
-//! until then), and ticks the handler at least every [`TICK`], packets or
-//! not. It also supervises
+//! packets once for every worker. It takes every packet one wake-up
+//! brings, hands the kernel each round of verdicts at once (oldest packet
+//! first, so the socket can batch them; verdicts whose send failed go
+//! again in the next round, so that a later batch never gives their
+//! packets another verdict, and count as withheld until then), and ticks
+//! the handler at least every [`TICK`], packets or not. It also supervises
 //! its worker: the loop beats the queue's [`Heartbeat`] with every batch,
 //! and a worker that panics (or whose receives keep failing) is restarted
 //! in-process after a back-off, on a new socket with a new handler, while
@@ -32,7 +30,6 @@
 #![allow(clippy::disallowed_methods)] // the runtime stamps each received packet with the clock.
 
 use std::collections::{BTreeMap, HashMap};
-use std::os::fd::BorrowedFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -127,9 +124,6 @@ pub struct Receipt {
     pub refused: u64,
     /// Received buffers that did not read as netlink to their end.
     pub unreadable: u64,
-    /// The handler's other socket ([`Handler::wakes_on`]) was readable
-    /// when the wait ended.
-    pub also_readable: bool,
 }
 
 /// A bound queue, as the loop needs it: `workers::nfqueue::Queue` (tollgate's own
@@ -137,14 +131,12 @@ pub struct Receipt {
 pub trait Socket {
     type Message;
     fn spec(&self) -> &QueueSpec;
-    /// Waits up to `timeout` for packets, or for `also` to be readable,
-    /// and appends every packet a single wake-up brought (none when the
-    /// wait timed out or only `also` ended it); says what else it met
-    /// since the last receive.
+    /// Waits up to `timeout` for packets and appends every one a single
+    /// wake-up brought (none when the wait timed out); says what else it
+    /// met since the last receive.
     fn recv(
         &mut self,
         timeout: Duration,
-        also: Option<BorrowedFd<'_>>,
         into: &mut Vec<Self::Message>,
     ) -> std::io::Result<Receipt>;
     /// The message's place in the kernel's queue order (oldest first).
@@ -184,16 +176,6 @@ pub trait Handler {
     /// Time-driven work (expiry, idle state), after each received batch's
     /// verdicts, and every [`TICK`] while no packet arrives.
     fn tick(&mut self, _now: Instant, _out: &mut Verdicts) {}
-
-    /// A socket of the handler's own whose data also ends the loop's wait
-    /// (none by default): the loop then calls [`Handler::readable`] before
-    /// the wake-up's packets.
-    fn wakes_on(&self) -> Option<BorrowedFd<'_>> {
-        None
-    }
-
-    /// [`Handler::wakes_on`]'s socket was readable when the wait ended.
-    fn readable(&mut self, _now: Instant) {}
 }
 
 /// Opens a worker: binds its queue and builds its handler.
@@ -362,15 +344,11 @@ fn run<S: Socket, H: Handler>(
     let mut out = Verdicts::default();
     let mut consecutive_errors = 0;
     loop {
-        let mut also_readable = false;
-        match socket.recv(TICK, handler.wakes_on(), &mut batch) {
-            Ok(receipt) => {
-                let Receipt {
-                    refused,
-                    unreadable,
-                    ..
-                } = receipt;
-                also_readable = receipt.also_readable;
+        match socket.recv(TICK, &mut batch) {
+            Ok(Receipt {
+                refused,
+                unreadable,
+            }) => {
                 consecutive_errors = 0;
                 counters
                     .verdict_errors
@@ -393,9 +371,6 @@ fn run<S: Socket, H: Handler>(
             }
         }
         let received = Instant::now();
-        if also_readable {
-            handler.readable(received);
-        }
         let any = !batch.is_empty();
         for message in batch.drain(..) {
             let _nth = counters.packets.fetch_add(1, Ordering::Relaxed) + 1;

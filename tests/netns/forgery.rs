@@ -247,21 +247,13 @@ impl ForgeryLab {
 
     /// [`ForgeryLab::agent`] with extra arguments.
     fn agent_with(&self, args: &[&str]) -> Agent {
-        self.agent_with_env(args, &[])
-    }
-
-    /// [`ForgeryLab::agent_with`], and variables in its environment.
-    fn agent_with_env(&self, args: &[&str], env: &[(&str, &str)]) -> Agent {
-        let mut options = self
+        let options = self
             .lab
             .agent_options()
             .node_name("fq")
             .queues(1)
             .args(&["--metrics-address", METRICS])
             .args(args);
-        options
-            .env
-            .extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let mut agent = self.lab.start_agent(options);
         agent.wait_generation(1);
         agent
@@ -850,15 +842,12 @@ for spec in sys.argv[5:]:
 /// Queries over UDP are not held (issue 34): the DNS queue gets only the
 /// replies, the worker reads the queries' NFLOG copies, and genuine
 /// lookups still teach, over IPv4 and IPv6, every reply answering a query
-/// the worker saw. The copies wake the worker, so it reads each while its
-/// query travels: at most one reply of the test finds its query's copy
-/// unread and has the copies read for it.
+/// the worker saw.
 ///
-/// Mutations: `dns_query_target` (src/datapath/plan/dns.rs) queueing UDP
+/// Mutation: `dns_query_target` (src/datapath/plan/dns.rs) queueing UDP
 /// queries again (`NFQUEUE --queue-num` for "udp"): the queue gets the
-/// queries too (packets > parsed replies) and no copy is read; the worker
-/// not waking for copies (`Replies::wakes_on` returning `None`): every
-/// reply has the copies read for it; either fails this test.
+/// queries too (packets > parsed replies) and no copy is read; this test
+/// fails.
 #[test]
 fn queries_pass_unheld_and_their_copies_still_teach() {
     let Some(lab) = ForgeryLab::start("queries_pass_unheld_and_their_copies_still_teach") else {
@@ -868,66 +857,27 @@ fn queries_pass_unheld_and_their_copies_still_teach() {
     lab.genuine_lookup_teaches("-4");
     lab.genuine_lookup_teaches("-6");
     let log = agent.stop();
-    copies_taught(&log);
-    // Each lookup's reply needs a read of its own when copies do not wake
-    // the worker (the IPv6 lookup starts after the IPv4 one is answered):
-    // at least two. One is let pass: the worker preempted between its wait
-    // and its receive.
-    assert!(
-        log_value(&log, "dns stats", "copy_reads_for_replies") <= 1,
-        "{log}"
-    );
-}
-
-/// The race of a reply with its query's copy, every time: with the worker
-/// not waking for copies (`TOLLGATE_FAULT_LATE_COPIES`, debug builds),
-/// every reply is judged before its query's copy has been read (at least
-/// one per lookup), and finds it by reading the copies waiting first.
-/// Genuine lookups still teach, IPv4 and IPv6: no reply is learned
-/// unasked, dropped or released unlearned.
-///
-/// Mutation: `Replies::packet` not reading the copies for a reply that
-/// answers no outstanding query (src/workers/dns.rs): every reply is
-/// unasked and nothing is learned; this test fails.
-#[test]
-fn a_reply_before_its_querys_copy_is_read_reads_the_copies_first() {
-    let Some(lab) =
-        ForgeryLab::start("a_reply_before_its_querys_copy_is_read_reads_the_copies_first")
-    else {
-        return;
-    };
-    let mut agent = lab.agent_with_env(&[], &[("TOLLGATE_FAULT_LATE_COPIES", "1")]);
-    lab.genuine_lookup_teaches("-4");
-    lab.genuine_lookup_teaches("-6");
-    let log = agent.stop();
-    copies_taught(&log);
-    // One read can serve several replies (those of one wake-up).
-    assert!(
-        log_value(&log, "dns stats", "copy_reads_for_replies") >= 2,
-        "{log}"
-    );
-}
-
-/// What both tests above check in the agent's last `dns stats` line: the
-/// queue held the replies only, every query remembered came as a copy,
-/// and every reply answered one (none lost).
-fn copies_taught(log: &str) {
-    let replies = log_value(log, "dns stats", "parsed");
+    let replies = log_value(&log, "dns stats", "parsed");
     assert!(replies >= 2, "{log}");
-    assert_eq!(log_value(log, "dns stats", "packets"), replies, "{log}");
-    let copies = log_value(log, "dns stats", "query_copies");
+    // The queue held the replies only.
+    assert_eq!(log_value(&log, "dns stats", "packets"), replies, "{log}");
+    // Every query remembered came as a copy, and every reply answered one.
+    let copies = log_value(&log, "dns stats", "query_copies");
     assert!(copies >= replies, "{log}");
-    assert_eq!(log_value(log, "dns stats", "queries"), copies, "{log}");
-    assert_eq!(log_value(log, "dns stats", "unasked"), 0, "{log}");
-    assert_eq!(log_value(log, "dns stats", "query_copies_lost"), 0, "{log}");
+    assert_eq!(log_value(&log, "dns stats", "queries"), copies, "{log}");
+    assert_eq!(log_value(&log, "dns stats", "unasked"), 0, "{log}");
+    assert_eq!(
+        log_value(&log, "dns stats", "query_copies_lost"),
+        0,
+        "{log}"
+    );
 }
 
 /// The race of a reply with its query's copy, forced: with the NFLOG
 /// socket's buffer at the kernel's floor (`fqdn.queryLogBuffer`, an
 /// operator's setting) a burst of queries to the resolver that never
-/// answers loses all copies but about the first one (the worker does not
-/// wake for copies here, `TOLLGATE_FAULT_LATE_COPIES`: it reads them only
-/// when a reply comes). Genuine-looking replies
+/// answers loses all copies but about the first one (the worker reads
+/// them only when a reply or its tick comes). Genuine-looking replies
 /// then come on the server's path, each answering its query, with an
 /// address of its own. What it proves, per family: every reply reaches
 /// the Pod (none dropped); the replies whose copies were read teach (at
@@ -948,10 +898,7 @@ fn a_reply_judged_before_its_querys_copy_is_read_is_released_unlearned() {
     else {
         return;
     };
-    let mut agent = lab.agent_with_env(
-        &["--set", "fqdn.queryLogBuffer=1"],
-        &[("TOLLGATE_FAULT_LATE_COPIES", "1")],
-    );
+    let mut agent = lab.agent_with(&["--set", "fqdn.queryLogBuffer=1"]);
     let mac = lab.node_mac("vs");
     const BURST: usize = 12;
     let mut unlearned = 0;

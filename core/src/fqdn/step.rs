@@ -28,7 +28,6 @@ counters! {
         queries_failed: Counter "dns_queries" { result = "failed" } = "DNS queries seen, by result (remembered or failed)",
         query_copies: Counter "dns_query_copies" = "Copies of DNS queries over UDP read from the NFLOG group fqdn.dnsLogGroup (the queries themselves pass unheld)",
         query_copies_lost: Counter "dns_query_copies_lost" = "Times the kernel reported copies of DNS queries lost to a full NFLOG socket buffer (fqdn.queryLogBuffer)",
-        copy_reads_for_replies: Counter "dns_query_copy_reads_for_replies" = "Times a reply answering no outstanding query had the query copies waiting read before it was judged (its query's copy came after the worker's wait ended, or there was none)",
         unasked_after_loss: Counter "dns_unasked_after_loss" = "Replies that answered no outstanding query while copies of queries had been lost within fqdn.queryTimeout: their query may be among those lost (released unlearned; also in dns_unasked)",
         queries_evicted: Counter "dns_queries_evicted" = "Outstanding queries forgotten to stay within fqdn.maxOutstandingQueries",
         queries_unanswered: Counter "dns_queries_unanswered" = "Queries forgotten unanswered after fqdn.queryTimeout",

@@ -46,14 +46,8 @@ impl Socket for FakeSocket {
         &SPEC
     }
 
-    /// One scripted packet per receive, as a real queue may deliver; the
-    /// handler's own socket, when it names one, is readable at every wait.
-    fn recv(
-        &mut self,
-        _timeout: Duration,
-        also: Option<BorrowedFd<'_>>,
-        into: &mut Vec<Self::Message>,
-    ) -> io::Result<Receipt> {
+    /// One scripted packet per receive, as a real queue may deliver.
+    fn recv(&mut self, _timeout: Duration, into: &mut Vec<Self::Message>) -> io::Result<Receipt> {
         let message = self
             .incoming
             .pop_front()
@@ -62,7 +56,6 @@ impl Socket for FakeSocket {
         Ok(Receipt {
             refused: 0,
             unreadable: self.unreadable,
-            also_readable: also.is_some(),
         })
     }
 
@@ -188,59 +181,6 @@ fn tick_verdicts_follow_the_packets() {
     let (counters, _) = run_script(&mut socket, &mut Script::default());
     assert_eq!(socket.given, [(1, Action::Drop), (2, Action::Accept)]);
     assert_eq!(load(&counters.withheld), 0);
-}
-
-/// Accepts every packet; records it, and each time the loop says its own
-/// socket (when it has one) was readable.
-struct Listener {
-    own: Option<std::fs::File>,
-    events: Vec<String>,
-}
-
-impl Handler for Listener {
-    fn packet(&mut self, packet: Queued<'_>, _now: Instant, out: &mut Verdicts) {
-        self.events.push(format!("packet {}", packet.id));
-        out.give(packet.id, Action::Accept);
-    }
-
-    fn wakes_on(&self) -> Option<BorrowedFd<'_>> {
-        self.own.as_ref().map(std::os::fd::AsFd::as_fd)
-    }
-
-    fn readable(&mut self, _now: Instant) {
-        self.events.push("readable".to_string());
-    }
-}
-
-/// A handler's own socket is waited on with the queue, and its readiness
-/// is handed over before the packets of the same wake-up (the DNS worker
-/// reads its query copies there, ahead of the replies they answer).
-///
-/// Mutation: calling `readable` after the wake-up's packets, or never →
-/// fails.
-#[test]
-fn a_handlers_own_socket_is_read_before_the_packets_of_its_wake_up() {
-    let own = std::fs::File::open("/dev/null").expect("/dev/null");
-    let mut listener = Listener {
-        own: Some(own),
-        events: Vec::new(),
-    };
-    let mut socket = FakeSocket::packets(&[(1, b"a"), (2, b"a")]);
-    let error = run(&mut socket, &mut listener, &reports());
-    assert_eq!(error.to_string(), "script done");
-    assert_eq!(
-        listener.events,
-        ["readable", "packet 1", "readable", "packet 2"]
-    );
-    assert_eq!(socket.given, [(1, Action::Accept), (2, Action::Accept)]);
-    // Without a socket of its own nothing else is waited on.
-    let mut listener = Listener {
-        own: None,
-        events: Vec::new(),
-    };
-    let mut socket = FakeSocket::packets(&[(1, b"a")]);
-    run(&mut socket, &mut listener, &reports());
-    assert_eq!(listener.events, ["packet 1"]);
 }
 
 #[test]

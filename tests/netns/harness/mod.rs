@@ -264,7 +264,6 @@ pub const TEST_IDS: &[&str] = &[
     "kubernetes_controller_mode_takes_other_nodes_from_a_node_group",
     "the_resolvers_route_is_asked_again_after_a_route_or_link_change",
     "an_upgrade_moves_the_rules_naming_a_generations_sets_to_the_lookup_sets",
-    "a_reply_before_its_querys_copy_is_read_reads_the_copies_first",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
