@@ -3,18 +3,18 @@
 #![allow(clippy::disallowed_methods)] // benches read the clock.
 
 use std::hint::black_box;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::rdata::{A, CNAME};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
-use tollgate_core::dns::parse_reply;
+use tollgate_core::dns::{parse_reply, Resolution};
 use tollgate_core::fqdn::{
     DnsSnooper, FqdnLearner, FqdnPattern, LearnerConfig, OutstandingQueries, QueryBounds, ReplyPath,
 };
-use tollgate_core::fqdn::{FqdnLookup, FqdnTable};
+use tollgate_core::fqdn::{FqdnLookup, FqdnTable, Source};
 
 fn name(text: &str) -> Name {
     Name::from_ascii(text).expect("bench names are valid")
@@ -136,14 +136,14 @@ fn bench(c: &mut Criterion) {
     // (65,536 records, 4 per name as in the fresh-names scenario), none due.
     let mut full = FqdnLearner::new(selectors(), LearnerConfig::default());
     for i in 0..16_384u32 {
-        let resolutions: Vec<tollgate_core::dns::Resolution> = (0..4u32)
-            .map(|k| tollgate_core::dns::Resolution {
+        let resolutions: Vec<Resolution> = (0..4u32)
+            .map(|k| Resolution {
                 names: vec![format!("n{i}.service1.example.com")],
-                address: std::net::IpAddr::V4(Ipv4Addr::from(0x0a00_0000 | (i * 4 + k))),
+                address: IpAddr::V4(Ipv4Addr::from(0x0a00_0000 | (i * 4 + k))),
                 ttl: 300,
             })
             .collect();
-        full.learn_from(&resolutions, tollgate_core::fqdn::Source::Snooped, 0);
+        full.learn_from(&resolutions, Source::Snooped, 0);
     }
     c.bench_function("expire (65,536 records, none due)", |b| {
         b.iter(|| full.expire(black_box(1_000)))

@@ -40,9 +40,9 @@ pub const CHANNEL_CAPACITY: usize = 4096;
 /// of ~0.7). Only the first decision after an interval that brought none
 /// wakes it, so an idle agent's hub does not wake at all (it woke every
 /// interval, 50 times a second: 12–13 % of the samples of the scale
-/// simulation's local agent). `observe -f` shows a decision at most this much later; the
-/// channel holds [`CHANNEL_CAPACITY`] decisions an interval (over 200,000
-/// a second) before it skips any.
+/// simulation's local agent). `observe -f` shows a decision at most this
+/// much later; the channel holds [`CHANNEL_CAPACITY`] decisions an
+/// interval (over 200,000 a second) before it skips any.
 pub const DRAIN_INTERVAL: Duration = Duration::from_millis(20);
 /// Decisions the hub keeps for `tollgate observe` without `-f`.
 pub const HISTORY: usize = 4096;
