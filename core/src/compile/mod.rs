@@ -47,7 +47,7 @@ pub use inventory::LocalView;
 use inventory::{Inventory, PodIdx};
 use k8s::logged_namespaces;
 use priority::tier_priorities;
-pub use span::{published_selections, PodShape};
+pub use span::{applied_namespaces, published_selections, PodShape};
 
 /// The Node tollgate runs on.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
