@@ -11,7 +11,8 @@
 //! remote Pod sends it nothing, other Nodes come only as Node groups, a missing group keeps the last ruleset
 //! and says it waits, an unreadable slice is skipped alone, and the controller's Lease reads stale when absent
 //! or not renewed within its duration, fresh when renewed; a Namespace none
-//! of its Pods lives in waits for the next change or the bound.
+//! of its Pods lives in waits for the next change or the bound, and its
+//! namespaced policies are left out until a local Pod lives there.
 #![allow(clippy::disallowed_methods)] // the test waits on the clock for the watcher.
 
 #[path = "support/nodes.rs"]
@@ -668,7 +669,7 @@ fn namespace(name: &str, team: &str) -> Value {
 /// `DEFERRED_AT_MOST`; a change of the Namespace of a local Pod goes out
 /// at once (the positive control).
 ///
-/// Mutation: `defer_namespaces_without_pods` not called in `watch_all`
+/// Mutation: `span_to_local_endpoints` not called in `watch_all`
 /// (tried: the first deferred change comes at once and the test fails);
 /// `Due::Later` taken as `Due::Not` (tried: the change alone never comes,
 /// the test times out).
@@ -725,5 +726,98 @@ fn controller_mode_defers_a_namespace_none_of_its_pods_lives_in() {
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "the local Pod's Namespace was deferred"
+    );
+}
+
+/// An Antrea NetworkPolicy of Namespace `namespace` dropping ingress from
+/// 10.9.0.0/16 to every Pod of it.
+fn namespaced_drop(name: &str, namespace: &str) -> Value {
+    json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "NetworkPolicy",
+           "metadata": {"name": name, "namespace": namespace},
+           "spec": {"priority": 1, "tier": "application",
+                    "appliedTo": [{"podSelector": {}}],
+                    "ingress": [{"action": "Drop", "from": [{"ipBlock": {"cidr": "10.9.0.0/16"}}]}]}})
+}
+
+/// Whether the latest snapshot holds the Antrea NetworkPolicy `namespace/name`.
+fn holds_policy(agent: &Agent, namespace: &str, name: &str) -> bool {
+    agent.latest.get().is_some_and(|admitted| {
+        admitted.snapshot.iter().any(|o| match o {
+            tollgate::model::Object::AntreaNetworkPolicy(p) => {
+                p.metadata.name == name && p.metadata.namespace.as_deref() == Some(namespace)
+            }
+            _ => false,
+        })
+    })
+}
+
+/// An agent in controller mode leaves out the namespaced policies of a
+/// Namespace none of its endpoints lives in (each agent of a large
+/// cluster would otherwise hold, validate and rank every policy of it),
+/// and the first local Pod of that Namespace is enforced with them: the
+/// first ruleset that has the Pod drops what its Namespace's policy drops
+/// (never open); once the Pod is gone, the policy is left out again.
+///
+/// Mutations: `span_to_local_endpoints` not called in `watch_all` (tried:
+/// the policy of `other` is admitted at once, the first assertion
+/// fails); `Store::reaches` answering false (tried: no namespaced policy
+/// is admitted, the test times out waiting for the policy of `shop`).
+#[test]
+fn controller_mode_admits_a_namespaced_policy_with_the_first_local_pod_of_its_namespace() {
+    let api = FakeApi::start("127.0.0.1:0");
+    setup(&api);
+    api.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other"}}));
+    api.apply(slice(&db(), 0, &["10.2.0.2"]));
+    let mut agent = Agent::start(api);
+    agent.wait_for("the first ruleset", |r, _| r.is_some());
+    // Left out: a later policy of `shop`, on the same watch, is admitted
+    // while the one of `other` is not.
+    agent.api.apply(namespaced_drop("deny", "other"));
+    agent.api.apply(namespaced_drop("marker", "shop"));
+    poll_until(
+        "the policy of shop",
+        || holds_policy(&agent, "shop", "marker"),
+        || format!("{:#?}", agent.api.log()),
+    );
+    assert!(
+        !holds_policy(&agent, "other", "deny"),
+        "a policy of a Namespace without a local Pod was admitted"
+    );
+
+    // The first local Pod of `other`: its first ruleset enforces the
+    // policy.
+    let mut pod = pod("new", NODE, "api", "10.1.0.3");
+    pod["metadata"]["namespace"] = json!("other");
+    agent.api.apply(pod.clone());
+    let ruleset = agent
+        .wait_for("the new Pod", |r, _| {
+            r.is_some_and(|r| r.endpoint_of("10.1.0.3".parse().unwrap()).is_some())
+        })
+        .expect("a ruleset");
+    let from = |src: &str| {
+        let flow = Flow {
+            src: src.parse().unwrap(),
+            dst: "10.1.0.3".parse().unwrap(),
+            transport: Transport::Tcp {
+                src_port: 40000,
+                dst_port: 80,
+            },
+            local: None,
+        };
+        ruleset.classify(&flow, &NoFqdn).verdict
+    };
+    assert_eq!(
+        from("10.9.0.1"),
+        Verdict::Drop,
+        "the new Pod's first ruleset"
+    );
+    assert_eq!(from("10.8.0.1"), Verdict::Allow, "the positive control");
+
+    // Gone: the policy is left out again.
+    agent.api.delete(&pod);
+    poll_until(
+        "the Pod's deletion",
+        || !holds_policy(&agent, "other", "deny"),
+        || format!("{:#?}", agent.api.log()),
     );
 }

@@ -627,7 +627,7 @@ async fn watch_all(
         store.feed(Kind::Pod);
     }
     if own.is_some() {
-        store.defer_namespaces_without_pods();
+        store.span_to_local_endpoints();
     }
     let mut reported: HashSet<String> = HashSet::new();
     // When the pending changes are published.

@@ -36,6 +36,7 @@
 //! would have held.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -43,6 +44,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::compile::applied_namespaces;
+use crate::model::memo::Memo;
 use crate::model::{Kind, Object, ObjectRef, Snapshot, Sourced};
 use crate::selection::Delta;
 use crate::validate::{Checker, Problem};
@@ -133,8 +136,13 @@ pub struct Store {
     unread: u64,
     /// [`ORIGIN`], shared by every object admitted.
     origin: Arc<Path>,
-    /// [`Store::defer_namespaces_without_pods`].
-    defer_namespaces: bool,
+    /// [`Store::span_to_local_endpoints`].
+    local_span: bool,
+    /// What [`applied_namespaces`] answered for each spanned policy.
+    reach: Memo<Reach>,
+    /// Bumped by every change of a Group: a [`Reach`] that read one is
+    /// stale.
+    groups: u64,
 }
 
 /// When a change [`Store::apply`] took is to be published in a snapshot.
@@ -239,21 +247,35 @@ impl Store {
             checker: Checker::new(false),
             unread: 0,
             origin: Path::new(ORIGIN).into(),
-            defer_namespaces: false,
+            local_span: false,
+            reach: Memo::default(),
+            groups: 0,
         }
     }
 
     /// The agent in controller mode: the Pods held are the local Node's,
-    /// and the others come as the controller's groups. A Namespace that
-    /// holds none of them (nor an ExternalEntity) is read by no decision
-    /// of the agent's (its labels select the local endpoints it holds, and
-    /// the controller resolves every peer), only by the warnings and the
-    /// status, so its changes are [`Due::Later`]. At 5,000 Nodes, most
-    /// Namespaces hold no Pod of a given Node, and each change of one
-    /// cost every agent an admission and a reload of the whole policy
-    /// side that applied nothing.
-    pub fn defer_namespaces_without_pods(&mut self) {
-        self.defer_namespaces = true;
+    /// and the others come as the controller's groups. What a decision of
+    /// the agent's reads then depends on which Namespaces hold a local
+    /// endpoint (one of the Pods held, or an ExternalEntity):
+    ///
+    /// - a Namespace that holds none is read by no decision (its labels
+    ///   select the local endpoints it holds, and the controller resolves
+    ///   every peer), only by the warnings and the status, so its changes
+    ///   are [`Due::Later`]. At 5,000 Nodes most Namespaces hold no Pod of
+    ///   a given Node, and each change of one cost every agent an
+    ///   admission and a reload of the whole policy side that applied
+    ///   nothing;
+    /// - a namespaced policy ([`is_spanned`]: an Antrea or a Kubernetes
+    ///   NetworkPolicy, whose appliedTo cannot leave its own Namespace) of
+    ///   such a Namespace applies to no local endpoint: [`Store::admit`]
+    ///   leaves it out (kept, it is admitted with the first local
+    ///   endpoint of its Namespace, in that endpoint's snapshot), and its
+    ///   changes are [`Due::Not`]. At 5,000 Nodes an agent held every
+    ///   policy of the cluster and validated, reviewed and ranked them
+    ///   all at each of its reloads, and an edit of any of them reloaded
+    ///   every agent.
+    pub fn span_to_local_endpoints(&mut self) {
+        self.local_span = true;
     }
 
     /// Feeds `kind`: from now on its changes go out as [`Delta`]s
@@ -272,38 +294,48 @@ impl Store {
     /// Applies one event of `kind`'s watch. Returns whether, and when,
     /// the store changed in a way a snapshot can see.
     pub fn apply(&mut self, kind: Kind, change: Change) -> Due {
-        let namespace = match (&change, kind, self.defer_namespaces) {
-            (Change::Apply(value) | Change::Delete(value), Kind::Namespace, true) => value
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .map(str::to_string),
+        let span = self.local_span && (kind == Kind::Namespace || is_spanned(kind));
+        let key = match (&change, span) {
+            (Change::Apply(value) | Change::Delete(value), true) => Some(key_of(kind, value)),
             _ => None,
         };
+        // A spanned policy's change is due when the version held or the
+        // new one may apply to a local endpoint.
+        let before = key
+            .as_ref()
+            .filter(|_| is_spanned(kind))
+            .is_some_and(|key| self.reaches_local(kind, key));
         if !self.changed(kind, change) {
             return Due::Not;
         }
-        match namespace {
-            Some(name)
-                if !self.holds_in(Kind::Pod, &name)
-                    && !self.holds_in(Kind::ExternalEntity, &name) =>
-            {
-                Due::Later
-            }
+        if kind == Kind::Group {
+            self.groups += 1;
+        }
+        match key {
+            Some((_, name)) if kind == Kind::Namespace && !self.holds_local(&name) => Due::Later,
+            Some(key) if is_spanned(kind) && !before && !self.reaches_local(kind, &key) => Due::Not,
             _ => Due::Now,
         }
     }
 
-    /// Whether an object of `kind` lives in Namespace `namespace`.
-    fn holds_in(&self, kind: Kind, namespace: &str) -> bool {
-        let Some(store) = self.kinds.get(&kind) else {
-            return false;
-        };
-        let from = (namespace.to_string(), String::new());
-        store
-            .objects
-            .range(from..)
-            .next()
-            .is_some_and(|((held, _), _)| held == namespace)
+    /// Whether Namespace `namespace` holds a local endpoint (a Pod held
+    /// or an ExternalEntity): [`Store::span_to_local_endpoints`].
+    fn holds_local(&self, namespace: &str) -> bool {
+        holds_local(&self.kinds, namespace)
+    }
+
+    /// Whether the object of spanned `kind` held under `key` may apply to
+    /// a local endpoint ([`applied_namespaces`]); false when none is held.
+    fn reaches_local(&mut self, kind: Kind, key: &Key) -> bool {
+        let kinds = &self.kinds;
+        reaches(
+            kinds,
+            &mut self.reach,
+            self.groups,
+            kind,
+            key,
+            |namespace| holds_local(kinds, namespace),
+        )
     }
 
     /// [`Store::apply`]: whether a snapshot can see the change.
@@ -394,8 +426,24 @@ impl Store {
         let mut skipped = Vec::new();
         let mut objects = Vec::new();
         let admitted = self.kinds.iter().filter(|(k, _)| !self.fed.contains(k));
-        for (_, store) in admitted {
-            for object in store.objects.values() {
+        // The Namespaces of local endpoints, for every policy at once.
+        let local: Option<HashSet<&str>> = self.local_span.then(|| {
+            [Kind::Pod, Kind::ExternalEntity]
+                .iter()
+                .filter_map(|kind| self.kinds.get(kind))
+                .flat_map(|held| held.objects.keys().map(|(namespace, _)| namespace.as_str()))
+                .collect()
+        });
+        for (&kind, store) in admitted {
+            for (key, object) in &store.objects {
+                let left_out = |local: &HashSet<&str>| {
+                    let holds = |namespace: &str| local.contains(namespace);
+                    !reaches(&self.kinds, &mut self.reach, self.groups, kind, key, holds)
+                };
+                if is_spanned(kind) && local.as_ref().is_some_and(left_out) {
+                    // Applies to no local endpoint: not this agent's.
+                    continue;
+                }
                 match &object.object {
                     Ok(object) => objects.push(Sourced {
                         origin: Arc::clone(&self.origin),
@@ -404,6 +452,10 @@ impl Store {
                     Err(problem) => skipped.push(Problem::clone(problem)),
                 }
             }
+        }
+        if self.local_span {
+            // Every spanned policy held was visited: forget the others.
+            self.reach.sweep();
         }
         let mut snapshot = Snapshot { objects };
         let mut warnings = Vec::new();
@@ -565,6 +617,115 @@ fn delta(old: Option<&Stored>, new: Option<&Stored>) -> Option<Delta> {
 }
 
 /// The key of a watched object and its decoded form (or why it is not one).
+/// What [`applied_namespaces`] answered for a spanned policy, kept by
+/// object: its walk reads every rule of the policy, which at thousands of
+/// policies a reload is memory out of the cache.
+struct Reach {
+    /// `None`: any Namespace.
+    namespaces: Option<Box<[Box<str>]>>,
+    /// [`Store`]'s Group version it read Groups at, if it read any.
+    groups: Option<u64>,
+}
+
+/// Whether Namespace `namespace` holds one of `kinds`' Pods or
+/// ExternalEntities.
+fn holds_local(kinds: &BTreeMap<Kind, KindStore>, namespace: &str) -> bool {
+    [Kind::Pod, Kind::ExternalEntity].into_iter().any(|kind| {
+        let Some(store) = kinds.get(&kind) else {
+            return false;
+        };
+        let from = (namespace.to_string(), String::new());
+        store
+            .objects
+            .range(from..)
+            .next()
+            .is_some_and(|((held, _), _)| held == namespace)
+    })
+}
+
+/// Whether the object of spanned `kind` held in `kinds` under `key` may
+/// apply to an endpoint of a Namespace `local` answers for: its
+/// [`applied_namespaces`], from `memo` unless it read a Group before the
+/// Group version `groups`. False when none is held; one that did not
+/// decode is read as its Namespace's.
+fn reaches(
+    kinds: &BTreeMap<Kind, KindStore>,
+    memo: &mut Memo<Reach>,
+    groups: u64,
+    kind: Kind,
+    key: &Key,
+    local: impl Fn(&str) -> bool,
+) -> bool {
+    let Some(stored) = kinds.get(&kind).and_then(|k| k.objects.get(key)) else {
+        return false;
+    };
+    let Ok(object) = &stored.object else {
+        return local(namespace_or_default(&key.0));
+    };
+    let reach = memo.visit(
+        object,
+        |reach| reach.groups.is_some_and(|at| at != groups),
+        || {
+            let read = Cell::new(false);
+            let group = |namespace: &str, name: &str| {
+                read.set(true);
+                let stored = kinds
+                    .get(&Kind::Group)?
+                    .objects
+                    .get(&(namespace.to_string(), name.to_string()))?;
+                match stored.object.as_deref() {
+                    Ok(Object::Group(group)) => Some(&**group),
+                    _ => None,
+                }
+            };
+            let namespaces = applied_namespaces(object, group)
+                .map(|reached| reached.into_iter().map(Box::from).collect());
+            Reach {
+                namespaces,
+                groups: read.get().then_some(groups),
+            }
+        },
+    );
+    match &reach.namespaces {
+        None => true,
+        Some(namespaces) => namespaces.iter().any(|ns| local(ns)),
+    }
+}
+
+/// Whether objects of `kind` are namespaced policies, which apply to the
+/// endpoints of a few Namespaces ([`applied_namespaces`]): Antrea and
+/// Kubernetes NetworkPolicies.
+fn is_spanned(kind: Kind) -> bool {
+    matches!(kind, Kind::AntreaNetworkPolicy | Kind::K8sNetworkPolicy)
+}
+
+/// The [`Key`] an event's object is held under (as [`decode`] makes it).
+fn key_of(kind: Kind, value: &Value) -> Key {
+    let field = |name: &str| {
+        value
+            .pointer(&format!("/metadata/{name}"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let namespace = if kind.is_namespaced() {
+        field("namespace")
+    } else {
+        String::new()
+    };
+    (namespace, field("name"))
+}
+
+/// A namespaced object's Namespace as the compiler reads it: `default`
+/// when it names none.
+fn namespace_or_default(namespace: &str) -> &str {
+    if namespace.is_empty() {
+        "default"
+    } else {
+        namespace
+    }
+}
+
 fn decode(kind: Kind, mut value: Value) -> (Key, Stored) {
     let meta = value.get("metadata");
     let field = |name: &str| {
@@ -934,6 +1095,170 @@ mod tests {
                "metadata": {"name": name, "labels": {"team": team}}})
     }
 
+    fn annp(name: &str, namespace: &str, applied_to: Value) -> Value {
+        json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "NetworkPolicy",
+               "metadata": {"name": name, "namespace": namespace},
+               "spec": {"priority": 1, "appliedTo": applied_to,
+                        "ingress": [{"action": "Drop", "from": [{"ipBlock": {"cidr": "10.9.0.0/16"}}]}]}})
+    }
+
+    fn pod_in(name: &str, namespace: &str) -> Value {
+        let mut pod = pod(name, "web");
+        pod["metadata"]["namespace"] = json!(namespace);
+        pod
+    }
+
+    /// In controller mode a namespaced policy whose appliedTo reaches no
+    /// Namespace holding a local endpoint is held but not admitted, and
+    /// its changes are due for no snapshot; it is admitted with the first
+    /// local Pod of its Namespace, in that Pod's snapshot. A change that
+    /// moves a policy out of reach is due (the snapshot drops it). In
+    /// watch mode every policy is admitted. Mutations: `admit` not leaving
+    /// policies out (the first `shop` admission fails), `apply` answering
+    /// `Due::Not` from the new version alone (the `moved` case fails),
+    /// `reaches` ignoring `applied_namespaces` (the ServiceAccount case
+    /// fails), a Group change not bumping the Group version (the `group`
+    /// case fails: the policy's reach without it is kept).
+    #[test]
+    fn namespaced_policies_of_namespaces_without_local_endpoints_are_left_out() {
+        let kinds = [
+            Kind::Namespace,
+            Kind::Pod,
+            Kind::ExternalEntity,
+            Kind::Group,
+            Kind::AntreaNetworkPolicy,
+            Kind::K8sNetworkPolicy,
+        ];
+        let listed = |store: &mut Store| {
+            for kind in kinds {
+                store.apply(kind, Change::InitStart);
+                store.apply(kind, Change::InitDone);
+            }
+        };
+        let mut store = Store::new(kinds);
+        store.span_to_local_endpoints();
+        listed(&mut store);
+        assert_eq!(
+            store.apply(Kind::Pod, Change::Apply(pod("a", "web"))),
+            Due::Now
+        );
+        let pods = json!([{"podSelector": {}}]);
+        let k8s = json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                         "metadata": {"name": "k", "namespace": "shop"},
+                         "spec": {"podSelector": {}}});
+        for (kind, policy) in [
+            (Kind::AntreaNetworkPolicy, annp("p", "shop", pods.clone())),
+            (Kind::K8sNetworkPolicy, k8s.clone()),
+        ] {
+            assert_eq!(store.apply(kind, Change::Apply(policy.clone())), Due::Not);
+        }
+        assert_eq!(
+            store.apply(
+                Kind::AntreaNetworkPolicy,
+                Change::Apply(annp("q", "default", pods.clone()))
+            ),
+            Due::Now
+        );
+        // Reaching `default` through a ServiceAccount of it.
+        let account =
+            |namespace: &str| json!([{"serviceAccount": {"name": "x", "namespace": namespace}}]);
+        assert_eq!(
+            store.apply(
+                Kind::AntreaNetworkPolicy,
+                Change::Apply(annp("r", "shop", account("default")))
+            ),
+            Due::Now
+        );
+        let admitted = names(&store.admit());
+        assert!(
+            admitted.contains(&"NetworkPolicy.crd.antrea.io default/q".to_string()),
+            "{admitted:?}"
+        );
+        assert!(
+            admitted.contains(&"NetworkPolicy.crd.antrea.io shop/r".to_string()),
+            "{admitted:?}"
+        );
+        assert!(
+            !admitted
+                .iter()
+                .any(|n| n.ends_with("shop/p") || n.ends_with("shop/k")),
+            "{admitted:?}"
+        );
+        // Moved out of reach: due, and dropped.
+        assert_eq!(
+            store.apply(
+                Kind::AntreaNetworkPolicy,
+                Change::Apply(annp("r", "shop", account("shop")))
+            ),
+            Due::Now,
+            "moved"
+        );
+        assert!(!names(&store.admit()).iter().any(|n| n.ends_with("shop/r")));
+        assert_eq!(
+            store.apply(
+                Kind::AntreaNetworkPolicy,
+                Change::Delete(annp("p", "shop", pods.clone()))
+            ),
+            Due::Not
+        );
+        store.apply(
+            Kind::AntreaNetworkPolicy,
+            Change::Apply(annp("p", "shop", pods.clone())),
+        );
+        // Reaching `default` through a Group's Service once the Group
+        // comes: the policy read before it is read again.
+        assert_eq!(
+            store.apply(
+                Kind::AntreaNetworkPolicy,
+                Change::Apply(annp("g", "shop", json!([{"group": "svc"}])))
+            ),
+            Due::Not
+        );
+        let group = json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "Group",
+                           "metadata": {"name": "svc", "namespace": "shop"},
+                           "spec": {"serviceReference": {"name": "web", "namespace": "default"}}});
+        assert_eq!(store.apply(Kind::Group, Change::Apply(group)), Due::Now);
+        assert!(
+            names(&store.admit()).iter().any(|n| n.ends_with("shop/g")),
+            "group"
+        );
+        // The first local Pod of `shop`: its snapshot holds the policies.
+        assert_eq!(
+            store.apply(Kind::Pod, Change::Apply(pod_in("b", "shop"))),
+            Due::Now
+        );
+        let admitted = names(&store.admit());
+        for name in ["shop/p", "shop/k", "shop/r"] {
+            assert!(
+                admitted.iter().any(|n| n.ends_with(name)),
+                "{name}: {admitted:?}"
+            );
+        }
+        assert_eq!(
+            store.apply(
+                Kind::AntreaNetworkPolicy,
+                Change::Apply(annp("p", "shop", account("shop")))
+            ),
+            Due::Now
+        );
+
+        // Watch mode: every policy is admitted, every change due.
+        let mut store = Store::new(kinds);
+        listed(&mut store);
+        assert_eq!(
+            store.apply(
+                Kind::AntreaNetworkPolicy,
+                Change::Apply(annp("p", "shop", pods))
+            ),
+            Due::Now
+        );
+        assert_eq!(
+            store.apply(Kind::K8sNetworkPolicy, Change::Apply(k8s)),
+            Due::Now
+        );
+        assert_eq!(names(&store.admit()).len(), 2);
+    }
+
     /// In controller mode a Namespace none of the Pods held (nor an
     /// ExternalEntity) lives in is due later; one they live in, and every
     /// Namespace in watch mode, at once. Mutations: `apply` answering
@@ -944,7 +1269,7 @@ mod tests {
     fn a_namespace_no_pod_held_lives_in_is_due_later_in_controller_mode() {
         let kinds = [Kind::Namespace, Kind::Pod, Kind::ExternalEntity];
         let mut store = Store::new(kinds);
-        store.defer_namespaces_without_pods();
+        store.span_to_local_endpoints();
         for kind in kinds {
             store.apply(kind, Change::InitStart);
             assert_eq!(store.apply(kind, Change::InitDone), Due::Now, "a list");
