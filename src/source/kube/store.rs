@@ -4,7 +4,10 @@
 //! [`Store::apply`] says when each change is due in a snapshot ([`Due`]):
 //! not at all when it changed nothing tollgate keeps (a status write), at
 //! once, or later for what only the agent's warnings and status read (in
-//! controller mode, a Namespace none of the agent's Pods lives in).
+//! controller mode, a Namespace none of the agent's Pods lives in). In
+//! controller mode [`Store::admit`] also leaves out the namespaced
+//! policies that apply to none of the agent's endpoints, and their
+//! changes are due for nothing ([`Store::span_to_local_endpoints`]).
 //!
 //! Objects are decoded with [`Object::from_value`] as they arrive, so the
 //! store keeps only the fields tollgate's model has (a Pod keeps its name,
@@ -265,15 +268,14 @@ impl Store {
     ///   a given Node, and each change of one cost every agent an
     ///   admission and a reload of the whole policy side that applied
     ///   nothing;
-    /// - a namespaced policy ([`is_spanned`]: an Antrea or a Kubernetes
-    ///   NetworkPolicy, whose appliedTo cannot leave its own Namespace) of
-    ///   such a Namespace applies to no local endpoint: [`Store::admit`]
-    ///   leaves it out (kept, it is admitted with the first local
-    ///   endpoint of its Namespace, in that endpoint's snapshot), and its
-    ///   changes are [`Due::Not`]. At 5,000 Nodes an agent held every
-    ///   policy of the cluster and validated, reviewed and ranked them
-    ///   all at each of its reloads, and an edit of any of them reloaded
-    ///   every agent.
+    /// - a namespaced policy (an Antrea or a Kubernetes
+    ///   NetworkPolicy) none of whose [`applied_namespaces`] holds one
+    ///   applies to no local endpoint: [`Store::admit`] leaves it out
+    ///   (kept, it is admitted with the first local endpoint of such a
+    ///   Namespace, in that endpoint's snapshot), and its changes are
+    ///   [`Due::Not`]. At 5,000 Nodes an agent held every policy of the
+    ///   cluster and validated, reviewed and ranked them all at each of
+    ///   its reloads, and an edit of any of them reloaded every agent.
     pub fn span_to_local_endpoints(&mut self) {
         self.local_span = true;
     }
@@ -616,7 +618,6 @@ fn delta(old: Option<&Stored>, new: Option<&Stored>) -> Option<Delta> {
     }
 }
 
-/// The key of a watched object and its decoded form (or why it is not one).
 /// What [`applied_namespaces`] answered for a spanned policy, kept by
 /// object: its walk reads every rule of the policy, which at thousands of
 /// policies a reload is memory out of the cache.
@@ -726,6 +727,7 @@ fn namespace_or_default(namespace: &str) -> &str {
     }
 }
 
+/// The key of a watched object and its decoded form (or why it is not one).
 fn decode(kind: Kind, mut value: Value) -> (Key, Stored) {
     let meta = value.get("metadata");
     let field = |name: &str| {
