@@ -98,9 +98,14 @@ fn local() -> LocalNode {
 }
 
 fn verdict(ruleset: &Ruleset, src: &str) -> Verdict {
+    verdict_to(ruleset, src, "10.1.0.1")
+}
+
+/// How `ruleset` decides TCP from `src` to port 80 of `dst`.
+fn verdict_to(ruleset: &Ruleset, src: &str, dst: &str) -> Verdict {
     let flow = Flow {
         src: src.parse().unwrap(),
-        dst: "10.1.0.1".parse().unwrap(),
+        dst: dst.parse().unwrap(),
         transport: Transport::Tcp {
             src_port: 40000,
             dst_port: 80,
@@ -794,18 +799,7 @@ fn controller_mode_admits_a_namespaced_policy_with_the_first_local_pod_of_its_na
             r.is_some_and(|r| r.endpoint_of("10.1.0.3".parse().unwrap()).is_some())
         })
         .expect("a ruleset");
-    let from = |src: &str| {
-        let flow = Flow {
-            src: src.parse().unwrap(),
-            dst: "10.1.0.3".parse().unwrap(),
-            transport: Transport::Tcp {
-                src_port: 40000,
-                dst_port: 80,
-            },
-            local: None,
-        };
-        ruleset.classify(&flow, &NoFqdn).verdict
-    };
+    let from = |src: &str| verdict_to(&ruleset, src, "10.1.0.3");
     assert_eq!(
         from("10.9.0.1"),
         Verdict::Drop,
