@@ -123,8 +123,8 @@ pub fn published_selections<'a>(
 /// answer.
 ///
 /// A policy none of whose Namespaces holds a local endpoint places no rule
-/// on the local Node: leaving it out changes no rule placed there, nor the
-/// order of those placed (a property test checks it).
+/// on the local Node: leaving it out changes no decision made there, nor
+/// the rule that makes it (a test checks it over every path above).
 pub fn applied_namespaces<'a>(
     object: &'a Object,
     group: impl Fn(&str, &str) -> Option<&'a AntreaGroup>,
