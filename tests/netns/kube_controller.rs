@@ -890,3 +890,91 @@ fn kubernetes_controller_mode_takes_other_nodes_from_a_node_group() {
     check(&lab, TcpOutcome::TimedOut, "stranger");
     agent.stop();
 }
+
+/// The first local Pod of a Namespace is enforced with that Namespace's
+/// policies from its first ruleset. An agent in controller mode leaves
+/// out the namespaced policies of a Namespace none of its Pods lives in;
+/// here Namespace `shop` holds an Antrea NetworkPolicy dropping TCP from
+/// the intruder's addresses to every Pod of it, and no Pod. The lab's
+/// `shop` peer serves the same port as the server, as a Pod the API server
+/// does not know yet (its address is no endpoint: not enforced, both
+/// clients connect). Then that Pod is written, in `shop`, on this Node,
+/// while the intruder and the client probe it without pause (a new
+/// connection every 20 ms each): from the ruleset that first holds the
+/// Pod on, the intruder never connects, and the client keeps connecting
+/// (the positive control). IPv4 and IPv6.
+///
+/// Mutation (tried): `Store::reaches` answering false for every policy
+/// (the left-out policy never admitted): the intruder connects after the
+/// Pod's ruleset is applied.
+#[test]
+fn kubernetes_controller_mode_enforces_a_namespaces_policies_from_its_first_local_pod() {
+    let Some(lab) = Lab::builder(
+        "kubernetes_controller_mode_enforces_a_namespaces_policies_from_its_first_local_pod",
+    )
+    .peer("client")
+    .peer("intruder")
+    .peer("server")
+    .peer("shop")
+    .ipv6()
+    .build() else {
+        return;
+    };
+    lab.serve_tcp("server", PORT, Service::Echo);
+    lab.serve_tcp("shop", PORT, Service::Echo);
+    let api = api_with_web(&lab);
+    api.apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}));
+    let intruder = ips(&lab, "intruder");
+    api.apply(
+        json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "NetworkPolicy",
+               "metadata": {"name": "no-intruder", "namespace": "shop"},
+               "spec": {"priority": 1, "tier": "application",
+                        "appliedTo": [{"podSelector": {}}],
+                        "ingress": [{"name": "intruder", "action": "Drop",
+                                     "from": [{"ipBlock": {"cidr": format!("{}/32", intruder[0])}},
+                                              {"ipBlock": {"cidr": format!("{}/128", intruder[1])}}]}]}}),
+    );
+    let options = controller_mode(&lab, &api);
+    let mut agent = lab.start_agent(options);
+    agent.wait_generation(1);
+    let targets = ips(&lab, "shop").map(|ip| SocketAddr::new(ip, PORT));
+    for to in targets {
+        lab.assert_tcp("intruder", to, TcpOutcome::Connected);
+    }
+
+    let probe = |role: &str| {
+        Prober::start(
+            lab.ns(role),
+            &targets,
+            Duration::from_millis(20),
+            Duration::from_millis(300),
+            Duration::from_secs(120),
+        )
+    };
+    let (prober, client) = (probe("intruder"), probe("client"));
+    assert!(prober.wait_connected(&targets, Duration::ZERO, 3));
+    let mut pod = pod("shop", "shop", "node", ips(&lab, "shop"));
+    pod["metadata"]["namespace"] = json!("shop");
+    api.apply(pod);
+    agent.wait_generation(2);
+    let applied = prober.now();
+    prober.wait_attempts(&targets, applied, 10);
+    assert!(
+        client.wait_connected(&targets, applied, 3),
+        "the client does not connect to the new Pod\n{}",
+        agent.log()
+    );
+    for (target, attempts) in prober.finish() {
+        let through: Vec<_> = attempts
+            .iter()
+            .filter(|a| a.at >= applied && a.outcome == TcpOutcome::Connected)
+            .collect();
+        assert!(
+            through.is_empty(),
+            "the intruder reached the new Pod {target} after its ruleset: {through:?}\n{}",
+            agent.log()
+        );
+    }
+    drop(client);
+    agent.stop();
+}

@@ -264,6 +264,7 @@ pub const TEST_IDS: &[&str] = &[
     "kubernetes_controller_mode_takes_other_nodes_from_a_node_group",
     "the_resolvers_route_is_asked_again_after_a_route_or_link_change",
     "an_upgrade_moves_the_rules_naming_a_generations_sets_to_the_lookup_sets",
+    "kubernetes_controller_mode_enforces_a_namespaces_policies_from_its_first_local_pod",
 ];
 
 /// How long a probe waits before it calls an expected denial "timed out".
