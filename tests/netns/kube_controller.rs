@@ -484,6 +484,18 @@ fn kubernetes_controller_and_two_node_agents_enforce_each_others_peers_and_outli
     agent_b.stop();
 }
 
+/// `role` connecting to `targets` without pause: a new connection every
+/// 20 ms, each given 300 ms, for at most 120 s.
+fn probe(lab: &Lab, role: &str, targets: &[SocketAddr]) -> Prober {
+    Prober::start(
+        lab.ns(role),
+        targets,
+        Duration::from_millis(20),
+        Duration::from_millis(300),
+        Duration::from_secs(120),
+    )
+}
+
 /// An agent's restart into another mode (see
 /// [`kubernetes_moving_between_watch_and_controller_mode_never_lets_a_denied_client_through`]):
 /// the intruder probes the server (both families, a new connection every
@@ -500,16 +512,10 @@ fn switch(
     label: &str,
 ) -> Agent {
     let targets = web(lab);
-    let probe = |role: &str| {
-        Prober::start(
-            lab.ns(role),
-            &targets,
-            Duration::from_millis(20),
-            Duration::from_millis(300),
-            Duration::from_secs(120),
-        )
-    };
-    let (prober, client) = (probe("intruder"), probe("client"));
+    let (prober, client) = (
+        probe(lab, "intruder", &targets),
+        probe(lab, "client", &targets),
+    );
     prober.wait_attempts(&targets, Duration::ZERO, 5);
     assert!(client.wait_connected(&targets, Duration::ZERO, 3));
     if groups_fail {
@@ -942,16 +948,10 @@ fn kubernetes_controller_mode_enforces_a_namespaces_policies_from_its_first_loca
         lab.assert_tcp("intruder", to, TcpOutcome::Connected);
     }
 
-    let probe = |role: &str| {
-        Prober::start(
-            lab.ns(role),
-            &targets,
-            Duration::from_millis(20),
-            Duration::from_millis(300),
-            Duration::from_secs(120),
-        )
-    };
-    let (prober, client) = (probe("intruder"), probe("client"));
+    let (prober, client) = (
+        probe(&lab, "intruder", &targets),
+        probe(&lab, "client", &targets),
+    );
     assert!(prober.wait_connected(&targets, Duration::ZERO, 3));
     let mut pod = pod("shop", "shop", "node", ips(&lab, "shop"));
     pod["metadata"]["namespace"] = json!("shop");
