@@ -430,7 +430,7 @@ impl Store {
         let admitted = self.kinds.iter().filter(|(k, _)| !self.fed.contains(k));
         // The Namespaces of local endpoints, for every policy at once.
         let local: Option<HashSet<&str>> = self.local_span.then(|| {
-            [Kind::Pod, Kind::ExternalEntity]
+            LOCAL_ENDPOINTS
                 .iter()
                 .filter_map(|kind| self.kinds.get(kind))
                 .flat_map(|held| held.objects.keys().map(|(namespace, _)| namespace.as_str()))
@@ -628,10 +628,14 @@ struct Reach {
     groups: Option<u64>,
 }
 
+/// The kinds of an agent's own endpoints in controller mode: the Pods
+/// held (its Node's) and the ExternalEntities.
+const LOCAL_ENDPOINTS: [Kind; 2] = [Kind::Pod, Kind::ExternalEntity];
+
 /// Whether Namespace `namespace` holds one of `kinds`' Pods or
 /// ExternalEntities.
 fn holds_local(kinds: &BTreeMap<Kind, KindStore>, namespace: &str) -> bool {
-    [Kind::Pod, Kind::ExternalEntity].into_iter().any(|kind| {
+    LOCAL_ENDPOINTS.into_iter().any(|kind| {
         let Some(store) = kinds.get(&kind) else {
             return false;
         };
@@ -757,12 +761,7 @@ fn decode(kind: Kind, mut value: Value) -> (Key, Stored) {
             .and_then(Value::as_i64),
         resource_version: field("resourceVersion"),
     };
-    let namespace = if kind.is_namespaced() {
-        field("namespace")
-    } else {
-        String::new()
-    };
-    let name = field("name");
+    let (namespace, name) = key_of(kind, &value);
     slim(kind, &mut value);
     let object = Object::from_value(value).map(Arc::new).map_err(|error| {
         Box::new(Problem {
