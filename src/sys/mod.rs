@@ -39,6 +39,15 @@ pub fn wait_readable(
     Ok(ready > 0)
 }
 
+/// `count` receive buffers of `len` bytes for [`recv_many`], each
+/// allocated zeroed on its own: where the allocator hands out fresh pages
+/// (zero already, not written), those the kernel never writes to (the part
+/// of a 64 KiB buffer past a DNS reply) stay unbacked; cloning one zeroed
+/// buffer would have written every page of each copy.
+pub fn receive_buffers(count: usize, len: usize) -> Vec<Vec<u8>> {
+    (0..count).map(|_| vec![0; len]).collect()
+}
+
 /// Receives up to `buffers.len()` datagrams from `fd` in one call, without
 /// waiting (`MSG_DONTWAIT`); writes each one's length (and whether it was
 /// cut to its buffer) to `lengths`. Returns how many arrived: 0 when none

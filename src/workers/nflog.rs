@@ -59,7 +59,7 @@ impl QueryLog {
         let buffer = COPY_RANGE as usize + LOG_OVERHEAD;
         let mut log = QueryLog {
             socket,
-            buffers: vec![vec![0; buffer]; BUFFERS],
+            buffers: crate::sys::receive_buffers(BUFFERS, buffer),
             lengths: Vec::with_capacity(BUFFERS),
         };
         let mut out = Vec::new();

@@ -86,7 +86,7 @@ impl Queue {
         let mut queue = Queue {
             socket,
             spec,
-            buffers: vec![vec![0; buffer]; count],
+            buffers: crate::sys::receive_buffers(count, buffer),
             lengths: Vec::with_capacity(count),
             out: Vec::with_capacity(SEND_BYTES),
             seq: 0,

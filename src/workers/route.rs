@@ -132,7 +132,7 @@ impl Routes {
         Ok(Routes {
             ask: RouteSocket::open()?,
             changes,
-            buffers: vec![vec![0; 4096]; CHANGE_BUFFERS],
+            buffers: crate::sys::receive_buffers(CHANGE_BUFFERS, 4096),
             lengths: Vec::with_capacity(CHANGE_BUFFERS),
             known: HashMap::new(),
         })
