@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use crate::harness::engine::{Engine, Kind};
 use crate::harness::lab::NODE;
 use crate::harness::podman::{Container, ContainerNetns, Podman, PODMAN_TOOLS};
-use crate::harness::probe::{Attempt, Prober};
+use crate::harness::probe::{connected_from, Attempt, Prober};
 use crate::harness::{
     poll_until, wait_until, Agent, DnsRecord, Lab, TcpOutcome, AGENT_WAIT, ALLOW_WAIT,
 };
@@ -260,11 +260,7 @@ impl Shop {
             )
         });
         // Nothing denied got through after it held.
-        let late: Vec<&Attempt> = denied[0]
-            .1
-            .iter()
-            .filter(|a| a.at >= held && a.outcome == TcpOutcome::Connected)
-            .collect();
+        let late = connected_from(&denied[0].1, held);
         assert!(
             late.is_empty(),
             "denied connections after {held:?}: {late:?}"

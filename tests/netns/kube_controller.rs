@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::harness::probe::Prober;
+use crate::harness::probe::{connected_from, Prober};
 use crate::harness::AGENT_WAIT;
 use crate::harness::{metrics, wait_until, Agent, AgentOptions, Lab, Service, TcpOutcome};
 use tollgate_fake_api::{kubeconfig_at, FakeApi};
@@ -541,10 +541,7 @@ fn switch(
         new.log()
     );
     for (target, attempts) in prober.finish() {
-        let through: Vec<_> = attempts
-            .iter()
-            .filter(|a| a.outcome == TcpOutcome::Connected)
-            .collect();
+        let through = connected_from(&attempts, Duration::ZERO);
         assert!(
             through.is_empty(),
             "{label}: the intruder reached {target}: {through:?}\n{}",
@@ -965,10 +962,7 @@ fn kubernetes_controller_mode_enforces_a_namespaces_policies_from_its_first_loca
         agent.log()
     );
     for (target, attempts) in prober.finish() {
-        let through: Vec<_> = attempts
-            .iter()
-            .filter(|a| a.at >= applied && a.outcome == TcpOutcome::Connected)
-            .collect();
+        let through = connected_from(&attempts, applied);
         assert!(
             through.is_empty(),
             "the intruder reached the new Pod {target} after its ruleset: {through:?}\n{}",

@@ -24,7 +24,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::harness::probe::{echo_roundtrip, judge_restart, Probed, Prober, Restart};
+use crate::harness::probe::{
+    connected_from, echo_roundtrip, judge_restart, Probed, Prober, Restart,
+};
 use crate::harness::{poll_until, AgentOptions, Lab, Service, TcpOutcome, AGENT_WAIT, ALLOW_WAIT};
 use tollgate_fake_api::FakeApi;
 
@@ -452,10 +454,7 @@ fn policy_changed_while_down_applies_at_start_without_an_open_window() {
     assert!(refused.is_some(), "the new policy is not in force");
     let results = prober.finish();
     for (target, attempts) in &results {
-        let after_stop: Vec<_> = attempts
-            .iter()
-            .filter(|a| a.at >= down && a.outcome == TcpOutcome::Connected)
-            .collect();
+        let after_stop = connected_from(attempts, down);
         assert!(
             after_stop.is_empty(),
             "{target} connected after the stop although both policies deny it from then on: {after_stop:?}"

@@ -440,10 +440,7 @@ impl Prober {
 
     /// Connections to `target` that succeeded after `since`.
     pub fn connected_since(&self, target: impl Into<Probed>, since: Duration) -> usize {
-        self.attempts(target)
-            .iter()
-            .filter(|a| a.at >= since && a.outcome == TcpOutcome::Connected)
-            .count()
+        connected_from(&self.attempts(target), since).len()
     }
 
     /// Stops probing, waits for the attempts under way; returns every
@@ -459,6 +456,17 @@ impl Prober {
             .map(|(t, a)| (*t, sorted(a)))
             .collect()
     }
+}
+
+/// The attempts of `attempts` that started at or after `since` and
+/// connected: what a test asserts is empty once a deny is in force
+/// (over [`Prober::finish`]'s attempts, which include those still under
+/// way when it was called).
+pub fn connected_from(attempts: &[Attempt], since: Duration) -> Vec<&Attempt> {
+    attempts
+        .iter()
+        .filter(|a| a.at >= since && a.outcome == TcpOutcome::Connected)
+        .collect()
 }
 
 fn sorted(attempts: &Mutex<Vec<Attempt>>) -> Vec<Attempt> {
