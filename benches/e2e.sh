@@ -91,6 +91,10 @@
 #          measurement; its write batches, replies held and delayed and
 #          set write errors on stderr. `SCENARIOS=fresh-names ROUNDS=1
 #          benches/e2e.sh 600` is issue 34's 10-minute run.
+# conn and miss (at the first of RULE_COUNTS) and bulk also measure the
+# shipped tollgate with anti-spoofing off (`-noas`, `--anti-spoofing off`,
+# when the binary has it): a reference without a target, which shows in
+# the same run what the raw table's guard costs every packet.
 # The verdict cache is turned on and off with `--set verdictCache.enabled=`
 # (or `--verdict-cache on|off`) when `tollgate run --help` offers it; else
 # "cache: unsupported by this binary" is printed and tollgate runs as is.
@@ -450,8 +454,9 @@ EOP
 
 # What the binary supports: the verdict cache (CACHE_MODE key|flag|empty),
 # the L7 queue count (L7_QUEUES 1|empty) and anti-spoofing's allowed
-# sources (ANTI_SPOOFING yes|empty).
-CACHE_MODE='' L7_QUEUES='' ANTI_SPOOFING=''
+# sources (ANTI_SPOOFING yes|empty), and whether it can be turned off
+# (ANTI_SPOOFING_OFF yes|empty).
+CACHE_MODE='' L7_QUEUES='' ANTI_SPOOFING='' ANTI_SPOOFING_OFF=''
 detect_capabilities() {
     local help
     help=$("$BIN" run --help 2>&1) || true
@@ -475,6 +480,10 @@ detect_capabilities() {
         ANTI_SPOOFING=yes
         echo "anti-spoofing: on, the miss scenario's sources allowed for the client"
     fi
+    if grep -q -- '--anti-spoofing <on|off>' <<<"$help"; then
+        ANTI_SPOOFING_OFF=yes
+        echo "anti-spoofing off: measured too (-noas), to show what the guard costs"
+    fi
 }
 
 # The tollgate configurations of a base name: with the cache on and off
@@ -485,6 +494,13 @@ cache_variants() {
 # The shipped configuration of a base name: the cache on when supported.
 shipped() {
     if [[ -n $CACHE_MODE ]]; then echo "$1-cache-on"; else echo "$1"; fi
+}
+
+# The shipped configuration of a base name with anti-spoofing off, when
+# the binary can turn it off: a reference (no target) that shows, in the
+# same run, what the raw table's per-packet guard costs.
+no_anti_spoofing() {
+    if [[ -n $ANTI_SPOOFING_OFF ]]; then echo "$(shipped "$1")-noas"; fi
 }
 
 # Arguments of `tollgate run` for a configuration name's suffixes.
@@ -504,13 +520,14 @@ config_args() {
         fi
     fi
     if [[ $config == *-l7q1 ]]; then TG_ARGS+=(--set l7.queues=1); fi
+    if [[ $config == *-noas ]]; then TG_ARGS+=(--anti-spoofing off); fi
     # The miss scenario's client sends from 100.64.0.0/10, addresses that
     # are not its Pod address: anti-spoofing (binaries that have it) would
     # drop them as spoofed, so they are the client's allowed sources. Only
     # there: a prefix beside the Pods' /32s makes the source set's lookup
     # try two prefix lengths a packet, which no other scenario needs.
     # (`scenario` is the caller's, measure_config's.)
-    if [[ $ANTI_SPOOFING == yes && ${scenario:-} == miss ]]; then
+    if [[ $ANTI_SPOOFING == yes && ${scenario:-} == miss && $config != *-noas ]]; then
         TG_ARGS+=(--allowed-source-prefix "frontend/client=$MISS_NET")
     fi
     return 0
@@ -736,19 +753,21 @@ configs_of() {
             echo none
             echo conntrack
             for n in "${RULE_COUNTS[@]}"; do cache_variants "tollgate-$n"; done
+            no_anti_spoofing "tollgate-${RULE_COUNTS[0]}"
             for n in "${RULE_COUNTS[@]}"; do echo "iptables-$n"; done
             ;;
         miss)
             echo none
             echo conntrack
             for n in "${RULE_COUNTS[@]}"; do cache_variants "tollgate-$n"; done
+            no_anti_spoofing "tollgate-${RULE_COUNTS[0]}"
             ;;
         dns) echo none; echo conntrack; shipped tollgate-fqdn ;;
         l7)
             echo none; shipped tollgate-l7
             [[ -z $L7_QUEUES ]] || echo "$(shipped tollgate-l7)-l7q1"
             ;;
-        bulk) echo none; echo conntrack; shipped tollgate-1000 ;;
+        bulk) echo none; echo conntrack; shipped tollgate-1000; no_anti_spoofing tollgate-1000 ;;
         flood) cache_variants tollgate-flood ;;
         fresh-names) echo none; echo conntrack; shipped tollgate-fresh ;;
     esac

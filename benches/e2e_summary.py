@@ -59,7 +59,7 @@ def target_applies(scenario, config):
     (or the binary's default where it has no cache), default L7 queues."""
     if not config.startswith("tollgate"):
         return False
-    if config.endswith("-cache-off") or config.endswith("-l7q1"):
+    if config.endswith(("-cache-off", "-l7q1", "-noas")):
         return False
     return scenario in TARGETS
 
