@@ -14,7 +14,7 @@ use crate::docker::{figure, web, web_policy, COMPOSE_PROJECT};
 use crate::harness::docker::{Docker, DockerdOptions, DOCKER_TOOLS};
 use crate::harness::engine::Engine;
 use crate::harness::podman::Container;
-use crate::harness::probe::{tcp_connect, Attempt, Prober};
+use crate::harness::probe::{connected_from, tcp_connect, Attempt, Prober};
 use crate::harness::{poll_until, wait_until, Agent, Lab, TcpOutcome, AGENT_WAIT, ALLOW_WAIT};
 
 /// Pace and timeout of the probes.
@@ -42,10 +42,7 @@ fn both(v4: IpAddr, v6: IpAddr, port: u16) -> [SocketAddr; 2] {
 }
 
 fn connected(attempts: &[Attempt]) -> usize {
-    attempts
-        .iter()
-        .filter(|a| a.outcome == TcpOutcome::Connected)
-        .count()
+    connected_from(attempts, Duration::ZERO).len()
 }
 
 /// The first rule of `chain` in `table` of both families.

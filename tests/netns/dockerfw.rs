@@ -15,7 +15,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use crate::harness::podman::{Backend, Container, Podman, PODMAN_TOOLS};
-use crate::harness::probe::{tcp_connect, Probed, Prober};
+use crate::harness::probe::{connected_from, tcp_connect, Probed, Prober};
 use crate::harness::{poll_until, Lab, Service, TcpOutcome, AGENT_WAIT};
 
 const ALLOWED: u16 = 80;
@@ -337,10 +337,7 @@ fn dockerd_restart_opens_nothing_and_the_buried_jump_is_restored() {
             attempts.iter().any(|a| a.outcome == TcpOutcome::Refused),
             "{target}: never refused"
         );
-        let passed = attempts
-            .iter()
-            .filter(|a| a.outcome == TcpOutcome::Connected)
-            .count();
+        let passed = connected_from(attempts, Duration::ZERO).len();
         assert_eq!(
             passed,
             0,
@@ -748,10 +745,7 @@ spec:
             if !denied.contains(&target.to) {
                 continue;
             }
-            let passed = attempts
-                .iter()
-                .filter(|a| a.outcome == TcpOutcome::Connected)
-                .count();
+            let passed = connected_from(&attempts, Duration::ZERO).len();
             assert_eq!(
                 passed,
                 0,
